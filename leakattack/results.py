@@ -1,0 +1,82 @@
+"""Run folders and tables, written atomically (temporary file + rename).
+
+A run folder holds ``config.json``, ``metrics.json``, ``trace.csv``,
+``reconstruction.png`` and ``convergence.png``.  Every file appears whole or not
+at all, so an interrupted run never leaves a half-written result.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def to_jsonable(obj):
+    """Floats that are not finite become None; tensors/numpy scalars become Python values."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(path, obj) -> None:
+    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_csv(path, rows: list[dict], columns: list[str] | None = None) -> None:
+    """Rows of dicts as CSV; missing values are empty cells."""
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    atomic_write_text(path, buf.getvalue())
+
+
+def default_run_dir(model: str, sketch: str, root: str | os.PathLike = "results/runs") -> Path:
+    """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>/ (a suffix keeps it unique)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / f"{stamp}-{model}-{sketch}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path

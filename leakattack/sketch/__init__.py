@@ -1,0 +1,48 @@
+"""Sketch families of Song, Wang, Yu, Zhang (ICML 2023), Appendix D, behind one registry.
+
+``make_sketch(kind, d, b, seed, **params)`` builds an operator with ``apply``
+(R v), ``adjoint`` (R^T u) and ``to_dense``; ``list_sketches()`` names the kinds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .base import DENSE_LIMIT, Sketch
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register_sketch(name: str) -> Callable[[type], type]:
+    """Class decorator adding a sketch family to the registry under ``name``."""
+
+    def deco(cls: type) -> type:
+        cls.kind = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def list_sketches() -> list[str]:
+    """Names accepted by :func:`make_sketch`."""
+    return sorted(_REGISTRY)
+
+
+def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
+    """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
+
+    ``none`` is the identity (b is ignored and set to d).  Raises ``ValueError``
+    with one sentence for an unknown kind or b outside [1, d].
+    """
+    if kind not in _REGISTRY:
+        raise ValueError(f"unknown sketch '{kind}'; choose one of: {', '.join(list_sketches())}")
+    if kind != "none" and not 1 <= b <= d:
+        raise ValueError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
+    return _REGISTRY[kind](d=d, b=b, seed=seed, **params)
+
+
+# one line per family: importing the module registers it
+from . import identity, gaussian, srht, ams, countsketch, sparse, uniform  # noqa: E402,F401
+
+__all__ = ["Sketch", "DENSE_LIMIT", "make_sketch", "list_sketches", "register_sketch"]
