@@ -7,6 +7,7 @@ folder is created for it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -139,13 +140,13 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("list", help="list models, sketches, data sets")
     p.set_defaults(func=cmd_list)
-    for register in _EXTENSIONS:
-        register(sub)
+    for name in _EXTENSION_MODULES:
+        importlib.import_module(f"leakattack.{name}").register_cli(sub)
     return parser
 
 
-#: functions ``register(subparsers)`` adding further commands (sweep, figures, check, train)
-_EXTENSIONS: list = []
+#: modules whose ``register_cli(subparsers)`` adds further commands (sweep, figures, check, train)
+_EXTENSION_MODULES: tuple = ()
 
 
 def main(argv=None) -> int:

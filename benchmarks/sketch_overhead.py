@@ -1,0 +1,64 @@
+"""Per-iteration cost of the sketched attack relative to the unsketched one.
+
+For lenet on one embedded 3x32x32 image at b/d = 0.5, time one attack iteration
+(simulate the client's sketched gradient with create_graph, L_R, backward
+through R^T, one fixed-step GD update) for every sketch kind, with the kinds
+interleaved over several rounds on the same machine, and print the median time
+per iteration divided by that of kind ``none``.
+
+    python benchmarks/sketch_overhead.py [--ratio 0.5] [--iters 30] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+import targets
+from leakattack import attack, data
+from leakattack.sketch import list_sketches, make_sketch
+
+
+def time_per_iteration(model, sketch, x, labels, iters: int) -> float:
+    y = sketch.apply(targets.flat_gradient(model, x, labels)).detach()
+    x0 = attack.init_dummy(x.shape, "uniform", 0, x.device)
+    simulate = attack.gradient_simulator(model, sketch)
+    attack.run(simulate, y, x0, labels, optimizer="gd", iterations=2, lr=1e-3, tol=0)  # warm-up
+    t0 = time.perf_counter()
+    attack.run(simulate, y, x0, labels, optimizer="gd", iterations=iters, lr=1e-3, tol=0)
+    return (time.perf_counter() - t0) / iters
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ratio", type=float, default=0.5)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--kinds", default=",".join(list_sketches()))
+    a = ap.parse_args()
+    ds = data.load_dataset("photos")
+    x, labels = data.get_batch(ds, 0, 1)
+    model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0)
+    d = targets.num_params(model)
+    b = round(a.ratio * d)
+    kinds = ["none"] + [k for k in a.kinds.split(",") if k != "none"]
+    sketches = {k: make_sketch(k, d, b, seed=1) for k in kinds}
+    times = {k: [] for k in kinds}
+    for _ in range(a.rounds):
+        for k in kinds:
+            times[k].append(time_per_iteration(model, sketches[k], x, labels, a.iters))
+    base = statistics.median(times["none"])
+    print(f"# lenet 3x32x32, d = {d}, b = {b} (b/d = {a.ratio}), {a.iters} GD iterations x {a.rounds} rounds, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print(f"{'sketch':<12} {'ms/iter':>9} {'ratio to none':>14}")
+    for k in kinds:
+        med = statistics.median(times[k])
+        print(f"{k:<12} {1e3 * med:9.2f} {med / base:14.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The command line: a run writes its folder; bad input gives one line and exit code 2."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from leakattack import cli
+
+RUN_FILES = {"config.json", "metrics.json", "trace.csv", "reconstruction.png", "convergence.png"}
+METRIC_KEYS = {"mse", "psnr", "ssim", "lpips", "lpips_note", "label_acc", "final_loss", "iterations", "wall_s", "d", "b"}
+
+
+def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--sketch", "countsketch", "--dataset", "digits",
+                   "--iterations", "5", "--out", str(out), "--quiet", "--no-lpips"])
+    assert rc == 0
+    assert RUN_FILES <= {p.name for p in out.iterdir()}
+    m = json.loads((out / "metrics.json").read_text())
+    assert METRIC_KEYS <= set(m)
+    assert m["lpips"] is None and m["lpips_note"]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["run"]["sketch"] == "countsketch" and cfg["derived"]["b"] == m["b"]
+    assert "torch" in cfg["environment"]
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("PSNR") and str(out) in summary
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+BAD = [
+    (["--model", "resnet"], "unknown model"),
+    (["--sketch", "fourier"], "unknown sketch"),
+    (["--dataset", "imagenet"], "unknown dataset"),
+    (["--optimizer", "sgd2"], "unknown optimizer"),
+    (["--sketch-dim", "0"], "sketch dimension"),
+    (["--sketch-dim", "10000000"], "sketch dimension"),
+    (["--sketch-ratio", "0"], "sketch ratio"),
+    (["--sketch-ratio", "1.5"], "sketch ratio"),
+    (["--iterations", "0"], "iterations"),
+    (["--image-index", "100000"], "out of range"),
+    (["--dataset", "cifar10", "--data-root", "{tmp}/nothing"], "nothing"),
+    (["--iterations", "many"], "invalid int"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_gives_one_line_exit_2_and_no_folder(tmp_path, args, needle):
+    out = tmp_path / "run"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *args, "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_list_names_the_registries(capsys):
+    assert cli.main(["list"]) == 0
+    text = capsys.readouterr().out
+    for name in ("lenet", "srht", "countsketch", "photos", "digits"):
+        assert name in text
+
+
+def test_help_documents_defaults():
+    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    for flag in ("--sketch-ratio", "--optimizer", "--iterations", "--lr", "--seed", "--image-index", "--device"):
+        assert flag in proc.stdout
+    assert "default" in proc.stdout
