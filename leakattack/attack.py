@@ -65,11 +65,11 @@ def match_loss(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Ten
     return 1 - F.cosine_similarity(pred.flatten(), y.flatten(), dim=0)
 
 
-def init_dummy(shape, kind: str, seed: int, device) -> torch.Tensor:
-    """Seeded dummy data: U[0, 1] (``uniform``) or N(0.5, 0.25^2) (``gaussian``)."""
+def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -> torch.Tensor:
+    """Seeded dummy data: U[0, 1] (``uniform``) or N(0.5, 0.25^2) (``gaussian``), drawn on the CPU."""
     gen = torch.Generator().manual_seed(int(seed))
     x = torch.rand(shape, generator=gen) if kind == "uniform" else 0.5 + 0.25 * torch.randn(shape, generator=gen)
-    return x.to(device)
+    return x.to(device=device, dtype=dtype)
 
 
 def run(
@@ -103,7 +103,7 @@ def run(
     label_logits = None
     if labels is None:
         gen = torch.Generator().manual_seed(0)
-        label_logits = torch.randn(x.shape[0], num_classes, generator=gen).to(x.device).requires_grad_(True)
+        label_logits = torch.randn(x.shape[0], num_classes, generator=gen).to(x).requires_grad_(True)
         variables.append(label_logits)
     y = y.detach()
     scale = float(y.pow(2).sum()) if objective == "l2" else 1.0
@@ -118,7 +118,9 @@ def run(
         return total, fit
 
     if optimizer == "lbfgs":
-        opt = torch.optim.LBFGS(variables, lr=lr, max_iter=1, history_size=100, line_search_fn="strong_wolfe")
+        # max_eval bounds the line search; its default (5/4 max_iter = 1) would forbid it
+        opt = torch.optim.LBFGS(variables, lr=lr, max_iter=1, max_eval=25, history_size=100,
+                                line_search_fn="strong_wolfe")
     elif optimizer == "adam":
         opt = torch.optim.Adam(variables, lr=lr)
     else:

@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 
-from .config import DEFAULT_LR, DEVICES, DUMMY_INITS, LABEL_MODES, OBJECTIVES, OPTIMIZERS, ConfigError, RunConfig
+from .config import DEFAULT_LR, DEVICES, DTYPES, DUMMY_INITS, LABEL_MODES, OBJECTIVES, OPTIMIZERS, ConfigError, RunConfig
 
 EXIT_USAGE = 2
 
@@ -72,6 +72,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=d.batch_size, help="images attacked together (default: %(default)s)")
     g = p.add_argument_group("output")
     g.add_argument("--device", default=d.device, help=f"one of {', '.join(DEVICES)} (default: %(default)s: CUDA when present)")
+    g.add_argument("--dtype", default=d.dtype, help=f"one of {', '.join(DTYPES)}: precision of model, data and attack (default: %(default)s)")
     g.add_argument("--trace-every", type=int, default=d.trace_every, help="record PSNR in trace.csv every N steps (default: %(default)s)")
     g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>/)")
     g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
@@ -85,7 +86,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         objective=a.objective, tv=a.tv, box=a.box, tol=a.tol, label_mode=a.label_mode,
         dummy_init=a.dummy_init, seed=a.seed, model_seed=a.model_seed, sketch_seed=a.sketch_seed,
         weight_init=a.weight_init, dataset=a.dataset, data_root=a.data_root, download=a.download,
-        image_index=a.image_index, batch_size=a.batch_size, device=a.device,
+        image_index=a.image_index, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,
     )
 
@@ -146,7 +147,7 @@ def build_parser() -> Parser:
 
 
 #: modules whose ``register_cli(subparsers)`` adds further commands (sweep, figures, check, train)
-_EXTENSION_MODULES: tuple = ()
+_EXTENSION_MODULES: tuple = ("theory",)
 
 
 def main(argv=None) -> int:

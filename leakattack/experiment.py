@@ -35,6 +35,7 @@ class Prepared:
     model: torch.nn.Module
     sketch: object
     obs: Observation
+    simulate: attack.Simulator  #: the attacker's model of the client: x, labels -> message
 
 
 @dataclass
@@ -57,20 +58,21 @@ def prepare(cfg: RunConfig) -> Prepared:
     """Load data, build the victim and the sketch, and produce the observation."""
     cfg.validate()
     device = resolve_device(cfg.device)
+    dtype = getattr(torch, cfg.dtype)
     try:
         ds = data.load_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download)
         x, y_true = data.get_batch(ds, cfg.image_index, cfg.batch_size)
     except data.DataError as err:
         raise ConfigError(str(err)) from None
     model = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape,
-                              seed=cfg.model_seed_, init=cfg.weight_init).to(device)
+                              seed=cfg.model_seed_, init=cfg.weight_init).to(device=device, dtype=dtype)
     d = targets.num_params(model)
     cfg.validate_for(d)
     sketch = make_sketch(cfg.sketch, d, cfg.sketch_b(d), seed=cfg.sketch_seed_, **cfg.sketch_params).to(device)
-    x, y_true = x.to(device), y_true.to(device)
-    target = y_true.float() if cfg.model == "linreg" else y_true
+    x, y_true = x.to(device=device, dtype=dtype), y_true.to(device)
+    target = y_true.to(dtype) if cfg.model == "linreg" else y_true
     obs = observe(model, x, target, sketch)
-    return Prepared(cfg, device, ds, x, target, model, sketch, obs)
+    return Prepared(cfg, device, ds, x, target, model, sketch, obs, attack.gradient_simulator(model, sketch))
 
 
 def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Outcome:
@@ -83,7 +85,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         attack_labels = label_recovery.recover_labels(p.model, p.sketch, p.obs.y, cfg.batch_size)
     else:
         attack_labels = None  # dlg: optimised jointly
-    x0 = attack.init_dummy(p.x.shape, cfg.dummy_init, cfg.init_seed, p.device)
+    x0 = attack.init_dummy(p.x.shape, cfg.dummy_init, cfg.init_seed, p.device, p.x.dtype)
 
     def monitor(step, x):
         x = x.clamp(0, 1)
@@ -92,7 +94,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         return {"psnr": float(metrics.psnr(x, p.x).mean())}
 
     result = attack.run(
-        attack.gradient_simulator(p.model, p.sketch), p.obs.y, x0, attack_labels,
+        p.simulate, p.obs.y, x0, attack_labels,
         num_classes=p.dataset.num_classes, optimizer=cfg.optimizer, iterations=cfg.iterations,
         lr=cfg.lr_, objective=cfg.objective, tv=cfg.tv, box=cfg.box, tol=cfg.tol,
         monitor=monitor, monitor_every=cfg.trace_every, progress=progress,
