@@ -1,0 +1,40 @@
+"""Uniform sampling sketch (kind ``uniform``): R = sqrt(d/b) S D, no padding (n = d)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import register_sketch
+from .base import Sketch
+
+
+@register_sketch("uniform")
+class UniformSketch(Sketch):
+    """Definition D.8 of Song et al. 2023: R = sqrt(n/b) S D, S = b coordinates without replacement, D Rademacher."""
+
+    def __init__(self, d: int, b: int, seed: int = 0):
+        super().__init__(d=d, b=b, seed=seed)
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed % 2 ** 63, 8]))
+        signs = 2.0 * rng.integers(0, 2, size=self.d) - 1.0           # diagonal of D
+        idx = rng.choice(self.d, size=self.b, replace=False)           # rows of S
+        self.idx = torch.from_numpy(idx.astype(np.int64))
+        # row k of R is sqrt(d/b) * D[idx_k] * e_{idx_k}^T
+        self.values = torch.from_numpy((signs[idx] * math.sqrt(self.d / self.b)).astype(np.float32))
+
+    def _sync(self, x: torch.Tensor) -> None:
+        if self.idx.device != x.device:
+            self.to(x.device)
+
+    def _apply(self, v: torch.Tensor) -> torch.Tensor:
+        self._sync(v)
+        return v.index_select(-1, self.idx) * self.values.to(v.dtype)
+
+    def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
+        self._sync(u)
+        flat = u.reshape(-1, self.b) * self.values.to(u.dtype)
+        out = torch.zeros(flat.shape[0], self.d, dtype=u.dtype, device=u.device)
+        out = out.index_add(1, self.idx, flat)
+        return out.reshape(*u.shape[:-1], self.d)
