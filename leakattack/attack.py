@@ -119,7 +119,7 @@ def run(
 
     if optimizer == "lbfgs":
         # max_eval bounds the line search; its default (5/4 max_iter = 1) would forbid it
-        opt = torch.optim.LBFGS(variables, lr=lr, max_iter=1, max_eval=25, history_size=100,
+        opt = torch.optim.LBFGS(variables, lr=lr, max_iter=1, max_eval=25, history_size=100, tolerance_grad=0.0, tolerance_change=0.0,
                                 line_search_fn="strong_wolfe")
     elif optimizer == "adam":
         opt = torch.optim.Adam(variables, lr=lr)

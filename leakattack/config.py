@@ -33,14 +33,14 @@ class RunConfig:
     sketch_ratio: float = 0.5  #: b/d when sketch_dim is not set
     sketch_params: dict = field(default_factory=dict)  #: e.g. {"s": 4} for sparse
     optimizer: str = "lbfgs"
-    iterations: int = 300
+    iterations: int = 4000
     lr: float | None = None  #: None: the optimiser's default (see DEFAULT_LR)
     objective: str = "l2"
     tv: float = 0.0  #: weight of the total-variation prior
     box: bool = False  #: project x onto [0, 1] after every step
-    tol: float = 1e-9  #: stop when L_R(x) / ||y||^2 <= tol
+    tol: float = 1e-10  #: stop when L_R(x) / ||y||^2 <= tol
     label_mode: str = "idlg"
-    dummy_init: str = "uniform"
+    dummy_init: str = "gaussian"
     seed: int = 0  #: master seed: model, sketch and dummy-init seeds derive from it
     model_seed: int | None = None
     sketch_seed: int | None = None
@@ -55,6 +55,14 @@ class RunConfig:
     trace_every: int = 10  #: PSNR is recorded in trace.csv every this many steps
     defense: str = ""  #: defense spec, e.g. "clip:C=1,gaussian:sigma=1e-3@after_sketch"
 
+    # defenses (issue 3)
+    delta: float = 1e-5  #: the delta at which epsilon is reported for Gaussian noise
+    noise_seed: int | None = None  #: seed of the client's noise generator (default: seed + 3)
+    utility: bool = False  #: also train the target under the defense and record utility_acc
+    utility_steps: int = 300  #: training steps of the utility run (batch utility_batch, digits train split)
+    utility_batch: int = 64
+    utility_lr: float = 0.5
+
     # -- derived ------------------------------------------------------------
     @property
     def model_seed_(self) -> int:
@@ -67,6 +75,10 @@ class RunConfig:
     @property
     def init_seed(self) -> int:
         return self.seed + 2
+
+    @property
+    def noise_seed_(self) -> int:
+        return self.seed + 3 if self.noise_seed is None else self.noise_seed
 
     @property
     def lr_(self) -> float:
@@ -128,6 +140,7 @@ class RunConfig:
             raise ConfigError(f"image index must be non-negative, got {self.image_index}")
         if self.trace_every < 1:
             raise ConfigError(f"trace interval must be at least 1, got {self.trace_every}")
+        _check_defense(self)
         if self.model == "linreg" and self.label_mode != "given":
             # linreg's target is a real number: there is no sign rule to read it from
             self.label_mode = "given"
@@ -147,6 +160,22 @@ class RunConfig:
 
 #: step sizes that work for the defaults (lbfgs: the DLG setting)
 DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.1, "gd": 0.01}
+
+
+def _check_defense(cfg: "RunConfig") -> None:
+    """The defense spec and its accounting/utility settings (defenses issue 3)."""
+    import defenses
+
+    try:
+        defenses.build(cfg.defense)
+    except defenses.DefenseError as err:
+        raise ConfigError(str(err)) from None
+    if not 0 < cfg.delta < 1:
+        raise ConfigError(f"delta must lie in (0, 1), got {cfg.delta}")
+    if cfg.utility_steps < 1 or cfg.utility_batch < 1:
+        raise ConfigError(f"utility steps and batch must be positive, got {cfg.utility_steps} and {cfg.utility_batch}")
+    if not cfg.utility_lr > 0:
+        raise ConfigError(f"utility learning rate must be positive, got {cfg.utility_lr}")
 
 
 def _choice(what: str, value, options) -> None:
