@@ -53,6 +53,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sketch-param", type=_kv, action="append", default=[], metavar="NAME=VALUE", help="extra sketch parameter, e.g. s=4 for sparse (repeatable)")
     g.add_argument("--sketch-seed", type=int, default=None, help="seed of R, shared by client and attacker (default: --seed + 1)")
     g.add_argument("--defense", default=d.defense, help="defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)")
+    g.add_argument("--delta", type=float, default=d.delta, help="delta at which epsilon is reported for Gaussian noise (default: %(default)s)")
+    g.add_argument("--noise-seed", type=int, default=None, help="seed of the client's noise (default: --seed + 3)")
+    g.add_argument("--utility", action="store_true", help="also train the target under the defense on digits and record utility_acc")
+    g.add_argument("--utility-steps", type=int, default=d.utility_steps, help="training steps of --utility (default: %(default)s)")
     g = p.add_argument_group("attacker")
     g.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)} (default: %(default)s)")
     g.add_argument("--iterations", type=int, default=d.iterations, help="optimiser steps (default: %(default)s)")
@@ -88,6 +92,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         weight_init=a.weight_init, dataset=a.dataset, data_root=a.data_root, download=a.download,
         image_index=a.image_index, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,
+        delta=a.delta, noise_seed=a.noise_seed, utility=a.utility, utility_steps=a.utility_steps,
     )
 
 
@@ -147,7 +152,7 @@ def build_parser() -> Parser:
 
 
 #: modules whose ``register_cli(subparsers)`` adds further commands (sweep, figures, check, train)
-_EXTENSION_MODULES: tuple = ("theory",)
+_EXTENSION_MODULES: tuple = ("theory", "train")
 
 
 def main(argv=None) -> int:

@@ -71,7 +71,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     sketch = make_sketch(cfg.sketch, d, cfg.sketch_b(d), seed=cfg.sketch_seed_, **cfg.sketch_params).to(device)
     x, y_true = x.to(device=device, dtype=dtype), y_true.to(device)
     target = y_true.to(dtype) if cfg.model == "linreg" else y_true
-    obs = observe(model, x, target, sketch)
+    obs = observe(model, x, target, sketch, defense=cfg.defense, noise_seed=cfg.noise_seed_)
     return Prepared(cfg, device, ds, x, target, model, sketch, obs, attack.gradient_simulator(model, sketch))
 
 
@@ -121,6 +121,10 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         "labels_attack": None if result.labels is None else result.labels.tolist(),
         "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],
     }
+    if cfg.defense or cfg.utility:  # defenses (issue 3): epsilon/delta of the message, test accuracy
+        from .utility import privacy_metrics
+
+        m.update(privacy_metrics(cfg, p.obs))
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]

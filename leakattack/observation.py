@@ -1,13 +1,20 @@
 """What the attacker sees: y = R(g~), g~ the client's (possibly defended) gradient.
 
-The threat model grants the attacker the weights w, the sketch (through its
+The client: g = grad_w F(w, x) (with a ``per_example`` defense: the sum of the
+clipped per-example gradients), then the defense's before-sketch steps, divided
+by the batch size when clipped per example (the DP-SGD way: noise on the sum,
+then the average), then y = R g~, then the after-sketch steps.
+
+Threat model: the attacker is granted the weights w, the sketch (through its
 seed) and, if the label mode says so, the labels; never the client's data nor
-any noise sample.
+any noise sample.  The noise comes from a ``torch.Generator`` seeded with the
+recorded ``noise_seed`` on the CPU, so a run is reproducible, but the attacker's
+model of the client stays ``R(grad_w F(w, x))``: it does not model the defense.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,10 +29,49 @@ class Observation:
     g_norm: float  #: ||g|| of the client's true gradient (for reporting only)
     d: int
     b: int
+    defense: str = ""  #: canonical spec of the defense the client applied ("" for none)
+    noise_seed: int | None = None  #: seed of the client's noise generator (never given to the attacker)
+    extra: dict = field(default_factory=dict)  #: ||g~|| and the distortion ||R g~ - R g|| / ||R g||, for reporting
 
 
-def observe(model, x: torch.Tensor, labels: torch.Tensor, sketch) -> Observation:
-    """The client computes g = grad_w F(w, x) and sends y = R g."""
+def per_example_gradients(model, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, d) gradients grad_w F(w, x_i), one row per example (Abadi et al. 2016, Alg. 1)."""
+    from torch.func import functional_call, grad, vmap
+
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+    def loss(prm, xi, li):
+        return model.loss(functional_call(model, prm, (xi.unsqueeze(0),)), li.unsqueeze(0))
+
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, labels)
+    return torch.cat([grads[n].reshape(x.shape[0], -1) for n in params], dim=1)
+
+
+def client_message(model, x, labels, sketch, pipeline=None, gen: torch.Generator | None = None):
+    """(g, y): the client's true gradient and the message y = after(R(before(g))) it sends."""
     g = targets.flat_gradient(model, x, labels).detach()
-    y = sketch.apply(g).detach()
-    return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b)
+    if not pipeline:
+        return g, sketch.apply(g).detach()
+    if pipeline.per_example_C is not None:
+        v = pipeline.apply_before(per_example_gradients(model, x, labels), gen) / x.shape[0]
+    else:
+        v = pipeline.apply_before(g, gen)
+    return g, pipeline.apply_after(sketch.apply(v).detach(), gen).detach()
+
+
+def observe(model, x: torch.Tensor, labels: torch.Tensor, sketch, defense=None,
+            noise_seed: int | None = None) -> Observation:
+    """The client computes g = grad_w F(w, x) and sends y = R g (defended by ``defense``, a spec or Pipeline)."""
+    if not defense:
+        g = targets.flat_gradient(model, x, labels).detach()
+        y = sketch.apply(g).detach()
+        return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b)
+    import defenses
+
+    pipeline = defenses.build(defense)
+    gen = torch.Generator().manual_seed(int(noise_seed or 0))
+    g, y = client_message(model, x, labels, sketch, pipeline, gen)
+    clean = sketch.apply(g).detach()
+    distortion = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
+    return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b, defense=pipeline.spec,
+                       noise_seed=int(noise_seed or 0), extra={"message_distortion": distortion})

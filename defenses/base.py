@@ -1,0 +1,57 @@
+"""The transform interface every defense family shares.
+
+A transform maps a flat vector v (the client's gradient g, length d, or its
+sketch y = R g, length b) to what is sent instead.  Randomness comes only from
+the ``torch.Generator`` passed in (seeded, on the CPU), never from global state.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BEFORE, AFTER = "before_sketch", "after_sketch"
+PLACEMENTS = (BEFORE, AFTER)
+
+
+class DefenseError(ValueError):
+    """A bad defense spec; its message is one sentence naming the key and the value."""
+
+
+class Transform:
+    """One step of a defense pipeline; subclasses set ``name``/``schema`` and implement ``__call__``."""
+
+    name = "base"
+    #: parameter name -> (type, human description of the valid range, predicate)
+    schema = {}
+    default_placement = BEFORE
+    placements = PLACEMENTS
+    random = False  #: draws from the generator
+
+    def __init__(self, params: dict, placement: str):
+        self.params = dict(params)
+        self.placement = placement
+
+    def __call__(self, v: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check(self, context: list["Transform"]) -> None:
+        """Checks that need the steps before this one (e.g. z needs a clip); raise DefenseError."""
+
+    def spec(self) -> str:
+        """Canonical spec text of this step (always with its placement)."""
+        body = ":".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        return f"{self.name}{':' + body if body else ''}@{self.placement}"
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def noise_like(v: torch.Tensor, gen: torch.Generator, kind: str) -> torch.Tensor:
+    """A standard normal or standard Laplace sample shaped like v, drawn on the CPU in float64 from ``gen``."""
+    if kind == "gaussian":
+        z = torch.randn(v.shape, generator=gen, dtype=torch.float64)
+    else:  # Laplace(0, 1) as the difference of two Exp(1) samples
+        u = torch.rand((2,) + tuple(v.shape), generator=gen, dtype=torch.float64)
+        z = -torch.log1p(-u[0]) + torch.log1p(-u[1])
+    return z.to(device=v.device, dtype=v.dtype)

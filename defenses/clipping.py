@@ -1,0 +1,40 @@
+"""Clipping: the update to l2 norm C (``clip``), or each example's gradient before averaging (``per_example``, DP-SGD, Abadi et al. 2016, Alg. 1)."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import BEFORE, Transform
+
+
+def clip_by_norm(v: torch.Tensor, C: float) -> torch.Tensor:
+    """v * min(1, C / ||v||_2) over the last dimension (Abadi et al. 2016, Alg. 1, 'clip gradient')."""
+    norm = v.norm(dim=-1, keepdim=True)
+    return v * torch.clamp(C / norm.clamp_min(torch.finfo(v.dtype).tiny), max=1.0)
+
+
+_C = {"C": (float, "a positive number", lambda c: c > 0)}
+
+
+class Clip(Transform):
+    """l2-clip the whole message to norm C (default before the sketch: what Lemma H.8 bounds)."""
+
+    name = "clip"
+    schema = _C
+
+    def __call__(self, v, gen):
+        return clip_by_norm(v, self.params["C"])
+
+    @property
+    def C(self) -> float:
+        return self.params["C"]
+
+
+class PerExample(Clip):
+    """Clip each example's gradient to norm C, then sum (observation divides by the batch size after the noise)."""
+
+    name = "per_example"
+    placements = (BEFORE,)
+
+    def __call__(self, v, gen):  # v: (B, d) per-example gradients
+        return clip_by_norm(v, self.params["C"]).sum(dim=0)

@@ -1,0 +1,46 @@
+"""Additive noise: Gaussian (the Gaussian mechanism, Song et al. 2023 Lemma H.7; Algorithm 2 step 13) and Laplace."""
+
+from __future__ import annotations
+
+from .base import BEFORE, DefenseError, Transform, noise_like
+
+_nonneg = (float, "a non-negative number", lambda s: s >= 0)
+
+
+class Gaussian(Transform):
+    """v + N(0, sigma^2 I); ``sigma=`` absolute, or ``z=`` with sigma = z * C of the last clip before it."""
+
+    name = "gaussian"
+    schema = {"sigma": _nonneg, "z": _nonneg}
+    default_placement = BEFORE  # Algorithm 2: noise on the local gradient, then the sketch
+    random = True
+    clip_C: float | None = None  #: C of the last clip before this step (set by check)
+    clip_placement: str | None = None
+
+    def check(self, context):
+        if len(self.params) != 1:
+            raise DefenseError(f"defense 'gaussian' takes exactly one of sigma= or z=, got '{self.spec()}'")
+        clips = [t for t in context if hasattr(t, "C")]
+        self.clip_C = clips[-1].C if clips else None
+        self.clip_placement = clips[-1].placement if clips else None
+        if "z" in self.params and self.clip_C is None:
+            raise DefenseError(f"defense 'gaussian' with z={self.params['z']} needs a clip (clip:C=... or per_example:C=...) before it")
+
+    @property
+    def sigma(self) -> float:
+        return self.params["sigma"] if "sigma" in self.params else self.params["z"] * self.clip_C
+
+    def __call__(self, v, gen):
+        return v + self.sigma * noise_like(v, gen, "gaussian") if self.sigma > 0 else v
+
+
+class Laplace(Transform):
+    """v + Laplace(0, b) entrywise."""
+
+    name = "laplace"
+    schema = {"b": _nonneg}
+    random = True
+
+    def __call__(self, v, gen):
+        b = self.params["b"]
+        return v + b * noise_like(v, gen, "laplace") if b > 0 else v

@@ -1,0 +1,26 @@
+"""Gradient pruning: zero the fraction p of smallest-magnitude entries (Zhu, Liu, Han, "Deep Leakage from Gradients", NeurIPS 2019, Sec. 5)."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Transform
+
+
+def prune_smallest(v: torch.Tensor, p: float) -> torch.Tensor:
+    """Zero the floor(p * n) entries of smallest |v| (DLG 2019, Sec. 5 'gradient compression')."""
+    k = int(p * v.numel())
+    if k == 0:
+        return v
+    idx = v.abs().flatten().argsort()[:k]
+    out = v.flatten().clone()
+    out[idx] = 0
+    return out.view_as(v)
+
+
+class Prune(Transform):
+    name = "prune"
+    schema = {"p": (float, "a fraction in [0, 1)", lambda p: 0 <= p < 1)}
+
+    def __call__(self, v, gen):
+        return prune_smallest(v, self.params["p"])

@@ -1,0 +1,30 @@
+"""k-bit stochastic rounding, unbiased (Alistarh et al., "QSGD", NeurIPS 2017, Sec. 3.1, with 2^k - 1 uniform levels on [-max|v|, max|v|])."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import AFTER, Transform
+
+
+def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tensor:
+    """Round v onto 2^bits - 1 intervals of [-s, s], s = max|v|, up with probability the remainder (E = v); u ~ U[0,1) like v."""
+    s = v.abs().max()
+    if s == 0:
+        return v
+    levels = 2 ** bits - 1
+    t = (v / s + 1) / 2 * levels  # in [0, levels]
+    low = t.floor()
+    q = low + (u < (t - low)).to(v.dtype)
+    return (q / levels * 2 - 1) * s
+
+
+class Quantize(Transform):
+    name = "quantize"
+    schema = {"bits": (int, "an integer >= 1", lambda k: k >= 1)}
+    default_placement = AFTER  # quantisation compresses what is sent: the sketch
+    random = True
+
+    def __call__(self, v, gen):
+        u = torch.rand(v.shape, generator=gen, dtype=torch.float64).to(device=v.device, dtype=v.dtype)
+        return stochastic_round(v, self.params["bits"], u)
