@@ -9,9 +9,14 @@ inner product <m_c, g> with m_c the indicator of row c, and R is a
 coordinate-wise embedding (Song et al. 2023, Definition 4.1 / Lemma D.11):
 E[<R m_c, R g>] = <m_c, g>, with variance O(||m_c||^2 ||g||^2 / b).  So the
 attacker sketches each row indicator with the known R and reads the sign of
-s_c = <R m_c, y>.  For the unsketched gradient this is exactly iDLG.  For a
-batch of B images the B classes with the most negative scores are returned,
-which assumes distinct labels in the batch (as in iDLG's batch extensions).
+s_c = <R m_c, y>.  For the unsketched gradient this is exactly iDLG.
+
+For a batch of B images (mean loss), s_c = (1/B) sum_i (p_ic - 1[y_i = c]) S_i
+with S_i the feature sum of image i.  Following the LLG estimate (Wainakh et al.,
+"User-level label leakage from gradients", 2022), the attacker estimates the mean
+feature sum S and mean softmax p_c by running the known model on random dummy
+inputs, counts n_c ~ B (p_c - s_c / S) images per class, and hands out the B
+labels greedily by largest remaining count (so labels may repeat).
 """
 
 from __future__ import annotations
@@ -34,7 +39,30 @@ def row_scores(model, sketch, y: torch.Tensor) -> torch.Tensor:
     return sketch.apply(masks) @ y
 
 
-def recover_labels(model, sketch, y: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """iDLG's sign rule read through the sketch: the ``batch_size`` most negative rows."""
+def recover_labels(model, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> torch.Tensor:
+    """iDLG's sign rule read through the sketch (B = 1); LLG-style counts for B > 1."""
     scores = row_scores(model, sketch, y)
-    return torch.argsort(scores)[:batch_size].sort().values.to(torch.long)
+    if batch_size == 1:
+        return scores.argmin().reshape(1).to(torch.long)
+    feats, probs = _probe(model, probes, y)
+    counts = batch_size * (probs - scores / feats)
+    out = []
+    for _ in range(batch_size):
+        c = int(counts.argmax())
+        out.append(c)
+        counts[c] -= 1
+    return torch.tensor(sorted(out), dtype=torch.long, device=y.device)
+
+
+def _probe(model, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean feature sum entering the head and mean softmax on n seeded U[0,1] dummy inputs."""
+    seen = []
+    hook = model.head().register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.rand((n, *model.in_shape), generator=gen).to(like)
+        with torch.no_grad():
+            probs = torch.softmax(model(x), dim=-1).mean(0)
+    finally:
+        hook.remove()
+    return seen[0].sum(1).mean(), probs
