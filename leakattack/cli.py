@@ -81,6 +81,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>/)")
     g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    from . import protocol_attack  # issue 5: attack a federated protocol's message
+
+    protocol_attack.add_arguments(p.add_argument_group("protocol"))
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
@@ -93,7 +96,15 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         image_index=a.image_index, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,
         delta=a.delta, noise_seed=a.noise_seed, utility=a.utility, utility_steps=a.utility_steps,
+        **_protocol_fields(a),
     )
+
+
+def _protocol_fields(a) -> dict:
+    """The protocol group's RunConfig fields (absent when a caller's parser has no such group)."""
+    from . import protocol_attack
+
+    return protocol_attack.config_fields(a) if hasattr(a, "protocol_round") else {}
 
 
 def cmd_run(a) -> int:

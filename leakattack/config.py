@@ -63,6 +63,16 @@ class RunConfig:
     utility_batch: int = 64
     utility_lr: float = 0.5
 
+    # protocol attack (issue 5)
+    protocol: str = ""  #: "": attack one gradient; else a protocol of targets.protocols (see leakattack.protocol_attack)
+    protocol_round: int = 1  #: round t of the attacked message (w^1 = initial weights)
+    protocol_client: int = 0  #: client c whose message is attacked
+    protocol_dir: str | None = None  #: a `train` run folder (w^t, protocol.json); None: re-simulate from the seeds
+    protocol_spec: dict = field(default_factory=dict)  #: protocol parameters (targets.protocols.SPEC_DEFAULTS) without a dir
+    protocol_act: str = "tanh"  #: activation of lenet/mlp in the protocol (the sigmoid LeNet does not train)
+    match_space: str = "sketch"  #: fedsketch-*: match the count-sketch table or its PRIVIX un-sketch ("unsketched")
+    sketch_known: bool = True  #: False: the attacker draws R_t from another seed
+
     # -- derived ------------------------------------------------------------
     @property
     def model_seed_(self) -> int:
@@ -144,6 +154,15 @@ class RunConfig:
         if self.model == "linreg" and self.label_mode != "given":
             # linreg's target is a real number: there is no sign rule to read it from
             self.label_mode = "given"
+        if self.protocol:  # protocol attack (issue 5)
+            from targets.protocols import list_protocols
+
+            _choice("protocol", self.protocol, list_protocols())
+            _choice("match space", self.match_space, ("sketch", "unsketched"))
+            if self.protocol_round < 1:
+                raise ConfigError(f"round {self.protocol_round} does not exist: rounds start at 1")
+            if self.protocol_client < 0:
+                raise ConfigError(f"client {self.protocol_client} does not exist: clients start at 0")
         if self.device == "cuda":
             import torch
 

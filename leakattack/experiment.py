@@ -56,6 +56,10 @@ def resolve_device(name: str) -> torch.device:
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Load data, build the victim and the sketch, and produce the observation."""
+    if cfg.protocol:  # a federated protocol's message (issue 5)
+        from . import protocol_attack
+
+        return protocol_attack.prepare(cfg)
     cfg.validate()
     device = resolve_device(cfg.device)
     dtype = getattr(torch, cfg.dtype)
