@@ -47,15 +47,24 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,needle", BAD)
-def test_bad_input_gives_one_line_exit_2_and_no_folder(tmp_path, args, needle):
+def test_bad_input_gives_one_line_exit_2_and_no_folder(tmp_path, capsys, args, needle):
     out = tmp_path / "run"
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *args, "--out", str(out), "--quiet"],
+    rc = cli.main(["run", *args, "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0]
+    assert not out.exists()
+
+
+def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--sketch-ratio", "2", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert needle in lines[0] and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "leakattack: error: sketch ratio must lie in (0, 1], got 2.0"
     assert not out.exists()
 
 
