@@ -1,0 +1,158 @@
+"""Federated protocols: splits, Algorithm 1's de-sketch, FedSKETCH's compressors, determinism."""
+
+import pytest
+import torch
+
+import targets
+from leakattack import data
+from targets.fedsketch import CountSketchTable, heavymix_support, median, privix
+from targets.protocols import (SPEC_DEFAULTS, evaluate, get_protocol, list_protocols, round_seed,
+                               split_clients)
+
+
+@pytest.fixture(scope="module")
+def digits_split():
+    return data.train_test_split(data.load_dataset("digits"), 0.2, seed=0)
+
+
+def lenet(train, seed=0):
+    return targets.get_model("lenet", 10, train.in_shape, seed=seed, init="default", act="tanh")
+
+
+def test_registry_lists_every_protocol_of_the_issue():
+    assert set(list_protocols()) == {"fedavg", "sketched", "sketched-dp", "fedsketch-privix", "fedsketch-heaprix"}
+    with pytest.raises(ValueError, match="unknown protocol"):
+        get_protocol("fedprox", None, None)
+
+
+def test_iid_split_is_a_partition_of_equal_shards():
+    labels = torch.arange(100) % 10
+    parts = split_clients(labels, 7, noniid=False, seed=3)
+    allidx = torch.cat(parts).sort().values
+    assert torch.equal(allidx, torch.arange(100))
+    assert max(p.numel() for p in parts) - min(p.numel() for p in parts) <= 1
+
+
+def test_noniid_split_gives_each_client_one_or_two_classes_and_covers_all_data():
+    labels = torch.arange(1000) % 10
+    parts = split_clients(labels, 10, noniid=True, seed=0)
+    assert all(1 <= labels[p].unique().numel() <= 2 for p in parts)
+    assert torch.equal(torch.cat(parts).sort().values, torch.arange(1000))
+
+
+def test_round_seed_differs_between_rounds_and_is_deterministic():
+    assert round_seed(0, 1) == round_seed(0, 1)
+    assert len({round_seed(0, t) for t in range(1, 200)}) == 199
+
+
+def test_fedavg_with_one_client_and_one_step_is_plain_gradient_descent(digits_split):
+    train, _ = digits_split
+    m = lenet(train)
+    p = get_protocol("fedavg", m, train, clients=1, local_lr=0.1, batch_size=8)
+    w = p.initial_weights()
+    x, y = p.client_batch(1, 0)
+    w2, stats = p.run_round(w, 1)
+    g = targets.flat_gradient(m, x, y)
+    torch.testing.assert_close(w2, w - 0.1 * g, rtol=0, atol=1e-6)
+    assert stats["floats_sent"] == p.d
+
+
+def test_sketched_server_update_is_desketched_average_of_client_sketches(digits_split):
+    """Algorithm 1 line 9/19: w^{t+1} = w^t + R_t^T (eta_g mean_c R_t dw_c) = w^t + eta_g R_t^T R_t mean_c dw_c."""
+    train, _ = digits_split
+    m = lenet(train)
+    p = get_protocol("sketched", m, train, clients=3, sketch="countsketch", sketch_ratio=0.3, global_lr=0.5)
+    w = p.initial_weights()
+    deltas = [p.client_update(w, *p.client_batch(1, c), 1, c) for c in range(3)]
+    R = p.operator(1)
+    expect = w + R.adjoint(R.apply(0.5 * torch.stack(deltas).mean(0)))
+    w2, stats = p.run_round(w, 1)
+    torch.testing.assert_close(w2, expect, rtol=0, atol=1e-6)
+    assert stats["floats_sent"] == round(0.3 * p.d)
+
+
+def test_protocol_rounds_are_reproducible_from_the_seed(digits_split):
+    train, _ = digits_split
+    runs = []
+    for _ in range(2):
+        p = get_protocol("fedsketch-heaprix", lenet(train), train, clients=4, sketch_rows=5, sketch_buckets=64)
+        w = p.initial_weights()
+        for t in (1, 2):
+            w, _ = p.run_round(w, t)
+        runs.append(w)
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_fedsketch_samples_half_the_clients_by_default(digits_split):
+    train, _ = digits_split
+    p = get_protocol("fedsketch-privix", lenet(train), train, clients=10)
+    assert p.client_fraction == 0.5
+    assert all(len(p.sampled(t)) == 5 for t in range(1, 6))
+    assert p.sampled(1) != p.sampled(2) or p.sampled(2) != p.sampled(3)
+
+
+def test_count_sketch_table_is_linear_with_its_adjoint():
+    T = CountSketchTable(d=300, rows=5, buckets=16, seed=2)
+    gen = torch.Generator().manual_seed(0)
+    v, u = torch.randn(300, generator=gen, dtype=torch.float64), torch.randn(80, generator=gen, dtype=torch.float64)
+    assert T.apply(v).shape == (80,)
+    torch.testing.assert_close(T.apply(v) @ u, v @ T.adjoint(u))
+    dense = torch.stack([T.apply(e) for e in torch.eye(300, dtype=torch.float64)], 1)
+    assert ((dense != 0).sum(0) == 5).all()  # each coordinate lands once in every row
+
+
+def test_privix_recovers_a_sparse_vector_exactly_when_buckets_do_not_collide_in_most_rows():
+    d = 2000
+    x = torch.zeros(d, dtype=torch.float64)
+    x[[3, 500, 1999]] = torch.tensor([5.0, -2.0, 1.5], dtype=torch.float64)
+    T = CountSketchTable(d, rows=9, buckets=200, seed=1)
+    torch.testing.assert_close(privix(T, T.apply(x)), x)
+
+
+def test_median_of_even_count_averages_the_middle_pair():
+    v = torch.tensor([[4.0, 1.0, 3.0, 2.0]])
+    assert float(median(v, dim=1)) == 2.5
+
+
+def test_heavymix_support_holds_the_heavy_coordinates_and_has_m_indices():
+    d = 1000
+    x = 0.01 * torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x[[10, 20]] = torch.tensor([10.0, -8.0], dtype=torch.float64)
+    T = CountSketchTable(d, rows=7, buckets=100, seed=0)
+    top = heavymix_support(T, T.apply(x), m=50, generator=torch.Generator().manual_seed(0))
+    assert top.numel() == 50 and {10, 20} <= set(top.tolist())
+
+
+def test_sketched_dp_step_noise_has_the_lemma_h7_scale(digits_split):
+    """sigma = sqrt(2 ln(1.25/delta)) C / eps (Lemma H.7 with sensitivity l_c = C, Lemma H.8)."""
+    pytest.importorskip("defenses.accounting")
+    train, _ = digits_split
+    p = get_protocol("sketched-dp", lenet(train), train, clients=2, dp_epsilon=0.5, dp_delta=1e-5, dp_clip=1.0)
+    assert p.sigma == pytest.approx((2 * torch.log(torch.tensor(1.25e5))).sqrt().item() / 0.5, rel=1e-6)
+    w = p.initial_weights()
+    x, y = p.client_batch(1, 0)
+    g = p.gradient(w, x, y, 1, 0, 0)
+    noise = g - targets.protocols.per_example_clipped_mean(p.model, w, x, y, 1.0)
+    assert noise.std().item() == pytest.approx(p.sigma, rel=0.05)  # d = 13426 draws: 5 % is > 5 standard errors
+    priv = p.privacy(10)
+    assert priv["epsilon_paper"] == pytest.approx(0.5 * (10 * 1) ** 0.5)
+
+
+def test_sketched_with_srht_learns_digits_in_a_few_rounds(digits_split):
+    train, test = digits_split
+    torch.manual_seed(0)
+    m = lenet(train)
+    p = get_protocol("sketched", m, train, clients=5, sketch="srht", sketch_ratio=0.5)
+    w = p.initial_weights()
+    for t in range(1, 41):
+        w, _ = p.run_round(w, t)
+    assert evaluate(m, w, test.images, test.labels)[1] > 0.5  # chance is 0.1; measured 0.8+
+
+
+def test_spec_defaults_cover_every_parameter_a_protocol_reads(digits_split):
+    train, _ = digits_split
+    for name in list_protocols():
+        if name == "sketched-dp":
+            pytest.importorskip("defenses.accounting")
+        p = get_protocol(name, lenet(train), train, clients=2)
+        assert set(SPEC_DEFAULTS) <= set(p.describe())
