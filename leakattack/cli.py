@@ -76,6 +76,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=d.batch_size, help="images attacked together (default: %(default)s)")
     g = p.add_argument_group("output")
     g.add_argument("--device", default=d.device, help=f"one of {', '.join(DEVICES)} (default: %(default)s: CUDA when present)")
+    g.add_argument("--threads", type=int, default=d.threads, help="CPU threads for torch (default: %(default)s; the attack's small tensor ops gain nothing from more and slow down when cores are shared)")
     g.add_argument("--dtype", default=d.dtype, help=f"one of {', '.join(DTYPES)}: precision of model, data and attack (default: %(default)s)")
     g.add_argument("--trace-every", type=int, default=d.trace_every, help="record PSNR in trace.csv every N steps (default: %(default)s)")
     g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>/)")
@@ -93,7 +94,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         objective=a.objective, tv=a.tv, box=a.box, tol=a.tol, label_mode=a.label_mode,
         dummy_init=a.dummy_init, seed=a.seed, model_seed=a.model_seed, sketch_seed=a.sketch_seed,
         weight_init=a.weight_init, dataset=a.dataset, data_root=a.data_root, download=a.download,
-        image_index=a.image_index, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
+        image_index=a.image_index, batch_size=a.batch_size, device=a.device, threads=a.threads, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,
         delta=a.delta, noise_seed=a.noise_seed, utility=a.utility, utility_steps=a.utility_steps,
         **_protocol_fields(a),
@@ -163,7 +164,7 @@ def build_parser() -> Parser:
 
 
 #: modules whose ``register_cli(subparsers)`` adds further commands (sweep, figures, check, train)
-_EXTENSION_MODULES: tuple = ("theory", "train")
+_EXTENSION_MODULES: tuple = ("theory", "train", "sweep")
 
 
 def main(argv=None) -> int:

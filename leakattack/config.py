@@ -51,6 +51,7 @@ class RunConfig:
     image_index: int = 0
     batch_size: int = 1
     device: str = "auto"
+    threads: int = 1  #: CPU threads for torch; the attack's small ops run fastest on one (no oversubscription)
     dtype: str = "float64"  #: float32 stalls L-BFGS near L_R/||y||^2 ~ 1e-7 (PSNR ~ 34 dB on lenet)
     trace_every: int = 10  #: PSNR is recorded in trace.csv every this many steps
     defense: str = ""  #: defense spec, e.g. "clip:C=1,gaussian:sigma=1e-3@after_sketch"
@@ -148,6 +149,8 @@ class RunConfig:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.image_index < 0:
             raise ConfigError(f"image index must be non-negative, got {self.image_index}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be at least 1, got {self.threads}")
         if self.trace_every < 1:
             raise ConfigError(f"trace interval must be at least 1, got {self.trace_every}")
         _check_defense(self)

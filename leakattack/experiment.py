@@ -56,6 +56,7 @@ def resolve_device(name: str) -> torch.device:
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Load data, build the victim and the sketch, and produce the observation."""
+    torch.set_num_threads(cfg.threads)
     if cfg.protocol:  # a federated protocol's message (issue 5)
         from . import protocol_attack
 
