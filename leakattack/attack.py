@@ -136,6 +136,7 @@ def run(
     losses: list[float] = []
     extra: list[dict] = []
     best_x, best_loss, best_step = x.detach().clone(), math.inf, 0
+    best_logits = None if label_logits is None else label_logits.detach().clone()
     stop, message = "iterations", ""
     bar = _progress(iterations, progress)
     step = 0
@@ -150,6 +151,8 @@ def run(
             break
         if loss < best_loss:
             best_x, best_loss, best_step = x.detach().clone(), loss, step
+            if label_logits is not None:
+                best_logits = label_logits.detach().clone()
         if monitor is not None and (step % monitor_every == 0 or step == iterations):
             extra.append({"step": step, **monitor(step, x.detach())})
         if loss / scale <= tol:
@@ -175,7 +178,7 @@ def run(
             bar.set_postfix_str(f"L_R={loss:.3e}")
     if bar is not None:
         bar.close()
-    final_labels = labels if label_logits is None else label_logits.detach().argmax(-1)
+    final_labels = labels if best_logits is None else best_logits.argmax(-1)
     return AttackResult(
         x=best_x, labels=final_labels, x0=x0.detach().clone(), losses=losses, extra=extra,
         iterations=step, best_step=best_step, stop_reason=stop, message=message,
