@@ -15,6 +15,7 @@ functions.
 from __future__ import annotations
 
 import math
+import warnings
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -50,7 +51,9 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     else:
         raise ValueError(f"unknown accountant '{accountant}'; choose one of: rdp, prv")
     acc.history = [(float(noise_multiplier), float(sample_rate), int(steps))]
-    return float(acc.get_epsilon(delta=delta))
+    with warnings.catch_warnings():  # tiny z: "optimal order is the smallest alpha" (epsilon is huge anyway)
+        warnings.simplefilter("ignore", UserWarning)
+        return float(acc.get_epsilon(delta=delta))
 
 
 def message_privacy(pipeline, delta: float, steps: int = 1, sample_rate: float = 1.0) -> dict:

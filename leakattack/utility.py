@@ -33,7 +33,7 @@ def privacy_metrics(cfg, obs) -> dict:
     from defenses.accounting import message_privacy
 
     pipeline = defenses.build(cfg.defense)
-    m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, **obs.extra}
+    m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
     m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0))
     if cfg.utility:
         m.update(train_under_defense(cfg))

@@ -1,0 +1,69 @@
+"""Privacy accounting: the paper's formulas by hand, and Opacus' accountant against them and a published value."""
+
+import math
+
+import pytest
+
+import defenses
+from defenses.accounting import (accountant_epsilon, gaussian_epsilon, gaussian_sigma, message_privacy,
+                                 paper_composition)
+
+
+def test_gaussian_sigma_matches_lemma_h7_by_hand():
+    # sigma^2 = 2 ln(1.25/delta) Delta^2 / eps^2: eps=1, delta=1e-5, Delta=1 -> sqrt(2 ln 125000) = 4.84480
+    assert gaussian_sigma(1.0, 1e-5, 1.0) == pytest.approx(4.844805, abs=1e-5)
+    # linear in Delta, inverse in epsilon
+    assert gaussian_sigma(0.5, 1e-5, 2.0) == pytest.approx(4 * 4.844805, abs=1e-4)
+
+
+def test_gaussian_epsilon_inverts_gaussian_sigma():
+    for eps, delta, sens in [(0.3, 1e-6, 1.0), (2.0, 1e-5, 0.1), (8.0, 1e-3, 5.0)]:
+        assert gaussian_epsilon(gaussian_sigma(eps, delta, sens), delta, sens) == pytest.approx(eps, rel=1e-12)
+    assert gaussian_epsilon(0.0, 1e-5, 1.0) == math.inf
+
+
+def test_paper_composition_matches_theorem_6_2_by_hand():
+    eps, delta = paper_composition(0.1, 1e-6, T=100, K=4)
+    assert eps == pytest.approx(2.0, rel=1e-12) and delta == pytest.approx(4e-4, rel=1e-12)
+
+
+def test_accountant_matches_opacus_published_value():
+    # opacus/tests/accountants_test.py::test_rdp_accountant: z=1.5, q=0.04, 2250 steps, delta=1e-5 -> 7.32911117143
+    assert accountant_epsilon(1.5, 0.04, int(90 / 0.04), 1e-5) == pytest.approx(7.32911117143, rel=1e-9)
+
+
+def test_prv_and_rdp_accountants_agree_within_ten_percent():
+    rdp = accountant_epsilon(1.5, 0.04, 2250, 1e-5, "rdp")
+    prv = accountant_epsilon(1.5, 0.04, 2250, 1e-5, "prv")
+    assert prv <= rdp and prv == pytest.approx(rdp, rel=0.1)  # opacus' own PRV value is 6.777
+
+
+def test_accountant_is_tighter_than_paper_composition_with_subsampling():
+    # DP-SGD on MNIST (Abadi et al. 2016): z=1.1, batch 256 of 60000, 60 epochs, delta=1e-5.
+    # The paper's Thm 6.2 has no amplification by sub-sampling: eps_hat at delta/steps, times sqrt(steps).
+    steps, delta = 60 * 60000 // 256, 1e-5
+    tight = accountant_epsilon(1.1, 256 / 60000, steps, delta)
+    paper, paper_delta = paper_composition(gaussian_epsilon(1.1, delta / steps, 1.0), delta / steps, steps, 1)
+    assert paper_delta == pytest.approx(delta)
+    assert tight < 3.0 < 100 < paper  # tight ~2.6; paper ~ 600
+
+
+def test_paper_composition_undercounts_without_subsampling_at_many_steps():
+    # Thm 6.2 drops the K eps_hat^2 term of advanced composition: at q=1 the tight RDP value exceeds it.
+    steps, delta = 100, 1e-5
+    paper, _ = paper_composition(gaussian_epsilon(1.1, delta / steps, 1.0), delta / steps, steps, 1)
+    assert accountant_epsilon(1.1, 1.0, steps, delta) > paper
+
+
+def test_message_privacy_reports_both_accountings_for_a_clipped_gaussian():
+    p = message_privacy(defenses.build("clip:C=2,gaussian:z=1.1"), 1e-5)
+    assert p["noise_multiplier"] == pytest.approx(1.1) and p["sensitivity"] == 2.0
+    assert p["epsilon_paper"] == pytest.approx(gaussian_epsilon(2.2, 1e-5, 2.0))
+    assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1, 1.0, 1, 1e-5))
+    assert p["delta"] == 1e-5
+
+
+def test_message_privacy_is_unbounded_without_a_clip_and_absent_without_noise():
+    p = message_privacy(defenses.build("gaussian:sigma=0.1"), 1e-5)
+    assert p["epsilon"] is None and "unbounded" in p["privacy_note"]
+    assert message_privacy(defenses.build("prune:p=0.5"), 1e-5)["delta"] is None

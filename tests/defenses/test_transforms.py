@@ -1,0 +1,95 @@
+"""Defense transforms: each does what its paper says, specs parse and bad specs are one sentence."""
+
+import pytest
+import torch
+
+import defenses
+from defenses import DefenseError
+from defenses.clipping import clip_by_norm
+from defenses.pruning import prune_smallest
+from defenses.quantization import stochastic_round
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_clip_bounds_the_norm_and_keeps_short_vectors():
+    v = torch.randn(1000, generator=gen(), dtype=torch.float64)
+    assert clip_by_norm(v, 1.0).norm() == pytest.approx(1.0, rel=1e-12)
+    assert torch.equal(clip_by_norm(v, 1e6), v)
+
+
+def test_per_example_clip_bounds_every_row_before_summing():
+    G = torch.randn(5, 100, generator=gen(), dtype=torch.float64) * 10
+    step = defenses.build("per_example:C=1").steps[0]
+    out = step(G, gen())
+    assert torch.allclose(out, clip_by_norm(G, 1.0).sum(0)) and out.norm() <= 5 + 1e-12
+
+
+def test_gaussian_noise_has_the_asked_std_and_is_seeded():
+    p = defenses.build("gaussian:sigma=0.5")
+    v = torch.zeros(200_000, dtype=torch.float64)
+    a, b = p.apply_before(v, gen(3)), p.apply_before(v, gen(3))
+    assert torch.equal(a, b)
+    assert a.std().item() == pytest.approx(0.5, rel=0.01)  # 200k samples: rel. s.e. 0.16 %
+    assert abs(a.mean().item()) < 0.005
+
+
+def test_gaussian_z_means_sigma_z_times_the_clip():
+    p = defenses.build("clip:C=2,gaussian:z=1.5")
+    assert p.steps[1].sigma == pytest.approx(3.0)
+
+
+def test_laplace_noise_has_the_asked_scale():
+    a = defenses.build("laplace:b=0.2").apply_before(torch.zeros(200_000, dtype=torch.float64), gen(1))
+    assert a.abs().mean().item() == pytest.approx(0.2, rel=0.01)  # E|Laplace(0,b)| = b
+
+
+def test_prune_zeroes_the_smallest_fraction():
+    v = torch.arange(1.0, 11.0) * torch.tensor([1, -1] * 5)
+    out = prune_smallest(v, 0.3)
+    assert (out == 0).sum() == 3 and torch.equal(out[3:], v[3:])
+
+
+def test_stochastic_rounding_is_unbiased_and_on_the_grid():
+    v = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    u = torch.rand(20_000, 7, generator=gen(2), dtype=torch.float64)
+    q = stochastic_round(v.expand(20_000, 7), 2, u)
+    assert set(torch.round(q.flatten() * 3).tolist()) <= {-3.0, -1.0, 1.0, 3.0}  # 2 bits: levels -1, -1/3, 1/3, 1
+    assert torch.allclose(q.mean(0), v, atol=0.02)  # s.e. <= 0.5/sqrt(20000) ~ 0.0035
+
+
+def test_spec_round_trips_and_defaults_place_noise_before_and_quantize_after_the_sketch():
+    p = defenses.build("clip:C=1,gaussian:sigma=1e-3,quantize:bits=4")
+    assert [t.placement for t in p.steps] == ["before_sketch", "before_sketch", "after_sketch"]
+    assert defenses.build(p.spec).spec == p.spec
+    assert defenses.build([{"name": "clip", "C": 1}, "gaussian:z=2@after_sketch"]).spec == \
+        "clip:C=1.0@before_sketch,gaussian:z=2.0@after_sketch"
+    assert not defenses.build("") and not defenses.build("none")
+
+
+def test_list_defenses_names_every_family():
+    assert defenses.list_defenses() == ["clip", "gaussian", "laplace", "per_example", "prune", "quantize"]
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("blur:r=1", "unknown defense 'blur'"),
+    ("gaussian:sigma=-1", "sigma must be a non-negative number, got '-1'"),
+    ("clip:C=0", "C must be a positive number, got '0'"),
+    ("prune:p=1", "p must be a fraction in [0, 1), got '1'"),
+    ("prune:p=-0.1", "got '-0.1'"),
+    ("quantize:bits=0", "bits must be an integer >= 1, got '0'"),
+    ("quantize:bits=2.5", "got '2.5'"),
+    ("clip:C", "malformed defense parameter 'C'"),
+    ("clip:C=1@sideways", "unknown defense placement '@sideways'"),
+    ("clip:D=1", "no parameter 'D'"),
+    ("gaussian:z=1", "needs a clip"),
+    ("gaussian:sigma=1:z=1", "exactly one of"),
+    ("clip:C=1,per_example:C=1", "must be the first step"),
+    ("per_example:C=1@after_sketch", "cannot be placed"),
+])
+def test_bad_spec_is_one_sentence_naming_key_and_value(spec, needle):
+    with pytest.raises(DefenseError) as err:
+        defenses.build(spec)
+    assert needle in str(err.value) and "\n" not in str(err.value)

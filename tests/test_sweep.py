@@ -1,0 +1,152 @@
+"""Sweeps: grid expansion, validation at the edge, resumable after Ctrl-C and kill -9, deterministic."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leakattack import cli
+from leakattack.sweep import load_plan, read_results, run_point
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = """
+[sweep]
+name = "tiny"
+strength = "sigma"
+
+[base]
+model = "logreg"
+dataset = "digits"
+sketch = "srht"
+sketch_ratio = 0.25
+iterations = 20
+defense = "clip:C=1,gaussian:sigma={sigma}"
+
+[grid]
+sigma = [0.0, 1e-3, 1e-1]
+image_index = [0, 1]
+"""
+TIMING = {"wall_s", "attack_s", "utility_wall_s"}
+
+
+def write(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def keys(folder):
+    return [r["key"] for r in read_results(Path(folder) / "results.jsonl")]
+
+
+def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
+    plan = load_plan(write(tmp_path, TINY))
+    assert len(plan.points) == 6 and plan.strength == "sigma"
+    assert [p["params"]["defense"] for p in plan.points[:3:2]] == ["clip:C=1,gaussian:sigma=0.0",
+                                                                  "clip:C=1,gaussian:sigma=0.001"]
+    assert len({p["key"] for p in plan.points}) == 6
+    two = TINY.replace("[grid]\n", "[[grid]]\n") + '\n[[grid]]\nsigma = [0.5]\nimage_index = [0]\nsketch = ["countsketch"]\n'
+    assert len(load_plan(write(tmp_path, two, "two.toml")).points) == 7
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[grid\nx = 1", "not valid TOML"),
+    ("[base]\nmodle = 'lenet'", "unknown [base] key 'modle'"),
+    ("[grid]\nsigma = [1]", "unknown [grid] key 'sigma'"),
+    ("[grid]\nimage_index = 3", "must be a non-empty list"),
+    ("[sweep]\njobs = 0", "jobs = 0"),
+    ("[sweep]\ncolour = 'red'", "unknown [sweep] key 'colour'"),
+    ("[extra]\na = 1", "unknown table or key 'extra'"),
+    ("[base]\ndefense = 'gaussian:sigma={s}'\n[grid]\ns = [-1]", "sigma must be a non-negative number, got '-1'"),
+    ("[base]\nmodel = 'resnet'", "unknown model 'resnet'"),
+])
+def test_bad_sweep_file_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, text, needle):
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
+    params = load_plan(write(tmp_path, TINY)).points[3]["params"]  # noisy point: noise seed included
+    (m1, r1, _), (m2, r2, _) = run_point(params), run_point(params)
+    assert {k: v for k, v in m1.items() if k not in TIMING} == {k: v for k, v in m2.items() if k not in TIMING}
+    assert (r1 == r2).all()
+
+
+def _start(cfg, out):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_lines(out, n, proc, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout and proc.poll() is None:
+        if len(keys(out)) >= n:
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupted_summary(tmp_path):
+    cfg = write(tmp_path, TINY)
+    ref = tmp_path / "ref"
+    assert cli.main(["sweep", str(cfg), "--out", str(ref), "--quiet"]) == 0
+
+    out = tmp_path / "out"
+    proc = _start(cfg, out)  # SIGKILL after two finished points
+    _wait_for_lines(out, 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    done = keys(out)
+    assert 2 <= len(done) < 6 and len(set(done)) == len(done)
+    with open(out / "results.jsonl", "ab") as fh:  # a line torn by kill -9 mid-write
+        fh.write(b'{"key": "deadbeef0000", "metrics": {"psn')
+
+    proc = _start(cfg, out)  # Ctrl-C after one more point
+    _wait_for_lines(out, len(done) + 1, proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) in (0, 130)  # 0 if it finished before the signal landed
+    assert proc.returncode == 0 or "interrupted" in proc.stderr.read()
+
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    final = keys(out)
+    assert sorted(final) == sorted(keys(ref)) and len(final) == 6
+    assert final[:len(done)] == done  # nothing finished was lost or rewritten
+    assert (out / "summary.csv").read_text() == (ref / "summary.csv").read_text()
+    assert b"deadbeef" not in (out / "results.jsonl").read_bytes()
+
+
+def test_rerun_of_a_finished_sweep_runs_nothing_and_summary_has_mean_and_std(tmp_path, monkeypatch):
+    cfg = write(tmp_path, TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]"))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    import leakattack.sweep as sweep
+
+    monkeypatch.setattr(sweep, "run_point", lambda *a, **k: pytest.fail("a finished point was re-run"))
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert len(rows) == 1 and rows[0]["n"] == "2"
+    psnr = [r["metrics"]["psnr"] for r in read_results(out / "results.jsonl")]
+    assert float(rows[0]["psnr_mean"]) == pytest.approx(sum(psnr) / 2)
+    line = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert {"params", "metrics"} <= set(line) and {"psnr", "ssim", "epsilon", "delta", "m"} <= set(line["metrics"])
+    assert line["metrics"]["epsilon"] is None  # sigma = 0: no noise, no guarantee
+
+
+@pytest.mark.slow
+def test_parallel_jobs_write_every_point_once(tmp_path):
+    cfg = write(tmp_path, TINY.replace("image_index = [0, 1]", "image_index = [0]"))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--jobs", "2", "--quiet"]) == 0
+    k = keys(out)
+    assert len(k) == 3 == len(set(k))
+    assert len(list((out / "points").glob("*.pt"))) == 3
