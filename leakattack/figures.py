@@ -137,20 +137,24 @@ def reconstruction_grid(folder, records: list[dict], strength: str) -> list:
             cell[(json.dumps(r["grid"].get(strength)), r["params"]["image_index"])] = (torch.load(pt), r["metrics"])
     if not cell:
         return []
-    fig, axes = plt.subplots(len(levels) + 1, len(images), figsize=(1.5 * len(images) + 1.2, 1.5 * (len(levels) + 1)),
+    fig, axes = plt.subplots(len(levels) + 1, len(images), figsize=(1.4 * len(images) + 1.4, 1.55 * (len(levels) + 1)),
                              squeeze=False)
     for j, img in enumerate(images):
         truth = next((c[0]["truth"][0] for (lv, im), c in cell.items() if im == img), None)
-        rows = [(truth, "truth")] + [
-            ((cell[(lv, img)][0]["recon"][0], f"{strength}={json.loads(lv)}\n{cell[(lv, img)][1]['psnr']:.1f} dB, "
-              f"SSIM {cell[(lv, img)][1]['ssim']:.2f}") if (lv, img) in cell else (None, "")) for lv in levels]
+        rows = [(truth, f"image {img}")] + [
+            ((cell[(lv, img)][0]["recon"][0], f"{cell[(lv, img)][1]['psnr']:.1f} dB, SSIM {cell[(lv, img)][1]['ssim']:.2f}")
+             if (lv, img) in cell else (None, "")) for lv in levels]
         for i, (a, label) in enumerate(rows):
             ax = axes[i][j]
-            ax.axis("off")
+            ax.set_xticks([])
+            ax.set_yticks([])
             if a is not None:
                 h = to_hwc(a)
                 ax.imshow(h, cmap="gray" if h.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest")
-            ax.set_title(label if i == 0 else label, fontsize=6)
+            ax.set_title(label, fontsize=6, pad=2)
+            if j == 0:
+                ax.set_ylabel("truth" if i == 0 else f"{strength}\n{json.loads(levels[i - 1])}", fontsize=7)
+    fig.subplots_adjust(hspace=0.35, wspace=0.1)
     fig.suptitle(f"{first['model']} / {first['sketch']}: reconstructions by {strength}", fontsize=8)
     return _save_both(fig, Path(folder) / "figures", "reconstruction_grid")
 
