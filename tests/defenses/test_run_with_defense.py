@@ -1,0 +1,46 @@
+"""`leakattack run --defense SPEC` end to end, and bad specs as one line, exit 2, nothing written."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from leakattack import cli
+
+COMMON = ["--model", "logreg", "--dataset", "digits", "--iterations", "5", "--quiet", "--no-lpips"]
+
+
+def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", *COMMON, "--defense", "clip:C=1,gaussian:z=1.1@after_sketch", "--utility",
+                     "--utility-steps", "20", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["defense"] == "clip:C=1.0@before_sketch,gaussian:z=1.1@after_sketch"
+    assert m["delta"] == 1e-5 and 0 < m["epsilon"] < m["epsilon_paper"] * 1.5
+    assert m["noise_multiplier"] == pytest.approx(1.1) and m["noise_seed"] == 3
+    assert 0 <= m["utility_acc"] <= 1 and m["utility_epsilon"] > 0
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("shield:k=1", "unknown defense 'shield'"),
+    ("gaussian:sigma=-0.1", "sigma must be a non-negative number, got '-0.1'"),
+    ("clip:C=0", "C must be a positive number, got '0'"),
+    ("prune:p=1.5", "p must be a fraction in [0, 1), got '1.5'"),
+    ("quantize:bits=0", "bits must be an integer >= 1, got '0'"),
+    ("clip=1", "unknown defense 'clip=1'"),
+])
+def test_bad_defense_is_one_line_exit_2_and_no_folder(tmp_path, capsys, spec, needle):
+    out = tmp_path / "run"
+    assert cli.main(["run", *COMMON, "--defense", spec, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], lines
+    assert not out.exists()
+
+
+def test_bad_defense_from_the_shell_exits_2_without_traceback(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *COMMON, "--defense", "gaussian:sigma=-1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
