@@ -51,9 +51,12 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     else:
         raise ValueError(f"unknown accountant '{accountant}'; choose one of: rdp, prv")
     acc.history = [(float(noise_multiplier), float(sample_rate), int(steps))]
-    with warnings.catch_warnings():  # tiny z: "optimal order is the smallest alpha" (epsilon is huge anyway)
-        warnings.simplefilter("ignore", UserWarning)
-        return float(acc.get_epsilon(delta=delta))
+    with warnings.catch_warnings():  # tiny z: "optimal order is the smallest alpha", log(0) in PRV (epsilon is huge anyway)
+        warnings.simplefilter("ignore")
+        try:
+            return float(acc.get_epsilon(delta=delta))
+        except (MemoryError, OverflowError, ValueError):  # PRV's grid cannot span tiny z: epsilon is astronomically large
+            return math.inf
 
 
 def message_privacy(pipeline, delta: float, steps: int = 1, sample_rate: float = 1.0) -> dict:

@@ -209,6 +209,7 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None) 
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", ms=3, capsize=3, label=sk)
         for acc, ps, _, eps, lv in pts:
             ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_title("labels: ε of the attacked message (Opacus RDP)", fontsize=8)
     ax.set_xlabel("test accuracy under the defense (utility)")
     ax.set_ylabel("attack PSNR (dB)")
     ax.grid(True, alpha=0.3)

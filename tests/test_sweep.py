@@ -95,7 +95,6 @@ def _wait_for_lines(out, n, proc, timeout=120):
         time.sleep(0.05)
 
 
-@pytest.mark.slow
 def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupted_summary(tmp_path):
     cfg = write(tmp_path, TINY)
     ref = tmp_path / "ref"
@@ -142,7 +141,6 @@ def test_rerun_of_a_finished_sweep_runs_nothing_and_summary_has_mean_and_std(tmp
     assert line["metrics"]["epsilon"] is None  # sigma = 0: no noise, no guarantee
 
 
-@pytest.mark.slow
 def test_parallel_jobs_write_every_point_once(tmp_path):
     cfg = write(tmp_path, TINY.replace("image_index = [0, 1]", "image_index = [0]"))
     out = tmp_path / "out"
