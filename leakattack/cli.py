@@ -57,6 +57,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--noise-seed", type=int, default=None, help="seed of the client's noise (default: --seed + 3)")
     g.add_argument("--utility", action="store_true", help="also train the target under the defense on digits and record utility_acc")
     g.add_argument("--utility-steps", type=int, default=d.utility_steps, help="training steps of --utility (default: %(default)s)")
+    g.add_argument("--attacker-knows-clip", action="store_true", help="the attacker models the defense's deterministic clips (never its noise)")
     g = p.add_argument_group("attacker")
     g.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)} (default: %(default)s)")
     g.add_argument("--iterations", type=int, default=d.iterations, help="optimiser steps (default: %(default)s)")
@@ -97,6 +98,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         image_index=a.image_index, batch_size=a.batch_size, device=a.device, threads=a.threads, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,
         delta=a.delta, noise_seed=a.noise_seed, utility=a.utility, utility_steps=a.utility_steps,
+        attacker_knows_clip=a.attacker_knows_clip,
         **_protocol_fields(a),
     )
 

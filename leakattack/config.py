@@ -63,6 +63,7 @@ class RunConfig:
     utility_steps: int = 300  #: training steps of the utility run (batch utility_batch, digits train split)
     utility_batch: int = 64
     utility_lr: float = 0.5
+    attacker_knows_clip: bool = False  #: the attacker's simulate applies the defense's deterministic clips too
 
     # protocol attack (issue 5)
     protocol: str = ""  #: "": attack one gradient; else a protocol of targets.protocols (see leakattack.protocol_attack)

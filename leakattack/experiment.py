@@ -20,7 +20,7 @@ import torch
 import targets
 from . import __version__, attack, data, figures, labels as label_recovery, metrics
 from .config import ConfigError, RunConfig
-from .observation import Observation, observe
+from .observation import Observation, attacker_simulator, observe
 from .results import default_run_dir, write_csv, write_json
 from .sketch import make_sketch
 
@@ -77,7 +77,8 @@ def prepare(cfg: RunConfig) -> Prepared:
     x, y_true = x.to(device=device, dtype=dtype), y_true.to(device)
     target = y_true.to(dtype) if cfg.model == "linreg" else y_true
     obs = observe(model, x, target, sketch, defense=cfg.defense, noise_seed=cfg.noise_seed_)
-    return Prepared(cfg, device, ds, x, target, model, sketch, obs, attack.gradient_simulator(model, sketch))
+    return Prepared(cfg, device, ds, x, target, model, sketch, obs,
+                    attacker_simulator(model, sketch, cfg.defense if cfg.attacker_knows_clip else ""))
 
 
 def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Outcome:

@@ -75,3 +75,43 @@ def observe(model, x: torch.Tensor, labels: torch.Tensor, sketch, defense=None,
     distortion = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
     return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b, defense=pipeline.spec,
                        noise_seed=int(noise_seed or 0), extra={"message_distortion": distortion})
+
+
+def attacker_simulator(model, sketch, defense=None):
+    """The attacker's model of the client: R(grad_w F(w, x)), with the defense's deterministic clips if granted.
+
+    Only ``clip`` and ``per_example`` steps are modelled (they are deterministic
+    and differentiable); noise, pruning and quantisation are not: the attacker
+    never sees a noise sample.  Without clips this is ``attack.gradient_simulator``.
+    """
+    from . import attack
+
+    pipeline = None
+    if defense:
+        import defenses
+        from defenses.clipping import Clip
+
+        pipeline = defenses.build(defense)
+        clips = [t for t in pipeline.steps if isinstance(t, Clip)]
+    if not pipeline or not clips:
+        return attack.gradient_simulator(model, sketch)
+    from defenses.clipping import clip_by_norm
+
+    def simulate(x, labels):
+        per_ex = pipeline.per_example_C
+        if per_ex is not None:
+            rows = [clip_by_norm(targets.flat_gradient(model, x[i:i + 1], labels[i:i + 1], create_graph=True), per_ex)
+                    for i in range(x.shape[0])]
+            v = torch.stack(rows).mean(0)
+        else:
+            v = targets.flat_gradient(model, x, labels, create_graph=True)
+        for t in pipeline.before:
+            if isinstance(t, Clip) and t.name == "clip":
+                v = clip_by_norm(v, t.C)
+        y = sketch.apply(v)
+        for t in pipeline.after:
+            if isinstance(t, Clip):
+                y = clip_by_norm(y, t.C)
+        return y
+
+    return simulate

@@ -70,3 +70,14 @@ def test_pipeline_steps_run_in_the_order_written(victim):
                        noise_seed=0).y.norm()
     assert eye_norm == pytest.approx(0.5, rel=1e-9)  # clipped last, after the noise
     assert defenses.build("gaussian:sigma=1,clip:C=0.5").steps[1].name == "clip" and y.shape == (300,)
+
+
+def test_attacker_who_knows_the_clip_reproduces_the_clipped_message_exactly(victim):
+    from leakattack.observation import attacker_simulator
+
+    model, x, labels, sketch = victim
+    for spec in ("clip:C=0.01", "per_example:C=0.01", "clip:C=0.01@after_sketch,gaussian:sigma=0"):
+        y = observe(model, x, labels, sketch, spec).y
+        assert torch.allclose(attacker_simulator(model, sketch, spec)(x, labels), y, atol=1e-14), spec
+    blind = attacker_simulator(model, sketch, "")(x, labels)
+    assert torch.allclose(blind, observe(model, x, labels, sketch).y)
