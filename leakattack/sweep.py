@@ -22,7 +22,8 @@ slow sketch).  Every
 finished point appends one JSON line ``{"key", "index", "grid", "params",
 "metrics"}`` to ``DIR/results.jsonl`` (one ``write`` + ``fsync``, by the parent
 process only) and its reconstruction to ``DIR/points/<key>.pt``.  A point is
-identified by the hash of its full parameters, so running the same command again
+identified by the hash of its parameters (those that differ from the defaults:
+see :func:`point_key`), so running the same command again
 skips finished points; a torn last line (kill -9 mid-write) is dropped first.
 At the end ``summary.csv`` (mean and sample std over seeds and images per
 setting, in grid order) and the figures are written from the stored results.
@@ -72,8 +73,15 @@ class Plan:
 
 
 def point_key(params: dict) -> str:
-    """12 hex digits of the SHA-1 of the point's full parameters (sorted JSON)."""
-    return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """12 hex digits of the SHA-1 of the point's parameters that differ from RunConfig's defaults (sorted JSON).
+
+    Leaving the defaults out keeps old results valid when a new run parameter is
+    added with a default; a changed default changes the key (the point means
+    something else now) and the point is run again.
+    """
+    defaults = RunConfig().to_dict()
+    own = {k: v for k, v in params.items() if k not in defaults or defaults[k] != v}
+    return hashlib.sha1(json.dumps(own, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -223,7 +231,7 @@ def run_sweep(plan: Plan, out: Path, jobs: int = 1, progress: bool = True) -> di
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "sweep.json", plan.meta())
     results = out / "results.jsonl"
-    done = {r["key"] for r in read_results(results, repair=True)}
+    done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
     lpips = bool(plan.settings.get("lpips", False))
     bar = tqdm(total=len(plan.points), initial=len(plan.points) - len(todo), desc="sweep", unit="pt",
@@ -284,9 +292,10 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
 
 def load_records(out: Path, plan: Plan | None = None) -> list[dict]:
     """Finished points, deduplicated by key, ordered as in the plan (or by their stored index)."""
-    recs = {r["key"]: r for r in read_results(Path(out) / "results.jsonl")}
+    stored = read_results(Path(out) / "results.jsonl")
     if plan is None:
-        return sorted(recs.values(), key=lambda r: r.get("index", 0))
+        return sorted({r["key"]: r for r in stored}.values(), key=lambda r: r.get("index", 0))
+    recs = {point_key(r["params"]) if "params" in r else r["key"]: r for r in stored}
     return [dict(recs[p["key"]], index=i) for i, p in enumerate(plan.points) if p["key"] in recs]
 
 

@@ -132,6 +132,12 @@ def test_rerun_of_a_finished_sweep_runs_nothing_and_summary_has_mean_and_std(tmp
 
     monkeypatch.setattr(sweep, "run_point", lambda *a, **k: pytest.fail("a finished point was re-run"))
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    # results written before a run parameter existed (here: one dropped) still count as finished
+    old = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for rec in old:
+        del rec["params"]["attacker_knows_clip"]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert len(rows) == 1 and rows[0]["n"] == "4"
     psnr = [r["metrics"]["psnr"] for r in read_results(out / "results.jsonl")]
