@@ -37,7 +37,6 @@ import math
 import os
 import re
 import signal
-import sys
 import threading
 import time
 import tomllib
