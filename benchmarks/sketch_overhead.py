@@ -28,7 +28,7 @@ from leakattack.sketch import list_sketches, make_sketch
 
 def time_per_iteration(model, sketch, x, labels, iters: int) -> float:
     y = sketch.apply(targets.flat_gradient(model, x, labels)).detach()
-    x0 = attack.init_dummy(x.shape, "uniform", 0, x.device)
+    x0 = attack.init_dummy(x.shape, "uniform", 0, x.device, x.dtype)
     simulate = attack.gradient_simulator(model, sketch)
     attack.run(simulate, y, x0, labels, optimizer="gd", iterations=2, lr=1e-3, tol=0)  # warm-up
     t0 = time.perf_counter()
@@ -44,11 +44,14 @@ def main() -> None:
     ap.add_argument("--slow-iters", type=int, default=3, help="iterations per round for gaussian and ams")
     ap.add_argument("--kinds", default=",".join(list_sketches()))
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (the attack's default is 1)")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="precision (the attack's default is float64)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ds = data.load_dataset("photos")
+    dtype = getattr(torch, a.dtype)
     x, labels = data.get_batch(ds, 0, 1)
-    model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0)
+    x = x.to(dtype)
+    model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0).to(dtype)
     d = targets.num_params(model)
     b = round(a.ratio * d)
     kinds = ["none"] + [k for k in a.kinds.split(",") if k != "none"]
@@ -59,7 +62,7 @@ def main() -> None:
             iters = a.slow_iters if k in ("gaussian", "ams") else a.iters
             times[k].append(time_per_iteration(model, sketches[k], x, labels, iters))
     base = statistics.median(times["none"])
-    print(f"# lenet 3x32x32, d = {d}, b = {b} (b/d = {a.ratio}), {a.iters} GD iterations x {a.rounds} rounds, "
+    print(f"# lenet 3x32x32 {a.dtype}, d = {d}, b = {b} (b/d = {a.ratio}), {a.iters} GD iterations x {a.rounds} rounds, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     print(f"{'sketch':<12} {'ms/iter':>9} {'ratio to none':>14}")
     for k in kinds:
