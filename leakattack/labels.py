@@ -66,3 +66,25 @@ def _probe(model, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     finally:
         hook.remove()
     return seen[0].sum(1).mean(), probs
+
+
+def sign_rule_snr(model, sketch, y: torch.Tensor) -> float:
+    """How far the iDLG pick stands out of the sketch noise: (2nd lowest - lowest score) / sigma.
+
+    For y = M g with M = a R and R a coordinate-wise embedding, <M m_c, y> estimates
+    a^2 <m_c, g> with standard deviation about ||M m_c|| ||y|| sqrt(1/b - 1/d)
+    (Lemma D.11's O(||m|| ||g|| / sqrt(b)), with the finite-population factor that is 0
+    for an unsketched message).  Below ~2 the recovered label is a coin toss.
+    """
+    scores = row_scores(model, sketch, y).sort().values
+    head = model.head()
+    slices = targets.param_slices(model)
+    name = next(n for n, p in model.named_parameters() if p is head.weight)
+    C, h = head.weight.shape
+    mask = torch.zeros(C, sketch.d, dtype=y.dtype, device=y.device)
+    start = slices[name].start
+    for c in range(C):
+        mask[c, start + c * h: start + (c + 1) * h] = 1.0
+    sigma = float(sketch.apply(mask).norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5
+    gap = float(scores[1] - scores[0])
+    return gap / sigma if sigma > 0 else float("inf")

@@ -48,6 +48,24 @@ def test_attack_on_k1_sketched_srht_message_at_round_1_reaches_30_db():
     assert out.metrics["label_acc"] == 1.0
 
 
+
+@pytest.mark.parametrize("protocol", ["fedavg", "sketched"])
+def test_attack_does_not_depend_on_the_message_scale(protocol):
+    """A trained model's message is tiny (||y||^2 ~ 1e-5 at round 500); local_lr = 1e-4 makes one at round 1.
+
+    Unnormalised, torch's L-BFGS drops every curvature pair (s^T y <= 1e-10) and stalled at ~30 dB here.
+    """
+    psnr = {}
+    for lr in (0.1, 1e-4):
+        c = cfg(protocol=protocol, iterations=150, label_mode="given", protocol_spec={"local_lr": lr})
+        psnr[lr] = experiment.execute(experiment.prepare(c), with_lpips=False).metrics["psnr"]
+    assert psnr[1e-4] >= 60 and abs(psnr[1e-4] - psnr[0.1]) < 10, psnr
+
+
+def test_label_snr_is_infinite_unsketched_and_large_at_round_1():
+    assert experiment.prepare(cfg(protocol="fedavg")).sketch.info["label_snr"] == float("inf")
+    assert experiment.prepare(cfg()).sketch.info["label_snr"] > 2
+
 def test_train_writes_jsonl_checkpoints_and_figure_and_attack_reads_them(tmp_path):
     out = tmp_path / "runs"
     for proto in ("fedavg", "sketched"):
