@@ -13,6 +13,25 @@ import torch
 DENSE_LIMIT = 2 ** 24
 
 
+class LinearMap(torch.autograd.Function):
+    """y = A v for a linear map computed outside autograd; its backward is A^T.
+
+    ``LinearMap.apply(v, A, AT)`` with callables A and AT (each the other's
+    transpose).  Autograd then stores no intermediate tensors, only the two
+    callables, which keeps regenerated or transformed operators O(d) in memory.
+    """
+
+    @staticmethod
+    def forward(ctx, v, A, AT):
+        ctx.maps = (A, AT)
+        return A(v)
+
+    @staticmethod
+    def backward(ctx, g):
+        A, AT = ctx.maps
+        return LinearMap.apply(g, AT, A), None, None
+
+
 class Sketch:
     """Base class: holds ``kind, d, b, seed``; subclasses implement ``_apply``/``_adjoint``.
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import register_sketch
-from .base import DENSE_LIMIT, Sketch
+from .base import DENSE_LIMIT, LinearMap, Sketch
 
 #: Largest number of entries in one regenerated row block.
 BLOCK_ENTRIES = 2 ** 22
@@ -43,32 +43,6 @@ def _pool() -> ThreadPoolExecutor:
 def block_seed(seed: int, k: int, tag: int) -> np.random.SeedSequence:
     """The seed sequence of row block ``k`` of a sketch with ``seed`` (``tag`` separates families)."""
     return np.random.SeedSequence([int(seed) % 2 ** 63, int(k), int(tag)])
-
-
-class _BlockApply(torch.autograd.Function):
-    """v -> R v by regenerated row blocks; backward is the adjoint (also regenerating)."""
-
-    @staticmethod
-    def forward(ctx, v, sk):
-        ctx.sk = sk
-        return sk._blocks_apply(v)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _BlockAdjoint.apply(g, ctx.sk), None
-
-
-class _BlockAdjoint(torch.autograd.Function):
-    """u -> R^T u by regenerated row blocks; backward is the forward map."""
-
-    @staticmethod
-    def forward(ctx, u, sk):
-        ctx.sk = sk
-        return sk._blocks_adjoint(u)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _BlockApply.apply(g, ctx.sk), None
 
 
 class RowBlockSketch(Sketch):
@@ -143,7 +117,7 @@ class RowBlockSketch(Sketch):
         if v.shape[-1] != self.d:
             raise ValueError(f"expected last dimension d = {self.d}, got {v.shape[-1]}")
         if self._dense is None:
-            return _BlockApply.apply(v, self)
+            return LinearMap.apply(v, self._blocks_apply, self._blocks_adjoint)
         self._sync(v)
         return v @ self._dense.to(v.dtype).T
 
@@ -151,7 +125,7 @@ class RowBlockSketch(Sketch):
         if u.shape[-1] != self.b:
             raise ValueError(f"expected last dimension b = {self.b}, got {u.shape[-1]}")
         if self._dense is None:
-            return _BlockAdjoint.apply(u, self)
+            return LinearMap.apply(u, self._blocks_adjoint, self._blocks_apply)
         self._sync(u)
         return u @ self._dense.to(u.dtype)
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import register_sketch
-from .base import Sketch
+from .base import LinearMap, Sketch
 
 
 _SYLVESTER: dict = {}
@@ -74,20 +74,6 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return _FWHT.apply(x)
 
 
-class _SRHTMap(torch.autograd.Function):
-    """v -> R v with backward u -> R^T u (and the reverse for the adjoint): R is linear,
-    so autograd needs no intermediate tensors, only the operator."""
-
-    @staticmethod
-    def forward(ctx, v, op, transpose):
-        ctx.op, ctx.transpose = op, transpose
-        return op._adjoint_raw(v) if transpose else op._apply_raw(v)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _SRHTMap.apply(g, ctx.op, not ctx.transpose), None, None
-
-
 @register_sketch("srht")
 class SRHTSketch(Sketch):
     """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to n = 2^ceil(log2 d)."""
@@ -128,8 +114,8 @@ class SRHTSketch(Sketch):
 
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
         self._sync(v)
-        return _SRHTMap.apply(v, self, False)
+        return LinearMap.apply(v, self._apply_raw, self._adjoint_raw)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         self._sync(u)
-        return _SRHTMap.apply(u, self, True)
+        return LinearMap.apply(u, self._adjoint_raw, self._apply_raw)
