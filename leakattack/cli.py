@@ -68,6 +68,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tol", type=float, default=d.tol, help="stop when L_R/||y||^2 <= tol (default: %(default)s)")
     g.add_argument("--labels", dest="label_mode", default=d.label_mode, help=f"one of {', '.join(LABEL_MODES)}: recover by iDLG's sign rule through the sketch, take the true labels, or optimise soft labels (DLG) (default: %(default)s; linreg always uses given)")
     g.add_argument("--dummy-init", default=d.dummy_init, help=f"one of {', '.join(DUMMY_INITS)} (default: %(default)s)")
+    g.add_argument("--restarts", type=int, default=d.restarts, help="independent dummy starts; the lowest final L_R wins (default: %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="master seed (default: %(default)s)")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help=f"one of {', '.join(list_datasets())} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)")
@@ -93,7 +94,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         model=a.model, sketch=a.sketch, sketch_dim=a.sketch_dim, sketch_ratio=a.sketch_ratio,
         sketch_params=dict(a.sketch_param), optimizer=a.optimizer, iterations=a.iterations, lr=a.lr,
         objective=a.objective, tv=a.tv, box=a.box, tol=a.tol, label_mode=a.label_mode,
-        dummy_init=a.dummy_init, seed=a.seed, model_seed=a.model_seed, sketch_seed=a.sketch_seed,
+        dummy_init=a.dummy_init, restarts=a.restarts, seed=a.seed, model_seed=a.model_seed, sketch_seed=a.sketch_seed,
         weight_init=a.weight_init, dataset=a.dataset, data_root=a.data_root, download=a.download,
         image_index=a.image_index, batch_size=a.batch_size, device=a.device, threads=a.threads, dtype=a.dtype,
         trace_every=a.trace_every, defense=a.defense,

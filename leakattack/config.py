@@ -41,6 +41,7 @@ class RunConfig:
     tol: float = 1e-10  #: stop when L_R(x) / ||y||^2 <= tol
     label_mode: str = "idlg"
     dummy_init: str = "gaussian"
+    restarts: int = 1  #: independent dummy starts; the one with the lowest L_R is kept
     seed: int = 0  #: master seed: model, sketch and dummy-init seeds derive from it
     model_seed: int | None = None
     sketch_seed: int | None = None
@@ -150,6 +151,8 @@ class RunConfig:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.image_index < 0:
             raise ConfigError(f"image index must be non-negative, got {self.image_index}")
+        if self.restarts < 1:
+            raise ConfigError(f"restarts must be at least 1, got {self.restarts}")
         if self.threads < 1:
             raise ConfigError(f"threads must be at least 1, got {self.threads}")
         if self.trace_every < 1:

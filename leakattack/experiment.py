@@ -91,7 +91,6 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         attack_labels = label_recovery.recover_labels(p.model, p.sketch, p.obs.y, cfg.batch_size)
     else:
         attack_labels = None  # dlg: optimised jointly
-    x0 = attack.init_dummy(p.x.shape, cfg.dummy_init, cfg.init_seed, p.device, p.x.dtype)
 
     def monitor(step, x):
         x = x.clamp(0, 1)
@@ -99,12 +98,20 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
             x = x[metrics.match(x, p.x)]
         return {"psnr": float(metrics.psnr(x, p.x).mean())}
 
-    result = attack.run(
-        p.simulate, p.obs.y, x0, attack_labels,
-        num_classes=p.dataset.num_classes, optimizer=cfg.optimizer, iterations=cfg.iterations,
-        lr=cfg.lr_, objective=cfg.objective, tv=cfg.tv, box=cfg.box, tol=cfg.tol,
-        monitor=monitor, monitor_every=cfg.trace_every, progress=progress,
-    )
+    # restarts from independent dummy starts; the attacker keeps the lowest L_R
+    # (it cannot see the truth), as in DLG/breaching
+    result, restart_losses = None, []
+    for r in range(cfg.restarts):
+        x0 = attack.init_dummy(p.x.shape, cfg.dummy_init, cfg.init_seed + 1000 * r, p.device, p.x.dtype)
+        run = attack.run(
+            p.simulate, p.obs.y, x0, attack_labels,
+            num_classes=p.dataset.num_classes, optimizer=cfg.optimizer, iterations=cfg.iterations,
+            lr=cfg.lr_, objective=cfg.objective, tv=cfg.tv, box=cfg.box, tol=cfg.tol,
+            monitor=monitor, monitor_every=cfg.trace_every, progress=progress,
+        )
+        restart_losses.append(run.losses[run.best_step])
+        if result is None or restart_losses[-1] < result.losses[result.best_step]:
+            result = run
     recon = result.x.clamp(0, 1)
     is_classifier = cfg.model != "linreg"
     scores = metrics.score(
@@ -121,6 +128,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         "final_loss": result.losses[result.best_step], "initial_loss": result.losses[0],
         "iterations": result.iterations, "best_step": result.best_step,
         "stop_reason": result.stop_reason, "message": result.message,
+        "restarts": cfg.restarts, "restart_losses": restart_losses,
         "wall_s": wall, "attack_s": result.wall_s, "d": p.obs.d, "b": p.obs.b,
         "label_mode": cfg.label_mode,
         "labels_true": p.labels.tolist(),
