@@ -135,9 +135,9 @@ def prepare(cfg: RunConfig):
         y = privix(op_true, y).detach()
 
     K, lr = proto.local_steps, proto.local_lr
-    # Both sides are matched in units of ||y||: torch's L-BFGS keeps a curvature pair only if
-    # s^T y > 1e-10 (absolute), so a trained model's message (||y||^2 ~ 1e-5) left it without
-    # memory and it stalled (round 500, b/d = 0.1: L_R/||y||^2 3e-4, 16 dB; in units: 2e-7, 37 dB).
+    # Both sides are expressed in units of ||y||, so L_R (final_loss) reads as L_R/||y||^2.
+    # (attack.run also optimises a normalised L_R: torch's L-BFGS keeps a curvature pair only
+    # if s^T y > 1e-10, absolute, which stalled it on a trained model's tiny message.)
     unit = float(y.norm()) or 1.0
     y = y / unit
 

@@ -90,3 +90,16 @@ def test_dlg_mode_optimises_labels_jointly():
     r = attack.run(attack.gradient_simulator(model, sk), y, x0, None, num_classes=10, iterations=100)
     assert r.labels.shape == (1,)
     assert r.losses[r.best_step] < 1e-3 * r.losses[0]
+
+
+def test_attack_is_invariant_to_the_scale_of_the_message():
+    # torch's L-BFGS drops curvature pairs with s^T y <= 1e-10 (absolute); the attack
+    # optimises a normalised L_R so a tiny message (a trained model's) is attacked alike
+    model, sk, x, labels, y = _problem()
+    sim = attack.gradient_simulator(model, sk)
+    x0 = attack.init_dummy(x.shape, "uniform", 2, "cpu")
+    big = attack.run(sim, y, x0, labels, iterations=60)
+    tiny = attack.run(lambda a, b: 1e-4 * sim(a, b), 1e-4 * y, x0, labels, iterations=60)
+    # float rounding differs, so the trajectories are not identical: both must converge
+    assert (big.x - x).pow(2).mean().item() < 1e-5
+    assert (tiny.x - x).pow(2).mean().item() < 1e-5
