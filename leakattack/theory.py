@@ -553,24 +553,19 @@ def cmd_check(a) -> int:
     if a.table2 or a.embedding:
         if a.samples is not None and a.samples < 1:
             raise ConfigError(f"samples must be at least 1, got {a.samples}")
+        from .results import atomic_write_text
+
+        tables = []
         if a.table2:
             from .table2 import table2_markdown
 
-            text = table2_markdown(samples=a.samples or 400, seed=a.seed)
-            out.mkdir(parents=True, exist_ok=True)
-            from .results import atomic_write_text
-
-            atomic_write_text(out / "table2.md", text)
-            print(text)
-            print(f"wrote {out / 'table2.md'}")
+            tables.append(("table2.md", table2_markdown(samples=a.samples or 400, seed=a.seed)))
         if a.embedding:
-            text = embedding_markdown(trials=a.samples or 2000, seed=a.seed)
-            out.mkdir(parents=True, exist_ok=True)
-            from .results import atomic_write_text
-
-            atomic_write_text(out / "embedding.md", text)
+            tables.append(("embedding.md", embedding_markdown(trials=a.samples or 2000, seed=a.seed)))
+        for name, text in tables:
+            atomic_write_text(out / name, text)
             print(text)
-            print(f"wrote {out / 'embedding.md'}")
+            print(f"wrote {out / name}")
         return 0
     if a.model not in CHECK_TARGETS:
         raise ConfigError(f"unknown model '{a.model}' for check; choose one of: {', '.join(CHECK_TARGETS)}")
