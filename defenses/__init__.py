@@ -25,14 +25,14 @@ from .clipping import Clip, PerExample
 from .noise import Gaussian, Laplace
 from .pruning import Prune
 from .quantization import Quantize
+from leakattack.registry import Registry
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY = Registry("defense", DefenseError)
 
 
 def register_defense(cls: type) -> type:
     """Add a transform class to the registry under ``cls.name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.register(cls.name, cls)
 
 
 for _cls in (Clip, PerExample, Gaussian, Laplace, Prune, Quantize):  # one line per family
@@ -41,7 +41,7 @@ for _cls in (Clip, PerExample, Gaussian, Laplace, Prune, Quantize):  # one line 
 
 def list_defenses() -> list[str]:
     """Names accepted in a spec."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 class Pipeline:
@@ -121,9 +121,7 @@ def _parse_step(item) -> Transform:
             raise DefenseError(f"defense step {item!r} needs a 'name'")
     else:
         raise DefenseError(f"defense step must be a string or dict, got {item!r}")
-    if name not in _REGISTRY:
-        raise DefenseError(f"unknown defense '{name}'; choose one of: {', '.join(list_defenses())}")
-    cls = _REGISTRY[name]
+    cls = _REGISTRY.get(name)
     placement = placement or cls.default_placement
     if placement not in cls.placements:
         raise DefenseError(f"defense '{name}' cannot be placed '@{placement}'; allowed: {', '.join(cls.placements)}")

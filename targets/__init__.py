@@ -6,15 +6,15 @@ init)`` and ``list_models()``.  Federated protocols live in ``targets.protocols`
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from torch import nn
 
 from .models import INITS, LeNet, LinReg, LogReg, MLP, initialise
 from .oracle import flat_gradient, flat_params, loss_at, num_params, param_slices, unflatten
+from leakattack.registry import Registry
 
-_MODELS: dict[str, Callable[..., nn.Module]] = {}
+_MODELS = Registry("model")
 #: the weight initialisation each model gets unless ``init`` is given
 DEFAULT_INIT: dict[str, str] = {}
 
@@ -23,7 +23,7 @@ def register_model(name: str, default_init: str = "default"):
     """Decorator/function registering a model constructor under ``name``."""
 
     def deco(fn):
-        _MODELS[name] = fn
+        _MODELS.register(name, fn)
         DEFAULT_INIT[name] = default_init
         return fn
 
@@ -38,7 +38,7 @@ register_model("linreg", default_init="default")(LinReg)
 
 def list_models() -> list[str]:
     """Names accepted by :func:`get_model`."""
-    return sorted(_MODELS)
+    return _MODELS.names()
 
 
 def get_model(
@@ -50,9 +50,7 @@ def get_model(
     **kwargs,
 ) -> nn.Module:
     """Build model ``name`` with weights drawn from ``seed`` (float32, CPU, eval mode)."""
-    if name not in _MODELS:
-        raise ValueError(f"unknown model '{name}'; choose one of: {', '.join(list_models())}")
-    model = _MODELS[name](in_shape=tuple(in_shape), num_classes=num_classes, **kwargs)
+    model = _MODELS.get(name)(in_shape=tuple(in_shape), num_classes=num_classes, **kwargs)
     gen = torch.Generator().manual_seed(int(seed))
     initialise(model, init or DEFAULT_INIT[name], gen)
     return model.eval()

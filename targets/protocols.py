@@ -35,8 +35,9 @@ from torch.func import functional_call, grad, vmap
 
 from .fedsketch import CountSketchTable, heavymix_support, privix
 from .oracle import flat_gradient, flat_params, loss_at, num_params, unflatten
+from leakattack.registry import Registry
 
-_PROTOCOLS: dict[str, type] = {}
+_PROTOCOLS = Registry("protocol")
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
 SPEC_DEFAULTS = {
@@ -53,25 +54,23 @@ def register_protocol(name: str):
 
     def deco(cls):
         cls.name = name
-        _PROTOCOLS[name] = cls
-        return cls
+        return _PROTOCOLS.register(name, cls)
 
     return deco
 
 
 def list_protocols() -> list[str]:
     """Names accepted by :func:`get_protocol`."""
-    return sorted(_PROTOCOLS)
+    return _PROTOCOLS.names()
 
 
 def get_protocol(name: str, model, train_set, **spec) -> "Protocol":
     """Build protocol ``name`` over ``model`` (template) and the training ImageSet ``train_set``."""
-    if name not in _PROTOCOLS:
-        raise ValueError(f"unknown protocol '{name}'; choose one of: {', '.join(list_protocols())}")
+    cls = _PROTOCOLS.get(name)
     unknown = set(spec) - set(SPEC_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown protocol parameter(s): {', '.join(sorted(unknown))}")
-    return _PROTOCOLS[name](model, train_set, **{**SPEC_DEFAULTS, **spec})
+    return cls(model, train_set, **{**SPEC_DEFAULTS, **spec})
 
 
 # ---------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..registry import Registry
 from .base import DENSE_LIMIT, Sketch
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY = Registry("sketch")
 
 
 def register_sketch(name: str) -> Callable[[type], type]:
@@ -18,15 +19,14 @@ def register_sketch(name: str) -> Callable[[type], type]:
 
     def deco(cls: type) -> type:
         cls.kind = name
-        _REGISTRY[name] = cls
-        return cls
+        return _REGISTRY.register(name, cls)
 
     return deco
 
 
 def list_sketches() -> list[str]:
     """Names accepted by :func:`make_sketch`."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
@@ -35,11 +35,10 @@ def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
     ``none`` is the identity (b is ignored and set to d).  Raises ``ValueError``
     with one sentence for an unknown kind or b outside [1, d].
     """
-    if kind not in _REGISTRY:
-        raise ValueError(f"unknown sketch '{kind}'; choose one of: {', '.join(list_sketches())}")
+    cls = _REGISTRY.get(kind)
     if kind != "none" and not 1 <= b <= d:
         raise ValueError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
-    return _REGISTRY[kind](d=d, b=b, seed=seed, **params)
+    return cls(d=d, b=b, seed=seed, **params)
 
 
 # one line per family: importing the module registers it

@@ -1,0 +1,40 @@
+"""The shared registry: every family names its entries and refuses unknown names in one sentence."""
+
+import pytest
+
+import defenses
+import targets
+import targets.protocols as protocols
+from leakattack.registry import Registry
+from leakattack.sketch import list_sketches, make_sketch
+
+
+def test_registry_registers_lists_and_refuses_unknown_names():
+    reg = Registry("widget")
+    reg.register("b", int)
+
+    @reg.register("a")
+    def make_a():
+        return "a"
+
+    assert reg.names() == ["a", "b"] and "a" in reg and reg.get("a") is make_a
+    with pytest.raises(ValueError, match=r"^unknown widget 'c'; choose one of: a, b$"):
+        reg.get("c")
+
+
+@pytest.mark.parametrize("call,family", [
+    (lambda: targets.get_model("resnet"), "model"),
+    (lambda: make_sketch("fourier", 8, 4), "sketch"),
+    (lambda: protocols.get_protocol("gossip", None, None), "protocol"),
+    (lambda: defenses.build("shield:k=1"), "defense"),
+])
+def test_every_family_names_its_choices_for_an_unknown_name(call, family):
+    with pytest.raises(ValueError, match=rf"unknown {family} '\w+'; choose one of: "):
+        call()
+
+
+def test_family_listings_are_sorted_and_complete():
+    assert targets.list_models() == ["lenet", "linreg", "logreg", "mlp"]
+    assert list_sketches() == ["ams", "countsketch", "gaussian", "none", "sparse", "srht", "uniform"]
+    assert set(protocols.list_protocols()) == {"fedavg", "sketched", "sketched-dp", "fedsketch-privix", "fedsketch-heaprix"}
+    assert set(defenses.list_defenses()) == {"clip", "per_example", "gaussian", "laplace", "prune", "quantize"}
