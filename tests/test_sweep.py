@@ -32,6 +32,9 @@ defense = "clip:C=1,gaussian:sigma={sigma}"
 sigma = [0.0, 1e-3, 1e-1]
 image_index = [0, 1, 2, 3]
 """
+#: TINY with points slow enough (~0.3 s each) that a signal sent after the n-th finished
+#: point lands mid-sweep even on a loaded machine (TINY's 12 points take under a second)
+SLOW = TINY.replace("iterations = 20", "iterations = 150")
 TIMING = {"wall_s", "attack_s", "utility_wall_s"}
 
 
@@ -96,7 +99,7 @@ def _wait_for_lines(out, n, proc, timeout=120):
 
 
 def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupted_summary(tmp_path):
-    cfg = write(tmp_path, TINY)
+    cfg = write(tmp_path, SLOW)
     ref = tmp_path / "ref"
     assert cli.main(["sweep", str(cfg), "--out", str(ref), "--quiet"]) == 0
 
@@ -113,7 +116,8 @@ def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupte
     proc = _start(cfg, out)  # Ctrl-C after one more point
     _wait_for_lines(out, len(done) + 1, proc)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130 and "interrupted" in proc.stderr.read()
+    rc, err = proc.wait(timeout=60), proc.stderr.read()
+    assert rc == 130 and "interrupted" in err, (rc, err)
     assert len(done) < len(keys(out)) < 12
 
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
