@@ -26,26 +26,34 @@ import torch
 import targets
 
 
-def row_scores(model, sketch, y: torch.Tensor) -> torch.Tensor:
-    """s_c = <R m_c, y> for each class c; the most negative marks the label."""
+def _sketched_rows(model, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """R m_c for the indicator m_c of each weight row c of the head, as a (C, b) matrix, and ||m_c||^2."""
     head = model.head()
-    slices = targets.param_slices(model)
     name = next(n for n, p in model.named_parameters() if p is head.weight)
-    start = slices[name].start
+    start = targets.param_slices(model)[name].start
     C, h = head.weight.shape
-    masks = torch.zeros(C, sketch.d, dtype=y.dtype, device=y.device)
+    masks = torch.zeros(C, sketch.d, dtype=like.dtype, device=like.device)
     for c in range(C):
         masks[c, start + c * h: start + (c + 1) * h] = 1.0
-    return sketch.apply(masks) @ y
+    return sketch.apply(masks), h
+
+
+def row_scores(model, sketch, y: torch.Tensor) -> torch.Tensor:
+    """s_c = <R m_c, y> for each class c; the most negative marks the label."""
+    return _sketched_rows(model, sketch, y)[0] @ y
 
 
 def recover_labels(model, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> torch.Tensor:
     """iDLG's sign rule read through the sketch (B = 1); LLG-style counts for B > 1."""
-    scores = row_scores(model, sketch, y)
+    rows, h = _sketched_rows(model, sketch, y)
+    scores = rows @ y
     if batch_size == 1:
         return scores.argmin().reshape(1).to(torch.long)
+    # <R m, R g> estimates gain * <m, g> with gain = E||R m||^2 / ||m||^2: 1 for the
+    # sketches, a^2 for a message a R g (a = -lr for an update); divide it out
+    gain = float(rows.pow(2).sum(1).mean()) / h
     feats, probs = _probe(model, probes, y)
-    counts = batch_size * (probs - scores / feats)
+    counts = batch_size * (probs - scores / (gain * feats))
     out = []
     for _ in range(batch_size):
         c = int(counts.argmax())
@@ -76,15 +84,8 @@ def sign_rule_snr(model, sketch, y: torch.Tensor) -> float:
     (Lemma D.11's O(||m|| ||g|| / sqrt(b)), with the finite-population factor that is 0
     for an unsketched message).  Below ~2 the recovered label is a coin toss.
     """
-    scores = row_scores(model, sketch, y).sort().values
-    head = model.head()
-    slices = targets.param_slices(model)
-    name = next(n for n, p in model.named_parameters() if p is head.weight)
-    C, h = head.weight.shape
-    mask = torch.zeros(C, sketch.d, dtype=y.dtype, device=y.device)
-    start = slices[name].start
-    for c in range(C):
-        mask[c, start + c * h: start + (c + 1) * h] = 1.0
-    sigma = float(sketch.apply(mask).norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5
+    rows, _ = _sketched_rows(model, sketch, y)
+    scores = (rows @ y).sort().values
+    sigma = float(rows.norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5
     gap = float(scores[1] - scores[0])
     return gap / sigma if sigma > 0 else float("inf")

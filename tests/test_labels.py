@@ -31,3 +31,29 @@ def test_idlg_recovers_distinct_labels_of_a_batch_without_sketch():
     sk = make_sketch("none", targets.num_params(model), 0)
     rec = labels.recover_labels(model, sk, targets.flat_gradient(model, x, y), 4)
     assert sorted(rec.tolist()) == sorted(y.tolist())
+
+
+def test_batch_label_counts_do_not_depend_on_the_scale_of_the_message():
+    # a local-SGD update is -lr * g: LLG counts must divide the operator's gain out
+    from leakattack.sketch.base import Sketch
+
+    class Scaled(Sketch):
+        def __init__(self, inner, a):
+            super().__init__(inner.d, inner.b, inner.seed)
+            self.inner, self.a = inner, a
+
+        def _apply(self, v):
+            return self.a * self.inner.apply(v)
+
+        def _adjoint(self, u):
+            return self.a * self.inner.adjoint(u)
+
+    ds = data.load_dataset("digits")
+    model = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
+    x, y = data.get_batch(ds, 0, 4)
+    g = targets.flat_gradient(model, x, y)
+    sk = make_sketch("none", targets.num_params(model), 0)
+    plain = labels.recover_labels(model, sk, g, 4)
+    scaled_op = Scaled(sk, -0.1)
+    scaled = labels.recover_labels(model, scaled_op, scaled_op.apply(g), 4)
+    assert plain.tolist() == scaled.tolist() == sorted(y.tolist())
