@@ -167,7 +167,7 @@ def build_parser() -> Parser:
 
 
 #: modules whose ``register_cli(subparsers)`` adds further commands (sweep, figures, check, train)
-_EXTENSION_MODULES: tuple = ("theory", "train", "sweep")
+_EXTENSION_MODULES: tuple = ("theory", "train", "sweep", "reproduce")
 
 
 def main(argv=None) -> int:
