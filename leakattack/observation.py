@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 import targets
+from targets import per_example_gradients
 
 
 @dataclass
@@ -32,19 +33,6 @@ class Observation:
     defense: str = ""  #: canonical spec of the defense the client applied ("" for none)
     noise_seed: int | None = None  #: seed of the client's noise generator (never given to the attacker)
     extra: dict = field(default_factory=dict)  #: ||g~|| and the distortion ||R g~ - R g|| / ||R g||, for reporting
-
-
-def per_example_gradients(model, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(B, d) gradients grad_w F(w, x_i), one row per example (Abadi et al. 2016, Alg. 1)."""
-    from torch.func import functional_call, grad, vmap
-
-    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-    def loss(prm, xi, li):
-        return model.loss(functional_call(model, prm, (xi.unsqueeze(0),)), li.unsqueeze(0))
-
-    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, labels)
-    return torch.cat([grads[n].reshape(x.shape[0], -1) for n in params], dim=1)
 
 
 def client_message(model, x, labels, sketch, pipeline=None, gen: torch.Generator | None = None):
@@ -63,8 +51,7 @@ def observe(model, x: torch.Tensor, labels: torch.Tensor, sketch, defense=None,
             noise_seed: int | None = None) -> Observation:
     """The client computes g = grad_w F(w, x) and sends y = R g (defended by ``defense``, a spec or Pipeline)."""
     if not defense:
-        g = targets.flat_gradient(model, x, labels).detach()
-        y = sketch.apply(g).detach()
+        g, y = client_message(model, x, labels, sketch)
         return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b)
     import defenses
 
@@ -100,9 +87,7 @@ def attacker_simulator(model, sketch, defense=None):
     def simulate(x, labels):
         per_ex = pipeline.per_example_C
         if per_ex is not None:
-            rows = [clip_by_norm(targets.flat_gradient(model, x[i:i + 1], labels[i:i + 1], create_graph=True), per_ex)
-                    for i in range(x.shape[0])]
-            v = torch.stack(rows).mean(0)
+            v = clip_by_norm(per_example_gradients(model, x, labels, create_graph=True), per_ex).mean(0)
         else:
             v = targets.flat_gradient(model, x, labels, create_graph=True)
         for t in pipeline.before:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .models import INITS, LeNet, LinReg, LogReg, MLP, initialise
-from .oracle import flat_gradient, flat_params, loss_at, num_params, param_slices, unflatten
+from .oracle import flat_gradient, flat_params, loss_at, num_params, param_slices, per_example_gradients, unflatten
 from leakattack.registry import Registry
 
 _MODELS = Registry("model")
@@ -58,5 +58,5 @@ def get_model(
 
 __all__ = [
     "INITS", "get_model", "list_models", "register_model", "flat_gradient", "flat_params",
-    "loss_at", "num_params", "param_slices", "unflatten",
+    "loss_at", "num_params", "param_slices", "per_example_gradients", "unflatten",
 ]

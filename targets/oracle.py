@@ -44,6 +44,33 @@ def loss_at(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: dict | N
     return model.loss(out, y)
 
 
+def per_example_gradients(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    params: dict | None = None,
+    create_graph: bool = False,
+) -> torch.Tensor:
+    """(B, d): one flat gradient grad_w F(w, x_i) per example (Abadi et al. 2016, Alg. 1).
+
+    Without ``create_graph`` one vmapped pass (torch.func); with it, one autograd
+    gradient per example, so the attacker can differentiate through the rows.
+    """
+    if create_graph:
+        return torch.stack([flat_gradient(model, x[i:i + 1], y[i:i + 1], params=params, create_graph=True)
+                            for i in range(x.shape[0])])
+    from torch.func import grad, vmap
+
+    prm = {n: t.detach() for n, t in (params or dict(model.named_parameters())).items()}
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+
+    def loss(p, xi, yi):
+        return model.loss(functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))({n: prm[n] for n in names}, x, y)
+    return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
+
+
 def flat_gradient(
     model: nn.Module,
     x: torch.Tensor,

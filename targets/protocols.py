@@ -31,10 +31,10 @@ import math
 from typing import Callable
 
 import torch
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call
 
 from .fedsketch import CountSketchTable, heavymix_support, privix
-from .oracle import flat_gradient, flat_params, loss_at, num_params, unflatten
+from .oracle import flat_gradient, flat_params, loss_at, num_params, per_example_gradients, unflatten
 from leakattack.registry import Registry
 
 _PROTOCOLS = Registry("protocol")
@@ -123,20 +123,10 @@ def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Ten
 def per_example_clipped_mean(model, u: torch.Tensor, x: torch.Tensor, y: torch.Tensor, clip: float,
                              create_graph: bool = False) -> torch.Tensor:
     """(1/B) sum_i g_i min(1, C/||g_i||): a mean gradient of norm <= C = l_c (Lemma H.8's bound)."""
-    params = unflatten(model, u)
-    if create_graph:  # the attacker differentiates through it: one autograd gradient per example
-        flat = torch.stack([flat_gradient(model, x[i:i + 1], y[i:i + 1], params=params, create_graph=True)
-                            for i in range(x.shape[0])])
-        scale = (clip / flat.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)
-        return (flat * scale.unsqueeze(1)).mean(0)
+    from defenses.clipping import clip_by_norm
 
-    def one(p, xi, yi):
-        return model.loss(functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0))
-
-    gs = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
-    flat = torch.cat([gs[n].reshape(x.shape[0], -1) for n in params], dim=1)
-    scale = (clip / flat.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)
-    return (flat * scale.unsqueeze(1)).mean(0)
+    rows = per_example_gradients(model, x, y, params=unflatten(model, u), create_graph=create_graph)
+    return clip_by_norm(rows, clip).mean(0)
 
 
 # ---------------------------------------------------------------------------

@@ -77,3 +77,13 @@ def test_soft_labels_equal_hard_labels_when_one_hot():
     x, y = torch.rand(2, 1, 8, 8), torch.tensor([4, 9])
     soft = torch.nn.functional.one_hot(y, 10).float()
     assert torch.allclose(targets.flat_gradient(m, x, y), targets.flat_gradient(m, x, soft), atol=1e-6)
+
+
+def test_per_example_gradients_average_to_the_batch_gradient_on_both_paths():
+    m = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).double()
+    x, y = torch.rand(3, 1, 8, 8, dtype=torch.float64), torch.tensor([1, 4, 4])
+    rows = targets.per_example_gradients(m, x, y)  # vmap path
+    assert rows.shape == (3, targets.num_params(m))
+    assert torch.allclose(rows.mean(0), targets.flat_gradient(m, x, y), atol=1e-12)
+    graph_rows = targets.per_example_gradients(m, x.requires_grad_(True), y, create_graph=True)
+    assert torch.allclose(graph_rows.detach(), rows, atol=1e-12) and graph_rows.requires_grad
