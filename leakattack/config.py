@@ -103,7 +103,9 @@ class RunConfig:
             return d
         if self.sketch_dim is not None:
             return int(self.sketch_dim)
-        return max(1, int(round(self.sketch_ratio * d)))
+        from leakattack.sketch import sketch_dim
+
+        return sketch_dim(self.sketch_ratio, d)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

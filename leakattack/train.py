@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, evaluate, get_protocol, list_protocols, sketch_b
+from leakattack.sketch import sketch_dim
+from targets.protocols import SPEC_DEFAULTS, evaluate, get_protocol, list_protocols
 
 from . import data
 from .config import ConfigError
@@ -74,7 +75,7 @@ def validate_spec(name: str, spec: dict, d: int | None = None) -> None:
 
         if spec["sketch"] not in list_sketches():
             raise ConfigError(f"unknown sketch '{spec['sketch']}'; choose one of: {', '.join(list_sketches())}")
-        if d is not None and spec["sketch"] != "none" and sketch_b(spec["sketch_ratio"], d) < 1:
+        if d is not None and spec["sketch"] != "none" and sketch_dim(spec["sketch_ratio"], d) < 1:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
     if name == "sketched-dp":
         if not 0 < spec["dp_epsilon"] or not 0 < spec["dp_delta"] < 1 or not spec["dp_clip"] > 0:

@@ -27,7 +27,6 @@ so FedSKETCH's S(x^0 - x^tau) is sent here with the opposite sign and added.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -36,6 +35,7 @@ from torch.func import functional_call
 from .fedsketch import CountSketchTable, heavymix_support, privix
 from .oracle import flat_gradient, flat_params, loss_at, num_params, per_example_gradients, unflatten
 from leakattack.registry import Registry
+from leakattack.sketch import make_sketch, sketch_dim
 
 _PROTOCOLS = Registry("protocol")
 
@@ -230,11 +230,9 @@ class Sketched(Protocol):
 
     @property
     def b(self) -> int:
-        return int(round(self.sketch_ratio * self.d)) if self.sketch != "none" else self.d
+        return sketch_dim(self.sketch_ratio, self.d) if self.sketch != "none" else self.d
 
     def operator(self, t, seed_offset=0):
-        from leakattack.sketch import make_sketch
-
         return make_sketch(self.sketch, self.d, self.b, seed=round_seed(self.seed, t) + seed_offset,
                            **self.sketch_params).to(self.device)
 
@@ -323,8 +321,3 @@ def evaluate(model, w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
             correct += int((out.argmax(-1) == y).sum())
     n = images.shape[0]
     return total / n, correct / n
-
-
-def sketch_b(ratio: float, d: int) -> int:
-    """b = round(ratio * d) (no floor at 1: a ratio too small for d is a user error)."""
-    return int(math.floor(ratio * d + 0.5))

@@ -38,6 +38,7 @@ BAD = [
     (["--sketch-dim", "0"], "sketch dimension"),
     (["--sketch-dim", "10000000"], "sketch dimension"),
     (["--sketch-ratio", "0"], "sketch ratio"),
+    (["--sketch-ratio", "0.00001"], "sketch dimension b = 0"),  # b rounds to 0 for d = 15826
     (["--sketch-ratio", "1.5"], "sketch ratio"),
     (["--iterations", "0"], "iterations"),
     (["--image-index", "100000"], "out of range"),

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from ..registry import Registry
@@ -29,6 +30,11 @@ def list_sketches() -> list[str]:
     return _REGISTRY.names()
 
 
+def sketch_dim(ratio: float, d: int) -> int:
+    """b = ratio * d rounded half up; 0 for a ratio too small for d (the caller reports it)."""
+    return int(math.floor(ratio * d + 0.5))
+
+
 def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
     """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
 
@@ -44,4 +50,4 @@ def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
 # one line per family: importing the module registers it
 from . import identity, gaussian, srht, ams, countsketch, sparse, uniform  # noqa: E402,F401
 
-__all__ = ["Sketch", "DENSE_LIMIT", "make_sketch", "list_sketches", "register_sketch"]
+__all__ = ["Sketch", "DENSE_LIMIT", "make_sketch", "list_sketches", "register_sketch", "sketch_dim"]
