@@ -50,11 +50,15 @@ class Sketch:
 
     # -- public API -------------------------------------------------------
     def apply(self, v: torch.Tensor) -> torch.Tensor:
-        """R v for v of shape (..., d); returns (..., b)."""
+        """R v for v of shape (..., d); returns (..., b).  Cached tensors follow v's device."""
+        if v.device != self.device:
+            self.to(v.device)
         return self._apply(v)
 
     def adjoint(self, u: torch.Tensor) -> torch.Tensor:
         """R^T u for u of shape (..., b); returns (..., d)."""
+        if u.device != self.device:
+            self.to(u.device)
         return self._adjoint(u)
 
     __call__ = apply

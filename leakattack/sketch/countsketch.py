@@ -43,17 +43,11 @@ class CountSketch(Sketch):
         bits = poly_hash(s_coef, cols) & 1
         self.signs = torch.from_numpy((2.0 * bits - 1.0).astype(np.float32))
 
-    def _sync(self, x: torch.Tensor) -> None:
-        if self.rows.device != x.device:
-            self.to(x.device)
-
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        self._sync(v)
         flat = v.reshape(-1, self.d) * self.signs.to(v.dtype)
         out = torch.zeros(flat.shape[0], self.b, dtype=v.dtype, device=v.device)
         out = out.index_add(1, self.rows, flat)
         return out.reshape(*v.shape[:-1], self.b)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        self._sync(u)
         return u.index_select(-1, self.rows) * self.signs.to(u.dtype)

@@ -109,16 +109,11 @@ class RowBlockSketch(Sketch):
         return out.reshape(*u.shape[:-1], self.d)
 
     # -- Sketch API ------------------------------------------------------------
-    def _sync(self, x: torch.Tensor) -> None:
-        if self._dense is not None and self._dense.device != x.device:
-            self.to(x.device)
-
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
         if v.shape[-1] != self.d:
             raise ValueError(f"expected last dimension d = {self.d}, got {v.shape[-1]}")
         if self._dense is None:
             return LinearMap.apply(v, self._blocks_apply, self._blocks_adjoint)
-        self._sync(v)
         return v @ self._dense.to(v.dtype).T
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
@@ -126,7 +121,6 @@ class RowBlockSketch(Sketch):
             raise ValueError(f"expected last dimension b = {self.b}, got {u.shape[-1]}")
         if self._dense is None:
             return LinearMap.apply(u, self._blocks_adjoint, self._blocks_apply)
-        self._sync(u)
         return u @ self._dense.to(u.dtype)
 
 

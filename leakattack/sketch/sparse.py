@@ -45,18 +45,12 @@ class SparseSketch(Sketch):
     def describe(self) -> dict:
         return {**super().describe(), "s": self.s}
 
-    def _sync(self, x: torch.Tensor) -> None:
-        if self.rows.device != x.device:
-            self.to(x.device)
-
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        self._sync(v)
         flat = v.reshape(-1, 1, self.d) * self.values.to(v.dtype)  # (B, s, d)
         out = torch.zeros(flat.shape[0], self.b, dtype=v.dtype, device=v.device)
         out = out.index_add(1, self.rows, flat.reshape(flat.shape[0], -1))
         return out.reshape(*v.shape[:-1], self.b)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        self._sync(u)
         g = u.index_select(-1, self.rows).reshape(*u.shape[:-1], self.s, self.d)
         return (g * self.values.to(u.dtype)).sum(-2)

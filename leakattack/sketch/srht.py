@@ -88,10 +88,6 @@ class SRHTSketch(Sketch):
         self.idx = torch.from_numpy(idx.astype(np.int64))
         self.scale = math.sqrt(self.n / self.b)
 
-    def _sync(self, x: torch.Tensor) -> None:
-        if self.idx.device != x.device:
-            self.to(x.device)
-
     def _dscale(self, dtype) -> torch.Tensor:
         """D with sqrt(n/b) and H's 1/sqrt(n) folded in: signs * sqrt(n/b) / sqrt(n) = signs / sqrt(b) (cached per dtype)."""
         key = (dtype, self.signs.device)
@@ -113,9 +109,7 @@ class SRHTSketch(Sketch):
         return w.reshape(*u.shape[:-1], self.d)
 
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        self._sync(v)
         return LinearMap.apply(v, self._apply_raw, self._adjoint_raw)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        self._sync(u)
         return LinearMap.apply(u, self._adjoint_raw, self._apply_raw)

@@ -24,16 +24,10 @@ class UniformSketch(Sketch):
         # row k of R is sqrt(d/b) * D[idx_k] * e_{idx_k}^T
         self.values = torch.from_numpy((signs[idx] * math.sqrt(self.d / self.b)).astype(np.float32))
 
-    def _sync(self, x: torch.Tensor) -> None:
-        if self.idx.device != x.device:
-            self.to(x.device)
-
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        self._sync(v)
         return v.index_select(-1, self.idx) * self.values.to(v.dtype)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        self._sync(u)
         flat = u.reshape(-1, self.b) * self.values.to(u.dtype)
         out = torch.zeros(flat.shape[0], self.d, dtype=u.dtype, device=u.device)
         out = out.index_add(1, self.idx, flat)
