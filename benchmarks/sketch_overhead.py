@@ -22,17 +22,20 @@ import time
 import torch
 
 import targets
-from leakattack import attack, data
-from leakattack.sketch import list_sketches, make_sketch
+from leakattack import data
+from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.channel import Channel
+from leakattack.observation import observe
+from leakattack.sketch import get_sketch, list_sketches
 
 
-def time_per_iteration(model, sketch, x, labels, iters: int) -> float:
-    y = sketch.apply(targets.flat_gradient(model, x, labels)).detach()
-    x0 = attack.init_dummy(x.shape, "uniform", 0, x.device, x.dtype)
-    simulate = attack.gradient_simulator(model, sketch)
-    attack.run(simulate, y, x0, labels, optimizer="gd", iterations=2, lr=1e-3, tol=0)  # warm-up
+def time_per_iteration(victim, sketch, x, labels, iters: int) -> float:
+    obs = observe(victim, x, labels, Channel(sketch))
+    x0 = init_dummy(x.shape, "uniform", 0, x.device, x.dtype)
+    GradientMatching(optimizer="gd", iterations=2, lr=1e-3, tol=0).run(obs, x0, labels)  # warm-up
+    attack = GradientMatching(optimizer="gd", iterations=iters, lr=1e-3, tol=0)
     t0 = time.perf_counter()
-    attack.run(simulate, y, x0, labels, optimizer="gd", iterations=iters, lr=1e-3, tol=0)
+    attack.run(obs, x0, labels)
     return (time.perf_counter() - t0) / iters
 
 
@@ -47,15 +50,15 @@ def main() -> None:
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="precision (the attack's default is float64)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    ds = data.load_dataset("photos")
+    ds = data.get_dataset("photos")
     dtype = getattr(torch, a.dtype)
     x, labels = data.get_batch(ds, 0, 1)
     x = x.to(dtype)
-    model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0).to(dtype)
-    d = targets.num_params(model)
+    model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0).to(dtype=dtype)
+    d = model.d
     b = round(a.ratio * d)
     kinds = ["none"] + [k for k in a.kinds.split(",") if k != "none"]
-    sketches = {k: make_sketch(k, d, b, seed=1) for k in kinds}
+    sketches = {k: get_sketch(k, d, b, seed=1) for k in kinds}
     times = {k: [] for k in kinds}
     for _ in range(a.rounds):
         for k in kinds:

@@ -1,6 +1,10 @@
 """Defenses: composable transforms of what a client sends, and privacy accounting.
 
-Registry in the torchvision style: ``build(spec)`` and ``list_defenses()``.
+Registry in the torchvision style: ``get_defense(name, params, placement)``,
+``list_defenses()`` and ``build(spec)`` for a whole pipeline.  The package
+imports nothing of ``leakattack`` but its leaf modules (registry, errors).
+Adding a defense: its own module with a ``Transform`` subclass, plus one name in
+the registration line below.
 
 Spec grammar (string form)::
 
@@ -39,6 +43,11 @@ for _cls in (Clip, PerExample, Gaussian, Laplace, Prune, Quantize):  # one line 
     register_defense(_cls)
 
 
+def get_defense(name: str, params: dict, placement: str | None = None) -> Transform:
+    """One transform ``name`` with its parameters (validated as in a spec)."""
+    return _parse_step({"name": name, **params, **({"placement": placement} if placement else {})})
+
+
 def list_defenses() -> list[str]:
     """Names accepted in a spec."""
     return _REGISTRY.names()
@@ -53,12 +62,9 @@ class Pipeline:
         self.after = [t for t in steps if t.placement == AFTER]
 
     @property
-    def per_example_C(self) -> float | None:
-        return next((t.C for t in self.steps if isinstance(t, PerExample)), None)
-
-    @property
-    def random(self) -> bool:
-        return any(t.random for t in self.steps)
+    def per_example(self) -> bool:
+        """Whether the first step takes per-example gradients."""
+        return any(t.per_example for t in self.steps)
 
     @property
     def spec(self) -> str:
@@ -67,16 +73,9 @@ class Pipeline:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
-    def apply_before(self, v, gen):
-        """The before-sketch steps on g (a per_example step expects (B, d) and returns the clipped sum)."""
-        for t in self.before:
-            v = t(v, gen)
-        return v
-
-    def apply_after(self, y, gen):
-        for t in self.after:
-            y = t(y, gen)
-        return y
+    def clips(self) -> "Pipeline":
+        """The deterministic norm bounds alone (what an attacker granted the clips can model)."""
+        return Pipeline([t for t in self.steps if t.bounds_norm])
 
     def gaussian_steps(self) -> list[Gaussian]:
         return [t for t in self.steps if isinstance(t, Gaussian) and t.sigma > 0]
@@ -171,5 +170,5 @@ def _split_step(text: str):
     return name.strip(), raw, placement
 
 
-__all__ = ["build", "list_defenses", "register_defense", "Pipeline", "Transform", "DefenseError",
+__all__ = ["build", "get_defense", "list_defenses", "register_defense", "Pipeline", "Transform", "DefenseError",
            "BEFORE", "AFTER"]

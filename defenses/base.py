@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from leakattack.errors import UserError
+
 BEFORE, AFTER = "before_sketch", "after_sketch"
 PLACEMENTS = (BEFORE, AFTER)
 
 
-class DefenseError(ValueError):
+class DefenseError(UserError):
     """A bad defense spec; its message is one sentence naming the key and the value."""
 
 
@@ -25,7 +27,10 @@ class Transform:
     schema = {}
     default_placement = BEFORE
     placements = PLACEMENTS
-    random = False  #: draws from the generator
+    #: deterministic and differentiable, bounding the norm: an attacker granted the clips models this step
+    bounds_norm = False
+    #: takes the (B, d) per-example gradients and returns one vector
+    per_example = False
 
     def __init__(self, params: dict, placement: str):
         self.params = dict(params)

@@ -21,6 +21,7 @@ class Clip(Transform):
 
     name = "clip"
     schema = _C
+    bounds_norm = True
 
     def __call__(self, v, gen):
         return clip_by_norm(v, self.params["C"])
@@ -31,10 +32,11 @@ class Clip(Transform):
 
 
 class PerExample(Clip):
-    """Clip each example's gradient to norm C, then sum (observation divides by the batch size after the noise)."""
+    """Clip each example's gradient to norm C, then sum (the channel divides by the batch size after the noise)."""
 
     name = "per_example"
     placements = (BEFORE,)
+    per_example = True
 
     def __call__(self, v, gen):  # v: (B, d) per-example gradients
         return clip_by_norm(v, self.params["C"]).sum(dim=0)

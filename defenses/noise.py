@@ -13,7 +13,6 @@ class Gaussian(Transform):
     name = "gaussian"
     schema = {"sigma": _nonneg, "z": _nonneg}
     default_placement = BEFORE  # Algorithm 2: noise on the local gradient, then the sketch
-    random = True
     clip_C: float | None = None  #: C of the last clip before this step (set by check)
     clip_placement: str | None = None
 
@@ -39,7 +38,6 @@ class Laplace(Transform):
 
     name = "laplace"
     schema = {"b": _nonneg}
-    random = True
 
     def __call__(self, v, gen):
         b = self.params["b"]

@@ -23,7 +23,6 @@ class Quantize(Transform):
     name = "quantize"
     schema = {"bits": (int, "an integer >= 1", lambda k: k >= 1)}
     default_placement = AFTER  # quantisation compresses what is sent: the sketch
-    random = True
 
     def __call__(self, v, gen):
         u = torch.rand(v.shape, generator=gen, dtype=torch.float64).to(device=v.device, dtype=v.dtype)

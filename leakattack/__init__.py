@@ -1,8 +1,43 @@
 """leakattack: how much private data leaks from true and sketched FL gradients.
 
-The flow is data -> targets -> defenses -> observation -> attack -> metrics ->
-results/figures (see README).  The public entry points are the CLI
-(``leakattack run``) and :func:`leakattack.experiment.run_attack`.
+One attack is one trip through the stations: data -> targets (Victim) -> channel
+(defenses + sketch) -> observation -> attack -> metrics -> results -> figures.
+From Python::
+
+    import targets
+    from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe, score
+
+    victim = targets.get_model("lenet", in_shape=(3, 32, 32), num_classes=10).to(dtype=torch.float64)
+    channel = Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1))
+    obs = observe(victim, x, labels, channel, ThreatModel())
+    result = get_attack("gradient-matching", iterations=500).reconstruct(obs)
+    print(score(result.x.clamp(0, 1), x)["psnr"])
+
+``run_attack(RunConfig(...))`` does the same from a configuration and writes a
+run folder, as ``leakattack run`` does.
 """
 
 __version__ = "0.1.0"
+
+import importlib
+
+#: the library entry points, resolved on first use: importing a leaf module
+#: (leakattack.sketch, leakattack.registry) from targets or defenses must not pull
+#: in the whole pipeline that imports them back
+_EXPORTS = {
+    "AttackResult": "attacks", "get_attack": "attacks", "list_attacks": "attacks",
+    "Channel": "channel", "RunConfig": "config",
+    "get_batch": "data", "get_dataset": "data", "list_datasets": "data",
+    "run_attack": "experiment", "score": "metrics",
+    "Observation": "observation", "ThreatModel": "observation", "observe": "observation",
+    "get_sketch": "sketch", "list_sketches": "sketch", "make_sketch": "sketch",
+}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'leakattack' has no attribute '{name}'")
+
+
+__all__ = ["__version__", *_EXPORTS]

@@ -1,102 +1,119 @@
-"""What the attacker sees: y = R(g~), g~ the client's (possibly defended) gradient.
+"""What the attacker sees: the message y, and what the threat model grants.
 
-The client: g = grad_w F(w, x) (with a ``per_example`` defense: the sum of the
-clipped per-example gradients), then the defense's before-sketch steps, divided
-by the batch size when clipped per example (the DP-SGD way: noise on the sum,
-then the average), then y = R g~, then the after-sketch steps.
+The client computes g = grad_w F(w, x) (per-example rows when its channel clips
+per example) and sends y = channel.send(g).  The attacker is granted the
+weights w and, as the :class:`ThreatModel` says, the sketch seed, the labels and
+the defense's deterministic clips; never the client's data nor a noise sample.
+The client's noise comes from a CPU generator seeded with the recorded
+``noise_seed``, so a run is reproducible.
 
-Threat model: the attacker is granted the weights w, the sketch (through its
-seed) and, if the label mode says so, the labels; never the client's data nor
-any noise sample.  The noise comes from a ``torch.Generator`` seeded with the
-recorded ``noise_seed`` on the CPU, so a run is reproducible, but the attacker's
-model of the client stays ``R(grad_w F(w, x))``: it does not model the defense.
+An :class:`Observation` carries the message together with ``forward``, the
+attacker's differentiable model of the client (data, labels -> message), and
+``linear_map``, the linear part g -> message that label recovery reads.  A
+protocol's message becomes an Observation through :func:`from_protocol`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 import targets
-from targets import per_example_gradients
+from targets import Victim
+from targets.protocols import ClientMessage
+
+from .channel import Channel
+from .seeds import torch_generator
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """What the attacker knows besides the message and the weights w."""
+
+    knows_labels: bool = False  #: the true labels (else they are recovered or optimised)
+    knows_sketch: bool = True  #: the sketch seed (else R is drawn from another seed)
+    knows_clip: bool = False  #: the defense's deterministic norm clips
 
 
 @dataclass
 class Observation:
     """The message y and what the attacker knows about how it was made."""
 
-    y: torch.Tensor  #: the observed (sketched, defended) message, length b
-    g_norm: float  #: ||g|| of the client's true gradient (for reporting only)
-    d: int
-    b: int
-    defense: str = ""  #: canonical spec of the defense the client applied ("" for none)
+    y: torch.Tensor  #: the observed message
+    victim: Victim  #: the model at weights w (granted)
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  #: the attacker's model: x, labels -> message
+    linear_map: object  #: g -> message (``apply``/``adjoint``/``d``/``b``), read by label recovery
+    batch_size: int
+    threat: ThreatModel = field(default_factory=ThreatModel)
+    labels: torch.Tensor | None = None  #: the labels, when the threat model grants them
+    g_norm: float = 0.0  #: ||g|| of the client's true gradient or update (for reporting only)
+    defense: str = ""  #: canonical spec of the client's defense ("" for none)
     noise_seed: int | None = None  #: seed of the client's noise generator (never given to the attacker)
-    extra: dict = field(default_factory=dict)  #: ||g~|| and the distortion ||R g~ - R g|| / ||R g||, for reporting
+    extra: dict = field(default_factory=dict)  #: distortion of the message, protocol details
+
+    @property
+    def d(self) -> int:
+        return self.linear_map.d
+
+    @property
+    def b(self) -> int:
+        return int(self.y.numel())
+
+    @property
+    def input_shape(self) -> tuple:
+        """Shape of the data the attacker reconstructs: (B, *victim.input_shape)."""
+        return (self.batch_size, *self.victim.input_shape)
 
 
-def client_message(model, x, labels, sketch, pipeline=None, gen: torch.Generator | None = None):
-    """(g, y): the client's true gradient and the message y = after(R(before(g))) it sends."""
-    g = targets.flat_gradient(model, x, labels).detach()
-    if not pipeline:
-        return g, sketch.apply(g).detach()
-    if pipeline.per_example_C is not None:
-        v = pipeline.apply_before(per_example_gradients(model, x, labels), gen) / x.shape[0]
+def gradient_of(victim: Victim, x: torch.Tensor, labels: torch.Tensor, per_example: bool,
+                create_graph: bool = False) -> torch.Tensor:
+    """The flat gradient (mean loss), or the (B, d) per-example rows."""
+    if per_example:
+        return targets.per_example_gradients(victim, x, labels, create_graph=create_graph)
+    return targets.flat_gradient(victim, x, labels, create_graph=create_graph)
+
+
+def attacker_forward(victim: Victim, channel: Channel, threat: ThreatModel):
+    """The attacker's model of the client: x, labels -> view(grad_w F(w, x)), differentiable in x."""
+    view = channel.attacker_view(threat)
+
+    def forward(x, labels):
+        return view(gradient_of(victim, x, labels, view.per_example, create_graph=True))
+
+    return forward
+
+
+def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
+            threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
+    """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants."""
+    target = victim.target(labels)
+    g = targets.flat_gradient(victim, x, target).detach()
+    extra = {}
+    if channel.pipeline:
+        rng = torch_generator(noise_seed)
+        y = channel.send(gradient_of(victim, x, target, channel.per_example).detach(), rng).detach()
+        clean = channel.sketch.apply(g).detach()
+        extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
     else:
-        v = pipeline.apply_before(g, gen)
-    return g, pipeline.apply_after(sketch.apply(v).detach(), gen).detach()
+        y = channel.send(g).detach()
+    return Observation(
+        y=y, victim=victim, forward=attacker_forward(victim, channel, threat), linear_map=channel.sketch,
+        batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
+        g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
+        extra=extra,
+    )
 
 
-def observe(model, x: torch.Tensor, labels: torch.Tensor, sketch, defense=None,
-            noise_seed: int | None = None) -> Observation:
-    """The client computes g = grad_w F(w, x) and sends y = R g (defended by ``defense``, a spec or Pipeline)."""
-    if not defense:
-        g, y = client_message(model, x, labels, sketch)
-        return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b)
-    import defenses
-
-    pipeline = defenses.build(defense)
-    gen = torch.Generator().manual_seed(int(noise_seed or 0))
-    g, y = client_message(model, x, labels, sketch, pipeline, gen)
-    clean = sketch.apply(g).detach()
-    distortion = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
-    return Observation(y=y, g_norm=float(g.norm()), d=sketch.d, b=sketch.b, defense=pipeline.spec,
-                       noise_seed=int(noise_seed or 0), extra={"message_distortion": distortion})
+def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -> Observation:
+    """The Observation of one protocol message (``Protocol.observe``)."""
+    return Observation(
+        y=message.y, victim=victim, forward=message.forward, linear_map=message.linear_map,
+        batch_size=message.x.shape[0], threat=threat,
+        labels=victim.target(message.labels) if threat.knows_labels else None,
+        g_norm=message.update_norm, extra=dict(message.info),
+    )
 
 
-def attacker_simulator(model, sketch, defense=None):
-    """The attacker's model of the client: R(grad_w F(w, x)), with the defense's deterministic clips if granted.
-
-    Only ``clip`` and ``per_example`` steps are modelled (they are deterministic
-    and differentiable); noise, pruning and quantisation are not: the attacker
-    never sees a noise sample.  Without clips this is ``attack.gradient_simulator``.
-    """
-    from . import attack
-
-    pipeline = None
-    if defense:
-        import defenses
-        from defenses.clipping import Clip
-
-        pipeline = defenses.build(defense)
-        clips = [t for t in pipeline.steps if isinstance(t, Clip)]
-    if not pipeline or not clips:
-        return attack.gradient_simulator(model, sketch)
-    from defenses.clipping import clip_by_norm
-
-    def simulate(x, labels):
-        per_ex = pipeline.per_example_C
-        if per_ex is not None:
-            v = clip_by_norm(per_example_gradients(model, x, labels, create_graph=True), per_ex).mean(0)
-        else:
-            v = targets.flat_gradient(model, x, labels, create_graph=True)
-        for t in pipeline.before:
-            if isinstance(t, Clip) and t.name == "clip":
-                v = clip_by_norm(v, t.C)
-        y = sketch.apply(v)
-        for t in pipeline.after:
-            if isinstance(t, Clip):
-                y = clip_by_norm(y, t.C)
-        return y
-
-    return simulate
+__all__ = ["ThreatModel", "Observation", "observe", "from_protocol", "attacker_forward", "gradient_of"]

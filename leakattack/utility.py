@@ -23,16 +23,19 @@ import time
 import torch
 
 import targets
-from . import data
-from .sketch import make_sketch
+from defenses import build as build_defense
+from defenses.accounting import message_privacy
+
+from .channel import Channel
+from .data import get_dataset, train_test_split
+from .observation import Observation, gradient_of
+from .seeds import torch_generator
+from .sketch import get_sketch
 
 
-def privacy_metrics(cfg, obs) -> dict:
+def privacy_metrics(cfg, obs: Observation) -> dict:
     """Metrics keys of a defended run: the message's epsilon/delta (one release) and, with ``cfg.utility``, utility_*."""
-    import defenses
-    from defenses.accounting import message_privacy
-
-    pipeline = defenses.build(cfg.defense)
+    pipeline = build_defense(cfg.defense)
     m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
     m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0))
     if cfg.utility:
@@ -42,38 +45,34 @@ def privacy_metrics(cfg, obs) -> dict:
 
 def train_under_defense(cfg) -> dict:
     """Train a fresh target on digits under ``cfg.defense`` (see the module docstring); returns utility_* keys."""
-    import defenses
-    from defenses.accounting import message_privacy
-
-    from .observation import client_message
-
     t0 = time.perf_counter()
-    if cfg.model == "linreg":
-        return {"utility_acc": None, "utility_note": "linreg is a regression model: no accuracy"}
-    ds = data.load_dataset("digits")
-    train, test = data.train_test_split(ds, 0.2, seed=cfg.seed)
-    model = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape,
-                              seed=cfg.model_seed_, init=cfg.weight_init)
-    d = targets.num_params(model)
+    if targets.task_of(cfg.model) != "classification":
+        return {"utility_acc": None, "utility_note": f"{cfg.model} is a regression model: no accuracy"}
+    seeds = cfg.derived()
+    ds = get_dataset("digits")
+    train, test = train_test_split(ds, 0.2, seed=cfg.seed)
+    victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape,
+                               seed=seeds.model_seed, init=cfg.weight_init)
+    d = victim.d
     b = cfg.sketch_b(d)
-    pipeline = defenses.build(cfg.defense)
-    gen = torch.Generator().manual_seed(cfg.noise_seed_ + 1)  # batches and noise of the training run
+    gen = torch_generator(seeds.noise_seed + 1)  # batches and noise of the training run
     n = len(train)
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in victim.model.parameters() if p.requires_grad]
     for t in range(cfg.utility_steps):
         idx = torch.randperm(n, generator=gen)[:cfg.utility_batch]
-        sketch = make_sketch(cfg.sketch, d, b, seed=cfg.sketch_seed_ + 1 + t, **cfg.sketch_params)
-        _, y = client_message(model, train.images[idx], train.labels[idx], sketch, pipeline, gen)
-        update = sketch.adjoint(y)
+        channel = Channel(get_sketch(cfg.sketch, d, b, seed=seeds.sketch_seed + 1 + t, **cfg.sketch_params),
+                          cfg.defense)
+        g = gradient_of(victim, train.images[idx], train.labels[idx], channel.per_example).detach()
+        update = channel.sketch.adjoint(channel.send(g, gen))
         with torch.no_grad():
             offset = 0
             for p in params:
                 p -= cfg.utility_lr * update[offset:offset + p.numel()].view_as(p)
                 offset += p.numel()
     with torch.no_grad():
-        acc = float((model(test.images).argmax(-1) == test.labels).float().mean())
+        acc = float((victim.model(test.images).argmax(-1) == test.labels).float().mean())
     q = min(1.0, cfg.utility_batch / n)
-    priv = message_privacy(pipeline, cfg.delta, steps=cfg.utility_steps, sample_rate=q)
+    priv = message_privacy(build_defense(cfg.defense), cfg.delta, steps=cfg.utility_steps, sample_rate=q)
     return {"utility_acc": acc, "utility_steps": cfg.utility_steps, "utility_batch": cfg.utility_batch,
             "utility_lr": cfg.utility_lr, "utility_sample_rate": q,
             "utility_epsilon": priv["epsilon"], "utility_epsilon_paper": priv["epsilon_paper"],

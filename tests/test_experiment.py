@@ -34,3 +34,31 @@ def test_trace_has_every_step_and_psnr_every_k(tmp_path):
     assert len(rows) == 1 + 16  # steps 0..15
     with_psnr = [r.split(",")[0] for r in rows[1:] if r.split(",")[2]]
     assert with_psnr == ["0", "5", "10", "15"]
+
+
+def test_the_library_path_gives_the_numbers_of_the_configured_run(tmp_path):
+    """Victim, Channel, observe, attack and score by hand equal run_attack with the same seeds."""
+    import torch
+
+    import targets
+    from leakattack import Channel, ThreatModel, get_attack, get_batch, get_dataset, get_sketch, observe, score
+
+    m, _ = run_attack(_cfg(sketch="srht"), out=tmp_path / "r", with_lpips=False)
+    ds = get_dataset("digits")
+    x, labels = get_batch(ds, 0)
+    victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0).to(dtype=torch.float64)
+    obs = observe(victim, x.double(), labels, Channel(get_sketch("srht", victim.d, round(victim.d / 2), seed=1)),
+                  ThreatModel())
+    result = get_attack("gradient-matching", iterations=15, init_seed=2).reconstruct(obs)
+    assert score(result.x.clamp(0, 1), x.double(), with_lpips=False)["psnr"] == m["psnr"]
+
+
+def test_the_python_example_runs_and_reports_its_scores():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "attack_from_python.py"
+    proc = subprocess.run([sys.executable, str(example), "20"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("PSNR ") and "after 20 iterations" in proc.stdout

@@ -5,8 +5,11 @@ import pytest
 import defenses
 import targets
 import targets.protocols as protocols
+from leakattack.attacks import get_attack, get_optimizer, get_prior, list_attacks, list_optimizers, list_priors
+from leakattack.data import get_dataset, list_datasets
 from leakattack.registry import Registry
 from leakattack.sketch import list_sketches, make_sketch
+from leakattack.sweep import get_backend, list_backends
 
 
 def test_registry_registers_lists_and_refuses_unknown_names():
@@ -20,6 +23,8 @@ def test_registry_registers_lists_and_refuses_unknown_names():
     assert reg.names() == ["a", "b"] and "a" in reg and reg.get("a") is make_a
     with pytest.raises(ValueError, match=r"^unknown widget 'c'; choose one of: a, b$"):
         reg.get("c")
+    with pytest.raises(ValueError, match="widget 'a' is registered twice"):
+        reg.register("a", str)
 
 
 @pytest.mark.parametrize("call,family", [
@@ -27,6 +32,10 @@ def test_registry_registers_lists_and_refuses_unknown_names():
     (lambda: make_sketch("fourier", 8, 4), "sketch"),
     (lambda: protocols.get_protocol("gossip", None, None), "protocol"),
     (lambda: defenses.build("shield:k=1"), "defense"),
+    (lambda: get_attack("rgap"), "attack"),
+    (lambda: get_optimizer("sgd2", []), "optimizer"),
+    (lambda: get_prior("gan", 1.0), "prior"),
+    (lambda: get_backend("kubernetes"), "sweep backend"),
 ])
 def test_every_family_names_its_choices_for_an_unknown_name(call, family):
     with pytest.raises(ValueError, match=rf"unknown {family} '\w+'; choose one of: "):
@@ -38,3 +47,10 @@ def test_family_listings_are_sorted_and_complete():
     assert list_sketches() == ["ams", "countsketch", "gaussian", "none", "sparse", "srht", "uniform"]
     assert set(protocols.list_protocols()) == {"fedavg", "sketched", "sketched-dp", "fedsketch-privix", "fedsketch-heaprix"}
     assert set(defenses.list_defenses()) == {"clip", "per_example", "gaussian", "laplace", "prune", "quantize"}
+
+
+def test_every_registry_has_the_list_verb_and_names_its_defaults():
+    assert "gradient-matching" in list_attacks() and "tv" in list_priors()
+    assert list_optimizers() == ["lbfgs", "adam", "gd"]
+    assert list_datasets()[:2] == ["photos", "digits"] and get_dataset("digits").name == "digits"
+    assert "local" in list_backends()

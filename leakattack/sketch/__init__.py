@@ -1,33 +1,44 @@
 """Sketch families of Song, Wang, Yu, Zhang (ICML 2023), Appendix D, behind one registry.
 
-``make_sketch(kind, d, b, seed, **params)`` builds an operator with ``apply``
+``get_sketch(kind, d, b, seed, **params)`` builds an operator with ``apply``
 (R v), ``adjoint`` (R^T u) and ``to_dense``; ``list_sketches()`` names the kinds.
+``make_sketch`` is the same function under the name client scripts use.
+
+A leaf package: it imports only the registry and the seed streams.  Adding a
+sketch family: its own module with a ``Sketch`` subclass that sets ``kind``,
+plus one entry in the registration line below.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from ..registry import Registry
 from .base import DENSE_LIMIT, Sketch
+from .ams import AMSSketch
+from .countsketch import CountSketch
+from .gaussian import GaussianSketch
+from .identity import Identity
+from .sparse import SparseSketch
+from .srht import SRHTSketch
+from .uniform import UniformSketch
 
 _REGISTRY = Registry("sketch")
 
 
-def register_sketch(name: str) -> Callable[[type], type]:
-    """Class decorator adding a sketch family to the registry under ``name``."""
-
-    def deco(cls: type) -> type:
-        cls.kind = name
-        return _REGISTRY.register(name, cls)
-
-    return deco
+def register_sketch(cls: type) -> type:
+    """Add a ``Sketch`` subclass to the registry under its ``kind``."""
+    return _REGISTRY.register(cls.kind, cls)
 
 
 def list_sketches() -> list[str]:
-    """Names accepted by :func:`make_sketch`."""
+    """Names accepted by :func:`get_sketch`."""
     return _REGISTRY.names()
+
+
+def is_identity(kind: str) -> bool:
+    """Whether sketch ``kind`` is the identity (b = d whatever is asked)."""
+    return _REGISTRY.get(kind).identity
 
 
 def sketch_dim(ratio: float, d: int) -> int:
@@ -35,19 +46,22 @@ def sketch_dim(ratio: float, d: int) -> int:
     return int(math.floor(ratio * d + 0.5))
 
 
-def make_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
+def get_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
     """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
 
     ``none`` is the identity (b is ignored and set to d).  Raises ``ValueError``
     with one sentence for an unknown kind or b outside [1, d].
     """
     cls = _REGISTRY.get(kind)
-    if kind != "none" and not 1 <= b <= d:
+    if not cls.identity and not 1 <= b <= d:
         raise ValueError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
     return cls(d=d, b=b, seed=seed, **params)
 
 
-# one line per family: importing the module registers it
-from . import identity, gaussian, srht, ams, countsketch, sparse, uniform  # noqa: E402,F401
+make_sketch = get_sketch
 
-__all__ = ["Sketch", "DENSE_LIMIT", "make_sketch", "list_sketches", "register_sketch", "sketch_dim"]
+# one entry per family
+for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
+    register_sketch(_cls)
+
+__all__ = ["Sketch", "DENSE_LIMIT", "get_sketch", "make_sketch", "list_sketches", "register_sketch", "is_identity", "sketch_dim"]

@@ -19,7 +19,6 @@ import math
 import numpy as np
 import torch
 
-from . import register_sketch
 from .gaussian import RowBlockSketch, block_seed
 
 
@@ -30,9 +29,10 @@ def sign_table(scale: float) -> np.ndarray:
     return np.where(bits == 1, s, -s).astype(np.float32)
 
 
-@register_sketch("ams")
 class AMSSketch(RowBlockSketch):
     """Definition D.4 of Song et al. 2023 (Alon et al. 1999): entries +-1/sqrt(b), 4-wise (here fully) independent per row."""
+
+    kind = "ams"
 
     _tag = 4
     _prefetch = False  # unpacking is memory-bound: threads only add contention

@@ -41,6 +41,7 @@ class Sketch:
     """
 
     kind: str = "base"
+    identity: bool = False  #: R = I (b = d): nothing is compressed
 
     def __init__(self, d: int, b: int, seed: int):
         self.d = int(d)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import register_sketch
+from .. import seeds
 from .base import Sketch
 
 #: The Mersenne prime 2^31 - 1 used by the polynomial hash families.
@@ -27,15 +27,16 @@ def poly_hash(coeffs, x: np.ndarray, p: int = PRIME) -> np.ndarray:
     return acc
 
 
-@register_sketch("countsketch")
 class CountSketch(Sketch):
     """Definition D.5 of Song et al. 2023 (Charikar et al. 2002): R_{h(i),i} = sigma(i), h 2-wise, sigma 4-wise independent."""
+
+    kind = "countsketch"
 
     def __init__(self, d: int, b: int, seed: int = 0):
         super().__init__(d=d, b=b, seed=seed)
         if self.d >= PRIME:
             raise ValueError(f"countsketch needs d < 2^31 - 1, got d = {self.d}")
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed % 2 ** 63, 5]))
+        rng = seeds.numpy_stream(self.seed, seeds.COUNTSKETCH)
         h_coef = rng.integers(0, PRIME, size=2)   # degree 1: 2-wise independent
         s_coef = rng.integers(0, PRIME, size=4)   # degree 3: 4-wise independent
         cols = np.arange(self.d, dtype=np.int64)

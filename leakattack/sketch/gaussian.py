@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from . import register_sketch
+from .. import seeds
 from .base import DENSE_LIMIT, LinearMap, Sketch
 
 #: Largest number of entries in one regenerated row block.
@@ -42,7 +42,7 @@ def _pool() -> ThreadPoolExecutor:
 
 def block_seed(seed: int, k: int, tag: int) -> np.random.SeedSequence:
     """The seed sequence of row block ``k`` of a sketch with ``seed`` (``tag`` separates families)."""
-    return np.random.SeedSequence([int(seed) % 2 ** 63, int(k), int(tag)])
+    return seeds.seed_sequence(seed, k, tag)
 
 
 class RowBlockSketch(Sketch):
@@ -124,16 +124,17 @@ class RowBlockSketch(Sketch):
         return u @ self._dense.to(u.dtype)
 
 
-@register_sketch("gaussian")
 class GaussianSketch(RowBlockSketch):
     """Definition D.2 of Song et al. 2023: i.i.d. N(0, 1/b) entries."""
+
+    kind = "gaussian"
 
     _tag = 2
 
     def _make_block(self, k: int, device=None) -> torch.Tensor:
         r0, r1 = self._block_range(k)
         seed = int(block_seed(self.seed, k, self._tag).generate_state(1, np.uint64)[0] >> 1)
-        gen = torch.Generator().manual_seed(seed)
+        gen = seeds.torch_generator(seed)
         blk = torch.randn(r1 - r0, self.d, generator=gen, dtype=torch.float32)
         blk.mul_(1.0 / math.sqrt(self.b))
         return blk if device is None else blk.to(device)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from . import register_sketch
 from .base import Sketch
 
 
-@register_sketch("none")
 class Identity(Sketch):
     """R = I_d; ``b`` is forced to ``d``."""
+
+    kind = "none"
+
+    identity = True
 
     def __init__(self, d: int, b: int | None = None, seed: int = 0):
         super().__init__(d=d, b=d, seed=seed)

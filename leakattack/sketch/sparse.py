@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from . import register_sketch
+from .. import seeds
 from .base import Sketch
 
 
@@ -27,16 +27,17 @@ def distinct_rows(rng: np.random.Generator, b: int, s: int, d: int) -> np.ndarra
     return rows
 
 
-@register_sketch("sparse")
 class SparseSketch(Sketch):
     """Definition D.6 of Song et al. 2023 (Nelson & Nguyen 2013): s nonzeros +-1/sqrt(s) per column at distinct uniform rows."""
+
+    kind = "sparse"
 
     def __init__(self, d: int, b: int, seed: int = 0, s: int = 4):
         super().__init__(d=d, b=b, seed=seed)
         if int(s) < 1:
             raise ValueError(f"sparse sketch needs s >= 1, got s = {s}")
         self.s = min(int(s), self.b)
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed % 2 ** 63, 6]))
+        rng = seeds.numpy_stream(self.seed, seeds.SPARSE)
         rows = distinct_rows(rng, self.b, self.s, self.d)
         signs = 2.0 * rng.integers(0, 2, size=(self.s, self.d)) - 1.0
         self.rows = torch.from_numpy(rows.reshape(-1))  # (s*d,), row-major over (s, d)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import register_sketch
+from .. import seeds
 from .base import LinearMap, Sketch
 
 
@@ -74,14 +74,15 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return _FWHT.apply(x)
 
 
-@register_sketch("srht")
 class SRHTSketch(Sketch):
     """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to n = 2^ceil(log2 d)."""
+
+    kind = "srht"
 
     def __init__(self, d: int, b: int, seed: int = 0):
         super().__init__(d=d, b=b, seed=seed)
         self.n = 1 << max(0, (self.d - 1).bit_length())
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed % 2 ** 63, 3]))
+        rng = seeds.numpy_stream(self.seed, seeds.SRHT)
         signs = 2.0 * rng.integers(0, 2, size=self.n) - 1.0           # diagonal of D (n entries)
         idx = rng.choice(self.n, size=self.b, replace=False)           # rows of S
         self.signs = torch.from_numpy(signs[: self.d].astype(np.float32))  # padding never reaches D

@@ -7,17 +7,18 @@ import math
 import numpy as np
 import torch
 
-from . import register_sketch
+from .. import seeds
 from .base import Sketch
 
 
-@register_sketch("uniform")
 class UniformSketch(Sketch):
     """Definition D.8 of Song et al. 2023: R = sqrt(n/b) S D, S = b coordinates without replacement, D Rademacher."""
 
+    kind = "uniform"
+
     def __init__(self, d: int, b: int, seed: int = 0):
         super().__init__(d=d, b=b, seed=seed)
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed % 2 ** 63, 8]))
+        rng = seeds.numpy_stream(self.seed, seeds.UNIFORM)
         signs = 2.0 * rng.integers(0, 2, size=self.d) - 1.0           # diagonal of D
         idx = rng.choice(self.d, size=self.b, replace=False)           # rows of S
         self.idx = torch.from_numpy(idx.astype(np.int64))

@@ -33,9 +33,18 @@ def test_accountant_matches_opacus_published_value():
 
 
 def test_prv_and_rdp_accountants_agree_within_ten_percent():
-    rdp = accountant_epsilon(1.5, 0.04, 2250, 1e-5, "rdp")
-    prv = accountant_epsilon(1.5, 0.04, 2250, 1e-5, "prv")
+    rdp = accountant_epsilon(1.5, 0.04, 2250, 1e-5, accountant="rdp")
+    prv = accountant_epsilon(1.5, 0.04, 2250, 1e-5, accountant="prv")
     assert prv <= rdp and prv == pytest.approx(rdp, rel=0.1)  # opacus' own PRV value is 6.777
+
+
+def test_accountant_options_are_keyword_only_and_checked():
+    """The accountant is named by keyword; an unknown one is a ValueError listing rdp and prv."""
+    with pytest.raises(TypeError):
+        accountant_epsilon(1.5, 0.04, 2250, 1e-5, "rdp")
+    with pytest.raises(ValueError, match="unknown accountant 'moments'; choose one of: rdp, prv"):
+        accountant_epsilon(1.5, 0.04, 2250, 1e-5, accountant="moments")
+    assert accountant_epsilon(0.0, 0.04, 2250, 1e-5) == math.inf
 
 
 def test_accountant_is_tighter_than_paper_composition_with_subsampling():
@@ -67,3 +76,14 @@ def test_message_privacy_is_unbounded_without_a_clip_and_absent_without_noise():
     p = message_privacy(defenses.build("gaussian:sigma=0.1"), 1e-5)
     assert p["epsilon"] is None and "unbounded" in p["privacy_note"]
     assert message_privacy(defenses.build("prune:p=0.5"), 1e-5)["delta"] is None
+
+
+def test_message_privacy_takes_steps_and_sample_rate_by_keyword():
+    """steps and sample_rate are keyword-only; over 4 steps the paper's delta is the total delta, composed by Thm 6.2."""
+    pipe = defenses.build("clip:C=1,gaussian:z=1.1")
+    with pytest.raises(TypeError):
+        message_privacy(pipe, 1e-5, 4)
+    p = message_privacy(pipe, 1e-5, steps=4, sample_rate=0.5)
+    assert p["delta_paper"] == pytest.approx(1e-5)
+    assert p["epsilon_paper"] == pytest.approx(2 * gaussian_epsilon(1.1, 1e-5 / 4, 1.0))
+    assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1, 0.5, 4, 1e-5))

@@ -28,9 +28,9 @@ def test_per_example_clip_bounds_every_row_before_summing():
 
 
 def test_gaussian_noise_has_the_asked_std_and_is_seeded():
-    p = defenses.build("gaussian:sigma=0.5")
+    step = defenses.build("gaussian:sigma=0.5").steps[0]
     v = torch.zeros(200_000, dtype=torch.float64)
-    a, b = p.apply_before(v, gen(3)), p.apply_before(v, gen(3))
+    a, b = step(v, gen(3)), step(v, gen(3))
     assert torch.equal(a, b)
     assert a.std().item() == pytest.approx(0.5, rel=0.01)  # 200k samples: rel. s.e. 0.16 %
     assert abs(a.mean().item()) < 0.005
@@ -42,7 +42,7 @@ def test_gaussian_z_means_sigma_z_times_the_clip():
 
 
 def test_laplace_noise_has_the_asked_scale():
-    a = defenses.build("laplace:b=0.2").apply_before(torch.zeros(200_000, dtype=torch.float64), gen(1))
+    a = defenses.build("laplace:b=0.2").steps[0](torch.zeros(200_000, dtype=torch.float64), gen(1))
     assert a.abs().mean().item() == pytest.approx(0.2, rel=0.01)  # E|Laplace(0,b)| = b
 
 

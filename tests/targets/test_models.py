@@ -1,5 +1,6 @@
 """Victim models and the gradient oracle."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -11,14 +12,15 @@ def test_registry_lists_the_required_models():
 
 
 def test_lenet_is_the_dlg_architecture():
-    m = targets.get_model("lenet", num_classes=10, in_shape=(3, 32, 32))
+    v = targets.get_model("lenet", num_classes=10, in_shape=(3, 32, 32))
+    m = v.model
     convs = [c for c in m.modules() if isinstance(c, nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [(3, 12, (5, 5)), (12, 12, (5, 5)), (12, 12, (5, 5))]
     assert isinstance(m.act, nn.Sigmoid)
     assert m.fc.in_features == 768 and m.fc.out_features == 10
-    assert targets.num_params(m) == 15826
-    assert not any(isinstance(c, nn.modules.batchnorm._BatchNorm) for name in targets.list_models()
-                   for c in targets.get_model(name).modules())
+    assert v.d == targets.num_params(v) == 15826
+    assert v.head is m.fc and v.task == "classification" and v.input_shape == (3, 32, 32)
+    assert not any(targets.get_model(name).has_batchnorm for name in targets.list_models())
 
 
 def test_lenet_default_weights_are_uniform_half_interval():
@@ -42,10 +44,11 @@ def test_other_inits_are_selectable():
 
 
 def test_linreg_gradient_is_residual_times_input():
-    m = targets.get_model("linreg", in_shape=(1, 4, 4), seed=0).double()
+    m = targets.get_model("linreg", in_shape=(1, 4, 4), seed=0).to(dtype=torch.float64)
+    assert m.task == "regression" and m.head is None
     x = torch.rand(1, 1, 4, 4, dtype=torch.float64)
     y = torch.tensor([2.0], dtype=torch.float64)
-    w = m.fc.weight.detach().flatten()
+    w = m.model.fc.weight.detach().flatten()
     expected = (w @ x.flatten() - y) * x.flatten()
     assert torch.allclose(targets.flat_gradient(m, x, y), expected, atol=1e-12)
 
@@ -56,9 +59,9 @@ def test_oracle_matches_autograd_and_supports_second_derivatives():
     y = torch.tensor([3, 7])
     g = targets.flat_gradient(m, x, y, create_graph=True)
     assert g.shape == (targets.num_params(m),)
-    m.zero_grad()
-    m.loss(m(x.detach()), y).backward()
-    ref = torch.cat([p.grad.flatten() for p in m.parameters()])
+    m.model.zero_grad()
+    m.loss(m.model(x.detach()), y).backward()
+    ref = torch.cat([p.grad.flatten() for p in m.model.parameters()])
     assert torch.allclose(g.detach(), ref, atol=1e-6)
     (gx,) = torch.autograd.grad(g.pow(2).sum(), x)
     assert gx.abs().sum() > 0
@@ -80,10 +83,36 @@ def test_soft_labels_equal_hard_labels_when_one_hot():
 
 
 def test_per_example_gradients_average_to_the_batch_gradient_on_both_paths():
-    m = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).double()
+    m = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).to(dtype=torch.float64)
     x, y = torch.rand(3, 1, 8, 8, dtype=torch.float64), torch.tensor([1, 4, 4])
     rows = targets.per_example_gradients(m, x, y)  # vmap path
     assert rows.shape == (3, targets.num_params(m))
     assert torch.allclose(rows.mean(0), targets.flat_gradient(m, x, y), atol=1e-12)
     graph_rows = targets.per_example_gradients(m, x.requires_grad_(True), y, create_graph=True)
     assert torch.allclose(graph_rows.detach(), rows, atol=1e-12) and graph_rows.requires_grad
+
+
+def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_last_linear_head():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+    v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
+    assert v.head is net[3] and v.task == "classification" and v.d == 16 * 8 + 8 + 8 * 3 + 3
+    x, y = torch.rand(2, 1, 4, 4), torch.tensor([0, 2])
+    g = targets.flat_gradient(v, x, y)
+    net.zero_grad()
+    torch.nn.functional.cross_entropy(net(x), y).backward()
+    assert torch.allclose(g, torch.cat([p.grad.flatten() for p in net.parameters()]), atol=1e-7)
+
+
+def test_model_parameters_are_checked_and_passed_to_the_builder():
+    v = targets.get_model("mlp", in_shape=(1, 4, 4), hidden=5, act="relu")
+    assert v.model.fc1.out_features == 5 and isinstance(v.model.act, nn.ReLU)
+    assert "act" in targets.model_params("lenet") and "act" not in targets.model_params("logreg")
+    with pytest.raises(ValueError, match="model 'logreg' has no parameter 'act'"):
+        targets.get_model("logreg", act="relu")
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        targets.get_model("mlp", act="swish")
+
+
+def test_registering_a_model_name_twice_is_refused():
+    with pytest.raises(ValueError, match="registered twice"):
+        targets.register_model("lenet", nn.Linear)

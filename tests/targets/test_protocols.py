@@ -5,24 +5,26 @@ import torch
 
 import targets
 from leakattack import data
-from targets.fedsketch import CountSketchTable, heavymix_support, median, privix
-from targets.protocols import (SPEC_DEFAULTS, evaluate, get_protocol, list_protocols, round_seed,
-                               split_clients)
+from targets.protocols import (SPEC_DEFAULTS, CountSketchTable, evaluate, get_protocol, heavymix_support,
+                               list_protocols, median, per_example_clipped_mean, privix, register_protocol,
+                               round_seed, split_clients)
 
 
 @pytest.fixture(scope="module")
 def digits_split():
-    return data.train_test_split(data.load_dataset("digits"), 0.2, seed=0)
+    return data.train_test_split(data.get_dataset("digits"), 0.2, seed=0)
 
 
 def lenet(train, seed=0):
     return targets.get_model("lenet", 10, train.in_shape, seed=seed, init="default", act="tanh")
 
 
-def test_registry_lists_every_protocol_of_the_issue():
+def test_registry_lists_every_protocol_and_refuses_unknown_or_duplicate_names():
     assert set(list_protocols()) == {"fedavg", "sketched", "sketched-dp", "fedsketch-privix", "fedsketch-heaprix"}
     with pytest.raises(ValueError, match="unknown protocol"):
         get_protocol("fedprox", None, None)
+    with pytest.raises(ValueError, match="registered twice"):
+        register_protocol("fedavg", object)
 
 
 def test_iid_split_is_a_partition_of_equal_shards():
@@ -125,14 +127,13 @@ def test_heavymix_support_holds_the_heavy_coordinates_and_has_m_indices():
 
 def test_sketched_dp_step_noise_has_the_lemma_h7_scale(digits_split):
     """sigma = sqrt(2 ln(1.25/delta)) C / eps (Lemma H.7 with sensitivity l_c = C, Lemma H.8)."""
-    pytest.importorskip("defenses.accounting")
     train, _ = digits_split
     p = get_protocol("sketched-dp", lenet(train), train, clients=2, dp_epsilon=0.5, dp_delta=1e-5, dp_clip=1.0)
     assert p.sigma == pytest.approx((2 * torch.log(torch.tensor(1.25e5))).sqrt().item() / 0.5, rel=1e-6)
     w = p.initial_weights()
     x, y = p.client_batch(1, 0)
     g = p.gradient(w, x, y, 1, 0, 0)
-    noise = g - targets.protocols.per_example_clipped_mean(p.model, w, x, y, 1.0)
+    noise = g - per_example_clipped_mean(p.victim, w, x, y, 1.0)
     assert noise.std().item() == pytest.approx(p.sigma, rel=0.05)  # d = 13426 draws: 5 % is > 5 standard errors
     priv = p.privacy(10)
     assert priv["epsilon_paper"] == pytest.approx(0.5 * (10 * 1) ** 0.5)
@@ -152,7 +153,27 @@ def test_sketched_with_srht_learns_digits_in_a_few_rounds(digits_split):
 def test_spec_defaults_cover_every_parameter_a_protocol_reads(digits_split):
     train, _ = digits_split
     for name in list_protocols():
-        if name == "sketched-dp":
-            pytest.importorskip("defenses.accounting")
         p = get_protocol(name, lenet(train), train, clients=2)
         assert set(SPEC_DEFAULTS) <= set(p.describe())
+
+
+def test_observe_gives_the_message_and_an_attacker_model_that_reproduces_it(digits_split):
+    """Protocol.observe: at the true data the attacker's unrolled model equals the sent message (seed known)."""
+    train, _ = digits_split
+    p = get_protocol("sketched", lenet(train).to(dtype=torch.float64), train, clients=3, local_steps=2,
+                     sketch_ratio=0.3)
+    w = p.initial_weights()
+    msg = p.observe(w, 1, 0, batch_size=2)
+    assert msg.x.shape[0] == 2 and msg.y.norm().item() == pytest.approx(1.0)
+    torch.testing.assert_close(msg.forward(msg.x, msg.labels).detach(), msg.y, rtol=0, atol=1e-10)
+    other = p.observe(w, 1, 0, batch_size=2, sketch_known=False)
+    assert (other.forward(msg.x, msg.labels).detach() - msg.y).norm() > 0.5  # another R_t: no match
+
+
+def test_observe_can_match_the_decoded_message_of_a_decodable_protocol(digits_split):
+    train, _ = digits_split
+    p = get_protocol("fedsketch-privix", lenet(train).to(dtype=torch.float64), train, clients=2,
+                     client_fraction=1.0, sketch_rows=5, sketch_buckets=50)
+    msg = p.observe(p.initial_weights(), 1, 0, batch_size=1, decoded=True)
+    assert msg.y.numel() == p.d and msg.info["match_space"] == "unsketched"
+    torch.testing.assert_close(msg.forward(msg.x, msg.labels).detach(), msg.y, rtol=0, atol=1e-10)

@@ -1,0 +1,42 @@
+"""Attacks behind one contract: ``get_attack(name, **options).reconstruct(obs) -> AttackResult``.
+
+* ``gradient-matching`` — DLG / Inverting Gradients / the sketched L_R of Song et
+  al.: optimise dummy data (and labels) until the simulated message matches.
+
+Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
+(``get_prior``) are registries of their own.  Adding an attack: its own module
+with an :class:`Attack` subclass, plus one registration line here.
+"""
+
+from __future__ import annotations
+
+from ..registry import Registry
+from .base import Attack, AttackError, AttackResult, Monitor
+from .gradient_matching import DUMMY_INITS, LABEL_MODES, OBJECTIVES, GradientMatching, init_dummy, match_loss
+from .labels import recover_labels, sign_rule_snr
+from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers
+from .priors import get_prior, list_priors
+
+_ATTACKS = Registry("attack")
+_ATTACKS.register("gradient-matching", GradientMatching)
+
+#: the attack ``leakattack run`` uses unless another is named
+DEFAULT_ATTACK = "gradient-matching"
+
+
+def list_attacks() -> list[str]:
+    """Names accepted by :func:`get_attack`."""
+    return _ATTACKS.names()
+
+
+def get_attack(name: str, **options) -> Attack:
+    """Attack ``name`` configured with ``options`` (keyword arguments of its class)."""
+    return _ATTACKS.get(name)(**options)
+
+
+__all__ = [
+    "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
+    "GradientMatching", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
+    "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR",
+    "get_prior", "list_priors",
+]

@@ -1,0 +1,67 @@
+"""The attack contract: ``Attack.reconstruct(obs) -> AttackResult``.
+
+An attack sees only an :class:`~leakattack.observation.Observation` (the message
+and what the threat model grants) and returns its best reconstruction.  The
+truth never reaches it; a ``monitor`` callback (step, x) -> dict lets the caller
+record evaluation numbers (PSNR) along the way without the attack seeing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..errors import UserError
+from ..observation import Observation
+
+Monitor = Callable[[int, torch.Tensor], dict]
+
+
+class AttackError(UserError):
+    """The attack cannot run on this observation (one sentence saying why)."""
+
+
+@dataclass
+class AttackResult:
+    """What one attack produced."""
+
+    x: torch.Tensor  #: best iterate (lowest matching loss), detached, unclamped
+    labels: torch.Tensor | None  #: the labels the attack used or found
+    x0: torch.Tensor  #: the dummy data it started from
+    losses: list[float]  #: the matching loss L_R(x_t) at every step t = 0..T (without priors)
+    extra: list[dict] = field(default_factory=list)  #: monitor outputs with their step
+    iterations: int = 0
+    best_step: int = 0
+    stop_reason: str = "iterations"  #: iterations | tolerance | diverged
+    message: str = ""
+    wall_s: float = 0.0
+    restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[self.best_step]
+
+
+class Attack:
+    """Base class: subclasses set ``name`` and implement :meth:`reconstruct`."""
+
+    name = "base"
+
+    def supports(self, obs: Observation) -> str | None:
+        """None when the attack can run on ``obs``, else one sentence saying why not."""
+        return None
+
+    def check(self, obs: Observation) -> None:
+        """Raise AttackError when the attack cannot run on ``obs``."""
+        reason = self.supports(obs)
+        if reason:
+            raise AttackError(f"attack '{self.name}' cannot run here: {reason}")
+
+    def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
+                    progress: bool = False) -> AttackResult:  # pragma: no cover
+        raise NotImplementedError
+
+
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor"]

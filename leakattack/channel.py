@@ -1,0 +1,81 @@
+"""The channel: everything between the client's gradient and the wire.
+
+A :class:`Channel` holds the defense steps placed before the sketch, the sketch
+R, and the steps placed after it.  One implementation (:class:`Transmission`)
+runs them, for both sides:
+
+* the client, ``channel.send(g, rng)``: every step, noise drawn from ``rng``;
+* the attacker, ``channel.attacker_view(threat)``: the deterministic,
+  differentiable part the threat model lets it model (the norm clips when
+  ``threat.knows_clip``; never noise, pruning or quantisation).
+
+With a ``per_example`` step the input is the (B, d) matrix of per-example
+gradients: each row is clipped, the rows are summed, the remaining before-sketch
+steps run on the sum (DP-SGD adds its noise there), and the result is divided by
+B (Abadi et al. 2016, Alg. 1).  Without it the input is the mean gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import defenses
+
+from .sketch import Sketch
+
+
+class Transmission:
+    """A fixed list of defense steps around the sketch, as one function of the gradient."""
+
+    def __init__(self, sketch: Sketch, pipeline: defenses.Pipeline):
+        self.sketch = sketch
+        self.pipeline = pipeline
+
+    @property
+    def per_example(self) -> bool:
+        """Whether the input is the (B, d) matrix of per-example gradients."""
+        return self.pipeline.per_example
+
+    def __call__(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
+        batch = g.shape[0] if self.per_example else None
+        for step in self.pipeline.before:
+            g = step(g, rng)
+        if batch is not None:
+            g = g / batch
+        y = self.sketch.apply(g)
+        for step in self.pipeline.after:
+            y = step(y, rng)
+        return y
+
+
+class Channel:
+    """Defenses + sketch: ``send`` for the client, ``attacker_view`` for what the attacker may model."""
+
+    def __init__(self, sketch: Sketch, defense=None):
+        self.sketch = sketch
+        self.pipeline = defenses.build(defense)
+        self._client = Transmission(sketch, self.pipeline)
+
+    @property
+    def per_example(self) -> bool:
+        """Whether the client needs per-example gradients (a ``per_example`` clip)."""
+        return self._client.per_example
+
+    @property
+    def spec(self) -> str:
+        """The canonical defense spec ("" without defense)."""
+        return self.pipeline.spec
+
+    def send(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
+        """The message the client puts on the wire for its gradient g (rows of g with a per-example step)."""
+        return self._client(g, rng)
+
+    def attacker_view(self, threat) -> Transmission:
+        """The attacker's differentiable model of the channel: the clips if ``threat.knows_clip``, and R."""
+        return Transmission(self.sketch, self.pipeline.clips() if threat.knows_clip else defenses.build(""))
+
+    def describe(self) -> dict:
+        return {"sketch": self.sketch.describe(), "defense": self.pipeline.describe()}
+
+
+__all__ = ["Channel", "Transmission"]

@@ -1,0 +1,7 @@
+"""``python -m leakattack.cli``: the same as the ``leakattack`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""``leakattack check``: measure the paper's theory constants on a target and sketch, or write Table 2 / the embedding table."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from ..config import ConfigError
+from ..figures.theory import check_figures
+from ..sketch import list_sketches
+from ..theory import (CHECK_TARGETS, DEFAULT_SAMPLES, check, embedding_markdown, summary_table, table2_markdown,
+                      write_check, write_markdown)
+
+
+def _default_out() -> Path:
+    return Path("results/runs") / f"check-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _check_samples(samples) -> None:
+    if samples is not None and samples < 1:
+        raise ConfigError(f"samples must be at least 1, got {samples}")
+
+
+def cmd_check(a) -> int:
+    out = Path(a.out) if a.out else _default_out()
+    if a.table2 or a.embedding:
+        _check_samples(a.samples)
+        tables = []
+        if a.table2:
+            tables.append(("table2.md", table2_markdown(samples=a.samples or 400, seed=a.seed)))
+        if a.embedding:
+            tables.append(("embedding.md", embedding_markdown(trials=a.samples or 2000, seed=a.seed)))
+        for name, text in tables:
+            path = write_markdown(out, name, text)
+            print(text)
+            print(f"wrote {path}")
+        return 0
+    if a.model not in CHECK_TARGETS:
+        raise ConfigError(f"unknown model '{a.model}' for check; choose one of: {', '.join(CHECK_TARGETS)}")
+    if a.sketch not in list_sketches():
+        raise ConfigError(f"unknown sketch '{a.sketch}'; choose one of: {', '.join(list_sketches())}")
+    _check_samples(a.samples)
+    if not 0 < a.sketch_ratio <= 1:
+        raise ConfigError(f"sketch ratio must lie in (0, 1], got {a.sketch_ratio}")
+    res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet)
+    res["command"] = "leakattack check " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "leakattack check"
+    stored = write_check(res, out)
+    figures = check_figures(stored, out)  # drawn from the stored check.json
+    print(summary_table(res))
+    print(f"wrote {stored}, " + ", ".join(str(p) for p in figures))
+    return 0
+
+
+def register(sub) -> None:
+    """Add the `check` subcommand to the CLI's subparsers."""
+    p = sub.add_parser("check", help="measure the paper's theory constants and inequalities on a target and sketch",
+                       description="Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's linear rate "
+                                   "(Song et al., ICML 2023, §7); or --table2 / --embedding. Measurements with stated sample sizes, not proofs.")
+    p.add_argument("--model", default="linreg", help=f"one of {', '.join(CHECK_TARGETS)} (default: %(default)s)")
+    p.add_argument("--sketch", default="none", help="sketch kind (default: %(default)s)")
+    p.add_argument("--sketch-ratio", type=float, default=0.5, help="b/d in (0, 1] (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=None, help="sampled points (default per model: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_SAMPLES.items()) + "; table2: 400 per scale; embedding: 2000 sketches)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, sketch and samples (default: %(default)s)")
+    p.add_argument("--table2", action="store_true", help="test the functions of the paper's Table 2 and write table2.md")
+    p.add_argument("--embedding", action="store_true", help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
+    p.add_argument("--out", default=None, help="output folder (default: results/runs/check-<timestamp>/)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_check)
+
+
+__all__ = ["register", "cmd_check"]

@@ -1,0 +1,24 @@
+"""``leakattack figures``: redraw a sweep's summary and figures from its stored results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+from ..sweep import finalize
+
+
+def cmd_figures(a) -> int:
+    out = Path(a.dir)
+    if not (out / "results.jsonl").exists():
+        raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
+    res = finalize(out)
+    print(f"{res['points']} points | {len(res['figures'])} figures in {out / 'figures'}")
+    return 0
+
+
+def register(sub) -> None:
+    """Add the ``figures`` subcommand."""
+    p = sub.add_parser("figures", help="draw a sweep's figures from its stored results (never re-runs attacks)")
+    p.add_argument("dir", help="sweep output folder holding results.jsonl")
+    p.set_defaults(func=cmd_figures)

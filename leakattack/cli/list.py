@@ -1,0 +1,27 @@
+"""``leakattack list``: the names every registry accepts."""
+
+from __future__ import annotations
+
+import defenses
+import targets
+from targets.protocols import list_protocols
+
+from ..attacks import list_attacks, list_optimizers, list_priors
+from ..data import list_datasets
+from ..sketch import list_sketches
+from ..sweep import list_backends
+
+
+def cmd_list(a) -> int:
+    rows = [("models", targets.list_models()), ("sketches", list_sketches()), ("datasets", list_datasets()),
+            ("attacks", list_attacks()), ("priors", list_priors()), ("optimizers", list_optimizers()),
+            ("defenses", defenses.list_defenses()), ("protocols", list_protocols()),
+            ("sweep backends", list_backends())]
+    for name, names in rows:
+        print(f"{name + ':':<16}{', '.join(names)}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="list models, sketches, data sets, attacks, defenses, protocols")
+    p.set_defaults(func=cmd_list)

@@ -1,0 +1,97 @@
+"""`leakattack reproduce`: regenerate the reference results committed under results/.
+
+Every number the README quotes from results/ comes from one of these steps, run
+from the repository root.  ``--list`` names the steps, ``--dry-run`` prints their
+commands.  Sweeps are re-run from scratch (their old results.jsonl and points are
+removed first, otherwise the sweep would resume and skip every point).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UserError as ConfigError
+
+PY = [sys.executable]
+CLI = PY + ["-m", "leakattack.cli"]
+SWEEPS = ("defense_sweep", "phase_transition", "privacy_utility")
+CHECKS = (("linreg", "none"), ("lenet", "srht"))
+
+
+def steps() -> dict[str, list[tuple[str, list[str]]]]:
+    """name -> [(what, argv)]; ``what`` is "run" or "sweep:<folder>" or "check:<model>_<sketch>"."""
+    out = {
+        "reference": [("run", CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet", "--out",
+                                     f"results/reference/lenet-{s}"]) for s in ("srht", "none")],
+        "sweeps": [(f"sweep:results/sweeps/{n}", CLI + ["sweep", f"examples/{n}.toml", "--jobs", "2", "--quiet",
+                                                        "--out", f"results/sweeps/{n}"]) for n in SWEEPS],
+        "theory": [(f"check:{m}_{s}", CLI + ["check", "--model", m, "--sketch", s, "--quiet", "--out",
+                                             f"results/runs/check-{m}-{s}"]) for m, s in CHECKS]
+        + [("run", CLI + ["check", "--table2", "--samples", "400", "--seed", "0", "--out", "results/theory"]),
+           ("run", CLI + ["check", "--embedding", "--samples", "2000", "--seed", "0", "--out", "results/theory"])],
+        "protocols": [("run", ["sh", "scripts/protocols_train.sh"]),
+                      ("run", PY + ["scripts/protocols_summarise.py"]),
+                      ("run", PY + ["scripts/protocols_attack_table.py", "1000"])],
+    }
+    return out
+
+
+def _prepare(what: str) -> None:
+    if what.startswith("sweep:"):
+        folder = Path(what.split(":", 1)[1])
+        for name in ("results.jsonl", "summary.csv"):
+            (folder / name).unlink(missing_ok=True)
+        for sub in ("points", "figures"):
+            shutil.rmtree(folder / sub, ignore_errors=True)
+
+
+def _finish(what: str, argv: list[str]) -> None:
+    if what.startswith("check:"):  # results/theory/check_<model>_<sketch>{.json,_*.png}
+        tag, src = what.split(":", 1)[1], Path(argv[-1])
+        dst = Path("results/theory")
+        dst.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / "check.json", dst / f"check_{tag}.json")
+        for png in ("noncritical_hist.png", "convergence.png"):
+            shutil.copyfile(src / png, dst / f"check_{tag}_{png}")
+
+
+def cmd_reproduce(a) -> int:
+    table = steps()
+    if a.list:
+        for name, items in table.items():
+            print(f"{name}: {len(items)} command(s)")
+        return 0
+    names = a.names or list(table)
+    for n in names:
+        if n not in table:
+            raise ConfigError(f"unknown reproduce step '{n}'; choose one of: {', '.join(table)}")
+    if not Path("examples").is_dir() or not Path("results").is_dir():
+        raise ConfigError("run `leakattack reproduce` from the repository root (it needs examples/ and results/)")
+    for n in names:
+        for what, argv in table[n]:
+            print(f"[{n}] {' '.join(argv)}", flush=True)
+            if a.dry_run:
+                continue
+            _prepare(what)
+            t0 = time.perf_counter()
+            rc = subprocess.call(argv)
+            if rc != 0:
+                print(f"leakattack: error: step '{n}' failed (exit code {rc}): {' '.join(argv)}", file=sys.stderr)
+                return 1
+            _finish(what, argv)
+            print(f"[{n}] done in {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("reproduce", help="regenerate the reference results committed under results/",
+                       description="Re-run the commands behind every committed reference result "
+                                   "(reference runs, sweeps, theory checks, protocol training and attacks).")
+    p.add_argument("names", nargs="*", help="steps to run (default: all; see --list)")
+    p.add_argument("--list", action="store_true", help="name the steps and stop")
+    p.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    p.set_defaults(func=cmd_reproduce)

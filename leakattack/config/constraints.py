@@ -1,0 +1,126 @@
+"""Parameter constraints declared as objects, checked once, with one error template.
+
+Each constraint knows whether a value satisfies it and how to say what it
+wants; :class:`~leakattack.config.params.Param` pairs one with a name, a default,
+a label and a help text, and that single declaration yields the command-line
+flag, the validation and the sweep key.  (The scikit-learn
+``_parameter_constraints`` way.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+
+class Constraint:
+    """A predicate on values with a description; ``error(label, v)`` is the one-sentence complaint."""
+
+    what = "valid"
+
+    def ok(self, v) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def error(self, label: str, v) -> str:
+        return f"{label} must {self.what}, got {v!r}"
+
+
+class Choice(Constraint):
+    """One of a set of names; the set may come from a registry (a callable)."""
+
+    def __init__(self, options: Iterable | Callable[[], Iterable], *, allow_empty: bool = False):
+        self._options = options
+        self.allow_empty = allow_empty  #: "" means "none of them" (e.g. no protocol)
+
+    @property
+    def options(self) -> list:
+        return list(self._options() if callable(self._options) else self._options)
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and (v in self.options or (self.allow_empty and v == ""))
+
+    def error(self, label, v):
+        return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))}"
+
+
+class Number(Constraint):
+    """An integer or real number in an interval; ``integer`` refuses 1.5 and True."""
+
+    def __init__(self, low=None, high=None, *, integer: bool = False, low_open: bool = False,
+                 high_open: bool = False, what: str | None = None):
+        self.low, self.high, self.integer = low, high, integer
+        self.low_open, self.high_open = low_open, high_open
+        self.what = what or self._describe()
+
+    def _describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            lo = "(" if self.low_open else "["
+            hi = ")" if self.high_open else "]"
+            return f"lie in {lo}{self.low}, {self.high}{hi}"
+        if self.low is not None:
+            if self.low == 0:
+                return f"be {'positive' if self.low_open else 'non-negative'}"
+            return f"be at least {self.low}"
+        return f"be {kind}"
+
+    def ok(self, v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if self.integer and not isinstance(v, int):
+            return False
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if self.low is not None and (v <= self.low if self.low_open else v < self.low):
+            return False
+        if self.high is not None and (v >= self.high if self.high_open else v > self.high):
+            return False
+        return True
+
+
+class Index(Number):
+    """A round or client number: an integer from ``low`` on; a wrong one "does not exist"."""
+
+    def __init__(self, low: int):
+        super().__init__(low, integer=True)
+
+    def error(self, label, v):
+        return f"{label} {v} does not exist: {label}s start at {self.low}"
+
+
+class Flag(Constraint):
+    what = "be true or false"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, bool)
+
+
+class Text(Constraint):
+    what = "be a string"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str)
+
+
+class Table(Constraint):
+    what = "be a table of NAME = VALUE pairs"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, dict)
+
+
+class Optional(Constraint):
+    """None, or a value the inner constraint accepts."""
+
+    def __init__(self, inner: Constraint):
+        self.inner = inner
+        self.what = inner.what
+
+    def ok(self, v) -> bool:
+        return v is None or self.inner.ok(v)
+
+    def error(self, label, v):
+        return self.inner.error(label, v)
+
+
+__all__ = ["Constraint", "Choice", "Number", "Index", "Flag", "Text", "Table", "Optional"]

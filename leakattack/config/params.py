@@ -1,0 +1,168 @@
+"""Every parameter a user can set, declared once: name, default, constraint, label, help, flag.
+
+The declarations below generate :class:`~leakattack.config.RunConfig`, the
+``leakattack run`` flags, the validation with its one-sentence errors, and the
+keys a sweep file may use.  Adding a run parameter is one ``Param`` line here
+(plus the code that uses it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import targets
+from targets.protocols import SPEC_DEFAULTS, list_protocols
+
+from .. import attacks
+from ..data import list_datasets
+from ..sketch import list_sketches
+from .constraints import Choice, Constraint, Flag, Index, Number, Optional, Table, Text
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float64", "float32")
+MATCH_SPACES = ("sketch", "unsketched")
+
+NOTHING = object()  #: marks a parameter without a command-line flag
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its constraint, default and how it appears on the command line."""
+
+    name: str
+    default: Any
+    constraint: Constraint
+    label: str  #: how errors name it ("sketch ratio")
+    help: str = ""
+    group: str = "attacker"
+    flag: Any = None  #: None: --name-with-dashes; NOTHING: no flag; else the flag text
+    invert: bool = False  #: a flag that stores False (e.g. --sketch-unknown for sketch_known)
+
+    @property
+    def option(self) -> str | None:
+        if self.flag is NOTHING:
+            return None
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+def _choices(fn):
+    return Choice(fn)
+
+
+POS_INT = Number(1, integer=True)
+NONNEG_INT = Number(0, integer=True, what="be non-negative")
+SEED = Number(0, 2 ** 63 - 1, integer=True, what="be an integer in [0, 2^63 - 1]")
+
+#: the run parameters, in the order of ``leakattack run --help``
+RUN_PARAMS: tuple[Param, ...] = (
+    # victim
+    Param("model", "lenet", _choices(targets.list_models), "model", "victim model, one of {choices}", "victim"),
+    Param("weight_init", None, Optional(Choice(targets.INITS)), "weight init",
+          "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; lenet: uniform)", "victim"),
+    Param("model_seed", None, Optional(SEED), "model seed", "seed of the model weights (default: --seed)", "victim"),
+    # sketch and defense
+    Param("sketch", "srht", _choices(list_sketches), "sketch", "sketch kind, one of {choices}", "sketch"),
+    Param("sketch_dim", None, Optional(Number(0, integer=True, low_open=True, what="be a positive integer")),
+          "sketch dimension", "sketch dimension b (overrides --sketch-ratio)", "sketch"),
+    Param("sketch_ratio", 0.5, Number(0, 1, low_open=True), "sketch ratio", "b/d, in (0, 1]", "sketch"),
+    Param("sketch_params", {}, Table(), "sketch parameters",
+          "extra sketch parameter, e.g. s=4 for sparse (repeatable)", "sketch", flag="--sketch-param"),
+    Param("sketch_seed", None, Optional(SEED), "sketch seed",
+          "seed of R, shared by client and attacker (default: --seed + 1)", "sketch"),
+    Param("defense", "", Text(), "defense",
+          "defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)", "sketch"),
+    Param("delta", 1e-5, Number(0, 1, low_open=True, high_open=True), "delta",
+          "delta at which epsilon is reported for Gaussian noise", "sketch"),
+    Param("noise_seed", None, Optional(SEED), "noise seed", "seed of the client's noise (default: --seed + 3)", "sketch"),
+    Param("utility", False, Flag(), "utility", "also train the target under the defense on digits and record utility_acc", "sketch"),
+    Param("utility_steps", 300, POS_INT, "utility steps", "training steps of --utility", "sketch"),
+    Param("utility_batch", 64, POS_INT, "utility batch", "", "sketch", flag=NOTHING),
+    Param("utility_lr", 0.5, Number(0, low_open=True), "utility learning rate", "", "sketch", flag=NOTHING),
+    Param("attacker_knows_clip", False, Flag(), "attacker knows clip",
+          "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
+    # attacker
+    Param("attack", attacks.DEFAULT_ATTACK, _choices(attacks.list_attacks), "attack", "attack, one of {choices}"),
+    Param("optimizer", "lbfgs", _choices(attacks.list_optimizers), "optimizer", "one of {choices}"),
+    Param("iterations", 4000, Number(0, integer=True, low_open=True), "iterations", "optimiser steps"),
+    Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
+          "step size (default: " + ", ".join(f"{k} {v}" for k, v in attacks.DEFAULT_LR.items()) + ")"),
+    Param("objective", "l2", Choice(attacks.OBJECTIVES), "objective",
+          "one of {choices}: squared distance L_R or cosine distance"),
+    Param("tv", 0.0, Number(0, what="be non-negative"), "TV weight", "weight of the total-variation prior (0: off)"),
+    Param("box", False, Flag(), "box", "project the dummy data onto [0, 1] after every step (default: off)"),
+    Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
+    Param("label_mode", "idlg", Choice(attacks.LABEL_MODES), "label mode",
+          "one of {choices}: recover by iDLG's sign rule through the sketch, take the true labels, or optimise soft "
+          "labels (DLG) (regression victims always use given)", flag="--labels"),
+    Param("dummy_init", "gaussian", Choice(attacks.DUMMY_INITS), "dummy init", "one of {choices}"),
+    Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
+    Param("seed", 0, SEED, "seed", "master seed"),
+    # data
+    Param("dataset", None, Optional(_choices(list_datasets)), "dataset",
+          "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)", "data"),
+    Param("data_root", None, Optional(Text()), "data root",
+          "folder holding torchvision data sets (mnist, cifar10, cifar100)", "data"),
+    Param("download", False, Flag(), "download", "allow torchvision to download the data set into --data-root", "data"),
+    Param("image_index", 0, NONNEG_INT, "image index", "index of the first attacked image", "data"),
+    Param("batch_size", 1, POS_INT, "batch size", "images attacked together", "data"),
+    # output and machine
+    Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
+    Param("threads", 1, POS_INT, "threads",
+          "CPU threads for torch (the attack's small tensor ops gain nothing from more and slow down when cores are shared)", "output"),
+    Param("dtype", "float64", Choice(DTYPES), "dtype", "one of {choices}: precision of model, data and attack", "output"),
+    Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
+    # protocol message
+    Param("protocol", "", Choice(list_protocols, allow_empty=True), "protocol",
+          "attack a protocol message instead of one gradient: one of {protocols}", "protocol"),
+    Param("protocol_round", 1, Index(1), "round", "round t of the attacked message", "protocol", flag="--round"),
+    Param("protocol_client", 0, Index(0), "client", "client c whose message is attacked", "protocol", flag="--client"),
+    Param("protocol_dir", None, Optional(Text()), "protocol folder",
+          "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)", "protocol"),
+    Param("protocol_spec", {}, Table(), "protocol parameters", "", "protocol", flag=NOTHING),
+    Param("protocol_act", "tanh", Choice(targets.models.ACTIVATIONS), "activation",
+          "activation of lenet/mlp in the protocol (default: tanh; sigmoid does not train)", "protocol", flag="--act"),
+    Param("match_space", "sketch", Choice(MATCH_SPACES), "match space",
+          "fedsketch-*: match the count-sketch table (sketch) or its PRIVIX un-sketch (unsketched)", "protocol"),
+    Param("sketch_known", True, Flag(), "sketch known", "the attacker does not know R_t: it uses another seed",
+          "protocol", flag="--sketch-unknown", invert=True),
+)
+
+#: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
+PROTOCOL_PARAMS: tuple[Param, ...] = (
+    Param("clients", SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N", "protocol"),
+    Param("local_steps", SPEC_DEFAULTS["local_steps"], POS_INT, "local steps K", "local SGD steps K per round", "protocol"),
+    Param("local_lr", SPEC_DEFAULTS["local_lr"], Number(0, low_open=True), "local learning rate",
+          "local learning rate eta", "protocol"),
+    Param("global_lr", SPEC_DEFAULTS["global_lr"], Number(0, low_open=True), "global learning rate",
+          "server learning rate eta_global / gamma", "protocol"),
+    Param("batch_size", SPEC_DEFAULTS["batch_size"], POS_INT, "client batch size", "images a client uses per round",
+          "protocol", flag="--client-batch"),
+    Param("noniid", SPEC_DEFAULTS["noniid"], Flag(), "non-iid", "non-iid split: each client holds one or two classes",
+          "protocol"),
+    Param("client_fraction", SPEC_DEFAULTS["client_fraction"], Optional(Number(0, 1, low_open=True)),
+          "client fraction", "fraction of clients sampled per round (default: 0.5 for fedsketch-*, else 1)", "protocol"),
+    Param("sketch_rows", SPEC_DEFAULTS["sketch_rows"], POS_INT, "count-sketch rows t",
+          "FedSKETCH count-sketch rows t", "protocol"),
+    Param("sketch_buckets", SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
+          "FedSKETCH buckets m per row", "protocol"),
+    Param("dp_epsilon", SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "sketched-dp epsilon",
+          "sketched-dp: per-step epsilon^", "protocol"),
+    Param("dp_delta", SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "sketched-dp delta",
+          "sketched-dp: per-step delta^", "protocol"),
+    Param("dp_clip", SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "sketched-dp clip",
+          "sketched-dp: per-example clip norm = Lipschitz bound l_c", "protocol"),
+)
+
+
+def help_text(p: Param) -> str:
+    """The flag's help with its choices filled in and its default stated."""
+    text = p.help.replace("{choices}", ", ".join(map(str, getattr(p.constraint, "options", []) or
+                                                  getattr(getattr(p.constraint, "inner", None), "options", []))))
+    text = text.replace("{protocols}", ", ".join(list_protocols()))
+    if isinstance(p.constraint, Flag) or "default" in text or p.default in (None, {}, ""):
+        return text
+    return f"{text} (default: {p.default})"
+
+
+__all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text"]

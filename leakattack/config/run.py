@@ -1,0 +1,152 @@
+"""The run configuration: one dataclass generated from the declared parameters.
+
+:class:`RunConfig` has one field per :data:`~leakattack.config.params.RUN_PARAMS`
+entry.  :meth:`RunConfig.validate` checks every value against its declared
+constraint and raises :class:`ConfigError` with one sentence; checks that need
+the built model (b against d) come later through :meth:`RunConfig.validate_for`.
+Values derived from others (seeds, the step size) are computed by
+:meth:`RunConfig.derived`, never stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+import targets
+from defenses import build as build_defense
+from targets.protocols import protocol_class
+
+from .. import attacks
+from ..errors import UserError
+from ..sketch import is_identity, list_sketches, sketch_dim
+from .params import PROTOCOL_PARAMS, RUN_PARAMS
+
+
+class ConfigError(UserError):
+    """A user-facing configuration error: its message is one sentence."""
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Values a run derives from its configuration (recorded in config.json)."""
+
+    model_seed: int
+    sketch_seed: int
+    init_seed: int
+    noise_seed: int
+    lr: float
+
+
+def _default(value):
+    return field(default_factory=lambda: copy.deepcopy(value)) if isinstance(value, (dict, list)) else value
+
+
+def _validate(self) -> "RunConfig":
+    """Check every value against its declared constraint; raise ConfigError (one sentence)."""
+    for p in RUN_PARAMS:
+        v = getattr(self, p.name)
+        if not p.constraint.ok(v):
+            raise ConfigError(p.constraint.error(p.label, v))
+    check_protocol_spec(self.protocol_spec, partial=True)
+    try:
+        build_defense(self.defense)
+    except UserError as err:
+        raise ConfigError(str(err)) from None
+    if self.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
+    return self
+
+
+def _validate_for(self, d: int) -> None:
+    """Checks that need d, the gradient length of the built model."""
+    b = self.sketch_b(d)
+    if not is_identity(self.sketch) and not 1 <= b <= d:
+        raise ConfigError(f"sketch dimension b = {b} must lie in [1, d] with d = {d} for model '{self.model}'")
+
+
+def _sketch_b(self, d: int) -> int:
+    """The sketch dimension b for a gradient of length d."""
+    if is_identity(self.sketch):
+        return d
+    if self.sketch_dim is not None:
+        return int(self.sketch_dim)
+    return sketch_dim(self.sketch_ratio, d)
+
+
+def _derived(self) -> Derived:
+    return Derived(
+        model_seed=self.seed if self.model_seed is None else self.model_seed,
+        sketch_seed=self.seed + 1 if self.sketch_seed is None else self.sketch_seed,
+        init_seed=self.seed + 2,
+        noise_seed=self.seed + 3 if self.noise_seed is None else self.noise_seed,
+        lr=attacks.DEFAULT_LR[self.optimizer] if self.lr is None else self.lr,
+    )
+
+
+def _labels_given(self) -> bool:
+    """The attacker is granted the labels: asked for, or the victim is a regression (no sign rule)."""
+    return self.label_mode == "given" or targets.task_of(self.model) == "regression"
+
+
+def _to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@classmethod
+def _from_dict(cls, values: dict) -> "RunConfig":
+    """Build from a plain dict; an unknown key is a ConfigError naming it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in names:
+            raise ConfigError(f"unknown run parameter '{key}'")
+    return cls(**values)
+
+
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    [(p.name, object, _default(p.default)) for p in RUN_PARAMS],
+    namespace={
+        "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data (see RUN_PARAMS).",
+        "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
+        "labels_given": property(_labels_given), "to_dict": _to_dict, "from_dict": _from_dict,
+    },
+)
+RunConfig.__module__ = __name__
+
+
+def check_protocol_spec(spec: dict, partial: bool = False) -> None:
+    """Every protocol value against its declared constraint; unknown keys refused."""
+    declared = {p.name: p for p in PROTOCOL_PARAMS}
+    for key, v in spec.items():
+        if key not in declared:
+            if key in ("seed", "sketch", "sketch_ratio", "sketch_params"):
+                continue
+            raise ConfigError(f"unknown protocol parameter '{key}'")
+        p = declared[key]
+        if not p.constraint.ok(v):
+            raise ConfigError(p.constraint.error(p.label, v))
+    if not partial:
+        missing = [k for k in declared if k not in spec]
+        if missing:
+            raise ConfigError(f"protocol parameter '{missing[0]}' is missing")
+
+
+def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
+    """A protocol's spec, with the checks its capabilities need (the sketch for sketched ones)."""
+    cls = protocol_class(name)
+    check_protocol_spec(spec)
+    if not 0 < spec["sketch_ratio"] <= 1:
+        raise ConfigError(f"sketch ratio must lie in (0, 1], got {spec['sketch_ratio']}")
+    if cls.uses_sketch:
+        if spec["sketch"] not in list_sketches():
+            raise ConfigError(f"unknown sketch '{spec['sketch']}'; choose one of: {', '.join(list_sketches())}")
+        if d is not None and not is_identity(spec["sketch"]) and sketch_dim(spec["sketch_ratio"], d) < 1:
+            raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
+
+
+__all__ = ["ConfigError", "Derived", "RunConfig", "check_protocol_spec", "validate_protocol"]

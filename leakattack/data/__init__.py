@@ -1,0 +1,74 @@
+"""Image data sets for the attacks, found by name: real photographs and digits by default.
+
+``get_dataset(name, root=None, download=False, train=True)`` loads one set and
+``list_datasets()`` names them, in this order:
+
+* ``"photos"``, ``"digits"`` -- offline sets shipped inside scikit-image and
+  scikit-learn (no download, no network; contents and licences in
+  :mod:`leakattack.data.embedded`).
+* ``"mnist"``, ``"cifar10"``, ``"cifar100"`` -- downloadable sets
+  (``torchvision.datasets``, read from ``root``; :mod:`leakattack.data.torchvision_sets`).
+
+All images are float32 tensors (N, C, H, W) in [0, 1], never normalised.
+Loaded sets are cached (``functools.lru_cache``): repeated loads return the same
+tensors, so treat them as read-only; :func:`get_batch` returns clones.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from leakattack.registry import Registry
+
+from .base import DataError, ImageSet, get_batch, train_test_split
+from .embedded import PHOTO_NAMES, load_digits, load_photos
+from .torchvision_sets import load_torchvision
+
+_REGISTRY = Registry("dataset", DataError)
+_ORDER: list[str] = []  # registration order, which list_datasets() keeps (Registry.names() sorts)
+
+
+def register_dataset(name: str, loader, *, offline: bool) -> None:
+    """Add a loader under ``name``: ``loader()`` when ``offline``, else ``loader(root, download, train)``."""
+    _REGISTRY.register(name, loader, offline=offline)
+    _ORDER.append(name)
+
+
+register_dataset("photos", load_photos, offline=True)
+register_dataset("digits", load_digits, offline=True)
+register_dataset("mnist", functools.partial(load_torchvision, "mnist"), offline=False)
+register_dataset("cifar10", functools.partial(load_torchvision, "cifar10"), offline=False)
+register_dataset("cifar100", functools.partial(load_torchvision, "cifar100"), offline=False)
+
+
+def list_datasets() -> list:
+    """Names accepted by :func:`get_dataset`, in registration order."""
+    return list(_ORDER)
+
+
+@functools.lru_cache(maxsize=6)
+def _load_cached(name: str, root, download: bool, train: bool) -> ImageSet:
+    """Cached loader behind :func:`get_dataset` (arguments already normalised)."""
+    loader = _REGISTRY.get(name)
+    if _REGISTRY.meta(name)["offline"]:
+        return loader()
+    return loader(root, download, train)
+
+
+def get_dataset(name: str, root=None, download: bool = False, train: bool = True) -> ImageSet:
+    """Load a data set by name (see :func:`list_datasets`); ``root``/``download``/``train`` only affect torchvision sets."""
+    key = str(name).lower()
+    if key not in _REGISTRY:
+        raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(_ORDER)}")
+    if _REGISTRY.meta(key)["offline"]:
+        return _load_cached(key, None, False, True)
+    root_key = None if root is None else str(Path(root).expanduser().resolve())
+    return _load_cached(key, root_key, bool(download), bool(train))
+
+
+#: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
+load_dataset = get_dataset
+
+__all__ = ["DataError", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "list_datasets",
+           "load_dataset", "register_dataset", "train_test_split"]

@@ -1,0 +1,91 @@
+"""What every data set is: an :class:`ImageSet`, its errors, batching and splitting.
+
+All images are float32 tensors (N, C, H, W) in [0, 1], never normalised.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from leakattack.errors import UserError
+
+
+class DataError(UserError):
+    """A data-set request the user can fix (unknown name, missing files, bad index)."""
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """Images (N, C, H, W) float32 in [0, 1] with integer labels and provenance."""
+
+    name: str
+    images: torch.Tensor
+    labels: torch.Tensor
+    num_classes: int
+    class_names: list
+    source: str
+
+    @property
+    def in_shape(self) -> tuple:
+        """Shape (C, H, W) of one image."""
+        return tuple(self.images.shape[1:])
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+
+def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
+    """Images and labels index .. index+batch_size-1 of ``ds``, as clones."""
+    n = len(ds)
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+        raise DataError(f"image index must be an integer, got {index!r}")
+    if (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+            or batch_size < 1):
+        raise DataError(f"batch size must be a positive integer, got {batch_size!r}")
+    index, batch_size = int(index), int(batch_size)
+    if index < 0 or index >= n:
+        raise DataError(f"image index {index} out of range: dataset {ds.name} has {n} images")
+    if index + batch_size > n:
+        raise DataError(f"images {index}..{index + batch_size - 1} out of range: "
+                        f"dataset {ds.name} has {n} images")
+    sl = slice(index, index + batch_size)
+    return ds.images[sl].clone(), ds.labels[sl].clone()
+
+
+def train_test_split(ds: ImageSet, test_fraction: float = 0.2, seed: int = 0):
+    """Seeded split stratified by class: round(test_fraction * N) test images, split over classes by largest remainder."""
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise DataError(f"test fraction must lie strictly between 0 and 1, got {test_fraction}")
+    rng = np.random.default_rng(seed)
+    labels = ds.labels.cpu().numpy()
+    classes = np.unique(labels)
+    sizes = np.array([np.sum(labels == c) for c in classes])
+    # Largest-remainder allocation: the test part has round(test_fraction * N) images in total.
+    quota = float(test_fraction) * sizes
+    k = np.floor(quota).astype(int)
+    extra = int(np.floor(float(test_fraction) * len(labels) + 0.5)) - int(k.sum())
+    k[np.argsort(-(quota - k), kind="stable")[:max(extra, 0)]] += 1
+    train_idx, test_idx = [], []
+    for c, kc in zip(classes, k):
+        idx = np.flatnonzero(labels == c)
+        idx = idx[rng.permutation(idx.size)]
+        test_idx.append(idx[:kc])
+        train_idx.append(idx[kc:])
+    parts = []
+    for idx, tag in ((np.sort(np.concatenate(train_idx)), "train"),
+                     (np.sort(np.concatenate(test_idx)), "test")):
+        t = torch.from_numpy(idx).long()
+        parts.append(ImageSet(
+            name=ds.name, images=ds.images[t], labels=ds.labels[t], num_classes=ds.num_classes,
+            class_names=list(ds.class_names),
+            source=f"{ds.source}; {tag} part of a stratified split "
+                   f"(test_fraction={test_fraction}, seed={seed})",
+        ))
+    return parts[0], parts[1]
+
+
+__all__ = ["DataError", "ImageSet", "get_batch", "train_test_split"]

@@ -1,0 +1,112 @@
+"""The offline data sets shipped inside installed libraries: no download, no network.
+
+* ``"photos"`` -- 3x32x32 crops of ten photographs bundled with scikit-image
+  (``skimage.data``), one class per photograph.  Licence statements, as given in
+  the ``skimage.data`` docstrings of scikit-image 0.26:
+
+  - astronaut: NASA Great Images database, "No known copyright restrictions,
+    released into the public domain."
+  - chelsea: "No copyright restrictions.  CC0 by the photographer (Stefan van der Walt)."
+  - coffee: "No copyright restrictions.  CC0 by the photographer (Rachel Michetti)."
+  - rocket: captured by SpaceX and released in the public domain.
+  - hubble_deep_field: captured by NASA, "may be freely used in the public domain".
+  - immunohistochemistry: CMMI, "No known copyright restrictions."
+  - retina: Wikimedia Commons, "Creative Commons CC0 1.0 Universal Public Domain
+    Dedication."
+  - camera: "No copyright restrictions. CC0 by the photographer (Lav Varshney)."
+  - coins: Brooklyn Museum Collection, "No known copyright restrictions."
+  - moon: its docstring states no licence; it ships inside scikit-image, whose
+    LICENSE.txt covers all files ("Files: *") under BSD-3-Clause.
+
+  (``cat`` is the same photograph as ``chelsea`` and is not used twice.)
+* ``"digits"`` -- scikit-learn's bundled handwritten digits (``load_digits``:
+  1797 images, 8x8, grey levels 0..16; UCI ML hand-written digits data set),
+  scaled to [0, 1] and resized bilinearly to 1x28x28.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import ImageSet
+
+#: The ten photographs of the "photos" set, in class order; grey ones are repeated to RGB.
+PHOTO_NAMES = [
+    "astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field",
+    "immunohistochemistry", "retina", "camera", "coins", "moon",
+]
+
+#: Crop 0 of each photo, as (top, left, side) in pixels of the original image;
+#: photos not listed use their largest centred square.  The astronaut's crop is
+#: her face, so that image index 0 is a recognisable, detailed image.
+_HEADLINE_BOX = {"astronaut": (20, 130, 200)}
+
+#: Crops 1..4: squares of this fraction of the centred square, at its four corners.
+_CORNER_FRACTION = 0.6
+_CROPS_PER_PHOTO = 5
+_PHOTO_SIZE = 32
+_DIGIT_SIZE = 28
+
+
+def _photo_boxes(name: str, h: int, w: int) -> list:
+    """The five (top, left, side) crop boxes of one photo (see module docstring)."""
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    boxes = [_HEADLINE_BOX.get(name, (top, left, side))]
+    s = int(round(_CORNER_FRACTION * side))
+    for dy, dx in [(0, 0), (0, side - s), (side - s, 0), (side - s, side - s)]:
+        boxes.append((top + dy, left + dx, s))
+    return boxes
+
+
+def load_photos() -> ImageSet:
+    """50 deterministic 3x32x32 crops of ten skimage.data photographs (interleaved by class)."""
+    # scikit-image is an optional heavy dependency: imported only when the set is loaded.
+    import skimage.data
+    from skimage.transform import resize
+
+    per_photo = []
+    for name in PHOTO_NAMES:
+        img = np.asarray(getattr(skimage.data, name)(), dtype=np.float64) / 255.0
+        if img.ndim == 2:
+            img = np.repeat(img[:, :, None], 3, axis=2)
+        img = img[:, :, :3]
+        crops = []
+        for top, left, side in _photo_boxes(name, *img.shape[:2]):
+            patch = img[top:top + side, left:left + side]
+            small = resize(patch, (_PHOTO_SIZE, _PHOTO_SIZE), order=1,
+                           anti_aliasing=True, mode="reflect")
+            crops.append(np.clip(small, 0.0, 1.0))
+        per_photo.append(crops)
+    # Interleave: index = crop * 10 + class, so consecutive indices are distinct photos.
+    images, labels = [], []
+    for crop in range(_CROPS_PER_PHOTO):
+        for cls in range(len(PHOTO_NAMES)):
+            images.append(per_photo[cls][crop])
+            labels.append(cls)
+    x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous().float()
+    return ImageSet(
+        name="photos", images=x, labels=torch.tensor(labels, dtype=torch.long),
+        num_classes=len(PHOTO_NAMES), class_names=list(PHOTO_NAMES),
+        source="scikit-image sample photographs (skimage.data); see leakattack/data/embedded.py for licences",
+    )
+
+
+def load_digits() -> ImageSet:
+    """scikit-learn's 8x8 digits scaled to [0, 1] and resized bilinearly to 1x28x28."""
+    # scikit-learn is an optional heavy dependency: imported only when the set is loaded.
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch = sklearn_digits()
+    x = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0).unsqueeze(1)
+    x = torch.nn.functional.interpolate(x, size=(_DIGIT_SIZE, _DIGIT_SIZE), mode="bilinear",
+                                        align_corners=False).clamp_(0.0, 1.0).contiguous()
+    return ImageSet(
+        name="digits", images=x, labels=torch.from_numpy(np.asarray(bunch.target)).long(),
+        num_classes=10, class_names=[str(i) for i in range(10)],
+        source="scikit-learn load_digits (UCI ML hand-written digits), resized 8x8 -> 28x28",
+    )
+
+
+__all__ = ["PHOTO_NAMES", "load_photos", "load_digits"]

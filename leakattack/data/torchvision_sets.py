@@ -1,0 +1,46 @@
+"""The downloadable data sets (``torchvision.datasets``), read from a data root.
+
+``"mnist"``, ``"cifar10"``, ``"cifar100"``: the train or test split, converted to
+float32 tensors (N, C, H, W) in [0, 1].  Nothing is downloaded unless asked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import DataError, ImageSet
+
+#: Our name -> the class name in ``torchvision.datasets``.
+TORCHVISION_CLASSES = {"mnist": "MNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
+
+
+def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
+    """A torchvision data set from ``root``, converted to float tensors in [0, 1]."""
+    # torchvision.datasets is an optional heavy import: only when such a set is loaded.
+    import torchvision
+
+    if root is None:
+        raise DataError(f"no data root given for {name}: pass --download with --data-root DIR, "
+                        f"or point --data-root at a folder containing {name}")
+    cls = getattr(torchvision.datasets, TORCHVISION_CLASSES[name])
+    try:
+        ds = cls(root=str(root), train=train, download=download)
+    except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found ..."; network errors
+        if download:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
+                            f"elsewhere and point --data-root at a folder containing it") from exc
+        raise DataError(f"{name} not found under data root {root}: pass --download or point "
+                        f"--data-root at a folder containing it") from exc
+    data = ds.data if isinstance(ds.data, torch.Tensor) else torch.from_numpy(np.asarray(ds.data))
+    x = data.float().div_(255.0)
+    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    labels = torch.as_tensor(np.asarray(ds.targets), dtype=torch.long)
+    split = "train" if train else "test"
+    return ImageSet(name=name, images=x.contiguous(), labels=labels,
+                    num_classes=len(ds.classes), class_names=list(ds.classes),
+                    source=f"torchvision.datasets.{TORCHVISION_CLASSES[name]} ({split}) at {root}")
+
+
+__all__ = ["TORCHVISION_CLASSES", "load_torchvision"]

@@ -1,0 +1,43 @@
+"""What every figure shares: the Agg backend, atomic saving, images as arrays."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ..results import atomic_write_bytes  # noqa: E402
+
+
+def save(fig, path) -> None:
+    """Write a figure (format from the suffix: .png or .pdf) atomically and close it."""
+    buf = io.BytesIO()
+    fmt = str(path).rsplit(".", 1)[-1]
+    fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def save_both(fig, folder, stem) -> list:
+    """Write ``folder/stem.png`` and ``folder/stem.pdf`` atomically, close the figure; returns both paths."""
+    paths = []
+    for ext in ("png", "pdf"):
+        path = Path(folder) / f"{stem}.{ext}"
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+        atomic_write_bytes(path, buf.getvalue())
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def to_hwc(img) -> np.ndarray:
+    """(C, H, W) tensor/array in [0, 1] -> (H, W, C) or (H, W) numpy for imshow."""
+    a = np.asarray(img.detach().cpu() if hasattr(img, "detach") else img, dtype=np.float32)
+    a = np.clip(a, 0, 1).transpose(1, 2, 0)
+    return a[..., 0] if a.shape[-1] == 1 else a

@@ -1,0 +1,23 @@
+"""The metrics' one error and the shape check every metric runs first."""
+
+from __future__ import annotations
+
+import torch
+
+from leakattack.errors import UserError
+
+
+class MetricsError(UserError):
+    """Inputs a caller can fix: mismatched shapes, wrong rank, images too small."""
+
+
+def check_pair(x_hat: torch.Tensor, x: torch.Tensor) -> None:
+    """Raise MetricsError unless both are 4-D tensors of the same shape."""
+    if not isinstance(x_hat, torch.Tensor) or not isinstance(x, torch.Tensor):
+        raise MetricsError("images must be torch tensors of shape (B, C, H, W)")
+    if x.ndim != 4 or x_hat.shape != x.shape:
+        raise MetricsError(f"images must share one shape (B, C, H, W); got "
+                           f"{tuple(x_hat.shape)} and {tuple(x.shape)}")
+
+
+__all__ = ["MetricsError", "check_pair"]

@@ -1,0 +1,40 @@
+"""One-to-one matching of a reconstructed batch to the ground truth, and label accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import MetricsError, check_pair
+
+
+def label_accuracy(pred, true) -> float:
+    """Fraction of positions where the predicted label equals the true label."""
+    p = torch.as_tensor(pred).reshape(-1).cpu()
+    t = torch.as_tensor(true).reshape(-1).cpu()
+    if p.numel() != t.numel() or t.numel() == 0:
+        raise MetricsError(f"label accuracy needs two non-empty label lists of one length, got "
+                           f"{p.numel()} and {t.numel()}")
+    return float((p.long() == t.long()).float().mean())
+
+
+def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy linear_sum_assignment) on pairwise MSE."""
+    # scipy.optimize is a heavy import: only when a batch of more than one image is matched.
+    from scipy.optimize import linear_sum_assignment
+
+    check_pair(x_hat, x)
+    a = x_hat.detach().to(torch.float64).flatten(1).cpu()
+    y = x.detach().to(torch.float64).flatten(1).cpu()
+    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2).div(a.shape[1]).numpy()  # cost[i, j] = mse(x_hat[i], x[j])
+    bad = ~np.isfinite(cost)
+    if bad.any():  # diverged reconstructions: match them last instead of failing
+        finite = cost[~bad]
+        cost[bad] = (finite.max() + 1.0) * cost.size if finite.size else 1.0
+    rows, cols = linear_sum_assignment(cost)
+    perm = np.empty(len(rows), dtype=np.int64)
+    perm[cols] = rows
+    return torch.from_numpy(perm)
+
+
+__all__ = ["label_accuracy", "match"]

@@ -1,0 +1,42 @@
+"""Seed streams: every random object of leakattack draws from one of these.
+
+Seeds are data (a run's config.json reproduces its numbers), so each consumer
+derives its own independent stream from a master seed and a fixed tag instead of
+sharing global state.  The tags are named here once.  A leaf module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+#: stream tags of the sketch families (numpy streams: SeedSequence([seed, tag]))
+SRHT, COUNTSKETCH, SPARSE, UNIFORM = 3, 5, 6, 8
+#: stream tags of the federated protocols (torch streams: hashed key tuples)
+CLIENT_SPLIT, CLIENT_SAMPLING, CLIENT_BATCH, DP_NOISE, HEAVYMIX = 101, 202, 303, 404, 505
+
+
+def numpy_stream(seed: int, *tags: int) -> np.random.Generator:
+    """A NumPy generator for (seed, *tags): independent streams per tag (``SeedSequence`` spawning keys)."""
+    return np.random.default_rng(seed_sequence(seed, *tags))
+
+
+def seed_sequence(seed: int, *tags: int) -> np.random.SeedSequence:
+    """``SeedSequence([seed mod 2^63, *tags])``: the entropy behind :func:`numpy_stream`."""
+    return np.random.SeedSequence([int(seed) % 2 ** 63, *map(int, tags)])
+
+
+def torch_stream(*keys: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded by a tuple of integers (a polynomial hash mod the Mersenne prime 2^61 - 1)."""
+    h = 0
+    for k in keys:
+        h = (h * 1_000_003 + int(k) + 1) % (2 ** 61 - 1)
+    return torch.Generator().manual_seed(h)
+
+
+def torch_generator(seed: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with ``seed`` itself (weights, dummy starts, client noise)."""
+    return torch.Generator().manual_seed(int(seed))
+
+
+__all__ = ["numpy_stream", "seed_sequence", "torch_stream", "torch_generator"]

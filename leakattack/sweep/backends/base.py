@@ -1,0 +1,33 @@
+"""The contract every sweep backend keeps."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Iterable, Iterator
+
+
+class Backend(ABC):
+    """Runs independent jobs somewhere; the caller alone writes their results.
+
+    ``map_unordered(fn, items)`` yields ``(item, fn(item))`` for every item
+    once, in completion order; an exception raised by a job propagates out of
+    the iterator.  ``fn`` and the items must be picklable for backends that run
+    them in other processes.  ``close(cancel=False)`` waits for the jobs
+    started; ``close(cancel=True)`` stops them, dropping unfinished results.
+    As a context manager it closes on leaving, cancelling when an exception
+    (Ctrl-C, a failed job) is on its way out.
+    """
+
+    @abstractmethod
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        """``(item, fn(item))`` pairs in completion order."""
+
+    @abstractmethod
+    def close(self, cancel: bool = False) -> None:
+        """Release the workers; with ``cancel``, stop the jobs still running."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(cancel=exc_type is not None)

@@ -1,0 +1,71 @@
+"""Processes on this machine: a spawn-context pool, one torch thread per worker.
+
+Ctrl-C is handled by the parent (workers ignore SIGINT), and workers exit on
+their own when the parent dies (kill -9), so nothing is left running.  With one
+job, or a single item, the work runs in the calling process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+import torch
+
+from .base import Backend
+
+
+def _worker_init() -> None:
+    """Workers: one thread, Ctrl-C handled by the parent, exit when the parent dies (kill -9)."""
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+class LocalBackend(Backend):
+    """``jobs`` worker processes on this machine (``jobs=1``: in this process)."""
+
+    def __init__(self, jobs: int = 1):
+        self.jobs = jobs
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map_unordered(self, fn, items):
+        items = list(items)
+        if self.jobs <= 1 or len(items) <= 1:
+            for item in items:
+                yield item, fn(item)
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
+                                             initializer=_worker_init)
+        futures = {self._pool.submit(fn, item): item for item in items}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+
+    def close(self, cancel: bool = False) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if not cancel:
+            pool.shutdown()
+            return
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # CPython keeps no public handle on them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:  # a worker caught mid start-up may miss SIGTERM's default action: make sure
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()

@@ -1,0 +1,84 @@
+"""The sweep's coordinator: runs a plan's points on a backend and is the one writer of their results.
+
+Every finished point appends one JSON line ``{"key", "index", "grid",
+"params", "metrics"}`` to ``DIR/results.jsonl`` (one ``write`` + ``fsync``, by
+this process only) and its reconstruction to ``DIR/points/<key>.pt``.  Running
+the same plan again skips finished points; a torn last line (kill -9
+mid-write) is dropped first.  At the end ``summary.csv`` (mean and sample std
+over seeds and images per setting, in grid order) and the figures are written
+from the stored results.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import experiment, figures
+from ..config import RunConfig
+from ..results import (append_line, load_records, read_results, summarize, write_csv, write_json,
+                       write_tensors)
+from .backends import get_backend
+from .plan import Plan, point_key
+
+
+def run_point(params: dict, with_lpips: bool = False):
+    """One attack: (metrics incl. m = C*H*W*batch, reconstruction in truth order, truth) as numpy arrays."""
+    p = experiment.prepare(RunConfig.from_dict(params))
+    out = experiment.execute(p, progress=False, with_lpips=with_lpips)
+    m = dict(out.metrics)
+    m["m"] = int(p.x.numel())
+    order = torch.as_tensor(m["match"])
+    recon = out.result.x.clamp(0, 1)[order]
+    return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy()
+
+
+def _run_indexed(with_lpips: bool, item: tuple[int, dict]):
+    """A backend job: ``item`` is (index, point)."""
+    return run_point(item[1]["params"], with_lpips)
+
+
+def run_sweep(plan: Plan, out: Path, jobs: int = 1, progress: bool = True, backend: str = "local") -> dict:
+    """Run the points not yet in ``out/results.jsonl`` on ``backend``, then write summary.csv and the figures.
+
+    Interrupted (Ctrl-C, or a point that fails), the backend's running jobs are
+    cancelled and every result already written is kept.
+    """
+    workers = get_backend(backend, jobs=jobs)  # an unknown name is refused before anything is written
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "sweep.json", plan.meta())
+    results = out / "results.jsonl"
+    done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
+    todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
+    lpips = bool(plan.settings.get("lpips", False))
+    bar = tqdm(total=len(plan.points), initial=len(plan.points) - len(todo), desc="sweep", unit="pt",
+               disable=not progress, dynamic_ncols=True)
+    fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    (out / "points").mkdir(exist_ok=True)
+    try:
+        with workers:  # leaving on an exception cancels the jobs still running; what is written stays
+            for (i, pt), (m, recon, truth) in workers.map_unordered(functools.partial(_run_indexed, lpips), todo):
+                write_tensors(out / "points" / f"{pt['key']}.pt",
+                              {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
+                append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"],
+                                 "metrics": m})
+                bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
+                bar.update(1)
+    finally:
+        bar.close()
+        os.close(fd)
+    return finalize(out, plan)
+
+
+def finalize(out: Path, plan: Plan | None = None) -> dict:
+    """summary.csv and the figures from results.jsonl (points of the current plan, in grid order)."""
+    records = load_records(out, plan, key_of=point_key)
+    rows = summarize(records)
+    write_csv(out / "summary.csv", rows)
+    paths = figures.sweep_figures(out, records)
+    return {"points": len(records), "rows": rows, "figures": paths}

@@ -1,0 +1,66 @@
+"""Federated protocols whose client messages are observed: ``get_protocol`` / ``list_protocols``.
+
+* ``fedavg``            local SGD, K steps, plain averaging (McMahan et al. 2017).
+* ``sketched``          Song et al. 2023, Algorithm 1 (sketched updates, R_t per round).
+* ``sketched-dp``       Algorithm 2: Gaussian noise at every local step.
+* ``fedsketch-privix``  FedSKETCH with the count-sketch table and PRIVIX.
+* ``fedsketch-heaprix`` FedSKETCH with HEAPRIX (HEAVYMIX's top coordinates sent exactly).
+
+A protocol produces the message of client c in round t with
+``Protocol.observe(w, t, c, ...)``.  Adding a protocol: its own module with a
+``Protocol`` subclass, plus one ``register_protocol`` line here.
+"""
+
+from __future__ import annotations
+
+from leakattack.errors import UserError
+from leakattack.registry import Registry
+
+from .base import (SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, ClientMessage, MessageMap, Protocol, evaluate, local_sgd,
+                   round_seed, split_clients)
+from .fedavg import FedAvg
+from .fedsketch import CountSketchTable, FedSketchHeaprix, FedSketchPrivix, heavymix_support, median, privix
+from .sketched import Sketched, SketchedDP, per_example_clipped_mean
+
+_PROTOCOLS = Registry("protocol")
+
+
+def register_protocol(name: str, cls: type) -> type:
+    """Add a protocol class to the registry under ``name``."""
+    _PROTOCOLS.register(name, cls)
+    cls.name = name
+    return cls
+
+
+register_protocol("fedavg", FedAvg)
+register_protocol("sketched", Sketched)
+register_protocol("sketched-dp", SketchedDP)
+register_protocol("fedsketch-privix", FedSketchPrivix)
+register_protocol("fedsketch-heaprix", FedSketchHeaprix)
+
+
+def list_protocols() -> list[str]:
+    """Names accepted by :func:`get_protocol`."""
+    return _PROTOCOLS.names()
+
+
+def protocol_class(name: str) -> type:
+    """The class registered under ``name`` (its capabilities without building it)."""
+    return _PROTOCOLS.get(name)
+
+
+def get_protocol(name: str, victim, train_set, **spec) -> Protocol:
+    """Build protocol ``name`` over ``victim`` (template) and the training ImageSet ``train_set``."""
+    cls = _PROTOCOLS.get(name)
+    unknown = set(spec) - set(SPEC_DEFAULTS)
+    if unknown:
+        raise UserError(f"unknown protocol parameter(s): {', '.join(sorted(unknown))}")
+    return cls(victim, train_set, **{**SPEC_DEFAULTS, **spec})
+
+
+__all__ = [
+    "get_protocol", "list_protocols", "register_protocol", "protocol_class", "Protocol", "ClientMessage",
+    "MessageMap", "SPEC_DEFAULTS", "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",
+    "per_example_clipped_mean", "CountSketchTable", "privix", "heavymix_support", "median",
+    "FedAvg", "Sketched", "SketchedDP", "FedSketchPrivix", "FedSketchHeaprix",
+]

@@ -1,0 +1,271 @@
+"""The protocol skeleton (FedAvg rounds) and the message a client sends in round t.
+
+Weights travel as one flat vector w (length d); the victim's model is only a
+template evaluated with ``functional_call``.  Rounds are numbered t = 1..T and
+w^t is the model the clients start round t from (w^1 = the initial weights).
+
+Client c's data in round t: a batch of B images drawn from its shard with seed
+(seed, t, c); all K local steps use that batch.  Client sampling is a fraction q
+of the N clients drawn without replacement with seed (seed, t).
+dw_c = u^K - w^t.
+
+:meth:`Protocol.observe` produces what an attacker sees of client c in round t,
+and its model of how that message was made:
+
+    u^0 = w^t,  u^k = u^{k-1} - eta grad_w F(u^{k-1}, x),  message = E_t(u^K - w^t)
+
+(K = 1: a scaled sketched gradient; K > 1: the unrolled FedAvg attack of Geiping
+et al., "Inverting Gradients", NeurIPS 2020), with E_t the protocol's encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.func import functional_call
+
+from leakattack.seeds import CLIENT_BATCH, CLIENT_SAMPLING, CLIENT_SPLIT, torch_stream
+from leakattack.sketch import get_sketch
+
+from ..oracle import flat_gradient, flat_params, loss_at, unflatten
+from ..victim import Victim
+
+#: every protocol parameter with its default (protocol.json holds exactly these)
+SPEC_DEFAULTS = {
+    "clients": 10, "local_steps": 1, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
+    "noniid": False, "client_fraction": None, "seed": 0,
+    "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
+    "sketch_rows": 20, "sketch_buckets": 40,
+    "dp_epsilon": 0.5, "dp_delta": 1e-5, "dp_clip": 1.0,
+}
+
+#: seed offset of the attacker's R_t when the sketch seed is not granted
+UNKNOWN_SEED_OFFSET = 104_729
+
+
+def round_seed(seed: int, t: int) -> int:
+    """Seed of round t's sketch R_t, derived from the shared seed (Algorithm 1: 'the same seed')."""
+    return (int(seed) * 1_000_003 + 7919 * int(t) + 17) % (2 ** 31 - 1)
+
+
+def split_clients(labels: torch.Tensor, num_clients: int, noniid: bool, seed: int) -> list[torch.Tensor]:
+    """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, FedSKETCH Sec. 6)."""
+    gen = torch_stream(seed, CLIENT_SPLIT)
+    n = labels.numel()
+    if not noniid:
+        return [p.sort().values for p in torch.randperm(n, generator=gen).tensor_split(num_clients)]
+    classes = labels.unique()
+    order = classes[torch.randperm(classes.numel(), generator=gen)]
+    C = classes.numel()
+    # client c holds classes order[c % C] and order[(c + 1) % C] (one class when C == 1);
+    # each class is split evenly among the clients holding it
+    held = [{int(order[c % C]), int(order[(c + 1) % C])} for c in range(num_clients)]
+    parts: list[list[torch.Tensor]] = [[] for _ in range(num_clients)]
+    for k in classes.tolist():
+        owners = [c for c in range(num_clients) if k in held[c]]
+        idx = torch.nonzero(labels == k).flatten()
+        idx = idx[torch.randperm(idx.numel(), generator=gen)]
+        for c, piece in zip(owners, idx.tensor_split(len(owners)) if owners else []):
+            parts[c].append(piece)
+    return [torch.cat(p).sort().values if p else torch.zeros(0, dtype=torch.long) for p in parts]
+
+
+def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
+    """u^K with u^0 = w, u^k = u^{k-1} - lr * grad_fn(u^{k-1}, k) (Algorithm 1, lines 12-14)."""
+    u = w
+    for k in range(steps):
+        u = u - lr * grad_fn(u, k)
+    return u
+
+
+def evaluate(victim: Victim, w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
+             chunk: int = 512) -> tuple[float, float]:
+    """(mean loss, accuracy) of the victim at flat weights w on a labelled set."""
+    params = unflatten(victim, w)
+    total, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, images.shape[0], chunk):
+            x, y = images[i:i + chunk], labels[i:i + chunk]
+            out = functional_call(victim.model, params, (x,))
+            total += float(victim.loss(out, y)) * x.shape[0]
+            correct += int((out.argmax(-1) == y).sum())
+    n = images.shape[0]
+    return total / n, correct / n
+
+
+class MessageMap:
+    """The linear map g -> scale * E g from a gradient to a message (label recovery reads it)."""
+
+    def __init__(self, inner, scale: float, info: dict):
+        self.inner, self.scale, self.info = inner, float(scale), info
+        self.d, self.b = inner.d, inner.b
+
+    def apply(self, v):
+        return self.scale * self.inner.apply(v)
+
+    def adjoint(self, u):
+        return self.scale * self.inner.adjoint(u)
+
+    def describe(self) -> dict:
+        return {**self.info, "scale": self.scale, "encoder": self.inner.describe()}
+
+
+@dataclass
+class ClientMessage:
+    """What client c sent in round t, the data it came from, and the attacker's model of it.
+
+    ``y`` and ``forward`` are expressed in units of the message norm
+    (``info["message_norm"]``), so a matching loss reads as L_R/||y||^2.
+    """
+
+    y: torch.Tensor  #: the message divided by its norm
+    x: torch.Tensor  #: the client's batch (ground truth, never given to the attacker)
+    labels: torch.Tensor  #: its labels
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  #: data, labels -> message (differentiable)
+    linear_map: MessageMap  #: g -> message, exact for K = 1 (label recovery reads it)
+    update_norm: float  #: ||dw|| of the client's true update
+    info: dict = field(default_factory=dict)
+
+
+class Protocol:
+    """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it (``server``)."""
+
+    name = "base"
+    default_fraction = 1.0
+    #: the server can decode a message back to gradient space (``decode``); the attacker may match there
+    decodable = False
+    #: clients compress with a sketch of leakattack.sketch (``sketch``, ``sketch_ratio`` in the spec)
+    uses_sketch = False
+
+    def __init__(self, victim: Victim, train_set, **spec):
+        self.spec = dict(spec)
+        for k, v in spec.items():
+            setattr(self, k, v)
+        self.victim = victim
+        self.d = victim.d
+        self.dtype, self.device = victim.dtype, victim.device
+        self.images = train_set.images.to(device=self.device, dtype=self.dtype)
+        self.labels = train_set.labels.to(self.device)
+        self.shards = split_clients(train_set.labels, self.clients, self.noniid, self.seed)
+        if self.client_fraction is None:
+            self.client_fraction = self.default_fraction
+
+    # -- who and what --------------------------------------------------------
+    def initial_weights(self) -> torch.Tensor:
+        """w^1: the template model's weights."""
+        return flat_params(self.victim)
+
+    def sampled(self, t: int) -> list[int]:
+        """Clients active in round t (a fraction q, at least one, drawn without replacement)."""
+        if self.client_fraction >= 1:
+            return list(range(self.clients))
+        k = max(1, int(round(self.client_fraction * self.clients)))
+        return sorted(torch.randperm(self.clients, generator=torch_stream(self.seed, t, CLIENT_SAMPLING))[:k].tolist())
+
+    def client_batch(self, t: int, c: int, size: int | None = None):
+        """Client c's data in round t: ``size`` (default B) images of its shard, drawn with seed (seed, t, c)."""
+        shard = self.shards[c]
+        size = min(size or self.batch_size, shard.numel())
+        pick = shard[torch.randperm(shard.numel(), generator=torch_stream(self.seed, t, c, CLIENT_BATCH))[:size]]
+        return self.images[pick.to(self.device)], self.labels[pick.to(self.device)]
+
+    # -- client --------------------------------------------------------------
+    def gradient(self, u, x, y, t, c, k, create_graph=False):
+        """The local-step gradient (Algorithm 1: the plain local gradient)."""
+        return flat_gradient(self.victim, x, y, params=unflatten(self.victim, u), create_graph=create_graph)
+
+    def attacker_gradient(self, u, x, y):
+        """The attacker's model of a local-step gradient: the client's rule without its noise, differentiable in x."""
+        return flat_gradient(self.victim, x, y, params=unflatten(self.victim, u), create_graph=True)
+
+    def client_update(self, w, x, y, t, c, create_graph=False) -> torch.Tensor:
+        """dw_c = u^K - w^t after K local steps on (x, y)."""
+        return local_sgd(lambda u, k: self.gradient(u, x, y, t, c, k, create_graph), w, self.local_lr,
+                         self.local_steps) - w
+
+    def operator(self, t: int, seed_offset: int = 0):
+        """The linear map a client applies to dw in round t (None: sends dw itself)."""
+        return None
+
+    def encode(self, delta, t, op=None):
+        """What the client sends for its update dw."""
+        op = self.operator(t) if op is None else op
+        return delta if op is None else op.apply(delta)
+
+    def decode(self, op, message):
+        """The server's estimate of dw from one message (protocols with ``decodable``)."""
+        raise NotImplementedError
+
+    def floats_per_client(self) -> int:
+        """Floats one sampled client uploads per round."""
+        return self.d
+
+    # -- server --------------------------------------------------------------
+    def server(self, w, t, deltas: dict, messages: dict) -> torch.Tensor:
+        """w^{t+1} from the round's messages (deltas are used only where the protocol has a second round)."""
+        return w + self.global_lr * torch.stack(list(messages.values())).mean(0)
+
+    def run_round(self, w: torch.Tensor, t: int) -> tuple[torch.Tensor, dict]:
+        """One round: sampled clients update and send, the server aggregates; returns w^{t+1} and stats."""
+        deltas, messages, losses = {}, {}, []
+        for c in self.sampled(t):
+            x, y = self.client_batch(t, c)
+            with torch.no_grad():
+                losses.append(float(loss_at(self.victim, x, y, unflatten(self.victim, w))))
+            deltas[c] = self.client_update(w, x, y, t, c).detach()
+            messages[c] = self.encode(deltas[c], t)
+        w_next = self.server(w, t, deltas, messages).detach()
+        return w_next, {"train_loss": sum(losses) / len(losses), "clients": sorted(deltas),
+                        "floats_sent": self.floats_per_client()}
+
+    def replay(self, t: int) -> torch.Tensor:
+        """w^t by re-running rounds 1..t-1 from the seeds (deterministic)."""
+        w = self.initial_weights()
+        for s in range(1, t):
+            w, _ = self.run_round(w, s)
+        return w
+
+    def privacy(self, rounds: int) -> dict:
+        """(epsilon, delta) after ``rounds`` rounds; empty for protocols without noise."""
+        return {}
+
+    # -- the attacker's view -------------------------------------------------
+    def observe(self, w: torch.Tensor, t: int, c: int, *, batch_size: int | None = None,
+                sketch_known: bool = True, decoded: bool = False) -> ClientMessage:
+        """Client c's round-t message at weights w^t and the attacker's model of it.
+
+        The attacker knows w^t, eta, K and (with ``sketch_known``) the round's
+        sketch seed; without it, it draws R_t from another seed.  ``decoded``
+        matches the server's decoding of the message (protocols with ``decodable``).
+        Clients, rounds and batch size are checked by the caller.
+        """
+        x, labels = self.client_batch(t, c, batch_size)
+        delta = self.client_update(w, x, labels, t, c).detach()
+        op_true = self.operator(t)
+        op_att = self.operator(t, seed_offset=0 if sketch_known else UNKNOWN_SEED_OFFSET)
+        y = self.encode(delta, t, op_true).detach() if op_true is not None else delta
+        decoded = decoded and self.decodable
+        if decoded:
+            y = self.decode(op_true, y).detach()
+        K, lr = self.local_steps, self.local_lr
+        unit = float(y.norm()) or 1.0
+        y = y / unit
+
+        def forward(xd, lab):
+            dw = local_sgd(lambda u, k: self.attacker_gradient(u, xd, lab), w, lr, K) - w
+            msg = dw if op_att is None else op_att.apply(dw)
+            return (self.decode(op_att, msg) if decoded else msg) / unit
+
+        inner = get_sketch("none", self.d, self.d) if (op_att is None or decoded) else op_att
+        info = {"kind": f"protocol:{self.name}", "round": t, "client": c, "local_steps": K, "local_lr": lr,
+                "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "message",
+                "message_floats": int(y.numel()), "message_norm": unit}
+        return ClientMessage(y=y, x=x, labels=labels, forward=forward,
+                             linear_map=MessageMap(inner, -lr / unit, info), update_norm=float(delta.norm()),
+                             info=info)
+
+    def describe(self) -> dict:
+        return {"protocol": self.name, **self.spec, "client_fraction": self.client_fraction, "d": self.d,
+                "floats_per_client": self.floats_per_client()}

@@ -1,0 +1,78 @@
+"""Song, Wang, Yu, Zhang (ICML 2023), Algorithms 1 and 2: iterative sketching, with and without DP noise.
+
+* ``sketched``    a fresh R_t per round from the shared seed (:func:`round_seed`),
+                  clients send R_t dw_c, the server averages and scales by eta_g,
+                  clients de-sketch with R_t^T.
+* ``sketched-dp`` as ``sketched`` with Gaussian noise N(0, sigma^2 I) added to the
+                  gradient at every local step; sigma from (eps^, delta^) by Lemma
+                  H.7 with sensitivity l_c (Lemma H.8), l_c enforced by per-example
+                  clipping.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from defenses.accounting import accountant_epsilon, gaussian_sigma, paper_composition
+from defenses.clipping import clip_by_norm
+from leakattack.seeds import DP_NOISE, torch_stream
+from leakattack.sketch import get_sketch, sketch_dim
+
+from ..oracle import per_example_gradients, unflatten
+from .base import Protocol, round_seed
+
+
+def per_example_clipped_mean(victim, u: torch.Tensor, x: torch.Tensor, y: torch.Tensor, clip: float,
+                             create_graph: bool = False) -> torch.Tensor:
+    """(1/B) sum_i g_i min(1, C/||g_i||): a mean gradient of norm <= C = l_c (Lemma H.8's bound)."""
+    rows = per_example_gradients(victim, x, y, params=unflatten(victim, u), create_graph=create_graph)
+    return clip_by_norm(rows, clip).mean(0)
+
+
+class Sketched(Protocol):
+    """Song et al. 2023, Algorithm 1: sk_t = R_t, desk_t = R_t^T, R_t fresh each round from the shared seed."""
+
+    uses_sketch = True
+
+    @property
+    def b(self) -> int:
+        return sketch_dim(self.sketch_ratio, self.d) if self.sketch != "none" else self.d
+
+    def operator(self, t, seed_offset=0):
+        return get_sketch(self.sketch, self.d, self.b, seed=round_seed(self.seed, t) + seed_offset,
+                          **self.sketch_params).to(self.device)
+
+    def floats_per_client(self):
+        return self.b
+
+    def server(self, w, t, deltas, messages):
+        avg = self.global_lr * torch.stack(list(messages.values())).mean(0)  # Delta w~^t (line 19)
+        return w + self.operator(t).adjoint(avg)  # line 9: w^{t+1} = w^t + desk_t(Delta w~^t)
+
+
+class SketchedDP(Sketched):
+    """Song et al. 2023, Algorithm 2: Gaussian noise N(0, sigma^2 I) at every local step, sigma by Lemma H.7."""
+
+    def __init__(self, victim, train_set, **spec):
+        super().__init__(victim, train_set, **spec)
+        self.sigma = float(gaussian_sigma(self.dp_epsilon, self.dp_delta, self.dp_clip))
+
+    def gradient(self, u, x, y, t, c, k, create_graph=False):
+        g = per_example_clipped_mean(self.victim, u, x, y, self.dp_clip)
+        noise = torch.randn(self.d, generator=torch_stream(self.seed, t, c, k, DP_NOISE), dtype=torch.float64)
+        return g + self.sigma * noise.to(device=g.device, dtype=g.dtype)
+
+    def attacker_gradient(self, u, x, y):
+        # the attacker knows the clip norm, never the noise
+        return per_example_clipped_mean(self.victim, u, x, y, self.dp_clip, create_graph=True)
+
+    def privacy(self, rounds: int) -> dict:
+        """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel composition)."""
+        K = self.local_steps
+        eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
+        n_c = min(s.numel() for s in self.shards)
+        q = min(1.0, self.batch_size / n_c)
+        # noise on the mean with sensitivity C is noise multiplier sigma*B/C on the sum of clipped gradients
+        multiplier = self.sigma * self.batch_size / self.dp_clip
+        eps_rdp = accountant_epsilon(multiplier, q, rounds * K, delta_paper, accountant="rdp")
+        return {"sigma": self.sigma, "epsilon_paper": eps_paper, "delta_paper": delta_paper, "epsilon_rdp": eps_rdp}

@@ -1,0 +1,131 @@
+"""The victim: a model at weights w, its loss F and what an attack may ask of it.
+
+A :class:`Victim` is what every later station talks to.  Code asks it for its
+capabilities (``victim.task``, ``victim.head``, ``victim.bn_mode``) instead of
+testing model names.  Any ``nn.Module`` becomes a victim through
+:meth:`Victim.from_module` (cross-entropy classification unless another loss is
+given); the registered models are built by ``targets.get_model``.
+
+The flat parameter order, used by the gradient oracle, sketches and messages,
+is the order of ``model.parameters()`` (trainable ones only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TASKS = ("classification", "regression")
+BN_MODES = ("train", "eval")
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy; ``target`` is class indices (B,) or probabilities (B, C)."""
+    if target.dtype in (torch.int64, torch.int32):
+        return F.cross_entropy(logits, target)
+    return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1/2 (w^T x - y)^2 averaged over the batch (the sketching paper's linear-regression F)."""
+    return 0.5 * (output - target.to(output.dtype)).pow(2).mean()
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    """Whether any BatchNorm layer is in ``model``."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def last_linear(model: nn.Module) -> nn.Linear | None:
+    """The last ``nn.Linear`` registered in ``model`` (the usual classifier head), or None."""
+    heads = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return heads[-1] if heads else None
+
+
+@dataclass(eq=False)
+class Victim:
+    """A model at weights w with its loss F, task, classifier head, input shape and BatchNorm mode."""
+
+    model: nn.Module
+    input_shape: tuple
+    num_classes: int
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy
+    task: str = "classification"  #: classification (integer labels) | regression (real targets)
+    head: nn.Linear | None = None  #: the layer whose weight gradient carries the label signal (None: no label rule)
+    bn_mode: str = "train"  #: BatchNorm statistics of the client's forward pass: batch ("train") or running ("eval")
+    name: str = "custom"
+    meta: dict = field(default_factory=dict)  #: how the victim was built (recorded in config.json)
+
+    def __post_init__(self):
+        self.input_shape = tuple(int(s) for s in self.input_shape)
+        self.num_classes = int(self.num_classes)
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
+        if self.bn_mode not in BN_MODES:
+            raise ValueError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+        self.set_mode()
+
+    @classmethod
+    def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,
+                    task: str = "classification", head: nn.Linear | None | str = "auto",
+                    bn_mode: str = "train", name: str = "custom") -> "Victim":
+        """Wrap any ``nn.Module``: cross-entropy classification with its last linear layer as head by default."""
+        if loss is None:
+            loss = cross_entropy if task == "classification" else squared_error
+        if head == "auto":
+            head = last_linear(model) if task == "classification" else None
+        return cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
+                   head=head, bn_mode=bn_mode, name=name)
+
+    # -- capabilities --------------------------------------------------------
+    @property
+    def has_batchnorm(self) -> bool:
+        return has_batchnorm(self.model)
+
+    @property
+    def d(self) -> int:
+        """d, the number of trainable parameters (the length of the flat gradient)."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    @property
+    def unknowns_per_example(self) -> int:
+        """m, the number of input values of one example (C*H*W)."""
+        return math.prod(self.input_shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def set_mode(self) -> None:
+        """Put the module in the client's mode: BatchNorm on batch or running statistics; no dropout."""
+        self.model.eval()
+        if self.bn_mode == "train" and self.has_batchnorm:
+            for m in self.model.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.train()
+
+    def to(self, device=None, dtype=None) -> "Victim":
+        """Move the model (in place) and return self."""
+        self.model.to(device=device, dtype=dtype)
+        return self
+
+    def target(self, labels: torch.Tensor) -> torch.Tensor:
+        """What the loss compares the output with: class indices, or real numbers for regression."""
+        return labels.to(self.dtype) if self.task == "regression" else labels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    __call__ = forward
+
+
+__all__ = ["Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error", "has_batchnorm", "last_linear"]

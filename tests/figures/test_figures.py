@@ -1,0 +1,98 @@
+"""Figures are drawn from stored results only (PNG and PDF, every kind of sweep), and stored files are loaded safely."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakattack import cli, experiment
+from leakattack.errors import UserError
+from leakattack.figures import accuracy_figure, sweep_figures
+from leakattack.results import write_json
+
+def fake_sweep(folder: Path, grid_of, metrics_of, n_images=2):
+    """A results.jsonl + points/*.pt written by hand: no attack is run."""
+    (folder / "points").mkdir(parents=True)
+    lines = []
+    for i, (grid, params) in enumerate(grid_of):
+        key = f"{i:012d}"
+        m = {"d": 100, "b": params.get("sketch_dim", 50), "m": 64, "mse": 0.01, **metrics_of(grid, params)}
+        base = {"model": "logreg", "sketch": "srht", "seed": 0, "image_index": grid.get("image_index", 0)}
+        lines.append(json.dumps({"key": key, "index": i, "grid": grid, "params": {**base, **params}, "metrics": m}))
+        x = torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(i))
+        torch.save({"recon": x, "truth": x}, folder / "points" / f"{key}.pt")
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def no_attacks(monkeypatch):
+    monkeypatch.setattr(experiment, "execute", lambda *a, **k: pytest.fail("figures re-ran an attack"))
+    monkeypatch.setattr(experiment, "prepare", lambda *a, **k: pytest.fail("figures re-ran an attack"))
+
+
+def test_defense_sweep_figures_come_from_stored_results_only(tmp_path, no_attacks):
+    pts = [({"sigma": s, "sketch": k, "image_index": i}, {"sketch": k, "image_index": i})
+           for s in (0.0, 1e-3, 1e-1) for k in ("srht", "countsketch") for i in (0, 1)]
+    fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 40 - 100 * g["sigma"] + g["image_index"], "ssim": 1 - g["sigma"],
+                                            "utility_acc": 0.9 - g["sigma"], "epsilon": None if g["sigma"] == 0 else 1 / g["sigma"]})
+    write_json(tmp_path / "sweep.json", {"strength": "sigma"})
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    for stem in ("reconstruction_grid", "metrics_vs_strength", "privacy_utility"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+    assert (tmp_path / "figures" / "reconstruction_grid.png").stat().st_size > 1000
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6  # 3 sigmas x 2 sketches, averaged over 2 images
+
+
+def test_phase_transition_figure_is_drawn_against_b_over_m(tmp_path, no_attacks):
+    pts = [({"sketch": k, "sketch_dim": b}, {"sketch": k, "sketch_dim": b}) for k in ("srht", "gaussian") for b in (16, 64, 128)]
+    fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 10 + 30 * (g["sketch_dim"] >= 64), "ssim": 0.5})
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    assert (tmp_path / "figures" / "phase_transition.png").exists()
+    assert (tmp_path / "figures" / "phase_transition.pdf").exists()
+
+
+def test_figures_on_a_folder_without_results_is_one_line_exit_2(tmp_path, capsys):
+    assert cli.main(["figures", str(tmp_path / "nothing")]) == 2
+    assert "no results.jsonl" in capsys.readouterr().err
+
+
+def test_sweep_figures_read_the_store_themselves_when_given_no_records(tmp_path, no_attacks):
+    pts = [({"sigma": s, "image_index": i}, {"image_index": i}) for s in (0.0, 1e-2) for i in (0, 1)]
+    fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 30 - 100 * g["sigma"], "ssim": 0.8})
+    paths = sweep_figures(tmp_path)
+    assert {p.name for p in paths} == {f"{stem}.{ext}" for stem in ("reconstruction_grid", "metrics_vs_strength")
+                                        for ext in ("png", "pdf")}
+    assert all(p.exists() for p in paths)
+
+
+def test_a_point_file_holding_other_objects_than_tensors_is_refused(tmp_path, no_attacks, code_in_file):
+    pts = [({"sigma": s, "image_index": 0}, {"image_index": 0}) for s in (0.0, 1e-2)]
+    fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 30.0, "ssim": 0.8})
+    x = torch.rand(1, 1, 8, 8)
+    torch.save({"recon": x, "truth": x, "note": code_in_file()}, tmp_path / "points" / f"{1:012d}.pt")
+    with pytest.raises(UserError, match="other than tensors"):
+        sweep_figures(tmp_path)
+    assert code_in_file.loaded == []  # refused before anything in the file ran
+
+
+def test_accuracy_figure_draws_every_training_run_under_the_root(tmp_path):
+    for name, acc in (("fedavg", 0.9), ("sketched", 0.8)):
+        (tmp_path / name).mkdir()
+        rows = [{"round": t, "floats_cum": 100 * t, "test_acc": acc * t / 3} for t in (1, 2, 3)]
+        (tmp_path / name / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = accuracy_figure(tmp_path)
+    assert path == tmp_path / "accuracy_vs_floats.png" and path.stat().st_size > 1000
+
+
+def test_figures_import_only_results_of_the_stations():
+    code = ("import sys, leakattack.figures; "
+            "print(sorted(m for m in sys.modules if m.startswith('leakattack')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    allowed = ("leakattack.figures", "leakattack.results")
+    assert [m for m in eval(out) if m not in ("leakattack", "leakattack.errors", "leakattack.registry")
+            and not m.startswith(allowed)] == []

@@ -1,0 +1,235 @@
+"""Tests for leakattack.metrics: PSNR/SSIM against references, matching, LPIPS wiring, score."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from skimage import data as skdata
+from skimage.metrics import structural_similarity
+from skimage.transform import resize
+
+from leakattack import metrics
+from leakattack.errors import UserError
+from leakattack.metrics import (MetricsError, label_accuracy, lpips_distance, match, mse,
+                                psnr, score, ssim)
+from leakattack.metrics import lpips as lpips_metric
+from leakattack.metrics.image import gaussian_window
+
+
+def _real_images(size, channels):
+    """Two real photographs (B=2) resized to size x size, as (2, C, H, W) float64 in [0, 1]."""
+    if channels == 3:
+        srcs = [skdata.astronaut(), skdata.coffee()]
+    else:
+        srcs = [skdata.camera(), skdata.coins()]
+    out = []
+    for img in srcs:
+        img = np.asarray(img, dtype=np.float64) / 255.0
+        side = min(img.shape[:2])
+        img = img[:side, :side]
+        img = resize(img, (size, size), anti_aliasing=True)
+        out.append(img if img.ndim == 3 else img[:, :, None])
+    return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2).contiguous()
+
+
+def _noisy(x, level, seed):
+    """x plus Gaussian noise of std ``level``, clipped to [0, 1] (fixed seed)."""
+    g = torch.Generator().manual_seed(seed)
+    return (x + level * torch.randn(x.shape, generator=g, dtype=x.dtype)).clamp(0, 1)
+
+
+def test_mse_and_psnr_of_known_constant_offset():
+    """An offset of 0.1 everywhere gives mse 0.01 and PSNR 20 dB (tolerance 1e-5)."""
+    x = torch.full((2, 3, 8, 8), 0.5)
+    y = x + 0.1
+    assert mse(y, x).shape == (2,)
+    torch.testing.assert_close(mse(y, x), torch.full((2,), 0.01), atol=1e-7, rtol=1e-5)
+    torch.testing.assert_close(psnr(y, x), torch.full((2,), 20.0), atol=1e-4, rtol=0)
+    # data_range 255 on the same mse: 10 log10(255^2 / 0.01)
+    torch.testing.assert_close(psnr(y, x, data_range=255.0),
+                               torch.full((2,), 10 * math.log10(255.0 ** 2 / 0.01)), atol=1e-3, rtol=0)
+
+
+def test_psnr_of_identical_images_is_finite_200db():
+    """mse is clamped at 1e-20, so identical images give 200 dB, not inf."""
+    x = torch.rand(2, 1, 12, 12, generator=torch.Generator().manual_seed(0))
+    p = psnr(x, x.clone())
+    assert torch.isfinite(p).all()
+    torch.testing.assert_close(p, torch.full((2,), 200.0, dtype=p.dtype))
+
+
+@pytest.mark.parametrize("size", [32, 28])
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("level", [0.02, 0.1, 0.3])
+def test_ssim_matches_skimage(size, channels, level):
+    """Per-image SSIM equals skimage's Gaussian SSIM (sigma 1.5, population covariance) within 1e-3."""
+    x = _real_images(size, channels)
+    y = _noisy(x, level, seed=int(level * 1000) + size + channels)
+    ours = ssim(y.float(), x.float())
+    assert ours.shape == (2,)
+    for i in range(2):
+        ref = structural_similarity(
+            y[i].permute(1, 2, 0).numpy(), x[i].permute(1, 2, 0).numpy(),
+            gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+            data_range=1, channel_axis=2)
+        assert abs(float(ours[i]) - ref) < 1e-3, (float(ours[i]), ref)
+    # in float64 the two computations agree to rounding error
+    torch.testing.assert_close(ssim(y, x)[1], torch.tensor(ref, dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def test_ssim_window_is_scipy_gaussian_filter_impulse_response():
+    """The 11-tap window equals scipy.ndimage.gaussian_filter1d (sigma 1.5, truncate 3.5) of a unit impulse, to 1e-12."""
+    from scipy.ndimage import gaussian_filter1d
+
+    impulse = np.zeros(11)
+    impulse[5] = 1.0
+    ref = gaussian_filter1d(impulse, 1.5, truncate=3.5, mode="constant")
+    g = gaussian_window(torch.float64, "cpu")
+    assert g.shape == (11,) and float(g.sum()) == pytest.approx(1.0, abs=1e-15)
+    np.testing.assert_allclose(g.numpy(), ref, atol=1e-12, rtol=0)
+
+
+def test_ssim_of_identical_images_is_one():
+    """SSIM(x, x) = 1 for real images (tolerance 1e-6)."""
+    x = _real_images(32, 3).float()
+    torch.testing.assert_close(ssim(x, x.clone()), torch.ones(2), atol=1e-6, rtol=0)
+
+
+def test_ssim_is_differentiable():
+    """Gradients flow through SSIM to the reconstruction."""
+    x = _real_images(28, 1).float()
+    y = _noisy(x, 0.1, seed=3).requires_grad_(True)
+    ssim(y, x).sum().backward()
+    assert y.grad is not None and torch.isfinite(y.grad).all() and y.grad.abs().sum() > 0
+
+
+def test_ssim_rejects_images_smaller_than_window():
+    """Images under 11x11 raise MetricsError (a ValueError)."""
+    x = torch.rand(1, 1, 8, 8)
+    with pytest.raises(ValueError, match="at least 11x11"):
+        ssim(x, x)
+
+
+def test_mismatched_shapes_raise_metrics_error():
+    """Shape mismatch is a user error: MetricsError, a UserError."""
+    with pytest.raises(MetricsError) as info:
+        mse(torch.rand(2, 3, 8, 8), torch.rand(1, 3, 8, 8))
+    assert isinstance(info.value, UserError)
+
+
+def test_hungarian_matching_recovers_shuffled_batch():
+    """match() returns the inverse shuffle, and score of a shuffled batch equals score of the aligned one."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(6, 3, 16, 16, generator=g)
+    x_hat = (x + 0.05 * torch.randn(x.shape, generator=g)).clamp(0, 1)
+    shuffle = torch.tensor([3, 0, 5, 1, 4, 2])
+    shuffled = x_hat[shuffle]
+    perm = match(shuffled, x)
+    assert torch.equal(shuffled[perm], x_hat)
+    aligned = score(x_hat, x, with_lpips=False)
+    mixed = score(shuffled, x, with_lpips=False)
+    assert aligned["match"] == list(range(6))
+    for key in ("mse", "psnr", "ssim"):
+        assert mixed[key] == pytest.approx(aligned[key], abs=1e-9)
+    assert mixed["psnr_each"] == pytest.approx(aligned["psnr_each"], abs=1e-9)
+
+
+def test_label_accuracy_counts_equal_positions():
+    """3 of 4 equal labels -> 0.75."""
+    assert label_accuracy(torch.tensor([1, 2, 3, 4]), [1, 2, 3, 0]) == 0.75
+
+
+def test_label_accuracy_is_computed_under_the_image_matching():
+    """Labels are permuted with the images, so a consistently shuffled batch scores 1.0."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(4, 1, 12, 12, generator=g)
+    y = torch.tensor([7, 1, 4, 9])
+    shuffle = torch.tensor([2, 0, 3, 1])
+    res = score(x[shuffle], x, labels_hat=y[shuffle], labels=y, with_lpips=False)
+    assert res["label_acc"] == 1.0
+    res_bad = score(x[shuffle], x, labels_hat=y, labels=y, with_lpips=False)
+    assert res_bad["label_acc"] == 0.0
+
+
+def test_score_is_json_ready():
+    """All values are plain floats/lists/str/None; label_acc None without predicted labels."""
+    import json
+
+    x = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    res = score(x, x.clone(), with_lpips=False)
+    json.dumps(res, allow_nan=False)
+    assert res["label_acc"] is None and res["lpips"] is None
+    assert len(res["psnr_each"]) == 3 and len(res["ssim_each"]) == 3
+    assert res["ssim"] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def random_lpips():
+    """The real lpips code path with a randomly initialised AlexNet backbone (seed 0)."""
+    torch.manual_seed(0)
+    return metrics.lpips_module(pnet_rand=True)
+
+
+def test_lpips_wiring_identical_zero_and_grows_with_noise(random_lpips):
+    """LPIPS wiring with a RANDOM AlexNet backbone, because the ImageNet weights cannot be
+    downloaded here: this tests the plumbing (shape, zero for identical images, growth
+    with noise), not the published LPIPS values."""
+    x = _real_images(32, 3).float()
+    with torch.no_grad():
+        same = lpips_metric._lpips_with(random_lpips, x, x.clone())
+        d = [lpips_metric._lpips_with(random_lpips, _noisy(x, lv, seed=5), x) for lv in (0.05, 0.15, 0.4)]
+    assert same.shape == (2,)
+    assert same.abs().max() <= 1e-6
+    for lo, hi in zip(d, d[1:]):
+        assert (hi > lo).all(), (lo, hi)
+
+
+def test_lpips_wiring_accepts_28x28_greyscale(random_lpips):
+    """1x28x28 images (random backbone, as above) are repeated to RGB and upsampled; shape (B,)."""
+    x = _real_images(28, 1).float()
+    with torch.no_grad():
+        same = lpips_metric._lpips_with(random_lpips, x, x.clone())
+        noisy = lpips_metric._lpips_with(random_lpips, _noisy(x, 0.2, seed=6), x)
+    assert same.shape == (2,) and noisy.shape == (2,)
+    assert same.abs().max() <= 1e-6 and (noisy > 0).all()
+
+
+def test_lpips_without_cached_weights_returns_none_and_path(monkeypatch, tmp_path):
+    """With an empty torch hub dir, lpips_distance returns (None, note naming the missing file) and downloads nothing."""
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    val, note = lpips_distance(x, x)
+    assert val is None
+    expected = str(tmp_path / "checkpoints" / "alexnet-owt-7be5be79.pth")
+    assert expected in note and "LPIPS not computed" in note
+    assert list(tmp_path.iterdir()) == []
+    res = score(x, x, device="cpu")
+    assert res["lpips"] is None and expected in res["lpips_note"]
+
+
+def test_lpips_distance_uses_cached_backbone_file_without_download(monkeypatch, tmp_path):
+    """With a (randomly initialised, seed 0) AlexNet state dict placed at the cache path, the
+    pretrained code path loads it offline and returns values of shape (B,) with an empty note."""
+    import torchvision
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(lpips_metric, "_LPIPS_CACHE", {})  # keep the fake backbone out of the real cache
+    torch.manual_seed(0)
+    (tmp_path / "checkpoints").mkdir()
+    torch.save(torchvision.models.alexnet().state_dict(), metrics.alexnet_weights_path())
+    x = _real_images(28, 1).float()
+    val, note = lpips_distance(_noisy(x, 0.2, seed=8), x)
+    assert note == "" and val.shape == (2,) and (val > 0).all()
+    same, _ = lpips_distance(x, x.clone())
+    assert same.abs().max() <= 1e-6
+    assert list(lpips_metric._LPIPS_CACHE) == ["cpu"]
+    res = score(_noisy(x, 0.2, seed=8), x)
+    assert res["lpips_note"] == "" and res["lpips"] == pytest.approx(float(val.mean()), abs=1e-6)
+
+
+def test_alexnet_weights_filename_matches_torchvision():
+    """The checked file name is the basename of torchvision's AlexNet_Weights.IMAGENET1K_V1 url."""
+    from torchvision.models import AlexNet_Weights
+
+    assert metrics.ALEXNET_WEIGHTS_FILE == AlexNet_Weights.IMAGENET1K_V1.url.rsplit("/", 1)[-1]

@@ -1,0 +1,98 @@
+"""The observation: y = R g without a defense; defended messages are seeded, placed and clipped as specified."""
+
+import pytest
+import torch
+
+import defenses
+import targets
+from leakattack.channel import Channel
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+
+
+@pytest.fixture(scope="module")
+def victim():
+    model = targets.get_model("logreg", in_shape=(1, 8, 8), seed=0).to(dtype=torch.float64)
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    labels = torch.tensor([0, 3, 7])
+    sketch = make_sketch("srht", model.d, 300, seed=1)
+    return model, x, labels, sketch
+
+
+def _obs(model, x, labels, sketch, defense="", noise_seed=0, **threat):
+    return observe(model, x, labels, Channel(sketch, defense), ThreatModel(**threat), noise_seed=noise_seed)
+
+
+def test_undefended_observation_is_the_sketched_gradient(victim):
+    model, x, labels, sketch = victim
+    obs = _obs(model, x, labels, sketch)
+    assert torch.allclose(obs.y, sketch.apply(targets.flat_gradient(model, x, labels)))
+    assert obs.defense == "" and obs.noise_seed is None
+    assert obs.d == model.d and obs.b == 300 and obs.input_shape == (3, 1, 8, 8)
+
+
+def test_labels_reach_the_attacker_only_when_the_threat_model_grants_them(victim):
+    model, x, labels, sketch = victim
+    assert _obs(model, x, labels, sketch).labels is None
+    assert _obs(model, x, labels, sketch, knows_labels=True).labels.tolist() == labels.tolist()
+
+
+def test_noise_is_reproducible_from_its_seed_and_changes_with_it(victim):
+    model, x, labels, sketch = victim
+    a = _obs(model, x, labels, sketch, "gaussian:sigma=0.01", noise_seed=5).y
+    b = _obs(model, x, labels, sketch, "gaussian:sigma=0.01", noise_seed=5).y
+    c = _obs(model, x, labels, sketch, "gaussian:sigma=0.01", noise_seed=6).y
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_noise_after_the_sketch_has_sigma_per_sketch_entry(victim):
+    model, x, labels, sketch = victim
+    clean = _obs(model, x, labels, sketch).y
+    y = _obs(model, x, labels, sketch, "gaussian:sigma=2@after_sketch", noise_seed=0).y
+    # 300 entries: the sample std of N(0, 4) is within 15 % of 2 (about 3.5 standard errors)
+    assert (y - clean).std().item() == pytest.approx(2.0, rel=0.15)
+
+
+def test_per_example_clip_of_one_example_equals_the_whole_update_clip(victim):
+    model, x, labels, sketch = victim
+    a = _obs(model, x[:1], labels[:1], sketch, "per_example:C=0.01").y
+    b = _obs(model, x[:1], labels[:1], sketch, "clip:C=0.01").y
+    assert torch.allclose(a, b, atol=1e-14)
+
+
+def test_per_example_clip_bounds_the_averaged_update(victim):
+    model, x, labels, _ = victim
+    eye = make_sketch("none", model.d, model.d)
+    y = _obs(model, x, labels, eye, "per_example:C=0.01").y
+    assert y.norm() <= 0.01 + 1e-12
+
+
+def test_pipeline_steps_run_in_the_order_written(victim):
+    model, x, labels, sketch = victim
+    y = _obs(model, x, labels, sketch, "gaussian:sigma=1,clip:C=0.5").y
+    eye_norm = _obs(model, x, labels, make_sketch("none", sketch.d, sketch.d), "gaussian:sigma=1,clip:C=0.5").y.norm()
+    assert eye_norm == pytest.approx(0.5, rel=1e-9)  # clipped last, after the noise
+    assert defenses.build("gaussian:sigma=1,clip:C=0.5").steps[1].name == "clip" and y.shape == (300,)
+
+
+@pytest.mark.parametrize("spec", ["clip:C=0.01", "per_example:C=0.01", "clip:C=0.01@after_sketch,gaussian:sigma=0",
+                                  "per_example:C=1,clip:C=0.5", "per_example:C=0.02,clip:C=0.01@after_sketch"])
+def test_attacker_who_knows_the_clip_reproduces_the_clipped_message_exactly(victim, spec):
+    # one implementation of the pipeline for both sides: per_example followed by clip clips the
+    # sum and divides by B on the client, and the attacker's model does the same
+    model, x, labels, sketch = victim
+    obs = _obs(model, x, labels, sketch, spec, knows_clip=True)
+    assert torch.allclose(obs.forward(x, labels), obs.y, atol=1e-14), spec
+
+
+def test_attacker_blind_to_the_clip_models_the_plain_sketched_gradient(victim):
+    model, x, labels, sketch = victim
+    obs = _obs(model, x, labels, sketch, "clip:C=0.01")
+    assert torch.allclose(obs.forward(x, labels), sketch.apply(targets.flat_gradient(model, x, labels)), atol=1e-14)
+
+
+def test_the_attacker_view_never_models_noise(victim):
+    model, x, labels, sketch = victim
+    channel = Channel(sketch, "clip:C=1,gaussian:sigma=0.5")
+    view = channel.attacker_view(ThreatModel(knows_clip=True))
+    assert [t.name for t in view.pipeline.steps] == ["clip"]

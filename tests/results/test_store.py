@@ -1,0 +1,87 @@
+"""The sweep store: torn lines dropped, records ordered by plan, one grouping for summary and figures."""
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from leakattack.results import (aggregate, append_line, default_strength, load_records, read_results, setting_of,
+                                summarize)
+
+
+def rec(i, sigma, image, psnr, sketch="srht"):
+    return {"key": f"k{i:03d}", "index": i, "grid": {"sketch": sketch, "sigma": sigma, "image_index": image},
+            "params": {"model": "logreg", "sketch": sketch, "sigma": sigma, "image_index": image},
+            "metrics": {"psnr": psnr, "ssim": 0.5, "d": 100, "b": 25, "m": 64}}
+
+
+RECORDS = [rec(0, 0.0, 0, 30.0), rec(1, 0.0, 1, 34.0), rec(2, 0.1, 0, 10.0), rec(3, 0.1, 1, 12.0), rec(4, 1.0, 0, 5.0)]
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_torn_and_foreign_lines_are_dropped_and_repair_removes_them(tmp_path):
+    path = tmp_path / "results.jsonl"
+    write_lines(path, RECORDS[:2])
+    with open(path, "ab") as fh:
+        fh.write(b'["not a record"]\n{"key": "torn", "metrics": {"ps')
+    assert [r["key"] for r in read_results(path)] == ["k000", "k001"]
+    assert b"torn" in path.read_bytes()  # reading alone never rewrites
+    assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
+    assert read_results(tmp_path / "missing.jsonl") == []
+
+
+def test_append_line_writes_one_whole_line_per_record(tmp_path):
+    path = tmp_path / "results.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        append_line(fd, {**RECORDS[0], "metrics": {**RECORDS[0]["metrics"], "epsilon": float("inf")}})
+        append_line(fd, RECORDS[1])
+    finally:
+        os.close(fd)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["metrics"]["epsilon"] is None
+
+
+def test_load_records_deduplicates_and_follows_the_plan_order(tmp_path):
+    write_lines(tmp_path / "results.jsonl", [RECORDS[2], RECORDS[0], RECORDS[2]])
+    assert [r["key"] for r in load_records(tmp_path)] == ["k000", "k002"]  # stored index order
+    plan = SimpleNamespace(points=[{"key": "k002"}, {"key": "k001"}, {"key": "k000"}])
+    got = load_records(tmp_path, plan)
+    assert [(r["key"], r["index"]) for r in got] == [("k002", 0), ("k000", 2)]
+    # a key function recomputes the key from the stored parameters (records written under older defaults)
+    renamed = load_records(tmp_path, SimpleNamespace(points=[{"key": "new-0.1"}]),
+                           key_of=lambda params: f"new-{params['sigma']}")
+    assert [r["key"] for r in renamed] == ["k002"]
+
+
+def test_summary_has_one_row_per_setting_with_mean_and_sample_std():
+    rows = summarize(RECORDS)
+    assert [(r["sigma"], r["n"]) for r in rows] == [(0.0, 2), (0.1, 2), (1.0, 1)]
+    assert rows[0]["psnr_mean"] == 32.0 and rows[0]["psnr_std"] == pytest.approx(8 ** 0.5, rel=1e-12)
+    assert rows[2]["psnr_std"] == 0.0 and rows[0]["b_over_m"] == 25 / 64
+    assert "image_index" not in rows[0] and "label_acc_mean" not in rows[0]
+
+
+def test_figures_aggregate_over_the_same_settings_as_the_summary():
+    recs = RECORDS + [rec(5, 0.0, 0, 20.0, sketch="gaussian")]
+    lines = aggregate(recs, lambda r: r["grid"]["sigma"], "psnr")
+    rows = {(r["sketch"], r["sigma"]): r for r in summarize(recs)}
+    assert list(lines) == ["srht", "gaussian"]
+    for line, pts in lines.items():
+        assert [p[0] for p in pts] == sorted(p[0] for p in pts)
+        for x, mean, std, n, part in pts:
+            row = rows[(line, x)]
+            assert (mean, std, n) == (row["psnr_mean"], row["psnr_std"], row["n"])
+            assert {setting_of(r) for r in part} == {setting_of(part[0])}
+    # records whose x or metric is missing are left out
+    assert aggregate(recs, lambda r: None, "psnr") == {} and aggregate(recs, lambda r: 1.0, "lpips") == {}
+
+
+def test_the_default_strength_is_the_first_grid_key_that_is_not_a_repetition():
+    assert default_strength(["seed", "sketch", "sigma", "C"]) == "sigma"
+    assert default_strength(["image_index", "model"]) is None

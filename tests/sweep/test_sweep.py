@@ -1,0 +1,195 @@
+"""Sweeps: grid expansion, validation at the edge, resumable after Ctrl-C and kill -9, deterministic, one writer."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leakattack import cli
+from leakattack.errors import UserError
+from leakattack.sweep import load_plan, read_results, run_point, run_sweep
+from leakattack.sweep import Backend, runner
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = """
+[sweep]
+name = "tiny"
+strength = "sigma"
+
+[base]
+model = "logreg"
+dataset = "digits"
+sketch = "srht"
+sketch_ratio = 0.25
+iterations = 20
+defense = "clip:C=1,gaussian:sigma={sigma}"
+
+[grid]
+sigma = [0.0, 1e-3, 1e-1]
+image_index = [0, 1, 2, 3]
+"""
+#: TINY with points slow enough (~0.3 s each) that a signal sent after the n-th finished
+#: point lands mid-sweep even on a loaded machine (TINY's 12 points take under a second)
+SLOW = TINY.replace("iterations = 20", "iterations = 150")
+TIMING = {"wall_s", "attack_s", "utility_wall_s"}
+
+
+def write(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def keys(folder):
+    return [r["key"] for r in read_results(Path(folder) / "results.jsonl")]
+
+
+def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
+    plan = load_plan(write(tmp_path, TINY))
+    assert len(plan.points) == 12 and plan.strength == "sigma"
+    assert [p["params"]["defense"] for p in plan.points[:5:4]] == ["clip:C=1,gaussian:sigma=0.0",
+                                                                  "clip:C=1,gaussian:sigma=0.001"]
+    assert len({p["key"] for p in plan.points}) == 12
+    two = TINY.replace("[grid]\n", "[[grid]]\n") + '\n[[grid]]\nsigma = [0.5]\nimage_index = [0]\nsketch = ["countsketch"]\n'
+    assert len(load_plan(write(tmp_path, two, "two.toml")).points) == 13
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[grid\nx = 1", "not valid TOML"),
+    ("[base]\nmodle = 'lenet'", "unknown [base] key 'modle'"),
+    ("[grid]\nsigma = [1]", "unknown [grid] key 'sigma'"),
+    ("[grid]\nimage_index = 3", "must be a non-empty list"),
+    ("[sweep]\njobs = 0", "jobs = 0"),
+    ("[sweep]\ncolour = 'red'", "unknown [sweep] key 'colour'"),
+    ("[extra]\na = 1", "unknown table or key 'extra'"),
+    ("[base]\ndefense = 'gaussian:sigma={s}'\n[grid]\ns = [-1]", "sigma must be a non-negative number, got '-1'"),
+    ("[base]\nmodel = 'resnet'", "unknown model 'resnet'"),
+])
+def test_bad_sweep_file_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, text, needle):
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
+    params = load_plan(write(tmp_path, TINY)).points[3]["params"]  # noisy point: noise seed included
+    (m1, r1, _), (m2, r2, _) = run_point(params), run_point(params)
+    assert {k: v for k, v in m1.items() if k not in TIMING} == {k: v for k, v in m2.items() if k not in TIMING}
+    assert (r1 == r2).all()
+
+
+def _start(cfg, out):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_lines(out, n, proc, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout and proc.poll() is None:
+        if len(keys(out)) >= n:
+            return
+        time.sleep(0.05)
+
+
+def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupted_summary(tmp_path):
+    cfg = write(tmp_path, SLOW)
+    ref = tmp_path / "ref"
+    assert cli.main(["sweep", str(cfg), "--out", str(ref), "--quiet"]) == 0
+
+    out = tmp_path / "out"
+    proc = _start(cfg, out)  # SIGKILL after two finished points
+    _wait_for_lines(out, 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    done = keys(out)
+    assert 2 <= len(done) < 12 and len(set(done)) == len(done)
+    with open(out / "results.jsonl", "ab") as fh:  # a line torn by kill -9 mid-write
+        fh.write(b'{"key": "deadbeef0000", "metrics": {"psn')
+
+    proc = _start(cfg, out)  # Ctrl-C after one more point
+    _wait_for_lines(out, len(done) + 1, proc)
+    proc.send_signal(signal.SIGINT)
+    rc, err = proc.wait(timeout=60), proc.stderr.read()
+    assert rc == 130 and "interrupted" in err, (rc, err)
+    assert len(done) < len(keys(out)) < 12
+
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    final = keys(out)
+    assert sorted(final) == sorted(keys(ref)) and len(final) == 12
+    assert final[:len(done)] == done  # nothing finished was lost or rewritten
+    assert (out / "summary.csv").read_text() == (ref / "summary.csv").read_text()
+    assert b"deadbeef" not in (out / "results.jsonl").read_bytes()
+
+
+def test_rerun_of_a_finished_sweep_runs_nothing_and_summary_has_mean_and_std(tmp_path, monkeypatch):
+    cfg = write(tmp_path, TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]"))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    monkeypatch.setattr(runner, "run_point", lambda *a, **k: pytest.fail("a finished point was re-run"))
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    # results written before a run parameter existed (here: one dropped) still count as finished
+    old = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for rec in old:
+        del rec["params"]["attacker_knows_clip"]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert len(rows) == 1 and rows[0]["n"] == "4"
+    psnr = [r["metrics"]["psnr"] for r in read_results(out / "results.jsonl")]
+    assert float(rows[0]["psnr_mean"]) == pytest.approx(sum(psnr) / 4)
+    line = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert {"params", "metrics"} <= set(line) and {"psnr", "ssim", "epsilon", "delta", "m"} <= set(line["metrics"])
+    assert line["metrics"]["epsilon"] is None  # sigma = 0: no noise, no guarantee
+
+
+def test_parallel_jobs_write_every_point_once(tmp_path):
+    cfg = write(tmp_path, TINY.replace("image_index = [0, 1, 2, 3]", "image_index = [0]"))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--jobs", "2", "--quiet"]) == 0
+    k = keys(out)
+    assert len(k) == 3 == len(set(k))
+    assert len(list((out / "points").glob("*.pt"))) == 3
+
+
+class InterruptedBackend(Backend):
+    """Runs ``n`` jobs in this process, then raises KeyboardInterrupt as Ctrl-C would; records how it was closed."""
+
+    def __init__(self, n):
+        self.n, self.closed = n, []
+
+    def map_unordered(self, fn, items):
+        for item in list(items)[:self.n]:
+            yield item, fn(item)
+        raise KeyboardInterrupt
+
+    def close(self, cancel=False):
+        self.closed.append(cancel)
+
+
+def test_interrupted_sweep_cancels_the_backend_and_keeps_what_the_coordinator_wrote(tmp_path, monkeypatch):
+    plan = load_plan(write(tmp_path, TINY))
+    fake = InterruptedBackend(2)
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: fake)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan, out, progress=False)
+    assert fake.closed == [True]
+    assert keys(out) == [p["key"] for p in plan.points[:2]]
+    assert sorted(p.stem for p in (out / "points").glob("*.pt")) == sorted(keys(out))
+    assert not (out / "summary.csv").exists()
+
+
+def test_unknown_backend_is_refused_before_anything_is_written(tmp_path):
+    plan = load_plan(write(tmp_path, TINY))
+    with pytest.raises(UserError, match=r"unknown sweep backend 'nope'; choose one of: .*local"):
+        run_sweep(plan, tmp_path / "out", backend="nope")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,64 @@
+"""Sweep backends: every item once, errors propagate, cancel stops the workers, unknown names are refused."""
+
+import math
+import operator
+import time
+
+import pytest
+
+from leakattack.errors import UserError
+from leakattack.sweep.backends import Backend, LocalBackend, get_backend, list_backends
+
+
+def test_local_backend_with_workers_returns_every_item_once():
+    backend = get_backend("local", jobs=2)
+    try:
+        pairs = list(backend.map_unordered(operator.neg, range(7)))
+    finally:
+        backend.close()
+    assert sorted(pairs) == [(i, -i) for i in range(7)]
+
+
+def test_local_backend_with_one_job_runs_in_this_process_in_order():
+    seen = []
+    backend = get_backend("local", jobs=1)
+    pairs = list(backend.map_unordered(lambda x: seen.append(x) or 2 * x, [3, 1, 2]))  # a lambda: no pickling
+    backend.close()
+    assert pairs == [(3, 6), (1, 2), (2, 4)] and seen == [3, 1, 2]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_error_in_a_job_propagates(jobs):
+    backend = LocalBackend(jobs=jobs)
+    with pytest.raises(ValueError, match="math domain error"):
+        for _ in backend.map_unordered(math.sqrt, [4.0, -1.0, 9.0]):
+            pass
+    backend.close(cancel=True)
+
+
+def test_cancel_stops_the_workers_still_running():
+    backend = LocalBackend(jobs=2)
+    jobs = backend.map_unordered(time.sleep, [0.0, 600.0, 600.0])
+    assert next(jobs) == (0.0, None)
+    procs = list(backend._pool._processes.values())
+    backend.close(cancel=True)
+    for proc in procs:
+        proc.join(timeout=30)
+    assert procs and not any(proc.is_alive() for proc in procs)
+
+
+def test_unknown_backend_is_refused_in_one_sentence_naming_the_choices():
+    assert "local" in list_backends()
+    with pytest.raises(UserError) as err:
+        get_backend("slurmm", jobs=2)
+    msg = str(err.value)
+    assert msg == f"unknown sweep backend 'slurmm'; choose one of: {', '.join(list_backends())}"
+    assert "\n" not in msg
+
+
+def test_every_registered_backend_keeps_the_contract():
+    for name in list_backends():
+        backend = get_backend(name)
+        assert isinstance(backend, Backend)
+        assert list(backend.map_unordered(abs, [-2])) == [(-2, 2)]
+        backend.close()
