@@ -21,7 +21,8 @@ def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tenso
 
 class Quantize(Transform):
     name = "quantize"
-    schema = {"bits": (int, "an integer >= 1", lambda k: k >= 1)}
+    # beyond 32 bits the levels are finer than float32 resolution: nothing is quantised any more
+    schema = {"bits": (int, "an integer in [1, 32]", lambda k: 1 <= k <= 32)}
     default_placement = AFTER  # quantisation compresses what is sent: the sketch
 
     def __call__(self, v, gen):

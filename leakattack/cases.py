@@ -13,6 +13,7 @@ sense of a *case* apart from the *attack*:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +26,11 @@ from .attacks import sign_rule_snr
 from .channel import Channel
 from .config import ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
+from .errors import SettingWarning
 from .observation import Observation, ThreatModel, from_protocol, observe
 from .registry import Registry
 from .sketch import get_sketch
-from .training import MODEL_DEFAULTS, build_victim, load_checkpoint, load_split, stored_protocol
+from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
 
 
 @dataclass
@@ -41,7 +43,8 @@ class Case:
     labels: torch.Tensor  #: its true labels, in the form the loss takes
     obs: Observation
     encoder: dict  #: what the client applied to its gradient (sketch or protocol encoder), for config.json
-    label: str  #: "model / encoder" for titles and folder names
+    label: str  #: "model / encoder" for titles
+    folder_tag: str  #: the encoder's name in default run-folder names
 
 
 def threat_of(cfg: RunConfig) -> ThreatModel:
@@ -61,7 +64,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
                         **cfg.sketch_params).to(device)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
     obs = observe(victim, x, labels, Channel(sketch, cfg.defense), threat_of(cfg), noise_seed=seeds.noise_seed)
-    return Case(ds, victim, x, labels, obs, sketch.describe(), f"{cfg.model} / {cfg.sketch}")
+    return Case(ds, victim, x, labels, obs, sketch.describe(), f"{cfg.model} / {cfg.sketch}", cfg.sketch)
 
 
 def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
@@ -91,7 +94,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
     if proto.shards[c].numel() == 0:
         raise ConfigError(f"client {c} holds no data")
     if rounds is not None:
-        w = load_checkpoint(Path(cfg.protocol_dir), t).to(device=device, dtype=dtype)
+        check_unchanged(cfg.protocol_dir, proto.describe())
+        w = load_checkpoint(Path(cfg.protocol_dir), t, victim.d).to(device=device, dtype=dtype)
     else:  # deterministic re-simulation of rounds 1..t-1 from the seeds
         w = proto.replay(t)
     torch.nn.utils.vector_to_parameters(w, victim.model.parameters())
@@ -101,8 +105,22 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
                     w_source="checkpoint" if rounds is not None else "re-simulated")
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
-    return Case(trainset, victim, msg.x, victim.target(msg.labels), obs, msg.linear_map.describe(),
-                f"{cfg.model} / {cfg.protocol}")
+    if cfg.batch_size != spec["batch_size"]:
+        warnings.warn(f"the attacked message is computed on {cfg.batch_size} image(s) while the protocol's clients "
+                      f"train on batches of {spec['batch_size']}; --batch-size {spec['batch_size']} attacks the "
+                      "protocol's own message", SettingWarning, stacklevel=2)
+    encoder = msg.linear_map.describe()
+    return Case(trainset, victim, msg.x, victim.target(msg.labels), obs, encoder,
+                f"{cfg.model} / {cfg.protocol} ({_encoder_name(encoder['encoder'])}, round {t}, client {c})",
+                cfg.protocol)
+
+
+def _encoder_name(encoder: dict) -> str:
+    """'srht b=1343', 'countsketch-table 20x40', 'none' (identity): what the client applied to its update."""
+    if "rows" in encoder and "buckets" in encoder:
+        return f"{encoder['kind']} {encoder['rows']}x{encoder['buckets']}"
+    return encoder["kind"] if encoder["b"] == encoder["d"] and encoder["kind"] == "none" else \
+        f"{encoder['kind']} b={encoder['b']}"
 
 
 _CASES = Registry("case")

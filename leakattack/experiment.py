@@ -8,8 +8,11 @@ the attack and scores it; :func:`write_run` writes the run folder.
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +25,7 @@ import torchvision
 from . import __version__, metrics
 from .attacks import Attack, AttackResult, get_attack
 from .cases import Case, build_case
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, write_csv, write_json
 from .utility import privacy_metrics
@@ -143,12 +146,56 @@ def environment(device: torch.device) -> dict:
     }
 
 
+def check_out(folder: str | Path) -> Path:
+    """The run folder a user named, refused in one sentence when it cannot be written (before any work)."""
+    if str(folder).strip() == "":
+        raise ConfigError("--out must name a folder, got an empty string")
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out '{folder}' is a file, not a folder")
+    parent = path if path.exists() else path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out '{folder}' cannot be written: '{parent}' is not a writable folder")
+    return path
+
+
 def write_run(out: Outcome, folder: Path) -> Path:
-    """Write config.json, metrics.json, trace.csv and the two figures into ``folder``."""
+    """Write config.json, metrics.json, trace.csv and the two figures into ``folder``, all or nothing.
+
+    The files are written into a temporary folder beside it, which is then renamed
+    into place (replacing an earlier run in ``folder``): an interrupted write
+    leaves no folder that looks finished.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        _write_files(out, tmp)
+        os.chmod(tmp, 0o777 & ~_umask())
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            os.replace(folder, old / folder.name)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_files(out: Outcome, folder: Path) -> None:
     p, r, m = out.prepared, out.result, out.metrics
     cfg, case, seeds = p.cfg, p.case, p.cfg.derived()
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     config = {
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
@@ -159,26 +206,27 @@ def write_run(out: Outcome, folder: Path) -> Path:
     }
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
-    title = (f"{cfg.model} / {cfg.sketch} (b/d = {case.obs.b / case.obs.d:.2f}), "
+    title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
              f"{cfg.optimizer}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m["match"])
     reconstruction_figure(folder / "reconstruction.png", case.x, r.x0[order], r.x.clamp(0, 1)[order],
                           m["psnr_each"], m["ssim_each"], title)
-    convergence_figure(folder / "convergence.png", r.losses, title)
+    convergence_figure(folder / "convergence.png", r.losses, title, objective=cfg.objective)
     write_json(folder / "metrics.json", m)  # last: its presence marks a finished run
-    return folder
 
 
 def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = False,
                with_lpips: bool = True) -> tuple[dict, Path]:
     """Prepare, attack, score and write; returns (metrics, run folder)."""
+    if out is not None:
+        check_out(out)
     p = prepare(cfg)
     outcome = execute(p, progress=progress, with_lpips=with_lpips)
-    folder = Path(out) if out is not None else default_run_dir(cfg.model, cfg.sketch)
+    folder = Path(out) if out is not None else default_run_dir(cfg.model, p.case.folder_tag)
     write_run(outcome, folder)
     return outcome.metrics, folder
 
 
 __all__ = ["Prepared", "Outcome", "prepare", "execute", "write_run", "run_attack", "resolve_device", "attack_of",
-           "environment"]
+           "environment", "check_out"]

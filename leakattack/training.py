@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 from pathlib import Path
 
@@ -26,12 +27,17 @@ from targets.protocols import evaluate, get_protocol
 
 from .config import ConfigError, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
+from .errors import UserError
 from .figures import accuracy_figure
 from .results import atomic_write_bytes, atomic_write_text, load_tensors, read_json, write_json
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
                   "data_root": None, "test_fraction": 0.2}
+
+
+class TrainingDiverged(UserError):
+    """The loss became non-finite: training stops, the rounds before are kept."""
 
 
 def build_victim(model_spec: dict, dataset: ImageSet, dtype=torch.float32, device="cpu") -> targets.Victim:
@@ -62,9 +68,20 @@ def save_checkpoint(folder: Path, t: int, w: torch.Tensor) -> None:
     atomic_write_bytes(checkpoint_path(folder, t), buf.getvalue())
 
 
-def load_checkpoint(folder: Path, t: int) -> torch.Tensor:
-    """w^t from a run folder (loaded with ``weights_only``: a checkpoint cannot run code)."""
-    return load_tensors(checkpoint_path(folder, t))
+def load_checkpoint(folder: Path, t: int, d: int) -> torch.Tensor:
+    """w^t (length d) from a run folder, loaded with ``weights_only`` (a checkpoint cannot run code)."""
+    path = checkpoint_path(folder, t)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints to attack round {t})")
+    try:
+        w = load_tensors(path)
+    except UserError:
+        raise
+    except Exception as err:  # truncated or garbage files fail inside torch's unpickler in many ways
+        raise ConfigError(f"checkpoint '{path}' is not a readable torch file ({type(err).__name__})") from None
+    if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() != d:
+        raise ConfigError(f"checkpoint '{path}' does not hold the {d} weights of this protocol's model")
+    return w
 
 
 def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
@@ -72,10 +89,29 @@ def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
     pj = Path(folder) / "protocol.json"
     if not pj.is_file():
         raise ConfigError(f"protocol folder '{folder}' has no protocol.json (write one with `leakattack train`)")
-    stored = read_json(pj)
-    if stored["protocol"] != name:
-        raise ConfigError(f"protocol folder '{folder}' holds protocol '{stored['protocol']}', not '{name}'")
-    return stored["spec"], stored["model"], int(stored["rounds"])
+    try:
+        stored = read_json(pj)
+        protocol, spec, model, rounds = stored["protocol"], stored["spec"], stored["model"], stored["rounds"]
+        if not (isinstance(spec, dict) and isinstance(model, dict) and isinstance(rounds, int) and rounds >= 1
+                and set(MODEL_DEFAULTS) <= set(model) and "seed" in model):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ConfigError(f"'{pj}' is not a protocol.json written by `leakattack train`") from None
+    if protocol != name:
+        raise ConfigError(f"protocol folder '{folder}' holds protocol '{protocol}', not '{name}'")
+    return spec, model, rounds
+
+
+def check_unchanged(folder: str | Path, described: dict) -> None:
+    """Refuse a protocol.json edited after training: the rebuilt protocol must describe itself as the trained one did."""
+    stored = read_json(Path(folder) / "protocol.json").get("describe")
+    if stored is None:
+        return
+    changed = sorted(k for k in stored if k in described and stored[k] != described[k])
+    if changed:
+        k = changed[0]
+        raise ConfigError(f"'{Path(folder) / 'protocol.json'}' was changed after training: it says {k} = "
+                          f"{described[k]!r} where the run trained with {stored[k]!r}")
 
 
 def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_name: str | None = None,
@@ -104,6 +140,10 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         w, stats = proto.run_round(w, t)
         cum += stats["floats_sent"]
         test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
+        if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
+            kept = f"rounds 1..{t - 1} are kept in '{folder}'" if t > 1 else "no round finished"
+            raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']}, test loss "
+                                   f"{test_loss}); {kept} (lower the learning rates)")
         row = {"round": t, "train_loss": stats["train_loss"], "test_loss": test_loss, "test_acc": test_acc,
                "floats_sent": stats["floats_sent"], "floats_cum": cum, "clients": stats["clients"],
                "wall_s": time.perf_counter() - t0}
@@ -121,5 +161,5 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     return folder
 
 
-__all__ = ["MODEL_DEFAULTS", "build_victim", "load_split", "checkpoint_path", "save_checkpoint", "load_checkpoint",
+__all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "check_unchanged", "build_victim", "load_split", "checkpoint_path", "save_checkpoint", "load_checkpoint",
            "stored_protocol", "train"]

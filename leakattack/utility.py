@@ -37,7 +37,12 @@ def privacy_metrics(cfg, obs: Observation) -> dict:
     """Metrics keys of a defended run: the message's epsilon/delta (one release) and, with ``cfg.utility``, utility_*."""
     pipeline = build_defense(cfg.defense)
     m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
-    m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0))
+    # The noise protects the message the client sent, so the R in Delta = ||R||_op * C is the client's own sketch:
+    # obs.linear_map is the channel's sketch (whatever sketch the attacker is granted), not an attacker's guess.
+    norm = None
+    if pipeline.needs_sketch_norm and hasattr(obs.linear_map, "operator_norm"):
+        norm = obs.linear_map.operator_norm()
+    m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0, sketch_norm=norm))
     if cfg.utility:
         m.update(train_under_defense(cfg))
     return m
@@ -58,10 +63,15 @@ def train_under_defense(cfg) -> dict:
     gen = torch_generator(seeds.noise_seed + 1)  # batches and noise of the training run
     n = len(train)
     params = [p for p in victim.model.parameters() if p.requires_grad]
+    pipeline = build_defense(cfg.defense)
+    needs_norm = pipeline.needs_sketch_norm
+    norm = None  # the composed guarantee holds with the largest ||R_t|| of the steps (None: Delta has no R in it)
     for t in range(cfg.utility_steps):
         idx = torch.randperm(n, generator=gen)[:cfg.utility_batch]
         channel = Channel(get_sketch(cfg.sketch, d, b, seed=seeds.sketch_seed + 1 + t, **cfg.sketch_params),
-                          cfg.defense)
+                          pipeline)
+        if needs_norm:
+            norm = max(norm or 0.0, channel.sketch.operator_norm())
         g = gradient_of(victim, train.images[idx], train.labels[idx], channel.per_example).detach()
         update = channel.sketch.adjoint(channel.send(g, gen))
         with torch.no_grad():
@@ -72,8 +82,9 @@ def train_under_defense(cfg) -> dict:
     with torch.no_grad():
         acc = float((victim.model(test.images).argmax(-1) == test.labels).float().mean())
     q = min(1.0, cfg.utility_batch / n)
-    priv = message_privacy(build_defense(cfg.defense), cfg.delta, steps=cfg.utility_steps, sample_rate=q)
+    priv = message_privacy(pipeline, cfg.delta, steps=cfg.utility_steps, sample_rate=q, sketch_norm=norm)
     return {"utility_acc": acc, "utility_steps": cfg.utility_steps, "utility_batch": cfg.utility_batch,
             "utility_lr": cfg.utility_lr, "utility_sample_rate": q,
             "utility_epsilon": priv["epsilon"], "utility_epsilon_paper": priv["epsilon_paper"],
+            "utility_sensitivity": priv["sensitivity"], "utility_sketch_norm": priv["sketch_norm"],
             "utility_delta_paper": priv["delta_paper"], "utility_wall_s": time.perf_counter() - t0}

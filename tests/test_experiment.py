@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from leakattack.config import RunConfig
 from leakattack.experiment import run_attack
 
@@ -62,3 +64,23 @@ def test_the_python_example_runs_and_reports_its_scores():
     proc = subprocess.run([sys.executable, str(example), "20"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("PSNR ") and "after 20 iterations" in proc.stdout
+
+
+def test_an_interrupted_write_leaves_the_earlier_run_whole_and_no_temporary_folder(tmp_path, monkeypatch):
+    from leakattack import experiment
+
+    folder = tmp_path / "run"
+    m1, _ = run_attack(_cfg(), out=folder, with_lpips=False)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real = experiment.write_json
+
+    def interrupted(path, obj):
+        real(path, obj)
+        if path.name == "config.json":
+            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM, which the CLI turns into the same) mid-write
+
+    monkeypatch.setattr(experiment, "write_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_attack(_cfg(iterations=5), out=folder, with_lpips=False)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]

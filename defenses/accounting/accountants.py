@@ -41,38 +41,42 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
             return math.inf
 
 
-def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0) -> dict:
+def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
+                    sketch_norm: float | None = 1.0) -> dict:
     """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's numbers.
 
+    The sensitivity Delta is what the pipeline bounds (``Pipeline.noise_bound``):
+    a clip before the sketch with the noise after it gives Delta = ||R||_op * C,
+    with ``sketch_norm`` = ||R||_op (over several steps, the largest ||R_t||).
     Keys: ``epsilon``/``delta`` (Opacus RDP, the tight one), ``epsilon_paper``/
     ``delta_paper`` (Lemma H.7 per step at delta_hat = delta/steps, composed by
     Theorem 6.2 with T*K = steps; no sub-sampling amplification),
-    ``noise_multiplier``, ``sensitivity``, ``privacy_note``.  Without Gaussian
-    noise every value is None; without a clip before it epsilon is None (inf):
-    the sensitivity is unbounded.
+    ``noise_multiplier`` = sigma/Delta, ``sensitivity`` (Delta), ``sketch_norm``
+    (the ||R||_op in Delta, None when Delta does not cross the sketch),
+    ``privacy_note``.  Without Gaussian noise every value is None; without a
+    clip before it epsilon is None (inf): the sensitivity is unbounded.
     """
     out = {"epsilon": None, "delta": None, "epsilon_paper": None, "delta_paper": None,
-           "noise_multiplier": None, "sensitivity": None, "privacy_note": ""}
-    noisy = pipeline.gaussian_steps() if pipeline else []
-    if not noisy:
+           "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
+    bound = pipeline.noise_bound(sketch_norm) if pipeline else None
+    if bound is None:
         out["privacy_note"] = "no Gaussian noise: no DP guarantee"
         return out
-    sigma = math.sqrt(sum(t.sigma ** 2 for t in noisy))
-    clips = {(t.clip_C, t.clip_placement) for t in noisy}
     out["delta"] = delta
-    if None in {c for c, _ in clips} or len(clips) > 1:
-        out["privacy_note"] = "no single clip before the noise: sensitivity unbounded, epsilon = inf"
+    if bound.sensitivity is None:
+        out["privacy_note"] = f"{bound.reason}, epsilon = inf"
         return out
-    C, clip_place = clips.pop()
-    z = sigma / C
-    eps_hat = gaussian_epsilon(sigma, delta / steps, C)
+    sigma, sens = bound.sigma, bound.sensitivity
+    eps_hat = gaussian_epsilon(sigma, delta / steps, sens)
     eps_p, delta_p = paper_composition(eps_hat, delta / steps, steps, 1)
-    out.update(epsilon=accountant_epsilon(z, sample_rate, steps, delta), epsilon_paper=eps_p,
-               delta_paper=delta_p, noise_multiplier=z, sensitivity=C)
-    notes = [f"Delta = C = {C} (add/remove one example); paper: Lemma H.7 + Thm 6.2, no amplification"]
-    if any(t.placement != clip_place for t in noisy):
-        notes.append("clip and noise on different sides of the sketch: exact only if ||R||_op <= 1")
-    out["privacy_note"] = "; ".join(notes)
+    out.update(epsilon=accountant_epsilon(sigma / sens, sample_rate, steps, delta), epsilon_paper=eps_p,
+               delta_paper=delta_p, noise_multiplier=sigma / sens, sensitivity=sens,
+               sketch_norm=sketch_norm if bound.crosses_sketch else None)
+    note = (f"Delta = {bound.formula} ({bound.where}; {bound.neighbours}); "
+            "paper: Lemma H.7 + Thm 6.2, no amplification")
+    if bound.later_noise:
+        note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
+    out["privacy_note"] = note
     return out
 
 

@@ -179,6 +179,10 @@ class GradientMatching(Attack):
                 bar.set_postfix_str(f"L_R={loss:.3e}")
         if bar is not None:
             bar.close()
+        if stop == "iterations" and losses[-1] > losses[0]:
+            # saturation: no non-finite value, but the objective ended above where it started
+            message = (f"the loss rose from {losses[0]:.3e} to {losses[-1]:.3e} (step size too large?); "
+                       f"returning the best iterate, from step {best_step}")
         final_labels = labels if best_logits is None else best_logits.argmax(-1)
         return AttackResult(
             x=best_x, labels=final_labels, x0=x0.detach().clone(), losses=losses, extra=extra,

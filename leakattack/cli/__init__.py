@@ -8,9 +8,11 @@ folder is created for it.  Adding a command: its own module here with a
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import warnings
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from . import check, figures, list as list_cmd, reproduce, run, sweep, train
 
 EXIT_USAGE = 2
@@ -36,7 +38,24 @@ def build_parser() -> Parser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, SettingWarning):
+        print(f"leakattack: warning: {message}", file=sys.stderr)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C: temporary files are removed, finished ones kept
+
+
 def main(argv=None) -> int:
+    warnings.showwarning = _one_line_warning
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         parser = build_parser()
         a = parser.parse_args(argv)

@@ -13,7 +13,8 @@ def cmd_figures(a) -> int:
     if not (out / "results.jsonl").exists():
         raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
     res = finalize(out)
-    print(f"{res['points']} points | {len(res['figures'])} figures in {out / 'figures'}")
+    print(" | ".join([f"{res['points']} points", f"{len(res['figures'])} figures in {out / 'figures'}",
+                      *res["notes"]]))
     return 0
 
 

@@ -24,7 +24,7 @@ def cmd_run(a) -> int:
     cfg = config_from_args(a)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
     print(summary_line(m, folder))
-    if m["message"] and m["stop_reason"] == "diverged":
+    if m["message"] and m["stop_reason"] != "tolerance":  # diverged, or the loss rose
         print(f"note: {m['message']}", file=sys.stderr)
     return 0
 

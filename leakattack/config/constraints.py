@@ -59,9 +59,10 @@ class Number(Constraint):
             hi = ")" if self.high_open else "]"
             return f"lie in {lo}{self.low}, {self.high}{hi}"
         if self.low is not None:
+            noun = " integer" if self.integer else ""
             if self.low == 0:
-                return f"be {'positive' if self.low_open else 'non-negative'}"
-            return f"be at least {self.low}"
+                return f"be {'a positive' if self.low_open else 'a non-negative'}{noun or ' number'}"
+            return f"be an integer of at least {self.low}" if self.integer else f"be at least {self.low}"
         return f"be {kind}"
 
     def ok(self, v) -> bool:

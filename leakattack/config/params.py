@@ -51,7 +51,7 @@ def _choices(fn):
 
 
 POS_INT = Number(1, integer=True)
-NONNEG_INT = Number(0, integer=True, what="be non-negative")
+NONNEG_INT = Number(0, integer=True)
 SEED = Number(0, 2 ** 63 - 1, integer=True, what="be an integer in [0, 2^63 - 1]")
 
 #: the run parameters, in the order of ``leakattack run --help``
@@ -63,7 +63,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("model_seed", None, Optional(SEED), "model seed", "seed of the model weights (default: --seed)", "victim"),
     # sketch and defense
     Param("sketch", "srht", _choices(list_sketches), "sketch", "sketch kind, one of {choices}", "sketch"),
-    Param("sketch_dim", None, Optional(Number(0, integer=True, low_open=True, what="be a positive integer")),
+    Param("sketch_dim", None, Optional(Number(0, integer=True, low_open=True)),
           "sketch dimension", "sketch dimension b (overrides --sketch-ratio)", "sketch"),
     Param("sketch_ratio", 0.5, Number(0, 1, low_open=True), "sketch ratio", "b/d, in (0, 1]", "sketch"),
     Param("sketch_params", {}, Table(), "sketch parameters",
@@ -142,7 +142,7 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
           "protocol"),
     Param("client_fraction", SPEC_DEFAULTS["client_fraction"], Optional(Number(0, 1, low_open=True)),
           "client fraction", "fraction of clients sampled per round (default: 0.5 for fedsketch-*, else 1)", "protocol"),
-    Param("sketch_rows", SPEC_DEFAULTS["sketch_rows"], POS_INT, "count-sketch rows t",
+    Param("sketch_rows", SPEC_DEFAULTS["sketch_rows"], Number(1, 1000, integer=True), "count-sketch rows t",
           "FedSKETCH count-sketch rows t", "protocol"),
     Param("sketch_buckets", SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
           "FedSKETCH buckets m per row", "protocol"),

@@ -22,7 +22,7 @@ from targets.protocols import protocol_class
 
 from .. import attacks
 from ..errors import UserError
-from ..sketch import is_identity, list_sketches, sketch_dim
+from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
 
 
@@ -54,6 +54,7 @@ def _validate(self) -> "RunConfig":
     check_protocol_spec(self.protocol_spec, partial=True)
     try:
         build_defense(self.defense)
+        check_sketch_params(self.sketch, self.sketch_params)
     except UserError as err:
         raise ConfigError(str(err)) from None
     if self.device == "cuda":
@@ -67,6 +68,10 @@ def _validate_for(self, d: int) -> None:
     b = self.sketch_b(d)
     if not is_identity(self.sketch) and not 1 <= b <= d:
         raise ConfigError(f"sketch dimension b = {b} must lie in [1, d] with d = {d} for model '{self.model}'")
+    try:
+        check_sketch_params(self.sketch, self.sketch_params, b)
+    except UserError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _sketch_b(self, d: int) -> int:
@@ -142,6 +147,9 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
     check_protocol_spec(spec)
     if not 0 < spec["sketch_ratio"] <= 1:
         raise ConfigError(f"sketch ratio must lie in (0, 1], got {spec['sketch_ratio']}")
+    if d is not None and spec["sketch_buckets"] > d:
+        raise ConfigError(f"count-sketch buckets m = {spec['sketch_buckets']} exceed d = {d}: such a table "
+                          "compresses nothing")
     if cls.uses_sketch:
         if spec["sketch"] not in list_sketches():
             raise ConfigError(f"unknown sketch '{spec['sketch']}'; choose one of: {', '.join(list_sketches())}")

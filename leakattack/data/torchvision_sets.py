@@ -13,6 +13,10 @@ from .base import DataError, ImageSet
 
 #: Our name -> the class name in ``torchvision.datasets``.
 TORCHVISION_CLASSES = {"mnist": "MNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
+#: where torchvision expects each set under the data root
+LAYOUT = {"mnist": "MNIST/raw/train-images-idx3-ubyte (and the other idx files)",
+          "cifar10": "cifar-10-batches-py/data_batch_1..5 and test_batch",
+          "cifar100": "cifar-100-python/train and test"}
 
 
 def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
@@ -31,12 +35,21 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
                             f"elsewhere and point --data-root at a folder containing it") from exc
-        raise DataError(f"{name} not found under data root {root}: pass --download or point "
-                        f"--data-root at a folder containing it") from exc
-    data = ds.data if isinstance(ds.data, torch.Tensor) else torch.from_numpy(np.asarray(ds.data))
-    x = data.float().div_(255.0)
-    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
-    labels = torch.as_tensor(np.asarray(ds.targets), dtype=torch.long)
+        raise DataError(f"{name} not found under data root {root} (expected {root}/{LAYOUT[name]}): pass "
+                        f"--download or point --data-root at a folder containing it") from exc
+    except Exception as exc:  # garbage files fail inside torchvision's readers in many ways
+        raise DataError(f"the {name} files under data root {root} are not readable ({type(exc).__name__}); "
+                        f"expected {root}/{LAYOUT[name]}") from None
+    try:
+        data = ds.data if isinstance(ds.data, torch.Tensor) else torch.from_numpy(np.asarray(ds.data))
+        x = data.float().div_(255.0)
+        x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+        labels = torch.as_tensor(np.asarray(ds.targets), dtype=torch.long)
+        if x.ndim != 4 or x.shape[0] != labels.shape[0] or x.shape[0] == 0:
+            raise ValueError("images and labels do not match")
+    except Exception as exc:
+        raise DataError(f"the {name} files under data root {root} are not readable ({exc}); "
+                        f"expected {root}/{LAYOUT[name]}") from None
     split = "train" if train else "test"
     return ImageSet(name=name, images=x.contiguous(), labels=labels,
                     num_classes=len(ds.classes), class_names=list(ds.classes),

@@ -4,16 +4,26 @@
 reconstruction grid, metrics against defense strength, the privacy-utility
 frontier and the sketch-size phase transition, from ``results.jsonl`` and
 ``points/*.pt``, as PNG and PDF under ``figures/``.  Repetitions of a setting
-are averaged with the sweep store's grouping (:mod:`leakattack.results.store`).
+are averaged, and lines are told apart by series (every other grid key that
+varies), with the sweep store's grouping (:mod:`leakattack.results.store`).
+Every title names what the records share: model, data set, sketch, objective,
+prior and defense.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
-from ..results import aggregate, default_strength, group_settings, load_records, load_tensors, mean_std, read_json
+from ..results import (REPEAT_KEYS, aggregate, default_strength, group_settings, load_records, load_tensors,
+                       mean_std, read_json, series_keys, series_label, series_of)
 from .common import plt, save_both, to_hwc
+
+#: at most this many series (blocks) in one reconstruction grid; the rest are named as left out
+MAX_GRID_BLOCKS = 6
+#: the x axes of the phase transition: b/m comes from them, so they never tell series apart there
+SIZE_KEYS = ("sketch_dim", "sketch_ratio")
 
 
 def _strength_key(records: list[dict], meta: dict) -> str | None:
@@ -34,22 +44,177 @@ def _set_strength_scale(ax, xs) -> None:
         ax.set_xscale("symlog", linthresh=min(pos)) if min(xs) <= 0 else ax.set_xscale("log")
 
 
-def reconstruction_grid(folder, records: list[dict], strength: str) -> list:
-    """Rows: truth, then each defense strength (ascending); columns: the attacked images (first sketch kind and seed)."""
-    first = records[0]["params"]
-    recs = [r for r in records if r["params"]["sketch"] == first["sketch"] and r["params"]["seed"] == first["seed"]
-            and r["params"]["model"] == first["model"]]
-    levels = sorted({json.dumps(r["grid"].get(strength)) for r in recs}, key=lambda s: (_axis(json.loads(s)) is None, _axis(json.loads(s)) or 0, s))
-    images = sorted({r["params"]["image_index"] for r in recs})
-    cell = {}
-    for r in recs:
-        pt = Path(folder) / "points" / f"{r['key']}.pt"
-        if pt.exists():
-            cell[(json.dumps(r["grid"].get(strength)), r["params"]["image_index"])] = (load_tensors(pt), r["metrics"])
-    if not cell:
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def context(records: list[dict], meta: dict | None = None) -> str:
+    """What every record shares, compactly: model, data set, sketch (b/d), objective, prior and defense.
+
+    A field that varies is left to the axes and the legend, except a defense
+    written with ``{placeholders}``, which is shown as its template from the
+    sweep's ``[base]``.
+    """
+    base = (meta or {}).get("base", {})
+
+    def shared(name, default=None):
+        values = {json.dumps(r["params"].get(name, default), sort_keys=True) for r in records}
+        return json.loads(values.pop()) if len(values) == 1 else _VARIES
+
+    parts = []
+    model, dataset = shared("model"), shared("dataset")
+    victim = [] if model is _VARIES else [str(model)]
+    if dataset is not _VARIES:
+        victim.append(f"on {dataset or 'photos'}")
+    if victim:
+        parts.append(" ".join(victim))
+    sketch = shared("sketch")
+    if sketch is not _VARIES:
+        shape = {(r["metrics"].get("b"), r["metrics"].get("d")) for r in records}
+        b, d = shape.pop() if len(shape) == 1 else (None, None)
+        parts.append(f"sketch {sketch}" + (f" (b/d = {b / d:.2g})" if b and d and b != d else ""))
+    objective = shared("objective", "l2")
+    if objective is not _VARIES:
+        parts.append({"l2": "L2 objective", "cosine": "cosine objective"}.get(objective, f"objective {objective}"))
+    tv = shared("tv", 0.0)
+    if tv is not _VARIES:
+        parts.append("no prior" if not tv else f"TV {_num(tv)}")
+    defense = shared("defense", "")
+    if defense is _VARIES and isinstance(base.get("defense"), str):
+        defense = base["defense"]
+    if defense is not _VARIES:
+        parts.append(f"defense {defense}" if defense else "no defense")
+    return _SEP.join(parts)
+
+
+_VARIES = object()
+_SEP = " · "
+
+
+def _fill(text: str, chars: int) -> list[str]:
+    """``text`` in lines of about ``chars`` characters, broken between its `` · `` parts where it can."""
+    lines: list[str] = []
+    for part in text.split(_SEP):
+        if lines and len(lines[-1]) + len(_SEP) + len(part) <= chars:
+            lines[-1] += _SEP + part
+        else:
+            lines += textwrap.wrap(part, chars) or [""]
+    return lines
+
+
+def _title(fig, head: str, records: list[dict], meta: dict | None, width_in: float, fontsize: float = 8) -> None:
+    """A suptitle: ``head`` over the shared context, wrapped to the figure's width."""
+    chars = max(30, int(width_in * 72 / (0.55 * fontsize)))
+    fig.suptitle("\n".join(textwrap.wrap(head, chars) + _fill(context(records, meta), chars)), fontsize=fontsize)
+
+
+def _line_label(records: list[dict], series: tuple) -> str:
+    """The legend entry of a series (its value alone when one key tells series apart); a sweep with one
+    series is labelled by its sketch kind."""
+    if len(series) == 1:
+        return series_label(series).split("=", 1)[1]
+    if series:
+        return series_label(series)
+    kinds = {str(r["params"].get("sketch")) for r in records}
+    return kinds.pop() if len(kinds) == 1 else ""
+
+
+def _draw_lines(ax, lines: dict, labels: dict) -> None:
+    """Mean against x, one line per series; std bars only where a setting has more than one repetition."""
+    for line, pts in lines.items():
+        x = [p[0] for p in pts]
+        (drawn,) = ax.plot(x, [p[1] for p in pts], marker="o", ms=3, label=labels.get(line, str(line)))
+        bars = [p for p in pts if p[2] is not None]
+        if bars:
+            ax.errorbar([p[0] for p in bars], [p[1] for p in bars], yerr=[p[2] for p in bars], fmt="none",
+                        ecolor=drawn.get_color(), capsize=3)
+
+
+def _legend(fig, axes, keys: list[str], n_lines: int) -> None:
+    if n_lines == 0:
+        return
+    title = ", ".join(keys) if keys else "sketch"
+    if n_lines <= 4 and len(keys) <= 1:
+        axes[0].legend(fontsize=7, title=title, title_fontsize=7)
+    else:  # below the panels: many or long labels would cover the data
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=7, title=title,
+                   title_fontsize=7, ncols=min(n_lines, 3))
+
+
+def grid_series(records: list[dict], strength: str) -> tuple[list[str], list[tuple], list[tuple]]:
+    """(series keys, series drawn, series left out) of the reconstruction grid, in grid order."""
+    keys = series_keys(records, exclude=(strength,))
+    order = list(dict.fromkeys(series_of(r, keys) for r in records))
+    return keys, order[:MAX_GRID_BLOCKS], order[MAX_GRID_BLOCKS:]
+
+
+def _first_repetition(recs: list[dict]) -> tuple[list[dict], str]:
+    """The records of the first value of each repetition key that varies (image index aside), and a note saying so."""
+    notes = []
+    for k in REPEAT_KEYS:
+        if k == "image_index":
+            continue
+        values = list(dict.fromkeys(json.dumps(r["grid"].get(k)) for r in recs if k in r["grid"]))
+        if len(values) > 1:
+            recs = [r for r in recs if json.dumps(r["grid"].get(k)) == values[0]]
+            notes.append(f"{k} = {json.loads(values[0])} (1 of {len(values)})")
+    return recs, ", ".join(notes)
+
+
+def _level_order(s: str):
+    v = _axis(json.loads(s))
+    return (v is None, v or 0, s)
+
+
+def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict | None = None,
+                        notes: list | None = None) -> list:
+    """One block per series; in a block, rows are the truth and each strength (ascending), columns the images.
+
+    At most :data:`MAX_GRID_BLOCKS` blocks are drawn; the figure's title (and
+    ``notes``) say how many series were left out.
+    """
+    keys, shown, left = grid_series(records, strength)
+    blocks = []
+    for series in shown:
+        recs, rep_note = _first_repetition([r for r in records if series_of(r, keys) == series])
+        cell = {}
+        for r in recs:
+            pt = Path(folder) / "points" / f"{r['key']}.pt"
+            lv, img = json.dumps(r["grid"].get(strength)), r["params"].get("image_index", 0)
+            if pt.exists() and (lv, img) not in cell:
+                cell[(lv, img)] = (load_tensors(pt), r["metrics"], r["params"].get("batch_size", 1))
+        if cell:
+            levels = sorted({lv for lv, _ in cell}, key=_level_order)
+            blocks.append((series, levels, sorted({im for _, im in cell}), cell, rep_note))
+    if not blocks:
         return []
-    fig, axes = plt.subplots(len(levels) + 1, len(images), figsize=(1.4 * len(images) + 1.4, 1.55 * (len(levels) + 1)),
-                             squeeze=False)
+    width = 1.4 * max(len(b[2]) for b in blocks) + 1.4
+    heights = [1.55 * (len(b[1]) + 1) + (0.3 if keys else 0.0) for b in blocks]
+    head = f"reconstructions by {strength}"
+    if left:
+        head += (f"; {len(shown)} of {len(shown) + len(left)} series shown "
+                 f"({len(left)} left out, from {series_label(left[0])})")
+        if notes is not None:
+            notes.append(f"reconstruction grid shows {len(shown)} of {len(shown) + len(left)} series "
+                         f"({len(left)} left out)")
+    fig = plt.figure(figsize=(width, sum(heights) + 0.7), layout="constrained")
+    subs = fig.subfigures(len(blocks), 1, height_ratios=heights, squeeze=False)[:, 0] if len(blocks) > 1 else [fig]
+    for sub, (series, levels, images, cell, rep_note) in zip(subs, blocks):
+        _grid_block(sub, strength, levels, images, cell)
+        batch = max(c[2] for c in cell.values())
+        heading = "; ".join(t for t in (series_label(series),
+                                        f"first image of each batch of {batch}" if batch > 1 else "",
+                                        rep_note) if t)
+        if heading and sub is not fig:
+            sub.suptitle(heading, fontsize=7)
+        elif heading:
+            head += f" ({heading})"
+    _title(fig, head, records, meta, width)
+    return save_both(fig, Path(folder) / "figures", "reconstruction_grid")
+
+
+def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict) -> None:
+    axes = fig.subplots(len(levels) + 1, len(images), squeeze=False)
     for j, img in enumerate(images):
         truth = next((c[0]["truth"][0] for (lv, im), c in cell.items() if im == img), None)
         rows = [(truth, f"image {img}")] + [
@@ -65,24 +230,21 @@ def reconstruction_grid(folder, records: list[dict], strength: str) -> list:
             ax.set_title(label, fontsize=6, pad=2)
             if j == 0:
                 ax.set_ylabel("truth" if i == 0 else f"{strength}\n{json.loads(levels[i - 1])}", fontsize=7)
-    fig.subplots_adjust(hspace=0.35, wspace=0.1)
-    fig.suptitle(f"{first['model']} / {first['sketch']}: reconstructions by {strength}", fontsize=8)
-    return save_both(fig, Path(folder) / "figures", "reconstruction_grid")
 
 
-def metrics_vs_strength(folder, records: list[dict], strength: str) -> list:
-    """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per sketch kind, std bars."""
+def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
+    """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std bars."""
     x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
+    keys = series_keys(records, exclude=(strength,))
+    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
     names = [n for n in ("psnr", "ssim", "utility_acc", "epsilon") if any(r["metrics"].get(n) is not None for r in records)]
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.0), squeeze=False)
+    width = 3.6 * len(names)
+    fig, axes = plt.subplots(1, len(names), figsize=(width, 3.4 + 0.25 * len(labels) / 3), squeeze=False,
+                             layout="constrained")
     for ax, name in zip(axes[0], names):
-        lines = aggregate(records, x_of, name)
-        xs = []
-        for line, pts in lines.items():
-            x = [p[0] for p in pts]
-            xs += x
-            ax.errorbar(x, [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", ms=3, capsize=3, label=str(line))
-        _set_strength_scale(ax, xs or [1])
+        lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
+        _draw_lines(ax, lines, labels)
+        _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
         if name == "ssim":
             ax.axhline(0.3, color="grey", lw=0.8, ls="--")
         if name == "epsilon":
@@ -90,77 +252,90 @@ def metrics_vs_strength(folder, records: list[dict], strength: str) -> list:
         ax.set_xlabel(strength)
         ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy", "epsilon": "ε (RDP)"}[name])
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7, title="sketch", title_fontsize=7)
-    fig.tight_layout()
+    _legend(fig, axes[0], keys, len(labels))
+    _title(fig, f"attack against {strength}", records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
 
 
-def privacy_utility_frontier(folder, records: list[dict], strength: str | None) -> list:
-    """Mean PSNR of the attack against test accuracy of the defended training, epsilon annotated, one line per sketch kind."""
-    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+def privacy_utility_frontier(folder, records: list[dict], strength: str | None, meta: dict | None = None) -> list:
+    """Mean PSNR of the attack against test accuracy of the defended training, epsilon annotated, one line per series."""
     kept = [r for r in records if r["metrics"].get("utility_acc") is not None]
     if not kept:
-        plt.close(fig)
         return []
+    keys = series_keys(kept, exclude=(strength,) if strength else ())
     by_line: dict = {}
     for recs in group_settings(kept).values():
         parts: dict = {}
         for r in recs:
-            parts.setdefault(r["params"]["sketch"], []).append(r)
-        for sk, part in parts.items():
+            parts.setdefault(series_of(r, keys), []).append(r)
+        for series, part in parts.items():
             acc, _ = mean_std([float(r["metrics"]["utility_acc"]) for r in part])
             ps, ps_std = mean_std([float("nan") if r["metrics"]["psnr"] is None else float(r["metrics"]["psnr"])
                                    for r in part])
             eps = part[0]["metrics"].get("epsilon")
-            by_line.setdefault(sk, []).append((acc, ps, ps_std, eps, part[0]["grid"].get(strength) if strength else None))
-    for sk, pts in by_line.items():
-        pts.sort(key=lambda p: p[:3])
-        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", ms=3, capsize=3, label=sk)
-        for acc, ps, _, eps, lv in pts:
-            ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_title("labels: ε of the attacked message (Opacus RDP)", fontsize=8)
+            by_line.setdefault(series, []).append((acc, ps, ps_std, eps))
+    fig, ax = plt.subplots(figsize=(4.6, 3.8 + 0.25 * len(by_line) / 3), layout="constrained")
+    lines = {}
+    for series, pts in by_line.items():
+        pts.sort(key=lambda p: (p[0], p[1]))
+        lines[series] = [(acc, ps, std, 1, None) for acc, ps, std, _ in pts]
+    _draw_lines(ax, lines, {s: _line_label(kept, s) for s in lines})
+    for pts in by_line.values():
+        for acc, ps, _, eps in pts:
+            ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
     ax.set_xlabel("test accuracy under the defense (utility)")
     ax.set_ylabel("attack PSNR (dB)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, title="sketch", title_fontsize=7)
+    _legend(fig, [ax], keys, len(lines))
+    _title(fig, "privacy-utility (labels: ε of the attacked message, Opacus RDP)", kept, meta, 4.6)
     return save_both(fig, Path(folder) / "figures", "privacy_utility")
 
 
-def phase_transition(folder, records: list[dict]) -> list:
-    """Mean PSNR against b/m (m = C*H*W*batch unknowns), one line per sketch kind, std bars."""
+def phase_transition(folder, records: list[dict], meta: dict | None = None) -> list:
+    """Mean PSNR and SSIM against b/m (m = C*H*W*batch unknowns), one line per series, std bars."""
     x_of = lambda r: (r["metrics"]["b"] / r["metrics"]["m"]) if r["metrics"].get("m") else None  # noqa: E731
-    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.2))
+    keys = series_keys(records, exclude=SIZE_KEYS)
+    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6 + 0.25 * len(labels) / 3), layout="constrained")
     for ax, name, label in ((axes[0], "psnr", "PSNR (dB)"), (axes[1], "ssim", "SSIM")):
-        for line, pts in aggregate(records, x_of, name).items():
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", ms=3, capsize=3, label=str(line))
+        _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_xlabel("b / m  (sketch size / unknowns)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7, title="sketch", title_fontsize=7)
-    fig.tight_layout()
+    _legend(fig, axes, keys, len(labels))
+    _title(fig, "phase transition in the sketch size", records, meta, 8.0)
     return save_both(fig, Path(folder) / "figures", "phase_transition")
 
 
-def sweep_figures(folder, records: list[dict] | None = None) -> list:
-    """Every sweep figure that the stored results support, as PNG and PDF under folder/figures/; returns the paths."""
+def sweep_figures(folder, records: list[dict] | None = None, notes: list | None = None) -> list:
+    """Every sweep figure that the stored results support, as PNG and PDF under folder/figures/; returns the paths.
+
+    ``notes``, when given, receives one short sentence per figure that shows
+    less than the records hold (e.g. series left out of the reconstruction grid).
+    """
     folder = Path(folder)
     if records is None:
         records = load_records(folder)
     if not records:
         return []
     meta = read_json(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
-    grid_keys = set(records[0]["grid"])
+    grid_keys = {k for r in records for k in r["grid"]}
     strength = _strength_key(records, meta)
     paths = []
-    if strength and strength not in ("sketch_dim", "sketch_ratio"):
-        paths += reconstruction_grid(folder, records, strength)
-        paths += metrics_vs_strength(folder, records, strength)
+    if strength and strength not in SIZE_KEYS:
+        paths += reconstruction_grid(folder, records, strength, meta, notes)
+        paths += metrics_vs_strength(folder, records, strength, meta)
     if any(r["metrics"].get("utility_acc") is not None for r in records):
-        paths += privacy_utility_frontier(folder, records, strength)
-    if grid_keys & {"sketch_dim", "sketch_ratio"}:
-        paths += phase_transition(folder, records)
-        if strength in ("sketch_dim", "sketch_ratio"):
-            paths += reconstruction_grid(folder, records, strength)
+        paths += privacy_utility_frontier(folder, records, strength, meta)
+    if grid_keys & set(SIZE_KEYS):
+        paths += phase_transition(folder, records, meta)
+        if strength in SIZE_KEYS:
+            paths += reconstruction_grid(folder, records, strength, meta, notes)
     return paths
+
+
+__all__ = ["sweep_figures", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
+           "phase_transition", "grid_series", "context", "MAX_GRID_BLOCKS"]

@@ -5,7 +5,9 @@ appended with one ``write`` + ``fsync`` by a single writer, so a kill leaves at
 most one torn last line, which :func:`read_results` drops.  A *setting* is a
 record's grid values without the repetition keys (seeds, image index): the
 summary and every sweep figure average over repetitions of one setting, grouped
-here and nowhere else.
+here and nowhere else.  A *series* is what one line (or one block of the
+reconstruction grid) of a figure shows: the settings that agree on every grid
+key that varies, apart from the repetitions and the figure's x axis.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # torn JSON, or bytes that are not UTF-8 (UnicodeDecodeError)
             continue
         if isinstance(rec, dict) and "key" in rec and "metrics" in rec:
             good.append(rec)
@@ -88,15 +90,15 @@ def group_settings(records: list[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation; the std of a single value is undefined (None)."""
     mean = math.fsum(values) / len(values)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
     return mean, std
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per setting: its grid values, n, and mean/std of each metric present (sample std, 0 for n = 1)."""
+    """One row per setting: its grid values, n, and mean/std of each metric present (sample std, None for n = 1)."""
     rows = []
     for setting, recs in group_settings(records).items():
         first = recs[0]
@@ -116,19 +118,47 @@ def summarize(records: list[dict]) -> list[dict]:
     return rows
 
 
+def series_keys(records: list[dict], exclude=()) -> list[str]:
+    """The grid keys that tell one series from another: they vary across ``records`` and are neither
+    repetitions nor in ``exclude`` (the figure's x axis), in the order the grid names them."""
+    keys = list(dict.fromkeys(k for r in records for k in r["grid"]))
+    keys = [k for k in keys if k not in REPEAT_KEYS and k not in exclude]
+    return [k for k in keys if len({json.dumps(r["grid"].get(k), sort_keys=True) for r in records}) > 1]
+
+
+def series_of(rec: dict, keys: list[str]) -> tuple:
+    """A record's series: its values of ``keys`` (from :func:`series_keys`) as ``((key, JSON text), ...)``, hashable."""
+    return tuple((k, json.dumps(rec["grid"].get(k), sort_keys=True)) for k in keys)
+
+
+def series_label(series: tuple) -> str:
+    """``key=value, key=value`` for a legend or a block heading ("" for the only series)."""
+    return ", ".join(f"{k}={_short(json.loads(v))}" for k, v in series)
+
+
+def _short(v) -> str:
+    if isinstance(v, float) and v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
 def aggregate(records: list[dict], x_of: Callable[[dict], float | None], metric: str,
-              line_key: str = "sketch") -> dict:
+              line_key: str = "sketch", line_of: Callable[[dict], object] | None = None) -> dict:
     """{line: [(x, mean, std, n, records)]} sorted by x: ``metric`` over the repetitions of each setting.
 
-    One line per value of ``params[line_key]``; records whose ``x_of`` or
-    ``metric`` is None are left out.
+    One line per value of ``line_of(record)`` (default: ``params[line_key]``);
+    records whose ``x_of`` or ``metric`` is None are left out; ``std`` is None
+    for a single repetition.
     """
+    line_of = line_of or (lambda r: r["params"].get(line_key))
     kept = [r for r in records if x_of(r) is not None and r["metrics"].get(metric) is not None]
     lines: dict = {}
     for recs in group_settings(kept).values():
         parts: dict = {}
         for r in recs:
-            parts.setdefault((r["params"].get(line_key), x_of(r)), []).append(r)
+            parts.setdefault((line_of(r), x_of(r)), []).append(r)
         for (line, x), part in parts.items():
             mean, std = mean_std([float(r["metrics"][metric]) for r in part])
             lines.setdefault(line, []).append((x, mean, std, len(part), part))

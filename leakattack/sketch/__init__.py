@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..errors import UserError
 from ..registry import Registry
 from .base import DENSE_LIMIT, Sketch
 from .ams import AMSSketch
@@ -54,8 +55,14 @@ def get_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
     """
     cls = _REGISTRY.get(kind)
     if not cls.identity and not 1 <= b <= d:
-        raise ValueError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
+        raise UserError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
+    cls.check_params(params, b)
     return cls(d=d, b=b, seed=seed, **params)
+
+
+def check_sketch_params(kind: str, params: dict, b: int | None = None) -> None:
+    """Refuse unknown or bad parameters of sketch ``kind`` in one sentence (checks needing b skipped without it)."""
+    _REGISTRY.get(kind).check_params(params, b)
 
 
 make_sketch = get_sketch
@@ -64,4 +71,4 @@ make_sketch = get_sketch
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "get_sketch", "make_sketch", "list_sketches", "register_sketch", "is_identity", "sketch_dim"]
+__all__ = ["Sketch", "DENSE_LIMIT", "get_sketch", "make_sketch", "list_sketches", "register_sketch", "is_identity", "check_sketch_params", "sketch_dim"]

@@ -7,10 +7,48 @@ both batched over leading dimensions and differentiable with autograd.
 
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 import torch
+from scipy.linalg import eigvalsh_tridiagonal
+
+from ..errors import UserError
 
 #: Above this many entries (b*d) no operator may hold a dense b x d matrix.
 DENSE_LIMIT = 2 ** 24
+#: Lanczos stops when the top Ritz value changes by less than this (relative), or after LANCZOS_MAX_ITER steps.
+LANCZOS_TOL, LANCZOS_MAX_ITER = 1e-9, 500
+
+
+def lanczos_top_eigenvalue(matvec: Callable[[torch.Tensor], torch.Tensor], n: int, *, seed: int = 0,
+                           tol: float = LANCZOS_TOL, max_iter: int = LANCZOS_MAX_ITER,
+                           device=None) -> float:
+    """Largest eigenvalue of a symmetric PSD n x n operator by Lanczos with full reorthogonalisation, in float64 (Golub & Van Loan, Matrix Computations, 4th ed., Alg. 10.1.1)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    q = torch.randn(n, generator=gen, dtype=torch.float64).to(device)
+    q /= q.norm()
+    basis = torch.empty(min(n, max_iter), n, dtype=torch.float64, device=device)
+    alphas: list[float] = []
+    betas: list[float] = []
+    theta = prev = 0.0
+    for k in range(basis.shape[0]):
+        basis[k] = q
+        w = matvec(q)
+        alphas.append(float(q @ w))
+        Q = basis[: k + 1]
+        for _ in range(2):  # Gram-Schmidt twice against the whole basis ("twice is enough", Parlett)
+            w = w - Q.T @ (Q @ w)
+        theta = float(eigvalsh_tridiagonal(np.array(alphas), np.array(betas), select="i",
+                                           select_range=(k, k))[0])
+        if k and abs(theta - prev) <= tol * abs(theta):
+            break
+        beta = float(w.norm())
+        if beta <= 1e-12 * abs(theta):  # the Krylov space is invariant: theta is exact
+            break
+        betas.append(beta)
+        q, prev = w / beta, theta
+    return theta
 
 
 class LinearMap(torch.autograd.Function):
@@ -43,6 +81,20 @@ class Sketch:
     kind: str = "base"
     identity: bool = False  #: R = I (b = d): nothing is compressed
 
+    #: parameter name -> (description of the valid values, check(value, b) -> bool); none by default
+    param_rules: dict = {}
+
+    @classmethod
+    def check_params(cls, params: dict, b: int | None = None) -> None:
+        """Refuse unknown names and bad values of the family's parameters in one sentence (b: skip checks needing it)."""
+        for name, value in params.items():
+            if name not in cls.param_rules:
+                allowed = ", ".join(cls.param_rules) or "none"
+                raise UserError(f"sketch '{cls.kind}' has no parameter '{name}'; allowed: {allowed}")
+            what, ok = cls.param_rules[name]
+            if not ok(value, b):
+                raise UserError(f"sketch '{cls.kind}': {name} must be {what}, got {value!r}")
+
     def __init__(self, d: int, b: int, seed: int):
         self.d = int(d)
         self.b = int(b)
@@ -63,6 +115,21 @@ class Sketch:
         return self._adjoint(u)
 
     __call__ = apply
+
+    def operator_norm(self) -> float:
+        """||R||_2, the largest singular value of R (computed once, then cached on the object)."""
+        if "_operator_norm_cache" not in self.__dict__:
+            self._operator_norm_cache = float(self._operator_norm())
+        return self._operator_norm_cache
+
+    def _operator_norm(self) -> float:
+        """Default for families without a closed form: Lanczos on the smaller of R R^T and R^T R, matrix-free."""
+        with torch.no_grad():
+            if self.b <= self.d:
+                top = lanczos_top_eigenvalue(lambda u: self.apply(self.adjoint(u)), self.b, device=self.device)
+            else:
+                top = lanczos_top_eigenvalue(lambda v: self.adjoint(self.apply(v)), self.d, device=self.device)
+        return max(top, 0.0) ** 0.5
 
     def to_dense(self) -> torch.Tensor:
         """The b x d matrix (only for small sketches: b*d <= 2**24)."""

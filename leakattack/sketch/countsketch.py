@@ -27,6 +27,11 @@ def poly_hash(coeffs, x: np.ndarray, p: int = PRIME) -> np.ndarray:
     return acc
 
 
+def countsketch_operator_norm(rows: torch.Tensor, b: int) -> float:
+    """sqrt(max bucket load): one +-1 per column makes R R^T = diag(loads of the b buckets) (Charikar et al. 2002)."""
+    return float(torch.bincount(rows.cpu(), minlength=b).max()) ** 0.5
+
+
 class CountSketch(Sketch):
     """Definition D.5 of Song et al. 2023 (Charikar et al. 2002): R_{h(i),i} = sigma(i), h 2-wise, sigma 4-wise independent."""
 
@@ -52,3 +57,6 @@ class CountSketch(Sketch):
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         return u.index_select(-1, self.rows) * self.signs.to(u.dtype)
+
+    def _operator_norm(self) -> float:
+        return countsketch_operator_norm(self.rows, self.b)

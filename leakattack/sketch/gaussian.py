@@ -57,6 +57,7 @@ class RowBlockSketch(Sketch):
     _block_entries = BLOCK_ENTRIES
     #: generate blocks ahead in a thread pool (pays off when generation is compute-bound)
     _prefetch = True
+    param_rules = {"force_blocks": ("true or false", lambda v, b: isinstance(v, bool))}
 
     def __init__(self, d: int, b: int, seed: int = 0, force_blocks: bool = False):
         super().__init__(d=d, b=b, seed=seed)

@@ -7,6 +7,11 @@ import torch
 from .base import Sketch
 
 
+def identity_operator_norm() -> float:
+    """||I_d||_2 = 1 (every singular value of the identity is 1)."""
+    return 1.0
+
+
 class Identity(Sketch):
     """R = I_d; ``b`` is forced to ``d``."""
 
@@ -22,3 +27,6 @@ class Identity(Sketch):
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         return u
+
+    def _operator_norm(self) -> float:
+        return identity_operator_norm()

@@ -31,12 +31,15 @@ class SparseSketch(Sketch):
     """Definition D.6 of Song et al. 2023 (Nelson & Nguyen 2013): s nonzeros +-1/sqrt(s) per column at distinct uniform rows."""
 
     kind = "sparse"
+    #: s nonzeros per column; drawing them costs O(s^2 d), and s = O(log(1/delta)/eps) is small in practice
+    MAX_S = 64
+    param_rules = {"s": (f"an integer in [1, min(b, {MAX_S})]",
+                         lambda s, b: isinstance(s, int) and not isinstance(s, bool)
+                         and 1 <= s <= min(SparseSketch.MAX_S, b if b is not None else SparseSketch.MAX_S))}
 
     def __init__(self, d: int, b: int, seed: int = 0, s: int = 4):
         super().__init__(d=d, b=b, seed=seed)
-        if int(s) < 1:
-            raise ValueError(f"sparse sketch needs s >= 1, got s = {s}")
-        self.s = min(int(s), self.b)
+        self.s = min(int(s), self.b)  # the default s = 4 on a sketch with b < 4
         rng = seeds.numpy_stream(self.seed, seeds.SPARSE)
         rows = distinct_rows(rng, self.b, self.s, self.d)
         signs = 2.0 * rng.integers(0, 2, size=(self.s, self.d)) - 1.0

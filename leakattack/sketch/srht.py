@@ -74,6 +74,11 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return _FWHT.apply(x)
 
 
+def srht_operator_norm(n: int, b: int) -> float:
+    """sqrt(n/b) for R = sqrt(n/b) S H D cut to d > n - b columns: R R^T = (n/b)(I_b - N N^T), N = the b x (n - d) padded block, singular (Lu et al. 2013, Definition D.3)."""
+    return math.sqrt(n / b)
+
+
 class SRHTSketch(Sketch):
     """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to n = 2^ceil(log2 d)."""
 
@@ -108,6 +113,14 @@ class SRHTSketch(Sketch):
         z = torch.zeros(flat.shape[0], self.n, dtype=u.dtype, device=u.device).index_copy_(1, self.idx, flat)
         w = _hadamard_unnormalised(z)[:, : self.d] * self._dscale(u.dtype)
         return w.reshape(*u.shape[:-1], self.d)
+
+    def _operator_norm(self) -> float:
+        # S draws b distinct rows of the orthogonal H / sqrt(n), so R R^T = (n/b)(I_b - N N^T) with N the b rows cut
+        # to the n - d padded columns; N N^T is singular when b > n - d, and then ||R|| = sqrt(n/b) exactly.  With
+        # b <= n - d the padding can shrink the norm below sqrt(n/b): no closed form, the base class iterates.
+        if self.b > self.n - self.d:
+            return srht_operator_norm(self.n, self.b)
+        return super()._operator_norm()
 
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
         return LinearMap.apply(v, self._apply_raw, self._adjoint_raw)

@@ -11,6 +11,11 @@ from .. import seeds
 from .base import Sketch
 
 
+def uniform_operator_norm(d: int, b: int) -> float:
+    """sqrt(d/b): b distinct coordinates scaled by sqrt(d/b) give R R^T = (d/b) I_b (Definition D.8, sampled without replacement)."""
+    return math.sqrt(d / b)
+
+
 class UniformSketch(Sketch):
     """Definition D.8 of Song et al. 2023: R = sqrt(n/b) S D, S = b coordinates without replacement, D Rademacher."""
 
@@ -33,3 +38,7 @@ class UniformSketch(Sketch):
         out = torch.zeros(flat.shape[0], self.d, dtype=u.dtype, device=u.device)
         out = out.index_add(1, self.idx, flat)
         return out.reshape(*u.shape[:-1], self.d)
+
+    def _operator_norm(self) -> float:
+        # R's entries are +-sqrt(d/b) rounded to float32 (how ``values`` is stored): the norm of the R applied
+        return float(np.float32(uniform_operator_norm(self.d, self.b)))

@@ -2,6 +2,7 @@
 
 ``plan``: the sweep file expanded into validated points (:func:`load_plan`);
 ``backends``: where the points run (``get_backend`` / ``list_backends``);
+``lock``: one sweep per output folder (:class:`FolderLock`);
 ``runner``: the coordinator (:func:`run_sweep`, :func:`finalize`) that alone
 writes ``results.jsonl`` and ``points/*.pt``; the store itself (reading,
 summarising) lives in :mod:`leakattack.results.store`.
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 from ..results import load_records, read_results, summarize
 from .backends import Backend, get_backend, list_backends
-from .plan import SWEEP_KEYS, Plan, load_plan, point_key
+from .lock import FolderLock, SweepLocked
+from .plan import MAX_POINTS, SWEEP_KEYS, Plan, check_name, check_runnable, effective_params, load_plan, point_key
 from .runner import finalize, run_point, run_sweep
 
 __all__ = [
-    "Plan", "load_plan", "point_key", "SWEEP_KEYS",
+    "Plan", "load_plan", "point_key", "effective_params", "check_name", "check_runnable", "SWEEP_KEYS", "MAX_POINTS",
+    "FolderLock", "SweepLocked",
     "Backend", "get_backend", "list_backends",
     "run_point", "run_sweep", "finalize",
     "read_results", "load_records", "summarize",

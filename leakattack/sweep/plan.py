@@ -18,30 +18,55 @@ A sweep file has three tables::
 
 The points are the Cartesian product of the grid in the order written; several
 ``[[grid]]`` tables give the union of their products (e.g. fewer points for a
-slow sketch).  A point is identified by the hash of its parameters (those that
-differ from the defaults: see :func:`point_key`).
+slow sketch).  A point is identified by the hash of its effective parameters
+(those that differ from the defaults, after :func:`effective_params`: see
+:func:`point_key`); grid points with the same effective parameters run once.
+
+Every point is checked before anything runs: its values (finite numbers,
+declared constraints), and, once per victim and data set, everything that
+building the case needs (data present, images in range, b within [1, d]):
+:func:`check_runnable` prepares each distinct case without attacking.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import re
 import tomllib
+from itertools import product as _iproduct
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig
+import torch
+
+from .. import experiment
+from ..config import RUN_PARAMS, ConfigError, RunConfig
+from ..data import get_batch
+from ..errors import UserError
 from ..results import default_strength
+from ..sketch import is_identity, list_sketches
 
 SWEEP_KEYS = {"name": str, "jobs": int, "strength": str, "lpips": bool, "utility": bool}
+#: the largest grid planned; a bigger one is refused before it is expanded
+MAX_POINTS = 100_000
+#: the parameters that decide the victim and its data: :func:`check_runnable` prepares each distinct combination once
+CASE_KEYS = ("model", "weight_init", "dataset", "data_root", "download", "batch_size", "protocol", "protocol_dir",
+             "protocol_round", "protocol_client", "protocol_spec", "protocol_act")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class Plan:
-    """The validated points of a sweep file (nothing run, nothing written)."""
+    """The validated points of a sweep file (nothing run, nothing written).
 
-    def __init__(self, settings: dict, base: dict, grid: dict, points: list[dict]):
+    ``duplicates`` counts the grid points left out because an earlier point has
+    the same effective parameters.
+    """
+
+    def __init__(self, settings: dict, base: dict, grid: dict, points: list[dict], duplicates: int = 0):
         self.settings, self.base, self.grid, self.points = settings, base, grid, points
+        self.duplicates = duplicates
 
     @property
     def strength(self) -> str | None:
@@ -50,24 +75,68 @@ class Plan:
         return default_strength(self.grid[0])
 
     def meta(self) -> dict:
-        return {"settings": self.settings, "base": self.base, "grid": self.grid, "strength": self.strength,
+        meta = {"settings": self.settings, "base": self.base, "grid": self.grid, "strength": self.strength,
                 "points": len(self.points)}
+        if self.duplicates:
+            meta["duplicates"] = self.duplicates
+        return meta
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict:
+    return RunConfig().to_dict()
+
+
+def effective_params(params: dict) -> dict:
+    """The parameters as the attack sees them: an identity sketch sends b = d whatever sketch_ratio and
+    sketch_dim say, so for it they take their defaults (one point, not one per ratio)."""
+    kind = params.get("sketch")
+    if isinstance(kind, str) and kind in list_sketches() and is_identity(kind):
+        defaults = _defaults()
+        return {**params, "sketch_ratio": defaults["sketch_ratio"], "sketch_dim": defaults["sketch_dim"]}
+    return params
 
 
 def point_key(params: dict) -> str:
-    """12 hex digits of the SHA-1 of the point's parameters that differ from RunConfig's defaults (sorted JSON).
+    """12 hex digits of the SHA-1 of the point's effective parameters that differ from RunConfig's defaults (sorted JSON).
 
     Leaving the defaults out keeps old results valid when a new run parameter is
     added with a default; a changed default changes the key (the point means
     something else now) and the point is run again.
     """
-    defaults = RunConfig().to_dict()
-    own = {k: v for k, v in params.items() if k not in defaults or defaults[k] != v}
+    defaults = _defaults()
+    own = {k: v for k, v in effective_params(params).items() if k not in defaults or defaults[k] != v}
     return hashlib.sha1(json.dumps(own, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a sweep file; every problem is a ConfigError naming the key and value."""
+def check_name(name: str) -> str:
+    """A sweep's name as a folder name under results/sweeps; a path (``..``, ``/``, absolute) is refused."""
+    if (not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0")
+            or Path(name).is_absolute()):
+        raise ConfigError(f"sweep name {name!r} must be a plain folder name, not a path: use --out to choose "
+                          "where the sweep is written")
+    return name
+
+
+def _nonfinite(value):
+    """The first float in ``value`` (nested lists and tables) that is not finite, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((bad for bad in map(_nonfinite, items) if bad is not None), None)
+
+
+def _count(grid: dict) -> int:
+    return math.prod(len(v) for v in grid.values())
+
+
+def load_plan(path: str | Path, check: bool = True) -> Plan:
+    """Read and validate a sweep file; every problem is a ConfigError naming the key and value.
+
+    With ``check`` (the default) every point is also checked against its built
+    case (:func:`check_runnable`), so nothing fails at run time that could
+    fail now.
+    """
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
@@ -85,27 +154,42 @@ def load_plan(path: str | Path) -> Plan:
             raise ConfigError(f"unknown [sweep] key '{k}' (value {v!r}); allowed: {', '.join(SWEEP_KEYS)}")
         if not isinstance(v, SWEEP_KEYS[k]) or (k == "jobs" and (isinstance(v, bool) or v < 1)):
             raise ConfigError(f"[sweep] {k} = {v!r} must be a {'positive integer' if k == 'jobs' else SWEEP_KEYS[k].__name__}")
+    if "name" in settings:
+        check_name(settings["name"])
     fields = set(RunConfig.__dataclass_fields__)
     for k, v in base.items():
         if k not in fields:
             raise ConfigError(f"unknown [base] key '{k}' (value {v!r}): not a run parameter")
+        if _nonfinite(v) is not None:
+            raise ConfigError(f"[base] {k} holds {_nonfinite(v)!r}, which is not a finite number")
     holders = {h for v in base.values() if isinstance(v, str) for h in _PLACEHOLDER.findall(v)}
     for g in grids:
         if not isinstance(g, dict):
             raise ConfigError(f"[grid] must be a table of lists, got {g!r}")
+    if not any(grids):  # no grid would run RunConfig's defaults: a 4000-step attack nobody asked for
+        raise ConfigError(f"sweep file '{path}' has no [grid]: name at least one key and its list of values")
+    for g in grids:
+        if not g:
+            raise ConfigError("a [[grid]] table is empty: name at least one key and its list of values")
         for k, v in g.items():
             if k not in fields and k not in holders:
                 raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a {{placeholder}} in [base]")
             if not isinstance(v, list) or not v:
                 raise ConfigError(f"[grid] {k} = {v!r} must be a non-empty list")
+            if _nonfinite(v) is not None:
+                raise ConfigError(f"[grid] {k} holds {_nonfinite(v)!r}, which is not a finite number")
         for h in sorted(holders - set(g)):
             raise ConfigError(f"placeholder '{{{h}}}' in [base] has no [grid] entry")
     if "strength" in settings and not any(settings["strength"] in g for g in grids):
         raise ConfigError(f"[sweep] strength = {settings['strength']!r} is not a [grid] key")
+    total = sum(_count(g) for g in grids)
+    if total > MAX_POINTS:
+        raise ConfigError(f"the sweep has {total:,} grid points, more than the {MAX_POINTS:,} a sweep may hold: "
+                          "split it into smaller sweeps")
     if settings.get("utility"):
         base = {**base, "utility": True}
-    points = []
-    for combo in [c for g in grids for c in _product(g)]:
+    points, cfgs, seen = [], [], set()
+    for combo in (c for g in grids for c in _product(g)):
         values = {k: v for k, v in base.items()}
         for k, v in values.items():
             if isinstance(v, str) and _PLACEHOLDER.search(v):
@@ -116,20 +200,57 @@ def load_plan(path: str | Path) -> Plan:
         except TypeError as err:
             raise ConfigError(f"bad run parameter in sweep point {combo}: {err}") from None
         except ConfigError as err:
-            raise ConfigError(f"{err} (sweep point {_text(combo)})") from None
-        params = cfg.to_dict()
+            raise ConfigError(f"{err} ({_where(values, combo)})") from None
+        params = effective_params(cfg.to_dict())
         key = point_key(params)
-        if key not in {p["key"] for p in points}:
+        if key not in seen:
+            seen.add(key)
             points.append({"key": key, "grid": combo, "params": params})
-    return Plan(settings, base, grids, points)
+            cfgs.append(cfg)
+    if check:
+        check_runnable(points, cfgs)
+    return Plan(settings, base, grids, points, duplicates=total - len(points))
+
+
+def check_runnable(points: list[dict], cfgs: list | None = None) -> None:
+    """Refuse, before anything runs, a point that could only fail at run time (ConfigError, one sentence).
+
+    Each distinct victim and data set (:data:`CASE_KEYS`) is prepared once on
+    the CPU (data loaded, model built, gradient observed; no attack), then every
+    point is checked against it: b within [1, d] and its images in range.
+    """
+    cfgs = cfgs or [RunConfig.from_dict(p["params"]) for p in points]
+    cases: dict[str, tuple] = {}
+    threads = torch.get_num_threads()  # prepare() sets the point's thread count; the coordinator keeps its own
+    try:
+        for pt, cfg in zip(points, cfgs):
+            case = json.dumps({k: pt["params"].get(k) for k in CASE_KEYS}, sort_keys=True, default=str)
+            try:
+                if case not in cases:
+                    p = experiment.prepare(RunConfig.from_dict({**pt["params"], "device": "cpu"}))
+                    cases[case] = (p.victim.d, p.dataset)
+                d, dataset = cases[case]
+                cfg.validate_for(d)
+                if not cfg.protocol:
+                    get_batch(dataset, cfg.image_index, cfg.batch_size)
+            except UserError as err:
+                raise ConfigError(f"{err} (sweep point {_text(pt['grid'])})") from None
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _where(values: dict, combo: dict) -> str:
+    """Where a refused point is: the run parameter whose declared constraint refuses its value, and the grid values."""
+    bad = next((p.name for p in RUN_PARAMS if p.name in values and not p.constraint.ok(values[p.name])), None)
+    return (f"key {bad}, " if bad else "") + f"sweep point {_text(combo)}"
 
 
 def _text(v) -> str:
     return repr(v) if isinstance(v, float) and v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4) else str(v)
 
 
-def _product(grid: dict) -> list[dict]:
-    combos = [{}]
-    for k, values in grid.items():
-        combos = [{**c, k: v} for c in combos for v in values]
-    return combos
+def _product(grid: dict):
+    """The grid's points in the order written (the last key varies fastest), one at a time."""
+    keys = list(grid)
+    for values in _iproduct(*(grid[k] for k in keys)):
+        yield dict(zip(keys, values))

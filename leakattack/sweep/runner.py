@@ -7,6 +7,9 @@ the same plan again skips finished points; a torn last line (kill -9
 mid-write) is dropped first.  At the end ``summary.csv`` (mean and sample std
 over seeds and images per setting, in grid order) and the figures are written
 from the stored results.
+
+Only one sweep runs in a folder at a time: it holds ``DIR/sweep.lock``
+(:mod:`.lock`), and a second sweep on the same folder is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..config import RunConfig
 from ..results import (append_line, load_records, read_results, summarize, write_csv, write_json,
                        write_tensors)
 from .backends import get_backend
+from .lock import FolderLock
 from .plan import Plan, point_key
 
 
@@ -46,11 +50,17 @@ def run_sweep(plan: Plan, out: Path, jobs: int = 1, progress: bool = True, backe
     """Run the points not yet in ``out/results.jsonl`` on ``backend``, then write summary.csv and the figures.
 
     Interrupted (Ctrl-C, or a point that fails), the backend's running jobs are
-    cancelled and every result already written is kept.
+    cancelled and every result already written is kept.  Another sweep running
+    in ``out`` makes this one stop before writing anything (UserError).
     """
     workers = get_backend(backend, jobs=jobs)  # an unknown name is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out):
+        return _run_locked(plan, out, workers, progress)
+
+
+def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     write_json(out / "sweep.json", plan.meta())
     results = out / "results.jsonl"
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
@@ -76,9 +86,13 @@ def run_sweep(plan: Plan, out: Path, jobs: int = 1, progress: bool = True, backe
 
 
 def finalize(out: Path, plan: Plan | None = None) -> dict:
-    """summary.csv and the figures from results.jsonl (points of the current plan, in grid order)."""
+    """summary.csv and the figures from results.jsonl (points of the current plan, in grid order).
+
+    ``notes``: what the figures leave out (e.g. series beyond the reconstruction grid's blocks).
+    """
     records = load_records(out, plan, key_of=point_key)
     rows = summarize(records)
     write_csv(out / "summary.csv", rows)
-    paths = figures.sweep_figures(out, records)
-    return {"points": len(records), "rows": rows, "figures": paths}
+    notes: list[str] = []
+    paths = figures.sweep_figures(out, records, notes=notes)
+    return {"points": len(records), "rows": rows, "figures": paths, "notes": notes}

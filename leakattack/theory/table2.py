@@ -11,11 +11,19 @@ all x, y in the domain:
 with s = ‖x − y‖.  For a fixed p the smallest admissible constant is a supremum of a
 ratio (e.g. D / (s² + s^{2−2p}L(x)^p) bounds max(a, b)); we estimate it by sampling
 at growing scales κ = 1, 1e2, 1e4, 1e6 (radius κ, or distance 1/κ to a singular set)
-plus random-search local maximisation, and call the supremum infinite when it grows
-≥ 5× over the last step of κ, ≥ 1.5× over each of the last two, or exceeds 1e8.  p ranges over {¼, ½, ¾} (Theorems K.2,
+plus random-search local maximisation, and call the supremum infinite when it exceeds
+1e8 (or is NaN/+∞) at any scale, or grows ≥ 5× over the last step of κ, or ≥ 1.5× over
+each of the last two.  p ranges over {¼, ½, ¾} (Theorems K.2,
 K.3 and L.1 need p ∈ (0, 1); at p = 0 semi-smoothness is plain smoothness and
 semi-strong convexity is weak convexity).  L(x)^p is read as |L(x)|^p where L < 0.
 Semi-strong convexity is tested with d = 0.01.  These are numerical verdicts, not proofs.
+
+A ✓ also needs a constant that says something.  Upper-bound constants (a, b, α, β, c, θ₂²)
+are vacuous above 1e8; a lower-bound constant (θ₁²) is vacuous below 1e-6, since
+θ₁² → 0 makes θ₁²L(x) ≤ ‖∇L(x)‖² empty.  An upper-bound constant below 1e-6 is not
+vacuous: it is round-off on a true supremum ≤ 0 (e.g. where the round-off guard zeroes E
+at tiny s, the semi-sc. ratio is d s^{2p}/L(y)^p > 0), and the inequality then holds with
+constant 0, its strongest form.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ PS = (0.25, 0.5, 0.75)
 SCALES = (1.0, 1e2, 1e4, 1e6)
 D_SC = 0.01
 PROPS = ("semi-s.", "semi-Lg.", "semi-sc.", "non-critical")
+SUP_MAX = 1e8  #: a supremum or upper-bound constant above this is infinite
+LOWER_MIN = 1e-6  #: a lower-bound constant (θ₁²) below this is vacuous
 
 
 @dataclass
@@ -208,14 +218,26 @@ def _local_max(score: Callable, x, y, fn: Fn, gen, steps: int = 60):
     return float(bv[j]), bx[j], by[j]
 
 
+def _sup_infinite(v: float) -> bool:
+    """A supremum is infinite when it is NaN, +∞ or above SUP_MAX."""
+    return math.isnan(v) or v > SUP_MAX
+
+
 def _unbounded(sups: list[float]) -> bool:
-    """Infinite if the estimate is huge, jumps ≥ 5× over the last decade of κ, or grows ≥ 1.5× over each of the last two."""
-    a, b, c = sups[-3], sups[-2], sups[-1]
-    if not math.isfinite(c) or c > 1e8:
+    """Infinite if the supremum at any scale is infinite, or it still grows ≥ 5× over the last step of κ or ≥ 1.5× over each of the last two."""
+    if any(_sup_infinite(v) for v in sups):
         return True
+    a, b, c = sups[-3], sups[-2], sups[-1]
     if c <= 1e-6:
         return False
     return c > 5 * max(b, 0.0) or (b > 0 and c >= 1.5 * b and b >= 1.5 * max(a, 0.0))
+
+
+def _vacuous(const: float, lower: bool = False) -> bool:
+    """A constant is vacuous when it is not finite, above SUP_MAX as an upper bound, or below LOWER_MIN as a lower bound."""
+    if not math.isfinite(const):
+        return True
+    return const < LOWER_MIN if lower else const > SUP_MAX
 
 
 def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
@@ -239,13 +261,15 @@ def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
         inf_hi = worst_hi is not None and worst_hi[0] == math.inf
         # θ₁² = inf ratio must stay > 0 (shrinking ≥ 5× over the last decade counts as → 0); θ₂² = sup finite
         shrinking = lo[-1] > 0 and (lo[-1] * 5 < lo[-2] or (lo[-1] * 1.5 <= lo[-2] and lo[-2] * 1.5 <= lo[-3]))
-        holds = (not neg) and (not inf_hi) and min(lo) > 1e-8 and not shrinking and not _unbounded(hi)
-        out = {"holds": holds, "theta1_sq": min(lo), "theta2_sq": max(hi)}
-        if not holds:
-            if neg or min(lo) <= 1e-8 or shrinking:
-                r, x = worst_lo
-            else:
-                r, x = worst_hi
+        low_vacuous = _vacuous(min(lo), lower=True)
+        vacuous = low_vacuous or _vacuous(max(hi))
+        holds = (not neg) and (not inf_hi) and not vacuous and not shrinking and not _unbounded(hi)
+        # θ₁² ≤ 0 is a point with ∇L = 0 (or L < 0), a counterexample; 0 < θ₁² < LOWER_MIN only makes θ₁ vacuous
+        out = {"holds": holds, "theta1_sq": min(lo), "theta2_sq": max(hi),
+               "vacuous": vacuous and min(lo) > 0 and not (inf_hi or shrinking or _unbounded(hi))}
+        worst = worst_lo if (neg or low_vacuous or shrinking) else worst_hi
+        if not holds and worst is not None:
+            r, x = worst
             L, g = value_grad(fn, x[None])
             out["counterexample"] = {"x": x.tolist(), "L": float(L[0]), "grad_norm_sq": float(g.pow(2).sum()), "ratio": r}
         return out
@@ -259,11 +283,12 @@ def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
             sups.append(v)
             if cex is None or v >= cex[0]:
                 cex = (v, bx, by)
-        unb = _unbounded(sups)
-        cand = {"p": p, "constant": max(sups), "sups": sups, "holds": not unb, "cex": cex}
+        unb, vac = _unbounded(sups), _vacuous(max(sups))
+        cand = {"p": p, "constant": max(sups), "sups": sups, "holds": not (unb or vac), "vacuous": vac and not unb, "cex": cex}
         if best is None or (cand["holds"] and not best["holds"]) or (cand["holds"] == best["holds"] and cand["constant"] < best["constant"]):
             best = cand
-    out = {"holds": best["holds"], "p": best["p"], "constant": best["constant"], "sups_by_scale": best["sups"]}
+    out = {"holds": best["holds"], "p": best["p"], "constant": best["constant"], "sups_by_scale": best["sups"],
+           "vacuous": best["vacuous"]}
     if not best["holds"]:
         v, bx, by = best["cex"]
         Lx, gx = value_grad(fn, bx[None])
@@ -297,7 +322,12 @@ def table2_markdown(samples: int = 400, seed: int = 0) -> str:
         "Numerical verdicts, not proofs.  For each function, property and p ∈ {¼, ½, ¾} we estimate the smallest admissible "
         f"constant as the supremum of the defining ratio over {2 * samples} sampled pairs ({samples} points for non-critical) at each of the scales "
         f"κ ∈ {list(SCALES)} (radius κ, or distance 1/κ to the singular set), followed by random-search local maximisation; "
-        "a supremum still growing ≥ 5× over the last step of κ, ≥ 1.5× over each of the last two steps, or > 1e8 is called infinite (✗).  "
+        f"a supremum above {SUP_MAX:.0e} (or NaN/+∞) at any scale, or still growing ≥ 5× over the last step of κ or ≥ 1.5× over each of the last two steps, "
+        "is called infinite (✗).  "
+        f"A ✓ also needs a constant that says something: an upper-bound constant (a, b, α, β, c, θ₂²) above {SUP_MAX:.0e}, or a lower bound θ₁² "
+        f"below {LOWER_MIN:.0e}, is vacuous and reads ✗ (constant vacuous).  An upper-bound constant below {LOWER_MIN:.0e} is round-off on a true "
+        "supremum ≤ 0 (e.g. where the round-off guard zeroes E at tiny ‖x − y‖, the semi-sc. ratio is d‖x − y‖^{2p}/L(y)^p > 0): the inequality "
+        "holds with constant 0, its strongest form, and stays ✓.  "
         f"x ∈ R^{M_DIM}, w = {wtxt} (‖w‖ = 1); semi-strong convexity with d = {D_SC}; L^p read as |L|^p where L < 0.  "
         "Cells read *ours / paper*; **bold** marks a disagreement.  A measured ✓ means no blow-up was found, not that none exists: "
         "ratios that blow up only near a thin set (e.g. where L(y) = 0, which enters semi-strong convexity through L(y)^p) can be missed, "
@@ -311,7 +341,7 @@ def table2_markdown(samples: int = 400, seed: int = 0) -> str:
         cells = []
         for j, prop in enumerate(PROPS):
             ours, paper = res[prop]["holds"], fn.paper[j]
-            c = f"{mark(ours)} / {mark(paper)}"
+            c = f"{mark(ours)}{' (constant vacuous)' if res[prop].get('vacuous') else ''} / {mark(paper)}"
             if ours != paper:
                 c = f"**{c}**"
                 notes.append(_explain(fn, prop, res[prop], paper))
@@ -327,9 +357,14 @@ def table2_markdown(samples: int = 400, seed: int = 0) -> str:
             r = res[prop]
             if r["holds"]:
                 parts.append(f"{prop} θ₁²≈{r['theta1_sq']:.3g}, θ₂²≈{r['theta2_sq']:.3g}" if prop == "non-critical"
-                             else f"{prop} p={r['p']}, const≈{r['constant']:.3g}")
+                             else f"{prop} p={r['p']}, const≈{_fmt_const(r['constant'])}")
         lines.append(f"- {fn.name} ({fn.assumption}): " + ("; ".join(parts) if parts else "none"))
     return "\n".join(lines) + "\n"
+
+
+def _fmt_const(v: float, digits: int = 3) -> str:
+    """An upper-bound constant, marked as 0 up to round-off when it is below LOWER_MIN."""
+    return f"{v:.{digits}g}" + (" (= 0 up to round-off)" if 0 < v < LOWER_MIN else "")
 
 
 def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
@@ -338,19 +373,26 @@ def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
         if r["holds"]:
             return head + f"‖∇L‖²/L stayed in [{r['theta1_sq']:.4g}, {r['theta2_sq']:.4g}] at every sampled point of every scale."
         c = r["counterexample"]
+        if r.get("vacuous"):
+            return head + (f"‖∇L‖²/L stayed in [{r['theta1_sq']:.4g}, {r['theta2_sq']:.4g}], but θ₁² < {LOWER_MIN:.0e} "
+                           f"makes θ₁²L ≤ ‖∇L‖² vacuous (constant vacuous).  Worst point x = {_fmt_vec(c['x'])}: L(x) = {c['L']:.6g}, "
+                           f"‖∇L(x)‖² = {c['grad_norm_sq']:.6g}.")
         why = ("L(x) < 0, so θ₂²L(x) < 0 ≤ ‖∇L(x)‖²" if c["L"] < 0 else
                "L(x) = 0 while ∇L(x) ≠ 0" if c["L"] == 0 else "the ratio ‖∇L‖²/L leaves every band [θ₁², θ₂²] with θ₁ > 0")
         return head + f"Counterexample x = {_fmt_vec(c['x'])}: L(x) = {c['L']:.6g}, ‖∇L(x)‖² = {c['grad_norm_sq']:.6g} ({why})."
     if r["holds"]:
         return head + (f"With p = {r['p']} the ratio's supremum stays bounded across scales "
                        f"({', '.join(f'{v:.3g}' for v in r['sups_by_scale'])} at κ = {', '.join(f'{k:.0e}' for k in SCALES)}), "
-                       f"so constant ≈ {r['constant']:.4g} works on everything sampled.")
+                       f"so constant ≈ {_fmt_const(r['constant'], 4)} works on everything sampled.")
     c = r["counterexample"]
-    return head + (f"For every p ∈ {{¼, ½, ¾}} the required constant grows without bound "
-                   f"(best p = {c['p']}: sup by scale {', '.join(f'{v:.3g}' for v in r['sups_by_scale'])}). "
+    big = [k for k, v in zip(SCALES, r["sups_by_scale"]) if _sup_infinite(v)]
+    how = ("is vacuous" if r.get("vacuous") else "is unbounded" if big else "grows without bound")
+    where = f", above {SUP_MAX:.0e} at κ = {', '.join(f'{k:.0e}' for k in big)}" if big else ""
+    return head + (f"For every p ∈ {{¼, ½, ¾}} the required constant {how} "
+                   f"(best p = {c['p']}: sup by scale {', '.join(f'{v:.3g}' for v in r['sups_by_scale'])}{where}). "
                    f"Counterexample x = {_fmt_vec(c['x'])}, y = {_fmt_vec(c['y'])}: L(x) = {c['L(x)']:.6g}, L(y) = {c['L(y)']:.6g}, "
                    f"required constant ≥ {c['ratio']:.4g}.")
 
 
-__all__ = ["Fn", "PROPS", "PS", "SCALES", "D_SC", "M_DIM", "W", "LMIN_A", "functions", "value_grad", "pair_ratios",
-           "noncritical_ratios", "verdict", "table2_results", "table2_markdown"]
+__all__ = ["Fn", "PROPS", "PS", "SCALES", "D_SC", "SUP_MAX", "LOWER_MIN", "M_DIM", "W", "LMIN_A", "functions", "value_grad",
+           "pair_ratios", "noncritical_ratios", "verdict", "table2_results", "table2_markdown"]

@@ -142,3 +142,11 @@ def test_registries_list_and_build_attacks_optimizers_and_priors():
 def test_an_unknown_optimizer_is_an_error_not_sgd():
     with pytest.raises(ValueError, match="unknown optimizer 'sgd2'; choose one of"):
         get_optimizer("sgd2", [torch.zeros(1, requires_grad=True)])
+
+
+def test_a_loss_that_rises_without_overflowing_is_reported_with_the_best_step():
+    # lenet with gd at a huge step saturates its sigmoids: the loss rises but stays finite
+    _, obs, x, labels = _problem()
+    r = _gm(optimizer="gd", iterations=20, lr=1e6).run(obs, init_dummy(x.shape, "uniform", 2), labels)
+    assert r.losses[-1] > r.losses[0] and all(math.isfinite(v) for v in r.losses)
+    assert "the loss rose" in r.message and f"from step {r.best_step}" in r.message

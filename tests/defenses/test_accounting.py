@@ -7,6 +7,7 @@ import pytest
 import defenses
 from defenses.accounting import (accountant_epsilon, gaussian_epsilon, gaussian_sigma, message_privacy,
                                  paper_composition)
+from leakattack.sketch import get_sketch
 
 
 def test_gaussian_sigma_matches_lemma_h7_by_hand():
@@ -87,3 +88,23 @@ def test_message_privacy_takes_steps_and_sample_rate_by_keyword():
     assert p["delta_paper"] == pytest.approx(1e-5)
     assert p["epsilon_paper"] == pytest.approx(2 * gaussian_epsilon(1.1, 1e-5 / 4, 1.0))
     assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1, 0.5, 4, 1e-5))
+
+
+def test_message_privacy_for_noise_after_an_srht_divides_z_by_its_operator_norm():
+    """clip:C=1 before an SRHT with ||R|| = sqrt(n/b), noise z = 1.1 after it: Delta = ||R||, noise multiplier 1.1/||R||."""
+    norm = get_sketch("srht", 13426, 6713, 1).operator_norm()
+    assert norm == pytest.approx(math.sqrt(16384 / 6713), rel=1e-15)
+    p = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1@after_sketch"), 1e-5, sketch_norm=norm)
+    assert p["noise_multiplier"] == pytest.approx(1.1 / norm, rel=1e-15)
+    assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1 / norm, 1.0, 1, 1e-5), rel=1e-12)
+    assert p["epsilon"] == pytest.approx(7.1132, abs=1e-4)  # 4.24 with Delta = C
+    assert p["epsilon_paper"] == pytest.approx(gaussian_epsilon(1.1, 1e-5, norm), rel=1e-12)
+    assert p["sensitivity"] == pytest.approx(norm) and p["sketch_norm"] == norm
+
+
+def test_message_privacy_composes_steps_with_the_same_delta():
+    norm = 1.5
+    p = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1@after_sketch"), 1e-5, steps=4, sample_rate=0.5,
+                        sketch_norm=norm)
+    assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1 / norm, 0.5, 4, 1e-5))
+    assert p["epsilon_paper"] == pytest.approx(2 * gaussian_epsilon(1.1, 1e-5 / 4, norm))

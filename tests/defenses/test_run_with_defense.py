@@ -1,6 +1,7 @@
 """`leakattack run --defense SPEC` end to end, and bad specs as one line, exit 2, nothing written."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -18,8 +19,16 @@ def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["defense"] == "clip:C=1.0@before_sketch,gaussian:z=1.1@after_sketch"
     assert m["delta"] == 1e-5 and 0 < m["epsilon"] < m["epsilon_paper"] * 1.5
-    assert m["noise_multiplier"] == pytest.approx(1.1) and m["noise_seed"] == 3
-    assert 0 <= m["utility_acc"] <= 1 and m["utility_epsilon"] > 0
+    # the noise after the sketch protects R clip(g): Delta = ||R||_op C = sqrt(n/b) for the SRHT (d = 7850, n = 8192)
+    assert m["sensitivity"] == pytest.approx(math.sqrt(8192 / 3925))
+    assert m["noise_multiplier"] == pytest.approx(1.1 / math.sqrt(8192 / 3925)) and m["noise_seed"] == 3
+    assert m["utility_epsilon"] > 0
+    # the same training with the clip alone learns digits (chance is 0.1); the noise costs accuracy
+    clipped = tmp_path / "clipped"
+    assert cli.main(["run", *COMMON, "--defense", "clip:C=1", "--utility", "--utility-steps", "20",
+                     "--out", str(clipped)]) == 0
+    acc = json.loads((clipped / "metrics.json").read_text())["utility_acc"]
+    assert acc > 0.5 and m["utility_acc"] < acc, (acc, m["utility_acc"])
 
 
 @pytest.mark.parametrize("spec,needle", [
@@ -27,7 +36,7 @@ def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
     ("gaussian:sigma=-0.1", "sigma must be a non-negative number, got '-0.1'"),
     ("clip:C=0", "C must be a positive number, got '0'"),
     ("prune:p=1.5", "p must be a fraction in [0, 1), got '1.5'"),
-    ("quantize:bits=0", "bits must be an integer >= 1, got '0'"),
+    ("quantize:bits=0", "bits must be an integer in [1, 32], got '0'"),
     ("clip=1", "unknown defense 'clip=1'"),
 ])
 def test_bad_defense_is_one_line_exit_2_and_no_folder(tmp_path, capsys, spec, needle):

@@ -69,8 +69,12 @@ def test_spec_round_trips_and_defaults_place_noise_before_and_quantize_after_the
     assert not defenses.build("") and not defenses.build("none")
 
 
-def test_list_defenses_names_every_family():
-    assert defenses.list_defenses() == ["clip", "gaussian", "laplace", "per_example", "prune", "quantize"]
+def test_every_listed_defense_builds_from_its_name():
+    for name in defenses.list_defenses():
+        params = {k: 1 if typ is int else 0.5 for k, (typ, _, _) in defenses._REGISTRY.get(name).schema.items()}
+        if name == "gaussian":
+            params = {"sigma": 0.5}
+        assert defenses.get_defense(name, params).name == name
 
 
 @pytest.mark.parametrize("spec,needle", [
@@ -79,7 +83,7 @@ def test_list_defenses_names_every_family():
     ("clip:C=0", "C must be a positive number, got '0'"),
     ("prune:p=1", "p must be a fraction in [0, 1), got '1'"),
     ("prune:p=-0.1", "got '-0.1'"),
-    ("quantize:bits=0", "bits must be an integer >= 1, got '0'"),
+    ("quantize:bits=0", "bits must be an integer in [1, 32], got '0'"),
     ("quantize:bits=2.5", "got '2.5'"),
     ("clip:C", "malformed defense parameter 'C'"),
     ("clip:C=1@sideways", "unknown defense placement '@sideways'"),

@@ -1,13 +1,14 @@
 """The sweep store: torn lines dropped, records ordered by plan, one grouping for summary and figures."""
 
+import csv
 import json
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from leakattack.results import (aggregate, append_line, default_strength, load_records, read_results, setting_of,
-                                summarize)
+from leakattack.results import (aggregate, append_line, default_strength, load_records, mean_std, read_results,
+                                series_keys, series_label, series_of, setting_of, summarize, write_csv)
 
 
 def rec(i, sigma, image, psnr, sketch="srht"):
@@ -33,6 +34,42 @@ def test_torn_and_foreign_lines_are_dropped_and_repair_removes_them(tmp_path):
     assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
     assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
     assert read_results(tmp_path / "missing.jsonl") == []
+
+
+def test_a_line_that_is_not_utf8_is_dropped_and_repaired_like_a_torn_one(tmp_path):
+    path = tmp_path / "results.jsonl"
+    write_lines(path, RECORDS[:1])
+    with open(path, "ab") as fh:
+        fh.write(b'{"key": "bad\xff\xfe", "metrics": {}}\n')
+    write_lines(tmp_path / "tail.jsonl", RECORDS[1:2])
+    with open(path, "ab") as fh:
+        fh.write((tmp_path / "tail.jsonl").read_bytes())
+    assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
+
+
+def test_the_std_of_a_single_sample_is_undefined_and_its_csv_cell_empty(tmp_path):
+    assert mean_std([3.0]) == (3.0, None)
+    assert mean_std([1.0, 3.0]) == (2.0, 2 ** 0.5)
+    rows = summarize([rec(0, 0.0, 0, 30.0)])
+    write_csv(tmp_path / "summary.csv", rows)
+    row = next(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert row["n"] == "1" and row["psnr_mean"] == "30.0" and row["psnr_std"] == "" and row["ssim_std"] == ""
+    _, _, std, n, _ = aggregate([rec(0, 0.0, 0, 30.0)], lambda r: 0.0, "psnr")["srht"][0]
+    assert (std, n) == (None, 1)
+
+
+def test_series_are_the_other_varying_grid_keys_and_their_labels_name_them():
+    recs = [{"grid": {"sketch": k, "batch_size": b, "sigma": s, "image_index": i, "model": "lenet"}}
+            for k in ("srht", "none") for b in (1, 4) for s in (0.0, 1e-4) for i in (0, 1)]
+    for r in recs:
+        r["grid"]["model"] = "lenet"  # constant: never a series key
+    keys = series_keys(recs, exclude=("sigma",))
+    assert keys == ["sketch", "batch_size"]
+    series = list(dict.fromkeys(series_of(r, keys) for r in recs))
+    assert [series_label(s) for s in series] == ["sketch=srht, batch_size=1", "sketch=srht, batch_size=4",
+                                                 "sketch=none, batch_size=1", "sketch=none, batch_size=4"]
+    assert series_label(series_of({"grid": {"sigma": 1e-4}}, ["sigma"])) == "sigma=0.0001"
 
 
 def test_append_line_writes_one_whole_line_per_record(tmp_path):
@@ -63,7 +100,7 @@ def test_summary_has_one_row_per_setting_with_mean_and_sample_std():
     rows = summarize(RECORDS)
     assert [(r["sigma"], r["n"]) for r in rows] == [(0.0, 2), (0.1, 2), (1.0, 1)]
     assert rows[0]["psnr_mean"] == 32.0 and rows[0]["psnr_std"] == pytest.approx(8 ** 0.5, rel=1e-12)
-    assert rows[2]["psnr_std"] == 0.0 and rows[0]["b_over_m"] == 25 / 64
+    assert rows[2]["psnr_std"] is None and rows[0]["b_over_m"] == 25 / 64  # one sample: no std
     assert "image_index" not in rows[0] and "label_acc_mean" not in rows[0]
 
 

@@ -25,11 +25,18 @@ def test_exactly_s_nonzeros_per_column_at_distinct_rows_with_value_pm_inv_sqrt_s
     assert set(R[R != 0].unique().tolist()) == {-val, val}
 
 
-def test_default_s_is_4_and_s_is_clipped_to_b():
+def test_default_s_is_4_and_is_clipped_to_b_while_an_asked_s_above_b_is_refused():
     assert make_sketch("sparse", 50, 10, 0).s == 4
-    sk = make_sketch("sparse", 50, 3, 0, s=4)
+    sk = make_sketch("sparse", 50, 3, 0)
     assert sk.s == 3 and sk.describe()["s"] == 3
     assert torch.equal((sk.to_dense() != 0).sum(0), torch.full((50,), 3))  # every row used
+    for bad in (0, 4, 65, "abc", 2.5):
+        with pytest.raises(ValueError, match=r"sketch 'sparse': s must be an integer in \[1, min\(b, 64\)\]"):
+            make_sketch("sparse", 500, 3 if bad == 4 else 100, 0, s=bad)
+    with pytest.raises(ValueError, match="sketch 'sparse' has no parameter 'k'; allowed: s"):
+        make_sketch("sparse", 50, 10, 0, k=2)
+    with pytest.raises(ValueError, match="sketch 'srht' has no parameter 's'; allowed: none"):
+        make_sketch("srht", 50, 10, 0, s=2)
 
 
 def test_storage_is_s_times_d():

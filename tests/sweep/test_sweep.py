@@ -69,7 +69,7 @@ def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
     ("[sweep]\ncolour = 'red'", "unknown [sweep] key 'colour'"),
     ("[extra]\na = 1", "unknown table or key 'extra'"),
     ("[base]\ndefense = 'gaussian:sigma={s}'\n[grid]\ns = [-1]", "sigma must be a non-negative number, got '-1'"),
-    ("[base]\nmodel = 'resnet'", "unknown model 'resnet'"),
+    ("[base]\nmodel = 'resnet'\n[grid]\nseed = [0]", "unknown model 'resnet'"),
 ])
 def test_bad_sweep_file_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, text, needle):
     out = tmp_path / "out"
@@ -120,6 +120,7 @@ def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupte
     proc.send_signal(signal.SIGINT)
     rc, err = proc.wait(timeout=60), proc.stderr.read()
     assert rc == 130 and "interrupted" in err, (rc, err)
+    assert not (out / "sweep.lock").exists()  # Ctrl-C releases the folder
     assert len(done) < len(keys(out)) < 12
 
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
@@ -183,6 +184,7 @@ def test_interrupted_sweep_cancels_the_backend_and_keeps_what_the_coordinator_wr
     with pytest.raises(KeyboardInterrupt):
         run_sweep(plan, out, progress=False)
     assert fake.closed == [True]
+    assert not (out / "sweep.lock").exists()
     assert keys(out) == [p["key"] for p in plan.points[:2]]
     assert sorted(p.stem for p in (out / "points").glob("*.pt")) == sorted(keys(out))
     assert not (out / "summary.csv").exists()

@@ -1,0 +1,110 @@
+"""One sweep per output folder: a lock file holding the owner's process id.
+
+The lock is created with ``O_CREAT | O_EXCL`` (atomic: of two sweeps started
+together, one gets it) and removed when the sweep ends, also on Ctrl-C or an
+error.  A lock left by a process that died (kill -9) is taken over; taking it
+over happens under an ``flock`` on the folder, so two sweeps finding the same
+stale lock cannot both take it.  The second sweep on a folder is refused in one
+sentence naming the owner.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+from ..errors import UserError
+
+LOCK_NAME = "sweep.lock"
+
+
+class SweepLocked(UserError):
+    """Another live process holds the folder's lock."""
+
+
+def _owner(path: Path) -> tuple[int | None, str]:
+    """(pid, host) written in a lock file; (None, "") if it is unreadable or not yet written."""
+    try:
+        pid, host = path.read_text(encoding="utf-8").split(maxsplit=1)
+        return int(pid), host.strip()
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None, ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+class FolderLock:
+    """``with FolderLock(folder):`` holds ``folder/sweep.lock`` for this process, or raises :class:`SweepLocked`."""
+
+    def __init__(self, folder):
+        self.path = Path(folder) / LOCK_NAME
+        self.held = False
+
+    def acquire(self) -> "FolderLock":
+        me = f"{os.getpid()} {socket.gethostname()}\n"
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                if self._take_over_if_stale():
+                    continue
+                pid, host = _owner(self.path)
+                who = f"process {pid} on {host}" if pid is not None else "its lock file is still being written"
+                raise SweepLocked(f"sweep folder '{self.path.parent}' is in use by another sweep ({who}): wait for "
+                                  f"it to finish, or remove '{self.path}' if no sweep is running there") from None
+            try:
+                os.write(fd, me.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.held = True
+            return self
+        raise SweepLocked(f"sweep folder '{self.path.parent}' changed hands while this sweep tried to lock it: "
+                          "start it again")
+
+    def _take_over_if_stale(self) -> bool:
+        """Remove the lock if its owner is a dead process on this host; True if removed (or gone already)."""
+        dirfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(dirfd, fcntl.LOCK_EX)  # one taker at a time; released by the kernel if we die
+            if not self.path.exists():
+                return True
+            pid, host = _owner(self.path)
+            if pid is None or host != socket.gethostname() or _alive(pid):
+                return False
+            try:
+                os.unlink(self.path)
+            except OSError as err:
+                if err.errno != errno.ENOENT:
+                    raise
+            return True
+        finally:
+            os.close(dirfd)  # closing drops the flock
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        pid, _ = _owner(self.path)
+        if pid == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+__all__ = ["FolderLock", "SweepLocked", "LOCK_NAME"]

@@ -1,0 +1,125 @@
+"""Bad input through the command line: one sentence on stderr, exit code 2, no traceback, nothing written."""
+
+import json
+
+import pytest
+import torch
+
+from leakattack import cli
+
+RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips"]
+
+
+def _files(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*"))
+
+
+def _refused(argv, needle, root, capsys):
+    before = _files(root)
+    assert cli.main(argv) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
+    assert _files(root) == before, argv
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 1]"),
+    (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
+    (["--sketch", "sparse", "--sketch-param", "s=0"], "s must be an integer in [1, min(b, 64)], got 0"),
+    (["--sketch", "sparse", "--sketch-param", "s=abc"], "s must be an integer in [1, min(b, 64)], got 'abc'"),
+    (["--sketch", "sparse", "--sketch-param", "s=1000000"], "s must be an integer in [1, min(b, 64)]"),
+    (["--sketch", "sparse", "--sketch-param", "k=2"], "sketch 'sparse' has no parameter 'k'"),
+    (["--sketch", "srht", "--sketch-param", "s=4"], "sketch 'srht' has no parameter 's'"),
+    (["--defense", "quantize:bits=1000"], "bits must be an integer in [1, 32]"),
+    (["--labels", "guess"], "unknown label mode 'guess'"),
+    (["--attack", "rgap"], "unknown attack 'rgap'"),
+    (["--protocol", "fedsketch-privix", "--sketch-rows", "100000"], "count-sketch rows t must lie in [1, 1000]"),
+    (["--protocol", "fedsketch-privix", "--sketch-buckets", "100000000"], "exceed d = 13426"),
+])
+def test_bad_run_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):
+    _refused(RUN + args + ["--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+
+
+def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsys):
+    _refused(RUN + ["--out", ""], "--out must name a folder", tmp_path, capsys)
+    (tmp_path / "file").write_text("x")
+    _refused(RUN + ["--out", str(tmp_path / "file")], "is a file, not a folder", tmp_path, capsys)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        if not (locked / "probe").parent.stat().st_mode & 0o200 and __import__("os").getuid() == 0:
+            pytest.skip("root writes into read-only folders: the permission check cannot be provoked")
+        _refused(RUN + ["--out", str(locked / "run")], "cannot be written", tmp_path, capsys)
+    finally:
+        locked.chmod(0o700)
+
+
+def test_garbage_dataset_files_are_one_sentence(tmp_path, capsys):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (raw / name).write_bytes(b"\x00\x01garbage" * 50)
+    argv = ["run", "--dataset", "mnist", "--data-root", str(tmp_path), "--iterations", "2", "--quiet",
+            "--out", str(tmp_path / "run")]
+    _refused(argv, "are not readable", tmp_path, capsys)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train")
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "2", "--clients", "3", "--out", str(out),
+                     "--quiet"]) == 0
+    return out / "fedavg"
+
+
+def _attack(folder, tmp_path):
+    return RUN + ["--protocol", "fedavg", "--protocol-dir", str(folder), "--round", "2", "--batch-size", "32",
+                  "--out", str(tmp_path / "run")]
+
+
+def test_a_corrupt_checkpoint_is_one_sentence(trained, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(trained, folder)
+    ckpt = folder / "checkpoints" / "round_0002.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:40])  # truncated
+    _refused(_attack(folder, tmp_path), "is not a readable torch file", tmp_path, capsys)
+    torch.save(torch.zeros(7), ckpt)
+    _refused(_attack(folder, tmp_path), "does not hold the 13426 weights", tmp_path, capsys)
+
+
+def test_a_malformed_or_edited_protocol_json_is_one_sentence(trained, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(trained, folder)
+    pj = folder / "protocol.json"
+    good = json.loads(pj.read_text())
+    pj.write_text("{not json")
+    _refused(_attack(folder, tmp_path), "is not a protocol.json written by `leakattack train`", tmp_path, capsys)
+    pj.write_text(json.dumps({**good, "spec": {**good["spec"], "clients": 2}}))
+    _refused(_attack(folder, tmp_path), "was changed after training: it says clients = 2", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--act", "swish"], "unknown activation 'swish'"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2^63 - 1]"),
+    (["--sketch-buckets", "100000000", "--protocol", "fedsketch-privix"], "exceed d = 13426"),
+    (["--model", "linreg"], "cannot be trained here"),
+])
+def test_bad_train_flags_are_one_sentence(tmp_path, capsys, args, needle):
+    argv = ["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--out", str(tmp_path / "t")] + args
+    _refused(argv, needle, tmp_path, capsys)
+
+
+def test_training_that_diverges_stops_with_one_sentence_and_no_nan_in_its_log(tmp_path, capsys):
+    rc = cli.main(["train", "--protocol", "fedavg", "--rounds", "5", "--clients", "2", "--local-lr", "1e38", "--global-lr", "1e38",
+                   "--out", str(tmp_path), "--quiet", "--no-checkpoints"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "training diverged in round" in err[0], err
+    log = tmp_path / "fedavg" / "train.jsonl"
+    text = log.read_text() if log.exists() else ""
+    assert "NaN" not in text and "Infinity" not in text

@@ -1,0 +1,134 @@
+"""The sensitivity Delta a defense pipeline bounds for its Gaussian noise, from the clips and the sketch between them."""
+
+import json
+import math
+
+import pytest
+
+import defenses
+from defenses.accounting import accountant_epsilon, message_privacy
+from defenses.accounting.analysis import clip_sensitivity, linear_map_sensitivity
+from leakattack import cli
+from leakattack.sketch import get_sketch
+
+#: ||R||_op of SRHT at d = 13426 (lenet on 1x28x28), b = d/2: sqrt(n/b) with n = 16384
+SRHT_LENET = math.sqrt(16384 / 6713)
+NORMS = [0.5, 1.0, SRHT_LENET, 7.0]
+
+
+def test_clip_and_linear_map_sensitivity_by_hand():
+    assert clip_sensitivity(0.5, None, inside_sum=False) == 0.5
+    assert clip_sensitivity(0.5, 1.0, inside_sum=True) == 1.0  # min(1, 2 * 0.5)
+    assert clip_sensitivity(0.2, 1.0, inside_sum=True) == pytest.approx(0.4)
+    assert clip_sensitivity(2.0, 1.0, inside_sum=False) == 1.0
+    assert linear_map_sensitivity(2.0, 1.5) == 3.0
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("per_example:C=1,clip:C=0.5,gaussian:z=1", 1.0),  # min(C1, 2 * C2) = min(1, 1)
+    ("per_example:C=1,clip:C=0.2,gaussian:z=1", 0.4),  # min(1, 2 * 0.2)
+    ("per_example:C=1,clip:C=3,gaussian:z=1", 1.0),
+    ("per_example:C=1.5,gaussian:z=1", 1.5),
+    ("clip:C=2,gaussian:z=1", 2.0),
+    ("clip:C=2,clip:C=0.5,gaussian:z=1", 0.5),  # one client's update: its norm, the smaller clip
+])
+def test_clips_on_the_same_side_as_the_noise_bound_delta(spec, expected):
+    assert defenses.build(spec).sensitivity() == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("spec,C", [("clip:C=1,gaussian:z=1.1", 1.0), ("per_example:C=0.3,gaussian:sigma=0.1", 0.3),
+                                    ("clip:C=2,gaussian:z=1,quantize:bits=4", 2.0)])
+def test_noise_before_the_sketch_has_delta_c_whatever_the_sketch(norm, spec, C):
+    pipe = defenses.build(spec)
+    assert pipe.sensitivity(norm) == C and not pipe.needs_sketch_norm
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("spec", ["clip:C=1@after_sketch,gaussian:z=1@after_sketch",
+                                  "clip:C=5,clip:C=1@after_sketch,gaussian:sigma=2@after_sketch"])
+def test_clip_after_the_sketch_bounds_noise_after_it_with_delta_c(norm, spec):
+    pipe = defenses.build(spec)
+    assert pipe.sensitivity(norm) == pytest.approx(min(1.0, 5 * norm) if "C=5" in spec else 1.0)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_clip_before_the_sketch_and_noise_after_it_has_delta_norm_times_c(norm):
+    pipe = defenses.build("clip:C=2,gaussian:z=1.1@after_sketch")
+    assert pipe.needs_sketch_norm
+    assert pipe.sensitivity(norm) == pytest.approx(2 * norm, rel=1e-15)
+    # a clip after the sketch as well: the smaller of the two bounds
+    assert defenses.build("clip:C=2,clip:C=3@after_sketch,gaussian:z=1@after_sketch").sensitivity(norm) == \
+        pytest.approx(min(2 * norm, 3.0), rel=1e-15)
+
+
+def test_per_example_sum_clipped_then_sketched_then_noised_has_delta_norm_times_min_c1_2c2():
+    pipe = defenses.build("per_example:C=1,clip:C=0.2,gaussian:z=1@after_sketch")
+    assert pipe.sensitivity(SRHT_LENET) == pytest.approx(0.4 * SRHT_LENET, rel=1e-15)
+
+
+def test_unknown_sketch_norm_leaves_a_crossing_delta_unbounded():
+    pipe = defenses.build("clip:C=1,gaussian:z=1@after_sketch")
+    assert pipe.sensitivity(None) is None
+    assert defenses.build("clip:C=1,gaussian:z=1").sensitivity(None) == 1.0
+
+
+@pytest.mark.parametrize("spec", ["gaussian:sigma=0.1", "clip:C=1@after_sketch,gaussian:sigma=0.1",
+                                  "clip:C=1,laplace:b=0.1,gaussian:z=1", "per_example:C=1,prune:p=0.5,gaussian:z=1"])
+def test_noise_without_a_tracked_clip_before_it_has_no_sensitivity(spec):
+    assert defenses.build(spec).sensitivity() is None
+    p = message_privacy(defenses.build(spec), 1e-5)
+    assert p["epsilon"] is None and p["delta"] == 1e-5 and "epsilon = inf" in p["privacy_note"]
+
+
+def test_pruning_keeps_the_bound_on_a_clients_update():
+    assert defenses.build("clip:C=1,prune:p=0.5,gaussian:z=1").sensitivity() == 1.0
+
+
+def test_no_noise_has_no_sensitivity():
+    assert defenses.build("clip:C=1,prune:p=0.5").sensitivity() is None
+    assert defenses.build("clip:C=1,gaussian:sigma=0").sensitivity() is None
+
+
+def test_only_the_first_noise_in_channel_order_is_counted():
+    """Noise after noise is post-processing: the first run of Gaussian steps sets sigma and Delta."""
+    bound = defenses.build("clip:C=1,gaussian:sigma=3@after_sketch,gaussian:sigma=2").noise_bound(SRHT_LENET)
+    assert bound.sigma == 2 and bound.sensitivity == 1.0 and bound.later_noise == 1
+    bound = defenses.build("clip:C=1,gaussian:sigma=3,gaussian:sigma=4").noise_bound()
+    assert bound.sigma == pytest.approx(5.0)
+
+
+def test_message_privacy_names_the_delta_it_used_for_noise_after_the_sketch():
+    p = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1@after_sketch"), 1e-5, sketch_norm=SRHT_LENET)
+    assert p["sensitivity"] == pytest.approx(SRHT_LENET) and p["sketch_norm"] == SRHT_LENET
+    assert p["privacy_note"].startswith("Delta = ||R||_op * C = 1.562 * 1.0 = 1.562 (clip before the sketch, noise after it")
+    assert "exact only if" not in p["privacy_note"]
+    same_side = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1"), 1e-5, sketch_norm=SRHT_LENET)
+    assert same_side["sketch_norm"] is None and same_side["privacy_note"].startswith("Delta = C = 1.0 (clip and noise")
+
+
+def test_run_with_noise_after_the_sketch_reports_epsilon_for_delta_norm_times_c(tmp_path):
+    """lenet on digits, SRHT at b = d/2: Delta = sqrt(16384/6713) = 1.5623, RDP epsilon = 7.11 (not 4.24 for Delta = C)."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--dataset", "digits", "--defense", "clip:C=1,gaussian:z=1.1@after_sketch",
+                     "--iterations", "5", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["d"], m["b"]) == (13426, 6713)
+    assert m["sensitivity"] == pytest.approx(SRHT_LENET, rel=1e-12) and m["sketch_norm"] == m["sensitivity"]
+    assert m["noise_multiplier"] == pytest.approx(1.1 / SRHT_LENET, rel=1e-12)
+    assert m["epsilon"] >= 7.0 and m["epsilon"] == pytest.approx(accountant_epsilon(1.1 / SRHT_LENET, 1.0, 1, 1e-5))
+    assert m["epsilon"] < m["epsilon_paper"] * 1.5
+
+
+def test_training_under_the_defense_uses_the_largest_norm_of_its_fresh_sketches(tmp_path):
+    """Count-sketch norms (sqrt of the largest bucket load) differ across R_t: the composed Delta takes their maximum."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "logreg", "--dataset", "digits", "--sketch", "countsketch",
+                     "--defense", "clip:C=1,gaussian:z=1.1@after_sketch", "--iterations", "2", "--quiet",
+                     "--no-lpips", "--utility", "--utility-steps", "4", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    d, b = m["d"], m["b"]
+    norms = [get_sketch("countsketch", d, b, seed=2 + t).operator_norm() for t in range(4)]  # sketch_seed + 1 + t
+    assert len(set(norms)) > 1
+    assert m["utility_sketch_norm"] == max(norms) and m["utility_sensitivity"] == max(norms)
+    assert m["sketch_norm"] == get_sketch("countsketch", d, b, seed=1).operator_norm()

@@ -1,0 +1,158 @@
+"""Sweep and run figures say what they show: one line and one grid block per series, titles with the setting,
+no std bars for single samples, and tall figures laid out without gaps or overlaps."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakattack import cli
+from leakattack.figures import run as run_figures
+from leakattack.figures import sweep as sweep_figures_module
+from leakattack.figures import sweep_figures
+
+SHARED = {"model": "lenet", "dataset": "digits", "objective": "cosine", "tv": 1e-4, "defense": "clip:C=1",
+          "seed": 0}
+
+
+def fake_sweep(folder: Path, points, psnr_of=lambda g: 20.0, batch=1, strength="sigma"):
+    """results.jsonl + points/*.pt (+ sweep.json naming the strength) written by hand from ``points`` = [grid]."""
+    (folder / "points").mkdir(parents=True, exist_ok=True)
+    (folder / "sweep.json").write_text(json.dumps({"strength": strength}))
+    lines = []
+    for i, grid in enumerate(points):
+        key = f"{i:012d}"
+        params = {**SHARED, "sketch": "srht", "batch_size": 1, "image_index": 0,
+                  **{k: v for k, v in grid.items() if k != "sigma"}}
+        m = {"d": 100, "b": 50, "m": 64 * params["batch_size"], "mse": 0.01, "psnr": psnr_of(grid), "ssim": 0.5}
+        lines.append(json.dumps({"key": key, "index": i, "grid": grid, "params": params, "metrics": m}))
+        x = torch.rand(batch, 1, 8, 8, generator=torch.Generator().manual_seed(i))
+        torch.save({"recon": x, "truth": x}, folder / "points" / f"{key}.pt")
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures drawn, by file stem, kept open instead of saved."""
+    figs = {}
+    monkeypatch.setattr(sweep_figures_module, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
+    monkeypatch.setattr(run_figures, "save", lambda fig, path: figs.setdefault(Path(path).stem, fig))
+    return figs
+
+
+SIGMAS = (0.0, 1e-3, 1e-1)
+THREE_FACTORS = [{"sketch": k, "batch_size": b, "sigma": s, "image_index": i}
+                 for k in ("srht", "countsketch") for b in (1, 2) for s in SIGMAS for i in (0, 1)]
+
+
+def labelled_lines(ax):
+    return {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+
+
+def test_metrics_vs_strength_draws_one_line_per_combination_of_the_other_factors(tmp_path, drawn):
+    fake_sweep(tmp_path, THREE_FACTORS, psnr_of=lambda g: 30 - 100 * g["sigma"] + 3 * g["batch_size"])
+    sweep_figures(tmp_path)
+    ax = drawn["metrics_vs_strength"].axes[0]
+    lines = labelled_lines(ax)
+    assert set(lines) == {f"sketch={k}, batch_size={b}" for k in ("srht", "countsketch") for b in (1, 2)}
+    for label, line in lines.items():
+        x = list(line.get_xdata())
+        assert x == sorted(SIGMAS)  # one point per strength: no zig-zag between settings
+        b = int(label[-1])
+        assert list(line.get_ydata()) == pytest.approx([30 - 100 * s + 3 * b for s in SIGMAS])
+
+
+def test_the_reconstruction_grid_draws_one_block_per_series(tmp_path, drawn):
+    fake_sweep(tmp_path, THREE_FACTORS)
+    sweep_figures(tmp_path)
+    fig = drawn["reconstruction_grid"]
+    headings = [sub._suptitle.get_text() for sub in fig.subfigs]
+    assert headings == [f"sketch={k}, batch_size={b}" + ("; first image of each batch of 2" if b == 2 else "")
+                        for k in ("srht", "countsketch") for b in (1, 2)]
+    assert all(len(sub.axes) == (len(SIGMAS) + 1) * 2 for sub in fig.subfigs)  # truth + levels, two images
+
+
+def test_series_left_out_of_the_grid_are_named_in_the_figure_and_the_summary_line(tmp_path, drawn, capsys):
+    fake_sweep(tmp_path, [{"C": c, "sigma": s, "image_index": 0} for c in range(9) for s in (0.0, 0.1)])
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    cap = sweep_figures_module.MAX_GRID_BLOCKS
+    fig = drawn["reconstruction_grid"]
+    assert len(fig.subfigs) == cap
+    assert f"{cap} of 9 series shown ({9 - cap} left out, from C={cap})" in fig._suptitle.get_text().replace("\n", " ")
+    line = capsys.readouterr().out.strip()
+    assert f"reconstruction grid shows {cap} of 9 series ({9 - cap} left out)" in line and "\n" not in line
+
+
+def test_sweep_titles_name_model_data_objective_prior_and_defense(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": i} for s in SIGMAS for i in (0, 1)])
+    sweep_figures(tmp_path)
+    for stem in ("metrics_vs_strength", "reconstruction_grid"):
+        title = drawn[stem]._suptitle.get_text().replace("\n", " ")
+        for part in ("lenet", "digits", "sketch srht (b/d = 0.5)", "cosine objective", "TV 0.0001",
+                     "defense clip:C=1"):
+            assert part in title, (stem, title)
+
+
+def test_a_setting_with_one_sample_has_no_std_bar_and_an_empty_std_cell(tmp_path, drawn):
+    points = [{"sigma": 0.0, "image_index": 0}, {"sigma": 0.0, "image_index": 1}, {"sigma": 1e-3, "image_index": 0}]
+    fake_sweep(tmp_path, points, psnr_of=lambda g: 20.0 + g["image_index"])
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    cells = [dict(zip(header, r.split(","))) for r in rows[1:]]
+    assert [c["n"] for c in cells] == ["2", "1"]
+    assert cells[0]["psnr_std"] != "" and cells[1]["psnr_std"] == "" and cells[1]["ssim_std"] == ""
+    ax = drawn["metrics_vs_strength"].axes[0]
+    bars = [seg for coll in ax.collections for seg in coll.get_segments()]
+    assert len(bars) == 1 and bars[0][0][0] == 0.0  # the bar of sigma = 0 only
+
+
+def _boxes(fig):
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    heads = [fig._suptitle] + [sub._suptitle for sub in fig.subfigs if sub._suptitle is not None]
+    axes = fig.axes
+    return (r, [h.get_window_extent(r) for h in heads], [a.get_window_extent(r) for a in axes],
+            [a.title.get_window_extent(r) for a in axes if a.get_title()])
+
+
+def assert_laid_out(fig):
+    """No title or panel title overlaps an image, and the band under the title is thin."""
+    _, heads, axes, titles = _boxes(fig)
+    for box in heads + titles:
+        assert not any(box.overlaps(a) for a in axes), box
+    for i, h in enumerate(heads):
+        assert not any(h.overlaps(t) for t in titles) and not any(h.overlaps(o) for o in heads[i + 1:])
+    top = max(b.y1 for b in axes + titles + heads[1:])
+    gap = heads[0].y0 - top
+    assert 0 <= gap < 0.02 * fig.bbox.height, (gap, fig.bbox.height)
+
+
+def test_a_ten_row_reconstruction_grid_has_no_blank_band_and_no_overlaps(tmp_path, drawn):
+    levels = [0.0] + [10.0 ** -k for k in range(8)]
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": i} for s in levels for i in range(3)])
+    sweep_figures(tmp_path)
+    fig = drawn["reconstruction_grid"]
+    assert len(fig.axes) == 10 * 3
+    assert_laid_out(fig)
+
+
+def test_a_two_block_grid_and_a_batch_of_ten_are_laid_out_without_overlaps(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": k, "sigma": s, "image_index": i} for k in ("srht", "countsketch")
+                          for s in [0.0] + [10.0 ** -k for k in range(8)] for i in range(2)])
+    sweep_figures(tmp_path)
+    assert_laid_out(drawn["reconstruction_grid"])
+    x = torch.rand(10, 1, 28, 28)
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", x, x, x, [30.0] * 10, [0.9] * 10,
+                                      "lenet / srht (b/d = 0.50), lbfgs, 100 it")
+    fig = drawn["reconstruction"]
+    assert len(fig.axes) == 30
+    assert_laid_out(fig)
+
+
+@pytest.mark.parametrize("objective,needle", [("l2", "L_R"), ("cosine", r"1 - \cos")])
+def test_the_convergence_figure_labels_the_quantity_its_objective_minimises(tmp_path, drawn, objective, needle):
+    run_figures.convergence_figure(tmp_path / "convergence.png", [1.0, 0.5, 0.1], "t", objective=objective)
+    label = drawn["convergence"].axes[0].get_ylabel()
+    assert needle in label and (objective == "l2") == ("L_R" in label)

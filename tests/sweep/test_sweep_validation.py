@@ -1,0 +1,237 @@
+"""A sweep refuses, before its first point runs and before it writes anything, every input that cannot run as meant.
+
+Each refusal is checked through the command line: exit code 2, exactly one
+line on stderr, no traceback, no new files.  Also: grid points with the same
+effective configuration run once, one sweep at a time per folder, and a
+results line that is not UTF-8 does not stop a resume.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leakattack import cli
+from leakattack.sweep import FolderLock, SweepLocked, load_plan, point_key, read_results, runner
+from leakattack.sweep import plan as plan_module
+from leakattack.sweep.lock import LOCK_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = """
+[base]
+model = "lenet"
+dataset = "digits"
+iterations = 2
+"""
+
+
+def files_under(folder: Path) -> set:
+    return {p.relative_to(folder) for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def no_attack(monkeypatch):
+    """Any point that starts running fails the test: refusals must come before the first point."""
+    monkeypatch.setattr(runner, "run_point", lambda *a, **k: pytest.fail("a point ran before the sweep was refused"))
+
+
+def refuse(tmp_path, capsys, text, *needles, extra=()):
+    """Run ``leakattack sweep`` on ``text`` in ``tmp_path``; assert a one-line refusal holding ``needles``."""
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    before = files_under(tmp_path)
+    rc = cli.main(["sweep", str(cfg), "--quiet", *extra])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err and out == "", (rc, err)
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert files_under(tmp_path) == before
+    return lines[0]
+
+
+@pytest.mark.parametrize("line,key", [
+    ('sketch_params = "s=4"', "sketch_params"),
+    ("threads = 1.5", "threads"),
+    ('box = "no"', "box"),
+    ("seed = 0.5", "seed"),
+    ("iterations = 2.5", "iterations"),
+    ("iterations = 2.0", "iterations"),
+])
+@pytest.mark.parametrize("table", ["base", "grid"])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(tmp_path, capsys, monkeypatch, no_attack, line, key,
+                                                             table):
+    monkeypatch.chdir(tmp_path)
+    name, value = line.split(" = ")
+    base = BASE.replace("iterations = 2\n", "")  # the line under test may set it
+    text = (base + f"{line}\n[grid]\nimage_index = [0]\n" if table == "base"
+            else base + f"[grid]\nimage_index = [0]\n{name} = [{value}]\n")
+    assert "not valid TOML" not in refuse(tmp_path, capsys, text, f"key {key}")
+
+
+@pytest.mark.parametrize("text", ["", "[sweep]\nname = 'x'\n", BASE, BASE + "[grid]\n",
+                                  BASE + "[[grid]]\nseed = [0]\n[[grid]]\n"])
+def test_a_sweep_file_without_grid_values_is_refused_instead_of_running_the_default_attack(
+        tmp_path, capsys, monkeypatch, no_attack, text):
+    monkeypatch.chdir(tmp_path)
+    refuse(tmp_path, capsys, text, "grid")
+
+
+@pytest.mark.parametrize("text,key", [
+    (BASE + "[grid]\nlr = [1.0, inf]\n", "lr"),
+    (BASE + "tv = nan\n[grid]\nimage_index = [0]\n", "tv"),
+    (BASE + "defense = 'gaussian:sigma={s}'\n[grid]\ns = [1e-3, inf]\n", "s"),
+    (BASE + "protocol_spec = {sketch_ratio = inf}\n[grid]\nimage_index = [0]\n", "protocol_spec"),
+    (BASE + "[grid]\nsketch_params = [{s = -inf}]\nsketch = ['sparse']\n", "sketch_params"),
+])
+def test_a_non_finite_value_is_refused_naming_its_key(tmp_path, capsys, monkeypatch, no_attack, text, key):
+    monkeypatch.chdir(tmp_path)
+    line = refuse(tmp_path, capsys, text, "not a finite number")
+    assert f"] {key} holds" in line
+
+
+def test_a_non_finite_value_no_constraint_sees_is_not_stored_as_null_and_appended_on_every_resume(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "protocol_spec = {sketch_ratio = inf}\n[grid]\nimage_index = [0]\n")
+    for _ in range(2):
+        assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "..", "a/b", "/tmp/leakattack-sweep-name-test"])
+def test_a_sweep_name_that_is_a_path_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch, no_attack, name):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    refuse(tmp_path, capsys, f"[sweep]\nname = {json.dumps(name)}\n" + BASE + "[grid]\nimage_index = [0]\n",
+           "plain folder name")
+    assert not Path("/tmp/leakattack-sweep-name-test").exists()
+
+
+@pytest.mark.parametrize("grid,needle", [
+    ("image_index = [0, 5000]", "image index 5000 out of range"),
+    ("dataset = ['digits', 'mnist']", "mnist"),
+    ("sketch_dim = [100, 20000]", "sketch dimension b = 20000"),
+    ("batch_size = [1, 1797]\nimage_index = [0, 1]", "out of range"),
+])
+def test_a_value_that_could_only_fail_at_run_time_is_refused_before_the_first_point(
+        tmp_path, capsys, monkeypatch, no_attack, grid, needle):
+    monkeypatch.chdir(tmp_path)
+    refuse(tmp_path, capsys, BASE + f"[grid]\n{grid}\n", needle, extra=["--out", str(tmp_path / "out")])
+
+
+def test_a_grid_above_the_bound_is_refused_with_its_count_before_it_is_expanded(tmp_path, capsys, monkeypatch,
+                                                                                no_attack):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(plan_module, "_product", lambda grid: pytest.fail("the grid was expanded"))
+    many = ", ".join(map(str, range(1000)))
+    refuse(tmp_path, capsys, BASE + f"[grid]\nseed = [{many}]\nmodel_seed = [{many}]\n", "1,000,000 grid points",
+           f"{plan_module.MAX_POINTS:,}")
+
+
+def test_grid_points_with_the_same_parameters_are_planned_once_and_counted(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nseed = [0, 1, 2, 3, 4]\nmodel_seed = [0, 1, 2, 3]\nimage_index = [0, 0]\n")
+    plan = load_plan(cfg)
+    assert len(plan.points) == 20 == len({p["key"] for p in plan.points}) and plan.duplicates == 20
+    assert plan.meta()["duplicates"] == 20
+
+
+def test_an_identity_sketch_runs_once_whatever_its_ratio_and_the_summary_line_counts_duplicates(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nsketch = ['none', 'srht']\nsketch_ratio = [0.25, 0.5, 1.0]\n")
+    plan = load_plan(cfg)
+    assert [(p["params"]["sketch"], p["params"]["sketch_ratio"]) for p in plan.points] == [
+        ("none", 0.5), ("srht", 0.25), ("srht", 0.5), ("srht", 1.0)]
+    assert plan.duplicates == 2
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()
+    assert len(summary) == 1 and "4/4 points" in summary[0] and "2 duplicate grid points run once" in summary[0]
+    stored = read_results(out / "results.jsonl")
+    assert len(stored) == 4
+    # a record stored with the ratio it was asked for still counts as the one identity point
+    first = {**stored[0]["params"], "sketch_ratio": 0.25}
+    assert point_key(first) == stored[0]["key"]
+
+
+def test_a_results_line_that_is_not_utf8_is_dropped_and_the_sweep_resumes(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nimage_index = [0, 1]\n")
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    good = (out / "results.jsonl").read_bytes()
+    lines = good.splitlines(keepends=True)
+    (out / "results.jsonl").write_bytes(lines[0] + b'{"key": "\xff\xfe\xfd", "metrics": {}}\n')
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    assert b"\xff" not in (out / "results.jsonl").read_bytes()
+    assert [r["key"] for r in read_results(out / "results.jsonl")] == [json.loads(l)["key"] for l in lines]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_second_sweep_on_a_folder_in_use_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys, no_attack):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nimage_index = [0]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / LOCK_NAME).write_text(f"{owner.pid} {socket.gethostname()}\n")
+        line = refuse(tmp_path, capsys, cfg.read_text(), f"in use by another sweep (process {owner.pid} on",
+                      extra=["--out", str(out)])
+        assert "sweep.lock" in line
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nimage_index = [0]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(f"{_dead_pid()} {socket.gethostname()}\n")
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    assert len(read_results(out / "results.jsonl")) == 1 and not (out / LOCK_NAME).exists()
+
+
+def test_the_lock_is_atomic_and_released_on_ctrl_c(tmp_path):
+    with FolderLock(tmp_path) as held:
+        assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(os.getpid())
+        with pytest.raises(SweepLocked, match=f"in use by another sweep \\(process {os.getpid()} on"):
+            FolderLock(tmp_path).acquire()
+        assert held.held
+    assert not (tmp_path / LOCK_NAME).exists()
+    with pytest.raises(KeyboardInterrupt):
+        with FolderLock(tmp_path):
+            raise KeyboardInterrupt
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_sweep_started_while_another_runs_in_its_folder_is_refused_and_every_point_runs_once(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE.replace("iterations = 2", "iterations = 300") + "[grid]\nimage_index = [0, 1, 2, 3, 4, 5]\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not (out / LOCK_NAME).exists() and first.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.01)
+    assert first.poll() is None, first.communicate()
+    rc = cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert first.wait(timeout=300) == 0, first.communicate()
+    assert rc == 2 and len(err) == 1 and "in use by another sweep" in err[0], err
+    keys = [r["key"] for r in read_results(out / "results.jsonl")]
+    assert len(keys) == 6 == len(set(keys)) and not (out / LOCK_NAME).exists()
