@@ -153,7 +153,7 @@ class Pipeline:
             sigmas.append(order[j].sigma)
             j += 1
         later = sum(1 for t in order[j:] if isinstance(t, Gaussian) and t.sigma > 0)
-        sigma = math.sqrt(sum(s * s for s in sigmas))
+        sigma = math.hypot(*sigmas)  # sqrt of the sum of squares without overflow for huge sigmas
         if delta is None:
             return NoiseBound(sigma, None, reason=reason, later_noise=later)
         name = "per-example clip" if clip.per_example else "clip"

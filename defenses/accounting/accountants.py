@@ -16,11 +16,18 @@ from .analysis import gaussian_epsilon, paper_composition
 ACCOUNTANTS = ("rdp", "prv")
 
 
+#: noise multipliers above this give the accountant's floor epsilon (see accountant_epsilon)
+Z_MAX = 1e6
+
+
 def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
                        accountant: str = "rdp") -> float:
     """epsilon of ``steps`` sub-sampled Gaussian mechanisms (noise multiplier z = sigma/Delta) by Opacus' ``rdp`` or ``prv`` accountant."""
     if noise_multiplier <= 0:
         return math.inf
+    # beyond Z_MAX the epsilon sits at the accountant's floor (RDP: log(1/delta)/(alpha_max - 1)); Opacus
+    # overflows on astronomically large z, so the floor is computed at Z_MAX
+    noise_multiplier = min(float(noise_multiplier), Z_MAX)
     # Opacus is a heavy import (it pulls in its whole training stack): only when an epsilon is asked for.
     if accountant == "rdp":
         from opacus.accountants import RDPAccountant

@@ -108,3 +108,12 @@ def test_message_privacy_composes_steps_with_the_same_delta():
                         sketch_norm=norm)
     assert p["epsilon"] == pytest.approx(accountant_epsilon(1.1 / norm, 0.5, 4, 1e-5))
     assert p["epsilon_paper"] == pytest.approx(2 * gaussian_epsilon(1.1, 1e-5 / 4, norm))
+
+
+def test_astronomical_noise_gives_the_accountants_floor_not_an_overflow():
+    import defenses
+
+    floor = accountant_epsilon(1e6, 1.0, 1, 1e-5)
+    assert 0 < floor < 0.2 and accountant_epsilon(1e200, 1.0, 1, 1e-5) == floor
+    m = message_privacy(defenses.build("clip:C=1,gaussian:sigma=1e200"), 1e-5)
+    assert m["epsilon"] == floor and m["noise_multiplier"] == 1e200
