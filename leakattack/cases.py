@@ -55,10 +55,13 @@ def threat_of(cfg: RunConfig) -> ThreatModel:
 def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
     """One client's gradient on a batch of the data set, through the defense and the sketch."""
     seeds = cfg.derived()
-    ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download)
+    ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
     x, labels = get_batch(ds, cfg.image_index, cfg.batch_size)
-    victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape,
-                               seed=seeds.model_seed, init=cfg.weight_init).to(device=device, dtype=dtype)
+    victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
+                               init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+    if cfg.weights:
+        targets.load_weights(victim, cfg.weights)
+    victim.to(device=device, dtype=dtype)
     cfg.validate_for(victim.d)
     sketch = get_sketch(cfg.sketch, victim.d, cfg.sketch_b(victim.d), seed=seeds.sketch_seed,
                         **cfg.sketch_params).to(device)

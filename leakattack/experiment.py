@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from . import __version__, metrics
 from .attacks import Attack, AttackResult, get_attack
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
+from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, write_csv, write_json
 from .utility import privacy_metrics
@@ -66,6 +68,21 @@ class Outcome:
     result: AttackResult
     metrics: dict
     trace: list[dict]
+
+
+def unknowns(case: Case) -> int:
+    """m*B: the numbers the attacker has to find (values of one example times the batch size)."""
+    return case.victim.unknowns_per_example * int(case.x.shape[0])
+
+
+def warn_if_not_unique(case: Case) -> None:
+    """One warning line when the message has fewer numbers than there are unknowns."""
+    b, mB = case.obs.b, unknowns(case)
+    if b < mB:
+        warnings.warn(f"the message has b = {b} numbers for m*B = {mB} unknowns "
+                      f"({case.victim.unknowns_per_example} per image x {case.x.shape[0]}): the reconstruction is "
+                      "not unique, and a matched loss does not mean the images were found", SettingWarning,
+                      stacklevel=2)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -126,7 +143,11 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         "labels_true": case.labels.tolist(),
         "labels_attack": None if result.labels is None else result.labels.tolist(),
         "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],
+        "unknowns": unknowns(case), "unique": case.obs.b >= unknowns(case),
     }
+    if result.stop_reason == "tolerance" and not m["unique"]:
+        m["message"] = (f"{result.message}, but with b = {case.obs.b} numbers for m*B = {unknowns(case)} unknowns "
+                        "another input matches as well: the match is not unique")
     if cfg.defense or cfg.utility:  # epsilon/delta of the message, test accuracy under the defense
         m.update(privacy_metrics(cfg, case.obs))
     by_step = {e["step"]: e for e in result.extra}
@@ -222,8 +243,10 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     if out is not None:
         check_out(out)
     p = prepare(cfg)
+    warn_if_not_unique(p.case)
     outcome = execute(p, progress=progress, with_lpips=with_lpips)
-    folder = Path(out) if out is not None else default_run_dir(cfg.model, p.case.folder_tag)
+    folder = Path(out) if out is not None else \
+        default_run_dir(cfg.model, p.case.folder_tag, p.case.dataset.name, cfg.defense)
     write_run(outcome, folder)
     return outcome.metrics, folder
 

@@ -29,6 +29,7 @@ from .config import ConfigError, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import UserError
 from .figures import accuracy_figure
+from .progress import progress_bar
 from .results import atomic_write_bytes, atomic_write_text, load_tensors, read_json, write_json
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
@@ -129,11 +130,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
                                           "describe": proto.describe(), "torch": torch.__version__})
     w = proto.initial_weights()
     rows, cum, t0 = [], 0, time.perf_counter()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm  # optional display dependency, only with a progress bar
-
-        bar = tqdm(total=rounds, desc=name, unit="round", leave=False, dynamic_ncols=True)
+    bar = progress_bar(rounds, name, "round", progress, leave=False)
     for t in range(1, rounds + 1):
         if checkpoints:
             save_checkpoint(folder, t, w)

@@ -4,12 +4,19 @@ Every function takes a :class:`~targets.victim.Victim`.  ``create_graph=True``
 keeps the graph so the attacker can differentiate the gradient with respect to
 the dummy data x.  ``params`` (name -> tensor) evaluates at other weights
 (functional call), which local-step simulation and the theory checks need.
+
+Forward passes run with ``scaled_dot_product_attention`` on its math kernel:
+the fused kernels (flash, memory-efficient) have no double backward, and the
+client's and the attacker's passes should compute the same function.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.func import functional_call, grad, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from leakattack.errors import UserError
 
 from .victim import Victim
 
@@ -45,10 +52,29 @@ def unflatten(victim: Victim, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return {n: flat[s].view_as(shapes[n]) for n, s in param_slices(victim).items()}
 
 
+def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> torch.Tensor:
+    """The model's output on x at its weights, or at ``params`` (name -> tensor) if given."""
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            return victim.model(x) if params is None else functional_call(victim.model, params, (x,))
+    except ValueError as err:
+        if "more than 1 value per channel" not in str(err):
+            raise
+        raise UserError(f"BatchNorm in train mode needs more than one value per channel, and model '{victim.name}' "
+                        f"has a 1x1 feature map for a batch of {x.shape[0]}: use a larger batch or images, "
+                        "or --bn eval") from None
+
+
 def loss_at(victim: Victim, x: torch.Tensor, y: torch.Tensor, params: dict | None = None) -> torch.Tensor:
     """F(w, x) at the model's weights, or at ``params`` (name -> tensor) if given."""
-    out = victim.model(x) if params is None else functional_call(victim.model, params, (x,))
-    return victim.loss(out, y)
+    return victim.loss(output_at(victim, x, params), y)
+
+
+def check_per_example(victim: Victim) -> None:
+    """Refuse a victim whose per-example gradients are not defined (an example's gradient depends on its batch)."""
+    if victim.batch_statistics:
+        raise UserError(f"this setting needs per-example gradients, which BatchNorm in train mode "
+                        f"(model '{victim.name}') does not have: use --bn eval or a model with GroupNorm")
 
 
 def flat_gradient(victim: Victim, x: torch.Tensor, y: torch.Tensor, params: dict | None = None,
@@ -73,8 +99,10 @@ def per_example_gradients(victim: Victim, x: torch.Tensor, y: torch.Tensor, para
     Without ``create_graph`` one vmapped pass (torch.func); with it, one autograd
     gradient per example, so the attacker can differentiate through the rows.
     With BatchNorm in train mode an example's gradient depends on the whole batch,
-    so per-example gradients are not defined: callers check ``victim`` first.
+    so per-example gradients are not defined: a one-sentence UserError (as
+    Opacus refuses BatchNorm).
     """
+    check_per_example(victim)
     if create_graph:
         return torch.stack([flat_gradient(victim, x[i:i + 1], y[i:i + 1], params=params, create_graph=True)
                             for i in range(x.shape[0])])
@@ -82,11 +110,11 @@ def per_example_gradients(victim: Victim, x: torch.Tensor, y: torch.Tensor, para
     prm = {n: t.detach() for n, t in (params or dict(victim.model.named_parameters())).items()}
 
     def loss(p, xi, yi):
-        return victim.loss(functional_call(victim.model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+        return victim.loss(output_at(victim, xi.unsqueeze(0), p), yi.unsqueeze(0))
 
     grads = vmap(grad(loss), in_dims=(None, 0, 0))({n: prm[n] for n in names}, x, y)
     return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
 
 
-__all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "loss_at",
-           "flat_gradient", "per_example_gradients"]
+__all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "output_at", "loss_at",
+           "check_per_example", "flat_gradient", "per_example_gradients"]

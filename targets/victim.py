@@ -8,6 +8,14 @@ given); the registered models are built by ``targets.get_model``.
 
 The flat parameter order, used by the gradient oracle, sketches and messages,
 is the order of ``model.parameters()`` (trainable ones only).
+
+BatchNorm: in ``bn_mode="train"`` the client normalises with the batch's own
+statistics, and so does the attacker's simulation of the client.  Such forward
+passes would also update the running statistics, so that every attacker
+evaluation drifted the model the client holds; the victim turns that update off
+(``track_running_stats = False`` on every BatchNorm layer while in train mode),
+so the running buffers, the part of the state_dict a weights file carries, stay
+as loaded.  In ``bn_mode="eval"`` the running statistics normalise.
 """
 
 from __future__ import annotations
@@ -36,9 +44,19 @@ def squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 0.5 * (output - target.to(output.dtype)).pow(2).mean()
 
 
+def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorm layers of ``model``."""
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
 def has_batchnorm(model: nn.Module) -> bool:
     """Whether any BatchNorm layer is in ``model``."""
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return bool(batchnorm_layers(model))
+
+
+def uses_batch_statistics(model: nn.Module) -> bool:
+    """Whether a forward normalises with batch statistics (a BatchNorm in train mode, or one without running ones)."""
+    return any(m.training or m.running_mean is None for m in batchnorm_layers(model))
 
 
 def last_linear(model: nn.Module) -> nn.Linear | None:
@@ -88,6 +106,11 @@ class Victim:
         return has_batchnorm(self.model)
 
     @property
+    def batch_statistics(self) -> bool:
+        """Whether one example's output depends on the rest of its batch (BatchNorm on batch statistics)."""
+        return uses_batch_statistics(self.model)
+
+    @property
     def d(self) -> int:
         """d, the number of trainable parameters (the length of the flat gradient)."""
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
@@ -105,13 +128,22 @@ class Victim:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def set_mode(self) -> None:
-        """Put the module in the client's mode: BatchNorm on batch or running statistics; no dropout."""
+    def set_mode(self, bn_mode: str | None = None) -> None:
+        """Put the module in the client's mode (or switch to ``bn_mode``): BatchNorm statistics as asked; no dropout.
+
+        In train mode BatchNorm layers stop tracking running statistics, so no forward pass changes them.
+        """
+        if bn_mode is not None:
+            if bn_mode not in BN_MODES:
+                raise ValueError(f"unknown BatchNorm mode '{bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+            self.bn_mode = bn_mode
         self.model.eval()
-        if self.bn_mode == "train" and self.has_batchnorm:
-            for m in self.model.modules():
-                if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                    m.train()
+        for m in batchnorm_layers(self.model):
+            if self.bn_mode == "train":
+                m.train()
+                m.track_running_stats = False
+            else:
+                m.track_running_stats = m.running_mean is not None
 
     def to(self, device=None, dtype=None) -> "Victim":
         """Move the model (in place) and return self."""
@@ -128,4 +160,5 @@ class Victim:
     __call__ = forward
 
 
-__all__ = ["Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error", "has_batchnorm", "last_linear"]
+__all__ = ["Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers",
+           "uses_batch_statistics", "last_linear"]

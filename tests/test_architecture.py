@@ -18,7 +18,8 @@ PACKAGES = ("leakattack", "targets", "defenses")
 
 #: the stations in flow order; a module may import only its own station or earlier ones
 STATIONS = [
-    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch"],  # leaves
+    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch",
+     "leakattack.progress"],  # leaves
     ["defenses"],
     ["leakattack.data"],
     ["targets"],

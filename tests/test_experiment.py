@@ -84,3 +84,16 @@ def test_an_interrupted_write_leaves_the_earlier_run_whole_and_no_temporary_fold
         run_attack(_cfg(iterations=5), out=folder, with_lpips=False)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_a_message_with_fewer_numbers_than_unknowns_warns_and_never_claims_a_unique_match(tmp_path):
+    from leakattack.errors import SettingWarning
+
+    cfg = _cfg(sketch="srht", sketch_dim=392, iterations=300, tol=1e-9)  # b = 392 < m = 784
+    with pytest.warns(SettingWarning, match="not unique"):
+        m, _ = run_attack(cfg, out=tmp_path / "u", with_lpips=False)
+    assert m["unique"] is False and m["unknowns"] == 784
+    if m["stop_reason"] == "tolerance":
+        assert "the match is not unique" in m["message"]
+    m2, _ = run_attack(_cfg(sketch="srht", sketch_dim=1176, iterations=5), out=tmp_path / "v", with_lpips=False)
+    assert m2["unique"] is True

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..observation import Observation
+from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor
 from .labels import recover_labels
@@ -192,11 +193,8 @@ class GradientMatching(Attack):
 
 
 def _progress(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm  # optional display dependency, only with a progress bar
-
-    return tqdm(total=total, desc="attack", unit="it", leave=False, dynamic_ncols=True)
+    """The attack's bar, or None when none is drawn (not asked for, or stderr is not a terminal)."""
+    return progress_bar(total, "attack", "it", leave=False) if show_progress(enabled) else None
 
 
 __all__ = ["GradientMatching", "match_loss", "init_dummy", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "LOSS_UNIT"]

@@ -1,25 +1,84 @@
 """Label recovery from a true or sketched gradient.
 
-iDLG (Zhao et al., 2020): with cross-entropy and non-negative features h (sigmoid
-or ReLU), the gradient of the head's weight row c is (p_c - 1[c = y]) h, so the
-row of the true label has a negative sum and every other row a positive one.
+Symbols.  The head is z = W h + b (C classes, H features h entering it) under
+the mean cross-entropy of a batch of B examples, so its gradient is
 
-Through a sketch the attacker does not see g but y = R g.  The row sum is the
-inner product <m_c, g> with m_c the indicator of row c, and R is a
-coordinate-wise embedding (Song et al. 2023, Definition 4.1 / Lemma D.11):
-E[<R m_c, R g>] = <m_c, g>, with variance O(||m_c||^2 ||g||^2 / b).  So the
-attacker sketches each row indicator with the known R and reads the sign of
-s_c = <R m_c, y>.  For the unsketched gradient this is exactly iDLG.
+    dL/dW_c = (1/B) sum_i (p_ic - 1[y_i = c]) h_i,    dL/db_c = (1/B) sum_i (p_ic - 1[y_i = c])
 
-For a batch of B images (mean loss), s_c = (1/B) sum_i (p_ic - 1[y_i = c]) S_i
-with S_i the feature sum of image i.  Following the LLG estimate (Wainakh et al.,
-"User-level label leakage from gradients", 2022), the attacker estimates the mean
-feature sum S and mean softmax p_c by running the known model on random dummy
-inputs, counts n_c ~ B (p_c - s_c / S) images per class, and hands out the B
-labels greedily by largest remaining count (so labels may repeat).
+and n_c, the number of examples of class c, satisfies n_c = sum_i p_ic - B dL/db_c
+exactly.  Every rule below estimates the two terms of that identity.
+
+Reading through the sketch.  The attacker sees y = M g (M = R, or a R for an
+update -lr R g), never g.  Any linear functional <m, g> is read as
+<M m, y> / gain = <m, M^T y> / gain, with gain = ||M m||^2 / ||m||^2 measured on the
+head's indicator (1 for a sketch, a^2 for a scaled one): R is a coordinate-wise
+embedding (Song et al. 2023, Definition 4.1 / Lemma D.11), E[R^T R] = I, and the
+error has standard deviation about ||m|| ||g|| sqrt(1/b - 1/d).  One adjoint
+M^T y gives all of them: U (C x H), the head's weight gradient, and beta (C), its
+bias gradient, each entry with noise sigma = ||y|| sqrt(1/b - 1/d) / sqrt(gain)
+(0 without a sketch).  Row sums, <W_k, U_c> and the bias are then exact without a
+sketch and unbiased through one.
+
+Rules (``LABEL_RULES``; ``recover_labels(..., rule=...)``):
+
+* ``pooled`` (default): n_c = B (P_c - r_c), both terms estimated to work
+  through a sketch.  r_c ~ dL/db_c is the inverse-variance mix of the bias
+  (noise sigma) and the matched feature functional f_c = <v, U_c> / kappa, v the
+  unit mean feature of the probes and kappa = <v, h> fitted by least squares
+  beta ~ f / kappa (weighed in log scale against the probes' kappa, trusted to
+  ``PROBE_SCALE_ERROR``).  f_c's sketch noise sigma / kappa ~ sigma / ||h|| is far
+  below the bias's when features are large; its error from the spread of
+  <v, h_i> over the batch is estimated by the method of moments (the excess of
+  mean_c (beta_c - f_c)^2 over both sketch noises, kept beyond
+  ``SPREAD_PENALTY`` standard errors).  Without a sketch the bias is exact and
+  wins.  P_c ~ (1/B) sum_i p_ic is the mean softmax of the probes moved onto the
+  batch's mean embedding h_bar (the probes give the spread, the gradient the
+  centre).  h_bar is recovered from the head gradient as in iLRG (Ma et al.,
+  ICLR 2023, "Instance-wise batch label restoration via gradients in federated
+  learning"), pooled over classes: h_ls = sum_c r_c U_c / sum_c r_c^2, the
+  least-squares rank-one fit U_c ~ r_c h_bar, shrunk toward the probes' mean
+  feature by empirical Bayes with the known noise sigma^2 / sum_c r_c^2 per
+  coordinate (James-Stein).  Without a sketch h_bar is the batch's own; where
+  the sketch drowns h_ls the probes decide.  That is the limit of every rule
+  here: for a victim whose softmax puts most mass on two classes (lenet at init)
+  the split of labels between them rests on the probes once the logit noise
+  ||W_k|| sigma / ||r|| exceeds their error (lenet, b/d = 0.5: ~1 against ~0.3).
+* ``sign``: the B classes with the lowest row sums, none twice: iDLG (Zhao et
+  al. 2020) for B = 1, Yin et al. 2021 ("See through gradients", non-repeating
+  labels: with non-negative features a negative row marks a present label) for B > 1.
+  Yin et al. rank rows by their minimum entry; a minimum is not a linear
+  functional, so the sketch exposes the row sum instead.
+* ``llg``: LLG of Wainakh et al., "User-level label leakage from gradients in
+  federated learning" (PoPETs 2022), without model knowledge: every class with a
+  negative row sum once, then the most negative rows after subtracting the
+  impact m = (sum of negative rows / B)(1 + 1 / #negative) per label given.
+* ``llg-star``: LLG* of the same paper: impact -S/B and offset S p_c from the
+  model run on random dummy images, the probes (S their mean feature sum, p
+  their mean softmax), n_c = B (p_c - s_c / S) with s_c the row sum.
+* ``bias``: n_c = B (p_c - dL/db_c), the bias read through the sketch and p from
+  the probes (LLG+'s offset on iLRG's exact bias identity).
+* ``ilrg``: iLRG as published: class embeddings h_c = U_c / beta_c, their softmax
+  P_c, and the least-squares solution of sum_c n_c = B, B beta = (P^T - I) n.
+  Through a sketch each division by a noisy beta_c amplifies the noise.
+
+Counts become B labels by the same greedy allocation for every count rule: give
+a label to the class with the largest remaining count, subtract one, repeat.
+Exact counts give the exact multiset.
+
+BatchNorm.  The head's gradient formula holds in both BN modes: BN sits before
+the head.  In train mode each example's h_i and p_i depend on the whole batch;
+the rules use only batch-level sums, and the probes run as one batch in the
+victim's own mode, so train-mode BN normalises them with their own statistics
+(the running statistics are restored afterwards).  What the rules assume is
+that the head's input is non-negative (ReLU, sigmoid; for ``sign``, ``llg`` and
+the row-sum rules) and that per-example feature sums or matched responses vary
+little within the batch (for the row-based rules when the bias is noisy).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 
@@ -27,49 +86,225 @@ import targets
 
 from ..seeds import torch_generator
 
+#: names accepted by ``recover_labels(..., rule=...)``; the first is the default
+LABEL_RULES = ("pooled", "sign", "llg", "llg-star", "bias", "ilrg")
+DEFAULT_RULE = LABEL_RULES[0]
+#: relative error assumed for the probes' feature scale when weighing it against the bias's
+PROBE_SCALE_ERROR = 0.05
+#: standard errors the method-of-moments spread must clear before it moves weight onto the bias
+SPREAD_PENALTY = 3.0
 
-def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """R m_c for the indicator m_c of each weight row c of the head, as a (C, b) matrix, and ||m_c||^2."""
+
+@dataclass
+class HeadReadout:
+    """The head's gradient as the attacker reads it (module docstring): U (C, H), beta (C,) or None, noise sigma."""
+
+    U: torch.Tensor
+    beta: torch.Tensor | None
+    sigma: float
+
+
+@dataclass
+class ProbeStats:
+    """The model on random probes (``probe``): per-probe head inputs (n, H) and mean softmax (C,)."""
+
+    feats: torch.Tensor
+    probs: torch.Tensor
+
+
+def _head_slices(victim) -> tuple[slice, slice | None]:
+    """Where the head's weight and bias sit in the flat gradient."""
     head = victim.head
-    name = next(n for n, p in victim.model.named_parameters() if p is head.weight)
-    start = targets.param_slices(victim)[name].start
-    C, h = head.weight.shape
-    masks = torch.zeros(C, sketch.d, dtype=like.dtype, device=like.device)
-    for c in range(C):
-        masks[c, start + c * h: start + (c + 1) * h] = 1.0
-    return sketch.apply(masks), h
+    names = {id(p): n for n, p in victim.model.named_parameters()}
+    slices = targets.param_slices(victim)
+    bias = slices[names[id(head.bias)]] if head.bias is not None and head.bias.requires_grad else None
+    return slices[names[id(head.weight)]], bias
 
 
-def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> torch.Tensor:
-    """iDLG's sign rule read through the sketch (B = 1); LLG-style counts for B > 1."""
-    rows, h = sketched_rows(victim, sketch, y)
-    scores = rows @ y
-    if batch_size == 1:
-        return scores.argmin().reshape(1).to(torch.long)
-    # <R m, R g> estimates gain * <m, g> with gain = E||R m||^2 / ||m||^2: 1 for the
-    # sketches, a^2 for a message a R g (a = -lr for an update); divide it out
-    gain = float(rows.pow(2).sum(1).mean()) / h
-    feats, probs = _probe(victim, probes, y)
-    counts = batch_size * (probs - scores / (gain * feats))
+def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
+    """U, beta and sigma of the module docstring from one adjoint M^T y and one sketched mask."""
+    ws, bs = _head_slices(victim)
+    mask = torch.zeros(sketch.d, dtype=y.dtype, device=y.device)
+    mask[ws] = 1.0
+    if bs is not None:
+        mask[bs] = 1.0
+    gain = float(sketch.apply(mask).pow(2).sum()) / float(mask.sum())
+    u = sketch.adjoint(y) / gain
+    sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(max(0.0, 1 / sketch.b - 1 / sketch.d))
+    U = u[ws].reshape(victim.head.weight.shape)
+    return HeadReadout(U=U, beta=None if bs is None else u[bs], sigma=sigma)
+
+
+def probe(victim, n: int, like: torch.Tensor) -> ProbeStats:
+    """Run the model in its own mode on n seeded probes; buffers (BN running statistics) are restored.
+
+    Probes are N(0.5, 0.25^2) clipped to [0, 1], like the attack's default dummy images: on
+    lenet and a ReLU+BN net, digits and photos, their mean softmax came closer to real
+    batches' than that of U[0,1] noise, and every count rule gained a little from it.
+    """
+    seen = []
+    hook = victim.head.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach()))
+    saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
+    try:
+        noise = torch.randn((n, *victim.input_shape), generator=torch_generator(0))
+        x = (0.5 + 0.25 * noise).clamp(0, 1).to(like)
+        with torch.no_grad():
+            probs = torch.softmax(victim.model(x), dim=-1).mean(0)
+    finally:
+        hook.remove()
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+    return ProbeStats(feats=seen[0].flatten(1), probs=probs)
+
+
+def allocate(counts: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """B sorted labels from real-valued counts: repeatedly the class with the largest remaining count, minus one."""
+    counts = counts.detach().clone()
     out = []
     for _ in range(batch_size):
         c = int(counts.argmax())
         out.append(c)
         counts[c] -= 1
-    return torch.tensor(sorted(out), dtype=torch.long, device=y.device)
+    return torch.tensor(sorted(out), dtype=torch.long, device=counts.device)
 
 
-def _probe(victim, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean feature sum entering the head and mean softmax on n seeded U[0,1] dummy inputs."""
-    seen = []
-    hook = victim.head.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
-    try:
-        x = torch.rand((n, *victim.input_shape), generator=torch_generator(0)).to(like)
-        with torch.no_grad():
-            probs = torch.softmax(victim.model(x), dim=-1).mean(0)
-    finally:
-        hook.remove()
-    return seen[0].sum(1).mean(), probs
+# -- the rules: each returns B sorted labels ---------------------------------
+
+def _sign(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
+    order = read.U.sum(1).argsort().tolist()
+    return torch.tensor(sorted(order[i % len(order)] for i in range(B)), dtype=torch.long, device=read.U.device)
+
+
+def _llg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
+    g = read.U.sum(1).clone()
+    neg = [c for c in g.argsort().tolist() if g[c] < 0] or [int(g.argmin())]  # most negative first
+    impact = g[neg].sum() / B * (1 + 1 / len(neg))
+    out = []
+    for c in neg[:B]:
+        out.append(c)
+        g[c] -= impact
+    while len(out) < B:
+        c = int(g.argmin())
+        out.append(c)
+        g[c] -= impact
+    return torch.tensor(sorted(out), dtype=torch.long, device=g.device)
+
+
+def _llg_star(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
+    S = stats.feats.sum(1).mean()
+    return allocate(B * (stats.probs - read.U.sum(1) / S), B)
+
+
+def _bias(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
+    return allocate(B * (stats.probs - _need_bias(read)), B)
+
+
+def _ilrg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
+    beta = _need_bias(read)
+    W, b = victim.head.weight.detach(), victim.head.bias.detach()
+    denom = torch.where(beta.abs() > 1e-30, beta, torch.full_like(beta, 1e-30))  # classes of probability 0
+    P = torch.softmax((read.U @ W.T) / denom.unsqueeze(1) + b, dim=-1)  # row c: softmax of class c's embedding
+    return allocate(ilrg_counts(P, beta, B), B)
+
+
+def ilrg_counts(P: torch.Tensor, beta: torch.Tensor, B: int) -> torch.Tensor:
+    """Least-squares n of sum_c n_c = B and B beta_c = sum_j n_j P_jc - n_c (the iLRG system of Ma et al. 2023)."""
+    C = P.shape[0]
+    eye = torch.eye(C, dtype=P.dtype, device=P.device)
+    A = torch.cat([torch.ones(1, C, dtype=P.dtype, device=P.device), P.T - eye])
+    rhs = torch.cat([torch.full((1,), float(B), dtype=P.dtype, device=P.device), B * beta])
+    return torch.linalg.pinv(A) @ rhs
+
+
+def _pooled(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
+    r = class_signal(read, stats)
+    head = victim.head
+    bias = head.bias.detach() if head.bias is not None else 0.0
+    prior = stats.feats.mean(0)
+    shift = shared_embedding(read, r, prior) - prior
+    # mean softmax of the probe cloud moved onto the batch's mean embedding: the probes give the spread
+    P = torch.softmax((stats.feats + shift) @ head.weight.detach().T + bias, dim=-1).mean(0)
+    return allocate(B * (P - r), B)
+
+
+def _need_bias(read: HeadReadout) -> torch.Tensor:
+    if read.beta is None:
+        raise ValueError("this label rule reads the head's bias gradient, and the head has no bias")
+    return read.beta
+
+
+def class_signal(read: HeadReadout, stats: ProbeStats) -> torch.Tensor:
+    """r_c ~ dL/db_c: the bias and the matched feature functional, mixed by inverse variance (``pooled``).
+
+    f_c = <v, U_c> / kappa has the sketch noise sigma / kappa and an error from the
+    spread of <v, h_i> over the batch; that spread is estimated from the data, as the
+    excess of mean_c (beta_c - f_c)^2 over the two sketch noises (method of moments).
+    """
+    v = stats.feats.mean(0)
+    v = v / v.norm().clamp_min(1e-30)
+    kappa = float((stats.feats @ v).mean())
+    f = read.U @ v
+    beta, sigma = read.beta, read.sigma
+    if kappa == 0:  # no feature reaches the head on the probes: only the bias, or the unscaled rows, remain
+        return f if beta is None else beta
+    if beta is None:
+        return f / kappa
+    fb = float(f @ beta)
+    if fb > 0 and kappa > 0:  # least squares beta ~ f / kappa, weighed against the probes' kappa in log scale
+        kappa_b = float(f @ f) / fb
+        err_b = sigma * float(f.norm()) / fb
+        if err_b == 0:
+            kappa = kappa_b
+        else:
+            wb, wp = err_b ** -2, PROBE_SCALE_ERROR ** -2
+            kappa = math.exp((wb * math.log(kappa_b) + wp * math.log(kappa)) / (wb + wp))
+    rf = f / kappa
+    noise_f = (sigma / kappa) ** 2
+    C = beta.numel()
+    excess = float((beta - rf).pow(2).mean()) - sigma ** 2 - noise_f
+    spread = max(0.0, excess - SPREAD_PENALTY * math.sqrt(2 / C) * (sigma ** 2 + noise_f))
+    var_f = noise_f + spread
+    w = var_f / (var_f + sigma ** 2) if var_f + sigma ** 2 > 0 else 1.0
+    return w * beta + (1 - w) * rf
+
+
+def shared_embedding(read: HeadReadout, r: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """h_bar: the rank-one fit U_c ~ r_c h_bar, shrunk toward ``prior`` by empirical Bayes with the sketch noise."""
+    rr = float(r @ r)
+    if rr == 0:
+        return prior
+    h_ls = (r @ read.U) / rr
+    noise = read.sigma ** 2 / rr  # variance of each coordinate of h_ls
+    dev = h_ls - prior
+    spread = max(0.0, float(dev.pow(2).mean()) - noise)
+    keep = spread / (spread + noise) if spread + noise > 0 else 1.0
+    return prior + keep * dev
+
+
+_RULES = {"pooled": _pooled, "sign": _sign, "llg": _llg, "llg-star": _llg_star, "bias": _bias, "ilrg": _ilrg}
+_NEEDS_PROBES = {"pooled", "llg-star", "bias"}
+
+
+def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
+                   rule: str = DEFAULT_RULE) -> torch.Tensor:
+    """The B labels of the batch behind message y, sorted, by ``rule`` (one of ``LABEL_RULES``; module docstring)."""
+    if rule not in _RULES:
+        raise ValueError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
+    read = read_head(victim, sketch, y)
+    stats = probe(victim, probes, y) if rule in _NEEDS_PROBES else None
+    return _RULES[rule](victim, read, int(batch_size), stats)
+
+
+def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """R m_c for the indicator m_c of each weight row c of the head, as a (C, b) matrix, and ||m_c||^2."""
+    head = victim.head
+    ws, _ = _head_slices(victim)
+    C, h = head.weight.shape
+    masks = torch.zeros(C, sketch.d, dtype=like.dtype, device=like.device)
+    for c in range(C):
+        masks[c, ws.start + c * h: ws.start + (c + 1) * h] = 1.0
+    return sketch.apply(masks), h
 
 
 def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:

@@ -8,17 +8,19 @@ folder is created for it.  Adding a command: its own module here with a
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import warnings
 
+from .. import __version__
 from ..errors import SettingWarning, UserError
-from . import check, figures, list as list_cmd, reproduce, run, sweep, train
+from . import check, collect, figures, list as list_cmd, reproduce, run, sweep, train
 
 EXIT_USAGE = 2
 
 #: the command modules, in the order ``leakattack --help`` lists them
-COMMANDS = (run, list_cmd, check, train, sweep, figures, reproduce)
+COMMANDS = (run, list_cmd, check, train, sweep, figures, collect, reproduce)
 
 
 class UsageError(Exception):
@@ -32,6 +34,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     parser = Parser(prog="leakattack", description="Gradient-inversion attacks on true and sketched federated-learning gradients.")
+    parser.add_argument("--version", action="version", version=f"leakattack {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for module in COMMANDS:
         module.register(sub)
@@ -66,6 +69,9 @@ def main(argv=None) -> int:
     except (UsageError, UserError) as err:
         print(f"leakattack: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`): not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except KeyboardInterrupt:
         print("leakattack: interrupted; finished results are kept, the unfinished one was not written", file=sys.stderr)
         return 130

@@ -13,6 +13,11 @@ from ..sweep import list_backends
 
 
 def cmd_list(a) -> int:
+    if a.model:
+        params = targets.model_params(a.model)
+        print(f"{a.model}: task {targets.task_of(a.model)}; parameters (--model-param NAME=VALUE): "
+              f"{', '.join(params) if params else 'none'}")
+        return 0
     rows = [("models", targets.list_models()), ("sketches", list_sketches()), ("datasets", list_datasets()),
             ("attacks", list_attacks()), ("priors", list_priors()), ("optimizers", list_optimizers()),
             ("defenses", defenses.list_defenses()), ("protocols", list_protocols()),
@@ -24,4 +29,5 @@ def cmd_list(a) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("list", help="list models, sketches, data sets, attacks, defenses, protocols")
+    p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
     p.set_defaults(func=cmd_list)

@@ -24,7 +24,7 @@ def cmd_run(a) -> int:
     cfg = config_from_args(a)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
     print(summary_line(m, folder))
-    if m["message"] and m["stop_reason"] != "tolerance":  # diverged, or the loss rose
+    if m["message"] and (m["stop_reason"] != "tolerance" or not m["unique"]):  # diverged, rose, or not unique
         print(f"note: {m['message']}", file=sys.stderr)
     return 0
 
@@ -35,7 +35,7 @@ def register(sub) -> None:
                                    "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png.")
     groups = add_arguments(p)
     g = groups["output"]
-    g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>/)")
+    g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/)")
     g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)

@@ -21,6 +21,8 @@ def cmd_sweep(a) -> int:
     best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []
+    if res.get("skipped"):
+        extra.insert(0, f"{res['skipped']} already finished in {out} (skipped), {res['ran']} run now")
     print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra, f"{len(res['rows'])} settings",
                       f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
                       f"{len(res['figures'])} figures in {out / 'figures'}", *res.get("notes", [])]))

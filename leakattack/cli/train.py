@@ -40,6 +40,8 @@ def cmd_train(a) -> int:
     _check("activation", Choice(targets.models.ACTIVATIONS), a.act)
     model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": a.act, "dataset": a.dataset,
                   "data_root": a.data_root, "seed": a.seed}
+    if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
+        raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
     out = Path(a.out) if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S")
     folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                    download=a.download, checkpoints=not a.no_checkpoints)

@@ -43,6 +43,17 @@ class Choice(Constraint):
         return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))}"
 
 
+class ModelName(Choice):
+    """A registered model name, or ``path/to/file.py:Name`` / ``package.module:Name`` for the user's own class."""
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and (v in self.options or (":" in v and all(v.split(":", 1))))
+
+    def error(self, label, v):
+        return (f"unknown {label} '{v}'; choose one of: {', '.join(self.options)}, "
+                "or name your own class as path/to/file.py:Name or package.module:Name")
+
+
 class Number(Constraint):
     """An integer or real number in an interval; ``integer`` refuses 1.5 and True."""
 
@@ -124,4 +135,4 @@ class Optional(Constraint):
         return self.inner.error(label, v)
 
 
-__all__ = ["Constraint", "Choice", "Number", "Index", "Flag", "Text", "Table", "Optional"]
+__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Flag", "Text", "Table", "Optional"]

@@ -17,11 +17,14 @@ from targets.protocols import SPEC_DEFAULTS, list_protocols
 from .. import attacks
 from ..data import list_datasets
 from ..sketch import list_sketches
-from .constraints import Choice, Constraint, Flag, Index, Number, Optional, Table, Text
+from .constraints import Choice, Constraint, Flag, Index, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
 MATCH_SPACES = ("sketch", "unsketched")
+
+#: a million steps is hours even for the smallest victims; more is a typo, not a plan
+MAX_ITERATIONS = 1_000_000
 
 NOTHING = object()  #: marks a parameter without a command-line flag
 
@@ -57,7 +60,17 @@ SEED = Number(0, 2 ** 63 - 1, integer=True, what="be an integer in [0, 2^63 - 1]
 #: the run parameters, in the order of ``leakattack run --help``
 RUN_PARAMS: tuple[Param, ...] = (
     # victim
-    Param("model", "lenet", _choices(targets.list_models), "model", "victim model, one of {choices}", "victim"),
+    Param("model", "lenet", ModelName(targets.list_models), "model",
+          "victim model, one of {choices}, or your own nn.Module class as path/to/file.py:Name or package.module:Name",
+          "victim"),
+    Param("model_params", {}, Table(), "model parameters",
+          "model parameter, e.g. act=relu, width=32, depth=20 (repeatable; `leakattack list --model M` names them)",
+          "victim", flag="--model-param"),
+    Param("weights", None, Optional(Text()), "weights",
+          "state_dict file to load into the model (read with weights_only: a file cannot run code)", "victim"),
+    Param("bn", "train", Choice(targets.BN_MODES), "BatchNorm mode",
+          "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics)",
+          "victim"),
     Param("weight_init", None, Optional(Choice(targets.INITS)), "weight init",
           "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; lenet: uniform)", "victim"),
     Param("model_seed", None, Optional(SEED), "model seed", "seed of the model weights (default: --seed)", "victim"),
@@ -84,7 +97,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     # attacker
     Param("attack", attacks.DEFAULT_ATTACK, _choices(attacks.list_attacks), "attack", "attack, one of {choices}"),
     Param("optimizer", "lbfgs", _choices(attacks.list_optimizers), "optimizer", "one of {choices}"),
-    Param("iterations", 4000, Number(0, integer=True, low_open=True), "iterations", "optimiser steps"),
+    Param("iterations", 4000, Number(1, MAX_ITERATIONS, integer=True), "iterations", "optimiser steps"),
     Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
           "step size (default: " + ", ".join(f"{k} {v}" for k, v in attacks.DEFAULT_LR.items()) + ")"),
     Param("objective", "l2", Choice(attacks.OBJECTIVES), "objective",
@@ -102,10 +115,14 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("dataset", None, Optional(_choices(list_datasets)), "dataset",
           "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)", "data"),
     Param("data_root", None, Optional(Text()), "data root",
-          "folder holding torchvision data sets (mnist, cifar10, cifar100)", "data"),
+          "folder holding torchvision data sets (mnist, cifar10, cifar100), or ROOT/<class>/<images> for imagefolder",
+          "data"),
     Param("download", False, Flag(), "download", "allow torchvision to download the data set into --data-root", "data"),
     Param("image_index", 0, NONNEG_INT, "image index", "index of the first attacked image", "data"),
     Param("batch_size", 1, POS_INT, "batch size", "images attacked together", "data"),
+    Param("image_size", None, Optional(Number(8, 1024, integer=True)), "image size",
+          "image side in pixels: the embedded photos are cut at this size (real crops; default 32), image folders "
+          "are resized and centre-cropped to it (default 224)", "data"),
     # output and machine
     Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
     Param("threads", 1, POS_INT, "threads",

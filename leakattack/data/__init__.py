@@ -1,6 +1,6 @@
 """Image data sets for the attacks, found by name: real photographs and digits by default.
 
-``get_dataset(name, root=None, download=False, train=True)`` loads one set and
+``get_dataset(name, root=None, download=False, train=True, image_size=None)`` loads one set and
 ``list_datasets()`` names them, in this order:
 
 * ``"photos"``, ``"digits"`` -- offline sets shipped inside scikit-image and
@@ -8,6 +8,10 @@
   :mod:`leakattack.data.embedded`).
 * ``"mnist"``, ``"cifar10"``, ``"cifar100"`` -- downloadable sets
   (``torchvision.datasets``, read from ``root``; :mod:`leakattack.data.torchvision_sets`).
+* ``"imagefolder"`` -- your own images under ``root/<class>/<image files>`` (the
+  layout of torchvision's ImageFolder and of ImageNet), cut to ``image_size``
+  squares (default 224) and read from disk only when a batch asks for them
+  (:mod:`leakattack.data.folder`).
 
 All images are float32 tensors (N, C, H, W) in [0, 1], never normalised.
 Loaded sets are cached (``functools.lru_cache``): repeated loads return the same
@@ -23,23 +27,26 @@ from leakattack.registry import Registry
 
 from .base import DataError, ImageSet, get_batch, train_test_split
 from .embedded import PHOTO_NAMES, load_digits, load_photos
+from .folder import ImageFolderSet, load_imagefolder
 from .torchvision_sets import load_torchvision
 
 _REGISTRY = Registry("dataset", DataError)
 _ORDER: list[str] = []  # registration order, which list_datasets() keeps (Registry.names() sorts)
 
 
-def register_dataset(name: str, loader, *, offline: bool) -> None:
-    """Add a loader under ``name``: ``loader()`` when ``offline``, else ``loader(root, download, train)``."""
-    _REGISTRY.register(name, loader, offline=offline)
+def register_dataset(name: str, loader, *, offline: bool, sizable: bool = False) -> None:
+    """Add a loader under ``name``: ``loader()`` when ``offline``, else ``loader(root, download, train)``;
+    ``sizable`` loaders also take an image size last (``loader(size)``, ``loader(root, download, train, size)``)."""
+    _REGISTRY.register(name, loader, offline=offline, sizable=sizable)
     _ORDER.append(name)
 
 
-register_dataset("photos", load_photos, offline=True)
+register_dataset("photos", load_photos, offline=True, sizable=True)
 register_dataset("digits", load_digits, offline=True)
 register_dataset("mnist", functools.partial(load_torchvision, "mnist"), offline=False)
 register_dataset("cifar10", functools.partial(load_torchvision, "cifar10"), offline=False)
 register_dataset("cifar100", functools.partial(load_torchvision, "cifar100"), offline=False)
+register_dataset("imagefolder", load_imagefolder, offline=False, sizable=True)
 
 
 def list_datasets() -> list:
@@ -48,27 +55,37 @@ def list_datasets() -> list:
 
 
 @functools.lru_cache(maxsize=6)
-def _load_cached(name: str, root, download: bool, train: bool) -> ImageSet:
+def _load_cached(name: str, root, download: bool, train: bool, image_size: int | None = None) -> ImageSet:
     """Cached loader behind :func:`get_dataset` (arguments already normalised)."""
     loader = _REGISTRY.get(name)
-    if _REGISTRY.meta(name)["offline"]:
-        return loader()
-    return loader(root, download, train)
+    args = () if _REGISTRY.meta(name)["offline"] else (root, download, train)
+    return loader(*args) if image_size is None else loader(*args, image_size)
 
 
-def get_dataset(name: str, root=None, download: bool = False, train: bool = True) -> ImageSet:
-    """Load a data set by name (see :func:`list_datasets`); ``root``/``download``/``train`` only affect torchvision sets."""
+def get_dataset(name: str, root=None, download: bool = False, train: bool = True,
+                image_size: int | None = None) -> ImageSet:
+    """Load a data set by name (see :func:`list_datasets`).
+
+    ``root`` is read by the torchvision sets and ``imagefolder``, ``download`` and
+    ``train`` only by the torchvision sets; ``image_size`` applies to the sets that
+    can be cut at any size (the embedded photos, default 32; ``imagefolder``,
+    default 224).
+    """
     key = str(name).lower()
     if key not in _REGISTRY:
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(_ORDER)}")
+    if image_size is not None and not _REGISTRY.meta(key)["sizable"]:
+        sizable = ", ".join(n for n in _ORDER if _REGISTRY.meta(n)["sizable"])
+        raise DataError(f"--image-size applies to {sizable} only, not to {key} (its images have a fixed size)")
+    size = None if image_size is None else int(image_size)
     if _REGISTRY.meta(key)["offline"]:
-        return _load_cached(key, None, False, True)
+        return _load_cached(key, None, False, True, size)
     root_key = None if root is None else str(Path(root).expanduser().resolve())
-    return _load_cached(key, root_key, bool(download), bool(train))
+    return _load_cached(key, root_key, bool(download), bool(train), size)
 
 
 #: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
 load_dataset = get_dataset
 
-__all__ = ["DataError", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "list_datasets",
+__all__ = ["DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "list_datasets",
            "load_dataset", "register_dataset", "train_test_split"]

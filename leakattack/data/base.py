@@ -37,6 +37,15 @@ class ImageSet:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
+    def rows(self, index):
+        """Images and labels at ``index`` (a slice or a tensor of positions), sharing memory with the set."""
+        return self.images[index], self.labels[index]
+
+    def subset(self, index: torch.Tensor, source: str) -> ImageSet:
+        """The images at positions ``index`` (a LongTensor) as a set of the same kind, described by ``source``."""
+        return ImageSet(name=self.name, images=self.images[index], labels=self.labels[index],
+                        num_classes=self.num_classes, class_names=list(self.class_names), source=source)
+
 
 def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
     """Images and labels index .. index+batch_size-1 of ``ds``, as clones."""
@@ -52,8 +61,8 @@ def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
     if index + batch_size > n:
         raise DataError(f"images {index}..{index + batch_size - 1} out of range: "
                         f"dataset {ds.name} has {n} images")
-    sl = slice(index, index + batch_size)
-    return ds.images[sl].clone(), ds.labels[sl].clone()
+    x, y = ds.rows(slice(index, index + batch_size))  # a set kept on disk reads only these images
+    return x.clone(), y.clone()
 
 
 def train_test_split(ds: ImageSet, test_fraction: float = 0.2, seed: int = 0):
@@ -78,13 +87,9 @@ def train_test_split(ds: ImageSet, test_fraction: float = 0.2, seed: int = 0):
     parts = []
     for idx, tag in ((np.sort(np.concatenate(train_idx)), "train"),
                      (np.sort(np.concatenate(test_idx)), "test")):
-        t = torch.from_numpy(idx).long()
-        parts.append(ImageSet(
-            name=ds.name, images=ds.images[t], labels=ds.labels[t], num_classes=ds.num_classes,
-            class_names=list(ds.class_names),
-            source=f"{ds.source}; {tag} part of a stratified split "
-                   f"(test_fraction={test_fraction}, seed={seed})",
-        ))
+        parts.append(ds.subset(torch.from_numpy(idx).long(),
+                               f"{ds.source}; {tag} part of a stratified split "
+                               f"(test_fraction={test_fraction}, seed={seed})"))
     return parts[0], parts[1]
 
 

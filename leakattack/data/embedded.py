@@ -60,8 +60,12 @@ def _photo_boxes(name: str, h: int, w: int) -> list:
     return boxes
 
 
-def load_photos() -> ImageSet:
-    """50 deterministic 3x32x32 crops of ten skimage.data photographs (interleaved by class)."""
+def load_photos(size: int = _PHOTO_SIZE) -> ImageSet:
+    """50 deterministic 3 x size x size crops of ten skimage.data photographs (interleaved by class).
+
+    The crops are the same regions at every size (32 px by default, e.g. 224 for
+    ImageNet-size victims), resized from the full-resolution photographs.
+    """
     # scikit-image is an optional heavy dependency: imported only when the set is loaded.
     import skimage.data
     from skimage.transform import resize
@@ -75,7 +79,7 @@ def load_photos() -> ImageSet:
         crops = []
         for top, left, side in _photo_boxes(name, *img.shape[:2]):
             patch = img[top:top + side, left:left + side]
-            small = resize(patch, (_PHOTO_SIZE, _PHOTO_SIZE), order=1,
+            small = resize(patch, (size, size), order=1,
                            anti_aliasing=True, mode="reflect")
             crops.append(np.clip(small, 0.0, 1.0))
         per_photo.append(crops)

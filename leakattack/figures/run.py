@@ -1,6 +1,9 @@
-"""Figures of one run folder: truth | start | reconstruction, and the loss curve."""
+"""Figures of one run folder: the batch beside its reconstruction, and the loss curve."""
 
 from __future__ import annotations
+
+import math
+import textwrap
 
 import numpy as np
 
@@ -8,27 +11,88 @@ from .common import plt, save, to_hwc
 
 #: the y label of the convergence figure: the quantity the attack minimised, by objective
 LOSS_LABELS = {"l2": r"$L_R(x_t) = \|R\nabla_w F(x_t) - y\|^2$", "cosine": r"$1 - \cos(R\nabla_w F(x_t),\, y)$"}
+#: batches up to this size are drawn one row per image (truth | start | reconstruction); larger ones as a grid of pairs
+MAX_ROWS = 4
+#: resolution figures are saved at (common.save), used to size images in saved pixels
+DPI = 150
+#: widest grid of pairs, in inches (about 1800 px at DPI)
+MAX_WIDTH_IN = 12.0
 
 
 def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title: str = "") -> None:
-    """Rows: images of the batch; columns: truth | start | reconstruction (PSNR/SSIM in the label).
+    """The attacked batch beside its reconstruction, in ground-truth order.
 
-    Constrained layout keeps the title right above the first row and every
-    panel title clear of the image above it, whatever the batch size.
+    Up to :data:`MAX_ROWS` images: one row each, truth | start | reconstruction
+    (PSNR/SSIM in the label).  Larger batches: a near-square grid of pairs, truth
+    left and reconstruction right, with the image's index and PSNR under each pair
+    and the means in the title; the start images are left out.  Constrained
+    layout keeps every title and label clear of the images at any batch size.
     """
+    if truth.shape[0] <= MAX_ROWS:
+        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title)
+    else:
+        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title)
+    save(fig, path)
+
+
+def _interpolation(image_px: int, shown_px: float) -> str:
+    """Blocky pixels when an image is enlarged at least twice, a smoothing filter when shrunk or barely enlarged."""
+    return "nearest" if shown_px >= 2 * image_px else "antialiased"
+
+
+def _show(ax, a: np.ndarray, interpolation: str) -> None:
+    ax.imshow(a, cmap="gray" if a.ndim == 2 else None, vmin=0, vmax=1, interpolation=interpolation)
+
+
+def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str):
     n = truth.shape[0]
     fig, axes = plt.subplots(n, 3, figsize=(6.0, 2.1 * n + 0.4), squeeze=False, layout="constrained")
+    interpolation = _interpolation(truth.shape[-1], 1.8 * DPI)  # a panel is about 1.8 in wide
     for i in range(n):
         cells = [(truth[i], "truth"), (start[i], "start"),
                  (recon[i], f"reconstruction\nPSNR {psnr_each[i]:.1f} dB, SSIM {ssim_each[i]:.3f}")]
         for ax, (img, label) in zip(axes[i], cells):
-            a = to_hwc(img)
-            ax.imshow(a, cmap="gray" if a.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest")
+            _show(ax, to_hwc(img), interpolation)
             ax.set_title(label, fontsize=8)
             ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=9)
-    save(fig, path)
+    return fig
+
+
+def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str):
+    n, _, h, w = truth.shape
+    cols = math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    gap = max(1, w // 16)  # white pixels between truth and reconstruction
+    pair_px = 2 * w + gap
+    # about three saved pixels per image pixel for small images, never wider than MAX_WIDTH_IN in all
+    pair_in = min(MAX_WIDTH_IN / cols, max(1.2, 3 * pair_px / DPI))
+    width = max(6.0, cols * pair_in + 0.2)
+    psnr, ssim = np.asarray(psnr_each, dtype=float), np.asarray(ssim_each, dtype=float)
+    legend = (f"{n} images, each pair truth | reconstruction with its index and PSNR below; mean PSNR "
+              f"{psnr.mean():.1f} dB, SSIM {ssim.mean():.3f} (start images not shown)")
+    chars = int(14 * width)  # characters of the 9 pt title that fit in the figure's width (about 16 per inch)
+    head = "\n".join(line for text in (title, legend) if text for line in textwrap.wrap(text, chars))
+    # rows a little shorter than the images' width allows: height binds, so no band opens under the title
+    height = rows * (pair_in * h / pair_px + 0.15) + 0.15 * (head.count("\n") + 1) + 0.12
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False, layout="constrained")
+    # thin pads keep the title on the images; the space between rows (hspace) keeps each label with its pair
+    fig.get_layout_engine().set(h_pad=0.01, hspace=0.08)
+    interpolation = _interpolation(pair_px, pair_in * DPI)
+    for i, ax in enumerate(axes.flat):
+        if i >= n:
+            fig.delaxes(ax)
+            continue
+        t, r = to_hwc(truth[i]), to_hwc(recon[i])
+        _show(ax, np.concatenate([t, np.ones((h, gap, *t.shape[2:]), dtype=t.dtype), r], axis=1), interpolation)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        ax.set_xlabel(f"{i}: {psnr[i]:.1f} dB", fontsize=6, labelpad=1.5)
+    fig.suptitle(head, fontsize=9)
+    return fig
 
 
 def convergence_figure(path, losses, title: str = "", objective: str = "l2") -> None:

@@ -19,7 +19,8 @@ def accuracy_figure(root) -> Path:
     ax.set_xlabel("floats sent per client (cumulative uplink)")
     ax.set_ylabel("test accuracy")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_lines():
+        ax.legend(fontsize=8)
     path = Path(root) / "accuracy_vs_floats.png"
     save(fig, path)
     return path

@@ -1,22 +1,87 @@
-"""Run folders: ``results/runs/<timestamp>-<model>-<sketch>/``.
+"""Run folders: ``results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/``.
 
 A run folder holds ``config.json``, ``metrics.json``, ``trace.csv``,
-``reconstruction.png`` and ``convergence.png``, each written atomically.
+``reconstruction.png`` and ``convergence.png``, each written atomically.  Its
+name says what was attacked, each part made safe for file names:
+``20240101-120000-lenet-srht-photos-clip1-gaussz1.1``; a user model
+``path/to/net.py:Net`` is named ``net-Net``.  The full settings are in
+``config.json``; the name is a summary.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
+#: defense names shortened in folder names; others are kept as written
+_SHORT_DEFENSES = {"gaussian": "gauss", "laplace": "lap", "per_example": "pex", "quantize": "quant"}
+#: parameter keys shortened in folder names ("" drops the key: the value alone follows the name)
+_SHORT_KEYS = {"C": "", "sigma": "sd"}
+#: longest defense summary kept in a folder name
+MAX_DEFENSE_CHARS = 40
 
-def default_run_dir(model: str, sketch: str, root: str | os.PathLike = "results/runs") -> Path:
-    """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>/ (a suffix keeps it unique)."""
+
+def safe_part(text: str) -> str:
+    """``text`` as one piece of a file name: runs of anything but letters, digits, '.', '_', '+' become '-'."""
+    part = re.sub(r"[^A-Za-z0-9._+]+", "-", str(text)).strip("-.")
+    return part or "x"
+
+
+def model_part(model: str) -> str:
+    """A model name for a folder name: ``path/to/net.py:Net`` -> ``net-Net``, ``pkg.nets:Net`` -> ``nets-Net``."""
+    if ":" not in model:
+        return safe_part(model)
+    source, _, cls = model.rpartition(":")
+    stem = re.split(r"[\\/]", source)[-1]
+    stem = stem[:-3] if stem.endswith(".py") else stem.rsplit(".", 1)[-1]
+    return safe_part(f"{stem}-{cls}")
+
+
+def defense_part(spec) -> str:
+    """A short summary of a defense spec, '' for none: ``clip:C=1,gaussian:z=1.1@after_sketch`` -> ``clip1-gaussz1.1``.
+
+    Each step is its (shortened) name followed by its parameters, key and value
+    run together; placements are left out.
+    """
+    text = "" if spec is None else str(spec).strip()
+    if text in ("", "none"):
+        return ""
+    steps = []
+    for step in text.split(","):
+        body = step.split("@", 1)[0].strip()
+        name, *params = body.split(":")
+        words = [_SHORT_DEFENSES.get(name.strip(), name.strip())]
+        for param in params:
+            key, _, value = param.partition("=")
+            words.append(_SHORT_KEYS.get(key.strip(), key.strip()) + value.strip())
+        steps.append(safe_part("".join(words)))
+    summary = "-".join(steps)
+    return summary if len(summary) <= MAX_DEFENSE_CHARS else summary[:MAX_DEFENSE_CHARS].rstrip("-.") + "+"
+
+
+def run_folder_name(model: str, sketch: str, dataset: str | None = None, defense=None) -> str:
+    """``<model>-<sketch>[-<dataset>][-<defense summary>]``, every part safe for file names."""
+    parts = [model_part(model), safe_part(sketch)]
+    if dataset:
+        parts.append(safe_part(dataset))
+    summary = defense_part(defense)
+    if summary:
+        parts.append(summary)
+    return "-".join(parts)
+
+
+def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense=None,
+                    root: str | os.PathLike = "results/runs") -> Path:
+    """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>-<dataset>[-<defense>]/ (a suffix -2, -3, ... keeps it unique)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{stamp}-{model}-{sketch}"
+    base = Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}"
     path, k = base, 1
     while path.exists():
         k += 1
         path = base.with_name(f"{base.name}-{k}")
     return path
+
+
+__all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part"]

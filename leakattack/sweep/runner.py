@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from .. import experiment, figures
 from ..config import RunConfig
+from ..progress import progress_bar
 from ..results import (append_line, load_records, read_results, summarize, write_csv, write_json,
                        write_tensors)
 from .backends import get_backend
@@ -66,8 +66,7 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
     lpips = bool(plan.settings.get("lpips", False))
-    bar = tqdm(total=len(plan.points), initial=len(plan.points) - len(todo), desc="sweep", unit="pt",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(plan.points), "sweep", "pt", progress, initial=len(plan.points) - len(todo))
     fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     (out / "points").mkdir(exist_ok=True)
     try:
@@ -82,7 +81,7 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     finally:
         bar.close()
         os.close(fd)
-    return finalize(out, plan)
+    return {**finalize(out, plan), "skipped": len(plan.points) - len(todo), "ran": len(todo)}
 
 
 def finalize(out: Path, plan: Plan | None = None) -> dict:

@@ -4,8 +4,20 @@
 * ``mlp``    — one hidden layer (sigmoid by default) and a linear head.
 * ``logreg`` — multinomial logistic regression (linear layer + cross-entropy).
 * ``linreg`` — linear regression F(w, x) = 1/2 (w^T x - y)^2, a regression task.
+* ``resnet20``, ``resnet32``, ``resnet_cifar`` (any depth 6n + 2) — He et al.'s
+  CIFAR ResNets, option-A shortcuts; ``resnet18`` — ResNet-18 with a CIFAR stem.
+* ``resnet50``, ``resnet101``, ``vit_b_16`` — torchvision's ImageNet architectures.
+* ``vit_small`` — a ViT for 32 px images (patch 4, dim 192, depth 6, 3 heads, MLP 384).
+* ``path/to/file.py:Name`` or ``package.module:Name`` — the user's own ``nn.Module``
+  subclass (see :mod:`targets.models.user`).
 
-Adding a model: its own module with an ``nn.Module`` class, plus one
+Every weight is drawn from the model seed: the module is built with PyTorch's
+global generator seeded by it (inside ``fork_rng``, so the caller's stream is
+untouched), then re-drawn by ``initialise`` where the model's registered
+default or the caller asks for an init; models registered without a default
+keep their own (torchvision's, the paper's) initialisation.
+
+Adding a model: its own module with an ``nn.Module`` class or builder, plus one
 ``register_model`` line here giving its task, loss and default initialisation.
 """
 
@@ -13,22 +25,31 @@ from __future__ import annotations
 
 import inspect
 
+import torch
+
 from leakattack.errors import UserError
 from leakattack.registry import Registry
 from leakattack.seeds import torch_generator
 
-from ..victim import Victim, cross_entropy, squared_error
+from ..victim import Victim, cross_entropy, last_linear, squared_error
 from .layers import ACTIVATIONS, INITS, activation, initialise
 from .lenet import LeNet
 from .linear import LinReg, LogReg
 from .mlp import MLP
+from .resnet import resnet18, resnet20, resnet32, resnet_cifar
+from .torchvision_models import resnet50, resnet101, vit_b_16
+from .user import build_user_module, is_user_spec, user_class, user_params, user_task, user_victim
+from .vit import vit_small
 
 _MODELS = Registry("model")
 
 
 def register_model(name: str, builder=None, *, task: str = "classification", loss=None,
-                   default_init: str = "default"):
-    """Register ``builder(in_shape, num_classes, **params) -> nn.Module`` under ``name`` (a decorator without builder)."""
+                   default_init: str | None = "default"):
+    """Register ``builder(in_shape, num_classes, **params) -> nn.Module`` under ``name`` (a decorator without builder).
+
+    ``default_init`` None keeps the builder's own initialisation (seeded) unless an init is asked for.
+    """
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
             "default_init": default_init}
     if builder is None:
@@ -40,44 +61,85 @@ register_model("lenet", LeNet, default_init="uniform")
 register_model("mlp", MLP)
 register_model("logreg", LogReg)
 register_model("linreg", LinReg, task="regression")
+register_model("resnet20", resnet20, default_init=None)
+register_model("resnet32", resnet32, default_init=None)
+register_model("resnet_cifar", resnet_cifar, default_init=None)
+register_model("resnet18", resnet18, default_init=None)
+register_model("resnet50", resnet50, default_init=None)
+register_model("resnet101", resnet101, default_init=None)
+register_model("vit_small", vit_small, default_init=None)
+register_model("vit_b_16", vit_b_16, default_init=None)
 
 
 def list_models() -> list[str]:
-    """Names accepted by :func:`get_model`."""
+    """Names accepted by :func:`get_model` (besides the user's own ``file.py:Name`` / ``module:Name``)."""
     return _MODELS.names()
+
+
+def _is_user(name: str) -> bool:
+    return name not in _MODELS and is_user_spec(name)
 
 
 def model_params(name: str) -> list[str]:
     """The keyword parameters model ``name`` takes beyond input shape and classes (e.g. act, hidden)."""
+    if _is_user(name):
+        return user_params(user_class(name))
     sig = inspect.signature(_MODELS.get(name))
     return [p for p in sig.parameters if p not in ("in_shape", "num_classes")]
 
 
+def seeded_build(seed: int, build):
+    """``build()`` with PyTorch's global generator seeded by ``seed``, leaving the caller's generator as it was."""
+    with torch.random.fork_rng(devices=[]):  # models are built on the CPU: its generator is the one to seed
+        torch.default_generator.manual_seed(int(seed))
+        return build()
+
+
 def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), seed: int = 0,
               init: str | None = None, bn_mode: str = "train", **params) -> Victim:
-    """Build model ``name`` with every weight drawn from ``seed`` (float32, CPU) and wrap it as a Victim."""
-    builder, meta = _MODELS.get(name), _MODELS.meta(name)
+    """Build model ``name`` with every weight drawn from ``seed`` (float32, CPU) and wrap it as a Victim.
+
+    ``name`` is a registered model or the user's own class, ``path/to/file.py:Name`` or ``package.module:Name``.
+    """
+    in_shape = tuple(int(s) for s in in_shape)
+    meta = {"name": name, "seed": int(seed), "init": init, **params}
+    if _is_user(name):
+        cls = user_class(name)
+        module = seeded_build(seed, lambda: build_user_module(name, cls, in_shape, num_classes, params))
+        if init is not None:
+            initialise(module, init, torch_generator(seed))
+        victim = user_victim(name, module, in_shape, num_classes, bn_mode)
+        victim.meta = meta
+        return victim
+    builder, info = _MODELS.get(name), _MODELS.meta(name)
     unknown = sorted(set(params) - set(model_params(name)))
     if unknown:
         allowed = ", ".join(model_params(name)) or "none"
         raise UserError(f"model '{name}' has no parameter '{unknown[0]}'; allowed: {allowed}")
-    module = builder(in_shape=tuple(in_shape), num_classes=num_classes, **params)
-    initialise(module, init or meta["default_init"], torch_generator(seed))
-    head = getattr(module, "fc", None) if meta["task"] == "classification" else None
-    return Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=meta["loss"],
-                  task=meta["task"], head=head, bn_mode=bn_mode, name=name,
-                  meta={"name": name, "seed": int(seed), "init": init or meta["default_init"], **params})
+    if init is not None and init not in INITS:
+        raise UserError(f"unknown weight init '{init}'; choose one of: {', '.join(INITS)}")
+    module = seeded_build(seed, lambda: builder(in_shape=in_shape, num_classes=num_classes, **params))
+    init = init or info["default_init"]
+    if init is not None:
+        initialise(module, init, torch_generator(seed))
+    head = last_linear(module) if info["task"] == "classification" else None
+    return Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=info["loss"],
+                  task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
 
 
-def default_init(name: str) -> str:
-    """The weight initialisation model ``name`` gets unless another is asked for."""
+def default_init(name: str) -> str | None:
+    """The weight initialisation model ``name`` gets unless another is asked for (None: its own, seeded)."""
+    if _is_user(name):
+        return None
     return _MODELS.meta(name)["default_init"]
 
 
 def task_of(name: str) -> str:
     """classification or regression, without building the model."""
+    if _is_user(name):
+        return user_task(user_class(name))
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "default_init", "task_of",
+__all__ = ["get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "seeded_build",
            "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP", "LogReg", "LinReg"]

@@ -9,7 +9,7 @@ from torch import nn
 
 from leakattack.errors import UserError
 
-ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU, "softplus": nn.Softplus}
+ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU, "softplus": nn.Softplus, "gelu": nn.GELU}
 INITS = ("uniform", "default", "xavier", "normal")
 
 

@@ -34,6 +34,7 @@ def _refused(argv, needle, root, capsys):
     (["--defense", "quantize:bits=1000"], "bits must be an integer in [1, 32]"),
     (["--labels", "guess"], "unknown label mode 'guess'"),
     (["--attack", "rgap"], "unknown attack 'rgap'"),
+    (["--iterations", str(10 ** 20)], "iterations must lie in [1, 1000000]"),
     (["--protocol", "fedsketch-privix", "--sketch-rows", "100000"], "count-sketch rows t must lie in [1, 1000]"),
     (["--protocol", "fedsketch-privix", "--sketch-buckets", "100000000"], "exceed d = 13426"),
 ])
@@ -109,6 +110,8 @@ def test_a_malformed_or_edited_protocol_json_is_one_sentence(trained, tmp_path, 
     (["--seed", "-1"], "seed must be an integer in [0, 2^63 - 1]"),
     (["--sketch-buckets", "100000000", "--protocol", "fedsketch-privix"], "exceed d = 13426"),
     (["--model", "linreg"], "cannot be trained here"),
+    (["--name", "../../x"], "--name must be a folder name, not a path"),
+    (["--name", "/tmp/abs"], "--name must be a folder name, not a path"),
 ])
 def test_bad_train_flags_are_one_sentence(tmp_path, capsys, args, needle):
     argv = ["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--out", str(tmp_path / "t")] + args

@@ -12,8 +12,8 @@ from leakattack.errors import UserError
 
 
 def test_list_datasets_names():
-    """The five supported names, in order."""
-    assert list_datasets() == ["photos", "digits", "mnist", "cifar10", "cifar100"]
+    """The six supported names, in order."""
+    assert list_datasets() == ["photos", "digits", "mnist", "cifar10", "cifar100", "imagefolder"]
 
 
 def test_photos_shape_range_and_labels():
@@ -102,7 +102,7 @@ def test_no_root_raises_data_error():
 def test_unknown_name_raises_data_error_listing_choices():
     """An unknown name raises DataError (a UserError, so a ValueError) naming it and listing the valid names in order."""
     with pytest.raises(DataError, match="unknown dataset 'imagenet': choose one of "
-                                        "photos, digits, mnist, cifar10, cifar100") as info:
+                                        "photos, digits, mnist, cifar10, cifar100, imagefolder") as info:
         get_dataset("imagenet")
     assert isinstance(info.value, UserError) and isinstance(info.value, ValueError)
 
@@ -122,7 +122,7 @@ def test_registering_a_name_twice_is_an_error():
     """A second registration under an existing name raises instead of shadowing the first."""
     with pytest.raises(ValueError, match="registered twice"):
         register_dataset("photos", lambda: None, offline=True)
-    assert list_datasets() == ["photos", "digits", "mnist", "cifar10", "cifar100"]
+    assert list_datasets() == ["photos", "digits", "mnist", "cifar10", "cifar100", "imagefolder"]
 
 
 def test_train_test_split_is_seeded_stratified_and_disjoint():

@@ -131,12 +131,14 @@ def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupte
     assert b"deadbeef" not in (out / "results.jsonl").read_bytes()
 
 
-def test_rerun_of_a_finished_sweep_runs_nothing_and_summary_has_mean_and_std(tmp_path, monkeypatch):
+def test_rerun_of_a_finished_sweep_runs_nothing_says_so_and_summary_has_mean_and_std(tmp_path, monkeypatch, capsys):
     cfg = write(tmp_path, TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]"))
     out = tmp_path / "out"
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     monkeypatch.setattr(runner, "run_point", lambda *a, **k: pytest.fail("a finished point was re-run"))
+    capsys.readouterr()
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    assert f"4 already finished in {out} (skipped), 0 run now" in capsys.readouterr().out
     # results written before a run parameter existed (here: one dropped) still count as finished
     old = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for rec in old:

@@ -1,0 +1,142 @@
+"""Label accuracy of every batch label rule, true and sketched gradients, LeNet and a ReLU+BatchNorm net.
+
+For each data set, victim, batch size B and message (unsketched, SRHT at each
+b/d), draw ``--trials`` batches whose labels repeat (ceil(B/2) classes, each at
+least once, the rest drawn among them; distinct images), compute the client's
+mean-loss gradient, sketch it with a fresh SRHT seed per trial, recover the
+labels with every rule of ``leakattack.attacks.labels.LABEL_RULES`` and score
+them with ``leakattack.metrics.label_accuracy`` of the sorted recovered labels
+against the sorted true labels (the rules return multisets; one wrong count
+shifts every later position, so this is the harsh score).  Beside it, the
+multiset overlap sum_c min(n_hat_c, n_c) / B: the label accuracy after matching
+when every dummy image converges to an image of its assigned label.  Prints
+two markdown tables (sorted accuracy, overlap), one row per cell, one column
+per rule (progress, the sorted accuracies, goes to stderr).
+
+    python benchmarks/label_recovery.py [--trials 10] [--batch-sizes 2,4,8,16] [--ratios 1,0.5,0.1]
+        [--datasets digits,photos] [--victims lenet,bn-eval,bn-train] [--distinct]
+
+Victims: ``lenet`` (sigmoid, U(-0.5, 0.5), the attack's default), and ``bn-eval`` /
+``bn-train``: a small conv net (conv-BN-ReLU twice, 2x2 average pool, linear head,
+PyTorch's default init drawn from seed 0) with BatchNorm on running / batch
+statistics.  ``--distinct`` draws batches without repeated labels instead (B <= 10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+import targets
+from leakattack import data
+from leakattack.attacks.labels import LABEL_RULES, recover_labels
+from leakattack.metrics import label_accuracy
+from leakattack.seeds import torch_generator
+from leakattack.sketch import get_sketch, sketch_dim
+
+
+class SmallBNNet(nn.Module):
+    """conv3x3-BN-ReLU, conv3x3/2-BN-ReLU, 2x2 average pool, linear head: the shape of a ResNet's end."""
+
+    def __init__(self, in_shape, num_classes: int = 10, width: int = 16):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_shape[0], width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.fc = nn.Linear(8 * width, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x))
+
+
+def make_victim(name: str, ds) -> targets.Victim:
+    if name == "lenet":
+        return targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0)
+    module = SmallBNNet(ds.in_shape, ds.num_classes)
+    targets.models.initialise(module, "default", torch_generator(0))
+    return targets.Victim.from_module(module, input_shape=ds.in_shape, num_classes=ds.num_classes,
+                                      bn_mode=name.split("-")[1], name=name)
+
+
+def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list[torch.Tensor]:
+    """Image indices of ``trials`` batches: repeated labels (ceil(B/2) classes), or distinct ones."""
+    rng = np.random.default_rng(seed)
+    labels = ds.labels.numpy()
+    C = ds.num_classes
+    room = np.bincount(labels, minlength=C)
+    out = []
+    for _ in range(trials):
+        while True:
+            if distinct:
+                ys = rng.choice(C, size=B, replace=False)
+            else:
+                classes = rng.choice(C, size=min(C, (B + 1) // 2), replace=False)
+                ys = np.concatenate([classes, rng.choice(classes, size=B - len(classes))])
+            if (np.bincount(ys, minlength=C) <= room).all():
+                break
+        idx: list[int] = []
+        for c in ys:
+            idx.append(int(rng.choice([i for i in np.flatnonzero(labels == c) if i not in idx])))
+        out.append(torch.tensor(idx))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--batch-sizes", default="2,4,8,16")
+    ap.add_argument("--ratios", default="1,0.5,0.1", help="b/d of the SRHT; 1 means unsketched")
+    ap.add_argument("--datasets", default="digits,photos")
+    ap.add_argument("--victims", default="lenet,bn-eval,bn-train")
+    ap.add_argument("--rules", default=",".join(LABEL_RULES))
+    ap.add_argument("--distinct", action="store_true", help="batches without repeated labels")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    rules = a.rules.split(",")
+    rows = []
+    for dname in a.datasets.split(","):
+        ds = data.get_dataset(dname)
+        for vname in a.victims.split(","):
+            victim = make_victim(vname, ds)
+            for B in map(int, a.batch_sizes.split(",")):
+                batches = draw_batches(ds, B, a.trials, a.distinct)
+                for ratio in map(float, a.ratios.split(",")):
+                    acc = {r: [] for r in rules}
+                    over = {r: [] for r in rules}
+                    for t, idx in enumerate(batches):
+                        x, y = ds.images[idx], ds.labels[idx]
+                        g = targets.flat_gradient(victim, x, y).detach()
+                        sk = (get_sketch("none", victim.d, 0) if ratio >= 1
+                              else get_sketch("srht", victim.d, sketch_dim(ratio, victim.d), seed=t + 1))
+                        msg = sk.apply(g)
+                        for r in rules:
+                            rec = recover_labels(victim, sk, msg, B, rule=r)
+                            acc[r].append(label_accuracy(rec, y.sort().values))
+                            over[r].append(overlap(rec, y, ds.num_classes))
+                    key = f"| {dname} | {vname} | {B} | {'none' if ratio >= 1 else ratio} | "
+                    rows.append((key, [np.mean(acc[r]) for r in rules], [np.mean(over[r]) for r in rules]))
+                    print(key + " | ".join(f"{v:.2f}" for v in rows[-1][1]) + " |", file=sys.stderr, flush=True)
+    for title, col in (("label_accuracy of sorted labels", 1), ("multiset overlap", 2)):
+        print(f"\n{title} ({a.trials} batches per cell, {'distinct' if a.distinct else 'repeated'} labels)\n")
+        print(f"| data | victim | B | b/d | {' | '.join(rules)} |")
+        print("|" + "---|" * (4 + len(rules)))
+        for row in rows:
+            print(row[0] + " | ".join(f"{v:.2f}" for v in row[col]) + " |")
+        means = [np.mean([row[col][j] for row in rows]) for j in range(len(rules))]
+        print("| mean | | | | " + " | ".join(f"{v:.2f}" for v in means) + " |")
+
+
+def overlap(rec: torch.Tensor, true: torch.Tensor, C: int) -> float:
+    """sum_c min(recovered count, true count) / B."""
+    both = torch.minimum(torch.bincount(rec.cpu(), minlength=C), torch.bincount(true.cpu(), minlength=C))
+    return float(both.sum()) / len(true)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""``leakattack collect DIR... --out table.csv``: the metrics of many run folders in one table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+from ..results import read_json, write_csv
+
+#: the columns first in the table (then every other scalar metric, in first-seen order)
+LEADING = ("run", "model", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim", "lpips", "mse", "label_acc",
+           "final_loss", "iterations", "stop_reason", "wall_s")
+
+
+def run_folders(paths: list[str]) -> list[Path]:
+    """Every finished run folder (one holding metrics.json) at or below the given paths, sorted."""
+    found = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UserError(f"'{p}' does not exist")
+        found += [m.parent for m in ([p / "metrics.json"] if (p / "metrics.json").is_file() else [])]
+        found += [m.parent for m in p.rglob("metrics.json") if m.parent != p]
+    return sorted(set(found))
+
+
+def row_of(folder: Path) -> dict:
+    """One table row: the run's settings from config.json and its scalar metrics."""
+    try:
+        metrics = read_json(folder / "metrics.json")
+        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"'{folder}' holds a metrics.json or config.json that is not JSON") from None
+    run = config.get("run", {})
+    row = {"run": str(folder), "model": run.get("model"), "sketch": run.get("sketch"),
+           "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
+    row.update({k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float, str))})
+    return row
+
+
+def cmd_collect(a) -> int:
+    folders = run_folders(a.dirs)
+    if not folders:
+        raise UserError(f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}")
+    rows = [row_of(f) for f in folders]
+    columns = [c for c in LEADING if any(c in r for r in rows)]
+    columns += [c for r in rows for c in r if c not in columns]
+    columns = list(dict.fromkeys(columns))
+    out = Path(a.out)
+    if out.is_dir():
+        raise UserError(f"--out '{out}' is a folder; name a .csv file")
+    write_csv(out, rows, columns)
+    print(f"{len(rows)} runs | {len(columns)} columns | {out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("collect", help="gather the metrics of run folders into one CSV table",
+                       description="Find every run folder (holding metrics.json) at or below the given folders and "
+                                   "write one row per run: its settings and scalar metrics.")
+    p.add_argument("dirs", nargs="+", help="run folders, or folders holding them (searched recursively)")
+    p.add_argument("--out", required=True, help="the CSV file to write")
+    p.set_defaults(func=cmd_collect)
+
+
+__all__ = ["register", "run_folders", "row_of"]

@@ -1,0 +1,185 @@
+"""The user's own model: ``get_model("path/to/file.py:Name")`` or ``get_model("package.module:Name")``.
+
+``Name`` is an ``nn.Module`` subclass.  It is called with the model parameters
+(``--model-param``), plus ``num_classes=`` and ``in_shape=`` where its signature
+names them, with PyTorch's global generator seeded by the model seed (so its own
+initialisation is reproducible).  Optional class attributes say what the victim
+is, where the defaults do not fit:
+
+* ``leakattack_loss`` — F(output, target), a scalar averaged over the batch:
+  a ``@staticmethod``, a method, or a loss module (``nn.MSELoss()``).
+  Default: cross-entropy (classification), 1/2 squared error (regression).
+* ``leakattack_task`` — ``"classification"`` (integer labels, the default) or
+  ``"regression"`` (real targets).
+* ``leakattack_head`` — the name of the classifier head, an ``nn.Linear``
+  submodule (``"fc"``, ``"heads.head"``), or None for none.  Default: the last
+  ``nn.Linear`` registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from leakattack.errors import UserError
+
+from ..victim import TASKS, Victim, cross_entropy, last_linear, squared_error
+
+
+def is_user_spec(name: str) -> bool:
+    """Whether ``name`` names a class (``file.py:Name`` or ``module:Name``) rather than a registered model."""
+    return isinstance(name, str) and ":" in name
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _import_file(path: Path):
+    if not path.is_file():
+        raise UserError(f"model file '{path}' does not exist")
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    modname = f"leakattack_user_model_{digest}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"model file '{path}' cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module  # classes defined in it can then be pickled and introspected
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        sys.modules.pop(modname, None)
+        raise UserError(f"model file '{path}' could not be imported ({_first_line(err)})") from None
+    return module
+
+
+def _import_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            raise UserError(f"no module named '{name}' (name a file as path/to/file.py:Name "
+                            "or an importable module as package.module:Name)") from None
+        raise UserError(f"module '{name}' could not be imported ({_first_line(err)})") from None
+    except Exception as err:
+        raise UserError(f"module '{name}' could not be imported ({_first_line(err)})") from None
+
+
+def user_class(spec: str) -> type:
+    """The ``nn.Module`` subclass named by ``path/to/file.py:Name`` or ``package.module:Name``."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise UserError(f"model '{spec}' is not of the form path/to/file.py:Name or package.module:Name")
+    if where.endswith(".py"):
+        module, place = _import_file(Path(where)), f"model file '{where}'"
+    elif "/" in where or "\\" in where:
+        raise UserError(f"model file '{where}' is not a .py file")
+    else:
+        module, place = _import_module(where), f"module '{where}'"
+    if not hasattr(module, attr):
+        raise UserError(f"{place} has no attribute '{attr}'")
+    cls = getattr(module, attr)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise UserError(f"'{spec}' is not an nn.Module subclass (its type is {type(cls).__name__})")
+    return cls
+
+
+def _signature(cls: type) -> inspect.Signature | None:
+    try:
+        return inspect.signature(cls)
+    except (TypeError, ValueError):
+        return None
+
+
+def user_params(cls: type) -> list[str]:
+    """The keyword parameters the class takes beyond ``in_shape`` and ``num_classes``."""
+    sig = _signature(cls)
+    if sig is None:
+        return []
+    return [n for n, p in sig.parameters.items() if n not in ("in_shape", "num_classes")
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def user_task(cls: type) -> str:
+    task = getattr(cls, "leakattack_task", "classification")
+    if task not in TASKS:
+        raise UserError(f"{cls.__name__}.leakattack_task is {task!r}; choose one of: {', '.join(TASKS)}")
+    return task
+
+
+def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:
+    """``cls(**params, [num_classes=], [in_shape=])``; the caller seeds the global generator."""
+    sig = _signature(cls)
+    kwargs = dict(params)
+    if sig is not None:
+        if "num_classes" in sig.parameters:
+            kwargs["num_classes"] = num_classes
+        if "in_shape" in sig.parameters:
+            kwargs["in_shape"] = tuple(in_shape)
+    try:
+        module = cls(**kwargs)
+    except UserError:
+        raise
+    except Exception as err:
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
+        raise UserError(f"model '{spec}' could not be built with {given} ({_first_line(err)})") from None
+    if not isinstance(module, nn.Module):
+        raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")
+    return module
+
+
+def _loss(spec: str, module: nn.Module, task: str):
+    loss = getattr(module, "leakattack_loss", None)
+    if loss is None:
+        return cross_entropy if task == "classification" else squared_error
+    try:
+        inspect.signature(loss).bind(None, None)
+    except TypeError:
+        raise UserError(f"leakattack_loss of '{spec}' must take (output, target)") from None
+    except ValueError:  # no signature to inspect (some builtins): trust it
+        pass
+    return loss
+
+
+def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None:
+    if not hasattr(module, "leakattack_head"):
+        return last_linear(module) if task == "classification" else None
+    name = module.leakattack_head
+    if name is None:
+        return None
+    try:
+        head = module.get_submodule(name)
+    except (AttributeError, TypeError):
+        raise UserError(f"leakattack_head of '{spec}' names no submodule '{name}'") from None
+    if not isinstance(head, nn.Linear):
+        raise UserError(f"leakattack_head of '{spec}' names a {type(head).__name__}, not an nn.Linear")
+    return head
+
+
+def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int, bn_mode: str) -> Victim:
+    """Wrap the built module: its loss, task and head from the class attributes, checked on one small batch."""
+    task = user_task(type(module))
+    victim = Victim.from_module(module, input_shape=in_shape, num_classes=num_classes, loss=_loss(spec, module, task),
+                                task=task, head=_head(spec, module, task), bn_mode=bn_mode, name=spec)
+    dtype = next((p.dtype for p in module.parameters()), torch.get_default_dtype())
+    probe = torch.zeros(2, *victim.input_shape, dtype=dtype)
+    try:
+        with torch.no_grad():
+            out = victim.model(probe)
+    except Exception as err:
+        raise UserError(f"model '{spec}' fails on a batch of shape {tuple(probe.shape)} ({_first_line(err)})") from None
+    if task == "classification" and (not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes)):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UserError(f"model '{spec}' returns {shape} for a batch of 2, not the (2, {num_classes}) class scores")
+    return victim
+
+
+__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "build_user_module", "user_victim"]

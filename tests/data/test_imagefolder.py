@@ -1,0 +1,181 @@
+"""Image folders (ROOT/<class>/<image files>) load as torchvision's ImageFolder sees them, cut to squares, and read
+from disk only the images a batch needs; a missing or malformed root is a one-sentence DataError naming the layout."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from leakattack import data
+from leakattack.data import DataError, ImageFolderSet, ImageSet, get_batch, get_dataset, train_test_split
+from leakattack.data import folder as folder_module
+
+LAYOUT = "<class>/<image files>"
+
+
+def pixels(h, w, channels, seed):
+    return np.random.default_rng(seed).integers(0, 256, size=(h, w, channels) if channels > 1 else (h, w),
+                                                dtype=np.uint8)
+
+
+@pytest.fixture
+def root(tmp_path):
+    """Two classes named so that sorting matters, a nested image, a grey and an RGBA image, files to skip."""
+    r = tmp_path / "imgs"
+    (r / "b_dog").mkdir(parents=True)
+    (r / "a_cat" / "more").mkdir(parents=True)
+    Image.fromarray(pixels(30, 40, 3, 0)).save(r / "a_cat" / "x1.png")  # landscape
+    Image.fromarray(pixels(50, 20, 3, 1)).save(r / "a_cat" / "more" / "x2.PNG")  # portrait, in a sub-folder
+    Image.fromarray(pixels(24, 24, 1, 2), mode="L").save(r / "b_dog" / "grey.png")
+    Image.fromarray(pixels(33, 27, 4, 3), mode="RGBA").save(r / "b_dog" / "rgba.png")
+    Image.fromarray(pixels(20, 20, 3, 4)).save(r / "b_dog" / "photo.jpg", quality=90)
+    (r / "b_dog" / "notes.txt").write_text("not an image")
+    (r / "b_dog" / "._photo.jpg").write_bytes(b"resource fork, not an image")
+    (r / ".ipynb_checkpoints").mkdir()
+    yield r
+    data._load_cached.cache_clear()
+
+
+def test_classes_are_the_sorted_sub_folders_and_files_their_images(root):
+    ds = get_dataset("imagefolder", root=root, image_size=16)
+    assert isinstance(ds, ImageSet) and isinstance(ds, ImageFolderSet)
+    assert ds.name == "imagefolder" and ds.class_names == ["a_cat", "b_dog"] and ds.num_classes == 2
+    assert [p.relative_to(root).as_posix() for p in ds.files] == [
+        "a_cat/x1.png", "a_cat/more/x2.PNG", "b_dog/grey.png", "b_dog/photo.jpg", "b_dog/rgba.png"]
+    assert ds.labels.tolist() == [0, 0, 1, 1, 1] and ds.labels.dtype == torch.long
+    assert len(ds) == 5 and ds.in_shape == (3, 16, 16)
+    assert ds.images.shape == (5, 3, 16, 16) and ds.images.dtype == torch.float32
+    assert 0.0 <= float(ds.images.min()) and float(ds.images.max()) <= 1.0
+    assert str(root.resolve()) in ds.source and "16 px" in ds.source
+
+
+def test_the_default_size_is_224_and_the_set_is_cached(root):
+    ds = get_dataset("imagefolder", root=root)
+    assert ds.in_shape == (3, 224, 224) and get_dataset("imagefolder", root=str(root)) is ds
+    assert get_batch(ds, 0, 1)[0].shape == (1, 3, 224, 224)
+
+
+@pytest.mark.parametrize("size", [16, 21, 224])
+def test_pixels_equal_torchvision_imagefolder_with_resize_and_center_crop(root, size):
+    """Bit for bit what ImageFolder(root, Compose([Resize(s), CenterCrop(s), ToTensor()])) gives, class by class."""
+    tv = pytest.importorskip("torchvision")
+    from torchvision import transforms
+
+    (root / ".ipynb_checkpoints").rmdir()  # ImageFolder would take these two for a class and an image
+    (root / "b_dog" / "._photo.jpg").unlink()
+    # folders go by path string: a_cat/more-2 before a_cat/more/deep ('-' sorts before '/')
+    for sub, seed in (("more-2", 5), ("more/deep", 6)):
+        (root / "a_cat" / sub).mkdir()
+        Image.fromarray(pixels(16, 16, 3, seed)).save(root / "a_cat" / sub / "x0.png")
+    ref = tv.datasets.ImageFolder(str(root), transform=transforms.Compose(
+        [transforms.Resize(size), transforms.CenterCrop(size), transforms.ToTensor()]))
+    ds = get_dataset("imagefolder", root=root, image_size=size)
+    assert ds.class_names == ref.classes and ds.labels.tolist() == ref.targets
+    assert [str(p) for p in ds.files] == [path for path, _ in ref.samples]
+    for i in range(len(ds)):
+        x, _ = ref[i]
+        assert torch.equal(ds.images[i], x), ds.files[i]
+
+
+def test_grey_images_repeat_over_three_channels_and_alpha_is_dropped(root):
+    ds = get_dataset("imagefolder", root=root, image_size=24)  # the 24 x 24 grey image keeps its size
+    grey = ds.images[ds.files.index(root / "b_dog" / "grey.png")]
+    assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
+    assert torch.equal(grey[0], torch.from_numpy(pixels(24, 24, 1, 2) / np.float32(255.0)))
+    rgba = ds.images[ds.files.index(root / "b_dog" / "rgba.png")]
+    assert rgba.shape == (3, 24, 24) and float(rgba.std()) > 0.1  # colour kept, not blended to one tone
+
+
+def test_a_batch_reads_only_its_own_images(root, monkeypatch):
+    read = []
+    real = folder_module.read_image
+    monkeypatch.setattr(folder_module, "read_image", lambda path, size: read.append(path.name) or real(path, size))
+    ds = get_dataset("imagefolder", root=root, image_size=8)
+    assert len(ds) == 5 and ds.in_shape == (3, 8, 8) and read == []  # listing the folder opens no image
+    x, y = get_batch(ds, 1, 2)
+    assert read == ["x2.PNG", "grey.png"] and x.shape == (2, 3, 8, 8) and y.tolist() == [0, 1]
+    assert torch.equal(x, ds.images[1:3])  # the same pixels as the whole set, read once more in full
+
+
+def test_a_broken_image_fails_only_the_batch_that_holds_it(root):
+    (root / "b_dog" / "zz_broken.png").write_bytes(b"\x89PNG\r\n\x1a\n but cut off")
+    ds = get_dataset("imagefolder", root=root, image_size=8)
+    assert get_batch(ds, 0, 5)[0].shape == (5, 3, 8, 8)
+    with pytest.raises(DataError, match="zz_broken.png is not readable") as err:
+        get_batch(ds, 5, 1)
+    assert "\n" not in str(err.value) and LAYOUT in str(err.value)
+
+
+def test_a_split_of_a_folder_stays_on_disk_and_keeps_the_pixels(root, monkeypatch):
+    ds = get_dataset("imagefolder", root=root, image_size=8)
+    whole = ds.images.clone()
+    data._load_cached.cache_clear()
+    ds = get_dataset("imagefolder", root=root, image_size=8)
+    tr, te = train_test_split(ds, test_fraction=0.4, seed=0)
+    assert isinstance(tr, ImageFolderSet) and ds._loaded is None and tr._loaded is None
+    assert len(tr) + len(te) == 5 and sorted(tr.files + te.files) == sorted(ds.files)
+    for part in (tr, te):
+        for i, path in enumerate(part.files):
+            assert torch.equal(part.images[i], whole[ds.files.index(path)])
+            assert int(part.labels[i]) == int(ds.labels[ds.files.index(path)])
+
+
+def error_of(**kwargs) -> str:
+    with pytest.raises(DataError) as err:
+        get_dataset("imagefolder", **kwargs)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.count(". ") == 0, msg  # one sentence
+    return msg
+
+
+def test_no_root_names_the_flag_and_the_layout():
+    msg = error_of()
+    assert "--data-root DIR" in msg and "DIR/<class>/<image files>" in msg
+
+
+def test_a_missing_root_names_the_layout(tmp_path):
+    msg = error_of(root=tmp_path / "absent")
+    assert msg.startswith(f"no image folder at {(tmp_path / 'absent').resolve()}") and LAYOUT in msg
+
+
+def test_a_file_as_root_names_the_layout(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"")
+    msg = error_of(root=tmp_path / "a.png")
+    assert "is a file, not a folder" in msg and LAYOUT in msg
+
+
+def test_images_directly_in_the_root_are_pointed_out(tmp_path):
+    Image.fromarray(pixels(8, 8, 3, 0)).save(tmp_path / "loose.png")
+    msg = error_of(root=tmp_path)
+    assert "no class sub-folders (it has 1 image(s) directly inside" in msg and LAYOUT in msg
+
+
+def test_an_empty_root_names_the_layout(tmp_path):
+    msg = error_of(root=tmp_path)
+    assert "no class sub-folders (it has none)" in msg and LAYOUT in msg
+
+
+def test_a_class_folder_without_images_is_named(tmp_path):
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "dog").mkdir()
+    Image.fromarray(pixels(8, 8, 3, 0)).save(tmp_path / "cat" / "a.png")
+    (tmp_path / "dog" / "readme.txt").write_text("no images here")
+    msg = error_of(root=tmp_path)
+    assert msg.startswith("class folder(s) dog under") and LAYOUT in msg and ".png" in msg
+
+
+def test_an_image_size_is_refused_only_by_fixed_size_sets():
+    with pytest.raises(DataError, match="--image-size applies to photos, imagefolder only, not to digits"):
+        get_dataset("digits", image_size=16)
+
+
+def test_photos_at_224_px_are_50_real_crops_and_at_32_px_the_default_set():
+    big = get_dataset("photos", image_size=224)
+    assert big.images.shape == (50, 3, 224, 224) and big.images.dtype == torch.float32
+    assert 0.0 <= float(big.images.min()) and float(big.images.max()) <= 1.0
+    stds = big.images.flatten(1).std(dim=1)
+    assert float(stds.min()) > 0.01  # every crop has content: none blank or constant
+    flat = big.images.flatten(1)
+    assert len({tuple(row[:64].tolist()) for row in flat}) == 50  # 50 different crops
+    assert torch.equal(big.labels, get_dataset("photos").labels)
+    assert torch.equal(get_dataset("photos", image_size=32).images, get_dataset("photos").images)

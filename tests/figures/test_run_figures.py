@@ -1,0 +1,120 @@
+"""A run's reconstruction figure stays readable at every batch size: rows of truth | start | reconstruction up
+to four images, a near-square grid of labelled (truth | reconstruction) pairs beyond, nothing overlapping."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from leakattack.figures import run as run_figures
+
+TITLE = "lenet / srht (b/d = 0.50), lbfgs, 4000 it"
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures drawn, by file stem, kept open instead of saved."""
+    figs = {}
+    monkeypatch.setattr(run_figures, "save", lambda fig, path: figs.setdefault(Path(path).stem, fig))
+    return figs
+
+
+def batch(n, channels=3, size=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, channels, size, size, generator=g), torch.rand(n, channels, size, size, generator=g)
+
+
+def draw(tmp_path, drawn, n, channels=3, size=32, title=TITLE):
+    truth, recon = batch(n, channels, size)
+    psnr, ssim = [10.0 + i for i in range(n)], [i / (2 * n) for i in range(n)]
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, truth, recon, psnr, ssim, title)
+    return drawn["reconstruction"]
+
+
+def boxes(fig):
+    """Window extents of the images, of every text on the figure (titles, labels, suptitle), after drawing."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    texts = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, ax.xaxis.label) if t.get_text()]
+    return [ax.get_window_extent(r) for ax in fig.axes], [t.get_window_extent(r) for t in texts]
+
+
+def assert_no_overlaps(fig):
+    images, texts = boxes(fig)
+    for i, box in enumerate(texts):
+        assert not any(box.overlaps(a) for a in images), box
+        assert not any(box.overlaps(o) for o in texts[i + 1:]), box
+    for i, a in enumerate(images):
+        assert not any(a.overlaps(o) for o in images[i + 1:]), a
+    top = max(b.y1 for b in images + texts[1:])
+    assert 0 <= texts[0].y0 - top < 0.15 * fig.dpi  # the title sits right above the images: under 0.15 in
+    assert all(fig.bbox.x0 <= t.x0 and t.x1 <= fig.bbox.x1 for t in texts)  # no text runs off the sides
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_up_to_four_images_keep_one_row_each_of_truth_start_and_reconstruction(tmp_path, drawn, n):
+    fig = draw(tmp_path, drawn, n)
+    assert len(fig.axes) == 3 * n
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[:2] == ["truth", "start"] and titles[2].startswith("reconstruction\nPSNR 10.0 dB")
+    assert_no_overlaps(fig)
+
+
+@pytest.mark.parametrize("n,rows,cols", [(5, 2, 3), (10, 3, 4), (64, 8, 8), (65, 8, 9)])
+def test_larger_batches_are_a_near_square_grid_of_one_panel_per_image(tmp_path, drawn, n, rows, cols):
+    fig = draw(tmp_path, drawn, n)
+    assert len(fig.axes) == n  # the unused cells of the last row are removed
+    spec = fig.axes[0].get_subplotspec().get_gridspec()
+    assert (spec.nrows, spec.ncols) == (rows, cols)
+
+
+def test_each_pair_shows_truth_then_reconstruction_with_its_index_and_psnr_under_it(tmp_path, drawn):
+    truth, recon = batch(6)
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, torch.zeros_like(truth), recon,
+                                      [30.25, 12.0, 8.0, 9.0, 10.0, 11.0], [0.5] * 6, TITLE)
+    fig = drawn["reconstruction"]
+    ax = fig.axes[0]
+    pair = ax.get_images()[0].get_array()
+    w, gap = 32, 2
+    assert pair.shape == (32, 2 * w + gap, 3)
+    assert np.allclose(pair[:, :w], truth[0].permute(1, 2, 0).numpy())
+    assert np.allclose(pair[:, w + gap:], recon[0].permute(1, 2, 0).numpy())
+    assert np.all(pair[:, w:w + gap] == 1.0)  # a white gap between the two
+    assert ax.get_xlabel() == "0: 30.2 dB" and fig.axes[1].get_xlabel() == "1: 12.0 dB"
+    head = fig._suptitle.get_text()
+    assert head.startswith(TITLE + "\n")  # the run's title, then what the grid shows, wrapped to the width
+    head = head.replace("\n", " ")
+    assert "each pair truth | reconstruction with its index and PSNR below" in head
+    assert "mean PSNR 13.4 dB" in head and "SSIM 0.500" in head and "start images not shown" in head
+
+
+@pytest.mark.parametrize("n,channels", [(10, 1), (64, 3)])
+def test_a_grid_of_pairs_is_laid_out_without_overlaps(tmp_path, drawn, n, channels):
+    fig = draw(tmp_path, drawn, n, channels, size=28 if channels == 1 else 32)
+    assert_no_overlaps(fig)
+    if channels == 1:
+        assert fig.axes[0].get_images()[0].get_cmap().name == "gray"
+
+
+def test_a_grid_without_a_title_still_says_what_it_shows(tmp_path, drawn):
+    fig = draw(tmp_path, drawn, 8, title="")
+    assert fig._suptitle.get_text().startswith("8 images, each pair truth | reconstruction")
+    assert_no_overlaps(fig)
+
+
+def test_a_batch_of_64_noise_images_makes_a_file_under_3_mb(tmp_path):
+    # random pixels are the least compressible content a reconstruction can have
+    draw_path = tmp_path / "reconstruction.png"
+    truth, recon = batch(64)
+    run_figures.reconstruction_figure(draw_path, truth, truth, recon, [20.0] * 64, [0.5] * 64, TITLE)
+    assert 100_000 < draw_path.stat().st_size < 3_000_000
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_224_px_images_are_not_shrunk_in_the_saved_file(tmp_path, drawn, n):
+    fig = draw(tmp_path, drawn, n, size=224)
+    images, _ = boxes(fig)
+    width = min(b.width for b in images) / fig.dpi * run_figures.DPI  # pixels in the file saved at DPI
+    assert width >= (224 if n == 1 else 2 * 224)
+    assert fig.axes[0].get_images()[0].get_interpolation() == "antialiased"  # smooth, not blocky, when near 1:1

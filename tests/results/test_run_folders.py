@@ -1,0 +1,73 @@
+"""Default run folders say what was attacked: <stamp>-<model>-<sketch>-<dataset>[-<defense>], every part safe for
+file names, unique within one second."""
+
+import re
+
+import pytest
+
+from leakattack.results import default_run_dir
+from leakattack.results import runs
+from leakattack.results.runs import defense_part, model_part, run_folder_name, safe_part
+
+STAMP = "20240101-000000"
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt: STAMP)
+
+
+def test_the_name_holds_model_sketch_dataset_and_defense(tmp_path, frozen_clock):
+    path = default_run_dir("lenet", "srht", "photos", "clip:C=1,gaussian:z=1.1@after_sketch", root=tmp_path)
+    assert path == tmp_path / f"{STAMP}-lenet-srht-photos-clip1-gaussz1.1"
+
+
+def test_without_a_defense_the_name_ends_with_the_dataset(tmp_path, frozen_clock):
+    for spec in ("", "none", None):
+        assert default_run_dir("resnet18", "countsketch", "imagefolder", spec, root=tmp_path).name == \
+            f"{STAMP}-resnet18-countsketch-imagefolder"
+
+
+def test_a_second_run_in_the_same_second_gets_a_suffix(tmp_path, frozen_clock):
+    first = default_run_dir("lenet", "srht", "digits", "clip:C=1", root=tmp_path)
+    first.mkdir()
+    second = default_run_dir("lenet", "srht", "digits", "clip:C=1", root=tmp_path)
+    second.mkdir()
+    third = default_run_dir("lenet", "srht", "digits", "clip:C=1", root=tmp_path)
+    assert [p.name for p in (first, second, third)] == [f"{STAMP}-lenet-srht-digits-clip1{s}" for s in ("", "-2", "-3")]
+
+
+@pytest.mark.parametrize("model,part", [("path/to/net.py:Net", "net-Net"), ("nets.py:Net", "nets-Net"),
+                                        ("my_pkg.models.small:TinyNet", "small-TinyNet"),
+                                        (r"C:\models\net.py:Net", "net-Net"), ("lenet", "lenet")])
+def test_a_user_model_is_named_by_its_file_or_module_and_class(model, part):
+    assert model_part(model) == part
+
+
+@pytest.mark.parametrize("spec,part", [
+    ("clip:C=1", "clip1"),
+    ("clip:C=1,gaussian:z=1.1@after_sketch", "clip1-gaussz1.1"),
+    ("per_example:C=0.5,gaussian:sigma=1e-3", "pex0.5-gausssd1e-3"),
+    ("laplace:b=0.01@after_sketch", "lapb0.01"),
+    ("prune:p=0.9,quantize:bits=4", "prunep0.9-quantbits4"),
+    (" clip:C=2 , gaussian:z=1 ", "clip2-gaussz1"),
+])
+def test_a_defense_is_summarised_short(spec, part):
+    assert defense_part(spec) == part
+
+
+def test_a_long_defense_is_cut_and_marked():
+    part = defense_part(",".join(f"clip:C={i}" for i in range(1, 20)))
+    assert len(part) <= runs.MAX_DEFENSE_CHARS + 1 and part.endswith("+") and part.startswith("clip1-clip2-")
+
+
+@pytest.mark.parametrize("text", ["a/b", "a:b", "a b", "a\\b", "../x", ".hidden", "-x-", "a*?<>|\"b"])
+def test_every_part_is_safe_for_file_names(text):
+    part = safe_part(text)
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", part) and ".." not in part.strip("."), part
+
+
+def test_a_name_of_odd_parts_is_one_folder_level():
+    name = run_folder_name("../../etc:passwd", "my sketch", "data/set", "clip:C=1@before_sketch")
+    assert "/" not in name and ":" not in name and " " not in name and not name.startswith(".")
+    assert name == "etc-passwd-my-sketch-data-set-clip1"

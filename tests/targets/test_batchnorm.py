@@ -1,0 +1,115 @@
+"""BatchNorm modes: batch statistics (train) or running ones (eval), buffers never moved, per-example gradients."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack.errors import UserError
+
+SMALL = dict(in_shape=(3, 8, 8), width=4)  # a ResNet-20 small enough for float64 per-example checks
+
+
+def buffers(victim):
+    return {k: v.clone() for k, v in victim.model.state_dict().items() if "running" in k or "num_batches" in k}
+
+
+def test_train_and_eval_modes_give_different_outputs_on_a_batch():
+    x = torch.rand(4, 3, 8, 8)
+    train = targets.get_model("resnet20", seed=0, **SMALL)
+    evaluation = targets.get_model("resnet20", seed=0, bn_mode="eval", **SMALL)
+    assert train.bn_mode == "train" and train.batch_statistics and not evaluation.batch_statistics
+    with torch.no_grad():
+        assert not torch.allclose(train(x), evaluation(x), atol=1e-3)
+        # eval mode: an example's output does not depend on its batch; train mode: it does
+        assert torch.allclose(evaluation(x)[:1], evaluation(x[:1]), atol=1e-5)
+        assert not torch.allclose(train(x)[:1], train(torch.cat([x[:1], x[1:].flip(0) * 2]))[:1], atol=1e-3)
+
+
+def test_train_mode_forwards_and_gradients_leave_the_running_statistics_bit_identical():
+    v = targets.get_model("resnet20", seed=0, **SMALL)
+    for name, buf in v.model.named_buffers():  # statistics as a loaded checkpoint would have them
+        if "running" in name:
+            buf.copy_(torch.rand_like(buf) + 0.5)
+    before = buffers(v)
+    x, y = torch.rand(2, 3, 8, 8, requires_grad=True), torch.tensor([0, 1])
+    for _ in range(4):
+        with torch.no_grad():
+            v(x)
+    for _ in range(3):
+        targets.flat_gradient(v, x.detach(), y)
+    for _ in range(3):
+        g = targets.flat_gradient(v, x, y, create_graph=True)
+        torch.autograd.grad(g.pow(2).sum(), x)
+    targets.flat_gradient(v, x.detach(), y, params=targets.unflatten(v, targets.flat_params(v) * 1.1))
+    after = buffers(v)
+    assert before.keys() == after.keys() and any("num_batches" in k for k in after)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_train_mode_normalises_exactly_as_pytorchs_training_mode():
+    v = targets.get_model("resnet20", seed=0)
+    plain = copy.deepcopy(v.model).train()
+    for m in plain.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.track_running_stats = True
+    x = torch.rand(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(v(x), plain(x))
+
+
+def test_set_mode_switches_between_batch_and_running_statistics():
+    v = targets.get_model("resnet20", seed=0)
+    v.set_mode("eval")
+    assert v.bn_mode == "eval" and not v.batch_statistics
+    assert all(not m.training for m in v.model.modules())
+    v.set_mode("train")
+    assert v.batch_statistics
+    with pytest.raises(ValueError, match="unknown BatchNorm mode 'frozen'"):
+        v.set_mode("frozen")
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_per_example_gradients_refuse_batchnorm_in_train_mode(create_graph):
+    v = targets.get_model("resnet20", seed=0, **SMALL)
+    x, y = torch.rand(2, 3, 8, 8, requires_grad=create_graph), torch.tensor([0, 1])
+    with pytest.raises(UserError, match="needs per-example gradients, which BatchNorm in train mode .* does not "
+                                        "have: use --bn eval or a model with GroupNorm") as err:
+        targets.per_example_gradients(v, x, y, create_graph=create_graph)
+    assert "\n" not in str(err.value)
+
+
+def test_a_batchnorm_without_running_statistics_has_no_per_example_gradients_in_eval_mode_either():
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, track_running_stats=False), nn.Flatten(), nn.Linear(8, 2))
+    v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=2, bn_mode="eval")
+    assert v.batch_statistics
+    with pytest.raises(UserError, match="per-example gradients"):
+        targets.per_example_gradients(v, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
+
+
+def test_per_example_gradients_in_eval_mode_equal_autograd_example_by_example():
+    v = targets.get_model("resnet20", seed=0, bn_mode="eval", **SMALL).to(dtype=torch.float64)
+    for name, buf in v.model.named_buffers():
+        if "running" in name:
+            buf.copy_(torch.rand_like(buf) + 0.5)
+    x, y = torch.rand(3, 3, 8, 8, dtype=torch.float64), torch.tensor([2, 5, 5])
+    rows = targets.per_example_gradients(v, x, y)
+    for i in range(3):
+        v.model.zero_grad()
+        v.loss(v.model(x[i:i + 1]), y[i:i + 1]).backward()
+        ref = torch.cat([p.grad.flatten() for p in v.model.parameters()])
+        assert torch.allclose(rows[i], ref, atol=1e-12)
+    graph_rows = targets.per_example_gradients(v, x.requires_grad_(True), y, create_graph=True)
+    assert torch.allclose(graph_rows.detach(), rows, atol=1e-12)
+    assert torch.allclose(rows.mean(0), targets.flat_gradient(v, x.detach(), y), atol=1e-12)
+
+
+def test_batch_statistics_on_a_one_by_one_map_of_one_example_is_one_sentence():
+    v = targets.get_model("resnet50", in_shape=(3, 32, 32))  # layer4 works on a 1x1 map at 32 px
+    with pytest.raises(UserError, match="BatchNorm in train mode needs more than one value per channel") as err:
+        targets.flat_gradient(v, torch.rand(1, 3, 32, 32), torch.tensor([0]))
+    assert "\n" not in str(err.value)
+    v.set_mode("eval")
+    assert targets.flat_gradient(v, torch.rand(1, 3, 32, 32), torch.tensor([0])).shape == (v.d,)

@@ -1,0 +1,86 @@
+"""Loading weights: state_dicts of every zoo model (BatchNorm buffers included), flat vectors, refusals."""
+
+import pytest
+import torch
+
+import targets
+from leakattack.errors import UserError
+
+def round_trip(name, tmp_path):
+    source = targets.get_model(name, seed=1)
+    for key, buf in source.model.named_buffers():  # trained statistics, not the initial 0 and 1
+        if "running" in key:
+            buf.copy_(torch.rand_like(buf) + 0.5)
+        elif "num_batches" in key:
+            buf.fill_(123)
+    path = tmp_path / "w.pt"
+    torch.save(source.model.state_dict(), path)
+    target = targets.get_model(name, seed=2)
+    assert targets.load_weights(target, path) is target
+    want, got = source.model.state_dict(), target.model.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert target.batch_statistics == source.batch_statistics  # loading keeps the client's BatchNorm mode
+
+
+@pytest.mark.parametrize("name", sorted(targets.list_models()))
+def test_a_state_dict_round_trips_into_every_zoo_model(name, tmp_path):
+    round_trip(name, tmp_path)
+
+
+def test_loaded_running_statistics_survive_train_mode_forwards_and_normalise_in_eval_mode(tmp_path):
+    source = targets.get_model("resnet20", seed=0, bn_mode="eval")
+    for key, buf in source.model.named_buffers():
+        if "running_mean" in key:
+            buf.fill_(0.25)
+    torch.save(source.model.state_dict(), tmp_path / "w.pt")
+    train = targets.load_weights(targets.get_model("resnet20", seed=5), tmp_path / "w.pt")
+    x = torch.rand(2, 3, 32, 32)
+    targets.flat_gradient(train, x, torch.tensor([0, 1]))
+    assert torch.equal(train.model.bn1.running_mean, torch.full((16,), 0.25))
+    train.set_mode("eval")
+    with torch.no_grad():
+        assert torch.equal(train(x), source(x))
+
+
+def test_a_flat_weight_vector_loads_into_the_trainable_parameters(tmp_path):
+    other = targets.get_model("resnet20", seed=3)
+    torch.save(targets.flat_params(other), tmp_path / "flat.pt")
+    v = targets.load_weights(targets.get_model("resnet20", seed=0), tmp_path / "flat.pt")
+    assert torch.equal(targets.flat_params(v), targets.flat_params(other))
+    torch.save(torch.zeros(10), tmp_path / "short.pt")
+    with pytest.raises(UserError, match="holds a tensor of shape \\(10,\\), not the 269722 weights of this model"):
+        targets.load_weights(v, tmp_path / "short.pt")
+
+
+def test_a_file_of_the_wrong_shape_is_refused_naming_the_first_mismatch(tmp_path):
+    torch.save(targets.get_model("resnet20", width=8).model.state_dict(), tmp_path / "narrow.pt")
+    with pytest.raises(UserError, match="does not fit this model: 'conv1.weight' has shape \\(8, 3, 3, 3\\), "
+                                        "the model needs \\(16, 3, 3, 3\\)"):
+        targets.load_weights(targets.get_model("resnet20"), tmp_path / "narrow.pt")
+    torch.save(targets.get_model("resnet32").model.state_dict(), tmp_path / "deeper.pt")
+    with pytest.raises(UserError, match="does not fit this model: unexpected 'layer1.3"):
+        targets.load_weights(targets.get_model("resnet20"), tmp_path / "deeper.pt")
+    state = targets.get_model("resnet20").model.state_dict()
+    state.pop("bn1.running_var")
+    torch.save(state, tmp_path / "nobuffers.pt")
+    with pytest.raises(UserError, match="missing 'bn1.running_var'"):
+        targets.load_weights(targets.get_model("resnet20"), tmp_path / "nobuffers.pt")
+
+
+def test_a_file_with_a_pickled_object_is_refused_without_running_it(tmp_path, code_in_file):
+    state = targets.get_model("resnet20").model.state_dict()
+    state["extra"] = code_in_file()
+    torch.save(state, tmp_path / "evil.pt")
+    with pytest.raises(UserError, match="holds objects other than tensors; it was not loaded"):
+        targets.load_weights(targets.get_model("resnet20"), tmp_path / "evil.pt")
+    assert code_in_file.loaded == []
+
+
+def test_a_missing_or_unreadable_file_is_one_sentence(tmp_path):
+    v = targets.get_model("lenet")
+    with pytest.raises(UserError, match="does not exist"):
+        targets.load_weights(v, tmp_path / "none.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    with pytest.raises(UserError, match="weights file '.*junk.pt' ") as err:
+        targets.load_weights(v, tmp_path / "junk.pt")
+    assert "\n" not in str(err.value)
