@@ -6,7 +6,8 @@ ICML 2023, Sec. 7), or its cosine variant 1 - <R g(x), y> / (||R g(x)|| ||y||)
 attacker's model of the client is the observation's ``forward(x, labels)``.
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
-message by the sign rule read through the sketch, counts for batches) or ``dlg``
+message through the sketch: iDLG's sign rule for one image, the ``pooled`` count rule of
+:mod:`leakattack.attacks.labels` for batches) or ``dlg``
 (soft labels optimised jointly with x, Zhu et al. 2019).  Restarts run from
 independent dummy starts; the attacker keeps the lowest final L_R (it cannot see
 the truth), as in DLG and breaching.

@@ -11,7 +11,7 @@ exactly.  Every rule below estimates the two terms of that identity.
 Reading through the sketch.  The attacker sees y = M g (M = R, or a R for an
 update -lr R g), never g.  Any linear functional <m, g> is read as
 <M m, y> / gain = <m, M^T y> / gain, with gain = ||M m||^2 / ||m||^2 measured on the
-head's indicator (1 for a sketch, a^2 for a scaled one): R is a coordinate-wise
+head's indicator (~1 for a sketch, a^2 times that for a scaled one): R is a coordinate-wise
 embedding (Song et al. 2023, Definition 4.1 / Lemma D.11), E[R^T R] = I, and the
 error has standard deviation about ||m|| ||g|| sqrt(1/b - 1/d).  One adjoint
 M^T y gives all of them: U (C x H), the head's weight gradient, and beta (C), its
@@ -56,7 +56,7 @@ Rules (``LABEL_RULES``; ``recover_labels(..., rule=...)``):
   model run on random dummy images, the probes (S their mean feature sum, p
   their mean softmax), n_c = B (p_c - s_c / S) with s_c the row sum.
 * ``bias``: n_c = B (p_c - dL/db_c), the bias read through the sketch and p from
-  the probes (LLG+'s offset on iLRG's exact bias identity).
+  the probes (LLG*'s probe offset on iLRG's exact bias identity).
 * ``ilrg``: iLRG as published: class embeddings h_c = U_c / beta_c, their softmax
   P_c, and the least-squares solution of sum_c n_c = B, B beta = (P^T - I) n.
   Through a sketch each division by a noisy beta_c amplifies the noise.

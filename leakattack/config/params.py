@@ -106,7 +106,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("box", False, Flag(), "box", "project the dummy data onto [0, 1] after every step (default: off)"),
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
     Param("label_mode", "idlg", Choice(attacks.LABEL_MODES), "label mode",
-          "one of {choices}: recover by iDLG's sign rule through the sketch, take the true labels, or optimise soft "
+          "one of {choices}: recover from the message through the sketch (iDLG's sign rule for one image, pooled "
+          "counts for batches: leakattack.attacks.labels), take the true labels, or optimise soft "
           "labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(attacks.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),

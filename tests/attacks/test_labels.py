@@ -1,4 +1,4 @@
-"""iDLG label recovery read through the sketch."""
+"""Label recovery read through the sketch: single labels, a batch, the scale of the message."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ from leakattack.sketch import make_sketch
 
 
 @pytest.mark.parametrize("kind", ["none", "srht", "gaussian", "countsketch", "sparse"])
-def test_idlg_recovers_single_labels_through_each_sketch(kind):
+def test_default_rule_recovers_single_labels_through_each_sketch(kind):
     ds = data.get_dataset("digits")
     victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
     d = victim.d
@@ -21,11 +21,11 @@ def test_idlg_recovers_single_labels_through_each_sketch(kind):
         x, y = data.get_batch(ds, i, 1)
         obs = sk.apply(targets.flat_gradient(victim, x, y))
         hits += int(labels.recover_labels(victim, sk, obs, 1).item() == y.item())
-    # the sign rule is exact without a sketch; through b = d/2 sketches allow one miss in ten
+    # exact without a sketch (iDLG's sign rule is); through b = d/2 sketches allow one miss in ten
     assert hits >= (10 if kind == "none" else 9)
 
 
-def test_idlg_recovers_distinct_labels_of_a_batch_without_sketch():
+def test_default_rule_recovers_distinct_labels_of_a_batch_without_sketch():
     ds = data.get_dataset("digits")
     victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
     x, y = data.get_batch(ds, 0, 4)  # digits 0, 1, 2, 3
