@@ -2,6 +2,8 @@
 
 import pytest
 
+from leakattack.sketch.base import Sketch
+
 
 class CodeInFile:
     """An object whose unpickling calls ``record``: a stand-in for code hidden in a file someone else wrote."""
@@ -22,3 +24,20 @@ def code_in_file():
     """The class to pickle into a file; ``code_in_file.loaded`` lists what ran when it was loaded."""
     CodeInFile.loaded.clear()
     return CodeInFile
+
+
+@pytest.fixture
+def scaled_sketch():
+    """A sketch class a * R around another sketch R (a message -lr R g is a scaled sketch)."""
+    class Scaled(Sketch):
+        def __init__(self, inner, a):
+            super().__init__(inner.d, inner.b, inner.seed)
+            self.inner, self.a = inner, a
+
+        def _apply(self, v):
+            return self.a * self.inner.apply(v)
+
+        def _adjoint(self, u):
+            return self.a * self.inner.adjoint(u)
+
+    return Scaled

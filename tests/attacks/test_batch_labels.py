@@ -11,7 +11,6 @@ from leakattack.attacks import labels
 from leakattack.metrics import label_accuracy
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
-from leakattack.sketch.base import Sketch
 
 
 class SmallBNNet(nn.Module):
@@ -164,23 +163,12 @@ def test_default_rule_counts_a_head_without_bias_by_the_probes_feature_scale(dig
 
 
 @pytest.mark.parametrize("rule", labels.LABEL_RULES)
-def test_sketched_labels_do_not_depend_on_the_scale_of_the_message(digits, rule):
+def test_sketched_labels_do_not_depend_on_the_scale_of_the_message(digits, rule, scaled_sketch):
     # an update -lr R g: every functional is divided by the gain measured on the same operator
-    class Scaled(Sketch):
-        def __init__(self, inner, a):
-            super().__init__(inner.d, inner.b, inner.seed)
-            self.inner, self.a = inner, a
-
-        def _apply(self, v):
-            return self.a * self.inner.apply(v)
-
-        def _adjoint(self, u):
-            return self.a * self.inner.adjoint(u)
-
     victim = lenet(digits)
     idx = draw_batches(digits, 8, 1, distinct=False)[0]
     g = targets.flat_gradient(victim, digits.images[idx], digits.labels[idx]).detach()
     sk = get_sketch("srht", victim.d, sketch_dim(0.5, victim.d), seed=1)
-    scaled = Scaled(sk, -1e-3)
+    scaled = scaled_sketch(sk, -1e-3)
     plain = labels.recover_labels(victim, sk, sk.apply(g), 8, rule=rule)
     assert labels.recover_labels(victim, scaled, scaled.apply(g), 8, rule=rule).tolist() == plain.tolist()

@@ -6,7 +6,6 @@ import torch
 import targets
 from leakattack import data
 from leakattack.attacks import labels
-from leakattack.sketch.base import Sketch
 from leakattack.sketch import make_sketch
 
 
@@ -35,25 +34,14 @@ def test_default_rule_recovers_distinct_labels_of_a_batch_without_sketch():
     assert sorted(rec.tolist()) == sorted(y.tolist())
 
 
-def test_batch_label_counts_do_not_depend_on_the_scale_of_the_message():
+def test_batch_label_counts_do_not_depend_on_the_scale_of_the_message(scaled_sketch):
     # a local-SGD update is -lr * g: LLG counts must divide the operator's gain out
-    class Scaled(Sketch):
-        def __init__(self, inner, a):
-            super().__init__(inner.d, inner.b, inner.seed)
-            self.inner, self.a = inner, a
-
-        def _apply(self, v):
-            return self.a * self.inner.apply(v)
-
-        def _adjoint(self, u):
-            return self.a * self.inner.adjoint(u)
-
     ds = data.get_dataset("digits")
     victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
     x, y = data.get_batch(ds, 0, 4)
     g = targets.flat_gradient(victim, x, y)
     sk = make_sketch("none", victim.d, 0)
     plain = labels.recover_labels(victim, sk, g, 4)
-    scaled_op = Scaled(sk, -0.1)
+    scaled_op = scaled_sketch(sk, -0.1)
     scaled = labels.recover_labels(victim, scaled_op, scaled_op.apply(g), 4)
     assert plain.tolist() == scaled.tolist() == sorted(y.tolist())
