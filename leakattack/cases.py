@@ -122,8 +122,7 @@ def _encoder_name(encoder: dict) -> str:
     """'srht b=1343', 'countsketch-table 20x40', 'none' (identity): what the client applied to its update."""
     if "rows" in encoder and "buckets" in encoder:
         return f"{encoder['kind']} {encoder['rows']}x{encoder['buckets']}"
-    return encoder["kind"] if encoder["b"] == encoder["d"] and encoder["kind"] == "none" else \
-        f"{encoder['kind']} b={encoder['b']}"
+    return encoder["kind"] if encoder["kind"] == "none" else f"{encoder['kind']} b={encoder['b']}"
 
 
 _CASES = Registry("case")

@@ -29,7 +29,7 @@ from .cases import Case, build_case
 from .config import ConfigError, RunConfig
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, write_csv, write_json
+from .results import default_run_dir, directory_mode, write_csv, write_json
 from .utility import privacy_metrics
 
 
@@ -194,7 +194,7 @@ def write_run(out: Outcome, folder: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
         _write_files(out, tmp)
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, directory_mode())
         if folder.exists():
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
             os.replace(folder, old / folder.name)
@@ -206,12 +206,6 @@ def write_run(out: Outcome, folder: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _write_files(out: Outcome, folder: Path) -> None:

@@ -30,6 +30,11 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+def directory_mode() -> int:
+    """The permissions a new folder gets under the process umask (mkdtemp makes 0700)."""
+    return 0o777 & ~_UMASK
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
     path = Path(path)
