@@ -7,17 +7,30 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..sweep import check_name, load_plan, run_sweep
+from ..sweep import check_name, list_backends, load_plan, run_sweep
+
+#: options of the slurm backend: flag -> keyword of SlurmBackend
+SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--gpus": "gpus",
+                 "--cpus-per-task": "cpus_per_task", "--retries": "retries"}
+
+
+def _backend_options(a) -> dict:
+    given = {flag: getattr(a, kw) for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None}
+    if a.backend != "slurm" and given:
+        raise UserError(f"{next(iter(given))} is an option of the slurm backend, not of '{a.backend}': add "
+                        "--backend slurm, or leave it out")
+    return {SLURM_OPTIONS[flag]: v for flag, v in given.items()}
 
 
 def cmd_sweep(a) -> int:
+    options = _backend_options(a)
     plan = load_plan(a.config)
-    jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", 1)
-    if jobs < 1:
+    jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
+    if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     out = Path(a.out) if a.out else Path("results/sweeps") / check_name(plan.settings.get("name", Path(a.config).stem))
     t0 = time.perf_counter()
-    res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet)
+    res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
     best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []
@@ -37,6 +50,18 @@ def register(sub) -> None:
                                    "a time per output folder.")
     p.add_argument("config", help="sweep file (TOML with [sweep], [base], [grid])")
     p.add_argument("--out", default=None, help="output folder (default: results/sweeps/<name>/)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes, one thread each (default: [sweep] jobs or 1)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes, one thread each (default: [sweep] "
+                   "jobs, else 1); with --backend slurm, the most jobs running at once (default: [sweep] jobs, else "
+                   "no cap)")
+    p.add_argument("--backend", choices=list_backends(), default="local",
+                   help="where the points run: local worker processes, or job arrays on a SLURM cluster (default: local)")
+    s = p.add_argument_group("slurm backend", "resources of each job")
+    s.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's default partition)")
+    s.add_argument("--time", type=int, default=None, metavar="MIN", help="time limit of each job, in minutes (default: 60)")
+    s.add_argument("--mem", type=float, default=None, metavar="GB", help="memory of each job, in GB (default: the partition's default)")
+    s.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs of each job (default: 0)")
+    s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="CPUs of each job (default: 1)")
+    s.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="times a failed job is submitted again before the sweep stops (default: 2)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)

@@ -8,6 +8,9 @@ mid-write) is dropped first.  At the end ``summary.csv`` (mean and sample std
 over seeds and images per setting, in grid order) and the figures are written
 from the stored results.
 
+On a cluster backend the jobs hand their results back to this process (the
+slurm backend: as pickled files it reads), so it stays the one writer there too.
+
 Only one sweep runs in a folder at a time: it holds ``DIR/sweep.lock``
 (:mod:`.lock`), and a second sweep on the same folder is refused.
 """
@@ -46,17 +49,26 @@ def _run_indexed(with_lpips: bool, item: tuple[int, dict]):
     return run_point(item[1]["params"], with_lpips)
 
 
-def run_sweep(plan: Plan, out: Path, jobs: int = 1, progress: bool = True, backend: str = "local") -> dict:
+def _point_of(item: tuple[int, dict]) -> str:
+    """A job's name across runs: its point's key."""
+    return item[1]["key"]
+
+
+def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True, backend: str = "local",
+              options: dict | None = None) -> dict:
     """Run the points not yet in ``out/results.jsonl`` on ``backend``, then write summary.csv and the figures.
 
+    ``options`` go to the backend (slurm: partition, time, mem, gpus, ...).
     Interrupted (Ctrl-C, or a point that fails), the backend's running jobs are
     cancelled and every result already written is kept.  Another sweep running
     in ``out`` makes this one stop before writing anything (UserError).
     """
-    workers = get_backend(backend, jobs=jobs)  # an unknown name is refused before anything is written
+    # an unknown name, a bad option or a scheduler that does not answer is refused before anything is written
+    workers = get_backend(backend, jobs=jobs, **(options or {}))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
+        workers.use_folder(out)
         return _run_locked(plan, out, workers, progress)
 
 
@@ -71,7 +83,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     (out / "points").mkdir(exist_ok=True)
     try:
         with workers:  # leaving on an exception cancels the jobs still running; what is written stays
-            for (i, pt), (m, recon, truth) in workers.map_unordered(functools.partial(_run_indexed, lpips), todo):
+            jobs = workers.map_unordered(functools.partial(_run_indexed, lpips), todo, key=_point_of)
+            for (i, pt), (m, recon, truth) in jobs:
                 write_tensors(out / "points" / f"{pt['key']}.pt",
                               {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
                 append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"],

@@ -169,7 +169,7 @@ class InterruptedBackend(Backend):
     def __init__(self, n):
         self.n, self.closed = n, []
 
-    def map_unordered(self, fn, items):
+    def map_unordered(self, fn, items, key=None):
         for item in list(items)[:self.n]:
             yield item, fn(item)
         raise KeyboardInterrupt

@@ -56,9 +56,12 @@ def test_unknown_backend_is_refused_in_one_sentence_naming_the_choices():
     assert "\n" not in msg
 
 
-def test_every_registered_backend_keeps_the_contract():
-    for name in list_backends():
+@pytest.mark.parametrize("name", list_backends())
+def test_every_registered_backend_keeps_the_contract(name):
+    try:
         backend = get_backend(name)
-        assert isinstance(backend, Backend)
-        assert list(backend.map_unordered(abs, [-2])) == [(-2, 2)]
-        backend.close()
+    except UserError as err:  # a scheduler that is not on this machine (its own tests say the same)
+        pytest.skip(f"backend {name} cannot start here: {err}")
+    assert isinstance(backend, Backend)
+    assert list(backend.map_unordered(abs, [-2])) == [(-2, 2)]
+    backend.close()

@@ -10,13 +10,16 @@ from __future__ import annotations
 from ...registry import Registry
 from .base import Backend
 from .local import LocalBackend
+from .slurm import SlurmBackend, SlurmJobFailed
 
 _BACKENDS = Registry("sweep backend")
 _BACKENDS.register("local", LocalBackend, help="worker processes on this machine")
+_BACKENDS.register("slurm", SlurmBackend, help="job arrays on a SLURM cluster (submitit)")
 
 
 def get_backend(name: str, **options) -> Backend:
-    """The backend registered as ``name``, built with ``options`` (local: ``jobs``)."""
+    """The backend registered as ``name``, built with ``options`` (local: ``jobs``; slurm: ``jobs``,
+    ``partition``, ``time``, ``mem``, ``gpus``, ``cpus_per_task``, ``retries``)."""
     return _BACKENDS.get(name)(**options)
 
 
@@ -25,4 +28,4 @@ def list_backends() -> list[str]:
     return _BACKENDS.names()
 
 
-__all__ = ["Backend", "LocalBackend", "get_backend", "list_backends"]
+__all__ = ["Backend", "LocalBackend", "SlurmBackend", "SlurmJobFailed", "get_backend", "list_backends"]

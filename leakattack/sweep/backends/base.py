@@ -9,18 +9,25 @@ from typing import Any, Callable, Iterable, Iterator
 class Backend(ABC):
     """Runs independent jobs somewhere; the caller alone writes their results.
 
-    ``map_unordered(fn, items)`` yields ``(item, fn(item))`` for every item
-    once, in completion order; an exception raised by a job propagates out of
-    the iterator.  ``fn`` and the items must be picklable for backends that run
-    them in other processes.  ``close(cancel=False)`` waits for the jobs
+    ``map_unordered(fn, items, key=None)`` yields ``(item, fn(item))`` for
+    every item once, in completion order; an exception raised by a job
+    propagates out of the iterator.  ``key(item)`` names an item the same way
+    from one run to the next: a backend whose jobs outlive the caller (a
+    cluster scheduler) re-attaches to them by it, in the folder given to
+    ``use_folder`` (the sweep folder).  ``fn`` and the items must be
+    picklable for backends that run them in other processes.  ``close(cancel=False)`` waits for the jobs
     started; ``close(cancel=True)`` stops them, dropping unfinished results.
     As a context manager it closes on leaving, cancelling when an exception
     (Ctrl-C, a failed job) is on its way out.
     """
 
     @abstractmethod
-    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any],
+                      key: Callable[[Any], str] | None = None) -> Iterator[tuple[Any, Any]]:
         """``(item, fn(item))`` pairs in completion order."""
+
+    def use_folder(self, folder) -> None:
+        """Where the backend may keep files across runs (its jobs' files, what it submitted); default: none."""
 
     @abstractmethod
     def close(self, cancel: bool = False) -> None:

@@ -41,7 +41,7 @@ class LocalBackend(Backend):
         self.jobs = jobs
         self._pool: ProcessPoolExecutor | None = None
 
-    def map_unordered(self, fn, items):
+    def map_unordered(self, fn, items, key=None):  # nothing outlives this process: keys are not needed
         items = list(items)
         if self.jobs <= 1 or len(items) <= 1:
             for item in items:

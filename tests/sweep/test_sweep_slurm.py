@@ -1,0 +1,224 @@
+"""The slurm sweep backend on a real SLURM (``.ci/slurm-up`` starts a single-node one).
+
+Same points and metrics as the local backend, each point once; a coordinator
+killed with SIGKILL re-attaches to its jobs instead of submitting them again;
+a failing job is retried, then named with its SLURM job id and stderr log;
+Ctrl-C cancels the jobs; bad requests are one sentence, exit 2, nothing
+written.  The tests that need the scheduler skip when no SLURM node answers.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakattack import cli
+from leakattack.results import load_tensors
+from leakattack.sweep import read_results
+from leakattack.sweep.backends import SlurmJobFailed, get_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+#: four lenet points on the embedded digits, a fraction of a second of attack each
+SWEEP = """
+[sweep]
+name = "slurm4"
+
+[base]
+model = "lenet"
+dataset = "digits"
+iterations = 10
+
+[grid]
+image_index = [0, 1]
+seed = [0, 1]
+"""
+TIMING = {"wall_s", "attack_s", "utility_wall_s"}
+
+
+def _scheduler_missing() -> str | None:
+    """Why the SLURM tests cannot run here, or None when the controller answers and a node is up."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no SLURM here (sinfo/sbatch missing): `bash .ci/slurm-up` as root starts a single-node one"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "the SLURM controller does not answer sinfo within 20 s"
+    if out.returncode != 0 or not {"idle", "mix", "alloc", "comp"} & set(out.stdout.split()):
+        return f"no SLURM node is up (sinfo: {(out.stdout + out.stderr).strip()[:80]!r})"
+    return None
+
+
+MISSING = _scheduler_missing()
+needs_slurm = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+
+def _records(out: Path) -> list[dict]:
+    return read_results(out / "results.jsonl")
+
+
+def _metrics(out: Path) -> dict[str, dict]:
+    return {r["key"]: {k: v for k, v in r["metrics"].items() if k not in TIMING} for r in _records(out)}
+
+
+def _job_dirs(out: Path) -> set[str]:
+    """The SLURM jobs submitted in a folder: submitit keeps one folder per job (array task) with its pickled call."""
+    return {p.parent.name for p in (out / "slurm").glob("*/*_submitted.pkl")}
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory):
+    """The sweep run on the local backend, in this process."""
+    folder = tmp_path_factory.mktemp("local")
+    cfg = folder / "s.toml"
+    cfg.write_text(SWEEP)
+    assert cli.main(["sweep", str(cfg), "--out", str(folder / "out"), "--quiet"]) == 0
+    return cfg, folder / "out"
+
+
+@needs_slurm
+def test_slurm_sweep_killed_and_restarted_gives_the_local_points_and_metrics_each_point_once(local_reference,
+                                                                                             tmp_path):
+    """The first coordinator submits the whole grid and is killed (SIGKILL) after one written point; the
+    second re-attaches to the four jobs (none is submitted again) and folds in the other three."""
+    cfg, ref = local_reference
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # --jobs 2: two array tasks at a time, so two points are still queued or running when the first is written
+    proc = subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out),
+                             "--backend", "slurm", "--jobs", "2", "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 120 and proc.poll() is None and not _records(out):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    written = [r["key"] for r in _records(out)]
+    assert 1 <= len(written) < 4, (written, proc.stderr.read())
+    submitted = _job_dirs(out)
+    assert len(submitted) == 4  # one job (array task) per point
+
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--quiet"]) == 0
+    keys = [r["key"] for r in _records(out)]
+    assert sorted(keys) == sorted(_metrics(ref)) and len(keys) == 4  # every point, once
+    assert keys[:len(written)] == written  # what was written before the kill stays as it was
+    assert _job_dirs(out) == submitted  # re-attached: no job submitted again
+    assert _metrics(out) == _metrics(ref)  # same seeds, one thread, same device type: the same numbers
+    for key in keys:
+        ours, theirs = load_tensors(out / "points" / f"{key}.pt"), load_tensors(ref / "points" / f"{key}.pt")
+        assert torch.equal(ours["recon"], theirs["recon"]) and torch.equal(ours["truth"], theirs["truth"])
+    assert (out / "summary.csv").read_text() == (ref / "summary.csv").read_text()
+    assert not (out / "slurm" / "jobs.json").read_text().count('"job"')  # every job folded in and forgotten
+
+
+@needs_slurm
+def test_a_job_that_raises_is_retried_then_reported_with_its_job_id_and_stderr_log(tmp_path):
+    backend = get_backend("slurm", retries=1, poll_s=0.1)
+    backend.use_folder(tmp_path)
+    got = []
+    with pytest.raises(SlurmJobFailed) as err:
+        with backend:
+            for item, value in backend.map_unordered(math.sqrt, [4.0, -1.0], key=str):
+                got.append((item, value))
+    msg = str(err.value)
+    assert got == [(4.0, 2.0)]
+    assert "\n" not in msg and "after 2 attempts" in msg and "ValueError: math domain error" in msg, msg
+    job = re.search(r"SLURM job (\S+) ", msg).group(1)
+    log = Path(re.search(r"its stderr: (\S+)$", msg).group(1))
+    assert log.is_file() and job in log.name and "math domain error" in log.read_text()
+    assert len(_job_dirs(tmp_path)) == 3  # the good item once, the bad one twice
+    assert "-1.0" not in json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]  # afresh next run
+
+
+@needs_slurm
+def test_closing_with_cancel_scancels_the_jobs_still_queued_or_running(tmp_path):
+    backend = get_backend("slurm", poll_s=0.1)
+    backend.use_folder(tmp_path)
+    try:
+        jobs = backend.map_unordered(time.sleep, [0.0, 600.0], key=str)
+        assert next(jobs) == (0.0, None)
+        job = json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]["600.0"]["job"]
+    finally:
+        backend.close(cancel=True)
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        listed = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T", "-j", job.split("_")[0]],
+                                capture_output=True, text=True).stdout.splitlines()
+        queue = [line.split()[1] for line in listed if line.split()[0] == job]
+        if not {"PENDING", "RUNNING"} & set(queue):
+            break
+        time.sleep(0.2)
+    assert set(queue) <= {"CANCELLED", "COMPLETING"}, queue  # a 600 s sleep cannot have completed
+    assert "600.0" not in json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]  # afresh next time
+
+
+@needs_slurm
+@pytest.mark.parametrize("flags,needle", [
+    (["--partition", "no-such-partition"], "Invalid partition name"),
+    (["--cpus-per-task", "100000"], "SLURM refuses the job request"),
+])
+def test_a_request_slurm_refuses_is_one_sentence_exit_2_and_writes_nothing(tmp_path, capsys, flags, needle):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", *flags, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--time", "30"], "--time is an option of the slurm backend"),
+    (["--backend", "slurm", "--time", "0"], "SLURM --time (minutes) must be a whole number of at least 1, got 0"),
+    (["--backend", "slurm", "--mem", "-2"], "SLURM --mem (GB) must be a number above 0"),
+    (["--backend", "slurm", "--gpus", "-1"], "SLURM --gpus must be a whole number of at least 0"),
+    (["--backend", "slurm", "--retries", "-1"], "SLURM --retries must be a whole number of at least 0"),
+    (["--backend", "slurm", "--partition", "a b"], "SLURM --partition must be one partition name"),
+    (["--backend", "slurrm"], "invalid choice: 'slurrm'"),
+])
+def test_bad_backend_options_are_one_sentence_exit_2_and_write_nothing(tmp_path, capsys, flags, needle):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), *flags, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_slurm_backend_without_sbatch_is_one_sentence_exit_2_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no SLURM command can be found
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs SLURM's commands on PATH and 'sbatch' is not there" in err[0], err
+    assert not out.exists()
+
+
+def test_a_controller_that_does_not_answer_is_one_sentence_exit_2_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out"
+    bin_dir = tmp_path / "bin"  # SLURM's commands, with a controller that is down (what `scontrol ping` says then)
+    bin_dir.mkdir()
+    for name in ("sbatch", "squeue", "scancel", "srun", "sinfo"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'Slurmctld(primary) at head is DOWN'\nexit 1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["leakattack: error: the SLURM controller does not answer (Slurmctld(primary) at head is DOWN): "
+                   "check it with 'sinfo', or use --backend local"], err
+    assert not out.exists()
