@@ -1,0 +1,73 @@
+"""A Flower client: ClientNet (examples/client_model.py) trained for K local SGD steps on one batch of embedded photos.
+
+Client c holds photos c*B .. c*B+B-1 of leakattack's embedded set, or the batch
+in --data (a file {"images": (B, C, H, W) in [0, 1], "labels": (B,)}, saved with
+torch.save).  It follows the server's fit configuration (lr, local_steps) and,
+through SketchingClient, sends R_t Δ when the server runs SketchedFedAvg, its new
+weights otherwise.
+
+  python examples/flower_client.py --server 127.0.0.1:8080 --client-id 0
+"""
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from client_model import ClientNet  # examples/ is on sys.path when this file is run
+
+import leakattack.integrations  # noqa: F401  (first: it turns Flower's usage telemetry off before flwr loads)
+from flwr.client import NumPyClient, start_client
+
+from leakattack.data import get_batch, get_dataset
+from leakattack.integrations.flower import CLIENT_ID_KEY, SketchingClient, load_arrays, model_arrays
+from leakattack.results.message import read_truth
+
+
+class PhotoClient(NumPyClient):
+    """K steps of SGD with the server's learning rate, all on the client's one batch (FedAvg's local training)."""
+
+    def __init__(self, client_id: str, model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor):
+        self.client_id, self.model, self.x, self.labels = client_id, model, x, labels
+
+    def get_parameters(self, config):
+        return model_arrays(self.model)
+
+    def fit(self, parameters, config):
+        load_arrays(self.model, parameters)
+        opt = torch.optim.SGD(self.model.parameters(), lr=float(config["lr"]))
+        for _ in range(int(config.get("local_steps", 1))):
+            opt.zero_grad()
+            F.cross_entropy(self.model(self.x), self.labels).backward()
+            opt.step()
+        return model_arrays(self.model), int(self.x.shape[0]), {CLIENT_ID_KEY: self.client_id}
+
+    def evaluate(self, parameters, config):
+        load_arrays(self.model, parameters)
+        with torch.no_grad():
+            loss = float(F.cross_entropy(self.model(self.x), self.labels))
+        return loss, int(self.x.shape[0]), {CLIENT_ID_KEY: self.client_id}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--server", default="127.0.0.1:8080", help="the server's address HOST:PORT")
+    p.add_argument("--client-id", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--image-size", type=int, default=32, help="side of the photo crops (the server's model takes it)")
+    p.add_argument("--data", default=None, help="the client's batch as a file {images, labels} instead of photos")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    if a.data:
+        x, labels = read_truth(a.data)
+        if labels is None:
+            p.error(f"--data {a.data} holds no 'labels'")
+    else:
+        photos = get_dataset("photos", image_size=a.image_size)
+        x, labels = get_batch(photos, a.client_id * a.batch_size, a.batch_size)
+    model = ClientNet(in_shape=tuple(x.shape[1:]), num_classes=10)  # its weights come from the server
+    client = SketchingClient(PhotoClient(str(a.client_id), model, x, labels))
+    start_client(server_address=a.server, client=client.to_client(), insecure=True)
+
+
+if __name__ == "__main__":
+    main()

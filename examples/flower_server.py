@@ -1,0 +1,60 @@
+"""A Flower server that records what its clients send, for `leakattack run --message`.
+
+FedAvg (or, with --sketch, Song et al.'s Algorithm 1: SketchedFedAvg) wrapped in
+RecordingStrategy: every round's weights and every client's update land in --out.
+
+  python examples/flower_server.py --port 8080 --clients 2 --sketch srht --ratio 0.5 --out flower-messages
+  python examples/flower_client.py --server 127.0.0.1:8080 --client-id 0 &
+  python examples/flower_client.py --server 127.0.0.1:8080 --client-id 1
+  leakattack run --model examples/client_model.py:ClientNet --weights flower-messages/round001-weights.pt \\
+      --message flower-messages/round001-client0.pt
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from client_model import ClientNet  # examples/ is on sys.path when this file is run
+
+import leakattack.integrations  # noqa: F401  (first: it turns Flower's usage telemetry off before flwr loads)
+from flwr.common import ndarrays_to_parameters
+from flwr.server import ServerConfig, start_server
+from flwr.server.strategy import FedAvg
+
+from leakattack.integrations.flower import RecordingStrategy, SketchedFedAvg, model_arrays
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--clients", type=int, default=2, help="clients per round (the server waits for them)")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--lr", type=float, default=0.1, help="the clients' local learning rate")
+    p.add_argument("--local-steps", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--sketch", default=None, help="run Algorithm 1 with this sketch kind (default: plain FedAvg)")
+    p.add_argument("--ratio", type=float, default=0.5, help="b/d of the sketch")
+    p.add_argument("--sketch-seed", type=int, default=1, help="the seed shared by server and clients")
+    p.add_argument("--image-size", type=int, default=32, help="side of the clients' images")
+    p.add_argument("--channels", type=int, default=3, help="channels of the clients' images (3: photos)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    p.add_argument("--out", default="flower-messages")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    shape = (a.channels, a.image_size, a.image_size)
+    model = ClientNet(in_shape=shape, num_classes=10)
+    options = dict(min_fit_clients=a.clients, min_available_clients=a.clients, fraction_evaluate=0.0,
+                   initial_parameters=ndarrays_to_parameters(model_arrays(model)),
+                   on_fit_config_fn=lambda t: {"lr": a.lr, "local_steps": a.local_steps, "batch_size": a.batch_size})
+    strategy = SketchedFedAvg(sketch=a.sketch, ratio=a.ratio, seed=a.sketch_seed, **options) if a.sketch \
+        else FedAvg(**options)
+    recorder = RecordingStrategy(strategy, a.out, input_shape=shape, num_classes=10)
+    start_server(server_address=f"127.0.0.1:{a.port}", config=ServerConfig(num_rounds=a.rounds), strategy=recorder)
+    (Path(a.out) / "records.json").write_text(json.dumps(recorder.records, indent=2) + "\n")
+    print(f"{len(recorder.records)} messages recorded in {a.out}")
+
+
+if __name__ == "__main__":
+    main()

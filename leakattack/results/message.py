@@ -1,0 +1,233 @@
+"""Message files: one captured client message and what the attacker knows about how it was made.
+
+A message file is a dict saved with ``torch.save`` and read back with
+``torch.load(..., weights_only=True)`` (tensors and plain containers only, so a
+file cannot run code).  Its keys:
+
+* ``format`` = ``"leakattack-message"``, ``version`` = :data:`VERSION`;
+* ``message``: the flat tensor the client sent;
+* ``kind``: ``"gradient"`` (y = E(g), g = grad_w F(w, x), the batch-mean loss) or
+  ``"update"`` (y = E(w_before - w_after) after ``local_steps`` SGD steps of
+  learning rate ``lr``, all on the same batch, as FedAvg clients send);
+* ``sketch``: ``Sketch.describe()`` of the sketch E the client applied (kind, d,
+  b, seed and the family's parameters), or None for an unsketched message;
+* ``batch_size``; ``labels`` (the batch's labels, or None when the attacker does
+  not know them); ``lr``, ``local_steps`` (updates); ``defense`` (the client's
+  defense spec, or None); ``input_shape`` and ``num_classes`` of the model's
+  input and output, when the writer states them; ``ids`` (round, client, ...).
+
+The flat order of g, w and of an unsketched message is the order of
+``model.parameters()``: each parameter flattened row-major, then concatenated
+(``torch.nn.utils.parameters_to_vector``).  :func:`write_message` writes a
+file atomically; :func:`read_message` checks one and returns a :class:`Message`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import UserError
+from ..sketch import Sketch, check_description
+from .io import write_tensors
+
+FORMAT = "leakattack-message"
+VERSION = 1
+KINDS = ("gradient", "update")
+#: the keys every message file holds (optional values are None)
+KEYS = ("format", "version", "message", "kind", "sketch", "batch_size", "labels", "lr", "local_steps", "defense",
+        "input_shape", "num_classes", "ids")
+
+
+class MessageError(UserError):
+    """A message file that cannot be attacked (one sentence naming the file and the fault)."""
+
+
+@dataclass
+class Message:
+    """One captured message, read from a message file."""
+
+    y: torch.Tensor  #: the flat message
+    kind: str  #: gradient | update
+    sketch: dict | None  #: Sketch.describe() of the client's sketch; None: unsketched
+    batch_size: int
+    labels: torch.Tensor | None = None
+    lr: float | None = None
+    local_steps: int = 1
+    defense: str | None = None
+    input_shape: tuple | None = None
+    num_classes: int | None = None
+    ids: dict = field(default_factory=dict)
+    path: str = ""
+
+    def describe(self) -> dict:
+        """What the file says about the message (config.json), without the tensors."""
+        return {"file": self.path, "kind": self.kind, "numbers": int(self.y.numel()), "batch_size": self.batch_size,
+                "labels_known": self.labels is not None, "lr": self.lr, "local_steps": self.local_steps,
+                "defense": self.defense, "input_shape": None if self.input_shape is None else list(self.input_shape),
+                "num_classes": self.num_classes, "ids": dict(self.ids), "encoder": self.sketch}
+
+
+def _is_int(v, low: int) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= low
+
+
+def _is_id(v) -> bool:
+    return isinstance(v, (str, numbers.Real)) and not isinstance(v, bool)
+
+
+def _check(fields: dict, where: str) -> None:
+    """Every value of a message against its rule; MessageError naming ``where`` and the key."""
+    def bad(key, what):
+        raise MessageError(f"{where}: '{key}' must be {what}, got {fields[key]!r}")
+
+    y = fields["message"]
+    if not isinstance(y, torch.Tensor) or y.dim() != 1 or y.numel() == 0 or not y.is_floating_point():
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise MessageError(f"{where}: 'message' must be a flat, non-empty floating-point tensor, got {shape}")
+    if not bool(torch.isfinite(y).all()):
+        raise MessageError(f"{where}: the message holds non-finite numbers (inf or nan)")
+    if fields["kind"] not in KINDS:
+        bad("kind", " or ".join(KINDS))
+    if not _is_int(fields["batch_size"], 1):
+        bad("batch_size", "a positive integer")
+    if not _is_int(fields["local_steps"], 1):
+        bad("local_steps", "a positive integer")
+    lr = fields["lr"]
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < float(lr) < float("inf")):
+        bad("lr", "a positive number")
+    if fields["kind"] == "update" and lr is None:
+        raise MessageError(f"{where}: an update message needs 'lr', the clients' local learning rate")
+    labels = fields["labels"]
+    if labels is not None:
+        if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point() \
+                or labels.is_complex() or labels.dtype == torch.bool:
+            bad("labels", "a 1-d integer tensor")
+        if labels.numel() != fields["batch_size"]:
+            raise MessageError(f"{where}: 'labels' holds {labels.numel()} labels for a batch of "
+                               f"{fields['batch_size']}")
+    if fields["defense"] is not None and not isinstance(fields["defense"], str):
+        bad("defense", "a defense spec string")
+    shape = fields["input_shape"]
+    if shape is not None and not (isinstance(shape, (list, tuple)) and shape and all(_is_int(s, 1) for s in shape)):
+        bad("input_shape", "a list of positive integers such as [3, 32, 32]")
+    if fields["num_classes"] is not None and not _is_int(fields["num_classes"], 1):
+        bad("num_classes", "a positive integer")
+    ids = fields["ids"]
+    if not isinstance(ids, dict) or not all(isinstance(k, str) and _is_id(v) for k, v in ids.items()):
+        bad("ids", "a dict of names to numbers or strings")
+    if fields["sketch"] is not None:
+        try:
+            b = check_description(fields["sketch"])
+        except UserError as err:
+            raise MessageError(f"{where}: {err}") from None
+        if y.numel() != b:
+            desc = fields["sketch"]
+            raise MessageError(f"{where}: the message has {y.numel()} numbers but its sketch "
+                               f"({desc['kind']}, d = {desc['d']}) sends b = {b}")
+
+
+def _load(path: Path, where: str):
+    """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError."""
+    if not path.is_file():
+        raise MessageError(f"{where} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "not an allowed global" in str(err) or "Unsupported global" in str(err):
+            raise MessageError(f"{where} holds objects other than tensors and plain containers; it was not "
+                               "loaded") from None
+        raise MessageError(f"{where} is not a readable torch file (UnpicklingError)") from None
+    except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
+        raise MessageError(f"{where} is not a readable torch file ({type(err).__name__})") from None
+
+
+def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None = None, kind: str = "gradient",
+                  batch_size: int = 1, labels=None, lr: float | None = None, local_steps: int = 1,
+                  defense: str | None = None, input_shape=None, num_classes: int | None = None, **ids) -> Path:
+    """Save one client message as a message file at ``path`` (atomically) and return the path.
+
+    ``message`` is the flat tensor the client sent (flattened if it is not);
+    ``sketch`` the ``Sketch`` the client applied (or its ``describe()``), None
+    when it sent the plain gradient or update; ``kind`` ``"gradient"`` or
+    ``"update"`` (w_before - w_after after ``local_steps`` SGD steps of rate
+    ``lr``); ``labels`` the batch's labels if the attacker may know them;
+    ``input_shape`` / ``num_classes`` the model's input (C, H, W) and outputs;
+    ``ids`` (e.g. ``round=3, client="7"``) numbers or strings recorded as they are.
+    Flat vectors follow the order of ``model.parameters()``.  A value that breaks
+    the format raises ``MessageError`` and writes nothing.
+    """
+    desc = sketch.describe() if isinstance(sketch, Sketch) else sketch
+    y = message.detach().reshape(-1).cpu() if isinstance(message, torch.Tensor) else message
+    if labels is not None:
+        labels = torch.as_tensor(labels).detach().reshape(-1).cpu()
+    fields = {
+        "format": FORMAT, "version": VERSION, "message": y, "kind": kind, "sketch": desc,
+        "batch_size": batch_size, "labels": labels, "lr": None if lr is None else float(lr),
+        "local_steps": local_steps, "defense": defense or None,
+        "input_shape": None if input_shape is None else [int(s) for s in input_shape],
+        "num_classes": num_classes, "ids": dict(ids),
+    }
+    _check(fields, "message")
+    fields["batch_size"], fields["local_steps"] = int(batch_size), int(local_steps)
+    write_tensors(path, fields)
+    return Path(path)
+
+
+def read_message(path) -> Message:
+    """The message file at ``path``, checked; a file that is not one raises ``MessageError`` (one sentence)."""
+    path = Path(path)
+    where = f"message file '{path}'"
+    data = _load(path, where)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise MessageError(f"{where} is not a message file (no format '{FORMAT}'; write one with write_message)")
+    if not _is_int(data.get("version"), 1) or data["version"] > VERSION:
+        raise MessageError(f"{where} has format version {data.get('version')!r}; this leakattack reads "
+                           f"versions up to {VERSION}")
+    missing = [k for k in KEYS if k not in data]
+    if missing:
+        raise MessageError(f"{where} has no '{missing[0]}'")
+    _check(data, where)
+    return Message(
+        y=data["message"], kind=data["kind"], sketch=data["sketch"], batch_size=int(data["batch_size"]),
+        labels=data["labels"], lr=None if data["lr"] is None else float(data["lr"]),
+        local_steps=int(data["local_steps"]), defense=data["defense"],
+        input_shape=None if data["input_shape"] is None else tuple(int(s) for s in data["input_shape"]),
+        num_classes=None if data["num_classes"] is None else int(data["num_classes"]), ids=dict(data["ids"]),
+        path=str(path),
+    )
+
+
+def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(images, labels or None) of a truth file: a tensor (B, C, H, W) or (C, H, W) in [0, 1], or a dict with
+    ``images`` and optional ``labels``; read with ``weights_only``.  A bad file raises ``MessageError``."""
+    path = Path(path)
+    where = f"truth file '{path}'"
+    data = _load(path, where)
+    labels = None
+    if isinstance(data, dict):
+        if "images" not in data:
+            raise MessageError(f"{where} is a dict without 'images'")
+        images, labels = data["images"], data.get("labels")
+    else:
+        images = data
+    if not isinstance(images, torch.Tensor) or not images.is_floating_point() or images.dim() not in (3, 4):
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise MessageError(f"{where} must hold floating-point images (B, C, H, W), got {shape}")
+    images = images.detach() if images.dim() == 4 else images.detach().unsqueeze(0)
+    if not bool(torch.isfinite(images).all()) or float(images.min()) < 0 or float(images.max()) > 1:
+        raise MessageError(f"{where}: the images must lie in [0, 1] (unnormalised pixels)")
+    if labels is not None:
+        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
+            raise MessageError(f"{where}: 'labels' must be an integer tensor")
+        labels = labels.reshape(-1)
+        if labels.numel() != images.shape[0]:
+            raise MessageError(f"{where} holds {labels.numel()} labels for {images.shape[0]} images")
+    return images, labels
+
+
+__all__ = ["FORMAT", "VERSION", "KINDS", "Message", "MessageError", "write_message", "read_message", "read_truth"]

@@ -1,0 +1,220 @@
+"""`leakattack run --message`: a captured message file is attacked as the client sent it; bad files are one sentence."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import targets
+from leakattack import cli
+from leakattack.config import RunConfig
+from leakattack.errors import UserError
+from leakattack.experiment import prepare
+from leakattack.results.message import write_message
+from leakattack.sketch import get_sketch
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT_MODEL = f"{ROOT / 'examples' / 'client_model.py'}:ClientNet"
+SHAPE = (3, 12, 12)  # small images: these tests check the plumbing, the example test the attack's strength
+D = targets.get_model("lenet", in_shape=SHAPE, num_classes=10).d
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    """examples/capture_client.py run as a user runs it: one 16 px photo, SRHT at b/d = 0.5."""
+    out = tmp_path_factory.mktemp("captured")
+    subprocess.run([sys.executable, str(ROOT / "examples" / "capture_client.py"), "--out", str(out),
+                    "--image-size", "16"], check=True, capture_output=True, timeout=300)
+    return out
+
+
+def _run(argv, capsys):
+    rc = cli.main(["run", *argv, "--quiet", "--no-lpips"])
+    io = capsys.readouterr()
+    return rc, io.out.strip().splitlines(), io.err.strip().splitlines()
+
+
+def test_the_capture_client_example_is_attacked_to_30_db(captured, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc, lines, _ = _run(["--model", CLIENT_MODEL, "--weights", str(captured / "weights.pt"),
+                         "--message", str(captured / "message.pt"), "--truth", str(captured / "truth.pt"),
+                         "--iterations", "1000", "--out", str(out)], capsys)
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    cfg = json.loads((out / "config.json").read_text())
+    assert m["psnr"] >= 30 and m["label_acc"] == 1.0, m["psnr"]  # measured 66.5 dB (README)
+    assert m["b"] * 2 == m["d"] and cfg["run"]["sketch"] == "srht" and cfg["run"]["sketch_dim"] == m["b"]
+    assert cfg["derived"]["sketch"]["encoder"] == {"kind": "srht", "d": m["d"], "b": m["b"], "seed": 1}
+    assert lines[-1].startswith("PSNR") and (out / "reconstruction.pt").is_file()
+
+
+def test_without_truth_the_run_saves_the_reconstruction_and_says_there_are_no_image_metrics(captured, tmp_path,
+                                                                                              capsys):
+    out = tmp_path / "run"
+    rc, lines, _ = _run(["--model", CLIENT_MODEL, "--weights", str(captured / "weights.pt"),
+                         "--message", str(captured / "message.pt"), "--iterations", "3", "--out", str(out)], capsys)
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["truth"] is False and m["psnr"] is None and m["ssim"] is None and m["labels_true"] is None
+    saved = torch.load(out / "reconstruction.pt", weights_only=True)
+    assert saved["images"].shape == (1, 3, 16, 16) and 0 <= saved["images"].min() <= saved["images"].max() <= 1
+    assert {"reconstruction.png", "convergence.png", "trace.csv", "config.json"} <= {p.name for p in out.iterdir()}
+    assert lines[-1].startswith("no image metrics (no --truth)")
+
+
+def _client(tmp_path, *, kind, batch, steps=1, sketch="srht", labels_in_file=False, defense=None):
+    """A client of the registered lenet (seed 0) at 12 px: its message, weights and truth files, written by hand."""
+    victim = targets.get_model("lenet", in_shape=SHAPE, num_classes=10, seed=0)
+    net = victim.model
+    gen = torch.Generator().manual_seed(7)
+    x = torch.rand(batch, *SHAPE, generator=gen)
+    labels = torch.arange(batch) % 10
+    params = list(net.parameters())
+    if kind == "gradient":
+        flat = torch.cat([g.reshape(-1) for g in torch.autograd.grad(F.cross_entropy(net(x), labels), params)])
+        lr = None
+    else:
+        lr, before = 0.05, torch.nn.utils.parameters_to_vector(params).detach().clone()
+        opt = torch.optim.SGD(params, lr=lr)
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(net(x), labels).backward()
+            opt.step()
+        flat = before - torch.nn.utils.parameters_to_vector(params).detach()
+        torch.nn.utils.vector_to_parameters(before, params)
+    R = get_sketch(sketch, flat.numel(), flat.numel() // 2, seed=11) if sketch != "none" else None
+    write_message(tmp_path / "m.pt", flat if R is None else R.apply(flat), sketch=R, kind=kind, batch_size=batch,
+                  labels=labels if labels_in_file else None, lr=lr, local_steps=steps, defense=defense,
+                  input_shape=SHAPE, num_classes=10, round=1, client="a")
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    torch.save({"images": x, "labels": labels}, tmp_path / "x.pt")
+    return dict(model="lenet", weights=str(tmp_path / "w.pt"), message=str(tmp_path / "m.pt"),
+                truth=str(tmp_path / "x.pt"), iterations=1)
+
+
+@pytest.mark.parametrize("kind,batch,steps,sketch", [("gradient", 1, 1, "srht"), ("gradient", 2, 1, "none"),
+                                                     ("update", 2, 3, "srht"), ("update", 1, 1, "sparse")])
+def test_the_attackers_model_of_the_message_reproduces_it_at_the_true_batch(tmp_path, kind, batch, steps, sketch):
+    p = prepare(RunConfig(**_client(tmp_path, kind=kind, batch=batch, steps=steps, sketch=sketch)))
+    y = p.obs.forward(p.x, p.labels).detach()
+    assert p.obs.batch_size == batch and p.cfg.batch_size == batch and p.cfg.sketch == sketch
+    # the client computed in float32, the attacker in float64
+    assert float((y - p.obs.y).norm() / p.obs.y.norm()) < 1e-5
+    if kind == "update" and steps == 1:  # the label map is exact for one step: w - u^1 = lr g
+        g = targets.flat_gradient(p.victim, p.x, p.labels)
+        assert float((p.obs.linear_map.apply(g) - p.obs.y).norm() / p.obs.y.norm()) < 1e-5
+
+
+def test_labels_in_the_message_file_are_given_to_the_attacker(tmp_path, capsys):
+    spec = _client(tmp_path, kind="gradient", batch=2, labels_in_file=True)
+    p = prepare(RunConfig(**spec))
+    assert p.cfg.label_mode == "given" and p.obs.threat.knows_labels and p.obs.labels.tolist() == [0, 1]
+    assert p.attack.labels_for(p.obs).tolist() == [0, 1]
+
+
+def _files(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*"))
+
+
+def _save(path, **changes):
+    """A valid 2-number unsketched message dict with ``changes`` (None removes a key)."""
+    data = {"format": "leakattack-message", "version": 1, "message": torch.zeros(2), "kind": "gradient",
+            "sketch": None, "batch_size": 1, "labels": None, "lr": None, "local_steps": 1, "defense": None,
+            "input_shape": list(SHAPE), "num_classes": 10, "ids": {}}
+    data.update(changes)
+    torch.save({k: v for k, v in data.items() if v is not None or k not in changes}, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def lenet_weights(tmp_path_factory):
+    path = tmp_path_factory.mktemp("w") / "w.pt"
+    torch.save(targets.get_model("lenet", in_shape=SHAPE, num_classes=10, seed=0).model.state_dict(), path)
+    return str(path)
+
+
+BAD = [
+    (lambda t: _save(t / "m.pt", message=torch.zeros(5)),
+     f"message file '{{m}}' has 5 numbers, but model 'lenet' has d = {D} parameters and the message is not sketched"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(10), sketch={"kind": "srht", "d": D, "b": D // 2, "seed": 1}),
+     f"message file '{{m}}': the message has 10 numbers but its sketch (srht, d = {D}) sends b = {D // 2}"),
+    (lambda t: _save(t / "m.pt", batch_size=None), "message file '{m}' has no 'batch_size'"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(50), sketch={"kind": "srht", "d": 100, "b": 50, "seed": 1}),
+     f"message file '{{m}}' was sketched from d = 100 numbers, but model 'lenet' has d = {D} parameters"),
+    (lambda t: _save(t / "m.pt", sketch={"kind": "fourier", "d": 4, "b": 2, "seed": 1}),
+     "message file '{m}': unknown sketch 'fourier'"),
+    (lambda t: _save(t / "m.pt", kind="update"), "message file '{m}': an update message needs 'lr'"),
+    (lambda t: _save(t / "m.pt", kind="weights"), "message file '{m}': 'kind' must be gradient or update"),
+    (lambda t: _save(t / "m.pt", format="other"), "message file '{m}' is not a message file"),
+    (lambda t: (torch.save({"w": torch.zeros(3)}, t / "m.pt"), str(t / "m.pt"))[1],
+     "message file '{m}' is not a message file"),
+    (lambda t: ((t / "m.pt").write_text("not torch"), str(t / "m.pt"))[1],
+     "message file '{m}' is not a readable torch file"),
+    (lambda t: str(t / "absent.pt"), "message file '{m}' does not exist"),
+]
+
+
+@pytest.mark.parametrize("make,needle", BAD)
+def test_a_bad_message_file_is_one_sentence_and_writes_nothing(tmp_path, capsys, lenet_weights, make, needle):
+    files = tmp_path / "files"
+    files.mkdir()
+    m = make(files)
+    before = _files(tmp_path)
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, "--out", str(tmp_path / "r")],
+                      capsys)
+    assert rc == 2 and len(err) == 1 and needle.format(m=m) in err[0], err
+    assert _files(tmp_path) == before
+
+
+def test_a_message_file_holding_code_is_refused_without_running_it(tmp_path, capsys, lenet_weights, code_in_file):
+    torch.save({"format": "leakattack-message", "message": code_in_file()}, tmp_path / "m.pt")
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", str(tmp_path / "m.pt")], capsys)
+    assert rc == 2 and len(err) == 1 and "holds objects other than tensors" in err[0]
+    assert code_in_file.loaded == []
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--truth", "{x2}"], "holds 2 images but the message was computed on a batch of 1"),
+    (["--truth", "{xbig}"], "holds images of shape (3, 13, 13), the message's model takes (3, 12, 12)"),
+    (["--truth", "{xneg}"], "the images must lie in [0, 1]"),
+    (["--sketch", "gaussian"], "--sketch 'gaussian' contradicts message file"),
+    (["--batch-size", "4"], "--batch-size 4 contradicts message file"),
+    (["--protocol", "fedavg"], "--message and --protocol name two different messages"),
+    (["--labels", "given"], "--labels given needs the labels"),
+])
+def test_flags_that_contradict_the_message_file_are_one_sentence(tmp_path, capsys, lenet_weights, extra, needle):
+    m = _save(tmp_path / "m.pt", message=torch.zeros(D))
+    torch.save(torch.rand(2, *SHAPE), tmp_path / "x2.pt")
+    torch.save(torch.rand(1, 3, 13, 13), tmp_path / "xbig.pt")
+    torch.save(-torch.rand(1, *SHAPE), tmp_path / "xneg.pt")
+    extra = [e.format(**{k: str(tmp_path / f"{k}.pt") for k in ("x2", "xbig", "xneg")}) for e in extra]
+    before = _files(tmp_path)
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, *extra,
+                       "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (dict(label_mode="dlg"), "--labels 'dlg' contradicts message file"),
+    (dict(sketch_ratio=0.3), "--sketch-ratio 0.3 contradicts message file"),
+    (dict(sketch_seed=5), "--sketch-seed 5 contradicts message file"),
+    (dict(sketch="srht", sketch_ratio=0.5, sketch_seed=11, label_mode="given"), None),  # agrees with the file
+])
+def test_run_flags_must_agree_with_a_sketched_message_with_labels(tmp_path, flags, needle):
+    spec = {**_client(tmp_path, kind="gradient", batch=1, labels_in_file=True), **flags}
+    if needle is None:
+        assert prepare(RunConfig(**spec)).cfg.sketch_dim == D // 2
+    else:
+        with pytest.raises(UserError, match=needle):
+            prepare(RunConfig(**spec))
+
+
+def test_truth_without_a_message_is_one_sentence(tmp_path, capsys):
+    rc, _, err = _run(["--model", "lenet", "--truth", str(tmp_path / "x.pt"), "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err) == 1 and "--truth scores the attack of a message file" in err[0]
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,79 @@
+"""Message files: what write_message saves, read_message returns; sketch descriptions rebuild the same R."""
+
+import pytest
+import torch
+
+from leakattack.errors import UserError
+from leakattack.results.message import FORMAT, VERSION, MessageError, read_message, read_truth, write_message
+from leakattack.sketch import check_description, get_sketch, list_sketches, sketch_from_description
+
+
+@pytest.mark.parametrize("kind", list_sketches())
+def test_a_sketch_description_rebuilds_the_same_operator(kind):
+    params = {"s": 3} if kind == "sparse" else {}
+    R = get_sketch(kind, 300, 120, seed=5, **params)
+    again = sketch_from_description(R.describe())
+    assert again.describe() == R.describe() and torch.equal(again.to_dense(), R.to_dense())
+    assert check_description(R.describe()) == R.b
+
+
+@pytest.mark.parametrize("desc,needle", [
+    ({"kind": "srht", "d": 10, "b": 5}, "has no 'seed'"),
+    ({"kind": "srht", "d": 10, "b": 20, "seed": 0}, "b = 20 > d = 10"),
+    ({"kind": "srht", "d": 10, "b": 5, "seed": -1}, "seed must be a non-negative integer"),
+    ({"kind": "sparse", "d": 10, "b": 5, "seed": 0, "s": 9}, "s must be an integer in [1, min(b, 64)]"),
+    ({"kind": "srht", "d": 10, "b": 5, "seed": 0, "s": 2}, "sketch 'srht' has no parameter 's'"),
+    ("srht", "must be a dict"),
+])
+def test_a_bad_sketch_description_is_one_sentence(desc, needle):
+    with pytest.raises(UserError) as err:
+        sketch_from_description(desc)
+    assert needle in str(err.value)
+
+
+def test_write_then_read_gives_back_every_field(tmp_path):
+    R = get_sketch("sparse", 40, 16, seed=2, s=2)
+    y = R.apply(torch.randn(40))
+    path = write_message(tmp_path / "sub" / "m.pt", y, sketch=R, kind="update", batch_size=2, labels=[3, 1],
+                         lr=0.05, local_steps=4, defense="clip:C=1", input_shape=(1, 4, 4), num_classes=5, round=3,
+                         client="node-7")
+    raw = torch.load(path, weights_only=True)
+    assert raw["format"] == FORMAT and raw["version"] == VERSION
+    m = read_message(path)
+    assert torch.equal(m.y, y) and m.kind == "update" and m.sketch == R.describe() and m.batch_size == 2
+    assert m.labels.tolist() == [3, 1] and m.lr == 0.05 and m.local_steps == 4 and m.defense == "clip:C=1"
+    assert m.input_shape == (1, 4, 4) and m.num_classes == 5 and m.ids == {"round": 3, "client": "node-7"}
+    assert not list(path.parent.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(kind="update"), "an update message needs 'lr'"),
+    (dict(labels=[1, 2]), "holds 2 labels for a batch of 1"),
+    (dict(batch_size=0), "'batch_size' must be a positive integer"),
+    (dict(sketch={"kind": "srht", "d": 8, "b": 3, "seed": 0}), "has 4 numbers but its sketch (srht, d = 8) sends b = 3"),
+    (dict(lr=-1.0, kind="update"), "'lr' must be a positive number"),
+    (dict(input_shape=(3, 0)), "'input_shape' must be a list of positive integers"),
+    (dict(client=object()), "'ids' must be a dict of names to numbers or strings"),
+])
+def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing(tmp_path, kwargs, needle):
+    with pytest.raises(MessageError) as err:
+        write_message(tmp_path / "m.pt", torch.zeros(4), **kwargs)
+    assert needle in str(err.value) and not list(tmp_path.iterdir())
+
+
+def test_a_non_finite_message_is_refused(tmp_path):
+    with pytest.raises(MessageError, match="non-finite"):
+        write_message(tmp_path / "m.pt", torch.tensor([1.0, float("nan")]))
+
+
+def test_a_truth_file_is_a_tensor_or_a_dict_of_images_and_labels(tmp_path):
+    x = torch.rand(2, 3, 4, 4)
+    torch.save(x, tmp_path / "a.pt")
+    torch.save({"images": x[0], "labels": torch.tensor(4)}, tmp_path / "b.pt")
+    images, labels = read_truth(tmp_path / "a.pt")
+    assert torch.equal(images, x) and labels is None
+    images, labels = read_truth(tmp_path / "b.pt")
+    assert images.shape == (1, 3, 4, 4) and labels.tolist() == [4]
+    torch.save({"labels": torch.tensor([1])}, tmp_path / "c.pt")
+    with pytest.raises(MessageError, match="is a dict without 'images'"):
+        read_truth(tmp_path / "c.pt")
