@@ -2,7 +2,8 @@
 
 ``get_sketch(kind, d, b, seed, **params)`` builds an operator with ``apply``
 (R v), ``adjoint`` (R^T u) and ``to_dense``; ``list_sketches()`` names the kinds.
-``make_sketch`` is the same function under the name client scripts use.
+``make_sketch`` is the same function under the name client scripts use;
+``sketch_from_description(sketch.describe())`` rebuilds the same operator.
 
 A leaf package: it imports only the registry and the seed streams.  Adding a
 sketch family: its own module with a ``Sketch`` subclass that sets ``kind``,
@@ -18,7 +19,7 @@ from ..registry import Registry
 from .base import DENSE_LIMIT, Sketch
 from .ams import AMSSketch
 from .countsketch import CountSketch
-from .gaussian import GaussianSketch
+from .gaussian import GaussianSketch, default_memory_gb, regeneration_note
 from .identity import Identity
 from .sparse import SparseSketch
 from .srht import SRHTSketch
@@ -47,16 +48,19 @@ def sketch_dim(ratio: float, d: int) -> int:
     return int(math.floor(ratio * d + 0.5))
 
 
-def get_sketch(kind: str, d: int, b: int, seed: int = 0, **params) -> Sketch:
+def get_sketch(kind: str, d: int, b: int, seed: int = 0, *, memory_gb: float | None = None, **params) -> Sketch:
     """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
 
-    ``none`` is the identity (b is ignored and set to d).  Raises ``ValueError``
-    with one sentence for an unknown kind or b outside [1, d].
+    ``none`` is the identity (b is ignored and set to d).  ``memory_gb`` bounds the matrix a
+    dense family (gaussian, ams) may hold (default: a quarter of the available RAM); it never
+    changes R.  Raises ``ValueError`` with one sentence for an unknown kind or b outside [1, d].
     """
     cls = _REGISTRY.get(kind)
     if not cls.identity and not 1 <= b <= d:
         raise UserError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
     cls.check_params(params, b)
+    if getattr(cls, "takes_memory_budget", False):
+        params = {**params, "memory_gb": memory_gb}
     return cls(d=d, b=b, seed=seed, **params)
 
 
@@ -67,8 +71,49 @@ def check_sketch_params(kind: str, params: dict, b: int | None = None) -> None:
 
 make_sketch = get_sketch
 
+#: the keys every ``Sketch.describe()`` holds; any other key is a parameter of the family
+DESCRIPTION_KEYS = ("kind", "d", "b", "seed")
+
+
+def check_description(desc: dict) -> int:
+    """Check that ``desc`` is a ``Sketch.describe()`` dict, without building R; returns b, the message length.
+
+    Raises ``UserError`` with one sentence naming the first fault.
+    """
+    if not isinstance(desc, dict):
+        raise UserError(f"a sketch description must be a dict with keys {', '.join(DESCRIPTION_KEYS)}, "
+                        f"got {type(desc).__name__}")
+    missing = [k for k in DESCRIPTION_KEYS if k not in desc]
+    if missing:
+        raise UserError(f"the sketch description has no '{missing[0]}'")
+    kind = desc["kind"]
+    if not isinstance(kind, str) or kind not in list_sketches():
+        raise UserError(f"unknown sketch {kind!r}; choose one of: {', '.join(list_sketches())}")
+    for key in ("d", "b", "seed"):
+        value = desc[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise UserError(f"the sketch description's {key} must be a {'non-negative' if key == 'seed' else 'positive'}"
+                            f" integer, got {value!r}")
+    if is_identity(kind):
+        return desc["d"]
+    if desc["b"] > desc["d"]:
+        raise UserError(f"the sketch description has b = {desc['b']} > d = {desc['d']}")
+    check_sketch_params(kind, {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}, desc["b"])
+    return desc["b"]
+
+
+def sketch_from_description(desc: dict) -> Sketch:
+    """The operator ``desc = sketch.describe()`` stands for: the same kind, d, b, seed and parameters, so the same R.
+
+    Raises ``UserError`` with one sentence when ``desc`` is not such a description.
+    """
+    check_description(desc)
+    params = {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}
+    return get_sketch(desc["kind"], desc["d"], desc["b"], seed=desc["seed"], **params)
+
+
 # one entry per family
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "get_sketch", "make_sketch", "list_sketches", "register_sketch", "is_identity", "check_sketch_params", "sketch_dim"]
+__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch", "is_identity", "check_sketch_params", "sketch_dim"]

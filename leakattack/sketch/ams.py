@@ -37,10 +37,10 @@ class AMSSketch(RowBlockSketch):
     _tag = 4
     _prefetch = False  # unpacking is memory-bound: threads only add contention
 
-    def __init__(self, d: int, b: int, seed: int = 0, force_blocks: bool = False):
+    def __init__(self, d: int, b: int, seed: int = 0, force_blocks: bool = False, memory_gb: float | None = None):
         self._table = sign_table(1.0 / math.sqrt(b))
         self._device_tables: dict = {}
-        super().__init__(d=d, b=b, seed=seed, force_blocks=force_blocks)
+        super().__init__(d=d, b=b, seed=seed, force_blocks=force_blocks, memory_gb=memory_gb)
 
     def _make_block(self, k: int, device=None) -> torch.Tensor:
         r0, r1 = self._block_range(k)

@@ -11,7 +11,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.linalg import eigvalsh_tridiagonal
 
 from ..errors import UserError
 
@@ -25,6 +24,8 @@ def lanczos_top_eigenvalue(matvec: Callable[[torch.Tensor], torch.Tensor], n: in
                            tol: float = LANCZOS_TOL, max_iter: int = LANCZOS_MAX_ITER,
                            device=None) -> float:
     """Largest eigenvalue of a symmetric PSD n x n operator by Lanczos with full reorthogonalisation, in float64 (Golub & Van Loan, Matrix Computations, 4th ed., Alg. 10.1.1)."""
+    from scipy.linalg import eigvalsh_tridiagonal  # 0.4 s to import: only when an operator norm is asked for
+
     gen = torch.Generator().manual_seed(int(seed))
     q = torch.randn(n, generator=gen, dtype=torch.float64).to(device)
     q /= q.norm()
@@ -147,7 +148,7 @@ class Sketch:
         return self
 
     def describe(self) -> dict:
-        """Parameters that reproduce this operator (for config.json)."""
+        """kind, d, b, seed and every family parameter that changes R: ``sketch_from_description`` rebuilds the same operator from it (config.json, message files)."""
         return {"kind": self.kind, "d": self.d, "b": self.b, "seed": self.seed}
 
     def __repr__(self) -> str:

@@ -3,7 +3,8 @@
 h is a random degree-1 polynomial over GF(p), p = 2^31 - 1, reduced mod b
 (Carter-Wegman, 2-wise independent); sigma takes the low bit of a random degree-3
 polynomial over GF(p) (4-wise independent up to a 1/(2p) bias).  Both are
-evaluated once at construction in O(d) and cached as an index and a sign tensor.
+evaluated once at construction in O(d), a chunk of columns at a time, and kept as a
+scatter plan (:mod:`.scatter`) with the signs as weights.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import numpy as np
 import torch
 
 from .. import seeds
-from .base import Sketch
+from .base import LinearMap, Sketch
+from .scatter import ScatterPlan
 
 #: The Mersenne prime 2^31 - 1 used by the polynomial hash families.
 PRIME = (1 << 31) - 1
+#: columns hashed per step at construction (bounds the int64 temporaries of the hashes)
+HASH_CHUNK = 1 << 20
 
 
 def poly_hash(coeffs, x: np.ndarray, p: int = PRIME) -> np.ndarray:
@@ -23,7 +27,9 @@ def poly_hash(coeffs, x: np.ndarray, p: int = PRIME) -> np.ndarray:
     x = np.asarray(x, dtype=np.int64)
     acc = np.full(x.shape, int(coeffs[-1]) % p, dtype=np.int64)
     for c in reversed(list(coeffs)[:-1]):
-        acc = (acc * x + int(c)) % p
+        acc *= x
+        acc += int(c)
+        acc %= p
     return acc
 
 
@@ -44,19 +50,25 @@ class CountSketch(Sketch):
         rng = seeds.numpy_stream(self.seed, seeds.COUNTSKETCH)
         h_coef = rng.integers(0, PRIME, size=2)   # degree 1: 2-wise independent
         s_coef = rng.integers(0, PRIME, size=4)   # degree 3: 4-wise independent
-        cols = np.arange(self.d, dtype=np.int64)
-        self.rows = torch.from_numpy(poly_hash(h_coef, cols) % self.b)
-        bits = poly_hash(s_coef, cols) & 1
-        self.signs = torch.from_numpy((2.0 * bits - 1.0).astype(np.float32))
+        rows = np.empty(self.d, dtype=np.int32)   # b <= d < 2^31 - 1
+        signs = np.empty(self.d, dtype=np.float32)
+        for c0 in range(0, self.d, HASH_CHUNK):
+            cols = np.arange(c0, min(self.d, c0 + HASH_CHUNK), dtype=np.int64)
+            rows[c0:c0 + cols.size] = poly_hash(h_coef, cols) % self.b
+            signs[c0:c0 + cols.size] = np.where(poly_hash(s_coef, cols) & 1, np.float32(1), np.float32(-1))
+        self.signs = torch.from_numpy(signs)
+        self._plan = ScatterPlan(rows, self.b, src_len=self.d, weights=self.signs)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """h(i) for every column i (int64)."""
+        return self._plan.dest()
 
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        flat = v.reshape(-1, self.d) * self.signs.to(v.dtype)
-        out = torch.zeros(flat.shape[0], self.b, dtype=v.dtype, device=v.device)
-        out = out.index_add(1, self.rows, flat)
-        return out.reshape(*v.shape[:-1], self.b)
+        return LinearMap.apply(v, self._plan.forward, self._plan.transpose)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        return u.index_select(-1, self.rows) * self.signs.to(u.dtype)
+        return LinearMap.apply(u, self._plan.transpose, self._plan.forward)
 
     def _operator_norm(self) -> float:
         return countsketch_operator_norm(self.rows, self.b)

@@ -1,12 +1,19 @@
 """Random Gaussian sketch (kind ``gaussian``) and the row-block machinery shared with ``ams``.
 
-Dense random sketches have b*d independent entries, which for real models is far
-too many to store (d = 16k, b = 8k is 125M floats).  ``RowBlockSketch`` therefore
-defines R by row blocks: block k holds rows [k*r, (k+1)*r) with r = 2**22 // d,
-and is drawn on the CPU from a generator seeded by (seed, k) alone.  Small
-sketches (b*d <= 2**24) cache the concatenated blocks; large ones regenerate the
-blocks on every apply/adjoint call, and a custom autograd Function makes the
-backward pass call the (regenerating) adjoint, so autograd never saves a block.
+Dense random sketches have b*d independent entries (d = 16k, b = 8k is 125M numbers).
+``RowBlockSketch`` defines R by row blocks: block k holds rows [k*r, (k+1)*r) with
+r = 2**22 // d, and is drawn on the CPU from a generator seeded by (seed, k) alone, so
+the same seed gives the same R on every device (blocks for a GPU are drawn on the CPU
+and moved; ``ams`` ships packed sign bits and unpacks them on the device).
+
+R is held as one matrix, in the dtype and on the device of the calls, whenever b*d
+numbers of that dtype fit the sketch's memory budget (``memory_gb``; default a quarter
+of the RAM available when the sketch is built, see :func:`default_memory_gb`): one
+matrix product per call, at the speed of reading R.  Beyond the budget the blocks are
+regenerated on every apply/adjoint call, and a custom autograd Function makes the
+backward pass call the (regenerating) adjoint, so autograd never saves a block; that
+costs the generation of b*d random numbers twice per attack iteration
+(:func:`regeneration_note` words the warning a run prints when that adds up).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +33,10 @@ from .base import DENSE_LIMIT, LinearMap, Sketch
 
 #: Largest number of entries in one regenerated row block.
 BLOCK_ENTRIES = 2 ** 22
+#: the default memory budget of a dense sketch: this fraction of the RAM available when it is built
+MEMORY_FRACTION = 0.25
+#: a run whose regenerated dense sketch is estimated to take longer than this (seconds) is warned about
+SLOW_SKETCH_SECONDS = 180.0
 
 _POOL_WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
@@ -40,6 +52,26 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def available_memory_bytes() -> int:
+    """RAM available to new allocations: MemAvailable of /proc/meminfo, else the free physical pages (os.sysconf), else 8 GiB."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 8 * 2 ** 30
+
+
+def default_memory_gb() -> float:
+    """The default budget of a dense sketch's matrix, in GB (10^9 bytes): MEMORY_FRACTION of the available RAM."""
+    return MEMORY_FRACTION * available_memory_bytes() / 1e9
+
+
 def block_seed(seed: int, k: int, tag: int) -> np.random.SeedSequence:
     """The seed sequence of row block ``k`` of a sketch with ``seed`` (``tag`` separates families)."""
     return seeds.seed_sequence(seed, k, tag)
@@ -48,8 +80,8 @@ def block_seed(seed: int, k: int, tag: int) -> np.random.SeedSequence:
 class RowBlockSketch(Sketch):
     """Dense sketch defined by seeded row blocks; subclasses implement ``_make_block``.
 
-    ``force_blocks=True`` uses the regenerating path even when the dense matrix
-    would be small enough to cache (for tests: both paths give the same R).
+    ``memory_gb``: the most R may take as one matrix (GB; None: :func:`default_memory_gb`).
+    ``force_blocks=True`` never holds the matrix (for tests: both paths give the same R).
     """
 
     _tag = 0
@@ -57,16 +89,74 @@ class RowBlockSketch(Sketch):
     _block_entries = BLOCK_ENTRIES
     #: generate blocks ahead in a thread pool (pays off when generation is compute-bound)
     _prefetch = True
+    #: ``get_sketch`` passes its memory budget to families that set this
+    takes_memory_budget = True
     param_rules = {"force_blocks": ("true or false", lambda v, b: isinstance(v, bool))}
 
-    def __init__(self, d: int, b: int, seed: int = 0, force_blocks: bool = False):
+    def __init__(self, d: int, b: int, seed: int = 0, force_blocks: bool = False, memory_gb: float | None = None):
         super().__init__(d=d, b=b, seed=seed)
         self.block_rows = max(1, min(self.b, self._block_entries // self.d))
         self.n_blocks = -(-self.b // self.block_rows)
         self.force_blocks = bool(force_blocks)
+        gb = default_memory_gb() if memory_gb is None else float(memory_gb)
+        self.memory_bytes = 0 if self.force_blocks else int(gb * 1e9)
         self._dense = None
-        if not self.force_blocks and self.b * self.d <= DENSE_LIMIT:
-            self._dense = torch.cat([self._make_block(k) for k in range(self.n_blocks)], 0)
+        if self.b * self.d <= DENSE_LIMIT and self.fits(torch.float32):  # small: hold it from the start
+            self._dense = self._build(torch.float32, torch.device("cpu"))
+
+    # -- the matrix within the budget -------------------------------------------
+    def matrix_bytes(self, dtype) -> int:
+        """Bytes of R as one matrix of ``dtype``."""
+        return self.b * self.d * torch.empty((), dtype=dtype).element_size()
+
+    def fits(self, dtype) -> bool:
+        """Whether R as one ``dtype`` matrix fits the memory budget (then calls in that dtype hold it)."""
+        return self.matrix_bytes(dtype) <= self.memory_bytes
+
+    @staticmethod
+    def _device_room(device: torch.device, nbytes: int) -> bool:
+        """Whether a GPU has room for nbytes more (with half its free memory left to the attack); the CPU: the budget decides."""
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            return nbytes <= free // 2
+        return True
+
+    def _build(self, dtype, device: torch.device) -> torch.Tensor:
+        """R as one (b, d) matrix of ``dtype`` on ``device``, block by block (no second copy)."""
+        out = torch.empty(self.b, self.d, dtype=dtype, device=device)
+        for r0, r1, blk in self._blocks(device):
+            out[r0:r1].copy_(blk)
+        return out
+
+    def _matrix(self, dtype, device: torch.device) -> torch.Tensor | None:
+        """R as one matrix in ``dtype`` on ``device``, built or converted once, when the budget allows; else None.
+
+        Entries are float32 numbers, so converting a held matrix to another dtype is exact.
+        A held matrix is converted when both fit the budget at once, else dropped and R rebuilt.
+        """
+        D = self._dense
+        if D is not None and D.dtype == dtype and D.device == device:
+            return D
+        need = self.matrix_bytes(dtype)
+        if need > self.memory_bytes or not self._device_room(device, need):
+            return None
+        if D is not None and need + D.numel() * D.element_size() <= self.memory_bytes:
+            self._dense = D.to(device=device, dtype=dtype)
+        else:
+            self._dense = D = None
+            self._dense = self._build(dtype, device)
+        return self._dense
+
+    def to(self, device) -> "RowBlockSketch":
+        """Move to ``device``; a held matrix follows when the device has room for it, else it is dropped (rebuilt on use)."""
+        D, self._dense = self._dense, None
+        super().to(device)
+        if D is not None:
+            if D.device == self.device:
+                self._dense = D
+            elif self._device_room(self.device, D.numel() * D.element_size()):
+                self._dense = D.to(self.device)
+        return self
 
     # -- block generation --------------------------------------------------
     def _block_range(self, k: int) -> tuple[int, int]:
@@ -78,7 +168,13 @@ class RowBlockSketch(Sketch):
         raise NotImplementedError
 
     def _blocks(self, device):
-        """Yield (r0, r1, block on ``device``) for every block, generated a few blocks ahead."""
+        """Yield (r0, r1, block on ``device``) for every block: slices of a held matrix, else generated a few blocks ahead."""
+        D = self._dense
+        if D is not None and D.device == torch.device(device):
+            for k in range(self.n_blocks):
+                r0, r1 = self._block_range(k)
+                yield r0, r1, D[r0:r1]
+            return
         if self.n_blocks == 1 or not self._prefetch:
             for k in range(self.n_blocks):
                 yield (*self._block_range(k), self._make_block(k, device))
@@ -109,20 +205,45 @@ class RowBlockSketch(Sketch):
             out.addmm_(flat[:, r0:r1], blk.to(u.dtype))
         return out.reshape(*u.shape[:-1], self.d)
 
+    def regeneration_seconds(self) -> float:
+        """Measured estimate of one apply plus one adjoint that regenerates R: two passes over all blocks, timed on block 0."""
+        t0 = time.perf_counter()
+        self._make_block(0)
+        return 2 * self.n_blocks * (time.perf_counter() - t0)
+
     # -- Sketch API ------------------------------------------------------------
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
         if v.shape[-1] != self.d:
             raise ValueError(f"expected last dimension d = {self.d}, got {v.shape[-1]}")
-        if self._dense is None:
+        D = self._matrix(v.dtype, v.device)
+        if D is None:
             return LinearMap.apply(v, self._blocks_apply, self._blocks_adjoint)
-        return v @ self._dense.to(v.dtype).T
+        return v @ D.T
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         if u.shape[-1] != self.b:
             raise ValueError(f"expected last dimension b = {self.b}, got {u.shape[-1]}")
-        if self._dense is None:
+        D = self._matrix(u.dtype, u.device)
+        if D is None:
             return LinearMap.apply(u, self._blocks_adjoint, self._blocks_apply)
-        return u @ self._dense.to(u.dtype)
+        return u @ D
+
+
+def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS) -> str | None:
+    """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` apply+adjoint pairs are estimated to take
+    longer than ``limit_s`` seconds (None otherwise): the estimate, and the cheaper choices."""
+    if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype) or evaluations < 1:
+        return None
+    per = sketch.regeneration_seconds()
+    total = per * evaluations
+    if total <= limit_s:
+        return None
+    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min"
+    name = str(dtype).replace("torch.", "")
+    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries ({sketch.matrix_bytes(dtype) / 1e9:.1f} GB "
+            f"in {name}), more than the sketch memory of {sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
+            f"twice per iteration: about {per:.2g} s each, {span} for {evaluations} iterations; use --sketch srht or "
+            f"countsketch, or a larger --sketch-memory")
 
 
 class GaussianSketch(RowBlockSketch):

@@ -2,7 +2,11 @@
 
 Each column's s rows are a uniformly random s-subset of [b] (Floyd's sampling
 algorithm, vectorised over columns), independent across columns, with
-independent random signs.  Stored as (s, d) row indices and values: O(s*d).
+independent random signs.  Stored as a scatter plan (:mod:`.scatter`) over the
+(s, d) row indices with the (s, d) values as weights: O(s*d).  Construction draws
+the same random numbers as one NumPy call per row of indices and one for all
+signs, but keeps them int32 and works through the signs and the duplicate checks a
+chunk at a time, so its temporaries stay O(d).
 """
 
 from __future__ import annotations
@@ -13,18 +17,41 @@ import numpy as np
 import torch
 
 from .. import seeds
-from .base import Sketch
+from .base import LinearMap, Sketch
+from .scatter import ScatterPlan
+
+#: entries handled per step at construction (even: see ``sign_values``)
+CHUNK = 1 << 20
 
 
 def distinct_rows(rng: np.random.Generator, b: int, s: int, d: int) -> np.ndarray:
-    """(s, d) int64 array whose columns are independent uniform s-subsets of range(b) (Floyd 1987)."""
-    rows = np.empty((s, d), dtype=np.int64)
+    """(s, d) int32 array whose columns are independent uniform s-subsets of range(b) (Floyd 1987)."""
+    rows = np.empty((s, d), dtype=np.int32)
     for i in range(s):
         t = b - s + i
-        r = rng.integers(0, t + 1, size=d)
-        dup = (rows[:i] == r).any(axis=0) if i else np.zeros(d, dtype=bool)
-        rows[i] = np.where(dup, t, r)
+        r = rng.integers(0, t + 1, size=d, dtype=np.int32)  # the same draws as the default int64 call
+        for c0 in range(0, d, CHUNK):  # r = t where r already is one of the column's rows
+            seg = r[c0:c0 + CHUNK]
+            dup = np.zeros(seg.shape, dtype=bool)
+            for k in range(i):
+                dup |= rows[k, c0:c0 + CHUNK] == seg
+            seg[dup] = t
+        rows[i] = r
     return rows
+
+
+def sign_values(rng: np.random.Generator, shape: tuple, value: float) -> np.ndarray:
+    """float32 array of ``shape`` with independent entries +-value: the draws of ``rng.integers(0, 2, size=shape)``.
+
+    Drawn in chunks of even length: a two-valued draw takes exactly one 32-bit word, so
+    even chunks consume the generator exactly as one call does (no half-used words).
+    """
+    out = np.empty(int(np.prod(shape)), dtype=np.float32)
+    v = np.float32(value)
+    for c0 in range(0, out.size, CHUNK):
+        bits = rng.integers(0, 2, size=min(CHUNK, out.size - c0), dtype=np.int32)
+        out[c0:c0 + bits.size] = np.where(bits == 1, v, -v)
+    return out.reshape(shape)
 
 
 class SparseSketch(Sketch):
@@ -42,19 +69,20 @@ class SparseSketch(Sketch):
         self.s = min(int(s), self.b)  # the default s = 4 on a sketch with b < 4
         rng = seeds.numpy_stream(self.seed, seeds.SPARSE)
         rows = distinct_rows(rng, self.b, self.s, self.d)
-        signs = 2.0 * rng.integers(0, 2, size=(self.s, self.d)) - 1.0
-        self.rows = torch.from_numpy(rows.reshape(-1))  # (s*d,), row-major over (s, d)
-        self.values = torch.from_numpy((signs * np.float32(1.0 / math.sqrt(self.s))).astype(np.float32))
+        self.values = torch.from_numpy(sign_values(rng, (self.s, self.d), 1.0 / math.sqrt(self.s)))
+        self._plan = ScatterPlan(rows.reshape(-1), self.b, src_len=self.d, reps=self.s,
+                                 weights=self.values.reshape(-1))
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """The row of every nonzero, (s*d,) int64, row-major over (s, d)."""
+        return self._plan.dest()
 
     def describe(self) -> dict:
         return {**super().describe(), "s": self.s}
 
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
-        flat = v.reshape(-1, 1, self.d) * self.values.to(v.dtype)  # (B, s, d)
-        out = torch.zeros(flat.shape[0], self.b, dtype=v.dtype, device=v.device)
-        out = out.index_add(1, self.rows, flat.reshape(flat.shape[0], -1))
-        return out.reshape(*v.shape[:-1], self.b)
+        return LinearMap.apply(v, self._plan.forward, self._plan.transpose)
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        g = u.index_select(-1, self.rows).reshape(*u.shape[:-1], self.s, self.d)
-        return (g * self.values.to(u.dtype)).sum(-2)
+        return LinearMap.apply(u, self._plan.transpose, self._plan.forward)

@@ -19,10 +19,11 @@ def test_entries_are_exactly_plus_or_minus_inv_sqrt_b():
 
 
 def test_large_path_entries_are_exactly_plus_or_minus_inv_sqrt_b():
-    d, b = 8192, 2049  # b*d > 2**24: regenerated blocks
-    sk = make_sketch("ams", d, b, 1)
+    d, b = 8192, 2049  # b*d > 2**24 and 67 MB > a 10 MB budget: regenerated blocks
+    sk = make_sketch("ams", d, b, 1, memory_gb=0.01)
     assert sk._dense is None
     cols = sk.apply(torch.eye(d)[[0, 4000, d - 1]])
+    assert sk._dense is None
     val = float(np.float32(1 / math.sqrt(b)))
     assert set(cols.unique().tolist()) == {-val, val}
 

@@ -181,14 +181,15 @@ def test_second_moment_matches_closed_form_expectation(kind):
     assert abs(mean - exact) <= 4 * se + 1e-12, (mean, exact, se)
 
 
-# -- memory: dense families above 2**24 entries ----------------------------------------
+# -- memory: dense families above 2**24 entries and beyond their memory budget -----------
 LARGE_D, LARGE_B = 8192, 2049  # b*d = 16,785,408 > 2**24
+SMALL_BUDGET_GB = 0.01  # 10 MB: below the 67 MB of R in float32, so R is regenerated on every call
 
 
 @pytest.mark.parametrize("family", ["gaussian", "ams"])
 def test_large_dense_family_holds_and_saves_no_dense_matrix(family):
     assert LARGE_D * LARGE_B > DENSE_LIMIT
-    sk = _build(family, LARGE_D, LARGE_B, 7)
+    sk = make_sketch(family, LARGE_D, LARGE_B, 7, memory_gb=SMALL_BUDGET_GB)
     sizes = [t.numel() for t in vars(sk).values() if isinstance(t, torch.Tensor)]
     assert max(sizes, default=0) < LARGE_B * LARGE_D // 4
     saved = []

@@ -34,10 +34,11 @@ def test_large_d_blockwise_path_equals_dense_path_when_forced():
 
 
 def test_large_path_is_deterministic_and_has_gaussian_entries():
-    d, b = 8192, 2049  # b*d > 2**24: regenerated every call
-    sk = make_sketch("gaussian", d, b, 12)
+    d, b = 8192, 2049  # b*d > 2**24 and 67 MB > a 10 MB budget: regenerated every call
+    sk = make_sketch("gaussian", d, b, 12, memory_gb=0.01)
     assert sk._dense is None
     cols = sk.apply(torch.eye(d)[:64])  # 64 columns of R, (64, b)
+    assert sk._dense is None
     assert torch.equal(cols, sk.apply(torch.eye(d)[:64]))
     n = cols.numel()
     assert abs(cols.mean().item()) <= 5 * math.sqrt(1 / b / n)

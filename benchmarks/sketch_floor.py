@@ -1,0 +1,163 @@
+"""How close the sketches run to the memory floor of this machine, each ratio against a floor measured in the same run.
+
+Floors: a stream copy (``Tensor.copy_`` into an existing tensor, i.e. memcpy: one read and one
+write of the same bytes) and a bare dense matrix-vector product of the same size.  Rows:
+
+- fast Walsh-Hadamard transform, float32, n = 2^24 and 2^26: the compiled kernel (1 and 2
+  threads) and the torch passes, against a copy of the n numbers (a blocked transform that
+  reads and writes memory twice is at 2.0);
+- SRHT apply + adjoint, float32, d = 1.1e7 (ResNet-18) and 4.4e7 (n = 2^24, 2^26), b = d/2,
+  against two copies of the padded vector (one per call);
+- countsketch and sparse (s = 4) apply + adjoint at d = 4.4e7, against two copies of d numbers;
+- gaussian and ams holding R (lenet size, d = 15826, b = 7913) against the same two
+  products on a plain tensor, float32 and float64;
+- peak resident memory while building each large sketch (in a fresh process each; Linux
+  VmHWM reset before the build), next to what the sketch keeps.
+
+Times are the best of ``--reps`` runs (1 thread unless stated), so a shared machine shows
+through as little as it can; rerun when other work shared the cores.
+
+    python benchmarks/sketch_floor.py [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+from leakattack.sketch import get_sketch, kernels
+from leakattack.sketch.hadamard import hadamard_torch
+
+LARGE_D = (11_000_000, 44_000_000)
+
+
+def best(fn, reps: int) -> float:
+    """Seconds of the fastest of ``reps`` calls (after one warm-up call)."""
+    fn()
+    out = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out = min(out, time.perf_counter() - t0)
+    return out
+
+
+def row(name: str, seconds: float, floor: float, floor_name: str) -> None:
+    print(f"{name:<44} {seconds * 1e3:9.1f} ms  {seconds / floor:7.2f} x {floor_name}")
+
+
+def wht_section(reps: int) -> None:
+    print("\n# fast Walsh-Hadamard transform, float32, in place")
+    for k in (24, 26):
+        n = 1 << k
+        x = torch.randn(n)
+        y = torch.empty(n)
+        copy = best(lambda: y.copy_(x), reps)
+        row(f"stream copy of n = 2^{k}", copy, copy, "copy")
+        if kernels.available():
+            buf = kernels.buffer(y)
+            for th in (1, 2):
+                row(f"compiled kernel, {th} thread{'s' * (th > 1)}", best(lambda: kernels.ext.transform(buf, n, th), reps),
+                    copy, "copy")
+        torch_reps = max(1, reps // 3) if k == 26 else reps
+        row("torch passes (radix 32, then 8)", best(lambda: hadamard_torch(x), torch_reps), copy, "copy")
+
+
+_CHILD = r"""
+import json, sys, time, torch
+torch.set_num_threads(1)
+from leakattack.sketch import get_sketch
+kind, d, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+b = d // 2
+def status(key):
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith(key + ":"))
+with open("/proc/self/clear_refs", "w") as fh:  # reset the peak (VmHWM) to the current RSS
+    fh.write("5")
+before = status("VmRSS")
+t0 = time.perf_counter()
+sk = get_sketch(kind, d, b, 1)
+build = time.perf_counter() - t0
+peak = status("VmHWM")
+plan = getattr(sk, "_plan", None) or getattr(sk, "_select", None)
+held = sum(t.numel() * t.element_size() for t in vars(sk).values() if isinstance(t, torch.Tensor))
+held += plan.nbytes() if plan is not None else 0
+v, u = torch.randn(d), torch.randn(b)
+n = getattr(sk, "n", d)
+src, dst = torch.randn(n), torch.empty(n)
+def best(fn):
+    fn()
+    out = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter(); fn(); out = min(out, time.perf_counter() - t)
+    return out
+both = best(lambda: sk.adjoint(sk.apply(v)))
+copy = best(lambda: dst.copy_(src))
+print(json.dumps(dict(build=build, growth=peak - before, held=held, both=both, copy=copy, n=n)))
+"""
+
+
+def large_section(reps: int) -> None:
+    print("\n# large sketches, float32, b = d/2, each in a fresh process (apply + adjoint; build; peak RSS)")
+    cases = [("srht", d) for d in LARGE_D] + [("countsketch", LARGE_D[1]), ("sparse", LARGE_D[1])]
+    for kind, d in cases:
+        out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(d), str(reps)], capture_output=True, text=True)
+        if out.returncode:
+            print(f"{kind} d = {d:.1e}: failed: {out.stderr.strip().splitlines()[-1]}")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        row(f"{kind} d = {d:.1e} apply + adjoint", r["both"], 2 * r["copy"], f"2 copies of {r['n']:.2e}")
+        print(f"{'':<44} build {r['build']:.1f} s, construction peak RSS {r['growth'] / 1e9:.2f} GB, "
+              f"holds {r['held'] / 1e9:.2f} GB")
+
+
+def dense_section(reps: int) -> None:
+    print("\n# dense sketches holding R (lenet size, d = 15826, b = 7913), apply + adjoint")
+    d, b = 15826, 7913
+    for dtype in (torch.float32, torch.float64):
+        M = torch.randn(b, d, dtype=dtype)
+        v, u = torch.randn(d, dtype=dtype), torch.randn(b, dtype=dtype)
+        bare = best(lambda: (M @ v, u @ M), reps)
+        name = str(dtype).replace("torch.", "")
+        row(f"bare matvec pair, {name}", bare, bare, "bare")
+        del M
+        for kind in ("gaussian", "ams"):
+            sk = get_sketch(kind, d, b, 1)
+            t0 = time.perf_counter()
+            sk.apply(v)  # the first call builds the matrix in this dtype
+            first = time.perf_counter() - t0
+            row(f"{kind} {name} (first call builds R: {first:.2f} s)", best(lambda: sk.adjoint(sk.apply(v)), reps),
+                bare, "bare")
+            del sk
+        regen = get_sketch("gaussian", d, b, 1, memory_gb=0)
+        row(f"gaussian {name} regenerated (no budget)", best(lambda: regen.adjoint(regen.apply(v)), 1), bare, "bare")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5, help="timed calls per row; the fastest counts")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor()) \
+        if os.path.exists("/proc/cpuinfo") else platform.processor()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# {cpu}, {os.cpu_count()} cores, load average {load:.2f} at start; torch {torch.__version__}, "
+          f"1 thread; compiled kernels: {'yes' if kernels.available() else 'no (torch passes only)'}")
+    t0 = time.perf_counter()
+    wht_section(a.reps)
+    large_section(a.reps)
+    dense_section(a.reps)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"\n# {time.perf_counter() - t0:.0f} s in all; this process peaked at {rss:.1f} GB")
+
+
+if __name__ == "__main__":
+    main()
