@@ -1,0 +1,193 @@
+"""Speed of the attack's hot path, each part against its floor, measured in one run.
+
+* start-up: ``leakattack run --dataset digits --iterations 1`` against ``import torch``;
+* L-BFGS: evaluations per step and time per step of our L-BFGS and of
+  torch.optim.LBFGS (as the attack drove it: ``max_iter=1`` per step, the evaluation
+  at x_k cached), on the default attack (lenet, SRHT b = d/2, photo 0, float64); the
+  floor of each is a bare loop of the same number of evaluations (forward, gradient
+  with its graph, backward) without an optimiser;
+* the direction: the two-loop recursion against the compact representation over a
+  full history of 100 pairs; the floor is one product of the history with a vector;
+* restarts: ``--restarts R`` (Adam, the default attack otherwise) against one start,
+  the attack alone and the whole command; the floor is the same evaluations, R at a
+  time against one at a time.
+
+    python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
+
+Times are minima over ``--rounds`` interleaved rounds (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
+from leakattack.attacks.lbfgs import History, two_loop_direction
+from leakattack.config import RunConfig
+from leakattack.experiment import prepare
+
+
+class Counted:
+    """The observation's model of the client, counting its calls."""
+
+    def __init__(self, forward):
+        self.forward, self.calls = forward, 0
+
+    def __call__(self, x, labels):
+        self.calls += 1
+        return self.forward(x, labels)
+
+
+def startup(rounds: int) -> tuple[float, float]:
+    """Seconds for ``import torch`` and for the one-iteration digits run, each the minimum over rounds."""
+    torch_s, run_s = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "import torch"], check=True)
+            torch_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--dataset", "digits", "--iterations", "1",
+                            "--quiet", "--no-lpips", "--out", os.path.join(tmp, f"run{r}")], check=True,
+                           stdout=subprocess.DEVNULL)
+            run_s.append(time.perf_counter() - t0)
+    return min(torch_s), min(run_s)
+
+
+def torch_lbfgs(obs, x0, labels, steps: int) -> None:
+    """The attack's loop around torch.optim.LBFGS: evaluate at x_k, then one step whose first call is cached."""
+    x = x0.clone().requires_grad_(True)
+    weight = LOSS_UNIT / float(obs.y.pow(2).sum())
+    opt = torch.optim.LBFGS([x], lr=1, max_iter=1, max_eval=25, history_size=100, tolerance_grad=0,
+                            tolerance_change=0, line_search_fn="strong_wolfe")
+
+    def evaluate():
+        opt.zero_grad(set_to_none=True)
+        total = weight * match_loss(obs.forward(x, labels), obs.y, "l2")
+        total.backward()
+        return total.detach()
+
+    for _ in range(steps):
+        cached = [evaluate()]
+        opt.step(lambda: cached.pop() if cached else evaluate())
+    evaluate()
+
+
+def bare_evaluations(obs, x0, labels, count: int) -> float:
+    """Seconds for ``count`` evaluations of the objective and its gradient, without an optimiser."""
+    t0 = time.perf_counter()
+    for _ in range(count):
+        x = x0.detach().requires_grad_(True)
+        total = match_loss(obs.forward(x, labels), obs.y, "l2")
+        torch.autograd.grad(total, x)
+    return time.perf_counter() - t0
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300, help="L-BFGS steps per round")
+    ap.add_argument("--restarts", type=int, default=8)
+    ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts comparison")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"# torch {torch.__version__}, {platform.machine()}, 1 thread, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}; minima over {a.rounds} rounds")
+
+    torch_s, run_s = startup(a.rounds)
+    print(f"start-up   import torch {torch_s:6.2f} s | leakattack run --dataset digits --iterations 1 "
+          f"{run_s:6.2f} s | above import torch {run_s - torch_s:5.2f} s")
+
+    p = prepare(RunConfig(model="lenet", sketch="srht"))
+    obs, labels = p.obs, p.attack.labels_for(p.obs)
+    x0 = init_dummy(obs.input_shape, "gaussian", 2, dtype=obs.victim.dtype)
+    counted = Counted(obs.forward)
+    torch.optim.LBFGS([x0.clone().requires_grad_(True)])  # its first build imports torch._dynamo: not timed
+    ours = GradientMatching(optimizer="lbfgs", iterations=a.steps, tol=0, stall_window=0, labels="given")
+    own_s, torch_s_, own_floor, torch_floor = [], [], [], []
+    for _ in range(a.rounds):
+        counted.calls = 0
+        own_s.append(timed(lambda: ours.run(dataclasses.replace(obs, forward=counted), x0, labels)))
+        own_evals = counted.calls
+        counted.calls = 0
+        torch_s_.append(timed(lambda: torch_lbfgs(dataclasses.replace(obs, forward=counted), x0, labels, a.steps)))
+        torch_evals = counted.calls
+        own_floor.append(bare_evaluations(obs, x0, labels, own_evals))
+        torch_floor.append(bare_evaluations(obs, x0, labels, torch_evals))
+    n = a.steps
+    print(f"L-BFGS     evaluations per step: ours {own_evals / n:.2f}, torch {torch_evals / n:.2f} "
+          f"({a.steps} steps, default attack)")
+    print(f"           ms per step: ours {1e3 * min(own_s) / n:.2f} (floor {1e3 * min(own_floor) / n:.2f}, "
+          f"x{min(own_s) / min(own_floor):.2f}), torch {1e3 * min(torch_s_) / n:.2f} "
+          f"(floor {1e3 * min(torch_floor) / n:.2f}, x{min(torch_s_) / min(torch_floor):.2f}); "
+          f"ours {min(torch_s_) / min(own_s):.2f}x faster")
+
+    nz = obs.victim.unknowns_per_example
+    gen = torch.Generator().manual_seed(0)
+    history = History(100, nz, torch.float64, "cpu")
+    for _ in range(100):
+        s = torch.randn(nz, generator=gen, dtype=torch.float64)
+        y = s + 0.1 * torch.randn(nz, generator=gen, dtype=torch.float64)
+        history.push(s, y, float(y.dot(s)), float(y.dot(y)))
+    S, Y = history.pairs()
+    g = torch.randn(nz, generator=gen, dtype=torch.float64)
+    reps = 50
+    two, compact, floor = [], [], []
+    for _ in range(a.rounds):
+        two.append(timed(lambda: [two_loop_direction(g, S, Y, history.gamma) for _ in range(reps)]))
+        compact.append(timed(lambda: [history.direction(g) for _ in range(reps)]))
+        floor.append(timed(lambda: [history.W.view(200, nz) @ g for _ in range(reps)]))
+    reference = two_loop_direction(g, S, Y, history.gamma)
+    err = float((history.direction(g) - reference).norm() / reference.norm())
+    print(f"direction  100 pairs, n = {nz}: two-loop {1e3 * min(two) / reps:.3f} ms, compact "
+          f"{1e3 * min(compact) / reps:.3f} ms (floor: one product with the history {1e3 * min(floor) / reps:.3f} ms); "
+          f"{min(two) / min(compact):.1f}x; relative difference {err:.1e}")
+
+    R, steps = a.restarts, a.restart_steps
+    one = GradientMatching(optimizer="adam", iterations=steps, restarts=1, init_seed=2, stall_window=0, tol=0)
+    many = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0)
+    xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 2 + 1000 * r, dtype=obs.victim.dtype)
+                      for r in range(R)])
+    t1, tR, f1, fR = [], [], [], []
+    for _ in range(a.rounds):
+        t1.append(timed(lambda: one.reconstruct(obs)))
+        tR.append(timed(lambda: many.reconstruct(obs)))
+        problem = _Problem(many, obs, xs, labels)
+        rows = list(range(R))
+        problem.evaluate(rows, problem.z0)  # its one-time check of the batched model
+        f1.append(timed(lambda: [problem.evaluate([0], problem.z0[:1]) for _ in range(steps)]))
+        fR.append(timed(lambda: [problem.evaluate(rows, problem.z0) for _ in range(steps)]))
+    print(f"restarts   Adam, {steps} steps: 1 start {min(t1):.2f} s, {R} starts {min(tR):.2f} s: "
+          f"x{min(tR) / min(t1):.2f} of the attack's time; floor (evaluations alone) x{min(fR) / min(f1):.2f}"
+          f"{'' if problem.batched else ' (batched model refused: one start at a time)'}")
+    cmd = {1: [], R: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(a.rounds):
+            for r in (1, R):
+                cmd[r].append(timed(lambda: subprocess.run(
+                    [sys.executable, "-m", "leakattack.cli", "run", "--model", "lenet", "--sketch", "srht",
+                     "--optimizer", "adam", "--iterations", str(steps), "--restarts", str(r), "--quiet", "--no-lpips",
+                     "--out", os.path.join(tmp, f"r{r}")], check=True, stdout=subprocess.DEVNULL)))
+    print(f"           leakattack run --optimizer adam --iterations {steps} --restarts {R}: {min(cmd[R]):.2f} s "
+          f"against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the command's wall time "
+          f"(wanted: at most x{R / 3:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Restarts run as one batched attack: the same results as one start at a time, and the stopping rule."""
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.channel import Channel
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # the attack runs on one thread (--threads 1); small ops slow down badly when two threads share busy cores
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _obs(victim, batch=1, kind="srht", ratio=0.5, defense="", knows_clip=False, seed=5):
+    shape = victim.input_shape
+    x = torch.rand((batch, *shape), generator=torch.Generator().manual_seed(seed), dtype=victim.dtype)
+    labels = torch.arange(batch) % victim.num_classes
+    sketch = make_sketch(kind, victim.d, max(1, round(ratio * victim.d)), seed=1)
+    threat = ThreatModel(knows_labels=True, knows_clip=knows_clip)
+    return observe(victim, x, labels, Channel(sketch, defense), threat), x
+
+
+def _lenet(dtype=torch.float64, shape=(1, 8, 8)):
+    return targets.get_model("lenet", in_shape=shape, seed=0).to(dtype=dtype)
+
+
+def _bn_victim():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Sigmoid(), nn.Flatten(),
+                        nn.Linear(4 * 6 * 6, 3))
+    return targets.Victim.from_module(net.double(), input_shape=(1, 6, 6), num_classes=3, bn_mode="train")
+
+
+def _sequential(attack, obs):
+    """The restarts one at a time, from the starts reconstruct() draws."""
+    runs = []
+    for r in range(attack.restarts):
+        x0 = init_dummy(obs.input_shape, attack.dummy_init, attack.init_seed + 1000 * r, dtype=obs.victim.dtype)
+        runs.append(attack.run(obs, x0, obs.labels))
+    return runs
+
+
+def _batched(attack, obs):
+    return attack.optimise(obs, torch.stack([init_dummy(obs.input_shape, attack.dummy_init,
+                                                        attack.init_seed + 1000 * r, dtype=obs.victim.dtype)
+                                             for r in range(attack.restarts)]), obs.labels)
+
+
+def _assert_same_runs(batched, sequential, rel):
+    for b, s in zip(batched, sequential, strict=True):
+        assert b.losses == pytest.approx(s.losses, rel=rel)
+        assert b.iterations == s.iterations and b.stop_reason == s.stop_reason and b.best_step == s.best_step
+        assert torch.allclose(b.x, s.x, rtol=rel, atol=rel)
+
+
+@pytest.mark.parametrize("optimizer, lr", [("adam", 0.05), ("gd", 0.5)])
+def test_batched_restarts_equal_sequential_restarts_for_first_order_optimisers(optimizer, lr):
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer=optimizer, lr=lr, iterations=40, restarts=3, init_seed=4, labels="given",
+                              tol=0)
+    _assert_same_runs(_batched(attack, obs), _sequential(attack, obs), rel=1e-9)
+
+
+def test_batched_lbfgs_restarts_equal_sequential_ones_with_per_restart_line_searches():
+    # each restart keeps its own history and line search; the batched evaluation rounds like the single one
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer="lbfgs", iterations=30, restarts=3, init_seed=4, labels="given", tol=0)
+    batched, sequential = _batched(attack, obs), _sequential(attack, obs)
+    _assert_same_runs(batched, sequential, rel=1e-8)
+    assert len({run.losses[-1] for run in batched}) == 3  # the starts differ
+
+
+def _layernorm_victim():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(36, 8), nn.LayerNorm(8), nn.Tanh(), nn.Linear(8, 3))
+    return targets.Victim.from_module(net.double(), input_shape=(1, 6, 6), num_classes=3)
+
+
+def _restart_gradients(obs, xs, labels):
+    """d/dxs of sum_r ||restarts(xs)[r] - y||^2, and the same restart by restart."""
+    xs = xs.clone().requires_grad_(True)
+    batched = torch.autograd.grad((obs.forward.restarts(xs, labels) - obs.y).pow(2).sum(), xs)[0]
+    alone = []
+    for x, lab in zip(xs.detach(), labels):
+        x = x.clone().requires_grad_(True)
+        alone.append(torch.autograd.grad((obs.forward(x, lab) - obs.y).pow(2).sum(), x)[0])
+    return batched, torch.stack(alone)
+
+
+@pytest.mark.parametrize("make", [_bn_victim, _layernorm_victim], ids=["batchnorm", "layernorm"])
+def test_batched_messages_and_their_derivatives_match_restart_by_restart_with_normalisation_layers(make):
+    # autograd through vmap(grad) gets these layers' second derivatives wrong; the batched model must not
+    obs, _ = _obs(make(), batch=2, kind="none")
+    xs = torch.rand(3, 2, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    labels = obs.labels.expand(3, 2)
+    rows = obs.forward.restarts(xs, labels)
+    for r in range(3):
+        assert torch.allclose(rows[r], obs.forward(xs[r], labels[r]), rtol=1e-10, atol=1e-12)
+    batched, alone = _restart_gradients(obs, xs, labels)
+    assert torch.allclose(batched, alone, rtol=1e-10, atol=1e-12)
+
+
+def test_batchnorm_in_train_mode_keeps_each_restarts_batch_statistics_apart():
+    # BatchNorm couples the examples of a batch: stacking restarts into one batch would mix their statistics
+    victim = _bn_victim()
+    obs, _ = _obs(victim, batch=2, kind="none")
+    xs = torch.rand(3, 2, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    labels = obs.labels.expand(3, 2)
+    mixed = obs.forward(xs.reshape(6, 1, 6, 6), labels.reshape(6))  # all six images as one batch
+    assert not torch.allclose(obs.forward.restarts(xs, labels).mean(0), mixed, rtol=1e-3)
+    # gd: a step linear in the gradient (Adam's g/sqrt(v) would turn round-off in near-zero entries into +-lr)
+    attack = GradientMatching(optimizer="gd", lr=0.5, iterations=15, restarts=2, init_seed=4, labels="given")
+    _assert_same_runs(_batched(attack, obs), _sequential(attack, obs), rel=1e-9)
+
+
+def test_restarts_through_a_clipping_channel_match_one_message_at_a_time():
+    victim = _lenet()
+    obs, _ = _obs(victim, batch=2, kind="none", defense="clip:C=0.01", knows_clip=True)
+    xs = torch.rand(3, 2, 1, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    labels = obs.labels.expand(3, 2)
+    rows = obs.forward.restarts(xs, labels)
+    assert torch.allclose(rows.norm(dim=1), torch.full((3,), 0.01, dtype=torch.float64))  # each row clipped alone
+    for r in range(3):
+        assert torch.allclose(rows[r], obs.forward(xs[r], labels[r]), rtol=1e-10, atol=1e-14)
+
+
+def test_a_batched_model_with_wrong_derivatives_is_detected_and_replaced_by_one_start_at_a_time():
+    obs, _ = _obs(_lenet())
+
+    class Doubled:
+        """The right messages, with twice their derivative."""
+
+        def __call__(self, x, labels):
+            return obs.forward(x, labels)
+
+        def restarts(self, xs, labels):
+            m = obs.forward.restarts(xs, labels)
+            return m + (m - m.detach())
+
+    wrong = dataclasses.replace(obs, forward=Doubled())
+    plain = dataclasses.replace(obs, forward=lambda x, labels: obs.forward(x, labels))
+    attack = GradientMatching(optimizer="gd", lr=0.5, iterations=10, restarts=2, init_seed=4, labels="given")
+    _assert_same_runs(_batched(attack, wrong), _batched(attack, plain), rel=1e-12)
+
+
+def test_an_observation_without_a_batched_model_runs_its_restarts_one_by_one_alike():
+    obs, _ = _obs(_lenet())
+    plain = dataclasses.replace(obs, forward=lambda x, labels: obs.forward(x, labels))
+    attack = GradientMatching(optimizer="adam", lr=0.05, iterations=10, restarts=2, init_seed=4, labels="given")
+    _assert_same_runs(_batched(attack, plain), _batched(attack, obs), rel=1e-9)
+
+
+def test_dlg_restarts_optimise_their_soft_labels_separately():
+    obs, _ = _obs(_lenet(), kind="none")
+    attack = GradientMatching(optimizer="lbfgs", iterations=20, restarts=2, init_seed=4, labels="dlg")
+    batched = attack.optimise(obs, torch.stack([init_dummy(obs.input_shape, "gaussian", 4 + 1000 * r,
+                                                           dtype=torch.float64) for r in range(2)]), None)
+    for r, run in enumerate(batched):
+        alone = attack.run(obs, init_dummy(obs.input_shape, "gaussian", 4 + 1000 * r, dtype=torch.float64), None)
+        assert run.losses == pytest.approx(alone.losses, rel=1e-8)
+        assert torch.equal(run.labels, alone.labels)
+
+
+def test_reconstruct_returns_the_restart_with_the_lowest_loss_and_every_restarts_loss():
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer="lbfgs", iterations=15, restarts=3, init_seed=4, labels="given")
+    result = attack.reconstruct(obs)
+    runs = _sequential(attack, obs)
+    assert result.restart_losses == pytest.approx([run.final_loss for run in runs], rel=1e-8)
+    assert result.final_loss == min(result.restart_losses)
+
+
+def test_a_start_that_stops_improving_stops_with_the_reason_recorded():
+    # a step far too small: L_R barely moves, so the lowest L_R falls by < 1% over any window of 5 steps
+    obs, _ = _obs(_lenet())
+    x0 = init_dummy(obs.input_shape, "gaussian", 4, dtype=torch.float64)
+    run = GradientMatching(optimizer="gd", lr=1e-9, iterations=50, labels="given", stall_window=5,
+                           stall_gain=0.01).run(obs, x0, obs.labels)
+    assert run.stop_reason == "stalled" and run.iterations == 5 and len(run.losses) == 6
+    assert "less than 1% over the last 5 steps" in run.message
+    assert run.losses[5] > 0.99 * run.losses[0]
+    off = GradientMatching(optimizer="gd", lr=1e-9, iterations=50, labels="given", stall_window=0).run(
+        obs, x0, obs.labels)
+    assert off.stop_reason == "iterations" and off.iterations == 50
+
+
+def test_the_stopping_rule_leaves_an_improving_attack_running():
+    obs, _ = _obs(_lenet())
+    x0 = init_dummy(obs.input_shape, "gaussian", 4, dtype=torch.float64)
+    run = GradientMatching(optimizer="lbfgs", iterations=60, labels="given", tol=0, stall_window=10,
+                           stall_gain=0.01).run(obs, x0, obs.labels)
+    assert run.stop_reason == "iterations" and run.iterations == 60
+    lowest = [min(run.losses[: t + 1]) for t in range(61)]
+    assert all(lowest[t] <= 0.99 * lowest[t - 10] for t in range(10, 61))
+
+
+def test_restarts_that_stop_early_drop_out_while_the_others_go_on():
+    # tolerance 1e-3 of ||y||^2: the start at the truth stops at step 0, the random one runs on
+    obs, x = _obs(_lenet())
+    attack = GradientMatching(optimizer="lbfgs", iterations=12, labels="given", tol=1e-3)
+    x0 = torch.stack([x, init_dummy(obs.input_shape, "gaussian", 4, dtype=torch.float64)])
+    at_truth, random = attack.optimise(obs, x0, obs.labels)
+    assert at_truth.stop_reason == "tolerance" and at_truth.iterations == 0
+    alone = attack.run(obs, x0[1], obs.labels)
+    assert random.iterations == alone.iterations > 0
+    assert random.losses == pytest.approx(alone.losses, rel=1e-8)
