@@ -1,10 +1,11 @@
 """Attack table of results/protocols/: PSNR/SSIM of inverting one client message per setting.
 
-Run from the repository root:  python scripts/protocols_attack_table.py
+Run from the repository root:  python scripts/protocols_attack_table.py [ITERATIONS [PROTOCOL ...]]
 Writes results/protocols/attacks.md and attacks.json.  Each row is one `leakattack run
 --protocol ...` (same RunConfig); grad_rel_err = ||g(x^) - g(x)|| / ||g(x)|| with g the
 client's true, unsketched gradient at w^t (Kasiviswanathan's footnote 4 says g cannot be
-recovered from its projection).
+recovered from its projection).  Naming protocols re-runs only their rows and keeps the
+stored rows of the others (e.g. `python scripts/protocols_attack_table.py 1000 safl sacfl`).
 """
 
 import json
@@ -22,6 +23,7 @@ from leakattack.training import train
 
 HERE = Path("results/protocols")
 ITER = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+ONLY = set(sys.argv[2:])  #: protocols whose rows are re-run (empty: all)
 BASE = dict(model="lenet", dataset="digits", batch_size=1, iterations=ITER, label_mode="idlg", seed=0,
             protocol_round=1, protocol_client=0)
 
@@ -39,6 +41,29 @@ for t_, m_ in ((20, 40), (50, 100)):
                           "protocol_spec": {"sketch_rows": t_, "sketch_buckets": m_}}))
 ROWS.append(("sketched-dp srht b/d=0.5 K=1 (eps^=0.5, C=1)", "known",
              {"protocol": "sketched-dp", "sketch": "srht", "sketch_ratio": 0.5}))
+# SAFL / SACFL: the same R_t and update at round 1 (w^1, seeds shared), so sacfl - safl is what the norm adds;
+# b/d = 0.01 is the smallest ratio of the SAFL paper's CIFAR-10 runs (b = 4e5 of d = 4.2e7), 0.1 its largest
+for ratio in (0.1, 0.01):
+    for proto in ("safl", "sacfl"):
+        for known in (True, False):
+            ROWS.append((f"{proto} srht b/d={ratio} K=1", "known" if known else "unknown",
+                         {"protocol": proto, "sketch": "srht", "sketch_ratio": ratio, "sketch_known": known}))
+ROWS.append(("safl srht b/d=0.1 K=5", "known",
+             {"protocol": "safl", "sketch": "srht", "sketch_ratio": 0.1, "protocol_spec": {"local_steps": 5}}))
+# COMPSGD / PRIVSGD: Phi_t g of one step; m_i = d_i/10 per layer is the paper's MLP setting
+for kind in ("gaussian", "sparse"):
+    for known in ((True, False) if kind == "gaussian" else (True,)):
+        ROWS.append((f"compsgd {kind} m_i=d_i/10 per layer", "known" if known else "unknown",
+                     {"protocol": "compsgd", "sketch": kind, "sketch_ratio": 0.1, "sketch_known": known}))
+ROWS.append(("compsgd gaussian m=d/10 global", "known",
+             {"protocol": "compsgd", "sketch": "gaussian", "sketch_ratio": 0.1,
+              "protocol_spec": {"projection_blocks": "global"}}))
+ROWS.append(("compsgd gaussian m_i=d_i/100 per layer", "known",
+             {"protocol": "compsgd", "sketch": "gaussian", "sketch_ratio": 0.01}))
+for eps in (0.5, 100.0, 1e8):
+    ROWS.append((f"privsgd gaussian m_i=d_i/10 (eps={eps:g} over T=100, L=1)", "known",
+                 {"protocol": "privsgd", "sketch": "gaussian", "sketch_ratio": 0.1,
+                  "protocol_spec": {"dp_epsilon": eps}}))
 TRAINED = {"protocol": "sketched", "protocol_dir": "results/protocols/train/sketched-srht-0.1"}
 ROWS.append(("sketched srht b/d=0.1 K=1, round 1 of the trained run", "known", {**TRAINED, "protocol_round": 1}))
 # round 500: p_y ~ 1, the label's row drowns in the sketch noise (label SNR < 1); `given` shows the image part
@@ -67,13 +92,27 @@ between the two lowest iDLG scores over the sketch noise ‖M m_c‖‖y‖√(1
 label's head row (p_y − 1)Σh = 1.2e-2 against sketch noise ≈ 2e-2 at b = 1343, so iDLG picks a wrong
 label (a genuine limit of label recovery through a strong sketch on a trained model), and with a wrong
 label no image matches the message.  With the label given the image is recovered (L-BFGS in units of ‖y‖;
-unnormalised it stalled at L_R/‖y‖² = 3e-4, 16 dB: torch keeps curvature pairs only if sᵀy > 1e-10)."""
+unnormalised it stalled at L_R/‖y‖² = 3e-4, 16 dB: torch keeps curvature pairs only if sᵀy > 1e-10).
+At b = 134 (b/d = 0.01, m_i = d_i/100) the message has fewer numbers than the image (784 pixels): the attack
+matches it to L_R/‖y‖² ~ 1e-10 with another image (7 dB), so the message does not determine x.  safl and
+sacfl send the same R_t Δw at round 1; sacfl adds ‖Δw‖, which moves no row by more than 2.5 dB.  privsgd:
+sigma = 12 (eps = 0.5) and 0.06 (eps = 100) per coordinate against ‖s_t Φ_t g‖ ≤ L = 1 spread over 1342
+coordinates; eps = 1e8 is the same message without effective noise."""
 
 
 def main():
     torch.set_num_threads(1)
     out = []
+    stored = {}
+    if ONLY and (HERE / "attacks.json").exists():
+        stored = {(r["setting"], r["sketch seed"]): r for r in json.loads((HERE / "attacks.json").read_text())}
+        for r in stored.values():  # JSON has no infinity: an unsketched message's label SNR is stored as null
+            r["label_snr"] = float("inf") if r["label_snr"] is None else r["label_snr"]
     for name, seed_known, kw in ROWS:
+        if ONLY and kw["protocol"] not in ONLY:
+            if (name, seed_known) in stored:
+                out.append(stored[(name, seed_known)])
+            continue
         if kw.get("protocol_dir") and not Path(kw["protocol_dir"], "protocol.json").exists():
             continue
         if kw.get("protocol_dir"):

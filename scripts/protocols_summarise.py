@@ -36,6 +36,35 @@ for r in (10, 25, 50, 75, 100):
         o = at_floats(runs[n], budget)
         cells.append("—" if o is None or o["floats_cum"] < 0.9 * budget else f"{o['test_acc']:.4f} (round {o['round']})")
     lines.append(f"| {r} | {budget} | {fa[r - 1]['test_acc']:.4f} | " + " | ".join(cells) + " |")
+
+# runs that send the same b per round (safl/sacfl/sketched at one b/d): equal floats is equal rounds
+same_b = {}
+for name, rows in runs.items():
+    same_b.setdefault(rows[0]["floats_sent"] - name.startswith("sacfl"), []).append(name)  # sacfl: b + 1 (the norm)
+for b, names in sorted(same_b.items()):
+    if len(names) < 2 or not any(n.startswith(("safl", "sacfl")) for n in names):
+        continue
+    lines += ["", f"Test accuracy at equal rounds, runs sending b = {b} floats per round (sacfl: b + 1):", "",
+              "| round | floats/client | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in (50, 100, 250, 500, 1000):
+        if any(r <= len(runs[n]) for n in names if n.startswith(("safl", "sacfl"))):
+            cells = [f"{runs[n][r - 1]['test_acc']:.4f}" if r <= len(runs[n]) else "—" for n in names]
+            lines.append(f"| {r} | {r * b} | " + " | ".join(cells) + " |")
+
+# COMPSGD / PRIVSGD against SGD (fedavg with K = 1) at equal steps
+steps = ["fedavg"] + [n for n in runs if n.startswith(("compsgd", "privsgd"))]
+if len(steps) > 1 and "fedavg" in runs:
+    lines += ["", "Test accuracy at equal steps (rounds; fedavg with K = 1 is distributed SGD):", "",
+              "| round | " + " | ".join(steps) + " |", "|---|" + "---|" * len(steps)]
+    for r in (10, 25, 50, 100):
+        cells = [f"{runs[n][r - 1]['test_acc']:.4f}" if r <= len(runs[n]) else "—" for n in steps]
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    eps = [(n, runs[n][-1]) for n in steps if "epsilon_paper" in runs[n][-1]]
+    if eps:
+        lines += ["", "| run | sigma | epsilon (paper, Claim C.1) | epsilon (Opacus RDP) | epsilon (RDP, sensitivity 2L) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {n} | {r['sigma']:.3g} | {r['epsilon_paper']:.3g} | {r['epsilon_rdp']:.3g} | "
+                  f"{r['epsilon_rdp_normalised']:.3g} |" for n, r in eps]
 atomic_write_text(HERE / "training.md", "\n".join(lines) + "\n")
 accuracy_figure(ROOT)
 print("\n".join(lines))

@@ -5,6 +5,10 @@
 * ``sketched-dp``       Algorithm 2: Gaussian noise at every local step.
 * ``fedsketch-privix``  FedSKETCH with the count-sketch table and PRIVIX.
 * ``fedsketch-heaprix`` FedSKETCH with HEAPRIX (HEAVYMIX's top coordinates sent exactly).
+* ``safl``              sketched adaptive FL: R_t dw, server de-sketches and runs Adam/AMSGrad/SGD(m).
+* ``sacfl``             sketched adaptive clipped FL: R_t dw and ||dw||, server clips by the mean norm.
+* ``compsgd``           Kasiviswanathan's COMPSGD: Phi_t g, step, projection onto Phi_t C and lift.
+* ``privsgd``           COMPSGD with Gaussian noise in the projected space (PRIVSGD).
 
 A protocol produces the message of client c in round t with
 ``Protocol.observe(w, t, c, ...)``.  Adding a protocol: its own module with a
@@ -19,7 +23,11 @@ from leakattack.registry import Registry
 from .base import (SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, ClientMessage, MessageMap, Protocol, evaluate, local_sgd,
                    round_seed, split_clients)
 from .fedavg import FedAvg
+from .compsgd import PROJECTION_BLOCKS, BlockProjection, CompSGD, layer_blocks, lift_l1, project_l1_ball
 from .fedsketch import CountSketchTable, FedSketchHeaprix, FedSketchPrivix, heavymix_support, median, privix
+from .privsgd import PrivSGD, normalised_projection, privsgd_epsilon, privsgd_sigma
+from .sacfl import SACFL, WithNorm, clip_factor
+from .safl import PAPER_SERVER_LR, SAFL, SECOND_MOMENTS, SERVER_OPTS, ada_opt, new_server_state
 from .sketched import Sketched, SketchedDP, per_example_clipped_mean
 
 _PROTOCOLS = Registry("protocol")
@@ -37,6 +45,10 @@ register_protocol("sketched", Sketched)
 register_protocol("sketched-dp", SketchedDP)
 register_protocol("fedsketch-privix", FedSketchPrivix)
 register_protocol("fedsketch-heaprix", FedSketchHeaprix)
+register_protocol("safl", SAFL)
+register_protocol("sacfl", SACFL)
+register_protocol("compsgd", CompSGD)
+register_protocol("privsgd", PrivSGD)
 
 
 def list_protocols() -> list[str]:
@@ -63,4 +75,7 @@ __all__ = [
     "MessageMap", "SPEC_DEFAULTS", "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",
     "per_example_clipped_mean", "CountSketchTable", "privix", "heavymix_support", "median",
     "FedAvg", "Sketched", "SketchedDP", "FedSketchPrivix", "FedSketchHeaprix",
+    "SAFL", "SACFL", "CompSGD", "PrivSGD", "SERVER_OPTS", "SECOND_MOMENTS", "PAPER_SERVER_LR", "PROJECTION_BLOCKS",
+    "ada_opt", "new_server_state", "clip_factor", "WithNorm", "project_l1_ball", "lift_l1", "layer_blocks",
+    "BlockProjection", "privsgd_sigma", "privsgd_epsilon", "normalised_projection",
 ]

@@ -39,6 +39,9 @@ SPEC_DEFAULTS = {
     "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
     "sketch_rows": 20, "sketch_buckets": 40,
     "dp_epsilon": 0.5, "dp_delta": 1e-5, "dp_clip": 1.0,
+    "server_opt": "adam", "server_lr": None, "server_beta1": 0.9, "server_beta2": 0.99, "server_eps": 1e-3,
+    "second_moment": "sketch", "clip_threshold": 0.1,
+    "projection_blocks": "layer", "l1_scale": 1.25, "dp_rounds": 100,
 }
 
 #: seed offset of the attacker's R_t when the sketch seed is not granted
@@ -130,7 +133,13 @@ class ClientMessage:
 
 
 class Protocol:
-    """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it (``server``)."""
+    """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it (``server``).
+
+    The attacker's side mirrors the client's: ``attacker_update`` (dw, or the gradient for protocols
+    that send gradients), ``attacker_encode`` (``encode`` without noise), ``message_operator`` and
+    ``message_scale`` (the linear part label recovery reads); ``spec_error`` refuses settings the
+    protocol cannot run.
+    """
 
     name = "base"
     default_fraction = 1.0
@@ -189,10 +198,31 @@ class Protocol:
         """The linear map a client applies to dw in round t (None: sends dw itself)."""
         return None
 
-    def encode(self, delta, t, op=None):
-        """What the client sends for its update dw."""
+    def encode(self, delta, t, op=None, c=None):
+        """What client c sends for its update dw (``c`` seeds client noise where a protocol adds it)."""
         op = self.operator(t) if op is None else op
         return delta if op is None else op.apply(delta)
+
+    def attacker_update(self, w, x, y):
+        """The attacker's model of dw: the unrolled K local steps on its dummy data, differentiable in x."""
+        return local_sgd(lambda u, k: self.attacker_gradient(u, x, y), w, self.local_lr, self.local_steps) - w
+
+    def attacker_encode(self, delta, op):
+        """The attacker's model of ``encode`` (without the client's noise)."""
+        return delta if op is None else op.apply(delta)
+
+    def message_operator(self, op, decoded: bool):
+        """The linear part E of the message, g -> scale * E g, that label recovery reads."""
+        return get_sketch("none", self.d, self.d) if (op is None or decoded) else op
+
+    def message_scale(self) -> float:
+        """The scale of g in the message's linear part: dw = -eta g for K = 1."""
+        return -self.local_lr
+
+    @classmethod
+    def spec_error(cls, spec: dict) -> str | None:
+        """One sentence when ``spec`` asks for something this protocol cannot do (None when it can)."""
+        return None
 
     def decode(self, op, message):
         """The server's estimate of dw from one message (protocols with ``decodable``)."""
@@ -215,7 +245,7 @@ class Protocol:
             with torch.no_grad():
                 losses.append(float(loss_at(self.victim, x, y, unflatten(self.victim, w))))
             deltas[c] = self.client_update(w, x, y, t, c).detach()
-            messages[c] = self.encode(deltas[c], t)
+            messages[c] = self.encode(deltas[c], t, c=c)
         w_next = self.server(w, t, deltas, messages).detach()
         return w_next, {"train_loss": sum(losses) / len(losses), "clients": sorted(deltas),
                         "floats_sent": self.floats_per_client()}
@@ -245,7 +275,7 @@ class Protocol:
         delta = self.client_update(w, x, labels, t, c).detach()
         op_true = self.operator(t)
         op_att = self.operator(t, seed_offset=0 if sketch_known else UNKNOWN_SEED_OFFSET)
-        y = self.encode(delta, t, op_true).detach() if op_true is not None else delta
+        y = self.encode(delta, t, op_true, c=c).detach()
         decoded = decoded and self.decodable
         if decoded:
             y = self.decode(op_true, y).detach()
@@ -254,17 +284,16 @@ class Protocol:
         y = y / unit
 
         def forward(xd, lab):
-            dw = local_sgd(lambda u, k: self.attacker_gradient(u, xd, lab), w, lr, K) - w
-            msg = dw if op_att is None else op_att.apply(dw)
+            msg = self.attacker_encode(self.attacker_update(w, xd, lab), op_att)
             return (self.decode(op_att, msg) if decoded else msg) / unit
 
-        inner = get_sketch("none", self.d, self.d) if (op_att is None or decoded) else op_att
+        inner = self.message_operator(op_att, decoded)
         info = {"kind": f"protocol:{self.name}", "round": t, "client": c, "local_steps": K, "local_lr": lr,
                 "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "message",
                 "message_floats": int(y.numel()), "message_norm": unit}
         return ClientMessage(y=y, x=x, labels=labels, forward=forward,
-                             linear_map=MessageMap(inner, -lr / unit, info), update_norm=float(delta.norm()),
-                             info=info)
+                             linear_map=MessageMap(inner, self.message_scale() / unit, info),
+                             update_norm=float(delta.norm()), info=info)
 
     def describe(self) -> dict:
         return {"protocol": self.name, **self.spec, "client_fraction": self.client_fraction, "d": self.d,

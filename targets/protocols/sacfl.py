@@ -1,0 +1,83 @@
+"""SACFL: sketched adaptive clipped federated learning (Algorithm 1 calling Algorithm 3, AdaClip).
+
+Round t: every client runs K local SGD steps from x_{t-1} and sends two things: the sketch
+m̄_t^c = R_t (x_{t,0} - x_{t,K}) (b floats) and the unsketched scalar v̄_t^c = ||x_{t,K} - x_{t,0}||
+(one float).  The server averages both and takes the clipped step
+
+    x_t = x_{t-1} - kappa min{tau / v̄_t, 1} desk_t(m̄_t),    v̄_t = mean_c ||dw_c||,  desk_t = R_t^T,
+
+with threshold tau (``clip_threshold``) and kappa (``server_lr``, default 1).  On the wire the message is
+the vector [R_t dw, ||dw||] of b + 1 floats (dw = x_{t,K} - x_{t,0}, the opposite sign of the paper's).
+
+What the norm gives the attacker: it is part of the message, so the attacker's model of the message
+carries it too, [R_t dw(x̂), ||dw(x̂)||]; matching it adds the exact norm of the unsketched update as
+one more equation to the b sketched ones (a known constraint that also fixes the update's scale,
+which R_t preserves only up to its distortion).  Label recovery reads the sketched part.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from leakattack.sketch.base import Sketch
+
+from .safl import SAFL
+
+
+class WithNorm(Sketch):
+    """The linear part of a SACFL message: v -> [R v, 0] (the norm coordinate is not linear; label recovery skips it)."""
+
+    def __init__(self, inner: Sketch):
+        super().__init__(d=inner.d, b=inner.b + 1, seed=inner.seed)
+        self.inner = inner
+        self.kind = f"{inner.kind}+norm"
+
+    def _apply(self, v):
+        out = self.inner.apply(v)
+        return torch.cat([out, out.new_zeros(*out.shape[:-1], 1)], -1)
+
+    def _adjoint(self, u):
+        return self.inner.adjoint(u[..., :-1])
+
+    def to(self, device):
+        self.inner.to(device)
+        return super().to(device)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "kind": self.kind, "b": self.b, "norm_sent": True}
+
+
+def clip_factor(tau: float, mean_norm: float) -> float:
+    """min{tau / v̄_t, 1} of Algorithm 3 (1 when every update is zero)."""
+    return 1.0 if mean_norm <= 0 else min(tau / mean_norm, 1.0)
+
+
+class SACFL(SAFL):
+    """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean norm."""
+
+    @property
+    def kappa(self) -> float:
+        return 1.0 if self.server_lr is None else float(self.server_lr)
+
+    def floats_per_client(self):
+        return self.b + 1
+
+    def encode(self, delta, t, op=None, c=None):
+        op = self.operator(t) if op is None else op
+        return self.attacker_encode(delta, op)
+
+    def attacker_encode(self, delta, op):
+        return torch.cat([op.apply(delta), delta.norm().reshape(1)])
+
+    def message_operator(self, op, decoded):
+        return WithNorm(op)
+
+    def server(self, w, t, deltas, messages):
+        sent = torch.stack(list(messages.values()))  # (C, b + 1)
+        sketches, norms = sent[:, :-1], sent[:, -1]
+        factor = clip_factor(self.clip_threshold, float(norms.mean()))
+        # -kappa min{tau/v̄, 1} desk(m̄_t) with m̄_t = -mean_c R_t dw_c
+        return w + self.kappa * factor * self.operator(t).adjoint(sketches.mean(0))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "kappa": self.kappa}
