@@ -1,0 +1,162 @@
+"""The analytic attack on a fully connected first layer: exact division, recovery through sketches, refusals."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import targets
+from leakattack import metrics
+from leakattack.attacks import AttackError, get_attack, list_attacks
+from leakattack.attacks.analytic import Analytic, cgls, first_layer
+from leakattack.channel import Channel
+from leakattack.data import get_dataset
+from leakattack.errors import SettingWarning
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small solves: one thread is faster on a shared CPU, and keeps the timings steady."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _example(dataset, index=0, pool=1):
+    data = get_dataset(dataset)
+    x = data.images[index:index + 1].double()
+    if pool > 1:
+        x = F.avg_pool2d(x, pool)
+    return x, data.labels[index:index + 1]
+
+
+def _observe(model, x, labels, kind="none", b_over_m=1.0, threat=ThreatModel(), seed=0):
+    victim = targets.get_model(model, in_shape=tuple(x.shape[1:]), seed=seed).to(dtype=torch.float64)
+    b = victim.d if kind == "none" else round(b_over_m * victim.unknowns_per_example)
+    return observe(victim, x, labels, Channel(make_sketch(kind, victim.d, b, seed=1)), threat)
+
+
+def _psnr(result, x):
+    return float(metrics.psnr(result.x.clamp(0, 1), x).mean())
+
+
+def test_analytic_is_registered():
+    assert "analytic" in list_attacks() and isinstance(get_attack("analytic"), Analytic)
+
+
+@pytest.mark.parametrize("model", ["mlp", "logreg"])
+@pytest.mark.parametrize("dataset", ["photos", "digits"])
+def test_unsketched_gradient_gives_the_example_exactly(model, dataset):
+    x, labels = _example(dataset, index=3)
+    obs = _observe(model, x, labels)
+    result = get_attack("analytic").reconstruct(obs)
+    assert _psnr(result, x) > 80
+    assert result.labels.tolist() == labels.tolist()  # iDLG's sign rule, no weights needed
+
+
+def test_division_needs_no_weights_only_the_layout():
+    # the same gradient read with another victim's weights (same architecture) gives the same x
+    x, labels = _example("digits", index=1)
+    obs = _observe("mlp", x, labels)
+    other = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=7).to(dtype=torch.float64)
+    obs.victim = other
+    assert _psnr(get_attack("analytic").reconstruct(obs), x) > 80
+
+
+@pytest.mark.parametrize("kind", ["srht", "countsketch"])
+def test_mlp_on_a_digit_is_recovered_through_a_sketch_of_twice_the_pixels(kind):
+    x, labels = _example("digits", index=2)
+    obs = _observe("mlp", x, labels, kind, b_over_m=2.0)
+    assert obs.b < obs.d / 25  # far fewer numbers than the gradient has
+    result = get_attack("analytic").reconstruct(obs)
+    assert result.stop_reason == "tolerance"
+    assert _psnr(result, x) > 80
+    assert result.losses[result.best_step] < 1e-12 * result.losses[0]
+
+
+def test_logreg_on_a_pooled_digit_is_recovered_through_a_gaussian_sketch():
+    x, labels = _example("digits", index=0, pool=2)  # 14 x 14: m = 196 unknown pixels, d = 1970
+    obs = _observe("logreg", x, labels, "gaussian", b_over_m=1.3)
+    assert _psnr(get_attack("analytic").reconstruct(obs), x) > 80
+
+
+def test_square_sketch_is_solved_then_divided():
+    x, labels = _example("digits", index=0, pool=2)
+    victim = targets.get_model("logreg", in_shape=tuple(x.shape[1:]), seed=0).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("gaussian", victim.d, victim.d, seed=1)))
+    result = get_attack("analytic").reconstruct(obs)
+    assert result.message.startswith("solved g") and _psnr(result, x) > 80
+
+
+def test_below_the_number_of_unknowns_it_warns_and_finds_another_input():
+    x, labels = _example("digits", index=0, pool=2)
+    obs = _observe("logreg", x, labels, "srht", b_over_m=0.5)
+    with pytest.warns(SettingWarning, match="not unique"):
+        result = get_attack("analytic", sweeps=20).reconstruct(obs)
+    assert "not unique" in result.message and _psnr(result, x) < 30
+
+
+@pytest.mark.parametrize("model", ["lenet", "resnet20", "vit_small"])
+def test_a_convolutional_first_layer_is_refused_in_one_sentence(model):
+    x, labels = _example("digits")
+    victim = targets.get_model(model, in_shape=tuple(x.shape[1:]), seed=0)
+    obs = observe(victim, x.float(), labels, Channel(make_sketch("none", victim.d, victim.d)))
+    reason = Analytic().supports(obs)
+    assert "Conv2d" in reason and reason.count(". ") == 0
+    with pytest.raises(AttackError, match="fully connected first layer"):
+        Analytic().reconstruct(obs)
+
+
+def test_a_batch_and_a_bias_free_layer_are_refused():
+    x, labels = _example("digits")
+    xs, ls = torch.cat([x, x.flip(-1)]), torch.cat([labels, labels])
+    assert "batch of 2" in Analytic().supports(_observe("mlp", xs, ls))
+    linreg = _observe("linreg", x, labels.double())
+    assert "no trainable bias" in Analytic().supports(linreg)
+    assert "not grant" in Analytic(labels="given").supports(_observe("mlp", x, labels))
+
+
+def test_given_labels_are_returned_as_given():
+    x, labels = _example("digits")
+    obs = _observe("logreg", x, labels, threat=ThreatModel(knows_labels=True))
+    assert Analytic(labels="given").reconstruct(obs).labels.tolist() == labels.tolist()
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="solver"):
+        Analytic(solver="newton")
+    with pytest.raises(ValueError, match="labels"):
+        Analytic(labels="dlg")
+
+
+def test_first_layer_is_the_first_module_with_a_trainable_parameter():
+    mlp = targets.get_model("mlp", in_shape=(1, 8, 8))
+    assert first_layer(mlp.model) is mlp.model.fc1
+
+
+def test_cgls_matches_dense_least_squares():
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(40, 12, generator=gen, dtype=torch.float64)
+    y = torch.randn(40, generator=gen, dtype=torch.float64)
+    z = cgls(lambda v: A @ v, lambda u: A.T @ u, y, torch.zeros(12, dtype=torch.float64), steps=50)
+    assert torch.allclose(z, torch.linalg.lstsq(A, y.unsqueeze(1)).solution.squeeze(1), atol=1e-10)
+
+
+def test_experiment_passes_the_analytic_attack_only_its_own_options():
+    from leakattack.config import RunConfig
+    from leakattack.experiment import attack_of
+
+    attack = attack_of(RunConfig(model="mlp", attack="analytic"))
+    assert isinstance(attack, Analytic) and attack.label_mode == "recovered"
+
+
+def test_a_run_through_the_experiment_writes_an_exact_reconstruction(tmp_path):
+    from leakattack.config import RunConfig
+    from leakattack.experiment import run_attack
+
+    cfg = RunConfig(model="mlp", attack="analytic", dataset="digits", sketch="srht", sketch_ratio=0.03)
+    m, folder = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
+    assert m["psnr"] > 80 and m["stop_reason"] == "tolerance" and m["label_acc"] == 1.0
+    assert (folder / "metrics.json").exists() and (folder / "reconstruction.png").exists()
