@@ -10,7 +10,7 @@ import torch
 import targets
 from leakattack import Channel, ThreatModel, get_attack, get_batch, get_dataset, get_sketch, observe, score
 
-iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 4000  # the CLI default
+iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 6000  # the CLI default
 torch.set_num_threads(1)
 
 # the client: the DLG LeNet at seeded weights, one embedded photo, an SRHT sketch with b = d/2

@@ -9,27 +9,31 @@ sense of a *case* apart from the *attack*:
 * ``protocol`` — client c's message in round t of a federated protocol, produced
   by ``Protocol.observe`` at w^t (from a ``leakattack train`` checkpoint, or
   re-simulated from the seeds).
+* ``message`` — a captured message file (:mod:`leakattack.results.message`): the
+  user's model at the given weights, the message and what the file says about
+  how it was made; the truth only when a truth file is given.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, get_protocol
+from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, get_protocol, local_sgd
 
 from .attacks import sign_rule_snr
 from .channel import Channel
-from .config import ConfigError, RunConfig, validate_protocol
+from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
-from .errors import SettingWarning
-from .observation import Observation, ThreatModel, from_protocol, observe
+from .errors import SettingWarning, UserError
+from .observation import Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .registry import Registry
-from .sketch import get_sketch
+from .results.message import Message, read_message, read_truth
+from .sketch import get_sketch, is_identity, regeneration_note, sketch_dim, sketch_from_description
 from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
 
 
@@ -39,12 +43,13 @@ class Case:
 
     dataset: ImageSet
     victim: targets.Victim
-    x: torch.Tensor  #: the client's true batch (for scoring only)
-    labels: torch.Tensor  #: its true labels, in the form the loss takes
+    x: torch.Tensor | None  #: the client's true batch (for scoring only; None: a message without a truth file)
+    labels: torch.Tensor | None  #: its true labels, in the form the loss takes (None: unknown)
     obs: Observation
     encoder: dict  #: what the client applied to its gradient (sketch or protocol encoder), for config.json
     label: str  #: "model / encoder" for titles
     folder_tag: str  #: the encoder's name in default run-folder names
+    settings: dict = field(default_factory=dict)  #: run parameters the case fixes (a message file's sketch, batch)
 
 
 def threat_of(cfg: RunConfig) -> ThreatModel:
@@ -64,7 +69,10 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
     victim.to(device=device, dtype=dtype)
     cfg.validate_for(victim.d)
     sketch = get_sketch(cfg.sketch, victim.d, cfg.sketch_b(victim.d), seed=seeds.sketch_seed,
-                        **cfg.sketch_params).to(device)
+                        memory_gb=cfg.sketch_memory, **cfg.sketch_params).to(device)
+    note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype)
+    if note:
+        warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
     obs = observe(victim, x, labels, Channel(sketch, cfg.defense), threat_of(cfg), noise_seed=seeds.noise_seed)
     return Case(ds, victim, x, labels, obs, sketch.describe(), f"{cfg.model} / {cfg.sketch}", cfg.sketch)
@@ -125,14 +133,150 @@ def _encoder_name(encoder: dict) -> str:
     return encoder["kind"] if encoder["kind"] == "none" else f"{encoder['kind']} b={encoder['b']}"
 
 
+_DEFAULTS = {p.name: p.default for p in RUN_PARAMS}
+_FLAGS = {p.name: p.option for p in RUN_PARAMS}
+
+
+def message_settings(cfg: RunConfig, msg: Message) -> dict:
+    """The run parameters a message file fixes; a flag the user set to something else is refused in one sentence."""
+    desc = msg.sketch or {"kind": "none", "d": 0, "b": 0, "seed": 0}
+    params = {k: v for k, v in desc.items() if k not in ("kind", "d", "b", "seed")}
+    settings = {"sketch": desc["kind"], "sketch_params": params, "batch_size": msg.batch_size,
+                "defense": msg.defense or ""}
+    if msg.sketch is not None:
+        settings.update(sketch_dim=desc["b"], sketch_seed=desc["seed"])
+        if not is_identity(desc["kind"]):  # a ratio that gives the file's b (the user's, the default, else b/d)
+            settings["sketch_ratio"] = next((r for r in (cfg.sketch_ratio, _DEFAULTS["sketch_ratio"])
+                                             if sketch_dim(r, desc["d"]) == desc["b"]), desc["b"] / desc["d"])
+    if msg.labels is not None:
+        settings["label_mode"] = "given"  # labels in the file are known to the attacker
+    for key, value in settings.items():
+        if cfg_value_differs(cfg, key, value):
+            raise ConfigError(f"{_FLAGS[key]} {getattr(cfg, key)!r} contradicts message file '{msg.path}', whose "
+                              f"{key.replace('_', ' ')} is {value!r}: leave {_FLAGS[key]} out")
+    return settings
+
+
+def cfg_value_differs(cfg: RunConfig, key: str, value) -> bool:
+    """Whether the user set ``key`` away from its default and to something other than ``value``."""
+    mine = getattr(cfg, key)
+    return mine != _DEFAULTS[key] and mine != value
+
+
+def _message_victim(cfg: RunConfig, msg: Message, truth, seeds) -> tuple[targets.Victim, ImageSet]:
+    """The user's model at the given weights, built for the message's input shape and classes."""
+    if msg.input_shape is not None and msg.num_classes is not None:
+        in_shape, num_classes = msg.input_shape, msg.num_classes
+    else:  # what the file leaves open comes from the truth, else from --dataset
+        ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download,
+                         image_size=cfg.image_size)
+        in_shape = msg.input_shape or (tuple(truth[0].shape[1:]) if truth is not None else ds.in_shape)
+        num_classes = msg.num_classes or ds.num_classes
+    victim = targets.get_model(cfg.model, num_classes=num_classes, in_shape=in_shape, seed=seeds.model_seed,
+                               init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+    if cfg.weights:
+        targets.load_weights(victim, cfg.weights)
+    else:
+        warnings.warn(f"no --weights: the message is attacked at the weights model '{cfg.model}' draws from model "
+                      f"seed {seeds.model_seed}, which must be the weights the client had", SettingWarning,
+                      stacklevel=3)
+    images = truth[0] if truth is not None else torch.zeros(0, *in_shape)
+    labels = truth[1] if truth is not None and truth[1] is not None else torch.zeros(images.shape[0], dtype=torch.long)
+    dataset = ImageSet(name="message", images=images, labels=labels, num_classes=num_classes, class_names=[],
+                       source=f"message file {msg.path}")
+    return victim, dataset
+
+
+def _update_forward(victim: targets.Victim, view, lr: float, steps: int):
+    """The attacker's model of an update message: x, labels -> view(w - u^K), u^k = u^{k-1} - lr grad F(u^{k-1}, x)."""
+    w = targets.flat_params(victim)
+
+    def forward(x, labels):
+        u = local_sgd(lambda u, k: targets.flat_gradient(victim, x, labels, params=targets.unflatten(victim, u),
+                                                         create_graph=True), w, lr, steps)
+        return view(w - u)
+
+    return forward
+
+
+def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
+    """A captured message file: the user's model at the given weights, the message, and the truth if given."""
+    if cfg.protocol:
+        raise ConfigError("--message and --protocol name two different messages: give one of them")
+    seeds = cfg.derived()
+    msg = read_message(cfg.message)
+    settings = message_settings(cfg, msg)
+    truth = read_truth(cfg.truth) if cfg.truth else None
+    if truth is not None and truth[0].shape[0] != msg.batch_size:
+        raise ConfigError(f"truth file '{cfg.truth}' holds {truth[0].shape[0]} images but the message was computed "
+                          f"on a batch of {msg.batch_size}")
+    victim, dataset = _message_victim(cfg, msg, truth, seeds)
+    victim.to(device=device, dtype=dtype)
+    if truth is not None and tuple(truth[0].shape[1:]) != tuple(victim.input_shape):
+        raise ConfigError(f"truth file '{cfg.truth}' holds images of shape {tuple(truth[0].shape[1:])}, "
+                          f"the message's model takes {tuple(victim.input_shape)}")
+    if msg.sketch is None:
+        sketch = get_sketch("none", victim.d, victim.d)
+    elif msg.sketch["d"] != victim.d:
+        raise ConfigError(f"message file '{msg.path}' was sketched from d = {msg.sketch['d']} numbers, but model "
+                          f"'{cfg.model}' has d = {victim.d} parameters")
+    else:
+        desc = dict(msg.sketch)
+        if not cfg.sketch_known:  # the attacker draws R from another seed
+            desc["seed"] = desc["seed"] + UNKNOWN_SEED_OFFSET
+        sketch = sketch_from_description(desc)
+    if msg.y.numel() != sketch.b:
+        raise ConfigError(f"message file '{msg.path}' has {msg.y.numel()} numbers, but model '{cfg.model}' has "
+                          f"d = {victim.d} parameters and the message is not sketched")
+    sketch.to(device)
+    try:
+        channel = Channel(sketch, msg.defense or "")
+    except UserError as err:
+        raise ConfigError(f"message file '{msg.path}': {err}") from None
+    # labels: the file's are granted; --labels given grants the truth's
+    known = msg.labels if msg.labels is not None else (truth[1] if truth is not None and cfg.labels_given else None)
+    if cfg.labels_given and known is None:
+        why = "--labels given" if cfg.label_mode == "given" else f"model '{cfg.model}' (a regression)"
+        raise ConfigError(f"{why} needs the labels, and neither message file '{msg.path}' nor a truth file holds any")
+    threat = ThreatModel(knows_labels=known is not None, knows_sketch=cfg.sketch_known,
+                         knows_clip=cfg.attacker_knows_clip)
+    score_labels = truth[1] if truth is not None and truth[1] is not None else msg.labels
+    target = (lambda t: None if t is None else victim.target(t.to(device)))
+    view = channel.attacker_view(threat)
+    if msg.kind == "gradient":
+        forward, linear_map = attacker_forward(victim, channel, threat), sketch
+    else:
+        if view.per_example:
+            raise ConfigError(f"message file '{msg.path}' is an update, and its defense's per_example step "
+                              "clips gradients, not updates")
+        forward = _update_forward(victim, view, msg.lr, msg.local_steps)
+        # w - u^1 = lr g: exact for one local step, the first step's direction for more
+        linear_map = MessageMap(sketch, msg.lr, {"kind": "message:update", "local_steps": msg.local_steps,
+                                                 "local_lr": msg.lr})
+    y = msg.y.to(device=device, dtype=dtype)
+    obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
+                      threat=threat, labels=target(known), defense=channel.spec,
+                      g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch
+                      extra={"message_ids": dict(msg.ids)})
+    x = None if truth is None else truth[0].to(device=device, dtype=dtype)
+    tag = "" if sketch.kind == "none" else f" {sketch.kind} b={sketch.b}"
+    return Case(dataset, victim, x, target(score_labels), obs, msg.describe(),
+                f"{cfg.model} / message ({msg.kind}{tag})", sketch.kind, settings)
+
+
 _CASES = Registry("case")
 _CASES.register("gradient", gradient_case)
 _CASES.register("protocol", protocol_case)
+_CASES.register("message", message_case)
 
 
 def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
-    """The case a configuration asks for: a protocol message when ``cfg.protocol`` is set, else one gradient."""
-    return _CASES.get("protocol" if cfg.protocol else "gradient")(cfg, device, dtype)
+    """The case a configuration asks for: a message file (``cfg.message``), a protocol message (``cfg.protocol``),
+    else one gradient."""
+    if cfg.truth and not cfg.message:
+        raise ConfigError("--truth scores the attack of a message file: give --message too (a simulated client's "
+                          "truth is its data set's batch)")
+    return _CASES.get("message" if cfg.message else "protocol" if cfg.protocol else "gradient")(cfg, device, dtype)
 
 
-__all__ = ["Case", "build_case", "gradient_case", "protocol_case", "threat_of"]
+__all__ = ["Case", "build_case", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of"]

@@ -8,6 +8,7 @@ the attack and scores it; :func:`write_run` writes the run folder.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import shutil
@@ -15,21 +16,19 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import scipy
 import torch
-import torchvision
 
 from . import __version__, metrics
-from .attacks import Attack, AttackResult, get_attack
+from .attacks import RECIPE_FIELDS, Attack, AttackResult, get_attack
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, directory_mode, write_csv, write_json
+from .results import default_run_dir, directory_mode, write_csv, write_json, write_tensors
 from .utility import privacy_metrics
 
 
@@ -72,7 +71,7 @@ class Outcome:
 
 def unknowns(case: Case) -> int:
     """m*B: the numbers the attacker has to find (values of one example times the batch size)."""
-    return case.victim.unknowns_per_example * int(case.x.shape[0])
+    return case.victim.unknowns_per_example * int(case.obs.batch_size)
 
 
 def warn_if_not_unique(case: Case) -> None:
@@ -80,7 +79,7 @@ def warn_if_not_unique(case: Case) -> None:
     b, mB = case.obs.b, unknowns(case)
     if b < mB:
         warnings.warn(f"the message has b = {b} numbers for m*B = {mB} unknowns "
-                      f"({case.victim.unknowns_per_example} per image x {case.x.shape[0]}): the reconstruction is "
+                      f"({case.victim.unknowns_per_example} per image x {case.obs.batch_size}): the reconstruction is "
                       "not unique, and a matched loss does not mean the images were found", SettingWarning,
                       stacklevel=2)
 
@@ -93,11 +92,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 def attack_of(cfg: RunConfig) -> Attack:
-    """The configured attack (gradient matching takes the optimiser, objective, priors, labels, restarts)."""
+    """The configured attack (gradient matching takes the optimiser, objective, priors, labels, restarts;
+    the analytic attack only where its labels come from)."""
+    if cfg.attack == "analytic":
+        return get_attack(cfg.attack, labels="given" if cfg.labels_given else "recovered")
+    s = cfg.derived()
     return get_attack(
-        cfg.attack, optimizer=cfg.optimizer, iterations=cfg.iterations, lr=cfg.lr, objective=cfg.objective,
-        priors={"tv": cfg.tv}, box=cfg.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
-        dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=cfg.derived().init_seed,
+        cfg.attack, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
+        priors={"tv": s.tv}, box=s.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
+        dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
+        signed=s.signed, stall_window=cfg.stall_window,
     )
 
 
@@ -106,7 +110,8 @@ def prepare(cfg: RunConfig) -> Prepared:
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
-    case = build_case(cfg, device, getattr(torch, cfg.dtype))
+    case = build_case(cfg, device, getattr(torch, cfg.derived().dtype))
+    cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
     attack = attack_of(cfg)
     attack.check(case.obs)
     return Prepared(cfg, device, case, attack)
@@ -123,9 +128,10 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
             x = x[metrics.match(x, case.x)]
         return {"psnr": float(metrics.psnr(x, case.x).mean())}
 
-    result = p.attack.reconstruct(case.obs, monitor=monitor, monitor_every=cfg.trace_every, progress=progress)
-    classifier = case.victim.task == "classification"
-    scores = metrics.score(
+    result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
+                                  monitor_every=cfg.trace_every, progress=progress)
+    classifier = case.victim.task == "classification" and case.labels is not None
+    scores = unscored(case.obs.batch_size) if case.x is None else metrics.score(
         result.x.clamp(0, 1), case.x,
         labels_hat=result.labels if classifier else None, labels=case.labels if classifier else None,
         with_lpips=with_lpips, device=p.device,
@@ -133,14 +139,14 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
     m = {
         "mse": scores["mse"], "psnr": scores["psnr"], "ssim": scores["ssim"],
         "lpips": scores["lpips"], "lpips_note": scores["lpips_note"],
-        "label_acc": scores["label_acc"],
+        "label_acc": scores["label_acc"], "label_acc_matched": scores.get("label_acc_matched"),
         "final_loss": result.final_loss, "initial_loss": result.losses[0],
         "iterations": result.iterations, "best_step": result.best_step,
         "stop_reason": result.stop_reason, "message": result.message,
         "restarts": cfg.restarts, "restart_losses": result.restart_losses,
         "wall_s": time.perf_counter() - t0, "attack_s": result.wall_s, "d": case.obs.d, "b": case.obs.b,
         "label_mode": "given" if cfg.labels_given else cfg.label_mode,
-        "labels_true": case.labels.tolist(),
+        "labels_true": None if case.labels is None else case.labels.tolist(), "truth": case.x is not None,
         "labels_attack": None if result.labels is None else result.labels.tolist(),
         "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],
         "unknowns": unknowns(case), "unique": case.obs.b >= unknowns(case),
@@ -156,11 +162,23 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
     return Outcome(p, result, m, trace)
 
 
+def unscored(batch_size: int) -> dict:
+    """The score keys of a run without the true images (a message without a truth file): no image metrics."""
+    return {"mse": None, "psnr": None, "ssim": None, "lpips": None, "label_acc": None,
+            "lpips_note": "no truth file: the reconstruction was not compared with anything",
+            "psnr_each": [None] * batch_size, "ssim_each": [None] * batch_size, "match": list(range(batch_size))}
+
+
+def _version(package: str) -> str:
+    """An installed package's version, read from its metadata (importing torchvision or scipy takes seconds)."""
+    return importlib.metadata.version(package)
+
+
 def environment(device: torch.device) -> dict:
     """Versions and machine, recorded in config.json."""
     return {
         "leakattack": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-        "torchvision": torchvision.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
+        "torchvision": _version("torchvision"), "numpy": np.__version__, "scipy": _version("scipy"),
         "platform": platform.platform(), "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
         "threads": torch.get_num_threads(),
@@ -183,7 +201,7 @@ def check_out(folder: str | Path) -> Path:
 
 
 def write_run(out: Outcome, folder: Path) -> Path:
-    """Write config.json, metrics.json, trace.csv and the two figures into ``folder``, all or nothing.
+    """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or nothing.
 
     The files are written into a temporary folder beside it, which is then renamed
     into place (replacing an earlier run in ``folder``): an interrupted write
@@ -215,6 +233,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
                     "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "lr": seeds.lr,
+                    **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
                     "dataset": case.dataset.name, "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},
         "environment": environment(p.device),
@@ -222,12 +241,22 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
     title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
-             f"{cfg.optimizer}, {r.iterations} it")
+             f"{seeds.optimizer}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m["match"])
-    reconstruction_figure(folder / "reconstruction.png", case.x, r.x0[order], r.x.clamp(0, 1)[order],
-                          m["psnr_each"], m["ssim_each"], title)
-    convergence_figure(folder / "convergence.png", r.losses, title, objective=cfg.objective)
+    if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid
+        import torchvision  # a second to import: only for this picture
+
+        shown = r.x.clamp(0, 1).float().cpu()  # pixels enlarged to about 128 px per image
+        shown = torch.nn.functional.interpolate(shown, scale_factor=max(1, 128 // shown.shape[-1]), mode="nearest")
+        torchvision.utils.save_image(shown, folder / "reconstruction.png", nrow=8, padding=2, pad_value=1.0)
+    else:
+        reconstruction_figure(folder / "reconstruction.png", case.x, r.x0[order], r.x.clamp(0, 1)[order],
+                              m["psnr_each"], m["ssim_each"], title)
+    write_tensors(folder / "reconstruction.pt", {
+        "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
+        "labels": None if r.labels is None else r.labels[order].detach().cpu()})
+    convergence_figure(folder / "convergence.png", r.losses, title, objective=seeds.objective)
     write_json(folder / "metrics.json", m)  # last: its presence marks a finished run
 
 
@@ -240,7 +269,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     warn_if_not_unique(p.case)
     outcome = execute(p, progress=progress, with_lpips=with_lpips)
     folder = Path(out) if out is not None else \
-        default_run_dir(cfg.model, p.case.folder_tag, p.case.dataset.name, cfg.defense)
+        default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
     write_run(outcome, folder)
     return outcome.metrics, folder
 

@@ -10,7 +10,8 @@ errors, seeds, sketch) and the ``defenses`` transforms.
 
 from __future__ import annotations
 
-from .models import INITS, default_init, get_model, list_models, model_params, register_model, task_of
+from .models import (INITS, default_init, get_model, list_models, model_params, recipe_of, register_model,
+                     task_of)
 from .oracle import (flat_gradient, flat_params, loss_at, num_params, param_names, param_slices,
                      per_example_gradients, unflatten)
 from .victim import BN_MODES, TASKS, Victim, cross_entropy, squared_error
@@ -18,7 +19,7 @@ from .weights import load_weights
 
 __all__ = [
     "Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error",
-    "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of",
+    "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
     "per_example_gradients", "unflatten", "load_weights",
 ]

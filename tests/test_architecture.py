@@ -36,6 +36,7 @@ STATIONS = [
     ["leakattack.sweep"],
     ["leakattack.theory"],
     ["leakattack.cli"],
+    ["leakattack.integrations"],  # optional framework integrations: nothing of the core imports them
 ]
 #: the package root holds only the version and lazy re-exports of the entry points
 ROOT_MODULE = "leakattack"

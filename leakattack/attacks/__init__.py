@@ -11,14 +11,18 @@ with an :class:`Attack` subclass, plus one registration line here.
 from __future__ import annotations
 
 from ..registry import Registry
+from .analytic import Analytic
 from .base import Attack, AttackError, AttackResult, Monitor
-from .gradient_matching import DUMMY_INITS, LABEL_MODES, OBJECTIVES, GradientMatching, init_dummy, match_loss
+from .gradient_matching import (DUMMY_INITS, LABEL_MODES, OBJECTIVES, SCHEDULES, STALL_GAIN, STALL_WINDOW,
+                                GradientMatching, init_dummy, match_loss)
 from .labels import recover_labels, sign_rule_snr
-from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers
+from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors
+from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help
 
 _ATTACKS = Registry("attack")
 _ATTACKS.register("gradient-matching", GradientMatching)
+_ATTACKS.register("analytic", Analytic)
 
 #: the attack ``leakattack run`` uses unless another is named
 DEFAULT_ATTACK = "gradient-matching"
@@ -36,7 +40,8 @@ def get_attack(name: str, **options) -> Attack:
 
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
-    "GradientMatching", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
-    "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR",
-    "get_prior", "list_priors",
+    "GradientMatching", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
+    "STALL_WINDOW", "STALL_GAIN",
+    "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
+    "get_prior", "list_priors", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",
 ]

@@ -34,7 +34,7 @@ class AttackResult:
     extra: list[dict] = field(default_factory=list)  #: monitor outputs with their step
     iterations: int = 0
     best_step: int = 0
-    stop_reason: str = "iterations"  #: iterations | tolerance | diverged
+    stop_reason: str = "iterations"  #: iterations | tolerance | stalled | diverged
     message: str = ""
     wall_s: float = 0.0
     restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)

@@ -32,10 +32,22 @@ from .priors import get_prior
 OBJECTIVES = ("l2", "cosine")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
+SCHEDULES = ("none", "step")
+
+#: ``step`` schedule: the step size is multiplied by 0.1 at these fractions of the
+#: iteration budget (Geiping et al.'s MultiStepLR milestones, 3/8, 5/8, 7/8)
+STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
 #: the l2 objective is optimised as LOSS_UNIT * L_R / ||y||^2 by L-BFGS; 1e3 measured
 #: best on lenet/srht (unit 1 stalls at 30 dB, 1e3 / 1e6 reach 45.8 / 44.9 dB)
 LOSS_UNIT = 1e3
+
+#: the stopping rule on progress: a start stops when its lowest L_R has fallen by less than the
+#: factor 1 - STALL_GAIN over the last STALL_WINDOW steps (window 0 turns the rule off).  Chosen on
+#: L-BFGS traces of lenet (photos 0-3; srht, countsketch, none): L_R falls 10x per 1000 steps until
+#: it flattens, and the rule then stops within a few hundred steps, 0.1-0.9 dB below step 12000.
+STALL_WINDOW = 500
+STALL_GAIN = 0.02
 
 
 def match_loss(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Tensor:
@@ -53,18 +65,35 @@ def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -
 
 
 class GradientMatching(Attack):
-    """DLG / Inverting-Gradients style optimisation of dummy data against the message."""
+    """DLG / Inverting-Gradients style optimisation of dummy data against the message.
+
+    All restarts are optimised together: one matrix of R rows (the flattened dummy
+    data, and the soft-label logits for ``dlg``), evaluated in one batched pass when
+    the observation's model of the client offers one (``forward.restarts``) and
+    restart by restart otherwise.  Each restart keeps its own optimiser state, line
+    search, losses, best iterate and stopping step, so the result is the one
+    sequential restarts from the same starts give (up to round-off in the batched
+    evaluation).
+    """
 
     name = "gradient-matching"
 
     def __init__(self, *, optimizer: str = "lbfgs", iterations: int = 300, lr: float | None = None,
-                 objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-9,
-                 labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0):
+                 objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
+                 labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
+                 schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
+                 stall_gain: float = STALL_GAIN):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if signed and sees_normalised_loss(optimizer):
+            raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr
+        self.schedule, self.signed = schedule, bool(signed)
         self.objective, self.box, self.tol = objective, bool(box), float(tol)
         self.priors = [get_prior(name, w) for name, w in (priors or {}).items() if w > 0]
         self.label_mode, self.dummy_init = labels, dummy_init
         self.restarts, self.init_seed = int(restarts), int(init_seed)
+        self.stall_window, self.stall_gain = int(stall_window), float(stall_gain)
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -85,112 +114,226 @@ class GradientMatching(Attack):
                     progress: bool = False) -> AttackResult:
         self.check(obs)
         labels = self.labels_for(obs)
-        best, finals = None, []
-        for r in range(self.restarts):
-            x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed + 1000 * r, obs.y.device,
-                            obs.victim.dtype)
-            run = self.run(obs, x0, labels, monitor=monitor, monitor_every=monitor_every, progress=progress)
-            finals.append(run.final_loss)
-            if best is None or finals[-1] < best.final_loss:
+        x0 = torch.stack([init_dummy(obs.input_shape, self.dummy_init, self.init_seed + 1000 * r, obs.y.device,
+                                     obs.victim.dtype) for r in range(self.restarts)])
+        runs = self.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every, progress=progress)
+        best = runs[0]
+        for run in runs[1:]:
+            if run.final_loss < best.final_loss:
                 best = run
-        best.restart_losses = finals
+        best.restart_losses = [run.final_loss for run in runs]
         return best
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
             monitor: Monitor | None = None, monitor_every: int = 10, progress: bool = False) -> AttackResult:
-        """One optimisation from ``x0``; ``labels=None`` optimises soft labels jointly (DLG).
+        """One optimisation from ``x0``; ``labels=None`` optimises soft labels jointly (DLG)."""
+        return self.optimise(obs, x0.unsqueeze(0), labels, monitor=monitor, monitor_every=monitor_every,
+                             progress=progress)[0]
 
-        Stops after ``iterations`` steps, when L_R / ||y||^2 <= ``tol`` (``l2``) or
-        L_R <= ``tol`` (``cosine``), or at the first non-finite loss; always
-        returns the best iterate seen.
+    def optimise(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
+                 monitor: Monitor | None = None, monitor_every: int = 10,
+                 progress: bool = False) -> list[AttackResult]:
+        """Optimise R starts ``x0`` (R, B, ...) together; one result per start.
+
+        A start stops after ``iterations`` steps; when L_R / ||y||^2 <= ``tol``
+        (``l2``) or L_R <= ``tol`` (``cosine``); when its lowest L_R has improved by
+        less than the factor ``1 - stall_gain`` over the last ``stall_window`` steps,
+        or L-BFGS finds no descent direction (``stalled``); or at the first
+        non-finite loss (``diverged``).  Each result holds the start's best iterate.
         """
         t0 = time.perf_counter()
-        simulate, iterations = obs.forward, self.iterations
-        x = x0.detach().clone().requires_grad_(True)
-        variables = [x]
-        label_logits = None
-        if labels is None:
-            gen = torch_generator(0)
-            label_logits = torch.randn(x.shape[0], obs.victim.num_classes, generator=gen).to(x).requires_grad_(True)
-            variables.append(label_logits)
-        y = obs.y.detach()
-        scale = float(y.pow(2).sum()) if self.objective == "l2" else 1.0
-        scale = scale if scale > 0 else 1.0
+        problem = _Problem(self, obs, x0, labels)
+        R, iterations = problem.R, self.iterations
+        opt = get_optimizer(self.optimizer, self.lr)
+        milestones = [round(f * iterations) for f in STEP_MILESTONES] if self.schedule == "step" else []
+        base_lr = opt.lr
 
-        def current_labels():
-            return labels if label_logits is None else F.softmax(label_logits, dim=-1)
-
-        # L-BFGS sees L_R / ||y||^2 times a constant: torch's L-BFGS keeps a curvature
-        # pair only when s^T y > 1e-10 (absolute), so the raw scale of the message must
-        # not decide whether it learns curvature.  gd keeps the paper's step on L_R itself.
-        weight = LOSS_UNIT / scale if self.objective == "l2" and sees_normalised_loss(self.optimizer) else 1.0
-        opt = get_optimizer(self.optimizer, variables, self.lr)
-
-        def evaluate():
-            """L_R (+ priors) and its gradient at the current x; returns (total, fit)."""
-            opt.zero_grad(set_to_none=True)
-            fit = match_loss(simulate(x, current_labels()), y, self.objective)
-            total = weight * fit
-            for prior in self.priors:
-                total = total + prior(x)
-            total.backward()
-            return total.detach(), float(fit.detach())
-
-        losses: list[float] = []
-        extra: list[dict] = []
-        best_x, best_loss, best_step = x.detach().clone(), math.inf, 0
-        best_logits = None if label_logits is None else label_logits.detach().clone()
-        stop, message = "iterations", ""
+        runs = [_Run(problem, r) for r in range(R)]
+        rows = list(range(R))
+        Z = problem.z0
+        values, G, fits = problem.evaluate(rows, Z)
         bar = _progress(iterations, progress)
         step = 0
         while True:
-            # evaluate at x_step once; the optimiser's first closure call reuses it
-            total, loss = evaluate()
-            losses.append(loss)
-            if not math.isfinite(loss) or not torch.isfinite(x).all():
-                stop = "diverged"
-                message = (f"the attack diverged at step {step} (L_R = {loss}); "
-                           f"returning the best iterate, from step {best_step}")
-                break
-            if loss < best_loss:
-                best_x, best_loss, best_step = x.detach().clone(), loss, step
-                if label_logits is not None:
-                    best_logits = label_logits.detach().clone()
-            if monitor is not None and (step % monitor_every == 0 or step == iterations):
-                extra.append({"step": step, **monitor(step, x.detach())})
-            if loss / scale <= self.tol:
-                stop = "tolerance"
-                message = f"converged at step {step}: L_R/||y||^2 = {loss / scale:.2e} <= tol"
-                break
-            if step == iterations:
-                break
-            cached = [total]
-
-            def closure():
-                if cached:
-                    return cached.pop()
-                return evaluate()[0]
-
-            opt.step(closure)
+            finite = torch.isfinite(Z[:, :problem.nx]).all(1).tolist()
+            keep = []
+            for i, r in enumerate(rows):
+                run = runs[r]
+                run.record(step, Z[i], fits[i], finite[i])
+                if run.stop is None:
+                    run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
+                              r in getattr(opt, "stalled", ()))
+                if monitor is not None and run.stop != "diverged" and \
+                        (step % monitor_every == 0 or run.stop is not None):
+                    run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
+                if run.stop is None:
+                    keep.append(i)
+            if len(keep) < len(rows):
+                rows = [rows[i] for i in keep]
+                if not rows:
+                    break
+                index = torch.tensor(keep)
+                Z, G = Z[index], G[index]
+                values, fits = [values[i] for i in keep], [fits[i] for i in keep]
+            if milestones:
+                opt.lr = base_lr * 0.1 ** sum(step >= m for m in milestones)
+            if opt.evaluates:
+                Z, values, G, fits = opt.step(rows, Z, values, G, fits, problem.evaluate)
+            else:
+                Z = opt.step(rows, Z, G.sign() if self.signed else G)
             if self.box:
-                with torch.no_grad():
-                    x.clamp_(0, 1)
+                Z[:, :problem.nx].clamp_(0, 1)
+            if not opt.evaluates or self.box:
+                values, G, fits = problem.evaluate(rows, Z)
             step += 1
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix_str(f"L_R={loss:.3e}")
+                bar.set_postfix_str(f"L_R={min(fits):.3e}")
         if bar is not None:
             bar.close()
-        if stop == "iterations" and losses[-1] > losses[0]:
-            # saturation: no non-finite value, but the objective ended above where it started
-            message = (f"the loss rose from {losses[0]:.3e} to {losses[-1]:.3e} (step size too large?); "
-                       f"returning the best iterate, from step {best_step}")
-        final_labels = labels if best_logits is None else best_logits.argmax(-1)
+        wall = time.perf_counter() - t0
+        return [run.result(wall) for run in runs]
+
+
+class _Problem:
+    """The attack's objective over rows z = (flattened dummy data, soft-label logits for dlg), one per start."""
+
+    def __init__(self, attack: GradientMatching, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None):
+        self.attack, self.obs = attack, obs
+        self.R, self.shape = x0.shape[0], tuple(x0.shape[1:])
+        self.nx = math.prod(self.shape)
+        self.labels = labels
+        z = x0.detach().reshape(self.R, self.nx)
+        if labels is None:  # DLG: soft labels, the same seeded start for every restart
+            logits = torch.randn(self.shape[0], obs.victim.num_classes, generator=torch_generator(0)).to(x0)
+            z = torch.cat([z, logits.reshape(1, -1).expand(self.R, -1)], 1)
+        self.z0 = z.contiguous()
+        self.y = obs.y.detach()
+        scale = float(self.y.pow(2).sum()) if attack.objective == "l2" else 1.0
+        self.scale = scale if scale > 0 else 1.0
+        # L-BFGS sees L_R / ||y||^2 times a constant: torch's L-BFGS rule keeps a curvature pair
+        # only when s^T y > 1e-10 (absolute), so the raw scale of the message must not decide
+        # whether it learns curvature.  gd keeps the paper's step on L_R itself.
+        normalised = attack.objective == "l2" and sees_normalised_loss(attack.optimizer)
+        self.weight = LOSS_UNIT / self.scale if normalised else 1.0
+        self.batched = getattr(obs.forward, "restarts", None)
+        self.checked = False
+
+    def x_of(self, z: torch.Tensor) -> torch.Tensor:
+        return z[: self.nx].view(self.shape)
+
+    def logits_of(self, z: torch.Tensor) -> torch.Tensor | None:
+        return None if self.labels is not None else z[self.nx:].view(self.shape[0], -1)
+
+    def evaluate(self, rows: list, Z: torch.Tensor) -> tuple[list, torch.Tensor, list]:
+        """(objective, gradient, L_R) at the k points Z (k, n) of the starts ``rows``.
+
+        Several points go through the observation's batched model of the client when
+        it has one; its first answer is checked against point-by-point evaluation
+        (the batched derivatives come from torch.func), and a disagreement beyond
+        round-off sends every later evaluation point by point.
+        """
+        if Z.shape[0] == 1 or self.batched is None:
+            return self._evaluate(Z, batched=False)
+        out = self._evaluate(Z, batched=True)
+        if not self.checked:
+            self.checked = True
+            reference = self._evaluate(Z, batched=False)
+            if not _agree(out[1], reference[1]):
+                self.batched = None
+                return reference
+        return out
+
+    def _evaluate(self, Z: torch.Tensor, batched: bool) -> tuple[list, torch.Tensor, list]:
+        if not batched and Z.shape[0] > 1:  # one graph per point: smaller than one graph for all
+            parts = [self._evaluate(z.unsqueeze(0), batched=False) for z in Z]
+            return ([p[0][0] for p in parts], torch.cat([p[1] for p in parts]), [p[2][0] for p in parts])
+        k = Z.shape[0]
+        Z = Z.detach().requires_grad_(True)
+        xs = Z[:, : self.nx].view(k, *self.shape)
+        if self.labels is None:
+            labels = F.softmax(Z[:, self.nx:].view(k, self.shape[0], -1), dim=-1)
+        else:
+            labels = self.labels.expand(k, *self.labels.shape)
+        if batched:
+            fit = match_rows(self.batched(xs, labels), self.y, self.attack.objective)
+        else:
+            fit = match_loss(self.obs.forward(xs[0], labels[0]), self.y, self.attack.objective).unsqueeze(0)
+        total = self.weight * fit
+        for prior in self.attack.priors:
+            total = total + torch.stack([prior(x) for x in xs])
+        grad, = torch.autograd.grad(total.sum(), Z)
+        return total.detach().tolist(), grad, fit.detach().tolist()
+
+
+def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two gradients (k, n) agree row by row to round-off (relative to each row's norm)."""
+    tol = 1e-9 if a.dtype == torch.float64 else 1e-4
+    err = (a - b).norm(dim=1)
+    return bool((err <= tol * b.norm(dim=1)).all())
+
+
+class _Run:
+    """One start's record: losses, best iterate, trace and why it stopped."""
+
+    def __init__(self, problem: _Problem, r: int):
+        self.problem = problem
+        self.x0 = problem.x_of(problem.z0[r]).clone()
+        self.losses: list[float] = []
+        self.lowest: list[float] = []  #: the lowest L_R up to each step
+        self.extra: list[dict] = []
+        self.best_z, self.best_loss, self.best_step = problem.z0[r].clone(), math.inf, 0
+        self.stop: str | None = None
+        self.message, self.steps = "", 0
+
+    def record(self, step: int, z: torch.Tensor, loss: float, finite: bool) -> None:
+        self.losses.append(loss)
+        self.steps = step
+        if not math.isfinite(loss) or not finite:
+            self.stop = "diverged"
+            self.message = (f"the attack diverged at step {step} (L_R = {loss}); "
+                            f"returning the best iterate, from step {self.best_step}")
+            self.lowest.append(self.lowest[-1] if self.lowest else math.inf)
+            return
+        if loss < self.best_loss:
+            self.best_z, self.best_loss, self.best_step = z.detach().clone(), loss, step
+        self.lowest.append(self.best_loss)
+
+    def check(self, step: int, iterations: int, tol: float, scale: float, window: int, gain: float,
+              no_descent: bool) -> None:
+        loss = self.losses[-1]
+        if loss / scale <= tol:
+            self.stop = "tolerance"
+            self.message = f"converged at step {step}: L_R/||y||^2 = {loss / scale:.2e} <= tol"
+        elif no_descent:
+            self.stop = "stalled"
+            self.message = f"stopped at step {step}: L-BFGS found no descent direction"
+        elif window and step >= window and self.lowest[step] > (1 - gain) * self.lowest[step - window]:
+            self.stop = "stalled"
+            self.message = (f"stopped at step {step}: the lowest L_R fell by less than {gain:.0%} "
+                            f"over the last {window} steps")
+        elif step == iterations:
+            self.stop = "iterations"
+            if self.losses[-1] > self.losses[0]:
+                # saturation: no non-finite value, but the objective ended above where it started
+                self.message = (f"the loss rose from {self.losses[0]:.3e} to {self.losses[-1]:.3e} (step size "
+                                f"too large?); returning the best iterate, from step {self.best_step}")
+
+    def result(self, wall_s: float) -> AttackResult:
+        p = self.problem
+        logits = p.logits_of(self.best_z)
         return AttackResult(
-            x=best_x, labels=final_labels, x0=x0.detach().clone(), losses=losses, extra=extra,
-            iterations=step, best_step=best_step, stop_reason=stop, message=message,
-            wall_s=time.perf_counter() - t0,
+            x=p.x_of(self.best_z).clone(), labels=p.labels if logits is None else logits.argmax(-1), x0=self.x0,
+            losses=self.losses, extra=self.extra, iterations=self.steps, best_step=self.best_step,
+            stop_reason=self.stop or "iterations", message=self.message, wall_s=wall_s,
         )
+
+
+def match_rows(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Tensor:
+    """:func:`match_loss` of every row of ``pred`` (k, b) against y: a vector of k losses."""
+    if objective == "l2":
+        return (pred - y).pow(2).sum(-1)
+    return 1 - F.cosine_similarity(pred.flatten(1), y.flatten().unsqueeze(0), dim=1)
 
 
 def _progress(total: int, enabled: bool):
@@ -198,4 +341,5 @@ def _progress(total: int, enabled: bool):
     return progress_bar(total, "attack", "it", leave=False) if show_progress(enabled) else None
 
 
-__all__ = ["GradientMatching", "match_loss", "init_dummy", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "LOSS_UNIT"]
+__all__ = ["GradientMatching", "match_loss", "init_dummy", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "LOSS_UNIT",
+           "SCHEDULES", "STEP_MILESTONES", "STALL_WINDOW", "STALL_GAIN", "match_rows"]

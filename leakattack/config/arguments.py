@@ -44,6 +44,9 @@ def add_flag(group, p: Param, dest: str | None = None) -> None:
     if isinstance(p.constraint, Flag):
         group.add_argument(p.option, dest=dest, action="store_false" if p.invert else "store_true",
                            default=p.default, help=help_text(p))
+    elif isinstance(p.constraint, Optional) and isinstance(p.constraint.inner, Flag):  # on, off, or left to a default
+        group.add_argument(p.option, dest=dest, action=argparse.BooleanOptionalAction, default=p.default,
+                           help=help_text(p))
     elif isinstance(p.constraint, Table):
         group.add_argument(p.option, dest=dest, type=parse_pair, action="append", default=[], metavar="NAME=VALUE",
                            help=help_text(p))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, list_protocols
+from targets.protocols import PROJECTION_BLOCKS, SECOND_MOMENTS, SERVER_OPTS, SPEC_DEFAULTS, list_protocols
 
 from .. import attacks
 from ..data import list_datasets
@@ -83,6 +83,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "extra sketch parameter, e.g. s=4 for sparse (repeatable)", "sketch", flag="--sketch-param"),
     Param("sketch_seed", None, Optional(SEED), "sketch seed",
           "seed of R, shared by client and attacker (default: --seed + 1)", "sketch"),
+    Param("sketch_memory", None, Optional(Number(0)), "sketch memory",
+          "GB a dense sketch (gaussian, ams) may hold as one matrix; beyond it R is regenerated every call "
+          "(default: 1/4 of the available RAM)", "sketch"),
     Param("defense", "", Text(), "defense",
           "defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)", "sketch"),
     Param("delta", 1e-5, Number(0, 1, low_open=True, high_open=True), "delta",
@@ -96,15 +99,29 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
     # attacker
     Param("attack", attacks.DEFAULT_ATTACK, _choices(attacks.list_attacks), "attack", "attack, one of {choices}"),
-    Param("optimizer", "lbfgs", _choices(attacks.list_optimizers), "optimizer", "one of {choices}"),
-    Param("iterations", 4000, Number(1, MAX_ITERATIONS, integer=True), "iterations", "optimiser steps"),
+    Param("recipe", "auto", Choice(("auto",) + tuple(attacks.list_recipes())), "recipe",
+          "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
+          "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "
+          "TV and box in float32 for ResNets and ViTs)"),
+    Param("optimizer", None, Optional(_choices(attacks.list_optimizers)), "optimizer", "one of {choices} (default: from the recipe)"),
+    Param("iterations", None, Optional(Number(1, MAX_ITERATIONS, integer=True)), "iterations",
+          "optimiser steps (default: from the recipe)"),
     Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
           "step size (default: " + ", ".join(f"{k} {v}" for k, v in attacks.DEFAULT_LR.items()) + ")"),
-    Param("objective", "l2", Choice(attacks.OBJECTIVES), "objective",
-          "one of {choices}: squared distance L_R or cosine distance"),
-    Param("tv", 0.0, Number(0, what="be non-negative"), "TV weight", "weight of the total-variation prior (0: off)"),
-    Param("box", False, Flag(), "box", "project the dummy data onto [0, 1] after every step (default: off)"),
+    Param("objective", None, Optional(Choice(attacks.OBJECTIVES)), "objective",
+          "one of {choices}: squared distance L_R or cosine distance (default: from the recipe)"),
+    Param("schedule", None, Optional(Choice(attacks.SCHEDULES)), "step-size schedule",
+          "one of {choices}: step multiplies the step size by 0.1 at 3/8, 5/8 and 7/8 of the iterations "
+          "(Inverting Gradients) (default: from the recipe)"),
+    Param("signed", None, Optional(Flag()), "signed gradients",
+          "first-order optimisers step along sign(gradient) (Inverting Gradients; not with lbfgs) (default: from the recipe)"),
+    Param("tv", None, Optional(Number(0, what="be non-negative")), "TV weight",
+          "weight of the total-variation prior (0: off) (default: from the recipe)"),
+    Param("box", None, Optional(Flag()), "box", "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
+    Param("stall_window", attacks.STALL_WINDOW, NONNEG_INT, "stall window",
+          f"stop a start once its lowest L_R stays above {1 - attacks.STALL_GAIN:g} times its value this many "
+          "steps before (0: never)"),
     Param("label_mode", "idlg", Choice(attacks.LABEL_MODES), "label mode",
           "one of {choices}: recover from the message through the sketch (iDLG's sign rule for one image, pooled "
           "counts for batches: leakattack.attacks.labels), take the true labels, or optimise soft "
@@ -128,7 +145,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
     Param("threads", 1, POS_INT, "threads",
           "CPU threads for torch (the attack's small tensor ops gain nothing from more and slow down when cores are shared)", "output"),
-    Param("dtype", "float64", Choice(DTYPES), "dtype", "one of {choices}: precision of model, data and attack", "output"),
+    Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
+          "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
     # protocol message
     Param("protocol", "", Choice(list_protocols, allow_empty=True), "protocol",
@@ -144,6 +162,15 @@ RUN_PARAMS: tuple[Param, ...] = (
           "fedsketch-*: match the count-sketch table (sketch) or its PRIVIX un-sketch (unsketched)", "protocol"),
     Param("sketch_known", True, Flag(), "sketch known", "the attacker does not know R_t: it uses another seed",
           "protocol", flag="--sketch-unknown", invert=True),
+    # captured message
+    Param("message", None, Optional(Text()), "message file",
+          "attack a captured message file (leakattack.results.message.write_message) instead of a simulated client: "
+          "its sketch, batch size, labels and defense come from the file; give the model with --model and --weights",
+          "message"),
+    Param("truth", None, Optional(Text()), "truth file",
+          "with --message: the client's true images (a tensor (B, C, H, W) in [0, 1], or a dict with 'images' and "
+          "optional 'labels'), for the image metrics; without it the run saves the reconstruction unscored",
+          "message"),
 )
 
 #: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
@@ -165,11 +192,33 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
     Param("sketch_buckets", SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
           "FedSKETCH buckets m per row", "protocol"),
     Param("dp_epsilon", SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "sketched-dp epsilon",
-          "sketched-dp: per-step epsilon^", "protocol"),
+          "sketched-dp: per-step epsilon^; privsgd: epsilon over --dp-rounds rounds", "protocol"),
     Param("dp_delta", SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "sketched-dp delta",
-          "sketched-dp: per-step delta^", "protocol"),
+          "sketched-dp: per-step delta^; privsgd: delta over --dp-rounds rounds", "protocol"),
     Param("dp_clip", SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "sketched-dp clip",
-          "sketched-dp: per-example clip norm = Lipschitz bound l_c", "protocol"),
+          "sketched-dp, privsgd: per-example clip norm = Lipschitz bound l_c (L)", "protocol"),
+    Param("dp_rounds", SPEC_DEFAULTS["dp_rounds"], POS_INT, "privsgd rounds T",
+          "privsgd: rounds T the (epsilon, delta) guarantee covers (sets sigma)", "protocol"),
+    Param("server_opt", SPEC_DEFAULTS["server_opt"], Choice(SERVER_OPTS), "server optimiser",
+          "safl: server optimiser ADA_OPT, one of {choices}", "protocol"),
+    Param("server_lr", SPEC_DEFAULTS["server_lr"], Optional(Number(0, low_open=True)), "server learning rate kappa",
+          "safl, sacfl: server step kappa (default: adam/amsgrad 0.01, sgd/sgdm and sacfl 1.0)", "protocol"),
+    Param("server_beta1", SPEC_DEFAULTS["server_beta1"], Number(0, 1, high_open=True), "server beta1",
+          "safl: first-moment decay beta1 (adam, amsgrad, sgdm momentum)", "protocol"),
+    Param("server_beta2", SPEC_DEFAULTS["server_beta2"], Number(0, 1, high_open=True), "server beta2",
+          "safl: second-moment decay beta2 (adam, amsgrad)", "protocol"),
+    Param("server_eps", SPEC_DEFAULTS["server_eps"], Number(0, low_open=True), "server epsilon",
+          "safl: the small constant epsilon of adam/amsgrad", "protocol"),
+    Param("second_moment", SPEC_DEFAULTS["second_moment"], Choice(SECOND_MOMENTS), "second moment",
+          "safl: second-moment input, one of {choices}: R^T of the averaged squared sketches (the paper's), "
+          "or the square of the de-sketched average", "protocol"),
+    Param("clip_threshold", SPEC_DEFAULTS["clip_threshold"], Number(0, low_open=True), "clip threshold tau",
+          "sacfl: clipping threshold tau on the mean update norm", "protocol"),
+    Param("projection_blocks", SPEC_DEFAULTS["projection_blocks"], Choice(PROJECTION_BLOCKS), "projection blocks",
+          "compsgd, privsgd: one projection and l1 ball per layer (m_i = ratio d_i) or one global, one of {choices}",
+          "protocol"),
+    Param("l1_scale", SPEC_DEFAULTS["l1_scale"], Number(0, low_open=True), "l1 scale",
+          "compsgd, privsgd: radius of the l1 constraint as a multiple of the initial weights' l1 norm", "protocol"),
 )
 
 

@@ -30,15 +30,16 @@ class ConfigError(UserError):
     """A user-facing configuration error: its message is one sentence."""
 
 
-@dataclass(frozen=True)
-class Derived:
-    """Values a run derives from its configuration (recorded in config.json)."""
+@dataclass(frozen=True, kw_only=True)
+class Derived(attacks.Recipe):
+    """Values a run derives from its configuration (recorded in config.json): the seeds, the recipe it
+    follows and every attacker setting as run (the recipe's fields, ``lr`` resolved to a number)."""
 
     model_seed: int
     sketch_seed: int
     init_seed: int
     noise_seed: int
-    lr: float
+    recipe: str
 
 
 def _default(value):
@@ -57,6 +58,9 @@ def _validate(self) -> "RunConfig":
         check_sketch_params(self.sketch, self.sketch_params)
     except UserError as err:
         raise ConfigError(str(err)) from None
+    settings = _settings(self)
+    if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
+        raise ConfigError(f"signed gradients need a first-order optimizer (adam or gd), not {settings['optimizer']}")
     if self.device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
@@ -83,13 +87,55 @@ def _sketch_b(self, d: int) -> int:
     return sketch_dim(self.sketch_ratio, d)
 
 
+def _recipe_name(self) -> str:
+    return targets.recipe_of(self.model) if self.recipe == "auto" else self.recipe
+
+
+def _settings(self, gpu: bool | None = None) -> dict:
+    """The attacker settings: the ones given, the recipe's for the rest (float32 on a GPU).
+
+    ``gpu`` None: whether this run goes to a GPU (``--device``, or ``auto`` with CUDA present).
+    """
+    recipe = attacks.get_recipe(_recipe_name(self))
+    out = {name: getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
+           for name in attacks.RECIPE_FIELDS}
+    if gpu is None:
+        gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
+    if self.dtype is None and gpu:
+        out["dtype"] = "float32"
+    if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
+        out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
+    return out
+
+
+def _resolved(self) -> "RunConfig":
+    """This configuration with every recipe setting written out (as on a CPU) and ``recipe`` back to auto.
+
+    Two configurations that run the same attack resolve alike: a sweep keys its
+    points on this, so naming a recipe's own value changes nothing.
+    """
+    return dataclasses.replace(self, recipe="auto", **_settings(self, gpu=False))
+
+
+def _step_size(self, optimizer: str) -> float:
+    """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""
+    if self.lr is not None:
+        return self.lr
+    recipe = attacks.get_recipe(_recipe_name(self))
+    if recipe.lr is not None and recipe.optimizer == optimizer:
+        return recipe.lr
+    return attacks.DEFAULT_LR[optimizer]
+
+
 def _derived(self) -> Derived:
+    settings = _settings(self)
     return Derived(
         model_seed=self.seed if self.model_seed is None else self.model_seed,
         sketch_seed=self.seed + 1 if self.sketch_seed is None else self.sketch_seed,
         init_seed=self.seed + 2,
         noise_seed=self.seed + 3 if self.noise_seed is None else self.noise_seed,
-        lr=attacks.DEFAULT_LR[self.optimizer] if self.lr is None else self.lr,
+        lr=_step_size(self, settings["optimizer"]),
+        recipe=_recipe_name(self), **settings,
     )
 
 
@@ -118,6 +164,7 @@ RunConfig = dataclasses.make_dataclass(
     namespace={
         "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data (see RUN_PARAMS).",
         "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
+        "resolved": _resolved,
         "labels_given": property(_labels_given), "to_dict": _to_dict, "from_dict": _from_dict,
     },
 )
@@ -150,6 +197,9 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
     if d is not None and spec["sketch_buckets"] > d:
         raise ConfigError(f"count-sketch buckets m = {spec['sketch_buckets']} exceed d = {d}: such a table "
                           "compresses nothing")
+    problem = cls.spec_error(spec)
+    if problem:
+        raise ConfigError(problem)
     if cls.uses_sketch:
         if spec["sketch"] not in list_sketches():
             raise ConfigError(f"unknown sketch '{spec['sketch']}'; choose one of: {', '.join(list_sketches())}")

@@ -26,6 +26,10 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -97,17 +101,34 @@ def load_photos(size: int = _PHOTO_SIZE) -> ImageSet:
     )
 
 
+def _digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (images (1797, 8, 8), targets), the arrays ``sklearn.datasets.load_digits`` gives.
+
+    The table is read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, what
+    ``load_digits`` reads), found without importing scikit-learn: that import takes a second or more.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = next((Path(f) / "datasets" / "data" / "digits.csv.gz" for f in folders
+                 if (Path(f) / "datasets" / "data" / "digits.csv.gz").is_file()), None)
+    if path is None:  # another layout: let scikit-learn find its file (or say that it is missing)
+        from sklearn.datasets import load_digits as sklearn_digits
+
+        bunch = sklearn_digits()
+        return np.asarray(bunch.images), np.asarray(bunch.target)
+    with gzip.open(path, mode="rt", encoding="utf-8") as f:
+        data = np.loadtxt(f, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def load_digits() -> ImageSet:
     """scikit-learn's 8x8 digits scaled to [0, 1] and resized bilinearly to 1x28x28."""
-    # scikit-learn is an optional heavy dependency: imported only when the set is loaded.
-    from sklearn.datasets import load_digits as sklearn_digits
-
-    bunch = sklearn_digits()
-    x = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0).unsqueeze(1)
+    images, targets = _digits_table()
+    x = torch.from_numpy(np.asarray(images, dtype=np.float32) / 16.0).unsqueeze(1)
     x = torch.nn.functional.interpolate(x, size=(_DIGIT_SIZE, _DIGIT_SIZE), mode="bilinear",
                                         align_corners=False).clamp_(0.0, 1.0).contiguous()
     return ImageSet(
-        name="digits", images=x, labels=torch.from_numpy(np.asarray(bunch.target)).long(),
+        name="digits", images=x, labels=torch.from_numpy(np.asarray(targets)).long(),
         num_classes=10, class_names=[str(i) for i in range(10)],
         source="scikit-learn load_digits (UCI ML hand-written digits), resized 8x8 -> 28x28",
     )

@@ -5,13 +5,29 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from ..results import atomic_write_bytes
 
-from ..results import atomic_write_bytes  # noqa: E402
+
+class _Pyplot:
+    """``matplotlib.pyplot`` on the Agg backend, imported on first use (half a second that a run without
+    figures, ``leakattack --help`` or ``leakattack list`` should not pay)."""
+
+    module = None
+
+    def __getattr__(self, name):
+        if _Pyplot.module is None:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot
+
+            _Pyplot.module = matplotlib.pyplot
+        return getattr(_Pyplot.module, name)
+
+
+plt = _Pyplot()
 
 
 def save(fig, path) -> None:

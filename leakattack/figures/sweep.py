@@ -2,7 +2,7 @@
 
 :func:`sweep_figures` draws every figure the stored results support: the
 reconstruction grid, metrics against defense strength, the privacy-utility
-frontier and the sketch-size phase transition, from ``results.jsonl`` and
+frontier, the sketch-size phase transition and metrics against batch size, from ``results.jsonl`` and
 ``points/*.pt``, as PNG and PDF under ``figures/``.  Repetitions of a setting
 are averaged, and lines are told apart by series (every other grid key that
 varies), with the sweep store's grouping (:mod:`leakattack.results.store`).
@@ -232,15 +232,23 @@ def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict)
                 ax.set_ylabel("truth" if i == 0 else f"{strength}\n{json.loads(levels[i - 1])}", fontsize=7)
 
 
+def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width: float, height: float):
+    """One panel per metric the records hold, series told apart by every grid key but ``x_key``:
+    (fig, axes, metric names, series keys, line labels, figure width)."""
+    keys = series_keys(records, exclude=(x_key,))
+    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
+    names = [n for n in metrics if any(r["metrics"].get(n) is not None for r in records)]
+    width = panel_width * len(names)
+    fig, axes = plt.subplots(1, len(names), figsize=(width, height + 0.25 * len(labels) / 3), squeeze=False,
+                             layout="constrained")
+    return fig, axes, names, keys, labels, width
+
+
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
     """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std bars."""
     x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
-    keys = series_keys(records, exclude=(strength,))
-    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
-    names = [n for n in ("psnr", "ssim", "utility_acc", "epsilon") if any(r["metrics"].get(n) is not None for r in records)]
-    width = 3.6 * len(names)
-    fig, axes = plt.subplots(1, len(names), figsize=(width, 3.4 + 0.25 * len(labels) / 3), squeeze=False,
-                             layout="constrained")
+    fig, axes, names, keys, labels, width = _metric_panels(records, strength, ("psnr", "ssim", "utility_acc", "epsilon"),
+                                                           3.6, 3.4)
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
         _draw_lines(ax, lines, labels)
@@ -310,6 +318,37 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     return save_both(fig, Path(folder) / "figures", "phase_transition")
 
 
+def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> list:
+    """PSNR and label accuracy against the batch size B (log2 axis), one line per series, each point marked with
+    b/(m·B): the message's numbers per unknown (below 1 the reconstruction cannot be unique)."""
+    x_of = lambda r: _axis(r["params"].get("batch_size"))  # noqa: E731
+    fig, axes, names, keys, labels, width = _metric_panels(records, "batch_size", ("psnr", "label_acc"), 4.2, 3.6)
+    for ax, name in zip(axes[0], names):
+        lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
+        _draw_lines(ax, lines, labels)
+        if name == "psnr":
+            for pts in lines.values():
+                for x, mean, _std, _n, part in pts:
+                    ratio = [r["metrics"]["b"] / r["metrics"]["unknowns"] for r in part
+                             if r["metrics"].get("b") and r["metrics"].get("unknowns")]
+                    if ratio:
+                        ax.annotate(f"{sum(ratio) / len(ratio):.2g}", (x, mean), textcoords="offset points",
+                                    xytext=(3, 4), fontsize=6, color="dimgrey")
+            ax.text(0.99, 0.99, "numbers at points: b/(m·B)", transform=ax.transAxes, ha="right", va="top",
+                    fontsize=7, color="dimgrey")
+        ax.set_xscale("log", base=2)
+        sizes = sorted({x for pts in lines.values() for x, *_ in pts})
+        if sizes:
+            ax.set_xticks(sizes, [f"{x:g}" for x in sizes])
+            ax.minorticks_off()
+        ax.set_xlabel("batch size B")
+        ax.set_ylabel({"psnr": "PSNR (dB)", "label_acc": "label accuracy"}[name])
+        ax.grid(True, which="both", alpha=0.3)
+    _legend(fig, axes[0], keys, len(labels))
+    _title(fig, "attack against batch size", records, meta, width)
+    return save_both(fig, Path(folder) / "figures", "metrics_vs_batch")
+
+
 def sweep_figures(folder, records: list[dict] | None = None, notes: list | None = None) -> list:
     """Every sweep figure that the stored results support, as PNG and PDF under folder/figures/; returns the paths.
 
@@ -325,11 +364,13 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
     grid_keys = {k for r in records for k in r["grid"]}
     strength = _strength_key(records, meta)
     paths = []
-    if strength and strength not in SIZE_KEYS:
+    if strength and strength not in SIZE_KEYS and strength != "batch_size":
         paths += reconstruction_grid(folder, records, strength, meta, notes)
         paths += metrics_vs_strength(folder, records, strength, meta)
     if any(r["metrics"].get("utility_acc") is not None for r in records):
         paths += privacy_utility_frontier(folder, records, strength, meta)
+    if "batch_size" in grid_keys:
+        paths += metrics_vs_batch(folder, records, meta)
     if grid_keys & set(SIZE_KEYS):
         paths += phase_transition(folder, records, meta)
         if strength in SIZE_KEYS:
@@ -338,4 +379,4 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
 
 
 __all__ = ["sweep_figures", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
-           "phase_transition", "grid_series", "context", "MAX_GRID_BLOCKS"]
+           "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS"]

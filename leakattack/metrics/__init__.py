@@ -17,7 +17,7 @@ import torch
 from .base import MetricsError, check_pair
 from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
 from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
-from .matching import label_accuracy, match
+from .matching import label_accuracy, label_overlap, match
 
 
 def _finite_or_none(v: float):
@@ -28,7 +28,12 @@ def _finite_or_none(v: float):
 
 def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
           with_lpips: bool = True, device="cpu") -> dict:
-    """Match x_hat to x (Hungarian on MSE when B > 1), then mean MSE/PSNR/SSIM/LPIPS, label accuracy and per-image lists, as JSON-ready values."""
+    """Match x_hat to x (Hungarian on MSE when B > 1), then mean MSE/PSNR/SSIM/LPIPS, label accuracy and per-image lists, as JSON-ready values.
+
+    ``label_acc`` counts the recovered labels as a multiset (what label-recovery
+    rules are judged by); ``label_acc_matched`` compares each reconstructed
+    image's label with the true label of the image it was matched to.
+    """
     check_pair(x_hat, x)
     x_hat = x_hat.detach()
     x = x.detach().to(x_hat.device)
@@ -43,6 +48,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
         "lpips": None,
         "lpips_note": "LPIPS not requested",
         "label_acc": None,
+        "label_acc_matched": None,
         "psnr_each": [_finite_or_none(v) for v in p.tolist()],
         "ssim_each": [_finite_or_none(v) for v in s.tolist()],
         "match": [int(i) for i in perm.tolist()],
@@ -57,10 +63,11 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
         lh = torch.as_tensor(labels_hat).reshape(-1).cpu()
         if lh.numel() != b:
             raise MetricsError(f"labels_hat has {lh.numel()} entries for a batch of {b} images")
-        out["label_acc"] = label_accuracy(lh[perm], labels)
+        out["label_acc"] = label_overlap(lh, labels)
+        out["label_acc_matched"] = label_accuracy(lh[perm], labels)
     return out
 
 
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "mse", "psnr", "ssim", "lpips_distance", "lpips_module", "alexnet_weights_path",
-           "match", "label_accuracy", "score"]
+           "match", "label_accuracy", "label_overlap", "score"]

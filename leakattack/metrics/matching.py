@@ -18,6 +18,24 @@ def label_accuracy(pred, true) -> float:
     return float((p.long() == t.long()).float().mean())
 
 
+def label_overlap(pred, true) -> float:
+    """Fraction of the true labels found in the predicted ones as a multiset: sum_c min(#pred c, #true c) / B.
+
+    The label accuracy of batch label recovery (iDLG/LLG/iLRG, breaching): it
+    does not depend on which reconstructed image carries which label.
+    """
+    p = torch.as_tensor(pred).reshape(-1).cpu().long()
+    t = torch.as_tensor(true).reshape(-1).cpu().long()
+    if p.numel() != t.numel() or t.numel() == 0:
+        raise MetricsError(f"label accuracy needs two non-empty label lists of one length, got "
+                           f"{p.numel()} and {t.numel()}")
+    if int(torch.minimum(p.min(), t.min())) < 0:
+        raise MetricsError("labels must be non-negative class indices")
+    n = int(torch.maximum(p.max(), t.max())) + 1
+    common = torch.minimum(torch.bincount(p, minlength=n), torch.bincount(t, minlength=n)).sum()
+    return float(common) / t.numel()
+
+
 def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy linear_sum_assignment) on pairwise MSE."""
     # scipy.optimize is a heavy import: only when a batch of more than one image is matched.
@@ -37,4 +55,4 @@ def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(perm)
 
 
-__all__ = ["label_accuracy", "match"]
+__all__ = ["label_accuracy", "label_overlap", "match"]

@@ -84,7 +84,7 @@ class Plan:
 
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
-    return RunConfig().to_dict()
+    return RunConfig().resolved().to_dict()
 
 
 def effective_params(params: dict) -> dict:
@@ -201,7 +201,7 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
             raise ConfigError(f"bad run parameter in sweep point {combo}: {err}") from None
         except ConfigError as err:
             raise ConfigError(f"{err} ({_where(values, combo)})") from None
-        params = effective_params(cfg.to_dict())
+        params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
         if key not in seen:
             seen.add(key)

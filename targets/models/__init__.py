@@ -38,20 +38,23 @@ from .linear import LinReg, LogReg
 from .mlp import MLP
 from .resnet import resnet18, resnet20, resnet32, resnet_cifar
 from .torchvision_models import resnet50, resnet101, vit_b_16
-from .user import build_user_module, is_user_spec, user_class, user_params, user_task, user_victim
+from .user import (build_user_module, is_user_spec, user_class, user_params, user_recipe, user_task,
+                   user_victim)
 from .vit import vit_small
 
 _MODELS = Registry("model")
 
 
 def register_model(name: str, builder=None, *, task: str = "classification", loss=None,
-                   default_init: str | None = "default"):
+                   default_init: str | None = "default", recipe: str = "dlg"):
     """Register ``builder(in_shape, num_classes, **params) -> nn.Module`` under ``name`` (a decorator without builder).
 
     ``default_init`` None keeps the builder's own initialisation (seeded) unless an init is asked for.
+    ``recipe`` names the attack recipe that suits the model (``leakattack.attacks.recipes``): ``dlg`` for
+    small smooth networks, ``ig`` for deep ReLU/BatchNorm ones.
     """
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
-            "default_init": default_init}
+            "default_init": default_init, "recipe": recipe}
     if builder is None:
         return lambda b: _MODELS.register(name, b, **meta)
     return _MODELS.register(name, builder, **meta)
@@ -61,14 +64,14 @@ register_model("lenet", LeNet, default_init="uniform")
 register_model("mlp", MLP)
 register_model("logreg", LogReg)
 register_model("linreg", LinReg, task="regression")
-register_model("resnet20", resnet20, default_init=None)
-register_model("resnet32", resnet32, default_init=None)
-register_model("resnet_cifar", resnet_cifar, default_init=None)
-register_model("resnet18", resnet18, default_init=None)
-register_model("resnet50", resnet50, default_init=None)
-register_model("resnet101", resnet101, default_init=None)
-register_model("vit_small", vit_small, default_init=None)
-register_model("vit_b_16", vit_b_16, default_init=None)
+register_model("resnet20", resnet20, default_init=None, recipe="ig")
+register_model("resnet32", resnet32, default_init=None, recipe="ig")
+register_model("resnet_cifar", resnet_cifar, default_init=None, recipe="ig")
+register_model("resnet18", resnet18, default_init=None, recipe="ig")
+register_model("resnet50", resnet50, default_init=None, recipe="ig")
+register_model("resnet101", resnet101, default_init=None, recipe="ig")
+register_model("vit_small", vit_small, default_init=None, recipe="ig")
+register_model("vit_b_16", vit_b_16, default_init=None, recipe="ig")
 
 
 def list_models() -> list[str]:
@@ -134,6 +137,13 @@ def default_init(name: str) -> str | None:
     return _MODELS.meta(name)["default_init"]
 
 
+def recipe_of(name: str) -> str:
+    """The attack recipe the model is registered with (the user's class: its ``leakattack_recipe``, else dlg)."""
+    if _is_user(name):
+        return user_recipe(user_class(name))
+    return _MODELS.meta(name)["recipe"]
+
+
 def task_of(name: str) -> str:
     """classification or regression, without building the model."""
     if _is_user(name):
@@ -141,5 +151,5 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "seeded_build",
+__all__ = ["get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of", "seeded_build",
            "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP", "LogReg", "LinReg"]

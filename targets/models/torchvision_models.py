@@ -15,17 +15,21 @@ that many input channels, initialised the way torchvision initialises its own.
 
 from __future__ import annotations
 
+import functools
 import math
 
-import torchvision
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torchvision.models import VisionTransformer
 
 from leakattack.errors import UserError
 
+# torchvision is imported when one of these models is built: importing it takes seconds (it loads
+# torch._dynamo), which every other run would pay at start-up.
+
 
 def _resnet(arch: str, in_shape, num_classes: int) -> nn.Module:
+    import torchvision
+
     model = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
     if in_shape[0] != 3:
         model.conv1 = nn.Conv2d(in_shape[0], 64, 7, 2, 3, bias=False)
@@ -43,12 +47,25 @@ def resnet101(in_shape=(3, 224, 224), num_classes=1000):
     return _resnet("resnet101", in_shape, num_classes)
 
 
-class MathAttentionViT(VisionTransformer):
-    """torchvision's VisionTransformer whose attention runs on the twice-differentiable math kernel."""
+@functools.cache
+def _math_attention_vit() -> type:
+    from torchvision.models import VisionTransformer
 
-    def forward(self, x):
-        with sdpa_kernel(SDPBackend.MATH):
-            return super().forward(x)
+    class MathAttentionViT(VisionTransformer):
+        """torchvision's VisionTransformer whose attention runs on the twice-differentiable math kernel."""
+
+        def forward(self, x):
+            with sdpa_kernel(SDPBackend.MATH):
+                return super().forward(x)
+
+    MathAttentionViT.__module__, MathAttentionViT.__qualname__ = __name__, "MathAttentionViT"
+    return MathAttentionViT
+
+
+def __getattr__(name):
+    if name == "MathAttentionViT":  # created with torchvision on first use; found here by pickle
+        return _math_attention_vit()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def vit_b_16(in_shape=(3, 224, 224), num_classes=1000):
@@ -56,7 +73,7 @@ def vit_b_16(in_shape=(3, 224, 224), num_classes=1000):
     c, h, w = in_shape
     if h != w or h % 16:
         raise UserError(f"vit_b_16 needs square images whose side is a multiple of 16, not {h}x{w}")
-    model = MathAttentionViT(image_size=h, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
+    model = _math_attention_vit()(image_size=h, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
                              mlp_dim=3072, num_classes=num_classes)
     if c != 3:
         model.conv_proj = nn.Conv2d(c, 768, 16, 16)

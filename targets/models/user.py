@@ -115,6 +115,18 @@ def user_task(cls: type) -> str:
     return task
 
 
+#: the attack recipes a user's class may name in ``leakattack_recipe`` (see leakattack.attacks.recipes)
+RECIPES = ("dlg", "ig")
+
+
+def user_recipe(cls: type) -> str:
+    """The class's ``leakattack_recipe`` (dlg when it names none)."""
+    recipe = getattr(cls, "leakattack_recipe", "dlg")
+    if recipe not in RECIPES:
+        raise UserError(f"{cls.__name__}.leakattack_recipe is {recipe!r}; choose one of: {', '.join(RECIPES)}")
+    return recipe
+
+
 def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:
     """``cls(**params, [num_classes=], [in_shape=])``; the caller seeds the global generator."""
     sig = _signature(cls)
@@ -182,4 +194,4 @@ def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int,
     return victim
 
 
-__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "build_user_module", "user_victim"]
+__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim"]

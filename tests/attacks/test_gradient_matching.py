@@ -116,7 +116,8 @@ def test_reconstruct_keeps_the_restart_with_the_lowest_loss():
     r = _gm(optimizer="adam", iterations=15, lr=0.05, restarts=3, init_seed=7).reconstruct(obs)
     assert len(r.restart_losses) == 3 and r.final_loss == min(r.restart_losses)
     one = _gm(optimizer="adam", iterations=15, lr=0.05, restarts=1, init_seed=7).reconstruct(obs)
-    assert one.restart_losses == r.restart_losses[:1]
+    # the restarts are evaluated in one batched pass: equal to the single start up to float32 round-off
+    assert one.restart_losses == pytest.approx(r.restart_losses[:1], rel=1e-5)
 
 
 def test_reconstruct_recovers_labels_by_the_sign_rule_when_not_given():
@@ -135,13 +136,13 @@ def test_registries_list_and_build_attacks_optimizers_and_priors():
     assert "gradient-matching" in list_attacks()
     assert isinstance(get_attack("gradient-matching", iterations=3), GradientMatching)
     assert list_optimizers() == ["lbfgs", "adam", "gd"]
-    assert isinstance(get_optimizer("adam", [torch.zeros(2, requires_grad=True)], 0.1), torch.optim.Adam)
+    assert get_optimizer("adam", 0.1).lr == 0.1 and get_optimizer("gd").lr == 0.01
     assert "tv" in list_priors() and get_prior("tv", 2.0)(torch.full((1, 1, 4, 4), 0.5)).item() == 0
 
 
 def test_an_unknown_optimizer_is_an_error_not_sgd():
     with pytest.raises(ValueError, match="unknown optimizer 'sgd2'; choose one of"):
-        get_optimizer("sgd2", [torch.zeros(1, requires_grad=True)])
+        get_optimizer("sgd2")
 
 
 def test_a_loss_that_rises_without_overflowing_is_reported_with_the_best_step():

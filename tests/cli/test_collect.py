@@ -20,7 +20,7 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
     assert sorted(r["sketch"] for r in rows) == ["none", "srht"]
     srht = next(r for r in rows if r["sketch"] == "srht")
     assert srht["model"] == "lenet" and srht["dataset"] == "photos"
-    assert float(srht["psnr"]) == pytest.approx(45.8135466, abs=1e-6) and srht["b"] == "7913"
+    assert float(srht["psnr"]) == pytest.approx(52.2754046, abs=1e-6) and srht["b"] == "7913"
     assert "2 runs" in capsys.readouterr().out
 
 

@@ -156,3 +156,23 @@ def test_the_convergence_figure_labels_the_quantity_its_objective_minimises(tmp_
     run_figures.convergence_figure(tmp_path / "convergence.png", [1.0, 0.5, 0.1], "t", objective=objective)
     label = drawn["convergence"].axes[0].get_ylabel()
     assert needle in label and (objective == "l2") == ("L_R" in label)
+
+
+def test_a_batch_size_grid_draws_psnr_against_b_with_numbers_per_unknown_marked(tmp_path, drawn):
+    """One line per sketch against B on a log2 axis; each point carries b/(m*B) from its metrics."""
+    pts = [{"sketch": k, "batch_size": b} for k in ("srht", "none") for b in (1, 2, 4, 8)]
+    fake_sweep(tmp_path, pts, psnr_of=lambda g: 40 - 3 * g["batch_size"], strength="batch_size")
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for rec in lines:
+        rec["metrics"].update(unknowns=64 * rec["params"]["batch_size"], label_acc=1.0)
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    sweep_figures(tmp_path)
+    assert "metrics_vs_strength" not in drawn
+    fig = drawn["metrics_vs_batch"]
+    psnr_ax, label_ax = fig.axes[:2]
+    assert psnr_ax.get_xscale() == "log" and label_ax.get_ylabel() == "label accuracy"
+    got = labelled_lines(psnr_ax)
+    assert set(got) == {"srht", "none"}
+    assert list(got["srht"].get_xdata()) == [1, 2, 4, 8]
+    marks = sorted(t.get_text() for t in psnr_ax.texts if t.get_text()[0].isdigit())
+    assert marks == sorted([f"{50 / (64 * b):.2g}" for b in (1, 2, 4, 8)] * 2)

@@ -11,7 +11,7 @@ from skimage.transform import resize
 
 from leakattack import metrics
 from leakattack.errors import UserError
-from leakattack.metrics import (MetricsError, label_accuracy, lpips_distance, match, mse,
+from leakattack.metrics import (MetricsError, label_accuracy, label_overlap, lpips_distance, match, mse,
                                 psnr, score, ssim)
 from leakattack.metrics import lpips as lpips_metric
 from leakattack.metrics.image import gaussian_window
@@ -147,9 +147,19 @@ def test_label_accuracy_is_computed_under_the_image_matching():
     y = torch.tensor([7, 1, 4, 9])
     shuffle = torch.tensor([2, 0, 3, 1])
     res = score(x[shuffle], x, labels_hat=y[shuffle], labels=y, with_lpips=False)
-    assert res["label_acc"] == 1.0
+    assert res["label_acc_matched"] == 1.0 and res["label_acc"] == 1.0
     res_bad = score(x[shuffle], x, labels_hat=y, labels=y, with_lpips=False)
-    assert res_bad["label_acc"] == 0.0
+    assert res_bad["label_acc_matched"] == 0.0
+    assert res_bad["label_acc"] == 1.0  # the right labels, on the wrong images: recovered as a multiset
+
+
+def test_label_overlap_counts_a_multiset():
+    """Repeated labels count as often as they occur in both lists; order does not matter."""
+    assert label_overlap([3, 3, 1, 0], [0, 3, 1, 1]) == 0.75
+    assert label_overlap([2, 2, 2, 2], [2, 0, 0, 0]) == 0.25
+    assert label_overlap([5], [5]) == 1.0
+    with pytest.raises(MetricsError):
+        label_overlap([1, 2], [1])
 
 
 def test_score_is_json_ready():

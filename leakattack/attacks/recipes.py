@@ -1,0 +1,71 @@
+"""Attack recipes: the settings gradient matching uses unless the user names others.
+
+A recipe fills every attacker setting the user leaves unset (``None``): the
+optimiser, its budget, the objective, the step-size schedule, signed steps, the
+TV weight, the box and the working precision.  Each registered victim names its
+recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
+
+``dlg``  L-BFGS with a strong-Wolfe line search on the squared distance L_R, in
+         float64 (Zhu et al., "Deep Leakage from Gradients", 2019; Song et al.
+         2023, Sec. 7): the strongest measured choice for small smooth victims
+         (LeNet, MLP, logistic/linear regression) on one CPU.
+``ig``   Inverting Gradients (Geiping et al., 2020): cosine objective, Adam with
+         step 0.01 (on images in [0, 1]; Geiping et al.'s 0.1 acts on images
+         normalised to unit variance) decayed by 10x at 3/8, 5/8 and 7/8 of the
+         budget, signed gradients, total variation, the box [0, 1], float32: the recipe for
+         deep ReLU/BatchNorm networks (ResNets, ViTs), where L-BFGS in float64
+         costs seconds per step and stalls.
+
+On a GPU both recipes work in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import Registry
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Attacker settings; ``iterations`` is the budget when the user gives none."""
+
+    optimizer: str
+    iterations: int
+    objective: str
+    schedule: str
+    signed: bool
+    tv: float
+    box: bool
+    dtype: str
+    lr: float | None = None  #: the step size for ``optimizer`` (None: the optimiser's default)
+
+
+_RECIPES = Registry("attack recipe")
+_RECIPES.register("dlg", Recipe(optimizer="lbfgs", iterations=6000, objective="l2", schedule="none", signed=False,
+                                tv=0.0, box=False, dtype="float64"),
+                  help="L-BFGS on L_R in float64 (small smooth victims)")
+_RECIPES.register("ig", Recipe(optimizer="adam", iterations=300, objective="cosine", schedule="step", signed=True,
+                               tv=1e-4, box=True, dtype="float32", lr=0.01),
+                  help="Inverting Gradients: cosine, signed Adam with step decay, TV, box, float32 (deep networks)")
+
+#: the settings a recipe fills (the run parameters of the same names)
+RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype")
+
+
+def list_recipes() -> list[str]:
+    """Names accepted by :func:`get_recipe`."""
+    return _RECIPES.names()
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe registered as ``name``."""
+    return _RECIPES.get(name)
+
+
+def recipe_help(name: str) -> str:
+    """One line saying what the recipe does."""
+    return _RECIPES.meta(name).get("help", "")
+
+
+__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help"]

@@ -1,0 +1,65 @@
+"""Attack recipes: each victim's default attacker settings, and how given settings override them."""
+
+from __future__ import annotations
+
+import pytest
+
+import targets
+from leakattack.attacks import RECIPE_FIELDS, get_recipe, list_recipes
+from leakattack.config import ConfigError, RunConfig
+from leakattack.sweep.plan import point_key
+
+
+def test_small_victims_get_dlg_and_deep_ones_ig():
+    assert set(list_recipes()) == {"dlg", "ig"}
+    for name in ("lenet", "mlp", "logreg", "linreg"):
+        assert targets.recipe_of(name) == "dlg"
+    for name in ("resnet18", "resnet20", "resnet50", "vit_small", "vit_b_16"):
+        assert targets.recipe_of(name) == "ig"
+
+
+def test_the_recipe_fills_what_is_not_given():
+    s = RunConfig(model="resnet18", device="cpu").derived()
+    ig = get_recipe("ig")
+    assert (s.recipe, s.optimizer, s.objective, s.schedule, s.signed, s.box, s.dtype) == \
+        ("ig", "adam", "cosine", "step", True, True, "float32")
+    assert s.tv == ig.tv and s.iterations == ig.iterations and s.lr == ig.lr == 0.01
+    lenet = RunConfig(device="cpu").derived()
+    assert (lenet.optimizer, lenet.objective, lenet.dtype, lenet.box, lenet.signed) == \
+        ("lbfgs", "l2", "float64", False, False)
+
+
+def test_given_settings_win_and_recipe_can_be_named():
+    s = RunConfig(model="resnet18", objective="l2", box=False, iterations=7, dtype="float64", device="cpu").derived()
+    assert (s.objective, s.box, s.iterations, s.dtype, s.optimizer) == ("l2", False, 7, "float64", "adam")
+    s = RunConfig(model="lenet", recipe="ig", device="cpu").derived()
+    assert (s.recipe, s.optimizer, s.objective) == ("ig", "adam", "cosine")
+
+
+def test_an_lbfgs_asked_for_drops_the_recipes_signed_steps_but_an_explicit_sign_is_refused():
+    assert RunConfig(model="resnet18", optimizer="lbfgs", device="cpu").validate().derived().signed is False
+    with pytest.raises(ConfigError, match="signed"):
+        RunConfig(model="resnet18", optimizer="lbfgs", signed=True, device="cpu").validate()
+
+
+def test_resolved_configs_key_sweep_points_alike():
+    """Naming a recipe's own value is the same point; the resolved form leaves nothing to the recipe."""
+    plain = RunConfig(model="resnet18")
+    explicit = RunConfig(model="resnet18", recipe="ig", objective="cosine", box=True)
+    assert point_key(plain.resolved().to_dict()) == point_key(explicit.resolved().to_dict())
+    assert point_key(RunConfig().resolved().to_dict()) == point_key(RunConfig(optimizer="lbfgs").resolved().to_dict())
+    other = RunConfig(model="resnet18", objective="l2")
+    assert point_key(other.resolved().to_dict()) != point_key(plain.resolved().to_dict())
+    r = plain.resolved()
+    assert r.recipe == "auto" and all(getattr(r, f) is not None for f in RECIPE_FIELDS)
+
+
+def test_the_cli_has_on_and_off_for_recipe_flags(tmp_path):
+    from leakattack.cli import build_parser
+    from leakattack.config.arguments import config_from_args
+
+    parser = build_parser()
+    a = parser.parse_args(["run", "--model", "resnet18", "--no-box"])
+    assert config_from_args(a).box is False
+    a = parser.parse_args(["run", "--model", "resnet18"])
+    assert config_from_args(a).box is None
