@@ -335,44 +335,33 @@ class Analytic(Attack):
 
     def _fit_deltas(self, M, y, blocks, free_idx, deltas, factors, free):
         """With every a_l fixed, (delta_l, free) by least squares on y (columns scaled by ||a_l||)."""
-        scales = [float(a.norm()) or 1.0 for a in factors]
-        sizes = [bl.out for bl in blocks] + [free_idx.numel()]
-
-        def split(z):
-            parts = list(torch.split(z, sizes))
-            return [p / s for p, s in zip(parts[:-1], scales)], parts[-1]
-
-        def A(z):
-            dl, fr = split(z)
-            return M.apply(_assemble(blocks, free_idx, dl, factors, fr, M.d, y))
-
-        def At(u):
-            v = M.adjoint(u)
-            return torch.cat([_block_matrix(bl, v) @ a / s for bl, a, s in zip(blocks, factors, scales)]
-                             + [v[free_idx]])
-
-        z0 = torch.cat([dl * s for dl, s in zip(deltas, scales)] + [free])
-        return split(cgls(A, At, y, z0, self.cgls_steps))
+        return self._fit_half(M, y, blocks, free_idx, factors, deltas, free, deltas_vary=True)
 
     def _fit_factors(self, M, y, blocks, free_idx, deltas, factors, free):
         """With every delta_l fixed, (a_l, free) by least squares on y (columns scaled by ||delta_l||)."""
-        scales = [float(dl.norm()) or 1.0 for dl in deltas]
-        sizes = [bl.cols for bl in blocks] + [free_idx.numel()]
+        return self._fit_half(M, y, blocks, free_idx, deltas, factors, free, deltas_vary=False)
+
+    def _fit_half(self, M, y, blocks, free_idx, fixed, start, free, *, deltas_vary: bool):
+        """One half of an alternating sweep: one factor of every block ``fixed``, the other (from ``start``)
+        and the free coordinates by CGLS on y; each block's columns are scaled by its fixed factor's norm."""
+        scales = [float(f.norm()) or 1.0 for f in fixed]
+        sizes = [bl.out if deltas_vary else bl.cols for bl in blocks] + [free_idx.numel()]
 
         def split(z):
             parts = list(torch.split(z, sizes))
             return [p / s for p, s in zip(parts[:-1], scales)], parts[-1]
 
         def A(z):
-            fa, fr = split(z)
-            return M.apply(_assemble(blocks, free_idx, deltas, fa, fr, M.d, y))
+            varying, fr = split(z)
+            deltas, factors = (varying, fixed) if deltas_vary else (fixed, varying)
+            return M.apply(_assemble(blocks, free_idx, deltas, factors, fr, M.d, y))
 
         def At(u):
             v = M.adjoint(u)
-            return torch.cat([_block_matrix(bl, v).T @ dl / s for bl, dl, s in zip(blocks, deltas, scales)]
-                             + [v[free_idx]])
+            mats = [_block_matrix(bl, v) if deltas_vary else _block_matrix(bl, v).T for bl in blocks]
+            return torch.cat([m @ f / s for m, f, s in zip(mats, fixed, scales)] + [v[free_idx]])
 
-        z0 = torch.cat([a * s for a, s in zip(factors, scales)] + [free])
+        z0 = torch.cat([a * s for a, s in zip(start, scales)] + [free])
         return split(cgls(A, At, y, z0, self.cgls_steps))
 
     @staticmethod

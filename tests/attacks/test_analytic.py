@@ -15,14 +15,6 @@ from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small solves: one thread is faster on a shared CPU, and keeps the timings steady."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _example(dataset, index=0, pool=1):
     data = get_dataset(dataset)

@@ -13,14 +13,6 @@ from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # the attack runs on one thread (--threads 1); small ops slow down badly when two threads share busy cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _obs(victim, batch=1, kind="srht", ratio=0.5, defense="", knows_clip=False, seed=5):
     shape = victim.input_shape
