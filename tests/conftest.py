@@ -1,6 +1,7 @@
 """Shared test helpers."""
 
 import pytest
+import torch
 
 from leakattack.sketch.base import Sketch
 
@@ -41,3 +42,13 @@ def scaled_sketch():
             return self.a * self.inner.adjoint(u)
 
     return Scaled
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the attack runs by default (--threads 1): small tensor operations slow down badly
+    when two threads share busy cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

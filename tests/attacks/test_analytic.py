@@ -14,6 +14,7 @@ from leakattack.errors import SettingWarning
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # the attack runs on one thread
 
 
 def _example(dataset, index=0, pool=1):

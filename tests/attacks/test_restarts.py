@@ -12,6 +12,7 @@ from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # the attack runs on one thread
 
 
 def _obs(victim, batch=1, kind="srht", ratio=0.5, defense="", knows_clip=False, seed=5):
