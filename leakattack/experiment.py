@@ -99,7 +99,7 @@ def attack_of(cfg: RunConfig) -> Attack:
     s = cfg.derived()
     return get_attack(
         cfg.attack, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
-        priors={"tv": s.tv}, box=s.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
+        priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window,
     )

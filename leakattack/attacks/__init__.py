@@ -17,7 +17,7 @@ from .gradient_matching import (DUMMY_INITS, LABEL_MODES, OBJECTIVES, SCHEDULES,
                                 GradientMatching, init_dummy, match_loss)
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
-from .priors import get_prior, list_priors
+from .priors import get_prior, list_priors, parse_prior, prior_error
 from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help
 
 _ATTACKS = Registry("attack")
@@ -43,5 +43,5 @@ __all__ = [
     "GradientMatching", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
     "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
-    "get_prior", "list_priors", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",
+    "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",
 ]

@@ -2,7 +2,9 @@
 
 The objective is L_R(x) = ||R(grad_w F(w, x)) - y||^2 (Song, Wang, Yu, Zhang,
 ICML 2023, Sec. 7), or its cosine variant 1 - <R g(x), y> / (||R g(x)|| ||y||)
-(Geiping et al., "Inverting Gradients", 2020), plus optional image priors.  The
+(Geiping et al., "Inverting Gradients", 2020), plus optional image priors
+(:mod:`leakattack.attacks.priors`: total variation; BatchNorm statistics, which
+cost one extra forward pass of the victim per evaluation).  The
 attacker's model of the client is the observation's ``forward(x, labels)``.
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
@@ -21,6 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..errors import UserError
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
@@ -90,7 +93,8 @@ class GradientMatching(Attack):
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr
         self.schedule, self.signed = schedule, bool(signed)
         self.objective, self.box, self.tol = objective, bool(box), float(tol)
-        self.priors = [get_prior(name, w) for name, w in (priors or {}).items() if w > 0]
+        #: prior name -> weight; the priors themselves are built for each observation (``bn`` reads its victim)
+        self.priors = {name: float(w) for name, w in (priors or {}).items() if w > 0}
         self.label_mode, self.dummy_init = labels, dummy_init
         self.restarts, self.init_seed = int(restarts), int(init_seed)
         self.stall_window, self.stall_gain = int(stall_window), float(stall_gain)
@@ -100,7 +104,15 @@ class GradientMatching(Attack):
             return "labels were asked for as given but the threat model does not grant them"
         if self.label_mode == "idlg" and obs.victim.head is None:
             return "the victim has no classifier head to read labels from; give the labels"
+        try:
+            self.build_priors(obs)
+        except UserError as err:
+            return str(err)
         return None
+
+    def build_priors(self, obs: Observation) -> list:
+        """The configured priors, built for ``obs``: callables x -> weighted penalty."""
+        return [get_prior(name, w, obs=obs) for name, w in self.priors.items()]
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
         """The labels the attack uses: given, recovered from the message, or None (optimised, DLG)."""
@@ -218,6 +230,7 @@ class _Problem:
         self.weight = LOSS_UNIT / self.scale if normalised else 1.0
         self.batched = getattr(obs.forward, "restarts", None)
         self.checked = False
+        self.priors = attack.build_priors(obs)
 
     def x_of(self, z: torch.Tensor) -> torch.Tensor:
         return z[: self.nx].view(self.shape)
@@ -260,7 +273,7 @@ class _Problem:
         else:
             fit = match_loss(self.obs.forward(xs[0], labels[0]), self.y, self.attack.objective).unsqueeze(0)
         total = self.weight * fit
-        for prior in self.attack.priors:
+        for prior in self.priors:
             total = total + torch.stack([prior(x) for x in xs])
         grad, = torch.autograd.grad(total.sum(), Z)
         return total.detach().tolist(), grad, fit.detach().tolist()

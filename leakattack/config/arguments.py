@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .constraints import Choice, Flag, Number, Optional, Table
+from .constraints import Choice, Flag, Items, Number, Optional, Table
 from .params import PROTOCOL_PARAMS, RUN_PARAMS, Param, help_text
 from .run import RunConfig
 
@@ -50,6 +50,9 @@ def add_flag(group, p: Param, dest: str | None = None) -> None:
     elif isinstance(p.constraint, Table):
         group.add_argument(p.option, dest=dest, type=parse_pair, action="append", default=[], metavar="NAME=VALUE",
                            help=help_text(p))
+    elif isinstance(p.constraint, Items):
+        group.add_argument(p.option, dest=dest, action="append", default=[], metavar=p.constraint.metavar,
+                           help=help_text(p))
     else:
         group.add_argument(p.option, dest=dest, type=_value_type(p.constraint), default=p.default, help=help_text(p))
 
@@ -85,7 +88,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         if p.option is None:
             continue
         v = getattr(a, p.name)
-        values[p.name] = dict(v) if isinstance(p.constraint, Table) else v
+        values[p.name] = dict(v) if isinstance(p.constraint, Table) else list(v) if isinstance(p.constraint, Items) \
+            else v
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):
         values["protocol_spec"] = protocol_spec_from_args(a)
     return RunConfig(**values)

@@ -121,6 +121,26 @@ class Table(Constraint):
         return isinstance(v, dict)
 
 
+class Items(Constraint):
+    """A list of strings, each accepted by ``check`` (a callable: None, or the one-sentence complaint)."""
+
+    what = "be a list of strings"
+
+    def __init__(self, check: Callable[[str], str | None], metavar: str | None = None):
+        self.check = check
+        self.metavar = metavar  #: how the command line shows one item
+
+    def ok(self, v) -> bool:
+        return isinstance(v, list) and all(isinstance(s, str) and self.check(s) is None for s in v)
+
+    def error(self, label, v):
+        if isinstance(v, list):
+            for s in v:
+                if isinstance(s, str) and self.check(s) is not None:
+                    return self.check(s)
+        return super().error(label, v)
+
+
 class Optional(Constraint):
     """None, or a value the inner constraint accepts."""
 
@@ -135,4 +155,4 @@ class Optional(Constraint):
         return self.inner.error(label, v)
 
 
-__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Flag", "Text", "Table", "Optional"]
+__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Flag", "Text", "Table", "Items", "Optional"]

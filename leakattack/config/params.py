@@ -17,7 +17,7 @@ from targets.protocols import PROJECTION_BLOCKS, SECOND_MOMENTS, SERVER_OPTS, SP
 from .. import attacks
 from ..data import list_datasets
 from ..sketch import list_sketches
-from .constraints import Choice, Constraint, Flag, Index, ModelName, Number, Optional, Table, Text
+from .constraints import Choice, Constraint, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -117,6 +117,10 @@ RUN_PARAMS: tuple[Param, ...] = (
           "first-order optimisers step along sign(gradient) (Inverting Gradients; not with lbfgs) (default: from the recipe)"),
     Param("tv", None, Optional(Number(0, what="be non-negative")), "TV weight",
           "weight of the total-variation prior (0: off) (default: from the recipe)"),
+    Param("priors", [], Items(attacks.prior_error, "NAME[:WEIGHT]"), "priors",
+          "image prior added to the matching objective, one of " + ", ".join(attacks.list_priors()) + " (bn: "
+          "BatchNorm statistics against the running ones, Yin et al. 2021), e.g. bn:1e-2 (repeatable; tv:W "
+          "overrides --tv; a missing weight takes the prior's default) (default: none)", flag="--prior"),
     Param("box", None, Optional(Flag()), "box", "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
     Param("stall_window", attacks.STALL_WINDOW, NONNEG_INT, "stall window",

@@ -105,16 +105,27 @@ def _settings(self, gpu: bool | None = None) -> dict:
         out["dtype"] = "float32"
     if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
         out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
+    for name, weight in map(attacks.parse_prior, self.priors):
+        if name == "tv":  # --prior tv:W overrides --tv and the recipe
+            out["tv"] = weight
     return out
+
+
+def _other_priors(self) -> dict:
+    """The priors of ``--prior`` other than ``tv`` (whose weight is the ``tv`` setting): name -> weight, the last
+    mention of a name winning."""
+    return {name: w for name, w in map(attacks.parse_prior, self.priors) if name != "tv"}
 
 
 def _resolved(self) -> "RunConfig":
     """This configuration with every recipe setting written out (as on a CPU) and ``recipe`` back to auto.
 
     Two configurations that run the same attack resolve alike: a sweep keys its
-    points on this, so naming a recipe's own value changes nothing.
+    points on this, so naming a recipe's own value changes nothing (``--prior tv:W``
+    resolves to ``tv`` W; the other priors to sorted NAME:WEIGHT entries).
     """
-    return dataclasses.replace(self, recipe="auto", **_settings(self, gpu=False))
+    priors = [f"{name}:{w!r}" for name, w in sorted(_other_priors(self).items())]
+    return dataclasses.replace(self, recipe="auto", priors=priors, **_settings(self, gpu=False))
 
 
 def _step_size(self, optimizer: str) -> float:
@@ -164,7 +175,7 @@ RunConfig = dataclasses.make_dataclass(
     namespace={
         "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data (see RUN_PARAMS).",
         "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
-        "resolved": _resolved,
+        "resolved": _resolved, "other_priors": _other_priors,
         "labels_given": property(_labels_given), "to_dict": _to_dict, "from_dict": _from_dict,
     },
 )

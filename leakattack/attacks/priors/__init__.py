@@ -1,16 +1,23 @@
-"""Image priors for gradient matching: ``get_prior(name, weight)`` / ``list_priors()``.
+"""Image priors for gradient matching: ``get_prior(name, weight, obs=obs)`` / ``list_priors()``.
 
-A prior is a callable x -> penalty added to the matching objective.  Adding a
-prior: its own module here, plus one registration line.
+A prior is a callable x -> penalty added to the matching objective, built for
+one observation (the ``bn`` prior reads the victim's BatchNorm layers from it).
+Adding a prior: its own module here, plus one registration line.  On the
+command line a prior is ``NAME[:WEIGHT]`` (:func:`parse_prior`).
 """
 
 from __future__ import annotations
 
+import math
+
+from ...errors import UserError
 from ...registry import Registry
+from .bn import BatchNormPrior, batch_moments, bn_statistics_distance
 from .tv import TotalVariation, total_variation
 
 _PRIORS = Registry("prior")
-_PRIORS.register("tv", TotalVariation)
+_PRIORS.register("tv", TotalVariation, weight=1e-4)
+_PRIORS.register("bn", BatchNormPrior, weight=1e-2)
 
 
 def list_priors() -> list[str]:
@@ -18,9 +25,36 @@ def list_priors() -> list[str]:
     return _PRIORS.names()
 
 
-def get_prior(name: str, weight: float):
-    """Prior ``name`` with weight ``weight``."""
-    return _PRIORS.get(name)(weight)
+def get_prior(name: str, weight: float, obs=None):
+    """Prior ``name`` with weight ``weight``, for the observation ``obs`` (needed by ``bn``)."""
+    return _PRIORS.get(name)(weight, obs=obs)
 
 
-__all__ = ["get_prior", "list_priors", "total_variation", "TotalVariation"]
+def parse_prior(text: str) -> tuple[str, float]:
+    """``NAME[:WEIGHT]`` -> (name, weight); without a weight, the prior's default.  One-sentence UserError."""
+    if not isinstance(text, str):
+        raise UserError(f"a prior must look like NAME or NAME:WEIGHT, got {text!r}")
+    name, sep, weight = text.partition(":")
+    _PRIORS.get(name)
+    if not sep:
+        return name, float(_PRIORS.meta(name)["weight"])
+    try:
+        value = float(weight)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"the weight of prior '{name}' must be a non-negative number, got '{weight}'")
+    return name, value
+
+
+def prior_error(text) -> str | None:
+    """None when ``text`` is a valid ``NAME[:WEIGHT]``, else the one-sentence complaint."""
+    try:
+        parse_prior(text)
+    except UserError as err:
+        return str(err)
+    return None
+
+
+__all__ = ["get_prior", "list_priors", "parse_prior", "prior_error", "total_variation", "TotalVariation",
+           "BatchNormPrior", "batch_moments", "bn_statistics_distance"]

@@ -11,9 +11,9 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
 
 
 class TotalVariation:
-    """weight * TV(x), added to the matching loss."""
+    """weight * TV(x), added to the matching loss (``obs`` is not needed)."""
 
-    def __init__(self, weight: float):
+    def __init__(self, weight: float, obs=None):
         self.weight = float(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,72 @@
+"""BatchNorm statistics prior (Yin et al., "See through Gradients", CVPR 2021; DeepInversion's R_feature).
+
+R_BN(x) = sum over BatchNorm layers l of ||mu_l(x) - mu_l||^2 + ||sigma^2_l(x) - sigma^2_l||^2, where
+mu_l(x), sigma^2_l(x) are the per-channel batch mean and (biased) variance of the dummy data's
+activations at layer l's input, and mu_l, sigma^2_l are the statistics the threat model grants: the
+layers' running statistics, which are part of the model the attacker holds.  Each evaluation costs one
+extra forward pass of the victim on x, with hooks on the BatchNorm layers recording their inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from targets.victim import batchnorm_layers
+
+from ...errors import UserError
+
+
+def batch_moments(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and biased variance of activations (N, C, ...) over every axis but the channel axis."""
+    dims = [0, *range(2, a.dim())]
+    return a.mean(dims), a.var(dims, unbiased=False)
+
+
+def bn_statistics_distance(moments, granted) -> torch.Tensor:
+    """sum_l ||mu_l - m_l||^2 + ||v_l - s_l||^2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6)."""
+    total = 0
+    for (mu, var), (m, s) in zip(moments, granted):
+        total = total + (mu - m).pow(2).sum() + (var - s).pow(2).sum()
+    return total
+
+
+class BatchNormPrior:
+    """weight * R_BN(x) against the running statistics of the victim's BatchNorm layers."""
+
+    def __init__(self, weight: float, obs=None):
+        if obs is None:
+            raise UserError("the bn prior needs the observation (the victim's BatchNorm layers)")
+        self.weight = float(weight)
+        self.victim = obs.victim
+        self.layers = batchnorm_layers(self.victim.model)
+        if not self.layers:
+            raise UserError(f"the bn prior needs BatchNorm layers, and model '{self.victim.name}' has none")
+        if any(m.running_mean is None or m.running_var is None for m in self.layers):
+            raise UserError(f"the bn prior needs running statistics, and a BatchNorm layer of model "
+                            f"'{self.victim.name}' keeps none")
+
+    def granted(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The statistics the prior pulls towards: each layer's (running_mean, running_var)."""
+        return [(m.running_mean.detach(), m.running_var.detach()) for m in self.layers]
+
+    def moments(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(mean, variance) of the inputs of every BatchNorm layer during one forward pass of x."""
+        seen: dict[int, tuple] = {}
+
+        def hook(index):
+            def record(module, inputs):
+                seen[index] = batch_moments(inputs[0])
+            return record
+
+        handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(self.layers)]
+        try:
+            self.victim.model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return [seen[i] for i in range(len(self.layers))]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * bn_statistics_distance(self.moments(x), self.granted())
+
+
+__all__ = ["BatchNormPrior", "batch_moments", "bn_statistics_distance"]

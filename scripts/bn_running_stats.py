@@ -1,0 +1,47 @@
+"""BatchNorm running statistics from real images, for the ``bn`` prior's README measurement.
+
+Builds a registered model with the run's seed (BatchNorm tracking statistics),
+passes the embedded photos FIRST..LAST-1 through it once in train mode as one
+batch with a cumulative average (momentum None, so the running statistics are
+that batch's mean and unbiased variance), and saves the state_dict for
+``leakattack run --weights``.  The attacked photo is left out of the range.
+
+    python scripts/bn_running_stats.py --out resnet20_bn_photos1-49.pt [--model resnet20] [--first 1] [--last 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import targets
+from leakattack.data import get_dataset
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default="resnet20")
+    ap.add_argument("--first", type=int, default=1)
+    ap.add_argument("--last", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0, help="model seed (leakattack run's --seed)")
+    a = ap.parse_args()
+    ds = get_dataset("photos")
+    victim = targets.get_model(a.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=a.seed,
+                               bn_mode="eval")
+    model = victim.model
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.momentum = None
+        m.reset_running_stats()
+    model.train()
+    with torch.no_grad():
+        model(ds.images[a.first:a.last].to(victim.dtype))
+    torch.save(model.state_dict(), a.out)
+    print(f"{len(norms)} BatchNorm layers, statistics of photos {a.first}..{a.last - 1} -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
