@@ -88,7 +88,13 @@ def _sketch_b(self, d: int) -> int:
 
 
 def _recipe_name(self) -> str:
-    return targets.recipe_of(self.model) if self.recipe == "auto" else self.recipe
+    if self.recipe != "auto":
+        return self.recipe
+    name = targets.recipe_of(self.model)
+    if name not in attacks.list_recipes():  # a user class's leakattack_recipe
+        raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
+                          f"{', '.join(attacks.list_recipes())}")
+    return name
 
 
 def _settings(self, gpu: bool | None = None) -> dict:

@@ -63,3 +63,16 @@ def test_the_cli_has_on_and_off_for_recipe_flags(tmp_path):
     assert config_from_args(a).box is False
     a = parser.parse_args(["run", "--model", "resnet18"])
     assert config_from_args(a).box is None
+
+
+def test_a_user_class_names_its_recipe_and_an_unknown_one_is_one_sentence(tmp_path):
+    net = tmp_path / "nets.py"
+    net.write_text("import torch.nn as nn\n\n"
+                   "class Deep(nn.Module):\n    leakattack_recipe = 'ig'\n"
+                   "    def __init__(self, num_classes=10):\n        super().__init__()\n"
+                   "        self.fc = nn.Linear(3 * 32 * 32, num_classes)\n"
+                   "    def forward(self, x):\n        return self.fc(x.flatten(1))\n\n"
+                   "class Odd(Deep):\n    leakattack_recipe = 'fast'\n")
+    assert RunConfig(model=f"{net}:Deep", device="cpu").derived().recipe == "ig"
+    with pytest.raises(ConfigError, match="names the attack recipe 'fast'; choose one of: dlg, ig"):
+        RunConfig(model=f"{net}:Odd", device="cpu").validate()
