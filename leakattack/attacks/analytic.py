@@ -43,8 +43,20 @@ matter) and the sketch.  The labels it
 returns come from iDLG's sign rule read through the sketch (no weights either),
 or are the granted ones.
 
-Limits.  One example (B = 1): a batch's block is sum_i delta_i [x_i; 1]^T, and
-each row then gives a weighted mean of the batch, not one example.  The first
+Batches.  A batch's block of every such layer is sum_i delta_i [a_i; 1]^T, rank B:
+the fit above runs with B columns per factor (B (H_l + m_l) unknowns per layer), and
+the examples are read from the first layer's block: after a ReLU, delta_ik = 0 for
+every unit k inactive on example i, so a row with one active example is an exact
+copy of [x_i; 1] up to scale, and rows that agree give one example (the
+"one active unit" separation; how many examples have such a row depends on the
+width H against B: mlp on digits separated 3 of 4 at H = 64, 7 of 8 at H = 256,
+12 of 16 at H = 1024).  Examples without such a row are guessed and the result's
+message says how many were separated.  A sigmoid (or any activation without exact
+zeros) mixes every example into every row, and such batches are refused.  The
+labels are put in the examples' order through the head's block (with the model's
+weights, :meth:`Analytic._assign_labels`).
+
+Limits.  The first
 layer must be an ``nn.Linear`` with a bias that sees the flattened example; a
 convolution's gradient sums over positions (a ViT's patch embedding is such a
 convolution: its block is sum_p delta_p patch_p^T, rank up to the number of
@@ -77,6 +89,12 @@ RESIDUAL_TOL = 1e-9
 STALL_GAIN = 1e-4
 #: CGLS steps per half-step (warm-started, so later half-steps need few)
 CGLS_STEPS = 60
+#: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
+GROUP_TOL = 1e-4
+#: activations with exact zeros (inactive units), which separate a batch's examples
+PIECEWISE_LINEAR = (nn.ReLU,)
+#: modules read as activations when looking for the one after the first layer
+ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.GELU, nn.ELU, nn.SiLU, nn.Softplus)
 #: ``als``: alternating least squares; ``gn``: Gauss-Newton; ``als+gn``: one of each per sweep (module docstring)
 SOLVERS = ("als+gn", "als", "gn")
 
@@ -89,6 +107,7 @@ class _Block:
     bias: slice | None
     out: int
     inp: int
+    module: nn.Linear
 
     @property
     def cols(self) -> int:
@@ -140,7 +159,7 @@ def _layout(victim) -> tuple[list[_Block], torch.Tensor]:
             continue
         bias = mod.bias if mod.bias is not None and mod.bias.requires_grad else None
         block = _Block(slices[names[id(mod.weight)]], None if bias is None else slices[names[id(bias)]],
-                       mod.out_features, mod.in_features)
+                       mod.out_features, mod.in_features, mod)
         blocks.insert(0, block) if mod is first else blocks.append(block)
     free = torch.ones(victim.d, dtype=torch.bool)
     for bl in blocks:
@@ -151,14 +170,19 @@ def _layout(victim) -> tuple[list[_Block], torch.Tensor]:
 
 
 def _assemble(blocks, free_idx, deltas, factors, free, d, like) -> torch.Tensor:
-    """g = [delta_l a_l^T per block | free coordinates] as one flat vector."""
+    """g = [Delta_l A_l^T per block | free coordinates] as one flat vector (Delta_l: out x B, A_l: cols x B)."""
     g = torch.zeros(d, dtype=like.dtype, device=like.device)
     for bl, dl, a in zip(blocks, deltas, factors):
-        g[bl.weight] = torch.outer(dl, a[:bl.inp]).reshape(-1)
-        if bl.bias is not None:
-            g[bl.bias] = dl * a[bl.inp]
+        _put_block(g, bl, dl @ a.T)
     g[free_idx] = free
     return g
+
+
+def _put_block(g: torch.Tensor, bl: _Block, blk: torch.Tensor) -> None:
+    """Write the out x cols matrix [dW | dc] into its coordinates of the flat vector g."""
+    g[bl.weight] = blk[:, :bl.inp].reshape(-1)
+    if bl.bias is not None:
+        g[bl.bias] = blk[:, bl.inp]
 
 
 def _block_matrix(bl: _Block, v: torch.Tensor) -> torch.Tensor:
@@ -215,9 +239,10 @@ class Analytic(Attack):
                     "unknown scale; use gradient-matching")
         if layer.in_features != victim.unknowns_per_example or _input_ranks(victim).get(id(layer)) != 1:
             return f"{victim.name}'s first linear layer does not see the flattened example; use gradient-matching"
-        if obs.batch_size != 1:
-            return (f"the analytic attack recovers one example, and a batch of {obs.batch_size} mixes its inputs "
-                    "in every row of the layer's gradient; use gradient-matching or a batch size of 1")
+        if obs.batch_size > 1 and not isinstance(_activation_after(victim.model, layer), PIECEWISE_LINEAR):
+            return (f"the analytic attack separates a batch of {obs.batch_size} by the first layer's inactive "
+                    f"ReLU units, and {victim.name}'s first layer is not followed by a ReLU (every row mixes "
+                    "every example); use gradient-matching or a batch size of 1")
         if self.label_mode == "given" and obs.labels is None:
             return "labels were asked for as given but the threat model does not grant them"
         return None
@@ -227,7 +252,9 @@ class Analytic(Attack):
             return obs.labels
         if obs.victim.head is None or obs.victim.task != "classification":
             return obs.labels
-        return recover_labels(obs.victim, obs.linear_map, obs.y, obs.batch_size, rule="sign")
+        if obs.batch_size == 1:
+            return recover_labels(obs.victim, obs.linear_map, obs.y, 1, rule="sign")
+        return recover_labels(obs.victim, obs.linear_map, obs.y, obs.batch_size)
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:
@@ -236,18 +263,20 @@ class Analytic(Attack):
         labels = self.labels_for(obs)
         blocks, free_idx = _layout(obs.victim)
         M, y = obs.linear_map, obs.y.detach().reshape(-1)
-        shape = obs.input_shape
+        shape, B = obs.input_shape, obs.batch_size
 
         if M.b >= M.d:  # g itself is determined: solve it, then divide
             g = self._solve_square(M, y)
-            x = self._divide(blocks[0], g).reshape(shape)
+            x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
+            x = x.reshape(shape)
+            labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             loss = float((M.apply(g) - y).pow(2).sum())
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra, iterations=0,
-                                stop_reason="tolerance", message="solved g from the message, then divided",
+                                stop_reason="tolerance", message=note or "solved g from the message, then divided",
                                 wall_s=time.perf_counter() - t0)
 
-        unknowns = sum(bl.out + bl.cols - (bl.bias is not None) for bl in blocks) + free_idx.numel()
+        unknowns = B * sum(bl.out + bl.cols - (bl.bias is not None) for bl in blocks) + free_idx.numel()
         message = ""
         if M.b < unknowns:
             message = (f"the message has b = {M.b} numbers for {unknowns} unknowns of the low-rank model: "
@@ -259,18 +288,23 @@ class Analytic(Attack):
         gain = float(M.apply(back).pow(2).sum()) / max(float(back @ back), 1e-300)  # ~ ||M||^2 on g's span
         back = back / max(gain, 1e-300)
         deltas, factors = [], []
-        for bl in blocks:
+        for bl in blocks:  # the top B singular pairs; a biased block's columns of A scaled to a bias entry of 1
             U, S, Vh = torch.linalg.svd(_block_matrix(bl, back), full_matrices=False)
-            a, dl = Vh[0], S[0] * U[:, 0]
-            if bl.bias is not None and a[bl.inp].abs() > 1e-12 * a.abs().max():
-                dl, a = dl * a[bl.inp], a / a[bl.inp]
+            a, dl = Vh[:B].T, U[:, :B] * S[:B]
+            if bl.bias is not None:
+                c = a[bl.inp]
+                ok = c.abs() > 1e-12 * a.abs().amax(0)
+                c = torch.where(ok, c, torch.ones_like(c))
+                dl, a = dl * c, a / c
             deltas.append(dl)
             factors.append(a)
-        x0 = self._x_of(blocks[0], factors[0]).reshape(shape)
+        x0 = self._examples(blocks[0], deltas[0] @ factors[0].T, B)[0].reshape(shape)
         run = self._fit(M, y, blocks, free_idx, deltas, factors, back[free_idx], shape, monitor, monitor_every)
+        fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
+        labels = self._assign_labels(obs, labels, blocks, run["x"], lambda bl: fitted[id(bl)])
         return AttackResult(x=run["x"].detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
                             extra=run["extra"], iterations=len(run["losses"]) - 1, best_step=run["best"],
-                            stop_reason=run["stop"], message=run["message"] or message,
+                            stop_reason=run["stop"], message=run["message"] or message or run["note"],
                             wall_s=time.perf_counter() - t0)
 
     def _fit(self, M, y, blocks, free_idx, deltas, factors, free, shape, monitor, monitor_every) -> dict:
@@ -280,10 +314,16 @@ class Analytic(Attack):
         def residual(dl, fa, fr):
             return float((M.apply(_assemble(blocks, free_idx, dl, fa, fr, M.d, y)) - y).pow(2).sum())
 
+        B = deltas[0].shape[1]
+
+        def examples():
+            x, note = self._examples(blocks[0], deltas[0] @ factors[0].T, B)
+            return x.reshape(shape), note
+
         losses = [residual(deltas, factors, free)]
-        x = self._x_of(blocks[0], factors[0]).reshape(shape)
+        x, note = examples()
         extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
-        best, best_x, stop, message = 0, x, "iterations", ""
+        best, best_x, best_note, stop, message = 0, x, note, "iterations", ""
         for sweep in range(1, self.sweeps + 1):
             if self.solver in ("als", "als+gn"):
                 deltas, free = self._fit_deltas(M, y, blocks, free_idx, deltas, factors, free)
@@ -297,9 +337,9 @@ class Analytic(Attack):
                 stop, message = "diverged", f"the residual became non-finite at sweep {sweep}"
                 break
             losses.append(loss)
-            x = self._x_of(blocks[0], factors[0]).reshape(shape)
+            x, note = examples()
             if loss <= losses[best]:
-                best, best_x = sweep, x
+                best, best_x, best_note = sweep, x, note
             if monitor is not None and sweep % max(1, monitor_every) == 0:
                 extra.append({"step": sweep, **monitor(sweep, x)})
             if loss <= self.tol ** 2 * ynorm2:
@@ -308,15 +348,82 @@ class Analytic(Attack):
             if loss > (1 - STALL_GAIN) * losses[-2]:
                 stop = "stalled"
                 break
-        return {"losses": losses, "best": best, "x": best_x, "stop": stop, "message": message, "extra": extra}
+        return {"losses": losses, "best": best, "x": best_x, "stop": stop, "message": message, "extra": extra,
+                "note": best_note, "deltas": deltas, "factors": factors}
+
+    def _assign_labels(self, obs, labels, blocks, x, block_of):
+        """Recovered labels put in the order of the recovered examples (a batch, a classifier head among the blocks).
+
+        The head's block is sum_i delta_i [h_i; 1]^T with h_i the head's input for example i, which the
+        attacker computes from its recovered x_i with the model's weights; delta = G A (A^T A)^-1 for
+        A = [h_i; 1] is then each example's output error softmax - onehot, whose one negative entry
+        is the label.  Kept only when it gives the multiset the count rule read from the message; otherwise,
+        and without a head block, the count rule's labels are returned as they are.
+        """
+        head = obs.victim.head
+        block = next((bl for bl in blocks if bl.module is head), None)
+        if self.label_mode != "recovered" or obs.batch_size == 1 or block is None or block.bias is None \
+                or labels is None:
+            return labels
+        seen = []
+        handle = head.register_forward_hook(lambda m, inp, out: seen.append(inp[0].detach()))
+        try:
+            with torch.no_grad():
+                obs.victim.model(x.to(obs.victim.dtype))
+        finally:
+            handle.remove()
+        A = torch.cat([seen[0].reshape(x.shape[0], -1), torch.ones_like(seen[0][:, :1])], 1).T
+        delta = block_of(block).to(A.dtype) @ torch.linalg.pinv(A.T)
+        per_example = delta.argmin(0).to(labels.device)
+        return per_example if sorted(per_example.tolist()) == sorted(labels.tolist()) else labels
 
     # -- the pieces -------------------------------------------------------------
     @staticmethod
-    def _divide(bl: _Block, g: torch.Tensor) -> torch.Tensor:
-        """x = sum_k delta_k W'_k / sum_k delta_k^2 with delta = dF/dc: every row's quotient, least-squares pooled."""
-        W = g[bl.weight].reshape(bl.out, bl.inp)
-        delta = g[bl.bias]
+    def _divide(blk: torch.Tensor) -> torch.Tensor:
+        """x = sum_k delta_k W'_k / sum_k delta_k^2 over the rows of [W' | delta]: every row's quotient, pooled."""
+        W, delta = blk[:, :-1], blk[:, -1]
         return (delta @ W) / (delta @ delta).clamp_min(1e-300)
+
+    def _examples(self, bl: _Block, blk: torch.Tensor, B: int) -> tuple[torch.Tensor, str]:
+        """The B examples (B, m) read from the first layer's block [dW | dc]; a note when fewer were separated.
+
+        One example: every row is delta_k [x; 1], pooled by :meth:`_divide`.  A batch: row k is
+        sum_i delta_ik [x_i; 1], and after a ReLU delta_ik = 0 wherever unit k is inactive for example i,
+        so the rows with one active example are exact copies of one [x_i; 1] (up to scale): the rows'
+        quotients W'_k / c_k are grouped (equal to GROUP_TOL relative), and each group of two or more rows
+        is one example, unless it is an affine combination of the other groups' examples (two examples
+        whose output errors are alike, e.g. same label on an untrained model, share rows in a fixed
+        ratio, and their mixture repeats).  With fewer than B such groups, the remaining examples are guessed from the single
+        rows: those outside the span of the examples found (a row of known examples only is no news), the
+        ones closest to the pixel box [0, 1] first (a mixture with weights of both signs leaves it); the
+        note says how many were separated.
+        """
+        if B == 1:
+            return self._divide(blk).unsqueeze(0), ""
+        c = blk[:, -1]
+        keep = (c.abs() > 1e-9 * c.abs().max()).nonzero().squeeze(1)
+        keep = keep[c[keep].abs().argsort(descending=True)]
+        quotients = blk[keep, :-1] / c[keep, None]
+        groups = _group_rows(quotients, GROUP_TOL)
+        xs = _independent([self._divide(blk[keep[torch.tensor(g)]]) for g in groups if len(g) >= 2])[:B]
+        found = len(xs)
+        singles = [g[0] for g in groups if len(g) == 1]
+        if singles and len(xs) < B:
+            cand = quotients[singles]
+            if xs:  # drop rows inside the span of [x_i; 1] of the examples found
+                basis = torch.cat([torch.stack(xs), torch.ones_like(cand[:len(xs), :1])], 1)
+                rows = torch.cat([cand, torch.ones_like(cand[:, :1])], 1)
+                coef = torch.linalg.lstsq(basis.T, rows.T).solution
+                off = (rows.T - basis.T @ coef).norm(dim=0) > GROUP_TOL * rows.norm(dim=1)
+                cand = cand[off]
+            outside = (cand - cand.clamp(0, 1)).norm(dim=1)
+            xs += list(cand[outside.argsort(stable=True)][:B - len(xs)])
+        while len(xs) < B:  # fewer active rows than examples: nothing left to read
+            xs.append(torch.full_like(blk[0, :-1], 0.5))
+        note = "" if found == B else (
+            f"{found} of the batch's {B} examples were separated by rows with one active unit "
+            "(a wider first layer or a smaller batch gives more such rows); the others are guesses")
+        return torch.stack(xs), note
 
     def _solve_square(self, M, y: torch.Tensor) -> torch.Tensor:
         """g from y = M g when b >= d: M^T y for the identity, a dense least-squares solve while M fits
@@ -329,10 +436,6 @@ class Analytic(Attack):
                                       ).solution.squeeze(1)
         return cgls(M.apply, M.adjoint, y, M.adjoint(y), max(self.cgls_steps, 10 * self.sweeps), tol=1e-14)
 
-    @staticmethod
-    def _x_of(bl: _Block, a: torch.Tensor) -> torch.Tensor:
-        return a[:bl.inp] / a[bl.inp]
-
     def _fit_deltas(self, M, y, blocks, free_idx, deltas, factors, free):
         """With every a_l fixed, (delta_l, free) by least squares on y (columns scaled by ||a_l||)."""
         return self._fit_half(M, y, blocks, free_idx, factors, deltas, free, deltas_vary=True)
@@ -344,12 +447,13 @@ class Analytic(Attack):
     def _fit_half(self, M, y, blocks, free_idx, fixed, start, free, *, deltas_vary: bool):
         """One half of an alternating sweep: one factor of every block ``fixed``, the other (from ``start``)
         and the free coordinates by CGLS on y; each block's columns are scaled by its fixed factor's norm."""
-        scales = [float(f.norm()) or 1.0 for f in fixed]
-        sizes = [bl.out if deltas_vary else bl.cols for bl in blocks] + [free_idx.numel()]
+        scales = [_column_norms(f) for f in fixed]
+        rows = [bl.out if deltas_vary else bl.cols for bl in blocks]
+        sizes = [r * f.shape[1] for r, f in zip(rows, fixed)] + [free_idx.numel()]
 
         def split(z):
             parts = list(torch.split(z, sizes))
-            return [p / s for p, s in zip(parts[:-1], scales)], parts[-1]
+            return [p.view(r, -1) / s for p, r, s in zip(parts[:-1], rows, scales)], parts[-1]
 
         def A(z):
             varying, fr = split(z)
@@ -359,18 +463,18 @@ class Analytic(Attack):
         def At(u):
             v = M.adjoint(u)
             mats = [_block_matrix(bl, v) if deltas_vary else _block_matrix(bl, v).T for bl in blocks]
-            return torch.cat([m @ f / s for m, f, s in zip(mats, fixed, scales)] + [v[free_idx]])
+            return torch.cat([(m @ f / s).reshape(-1) for m, f, s in zip(mats, fixed, scales)] + [v[free_idx]])
 
-        z0 = torch.cat([a * s for a, s in zip(start, scales)] + [free])
+        z0 = torch.cat([(a * s).reshape(-1) for a, s in zip(start, scales)] + [free])
         return split(cgls(A, At, y, z0, self.cgls_steps))
 
     @staticmethod
     def _rescale(blocks, deltas, factors):
         """Move each block's scale into delta: a biased block's bias entry of a becomes 1, another's a unit norm."""
         for i, bl in enumerate(blocks):
-            c = factors[i][bl.inp] if bl.bias is not None else factors[i].norm()
-            if float(c.abs()) > 0:
-                deltas[i], factors[i] = deltas[i] * c, factors[i] / c
+            c = factors[i][bl.inp] if bl.bias is not None else factors[i].norm(dim=0)
+            c = torch.where(c.abs() > 0, c, torch.ones_like(c))
+            deltas[i], factors[i] = deltas[i] * c, factors[i] / c
 
     def _gauss_newton(self, M, y, blocks, free_idx, deltas, factors, free, loss):
         """One damped Gauss-Newton step on all factors at once: the linearised least squares by CGLS.
@@ -380,14 +484,16 @@ class Analytic(Attack):
         Columns are scaled to unit norm (delta's by ||a||, a's by ||delta||).
         """
         fixed = [bl.bias is not None for bl in blocks]
-        sd = [float(a.norm()) or 1.0 for a in factors]
-        sa = [float(dl.norm()) or 1.0 for dl in deltas]
-        sizes = [n for bl, f in zip(blocks, fixed) for n in (bl.out, bl.cols - f)] + [free_idx.numel()]
+        sd = [_column_norms(a) for a in factors]
+        sa = [_column_norms(dl) for dl in deltas]
+        k = deltas[0].shape[1]
+        shapes = [s for bl, f in zip(blocks, fixed) for s in ((bl.out, k), (bl.cols - f, k))]
+        sizes = [r * c for r, c in shapes] + [free_idx.numel()]
 
         def split(z):
-            parts = list(torch.split(z, sizes))
+            parts = [p.view(s) for p, s in zip(torch.split(z, sizes), shapes)] + [z[sum(sizes[:-1]):]]
             dd = [parts[2 * i] / sd[i] for i in range(len(blocks))]
-            da = [torch.cat([parts[2 * i + 1] / sa[i], parts[2 * i + 1].new_zeros(1)]) if f
+            da = [torch.cat([parts[2 * i + 1] / sa[i], parts[2 * i + 1].new_zeros(1, k)]) if f
                   else parts[2 * i + 1] / sa[i] for i, f in enumerate(fixed)]
             return dd, da, parts[-1]
 
@@ -395,10 +501,7 @@ class Analytic(Attack):
             dd, da, fr = split(z)
             g = torch.zeros(M.d, dtype=y.dtype, device=y.device)
             for bl, dl, a, ddl, dal in zip(blocks, deltas, factors, dd, da):
-                blk = torch.outer(ddl, a) + torch.outer(dl, dal)
-                g[bl.weight] = blk[:, :bl.inp].reshape(-1)
-                if bl.bias is not None:
-                    g[bl.bias] = blk[:, bl.inp]
+                _put_block(g, bl, ddl @ a.T + dl @ dal.T)
             g[free_idx] = fr
             return M.apply(g)
 
@@ -406,9 +509,9 @@ class Analytic(Attack):
             v = M.adjoint(u)
             out = []
             for i, (bl, dl, a, f) in enumerate(zip(blocks, deltas, factors, fixed)):
-                B = _block_matrix(bl, v)
-                ga = B.T @ dl / sa[i]
-                out += [B @ a / sd[i], ga[:-1] if f else ga]
+                V = _block_matrix(bl, v)
+                ga = V.T @ dl / sa[i]
+                out += [(V @ a / sd[i]).reshape(-1), (ga[:-1] if f else ga).reshape(-1)]
             return torch.cat(out + [v[free_idx]])
 
         r = y - M.apply(_assemble(blocks, free_idx, deltas, factors, free, M.d, y))
@@ -424,5 +527,63 @@ class Analytic(Attack):
                 return nd, na, nf, new
             step /= 2
         return deltas, factors, free, loss
+
+def _independent(xs: list[torch.Tensor], tol: float = 1e-3) -> list[torch.Tensor]:
+    """``xs`` (most trusted first) without affine combinations of the others: while some [x; 1] lies in the
+    span of the others', the least trusted such vector is dropped."""
+    xs = list(xs)
+    while len(xs) >= 3:
+        V = torch.cat([torch.stack(xs), torch.ones_like(xs[0][:1]).expand(len(xs), 1)], 1)
+        dependent = []
+        for i in range(len(xs)):
+            others = torch.cat([V[:i], V[i + 1:]]).T
+            coef = torch.linalg.lstsq(others, V[i].unsqueeze(1)).solution
+            if float((others @ coef).squeeze(1).sub(V[i]).norm()) <= tol * float(V[i].norm()):
+                dependent.append(i)
+        if not dependent:
+            break
+        del xs[dependent[-1]]
+    return xs
+
+
+def _column_norms(a: torch.Tensor) -> torch.Tensor:
+    """Each column's norm, with 1 for a zero column (a column scaling that never divides by zero)."""
+    n = a.norm(dim=0)
+    return torch.where(n > 0, n, torch.ones_like(n))
+
+
+def _group_rows(q: torch.Tensor, tol: float) -> list[list[int]]:
+    """Rows of q grouped by equality to ``tol`` relative to their norms (connected components), largest first."""
+    norms = q.norm(dim=1).clamp_min(1e-300)
+    close = torch.cdist(q, q) <= tol * torch.maximum(norms[:, None], norms[None, :])
+    seen, groups = set(), []
+    for i in range(q.shape[0]):
+        if i in seen:
+            continue
+        group, todo = [], [i]
+        seen.add(i)
+        while todo:
+            j = todo.pop()
+            group.append(j)
+            for k in close[j].nonzero().squeeze(1).tolist():
+                if k not in seen:
+                    seen.add(k)
+                    todo.append(k)
+        groups.append(sorted(group))
+    groups.sort(key=lambda g: (-len(g), g[0]))
+    return groups
+
+
+def _activation_after(model: nn.Module, layer: nn.Module) -> nn.Module | None:
+    """The activation module applied to ``layer``'s output, found by the registration order (None if unknown)."""
+    mods = list(model.modules())
+    after = mods[mods.index(layer) + 1:] if layer in mods else []
+    for mod in after:
+        if any(True for _ in mod.parameters(recurse=False)):
+            return None
+        if isinstance(mod, ACTIVATIONS):
+            return mod
+    return None
+
 
 __all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls"]

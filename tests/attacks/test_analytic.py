@@ -25,8 +25,8 @@ def _example(dataset, index=0, pool=1):
     return x, data.labels[index:index + 1]
 
 
-def _observe(model, x, labels, kind="none", b_over_m=1.0, threat=ThreatModel(), seed=0):
-    victim = targets.get_model(model, in_shape=tuple(x.shape[1:]), seed=seed).to(dtype=torch.float64)
+def _observe(model, x, labels, kind="none", b_over_m=1.0, threat=ThreatModel(), seed=0, **params):
+    victim = targets.get_model(model, in_shape=tuple(x.shape[1:]), seed=seed, **params).to(dtype=torch.float64)
     b = victim.d if kind == "none" else round(b_over_m * victim.unknowns_per_example)
     return observe(victim, x, labels, Channel(make_sketch(kind, victim.d, b, seed=1)), threat)
 
@@ -102,10 +102,51 @@ def test_a_convolutional_first_layer_is_refused_in_one_sentence(model):
         Analytic().reconstruct(obs)
 
 
-def test_a_batch_and_a_bias_free_layer_are_refused():
+def _batch(size):
+    data = get_dataset("digits")
+    return data.images[:size].double(), data.labels[:size]
+
+
+def _matched_psnr(result, x):
+    xh = result.x.clamp(0, 1)
+    return metrics.psnr(xh[metrics.match(xh, x)], x)
+
+
+def test_a_relu_batch_is_separated_by_rows_with_one_active_unit():
+    x, labels = _batch(8)
+    obs = _observe("mlp", x, labels, act="relu", hidden=256)
+    result = get_attack("analytic").reconstruct(obs)
+    exact = int((_matched_psnr(result, x) > 80).sum())
+    assert exact >= 7  # one example of these eight has no row of its own at this width
+    assert (exact == 8) == (result.message == "solved g from the message, then divided")
+    assert "of the batch's 8 examples were separated" in result.message or exact == 8
+    # each separated example gets its own label, read from the head's block with the recovered inputs
+    perm = metrics.match(result.x.clamp(0, 1), x)
+    assert int((result.labels[perm] == labels).sum()) >= 7
+
+
+def test_a_relu_batch_is_recovered_through_a_sketch_above_its_low_rank_unknowns():
+    x, labels = _batch(2)
+    obs = _observe("mlp", x, labels, "srht", b_over_m=3.6, act="relu")  # 1.5x the 2 x 922 unknowns
+    assert obs.b < obs.d / 18
+    result = get_attack("analytic").reconstruct(obs)
+    assert result.stop_reason == "tolerance"
+    assert (_matched_psnr(result, x) > 80).all()
+
+
+def test_a_narrow_layer_separates_fewer_examples_and_says_so():
+    x, labels = _batch(8)
+    result = get_attack("analytic").reconstruct(_observe("mlp", x, labels, act="relu", hidden=16))
+    assert "examples were separated" in result.message
+    assert result.x.shape == x.shape and torch.isfinite(result.x).all()
+
+
+def test_a_sigmoid_batch_and_a_bias_free_layer_are_refused():
     x, labels = _example("digits")
     xs, ls = torch.cat([x, x.flip(-1)]), torch.cat([labels, labels])
-    assert "batch of 2" in Analytic().supports(_observe("mlp", xs, ls))
+    reason = Analytic().supports(_observe("mlp", xs, ls))
+    assert "batch of 2" in reason and "ReLU" in reason and reason.count(". ") == 0
+    assert "batch of 2" in Analytic().supports(_observe("logreg", xs, ls))
     linreg = _observe("linreg", x, labels.double())
     assert "no trainable bias" in Analytic().supports(linreg)
     assert "not grant" in Analytic(labels="given").supports(_observe("mlp", x, labels))
