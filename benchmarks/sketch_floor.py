@@ -6,16 +6,19 @@ write of the same bytes) and a bare dense matrix-vector product of the same size
 - fast Walsh-Hadamard transform, float32, n = 2^24 and 2^26: the compiled kernel (1 and 2
   threads) and the torch passes, against a copy of the n numbers (a blocked transform that
   reads and writes memory twice is at 2.0);
-- SRHT apply + adjoint, float32, d = 1.1e7 (ResNet-18) and 4.4e7 (n = 2^24, 2^26), b = d/2,
-  against two copies of the padded vector (one per call);
-- countsketch and sparse (s = 4) apply + adjoint at d = 4.4e7, against two copies of d numbers;
+- SRHT apply + adjoint, float32, d = 1.1e7 (ResNet-18; 1 and 2 threads) and 4.4e7 (n = 2^24, 2^26;
+  2 threads), b = d/2, against two bare transforms of the padded vector (the compiled kernel
+  alone, one per call) and two copies of it;
+- countsketch and sparse (s = 4) apply + adjoint at d = 1.1e7 (1 and 2 threads) and 4.4e7
+  (2 threads), against two copies of d numbers;
 - gaussian and ams holding R (lenet size, d = 15826, b = 7913) against the same two
   products on a plain tensor, float32 and float64;
 - peak resident memory while building each large sketch (in a fresh process each; Linux
   VmHWM reset before the build), next to what the sketch keeps.
 
 Times are the best of ``--reps`` runs (1 thread unless stated), so a shared machine shows
-through as little as it can; rerun when other work shared the cores.
+through as little as it can; the load average is printed at the start and the end: rerun
+when other work shared the cores.
 
     python benchmarks/sketch_floor.py [--reps 5]
 """
@@ -73,9 +76,10 @@ def wht_section(reps: int) -> None:
 
 _CHILD = r"""
 import json, sys, time, torch
-torch.set_num_threads(1)
-from leakattack.sketch import get_sketch
+from leakattack.sketch import get_sketch, kernels
 kind, d, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+thread_counts = [int(t) for t in sys.argv[4].split(",")]
+torch.set_num_threads(1)
 b = d // 2
 def status(key):
     with open("/proc/self/status") as fh:
@@ -99,22 +103,42 @@ def best(fn):
     for _ in range(reps):
         t = time.perf_counter(); fn(); out = min(out, time.perf_counter() - t)
     return out
-both = best(lambda: sk.adjoint(sk.apply(v)))
-copy = best(lambda: dst.copy_(src))
-print(json.dumps(dict(build=build, growth=peak - before, held=held, both=both, copy=copy, n=n)))
+out = dict(build=build, growth=peak - before, held=held, n=n, runs={})
+for th in thread_counts:
+    torch.set_num_threads(th)
+    r = dict(both=best(lambda: sk.adjoint(sk.apply(v))), apply=best(lambda: sk.apply(v)),
+             adjoint=best(lambda: sk.adjoint(u)), copy=best(lambda: dst.copy_(src)))
+    if kind == "srht" and kernels.available():
+        buf = kernels.buffer(dst)
+        r["transform"] = best(lambda: kernels.ext.transform(buf, n, th))
+    out["runs"][th] = r
+print(json.dumps(out))
 """
+
+#: (kind, d, thread counts) measured in one fresh process each
+LARGE_CASES = [("srht", LARGE_D[0], (1, 2)), ("srht", LARGE_D[1], (2,)), ("countsketch", LARGE_D[0], (1, 2)),
+               ("countsketch", LARGE_D[1], (2,)), ("sparse", LARGE_D[0], (1, 2)), ("sparse", LARGE_D[1], (2,))]
 
 
 def large_section(reps: int) -> None:
-    print("\n# large sketches, float32, b = d/2, each in a fresh process (apply + adjoint; build; peak RSS)")
-    cases = [("srht", d) for d in LARGE_D] + [("countsketch", LARGE_D[1]), ("sparse", LARGE_D[1])]
-    for kind, d in cases:
-        out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(d), str(reps)], capture_output=True, text=True)
+    print("\n# large sketches, float32, b = d/2, each in a fresh process (apply + adjoint; build; peak RSS);\n"
+          "# floors from the same process: the bare compiled transform of n numbers and a copy of them (srht),\n"
+          "# a copy of d numbers (countsketch, sparse), one of each per call")
+    for kind, d, thread_counts in LARGE_CASES:
+        out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(d), str(reps), ",".join(map(str, thread_counts))],
+                             capture_output=True, text=True)
         if out.returncode:
             print(f"{kind} d = {d:.1e}: failed: {out.stderr.strip().splitlines()[-1]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        row(f"{kind} d = {d:.1e} apply + adjoint", r["both"], 2 * r["copy"], f"2 copies of {r['n']:.2e}")
+        for th, m in r["runs"].items():
+            name = f"{kind} d = {d:.1e} apply + adjoint, {th} thr"
+            if "transform" in m:
+                row(name, m["both"], 2 * m["transform"], f"2 bare transforms of n = {r['n']:.2e}")
+                row("", m["both"], 2 * m["copy"], "2 copies of n")
+            else:
+                row(name, m["both"], 2 * m["copy"], f"2 copies of {r['n']:.2e}")
+            print(f"{'':<44} apply {m['apply'] * 1e3:.1f} ms, adjoint {m['adjoint'] * 1e3:.1f} ms")
         print(f"{'':<44} build {r['build']:.1f} s, construction peak RSS {r['growth'] / 1e9:.2f} GB, "
               f"holds {r['held'] / 1e9:.2f} GB")
 
@@ -141,22 +165,31 @@ def dense_section(reps: int) -> None:
         row(f"gaussian {name} regenerated (no budget)", best(lambda: regen.adjoint(regen.apply(v)), 1), bare, "bare")
 
 
+SECTIONS = {"wht": wht_section, "large": large_section, "dense": dense_section}
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="timed calls per row; the fastest counts")
+    ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
+                    help="run this section only (repeatable; default: all)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor()) \
         if os.path.exists("/proc/cpuinfo") else platform.processor()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# {cpu}, {os.cpu_count()} cores, load average {load:.2f} at start; torch {torch.__version__}, "
-          f"1 thread; compiled kernels: {'yes' if kernels.available() else 'no (torch passes only)'}")
+    print(f"# {cpu}, {os.cpu_count()} cores, load average {_load():.2f} at start; torch {torch.__version__}, "
+          f"1 thread unless stated; compiled kernels: {'yes' if kernels.available() else 'no (torch passes only)'}")
     t0 = time.perf_counter()
-    wht_section(a.reps)
-    large_section(a.reps)
-    dense_section(a.reps)
+    for name in SECTIONS:
+        if not a.only or name in a.only:
+            SECTIONS[name](a.reps)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    print(f"\n# {time.perf_counter() - t0:.0f} s in all; this process peaked at {rss:.1f} GB")
+    print(f"\n# {time.perf_counter() - t0:.0f} s in all; this process peaked at {rss:.1f} GB; "
+          f"load average {_load():.2f} at the end")
 
 
 if __name__ == "__main__":

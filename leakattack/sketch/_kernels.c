@@ -2,7 +2,9 @@
  *   - transform: in-place unnormalised fast Walsh-Hadamard transform (natural / Sylvester
  *     order) on contiguous float32 or float64 rows: x <- H_n x for every row of (rows, n);
  *   - bucket_plan, scatter, gather: sparse maps (count-sketch, sparse embedding, the SRHT's
- *     row selection) applied in cache-sized buckets (see the section below).
+ *     row selection) applied in cache-sized buckets (see the section below);
+ *   - srht: a whole SRHT apply or adjoint in one transform, its sign flips, zero padding and
+ *     row selection done while the data is in cache for the first and the last pass.
  *
  * H_n = H_2 (x) ... (x) H_2, so the log2(n) index bits may be transformed in any order
  * and grouping.  The kernel groups them by where the data lives:
@@ -102,6 +104,16 @@ typedef struct {
     size_t W, tiles_per_row;
 } high_pass;
 
+/* Hooks that fuse one transform of a single row of n entries with what comes before and after it:
+ * the first pass calls fill(ctx, dst, off, len) to write input entries [off, off + len) into a
+ * block just before transforming it (the block is then in cache), and the last pass calls
+ * drain(ctx, src, off, len) with finished entries [off, off + len) instead of writing them back. */
+typedef struct {
+    void (*fill)(const void *ctx, void *dst, size_t off, size_t len);
+    void (*drain)(const void *ctx, const void *src, size_t off, size_t len);
+    const void *ctx;
+} hooks_t;
+
 /* The type-generic kernels: T the element, V its 32-byte vector, VL lanes, INVEC the
  * in-vector transform, S a name suffix.  bfly<R> computes H_R across R rows of W elements
  * (W % VL == 0), reading rows src + m * ss and writing rows dst + m * ds (in place when
@@ -186,6 +198,18 @@ typedef struct {
         }                                                                                       \
     }                                                                                           \
                                                                                                 \
+    /* the same as rows_, but every stage writes into buf (rows W apart), where the result stays */ \
+    INLINE void rows_buf_##S(const T *x, ptrdiff_t pitch, int p, size_t W, T *buf) {            \
+        size_t R = (size_t)1 << p, s = 1;                                                       \
+        for (int left = p; left > 0;) {                                                         \
+            int q = left >= 3 ? 3 : left;                                                       \
+            int first = left == p;                                                              \
+            stage_##S(buf, (ptrdiff_t)W, first ? x : buf, first ? pitch : (ptrdiff_t)W, R, s, q, W); \
+            s <<= q;                                                                            \
+            left -= q;                                                                          \
+        }                                                                                       \
+    }                                                                                           \
+                                                                                                \
     /* bits [from, log2 len) of a contiguous stretch of len elements, radix-8 passes */         \
     INLINE void low_##S(T *x, size_t len, int from) {                                           \
         int k = ilog2(len);                                                                     \
@@ -225,13 +249,25 @@ typedef struct {
     }                                                                                           \
                                                                                                 \
     /* tiles [t0, t1) of a high pass over one row x: tile t holds 2^p rows at pitch 2^a and W  \
-     * columns (1 KiB or more with the default tuning: runs long enough for the prefetchers) */  \
-    MULTIVERSION static void tiles_##S(T *x, int a, int p, size_t W, size_t t0, size_t t1) {    \
+     * columns (1 KiB or more with the default tuning: runs long enough for the prefetchers);   \
+     * with a drain hook (the last pass of a fused call) the results go to it, not back to x */ \
+    MULTIVERSION static void tiles_##S(T *x, int a, int p, size_t W, size_t t0, size_t t1,      \
+                                       const hooks_t *hk) {                                     \
         size_t pitch = (size_t)1 << a, per_group = pitch / W, R = (size_t)1 << p;               \
-        T *buf = p > 3 ? (T *)malloc(R * W * sizeof(T)) : NULL; /* NULL: transform in place */  \
+        int drain = hk != NULL && hk->drain != NULL;                                            \
+        T *buf = p > 3 || drain ? (T *)malloc(R * W * sizeof(T)) : NULL; /* NULL: in place */   \
         for (size_t t = t0; t < t1; t++) {                                                      \
-            T *base = x + (t / per_group) * (pitch << p) + (t % per_group) * W;                 \
-            rows_##S(base, (ptrdiff_t)pitch, p, W, buf);                                        \
+            size_t off = (t / per_group) * (pitch << p) + (t % per_group) * W;                  \
+            if (!drain) {                                                                       \
+                rows_##S(x + off, (ptrdiff_t)pitch, p, W, buf);                                 \
+            } else if (buf != NULL) {                                                           \
+                rows_buf_##S(x + off, (ptrdiff_t)pitch, p, W, buf);                             \
+                for (size_t m = 0; m < R; m++) hk->drain(hk->ctx, buf + m * W, off + m * pitch, W); \
+            } else { /* no memory for the buffer: in place, then drained from x */              \
+                rows_##S(x + off, (ptrdiff_t)pitch, p, W, NULL);                                \
+                for (size_t m = 0; m < R; m++)                                                  \
+                    hk->drain(hk->ctx, x + off + m * pitch, off + m * pitch, W);                \
+            }                                                                                   \
         }                                                                                       \
         free(buf);                                                                              \
     }
@@ -247,6 +283,7 @@ typedef struct {
     size_t rows, n, block, chunk;
     int npass;
     high_pass pass[64];
+    const hooks_t *hooks; /* NULL, or (one row) the fill of the first pass and the drain of the last */
 } plan_t;
 
 typedef struct {
@@ -259,6 +296,7 @@ static void plan_make(plan_t *pl, char *data, int is_double, size_t rows, size_t
     size_t item = is_double ? sizeof(double) : sizeof(float), vl = 32 / item;
     int k = ilog2(n), done, npass;
     pl->data = data;
+    pl->hooks = NULL;
     pl->is_double = is_double;
     pl->rows = rows;
     pl->n = n;
@@ -295,26 +333,43 @@ static size_t phase_units(const plan_t *pl, int ph) {
     return pl->rows * pl->pass[ph - 1].tiles_per_row;
 }
 
+/* all bits of the blocks [u0, u1) (rows * n / block of them, back to back) */
+static void block_units(const plan_t *pl, size_t u0, size_t u1) {
+    size_t item = pl->is_double ? sizeof(double) : sizeof(float);
+    if (pl->block < 256 / item) { /* shorter than 8 vectors */
+        for (size_t u = u0; u < u1; u++) {
+            char *x = pl->data + u * pl->block * item;
+            if (pl->is_double) small_d((double *)x, pl->block);
+            else small_f((float *)x, pl->block);
+        }
+    } else if (pl->is_double) blocks_d((double *)pl->data, pl->block, pl->chunk, u0, u1);
+    else blocks_f((float *)pl->data, pl->block, pl->chunk, u0, u1);
+}
+
 static void run_units(const plan_t *pl, int ph, size_t u0, size_t u1) {
     size_t item = pl->is_double ? sizeof(double) : sizeof(float);
+    const hooks_t *hk = pl->hooks;
     if (ph == 0) {
-        if (pl->block < 256 / item) { /* shorter than 8 vectors */
-            for (size_t u = u0; u < u1; u++) {
-                char *x = pl->data + u * pl->block * item;
-                if (pl->is_double) small_d((double *)x, pl->block);
-                else small_f((float *)x, pl->block);
-            }
-        } else if (pl->is_double) blocks_d((double *)pl->data, pl->block, pl->chunk, u0, u1);
-        else blocks_f((float *)pl->data, pl->block, pl->chunk, u0, u1);
+        if (hk == NULL) {
+            block_units(pl, u0, u1);
+            return;
+        }
+        for (size_t u = u0; u < u1; u++) { /* one row: fill each block, transform it while in cache */
+            char *x = pl->data + u * pl->block * item;
+            if (hk->fill) hk->fill(hk->ctx, x, u * pl->block, pl->block);
+            block_units(pl, u, u + 1);
+            if (pl->npass == 0 && hk->drain) hk->drain(hk->ctx, x, u * pl->block, pl->block);
+        }
         return;
     }
     const high_pass *hp = &pl->pass[ph - 1];
+    const hooks_t *last = ph == pl->npass ? hk : NULL;
     while (u0 < u1) { /* split at row boundaries */
         size_t row = u0 / hp->tiles_per_row, t0 = u0 % hp->tiles_per_row;
         size_t t1 = (row + 1) * hp->tiles_per_row <= u1 ? hp->tiles_per_row : u1 - row * hp->tiles_per_row;
         char *x = pl->data + row * pl->n * item;
-        if (pl->is_double) tiles_d((double *)x, hp->a, hp->p, hp->W, t0, t1);
-        else tiles_f((float *)x, hp->a, hp->p, hp->W, t0, t1);
+        if (pl->is_double) tiles_d((double *)x, hp->a, hp->p, hp->W, t0, t1, last);
+        else tiles_f((float *)x, hp->a, hp->p, hp->W, t0, t1, last);
         u0 += t1 - t0;
     }
 }
@@ -398,30 +453,57 @@ static void fwht_run(char *data, int is_double, size_t rows, size_t n, int threa
  * stretch of the output.  The transpose runs the same passes backwards.
  *
  * Entries come in `reps` repetitions of `len` sources: j = k * len + i reads source i (or
- * src_index[j] when given); weights[j] multiplies entry j.
+ * src_index[j] when given); weights[j] multiplies entry j.  Weights that are all +-c (count-
+ * sketch, the sparse embedding) may come instead as c and sign bits (bit j % 64 of word
+ * j / 64 set: -c): a 32x smaller stream than the weights, and the same products, since
+ * v * (-c) = -(v * c) in IEEE arithmetic.
  */
 
 typedef struct {
     const char *src;
     char *out, *tmp;
     const char *w;
+    const uint64_t *sgn; /* sign bits of weights +-scale (w is then NULL) */
+    double scale;
     const int32_t *pos, *destB, *src_index;
     const int64_t *starts;
     size_t len, reps;
     int acc;
 } sg_t;
 
+/* v with its sign bit flipped when bit is 1 (no branch: the signs are random) */
+INLINE float flip_f(float v, uint64_t bit) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u ^= (uint32_t)bit << 31;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+INLINE double flip_d(double v, uint64_t bit) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    u ^= bit << 63;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 #define SG_KERNELS(T, S)                                                                         \
+    /* v times the weight of entry j */                                                         \
+    INLINE T weigh_##S(const sg_t *g, T v, size_t j) {                                          \
+        if (g->sgn) return flip_##S(v * (T)g->scale, (g->sgn[j >> 6] >> (j & 63)) & 1);         \
+        return g->w ? v * ((const T *)g->w)[j] : v;                                             \
+    }                                                                                           \
     static void fw_spread_##S(void *ctx, size_t i0, size_t i1) {                                \
         const sg_t *g = (const sg_t *)ctx;                                                      \
-        const T *src = (const T *)g->src, *w = (const T *)g->w;                                 \
+        const T *src = (const T *)g->src;                                                       \
         T *tmp = (T *)g->tmp;                                                                   \
         for (size_t k = 0; k < g->reps; k++) {                                                  \
             size_t o = k * g->len;                                                              \
             for (size_t i = i0; i < i1; i++) {                                                  \
                 size_t j = o + i;                                                               \
                 T v = g->src_index ? src[g->src_index[j]] : src[i];                             \
-                tmp[g->pos[j]] = w ? v * w[j] : v;                                              \
+                tmp[g->pos[j]] = weigh_##S(g, v, j);                                            \
             }                                                                                   \
         }                                                                                       \
     }                                                                                           \
@@ -444,13 +526,13 @@ typedef struct {
     }                                                                                           \
     static void bw_reduce_##S(void *ctx, size_t i0, size_t i1) {                                \
         const sg_t *g = (const sg_t *)ctx;                                                      \
-        const T *tmp = (const T *)g->tmp, *w = (const T *)g->w;                                 \
+        const T *tmp = (const T *)g->tmp;                                                       \
         T *out = (T *)g->out;                                                                   \
         for (size_t k = 0; k < g->reps; k++) {                                                  \
             size_t o = k * g->len;                                                              \
             for (size_t i = i0; i < i1; i++) {                                                  \
                 size_t j = o + i;                                                               \
-                T v = w ? tmp[g->pos[j]] * w[j] : tmp[g->pos[j]];                               \
+                T v = weigh_##S(g, tmp[g->pos[j]], j);                                          \
                 if (g->src_index) out[g->src_index[j]] = v;                                     \
                 else if (k == 0) out[i] = v;                                                    \
                 else out[i] += v;                                                               \
@@ -460,6 +542,112 @@ typedef struct {
 
 SG_KERNELS(float, f)
 SG_KERNELS(double, d)
+
+/* ---- the SRHT, fused ------------------------------------------------------------------------
+ *
+ * R v = S H (D v, zero-padded to n) and R^T u = D (H S^T u)[:d], with the scale folded into D's
+ * diagonal ds.  S keeps b of the n rows: a bit mask over [0, n) with, per 64-bit word, the
+ * number of kept rows before it (rank), so the k-th kept row in increasing order is entry k of a
+ * bucket plan (pos, destB, starts, above) that sends it to its place in y.  One call is one
+ * transform of a work row with hooks: R v fills the blocks with ds * v (zeros past d) and
+ * drains the last pass straight into the plan's bucket-ordered tmp, which one pass then spreads
+ * over y; R^T u first gathers u into tmp, fills the blocks with zeros and the kept rows, and
+ * drains ds * (H z)[:d] into the output.  Neither the padded vector nor H z is written to memory
+ * between passes more than the two passes of the transform need.
+ */
+
+typedef struct {
+    const char *src; /* R v: v (d entries) */
+    char *out;       /* R^T u: the output (d entries) */
+    const char *ds;  /* the diagonal of D times the scale (d entries) */
+    char *tmp;       /* b values in bucket order */
+    const uint64_t *mask;
+    const int32_t *rank, *pos;
+    size_t d;
+} srht_t;
+
+INLINE uint64_t low_bits(size_t k) { return k >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << k) - 1); }
+
+/* BODY for every kept row of [off, off + len), in increasing order: i its place in the stretch
+ * (row off + i), j its rank among the kept rows */
+#define FOR_KEPT(c, off, len, BODY)                                                              \
+    do {                                                                                        \
+        size_t end_ = (off) + (len), w_ = (off) >> 6;                                           \
+        size_t j = (size_t)(c)->rank[w_] + (size_t)__builtin_popcountll((c)->mask[w_] & low_bits((off) & 63)); \
+        for (; (w_ << 6) < end_; w_++) {                                                        \
+            uint64_t m_ = (c)->mask[w_];                                                        \
+            if ((w_ << 6) < (off)) m_ &= ~low_bits((off) & 63);                                 \
+            if ((w_ << 6) + 64 > end_) m_ &= low_bits(end_ - (w_ << 6));                        \
+            while (m_) {                                                                        \
+                size_t i = (w_ << 6) + (size_t)__builtin_ctzll(m_) - (off);                     \
+                BODY;                                                                           \
+                j++;                                                                            \
+                m_ &= m_ - 1;                                                                   \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* entries of [off, off + len) below d */
+INLINE size_t below_d(const srht_t *c, size_t off, size_t len) {
+    return off >= c->d ? 0 : (c->d - off < len ? c->d - off : len);
+}
+
+#define SRHT_HOOKS(T, S)                                                                         \
+    static void fill_scale_##S(const void *ctx, void *dst_, size_t off, size_t len) {           \
+        const srht_t *c = (const srht_t *)ctx;                                                  \
+        T *dst = (T *)dst_;                                                                     \
+        const T *v = (const T *)c->src + off, *ds = (const T *)c->ds + off;                     \
+        size_t m = below_d(c, off, len);                                                        \
+        for (size_t i = 0; i < m; i++) dst[i] = v[i] * ds[i];                                   \
+        if (m < len) memset(dst + m, 0, (len - m) * sizeof(T));                                 \
+    }                                                                                           \
+    static void drain_kept_##S(const void *ctx, const void *src_, size_t off, size_t len) {     \
+        const srht_t *c = (const srht_t *)ctx;                                                  \
+        const T *src = (const T *)src_;                                                         \
+        T *tmp = (T *)c->tmp;                                                                   \
+        FOR_KEPT(c, off, len, tmp[c->pos[j]] = src[i]);                                         \
+    }                                                                                           \
+    static void fill_kept_##S(const void *ctx, void *dst_, size_t off, size_t len) {            \
+        const srht_t *c = (const srht_t *)ctx;                                                  \
+        T *dst = (T *)dst_;                                                                     \
+        const T *tmp = (const T *)c->tmp;                                                       \
+        memset(dst, 0, len * sizeof(T));                                                        \
+        FOR_KEPT(c, off, len, dst[i] = tmp[c->pos[j]]);                                         \
+    }                                                                                           \
+    static void drain_scale_##S(const void *ctx, const void *src_, size_t off, size_t len) {    \
+        const srht_t *c = (const srht_t *)ctx;                                                  \
+        const T *src = (const T *)src_, *ds = (const T *)c->ds + off;                           \
+        T *w = (T *)c->out + off;                                                               \
+        size_t m = below_d(c, off, len);                                                        \
+        for (size_t i = 0; i < m; i++) w[i] = src[i] * ds[i];                                   \
+    }
+
+SRHT_HOOKS(float, f)
+SRHT_HOOKS(double, d)
+
+/* one row: R v (forward) or R^T u, with g the bucket plan of S over tmp and c the hooks' data */
+static void srht_row(int forward, int is_double, const srht_t *c, sg_t *g, char *work, size_t n, size_t nbk,
+                     int threads) {
+    tuning_t tu = {0, CHUNK_BYTES, TILE_BYTES, HIGH_BITS};
+    plan_t pl;
+    hooks_t hk;
+    plan_make(&pl, work, is_double, 1, n, &tu);
+    hk.ctx = c;
+    if (forward) {
+        hk.fill = is_double ? fill_scale_d : fill_scale_f;
+        hk.drain = is_double ? drain_kept_d : drain_kept_f;
+    } else {
+        parallel_for(is_double ? bw_fetch_d : bw_fetch_f, g, nbk, threads); /* tmp <- u, bucket order */
+        hk.fill = is_double ? fill_kept_d : fill_kept_f;
+        hk.drain = is_double ? drain_scale_d : drain_scale_f;
+    }
+    pl.hooks = &hk;
+    for (int ph = 0; ph <= pl.npass; ph++) {
+        phase_t p = {&pl, ph};
+        parallel_for(phase_range, &p, phase_units(&pl, ph), threads);
+    }
+    if (forward) parallel_for(is_double ? fw_collect_d : fw_collect_f, g, nbk, threads); /* y <- tmp */
+}
 
 /* ---- Python binding -------------------------------------------------------------------- */
 
@@ -591,26 +779,27 @@ static PyObject *py_bucket_plan(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* scatter(src, src_len, out, m, pos, destB, starts, tmp, reps, weights, src_index, accumulate, threads) and
- * gather(u, m, out, out_len, pos, destB, starts, tmp, reps, weights, src_index, threads): rows of src/u and
- * out are matched one to one. */
+/* scatter(src, src_len, out, m, pos, destB, starts, tmp, reps, weights, src_index, accumulate, threads[, signs,
+ * scale]) and gather(u, m, out, out_len, pos, destB, starts, tmp, reps, weights, src_index, threads[, signs,
+ * scale]): rows of src/u and out are matched one to one; signs (int64 words) and scale replace weights. */
 static PyObject *sg_call(PyObject *args, int forward) {
-    PyObject *o_src, *o_out, *o_pos, *o_destB, *o_starts, *o_tmp, *o_w, *o_idx;
+    PyObject *o_src, *o_out, *o_pos, *o_destB, *o_starts, *o_tmp, *o_w, *o_idx, *o_sgn = Py_None;
     Py_ssize_t src_len, out_len, reps;
     int acc = 0, threads = 1;
+    double scale = 1.0;
     if (forward) {
-        if (!PyArg_ParseTuple(args, "OnOnOOOOnOOpi:scatter", &o_src, &src_len, &o_out, &out_len, &o_pos, &o_destB,
-                              &o_starts, &o_tmp, &reps, &o_w, &o_idx, &acc, &threads))
+        if (!PyArg_ParseTuple(args, "OnOnOOOOnOOpi|Od:scatter", &o_src, &src_len, &o_out, &out_len, &o_pos, &o_destB,
+                              &o_starts, &o_tmp, &reps, &o_w, &o_idx, &acc, &threads, &o_sgn, &scale))
             return NULL;
-    } else if (!PyArg_ParseTuple(args, "OnOnOOOOnOOi:gather", &o_src, &src_len, &o_out, &out_len, &o_pos, &o_destB,
-                                 &o_starts, &o_tmp, &reps, &o_w, &o_idx, &threads))
+    } else if (!PyArg_ParseTuple(args, "OnOnOOOOnOOi|Od:gather", &o_src, &src_len, &o_out, &out_len, &o_pos, &o_destB,
+                                 &o_starts, &o_tmp, &reps, &o_w, &o_idx, &threads, &o_sgn, &scale))
         return NULL;
-    Py_buffer b[8];
+    Py_buffer b[9];
     int nb_ = 0, failed = 0;
-    PyObject *objs[8] = {o_src, o_out, o_pos, o_destB, o_starts, o_tmp, o_w, o_idx};
-    const char kinds[8] = {'f', 'f', 'i', 'i', 'i', 'f', 'f', 'i'};
-    Py_ssize_t sizes[8] = {0, 0, 4, 4, 8, 0, 0, 4};
-    const char *names[8] = {"src", "out", "pos", "destB", "starts", "tmp", "weights", "src_index"};
+    PyObject *objs[9] = {o_src, o_out, o_pos, o_destB, o_starts, o_tmp, o_w, o_idx, o_sgn};
+    const char kinds[9] = {'f', 'f', 'i', 'i', 'i', 'f', 'f', 'i', 'i'};
+    Py_ssize_t sizes[9] = {0, 0, 4, 4, 8, 0, 0, 4, 8};
+    const char *names[9] = {"src", "out", "pos", "destB", "starts", "tmp", "weights", "src_index", "signs"};
     Py_buffer probe;
     if (get_buf(o_src, &probe, 0, 'f', 4, "src") == 0) sizes[0] = 4;
     else {
@@ -620,8 +809,8 @@ static PyObject *sg_call(PyObject *args, int forward) {
     }
     PyBuffer_Release(&probe);
     sizes[1] = sizes[5] = sizes[6] = sizes[0];
-    for (int i = 0; i < 8; i++) {
-        if ((i == 6 || i == 7) && objs[i] == Py_None) { b[i].buf = NULL; continue; }
+    for (int i = 0; i < 9; i++) {
+        if (i >= 6 && objs[i] == Py_None) { b[i].buf = NULL; continue; }
         if (get_buf(objs[i], &b[i], i == 1 || i == 5, kinds[i], sizes[i], names[i]) < 0) { failed = 1; break; }
         nb_ = i + 1;
     }
@@ -635,6 +824,8 @@ static PyObject *sg_call(PyObject *args, int forward) {
         else if ((size_t)count_of(&b[3]) != E || (size_t)count_of(&b[5]) < E)
             err = "scatter/gather: destB needs len(pos) entries and tmp at least as many";
         else if (b[6].buf && (size_t)count_of(&b[6]) != E) err = "scatter/gather: weights need len(pos) entries";
+        else if (b[8].buf && (b[6].buf || (size_t)count_of(&b[8]) != (E + 63) / 64))
+            err = "scatter/gather: signs need (len(pos) + 63) / 64 words, and no weights beside them";
         else if (has_idx && ((size_t)count_of(&b[7]) != E || reps != 1))
             err = "scatter/gather: src_index needs len(pos) entries and reps = 1";
         else if (src_len < 1 || out_len < 1 || src_count % (size_t)src_len || out_count % (size_t)out_len ||
@@ -658,6 +849,8 @@ static PyObject *sg_call(PyObject *args, int forward) {
                     g.out = (char *)b[1].buf + r * (size_t)out_len * isz;
                     g.tmp = (char *)b[5].buf;
                     g.w = (const char *)b[6].buf;
+                    g.sgn = (const uint64_t *)b[8].buf;
+                    g.scale = scale;
                     g.pos = (const int32_t *)b[2].buf;
                     g.destB = (const int32_t *)b[3].buf;
                     g.src_index = (const int32_t *)b[7].buf;
@@ -678,7 +871,105 @@ static PyObject *sg_call(PyObject *args, int forward) {
         }
     }
     for (int i = 0; i < nb_; i++)
-        if (b[i].buf != NULL || (i != 6 && i != 7)) PyBuffer_Release(&b[i]);
+        if (b[i].buf != NULL || i < 6) PyBuffer_Release(&b[i]);
+    if (failed) return NULL;
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* srht(forward, src, out, work, tmp, ds, d, mask, rank, pos, destB, starts, threads): rows of src and out
+ * matched one to one; work holds n entries, tmp at least b = len(pos). */
+static PyObject *py_srht(PyObject *self, PyObject *args) {
+    int forward, threads;
+    Py_ssize_t d;
+    PyObject *o[11];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "pOOOOOnOOOOOi:srht", &forward, &o[0], &o[1], &o[2], &o[3], &o[4], &d, &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &threads))
+        return NULL;
+    /* src, out, work, tmp, ds, mask, rank, pos, destB, starts */
+    PyObject *objs[10] = {o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9]};
+    const char kinds[10] = {'f', 'f', 'f', 'f', 'f', 'i', 'i', 'i', 'i', 'i'};
+    Py_ssize_t sizes[10] = {0, 0, 0, 0, 0, 8, 4, 4, 4, 8};
+    const char *names[10] = {"src", "out", "work", "tmp", "ds", "mask", "rank", "pos", "destB", "starts"};
+    Py_buffer b[10], probe;
+    int got = 0, failed = 0;
+    if (get_buf(o[2], &probe, 1, 'f', 4, "work") == 0) sizes[0] = 4;
+    else {
+        PyErr_Clear();
+        if (get_buf(o[2], &probe, 1, 'f', 8, "work") < 0) return NULL;
+        sizes[0] = 8;
+    }
+    PyBuffer_Release(&probe);
+    for (int i = 1; i < 5; i++) sizes[i] = sizes[0];
+    for (int i = 0; i < 10; i++) {
+        if (get_buf(objs[i], &b[i], i == 1 || i == 2 || i == 3, kinds[i], sizes[i], names[i]) < 0) { failed = 1; break; }
+        got = i + 1;
+    }
+    const char *err = NULL;
+    if (!failed) {
+        size_t n = (size_t)count_of(&b[2]), B = (size_t)count_of(&b[7]), words = (n + 63) / 64;
+        size_t nbk = (size_t)count_of(&b[9]) - 1, isz = (size_t)sizes[0];
+        size_t in_len = forward ? (size_t)d : B, out_len = forward ? B : (size_t)d;
+        size_t rows = in_len ? (size_t)count_of(&b[0]) / in_len : 0;
+        const uint64_t *mask = (const uint64_t *)b[5].buf;
+        const int32_t *rank = (const int32_t *)b[6].buf;
+        if (n < 1 || (n & (n - 1))) err = "srht: work must hold a power-of-two number of entries";
+        else if (d < 1 || (size_t)d > n || B < 1 || B > n) err = "srht: need 1 <= d <= n and 1 <= b <= n";
+        else if ((size_t)count_of(&b[0]) != rows * in_len || (size_t)count_of(&b[1]) != rows * out_len)
+            err = "srht: src and out must hold the same number of rows (d entries on one side, b on the other)";
+        else if ((size_t)count_of(&b[3]) < B || (size_t)count_of(&b[4]) != (size_t)d || (size_t)count_of(&b[8]) != B)
+            err = "srht: tmp needs at least b entries, ds d, destB b";
+        else if ((size_t)count_of(&b[5]) != words || (size_t)count_of(&b[6]) != words)
+            err = "srht: mask and rank need (n + 63) / 64 entries";
+        else if (nbk < 1 || (size_t)((const int64_t *)b[9].buf)[nbk] != B)
+            err = "srht: starts does not match pos";
+        else {
+            size_t kept = 0;
+            for (size_t w = 0; w < words && err == NULL; w++) {
+                if ((size_t)rank[w] != kept) err = "srht: rank does not count the mask";
+                kept += (size_t)__builtin_popcountll(mask[w]);
+            }
+            if (err == NULL && (kept != B || (n % 64 && mask[words - 1] >> (n % 64))))
+                err = "srht: the mask must keep b rows below n";
+        }
+        if (err == NULL && rows) {
+            if (threads < 1) threads = 1;
+            if (threads > MAX_THREADS) threads = MAX_THREADS;
+            Py_BEGIN_ALLOW_THREADS
+            for (size_t r = 0; r < rows; r++) {
+                srht_t c;
+                sg_t g;
+                c.src = (const char *)b[0].buf + r * in_len * isz;
+                c.out = (char *)b[1].buf + r * out_len * isz;
+                c.ds = (const char *)b[4].buf;
+                c.tmp = (char *)b[3].buf;
+                c.mask = mask;
+                c.rank = rank;
+                c.pos = (const int32_t *)b[7].buf;
+                c.d = (size_t)d;
+                g.src = c.src; /* R^T u: u */
+                g.out = c.out; /* R v: y */
+                g.tmp = c.tmp;
+                g.w = NULL;
+                g.sgn = NULL;
+                g.scale = 1.0;
+                g.pos = c.pos;
+                g.destB = (const int32_t *)b[8].buf;
+                g.src_index = NULL;
+                g.starts = (const int64_t *)b[9].buf;
+                g.len = B;
+                g.reps = 1;
+                g.acc = 0;
+                srht_row(forward, isz == 8, &c, &g, (char *)b[2].buf, n, nbk, threads);
+            }
+            Py_END_ALLOW_THREADS
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
     if (failed) return NULL;
     if (err) {
         PyErr_SetString(PyExc_ValueError, err);
@@ -695,15 +986,21 @@ static PyMethodDef methods[] = {
      "transform(buffer, n, threads=1, *, block_bytes=0, chunk_bytes, tile_bytes, high_bits): in place, every row "
      "of n entries of a C-contiguous float32/float64 buffer becomes H_n times itself (unnormalised Walsh-Hadamard, "
      "Sylvester order); the keywords tune the pass structure (block_bytes=0: chosen from n)."},
+    {"srht", py_srht, METH_VARARGS,
+     "srht(forward, src, out, work, tmp, ds, d, mask, rank, pos, destB, starts, threads): every row of src "
+     "becomes R v = S H (ds * v, zero-padded to n = len(work)) (forward) or R^T u = ds * (H S^T u)[:d], S given "
+     "by a kept-row mask over [0, n) (int64 words, rank = kept rows before each word) and a covering bucket "
+     "plan from the kept rows, in increasing order, to their places in y; work and tmp are scratch."},
     {"bucket_plan", py_bucket_plan, METH_VARARGS,
      "bucket_plan(dest, m, bits, pos, destB, starts): stable counting sort of int32 destinations by dest >> bits "
      "into pos (int32), destB (int32) and bucket starts (int64, ((m - 1) >> bits) + 2 entries)."},
     {"scatter", py_scatter, METH_VARARGS,
-     "scatter(src, src_len, out, m, pos, destB, starts, tmp, reps, weights, src_index, accumulate, threads): "
-     "out[dest(j)] (+)= weights[j] * src[src(j)] for every entry of a bucket plan, row by row."},
+     "scatter(src, src_len, out, m, pos, destB, starts, tmp, reps, weights, src_index, accumulate, threads[, signs, "
+     "scale]): out[dest(j)] (+)= weights[j] * src[src(j)] for every entry of a bucket plan, row by row (weights "
+     "+-scale given as sign bits: signs, with weights None)."},
     {"gather", py_gather, METH_VARARGS,
-     "gather(u, m, out, out_len, pos, destB, starts, tmp, reps, weights, src_index, threads): the transpose of "
-     "scatter: out[src(j)] (+)= weights[j] * u[dest(j)] (repetitions summed; with src_index, assigned)."},
+     "gather(u, m, out, out_len, pos, destB, starts, tmp, reps, weights, src_index, threads[, signs, scale]): the "
+     "transpose of scatter: out[src(j)] (+)= weights[j] * u[dest(j)] (repetitions summed; with src_index, assigned)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

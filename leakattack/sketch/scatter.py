@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .kernels import active, applies, buffer, ext, threads
+from .kernels import active, applies, buffer, empty, ext, threads
 
 #: the output is cut into at most this many buckets (streams the first pass writes at once)
 MAX_BUCKETS = 128
@@ -29,6 +29,30 @@ _INT32_MAX = 2 ** 31 - 1
 def bucket_bits(m: int) -> int:
     """log2 of the bucket length for m outputs: at most MAX_BUCKETS buckets, none shorter than 2^BUCKET_BITS_MIN."""
     return max(BUCKET_BITS_MIN, (max(m, 1) - 1).bit_length() - (MAX_BUCKETS.bit_length() - 1))
+
+
+def sign_bits(weights: torch.Tensor) -> tuple[np.ndarray | None, float]:
+    """(bit j % 64 of word j // 64 set where weights[j] < 0, c) when every weight is +-c, else (None, 1.0).
+
+    CountSketch and the sparse embedding have such weights; the kernels then read E bits
+    instead of E floats and compute v * c with the sign flipped, the same number as v * (-c).
+    """
+    w = weights.detach().cpu().reshape(-1)
+    if not w.numel():
+        return None, 1.0
+    c = w[0].abs()
+    words = np.zeros((w.numel() + 63) // 64, dtype=np.int64)
+    packed = words.view(np.uint8)
+    step = 1 << 20  # entries per chunk (a multiple of 64): temporaries of a few MB
+    for c0 in range(0, w.numel(), step):
+        part = w[c0:c0 + step]
+        if not bool((part.abs() == c).all()):
+            return None, 1.0
+        bits = np.packbits((part < 0).numpy(), bitorder="little")
+        packed[c0 // 8:c0 // 8 + bits.size] = bits
+    if not np.little_endian:
+        words = words.byteswap()  # the bytes were written in little-endian bit order
+    return words, float(c)
 
 
 class ScatterPlan:
@@ -48,6 +72,8 @@ class ScatterPlan:
         self.src_index = None if src_index is None else torch.from_numpy(np.ascontiguousarray(src_index, dtype=np.int32))
         self._dest = None
         self.pos = self.destB = self.starts = None
+        #: weights that are all +-scale, for the kernels: their sign bits (int64 words) and scale; else None
+        self.signs, self.scale = None, 1.0
         fits = self.m <= _INT32_MAX and self.E <= _INT32_MAX and self.src_len <= _INT32_MAX
         if active() and fits:
             d32 = np.ascontiguousarray(dest, dtype=np.int32)
@@ -57,6 +83,7 @@ class ScatterPlan:
             self.starts = torch.empty(((self.m - 1) >> bits) + 2, dtype=torch.int64)
             ext.bucket_plan(d32, self.m, bits, buffer(self.pos), buffer(self.destB),
                                     buffer(self.starts))
+            self.signs, self.scale = sign_bits(weights) if weights is not None else (None, 1.0)
         else:
             self._dest = torch.from_numpy(np.ascontiguousarray(dest, dtype=np.int64))
         self._scratch: dict = {}
@@ -91,7 +118,8 @@ class ScatterPlan:
             self._device_cache[key] = self.src_index.long().to(device)
         return self._device_cache[key]
 
-    def _tmp(self, dtype) -> torch.Tensor:
+    def scratch(self, dtype) -> torch.Tensor:
+        """The kernels' E-entry scratch buffer of ``dtype``, kept between calls (also lent to the fused SRHT kernel)."""
         if dtype not in self._scratch:
             self._scratch[dtype] = torch.empty(self.E, dtype=dtype)
         return self._scratch[dtype]
@@ -106,14 +134,14 @@ class ScatterPlan:
         rows = flat.shape[0]
         if self._kernel(flat):
             flat = flat.contiguous()
-            out = (torch.empty if self.covers else torch.zeros)(rows, self.m, dtype=x.dtype)
-            w = self._weights(x.dtype, "cpu")
+            out = empty((rows, self.m), x.dtype, zero=not self.covers)
+            w = None if self.signs is not None else self._weights(x.dtype, "cpu")
             ext.scatter(buffer(flat), self.src_len, buffer(out), self.m,
-                                buffer(self.pos), buffer(self.destB), buffer(self.starts),
-                                buffer(self._tmp(x.dtype)), self.reps,
-                                None if w is None else buffer(w),
-                                None if self.src_index is None else buffer(self.src_index),
-                                not self.covers, threads(self.E * rows))
+                        buffer(self.pos), buffer(self.destB), buffer(self.starts),
+                        buffer(self.scratch(x.dtype)), self.reps,
+                        None if w is None else buffer(w),
+                        None if self.src_index is None else buffer(self.src_index),
+                        not self.covers, threads(self.E * rows), self.signs, self.scale)
         else:
             if self.src_index is not None:
                 vals = flat.index_select(1, self._src_index(x.device))
@@ -135,16 +163,16 @@ class ScatterPlan:
             flat = flat.contiguous()
             partial = self.src_index is not None and self.E < self.src_len  # outputs no entry reaches stay 0
             if out is None:
-                out = (torch.zeros if partial else torch.empty)(rows, self.src_len, dtype=y.dtype)
+                out = empty((rows, self.src_len), y.dtype, zero=partial)
             elif partial:
                 out.zero_()
-            w = self._weights(y.dtype, "cpu")
+            w = None if self.signs is not None else self._weights(y.dtype, "cpu")
             ext.gather(buffer(flat), self.m, buffer(out), self.src_len,
-                               buffer(self.pos), buffer(self.destB), buffer(self.starts),
-                               buffer(self._tmp(y.dtype)), self.reps,
-                               None if w is None else buffer(w),
-                               None if self.src_index is None else buffer(self.src_index),
-                               threads(self.E * rows))
+                       buffer(self.pos), buffer(self.destB), buffer(self.starts),
+                       buffer(self.scratch(y.dtype)), self.reps,
+                       None if w is None else buffer(w),
+                       None if self.src_index is None else buffer(self.src_index),
+                       threads(self.E * rows), self.signs, self.scale)
         else:
             vals = flat.index_select(1, self.dest(y.device))
             w = self._weights(y.dtype, y.device)
@@ -158,9 +186,10 @@ class ScatterPlan:
         return out.reshape(*y.shape[:-1], self.src_len)
 
     def nbytes(self) -> int:
-        """Bytes the plan holds (index arrays and weights; scratch buffers not counted)."""
+        """Bytes the plan holds (index arrays, weights and their sign bits; scratch buffers not counted)."""
         ts = [self.pos, self.destB, self.starts, self._dest, self.src_index, self.weights]
-        return sum(t.numel() * t.element_size() for t in ts if t is not None)
+        return sum(t.numel() * t.element_size() for t in ts if t is not None) + \
+            (self.signs.nbytes if self.signs is not None else 0)
 
 
-__all__ = ["ScatterPlan", "bucket_bits", "MAX_BUCKETS"]
+__all__ = ["ScatterPlan", "bucket_bits", "sign_bits", "MAX_BUCKETS"]

@@ -3,8 +3,16 @@
 n is the next power of two >= d and v is zero-padded to length n (Definition D.3
 requires log n to be an integer); R is the b x d block of the b x n operator that
 acts on the first d coordinates, so E[R^T R] = I_d still holds.  H is applied by
-a fast Walsh-Hadamard transform (:mod:`.hadamard`: a compiled kernel on the CPU, torch
-passes elsewhere): O(n log n) time, O(n) memory.
+a fast Walsh-Hadamard transform: O(n log n) time, O(n) memory.
+
+On the CPU (float32/float64, compiled kernels present) one call of the fused kernel
+(``_kernels.srht``) does a whole apply or adjoint: D and the zero padding are applied
+while each cache-sized block is loaded for the transform's first pass, and S while
+its last pass drains: the padded vector goes to memory and back once, between the
+two passes, and the plan's index arrays are read once.  The n-entry work row and the
+plan's scratch are kept on the sketch between calls (one sketch is therefore not to be
+called from two threads at once).  Elsewhere (GPUs, other dtypes, no kernels) torch
+passes (:mod:`.hadamard`) and the scatter plan's torch twin compute the same map.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import torch
 from .. import seeds
 from .base import LinearMap, Sketch
 from .hadamard import fwht, hadamard_owned
-from .kernels import applies
+from .kernels import applies, buffer, empty, ext, threads
 from .scatter import ScatterPlan
 
 
@@ -42,9 +50,19 @@ class SRHTSketch(Sketch):
         # S as a scatter plan: entries in increasing row order of H (a sequential read of H D v), each sent to
         # its place in y; the row order idx is part of R and is kept exactly
         order = np.argsort(idx, kind="stable")
-        self._select = ScatterPlan(order, self.b, src_len=self.n, src_index=idx[order], covers=True)
+        kept = idx[order]
+        self._select = ScatterPlan(order, self.b, src_len=self.n, src_index=kept, covers=True)
         self.scale = math.sqrt(self.n / self.b)
         self._work: dict = {}
+        # S for the fused kernel: bit i % 64 of word i // 64 set when row i of H is kept, and the kept
+        # rows below each word (NumPy arrays: they stay on the CPU when the sketch moves)
+        self._mask = self._rank = None
+        if self._select.pos is not None:
+            words = (self.n + 63) // 64
+            bits = np.zeros(words * 64, dtype=bool)
+            bits[kept] = True
+            self._mask = np.packbits(bits, bitorder="little").view("<u8").astype(np.int64)
+            self._rank = np.searchsorted(kept, np.arange(0, words * 64, 64)).astype(np.int32)
 
     @property
     def idx(self) -> torch.Tensor:
@@ -60,24 +78,40 @@ class SRHTSketch(Sketch):
             cache[key] = self.signs.to(dtype) * (self.scale / math.sqrt(self.n))
         return cache[key]
 
-    def _workspace(self, rows: int, like: torch.Tensor) -> torch.Tensor:
-        """A (rows, n) scratch tensor; one row on the CPU is kept between calls (a fresh one costs a page fault per 4 KiB)."""
-        if rows != 1 or not applies(like):
-            return torch.empty(rows, self.n, dtype=like.dtype, device=like.device)
-        if like.dtype not in self._work:
-            self._work[like.dtype] = torch.empty(1, self.n, dtype=like.dtype)
-        return self._work[like.dtype]
+    def _work_row(self, dtype) -> torch.Tensor:
+        """The fused kernel's n-entry scratch row, kept between calls (a fresh one costs a page fault per 4 KiB)."""
+        if dtype not in self._work:
+            self._work[dtype] = torch.empty(self.n, dtype=dtype)
+        return self._work[dtype]
+
+    def _fused(self, x: torch.Tensor) -> bool:
+        return self._mask is not None and applies(x)
+
+    def _kernel(self, forward: bool, x: torch.Tensor) -> torch.Tensor:
+        """R x (forward) or R^T x in one call of the fused kernel, row by row."""
+        d_in, d_out = (self.d, self.b) if forward else (self.b, self.d)
+        flat = x.detach().reshape(-1, d_in).resolve_neg().contiguous()
+        out = empty((flat.shape[0], d_out), x.dtype)
+        plan = self._select
+        ext.srht(forward, buffer(flat), buffer(out), buffer(self._work_row(x.dtype)), buffer(plan.scratch(x.dtype)),
+                 buffer(self._dscale(x.dtype)), self.d, self._mask, self._rank, buffer(plan.pos), buffer(plan.destB),
+                 buffer(plan.starts), threads(self.n))
+        return out.reshape(*x.shape[:-1], d_out)
 
     def _apply_raw(self, v: torch.Tensor) -> torch.Tensor:
+        if self._fused(v):
+            return self._kernel(True, v)
         flat = v.reshape(-1, self.d)
-        z = self._workspace(flat.shape[0], v)  # D v, zero-padded, in one pass
+        z = torch.empty(flat.shape[0], self.n, dtype=v.dtype, device=v.device)  # D v, zero-padded
         torch.mul(flat, self._dscale(v.dtype), out=z[:, : self.d])
         z[:, self.d:].zero_()
         return self._select.forward(hadamard_owned(z)).reshape(*v.shape[:-1], self.b)
 
     def _adjoint_raw(self, u: torch.Tensor) -> torch.Tensor:
+        if self._fused(u):
+            return self._kernel(False, u)
         flat = u.reshape(-1, self.b)
-        z = self._select.transpose(flat, out=self._workspace(flat.shape[0], u))
+        z = self._select.transpose(flat)
         w = hadamard_owned(z)[:, : self.d] * self._dscale(u.dtype)
         return w.reshape(*u.shape[:-1], self.d)
 
