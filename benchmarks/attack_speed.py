@@ -10,11 +10,16 @@
   full history of 100 pairs; the floor is one product of the history with a vector;
 * restarts: ``--restarts R`` (Adam, the default attack otherwise) against one start,
   the attack alone and the whole command; the floor is the same evaluations, R at a
-  time against one at a time.
+  time against one at a time;
+* a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
+  iteration, against an unsketched iteration plus one R v and one R^T u with the same
+  b x d matrix held (the two products the sketch adds); the bar is 1.3x.
 
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
+                                      [--only startup|lbfgs|restarts|sketch ...]
 
-Times are minima over ``--rounds`` interleaved rounds (the machine may be shared).
+Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
+load average is printed: ratios taken at a load above 1.5 on two cores are not to be trusted.
 """
 
 from __future__ import annotations
@@ -99,21 +104,26 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=300, help="L-BFGS steps per round")
-    ap.add_argument("--restarts", type=int, default=8)
-    ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts comparison")
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    print(f"# torch {torch.__version__}, {platform.machine()}, 1 thread, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}; minima over {a.rounds} rounds")
+def median_wall(argv: list[str], times: int = 5) -> float:
+    """Median wall time of running ``argv`` ``times`` times (output discarded)."""
+    walls = sorted(timed(lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)) for _ in range(times))
+    return walls[len(walls) // 2]
 
+
+def startup_section(a) -> None:
     torch_s, run_s = startup(a.rounds)
     print(f"start-up   import torch {torch_s:6.2f} s | leakattack run --dataset digits --iterations 1 "
           f"{run_s:6.2f} s | above import torch {run_s - torch_s:5.2f} s")
+    cli = [sys.executable, "-m", "leakattack.cli"]
+    walls = {"import torch": median_wall([sys.executable, "-c", "import torch"]),
+             "leakattack --help": median_wall(cli + ["--help"]),
+             "leakattack run --help": median_wall(cli + ["run", "--help"]),
+             "python -c pass": median_wall([sys.executable, "-c", "pass"])}
+    print("           medians of 5: " + " | ".join(f"{k} {v:.3f} s" for k, v in walls.items())
+          + f"; --help at x{walls['leakattack --help'] / walls['import torch']:.2f} of import torch")
 
+
+def lbfgs_section(a) -> None:
     p = prepare(RunConfig(model="lenet", sketch="srht"))
     obs, labels = p.obs, p.attack.labels_for(p.obs)
     x0 = init_dummy(obs.input_shape, "gaussian", 2, dtype=obs.victim.dtype)
@@ -159,6 +169,10 @@ def main() -> None:
           f"{1e3 * min(compact) / reps:.3f} ms (floor: one product with the history {1e3 * min(floor) / reps:.3f} ms); "
           f"{min(two) / min(compact):.1f}x; relative difference {err:.1e}")
 
+
+def restarts_section(a) -> None:
+    p = prepare(RunConfig(model="lenet", sketch="srht"))
+    obs, labels = p.obs, p.attack.labels_for(p.obs)
     R, steps = a.restarts, a.restart_steps
     one = GradientMatching(optimizer="adam", iterations=steps, restarts=1, init_seed=2, stall_window=0, tol=0)
     many = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0)
@@ -187,6 +201,55 @@ def main() -> None:
     print(f"           leakattack run --optimizer adam --iterations {steps} --restarts {R}: {min(cmd[R]):.2f} s "
           f"against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the command's wall time "
           f"(wanted: at most x{R / 3:.2f})")
+
+
+def sketch_section(a) -> None:
+    """Per iteration: the gaussian sketch held as R, against no sketch plus the two products R v and R^T u."""
+    steps = a.restart_steps
+    runs = {}
+    for kind in ("gaussian", "none"):
+        p = prepare(RunConfig(model="lenet", sketch=kind, sketch_ratio=0.5, optimizer="adam", iterations=steps,
+                              tol=0, stall_window=0))
+        x0 = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype)
+        labels = p.attack.labels_for(p.obs)
+        p.obs.forward(x0, labels)  # the first call draws R (held from then on): not timed
+        runs[kind] = (p, x0, labels)
+    p = runs["gaussian"][0]
+    d, b, dtype = p.obs.victim.d, int(p.obs.y.numel()), p.obs.victim.dtype
+    M = torch.randn(b, d, dtype=dtype)
+    v, u = torch.randn(d, dtype=dtype), torch.randn(b, dtype=dtype)
+    times = {"gaussian": [], "none": [], "pair": []}
+    for _ in range(a.rounds):
+        for kind, (p, x0, labels) in runs.items():
+            times[kind].append(timed(lambda: p.attack.run(p.obs, x0, labels)) / steps)
+        times["pair"].append(timed(lambda: [(M @ v, u @ M) for _ in range(steps)]) / steps)
+    sk, plain, pair = (min(times[k]) for k in ("gaussian", "none", "pair"))
+    load = os.getloadavg()[0]
+    print(f"sketch     lenet, adam, {steps} steps, {str(dtype).replace('torch.', '')}: gaussian b = d/2 = {b} "
+          f"{1e3 * sk:.2f} ms/it; floor: unsketched {1e3 * plain:.2f} ms/it + R v and R^T u with R held "
+          f"{1e3 * pair:.2f} ms = {1e3 * (plain + pair):.2f} ms: x{sk / (plain + pair):.2f} (bar x1.30)"
+          + (f"; load {load:.1f}: the machine was busy, rerun" if load >= 1.5 else ""))
+
+
+SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
+            "sketch": sketch_section}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300, help="L-BFGS steps per round")
+    ap.add_argument("--restarts", type=int, default=8)
+    ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts and sketch comparisons")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
+                    help="run this part only (repeatable; default: all; lbfgs also times the direction)")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"# torch {torch.__version__}, {platform.machine()}, 1 thread, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}; minima over {a.rounds} rounds")
+    for name, section in SECTIONS.items():
+        if not a.only or name in a.only:
+            section(a)
 
 
 if __name__ == "__main__":

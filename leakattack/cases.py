@@ -17,15 +17,16 @@ sense of a *case* apart from the *attack*:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, get_protocol, local_sgd
+from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, forward_seconds, get_protocol, local_sgd
 
 from .attacks import sign_rule_snr
+from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
 from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
@@ -33,8 +34,12 @@ from .errors import SettingWarning, UserError
 from .observation import Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .registry import Registry
 from .results.message import Message, read_message, read_truth
-from .sketch import get_sketch, is_identity, regeneration_note, sketch_dim, sketch_from_description
+from .sketch import (DESCRIPTION_KEYS, get_sketch, is_identity, regeneration_note, sketch_dim,
+                     sketch_from_description)
 from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
+
+#: a protocol attack whose unrolled client model is estimated to take longer than this (seconds) is warned about
+SLOW_UNROLL_SECONDS = 180.0
 
 
 @dataclass
@@ -54,10 +59,39 @@ class Case:
 
 def threat_of(cfg: RunConfig) -> ThreatModel:
     return ThreatModel(knows_labels=cfg.labels_given, knows_sketch=cfg.sketch_known,
-                       knows_clip=cfg.attacker_knows_clip)
+                       knows_clip=cfg.attacker_knows_clip, knows_bn_stats=cfg.bn_stats == "client")
 
 
-def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
+def attacker_seed(cfg: RunConfig, desc: dict, victim: targets.Victim, y: torch.Tensor,
+                  progress: bool = False) -> tuple[int, dict]:
+    """The seed of the attacker's R for the client's sketch ``desc``, and what found it.
+
+    The client's seed when the threat model grants it; else, with ``--sketch-seed-search BITS``, the best of the
+    2^BITS candidates that share every other bit with the client's seed (scored on y alone; the client's seed
+    only fills in its rank); else another seed.  The dict is ``{"seed_search": record}`` after a search.
+    """
+    if cfg.sketch_known:
+        return desc["seed"], {}
+    if not cfg.sketch_seed_search:
+        return desc["seed"] + UNKNOWN_SEED_OFFSET, {}
+    bits = cfg.sketch_seed_search
+    params = {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}
+    found = search_seed(victim, y, desc["kind"], desc["b"], params, seed_base=candidate_base(desc["seed"], bits),
+                        bits=bits, true_seed=desc["seed"], progress=progress)
+    return found.found_seed, {"seed_search": found.record()}
+
+
+def unknown_seed_view(cfg: RunConfig, obs: Observation, sketch, progress: bool = False) -> Observation:
+    """``obs`` as an attacker without the seed of ``sketch`` sees it: its model of the client uses the R of
+    :func:`attacker_seed` (same family, d, b and parameters)."""
+    seed, found = attacker_seed(cfg, sketch.describe(), obs.victim, obs.y, progress)
+    mine = get_sketch(sketch.kind, sketch.d, sketch.b, seed=seed, memory_gb=cfg.sketch_memory,
+                      **cfg.sketch_params).to(obs.y.device)
+    return replace(obs, forward=attacker_forward(obs.victim, Channel(mine, cfg.defense), obs.threat),
+                   linear_map=mine, extra={**obs.extra, **found})
+
+
+def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """One client's gradient on a batch of the data set, through the defense and the sketch."""
     seeds = cfg.derived()
     ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
@@ -75,10 +109,12 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
         warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
     obs = observe(victim, x, labels, Channel(sketch, cfg.defense), threat_of(cfg), noise_seed=seeds.noise_seed)
+    if not cfg.sketch_known and not sketch.identity:
+        obs = unknown_seed_view(cfg, obs, sketch, progress)
     return Case(ds, victim, x, labels, obs, sketch.describe(), f"{cfg.model} / {cfg.sketch}", cfg.sketch)
 
 
-def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
+def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """Client c's round-t message of protocol ``cfg.protocol`` and the attacker's unrolled model of it."""
     if cfg.protocol_dir:
         spec, model_spec, rounds = stored_protocol(cfg.protocol_dir, cfg.protocol)
@@ -104,6 +140,10 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
         raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {proto.sampled(t)})")
     if proto.shards[c].numel() == 0:
         raise ConfigError(f"client {c} holds no data")
+    if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):
+        raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers client "
+                          f"{c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch {spec['batch_size']}; "
+                          "leave --batch-size out")
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
         w = load_checkpoint(Path(cfg.protocol_dir), t, victim.d).to(device=device, dtype=dtype)
@@ -116,14 +156,35 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> C
                     w_source="checkpoint" if rounds is not None else "re-simulated")
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
-    if cfg.batch_size != spec["batch_size"]:
+    n, K = msg.x.shape[0], msg.info["local_steps"]
+    if not spec["local_epochs"] and cfg.batch_size != spec["batch_size"]:
         warnings.warn(f"the attacked message is computed on {cfg.batch_size} image(s) while the protocol's clients "
                       f"train on batches of {spec['batch_size']}; --batch-size {spec['batch_size']} attacks the "
                       "protocol's own message", SettingWarning, stacklevel=2)
+    settings = {}
+    groups = len(msg.info.get("minibatch_sizes", [n]))  # mini-batches per local epoch
+    if cfg.label_mode == "idlg" and victim.task == "classification" and cfg.attack != "analytic":
+        if groups > 1:  # a recovered multiset cannot be placed in the mini-batches: soft labels instead
+            settings["label_mode"] = "dlg"
+            warnings.warn(f"labels: label recovery gives the round's {n} labels as one multiset, not which of them "
+                          f"share each of the {groups} mini-batches the message depends on, so the attack optimises "
+                          "soft labels (--labels dlg); --labels given grants the true ones", SettingWarning,
+                          stacklevel=2)
+        elif K > 1:
+            what = "the label is" if n == 1 else f"the {n} labels are"
+            warnings.warn(f"labels: {what} recovered from the {K}-step update read as -eta K times one mean "
+                          f"gradient at w^t (first order in eta, exact for one step); metrics.json's label_acc says "
+                          "how well, and --labels given or --labels dlg replace them", SettingWarning, stacklevel=2)
+    seconds = forward_seconds(msg, victim.target(msg.labels)) * cfg.derived().iterations * cfg.restarts
+    if seconds > SLOW_UNROLL_SECONDS:
+        warnings.warn(f"the attacker unrolls {K} local step(s) over {n} image(s) per evaluation: about "
+                      f"{seconds / 60:.0f} min for {cfg.derived().iterations} iterations x {cfg.restarts} restart(s) "
+                      "(at least one evaluation each); fewer --iterations, a larger --client-batch or more --clients "
+                      "shorten it", SettingWarning, stacklevel=2)
     encoder = msg.linear_map.describe()
     return Case(trainset, victim, msg.x, victim.target(msg.labels), obs, encoder,
                 f"{cfg.model} / {cfg.protocol} ({_encoder_name(encoder['encoder'])}, round {t}, client {c})",
-                cfg.protocol)
+                cfg.protocol, settings)
 
 
 def _encoder_name(encoder: dict) -> str:
@@ -199,7 +260,7 @@ def _update_forward(victim: targets.Victim, view, lr: float, steps: int):
     return forward
 
 
-def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
+def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """A captured message file: the user's model at the given weights, the message, and the truth if given."""
     if cfg.protocol:
         raise ConfigError("--message and --protocol name two different messages: give one of them")
@@ -215,15 +276,19 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Ca
     if truth is not None and tuple(truth[0].shape[1:]) != tuple(victim.input_shape):
         raise ConfigError(f"truth file '{cfg.truth}' holds images of shape {tuple(truth[0].shape[1:])}, "
                           f"the message's model takes {tuple(victim.input_shape)}")
+    found = {}
     if msg.sketch is None:
+        if cfg.sketch_seed_search:
+            raise ConfigError(f"--sketch-seed-search needs a sketched message, and message file '{msg.path}' is not "
+                              "sketched")
         sketch = get_sketch("none", victim.d, victim.d)
     elif msg.sketch["d"] != victim.d:
         raise ConfigError(f"message file '{msg.path}' was sketched from d = {msg.sketch['d']} numbers, but model "
                           f"'{cfg.model}' has d = {victim.d} parameters")
     else:
         desc = dict(msg.sketch)
-        if not cfg.sketch_known:  # the attacker draws R from another seed
-            desc["seed"] = desc["seed"] + UNKNOWN_SEED_OFFSET
+        if msg.y.numel() == desc["b"]:  # else refused below
+            desc["seed"], found = attacker_seed(cfg, desc, victim, msg.y, progress)
         sketch = sketch_from_description(desc)
     if msg.y.numel() != sketch.b:
         raise ConfigError(f"message file '{msg.path}' has {msg.y.numel()} numbers, but model '{cfg.model}' has "
@@ -235,6 +300,9 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Ca
         raise ConfigError(f"message file '{msg.path}': {err}") from None
     # labels: the file's are granted; --labels given grants the truth's
     known = msg.labels if msg.labels is not None else (truth[1] if truth is not None and cfg.labels_given else None)
+    if cfg.bn_stats == "client":
+        raise ConfigError(f"message file '{msg.path}' holds no BatchNorm statistics of the client, so --bn-stats "
+                          "client cannot be granted; use --bn-stats running")
     if cfg.labels_given and known is None:
         why = "--labels given" if cfg.label_mode == "given" else f"model '{cfg.model}' (a regression)"
         raise ConfigError(f"{why} needs the labels, and neither message file '{msg.path}' nor a truth file holds any")
@@ -250,14 +318,14 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Ca
             raise ConfigError(f"message file '{msg.path}' is an update, and its defense's per_example step "
                               "clips gradients, not updates")
         forward = _update_forward(victim, view, msg.lr, msg.local_steps)
-        # w - u^1 = lr g: exact for one local step, the first step's direction for more
-        linear_map = MessageMap(sketch, msg.lr, {"kind": "message:update", "local_steps": msg.local_steps,
-                                                 "local_lr": msg.lr})
+        # w - u^K = lr K g to first order in lr (exact for one local step), as Protocol.message_scale reads it
+        linear_map = MessageMap(sketch, msg.lr * msg.local_steps, {"kind": "message:update",
+                                                                   "local_steps": msg.local_steps, "local_lr": msg.lr})
     y = msg.y.to(device=device, dtype=dtype)
     obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
                       threat=threat, labels=target(known), defense=channel.spec,
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch
-                      extra={"message_ids": dict(msg.ids)})
+                      extra={"message_ids": dict(msg.ids), **found})
     x = None if truth is None else truth[0].to(device=device, dtype=dtype)
     tag = "" if sketch.kind == "none" else f" {sketch.kind} b={sketch.b}"
     return Case(dataset, victim, x, target(score_labels), obs, msg.describe(),
@@ -270,13 +338,24 @@ _CASES.register("protocol", protocol_case)
 _CASES.register("message", message_case)
 
 
-def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> Case:
+def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """The case a configuration asks for: a message file (``cfg.message``), a protocol message (``cfg.protocol``),
-    else one gradient."""
+    else one gradient.  ``progress``: bars for long steps before the attack (a seed search)."""
+    if cfg.sketch_seed_search:
+        if cfg.sketch_known:
+            raise ConfigError("--sketch-seed-search searches for a sketch seed the attacker does not know: give "
+                              "--sketch-unknown too")
+        if cfg.protocol:
+            raise ConfigError("--sketch-seed-search searches the seed of one sketched gradient or message file, not "
+                              "the round seeds of a protocol")
+        if not cfg.message and is_identity(cfg.sketch):
+            raise ConfigError(f"--sketch-seed-search needs a sketch with a seed, and sketch '{cfg.sketch}' has none")
     if cfg.truth and not cfg.message:
         raise ConfigError("--truth scores the attack of a message file: give --message too (a simulated client's "
                           "truth is its data set's batch)")
-    return _CASES.get("message" if cfg.message else "protocol" if cfg.protocol else "gradient")(cfg, device, dtype)
+    return _CASES.get("message" if cfg.message else "protocol" if cfg.protocol else "gradient")(cfg, device, dtype,
+                                                                                                progress=progress)
 
 
-__all__ = ["Case", "build_case", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of"]
+__all__ = ["Case", "build_case", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of",
+           "attacker_seed", "unknown_seed_view"]

@@ -105,12 +105,13 @@ def attack_of(cfg: RunConfig) -> Attack:
     )
 
 
-def prepare(cfg: RunConfig) -> Prepared:
-    """Validate, load data, build the victim and the channel (or protocol), and produce the observation."""
+def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
+    """Validate, load data, build the victim and the channel (or protocol), and produce the observation
+    (``progress``: bars for a seed search)."""
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
-    case = build_case(cfg, device, getattr(torch, cfg.derived().dtype))
+    case = build_case(cfg, device, getattr(torch, cfg.derived().dtype), progress=progress)
     cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
     attack = attack_of(cfg)
     attack.check(case.obs)
@@ -154,6 +155,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
     if result.stop_reason == "tolerance" and not m["unique"]:
         m["message"] = (f"{result.message}, but with b = {case.obs.b} numbers for m*B = {unknowns(case)} unknowns "
                         "another input matches as well: the match is not unique")
+    if "seed_search" in case.obs.extra:  # the attacker's R came from a seed search
+        m["seed_search"] = case.obs.extra["seed_search"]
     if cfg.defense or cfg.utility:  # epsilon/delta of the message, test accuracy under the defense
         m.update(privacy_metrics(cfg, case.obs))
     by_step = {e["step"]: e for e in result.extra}
@@ -265,7 +268,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     """Prepare, attack, score and write; returns (metrics, run folder)."""
     if out is not None:
         check_out(out)
-    p = prepare(cfg)
+    p = prepare(cfg, progress=progress)
     warn_if_not_unique(p.case)
     outcome = execute(p, progress=progress, with_lpips=with_lpips)
     folder = Path(out) if out is not None else \

@@ -24,6 +24,7 @@ from torch import nn
 import targets
 from targets import Victim
 from targets.protocols import ClientMessage
+from targets.victim import batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
 from .seeds import torch_generator
@@ -36,6 +37,7 @@ class ThreatModel:
     knows_labels: bool = False  #: the true labels (else they are recovered or optimised)
     knows_sketch: bool = True  #: the sketch seed (else R is drawn from another seed)
     knows_clip: bool = False  #: the defense's deterministic norm clips
+    knows_bn_stats: bool = False  #: the client's batch statistics at every BatchNorm input (the bn prior's target)
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Observation:
     defense: str = ""  #: canonical spec of the client's defense ("" for none)
     noise_seed: int | None = None  #: seed of the client's noise generator (never given to the attacker)
     extra: dict = field(default_factory=dict)  #: distortion of the message, protocol details
+    #: per BatchNorm layer, the (mean, variance) of the client's batch at its input, when the threat model grants them
+    bn_stats: list | None = None
 
     @property
     def d(self) -> int:
@@ -146,6 +150,14 @@ def attacker_forward(victim: Victim, channel: Channel, threat: ThreatModel) -> A
     return AttackerModel(victim, channel.attacker_view(threat))
 
 
+def granted_bn_stats(victim: Victim, x: torch.Tensor, threat: ThreatModel) -> list | None:
+    """The client's batch statistics at every BatchNorm input (computed at w on its data), if ``threat`` grants them."""
+    if not threat.knows_bn_stats or not batchnorm_layers(victim.model):
+        return None
+    with torch.no_grad():
+        return [(m.detach(), v.detach()) for m, v in batchnorm_input_moments(victim.model, x)]
+
+
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants."""
@@ -163,7 +175,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         y=y, victim=victim, forward=attacker_forward(victim, channel, threat), linear_map=channel.sketch,
         batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
         g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
-        extra=extra,
+        extra=extra, bn_stats=granted_bn_stats(victim, x, threat),
     )
 
 
@@ -173,8 +185,8 @@ def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -
         y=message.y, victim=victim, forward=message.forward, linear_map=message.linear_map,
         batch_size=message.x.shape[0], threat=threat,
         labels=victim.target(message.labels) if threat.knows_labels else None,
-        g_norm=message.update_norm, extra=dict(message.info),
+        g_norm=message.update_norm, extra=dict(message.info), bn_stats=granted_bn_stats(victim, message.x, threat),
     )
 
 
-__all__ = ["ThreatModel", "Observation", "observe", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]
+__all__ = ["ThreatModel", "Observation", "observe", "granted_bn_stats", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]

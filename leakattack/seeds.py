@@ -14,6 +14,8 @@ import torch
 SRHT, COUNTSKETCH, SPARSE, UNIFORM = 3, 5, 6, 8
 #: stream tags of the federated protocols (torch streams: hashed key tuples)
 CLIENT_SPLIT, CLIENT_SAMPLING, CLIENT_BATCH, DP_NOISE, HEAVYMIX = 101, 202, 303, 404, 505
+#: stream tag of a client's local-epoch shuffles (seed, t, c, epoch)
+CLIENT_EPOCH = 606
 
 
 def numpy_stream(seed: int, *tags: int) -> np.random.Generator:

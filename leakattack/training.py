@@ -5,7 +5,8 @@
 * ``protocol.json`` — everything that rebuilds the run (model, data, protocol spec),
 * ``train.jsonl``   — one object per round: round, train_loss, test_loss, test_acc,
   floats_sent (uplink floats per sampled client this round), floats_cum (their sum
-  so far), clients, wall_s (and the protocol's privacy numbers, where it adds noise),
+  so far), clients, wall_s (and the protocol's privacy numbers, where it adds noise,
+  and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm),
 * ``checkpoints/round_TTTT.pt`` — w^t, the flat weights clients start round t from
   (t = 1..T+1; T+1 is the final model), float32, atomically written,
 
@@ -145,6 +146,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
                "floats_sent": stats["floats_sent"], "floats_cum": cum, "clients": stats["clients"],
                "wall_s": time.perf_counter() - t0}
         row.update(proto.privacy(t))
+        row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)
         rows.append(row)
         atomic_write_text(folder / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
         if bar is not None:

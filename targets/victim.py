@@ -49,6 +49,32 @@ def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 
 
+def batch_moments(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and biased variance of activations (N, C, ...) over every axis but the channel axis."""
+    dims = [0, *range(2, a.dim())]
+    return a.mean(dims), a.var(dims, unbiased=False)
+
+
+def batchnorm_input_moments(model: nn.Module, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-channel mean and biased variance of the input of every BatchNorm layer during one forward pass of x
+    (over every axis but the channel axis; differentiable in x)."""
+    layers = batchnorm_layers(model)
+    seen: dict[int, tuple] = {}
+
+    def hook(index):
+        def record(module, inputs):
+            seen[index] = batch_moments(inputs[0])
+        return record
+
+    handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(layers)]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return [seen[i] for i in range(len(layers))]
+
+
 def has_batchnorm(model: nn.Module) -> bool:
     """Whether any BatchNorm layer is in ``model``."""
     return bool(batchnorm_layers(model))
@@ -161,4 +187,5 @@ class Victim:
 
 
 __all__ = ["Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers",
+           "batchnorm_input_moments", "batch_moments",
            "uses_batch_statistics", "last_linear"]

@@ -2,6 +2,7 @@
 
 * ``gradient-matching`` — DLG / Inverting Gradients / the sketched L_R of Song et
   al.: optimise dummy data (and labels) until the simulated message matches.
+* ``analytic`` — closed-form inversion of a fully connected first layer.
 
 Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
 (``get_prior``) are registries of their own.  Adding an attack: its own module

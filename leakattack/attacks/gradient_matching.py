@@ -4,8 +4,11 @@ The objective is L_R(x) = ||R(grad_w F(w, x)) - y||^2 (Song, Wang, Yu, Zhang,
 ICML 2023, Sec. 7), or its cosine variant 1 - <R g(x), y> / (||R g(x)|| ||y||)
 (Geiping et al., "Inverting Gradients", 2020), plus optional image priors
 (:mod:`leakattack.attacks.priors`: total variation; BatchNorm statistics, which
-cost one extra forward pass of the victim per evaluation).  The
-attacker's model of the client is the observation's ``forward(x, labels)``.
+cost one extra forward pass of the victim per evaluation).  A re-parametrising
+prior (the deep image prior, ``dip``) changes what is optimised: each restart's
+row is then the weights theta of a generator, x = G_theta(z), and the penalties
+act on G's images.  The attacker's model of the client is the observation's
+``forward(x, labels)``.
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
 message through the sketch: iDLG's sign rule for one image, the ``pooled`` count rule of
@@ -138,7 +141,11 @@ class GradientMatching(Attack):
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
             monitor: Monitor | None = None, monitor_every: int = 10, progress: bool = False) -> AttackResult:
-        """One optimisation from ``x0``; ``labels=None`` optimises soft labels jointly (DLG)."""
+        """One optimisation from ``x0``; ``labels=None`` optimises soft labels jointly (DLG).
+
+        With a re-parametrising prior (``dip``) only the shape of ``x0`` is used: the
+        start is the prior's seeded generator.
+        """
         return self.optimise(obs, x0.unsqueeze(0), labels, monitor=monitor, monitor_every=monitor_every,
                              progress=progress)[0]
 
@@ -158,6 +165,7 @@ class GradientMatching(Attack):
         R, iterations = problem.R, self.iterations
         opt = get_optimizer(self.optimizer, self.lr)
         milestones = [round(f * iterations) for f in STEP_MILESTONES] if self.schedule == "step" else []
+        box = self.box and problem.clamp
         base_lr = opt.lr
 
         runs = [_Run(problem, r) for r in range(R)]
@@ -193,9 +201,9 @@ class GradientMatching(Attack):
                 Z, values, G, fits = opt.step(rows, Z, values, G, fits, problem.evaluate)
             else:
                 Z = opt.step(rows, Z, G.sign() if self.signed else G)
-            if self.box:
+            if box:
                 Z[:, :problem.nx].clamp_(0, 1)
-            if not opt.evaluates or self.box:
+            if not opt.evaluates or box:
                 values, G, fits = problem.evaluate(rows, Z)
             step += 1
             if bar is not None:
@@ -208,14 +216,27 @@ class GradientMatching(Attack):
 
 
 class _Problem:
-    """The attack's objective over rows z = (flattened dummy data, soft-label logits for dlg), one per start."""
+    """The attack's objective over rows z = (flattened dummy data, soft-label logits for dlg), one per start.
+
+    With a re-parametrising prior the data part of a row is the prior's parameters
+    (a generator's weights for ``dip``) and the dummy data are its images.
+    """
 
     def __init__(self, attack: GradientMatching, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None):
         self.attack, self.obs = attack, obs
         self.R, self.shape = x0.shape[0], tuple(x0.shape[1:])
-        self.nx = math.prod(self.shape)
         self.labels = labels
-        z = x0.detach().reshape(self.R, self.nx)
+        priors = attack.build_priors(obs)
+        self.penalties = [p for p in priors if not hasattr(p, "parametrise")]
+        remaps = [p for p in priors if hasattr(p, "parametrise")]
+        if len(remaps) > 1:
+            raise UserError("at most one re-parametrising prior can run at a time")
+        self.remap = remaps[0].parametrise(self.shape, self.R, attack.init_seed, x0.device, x0.dtype) \
+            if remaps else None
+        #: whether the box [0, 1] applies to the rows' data part (not to a generator's weights)
+        self.clamp = self.remap is None or self.remap.clamp
+        z = x0.detach().reshape(self.R, -1) if self.remap is None else self.remap.z0.detach()
+        self.nx = z.shape[1]  #: length of a row's data part (dummy data or the prior's parameters)
         if labels is None:  # DLG: soft labels, the same seeded start for every restart
             logits = torch.randn(self.shape[0], obs.victim.num_classes, generator=torch_generator(0)).to(x0)
             z = torch.cat([z, logits.reshape(1, -1).expand(self.R, -1)], 1)
@@ -230,10 +251,15 @@ class _Problem:
         self.weight = LOSS_UNIT / self.scale if normalised else 1.0
         self.batched = getattr(obs.forward, "restarts", None)
         self.checked = False
-        self.priors = attack.build_priors(obs)
+
+    def images(self, Z: torch.Tensor) -> torch.Tensor:
+        """The dummy data (k, *shape) of the rows Z (k, n), differentiable in Z."""
+        if self.remap is None:
+            return Z[:, : self.nx].view(Z.shape[0], *self.shape)
+        return self.remap.x_of(Z[:, : self.nx])
 
     def x_of(self, z: torch.Tensor) -> torch.Tensor:
-        return z[: self.nx].view(self.shape)
+        return self.images(z.unsqueeze(0))[0]
 
     def logits_of(self, z: torch.Tensor) -> torch.Tensor | None:
         return None if self.labels is not None else z[self.nx:].view(self.shape[0], -1)
@@ -263,7 +289,7 @@ class _Problem:
             return ([p[0][0] for p in parts], torch.cat([p[1] for p in parts]), [p[2][0] for p in parts])
         k = Z.shape[0]
         Z = Z.detach().requires_grad_(True)
-        xs = Z[:, : self.nx].view(k, *self.shape)
+        xs = self.images(Z)
         if self.labels is None:
             labels = F.softmax(Z[:, self.nx:].view(k, self.shape[0], -1), dim=-1)
         else:
@@ -273,7 +299,7 @@ class _Problem:
         else:
             fit = match_loss(self.obs.forward(xs[0], labels[0]), self.y, self.attack.objective).unsqueeze(0)
         total = self.weight * fit
-        for prior in self.priors:
+        for prior in self.penalties:
             total = total + torch.stack([prior(x) for x in xs])
         grad, = torch.autograd.grad(total.sum(), Z)
         return total.detach().tolist(), grad, fit.detach().tolist()

@@ -1,54 +1,30 @@
 """Command line: parse -> config -> one API call, one module per command.
 
 Every user error ends with one line on stderr and exit code 2, and no output
-folder is created for it.  Adding a command: its own module here with a
-``register(subparsers)`` function, plus its name in :data:`COMMANDS`.
+folder is created for it.  The flags of every command are declared in
+:mod:`.parser`, which imports no torch, so ``leakattack --help`` and
+``leakattack <cmd> --help`` answer at once; each command's own module (named by
+its subparser) is imported once the arguments have parsed.  Adding a command: its
+module here with the function that carries it out, plus its flags in :mod:`.parser`.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import os
 import signal
 import sys
-import warnings
 
-from .. import __version__
-from ..errors import SettingWarning, UserError
-from . import check, collect, figures, list as list_cmd, reproduce, run, sweep, train
+from ..errors import UserError, one_line_warnings
+from .parser import Parser, UsageError, build_parser
 
 EXIT_USAGE = 2
 
-#: the command modules, in the order ``leakattack --help`` lists them
-COMMANDS = (run, list_cmd, check, train, sweep, figures, collect, reproduce)
 
-
-class UsageError(Exception):
-    """Raised instead of argparse's multi-line usage dump."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one sentence, exit code 2 (handled in main)
-        raise UsageError(message)
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="leakattack", description="Gradient-inversion attacks on true and sketched federated-learning gradients.")
-    parser.add_argument("--version", action="version", version=f"leakattack {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=Parser)
-    for module in COMMANDS:
-        module.register(sub)
-    return parser
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    if issubclass(category, SettingWarning):
-        print(f"leakattack: warning: {message}", file=sys.stderr)
-    else:
-        _show_warning(message, category, filename, lineno, file, line)
-
-
-_show_warning = warnings.showwarning
+def dispatch(a) -> int:
+    """Carry out the parsed command: import its module (``a.target`` is ``module:function``) and call it."""
+    module, _, function = a.target.partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(a)
 
 
 def _terminate(signum, frame):
@@ -56,7 +32,7 @@ def _terminate(signum, frame):
 
 
 def main(argv=None) -> int:
-    warnings.showwarning = _one_line_warning
+    one_line_warnings()
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -65,7 +41,7 @@ def main(argv=None) -> int:
         if not getattr(a, "command", None):
             parser.print_help()
             return EXIT_USAGE
-        return a.func(a)
+        return dispatch(a)
     except (UsageError, UserError) as err:
         print(f"leakattack: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -77,4 +53,4 @@ def main(argv=None) -> int:
         return 130
 
 
-__all__ = ["main", "build_parser", "EXIT_USAGE"]
+__all__ = ["main", "build_parser", "dispatch", "EXIT_USAGE", "Parser", "UsageError"]

@@ -9,8 +9,8 @@ from pathlib import Path
 from ..config import ConfigError
 from ..figures.theory import check_figures
 from ..sketch import list_sketches
-from ..theory import (CHECK_TARGETS, DEFAULT_SAMPLES, check, embedding_markdown, summary_table, table2_markdown,
-                      write_check, write_markdown)
+from ..theory import (CHECK_TARGETS, check, embedding_markdown, summary_table, table2_markdown, write_check,
+                      write_markdown)
 
 
 def _default_out() -> Path:
@@ -52,21 +52,4 @@ def cmd_check(a) -> int:
     return 0
 
 
-def register(sub) -> None:
-    """Add the `check` subcommand to the CLI's subparsers."""
-    p = sub.add_parser("check", help="measure the paper's theory constants and inequalities on a target and sketch",
-                       description="Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's linear rate "
-                                   "(Song et al., ICML 2023, §7); or --table2 / --embedding. Measurements with stated sample sizes, not proofs.")
-    p.add_argument("--model", default="linreg", help=f"one of {', '.join(CHECK_TARGETS)} (default: %(default)s)")
-    p.add_argument("--sketch", default="none", help="sketch kind (default: %(default)s)")
-    p.add_argument("--sketch-ratio", type=float, default=0.5, help="b/d in (0, 1] (default: %(default)s)")
-    p.add_argument("--samples", type=int, default=None, help="sampled points (default per model: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_SAMPLES.items()) + "; table2: 400 per scale; embedding: 2000 sketches)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, sketch and samples (default: %(default)s)")
-    p.add_argument("--table2", action="store_true", help="test the functions of the paper's Table 2 and write table2.md")
-    p.add_argument("--embedding", action="store_true", help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
-    p.add_argument("--out", default=None, help="output folder (default: results/runs/check-<timestamp>/)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=cmd_check)
-
-
-__all__ = ["register", "cmd_check"]
+__all__ = ["cmd_check"]

@@ -53,13 +53,4 @@ def cmd_collect(a) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser("collect", help="gather the metrics of run folders into one CSV table",
-                       description="Find every run folder (holding metrics.json) at or below the given folders and "
-                                   "write one row per run: its settings and scalar metrics.")
-    p.add_argument("dirs", nargs="+", help="run folders, or folders holding them (searched recursively)")
-    p.add_argument("--out", required=True, help="the CSV file to write")
-    p.set_defaults(func=cmd_collect)
-
-
-__all__ = ["register", "run_folders", "row_of"]
+__all__ = ["run_folders", "row_of"]

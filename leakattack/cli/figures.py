@@ -16,10 +16,3 @@ def cmd_figures(a) -> int:
     print(" | ".join([f"{res['points']} points", f"{len(res['figures'])} figures in {out / 'figures'}",
                       *res["notes"]]))
     return 0
-
-
-def register(sub) -> None:
-    """Add the ``figures`` subcommand."""
-    p = sub.add_parser("figures", help="draw a sweep's figures from its stored results (never re-runs attacks)")
-    p.add_argument("dir", help="sweep output folder holding results.jsonl")
-    p.set_defaults(func=cmd_figures)

@@ -27,9 +27,3 @@ def cmd_list(a) -> int:
     for name, names in rows:
         print(f"{name + ':':<16}{', '.join(names)}")
     return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("list", help="list models, sketches, data sets, attacks, defenses, protocols")
-    p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
-    p.set_defaults(func=cmd_list)

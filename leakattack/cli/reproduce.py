@@ -85,13 +85,3 @@ def cmd_reproduce(a) -> int:
             _finish(what, argv)
             print(f"[{n}] done in {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("reproduce", help="regenerate the reference results committed under results/",
-                       description="Re-run the commands behind every committed reference result "
-                                   "(reference runs, sweeps, theory checks, protocol training and attacks).")
-    p.add_argument("names", nargs="*", help="steps to run (default: all; see --list)")
-    p.add_argument("--list", action="store_true", help="name the steps and stop")
-    p.add_argument("--dry-run", action="store_true", help="print the commands without running them")
-    p.set_defaults(func=cmd_reproduce)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..config import add_arguments, config_from_args
+from ..config.arguments import config_from_args
 from ..experiment import run_attack
 
 
@@ -33,16 +33,15 @@ def cmd_run(a) -> int:
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops
     if m["message"] and (m["stop_reason"] not in ("tolerance", "stalled") or not m["unique"]):
         print(f"note: {m['message']}", file=sys.stderr)
+    if "seed_search" in m:
+        print(f"note: {seed_search_line(m['seed_search'])}", file=sys.stderr)
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser("run", help="attack one (sketched) gradient and write a run folder",
-                       description="Reconstruct private images from the (sketched) gradient a client sends; writes "
-                                   "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png.")
-    groups = add_arguments(p)
-    g = groups["output"]
-    g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/)")
-    g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_run)
+def seed_search_line(s: dict) -> str:
+    """What a seed search found, in one line."""
+    truth = "" if "found" not in s else \
+        ", the client's seed" if s["found"] else f", not the client's seed (which ranked {s['true_seed_rank'] + 1})"
+    return (f"seed search: seed {s['found_seed']} of {s['candidates']} candidates{truth}, statistic "
+            f"{s['statistic_best']:.3g} against {s['statistic_runner_up']:.3g} for the runner-up (about 1 for a wrong "
+            f"seed), {s['wall_s']:.1f} s")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..sweep import check_name, list_backends, load_plan, run_sweep
+from ..sweep import check_name, load_plan, run_sweep
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
 SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--gpus": "gpus",
@@ -40,28 +40,3 @@ def cmd_sweep(a) -> int:
                       f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
                       f"{len(res['figures'])} figures in {out / 'figures'}", *res.get("notes", [])]))
     return 0
-
-
-def register(sub) -> None:
-    """Add the ``sweep`` subcommand."""
-    p = sub.add_parser("sweep", help="run a grid of attacks from a TOML file (resumable, parallel)",
-                       description="Expand the [grid] of a sweep file over [base], run one attack per point, append "
-                                   "results.jsonl, write summary.csv and figures. Re-running resumes; one sweep at "
-                                   "a time per output folder.")
-    p.add_argument("config", help="sweep file (TOML with [sweep], [base], [grid])")
-    p.add_argument("--out", default=None, help="output folder (default: results/sweeps/<name>/)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes, one thread each (default: [sweep] "
-                   "jobs, else 1); with --backend slurm, the most jobs running at once (default: [sweep] jobs, else "
-                   "no cap)")
-    p.add_argument("--backend", choices=list_backends(), default="local",
-                   help="where the points run: local worker processes, or job arrays on a SLURM cluster (default: local)")
-    s = p.add_argument_group("slurm backend", "resources of each job")
-    s.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's default partition)")
-    s.add_argument("--time", type=int, default=None, metavar="MIN", help="time limit of each job, in minutes (default: 60)")
-    s.add_argument("--mem", type=float, default=None, metavar="GB", help="memory of each job, in GB (default: the partition's default)")
-    s.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs of each job (default: 0)")
-    s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="CPUs of each job (default: 1)")
-    s.add_argument("--retries", type=int, default=None, metavar="N",
-                   help="times a failed job is submitted again before the sweep stops (default: 2)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_sweep)

@@ -3,14 +3,30 @@
 ``RUN_PARAMS`` generates :class:`RunConfig`, the flags of ``leakattack run``
 (:func:`add_arguments`), the validation and the sweep keys; ``PROTOCOL_PARAMS``
 does the same for protocol settings shared by ``train`` and ``run --protocol``.
+
+The declarations and the flags import no torch (:mod:`.names` holds the registry names
+they show); :class:`RunConfig` and the checks that need the registries (:mod:`.run`) are
+imported on first use of one of their names, so that building a command line stays cheap.
 """
 
 from __future__ import annotations
 
-from .arguments import add_arguments, config_from_args, protocol_spec_from_args
+import importlib
+
 from .constraints import Choice, Constraint, Flag, Items, Number, Optional, Table, Text
+from .flags import add_arguments, protocol_spec_from_args
 from .params import DEVICES, DTYPES, MATCH_SPACES, PROTOCOL_PARAMS, RUN_PARAMS, Param
-from .run import ConfigError, Derived, RunConfig, check_protocol_spec, validate_protocol
+
+#: names resolved on first use, from the module that needs torch
+_LAZY = {"ConfigError": "run", "Derived": "run", "RunConfig": "run", "check_protocol_spec": "run",
+         "validate_protocol": "run", "config_from_args": "arguments"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ConfigError", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES", "DTYPES",

@@ -36,6 +36,11 @@ class Choice(Constraint):
     def options(self) -> list:
         return list(self._options() if callable(self._options) else self._options)
 
+    @property
+    def shown(self) -> list:
+        """The names help texts print: the options, or the copy a registry's names carry (``names.Listed``)."""
+        return list(getattr(self._options, "shown", None) or self.options)
+
     def ok(self, v) -> bool:
         return isinstance(v, str) and (v in self.options or (self.allow_empty and v == ""))
 

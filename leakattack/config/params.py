@@ -3,7 +3,9 @@
 The declarations below generate :class:`~leakattack.config.RunConfig`, the
 ``leakattack run`` flags, the validation with its one-sentence errors, and the
 keys a sweep file may use.  Adding a run parameter is one ``Param`` line here
-(plus the code that uses it).
+(plus the code that uses it).  The registry names and constants the declarations
+show come from :mod:`.names` (copies checked by a test), so importing this
+module, and building every command's flags from it, imports no torch.
 """
 
 from __future__ import annotations
@@ -11,12 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import targets
-from targets.protocols import PROJECTION_BLOCKS, SECOND_MOMENTS, SERVER_OPTS, SPEC_DEFAULTS, list_protocols
-
-from .. import attacks
-from ..data import list_datasets
-from ..sketch import list_sketches
+from . import names
 from .constraints import Choice, Constraint, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -60,7 +57,7 @@ SEED = Number(0, 2 ** 63 - 1, integer=True, what="be an integer in [0, 2^63 - 1]
 #: the run parameters, in the order of ``leakattack run --help``
 RUN_PARAMS: tuple[Param, ...] = (
     # victim
-    Param("model", "lenet", ModelName(targets.list_models), "model",
+    Param("model", "lenet", ModelName(names.MODELS), "model",
           "victim model, one of {choices}, or your own nn.Module class as path/to/file.py:Name or package.module:Name",
           "victim"),
     Param("model_params", {}, Table(), "model parameters",
@@ -68,14 +65,14 @@ RUN_PARAMS: tuple[Param, ...] = (
           "victim", flag="--model-param"),
     Param("weights", None, Optional(Text()), "weights",
           "state_dict file to load into the model (read with weights_only: a file cannot run code)", "victim"),
-    Param("bn", "train", Choice(targets.BN_MODES), "BatchNorm mode",
+    Param("bn", "train", Choice(names.BN_MODES), "BatchNorm mode",
           "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics)",
           "victim"),
-    Param("weight_init", None, Optional(Choice(targets.INITS)), "weight init",
+    Param("weight_init", None, Optional(Choice(names.INITS)), "weight init",
           "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; lenet: uniform)", "victim"),
     Param("model_seed", None, Optional(SEED), "model seed", "seed of the model weights (default: --seed)", "victim"),
     # sketch and defense
-    Param("sketch", "srht", _choices(list_sketches), "sketch", "sketch kind, one of {choices}", "sketch"),
+    Param("sketch", "srht", _choices(names.SKETCHES), "sketch", "sketch kind, one of {choices}", "sketch"),
     Param("sketch_dim", None, Optional(Number(0, integer=True, low_open=True)),
           "sketch dimension", "sketch dimension b (overrides --sketch-ratio)", "sketch"),
     Param("sketch_ratio", 0.5, Number(0, 1, low_open=True), "sketch ratio", "b/d, in (0, 1]", "sketch"),
@@ -83,6 +80,11 @@ RUN_PARAMS: tuple[Param, ...] = (
           "extra sketch parameter, e.g. s=4 for sparse (repeatable)", "sketch", flag="--sketch-param"),
     Param("sketch_seed", None, Optional(SEED), "sketch seed",
           "seed of R, shared by client and attacker (default: --seed + 1)", "sketch"),
+    # the bound is seed_search.MAX_BITS (a literal: declaring parameters imports no torch; a test compares them)
+    Param("sketch_seed_search", 0, Number(0, 32, integer=True, what="be a number of bits in [0, 32] (0: off)"),
+          "sketch seed search", "with --sketch-unknown: the attacker knows all but the low BITS bits of the client's "
+          "sketch seed, scores the 2^BITS candidate seeds on the message alone and attacks with the best one "
+          "(0: off; at most 32)", "sketch"),
     Param("sketch_memory", None, Optional(Number(0)), "sketch memory",
           "GB a dense sketch (gaussian, ams) may hold as one matrix; beyond it R is regenerated every call "
           "(default: 1/4 of the available RAM)", "sketch"),
@@ -98,43 +100,47 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("attacker_knows_clip", False, Flag(), "attacker knows clip",
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
     # attacker
-    Param("attack", attacks.DEFAULT_ATTACK, _choices(attacks.list_attacks), "attack", "attack, one of {choices}"),
-    Param("recipe", "auto", Choice(("auto",) + tuple(attacks.list_recipes())), "recipe",
+    Param("attack", names.DEFAULT_ATTACK, _choices(names.ATTACKS), "attack", "attack, one of {choices}"),
+    Param("recipe", "auto", Choice(names.RECIPES_OR_AUTO), "recipe",
           "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
           "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "
           "TV and box in float32 for ResNets and ViTs)"),
-    Param("optimizer", None, Optional(_choices(attacks.list_optimizers)), "optimizer", "one of {choices} (default: from the recipe)"),
+    Param("optimizer", None, Optional(_choices(names.OPTIMIZERS)), "optimizer", "one of {choices} (default: from the recipe)"),
     Param("iterations", None, Optional(Number(1, MAX_ITERATIONS, integer=True)), "iterations",
           "optimiser steps (default: from the recipe)"),
     Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
-          "step size (default: " + ", ".join(f"{k} {v}" for k, v in attacks.DEFAULT_LR.items()) + ")"),
-    Param("objective", None, Optional(Choice(attacks.OBJECTIVES)), "objective",
+          "step size (default: " + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_LR.items()) + ")"),
+    Param("objective", None, Optional(Choice(names.OBJECTIVES)), "objective",
           "one of {choices}: squared distance L_R or cosine distance (default: from the recipe)"),
-    Param("schedule", None, Optional(Choice(attacks.SCHEDULES)), "step-size schedule",
+    Param("schedule", None, Optional(Choice(names.SCHEDULES)), "step-size schedule",
           "one of {choices}: step multiplies the step size by 0.1 at 3/8, 5/8 and 7/8 of the iterations "
           "(Inverting Gradients) (default: from the recipe)"),
     Param("signed", None, Optional(Flag()), "signed gradients",
           "first-order optimisers step along sign(gradient) (Inverting Gradients; not with lbfgs) (default: from the recipe)"),
     Param("tv", None, Optional(Number(0, what="be non-negative")), "TV weight",
           "weight of the total-variation prior (0: off) (default: from the recipe)"),
-    Param("priors", [], Items(attacks.prior_error, "NAME[:WEIGHT]"), "priors",
-          "image prior added to the matching objective, one of " + ", ".join(attacks.list_priors()) + " (bn: "
-          "BatchNorm statistics against the running ones, Yin et al. 2021), e.g. bn:1e-2 (repeatable; tv:W "
-          "overrides --tv; a missing weight takes the prior's default) (default: none)", flag="--prior"),
+    Param("priors", [], Items(names.checked_by("leakattack.attacks:prior_error"), "NAME[:WEIGHT]"), "priors",
+          "image prior added to the matching objective, one of " + ", ".join(names.PRIORS.shown) + " (tv: total "
+          "variation; bn: BatchNorm statistics against the granted ones, Yin et al. 2021; dip: the deep image prior, "
+          "an untrained generator whose weights are optimised, WEIGHT = its width multiplier), e.g. tv:0.1 "
+          "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default) (default: none)", flag="--prior"),
+    Param("bn_stats", "running", Choice(("running", "client")), "bn statistics granted",
+          "the BatchNorm statistics the bn prior pulls towards: running (the model's, always held by the "
+          "attacker) or client (the threat model grants the client's batch statistics at every BatchNorm input)"),
     Param("box", None, Optional(Flag()), "box", "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
-    Param("stall_window", attacks.STALL_WINDOW, NONNEG_INT, "stall window",
-          f"stop a start once its lowest L_R stays above {1 - attacks.STALL_GAIN:g} times its value this many "
+    Param("stall_window", names.STALL_WINDOW, NONNEG_INT, "stall window",
+          f"stop a start once its lowest L_R stays above {1 - names.STALL_GAIN:g} times its value this many "
           "steps before (0: never)"),
-    Param("label_mode", "idlg", Choice(attacks.LABEL_MODES), "label mode",
+    Param("label_mode", "idlg", Choice(names.LABEL_MODES), "label mode",
           "one of {choices}: recover from the message through the sketch (iDLG's sign rule for one image, pooled "
           "counts for batches: leakattack.attacks.labels), take the true labels, or optimise soft "
           "labels (DLG) (regression victims always use given)", flag="--labels"),
-    Param("dummy_init", "gaussian", Choice(attacks.DUMMY_INITS), "dummy init", "one of {choices}"),
+    Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
     Param("seed", 0, SEED, "seed", "master seed"),
     # data
-    Param("dataset", None, Optional(_choices(list_datasets)), "dataset",
+    Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
           "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)", "data"),
     Param("data_root", None, Optional(Text()), "data root",
           "folder holding torchvision data sets (mnist, cifar10, cifar100), or ROOT/<class>/<images> for imagefolder",
@@ -153,14 +159,14 @@ RUN_PARAMS: tuple[Param, ...] = (
           "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
     # protocol message
-    Param("protocol", "", Choice(list_protocols, allow_empty=True), "protocol",
+    Param("protocol", "", Choice(names.PROTOCOLS, allow_empty=True), "protocol",
           "attack a protocol message instead of one gradient: one of {protocols}", "protocol"),
     Param("protocol_round", 1, Index(1), "round", "round t of the attacked message", "protocol", flag="--round"),
     Param("protocol_client", 0, Index(0), "client", "client c whose message is attacked", "protocol", flag="--client"),
     Param("protocol_dir", None, Optional(Text()), "protocol folder",
           "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)", "protocol"),
     Param("protocol_spec", {}, Table(), "protocol parameters", "", "protocol", flag=NOTHING),
-    Param("protocol_act", "tanh", Choice(targets.models.ACTIVATIONS), "activation",
+    Param("protocol_act", "tanh", Choice(names.ACTIVATIONS), "activation",
           "activation of lenet/mlp in the protocol (default: tanh; sigmoid does not train)", "protocol", flag="--act"),
     Param("match_space", "sketch", Choice(MATCH_SPACES), "match space",
           "fedsketch-*: match the count-sketch table (sketch) or its PRIVIX un-sketch (unsketched)", "protocol"),
@@ -179,58 +185,62 @@ RUN_PARAMS: tuple[Param, ...] = (
 
 #: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
 PROTOCOL_PARAMS: tuple[Param, ...] = (
-    Param("clients", SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N", "protocol"),
-    Param("local_steps", SPEC_DEFAULTS["local_steps"], POS_INT, "local steps K", "local SGD steps K per round", "protocol"),
-    Param("local_lr", SPEC_DEFAULTS["local_lr"], Number(0, low_open=True), "local learning rate",
+    Param("clients", names.SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N", "protocol"),
+    Param("local_steps", names.SPEC_DEFAULTS["local_steps"], POS_INT, "local steps K", "local SGD steps K per round", "protocol"),
+    Param("local_epochs", names.SPEC_DEFAULTS["local_epochs"], NONNEG_INT, "local epochs E",
+          "local epochs E per round: each a seeded pass over the client's whole shard in mini-batches of "
+          "--client-batch (the last one smaller), one SGD step each, so K = E ceil(n_c/B) (0: K steps on one "
+          "batch)", "protocol"),
+    Param("local_lr", names.SPEC_DEFAULTS["local_lr"], Number(0, low_open=True), "local learning rate",
           "local learning rate eta", "protocol"),
-    Param("global_lr", SPEC_DEFAULTS["global_lr"], Number(0, low_open=True), "global learning rate",
+    Param("global_lr", names.SPEC_DEFAULTS["global_lr"], Number(0, low_open=True), "global learning rate",
           "server learning rate eta_global / gamma", "protocol"),
-    Param("batch_size", SPEC_DEFAULTS["batch_size"], POS_INT, "client batch size", "images a client uses per round",
+    Param("batch_size", names.SPEC_DEFAULTS["batch_size"], POS_INT, "client batch size", "images a client uses per round",
           "protocol", flag="--client-batch"),
-    Param("noniid", SPEC_DEFAULTS["noniid"], Flag(), "non-iid", "non-iid split: each client holds one or two classes",
+    Param("noniid", names.SPEC_DEFAULTS["noniid"], Flag(), "non-iid", "non-iid split: each client holds one or two classes",
           "protocol"),
-    Param("client_fraction", SPEC_DEFAULTS["client_fraction"], Optional(Number(0, 1, low_open=True)),
+    Param("client_fraction", names.SPEC_DEFAULTS["client_fraction"], Optional(Number(0, 1, low_open=True)),
           "client fraction", "fraction of clients sampled per round (default: 0.5 for fedsketch-*, else 1)", "protocol"),
-    Param("sketch_rows", SPEC_DEFAULTS["sketch_rows"], Number(1, 1000, integer=True), "count-sketch rows t",
+    Param("sketch_rows", names.SPEC_DEFAULTS["sketch_rows"], Number(1, 1000, integer=True), "count-sketch rows t",
           "FedSKETCH count-sketch rows t", "protocol"),
-    Param("sketch_buckets", SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
+    Param("sketch_buckets", names.SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
           "FedSKETCH buckets m per row", "protocol"),
-    Param("dp_epsilon", SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "sketched-dp epsilon",
+    Param("dp_epsilon", names.SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "sketched-dp epsilon",
           "sketched-dp: per-step epsilon^; privsgd: epsilon over --dp-rounds rounds", "protocol"),
-    Param("dp_delta", SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "sketched-dp delta",
+    Param("dp_delta", names.SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "sketched-dp delta",
           "sketched-dp: per-step delta^; privsgd: delta over --dp-rounds rounds", "protocol"),
-    Param("dp_clip", SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "sketched-dp clip",
+    Param("dp_clip", names.SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "sketched-dp clip",
           "sketched-dp, privsgd: per-example clip norm = Lipschitz bound l_c (L)", "protocol"),
-    Param("dp_rounds", SPEC_DEFAULTS["dp_rounds"], POS_INT, "privsgd rounds T",
+    Param("dp_rounds", names.SPEC_DEFAULTS["dp_rounds"], POS_INT, "privsgd rounds T",
           "privsgd: rounds T the (epsilon, delta) guarantee covers (sets sigma)", "protocol"),
-    Param("server_opt", SPEC_DEFAULTS["server_opt"], Choice(SERVER_OPTS), "server optimiser",
+    Param("server_opt", names.SPEC_DEFAULTS["server_opt"], Choice(names.SERVER_OPTS), "server optimiser",
           "safl: server optimiser ADA_OPT, one of {choices}", "protocol"),
-    Param("server_lr", SPEC_DEFAULTS["server_lr"], Optional(Number(0, low_open=True)), "server learning rate kappa",
+    Param("server_lr", names.SPEC_DEFAULTS["server_lr"], Optional(Number(0, low_open=True)), "server learning rate kappa",
           "safl, sacfl: server step kappa (default: adam/amsgrad 0.01, sgd/sgdm and sacfl 1.0)", "protocol"),
-    Param("server_beta1", SPEC_DEFAULTS["server_beta1"], Number(0, 1, high_open=True), "server beta1",
+    Param("server_beta1", names.SPEC_DEFAULTS["server_beta1"], Number(0, 1, high_open=True), "server beta1",
           "safl: first-moment decay beta1 (adam, amsgrad, sgdm momentum)", "protocol"),
-    Param("server_beta2", SPEC_DEFAULTS["server_beta2"], Number(0, 1, high_open=True), "server beta2",
+    Param("server_beta2", names.SPEC_DEFAULTS["server_beta2"], Number(0, 1, high_open=True), "server beta2",
           "safl: second-moment decay beta2 (adam, amsgrad)", "protocol"),
-    Param("server_eps", SPEC_DEFAULTS["server_eps"], Number(0, low_open=True), "server epsilon",
+    Param("server_eps", names.SPEC_DEFAULTS["server_eps"], Number(0, low_open=True), "server epsilon",
           "safl: the small constant epsilon of adam/amsgrad", "protocol"),
-    Param("second_moment", SPEC_DEFAULTS["second_moment"], Choice(SECOND_MOMENTS), "second moment",
+    Param("second_moment", names.SPEC_DEFAULTS["second_moment"], Choice(names.SECOND_MOMENTS), "second moment",
           "safl: second-moment input, one of {choices}: R^T of the averaged squared sketches (the paper's), "
           "or the square of the de-sketched average", "protocol"),
-    Param("clip_threshold", SPEC_DEFAULTS["clip_threshold"], Number(0, low_open=True), "clip threshold tau",
+    Param("clip_threshold", names.SPEC_DEFAULTS["clip_threshold"], Number(0, low_open=True), "clip threshold tau",
           "sacfl: clipping threshold tau on the mean update norm", "protocol"),
-    Param("projection_blocks", SPEC_DEFAULTS["projection_blocks"], Choice(PROJECTION_BLOCKS), "projection blocks",
+    Param("projection_blocks", names.SPEC_DEFAULTS["projection_blocks"], Choice(names.PROJECTION_BLOCKS), "projection blocks",
           "compsgd, privsgd: one projection and l1 ball per layer (m_i = ratio d_i) or one global, one of {choices}",
           "protocol"),
-    Param("l1_scale", SPEC_DEFAULTS["l1_scale"], Number(0, low_open=True), "l1 scale",
+    Param("l1_scale", names.SPEC_DEFAULTS["l1_scale"], Number(0, low_open=True), "l1 scale",
           "compsgd, privsgd: radius of the l1 constraint as a multiple of the initial weights' l1 norm", "protocol"),
 )
 
 
 def help_text(p: Param) -> str:
     """The flag's help with its choices filled in and its default stated."""
-    text = p.help.replace("{choices}", ", ".join(map(str, getattr(p.constraint, "options", []) or
-                                                  getattr(getattr(p.constraint, "inner", None), "options", []))))
-    text = text.replace("{protocols}", ", ".join(list_protocols()))
+    choice = p.constraint.inner if isinstance(p.constraint, Optional) else p.constraint
+    text = p.help.replace("{choices}", ", ".join(map(str, choice.shown if isinstance(choice, Choice) else [])))
+    text = text.replace("{protocols}", ", ".join(names.PROTOCOLS.shown))
     if isinstance(p.constraint, Flag) or "default" in text or p.default in (None, {}, ""):
         return text
     return f"{text} (default: {p.default})"

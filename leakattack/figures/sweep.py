@@ -310,6 +310,10 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
         _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
+        ratios = sorted({x for r in records if (x := x_of(r)) is not None})
+        if 0 < len(ratios) <= 12:  # the measured ratios as ticks, no crowded minor labels
+            ax.set_xticks(ratios, [f"{x:.2g}" for x in ratios], fontsize=7, rotation=45)
+            ax.minorticks_off()
         ax.set_xlabel("b / m  (sketch size / unknowns)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)

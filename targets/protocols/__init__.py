@@ -11,8 +11,10 @@
 * ``privsgd``           COMPSGD with Gaussian noise in the projected space (PRIVSGD).
 
 A protocol produces the message of client c in round t with
-``Protocol.observe(w, t, c, ...)``.  Adding a protocol: its own module with a
-``Protocol`` subclass, plus one ``register_protocol`` line here.
+``Protocol.observe(w, t, c, ...)``.  Every protocol but compsgd/privsgd runs either K local
+steps on one batch (``local_steps``) or E local epochs over the client's shard in mini-batches
+(``local_epochs``).  Adding a protocol: its own module with a ``Protocol`` subclass, plus one
+``register_protocol`` line here.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from __future__ import annotations
 from leakattack.errors import UserError
 from leakattack.registry import Registry
 
-from .base import (SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, ClientMessage, MessageMap, Protocol, evaluate, local_sgd,
-                   round_seed, split_clients)
+from .base import (SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, ClientMessage, MessageMap, Protocol, epoch_schedule, evaluate,
+                   forward_seconds, local_sgd, minibatch, round_seed, split_clients)
 from .fedavg import FedAvg
 from .compsgd import PROJECTION_BLOCKS, BlockProjection, CompSGD, layer_blocks, lift_l1, project_l1_ball
 from .fedsketch import CountSketchTable, FedSketchHeaprix, FedSketchPrivix, heavymix_support, median, privix
 from .privsgd import PrivSGD, normalised_projection, privsgd_epsilon, privsgd_sigma
-from .sacfl import SACFL, WithNorm, clip_factor
+from .sacfl import SACFL, WithNorm, clip_factor, clip_record
 from .safl import PAPER_SERVER_LR, SAFL, SECOND_MOMENTS, SERVER_OPTS, ada_opt, new_server_state
 from .sketched import Sketched, SketchedDP, per_example_clipped_mean
 
@@ -73,6 +75,7 @@ def get_protocol(name: str, victim, train_set, **spec) -> Protocol:
 __all__ = [
     "get_protocol", "list_protocols", "register_protocol", "protocol_class", "Protocol", "ClientMessage",
     "MessageMap", "SPEC_DEFAULTS", "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",
+    "epoch_schedule", "minibatch", "forward_seconds", "clip_record",
     "per_example_clipped_mean", "CountSketchTable", "privix", "heavymix_support", "median",
     "FedAvg", "Sketched", "SketchedDP", "FedSketchPrivix", "FedSketchHeaprix",
     "SAFL", "SACFL", "CompSGD", "PrivSGD", "SERVER_OPTS", "SECOND_MOMENTS", "PAPER_SERVER_LR", "PROJECTION_BLOCKS",

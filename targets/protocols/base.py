@@ -4,29 +4,43 @@ Weights travel as one flat vector w (length d); the victim's model is only a
 template evaluated with ``functional_call``.  Rounds are numbered t = 1..T and
 w^t is the model the clients start round t from (w^1 = the initial weights).
 
-Client c's data in round t: a batch of B images drawn from its shard with seed
-(seed, t, c); all K local steps use that batch.  Client sampling is a fraction q
-of the N clients drawn without replacement with seed (seed, t).
-dw_c = u^K - w^t.
+Client c's data in round t, in one of two schedules:
+
+* ``local_epochs`` = 0 (default): a batch of B images drawn from its shard with
+  seed (seed, t, c); all K = ``local_steps`` local steps use that batch.
+* ``local_epochs`` = E >= 1: E passes over the whole shard of n_c images (one
+  local epoch per pass, as SAFL's experiments run).  Epoch e visits the shard in a
+  permutation drawn with seed (seed, t, c, e) and cuts it into ceil(n_c/B)
+  mini-batches, the last one smaller when B does not divide n_c (kept, not
+  dropped: every image counts once per epoch); one SGD step per mini-batch, so
+  K = E ceil(n_c/B) is derived and ``local_steps`` stays at 1.  The round's data
+  is the shard in the first epoch's order; :func:`epoch_schedule` gives the
+  positions in it of each step's mini-batch.
+
+Client sampling is a fraction q of the N clients drawn without replacement with
+seed (seed, t).  dw_c = u^K - w^t.
 
 :meth:`Protocol.observe` produces what an attacker sees of client c in round t,
 and its model of how that message was made:
 
-    u^0 = w^t,  u^k = u^{k-1} - eta grad_w F(u^{k-1}, x),  message = E_t(u^K - w^t)
+    u^0 = w^t,  u^k = u^{k-1} - eta grad_w F(u^{k-1}, x_k),  message = E_t(u^K - w^t)
 
-(K = 1: a scaled sketched gradient; K > 1: the unrolled FedAvg attack of Geiping
-et al., "Inverting Gradients", NeurIPS 2020), with E_t the protocol's encoder.
+with x_k the step's data (the batch, or mini-batch k of the epoch schedule) and
+E_t the protocol's encoder (K = 1: a scaled sketched gradient; K > 1: the
+unrolled FedAvg attack of Geiping et al., "Inverting Gradients", NeurIPS 2020).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch.func import functional_call
 
-from leakattack.seeds import CLIENT_BATCH, CLIENT_SAMPLING, CLIENT_SPLIT, torch_stream
+from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, torch_stream
 from leakattack.sketch import get_sketch
 
 from ..oracle import flat_gradient, flat_params, loss_at, unflatten
@@ -34,7 +48,7 @@ from ..victim import Victim
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
 SPEC_DEFAULTS = {
-    "clients": 10, "local_steps": 1, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
+    "clients": 10, "local_steps": 1, "local_epochs": 0, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
     "noniid": False, "client_fraction": None, "seed": 0,
     "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
     "sketch_rows": 20, "sketch_buckets": 40,
@@ -73,6 +87,27 @@ def split_clients(labels: torch.Tensor, num_clients: int, noniid: bool, seed: in
         for c, piece in zip(owners, idx.tensor_split(len(owners)) if owners else []):
             parts[c].append(piece)
     return [torch.cat(p).sort().values if p else torch.zeros(0, dtype=torch.long) for p in parts]
+
+
+def epoch_schedule(batch_size: int, perms: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Positions of each local step's mini-batch in the round data (the shard in the order ``perms[0]``).
+
+    Epoch e visits the shard in the order ``perms[e]`` (a permutation of 0..n_c-1) and cuts it into
+    ceil(n_c/B) consecutive mini-batches of B, the last one smaller; so every position occurs once per
+    epoch, and epoch 0's mini-batches are consecutive runs of positions.
+    """
+    if not perms:
+        return []
+    where = torch.argsort(perms[0])  # shard index -> its position in the round data
+    return [chunk for p in perms for chunk in where[p].split(int(batch_size))]
+
+
+def minibatch(x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None):
+    """The data of one local step: all of (x, y), or the rows at ``positions``."""
+    if positions is None:
+        return x, y
+    positions = positions.to(x.device)
+    return x[positions], y[positions]
 
 
 def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
@@ -132,6 +167,16 @@ class ClientMessage:
     info: dict = field(default_factory=dict)
 
 
+def forward_seconds(message: ClientMessage, labels: torch.Tensor | None = None) -> float:
+    """Measured seconds of one evaluation of the attacker's model and its gradient in x, at the true data's
+    shape: what one step of an attack on the message costs at least."""
+    x = message.x.detach().clone().requires_grad_(True)
+    t0 = time.perf_counter()
+    message.forward(x, message.labels if labels is None else labels).pow(2).sum().backward()
+    float(x.grad.norm())  # waits for an asynchronous device
+    return time.perf_counter() - t0
+
+
 class Protocol:
     """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it (``server``).
 
@@ -174,11 +219,34 @@ class Protocol:
         return sorted(torch.randperm(self.clients, generator=torch_stream(self.seed, t, CLIENT_SAMPLING))[:k].tolist())
 
     def client_batch(self, t: int, c: int, size: int | None = None):
-        """Client c's data in round t: ``size`` (default B) images of its shard, drawn with seed (seed, t, c)."""
+        """Client c's data in round t: ``size`` (default B) images of its shard, drawn with seed (seed, t, c);
+        with ``local_epochs``, its whole shard in the first epoch's order (``size`` does not apply)."""
         shard = self.shards[c]
+        if self.local_epochs:
+            pick = shard[self.epoch_orders(t, c)[0]].to(self.device)
+            return self.images[pick], self.labels[pick]
         size = min(size or self.batch_size, shard.numel())
         pick = shard[torch.randperm(shard.numel(), generator=torch_stream(self.seed, t, c, CLIENT_BATCH))[:size]]
         return self.images[pick.to(self.device)], self.labels[pick.to(self.device)]
+
+    def epoch_orders(self, t: int, c: int) -> list[torch.Tensor]:
+        """The order of client c's shard in each local epoch of round t: permutations seeded by (seed, t, c, e)."""
+        n = self.shards[c].numel()
+        return [torch.randperm(n, generator=torch_stream(self.seed, t, c, e, CLIENT_EPOCH))
+                for e in range(self.local_epochs)]
+
+    def schedule(self, t: int, c: int) -> list:
+        """The data of each of client c's local steps in round t, as positions in its round data
+        (:meth:`client_batch`); None: the step uses all of it."""
+        if not self.local_epochs:
+            return [None] * self.local_steps
+        return epoch_schedule(self.batch_size, self.epoch_orders(t, c))
+
+    def step_count(self, c: int) -> int:
+        """K of client c: ``local_steps``, or E ceil(n_c/B) with ``local_epochs``."""
+        if not self.local_epochs:
+            return self.local_steps
+        return self.local_epochs * math.ceil(self.shards[c].numel() / self.batch_size)
 
     # -- client --------------------------------------------------------------
     def gradient(self, u, x, y, t, c, k, create_graph=False):
@@ -190,9 +258,10 @@ class Protocol:
         return flat_gradient(self.victim, x, y, params=unflatten(self.victim, u), create_graph=True)
 
     def client_update(self, w, x, y, t, c, create_graph=False) -> torch.Tensor:
-        """dw_c = u^K - w^t after K local steps on (x, y)."""
-        return local_sgd(lambda u, k: self.gradient(u, x, y, t, c, k, create_graph), w, self.local_lr,
-                         self.local_steps) - w
+        """dw_c = u^K - w^t after the K local steps of round t's schedule on the round data (x, y)."""
+        steps = self.schedule(t, c)
+        return local_sgd(lambda u, k: self.gradient(u, *minibatch(x, y, steps[k]), t, c, k, create_graph), w,
+                         self.local_lr, len(steps)) - w
 
     def operator(self, t: int, seed_offset: int = 0):
         """The linear map a client applies to dw in round t (None: sends dw itself)."""
@@ -203,9 +272,15 @@ class Protocol:
         op = self.operator(t) if op is None else op
         return delta if op is None else op.apply(delta)
 
-    def attacker_update(self, w, x, y):
-        """The attacker's model of dw: the unrolled K local steps on its dummy data, differentiable in x."""
-        return local_sgd(lambda u, k: self.attacker_gradient(u, x, y), w, self.local_lr, self.local_steps) - w
+    def attacker_update(self, w, x, y, steps: list | None = None):
+        """The attacker's model of dw: the K local steps unrolled on its dummy data, differentiable in x.
+
+        ``steps`` is the client's schedule (:meth:`schedule`; default: K steps on all of x): step k uses
+        the dummy rows at the positions the client's step k used.
+        """
+        steps = [None] * self.local_steps if steps is None else steps
+        return local_sgd(lambda u, k: self.attacker_gradient(u, *minibatch(x, y, steps[k])), w, self.local_lr,
+                         len(steps)) - w
 
     def attacker_encode(self, delta, op):
         """The attacker's model of ``encode`` (without the client's noise)."""
@@ -215,13 +290,23 @@ class Protocol:
         """The linear part E of the message, g -> scale * E g, that label recovery reads."""
         return get_sketch("none", self.d, self.d) if (op is None or decoded) else op
 
-    def message_scale(self) -> float:
-        """The scale of g in the message's linear part: dw = -eta g for K = 1."""
-        return -self.local_lr
+    def message_scale(self, steps: int = 1) -> float:
+        """The scale of g in the message's linear part: dw = -eta g for K = 1, dw ~ -eta K g for K steps.
+
+        For K > 1 this is first order in eta: g is then the mean gradient at w^t over the round's
+        images, and the steps' gradients at u^1 .. u^{K-1} differ from it by O(eta K).
+        """
+        return -self.local_lr * steps
 
     @classmethod
     def spec_error(cls, spec: dict) -> str | None:
-        """One sentence when ``spec`` asks for something this protocol cannot do (None when it can)."""
+        """One sentence when ``spec`` asks for something this protocol cannot do (None when it can).
+
+        Subclasses that add checks call this one first.
+        """
+        if spec.get("local_epochs", 0) and spec["local_steps"] != 1:
+            return (f"give --local-epochs or --local-steps, not both: with --local-epochs {spec['local_epochs']} "
+                    f"the local steps are E ceil(n_c/B), one per mini-batch (got --local-steps {spec['local_steps']})")
         return None
 
     def decode(self, op, message):
@@ -248,7 +333,11 @@ class Protocol:
             messages[c] = self.encode(deltas[c], t, c=c)
         w_next = self.server(w, t, deltas, messages).detach()
         return w_next, {"train_loss": sum(losses) / len(losses), "clients": sorted(deltas),
-                        "floats_sent": self.floats_per_client()}
+                        "floats_sent": self.floats_per_client(), "record": self.round_record()}
+
+    def round_record(self) -> dict:
+        """Numbers of the round the server just ran that train.jsonl records beside the loss (none here)."""
+        return {}
 
     def replay(self, t: int) -> torch.Tensor:
         """w^t by re-running rounds 1..t-1 from the seeds (deterministic)."""
@@ -270,8 +359,20 @@ class Protocol:
         sketch seed; without it, it draws R_t from another seed.  ``decoded``
         matches the server's decoding of the message (protocols with ``decodable``).
         Clients, rounds and batch size are checked by the caller.
+
+        With ``local_epochs`` the message depends on the client's whole shard: x is
+        its n_c images in the first epoch's order (``batch_size`` does not apply), the
+        attacker's dummy has that shape, and ``forward`` unrolls the client's schedule
+        on it, step k on the dummy rows at the positions of step k's mini-batch.  The
+        attacker is thus assumed to know n_c, B and the mini-batch partition (which
+        positions share a mini-batch in each epoch), not which image went where: the
+        dummy rows are interchangeable within that partition, and scoring matches
+        them to the images one-to-one.  With one epoch the partition is fixed by n_c
+        and B alone (consecutive runs); with E > 1 the attacker is also given how the
+        later epochs regroup the images, which a server does not see (an upper bound).
         """
         x, labels = self.client_batch(t, c, batch_size)
+        steps = self.schedule(t, c)
         delta = self.client_update(w, x, labels, t, c).detach()
         op_true = self.operator(t)
         op_att = self.operator(t, seed_offset=0 if sketch_known else UNKNOWN_SEED_OFFSET)
@@ -279,22 +380,30 @@ class Protocol:
         decoded = decoded and self.decodable
         if decoded:
             y = self.decode(op_true, y).detach()
-        K, lr = self.local_steps, self.local_lr
+        K, lr = len(steps), self.local_lr
         unit = float(y.norm()) or 1.0
         y = y / unit
 
         def forward(xd, lab):
-            msg = self.attacker_encode(self.attacker_update(w, xd, lab), op_att)
+            msg = self.attacker_encode(self.attacker_update(w, xd, lab, steps), op_att)
             return (self.decode(op_att, msg) if decoded else msg) / unit
 
         inner = self.message_operator(op_att, decoded)
         info = {"kind": f"protocol:{self.name}", "round": t, "client": c, "local_steps": K, "local_lr": lr,
                 "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "message",
                 "message_floats": int(y.numel()), "message_norm": unit}
+        if self.local_epochs:
+            per_epoch = len(steps) // self.local_epochs
+            info.update(local_epochs=self.local_epochs, client_batch=self.batch_size, round_images=int(x.shape[0]),
+                        minibatch_sizes=[int(s.numel()) for s in steps[:per_epoch]])
         return ClientMessage(y=y, x=x, labels=labels, forward=forward,
-                             linear_map=MessageMap(inner, self.message_scale() / unit, info),
+                             linear_map=MessageMap(inner, self.message_scale(K) / unit, info),
                              update_norm=float(delta.norm()), info=info)
 
     def describe(self) -> dict:
-        return {"protocol": self.name, **self.spec, "client_fraction": self.client_fraction, "d": self.d,
-                "floats_per_client": self.floats_per_client()}
+        out = {"protocol": self.name, **self.spec, "client_fraction": self.client_fraction, "d": self.d,
+               "floats_per_client": self.floats_per_client()}
+        if self.local_epochs:  # the derived K, smallest and largest over the clients
+            counts = [self.step_count(c) for c in range(self.clients)]
+            out["epoch_steps"] = [min(counts), max(counts)]
+        return out

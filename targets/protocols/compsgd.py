@@ -175,6 +175,9 @@ class CompSGD(Protocol):
 
     @classmethod
     def spec_error(cls, spec):
+        if spec.get("local_epochs", 0):
+            return (f"{cls.name} sends one projected gradient per round, not a local epoch: --local-epochs must be 0, "
+                    f"got {spec['local_epochs']}")
         if spec["local_steps"] != 1:
             return (f"{cls.name} sends one projected gradient per round: --local-steps must be 1, "
                     f"got {spec['local_steps']}")
@@ -204,10 +207,10 @@ class CompSGD(Protocol):
     def client_update(self, w, x, y, t, c, create_graph=False):
         return self.gradient(w, x, y, t, c, 0, create_graph)
 
-    def attacker_update(self, w, x, y):
+    def attacker_update(self, w, x, y, steps=None):
         return self.attacker_gradient(w, x, y)
 
-    def message_scale(self) -> float:
+    def message_scale(self, steps: int = 1) -> float:
         return 1.0
 
     def server(self, w, t, deltas, messages):

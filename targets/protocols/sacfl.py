@@ -13,6 +13,12 @@ What the norm gives the attacker: it is part of the message, so the attacker's m
 carries it too, [R_t dw(x̂), ||dw(x̂)||]; matching it adds the exact norm of the unsketched update as
 one more equation to the b sketched ones (a known constraint that also fixes the update's scale,
 which R_t preserves only up to its distortion).  Label recovery reads the sketched part.
+
+How often the clip acts: every round's ``clip_factor`` min{tau/v̄_t, 1}, ``clip_fired`` (factor < 1) and
+``mean_norm`` v̄_t go to train.jsonl (:meth:`SACFL.round_record`).  An observed message records in its
+info the norm the client sent, ``norm_error_of_sketch`` = | ||R_t dw|| / ||dw|| - 1 | (how far the
+sketched part alone misstates the update's scale: what the extra float corrects) and the round's
+v̄_t, clip factor and whether the clip fired (the server sees every sampled client's norm).
 """
 
 from __future__ import annotations
@@ -52,8 +58,16 @@ def clip_factor(tau: float, mean_norm: float) -> float:
     return 1.0 if mean_norm <= 0 else min(tau / mean_norm, 1.0)
 
 
+def clip_record(tau: float, mean_norm: float) -> dict:
+    """What train.jsonl records of one round's clip: its factor, whether it fired, and v̄_t."""
+    factor = clip_factor(tau, mean_norm)
+    return {"clip_factor": factor, "clip_fired": factor < 1.0, "mean_norm": mean_norm}
+
+
 class SACFL(SAFL):
     """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean norm."""
+
+    _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 
     @property
     def kappa(self) -> float:
@@ -75,9 +89,26 @@ class SACFL(SAFL):
     def server(self, w, t, deltas, messages):
         sent = torch.stack(list(messages.values()))  # (C, b + 1)
         sketches, norms = sent[:, :-1], sent[:, -1]
-        factor = clip_factor(self.clip_threshold, float(norms.mean()))
+        self._record = clip_record(self.clip_threshold, float(norms.mean()))
+        factor = self._record["clip_factor"]
         # -kappa min{tau/v̄, 1} desk(m̄_t) with m̄_t = -mean_c R_t dw_c
         return w + self.kappa * factor * self.operator(t).adjoint(sketches.mean(0))
+
+    def round_record(self) -> dict:
+        """The last round's clip: factor min{tau/v̄_t, 1}, whether it fired (factor < 1), and v̄_t."""
+        return dict(self._record)
+
+    def observe(self, w, t, c, **kw):
+        """The message as :meth:`Protocol.observe` makes it, with what its norm says (module docstring) in its info."""
+        msg = super().observe(w, t, c, **kw)
+        unit = msg.info["message_norm"]
+        sent, sketched = float(msg.y[-1]) * unit, float(msg.y[:-1].norm()) * unit  # ||dw_c||, ||R_t dw_c||
+        norms = [sent] + [float(self.client_update(w, *self.client_batch(t, j), t, j).norm())
+                          for j in self.sampled(t) if j != c]
+        clip = clip_record(self.clip_threshold, sum(norms) / len(norms))
+        msg.info.update(norm_sent=sent, norm_error_of_sketch=abs(sketched / sent - 1) if sent > 0 else 0.0,
+                        **{f"round_{k}": v for k, v in clip.items()})
+        return msg
 
     def describe(self) -> dict:
         return {**super().describe(), "kappa": self.kappa}

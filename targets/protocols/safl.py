@@ -88,6 +88,9 @@ class SAFL(Sketched):
 
     @classmethod
     def spec_error(cls, spec):
+        problem = super().spec_error(spec)
+        if problem:
+            return problem
         if spec["global_lr"] != 1.0:
             return (f"{cls.name} takes its server step kappa from --server-lr; leave --global-lr at 1 "
                     f"(got {spec['global_lr']})")

@@ -68,7 +68,7 @@ class SketchedDP(Sketched):
 
     def privacy(self, rounds: int) -> dict:
         """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel composition)."""
-        K = self.local_steps
+        K = max(self.step_count(c) for c in range(self.clients))  # local steps per round (the most over clients)
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
         q = min(1.0, self.batch_size / n_c)

@@ -81,6 +81,35 @@ def test_bn_prior_matches_the_formula_and_its_gradient_reaches_x():
     assert all(not m._forward_pre_hooks for m in prior.layers)
 
 
+def test_granted_client_statistics_are_the_batch_statistics_of_the_client_data():
+    victim = targets.get_model("resnet20", in_shape=(3, 32, 32), seed=0, bn_mode="eval")
+    x = torch.rand((2, 3, 32, 32), generator=torch.Generator().manual_seed(5), dtype=victim.dtype)
+    channel = Channel(make_sketch("none", victim.d, victim.d, seed=1))
+    obs = observe(victim, x, torch.tensor([1, 3]), channel, ThreatModel(knows_bn_stats=True))
+    by_hand = _inputs_moments(victim, x)
+    assert len(obs.bn_stats) == len(by_hand) > 10
+    for (m, v), (hm, hv) in zip(obs.bn_stats, by_hand):
+        assert torch.allclose(m, hm, atol=1e-6) and torch.allclose(v, hv, atol=1e-6)
+    prior = get_prior("bn", 1.0, obs=obs)
+    assert prior(x).item() < 1e-10  # zero at the client's data although the running statistics differ
+    assert get_prior("bn", 1.0, obs=observe(victim, x, torch.tensor([1, 3]), channel, ThreatModel()))(x).item() > 1e-3
+    # not granted, or no BatchNorm: nothing is handed to the attacker
+    assert _observation()[1].bn_stats is None
+    lenet = targets.get_model("lenet", in_shape=(3, 32, 32), seed=0)
+    assert observe(lenet, x.float(), torch.tensor([1, 3]), Channel(make_sketch("none", lenet.d, lenet.d)),
+                   ThreatModel(knows_bn_stats=True)).bn_stats is None
+
+
+def test_bn_stats_client_reaches_the_threat_model_and_bad_values_exit_2(tmp_path, capsys):
+    from leakattack.cases import threat_of
+    assert threat_of(RunConfig(bn_stats="client")).knows_bn_stats
+    assert not threat_of(RunConfig()).knows_bn_stats
+    rc = cli.main(["run", "--bn-stats", "sometimes", "--out", str(tmp_path / "r"), "--quiet"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "choose one of: running, client" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_bn_prior_lowers_its_own_value_under_descent():
     victim, obs, x = _observation(bn="eval")
     prior = get_prior("bn", 1.0, obs=obs)

@@ -70,6 +70,11 @@ def test_series_are_the_other_varying_grid_keys_and_their_labels_name_them():
     assert [series_label(s) for s in series] == ["sketch=srht, batch_size=1", "sketch=srht, batch_size=4",
                                                  "sketch=none, batch_size=1", "sketch=none, batch_size=4"]
     assert series_label(series_of({"grid": {"sigma": 1e-4}}, ["sigma"])) == "sigma=0.0001"
+    # a list of names reads as they are typed; no list at all and an empty one read alike
+    labels = [series_label(series_of({"grid": g}, ["priors"])) for g in
+              ({"priors": ["tv:0.1", "bn"]}, {"priors": []}, {})]
+    assert labels == ["priors=tv:0.1+bn", "priors=none", "priors=none"]
+    assert series_label(series_of({"grid": {"grid": [1, 2]}}, ["grid"])) == "grid=[1, 2]"
 
 
 def test_append_line_writes_one_whole_line_per_record(tmp_path):

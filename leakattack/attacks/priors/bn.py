@@ -3,22 +3,18 @@
 R_BN(x) = sum over BatchNorm layers l of ||mu_l(x) - mu_l||^2 + ||sigma^2_l(x) - sigma^2_l||^2, where
 mu_l(x), sigma^2_l(x) are the per-channel batch mean and (biased) variance of the dummy data's
 activations at layer l's input, and mu_l, sigma^2_l are the statistics the threat model grants: the
-layers' running statistics, which are part of the model the attacker holds.  Each evaluation costs one
-extra forward pass of the victim on x, with hooks on the BatchNorm layers recording their inputs.
+client's own batch statistics when it grants them (``--bn-stats client``: Yin et al.'s setting, where the
+client's BatchNorm statistics travel with its update), otherwise the layers' running statistics, which
+are part of the model the attacker holds.  Each evaluation costs one extra forward pass of the victim on
+x, with hooks on the BatchNorm layers recording their inputs.
 """
 
 from __future__ import annotations
 
 import torch
-from targets.victim import batchnorm_layers
+from targets.victim import batch_moments, batchnorm_input_moments, batchnorm_layers
 
 from ...errors import UserError
-
-
-def batch_moments(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and biased variance of activations (N, C, ...) over every axis but the channel axis."""
-    dims = [0, *range(2, a.dim())]
-    return a.mean(dims), a.var(dims, unbiased=False)
 
 
 def bn_statistics_distance(moments, granted) -> torch.Tensor:
@@ -30,7 +26,7 @@ def bn_statistics_distance(moments, granted) -> torch.Tensor:
 
 
 class BatchNormPrior:
-    """weight * R_BN(x) against the running statistics of the victim's BatchNorm layers."""
+    """weight * R_BN(x) against the client's batch statistics (when granted) or the layers' running statistics."""
 
     def __init__(self, weight: float, obs=None):
         if obs is None:
@@ -40,30 +36,20 @@ class BatchNormPrior:
         self.layers = batchnorm_layers(self.victim.model)
         if not self.layers:
             raise UserError(f"the bn prior needs BatchNorm layers, and model '{self.victim.name}' has none")
-        if any(m.running_mean is None or m.running_var is None for m in self.layers):
+        self.client = obs.bn_stats
+        if self.client is None and any(m.running_mean is None or m.running_var is None for m in self.layers):
             raise UserError(f"the bn prior needs running statistics, and a BatchNorm layer of model "
                             f"'{self.victim.name}' keeps none")
 
     def granted(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The statistics the prior pulls towards: each layer's (running_mean, running_var)."""
+        """The statistics the prior pulls towards: the client's batch statistics, or each layer's running ones."""
+        if self.client is not None:
+            return self.client
         return [(m.running_mean.detach(), m.running_var.detach()) for m in self.layers]
 
     def moments(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(mean, variance) of the inputs of every BatchNorm layer during one forward pass of x."""
-        seen: dict[int, tuple] = {}
-
-        def hook(index):
-            def record(module, inputs):
-                seen[index] = batch_moments(inputs[0])
-            return record
-
-        handles = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(self.layers)]
-        try:
-            self.victim.model(x)
-        finally:
-            for h in handles:
-                h.remove()
-        return [seen[i] for i in range(len(self.layers))]
+        return batchnorm_input_moments(self.victim.model, x)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.weight * bn_statistics_distance(self.moments(x), self.granted())

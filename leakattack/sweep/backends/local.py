@@ -16,12 +16,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
+from ...errors import one_line_warnings
 from .base import Backend
 
 
 def _worker_init() -> None:
     """Workers: one thread, Ctrl-C handled by the parent, exit when the parent dies (kill -9)."""
     torch.set_num_threads(1)
+    one_line_warnings()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
 

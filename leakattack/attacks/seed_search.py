@@ -1,0 +1,384 @@
+"""Seed recovery: find the sketch seed of a message y when it lies in a small space.
+
+Threat model.  Under ``--sketch-unknown`` the attacker does not know the seed of
+R.  That protects the client only as far as the seed's entropy goes: a seed
+drawn from a small space (a counter, a round number, a 16-bit field) can be
+searched.  ``--sketch-seed-search BITS`` grants the attacker every bit of the
+client's sketch seed but the low BITS: the candidates are
+
+    seed_base + k,   k = 0, ..., 2^BITS - 1,   seed_base = seed with its low BITS bits cleared,
+
+so the true seed is always among them.  Each candidate R_k is rebuilt from its
+seed (same family, d, b and parameters as the client's: those are public) and
+scored by a statistic of y alone; the highest score wins, and the attack runs
+with that R.
+
+The statistic.  For the right R, u = R^T y = R^T R g is g plus sketch noise
+(E[R^T R] = I); for a wrong R it is noise.  The classifier head's block of g is
+structured: its weight gradient is sum_i delta_i a_i^T over the batch and its
+bias gradient sum_i delta_i, so every column of M = [U | beta] (C x (H + 1), read
+from u) is a multiple of the same few vectors, and M a+ for a direction a+ close
+to [a_i, 1] collects them.  The attacker knows w, so it takes a+ = [mean head
+input of random probe images, 1] (the probes of label recovery).  The score is
+
+    s(R, y) = ||M a+||^2 / (C ||a+||^2 ||y||^2 / b),
+
+||y||^2 / b being the variance of one coordinate of a wrong R^T y (the columns of
+every sketch family have unit norm in expectation).  For a wrong seed M a+ is C
+sums of H + 1 random terms, so s is about chi^2_C / C: mean 1, and its maximum over
+2^16 candidates about 4.5 (lenet; heavier tails where M a+ sums few distinct
+entries of y: mlp's 65-wide head through countsketch reached 9, through the
+uniform sampling sketch at b/d = 0.05 64, over 1000 seeds).  For the right seed s
+grows with b and with the share of g's energy in the head (lenet, b/d = 0.5:
+several hundred; mlp: thousands).  Statistics of M's
+top singular values (the rank-B share, or the top singular value over the noise
+level) separate less and, through CountSketch, fail: a wrong CountSketch whose
+linear hash sends the head's columns to few buckets repeats a few entries of y
+all over M, and its singular values then reach those of the right seed.  A fixed
+direction averages those repeats with random signs.
+
+Only u's head coordinates are needed: ``srht``, ``countsketch`` and ``sparse``
+redraw just the random numbers of R from each candidate seed and compute those
+coordinates for a chunk of candidates at once (checked against the family's own
+operator on the first two candidates of every search; the whole operator is
+used when they disagree); every other family builds its operator and takes the
+full adjoint.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import targets
+
+from .. import seeds
+from ..errors import SettingWarning
+from ..progress import progress_bar
+from ..sketch import get_sketch
+from ..sketch.countsketch import PRIME
+from ..sketch.hadamard import hadamard_owned
+from ..sketch.sparse import distinct_rows, sign_values
+from .labels import probe
+
+#: the most bits ``--sketch-seed-search`` accepts: 2^32 candidates are months at a millisecond each
+MAX_BITS = 32
+#: a search estimated to take longer than this (s) is warned about; one longer than HOPELESS_S is hopeless
+SLOW_SEARCH_S, HOPELESS_S = 600.0, 3600.0
+#: random probe images whose mean head input is the direction a+
+PROBES = 64
+#: candidates scored together (the SRHT's chunk is smaller for long gradients: see ``chunk_size``)
+CHUNK = 256
+
+
+@dataclass(frozen=True)
+class HeadBlock:
+    """Where the classifier head's weight (C x H) and bias (C, or none) sit in the flat gradient."""
+
+    weight: slice
+    bias: slice | None
+    shape: tuple[int, int]
+
+    @property
+    def cols(self) -> np.ndarray:
+        """The flat indices of the head block: the weight row by row, then the bias."""
+        parts = [np.arange(self.weight.start, self.weight.stop)]
+        if self.bias is not None:
+            parts.append(np.arange(self.bias.start, self.bias.stop))
+        return np.concatenate(parts)
+
+    def matrix(self, u: torch.Tensor) -> torch.Tensor:
+        """M = [U | beta] (..., C, H + 1) from u's head coordinates (..., len(cols)) in the order of ``cols``."""
+        C, H = self.shape
+        U = u[..., : C * H].reshape(*u.shape[:-1], C, H)
+        if self.bias is None:
+            return U
+        return torch.cat([U, u[..., C * H:].unsqueeze(-1)], dim=-1)
+
+
+def head_block(victim) -> HeadBlock:
+    """The head of ``victim`` (its last linear layer) as a :class:`HeadBlock`."""
+    head = victim.head
+    names = {id(p): n for n, p in victim.model.named_parameters()}
+    slices = targets.param_slices(victim)
+    bias = slices[names[id(head.bias)]] if head.bias is not None and head.bias.requires_grad else None
+    weight = head.weight
+    return HeadBlock(slices[names[id(weight)]], bias, (int(weight.shape[0]), int(weight.shape[1])))
+
+
+# -- reading R^T y at the head's coordinates, for a chunk of candidate seeds -----------------
+
+def _generic_reader(kind, d, b, params, y, cols):
+    idx = torch.as_tensor(cols)
+
+    def read(seed_list):
+        out = torch.empty(len(seed_list), len(cols), dtype=torch.float64)
+        for i, s in enumerate(seed_list):
+            out[i] = get_sketch(kind, d, b, seed=int(s), **params).adjoint(y).detach()[idx]
+        return out
+    return read
+
+
+def _srht_reader(kind, d, b, params, y, cols):
+    """R^T y = sqrt(n/b) D H S^T y / sqrt(n): the signs D and the rows S redrawn as ``SRHTSketch`` draws them."""
+    n = 1 << max(0, (d - 1).bit_length())
+    take = _taker(cols)
+    yv = y.detach().to(torch.float64).cpu()
+
+    def read(seed_list):
+        K = len(seed_list)
+        flat = np.empty((K, b), dtype=np.int64)
+        signs = np.empty((K, len(cols)))
+        for i, s in enumerate(seed_list):
+            rng = seeds.numpy_stream(int(s), seeds.SRHT)
+            sg = rng.integers(0, 2, size=n)
+            flat[i] = rng.choice(n, size=b, replace=False)
+            flat[i] += i * n
+            signs[i] = sg[cols]
+        z = torch.zeros(K * n, dtype=torch.float64)
+        z.index_copy_(0, torch.from_numpy(flat.reshape(-1)), yv.repeat(K))
+        w = take(hadamard_owned(z.view(K, n)))
+        return w * torch.from_numpy(2.0 * signs - 1.0) / math.sqrt(b)
+    return read
+
+
+def _taker(cols: np.ndarray):
+    """x -> x[:, cols], a slice when ``cols`` is one contiguous range (the usual head: weight, then bias)."""
+    if cols.size and np.array_equal(cols, np.arange(cols[0], cols[0] + cols.size)):
+        lo, hi = int(cols[0]), int(cols[0]) + cols.size
+        return lambda x: x[:, lo:hi]
+    idx = torch.from_numpy(cols.astype(np.int64))
+    return lambda x: x.index_select(1, idx)
+
+
+def _poly_hash(coeffs: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """sum_k coeffs[:, k] x^k mod PRIME for K coefficient rows at once (Horner in int64: every factor < 2^31)."""
+    acc = np.broadcast_to(coeffs[:, -1:] % PRIME, (coeffs.shape[0], x.size)).copy()
+    for k in range(coeffs.shape[1] - 2, -1, -1):
+        acc *= x
+        acc += coeffs[:, k:k + 1]
+        acc %= PRIME
+    return acc
+
+
+def _countsketch_reader(kind, d, b, params, y, cols):
+    """(R^T y)_i = sigma(i) y[h(i)]: the two hash polynomials redrawn as ``CountSketch`` draws them."""
+    x = cols.astype(np.int64)[None, :]
+    yv = y.detach().to(torch.float64).cpu()
+
+    def read(seed_list):
+        K = len(seed_list)
+        hc = np.empty((K, 2), dtype=np.int64)
+        sc = np.empty((K, 4), dtype=np.int64)
+        for i, s in enumerate(seed_list):
+            rng = seeds.numpy_stream(int(s), seeds.COUNTSKETCH)
+            hc[i] = rng.integers(0, PRIME, size=2)
+            sc[i] = rng.integers(0, PRIME, size=4)
+        rows = torch.from_numpy(_poly_hash(hc, x) % b)
+        signs = torch.from_numpy(np.where(_poly_hash(sc, x) & 1, 1.0, -1.0))
+        return yv[rows] * signs
+    return read
+
+
+def _sparse_reader(kind, d, b, params, y, cols):
+    """(R^T y)_i = sum_k v_k(i) y[r_k(i)]: the rows and values redrawn as ``SparseSketch`` draws them."""
+    s_nz = min(int(params.get("s", 4)), b)
+    yv = y.detach().to(torch.float64).cpu()
+
+    def read(seed_list):
+        out = torch.zeros(len(seed_list), len(cols), dtype=torch.float64)
+        for i, s in enumerate(seed_list):
+            rng = seeds.numpy_stream(int(s), seeds.SPARSE)
+            rows = distinct_rows(rng, b, s_nz, d)[:, cols]
+            vals = sign_values(rng, (s_nz, d), 1.0 / math.sqrt(s_nz))[:, cols]
+            out[i] = (yv[torch.from_numpy(rows.astype(np.int64))] * torch.from_numpy(vals.astype(np.float64))).sum(0)
+        return out
+    return read
+
+
+#: families whose head coordinates of R^T y are computed from R's random numbers alone
+FAST_READERS = {"srht": _srht_reader, "countsketch": _countsketch_reader, "sparse": _sparse_reader}
+
+
+def head_reader(kind: str, d: int, b: int, params: dict, y: torch.Tensor, cols: np.ndarray, fast: bool = True):
+    """seeds -> (K, len(cols)) float64: (R_s^T y)[cols] for each seed s, R_s = get_sketch(kind, d, b, s, **params)."""
+    make = FAST_READERS.get(kind) if fast else None
+    return (make or _generic_reader)(kind, d, b, params, y, cols)
+
+
+def fast_reader_agrees(kind: str, d: int, b: int, params: dict, y: torch.Tensor, cols: np.ndarray,
+                       seed_list) -> bool:
+    """Whether the fast reader of ``kind`` gives the family's own R^T y on ``seed_list`` (to 1e-9, relative)."""
+    fast = head_reader(kind, d, b, params, y, cols)(seed_list)
+    ref = _generic_reader(kind, d, b, params, y, cols)(seed_list)
+    return bool((fast - ref).abs().max() <= 1e-9 * ref.abs().max().clamp_min(1e-300))
+
+
+# -- the statistic --------------------------------------------------------------------------
+
+def probe_direction(victim, block: HeadBlock, like: torch.Tensor, probes: int = PROBES) -> torch.Tensor:
+    """a+ = [mean head input of ``probes`` random images, 1]: the direction the head's rows share (float64)."""
+    H = block.shape[1]
+    feats = probe(victim, probes, like).feats
+    mean = feats.reshape(-1, H).mean(0) if feats.numel() % H == 0 else torch.ones(H)
+    parts = [mean.detach().to(torch.float64).cpu()]
+    if block.bias is not None:
+        parts.append(torch.ones(1, dtype=torch.float64))
+    a = torch.cat(parts)
+    return a if float(a.norm()) > 0 else torch.ones_like(a)
+
+
+def match_statistic(M: torch.Tensor, direction: torch.Tensor, noise: float) -> torch.Tensor:
+    """||M a||^2 / (C ||a||^2 noise) for M (..., C, H+1): chi^2_C / C (mean 1) when M is noise of variance ``noise``."""
+    C = M.shape[-2]
+    return (M @ direction).pow(2).sum(-1) / (C * float(direction @ direction) * noise)
+
+
+# -- cost -----------------------------------------------------------------------------------
+
+def search_seconds(per_candidate_s: float, bits: int) -> float:
+    """Estimated wall time of a search over 2^bits candidates at ``per_candidate_s`` seconds each."""
+    return per_candidate_s * 2.0 ** bits
+
+
+def hopeless_bits(per_candidate_s: float, limit_s: float = HOPELESS_S) -> int:
+    """The fewest bits whose search takes longer than ``limit_s`` at ``per_candidate_s`` seconds per candidate."""
+    return max(0, math.ceil(math.log2(limit_s / max(per_candidate_s, 1e-12)) + 1e-12))
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 86400 * 365:
+        return f"{seconds / (86400 * 365):.3g} years"
+    if seconds >= 86400:
+        return f"{seconds / 86400:.3g} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def search_note(per_candidate_s: float, bits: int, limit_s: float = SLOW_SEARCH_S) -> str | None:
+    """One sentence when searching 2^bits seeds is estimated to take longer than ``limit_s`` (None otherwise)."""
+    total = search_seconds(per_candidate_s, bits)
+    if total <= limit_s:
+        return None
+    return (f"searching 2^{bits} sketch seeds takes about {_span(total)} at {per_candidate_s * 1e3:.2g} ms per "
+            f"candidate: hopeless from {hopeless_bits(per_candidate_s)} bits on this machine (over "
+            f"{_span(HOPELESS_S)}); use fewer --sketch-seed-search bits")
+
+
+# -- the search -----------------------------------------------------------------------------
+
+def candidate_base(seed: int, bits: int) -> int:
+    """seed_base: ``seed`` with its low ``bits`` bits cleared (the candidates are seed_base + k, k < 2^bits)."""
+    return (int(seed) >> bits) << bits
+
+
+@dataclass
+class SeedSearch:
+    """What a search found; ``record()`` is the metrics.json entry."""
+
+    bits: int
+    seed_base: int
+    candidates: int
+    found_seed: int
+    best: float  #: the statistic of the winner (1: noise)
+    runner_up: float  #: the statistic of the best other candidate
+    null_mean: float  #: mean and standard deviation of the statistic over every candidate but the winner
+    null_std: float
+    per_candidate_ms: float
+    wall_s: float
+    reader: str  #: "head" (only the head's coordinates, from R's random numbers) or "adjoint" (the whole R^T y)
+    true_seed: int | None = None  #: for scoring only: never used to choose
+    true_rank: int | None = None  #: candidates scoring above the true seed (0: it won)
+    true_statistic: float | None = None
+
+    def record(self) -> dict:
+        out = {"bits": self.bits, "candidates": self.candidates, "seed_base": self.seed_base,
+               "found_seed": self.found_seed, "statistic_best": self.best, "statistic_runner_up": self.runner_up,
+               "separation": self.best / self.runner_up if self.runner_up > 0 else None,
+               "null_mean": self.null_mean, "null_std": self.null_std,
+               "per_candidate_ms": self.per_candidate_ms, "wall_s": self.wall_s, "reader": self.reader}
+        if self.true_seed is not None:
+            out.update(found=self.found_seed == self.true_seed, true_seed_rank=self.true_rank,
+                       statistic_true=self.true_statistic)
+        return out
+
+
+def chunk_size(kind: str, d: int) -> int:
+    """Candidates read together: the SRHT holds a chunk of n-long rows (at most 2^21 numbers)."""
+    if kind == "srht":
+        n = 1 << max(0, (d - 1).bit_length())
+        return max(1, min(CHUNK, (1 << 21) // n))
+    return CHUNK
+
+
+def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, seed_base: int, bits: int,
+                true_seed: int | None = None, progress: bool = False, warn_after_s: float = SLOW_SEARCH_S,
+                probes: int = PROBES) -> SeedSearch:
+    """Score every candidate seed_base + k, k < 2^bits (bits >= 1), by :func:`match_statistic`; the highest wins.
+
+    ``true_seed`` (the client's, for scoring) only fills ``true_rank``.  After the
+    first chunk the remaining time is estimated, and a :class:`SettingWarning` says
+    so when the whole search would take longer than ``warn_after_s``.
+    """
+    t0 = time.perf_counter()
+    d, total = victim.d, 1 << bits
+    block = head_block(victim)
+    cols = block.cols
+    yv = y.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    noise = float(yv.pow(2).sum()) / b
+    direction = probe_direction(victim, block, next(victim.model.parameters()), probes)
+    first = [seed_base, seed_base + 1][: total]
+    fast = kind in FAST_READERS and fast_reader_agrees(kind, d, b, params, yv, cols, first)
+    read = head_reader(kind, d, b, params, yv, cols, fast=fast)
+
+    def score(seed_list) -> torch.Tensor:
+        return match_statistic(block.matrix(read(seed_list)), direction, noise)
+
+    true_stat = float(score([true_seed])[0]) if true_seed is not None else None
+    best = (-math.inf, None)
+    second = -math.inf
+    above, s1, s2 = 0, 0.0, 0.0
+    step = chunk_size(kind, d)
+    warned = False
+    with progress_bar(total, "seed search", "seed", requested=progress) as bar:
+        for c0 in range(0, total, step):
+            seed_list = range(seed_base + c0, seed_base + min(total, c0 + step))
+            stats = score(seed_list)
+            s1 += float(stats.sum())
+            s2 += float(stats.pow(2).sum())
+            if true_stat is not None:
+                above += int((stats > true_stat * (1 + 1e-9)).sum())
+            top = torch.topk(stats, min(2, stats.numel()))
+            for v, i in zip(top.values.tolist(), top.indices.tolist()):
+                if v > best[0]:
+                    best, second = (v, seed_list[i]), best[0]
+                elif v > second:
+                    second = v
+            bar.update(len(seed_list))
+            if not warned and c0 + step < total:
+                warned = True
+                per = (time.perf_counter() - t0) / min(total, c0 + step)
+                note = search_note(per, bits, warn_after_s)
+                if note:
+                    warnings.warn(note, SettingWarning, stacklevel=2)
+    wall = time.perf_counter() - t0
+    rest = max(1, total - 1)
+    mean = (s1 - best[0]) / rest
+    var = max(0.0, (s2 - best[0] ** 2) / rest - mean ** 2)
+    return SeedSearch(bits=bits, seed_base=seed_base, candidates=total, found_seed=int(best[1]), best=best[0],
+                      runner_up=second, null_mean=mean, null_std=math.sqrt(var), per_candidate_ms=wall / total * 1e3,
+                      wall_s=wall, reader="head" if fast else "adjoint", true_seed=true_seed,
+                      true_rank=above if true_seed is not None else None, true_statistic=true_stat)
+
+
+__all__ = ["HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees", "probe_direction",
+           "match_statistic", "search_seconds", "hopeless_bits", "search_note", "candidate_base", "search_seed",
+           "MAX_BITS", "FAST_READERS"]

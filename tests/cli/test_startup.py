@@ -1,0 +1,58 @@
+"""The command line builds its parser, prints every help and names its commands without importing torch."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from leakattack.cli import build_parser
+
+#: runs main(argv) and fails when torch (or anything importing it) was loaded on the way
+_PROBE = """
+import sys
+from leakattack.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as stop:
+    rc = stop.code
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "targets", "defenses"))
+assert not heavy, heavy[:5]
+sys.exit(rc)
+"""
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+COMMANDS = sorted(_subparsers())
+
+
+def test_every_command_is_declared():
+    assert set(COMMANDS) == {"run", "list", "check", "train", "sweep", "figures", "collect", "reproduce"}
+
+
+@pytest.mark.parametrize("argv,rc", [([], 2), (["--help"], 0), (["--version"], 0)]
+                         + [([c, "--help"], 0) for c in COMMANDS])
+def test_help_and_version_import_no_torch(argv, rc):
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == rc, proc.stderr
+    assert proc.stdout.startswith("usage: leakattack") or proc.stdout.startswith("leakattack ")
+
+
+def test_run_help_lists_the_registries_names():
+    text = _subparsers()["run"].format_help()
+    for name in ("resnet18", "countsketch", "analytic", "lbfgs", "cifar10", "compsgd"):
+        assert name in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_names_a_function_that_carries_it_out(command):
+    target = _subparsers()[command].get_default("target")
+    module, _, function = target.partition(":")
+    assert callable(getattr(importlib.import_module(f"leakattack.cli.{module}"), function))
