@@ -137,8 +137,11 @@ def _legend(fig, axes, keys: list[str], n_lines: int) -> None:
     if n_lines <= 4 and len(keys) <= 1:
         axes[0].legend(fontsize=7, title=title, title_fontsize=7)
     else:  # below the panels: many or long labels would cover the data
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=7, title=title,
-                   title_fontsize=7, ncols=min(n_lines, 3))
+        handles, labels = axes[0].get_legend_handles_labels()
+        longest = max((len(t) for t in labels), default=0)
+        cols = 1 if longest > 90 else 2 if longest > 55 else 3  # long labels in fewer columns: the panels keep their width
+        fig.legend(handles, labels, loc="outside lower center", fontsize=7, title=title,
+                   title_fontsize=7, ncols=min(n_lines, cols))
 
 
 def grid_series(records: list[dict], strength: str) -> tuple[list[str], list[tuple], list[tuple]]:
