@@ -3,6 +3,8 @@
 * ``gradient-matching`` — DLG / Inverting Gradients / the sketched L_R of Song et
   al.: optimise dummy data (and labels) until the simulated message matches.
 * ``analytic`` — closed-form inversion of a fully connected first layer.
+* ``rgap`` — R-GAP: the recursive gradient attack on a chain of convolutions and
+  linear layers with invertible activations, from the whole gradient of one example.
 
 Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
 (``get_prior``) are registries of their own.  Adding an attack: its own module
@@ -20,10 +22,12 @@ from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, prior_error
 from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help
+from .rgap import Rgap
 
 _ATTACKS = Registry("attack")
 _ATTACKS.register("gradient-matching", GradientMatching)
 _ATTACKS.register("analytic", Analytic)
+_ATTACKS.register("rgap", Rgap)
 
 #: the attack ``leakattack run`` uses unless another is named
 DEFAULT_ATTACK = "gradient-matching"
@@ -41,7 +45,7 @@ def get_attack(name: str, **options) -> Attack:
 
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
-    "GradientMatching", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
+    "GradientMatching", "Rgap", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
     "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
     "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",

@@ -1,0 +1,344 @@
+"""R-GAP, the recursive gradient attack (Zhu & Blaschko, "R-GAP: Recursive Gradient Attack on Privacy", ICLR 2021).
+
+Threat model.  The attacker holds the weights w and sees the whole gradient g of
+one example (through a sketch: y = M g with b >= d, solved for g first as the
+analytic attack does; with b < d the attack is refused, since every coordinate
+of g is needed).
+
+Symbols.  The victim is a chain a_0 = x -> z_1 = f_1(a_0) -> a_1 = s_1(z_1) -> ...
+-> z_L = f_L(a_{L-1}), the logits, under cross-entropy.  Each f_l is an
+``nn.Conv2d`` or ``nn.Linear`` (affine: f_l(a) = W_l * a + b_l), each s_l an
+invertible activation (sigmoid, tanh, leaky ReLU, softplus, or none), a
+flatten may sit between layers, and f_L is the linear head.  With
+delta_l = dF/dz_l, the gradient of layer l is
+
+    dF/dW_l = G_l(a_{l-1}; delta_l)   (delta a^T for a linear layer, sum_p delta[o, p] patch_p(a) for a convolution),
+
+linear in the layer's input once delta_l is known.  The recursion, from the head down:
+
+1. Head: [dW_L | db_L] = delta_L [a_{L-1}; 1]^T, so delta_L = db_L and a_{L-1} is the
+   division of the analytic attack.
+2. Layer l = L-1, ..., 1: z_l = s_l^{-1}(a_l) (a_l clamped into the activation's
+   open range by ``MARGIN``), delta_l = (f_{l+1}^T delta_{l+1}) * s_l'(z_l) with
+   f^T the adjoint of the layer's linear part (a transposed convolution, here a
+   vector-Jacobian product), and a_{l-1} solves the stacked linear system
+
+       forward:   f_l(a) - f_l(0) = z_l - b_l       (one row per output value)
+       gradient:  G_l(a; delta_l) = dW_l read from g  (one row per weight)
+
+   by least squares.  Both blocks are dense matrices, built by applying the maps
+   to the unit inputs (lenet on 3x32x32: at most 3,072 unknowns and about
+   4,400 equations per layer).
+
+Weighting.  Every row is divided by its norm, so each equation counts as one
+measurement of unit scale whichever block it comes from: unscaled, the gradient
+rows (of the size of delta, often 1e-3 of the forward rows or less) would be
+drowned by the forward rows and cut off as noise by the rank threshold, and
+they are the equations that determine what the forward rows leave open (a
+stride-2 convolution has fewer outputs than inputs).  Rows of norm zero (a unit
+with delta = 0) say nothing and are dropped.  A forward row is then multiplied by
+s'(z_i) / max s' (1 for an unsaturated unit): z_i = s^{-1}(a_i) carries the error of
+a_i divided by s'(z_i), so a saturated unit (a sigmoid output next to 0 or 1, a
+tanh next to +-1) tells little about its pre-activation.  Unweighted, lenet with
+tanh on a 3x32x32 photo (DLG's weights, float64) came back at 83-102 dB with
+relative residuals up to 2e-5; weighted, at 200 dB (the metric's ceiling) with
+residuals below 1e-12.
+
+Rank.  The system is solved through its singular value decomposition; singular
+values below ``RANK_RTOL`` times the largest are dropped and the minimum-norm
+solution is taken.  When a layer's system is rank-deficient (R-GAP's rank
+analysis: its solution is not unique; the forward rows alone leave a stride-2
+layer under-determined, and the gradient rows may or may not fill the gap) the
+result's message says which layer and by how much, and the stop reason is
+``stalled``.  So it is when a system's relative residual exceeds the square root
+of the victim's machine epsilon: the g read from the message is then not the
+exact gradient of one example at these weights (noise; a square SRHT whose zero
+padding leaves R a null space; several local steps).  ``tolerance`` means every
+system was full rank and consistent.
+
+Labels come from iDLG's sign rule on the head's bias gradient, exact for one
+example (its one negative entry), unless the threat model grants them.
+The result's ``losses`` are the relative residuals of the layers' systems in
+the order solved (the head first, the layer that sees the input last).
+
+Limits.  ReLU (not invertible where it is zero), pooling, normalisation layers,
+residual connections, attention, a layer called twice, a head without bias, a
+regression head and batches of more than one example are refused by
+:meth:`Rgap.supports`.  Through a noisy channel the solved g carries the noise
+and the recursion amplifies it layer by layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call, vjp, vmap
+
+import targets
+from targets.oracle import output_at
+
+from ..observation import Observation
+from ..progress import progress_bar
+from .analytic import Analytic
+from .base import Attack, AttackResult, Monitor
+
+#: the activations R-GAP inverts (leaky ReLU only with a positive slope)
+INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
+#: modules that pass their input on unchanged, up to a reshape (dropout: the victim runs in eval mode)
+PASS_THROUGH = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
+#: layers whose input R-GAP solves for
+LAYERS = (nn.Conv2d, nn.Linear)
+#: an activation's value is clamped this far inside its open range before it is inverted
+MARGIN = 1e-12
+#: singular values below this fraction of the largest count as zero
+RANK_RTOL = 1e-10
+
+
+@dataclass
+class _Step:
+    """One affine layer of the chain and the activation applied to its output (None: the identity)."""
+
+    name: str
+    module: nn.Module
+    act: nn.Module | None
+    in_shape: tuple  #: the layer's input for one example, as the layer sees it
+    out_shape: tuple  #: its output for one example
+
+
+def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
+    """The chain of layers found by tracing one forward pass, or None and what in the model breaks it.
+
+    Every leaf module's call is recorded in call order (a module called twice appears twice: lenet's
+    one activation module serves three layers); each call's input must be the previous call's output up
+    to a reshape, the first call's input the example and the model's output the last call's output.
+    """
+    model = victim.model
+    names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    calls = []
+    hooks = [m.register_forward_hook(lambda m, inp, out: calls.append((m, inp, out))) for m in leaves]
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    gen = torch.Generator(device=victim.device).manual_seed(0)
+    x = torch.rand((1, *victim.input_shape), generator=gen, dtype=victim.dtype, device=victim.device)
+    try:
+        with torch.no_grad():
+            out = output_at(victim, x)
+    finally:
+        for h in hooks:
+            h.remove()
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+
+    def same(a, b) -> bool:
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() == b.numel() \
+            and torch.equal(a.reshape(-1), b.reshape(-1))
+
+    for mod, _, _ in calls:  # the kind of module first: that names the problem best
+        if isinstance(mod, nn.ReLU):
+            return None, f"a ReLU ({names[id(mod)]}), which is not invertible (it maps every negative input to zero)"
+        if isinstance(mod, nn.LeakyReLU) and mod.negative_slope <= 0:
+            return None, f"a leaky ReLU of slope {mod.negative_slope} ({names[id(mod)]}), which is not invertible"
+        if not isinstance(mod, LAYERS + INVERTIBLE + PASS_THROUGH):
+            return None, f"a {type(mod).__name__} ({names[id(mod)]}), which is not a convolution, linear layer or " \
+                         "invertible activation"
+    if not calls:
+        return None, "no modules to trace"
+    steps: list[_Step] = []
+    prev = x
+    for mod, inp, res in calls:
+        if len(inp) != 1 or not same(inp[0], prev):
+            return None, (f"an operation outside its modules before {names[id(mod)]} (a residual connection, "
+                          "pooling or a functional activation)")
+        prev = res
+        if isinstance(mod, LAYERS):
+            if any(s.module is mod for s in steps):
+                return None, f"a layer called twice ({names[id(mod)]}: shared weights)"
+            if not mod.weight.requires_grad:
+                return None, f"a frozen layer ({names[id(mod)]}), whose gradient is not sent"
+            steps.append(_Step(names[id(mod)], mod, None, tuple(inp[0].shape[1:]), tuple(res.shape[1:])))
+        elif isinstance(mod, INVERTIBLE):
+            if not steps or steps[-1].act is not None:
+                return None, f"an activation ({names[id(mod)]}) that does not follow a layer"
+            steps[-1].act = mod
+    if not same(out, prev):
+        return None, "an operation outside its modules after the last one"
+    head = steps[-1] if steps else None
+    if head is None or not isinstance(head.module, nn.Linear) or head.act is not None or len(head.in_shape) != 1:
+        return None, "no linear head at the end of the chain"
+    if head.module is not victim.head:
+        return None, "a last layer that is not its classifier head"
+    if head.module.bias is None or not head.module.bias.requires_grad:
+        return None, "a head without a trainable bias (its gradient then holds its input only up to scale)"
+    return steps, None
+
+
+def _inverse(act: nn.Module | None, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """z = act^{-1}(a) and act'(z), with a clamped into the activation's open range by ``MARGIN``."""
+    if act is None:
+        return a, torch.ones_like(a)
+    if isinstance(act, nn.Sigmoid):  # s' = s (1 - s)
+        a = a.clamp(MARGIN, 1 - MARGIN)
+        return torch.log(a) - torch.log1p(-a), a * (1 - a)
+    if isinstance(act, nn.Tanh):  # s' = 1 - s^2
+        a = a.clamp(-1 + MARGIN, 1 - MARGIN)
+        return torch.atanh(a), 1 - a * a
+    if isinstance(act, nn.LeakyReLU):
+        slope = act.negative_slope
+        return torch.where(a >= 0, a, a / slope), torch.where(a >= 0, torch.ones_like(a), torch.full_like(a, slope))
+    # softplus: a = log(1 + exp(beta z)) / beta, linear above its threshold; s' = 1 - exp(-beta a)
+    beta, threshold = act.beta, act.threshold
+    a = a.clamp_min(MARGIN)
+    linear = a * beta > threshold
+    z = torch.where(linear, a, (a * beta + torch.log(-torch.expm1(-a * beta))) / beta)
+    return z, torch.where(linear, torch.ones_like(a), -torch.expm1(-a * beta))
+
+
+def _peak_slope(act: nn.Module | None) -> float:
+    """The largest derivative of the activation (its slope where it is least saturated)."""
+    if isinstance(act, nn.Sigmoid):
+        return 0.25
+    if isinstance(act, nn.LeakyReLU):
+        return max(1.0, act.negative_slope)
+    return 1.0
+
+
+def _layer_system(step: _Step, layer: nn.Module, z: torch.Tensor, delta: torch.Tensor, dW: torch.Tensor):
+    """The stacked system A a = r of one layer: forward rows f(a) - f(0) = z - f(0), gradient rows G(a; delta) = dW.
+
+    G is bilinear in (a, W) through <delta, f(a; W)>, so its matrix is built from whichever side has fewer unit
+    vectors: row k is the input gradient of <delta, f(., E_k)> for the unit weight E_k, and column i the weight
+    gradient of <delta, f(e_i; .)> for the unit input e_i (lenet's first layer on 3x32x32: 900 weights
+    against 3,072 inputs).
+    """
+    n = math.prod(step.in_shape)
+    basis = torch.eye(n, dtype=z.dtype, device=z.device).reshape(n, *step.in_shape)
+    with torch.no_grad():
+        zero = layer(torch.zeros_like(basis[:1]))
+        A_f = (layer(basis) - zero).reshape(n, -1).T
+    r_f = (z.reshape(1, *step.out_shape) - zero).reshape(-1)
+    weight, delta = layer.weight.detach(), delta.reshape(1, *step.out_shape)
+
+    def call(a, w):
+        return functional_call(layer, {"weight": w}, (a,))
+
+    if weight.numel() < n:
+        units = torch.eye(weight.numel(), dtype=z.dtype, device=z.device).reshape(-1, *weight.shape)
+        A_g = vmap(lambda w: vjp(lambda a: call(a, w), basis[:1])[1](delta)[0])(units).reshape(weight.numel(), n)
+    else:
+        A_g = vmap(lambda a: vjp(lambda w: call(a.unsqueeze(0), w), weight)[1](delta)[0])(basis).reshape(n, -1).T
+    return torch.cat([A_f, A_g]), torch.cat([r_f, dW.reshape(-1)])
+
+
+def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, int, float]:
+    """Least squares for A a = r, each row normalised and then scaled by ``weight``: the minimum-norm solution with
+    singular values below ``RANK_RTOL`` times the largest dropped, the rank, and the relative residual (LAPACK's
+    gelsd on a CPU, an explicit SVD elsewhere)."""
+    scale = weight / A.norm(dim=1)
+    keep = (scale > 0) & torch.isfinite(scale)
+    A, r = A[keep] * scale[keep, None], r[keep] * scale[keep]
+    if A.device.type == "cpu":
+        fit = torch.linalg.lstsq(A, r.unsqueeze(1), rcond=RANK_RTOL, driver="gelsd")
+        a, rank = fit.solution.squeeze(1), int(fit.rank)
+    else:
+        U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+        rank = int((S > RANK_RTOL * S[0]).sum())
+        a = Vh[:rank].T @ ((U[:, :rank].T @ r) / S[:rank])
+    residual = float((A @ a - r).norm() / r.norm().clamp_min(1e-300))
+    return a, rank, residual
+
+
+class Rgap(Attack):
+    """The recursive gradient attack: the head by division, then each layer's input by least squares."""
+
+    name = "rgap"
+
+    def __init__(self):
+        self._square = Analytic()  # solves g from a square message
+
+    def supports(self, obs: Observation) -> str | None:
+        victim = obs.victim
+        if obs.batch_size > 1:
+            return (f"R-GAP inverts the gradient of one example and the message holds a batch of {obs.batch_size}; "
+                    "use gradient-matching or a batch size of 1")
+        if victim.task != "classification":
+            return f"R-GAP starts from a classifier head, and {victim.name} is a {victim.task} model; use gradient-matching"
+        M = obs.linear_map
+        if M.b < M.d:
+            return (f"R-GAP needs every coordinate of the gradient, and the message has b = {M.b} numbers for "
+                    f"d = {M.d}; use gradient-matching or a sketch with b >= d")
+        _, problem = _problem_with_chain(victim)
+        if problem:
+            return (f"R-GAP inverts a chain of convolutions and linear layers with invertible activations, and "
+                    f"{victim.name} has {problem}; use gradient-matching")
+        return None
+
+    def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
+                    progress: bool = False) -> AttackResult:
+        self.check(obs)
+        t0 = time.perf_counter()
+        victim = obs.victim
+        steps, _ = _problem_with_chain(victim)
+        M = obs.linear_map
+        g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
+        slices = targets.param_slices(victim)
+        pname = {id(p): n for n, p in victim.model.named_parameters()}
+        layers = [copy.deepcopy(s.module).to(torch.float64).requires_grad_(False) for s in steps]
+
+        def grad_of(mod):
+            return g[slices[pname[id(mod.weight)]]].reshape(mod.weight.shape)
+
+        head = steps[-1].module
+        db = g[slices[pname[id(head.bias)]]]
+        blk = torch.cat([grad_of(head), db.unsqueeze(1)], 1)
+        a = Analytic._divide(blk)
+        losses = [float((blk - torch.outer(db, torch.cat([a, a.new_ones(1)]))).norm() / blk.norm().clamp_min(1e-300))]
+        delta = db
+        deficient = []
+        bar = progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False)
+        bar.update(1)
+        for i in range(len(steps) - 2, -1, -1):
+            step, nxt = steps[i], layers[i + 1]
+            a = a.reshape(step.out_shape)
+            z, slope = _inverse(step.act, a)
+            _, pull = vjp(lambda u: nxt(u.unsqueeze(0)), torch.zeros(steps[i + 1].in_shape, dtype=torch.float64,
+                                                                      device=a.device))
+            delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
+            A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
+            weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act), slope.new_ones(A.shape[0] - slope.numel())])
+            a, rank, residual = _solve(A, r, weight)
+            losses.append(residual)
+            n = A.shape[1]
+            if rank < n:
+                deficient.append(f"layer {step.name}: rank {rank} of {n} unknowns")
+            bar.update(1)
+        bar.close()
+        x = a.reshape(obs.input_shape).to(victim.dtype)
+        labels = obs.labels if obs.labels is not None else db.argmin().reshape(1).to(victim.device)
+        last = len(losses) - 1
+        tol = torch.finfo(victim.dtype).eps ** 0.5
+        worst = max(range(len(losses)), key=lambda k: losses[k])
+        if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
+            stop, message = "diverged", "a layer's solution became non-finite"
+        elif deficient:
+            stop, message = "stalled", "; ".join(deficient) + ": the minimum-norm solution was taken"
+        elif losses[worst] > tol:
+            stop = "stalled"
+            message = (f"the layers' systems are inconsistent (relative residual {losses[worst]:.2g} at layer "
+                       f"{steps[len(steps) - 1 - worst].name}): the g read from the message is not the exact gradient "
+                       "of one example at these weights (noise, a sketch with a null space, or several local steps)")
+        else:
+            stop = "tolerance"
+            message = f"every layer's system was full rank and consistent ({len(steps) - 1} solved after the head's division)"
+        extra = [{"step": last, **monitor(last, x)}] if monitor is not None else []
+        return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
+                            iterations=last, best_step=last, stop_reason=stop, message=message,
+                            wall_s=time.perf_counter() - t0)
+
+
+__all__ = ["Rgap", "INVERTIBLE", "RANK_RTOL"]

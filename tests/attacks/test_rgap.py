@@ -1,0 +1,141 @@
+"""R-GAP, the recursive gradient attack: exact recovery through a chain of convolutions, refusals in one sentence."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import targets
+from leakattack import cli, metrics
+from leakattack.attacks import AttackError, Rgap, get_attack, list_attacks
+from leakattack.channel import Channel
+from leakattack.data import get_dataset
+from leakattack.observation import observe
+from leakattack.sketch import make_sketch
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # the attack runs on one thread
+
+
+def _example(dataset, index=0, size=16, count=1):
+    data = get_dataset(dataset)
+    x = F.adaptive_avg_pool2d(data.images[index:index + count].double(), size)
+    return x, data.labels[index:index + count]
+
+
+def _observe(victim, x, labels, kind="none", b=None):
+    victim = victim.to(dtype=torch.float64)
+    return observe(victim, x, labels, Channel(make_sketch(kind, victim.d, b or victim.d, seed=1)))
+
+
+def _lenet(x, **params):
+    return targets.get_model("lenet", in_shape=tuple(x.shape[1:]), seed=0, **params)
+
+
+def _psnr(result, x):
+    return float(metrics.psnr(result.x.clamp(0, 1), x).mean())
+
+
+def test_rgap_is_registered_and_listed(capsys):
+    assert "rgap" in list_attacks() and isinstance(get_attack("rgap"), Rgap)
+    assert cli.main(["list"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("attacks:"))
+    assert "rgap" in line.replace(",", " ").split()
+
+
+@pytest.mark.parametrize("dataset,act", [("photos", "sigmoid"), ("digits", "sigmoid"), ("photos", "tanh")])
+def test_lenet_gives_the_example_back_from_its_gradient(dataset, act):
+    # three convolutions (two of stride 2) inverted layer by layer from the head down
+    x, labels = _example(dataset, index=3)
+    obs = _observe(_lenet(x, act=act), x, labels)
+    result = get_attack("rgap").reconstruct(obs)
+    assert result.stop_reason == "tolerance", result.message
+    assert _psnr(result, x) > 100  # float64: exact up to round-off (a wrong delta or layer order gives < 20 dB)
+    assert result.labels.tolist() == labels.tolist()
+    assert len(result.losses) == 4 and max(result.losses) < 1e-8  # the head, then conv3, conv2, conv1
+
+
+def _small_chain(bias=True):
+    """A chain whose d = 512 is a power of two: a square SRHT at b = d is then orthogonal."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 5, stride=2, padding=2, bias=bias), nn.Sigmoid(),
+                          nn.Conv2d(4, 4, 3, padding=1), nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(64, 4))
+    return targets.Victim.from_module(model, input_shape=(1, 8, 8), num_classes=4, name="chain")
+
+
+def test_a_square_srht_is_solved_for_g_then_inverted():
+    x, _ = _example("digits", index=5, size=8)
+    labels = torch.tensor([2])
+    victim = _small_chain()
+    assert victim.d == 512
+    obs = _observe(victim, x, labels, "srht")
+    result = get_attack("rgap").reconstruct(obs)
+    assert result.stop_reason == "tolerance" and _psnr(result, x) > 100
+    assert result.labels.tolist() == [2]
+
+
+def test_a_square_srht_with_zero_padding_leaves_g_undetermined_and_says_so():
+    # lenet's d is no power of two: the square SRHT pads g and its b x d block has a null space
+    x, labels = _example("digits", index=3, size=8)
+    obs = _observe(_lenet(x), x, labels, "srht")
+    result = get_attack("rgap").reconstruct(obs)
+    assert result.stop_reason == "stalled" and "inconsistent" in result.message and _psnr(result, x) < 30
+
+
+def test_a_rank_deficient_layer_is_reported_with_its_rank():
+    # one 3x3 filter of stride 2 on a 3x8x8 input: 16 forward and 27 gradient equations for 192 unknowns, and
+    # one dependency among them (<W, dF/dW> = <delta, z - b> for every layer): rank 42
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 1, 3, stride=2, padding=1), nn.Tanh(), nn.Flatten(), nn.Linear(16, 3))
+    victim = targets.Victim.from_module(model, input_shape=(3, 8, 8), num_classes=3, name="narrow")
+    x, _ = _example("photos", index=1, size=8)
+    result = get_attack("rgap").reconstruct(_observe(victim, x, torch.tensor([1])))
+    assert result.stop_reason == "stalled"
+    assert "layer 0: rank 42 of 192 unknowns" in result.message and "minimum-norm" in result.message
+
+
+def _reason(obs):
+    reason = Rgap().supports(obs)
+    assert reason is not None and reason.count(". ") == 0 and "gradient-matching" in reason
+    with pytest.raises(AttackError, match="cannot run here"):
+        Rgap().reconstruct(obs)
+    return reason
+
+
+def test_refusals_name_what_is_not_supported_in_one_sentence():
+    x, labels = _example("digits", size=8)
+    assert "ReLU" in _reason(_observe(_lenet(x, act="relu"), x, labels))
+    xb, lb = _example("digits", size=8, count=2)
+    assert "batch of 2" in _reason(_observe(_lenet(xb), xb, lb))
+    assert "BatchNorm2d" in _reason(_observe(targets.get_model("resnet20", in_shape=(1, 8, 8), seed=0), x, labels))
+    lenet = _lenet(x)
+    assert "b = 100 numbers for d = " in _reason(_observe(lenet, x, labels, "srht", b=100))
+
+
+def test_an_operation_between_modules_is_refused():
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.act, self.fc = nn.Conv2d(1, 1, 3, padding=1), nn.Sigmoid(), nn.Linear(64, 3)
+
+        def forward(self, x):
+            return self.fc((self.act(self.conv(x)) + x).flatten(1))
+
+    victim = targets.Victim.from_module(Residual(), input_shape=(1, 8, 8), num_classes=3, name="residual")
+    x, _ = _example("digits", size=8)
+    assert "residual connection" in _reason(_observe(victim, x, torch.tensor([0])))
+
+
+def test_the_command_line_refuses_a_relu_lenet_with_one_line_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--model-param", "act=relu", "--attack", "rgap", "--sketch", "none",
+                   "--dataset", "digits", "--no-lpips", "--quiet", "--out", str(out)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "ReLU" in lines[0], lines
+    assert not out.exists()
+
+
+def test_experiment_passes_rgap_no_options_of_other_attacks():
+    from leakattack.config import RunConfig
+    from leakattack.experiment import attack_of
+
+    assert isinstance(attack_of(RunConfig(model="lenet", attack="rgap")), Rgap)
