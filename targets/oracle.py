@@ -52,6 +52,23 @@ def unflatten(victim: Victim, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return {n: flat[s].view_as(shapes[n]) for n, s in param_slices(victim).items()}
 
 
+def probe(victim: Victim, x: torch.Tensor, modules, record) -> torch.Tensor:
+    """The output of one forward pass of x without gradients, ``record(module, inputs, output)`` called as each of
+    ``modules`` runs; the hooks are removed and every buffer restored afterwards (a BatchNorm may update its
+    running statistics), so probing leaves the model as it was."""
+    hooks = [m.register_forward_hook(record) for m in modules]
+    saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
+    try:
+        with torch.no_grad():
+            return output_at(victim, x)
+    finally:
+        for h in hooks:
+            h.remove()
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+
+
 def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> torch.Tensor:
     """The model's output on x at its weights, or at ``params`` (name -> tensor) if given."""
     try:
@@ -116,5 +133,5 @@ def per_example_gradients(victim: Victim, x: torch.Tensor, y: torch.Tensor, para
     return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
 
 
-__all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "output_at", "loss_at",
+__all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "output_at", "probe", "loss_at",
            "check_per_example", "flat_gradient", "per_example_gradients"]

@@ -129,21 +129,10 @@ def first_layer(model: nn.Module) -> nn.Module | None:
 
 def _input_ranks(victim) -> dict[int, int]:
     """id(layer) -> number of input rows per example of each ``nn.Linear`` (1: a vector; more: a sequence)."""
-    seen, hooks = {}, []
-    for mod in victim.model.modules():
-        if isinstance(mod, nn.Linear):
-            hooks.append(mod.register_forward_hook(
-                lambda m, inp, out: seen.__setitem__(id(m), math.prod(inp[0].shape[:-1]))))
-    saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
-    try:
-        with torch.no_grad():
-            victim.model(torch.zeros((1, *victim.input_shape), dtype=victim.dtype, device=victim.device))
-    finally:
-        for h in hooks:
-            h.remove()
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
+    seen = {}
+    linears = [m for m in victim.model.modules() if isinstance(m, nn.Linear)]
+    targets.probe(victim, torch.zeros((1, *victim.input_shape), dtype=victim.dtype, device=victim.device), linears,
+                  lambda m, inp, out: seen.__setitem__(id(m), math.prod(inp[0].shape[:-1])))
     return seen
 
 

@@ -80,7 +80,7 @@ from torch import nn
 from torch.func import functional_call, vjp, vmap
 
 import targets
-from targets.oracle import output_at
+from targets.oracle import probe
 
 from ..observation import Observation
 from ..progress import progress_bar
@@ -121,19 +121,9 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
     leaves = [m for m in model.modules() if not any(True for _ in m.children())]
     calls = []
-    hooks = [m.register_forward_hook(lambda m, inp, out: calls.append((m, inp, out))) for m in leaves]
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
     gen = torch.Generator(device=victim.device).manual_seed(0)
     x = torch.rand((1, *victim.input_shape), generator=gen, dtype=victim.dtype, device=victim.device)
-    try:
-        with torch.no_grad():
-            out = output_at(victim, x)
-    finally:
-        for h in hooks:
-            h.remove()
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
+    out = probe(victim, x, leaves, lambda m, inp, out: calls.append((m, inp, out)))
 
     def same(a, b) -> bool:
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() == b.numel() \
@@ -300,41 +290,44 @@ class Rgap(Attack):
         losses = [float((blk - torch.outer(db, torch.cat([a, a.new_ones(1)]))).norm() / blk.norm().clamp_min(1e-300))]
         delta = db
         deficient = []
-        bar = progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False)
-        bar.update(1)
-        for i in range(len(steps) - 2, -1, -1):
-            step, nxt = steps[i], layers[i + 1]
-            a = a.reshape(step.out_shape)
-            z, slope = _inverse(step.act, a)
-            _, pull = vjp(lambda u: nxt(u.unsqueeze(0)), torch.zeros(steps[i + 1].in_shape, dtype=torch.float64,
-                                                                      device=a.device))
-            delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
-            A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
-            weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act), slope.new_ones(A.shape[0] - slope.numel())])
-            a, rank, residual = _solve(A, r, weight)
-            losses.append(residual)
-            n = A.shape[1]
-            if rank < n:
-                deficient.append(f"layer {step.name}: rank {rank} of {n} unknowns")
+        with progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False) as bar:
             bar.update(1)
-        bar.close()
+            for i in range(len(steps) - 2, -1, -1):
+                step, nxt = steps[i], layers[i + 1]
+                a = a.reshape(step.out_shape)
+                z, slope = _inverse(step.act, a)
+                _, pull = vjp(lambda u: nxt(u.unsqueeze(0)),
+                              torch.zeros(steps[i + 1].in_shape, dtype=torch.float64, device=a.device))
+                delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
+                A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
+                weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act),
+                                    slope.new_ones(A.shape[0] - slope.numel())])
+                a, rank, residual = _solve(A, r, weight)
+                losses.append(residual)
+                if rank < A.shape[1]:
+                    deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
+                bar.update(1)
         x = a.reshape(obs.input_shape).to(victim.dtype)
         labels = obs.labels if obs.labels is not None else db.argmin().reshape(1).to(victim.device)
         last = len(losses) - 1
         tol = torch.finfo(victim.dtype).eps ** 0.5
         worst = max(range(len(losses)), key=lambda k: losses[k])
+        notes = []
+        if losses[worst] > tol:
+            notes.append(f"the layers' systems are inconsistent (relative residual {losses[worst]:.2g} at layer "
+                         f"{steps[len(steps) - 1 - worst].name}): the g read from the message is not the exact "
+                         "gradient of one example at these weights (noise, a sketch with a null space, or several "
+                         "local steps)")
+        if deficient:
+            notes.append("; ".join(deficient) + ": the minimum-norm solution was taken")
         if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
             stop, message = "diverged", "a layer's solution became non-finite"
-        elif deficient:
-            stop, message = "stalled", "; ".join(deficient) + ": the minimum-norm solution was taken"
-        elif losses[worst] > tol:
-            stop = "stalled"
-            message = (f"the layers' systems are inconsistent (relative residual {losses[worst]:.2g} at layer "
-                       f"{steps[len(steps) - 1 - worst].name}): the g read from the message is not the exact gradient "
-                       "of one example at these weights (noise, a sketch with a null space, or several local steps)")
+        elif notes:
+            stop, message = "stalled", "; ".join(notes)
         else:
             stop = "tolerance"
-            message = f"every layer's system was full rank and consistent ({len(steps) - 1} solved after the head's division)"
+            message = (f"every layer's system was full rank and consistent ({len(steps) - 1} solved after the "
+                       "head's division)")
         extra = [{"step": last, **monitor(last, x)}] if monitor is not None else []
         return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
                             iterations=last, best_step=last, stop_reason=stop, message=message,
