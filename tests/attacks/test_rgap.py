@@ -8,9 +8,10 @@ from torch import nn
 import targets
 from leakattack import cli, metrics
 from leakattack.attacks import AttackError, Rgap, get_attack, list_attacks
+from leakattack.attacks.rgap import _solve
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
-from leakattack.observation import observe
+from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the attack runs on one thread
@@ -73,6 +74,15 @@ def test_a_square_srht_is_solved_for_g_then_inverted():
     assert result.labels.tolist() == [2]
 
 
+def test_granted_labels_are_returned_and_recovered_ones_follow_the_sign_rule():
+    x, _ = _example("digits", index=5, size=8)
+    victim = _small_chain().to(dtype=torch.float64)
+    channel = Channel(make_sketch("none", victim.d, victim.d))
+    granted = observe(victim, x, torch.tensor([3]), channel, ThreatModel(knows_labels=True))
+    assert get_attack("rgap").reconstruct(granted).labels.tolist() == [3]
+    assert get_attack("rgap").reconstruct(observe(victim, x, torch.tensor([1]), channel)).labels.tolist() == [1]
+
+
 def test_a_square_srht_with_zero_padding_leaves_g_undetermined_and_says_so():
     # lenet's d is no power of two: the square SRHT pads g and its b x d block has a null space
     x, labels = _example("digits", index=3, size=8)
@@ -91,6 +101,17 @@ def test_a_rank_deficient_layer_is_reported_with_its_rank():
     result = get_attack("rgap").reconstruct(_observe(victim, x, torch.tensor([1])))
     assert result.stop_reason == "stalled"
     assert "layer 0: rank 42 of 192 unknowns" in result.message and "minimum-norm" in result.message
+
+
+def test_the_svd_solve_used_off_the_cpu_agrees_with_gelsd():
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(60, 40, generator=gen, dtype=torch.float64)
+    A[:, 7] = A[:, 3] - 2 * A[:, 5]  # rank 39
+    r, weight = torch.randn(60, generator=gen, dtype=torch.float64), torch.rand(60, generator=gen, dtype=torch.float64)
+    a, rank, residual = _solve(A, r, weight)
+    b, rank_svd, residual_svd = _solve(A, r, weight, svd=True)
+    assert rank == rank_svd == 39 and abs(residual - residual_svd) < 1e-12 and residual > 0.1
+    assert float((a - b).norm()) < 1e-10 * float(a.norm())
 
 
 def _reason(obs):
