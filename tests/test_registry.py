@@ -32,7 +32,7 @@ def test_registry_registers_lists_and_refuses_unknown_names():
     (lambda: make_sketch("fourier", 8, 4), "sketch"),
     (lambda: protocols.get_protocol("gossip", None, None), "protocol"),
     (lambda: defenses.build("shield:k=1"), "defense"),
-    (lambda: get_attack("rgap"), "attack"),
+    (lambda: get_attack("deepleakage"), "attack"),
     (lambda: get_optimizer("sgd2", []), "optimizer"),
     (lambda: get_prior("gan", 1.0), "prior"),
     (lambda: get_backend("kubernetes"), "sweep backend"),

@@ -33,7 +33,7 @@ def _refused(argv, needle, root, capsys):
     (["--sketch", "srht", "--sketch-param", "s=4"], "sketch 'srht' has no parameter 's'"),
     (["--defense", "quantize:bits=1000"], "bits must be an integer in [1, 32]"),
     (["--labels", "guess"], "unknown label mode 'guess'"),
-    (["--attack", "rgap"], "unknown attack 'rgap'"),
+    (["--attack", "deepleakage"], "unknown attack 'deepleakage'"),
     (["--iterations", str(10 ** 20)], "iterations must lie in [1, 1000000]"),
     (["--protocol", "fedsketch-privix", "--sketch-rows", "100000"], "count-sketch rows t must lie in [1, 1000]"),
     (["--protocol", "fedsketch-privix", "--sketch-buckets", "100000000"], "exceed d = 13426"),
