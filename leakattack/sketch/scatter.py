@@ -118,6 +118,13 @@ class ScatterPlan:
             self._device_cache[key] = self.src_index.long().to(device)
         return self._device_cache[key]
 
+    def _plan_buffers(self, dtype) -> tuple:
+        """The plan's arguments of the scatter and gather kernels: positions, bucketed destinations, bucket
+        starts, scratch, repetitions, weights (None when their sign bits go instead) and source indices."""
+        w = None if self.signs is not None else self._weights(dtype, "cpu")
+        return (buffer(self.pos), buffer(self.destB), buffer(self.starts), buffer(self.scratch(dtype)), self.reps,
+                None if w is None else buffer(w), None if self.src_index is None else buffer(self.src_index))
+
     def scratch(self, dtype) -> torch.Tensor:
         """The kernels' E-entry scratch buffer of ``dtype``, kept between calls (also lent to the fused SRHT kernel)."""
         if dtype not in self._scratch:
@@ -135,12 +142,7 @@ class ScatterPlan:
         if self._kernel(flat):
             flat = flat.contiguous()
             out = empty((rows, self.m), x.dtype, zero=not self.covers)
-            w = None if self.signs is not None else self._weights(x.dtype, "cpu")
-            ext.scatter(buffer(flat), self.src_len, buffer(out), self.m,
-                        buffer(self.pos), buffer(self.destB), buffer(self.starts),
-                        buffer(self.scratch(x.dtype)), self.reps,
-                        None if w is None else buffer(w),
-                        None if self.src_index is None else buffer(self.src_index),
+            ext.scatter(buffer(flat), self.src_len, buffer(out), self.m, *self._plan_buffers(x.dtype),
                         not self.covers, threads(self.E * rows), self.signs, self.scale)
         else:
             if self.src_index is not None:
@@ -166,12 +168,7 @@ class ScatterPlan:
                 out = empty((rows, self.src_len), y.dtype, zero=partial)
             elif partial:
                 out.zero_()
-            w = None if self.signs is not None else self._weights(y.dtype, "cpu")
-            ext.gather(buffer(flat), self.m, buffer(out), self.src_len,
-                       buffer(self.pos), buffer(self.destB), buffer(self.starts),
-                       buffer(self.scratch(y.dtype)), self.reps,
-                       None if w is None else buffer(w),
-                       None if self.src_index is None else buffer(self.src_index),
+            ext.gather(buffer(flat), self.m, buffer(out), self.src_len, *self._plan_buffers(y.dtype),
                        threads(self.E * rows), self.signs, self.scale)
         else:
             vals = flat.index_select(1, self.dest(y.device))
