@@ -28,7 +28,7 @@ from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, fo
 from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
-from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
+from .config import CLOSED_FORM_ATTACKS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError
 from .observation import Observation, ThreatModel, attacker_forward, from_protocol, observe
@@ -163,7 +163,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "protocol's own message", SettingWarning, stacklevel=2)
     settings = {}
     groups = len(msg.info.get("minibatch_sizes", [n]))  # mini-batches per local epoch
-    if cfg.label_mode == "idlg" and victim.task == "classification" and cfg.attack != "analytic":
+    if cfg.label_mode == "idlg" and victim.task == "classification" and cfg.attack not in CLOSED_FORM_ATTACKS:
         if groups > 1:  # a recovered multiset cannot be placed in the mini-batches: soft labels instead
             settings["label_mode"] = "dlg"
             warnings.warn(f"labels: label recovery gives the round's {n} labels as one multiset, not which of them "

@@ -148,7 +148,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         "stop_reason": result.stop_reason, "message": result.message,
         "restarts": cfg.restarts, "restart_losses": result.restart_losses,
         "wall_s": time.perf_counter() - t0, "attack_s": result.wall_s, "d": case.obs.d, "b": case.obs.b,
-        "label_mode": "given" if cfg.labels_given else cfg.label_mode,
+        "label_mode": cfg.label_source,
         "labels_true": None if case.labels is None else case.labels.tolist(), "truth": case.x is not None,
         "labels_attack": None if result.labels is None else result.labels.tolist(),
         "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],

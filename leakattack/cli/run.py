@@ -28,6 +28,10 @@ def summary_line(m: dict, folder) -> str:
 
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
+    unused = cfg.unused_options()
+    if unused:
+        print(f"note: the {cfg.attack} attack solves in closed form and does not read {', '.join(unused)}",
+              file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
     print(summary_line(m, folder))
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops

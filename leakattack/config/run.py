@@ -156,6 +156,31 @@ def _derived(self) -> Derived:
     )
 
 
+#: attacks that solve for the input in closed form, reading none of gradient matching's settings
+CLOSED_FORM_ATTACKS = ("analytic", "rgap")
+#: the settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
+GRADIENT_MATCHING_ONLY = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv",
+                          "priors", "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts")
+
+
+def _unused_options(self) -> list[str]:
+    """The flags set away from their defaults that the configured attack does not read: gradient matching's
+    settings under a closed-form attack, and ``--labels dlg`` (soft labels optimised with x), which a closed-form
+    attack replaces by the labels it recovers."""
+    if self.attack not in CLOSED_FORM_ATTACKS:
+        return []
+    declared = {p.name: p for p in RUN_PARAMS}
+    out = [declared[n].option for n in GRADIENT_MATCHING_ONLY if getattr(self, n) != declared[n].default]
+    return out + (["--labels dlg"] if self.label_mode == "dlg" else [])
+
+
+def _label_source(self) -> str:
+    """Where the attack's labels come from: given, idlg (recovered from the message) or dlg (optimised)."""
+    if self.labels_given:
+        return "given"
+    return "idlg" if self.attack in CLOSED_FORM_ATTACKS else self.label_mode
+
+
 def _labels_given(self) -> bool:
     """The attacker is granted the labels: asked for, or the victim is a regression (no sign rule)."""
     return self.label_mode == "given" or targets.task_of(self.model) == "regression"
@@ -182,7 +207,8 @@ RunConfig = dataclasses.make_dataclass(
         "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data (see RUN_PARAMS).",
         "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
         "resolved": _resolved, "other_priors": _other_priors,
-        "labels_given": property(_labels_given), "to_dict": _to_dict, "from_dict": _from_dict,
+        "labels_given": property(_labels_given), "label_source": property(_label_source),
+        "unused_options": _unused_options, "to_dict": _to_dict, "from_dict": _from_dict,
     },
 )
 RunConfig.__module__ = __name__
@@ -224,4 +250,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["ConfigError", "Derived", "RunConfig", "check_protocol_spec", "validate_protocol"]
+__all__ = ["CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "GRADIENT_MATCHING_ONLY", "RunConfig", "check_protocol_spec",
+           "validate_protocol"]

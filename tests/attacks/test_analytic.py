@@ -1,5 +1,7 @@
 """The analytic attack on a fully connected first layer: exact division, recovery through sketches, refusals."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -194,3 +196,31 @@ def test_a_run_through_the_experiment_writes_an_exact_reconstruction(tmp_path):
     m, folder = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
     assert m["psnr"] > 80 and m["stop_reason"] == "tolerance" and m["label_acc"] == 1.0
     assert (folder / "metrics.json").exists() and (folder / "reconstruction.png").exists()
+
+
+def test_gradient_matching_settings_given_to_a_closed_form_attack_are_named_as_unused():
+    from leakattack.config import RunConfig
+
+    assert RunConfig(model="mlp", attack="analytic").unused_options() == []
+    assert RunConfig(model="mlp", attack="gradient-matching", restarts=4, label_mode="dlg").unused_options() == []
+    cfg = RunConfig(model="mlp", attack="rgap", restarts=4, priors=["tv:0.1"], optimizer="adam", label_mode="dlg")
+    assert cfg.unused_options() == ["--optimizer", "--prior", "--restarts", "--labels dlg"]
+    # a closed-form attack recovers its labels (or takes them as given): never the soft labels of --labels dlg
+    assert cfg.label_source == "idlg"
+    assert RunConfig(model="mlp", attack="analytic", label_mode="given").label_source == "given"
+    assert RunConfig(model="mlp", label_mode="dlg").label_source == "dlg"
+
+
+def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_from(tmp_path, capsys):
+    from leakattack import cli
+
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "mlp", "--dataset", "digits", "--attack", "analytic", "--sketch", "srht",
+                   "--sketch-ratio", "0.03", "--labels", "dlg", "--iterations", "50", "--no-lpips", "--quiet",
+                   "--out", str(out)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "note: the analytic attack solves in closed form and does not read --iterations, --labels dlg" in \
+        captured.err
+    assert "labels 1/1 (idlg)" in captured.out
+    assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"
