@@ -338,9 +338,9 @@ _CASES.register("protocol", protocol_case)
 _CASES.register("message", message_case)
 
 
-def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
-    """The case a configuration asks for: a message file (``cfg.message``), a protocol message (``cfg.protocol``),
-    else one gradient.  ``progress``: bars for long steps before the attack (a seed search)."""
+def check_case_options(cfg: RunConfig) -> None:
+    """The refusals that need no data and no model: a seed search without an unknown seed, a protocol or a seeded
+    sketch, and ``--truth`` without a message file (ConfigError, one sentence)."""
     if cfg.sketch_seed_search:
         if cfg.sketch_known:
             raise ConfigError("--sketch-seed-search searches for a sketch seed the attacker does not know: give "
@@ -353,9 +353,15 @@ def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progres
     if cfg.truth and not cfg.message:
         raise ConfigError("--truth scores the attack of a message file: give --message too (a simulated client's "
                           "truth is its data set's batch)")
+
+
+def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
+    """The case a configuration asks for: a message file (``cfg.message``), a protocol message (``cfg.protocol``),
+    else one gradient.  ``progress``: bars for long steps before the attack (a seed search)."""
+    check_case_options(cfg)
     return _CASES.get("message" if cfg.message else "protocol" if cfg.protocol else "gradient")(cfg, device, dtype,
                                                                                                 progress=progress)
 
 
-__all__ = ["Case", "build_case", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of",
+__all__ = ["Case", "build_case", "check_case_options", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of",
            "attacker_seed", "unknown_seed_view"]

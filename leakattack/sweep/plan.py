@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from .. import experiment
+from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig
 from ..data import get_batch
 from ..errors import UserError
@@ -216,8 +217,9 @@ def check_runnable(points: list[dict], cfgs: list | None = None) -> None:
     """Refuse, before anything runs, a point that could only fail at run time (ConfigError, one sentence).
 
     Each distinct victim and data set (:data:`CASE_KEYS`) is prepared once on
-    the CPU (data loaded, model built, gradient observed; no attack), then every
-    point is checked against it: b within [1, d] and its images in range.
+    the CPU (data loaded, model built, gradient observed; no attack and no seed
+    search: the point runs its own), then every point is checked against it: b
+    within [1, d], its images in range, its seed search and truth options.
     """
     cfgs = cfgs or [RunConfig.from_dict(p["params"]) for p in points]
     cases: dict[str, tuple] = {}
@@ -226,8 +228,10 @@ def check_runnable(points: list[dict], cfgs: list | None = None) -> None:
         for pt, cfg in zip(points, cfgs):
             case = json.dumps({k: pt["params"].get(k) for k in CASE_KEYS}, sort_keys=True, default=str)
             try:
+                check_case_options(cfg)
                 if case not in cases:
-                    p = experiment.prepare(RunConfig.from_dict({**pt["params"], "device": "cpu"}))
+                    params = {**pt["params"], "device": "cpu", "sketch_seed_search": 0}
+                    p = experiment.prepare(RunConfig.from_dict(params))
                     cases[case] = (p.victim.d, p.dataset)
                 d, dataset = cases[case]
                 cfg.validate_for(d)

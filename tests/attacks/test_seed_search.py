@@ -140,3 +140,23 @@ def test_a_message_file_seed_is_searched_too(tmp_path, client):
         p = prepare(cfg)
     s = p.obs.extra["seed_search"]
     assert s["found"] and s["candidates"] == 64 and p.obs.linear_map.seed == 123_456_789
+
+
+def test_a_sweep_searches_once_per_point_and_checks_every_point_before_running(tmp_path, monkeypatch):
+    import leakattack.cases as cases
+    from leakattack.config import ConfigError
+    from leakattack.sweep import load_plan, read_results, run_sweep
+
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[sweep]\nname = "seeds"\n[base]\nmodel = "logreg"\ndataset = "digits"\nsketch = "srht"\n'
+                     'sketch_known = false\nsketch_seed_search = 4\niterations = 5\n[grid]\nimage_index = [0, 1]\n')
+    calls = []
+    real = cases.search_seed
+    monkeypatch.setattr(cases, "search_seed", lambda *a, **k: calls.append(1) or real(*a, **k))
+    run_sweep(load_plan(sweep), tmp_path / "out", jobs=1)
+    rows = read_results(tmp_path / "out" / "results.jsonl")
+    assert len(calls) == 2 and all(r["metrics"]["seed_search"]["true_seed_rank"] == 0 for r in rows)
+    # the pre-check refuses a point whose search cannot run, whichever point of its case it is
+    sweep.write_text(sweep.read_text().replace("image_index = [0, 1]", "image_index = [0]\nsketch_known = [false, true]"))
+    with pytest.raises(ConfigError, match="give --sketch-unknown too"):
+        load_plan(sweep)
