@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,10 +112,40 @@ def median_wall(argv: list[str], times: int = 5) -> float:
     return walls[len(walls) // 2]
 
 
+#: the one-iteration digits run phase by phase in one fresh process, ``import torch`` first
+_PHASES = r"""
+import json, sys, tempfile, time
+t = [time.perf_counter()]
+import torch
+t.append(time.perf_counter())
+from leakattack import experiment
+from leakattack.config import RunConfig
+t.append(time.perf_counter())
+p = experiment.prepare(RunConfig(dataset="digits", iterations=1))
+t.append(time.perf_counter())
+o = experiment.execute(p, with_lpips=False)
+t.append(time.perf_counter())
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot
+t.append(time.perf_counter())
+with tempfile.TemporaryDirectory() as tmp:
+    experiment.write_run(o, tmp + "/run")
+t.append(time.perf_counter())
+print(json.dumps([b - a for a, b in zip(t, t[1:])]))
+"""
+PHASE_NAMES = ("import torch", "leakattack imports", "data, model, message", "one attack step + scoring",
+               "import matplotlib", "write the run folder (2 figures)")
+
+
 def startup_section(a) -> None:
     torch_s, run_s = startup(a.rounds)
     print(f"start-up   import torch {torch_s:6.2f} s | leakattack run --dataset digits --iterations 1 "
           f"{run_s:6.2f} s | above import torch {run_s - torch_s:5.2f} s")
+    phases = [json.loads(subprocess.run([sys.executable, "-c", _PHASES], check=True, capture_output=True,
+                                        text=True).stdout.splitlines()[-1]) for _ in range(a.rounds)]
+    print("           phases, medians of " + f"{a.rounds}: " + " | ".join(
+        f"{name} {statistics.median(p[i] for p in phases):.2f} s" for i, name in enumerate(PHASE_NAMES)))
     cli = [sys.executable, "-m", "leakattack.cli"]
     walls = {"import torch": median_wall([sys.executable, "-c", "import torch"]),
              "leakattack --help": median_wall(cli + ["--help"]),
