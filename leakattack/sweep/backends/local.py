@@ -36,6 +36,22 @@ def _worker_init() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _reaped(proc, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until ``proc`` has exited and been reaped; whether it has.
+
+    ``join`` alone can return while the process still counts as alive: it waits for the
+    process's end of a pipe to close, which happens while the process exits, and some
+    kernels report the exit itself a moment later.
+    """
+    deadline = time.monotonic() + timeout
+    while proc.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        proc.join(timeout=min(left, 0.05))
+    return True
+
+
 class LocalBackend(Backend):
     """``jobs`` worker processes on this machine (``jobs=1``: in this process)."""
 
@@ -68,6 +84,6 @@ class LocalBackend(Backend):
         for proc in procs:
             proc.terminate()
         for proc in procs:  # a worker caught mid start-up may miss SIGTERM's default action: make sure
-            proc.join(timeout=5)
-            if proc.is_alive():
+            if not _reaped(proc, 5.0):
                 proc.kill()
+                _reaped(proc, 60.0)
