@@ -118,7 +118,6 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     """Client c's round-t message of protocol ``cfg.protocol`` and the attacker's unrolled model of it."""
     if cfg.protocol_dir:
         spec, model_spec, rounds = stored_protocol(cfg.protocol_dir, cfg.protocol)
-        spec = {**SPEC_DEFAULTS, **spec}
     else:
         spec = {**SPEC_DEFAULTS, **cfg.protocol_spec, "seed": cfg.seed, "sketch": cfg.sketch,
                 "sketch_ratio": cfg.sketch_ratio, "sketch_params": dict(cfg.sketch_params)}

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 import targets
-from targets.protocols import evaluate, get_protocol
+from targets.protocols import SPEC_DEFAULTS, evaluate, get_protocol
 
 from .config import ConfigError, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
@@ -87,7 +87,10 @@ def load_checkpoint(folder: Path, t: int, d: int) -> torch.Tensor:
 
 
 def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
-    """(spec, model spec, rounds) of the protocol run stored in ``folder``; ConfigError when it is not one of ``name``."""
+    """(spec, model spec, rounds) of the protocol run stored in ``folder``; ConfigError when it is not one of ``name``.
+
+    A setting the stored spec does not name (one added after the run was trained) takes its default, which
+    is how the run trained."""
     pj = Path(folder) / "protocol.json"
     if not pj.is_file():
         raise ConfigError(f"protocol folder '{folder}' has no protocol.json (write one with `leakattack train`)")
@@ -101,7 +104,7 @@ def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
         raise ConfigError(f"'{pj}' is not a protocol.json written by `leakattack train`") from None
     if protocol != name:
         raise ConfigError(f"protocol folder '{folder}' holds protocol '{protocol}', not '{name}'")
-    return spec, model, rounds
+    return {**SPEC_DEFAULTS, **spec}, model, rounds
 
 
 def check_unchanged(folder: str | Path, described: dict) -> None:

@@ -19,7 +19,7 @@ import targets
 from leakattack import experiment
 from leakattack.config import RunConfig
 from leakattack.results import atomic_write_text, write_json
-from leakattack.training import train
+from leakattack.training import stored_protocol, train
 
 HERE = Path("results/protocols")
 ITER = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
@@ -77,12 +77,12 @@ def with_checkpoints(kw):
     src = Path(kw["protocol_dir"])
     if (src / "checkpoints" / f"round_{kw['protocol_round']:04d}.pt").exists():
         return kw
-    stored = json.loads((src / "protocol.json").read_text())
+    protocol = json.loads((src / "protocol.json").read_text())["protocol"]
+    spec, model, _ = stored_protocol(src, protocol)
     cache = Path("results/runs/protocol-checkpoints")
     if not (cache / src.name / "checkpoints" / f"round_{kw['protocol_round']:04d}.pt").exists():
         last = max(k["protocol_round"] for _, _, k in ROWS if k.get("protocol_dir") == kw["protocol_dir"])
-        train(stored["protocol"], stored["spec"], stored["model"], last, cache,
-              src.name, progress=False)
+        train(protocol, spec, model, last, cache, src.name, progress=False)
     return {**kw, "protocol_dir": str(cache / src.name)}
 
 

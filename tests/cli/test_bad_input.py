@@ -105,6 +105,24 @@ def test_a_malformed_or_edited_protocol_json_is_one_sentence(trained, tmp_path, 
     _refused(_attack(folder, tmp_path), "was changed after training: it says clients = 2", tmp_path, capsys)
 
 
+def test_a_protocol_json_from_before_a_setting_existed_reads_as_its_default(trained, tmp_path):
+    import shutil
+
+    from leakattack.training import stored_protocol, train
+    from targets.protocols import SPEC_DEFAULTS
+
+    folder = tmp_path / "copy"
+    shutil.copytree(trained, folder)
+    pj = folder / "protocol.json"
+    old = json.loads(pj.read_text())
+    del old["spec"]["local_epochs"]  # the field postdates older stored runs
+    pj.write_text(json.dumps(old))
+    spec, model, rounds = stored_protocol(folder, "fedavg")
+    assert spec["local_epochs"] == SPEC_DEFAULTS["local_epochs"] and rounds == 2
+    train("fedavg", spec, model, 1, tmp_path / "again", "fedavg", progress=False)  # retrains as the run did
+    assert cli.main(_attack(folder, tmp_path)) == 0
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--act", "swish"], "unknown activation 'swish'"),
     (["--seed", "-1"], "seed must be an integer in [0, 2^63 - 1]"),
