@@ -66,7 +66,7 @@ for eps in (0.5, 100.0, 1e8):
                   "protocol_spec": {"dp_epsilon": eps}}))
 TRAINED = {"protocol": "sketched", "protocol_dir": "results/protocols/train/sketched-srht-0.1"}
 ROWS.append(("sketched srht b/d=0.1 K=1, round 1 of the trained run", "known", {**TRAINED, "protocol_round": 1}))
-# round 500: p_y ~ 1, the label's row drowns in the sketch noise (label SNR < 1); `given` shows the image part
+# round 500: p_y ~ 1, the label's weight row drowns in the sketch noise (label SNR < 1); `given` shows the image part
 for mode, obj in (("idlg", "l2"), ("given", "l2"), ("given", "cosine")):
     ROWS.append((f"sketched srht b/d=0.1 K=1, round 500 of the trained run, labels {mode}, {obj}", "known",
                  {**TRAINED, "protocol_round": 500, "label_mode": mode, "objective": obj}))
@@ -88,11 +88,14 @@ def with_checkpoints(kw):
 
 NOTE = """L_R/‖y‖² is the matched objective at the best iterate (cosine rows: 1 − cos).  Label SNR: the gap
 between the two lowest iDLG scores over the sketch noise ‖M m_c‖‖y‖√(1/b − 1/d) (labels.sign_rule_snr;
-∞ unsketched); below ~2 the recovered label is a guess.  Round 500 of the trained run: p_y ≈ 0.999, the
-label's head row (p_y − 1)Σh = 1.2e-2 against sketch noise ≈ 2e-2 at b = 1343, so iDLG picks a wrong
-label (a genuine limit of label recovery through a strong sketch on a trained model), and with a wrong
-label no image matches the message.  With the label given the image is recovered (L-BFGS in units of ‖y‖;
-unnormalised it stalled at L_R/‖y‖² = 3e-4, 16 dB: torch keeps curvature pairs only if sᵀy > 1e-10).
+∞ unsketched); below ~2 the weight-row sign rule alone guesses.  The attack's labels come from the pooled
+rule (labels.py), which also reads the head's bias gradient p_c − 1[c = y], weighted against its own
+sketch noise.  Round 500 of the trained run: p_y ≈ 0.999, the label's weight row (p_y − 1)Σh = 1.2e-2
+against sketch noise ≈ 2e-2 at b = 1343 (SNR 0.4), yet the pooled rule reads the right label (9) on this
+image, and the attack then rebuilds it as well as with the label given; the sign rule alone (and LLG)
+reads 2 on this message (`recover_labels(..., rule="sign")`), and with a wrong label no image matches the
+message.  With the label given the image is recovered (L-BFGS in units of ‖y‖; unnormalised it
+stalled at L_R/‖y‖² = 3e-4, 16 dB: torch keeps curvature pairs only if sᵀy > 1e-10).
 At b = 134 (b/d = 0.01, m_i = d_i/100) the message has fewer numbers than the image (784 pixels): the attack
 matches it to L_R/‖y‖² ~ 1e-10 with another image (7 dB), so the message does not determine x.  safl and
 sacfl send the same R_t Δw at round 1; sacfl adds ‖Δw‖, which moves no row by more than 2.5 dB.  privsgd:
