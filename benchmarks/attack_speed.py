@@ -150,6 +150,7 @@ def startup_section(a) -> None:
     walls = {"import torch": median_wall([sys.executable, "-c", "import torch"]),
              "leakattack --help": median_wall(cli + ["--help"]),
              "leakattack run --help": median_wall(cli + ["run", "--help"]),
+             "leakattack list": median_wall(cli + ["list"]),
              "python -c pass": median_wall([sys.executable, "-c", "pass"])}
     print("           medians of 5: " + " | ".join(f"{k} {v:.3f} s" for k, v in walls.items())
           + f"; --help at x{walls['leakattack --help'] / walls['import torch']:.2f} of import torch")

@@ -1,29 +1,31 @@
-"""``leakattack list``: the names every registry accepts."""
+"""``leakattack list``: the names every registry accepts.
+
+Without ``--model`` the names come from :mod:`leakattack.config.names`, the copies of the
+registries' built-in names that the flags show (``tests/config/test_names.py`` keeps them equal
+to the registries), so the command answers without importing torch.  ``--model M`` asks the
+model registry itself.
+"""
 
 from __future__ import annotations
 
-import defenses
-import targets
-from targets.protocols import list_protocols
+from ..config import names
 
-from ..attacks import list_attacks, list_optimizers, list_priors, list_recipes
-from ..data import list_datasets
-from ..sketch import list_sketches
-from ..sweep import list_backends
+#: (heading, registry copy) in the order printed
+SECTIONS = (("models", names.MODELS), ("sketches", names.SKETCHES), ("datasets", names.DATASETS),
+            ("attacks", names.ATTACKS), ("recipes", names.RECIPES), ("priors", names.PRIORS),
+            ("optimizers", names.OPTIMIZERS), ("defenses", names.DEFENSES), ("protocols", names.PROTOCOLS),
+            ("sweep backends", names.SWEEP_BACKENDS))
 
 
 def cmd_list(a) -> int:
     if a.model:
+        import targets
+
         params = targets.model_params(a.model)
         print(f"{a.model}: task {targets.task_of(a.model)}; recipe {targets.recipe_of(a.model)}; "
               "parameters (--model-param NAME=VALUE): "
               f"{', '.join(params) if params else 'none'}")
         return 0
-    rows = [("models", targets.list_models()), ("sketches", list_sketches()), ("datasets", list_datasets()),
-            ("attacks", list_attacks()), ("recipes", list_recipes()), ("priors", list_priors()),
-            ("optimizers", list_optimizers()),
-            ("defenses", defenses.list_defenses()), ("protocols", list_protocols()),
-            ("sweep backends", list_backends())]
-    for name, names in rows:
-        print(f"{name + ':':<16}{', '.join(names)}")
+    for heading, listed in SECTIONS:
+        print(f"{heading + ':':<16}{', '.join(listed.shown)}")
     return 0

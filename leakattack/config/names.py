@@ -58,6 +58,7 @@ OPTIMIZERS = Listed("leakattack.attacks:list_optimizers", ("lbfgs", "adam", "gd"
 PROTOCOLS = Listed("targets.protocols:list_protocols", ("compsgd", "fedavg", "fedsketch-heaprix", "fedsketch-privix",
                                                         "privsgd", "sacfl", "safl", "sketched", "sketched-dp"))
 SWEEP_BACKENDS = Listed("leakattack.sweep:list_backends", ("local", "slurm"))
+DEFENSES = Listed("defenses:list_defenses", ("clip", "gaussian", "laplace", "per_example", "prune", "quantize"))
 
 # -- constants (a dict copied as a tuple holds its keys) --------------------------------------
 BN_MODES = ("train", "eval")
@@ -101,4 +102,4 @@ SOURCES = {
 }
 
 __all__ = ["Listed", "live", "checked_by", "SOURCES", "MODELS", "SKETCHES", "DATASETS", "ATTACKS", "RECIPES",
-           "RECIPES_OR_AUTO", "PRIORS", "OPTIMIZERS", "PROTOCOLS", "SWEEP_BACKENDS", *SOURCES]
+           "RECIPES_OR_AUTO", "PRIORS", "OPTIMIZERS", "PROTOCOLS", "SWEEP_BACKENDS", "DEFENSES", *SOURCES]

@@ -69,11 +69,23 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     assert not out.exists()
 
 
-def test_list_names_the_registries(capsys):
+def test_list_names_what_every_registry_accepts(capsys):
+    import defenses
+    import targets
+    from targets.protocols import list_protocols
+
+    from leakattack.attacks import list_attacks, list_optimizers, list_priors, list_recipes
+    from leakattack.data import list_datasets
+    from leakattack.sketch import list_sketches
+    from leakattack.sweep import list_backends
+
     assert cli.main(["list"]) == 0
-    text = capsys.readouterr().out
-    for name in ("lenet", "srht", "countsketch", "photos", "digits"):
-        assert name in text
+    shown = {head.strip(): names.strip().split(", ") for head, names in
+             (line.split(":", 1) for line in capsys.readouterr().out.strip().splitlines())}
+    assert shown == {"models": targets.list_models(), "sketches": list_sketches(), "datasets": list_datasets(),
+                     "attacks": list_attacks(), "recipes": list_recipes(), "priors": list_priors(),
+                     "optimizers": list_optimizers(), "defenses": defenses.list_defenses(),
+                     "protocols": list_protocols(), "sweep backends": list_backends()}
 
 
 def test_help_documents_defaults():

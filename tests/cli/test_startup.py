@@ -1,4 +1,5 @@
-"""The command line builds its parser, prints every help and names its commands without importing torch."""
+"""The command line builds its parser, prints every help, lists the registries and names its commands without importing
+torch."""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ def test_help_and_version_import_no_torch(argv, rc):
     proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=60)
     assert proc.returncode == rc, proc.stderr
     assert proc.stdout.startswith("usage: leakattack") or proc.stdout.startswith("leakattack ")
+
+
+def test_list_imports_no_torch():
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "list"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("models:") and "countsketch" in proc.stdout
 
 
 def test_run_help_lists_the_registries_names():
