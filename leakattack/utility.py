@@ -19,6 +19,7 @@ amplification).
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -28,9 +29,11 @@ from defenses.accounting import message_privacy
 
 from .channel import Channel
 from .data import get_dataset, train_test_split
+from .errors import SettingWarning
 from .observation import Observation, gradient_of
 from .seeds import torch_generator
 from .sketch import get_sketch
+from .sketch.gaussian import SLOW_SKETCH_SECONDS
 
 
 def privacy_metrics(cfg, obs: Observation) -> dict:
@@ -46,6 +49,25 @@ def privacy_metrics(cfg, obs: Observation) -> dict:
     if cfg.utility:
         m.update(train_under_defense(cfg))
     return m
+
+
+def slow_norms_note(kind: str, steps: int, first_s: float, limit_s: float = SLOW_SKETCH_SECONDS) -> str | None:
+    """One sentence when ``steps`` operator norms, each taking ``first_s`` seconds as the first did, are estimated to
+    take longer than ``limit_s`` (None otherwise): the estimate, and the cheaper choices."""
+    total = first_s * steps
+    if total <= limit_s:
+        return None
+    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min"
+    return (f"--utility draws a fresh R_t for each of its {steps} steps, and the noise after the sketch needs "
+            f"||R_t||, which sketch '{kind}' computes by Lanczos: {first_s:.2g} s for the first, about {span} in "
+            "all; use --sketch srht or countsketch (closed-form norms), noise before the sketch, or fewer "
+            "--utility-steps")
+
+
+def _warn_if_slow_norms(cfg, first_s: float) -> None:
+    note = slow_norms_note(cfg.sketch, cfg.utility_steps, first_s, SLOW_SKETCH_SECONDS)
+    if note:
+        warnings.warn(note, SettingWarning, stacklevel=3)
 
 
 def train_under_defense(cfg) -> dict:
@@ -71,7 +93,10 @@ def train_under_defense(cfg) -> dict:
         channel = Channel(get_sketch(cfg.sketch, d, b, seed=seeds.sketch_seed + 1 + t, **cfg.sketch_params),
                           pipeline)
         if needs_norm:
+            t_norm = time.perf_counter()
             norm = max(norm or 0.0, channel.sketch.operator_norm())
+            if t == 0:
+                _warn_if_slow_norms(cfg, time.perf_counter() - t_norm)
         g = gradient_of(victim, train.images[idx], train.labels[idx], channel.per_example).detach()
         update = channel.sketch.adjoint(channel.send(g, gen))
         with torch.no_grad():

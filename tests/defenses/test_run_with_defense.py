@@ -31,6 +31,22 @@ def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
     assert acc > 0.5 and m["utility_acc"] < acc, (acc, m["utility_acc"])
 
 
+def test_utility_estimates_the_norms_a_dense_sketch_needs_and_names_the_cheaper_choices(tmp_path, capsys,
+                                                                                        monkeypatch):
+    from leakattack import utility
+
+    note = utility.slow_norms_note("gaussian", 300, 7.7)
+    assert "Lanczos: 7.7 s for the first, about 38 min in all" in note and "--sketch srht" in note
+    assert utility.slow_norms_note("gaussian", 300, 0.5) is None  # 2.5 min: below the 3 minute limit
+    monkeypatch.setattr(utility, "SLOW_SKETCH_SECONDS", 0.0)  # any estimate is then too long
+    assert cli.main(["run", *COMMON, "--sketch", "gaussian", "--sketch-ratio", "0.1", "--defense",
+                     "clip:C=1,gaussian:z=1@after_sketch", "--utility", "--utility-steps", "2",
+                     "--out", str(tmp_path / "run")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "Lanczos" in line]
+    assert len(lines) == 1 and lines[0].startswith("leakattack: warning: --utility draws a fresh R_t for each "
+                                                   "of its 2 steps"), lines
+
+
 @pytest.mark.parametrize("spec,needle", [
     ("shield:k=1", "unknown defense 'shield'"),
     ("gaussian:sigma=-0.1", "sigma must be a non-negative number, got '-0.1'"),
