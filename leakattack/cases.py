@@ -362,5 +362,5 @@ def build_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progres
                                                                                                 progress=progress)
 
 
-__all__ = ["Case", "build_case", "check_case_options", "gradient_case", "protocol_case", "message_case", "message_settings", "threat_of",
-           "attacker_seed", "unknown_seed_view"]
+__all__ = ["Case", "build_case", "check_case_options", "gradient_case", "protocol_case", "message_case",
+           "message_settings", "threat_of", "attacker_seed", "unknown_seed_view"]

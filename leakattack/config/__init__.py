@@ -29,7 +29,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES", "DTYPES",
-    "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "add_arguments", "config_from_args",
+    "CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES",
+    "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "add_arguments", "config_from_args",
     "protocol_spec_from_args", "Constraint", "Choice", "Number", "Flag", "Text", "Table", "Items", "Optional",
 ]
