@@ -30,7 +30,7 @@ from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
 from .config import CLOSED_FORM_ATTACKS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
-from .errors import SettingWarning, UserError
+from .errors import SettingWarning, UserError, duration_text
 from .observation import Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .registry import Registry
 from .results.message import Message, read_message, read_truth
@@ -177,7 +177,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     seconds = forward_seconds(msg, victim.target(msg.labels)) * cfg.derived().iterations * cfg.restarts
     if seconds > SLOW_UNROLL_SECONDS:
         warnings.warn(f"the attacker unrolls {K} local step(s) over {n} image(s) per evaluation: about "
-                      f"{seconds / 60:.0f} min for {cfg.derived().iterations} iterations x {cfg.restarts} restart(s) "
+                      f"{duration_text(seconds)} for {cfg.derived().iterations} iterations x {cfg.restarts} restart(s) "
                       "(at least one evaluation each); fewer --iterations, a larger --client-batch or more --clients "
                       "shorten it", SettingWarning, stacklevel=2)
     encoder = msg.linear_map.describe()

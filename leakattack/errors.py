@@ -31,10 +31,23 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
         _show_warning(message, category, filename, lineno, file, line)
 
 
+def duration_text(seconds: float) -> str:
+    """An estimated duration as a warning states it: seconds, minutes, hours, days or years."""
+    if seconds >= 86400 * 365:
+        return f"{seconds / (86400 * 365):.3g} years"
+    if seconds >= 86400:
+        return f"{seconds / 86400:.3g} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
 def one_line_warnings() -> None:
     """Print every SettingWarning of this process as one ``leakattack: warning: ...`` line (other warnings as usual);
     the command line and the sweep's worker processes call it."""
     warnings.showwarning = _one_line_warning
 
 
-__all__ = ["UserError", "SettingWarning", "one_line_warnings"]
+__all__ = ["UserError", "SettingWarning", "duration_text", "one_line_warnings"]

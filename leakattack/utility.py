@@ -29,7 +29,7 @@ from defenses.accounting import message_privacy
 
 from .channel import Channel
 from .data import get_dataset, train_test_split
-from .errors import SettingWarning
+from .errors import SettingWarning, duration_text
 from .observation import Observation, gradient_of
 from .seeds import torch_generator
 from .sketch import get_sketch
@@ -57,11 +57,10 @@ def slow_norms_note(kind: str, steps: int, first_s: float, limit_s: float = SLOW
     total = first_s * steps
     if total <= limit_s:
         return None
-    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min"
     return (f"--utility draws a fresh R_t for each of its {steps} steps, and the noise after the sketch needs "
-            f"||R_t||, which sketch '{kind}' computes by Lanczos: {first_s:.2g} s for the first, about {span} in "
-            "all; use --sketch srht or countsketch (closed-form norms), noise before the sketch, or fewer "
-            "--utility-steps")
+            f"||R_t||, which sketch '{kind}' computes by Lanczos: {first_s:.2g} s for the first, about "
+            f"{duration_text(total)} in all; use --sketch srht or countsketch (closed-form norms), noise before the "
+            "sketch, or fewer --utility-steps")
 
 
 def _warn_if_slow_norms(cfg, first_s: float) -> None:

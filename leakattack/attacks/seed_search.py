@@ -58,7 +58,7 @@ import torch
 import targets
 
 from .. import seeds
-from ..errors import SettingWarning
+from ..errors import SettingWarning, duration_text
 from ..progress import progress_bar
 from ..sketch import get_sketch
 from ..sketch.countsketch import PRIME
@@ -251,26 +251,14 @@ def hopeless_bits(per_candidate_s: float, limit_s: float = HOPELESS_S) -> int:
     return max(0, math.ceil(math.log2(limit_s / max(per_candidate_s, 1e-12)) + 1e-12))
 
 
-def _span(seconds: float) -> str:
-    if seconds >= 86400 * 365:
-        return f"{seconds / (86400 * 365):.3g} years"
-    if seconds >= 86400:
-        return f"{seconds / 86400:.3g} days"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.3g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
-
-
 def search_note(per_candidate_s: float, bits: int, limit_s: float = SLOW_SEARCH_S) -> str | None:
     """One sentence when searching 2^bits seeds is estimated to take longer than ``limit_s`` (None otherwise)."""
     total = search_seconds(per_candidate_s, bits)
     if total <= limit_s:
         return None
-    return (f"searching 2^{bits} sketch seeds takes about {_span(total)} at {per_candidate_s * 1e3:.2g} ms per "
+    return (f"searching 2^{bits} sketch seeds takes about {duration_text(total)} at {per_candidate_s * 1e3:.2g} ms per "
             f"candidate: hopeless from {hopeless_bits(per_candidate_s)} bits on this machine (over "
-            f"{_span(HOPELESS_S)}); use fewer --sketch-seed-search bits")
+            f"{duration_text(HOPELESS_S)}); use fewer --sketch-seed-search bits")
 
 
 # -- the search -----------------------------------------------------------------------------

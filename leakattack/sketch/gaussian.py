@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .. import seeds
+from ..errors import duration_text
 from .base import DENSE_LIMIT, LinearMap, Sketch
 
 #: Largest number of entries in one regenerated row block.
@@ -238,12 +239,11 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
     total = per * evaluations
     if total <= limit_s:
         return None
-    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min"
     name = str(dtype).replace("torch.", "")
     return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries ({sketch.matrix_bytes(dtype) / 1e9:.1f} GB "
             f"in {name}), more than the sketch memory of {sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
-            f"twice per iteration: about {per:.2g} s each, {span} for {evaluations} iterations; use --sketch srht or "
-            f"countsketch, or a larger --sketch-memory")
+            f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations; use "
+            "--sketch srht or countsketch, or a larger --sketch-memory")
 
 
 class GaussianSketch(RowBlockSketch):
