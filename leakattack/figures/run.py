@@ -99,7 +99,7 @@ def convergence_figure(path, losses, title: str = "", objective: str = "l2") -> 
     """The minimised loss against step t, log scale: L_R for the ``l2`` objective, 1 − cos for ``cosine``."""
     y = np.asarray(losses, dtype=float)
     # no constrained layout: one axes needs none (the saved bounding box is fitted to its labels anyway), and
-    # it would lay the figure out again on each of the two draws of the save (a third of a run's start-up)
+    # it would lay the figure out again on each of the two draws of the save
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.semilogy(np.arange(len(y)), np.where(y > 0, y, np.nan), lw=1.2)
     ax.set_xlabel("step t")
