@@ -12,7 +12,7 @@ from targets.protocols import SPEC_DEFAULTS, list_protocols
 
 from ..config import ConfigError, validate_protocol
 from ..config.flags import protocol_spec_from_args
-from ..config.constraints import Choice, Number
+from ..config.constraints import Choice, Cores, Number
 from ..config.params import SEED
 from ..results import read_jsonl
 from ..training import MODEL_DEFAULTS, train
@@ -31,7 +31,7 @@ def cmd_train(a) -> int:
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
-    _check("threads", Number(1, integer=True), a.threads)
+    _check("threads", Cores(), a.threads)
     torch.set_num_threads(a.threads)  # small tensors: more threads only spin on a shared machine
     trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]
     if a.model not in trainable:

@@ -10,6 +10,7 @@ flag, the validation and the sweep key.  (The scikit-learn
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable, Iterable
 
 
@@ -105,6 +106,31 @@ class Index(Number):
         return f"{label} {v} does not exist: {label}s start at {self.low}"
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on macOS and Windows
+        return max(1, os.cpu_count() or 1)
+
+
+class Cores(Number):
+    """A thread count: an integer from 1 to the cores this process may use, read when a value is checked (more
+    threads than cores only wait on each other, and torch's thread pool crashes at counts in the tens of thousands)."""
+
+    def __init__(self):
+        super().__init__(1, integer=True)
+
+    def ok(self, v) -> bool:
+        return super().ok(v) and v <= available_cores()
+
+    def error(self, label, v):
+        if super().ok(v):  # an integer above the cores
+            n = available_cores()
+            return f"{label} {v} exceeds the {n} CPU core{'s' if n != 1 else ''} this process may use: give at most {n}"
+        return super().error(label, v)
+
+
 class Flag(Constraint):
     what = "be true or false"
 
@@ -160,4 +186,5 @@ class Optional(Constraint):
         return self.inner.error(label, v)
 
 
-__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Flag", "Text", "Table", "Items", "Optional"]
+__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text", "Table",
+           "Items", "Optional"]

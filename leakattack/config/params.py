@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from .constraints import Choice, Constraint, Flag, Index, Items, ModelName, Number, Optional, Table, Text
+from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -153,7 +153,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "are resized and centre-cropped to it (default 224)", "data"),
     # output and machine
     Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
-    Param("threads", 1, POS_INT, "threads",
+    Param("threads", 1, Cores(), "threads",
           "CPU threads for torch (the attack's small tensor ops gain nothing from more and slow down when cores are shared)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
           "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from leakattack import cli
+from leakattack.config.constraints import available_cores
 
 RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips"]
 
@@ -40,6 +41,17 @@ def _refused(argv, needle, root, capsys):
 ])
 def test_bad_run_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):
     _refused(RUN + args + ["--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("threads", [available_cores() + 1, 100_000])
+def test_more_threads_than_cores_are_refused_before_torch_starts_them(tmp_path, capsys, threads):
+    # 100000 threads crashed torch's thread pool (a segmentation fault) before the bound
+    n = available_cores()
+    _refused(RUN + ["--threads", str(threads), "--out", str(tmp_path / "run")],
+             f"threads {threads} exceeds the {n} CPU core{'s' if n != 1 else ''} this process may use: give at most {n}",
+             tmp_path, capsys)
+    _refused(["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--threads", str(threads),
+              "--out", str(tmp_path / "t")], f"threads {threads} exceeds the {n} CPU core", tmp_path, capsys)
 
 
 def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsys):
