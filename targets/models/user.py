@@ -181,10 +181,29 @@ def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int,
             out = victim.model(probe)
     except Exception as err:
         raise UserError(f"model '{spec}' fails on a batch of shape {tuple(probe.shape)} ({_first_line(err)})") from None
-    if task == "classification" and (not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes)):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UserError(f"model '{spec}' returns {shape} for a batch of 2, not the (2, {num_classes}) class scores")
+    problem = output_problem(out, task, num_classes, 2)
+    if problem:
+        raise UserError(f"model '{spec}' {problem}")
     return victim
 
 
-__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim"]
+def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
+    """What is wrong with a model's output for a batch of ``batch`` (the rest of a sentence naming the model), or
+    None: the loss and its gradient need a real floating-point tensor, (batch, num_classes) class scores for a
+    classifier, one row per example for a regression."""
+    if not isinstance(out, torch.Tensor):
+        want = f"a tensor of ({batch}, {num_classes}) class scores" if task == "classification" else "a tensor"
+        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}"
+    if not out.is_floating_point():  # integers and booleans have no gradient; complex scores have no cross-entropy
+        return (f"returns {str(out.dtype).replace('torch.', '')} outputs for a batch of {batch}; the loss and its "
+                "gradient need real floating-point outputs (return them before any rounding or argmax)")
+    shape = tuple(out.shape)
+    if task == "classification" and shape != (batch, num_classes):
+        return f"returns {shape} for a batch of {batch}, not the ({batch}, {num_classes}) class scores"
+    if task == "regression" and (not shape or shape[0] != batch):
+        return f"returns {shape} for a batch of {batch}, not one output per example (a leading dimension of {batch})"
+    return None
+
+
+__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim",
+           "output_problem"]

@@ -54,6 +54,33 @@ def test_more_threads_than_cores_are_refused_before_torch_starts_them(tmp_path, 
               "--out", str(tmp_path / "t")], f"threads {threads} exceeds the {n} CPU core", tmp_path, capsys)
 
 
+INT_MODEL = """
+import math
+
+from torch import nn
+
+
+class Rounded(nn.Module):
+    def __init__(self, in_shape, num_classes):
+        super().__init__()
+        self.fc = nn.Linear(math.prod(in_shape), num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)).round().long()  # integer scores: no gradient flows back
+"""
+
+
+def test_a_user_model_returning_integers_is_one_sentence_before_the_attack(tmp_path, capsys):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "rounded.py").write_text(INT_MODEL)  # imported outside the checked folder (__pycache__)
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = ["run", "--model", f"{tmp_path / 'models' / 'rounded.py'}:Rounded", "--dataset", "digits",
+            "--iterations", "2", "--quiet", "--no-lpips", "--out", str(work / "run")]
+    _refused(argv, "returns int64 outputs for a batch of 2; the loss and its gradient need real floating-point "
+                   "outputs", work, capsys)
+
+
 def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsys):
     _refused(RUN + ["--out", ""], "--out must name a folder", tmp_path, capsys)
     (tmp_path / "file").write_text("x")

@@ -81,6 +81,26 @@ class WrongOutput(Net):
         return super().forward(x)[:, :1]
 
 
+class RoundedOutput(Net):
+    def forward(self, x):
+        return super().forward(x).argmax(1, keepdim=True).expand(-1, 3)
+
+
+class ComplexOutput(Net):
+    def forward(self, x):
+        return torch.complex(super().forward(x), super().forward(x))
+
+
+class TupleOutput(Net):
+    def forward(self, x):
+        return (super().forward(x),)
+
+
+class SummedRegressor(Regressor):
+    def forward(self, x):
+        return super().forward(x).sum()
+
+
 class Refuses(Net):
     def __init__(self, num_classes):
         raise RuntimeError("no GPU here")
@@ -185,6 +205,11 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
     (lambda f, p: f"{f}:BadLoss", "leakattack_loss of .* must take \\(output, target\\)"),
     (lambda f, p: f"{f}:BadTask", "leakattack_task is 'ranking'; choose one of: classification, regression"),
     (lambda f, p: f"{f}:WrongOutput", "returns \\(2, 1\\) for a batch of 2, not the \\(2, 3\\) class scores"),
+    (lambda f, p: f"{f}:RoundedOutput", "returns int64 outputs for a batch of 2; the loss and its gradient need real "
+                                        "floating-point outputs"),
+    (lambda f, p: f"{f}:ComplexOutput", "returns complex64 outputs for a batch of 2; the loss and its gradient need"),
+    (lambda f, p: f"{f}:TupleOutput", "returns a tuple for a batch of 2, not a tensor of \\(2, 3\\) class scores"),
+    (lambda f, p: f"{f}:SummedRegressor", "returns \\(\\) for a batch of 2, not one output per example"),
     (lambda f, p: "some/dir/model.txt:Net", "model file 'some/dir/model.txt' is not a .py file"),
 ])
 def test_every_way_a_user_model_fails_is_one_sentence(model_file, model_package, make_spec, message):
