@@ -8,6 +8,7 @@ code.  It may hold a ``state_dict`` or a flat vector of the trainable weights in
 
 from __future__ import annotations
 
+import math
 import pickle
 from pathlib import Path
 
@@ -16,6 +17,28 @@ import torch
 from leakattack.errors import UserError
 
 from .victim import Victim
+
+
+def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dtype) -> str | None:
+    """One sentence on a tensor of weights that are not real and finite in ``dtype``, the model's (complex, inf,
+    nan, or beyond its range), or None; ``name`` None: the flat weight vector."""
+    what = "the weight vector" if name is None else f"'{name}'"
+    if t.is_complex():
+        return (f"weights file '{path}': {what} holds complex numbers ({str(t.dtype).replace('torch.', '')}); "
+                "weights must be real")
+    if not t.is_floating_point():  # integers and booleans are finite
+        return None
+    bad = ~torch.isfinite(t.detach())
+    if dtype.is_floating_point:
+        bad |= ~torch.isfinite(t.detach().to(dtype))
+    if not bool(bad.any()):
+        return None
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    where, value = (first[0] if len(first) == 1 else first), float(t[first])
+    if math.isfinite(value):
+        return (f"weights file '{path}': {what} holds {value:g} at index {where}, beyond the range of the model's "
+                f"{str(dtype).replace('torch.', '')}")
+    return f"weights file '{path}': {what} holds a non-finite number ({value}) at index {where}; weights must be finite"
 
 
 def load_weights(victim: Victim, path: str | Path) -> Victim:
@@ -36,6 +59,9 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
         if state.dim() != 1 or state.numel() != victim.d:
             raise UserError(f"weights file '{path}' holds a tensor of shape {tuple(state.shape)}, "
                             f"not the {victim.d} weights of this model")
+        problem = _value_error(path, state, None, victim.dtype)
+        if problem:
+            raise UserError(problem)
         with torch.no_grad():
             torch.nn.utils.vector_to_parameters(state.to(victim.dtype), [p for p in model.parameters() if p.requires_grad])
         return victim
@@ -52,6 +78,9 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
     if wrong:
         raise UserError(f"weights file '{path}' does not fit this model: '{wrong[0]}' has shape "
                         f"{tuple(state[wrong[0]].shape)}, the model needs {tuple(own[wrong[0]].shape)}")
+    problem = next(filter(None, (_value_error(path, state[k], k, own[k].dtype) for k in own)), None)
+    if problem:
+        raise UserError(problem)
     model.load_state_dict(state)
     return victim
 

@@ -81,6 +81,23 @@ def test_a_user_model_returning_integers_is_one_sentence_before_the_attack(tmp_p
                    "outputs", work, capsys)
 
 
+@pytest.mark.parametrize("value,needle", [
+    (float("nan"), "the weight vector holds a non-finite number (nan) at index 3; weights must be finite"),
+    (float("inf"), "the weight vector holds a non-finite number (inf) at index 3; weights must be finite"),
+    (1j, "the weight vector holds complex numbers (complex64); weights must be real"),
+])
+def test_weights_that_are_not_real_and_finite_are_one_sentence(tmp_path, capsys, value, needle):
+    import targets
+    from leakattack.data import get_dataset
+
+    ds = get_dataset("digits")
+    flat = targets.flat_params(targets.get_model("lenet", in_shape=ds.in_shape, num_classes=ds.num_classes))
+    flat = flat.detach().to(torch.complex64 if isinstance(value, complex) else torch.float32)
+    flat[3] = value
+    torch.save(flat, tmp_path / "w.pt")
+    _refused(RUN + ["--weights", str(tmp_path / "w.pt"), "--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+
+
 def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsys):
     _refused(RUN + ["--out", ""], "--out must name a folder", tmp_path, capsys)
     (tmp_path / "file").write_text("x")

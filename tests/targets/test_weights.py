@@ -84,3 +84,48 @@ def test_a_missing_or_unreadable_file_is_one_sentence(tmp_path):
     with pytest.raises(UserError, match="weights file '.*junk.pt' ") as err:
         targets.load_weights(v, tmp_path / "junk.pt")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("poison,needle", [
+    (lambda t: t.__setitem__((1, 2), float("nan")), "'fc.weight' holds a non-finite number (nan) at index (1, 2); "
+                                                      "weights must be finite"),
+    (lambda t: t.__setitem__((0, 0), float("-inf")), "'fc.weight' holds a non-finite number (-inf) at index (0, 0)"),
+])
+def test_non_finite_weights_in_a_state_dict_are_refused_naming_the_tensor(tmp_path, poison, needle):
+    v = targets.get_model("logreg", in_shape=(1, 4, 4), num_classes=3)
+    state = v.model.state_dict()
+    poison(state["fc.weight"])
+    torch.save(state, tmp_path / "w.pt")
+    with pytest.raises(UserError) as err:
+        targets.load_weights(targets.get_model("logreg", in_shape=(1, 4, 4), num_classes=3), tmp_path / "w.pt")
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_complex_or_out_of_range_weights_are_refused(tmp_path):
+    v = targets.get_model("logreg", in_shape=(1, 4, 4), num_classes=3)
+    state = {k: t.to(torch.complex64) if k == "fc.bias" else t for k, t in v.model.state_dict().items()}
+    torch.save(state, tmp_path / "c.pt")
+    with pytest.raises(UserError, match="'fc.bias' holds complex numbers \\(complex64\\); weights must be real"):
+        targets.load_weights(v, tmp_path / "c.pt")
+    big = {k: t.double() for k, t in v.model.state_dict().items()}
+    big["fc.bias"][1] = 1e300  # finite in float64, infinite in the model's float32
+    torch.save(big, tmp_path / "big.pt")
+    with pytest.raises(UserError, match="'fc.bias' holds 1e\\+300 at index 1, beyond the range of the model's float32"):
+        targets.load_weights(v, tmp_path / "big.pt")
+
+
+@pytest.mark.parametrize("dtype,value,needle", [
+    (torch.float32, float("nan"), "the weight vector holds a non-finite number (nan) at index 7"),
+    (torch.float64, float("inf"), "the weight vector holds a non-finite number (inf) at index 7"),
+    (torch.complex64, 1j, "the weight vector holds complex numbers (complex64); weights must be real"),
+])
+def test_a_flat_weight_vector_that_is_not_real_and_finite_names_the_first_bad_index(tmp_path, dtype, value, needle):
+    v = targets.get_model("logreg", in_shape=(1, 4, 4), num_classes=3)
+    flat = targets.flat_params(v).detach().to(dtype)
+    flat[7] = value
+    torch.save(flat, tmp_path / "flat.pt")
+    before = targets.flat_params(v).clone()
+    with pytest.raises(UserError) as err:
+        targets.load_weights(v, tmp_path / "flat.pt")
+    assert needle in str(err.value), str(err.value)
+    assert torch.equal(targets.flat_params(v), before)  # nothing loaded
