@@ -29,6 +29,7 @@ from .config import ConfigError, RunConfig
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, directory_mode, write_csv, write_json, write_tensors
+from .results.reference import cpu_model, machine
 from .utility import privacy_metrics
 
 
@@ -185,8 +186,9 @@ def environment(device: torch.device) -> dict:
         "leakattack": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
         "torchvision": _version("torchvision"), "numpy": np.__version__, "scipy": _version("scipy"),
         "platform": platform.platform(), "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "threads": torch.get_num_threads(),
+        "machine": machine(),  # what changes the last bits of a CPU run: CPU model, SIMD capability, threads
     }
 
 

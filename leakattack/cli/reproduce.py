@@ -4,6 +4,12 @@ Every number the README quotes from results/ comes from one of these steps, run
 from the repository root.  ``--list`` names the steps, ``--dry-run`` prints their
 commands.  Sweeps are re-run from scratch (their old results.jsonl and points are
 removed first, otherwise the sweep would resume and skip every point).
+
+The ``reference`` step compares each regenerated run with the committed one by
+the quality it reaches (:mod:`leakattack.results.reference`): it prints both,
+the machines they were made on, and says "the same to the last bit" only when
+that is true.  It fails (exit code 1) only when a metric lies outside the stated
+tolerances; another CPU gives another trajectory, not a failure.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserError as ConfigError
+from ..results import read_json
+from ..results.reference import compare, machine_text
 
 PY = [sys.executable]
 CLI = PY + ["-m", "leakattack.cli"]
@@ -25,7 +33,7 @@ CHECKS = (("linreg", "none"), ("lenet", "srht"))
 def steps() -> dict[str, list[tuple[str, list[str]]]]:
     """name -> [(what, argv)]; ``what`` is "run" or "sweep:<folder>" or "check:<model>_<sketch>"."""
     out = {
-        "reference": [("run", CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet", "--out",
+        "reference": [(f"reference:results/reference/lenet-{s}", CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet", "--out",
                                      f"results/reference/lenet-{s}"]) for s in ("srht", "none")],
         "sweeps": [(f"sweep:results/sweeps/{n}", CLI + ["sweep", f"examples/{n}.toml", "--jobs", "2", "--quiet",
                                                         "--out", f"results/sweeps/{n}"]) for n in SWEEPS],
@@ -40,7 +48,19 @@ def steps() -> dict[str, list[tuple[str, list[str]]]]:
     return out
 
 
-def _prepare(what: str) -> None:
+def _committed(folder: Path) -> tuple[dict, dict] | None:
+    """(metrics, machine record) of a committed reference run, or None when there is none to compare with."""
+    try:
+        metrics, config = read_json(folder / "metrics.json"), read_json(folder / "config.json")
+    except (OSError, ValueError):
+        return None
+    return metrics, config.get("environment", {}).get("machine")
+
+
+def _prepare(what: str):
+    """Clear what a step regenerates; returns what its check needs afterwards (the committed reference)."""
+    if what.startswith("reference:"):
+        return _committed(Path(what.split(":", 1)[1]))
     if what.startswith("sweep:"):
         folder = Path(what.split(":", 1)[1])
         for name in ("results.jsonl", "summary.csv"):
@@ -49,7 +69,19 @@ def _prepare(what: str) -> None:
             shutil.rmtree(folder / sub, ignore_errors=True)
 
 
-def _finish(what: str, argv: list[str]) -> None:
+def _finish(what: str, argv: list[str], before) -> bool:
+    """Finish a step (copy a check's files into place, compare a reference); False when a reference disagrees."""
+    if what.startswith("reference:"):
+        folder = Path(what.split(":", 1)[1])
+        now = _committed(folder)
+        if before is None or now is None:
+            print(f"[reference] {folder.name}: no committed run to compare with")
+            return True
+        result = compare(folder.name, before[0], now[0])
+        print(f"[reference] {folder.name}: committed on {machine_text(before[1])}; now on {machine_text(now[1])}")
+        for line in result.lines:
+            print(f"[reference]   {line}")
+        return result.agrees
     if what.startswith("check:"):  # results/theory/check_<model>_<sketch>{.json,_*.png}
         tag, src = what.split(":", 1)[1], Path(argv[-1])
         dst = Path("results/theory")
@@ -57,6 +89,7 @@ def _finish(what: str, argv: list[str]) -> None:
         shutil.copyfile(src / "check.json", dst / f"check_{tag}.json")
         for png in ("noncritical_hist.png", "convergence.png"):
             shutil.copyfile(src / png, dst / f"check_{tag}_{png}")
+    return True
 
 
 def cmd_reproduce(a) -> int:
@@ -71,17 +104,22 @@ def cmd_reproduce(a) -> int:
             raise ConfigError(f"unknown reproduce step '{n}'; choose one of: {', '.join(table)}")
     if not Path("examples").is_dir() or not Path("results").is_dir():
         raise ConfigError("run `leakattack reproduce` from the repository root (it needs examples/ and results/)")
+    failed = False
     for n in names:
         for what, argv in table[n]:
             print(f"[{n}] {' '.join(argv)}", flush=True)
             if a.dry_run:
                 continue
-            _prepare(what)
+            before = _prepare(what)
             t0 = time.perf_counter()
             rc = subprocess.call(argv)
             if rc != 0:
                 print(f"leakattack: error: step '{n}' failed (exit code {rc}): {' '.join(argv)}", file=sys.stderr)
                 return 1
-            _finish(what, argv)
+            agrees = _finish(what, argv, before)
             print(f"[{n}] done in {time.perf_counter() - t0:.0f} s", flush=True)
-    return 0
+            if not agrees:
+                print(f"leakattack: error: the regenerated {Path(what.split(':', 1)[1]).name} lies outside the "
+                      "tolerances of the committed reference (see the lines above)", file=sys.stderr)
+                failed = True
+    return 1 if failed else 0

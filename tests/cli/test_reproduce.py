@@ -1,6 +1,13 @@
 """`leakattack reproduce` names and prints the commands behind every committed reference result."""
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from leakattack import cli
 
@@ -39,3 +46,26 @@ def test_outside_the_repository_root_is_one_line_exit_2(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert cli.main(["reproduce", "reference"]) == 2
     assert "repository root" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reference_regenerated_under_another_cpu_capability_is_compared_by_quality_and_exits_0(tmp_path):
+    # AVX2 kernels stand in for another machine: another vector width changes the last bits of the reductions
+    # and with them the L-BFGS trajectory; the comparison must say how the numbers differ and accept them
+    shutil.copytree(ROOT / "results" / "reference", tmp_path / "results" / "reference")
+    (tmp_path / "examples").mkdir()
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    proc = subprocess.run([sys.executable, "-m", "leakattack.cli", "reproduce", "reference"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for name in ("lenet-srht", "lenet-none"):
+        assert f"[reference] {name}: committed on " in out
+        verdict = next(line for line in out.splitlines() if line.startswith(f"[reference]   {name}: "))
+        assert "the same to the last bit" in verdict or "agrees within the tolerances" in verdict, verdict
+    psnr = [line for line in out.splitlines() if line.startswith("[reference]   psnr:")]
+    assert len(psnr) == 2 and all("tolerance ±6 dB: within" in line for line in psnr), psnr
+    committed = json.loads((ROOT / "results" / "reference" / "lenet-srht" / "config.json").read_text())
+    fresh = json.loads((tmp_path / "results" / "reference" / "lenet-srht" / "config.json").read_text())
+    assert fresh["environment"]["machine"]["aten_cpu_capability"] == "avx2"
+    assert fresh["environment"]["machine"]["cpu"] and committed["environment"]["machine"]["cpu"]
