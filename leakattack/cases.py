@@ -16,6 +16,7 @@ sense of a *case* apart from the *attack*:
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from .registry import Registry
 from .results.message import Message, read_message, read_truth
 from .sketch import (DESCRIPTION_KEYS, get_sketch, is_identity, regeneration_note, sketch_dim,
                      sketch_from_description)
+from .sketch.gaussian import available_memory_bytes
 from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
 
 #: a protocol attack whose unrolled client model is estimated to take longer than this (seconds) is warned about
@@ -223,8 +225,66 @@ def cfg_value_differs(cfg: RunConfig, key: str, value) -> bool:
     return mine != _DEFAULTS[key] and mine != value
 
 
-def _message_victim(cfg: RunConfig, msg: Message, truth, seeds) -> tuple[targets.Victim, ImageSet]:
-    """The user's model at the given weights, built for the message's input shape and classes."""
+#: copies of the batch an attack holds at least: the dummy images, their gradient, two optimiser moments (Adam's;
+#: L-BFGS keeps more), besides the model's activations
+BATCH_COPIES = 4
+
+
+def _available_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: the GPU's free memory, else the RAM available."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_memory_bytes()
+
+
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.3g} GB"
+
+
+def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_classes: int, device: torch.device,
+                        dtype: torch.dtype) -> None:
+    """Refuse a message whose attack cannot fit in memory, before the model is built (ConfigError naming the field):
+    the batch (BATCH_COPIES x batch_size x the numbers of one input), the model's weights counted without
+    allocating them, and an update's unrolled local steps (one copy of the weights per step, kept for the gradient
+    in x)."""
+    size, have = torch.tensor([], dtype=dtype).element_size(), _available_bytes(device)
+    dt = str(dtype).replace("torch.", "")
+    where = f"message file '{msg.path}'"
+    batch = BATCH_COPIES * msg.batch_size * math.prod(in_shape) * size
+    if batch > have:
+        raise ConfigError(f"{where}: a batch of batch_size = {msg.batch_size} inputs of shape {tuple(in_shape)} needs "
+                          f"at least {_gb(batch)} in {dt} ({BATCH_COPIES} copies: the dummy images, their gradient and "
+                          f"two optimiser moments), and {_gb(have)} is available")
+    d = targets.parameter_count(cfg.model, num_classes=num_classes, in_shape=in_shape, **cfg.model_params)
+    if d is None:
+        return  # the build says what is wrong, or the user's class cannot be counted without building it
+    steps = msg.local_steps if msg.kind == "update" else 0
+    weights = (steps + 2) * d * size  # w, the message's gradient, and w at every unrolled step
+    if weights > have:
+        if steps and steps * d * size > have / 2:
+            raise ConfigError(f"{where}: unrolling local_steps = {msg.local_steps} SGD steps of model '{cfg.model}' "
+                              f"(d = {d:,} weights) keeps a copy of the weights per step, at least {_gb(weights)} in "
+                              f"{dt}, and {_gb(have)} is available")
+        raise ConfigError(f"{where}: model '{cfg.model}' built for its input_shape {tuple(in_shape)} and num_classes "
+                          f"{num_classes} has d = {d:,} weights, at least {_gb(weights)} in {dt} with its gradient, "
+                          f"and {_gb(have)} is available")
+
+
+def _check_message_labels(cfg: RunConfig, msg: Message, num_classes: int) -> None:
+    """A classifier's labels in the file are class indices in [0, num_classes) (ConfigError naming the first bad one)."""
+    if msg.labels is None or targets.task_of(cfg.model) != "classification":
+        return
+    bad = ((msg.labels < 0) | (msg.labels >= num_classes)).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ConfigError(f"message file '{msg.path}': 'labels' must be class indices in [0, {num_classes}), got "
+                          f"{int(msg.labels[i])} at position {i}")
+
+
+def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.device,
+                    dtype: torch.dtype) -> tuple[targets.Victim, ImageSet]:
+    """The user's model at the given weights, built for the message's input shape and classes, each checked
+    against the model before it is built (size, labels) and after (a probe batch, the weights file)."""
     if msg.input_shape is not None and msg.num_classes is not None:
         in_shape, num_classes = msg.input_shape, msg.num_classes
     else:  # what the file leaves open comes from the truth, else from --dataset
@@ -232,10 +292,26 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds) -> tuple[targets
                          image_size=cfg.image_size)
         in_shape = msg.input_shape or (tuple(truth[0].shape[1:]) if truth is not None else ds.in_shape)
         num_classes = msg.num_classes or ds.num_classes
-    victim = targets.get_model(cfg.model, num_classes=num_classes, in_shape=in_shape, seed=seeds.model_seed,
-                               init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+    _check_message_labels(cfg, msg, num_classes)
+    _check_message_size(cfg, msg, in_shape, num_classes, device, dtype)
+    built = (f"the model was built for message file '{msg.path}': input_shape {tuple(in_shape)}, num_classes "
+             f"{num_classes}")
+    try:
+        victim = targets.get_model(cfg.model, num_classes=num_classes, in_shape=in_shape, seed=seeds.model_seed,
+                                   init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+    except UserError as err:
+        raise ConfigError(f"{err} ({built})") from None
+    except Exception as err:  # noqa: BLE001 -- a registered model's constructor refusing the shape, in its words
+        raise ConfigError(f"model '{cfg.model}' cannot be built for input_shape {tuple(in_shape)} and num_classes "
+                          f"{num_classes} of message file '{msg.path}' ({type(err).__name__}: "
+                          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None
+    if cfg.model in targets.list_models():  # the user's classes are probed when built
+        _probe_message_model(cfg, msg, victim, built)
     if cfg.weights:
-        targets.load_weights(victim, cfg.weights)
+        try:
+            targets.load_weights(victim, cfg.weights)
+        except UserError as err:
+            raise ConfigError(f"{err} ({built})") from None
     else:
         warnings.warn(f"no --weights: the message is attacked at the weights model '{cfg.model}' draws from model "
                       f"seed {seeds.model_seed}, which must be the weights the client had", SettingWarning,
@@ -245,6 +321,21 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds) -> tuple[targets
     dataset = ImageSet(name="message", images=images, labels=labels, num_classes=num_classes, class_names=[],
                        source=f"message file {msg.path}")
     return victim, dataset
+
+
+def _probe_message_model(cfg: RunConfig, msg: Message, victim: targets.Victim, built: str) -> None:
+    """One forward pass of a batch of 2 zeros at the message's input shape (buffers restored): a registered model
+    that cannot take the shape, or answers with the wrong outputs, is a ConfigError."""
+    x = torch.zeros(2, *victim.input_shape, dtype=victim.dtype)
+    try:
+        out = targets.probe(victim, x, [], lambda *a: None)
+    except Exception as err:  # noqa: BLE001 -- the model's own complaint, in one line
+        text = str(err).strip().splitlines()
+        raise ConfigError(f"model '{cfg.model}' fails on a batch of shape {tuple(x.shape)} ({type(err).__name__}"
+                          f"{': ' + text[0] if text else ''}; {built})") from None
+    problem = targets.output_problem(out, victim.task, victim.num_classes, 2)
+    if problem:
+        raise ConfigError(f"model '{cfg.model}' {problem} ({built})")
 
 
 def _update_forward(victim: targets.Victim, view, lr: float, steps: int):
@@ -270,7 +361,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     if truth is not None and truth[0].shape[0] != msg.batch_size:
         raise ConfigError(f"truth file '{cfg.truth}' holds {truth[0].shape[0]} images but the message was computed "
                           f"on a batch of {msg.batch_size}")
-    victim, dataset = _message_victim(cfg, msg, truth, seeds)
+    victim, dataset = _message_victim(cfg, msg, truth, seeds, device, dtype)
     victim.to(device=device, dtype=dtype)
     if truth is not None and tuple(truth[0].shape[1:]) != tuple(victim.input_shape):
         raise ConfigError(f"truth file '{cfg.truth}' holds images of shape {tuple(truth[0].shape[1:])}, "

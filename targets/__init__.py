@@ -10,8 +10,8 @@ errors, seeds, sketch) and the ``defenses`` transforms.
 
 from __future__ import annotations
 
-from .models import (INITS, default_init, get_model, list_models, model_params, recipe_of, register_model,
-                     task_of)
+from .models import (INITS, default_init, get_model, list_models, model_params, output_problem, parameter_count,
+                     recipe_of, register_model, task_of)
 from .oracle import (flat_gradient, flat_params, loss_at, num_params, param_names, param_slices, probe,
                      per_example_gradients, unflatten)
 from .victim import BN_MODES, TASKS, Victim, cross_entropy, squared_error
@@ -20,6 +20,7 @@ from .weights import load_weights
 __all__ = [
     "Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
+    "parameter_count", "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
     "per_example_gradients", "unflatten", "load_weights", "probe",
 ]

@@ -186,7 +186,9 @@ RUN_PARAMS: tuple[Param, ...] = (
 #: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
 PROTOCOL_PARAMS: tuple[Param, ...] = (
     Param("clients", names.SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N", "protocol"),
-    Param("local_steps", names.SPEC_DEFAULTS["local_steps"], POS_INT, "local steps K", "local SGD steps K per round", "protocol"),
+    # at most as many as --iterations: each is one SGD step of every client, unrolled by the attacker at every evaluation
+    Param("local_steps", names.SPEC_DEFAULTS["local_steps"], Number(1, MAX_ITERATIONS, integer=True), "local steps K",
+          "local SGD steps K per round", "protocol"),
     Param("local_epochs", names.SPEC_DEFAULTS["local_epochs"], NONNEG_INT, "local epochs E",
           "local epochs E per round: each a seeded pass over the client's whole shard in mini-batches of "
           "--client-batch (the last one smaller), one SGD step each, so K = E ceil(n_c/B) (0: K steps on one "

@@ -24,6 +24,7 @@ file atomically; :func:`read_message` checks one and returns a :class:`Message`.
 
 from __future__ import annotations
 
+import math
 import numbers
 import pickle
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ import torch
 from ..errors import UserError
 from ..sketch import Sketch, check_description
 from .io import write_tensors
+
+#: local SGD steps an update message may unroll: as many as --iterations may take (config.params.MAX_ITERATIONS);
+#: the attacker's model runs every one of them at each evaluation, so more is hours per step of the attack
+MAX_LOCAL_STEPS = 1_000_000
+#: numbers per example (the product of input_shape): 64 channels of the largest --image-size, 1024 x 1024
+MAX_INPUT_NUMBERS = 64 * 1024 * 1024
+#: classes a model may score: far above the largest public label sets (ImageNet-21k: 21,841)
+MAX_CLASSES = 1_000_000
 
 FORMAT = "leakattack-message"
 VERSION = 1
@@ -87,16 +96,20 @@ def _check(fields: dict, where: str) -> None:
 
     y = fields["message"]
     if not isinstance(y, torch.Tensor) or y.dim() != 1 or y.numel() == 0 or not y.is_floating_point():
-        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise MessageError(f"{where}: 'message' must be a flat, non-empty floating-point tensor, got {shape}")
+        got = (f"a {str(y.dtype).replace('torch.', '')} tensor of shape {tuple(y.shape)}" if isinstance(y, torch.Tensor)
+               else f"a {type(y).__name__}")
+        raise MessageError(f"{where}: 'message' must be a flat, non-empty, real floating-point tensor, got {got}")
     if not bool(torch.isfinite(y).all()):
-        raise MessageError(f"{where}: the message holds non-finite numbers (inf or nan)")
+        i = int((~torch.isfinite(y)).nonzero()[0, 0])
+        raise MessageError(f"{where}: the message holds a non-finite number ({float(y[i])}) at index {i}")
     if fields["kind"] not in KINDS:
         bad("kind", " or ".join(KINDS))
     if not _is_int(fields["batch_size"], 1):
         bad("batch_size", "a positive integer")
     if not _is_int(fields["local_steps"], 1):
         bad("local_steps", "a positive integer")
+    if fields["local_steps"] > MAX_LOCAL_STEPS:
+        bad("local_steps", f"at most {MAX_LOCAL_STEPS:,} (the attacker unrolls every step at each evaluation)")
     lr = fields["lr"]
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < float(lr) < float("inf")):
         bad("lr", "a positive number")
@@ -113,10 +126,15 @@ def _check(fields: dict, where: str) -> None:
     if fields["defense"] is not None and not isinstance(fields["defense"], str):
         bad("defense", "a defense spec string")
     shape = fields["input_shape"]
-    if shape is not None and not (isinstance(shape, (list, tuple)) and shape and all(_is_int(s, 1) for s in shape)):
-        bad("input_shape", "a list of positive integers such as [3, 32, 32]")
+    if shape is not None and not (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= 3
+                                  and all(_is_int(s, 1) for s in shape)):
+        bad("input_shape", "a list of 1 to 3 positive integers such as [3, 32, 32]")
+    if shape is not None and math.prod(int(s) for s in shape) > MAX_INPUT_NUMBERS:
+        bad("input_shape", f"at most {MAX_INPUT_NUMBERS:,} numbers per example (64 channels of 1024 x 1024)")
     if fields["num_classes"] is not None and not _is_int(fields["num_classes"], 1):
         bad("num_classes", "a positive integer")
+    if fields["num_classes"] is not None and fields["num_classes"] > MAX_CLASSES:
+        bad("num_classes", f"at most {MAX_CLASSES:,}")
     ids = fields["ids"]
     if not isinstance(ids, dict) or not all(isinstance(k, str) and _is_id(v) for k, v in ids.items()):
         bad("ids", "a dict of names to numbers or strings")
@@ -230,4 +248,5 @@ def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
     return images, labels
 
 
-__all__ = ["FORMAT", "VERSION", "KINDS", "Message", "MessageError", "write_message", "read_message", "read_truth"]
+__all__ = ["FORMAT", "VERSION", "KINDS", "MAX_LOCAL_STEPS", "MAX_INPUT_NUMBERS", "MAX_CLASSES", "Message",
+           "MessageError", "write_message", "read_message", "read_truth"]

@@ -38,7 +38,7 @@ from .linear import LinReg, LogReg
 from .mlp import MLP
 from .resnet import resnet18, resnet20, resnet32, resnet_cifar
 from .torchvision_models import resnet50, resnet101, vit_b_16
-from .user import (build_user_module, is_user_spec, user_class, user_params, user_recipe, user_task,
+from .user import (build_user_module, is_user_spec, output_problem, user_class, user_params, user_recipe, user_task,
                    user_victim)
 from .vit import vit_small
 
@@ -130,6 +130,22 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
                   task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
 
 
+def parameter_count(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> int | None:
+    """The weights model ``name`` would have, counted on PyTorch's meta device (nothing allocated, no weights
+    drawn), so that a size that cannot fit is refused before it is built; None where the class cannot be built
+    there (the user's class may need real tensors) or refuses the arguments (building it says why)."""
+    in_shape = tuple(int(s) for s in in_shape)
+    try:
+        with torch.device("meta"):
+            if _is_user(name):
+                module = build_user_module(name, user_class(name), in_shape, num_classes, params)
+            else:
+                module = _MODELS.get(name)(in_shape=in_shape, num_classes=num_classes, **params)
+        return sum(p.numel() for p in module.parameters())
+    except Exception:  # noqa: BLE001 -- counting is advisory: get_model gives the one-sentence error
+        return None
+
+
 def default_init(name: str) -> str | None:
     """The weight initialisation model ``name`` gets unless another is asked for (None: its own, seeded)."""
     if _is_user(name):
@@ -151,5 +167,6 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of", "seeded_build",
-           "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP", "LogReg", "LinReg"]
+__all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init", "task_of",
+           "recipe_of", "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet",
+           "MLP", "LogReg", "LinReg"]

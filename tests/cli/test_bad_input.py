@@ -37,6 +37,7 @@ def _refused(argv, needle, root, capsys):
     (["--attack", "deepleakage"], "unknown attack 'deepleakage'"),
     (["--iterations", str(10 ** 20)], "iterations must lie in [1, 1000000]"),
     (["--protocol", "fedsketch-privix", "--sketch-rows", "100000"], "count-sketch rows t must lie in [1, 1000]"),
+    (["--protocol", "fedavg", "--local-steps", str(10 ** 9)], "local steps K must lie in [1, 1000000], got 1000000000"),
     (["--protocol", "fedsketch-privix", "--sketch-buckets", "100000000"], "exceed d = 13426"),
 ])
 def test_bad_run_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):

@@ -155,6 +155,32 @@ BAD = [
     (lambda t: ((t / "m.pt").write_text("not torch"), str(t / "m.pt"))[1],
      "message file '{m}' is not a readable torch file"),
     (lambda t: str(t / "absent.pt"), "message file '{m}' does not exist"),
+    # each field against the model, before any work
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D), labels=torch.tensor([12])),
+     "message file '{m}': 'labels' must be class indices in [0, 10), got 12 at position 0"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D), batch_size=3, labels=torch.tensor([1, -1, 2])),
+     "message file '{m}': 'labels' must be class indices in [0, 10), got -1 at position 1"),
+    (lambda t: _save(t / "m.pt", input_shape=[1, 3, 12, 12]),
+     "message file '{m}': 'input_shape' must be a list of 1 to 3 positive integers such as [3, 32, 32], "
+     "got [1, 3, 12, 12]"),
+    (lambda t: _save(t / "m.pt", input_shape=[3, 100000, 100000]),
+     "message file '{m}': 'input_shape' must be at most 67,108,864 numbers per example"),
+    (lambda t: _save(t / "m.pt", input_shape=[432]),
+     "model 'lenet' cannot be built for input_shape (432,) and num_classes 10 of message file '{m}' (ValueError: "),
+    (lambda t: _save(t / "m.pt", num_classes=10 ** 9), "message file '{m}': 'num_classes' must be at most 1,000,000"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D), num_classes=11),
+     "weights file '{w}' does not fit this model: 'fc.weight' has shape (10, 108), the model needs (11, 108) (the "
+     "model was built for message file '{m}': input_shape (3, 12, 12), num_classes 11)"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D), batch_size=10 ** 12),
+     "message file '{m}': a batch of batch_size = 1000000000000 inputs of shape (3, 12, 12) needs at least "),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D), kind="update", lr=0.1, local_steps=10 ** 9),
+     "message file '{m}': 'local_steps' must be at most 1,000,000 (the attacker unrolls every step at each "
+     "evaluation), got 1000000000"),
+    (lambda t: _save(t / "m.pt", message=torch.full((D,), float("nan"))),
+     "message file '{m}': the message holds a non-finite number (nan) at index 0"),
+    (lambda t: _save(t / "m.pt", message=torch.zeros(D, dtype=torch.complex64)),
+     f"message file '{{m}}': 'message' must be a flat, non-empty, real floating-point tensor, got a complex64 "
+     f"tensor of shape ({D},)"),
 ]
 
 
@@ -166,7 +192,39 @@ def test_a_bad_message_file_is_one_sentence_and_writes_nothing(tmp_path, capsys,
     before = _files(tmp_path)
     rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, "--out", str(tmp_path / "r")],
                       capsys)
-    assert rc == 2 and len(err) == 1 and needle.format(m=m) in err[0], err
+    assert rc == 2 and len(err) == 1 and needle.format(m=m, w=lenet_weights) in err[0], err
+    assert "Traceback" not in err[0] and _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("changes,needle", [
+    (dict(kind="update", lr=0.1, local_steps=900_000),
+     f"'{{m}}': unrolling local_steps = 900000 SGD steps of model 'lenet' (d = {D:,} weights) keeps a copy of the "
+     "weights per step, at least 66.4 GB in float64, and 1 GB is available"),
+    (dict(batch_size=1000),
+     "'{m}': a batch of batch_size = 1000 inputs of shape (3, 12, 12) needs at least 0.0138 GB in float64 (4 copies: "
+     "the dummy images, their gradient and two optimiser moments), and 0.01 GB is available"),
+])
+def test_a_message_whose_attack_cannot_fit_in_memory_is_refused_before_the_model_is_built(
+        tmp_path, capsys, monkeypatch, lenet_weights, changes, needle):
+    import leakattack.cases
+
+    gb = 1e9 if "local_steps" in changes else 1e7
+    monkeypatch.setattr(leakattack.cases, "available_memory_bytes", lambda: int(gb))  # the machine's, made small
+    m = _save(tmp_path / "m.pt", message=torch.zeros(D), **changes)
+    before = _files(tmp_path)
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, "--device", "cpu",
+                       "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err) == 1 and "message file " + needle.format(m=m) in err[0], err
+    assert _files(tmp_path) == before
+
+
+def test_a_registered_model_that_cannot_take_the_message_input_shape_is_one_sentence(tmp_path, capsys):
+    m = _save(tmp_path / "m.pt", input_shape=[5])
+    before = _files(tmp_path)
+    rc, _, err = _run(["--model", "resnet20", "--message", m, "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("leakattack: error: model 'resnet20' fails on a batch of shape (2, 5) (RuntimeError: ")
+    assert err[0].endswith(f"the model was built for message file '{m}': input_shape (5,), num_classes 10)")
     assert _files(tmp_path) == before
 
 

@@ -52,7 +52,13 @@ def test_write_then_read_gives_back_every_field(tmp_path):
     (dict(batch_size=0), "'batch_size' must be a positive integer"),
     (dict(sketch={"kind": "srht", "d": 8, "b": 3, "seed": 0}), "has 4 numbers but its sketch (srht, d = 8) sends b = 3"),
     (dict(lr=-1.0, kind="update"), "'lr' must be a positive number"),
-    (dict(input_shape=(3, 0)), "'input_shape' must be a list of positive integers"),
+    (dict(input_shape=(3, 0)), "'input_shape' must be a list of 1 to 3 positive integers"),
+    (dict(input_shape=(1, 1, 2, 2)), "'input_shape' must be a list of 1 to 3 positive integers such as [3, 32, 32], "
+                                     "got [1, 1, 2, 2]"),
+    (dict(input_shape=(3, 10 ** 5, 10 ** 5)), "'input_shape' must be at most 67,108,864 numbers per example"),
+    (dict(num_classes=10 ** 9), "'num_classes' must be at most 1,000,000, got 1000000000"),
+    (dict(kind="update", lr=0.1, local_steps=10 ** 12), "'local_steps' must be at most 1,000,000 (the attacker "
+                                                        "unrolls every step at each evaluation)"),
     (dict(client=object()), "'ids' must be a dict of names to numbers or strings"),
 ])
 def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing(tmp_path, kwargs, needle):
@@ -61,9 +67,20 @@ def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing
     assert needle in str(err.value) and not list(tmp_path.iterdir())
 
 
-def test_a_non_finite_message_is_refused(tmp_path):
-    with pytest.raises(MessageError, match="non-finite"):
-        write_message(tmp_path / "m.pt", torch.tensor([1.0, float("nan")]))
+def test_a_non_finite_or_complex_message_is_refused_naming_the_first_bad_number(tmp_path):
+    with pytest.raises(MessageError, match="the message holds a non-finite number \\(nan\\) at index 1"):
+        write_message(tmp_path / "m.pt", torch.tensor([1.0, float("nan"), float("inf")]))
+    with pytest.raises(MessageError, match="'message' must be a flat, non-empty, real floating-point tensor, got a "
+                                           "complex64 tensor of shape \\(2,\\)"):
+        write_message(tmp_path / "m.pt", torch.zeros(2, dtype=torch.complex64))
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_local_steps_bound_is_the_iterations_bound():
+    from leakattack.config.params import MAX_ITERATIONS
+    from leakattack.results.message import MAX_LOCAL_STEPS
+
+    assert MAX_LOCAL_STEPS == MAX_ITERATIONS  # a copy: results comes before config in the import order
 
 
 def test_a_truth_file_is_a_tensor_or_a_dict_of_images_and_labels(tmp_path):
