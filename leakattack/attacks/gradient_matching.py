@@ -88,7 +88,7 @@ class GradientMatching(Attack):
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
                  labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
                  schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
-                 stall_gain: float = STALL_GAIN):
+                 stall_gain: float = STALL_GAIN, time_limit: float | None = None):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if signed and sees_normalised_loss(optimizer):
@@ -101,6 +101,10 @@ class GradientMatching(Attack):
         self.label_mode, self.dummy_init = labels, dummy_init
         self.restarts, self.init_seed = int(restarts), int(init_seed)
         self.stall_window, self.stall_gain = int(stall_window), float(stall_gain)
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        #: wall-clock seconds the optimisation may take (None: no limit)
+        self.time_limit = None if time_limit is None else float(time_limit)
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -158,9 +162,11 @@ class GradientMatching(Attack):
         (``l2``) or L_R <= ``tol`` (``cosine``); when its lowest L_R has improved by
         less than the factor ``1 - stall_gain`` over the last ``stall_window`` steps,
         or L-BFGS finds no descent direction (``stalled``); or at the first
-        non-finite loss (``diverged``).  Each result holds the start's best iterate.
+        non-finite loss (``diverged``); or once ``time_limit`` seconds have passed since the
+        call (``time-limit``, checked after every step).  Each result holds the start's best iterate.
         """
         t0 = time.perf_counter()
+        deadline = math.inf if self.time_limit is None else t0 + self.time_limit
         problem = _Problem(self, obs, x0, labels)
         R, iterations = problem.R, self.iterations
         opt = get_optimizer(self.optimizer, self.lr)
@@ -176,13 +182,14 @@ class GradientMatching(Attack):
         step = 0
         while True:
             finite = torch.isfinite(Z[:, :problem.nx]).all(1).tolist()
+            late = time.perf_counter() >= deadline
             keep = []
             for i, r in enumerate(rows):
                 run = runs[r]
                 run.record(step, Z[i], fits[i], finite[i])
                 if run.stop is None:
                     run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
-                              r in getattr(opt, "stalled", ()))
+                              r in getattr(opt, "stalled", ()), self.time_limit if late else None)
                 if monitor is not None and run.stop != "diverged" and \
                         (step % monitor_every == 0 or run.stop is not None):
                     run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
@@ -339,7 +346,8 @@ class _Run:
         self.lowest.append(self.best_loss)
 
     def check(self, step: int, iterations: int, tol: float, scale: float, window: int, gain: float,
-              no_descent: bool) -> None:
+              no_descent: bool, time_limit: float | None = None) -> None:
+        """Whether the start stops at ``step``; ``time_limit``: the budget in seconds, given once it has run out."""
         loss = self.losses[-1]
         if loss / scale <= tol:
             self.stop = "tolerance"
@@ -357,6 +365,10 @@ class _Run:
                 # saturation: no non-finite value, but the objective ended above where it started
                 self.message = (f"the loss rose from {self.losses[0]:.3e} to {self.losses[-1]:.3e} (step size "
                                 f"too large?); returning the best iterate, from step {self.best_step}")
+        elif time_limit is not None:
+            self.stop = "time-limit"
+            self.message = (f"stopped at step {step}: the time limit of {time_limit:g} s was reached; "
+                            f"returning the best iterate, from step {self.best_step}")
 
     def result(self, wall_s: float) -> AttackResult:
         p = self.problem

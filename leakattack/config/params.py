@@ -10,11 +10,13 @@ module, and building every command's flags from it, imports no torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
+from .constraints import (Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text,
+                          available_cores)
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -48,6 +50,54 @@ class Param:
 
 def _choices(fn):
     return Choice(fn)
+
+
+#: the units a duration may carry (``90s``, ``10m``, ``1h``); a plain number is seconds
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(v) -> float | None:
+    """The seconds a duration stands for (``90s``, ``10m``, ``1h``, or a plain number of seconds, as text or a
+    number); None when ``v`` is not a positive finite duration."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        seconds = float(v)
+    elif isinstance(v, str):
+        text = v.strip().lower()
+        unit = DURATION_UNITS.get(text[-1:], 1.0)
+        number = text[:-1] if text[-1:] in DURATION_UNITS else text
+        try:
+            seconds = float(number) * unit
+        except ValueError:
+            return None
+    else:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+class Duration(Constraint):
+    """A positive wall-clock duration: ``90s``, ``10m``, ``1h`` or a number of seconds (read by
+    :func:`duration_seconds`)."""
+
+    what = "be a positive duration such as 90s, 10m, 1h or a number of seconds"
+
+    def ok(self, v) -> bool:
+        return duration_seconds(v) is not None
+
+
+#: victims with at least this many weights run on every core by default (ResNets, ViTs: large convolutions and
+#: matrix products, which torch splits well); smaller ones (LeNet, MLPs, linear models) on one thread, where more only
+#: add synchronisation (benchmarks/deep_step.py and benchmarks/attack_speed.py measure both)
+DEEP_WEIGHTS = 100_000
+
+
+def resolve_threads(threads: int | None, d: int | None = None) -> int:
+    """The torch thread count of a run: ``threads`` when given, else (auto) every core this process may use for a
+    victim of at least :data:`DEEP_WEIGHTS` weights and one thread for a smaller one or while d is not known yet."""
+    if threads is not None:
+        return int(threads)
+    return available_cores() if d is not None and d >= DEEP_WEIGHTS else 1
 
 
 POS_INT = Number(1, integer=True)
@@ -138,6 +188,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
+    Param("time_limit", None, Optional(Duration()), "time limit",
+          "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
+          "every start still running stops with its best iterate (stop reason time-limit) (default: none)"),
     Param("seed", 0, SEED, "seed", "master seed"),
     # data
     Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
@@ -153,8 +206,10 @@ RUN_PARAMS: tuple[Param, ...] = (
           "are resized and centre-cropped to it (default 224)", "data"),
     # output and machine
     Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
-    Param("threads", 1, Cores(), "threads",
-          "CPU threads for torch (the attack's small tensor ops gain nothing from more and slow down when cores are shared)", "output"),
+    Param("threads", None, Optional(Cores()), "threads",
+          f"CPU threads for torch (default: auto, every core for victims of at least {DEEP_WEIGHTS:,} weights such as "
+          "the ResNets and ViTs, one thread for smaller ones such as LeNet, whose small tensor ops only slow down with "
+          "more)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
           "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
@@ -248,4 +303,5 @@ def help_text(p: Param) -> str:
     return f"{text} (default: {p.default})"
 
 
-__all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text"]
+__all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
+           "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "resolve_threads"]

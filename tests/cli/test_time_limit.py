@@ -1,0 +1,56 @@
+"""--time-limit: the attack stops at the deadline with its best iterate; bad durations refused in one sentence."""
+
+import json
+import time
+
+import pytest
+
+from leakattack import cli
+from leakattack.config import RunConfig
+from leakattack.config.params import duration_seconds
+
+RUN = ["run", "--model", "lenet", "--dataset", "digits", "--quiet", "--no-lpips"]
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("2.5", 2.5), (" 3M ", 180),
+                                          (7, 7), (0.25, 0.25)])
+def test_a_duration_reads_as_seconds(text, seconds):
+    assert duration_seconds(text) == seconds
+
+
+def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_path, capsys):
+    out = tmp_path / "run"
+    t0 = time.perf_counter()
+    assert cli.main(RUN + ["--iterations", "1000000", "--stall-window", "0", "--tol", "0", "--time-limit", "2s",
+                           "--out", str(out)]) == 0
+    wall = time.perf_counter() - t0
+    shown = "".join(capsys.readouterr())  # the summary line and the note under it
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["stop_reason"] == "time-limit" and "time limit of 2 s" in m["message"]
+    assert 1 < m["iterations"] < 1_000_000 and m["final_loss"] == min(m["final_loss"], m["initial_loss"])
+    assert 2 <= m["attack_s"] < 6 and wall < 30, (m["attack_s"], wall)
+    assert "it (time-limit)" in shown and "time limit of 2 s was reached" in shown
+    assert json.loads((out / "config.json").read_text())["run"]["time_limit"] == "2s"
+
+
+def test_the_python_api_takes_the_limit_as_a_field(tmp_path):
+    from leakattack.experiment import execute, prepare
+
+    p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
+                          time_limit=1))
+    m = execute(p, with_lpips=False).metrics
+    assert m["stop_reason"] == "time-limit" and 1 <= m["attack_s"] < 5
+
+
+def test_a_run_that_ends_first_keeps_its_own_stop_reason(tmp_path):
+    assert cli.main(RUN + ["--iterations", "3", "--time-limit", "1h", "--out", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["stop_reason"] == "iterations"
+
+
+@pytest.mark.parametrize("value", ["-3", "abc", "0", "0s", "nan", "inf", "5d", ""])
+def test_a_bad_time_limit_is_refused_in_one_sentence_before_any_work(tmp_path, capsys, value):
+    assert cli.main(RUN + ["--iterations", "2", "--time-limit", value, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: error: time limit must be a positive duration such as 90s, 10m, 1h or a number of "
+                   f"seconds, got {value!r}"]
+    assert not any(tmp_path.iterdir())
