@@ -130,7 +130,7 @@ def cost(a) -> None:
             k = min(ss.chunk_size(kind, victim.d), 8 if small else 64)
             score(range(k))  # warm up
             per = min(_timed(score, range(1000 * r, 1000 * r + k)) / k for r in range(3))
-            reader = "head" if kind in ss.FAST_READERS else "adjoint"
+            reader = "head" if ss.has_fast_reader(kind) else "adjoint"
             span = [ss._span(ss.search_seconds(per, bits)) for bits in (16, 20, 24)]
             print(f"| {model}{' (8 px)' if small else ''} | {victim.d} | {kind} | {a.ratio} | {reader} | "
                   f"{per * 1e3:.3g} | {' | '.join(span)} | {ss.hopeless_bits(per, ss.SLOW_SEARCH_S)} | "

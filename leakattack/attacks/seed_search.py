@@ -51,19 +51,16 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 import targets
 
-from .. import seeds
 from ..errors import SettingWarning, duration_text
 from ..progress import progress_bar
-from ..sketch import get_sketch
-from ..sketch.countsketch import PRIME
-from ..sketch.hadamard import hadamard_owned
-from ..sketch.sparse import distinct_rows, sign_values
+from ..sketch import Sketch, sketch_class
 from .labels import probe
 
 #: the most bits ``--sketch-seed-search`` accepts: 2^32 candidates are months at a millisecond each
@@ -113,109 +110,27 @@ def head_block(victim) -> HeadBlock:
 
 # -- reading R^T y at the head's coordinates, for a chunk of candidate seeds -----------------
 
-def _generic_reader(kind, d, b, params, y, cols):
-    idx = torch.as_tensor(cols)
-
-    def read(seed_list):
-        out = torch.empty(len(seed_list), len(cols), dtype=torch.float64)
-        for i, s in enumerate(seed_list):
-            out[i] = get_sketch(kind, d, b, seed=int(s), **params).adjoint(y).detach()[idx]
-        return out
-    return read
-
-
-def _srht_reader(kind, d, b, params, y, cols):
-    """R^T y = sqrt(n/b) D H S^T y / sqrt(n): the signs D and the rows S redrawn as ``SRHTSketch`` draws them."""
-    n = 1 << max(0, (d - 1).bit_length())
-    take = _taker(cols)
-    yv = y.detach().to(torch.float64).cpu()
-
-    def read(seed_list):
-        K = len(seed_list)
-        flat = np.empty((K, b), dtype=np.int64)
-        signs = np.empty((K, len(cols)))
-        for i, s in enumerate(seed_list):
-            rng = seeds.numpy_stream(int(s), seeds.SRHT)
-            sg = rng.integers(0, 2, size=n)
-            flat[i] = rng.choice(n, size=b, replace=False)
-            flat[i] += i * n
-            signs[i] = sg[cols]
-        z = torch.zeros(K * n, dtype=torch.float64)
-        z.index_copy_(0, torch.from_numpy(flat.reshape(-1)), yv.repeat(K))
-        w = take(hadamard_owned(z.view(K, n)))
-        return w * torch.from_numpy(2.0 * signs - 1.0) / math.sqrt(b)
-    return read
-
-
-def _taker(cols: np.ndarray):
-    """x -> x[:, cols], a slice when ``cols`` is one contiguous range (the usual head: weight, then bias)."""
-    if cols.size and np.array_equal(cols, np.arange(cols[0], cols[0] + cols.size)):
-        lo, hi = int(cols[0]), int(cols[0]) + cols.size
-        return lambda x: x[:, lo:hi]
-    idx = torch.from_numpy(cols.astype(np.int64))
-    return lambda x: x.index_select(1, idx)
-
-
-def _poly_hash(coeffs: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """sum_k coeffs[:, k] x^k mod PRIME for K coefficient rows at once (Horner in int64: every factor < 2^31)."""
-    acc = np.broadcast_to(coeffs[:, -1:] % PRIME, (coeffs.shape[0], x.size)).copy()
-    for k in range(coeffs.shape[1] - 2, -1, -1):
-        acc *= x
-        acc += coeffs[:, k:k + 1]
-        acc %= PRIME
-    return acc
-
-
-def _countsketch_reader(kind, d, b, params, y, cols):
-    """(R^T y)_i = sigma(i) y[h(i)]: the two hash polynomials redrawn as ``CountSketch`` draws them."""
-    x = cols.astype(np.int64)[None, :]
-    yv = y.detach().to(torch.float64).cpu()
-
-    def read(seed_list):
-        K = len(seed_list)
-        hc = np.empty((K, 2), dtype=np.int64)
-        sc = np.empty((K, 4), dtype=np.int64)
-        for i, s in enumerate(seed_list):
-            rng = seeds.numpy_stream(int(s), seeds.COUNTSKETCH)
-            hc[i] = rng.integers(0, PRIME, size=2)
-            sc[i] = rng.integers(0, PRIME, size=4)
-        rows = torch.from_numpy(_poly_hash(hc, x) % b)
-        signs = torch.from_numpy(np.where(_poly_hash(sc, x) & 1, 1.0, -1.0))
-        return yv[rows] * signs
-    return read
-
-
-def _sparse_reader(kind, d, b, params, y, cols):
-    """(R^T y)_i = sum_k v_k(i) y[r_k(i)]: the rows and values redrawn as ``SparseSketch`` draws them."""
-    s_nz = min(int(params.get("s", 4)), b)
-    yv = y.detach().to(torch.float64).cpu()
-
-    def read(seed_list):
-        out = torch.zeros(len(seed_list), len(cols), dtype=torch.float64)
-        for i, s in enumerate(seed_list):
-            rng = seeds.numpy_stream(int(s), seeds.SPARSE)
-            rows = distinct_rows(rng, b, s_nz, d)[:, cols]
-            vals = sign_values(rng, (s_nz, d), 1.0 / math.sqrt(s_nz))[:, cols]
-            out[i] = (yv[torch.from_numpy(rows.astype(np.int64))] * torch.from_numpy(vals.astype(np.float64))).sum(0)
-        return out
-    return read
-
-
-#: families whose head coordinates of R^T y are computed from R's random numbers alone
-FAST_READERS = {"srht": _srht_reader, "countsketch": _countsketch_reader, "sparse": _sparse_reader}
-
-
 def head_reader(kind: str, d: int, b: int, params: dict, y: torch.Tensor, cols: np.ndarray, fast: bool = True):
-    """seeds -> (K, len(cols)) float64: (R_s^T y)[cols] for each seed s, R_s = get_sketch(kind, d, b, s, **params)."""
-    make = FAST_READERS.get(kind) if fast else None
-    return (make or _generic_reader)(kind, d, b, params, y, cols)
+    """seeds -> (K, len(cols)) float64: (R_s^T y)[cols] for each seed s, R_s = get_sketch(kind, d, b, s, **params).
+
+    ``fast``: the family's own :meth:`~leakattack.sketch.Sketch.adjoint_columns`, which computes those coordinates
+    from the family's random draws (srht, countsketch, sparse) without building R; otherwise each R is built.
+    """
+    cls = sketch_class(kind)
+    method = cls.adjoint_columns if fast else partial(Sketch.adjoint_columns.__func__, cls)
+    return lambda seed_list: method(seed_list, y, cols, d=d, b=b, **params)
+
+
+def has_fast_reader(kind: str) -> bool:
+    """Whether sketch ``kind`` computes head coordinates of R^T y from its draws alone."""
+    return sketch_class(kind).draws_columns
 
 
 def fast_reader_agrees(kind: str, d: int, b: int, params: dict, y: torch.Tensor, cols: np.ndarray,
                        seed_list) -> bool:
     """Whether the fast reader of ``kind`` gives the family's own R^T y on ``seed_list`` (to 1e-9, relative)."""
     fast = head_reader(kind, d, b, params, y, cols)(seed_list)
-    ref = _generic_reader(kind, d, b, params, y, cols)(seed_list)
+    ref = head_reader(kind, d, b, params, y, cols, fast=False)(seed_list)
     return bool((fast - ref).abs().max() <= 1e-9 * ref.abs().max().clamp_min(1e-300))
 
 
@@ -324,7 +239,7 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
     noise = float(yv.pow(2).sum()) / b
     direction = probe_direction(victim, block, next(victim.model.parameters()), probes)
     first = [seed_base, seed_base + 1][: total]
-    fast = kind in FAST_READERS and fast_reader_agrees(kind, d, b, params, yv, cols, first)
+    fast = has_fast_reader(kind) and fast_reader_agrees(kind, d, b, params, yv, cols, first)
     read = head_reader(kind, d, b, params, yv, cols, fast=fast)
 
     def score(seed_list) -> torch.Tensor:
@@ -369,4 +284,4 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
 
 __all__ = ["HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees", "probe_direction",
            "match_statistic", "search_seconds", "hopeless_bits", "search_note", "candidate_base", "search_seed",
-           "MAX_BITS", "FAST_READERS"]
+           "MAX_BITS", "has_fast_reader"]

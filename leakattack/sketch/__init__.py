@@ -38,6 +38,11 @@ def list_sketches() -> list[str]:
     return _REGISTRY.names()
 
 
+def sketch_class(kind: str) -> type:
+    """The ``Sketch`` subclass registered as ``kind`` (its class methods need no operator: ``adjoint_columns``)."""
+    return _REGISTRY.get(kind)
+
+
 def is_identity(kind: str) -> bool:
     """Whether sketch ``kind`` is the identity (b = d whatever is asked)."""
     return _REGISTRY.get(kind).identity
@@ -116,4 +121,4 @@ def sketch_from_description(desc: dict) -> Sketch:
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch", "is_identity", "check_sketch_params", "sketch_dim"]
+__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch", "sketch_class", "is_identity", "check_sketch_params", "sketch_dim"]

@@ -96,6 +96,25 @@ class Sketch:
             if not ok(value, b):
                 raise UserError(f"sketch '{cls.kind}': {name} must be {what}, got {value!r}")
 
+    #: whether :meth:`adjoint_columns` computes from the family's random draws without building R
+    draws_columns: bool = False
+
+    @classmethod
+    def adjoint_columns(cls, seed_list, y: torch.Tensor, cols: np.ndarray, *, d: int, b: int,
+                        **params) -> torch.Tensor:
+        """(R_s^T y)[cols] for each seed s of ``seed_list``: a (K, len(cols)) float64 tensor.
+
+        What a seed search scores: a few coordinates of R^T y for many candidate
+        seeds.  This default builds each R; a family whose draws give those
+        coordinates directly overrides it (``draws_columns = True``) with the same
+        draws its constructor makes, so the two cannot drift apart.
+        """
+        idx = torch.as_tensor(np.asarray(cols, dtype=np.int64))
+        out = torch.empty(len(seed_list), len(idx), dtype=torch.float64)
+        for i, s in enumerate(seed_list):
+            out[i] = cls(d=d, b=b, seed=int(s), **params).adjoint(y).detach()[idx]
+        return out
+
     def __init__(self, d: int, b: int, seed: int):
         self.d = int(d)
         self.b = int(b)

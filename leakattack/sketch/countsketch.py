@@ -38,18 +38,47 @@ def countsketch_operator_norm(rows: torch.Tensor, b: int) -> float:
     return float(torch.bincount(rows.cpu(), minlength=b).max()) ** 0.5
 
 
+def draw(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random numbers of R from ``seed``: the coefficients of h (degree 1: 2-wise independent) and of
+    sigma (degree 3: 4-wise independent), each below PRIME."""
+    rng = seeds.numpy_stream(seed, seeds.COUNTSKETCH)
+    h_coef = rng.integers(0, PRIME, size=2)
+    return h_coef, rng.integers(0, PRIME, size=4)
+
+
+def poly_hash_rows(coeffs: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """:func:`poly_hash` for K coefficient rows (K, k) at once over the columns x (1, m): a (K, m) int64 array."""
+    acc = np.broadcast_to(coeffs[:, -1:] % PRIME, (coeffs.shape[0], x.size)).copy()
+    for k in range(coeffs.shape[1] - 2, -1, -1):
+        acc *= x
+        acc += coeffs[:, k:k + 1]
+        acc %= PRIME
+    return acc
+
+
 class CountSketch(Sketch):
     """Definition D.5 of Song et al. 2023 (Charikar et al. 2002): R_{h(i),i} = sigma(i), h 2-wise, sigma 4-wise independent."""
 
     kind = "countsketch"
+    draws_columns = True
+
+    @classmethod
+    def adjoint_columns(cls, seed_list, y, cols, *, d, b, **params):
+        """(R^T y)_i = sigma(i) y[h(i)] at ``cols``, from the two hash polynomials of each seed."""
+        x = np.asarray(cols, dtype=np.int64)[None, :]
+        yv = y.detach().to(torch.float64).cpu()
+        drawn = [draw(int(s)) for s in seed_list]
+        hc = np.array([h for h, _ in drawn], dtype=np.int64).reshape(-1, 2)
+        sc = np.array([s for _, s in drawn], dtype=np.int64).reshape(-1, 4)
+        rows = torch.from_numpy(poly_hash_rows(hc, x) % b)
+        signs = torch.from_numpy(np.where(poly_hash_rows(sc, x) & 1, 1.0, -1.0))
+        return yv[rows] * signs
 
     def __init__(self, d: int, b: int, seed: int = 0):
         super().__init__(d=d, b=b, seed=seed)
         if self.d >= PRIME:
             raise ValueError(f"countsketch needs d < 2^31 - 1, got d = {self.d}")
-        rng = seeds.numpy_stream(self.seed, seeds.COUNTSKETCH)
-        h_coef = rng.integers(0, PRIME, size=2)   # degree 1: 2-wise independent
-        s_coef = rng.integers(0, PRIME, size=4)   # degree 3: 4-wise independent
+        h_coef, s_coef = draw(self.seed)
         rows = np.empty(self.d, dtype=np.int32)   # b <= d < 2^31 - 1
         signs = np.empty(self.d, dtype=np.float32)
         for c0 in range(0, self.d, HASH_CHUNK):

@@ -54,6 +54,14 @@ def sign_values(rng: np.random.Generator, shape: tuple, value: float) -> np.ndar
     return out.reshape(shape)
 
 
+def draw(seed: int, b: int, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random numbers of R from ``seed``: the s distinct rows of every column (s, d) and their values +-1/sqrt(s)
+    (float32, (s, d))."""
+    rng = seeds.numpy_stream(seed, seeds.SPARSE)
+    rows = distinct_rows(rng, b, s, d)
+    return rows, sign_values(rng, (s, d), 1.0 / math.sqrt(s))
+
+
 class SparseSketch(Sketch):
     """Definition D.6 of Song et al. 2023 (Nelson & Nguyen 2013): s nonzeros +-1/sqrt(s) per column at distinct uniform rows."""
 
@@ -64,12 +72,25 @@ class SparseSketch(Sketch):
                          lambda s, b: isinstance(s, int) and not isinstance(s, bool)
                          and 1 <= s <= min(SparseSketch.MAX_S, b if b is not None else SparseSketch.MAX_S))}
 
+    draws_columns = True
+
+    @classmethod
+    def adjoint_columns(cls, seed_list, y, cols, *, d, b, s=4, **params):
+        """(R^T y)_i = sum_k v_k(i) y[r_k(i)] at ``cols``, from each seed's rows and values."""
+        s_nz = min(int(s), b)
+        yv = y.detach().to(torch.float64).cpu()
+        out = torch.zeros(len(seed_list), len(cols), dtype=torch.float64)
+        for i, seed in enumerate(seed_list):
+            rows, vals = draw(int(seed), b, s_nz, d)
+            out[i] = (yv[torch.from_numpy(rows[:, cols].astype(np.int64))]
+                      * torch.from_numpy(vals[:, cols].astype(np.float64))).sum(0)
+        return out
+
     def __init__(self, d: int, b: int, seed: int = 0, s: int = 4):
         super().__init__(d=d, b=b, seed=seed)
         self.s = min(int(s), self.b)  # the default s = 4 on a sketch with b < 4
-        rng = seeds.numpy_stream(self.seed, seeds.SPARSE)
-        rows = distinct_rows(rng, self.b, self.s, self.d)
-        self.values = torch.from_numpy(sign_values(rng, (self.s, self.d), 1.0 / math.sqrt(self.s)))
+        rows, values = draw(self.seed, self.b, self.s, self.d)
+        self.values = torch.from_numpy(values)
         self._plan = ScatterPlan(rows.reshape(-1), self.b, src_len=self.d, reps=self.s,
                                  weights=self.values.reshape(-1))
 

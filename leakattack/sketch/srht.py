@@ -34,17 +34,49 @@ def srht_operator_norm(n: int, b: int) -> float:
     return math.sqrt(n / b)
 
 
+def padded_length(d: int) -> int:
+    """n = 2^ceil(log2 d), the length H acts on."""
+    return 1 << max(0, (d - 1).bit_length())
+
+
+def draw(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random numbers of R from ``seed``: D's sign bits (n entries, 1 for +1) and S's b rows of H, in y's order."""
+    rng = seeds.numpy_stream(seed, seeds.SRHT)
+    sign_bits = rng.integers(0, 2, size=n)
+    return sign_bits, rng.choice(n, size=b, replace=False)
+
+
 class SRHTSketch(Sketch):
     """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to n = 2^ceil(log2 d)."""
 
     kind = "srht"
+    draws_columns = True
+
+    @classmethod
+    def adjoint_columns(cls, seed_list, y, cols, *, d, b, **params):
+        """R^T y = sqrt(n/b) D H S^T y / sqrt(n) at ``cols``: one batched transform of the K scattered messages."""
+        n, K = padded_length(d), len(seed_list)
+        cols = np.asarray(cols, dtype=np.int64)
+        yv = y.detach().to(torch.float64).cpu()
+        flat = np.empty((K, b), dtype=np.int64)
+        signs = np.empty((K, len(cols)))
+        for i, s in enumerate(seed_list):
+            sign_bits, rows = draw(int(s), n, b)
+            flat[i] = rows + i * n
+            signs[i] = 2.0 * sign_bits[cols] - 1.0
+        z = torch.zeros(K * n, dtype=torch.float64)
+        z.index_copy_(0, torch.from_numpy(flat.reshape(-1)), yv.repeat(K))
+        w = hadamard_owned(z.view(K, n))
+        contiguous = cols.size and np.array_equal(cols, np.arange(cols[0], cols[0] + cols.size))
+        w = w[:, int(cols[0]):int(cols[0]) + cols.size] if contiguous else w.index_select(1, torch.from_numpy(cols))
+        return w * torch.from_numpy(signs) / math.sqrt(b)
 
     def __init__(self, d: int, b: int, seed: int = 0):
         super().__init__(d=d, b=b, seed=seed)
-        self.n = 1 << max(0, (self.d - 1).bit_length())
-        rng = seeds.numpy_stream(self.seed, seeds.SRHT)
-        signs = 2.0 * rng.integers(0, 2, size=self.n) - 1.0           # diagonal of D (n entries)
-        idx = rng.choice(self.n, size=self.b, replace=False)           # rows of S
+        self.n = padded_length(self.d)
+        sign_bits, idx = draw(self.seed, self.n, self.b)              # D's diagonal, S's rows
+        signs = 2.0 * sign_bits - 1.0
+        del sign_bits
         self.signs = torch.from_numpy(signs[: self.d].astype(np.float32))  # padding never reaches D
         del signs
         # S as a scatter plan: entries in increasing row order of H (a sequential read of H D v), each sent to
