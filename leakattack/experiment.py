@@ -25,7 +25,7 @@ import torch
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, get_attack
 from .cases import Case, build_case
-from .config import ConfigError, RunConfig
+from .config import CLOSED_FORM_ATTACKS, ConfigError, RunConfig
 from .config.params import duration_seconds, resolve_threads
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
@@ -155,11 +155,11 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         "labels_true": None if case.labels is None else case.labels.tolist(), "truth": case.x is not None,
         "labels_attack": None if result.labels is None else result.labels.tolist(),
         "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],
-        "unknowns": unknowns(case), "unique": case.obs.b >= unknowns(case),
+        "unknowns": unknowns(case), "unique_by_count": case.obs.b >= unknowns(case),
     }
-    if result.stop_reason == "tolerance" and not m["unique"]:
-        m["message"] = (f"{result.message}, but with b = {case.obs.b} numbers for m*B = {unknowns(case)} unknowns "
-                        "another input matches as well: the match is not unique")
+    m.update(judgement(p, result, scores, with_lpips))
+    m.update(uniqueness(p, result, m))
+    m["wall_s"] = time.perf_counter() - t0  # the attack, its scores and the baselines'
     if "seed_search" in case.obs.extra:  # the attacker's R came from a seed search
         m["seed_search"] = case.obs.extra["seed_search"]
     if cfg.defense or cfg.utility:  # epsilon/delta of the message, test accuracy under the defense
@@ -168,6 +168,66 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]
     return Outcome(p, result, m, trace)
+
+
+def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool) -> dict:
+    """Whether the attack attacked anything, the baselines' scores and the verdict (:func:`metrics.judge`).
+
+    The baselines need no message: the attack's start (``result.x0``, the
+    dummy data of the kept restart; a closed-form attack has no data-free
+    start) and the data set's mean image (:func:`metrics.mean_image`), scored
+    against the truth like the reconstruction.  Without a truth: no verdict.
+    """
+    case, closed_form = p.case, p.cfg.attack in CLOSED_FORM_ATTACKS
+    reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step)
+    out = {"attacked": reason is None, "nothing_attacked": reason}
+    if case.x is None:
+        return {**out, **metrics.judge({}, {}), "baseline_mean_image": None, "verdict": None}
+
+    def scored(images):
+        return metrics.score(images.clamp(0, 1), case.x, with_lpips=with_lpips, device=p.device)
+
+    mean, what = metrics.mean_image(case.dataset, case.x)
+    start = None if closed_form else scored(result.x0.detach().to(case.x))
+    return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean)}), "baseline_mean_image": what}
+
+
+def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
+    """Whether the message determines the input where the run converged: ``unique``, ``jacobian_rank`` and a message.
+
+    ``unique`` is False when the run matched the message to the tolerance with
+    fewer numbers than unknowns, or at an image that is not the truth (not
+    rebuilt, or SSIM < :data:`metrics.SAME_IMAGE_SSIM`): another input matches
+    as well.  Otherwise, for a converged run whose Jacobian of x -> the
+    attacker's model of the message is small enough to measure
+    (:func:`metrics.jacobian_rank`), it is whether that rank is m*B (the match
+    is isolated: locally unique); else None (not measured).
+    """
+    case, mB = p.case, unknowns(p.case)
+    out = {"unique": None, "jacobian_rank": None, "jacobian_note": "not measured: the run did not converge"}
+    if result.stop_reason != "tolerance":
+        return out
+    if case.obs.b < mB:
+        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}",
+                "message": (f"{result.message}, but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
+                            "input matches as well: the match is not unique")}
+    if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
+        out.update(unique=False, message=(
+            f"{result.message}, yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
+            "matches the message to the tolerance, so the message does not determine the input here; this is a "
+            "finding in itself"))
+    if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels
+        out["jacobian_note"] = "not measured: the labels were optimised with the images"
+        return out
+    rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.b)
+    out["jacobian_rank"] = rank
+    if out["unique"] is None and rank is not None:
+        out["unique"] = rank == mB
+    return out
+
+
+def _number(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
 
 
 def unscored(batch_size: int) -> dict:

@@ -92,8 +92,53 @@ def test_a_message_with_fewer_numbers_than_unknowns_warns_and_never_claims_a_uni
     cfg = _cfg(sketch="srht", sketch_dim=392, iterations=300, tol=1e-9)  # b = 392 < m = 784
     with pytest.warns(SettingWarning, match="not unique"):
         m, _ = run_attack(cfg, out=tmp_path / "u", with_lpips=False)
-    assert m["unique"] is False and m["unknowns"] == 784
+    assert m["unique_by_count"] is False and m["unknowns"] == 784
     if m["stop_reason"] == "tolerance":
-        assert "the match is not unique" in m["message"]
+        assert "the match is not unique" in m["message"] and m["unique"] is False
     m2, _ = run_attack(_cfg(sketch="srht", sketch_dim=1176, iterations=5), out=tmp_path / "v", with_lpips=False)
-    assert m2["unique"] is True
+    assert m2["unique_by_count"] is True
+    # five steps do not converge: uniqueness was not measured, and is not claimed
+    assert m2["stop_reason"] != "tolerance" and m2["unique"] is None and m2["jacobian_rank"] is None
+
+
+def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_matches():
+    """Converged to the tolerance but not rebuilt (or SSIM < 0.9): the message does not determine the input there."""
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from leakattack.experiment import uniqueness
+
+    case = NS(obs=NS(b=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
+    p = NS(case=case, cfg=NS(label_source="dlg"))  # soft labels: the rank is not measured
+    result = NS(stop_reason="tolerance", message="converged at step 40: L_R/||y||^2 = 1e-10 <= tol", labels=None)
+    for verdict, ssim in (("not rebuilt", 0.62), ("rebuilt", 0.85)):
+        out = uniqueness(p, result, {"verdict": verdict, "ssim": ssim})
+        assert out["unique"] is False and "a different image matches the message" in out["message"]
+        assert out["message"].startswith(result.message) and f"SSIM {ssim:.2f}" in out["message"]
+    out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": 0.99})
+    assert out["unique"] is None and "message" not in out and "not measured" in out["jacobian_note"]
+    out = uniqueness(p, NS(**{**vars(result), "stop_reason": "stalled"}),
+                     {"verdict": "not rebuilt", "ssim": 0.1})
+    assert out["unique"] is None and "message" not in out  # no match, no claim either way
+
+
+def test_the_baselines_of_a_batch_are_its_start_and_the_mean_image_scored_after_matching():
+    import torch
+
+    from leakattack.experiment import execute, prepare
+    from leakattack.metrics import MEAN_IMAGE_SAMPLE, score
+
+    p = prepare(_cfg(batch_size=3, iterations=1))
+    out = execute(p, with_lpips=False)
+    m, x0 = out.metrics, out.result.x0.clamp(0, 1)
+    assert x0.shape == p.x.shape
+    start = score(x0, p.x, with_lpips=False)
+    assert m["baseline_start_psnr"] == start["psnr"] and m["baseline_start_ssim"] == start["ssim"]
+    assert score(x0.flip(0), p.x, with_lpips=False)["psnr"] == pytest.approx(start["psnr"])  # matched one-to-one
+    n = len(p.dataset)
+    picked = torch.linspace(0, n - 1, MEAN_IMAGE_SAMPLE).round().long()
+    mean = p.dataset.images[picked].double().mean(0).expand_as(p.x)
+    assert m["baseline_mean_psnr"] == pytest.approx(score(mean, p.x, with_lpips=False)["psnr"], abs=1e-9)
+    assert m["baseline_psnr"] == max(m["baseline_start_psnr"], m["baseline_mean_psnr"])
+    assert m["verdict"] == "not rebuilt"  # one step on a batch of three

@@ -9,21 +9,63 @@ from ..experiment import run_attack
 
 
 def summary_line(m: dict, folder) -> str:
-    """The one line a run ends with."""
-    lp = f"{m['lpips']:.3f}" if m["lpips"] is not None else "n/a (backbone weights not cached)"
+    """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
+
+    A run that attacked nothing (its objective was not finite at the start, or
+    never went below it) says so instead of its image scores; a reconstruction
+    that is not rebuilt (:func:`leakattack.metrics.verdict`) says so first,
+    with the baseline it is no better than.
+    """
+    tail = (f"L_R {_loss(m['final_loss'])} | {_labels(m)} | {m['iterations']} it ({m['stop_reason']}) | "
+            f"{m['wall_s']:.1f} s | d={m['d']} b={m['b']} | ")
+    if m.get("attacked") is False:
+        return f"nothing was attacked: {m['nothing_attacked']} | {tail}{folder}"
     if m.get("truth") is False:  # a message attacked without a truth file
-        return (f"no image metrics (no --truth) | L_R {m['final_loss']:.3e} | labels {m['labels_attack']} "
+        return (f"no image metrics (no --truth) | L_R {_loss(m['final_loss'])} | labels {m['labels_attack']} "
                 f"({m['label_mode']}) | {m['iterations']} it ({m['stop_reason']}) | {m['wall_s']:.1f} s | "
                 f"d={m['d']} b={m['b']} | reconstruction.pt in {folder}")
+    lp = f"{m['lpips']:.3f}" if m["lpips"] is not None else "n/a (backbone weights not cached)"
+    scores = f"PSNR {_db(m['psnr'])} | SSIM {_ssim(m['ssim'])} | LPIPS {lp} | "
+    if m.get("verdict") == "not rebuilt":
+        return (f"not rebuilt (no better than {baseline_name(m)}) | PSNR {_db(m['psnr'])}, SSIM {_ssim(m['ssim'])} "
+                f"against {_db(m['baseline_psnr'])}, {_ssim(m['baseline_ssim'])} for the better baseline | "
+                f"LPIPS {lp} | {tail}{folder}")
+    return f"{scores}{tail}{folder}"
+
+
+def baseline_name(m: dict) -> str:
+    """The baseline a reconstruction that is not rebuilt is no better than, in words."""
+    if m.get("verdict_baseline") == "start":
+        return "the start"
+    what = m.get("baseline_mean_image") or ""
+    return "a constant grey image" if "grey" in what else "the data set's mean image"
+
+
+def _labels(m: dict) -> str:
     if m["label_acc"] is None:
-        lab = "label given"
-    else:
-        n = len(m["labels_true"])
-        lab = f"labels {round(m['label_acc'] * n)}/{n} ({m['label_mode']})"
-        if n > 1 and m.get("label_acc_matched") is not None:
-            lab += f", {round(m['label_acc_matched'] * n)}/{n} on the matched images"
-    return (f"PSNR {m['psnr']:.2f} dB | SSIM {m['ssim']:.4f} | LPIPS {lp} | L_R {m['final_loss']:.3e} | "
-            f"{lab} | {m['iterations']} it ({m['stop_reason']}) | {m['wall_s']:.1f} s | d={m['d']} b={m['b']} | {folder}")
+        return "label given" if m.get("truth") is not False else f"labels {m['labels_attack']} ({m['label_mode']})"
+    n = len(m["labels_true"])
+    lab = f"labels {round(m['label_acc'] * n)}/{n} ({m['label_mode']})"
+    if n > 1 and m.get("label_acc_matched") is not None:
+        lab += f", {round(m['label_acc_matched'] * n)}/{n} on the matched images"
+    return lab
+
+
+def _loss(v) -> str:
+    return "n/a (not finite)" if v is None or v != v else f"{v:.3e}"
+
+
+def _db(v) -> str:
+    return "n/a" if v is None else f"{v:.2f} dB"
+
+
+def _ssim(v) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+#: the note under a run that rebuilt nothing: a failed attack is not a measurement of privacy
+FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings and iterations), not evidence that "
+                "the message is private: a stronger attack may still rebuild the input")
 
 
 def cmd_run(a) -> int:
@@ -35,8 +77,10 @@ def cmd_run(a) -> int:
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
     print(summary_line(m, folder))
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops
-    if m["message"] and (m["stop_reason"] not in ("tolerance", "stalled") or not m["unique"]):
+    if m["message"] and (m["stop_reason"] not in ("tolerance", "stalled") or m.get("unique") is False):
         print(f"note: {m['message']}", file=sys.stderr)
+    if m.get("attacked") is False or m.get("verdict") == "not rebuilt":
+        print(f"note: {FAILURE_NOTE}", file=sys.stderr)
     if "seed_search" in m:
         print(f"note: {seed_search_line(m['seed_search'])}", file=sys.stderr)
     return 0

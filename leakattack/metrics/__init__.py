@@ -5,7 +5,10 @@ tensor of shape (B,); :func:`score` matches a reconstructed batch to the ground
 truth (Hungarian algorithm on pairwise MSE) and returns JSON-ready numbers.
 
 :mod:`.image` holds MSE, PSNR and SSIM, :mod:`.lpips` the LPIPS wiring,
-:mod:`.matching` the matching and label accuracy.
+:mod:`.matching` the matching and label accuracy, :mod:`.rebuilt` the rule
+that calls a reconstruction rebuilt or not against its baselines (the attack's
+start, the data set's mean image of :mod:`.baseline`), and :mod:`.uniqueness`
+the rank of the message's Jacobian in the input.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ import math
 import torch
 
 from .base import MetricsError, check_pair
+from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
 from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
 from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
 from .matching import label_accuracy, label_overlap, match
+from .uniqueness import JACOBIAN_MAX_ENTRIES, jacobian, jacobian_rank, numerical_rank
+from .rebuilt import (BASELINES, NOT_REBUILT, REBUILT, SAME_IMAGE_SSIM, VERDICT_PSNR_MARGIN_DB, VERDICT_SSIM_MARGIN,
+                      judge, nothing_attacked, verdict)
 
 
 def _finite_or_none(v: float):
@@ -70,4 +77,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
 
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "mse", "psnr", "ssim", "lpips_distance", "lpips_module", "alexnet_weights_path",
-           "match", "label_accuracy", "label_overlap", "score"]
+           "match", "label_accuracy", "label_overlap", "score",
+           "verdict", "judge", "nothing_attacked", "REBUILT", "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
+           "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
+           "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_ENTRIES"]

@@ -243,3 +243,107 @@ def test_alexnet_weights_filename_matches_torchvision():
     from torchvision.models import AlexNet_Weights
 
     assert metrics.ALEXNET_WEIGHTS_FILE == AlexNet_Weights.IMAGENET1K_V1.url.rsplit("/", 1)[-1]
+
+
+# --- the verdict against the baselines, the mean image, the Jacobian's rank ---------------------------------------
+
+from leakattack.metrics import rebuilt as rebuilt_module  # noqa: E402
+
+
+@pytest.mark.parametrize("psnr_, ssim_, expected", [
+    (11.0, 0.9, "not rebuilt"),        # exactly 1 dB above the baseline: within 1 dB
+    (11.01, 0.9, "rebuilt"),           # just beyond 1 dB, SSIM far above
+    (9.0, 0.9, "not rebuilt"),         # below the baseline
+    (30.0, 0.55, "not rebuilt"),       # SSIM exactly 0.05 above the baseline
+    (30.0, 0.56, "rebuilt"),
+    (30.0, 0.4, "not rebuilt"),        # SSIM below the baseline, PSNR far above
+    (None, 0.9, "not rebuilt"),        # a non-finite PSNR is never rebuilt
+    (30.0, None, "not rebuilt"),
+])
+def test_verdict_is_rebuilt_only_beyond_both_margins(psnr_, ssim_, expected):
+    assert rebuilt_module.VERDICT_PSNR_MARGIN_DB == 1.0 and rebuilt_module.VERDICT_SSIM_MARGIN == 0.05
+    assert metrics.verdict(psnr_, ssim_, 10.0, 0.5) == expected
+
+
+def test_verdict_without_a_baseline_compares_only_what_is_there():
+    assert metrics.verdict(5.0, 0.9, None, 0.5) == "rebuilt"
+    assert metrics.verdict(5.0, 0.52, None, 0.5) == "not rebuilt"
+    assert metrics.verdict(12.0, 0.0, 10.0, None) == "rebuilt"
+
+
+def test_judge_takes_the_better_baseline_and_names_the_one_a_failure_is_no_better_than():
+    start = {"psnr": 8.8, "ssim": 0.02, "lpips": 0.7}
+    mean = {"psnr": 12.0, "ssim": 0.30, "lpips": 0.6}
+    out = metrics.judge({"psnr": 8.2, "ssim": 0.01}, {"start": start, "mean": mean})
+    assert out["baseline_psnr"] == 12.0 and out["baseline_ssim"] == 0.30 and out["baseline_lpips"] == 0.6
+    assert out["baseline_start_psnr"] == 8.8 and out["baseline_mean_ssim"] == 0.30
+    assert out["verdict"] == "not rebuilt" and out["verdict_baseline"] == "mean"
+    # the PSNR clears both baselines, the SSIM does not clear the start's: the start is named
+    out = metrics.judge({"psnr": 20.0, "ssim": 0.33},
+                        {"start": {"psnr": 8.0, "ssim": 0.31}, "mean": {"psnr": 12.0, "ssim": 0.2}})
+    assert out["verdict"] == "not rebuilt" and out["verdict_baseline"] == "start"
+    out = metrics.judge({"psnr": 40.0, "ssim": 0.99}, {"start": None, "mean": mean})
+    assert out["verdict"] == "rebuilt" and out["verdict_baseline"] is None and out["baseline_start_psnr"] is None
+
+
+def test_nothing_attacked_when_the_start_is_not_finite_or_never_improved():
+    assert "not finite" in metrics.nothing_attacked([float("nan")], 0)
+    assert "never went below" in metrics.nothing_attacked([3.0, 3.0, float("nan")], 0)
+    assert metrics.nothing_attacked([3.0, 2.0], 1) is None
+    assert metrics.nothing_attacked([3.0], 0) is None  # a closed form in one step: nothing to compare
+
+
+class _Set:
+    """The two things mean_image asks of a data set (rows, in_shape) and its name, over a fixed tensor."""
+
+    def __init__(self, images):
+        self.images, self.name = images, "toy"
+
+    @property
+    def in_shape(self):
+        return tuple(self.images.shape[1:])
+
+    def __len__(self):
+        return self.images.shape[0]
+
+    def rows(self, index):
+        return self.images[index], None
+
+
+def test_mean_image_averages_the_set_and_falls_back_to_grey():
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(600, 1, 4, 4, generator=gen)
+    stored = torch.rand(3, 1, 4, 4, generator=gen)  # a truth file's float32 images, attacked in float64
+    truth = stored.double()
+    mean, what = metrics.mean_image(_Set(images), truth)
+    assert mean.shape == truth.shape and mean.dtype == torch.float64
+    assert torch.equal(mean[0], mean[2])  # one image, repeated over the batch
+    evenly = torch.linspace(0, 599, metrics.MEAN_IMAGE_SAMPLE).round().long()  # 256 evenly spaced of 600
+    assert torch.allclose(mean[0], images[evenly].double().mean(0)) and evenly.unique().numel() == 256
+    assert what == f"the mean of {metrics.MEAN_IMAGE_SAMPLE} of the 600 images of toy"
+    grey, what = metrics.mean_image(_Set(images), torch.rand(1, 3, 4, 4))  # another shape
+    assert torch.all(grey == 0.5) and "grey" in what
+    grey, what = metrics.mean_image(_Set(stored), truth)  # the set is the truth itself
+    assert torch.all(grey == 0.5) and "grey" in what
+    assert "grey" in metrics.mean_image(None, truth)[1]
+
+
+def test_jacobian_rank_of_a_linear_and_a_rank_deficient_map():
+    gen = torch.Generator().manual_seed(1)
+    A = torch.randn(10, 4, generator=gen, dtype=torch.float64) @ torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    x = torch.rand(1, 1, 2, 3, dtype=torch.float64, generator=gen)
+
+    def forward(z, labels):
+        return A @ z.reshape(-1) + (z.reshape(-1) ** 3).sum() * 0  # linear, through autograd
+
+    assert torch.allclose(metrics.jacobian(forward, x, None), A)
+    assert metrics.jacobian_rank(forward, x, None, b=10)[0] == 4
+    full = torch.randn(10, 6, generator=gen, dtype=torch.float64)
+
+    def square(z, labels):  # nonlinear: J = full * 2z
+        return full @ z.reshape(-1).pow(2)
+
+    assert torch.allclose(metrics.jacobian(square, x, None), full * 2 * x.reshape(1, -1))
+    assert metrics.jacobian_rank(square, x, None, b=10)[0] == 6
+    rank, note = metrics.jacobian_rank(square, x, None, b=metrics.JACOBIAN_MAX_ENTRIES)
+    assert rank is None and "not measured" in note

@@ -1,0 +1,108 @@
+"""The verdict of a run: rebuilt, or not, judged against what needs no message at all.
+
+A reconstruction is evidence of a leak only when it is clearly better than two
+baselines an attacker has without the message: the attack's own start (its
+seeded dummy data) and the data set's mean image (a constant grey image where
+there is no data set).  A failed attack scores about as well as these, and must
+never read as "the message is private": it is a failure of that attack at that
+budget.
+
+:func:`verdict` is the rule; :func:`judge` applies it to a score and the scores
+of the baselines; :func:`nothing_attacked` says when an iterative attack never
+moved off its start (a step size that overflows, a message drowned in noise), so
+that its numbers are not presented as the result of an attack.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: rebuilt only when the PSNR beats the better baseline PSNR by more than this many dB
+VERDICT_PSNR_MARGIN_DB = 1.0
+#: ... and the SSIM beats the better baseline SSIM by more than this
+VERDICT_SSIM_MARGIN = 0.05
+#: a run that matched the message to the tolerance with an SSIM below this found a different image
+SAME_IMAGE_SSIM = 0.9
+
+REBUILT = "rebuilt"
+NOT_REBUILT = "not rebuilt"
+
+#: the baselines' names in metrics.json (``baseline_<name>_psnr`` ...), in the order they are scored
+BASELINES = ("start", "mean")
+
+
+def verdict(psnr: float | None, ssim: float | None, baseline_psnr: float | None,
+            baseline_ssim: float | None) -> str:
+    """``"rebuilt"`` when PSNR > baseline PSNR + 1 dB and SSIM > baseline SSIM + 0.05, else ``"not rebuilt"``.
+
+    The baselines are the better of the scores that need no message (the start,
+    the data set's mean image).  A score that is None (not finite: a diverged
+    reconstruction) is not rebuilt; a baseline that is None is not compared.
+    """
+    if psnr is None or ssim is None:
+        return NOT_REBUILT
+    if baseline_psnr is not None and psnr <= baseline_psnr + VERDICT_PSNR_MARGIN_DB:
+        return NOT_REBUILT
+    if baseline_ssim is not None and ssim <= baseline_ssim + VERDICT_SSIM_MARGIN:
+        return NOT_REBUILT
+    return REBUILT
+
+
+def _best(values: dict, higher: bool = True):
+    """(name, value) of the best non-None value, or (None, None)."""
+    kept = [(v, n) for n, v in values.items() if v is not None]
+    if not kept:
+        return None, None
+    v, n = max(kept) if higher else min(kept)
+    return n, v
+
+
+def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
+    """The baselines' scores and the verdict, as metrics.json keys.
+
+    ``scores``: :func:`leakattack.metrics.score` of the reconstruction;
+    ``baselines``: name (``start``, ``mean``) -> the same scores of that
+    baseline, or None where it does not apply.  Returns
+    ``baseline_<name>_psnr|ssim|lpips``, ``baseline_psnr`` / ``baseline_ssim``
+    (the better of the baselines: higher; ``baseline_lpips``: lower),
+    ``verdict`` and ``verdict_baseline``: for a reconstruction that is not
+    rebuilt, the baseline it is no better than (the one with the higher PSNR
+    when the PSNR decided, else the one with the higher SSIM).
+    """
+    out: dict = {}
+    for name in BASELINES:
+        s = baselines.get(name)
+        for key in ("psnr", "ssim", "lpips"):
+            out[f"baseline_{name}_{key}"] = None if s is None else s.get(key)
+    best_p = _best({n: out[f"baseline_{n}_psnr"] for n in BASELINES})
+    best_s = _best({n: out[f"baseline_{n}_ssim"] for n in BASELINES})
+    out["baseline_psnr"], out["baseline_ssim"] = best_p[1], best_s[1]
+    out["baseline_lpips"] = _best({n: out[f"baseline_{n}_lpips"] for n in BASELINES}, higher=False)[1]
+    out["verdict"] = verdict(scores.get("psnr"), scores.get("ssim"), best_p[1], best_s[1])
+    out["verdict_baseline"] = None
+    if out["verdict"] == NOT_REBUILT:
+        psnr_decides = scores.get("psnr") is None or (
+            best_p[1] is not None and scores["psnr"] <= best_p[1] + VERDICT_PSNR_MARGIN_DB)
+        out["verdict_baseline"] = best_p[0] if psnr_decides or best_s[0] is None else best_s[0]
+    return out
+
+
+def nothing_attacked(losses: list[float], best_step: int) -> str | None:
+    """Why an iterative attack attacked nothing, in a few words, or None when it did attack.
+
+    It attacked nothing when its objective was not finite at the start
+    (diverged at step 0), or when it ran steps but never went below its
+    start value (the best iterate is the start itself).
+    """
+    if not losses:
+        return None
+    first = losses[0]
+    if first is None or not math.isfinite(first):
+        return f"the objective was not finite at the start (L_R = {first})"
+    if len(losses) > 1 and best_step == 0:
+        return f"the objective never went below its start value L_R = {first:.3e} in {len(losses) - 1} step(s)"
+    return None
+
+
+__all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
+           "verdict", "judge", "nothing_attacked"]

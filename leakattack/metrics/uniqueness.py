@@ -1,0 +1,71 @@
+"""Whether the message pins the input down near a point: the numerical rank of the Jacobian of x -> y(x).
+
+y(x) = R grad_w F(w, x) is the attacker's model of the client (through the
+sketch and the deterministic part of a defense).  At a point where the Jacobian
+J (b x m*B) has rank m*B, every small change of the input changes the message
+to first order: the matching input is isolated there (locally unique).  Below
+m*B a direction exists along which the message stays the same to first order.
+The rank says nothing about distant inputs that match the message as well: a
+run that matched the message to its tolerance at an image that is not the truth
+shows those directly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: the Jacobian is measured only when it has at most this many entries (b x m*B; 400 MB in float64)
+JACOBIAN_MAX_ENTRIES = 5 * 10**7
+
+
+def jacobian(forward, x: torch.Tensor, labels) -> torch.Tensor:
+    """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only.
+
+    h(v) = J^T v = grad_x <v, forward(x)> is built once with its graph (it is
+    linear in v); column j of J is then grad_v h_j, one backward pass each.  Only
+    backward passes are needed, which every differentiable model and sketch of
+    the attack provides (the attack itself differentiates through them).
+    """
+    xr = x.detach().clone().requires_grad_(True)
+    y = forward(xr, labels).reshape(-1)
+    v = torch.zeros_like(y, requires_grad=True)
+    h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
+    J = torch.zeros(y.numel(), x.numel(), dtype=y.dtype, device=y.device)
+    if h is None or not h.requires_grad:  # the message does not depend on the input
+        return J
+    h = h.reshape(-1)
+    for j in range(h.numel()):
+        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
+        if col is not None:
+            J[:, j] = col
+    return J
+
+
+def numerical_rank(J: torch.Tensor) -> int:
+    """Singular values above s_max * max(J.shape) * eps(dtype) (numpy.linalg.matrix_rank's default tolerance)."""
+    s = torch.linalg.svdvals(J)
+    if s.numel() == 0:
+        return 0
+    tol = float(s.max()) * max(J.shape) * torch.finfo(J.dtype).eps
+    return int((s > tol).sum())
+
+
+def jacobian_rank(forward, x: torch.Tensor, labels, b: int) -> tuple[int | None, str]:
+    """(rank of the Jacobian of x -> forward(x, labels) at ``x``, a note); rank None when not measured.
+
+    Not measured when J would have more than :data:`JACOBIAN_MAX_ENTRIES`
+    entries, or when the message cannot be differentiated twice in x.
+    """
+    entries = b * x.numel()
+    if entries > JACOBIAN_MAX_ENTRIES:
+        return None, (f"not measured: the Jacobian would have b x m*B = {b} x {x.numel()} entries "
+                      f"(more than {JACOBIAN_MAX_ENTRIES:.0e})")
+    try:
+        J = jacobian(forward, x, labels)
+    except (RuntimeError, NotImplementedError) as err:
+        return None, f"not measured: the message could not be differentiated twice in x ({str(err)[:120]})"
+    rank = numerical_rank(J if J.dtype in (torch.float32, torch.float64) else J.double())
+    return rank, f"rank {rank} of m*B = {x.numel()} at the reconstruction"
+
+
+__all__ = ["JACOBIAN_MAX_ENTRIES", "jacobian", "numerical_rank", "jacobian_rank"]

@@ -1,0 +1,93 @@
+"""Every run states its verdict: its baselines in metrics.json, "not rebuilt" or "nothing was attacked" in the summary
+line (with a note that a failed attack is no evidence of privacy), the line unchanged when the image was rebuilt."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import targets
+from leakattack import cli
+from leakattack.results.message import write_message
+from leakattack.sketch import get_sketch
+
+LENET = ["--model", "lenet", "--dataset", "digits"]
+NOTE = "not evidence that the message is private"
+
+
+def _run(argv, out, capsys):
+    rc = cli.main(["run", *argv, "--out", str(out), "--quiet", "--no-lpips"])
+    io = capsys.readouterr()
+    m = json.loads((out / "metrics.json").read_text())
+    return rc, io.out.strip().splitlines()[-1], io.err, m
+
+
+def test_a_run_that_rebuilds_nothing_says_so_beside_its_baselines(tmp_path, capsys):
+    rc, line, err, m = _run([*LENET, "--iterations", "1"], tmp_path / "r", capsys)
+    assert rc == 0
+    for key in ("baseline_start_psnr", "baseline_start_ssim", "baseline_mean_psnr", "baseline_mean_ssim",
+                "baseline_psnr", "baseline_ssim"):
+        assert isinstance(m[key], float), key
+    assert m["baseline_psnr"] == max(m["baseline_start_psnr"], m["baseline_mean_psnr"])
+    assert m["baseline_ssim"] == max(m["baseline_start_ssim"], m["baseline_mean_ssim"])
+    assert m["baseline_start_lpips"] is None and m["baseline_mean_image"].startswith("the mean of 256 of the 1797")
+    assert m["verdict"] == "not rebuilt" and m["attacked"] is True
+    assert m["psnr"] <= m["baseline_psnr"] + 1.0  # one step from a random start: no better than the baselines
+    which = {"start": "the start", "mean": "the data set's mean image"}[m["verdict_baseline"]]
+    assert line.startswith(f"not rebuilt (no better than {which}) | PSNR {m['psnr']:.2f} dB")
+    assert f"against {m['baseline_psnr']:.2f} dB" in line and str(tmp_path / "r") in line
+    assert [ln for ln in err.splitlines() if NOTE in ln][0].startswith("note: ")
+
+
+def test_a_rebuilt_image_keeps_the_plain_summary_line(tmp_path, capsys):
+    rc, line, err, m = _run([*LENET, "--sketch", "none"], tmp_path / "r", capsys)
+    assert rc == 0 and m["verdict"] == "rebuilt" and m["verdict_baseline"] is None
+    assert m["psnr"] > m["baseline_psnr"] + 10 and m["ssim"] > 0.9
+    assert line.startswith(f"PSNR {m['psnr']:.2f} dB | SSIM ") and "not rebuilt" not in line and NOTE not in err
+    # converged with b = d >= m unknowns at the truth: the Jacobian was measured, full rank
+    assert m["stop_reason"] == "tolerance" and m["unique_by_count"] is True
+    assert m["jacobian_rank"] == m["unknowns"] == 784 and m["unique"] is True
+
+
+@pytest.mark.parametrize("flags,why", [
+    (["--lr", "1e308"], "never went below its start value"),
+    (["--defense", "gaussian:sigma=1e308"], "not finite at the start"),
+])
+def test_a_run_that_attacked_nothing_says_so_instead_of_a_psnr(tmp_path, capsys, flags, why):
+    rc, line, err, m = _run([*LENET, "--iterations", "5", *flags], tmp_path / "r", capsys)
+    assert rc == 0  # a valid run that found nothing
+    assert line.startswith("nothing was attacked: ") and why in line, line
+    assert "PSNR" not in line and "SSIM" not in line
+    assert m["attacked"] is False and why in m["nothing_attacked"] and m["verdict"] == "not rebuilt"
+    assert m["baseline_psnr"] is not None and NOTE in err
+
+
+def _message(tmp_path):
+    """A lenet client's SRHT-sketched gradient on one 12 px image, and its truth file."""
+    shape = (3, 12, 12)
+    victim = targets.get_model("lenet", in_shape=shape, num_classes=10, seed=0)
+    x, labels = torch.rand(1, *shape, generator=torch.Generator().manual_seed(3)), torch.tensor([4])
+    params = list(victim.model.parameters())
+    g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(F.cross_entropy(victim.model(x), labels), params)])
+    R = get_sketch("srht", g.numel(), g.numel() // 2, seed=5)
+    write_message(tmp_path / "m.pt", R.apply(g), sketch=R, input_shape=shape, num_classes=10)
+    torch.save(victim.model.state_dict(), tmp_path / "w.pt")
+    torch.save({"images": x, "labels": labels}, tmp_path / "x.pt")
+    return ["--model", "lenet", "--weights", str(tmp_path / "w.pt"), "--message", str(tmp_path / "m.pt"),
+            "--iterations", "2"]
+
+
+def test_a_message_without_truth_has_no_verdict_and_with_truth_a_grey_baseline(tmp_path, capsys):
+    argv = _message(tmp_path)
+    rc, line, _, m = _run(argv, tmp_path / "no-truth", capsys)
+    assert rc == 0 and m["verdict"] is None and m["baseline_psnr"] is None and m["baseline_mean_image"] is None
+    assert line.startswith("no image metrics (no --truth)")
+    rc, line, _, m = _run([*argv, "--truth", str(tmp_path / "x.pt")], tmp_path / "truth", capsys)
+    # the message file's only images are the truth: their mean is no baseline, a constant grey image is
+    assert rc == 0 and m["verdict"] == "not rebuilt" and "grey" in m["baseline_mean_image"]
+    x = torch.load(tmp_path / "x.pt")["images"].double()
+    assert m["baseline_mean_psnr"] == pytest.approx(-10 * float(torch.log10((x - 0.5).pow(2).mean())))
+    assert m["baseline_start_psnr"] is not None
+    which = {"start": "the start", "mean": "a constant grey image"}[m["verdict_baseline"]]
+    assert line.startswith(f"not rebuilt (no better than {which})")
