@@ -7,7 +7,10 @@ frontier, the sketch-size phase transition and metrics against batch size, from 
 are averaged, and lines are told apart by series (every other grid key that
 varies), with the sweep store's grouping (:mod:`leakattack.results.store`).
 Every title names what the records share: model, data set, sketch, objective,
-prior and defense.
+prior and defense.  PSNR and SSIM are drawn beside their baseline (the better of
+the attack's start and the data set's mean image, which a reconstruction must
+beat to count as rebuilt), dashed in the series' colour with a band of one std;
+results stored before baselines existed draw none.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from .common import plt, save_both, to_hwc
 MAX_GRID_BLOCKS = 6
 #: the x axes of the phase transition: b/m comes from them, so they never tell series apart there
 SIZE_KEYS = ("sketch_dim", "sketch_ratio")
+#: a metric -> the stored key of its baseline (the better of the start and the mean image), drawn dashed beside it
+BASELINE_OF = {"psnr": "baseline_psnr", "ssim": "baseline_ssim"}
+#: the legend entry of the dashed baselines
+BASELINE_LABEL = "baseline: better of start and mean image"
 
 
 def _strength_key(records: list[dict], meta: dict) -> str | None:
@@ -119,15 +126,41 @@ def _line_label(records: list[dict], series: tuple) -> str:
     return kinds.pop() if len(kinds) == 1 else ""
 
 
-def _draw_lines(ax, lines: dict, labels: dict) -> None:
-    """Mean against x, one line per series; std bars only where a setting has more than one repetition."""
+def _draw_lines(ax, lines: dict, labels: dict) -> dict:
+    """Mean against x, one line per series; std bars only where a setting has more than one repetition.
+    Returns each series' colour."""
+    colors = {}
     for line, pts in lines.items():
         x = [p[0] for p in pts]
         (drawn,) = ax.plot(x, [p[1] for p in pts], marker="o", ms=3, label=labels.get(line, str(line)))
+        colors[line] = drawn.get_color()
         bars = [p for p in pts if p[2] is not None]
         if bars:
             ax.errorbar([p[0] for p in bars], [p[1] for p in bars], yerr=[p[2] for p in bars], fmt="none",
                         ecolor=drawn.get_color(), capsize=3)
+    return colors
+
+
+def _draw_baselines(ax, records: list[dict], x_of, metric: str, line_of, colors: dict) -> bool:
+    """The baseline of ``metric`` (:data:`BASELINE_OF`, mean over repetitions) dashed in each series' colour, with a
+    band of one std where a setting has more than one repetition; True when any was drawn (records stored without
+    baselines draw nothing)."""
+    key = BASELINE_OF.get(metric)
+    lines = aggregate(records, x_of, key, line_of=line_of) if key else {}
+    for line, pts in lines.items():
+        color = colors.get(line, "dimgrey")
+        x, y = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(x, y, ls="--", lw=1.0, marker="_", ms=8, color=color, alpha=0.8, label="_baseline")
+        if any(p[2] is not None for p in pts):
+            std = [p[2] or 0.0 for p in pts]
+            ax.fill_between(x, [m - e for m, e in zip(y, std)], [m + e for m, e in zip(y, std)], color=color,
+                            alpha=0.12, lw=0)
+    return bool(lines)
+
+
+def _baseline_entry(ax) -> None:
+    """One legend entry for every dashed baseline (the series' colours tell them apart)."""
+    ax.plot([], [], ls="--", lw=1.0, color="dimgrey", label=BASELINE_LABEL)
 
 
 def _legend(fig, axes, keys: list[str], n_lines: int) -> None:
@@ -252,17 +285,21 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
     x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, strength, ("psnr", "ssim", "utility_acc", "epsilon"),
                                                            3.6, 3.4)
+    baselines = False
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        _draw_lines(ax, lines, labels)
+        colors = _draw_lines(ax, lines, labels)
+        baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
         if name == "ssim":
-            ax.axhline(0.3, color="grey", lw=0.8, ls="--")
+            ax.axhline(0.3, color="grey", lw=0.8, ls=":")
         if name == "epsilon":
             ax.set_yscale("log")
         ax.set_xlabel(strength)
         ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy", "epsilon": "ε (RDP)"}[name])
         ax.grid(True, alpha=0.3)
+    if baselines:
+        _baseline_entry(axes[0][0])
     _legend(fig, axes[0], keys, len(labels))
     _title(fig, f"attack against {strength}", records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
@@ -309,8 +346,10 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     keys = series_keys(records, exclude=SIZE_KEYS)
     labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6 + 0.25 * len(labels) / 3), layout="constrained")
+    baselines = False
     for ax, name, label in ((axes[0], "psnr", "PSNR (dB)"), (axes[1], "ssim", "SSIM")):
-        _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels)
+        colors = _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels)
+        baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ratios = sorted({x for r in records if (x := x_of(r)) is not None})
@@ -320,6 +359,8 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
         ax.set_xlabel("b / m  (sketch size / unknowns)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
+    if baselines:
+        _baseline_entry(axes[0])
     _legend(fig, axes, keys, len(labels))
     _title(fig, "phase transition in the sketch size", records, meta, 8.0)
     return save_both(fig, Path(folder) / "figures", "phase_transition")
@@ -330,9 +371,11 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
     b/(m·B): the message's numbers per unknown (below 1 the reconstruction cannot be unique)."""
     x_of = lambda r: _axis(r["params"].get("batch_size"))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, "batch_size", ("psnr", "label_acc"), 4.2, 3.6)
+    baselines = False
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        _draw_lines(ax, lines, labels)
+        colors = _draw_lines(ax, lines, labels)
+        baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if name == "psnr":
             for pts in lines.values():
                 for x, mean, _std, _n, part in pts:
@@ -351,6 +394,8 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
         ax.set_xlabel("batch size B")
         ax.set_ylabel({"psnr": "PSNR (dB)", "label_acc": "label accuracy"}[name])
         ax.grid(True, which="both", alpha=0.3)
+    if baselines:
+        _baseline_entry(axes[0][0])
     _legend(fig, axes[0], keys, len(labels))
     _title(fig, "attack against batch size", records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_batch")
@@ -386,4 +431,5 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
 
 
 __all__ = ["sweep_figures", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
-           "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS"]
+           "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
+           "BASELINE_LABEL"]

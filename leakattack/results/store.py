@@ -22,8 +22,10 @@ from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
 REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
-#: metrics summarised as mean and std per setting
-SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper")
+#: metrics summarised as mean and std per setting (baseline_*: the better of the attack's start and the data set's
+#: mean image, which a reconstruction must beat to count as rebuilt; absent from results stored before they existed)
+SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper", "baseline_psnr",
+                   "baseline_ssim")
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -98,7 +100,8 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per setting: its grid values, n, and mean/std of each metric present (sample std, None for n = 1)."""
+    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1), and
+    ``rebuilt``, the share of its points whose verdict is rebuilt (left out when no point has a verdict)."""
     rows = []
     for setting, recs in group_settings(records).items():
         first = recs[0]
@@ -114,6 +117,9 @@ def summarize(records: list[dict]) -> list[dict]:
             if not vals:
                 continue
             row[f"{name}_mean"], row[f"{name}_std"] = mean_std(vals)
+        verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
+        if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
+            row["rebuilt"] = sum(v == "rebuilt" for v in verdicts) / len(verdicts)
         rows.append(row)
     return rows
 

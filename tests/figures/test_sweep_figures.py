@@ -176,3 +176,54 @@ def test_a_batch_size_grid_draws_psnr_against_b_with_numbers_per_unknown_marked(
     assert list(got["srht"].get_xdata()) == [1, 2, 4, 8]
     marks = sorted(t.get_text() for t in psnr_ax.texts if t.get_text()[0].isdigit())
     assert marks == sorted([f"{50 / (64 * b):.2g}" for b in (1, 2, 4, 8)] * 2)
+
+
+def _add_baselines(folder: Path, baseline_of, verdict_of=lambda g: "not rebuilt"):
+    """Give the stored points of a fake sweep the baseline keys a run writes today (baseline_of(grid) -> PSNR)."""
+    recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        r["metrics"].update(baseline_psnr=baseline_of(r["grid"]), baseline_ssim=0.25, verdict=verdict_of(r["grid"]))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _dashed(ax):
+    return [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and ln.get_label() == "_baseline"]
+
+
+def test_metric_figures_draw_the_baseline_dashed_beside_each_series(tmp_path, drawn):
+    fake_sweep(tmp_path, THREE_FACTORS, psnr_of=lambda g: 30 - 100 * g["sigma"])
+    _add_baselines(tmp_path, lambda g: 12.0 + g["image_index"] + g["batch_size"],
+                   verdict_of=lambda g: "rebuilt" if g["image_index"] == 0 else "not rebuilt")
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    psnr_ax, ssim_ax = drawn["metrics_vs_strength"].axes[:2]
+    lines, dashed = labelled_lines(psnr_ax), _dashed(psnr_ax)
+    assert len(dashed) == 4 and len(_dashed(ssim_ax)) == 4  # one per series, in each panel
+    single = {lines[f"sketch={k}, batch_size=1"].get_color() for k in ("srht", "countsketch")}
+    for ln in dashed:  # the mean over the two images, at every strength, in its series' colour
+        b = 1 if ln.get_color() in single else 2
+        assert list(ln.get_xdata()) == sorted(SIGMAS) and list(ln.get_ydata()) == pytest.approx([12.5 + b] * 3)
+    assert sweep_figures_module.BASELINE_LABEL in [t.get_text() for t in drawn["metrics_vs_strength"].legends[0].texts]
+    assert any(len(c.get_paths()) for c in psnr_ax.collections if not hasattr(c, "get_segments"))  # the std band
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    cells = [dict(zip(rows[0].split(","), r.split(","))) for r in rows[1:]]
+    assert {"baseline_psnr_mean", "baseline_psnr_std", "baseline_ssim_mean", "rebuilt"} <= set(cells[0])
+    assert all(float(c["baseline_ssim_mean"]) == 0.25 and float(c["rebuilt"]) == 0.5 for c in cells)
+
+
+def test_results_stored_before_baselines_draw_none_and_summarise_without_them(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": k, "sketch_dim": b, "sigma": 0.0} for k in ("srht", "gaussian") for b in (16, 64)],
+               strength="sigma")
+    old = (tmp_path / "results.jsonl").read_text().splitlines()
+    _add_baselines(tmp_path, lambda g: 11.0)
+    new = (tmp_path / "results.jsonl").read_text().splitlines()
+    (tmp_path / "results.jsonl").write_text("\n".join(old[:2] + new[2:]) + "\n")  # srht: old rows, gaussian: new
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    ax = drawn["phase_transition"].axes[0]
+    assert len(_dashed(ax)) == 1 and list(_dashed(ax)[0].get_ydata()) == [11.0, 11.0]
+    (tmp_path / "results.jsonl").write_text("\n".join(old) + "\n")
+    drawn.clear()
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    ax = drawn["phase_transition"].axes[0]
+    assert _dashed(ax) == [] and sweep_figures_module.BASELINE_LABEL not in labelled_lines(ax)
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0]
+    assert "baseline" not in header and "rebuilt" not in header
