@@ -1,10 +1,13 @@
-"""The compiled part of leakattack: the in-place fast Walsh-Hadamard kernel of the SRHT sketch.
+"""The compiled part of leakattack: the sketch kernels (``leakattack/sketch/_kernels.c``).
 
-Everything else about the distribution (name, dependencies, packages, scripts) is in
-pyproject.toml; setuptools reads both.  The kernel is a plain CPython C extension
-(buffer protocol, no torch headers), so ``pip install`` needs only a C compiler and the
-Python headers; it is ``optional``: where it cannot be compiled the install still
-succeeds and ``leakattack.sketch.hadamard`` uses its pure-torch transform instead.
+They are the in-place cache-blocked Walsh-Hadamard transform, the fused SRHT apply and
+adjoint, and the bucketed scatter and gather of CountSketch, the sparse embedding and
+SRHT's row selection.  Everything else about the distribution (name, dependencies,
+packages, scripts) is in pyproject.toml; setuptools reads both.  The kernels are a plain
+CPython C extension (buffer protocol, no torch headers), so ``pip install`` needs only a
+C compiler and the Python headers; the extension is ``optional``: where it cannot be
+compiled the install still succeeds and ``leakattack.sketch`` computes the same maps
+with torch operations instead.
 """
 
 import sys

@@ -103,9 +103,6 @@ class Pipeline:
         """The deterministic norm bounds alone (what an attacker granted the clips can model)."""
         return Pipeline([t for t in self.steps if t.bounds_norm])
 
-    def gaussian_steps(self) -> list[Gaussian]:
-        return [t for t in self.steps if isinstance(t, Gaussian) and t.sigma > 0]
-
     def describe(self) -> list[dict]:
         return [{"name": t.name, **t.params, "placement": t.placement} for t in self.steps]
 

@@ -1,7 +1,7 @@
 """Cases: who is attacked and what the client sent, built from a run configuration.
 
 A case holds the victim, the true data (for scoring only) and the attacker's
-:class:`~leakattack.observation.Observation`.  Two kinds, in the breaching
+:class:`~leakattack.observation.Observation`.  Three kinds, in the breaching
 sense of a *case* apart from the *attack*:
 
 * ``gradient`` — one client sends its (defended, sketched) gradient on a batch of
