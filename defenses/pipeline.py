@@ -1,0 +1,80 @@
+"""Pipeline: an ordered list of defense transforms, parsed from a spec by :func:`build`."""
+
+from __future__ import annotations
+
+from .base import AFTER, BEFORE, DefenseError, Transform
+from .clipping import PerExample
+from .registry import parse_step
+from .sensitivity import NoiseBound, noise_bound
+
+
+class Pipeline:
+    """An ordered list of transforms split by placement; ``spec`` is its canonical text."""
+
+    def __init__(self, steps: list[Transform]):
+        self.steps = steps
+        self.before = [t for t in steps if t.placement == BEFORE]
+        self.after = [t for t in steps if t.placement == AFTER]
+
+    @property
+    def per_example(self) -> bool:
+        """Whether the first step takes per-example gradients."""
+        return any(t.per_example for t in self.steps)
+
+    @property
+    def spec(self) -> str:
+        return ",".join(t.spec() for t in self.steps)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def clips(self) -> "Pipeline":
+        """The deterministic norm bounds alone (what an attacker granted the clips can model)."""
+        return Pipeline([t for t in self.steps if t.bounds_norm])
+
+    def describe(self) -> list[dict]:
+        return [{"name": t.name, **t.params, "placement": t.placement} for t in self.steps]
+
+    def noise_bound(self, sketch_norm: float | None = 1.0) -> NoiseBound | None:
+        """The first Gaussian noise in channel order and the sensitivity of what it is added to (None without noise):
+        :func:`defenses.sensitivity.noise_bound`."""
+        return noise_bound(self, sketch_norm)
+
+    def sensitivity(self, sketch_norm: float | None = 1.0) -> float | None:
+        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` (None: unbounded or no noise)."""
+        bound = self.noise_bound(sketch_norm)
+        return None if bound is None else bound.sensitivity
+
+    @property
+    def needs_sketch_norm(self) -> bool:
+        """Whether the sensitivity depends on ||R||_op: a clip before the sketch bounds noise added after it."""
+        bound = self.noise_bound(1.0)
+        return bound is not None and bound.crosses_sketch
+
+
+def build(spec) -> Pipeline:
+    """Parse a spec (string, dict, list, or Pipeline) into a validated :class:`Pipeline`; raise DefenseError."""
+    if isinstance(spec, Pipeline):
+        return spec
+    if spec is None:
+        items = []
+    elif isinstance(spec, str):
+        text = spec.strip()
+        items = [] if text in ("", "none") else [s.strip() for s in text.split(",")]
+    elif isinstance(spec, dict):
+        items = [spec]
+    elif isinstance(spec, (list, tuple)):
+        items = list(spec)
+    else:
+        raise DefenseError(f"defense spec must be a string, dict or list, got {spec!r}")
+    steps: list[Transform] = []
+    for item in items:
+        step = parse_step(item)
+        if isinstance(step, PerExample) and steps:
+            raise DefenseError(f"defense 'per_example' must be the first step, got it after '{steps[-1].spec()}'")
+        step.check(steps)
+        steps.append(step)
+    return Pipeline(steps)
+
+
+__all__ = ["Pipeline", "build"]

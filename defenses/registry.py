@@ -1,0 +1,97 @@
+"""The registry of defense families and the parser of one spec step ("name:key=value@placement")."""
+
+from __future__ import annotations
+
+from leakattack.registry import Registry
+
+from .base import PLACEMENTS, DefenseError, Transform
+from .clipping import Clip, PerExample
+from .noise import Gaussian, Laplace
+from .pruning import Prune
+from .quantization import Quantize
+
+_REGISTRY = Registry("defense", DefenseError)
+
+
+def register_defense(cls: type) -> type:
+    """Add a transform class to the registry under ``cls.name``."""
+    return _REGISTRY.register(cls.name, cls)
+
+
+for _cls in (Clip, PerExample, Gaussian, Laplace, Prune, Quantize):  # one line per family
+    register_defense(_cls)
+
+
+def get_defense(name: str, params: dict, placement: str | None = None) -> Transform:
+    """One transform ``name`` with its parameters (validated as in a spec)."""
+    return parse_step({"name": name, **params, **({"placement": placement} if placement else {})})
+
+
+def list_defenses() -> list[str]:
+    """Names accepted in a spec."""
+    return _REGISTRY.names()
+
+
+def parse_step(item) -> Transform:
+    """One transform from a step string (``name:key=value@placement``) or dict, validated; raise DefenseError."""
+    if isinstance(item, str):
+        name, raw, placement = _split_step(item)
+    elif isinstance(item, dict):
+        raw = dict(item)
+        name = raw.pop("name", None)
+        placement = raw.pop("placement", None)
+        if not isinstance(name, str):
+            raise DefenseError(f"defense step {item!r} needs a 'name'")
+    else:
+        raise DefenseError(f"defense step must be a string or dict, got {item!r}")
+    cls = _REGISTRY.get(name)
+    placement = placement or cls.default_placement
+    if placement not in cls.placements:
+        raise DefenseError(f"defense '{name}' cannot be placed '@{placement}'; allowed: {', '.join(cls.placements)}")
+    params = {}
+    for key, value in raw.items():
+        if key not in cls.schema:
+            allowed = ", ".join(cls.schema) or "none"
+            raise DefenseError(f"defense '{name}' has no parameter '{key}' (value {value!r}); allowed: {allowed}")
+        typ, what, ok = cls.schema[key]
+        try:
+            v = typ(value) if typ is float else _as_int(value)
+        except (TypeError, ValueError):
+            raise DefenseError(f"defense '{name}': {key} must be {what}, got {value!r}") from None
+        if not (v == v and ok(v)) or v in (float("inf"), float("-inf")):
+            raise DefenseError(f"defense '{name}': {key} must be {what}, got {value!r}")
+        params[key] = v
+    missing = [k for k in cls.schema if k not in params]
+    if name != "gaussian" and missing:
+        raise DefenseError(f"defense '{name}' needs {' and '.join(k + '=' for k in missing)}")
+    if name == "gaussian" and not params:
+        raise DefenseError("defense 'gaussian' needs sigma= or z=")
+    return cls(params, placement)
+
+
+def _as_int(value) -> int:
+    if isinstance(value, bool):
+        raise ValueError
+    f = float(value)
+    if f != int(f):
+        raise ValueError
+    return int(f)
+
+
+def _split_step(text: str):
+    placement = None
+    if "@" in text:
+        text, placement = text.rsplit("@", 1)
+        if placement not in PLACEMENTS:
+            raise DefenseError(f"unknown defense placement '@{placement}'; choose one of: {', '.join(PLACEMENTS)}")
+    name, *pairs = text.split(":")
+    raw = {}
+    for pair in pairs:
+        if "=" not in pair or not pair.split("=", 1)[0]:
+            raise DefenseError(f"malformed defense parameter '{pair}' in '{text}': write KEY=VALUE")
+        k, v = pair.split("=", 1)
+        raw[k.strip()] = v.strip()
+    return name.strip(), raw, placement
+
+
+__all__ = ["register_defense", "get_defense", "list_defenses", "parse_step"]
