@@ -140,8 +140,21 @@ def _reproduce(sub) -> None:
     command(p, "reproduce:cmd_reproduce")
 
 
+def _report(sub) -> None:
+    p = sub.add_parser("report", help="write one self-contained HTML audit report of run and sweep folders",
+                       description="Build one HTML file (images inlined, no external reference) from run folders "
+                                   "(metrics.json, config.json, reconstruction.png) and sweep folders (results.jsonl, "
+                                   "summary.csv, figures/, points/): each item's setting, threat model, "
+                                   "reconstructions beside the truth, PSNR/SSIM, baselines and verdict.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="run folders (holding metrics.json) and sweep folders "
+                   "(holding results.jsonl)")
+    p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
+    p.add_argument("--title", default="Gradient-inversion audit report", help="the report's title (default: %(default)s)")
+    command(p, "report:cmd_report")
+
+
 #: the subcommands, in the order ``leakattack --help`` lists them
-SUBCOMMANDS = (_run, _list, _check, _train, _sweep, _figures, _collect, _reproduce)
+SUBCOMMANDS = (_run, _list, _check, _train, _sweep, _figures, _collect, _report, _reproduce)
 
 
 def build_parser() -> Parser:

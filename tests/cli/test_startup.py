@@ -35,7 +35,7 @@ COMMANDS = sorted(_subparsers())
 
 
 def test_every_command_is_declared():
-    assert set(COMMANDS) == {"run", "list", "check", "train", "sweep", "figures", "collect", "reproduce"}
+    assert set(COMMANDS) == {"run", "list", "check", "train", "sweep", "figures", "collect", "report", "reproduce"}
 
 
 @pytest.mark.parametrize("argv,rc", [([], 2), (["--help"], 0), (["--version"], 0)]

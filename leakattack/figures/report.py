@@ -1,0 +1,624 @@
+"""An audit report: one self-contained HTML file built from run folders and sweep folders (stored files only).
+
+Every image is inlined as a base64 ``data:`` URI and the style sheet is inline,
+so the file opens anywhere, offline, and refers to nothing outside itself: no
+script, no font, no link.  Each item (a run folder or a sweep folder) opens with
+its headline: *rebuilt*, or *not rebuilt at this budget*, which is a failure of
+that attack and never evidence of privacy.  A run shows its setting (victim,
+d, b, sketch, defense, threat model, ε), its reconstruction beside the truth
+with per-image PSNR/SSIM, its baselines and verdict and the machine it ran on;
+a sweep shows its summary table, the figures it drew, and a grid of its
+reconstructions.  Keys that older folders lack (the verdict and baselines of
+results stored before they existed) read "not recorded".
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ..errors import UserError
+from ..results import (REPEAT_KEYS, default_strength, load_records, load_tensors, read_json, series_label,
+                       series_of, summarize)
+from .common import to_hwc
+from .sweep import MAX_GRID_BLOCKS, context, grid_series
+
+#: the grid of a sweep's reconstructions shows at most this many images (columns) and strengths (rows) per block
+MAX_GRID_COLUMNS = 8
+MAX_GRID_ROWS = 12
+#: at most this many images of one run get a row in its per-image table
+MAX_IMAGE_ROWS = 64
+#: the verdicts metrics.json records
+REBUILT, NOT_REBUILT = "rebuilt", "not rebuilt"
+#: what a reconstruction that is not rebuilt means, said wherever one is reported
+FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
+NOT_RECORDED = "not recorded"
+#: figures a sweep draws, in the order the report shows them, with their captions
+SWEEP_FIGURES = {
+    "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline)",
+    "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, ε annotated",
+    "phase_transition": "Phase transition in the sketch size: quality against b/m (sketch size / unknowns)",
+    "metrics_vs_batch": "Attack quality against batch size",
+    "reconstruction_grid": "Reconstructions (the sweep's own figure)",
+}
+#: summary.csv metrics, by stem, as table headings
+METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": "label acc.",
+                "utility_acc": "test acc. (utility)", "epsilon": "ε", "epsilon_paper": "ε (paper)",
+                "baseline_psnr": "baseline PSNR (dB)", "baseline_ssim": "baseline SSIM", "lpips": "LPIPS"}
+#: summary.csv metrics, by stem: (digits, format) of their means
+METRIC_FORMAT = {"psnr": (2, "f"), "ssim": (4, "f"), "label_acc": (3, "f"), "utility_acc": (3, "f"),
+                 "baseline_psnr": (2, "f"), "baseline_ssim": (4, "f"), "lpips": (4, "f")}
+#: the label modes of the threat model, in words
+LABELS = {"given": "labels given to the attacker", "idlg": "labels recovered from the message (iDLG sign rule)",
+          "dlg": "labels optimised with the images (DLG)"}
+_STAMP = re.compile(r"(?:^|-)(\d{8})-(\d{6})(?:-|$)")
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Arial,sans-serif;margin:0;color:#1d2430;
+background:#f4f5f7;line-height:1.45}
+main{max-width:1100px;margin:0 auto;padding:24px}
+header.top{background:#1d2430;color:#fff;padding:20px 24px}header.top h1{margin:0 0 4px;font-size:24px}
+header.top p{margin:0;color:#c8cdd6;font-size:14px}
+nav{background:#fff;border-radius:8px;padding:12px 20px;margin-bottom:20px;box-shadow:0 1px 3px #0002}
+nav ol{margin:6px 0;padding-left:22px}nav a{color:#1d4ed8;text-decoration:none}
+section.item{background:#fff;border-radius:8px;padding:20px 24px;margin-bottom:24px;box-shadow:0 1px 3px #0002}
+h2{margin:0;font-size:20px}h3{font-size:16px;margin:20px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
+h4{font-size:14px;margin:14px 0 6px}
+.path{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:12px;color:#5b6472;margin:2px 0 10px}
+.headline{font-size:17px;font-weight:600;padding:10px 14px;border-radius:6px;margin:10px 0 14px}
+.headline.rebuilt{background:#fde8e8;color:#8a1c1c;border-left:6px solid #c62828}
+.headline.failed{background:#eef2f7;color:#28415e;border-left:6px solid #5a7aa0}
+.headline.mixed{background:#fff4e0;color:#6b4400;border-left:6px solid #d98a00}
+.headline.unjudged{background:#f1f1f1;color:#3d3d3d;border-left:6px solid #9a9a9a}
+.tag{display:inline-block;font-size:11px;font-weight:600;padding:1px 6px;border-radius:3px;margin-left:6px}
+.tag.rebuilt{background:#fde8e8;color:#8a1c1c}.tag.failed{background:#eef2f7;color:#28415e}
+.tag.mixed{background:#fff4e0;color:#6b4400}.tag.unjudged{background:#eee;color:#555}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f6f7f9;font-weight:600}
+table.kv th{width:150px}
+table.num td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}table.num td.key{text-align:left}
+table.num th{white-space:nowrap}
+.scroll{overflow-x:auto}
+figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #e3e6ea}
+figcaption{font-size:12px;color:#5b6472;margin-top:4px}
+.pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
+.note{font-size:13px;color:#5b6472}
+.verdict{font-size:14px;margin:6px 0}
+.blocks{display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start}
+table.grid td,table.grid th{text-align:center;padding:4px;vertical-align:middle}table.grid th{white-space:nowrap}
+table.grid img{image-rendering:pixelated;display:block;margin:0 auto;border:1px solid #ccd}
+table.grid .cap{font-size:11px;color:#333;white-space:nowrap}
+"""
+
+
+def folder_kind(path) -> str | None:
+    """``"run"`` (a folder holding metrics.json), ``"sweep"`` (one holding results.jsonl), or None."""
+    p = Path(path)
+    if (p / "metrics.json").is_file():
+        return "run"
+    if (p / "results.jsonl").is_file():
+        return "sweep"
+    return None
+
+
+def check_folders(paths) -> list[tuple[str, Path]]:
+    """(kind, folder) of each path, refused in one sentence when one is neither a run nor a sweep folder."""
+    out = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UserError(f"'{p}' does not exist")
+        kind = folder_kind(p)
+        if kind is None:
+            raise UserError(f"'{p}' is neither a run folder (holding metrics.json) nor a sweep folder (holding "
+                            "results.jsonl)")
+        out.append((kind, p))
+    return out
+
+
+def build_report(paths, title: str = "Gradient-inversion audit report", generator: str = "leakattack",
+                 built: str = "") -> str:
+    """The report of the given run and sweep folders, as the text of one self-contained HTML file."""
+    items = check_folders(paths)
+    sections, toc = [], []
+    for i, (kind, folder) in enumerate(items, 1):
+        anchor = f"item-{i}"
+        body, head, cls = (_run_section if kind == "run" else _sweep_section)(folder, anchor)
+        sections.append(body)
+        toc.append(f'<li><a href="#{anchor}">{_e(kind)}: {_e(_name(folder))}</a>'
+                   f'<span class="tag {cls}">{_e(head)}</span></li>')
+    runs = sum(k == "run" for k, _ in items)
+    counts = f"{runs} run{'s' if runs != 1 else ''}, {len(items) - runs} sweep{'s' if len(items) - runs != 1 else ''}"
+    sub = " · ".join(t for t in (generator, f"built {built}" if built else "", counts) if t)
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
+        f'<header class="top"><h1>{_e(title)}</h1><p>{_e(sub)}</p></header><main>',
+        '<nav><strong>Contents</strong><ol>' + "".join(toc) + "</ol>"
+        '<p class="note">A reconstruction counts as <em>rebuilt</em> only when it clearly beats what needs no '
+        "message at all: the attack's own start and the data set's mean image. <em>Not rebuilt</em> is "
+        f"{FAILURE_NOTE}: a stronger attack or a larger budget may still succeed.</p></nav>",
+        *sections, "</main></body></html>", ""])
+
+
+# ---------------------------------------------------------------- run folders
+
+def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
+    metrics = _read(folder / "metrics.json")
+    config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
+    run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
+    head, cls, sentence = _run_headline(metrics)
+    parts = [f'<section class="item run" id="{anchor}"><h2>Run: {_e(_name(folder))}</h2>',
+             f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
+    parts.append("<h3>Setting</h3>" + _kv(_run_setting(run, derived, metrics)) if config else
+                 '<h3>Setting</h3><p class="note">config.json not found: the setting is not recorded.</p>')
+    parts.append("<h3>Reconstruction</h3>")
+    figs = []
+    if (folder / "reconstruction.png").is_file():
+        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.get("psnr") is not None
+                else "the reconstructed images (no true images to compare with)")
+        figs.append(_figure(folder / "reconstruction.png", what))
+    if (folder / "convergence.png").is_file():
+        figs.append(_figure(folder / "convergence.png", "the minimised loss against the step", width=420))
+    parts.append(f'<div class="pair">{"".join(figs)}</div>' if figs else
+                 '<p class="note">reconstruction.png not found.</p>')
+    parts.append(_per_image(metrics))
+    parts.append("<h3>Verdict and baselines</h3>" + _run_verdict(metrics))
+    parts.append("<h3>Machine and time</h3>" + _kv(_machine(env, metrics, folder)))
+    parts.append("</section>")
+    return "\n".join(parts), head, cls
+
+
+def _run_headline(m: dict) -> tuple[str, str, str]:
+    """(short tag, CSS class, the headline sentence) of a run."""
+    verdict = m.get("verdict")
+    if verdict == REBUILT:
+        return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
+                                      f"(PSNR {_num(m.get('psnr'), 1)} dB, SSIM {_num(m.get('ssim'), 3)}).")
+    if verdict == NOT_REBUILT:
+        return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
+                                         f"{_num(m.get('psnr'), 1)} dB, SSIM {_num(m.get('ssim'), 3)}.")
+    if m.get("truth") is False or m.get("psnr") is None:
+        return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
+    return "verdict not recorded", "unjudged", (
+        f"Verdict not recorded: this run folder was written before runs recorded one (PSNR {_num(m.get('psnr'), 1)} "
+        f"dB, SSIM {_num(m.get('ssim'), 3)}; compare with the baselines of newer runs).")
+
+
+def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
+    model = str(run.get("model", NOT_RECORDED))
+    if run.get("model_params"):
+        model += " (" + ", ".join(f"{k}={v}" for k, v in run["model_params"].items()) + ")"
+    shape = derived.get("in_shape")
+    victim = f"{model} on {derived.get('dataset') or run.get('dataset') or NOT_RECORDED}"
+    if shape:
+        victim += f" ({'×'.join(map(str, shape))}"
+        victim += f", {derived['num_classes']} classes)" if derived.get("num_classes") else ")"
+    weights = run.get("weights") or (f"random initial weights (model seed {derived.get('model_seed')})"
+                                     if derived.get("model_seed") is not None else "random initial weights")
+    rows = [("victim", f"{victim}; {weights}")]
+    if run.get("protocol"):
+        message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
+                   f"{run.get('protocol_client')}")
+    elif run.get("message"):
+        message = f"captured message file {run['message']}"
+    else:
+        message = f"one gradient of a batch of {run.get('batch_size', 1)} (first image index {run.get('image_index', 0)})"
+    rows.append(("message", message))
+    d, b = derived.get("d", m.get("d")), derived.get("b", m.get("b"))
+    rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
+                 (f" (b/d = {b / d:.2f})" if isinstance(d, int) and isinstance(b, int) and d else "")))
+    sketch = (derived.get("sketch") or {}).get("kind") or run.get("sketch") or NOT_RECORDED
+    rows.append(("sketch", "none (the true gradient)" if sketch == "none" else
+                 f"{sketch}, seed {derived.get('sketch_seed', NOT_RECORDED)}"))
+    rows.append(("defense", run.get("defense") or m.get("defense") or "none"))
+    rows.append(("threat model", _threat(run, sketch)))
+    if "epsilon" in m:
+        eps = m.get("epsilon")
+        rows.append(("ε", f"ε = {_num(eps, 3, 'g')} at δ = {_num(m.get('delta'), 3, 'g')} (this one message)"
+                     if eps is not None else (m.get("privacy_note") or "no DP guarantee")))
+    if m.get("utility_acc") is not None:
+        rows.append(("utility", f"test accuracy {_num(m['utility_acc'], 3)} when training under the defense"))
+    opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
+           f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
+           f"budget {_int(derived.get('iterations') or run.get('iterations'))} iterations"
+           if derived.get("iterations") or run.get("iterations") else "",
+           f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"]
+    recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
+    rows.append(("attack", f"{run.get('attack', NOT_RECORDED)}{recipe}: " + ", ".join(t for t in opt if t)))
+    stop = f"{_int(m.get('iterations'))} iterations, stop reason {m.get('stop_reason', NOT_RECORDED)}"
+    if m.get("message"):
+        stop += f": {m['message']}"
+    rows.append(("stopped", stop))
+    return rows
+
+
+def _threat(run: dict, sketch: str) -> str:
+    words = [LABELS.get(run.get("label_mode"), f"label mode {run.get('label_mode', NOT_RECORDED)}")]
+    if sketch != "none":
+        if run.get("sketch_known", True):
+            words.append("sketch seed known")
+        else:
+            words.append("sketch seed not known (the attacker draws R from another seed)")
+        if run.get("sketch_seed_search"):
+            words.append(f"seed searched among {run['sketch_seed_search']}")
+    if "clip" in str(run.get("defense") or ""):
+        words.append("clip threshold known" if run.get("attacker_knows_clip") else "clip threshold not known")
+    return "; ".join(words)
+
+
+def _per_image(m: dict) -> str:
+    psnr, ssim = m.get("psnr_each") or [], m.get("ssim_each") or []
+    if not psnr:
+        return ""
+    truth = m.get("labels_true") or []
+    rows = []
+    for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
+        label = truth[i] if i < len(truth) else None
+        rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
+                    f"<td>{_num(p, 2)}</td><td>{_num(s, 4)}</td></tr>")
+    more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
+            f'{_num(m.get("psnr"), 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
+    acc = m.get("label_acc")
+    lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
+    return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
+            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th></tr>" + "".join(rows) + "</table></div>" + more + lab)
+
+
+def _run_verdict(m: dict) -> str:
+    verdict = m.get("verdict")
+    lines = []
+    if verdict is None:
+        lines.append(f'<p class="verdict">Verdict: {NOT_RECORDED}.</p>')
+    else:
+        against = m.get("verdict_baseline")
+        why = f" It is no better than the {'mean-image' if against == 'mean' else against} baseline." if against else ""
+        extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
+        lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(why)}</p>')
+    if m.get("nothing_attacked"):
+        lines.append(f'<p class="verdict">The attack attacked nothing: {_e(m["nothing_attacked"])}.</p>')
+    rows = [("reconstruction", m.get("psnr"), m.get("ssim"), m.get("lpips"), True)]
+    for name, label in (("start", "the attack's start"), ("mean", m.get("baseline_mean_image") or "mean image")):
+        rows.append((f"baseline: {label}", m.get(f"baseline_{name}_psnr"), m.get(f"baseline_{name}_ssim"),
+                     m.get(f"baseline_{name}_lpips"), f"baseline_{name}_psnr" in m))
+    rows.append(("better baseline", m.get("baseline_psnr"), m.get("baseline_ssim"), m.get("baseline_lpips"),
+                 "baseline_psnr" in m))
+    body = "".join(
+        f"<tr><td class=key>{_e(label)}</td>" + ("".join(f"<td>{_num(v, k)}</td>" for v, k in ((p, 2), (s, 4), (lp, 4)))
+                                                 if known else f"<td colspan=3>{NOT_RECORDED}</td>") + "</tr>"
+        for label, p, s, lp, known in rows)
+    lines.append('<table class="num"><tr><th></th><th>PSNR (dB)</th><th>SSIM</th><th>LPIPS</th></tr>' + body +
+                 "</table>")
+    if m.get("lpips") is None and m.get("lpips_note"):
+        lines.append(f'<p class="note">{_e(m["lpips_note"])}</p>')
+    if m.get("unique") is not None or m.get("unknowns"):
+        u = m.get("unique")
+        lines.append(f'<p class="note">unknowns m·B = {_int(m.get("unknowns"))}; the match is '
+                     f'{"unique" if u else "not unique" if u is False else "of unknown uniqueness"}.</p>')
+    return "".join(lines)
+
+
+def _machine(env: dict, m: dict, folder: Path) -> list[tuple[str, str]]:
+    mach = env.get("machine") or {}
+    cpu = mach.get("cpu") or env.get("device_name") or NOT_RECORDED
+    bits = [cpu]
+    if mach.get("cpu_capability"):
+        bits.append(f"SIMD {mach['cpu_capability']}")
+    if mach.get("threads", env.get("threads")) is not None:
+        bits.append(f"{mach.get('threads', env.get('threads'))} thread(s)")
+    rows = [("machine", ", ".join(bits) + (f" ({env['device']})" if env.get("device") else ""))]
+    soft = [f"{k} {env[k]}" for k in ("leakattack", "torch", "python") if env.get(k)]
+    rows.append(("software", ", ".join(soft) + (f"; {env['platform']}" if env.get("platform") else "") if soft
+                 else NOT_RECORDED))
+    rows.append(("time", f"attack {_seconds(m.get('attack_s'))}, whole run {_seconds(m.get('wall_s'))}"))
+    rows.append(("written", _when(folder)))
+    return rows
+
+
+def _when(folder: Path) -> str:
+    hit = _STAMP.search(folder.name)
+    if not hit:
+        return f"{NOT_RECORDED} (the folder name carries no time stamp)"
+    d, t = hit.groups()
+    return f"{d[:4]}-{d[4:6]}-{d[6:]} {t[:2]}:{t[2:4]}:{t[4:]} (from the folder name)"
+
+
+# -------------------------------------------------------------- sweep folders
+
+def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
+    records = load_records(folder)
+    meta = _read(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
+    head, cls, sentence = _sweep_headline(records)
+    parts = [f'<section class="item sweep" id="{anchor}"><h2>Sweep: {_e(_name(folder))}</h2>',
+             f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
+    parts.append("<h3>Setting</h3>" + _kv(_sweep_setting(records, meta)))
+    parts.append("<h3>Summary</h3>" + _summary_table(folder, records, meta))
+    grid = _recon_grid(folder, records, meta)
+    shown = [n for n in SWEEP_FIGURES if (folder / "figures" / f"{n}.png").is_file()
+             and not (n == "reconstruction_grid" and grid)]
+    others = sorted(p.stem for p in (folder / "figures").glob("*.png") if p.stem not in SWEEP_FIGURES) \
+        if (folder / "figures").is_dir() else []
+    if shown or others:
+        parts.append("<h3>Figures</h3>")
+        for n in shown + others:
+            if n == "privacy_utility":
+                parts.append("<h4>Privacy–utility frontier</h4>")
+            parts.append(_figure(folder / "figures" / f"{n}.png", SWEEP_FIGURES.get(n, n)))
+    if grid:
+        parts.append("<h3>Reconstructions</h3>" + grid)
+    parts.append("<h3>Machine and time</h3>" + _kv(_sweep_machine(records)))
+    parts.append("</section>")
+    return "\n".join(parts), head, cls
+
+
+def _sweep_headline(records: list[dict]) -> tuple[str, str, str]:
+    verdicts = [r["metrics"].get("verdict") for r in records if r["metrics"].get("verdict") is not None]
+    n = len(records)
+    if not records:
+        return "empty", "unjudged", "No finished point: results.jsonl holds no result yet."
+    if not verdicts:
+        return "verdict not recorded", "unjudged", (
+            f"Verdict not recorded: these {n} points were stored before sweeps recorded one; the mean PSNR and SSIM "
+            "of each setting are in the summary below.")
+    k = sum(v == REBUILT for v in verdicts)
+    if k == len(verdicts):
+        return "rebuilt", "rebuilt", f"Rebuilt at every judged point ({k} of {n})."
+    if k == 0:
+        return "not rebuilt", "failed", (f"Not rebuilt at any of the {len(verdicts)} judged points at this budget "
+                                         f"({FAILURE_NOTE}).")
+    return f"rebuilt at {k}/{len(verdicts)}", "mixed", (
+        f"Rebuilt at {k} of {len(verdicts)} judged points; not rebuilt at {len(verdicts) - k} at this budget "
+        f"({FAILURE_NOTE}).")
+
+
+def _sweep_setting(records: list[dict], meta: dict) -> list[tuple[str, str]]:
+    rows = [("shared", context(records, meta) or "–")]
+    grids = meta.get("grid") or []
+    for i, block in enumerate(grids if isinstance(grids, list) else [grids]):
+        text = "; ".join(f"{k} ∈ {{{', '.join(_short(v) for v in vs)}}}" if isinstance(vs, list) else f"{k} = {vs}"
+                         for k, vs in block.items())
+        rows.append((f"grid{f' {i + 1}' if len(grids) > 1 else ''}", text))
+    strength = meta.get("strength")
+    if strength:
+        rows.append(("strength axis", str(strength)))
+    if records:
+        sketches = {str(r["params"].get("sketch")) for r in records}
+        params = records[0]["params"]
+        rows.append(("threat model", _threat(params, "none" if sketches == {"none"} else "sketch")))
+        bd = sorted({(r["metrics"].get("d"), r["metrics"].get("b")) for r in records
+                     if r["metrics"].get("d") is not None}, key=str)
+        if bd:
+            rows.append(("d, b", "; ".join(f"d = {_int(d)}, b = {_int(b)}" for d, b in bd[:6]) +
+                         ("; …" if len(bd) > 6 else "")))
+    rows.append(("points", f"{len(records)} finished of {meta.get('points', NOT_RECORDED)} planned"))
+    return rows
+
+
+def _summary_rows(folder: Path, records: list[dict]) -> list[dict]:
+    path = folder / "summary.csv"
+    if path.is_file():
+        with open(path, encoding="utf-8", newline="") as fh:
+            return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    return summarize(records)
+
+
+def _cell(text):
+    if text is None or text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return text
+    return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() else v
+
+
+def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
+    rows = _summary_rows(folder, records)
+    if not rows:
+        return '<p class="note">No summary: no finished point.</p>'
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
+    plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in ("rebuilt",)]
+    shared = [c for c in plain if len({json.dumps(r.get(c)) for r in rows}) == 1 and len(rows) > 1]
+    template = (meta.get("base") or {}).get("defense")
+    templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
+    varying = [c for c in plain if c not in shared and not (templated and c == "defense")]
+    stems = [s for s in stems if any(r.get(f"{s}_mean") is not None for r in rows)]
+    head = "".join(f"<th>{_e(c)}</th>" for c in varying) + "".join(
+        f"<th>{_e(METRIC_NAMES.get(s, s))}</th>" for s in stems)
+    if any("rebuilt" in r for r in rows):
+        head += "<th>rebuilt</th>"
+    body = []
+    for r in rows:
+        cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
+        for s in stems:
+            mean, std = r.get(f"{s}_mean"), r.get(f"{s}_std")
+            digits, kind = METRIC_FORMAT.get(s, (4, "g"))
+            spread = f" ± {_num(std, 2, 'g')}" if std is not None else ""
+            cells += f"<td>{_num(mean, digits, kind)}{spread}</td>"
+        if "rebuilt" in head:
+            share = r.get("rebuilt")
+            cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
+        body.append(f"<tr>{cells}</tr>")
+    same = [f"{c} = {_short(rows[0].get(c))}" for c in shared]
+    if templated:
+        same.insert(0, f"defense = {template}, filled in with the row's values")
+    note = ('<p class="note">' + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
+            + "Metrics: mean ± sample std over the repetitions (n).</p>")
+    return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
+
+
+def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
+    """The sweep's reconstructions as an HTML grid: one block per series, a row per strength (the truth first), a
+    column per image; each cell with its PSNR, SSIM and verdict in words."""
+    if not (folder / "points").is_dir():
+        return ""
+    strength = meta.get("strength") or default_strength(list(dict.fromkeys(k for r in records for k in r["grid"])))
+    if strength is None:
+        return ""
+    keys, shown, left = grid_series(records, strength)
+    blocks = []
+    for series in shown:
+        recs = [r for r in records if series_of(r, keys) == series]
+        first = {k: json.dumps(recs[0]["grid"].get(k)) for k in REPEAT_KEYS if k != "image_index"}
+        recs = [r for r in recs if all(json.dumps(r["grid"].get(k)) == v for k, v in first.items())]
+        images = list(dict.fromkeys(r["params"].get("image_index", 0) for r in recs))[:MAX_GRID_COLUMNS]
+        levels = sorted(dict.fromkeys(json.dumps(r["grid"].get(strength)) for r in recs), key=_level_key)
+        cut = len(levels) > MAX_GRID_ROWS
+        levels = levels[:MAX_GRID_ROWS]
+        cell, truth = {}, {}
+        for r in recs:
+            key = (json.dumps(r["grid"].get(strength)), r["params"].get("image_index", 0))
+            pt = folder / "points" / f"{r['key']}.pt"
+            if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
+                t = load_tensors(pt)
+                cell[key] = (t["recon"][0], r["metrics"])
+                truth.setdefault(key[1], t["truth"][0] if t.get("truth") is not None else None)
+        if not cell:
+            continue
+        head = "<tr><th></th>" + "".join(f"<th>image {_e(im)}</th>" for im in images) + "</tr>"
+        rows = ["<tr><th>truth</th>" + "".join(f"<td>{_img_cell(truth.get(im))}</td>" for im in images) + "</tr>"]
+        for lv in levels:
+            tds = []
+            for im in images:
+                if (lv, im) not in cell:
+                    tds.append("<td>–</td>")
+                    continue
+                x, m = cell[(lv, im)]
+                verdict = m.get("verdict")
+                tag = (f'<span class="tag {"rebuilt" if verdict == REBUILT else "failed"}">{_e(verdict)}</span>'
+                       if verdict else "")
+                tds.append(f"<td>{_img_cell(x)}<div class=cap>{_num(m.get('psnr'), 1)} dB · SSIM "
+                           f"{_num(m.get('ssim'), 2)}</div>{tag}</td>")
+            rows.append(f"<tr><th>{_e(strength)} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
+        title = series_label(series) or "all points"
+        notes = [f"first {MAX_GRID_ROWS} values of {strength} shown" if cut else "",
+                 ", ".join(f"{k} = {json.loads(v)}" for k, v in first.items()
+                           if len({json.dumps(r['grid'].get(k)) for r in records}) > 1)]
+        note = "; ".join(t for t in notes if t)
+        blocks.append(f"<h4>{_e(title)}{f' <span class=note>({_e(note)})</span>' if note else ''}</h4>"
+                      f'<div class="scroll"><table class="grid">{head}{"".join(rows)}</table></div>')
+    if not blocks:
+        return ""
+    more = (f'<p class="note">{len(left)} more series not shown (at most {MAX_GRID_BLOCKS}), from '
+            f"{_e(series_label(left[0]))}.</p>") if left else ""
+    return f'<div class="blocks">{"".join(f"<div>{b}</div>" for b in blocks)}</div>{more}'
+
+
+def _level_key(text: str):
+    v = json.loads(text)
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    return (not number, v if number else 0, text)
+
+
+def _img_cell(x) -> str:
+    if x is None:
+        return "–"
+    png, (h, w) = image_png(x)
+    shown = shown_width(w)
+    return (f'<img src="{_uri(png)}" width="{shown}" height="{round(shown * h / w)}" alt="">')
+
+
+def _sweep_machine(records: list[dict]) -> list[tuple[str, str]]:
+    walls = [r["metrics"].get("wall_s") for r in records if isinstance(r["metrics"].get("wall_s"), (int, float))]
+    envs = [r.get("environment") or r["metrics"].get("environment") for r in records]
+    env = next((e for e in envs if e), None)
+    rows = [("machine", _machine(env, {}, Path(""))[0][1] if env else
+             f"{NOT_RECORDED} (sweep points do not store their machine)")]
+    rows.append(("time", f"{_seconds(sum(walls))} of attacks over {len(walls)} points"
+                         f" (one worker's time; parallel workers overlap)" if walls else NOT_RECORDED))
+    return rows
+
+
+# -------------------------------------------------------------------- helpers
+
+def image_png(x) -> tuple[bytes, tuple[int, int]]:
+    """A (C, H, W) image in [0, 1] (tensor or array) as PNG bytes, and its (H, W)."""
+    a = to_hwc(x)
+    u8 = np.round(a * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(u8, mode="L" if u8.ndim == 2 else "RGB").save(buf, format="PNG")
+    return buf.getvalue(), u8.shape[:2]
+
+
+def shown_width(w: int) -> int:
+    """CSS pixels an image of width ``w`` is shown at in the grid: small images enlarged by a whole factor to about
+    96 px (blocky pixels, no blur), larger ones at their size up to 128 px."""
+    return w * max(1, 96 // w) if w <= 48 else min(w, 128)
+
+
+def _uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _figure(path: Path, caption: str, width: int | None = None) -> str:
+    size = ""
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+        shown = min(w, width or 1000)
+        size = f' width="{shown}" height="{round(shown * h / w)}"'
+    except OSError:
+        raise UserError(f"'{path}' is not a readable PNG image") from None
+    return (f'<figure><img src="{_uri(path.read_bytes())}"{size} alt="{_e(caption)}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _kv(rows) -> str:
+    return '<table class="kv">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _read(path: Path):
+    try:
+        return read_json(path)
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"'{path}' is not JSON") from None
+
+
+def _name(folder: Path) -> str:
+    return Path(folder).resolve().name or str(folder)
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(v, digits: int = 2, kind: str = "f") -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return "–" if v is None else _e(v)
+    return f"{v:.{digits}{kind}}"
+
+
+def _int(v) -> str:
+    return f"{v:,}" if isinstance(v, int) else ("–" if v is None else str(v))
+
+
+def _seconds(v) -> str:
+    if not isinstance(v, (int, float)):
+        return NOT_RECORDED
+    return f"{v:.1f} s" if v < 120 else f"{v / 60:.1f} min"
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if v is None:
+        return "–"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+__all__ = ["build_report", "check_folders", "folder_kind", "image_png", "shown_width", "FAILURE_NOTE",
+           "MAX_GRID_COLUMNS", "MAX_GRID_ROWS"]

@@ -1,0 +1,190 @@
+"""``leakattack report``: one self-contained HTML file (every image a data URI, nothing referred to outside it) that
+opens and draws in a browser; a clear headline per item; bad input refused in one sentence with nothing written."""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from leakattack import cli
+from leakattack.figures.report import FAILURE_NOTE, build_report
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "results" / "reference" / "lenet-srht"
+SWEEP = ROOT / "results" / "sweeps" / "defense_sweep"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Page(html.parser.HTMLParser):
+    """Every tag with its attributes, the text of <style>, and the ids and in-page links."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.style, self._in_style = "", False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.style += data
+
+
+def parse(text: str) -> Page:
+    page = Page()
+    page.feed(text)
+    return page
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "audit.html"
+    assert cli.main(["report", str(RUN), str(SWEEP), "--out", str(out)]) == 0
+    return out
+
+
+def test_report_refers_to_nothing_outside_itself(report):
+    text = report.read_text(encoding="utf-8")
+    page = parse(text)
+    names = [t for t, _ in page.tags]
+    assert "script" not in names and "iframe" not in names and "object" not in names
+    assert "url(" not in page.style and "@import" not in page.style and "@font-face" not in page.style
+    ids = {a["id"] for _, a in page.tags if "id" in a}
+    refs = [(t, k, v) for t, a in page.tags for k, v in a.items() if k in ("src", "href", "srcset", "poster", "data")]
+    assert refs
+    for tag, key, value in refs:
+        assert value.startswith("data:") or (value.startswith("#") and value[1:] in ids), (tag, key, value[:60])
+    assert [a["rel"] for t, a in page.tags if t == "link"] == ["icon"]  # the data: icon keeps browsers from asking
+
+
+def test_every_image_is_a_png_that_decodes(report):
+    page = parse(report.read_text(encoding="utf-8"))
+    images = [a for t, a in page.tags if t == "img"]
+    # the run's reconstruction and loss curve, the sweep's figure, and its grid: 3 truths + 42 reconstructions
+    assert len(images) >= 2 + 1 + 45
+    for a in images:
+        head, _, data = a["src"].partition(",")
+        assert head == "data:image/png;base64"
+        with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as im:
+            im.load()
+            assert im.size[0] > 0 and im.size[1] > 0
+            w, h = int(a["width"]), int(a["height"])
+            assert abs(w / h - im.size[0] / im.size[1]) < 0.05  # shown at the image's own aspect ratio
+
+
+def test_report_says_what_was_attacked_and_how_it_went(report):
+    text = report.read_text(encoding="utf-8")
+    for words in ("Run: lenet-srht", "Sweep: defense_sweep", "d = 15,826 weights, b = 7,913 numbers sent",
+                  "sketch seed known", "labels recovered from the message", "Intel", "52.57",
+                  "sigma = 0.0001", "image 2", "Verdict not recorded", "not recorded"):
+        assert words in text, words
+    # the sweep's summary table: one row per setting of summary.csv
+    rows = (SWEEP / "summary.csv").read_text().strip().splitlines()[1:]
+    assert text.count("<tr><td class=key>") >= len(rows)
+
+
+def _with_metrics(tmp_path: Path, name: str, **keys) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(RUN, folder)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics.update(keys)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_headline_reads_the_verdict(tmp_path):
+    baselines = {"baseline_psnr": 11.2, "baseline_ssim": 0.05, "baseline_start_psnr": 8.0,
+                 "baseline_start_ssim": 0.01, "baseline_mean_psnr": 11.2, "baseline_mean_ssim": 0.05,
+                 "baseline_mean_image": "the mean of 256 of the 300 images of photos"}
+    rebuilt = _with_metrics(tmp_path, "rebuilt", verdict="rebuilt", verdict_baseline=None, **baselines)
+    failed = _with_metrics(tmp_path, "failed", verdict="not rebuilt", verdict_baseline="mean", psnr=11.5, ssim=0.06,
+                           **baselines)
+    text = build_report([rebuilt, failed])
+    assert 'class="headline rebuilt">Rebuilt: the attack reconstructed' in text
+    assert f'class="headline failed">Not rebuilt at this budget ({FAILURE_NOTE})' in text
+    assert "no better than the mean-image baseline" in text
+    assert "the mean of 256 of the 300 images of photos" in text and "11.20" in text
+    assert "Verdict not recorded" not in text
+
+
+def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
+    folder = tmp_path / "sweep"
+    shutil.copytree(SWEEP, folder)
+    lines = (folder / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    for r in records:
+        r["metrics"]["verdict"] = "rebuilt" if r["metrics"]["psnr"] > 20 else "not rebuilt"
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    k = sum(r["metrics"]["psnr"] > 20 for r in records)
+    text = build_report([folder])
+    assert f"Rebuilt at {k} of {len(records)} judged points; not rebuilt at {len(records) - k}" in text
+    assert FAILURE_NOTE in text
+    assert text.count('<span class="tag failed">not rebuilt</span>') == len(records) - k
+
+
+def _fails(capsys, argv) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("leakattack: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    err = _fails(capsys, ["report", str(tmp_path), "--out", str(out)])
+    assert "neither a run folder" in err
+    assert "does not exist" in _fails(capsys, ["report", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert "is a folder" in _fails(capsys, ["report", str(RUN), "--out", str(tmp_path)])
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("a file, not a folder")
+    assert "cannot be written" in _fails(capsys, ["report", str(RUN), "--out", str(blocker / "r.html")])
+    broken = _with_metrics(tmp_path, "broken")
+    (broken / "config.json").write_text("{not json")
+    assert "is not JSON" in _fails(capsys, ["report", str(broken), "--out", str(out)])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["broken", "file.txt"]
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)")
+def test_report_opens_and_draws_in_chromium(report, tmp_path):
+    dom = _chromium("--dump-dom", report.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    source, loaded = parse(report.read_text(encoding="utf-8")), parse(dom.stdout)
+    count = lambda page, tag: sum(t == tag for t, _ in page.tags)  # noqa: E731
+    assert count(loaded, "img") == count(source, "img") > 0
+    assert count(loaded, "section") == count(source, "section") == 2
+    assert "Run: lenet-srht" in dom.stdout and "Sweep: defense_sweep" in dom.stdout
+    # drawn: the page differs, over a large share of its pixels, from the same page with every image broken
+    broken = tmp_path / "broken.html"
+    text = report.read_text(encoding="utf-8")
+    broken.write_text(text.replace("data:image/png;base64,", "data:image/png;base64,AAAA"), encoding="utf-8")
+    shots = []
+    for page, name in ((report, "good.png"), (broken, "broken.png")):
+        shot = tmp_path / name
+        proc = _chromium("--window-size=1200,2400", f"--screenshot={shot}", page.as_uri())
+        assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+        with Image.open(shot) as im:
+            shots.append(np.asarray(im.convert("RGB"), dtype=np.int16))
+    good, bad = shots
+    assert good.shape == (2400, 1200, 3)
+    assert len(np.unique(good.reshape(-1, 3), axis=0)) > 500  # not blank: text, tables and pictures
+    assert (np.abs(good - bad).max(axis=2) > 40).mean() > 0.05  # the images are drawn, not broken icons
