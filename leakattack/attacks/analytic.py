@@ -1,67 +1,15 @@
 """Analytic inversion of a fully connected first layer, from the true or the sketched gradient.
 
-Symbols.  The victim's first parametrised layer is z = W x + c (W of shape H x m,
-x the flattened example).  For one example its gradient is the rank-1 block
-
-    dF/dW = delta x^T,    dF/dc = delta,     i.e.  [dF/dW | dF/dc] = delta [x; 1]^T,
-
-so every row of dF/dW divided by the matching entry of dF/dc is x (Phong et al.,
-"Privacy-preserving deep learning via additively homomorphic encryption", 2017;
-R-GAP, Zhu & Blaschko, ICLR 2021).  The attacker sees y = M g (M: the sketch R,
-or a scaled map a R for a protocol update) and knows M.
-
-* b >= d (no sketch, or a square R): g is solved from y (M^T y for the identity,
-  a dense least-squares solve while R fits DENSE_LIMIT, else CGLS), and x = sum_k delta_k W'_k / sum_k delta_k^2, the
-  least-squares fit of every row W'_k ~ delta_k x with delta = dF/dc: exact division.
-* b < d: a low-rank recovery.  Every ``nn.Linear`` that sees one vector per
-  example has a rank-1 block delta_l [a_l; 1]^T of its own (the head included);
-  every other coordinate of g is an unknown of its own.  The unknowns are then
-  sum_l (H_l + m_l) + the free coordinates, far fewer than d (mlp on digits:
-  64 + 784 + 10 + 64 = 922 against d = 50,890).  They are fitted to y by
-  alternating least squares (ALS): with every a_l fixed the message is
-  linear in (delta_l, free), with every delta_l fixed it is linear in (a_l, free);
-  each half-sweep is a CGLS solve with M and M^T alone (matrix-free, columns
-  scaled to unit norm, warm-started).  After each ALS sweep one damped
-  Gauss-Newton step on all factors at once (``solver="als+gn"``, the default):
-  ALS alone crawls along a plateau near the threshold (mlp on digits, srht,
-  b/m = 1.5: about 200 sweeps, 20 s), Gauss-Newton alone stops at a wrong
-  stationary point there (5.6 dB), and the two together converge in 10-30
-  sweeps.  The start is spectral: the top singular pair of the back-projection
-  M^T y restricted to each layer's block (an SVD of an H x (m+1) matrix); at
-  b << d it is mostly noise (5-12 dB), and the fit, not the start, recovers x.
-  The first layer's x is its factor a divided by its bias entry.  Measured
-  threshold (mlp on digits, srht and countsketch): noise up to b/m = 1.4, exact
-  from 1.5 (b about 1.25x the unknowns); random restarts at 1.4 stopped at the
-  same residual as the spectral start.  A fit to the tolerance with b above the
-  unknowns is the unique one; below them the fit is exact and the x is another
-  (the attack warns).
-
-Weights.  The method never reads the weights' values: it needs the layer layout
-(which coordinates of g belong to which ``nn.Linear``, found by one forward pass
-of a zero input to see each layer's input shape; the weights' values do not
-matter) and the sketch.  The labels it
-returns come from iDLG's sign rule read through the sketch (no weights either),
-or are the granted ones.
-
-Batches.  A batch's block of every such layer is sum_i delta_i [a_i; 1]^T, rank B:
-the fit above runs with B columns per factor (B (H_l + m_l) unknowns per layer), and
-the examples are read from the first layer's block: after a ReLU, delta_ik = 0 for
-every unit k inactive on example i, so a row with one active example is an exact
-copy of [x_i; 1] up to scale, and rows that agree give one example (the
-"one active unit" separation; how many examples have such a row depends on the
-width H against B: ``python scripts/analytic_batches.py`` measured, on three batches
-of digits each, 9 of 12 at B = 4, H = 64; 18 of 24 at B = 8, H = 256; 32 of 48 at
-B = 16, H = 1024).  Examples without such a row are guessed and the result's
-message says how many were separated.  A sigmoid (or any activation without exact
-zeros) mixes every example into every row, and such batches are refused.  The
-labels are put in the examples' order through the head's block (with the model's
-weights, :meth:`Analytic._assign_labels`).
-
-Limits.  The first
-layer must be an ``nn.Linear`` with a bias that sees the flattened example; a
-convolution's gradient sums over positions (a ViT's patch embedding is such a
-convolution: its block is sum_p delta_p patch_p^T, rank up to the number of
-patches, so the division gives a weighted mean of patches, not an image).
+One example's gradient of a linear layer z = W x + c is the rank-1 block
+delta [x; 1]^T, so x is a row of dF/dW divided by the matching entry of dF/dc
+(Phong et al. 2017).  With b >= d, g is solved from y first; with b < d every
+``nn.Linear`` block is fitted as rank B from y with M and M^T alone (alternating
+least squares by CGLS, then damped Gauss-Newton steps, from a spectral start),
+every other coordinate of g an unknown of its own.  Batches behind a ReLU are
+separated by rows with one active unit; labels follow through the head's block.
+The method reads the layer layout, never the weights' values.  The derivation,
+the measured threshold (exact from b/m = 1.5 on mlp/digits) and the limits:
+docs/attacks/analytic.md.
 """
 
 from __future__ import annotations

@@ -1,78 +1,14 @@
 """Label recovery from a true or sketched gradient.
 
-Symbols.  The head is z = W h + b (C classes, H features h entering it) under
-the mean cross-entropy of a batch of B examples, so its gradient is
-
-    dL/dW_c = (1/B) sum_i (p_ic - 1[y_i = c]) h_i,    dL/db_c = (1/B) sum_i (p_ic - 1[y_i = c])
-
-and n_c, the number of examples of class c, satisfies n_c = sum_i p_ic - B dL/db_c
-exactly.  Every rule below estimates the two terms of that identity.
-
-Reading through the sketch.  The attacker sees y = M g (M = R, or a R for an
-update -lr R g), never g.  Any linear functional <m, g> is read as
-<M m, y> / gain = <m, M^T y> / gain, with gain = ||M m||^2 / ||m||^2 measured on the
-head's indicator (~1 for a sketch, a^2 times that for a scaled one): R is a coordinate-wise
-embedding (Song et al. 2023, Definition 4.1 / Lemma D.11), E[R^T R] = I, and the
-error has standard deviation about ||m|| ||g|| sqrt(1/b - 1/d).  One adjoint
-M^T y gives all of them: U (C x H), the head's weight gradient, and beta (C), its
-bias gradient, each entry with noise sigma = ||y|| sqrt(1/b - 1/d) / sqrt(gain)
-(0 without a sketch).  Row sums, <W_k, U_c> and the bias are then exact without a
-sketch and unbiased through one.
-
-Rules (``LABEL_RULES``; ``recover_labels(..., rule=...)``):
-
-* ``pooled`` (default): n_c = B (P_c - r_c), both terms estimated to work
-  through a sketch.  r_c ~ dL/db_c is the inverse-variance mix of the bias
-  (noise sigma) and the matched feature functional f_c = <v, U_c> / kappa, v the
-  unit mean feature of the probes and kappa = <v, h> fitted by least squares
-  beta ~ f / kappa (weighed in log scale against the probes' kappa, trusted to
-  ``PROBE_SCALE_ERROR``).  f_c's sketch noise sigma / kappa ~ sigma / ||h|| is far
-  below the bias's when features are large; its error from the spread of
-  <v, h_i> over the batch is estimated by the method of moments (the excess of
-  mean_c (beta_c - f_c)^2 over both sketch noises, kept beyond
-  ``SPREAD_PENALTY`` standard errors).  Without a sketch the bias is exact and
-  wins.  P_c ~ (1/B) sum_i p_ic is the mean softmax of the probes moved onto the
-  batch's mean embedding h_bar (the probes give the spread, the gradient the
-  centre).  h_bar is recovered from the head gradient as in iLRG (Ma et al.,
-  ICLR 2023, "Instance-wise batch label restoration via gradients in federated
-  learning"), pooled over classes: h_ls = sum_c r_c U_c / sum_c r_c^2, the
-  least-squares rank-one fit U_c ~ r_c h_bar, shrunk toward the probes' mean
-  feature by empirical Bayes with the known noise sigma^2 / sum_c r_c^2 per
-  coordinate (James-Stein).  Without a sketch h_bar is the batch's own; where
-  the sketch drowns h_ls the probes decide.  That is the limit of every rule
-  here: for a victim whose softmax puts most mass on two classes (lenet at init)
-  the split of labels between them rests on the probes once the logit noise
-  ||W_k|| sigma / ||r|| exceeds their error (lenet, b/d = 0.5: ~1 against ~0.3).
-* ``sign``: the B classes with the lowest row sums, none twice: iDLG (Zhao et
-  al. 2020) for B = 1, Yin et al. 2021 ("See through gradients", non-repeating
-  labels: with non-negative features a negative row marks a present label) for B > 1.
-  Yin et al. rank rows by their minimum entry; a minimum is not a linear
-  functional, so the sketch exposes the row sum instead.
-* ``llg``: LLG of Wainakh et al., "User-level label leakage from gradients in
-  federated learning" (PoPETs 2022), without model knowledge: every class with a
-  negative row sum once, then the most negative rows after subtracting the
-  impact m = (sum of negative rows / B)(1 + 1 / #negative) per label given.
-* ``llg-star``: LLG* of the same paper: impact -S/B and offset S p_c from the
-  model run on random dummy images, the probes (S their mean feature sum, p
-  their mean softmax), n_c = B (p_c - s_c / S) with s_c the row sum.
-* ``bias``: n_c = B (p_c - dL/db_c), the bias read through the sketch and p from
-  the probes (LLG*'s probe offset on iLRG's exact bias identity).
-* ``ilrg``: iLRG as published: class embeddings h_c = U_c / beta_c, their softmax
-  P_c, and the least-squares solution of sum_c n_c = B, B beta = (P^T - I) n.
-  Through a sketch each division by a noisy beta_c amplifies the noise.
-
-Counts become B labels by the same greedy allocation for every count rule: give
-a label to the class with the largest remaining count, subtract one, repeat.
-Exact counts give the exact multiset.
-
-BatchNorm.  The head's gradient formula holds in both BN modes: BN sits before
-the head.  In train mode each example's h_i and p_i depend on the whole batch;
-the rules use only batch-level sums, and the probes run as one batch in the
-victim's own mode, so train-mode BN normalises them with their own statistics
-(the running statistics are restored afterwards).  What the rules assume is
-that the head's input is non-negative (ReLU, sigmoid; for ``sign``, ``llg`` and
-the row-sum rules) and that per-example feature sums or matched responses vary
-little within the batch (for the row-based rules when the bias is noisy).
+Every rule reads the head's gradient through the sketch with one adjoint M^T y
+(U, the head's weight gradient, and beta, its bias gradient, each with known
+sketch noise) and estimates the class counts n_c = sum_i p_ic - B dL/db_c; the
+counts become B labels by one greedy allocation.  Rules (``LABEL_RULES``):
+``pooled`` (default: bias and row signals weighted by their sketch noise, the
+batch's mean embedding recovered as in iLRG), ``sign`` (iDLG; Yin et al. 2021),
+``llg`` and ``llg-star`` (Wainakh et al. 2022), ``bias``, ``ilrg`` (Ma et al.
+2023).  The derivation, every rule's estimator and its limits (BatchNorm modes,
+non-negative head inputs): docs/attacks/labels.md.
 """
 
 from __future__ import annotations

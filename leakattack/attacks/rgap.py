@@ -1,72 +1,15 @@
 """R-GAP, the recursive gradient attack (Zhu & Blaschko, "R-GAP: Recursive Gradient Attack on Privacy", ICLR 2021).
 
-Threat model.  The attacker holds the weights w and sees the whole gradient g of
-one example (through a sketch: y = M g with b >= d, solved for g first as the
-analytic attack does; with b < d the attack is refused, since every coordinate
-of g is needed).
-
-Symbols.  The victim is a chain a_0 = x -> z_1 = f_1(a_0) -> a_1 = s_1(z_1) -> ...
--> z_L = f_L(a_{L-1}), the logits, under cross-entropy.  Each f_l is an
-``nn.Conv2d`` or ``nn.Linear`` (affine: f_l(a) = W_l * a + b_l), each s_l an
-invertible activation (sigmoid, tanh, leaky ReLU, softplus, or none), a
-flatten may sit between layers, and f_L is the linear head.  With
-delta_l = dF/dz_l, the gradient of layer l is
-
-    dF/dW_l = G_l(a_{l-1}; delta_l)   (delta a^T for a linear layer, sum_p delta[o, p] patch_p(a) for a convolution),
-
-linear in the layer's input once delta_l is known.  The recursion, from the head down:
-
-1. Head: [dW_L | db_L] = delta_L [a_{L-1}; 1]^T, so delta_L = db_L and a_{L-1} is the
-   division of the analytic attack.
-2. Layer l = L-1, ..., 1: z_l = s_l^{-1}(a_l) (a_l clamped into the activation's
-   open range by ``MARGIN``), delta_l = (f_{l+1}^T delta_{l+1}) * s_l'(z_l) with
-   f^T the adjoint of the layer's linear part (a transposed convolution, here a
-   vector-Jacobian product), and a_{l-1} solves the stacked linear system
-
-       forward:   f_l(a) - f_l(0) = z_l - b_l       (one row per output value)
-       gradient:  G_l(a; delta_l) = dW_l read from g  (one row per weight)
-
-   by least squares.  Both blocks are dense matrices, built by applying the maps
-   to the unit inputs (lenet on 3x32x32: at most 3,072 unknowns and about
-   4,400 equations per layer).
-
-Weighting.  Every row is divided by its norm, so each equation counts as one
-measurement of unit scale whichever block it comes from: unscaled, the gradient
-rows (scaled by delta, small beside the weights) would be drowned by the forward
-rows and cut off by the rank threshold, and they are the equations that determine
-what the forward rows leave open (lenet's stride-2 conv2 has 768 outputs for
-3,072 inputs).  Rows of norm zero (a unit
-with delta = 0) say nothing and are dropped.  A forward row is then multiplied by
-s'(z_i) / max s' (1 for an unsaturated unit): z_i = s^{-1}(a_i) carries the error of
-a_i divided by s'(z_i), so a saturated unit (a sigmoid output next to 0 or 1, a
-tanh next to +-1) tells little about its pre-activation.  Unweighted, lenet with
-tanh on 3x32x32 photos 0-4 (DLG's weights, float64) came back at 83-200 dB with
-relative residuals up to 2e-5; weighted, all at 200 dB (the metric's ceiling) with
-residuals below 1e-12.
-
-Rank.  The system is solved through its singular value decomposition; singular
-values below ``RANK_RTOL`` times the largest are dropped and the minimum-norm
-solution is taken.  When a layer's system is rank-deficient (R-GAP's rank
-analysis: its solution is not unique; the forward rows alone can leave a stride-2
-layer under-determined, and the gradient rows may or may not fill the gap) the
-result's message says which layer and by how much, and the stop reason is
-``stalled``.  So it is when a system's relative residual exceeds the square root
-of the victim's machine epsilon: the g read from the message is then not the
-exact gradient of one example at these weights (noise; a square SRHT whose zero
-padding leaves R a null space; several local steps).  ``tolerance`` means every
-system was full rank and consistent.
-
-Labels come from iDLG's sign rule on the head's bias gradient, exact for one
-example (its one negative entry), unless the threat model grants them.
-The result's ``losses`` are the relative residuals of the layers' systems in
-the order solved (the head first, the layer that sees the input last).
-
-Limits.  ReLU (not invertible where it is zero), pooling, normalisation layers,
-residual connections, attention, a layer called twice, a head without bias, a
-regression head and batches of more than one example are refused by
-:meth:`Rgap.supports`.  Through a noisy channel the solved g carries the noise
-into every layer: the PSNR falls by about 20 dB per decade of relative noise on
-the message (lenet on a 16x16 photo: 1e-6 gives 99 dB, 1e-2 gives 18 dB).
+From the whole gradient of one example (through a sketch only when b >= d: g is
+solved from y first), the input of a chain of convolutions and linear layers with
+invertible activations is rebuilt from the head down: each layer's input solves
+one least-squares system of its forward equations and its weight-gradient
+equations (rows normalised; forward rows weighted by the activation's slope),
+through an SVD with rank threshold ``RANK_RTOL``.  A rank-deficient or
+inconsistent layer is named in the result's message (stop reason ``stalled``).
+ReLU, pooling, normalisation, residuals, attention, batches and b < d are refused
+by :meth:`Rgap.supports`.  The recursion, the weighting and its measurements:
+docs/attacks/rgap.md.
 """
 
 from __future__ import annotations

@@ -1,48 +1,18 @@
 """Seed recovery: find the sketch seed of a message y when it lies in a small space.
 
-Threat model.  Under ``--sketch-unknown`` the attacker does not know the seed of
-R.  That protects the client only as far as the seed's entropy goes: a seed
-drawn from a small space (a counter, a round number, a 16-bit field) can be
-searched.  ``--sketch-seed-search BITS`` grants the attacker every bit of the
-client's sketch seed but the low BITS: the candidates are
-
-    seed_base + k,   k = 0, ..., 2^BITS - 1,   seed_base = seed with its low BITS bits cleared,
-
-so the true seed is always among them.  Each candidate R_k is rebuilt from its
-seed (same family, d, b and parameters as the client's: those are public) and
-scored by a statistic of y alone; the highest score wins, and the attack runs
-with that R.
-
-The statistic.  For the right R, u = R^T y = R^T R g is g plus sketch noise
-(E[R^T R] = I); for a wrong R it is noise.  The classifier head's block of g is
-structured: its weight gradient is sum_i delta_i a_i^T over the batch and its
-bias gradient sum_i delta_i, so every column of M = [U | beta] (C x (H + 1), read
-from u) is a multiple of the same few vectors, and M a+ for a direction a+ close
-to [a_i, 1] collects them.  The attacker knows w, so it takes a+ = [mean head
-input of random probe images, 1] (the probes of label recovery).  The score is
+``--sketch-seed-search BITS`` grants the attacker every bit of the client's
+sketch seed but the low BITS; each of the 2^BITS candidates R_k is scored by a
+statistic of y alone,
 
     s(R, y) = ||M a+||^2 / (C ||a+||^2 ||y||^2 / b),
 
-||y||^2 / b being the variance of one coordinate of a wrong R^T y (the columns of
-every sketch family have unit norm in expectation).  For a wrong seed M a+ is C
-sums of H + 1 random terms, so s is about chi^2_C / C: mean 1, and its maximum over
-2^16 candidates about 4.5 (lenet; heavier tails where M a+ sums few distinct
-entries of y: mlp's 65-wide head through countsketch reached 9, through the
-uniform sampling sketch at b/d = 0.05 64, over 1000 seeds).  For the right seed s
-grows with b and with the share of g's energy in the head (lenet, b/d = 0.5:
-several hundred; mlp: thousands).  Statistics of M's
-top singular values (the rank-B share, or the top singular value over the noise
-level) separate less and, through CountSketch, fail: a wrong CountSketch whose
-linear hash sends the head's columns to few buckets repeats a few entries of y
-all over M, and its singular values then reach those of the right seed.  A fixed
-direction averages those repeats with random signs.
-
-Only u's head coordinates are needed: ``srht``, ``countsketch`` and ``sparse``
-redraw just the random numbers of R from each candidate seed and compute those
-coordinates for a chunk of candidates at once (checked against the family's own
-operator on the first two candidates of every search; the whole operator is
-used when they disagree); every other family builds its operator and takes the
-full adjoint.
+M = [U | beta] the head's block of R^T y and a+ = [mean head input of random
+probe images, 1]: about 1 for a wrong seed, hundreds for the right one (lenet,
+b/d = 0.5).  Only the head's coordinates of R^T y are computed, by the family's
+``Sketch.adjoint_columns`` (srht, countsketch and sparse from their draws alone,
+checked against the built operator on the first candidates).  The statistic's
+derivation, the alternatives that separate less, and the measurements:
+docs/attacks/seed-search.md.
 """
 
 from __future__ import annotations
