@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import torch
 
-#: the Jacobian is measured only when it has at most this many entries (b x m*B; 400 MB in float64)
-JACOBIAN_MAX_ENTRIES = 5 * 10**7
+#: the Jacobian is measured only when it has at most this many entries (b x m*B; 160 MB in float64) ...
+JACOBIAN_MAX_ENTRIES = 2 * 10**7
+#: ... and at most this many columns (m*B: one backward pass each, and the SVD grows as b (m*B)^2).  On the shared
+#: 2-core machine under load 6-8: lenet on 28 px digits (784 unknowns, b = 13426) 5 s; lenet on 32 px photos (3072
+#: unknowns, b = 7913) 30 s, half of its attack, so it is not measured
+JACOBIAN_MAX_UNKNOWNS = 1024
 
 
 def jacobian(forward, x: torch.Tensor, labels) -> torch.Tensor:
@@ -54,12 +58,12 @@ def jacobian_rank(forward, x: torch.Tensor, labels, b: int) -> tuple[int | None,
     """(rank of the Jacobian of x -> forward(x, labels) at ``x``, a note); rank None when not measured.
 
     Not measured when J would have more than :data:`JACOBIAN_MAX_ENTRIES`
-    entries, or when the message cannot be differentiated twice in x.
+    entries or :data:`JACOBIAN_MAX_UNKNOWNS` columns, or when the message cannot
+    be differentiated twice in x.
     """
-    entries = b * x.numel()
-    if entries > JACOBIAN_MAX_ENTRIES:
-        return None, (f"not measured: the Jacobian would have b x m*B = {b} x {x.numel()} entries "
-                      f"(more than {JACOBIAN_MAX_ENTRIES:.0e})")
+    if b * x.numel() > JACOBIAN_MAX_ENTRIES or x.numel() > JACOBIAN_MAX_UNKNOWNS:
+        return None, (f"not measured: the Jacobian would be b x m*B = {b} x {x.numel()} (measured up to "
+                      f"{JACOBIAN_MAX_ENTRIES:.0e} entries and {JACOBIAN_MAX_UNKNOWNS} columns)")
     try:
         J = jacobian(forward, x, labels)
     except (RuntimeError, NotImplementedError) as err:
@@ -68,4 +72,4 @@ def jacobian_rank(forward, x: torch.Tensor, labels, b: int) -> tuple[int | None,
     return rank, f"rank {rank} of m*B = {x.numel()} at the reconstruction"
 
 
-__all__ = ["JACOBIAN_MAX_ENTRIES", "jacobian", "numerical_rank", "jacobian_rank"]
+__all__ = ["JACOBIAN_MAX_ENTRIES", "JACOBIAN_MAX_UNKNOWNS", "jacobian", "numerical_rank", "jacobian_rank"]

@@ -347,3 +347,5 @@ def test_jacobian_rank_of_a_linear_and_a_rank_deficient_map():
     assert metrics.jacobian_rank(square, x, None, b=10)[0] == 6
     rank, note = metrics.jacobian_rank(square, x, None, b=metrics.JACOBIAN_MAX_ENTRIES)
     assert rank is None and "not measured" in note
+    wide = torch.rand(1, metrics.JACOBIAN_MAX_UNKNOWNS + 1, dtype=torch.float64)
+    assert metrics.jacobian_rank(lambda z, labels: z.sum(1), wide, None, b=1)[0] is None  # too many columns
