@@ -94,10 +94,11 @@ def _train(sub) -> None:
 def _sweep(sub) -> None:
     p = sub.add_parser("sweep", help="run a grid of attacks from a TOML file (resumable, parallel)",
                        description="Expand the [grid] of a sweep file over [base], run one attack per point, append "
-                                   "results.jsonl, write summary.csv and figures. Re-running resumes; one sweep at "
-                                   "a time per output folder.")
+                                   "results.jsonl, write summary.csv and figures. Re-running with the same --out "
+                                   "resumes; one sweep at a time per output folder.")
     p.add_argument("config", help="sweep file (TOML with [sweep], [base], [grid])")
-    p.add_argument("--out", default=None, help="output folder (default: results/sweeps/<name>/)")
+    p.add_argument("--out", default=None, help="output folder; give it again to resume (default: a new "
+                   "results/runs/sweep-<name>-<timestamp>/, ignored by git)")
     p.add_argument("--jobs", type=int, default=None, help="parallel worker processes, one thread each (default: [sweep] "
                    "jobs, else 1); with --backend slurm, the most jobs running at once (default: [sweep] jobs, else "
                    "no cap)")

@@ -1,8 +1,15 @@
-"""``leakattack sweep``: run a grid of attacks from a TOML file (resumable, parallel)."""
+"""``leakattack sweep``: run a grid of attacks from a TOML file (resumable, parallel).
+
+Without ``--out`` a sweep runs into a folder of its own, ``results/runs/sweep-<name>-<timestamp>/`` (ignored by
+git), so that a user's sweep never resumes into, and skips every point of, the committed reference of the same name
+under ``results/sweeps/<name>/``; ``leakattack reproduce`` writes those references, naming them with ``--out``.
+Giving the same ``--out`` again resumes a sweep.
+"""
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +19,20 @@ from ..sweep import check_name, load_plan, run_sweep
 #: options of the slurm backend: flag -> keyword of SlurmBackend
 SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--gpus": "gpus",
                  "--cpus-per-task": "cpus_per_task", "--retries": "retries"}
+
+
+#: where a sweep without --out writes its folder (ignored by git, like every user run)
+DEFAULT_ROOT = "results/runs"
+
+
+def default_sweep_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
+    """``<root>/sweep-<name>-<YYYYmmdd-HHMMSS>/``, a suffix -2, -3, ... keeping it unique (nothing is created)."""
+    base = Path(root) / f"sweep-{check_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path
 
 
 def _backend_options(a) -> dict:
@@ -28,9 +49,14 @@ def cmd_sweep(a) -> int:
     jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
-    out = Path(a.out) if a.out else Path("results/sweeps") / check_name(plan.settings.get("name", Path(a.config).stem))
+    out = Path(a.out) if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem))
     t0 = time.perf_counter()
-    res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
+    try:
+        res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
+    except KeyboardInterrupt:
+        if out.is_dir():
+            print(f"leakattack: resume with: leakattack sweep {a.config} --out {out}", file=sys.stderr)
+        raise
     best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []

@@ -111,7 +111,7 @@ def point_key(params: dict) -> str:
 
 
 def check_name(name: str) -> str:
-    """A sweep's name as a folder name under results/sweeps; a path (``..``, ``/``, absolute) is refused."""
+    """A sweep's name, part of its default folder's name; a path (``..``, ``/``, absolute) is refused."""
     if (not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0")
             or Path(name).is_absolute()):
         raise ConfigError(f"sweep name {name!r} must be a plain folder name, not a path: use --out to choose "
