@@ -95,10 +95,11 @@ def resolve_device(name: str) -> torch.device:
 
 def attack_of(cfg: RunConfig) -> Attack:
     """The configured attack (gradient matching takes the optimiser, objective, priors, labels, restarts;
-    the analytic attack only where its labels come from; R-GAP nothing: it uses granted labels when there are)."""
+    the analytic attack only where its labels come from; R-GAP and APRIL nothing: they use granted labels when
+    there are)."""
     if cfg.attack == "analytic":
         return get_attack(cfg.attack, labels="given" if cfg.labels_given else "recovered")
-    if cfg.attack == "rgap":
+    if cfg.attack in CLOSED_FORM_ATTACKS:
         return get_attack(cfg.attack)
     s = cfg.derived()
     return get_attack(

@@ -5,6 +5,8 @@
 * ``analytic`` — closed-form inversion of a fully connected first layer.
 * ``rgap`` — R-GAP: the recursive gradient attack on a chain of convolutions and
   linear layers with invertible activations, from the whole gradient of one example.
+* ``april`` — APRIL: a ViT's patches in closed form from the gradients of its
+  learnable position embedding and its patch embedding, for one example.
 
 Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
 (``get_prior``) are registries of their own.  Adding an attack: its own module
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from ..registry import Registry
 from .analytic import Analytic
+from .april import April
 from .base import Attack, AttackError, AttackResult, Monitor
 from .gradient_matching import (DUMMY_INITS, LABEL_MODES, OBJECTIVES, SCHEDULES, STALL_GAIN, STALL_WINDOW,
                                 GradientMatching, init_dummy, match_loss)
@@ -28,6 +31,7 @@ _ATTACKS = Registry("attack")
 _ATTACKS.register("gradient-matching", GradientMatching)
 _ATTACKS.register("analytic", Analytic)
 _ATTACKS.register("rgap", Rgap)
+_ATTACKS.register("april", April)
 
 #: the attack ``leakattack run`` uses unless another is named
 DEFAULT_ATTACK = "gradient-matching"
@@ -45,7 +49,7 @@ def get_attack(name: str, **options) -> Attack:
 
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
-    "GradientMatching", "Rgap", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
+    "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
     "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
     "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",

@@ -157,7 +157,7 @@ def _derived(self) -> Derived:
 
 
 #: attacks that solve for the input in closed form, reading none of gradient matching's settings
-CLOSED_FORM_ATTACKS = ("analytic", "rgap")
+CLOSED_FORM_ATTACKS = ("analytic", "rgap", "april")
 #: the settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
 GRADIENT_MATCHING_ONLY = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv",
                           "priors", "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts")

@@ -1,0 +1,257 @@
+"""APRIL, the closed-form attack on a learnable position embedding (Lu, Huang, Jiang, Zhang, Xiao, "APRIL: Finding
+the Achilles' Heel on Privacy for Vision Transformers", CVPR 2022).
+
+Symbols.  The victim's first operation cuts the example into n patches p_t (flattened, m numbers each) and embeds
+each one, e_t = W p_t + c (W: D x m; a convolution whose kernel equals its stride), and adds a learnable position
+embedding: z_t = e_t + E_pos[o + t], where the first o rows of E_pos belong to tokens that are not patches (a class
+token).  Everything after that reads z only, so for one example
+
+    dF/dE_pos[o + t] = dF/dz_t = dF/de_t =: G_t          (G: n x D, read from the position-embedding block of g)
+    dF/dW = sum_t G_t p_t^T = G^T P                        (P: n x m, one patch per row)
+    dF/dc = sum_t G_t = G^T 1                              (a consistency check, when the embedding has a bias)
+
+and P solves the linear system G^T P = dF/dW: unique when G has full column rank n (n <= D: vit_small has 64
+patches of dim 192, torchvision's vit_b_16 196 of 768), solved through the singular value decomposition of G with
+singular values below ``RANK_RTOL`` times the largest dropped.  The patches are folded back into the image.  On
+vit_small at its random weights, G's singular values span four decades (0.13 to 1.8e-5 on photo 0), so float64
+gives the photo back to round-off and float32 to about 1e-4.
+
+Finding the pieces.  Nothing is read from parameter names: the patch embedding is the ``nn.Conv2d`` that sees the
+example itself with a kernel equal to its stride and no padding; the position embedding is the trainable parameter
+of D-vectors whose gradient equals the embedding output's gradient token by token (checked on one backward pass of
+a random input at the victim's weights, so an embedding added after another operation, a fixed sinusoidal table or
+a frozen one is not taken).  ``vit_small`` (``pos_embed``) and torchvision's ``vit_b_16``
+(``encoder.pos_embedding``) are found the same way.
+
+Through a sketch.  With b >= d the attacker solves g from y = M g first (as R-GAP does), then the above.  With
+b < d the attack is refused: y does not determine the two blocks without a model of the rest of g.  The set of g
+with M g = y is an affine subspace of dimension d - b, and once d - b exceeds the blocks' size (22,080 numbers on
+vit_small against d - b = 903,269 at b/d = 0.5) every value of the blocks lies on it.  Treating the rest of g as
+noise fails in practice: on vit_small the two blocks hold 14% of ||g||, the least-squares estimate of the blocks
+through an SRHT at b/d = 0.5 has a relative error of 0.8, and after the four decades of G's spectrum the photo
+comes back at 5.5 dB (5.9 dB at b/d = 0.99; docs/april.md has the measurement).  Modelling the rest by its own structure means a rank-65 factor pair for every
+linear layer of the encoder (about 820,000 unknowns against b = 903,269), a fit of the kind the analytic attack
+does on an MLP, which is not attempted here; or the whole gradient as a function of x, which is gradient matching.
+
+Labels come from iDLG's rule on the head's bias gradient (its one negative entry, exact for one example under
+cross-entropy), the head's bias being read from the solved g; the granted labels when the threat model grants them.
+The result's ``losses`` are the relative residuals of the two systems: ||G^T P - dF/dW|| / ||dF/dW|| and, with a
+bias, ||G^T 1 - dF/dc|| / ||dF/dc||.  Both are round-off for the exact gradient of one example; larger ones mean the
+g read from the message is not that (noise, several local steps), and the stop reason is then ``stalled``.
+
+Limits.  Batches of more than one example (the blocks are then sums over examples, G^T P a sum of B products),
+a patch embedding that is not such a convolution (a linear layer on unfolded patches) and a position embedding the
+gradient check does not confirm are refused by :meth:`April.supports`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import targets
+from targets.oracle import output_at
+
+from ..observation import Observation
+from .analytic import Analytic
+from .base import Attack, AttackResult, Monitor
+from .labels import recover_labels
+
+#: singular values of G below this fraction of the largest count as zero
+RANK_RTOL = 1e-10
+
+
+@dataclass
+class _Embedding:
+    """Where the patch embedding and the position embedding sit in g, and the patch grid."""
+
+    conv: nn.Conv2d
+    weight: slice  #: dF/dW in g (D x C x k x k)
+    bias: slice | None  #: dF/dc in g, when the embedding has a trainable bias
+    pos: slice  #: dF/dE_pos in g (T x D)
+    offset: int  #: E_pos rows before the first patch's (a class token's)
+    tokens: int  #: T, the rows of E_pos
+    grid: tuple  #: (rows, columns) of patches
+    pos_name: str  #: the position embedding's parameter name (for messages)
+
+
+def _is_patchify(conv: nn.Module) -> bool:
+    """A convolution that embeds non-overlapping patches: kernel = stride, no padding, dilation or groups."""
+    return (isinstance(conv, nn.Conv2d) and conv.kernel_size == conv.stride and conv.padding in ((0, 0), "valid")
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.padding_mode == "zeros")
+
+
+def _find_embedding(victim) -> tuple[_Embedding | None, str | None]:
+    """The patch and position embeddings, or None and what the model lacks (module docstring: Finding the pieces).
+
+    One forward and backward pass of a random input at the victim's weights, under a random linear functional of
+    the output (any scalar of the output gives the identity dF/dE_pos[o + t] = dF/de_t); buffers are restored
+    afterwards, as :func:`targets.probe` does.
+    """
+    model = victim.model
+    if len(victim.input_shape) != 3:
+        return None, f"inputs of shape {tuple(victim.input_shape)}, not images"
+    params = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
+    convs = [m for m in model.modules() if _is_patchify(m)]
+    if not convs:
+        return None, "no patch embedding (a convolution whose kernel equals its stride)"
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.rand((1, *victim.input_shape), generator=gen, dtype=torch.float64).to(victim.device, victim.dtype)
+    seen = {}  # the patch embeddings' outputs on x
+
+    def record(mod, inp, out):
+        if isinstance(inp[0], torch.Tensor) and inp[0].shape == x.shape and torch.equal(inp[0], x) \
+                and out.requires_grad and id(mod) not in seen:
+            seen[id(mod)] = out
+
+    hooks = [m.register_forward_hook(record) for m in convs]
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        out = output_at(victim, x)
+    finally:
+        for h in hooks:
+            h.remove()
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+    conv = next((m for m in convs if id(m) in seen and m.weight.requires_grad), None)
+    if conv is None:
+        return None, "no trainable patch embedding applied to the image itself"
+    emb = seen[id(conv)]
+    dim, n_rows, n_cols = emb.shape[1:]
+    n = n_rows * n_cols
+    candidates = [(name, p) for name, p in model.named_parameters()
+                  if p.requires_grad and p is not conv.weight and p is not conv.bias and p.dim() >= 2
+                  and p.shape[-1] == dim and p.numel() // dim >= n]
+    weights = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device, out.dtype)
+    grads = torch.autograd.grad((out * weights).sum(), [emb] + [p for _, p in candidates], allow_unused=True)
+    G = grads[0].reshape(dim, n).T  # the tokens in row-major order, as flatten(2).transpose(1, 2) gives them
+    if not bool(G.ne(0).any()):
+        return None, ("a zero gradient at its patch embedding at these weights (a head of zeros, as torchvision "
+                      "initialises vit_b_16's, passes no gradient back; set --weight-init or --weights)")
+    tol = torch.finfo(victim.dtype).eps ** 0.5 * float(G.norm())
+    found = None
+    for (name, p), grad in zip(candidates, grads[1:]):
+        rows = None if grad is None else grad.reshape(-1, dim)
+        for o in range(0 if rows is None else rows.shape[0] - n + 1):
+            if float((rows[o:o + n] - G).norm()) <= tol:
+                found = (name, o, rows.shape[0])
+                break
+        if found:
+            break
+    if found is None:
+        return None, ("no learnable position embedding added to the patch embedding's output (a fixed or "
+                      "sinusoidal one is not in the gradient)")
+    slices = targets.param_slices(victim)
+    name, offset, tokens = found
+    bias = slices[params[id(conv.bias)]] if conv.bias is not None and conv.bias.requires_grad else None
+    return _Embedding(conv, slices[params[id(conv.weight)]], bias, slices[name], offset, tokens,
+                      (int(n_rows), int(n_cols)), name), None
+
+
+def solve_patches(G: torch.Tensor, dW: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """P (n x m) with G^T P = dW (G: n x D, dW: D x m) by least squares through G's SVD, singular values below
+    ``RANK_RTOL`` times the largest dropped (the minimum-norm solution), and G's numerical rank."""
+    U, S, Vh = torch.linalg.svd(G, full_matrices=False)  # G = U S Vh, G^T = Vh^T S U^T
+    rank = int((S > RANK_RTOL * S[0]).sum()) if S.numel() and S[0] > 0 else 0
+    P = U[:, :rank] @ ((Vh[:rank] @ dW) / S[:rank, None])
+    return P, rank
+
+
+def fold_patches(P: torch.Tensor, kernel: tuple, size: tuple) -> torch.Tensor:
+    """The image (1, C, H, W) whose non-overlapping k x k patches, in row-major order and flattened as a
+    convolution's weight is (channel, row, column), are the rows of P; pixels no patch covers (the margin of an
+    image whose side the patch does not divide) are 0."""
+    return F.fold(P.T.unsqueeze(0), tuple(size), tuple(kernel), stride=tuple(kernel))
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+class April(Attack):
+    """APRIL's closed form: the patches from the position-embedding and patch-embedding gradients."""
+
+    name = "april"
+
+    def __init__(self):
+        self._square = Analytic()  # solves g from a square message
+
+    def supports(self, obs: Observation) -> str | None:
+        victim = obs.victim
+        if obs.batch_size > 1:
+            return (f"APRIL inverts the gradient of one example and the message holds a batch of {obs.batch_size}; "
+                    "use gradient-matching or a batch size of 1")
+        _, problem = _find_embedding(victim)
+        if problem:
+            return (f"APRIL reads the patches from a learnable position embedding added to a patch embedding, and "
+                    f"{victim.name} has {problem}; use gradient-matching")
+        M = obs.linear_map
+        if M.b < M.d:
+            return (f"APRIL needs the position-embedding and patch-embedding gradients, and a message of b = {M.b} "
+                    f"numbers for d = {M.d} does not determine them without a model of the rest of the gradient "
+                    f"(the gradients that fit it form a {M.d - M.b}-dimensional set, over which the two blocks "
+                    "vary); use gradient-matching or a sketch with b >= d")
+        return None
+
+    @staticmethod
+    def _labels(obs: Observation, g: torch.Tensor) -> torch.Tensor | None:
+        """The granted labels, else iDLG's rule on the head's bias gradient read from g (else through the sketch)."""
+        victim = obs.victim
+        if obs.labels is not None or victim.task != "classification" or victim.head is None:
+            return obs.labels
+        bias = victim.head.bias
+        if bias is not None and bias.requires_grad:
+            names = {id(p): n for n, p in victim.model.named_parameters()}
+            db = g[targets.param_slices(victim)[names[id(bias)]]]
+            return db.argmin().reshape(1).to(victim.device)
+        return recover_labels(victim, obs.linear_map, obs.y, 1)
+
+    def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
+                    progress: bool = False) -> AttackResult:
+        self.check(obs)
+        t0 = time.perf_counter()
+        victim = obs.victim
+        emb, _ = _find_embedding(victim)
+        M = obs.linear_map
+        g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
+        conv, n = emb.conv, emb.grid[0] * emb.grid[1]
+        dim = conv.out_channels
+        G = g[emb.pos].reshape(emb.tokens, dim)[emb.offset:emb.offset + n]
+        dW = g[emb.weight].reshape(dim, -1)
+        P, rank = solve_patches(G, dW)
+        losses = [_relative(G.T @ P, dW)]
+        if emb.bias is not None:
+            losses.append(_relative(G.sum(0), g[emb.bias]))
+        x = fold_patches(P, conv.kernel_size, victim.input_shape[1:]).to(victim.dtype)
+        labels = self._labels(obs, g)
+        tol = torch.finfo(victim.dtype).eps ** 0.5
+        notes = []
+        if rank < n:
+            notes.append(f"the position-embedding gradient has rank {rank} for {n} patches, so the patches are not "
+                         "determined: the minimum-norm solution was taken")
+        if max(losses) > tol:
+            which = "patch-embedding weight" if losses[0] >= max(losses) else "patch-embedding bias"
+            notes.append(f"the {which} gradient does not match the position-embedding gradient (relative residual "
+                         f"{max(losses):.2g}): the g read from the message is not the exact gradient of one example "
+                         "at these weights (noise, or several local steps)")
+        if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
+            stop, message = "diverged", "the patches came out non-finite"
+        elif notes:
+            stop, message = "stalled", "; ".join(notes)
+        else:
+            stop = "tolerance"
+            message = (f"{n} patches from the {emb.pos_name} and patch-embedding gradients by least squares, "
+                       f"the system full rank and consistent")
+        extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
+        return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
+                            iterations=0, best_step=0, stop_reason=stop, message=message,
+                            wall_s=time.perf_counter() - t0)
+
+
+__all__ = ["April", "RANK_RTOL", "solve_patches", "fold_patches"]
