@@ -63,3 +63,11 @@ def test_every_command_names_a_function_that_carries_it_out(command):
     target = _subparsers()[command].get_default("target")
     module, _, function = target.partition(":")
     assert callable(getattr(importlib.import_module(f"leakattack.cli.{module}"), function))
+
+
+def test_python_m_leakattack_is_the_command_and_passes_its_exit_code_on(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "leakattack", "--version"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.startswith("leakattack ")
+    bad = subprocess.run([sys.executable, "-m", "leakattack", "collect", str(tmp_path / "nowhere"), "--out",
+                          str(tmp_path / "t.csv")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("leakattack: error: ") and "does not exist" in bad.stderr
