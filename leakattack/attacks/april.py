@@ -1,47 +1,14 @@
 """APRIL, the closed-form attack on a learnable position embedding (Lu, Huang, Jiang, Zhang, Xiao, "APRIL: Finding
 the Achilles' Heel on Privacy for Vision Transformers", CVPR 2022).
 
-Symbols.  The victim's first operation cuts the example into n patches p_t (flattened, m numbers each) and embeds
-each one, e_t = W p_t + c (W: D x m; a convolution whose kernel equals its stride), and adds a learnable position
-embedding: z_t = e_t + E_pos[o + t], where the first o rows of E_pos belong to tokens that are not patches (a class
-token).  Everything after that reads z only, so for one example
-
-    dF/dE_pos[o + t] = dF/dz_t = dF/de_t =: G_t          (G: n x D, read from the position-embedding block of g)
-    dF/dW = sum_t G_t p_t^T = G^T P                        (P: n x m, one patch per row)
-    dF/dc = sum_t G_t = G^T 1                              (a consistency check, when the embedding has a bias)
-
-and P solves the linear system G^T P = dF/dW: unique when G has full column rank n (n <= D: vit_small has 64
-patches of dim 192, torchvision's vit_b_16 196 of 768), solved through the singular value decomposition of G with
-singular values below ``RANK_RTOL`` times the largest dropped.  The patches are folded back into the image.  On
-vit_small at its random weights, G's singular values span four decades (0.13 to 1.8e-5 on photo 0), so float64
-gives the photo back to round-off and float32 to about 1e-4.
-
-Finding the pieces.  Nothing is read from parameter names: the patch embedding is the ``nn.Conv2d`` that sees the
-example itself with a kernel equal to its stride and no padding; the position embedding is the trainable parameter
-of D-vectors whose gradient equals the embedding output's gradient token by token (checked on one backward pass of
-a random input at the victim's weights, so an embedding added after another operation, a fixed sinusoidal table or
-a frozen one is not taken).  ``vit_small`` (``pos_embed``) and torchvision's ``vit_b_16``
-(``encoder.pos_embedding``) are found the same way.
-
-Through a sketch.  With b >= d the attacker solves g from y = M g first (as R-GAP does), then the above.  With
-b < d the attack is refused: y does not determine the two blocks without a model of the rest of g.  The set of g
-with M g = y is an affine subspace of dimension d - b, and once d - b exceeds the blocks' size (22,080 numbers on
-vit_small against d - b = 903,269 at b/d = 0.5) every value of the blocks lies on it.  Treating the rest of g as
-noise fails in practice: on vit_small the two blocks hold 14% of ||g||, the least-squares estimate of the blocks
-through an SRHT at b/d = 0.5 has a relative error of 0.8, and after the four decades of G's spectrum the photo
-comes back at 5.5 dB (5.9 dB at b/d = 0.99; docs/april.md has the measurement).  Modelling the rest by its own structure means a rank-65 factor pair for every
-linear layer of the encoder (about 820,000 unknowns against b = 903,269), a fit of the kind the analytic attack
-does on an MLP, which is not attempted here; or the whole gradient as a function of x, which is gradient matching.
-
-Labels come from iDLG's rule on the head's bias gradient (its one negative entry, exact for one example under
-cross-entropy), the head's bias being read from the solved g; the granted labels when the threat model grants them.
-The result's ``losses`` are the relative residuals of the two systems: ||G^T P - dF/dW|| / ||dF/dW|| and, with a
-bias, ||G^T 1 - dF/dc|| / ||dF/dc||.  Both are round-off for the exact gradient of one example; larger ones mean the
-g read from the message is not that (noise, several local steps), and the stop reason is then ``stalled``.
-
-Limits.  Batches of more than one example (the blocks are then sums over examples, G^T P a sum of B products),
-a patch embedding that is not such a convolution (a linear layer on unfolded patches) and a position embedding the
-gradient check does not confirm are refused by :meth:`April.supports`.
+For a model whose first operation is z_t = W p_t + c + E_pos[o + t] (patches p_t embedded by a convolution whose
+kernel equals its stride, plus a learnable position embedding), the gradient of one example gives
+G = dF/dE_pos[o:o + n] = dF/dz and dF/dW = G^T P, so the patches P solve a linear system (through G's SVD, rank
+threshold ``RANK_RTOL``) and are folded back into the image; dF/dc = G^T 1 checks it.  The two embeddings are found
+by a gradient check, not by name (vit_small's ``pos_embed``, torchvision vit_b_16's ``encoder.pos_embedding``).
+Through a sketch only when b >= d (g is solved from y first); b < d, batches, a model without such an embedding and
+a zero head are refused by :meth:`April.supports`.  The derivation, why b < d is refused, and measurements:
+docs/attacks/april.md.
 """
 
 from __future__ import annotations
@@ -87,7 +54,7 @@ def _is_patchify(conv: nn.Module) -> bool:
 
 
 def _find_embedding(victim) -> tuple[_Embedding | None, str | None]:
-    """The patch and position embeddings, or None and what the model lacks (module docstring: Finding the pieces).
+    """The patch and position embeddings, or None and what the model lacks (docs/attacks/april.md, Finding the pieces).
 
     One forward and backward pass of a random input at the victim's weights, under a random linear functional of
     the output (any scalar of the output gives the identity dF/dE_pos[o + t] = dF/de_t); buffers are restored
