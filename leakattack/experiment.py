@@ -220,7 +220,7 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels
         out["jacobian_note"] = "not measured: the labels were optimised with the images"
         return out
-    rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.b)
+    rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.d)
     out["jacobian_rank"] = rank
     if out["unique"] is None and rank is not None:
         out["unique"] = rank == mB

@@ -22,7 +22,7 @@ from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
 from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
 from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
 from .matching import label_accuracy, label_overlap, match
-from .uniqueness import JACOBIAN_MAX_ENTRIES, JACOBIAN_MAX_UNKNOWNS, jacobian, jacobian_rank, numerical_rank
+from .uniqueness import JACOBIAN_MAX_WORK, JACOBIAN_MAX_UNKNOWNS, jacobian, jacobian_rank, numerical_rank
 from .rebuilt import (BASELINES, NOT_REBUILT, REBUILT, SAME_IMAGE_SSIM, VERDICT_PSNR_MARGIN_DB, VERDICT_SSIM_MARGIN,
                       judge, nothing_attacked, verdict)
 
@@ -80,4 +80,4 @@ __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_
            "match", "label_accuracy", "label_overlap", "score",
            "verdict", "judge", "nothing_attacked", "REBUILT", "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
-           "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_ENTRIES", "JACOBIAN_MAX_UNKNOWNS"]
+           "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS"]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import torch
 
-#: the Jacobian is measured only when it has at most this many entries (b x m*B; 160 MB in float64) ...
-JACOBIAN_MAX_ENTRIES = 2 * 10**7
-#: ... and at most this many columns (m*B: one backward pass each, and the SVD grows as b (m*B)^2).  On the shared
-#: 2-core machine under load 6-8: lenet on 28 px digits (784 unknowns, b = 13426) 5 s; lenet on 32 px photos (3072
-#: unknowns, b = 7913) 30 s, half of its attack, so it is not measured
+#: the Jacobian is measured only when d x m*B is at most this: each of its m*B columns is one backward pass through
+#: the graph of the d weights' gradient, and J (b x m*B, b <= d) takes at most 160 MB in float64 ...
+JACOBIAN_MAX_WORK = 2 * 10**7
+#: ... and m*B is at most this (the SVD grows as b (m*B)^2).  On the shared 2-core machine under load 6-13: lenet on
+#: 28 px digits (d = 13426, 784 unknowns) 5 s, measured; an mlp on digits (d = 50890) 17 s for an attack of 0.6 s,
+#: and lenet on 32 px photos (d = 15826, 3072 unknowns) 30 s, half of its attack: not measured
 JACOBIAN_MAX_UNKNOWNS = 1024
 
 
@@ -54,22 +55,24 @@ def numerical_rank(J: torch.Tensor) -> int:
     return int((s > tol).sum())
 
 
-def jacobian_rank(forward, x: torch.Tensor, labels, b: int) -> tuple[int | None, str]:
+def jacobian_rank(forward, x: torch.Tensor, labels, d: int) -> tuple[int | None, str]:
     """(rank of the Jacobian of x -> forward(x, labels) at ``x``, a note); rank None when not measured.
 
-    Not measured when J would have more than :data:`JACOBIAN_MAX_ENTRIES`
-    entries or :data:`JACOBIAN_MAX_UNKNOWNS` columns, or when the message cannot
-    be differentiated twice in x.
+    ``d``: the number of weights the message is computed from.  Not measured
+    when d x m*B exceeds :data:`JACOBIAN_MAX_WORK` or m*B exceeds
+    :data:`JACOBIAN_MAX_UNKNOWNS` (m*B = x.numel()), or when the message
+    cannot be differentiated twice in x.
     """
-    if b * x.numel() > JACOBIAN_MAX_ENTRIES or x.numel() > JACOBIAN_MAX_UNKNOWNS:
-        return None, (f"not measured: the Jacobian would be b x m*B = {b} x {x.numel()} (measured up to "
-                      f"{JACOBIAN_MAX_ENTRIES:.0e} entries and {JACOBIAN_MAX_UNKNOWNS} columns)")
+    n = x.numel()
+    if d * n > JACOBIAN_MAX_WORK or n > JACOBIAN_MAX_UNKNOWNS:
+        return None, (f"not measured: d x m*B = {d} x {n} (measured up to {JACOBIAN_MAX_WORK:.0e}, and up to "
+                      f"{JACOBIAN_MAX_UNKNOWNS} unknowns)")
     try:
         J = jacobian(forward, x, labels)
     except (RuntimeError, NotImplementedError) as err:
         return None, f"not measured: the message could not be differentiated twice in x ({str(err)[:120]})"
     rank = numerical_rank(J if J.dtype in (torch.float32, torch.float64) else J.double())
-    return rank, f"rank {rank} of m*B = {x.numel()} at the reconstruction"
+    return rank, f"rank {rank} of m*B = {n} at the reconstruction"
 
 
-__all__ = ["JACOBIAN_MAX_ENTRIES", "JACOBIAN_MAX_UNKNOWNS", "jacobian", "numerical_rank", "jacobian_rank"]
+__all__ = ["JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS", "jacobian", "numerical_rank", "jacobian_rank"]

@@ -337,15 +337,15 @@ def test_jacobian_rank_of_a_linear_and_a_rank_deficient_map():
         return A @ z.reshape(-1) + (z.reshape(-1) ** 3).sum() * 0  # linear, through autograd
 
     assert torch.allclose(metrics.jacobian(forward, x, None), A)
-    assert metrics.jacobian_rank(forward, x, None, b=10)[0] == 4
+    assert metrics.jacobian_rank(forward, x, None, d=10)[0] == 4
     full = torch.randn(10, 6, generator=gen, dtype=torch.float64)
 
     def square(z, labels):  # nonlinear: J = full * 2z
         return full @ z.reshape(-1).pow(2)
 
     assert torch.allclose(metrics.jacobian(square, x, None), full * 2 * x.reshape(1, -1))
-    assert metrics.jacobian_rank(square, x, None, b=10)[0] == 6
-    rank, note = metrics.jacobian_rank(square, x, None, b=metrics.JACOBIAN_MAX_ENTRIES)
+    assert metrics.jacobian_rank(square, x, None, d=10)[0] == 6
+    rank, note = metrics.jacobian_rank(square, x, None, d=metrics.JACOBIAN_MAX_WORK)
     assert rank is None and "not measured" in note
     wide = torch.rand(1, metrics.JACOBIAN_MAX_UNKNOWNS + 1, dtype=torch.float64)
-    assert metrics.jacobian_rank(lambda z, labels: z.sum(1), wide, None, b=1)[0] is None  # too many columns
+    assert metrics.jacobian_rank(lambda z, labels: z.sum(1), wide, None, d=1)[0] is None  # too many columns
