@@ -23,6 +23,7 @@ from torch import nn
 
 import targets
 from targets import Victim
+from targets.oracle import restart_gradients
 from targets.protocols import ClientMessage
 from targets.victim import batchnorm_input_moments, batchnorm_layers
 
@@ -117,9 +118,13 @@ class AttackerModel:
     """The attacker's model of the client: x, labels -> view(grad_w F(w, x)), differentiable in x.
 
     ``restarts(xs, labels)`` gives the messages of R independent inputs xs (R, B, ...)
-    with labels (R, B[, C]) in one vectorised pass (torch.func.vmap over the R
-    gradients): each restart is its own batch, so BatchNorm batch statistics stay
-    per restart, and row r equals ``self(xs[r], labels[r])`` up to round-off.
+    with labels (R, B[, C]) in one pass: each restart is its own batch, so BatchNorm
+    batch statistics stay per restart, and row r equals ``self(xs[r], labels[r])`` up
+    to round-off.  Victims whose weights all sit in Linear, Conv2d and BatchNorm layers
+    run the R batches as one batch through the model and form each restart's weight
+    gradients per layer (:func:`targets.oracle.restart_gradients`); others go through
+    torch.func.vmap over the R gradients (whose first call imports torch._dynamo,
+    seconds).
     """
 
     def __init__(self, victim: Victim, view):
@@ -133,6 +138,9 @@ class AttackerModel:
         if self.view.per_example:  # per-example rows of each restart: one restart at a time
             return torch.stack([self(x, lab) for x, lab in zip(xs, labels)])
         victim, names = self.victim, targets.param_names(self.victim)
+        g = restart_gradients(victim, xs, labels)
+        if g is not None:
+            return self._view(g)
         weights = {n: p.detach() for n, p in victim.model.named_parameters() if p.requires_grad}
 
         def gradient(x, lab):
@@ -140,6 +148,10 @@ class AttackerModel:
             return torch.cat([g[n].reshape(-1) for n in names])
 
         g = _RestartGradients.apply(gradient, xs, labels) if self._norms else torch.func.vmap(gradient)(xs, labels)
+        return self._view(g)
+
+    def _view(self, g: torch.Tensor) -> torch.Tensor:
+        """The messages of the R gradient rows g (R, d)."""
         if self.view.pipeline:  # norm clips act on one gradient at a time
             return torch.stack([self.view(row) for row in g])
         return self.view(g)  # the sketch alone: batched over leading dimensions

@@ -13,6 +13,8 @@ client's and the attacker's passes should compute the same function.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -133,5 +135,120 @@ def per_example_gradients(victim: Victim, x: torch.Tensor, y: torch.Tensor, para
     return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
 
 
+#: layers whose weight gradients :func:`restart_gradients` forms per batch from their inputs and output gradients
+_RESTART_LAYERS = (nn.Linear, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+def _restart_layers(model: nn.Module) -> list[nn.Module] | None:
+    """The modules that own the trainable weights, when every one is a layer :func:`restart_gradients` knows (a
+    Linear, a Conv2d with zero padding given as numbers, a BatchNorm); else None."""
+    layers = []
+    for m in model.modules():
+        own = [p for p in m.parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        if not isinstance(m, _RESTART_LAYERS):
+            return None
+        if isinstance(m, nn.Conv2d) and (m.padding_mode != "zeros" or isinstance(m.padding, str) or m.groups != 1):
+            return None
+        layers.append(m)
+    return layers
+
+
+def _batch_statistics(m: nn.Module) -> bool:
+    """Whether a BatchNorm normalises by the statistics of its batch (torch's own rule)."""
+    return m.training or (m.running_mean is None and m.running_var is None)
+
+
+def _normalised(m: nn.Module, a: torch.Tensor, R: int) -> torch.Tensor:
+    """A BatchNorm's normalised input: by each of the R batches' own statistics, or by the running ones."""
+    shape = (1, -1) + (1,) * (a.dim() - 2)
+    if not _batch_statistics(m):
+        return (a - m.running_mean.view(shape)) * torch.rsqrt(m.running_var.view(shape) + m.eps)
+    a = a.view(R, a.shape[0] // R, *a.shape[1:])
+    dims = (1,) + tuple(range(3, a.dim()))
+    var, mean = torch.var_mean(a, dim=dims, keepdim=True, correction=0)
+    return ((a - mean) * torch.rsqrt(var + m.eps)).flatten(0, 1)
+
+
+def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: int) -> dict:
+    """name -> (R, *shape): the gradient of each of the layer's weights for each of the R batches, from its input
+    ``a`` and the gradient ``dz`` of the loss with respect to its output (rows of the R batches in turn)."""
+    out = {}
+    if isinstance(m, nn.Linear):
+        a, dz = a.reshape(R, -1, a.shape[-1]), dz.reshape(R, -1, dz.shape[-1])
+        out["weight"] = dz.transpose(1, 2) @ a
+        out["bias"] = dz.sum(1)
+    elif isinstance(m, nn.Conv2d):
+        cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
+        n, k, p = cols.shape
+        cols = cols.view(R, n // R, k, p).transpose(1, 2).reshape(R, k, -1)
+        dz = dz.reshape(R, n // R, dz.shape[1], p)
+        out["weight"] = (dz.transpose(1, 2).reshape(R, dz.shape[2], -1) @ cols.transpose(1, 2)).view(
+            R, *m.weight.shape)
+        out["bias"] = dz.sum((1, 3))
+    else:  # BatchNorm: the normalised input was kept as it ran
+        dz = dz.reshape(R, dz.shape[0] // R, dz.shape[1], -1)
+        out["weight"] = (dz * extra.reshape(dz.shape)).sum((1, 3))
+        out["bias"] = dz.sum((1, 3))
+    return out
+
+
+def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """(R, d): grad_w F(w, xs[r]) with labels[r] for R independent batches xs (R, B, ...), differentiable in xs
+    (and in soft labels); None when the model has weights in a layer this does not know.
+
+    The R batches go through the model as one batch of R*B examples: BatchNorm layers
+    that normalise by batch statistics do so per batch r (their output is replaced by a
+    forward hook), and each layer's weight gradient of batch r is formed from its
+    inputs and output gradients (one matrix product per layer, the way per-example
+    gradients are computed in Opacus), so one autograd pass, its graph kept, serves
+    all R.  A layer that mixes examples in another way would break this: callers check
+    the first answer against one batch at a time.
+    """
+    layers = _restart_layers(victim.model)
+    if layers is None:
+        return None
+    R, B = xs.shape[0], xs.shape[1]
+    owned = {id(m) for m in layers}
+    norms = [m for m in victim.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in owned]
+    calls = []  #: (layer, input, output, normalised input) of each call of a layer with trainable weights
+
+    def record(module, inputs, output):
+        a, extra = inputs[0], None
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            extra = _normalised(module, a, R)
+            shape = (1, -1) + (1,) * (a.dim() - 2)
+            if module.affine:
+                output = extra * module.weight.view(shape) + module.bias.view(shape)
+            elif _batch_statistics(module):
+                output = extra
+        if id(module) in owned:
+            calls.append((module, a, output, extra))
+        return output
+
+    hooks = [m.register_forward_hook(record) for m in layers + norms]
+    try:
+        out = output_at(victim, xs.reshape(R * B, *xs.shape[2:]))
+    finally:
+        for h in hooks:
+            h.remove()
+    out = out.view(R, B, *out.shape[1:])
+    loss = sum(victim.loss(out[r], labels[r]) for r in range(R))
+    dzs = torch.autograd.grad(loss, [c[2] for c in calls], create_graph=True)
+    grads: dict = {}
+    for (m, a, _, extra), dz in zip(calls, dzs):
+        for name, g in _layer_gradients(m, a, dz, extra, R).items():
+            key = (id(m), name)
+            grads[key] = g if key not in grads else grads[key] + g  # a layer called twice: its uses add up
+    owner = {id(p): (id(m), name) for m in layers for name, p in m.named_parameters(recurse=False)}
+    rows = []
+    for p in victim.model.parameters():
+        if p.requires_grad:
+            g = grads.get(owner[id(p)])
+            rows.append(xs.new_zeros(R, p.numel()) if g is None else g.reshape(R, -1))
+    return torch.cat(rows, 1)
+
+
 __all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "output_at", "probe", "loss_at",
-           "check_per_example", "flat_gradient", "per_example_gradients"]
+           "check_per_example", "flat_gradient", "per_example_gradients", "restart_gradients"]

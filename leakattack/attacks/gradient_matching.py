@@ -20,7 +20,10 @@ the truth), as in DLG and breaching.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+import sys
 import time
 
 import torch
@@ -54,6 +57,10 @@ LOSS_UNIT = 1e3
 #: it flattens, and the rule then stops within a few hundred steps, 0.1-0.9 dB below step 12000.
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
+
+#: restarts go through the batched model of the client unless its first evaluation took more than this many times as
+#: long as the same points one by one (a margin for the batched pass's first-call costs and a busy machine)
+SLOWER = 1.25
 
 
 def match_loss(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Tensor:
@@ -167,6 +174,7 @@ class GradientMatching(Attack):
         """
         t0 = time.perf_counter()
         deadline = math.inf if self.time_limit is None else t0 + self.time_limit
+        keep_freed_memory()
         problem = _Problem(self, obs, x0, labels)
         R, iterations = problem.R, self.iterations
         opt = get_optimizer(self.optimizer, self.lr)
@@ -276,16 +284,21 @@ class _Problem:
 
         Several points go through the observation's batched model of the client when
         it has one; its first answer is checked against point-by-point evaluation
-        (the batched derivatives come from torch.func), and a disagreement beyond
-        round-off sends every later evaluation point by point.
+        (the batched derivatives come from per-layer products or torch.func), and a
+        disagreement beyond round-off sends every later evaluation point by point, as
+        does a batched evaluation that took more than :data:`SLOWER` times as long as the
+        points one by one (the weight-space work, R rows of d numbers, does not shrink by
+        batching, and torch.func's path can cost more than R single passes).
         """
         if Z.shape[0] == 1 or self.batched is None:
             return self._evaluate(Z, batched=False)
+        started = time.perf_counter()
         out = self._evaluate(Z, batched=True)
         if not self.checked:
             self.checked = True
+            middle = time.perf_counter()
             reference = self._evaluate(Z, batched=False)
-            if not _agree(out[1], reference[1]):
+            if not _agree(out[1], reference[1]) or middle - started > SLOWER * (time.perf_counter() - middle):
                 self.batched = None
                 return reference
         return out
@@ -310,6 +323,34 @@ class _Problem:
             total = total + torch.stack([prior(x) for x in xs])
         grad, = torch.autograd.grad(total.sum(), Z)
         return total.detach().tolist(), grad, fit.detach().tolist()
+
+
+#: glibc's mallopt parameters (malloc.h): the most blocks served by mmap, and the free heap top kept unreturned
+_M_MMAP_MAX, _M_TRIM_THRESHOLD = -4, -1
+_kept = False
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc (once per process) to keep freed memory for reuse instead of returning it to the system.
+
+    Every evaluation of a deep victim allocates and frees blocks of d numbers (the
+    flat gradient, the sketch's buffers, R x d rows with restarts: 45 MB to 360 MB
+    for resnet18).  glibc serves blocks above 32 MB by mmap and unmaps them when
+    freed, so every step page-faults them in again, as system time
+    (benchmarks/deep_step.py prints a step's).  Served from the heap and kept there,
+    they are reused; the process then holds its peak memory until it exits.  A no-op
+    off glibc.
+    """
+    global _kept
+    if _kept or not sys.platform.startswith("linux"):
+        return
+    _kept = True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1)
+    except (OSError, AttributeError):  # another C library (musl has no mallopt)
+        pass
 
 
 def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:

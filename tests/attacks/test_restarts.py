@@ -1,6 +1,10 @@
-"""Restarts run as one batched attack: the same results as one start at a time, and the stopping rule."""
+"""Restarts run as one batched attack: the same results as one start at a time, and the stopping rule; the per-layer
+restart gradients against one restart at a time."""
 
 import dataclasses
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -8,9 +12,11 @@ from torch import nn
 
 import targets
 from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.attacks.gradient_matching import _Problem
 from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
+from targets.oracle import restart_gradients
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the attack runs on one thread
 
@@ -208,3 +214,79 @@ def test_restarts_that_stop_early_drop_out_while_the_others_go_on():
     alone = attack.run(obs, x0[1], obs.labels)
     assert random.iterations == alone.iterations > 0
     assert random.losses == pytest.approx(alone.losses, rel=1e-8)
+
+
+class _Mixed(nn.Module):
+    """Every layer kind the per-layer restart gradients know, with a strided, dilated and padded convolution, a
+    BatchNorm1d on (N, C, L), a Linear on three-dimensional input and one layer used twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, stride=2, padding=2, dilation=2)
+        self.bn2 = nn.BatchNorm2d(3)
+        self.bn1 = nn.BatchNorm1d(3, affine=False)
+        self.mix = nn.Linear(9, 9)
+        self.head = nn.Linear(27, 3, bias=False)
+
+    def forward(self, x):
+        z = torch.tanh(self.bn2(self.conv(x)))  # (N, 3, 3, 3)
+        z = self.bn1(z.flatten(2))  # (N, 3, 9)
+        z = torch.tanh(self.mix(torch.tanh(self.mix(z))))
+        return self.head(z.flatten(1))
+
+
+@pytest.mark.parametrize("bn_mode", ["train", "eval"])
+def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_derivatives(bn_mode):
+    torch.manual_seed(0)
+    net = _Mixed().double()
+    with torch.no_grad():  # running statistics away from (0, 1), so eval mode differs from train mode
+        net.bn2.running_mean.uniform_(-1, 1), net.bn2.running_var.uniform_(0.5, 2)
+    victim = targets.Victim.from_module(net, input_shape=(2, 6, 6), num_classes=3, bn_mode=bn_mode)
+    xs = torch.rand(3, 2, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1),
+                    requires_grad=True)
+    labels = torch.tensor([[0, 2], [1, 1], [2, 0]])
+    rows = restart_gradients(victim, xs, labels)
+    alone = torch.stack([targets.flat_gradient(victim, x, lab, create_graph=True) for x, lab in zip(xs, labels)])
+    assert rows.shape == (3, victim.d) and torch.allclose(rows, alone, rtol=1e-10, atol=1e-13)
+    v = torch.randn(3, victim.d, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    batched, = torch.autograd.grad((rows * v).sum(), xs)
+    reference, = torch.autograd.grad((alone * v).sum(), xs)
+    assert torch.allclose(batched, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_a_model_with_weights_outside_the_known_layers_gets_no_per_layer_gradients():
+    xs = torch.rand(2, 1, 1, 6, 6, dtype=torch.float64)
+    assert restart_gradients(_layernorm_victim(), xs, torch.tensor([[0], [1]])) is None  # vmap serves it
+    assert restart_gradients(_lenet(shape=(1, 6, 6)), xs, torch.tensor([[0], [1]])) is not None
+
+
+def test_a_batched_model_slower_than_one_start_at_a_time_is_dropped():
+    obs, _ = _obs(_lenet())
+
+    class Slow:
+        def __call__(self, x, labels):
+            return obs.forward(x, labels)
+
+        def restarts(self, xs, labels):
+            time.sleep(0.5)
+            return obs.forward.restarts(xs, labels)
+
+    slow = dataclasses.replace(obs, forward=Slow())
+    attack = GradientMatching(optimizer="adam", lr=0.05, iterations=3, restarts=2, init_seed=4, labels="given")
+    xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 4 + 1000 * r, dtype=torch.float64) for r in range(2)])
+    problem = _Problem(attack, slow, xs, obs.labels)
+    values, G, fits = problem.evaluate([0, 1], problem.z0)
+    assert problem.batched is None  # and the answer is the one-by-one one
+    assert fits == [problem.evaluate([r], problem.z0[r:r + 1])[2][0] for r in range(2)]
+
+
+def test_restarts_of_a_lenet_attack_do_not_import_torch_dynamo():
+    # torch.func's first gradient imports torch._dynamo (seconds); the per-layer path needs none of it
+    code = ("import sys, torch\n"
+            "from leakattack.config import RunConfig\n"
+            "from leakattack.experiment import execute, prepare\n"
+            "execute(prepare(RunConfig(dataset='digits', optimizer='adam', iterations=3, restarts=3)), "
+            "with_lpips=False)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
