@@ -26,7 +26,7 @@ from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, get_attack
 from .cases import Case, build_case
 from .config import CLOSED_FORM_ATTACKS, ConfigError, RunConfig
-from .config.params import duration_seconds, resolve_threads
+from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, directory_mode, write_csv, write_json, write_tensors
@@ -107,6 +107,7 @@ def attack_of(cfg: RunConfig) -> Attack:
         priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(cfg.time_limit),
+        threads=cfg.threads,
     )
 
 
@@ -114,10 +115,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     """Validate, load data, build the victim and the channel (or protocol), and produce the observation
     (``progress``: bars for a seed search)."""
     cfg.validate()
-    torch.set_num_threads(resolve_threads(cfg.threads))  # auto: one thread until the victim's size is known
+    torch.set_num_threads(cfg.threads or 1)  # auto (None): one thread until the victim is built
     device = resolve_device(cfg.device)
     case = build_case(cfg, device, getattr(torch, cfg.derived().dtype), progress=progress)
-    torch.set_num_threads(resolve_threads(cfg.threads, case.victim.d))
+    torch.set_num_threads(cfg.threads or case.victim.threads)  # auto: every core for deep victims, else one
     cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
     attack = attack_of(cfg)
     attack.check(case.obs)

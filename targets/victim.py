@@ -21,6 +21,7 @@ as loaded.  In ``bn_mode="eval"`` the running statistics normalise.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,6 +31,19 @@ from torch import nn
 
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
+
+#: victims with at least this many weights are attacked on every core unless told otherwise (ResNets, ViTs: large
+#: convolutions and matrix products, which torch splits well), smaller ones (LeNet, MLPs, linear models) on one
+#: thread, whose small tensor ops only wait on each other with more (benchmarks/deep_step.py, attack_speed.py)
+DEEP_WEIGHTS = 100_000
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on macOS and Windows
+        return max(1, os.cpu_count() or 1)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -142,6 +156,12 @@ class Victim:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     @property
+    def threads(self) -> int:
+        """The torch threads an attack on this victim runs on unless told otherwise: every core from
+        :data:`DEEP_WEIGHTS` weights on, one thread below."""
+        return cpu_cores() if self.d >= DEEP_WEIGHTS else 1
+
+    @property
     def unknowns_per_example(self) -> int:
         """m, the number of input values of one example (C*H*W)."""
         return math.prod(self.input_shape)
@@ -186,6 +206,6 @@ class Victim:
     __call__ = forward
 
 
-__all__ = ["Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers",
+__all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "cpu_cores", "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers",
            "batchnorm_input_moments", "batch_moments",
            "uses_batch_statistics", "last_linear"]

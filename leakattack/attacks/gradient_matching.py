@@ -95,7 +95,7 @@ class GradientMatching(Attack):
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
                  labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
                  schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
-                 stall_gain: float = STALL_GAIN, time_limit: float | None = None):
+                 stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if signed and sees_normalised_loss(optimizer):
@@ -112,6 +112,8 @@ class GradientMatching(Attack):
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
         #: wall-clock seconds the optimisation may take (None: no limit)
         self.time_limit = None if time_limit is None else float(time_limit)
+        #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
+        self.threads = None if threads is None else int(threads)
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -171,7 +173,20 @@ class GradientMatching(Attack):
         or L-BFGS finds no descent direction (``stalled``); or at the first
         non-finite loss (``diverged``); or once ``time_limit`` seconds have passed since the
         call (``time-limit``, checked after every step).  Each result holds the start's best iterate.
+
+        It runs on ``threads`` torch threads, by default the victim's choice (every core
+        for deep victims, one for small ones: ``Victim.threads``), and gives torch its
+        thread count back afterwards.
         """
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads or obs.victim.threads)
+        try:
+            return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _optimise(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, monitor: Monitor | None,
+                  monitor_every: int, progress: bool) -> list[AttackResult]:
         t0 = time.perf_counter()
         deadline = math.inf if self.time_limit is None else t0 + self.time_limit
         keep_freed_memory()

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from .constraints import (Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text,
-                          available_cores)
+from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -86,18 +85,8 @@ class Duration(Constraint):
         return duration_seconds(v) is not None
 
 
-#: victims with at least this many weights run on every core by default (ResNets, ViTs: large convolutions and
-#: matrix products, which torch splits well); smaller ones (LeNet, MLPs, linear models) on one thread, where more only
-#: add synchronisation (benchmarks/deep_step.py and benchmarks/attack_speed.py measure both)
+#: a copy of targets.victim.DEEP_WEIGHTS for the help text (declaring parameters imports no torch; a test compares)
 DEEP_WEIGHTS = 100_000
-
-
-def resolve_threads(threads: int | None, d: int | None = None) -> int:
-    """The torch thread count of a run: ``threads`` when given, else (auto) every core this process may use for a
-    victim of at least :data:`DEEP_WEIGHTS` weights and one thread for a smaller one or while d is not known yet."""
-    if threads is not None:
-        return int(threads)
-    return available_cores() if d is not None and d >= DEEP_WEIGHTS else 1
 
 
 POS_INT = Number(1, integer=True)
@@ -209,7 +198,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("threads", None, Optional(Cores()), "threads",
           f"CPU threads for torch (default: auto, every core for victims of at least {DEEP_WEIGHTS:,} weights such as "
           "the ResNets and ViTs, one thread for smaller ones such as LeNet, whose small tensor ops only slow down with "
-          "more)", "output"),
+          "more; the Python API's attack makes the same choice)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
           "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
@@ -304,4 +293,4 @@ def help_text(p: Param) -> str:
 
 
 __all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
-           "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "resolve_threads"]
+           "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS"]

@@ -1,29 +1,71 @@
-"""--threads auto: every core for deep victims, one thread for small ones; a given count always wins."""
+"""--threads auto: every core for deep victims, one thread for small ones, in the CLI and the Python API alike; a
+given count always wins."""
 
 import torch
 
+import targets
+from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe
 from leakattack.config import RunConfig
 from leakattack.config.constraints import available_cores
-from leakattack.config.params import DEEP_WEIGHTS, resolve_threads
-from leakattack.experiment import prepare
+from leakattack.config.params import DEEP_WEIGHTS
+from leakattack.experiment import execute, prepare
+from targets.victim import DEEP_WEIGHTS as VICTIM_DEEP_WEIGHTS
+from targets.victim import cpu_cores
 
 
-def test_auto_gives_every_core_to_deep_victims_and_one_thread_to_small_ones():
-    assert resolve_threads(None, DEEP_WEIGHTS) == available_cores()
-    assert resolve_threads(None, DEEP_WEIGHTS - 1) == 1
-    assert resolve_threads(None) == 1  # before the victim's size is known
-    assert resolve_threads(2, 10) == 2 and resolve_threads(1, 10 ** 8) == 1
+def test_the_help_texts_copy_of_the_bound_and_the_core_count_are_the_victims():
+    assert DEEP_WEIGHTS == VICTIM_DEEP_WEIGHTS and cpu_cores() == available_cores()
 
 
-def test_prepare_sets_the_resolved_count_and_a_given_one(monkeypatch):
+def test_a_victim_chooses_every_core_from_the_bound_on_and_one_thread_below():
+    small = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    deep = targets.get_model("resnet20", seed=0)
+    assert small.d < DEEP_WEIGHTS <= deep.d
+    assert small.threads == 1 and deep.threads == available_cores()
+
+
+def test_prepare_sets_the_victims_count_unless_one_is_given():
     before = torch.get_num_threads()
     try:
         assert RunConfig().threads is None
         prepare(RunConfig(model="lenet", dataset="digits", iterations=1))
         assert torch.get_num_threads() == 1
-        p = prepare(RunConfig(model="resnet20", sketch="none", iterations=1))
-        assert p.victim.d >= DEEP_WEIGHTS and torch.get_num_threads() == available_cores()
+        prepare(RunConfig(model="resnet20", sketch="none", iterations=1))
+        assert torch.get_num_threads() == available_cores()
         prepare(RunConfig(model="resnet20", sketch="none", iterations=1, threads=1))
         assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def _seen(attack, obs):
+    """The thread count torch had while the attack ran (read by its monitor)."""
+    seen = []
+    attack.reconstruct(obs, monitor=lambda step, x: seen.append(torch.get_num_threads()) or {})
+    return set(seen)
+
+
+def test_the_python_apis_attack_runs_on_the_victims_count_or_the_given_one_and_restores_torchs():
+    victim = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    x, labels = torch.rand(1, 1, 8, 8), torch.tensor([3])
+    obs = observe(victim, x, labels, Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1)), ThreatModel())
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(available_cores())
+        assert _seen(get_attack("gradient-matching", iterations=3), obs) == {1}
+        assert torch.get_num_threads() == available_cores()
+        assert _seen(get_attack("gradient-matching", iterations=3, threads=available_cores()), obs) == \
+            {available_cores()}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_an_explicit_count_reaches_the_attack_through_a_run():
+    before = torch.get_num_threads()
+    try:
+        p = prepare(RunConfig(model="lenet", dataset="digits", iterations=2, threads=available_cores()))
+        assert p.attack.threads == available_cores()
+        assert prepare(RunConfig(model="lenet", dataset="digits", iterations=2)).attack.threads is None
+        execute(p, with_lpips=False)
     finally:
         torch.set_num_threads(before)
