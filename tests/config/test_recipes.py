@@ -23,7 +23,7 @@ def test_the_recipe_fills_what_is_not_given():
     ig = get_recipe("ig")
     assert (s.recipe, s.optimizer, s.objective, s.schedule, s.signed, s.box, s.dtype) == \
         ("ig", "adam", "cosine", "step", True, True, "float32")
-    assert s.tv == ig.tv and s.iterations == ig.iterations and s.lr == ig.lr == 0.01
+    assert s.tv == ig.tv and s.iterations == ig.iterations and s.lr == ig.lr == 0.025
     lenet = RunConfig(device="cpu").derived()
     assert (lenet.optimizer, lenet.objective, lenet.dtype, lenet.box, lenet.signed) == \
         ("lbfgs", "l2", "float64", False, False)
