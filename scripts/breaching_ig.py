@@ -41,7 +41,7 @@ cfg = breaching.get_config(overrides=["case=1_single_image_small", "case.model=r
                                       "attack=invertinggradients", f"attack.optim.max_iterations={args.steps}",
                                       "attack.optim.callback=100",
                                       f"case.server.provide_public_buffers={args.bn == 'eval'}"])
-setup = dict(device=torch.device("cpu"), dtype=torch.float)
+setup = {"device": torch.device("cpu"), "dtype": torch.float}
 model, loss_fn = breaching.cases.construct_model(cfg.case.model, cfg.case.data, pretrained=cfg.case.server.pretrained)
 server = breaching.cases.construct_server(model, loss_fn, cfg.case, setup)
 model = server.vet_model(model)
