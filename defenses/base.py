@@ -7,12 +7,17 @@ the ``torch.Generator`` passed in (seeded, on the CPU), never from global state.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from leakattack.errors import UserError
 
 BEFORE, AFTER = "before_sketch", "after_sketch"
 PLACEMENTS = (BEFORE, AFTER)
+
+#: parameter name -> (type, human description of the valid range, predicate)
+Schema = dict[str, tuple[type, str, Callable[..., bool]]]
 
 
 class DefenseError(UserError):
@@ -24,9 +29,9 @@ class Transform:
 
     name = "base"
     #: parameter name -> (type, human description of the valid range, predicate)
-    schema = {}
+    schema: Schema = {}
     default_placement = BEFORE
-    placements = PLACEMENTS
+    placements: tuple[str, ...] = PLACEMENTS
     #: deterministic and differentiable, bounding the norm: an attacker granted the clips models this step
     bounds_norm = False
     #: takes the (B, d) per-example gradients and returns one vector
@@ -36,7 +41,7 @@ class Transform:
         self.params = dict(params)
         self.placement = placement
 
-    def __call__(self, v: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def __call__(self, v: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
 
     def check(self, context: list["Transform"]) -> None:

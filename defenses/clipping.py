@@ -1,10 +1,11 @@
-"""Clipping: the update to l2 norm C (``clip``), or each example's gradient before averaging (``per_example``, DP-SGD, Abadi et al. 2016, Alg. 1)."""
+"""Clipping: the update to l2 norm C (``clip``), or each example's gradient before averaging (``per_example``,
+DP-SGD, Abadi et al. 2016, Alg. 1)."""
 
 from __future__ import annotations
 
 import torch
 
-from .base import BEFORE, Transform
+from .base import BEFORE, Schema, Transform
 
 
 def clip_by_norm(v: torch.Tensor, C: float) -> torch.Tensor:
@@ -13,7 +14,7 @@ def clip_by_norm(v: torch.Tensor, C: float) -> torch.Tensor:
     return v * torch.clamp(C / norm.clamp_min(torch.finfo(v.dtype).tiny), max=1.0)
 
 
-_C = {"C": (float, "a positive number", lambda c: c > 0)}
+_C: Schema = {"C": (float, "a positive number", lambda c: c > 0)}
 
 
 class Clip(Transform):

@@ -23,7 +23,8 @@ class Gaussian(Transform):
         self.clip_C = clips[-1].C if clips else None
         self.clip_placement = clips[-1].placement if clips else None
         if "z" in self.params and self.clip_C is None:
-            raise DefenseError(f"defense 'gaussian' with z={self.params['z']} needs a clip (clip:C=... or per_example:C=...) before it")
+            raise DefenseError(f"defense 'gaussian' with z={self.params['z']} needs a clip (clip:C=... or "
+                               "per_example:C=...) before it")
 
     @property
     def sigma(self) -> float:

@@ -41,7 +41,8 @@ class Pipeline:
         return noise_bound(self, sketch_norm)
 
     def sensitivity(self, sketch_norm: float | None = 1.0) -> float | None:
-        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` (None: unbounded or no noise)."""
+        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` (None: unbounded
+        or no noise)."""
         bound = self.noise_bound(sketch_norm)
         return None if bound is None else bound.sensitivity
 
@@ -56,6 +57,7 @@ def build(spec) -> Pipeline:
     """Parse a spec (string, dict, list, or Pipeline) into a validated :class:`Pipeline`; raise DefenseError."""
     if isinstance(spec, Pipeline):
         return spec
+    items: list[str | dict]
     if spec is None:
         items = []
     elif isinstance(spec, str):

@@ -1,4 +1,5 @@
-"""Gradient pruning: zero the fraction p of smallest-magnitude entries (Zhu, Liu, Han, "Deep Leakage from Gradients", NeurIPS 2019, Sec. 5)."""
+"""Gradient pruning: zero the fraction p of smallest-magnitude entries (Zhu, Liu, Han, "Deep Leakage from Gradients",
+NeurIPS 2019, Sec. 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""k-bit stochastic rounding, unbiased (Alistarh et al., "QSGD", NeurIPS 2017, Sec. 3.1, with 2^k - 1 uniform levels on [-max|v|, max|v|])."""
+"""k-bit stochastic rounding, unbiased (Alistarh et al., "QSGD", NeurIPS 2017, Sec. 3.1, with 2^k - 1 uniform levels
+on [-max|v|, max|v|])."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from .base import AFTER, Transform
 
 
 def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tensor:
-    """Round v onto 2^bits - 1 intervals of [-s, s], s = max|v|, up with probability the remainder (E = v); u ~ U[0,1) like v."""
+    """Round v onto 2^bits - 1 intervals of [-s, s], s = max|v|, up with probability the remainder (E = v);
+    u ~ U[0,1) like v."""
     s = v.abs().max()
     if s == 0:
         return v

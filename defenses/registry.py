@@ -13,7 +13,7 @@ from .quantization import Quantize
 _REGISTRY = Registry("defense", DefenseError)
 
 
-def register_defense(cls: type) -> type:
+def register_defense(cls: type[Transform]) -> type[Transform]:
     """Add a transform class to the registry under ``cls.name``."""
     return _REGISTRY.register(cls.name, cls)
 

@@ -38,7 +38,8 @@ class NoiseBound:
 
 
 def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
-    """The first Gaussian noise of ``pipeline`` in channel order and the sensitivity of what it is added to (None without noise).
+    """The first Gaussian noise of ``pipeline`` in channel order and the sensitivity of what it is added to (None
+    without noise).
 
     The steps are walked as the channel runs them: before the sketch, R, after
     it.  Neighbours add or remove one example with a ``per_example`` step, one
@@ -57,7 +58,7 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
         if step is _SKETCH:
             if delta is not None and sketch_norm is None:
                 delta, reason = None, "the sketch's operator norm is not known: sensitivity unbounded"
-            elif delta is not None:
+            elif delta is not None and sketch_norm is not None:
                 delta, crossed = linear_map_sensitivity(delta, sketch_norm), True
                 sym, val = f"||R||_op * {sym}", f"{sketch_norm:.4g} * {val}"
         elif isinstance(step, Gaussian):

@@ -22,7 +22,8 @@ Z_MAX = 1e6
 
 def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
                        accountant: str = "rdp") -> float:
-    """epsilon of ``steps`` sub-sampled Gaussian mechanisms (noise multiplier z = sigma/Delta) by Opacus' ``rdp`` or ``prv`` accountant."""
+    """epsilon of ``steps`` sub-sampled Gaussian mechanisms (noise multiplier z = sigma/Delta) by Opacus' ``rdp`` or
+    ``prv`` accountant."""
     if noise_multiplier <= 0:
         return math.inf
     # beyond Z_MAX the epsilon sits at the accountant's floor (RDP: log(1/delta)/(alpha_max - 1)); Opacus
@@ -40,17 +41,20 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     else:
         raise ValueError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
     acc.history = [(float(noise_multiplier), float(sample_rate), int(steps))]
-    with warnings.catch_warnings():  # tiny z: "optimal order is the smallest alpha", log(0) in PRV (epsilon is huge anyway)
+    # tiny z: "optimal order is the smallest alpha", log(0) in PRV (epsilon is huge anyway)
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return float(acc.get_epsilon(delta=delta))
-        except (MemoryError, OverflowError, ValueError):  # PRV's grid cannot span tiny z: epsilon is astronomically large
+        except (MemoryError, OverflowError, ValueError):
+            # PRV's grid cannot span tiny z: epsilon is astronomically large
             return math.inf
 
 
 def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
                     sketch_norm: float | None = 1.0) -> dict:
-    """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's numbers.
+    """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's
+    numbers.
 
     The sensitivity Delta is what the pipeline bounds (``Pipeline.noise_bound``):
     a clip before the sketch with the noise after it gives Delta = ||R||_op * C,
@@ -63,7 +67,7 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
     ``privacy_note``.  Without Gaussian noise every value is None; without a
     clip before it epsilon is None (inf): the sensitivity is unbounded.
     """
-    out = {"epsilon": None, "delta": None, "epsilon_paper": None, "delta_paper": None,
+    out: dict[str, float | str | None] = {"epsilon": None, "delta": None, "epsilon_paper": None, "delta_paper": None,
            "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
     bound = pipeline.noise_bound(sketch_norm) if pipeline else None
     if bound is None:
