@@ -10,10 +10,29 @@ errors, seeds, sketch) and the ``defenses`` transforms.
 
 from __future__ import annotations
 
-from .models import (INITS, default_init, get_model, list_models, model_params, output_problem, parameter_count,
-                     recipe_of, register_model, task_of)
-from .oracle import (flat_gradient, flat_params, loss_at, num_params, param_names, param_slices, probe,
-                     per_example_gradients, unflatten)
+from .models import (
+                     INITS,
+                     default_init,
+                     get_model,
+                     list_models,
+                     model_params,
+                     output_problem,
+                     parameter_count,
+                     recipe_of,
+                     register_model,
+                     task_of,
+)
+from .oracle import (
+                     flat_gradient,
+                     flat_params,
+                     loss_at,
+                     num_params,
+                     param_names,
+                     param_slices,
+                     per_example_gradients,
+                     probe,
+                     unflatten,
+)
 from .victim import BN_MODES, TASKS, Victim, cross_entropy, squared_error
 from .weights import load_weights
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -130,7 +130,7 @@ class Victim:
 
     @classmethod
     def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,
-                    task: str = "classification", head: nn.Linear | None | str = "auto",
+                    task: str = "classification", head: nn.Linear | None | Literal["auto"] = "auto",
                     bn_mode: str = "train", name: str = "custom") -> "Victim":
         """Wrap any ``nn.Module``: cross-entropy classification with its last linear layer as head by default."""
         if loss is None:
@@ -206,6 +206,6 @@ class Victim:
     __call__ = forward
 
 
-__all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "cpu_cores", "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers",
-           "batchnorm_input_moments", "batch_moments",
-           "uses_batch_statistics", "last_linear"]
+__all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "cpu_cores", "cross_entropy", "squared_error",
+           "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments", "batch_moments", "uses_batch_statistics",
+           "last_linear"]

@@ -63,7 +63,8 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
         if problem:
             raise UserError(problem)
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(state.to(victim.dtype), [p for p in model.parameters() if p.requires_grad])
+            torch.nn.utils.vector_to_parameters(state.to(victim.dtype),
+                                                [p for p in model.parameters() if p.requires_grad])
         return victim
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"weights file '{path}' holds no state_dict (a dict of tensors) nor a flat weight vector")

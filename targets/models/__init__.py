@@ -38,8 +38,16 @@ from .linear import LinReg, LogReg
 from .mlp import MLP
 from .resnet import resnet18, resnet20, resnet32, resnet_cifar
 from .torchvision_models import resnet50, resnet101, vit_b_16
-from .user import (build_user_module, is_user_spec, output_problem, user_class, user_params, user_recipe, user_task,
-                   user_victim)
+from .user import (
+    build_user_module,
+    is_user_spec,
+    output_problem,
+    user_class,
+    user_params,
+    user_recipe,
+    user_task,
+    user_victim,
+)
 from .vit import vit_small
 
 _MODELS = Registry("model")

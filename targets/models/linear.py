@@ -19,7 +19,8 @@ class LogReg(nn.Module):
 
 
 class LinReg(nn.Module):
-    """w^T x with no bias; its loss is F(w, x) = 1/2 (w^T x - y)^2 with a real target y (the class index as a number)."""
+    """w^T x with no bias; its loss is F(w, x) = 1/2 (w^T x - y)^2 with a real target y (the class index as a
+    number)."""
 
     def __init__(self, in_shape=(3, 32, 32), num_classes=10):
         super().__init__()

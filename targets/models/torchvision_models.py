@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from leakattack.errors import UserError
+
+if TYPE_CHECKING:
+    MathAttentionViT: type  # a class built on first use by the module's __getattr__
 
 # torchvision is imported when one of these models is built: importing it takes seconds (it loads
 # torch._dynamo), which every other run would pay at start-up.

@@ -157,7 +157,7 @@ def _loss(spec: str, module: nn.Module, task: str):
 def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None:
     if not hasattr(module, "leakattack_head"):
         return last_linear(module) if task == "classification" else None
-    name = module.leakattack_head
+    name = getattr(module, "leakattack_head")  # whatever the user set: a non-str is refused below
     if name is None:
         return None
     try:

@@ -22,10 +22,22 @@ from __future__ import annotations
 from leakattack.errors import UserError
 from leakattack.registry import Registry
 
-from .base import (SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, ClientMessage, MessageMap, Protocol, epoch_schedule, evaluate,
-                   forward_seconds, local_sgd, minibatch, round_seed, split_clients)
-from .fedavg import FedAvg
+from .base import (
+    SPEC_DEFAULTS,
+    UNKNOWN_SEED_OFFSET,
+    ClientMessage,
+    MessageMap,
+    Protocol,
+    epoch_schedule,
+    evaluate,
+    forward_seconds,
+    local_sgd,
+    minibatch,
+    round_seed,
+    split_clients,
+)
 from .compsgd import PROJECTION_BLOCKS, BlockProjection, CompSGD, layer_blocks, lift_l1, project_l1_ball
+from .fedavg import FedAvg
 from .fedsketch import CountSketchTable, FedSketchHeaprix, FedSketchPrivix, heavymix_support, median, privix
 from .privsgd import PrivSGD, normalised_projection, privsgd_epsilon, privsgd_sigma
 from .sacfl import SACFL, WithNorm, clip_factor, clip_record
@@ -35,7 +47,7 @@ from .sketched import Sketched, SketchedDP, per_example_clipped_mean
 _PROTOCOLS = Registry("protocol")
 
 
-def register_protocol(name: str, cls: type) -> type:
+def register_protocol(name: str, cls: type[Protocol]) -> type[Protocol]:
     """Add a protocol class to the registry under ``name``."""
     _PROTOCOLS.register(name, cls)
     cls.name = name
@@ -58,7 +70,7 @@ def list_protocols() -> list[str]:
     return _PROTOCOLS.names()
 
 
-def protocol_class(name: str) -> type:
+def protocol_class(name: str) -> type[Protocol]:
     """The class registered under ``name`` (its capabilities without building it)."""
     return _PROTOCOLS.get(name)
 

@@ -47,7 +47,7 @@ from ..oracle import flat_gradient, flat_params, loss_at, unflatten
 from ..victim import Victim
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
-SPEC_DEFAULTS = {
+SPEC_DEFAULTS: dict[str, object] = {
     "clients": 10, "local_steps": 1, "local_epochs": 0, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
     "noniid": False, "client_fraction": None, "seed": 0,
     "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
@@ -68,7 +68,8 @@ def round_seed(seed: int, t: int) -> int:
 
 
 def split_clients(labels: torch.Tensor, num_clients: int, noniid: bool, seed: int) -> list[torch.Tensor]:
-    """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, FedSKETCH Sec. 6)."""
+    """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, FedSKETCH
+    Sec. 6)."""
     gen = torch_stream(seed, CLIENT_SPLIT)
     n = labels.numel()
     if not noniid:
@@ -102,7 +103,7 @@ def epoch_schedule(batch_size: int, perms: list[torch.Tensor]) -> list[torch.Ten
     return [chunk for p in perms for chunk in where[p].split(int(batch_size))]
 
 
-def minibatch(x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None):
+def minibatch(x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The data of one local step: all of (x, y), or the rows at ``positions``."""
     if positions is None:
         return x, y
@@ -110,7 +111,8 @@ def minibatch(x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None):
     return x[positions], y[positions]
 
 
-def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
+def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Tensor, lr: float,
+              steps: int) -> torch.Tensor:
     """u^K with u^0 = w, u^k = u^{k-1} - lr * grad_fn(u^{k-1}, k) (Algorithm 1, lines 12-14)."""
     u = w
     for k in range(steps):
@@ -173,12 +175,14 @@ def forward_seconds(message: ClientMessage, labels: torch.Tensor | None = None) 
     x = message.x.detach().clone().requires_grad_(True)
     t0 = time.perf_counter()
     message.forward(x, message.labels if labels is None else labels).pow(2).sum().backward()
+    assert x.grad is not None
     float(x.grad.norm())  # waits for an asynchronous device
     return time.perf_counter() - t0
 
 
 class Protocol:
-    """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it (``server``).
+    """FedAvg skeleton: subclasses change what a client sends (``operator``/``encode``) and how the server applies it
+    (``server``).
 
     The attacker's side mirrors the client's: ``attacker_update`` (dw, or the gradient for protocols
     that send gradients), ``attacker_encode`` (``encode`` without noise), ``message_operator`` and
@@ -192,6 +196,35 @@ class Protocol:
     decodable = False
     #: clients compress with a sketch of leakattack.sketch (``sketch``, ``sketch_ratio`` in the spec)
     uses_sketch = False
+
+    # the spec's parameters (SPEC_DEFAULTS), set as attributes by __init__
+    clients: int
+    local_steps: int
+    local_epochs: int
+    local_lr: float
+    global_lr: float
+    batch_size: int
+    noniid: bool
+    client_fraction: float  # None in the spec: the protocol's default_fraction
+    seed: int
+    sketch: str
+    sketch_ratio: float
+    sketch_params: dict
+    sketch_rows: int
+    sketch_buckets: int
+    dp_epsilon: float
+    dp_delta: float
+    dp_clip: float
+    server_opt: str
+    server_lr: float | None
+    server_beta1: float
+    server_beta2: float
+    server_eps: float
+    second_moment: str
+    clip_threshold: float
+    projection_blocks: str
+    l1_scale: float
+    dp_rounds: int
 
     def __init__(self, victim: Victim, train_set, **spec):
         self.spec = dict(spec)

@@ -48,7 +48,8 @@ LIFT_TOL, LIFT_MAX_ITER = 1e-7, 500
 
 
 def project_l1_ball(v: torch.Tensor, radius: float) -> torch.Tensor:
-    """Euclidean projection of v onto {x : ||x||_1 <= radius} (Duchi, Shalev-Shwartz, Singer, Chandra, ICML 2008, Fig. 1)."""
+    """Euclidean projection of v onto {x : ||x||_1 <= radius} (Duchi, Shalev-Shwartz, Singer, Chandra, ICML 2008,
+    Fig. 1)."""
     if float(v.abs().sum()) <= radius:
         return v
     if radius <= 0:
@@ -157,7 +158,8 @@ def layer_blocks(victim) -> list[slice]:
 
 
 class CompSGD(Protocol):
-    """Kasiviswanathan's COMPSGD: clients send Phi_t g (fresh Phi_t per round); the server steps, projects onto Phi_t C and lifts."""
+    """Kasiviswanathan's COMPSGD: clients send Phi_t g (fresh Phi_t per round); the server steps, projects onto Phi_t C
+    and lifts."""
 
     uses_sketch = True
 

@@ -55,7 +55,8 @@ def normalised_projection(op, g: torch.Tensor) -> torch.Tensor:
 
 
 class PrivSGD(CompSGD):
-    """PRIVSGD: clipped gradients, projected, rescaled to their own norm, plus N(0, sigma^2 I_m) in the projected space."""
+    """PRIVSGD: clipped gradients, projected, rescaled to their own norm, plus N(0, sigma^2 I_m) in the projected
+    space."""
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

@@ -31,7 +31,8 @@ from .safl import SAFL
 
 
 class WithNorm(Sketch):
-    """The linear part of a SACFL message: v -> [R v, 0] (the norm coordinate is not linear; label recovery skips it)."""
+    """The linear part of a SACFL message: v -> [R v, 0] (the norm coordinate is not linear; label recovery skips
+    it)."""
 
     def __init__(self, inner: Sketch):
         super().__init__(d=inner.d, b=inner.b + 1, seed=inner.seed)
@@ -65,7 +66,8 @@ def clip_record(tau: float, mean_norm: float) -> dict:
 
 
 class SACFL(SAFL):
-    """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean norm."""
+    """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean
+    norm."""
 
     _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 

@@ -63,6 +63,7 @@ def ada_opt(kind: str, x: torch.Tensor, state: dict, g: torch.Tensor, v_in: torc
         m = beta1 * state["m"] + g
         return x - lr * m, {**state, "t": t, "m": m}
     m = beta1 * state["m"] + (1 - beta1) * g
+    assert v_in is not None, f"{kind} needs the second-moment input"
     v = beta2 * state["v"] + (1 - beta2) * v_in
     if kind == "adam":
         m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)

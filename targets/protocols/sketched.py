@@ -67,7 +67,8 @@ class SketchedDP(Sketched):
         return per_example_clipped_mean(self.victim, u, x, y, self.dp_clip, create_graph=True)
 
     def privacy(self, rounds: int) -> dict:
-        """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel composition)."""
+        """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel
+        composition)."""
         K = max(self.step_count(c) for c in range(self.clients))  # local steps per round (the most over clients)
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
