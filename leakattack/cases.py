@@ -32,11 +32,10 @@ from .channel import Channel
 from .config import CLOSED_FORM_ATTACKS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text
-from .observation import Observation, ThreatModel, attacker_forward, from_protocol, observe
+from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .registry import Registry
 from .results.message import Message, read_message, read_truth
-from .sketch import (DESCRIPTION_KEYS, get_sketch, is_identity, regeneration_note, sketch_dim,
-                     sketch_from_description)
+from .sketch import DESCRIPTION_KEYS, get_sketch, is_identity, regeneration_note, sketch_dim, sketch_from_description
 from .sketch.gaussian import available_memory_bytes
 from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
 
@@ -142,9 +141,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if proto.shards[c].numel() == 0:
         raise ConfigError(f"client {c} holds no data")
     if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):
-        raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers client "
-                          f"{c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch {spec['batch_size']}; "
-                          "leave --batch-size out")
+        raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers "
+                          f"client {c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch "
+                          f"{spec['batch_size']}; leave --batch-size out")
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
         w = load_checkpoint(Path(cfg.protocol_dir), t, victim.d).to(device=device, dtype=dtype)
@@ -271,7 +270,8 @@ def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_class
 
 
 def _check_message_labels(cfg: RunConfig, msg: Message, num_classes: int) -> None:
-    """A classifier's labels in the file are class indices in [0, num_classes) (ConfigError naming the first bad one)."""
+    """A classifier's labels in the file are class indices in [0, num_classes) (ConfigError naming the first bad
+    one)."""
     if msg.labels is None or targets.task_of(cfg.model) != "classification":
         return
     bad = ((msg.labels < 0) | (msg.labels >= num_classes)).nonzero()
@@ -366,7 +366,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     if truth is not None and tuple(truth[0].shape[1:]) != tuple(victim.input_shape):
         raise ConfigError(f"truth file '{cfg.truth}' holds images of shape {tuple(truth[0].shape[1:])}, "
                           f"the message's model takes {tuple(victim.input_shape)}")
-    found = {}
+    found: dict = {}
     if msg.sketch is None:
         if cfg.sketch_seed_search:
             raise ConfigError(f"--sketch-seed-search needs a sketched message, and message file '{msg.path}' is not "
@@ -399,14 +399,17 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     threat = ThreatModel(knows_labels=known is not None, knows_sketch=cfg.sketch_known,
                          knows_clip=cfg.attacker_knows_clip)
     score_labels = truth[1] if truth is not None and truth[1] is not None else msg.labels
-    target = (lambda t: None if t is None else victim.target(t.to(device)))
+    def target(t):
+        return None if t is None else victim.target(t.to(device))
     view = channel.attacker_view(threat)
+    linear_map: LinearMap
     if msg.kind == "gradient":
         forward, linear_map = attacker_forward(victim, channel, threat), sketch
     else:
         if view.per_example:
             raise ConfigError(f"message file '{msg.path}' is an update, and its defense's per_example step "
                               "clips gradients, not updates")
+        assert msg.lr is not None  # read_message refuses an update without its lr
         forward = _update_forward(victim, view, msg.lr, msg.local_steps)
         # w - u^K = lr K g to first order in lr (exact for one local step), as Protocol.message_scale reads it
         linear_map = MessageMap(sketch, msg.lr * msg.local_steps, {"kind": "message:update",

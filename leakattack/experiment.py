@@ -43,11 +43,11 @@ class Prepared:
 
     # the case's parts, by the names callers use
     @property
-    def x(self) -> torch.Tensor:
+    def x(self) -> torch.Tensor | None:
         return self.case.x
 
     @property
-    def labels(self) -> torch.Tensor:
+    def labels(self) -> torch.Tensor | None:
         return self.case.labels
 
     @property
@@ -104,7 +104,8 @@ def attack_of(cfg: RunConfig) -> Attack:
     s = cfg.derived()
     return get_attack(
         cfg.attack, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
-        priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol, labels="given" if cfg.labels_given else cfg.label_mode,
+        priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
+        labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(cfg.time_limit),
         threads=cfg.threads,
@@ -206,7 +207,8 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     is isolated: locally unique); else None (not measured).
     """
     case, mB = p.case, unknowns(p.case)
-    out = {"unique": None, "jacobian_rank": None, "jacobian_note": "not measured: the run did not converge"}
+    out: dict[str, object] = {"unique": None, "jacobian_rank": None,
+                              "jacobian_note": "not measured: the run did not converge"}
     if result.stop_reason != "tolerance":
         return out
     if case.obs.b < mB:
@@ -272,7 +274,8 @@ def check_out(folder: str | Path) -> Path:
 
 
 def write_run(out: Outcome, folder: Path) -> Path:
-    """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or nothing.
+    """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
+    nothing.
 
     The files are written into a temporary folder beside it, which is then renamed
     into place (replacing an earlier run in ``folder``): an interrupted write

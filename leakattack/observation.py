@@ -16,7 +16,7 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
@@ -29,6 +29,20 @@ from targets.victim import batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
 from .seeds import torch_generator
+
+
+class LinearMap(Protocol):
+    """A linear map g -> message of d inputs and b outputs: a sketch, or a protocol's MessageMap."""
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def b(self) -> int: ...
+
+    def apply(self, v: torch.Tensor) -> torch.Tensor: ...
+
+    def adjoint(self, u: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class Observation:
     y: torch.Tensor  #: the observed message
     victim: Victim  #: the model at weights w (granted)
     forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  #: the attacker's model: x, labels -> message
-    linear_map: object  #: g -> message (``apply``/``adjoint``/``d``/``b``), read by label recovery
+    linear_map: LinearMap  #: g -> message, read by label recovery
     batch_size: int
     threat: ThreatModel = field(default_factory=ThreatModel)
     labels: torch.Tensor | None = None  #: the labels, when the threat model grants them
@@ -201,4 +215,5 @@ def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -
     )
 
 
-__all__ = ["ThreatModel", "Observation", "observe", "granted_bn_stats", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]
+__all__ = ["LinearMap", "ThreatModel", "Observation", "observe", "granted_bn_stats", "from_protocol",
+           "attacker_forward", "gradient_of", "AttackerModel"]

@@ -108,7 +108,8 @@ def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
 
 
 def check_unchanged(folder: str | Path, described: dict) -> None:
-    """Refuse a protocol.json edited after training: the rebuilt protocol must describe itself as the trained one did."""
+    """Refuse a protocol.json edited after training: the rebuilt protocol must describe itself as the trained one
+    did."""
     stored = read_json(Path(folder) / "protocol.json").get("describe")
     if stored is None:
         return
@@ -163,5 +164,5 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     return folder
 
 
-__all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "check_unchanged", "build_victim", "load_split", "checkpoint_path", "save_checkpoint", "load_checkpoint",
-           "stored_protocol", "train"]
+__all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "check_unchanged", "build_victim", "load_split", "checkpoint_path",
+           "save_checkpoint", "load_checkpoint", "stored_protocol", "train"]

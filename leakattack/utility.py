@@ -37,7 +37,8 @@ from .sketch.gaussian import SLOW_SKETCH_SECONDS
 
 
 def privacy_metrics(cfg, obs: Observation) -> dict:
-    """Metrics keys of a defended run: the message's epsilon/delta (one release) and, with ``cfg.utility``, utility_*."""
+    """Metrics keys of a defended run: the message's epsilon/delta (one release) and, with ``cfg.utility``,
+    utility_*."""
     pipeline = build_defense(cfg.defense)
     m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
     # The noise protects the message the client sent, so the R in Delta = ||R||_op * C is the client's own sketch:
@@ -101,7 +102,7 @@ def train_under_defense(cfg) -> dict:
         with torch.no_grad():
             offset = 0
             for p in params:
-                p -= cfg.utility_lr * update[offset:offset + p.numel()].view_as(p)
+                p.sub_(cfg.utility_lr * update[offset:offset + p.numel()].view_as(p))
                 offset += p.numel()
     with torch.no_grad():
         acc = float((victim.model(test.images).argmax(-1) == test.labels).float().mean())

@@ -19,8 +19,17 @@ from ..registry import Registry
 from .analytic import Analytic
 from .april import April
 from .base import Attack, AttackError, AttackResult, Monitor
-from .gradient_matching import (DUMMY_INITS, LABEL_MODES, OBJECTIVES, SCHEDULES, STALL_GAIN, STALL_WINDOW,
-                                GradientMatching, init_dummy, match_loss)
+from .gradient_matching import (
+    DUMMY_INITS,
+    LABEL_MODES,
+    OBJECTIVES,
+    SCHEDULES,
+    STALL_GAIN,
+    STALL_WINDOW,
+    GradientMatching,
+    init_dummy,
+    match_loss,
+)
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, prior_error
@@ -49,8 +58,9 @@ def get_attack(name: str, **options) -> Attack:
 
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
-    "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "SCHEDULES",
-    "STALL_WINDOW", "STALL_GAIN",
+    "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
+    "SCHEDULES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
-    "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "recipe_help",
+    "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
+    "recipe_help",
 ]

@@ -78,7 +78,7 @@ def first_layer(model: nn.Module) -> nn.Module | None:
 
 def _input_ranks(victim) -> dict[int, int]:
     """id(layer) -> number of input rows per example of each ``nn.Linear`` (1: a vector; more: a sequence)."""
-    seen = {}
+    seen: dict[int, int] = {}
     linears = [m for m in victim.model.modules() if isinstance(m, nn.Linear)]
     targets.probe(victim, torch.zeros((1, *victim.input_shape), dtype=victim.dtype, device=victim.device), linears,
                   lambda m, inp, out: seen.__setitem__(id(m), math.prod(inp[0].shape[:-1])))
@@ -91,7 +91,7 @@ def _layout(victim) -> tuple[list[_Block], torch.Tensor]:
     names = {id(p): n for n, p in victim.model.named_parameters()}
     ranks = _input_ranks(victim)
     first = first_layer(victim.model)
-    blocks = []
+    blocks: list[_Block] = []
     for mod in victim.model.modules():
         if not isinstance(mod, nn.Linear) or not mod.weight.requires_grad or ranks.get(id(mod)) != 1:
             continue
@@ -331,8 +331,9 @@ class Analytic(Attack):
         quotients W'_k / c_k are grouped (equal to GROUP_TOL relative), and each group of two or more rows
         is one example, unless it is an affine combination of the other groups' examples (two examples
         whose output errors are alike, e.g. same label on an untrained model, share rows in a fixed
-        ratio, and their mixture repeats).  With fewer than B such groups, the remaining examples are guessed from the single
-        rows: those outside the span of the examples found (a row of known examples only is no news), the
+        ratio, and their mixture repeats).  With fewer than B such groups, the remaining examples are guessed
+        from the single rows: those outside the span of the examples found (a row of known examples only is
+        no news), the
         ones closest to the pixel box [0, 1] first (a mixture with weights of both signs leaves it); the
         note says how many were separated.
         """

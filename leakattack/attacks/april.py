@@ -185,6 +185,7 @@ class April(Attack):
         t0 = time.perf_counter()
         victim = obs.victim
         emb, _ = _find_embedding(victim)
+        assert emb is not None  # check() refused a victim without one
         M = obs.linear_map
         g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
         conv, n = emb.conv, emb.grid[0] * emb.grid[1]

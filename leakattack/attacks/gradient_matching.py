@@ -330,6 +330,7 @@ class _Problem:
         else:
             labels = self.labels.expand(k, *self.labels.shape)
         if batched:
+            assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
             fit = match_rows(self.batched(xs, labels), self.y, self.attack.objective)
         else:
             fit = match_loss(self.obs.forward(xs[0], labels[0]), self.y, self.attack.objective).unsqueeze(0)

@@ -300,6 +300,7 @@ class LBFGS:
             d = g.neg()
             t = min(1.0, 1.0 / float(g.abs().sum())) * self.lr
         else:
+            assert p.g_prev is not None  # set with p.d by the first step
             y = g.sub(p.g_prev)
             s = p.d.mul(p.t)
             ys = float(y.dot(s))

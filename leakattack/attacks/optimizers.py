@@ -74,7 +74,7 @@ class Adam(_RowState):
     def step(self, rows: list, X: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
         beta1, beta2 = self.betas
         where = self.positions(rows)
-        if self.exp_avg is None:
+        if self.exp_avg is None or self.exp_avg_sq is None:  # the first step (both are set together)
             self.exp_avg, self.exp_avg_sq = torch.zeros_like(X), torch.zeros_like(X)
         m, v = (self.exp_avg, self.exp_avg_sq) if where is None else (self.exp_avg[where], self.exp_avg_sq[where])
         # the restarts step together, so one count serves every row still running

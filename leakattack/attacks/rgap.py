@@ -126,6 +126,7 @@ def _inverse(act: nn.Module | None, a: torch.Tensor) -> tuple[torch.Tensor, torc
         slope = act.negative_slope
         return torch.where(a >= 0, a, a / slope), torch.where(a >= 0, torch.ones_like(a), torch.full_like(a, slope))
     # softplus: a = log(1 + exp(beta z)) / beta, linear above its threshold; s' = 1 - exp(-beta a)
+    assert isinstance(act, nn.Softplus), f"{type(act).__name__} is not one of INVERTIBLE"
     beta, threshold = act.beta, act.threshold
     a = a.clamp_min(MARGIN)
     linear = a * beta > threshold
@@ -156,6 +157,7 @@ def _layer_system(step: _Step, layer: nn.Module, z: torch.Tensor, delta: torch.T
         zero = layer(torch.zeros_like(basis[:1]))
         A_f = (layer(basis) - zero).reshape(n, -1).T
     r_f = (z.reshape(1, *step.out_shape) - zero).reshape(-1)
+    assert isinstance(layer.weight, torch.Tensor)  # a Linear or Conv2d layer
     weight, delta = layer.weight.detach(), delta.reshape(1, *step.out_shape)
 
     def call(a, w):
@@ -203,7 +205,8 @@ class Rgap(Attack):
             return (f"R-GAP inverts the gradient of one example and the message holds a batch of {obs.batch_size}; "
                     "use gradient-matching or a batch size of 1")
         if victim.task != "classification":
-            return f"R-GAP starts from a classifier head, and {victim.name} is a {victim.task} model; use gradient-matching"
+            return (f"R-GAP starts from a classifier head, and {victim.name} is a {victim.task} model; "
+                    "use gradient-matching")
         M = obs.linear_map
         if M.b < M.d:
             return (f"R-GAP needs every coordinate of the gradient, and the message has b = {M.b} numbers for "
@@ -220,6 +223,7 @@ class Rgap(Attack):
         t0 = time.perf_counter()
         victim = obs.victim
         steps, _ = _problem_with_chain(victim)
+        assert steps is not None  # check() refused a victim without such a chain
         M = obs.linear_map
         g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
         slices = targets.param_slices(victim)
@@ -242,8 +246,8 @@ class Rgap(Attack):
                 step, nxt = steps[i], layers[i + 1]
                 a = a.reshape(step.out_shape)
                 z, slope = _inverse(step.act, a)
-                _, pull = vjp(lambda u: nxt(u.unsqueeze(0)),
-                              torch.zeros(steps[i + 1].in_shape, dtype=torch.float64, device=a.device))
+                pull = vjp(lambda u: nxt(u.unsqueeze(0)),
+                           torch.zeros(steps[i + 1].in_shape, dtype=torch.float64, device=a.device))[1]
                 delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
                 A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
                 weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act),

@@ -87,7 +87,8 @@ def head_reader(kind: str, d: int, b: int, params: dict, y: torch.Tensor, cols: 
     from the family's random draws (srht, countsketch, sparse) without building R; otherwise each R is built.
     """
     cls = sketch_class(kind)
-    method = cls.adjoint_columns if fast else partial(Sketch.adjoint_columns.__func__, cls)
+    # the base class's generic reader (R built per seed), bound to the family's class
+    method = cls.adjoint_columns if fast else partial(Sketch.adjoint_columns.__func__, cls)  # type: ignore[attr-defined]
     return lambda seed_list: method(seed_list, y, cols, d=d, b=b, **params)
 
 
@@ -216,7 +217,7 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
         return match_statistic(block.matrix(read(seed_list)), direction, noise)
 
     true_stat = float(score([true_seed])[0]) if true_seed is not None else None
-    best = (-math.inf, None)
+    best: tuple[float, int | None] = (-math.inf, None)
     second = -math.inf
     above, s1, s2 = 0, 0.0, 0.0
     step = chunk_size(kind, d)
@@ -243,6 +244,7 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
                 if note:
                     warnings.warn(note, SettingWarning, stacklevel=2)
     wall = time.perf_counter() - t0
+    assert best[1] is not None  # every search scores at least one candidate
     rest = max(1, total - 1)
     mean = (s1 - best[0]) / rest
     var = max(0.0, (s2 - best[0] ** 2) / rest - mean ** 2)

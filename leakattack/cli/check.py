@@ -1,4 +1,5 @@
-"""``leakattack check``: measure the paper's theory constants on a target and sketch, or write Table 2 / the embedding table."""
+"""``leakattack check``: measure the paper's theory constants on a target and sketch, or write Table 2 / the
+embedding table."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ from pathlib import Path
 from ..config import ConfigError
 from ..figures.theory import check_figures
 from ..sketch import list_sketches
-from ..theory import (CHECK_TARGETS, check, embedding_markdown, summary_table, table2_markdown, write_check,
-                      write_markdown)
+from ..theory import (
+    CHECK_TARGETS,
+    check,
+    embedding_markdown,
+    summary_table,
+    table2_markdown,
+    write_check,
+    write_markdown,
+)
 
 
 def _default_out() -> Path:

@@ -36,7 +36,8 @@ def _run(sub) -> None:
                                    "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png.")
     groups = add_arguments(p)
     g = groups["output"]
-    g.add_argument("--out", default=None, help="run folder (default: results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/)")
+    g.add_argument("--out", default=None,
+                   help="run folder (default: results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/)")
     g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     command(p, "run:cmd_run")
@@ -50,15 +51,21 @@ def _list(sub) -> None:
 
 def _check(sub) -> None:
     p = sub.add_parser("check", help="measure the paper's theory constants and inequalities on a target and sketch",
-                       description="Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's linear rate "
-                                   "(Song et al., ICML 2023, §7); or --table2 / --embedding. Measurements with stated sample sizes, not proofs.")
+                       description="Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and "
+                                   "GD's linear rate (Song et al., ICML 2023, §7); or --table2 / --embedding. "
+                                   "Measurements with stated sample sizes, not proofs.")
     p.add_argument("--model", default="linreg", help=f"one of {', '.join(names.CHECK_TARGETS)} (default: %(default)s)")
     p.add_argument("--sketch", default="none", help="sketch kind (default: %(default)s)")
     p.add_argument("--sketch-ratio", type=float, default=0.5, help="b/d in (0, 1] (default: %(default)s)")
-    p.add_argument("--samples", type=int, default=None, help="sampled points (default per model: " + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_SAMPLES.items()) + "; table2: 400 per scale; embedding: 2000 sketches)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="sampled points (default per model: "
+                   + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_SAMPLES.items())
+                   + "; table2: 400 per scale; embedding: 2000 sketches)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, sketch and samples (default: %(default)s)")
-    p.add_argument("--table2", action="store_true", help="test the functions of the paper's Table 2 and write table2.md")
-    p.add_argument("--embedding", action="store_true", help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
+    p.add_argument("--table2", action="store_true",
+                   help="test the functions of the paper's Table 2 and write table2.md")
+    p.add_argument("--embedding", action="store_true",
+                   help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
     p.add_argument("--out", default=None, help="output folder (default: results/runs/check-<timestamp>/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     command(p, "check:cmd_check")
@@ -73,21 +80,28 @@ def _train(sub) -> None:
     p.add_argument("--protocol", required=True, help=f"one of {protocols}")
     p.add_argument("--model", default=md["model"], help="victim model (default: %(default)s)")
     p.add_argument("--weight-init", default=md["init"], help="weight init (default: %(default)s)")
-    p.add_argument("--sketch", default=spec["sketch"], help="sketch kind of sketched/sketched-dp/safl/sacfl, projection Phi_t of compsgd/privsgd (default: %(default)s)")
-    p.add_argument("--sketch-ratio", type=float, default=spec["sketch_ratio"], help="b/d; compsgd/privsgd: m/d (per layer or global) (default: %(default)s)")
+    p.add_argument("--sketch", default=spec["sketch"],
+                   help="sketch kind of sketched/sketched-dp/safl/sacfl, projection Phi_t of compsgd/privsgd "
+                   "(default: %(default)s)")
+    p.add_argument("--sketch-ratio", type=float, default=spec["sketch_ratio"],
+                   help="b/d; compsgd/privsgd: m/d (per layer or global) (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=50, help="rounds T (default: %(default)s)")
-    p.add_argument("--dataset", default=md["dataset"], help="digits (embedded), mnist or cifar10 from --data-root (default: %(default)s)")
+    p.add_argument("--dataset", default=md["dataset"],
+                   help="digits (embedded), mnist or cifar10 from --data-root (default: %(default)s)")
     p.add_argument("--data-root", default=None, help="folder holding torchvision data sets")
     p.add_argument("--download", action="store_true", help="allow torchvision to download into --data-root")
-    p.add_argument("--seed", type=int, default=0, help="seed of model, split, sampling, sketches and noise (default: %(default)s)")
-    p.add_argument("--out", default=None, help="folder shared by runs to compare (default: results/runs/train-<timestamp>/)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of model, split, sampling, sketches and noise (default: %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="folder shared by runs to compare (default: results/runs/train-<timestamp>/)")
     p.add_argument("--name", default=None, help="run sub-folder (default: the protocol name)")
     p.add_argument("--no-checkpoints", action="store_true", help="do not write w^t per round")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s; the tensors are small)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("protocol")
     add_protocol_arguments(g)
-    g.add_argument("--act", default=md["act"], help="activation of lenet/mlp in the protocol (default: %(default)s; sigmoid does not train)")
+    g.add_argument("--act", default=md["act"],
+                   help="activation of lenet/mlp in the protocol (default: %(default)s; sigmoid does not train)")
     command(p, "train:cmd_train")
 
 
@@ -99,15 +113,18 @@ def _sweep(sub) -> None:
     p.add_argument("config", help="sweep file (TOML with [sweep], [base], [grid])")
     p.add_argument("--out", default=None, help="output folder; give it again to resume (default: a new "
                    "results/runs/sweep-<name>-<timestamp>/, ignored by git)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes, one thread each (default: [sweep] "
-                   "jobs, else 1); with --backend slurm, the most jobs running at once (default: [sweep] jobs, else "
-                   "no cap)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel worker processes, one thread each (default: [sweep] jobs, else 1); with --backend "
+                   "slurm, the most jobs running at once (default: [sweep] jobs, else no cap)")
     p.add_argument("--backend", choices=names.SWEEP_BACKENDS.shown, default="local",
-                   help="where the points run: local worker processes, or job arrays on a SLURM cluster (default: local)")
+                   help="where the points run: local worker processes, or job arrays on a SLURM cluster "
+                   "(default: local)")
     s = p.add_argument_group("slurm backend", "resources of each job")
     s.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's default partition)")
-    s.add_argument("--time", type=int, default=None, metavar="MIN", help="time limit of each job, in minutes (default: 60)")
-    s.add_argument("--mem", type=float, default=None, metavar="GB", help="memory of each job, in GB (default: the partition's default)")
+    s.add_argument("--time", type=int, default=None, metavar="MIN",
+                   help="time limit of each job, in minutes (default: 60)")
+    s.add_argument("--mem", type=float, default=None, metavar="GB",
+                   help="memory of each job, in GB (default: the partition's default)")
     s.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs of each job (default: 0)")
     s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="CPUs of each job (default: 1)")
     s.add_argument("--retries", type=int, default=None, metavar="N",
@@ -150,7 +167,8 @@ def _report(sub) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="run folders (holding metrics.json) and sweep folders "
                    "(holding results.jsonl)")
     p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
-    p.add_argument("--title", default="Gradient-inversion audit report", help="the report's title (default: %(default)s)")
+    p.add_argument("--title", default="Gradient-inversion audit report",
+                   help="the report's title (default: %(default)s)")
     command(p, "report:cmd_report")
 
 
@@ -160,7 +178,8 @@ SUBCOMMANDS = (_run, _list, _check, _train, _sweep, _figures, _collect, _report,
 
 def build_parser() -> Parser:
     """The whole command line: every subcommand with its flags (torch is not imported)."""
-    parser = Parser(prog="leakattack", description="Gradient-inversion attacks on true and sketched federated-learning gradients.")
+    parser = Parser(prog="leakattack",
+                    description="Gradient-inversion attacks on true and sketched federated-learning gradients.")
     parser.add_argument("--version", action="version", version=f"leakattack {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     for declare in SUBCOMMANDS:

@@ -33,8 +33,10 @@ CHECKS = (("linreg", "none"), ("lenet", "srht"))
 def steps() -> dict[str, list[tuple[str, list[str]]]]:
     """name -> [(what, argv)]; ``what`` is "run" or "sweep:<folder>" or "check:<model>_<sketch>"."""
     out = {
-        "reference": [(f"reference:results/reference/lenet-{s}", CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet", "--out",
-                                     f"results/reference/lenet-{s}"]) for s in ("srht", "none")],
+        "reference": [(f"reference:results/reference/lenet-{s}",
+                       CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet",
+                              "--out", f"results/reference/lenet-{s}"])
+                      for s in ("srht", "none")],
         "sweeps": [(f"sweep:results/sweeps/{n}", CLI + ["sweep", f"examples/{n}.toml", "--jobs", "2", "--quiet",
                                                         "--out", f"results/sweeps/{n}"]) for n in SWEEPS],
         "theory": [(f"check:{m}_{s}", CLI + ["check", "--model", m, "--sketch", s, "--quiet", "--out",

@@ -11,8 +11,8 @@ import targets
 from targets.protocols import SPEC_DEFAULTS, list_protocols
 
 from ..config import ConfigError, validate_protocol
-from ..config.flags import protocol_spec_from_args
 from ..config.constraints import Choice, Cores, Number
+from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
 from ..results import read_jsonl
 from ..training import MODEL_DEFAULTS, train
@@ -46,6 +46,7 @@ def cmd_train(a) -> int:
     folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                    download=a.download, checkpoints=not a.no_checkpoints)
     last = read_jsonl(folder / "train.jsonl")[-1]
-    print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | train loss {last['train_loss']:.4f} | "
-          f"floats/client {last['floats_cum']} | {last['wall_s']:.1f} s | {folder}")
+    print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
+          f"train loss {last['train_loss']:.4f} | floats/client {last['floats_cum']} | {last['wall_s']:.1f} s | "
+          f"{folder}")
     return 0

@@ -8,8 +8,15 @@ from __future__ import annotations
 import argparse
 
 from .constraints import Items, Table
-from .flags import (GROUP_TITLES, SPEC_DEST, add_arguments, add_flag, add_protocol_arguments, parse_pair,
-                    protocol_spec_from_args)
+from .flags import (
+    GROUP_TITLES,
+    SPEC_DEST,
+    add_arguments,
+    add_flag,
+    add_protocol_arguments,
+    parse_pair,
+    protocol_spec_from_args,
+)
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
 from .run import RunConfig
 

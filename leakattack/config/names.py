@@ -72,7 +72,7 @@ LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
-SPEC_DEFAULTS = {
+SPEC_DEFAULTS: dict[str, object] = {
     "clients": 10, "local_steps": 1, "local_epochs": 0, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
     "noniid": False, "client_fraction": None, "seed": 0, "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
     "sketch_rows": 20, "sketch_buckets": 40, "dp_epsilon": 0.5, "dp_delta": 1e-05, "dp_clip": 1.0,

@@ -108,7 +108,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics)",
           "victim"),
     Param("weight_init", None, Optional(Choice(names.INITS)), "weight init",
-          "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; lenet: uniform)", "victim"),
+          "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; "
+          "lenet: uniform)", "victim"),
     Param("model_seed", None, Optional(SEED), "model seed", "seed of the model weights (default: --seed)", "victim"),
     # sketch and defense
     Param("sketch", "srht", _choices(names.SKETCHES), "sketch", "sketch kind, one of {choices}", "sketch"),
@@ -128,11 +129,14 @@ RUN_PARAMS: tuple[Param, ...] = (
           "GB a dense sketch (gaussian, ams) may hold as one matrix; beyond it R is regenerated every call "
           "(default: 1/4 of the available RAM)", "sketch"),
     Param("defense", "", Text(), "defense",
-          "defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)", "sketch"),
+          "defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)",
+          "sketch"),
     Param("delta", 1e-5, Number(0, 1, low_open=True, high_open=True), "delta",
           "delta at which epsilon is reported for Gaussian noise", "sketch"),
-    Param("noise_seed", None, Optional(SEED), "noise seed", "seed of the client's noise (default: --seed + 3)", "sketch"),
-    Param("utility", False, Flag(), "utility", "also train the target under the defense on digits and record utility_acc", "sketch"),
+    Param("noise_seed", None, Optional(SEED), "noise seed", "seed of the client's noise (default: --seed + 3)",
+          "sketch"),
+    Param("utility", False, Flag(), "utility",
+          "also train the target under the defense on digits and record utility_acc", "sketch"),
     Param("utility_steps", 300, POS_INT, "utility steps", "training steps of --utility", "sketch"),
     Param("utility_batch", 64, POS_INT, "utility batch", "", "sketch", flag=NOTHING),
     Param("utility_lr", 0.5, Number(0, low_open=True), "utility learning rate", "", "sketch", flag=NOTHING),
@@ -144,7 +148,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
           "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "
           "TV and box in float32 for ResNets and ViTs)"),
-    Param("optimizer", None, Optional(_choices(names.OPTIMIZERS)), "optimizer", "one of {choices} (default: from the recipe)"),
+    Param("optimizer", None, Optional(_choices(names.OPTIMIZERS)), "optimizer",
+          "one of {choices} (default: from the recipe)"),
     Param("iterations", None, Optional(Number(1, MAX_ITERATIONS, integer=True)), "iterations",
           "optimiser steps (default: from the recipe)"),
     Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
@@ -155,18 +160,21 @@ RUN_PARAMS: tuple[Param, ...] = (
           "one of {choices}: step multiplies the step size by 0.1 at 3/8, 5/8 and 7/8 of the iterations "
           "(Inverting Gradients) (default: from the recipe)"),
     Param("signed", None, Optional(Flag()), "signed gradients",
-          "first-order optimisers step along sign(gradient) (Inverting Gradients; not with lbfgs) (default: from the recipe)"),
+          "first-order optimisers step along sign(gradient) (Inverting Gradients; not with lbfgs) "
+          "(default: from the recipe)"),
     Param("tv", None, Optional(Number(0, what="be non-negative")), "TV weight",
           "weight of the total-variation prior (0: off) (default: from the recipe)"),
     Param("priors", [], Items(names.checked_by("leakattack.attacks:prior_error"), "NAME[:WEIGHT]"), "priors",
           "image prior added to the matching objective, one of " + ", ".join(names.PRIORS.shown) + " (tv: total "
           "variation; bn: BatchNorm statistics against the granted ones, Yin et al. 2021; dip: the deep image prior, "
           "an untrained generator whose weights are optimised, WEIGHT = its width multiplier), e.g. tv:0.1 "
-          "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default) (default: none)", flag="--prior"),
+          "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default) (default: none)",
+          flag="--prior"),
     Param("bn_stats", "running", Choice(("running", "client")), "bn statistics granted",
           "the BatchNorm statistics the bn prior pulls towards: running (the model's, always held by the "
           "attacker) or client (the threat model grants the client's batch statistics at every BatchNorm input)"),
-    Param("box", None, Optional(Flag()), "box", "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
+    Param("box", None, Optional(Flag()), "box",
+          "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
     Param("stall_window", names.STALL_WINDOW, NONNEG_INT, "stall window",
           f"stop a start once its lowest L_R stays above {1 - names.STALL_GAIN:g} times its value this many "
@@ -200,7 +208,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the ResNets and ViTs, one thread for smaller ones such as LeNet, whose small tensor ops only slow down with "
           "more; the Python API's attack makes the same choice)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
-          "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)", "output"),
+          "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)",
+          "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
     # protocol message
     Param("protocol", "", Choice(names.PROTOCOLS, allow_empty=True), "protocol",
@@ -208,7 +217,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("protocol_round", 1, Index(1), "round", "round t of the attacked message", "protocol", flag="--round"),
     Param("protocol_client", 0, Index(0), "client", "client c whose message is attacked", "protocol", flag="--client"),
     Param("protocol_dir", None, Optional(Text()), "protocol folder",
-          "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)", "protocol"),
+          "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)",
+          "protocol"),
     Param("protocol_spec", {}, Table(), "protocol parameters", "", "protocol", flag=NOTHING),
     Param("protocol_act", "tanh", Choice(names.ACTIVATIONS), "activation",
           "activation of lenet/mlp in the protocol (default: tanh; sigmoid does not train)", "protocol", flag="--act"),
@@ -229,10 +239,12 @@ RUN_PARAMS: tuple[Param, ...] = (
 
 #: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
 PROTOCOL_PARAMS: tuple[Param, ...] = (
-    Param("clients", names.SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N", "protocol"),
-    # at most as many as --iterations: each is one SGD step of every client, unrolled by the attacker at every evaluation
-    Param("local_steps", names.SPEC_DEFAULTS["local_steps"], Number(1, MAX_ITERATIONS, integer=True), "local steps K",
-          "local SGD steps K per round", "protocol"),
+    Param("clients", names.SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N",
+          "protocol"),
+    # at most as many as --iterations: each is one SGD step of every client, unrolled by the attacker at every
+    # evaluation
+    Param("local_steps", names.SPEC_DEFAULTS["local_steps"], Number(1, MAX_ITERATIONS, integer=True),
+          "local steps K", "local SGD steps K per round", "protocol"),
     Param("local_epochs", names.SPEC_DEFAULTS["local_epochs"], NONNEG_INT, "local epochs E",
           "local epochs E per round: each a seeded pass over the client's whole shard in mini-batches of "
           "--client-batch (the last one smaller), one SGD step each, so K = E ceil(n_c/B) (0: K steps on one "
@@ -241,12 +253,13 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
           "local learning rate eta", "protocol"),
     Param("global_lr", names.SPEC_DEFAULTS["global_lr"], Number(0, low_open=True), "global learning rate",
           "server learning rate eta_global / gamma", "protocol"),
-    Param("batch_size", names.SPEC_DEFAULTS["batch_size"], POS_INT, "client batch size", "images a client uses per round",
-          "protocol", flag="--client-batch"),
-    Param("noniid", names.SPEC_DEFAULTS["noniid"], Flag(), "non-iid", "non-iid split: each client holds one or two classes",
-          "protocol"),
+    Param("batch_size", names.SPEC_DEFAULTS["batch_size"], POS_INT, "client batch size",
+          "images a client uses per round", "protocol", flag="--client-batch"),
+    Param("noniid", names.SPEC_DEFAULTS["noniid"], Flag(), "non-iid",
+          "non-iid split: each client holds one or two classes", "protocol"),
     Param("client_fraction", names.SPEC_DEFAULTS["client_fraction"], Optional(Number(0, 1, low_open=True)),
-          "client fraction", "fraction of clients sampled per round (default: 0.5 for fedsketch-*, else 1)", "protocol"),
+          "client fraction", "fraction of clients sampled per round (default: 0.5 for fedsketch-*, else 1)",
+          "protocol"),
     Param("sketch_rows", names.SPEC_DEFAULTS["sketch_rows"], Number(1, 1000, integer=True), "count-sketch rows t",
           "FedSKETCH count-sketch rows t", "protocol"),
     Param("sketch_buckets", names.SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
@@ -261,7 +274,8 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
           "privsgd: rounds T the (epsilon, delta) guarantee covers (sets sigma)", "protocol"),
     Param("server_opt", names.SPEC_DEFAULTS["server_opt"], Choice(names.SERVER_OPTS), "server optimiser",
           "safl: server optimiser ADA_OPT, one of {choices}", "protocol"),
-    Param("server_lr", names.SPEC_DEFAULTS["server_lr"], Optional(Number(0, low_open=True)), "server learning rate kappa",
+    Param("server_lr", names.SPEC_DEFAULTS["server_lr"], Optional(Number(0, low_open=True)),
+          "server learning rate kappa",
           "safl, sacfl: server step kappa (default: adam/amsgrad 0.01, sgd/sgdm and sacfl 1.0)", "protocol"),
     Param("server_beta1", names.SPEC_DEFAULTS["server_beta1"], Number(0, 1, high_open=True), "server beta1",
           "safl: first-moment decay beta1 (adam, amsgrad, sgdm momentum)", "protocol"),
@@ -274,7 +288,8 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
           "or the square of the de-sketched average", "protocol"),
     Param("clip_threshold", names.SPEC_DEFAULTS["clip_threshold"], Number(0, low_open=True), "clip threshold tau",
           "sacfl: clipping threshold tau on the mean update norm", "protocol"),
-    Param("projection_blocks", names.SPEC_DEFAULTS["projection_blocks"], Choice(names.PROJECTION_BLOCKS), "projection blocks",
+    Param("projection_blocks", names.SPEC_DEFAULTS["projection_blocks"], Choice(names.PROJECTION_BLOCKS),
+          "projection blocks",
           "compsgd, privsgd: one projection and l1 ball per layer (m_i = ratio d_i) or one global, one of {choices}",
           "protocol"),
     Param("l1_scale", names.SPEC_DEFAULTS["l1_scale"], Number(0, low_open=True), "l1 scale",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -170,7 +171,8 @@ def _unused_options(self) -> list[str]:
     if self.attack not in CLOSED_FORM_ATTACKS:
         return []
     declared = {p.name: p for p in RUN_PARAMS}
-    out = [declared[n].option for n in GRADIENT_MATCHING_ONLY if getattr(self, n) != declared[n].default]
+    out = [opt for n in GRADIENT_MATCHING_ONLY  # each has a flag: its option is never None
+           if getattr(self, n) != declared[n].default and (opt := declared[n].option) is not None]
     return out + (["--labels dlg"] if self.label_mode == "dlg" else [])
 
 
@@ -190,7 +192,6 @@ def _to_dict(self) -> dict:
     return dataclasses.asdict(self)
 
 
-@classmethod
 def _from_dict(cls, values: dict) -> "RunConfig":
     """Build from a plain dict; an unknown key is a ConfigError naming it."""
     names = {f.name for f in dataclasses.fields(cls)}
@@ -200,17 +201,42 @@ def _from_dict(cls, values: dict) -> "RunConfig":
     return cls(**values)
 
 
-RunConfig = dataclasses.make_dataclass(
-    "RunConfig",
-    [(p.name, object, _default(p.default)) for p in RUN_PARAMS],
-    namespace={
-        "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data (see RUN_PARAMS).",
-        "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
-        "resolved": _resolved, "other_priors": _other_priors,
-        "labels_given": property(_labels_given), "label_source": property(_label_source),
-        "unused_options": _unused_options, "to_dict": _to_dict, "from_dict": _from_dict,
-    },
-)
+if TYPE_CHECKING:
+    class RunConfig:
+        """What a type checker sees of the class built below: one field per RUN_PARAMS entry (declared as data, so
+        read here through ``__getattr__``) and the methods of its namespace."""
+
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]
+
+        def __init__(self, **values: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def validate(self) -> RunConfig: ...
+        def validate_for(self, d: int) -> None: ...
+        def sketch_b(self, d: int) -> int: ...
+        def derived(self) -> Derived: ...
+        def resolved(self) -> RunConfig: ...
+        def other_priors(self) -> dict: ...
+        @property
+        def labels_given(self) -> bool: ...
+        @property
+        def label_source(self) -> str: ...
+        def unused_options(self) -> list[str]: ...
+        def to_dict(self) -> dict: ...
+        @classmethod
+        def from_dict(cls, values: dict) -> RunConfig: ...
+else:
+    RunConfig = dataclasses.make_dataclass(
+        "RunConfig",
+        [(p.name, object, _default(p.default)) for p in RUN_PARAMS],
+        namespace={
+            "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data "
+                       "(see RUN_PARAMS).",
+            "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
+            "resolved": _resolved, "other_priors": _other_priors,
+            "labels_given": property(_labels_given), "label_source": property(_label_source),
+            "unused_options": _unused_options, "to_dict": _to_dict, "from_dict": classmethod(_from_dict),
+        },
+    )
 RunConfig.__module__ = __name__
 
 
@@ -250,5 +276,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "GRADIENT_MATCHING_ONLY", "RunConfig", "check_protocol_spec",
-           "validate_protocol"]
+__all__ = ["CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "GRADIENT_MATCHING_ONLY", "RunConfig",
+           "check_protocol_spec", "validate_protocol"]

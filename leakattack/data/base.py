@@ -66,7 +66,8 @@ def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
 
 
 def train_test_split(ds: ImageSet, test_fraction: float = 0.2, seed: int = 0):
-    """Seeded split stratified by class: round(test_fraction * N) test images, split over classes by largest remainder."""
+    """Seeded split stratified by class: round(test_fraction * N) test images, split over classes by largest
+    remainder."""
     if not 0.0 < float(test_fraction) < 1.0:
         raise DataError(f"test fraction must lie strictly between 0 and 1, got {test_fraction}")
     rng = np.random.default_rng(seed)

@@ -58,9 +58,11 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     classes = [e.name for e in entries if e.is_dir() and _visible(e.name)]
     if not classes:
         loose = sum(1 for e in entries if e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS))
-        found = f"it has {loose} image(s) directly inside, not in class folders" if loose else "it has none"
-        raise DataError(f"{root} holds no class sub-folders ({found}): expected {_layout(root)}")
-    files, labels, empty = [], [], []
+        what = f"it has {loose} image(s) directly inside, not in class folders" if loose else "it has none"
+        raise DataError(f"{root} holds no class sub-folders ({what}): expected {_layout(root)}")
+    files: list[Path] = []
+    labels: list[int] = []
+    empty: list[str] = []
     for label, name in enumerate(classes):
         walked = []
         for here, dirs, names in os.walk(root / name, followlinks=True):
@@ -111,6 +113,11 @@ class ImageFolderSet(ImageSet):
     once and keeps the tensor (what training on the whole set needs).
     """
 
+    # set by __init__ beside the dataclass fields of ImageSet (not fields: the class is no dataclass of its own)
+    files: tuple[Path, ...]
+    size: int
+    _loaded: torch.Tensor | None
+
     def __init__(self, name: str, files, labels: torch.Tensor, class_names: list, size: int, source: str):
         # the dataclass fields of ImageSet but ``images``, which is read on demand
         for key, value in (("name", name), ("labels", labels), ("num_classes", len(class_names)),
@@ -122,7 +129,9 @@ class ImageFolderSet(ImageSet):
     def images(self) -> torch.Tensor:
         """All images (N, 3, size, size), read from disk on first use."""
         if self._loaded is None:
-            object.__setattr__(self, "_loaded", self._read(range(len(self.files))))
+            loaded = self._read(range(len(self.files)))
+            object.__setattr__(self, "_loaded", loaded)
+            return loaded
         return self._loaded
 
     @property

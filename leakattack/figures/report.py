@@ -27,8 +27,16 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ..results import (REPEAT_KEYS, default_strength, load_records, load_tensors, read_json, series_label,
-                       series_of, summarize)
+from ..results import (
+    REPEAT_KEYS,
+    default_strength,
+    load_records,
+    load_tensors,
+    read_json,
+    series_label,
+    series_of,
+    summarize,
+)
 from .common import to_hwc
 from .sweep import MAX_GRID_BLOCKS, context, grid_series
 
@@ -214,7 +222,8 @@ def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
-        message = f"one gradient of a batch of {run.get('batch_size', 1)} (first image index {run.get('image_index', 0)})"
+        message = (f"one gradient of a batch of {run.get('batch_size', 1)} "
+                   f"(first image index {run.get('image_index', 0)})")
     rows.append(("message", message))
     d, b = derived.get("d", m.get("d")), derived.get("b", m.get("b"))
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
@@ -245,7 +254,7 @@ def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
 
 
 def _threat(run: dict, sketch: str) -> str:
-    words = [LABELS.get(run.get("label_mode"), f"label mode {run.get('label_mode', NOT_RECORDED)}")]
+    words = [LABELS.get(run.get("label_mode", ""), f"label mode {run.get('label_mode', NOT_RECORDED)}")]
     if sketch != "none":
         if run.get("sketch_known", True):
             words.append("sketch seed known")
@@ -477,7 +486,8 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
         levels = sorted(dict.fromkeys(json.dumps(r["grid"].get(strength)) for r in recs), key=_level_key)
         cut = len(levels) > MAX_GRID_ROWS
         levels = levels[:MAX_GRID_ROWS]
-        cell, truth = {}, {}
+        cell: dict = {}
+        truth: dict = {}
         for r in recs:
             key = (json.dumps(r["grid"].get(strength)), r["params"].get("image_index", 0))
             pt = folder / "points" / f"{r['key']}.pt"

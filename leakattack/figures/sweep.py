@@ -19,8 +19,19 @@ import json
 import textwrap
 from pathlib import Path
 
-from ..results import (REPEAT_KEYS, aggregate, default_strength, group_settings, load_records, load_tensors,
-                       mean_std, read_json, series_keys, series_label, series_of)
+from ..results import (
+    REPEAT_KEYS,
+    aggregate,
+    default_strength,
+    group_settings,
+    load_records,
+    load_tensors,
+    mean_std,
+    read_json,
+    series_keys,
+    series_label,
+    series_of,
+)
 from .common import plt, save_both, to_hwc
 
 #: at most this many series (blocks) in one reconstruction grid; the rest are named as left out
@@ -172,7 +183,8 @@ def _legend(fig, axes, keys: list[str], n_lines: int) -> None:
     else:  # below the panels: many or long labels would cover the data
         handles, labels = axes[0].get_legend_handles_labels()
         longest = max((len(t) for t in labels), default=0)
-        cols = 1 if longest > 90 else 2 if longest > 55 else 3  # long labels in fewer columns: the panels keep their width
+        # long labels in fewer columns: the panels keep their width
+        cols = 1 if longest > 90 else 2 if longest > 55 else 3
         fig.legend(handles, labels, loc="outside lower center", fontsize=7, title=title,
                    title_fontsize=7, ncols=min(n_lines, cols))
 
@@ -254,7 +266,8 @@ def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict)
     for j, img in enumerate(images):
         truth = next((c[0]["truth"][0] for (lv, im), c in cell.items() if im == img), None)
         rows = [(truth, f"image {img}")] + [
-            ((cell[(lv, img)][0]["recon"][0], f"{cell[(lv, img)][1]['psnr']:.1f} dB, SSIM {cell[(lv, img)][1]['ssim']:.2f}")
+            ((cell[(lv, img)][0]["recon"][0],
+              f"{cell[(lv, img)][1]['psnr']:.1f} dB, SSIM {cell[(lv, img)][1]['ssim']:.2f}")
              if (lv, img) in cell else (None, "")) for lv in levels]
         for i, (a, label) in enumerate(rows):
             ax = axes[i][j]
@@ -281,10 +294,11 @@ def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width:
 
 
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
-    """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std bars."""
+    """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std
+    bars."""
     x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
-    fig, axes, names, keys, labels, width = _metric_panels(records, strength, ("psnr", "ssim", "utility_acc", "epsilon"),
-                                                           3.6, 3.4)
+    fig, axes, names, keys, labels, width = _metric_panels(records, strength,
+                                                           ("psnr", "ssim", "utility_acc", "epsilon"), 3.6, 3.4)
     baselines = False
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
@@ -306,7 +320,8 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
 
 
 def privacy_utility_frontier(folder, records: list[dict], strength: str | None, meta: dict | None = None) -> list:
-    """Mean PSNR of the attack against test accuracy of the defended training, epsilon annotated, one line per series."""
+    """Mean PSNR of the attack against test accuracy of the defended training, epsilon annotated, one line per
+    series."""
     kept = [r for r in records if r["metrics"].get("utility_acc") is not None]
     if not kept:
         return []

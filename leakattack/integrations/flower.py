@@ -69,7 +69,8 @@ def model_arrays(model: torch.nn.Module) -> list[np.ndarray]:
 
 
 def load_arrays(model: torch.nn.Module, arrays: list[np.ndarray]) -> None:
-    """Copy arrays (``model_arrays`` order) into the model's parameters; a count or shape that differs is a UserError."""
+    """Copy arrays (``model_arrays`` order) into the model's parameters; a count or shape that differs is a
+    UserError."""
     params = list(model.parameters())
     if len(arrays) != len(params):
         raise UserError(f"got {len(arrays)} arrays for a model with {len(params)} parameter tensors")

@@ -22,12 +22,21 @@ from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
 from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
 from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
 from .matching import label_accuracy, label_overlap, match
-from .uniqueness import JACOBIAN_MAX_WORK, JACOBIAN_MAX_UNKNOWNS, jacobian, jacobian_rank, numerical_rank
-from .rebuilt import (BASELINES, NOT_REBUILT, REBUILT, SAME_IMAGE_SSIM, VERDICT_PSNR_MARGIN_DB, VERDICT_SSIM_MARGIN,
-                      judge, nothing_attacked, verdict)
+from .rebuilt import (
+    BASELINES,
+    NOT_REBUILT,
+    REBUILT,
+    SAME_IMAGE_SSIM,
+    VERDICT_PSNR_MARGIN_DB,
+    VERDICT_SSIM_MARGIN,
+    judge,
+    nothing_attacked,
+    verdict,
+)
+from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 
 
-def _finite_or_none(v: float):
+def _finite_or_none(v: float | torch.Tensor) -> float | None:
     """v as a float, or None when it is NaN or infinite (keeps the result JSON-valid)."""
     v = float(v)
     return v if math.isfinite(v) else None
@@ -35,7 +44,8 @@ def _finite_or_none(v: float):
 
 def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
           with_lpips: bool = True, device="cpu") -> dict:
-    """Match x_hat to x (Hungarian on MSE when B > 1), then mean MSE/PSNR/SSIM/LPIPS, label accuracy and per-image lists, as JSON-ready values.
+    """Match x_hat to x (Hungarian on MSE when B > 1), then mean MSE/PSNR/SSIM/LPIPS, label accuracy and per-image
+    lists, as JSON-ready values.
 
     ``label_acc`` counts the recovered labels as a multiset (what label-recovery
     rules are judged by); ``label_acc_matched`` compares each reconstructed

@@ -26,13 +26,15 @@ def mse(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def psnr(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
-    """PSNR per image, 10 log10(range^2 / mse) (Gonzalez & Woods); mse is clamped at 1e-20, so at most 200 dB for range 1, never inf."""
+    """PSNR per image, 10 log10(range^2 / mse) (Gonzalez & Woods); mse is clamped at 1e-20, so at most 200 dB for
+    range 1, never inf."""
     m = mse(x_hat, x).clamp_min(PSNR_MSE_FLOOR)
     return 10.0 * torch.log10(data_range ** 2 / m)
 
 
 def gaussian_window(dtype, device) -> torch.Tensor:
-    """Normalised 1-D Gaussian of 11 taps, sigma 1.5 (Wang et al. 2004; as scipy.ndimage.gaussian_filter with truncate 3.5)."""
+    """Normalised 1-D Gaussian of 11 taps, sigma 1.5 (Wang et al. 2004; as scipy.ndimage.gaussian_filter with
+    truncate 3.5)."""
     r = (SSIM_WIN - 1) // 2
     t = torch.arange(-r, r + 1, dtype=torch.float64)
     g = torch.exp(-0.5 * (t / SSIM_SIGMA) ** 2)
@@ -40,7 +42,9 @@ def gaussian_window(dtype, device) -> torch.Tensor:
 
 
 def ssim(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
-    """SSIM per image (Wang et al. 2004, IEEE TIP 13(4)), Gaussian window 11 taps, sigma 1.5, K1=0.01, K2=0.03, population covariances, mean over the valid (border-cropped) map and channels, as skimage.metrics.structural_similarity."""
+    """SSIM per image (Wang et al. 2004, IEEE TIP 13(4)), Gaussian window 11 taps, sigma 1.5, K1=0.01, K2=0.03,
+    population covariances, mean over the valid (border-cropped) map and channels, as
+    skimage.metrics.structural_similarity."""
     check_pair(x_hat, x)
     b, c, h, w = x.shape
     if h < SSIM_WIN or w < SSIM_WIN:

@@ -34,7 +34,8 @@ def _missing_weights_note(path: str) -> str:
 
 
 def lpips_module(pnet_rand: bool = False, device="cpu"):
-    """lpips.LPIPS(net='alex') (Zhang et al. 2018) with the package's shipped linear layers; pnet_rand=True gives a randomly initialised backbone."""
+    """lpips.LPIPS(net='alex') (Zhang et al. 2018) with the package's shipped linear layers; pnet_rand=True gives a
+    randomly initialised backbone."""
     # The lpips package (and the torchvision models it pulls in) is a heavy import: only when LPIPS is wanted.
     import lpips
 
@@ -57,7 +58,8 @@ def lpips_module(pnet_rand: bool = False, device="cpu"):
 
 
 def _lpips_with(module, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """LPIPS per image with ``module``: [0,1] -> [-1,1], grey repeated to RGB, sides < 32 px upsampled bilinearly to 32."""
+    """LPIPS per image with ``module``: [0,1] -> [-1,1], grey repeated to RGB, sides < 32 px upsampled bilinearly to
+    32."""
     check_pair(x_hat, x)
     if x.shape[1] not in (1, 3):
         raise MetricsError(f"LPIPS needs 1 or 3 channels, got {x.shape[1]}")
@@ -74,7 +76,8 @@ def _lpips_with(module, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def lpips_distance(x_hat: torch.Tensor, x: torch.Tensor, device="cpu"):
-    """LPIPS-Alex per image (Zhang et al. 2018) as (Tensor (B,), ""), or (None, note) when the AlexNet weights are not cached locally; never downloads."""
+    """LPIPS-Alex per image (Zhang et al. 2018) as (Tensor (B,), ""), or (None, note) when the AlexNet weights are not
+    cached locally; never downloads."""
     check_pair(x_hat, x)
     path = alexnet_weights_path()
     if not os.path.isfile(path):

@@ -37,14 +37,16 @@ def label_overlap(pred, true) -> float:
 
 
 def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy linear_sum_assignment) on pairwise MSE."""
+    """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy
+    linear_sum_assignment) on pairwise MSE."""
     # scipy.optimize is a heavy import: only when a batch of more than one image is matched.
     from scipy.optimize import linear_sum_assignment
 
     check_pair(x_hat, x)
     a = x_hat.detach().to(torch.float64).flatten(1).cpu()
     y = x.detach().to(torch.float64).flatten(1).cpu()
-    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2).div(a.shape[1]).numpy()  # cost[i, j] = mse(x_hat[i], x[j])
+    # cost[i, j] = mse(x_hat[i], x[j])
+    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2).div(a.shape[1]).numpy()
     bad = ~np.isfinite(cost)
     if bad.any():  # diverged reconstructions: match them last instead of failing
         finite = cost[~bad]

@@ -6,16 +6,39 @@ figures, which read only stored files) may use it.
 
 from __future__ import annotations
 
-from .io import (atomic_write_bytes, directory_mode, atomic_write_text, load_tensors, read_json, read_jsonl, to_jsonable,
-                 write_csv, write_json, write_tensors)
+from .io import (
+                 atomic_write_bytes,
+                 atomic_write_text,
+                 directory_mode,
+                 load_tensors,
+                 read_json,
+                 read_jsonl,
+                 to_jsonable,
+                 write_csv,
+                 write_json,
+                 write_tensors,
+)
 from .runs import default_run_dir
-from .store import (REPEAT_KEYS, SUMMARY_METRICS, aggregate, append_line, default_strength, group_settings,
-                    load_records, mean_std, read_results, series_keys, series_label, series_of, setting_of,
-                    summarize)
+from .store import (
+                 REPEAT_KEYS,
+                 SUMMARY_METRICS,
+                 aggregate,
+                 append_line,
+                 default_strength,
+                 group_settings,
+                 load_records,
+                 mean_std,
+                 read_results,
+                 series_keys,
+                 series_label,
+                 series_of,
+                 setting_of,
+                 summarize,
+)
 
 __all__ = [
-    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "write_csv", "to_jsonable", "read_jsonl",
-    "write_tensors", "load_tensors", "default_run_dir",
+    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "write_csv", "to_jsonable",
+    "read_jsonl", "write_tensors", "load_tensors", "default_run_dir",
     "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
     "series_label",

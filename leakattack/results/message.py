@@ -111,7 +111,8 @@ def _check(fields: dict, where: str) -> None:
     if fields["local_steps"] > MAX_LOCAL_STEPS:
         bad("local_steps", f"at most {MAX_LOCAL_STEPS:,} (the attacker unrolls every step at each evaluation)")
     lr = fields["lr"]
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < float(lr) < float("inf")):
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real)
+                           or not 0 < float(lr) < float("inf")):
         bad("lr", "a positive number")
     if fields["kind"] == "update" and lr is None:
         raise MessageError(f"{where}: an update message needs 'lr', the clients' local learning rate")

@@ -29,7 +29,8 @@ SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon",
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
-    """The finished points in results.jsonl; a torn or unparsable line is dropped (and, with ``repair``, removed from the file)."""
+    """The finished points in results.jsonl; a torn or unparsable line is dropped (and, with ``repair``, removed from
+    the file)."""
     path = Path(path)
     if not path.exists():
         return []
@@ -45,7 +46,7 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
         if isinstance(rec, dict) and "key" in rec and "metrics" in rec:
             good.append(rec)
             lines.append(line)
-    fixed = b"".join(l + b"\n" for l in lines)
+    fixed = b"".join(ln + b"\n" for ln in lines)
     if repair and fixed != raw:
         atomic_write_bytes(path, fixed)
     return good
@@ -75,7 +76,8 @@ def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = No
 
 
 def default_strength(grid_keys) -> str | None:
-    """The grid key drawn as "defense strength" when none is named: the first that is neither a repetition, sketch nor model."""
+    """The grid key drawn as "defense strength" when none is named: the first that is neither a repetition, sketch nor
+    model."""
     return next((k for k in grid_keys if k not in REPEAT_KEYS + ("sketch", "model")), None)
 
 

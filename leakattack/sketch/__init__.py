@@ -16,8 +16,8 @@ import math
 
 from ..errors import UserError
 from ..registry import Registry
-from .base import DENSE_LIMIT, Sketch
 from .ams import AMSSketch
+from .base import DENSE_LIMIT, Sketch
 from .countsketch import CountSketch
 from .gaussian import GaussianSketch, default_memory_gb, regeneration_note
 from .identity import Identity
@@ -28,7 +28,7 @@ from .uniform import UniformSketch
 _REGISTRY = Registry("sketch")
 
 
-def register_sketch(cls: type) -> type:
+def register_sketch(cls: type[Sketch]) -> type[Sketch]:
     """Add a ``Sketch`` subclass to the registry under its ``kind``."""
     return _REGISTRY.register(cls.kind, cls)
 
@@ -38,7 +38,7 @@ def list_sketches() -> list[str]:
     return _REGISTRY.names()
 
 
-def sketch_class(kind: str) -> type:
+def sketch_class(kind: str) -> type[Sketch]:
     """The ``Sketch`` subclass registered as ``kind`` (its class methods need no operator: ``adjoint_columns``)."""
     return _REGISTRY.get(kind)
 
@@ -97,8 +97,8 @@ def check_description(desc: dict) -> int:
     for key in ("d", "b", "seed"):
         value = desc[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
-            raise UserError(f"the sketch description's {key} must be a {'non-negative' if key == 'seed' else 'positive'}"
-                            f" integer, got {value!r}")
+            raise UserError(f"the sketch description's {key} must be a "
+                            f"{'non-negative' if key == 'seed' else 'positive'} integer, got {value!r}")
     if is_identity(kind):
         return desc["d"]
     if desc["b"] > desc["d"]:
@@ -121,4 +121,6 @@ def sketch_from_description(desc: dict) -> Sketch:
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch", "sketch_class", "is_identity", "check_sketch_params", "sketch_dim"]
+__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch",
+           "sketch_from_description", "check_description", "list_sketches", "register_sketch", "sketch_class",
+           "is_identity", "check_sketch_params", "sketch_dim"]

@@ -30,7 +30,8 @@ def sign_table(scale: float) -> np.ndarray:
 
 
 class AMSSketch(RowBlockSketch):
-    """Definition D.4 of Song et al. 2023 (Alon et al. 1999): entries +-1/sqrt(b), 4-wise (here fully) independent per row."""
+    """Definition D.4 of Song et al. 2023 (Alon et al. 1999): entries +-1/sqrt(b), 4-wise (here fully) independent per
+    row."""
 
     kind = "ams"
 

@@ -23,7 +23,8 @@ LANCZOS_TOL, LANCZOS_MAX_ITER = 1e-9, 500
 def lanczos_top_eigenvalue(matvec: Callable[[torch.Tensor], torch.Tensor], n: int, *, seed: int = 0,
                            tol: float = LANCZOS_TOL, max_iter: int = LANCZOS_MAX_ITER,
                            device=None) -> float:
-    """Largest eigenvalue of a symmetric PSD n x n operator by Lanczos with full reorthogonalisation, in float64 (Golub & Van Loan, Matrix Computations, 4th ed., Alg. 10.1.1)."""
+    """Largest eigenvalue of a symmetric PSD n x n operator by Lanczos with full reorthogonalisation, in float64
+    (Golub & Van Loan, Matrix Computations, 4th ed., Alg. 10.1.1)."""
     from scipy.linalg import eigvalsh_tridiagonal  # 0.4 s to import: only when an operator norm is asked for
 
     gen = torch.Generator().manual_seed(int(seed))
@@ -87,7 +88,8 @@ class Sketch:
 
     @classmethod
     def check_params(cls, params: dict, b: int | None = None) -> None:
-        """Refuse unknown names and bad values of the family's parameters in one sentence (b: skip checks needing it)."""
+        """Refuse unknown names and bad values of the family's parameters in one sentence (b: skip checks needing
+        it)."""
         for name, value in params.items():
             if name not in cls.param_rules:
                 allowed = ", ".join(cls.param_rules) or "none"
@@ -167,7 +169,8 @@ class Sketch:
         return self
 
     def describe(self) -> dict:
-        """kind, d, b, seed and every family parameter that changes R: ``sketch_from_description`` rebuilds the same operator from it (config.json, message files)."""
+        """kind, d, b, seed and every family parameter that changes R: ``sketch_from_description`` rebuilds the same
+        operator from it (config.json, message files)."""
         return {"kind": self.kind, "d": self.d, "b": self.b, "seed": self.seed}
 
     def __repr__(self) -> str:

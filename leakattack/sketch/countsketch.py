@@ -57,7 +57,8 @@ def poly_hash_rows(coeffs: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 class CountSketch(Sketch):
-    """Definition D.5 of Song et al. 2023 (Charikar et al. 2002): R_{h(i),i} = sigma(i), h 2-wise, sigma 4-wise independent."""
+    """Definition D.5 of Song et al. 2023 (Charikar et al. 2002): R_{h(i),i} = sigma(i), h 2-wise, sigma 4-wise
+    independent."""
 
     kind = "countsketch"
     draws_columns = True

@@ -54,7 +54,8 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def available_memory_bytes() -> int:
-    """RAM available to new allocations: MemAvailable of /proc/meminfo, else the free physical pages (os.sysconf), else 8 GiB."""
+    """RAM available to new allocations: MemAvailable of /proc/meminfo, else the free physical pages (os.sysconf),
+    else 8 GiB."""
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -116,7 +117,8 @@ class RowBlockSketch(Sketch):
 
     @staticmethod
     def _device_room(device: torch.device, nbytes: int) -> bool:
-        """Whether a GPU has room for nbytes more (with half its free memory left to the attack); the CPU: the budget decides."""
+        """Whether a GPU has room for nbytes more (with half its free memory left to the attack); the CPU: the budget
+        decides."""
         if device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(device)
             return nbytes <= free // 2
@@ -149,7 +151,8 @@ class RowBlockSketch(Sketch):
         return self._dense
 
     def to(self, device) -> "RowBlockSketch":
-        """Move to ``device``; a held matrix follows when the device has room for it, else it is dropped (rebuilt on use)."""
+        """Move to ``device``; a held matrix follows when the device has room for it, else it is dropped (rebuilt on
+        use)."""
         D, self._dense = self._dense, None
         super().to(device)
         if D is not None:
@@ -169,7 +172,8 @@ class RowBlockSketch(Sketch):
         raise NotImplementedError
 
     def _blocks(self, device):
-        """Yield (r0, r1, block on ``device``) for every block: slices of a held matrix, else generated a few blocks ahead."""
+        """Yield (r0, r1, block on ``device``) for every block: slices of a held matrix, else generated a few blocks
+        ahead."""
         D = self._dense
         if D is not None and D.device == torch.device(device):
             for k in range(self.n_blocks):
@@ -207,7 +211,8 @@ class RowBlockSketch(Sketch):
         return out.reshape(*u.shape[:-1], self.d)
 
     def regeneration_seconds(self) -> float:
-        """Measured estimate of one apply plus one adjoint that regenerates R: two passes over all blocks, timed on block 0."""
+        """Measured estimate of one apply plus one adjoint that regenerates R: two passes over all blocks, timed on
+        block 0."""
         t0 = time.perf_counter()
         self._make_block(0)
         return 2 * self.n_blocks * (time.perf_counter() - t0)
@@ -231,8 +236,8 @@ class RowBlockSketch(Sketch):
 
 
 def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS) -> str | None:
-    """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` apply+adjoint pairs are estimated to take
-    longer than ``limit_s`` seconds (None otherwise): the estimate, and the cheaper choices."""
+    """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` apply+adjoint pairs are estimated to
+    take longer than ``limit_s`` seconds (None otherwise): the estimate, and the cheaper choices."""
     if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype) or evaluations < 1:
         return None
     per = sketch.regeneration_seconds()
@@ -240,8 +245,9 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
     if total <= limit_s:
         return None
     name = str(dtype).replace("torch.", "")
-    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries ({sketch.matrix_bytes(dtype) / 1e9:.1f} GB "
-            f"in {name}), more than the sketch memory of {sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
+    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
+            f"({sketch.matrix_bytes(dtype) / 1e9:.1f} GB in {name}), more than the sketch memory of "
+            f"{sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
             f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations; use "
             "--sketch srht or countsketch, or a larger --sketch-memory")
 

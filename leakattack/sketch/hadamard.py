@@ -34,7 +34,8 @@ def _check_length(n: int) -> None:
 
 
 def hadamard_torch(x: torch.Tensor, radix_log: int = 3, first_log: int = 5) -> torch.Tensor:
-    """H_n x along the last dim (entries +-1) by matrix passes: H_32 on the five lowest index bits, then H_8 on three bits at a time.
+    """H_n x along the last dim (entries +-1) by matrix passes: H_32 on the five lowest index bits, then H_8 on three
+    bits at a time.
 
     H_n = H_2 (x) ... (x) H_2, so any grouping of the log2(n) bits gives the same
     transform; small fixed radices keep O(n log n) work with a fraction of the
@@ -63,6 +64,7 @@ def hadamard_owned(z: torch.Tensor) -> torch.Tensor:
     n = z.shape[-1]
     _check_length(n)
     if applies(z) and z.is_contiguous() and not z.is_neg() and z.numel():
+        assert ext is not None  # applies(): the kernels are compiled
         ext.transform(buffer(z), n, threads(z.numel()))
         return z
     return hadamard_torch(z)
@@ -101,7 +103,8 @@ def hadamard_unnormalised(x: torch.Tensor) -> torch.Tensor:
 
 
 def fwht(x: torch.Tensor) -> torch.Tensor:
-    """Normalised fast Walsh-Hadamard transform H x / sqrt(n) along the last dim, natural (Sylvester) order; butterfly of Fino & Algazi, IEEE Trans. Computers C-25(11), 1976."""
+    """Normalised fast Walsh-Hadamard transform H x / sqrt(n) along the last dim, natural (Sylvester) order; butterfly
+    of Fino & Algazi, IEEE Trans. Computers C-25(11), 1976."""
     _check_length(x.shape[-1])
     return _Hadamard.apply(x, 1.0 / math.sqrt(x.shape[-1]))
 

@@ -16,9 +16,11 @@ import importlib
 import math
 import mmap
 import os
+from types import ModuleType
 
 import torch
 
+ext: ModuleType | None
 try:
     if os.environ.get("LEAKATTACK_NO_CEXT", "").strip() not in ("", "0"):
         raise ImportError("switched off by LEAKATTACK_NO_CEXT")
@@ -51,7 +53,8 @@ def applies(x: torch.Tensor) -> bool:
 
 
 def threads(entries: int) -> int:
-    """Threads for one kernel call over ``entries`` numbers: torch's intra-op thread count (``--threads``), one for small calls."""
+    """Threads for one kernel call over ``entries`` numbers: torch's intra-op thread count (``--threads``), one for
+    small calls."""
     return 1 if entries < THREAD_MIN_ENTRIES else max(1, torch.get_num_threads())
 
 

@@ -69,7 +69,8 @@ class ScatterPlan:
         self.E = int(dest.shape[0])
         self.len = self.E // self.reps
         self.weights = weights  # float32 CPU, E entries, or None
-        self.src_index = None if src_index is None else torch.from_numpy(np.ascontiguousarray(src_index, dtype=np.int32))
+        self.src_index = (None if src_index is None
+                          else torch.from_numpy(np.ascontiguousarray(src_index, dtype=np.int32)))
         self._dest = None
         self.pos = self.destB = self.starts = None
         #: weights that are all +-scale, for the kernels: their sign bits (int64 words) and scale; else None
@@ -81,6 +82,7 @@ class ScatterPlan:
             self.pos = torch.empty(self.E, dtype=torch.int32)
             self.destB = torch.empty(self.E, dtype=torch.int32)
             self.starts = torch.empty(((self.m - 1) >> bits) + 2, dtype=torch.int64)
+            assert ext is not None  # active(): the kernels are compiled
             ext.bucket_plan(d32, self.m, bits, buffer(self.pos), buffer(self.destB),
                                     buffer(self.starts))
             self.signs, self.scale = sign_bits(weights) if weights is not None else (None, 1.0)
@@ -99,7 +101,11 @@ class ScatterPlan:
         key = ("dest", device)
         if key in self._device_cache:
             return self._device_cache[key]
-        d = self._dest if self._dest is not None else self.destB.index_select(0, self.pos).long()
+        if self._dest is not None:
+            d = self._dest
+        else:  # the kernel built the plan
+            assert self.destB is not None and self.pos is not None
+            d = self.destB.index_select(0, self.pos).long()
         if device.type != "cpu":
             d = self._device_cache[key] = d.to(device)
         return d
@@ -115,12 +121,14 @@ class ScatterPlan:
     def _src_index(self, device) -> torch.Tensor:
         key = ("src", torch.device(device))
         if key not in self._device_cache:
+            assert self.src_index is not None, "a plan without source indices reads j mod len"
             self._device_cache[key] = self.src_index.long().to(device)
         return self._device_cache[key]
 
     def _plan_buffers(self, dtype) -> tuple:
         """The plan's arguments of the scatter and gather kernels: positions, bucketed destinations, bucket
         starts, scratch, repetitions, weights (None when their sign bits go instead) and source indices."""
+        assert self.pos is not None and self.destB is not None and self.starts is not None, "the kernel built no plan"
         w = None if self.signs is not None else self._weights(dtype, "cpu")
         return (buffer(self.pos), buffer(self.destB), buffer(self.starts), buffer(self.scratch(dtype)), self.reps,
                 None if w is None else buffer(w), None if self.src_index is None else buffer(self.src_index))
@@ -142,6 +150,7 @@ class ScatterPlan:
         if self._kernel(flat):
             flat = flat.contiguous()
             out = empty((rows, self.m), x.dtype, zero=not self.covers)
+            assert ext is not None  # _kernel(): the kernels are compiled
             ext.scatter(buffer(flat), self.src_len, buffer(out), self.m, *self._plan_buffers(x.dtype),
                         not self.covers, threads(self.E * rows), self.signs, self.scale)
         else:
@@ -153,7 +162,8 @@ class ScatterPlan:
             if w is not None:
                 vals = vals * w
             out = torch.zeros(rows, self.m, dtype=x.dtype, device=x.device)
-            out = out.index_copy_(1, self.dest(x.device), vals) if self.covers else out.index_add_(1, self.dest(x.device), vals)
+            out = (out.index_copy_(1, self.dest(x.device), vals) if self.covers
+                   else out.index_add_(1, self.dest(x.device), vals))
         return out.reshape(*x.shape[:-1], self.m)
 
     def transpose(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -168,6 +178,7 @@ class ScatterPlan:
                 out = empty((rows, self.src_len), y.dtype, zero=partial)
             elif partial:
                 out.zero_()
+            assert ext is not None  # _kernel(): the kernels are compiled
             ext.gather(buffer(flat), self.m, buffer(out), self.src_len, *self._plan_buffers(y.dtype),
                        threads(self.E * rows), self.signs, self.scale)
         else:

@@ -63,7 +63,8 @@ def draw(seed: int, b: int, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class SparseSketch(Sketch):
-    """Definition D.6 of Song et al. 2023 (Nelson & Nguyen 2013): s nonzeros +-1/sqrt(s) per column at distinct uniform rows."""
+    """Definition D.6 of Song et al. 2023 (Nelson & Nguyen 2013): s nonzeros +-1/sqrt(s) per column at distinct
+    uniform rows."""
 
     kind = "sparse"
     #: s nonzeros per column; drawing them costs O(s^2 d), and s = O(log(1/delta)/eps) is small in practice

@@ -30,7 +30,8 @@ from .scatter import ScatterPlan
 
 
 def srht_operator_norm(n: int, b: int) -> float:
-    """sqrt(n/b) for R = sqrt(n/b) S H D cut to d > n - b columns: R R^T = (n/b)(I_b - N N^T), N = the b x (n - d) padded block, singular (Lu et al. 2013, Definition D.3)."""
+    """sqrt(n/b) for R = sqrt(n/b) S H D cut to d > n - b columns: R R^T = (n/b)(I_b - N N^T), N = the b x (n - d)
+    padded block, singular (Lu et al. 2013, Definition D.3)."""
     return math.sqrt(n / b)
 
 
@@ -47,7 +48,8 @@ def draw(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class SRHTSketch(Sketch):
-    """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to n = 2^ceil(log2 d)."""
+    """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to
+    n = 2^ceil(log2 d)."""
 
     kind = "srht"
     draws_columns = True
@@ -100,10 +102,12 @@ class SRHTSketch(Sketch):
     def idx(self) -> torch.Tensor:
         """The b rows of H that S keeps, in the order of y (int64)."""
         plan = self._select
+        assert plan.src_index is not None  # S's plan is built with the kept rows as its source indices
         return torch.empty(self.b, dtype=torch.int64).index_copy_(0, plan.dest(), plan.src_index.long())
 
     def _dscale(self, dtype) -> torch.Tensor:
-        """D with sqrt(n/b) and H's 1/sqrt(n) folded in: signs * sqrt(n/b) / sqrt(n) = signs / sqrt(b) (cached per dtype)."""
+        """D with sqrt(n/b) and H's 1/sqrt(n) folded in: signs * sqrt(n/b) / sqrt(n) = signs / sqrt(b) (cached per
+        dtype)."""
         key = (dtype, self.signs.device)
         cache = self.__dict__.setdefault("_dscale_cache", {})
         if key not in cache:
@@ -125,6 +129,9 @@ class SRHTSketch(Sketch):
         flat = x.detach().reshape(-1, d_in).resolve_neg().contiguous()
         out = empty((flat.shape[0], d_out), x.dtype)
         plan = self._select
+        assert plan.pos is not None and plan.destB is not None and plan.starts is not None, \
+            "the fused kernel runs on a bucketed plan"
+        assert ext is not None  # _fused(): the kernels are compiled
         ext.srht(forward, buffer(flat), buffer(out), buffer(self._work_row(x.dtype)), buffer(plan.scratch(x.dtype)),
                  buffer(self._dscale(x.dtype)), self.d, self._mask, self._rank, buffer(plan.pos), buffer(plan.destB),
                  buffer(plan.starts), threads(self.n))

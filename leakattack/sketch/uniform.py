@@ -12,7 +12,8 @@ from .base import Sketch
 
 
 def uniform_operator_norm(d: int, b: int) -> float:
-    """sqrt(d/b): b distinct coordinates scaled by sqrt(d/b) give R R^T = (d/b) I_b (Definition D.8, sampled without replacement)."""
+    """sqrt(d/b): b distinct coordinates scaled by sqrt(d/b) give R R^T = (d/b) I_b (Definition D.8, sampled without
+    replacement)."""
     return math.sqrt(d / b)
 
 

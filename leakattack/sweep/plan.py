@@ -35,9 +35,10 @@ import hashlib
 import json
 import math
 import re
-import tomllib
+import sys
 from itertools import product as _iproduct
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -48,6 +49,11 @@ from ..data import get_batch
 from ..errors import UserError
 from ..results import default_strength
 from ..sketch import is_identity, list_sketches
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 
 SWEEP_KEYS = {"name": str, "jobs": int, "strength": str, "lpips": bool, "utility": bool}
 #: the largest grid planned; a bigger one is refused before it is expanded
@@ -65,7 +71,7 @@ class Plan:
     the same effective parameters.
     """
 
-    def __init__(self, settings: dict, base: dict, grid: dict, points: list[dict], duplicates: int = 0):
+    def __init__(self, settings: dict, base: dict, grid: list[dict], points: list[dict], duplicates: int = 0):
         self.settings, self.base, self.grid, self.points = settings, base, grid, points
         self.duplicates = duplicates
 
@@ -99,7 +105,8 @@ def effective_params(params: dict) -> dict:
 
 
 def point_key(params: dict) -> str:
-    """12 hex digits of the SHA-1 of the point's effective parameters that differ from RunConfig's defaults (sorted JSON).
+    """12 hex digits of the SHA-1 of the point's effective parameters that differ from RunConfig's defaults (sorted
+    JSON).
 
     Leaving the defaults out keeps old results valid when a new run parameter is
     added with a default; a changed default changes the key (the point means
@@ -147,14 +154,18 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
         raise ConfigError(f"sweep file '{path}' is not valid TOML: {err}") from None
     for table in doc:
         if table not in ("sweep", "base", "grid"):
-            raise ConfigError(f"unknown table or key '{table}' in sweep file (value {doc[table]!r}); use [sweep], [base], [grid]")
-    settings, base, grid = doc.get("sweep", {}), doc.get("base", {}), doc.get("grid", {})
+            raise ConfigError(f"unknown table or key '{table}' in sweep file (value {doc[table]!r}); "
+                              "use [sweep], [base], [grid]")
+    settings: dict[str, Any] = doc.get("sweep", {})
+    base, grid = doc.get("base", {}), doc.get("grid", {})
     grids = grid if isinstance(grid, list) else [grid]  # [[grid]] tables: the union of their products
     for k, v in settings.items():
         if k not in SWEEP_KEYS:
             raise ConfigError(f"unknown [sweep] key '{k}' (value {v!r}); allowed: {', '.join(SWEEP_KEYS)}")
-        if not isinstance(v, SWEEP_KEYS[k]) or (k == "jobs" and (isinstance(v, bool) or v < 1)):
-            raise ConfigError(f"[sweep] {k} = {v!r} must be a {'positive integer' if k == 'jobs' else SWEEP_KEYS[k].__name__}")
+        if not isinstance(v, SWEEP_KEYS[k]) or (k == "jobs" and (isinstance(v, bool) or not isinstance(v, int)
+                                                                 or v < 1)):
+            raise ConfigError(f"[sweep] {k} = {v!r} must be a "
+                              f"{'positive integer' if k == 'jobs' else SWEEP_KEYS[k].__name__}")
     if "name" in settings:
         check_name(settings["name"])
     fields = set(RunConfig.__dataclass_fields__)
@@ -174,7 +185,8 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
             raise ConfigError("a [[grid]] table is empty: name at least one key and its list of values")
         for k, v in g.items():
             if k not in fields and k not in holders:
-                raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a {{placeholder}} in [base]")
+                raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a "
+                                  "{placeholder} in [base]")
             if not isinstance(v, list) or not v:
                 raise ConfigError(f"[grid] {k} = {v!r} must be a non-empty list")
             if _nonfinite(v) is not None:

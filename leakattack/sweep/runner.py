@@ -26,8 +26,7 @@ import torch
 from .. import experiment, figures
 from ..config import RunConfig
 from ..progress import progress_bar
-from ..results import (append_line, load_records, read_results, summarize, write_csv, write_json,
-                       write_tensors)
+from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
 from .backends import get_backend
 from .lock import FolderLock
 from .plan import Plan, point_key
@@ -38,6 +37,7 @@ def run_point(params: dict, with_lpips: bool = False):
     p = experiment.prepare(RunConfig.from_dict(params))
     out = experiment.execute(p, progress=False, with_lpips=with_lpips)
     m = dict(out.metrics)
+    assert p.x is not None  # a sweep point attacks images of its data set, so the truth is known
     m["m"] = int(p.x.numel())
     order = torch.as_tensor(m["match"])
     recon = out.result.x.clamp(0, 1)[order]

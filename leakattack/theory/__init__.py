@@ -12,11 +12,30 @@ Figures of a check are drawn from its stored result by :mod:`leakattack.figures.
 
 from __future__ import annotations
 
-from .analysis import (embedding_a, gd_rate_theorem_l1, lanczos_extremes, linear_rate, noncritical_constants_lemma77,
-                       semismooth_constants, semismooth_rhs)
+from .analysis import (
+                       embedding_a,
+                       gd_rate_theorem_l1,
+                       lanczos_extremes,
+                       linear_rate,
+                       noncritical_constants_lemma77,
+                       semismooth_constants,
+                       semismooth_rhs,
+)
 from .embedding import TABLE1_A, embedding_markdown, measure_embedding
-from .measure import (CHECK_TARGETS, DEFAULT_ITERATIONS, DEFAULT_SAMPLES, EXACT_LIMIT, Problem, build_problem, check,
-                      gradient_descent, jacobian_T, kernel_eigs, sample_points, sketch_constants)
+from .measure import (
+                       CHECK_TARGETS,
+                       DEFAULT_ITERATIONS,
+                       DEFAULT_SAMPLES,
+                       EXACT_LIMIT,
+                       Problem,
+                       build_problem,
+                       check,
+                       gradient_descent,
+                       jacobian_T,
+                       kernel_eigs,
+                       sample_points,
+                       sketch_constants,
+)
 from .report import CHECK_JSON, summary_table, write_check, write_markdown
 from .table2 import table2_markdown, table2_results
 

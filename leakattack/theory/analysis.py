@@ -15,13 +15,16 @@ import numpy as np
 import torch
 
 
-def noncritical_constants_lemma77(theta1_sq: float, theta2_sq: float, gamma1: float, gamma2: float) -> tuple[float, float]:
+def noncritical_constants_lemma77(theta1_sq: float, theta2_sq: float, gamma1: float,
+                                  gamma2: float) -> tuple[float, float]:
     """Bounds (2θ₁γ₁)², (2θ₂γ₂)² on ‖∇L_R‖²/L_R from Lemma 7.7 / M.4 (R = I: γ = 1)."""
     return 4.0 * theta1_sq * gamma1 ** 2, 4.0 * theta2_sq * gamma2 ** 2
 
 
-def semismooth_constants(beta: float, theta2: float, tau: float = 1.0, gamma2: float = 1.0, literal: bool = False) -> tuple[float, float]:
-    """(a, b) of Lemma 7.6 / M.3: A = 2τβ + 2θ₂γ₂, B = τ²β (literal, as printed; = Thm 7.4 for R = I) or τ²β² (as proved, Lemma J.4)."""
+def semismooth_constants(beta: float, theta2: float, tau: float = 1.0, gamma2: float = 1.0,
+                         literal: bool = False) -> tuple[float, float]:
+    """(a, b) of Lemma 7.6 / M.3: A = 2τβ + 2θ₂γ₂, B = τ²β (literal, as printed; = Thm 7.4 for R = I) or τ²β²
+    (as proved, Lemma J.4)."""
     a = 2.0 * tau * beta + 2.0 * theta2 * gamma2
     b = tau ** 2 * beta if literal else tau ** 2 * beta ** 2
     return a, b
@@ -33,7 +36,8 @@ def semismooth_rhs(L_x, inner, dist, a: float, b: float, p: float = 0.5):
 
 
 def gd_rate_theorem_l1(a: float, b: float, theta1_sq: float, theta2_sq: float, p: float = 0.5):
-    """Theorem 7.5 / L.1: (η_max, γ) with η_max = (θ₁² − aθ₂^{2−2p})/(2bθ₂²), γ = η(θ₁² − aθ₂^{2−2p})/2; None if θ₁² ≤ aθ₂^{2−2p}."""
+    """Theorem 7.5 / L.1: (η_max, γ) with η_max = (θ₁² − aθ₂^{2−2p})/(2bθ₂²), γ = η(θ₁² − aθ₂^{2−2p})/2;
+    None if θ₁² ≤ aθ₂^{2−2p}."""
     margin = theta1_sq - a * theta2_sq ** (1 - p)
     if not margin > 0 or not b > 0:
         return None
@@ -42,7 +46,8 @@ def gd_rate_theorem_l1(a: float, b: float, theta1_sq: float, theta2_sq: float, p
 
 
 def linear_rate(losses, floor: float = 1e-12) -> float:
-    """Per-step factor ρ of Theorem 7.5's L(x_t) ≤ (1 − γ)^t L(x_0), fitted as log L(x_t) ≈ c + t log ρ over points above floor·L(x_0)."""
+    """Per-step factor ρ of Theorem 7.5's L(x_t) ≤ (1 − γ)^t L(x_0), fitted as log L(x_t) ≈ c + t log ρ over points
+    above floor·L(x_0)."""
     L = np.asarray(losses, dtype=float)
     keep = np.isfinite(L) & (L > floor * L[0]) & (L > 0)
     t = np.arange(len(L))[keep]
@@ -58,7 +63,8 @@ def embedding_a(mean_sq: float, hg: float, h_norm_sq: float, g_norm_sq: float, b
 
 
 def lanczos_extremes(matvec, n: int, k: int, generator: torch.Generator, dtype=torch.float64) -> tuple[float, float]:
-    """(min, max) Ritz values of a symmetric PSD operator after k Lanczos steps with full reorthogonalisation (Golub & Van Loan §10.1; min is an upper bound on λ_min)."""
+    """(min, max) Ritz values of a symmetric PSD operator after k Lanczos steps with full reorthogonalisation
+    (Golub & Van Loan §10.1; min is an upper bound on λ_min)."""
     k = min(k, n)
     Q = torch.zeros(k + 1, n, dtype=dtype)
     q = torch.randn(n, generator=generator, dtype=torch.float64).to(dtype)

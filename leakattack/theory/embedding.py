@@ -30,7 +30,7 @@ def measure_embedding(kind: str, d: int = 64, b: int = 16, trials: int = 2000, s
     for t in range(trials):
         R = get_sketch(kind, d, b, seed * 1_000_003 + t + 1)
         vals[t] = (R.apply(H.float()).double() * R.apply(Gm.float()).double()).sum(-1)
-    rows = []
+    rows: list[dict] = []
     for k, (name, (h, gg)) in enumerate(cases.items()):
         hg = float(h @ gg)
         mean = float(vals[:, k].mean())
@@ -47,7 +47,8 @@ def embedding_markdown(trials: int = 2000, seed: int = 0, d: int = 64, b: int = 
         "# Coordinate-wise embedding (Definition 4.1, Table 1)", "",
         f"Command: `leakattack check --embedding --samples {trials} --seed {seed} --out results/theory`", "",
         f"Measurements, not proofs: {trials} independent sketches R (seeds derived from {seed}) of size b={b}, d={d} "
-        "per kind; for each (h, g) we average hᵀRᵀRg and (hᵀRᵀRg)².  Measured a = b·(E[(hᵀRᵀRg)²] − (hᵀg)²)/(‖h‖²‖g‖²): "
+        "per kind; for each (h, g) we average hᵀRᵀRg and (hᵀRᵀRg)².  "
+        "Measured a = b·(E[(hᵀRᵀRg)²] − (hᵀg)²)/(‖h‖²‖g‖²): "
         "Definition 4.1 holds with Table 1's a when measured a ≤ Table 1's a (up to sampling error).", "",
         "| sketch | Table 1 a | measured a (max over cases) | worst |E[hᵀRᵀRg] − hᵀg| / s.e. | per case: a |",
         "|---|---|---|---|---|",

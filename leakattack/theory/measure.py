@@ -1,4 +1,5 @@
-"""Measurements of the attack theory of Song, Wang, Yu, Zhang (ICML 2023), §7 and App. I–M, on real victims and sketches.
+"""Measurements of the attack theory of Song, Wang, Yu, Zhang (ICML 2023), §7 and App. I–M, on real victims and
+sketches.
 
 Notation (the paper's, App. I): data x ∈ R^m (the unknowns), weights w ∈ R^d,
 G(x) = ∇_w F(w, x) ∈ R^d, J(x) = ∂G/∂x ∈ R^{d×m} (the paper's pseudo-Hessian
@@ -46,9 +47,15 @@ import targets
 from ..config import ConfigError
 from ..data import get_batch, get_dataset
 from ..seeds import torch_generator
-from ..sketch import get_sketch, is_identity, sketch_dim
-from .analysis import (gd_rate_theorem_l1, lanczos_extremes, linear_rate, noncritical_constants_lemma77,
-                       semismooth_constants, semismooth_rhs)
+from ..sketch import Sketch, get_sketch, is_identity, sketch_dim
+from .analysis import (
+    gd_rate_theorem_l1,
+    lanczos_extremes,
+    linear_rate,
+    noncritical_constants_lemma77,
+    semismooth_constants,
+    semismooth_rhs,
+)
 
 # ---------------------------------------------------------------------------
 # the targets the check runs on (small data so the Jacobian fits)
@@ -75,7 +82,7 @@ class Problem:
     """One attack instance: victim, sketch, truth x*, targets, observation y = R G(x*)."""
 
     victim: targets.Victim
-    sketch: object
+    sketch: Sketch
     x_true: torch.Tensor
     labels: torch.Tensor
     y_obs: torch.Tensor
@@ -108,7 +115,8 @@ class Problem:
 
 
 def build_problem(model_name: str, sketch_kind: str, ratio: float, seed: int) -> Problem:
-    """The check's attack instance: CHECK_TARGETS[model_name] at weights `seed`, sketch seed `seed`+1, b = sketch_dim(ratio, d)."""
+    """The check's attack instance: CHECK_TARGETS[model_name] at weights `seed`, sketch seed `seed`+1,
+    b = sketch_dim(ratio, d)."""
     ds_name, in_shape, batch, dtype = CHECK_TARGETS[model_name]
     ds = get_dataset(ds_name)
     x, labels = get_batch(ds, 0, batch)
@@ -193,7 +201,7 @@ def kernel_eigs(prob: Problem, x: torch.Tensor, generator: torch.Generator, lanc
             out.update(kr_min=float(evr[0]), kr_max=float(evr[-1]))
         return out
     # matrix-free: Lanczos on the smaller side of J (resp. R J)
-    _, pull = vjp(prob.G, x)
+    pull = vjp(prob.G, x)[1]
     Jv = lambda v: jvp(prob.G, (x,), (v.view_as(x),))[1]  # noqa: E731
     JTu = lambda u: pull(u)[0].reshape(-1)  # noqa: E731
     R = prob.sketch
@@ -247,12 +255,14 @@ def gradient_descent(prob: Problem, x0: torch.Tensor, eta: float, iterations: in
 
 def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | None = None, seed: int = 0,
           iterations: int | None = None, progress: bool = True) -> dict:
-    """Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's rate on one target/sketch."""
+    """Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's rate on one
+    target/sketch."""
     t_start = time.time()
     samples = DEFAULT_SAMPLES[model_name] if samples is None else samples
     gen = torch_generator(seed)
     prob = build_problem(model_name, sketch_kind, ratio, seed)
-    say = (lambda s: print(f"[check] {s} ({time.time() - t_start:.0f} s)", file=sys.stderr, flush=True)) if progress else (lambda s: None)
+    say = ((lambda s: print(f"[check] {s} ({time.time() - t_start:.0f} s)", file=sys.stderr, flush=True))
+           if progress else (lambda s: None))
     say(f"{model_name}: d={prob.d}, m={prob.m}, sketch {sketch_kind} b={prob.b}, {samples} samples")
     sk = sketch_constants(prob.sketch, gen)
     say(f"sketch constants τ={sk['tau']:.4g} γ₁={sk['gamma1']:.4g} γ₂={sk['gamma2']:.4g}")
@@ -290,7 +300,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     ok = np.isfinite(r)
     lo77, hi77 = noncritical_constants_lemma77(theta1_sq, theta2_sq, sk["gamma1"], sk["gamma2"])
     lo_t, hi_t = noncritical_constants_lemma77(kr1, kr2, 1.0, 1.0)  # 4 λ(R K Rᵀ): the exact sketched kernel
-    lo74, hi74 = theta1_sq, theta2_sq  # Theorem 7.4 / Lemma J.5 as printed: θ₁² ≤ ‖∇L‖²/L ≤ θ₂², without Lemma 7.7's factor 4
+    # Theorem 7.4 / Lemma J.5 as printed: θ₁² ≤ ‖∇L‖²/L ≤ θ₂², without Lemma 7.7's factor 4
+    lo74, hi74 = theta1_sq, theta2_sq
     rtol = 1e-6 if prob.dtype == torch.float64 else 1e-3
 
     def frac_in(lo, hi, vals):
@@ -350,7 +361,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
                 best0 = (c / rmax0, ls[-1])
         eta0 = best0[0] if best0 else 0.25 / rmax0
         l0 = gradient_descent(prob0, x0, eta0, T)[0]
-        unsk = {"eta": eta0, "losses": l0, "observed_rate": linear_rate(l0, 1e-12 if prob.dtype == torch.float64 else 1e-6)}
+        unsk = {"eta": eta0, "losses": l0,
+                "observed_rate": linear_rate(l0, 1e-12 if prob.dtype == torch.float64 else 1e-6)}
         say(f"unsketched GD η={eta0:.3g}: L {l0[0]:.3g} -> {l0[-1]:.3g}")
 
     # inequalities along the trajectories (consecutive iterates are the pairs)
@@ -362,7 +374,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         lhs = np.array([Ly for *_, Ly in rows])
         rhs = np.array([semismooth_rhs(Lx, inner, dist, a, b) for Lx, inner, dist, _ in rows])
         slack = np.abs(rhs) * rtol + 1e-300
-        viol = (lhs - rhs) / np.maximum(np.array([b * dist ** 2 + a * dist * Lx ** 0.5 for Lx, _, dist, _ in rows]), 1e-300)
+        scale = np.array([b * dist ** 2 + a * dist * Lx ** 0.5 for Lx, _, dist, _ in rows])
+        viol = (lhs - rhs) / np.maximum(scale, 1e-300)
         return float(np.mean(lhs <= rhs + slack)), float(np.max(viol))
 
     ss_frac, ss_worst = ss_stats(a_p, b_p, pair_rows)
@@ -384,7 +397,9 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "kernel_points": len(keig), "kernel_method": keig[0]["method"], "sketch_method": sk["sketch_method"],
         "dataset": CHECK_TARGETS[model_name][0], "in_shape": list(CHECK_TARGETS[model_name][1]),
         "batch_size": CHECK_TARGETS[model_name][2], "dtype": str(prob.dtype).replace("torch.", ""),
-        "d": prob.d, "m": prob.m, "b": prob.b, "regime": "d <= m (paper's)" if prob.d <= prob.m else "d > m (over-parametrised: K = J Jᵀ is singular, Assumption J.3 fails)",
+        "d": prob.d, "m": prob.m, "b": prob.b,
+        "regime": "d <= m (paper's)" if prob.d <= prob.m
+        else "d > m (over-parametrised: K = J Jᵀ is singular, Assumption J.3 fails)",
         "beta": beta, "beta_pairs": beta_pairs, "beta_power": beta_power,
         "theta1_sq": theta1_sq, "theta2_sq": theta2_sq,
         "sketched_kernel_min": kr1, "sketched_kernel_max": kr2,
@@ -406,7 +421,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "paper_predicted_rate": None if l1_paper is None else 1 - l1_paper[1],
         "b_star_samples": b_star, "b_used_for_eta": b_used,
         "eta_theorem_l1": eta_l1, "predicted_rate": 1 - gamma_l1, "observed_rate": obs_rate,
-        "predicted_rate_source": "Theorem L.1 with measured constants: a = 0, b = b* (tightest on sampled pairs), θ² = min/max of ‖∇L‖²/L",
+        "predicted_rate_source": "Theorem L.1 with measured constants: a = 0, b = b* (tightest on sampled pairs), "
+                                 "θ² = min/max of ‖∇L‖²/L",
         "eta_tuned": eta_tuned, "observed_rate_tuned": obs_rate_tuned,
         "observed_rate_unsketched_tuned": None if unsk is None else unsk["observed_rate"],
         "losses_theorem_l1": losses_l1, "losses_tuned": losses_t,

@@ -1,4 +1,5 @@
-"""What a check leaves behind: the plain-text summary, check.json and the Markdown tables (figures: leakattack.figures.theory)."""
+"""What a check leaves behind: the plain-text summary, check.json and the Markdown tables
+(figures: leakattack.figures.theory)."""
 
 from __future__ import annotations
 
@@ -14,24 +15,39 @@ def summary_table(res: dict) -> str:
     """A plain-text table of the main numbers of a check."""
     f = lambda v: "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
     rows = [
-        ("target", f"{res['model']} ({res['dataset']} {res['in_shape']}, batch {res['batch_size']}), d={res['d']}, m={res['m']}, {res['regime']}"),
-        ("sketch", f"{res['sketch']} b={res['b']}" + ("" if res["sketch_ratio"] is None else f" (ratio {res['sketch_ratio']})")),
-        ("samples", f"{res['samples']} points, {res['pairs']} pairs, {res['trajectory_points']} trajectory points, kernel at {res['kernel_points']} points ({res['kernel_method']})"),
+        ("target", f"{res['model']} ({res['dataset']} {res['in_shape']}, batch {res['batch_size']}), "
+                   f"d={res['d']}, m={res['m']}, {res['regime']}"),
+        ("sketch", f"{res['sketch']} b={res['b']}"
+                   + ("" if res["sketch_ratio"] is None else f" (ratio {res['sketch_ratio']})")),
+        ("samples", f"{res['samples']} points, {res['pairs']} pairs, {res['trajectory_points']} trajectory points, "
+                    f"kernel at {res['kernel_points']} points ({res['kernel_method']})"),
         ("beta", f"{f(res['beta'])} (pairs {f(res['beta_pairs'])}, max ‖J‖ {f(res['beta_power'])})"),
         ("theta1^2, theta2^2", f"{f(res['theta1_sq'])}, {f(res['theta2_sq'])}"),
         ("tau, gamma1, gamma2", f"{f(res['tau'])}, {f(res['gamma1'])}, {f(res['gamma2'])} ({res['sketch_method']})"),
-        ("‖∇L‖²/L range", f"[{f(res['noncritical_ratio_min'])}, {f(res['noncritical_ratio_max'])}] vs Lemma 7.7 [{f(res['noncritical_bounds'][0])}, {f(res['noncritical_bounds'][1])}]"),
-        ("non-critical fraction", f"{f(res['noncritical_fraction'])} (Lemma 7.7), {f(res['noncritical_fraction_thm74_literal'])} (Thm 7.4 literal), trajectory {f(res['noncritical_fraction_trajectory'])}"),
-        ("semi-smooth fraction", f"{f(res['semismooth_fraction'])} (b=τ²β²), {f(res['semismooth_fraction_literal'])} (b=τ²β literal), trajectory {f(res['semismooth_fraction_trajectory'])}"),
-        ("tightest semi-smooth", f"b*={f(res['semismooth_tightest']['b_with_a0'])} (a=0), a*={f(res['semismooth_tightest']['a_with_b0'])} (b=0); paper a={f(res['semismooth_constants']['a'])}, b={f(res['semismooth_constants']['b'])}"),
-        ("paper's rate (Thm 7.5)", "vacuous: θ₁² ≤ aθ₂" if res["paper_predicted_rate"] is None else f(res["paper_predicted_rate"])),
-        ("GD rate, L.1 step", f"observed {res['observed_rate']:.8f} vs predicted ≤ {res['predicted_rate']:.8f} (η={res['eta_theorem_l1']:.3g})"),
+        ("‖∇L‖²/L range", f"[{f(res['noncritical_ratio_min'])}, {f(res['noncritical_ratio_max'])}] vs Lemma 7.7 "
+                          f"[{f(res['noncritical_bounds'][0])}, {f(res['noncritical_bounds'][1])}]"),
+        ("non-critical fraction", f"{f(res['noncritical_fraction'])} (Lemma 7.7), "
+                                  f"{f(res['noncritical_fraction_thm74_literal'])} (Thm 7.4 literal), "
+                                  f"trajectory {f(res['noncritical_fraction_trajectory'])}"),
+        ("semi-smooth fraction", f"{f(res['semismooth_fraction'])} (b=τ²β²), "
+                                 f"{f(res['semismooth_fraction_literal'])} (b=τ²β literal), "
+                                 f"trajectory {f(res['semismooth_fraction_trajectory'])}"),
+        ("tightest semi-smooth", f"b*={f(res['semismooth_tightest']['b_with_a0'])} (a=0), "
+                                 f"a*={f(res['semismooth_tightest']['a_with_b0'])} (b=0); "
+                                 f"paper a={f(res['semismooth_constants']['a'])}, "
+                                 f"b={f(res['semismooth_constants']['b'])}"),
+        ("paper's rate (Thm 7.5)",
+         "vacuous: θ₁² ≤ aθ₂" if res["paper_predicted_rate"] is None else f(res["paper_predicted_rate"])),
+        ("GD rate, L.1 step", f"observed {res['observed_rate']:.8f} vs predicted ≤ {res['predicted_rate']:.8f} "
+                              f"(η={res['eta_theorem_l1']:.3g})"),
         ("GD rate, tuned step", f"observed {res['observed_rate_tuned']:.6f} (η={res['eta_tuned']:.3g})"
-         + ("" if res["observed_rate_unsketched_tuned"] is None else f"; unsketched {res['observed_rate_unsketched_tuned']:.6f}")),
+         + ("" if res["observed_rate_unsketched_tuned"] is None
+            else f"; unsketched {res['observed_rate_unsketched_tuned']:.6f}")),
     ]
     w = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(w)}  {v}" for k, v in rows]
-    lines.append(f"These are measurements over {res['samples']} sampled points and the GD trajectories, not proofs ({res['wall_s']:.0f} s).")
+    lines.append(f"These are measurements over {res['samples']} sampled points and the GD trajectories, not proofs "
+                 f"({res['wall_s']:.0f} s).")
     return "\n".join(lines)
 
 

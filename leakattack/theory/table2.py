@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -82,7 +82,7 @@ def _ball(n, k, gen):
     return x
 
 
-def _halfspace(lo):
+def _halfspace(lo: float) -> tuple[Callable, Callable]:
     """Sampler/projection for wᵀx ≥ lo: shift ball points along w; near-boundary points at distance 1/κ."""
     def sample(n, k, gen):
         x = _ball(n, k, gen)
@@ -114,7 +114,7 @@ def _sphere_project(x):
     return x + ((t.abs() < 1e-12).double() * 1e-12)[:, None] * W  # keep wᵀx ≠ 0
 
 
-def _line(lo, hi):
+def _line(lo: float, hi: float) -> tuple[Callable, Callable]:
     def sample(n, k, gen):
         return torch.empty(n, 1, dtype=torch.float64).uniform_(lo, hi, generator=gen)
     return sample, (lambda x: x.clamp(lo, hi))
@@ -134,9 +134,11 @@ def functions() -> list[Fn]:
         Fn("‖x‖²", "—", lambda x: (x ** 2).sum(1), *free, (T, T, T, T)),
         Fn("xᵀAx − λ_min(A)", "A ≻ 0 (a fixed 3×3)", lambda x: ((x @ _A) * x).sum(1) - LMIN_A, *free, (T, T, T, F_)),
         Fn("√(wᵀx + b)", "wᵀx ≥ 0, b = 1", lambda x: torch.sqrt(x @ W + 1.0), *_halfspace(0.0), (T, T, F_, F_)),
-        Fn("ln(1 + eˣ)", "x ∈ [−1, 1] (scalar)", lambda x: torch.nn.functional.softplus(x[:, 0]), *_line(-1.0, 1.0), (T, T, F_, T)),
+        Fn("ln(1 + eˣ)", "x ∈ [−1, 1] (scalar)", lambda x: torch.nn.functional.softplus(x[:, 0]), *_line(-1.0, 1.0),
+           (T, T, F_, T)),
         Fn("sigmoid(wᵀx + b)", "—, b = 0.5", lambda x: torch.sigmoid(x @ W + 0.5), *free, (T, T, F_, F_)),
-        Fn("(wᵀx)² sin(1/(wᵀx))", "‖w‖ = ‖x‖ = 1, wᵀx ≠ 0", lambda x: _sin_inv(x @ W), _sphere_sample, _sphere_project, (T, F_, F_, T)),
+        Fn("(wᵀx)² sin(1/(wᵀx))", "‖w‖ = ‖x‖ = 1, wᵀx ≠ 0", lambda x: _sin_inv(x @ W), _sphere_sample, _sphere_project,
+           (T, F_, F_, T)),
         Fn("(wᵀx)² sin(1/(wᵀx))", "wᵀx ≠ 0", lambda x: _sin_inv(x @ W), *off_zero, (T, F_, F_, F_)),
         Fn("ln(wᵀx)", "wᵀx > 0", lambda x: torch.log(x @ W), *_halfspace(0.0), (T, F_, F_, F_)),
         Fn("cosh(wᵀx)", "‖w‖ = ‖x‖ = 1", lambda x: torch.cosh(x @ W), _sphere_sample, _sphere_project, (F_, F_, T, T)),
@@ -207,7 +209,8 @@ def _local_max(score: Callable, x, y, fn: Fn, gen, steps: int = 60):
     for it in range(steps):
         rad = 0.3 * 0.93 ** it
         # alternate global moves with moves on the pair's own length scale (kinks, near-singular points)
-        ref = (bx - by).norm(dim=1, keepdim=True) if it % 2 else bx.norm(dim=1, keepdim=True) + (bx - by).norm(dim=1, keepdim=True)
+        ref = ((bx - by).norm(dim=1, keepdim=True) if it % 2
+               else bx.norm(dim=1, keepdim=True) + (bx - by).norm(dim=1, keepdim=True))
         sx = rad * ref + 1e-15
         nx = fn.project(bx + sx * torch.randn(bx.shape, generator=gen, dtype=torch.float64) / math.sqrt(bx.shape[1]))
         ny = fn.project(by + sx * torch.randn(by.shape, generator=gen, dtype=torch.float64) / math.sqrt(by.shape[1]))
@@ -224,7 +227,8 @@ def _sup_infinite(v: float) -> bool:
 
 
 def _unbounded(sups: list[float]) -> bool:
-    """Infinite if the supremum at any scale is infinite, or it still grows ≥ 5× over the last step of κ or ≥ 1.5× over each of the last two."""
+    """Infinite if the supremum at any scale is infinite, or it still grows ≥ 5× over the last step of κ or ≥ 1.5×
+    over each of the last two."""
     if any(_sup_infinite(v) for v in sups):
         return True
     a, b, c = sups[-3], sups[-2], sups[-1]
@@ -234,7 +238,8 @@ def _unbounded(sups: list[float]) -> bool:
 
 
 def _vacuous(const: float, lower: bool = False) -> bool:
-    """A constant is vacuous when it is not finite, above SUP_MAX as an upper bound, or below LOWER_MIN as a lower bound."""
+    """A constant is vacuous when it is not finite, above SUP_MAX as an upper bound, or below LOWER_MIN as a lower
+    bound."""
     if not math.isfinite(const):
         return True
     return const < LOWER_MIN if lower else const > SUP_MAX
@@ -250,9 +255,13 @@ def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
             r = noncritical_ratios(fn, x)
             fin = r[~torch.isnan(r)]
             if len(fin) == 0:
-                lo.append(math.inf); hi.append(0.0); continue
-            i_lo, i_hi = int(torch.argmin(torch.nan_to_num(r, nan=math.inf))), int(torch.argmax(torch.nan_to_num(r, nan=-math.inf)))
-            lo.append(float(r[i_lo])); hi.append(float(r[i_hi]))
+                lo.append(math.inf)
+                hi.append(0.0)
+                continue
+            i_lo = int(torch.argmin(torch.nan_to_num(r, nan=math.inf)))
+            i_hi = int(torch.argmax(torch.nan_to_num(r, nan=-math.inf)))
+            lo.append(float(r[i_lo]))
+            hi.append(float(r[i_hi]))
             if worst_lo is None or float(r[i_lo]) <= worst_lo[0]:
                 worst_lo = (float(r[i_lo]), x[i_lo])
             if worst_hi is None or float(r[i_hi]) >= worst_hi[0]:
@@ -265,15 +274,16 @@ def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
         vacuous = low_vacuous or _vacuous(max(hi))
         holds = (not neg) and (not inf_hi) and not vacuous and not shrinking and not _unbounded(hi)
         # θ₁² ≤ 0 is a point with ∇L = 0 (or L < 0), a counterexample; 0 < θ₁² < LOWER_MIN only makes θ₁ vacuous
-        out = {"holds": holds, "theta1_sq": min(lo), "theta2_sq": max(hi),
-               "vacuous": vacuous and min(lo) > 0 and not (inf_hi or shrinking or _unbounded(hi))}
+        out: dict[str, Any] = {"holds": holds, "theta1_sq": min(lo), "theta2_sq": max(hi),
+                               "vacuous": vacuous and min(lo) > 0 and not (inf_hi or shrinking or _unbounded(hi))}
         worst = worst_lo if (neg or low_vacuous or shrinking) else worst_hi
         if not holds and worst is not None:
             r, x = worst
             L, g = value_grad(fn, x[None])
-            out["counterexample"] = {"x": x.tolist(), "L": float(L[0]), "grad_norm_sq": float(g.pow(2).sum()), "ratio": r}
+            out["counterexample"] = {"x": x.tolist(), "L": float(L[0]), "grad_norm_sq": float(g.pow(2).sum()),
+                                     "ratio": r}
         return out
-    best = None
+    best: dict[str, Any] | None = None
     for p in PS:
         sups, cex = [], None
         score = lambda a, b, p=p: pair_ratios(fn, prop, p, a, b)  # noqa: E731
@@ -284,9 +294,12 @@ def verdict(fn: Fn, prop: str, n: int, seed: int) -> dict:
             if cex is None or v >= cex[0]:
                 cex = (v, bx, by)
         unb, vac = _unbounded(sups), _vacuous(max(sups))
-        cand = {"p": p, "constant": max(sups), "sups": sups, "holds": not (unb or vac), "vacuous": vac and not unb, "cex": cex}
-        if best is None or (cand["holds"] and not best["holds"]) or (cand["holds"] == best["holds"] and cand["constant"] < best["constant"]):
+        cand = {"p": p, "constant": max(sups), "sups": sups, "holds": not (unb or vac), "vacuous": vac and not unb,
+                "cex": cex}
+        if (best is None or (cand["holds"] and not best["holds"])
+                or (cand["holds"] == best["holds"] and cand["constant"] < best["constant"])):
             best = cand
+    assert best is not None  # PS is not empty
     out = {"holds": best["holds"], "p": best["p"], "constant": best["constant"], "sups_by_scale": best["sups"],
            "vacuous": best["vacuous"]}
     if not best["holds"]:
@@ -319,19 +332,22 @@ def table2_markdown(samples: int = 400, seed: int = 0) -> str:
     lines = [
         "# Table 2, measured", "",
         f"Command: `leakattack check --table2 --samples {samples} --seed {seed} --out results/theory`", "",
-        "Numerical verdicts, not proofs.  For each function, property and p ∈ {¼, ½, ¾} we estimate the smallest admissible "
-        f"constant as the supremum of the defining ratio over {2 * samples} sampled pairs ({samples} points for non-critical) at each of the scales "
-        f"κ ∈ {list(SCALES)} (radius κ, or distance 1/κ to the singular set), followed by random-search local maximisation; "
-        f"a supremum above {SUP_MAX:.0e} (or NaN/+∞) at any scale, or still growing ≥ 5× over the last step of κ or ≥ 1.5× over each of the last two steps, "
-        "is called infinite (✗).  "
-        f"A ✓ also needs a constant that says something: an upper-bound constant (a, b, α, β, c, θ₂²) above {SUP_MAX:.0e}, or a lower bound θ₁² "
-        f"below {LOWER_MIN:.0e}, is vacuous and reads ✗ (constant vacuous).  An upper-bound constant below {LOWER_MIN:.0e} is round-off on a true "
-        "supremum ≤ 0 (e.g. where the round-off guard zeroes E at tiny ‖x − y‖, the semi-sc. ratio is d‖x − y‖^{2p}/L(y)^p > 0): the inequality "
-        "holds with constant 0, its strongest form, and stays ✓.  "
+        "Numerical verdicts, not proofs.  For each function, property and p ∈ {¼, ½, ¾} we estimate the smallest "
+        f"admissible constant as the supremum of the defining ratio over {2 * samples} sampled pairs ({samples} points "
+        f"for non-critical) at each of the scales κ ∈ {list(SCALES)} (radius κ, or distance 1/κ to the singular set), "
+        f"followed by random-search local maximisation; a supremum above {SUP_MAX:.0e} (or NaN/+∞) at any scale, "
+        "or still growing ≥ 5× over the last step of κ or ≥ 1.5× over each of the last two steps, is called infinite "
+        "(✗).  "
+        "A ✓ also needs a constant that says something: an upper-bound constant (a, b, α, β, c, θ₂²) above "
+        f"{SUP_MAX:.0e}, or a lower bound θ₁² below {LOWER_MIN:.0e}, is vacuous and reads ✗ (constant vacuous).  "
+        f"An upper-bound constant below {LOWER_MIN:.0e} is round-off on a true supremum ≤ 0 (e.g. where the round-off "
+        "guard zeroes E at tiny ‖x − y‖, the semi-sc. ratio is d‖x − y‖^{2p}/L(y)^p > 0): the inequality holds with "
+        "constant 0, its strongest form, and stays ✓.  "
         f"x ∈ R^{M_DIM}, w = {wtxt} (‖w‖ = 1); semi-strong convexity with d = {D_SC}; L^p read as |L|^p where L < 0.  "
-        "Cells read *ours / paper*; **bold** marks a disagreement.  A measured ✓ means no blow-up was found, not that none exists: "
-        "ratios that blow up only near a thin set (e.g. where L(y) = 0, which enters semi-strong convexity through L(y)^p) can be missed, "
-        "so a ✓ against the paper's ✗ is weaker evidence than a ✗ with its counterexample.", "",
+        "Cells read *ours / paper*; **bold** marks a disagreement.  A measured ✓ means no blow-up was found, not that "
+        "none exists: ratios that blow up only near a thin set (e.g. where L(y) = 0, which enters semi-strong "
+        "convexity through L(y)^p) can be missed, so a ✓ against the paper's ✗ is weaker evidence than a ✗ with its "
+        "counterexample.", "",
         "| function | assumption | semi-s. | semi-Lg. | semi-sc. | non-critical |",
         "|---|---|---|---|---|---|",
     ]
@@ -368,21 +384,27 @@ def _fmt_const(v: float, digits: int = 3) -> str:
 
 
 def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
-    head = f"- **{fn.name}** ({fn.assumption}), {prop}: paper {'✓' if paper else '✗'}, measured {'✓' if r['holds'] else '✗'}. "
+    head = (f"- **{fn.name}** ({fn.assumption}), {prop}: paper {'✓' if paper else '✗'}, "
+            f"measured {'✓' if r['holds'] else '✗'}. ")
     if prop == "non-critical":
         if r["holds"]:
-            return head + f"‖∇L‖²/L stayed in [{r['theta1_sq']:.4g}, {r['theta2_sq']:.4g}] at every sampled point of every scale."
+            return head + (f"‖∇L‖²/L stayed in [{r['theta1_sq']:.4g}, {r['theta2_sq']:.4g}] at every sampled point "
+                           "of every scale.")
         c = r["counterexample"]
         if r.get("vacuous"):
             return head + (f"‖∇L‖²/L stayed in [{r['theta1_sq']:.4g}, {r['theta2_sq']:.4g}], but θ₁² < {LOWER_MIN:.0e} "
-                           f"makes θ₁²L ≤ ‖∇L‖² vacuous (constant vacuous).  Worst point x = {_fmt_vec(c['x'])}: L(x) = {c['L']:.6g}, "
+                           f"makes θ₁²L ≤ ‖∇L‖² vacuous (constant vacuous).  Worst point x = {_fmt_vec(c['x'])}: "
+                           f"L(x) = {c['L']:.6g}, "
                            f"‖∇L(x)‖² = {c['grad_norm_sq']:.6g}.")
         why = ("L(x) < 0, so θ₂²L(x) < 0 ≤ ‖∇L(x)‖²" if c["L"] < 0 else
-               "L(x) = 0 while ∇L(x) ≠ 0" if c["L"] == 0 else "the ratio ‖∇L‖²/L leaves every band [θ₁², θ₂²] with θ₁ > 0")
-        return head + f"Counterexample x = {_fmt_vec(c['x'])}: L(x) = {c['L']:.6g}, ‖∇L(x)‖² = {c['grad_norm_sq']:.6g} ({why})."
+               "L(x) = 0 while ∇L(x) ≠ 0" if c["L"] == 0 else
+               "the ratio ‖∇L‖²/L leaves every band [θ₁², θ₂²] with θ₁ > 0")
+        return head + (f"Counterexample x = {_fmt_vec(c['x'])}: L(x) = {c['L']:.6g}, "
+                       f"‖∇L(x)‖² = {c['grad_norm_sq']:.6g} ({why}).")
     if r["holds"]:
         return head + (f"With p = {r['p']} the ratio's supremum stays bounded across scales "
-                       f"({', '.join(f'{v:.3g}' for v in r['sups_by_scale'])} at κ = {', '.join(f'{k:.0e}' for k in SCALES)}), "
+                       f"({', '.join(f'{v:.3g}' for v in r['sups_by_scale'])} "
+                       f"at κ = {', '.join(f'{k:.0e}' for k in SCALES)}), "
                        f"so constant ≈ {_fmt_const(r['constant'], 4)} works on everything sampled.")
     c = r["counterexample"]
     big = [k for k, v in zip(SCALES, r["sups_by_scale"]) if _sup_infinite(v)]
@@ -390,9 +412,10 @@ def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
     where = f", above {SUP_MAX:.0e} at κ = {', '.join(f'{k:.0e}' for k in big)}" if big else ""
     return head + (f"For every p ∈ {{¼, ½, ¾}} the required constant {how} "
                    f"(best p = {c['p']}: sup by scale {', '.join(f'{v:.3g}' for v in r['sups_by_scale'])}{where}). "
-                   f"Counterexample x = {_fmt_vec(c['x'])}, y = {_fmt_vec(c['y'])}: L(x) = {c['L(x)']:.6g}, L(y) = {c['L(y)']:.6g}, "
+                   f"Counterexample x = {_fmt_vec(c['x'])}, y = {_fmt_vec(c['y'])}: L(x) = {c['L(x)']:.6g}, "
+                   f"L(y) = {c['L(y)']:.6g}, "
                    f"required constant ≥ {c['ratio']:.4g}.")
 
 
-__all__ = ["Fn", "PROPS", "PS", "SCALES", "D_SC", "SUP_MAX", "LOWER_MIN", "M_DIM", "W", "LMIN_A", "functions", "value_grad",
-           "pair_ratios", "noncritical_ratios", "verdict", "table2_results", "table2_markdown"]
+__all__ = ["Fn", "PROPS", "PS", "SCALES", "D_SC", "SUP_MAX", "LOWER_MIN", "M_DIM", "W", "LMIN_A", "functions",
+           "value_grad", "pair_ratios", "noncritical_ratios", "verdict", "table2_results", "table2_markdown"]

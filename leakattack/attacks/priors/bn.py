@@ -12,6 +12,7 @@ x, with hooks on the BatchNorm layers recording their inputs.
 from __future__ import annotations
 
 import torch
+
 from targets.victim import batch_moments, batchnorm_input_moments, batchnorm_layers
 
 from ...errors import UserError
@@ -19,10 +20,10 @@ from ...errors import UserError
 
 def bn_statistics_distance(moments, granted) -> torch.Tensor:
     """sum_l ||mu_l - m_l||^2 + ||v_l - s_l||^2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6)."""
-    total = 0
+    total: torch.Tensor | int = 0
     for (mu, var), (m, s) in zip(moments, granted):
         total = total + (mu - m).pow(2).sum() + (var - s).pow(2).sum()
-    return total
+    return torch.as_tensor(total)  # the sum itself (a tensor) for one layer or more
 
 
 class BatchNormPrior:
@@ -45,7 +46,11 @@ class BatchNormPrior:
         """The statistics the prior pulls towards: the client's batch statistics, or each layer's running ones."""
         if self.client is not None:
             return self.client
-        return [(m.running_mean.detach(), m.running_var.detach()) for m in self.layers]
+        out = []
+        for m in self.layers:
+            assert m.running_mean is not None and m.running_var is not None  # refused by __init__ otherwise
+            out.append((m.running_mean.detach(), m.running_var.detach()))
+        return out
 
     def moments(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(mean, variance) of the inputs of every BatchNorm layer during one forward pass of x."""

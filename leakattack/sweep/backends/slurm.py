@@ -158,6 +158,7 @@ class SlurmBackend(Backend):
         return flags
 
     def _mem_mb(self) -> int:
+        assert self.mem is not None, "no --mem given"
         return max(1, int(round(self.mem * 1024)))
 
     def _check_cluster(self) -> None:
@@ -341,8 +342,9 @@ class SlurmBackend(Backend):
         elif live:
             while True:
                 states = self._queue([a for _, a in live])
-                if states is not None and all(a.outcome() is not None or states.get(a.job, "COMPLETED") in ENDED
-                                              for _, a in live):
+                # an attempt without a job id counts as ended, as one squeue no longer lists
+                if states is not None and all(a.outcome() is not None or a.job is None
+                                              or states.get(a.job, "COMPLETED") in ENDED for _, a in live):
                     break
                 time.sleep(max(self.poll_s, 1.0))
         if self._tmp is not None and not self._persist:
