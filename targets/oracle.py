@@ -142,7 +142,7 @@ _RESTART_LAYERS = (nn.Linear, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)
 def _restart_layers(model: nn.Module) -> list[nn.Module] | None:
     """The modules that own the trainable weights, when every one is a layer :func:`restart_gradients` knows (a
     Linear, a Conv2d with zero padding given as numbers, a BatchNorm); else None."""
-    layers = []
+    layers: list[nn.Module] = []
     for m in model.modules():
         own = [p for p in m.parameters(recurse=False) if p.requires_grad]
         if not own:
@@ -155,15 +155,16 @@ def _restart_layers(model: nn.Module) -> list[nn.Module] | None:
     return layers
 
 
-def _batch_statistics(m: nn.Module) -> bool:
+def _batch_statistics(m: nn.modules.batchnorm._BatchNorm) -> bool:
     """Whether a BatchNorm normalises by the statistics of its batch (torch's own rule)."""
     return m.training or (m.running_mean is None and m.running_var is None)
 
 
-def _normalised(m: nn.Module, a: torch.Tensor, R: int) -> torch.Tensor:
+def _normalised(m: nn.modules.batchnorm._BatchNorm, a: torch.Tensor, R: int) -> torch.Tensor:
     """A BatchNorm's normalised input: by each of the R batches' own statistics, or by the running ones."""
     shape = (1, -1) + (1,) * (a.dim() - 2)
     if not _batch_statistics(m):
+        assert m.running_mean is not None and m.running_var is not None  # a layer in eval keeps both
         return (a - m.running_mean.view(shape)) * torch.rsqrt(m.running_var.view(shape) + m.eps)
     a = a.view(R, a.shape[0] // R, *a.shape[1:])
     dims = (1,) + tuple(range(3, a.dim()))
@@ -180,6 +181,7 @@ def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: 
         out["weight"] = dz.transpose(1, 2) @ a
         out["bias"] = dz.sum(1)
     elif isinstance(m, nn.Conv2d):
+        assert not isinstance(m.padding, str)  # _restart_layers refuses a padding given by name
         cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
         n, k, p = cols.shape
         cols = cols.view(R, n // R, k, p).transpose(1, 2).reshape(R, k, -1)
@@ -235,6 +237,7 @@ def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) ->
             h.remove()
     out = out.view(R, B, *out.shape[1:])
     loss = sum(victim.loss(out[r], labels[r]) for r in range(R))
+    assert isinstance(loss, torch.Tensor)  # R >= 1 restarts
     dzs = torch.autograd.grad(loss, [c[2] for c in calls], create_graph=True)
     grads: dict = {}
     for (m, a, _, extra), dz in zip(calls, dzs):
