@@ -59,7 +59,8 @@ def cases(models: list[str]) -> list[tuple[str, dict]]:
 
 
 def library_steps(p, x0, labels, steps: int) -> list[tuple[float, float, float]]:
-    """(wall, CPU, system) seconds of each of ``steps`` steps of the library's optimise (the first gap includes no start-up)."""
+    """(wall, CPU, system) seconds of each of ``steps`` steps of the library's optimise (the first gap includes no
+    start-up)."""
     stamps = []
 
     def monitor(step, x):
@@ -88,7 +89,8 @@ def gaps(stamps: list) -> list[tuple[float, float, float]]:
 
 
 def bare_steps(p, x0, labels, steps: int) -> list[tuple[float, float, float]]:
-    """(wall, CPU, system) seconds of each of ``steps`` steps of the bare loop (the same math, no library code but the sketch)."""
+    """(wall, CPU, system) seconds of each of ``steps`` steps of the bare loop (the same math, no library code but the
+    sketch)."""
     s = p.cfg.derived()
     model, loss_fn, sketch = p.victim.model, p.victim.loss, p.obs.linear_map
     y = p.obs.y.detach().flatten()

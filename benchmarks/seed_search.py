@@ -94,7 +94,7 @@ def separation(a) -> None:
 
 def success(a) -> None:
     rng = np.random.default_rng(a.seed)
-    print(f"| victim | sketch | b/d | bits | found | statistic of the winner (min) | best wrong (max) | "
+    print("| victim | sketch | b/d | bits | found | statistic of the winner (min) | best wrong (max) | "
           "ms per candidate |")
     print("|---|---|---|---|---|---|---|---|")
     for kind in a.kinds.split(","):

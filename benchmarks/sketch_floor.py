@@ -172,7 +172,7 @@ def dense_section(reps: int) -> None:
     for dtype in (torch.float32, torch.float64):
         M = torch.randn(b, d, dtype=dtype)
         v, u = torch.randn(d, dtype=dtype), torch.randn(b, dtype=dtype)
-        bare = best(lambda: (M @ v, u @ M), reps)
+        bare = best(lambda M=M: (M @ v, u @ M), reps)
         name = str(dtype).replace("torch.", "")
         row(f"bare matvec pair, {name}", bare, bare, "bare")
         del M
@@ -181,8 +181,8 @@ def dense_section(reps: int) -> None:
             t0 = time.perf_counter()
             sk.apply(v)  # the first call builds the matrix in this dtype
             first = time.perf_counter() - t0
-            row(f"{kind} {name} (first call builds R: {first:.2f} s)", best(lambda: sk.adjoint(sk.apply(v)), reps),
-                bare, "bare")
+            row(f"{kind} {name} (first call builds R: {first:.2f} s)",
+                best(lambda sk=sk: sk.adjoint(sk.apply(v)), reps), bare, "bare")
             del sk
         regen = get_sketch("gaussian", d, b, 1, memory_gb=0)
         row(f"gaussian {name} regenerated (no budget)", best(lambda: regen.adjoint(regen.apply(v)), 1), bare, "bare")
@@ -202,8 +202,10 @@ def main() -> None:
                     help="run this section only (repeatable; default: all)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor()) \
-        if os.path.exists("/proc/cpuinfo") else platform.processor()
+    cpu = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
     print(f"# {cpu}, {os.cpu_count()} cores, load average {_load():.2f} at start; torch {torch.__version__}, "
           f"1 thread unless stated; compiled kernels: {'yes' if kernels.available() else 'no (torch passes only)'}")
     t0 = time.perf_counter()

@@ -47,7 +47,8 @@ def main() -> None:
     ap.add_argument("--slow-iters", type=int, default=3, help="iterations per round for gaussian and ams")
     ap.add_argument("--kinds", default=",".join(list_sketches()))
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (the attack's default is 1)")
-    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="precision (the attack's default is float64)")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                    help="precision (the attack's default is float64)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ds = data.get_dataset("photos")
@@ -65,8 +66,9 @@ def main() -> None:
             iters = a.slow_iters if k in ("gaussian", "ams") else a.iters
             times[k].append(time_per_iteration(model, sketches[k], x, labels, iters))
     base = statistics.median(times["none"])
-    print(f"# lenet 3x32x32 {a.dtype}, d = {d}, b = {b} (b/d = {a.ratio}), {a.iters} GD iterations x {a.rounds} rounds, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print(f"# lenet 3x32x32 {a.dtype}, d = {d}, b = {b} (b/d = {a.ratio}), {a.iters} GD iterations x {a.rounds} "
+          f"rounds, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}")
     print(f"{'sketch':<12} {'ms/iter':>9} {'ratio to none':>14}")
     for k in kinds:
         med = statistics.median(times[k])

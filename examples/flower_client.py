@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
 
 import leakattack.integrations  # noqa: F401  (first: it turns Flower's usage telemetry off before flwr loads)
+
+# isort: split
 from flwr.client import NumPyClient, start_client
 
 from leakattack.data import get_batch, get_dataset

@@ -18,6 +18,8 @@ import torch
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
 
 import leakattack.integrations  # noqa: F401  (first: it turns Flower's usage telemetry off before flwr loads)
+
+# isort: split
 from flwr.common import ndarrays_to_parameters
 from flwr.server import ServerConfig, start_server
 from flwr.server.strategy import FedAvg

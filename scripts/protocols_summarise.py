@@ -16,13 +16,15 @@ def at_floats(rows, budget):
     return ok[-1] if ok else None
 
 
-lines = ["| run | rounds | floats/client/round | floats/client total | final test acc | wall (s) | wall of 50 rounds (s) |",
+lines = ["| run | rounds | floats/client/round | floats/client total | final test acc | wall (s) "
+         "| wall of 50 rounds (s) |",
          "|---|---|---|---|---|---|---|"]
 for name, rows in runs.items():
     r50 = rows[min(49, len(rows) - 1)]
     lines.append(f"| {name} | {rows[-1]['round']} | {rows[-1]['floats_sent']} | {rows[-1]['floats_cum']} | "
                  f"{rows[-1]['test_acc']:.4f} | {rows[-1]['wall_s']:.0f} | {r50['wall_s']:.1f} |")
-lines += ["", "Test accuracy at equal uplink floats per client (fedavg round r vs the last round of each other run within r·d floats):", ""]
+lines += ["", "Test accuracy at equal uplink floats per client (fedavg round r vs the last round of each other run "
+          "within r·d floats):", ""]
 others = [n for n in runs if n != "fedavg"]
 lines += ["| fedavg rounds | floats/client | fedavg acc | " + " | ".join(others) + " |",
           "|---|---|---|" + "---|" * len(others)]
@@ -34,7 +36,8 @@ for r in (10, 25, 50, 75, 100):
     cells = []
     for n in others:
         o = at_floats(runs[n], budget)
-        cells.append("—" if o is None or o["floats_cum"] < 0.9 * budget else f"{o['test_acc']:.4f} (round {o['round']})")
+        cells.append("—" if o is None or o["floats_cum"] < 0.9 * budget
+                     else f"{o['test_acc']:.4f} (round {o['round']})")
     lines.append(f"| {r} | {budget} | {fa[r - 1]['test_acc']:.4f} | " + " | ".join(cells) + " |")
 
 # runs that send the same b per round (safl/sacfl/sketched at one b/d): equal floats is equal rounds
@@ -61,7 +64,8 @@ if len(steps) > 1 and "fedavg" in runs:
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     eps = [(n, runs[n][-1]) for n in steps if "epsilon_paper" in runs[n][-1]]
     if eps:
-        lines += ["", "| run | sigma | epsilon (paper, Claim C.1) | epsilon (Opacus RDP) | epsilon (RDP, sensitivity 2L) |",
+        lines += ["", "| run | sigma | epsilon (paper, Claim C.1) | epsilon (Opacus RDP) "
+                  "| epsilon (RDP, sensitivity 2L) |",
                   "|---|---|---|---|---|"]
         lines += [f"| {n} | {r['sigma']:.3g} | {r['epsilon_paper']:.3g} | {r['epsilon_rdp']:.3g} | "
                   f"{r['epsilon_rdp_normalised']:.3g} |" for n, r in eps]

@@ -2,8 +2,8 @@
 
 Reads a sweep folder's results.jsonl (e.g. results/sweeps/attack_families, made by
 ``leakattack sweep examples/attack_families.toml``) and prints one markdown row per series
-(model and its parameters, batch size, data set, attack, priors): the smallest measured b/m from which every larger measured
-b/m has mean SSIM >= the threshold (over the images of each point), the mean SSIM and PSNR there,
+(model and its parameters, batch size, data set, attack, priors): the smallest measured b/m from which every larger
+measured b/m has mean SSIM >= the threshold (over the images of each point), the mean SSIM and PSNR there,
 the mean SSIM at the smallest b/m measured, and the median attack wall time of the series.  For a batch,
 m counts the unknowns of every image, so b/m is b/(m B).
 
@@ -59,7 +59,8 @@ def main() -> None:
         there = "—" if passing is None else f"{mean[passing][0]:.3f} / {mean[passing][1]:.1f} dB"
         n = min(len(v) for v in points[s].values())
         wall = f"{statistics.median(walls[s]):.1f}" if walls[s] else "—"
-        print(f"| {s[0]} / {s[1]} | {s[2]} | {s[3]} | {'none ≤ ' + f'{ratios[-1]:.2g}' if passing is None else f'{passing:.3g}'} "
+        found = "none ≤ " + f"{ratios[-1]:.2g}" if passing is None else f"{passing:.3g}"
+        print(f"| {s[0]} / {s[1]} | {s[2]} | {s[3]} | {found} "
               f"| {there} | {mean[ratios[0]][0]:.3f} (b/m = {ratios[0]:.3g}) | {n} | {wall} |")
 
 

@@ -55,7 +55,8 @@ def documented_cheap_commands() -> list[str]:
 
 
 def test_site_builds_strict_with_every_api_page(tmp_path):
-    missing = [m for m in ("mkdocs", "material", "mkdocstrings_handlers.python") if importlib.util.find_spec(m.split(".")[0]) is None]
+    missing = [m for m in ("mkdocs", "material", "mkdocstrings_handlers.python")
+               if importlib.util.find_spec(m.split(".")[0]) is None]
     if missing:
         pytest.skip("mkdocs-material and mkdocstrings-python are not installed (pip install -e '.[test]')")
     site = tmp_path / "site"
@@ -64,7 +65,8 @@ def test_site_builds_strict_with_every_api_page(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     log = proc.stdout + proc.stderr
     warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert proc.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + "\n".join(warnings or [log[-3000:]])
+    assert proc.returncode == 0 and not warnings, ("mkdocs build --strict failed:\n"
+                                                   + "\n".join(warnings or [log[-3000:]]))
     for page, names in API_PAGES.items():
         html_path = site / "api" / page / "index.html"
         assert html_path.is_file(), f"API page {page} was not built"

@@ -9,8 +9,15 @@ from leakattack import cli
 from leakattack.attacks import GradientMatching, get_prior, list_priors, parse_prior
 from leakattack.attacks.gradient_matching import _Problem
 from leakattack.attacks.priors import DeepImagePrior, total_variation
-from leakattack.attacks.priors.dip import (BASE_WIDTH, Generators, generate, groups_of, init_params, layer_shapes,
-                                           level_sizes)
+from leakattack.attacks.priors.dip import (
+    BASE_WIDTH,
+    Generators,
+    generate,
+    groups_of,
+    init_params,
+    layer_shapes,
+    level_sizes,
+)
 from leakattack.channel import Channel
 from leakattack.config import ConfigError, RunConfig
 from leakattack.errors import UserError

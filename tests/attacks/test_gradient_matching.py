@@ -7,8 +7,18 @@ import pytest
 import torch
 
 import targets
-from leakattack.attacks import (AttackError, GradientMatching, get_attack, get_optimizer, get_prior, init_dummy,
-                                list_attacks, list_optimizers, list_priors, match_loss)
+from leakattack.attacks import (
+    AttackError,
+    GradientMatching,
+    get_attack,
+    get_optimizer,
+    get_prior,
+    init_dummy,
+    list_attacks,
+    list_optimizers,
+    list_priors,
+    match_loss,
+)
 from leakattack.attacks.priors import total_variation
 from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe

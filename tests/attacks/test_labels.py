@@ -1,7 +1,6 @@
 """Label recovery read through the sketch: single labels, a batch, the scale of the message."""
 
 import pytest
-import torch
 
 import targets
 from leakattack import data

@@ -12,8 +12,8 @@ from leakattack.config import ConfigError, RunConfig
 from leakattack.errors import UserError
 from leakattack.experiment import run_attack
 from leakattack.observation import ThreatModel, observe
-from leakattack.sweep import load_plan
 from leakattack.sketch import make_sketch
+from leakattack.sweep import load_plan
 from targets.victim import batchnorm_layers
 
 

@@ -157,6 +157,7 @@ def test_a_sweep_searches_once_per_point_and_checks_every_point_before_running(t
     rows = read_results(tmp_path / "out" / "results.jsonl")
     assert len(calls) == 2 and all(r["metrics"]["seed_search"]["true_seed_rank"] == 0 for r in rows)
     # the pre-check refuses a point whose search cannot run, whichever point of its case it is
-    sweep.write_text(sweep.read_text().replace("image_index = [0, 1]", "image_index = [0]\nsketch_known = [false, true]"))
+    sweep.write_text(sweep.read_text().replace("image_index = [0, 1]",
+                                               "image_index = [0]\nsketch_known = [false, true]"))
     with pytest.raises(ConfigError, match="give --sketch-unknown too"):
         load_plan(sweep)

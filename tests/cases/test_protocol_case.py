@@ -75,9 +75,11 @@ def test_train_writes_jsonl_checkpoints_and_figure_and_attack_reads_them(tmp_pat
     rows = [json.loads(line) for line in (out / "sketched" / "train.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3]
     assert {"round", "train_loss", "test_acc", "floats_sent", "floats_cum"} <= set(rows[0])
-    assert rows[0]["floats_sent"] < json.loads((out / "fedavg" / "train.jsonl").read_text().splitlines()[0])["floats_sent"]
+    fedavg_first = json.loads((out / "fedavg" / "train.jsonl").read_text().splitlines()[0])
+    assert rows[0]["floats_sent"] < fedavg_first["floats_sent"]
     assert (out / "accuracy_vs_floats.png").stat().st_size > 0
-    assert sorted(f.name for f in (out / "sketched" / "checkpoints").iterdir()) == [f"round_{t:04d}.pt" for t in range(1, 5)]
+    assert (sorted(f.name for f in (out / "sketched" / "checkpoints").iterdir())
+            == [f"round_{t:04d}.pt" for t in range(1, 5)])
     # w^2 from the checkpoint (float32) gives the same message as re-simulating round 1 from the seeds
     common = dict(protocol_round=2, protocol_spec={"clients": 4, "batch_size": 8}, sketch_ratio=0.1)
     from_dir = experiment.prepare(cfg(protocol_dir=str(out / "sketched"), **common))
@@ -105,7 +107,8 @@ def test_bad_train_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys,
 
 def test_bad_attack_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     trained = tmp_path / "tr"
-    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "2", "--clients", "3", "--out", str(trained), "--quiet"]) == 0
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "2", "--clients", "3", "--out", str(trained),
+                     "--quiet"]) == 0
     capsys.readouterr()
     cases = [
         (["--protocol", "fedavg", "--protocol-dir", str(trained / "fedavg"), "--round", "9"], "round 9 does not exist"),

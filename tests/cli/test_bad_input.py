@@ -49,7 +49,8 @@ def test_more_threads_than_cores_are_refused_before_torch_starts_them(tmp_path, 
     # 100000 threads crashed torch's thread pool (a segmentation fault) before the bound
     n = available_cores()
     _refused(RUN + ["--threads", str(threads), "--out", str(tmp_path / "run")],
-             f"threads {threads} exceeds the {n} CPU core{'s' if n != 1 else ''} this process may use: give at most {n}",
+             f"threads {threads} exceeds the {n} CPU core{'s' if n != 1 else ''} this process may use: "
+             f"give at most {n}",
              tmp_path, capsys)
     _refused(["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--threads", str(threads),
               "--out", str(tmp_path / "t")], f"threads {threads} exceeds the {n} CPU core", tmp_path, capsys)
@@ -194,8 +195,8 @@ def test_bad_train_flags_are_one_sentence(tmp_path, capsys, args, needle):
 
 
 def test_training_that_diverges_stops_with_one_sentence_and_no_nan_in_its_log(tmp_path, capsys):
-    rc = cli.main(["train", "--protocol", "fedavg", "--rounds", "5", "--clients", "2", "--local-lr", "1e38", "--global-lr", "1e38",
-                   "--out", str(tmp_path), "--quiet", "--no-checkpoints"])
+    rc = cli.main(["train", "--protocol", "fedavg", "--rounds", "5", "--clients", "2", "--local-lr", "1e38",
+                   "--global-lr", "1e38", "--out", str(tmp_path), "--quiet", "--no-checkpoints"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "training diverged in round" in err[0], err
     log = tmp_path / "fedavg" / "train.jsonl"

@@ -1,7 +1,6 @@
 """The command line: a run writes its folder; bad input gives one line and exit code 2."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,8 @@ import pytest
 from leakattack import cli
 
 RUN_FILES = {"config.json", "metrics.json", "trace.csv", "reconstruction.png", "convergence.png"}
-METRIC_KEYS = {"mse", "psnr", "ssim", "lpips", "lpips_note", "label_acc", "final_loss", "iterations", "wall_s", "d", "b"}
+METRIC_KEYS = {"mse", "psnr", "ssim", "lpips", "lpips_note", "label_acc", "final_loss", "iterations", "wall_s", "d",
+               "b"}
 
 
 def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
@@ -73,12 +73,11 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
 def test_list_names_what_every_registry_accepts(capsys):
     import defenses
     import targets
-    from targets.protocols import list_protocols
-
     from leakattack.attacks import list_attacks, list_optimizers, list_priors, list_recipes
     from leakattack.data import list_datasets
     from leakattack.sketch import list_sketches
     from leakattack.sweep import list_backends
+    from targets.protocols import list_protocols
 
     assert cli.main(["list"]) == 0
     shown = {head.strip(): names.strip().split(", ") for head, names in

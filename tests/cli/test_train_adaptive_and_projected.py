@@ -1,4 +1,5 @@
-"""`leakattack train` / `run --protocol` for safl, sacfl, compsgd and privsgd: run folders, attacks on checkpoints, bad input."""
+"""`leakattack train` / `run --protocol` for safl, sacfl, compsgd and privsgd: run folders, attacks on checkpoints,
+bad input."""
 
 import json
 
@@ -32,7 +33,8 @@ def test_train_each_protocol_writes_rounds_floats_privacy_and_checkpoints_that_r
     assert priv[-1]["epsilon_paper"] == pytest.approx(4.0) and priv[-1]["epsilon_rdp"] > 0
     assert (out / "accuracy_vs_floats.png").stat().st_size > 0
     for proto in runs:
-        assert sorted(f.name for f in (out / proto / "checkpoints").iterdir()) == [f"round_{t:04d}.pt" for t in (1, 2, 3)]
+        assert (sorted(f.name for f in (out / proto / "checkpoints").iterdir())
+                == [f"round_{t:04d}.pt" for t in (1, 2, 3)])
     # attacking round 2 reads w^2 from the checkpoint (the server state is not needed to make the message)
     for proto in ("sacfl", "compsgd"):
         rc = cli.main(["run", "--model", "lenet", "--dataset", "digits", "--protocol", proto, "--protocol-dir",

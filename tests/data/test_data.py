@@ -6,8 +6,16 @@ import pytest
 import torch
 
 from leakattack import data
-from leakattack.data import (DataError, ImageSet, get_batch, get_dataset, list_datasets, load_dataset,
-                             register_dataset, train_test_split)
+from leakattack.data import (
+    DataError,
+    ImageSet,
+    get_batch,
+    get_dataset,
+    list_datasets,
+    load_dataset,
+    register_dataset,
+    train_test_split,
+)
 from leakattack.errors import UserError
 
 
@@ -100,7 +108,8 @@ def test_no_root_raises_data_error():
 
 
 def test_unknown_name_raises_data_error_listing_choices():
-    """An unknown name raises DataError (a UserError, so a ValueError) naming it and listing the valid names in order."""
+    """An unknown name raises DataError (a UserError, so a ValueError) naming it and listing the valid names in
+    order."""
     with pytest.raises(DataError, match="unknown dataset 'imagenet': choose one of "
                                         "photos, digits, mnist, cifar10, cifar100, imagefolder") as info:
         get_dataset("imagenet")

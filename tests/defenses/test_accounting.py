@@ -5,8 +5,7 @@ import math
 import pytest
 
 import defenses
-from defenses.accounting import (accountant_epsilon, gaussian_epsilon, gaussian_sigma, message_privacy,
-                                 paper_composition)
+from defenses.accounting import accountant_epsilon, gaussian_epsilon, gaussian_sigma, message_privacy, paper_composition
 from leakattack.sketch import get_sketch
 
 
@@ -80,7 +79,8 @@ def test_message_privacy_is_unbounded_without_a_clip_and_absent_without_noise():
 
 
 def test_message_privacy_takes_steps_and_sample_rate_by_keyword():
-    """steps and sample_rate are keyword-only; over 4 steps the paper's delta is the total delta, composed by Thm 6.2."""
+    """steps and sample_rate are keyword-only; over 4 steps the paper's delta is the total delta, composed by
+    Thm 6.2."""
     pipe = defenses.build("clip:C=1,gaussian:z=1.1")
     with pytest.raises(TypeError):
         message_privacy(pipe, 1e-5, 4)
@@ -91,7 +91,8 @@ def test_message_privacy_takes_steps_and_sample_rate_by_keyword():
 
 
 def test_message_privacy_for_noise_after_an_srht_divides_z_by_its_operator_norm():
-    """clip:C=1 before an SRHT with ||R|| = sqrt(n/b), noise z = 1.1 after it: Delta = ||R||, noise multiplier 1.1/||R||."""
+    """clip:C=1 before an SRHT with ||R|| = sqrt(n/b), noise z = 1.1 after it: Delta = ||R||, noise multiplier
+    1.1/||R||."""
     norm = get_sketch("srht", 13426, 6713, 1).operator_norm()
     assert norm == pytest.approx(math.sqrt(16384 / 6713), rel=1e-15)
     p = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1@after_sketch"), 1e-5, sketch_norm=norm)

@@ -1,4 +1,5 @@
-"""The sensitivity Delta a defense pipeline bounds for its Gaussian noise, from the clips and the sketch between them."""
+"""The sensitivity Delta a defense pipeline bounds for its Gaussian noise, from the clips and the sketch between
+them."""
 
 import json
 import math
@@ -101,14 +102,16 @@ def test_only_the_first_noise_in_channel_order_is_counted():
 def test_message_privacy_names_the_delta_it_used_for_noise_after_the_sketch():
     p = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1@after_sketch"), 1e-5, sketch_norm=SRHT_LENET)
     assert p["sensitivity"] == pytest.approx(SRHT_LENET) and p["sketch_norm"] == SRHT_LENET
-    assert p["privacy_note"].startswith("Delta = ||R||_op * C = 1.562 * 1.0 = 1.562 (clip before the sketch, noise after it")
+    assert p["privacy_note"].startswith("Delta = ||R||_op * C = 1.562 * 1.0 = 1.562 "
+                                        "(clip before the sketch, noise after it")
     assert "exact only if" not in p["privacy_note"]
     same_side = message_privacy(defenses.build("clip:C=1,gaussian:z=1.1"), 1e-5, sketch_norm=SRHT_LENET)
     assert same_side["sketch_norm"] is None and same_side["privacy_note"].startswith("Delta = C = 1.0 (clip and noise")
 
 
 def test_run_with_noise_after_the_sketch_reports_epsilon_for_delta_norm_times_c(tmp_path):
-    """lenet on digits, SRHT at b = d/2: Delta = sqrt(16384/6713) = 1.5623, RDP epsilon = 7.11 (not 4.24 for Delta = C)."""
+    """lenet on digits, SRHT at b = d/2: Delta = sqrt(16384/6713) = 1.5623, RDP epsilon = 7.11 (not 4.24 for
+    Delta = C)."""
     out = tmp_path / "run"
     assert cli.main(["run", "--dataset", "digits", "--defense", "clip:C=1,gaussian:z=1.1@after_sketch",
                      "--iterations", "5", "--quiet", "--no-lpips", "--out", str(out)]) == 0
@@ -121,7 +124,8 @@ def test_run_with_noise_after_the_sketch_reports_epsilon_for_delta_norm_times_c(
 
 
 def test_training_under_the_defense_uses_the_largest_norm_of_its_fresh_sketches(tmp_path):
-    """Count-sketch norms (sqrt of the largest bucket load) differ across R_t: the composed Delta takes their maximum."""
+    """Count-sketch norms (sqrt of the largest bucket load) differ across R_t: the composed Delta takes their
+    maximum."""
     out = tmp_path / "run"
     assert cli.main(["run", "--model", "logreg", "--dataset", "digits", "--sketch", "countsketch",
                      "--defense", "clip:C=1,gaussian:z=1.1@after_sketch", "--iterations", "2", "--quiet",

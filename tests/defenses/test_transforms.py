@@ -71,7 +71,8 @@ def test_spec_round_trips_and_defaults_place_noise_before_and_quantize_after_the
 
 def test_every_listed_defense_builds_from_its_name():
     for name in defenses.list_defenses():
-        params = {k: 1 if typ is int else 0.5 for k, (typ, _, _) in defenses.registry._REGISTRY.get(name).schema.items()}
+        schema = defenses.registry._REGISTRY.get(name).schema
+        params = {k: 1 if typ is int else 0.5 for k, (typ, _, _) in schema.items()}
         if name == "gaussian":
             params = {"sigma": 0.5}
         assert defenses.get_defense(name, params).name == name

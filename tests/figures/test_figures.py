@@ -13,6 +13,7 @@ from leakattack.errors import UserError
 from leakattack.figures import accuracy_figure, sweep_figures
 from leakattack.results import write_json
 
+
 def fake_sweep(folder: Path, grid_of, metrics_of, n_images=2):
     """A results.jsonl + points/*.pt written by hand: no attack is run."""
     (folder / "points").mkdir(parents=True)
@@ -37,7 +38,8 @@ def test_defense_sweep_figures_come_from_stored_results_only(tmp_path, no_attack
     pts = [({"sigma": s, "sketch": k, "image_index": i}, {"sketch": k, "image_index": i})
            for s in (0.0, 1e-3, 1e-1) for k in ("srht", "countsketch") for i in (0, 1)]
     fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 40 - 100 * g["sigma"] + g["image_index"], "ssim": 1 - g["sigma"],
-                                            "utility_acc": 0.9 - g["sigma"], "epsilon": None if g["sigma"] == 0 else 1 / g["sigma"]})
+                                            "utility_acc": 0.9 - g["sigma"],
+                                            "epsilon": None if g["sigma"] == 0 else 1 / g["sigma"]})
     write_json(tmp_path / "sweep.json", {"strength": "sigma"})
     assert cli.main(["figures", str(tmp_path)]) == 0
     names = {p.name for p in (tmp_path / "figures").iterdir()}
@@ -49,7 +51,8 @@ def test_defense_sweep_figures_come_from_stored_results_only(tmp_path, no_attack
 
 
 def test_phase_transition_figure_is_drawn_against_b_over_m(tmp_path, no_attacks):
-    pts = [({"sketch": k, "sketch_dim": b}, {"sketch": k, "sketch_dim": b}) for k in ("srht", "gaussian") for b in (16, 64, 128)]
+    pts = [({"sketch": k, "sketch_dim": b}, {"sketch": k, "sketch_dim": b})
+           for k in ("srht", "gaussian") for b in (16, 64, 128)]
     fake_sweep(tmp_path, pts, lambda g, p: {"psnr": 10 + 30 * (g["sketch_dim"] >= 64), "ssim": 0.5})
     assert cli.main(["figures", str(tmp_path)]) == 0
     assert (tmp_path / "figures" / "phase_transition.png").exists()

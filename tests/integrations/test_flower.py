@@ -24,8 +24,14 @@ from flwr.server.strategy import FedAvg  # noqa: E402
 from leakattack import cli  # noqa: E402
 from leakattack.data import get_batch, get_dataset  # noqa: E402
 from leakattack.errors import UserError  # noqa: E402
-from leakattack.integrations.flower import (SKETCH_KEY, RecordingStrategy, SketchedFedAvg,  # noqa: E402
-                                            SketchingClient, flatten, sketch_of_config)
+from leakattack.integrations.flower import (  # noqa: E402
+    SKETCH_KEY,
+    RecordingStrategy,
+    SketchedFedAvg,
+    SketchingClient,
+    flatten,
+    sketch_of_config,
+)
 from leakattack.results.message import read_message  # noqa: E402
 from leakattack.sketch import sketch_from_description  # noqa: E402
 

@@ -11,8 +11,17 @@ from skimage.transform import resize
 
 from leakattack import metrics
 from leakattack.errors import UserError
-from leakattack.metrics import (MetricsError, label_accuracy, label_overlap, lpips_distance, match, mse,
-                                psnr, score, ssim)
+from leakattack.metrics import (
+    MetricsError,
+    label_accuracy,
+    label_overlap,
+    lpips_distance,
+    match,
+    mse,
+    psnr,
+    score,
+    ssim,
+)
 from leakattack.metrics import lpips as lpips_metric
 from leakattack.metrics.image import gaussian_window
 
@@ -79,7 +88,8 @@ def test_ssim_matches_skimage(size, channels, level):
 
 
 def test_ssim_window_is_scipy_gaussian_filter_impulse_response():
-    """The 11-tap window equals scipy.ndimage.gaussian_filter1d (sigma 1.5, truncate 3.5) of a unit impulse, to 1e-12."""
+    """The 11-tap window equals scipy.ndimage.gaussian_filter1d (sigma 1.5, truncate 3.5) of a unit impulse, to
+    1e-12."""
     from scipy.ndimage import gaussian_filter1d
 
     impulse = np.zeros(11)
@@ -206,7 +216,8 @@ def test_lpips_wiring_accepts_28x28_greyscale(random_lpips):
 
 
 def test_lpips_without_cached_weights_returns_none_and_path(monkeypatch, tmp_path):
-    """With an empty torch hub dir, lpips_distance returns (None, note naming the missing file) and downloads nothing."""
+    """With an empty torch hub dir, lpips_distance returns (None, note naming the missing file) and downloads
+    nothing."""
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
     x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     val, note = lpips_distance(x, x)

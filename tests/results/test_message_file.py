@@ -50,7 +50,8 @@ def test_write_then_read_gives_back_every_field(tmp_path):
     (dict(kind="update"), "an update message needs 'lr'"),
     (dict(labels=[1, 2]), "holds 2 labels for a batch of 1"),
     (dict(batch_size=0), "'batch_size' must be a positive integer"),
-    (dict(sketch={"kind": "srht", "d": 8, "b": 3, "seed": 0}), "has 4 numbers but its sketch (srht, d = 8) sends b = 3"),
+    (dict(sketch={"kind": "srht", "d": 8, "b": 3, "seed": 0}),
+     "has 4 numbers but its sketch (srht, d = 8) sends b = 3"),
     (dict(lr=-1.0, kind="update"), "'lr' must be a positive number"),
     (dict(input_shape=(3, 0)), "'input_shape' must be a list of 1 to 3 positive integers"),
     (dict(input_shape=(1, 1, 2, 2)), "'input_shape' must be a list of 1 to 3 positive integers such as [3, 32, 32], "

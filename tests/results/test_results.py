@@ -12,6 +12,7 @@ from leakattack import results
 from leakattack.errors import UserError
 from leakattack.results import runs
 
+
 def test_atomic_write_leaves_no_temporary_and_uses_normal_permissions(tmp_path):
     path = tmp_path / "sub" / "metrics.json"
     results.write_json(path, {"psnr": float("inf"), "ssim": 0.5})

@@ -5,8 +5,7 @@ import re
 
 import pytest
 
-from leakattack.results import default_run_dir
-from leakattack.results import runs
+from leakattack.results import default_run_dir, runs
 from leakattack.results.runs import defense_part, model_part, run_folder_name, safe_part
 
 STAMP = "20240101-000000"

@@ -7,8 +7,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from leakattack.results import (aggregate, append_line, default_strength, load_records, mean_std, read_results,
-                                series_keys, series_label, series_of, setting_of, summarize, write_csv)
+from leakattack.results import (
+    aggregate,
+    append_line,
+    default_strength,
+    load_records,
+    mean_std,
+    read_results,
+    series_keys,
+    series_label,
+    series_of,
+    setting_of,
+    summarize,
+    write_csv,
+)
 
 
 def rec(i, sigma, image, psnr, sketch="srht"):

@@ -1,4 +1,5 @@
-"""Dense sketches within a memory budget: R held in the attack's dtype when it fits, regenerated beyond, the same R either way."""
+"""Dense sketches within a memory budget: R held in the attack's dtype when it fits, regenerated beyond, the same R
+either way."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_the_budget_is_passed_only_to_dense_families_and_never_changes_r():
 def test_default_budget_is_a_quarter_of_the_available_ram():
     try:
         with open("/proc/meminfo") as fh:
-            avail = next(int(l.split()[1]) * 1024 for l in fh if l.startswith("MemAvailable:"))
+            avail = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("MemAvailable:"))
     except (OSError, StopIteration):
         pytest.skip("no /proc/meminfo")
     assert default_memory_gb() == pytest.approx(avail / 4 / 1e9, rel=0.2)  # other processes move MemAvailable
@@ -128,5 +129,6 @@ def test_a_run_whose_dense_sketch_cannot_fit_warns_in_one_line(monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         experiment.prepare(cfg)
-    notes = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and "regenerates" in str(w.message)]
+    notes = [str(w.message) for w in caught
+             if issubclass(w.category, SettingWarning) and "regenerates" in str(w.message)]
     assert len(notes) == 1 and "10 min for 2000 iterations" in notes[0] and "--sketch-memory" in notes[0]

@@ -1,4 +1,5 @@
-"""Bucketed scatter plans (countsketch, sparse, the SRHT's S): the map of the definition, the same R as before, O(d) construction."""
+"""Bucketed scatter plans (countsketch, sparse, the SRHT's S): the map of the definition, the same R as before,
+O(d) construction."""
 
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ print(json.dumps({"growth": peak - before, "held": held}))
 @pytest.mark.parametrize("kind", ["countsketch", "sparse"])
 def test_construction_peak_memory_is_what_the_sketch_keeps_plus_small_chunks(kind):
     """Peak RSS while building at d = 3e6 stays within what the sketch holds + 40 MB of chunk temporaries
-    (the one-pass int64 build grew by 123 MB for a countsketch holding 48 MB, by 342 MB for a sparse one holding 192 MB)."""
+    (the one-pass int64 build grew by 123 MB for a countsketch holding 48 MB, by 342 MB for a sparse one holding
+    192 MB)."""
     d = 3_000_000
     out = subprocess.run([sys.executable, "-c", _RSS, kind, str(d)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

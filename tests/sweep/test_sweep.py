@@ -13,8 +13,7 @@ import pytest
 
 from leakattack import cli
 from leakattack.errors import UserError
-from leakattack.sweep import load_plan, read_results, run_point, run_sweep
-from leakattack.sweep import Backend, runner
+from leakattack.sweep import Backend, load_plan, read_results, run_point, run_sweep, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = """
@@ -56,7 +55,8 @@ def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
     assert [p["params"]["defense"] for p in plan.points[:5:4]] == ["clip:C=1,gaussian:sigma=0.0",
                                                                   "clip:C=1,gaussian:sigma=0.001"]
     assert len({p["key"] for p in plan.points}) == 12
-    two = TINY.replace("[grid]\n", "[[grid]]\n") + '\n[[grid]]\nsigma = [0.5]\nimage_index = [0]\nsketch = ["countsketch"]\n'
+    two = (TINY.replace("[grid]\n", "[[grid]]\n")
+           + '\n[[grid]]\nsigma = [0.5]\nimage_index = [0]\nsketch = ["countsketch"]\n')
     assert len(load_plan(write(tmp_path, two, "two.toml")).points) == 13
 
 

@@ -1,4 +1,5 @@
-"""A sweep takes ``time_limit`` per point (a duration as text or seconds) and refuses a bad one before any point runs."""
+"""A sweep takes ``time_limit`` per point (a duration as text or seconds) and refuses a bad one before any point
+runs."""
 
 import pytest
 

@@ -170,7 +170,7 @@ def test_a_results_line_that_is_not_utf8_is_dropped_and_the_sweep_resumes(tmp_pa
     (out / "results.jsonl").write_bytes(lines[0] + b'{"key": "\xff\xfe\xfd", "metrics": {}}\n')
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     assert b"\xff" not in (out / "results.jsonl").read_bytes()
-    assert [r["key"] for r in read_results(out / "results.jsonl")] == [json.loads(l)["key"] for l in lines]
+    assert [r["key"] for r in read_results(out / "results.jsonl")] == [json.loads(ln)["key"] for ln in lines]
 
 
 def _dead_pid() -> int:

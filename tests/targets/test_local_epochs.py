@@ -194,7 +194,8 @@ def test_sacfl_records_its_clip_per_round_and_what_the_norm_gives_the_attacker(t
             assert r["clip_fired"] is fired
             assert r["clip_factor"] == pytest.approx(min(tau / r["mean_norm"], 1.0), rel=1e-12)
         stored = json.loads((tmp_path / f"tau{tau}" / "protocol.json").read_text())
-        assert stored["spec"]["local_epochs"] == 1 and stored["describe"]["epoch_steps"] == [6, 6]  # ceil(360/64), ceil(359/64)
+        # epoch_steps: ceil(360/64), ceil(359/64)
+        assert stored["spec"]["local_epochs"] == 1 and stored["describe"]["epoch_steps"] == [6, 6]
     p = get_protocol("sacfl", linear_victim(digits_train), digits_train, clients=3, batch_size=16, local_epochs=1,
                      sketch_ratio=0.3, clip_threshold=0.1)
     w = p.initial_weights()

@@ -11,7 +11,8 @@ def test_lenet_is_the_dlg_architecture():
     v = targets.get_model("lenet", num_classes=10, in_shape=(3, 32, 32))
     m = v.model
     convs = [c for c in m.modules() if isinstance(c, nn.Conv2d)]
-    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [(3, 12, (5, 5)), (12, 12, (5, 5)), (12, 12, (5, 5))]
+    assert ([(c.in_channels, c.out_channels, c.kernel_size) for c in convs]
+            == [(3, 12, (5, 5)), (12, 12, (5, 5)), (12, 12, (5, 5))])
     assert isinstance(m.act, nn.Sigmoid)
     assert m.fc.in_features == 768 and m.fc.out_features == 10
     assert v.d == targets.num_params(v) == 15826

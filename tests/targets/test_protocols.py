@@ -5,9 +5,20 @@ import torch
 
 import targets
 from leakattack import data
-from targets.protocols import (SPEC_DEFAULTS, CountSketchTable, evaluate, get_protocol, heavymix_support,
-                               list_protocols, median, per_example_clipped_mean, privix, register_protocol,
-                               round_seed, split_clients)
+from targets.protocols import (
+    SPEC_DEFAULTS,
+    CountSketchTable,
+    evaluate,
+    get_protocol,
+    heavymix_support,
+    list_protocols,
+    median,
+    per_example_clipped_mean,
+    privix,
+    register_protocol,
+    round_seed,
+    split_clients,
+)
 
 
 @pytest.fixture(scope="module")

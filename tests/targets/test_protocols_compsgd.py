@@ -1,4 +1,5 @@
-"""COMPSGD and PRIVSGD: l1 projection and lift against brute-force optimality checks, the server step, sigma, seeds, attacks."""
+"""COMPSGD and PRIVSGD: l1 projection and lift against brute-force optimality checks, the server step, sigma, seeds,
+attacks."""
 
 import math
 
@@ -10,8 +11,16 @@ import targets
 from leakattack import data, experiment
 from leakattack.config import RunConfig
 from leakattack.sketch import get_sketch
-from targets.protocols import (BlockProjection, get_protocol, layer_blocks, lift_l1, normalised_projection,
-                               per_example_clipped_mean, privsgd_epsilon, privsgd_sigma, project_l1_ball)
+from targets.protocols import (
+    get_protocol,
+    layer_blocks,
+    lift_l1,
+    normalised_projection,
+    per_example_clipped_mean,
+    privsgd_epsilon,
+    privsgd_sigma,
+    project_l1_ball,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +41,15 @@ def dense(op):
 
 
 def vertex_gaps(point, target, vertices):
-    """<target - point, v - point> for every vertex v: all <= 0 iff point is the projection of target onto their hull."""
+    """<target - point, v - point> for every vertex v: all <= 0 iff point is the projection of target onto their
+    hull."""
     return (vertices - point) @ (target - point)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_l1_ball_projection_satisfies_the_projection_inequality_at_every_vertex(seed):
-    """Brute force: x is the projection onto conv{+-r e_i} iff x is in the ball and <v - x, y - x> <= 0 at all 2d vertices."""
+    """Brute force: x is the projection onto conv{+-r e_i} iff x is in the ball and <v - x, y - x> <= 0 at all 2d
+    vertices."""
     gen = torch.Generator().manual_seed(seed)
     d, r = 30, 1.5
     v = 3 * torch.randn(d, generator=gen, dtype=torch.float64)
@@ -107,7 +118,8 @@ def test_block_projection_is_block_diagonal_with_per_layer_dimensions(digits_tra
 
 
 def test_compsgd_round_is_the_projected_sgd_step_lifted_to_the_nearest_point(digits_train):
-    """Inactive ball: w_{t+1} = w_t - eta P_i g per layer, P_i = Phi_i^T (Phi_i Phi_i^T)^{-1} Phi_i, g the clients' mean gradient."""
+    """Inactive ball: w_{t+1} = w_t - eta P_i g per layer, P_i = Phi_i^T (Phi_i Phi_i^T)^{-1} Phi_i, g the clients'
+    mean gradient."""
     v = small_victim(digits_train)
     p = get_protocol("compsgd", v, digits_train, clients=3, batch_size=8, sketch="gaussian", sketch_ratio=0.2,
                      l1_scale=50.0, local_lr=0.1, global_lr=2.0)

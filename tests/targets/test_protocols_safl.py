@@ -7,7 +7,7 @@ from torch import nn
 import targets
 from leakattack import data, experiment
 from leakattack.config import RunConfig
-from targets.protocols import (PAPER_SERVER_LR, WithNorm, ada_opt, clip_factor, get_protocol, new_server_state)
+from targets.protocols import PAPER_SERVER_LR, WithNorm, ada_opt, clip_factor, get_protocol, new_server_state
 
 HP = dict(lr=0.1, beta1=0.9, beta2=0.99, eps=1e-3)
 

@@ -6,6 +6,7 @@ import torch
 import targets
 from leakattack.errors import UserError
 
+
 def round_trip(name, tmp_path):
     source = targets.get_model(name, seed=1)
     for key, buf in source.model.named_buffers():  # trained statistics, not the initial 0 and 1

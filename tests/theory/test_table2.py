@@ -7,8 +7,20 @@ import pytest
 import torch
 
 from leakattack.seeds import torch_generator
-from leakattack.theory.table2 import (LOWER_MIN, PROPS, PS, SUP_MAX, W, _pairs, _unbounded, _vacuous, functions,
-                                      pair_ratios, table2_results, verdict)
+from leakattack.theory.table2 import (
+    LOWER_MIN,
+    PROPS,
+    PS,
+    SUP_MAX,
+    W,
+    _pairs,
+    _unbounded,
+    _vacuous,
+    functions,
+    pair_ratios,
+    table2_results,
+    verdict,
+)
 
 TABLE = Path(__file__).resolve().parents[2] / "results" / "theory" / "table2.md"
 
@@ -35,8 +47,8 @@ def test_unbounded_rule_flags_any_scale_and_late_growth(sups):
     assert _unbounded(sups)
 
 
-@pytest.mark.parametrize("sups", [[1.0, 1.0, 1.0, 1.0], [0.2, 0.3, 0.3, 0.31], [3e-9, 3e-9, 3e-9, 3e-9], [0.0, 0.0, 0.0, 0.0],
-                                  [1e8, 1e8, 1e8, 1e8]])
+@pytest.mark.parametrize("sups", [[1.0, 1.0, 1.0, 1.0], [0.2, 0.3, 0.3, 0.31], [3e-9, 3e-9, 3e-9, 3e-9],
+                                  [0.0, 0.0, 0.0, 0.0], [1e8, 1e8, 1e8, 1e8]])
 def test_unbounded_rule_keeps_flat_sups_finite(sups):
     assert not _unbounded(sups)
 
@@ -78,7 +90,8 @@ def test_no_check_mark_rests_on_a_vacuous_constant(rows):
                 continue
             where = f"{row['fn'].name} ({row['fn'].assumption}) {prop}"
             if prop == "non-critical":
-                assert LOWER_MIN <= v["theta1_sq"] and math.isfinite(v["theta2_sq"]) and v["theta2_sq"] <= SUP_MAX, where
+                assert (LOWER_MIN <= v["theta1_sq"] and math.isfinite(v["theta2_sq"])
+                        and v["theta2_sq"] <= SUP_MAX), where
             else:
                 assert math.isfinite(v["constant"]) and v["constant"] <= SUP_MAX, where
                 assert all(s <= SUP_MAX for s in v["sups_by_scale"]), where
