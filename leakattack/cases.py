@@ -98,7 +98,8 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
     x, labels = get_batch(ds, cfg.image_index, cfg.batch_size)
     victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
-                               init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+                               init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
+                               **cfg.model_params)
     if cfg.weights:
         targets.load_weights(victim, cfg.weights)
     victim.to(device=device, dtype=dtype)
@@ -298,7 +299,8 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.de
              f"{num_classes}")
     try:
         victim = targets.get_model(cfg.model, num_classes=num_classes, in_shape=in_shape, seed=seeds.model_seed,
-                                   init=cfg.weight_init, bn_mode=cfg.bn, **cfg.model_params)
+                                   init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, msg.batch_size),
+                                   **cfg.model_params)
     except UserError as err:
         raise ConfigError(f"{err} ({built})") from None
     except Exception as err:  # noqa: BLE001 -- a registered model's constructor refusing the shape, in its words

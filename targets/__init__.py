@@ -33,11 +33,11 @@ from .oracle import (
                      probe,
                      unflatten,
 )
-from .victim import BN_MODES, TASKS, Victim, cross_entropy, squared_error
+from .victim import BN_MODES, TASKS, Victim, cross_entropy, resolve_bn_mode, squared_error
 from .weights import load_weights
 
 __all__ = [
-    "Victim", "TASKS", "BN_MODES", "cross_entropy", "squared_error",
+    "Victim", "TASKS", "BN_MODES", "resolve_bn_mode", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
     "parameter_count", "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",

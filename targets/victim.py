@@ -32,6 +32,22 @@ from torch import nn
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
 
+
+def resolve_bn_mode(mode: str, batch_size: int) -> str:
+    """The BatchNorm mode of the client's forward pass; ``auto``: ``eval`` for one example, ``train`` for a batch.
+
+    A batch is normalised with its own statistics, as a training client does.  One
+    example in train mode would be normalised by its own spatial statistics, which
+    no training client does; the field's single-image case (breaching's
+    ``invertinggradients`` on one image) runs the model with the running statistics
+    the server holds.  On one image in train mode the gradient's direction also
+    turns under changes below one grey level (docs/ig_recipe.md), and neither
+    leakattack's Inverting Gradients nor breaching's rebuilds it.
+    """
+    if mode == "auto":
+        return "eval" if batch_size == 1 else "train"
+    return mode
+
 #: victims with at least this many weights are attacked on every core unless told otherwise (ResNets, ViTs: large
 #: convolutions and matrix products, which torch splits well), smaller ones (LeNet, MLPs, linear models) on one
 #: thread, whose small tensor ops only wait on each other with more (benchmarks/deep_step.py, attack_speed.py)

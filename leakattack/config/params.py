@@ -104,8 +104,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "victim", flag="--model-param"),
     Param("weights", None, Optional(Text()), "weights",
           "state_dict file to load into the model (read with weights_only: a file cannot run code)", "victim"),
-    Param("bn", "train", Choice(names.BN_MODES), "BatchNorm mode",
-          "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics)",
+    Param("bn", "auto", Choice(("auto",) + tuple(names.BN_MODES)), "BatchNorm mode",
+          "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics); "
+          "auto: eval for one example (the field's single-image case), train for a batch",
           "victim"),
     Param("weight_init", None, Optional(Choice(names.INITS)), "weight init",
           "weight initialisation: uniform (U(-0.5,0.5), DLG), default, xavier, normal (default: the model's own; "

@@ -113,3 +113,15 @@ def test_batch_statistics_on_a_one_by_one_map_of_one_example_is_one_sentence():
     assert "\n" not in str(err.value)
     v.set_mode("eval")
     assert targets.flat_gradient(v, torch.rand(1, 3, 32, 32), torch.tensor([0])).shape == (v.d,)
+
+
+def test_auto_batchnorm_mode_is_eval_for_one_example_and_train_for_a_batch():
+    from leakattack.config import RunConfig
+    from leakattack.experiment import prepare
+    from targets import resolve_bn_mode
+
+    assert resolve_bn_mode("auto", 1) == "eval" and resolve_bn_mode("auto", 4) == "train"
+    assert resolve_bn_mode("train", 1) == "train" and resolve_bn_mode("eval", 8) == "eval"
+    for batch, bn, mode in ((1, "auto", "eval"), (2, "auto", "train"), (1, "train", "train")):
+        p = prepare(RunConfig(model="resnet20", batch_size=batch, bn=bn, iterations=1))
+        assert p.victim.bn_mode == mode, (batch, bn)
