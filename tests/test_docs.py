@@ -105,3 +105,35 @@ def test_cheap_documented_commands_exit_0():
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, f"`{command}` exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
         assert proc.stdout.strip(), f"`{command}` printed nothing"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The ids the toc extension gives a page's headings (its default slugify)."""
+    ids = set()
+    for line in markdown.splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            text = re.sub(r"[^\w\s-]", "", m.group(1).replace("`", "")).strip().lower()
+            ids.add(re.sub(r"[-\s]+", "-", text))
+    return ids
+
+
+def test_readme_is_short_and_its_relative_links_resolve():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; the details belong in docs/ (at most 200)"
+    # the test command .ci/run executes is the one the README gives
+    assert "```bash\npython -m pytest -q\n```" in text, "README.md no longer gives the test command `python -m pytest -q`"
+    assert "python -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [link for link in links if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", link)]
+    assert relative, "README.md links no documentation page"
+    broken = []
+    for link in relative:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        if not target.exists():
+            broken.append(link)
+        elif anchor and target.suffix == ".md" and anchor not in _anchors(target.read_text(encoding="utf-8")):
+            broken.append(link)
+    assert not broken, f"README.md links to missing files or headings: {broken}"
