@@ -1,4 +1,4 @@
-"""BatchNorm running statistics from real images, for the ``bn`` prior's README measurement.
+"""BatchNorm running statistics from real images, for the ``bn`` prior's measurement in docs/attack.md.
 
 Builds a registered model with the run's seed (BatchNorm tracking statistics),
 passes the embedded photos FIRST..LAST-1 through it once in train mode as one

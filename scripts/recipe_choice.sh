@@ -1,5 +1,5 @@
 #!/bin/sh
-# The measurements behind the choice of the `ig` recipe for deep BatchNorm networks (README, "Recipes"):
+# The measurements behind the choice of the `ig` recipe for deep BatchNorm networks (docs/attack.md, "Recipes"):
 # resnet20, embedded photo 0 (3x32x32), unsketched, BatchNorm in train mode, 300 steps each.
 set -e
 OUT=${OUT:-results/runs/recipe_choice}

@@ -1,6 +1,6 @@
 """`leakattack reproduce`: regenerate the reference results committed under results/.
 
-Every number the README quotes from results/ comes from one of these steps, run
+Every number the README and docs/ quote from results/ comes from one of these steps, run
 from the repository root.  ``--list`` names the steps, ``--dry-run`` prints their
 commands.  Sweeps are re-run from scratch (their old results.jsonl and points are
 removed first, otherwise the sweep would resume and skip every point).

@@ -30,7 +30,7 @@ def alexnet_weights_path() -> str:
 def _missing_weights_note(path: str) -> str:
     """The one-sentence note returned instead of an LPIPS value when the backbone is absent."""
     return (f"LPIPS not computed: AlexNet backbone weights not found in the local torch cache "
-            f"at {path}; see README 'LPIPS weights'")
+            f"at {path}; see docs/runs.md, 'LPIPS weights'")
 
 
 def lpips_module(pnet_rand: bool = False, device="cpu"):

@@ -11,7 +11,7 @@ number of the optimisation is identical.
 
 The spread these tolerances allow was measured on the default attacks
 (``leakattack run --model lenet --sketch srht|none``) under the three CPU
-capabilities torch offers on x86-64 (AVX-512, AVX2, none): see the README.
+capabilities torch offers on x86-64 (AVX-512, AVX2, none): see docs/measured-results.md.
 """
 
 from __future__ import annotations
