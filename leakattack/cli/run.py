@@ -8,20 +8,25 @@ from ..config.arguments import config_from_args
 from ..experiment import run_attack
 
 
-def summary_line(m: dict, folder) -> str:
+def summary_line(m: dict, folder, objective: str = "l2", num_classes: int | None = None) -> str:
     """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
 
     A run that attacked nothing (its objective was not finite at the start, or
     never went below it) says so instead of its image scores; a reconstruction
     that is not rebuilt (:func:`leakattack.metrics.verdict`) says so first,
-    with the baseline it is no better than.
+    with the baseline it is no better than.  The final loss is named after the
+    ``objective`` it is (``L_R`` for the squared distance, the cosine distance
+    for ``cosine``); a defended run adds its defense, ε and, with ``--utility``,
+    the test accuracy of training under it (said to be below chance when it is
+    under 1/``num_classes``).
     """
-    tail = (f"L_R {_loss(m['final_loss'])} | {_labels(m)} | {m['iterations']} it ({m['stop_reason']}) | "
-            f"{m['wall_s']:.1f} s | d={m['d']} b={m['b']} | ")
+    name = "cosine distance" if objective == "cosine" else "L_R"
+    tail = (f"{name} {_loss(m['final_loss'])} | {_labels(m)} | {m['iterations']} it ({m['stop_reason']}) | "
+            f"{m['wall_s']:.1f} s | d={m['d']} b={m['b']} | {_defense(m, num_classes)}")
     if m.get("attacked") is False:
         return f"nothing was attacked: {m['nothing_attacked']} | {tail}{folder}"
     if m.get("truth") is False:  # a message attacked without a truth file
-        return (f"no image metrics (no --truth) | L_R {_loss(m['final_loss'])} | labels {m['labels_attack']} "
+        return (f"no image metrics (no --truth) | {name} {_loss(m['final_loss'])} | labels {m['labels_attack']} "
                 f"({m['label_mode']}) | {m['iterations']} it ({m['stop_reason']}) | {m['wall_s']:.1f} s | "
                 f"d={m['d']} b={m['b']} | reconstruction.pt in {folder}")
     lp = f"{m['lpips']:.3f}" if m["lpips"] is not None else "n/a (backbone weights not cached)"
@@ -51,6 +56,22 @@ def _labels(m: dict) -> str:
     return lab
 
 
+def _defense(m: dict, num_classes: int | None) -> str:
+    """``defense SPEC, ε E (δ D) | utility ... | `` for a defended run, empty otherwise."""
+    if not m.get("defense"):
+        return ""
+    out = f"defense {m['defense']}"
+    if m.get("epsilon") is not None:
+        out += f", ε {m['epsilon']:.3g} (δ {m['delta']:.0e})"
+    out += " | "
+    acc = m.get("utility_acc")
+    if acc is not None:
+        chance = 1 / num_classes if num_classes else None
+        below = f", below chance ({chance:.2f})" if chance is not None and acc < chance else ""
+        out += f"utility: test accuracy {acc:.3f}{below} | "
+    return out
+
+
 def _loss(v) -> str:
     return "n/a (not finite)" if v is None or v != v else f"{v:.3e}"
 
@@ -75,7 +96,8 @@ def cmd_run(a) -> int:
         print(f"note: the {cfg.attack} attack solves in closed form and does not read {', '.join(unused)}",
               file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
-    print(summary_line(m, folder))
+    derived = _derived(folder)
+    print(summary_line(m, folder, objective=derived.get("objective", "l2"), num_classes=derived.get("num_classes")))
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops
     if m["message"] and (m["stop_reason"] not in ("tolerance", "stalled") or m.get("unique") is False):
         print(f"note: {m['message']}", file=sys.stderr)
@@ -84,6 +106,16 @@ def cmd_run(a) -> int:
     if "seed_search" in m:
         print(f"note: {seed_search_line(m['seed_search'])}", file=sys.stderr)
     return 0
+
+
+def _derived(folder) -> dict:
+    """The settings the run resolved (objective, number of classes), as its config.json records them."""
+    import json
+    from pathlib import Path
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("derived", {})
+    except (OSError, ValueError):
+        return {}
 
 
 def seed_search_line(s: dict) -> str:

@@ -91,3 +91,23 @@ def test_a_message_without_truth_has_no_verdict_and_with_truth_a_grey_baseline(t
     assert m["baseline_start_psnr"] is not None
     which = {"start": "the start", "mean": "a constant grey image"}[m["verdict_baseline"]]
     assert line.startswith(f"not rebuilt (no better than {which})")
+
+
+def test_the_summary_names_the_objective_it_reports(tmp_path, capsys):
+    _, line, _, _ = _run([*LENET, "--iterations", "2"], tmp_path / "l2", capsys)
+    assert "| L_R " in line and "cosine" not in line
+    _, line, _, m = _run([*LENET, "--recipe", "ig", "--iterations", "2"], tmp_path / "cos", capsys)
+    assert f"| cosine distance {m['final_loss']:.3e} |" in line and "L_R" not in line
+
+
+def test_a_defended_run_states_its_defense_epsilon_and_utility(tmp_path, capsys):
+    spec = "clip:C=1,gaussian:z=1.1@after_sketch"
+    _, line, _, m = _run([*LENET, "--iterations", "2", "--defense", spec, "--utility", "--utility-steps", "20"],
+                         tmp_path / "d", capsys)
+    assert f"defense {m['defense']}, ε {m['epsilon']:.3g} (δ {m['delta']:.0e})" in line
+    acc = f"utility: test accuracy {m['utility_acc']:.3f}"
+    assert acc in line
+    # below 1/10 the line says so; at or above it, it does not
+    assert (", below chance (0.10)" in line) == (m["utility_acc"] < 0.1)
+    _, plain, _, _ = _run([*LENET, "--iterations", "2"], tmp_path / "p", capsys)
+    assert "defense" not in plain and "utility" not in plain
