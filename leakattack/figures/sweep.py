@@ -16,6 +16,7 @@ results stored before baselines existed draw none.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from .common import plt, save_both, to_hwc
 
 #: at most this many series (blocks) in one reconstruction grid; the rest are named as left out
 MAX_GRID_BLOCKS = 6
+#: the reconstruction grid puts series blocks side by side up to this many image columns in all
+GRID_COLUMNS = 9
 #: the x axes of the phase transition: b/m comes from them, so they never tell series apart there
 SIZE_KEYS = ("sketch_dim", "sketch_ratio")
 #: a metric -> the stored key of its baseline (the better of the start and the mean image), drawn dashed beside it
@@ -101,6 +104,10 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     if defense is _VARIES and isinstance(base.get("defense"), str):
         defense = base["defense"]
     if defense is not _VARIES:
+        if defense and "{" in defense:  # a template: each {name} is the value of the grid key name
+            names = re.findall(r"\{(\w+)\}", defense)
+            defense = re.sub(r"\{(\w+)\}", lambda m: "<" + m.group(1) + ">", defense) + \
+                f" ({', '.join(dict.fromkeys(names))} varied)"
         parts.append(f"defense {defense}" if defense else "no defense")
     return _SEP.join(parts)
 
@@ -245,8 +252,18 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
         if notes is not None:
             notes.append(f"reconstruction grid shows {len(shown)} of {len(shown) + len(left)} series "
                          f"({len(left)} left out)")
-    fig = plt.figure(figsize=(width, sum(heights) + 0.7), layout="constrained")
-    subs = fig.subfigures(len(blocks), 1, height_ratios=heights, squeeze=False)[:, 0] if len(blocks) > 1 else [fig]
+    # blocks side by side while the figure stays at most GRID_COLUMNS images wide, then in further rows
+    per_row = max(1, min(len(blocks), GRID_COLUMNS // max(len(b[2]) for b in blocks)))
+    n_rows = -(-len(blocks) // per_row)
+    row_heights = [max(heights[i:i + per_row]) for i in range(0, len(blocks), per_row)]
+    fig = plt.figure(figsize=(width * per_row, sum(row_heights) + 0.7), layout="constrained")
+    if len(blocks) > 1:
+        grid = fig.subfigures(n_rows, per_row, height_ratios=row_heights, squeeze=False)
+        subs = [grid[i // per_row][i % per_row] for i in range(len(blocks))]
+        for extra in range(len(blocks), n_rows * per_row):  # an empty cell of the last row stays blank
+            grid[extra // per_row][extra % per_row].set_visible(False)
+    else:
+        subs = [fig]
     for sub, (series, levels, images, cell, rep_note) in zip(subs, blocks):
         _grid_block(sub, strength, levels, images, cell)
         batch = max(c[2] for c in cell.values())
@@ -257,7 +274,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
             sub.suptitle(heading, fontsize=7)
         elif heading:
             head += f" ({heading})"
-    _title(fig, head, records, meta, width)
+    _title(fig, head, records, meta, width * per_row)
     return save_both(fig, Path(folder) / "figures", "reconstruction_grid")
 
 

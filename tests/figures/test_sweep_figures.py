@@ -227,3 +227,24 @@ def test_results_stored_before_baselines_draw_none_and_summarise_without_them(tm
     assert _dashed(ax) == [] and sweep_figures_module.BASELINE_LABEL not in labelled_lines(ax)
     header = (tmp_path / "summary.csv").read_text().splitlines()[0]
     assert "baseline" not in header and "rebuilt" not in header
+
+
+def test_a_defense_template_reads_as_its_placeholders_and_series_sit_side_by_side(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": k, "sigma": s, "image_index": i} for k in ("srht", "none")
+                          for s in SIGMAS for i in range(3)])
+    meta = json.loads((tmp_path / "sweep.json").read_text())
+    meta["base"] = {"defense": "gaussian:sigma={sigma}@before_sketch"}
+    (tmp_path / "sweep.json").write_text(json.dumps(meta))
+    records = [json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for r in records:
+        r["params"]["defense"] = f"gaussian:sigma={r['grid']['sigma']}@before_sketch"
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    sweep_figures(tmp_path)
+    fig = drawn["reconstruction_grid"]
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "gaussian:sigma=<sigma>@before_sketch (sigma varied)" in title and "{" not in title
+    # two series of three images: one row of two blocks, wider than tall
+    assert len(fig.subfigs) == 2
+    w, h = fig.get_size_inches()
+    assert w > h
+    assert_laid_out(fig)
