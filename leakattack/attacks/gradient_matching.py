@@ -63,6 +63,10 @@ STALL_GAIN = 0.02
 SLOWER = 1.25
 
 
+#: with a time limit, the step schedule is fitted to the steps the limit allows, from the time of this many steps
+SCHEDULE_PROBE = 5
+
+
 def match_loss(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Tensor:
     """L_R = ||pred - y||^2 (``l2``) or 1 - cos(pred, y) (``cosine``)."""
     if objective == "l2":
@@ -225,6 +229,11 @@ class GradientMatching(Attack):
                 index = torch.tensor(keep)
                 Z, G = Z[index], G[index]
                 values, fits = [values[i] for i in keep], [fits[i] for i in keep]
+            if milestones and step == SCHEDULE_PROBE and math.isfinite(deadline):
+                # a time limit that ends the attack before its last step: the schedule fits the steps it will take
+                per_step = (time.perf_counter() - t0) / step
+                steps = min(iterations, max(SCHEDULE_PROBE + 1, int(self.time_limit / per_step)))
+                milestones = [max(SCHEDULE_PROBE + 1, round(f * steps)) for f in STEP_MILESTONES]
             if milestones:
                 opt.lr = base_lr * 0.1 ** sum(step >= m for m in milestones)
             if opt.evaluates:

@@ -47,3 +47,30 @@ def test_signed_steps_are_refused_for_lbfgs_and_unknown_schedules_are_refused():
         GradientMatching(optimizer="lbfgs", signed=True)
     with pytest.raises(ValueError, match="schedule"):
         GradientMatching(schedule="cosine")
+
+
+def test_with_a_time_limit_the_step_schedule_fits_the_steps_the_limit_allows(monkeypatch):
+    """On a clock where a step takes 1.2 s, a 20 s limit allows 16 steps: the cuts fall at 6, 10 and 14, not at
+    3/8, 5/8 and 7/8 of the 1000 iterations the attack would otherwise take."""
+    from types import SimpleNamespace
+
+    from leakattack.attacks import gradient_matching
+    clock = [0.0]
+    monkeypatch.setattr(gradient_matching, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    obs, x, labels = _obs()
+    xs = []
+
+    def monitor(step, xt):
+        xs.append(xt.clone())
+        clock[0] += 1.0
+        return {}
+
+    gm = GradientMatching(optimizer="gd", iterations=1000, lr=0.01, labels="given", tol=0, schedule="step",
+                          signed=True, stall_window=0, time_limit=20)
+    gm.run(obs, init_dummy(x.shape, "gaussian", 2, dtype=torch.float64), labels, monitor=monitor, monitor_every=1)
+    moves = [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])]
+    # six monitor calls (1 s each) by the probe at step 5: 1.2 s a step, int(20 / 1.2) = 16 steps
+    cut = [round(f * 16) for f in STEP_MILESTONES]
+    assert cut == [6, 10, 14] and len(moves) >= 16
+    want = [0.01 * 0.1 ** sum(t >= c for c in cut) for t in range(len(moves))]
+    assert moves == pytest.approx(want, rel=1e-9)
