@@ -229,7 +229,7 @@ class GradientMatching(Attack):
                 index = torch.tensor(keep)
                 Z, G = Z[index], G[index]
                 values, fits = [values[i] for i in keep], [fits[i] for i in keep]
-            if milestones and step == SCHEDULE_PROBE and math.isfinite(deadline):
+            if milestones and step == SCHEDULE_PROBE and self.time_limit is not None:
                 # a time limit that ends the attack before its last step: the schedule fits the steps it will take
                 per_step = (time.perf_counter() - t0) / step
                 steps = min(iterations, max(SCHEDULE_PROBE + 1, int(self.time_limit / per_step)))
