@@ -1,8 +1,8 @@
 """Configuration: parameters declared once (constraints, defaults, labels, flags), validated at the edge.
 
-``RUN_PARAMS`` generates :class:`RunConfig`, the flags of ``leakattack run``
-(:func:`add_arguments`), the validation and the sweep keys; ``PROTOCOL_PARAMS``
-does the same for protocol settings shared by ``train`` and ``run --protocol``.
+``RUN_PARAMS`` generates the flags of ``leakattack run`` (:func:`add_arguments`),
+the validation and the sweep keys, and :class:`RunConfig` types one field per entry;
+``PROTOCOL_PARAMS`` does the same for protocol settings shared by ``train`` and ``run --protocol``.
 
 The declarations and the flags import no torch (:mod:`.names` holds the registry names
 they show); :class:`RunConfig` and the checks that need the registries (:mod:`.run`) are

@@ -6,6 +6,7 @@ The flags themselves come from :mod:`.flags` (re-exported here), which imports n
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .constraints import Items, Table
 from .flags import (
@@ -23,7 +24,7 @@ from .run import RunConfig
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     """The RunConfig of parsed ``run`` flags (not validated yet)."""
-    values = {}
+    values: dict[str, Any] = {}
     for p in RUN_PARAMS:
         if p.option is None:
             continue

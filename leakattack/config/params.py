@@ -1,9 +1,10 @@
 """Every parameter a user can set, declared once: name, default, constraint, label, help, flag.
 
-The declarations below generate :class:`~leakattack.config.RunConfig`, the
-``leakattack run`` flags, the validation with its one-sentence errors, and the
-keys a sweep file may use.  Adding a run parameter is one ``Param`` line here
-(plus the code that uses it).  The registry names and constants the declarations
+The declarations below generate the ``leakattack run`` flags, the validation
+with its one-sentence errors, and the keys a sweep file may use; the typed
+:class:`~leakattack.config.RunConfig` has one field per declaration (a test
+checks names, defaults and types).  Adding a run parameter is one ``Param``
+line here, one field there, plus the code that uses it.  The registry names and constants the declarations
 show come from :mod:`.names` (copies checked by a test), so importing this
 module, and building every command's flags from it, imports no torch.
 """
