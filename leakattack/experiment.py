@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attacks import RECIPE_FIELDS, Attack, AttackResult, get_attack
+from .attacks import RECIPE_FIELDS, Attack, AttackResult
 from .cases import Case, build_case
-from .config import CLOSED_FORM_ATTACKS, ConfigError, RunConfig
+from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
@@ -94,16 +94,15 @@ def resolve_device(name: str) -> torch.device:
 
 
 def attack_of(cfg: RunConfig) -> Attack:
-    """The configured attack (gradient matching takes the optimiser, objective, priors, labels, restarts;
-    the analytic attack only where its labels come from; R-GAP and APRIL nothing: they use granted labels when
-    there are)."""
-    if cfg.attack == "analytic":
-        return get_attack(cfg.attack, labels="given" if cfg.labels_given else "recovered")
-    if cfg.attack in CLOSED_FORM_ATTACKS:
-        return get_attack(cfg.attack)
+    """The configured attack: a closed-form one takes at most where its labels come from (the analytic attack;
+    R-GAP and APRIL use granted labels when there are); gradient matching takes the optimiser, objective, priors,
+    labels, restarts."""
+    cls = cfg.attack_class
+    if cls.closed_form:
+        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}))
     s = cfg.derived()
-    return get_attack(
-        cfg.attack, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
+    return cls(
+        optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
         priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
@@ -181,7 +180,7 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool)
     start) and the data set's mean image (:func:`metrics.mean_image`), scored
     against the truth like the reconstruction.  Without a truth: no verdict.
     """
-    case, closed_form = p.case, p.cfg.attack in CLOSED_FORM_ATTACKS
+    case, closed_form = p.case, p.attack.closed_form
     reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step)
     out = {"attacked": reason is None, "nothing_attacked": reason}
     if case.x is None:

@@ -51,13 +51,18 @@ def list_attacks() -> list[str]:
     return _ATTACKS.names()
 
 
+def attack_class(name: str) -> type[Attack]:
+    """The class registered as ``name``: its capabilities (``closed_form``, ``reads_labels``, ``settings``)."""
+    return _ATTACKS.get(name)
+
+
 def get_attack(name: str, **options) -> Attack:
     """Attack ``name`` configured with ``options`` (keyword arguments of its class)."""
-    return _ATTACKS.get(name)(**options)
+    return attack_class(name)(**options)
 
 
 __all__ = [
-    "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
+    "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "get_attack", "list_attacks", "DEFAULT_ATTACK",
     "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
     "SCHEDULES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",

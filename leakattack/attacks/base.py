@@ -45,9 +45,19 @@ class AttackResult:
 
 
 class Attack:
-    """Base class: subclasses set ``name`` and implement :meth:`reconstruct`."""
+    """Base class: subclasses set ``name`` and implement :meth:`reconstruct`.
+
+    Class attributes state what an attack can do, so that callers ask them instead of testing names:
+    ``closed_form`` (it solves for x directly: no optimiser, no data-free start to score as a baseline, and its
+    labels are recovered from the message or granted, never optimised), ``reads_labels`` (it takes a ``labels``
+    option: ``"given"`` uses the granted labels) and ``settings`` (the run settings only it reads, which
+    ``leakattack run`` reports as unused under another attack).
+    """
 
     name = "base"
+    closed_form: bool = False
+    reads_labels: bool = False
+    settings: tuple[str, ...] = ()
 
     def supports(self, obs: Observation) -> str | None:
         """None when the attack can run on ``obs``, else one sentence saying why not."""

@@ -44,14 +44,6 @@ class Derived(attacks.Recipe):
     recipe: str
 
 
-#: attacks that solve for the input in closed form, reading none of gradient matching's settings
-CLOSED_FORM_ATTACKS = ("analytic", "rgap", "april")
-
-#: the settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
-GRADIENT_MATCHING_ONLY = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv",
-                          "priors", "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts")
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """One attack: which victim, which sketch and defense, which attacker, which data.
@@ -231,23 +223,28 @@ class RunConfig:
             recipe=self._recipe_name(), **settings,
         )
 
+    @property
+    def attack_class(self) -> type[attacks.Attack]:
+        """The configured attack's class, whose capabilities the run asks (``closed_form``, ``reads_labels``)."""
+        return attacks.attack_class(self.attack)
+
     def unused_options(self) -> list[str]:
-        """The flags set away from their defaults that the configured attack does not read: gradient matching's
-        settings under a closed-form attack, and ``--labels dlg`` (soft labels optimised with x), which a closed-form
-        attack replaces by the labels it recovers."""
-        if self.attack not in CLOSED_FORM_ATTACKS:
-            return []
-        declared = {p.name: p for p in RUN_PARAMS}
-        out = [opt for n in GRADIENT_MATCHING_ONLY  # each has a flag: its option is never None
-               if getattr(self, n) != declared[n].default and (opt := declared[n].option) is not None]
-        return out + (["--labels dlg"] if self.label_mode == "dlg" else [])
+        """The flags set away from their defaults that the configured attack does not read: the settings other
+        attacks own (gradient matching's under a closed-form attack), and ``--labels dlg`` (soft labels optimised
+        with x), which a closed-form attack replaces by the labels it recovers."""
+        cls = self.attack_class
+        others = {n for name in attacks.list_attacks() for n in attacks.attack_class(name).settings}
+        others -= set(cls.settings)
+        out = [opt for p in RUN_PARAMS
+               if p.name in others and getattr(self, p.name) != p.default and (opt := p.option) is not None]
+        return out + (["--labels dlg"] if cls.closed_form and self.label_mode == "dlg" else [])
 
     @property
     def label_source(self) -> str:
         """Where the attack's labels come from: given, idlg (recovered from the message) or dlg (optimised)."""
         if self.labels_given:
             return "given"
-        return "idlg" if self.attack in CLOSED_FORM_ATTACKS else self.label_mode
+        return "idlg" if self.attack_class.closed_form else self.label_mode
 
     @property
     def labels_given(self) -> bool:
@@ -303,5 +300,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "GRADIENT_MATCHING_ONLY", "RunConfig",
+__all__ = ["ConfigError", "Derived", "RunConfig",
            "check_protocol_spec", "validate_protocol"]
