@@ -18,7 +18,7 @@ PACKAGES = ("leakattack", "targets", "defenses")
 
 #: the stations in flow order; a module may import only its own station or earlier ones
 STATIONS = [
-    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch",
+    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch", "leakattack.constraints",
      "leakattack.progress"],  # leaves
     ["defenses"],
     ["leakattack.data"],

@@ -12,9 +12,8 @@ module, and building every command's flags from it, imports no torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
+from ..constraints import NOTHING, Param
 from . import names
 from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
@@ -24,29 +23,6 @@ MATCH_SPACES = ("sketch", "unsketched")
 
 #: a million steps is hours even for the smallest victims; more is a typo, not a plan
 MAX_ITERATIONS = 1_000_000
-
-NOTHING = object()  #: marks a parameter without a command-line flag
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter: its constraint, default and how it appears on the command line."""
-
-    name: str
-    default: Any
-    constraint: Constraint
-    label: str  #: how errors name it ("sketch ratio")
-    help: str = ""
-    group: str = "attacker"
-    flag: Any = None  #: None: --name-with-dashes; NOTHING: no flag; else the flag text
-    invert: bool = False  #: a flag that stores False (e.g. --sketch-unknown for sketch_known)
-
-    @property
-    def option(self) -> str | None:
-        if self.flag is NOTHING:
-            return None
-        return self.flag or "--" + self.name.replace("_", "-")
-
 
 def _choices(fn):
     return Choice(fn)
