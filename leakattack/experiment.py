@@ -94,15 +94,15 @@ def resolve_device(name: str) -> torch.device:
 
 
 def attack_of(cfg: RunConfig) -> Attack:
-    """The configured attack: a closed-form one takes at most where its labels come from (the analytic attack;
-    R-GAP and APRIL use granted labels when there are); gradient matching takes the optimiser, objective, priors,
-    labels, restarts."""
-    cls = cfg.attack_class
+    """The configured attack, with its own ``options``: a closed-form one takes besides them at most where its
+    labels come from (the analytic attack; R-GAP and APRIL use granted labels when there are); gradient matching
+    takes the optimiser, objective, priors, labels, restarts."""
+    cls, own = cfg.attack_class, cfg.attack_options()
     if cls.closed_form:
-        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}))
+        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}), **own)
     s = cfg.derived()
     return cls(
-        optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
+        **own, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
         priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,

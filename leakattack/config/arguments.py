@@ -15,6 +15,7 @@ from .flags import (
     add_arguments,
     add_flag,
     add_protocol_arguments,
+    attack_params_from_args,
     parse_pair,
     protocol_spec_from_args,
 )
@@ -33,6 +34,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
             else v
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):
         values["protocol_spec"] = protocol_spec_from_args(a)
+    values["attack_params"] = attack_params_from_args(a)
     return RunConfig(**values)
 
 

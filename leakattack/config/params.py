@@ -122,6 +122,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
     # attacker
     Param("attack", names.DEFAULT_ATTACK, _choices(names.ATTACKS), "attack", "attack, one of {choices}"),
+    # the options the attack declares (Attack.options): each has its own flag, added by add_attack_arguments
+    Param("attack_params", {}, Table(), "attack parameters", "", flag=NOTHING),
     Param("recipe", "auto", Choice(names.RECIPES_OR_AUTO), "recipe",
           "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
           "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "

@@ -77,6 +77,7 @@ class RunConfig:
     attacker_knows_clip: bool = False
     # attacker
     attack: str = names.DEFAULT_ATTACK
+    attack_params: dict[str, Any] = field(default_factory=dict)  #: values of the attack's own ``options``
     recipe: str = "auto"
     optimizer: str | None = None
     iterations: int | None = None
@@ -126,6 +127,14 @@ class RunConfig:
             v = getattr(self, p.name)
             if not p.constraint.ok(v):
                 raise ConfigError(p.constraint.error(p.label, v))
+        declared = {p.name: p for p in self.attack_class.options}
+        for key, v in self.attack_params.items():
+            if key not in declared:
+                owners = [n for n in attacks.list_attacks() if key in {p.name for p in attacks.attack_class(n).options}]
+                whose = f" (an option of {', '.join(repr(n) for n in owners)})" if owners else ""
+                raise ConfigError(f"attack '{self.attack}' takes no parameter '{key}'{whose}")
+            if not declared[key].constraint.ok(v):
+                raise ConfigError(declared[key].constraint.error(declared[key].label, v))
         check_protocol_spec(self.protocol_spec, partial=True)
         try:
             build_defense(self.defense)
@@ -200,7 +209,8 @@ class RunConfig:
         resolves to ``tv`` W; the other priors to sorted NAME:WEIGHT entries).
         """
         priors = [f"{name}:{w!r}" for name, w in sorted(self.other_priors().items())]
-        return dataclasses.replace(self, recipe="auto", priors=priors, **self._settings(gpu=False))
+        return dataclasses.replace(self, recipe="auto", priors=priors, attack_params=self.attack_options(),
+                                   **self._settings(gpu=False))
 
     def _step_size(self, optimizer: str) -> float:
         """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""
@@ -228,6 +238,11 @@ class RunConfig:
         """The configured attack's class, whose capabilities the run asks (``closed_form``, ``reads_labels``)."""
         return attacks.attack_class(self.attack)
 
+    def attack_options(self) -> dict[str, Any]:
+        """The keyword arguments of the attack's own ``options``: the values given, the declared defaults for the
+        rest."""
+        return {p.name: self.attack_params.get(p.name, p.default) for p in self.attack_class.options}
+
     def unused_options(self) -> list[str]:
         """The flags set away from their defaults that the configured attack does not read: the settings other
         attacks own (gradient matching's under a closed-form attack), and ``--labels dlg`` (soft labels optimised
@@ -252,16 +267,32 @@ class RunConfig:
         return self.label_mode == "given" or targets.task_of(self.model) == "regression"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, but ``attack_params`` only when it holds something (attacks without options record what
+        they always did)."""
+        out = dataclasses.asdict(self)
+        if not out["attack_params"]:
+            del out["attack_params"]
+        return out
 
     @classmethod
     def from_dict(cls, values: dict) -> RunConfig:
-        """Build from a plain dict; an unknown key is a ConfigError naming it."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in values:
+        """Build from a plain dict, whose keys may also name attack options (gathered into ``attack_params``);
+        an unknown key is a ConfigError naming it."""
+        known, options = {f.name for f in dataclasses.fields(cls)}, attack_option_names()
+        values, extra = dict(values), {}
+        for key in list(values):
             if key not in known:
-                raise ConfigError(f"unknown run parameter '{key}'")
+                if key not in options:
+                    raise ConfigError(f"unknown run parameter '{key}'")
+                extra[key] = values.pop(key)
+        if extra:
+            values["attack_params"] = {**values.get("attack_params", {}), **extra}
         return cls(**values)
+
+
+def attack_option_names() -> set[str]:
+    """The names of the options every registered attack declares (keys a sweep or a config dict may use)."""
+    return {p.name for n in attacks.list_attacks() for p in attacks.attack_class(n).options}
 
 
 def check_protocol_spec(spec: dict, partial: bool = False) -> None:
@@ -300,5 +331,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["ConfigError", "Derived", "RunConfig",
+__all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names",
            "check_protocol_spec", "validate_protocol"]
