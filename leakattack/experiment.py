@@ -2,7 +2,8 @@
 
 :func:`prepare` builds everything and validates what needs the model or data
 (raising a one-sentence error) before anything is written; :func:`execute` runs
-the attack and scores it; :func:`write_run` writes the run folder.
+the attack and scores it; :func:`write_run` writes the run folder (atomically, by
+:func:`leakattack.results.write_run_folder`).
 :func:`run_attack` chains the three for the CLI and sweeps.
 """
 
@@ -11,9 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, directory_mode, write_csv, write_json, write_tensors
+from .results import default_run_dir, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .utility import privacy_metrics
 
@@ -274,29 +273,8 @@ def check_out(folder: str | Path) -> Path:
 
 def write_run(out: Outcome, folder: Path) -> Path:
     """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
-    nothing.
-
-    The files are written into a temporary folder beside it, which is then renamed
-    into place (replacing an earlier run in ``folder``): an interrupted write
-    leaves no folder that looks finished.
-    """
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
-        _write_files(out, tmp)
-        os.chmod(tmp, directory_mode())
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
-            os.replace(folder, old / folder.name)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    nothing (:func:`leakattack.results.write_run_folder`)."""
+    return write_run_folder(folder, lambda tmp: _write_files(out, tmp))
 
 
 def _write_files(out: Outcome, folder: Path) -> None:
