@@ -28,12 +28,14 @@ def cmd_list(a) -> int:
         return 0
     if a.attack:
         from .. import attacks
-        from ..config.params import help_text
+        from ..config.params import RUN_PARAMS, help_text
 
         cls = attacks.attack_class(a.attack)
         can = [what for what, yes in (("closed form", cls.closed_form), ("reads labels", cls.reads_labels)) if yes]
-        print(f"{a.attack}: {', '.join(can) or 'optimises the input'}; options: "
-              f"{'none' if not cls.options else ''}")
+        owned = [p.option for p in RUN_PARAMS if p.name in cls.settings and p.option]
+        print(f"{a.attack}: {', '.join(can) or 'optimises the input'}; "
+              f"{'run flags only it reads: ' + ', '.join(owned) + '; ' if owned else ''}"
+              f"own options: {'none' if not cls.options else ''}")
         for p in cls.options:
             print(f"  {p.option:<24}{help_text(p)}")
         return 0
