@@ -29,13 +29,21 @@ from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, fo
 from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
-from .config import CLOSED_FORM_ATTACKS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
+from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .registry import Registry
 from .results.message import Message, read_message, read_truth
-from .sketch import DESCRIPTION_KEYS, get_sketch, is_identity, regeneration_note, sketch_dim, sketch_from_description
+from .sketch import (
+    DESCRIPTION_KEYS,
+    get_sketch,
+    is_identity,
+    list_sketches,
+    regeneration_note,
+    sketch_dim,
+    sketch_from_description,
+)
 from .sketch.gaussian import available_memory_bytes
 from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
 
@@ -164,7 +172,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "protocol's own message", SettingWarning, stacklevel=2)
     settings = {}
     groups = len(msg.info.get("minibatch_sizes", [n]))  # mini-batches per local epoch
-    if cfg.label_mode == "idlg" and victim.task == "classification" and cfg.attack not in CLOSED_FORM_ATTACKS:
+    if cfg.label_mode == "idlg" and victim.task == "classification" and not cfg.attack_class.closed_form:
         if groups > 1:  # a recovered multiset cannot be placed in the mini-batches: soft labels instead
             settings["label_mode"] = "dlg"
             warnings.warn(f"labels: label recovery gives the round's {n} labels as one multiset, not which of them "
@@ -192,7 +200,8 @@ def _encoder_name(encoder: dict) -> str:
     """'srht b=1343', 'countsketch-table 20x40', 'none' (identity): what the client applied to its update."""
     if "rows" in encoder and "buckets" in encoder:
         return f"{encoder['kind']} {encoder['rows']}x{encoder['buckets']}"
-    return encoder["kind"] if encoder["kind"] == "none" else f"{encoder['kind']} b={encoder['b']}"
+    unsketched = encoder["kind"] in list_sketches() and is_identity(encoder["kind"])
+    return encoder["kind"] if unsketched else f"{encoder['kind']} b={encoder['b']}"
 
 
 _DEFAULTS = {p.name: p.default for p in RUN_PARAMS}
@@ -422,7 +431,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch
                       extra={"message_ids": dict(msg.ids), **found})
     x = None if truth is None else truth[0].to(device=device, dtype=dtype)
-    tag = "" if sketch.kind == "none" else f" {sketch.kind} b={sketch.b}"
+    tag = "" if sketch.identity else f" {sketch.kind} b={sketch.b}"
     return Case(dataset, victim, x, target(score_labels), obs, msg.describe(),
                 f"{cfg.model} / message ({msg.kind}{tag})", sketch.kind, settings)
 

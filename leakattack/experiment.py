@@ -2,7 +2,8 @@
 
 :func:`prepare` builds everything and validates what needs the model or data
 (raising a one-sentence error) before anything is written; :func:`execute` runs
-the attack and scores it; :func:`write_run` writes the run folder.
+the attack and scores it; :func:`write_run` writes the run folder (atomically, by
+:func:`leakattack.results.write_run_folder`).
 :func:`run_attack` chains the three for the CLI and sweeps.
 """
 
@@ -11,9 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -23,13 +22,13 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attacks import RECIPE_FIELDS, Attack, AttackResult, get_attack
+from .attacks import RECIPE_FIELDS, Attack, AttackResult
 from .cases import Case, build_case
-from .config import CLOSED_FORM_ATTACKS, ConfigError, RunConfig
+from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, directory_mode, write_csv, write_json, write_tensors
+from .results import default_run_dir, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .utility import privacy_metrics
 
@@ -94,16 +93,15 @@ def resolve_device(name: str) -> torch.device:
 
 
 def attack_of(cfg: RunConfig) -> Attack:
-    """The configured attack (gradient matching takes the optimiser, objective, priors, labels, restarts;
-    the analytic attack only where its labels come from; R-GAP and APRIL nothing: they use granted labels when
-    there are)."""
-    if cfg.attack == "analytic":
-        return get_attack(cfg.attack, labels="given" if cfg.labels_given else "recovered")
-    if cfg.attack in CLOSED_FORM_ATTACKS:
-        return get_attack(cfg.attack)
+    """The configured attack, with its own ``options``: a closed-form one takes besides them at most where its
+    labels come from (the analytic attack; R-GAP and APRIL use granted labels when there are); gradient matching
+    takes the optimiser, objective, priors, labels, restarts."""
+    cls, own = cfg.attack_class, cfg.attack_options()
+    if cls.closed_form:
+        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}), **own)
     s = cfg.derived()
-    return get_attack(
-        cfg.attack, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
+    return cls(
+        **own, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
         priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
@@ -181,7 +179,7 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool)
     start) and the data set's mean image (:func:`metrics.mean_image`), scored
     against the truth like the reconstruction.  Without a truth: no verdict.
     """
-    case, closed_form = p.case, p.cfg.attack in CLOSED_FORM_ATTACKS
+    case, closed_form = p.case, p.attack.closed_form
     reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step)
     out = {"attacked": reason is None, "nothing_attacked": reason}
     if case.x is None:
@@ -275,29 +273,8 @@ def check_out(folder: str | Path) -> Path:
 
 def write_run(out: Outcome, folder: Path) -> Path:
     """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
-    nothing.
-
-    The files are written into a temporary folder beside it, which is then renamed
-    into place (replacing an earlier run in ``folder``): an interrupted write
-    leaves no folder that looks finished.
-    """
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
-        _write_files(out, tmp)
-        os.chmod(tmp, directory_mode())
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
-            os.replace(folder, old / folder.name)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    nothing (:func:`leakattack.results.write_run_folder`)."""
+    return write_run_folder(folder, lambda tmp: _write_files(out, tmp))
 
 
 def _write_files(out: Outcome, folder: Path) -> None:

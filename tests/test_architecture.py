@@ -18,7 +18,7 @@ PACKAGES = ("leakattack", "targets", "defenses")
 
 #: the stations in flow order; a module may import only its own station or earlier ones
 STATIONS = [
-    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch",
+    ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch", "leakattack.constraints",
      "leakattack.progress"],  # leaves
     ["defenses"],
     ["leakattack.data"],
@@ -174,3 +174,84 @@ def test_code_speaks_of_the_software_not_of_work_items(folder):
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".toml", ".sh")
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+# -- capabilities, not names ------------------------------------------------------------------
+#: where registered names may be spelt out: the registries, the command line (which checks the names a user typed
+#: against them), the copies of the names the flags show, and the figures, which read the sketch kinds run folders
+#: store and import no station that ran them
+NAME_HOMES = ("leakattack.registry", "leakattack.attacks", "leakattack.sketch", "targets.models", "targets.protocols",
+              "defenses", "leakattack.data", "leakattack.cli", "leakattack.config.names", "leakattack.figures")
+#: modules of a registry package that are not its registry: they ask capabilities like everyone else
+NOT_HOMES = ("leakattack.attacks.seed_search", "leakattack.attacks.gradient_matching", "targets.protocols.sketched")
+
+
+def _registered() -> dict[str, set[str]]:
+    """What each kind of registered thing is called by, and the names it holds."""
+    import targets
+    from leakattack.attacks import list_attacks
+    from leakattack.sketch import list_sketches
+    from targets.protocols import list_protocols
+
+    return {"attack": set(list_attacks()), "sketch": set(list_sketches()), "model": set(targets.list_models()),
+            "protocol": set(list_protocols())}
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def name_dispatch(source: str, registered: dict[str, set[str]]) -> list[str]:
+    """The places in ``source`` that decide by a registered name: a comparison of an attack, sketch, model or
+    protocol with one of their names (``cfg.attack == "analytic"``, ``sketch.kind != "none"``), a test of one
+    against a list kept aside (``cfg.attack in CLOSED_FORM``), and a module-level list of attack names."""
+    tree, hits = ast.parse(source), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for noun, names in registered.items():
+                named = any(set(_strings(s)) & names for s in sides)
+                about = any(noun in ast.unparse(s).lower() for s in sides if not _strings(s))
+                kept_aside = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+                    isinstance(s, ast.Name) and s.id.isupper() for s in node.comparators)
+                if about and (named or kept_aside):
+                    hits.append(f"{node.lineno}: {ast.unparse(node)}")
+                    break
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            found = _strings(node.value)
+            if len(found) >= 2 and set(found) <= registered["attack"]:
+                hits.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
+    return hits
+
+
+def _home(module: str) -> bool:
+    return not module.startswith(NOT_HOMES) and any(module == h or module.startswith(h + ".") for h in NAME_HOMES)
+
+
+def test_library_code_asks_capabilities_instead_of_testing_registered_names():
+    registered = _registered()
+    hits = [f"{MODULES[m].relative_to(ROOT)}:{hit}" for m in sorted(MODULES) if not _home(m)
+            for hit in name_dispatch(MODULES[m].read_text(), registered)]
+    assert not hits, "decide by the attack's, sketch's or model's capabilities, not its name: " + "; ".join(hits)
+
+
+@pytest.mark.parametrize("line", [
+    'if cfg.attack == "analytic":\n    pass',
+    'closed = cfg.attack in CLOSED_FORM_ATTACKS',
+    'CLOSED_FORM_ATTACKS = ("analytic", "rgap", "april")',
+    'tag = "" if sketch.kind == "none" else sketch.kind',
+    'b = d if self.sketch != "none" else 1',
+    'deep = cfg.model in ("resnet18", "vit_b_16")',
+])
+def test_the_name_dispatch_check_finds_each_kind_of_name_test(line):
+    assert name_dispatch(line, _registered())
+
+
+def test_the_name_dispatch_check_passes_capability_questions():
+    assert not name_dispatch('if cfg.attack_class.closed_form and sketch.identity and cfg.dummy_init == "uniform":\n'
+                             '    pass', _registered())

@@ -10,7 +10,8 @@
 
 Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
 (``get_prior``) are registries of their own.  Adding an attack: its own module
-with an :class:`Attack` subclass, plus one registration line here.
+with an :class:`Attack` subclass (its capabilities and ``options`` declared on the
+class), plus one registration line here, or :func:`register_attack` from outside.
 """
 
 from __future__ import annotations
@@ -51,13 +52,25 @@ def list_attacks() -> list[str]:
     return _ATTACKS.names()
 
 
+def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
+    """Register ``cls`` as attack ``name`` (a name registered twice is an error); its ``options`` become flags of
+    ``leakattack run``."""
+    return _ATTACKS.register(name, cls)
+
+
+def attack_class(name: str) -> type[Attack]:
+    """The class registered as ``name``: its capabilities (``closed_form``, ``reads_labels``, ``settings``)."""
+    return _ATTACKS.get(name)
+
+
 def get_attack(name: str, **options) -> Attack:
     """Attack ``name`` configured with ``options`` (keyword arguments of its class)."""
-    return _ATTACKS.get(name)(**options)
+    return attack_class(name)(**options)
 
 
 __all__ = [
-    "Attack", "AttackError", "AttackResult", "Monitor", "get_attack", "list_attacks", "DEFAULT_ATTACK",
+    "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "register_attack", "get_attack", "list_attacks",
+    "DEFAULT_ATTACK",
     "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
     "SCHEDULES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",

@@ -155,6 +155,8 @@ class Analytic(Attack):
     """Closed-form inversion of a fully connected first layer; through a sketch, a rank-1 fit (module docstring)."""
 
     name = "analytic"
+    closed_form = True
+    reads_labels = True
 
     def __init__(self, *, labels: str = "recovered", sweeps: int = 200, cgls_steps: int = CGLS_STEPS,
                  tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0]):

@@ -145,6 +145,7 @@ class April(Attack):
     """APRIL's closed form: the patches from the position-embedding and patch-embedding gradients."""
 
     name = "april"
+    closed_form = True
 
     def __init__(self):
         self._square = Analytic()  # solves g from a square message

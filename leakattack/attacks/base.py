@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from ..constraints import Param
 from ..errors import UserError
 from ..observation import Observation
 
@@ -45,9 +46,24 @@ class AttackResult:
 
 
 class Attack:
-    """Base class: subclasses set ``name`` and implement :meth:`reconstruct`."""
+    """Base class: subclasses set ``name`` and implement :meth:`reconstruct`.
+
+    Class attributes state what an attack can do, so that callers ask them instead of testing names:
+    ``closed_form`` (it solves for x directly: no optimiser, no data-free start to score as a baseline, and its
+    labels are recovered from the message or granted, never optimised), ``reads_labels`` (it takes a ``labels``
+    option: ``"given"`` uses the granted labels) and ``settings`` (the run settings only it reads, which
+    ``leakattack run`` reports as unused under another attack).
+
+    ``options`` declares the attack's own parameters (:class:`~leakattack.constraints.Param`: name, default,
+    constraint, label, help): each is a keyword argument of the class, and ``leakattack run`` gives it a flag
+    (``--name-with-dashes``), validates it, records it in ``attack_params`` and lets sweeps grid over it.
+    """
 
     name = "base"
+    closed_form: bool = False
+    reads_labels: bool = False
+    settings: tuple[str, ...] = ()
+    options: tuple[Param, ...] = ()
 
     def supports(self, obs: Observation) -> str | None:
         """None when the attack can run on ``obs``, else one sentence saying why not."""

@@ -195,6 +195,7 @@ class Rgap(Attack):
     """The recursive gradient attack: the head by division, then each layer's input by least squares."""
 
     name = "rgap"
+    closed_form = True
 
     def __init__(self):
         self._square = Analytic()  # solves g from a square message

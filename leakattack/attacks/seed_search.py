@@ -186,11 +186,10 @@ class SeedSearch:
 
 
 def chunk_size(kind: str, d: int) -> int:
-    """Candidates read together: the SRHT holds a chunk of n-long rows (at most 2^21 numbers)."""
-    if kind == "srht":
-        n = 1 << max(0, (d - 1).bit_length())
-        return max(1, min(CHUNK, (1 << 21) // n))
-    return CHUNK
+    """Candidates read together: a family that holds a row per candidate (the SRHT: n long) holds a chunk of them,
+    at most 2^21 numbers."""
+    n = sketch_class(kind).column_work_length(d)
+    return CHUNK if n is None else max(1, min(CHUNK, (1 << 21) // n))
 
 
 def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, seed_base: int, bits: int,

@@ -3,7 +3,7 @@
 Without ``--model`` the names come from :mod:`leakattack.config.names`, the copies of the
 registries' built-in names that the flags show (``tests/config/test_names.py`` keeps them equal
 to the registries), so the command answers without importing torch.  ``--model M`` asks the
-model registry itself.
+model registry itself, ``--attack A`` the attack registry (the options A declares).
 """
 
 from __future__ import annotations
@@ -25,6 +25,19 @@ def cmd_list(a) -> int:
         print(f"{a.model}: task {targets.task_of(a.model)}; recipe {targets.recipe_of(a.model)}; "
               "parameters (--model-param NAME=VALUE): "
               f"{', '.join(params) if params else 'none'}")
+        return 0
+    if a.attack:
+        from .. import attacks
+        from ..config.params import RUN_PARAMS, help_text
+
+        cls = attacks.attack_class(a.attack)
+        can = [what for what, yes in (("closed form", cls.closed_form), ("reads labels", cls.reads_labels)) if yes]
+        owned = [p.option for p in RUN_PARAMS if p.name in cls.settings and p.option]
+        print(f"{a.attack}: {', '.join(can) or 'optimises the input'}; "
+              f"{'run flags only it reads: ' + ', '.join(owned) + '; ' if owned else ''}"
+              f"own options: {'none' if not cls.options else ''}")
+        for p in cls.options:
+            print(f"  {p.option:<24}{help_text(p)}")
         return 0
     for heading, listed in SECTIONS:
         print(f"{heading + ':':<16}{', '.join(listed.shown)}")

@@ -9,10 +9,13 @@ command line imports that module, and with it torch, only once the arguments hav
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+from typing import Callable
 
 from .. import __version__
 from ..config import names
-from ..config.flags import add_arguments, add_protocol_arguments
+from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments
 
 
 class UsageError(Exception):
@@ -20,8 +23,36 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    #: flags added on first need by ``late_flags(parser)`` (it may import torch): when an argument is none of the
+    #: flags so far, or before ``--help`` once the module ``late_module`` is imported anyway
+    late_flags: Callable[[argparse.ArgumentParser], None] | None = None
+    late_module = ""
+
     def error(self, message):  # one sentence, exit code 2 (handled in main)
         raise UsageError(message)
+
+    def _add_late_flags(self) -> None:
+        add, self.late_flags = self.late_flags, None
+        if add is not None:
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        a, rest = super().parse_known_args(args, namespace)
+        if rest and self.late_flags is not None:
+            self._add_late_flags()
+            return super().parse_known_args(args, namespace)
+        return a, rest
+
+    def format_help(self) -> str:
+        if self.late_module in sys.modules:
+            self._add_late_flags()
+        return super().format_help()
+
+
+def _attack_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the options the registered attacks declare (``Attack.options``); imports the attack registry."""
+    attacks = importlib.import_module("leakattack.attacks")
+    add_attack_arguments(parser, [(n, attacks.attack_class(n)) for n in attacks.list_attacks()])
 
 
 def command(p: argparse.ArgumentParser, target: str) -> None:
@@ -40,12 +71,14 @@ def _run(sub) -> None:
                    help="run folder (default: results/runs/<timestamp>-<model>-<sketch>-<dataset>[-<defense>]/)")
     g.add_argument("--no-lpips", action="store_true", help="skip LPIPS (recorded as null with that reason)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.late_flags, p.late_module = _attack_flags, "leakattack.attacks"
     command(p, "run:cmd_run")
 
 
 def _list(sub) -> None:
     p = sub.add_parser("list", help="list models, sketches, data sets, attacks, defenses, protocols")
     p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
+    p.add_argument("--attack", default=None, help="name the options attack A takes, with their flags")
     command(p, "list:cmd_list")
 
 

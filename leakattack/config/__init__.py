@@ -1,8 +1,8 @@
 """Configuration: parameters declared once (constraints, defaults, labels, flags), validated at the edge.
 
-``RUN_PARAMS`` generates :class:`RunConfig`, the flags of ``leakattack run``
-(:func:`add_arguments`), the validation and the sweep keys; ``PROTOCOL_PARAMS``
-does the same for protocol settings shared by ``train`` and ``run --protocol``.
+``RUN_PARAMS`` generates the flags of ``leakattack run`` (:func:`add_arguments`),
+the validation and the sweep keys, and :class:`RunConfig` types one field per entry;
+``PROTOCOL_PARAMS`` does the same for protocol settings shared by ``train`` and ``run --protocol``.
 
 The declarations and the flags import no torch (:mod:`.names` holds the registry names
 they show); :class:`RunConfig` and the checks that need the registries (:mod:`.run`) are
@@ -19,7 +19,7 @@ from .params import DEVICES, DTYPES, MATCH_SPACES, PROTOCOL_PARAMS, RUN_PARAMS, 
 
 #: names resolved on first use, from the module that needs torch
 _LAZY = {"ConfigError": "run", "Derived": "run", "RunConfig": "run", "check_protocol_spec": "run",
-         "validate_protocol": "run", "CLOSED_FORM_ATTACKS": "run", "config_from_args": "arguments"}
+         "validate_protocol": "run", "attack_option_names": "run", "config_from_args": "arguments"}
 
 
 def __getattr__(name):
@@ -29,7 +29,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES",
+    "ConfigError", "attack_option_names", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES",
     "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "add_arguments", "config_from_args",
     "protocol_spec_from_args", "Constraint", "Choice", "Number", "Flag", "Text", "Table", "Items", "Optional",
 ]

@@ -6,6 +6,7 @@ The flags themselves come from :mod:`.flags` (re-exported here), which imports n
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .constraints import Items, Table
 from .flags import (
@@ -14,6 +15,7 @@ from .flags import (
     add_arguments,
     add_flag,
     add_protocol_arguments,
+    attack_params_from_args,
     parse_pair,
     protocol_spec_from_args,
 )
@@ -23,7 +25,7 @@ from .run import RunConfig
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     """The RunConfig of parsed ``run`` flags (not validated yet)."""
-    values = {}
+    values: dict[str, Any] = {}
     for p in RUN_PARAMS:
         if p.option is None:
             continue
@@ -32,6 +34,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
             else v
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):
         values["protocol_spec"] = protocol_spec_from_args(a)
+    values["attack_params"] = attack_params_from_args(a)
     return RunConfig(**values)
 
 

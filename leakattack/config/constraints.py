@@ -1,190 +1,21 @@
-"""Parameter constraints declared as objects, checked once, with one error template.
-
-Each constraint knows whether a value satisfies it and how to say what it
-wants; :class:`~leakattack.config.params.Param` pairs one with a name, a default,
-a label and a help text, and that single declaration yields the command-line
-flag, the validation and the sweep key.  (The scikit-learn
-``_parameter_constraints`` way.)
-"""
+"""The parameter constraints (:mod:`leakattack.constraints`, a leaf module), where the configuration imports them."""
 
 from __future__ import annotations
 
-import math
-import os
-from typing import Callable, Iterable
-
-
-class Constraint:
-    """A predicate on values with a description; ``error(label, v)`` is the one-sentence complaint."""
-
-    what = "valid"
-
-    def ok(self, v) -> bool:  # pragma: no cover
-        raise NotImplementedError
-
-    def error(self, label: str, v) -> str:
-        return f"{label} must {self.what}, got {v!r}"
-
-
-class Choice(Constraint):
-    """One of a set of names; the set may come from a registry (a callable)."""
-
-    def __init__(self, options: Iterable | Callable[[], Iterable], *, allow_empty: bool = False):
-        self._options = options
-        self.allow_empty = allow_empty  #: "" means "none of them" (e.g. no protocol)
-
-    @property
-    def options(self) -> list:
-        return list(self._options() if callable(self._options) else self._options)
-
-    @property
-    def shown(self) -> list:
-        """The names help texts print: the options, or the copy a registry's names carry (``names.Listed``)."""
-        return list(getattr(self._options, "shown", None) or self.options)
-
-    def ok(self, v) -> bool:
-        return isinstance(v, str) and (v in self.options or (self.allow_empty and v == ""))
-
-    def error(self, label, v):
-        return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))}"
-
-
-class ModelName(Choice):
-    """A registered model name, or ``path/to/file.py:Name`` / ``package.module:Name`` for the user's own class."""
-
-    def ok(self, v) -> bool:
-        return isinstance(v, str) and (v in self.options or (":" in v and all(v.split(":", 1))))
-
-    def error(self, label, v):
-        return (f"unknown {label} '{v}'; choose one of: {', '.join(self.options)}, "
-                "or name your own class as path/to/file.py:Name or package.module:Name")
-
-
-class Number(Constraint):
-    """An integer or real number in an interval; ``integer`` refuses 1.5 and True."""
-
-    def __init__(self, low=None, high=None, *, integer: bool = False, low_open: bool = False,
-                 high_open: bool = False, what: str | None = None):
-        self.low, self.high, self.integer = low, high, integer
-        self.low_open, self.high_open = low_open, high_open
-        self.what = what or self._describe()
-
-    def _describe(self) -> str:
-        kind = "an integer" if self.integer else "a number"
-        if self.low is not None and self.high is not None:
-            lo = "(" if self.low_open else "["
-            hi = ")" if self.high_open else "]"
-            return f"lie in {lo}{self.low}, {self.high}{hi}"
-        if self.low is not None:
-            noun = " integer" if self.integer else ""
-            if self.low == 0:
-                return f"be {'a positive' if self.low_open else 'a non-negative'}{noun or ' number'}"
-            return f"be an integer of at least {self.low}" if self.integer else f"be at least {self.low}"
-        return f"be {kind}"
-
-    def ok(self, v) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return False
-        if self.integer and not isinstance(v, int):
-            return False
-        if isinstance(v, float) and not math.isfinite(v):
-            return False
-        if self.low is not None and (v <= self.low if self.low_open else v < self.low):
-            return False
-        if self.high is not None and (v >= self.high if self.high_open else v > self.high):
-            return False
-        return True
-
-
-class Index(Number):
-    """A round or client number: an integer from ``low`` on; a wrong one "does not exist"."""
-
-    def __init__(self, low: int):
-        super().__init__(low, integer=True)
-
-    def error(self, label, v):
-        return f"{label} {v} does not exist: {label}s start at {self.low}"
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity on macOS and Windows
-        return max(1, os.cpu_count() or 1)
-
-
-class Cores(Number):
-    """A thread count: an integer from 1 to the cores this process may use, read when a value is checked (more
-    threads than cores only wait on each other, and torch's thread pool crashes at counts in the tens of thousands)."""
-
-    def __init__(self):
-        super().__init__(1, integer=True)
-
-    def ok(self, v) -> bool:
-        return super().ok(v) and v <= available_cores()
-
-    def error(self, label, v):
-        if super().ok(v):  # an integer above the cores
-            n = available_cores()
-            return f"{label} {v} exceeds the {n} CPU core{'s' if n != 1 else ''} this process may use: give at most {n}"
-        return super().error(label, v)
-
-
-class Flag(Constraint):
-    what = "be true or false"
-
-    def ok(self, v) -> bool:
-        return isinstance(v, bool)
-
-
-class Text(Constraint):
-    what = "be a string"
-
-    def ok(self, v) -> bool:
-        return isinstance(v, str)
-
-
-class Table(Constraint):
-    what = "be a table of NAME = VALUE pairs"
-
-    def ok(self, v) -> bool:
-        return isinstance(v, dict)
-
-
-class Items(Constraint):
-    """A list of strings, each accepted by ``check`` (a callable: None, or the one-sentence complaint)."""
-
-    what = "be a list of strings"
-
-    def __init__(self, check: Callable[[str], str | None], metavar: str | None = None):
-        self.check = check
-        self.metavar = metavar  #: how the command line shows one item
-
-    def ok(self, v) -> bool:
-        return isinstance(v, list) and all(isinstance(s, str) and self.check(s) is None for s in v)
-
-    def error(self, label, v):
-        if isinstance(v, list):
-            for s in v:
-                if isinstance(s, str) and self.check(s) is not None:
-                    return self.check(s)
-        return super().error(label, v)
-
-
-class Optional(Constraint):
-    """None, or a value the inner constraint accepts."""
-
-    def __init__(self, inner: Constraint):
-        self.inner = inner
-        self.what = inner.what
-
-    def ok(self, v) -> bool:
-        return v is None or self.inner.ok(v)
-
-    def error(self, label, v):
-        return self.inner.error(label, v)
-
+from ..constraints import (
+    Choice,
+    Constraint,
+    Cores,
+    Flag,
+    Index,
+    Items,
+    ModelName,
+    Number,
+    Optional,
+    Table,
+    Text,
+    available_cores,
+)
 
 __all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text", "Table",
            "Items", "Optional"]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from .constraints import Flag, Items, Number, Optional, Table
@@ -18,6 +19,8 @@ GROUP_TITLES = {"victim": "victim", "sketch": "sketch (what the client sends)", 
                 "data": "data", "output": "output", "protocol": "protocol"}
 #: dest prefix of the protocol flags (their names overlap run parameters, e.g. batch_size)
 SPEC_DEST = "spec_"
+#: dest prefix of the flags of the attacks' own options (gathered into ``attack_params``)
+ATTACK_DEST = "attack_param_"
 
 
 def parse_pair(text: str) -> tuple[str, object]:
@@ -38,23 +41,22 @@ def _value_type(c):
     return str
 
 
-def add_flag(group, p: Param, dest: str | None = None) -> None:
+def add_flag(group, p: Param, dest: str | None = None) -> argparse.Action:
     """One parameter's flag in ``group``."""
-    dest = dest or p.name
+    dest, text = dest or p.name, help_text(p)
     if isinstance(p.constraint, Flag):
-        group.add_argument(p.option, dest=dest, action="store_false" if p.invert else "store_true",
-                           default=p.default, help=help_text(p))
-    elif isinstance(p.constraint, Optional) and isinstance(p.constraint.inner, Flag):  # on, off, or left to a default
-        group.add_argument(p.option, dest=dest, action=argparse.BooleanOptionalAction, default=p.default,
-                           help=help_text(p))
-    elif isinstance(p.constraint, Table):
-        group.add_argument(p.option, dest=dest, type=parse_pair, action="append", default=[], metavar="NAME=VALUE",
-                           help=help_text(p))
-    elif isinstance(p.constraint, Items):
-        group.add_argument(p.option, dest=dest, action="append", default=[], metavar=p.constraint.metavar,
-                           help=help_text(p))
-    else:
-        group.add_argument(p.option, dest=dest, type=_value_type(p.constraint), default=p.default, help=help_text(p))
+        return group.add_argument(p.option, dest=dest, action="store_false" if p.invert else "store_true",
+                                  default=p.default, help=text)
+    if isinstance(p.constraint, Optional) and isinstance(p.constraint.inner, Flag):  # on, off, or left to a default
+        return group.add_argument(p.option, dest=dest, action=argparse.BooleanOptionalAction, default=p.default,
+                                  help=text)
+    if isinstance(p.constraint, Table):
+        return group.add_argument(p.option, dest=dest, type=parse_pair, action="append", default=[],
+                                  metavar="NAME=VALUE", help=text)
+    if isinstance(p.constraint, Items):
+        return group.add_argument(p.option, dest=dest, action="append", default=[], metavar=p.constraint.metavar,
+                                  help=text)
+    return group.add_argument(p.option, dest=dest, type=_value_type(p.constraint), default=p.default, help=text)
 
 
 def add_arguments(parser: argparse.ArgumentParser, params=RUN_PARAMS, protocol: bool = True) -> dict:
@@ -71,6 +73,31 @@ def add_arguments(parser: argparse.ArgumentParser, params=RUN_PARAMS, protocol: 
     return groups
 
 
+def add_attack_arguments(parser: argparse.ArgumentParser, attacks) -> None:
+    """The flags of the options the attacks declare (``attacks``: (name, class) pairs; an option name shared by two
+    attacks gets one flag), in ``parser``'s attacker group.  A flag left out stores nothing: ``attack_params``
+    holds only the options given, the attack's declared defaults fill in the rest."""
+    title = GROUP_TITLES["attacker"]
+    group = next((g for g in parser._action_groups if g.title == title), None) or parser.add_argument_group(title)
+    seen = set()
+    for name, cls in attacks:
+        for p in cls.options:
+            if p.name not in seen:
+                seen.add(p.name)
+                add_flag(group, dataclasses.replace(p, help=f"attack {name}: {p.help}"),
+                         dest=ATTACK_DEST + p.name).default = argparse.SUPPRESS
+
+
+def attack_params_from_args(a: argparse.Namespace) -> dict:
+    """The attack options given on the command line, by name (NAME=VALUE pairs as a table)."""
+    out = {}
+    for key, v in vars(a).items():
+        if key.startswith(ATTACK_DEST):
+            out[key[len(ATTACK_DEST):]] = dict(v) if isinstance(v, list) and all(isinstance(i, tuple) for i in v) \
+                and v else v
+    return out
+
+
 def add_protocol_arguments(group) -> None:
     """The protocol settings shared by ``train`` and ``run --protocol``."""
     for p in PROTOCOL_PARAMS:
@@ -81,5 +108,6 @@ def protocol_spec_from_args(a: argparse.Namespace) -> dict:
     return {p.name: getattr(a, SPEC_DEST + p.name) for p in PROTOCOL_PARAMS}
 
 
-__all__ = ["GROUP_TITLES", "SPEC_DEST", "add_arguments", "add_flag", "add_protocol_arguments",
+__all__ = ["GROUP_TITLES", "SPEC_DEST", "ATTACK_DEST", "add_arguments", "add_attack_arguments", "add_flag",
+           "add_protocol_arguments", "attack_params_from_args",
            "protocol_spec_from_args", "parse_pair"]

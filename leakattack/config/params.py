@@ -1,9 +1,10 @@
 """Every parameter a user can set, declared once: name, default, constraint, label, help, flag.
 
-The declarations below generate :class:`~leakattack.config.RunConfig`, the
-``leakattack run`` flags, the validation with its one-sentence errors, and the
-keys a sweep file may use.  Adding a run parameter is one ``Param`` line here
-(plus the code that uses it).  The registry names and constants the declarations
+The declarations below generate the ``leakattack run`` flags, the validation
+with its one-sentence errors, and the keys a sweep file may use; the typed
+:class:`~leakattack.config.RunConfig` has one field per declaration (a test
+checks names, defaults and types).  Adding a run parameter is one ``Param``
+line here, one field there, plus the code that uses it.  The registry names and constants the declarations
 show come from :mod:`.names` (copies checked by a test), so importing this
 module, and building every command's flags from it, imports no torch.
 """
@@ -11,9 +12,8 @@ module, and building every command's flags from it, imports no torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
+from ..constraints import NOTHING, Param
 from . import names
 from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
@@ -23,29 +23,6 @@ MATCH_SPACES = ("sketch", "unsketched")
 
 #: a million steps is hours even for the smallest victims; more is a typo, not a plan
 MAX_ITERATIONS = 1_000_000
-
-NOTHING = object()  #: marks a parameter without a command-line flag
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter: its constraint, default and how it appears on the command line."""
-
-    name: str
-    default: Any
-    constraint: Constraint
-    label: str  #: how errors name it ("sketch ratio")
-    help: str = ""
-    group: str = "attacker"
-    flag: Any = None  #: None: --name-with-dashes; NOTHING: no flag; else the flag text
-    invert: bool = False  #: a flag that stores False (e.g. --sketch-unknown for sketch_known)
-
-    @property
-    def option(self) -> str | None:
-        if self.flag is NOTHING:
-            return None
-        return self.flag or "--" + self.name.replace("_", "-")
-
 
 def _choices(fn):
     return Choice(fn)
@@ -145,6 +122,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
     # attacker
     Param("attack", names.DEFAULT_ATTACK, _choices(names.ATTACKS), "attack", "attack, one of {choices}"),
+    # the options the attack declares (Attack.options): each has its own flag, added by add_attack_arguments
+    Param("attack_params", {}, Table(), "attack parameters", "", flag=NOTHING),
     Param("recipe", "auto", Choice(names.RECIPES_OR_AUTO), "recipe",
           "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
           "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "

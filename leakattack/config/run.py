@@ -1,19 +1,19 @@
-"""The run configuration: one dataclass generated from the declared parameters.
+"""The run configuration: one typed, frozen dataclass beside the declared parameters.
 
 :class:`RunConfig` has one field per :data:`~leakattack.config.params.RUN_PARAMS`
-entry.  :meth:`RunConfig.validate` checks every value against its declared
-constraint and raises :class:`ConfigError` with one sentence; checks that need
-the built model (b against d) come later through :meth:`RunConfig.validate_for`.
+entry, in its order, with its default (a test checks that the two agree).
+:meth:`RunConfig.validate` checks every value against its declared constraint and
+raises :class:`ConfigError` with one sentence; checks that need the built
+model (b against d) come later through :meth:`RunConfig.validate_for`.
 Values derived from others (seeds, the step size) are computed by
 :meth:`RunConfig.derived`, never stored.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -24,6 +24,7 @@ from targets.protocols import protocol_class
 from .. import attacks
 from ..errors import UserError
 from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
+from . import names
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
 
 
@@ -43,201 +44,255 @@ class Derived(attacks.Recipe):
     recipe: str
 
 
-def _default(value):
-    return field(default_factory=lambda: copy.deepcopy(value)) if isinstance(value, (dict, list)) else value
+@dataclass(frozen=True)
+class RunConfig:
+    """One attack: which victim, which sketch and defense, which attacker, which data.
 
-
-def _validate(self) -> "RunConfig":
-    """Check every value against its declared constraint; raise ConfigError (one sentence)."""
-    for p in RUN_PARAMS:
-        v = getattr(self, p.name)
-        if not p.constraint.ok(v):
-            raise ConfigError(p.constraint.error(p.label, v))
-    check_protocol_spec(self.protocol_spec, partial=True)
-    try:
-        build_defense(self.defense)
-        check_sketch_params(self.sketch, self.sketch_params)
-    except UserError as err:
-        raise ConfigError(str(err)) from None
-    settings = _settings(self)
-    if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
-        raise ConfigError(f"signed gradients need a first-order optimizer (adam or gd), not {settings['optimizer']}")
-    if self.device == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
-    return self
-
-
-def _validate_for(self, d: int) -> None:
-    """Checks that need d, the gradient length of the built model."""
-    b = self.sketch_b(d)
-    if not is_identity(self.sketch) and not 1 <= b <= d:
-        raise ConfigError(f"sketch dimension b = {b} must lie in [1, d] with d = {d} for model '{self.model}'")
-    try:
-        check_sketch_params(self.sketch, self.sketch_params, b)
-    except UserError as err:
-        raise ConfigError(str(err)) from None
-
-
-def _sketch_b(self, d: int) -> int:
-    """The sketch dimension b for a gradient of length d."""
-    if is_identity(self.sketch):
-        return d
-    if self.sketch_dim is not None:
-        return int(self.sketch_dim)
-    return sketch_dim(self.sketch_ratio, d)
-
-
-def _recipe_name(self) -> str:
-    if self.recipe != "auto":
-        return self.recipe
-    name = targets.recipe_of(self.model)
-    if name not in attacks.list_recipes():  # a user class's leakattack_recipe
-        raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
-                          f"{', '.join(attacks.list_recipes())}")
-    return name
-
-
-def _settings(self, gpu: bool | None = None) -> dict:
-    """The attacker settings: the ones given, the recipe's for the rest (float32 on a GPU).
-
-    ``gpu`` None: whether this run goes to a GPU (``--device``, or ``auto`` with CUDA present).
+    One field per :data:`~leakattack.config.params.RUN_PARAMS` entry, in its order, with the declared default
+    (``tests/config/test_run_config.py`` checks that the two agree).
     """
-    recipe = attacks.get_recipe(_recipe_name(self))
-    out = {name: getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
-           for name in attacks.RECIPE_FIELDS}
-    if gpu is None:
-        gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
-    if self.dtype is None and gpu:
-        out["dtype"] = "float32"
-    if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
-        out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
-    for name, weight in map(attacks.parse_prior, self.priors):
-        if name == "tv":  # --prior tv:W overrides --tv and the recipe
-            out["tv"] = weight
-    return out
+
+    # victim
+    model: str = "lenet"
+    model_params: dict[str, Any] = field(default_factory=dict)
+    weights: str | None = None
+    bn: str = "auto"
+    weight_init: str | None = None
+    model_seed: int | None = None
+    # sketch and defense
+    sketch: str = "srht"
+    sketch_dim: int | None = None
+    sketch_ratio: float = 0.5
+    sketch_params: dict[str, Any] = field(default_factory=dict)
+    sketch_seed: int | None = None
+    sketch_seed_search: int = 0
+    sketch_memory: float | None = None
+    defense: str = ""
+    delta: float = 1e-05
+    noise_seed: int | None = None
+    utility: bool = False
+    utility_steps: int = 300
+    utility_batch: int = 64
+    utility_lr: float = 0.5
+    attacker_knows_clip: bool = False
+    # attacker
+    attack: str = names.DEFAULT_ATTACK
+    attack_params: dict[str, Any] = field(default_factory=dict)  #: values of the attack's own ``options``
+    recipe: str = "auto"
+    optimizer: str | None = None
+    iterations: int | None = None
+    lr: float | None = None
+    objective: str | None = None
+    schedule: str | None = None
+    signed: bool | None = None
+    tv: float | None = None
+    priors: list[str] = field(default_factory=list)
+    bn_stats: str = "running"
+    box: bool | None = None
+    tol: float = 1e-10
+    stall_window: int = names.STALL_WINDOW
+    label_mode: str = "idlg"
+    dummy_init: str = "gaussian"
+    restarts: int = 1
+    time_limit: str | float | None = None
+    seed: int = 0
+    # data
+    dataset: str | None = None
+    data_root: str | None = None
+    download: bool = False
+    image_index: int = 0
+    batch_size: int = 1
+    image_size: int | None = None
+    # output and machine
+    device: str = "auto"
+    threads: int | None = None
+    dtype: str | None = None
+    trace_every: int = 10
+    # protocol message
+    protocol: str = ""
+    protocol_round: int = 1
+    protocol_client: int = 0
+    protocol_dir: str | None = None
+    protocol_spec: dict[str, Any] = field(default_factory=dict)
+    protocol_act: str = "tanh"
+    match_space: str = "sketch"
+    sketch_known: bool = True
+    # captured message
+    message: str | None = None
+    truth: str | None = None
+
+    def validate(self) -> RunConfig:
+        """Check every value against its declared constraint; raise ConfigError (one sentence)."""
+        for p in RUN_PARAMS:
+            v = getattr(self, p.name)
+            if not p.constraint.ok(v):
+                raise ConfigError(p.constraint.error(p.label, v))
+        declared = {p.name: p for p in self.attack_class.options}
+        for key, v in self.attack_params.items():
+            if key not in declared:
+                owners = [n for n in attacks.list_attacks() if key in {p.name for p in attacks.attack_class(n).options}]
+                whose = f" (an option of {', '.join(repr(n) for n in owners)})" if owners else ""
+                raise ConfigError(f"attack '{self.attack}' takes no parameter '{key}'{whose}")
+            if not declared[key].constraint.ok(v):
+                raise ConfigError(declared[key].constraint.error(declared[key].label, v))
+        check_protocol_spec(self.protocol_spec, partial=True)
+        try:
+            build_defense(self.defense)
+            check_sketch_params(self.sketch, self.sketch_params)
+        except UserError as err:
+            raise ConfigError(str(err)) from None
+        settings = self._settings()
+        if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
+            raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
+                              f"{settings['optimizer']}")
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
+        return self
+
+    def validate_for(self, d: int) -> None:
+        """Checks that need d, the gradient length of the built model."""
+        b = self.sketch_b(d)
+        if not is_identity(self.sketch) and not 1 <= b <= d:
+            raise ConfigError(f"sketch dimension b = {b} must lie in [1, d] with d = {d} for model '{self.model}'")
+        try:
+            check_sketch_params(self.sketch, self.sketch_params, b)
+        except UserError as err:
+            raise ConfigError(str(err)) from None
+
+    def sketch_b(self, d: int) -> int:
+        """The sketch dimension b for a gradient of length d."""
+        if is_identity(self.sketch):
+            return d
+        if self.sketch_dim is not None:
+            return int(self.sketch_dim)
+        return sketch_dim(self.sketch_ratio, d)
+
+    def _recipe_name(self) -> str:
+        if self.recipe != "auto":
+            return self.recipe
+        name = targets.recipe_of(self.model)
+        if name not in attacks.list_recipes():  # a user class's leakattack_recipe
+            raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
+                              f"{', '.join(attacks.list_recipes())}")
+        return name
+
+    def _settings(self, gpu: bool | None = None) -> dict:
+        """The attacker settings: the ones given, the recipe's for the rest (float32 on a GPU).
+
+        ``gpu`` None: whether this run goes to a GPU (``--device``, or ``auto`` with CUDA present).
+        """
+        recipe = attacks.get_recipe(self._recipe_name())
+        out = {name: getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
+               for name in attacks.RECIPE_FIELDS}
+        if gpu is None:
+            gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
+        if self.dtype is None and gpu:
+            out["dtype"] = "float32"
+        if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
+            out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
+        for name, weight in map(attacks.parse_prior, self.priors):
+            if name == "tv":  # --prior tv:W overrides --tv and the recipe
+                out["tv"] = weight
+        return out
+
+    def other_priors(self) -> dict:
+        """The priors of ``--prior`` other than ``tv`` (whose weight is the ``tv`` setting): name -> weight, the last
+        mention of a name winning."""
+        return {name: w for name, w in map(attacks.parse_prior, self.priors) if name != "tv"}
+
+    def resolved(self) -> RunConfig:
+        """This configuration with every recipe setting written out (as on a CPU) and ``recipe`` back to auto.
+
+        Two configurations that run the same attack resolve alike: a sweep keys its
+        points on this, so naming a recipe's own value changes nothing (``--prior tv:W``
+        resolves to ``tv`` W; the other priors to sorted NAME:WEIGHT entries).
+        """
+        priors = [f"{name}:{w!r}" for name, w in sorted(self.other_priors().items())]
+        return dataclasses.replace(self, recipe="auto", priors=priors, attack_params=self.attack_options(),
+                                   **self._settings(gpu=False))
+
+    def _step_size(self, optimizer: str) -> float:
+        """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""
+        if self.lr is not None:
+            return self.lr
+        recipe = attacks.get_recipe(self._recipe_name())
+        if recipe.lr is not None and recipe.optimizer == optimizer:
+            return recipe.lr
+        return attacks.DEFAULT_LR[optimizer]
+
+    def derived(self) -> Derived:
+        """The seeds, the recipe and every attacker setting this configuration runs with."""
+        settings = self._settings()
+        return Derived(
+            model_seed=self.seed if self.model_seed is None else self.model_seed,
+            sketch_seed=self.seed + 1 if self.sketch_seed is None else self.sketch_seed,
+            init_seed=self.seed + 2,
+            noise_seed=self.seed + 3 if self.noise_seed is None else self.noise_seed,
+            lr=self._step_size(settings["optimizer"]),
+            recipe=self._recipe_name(), **settings,
+        )
+
+    @property
+    def attack_class(self) -> type[attacks.Attack]:
+        """The configured attack's class, whose capabilities the run asks (``closed_form``, ``reads_labels``)."""
+        return attacks.attack_class(self.attack)
+
+    def attack_options(self) -> dict[str, Any]:
+        """The keyword arguments of the attack's own ``options``: the values given, the declared defaults for the
+        rest."""
+        return {p.name: self.attack_params.get(p.name, p.default) for p in self.attack_class.options}
+
+    def unused_options(self) -> list[str]:
+        """The flags set away from their defaults that the configured attack does not read: the settings other
+        attacks own (gradient matching's under a closed-form attack), and ``--labels dlg`` (soft labels optimised
+        with x), which a closed-form attack replaces by the labels it recovers."""
+        cls = self.attack_class
+        others = {n for name in attacks.list_attacks() for n in attacks.attack_class(name).settings}
+        others -= set(cls.settings)
+        out = [opt for p in RUN_PARAMS
+               if p.name in others and getattr(self, p.name) != p.default and (opt := p.option) is not None]
+        return out + (["--labels dlg"] if cls.closed_form and self.label_mode == "dlg" else [])
+
+    @property
+    def label_source(self) -> str:
+        """Where the attack's labels come from: given, idlg (recovered from the message) or dlg (optimised)."""
+        if self.labels_given:
+            return "given"
+        return "idlg" if self.attack_class.closed_form else self.label_mode
+
+    @property
+    def labels_given(self) -> bool:
+        """The attacker is granted the labels: asked for, or the victim is a regression (no sign rule)."""
+        return self.label_mode == "given" or targets.task_of(self.model) == "regression"
+
+    def to_dict(self) -> dict:
+        """Every field, but ``attack_params`` only when it holds something (attacks without options record what
+        they always did)."""
+        out = dataclasses.asdict(self)
+        if not out["attack_params"]:
+            del out["attack_params"]
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict) -> RunConfig:
+        """Build from a plain dict, whose keys may also name attack options (gathered into ``attack_params``);
+        an unknown key is a ConfigError naming it."""
+        known, options = {f.name for f in dataclasses.fields(cls)}, attack_option_names()
+        values, extra = dict(values), {}
+        for key in list(values):
+            if key not in known:
+                if key not in options:
+                    raise ConfigError(f"unknown run parameter '{key}'")
+                extra[key] = values.pop(key)
+        if extra:
+            values["attack_params"] = {**values.get("attack_params", {}), **extra}
+        return cls(**values)
 
 
-def _other_priors(self) -> dict:
-    """The priors of ``--prior`` other than ``tv`` (whose weight is the ``tv`` setting): name -> weight, the last
-    mention of a name winning."""
-    return {name: w for name, w in map(attacks.parse_prior, self.priors) if name != "tv"}
-
-
-def _resolved(self) -> "RunConfig":
-    """This configuration with every recipe setting written out (as on a CPU) and ``recipe`` back to auto.
-
-    Two configurations that run the same attack resolve alike: a sweep keys its
-    points on this, so naming a recipe's own value changes nothing (``--prior tv:W``
-    resolves to ``tv`` W; the other priors to sorted NAME:WEIGHT entries).
-    """
-    priors = [f"{name}:{w!r}" for name, w in sorted(_other_priors(self).items())]
-    return dataclasses.replace(self, recipe="auto", priors=priors, **_settings(self, gpu=False))
-
-
-def _step_size(self, optimizer: str) -> float:
-    """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""
-    if self.lr is not None:
-        return self.lr
-    recipe = attacks.get_recipe(_recipe_name(self))
-    if recipe.lr is not None and recipe.optimizer == optimizer:
-        return recipe.lr
-    return attacks.DEFAULT_LR[optimizer]
-
-
-def _derived(self) -> Derived:
-    settings = _settings(self)
-    return Derived(
-        model_seed=self.seed if self.model_seed is None else self.model_seed,
-        sketch_seed=self.seed + 1 if self.sketch_seed is None else self.sketch_seed,
-        init_seed=self.seed + 2,
-        noise_seed=self.seed + 3 if self.noise_seed is None else self.noise_seed,
-        lr=_step_size(self, settings["optimizer"]),
-        recipe=_recipe_name(self), **settings,
-    )
-
-
-#: attacks that solve for the input in closed form, reading none of gradient matching's settings
-CLOSED_FORM_ATTACKS = ("analytic", "rgap", "april")
-#: the settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
-GRADIENT_MATCHING_ONLY = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv",
-                          "priors", "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts")
-
-
-def _unused_options(self) -> list[str]:
-    """The flags set away from their defaults that the configured attack does not read: gradient matching's
-    settings under a closed-form attack, and ``--labels dlg`` (soft labels optimised with x), which a closed-form
-    attack replaces by the labels it recovers."""
-    if self.attack not in CLOSED_FORM_ATTACKS:
-        return []
-    declared = {p.name: p for p in RUN_PARAMS}
-    out = [opt for n in GRADIENT_MATCHING_ONLY  # each has a flag: its option is never None
-           if getattr(self, n) != declared[n].default and (opt := declared[n].option) is not None]
-    return out + (["--labels dlg"] if self.label_mode == "dlg" else [])
-
-
-def _label_source(self) -> str:
-    """Where the attack's labels come from: given, idlg (recovered from the message) or dlg (optimised)."""
-    if self.labels_given:
-        return "given"
-    return "idlg" if self.attack in CLOSED_FORM_ATTACKS else self.label_mode
-
-
-def _labels_given(self) -> bool:
-    """The attacker is granted the labels: asked for, or the victim is a regression (no sign rule)."""
-    return self.label_mode == "given" or targets.task_of(self.model) == "regression"
-
-
-def _to_dict(self) -> dict:
-    return dataclasses.asdict(self)
-
-
-def _from_dict(cls, values: dict) -> "RunConfig":
-    """Build from a plain dict; an unknown key is a ConfigError naming it."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in values:
-        if key not in names:
-            raise ConfigError(f"unknown run parameter '{key}'")
-    return cls(**values)
-
-
-if TYPE_CHECKING:
-    class RunConfig:
-        """What a type checker sees of the class built below: one field per RUN_PARAMS entry (declared as data, so
-        read here through ``__getattr__``) and the methods of its namespace."""
-
-        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]
-
-        def __init__(self, **values: Any) -> None: ...
-        def __getattr__(self, name: str) -> Any: ...
-        def validate(self) -> RunConfig: ...
-        def validate_for(self, d: int) -> None: ...
-        def sketch_b(self, d: int) -> int: ...
-        def derived(self) -> Derived: ...
-        def resolved(self) -> RunConfig: ...
-        def other_priors(self) -> dict: ...
-        @property
-        def labels_given(self) -> bool: ...
-        @property
-        def label_source(self) -> str: ...
-        def unused_options(self) -> list[str]: ...
-        def to_dict(self) -> dict: ...
-        @classmethod
-        def from_dict(cls, values: dict) -> RunConfig: ...
-else:
-    RunConfig = dataclasses.make_dataclass(
-        "RunConfig",
-        [(p.name, object, _default(p.default)) for p in RUN_PARAMS],
-        namespace={
-            "__doc__": "One attack: which victim, which sketch and defense, which attacker, which data "
-                       "(see RUN_PARAMS).",
-            "validate": _validate, "validate_for": _validate_for, "sketch_b": _sketch_b, "derived": _derived,
-            "resolved": _resolved, "other_priors": _other_priors,
-            "labels_given": property(_labels_given), "label_source": property(_label_source),
-            "unused_options": _unused_options, "to_dict": _to_dict, "from_dict": classmethod(_from_dict),
-        },
-    )
-RunConfig.__module__ = __name__
+def attack_option_names() -> set[str]:
+    """The names of the options every registered attack declares (keys a sweep or a config dict may use)."""
+    return {p.name for n in attacks.list_attacks() for p in attacks.attack_class(n).options}
 
 
 def check_protocol_spec(spec: dict, partial: bool = False) -> None:
@@ -276,5 +331,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["CLOSED_FORM_ATTACKS", "ConfigError", "Derived", "GRADIENT_MATCHING_ONLY", "RunConfig",
+__all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names",
            "check_protocol_spec", "validate_protocol"]

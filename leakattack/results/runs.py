@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
+from typing import Callable
+
+from .io import directory_mode
 
 #: defense names shortened in folder names; others are kept as written
 _SHORT_DEFENSES = {"gaussian": "gauss", "laplace": "lap", "per_example": "pex", "quantize": "quant"}
@@ -85,3 +90,29 @@ def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense
 
 
 __all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part"]
+
+
+def write_run_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
+    """Fill ``folder`` by ``write(path)``, all or nothing.
+
+    ``write`` fills a temporary folder beside ``folder``, which is then renamed
+    into place (replacing an earlier run in ``folder``): an interrupted write
+    leaves no folder that looks finished.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        write(tmp)
+        os.chmod(tmp, directory_mode())
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            os.replace(folder, old / folder.name)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder

@@ -102,6 +102,11 @@ class Sketch:
     draws_columns: bool = False
 
     @classmethod
+    def column_work_length(cls, d: int) -> int | None:
+        """The length of the row :meth:`adjoint_columns` holds per seed while it reads columns (None: no such row)."""
+        return None
+
+    @classmethod
     def adjoint_columns(cls, seed_list, y: torch.Tensor, cols: np.ndarray, *, d: int, b: int,
                         **params) -> torch.Tensor:
         """(R_s^T y)[cols] for each seed s of ``seed_list``: a (K, len(cols)) float64 tensor.

@@ -55,6 +55,10 @@ class SRHTSketch(Sketch):
     draws_columns = True
 
     @classmethod
+    def column_work_length(cls, d: int) -> int | None:
+        return padded_length(d)  # one transform of length n per seed
+
+    @classmethod
     def adjoint_columns(cls, seed_list, y, cols, *, d, b, **params):
         """R^T y = sqrt(n/b) D H S^T y / sqrt(n) at ``cols``: one batched transform of the K scattered messages."""
         n, K = padded_length(d), len(seed_list)

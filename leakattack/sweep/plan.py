@@ -44,7 +44,7 @@ import torch
 
 from .. import experiment
 from ..cases import check_case_options
-from ..config import RUN_PARAMS, ConfigError, RunConfig
+from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
 from ..data import get_batch
 from ..errors import UserError
 from ..results import default_strength
@@ -168,7 +168,7 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
                               f"{'positive integer' if k == 'jobs' else SWEEP_KEYS[k].__name__}")
     if "name" in settings:
         check_name(settings["name"])
-    fields = set(RunConfig.__dataclass_fields__)
+    fields = set(RunConfig.__dataclass_fields__) | attack_option_names()
     for k, v in base.items():
         if k not in fields:
             raise ConfigError(f"unknown [base] key '{k}' (value {v!r}): not a run parameter")

@@ -16,7 +16,7 @@ import torch
 from defenses.accounting import accountant_epsilon, gaussian_sigma, paper_composition
 from defenses.clipping import clip_by_norm
 from leakattack.seeds import DP_NOISE, torch_stream
-from leakattack.sketch import get_sketch, sketch_dim
+from leakattack.sketch import get_sketch, is_identity, sketch_dim
 
 from ..oracle import per_example_gradients, unflatten
 from .base import Protocol, round_seed
@@ -36,7 +36,7 @@ class Sketched(Protocol):
 
     @property
     def b(self) -> int:
-        return sketch_dim(self.sketch_ratio, self.d) if self.sketch != "none" else self.d
+        return sketch_dim(self.sketch_ratio, self.d) if not is_identity(self.sketch) else self.d
 
     def operator(self, t, seed_offset=0):
         return get_sketch(self.sketch, self.d, self.b, seed=round_seed(self.seed, t) + seed_offset,

@@ -70,3 +70,21 @@ def test_a_name_of_odd_parts_is_one_folder_level():
     name = run_folder_name("../../etc:passwd", "my sketch", "data/set", "clip:C=1@before_sketch")
     assert "/" not in name and ":" not in name and " " not in name and not name.startswith(".")
     assert name == "etc-passwd-my-sketch-data-set-clip1"
+
+
+def test_a_run_folder_is_written_whole_or_not_at_all(tmp_path):
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / "run"
+    write_run_folder(folder, lambda p: (p / "a.txt").write_text("first"))
+    write_run_folder(folder, lambda p: (p / "b.txt").write_text("second"))  # replaces the earlier run
+    assert sorted(p.name for p in folder.iterdir()) == ["b.txt"]
+
+    def interrupted(p):
+        (p / "c.txt").write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_run_folder(folder, interrupted)
+    assert sorted(p.name for p in folder.iterdir()) == ["b.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left behind
