@@ -71,7 +71,20 @@ def match_loss(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Ten
     """L_R = ||pred - y||^2 (``l2``) or 1 - cos(pred, y) (``cosine``)."""
     if objective == "l2":
         return (pred - y).pow(2).sum()
-    return 1 - F.cosine_similarity(pred.flatten(), y.flatten(), dim=0)
+    return cosine_distance(pred.flatten(), y.flatten())
+
+
+def cosine_distance(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """1 - cos(pred, y) over the last dimension, as ||pred/|pred| - y/|y|||^2 / 2.
+
+    The two are equal; the second has no cancellation when the directions nearly
+    agree, where ``1 - F.cosine_similarity`` in float32 rounds to 0 or below (its
+    resolution is about 6e-8) and a gradient dominated by weights that barely
+    depend on the input (an untrained ViT's) would read as matched at any image.
+    """
+    a = pred / pred.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    b = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return 0.5 * (a - b).pow(2).sum(-1)
 
 
 def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -> torch.Tensor:
@@ -454,7 +467,7 @@ def match_rows(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Ten
     """:func:`match_loss` of every row of ``pred`` (k, b) against y: a vector of k losses."""
     if objective == "l2":
         return (pred - y).pow(2).sum(-1)
-    return 1 - F.cosine_similarity(pred.flatten(1), y.flatten().unsqueeze(0), dim=1)
+    return cosine_distance(pred.flatten(1), y.flatten())
 
 
 def _progress(total: int, enabled: bool):

@@ -161,3 +161,21 @@ def test_a_loss_that_rises_without_overflowing_is_reported_with_the_best_step():
     r = _gm(optimizer="gd", iterations=20, lr=1e6).run(obs, init_dummy(x.shape, "uniform", 2), labels)
     assert r.losses[-1] > r.losses[0] and all(math.isfinite(v) for v in r.losses)
     assert "the loss rose" in r.message and f"from step {r.best_step}" in r.message
+
+
+def test_the_cosine_distance_keeps_its_precision_when_the_directions_nearly_agree():
+    """1 - cos as half the squared distance of the unit vectors: equal to 1 - cos, and in float32 still accurate at
+    1e-8, where 1 - F.cosine_similarity has cancelled to rounding noise (it reads 0 or below for a near match)."""
+    from leakattack.attacks.gradient_matching import cosine_distance, match_loss
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 1000, generator=g, dtype=torch.float64)
+    b = torch.randn(1000, generator=g, dtype=torch.float64)
+    assert cosine_distance(a, b) == pytest.approx(1 - torch.nn.functional.cosine_similarity(a, b[None], dim=1),
+                                                  rel=1e-12)
+    y = torch.randn(2_000_000, generator=g, dtype=torch.float64)
+    x = y + 1e-4 * torch.randn(2_000_000, generator=g, dtype=torch.float64)
+    exact = float(cosine_distance(x, y))
+    assert 1e-9 < exact < 1e-8
+    assert float(match_loss(x.float(), y.float(), "cosine")) == pytest.approx(exact, rel=0.05)
+    assert float(cosine_distance(x.float(), y.float())) >= 0
