@@ -93,8 +93,9 @@ def main() -> int:
     for label, state, pr, sk, _ in rows:
         ms = [results[(label, i)] for i in range(a.images)]
         verdicts = ", ".join(sorted({m["verdict"] for m in ms}))
-        print(f"| {state} | {pr} | {sk} | {pm([m['psnr'] for m in ms], '.1f')} | {pm([m['ssim'] for m in ms], '.3f')} "
-              f"| {pm([m['baseline_psnr'] for m in ms], '.1f')} | {verdicts} | "
+        shown = f"bn:{a.prior_weight}" if pr == "bn" and a.prior_weight else pr
+        print(f"| {state} | {shown} | {sk} | {pm([m['psnr'] for m in ms], '.1f')} "
+              f"| {pm([m['ssim'] for m in ms], '.3f')} | {pm([m['baseline_psnr'] for m in ms], '.1f')} | {verdicts} | "
               f"{statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
     if a.figure:
         figure(out, rows, a.images, results, Path(a.figure))
