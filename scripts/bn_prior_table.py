@@ -1,0 +1,133 @@
+"""Untrained against trained ResNet-20 on photos, with and without the BatchNorm-statistics prior.
+
+Trains the victim with ``scripts/train_photo_victim.py`` (once; the state_dict
+holds the BatchNorm running statistics), then runs ``leakattack run`` (the ig
+recipe, ``--bn auto`` = eval for one image) on photos 0..N-1 for every
+combination of weights (untrained: the seed-0 initialisation, running
+statistics 0 and 1; trained), prior (none; ``--prior bn``, pulling towards the
+running statistics) and sketch (none; srht b/d = 0.01).  Runs that already have
+a metrics.json are kept.  Prints one markdown row per setting: PSNR and SSIM
+mean ± standard deviation over the images, the runs' baseline PSNR (metrics.json's
+``baseline_psnr``, the better of the start and the data set's mean image), the
+verdicts and the minutes per run.
+
+    python scripts/bn_prior_table.py --out DIR [--iterations 1200] [--images 3] [--jobs 2] [--prior-weight W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+MODEL = "resnet20"
+SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
+
+
+def settings(weights: Path, prior_weight: str | None):
+    """(label, weights label, prior label, sketch label, extra run arguments) of every row, the bar's first."""
+    prior = ["--prior", f"bn:{prior_weight}" if prior_weight else "bn"]
+    rows = []
+    for state, sk, pr in itertools.product(("trained", "untrained"), ("srht 0.01", "none"), ("none", "bn")):
+        extra = [*(["--weights", str(weights)] if state == "trained" else []), *(prior if pr == "bn" else []),
+                 *SKETCHES[sk]]
+        rows.append((f"{state}-{pr}-{sk.split()[0]}", state, pr, sk, extra))
+    return rows
+
+
+def run(folder: Path, image: int, iterations: int, threads: str, extra: list[str]) -> dict:
+    if not (folder / "metrics.json").exists():
+        subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--model", MODEL, "--dataset", "photos",
+                        "--image-index", str(image), "--iterations", str(iterations), "--threads", threads,
+                        "--no-lpips", "--quiet", "--out", str(folder), *extra],
+                       check=True, stdout=subprocess.DEVNULL)
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def pm(values: list[float], fmt: str) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{format(statistics.mean(values), fmt)} ± {format(sd, fmt)}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for the checkpoint and the attack runs")
+    ap.add_argument("--iterations", type=int, default=1200, help="attack steps of every run (the recipe's: 1200)")
+    ap.add_argument("--images", type=int, default=3, help="photos 0..N-1 attacked per setting")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each with --threads 1 when more than one)")
+    ap.add_argument("--prior-weight", default=None, help="weight of the bn prior (default: the prior's own)")
+    ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
+    ap.add_argument("--train-steps", type=int, default=None, help="training steps (default: the recipe's)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = out / f"{MODEL}_photos.pt"
+    if not weights.exists():
+        cmd = [sys.executable, str(Path(__file__).with_name("train_photo_victim.py")), "--model", MODEL,
+               "--out", str(weights)]
+        if a.train_steps:
+            cmd += ["--steps", str(a.train_steps)]
+        subprocess.run(cmd, check=True)
+    threads = "1" if a.jobs > 1 else "auto"
+    rows = settings(weights, a.prior_weight)
+    jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
+
+    def one(job):
+        label, i, extra = job
+        t0 = time.perf_counter()
+        m = run(out / "runs" / f"{label}-{i}", i, a.iterations, threads, extra)
+        print(f"{label} photo {i}: {m['psnr']:.2f} dB ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
+              flush=True)
+        return (label, i), m
+
+    with ThreadPoolExecutor(a.jobs) as pool:
+        results = dict(pool.map(one, jobs))
+    print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | min per run |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, state, pr, sk, _ in rows:
+        ms = [results[(label, i)] for i in range(a.images)]
+        verdicts = ", ".join(sorted({m["verdict"] for m in ms}))
+        shown = f"bn:{a.prior_weight}" if pr == "bn" and a.prior_weight else pr
+        print(f"| {state} | {shown} | {sk} | {pm([m['psnr'] for m in ms], '.1f')} "
+              f"| {pm([m['ssim'] for m in ms], '.3f')} | {pm([m['baseline_psnr'] for m in ms], '.1f')} | {verdicts} | "
+              f"{statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
+    if a.figure:
+        figure(out, rows, a.images, results, Path(a.figure))
+    return 0
+
+
+def figure(out: Path, rows, images: int, results: dict, path: Path) -> None:
+    """One row per photo: the truth, then every setting's reconstruction with its PSNR."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from leakattack.data import get_dataset
+
+    truth = get_dataset("photos").images
+    fig, axes = plt.subplots(images, len(rows) + 1, figsize=(1.1 * (len(rows) + 1), 1.25 * images + 0.5))
+    for i in range(images):
+        panels = [("truth", truth[i])]
+        for label, state, pr, sk, _ in rows:
+            rec = torch.load(out / "runs" / f"{label}-{i}" / "reconstruction.pt", weights_only=True)["images"][0]
+            panels.append((f"{state}\n{'bn prior' if pr == 'bn' else 'no prior'}\n{sk}"
+                           f"\n{results[(label, i)]['psnr']:.1f} dB", rec))
+        for ax, (title, img) in zip(axes[i], panels):
+            ax.imshow(img.float().clamp(0, 1).permute(1, 2, 0).numpy(), interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(title if i == 0 or title == "truth" else title.rsplit("\n", 1)[-1], fontsize=5)
+    fig.tight_layout(pad=0.2)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
