@@ -88,8 +88,11 @@ def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
 
 def _start(cfg, out):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Ctrl-C as a terminal delivers it: a background job's shell starts its children with SIGINT ignored, which
+    # Python then keeps ignoring; the sweep is given the default disposition back
     return subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_lines(out, n, proc, timeout=120):
