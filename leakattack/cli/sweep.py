@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..results.runs import unused_path
 from ..sweep import check_name, load_plan, run_sweep
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
@@ -27,12 +28,7 @@ DEFAULT_ROOT = "results/runs"
 
 def default_sweep_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
     """``<root>/sweep-<name>-<YYYYmmdd-HHMMSS>/``, a suffix -2, -3, ... keeping it unique (nothing is created)."""
-    base = Path(root) / f"sweep-{check_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, k = base, 1
-    while path.exists():
-        k += 1
-        path = base.with_name(f"{base.name}-{k}")
-    return path
+    return unused_path(Path(root) / f"sweep-{check_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def _backend_options(a) -> dict:

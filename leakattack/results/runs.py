@@ -81,7 +81,11 @@ def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense
                     root: str | os.PathLike = "results/runs") -> Path:
     """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>-<dataset>[-<defense>]/ (a suffix -2, -3, ... keeps it unique)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}"
+    return unused_path(Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}")
+
+
+def unused_path(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ... : the first that does not exist (nothing is created)."""
     path, k = base, 1
     while path.exists():
         k += 1
@@ -89,7 +93,7 @@ def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense
     return path
 
 
-__all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part"]
+__all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
 
 
 def write_run_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
