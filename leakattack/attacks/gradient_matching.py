@@ -82,9 +82,17 @@ def cosine_distance(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     resolution is about 6e-8) and a gradient dominated by weights that barely
     depend on the input (an untrained ViT's) would read as matched at any image.
     """
-    a = pred / pred.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-    b = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-    return 0.5 * (a - b).pow(2).sum(-1)
+    return distance_to_unit(pred, unit(y))
+
+
+def unit(v: torch.Tensor) -> torch.Tensor:
+    """``v / |v|`` over the last dimension."""
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def distance_to_unit(pred: torch.Tensor, y_unit: torch.Tensor) -> torch.Tensor:
+    """:func:`cosine_distance` against a message already scaled to unit length (the attack scales it once)."""
+    return 0.5 * (unit(pred) - y_unit).pow(2).sum(-1)
 
 
 def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -> torch.Tensor:
@@ -297,7 +305,9 @@ class _Problem:
             logits = torch.randn(self.shape[0], obs.victim.num_classes, generator=torch_generator(0)).to(x0)
             z = torch.cat([z, logits.reshape(1, -1).expand(self.R, -1)], 1)
         self.z0 = z.contiguous()
-        self.y = obs.y.detach()
+        self.y = obs.y.detach().flatten()
+        #: the cosine objective's message at unit length, scaled once rather than at every evaluation
+        self.y_unit = unit(self.y) if attack.objective == "cosine" else None
         scale = float(self.y.pow(2).sum()) if attack.objective == "l2" else 1.0
         self.scale = scale if scale > 0 else 1.0
         # L-BFGS sees L_R / ||y||^2 times a constant: torch's L-BFGS rule keeps a curvature pair
@@ -357,9 +367,15 @@ class _Problem:
             labels = self.labels.expand(k, *self.labels.shape)
         if batched:
             assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
-            fit = match_rows(self.batched(xs, labels), self.y, self.attack.objective)
+            pred = self.batched(xs, labels).flatten(1)
         else:
-            fit = match_loss(self.obs.forward(xs[0], labels[0]), self.y, self.attack.objective).unsqueeze(0)
+            pred = self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
+        if self.y_unit is not None:
+            fit = distance_to_unit(pred, self.y_unit)
+        elif batched:
+            fit = match_rows(pred, self.y, "l2")
+        else:
+            fit = match_loss(pred[0], self.y, "l2").unsqueeze(0)
         total = self.weight * fit
         for prior in self.penalties:
             total = total + torch.stack([prior(x) for x in xs])
