@@ -45,7 +45,16 @@ from .sketch import (
     sketch_from_description,
 )
 from .sketch.gaussian import available_memory_bytes
-from .training import MODEL_DEFAULTS, build_victim, check_unchanged, load_checkpoint, load_split, stored_protocol
+from .training import (
+    MODEL_DEFAULTS,
+    build_victim,
+    check_unchanged,
+    checkpoint_path,
+    load_buffers,
+    load_checkpoint,
+    load_split,
+    stored_protocol,
+)
 
 #: a protocol attack whose unrolled client model is estimated to take longer than this (seconds) is warned about
 SLOW_UNROLL_SECONDS = 180.0
@@ -155,7 +164,10 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                           f"{spec['batch_size']}; leave --batch-size out")
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
-        w = load_checkpoint(Path(cfg.protocol_dir), t, victim.d).to(device=device, dtype=dtype)
+        w, buffers = load_checkpoint(Path(cfg.protocol_dir), t, victim.d)
+        w = w.to(device=device, dtype=dtype)
+        if buffers is not None:  # the running statistics the server holds with w^t
+            load_buffers(victim, buffers, checkpoint_path(Path(cfg.protocol_dir), t))
     else:  # deterministic re-simulation of rounds 1..t-1 from the seeds
         w = proto.replay(t)
     torch.nn.utils.vector_to_parameters(w, victim.model.parameters())

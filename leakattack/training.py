@@ -8,13 +8,18 @@
   so far), clients, wall_s (and the protocol's privacy numbers, where it adds noise,
   and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm),
 * ``checkpoints/round_TTTT.pt`` — w^t, the flat weights clients start round t from
-  (t = 1..T+1; T+1 is the final model), float32, atomically written,
+  (t = 1..T+1; T+1 is the final model), float32, atomically written; for a model
+  with buffers (BatchNorm's running statistics) ``{"weights": w^t, "buffers":
+  {name: tensor}}``, the buffers as the clients' forward passes before round t
+  left them (one running average over every client's batches, in the order they
+  ran: what a server that averages them holds, approximately),
 
 and redraws ``out/accuracy_vs_floats.png`` over every run folder in ``out``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -25,6 +30,7 @@ import torch
 
 import targets
 from targets.protocols import SPEC_DEFAULTS, evaluate, get_protocol
+from targets.victim import batchnorm_layers
 
 from .config import ConfigError, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
@@ -63,27 +69,63 @@ def checkpoint_path(folder: Path, t: int) -> Path:
     return Path(folder) / "checkpoints" / f"round_{t:04d}.pt"
 
 
-def save_checkpoint(folder: Path, t: int, w: torch.Tensor) -> None:
-    """w^t as a float32 tensor, written atomically."""
+def model_buffers(victim: targets.Victim) -> dict[str, torch.Tensor]:
+    """The model's buffers (BatchNorm's running statistics and step counts) by name, copied to the CPU."""
+    return {n: b.detach().to("cpu").clone() for n, b in victim.model.named_buffers()}
+
+
+def save_checkpoint(folder: Path, t: int, w: torch.Tensor, buffers: dict[str, torch.Tensor] | None = None) -> None:
+    """w^t as a float32 tensor, or with ``buffers`` ``{"weights": w^t, "buffers": buffers}``, written atomically."""
+    weights = w.detach().to("cpu", torch.float32).clone()
     buf = io.BytesIO()
-    torch.save(w.detach().to("cpu", torch.float32).clone(), buf)
+    torch.save({"weights": weights, "buffers": buffers} if buffers else weights, buf)
     atomic_write_bytes(checkpoint_path(folder, t), buf.getvalue())
 
 
-def load_checkpoint(folder: Path, t: int, d: int) -> torch.Tensor:
-    """w^t (length d) from a run folder, loaded with ``weights_only`` (a checkpoint cannot run code)."""
+def load_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+    """(w^t of length d, the model's buffers or None) from a run folder, loaded with ``weights_only`` (a checkpoint
+    cannot run code)."""
     path = checkpoint_path(folder, t)
     if not path.is_file():
         raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints to attack round {t})")
     try:
-        w = load_tensors(path)
+        state = load_tensors(path)
     except UserError:
         raise
     except Exception as err:  # truncated or garbage files fail inside torch's unpickler in many ways
         raise ConfigError(f"checkpoint '{path}' is not a readable torch file ({type(err).__name__})") from None
+    w, buffers = (state.get("weights"), state.get("buffers")) if isinstance(state, dict) else (state, None)
     if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() != d:
         raise ConfigError(f"checkpoint '{path}' does not hold the {d} weights of this protocol's model")
-    return w
+    if buffers is not None and not (isinstance(buffers, dict)
+                                    and all(isinstance(b, torch.Tensor) for b in buffers.values())):
+        raise ConfigError(f"checkpoint '{path}' holds buffers that are not a dict of tensors")
+    return w, buffers
+
+
+def load_buffers(victim: targets.Victim, buffers: dict[str, torch.Tensor], source: str | Path) -> None:
+    """Copy a checkpoint's buffers into the victim's model; ConfigError when they do not fit it."""
+    own = dict(victim.model.named_buffers())
+    if set(own) != set(buffers) or any(own[n].shape != b.shape for n, b in buffers.items()):
+        raise ConfigError(f"checkpoint '{source}' holds buffers that do not fit this protocol's model")
+    with torch.no_grad():
+        for n, b in buffers.items():
+            own[n].copy_(b)
+
+
+@contextlib.contextmanager
+def tracking_running_statistics(victim: targets.Victim):
+    """While in the block, the victim's BatchNorm layers that keep running statistics update them as they normalise
+    by their batches (a victim in train mode turns that off so that attacks leave them as loaded)."""
+    layers = [m for m in batchnorm_layers(victim.model) if m.running_mean is not None]
+    before = [m.track_running_stats for m in layers]
+    for m in layers:
+        m.track_running_stats = True
+    try:
+        yield
+    finally:
+        for m, b in zip(layers, before):
+            m.track_running_stats = b
 
 
 def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
@@ -138,8 +180,9 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     bar = progress_bar(rounds, name, "round", progress, leave=False)
     for t in range(1, rounds + 1):
         if checkpoints:
-            save_checkpoint(folder, t, w)
-        w, stats = proto.run_round(w, t)
+            save_checkpoint(folder, t, w, model_buffers(victim))
+        with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
+            w, stats = proto.run_round(w, t)
         cum += stats["floats_sent"]
         test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
         if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
@@ -159,10 +202,11 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     if bar is not None:
         bar.close()
     if checkpoints:
-        save_checkpoint(folder, rounds + 1, w)
+        save_checkpoint(folder, rounds + 1, w, model_buffers(victim))
     accuracy_figure(Path(out))
     return folder
 
 
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "check_unchanged", "build_victim", "load_split", "checkpoint_path",
-           "save_checkpoint", "load_checkpoint", "stored_protocol", "train"]
+           "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
+           "stored_protocol", "train"]

@@ -2,8 +2,10 @@
 
 A weights file is read with ``torch.load(weights_only=True)``: only tensors and
 plain containers are unpickled, so a file from an untrusted folder cannot run
-code.  It may hold a ``state_dict`` or a flat vector of the trainable weights in
-``model.parameters()`` order (what ``leakattack train`` checkpoints hold).
+code.  It may hold a ``state_dict``, a flat vector of the trainable weights in
+``model.parameters()`` order, or ``{"weights": flat vector, "buffers": {name:
+tensor}}`` (what ``leakattack train`` checkpoints hold: a model with BatchNorm
+keeps its running statistics in the buffers).
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
     except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
         raise UserError(f"weights file '{path}' is not a readable torch file ({type(err).__name__})") from None
     model = victim.model
+    buffers = None
+    if isinstance(state, dict) and set(state) == {"weights", "buffers"}:  # a `leakattack train` checkpoint
+        state, buffers = state["weights"], state["buffers"]
+        own = dict(model.named_buffers())
+        if not isinstance(buffers, dict) or set(buffers) != set(own) or any(
+                not isinstance(b, torch.Tensor) or b.shape != own[n].shape for n, b in buffers.items()):
+            raise UserError(f"weights file '{path}' holds buffers that do not fit this model")
     if isinstance(state, torch.Tensor):
         if state.dim() != 1 or state.numel() != victim.d:
             raise UserError(f"weights file '{path}' holds a tensor of shape {tuple(state.shape)}, "
@@ -65,6 +74,8 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
         with torch.no_grad():
             torch.nn.utils.vector_to_parameters(state.to(victim.dtype),
                                                 [p for p in model.parameters() if p.requires_grad])
+            for n, b in (buffers or {}).items():
+                own[n].copy_(b)
         return victim
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"weights file '{path}' holds no state_dict (a dict of tensors) nor a flat weight vector")
