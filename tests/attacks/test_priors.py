@@ -57,10 +57,10 @@ def test_bn_prior_is_zero_at_the_granted_statistics_and_positive_elsewhere():
     _grant_statistics_of(victim, x)
     prior = get_prior("bn", 1.0, obs=obs)
     assert isinstance(prior, BatchNormPrior) and len(prior.layers) == len(batchnorm_layers(victim.model)) > 10
-    assert prior(x).item() < 1e-10
     other = torch.rand(x.shape, generator=torch.Generator().manual_seed(9), dtype=x.dtype)
     value = prior(other).item()
     assert value > 1e-3
+    assert prior(x).item() < 1e-3 * value  # zero up to the float32 round-off of the norms
     assert get_prior("bn", 0.5, obs=obs)(other).item() == pytest.approx(0.5 * value, rel=1e-6)
 
 
@@ -68,7 +68,7 @@ def test_bn_prior_matches_the_formula_and_its_gradient_reaches_x():
     victim, obs, x = _observation()
     prior = get_prior("bn", 1.0, obs=obs)
     xh = (x * 0.5 + 0.2).requires_grad_(True)
-    by_hand = sum((mu - m.running_mean).pow(2).sum() + (v - m.running_var).pow(2).sum()
+    by_hand = sum((mu - m.running_mean).pow(2).sum().sqrt() + (v - m.running_var).pow(2).sum().sqrt()
                   for (mu, v), m in zip(_inputs_moments(victim, xh), batchnorm_layers(victim.model)))
     value = prior(xh)
     assert value.item() == pytest.approx(by_hand.item(), rel=1e-5)

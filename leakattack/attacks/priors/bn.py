@@ -1,6 +1,7 @@
 """BatchNorm statistics prior (Yin et al., "See through Gradients", CVPR 2021; DeepInversion's R_feature).
 
-R_BN(x) = sum over BatchNorm layers l of ||mu_l(x) - mu_l||^2 + ||sigma^2_l(x) - sigma^2_l||^2, where
+R_BN(x) = sum over BatchNorm layers l of ||mu_l(x) - mu_l||_2 + ||sigma^2_l(x) - sigma^2_l||_2 (the norms, not
+their squares, as DeepInversion's R_feature and GradInversion's R_BN), where
 mu_l(x), sigma^2_l(x) are the per-channel batch mean and (biased) variance of the dummy data's
 activations at layer l's input, and mu_l, sigma^2_l are the statistics the threat model grants: the
 client's own batch statistics when it grants them (``--bn-stats client``: Yin et al.'s setting, where the
@@ -19,10 +20,10 @@ from ...errors import UserError
 
 
 def bn_statistics_distance(moments, granted) -> torch.Tensor:
-    """sum_l ||mu_l - m_l||^2 + ||v_l - s_l||^2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6)."""
+    """sum_l ||mu_l - m_l||_2 + ||v_l - s_l||_2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6)."""
     total: torch.Tensor | int = 0
     for (mu, var), (m, s) in zip(moments, granted):
-        total = total + (mu - m).pow(2).sum() + (var - s).pow(2).sum()
+        total = total + torch.linalg.vector_norm(mu - m) + torch.linalg.vector_norm(var - s)
     return torch.as_tensor(total)  # the sum itself (a tensor) for one layer or more
 
 
