@@ -11,8 +11,9 @@ federated learning.  SGD with momentum 0.9, weight decay 5e-4, a cosine step
 size from 0.05, batch 32; BatchNorm in train mode with its default momentum, so
 the saved running statistics are those of the photo crops, the statistics a
 server holds after training.  Centralised training, a stand-in for the model a
-federation would reach: ``leakattack train``'s checkpoints are flat weight
-vectors and carry no running statistics.
+federation would reach (``leakattack train`` checkpoints carry the running
+statistics too, but federated rounds see only the 40 fixed crops of the set's
+training split).
 
 Writes a state_dict (weights and BatchNorm running statistics) that
 ``leakattack run --model MODEL --weights OUT`` loads, and prints the accuracy on
