@@ -16,6 +16,8 @@ SRHT, COUNTSKETCH, SPARSE, UNIFORM = 3, 5, 6, 8
 CLIENT_SPLIT, CLIENT_SAMPLING, CLIENT_BATCH, DP_NOISE, HEAVYMIX = 101, 202, 303, 404, 505
 #: stream tag of a client's local-epoch shuffles (seed, t, c, epoch)
 CLIENT_EPOCH = 606
+#: stream tag of the noise of a defense on a protocol's clients (seed, t, c[, k])
+DEFENSE_NOISE = 707
 
 
 def numpy_stream(seed: int, *tags: int) -> np.random.Generator:

@@ -1,15 +1,17 @@
 """Privacy-utility: train the target under the same defense and report test accuracy and epsilon.
 
-Budget (documented, small on purpose): ``utility_steps`` (300) steps of SGD,
-step size ``utility_lr`` (0.5), batches of ``utility_batch`` (64) images drawn
-uniformly without replacement from the digits training split
-(``data.train_test_split``, test fraction 0.2, seed = run seed), float32 on the
-CPU.  Every step is one client message of the attacked kind: the defended
-gradient g~ (per-example clipping if the spec says so), sketched with a fresh
-R_t (seed sketch_seed + 1 + t, as sk_t in Algorithm 1 of Song et al. 2023),
-defended after the sketch, and desketched by the server as R_t^T y.  The model
-is built for digits (1x28x28, 10 classes) whatever data set the attack used.
-Accuracy is measured on the test split.  The training's epsilon composes
+The training runs ``utility_steps`` (300) rounds of the ``sketched`` protocol
+(Song et al. 2023, Algorithm 1) with one client, one local step of size
+``utility_lr`` (0.5) and eta_g = 1: in round t the client computes the gradient
+of a batch of ``utility_batch`` (64) images drawn uniformly without replacement
+from the digits training split (``data.train_test_split``, test fraction 0.2,
+seed = run seed), applies the defense's steps before the sketch (per-example
+clipping if the spec says so), sketches with R_t drawn from the shared seed
+sketch_seed (:func:`targets.protocols.round_seed`), applies the steps after
+the sketch (giving y), and the server steps to w - eta R_t^T y.  Batches and noise come
+from one generator seeded noise_seed + 1.  The model is built for digits
+(1x28x28, 10 classes) whatever data set the attack used, float32 on the CPU;
+accuracy is measured on the test split.  The training's epsilon composes
 ``utility_steps`` sub-sampled Gaussian mechanisms with sample rate
 batch / N_train (Opacus assumes Poisson sampling; uniform batches are the usual
 approximation) and, next to it, the paper's Theorem 6.2 (T*K = steps, no
@@ -20,23 +22,57 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 import targets
 from defenses import build as build_defense
 from defenses.accounting import message_privacy
+from targets.protocols import Protocol, evaluate, get_protocol
 
-from .channel import Channel
-from .data import get_dataset, train_test_split
+from .config import RunConfig
+from .data import ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, duration_text
-from .observation import Observation, gradient_of
+from .observation import Observation
 from .seeds import torch_generator
-from .sketch import get_sketch
 from .sketch.gaussian import SLOW_SKETCH_SECONDS
 
 
-def privacy_metrics(cfg, obs: Observation) -> dict:
+@dataclass(frozen=True)
+class UtilitySettings:
+    """What the training under the defense reads of a run: the model, its seeds, the sketch, the defense and the
+    budget."""
+
+    model: str
+    weight_init: str | None
+    split_seed: int  #: the digits train/test split (the run seed)
+    model_seed: int
+    sketch_seed: int  #: the protocol's shared seed: R_t from (sketch_seed, t)
+    noise_seed: int  #: batches and noise from one generator seeded noise_seed + 1
+    sketch: str
+    sketch_ratio: float
+    sketch_dim: int | None  #: b itself (else b from sketch_ratio)
+    sketch_params: dict[str, Any]
+    defense: str
+    delta: float
+    steps: int
+    batch: int
+    lr: float
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> UtilitySettings:
+        """The settings of run ``cfg`` (its ``utility_*`` fields, seeds as :meth:`RunConfig.derived` gives them)."""
+        seeds = cfg.derived()
+        return cls(model=cfg.model, weight_init=cfg.weight_init, split_seed=cfg.seed, model_seed=seeds.model_seed,
+                   sketch_seed=seeds.sketch_seed, noise_seed=seeds.noise_seed, sketch=cfg.sketch,
+                   sketch_ratio=cfg.sketch_ratio, sketch_dim=cfg.sketch_dim, sketch_params=dict(cfg.sketch_params),
+                   defense=cfg.defense, delta=cfg.delta, steps=cfg.utility_steps, batch=cfg.utility_batch,
+                   lr=cfg.utility_lr)
+
+
+def privacy_metrics(cfg: RunConfig, obs: Observation) -> dict:
     """Metrics keys of a defended run: the message's epsilon/delta (one release) and, with ``cfg.utility``,
     utility_*."""
     pipeline = build_defense(cfg.defense)
@@ -48,7 +84,7 @@ def privacy_metrics(cfg, obs: Observation) -> dict:
         norm = obs.linear_map.operator_norm()
     m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0, sketch_norm=norm))
     if cfg.utility:
-        m.update(train_under_defense(cfg))
+        m.update(train_under_defense(UtilitySettings.of(cfg)))
     return m
 
 
@@ -64,52 +100,58 @@ def slow_norms_note(kind: str, steps: int, first_s: float, limit_s: float = SLOW
             "sketch, or fewer --utility-steps")
 
 
-def _warn_if_slow_norms(cfg, first_s: float) -> None:
-    note = slow_norms_note(cfg.sketch, cfg.utility_steps, first_s, SLOW_SKETCH_SECONDS)
+def _warn_if_slow_norms(s: UtilitySettings, first_s: float) -> None:
+    note = slow_norms_note(s.sketch, s.steps, first_s, SLOW_SKETCH_SECONDS)
     if note:
-        warnings.warn(note, SettingWarning, stacklevel=3)
+        warnings.warn(note, SettingWarning, stacklevel=4)
 
 
-def train_under_defense(cfg) -> dict:
-    """Train a fresh target on digits under ``cfg.defense`` (see the module docstring); returns utility_* keys."""
-    t0 = time.perf_counter()
-    if targets.task_of(cfg.model) != "classification":
-        return {"utility_acc": None, "utility_note": f"{cfg.model} is a regression model: no accuracy"}
-    seeds = cfg.derived()
-    ds = get_dataset("digits")
-    train, test = train_test_split(ds, 0.2, seed=cfg.seed)
-    victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape,
-                               seed=seeds.model_seed, init=cfg.weight_init)
-    d = victim.d
-    b = cfg.sketch_b(d)
-    gen = torch_generator(seeds.noise_seed + 1)  # batches and noise of the training run
+def sketched_protocol(s: UtilitySettings, victim: targets.Victim, train: ImageSet,
+                      noise_rng: torch.Generator) -> Protocol:
+    """The ``sketched`` protocol the training runs: one client, one local step of size ``s.lr`` a round, eta_g = 1,
+    R_t from the shared seed ``s.sketch_seed``, the defense ``s.defense`` on the client with its noise from
+    ``noise_rng``."""
+    ratio = s.sketch_ratio if s.sketch_dim is None else s.sketch_dim / victim.d
+    return get_protocol("sketched", victim, train, defense=s.defense, noise_rng=noise_rng, clients=1, local_steps=1,
+                        local_lr=s.lr, global_lr=1.0, batch_size=s.batch, seed=s.sketch_seed, sketch=s.sketch,
+                        sketch_ratio=ratio, sketch_params=dict(s.sketch_params))
+
+
+def sketched_training(s: UtilitySettings, victim: targets.Victim, train: ImageSet,
+                      gen: torch.Generator) -> tuple[torch.Tensor, float | None]:
+    """The flat weights after ``s.steps`` rounds of :func:`sketched_protocol` from the victim's, each on a batch of
+    ``s.batch`` images of ``train`` drawn from ``gen`` (which also draws the noise), and the largest ||R_t|| of the
+    rounds where the defense's sensitivity has R in it (None otherwise)."""
+    proto = sketched_protocol(s, victim, train, gen)
     n = len(train)
-    params = [p for p in victim.model.parameters() if p.requires_grad]
-    pipeline = build_defense(cfg.defense)
-    needs_norm = pipeline.needs_sketch_norm
-    norm = None  # the composed guarantee holds with the largest ||R_t|| of the steps (None: Delta has no R in it)
-    for t in range(cfg.utility_steps):
-        idx = torch.randperm(n, generator=gen)[:cfg.utility_batch]
-        channel = Channel(get_sketch(cfg.sketch, d, b, seed=seeds.sketch_seed + 1 + t, **cfg.sketch_params),
-                          pipeline)
-        if needs_norm:
+    norm = None  # the composed guarantee holds with the largest ||R_t|| of the rounds
+    w = proto.initial_weights()
+    for t in range(1, s.steps + 1):
+        idx = torch.randperm(n, generator=gen)[:s.batch]
+        if proto.defense.needs_sketch_norm:
             t_norm = time.perf_counter()
-            norm = max(norm or 0.0, channel.sketch.operator_norm())
-            if t == 0:
-                _warn_if_slow_norms(cfg, time.perf_counter() - t_norm)
-        g = gradient_of(victim, train.images[idx], train.labels[idx], channel.per_example).detach()
-        update = channel.sketch.adjoint(channel.send(g, gen))
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                p.sub_(cfg.utility_lr * update[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
-    with torch.no_grad():
-        acc = float((victim.model(test.images).argmax(-1) == test.labels).float().mean())
-    q = min(1.0, cfg.utility_batch / n)
-    priv = message_privacy(pipeline, cfg.delta, steps=cfg.utility_steps, sample_rate=q, sketch_norm=norm)
-    return {"utility_acc": acc, "utility_steps": cfg.utility_steps, "utility_batch": cfg.utility_batch,
-            "utility_lr": cfg.utility_lr, "utility_sample_rate": q,
+            norm = max(norm or 0.0, proto.operator(t).operator_norm())
+            if t == 1:
+                _warn_if_slow_norms(s, time.perf_counter() - t_norm)
+        w, _ = proto.run_round(w, t, {0: (proto.images[idx], proto.labels[idx])})
+    return w, norm
+
+
+def train_under_defense(s: UtilitySettings) -> dict:
+    """Train a fresh target on digits under ``s.defense`` (see the module docstring); returns utility_* keys."""
+    t0 = time.perf_counter()
+    if targets.task_of(s.model) != "classification":
+        return {"utility_acc": None, "utility_note": f"{s.model} is a regression model: no accuracy"}
+    ds = get_dataset("digits")
+    train, test = train_test_split(ds, 0.2, seed=s.split_seed)
+    victim = targets.get_model(s.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=s.model_seed,
+                               init=s.weight_init)
+    w, norm = sketched_training(s, victim, train, torch_generator(s.noise_seed + 1))
+    acc = evaluate(victim, w, test.images, test.labels)[1]
+    q = min(1.0, s.batch / len(train))
+    priv = message_privacy(build_defense(s.defense), s.delta, steps=s.steps, sample_rate=q, sketch_norm=norm)
+    return {"utility_acc": acc, "utility_steps": s.steps, "utility_batch": s.batch,
+            "utility_lr": s.lr, "utility_sample_rate": q,
             "utility_epsilon": priv["epsilon"], "utility_epsilon_paper": priv["epsilon_paper"],
             "utility_sensitivity": priv["sensitivity"], "utility_sketch_norm": priv["sketch_norm"],
             "utility_delta_paper": priv["delta_paper"], "utility_wall_s": time.perf_counter() - t0}

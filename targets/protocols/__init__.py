@@ -75,13 +75,14 @@ def protocol_class(name: str) -> type[Protocol]:
     return _PROTOCOLS.get(name)
 
 
-def get_protocol(name: str, victim, train_set, **spec) -> Protocol:
-    """Build protocol ``name`` over ``victim`` (template) and the training ImageSet ``train_set``."""
+def get_protocol(name: str, victim, train_set, *, defense=None, noise_rng=None, **spec) -> Protocol:
+    """Build protocol ``name`` over ``victim`` (template) and the training ImageSet ``train_set``, with an optional
+    defense on what its clients send and the generator of its noise (:class:`Protocol`)."""
     cls = _PROTOCOLS.get(name)
     unknown = set(spec) - set(SPEC_DEFAULTS)
     if unknown:
         raise UserError(f"unknown protocol parameter(s): {', '.join(sorted(unknown))}")
-    return cls(victim, train_set, **{**SPEC_DEFAULTS, **spec})
+    return cls(victim, train_set, defense=defense, noise_rng=noise_rng, **{**SPEC_DEFAULTS, **spec})
 
 
 __all__ = [

@@ -28,6 +28,15 @@ and its model of how that message was made:
 with x_k the step's data (the batch, or mini-batch k of the epoch schedule) and
 E_t the protocol's encoder (K = 1: a scaled sketched gradient; K > 1: the
 unrolled FedAvg attack of Geiping et al., "Inverting Gradients", NeurIPS 2020).
+
+A protocol may carry a defense (``defense=``, a :mod:`defenses` spec or
+pipeline; none by default) on what its clients send: the before-sketch steps
+act on the gradient of every local step (with ``per_example`` on the rows of
+per-example gradients, summed, the remaining before-sketch steps on the sum,
+divided by the batch size), the after-sketch steps on the message in units of
+the gradient (the message divided by ``message_scale(K)``, the steps, times
+it again).  Their noise comes from ``noise_rng``, or else from a stream per
+(seed, t, c, k).  The attacker's model leaves the defense out.
 """
 
 from __future__ import annotations
@@ -40,10 +49,11 @@ from typing import Callable
 import torch
 from torch.func import functional_call
 
-from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, torch_stream
+import defenses
+from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, DEFENSE_NOISE, torch_stream
 from leakattack.sketch import get_sketch
 
-from ..oracle import flat_gradient, flat_params, loss_at, unflatten
+from ..oracle import flat_gradient, flat_params, loss_at, per_example_gradients, unflatten
 from ..victim import Victim
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
@@ -226,8 +236,11 @@ class Protocol:
     l1_scale: float
     dp_rounds: int
 
-    def __init__(self, victim: Victim, train_set, **spec):
+    def __init__(self, victim: Victim, train_set, *, defense=None, noise_rng: torch.Generator | None = None,
+                 **spec):
         self.spec = dict(spec)
+        self.defense = defenses.build(defense)  #: the defense on what clients send (empty: none)
+        self.noise_rng = noise_rng  #: the generator of the defense's noise (None: a stream per seed, t, c, k)
         for k, v in spec.items():
             setattr(self, k, v)
         self.victim = victim
@@ -286,6 +299,25 @@ class Protocol:
         """The local-step gradient (Algorithm 1: the plain local gradient)."""
         return flat_gradient(self.victim, x, y, params=unflatten(self.victim, u), create_graph=create_graph)
 
+    def defended_gradient(self, u, x, y, t, c, k, create_graph=False):
+        """The local-step gradient as the client uses it: ``gradient`` with the defense's before-sketch steps on it
+        (per-example rows with a ``per_example`` step); ``gradient`` itself without such steps."""
+        steps = self.defense.before
+        if not steps:
+            return self.gradient(u, x, y, t, c, k, create_graph)
+        rng = self.defense_noise(t, c, k)
+        if self.defense.per_example:
+            g = per_example_gradients(self.victim, x, y, params=unflatten(self.victim, u), create_graph=create_graph)
+        else:
+            g = self.gradient(u, x, y, t, c, k, create_graph)
+        for step in steps:
+            g = step(g, rng)
+        return g / x.shape[0] if self.defense.per_example else g
+
+    def defense_noise(self, t: int, c: int, *keys: int) -> torch.Generator:
+        """The generator of the defense's noise for client c in round t (``noise_rng`` when given)."""
+        return self.noise_rng if self.noise_rng is not None else torch_stream(self.seed, t, c, *keys, DEFENSE_NOISE)
+
     def attacker_gradient(self, u, x, y):
         """The attacker's model of a local-step gradient: the client's rule without its noise, differentiable in x."""
         return flat_gradient(self.victim, x, y, params=unflatten(self.victim, u), create_graph=True)
@@ -293,8 +325,8 @@ class Protocol:
     def client_update(self, w, x, y, t, c, create_graph=False) -> torch.Tensor:
         """dw_c = u^K - w^t after the K local steps of round t's schedule on the round data (x, y)."""
         steps = self.schedule(t, c)
-        return local_sgd(lambda u, k: self.gradient(u, *minibatch(x, y, steps[k]), t, c, k, create_graph), w,
-                         self.local_lr, len(steps)) - w
+        return local_sgd(lambda u, k: self.defended_gradient(u, *minibatch(x, y, steps[k]), t, c, k, create_graph),
+                         w, self.local_lr, len(steps)) - w
 
     def operator(self, t: int, seed_offset: int = 0):
         """The linear map a client applies to dw in round t (None: sends dw itself)."""
@@ -304,6 +336,19 @@ class Protocol:
         """What client c sends for its update dw (``c`` seeds client noise where a protocol adds it)."""
         op = self.operator(t) if op is None else op
         return delta if op is None else op.apply(delta)
+
+    def send(self, delta, t, c, op=None):
+        """What client c puts on the wire for dw: ``encode``, then the defense's after-sketch steps in units of the
+        gradient (on the message divided by ``message_scale(K)``)."""
+        message = self.encode(delta, t, op, c=c)
+        if not self.defense.after:
+            return message
+        scale = self.message_scale(self.step_count(c))
+        rng = self.defense_noise(t, c)
+        y = message / scale
+        for step in self.defense.after:
+            y = step(y, rng)
+        return y * scale
 
     def attacker_update(self, w, x, y, steps: list | None = None):
         """The attacker's model of dw: the K local steps unrolled on its dummy data, differentiable in x.
@@ -355,15 +400,18 @@ class Protocol:
         """w^{t+1} from the round's messages (deltas are used only where the protocol has a second round)."""
         return w + self.global_lr * torch.stack(list(messages.values())).mean(0)
 
-    def run_round(self, w: torch.Tensor, t: int) -> tuple[torch.Tensor, dict]:
-        """One round: sampled clients update and send, the server aggregates; returns w^{t+1} and stats."""
+    def run_round(self, w: torch.Tensor, t: int, data: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """One round: sampled clients update and send, the server aggregates; returns w^{t+1} and stats.
+
+        ``data`` maps a client to its round data (images, labels) in place of :meth:`client_batch`.
+        """
         deltas, messages, losses = {}, {}, []
         for c in self.sampled(t):
-            x, y = self.client_batch(t, c)
+            x, y = self.client_batch(t, c) if data is None else data[c]
             with torch.no_grad():
                 losses.append(float(loss_at(self.victim, x, y, unflatten(self.victim, w))))
             deltas[c] = self.client_update(w, x, y, t, c).detach()
-            messages[c] = self.encode(deltas[c], t, c=c)
+            messages[c] = self.send(deltas[c], t, c)
         w_next = self.server(w, t, deltas, messages).detach()
         return w_next, {"train_loss": sum(losses) / len(losses), "clients": sorted(deltas),
                         "floats_sent": self.floats_per_client(), "record": self.round_record()}
@@ -409,7 +457,7 @@ class Protocol:
         delta = self.client_update(w, x, labels, t, c).detach()
         op_true = self.operator(t)
         op_att = self.operator(t, seed_offset=0 if sketch_known else UNKNOWN_SEED_OFFSET)
-        y = self.encode(delta, t, op_true, c=c).detach()
+        y = self.send(delta, t, c, op_true).detach()
         decoded = decoded and self.decodable
         if decoded:
             y = self.decode(op_true, y).detach()

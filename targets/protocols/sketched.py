@@ -39,8 +39,15 @@ class Sketched(Protocol):
         return sketch_dim(self.sketch_ratio, self.d) if not is_identity(self.sketch) else self.d
 
     def operator(self, t, seed_offset=0):
-        return get_sketch(self.sketch, self.d, self.b, seed=round_seed(self.seed, t) + seed_offset,
-                          **self.sketch_params).to(self.device)
+        """R_t, drawn from the shared seed (the last one drawn is kept: a round asks for it once per client and once
+        on the server)."""
+        seed = round_seed(self.seed, t) + seed_offset
+        key = (self.sketch, self.d, self.b, seed, dict(self.sketch_params), self.device)
+        cached = self.__dict__.get("_operator")
+        if cached is None or cached[0] != key:
+            op = get_sketch(self.sketch, self.d, self.b, seed=seed, **self.sketch_params).to(self.device)
+            self._operator = cached = (key, op)
+        return cached[1]
 
     def floats_per_client(self):
         return self.b

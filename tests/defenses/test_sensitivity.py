@@ -11,6 +11,7 @@ from defenses.accounting import accountant_epsilon, message_privacy
 from defenses.accounting.analysis import clip_sensitivity, linear_map_sensitivity
 from leakattack import cli
 from leakattack.sketch import get_sketch
+from targets.protocols import round_seed
 
 #: ||R||_op of SRHT at d = 13426 (lenet on 1x28x28), b = d/2: sqrt(n/b) with n = 16384
 SRHT_LENET = math.sqrt(16384 / 6713)
@@ -132,7 +133,8 @@ def test_training_under_the_defense_uses_the_largest_norm_of_its_fresh_sketches(
                      "--no-lpips", "--utility", "--utility-steps", "4", "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     d, b = m["d"], m["b"]
-    norms = [get_sketch("countsketch", d, b, seed=2 + t).operator_norm() for t in range(4)]  # sketch_seed + 1 + t
+    # R_t of the sketched protocol's rounds t = 1..4, from the shared seed sketch_seed = 1
+    norms = [get_sketch("countsketch", d, b, seed=round_seed(1, t)).operator_norm() for t in range(1, 5)]
     assert len(set(norms)) > 1
     assert m["utility_sketch_norm"] == max(norms) and m["utility_sensitivity"] == max(norms)
     assert m["sketch_norm"] == get_sketch("countsketch", d, b, seed=1).operator_norm()

@@ -187,3 +187,39 @@ def test_observe_can_match_the_decoded_message_of_a_decodable_protocol(digits_sp
     msg = p.observe(p.initial_weights(), 1, 0, batch_size=1, decoded=True)
     assert msg.y.numel() == p.d and msg.info["match_space"] == "unsketched"
     torch.testing.assert_close(msg.forward(msg.x, msg.labels).detach(), msg.y, rtol=0, atol=1e-10)
+
+
+def test_a_defense_clips_each_local_gradient_and_adds_its_after_sketch_noise_in_gradient_units(digits_split):
+    """Protocol(defense=...): the before-sketch steps on the local gradient, the after-sketch ones on R g~ (the
+    message over -eta), noise from a stream per (seed, t, c): the round is reproducible."""
+    train, _ = digits_split
+    m = lenet(train).to(dtype=torch.float64)
+    clip, sigma, lr = 0.05, 0.01, 0.1
+    p = get_protocol("sketched", m, train, defense=f"clip:C={clip},gaussian:sigma={sigma}@after_sketch", clients=1,
+                     local_lr=lr, sketch_ratio=0.3)
+    w = p.initial_weights()
+    x, y = p.client_batch(1, 0)
+    g = targets.flat_gradient(m, x, y)
+    assert g.norm() > 2 * clip  # the clip acts
+    delta = p.client_update(w, x, y, 1, 0)
+    torch.testing.assert_close(delta, -lr * g * (clip / g.norm()), rtol=0, atol=1e-12)
+    R = p.operator(1)
+    noise = p.send(delta, 1, 0) / -lr - R.apply(delta / -lr)
+    assert noise.norm().item() == pytest.approx(sigma * p.b ** 0.5, rel=0.05)
+    torch.testing.assert_close(p.send(delta, 1, 0), p.send(delta, 1, 0), rtol=0, atol=0)
+    w2, _ = p.run_round(w, 1)
+    torch.testing.assert_close(w2, w + R.adjoint(p.send(delta, 1, 0)), rtol=0, atol=1e-12)
+    plain = get_protocol("sketched", m, train, clients=1, local_lr=lr, sketch_ratio=0.3)
+    torch.testing.assert_close(plain.run_round(w, 1)[0], w + R.adjoint(R.apply(-lr * g)), rtol=0, atol=1e-12)
+
+
+def test_a_per_example_defense_clips_each_example_before_the_mean(digits_split):
+    train, _ = digits_split
+    m = lenet(train).to(dtype=torch.float64)
+    p = get_protocol("fedavg", m, train, defense="per_example:C=0.01", clients=1, local_lr=0.1, batch_size=4)
+    w = p.initial_weights()
+    x, y = p.client_batch(1, 0)
+    rows = targets.per_example_gradients(m, x, y)
+    assert (rows.norm(dim=1) > 0.01).all()
+    expect = (rows * (0.01 / rows.norm(dim=1, keepdim=True))).mean(0)
+    torch.testing.assert_close(p.run_round(w, 1)[0], w - 0.1 * expect, rtol=0, atol=1e-12)
