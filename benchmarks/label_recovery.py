@@ -15,11 +15,18 @@ per rule (progress, the sorted accuracies, goes to stderr).
 
     python benchmarks/label_recovery.py [--trials 10] [--batch-sizes 2,4,8,16] [--ratios 1,0.5,0.1]
         [--datasets digits,photos] [--victims lenet,bn-eval,bn-train] [--distinct]
+        [--sketch-dims 400000] [--image-size 224] [--weight-init xavier]
 
 Victims: ``lenet`` (sigmoid, U(-0.5, 0.5), the attack's default), and ``bn-eval`` /
 ``bn-train``: a small conv net (conv-BN-ReLU twice, 2x2 average pool, linear head,
 PyTorch's default init drawn from seed 0) with BatchNorm on running / batch
-statistics.  ``--distinct`` draws batches without repeated labels instead (B <= 10).
+statistics; any other name is a leakattack model (e.g. ``resnet101``,
+``vit_b_16``; seed 0, ``--weight-init``, BatchNorm on batch statistics).
+``--sketch-dims`` gives SRHT sizes b instead of ratios (SAFL's b = 4e5 for
+ResNet-101, 8e4 for ViT-Base); ``--image-size`` cuts the photos at that size.
+All rules read one readout of the head and one probe pass
+(``recover_labels_by_rule``).  ``--distinct`` draws batches without repeated
+labels instead (B <= 10).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from torch import nn
 
 import targets
 from leakattack import data
-from leakattack.attacks.labels import LABEL_RULES, recover_labels
+from leakattack.attacks.labels import LABEL_RULES, recover_labels_by_rule
 from leakattack.metrics import label_accuracy
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
@@ -54,9 +61,9 @@ class SmallBNNet(nn.Module):
         return self.fc(self.features(x))
 
 
-def make_victim(name: str, ds) -> targets.Victim:
-    if name == "lenet":
-        return targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0)
+def make_victim(name: str, ds, weight_init: str | None = None) -> targets.Victim:
+    if name not in ("bn-eval", "bn-train"):
+        return targets.get_model(name, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0, init=weight_init)
     module = SmallBNNet(ds.in_shape, ds.num_classes)
     targets.models.initialise(module, "default", torch_generator(0))
     return targets.Victim.from_module(module, input_shape=ds.in_shape, num_classes=ds.num_classes,
@@ -95,36 +102,42 @@ def main() -> None:
     ap.add_argument("--victims", default="lenet,bn-eval,bn-train")
     ap.add_argument("--rules", default=",".join(LABEL_RULES))
     ap.add_argument("--distinct", action="store_true", help="batches without repeated labels")
+    ap.add_argument("--sketch-dims", default="", help="SRHT sizes b (in place of --ratios when given)")
+    ap.add_argument("--image-size", type=int, default=None, help="side of the photos (default: 32)")
+    ap.add_argument("--weight-init", default=None, help="initialisation of a leakattack model (default: its own)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rules = a.rules.split(",")
     rows = []
     for dname in a.datasets.split(","):
-        ds = data.get_dataset(dname)
+        ds = data.get_dataset(dname, image_size=a.image_size if dname == "photos" else None)
         for vname in a.victims.split(","):
-            victim = make_victim(vname, ds)
+            victim = make_victim(vname, ds, a.weight_init)
+            sizes = ([("b = " + b, int(float(b))) for b in a.sketch_dims.split(",")] if a.sketch_dims else
+                     [("none", victim.d) if r >= 1 else (str(r), sketch_dim(r, victim.d))
+                      for r in map(float, a.ratios.split(","))])
             for B in map(int, a.batch_sizes.split(",")):
                 batches = draw_batches(ds, B, a.trials, a.distinct)
-                for ratio in map(float, a.ratios.split(",")):
+                for label, b in sizes:
                     acc = {r: [] for r in rules}
                     over = {r: [] for r in rules}
                     for t, idx in enumerate(batches):
-                        x, y = ds.images[idx], ds.labels[idx]
+                        x, y = ds.images[idx].to(victim.dtype), ds.labels[idx]
                         g = targets.flat_gradient(victim, x, y).detach()
-                        sk = (get_sketch("none", victim.d, 0) if ratio >= 1
-                              else get_sketch("srht", victim.d, sketch_dim(ratio, victim.d), seed=t + 1))
+                        sk = (get_sketch("none", victim.d, 0) if b >= victim.d
+                              else get_sketch("srht", victim.d, b, seed=t + 1))
                         msg = sk.apply(g)
-                        for r in rules:
-                            rec = recover_labels(victim, sk, msg, B, rule=r)
+                        del g
+                        for r, rec in recover_labels_by_rule(victim, sk, msg, B, rules).items():
                             acc[r].append(label_accuracy(rec, y.sort().values))
                             over[r].append(overlap(rec, y, ds.num_classes))
-                    key = f"| {dname} | {vname} | {B} | {'none' if ratio >= 1 else ratio} | "
+                    key = f"| {dname} | {vname} | {B} | {label} | "
                     rows.append((key, [np.mean(acc[r]) for r in rules], [np.mean(over[r]) for r in rules]))
                     print(key + " | ".join(f"{v:.2f}" for v in rows[-1][1]) + " |", file=sys.stderr, flush=True)
     for title, col in (("label_accuracy of sorted labels", 1), ("multiset overlap", 2)):
         print(f"\n{title} ({a.trials} batches per cell, {'distinct' if a.distinct else 'repeated'} labels)\n")
-        print(f"| data | victim | B | b/d | {' | '.join(rules)} |")
+        print(f"| data | victim | B | sketch (b/d or b) | {' | '.join(rules)} |")
         print("|" + "---|" * (4 + len(rules)))
         for row in rows:
             print(row[0] + " | ".join(f"{v:.2f}" for v in row[col]) + " |")

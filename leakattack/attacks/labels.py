@@ -232,6 +232,18 @@ def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int
     return _RULES[rule](victim, read, int(batch_size), stats)
 
 
+def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rules=LABEL_RULES,
+                           probes: int = 64) -> dict[str, torch.Tensor]:
+    """rule -> the B sorted labels :func:`recover_labels` gives by it, from one readout of the head and one probe
+    pass shared by every rule."""
+    unknown = [r for r in rules if r not in _RULES]
+    if unknown:
+        raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
+    read = read_head(victim, sketch, y)
+    stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) else None
+    return {r: _RULES[r](victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
+
+
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
     """R m_c for the indicator m_c of each weight row c of the head, as a (C, b) matrix, and ||m_c||^2."""
     head = victim.head

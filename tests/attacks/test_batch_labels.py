@@ -172,3 +172,18 @@ def test_sketched_labels_do_not_depend_on_the_scale_of_the_message(digits, rule,
     scaled = scaled_sketch(sk, -1e-3)
     plain = labels.recover_labels(victim, sk, sk.apply(g), 8, rule=rule)
     assert labels.recover_labels(victim, scaled, scaled.apply(g), 8, rule=rule).tolist() == plain.tolist()
+
+
+def test_every_rule_from_one_readout_equals_each_rule_alone():
+    ds = data.get_dataset("photos")
+    victim = bn_victim(ds, "train")
+    idx = draw_batches(ds, 6, 1, False)[0]
+    g = targets.flat_gradient(victim, ds.images[idx], ds.labels[idx]).detach()
+    sk = get_sketch("srht", victim.d, sketch_dim(0.5, victim.d), seed=3)
+    y = sk.apply(g)
+    together = labels.recover_labels_by_rule(victim, sk, y, 6)
+    assert set(together) == set(labels.LABEL_RULES)
+    for rule in labels.LABEL_RULES:
+        assert torch.equal(together[rule], labels.recover_labels(victim, sk, y, 6, rule=rule)), rule
+    with pytest.raises(ValueError, match="unknown label rule 'guess'"):
+        labels.recover_labels_by_rule(victim, sk, y, 6, rules=("pooled", "guess"))
