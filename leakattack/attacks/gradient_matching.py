@@ -47,14 +47,12 @@ SCHEDULES = ("none", "step")
 #: iteration budget (Geiping et al.'s MultiStepLR milestones, 3/8, 5/8, 7/8)
 STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
-#: the l2 objective is optimised as LOSS_UNIT * L_R / ||y||^2 by L-BFGS; 1e3 measured
-#: best on lenet/srht (unit 1 stalls at 30 dB, 1e3 / 1e6 reach 45.8 / 44.9 dB)
+#: the l2 objective is optimised as LOSS_UNIT * L_R / ||y||^2 by L-BFGS (the choice of the unit: docs/attack.md)
 LOSS_UNIT = 1e3
 
 #: the stopping rule on progress: a start stops when its lowest L_R has fallen by less than the
-#: factor 1 - STALL_GAIN over the last STALL_WINDOW steps (window 0 turns the rule off).  Chosen on
-#: L-BFGS traces of lenet (photos 0-3; srht, countsketch, none): L_R falls 10x per 1000 steps until
-#: it flattens, and the rule then stops within a few hundred steps, 0.1-0.9 dB below step 12000.
+#: factor 1 - STALL_GAIN over the last STALL_WINDOW steps (window 0 turns the rule off; how the window
+#: was chosen: docs/attack.md)
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
 

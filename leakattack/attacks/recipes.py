@@ -53,7 +53,7 @@ class Recipe:
 IG_LR = 0.025
 #: ig's TV weight (mean |dx| + mean |dy| on [0, 1] images), measured: examples/ig_recipe.toml
 IG_TV = 0.02
-#: ig's budget: 6-10 CPU minutes of resnet18 steps (benchmarks/deep_step.py: 0.3-0.5 CPU s a step)
+#: ig's budget: minutes of resnet18 steps on a 2-core CPU (benchmarks/deep_step.py times a step; docs/victims.md)
 IG_ITERATIONS = 1200
 
 _RECIPES = Registry("attack recipe")

@@ -17,9 +17,7 @@ import torch
 #: the Jacobian is measured only when d x m*B is at most this: each of its m*B columns is one backward pass through
 #: the graph of the d weights' gradient, and J (b x m*B, b <= d) takes at most 160 MB in float64 ...
 JACOBIAN_MAX_WORK = 2 * 10**7
-#: ... and m*B is at most this (the SVD grows as b (m*B)^2).  On the shared 2-core machine under load 6-13: lenet on
-#: 28 px digits (d = 13426, 784 unknowns) 5 s, measured; an mlp on digits (d = 50890) 17 s for an attack of 0.6 s,
-#: and lenet on 32 px photos (d = 15826, 3072 unknowns) 30 s, half of its attack: not measured
+#: ... and m*B is at most this (the SVD grows as b (m*B)^2; what it costs: docs/runs.md)
 JACOBIAN_MAX_UNKNOWNS = 1024
 
 

@@ -25,7 +25,7 @@ def lanczos_top_eigenvalue(matvec: Callable[[torch.Tensor], torch.Tensor], n: in
                            device=None) -> float:
     """Largest eigenvalue of a symmetric PSD n x n operator by Lanczos with full reorthogonalisation, in float64
     (Golub & Van Loan, Matrix Computations, 4th ed., Alg. 10.1.1)."""
-    from scipy.linalg import eigvalsh_tridiagonal  # 0.4 s to import: only when an operator norm is asked for
+    from scipy.linalg import eigvalsh_tridiagonal  # slow to import: only when an operator norm is asked for
 
     gen = torch.Generator().manual_seed(int(seed))
     q = torch.randn(n, generator=gen, dtype=torch.float64).to(device)
