@@ -7,9 +7,59 @@ from pathlib import Path
 import pytest
 
 from leakattack import metrics
+from leakattack.config import RunConfig
+from leakattack.experiment import run_attack
 from leakattack.metrics import METRICS_SCHEMA, MetricsError, RunMetrics
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "lenet-srht" / "metrics.json"
+#: the fields that are not keys of metrics.json
+NOT_KEYS = {"extra", "absent"}
+#: a lenet run on digits whose attacker searched the sketch seed, under noise and with --utility: every kind of key
+SEARCHED = dict(model="lenet", dataset="digits", sketch="srht", iterations=3, sketch_known=False,
+                sketch_seed_search=2, defense="gaussian:sigma=1e-4", utility=True, utility_steps=2)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """(metrics, run folder) of a short undefended lenet run on digits."""
+    return run_attack(RunConfig(model="lenet", dataset="digits", iterations=3),
+                      out=tmp_path_factory.mktemp("plain") / "run", with_lpips=False)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    return run_attack(RunConfig(**SEARCHED), out=tmp_path_factory.mktemp("searched") / "run", with_lpips=False)
+
+
+def _stored(folder: Path) -> dict:
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def test_the_schema_is_written_first_in_metrics_json(plain):
+    m, folder = plain
+    assert METRICS_SCHEMA == 1
+    assert list(m.to_dict())[0] == "schema" and m.to_dict()["schema"] == 1
+    assert _stored(folder) == m.to_dict()
+
+
+@pytest.mark.parametrize("run", ["plain", "searched"])
+def test_a_record_survives_a_round_trip(run, request):
+    m, folder = request.getfixturevalue(run)
+    assert RunMetrics.from_dict(m.to_dict()).to_dict() == m.to_dict()
+    assert RunMetrics.from_dict(_stored(folder)) == RunMetrics.from_dict(m.to_dict())
+
+
+def test_every_field_is_a_key_of_a_real_runs_metrics_json(plain, searched):
+    keys = [f.name for f in fields(RunMetrics) if f.name not in NOT_KEYS]
+    stored = _stored(searched[1])
+    assert [k for k in keys if k not in stored] == []
+    assert [k for k in keys if k not in _stored(plain[1])] == ["seed_search"]  # written only after a search
+    # a defended run's keys are flattened into the file beside the fields, in the order they were recorded
+    m = searched[0]
+    assert list(m.extra)[:3] == ["defense", "noise_seed", "g_norm"] and "seed_search" not in m.extra
+    assert list(stored)[len(keys) + 1:] == list(m.extra)
+    assert m.defense == "gaussian:sigma=0.0001@before_sketch" and m.epsilon == stored["epsilon"]
+    assert m.utility_acc == stored["utility_acc"] and m.seed_search == stored["seed_search"]
 
 
 def test_the_baselines_and_verdict_metrics_judge_writes_are_fields():
