@@ -22,8 +22,12 @@ from leakattack.results.reference import compare
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 
 
+def _committed(name: str) -> RunMetrics:
+    return RunMetrics.from_dict(json.loads((REFERENCE / name / "metrics.json").read_text()))
+
+
 def _agrees_with_reference(m: RunMetrics, name: str) -> None:
-    result = compare(name, json.loads((REFERENCE / name / "metrics.json").read_text()), m)
+    result = compare(name, _committed(name), m)
     assert result.agrees, "\n".join(result.lines)
 
 
@@ -53,15 +57,15 @@ def test_same_seed_same_machine_same_threads_gives_identical_results(tmp_path):
 
 
 def test_a_regenerated_reference_is_compared_by_quality_and_called_identical_only_when_it_is():
-    committed = json.loads((REFERENCE / "lenet-srht" / "metrics.json").read_text())
-    same = compare("lenet-srht", committed, dict(committed))
+    committed = _committed("lenet-srht")
+    same = compare("lenet-srht", committed, replace(committed))
     assert same.agrees and same.identical and same.lines[-1].endswith("the same to the last bit")
-    other = dict(committed, psnr=committed["psnr"] - 0.6, ssim=committed["ssim"] - 1e-5,
-                 final_loss=committed["final_loss"] * 1.7, iterations=committed["iterations"] - 284)
+    other = replace(committed, psnr=committed.psnr - 0.6, ssim=committed.ssim - 1e-5,
+                    final_loss=committed.final_loss * 1.7, iterations=committed.iterations - 284)
     near = compare("lenet-srht", committed, other)
     assert near.agrees and not near.identical and "agrees within the tolerances" in near.lines[-1]
     assert any(line.startswith("psnr:") and "-0.6 dB" in line and "within" in line for line in near.lines)
-    far = compare("lenet-srht", committed, dict(committed, psnr=committed["psnr"] - 7.0))
+    far = compare("lenet-srht", committed, replace(committed, psnr=committed.psnr - 7.0))
     assert not far.agrees and "DISAGREES" in far.lines[-1]
-    wrong_label = compare("lenet-srht", committed, dict(committed, label_acc=0.0))
+    wrong_label = compare("lenet-srht", committed, replace(committed, label_acc=0.0))
     assert not wrong_label.agrees
