@@ -14,7 +14,8 @@ From Python::
     print(score(result.x.clamp(0, 1), x)["psnr"])
 
 ``run_attack(RunConfig(...))`` does the same from a configuration and writes a
-run folder, as ``leakattack run`` does.
+run folder, as ``leakattack run`` does; it returns the run's metrics (a
+:class:`leakattack.metrics.RunMetrics`) and the folder.
 """
 
 __version__ = "0.1.0"

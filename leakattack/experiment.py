@@ -66,7 +66,7 @@ class Prepared:
 class Outcome:
     prepared: Prepared
     result: AttackResult
-    metrics: dict
+    metrics: metrics.RunMetrics
     trace: list[dict]
 
 
@@ -125,7 +125,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
 
 
 def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Outcome:
-    """Run the attack, score its best iterate against the truth."""
+    """Run the attack, score its best iterate against the truth (:class:`leakattack.metrics.RunMetrics`)."""
     cfg, case = p.cfg, p.case
     t0 = time.perf_counter()
 
@@ -143,28 +143,28 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         labels_hat=result.labels if classifier else None, labels=case.labels if classifier else None,
         with_lpips=with_lpips, device=p.device,
     )
-    m = {
-        "mse": scores["mse"], "psnr": scores["psnr"], "ssim": scores["ssim"],
-        "lpips": scores["lpips"], "lpips_note": scores["lpips_note"],
-        "label_acc": scores["label_acc"], "label_acc_matched": scores.get("label_acc_matched"),
-        "final_loss": result.final_loss, "initial_loss": result.losses[0],
-        "iterations": result.iterations, "best_step": result.best_step,
-        "stop_reason": result.stop_reason, "message": result.message,
-        "restarts": cfg.restarts, "restart_losses": result.restart_losses,
-        "wall_s": time.perf_counter() - t0, "attack_s": result.wall_s, "d": case.obs.d, "b": case.obs.b,
-        "label_mode": cfg.label_source,
-        "labels_true": None if case.labels is None else case.labels.tolist(), "truth": case.x is not None,
-        "labels_attack": None if result.labels is None else result.labels.tolist(),
-        "psnr_each": scores["psnr_each"], "ssim_each": scores["ssim_each"], "match": scores["match"],
-        "unknowns": unknowns(case), "unique_by_count": case.obs.b >= unknowns(case),
-    }
-    m.update(judgement(p, result, scores, with_lpips))
-    m.update(uniqueness(p, result, m))
-    m["wall_s"] = time.perf_counter() - t0  # the attack, its scores and the baselines'
-    if "seed_search" in case.obs.extra:  # the attacker's R came from a seed search
-        m["seed_search"] = case.obs.extra["seed_search"]
-    if cfg.defense or cfg.utility:  # epsilon/delta of the message, test accuracy under the defense
-        m.update(privacy_metrics(cfg, case.obs))
+    judged = judgement(p, result, scores, with_lpips)
+    found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"]})
+    message = found.pop("message", result.message)  # the attack's message, or what uniqueness says of the match
+    wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
+    seed_search = case.obs.extra.get("seed_search")  # the attacker's R came from a seed search
+    # epsilon/delta of the message, test accuracy under the defense
+    privacy = privacy_metrics(cfg, case.obs) if cfg.defense or cfg.utility else {}
+    privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
+    m = metrics.RunMetrics(
+        mse=scores["mse"], psnr=scores["psnr"], ssim=scores["ssim"], lpips=scores["lpips"],
+        lpips_note=scores["lpips_note"], label_acc=scores["label_acc"],
+        label_acc_matched=scores.get("label_acc_matched"),
+        final_loss=result.final_loss, initial_loss=result.losses[0], iterations=result.iterations,
+        best_step=result.best_step, stop_reason=result.stop_reason, message=message,
+        restarts=cfg.restarts, restart_losses=list(result.restart_losses), wall_s=wall_s, attack_s=result.wall_s,
+        d=case.obs.d, b=case.obs.b, label_mode=cfg.label_source,
+        labels_true=None if case.labels is None else case.labels.tolist(), truth=case.x is not None,
+        labels_attack=None if result.labels is None else result.labels.tolist(),
+        psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
+        unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
+        **judged, **found, seed_search=seed_search, extra=privacy,
+    )
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]
@@ -294,7 +294,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
              f"{seeds.optimizer}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
-    order = torch.as_tensor(m["match"])
+    order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid
         import torchvision  # a second to import: only for this picture
 
@@ -303,16 +303,16 @@ def _write_files(out: Outcome, folder: Path) -> None:
         torchvision.utils.save_image(shown, folder / "reconstruction.png", nrow=8, padding=2, pad_value=1.0)
     else:
         reconstruction_figure(folder / "reconstruction.png", case.x, r.x0[order], r.x.clamp(0, 1)[order],
-                              m["psnr_each"], m["ssim_each"], title)
+                              m.psnr_each, m.ssim_each, title)
     write_tensors(folder / "reconstruction.pt", {
         "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
         "labels": None if r.labels is None else r.labels[order].detach().cpu()})
     convergence_figure(folder / "convergence.png", r.losses, title, objective=seeds.objective)
-    write_json(folder / "metrics.json", m)  # last: its presence marks a finished run
+    write_json(folder / "metrics.json", m.to_dict())  # last: its presence marks a finished run
 
 
 def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = False,
-               with_lpips: bool = True) -> tuple[dict, Path]:
+               with_lpips: bool = True) -> tuple[metrics.RunMetrics, Path]:
     """Prepare, attack, score and write; returns (metrics, run folder)."""
     if out is not None:
         check_out(out)

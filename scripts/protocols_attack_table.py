@@ -130,10 +130,10 @@ def main():
         gh = targets.flat_gradient(p.victim, xh, lab)
         rel = float((gh - g).norm() / g.norm())
         row = {"setting": name, "sketch seed": seed_known, "message floats": p.obs.b, "d": p.obs.d,
-               "psnr": o.metrics["psnr"], "ssim": o.metrics["ssim"], "label_acc": o.metrics["label_acc"],
-               "grad_rel_err": rel, "iterations": o.metrics["iterations"], "wall_s": time.perf_counter() - t0,
+               "psnr": o.metrics.psnr, "ssim": o.metrics.ssim, "label_acc": o.metrics.label_acc,
+               "grad_rel_err": rel, "iterations": o.metrics.iterations, "wall_s": time.perf_counter() - t0,
                "labels": f"{lab.tolist()[0]}/{p.labels.tolist()[0]}", "label_mode": cfg.label_mode,
-               "label_snr": p.obs.extra["label_snr"], "rel_L_R": o.metrics["final_loss"]}
+               "label_snr": p.obs.extra["label_snr"], "rel_L_R": o.metrics.final_loss}
         print(json.dumps(row), flush=True)
         out.append(row)
     write_json(HERE / "attacks.json", out)

@@ -16,9 +16,9 @@ def _cfg(**kw):
 
 def test_restarts_keep_the_start_with_the_lowest_loss(tmp_path):
     m, _ = run_attack(_cfg(restarts=3), out=tmp_path / "r", with_lpips=False)
-    assert len(m["restart_losses"]) == 3
-    assert m["final_loss"] == min(m["restart_losses"])
-    assert len(set(m["restart_losses"])) == 3  # the starts differ
+    assert len(m.restart_losses) == 3
+    assert m.final_loss == min(m.restart_losses)
+    assert len(set(m.restart_losses)) == 3  # the starts differ
 
 
 def test_config_json_reproduces_the_metrics(tmp_path):
@@ -26,7 +26,7 @@ def test_config_json_reproduces_the_metrics(tmp_path):
     cfg = RunConfig.from_dict(json.loads((folder / "config.json").read_text())["run"])
     m2, _ = run_attack(cfg, out=tmp_path / "b", with_lpips=False)
     for key in ("psnr", "ssim", "mse", "final_loss", "iterations", "labels_attack"):
-        assert m1[key] == m2[key], key
+        assert getattr(m1, key) == getattr(m2, key), key
 
 
 def test_trace_has_every_step_and_psnr_every_k(tmp_path):
@@ -52,7 +52,7 @@ def test_the_library_path_gives_the_numbers_of_the_configured_run(tmp_path):
     obs = observe(victim, x.double(), labels, Channel(get_sketch("srht", victim.d, round(victim.d / 2), seed=1)),
                   ThreatModel())
     result = get_attack("gradient-matching", iterations=15, init_seed=2).reconstruct(obs)
-    assert score(result.x.clamp(0, 1), x.double(), with_lpips=False)["psnr"] == m["psnr"]
+    assert score(result.x.clamp(0, 1), x.double(), with_lpips=False)["psnr"] == m.psnr
 
 
 def test_the_python_example_runs_and_reports_its_scores():
@@ -92,13 +92,13 @@ def test_a_message_with_fewer_numbers_than_unknowns_warns_and_never_claims_a_uni
     cfg = _cfg(sketch="srht", sketch_dim=392, iterations=300, tol=1e-9)  # b = 392 < m = 784
     with pytest.warns(SettingWarning, match="not unique"):
         m, _ = run_attack(cfg, out=tmp_path / "u", with_lpips=False)
-    assert m["unique_by_count"] is False and m["unknowns"] == 784
-    if m["stop_reason"] == "tolerance":
-        assert "the match is not unique" in m["message"] and m["unique"] is False
+    assert m.unique_by_count is False and m.unknowns == 784
+    if m.stop_reason == "tolerance":
+        assert "the match is not unique" in m.message and m.unique is False
     m2, _ = run_attack(_cfg(sketch="srht", sketch_dim=1176, iterations=5), out=tmp_path / "v", with_lpips=False)
-    assert m2["unique_by_count"] is True
+    assert m2.unique_by_count is True
     # five steps do not converge: uniqueness was not measured, and is not claimed
-    assert m2["stop_reason"] != "tolerance" and m2["unique"] is None and m2["jacobian_rank"] is None
+    assert m2.stop_reason != "tolerance" and m2.unique is None and m2.jacobian_rank is None
 
 
 def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_matches():
@@ -134,11 +134,11 @@ def test_the_baselines_of_a_batch_are_its_start_and_the_mean_image_scored_after_
     m, x0 = out.metrics, out.result.x0.clamp(0, 1)
     assert x0.shape == p.x.shape
     start = score(x0, p.x, with_lpips=False)
-    assert m["baseline_start_psnr"] == start["psnr"] and m["baseline_start_ssim"] == start["ssim"]
+    assert m.baseline_start_psnr == start["psnr"] and m.baseline_start_ssim == start["ssim"]
     assert score(x0.flip(0), p.x, with_lpips=False)["psnr"] == pytest.approx(start["psnr"])  # matched one-to-one
     n = len(p.dataset)
     picked = torch.linspace(0, n - 1, MEAN_IMAGE_SAMPLE).round().long()
     mean = p.dataset.images[picked].double().mean(0).expand_as(p.x)
-    assert m["baseline_mean_psnr"] == pytest.approx(score(mean, p.x, with_lpips=False)["psnr"], abs=1e-9)
-    assert m["baseline_psnr"] == max(m["baseline_start_psnr"], m["baseline_mean_psnr"])
-    assert m["verdict"] == "not rebuilt"  # one step on a batch of three
+    assert m.baseline_mean_psnr == pytest.approx(score(mean, p.x, with_lpips=False)["psnr"], abs=1e-9)
+    assert m.baseline_psnr == max(m.baseline_start_psnr, m.baseline_mean_psnr)
+    assert m.verdict == "not rebuilt"  # one step on a batch of three

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
+from ..metrics import RunMetrics
 from ..results import read_json, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
@@ -26,13 +27,15 @@ def run_folders(paths: list[str]) -> list[Path]:
 def row_of(folder: Path) -> dict:
     """One table row: the run's settings from config.json and its scalar metrics."""
     try:
-        metrics = read_json(folder / "metrics.json")
+        stored = read_json(folder / "metrics.json")
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"'{folder}' holds a metrics.json or config.json that is not JSON") from None
+    metrics = RunMetrics.from_dict(stored).to_dict()
     run = config.get("run", {})
     row = {"run": str(folder), "model": run.get("model"), "sketch": run.get("sketch"),
            "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
+    del metrics["schema"]  # the file's layout, not a metric
     row.update({k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float, str))})
     return row
 

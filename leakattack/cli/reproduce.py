@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError as ConfigError
+from ..metrics import RunMetrics
 from ..results import read_json
 from ..results.reference import compare, machine_text
 
@@ -50,13 +51,13 @@ def steps() -> dict[str, list[tuple[str, list[str]]]]:
     return out
 
 
-def _committed(folder: Path) -> tuple[dict, dict] | None:
+def _committed(folder: Path) -> tuple[RunMetrics, dict] | None:
     """(metrics, machine record) of a committed reference run, or None when there is none to compare with."""
     try:
         metrics, config = read_json(folder / "metrics.json"), read_json(folder / "config.json")
     except (OSError, ValueError):
         return None
-    return metrics, config.get("environment", {}).get("machine")
+    return RunMetrics.from_dict(metrics), config.get("environment", {}).get("machine")
 
 
 def _prepare(what: str):

@@ -6,9 +6,10 @@ import sys
 
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
+from ..metrics import RunMetrics
 
 
-def summary_line(m: dict, folder, objective: str = "l2", num_classes: int | None = None) -> str:
+def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
     """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
 
     A run that attacked nothing (its objective was not finite at the start, or
@@ -21,50 +22,50 @@ def summary_line(m: dict, folder, objective: str = "l2", num_classes: int | None
     under 1/``num_classes``).
     """
     name = "cosine distance" if objective == "cosine" else "L_R"
-    tail = (f"{name} {_loss(m['final_loss'])} | {_labels(m)} | {m['iterations']} it ({m['stop_reason']}) | "
-            f"{m['wall_s']:.1f} s | d={m['d']} b={m['b']} | {_defense(m, num_classes)}")
-    if m.get("attacked") is False:
-        return f"nothing was attacked: {m['nothing_attacked']} | {tail}{folder}"
-    if m.get("truth") is False:  # a message attacked without a truth file
-        return (f"no image metrics (no --truth) | {name} {_loss(m['final_loss'])} | labels {m['labels_attack']} "
-                f"({m['label_mode']}) | {m['iterations']} it ({m['stop_reason']}) | {m['wall_s']:.1f} s | "
-                f"d={m['d']} b={m['b']} | reconstruction.pt in {folder}")
-    lp = f"{m['lpips']:.3f}" if m["lpips"] is not None else "n/a (backbone weights not cached)"
-    scores = f"PSNR {_db(m['psnr'])} | SSIM {_ssim(m['ssim'])} | LPIPS {lp} | "
-    if m.get("verdict") == "not rebuilt":
-        return (f"not rebuilt (no better than {baseline_name(m)}) | PSNR {_db(m['psnr'])}, SSIM {_ssim(m['ssim'])} "
-                f"against {_db(m['baseline_psnr'])}, {_ssim(m['baseline_ssim'])} for the better baseline | "
+    tail = (f"{name} {_loss(m.final_loss)} | {_labels(m)} | {m.iterations} it ({m.stop_reason}) | "
+            f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes)}")
+    if m.attacked is False:
+        return f"nothing was attacked: {m.nothing_attacked} | {tail}{folder}"
+    if m.truth is False:  # a message attacked without a truth file
+        return (f"no image metrics (no --truth) | {name} {_loss(m.final_loss)} | labels {m.labels_attack} "
+                f"({m.label_mode}) | {m.iterations} it ({m.stop_reason}) | {m.wall_s:.1f} s | "
+                f"d={m.d} b={m.b} | reconstruction.pt in {folder}")
+    lp = f"{m.lpips:.3f}" if m.lpips is not None else "n/a (backbone weights not cached)"
+    scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
+    if m.verdict == "not rebuilt":
+        return (f"not rebuilt (no better than {baseline_name(m)}) | PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} "
+                f"against {_db(m.baseline_psnr)}, {_ssim(m.baseline_ssim)} for the better baseline | "
                 f"LPIPS {lp} | {tail}{folder}")
     return f"{scores}{tail}{folder}"
 
 
-def baseline_name(m: dict) -> str:
+def baseline_name(m: RunMetrics) -> str:
     """The baseline a reconstruction that is not rebuilt is no better than, in words."""
-    if m.get("verdict_baseline") == "start":
+    if m.verdict_baseline == "start":
         return "the start"
-    what = m.get("baseline_mean_image") or ""
+    what = m.baseline_mean_image or ""
     return "a constant grey image" if "grey" in what else "the data set's mean image"
 
 
-def _labels(m: dict) -> str:
-    if m["label_acc"] is None:
-        return "label given" if m.get("truth") is not False else f"labels {m['labels_attack']} ({m['label_mode']})"
-    n = len(m["labels_true"])
-    lab = f"labels {round(m['label_acc'] * n)}/{n} ({m['label_mode']})"
-    if n > 1 and m.get("label_acc_matched") is not None:
-        lab += f", {round(m['label_acc_matched'] * n)}/{n} on the matched images"
+def _labels(m: RunMetrics) -> str:
+    if m.label_acc is None:
+        return "label given" if m.truth is not False else f"labels {m.labels_attack} ({m.label_mode})"
+    n = len(m.labels_true or ())
+    lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
+    if n > 1 and m.label_acc_matched is not None:
+        lab += f", {round(m.label_acc_matched * n)}/{n} on the matched images"
     return lab
 
 
-def _defense(m: dict, num_classes: int | None) -> str:
+def _defense(m: RunMetrics, num_classes: int | None) -> str:
     """``defense SPEC, ε E (δ D) | utility ... | `` for a defended run, empty otherwise."""
-    if not m.get("defense"):
+    if not m.defense:
         return ""
-    out = f"defense {m['defense']}"
-    if m.get("epsilon") is not None:
-        out += f", ε {m['epsilon']:.3g} (δ {m['delta']:.0e})"
+    out = f"defense {m.defense}"
+    if m.epsilon is not None:
+        out += f", ε {m.epsilon:.3g} (δ {m.delta:.0e})"
     out += " | "
-    acc = m.get("utility_acc")
+    acc = m.utility_acc
     if acc is not None:
         chance = 1 / num_classes if num_classes else None
         below = f", below chance ({chance:.2f})" if chance is not None and acc < chance else ""
@@ -99,12 +100,12 @@ def cmd_run(a) -> int:
     derived = _derived(folder)
     print(summary_line(m, folder, objective=derived.get("objective", "l2"), num_classes=derived.get("num_classes")))
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops
-    if m["message"] and (m["stop_reason"] not in ("tolerance", "stalled") or m.get("unique") is False):
-        print(f"note: {m['message']}", file=sys.stderr)
-    if m.get("attacked") is False or m.get("verdict") == "not rebuilt":
+    if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False):
+        print(f"note: {m.message}", file=sys.stderr)
+    if m.attacked is False or m.verdict == "not rebuilt":
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
-    if "seed_search" in m:
-        print(f"note: {seed_search_line(m['seed_search'])}", file=sys.stderr)
+    if m.seed_search is not None:
+        print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     return 0
 
 

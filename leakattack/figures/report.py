@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
+from ..metrics import NOT_REBUILT, REBUILT, RunMetrics
 from ..results import (
     REPEAT_KEYS,
     default_strength,
@@ -45,8 +46,6 @@ MAX_GRID_COLUMNS = 8
 MAX_GRID_ROWS = 12
 #: at most this many images of one run get a row in its per-image table
 MAX_IMAGE_ROWS = 64
-#: the verdicts metrics.json records
-REBUILT, NOT_REBUILT = "rebuilt", "not rebuilt"
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
@@ -163,7 +162,7 @@ def build_report(paths, title: str = "Gradient-inversion audit report", generato
 # ---------------------------------------------------------------- run folders
 
 def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
-    metrics = _read(folder / "metrics.json")
+    metrics = RunMetrics.from_dict(_read(folder / "metrics.json"))
     config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics)
@@ -174,7 +173,7 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     parts.append("<h3>Reconstruction</h3>")
     figs = []
     if (folder / "reconstruction.png").is_file():
-        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.get("psnr") is not None
+        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.psnr is not None
                 else "the reconstructed images (no true images to compare with)")
         figs.append(_figure(folder / "reconstruction.png", what))
     if (folder / "convergence.png").is_file():
@@ -188,23 +187,22 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     return "\n".join(parts), head, cls
 
 
-def _run_headline(m: dict) -> tuple[str, str, str]:
+def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
     """(short tag, CSS class, the headline sentence) of a run."""
-    verdict = m.get("verdict")
-    if verdict == REBUILT:
+    if m.verdict == REBUILT:
         return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
-                                      f"(PSNR {_num(m.get('psnr'), 1)} dB, SSIM {_num(m.get('ssim'), 3)}).")
-    if verdict == NOT_REBUILT:
+                                      f"(PSNR {_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}).")
+    if m.verdict == NOT_REBUILT:
         return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
-                                         f"{_num(m.get('psnr'), 1)} dB, SSIM {_num(m.get('ssim'), 3)}.")
-    if m.get("truth") is False or m.get("psnr") is None:
+                                         f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.")
+    if m.truth is False or m.psnr is None:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
     return "verdict not recorded", "unjudged", (
-        f"Verdict not recorded: this run folder was written before runs recorded one (PSNR {_num(m.get('psnr'), 1)} "
-        f"dB, SSIM {_num(m.get('ssim'), 3)}; compare with the baselines of newer runs).")
+        f"Verdict not recorded: this run folder was written before runs recorded one (PSNR {_num(m.psnr, 1)} "
+        f"dB, SSIM {_num(m.ssim, 3)}; compare with the baselines of newer runs).")
 
 
-def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
+def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
     model = str(run.get("model", NOT_RECORDED))
     if run.get("model_params"):
         model += " (" + ", ".join(f"{k}={v}" for k, v in run["model_params"].items()) + ")"
@@ -225,20 +223,19 @@ def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
         message = (f"one gradient of a batch of {run.get('batch_size', 1)} "
                    f"(first image index {run.get('image_index', 0)})")
     rows.append(("message", message))
-    d, b = derived.get("d", m.get("d")), derived.get("b", m.get("b"))
+    d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
                  (f" (b/d = {b / d:.2f})" if isinstance(d, int) and isinstance(b, int) and d else "")))
     sketch = (derived.get("sketch") or {}).get("kind") or run.get("sketch") or NOT_RECORDED
     rows.append(("sketch", "none (the true gradient)" if sketch == "none" else
                  f"{sketch}, seed {derived.get('sketch_seed', NOT_RECORDED)}"))
-    rows.append(("defense", run.get("defense") or m.get("defense") or "none"))
+    rows.append(("defense", run.get("defense") or m.defense or "none"))
     rows.append(("threat model", _threat(run, sketch)))
-    if "epsilon" in m:
-        eps = m.get("epsilon")
-        rows.append(("ε", f"ε = {_num(eps, 3, 'g')} at δ = {_num(m.get('delta'), 3, 'g')} (this one message)"
-                     if eps is not None else (m.get("privacy_note") or "no DP guarantee")))
-    if m.get("utility_acc") is not None:
-        rows.append(("utility", f"test accuracy {_num(m['utility_acc'], 3)} when training under the defense"))
+    if m.recorded("epsilon"):
+        rows.append(("ε", f"ε = {_num(m.epsilon, 3, 'g')} at δ = {_num(m.delta, 3, 'g')} (this one message)"
+                     if m.epsilon is not None else (m.privacy_note or "no DP guarantee")))
+    if m.utility_acc is not None:
+        rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
            f"budget {_int(derived.get('iterations') or run.get('iterations'))} iterations"
@@ -246,9 +243,9 @@ def _run_setting(run: dict, derived: dict, m: dict) -> list[tuple[str, str]]:
            f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"]
     recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
     rows.append(("attack", f"{run.get('attack', NOT_RECORDED)}{recipe}: " + ", ".join(t for t in opt if t)))
-    stop = f"{_int(m.get('iterations'))} iterations, stop reason {m.get('stop_reason', NOT_RECORDED)}"
-    if m.get("message"):
-        stop += f": {m['message']}"
+    stop = f"{_int(m.iterations)} iterations, stop reason {m.stop_reason or NOT_RECORDED}"
+    if m.message:
+        stop += f": {m.message}"
     rows.append(("stopped", stop))
     return rows
 
@@ -267,58 +264,71 @@ def _threat(run: dict, sketch: str) -> str:
     return "; ".join(words)
 
 
-def _per_image(m: dict) -> str:
-    psnr, ssim = m.get("psnr_each") or [], m.get("ssim_each") or []
+def _per_image(m: RunMetrics) -> str:
+    psnr, ssim = m.psnr_each or [], m.ssim_each or []
     if not psnr:
         return ""
-    truth = m.get("labels_true") or []
+    truth = m.labels_true or []
     rows = []
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
                     f"<td>{_num(p, 2)}</td><td>{_num(s, 4)}</td></tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
-            f'{_num(m.get("psnr"), 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
-    acc = m.get("label_acc")
+            f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
+    acc = m.label_acc
     lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
             "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th></tr>" + "".join(rows) + "</table></div>" + more + lab)
 
 
-def _run_verdict(m: dict) -> str:
-    verdict = m.get("verdict")
+def _run_verdict(m: RunMetrics) -> str:
+    verdict = m.verdict
     lines = []
     if verdict is None:
         lines.append(f'<p class="verdict">Verdict: {NOT_RECORDED}.</p>')
     else:
-        against = m.get("verdict_baseline")
+        against = m.verdict_baseline
         why = f" It is no better than the {'mean-image' if against == 'mean' else against} baseline." if against else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(why)}</p>')
-    if m.get("nothing_attacked"):
-        lines.append(f'<p class="verdict">The attack attacked nothing: {_e(m["nothing_attacked"])}.</p>')
-    rows = [("reconstruction", m.get("psnr"), m.get("ssim"), m.get("lpips"), True)]
-    for name, label in (("start", "the attack's start"), ("mean", m.get("baseline_mean_image") or "mean image")):
-        rows.append((f"baseline: {label}", m.get(f"baseline_{name}_psnr"), m.get(f"baseline_{name}_ssim"),
-                     m.get(f"baseline_{name}_lpips"), f"baseline_{name}_psnr" in m))
-    rows.append(("better baseline", m.get("baseline_psnr"), m.get("baseline_ssim"), m.get("baseline_lpips"),
-                 "baseline_psnr" in m))
+    if m.nothing_attacked:
+        lines.append(f'<p class="verdict">The attack attacked nothing: {_e(m.nothing_attacked)}.</p>')
+    rows = [
+        ("reconstruction", m.psnr, m.ssim, m.lpips, True),
+        ("baseline: the attack's start", m.baseline_start_psnr, m.baseline_start_ssim, m.baseline_start_lpips,
+         m.recorded("baseline_start_psnr")),
+        (f"baseline: {m.baseline_mean_image or 'mean image'}", m.baseline_mean_psnr, m.baseline_mean_ssim,
+         m.baseline_mean_lpips, m.recorded("baseline_mean_psnr")),
+        ("better baseline", m.baseline_psnr, m.baseline_ssim, m.baseline_lpips, m.recorded("baseline_psnr")),
+    ]
     body = "".join(
         f"<tr><td class=key>{_e(label)}</td>" + ("".join(f"<td>{_num(v, k)}</td>" for v, k in ((p, 2), (s, 4), (lp, 4)))
                                                  if known else f"<td colspan=3>{NOT_RECORDED}</td>") + "</tr>"
         for label, p, s, lp, known in rows)
     lines.append('<table class="num"><tr><th></th><th>PSNR (dB)</th><th>SSIM</th><th>LPIPS</th></tr>' + body +
                  "</table>")
-    if m.get("lpips") is None and m.get("lpips_note"):
-        lines.append(f'<p class="note">{_e(m["lpips_note"])}</p>')
-    if m.get("unique") is not None or m.get("unknowns"):
-        u = m.get("unique")
-        lines.append(f'<p class="note">unknowns m·B = {_int(m.get("unknowns"))}; the match is '
+    if m.lpips is None and m.lpips_note:
+        lines.append(f'<p class="note">{_e(m.lpips_note)}</p>')
+    if m.unique is not None or m.unknowns:
+        u = m.unique
+        lines.append(f'<p class="note">unknowns m·B = {_int(m.unknowns)}; the match is '
                      f'{"unique" if u else "not unique" if u is False else "of unknown uniqueness"}.</p>')
     return "".join(lines)
 
 
-def _machine(env: dict, m: dict, folder: Path) -> list[tuple[str, str]]:
+def _machine(env: dict, m: RunMetrics, folder: Path) -> list[tuple[str, str]]:
+    rows = [("machine", _machine_text(env))]
+    soft = [f"{k} {env[k]}" for k in ("leakattack", "torch", "python") if env.get(k)]
+    rows.append(("software", ", ".join(soft) + (f"; {env['platform']}" if env.get("platform") else "") if soft
+                 else NOT_RECORDED))
+    rows.append(("time", f"attack {_seconds(m.attack_s)}, whole run {_seconds(m.wall_s)}"))
+    rows.append(("written", _when(folder)))
+    return rows
+
+
+def _machine_text(env: dict) -> str:
+    """The CPU, its SIMD capability, the threads and the device of an environment record."""
     mach = env.get("machine") or {}
     cpu = mach.get("cpu") or env.get("device_name") or NOT_RECORDED
     bits = [cpu]
@@ -326,13 +336,7 @@ def _machine(env: dict, m: dict, folder: Path) -> list[tuple[str, str]]:
         bits.append(f"SIMD {mach['cpu_capability']}")
     if mach.get("threads", env.get("threads")) is not None:
         bits.append(f"{mach.get('threads', env.get('threads'))} thread(s)")
-    rows = [("machine", ", ".join(bits) + (f" ({env['device']})" if env.get("device") else ""))]
-    soft = [f"{k} {env[k]}" for k in ("leakattack", "torch", "python") if env.get(k)]
-    rows.append(("software", ", ".join(soft) + (f"; {env['platform']}" if env.get("platform") else "") if soft
-                 else NOT_RECORDED))
-    rows.append(("time", f"attack {_seconds(m.get('attack_s'))}, whole run {_seconds(m.get('wall_s'))}"))
-    rows.append(("written", _when(folder)))
-    return rows
+    return ", ".join(bits) + (f" ({env['device']})" if env.get("device") else "")
 
 
 def _when(folder: Path) -> str:
@@ -544,7 +548,7 @@ def _sweep_machine(records: list[dict]) -> list[tuple[str, str]]:
     walls = [r["metrics"].get("wall_s") for r in records if isinstance(r["metrics"].get("wall_s"), (int, float))]
     envs = [r.get("environment") or r["metrics"].get("environment") for r in records]
     env = next((e for e in envs if e), None)
-    rows = [("machine", _machine(env, {}, Path(""))[0][1] if env else
+    rows = [("machine", _machine_text(env) if env else
              f"{NOT_RECORDED} (sweep points do not store their machine)")]
     rows.append(("time", f"{_seconds(sum(walls))} of attacks over {len(walls)} points"
                          f" (one worker's time; parallel workers overlap)" if walls else NOT_RECORDED))

@@ -8,7 +8,8 @@ truth (Hungarian algorithm on pairwise MSE) and returns JSON-ready numbers.
 :mod:`.matching` the matching and label accuracy, :mod:`.rebuilt` the rule
 that calls a reconstruction rebuilt or not against its baselines (the attack's
 start, the data set's mean image of :mod:`.baseline`), and :mod:`.uniqueness`
-the rank of the message's Jacobian in the input.
+the rank of the message's Jacobian in the input.  :mod:`.record` holds
+:class:`RunMetrics`, the typed record of a run's metrics.json.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .rebuilt import (
     nothing_attacked,
     verdict,
 )
+from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 
 
@@ -90,4 +92,5 @@ __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_
            "match", "label_accuracy", "label_overlap", "score",
            "verdict", "judge", "nothing_attacked", "REBUILT", "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
-           "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS"]
+           "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS",
+           "RunMetrics", "METRICS_SCHEMA"]

@@ -22,6 +22,8 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..metrics import RunMetrics
+
 #: a regenerated reference agrees with the committed one when each metric lies within these bounds of it
 TOLERANCES = {
     "psnr": 6.0,  #: dB, either way
@@ -83,8 +85,8 @@ def _sci(value) -> str:
     return "none" if value is None else f"{float(value):.3e}"
 
 
-def compare(name: str, committed: dict, fresh: dict) -> Comparison:
-    """Compare the metrics.json of a regenerated reference (``fresh``) with the committed one."""
+def compare(name: str, committed: RunMetrics, fresh: RunMetrics) -> Comparison:
+    """Compare the metrics of a regenerated reference (``fresh``) with the committed one."""
     lines, agrees = [], True
     for key, tol in TOLERANCES.items():
         old, new = _number(committed.get(key)), _number(fresh.get(key))
@@ -103,9 +105,9 @@ def compare(name: str, committed: dict, fresh: dict) -> Comparison:
                          f"tolerance ±{tol:g}{unit}: {'within' if ok else 'OUTSIDE'}")
     identical = all(committed.get(k) == fresh.get(k) for k in TRAJECTORY_KEYS)
     if not identical:
-        lines.append(f"iterations: committed {committed.get('iterations')} ({committed.get('stop_reason')}), now "
-                     f"{fresh.get('iterations')} ({fresh.get('stop_reason')}); final L_R committed "
-                     f"{_sci(committed.get('final_loss'))}, now {_sci(fresh.get('final_loss'))}")
+        lines.append(f"iterations: committed {committed.iterations} ({committed.stop_reason}), now "
+                     f"{fresh.iterations} ({fresh.stop_reason}); final L_R committed "
+                     f"{_sci(committed.final_loss)}, now {_sci(fresh.final_loss)}")
     verdict = ("the same to the last bit" if identical else
                "agrees within the tolerances (another trajectory: the last bits of a reduction differ)" if agrees
                else "DISAGREES beyond the tolerances")

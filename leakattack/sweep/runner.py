@@ -33,13 +33,14 @@ from .plan import Plan, point_key
 
 
 def run_point(params: dict, with_lpips: bool = False):
-    """One attack: (metrics incl. m = C*H*W*batch, reconstruction in truth order, truth) as numpy arrays."""
+    """One attack: (metrics.json's keys plus m = C*H*W*batch, the reconstruction in truth order, the truth), the
+    images as numpy arrays."""
     p = experiment.prepare(RunConfig.from_dict(params))
     out = experiment.execute(p, progress=False, with_lpips=with_lpips)
-    m = dict(out.metrics)
+    m = out.metrics.to_dict()
     assert p.x is not None  # a sweep point attacks images of its data set, so the truth is known
     m["m"] = int(p.x.numel())
-    order = torch.as_tensor(m["match"])
+    order = torch.as_tensor(out.metrics.match)
     recon = out.result.x.clamp(0, 1)[order]
     return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy()
 

@@ -194,7 +194,7 @@ def test_a_run_through_the_experiment_writes_an_exact_reconstruction(tmp_path):
 
     cfg = RunConfig(model="mlp", attack="analytic", dataset="digits", sketch="srht", sketch_ratio=0.03)
     m, folder = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
-    assert m["psnr"] > 80 and m["stop_reason"] == "tolerance" and m["label_acc"] == 1.0
+    assert m.psnr > 80 and m.stop_reason == "tolerance" and m.label_acc == 1.0
     assert (folder / "metrics.json").exists() and (folder / "reconstruction.png").exists()
 
 

@@ -21,10 +21,10 @@ def test_ig_recipe_rebuilds_a_photo_through_a_small_batchnorm_resnet(tmp_path):
                     iterations=400, threads=1)
     m, _ = run_attack(cfg, out=tmp_path / "ig", with_lpips=False)
     ig = get_recipe("ig")
-    assert (m["label_acc"], m["iterations"]) == (1.0, 400)
-    assert m["psnr"] >= m["baseline_start_psnr"] + 3.0, m
-    assert m["psnr"] >= m["baseline_mean_psnr"] + 1.0, m
-    assert m["ssim"] >= 0.15, m
+    assert (m.label_acc, m.iterations) == (1.0, 400)
+    assert m.psnr >= m.baseline_start_psnr + 3.0, m
+    assert m.psnr >= m.baseline_mean_psnr + 1.0, m
+    assert m.ssim >= 0.15, m
     # the run followed the recipe's settings, not others
     config = (tmp_path / "ig" / "config.json").read_text()
     assert f'"lr": {ig.lr}' in config and f'"tv": {ig.tv}' in config

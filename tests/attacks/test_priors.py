@@ -171,8 +171,8 @@ def test_prior_tv_equals_the_tv_setting(tmp_path):
     a, _ = run_attack(RunConfig(**base, tv=0.3), out=tmp_path / "a", with_lpips=False)
     b, _ = run_attack(RunConfig(**base, tv=1e-6, priors=["tv:0.3"]), out=tmp_path / "b", with_lpips=False)
     c, _ = run_attack(RunConfig(**base, tv=0.0), out=tmp_path / "c", with_lpips=False)
-    assert a["final_loss"] == b["final_loss"] and a["psnr"] == b["psnr"]
-    assert c["final_loss"] != a["final_loss"]
+    assert a.final_loss == b.final_loss and a.psnr == b.psnr
+    assert c.final_loss != a.final_loss
 
 
 def test_sweep_files_set_priors(tmp_path):

@@ -43,8 +43,8 @@ def test_message_map_recovers_the_label_of_an_update_with_its_negative_sign():
 def test_attack_on_k1_sketched_srht_message_at_round_1_reaches_30_db():
     """srht, b/d = 0.5, K = 1, round 1, L-BFGS float64 (measured ~78 dB in 300 steps)."""
     out = experiment.execute(experiment.prepare(cfg()), with_lpips=False)
-    assert out.metrics["psnr"] >= 30
-    assert out.metrics["label_acc"] == 1.0
+    assert out.metrics.psnr >= 30
+    assert out.metrics.label_acc == 1.0
 
 
 
@@ -57,7 +57,7 @@ def test_attack_does_not_depend_on_the_message_scale(protocol):
     psnr = {}
     for lr in (0.1, 1e-4):
         c = cfg(protocol=protocol, iterations=150, label_mode="given", protocol_spec={"local_lr": lr})
-        psnr[lr] = experiment.execute(experiment.prepare(c), with_lpips=False).metrics["psnr"]
+        psnr[lr] = experiment.execute(experiment.prepare(c), with_lpips=False).metrics.psnr
     assert psnr[1e-4] >= 60 and abs(psnr[1e-4] - psnr[0.1]) < 10, psnr
 
 

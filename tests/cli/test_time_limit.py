@@ -39,7 +39,7 @@ def test_the_python_api_takes_the_limit_as_a_field(tmp_path):
     p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
                           time_limit=1))
     m = execute(p, with_lpips=False).metrics
-    assert m["stop_reason"] == "time-limit" and 1 <= m["attack_s"] < 5
+    assert m.stop_reason == "time-limit" and 1 <= m.attack_s < 5
 
 
 def test_a_run_that_ends_first_keeps_its_own_stop_reason(tmp_path):

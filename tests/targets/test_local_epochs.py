@@ -166,9 +166,9 @@ def test_a_short_attack_on_an_epoch_message_lowers_l_r_and_scores_all_round_imag
     assert p.obs.batch_size == p.x.shape[0] == 29 and experiment.unknowns(p.case) == 29 * 784
     out = experiment.execute(p, with_lpips=False)
     m = out.metrics
-    assert m["label_mode"] == "dlg" and p.cfg.label_mode == "dlg"
-    assert m["final_loss"] < 0.1 * m["initial_loss"], m  # measured 1.1 -> 0.018
-    assert len(m["psnr_each"]) == 29 and len(m["labels_attack"]) == 29
+    assert m.label_mode == "dlg" and p.cfg.label_mode == "dlg"
+    assert m.final_loss < 0.1 * m.initial_loss, m  # measured 1.1 -> 0.018
+    assert len(m.psnr_each) == 29 and len(m.labels_attack) == 29
 
 
 def test_a_long_unrolled_attack_is_announced_in_one_line(monkeypatch):

@@ -211,4 +211,4 @@ def test_attack_on_the_round_1_projected_gradient_recovers_image_and_gradient(pr
     xh = out.result.x.clamp(0, 1)
     g, gh = (targets.flat_gradient(p.victim, xx, p.labels) for xx in (p.x, xh))
     rel = float((gh - g).norm() / g.norm())
-    assert out.metrics["psnr"] >= 45 and rel <= 5e-3 and out.metrics["label_acc"] == 1.0, (out.metrics["psnr"], rel)
+    assert out.metrics.psnr >= 45 and rel <= 5e-3 and out.metrics.label_acc == 1.0, (out.metrics.psnr, rel)

@@ -168,4 +168,4 @@ def cfg(**kw):
 def test_attack_on_the_round_1_message_at_b_over_d_0_1_reaches_60_db(protocol):
     """srht b/d = 0.1, K = 1, digits image of client 0, L-BFGS float64, 200 steps (measured 70.0 / 69.3 dB)."""
     out = experiment.execute(experiment.prepare(cfg(protocol=protocol)), with_lpips=False)
-    assert out.metrics["psnr"] >= 60 and out.metrics["label_acc"] == 1.0, out.metrics
+    assert out.metrics.psnr >= 60 and out.metrics.label_acc == 1.0, out.metrics

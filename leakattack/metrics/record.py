@@ -1,0 +1,191 @@
+"""The metrics of one run as a typed record: :class:`RunMetrics`, written to ``metrics.json`` with a schema version.
+
+Every key a run writes is a field, in the order of the file, except those
+whose set varies from run to run: a defended run's privacy keys
+(:func:`leakattack.utility.privacy_metrics`: ``defense``, ``noise_seed``,
+``g_norm``, the observation's own entries, ``epsilon``/``delta``...,
+``utility_*``) and keys this version does not know, which ``extra`` holds in
+their order.  :meth:`RunMetrics.to_dict` flattens the record into the keys of
+metrics.json plus ``schema``; :meth:`RunMetrics.from_dict` reads such a dict,
+an older file without ``schema`` included.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from .base import MetricsError
+
+#: the version of metrics.json's layout, written as its ``schema`` key (files without one are older, and read)
+METRICS_SCHEMA = 1
+
+
+@dataclass(kw_only=True)
+class RunMetrics:
+    """The metrics of one run (the keys of metrics.json, in its order).
+
+    A file written before a key existed reads it as None and names it in
+    ``absent``; :meth:`to_dict` leaves those keys out again, so reading and
+    writing a file changes nothing but its ``schema``.
+    """
+
+    # the reconstruction's scores against the truth (None without one, or not finite)
+    mse: float | None
+    psnr: float | None
+    ssim: float | None
+    lpips: float | None
+    lpips_note: str
+    label_acc: float | None  #: recovered labels against the true ones, as multisets
+    label_acc_matched: float | None  #: each matched image's label against its true label
+
+    # the attack
+    final_loss: float | None
+    initial_loss: float | None
+    iterations: int
+    best_step: int
+    stop_reason: str
+    message: str
+    restarts: int
+    restart_losses: list[float | None]
+    wall_s: float  #: the attack, its scores and the baselines'
+    attack_s: float  #: the attack alone
+    d: int
+    b: int
+    label_mode: str
+    labels_true: list | None
+    truth: bool  #: whether there were true images to score against
+    labels_attack: list | None
+
+    # per image, in ground-truth order
+    psnr_each: list[float | None]
+    ssim_each: list[float | None]
+    match: list[int]  #: the reconstruction matched to each true image
+
+    # the count of unknowns
+    unknowns: int  #: m*B
+    unique_by_count: bool  #: b >= m*B
+
+    # whether anything was attacked, the baselines (metrics.BASELINES: start, mean) and the verdict (metrics.judge)
+    attacked: bool
+    nothing_attacked: str | None
+    baseline_start_psnr: float | None
+    baseline_start_ssim: float | None
+    baseline_start_lpips: float | None
+    baseline_mean_psnr: float | None
+    baseline_mean_ssim: float | None
+    baseline_mean_lpips: float | None
+    baseline_psnr: float | None
+    baseline_ssim: float | None
+    baseline_lpips: float | None
+    verdict: str | None
+    verdict_baseline: str | None
+    baseline_mean_image: str | None
+
+    # whether the message determines the input where the run converged
+    unique: bool | None
+    jacobian_rank: int | None
+    jacobian_note: str
+
+    # a seed search's record (left out of the file when there was none)
+    seed_search: dict[str, Any] | None = None
+
+    #: the keys whose set varies (a defended run's privacy keys, keys of other versions), in the file's order
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the keys the file this was read from lacked (written before they existed)
+    absent: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.extra) & (_KEYS | {"schema"}))
+        if clash:
+            raise MetricsError(f"extra metrics {clash} have the names of fields of the record")
+
+    def to_dict(self) -> dict[str, Any]:
+        """metrics.json's content: ``schema``, then every key in the file's order, as JSON-ready values."""
+        out: dict[str, Any] = {"schema": METRICS_SCHEMA}
+        for name in _ORDER:
+            value = getattr(self, name)
+            if name not in self.absent and not (name == "seed_search" and value is None):
+                out[name] = value
+        out.update(self.extra)
+        return _plain(out)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunMetrics:
+        """The record of a metrics.json's content (any schema up to :data:`METRICS_SCHEMA`); the keys it does not
+        know go to ``extra``."""
+        schema = d.get("schema", 0)
+        if not isinstance(schema, int) or isinstance(schema, bool):
+            raise MetricsError(f"the metrics' schema must be an integer, got {schema!r}")
+        if schema > METRICS_SCHEMA:
+            raise MetricsError(f"metrics of schema {schema} are newer than this leakattack reads "
+                               f"(schema {METRICS_SCHEMA})")
+        absent = frozenset(name for name in _REQUIRED if name not in d)
+        values: dict[str, Any] = {**dict.fromkeys(absent), **{k: v for k, v in d.items() if k in _KEYS}}
+        extra = {k: v for k, v in d.items() if k not in _KEYS and k != "schema"}
+        return cls(**values, extra=extra, absent=absent)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of a metrics.json key (a field, or an entry of ``extra``), or ``default`` where the run did not
+        record it: for code that names metrics in data (tolerance tables, table columns)."""
+        if key in _KEYS:
+            value = getattr(self, key)
+            return default if key in self.absent or (key == "seed_search" and value is None) else value
+        return self.extra.get(key, default)
+
+    def recorded(self, key: str) -> bool:
+        """Whether the run recorded ``key`` (a file written before it existed did not)."""
+        return self.get(key, _MISSING) is not _MISSING
+
+    # a defended run's keys (leakattack.utility.privacy_metrics), None where the run has none
+
+    @property
+    def defense(self) -> str | None:
+        """The defense's spec."""
+        return self.extra.get("defense")
+
+    @property
+    def epsilon(self) -> float | None:
+        """epsilon of the one message at ``delta`` (None: no guarantee)."""
+        return self.extra.get("epsilon")
+
+    @property
+    def delta(self) -> float | None:
+        """The delta epsilon holds at."""
+        return self.extra.get("delta")
+
+    @property
+    def privacy_note(self) -> str | None:
+        """How epsilon was computed, or why there is none."""
+        return self.extra.get("privacy_note")
+
+    @property
+    def utility_acc(self) -> float | None:
+        """With ``--utility``: the test accuracy of training under the defense."""
+        return self.extra.get("utility_acc")
+
+
+_MISSING = object()
+#: the fields in metrics.json's order (those that are keys of the file)
+_ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
+_KEYS = frozenset(_ORDER)
+#: the keys every run of this schema writes
+_REQUIRED = frozenset(f.name for f in fields(RunMetrics) if f.name in _KEYS and f.name != "seed_search")
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-ready values (the rule of :func:`leakattack.results.to_jsonable`): floats that are not finite become
+    None, tensors and numpy values Python values, tuples lists."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _plain(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+__all__ = ["METRICS_SCHEMA", "RunMetrics"]
