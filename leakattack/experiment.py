@@ -296,7 +296,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid
-        import torchvision  # a second to import: only for this picture
+        import torchvision  # slow to import: only for this picture
 
         shown = r.x.clamp(0, 1).float().cpu()  # pixels enlarged to about 128 px per image
         shown = torch.nn.functional.interpolate(shown, scale_factor=max(1, 128 // shown.shape[-1]), mode="nearest")
