@@ -119,21 +119,21 @@ def main() -> None:
                       for r in map(float, a.ratios.split(","))])
             for B in map(int, a.batch_sizes.split(",")):
                 batches = draw_batches(ds, B, a.trials, a.distinct)
-                for label, b in sizes:
-                    acc = {r: [] for r in rules}
-                    over = {r: [] for r in rules}
-                    for t, idx in enumerate(batches):
-                        x, y = ds.images[idx].to(victim.dtype), ds.labels[idx]
-                        g = targets.flat_gradient(victim, x, y).detach()
+                acc = {(label, r): [] for label, _ in sizes for r in rules}
+                over = {(label, r): [] for label, _ in sizes for r in rules}
+                for t, idx in enumerate(batches):  # one gradient per batch, sketched at every size
+                    x, y = ds.images[idx].to(victim.dtype), ds.labels[idx]
+                    g = targets.flat_gradient(victim, x, y).detach()
+                    for label, b in sizes:
                         sk = (get_sketch("none", victim.d, 0) if b >= victim.d
                               else get_sketch("srht", victim.d, b, seed=t + 1))
-                        msg = sk.apply(g)
-                        del g
-                        for r, rec in recover_labels_by_rule(victim, sk, msg, B, rules).items():
-                            acc[r].append(label_accuracy(rec, y.sort().values))
-                            over[r].append(overlap(rec, y, ds.num_classes))
+                        for r, rec in recover_labels_by_rule(victim, sk, sk.apply(g), B, rules).items():
+                            acc[label, r].append(label_accuracy(rec, y.sort().values))
+                            over[label, r].append(overlap(rec, y, ds.num_classes))
+                for label, _ in sizes:
                     key = f"| {dname} | {vname} | {B} | {label} | "
-                    rows.append((key, [np.mean(acc[r]) for r in rules], [np.mean(over[r]) for r in rules]))
+                    rows.append((key, [np.mean(acc[label, r]) for r in rules],
+                                 [np.mean(over[label, r]) for r in rules]))
                     print(key + " | ".join(f"{v:.2f}" for v in rows[-1][1]) + " |", file=sys.stderr, flush=True)
     for title, col in (("label_accuracy of sorted labels", 1), ("multiset overlap", 2)):
         print(f"\n{title} ({a.trials} batches per cell, {'distinct' if a.distinct else 'repeated'} labels)\n")
