@@ -12,10 +12,10 @@ an older file without ``schema`` included.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from ..jsonable import to_jsonable
 from .base import MetricsError
 
 #: the version of metrics.json's layout, written as its ``schema`` key (files without one are older, and read)
@@ -109,7 +109,7 @@ class RunMetrics:
             if name not in self.absent and not (name == "seed_search" and value is None):
                 out[name] = value
         out.update(self.extra)
-        return _plain(out)
+        return to_jsonable(out)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunMetrics:
@@ -172,20 +172,6 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys every run of this schema writes
 _REQUIRED = frozenset(f.name for f in fields(RunMetrics) if f.name in _KEYS and f.name != "seed_search")
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-ready values (the rule of :func:`leakattack.results.to_jsonable`): floats that are not finite become
-    None, tensors and numpy values Python values, tuples lists."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _plain(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 __all__ = ["METRICS_SCHEMA", "RunMetrics"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import pickle
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..jsonable import to_jsonable
 
 
 def _current_umask() -> int:
@@ -55,19 +55,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def atomic_write_text(path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def to_jsonable(obj):
-    """Floats that are not finite become None; tensors/numpy scalars become Python values."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def write_json(path, obj) -> None:
