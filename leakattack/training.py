@@ -87,7 +87,8 @@ def load_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[st
     cannot run code)."""
     path = checkpoint_path(folder, t)
     if not path.is_file():
-        raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints to attack round {t})")
+        raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints, and a --checkpoint-every that "
+                          f"writes it, to attack round {t})")
     try:
         state = load_tensors(path)
     except UserError:
@@ -163,8 +164,11 @@ def check_unchanged(folder: str | Path, described: dict) -> None:
 
 
 def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_name: str | None = None,
-          progress: bool = True, download: bool = False, checkpoints: bool = True) -> Path:
-    """Run ``rounds`` rounds of protocol ``name`` and write the run folder; returns it."""
+          progress: bool = True, download: bool = False, checkpoints: bool = True, checkpoint_every: int = 1) -> Path:
+    """Run ``rounds`` rounds of protocol ``name`` and write the run folder; returns it.
+
+    With ``checkpoints``, w^t is written for t = 1 and every ``checkpoint_every``-th round after it
+    (t = 1, 1 + k, 1 + 2k, ...), and the final weights w^(rounds+1) always."""
     trainset, testset = load_split(model_spec, download)
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)
@@ -179,7 +183,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     rows, cum, t0 = [], 0, time.perf_counter()
     bar = progress_bar(rounds, name, "round", progress, leave=False)
     for t in range(1, rounds + 1):
-        if checkpoints:
+        if checkpoints and (t - 1) % checkpoint_every == 0:
             save_checkpoint(folder, t, w, model_buffers(victim))
         with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
             w, stats = proto.run_round(w, t)

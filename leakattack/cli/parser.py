@@ -129,6 +129,8 @@ def _train(sub) -> None:
                    help="folder shared by runs to compare (default: results/runs/train-<timestamp>/)")
     p.add_argument("--name", default=None, help="run sub-folder (default: the protocol name)")
     p.add_argument("--no-checkpoints", action="store_true", help="do not write w^t per round")
+    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+                   help="write w^t for rounds 1, 1+K, 1+2K, ... and the final weights (default: 1, every round)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s; the tensors are small)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("protocol")

@@ -31,6 +31,7 @@ def cmd_train(a) -> int:
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
+    _check("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
     _check("threads", Cores(), a.threads)
     torch.set_num_threads(a.threads)  # small tensors: more threads only spin on a shared machine
     trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]
@@ -44,7 +45,8 @@ def cmd_train(a) -> int:
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
     out = Path(a.out) if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S")
     folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
-                   download=a.download, checkpoints=not a.no_checkpoints)
+                   download=a.download, checkpoints=not a.no_checkpoints,
+                   checkpoint_every=a.checkpoint_every)
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
           f"train loss {last['train_loss']:.4f} | floats/client {last['floats_cum']} | {last['wall_s']:.1f} s | "

@@ -63,3 +63,12 @@ def test_buffers_that_do_not_fit_are_one_sentence(trained, tmp_path):
     torch.save({"weights": w, "buffers": [1, 2]}, checkpoint_path(tmp_path, 1))
     with pytest.raises(ConfigError, match="holds buffers that are not a dict of tensors"):
         load_checkpoint(tmp_path, 1, w.numel())
+
+
+def test_checkpoint_every_writes_the_first_every_kth_and_the_final_round(tmp_path):
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "5", "--clients", "2", "--checkpoint-every", "2",
+                     "--out", str(tmp_path), "--quiet"]) == 0
+    written = sorted(p.name for p in (tmp_path / "fedavg" / "checkpoints").iterdir())
+    assert written == ["round_0001.pt", "round_0003.pt", "round_0005.pt", "round_0006.pt"]
+    with pytest.raises(ConfigError, match="checkpoint-every"):
+        load_checkpoint(tmp_path / "fedavg", 2, targets.get_model("lenet").d)

@@ -188,6 +188,7 @@ def test_a_protocol_json_from_before_a_setting_existed_reads_as_its_default(trai
     (["--model", "linreg"], "cannot be trained here"),
     (["--name", "../../x"], "--name must be a folder name, not a path"),
     (["--name", "/tmp/abs"], "--name must be a folder name, not a path"),
+    (["--checkpoint-every", "0"], "checkpoint interval must be"),
 ])
 def test_bad_train_flags_are_one_sentence(tmp_path, capsys, args, needle):
     argv = ["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--out", str(tmp_path / "t")] + args
