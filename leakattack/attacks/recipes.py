@@ -7,14 +7,15 @@ recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
 
 ``dlg``  L-BFGS with a strong-Wolfe line search on the squared distance L_R, in
          float64 (Zhu et al., "Deep Leakage from Gradients", 2019; Song et al.
-         2023, Sec. 7): the strongest measured choice for small smooth victims
-         (LeNet, MLP, logistic/linear regression) on one CPU.
+         2023, Sec. 7): the strongest measured choice for smooth victims on a CPU
+         (LeNet, MLP, logistic/linear regression, and the 32 px ViT ``vit_small``, whose GELU,
+         softmax attention and LayerNorm are smooth: docs/victims.md measures both recipes on it).
 ``ig``   Inverting Gradients (Geiping et al., 2020; breaching 0.1.2's ``invertinggradients``):
          cosine objective over the whole message, Adam on the sign of the gradient with step
          0.025 (breaching's 0.1 acts on images normalised by the CIFAR std of about 0.25, so
          0.1 * 0.25 on images in [0, 1]) decayed by 10x at 3/8, 5/8 and 7/8 of the budget, total
-         variation, the box [0, 1], float32: the recipe for deep ReLU/BatchNorm networks (ResNets,
-         ViTs), where L-BFGS in float64 costs seconds per step and stalls.  The TV weight is the one
+         variation, the box [0, 1], float32: the recipe for deep ReLU/BatchNorm networks (the ResNets,
+         where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.  The TV weight is the one
          measured best on a small BatchNorm ResNet (examples/ig_recipe.toml, docs/ig_recipe.md);
          breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
          a victim fed [0, 1] pixels.  The budget, 1200 steps, is 6-10 CPU minutes for resnet18 at

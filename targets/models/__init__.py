@@ -59,7 +59,8 @@ def register_model(name: str, builder=None, *, task: str = "classification", los
 
     ``default_init`` None keeps the builder's own initialisation (seeded) unless an init is asked for.
     ``recipe`` names the attack recipe that suits the model (``leakattack.attacks.recipes``): ``dlg`` for
-    small smooth networks, ``ig`` for deep ReLU/BatchNorm ones.
+    smooth networks small enough for float64 L-BFGS on a CPU (LeNet, the MLP, the 32 px ViT), ``ig`` for
+    ReLU/BatchNorm ones and the ImageNet-size ViT.
     """
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
             "default_init": default_init, "recipe": recipe}
@@ -78,7 +79,7 @@ register_model("resnet_cifar", resnet_cifar, default_init=None, recipe="ig")
 register_model("resnet18", resnet18, default_init=None, recipe="ig")
 register_model("resnet50", resnet50, default_init=None, recipe="ig")
 register_model("resnet101", resnet101, default_init=None, recipe="ig")
-register_model("vit_small", vit_small, default_init=None, recipe="ig")
+register_model("vit_small", vit_small, default_init=None, recipe="dlg")
 register_model("vit_b_16", vit_b_16, default_init=None, recipe="ig")
 
 

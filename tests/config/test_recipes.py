@@ -10,11 +10,11 @@ from leakattack.config import ConfigError, RunConfig
 from leakattack.sweep.plan import point_key
 
 
-def test_small_victims_get_dlg_and_deep_ones_ig():
+def test_smooth_victims_get_dlg_and_relu_batchnorm_ones_ig():
     assert set(list_recipes()) == {"dlg", "ig"}
-    for name in ("lenet", "mlp", "logreg", "linreg"):
+    for name in ("lenet", "mlp", "logreg", "linreg", "vit_small"):
         assert targets.recipe_of(name) == "dlg"
-    for name in ("resnet18", "resnet20", "resnet50", "vit_small", "vit_b_16"):
+    for name in ("resnet18", "resnet20", "resnet50", "vit_b_16"):
         assert targets.recipe_of(name) == "ig"
 
 
