@@ -104,26 +104,36 @@ def main() -> int:
 
 def figure(out: Path, rows, images: int, results: dict, path: Path) -> None:
     """One row per photo: the truth, then every setting's reconstruction with its PSNR."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import torch
 
     from leakattack.data import get_dataset
 
     truth = get_dataset("photos").images
-    fig, axes = plt.subplots(images, len(rows) + 1, figsize=(1.1 * (len(rows) + 1), 1.25 * images + 0.5))
+    grid = []
     for i in range(images):
         panels = [("truth", truth[i])]
         for label, state, pr, sk, _ in rows:
             rec = torch.load(out / "runs" / f"{label}-{i}" / "reconstruction.pt", weights_only=True)["images"][0]
-            panels.append((f"{state}\n{'bn prior' if pr == 'bn' else 'no prior'}\n{sk}"
-                           f"\n{results[(label, i)]['psnr']:.1f} dB", rec))
-        for ax, (title, img) in zip(axes[i], panels):
+            title = f"{state}\n{'bn prior' if pr == 'bn' else 'no prior'}\n{sk}\n{results[(label, i)]['psnr']:.1f} dB"
+            panels.append((title if i == 0 else title.rsplit("\n", 1)[-1], rec))
+        grid.append(panels)
+    draw_grid(grid, path)
+
+
+def draw_grid(grid: list[list[tuple[str, object]]], path: Path) -> None:
+    """Rows of (title, image tensor C x H x W in [0, 1]) panels, drawn small and untouched by interpolation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_rows, n_cols = len(grid), max(len(r) for r in grid)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(1.1 * n_cols, 1.25 * n_rows + 0.5), squeeze=False)
+    for ax_row, panels in zip(axes, grid):
+        for ax in ax_row:
+            ax.axis("off")
+        for ax, (title, img) in zip(ax_row, panels):
             ax.imshow(img.float().clamp(0, 1).permute(1, 2, 0).numpy(), interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_title(title if i == 0 or title == "truth" else title.rsplit("\n", 1)[-1], fontsize=5)
+            ax.set_title(title, fontsize=5)
     fig.tight_layout(pad=0.2)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -15,9 +15,9 @@ recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
          0.025 (breaching's 0.1 acts on images normalised by the CIFAR std of about 0.25, so
          0.1 * 0.25 on images in [0, 1]) decayed by 10x at 3/8, 5/8 and 7/8 of the budget, total
          variation, the box [0, 1], float32: the recipe for deep ReLU/BatchNorm networks (the ResNets,
-         where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.  The TV weight is the one
-         measured best on a small BatchNorm ResNet (examples/ig_recipe.toml, docs/ig_recipe.md);
-         breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
+         where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.
+         The TV weight is the one measured best on a small BatchNorm ResNet (examples/ig_recipe.toml,
+         docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
          a victim fed [0, 1] pixels.  The budget, 1200 steps, is 6-10 CPU minutes for resnet18 at
          0.3-0.5 CPU s a step (breaching's configuration: 24,000 steps).  With BatchNorm in train mode and one
          image (the default ``--bn train``) the message of an untrained resnet18 turns by a cosine
