@@ -18,12 +18,11 @@ recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
          where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.
          The TV weight is the one measured best on a small BatchNorm ResNet (examples/ig_recipe.toml,
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
-         a victim fed [0, 1] pixels.  The budget, 1200 steps, is 6-10 CPU minutes for resnet18 at
-         0.3-0.5 CPU s a step (breaching's configuration: 24,000 steps).  With BatchNorm in train mode and one
-         image (the default ``--bn train``) the message of an untrained resnet18 turns by a cosine
-         distance of 0.2 under pixel noise of 0.003, and none of the measured settings rebuilds the
-         image; with ``--bn eval`` (running statistics, breaching's setting) resnet18 reaches 18.6 dB on
-         photo 0 (breaching: 12.2 dB in 1000 steps).  docs/ig_recipe.md has the derivation.
+         a victim fed [0, 1] pixels.  The budget, 1200 steps, is minutes of resnet18 steps on a
+         2-core CPU (breaching's configuration: 24,000 steps).  One image in BatchNorm's train mode
+         (``--bn train``) is normalised by its own statistics and is not rebuilt; ``--bn auto`` is eval
+         mode for one image (running statistics, breaching's setting).  docs/ig_recipe.md has the
+         derivation and the measurements.
 
 On a GPU both recipes work in float32.
 """
