@@ -19,7 +19,7 @@
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
 
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
-                                      [--restart-model lenet] [--restart-ratio 0.5]
+                                      [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
                                       [--only startup|lbfgs|restarts|sketch ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
@@ -235,13 +235,15 @@ def batch_floor(victim, R: int, dtype, reps: int) -> float:
 
 
 def restarts_section(a) -> None:
-    p = prepare(RunConfig(model=a.restart_model, sketch="srht", sketch_ratio=a.restart_ratio, threads=1))
+    th = a.restart_threads
+    torch.set_num_threads(th)  # the evaluations and floors below too; main's one thread is restored at the end
+    p = prepare(RunConfig(model=a.restart_model, sketch="srht", sketch_ratio=a.restart_ratio, threads=th))
     obs, labels = p.obs, p.attack.labels_for(p.obs)
     R, steps = a.restarts, a.restart_steps
     one = GradientMatching(optimizer="adam", iterations=steps, restarts=1, init_seed=2, stall_window=0, tol=0,
-                           threads=1)
+                           threads=th)
     many = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0,
-                            threads=1)
+                            threads=th)
     xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 2 + 1000 * r, dtype=obs.victim.dtype)
                       for r in range(R)])
     t1, tR, f1, fR = [], [], [], []
@@ -262,7 +264,8 @@ def restarts_section(a) -> None:
 
     floors = {str(dt).replace("torch.", ""): batch_floor(obs.victim, R, dt, 20 if obs.d < 10 ** 6 else 2)
               for dt in (obs.victim.dtype, torch.float32 if obs.victim.dtype == torch.float64 else torch.float64)}
-    print(f"restarts   {a.restart_model}, srht b/d = {a.restart_ratio}, 1 thread, {str(obs.victim.dtype)[6:]}, Adam, "
+    print(f"restarts   {a.restart_model}, srht b/d = {a.restart_ratio}, {th} thread(s), "
+          f"{str(obs.victim.dtype)[6:]}, Adam, "
           f"{steps} steps, {R} starts against 1 ({path} batched path): attack x{ratio(tR, t1, 0):.2f} "
           f"wall ({min(x[0] for x in t1):.2f} s against {min(x[0] for x in tR):.2f} s), x{ratio(tR, t1, 1):.2f} CPU; "
           f"evaluations alone x{ratio(fR, f1, 0):.2f} wall, x{ratio(fR, f1, 1):.2f} CPU; floor of a batch of {R} "
@@ -275,7 +278,7 @@ def restarts_section(a) -> None:
                 folder = os.path.join(tmp, f"r{r}")
                 cmd[r].append(timed(lambda: subprocess.run(
                     [sys.executable, "-m", "leakattack.cli", "run", "--model", a.restart_model, "--sketch", "srht",
-                     "--threads", "1",
+                     "--threads", str(th),
                      "--sketch-ratio", str(a.restart_ratio), "--optimizer", "adam", "--iterations", str(steps),
                      "--restarts", str(r), "--quiet", "--no-lpips", "--out", folder], check=True,
                     stdout=subprocess.DEVNULL)))
@@ -286,6 +289,7 @@ def restarts_section(a) -> None:
           f"against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the command's wall time; "
           f"x{min(summary[R]) / min(summary[1]):.2f} of the wall time its summary line prints "
           f"({min(summary[1]):.2f} s against {min(summary[R]):.2f} s; wanted: at most x{R / 3:.2f})")
+    torch.set_num_threads(1)
 
 
 def sketch_section(a) -> None:
@@ -327,6 +331,7 @@ def main() -> None:
     ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts and sketch comparisons")
     ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
+    ap.add_argument("--restart-threads", type=int, default=1, help="torch threads of the restarts comparison")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this part only (repeatable; default: all; lbfgs also times the direction)")
