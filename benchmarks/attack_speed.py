@@ -19,7 +19,7 @@
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
 
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
-                                      [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
+                                      [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1] [--profile]
                                       [--only startup|lbfgs|restarts|sketch ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
@@ -255,6 +255,12 @@ def restarts_section(a) -> None:
         problem.evaluate(rows, problem.z0)  # its one-time check of the batched model
         f1.append(cpu_timed(lambda: [problem.evaluate([0], problem.z0[:1]) for _ in range(steps)]))
         fR.append(cpu_timed(lambda: [problem.evaluate(rows, problem.z0) for _ in range(steps)]))
+    if a.profile:  # where one batched evaluation of the R starts spends its time
+        from torch.profiler import profile
+        with profile() as prof:
+            for _ in range(steps):
+                problem.evaluate(rows, problem.z0)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
     path = "one start at a time" if problem.batched is None else \
         "per-layer" if restart_gradients(obs.victim, xs[:2], labels.expand(2, *labels.shape)) is not None \
         else "torch.func.vmap"
@@ -332,6 +338,8 @@ def main() -> None:
     ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
     ap.add_argument("--restart-threads", type=int, default=1, help="torch threads of the restarts comparison")
+    ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
+                    "restarts' evaluations")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this part only (repeatable; default: all; lbfgs also times the direction)")
