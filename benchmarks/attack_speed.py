@@ -235,8 +235,8 @@ def batch_floor(victim, R: int, dtype, reps: int) -> float:
 
 
 def restarts_section(a) -> None:
-    th = a.restart_threads
-    torch.set_num_threads(th)  # the evaluations and floors below too; main's one thread is restored at the end
+    th, before = a.restart_threads, torch.get_num_threads()
+    torch.set_num_threads(th)  # the evaluations and floors below too
     p = prepare(RunConfig(model=a.restart_model, sketch="srht", sketch_ratio=a.restart_ratio, threads=th))
     obs, labels = p.obs, p.attack.labels_for(p.obs)
     R, steps = a.restarts, a.restart_steps
@@ -295,7 +295,7 @@ def restarts_section(a) -> None:
           f"against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the command's wall time; "
           f"x{min(summary[R]) / min(summary[1]):.2f} of the wall time its summary line prints "
           f"({min(summary[1]):.2f} s against {min(summary[R]):.2f} s; wanted: at most x{R / 3:.2f})")
-    torch.set_num_threads(1)
+    torch.set_num_threads(before)
 
 
 def sketch_section(a) -> None:

@@ -50,12 +50,12 @@ def cases(models: list[str]) -> list[tuple[str, dict]]:
     """(label, RunConfig fields) of every timed case."""
     out = []
     for m in models:
+        ig = dict(model=m, recipe="ig")  # the ig recipe, also where the victim's own is dlg (vit_small)
         if m == "resnet50":
-            out.append((f"{m} 224px srht b=4e5", dict(model=m, recipe="ig", image_size=224, sketch="srht",
-                                                      sketch_dim=400_000)))
-        else:  # the ig recipe, also where the victim's own is dlg (vit_small)
-            out.append((f"{m} none", dict(model=m, recipe="ig", sketch="none")))
-            out.append((f"{m} srht b/d=0.01", dict(model=m, recipe="ig", sketch="srht", sketch_ratio=0.01)))
+            out.append((f"{m} 224px srht b=4e5", dict(ig, image_size=224, sketch="srht", sketch_dim=400_000)))
+        else:
+            out.append((f"{m} none", dict(ig, sketch="none")))
+            out.append((f"{m} srht b/d=0.01", dict(ig, sketch="srht", sketch_ratio=0.01)))
     return out
 
 

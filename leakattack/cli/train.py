@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ from ..config import ConfigError, validate_protocol
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
+from ..errors import SettingWarning
 from ..results import read_jsonl
 from ..training import MODEL_DEFAULTS, train
 
@@ -32,6 +34,9 @@ def cmd_train(a) -> int:
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
     _check("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
+    if a.no_checkpoints and a.checkpoint_every != 1:
+        warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",
+                      SettingWarning, stacklevel=1)
     _check("threads", Cores(), a.threads)
     torch.set_num_threads(a.threads)  # small tensors: more threads only spin on a shared machine
     trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]

@@ -72,3 +72,11 @@ def test_checkpoint_every_writes_the_first_every_kth_and_the_final_round(tmp_pat
     assert written == ["round_0001.pt", "round_0003.pt", "round_0005.pt", "round_0006.pt"]
     with pytest.raises(ConfigError, match="checkpoint-every"):
         load_checkpoint(tmp_path / "fedavg", 2, targets.get_model("lenet").d)
+
+
+def test_checkpoint_every_without_checkpoints_is_a_one_line_warning(tmp_path, capsys):
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "1", "--clients", "2", "--no-checkpoints",
+                     "--checkpoint-every", "5", "--out", str(tmp_path), "--quiet"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "--checkpoint-every has no effect with --no-checkpoints" in err[0], err
+    assert not (tmp_path / "fedavg" / "checkpoints").exists()
