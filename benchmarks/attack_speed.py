@@ -13,7 +13,8 @@
   line prints); beside them the same evaluations, R at a time against one at a time,
   and the floor of batching: the victim's forward pass and its gradient with the graph
   kept, differentiated back to x, for a batch of R images against one image (no
-  sketch, no per-restart split), in float64 as the attack runs and in float32;
+  sketch, no per-restart split), in float64 as the attack runs and in float32; and the
+  batched evaluation of k = 1, 2, 4, ... R starts with its fit fixed + k x marginal;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -234,6 +235,31 @@ def batch_floor(victim, R: int, dtype, reps: int) -> float:
     return out[1] / out[0]
 
 
+def restart_scaling(problem, R: int, steps: int, rounds: int) -> str:
+    """One line: a batched evaluation of k = 1, 2, 4, ... R starts against one start's own evaluation (wall ms,
+    minima over rounds), and the least-squares fit fixed + k * marginal, which says what R starts must cost at
+    least while each start adds that much arithmetic."""
+    sizes = sorted({k for k in (1, 2, 4, 8, 16, 32) if k < R} | {R})
+    reps = max(steps // 4, 1)
+    per: dict = {}
+    for _ in range(rounds):
+        for k in sizes:
+            Z = problem.z0[:k]
+            per.setdefault(k, []).append(cpu_timed(lambda: [problem._evaluate(Z, batched=True)
+                                                            for _ in range(reps)])[0] / reps)
+        per.setdefault(0, []).append(cpu_timed(lambda: [problem._evaluate(problem.z0[:1], batched=False)
+                                                        for _ in range(reps)])[0] / reps)
+    best = {k: 1e3 * min(v) for k, v in per.items()}
+    ks = torch.tensor(sizes, dtype=torch.float64)
+    ts = torch.tensor([best[k] for k in sizes], dtype=torch.float64)
+    A = torch.stack([torch.ones_like(ks), ks], 1)
+    fixed, marginal = torch.linalg.lstsq(A, ts.unsqueeze(1)).solution.flatten().tolist()
+    one = best[0]
+    return ("batched evaluation of k starts, ms: " + ", ".join(f"k={k} {best[k]:.2f}" for k in sizes)
+            + f"; one start's own evaluation {one:.2f}; fit {fixed:.2f} + k x {marginal:.2f} ms: each start adds "
+            f"{marginal / one:.0%} of one start's evaluation, so {R} starts cost x{(fixed + R * marginal) / one:.2f}")
+
+
 def restarts_section(a) -> None:
     th, before = a.restart_threads, torch.get_num_threads()
     torch.set_num_threads(th)  # the evaluations and floors below too
@@ -255,6 +281,7 @@ def restarts_section(a) -> None:
         problem.evaluate(rows, problem.z0)  # its one-time check of the batched model
         f1.append(cpu_timed(lambda: [problem.evaluate([0], problem.z0[:1]) for _ in range(steps)]))
         fR.append(cpu_timed(lambda: [problem.evaluate(rows, problem.z0) for _ in range(steps)]))
+    scaling = restart_scaling(problem, R, steps, a.rounds)
     if a.profile:  # where one batched evaluation of the R starts spends its time
         from torch.profiler import profile
         with profile() as prof:
@@ -276,6 +303,7 @@ def restarts_section(a) -> None:
           f"wall ({min(x[0] for x in t1):.2f} s against {min(x[0] for x in tR):.2f} s), x{ratio(tR, t1, 1):.2f} CPU; "
           f"evaluations alone x{ratio(fR, f1, 0):.2f} wall, x{ratio(fR, f1, 1):.2f} CPU; floor of a batch of {R} "
           "images against one: " + ", ".join(f"x{v:.2f} CPU in {k}" for k, v in floors.items()))
+    print("           " + scaling)
     cmd = {1: [], R: []}
     summary = {1: [], R: []}
     with tempfile.TemporaryDirectory() as tmp:
