@@ -163,7 +163,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         labels_attack=None if result.labels is None else result.labels.tolist(),
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
-        **judged, **found, seed_search=seed_search, extra=privacy,
+        **judged, **found, seed_search=seed_search, label_choice=result.label_choice, extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}

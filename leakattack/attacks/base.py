@@ -39,6 +39,8 @@ class AttackResult:
     message: str = ""
     wall_s: float = 0.0
     restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)
+    #: how the labels were chosen when the label rules read different ones (GradientMatching.choose_labels)
+    label_choice: dict | None = None
 
     @property
     def final_loss(self) -> float:

@@ -11,8 +11,10 @@ act on G's images.  The attacker's model of the client is the observation's
 ``forward(x, labels)``.
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
-message through the sketch: iDLG's sign rule for one image, the ``pooled`` count rule of
-:mod:`leakattack.attacks.labels` for batches) or ``dlg``
+message through the sketch by two rules of :mod:`leakattack.attacks.labels`, the
+``pooled`` count rule and iDLG's / Yin et al.'s ``sign`` rule; where they read different
+labels, a short run of the attack with each keeps the one whose gradient matches the
+message best: :meth:`GradientMatching.choose_labels`) or ``dlg``
 (soft labels optimised jointly with x, Zhu et al. 2019).  Restarts run from
 independent dummy starts; the attacker keeps the lowest final L_R (it cannot see
 the truth), as in DLG and breaching.
@@ -20,6 +22,7 @@ the truth), as in DLG and breaching.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import math
@@ -34,7 +37,7 @@ from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor
-from .labels import recover_labels
+from .labels import recover_labels_by_rule
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
 
@@ -55,6 +58,13 @@ LOSS_UNIT = 1e3
 #: was chosen: docs/attack.md)
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
+
+#: the label rules ``idlg`` reads (leakattack.attacks.labels): the count rule that also weighs the head's bias and
+#: the model's probes, and the sign rule on the head's weight rows; each fails where the other holds (the
+#: documented cases: docs/attacks/labels.md, Choosing between readings)
+LABEL_RULES_READ = ("pooled", "sign")
+#: steps of the short run that scores each differing label reading (at most a quarter of the attack's budget)
+LABEL_PROBE_STEPS = 150
 
 #: restarts go through the batched model of the client unless its first evaluation took more than this many times as
 #: long as the same points one by one (a margin for the batched pass's first-call costs and a busy machine)
@@ -159,24 +169,62 @@ class GradientMatching(Attack):
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
         """The labels the attack uses: given, recovered from the message, or None (optimised, DLG)."""
+        return self.choose_labels(obs)[0]
+
+    def choose_labels(self, obs: Observation) -> tuple[torch.Tensor | None, dict | None]:
+        """The labels the attack uses, and (``idlg`` only, when the rules of :data:`LABEL_RULES_READ` read different
+        labels) the record of how they were chosen.
+
+        Each differing reading gets a short run of this attack (:data:`LABEL_PROBE_STEPS` steps, at most a quarter
+        of the budget, one start from the attack's own first start, a quarter of any time limit shared among
+        them); the reading whose run matched the message best is kept.  A wrong label changes the gradient of
+        every layer (the output error p - onehot), so the matching loss tells readings apart where the head's
+        share of a sketched message does not.
+        """
         if self.label_mode == "given":
-            return obs.labels
-        if self.label_mode == "idlg":
-            return recover_labels(obs.victim, obs.linear_map, obs.y, obs.batch_size)
-        return None
+            return obs.labels, None
+        if self.label_mode != "idlg":
+            return None, None
+        readings = recover_labels_by_rule(obs.victim, obs.linear_map, obs.y, obs.batch_size, rules=LABEL_RULES_READ)
+        distinct: list[torch.Tensor] = []
+        for labels in readings.values():
+            if not any(torch.equal(labels, seen) for seen in distinct):
+                distinct.append(labels)
+        if len(distinct) == 1:
+            return distinct[0], None
+        probe = copy.copy(self)
+        probe.label_mode, probe.restarts = "given", 1
+        probe.iterations = max(1, min(LABEL_PROBE_STEPS, self.iterations // 4))
+        if self.time_limit is not None:
+            probe.time_limit = self.time_limit / (4 * len(distinct))
+        x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
+        losses = [probe.run(obs, x0, labels).final_loss for labels in distinct]
+        finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
+        chosen = distinct[finite.index(min(finite))]
+        return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
+                        "probe_steps": probe.iterations, "probe_losses": losses, "chosen": chosen.tolist()}
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:
         self.check(obs)
-        labels = self.labels_for(obs)
+        t0 = time.perf_counter()
+        labels, choice = self.choose_labels(obs)
+        probes_s = time.perf_counter() - t0
+        main = self
+        if choice is not None and self.time_limit is not None:  # the probes spent part of the time limit
+            main = copy.copy(self)
+            main.time_limit = max(self.time_limit - probes_s, 1e-3)
         x0 = torch.stack([init_dummy(obs.input_shape, self.dummy_init, self.init_seed + 1000 * r, obs.y.device,
                                      obs.victim.dtype) for r in range(self.restarts)])
-        runs = self.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every, progress=progress)
+        runs = main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every, progress=progress)
         best = runs[0]
         for run in runs[1:]:
             if run.final_loss < best.final_loss:
                 best = run
         best.restart_losses = [run.final_loss for run in runs]
+        if choice is not None:
+            best.label_choice = choice
+            best.wall_s += probes_s
         return best
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,

@@ -106,6 +106,8 @@ def cmd_run(a) -> int:
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
+    if m.label_choice is not None:
+        print(f"note: {label_choice_line(m.label_choice)}", file=sys.stderr)
     return 0
 
 
@@ -117,6 +119,14 @@ def _derived(folder) -> dict:
         return json.loads((Path(folder) / "config.json").read_text()).get("derived", {})
     except (OSError, ValueError):
         return {}
+
+
+def label_choice_line(c: dict) -> str:
+    """How the labels were chosen between differing readings, in one line."""
+    readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())
+    losses = sorted(c["probe_losses"])
+    return (f"labels: the rules read different labels ({readings}); a {c['probe_steps']}-step run with each matched "
+            f"the message best with {c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 
 
 def seed_search_line(s: dict) -> str:

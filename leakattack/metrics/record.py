@@ -88,8 +88,10 @@ class RunMetrics:
     jacobian_rank: int | None
     jacobian_note: str
 
-    # a seed search's record (left out of the file when there was none)
+    # a seed search's record, and how the labels were chosen when the label rules disagreed (each left out of the
+    # file when there was none: leakattack.attacks.gradient_matching.GradientMatching.choose_labels)
     seed_search: dict[str, Any] | None = None
+    label_choice: dict[str, Any] | None = None
 
     #: the keys whose set varies (a defended run's privacy keys, keys of other versions), in the file's order
     extra: dict[str, Any] = field(default_factory=dict)
@@ -106,7 +108,7 @@ class RunMetrics:
         out: dict[str, Any] = {"schema": METRICS_SCHEMA}
         for name in _ORDER:
             value = getattr(self, name)
-            if name not in self.absent and not (name == "seed_search" and value is None):
+            if name not in self.absent and not (name in _OPTIONAL and value is None):
                 out[name] = value
         out.update(self.extra)
         return to_jsonable(out)
@@ -131,7 +133,7 @@ class RunMetrics:
         record it: for code that names metrics in data (tolerance tables, table columns)."""
         if key in _KEYS:
             value = getattr(self, key)
-            return default if key in self.absent or (key == "seed_search" and value is None) else value
+            return default if key in self.absent or (key in _OPTIONAL and value is None) else value
         return self.extra.get(key, default)
 
     def recorded(self, key: str) -> bool:
@@ -170,8 +172,10 @@ _MISSING = object()
 #: the fields in metrics.json's order (those that are keys of the file)
 _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
 _KEYS = frozenset(_ORDER)
+#: the keys a run writes only when it has them
+_OPTIONAL = frozenset({"seed_search", "label_choice"})
 #: the keys every run of this schema writes
-_REQUIRED = frozenset(f.name for f in fields(RunMetrics) if f.name in _KEYS and f.name != "seed_search")
+_REQUIRED = _KEYS - _OPTIONAL
 
 
 __all__ = ["METRICS_SCHEMA", "RunMetrics"]
