@@ -11,10 +11,10 @@ act on G's images.  The attacker's model of the client is the observation's
 ``forward(x, labels)``.
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
-message through the sketch by two rules of :mod:`leakattack.attacks.labels`, the
-``pooled`` count rule and iDLG's / Yin et al.'s ``sign`` rule; where they read different
-labels, a short run of the attack with each keeps the one whose gradient matches the
-message best: :meth:`GradientMatching.choose_labels`) or ``dlg``
+message through the sketch by the ``pooled`` count rule of :mod:`leakattack.attacks.labels`
+and, where the head's inputs are non-negative, iDLG's / Yin et al.'s ``sign`` rule; where
+they read different labels, a short run of the attack with each keeps the one whose gradient
+matches the message best: :meth:`GradientMatching.choose_labels`) or ``dlg``
 (soft labels optimised jointly with x, Zhu et al. 2019).  Restarts run from
 independent dummy starts; the attacker keeps the lowest final L_R (it cannot see
 the truth), as in DLG and breaching.
@@ -37,7 +37,7 @@ from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor
-from .labels import recover_labels_by_rule
+from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
 
@@ -59,10 +59,6 @@ LOSS_UNIT = 1e3
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
 
-#: the label rules ``idlg`` reads (leakattack.attacks.labels): the count rule that also weighs the head's bias and
-#: the model's probes, and the sign rule on the head's weight rows; each fails where the other holds (the
-#: documented cases: docs/attacks/labels.md, Choosing between readings)
-LABEL_RULES_READ = ("pooled", "sign")
 #: steps of the short run that scores each differing label reading (at most a quarter of the attack's budget)
 LABEL_PROBE_STEPS = 150
 
@@ -172,8 +168,8 @@ class GradientMatching(Attack):
         return self.choose_labels(obs)[0]
 
     def choose_labels(self, obs: Observation) -> tuple[torch.Tensor | None, dict | None]:
-        """The labels the attack uses, and (``idlg`` only, when the rules of :data:`LABEL_RULES_READ` read different
-        labels) the record of how they were chosen.
+        """The labels the attack uses, and (``idlg`` only, when the rules :func:`~.labels.readings_to_compare` reads
+        give different labels) the record of how they were chosen.
 
         Each differing reading gets a short run of this attack (:data:`LABEL_PROBE_STEPS` steps, at most a quarter
         of the budget, one start from the attack's own first start, a quarter of any time limit shared among
@@ -185,7 +181,7 @@ class GradientMatching(Attack):
             return obs.labels, None
         if self.label_mode != "idlg":
             return None, None
-        readings = recover_labels_by_rule(obs.victim, obs.linear_map, obs.y, obs.batch_size, rules=LABEL_RULES_READ)
+        readings = readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size)
         distinct: list[torch.Tensor] = []
         for labels in readings.values():
             if not any(torch.equal(labels, seen) for seen in distinct):

@@ -244,6 +244,23 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
     return {r: _RULES[r](victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
 
 
+#: the rules :func:`readings_to_compare` reads: the default count rule, and the sign rule on the head's weight rows
+COMPARED_RULES = ("pooled", "sign")
+
+
+def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> dict[str, torch.Tensor]:
+    """rule -> B sorted labels for the rules of :data:`COMPARED_RULES` whose premise holds on this victim: ``pooled``
+    always, ``sign`` only when the head's inputs are non-negative on the probes (its row sums carry the sign of
+    p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).  One readout of the head and
+    one probe pass serve both."""
+    read = read_head(victim, sketch, y)
+    stats = probe(victim, probes, y)
+    out = {"pooled": _pooled(victim, read, int(batch_size), stats)}
+    if bool((stats.feats >= 0).all()):
+        out["sign"] = _sign(victim, read, int(batch_size), None)
+    return out
+
+
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
     """R m_c for the indicator m_c of each weight row c of the head, as a (C, b) matrix, and ||m_c||^2."""
     head = victim.head

@@ -2,8 +2,9 @@
 
 On a trained model the head's gradient for a confidently classified image is small, and through a small sketch
 the ``pooled`` count rule falls back on the model's probes (the class it gives random inputs), while the ``sign``
-rule still reads the one negative row; elsewhere (docs/protocols.md, FedSKETCH) it is the other way round.  A
-short run of the attack with each reading tells them apart: a wrong label changes the gradient of every layer.
+rule still reads the one negative row.  A short run of the attack with each reading tells them apart: a wrong
+label changes the gradient of every layer.  The sign rule is read only where its premise holds (non-negative head
+inputs).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from leakattack.attacks.gradient_matching import LABEL_PROBE_STEPS
-from leakattack.attacks.labels import recover_labels_by_rule
+from leakattack.attacks.labels import readings_to_compare, recover_labels_by_rule
 from leakattack.cli import main
 from leakattack.config import RunConfig
 from leakattack.data import get_dataset
@@ -87,3 +88,12 @@ def test_run_records_and_reports_the_choice(trained_lenet, tmp_path, capsys):
     assert main(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "5", "--quiet", "--no-lpips",
                  "--out", str(untouched)]) == 0
     assert "label_choice" not in json.loads((untouched / "metrics.json").read_text())
+
+
+def test_the_sign_rule_is_read_only_where_the_head_inputs_are_non_negative():
+    lenet = _prepared(None, 0, 0.5)  # sigmoid features
+    assert set(readings_to_compare(lenet.obs.victim, lenet.obs.linear_map, lenet.obs.y, 1)) == {"pooled", "sign"}
+    vit = prepare(RunConfig(model="vit_small", sketch="srht", sketch_ratio=0.5, threads=1))  # a LayerNorm output
+    assert set(readings_to_compare(vit.obs.victim, vit.obs.linear_map, vit.obs.y, 1)) == {"pooled"}
+    labels, choice = vit.attack.choose_labels(vit.obs)
+    assert choice is None and labels.tolist() == vit.labels.tolist()
