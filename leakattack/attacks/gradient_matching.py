@@ -164,7 +164,8 @@ class GradientMatching(Attack):
         return [get_prior(name, w, obs=obs) for name, w in self.priors.items()]
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
-        """The labels the attack uses: given, recovered from the message, or None (optimised, DLG)."""
+        """The labels the attack uses: given, recovered from the message, or None (optimised, DLG); where the label
+        rules disagree this runs :meth:`choose_labels`' short probes."""
         return self.choose_labels(obs)[0]
 
     def choose_labels(self, obs: Observation) -> tuple[torch.Tensor | None, dict | None]:

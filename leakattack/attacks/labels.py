@@ -241,6 +241,11 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
         raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
     read = read_head(victim, sketch, y)
     stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) else None
+    return _by_rule(victim, read, batch_size, rules, stats)
+
+
+def _by_rule(victim, read: HeadReadout, batch_size: int, rules, stats: ProbeStats | None) -> dict[str, torch.Tensor]:
+    """rule -> the B sorted labels each of ``rules`` reads from one readout (and one probe pass, where it uses one)."""
     return {r: _RULES[r](victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
 
 
@@ -253,12 +258,9 @@ def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes
     always, ``sign`` only when the head's inputs are non-negative on the probes (its row sums carry the sign of
     p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).  One readout of the head and
     one probe pass serve both."""
-    read = read_head(victim, sketch, y)
     stats = probe(victim, probes, y)
-    out = {"pooled": _pooled(victim, read, int(batch_size), stats)}
-    if bool((stats.feats >= 0).all()):
-        out["sign"] = _sign(victim, read, int(batch_size), None)
-    return out
+    rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
+    return _by_rule(victim, read_head(victim, sketch, y), batch_size, rules, stats)
 
 
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:
