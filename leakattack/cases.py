@@ -30,6 +30,7 @@ from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
 from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
+from .config.params import duration_seconds
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
@@ -197,7 +198,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                           f"gradient at w^t (first order in eta, exact for one step); metrics.json's label_acc says "
                           "how well, and --labels given or --labels dlg replace them", SettingWarning, stacklevel=2)
     seconds = forward_seconds(msg, victim.target(msg.labels)) * cfg.derived().iterations * cfg.restarts
-    if seconds > SLOW_UNROLL_SECONDS:
+    limit = duration_seconds(cfg.derived().time_limit)  # the attack stops there, whatever its budget of steps
+    if seconds > SLOW_UNROLL_SECONDS and (limit is None or limit > SLOW_UNROLL_SECONDS):
         warnings.warn(f"the attacker unrolls {K} local step(s) over {n} image(s) per evaluation: about "
                       f"{duration_text(seconds)} for {cfg.derived().iterations} iterations x {cfg.restarts} restart(s) "
                       "(at least one evaluation each); fewer --iterations, a larger --client-batch or more --clients "

@@ -105,7 +105,7 @@ def attack_of(cfg: RunConfig) -> Attack:
         priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
-        signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(cfg.time_limit),
+        signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
         threads=cfg.threads,
     )
 

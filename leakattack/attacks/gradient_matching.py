@@ -55,7 +55,8 @@ LOSS_UNIT = 1e3
 
 #: the stopping rule on progress: a start stops when its lowest L_R has fallen by less than the
 #: factor 1 - STALL_GAIN over the last STALL_WINDOW steps (window 0 turns the rule off; how the window
-#: was chosen: docs/attack.md)
+#: was chosen: docs/attack.md).  Under the step schedule the window starts at its last decay: a plateau at a
+#: larger step is what the schedule's decays are there to leave.
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
 
@@ -241,10 +242,11 @@ class GradientMatching(Attack):
 
         A start stops after ``iterations`` steps; when L_R / ||y||^2 <= ``tol``
         (``l2``) or L_R <= ``tol`` (``cosine``); when its lowest L_R has improved by
-        less than the factor ``1 - stall_gain`` over the last ``stall_window`` steps,
-        or L-BFGS finds no descent direction (``stalled``); or at the first
-        non-finite loss (``diverged``); or once ``time_limit`` seconds have passed since the
-        call (``time-limit``, checked after every step).  Each result holds the start's best iterate.
+        less than the factor ``1 - stall_gain`` over the last ``stall_window`` steps
+        (under the step schedule, steps after its last decay), or L-BFGS finds no descent
+        direction (``stalled``); or at the first non-finite loss (``diverged``); or once
+        ``time_limit`` seconds have passed since the call (``time-limit``, checked after every
+        step).  Each result holds the start's best iterate.
 
         It runs on ``threads`` torch threads, by default the victim's choice (every core
         for deep victims, one for small ones: ``Victim.threads``), and gives torch its
@@ -284,7 +286,8 @@ class GradientMatching(Attack):
                 run.record(step, Z[i], fits[i], finite[i])
                 if run.stop is None:
                     run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
-                              r in getattr(opt, "stalled", ()), self.time_limit if late else None)
+                              r in getattr(opt, "stalled", ()), self.time_limit if late else None,
+                              since=milestones[-1] if milestones else 0)
                 if monitor is not None and run.stop != "diverged" and \
                         (step % monitor_every == 0 or run.stop is not None):
                     run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
@@ -302,6 +305,8 @@ class GradientMatching(Attack):
                 per_step = (time.perf_counter() - t0) / step
                 steps = min(iterations, max(SCHEDULE_PROBE + 1, int(self.time_limit / per_step)))
                 milestones = [max(SCHEDULE_PROBE + 1, round(f * steps)) for f in STEP_MILESTONES]
+                if bar is not None:
+                    bar.total = steps
             if milestones:
                 opt.lr = base_lr * 0.1 ** sum(step >= m for m in milestones)
             if opt.evaluates:
@@ -488,8 +493,9 @@ class _Run:
         self.lowest.append(self.best_loss)
 
     def check(self, step: int, iterations: int, tol: float, scale: float, window: int, gain: float,
-              no_descent: bool, time_limit: float | None = None) -> None:
-        """Whether the start stops at ``step``; ``time_limit``: the budget in seconds, given once it has run out."""
+              no_descent: bool, time_limit: float | None = None, since: int = 0) -> None:
+        """Whether the start stops at ``step``; ``time_limit``: the budget in seconds, given once it has run out;
+        ``since``: the step from which the stall window may start (the step schedule's last decay)."""
         loss = self.losses[-1]
         if loss / scale <= tol:
             self.stop = "tolerance"
@@ -497,7 +503,7 @@ class _Run:
         elif no_descent:
             self.stop = "stalled"
             self.message = f"stopped at step {step}: L-BFGS found no descent direction"
-        elif window and step >= window and self.lowest[step] > (1 - gain) * self.lowest[step - window]:
+        elif window and step >= window + since and self.lowest[step] > (1 - gain) * self.lowest[step - window]:
             self.stop = "stalled"
             self.message = (f"stopped at step {step}: the lowest L_R fell by less than {gain:.0%} "
                             f"over the last {window} steps")

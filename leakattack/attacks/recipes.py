@@ -18,8 +18,10 @@ recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
          where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.
          The TV weight is the one measured best on a small BatchNorm ResNet (examples/ig_recipe.toml,
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
-         a victim fed [0, 1] pixels.  The budget, 1200 steps, is minutes of resnet18 steps on a
-         2-core CPU (breaching's configuration: 24,000 steps).  One image in BatchNorm's train mode
+         a victim fed [0, 1] pixels.  The budget is breaching's 24,000 steps or 8 minutes,
+         whichever comes first, with the schedule's decays fitted to the steps that fit in the time
+         (a ResNet-20 takes its 24,000 steps in about that time on a 2-core CPU, a ResNet-18 about
+         2,800); a plateau stops a run only after the last decay.  One image in BatchNorm's train mode
          (``--bn train``) is normalised by its own statistics and is not rebuilt; ``--bn auto`` is eval
          mode for one image (running statistics, breaching's setting).  docs/ig_recipe.md has the
          derivation and the measurements.
@@ -47,22 +49,29 @@ class Recipe:
     box: bool
     dtype: str
     lr: float | None = None  #: the step size for ``optimizer`` (None: the optimiser's default)
+    #: seconds: with neither ``--iterations`` nor ``--time-limit`` given, the attack also stops at this time limit
+    #: (the step schedule fitted to the steps that fit in it); None: the iteration budget alone
+    time_limit: float | None = None
 
 
 #: ig's step on images in [0, 1]: breaching's 0.1 on images divided by the CIFAR-10 std (0.247, 0.243, 0.262)
 IG_LR = 0.025
 #: ig's TV weight (mean |dx| + mean |dy| on [0, 1] images), measured: examples/ig_recipe.toml
 IG_TV = 0.02
-#: ig's budget: minutes of resnet18 steps on a 2-core CPU (benchmarks/deep_step.py times a step; docs/victims.md)
-IG_ITERATIONS = 1200
+#: ig's budget: breaching's 24,000 steps (``max_iterations``), or as many as fit in IG_TIME_LIMIT seconds, whichever
+#: is fewer (docs/ig_recipe.md#the-budget)
+IG_ITERATIONS = 24000
+IG_TIME_LIMIT = 480.0
 
 _RECIPES = Registry("attack recipe")
 _RECIPES.register("dlg", Recipe(optimizer="lbfgs", iterations=6000, objective="l2", schedule="none", signed=False,
                                 tv=0.0, box=False, dtype="float64"),
                   help="L-BFGS on L_R in float64 (small smooth victims)")
 _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objective="cosine", schedule="step",
-                               signed=True, tv=IG_TV, box=True, dtype="float32", lr=IG_LR),
-                  help="Inverting Gradients: cosine, signed Adam with step decay, TV, box, float32 (deep networks)")
+                               signed=True, tv=IG_TV, box=True, dtype="float32", lr=IG_LR,
+                               time_limit=IG_TIME_LIMIT),
+                  help="Inverting Gradients: cosine, signed Adam with step decay, TV, box, float32 (deep networks); "
+                       "24,000 steps or 8 minutes")
 
 #: the settings a recipe fills (the run parameters of the same names)
 RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype")

@@ -158,7 +158,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
     Param("stall_window", names.STALL_WINDOW, NONNEG_INT, "stall window",
           f"stop a start once its lowest L_R stays above {1 - names.STALL_GAIN:g} times its value this many "
-          "steps before (0: never)"),
+          "steps before (with --schedule step, counted from its last decay) (0: never)"),
     Param("label_mode", "idlg", Choice(names.LABEL_MODES), "label mode",
           "one of {choices}: recover from the message through the sketch (the pooled count rule, and iDLG's sign "
           "rule where the head's inputs are non-negative, leakattack.attacks.labels; where they differ, a short "
@@ -168,7 +168,9 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
-          "every start still running stops with its best iterate (stop reason time-limit) (default: none)"),
+          "every start still running stops with its best iterate (stop reason time-limit); with a step schedule its "
+          "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: 8m "
+          "for ig, none for dlg)"),
     Param("seed", 0, SEED, "seed", "master seed"),
     # data
     Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",

@@ -194,6 +194,9 @@ class RunConfig:
         for name, weight in map(attacks.parse_prior, self.priors):
             if name == "tv":  # --prior tv:W overrides --tv and the recipe
                 out["tv"] = weight
+        # the recipe's time limit belongs to its iteration budget: a budget or a time limit given replaces both
+        given = self.iterations is not None or self.time_limit is not None
+        out["time_limit"] = self.time_limit if given else recipe.time_limit
         return out
 
     def other_priors(self) -> dict:

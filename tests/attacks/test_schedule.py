@@ -74,3 +74,20 @@ def test_with_a_time_limit_the_step_schedule_fits_the_steps_the_limit_allows(mon
     assert cut == [6, 10, 14] and len(moves) >= 16
     want = [0.01 * 0.1 ** sum(t >= c for c in cut) for t in range(len(moves))]
     assert moves == pytest.approx(want, rel=1e-9)
+
+
+def test_under_the_step_schedule_a_plateau_stops_a_start_only_after_the_last_decay():
+    """A step far too small leaves L_R flat: without a schedule the stall rule stops the start after its window;
+    under the step schedule the window only starts at the last decay (step 35 of 40), so the start runs its 40."""
+    obs, x, labels = _obs()
+    x0 = init_dummy(x.shape, "gaussian", 2, dtype=torch.float64)
+
+    def run(schedule):
+        return GradientMatching(optimizer="gd", iterations=40, lr=1e-12, labels="given", tol=0, schedule=schedule,
+                                stall_window=3, stall_gain=0.01).run(obs, x0, labels)
+
+    flat = run("none")
+    assert flat.stop_reason == "stalled" and flat.iterations == 3
+    stepped = run("step")
+    assert stepped.stop_reason == "stalled" and stepped.iterations == round(STEP_MILESTONES[-1] * 40) + 3
+    assert run("step").losses == stepped.losses

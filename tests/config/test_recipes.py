@@ -76,3 +76,22 @@ def test_a_user_class_names_its_recipe_and_an_unknown_one_is_one_sentence(tmp_pa
     assert RunConfig(model=f"{net}:Deep", device="cpu").derived().recipe == "ig"
     with pytest.raises(ConfigError, match="names the attack recipe 'fast'; choose one of: dlg, ig"):
         RunConfig(model=f"{net}:Odd", device="cpu").validate()
+
+
+def test_the_ig_budget_is_breachings_steps_or_its_time_limit_and_a_given_budget_replaces_both():
+    ig = get_recipe("ig")
+    assert (ig.iterations, ig.time_limit) == (24000, 480.0) and get_recipe("dlg").time_limit is None
+    default = RunConfig(model="resnet18", device="cpu")
+    assert (default.derived().iterations, default.derived().time_limit) == (24000, 480.0)
+    assert default.resolved().time_limit == 480.0 and default.resolved().resolved() == default.resolved()
+    assert RunConfig(model="resnet18", iterations=300, device="cpu").derived().time_limit is None
+    assert RunConfig(model="resnet18", time_limit="2m", device="cpu").derived().time_limit == "2m"
+    assert RunConfig(model="lenet", device="cpu").derived().time_limit is None
+
+
+def test_the_attack_of_a_default_deep_run_stops_at_the_recipes_time_limit():
+    from leakattack.experiment import attack_of
+    assert attack_of(RunConfig(model="resnet18")).time_limit == 480.0
+    assert attack_of(RunConfig(model="resnet18", iterations=50)).time_limit is None
+    assert attack_of(RunConfig(model="resnet18", time_limit="90s")).time_limit == 90.0
+    assert attack_of(RunConfig(model="lenet")).time_limit is None
