@@ -20,7 +20,8 @@
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
 
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
-                                      [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1] [--profile]
+                                      [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
+                                      [--restart-dtype float64|float32] [--profile]
                                       [--only startup|lbfgs|restarts|sketch ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
@@ -263,7 +264,8 @@ def restart_scaling(problem, R: int, steps: int, rounds: int) -> str:
 def restarts_section(a) -> None:
     th, before = a.restart_threads, torch.get_num_threads()
     torch.set_num_threads(th)  # the evaluations and floors below too
-    p = prepare(RunConfig(model=a.restart_model, sketch="srht", sketch_ratio=a.restart_ratio, threads=th))
+    p = prepare(RunConfig(model=a.restart_model, sketch="srht", sketch_ratio=a.restart_ratio, threads=th,
+                          dtype=a.restart_dtype))
     obs, labels = p.obs, p.attack.labels_for(p.obs)
     R, steps = a.restarts, a.restart_steps
     one = GradientMatching(optimizer="adam", iterations=steps, restarts=1, init_seed=2, stall_window=0, tol=0,
@@ -312,14 +314,15 @@ def restarts_section(a) -> None:
                 folder = os.path.join(tmp, f"r{r}")
                 cmd[r].append(timed(lambda: subprocess.run(
                     [sys.executable, "-m", "leakattack.cli", "run", "--model", a.restart_model, "--sketch", "srht",
-                     "--threads", str(th),
+                     "--threads", str(th), *(["--dtype", a.restart_dtype] if a.restart_dtype else []),
                      "--sketch-ratio", str(a.restart_ratio), "--optimizer", "adam", "--iterations", str(steps),
                      "--restarts", str(r), "--quiet", "--no-lpips", "--out", folder], check=True,
                     stdout=subprocess.DEVNULL)))
                 with open(os.path.join(folder, "metrics.json")) as f:
                     summary[r].append(json.load(f)["wall_s"])
-    print(f"           leakattack run --model {a.restart_model} --sketch-ratio {a.restart_ratio} --optimizer adam "
-          f"--iterations {steps} --restarts {R}: {min(cmd[R]):.2f} s "
+    dtype = f" --dtype {a.restart_dtype}" if a.restart_dtype else ""
+    print(f"           leakattack run --model {a.restart_model} --sketch-ratio {a.restart_ratio}{dtype} "
+          f"--optimizer adam --iterations {steps} --restarts {R}: {min(cmd[R]):.2f} s "
           f"against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the command's wall time; "
           f"x{min(summary[R]) / min(summary[1]):.2f} of the wall time its summary line prints "
           f"({min(summary[1]):.2f} s against {min(summary[R]):.2f} s; wanted: at most x{R / 3:.2f})")
@@ -366,6 +369,8 @@ def main() -> None:
     ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
     ap.add_argument("--restart-threads", type=int, default=1, help="torch threads of the restarts comparison")
+    ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
+                    help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
                     "restarts' evaluations")
     ap.add_argument("--rounds", type=int, default=3)

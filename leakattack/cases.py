@@ -197,13 +197,16 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
             warnings.warn(f"labels: {what} recovered from the {K}-step update read as -eta K times one mean "
                           f"gradient at w^t (first order in eta, exact for one step); metrics.json's label_acc says "
                           "how well, and --labels given or --labels dlg replace them", SettingWarning, stacklevel=2)
-    seconds = forward_seconds(msg, victim.target(msg.labels)) * cfg.derived().iterations * cfg.restarts
+    iterations = cfg.derived().iterations
+    seconds = forward_seconds(msg, victim.target(msg.labels)) * iterations * cfg.restarts
     limit = duration_seconds(cfg.derived().time_limit)  # the attack stops there, whatever its budget of steps
     if seconds > SLOW_UNROLL_SECONDS and (limit is None or limit > SLOW_UNROLL_SECONDS):
+        cut = "" if limit is None or limit >= seconds else \
+            f"; its time limit of {duration_text(limit)} stops it after about {int(iterations * limit / seconds)}"
         warnings.warn(f"the attacker unrolls {K} local step(s) over {n} image(s) per evaluation: about "
-                      f"{duration_text(seconds)} for {cfg.derived().iterations} iterations x {cfg.restarts} restart(s) "
-                      "(at least one evaluation each); fewer --iterations, a larger --client-batch or more --clients "
-                      "shorten it", SettingWarning, stacklevel=2)
+                      f"{duration_text(seconds)} for {iterations} iterations x {cfg.restarts} restart(s) "
+                      f"(at least one evaluation each){cut}; fewer --iterations, a larger --client-batch or more "
+                      "--clients shorten it", SettingWarning, stacklevel=2)
     encoder = msg.linear_map.describe()
     return Case(trainset, victim, msg.x, victim.target(msg.labels), obs, encoder,
                 f"{cfg.model} / {cfg.protocol} ({_encoder_name(encoder['encoder'])}, round {t}, client {c})",

@@ -205,3 +205,16 @@ def test_sacfl_records_its_clip_per_round_and_what_the_norm_gives_the_attacker(t
     for key in ("clip_factor", "clip_fired", "mean_norm"):
         assert msg.info[f"round_{key}"] == pytest.approx(stats["record"][key], rel=1e-9)
     assert 0 < msg.info["norm_error_of_sketch"] < 1
+
+
+def test_a_long_unrolled_attack_under_a_time_limit_says_how_many_iterations_the_limit_allows(monkeypatch):
+    monkeypatch.setattr(cases, "SLOW_UNROLL_SECONDS", 1e-9)
+    cfg = RunConfig(model="lenet", dataset="digits", protocol="safl", sketch="srht", sketch_ratio=0.1, seed=0,
+                    iterations=100000, time_limit=0.01, label_mode="given",
+                    protocol_spec={"clients": 50, "batch_size": 8, "local_epochs": 1})
+    with pytest.warns(UserWarning) as caught:
+        experiment.prepare(cfg)
+    notes = [str(w.message) for w in caught if "unrolls" in str(w.message)]
+    assert len(notes) == 1 and "its time limit of" in notes[0], notes
+    allowed = int(notes[0].split("stops it after about ")[1].split(";")[0])
+    assert 0 <= allowed < 100000
