@@ -317,7 +317,7 @@ def restarts_section(a) -> None:
                      "--threads", str(th), *(["--dtype", a.restart_dtype] if a.restart_dtype else []),
                      "--sketch-ratio", str(a.restart_ratio), "--optimizer", "adam", "--iterations", str(steps),
                      "--restarts", str(r), "--quiet", "--no-lpips", "--out", folder], check=True,
-                    stdout=subprocess.DEVNULL)))
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
                 with open(os.path.join(folder, "metrics.json")) as f:
                     summary[r].append(json.load(f)["wall_s"])
     dtype = f" --dtype {a.restart_dtype}" if a.restart_dtype else ""
