@@ -14,6 +14,9 @@ REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 
 def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_path, capsys):
     shutil.copytree(REFERENCE, tmp_path / "runs" / "reference")
+    # a planted value, not a measured one: the row must carry what collect read, whatever the CPU
+    stored = tmp_path / "runs" / "reference" / "lenet-srht" / "metrics.json"
+    stored.write_text(json.dumps({**json.loads(stored.read_text()), "psnr": 12.3456789012345}))
     (tmp_path / "runs" / "unfinished").mkdir()  # no metrics.json: not a run
     out = tmp_path / "table.csv"
     assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 0
@@ -21,8 +24,8 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
     assert sorted(r["sketch"] for r in rows) == ["none", "srht"]
     srht = next(r for r in rows if r["sketch"] == "srht")
     assert srht["model"] == "lenet" and srht["dataset"] == "photos"
-    # no attack runs here: the row must carry the value of the metrics.json collect read, whatever it is
-    read = json.loads((tmp_path / "runs" / "reference" / "lenet-srht" / "metrics.json").read_text())
+    read = json.loads(stored.read_text())
+    assert read["psnr"] == 12.3456789012345
     assert float(srht["psnr"]) == pytest.approx(read["psnr"], rel=1e-9) and srht["b"] == "7913"
     assert "2 runs" in capsys.readouterr().out
 
