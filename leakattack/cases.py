@@ -197,9 +197,10 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
             warnings.warn(f"labels: {what} recovered from the {K}-step update read as -eta K times one mean "
                           f"gradient at w^t (first order in eta, exact for one step); metrics.json's label_acc says "
                           "how well, and --labels given or --labels dlg replace them", SettingWarning, stacklevel=2)
-    iterations = cfg.derived().iterations
+    budget = cfg.derived()
+    iterations = budget.iterations
     seconds = forward_seconds(msg, victim.target(msg.labels)) * iterations * cfg.restarts
-    limit = duration_seconds(cfg.derived().time_limit)  # the attack stops there, whatever its budget of steps
+    limit = duration_seconds(budget.time_limit)  # the attack stops there, whatever its budget of steps
     if seconds > SLOW_UNROLL_SECONDS and (limit is None or limit > SLOW_UNROLL_SECONDS):
         cut = "" if limit is None or limit >= seconds else \
             f"; its time limit of {duration_text(limit)} stops it after about {int(iterations * limit / seconds)}"

@@ -71,7 +71,7 @@ _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objec
                                signed=True, tv=IG_TV, box=True, dtype="float32", lr=IG_LR,
                                time_limit=IG_TIME_LIMIT),
                   help="Inverting Gradients: cosine, signed Adam with step decay, TV, box, float32 (deep networks); "
-                       "24,000 steps or 8 minutes")
+                       f"{IG_ITERATIONS:,} steps or {IG_TIME_LIMIT / 60:g} minutes")
 
 #: the settings a recipe fills (the run parameters of the same names)
 RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype")

@@ -72,6 +72,7 @@ LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
+IG_TIME_LIMIT = 480.0
 SPEC_DEFAULTS: dict[str, object] = {
     "clients": 10, "local_steps": 1, "local_epochs": 0, "local_lr": 0.1, "global_lr": 1.0, "batch_size": 32,
     "noniid": False, "client_fraction": None, "seed": 0, "sketch": "srht", "sketch_ratio": 0.1, "sketch_params": {},
@@ -95,6 +96,7 @@ SOURCES = {
     "OBJECTIVES": "leakattack.attacks:OBJECTIVES", "SCHEDULES": "leakattack.attacks:SCHEDULES",
     "LABEL_MODES": "leakattack.attacks:LABEL_MODES", "DUMMY_INITS": "leakattack.attacks:DUMMY_INITS",
     "STALL_WINDOW": "leakattack.attacks:STALL_WINDOW", "STALL_GAIN": "leakattack.attacks:STALL_GAIN",
+    "IG_TIME_LIMIT": "leakattack.attacks.recipes:IG_TIME_LIMIT",
     "SPEC_DEFAULTS": "targets.protocols:SPEC_DEFAULTS", "PROJECTION_BLOCKS": "targets.protocols:PROJECTION_BLOCKS",
     "SECOND_MOMENTS": "targets.protocols:SECOND_MOMENTS", "SERVER_OPTS": "targets.protocols:SERVER_OPTS",
     "MODEL_DEFAULTS": "leakattack.training:MODEL_DEFAULTS", "CHECK_TARGETS": "leakattack.theory:CHECK_TARGETS",

@@ -169,8 +169,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
           "every start still running stops with its best iterate (stop reason time-limit); with a step schedule its "
-          "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: 8m "
-          "for ig, none for dlg)"),
+          "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: "
+          f"{names.IG_TIME_LIMIT / 60:g}m for ig, none for dlg)"),
     Param("seed", 0, SEED, "seed", "master seed"),
     # data
     Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
