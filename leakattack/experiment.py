@@ -23,6 +23,7 @@ import torch
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult
+from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
@@ -106,7 +107,7 @@ def attack_of(cfg: RunConfig) -> Attack:
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
-        threads=cfg.threads,
+        threads=cfg.threads, surrogate=s.surrogate,
     )
 
 
@@ -121,6 +122,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
     attack = attack_of(cfg)
     attack.check(case.obs)
+    if cfg.surrogate and not relu_modules(case.victim.model):
+        warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
+                      SettingWarning, stacklevel=2)
     return Prepared(cfg, device, case, attack)
 
 

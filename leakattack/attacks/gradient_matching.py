@@ -40,6 +40,7 @@ from .base import Attack, AttackResult, Monitor
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
+from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
 
 OBJECTIVES = ("l2", "cosine")
 LABEL_MODES = ("idlg", "given", "dlg")
@@ -123,13 +124,14 @@ class GradientMatching(Attack):
     reads_labels = True
     #: the run settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
     settings = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv", "priors",
-                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts")
+                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "surrogate")
 
     def __init__(self, *, optimizer: str = "lbfgs", iterations: int = 300, lr: float | None = None,
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
                  labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
                  schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
-                 stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None):
+                 stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None,
+                 surrogate: float = 0.0):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if signed and sees_normalised_loss(optimizer):
@@ -148,6 +150,11 @@ class GradientMatching(Attack):
         self.time_limit = None if time_limit is None else float(time_limit)
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
+        if not surrogate >= 0:
+            raise ValueError(f"surrogate must be a non-negative width, got {surrogate!r}")
+        #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
+        #: SURROGATE_DECAY at every decay of the step schedule
+        self.surrogate = float(surrogate)
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -308,7 +315,9 @@ class GradientMatching(Attack):
                 if bar is not None:
                     bar.total = steps
             if milestones:
-                opt.lr = base_lr * 0.1 ** sum(step >= m for m in milestones)
+                decays = sum(step >= m for m in milestones)
+                opt.lr = base_lr * 0.1 ** decays
+                problem.tau = problem.surrogate * SURROGATE_DECAY ** decays
             if opt.evaluates:
                 Z, values, G, fits = opt.step(rows, Z, values, G, fits, problem.evaluate)
             else:
@@ -365,6 +374,9 @@ class _Problem:
         self.weight = LOSS_UNIT / self.scale if normalised else 1.0
         self.batched = getattr(obs.forward, "restarts", None)
         self.checked = False
+        #: the ReLU surrogate's width at the start, and now (0: exact); only where the victim has nn.ReLU modules
+        self.surrogate = attack.surrogate if relu_modules(obs.victim.model) else 0.0
+        self.tau = self.surrogate
 
     def images(self, Z: torch.Tensor) -> torch.Tensor:
         """The dummy data (k, *shape) of the rows Z (k, n), differentiable in Z."""
@@ -403,27 +415,52 @@ class _Problem:
         return out
 
     def _evaluate(self, Z: torch.Tensor, batched: bool) -> tuple[list, torch.Tensor, list]:
+        """(objective, gradient, L_R) of the rows Z; with the ReLU surrogate on, the objective and its gradient are
+        the surrogate's and L_R comes from a second, exact pass (no second derivatives: about a third of the cost)."""
         if not batched and Z.shape[0] > 1:  # one graph per point: smaller than one graph for all
             parts = [self._evaluate(z.unsqueeze(0), batched=False) for z in Z]
             return ([p[0][0] for p in parts], torch.cat([p[1] for p in parts]), [p[2][0] for p in parts])
+        if not self.tau > 0:
+            return self._objective(Z, batched)
+        with relu_surrogate(self.obs.victim.model, self.tau):
+            values, grad, _ = self._objective(Z, batched)
+        return values, grad, self._fits(Z, batched)
+
+    def _fits(self, Z: torch.Tensor, batched: bool) -> list:
+        """The exact L_R at the rows Z (its derivative in Z not formed)."""
         k = Z.shape[0]
-        Z = Z.detach().requires_grad_(True)
-        xs = self.images(Z)
-        if self.labels is None:
-            labels = F.softmax(Z[:, self.nx:].view(k, self.shape[0], -1), dim=-1)
-        else:
-            labels = self.labels.expand(k, *self.labels.shape)
+        xs = self.images(Z.detach())
+        labels = self._labels(Z.detach(), k)
         if batched:
             assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
             pred = self.batched(xs, labels).flatten(1)
         else:
             pred = self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
+        return self._fit(pred.detach(), batched).tolist()
+
+    def _labels(self, Z: torch.Tensor, k: int) -> torch.Tensor:
+        if self.labels is None:
+            return F.softmax(Z[:, self.nx:].view(k, self.shape[0], -1), dim=-1)
+        return self.labels.expand(k, *self.labels.shape)
+
+    def _fit(self, pred: torch.Tensor, batched: bool) -> torch.Tensor:
         if self.y_unit is not None:
-            fit = distance_to_unit(pred, self.y_unit)
-        elif batched:
-            fit = match_rows(pred, self.y, "l2")
+            return distance_to_unit(pred, self.y_unit)
+        if batched:
+            return match_rows(pred, self.y, "l2")
+        return match_loss(pred[0], self.y, "l2").unsqueeze(0)
+
+    def _objective(self, Z: torch.Tensor, batched: bool) -> tuple[list, torch.Tensor, list]:
+        k = Z.shape[0]
+        Z = Z.detach().requires_grad_(True)
+        xs = self.images(Z)
+        labels = self._labels(Z, k)
+        if batched:
+            assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
+            pred = self.batched(xs, labels).flatten(1)
         else:
-            fit = match_loss(pred[0], self.y, "l2").unsqueeze(0)
+            pred = self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
+        fit = self._fit(pred, batched)
         total = self.weight * fit
         for prior in self.penalties:
             total = total + torch.stack([prior(x) for x in xs])

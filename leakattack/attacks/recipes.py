@@ -52,6 +52,8 @@ class Recipe:
     #: seconds: with neither ``--iterations`` nor ``--time-limit`` given, the attack also stops at this time limit
     #: (the step schedule fitted to the steps that fit in it); None: the iteration budget alone
     time_limit: float | None = None
+    #: width of the ReLU surrogate at the start (0: exact ReLU derivatives; leakattack.attacks.surrogate)
+    surrogate: float = 0.0
 
 
 #: ig's step on images in [0, 1]: breaching's 0.1 on images divided by the CIFAR-10 std (0.247, 0.243, 0.262)
@@ -74,7 +76,7 @@ _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objec
                        f"{IG_ITERATIONS:,} steps or {IG_TIME_LIMIT / 60:g} minutes")
 
 #: the settings a recipe fills (the run parameters of the same names)
-RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype")
+RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype", "surrogate")
 
 
 def list_recipes() -> list[str]:

@@ -144,6 +144,10 @@ RUN_PARAMS: tuple[Param, ...] = (
           "(default: from the recipe)"),
     Param("tv", None, Optional(Number(0, what="be non-negative")), "TV weight",
           "weight of the total-variation prior (0: off) (default: from the recipe)"),
+    Param("surrogate", None, Optional(Number(0, what="be non-negative")), "ReLU surrogate",
+          "width tau of the attacker's smooth stand-in for ReLU's derivative, sigmoid(z/tau) in place of 1[z > 0] "
+          "(nn.ReLU modules; forward exact, L_R exact), divided by 10 at each decay of the step schedule "
+          "(0: exact) (default: from the recipe)", flag="--relu-surrogate"),
     Param("priors", [], Items(names.checked_by("leakattack.attacks:prior_error"), "NAME[:WEIGHT]"), "priors",
           "image prior added to the matching objective, one of " + ", ".join(names.PRIORS.shown) + " (tv: total "
           "variation; bn: BatchNorm statistics against the granted ones, Yin et al. 2021; dip: the deep image prior, "

@@ -86,6 +86,7 @@ class RunConfig:
     schedule: str | None = None
     signed: bool | None = None
     tv: float | None = None
+    surrogate: float | None = None
     priors: list[str] = field(default_factory=list)
     bn_stats: str = "running"
     box: bool | None = None

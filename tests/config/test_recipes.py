@@ -95,3 +95,19 @@ def test_the_attack_of_a_default_deep_run_stops_at_the_recipes_time_limit():
     assert attack_of(RunConfig(model="resnet18", iterations=50)).time_limit is None
     assert attack_of(RunConfig(model="resnet18", time_limit="90s")).time_limit == 90.0
     assert attack_of(RunConfig(model="lenet")).time_limit is None
+
+
+def test_the_relu_surrogate_reaches_the_attack_from_the_recipe_or_the_flag():
+    from leakattack.cli import build_parser
+    from leakattack.config.arguments import config_from_args
+    from leakattack.experiment import attack_of
+
+    ig, dlg = get_recipe("ig"), get_recipe("dlg")
+    assert dlg.surrogate == 0.0  # the smooth victims' recipe has no ReLU to stand in for
+    assert attack_of(RunConfig(model="resnet18", device="cpu")).surrogate == ig.surrogate
+    a = build_parser().parse_args(["run", "--model", "resnet18", "--relu-surrogate", "0.3"])
+    cfg = config_from_args(a)
+    assert cfg.surrogate == 0.3 and attack_of(cfg).surrogate == 0.3
+    assert RunConfig(model="resnet18", surrogate=0.3, device="cpu").derived().surrogate == 0.3
+    with pytest.raises(ConfigError, match="ReLU surrogate"):
+        RunConfig(model="resnet18", surrogate=-1.0).validate()
