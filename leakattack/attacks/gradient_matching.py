@@ -429,14 +429,15 @@ class _Problem:
     def _fits(self, Z: torch.Tensor, batched: bool) -> list:
         """The exact L_R at the rows Z (its derivative in Z not formed)."""
         k = Z.shape[0]
-        xs = self.images(Z.detach())
-        labels = self._labels(Z.detach(), k)
+        pred = self._messages(self.images(Z.detach()), self._labels(Z.detach(), k), batched)
+        return self._fit(pred.detach(), batched).tolist()
+
+    def _messages(self, xs: torch.Tensor, labels: torch.Tensor, batched: bool) -> torch.Tensor:
+        """(k, b): the attacker model's messages of the k inputs xs, in one batched pass or (k = 1) the plain one."""
         if batched:
             assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
-            pred = self.batched(xs, labels).flatten(1)
-        else:
-            pred = self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
-        return self._fit(pred.detach(), batched).tolist()
+            return self.batched(xs, labels).flatten(1)
+        return self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
 
     def _labels(self, Z: torch.Tensor, k: int) -> torch.Tensor:
         if self.labels is None:
@@ -454,13 +455,7 @@ class _Problem:
         k = Z.shape[0]
         Z = Z.detach().requires_grad_(True)
         xs = self.images(Z)
-        labels = self._labels(Z, k)
-        if batched:
-            assert self.batched is not None  # evaluate() batches only when the forward has a restarts twin
-            pred = self.batched(xs, labels).flatten(1)
-        else:
-            pred = self.obs.forward(xs[0], labels[0]).flatten().unsqueeze(0)
-        fit = self._fit(pred, batched)
+        fit = self._fit(self._messages(xs, self._labels(Z, k), batched), batched)
         total = self.weight * fit
         for prior in self.penalties:
             total = total + torch.stack([prior(x) for x in xs])
