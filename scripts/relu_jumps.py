@@ -61,13 +61,15 @@ def main() -> int:
     print(f"{a.model}, {a.sketch} b/d = {a.sketch_ratio}, photo {a.image_index}: the iterate the recipe kept after "
           f"{a.steps} steps, L = {start:.4e}, |dL/dx| = {float(g0.norm()):.3e}")
     print("change of the exact L along each descent direction, at step length h (the whole image's norm):")
-    print("direction                      cos with exact | " + " | ".join(f"h = {h:g}" for h in LENGTHS))
+    print("direction                      cos with exact | norm / exact | " + " | ".join(f"h = {h:g}" for h in LENGTHS))
     for tau in (0.0, *WIDTHS):
         g, d = descent(tau)
         cos = float((g * g0).sum() / (g.norm() * g0.norm()))
         name = "exact derivative" if tau == 0 else f"surrogate, tau = {tau:g}"
-        print(f"{name:<30} {cos:+14.3f} | " + " | ".join(f"{exact(x + h * d) - start:+.2e}" for h in LENGTHS))
-    print("predicted by the exact derivative:            | "
+        ratio = float(g.norm() / g0.norm())
+        print(f"{name:<30} {cos:+14.3f} | {ratio:12.1f} | "
+              + " | ".join(f"{exact(x + h * d) - start:+.2e}" for h in LENGTHS))
+    print("predicted by the exact derivative:                           | "
           + " | ".join(f"{-h * float(g0.norm()):+.2e}" for h in LENGTHS))
     return 0
 
