@@ -416,7 +416,8 @@ class _Problem:
 
     def _evaluate(self, Z: torch.Tensor, batched: bool) -> tuple[list, torch.Tensor, list]:
         """(objective, gradient, L_R) of the rows Z; with the ReLU surrogate on, the objective and its gradient are
-        the surrogate's and L_R comes from a second, exact pass (no second derivatives: about a third of the cost)."""
+        the surrogate's and L_R comes from a second, exact pass without second derivatives (a step then costs about
+        1.4 times as much: docs/ig_recipe.md#relus-jumps-and-the-surrogate)."""
         if not batched and Z.shape[0] > 1:  # one graph per point: smaller than one graph for all
             parts = [self._evaluate(z.unsqueeze(0), batched=False) for z in Z]
             return ([p[0][0] for p in parts], torch.cat([p[1] for p in parts]), [p[2][0] for p in parts])

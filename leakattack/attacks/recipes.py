@@ -20,8 +20,8 @@ recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
          a victim fed [0, 1] pixels.  The budget is breaching's 24,000 steps or 8 minutes,
          whichever comes first, with the schedule's decays fitted to the steps that fit in the time
-         (on a 2-core CPU about 14,000 steps of a ResNet-20 on one thread beside another run, and
-         2,000-2,800 of a ResNet-18 on both cores); a plateau stops a run only after the last decay.
+         (on a 2-core CPU 12,700-13,400 steps of a ResNet-20 on one thread beside another run, and
+         2,000-2,900 of a ResNet-18 on both cores); a plateau stops a run only after the last decay.
          One image in BatchNorm's train mode (``--bn train``) is normalised by its own statistics
          and is not rebuilt; ``--bn auto`` is eval mode for one image (running statistics,
          breaching's setting).  docs/ig_recipe.md has the derivation and the measurements.
