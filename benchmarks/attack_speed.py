@@ -14,7 +14,8 @@
   and the floor of batching: the victim's forward pass and its gradient with the graph
   kept, differentiated back to x, for a batch of R images against one image (no
   sketch, no per-restart split), in float64 as the attack runs and in float32; and the
-  batched evaluation of k = 1, 2, 4, ... R starts with its fit fixed + k x marginal;
+  batched evaluation of k = 1, 2, 4, ... R starts with its fit fixed + k x marginal; and R starts
+  pruned by successive halving (``--prune-restarts``) against one start;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -272,12 +273,15 @@ def restarts_section(a) -> None:
                            threads=th)
     many = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0,
                             threads=th)
+    pruned = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0,
+                              threads=th, prune_restarts=True)
     xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 2 + 1000 * r, dtype=obs.victim.dtype)
                       for r in range(R)])
-    t1, tR, f1, fR = [], [], [], []
+    t1, tR, tP, f1, fR = [], [], [], [], []
     for _ in range(a.rounds):
         t1.append(cpu_timed(lambda: one.reconstruct(obs)))
         tR.append(cpu_timed(lambda: many.reconstruct(obs)))
+        tP.append(cpu_timed(lambda: pruned.reconstruct(obs)))
         problem = _Problem(many, obs, xs, labels)
         rows = list(range(R))
         problem.evaluate(rows, problem.z0)  # its one-time check of the batched model
@@ -306,6 +310,8 @@ def restarts_section(a) -> None:
           f"evaluations alone x{ratio(fR, f1, 0):.2f} wall, x{ratio(fR, f1, 1):.2f} CPU; floor of a batch of {R} "
           "images against one: " + ", ".join(f"x{v:.2f} CPU in {k}" for k, v in floors.items()))
     print("           " + scaling)
+    print(f"           {R} starts pruned by halving (--prune-restarts): attack x{ratio(tP, t1, 0):.2f} wall "
+          f"({min(x[0] for x in tP):.2f} s), x{ratio(tP, t1, 1):.2f} CPU against one start")
     cmd = {1: [], R: []}
     summary = {1: [], R: []}
     with tempfile.TemporaryDirectory() as tmp:

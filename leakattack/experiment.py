@@ -107,7 +107,7 @@ def attack_of(cfg: RunConfig) -> Attack:
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
-        threads=cfg.threads, surrogate=s.surrogate,
+        threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts,
     )
 
 
@@ -124,6 +124,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     attack.check(case.obs)
     if cfg.surrogate and not relu_modules(case.victim.model):
         warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
+                      SettingWarning, stacklevel=2)
+    if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
+        warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
     return Prepared(cfg, device, case, attack)
 
@@ -161,7 +164,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         label_acc_matched=scores.get("label_acc_matched"),
         final_loss=result.final_loss, initial_loss=result.losses[0], iterations=result.iterations,
         best_step=result.best_step, stop_reason=result.stop_reason, message=message,
-        restarts=cfg.restarts, restart_losses=list(result.restart_losses), wall_s=wall_s, attack_s=result.wall_s,
+        restarts=cfg.restarts, restart_losses=list(result.restart_losses),
+        restart_stops=list(result.restart_stops) if cfg.restarts > 1 else None, wall_s=wall_s, attack_s=result.wall_s,
         d=case.obs.d, b=case.obs.b, label_mode=cfg.label_source,
         labels_true=None if case.labels is None else case.labels.tolist(), truth=case.x is not None,
         labels_attack=None if result.labels is None else result.labels.tolist(),

@@ -35,10 +35,11 @@ class AttackResult:
     extra: list[dict] = field(default_factory=list)  #: monitor outputs with their step
     iterations: int = 0
     best_step: int = 0
-    stop_reason: str = "iterations"  #: iterations | tolerance | stalled | diverged
+    stop_reason: str = "iterations"  #: iterations | tolerance | stalled | diverged | time-limit | pruned
     message: str = ""
     wall_s: float = 0.0
     restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)
+    restart_stops: list[str] = field(default_factory=list)  #: why each restart stopped (``pruned``: by halving)
     #: how the labels were chosen when the label rules read different ones (GradientMatching.choose_labels)
     label_choice: dict | None = None
 

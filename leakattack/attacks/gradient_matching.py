@@ -124,14 +124,14 @@ class GradientMatching(Attack):
     reads_labels = True
     #: the run settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
     settings = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv", "priors",
-                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "surrogate")
+                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "prune_restarts", "surrogate")
 
     def __init__(self, *, optimizer: str = "lbfgs", iterations: int = 300, lr: float | None = None,
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
                  labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
                  schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
                  stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None,
-                 surrogate: float = 0.0):
+                 surrogate: float = 0.0, prune_restarts: bool = False):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if signed and sees_normalised_loss(optimizer):
@@ -155,6 +155,9 @@ class GradientMatching(Attack):
         #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
         #: SURROGATE_DECAY at every decay of the step schedule
         self.surrogate = float(surrogate)
+        #: successive halving of the restarts (:func:`prune_points`): the worse half of the starts still running
+        #: stops at 1/2^n, ..., 1/4, 1/2 of the budget
+        self.prune_restarts = bool(prune_restarts)
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -227,6 +230,7 @@ class GradientMatching(Attack):
             if run.final_loss < best.final_loss:
                 best = run
         best.restart_losses = [run.final_loss for run in runs]
+        best.restart_stops = [run.stop_reason for run in runs]
         if choice is not None:
             best.label_choice = choice
             best.wall_s += probes_s
@@ -253,7 +257,8 @@ class GradientMatching(Attack):
         (under the step schedule, steps after its last decay), or L-BFGS finds no descent
         direction (``stalled``); or at the first non-finite loss (``diverged``); or once
         ``time_limit`` seconds have passed since the call (``time-limit``, checked after every
-        step).  Each result holds the start's best iterate.
+        step); or, with ``prune_restarts``, at a cut of successive halving (``pruned``,
+        :func:`prune_points`).  Each result holds the start's best iterate.
 
         It runs on ``threads`` torch threads, by default the victim's choice (every core
         for deep victims, one for small ones: ``Victim.threads``), and gives torch its
@@ -280,6 +285,9 @@ class GradientMatching(Attack):
 
         runs = [_Run(problem, r) for r in range(R)]
         rows = list(range(R))
+        prune_at = prune_points(R) if self.prune_restarts else []
+        horizon = iterations  # the steps the budget allows: the iterations, or those a time limit leaves
+        fitted, refit = False, None  # whether the schedule fits a time limit; (step, time) of the last prune
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
         bar = _progress(iterations, progress)
@@ -300,6 +308,10 @@ class GradientMatching(Attack):
                     run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
                 if run.stop is None:
                     keep.append(i)
+            while prune_at and len(keep) > 1 and max(step / horizon, (time.perf_counter() - t0) / (
+                    self.time_limit or math.inf)) >= prune_at[0]:
+                keep = _prune(runs, rows, keep, step, prune_at.pop(0))
+                refit = (step, time.perf_counter()) if fitted else None
             if len(keep) < len(rows):
                 rows = [rows[i] for i in keep]
                 if not rows:
@@ -312,8 +324,18 @@ class GradientMatching(Attack):
                 per_step = (time.perf_counter() - t0) / step
                 steps = min(iterations, max(SCHEDULE_PROBE + 1, int(self.time_limit / per_step)))
                 milestones = [max(SCHEDULE_PROBE + 1, round(f * steps)) for f in STEP_MILESTONES]
+                horizon, fitted = steps, True
                 if bar is not None:
                     bar.total = steps
+            elif refit is not None and step == refit[0] + SCHEDULE_PROBE:
+                # fewer starts take shorter steps: the decays still to come fit the steps the time left allows
+                per_step = (time.perf_counter() - refit[1]) / SCHEDULE_PROBE
+                horizon = min(iterations, step + int((deadline - time.perf_counter()) / per_step))
+                milestones = [m if m <= step else max(step + 1, round(f * horizon))
+                              for m, f in zip(milestones, STEP_MILESTONES, strict=True)]
+                refit = None
+                if bar is not None:
+                    bar.total = horizon
             if milestones:
                 decays = sum(step >= m for m in milestones)
                 opt.lr = base_lr * 0.1 ** decays
@@ -334,6 +356,28 @@ class GradientMatching(Attack):
             bar.close()
         wall = time.perf_counter() - t0
         return [run.result(wall) for run in runs]
+
+
+def prune_points(R: int) -> list[float]:
+    """The fractions of the budget at which successive halving prunes R starts: 1/2^n, ..., 1/4, 1/2 with
+    n = ceil(log2 R), each keeping the better half (rounded up) of the starts still running, so one start is left
+    for the last half.  R = 8 runs 8 starts for the first eighth, 4 to a quarter, 2 to a half and 1 to the end:
+    2.5 starts' worth of steps."""
+    n = math.ceil(math.log2(R)) if R > 1 else 0
+    return [0.5 ** k for k in range(n, 0, -1)]
+
+
+def _prune(runs: list, rows: list, keep: list, step: int, fraction: float) -> list:
+    """The positions in ``keep`` (of rows still running) that survive a halving at ``step``: the better half by
+    lowest L_R so far (rounded up); the others stop with stop reason ``pruned``."""
+    order = sorted(keep, key=lambda i: runs[rows[i]].best_loss)
+    survivors = order[:(len(order) + 1) // 2]
+    for i in order[len(survivors):]:
+        run = runs[rows[i]]
+        run.stop = "pruned"
+        run.message = (f"pruned at step {step} ({fraction:g} of the budget): its lowest L_R, {run.best_loss:.3e}, "
+                       f"was in the higher half of the {len(order)} starts still running")
+    return sorted(survivors)
 
 
 class _Problem:

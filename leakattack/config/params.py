@@ -170,6 +170,10 @@ RUN_PARAMS: tuple[Param, ...] = (
           "optimise soft labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
+    Param("prune_restarts", False, Flag(), "prune restarts",
+          "successive halving of the starts: at 1/8, 1/4 and 1/2 of the budget (iterations or time limit) for 8 "
+          "starts, the half with the higher lowest L_R stops (stop reason pruned), so 8 starts take 2.5 starts' "
+          "steps instead of 8"),
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
           "every start still running stops with its best iterate (stop reason time-limit); with a step schedule its "

@@ -95,6 +95,7 @@ class RunConfig:
     label_mode: str = "idlg"
     dummy_init: str = "gaussian"
     restarts: int = 1
+    prune_restarts: bool = False
     time_limit: str | float | None = None
     seed: int = 0
     # data

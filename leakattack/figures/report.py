@@ -240,7 +240,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
            f"budget {_int(derived.get('iterations') or run.get('iterations'))} iterations"
            if derived.get("iterations") or run.get("iterations") else "",
-           f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"]
+           f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"
+           + (f" ({(m.restart_stops or []).count('pruned')} pruned by halving)" if run.get("prune_restarts") else "")]
     recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
     rows.append(("attack", f"{run.get('attack', NOT_RECORDED)}{recipe}: " + ", ".join(t for t in opt if t)))
     stop = f"{_int(m.iterations)} iterations, stop reason {m.stop_reason or NOT_RECORDED}"

@@ -2,6 +2,7 @@
 restart gradients against one restart at a time."""
 
 import dataclasses
+import math
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from torch import nn
 
 import targets
 from leakattack.attacks import GradientMatching, init_dummy
-from leakattack.attacks.gradient_matching import _Problem
+from leakattack.attacks.gradient_matching import _Problem, prune_points
 from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
@@ -290,3 +291,58 @@ def test_restarts_of_a_lenet_attack_do_not_import_torch_dynamo():
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
+
+
+# successive halving of the restarts (--prune-restarts)
+
+@pytest.mark.parametrize("R, points", [(1, []), (2, [0.5]), (3, [0.25, 0.5]), (4, [0.25, 0.5]),
+                                       (5, [0.125, 0.25, 0.5]), (8, [0.125, 0.25, 0.5]),
+                                       (9, [0.0625, 0.125, 0.25, 0.5])])
+def test_prune_points_halve_down_to_one_start_for_the_last_half(R, points):
+    assert prune_points(R) == points
+    alive = R
+    for _ in points:
+        alive = math.ceil(alive / 2)
+    assert alive == 1
+
+
+@pytest.mark.parametrize("optimizer, lr", [("adam", 0.05), ("lbfgs", None)])
+def test_pruning_stops_the_worse_half_at_each_point_and_the_survivor_runs_as_if_alone(optimizer, lr):
+    obs, _ = _obs(_lenet())
+    common = dict(optimizer=optimizer, lr=lr, iterations=40, restarts=4, init_seed=4, labels="given", tol=0,
+                  stall_window=0)
+    pruned = _batched(GradientMatching(**common, prune_restarts=True), obs)
+    alone = _sequential(GradientMatching(**common), obs)
+    stops = [run.stop_reason for run in pruned]
+    assert stops.count("pruned") == 3 and stops.count("iterations") == 1
+    assert sorted(run.iterations for run in pruned) == [10, 10, 20, 40]  # at 1/4 and 1/2 of the 40 steps
+    for step, k in ((10, 4), (20, 2)):  # each cut keeps the starts whose lowest L_R up to it was lowest
+        at = [(min(run.losses[: step + 1]), run) for run in pruned if run.iterations >= step]
+        assert len(at) == k
+        ranked = sorted(at, key=lambda pair: pair[0])
+        assert all(run.iterations > step for _, run in ranked[: k // 2])
+        assert all(run.iterations == step and run.stop_reason == "pruned" for _, run in ranked[k // 2:])
+        assert all(f"pruned at step {step}" in run.message for _, run in ranked[k // 2:])
+    for p, s in zip(pruned, alone, strict=True):  # every start follows its own trajectory until it stops
+        n = p.iterations + 1
+        assert p.losses == pytest.approx(s.losses[:n], rel=1e-8)
+    survivor = next(i for i, run in enumerate(pruned) if run.stop_reason == "iterations")
+    assert torch.allclose(pruned[survivor].x, alone[survivor].x, rtol=1e-8, atol=1e-8)
+
+
+def test_reconstruct_keeps_a_survivor_and_reports_every_start_s_stop():
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer="adam", lr=0.05, iterations=32, restarts=8, labels="given", tol=0,
+                              stall_window=0, prune_restarts=True)
+    result = attack.reconstruct(obs)
+    assert result.restart_stops.count("pruned") == 7 and result.stop_reason == "iterations"
+    assert result.final_loss == min(result.restart_losses)
+
+
+def test_pruning_under_a_time_limit_counts_the_budget_in_seconds():
+    # far more iterations than the time allows: the cuts come from the elapsed share of the time limit
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer="adam", lr=0.05, iterations=10 ** 7, restarts=4, labels="given", tol=0,
+                              stall_window=0, time_limit=1.0, prune_restarts=True)
+    result = attack.reconstruct(obs)
+    assert result.restart_stops.count("pruned") == 3 and result.stop_reason == "time-limit"

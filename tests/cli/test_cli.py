@@ -31,6 +31,18 @@ def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_pruned_run_records_each_start_s_stop_and_the_report_counts_the_pruned(tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--optimizer", "adam", "--iterations", "16",
+                     "--restarts", "4", "--prune-restarts", "--out", str(out), "--quiet", "--no-lpips"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert sorted(m["restart_stops"]) == ["iterations", "pruned", "pruned", "pruned"]
+    assert json.loads((out / "config.json").read_text())["run"]["prune_restarts"] is True
+    page = tmp_path / "report.html"
+    assert cli.main(["report", str(out), "--out", str(page)]) == 0
+    assert "4 starts (3 pruned by halving)" in page.read_text(encoding="utf-8")
+
+
 BAD = [
     (["--model", "resnet"], "unknown model"),
     (["--sketch", "fourier"], "unknown sketch"),

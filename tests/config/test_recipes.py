@@ -111,3 +111,16 @@ def test_the_relu_surrogate_reaches_the_attack_from_the_recipe_or_the_flag():
     assert RunConfig(model="resnet18", surrogate=0.3, device="cpu").derived().surrogate == 0.3
     with pytest.raises(ConfigError, match="ReLU surrogate"):
         RunConfig(model="resnet18", surrogate=-1.0).validate()
+
+
+def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
+    from leakattack.cli import build_parser
+    from leakattack.config.arguments import config_from_args
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import attack_of, prepare
+
+    assert attack_of(RunConfig(model="lenet", device="cpu")).prune_restarts is False
+    cfg = config_from_args(build_parser().parse_args(["run", "--restarts", "4", "--prune-restarts"]))
+    assert cfg.prune_restarts and attack_of(cfg).prune_restarts and attack_of(cfg).restarts == 4
+    with pytest.warns(SettingWarning, match="--prune-restarts changes nothing with one start"):
+        prepare(RunConfig(model="lenet", prune_restarts=True, device="cpu"))
