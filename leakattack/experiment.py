@@ -125,6 +125,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.surrogate and not relu_modules(case.victim.model):
         warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
                       SettingWarning, stacklevel=2)
+    derived = cfg.derived()
+    if derived.surrogate and derived.schedule != "step" and relu_modules(case.victim.model):
+        warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
+                      "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
+                      "--schedule step, brings them together)", SettingWarning, stacklevel=2)
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from leakattack.attacks import GradientMatching, init_dummy
-from leakattack.attacks.gradient_matching import distance_to_unit, unit
+from leakattack.attacks.gradient_matching import distance_to_unit, match_loss, unit
 from leakattack.attacks.surrogate import relu_modules, relu_surrogate, surrogate_relu
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
@@ -124,6 +124,18 @@ def test_the_attack_keeps_and_reports_the_exact_objective():
     assert not any("forward" in vars(m) for m in relu_modules(obs.victim.model))
 
 
+def test_lbfgs_runs_on_the_surrogate_and_reports_the_exact_objective():
+    # its line search reads the surrogate objective's values and derivative (the test above: within 25 %); without
+    # the step schedule tau stays where it starts, so a narrow one is needed to come near the exact minimum
+    obs = _obs("srht")
+    attack = GradientMatching(optimizer="lbfgs", iterations=30, labels="given", surrogate=0.01, init_seed=2,
+                              stall_window=0)
+    result = attack.reconstruct(obs)
+    exact = match_loss(obs.forward(result.x, obs.labels).flatten(), obs.y.flatten(), "l2")
+    assert result.final_loss == pytest.approx(float(exact), rel=1e-9)
+    assert result.final_loss < 0.5 * result.losses[0] and result.stop_reason != "stalled"
+
+
 def test_surrogate_must_be_non_negative():
     with pytest.raises(ValueError, match="non-negative"):
         GradientMatching(surrogate=-1.0)
@@ -134,6 +146,13 @@ def test_a_surrogate_asked_for_on_a_victim_without_relu_modules_is_one_warning()
 
     with pytest.warns(SettingWarning, match="--relu-surrogate changes nothing here: model 'lenet' has no nn.ReLU"):
         prepare(RunConfig(model="lenet", surrogate=0.1, iterations=1))
+
+
+def test_a_surrogate_without_the_step_schedule_is_one_warning():
+    from leakattack.errors import SettingWarning
+
+    with pytest.warns(SettingWarning, match="--relu-surrogate without the step schedule keeps tau at 0.1"):
+        prepare(RunConfig(model="resnet20", recipe="dlg", surrogate=0.1, iterations=1, device="cpu"))
 
 
 def test_restarts_share_one_batched_pass_under_the_surrogate():
