@@ -122,11 +122,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
     attack = attack_of(cfg)
     attack.check(case.obs)
-    if cfg.surrogate and not relu_modules(case.victim.model):
+    derived = cfg.derived()
+    if derived.surrogate and not relu_modules(case.victim.model):
         warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
                       SettingWarning, stacklevel=2)
-    derived = cfg.derived()
-    if derived.surrogate and derived.schedule != "step" and relu_modules(case.victim.model):
+    elif derived.surrogate and derived.schedule != "step":
         warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
                       "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
                       "--schedule step, brings them together)", SettingWarning, stacklevel=2)

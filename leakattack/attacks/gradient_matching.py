@@ -287,7 +287,10 @@ class GradientMatching(Attack):
         rows = list(range(R))
         prune_at = prune_points(R) if self.prune_restarts else []
         horizon = iterations  # the steps the budget allows: the iterations, or those a time limit leaves
-        fitted, refit = False, None  # whether the schedule fits a time limit; (step, time) of the last prune
+        # a step schedule under a time limit fits its decays to the steps the time allows, timed from (step, time)
+        # over SCHEDULE_PROBE steps: from the start, and again after each prune (fewer starts take shorter steps)
+        fits_time = bool(milestones) and self.time_limit is not None
+        since = (0, t0) if fits_time else None
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
         bar = _progress(iterations, progress)
@@ -311,7 +314,7 @@ class GradientMatching(Attack):
             while prune_at and len(keep) > 1 and max(step / horizon, (time.perf_counter() - t0) / (
                     self.time_limit or math.inf)) >= prune_at[0]:
                 keep = _prune(runs, rows, keep, step, prune_at.pop(0))
-                refit = (step, time.perf_counter()) if fitted else None
+                since = (step, time.perf_counter()) if fits_time else None
             if len(keep) < len(rows):
                 rows = [rows[i] for i in keep]
                 if not rows:
@@ -319,21 +322,14 @@ class GradientMatching(Attack):
                 index = torch.tensor(keep)
                 Z, G = Z[index], G[index]
                 values, fits = [values[i] for i in keep], [fits[i] for i in keep]
-            if milestones and step == SCHEDULE_PROBE and self.time_limit is not None:
-                # a time limit that ends the attack before its last step: the schedule fits the steps it will take
-                per_step = (time.perf_counter() - t0) / step
-                steps = min(iterations, max(SCHEDULE_PROBE + 1, int(self.time_limit / per_step)))
-                milestones = [max(SCHEDULE_PROBE + 1, round(f * steps)) for f in STEP_MILESTONES]
-                horizon, fitted = steps, True
-                if bar is not None:
-                    bar.total = steps
-            elif refit is not None and step == refit[0] + SCHEDULE_PROBE:
-                # fewer starts take shorter steps: the decays still to come fit the steps the time left allows
-                per_step = (time.perf_counter() - refit[1]) / SCHEDULE_PROBE
-                horizon = min(iterations, step + int((deadline - time.perf_counter()) / per_step))
+            if since is not None and step == since[0] + SCHEDULE_PROBE:
+                # the decays still to come fall at their fractions of the steps the time left allows
+                now = time.perf_counter()
+                per_step = (now - since[1]) / SCHEDULE_PROBE
+                horizon = min(iterations, step + max(1, int((deadline - now) / per_step)))
                 milestones = [m if m <= step else max(step + 1, round(f * horizon))
                               for m, f in zip(milestones, STEP_MILESTONES, strict=True)]
-                refit = None
+                since = None
                 if bar is not None:
                     bar.total = horizon
             if milestones:
