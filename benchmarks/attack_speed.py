@@ -269,12 +269,10 @@ def restarts_section(a) -> None:
                           dtype=a.restart_dtype))
     obs, labels = p.obs, p.attack.labels_for(p.obs)
     R, steps = a.restarts, a.restart_steps
-    one = GradientMatching(optimizer="adam", iterations=steps, restarts=1, init_seed=2, stall_window=0, tol=0,
-                           threads=th)
-    many = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0,
-                            threads=th)
-    pruned = GradientMatching(optimizer="adam", iterations=steps, restarts=R, init_seed=2, stall_window=0, tol=0,
-                              threads=th, prune_restarts=True)
+    common = dict(optimizer="adam", iterations=steps, init_seed=2, stall_window=0, tol=0, threads=th)
+    one = GradientMatching(**common, restarts=1)
+    many = GradientMatching(**common, restarts=R)
+    pruned = GradientMatching(**common, restarts=R, prune_restarts=True)
     xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 2 + 1000 * r, dtype=obs.victim.dtype)
                       for r in range(R)])
     t1, tR, tP, f1, fR = [], [], [], [], []
