@@ -91,3 +91,40 @@ def test_under_the_step_schedule_a_plateau_stops_a_start_only_after_the_last_dec
     stepped = run("step")
     assert stepped.stop_reason == "stalled" and stepped.iterations == round(STEP_MILESTONES[-1] * 40) + 3
     assert run("step").losses == stepped.losses
+
+
+def test_after_a_prune_the_decays_still_to_come_are_refitted_to_the_shorter_steps_of_fewer_starts(monkeypatch):
+    """Two starts, pruned at half the budget, on a clock where each running start adds 0.5 s to a step.
+
+    Two starts take 1 s a step: the fit at step 5 allows 5 + int(14 / 1.2) = 16 steps of a 20 s limit, so the
+    decays fall at 6, 10 and 14 and the cut at step 8 (half of 16).  The survivor then takes 0.5 s a step: timed
+    over the five steps after the cut, the 11 s then left (9 s spent by step 8, 2.5 s more by step 13) allow
+    13 + int(8.5 / 0.5) = 30 steps, and the last decay, still to come, moves from 14 to round(7/8 * 30) = 26.
+    The two decays already passed stay where they were, and the survivor runs to the limit (step 31).
+    """
+    from types import SimpleNamespace
+
+    from leakattack.attacks import gradient_matching
+    clock = [0.0]
+    monkeypatch.setattr(gradient_matching, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    obs, x, labels = _obs()
+
+    def monitor(step, xt):
+        clock[0] += 0.5
+        return {"x": xt.clone()}
+
+    gm = GradientMatching(optimizer="gd", iterations=1000, lr=0.01, labels="given", tol=0, schedule="step",
+                          signed=True, stall_window=0, time_limit=20, restarts=2, prune_restarts=True)
+    x0 = torch.stack([init_dummy(x.shape, "gaussian", seed, dtype=torch.float64) for seed in (2, 3)])
+    runs = gm.optimise(obs, x0, labels, monitor=monitor, monitor_every=1)
+    assert sorted(run.stop_reason for run in runs) == ["pruned", "time-limit"]
+    cut, survivor = sorted(runs, key=lambda run: run.iterations)
+    assert cut.iterations == 8 and survivor.iterations == 31
+
+    def moves(run):
+        xs = [e["x"] for e in run.extra]
+        return [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])]
+
+    for run, decays in ((cut, [6, 10, 14]), (survivor, [6, 10, 26])):
+        want = [0.01 * 0.1 ** sum(t >= c for c in decays) for t in range(run.iterations)]
+        assert moves(run) == pytest.approx(want, rel=1e-9)
