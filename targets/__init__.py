@@ -17,10 +17,12 @@ from .models import (
                      list_models,
                      model_params,
                      output_problem,
+                     own_recipe,
                      parameter_count,
                      recipe_of,
                      register_model,
                      task_of,
+                     units_of,
 )
 from .oracle import (
                      flat_gradient,
@@ -39,7 +41,7 @@ from .weights import load_weights
 __all__ = [
     "Victim", "TASKS", "BN_MODES", "resolve_bn_mode", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
-    "parameter_count", "output_problem",
+    "own_recipe", "units_of", "parameter_count", "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
     "per_example_gradients", "unflatten", "load_weights", "probe",
 ]

@@ -22,7 +22,12 @@ def cmd_list(a) -> int:
         import targets
 
         params = targets.model_params(a.model)
-        print(f"{a.model}: task {targets.task_of(a.model)}; recipe {targets.recipe_of(a.model)}; "
+        recipe = targets.recipe_of(a.model)
+        if targets.own_recipe(a.model) is None:  # its units decide (for 3x32x32 images here)
+            units = targets.units_of(a.model)
+            recipe += (" (by its units: " + (", ".join(units) if units else "none whose derivative jumps")
+                       + ")" if units is not None else " (its class cannot be built on the meta device)")
+        print(f"{a.model}: task {targets.task_of(a.model)}; recipe {recipe}; "
               "parameters (--model-param NAME=VALUE): "
               f"{', '.join(params) if params else 'none'}")
         return 0

@@ -125,9 +125,10 @@ RUN_PARAMS: tuple[Param, ...] = (
     # the options the attack declares (Attack.options): each has its own flag, added by add_attack_arguments
     Param("attack_params", {}, Table(), "attack parameters", "", flag=NOTHING),
     Param("recipe", "auto", Choice(names.RECIPES_OR_AUTO), "recipe",
-          "one of {choices}: the attacker settings used where none is given; auto: the model's own (dlg: L-BFGS on "
-          "L_R in float64 for small smooth victims; ig: Inverting Gradients' cosine, signed Adam with step decay, "
-          "TV and box in float32 for ResNets and ViTs)"),
+          "one of {choices}: the attacker settings used where none is given; auto: the model's own, else by its "
+          "units (dlg: L-BFGS on L_R in float64, for smooth victims, the MLP and the 32 px ViT; ig: Inverting "
+          "Gradients' cosine, signed Adam with step decay, TV and box in float32, for ResNets, vit_b_16 and "
+          "victims with ReLU or max pooling)"),
     Param("optimizer", None, Optional(_choices(names.OPTIMIZERS)), "optimizer",
           "one of {choices} (default: from the recipe)"),
     Param("iterations", None, Optional(Number(1, MAX_ITERATIONS, integer=True)), "iterations",

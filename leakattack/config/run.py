@@ -173,7 +173,11 @@ class RunConfig:
     def _recipe_name(self) -> str:
         if self.recipe != "auto":
             return self.recipe
-        name = targets.recipe_of(self.model)
+        from ..data import input_shape
+
+        # a model without a recipe of its own takes one by its units, built for the data set's images
+        shape = input_shape(self.dataset or "photos", self.image_size) or (3, 32, 32)
+        name = targets.recipe_of(self.model, in_shape=shape, **self.model_params)
         if name not in attacks.list_recipes():  # a user class's leakattack_recipe
             raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
                               f"{', '.join(attacks.list_recipes())}")

@@ -26,27 +26,29 @@ from pathlib import Path
 from leakattack.registry import Registry
 
 from .base import DataError, ImageSet, get_batch, train_test_split
-from .embedded import PHOTO_NAMES, load_digits, load_photos
-from .folder import ImageFolderSet, load_imagefolder
+from .embedded import PHOTO_NAMES, PHOTO_SIZE, load_digits, load_photos
+from .folder import DEFAULT_SIZE, ImageFolderSet, load_imagefolder
 from .torchvision_sets import load_torchvision
 
 _REGISTRY = Registry("dataset", DataError)
 _ORDER: list[str] = []  # registration order, which list_datasets() keeps (Registry.names() sorts)
 
 
-def register_dataset(name: str, loader, *, offline: bool, sizable: bool = False) -> None:
+def register_dataset(name: str, loader, *, offline: bool, sizable: bool = False, shape: tuple | None = None) -> None:
     """Add a loader under ``name``: ``loader()`` when ``offline``, else ``loader(root, download, train)``;
-    ``sizable`` loaders also take an image size last (``loader(size)``, ``loader(root, download, train, size)``)."""
-    _REGISTRY.register(name, loader, offline=offline, sizable=sizable)
+    ``sizable`` loaders also take an image size last (``loader(size)``, ``loader(root, download, train, size)``).
+    ``shape``: the (channels, side) of its images (the default side where ``sizable``), when known without
+    loading it."""
+    _REGISTRY.register(name, loader, offline=offline, sizable=sizable, shape=shape)
     _ORDER.append(name)
 
 
-register_dataset("photos", load_photos, offline=True, sizable=True)
-register_dataset("digits", load_digits, offline=True)
-register_dataset("mnist", functools.partial(load_torchvision, "mnist"), offline=False)
-register_dataset("cifar10", functools.partial(load_torchvision, "cifar10"), offline=False)
-register_dataset("cifar100", functools.partial(load_torchvision, "cifar100"), offline=False)
-register_dataset("imagefolder", load_imagefolder, offline=False, sizable=True)
+register_dataset("photos", load_photos, offline=True, sizable=True, shape=(3, PHOTO_SIZE))
+register_dataset("digits", load_digits, offline=True, shape=(1, 28))
+register_dataset("mnist", functools.partial(load_torchvision, "mnist"), offline=False, shape=(1, 28))
+register_dataset("cifar10", functools.partial(load_torchvision, "cifar10"), offline=False, shape=(3, 32))
+register_dataset("cifar100", functools.partial(load_torchvision, "cifar100"), offline=False, shape=(3, 32))
+register_dataset("imagefolder", load_imagefolder, offline=False, sizable=True, shape=(3, DEFAULT_SIZE))
 
 
 def list_datasets() -> list:
@@ -84,8 +86,20 @@ def get_dataset(name: str, root=None, download: bool = False, train: bool = True
     return _load_cached(key, root_key, bool(download), bool(train), size)
 
 
+def input_shape(name: str, image_size: int | None = None) -> tuple | None:
+    """The (C, H, W) of one image of data set ``name`` cut at ``image_size`` (or its default size), known without
+    loading it; None for a set registered without its shape, or an unknown name."""
+    key = str(name).lower()
+    shape = _REGISTRY.meta(key)["shape"] if key in _REGISTRY else None
+    if shape is None:
+        return None
+    channels, side = shape
+    side = int(image_size) if image_size is not None and _REGISTRY.meta(key)["sizable"] else side
+    return (channels, side, side)
+
+
 #: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
 load_dataset = get_dataset
 
-__all__ = ["DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "list_datasets",
-           "load_dataset", "register_dataset", "train_test_split"]
+__all__ = ["DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "input_shape",
+           "list_datasets", "load_dataset", "register_dataset", "train_test_split"]

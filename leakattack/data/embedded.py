@@ -49,7 +49,7 @@ _HEADLINE_BOX = {"astronaut": (20, 130, 200)}
 #: Crops 1..4: squares of this fraction of the centred square, at its four corners.
 _CORNER_FRACTION = 0.6
 _CROPS_PER_PHOTO = 5
-_PHOTO_SIZE = 32
+PHOTO_SIZE = 32
 _DIGIT_SIZE = 28
 
 
@@ -64,7 +64,7 @@ def _photo_boxes(name: str, h: int, w: int) -> list:
     return boxes
 
 
-def load_photos(size: int = _PHOTO_SIZE) -> ImageSet:
+def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
     """50 deterministic 3 x size x size crops of ten skimage.data photographs (interleaved by class).
 
     The crops are the same regions at every size (32 px by default, e.g. 224 for
@@ -134,4 +134,4 @@ def load_digits() -> ImageSet:
     )
 
 
-__all__ = ["PHOTO_NAMES", "load_photos", "load_digits"]
+__all__ = ["PHOTO_NAMES", "PHOTO_SIZE", "load_photos", "load_digits"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from torch import nn
 
 from leakattack.errors import UserError
 from leakattack.registry import Registry
@@ -38,6 +39,7 @@ from .linear import LinReg, LogReg
 from .mlp import MLP
 from .resnet import resnet18, resnet20, resnet32, resnet_cifar
 from .torchvision_models import resnet50, resnet101, vit_b_16
+from .units import piecewise_units
 from .user import (
     build_user_module,
     is_user_spec,
@@ -52,15 +54,19 @@ from .vit import vit_small
 
 _MODELS = Registry("model")
 
+#: the recipe of a model whose units decide it: ``ig`` where a unit's derivative jumps, else ``dlg``
+BY_UNITS = None
+
 
 def register_model(name: str, builder=None, *, task: str = "classification", loss=None,
-                   default_init: str | None = "default", recipe: str = "dlg"):
+                   default_init: str | None = "default", recipe: str | None = BY_UNITS):
     """Register ``builder(in_shape, num_classes, **params) -> nn.Module`` under ``name`` (a decorator without builder).
 
     ``default_init`` None keeps the builder's own initialisation (seeded) unless an init is asked for.
-    ``recipe`` names the attack recipe that suits the model (``leakattack.attacks.recipes``): ``dlg`` for
-    smooth networks small enough for float64 L-BFGS on a CPU (LeNet, the MLP, the 32 px ViT), ``ig`` for
-    ReLU/BatchNorm ones and the ImageNet-size ViT.
+    ``recipe`` names the attack recipe measured to suit the model (``leakattack.attacks.recipes``): ``dlg`` for
+    the MLP and the 32 px ViT, ``ig`` for the ResNets and the ImageNet-size ViT; by default (:data:`BY_UNITS`)
+    its units decide (:func:`recipe_of`), so LeNet takes ``dlg`` with its smooth activations and ``ig`` with
+    ReLU (docs/victims.md#your-own-model-the-recipe-by-its-units).
     """
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
             "default_init": default_init, "recipe": recipe}
@@ -70,7 +76,7 @@ def register_model(name: str, builder=None, *, task: str = "classification", los
 
 
 register_model("lenet", LeNet, default_init="uniform")
-register_model("mlp", MLP)
+register_model("mlp", MLP, recipe="dlg")  # with act=relu too: L-BFGS rebuilds it to round-off
 register_model("logreg", LogReg)
 register_model("linreg", LinReg, task="regression")
 register_model("resnet20", resnet20, default_init=None, recipe="ig")
@@ -139,17 +145,20 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
                   task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
 
 
+def _on_meta(name: str, num_classes: int, in_shape: tuple, params: dict) -> nn.Module:
+    """Model ``name`` built on PyTorch's meta device: nothing allocated, no weights drawn."""
+    with torch.device("meta"):
+        if _is_user(name):
+            return build_user_module(name, user_class(name), in_shape, num_classes, params)
+        return _MODELS.get(name)(in_shape=in_shape, num_classes=num_classes, **params)
+
+
 def parameter_count(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> int | None:
     """The weights model ``name`` would have, counted on PyTorch's meta device (nothing allocated, no weights
     drawn), so that a size that cannot fit is refused before it is built; None where the class cannot be built
     there (the user's class may need real tensors) or refuses the arguments (building it says why)."""
-    in_shape = tuple(int(s) for s in in_shape)
     try:
-        with torch.device("meta"):
-            if _is_user(name):
-                module = build_user_module(name, user_class(name), in_shape, num_classes, params)
-            else:
-                module = _MODELS.get(name)(in_shape=in_shape, num_classes=num_classes, **params)
+        module = _on_meta(name, num_classes, tuple(int(s) for s in in_shape), params)
         return sum(p.numel() for p in module.parameters())
     except Exception:  # noqa: BLE001 -- counting is advisory: get_model gives the one-sentence error
         return None
@@ -162,11 +171,39 @@ def default_init(name: str) -> str | None:
     return _MODELS.meta(name)["default_init"]
 
 
-def recipe_of(name: str) -> str:
-    """The attack recipe the model is registered with (the user's class: its ``leakattack_recipe``, else dlg)."""
-    if _is_user(name):
-        return user_recipe(user_class(name))
-    return _MODELS.meta(name)["recipe"]
+def units_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> list[str] | None:
+    """The units of model ``name`` whose derivative jumps (``targets.models.units``), found on the meta device;
+    None where it cannot be built there (the user's class may need real tensors) or refuses the arguments."""
+    in_shape = tuple(int(s) for s in in_shape)
+    key = (name, int(num_classes), in_shape, repr(sorted(params.items())))
+    if key not in _UNITS:  # a configuration asks on every derivation of its settings
+        try:
+            # a registered model's units are its modules; a user's class may also call them in its forward
+            _UNITS[key] = piecewise_units(_on_meta(name, num_classes, in_shape, params),
+                                          in_shape if _is_user(name) else None)
+        except Exception:  # noqa: BLE001 -- advisory: get_model gives the one-sentence error
+            _UNITS[key] = None
+    found = _UNITS[key]
+    return None if found is None else list(found)
+
+
+_UNITS: dict[tuple, list[str] | None] = {}
+
+
+def own_recipe(name: str) -> str | None:
+    """The recipe model ``name`` is registered with or its class names; :data:`BY_UNITS` (None) where its units
+    decide."""
+    return user_recipe(user_class(name)) if _is_user(name) else _MODELS.meta(name)["recipe"]
+
+
+def recipe_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> str:
+    """The attack recipe that suits model ``name`` built with these arguments: the one it is registered with or
+    its class names (``leakattack_recipe``); else, by its units, ``ig`` where one's derivative jumps (ReLU, max
+    pooling: :func:`units_of`) and ``dlg`` for a smooth model or one that cannot be built on the meta device."""
+    fixed = own_recipe(name)
+    if fixed is not BY_UNITS:
+        return fixed
+    return "ig" if units_of(name, num_classes, in_shape, **params) else "dlg"
 
 
 def task_of(name: str) -> str:
@@ -176,6 +213,6 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init", "task_of",
-           "recipe_of", "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet",
-           "MLP", "LogReg", "LinReg"]
+__all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init",
+           "task_of", "recipe_of", "own_recipe", "units_of", "piecewise_units", "BY_UNITS", "seeded_build",
+           "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP", "LogReg", "LinReg"]

@@ -115,9 +115,10 @@ def user_task(cls: type) -> str:
     return task
 
 
-def user_recipe(cls: type) -> str:
-    """The class's ``leakattack_recipe`` (dlg when it names none); the configuration checks the name."""
-    return getattr(cls, "leakattack_recipe", "dlg")
+def user_recipe(cls: type) -> str | None:
+    """The class's ``leakattack_recipe`` (None when it names none: its units decide); the configuration checks
+    the name."""
+    return getattr(cls, "leakattack_recipe", None)
 
 
 def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:

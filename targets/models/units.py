@@ -1,0 +1,72 @@
+"""Whether a model has units whose derivative jumps: ReLU's family and max pooling.
+
+Gradient matching differentiates the model's gradient in its input.  Where a unit's
+derivative is a step (ReLU, its clipped and leaky variants, the hard sigmoid and swish,
+shrinkage) or a selection (max pooling), that derivative of the matching objective sees
+none of the jumps (docs/ig_recipe.md#relus-jumps-and-the-surrogate), and float64 L-BFGS,
+which trusts its curvature pairs, stalls near its start; signed Adam (the ``ig`` recipe)
+walks through them.  Measured on small convolutional networks of a user's own
+(docs/victims.md#your-own-model).  Smooth units (sigmoid, tanh, softplus, GELU, SiLU, ELU,
+softmax) keep L-BFGS's pace and precision.
+
+The units are found two ways: the model's modules, and where none of them jumps, the calls
+of a forward pass on PyTorch's meta device (nothing allocated, no weights drawn) seen
+through a ``TorchFunctionMode``, which catches ``F.relu`` and ``x.relu()`` in a ``forward``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+#: module classes whose derivative in their input jumps
+PIECEWISE_MODULES = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid,
+    nn.Hardshrink, nn.Softshrink, nn.Threshold,
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d,
+    nn.FractionalMaxPool2d, nn.FractionalMaxPool3d,
+)
+
+#: names of torch functions and tensor methods whose derivative jumps (max pooling: any name holding "max_pool")
+PIECEWISE_CALLS = frozenset({
+    "relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "prelu", "rrelu", "rrelu_", "hardtanh", "hardtanh_",
+    "hardswish", "hardswish_", "hardsigmoid", "hardsigmoid_", "hardshrink", "softshrink", "threshold", "threshold_",
+})
+
+
+def _piecewise_call(name: str) -> bool:
+    return name in PIECEWISE_CALLS or "max_pool" in name
+
+
+class _Calls(TorchFunctionMode):
+    """Records the names of the torch functions and tensor methods called within it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+def piecewise_units(module: nn.Module, in_shape: tuple | None = None) -> list[str]:
+    """The names of ``module``'s units whose derivative jumps: its module classes, or where it has none and
+    ``in_shape`` is given, the calls of a forward pass of two inputs on the meta device (``module`` built there,
+    e.g. under ``torch.device("meta")``).  A forward pass that fails there (a model that needs real values) counts
+    the calls made before it failed.  The forward pass imports ``torch._dynamo`` (meta kernels run torch's Python
+    decompositions): about a second of start-up, spent only where no module answers."""
+    found = {type(m).__name__ for m in module.modules() if isinstance(m, PIECEWISE_MODULES)}
+    if not found and in_shape is not None:
+        calls = _Calls()
+        try:
+            with torch.no_grad(), calls:
+                module(torch.zeros(2, *in_shape, device="meta"))
+        except Exception:  # noqa: BLE001 - any failure of the user's forward on meta tensors: keep the modules' answer
+            pass
+        found |= {name for name in calls.names if _piecewise_call(name)}
+    return sorted(found)
+
+
+__all__ = ["piecewise_units", "PIECEWISE_MODULES", "PIECEWISE_CALLS"]

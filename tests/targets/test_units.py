@@ -1,0 +1,138 @@
+"""Units whose derivative jumps (ReLU's family, max pooling), found on the meta device, and the recipe they choose
+for a model without one of its own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack.config import RunConfig
+from leakattack.data import input_shape
+from targets.models.units import piecewise_units
+
+NETS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Smooth(nn.Module):
+    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__()
+        self.conv = nn.Conv2d(in_shape[0], 4, 3, padding=1)
+        self.fc = nn.Linear(4 * in_shape[1] * in_shape[2], num_classes)
+
+    def forward(self, x):
+        return self.fc(F.gelu(torch.tanh(self.conv(x))).flatten(1).softmax(-1))
+
+
+class Functional(Smooth):
+    def forward(self, x):  # ReLU by a call, no module
+        return self.fc(F.relu(self.conv(x)).flatten(1))
+
+
+class Pooled(Smooth):
+    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__(num_classes, (in_shape[0], in_shape[1] // 2, in_shape[2] // 2))
+
+    def forward(self, x):
+        return self.fc(F.max_pool2d(torch.sigmoid(self.conv(x)), 2).flatten(1))
+
+
+class Digits(nn.Module):  # built for 1x28x28 only: its forward fails on any other shape
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = nn.Linear(28 * 28, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.view(x.shape[0], 28 * 28).relu())
+
+
+class Opaque(Smooth):  # needs real values: its forward fails on the meta device
+    def forward(self, x):
+        if float(x.sum()) > 0:
+            x = x * 2
+        return self.fc(F.relu(self.conv(x)).flatten(1))
+
+
+class OpaqueModule(Opaque):
+    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__(num_classes, in_shape)
+        self.act = nn.ReLU()
+
+
+class Named(Functional):
+    leakattack_recipe = "dlg"
+'''
+
+
+@pytest.fixture(scope="module")
+def nets(tmp_path_factory):
+    path = tmp_path_factory.mktemp("units") / "nets.py"
+    path.write_text(NETS)
+    return lambda name: f"{path}:{name}"
+
+
+def test_modules_and_calls_whose_derivative_jumps_are_found_and_smooth_ones_are_not():
+    with torch.device("meta"):
+        smooth = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid(), nn.SiLU(), nn.ELU(), nn.GELU(), nn.Softplus(),
+                               nn.Flatten(), nn.Linear(4 * 30 * 30, 10), nn.Softmax(-1))
+        pooled = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 15 * 15, 10))
+        leaky = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 8), nn.LeakyReLU(), nn.Linear(8, 10))
+    assert piecewise_units(smooth, (3, 32, 32)) == []
+    assert piecewise_units(pooled) == ["MaxPool2d"] == piecewise_units(pooled, (3, 32, 32))  # modules answer first
+    assert piecewise_units(leaky, (3, 32, 32)) == ["LeakyReLU"]
+    with torch.device("meta"):
+        called = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 10))
+        called.forward = lambda x: nn.functional.hardtanh(x).flatten(1) @ torch.ones(3 * 32 * 32, 10, device=x.device)
+    assert piecewise_units(called) == [] and piecewise_units(called, (3, 32, 32)) == ["hardtanh"]
+
+
+def test_a_forward_pass_on_the_meta_device_sees_calls_that_no_module_shows(nets):
+    assert targets.units_of(nets("Smooth")) == []
+    assert targets.units_of(nets("Functional")) == ["relu"]
+    assert targets.units_of(nets("Pooled")) == ["max_pool2d"]
+    # a forward that needs real values leaves the modules' answer
+    assert targets.units_of(nets("Opaque")) == []
+    assert targets.units_of(nets("OpaqueModule")) == ["ReLU"]
+
+
+def test_a_registered_models_units_are_read_from_its_modules_without_a_forward_pass():
+    import subprocess
+    import sys
+    code = ("import sys, targets; print(targets.recipe_of('lenet'), targets.recipe_of('lenet', act='relu'), "
+            "'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["dlg", "ig", "False"], out.stdout + out.stderr
+
+
+def test_a_model_without_a_recipe_of_its_own_takes_ig_for_jumping_units_and_dlg_for_smooth_ones(nets):
+    assert targets.own_recipe("lenet") is None and targets.own_recipe("resnet18") == "ig"
+    assert targets.recipe_of("lenet") == "dlg" and targets.recipe_of("lenet", act="relu") == "ig"
+    assert targets.recipe_of("logreg") == "dlg"
+    assert targets.recipe_of("mlp", act="relu") == "dlg"  # measured: L-BFGS rebuilds the ReLU MLP to round-off
+    assert targets.recipe_of(nets("Smooth")) == "dlg"
+    assert targets.recipe_of(nets("Functional")) == "ig" and targets.recipe_of(nets("Pooled")) == "ig"
+    assert targets.recipe_of(nets("Named")) == "dlg"  # the class's own recipe wins
+    assert targets.recipe_of(nets("Opaque")) == "dlg"  # nothing seen: the smooth models' recipe
+    # measured recipes stay: resnet18 with a smooth activation is still ig, vit_small (GELU) dlg
+    assert targets.recipe_of("resnet18", act="sigmoid") == "ig" and targets.recipe_of("vit_small") == "dlg"
+
+
+def test_the_configuration_asks_with_its_data_sets_image_shape(nets):
+    assert RunConfig(model="lenet", model_params={"act": "relu"}).derived().recipe == "ig"
+    assert RunConfig(model="lenet").derived().recipe == "dlg"
+    # Digits' forward runs only on 1x28x28: its ReLU call is seen for the digits, not for the 3x32x32 photos
+    assert RunConfig(model=nets("Digits"), dataset="digits").derived().recipe == "ig"
+    assert RunConfig(model=nets("Digits"), dataset="photos").derived().recipe == "dlg"
+    assert RunConfig(model=nets("Functional"), recipe="dlg").derived().optimizer == "lbfgs"  # a named recipe wins
+
+
+def test_image_shapes_are_known_without_loading_the_data_set():
+    assert input_shape("photos") == (3, 32, 32) and input_shape("photos", 64) == (3, 64, 64)
+    assert input_shape("digits") == (1, 28, 28) and input_shape("mnist") == (1, 28, 28)
+    assert input_shape("cifar100") == (3, 32, 32) and input_shape("imagefolder", 96) == (3, 96, 96)
+    assert input_shape("digits", 64) == (1, 28, 28)  # a fixed size stays
+    assert input_shape("nowhere") is None
