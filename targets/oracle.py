@@ -54,14 +54,14 @@ def unflatten(victim: Victim, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return {n: flat[s].view_as(shapes[n]) for n, s in param_slices(victim).items()}
 
 
-def probe(victim: Victim, x: torch.Tensor, modules, record) -> torch.Tensor:
-    """The output of one forward pass of x without gradients, ``record(module, inputs, output)`` called as each of
-    ``modules`` runs; the hooks are removed and every buffer restored afterwards (a BatchNorm may update its
-    running statistics), so probing leaves the model as it was."""
+def probe(victim: Victim, x: torch.Tensor, modules, record, *, graph: bool = False) -> torch.Tensor:
+    """The output of one forward pass of x (with its autograd graph when ``graph``, else without gradients),
+    ``record(module, inputs, output)`` called as each of ``modules`` runs; the hooks are removed and every buffer
+    restored afterwards (a BatchNorm may update its running statistics), so probing leaves the model as it was."""
     hooks = [m.register_forward_hook(record) for m in modules]
     saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(graph and torch.is_grad_enabled()):
             return output_at(victim, x)
     finally:
         for h in hooks:

@@ -13,7 +13,6 @@ docs/attacks/april.md.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -22,11 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import targets
-from targets.oracle import output_at
+from targets.oracle import probe
 
 from ..observation import Observation
 from .analytic import Analytic
-from .base import Attack, AttackResult, Monitor
+from .base import Attack, AttackResult, Monitor, closed_form_result
 from .labels import recover_labels
 
 #: singular values of G below this fraction of the largest count as zero
@@ -57,8 +56,8 @@ def _find_embedding(victim) -> tuple[_Embedding | None, str | None]:
     """The patch and position embeddings, or None and what the model lacks (docs/attacks/april.md, Finding the pieces).
 
     One forward and backward pass of a random input at the victim's weights, under a random linear functional of
-    the output (any scalar of the output gives the identity dF/dE_pos[o + t] = dF/de_t); buffers are restored
-    afterwards, as :func:`targets.probe` does.
+    the output (any scalar of the output gives the identity dF/dE_pos[o + t] = dF/de_t), through
+    :func:`targets.probe`, which restores the buffers afterwards.
     """
     model = victim.model
     if len(victim.input_shape) != 3:
@@ -76,16 +75,7 @@ def _find_embedding(victim) -> tuple[_Embedding | None, str | None]:
                 and out.requires_grad and id(mod) not in seen:
             seen[id(mod)] = out
 
-    hooks = [m.register_forward_hook(record) for m in convs]
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        out = output_at(victim, x)
-    finally:
-        for h in hooks:
-            h.remove()
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
+    out = probe(victim, x, convs, record, graph=True)
     conv = next((m for m in convs if id(m) in seen and m.weight.requires_grad), None)
     if conv is None:
         return None, "no trainable patch embedding applied to the image itself"
@@ -209,18 +199,11 @@ class April(Attack):
             notes.append(f"the {which} gradient does not match the position-embedding gradient (relative residual "
                          f"{max(losses):.2g}): the g read from the message is not the exact gradient of one example "
                          "at these weights (noise, or several local steps)")
-        if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
-            stop, message = "diverged", "the patches came out non-finite"
-        elif notes:
-            stop, message = "stalled", "; ".join(notes)
-        else:
-            stop = "tolerance"
-            message = (f"{n} patches from the {emb.pos_name} and patch-embedding gradients by least squares, "
-                       f"the system full rank and consistent")
-        extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
-        return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
-                            iterations=0, best_step=0, stop_reason=stop, message=message,
-                            wall_s=time.perf_counter() - t0)
+        return closed_form_result(
+            x, labels, losses, notes, step=0, monitor=monitor, wall_s=time.perf_counter() - t0,
+            solved=(f"{n} patches from the {emb.pos_name} and patch-embedding gradients by least squares, "
+                    "the system full rank and consistent"),
+            non_finite="the patches came out non-finite")
 
 
 __all__ = ["April", "RANK_RTOL", "solve_patches", "fold_patches"]

@@ -8,6 +8,7 @@ record evaluation numbers (PSNR) along the way without the attack seeing them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -83,4 +84,21 @@ class Attack:
         raise NotImplementedError
 
 
-__all__ = ["Attack", "AttackError", "AttackResult", "Monitor"]
+def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: list[float], notes: list[str], *,
+                       solved: str, non_finite: str, step: int, monitor: Monitor | None, wall_s: float
+                       ) -> AttackResult:
+    """A closed-form attack's result: stop reason ``diverged`` (message ``non_finite``) where a loss or x is not
+    finite, ``stalled`` where ``notes`` say what went wrong (joined into the message), else ``tolerance`` with the
+    message ``solved``; ``step`` is the last of its steps (its layers), ``x0`` zeros (it has no start)."""
+    if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
+        stop, message = "diverged", non_finite
+    elif notes:
+        stop, message = "stalled", "; ".join(notes)
+    else:
+        stop, message = "tolerance", solved
+    extra = [{"step": step, **monitor(step, x)}] if monitor is not None else []
+    return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
+                        iterations=step, best_step=step, stop_reason=stop, message=message, wall_s=wall_s)
+
+
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result"]

@@ -29,7 +29,7 @@ from targets.oracle import probe
 from ..observation import Observation
 from ..progress import progress_bar
 from .analytic import Analytic
-from .base import Attack, AttackResult, Monitor
+from .base import Attack, AttackResult, Monitor, closed_form_result
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
@@ -271,19 +271,12 @@ class Rgap(Attack):
                          "local steps)")
         if deficient:
             notes.append("; ".join(deficient) + ": the minimum-norm solution was taken")
-        if not all(math.isfinite(v) for v in losses) or not bool(torch.isfinite(x).all()):
-            stop, message = "diverged", "a layer's solution became non-finite"
-        elif notes:
-            stop, message = "stalled", "; ".join(notes)
-        else:
-            stop = "tolerance"
-            message = "the head's input by division" + (
+        return closed_form_result(
+            x, labels, losses, notes, step=last, monitor=monitor, wall_s=time.perf_counter() - t0,
+            solved="the head's input by division" + (
                 f", then {len(steps) - 1} layers' inputs by least squares, each system full rank and consistent"
-                if len(steps) > 1 else ", its gradient exactly rank one")
-        extra = [{"step": last, **monitor(last, x)}] if monitor is not None else []
-        return AttackResult(x=x.detach(), labels=labels, x0=torch.zeros_like(x), losses=losses, extra=extra,
-                            iterations=last, best_step=last, stop_reason=stop, message=message,
-                            wall_s=time.perf_counter() - t0)
+                if len(steps) > 1 else ", its gradient exactly rank one"),
+            non_finite="a layer's solution became non-finite")
 
 
 __all__ = ["Rgap", "INVERTIBLE", "RANK_RTOL"]
