@@ -2,20 +2,25 @@
 
 A recipe fills every attacker setting the user leaves unset (``None``): the
 optimiser, its budget, the objective, the step-size schedule, signed steps, the
-TV weight, the box and the working precision.  Each registered victim names its
-recipe (``targets.recipe_of``); ``--recipe`` picks one for any victim.
+TV weight, the box and the working precision.  Each victim takes the recipe it is
+registered with or its class names, else one by its units (``targets.recipe_of``:
+``ig`` where a unit's derivative jumps, ReLU or max pooling, ``dlg`` where all are
+smooth); ``--recipe`` picks one for any victim.
 
 ``dlg``  L-BFGS with a strong-Wolfe line search on the squared distance L_R, in
          float64 (Zhu et al., "Deep Leakage from Gradients", 2019; Song et al.
          2023, Sec. 7): the strongest measured choice for smooth victims on a CPU
          (LeNet, MLP, logistic/linear regression, and the 32 px ViT ``vit_small``, whose GELU,
-         softmax attention and LayerNorm are smooth: docs/victims.md measures both recipes on it).
+         softmax attention and LayerNorm are smooth: docs/victims.md measures both recipes on it),
+         and the one-hidden-layer MLP with ReLU too, which it rebuilds to round-off.
 ``ig``   Inverting Gradients (Geiping et al., 2020; breaching 0.1.2's ``invertinggradients``):
          cosine objective over the whole message, Adam on the sign of the gradient with step
          0.025 (breaching's 0.1 acts on images normalised by the CIFAR std of about 0.25, so
          0.1 * 0.25 on images in [0, 1]) decayed by 10x at 3/8, 5/8 and 7/8 of the budget, total
          variation, the box [0, 1], float32: the recipe for deep ReLU/BatchNorm networks (the ResNets,
-         where L-BFGS in float64 costs seconds per step and stalls) and torchvision's ViT-Base.
+         where L-BFGS in float64 costs seconds per step and stalls), torchvision's ViT-Base, and
+         small convolutional networks with ReLU or max pooling, where L-BFGS stalls within about
+         550 steps (docs/victims.md#your-own-model-the-recipe-by-its-units).
          The TV weight is the one measured best on a small BatchNorm ResNet (examples/ig_recipe.toml,
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
          a victim fed [0, 1] pixels.  The budget is breaching's 24,000 steps or 8 minutes,
