@@ -34,7 +34,7 @@ from .gradient_matching import (
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, prior_error
-from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help
+from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help, recipe_options
 from .rgap import Rgap
 
 _ATTACKS = Registry("attack")
@@ -75,5 +75,5 @@ __all__ = [
     "SCHEDULES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
     "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
-    "recipe_help",
+    "recipe_help", "recipe_options",
 ]

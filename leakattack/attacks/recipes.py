@@ -84,6 +84,18 @@ _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objec
 RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype", "surrogate")
 
 
+def recipe_options(name: str) -> dict:
+    """The keyword arguments of ``GradientMatching`` that run recipe ``name`` as ``--recipe name`` does (its
+    precision is the victim's: ``victim.to(dtype=getattr(torch, get_recipe(name).dtype))``); a victim's own recipe
+    is ``targets.victim_recipe(victim)``."""
+    from .optimizers import DEFAULT_LR
+
+    r = get_recipe(name)
+    return {"optimizer": r.optimizer, "iterations": r.iterations, "objective": r.objective,
+            "lr": DEFAULT_LR[r.optimizer] if r.lr is None else r.lr, "schedule": r.schedule, "signed": r.signed,
+            "priors": {"tv": r.tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}
+
+
 def list_recipes() -> list[str]:
     """Names accepted by :func:`get_recipe`."""
     return _RECIPES.names()
@@ -99,4 +111,4 @@ def recipe_help(name: str) -> str:
     return _RECIPES.meta(name).get("help", "")
 
 
-__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help"]
+__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help", "recipe_options"]

@@ -206,6 +206,21 @@ def recipe_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), *
     return "ig" if units_of(name, num_classes, in_shape, **params) else "dlg"
 
 
+def victim_recipe(victim: Victim) -> str:
+    """The attack recipe for a built victim, as ``--recipe auto`` chooses it: :func:`recipe_of` for one built by
+    :func:`get_model`; for one wrapped by ``Victim.from_module``, its class's ``leakattack_recipe``, else ``ig``
+    where a unit's derivative jumps (its modules, or the calls of one forward pass of two zero inputs) and
+    ``dlg`` where all are smooth."""
+    name = victim.meta.get("name")
+    if name is not None and (name in _MODELS or is_user_spec(name)):
+        params = {k: v for k, v in victim.meta.items() if k not in ("name", "seed", "init")}
+        return recipe_of(name, victim.num_classes, victim.input_shape, **params)
+    own = user_recipe(type(victim.model))
+    if own is not BY_UNITS:
+        return own
+    return "ig" if piecewise_units(victim.model, tuple(victim.input_shape)) else "dlg"
+
+
 def task_of(name: str) -> str:
     """classification or regression, without building the model."""
     if _is_user(name):
@@ -214,5 +229,6 @@ def task_of(name: str) -> str:
 
 
 __all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init",
-           "task_of", "recipe_of", "own_recipe", "units_of", "piecewise_units", "BY_UNITS", "seeded_build",
-           "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP", "LogReg", "LinReg"]
+           "task_of", "recipe_of", "own_recipe", "units_of", "victim_recipe", "piecewise_units", "BY_UNITS",
+           "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP",
+           "LogReg", "LinReg"]

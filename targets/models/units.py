@@ -53,18 +53,26 @@ class _Calls(TorchFunctionMode):
 
 def piecewise_units(module: nn.Module, in_shape: tuple | None = None) -> list[str]:
     """The names of ``module``'s units whose derivative jumps: its module classes, or where it has none and
-    ``in_shape`` is given, the calls of a forward pass of two inputs on the meta device (``module`` built there,
-    e.g. under ``torch.device("meta")``).  A forward pass that fails there (a model that needs real values) counts
-    the calls made before it failed.  The forward pass imports ``torch._dynamo`` (meta kernels run torch's Python
-    decompositions): about a second of start-up, spent only where no module answers."""
+    ``in_shape`` is given, the calls of a forward pass of two zero inputs on the module's device (the meta device
+    where it was built there, ``torch.device("meta")``), its buffers restored afterwards.  A forward pass that
+    fails (a model that needs real values, on the meta device) counts the calls made before it failed.  On the
+    meta device it imports ``torch._dynamo`` (meta kernels run torch's Python decompositions): about a second of
+    start-up, spent only where no module answers."""
     found = {type(m).__name__ for m in module.modules() if isinstance(m, PIECEWISE_MODULES)}
     if not found and in_shape is not None:
+        first = next(module.parameters(), None)
+        device, dtype = (first.device, first.dtype) if first is not None else (torch.device("meta"), None)
+        saved = [(b, b.detach().clone()) for b in module.buffers()]  # a BatchNorm in train mode updates its own
         calls = _Calls()
         try:
             with torch.no_grad(), calls:
-                module(torch.zeros(2, *in_shape, device="meta"))
-        except Exception:  # noqa: BLE001 - any failure of the user's forward on meta tensors: keep the modules' answer
+                module(torch.zeros(2, *in_shape, device=device, dtype=dtype))
+        except Exception:  # noqa: BLE001 - any failure of the user's forward (on meta tensors): the calls made so far
             pass
+        finally:
+            with torch.no_grad():
+                for b, v in saved:
+                    b.copy_(v)
         found |= {name for name in calls.names if _piecewise_call(name)}
     return sorted(found)
 

@@ -136,3 +136,48 @@ def test_image_shapes_are_known_without_loading_the_data_set():
     assert input_shape("cifar100") == (3, 32, 32) and input_shape("imagefolder", 96) == (3, 96, 96)
     assert input_shape("digits", 64) == (1, 28, 28)  # a fixed size stays
     assert input_shape("nowhere") is None
+
+
+def test_a_built_victim_takes_the_recipe_the_command_line_gives_its_model():
+    assert targets.victim_recipe(targets.get_model("lenet")) == "dlg"
+    assert targets.victim_recipe(targets.get_model("lenet", act="relu")) == "ig"
+    assert targets.victim_recipe(targets.get_model("mlp", act="relu")) == "dlg"
+    assert targets.victim_recipe(targets.get_model("resnet20")) == "ig"
+
+
+class _Called(nn.Module):  # ReLU only by a call, beside a BatchNorm in train mode
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.fc = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Linear(4 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+def test_a_wrapped_module_is_run_forward_once_and_left_as_it_was():
+    net = _Called()
+    victim = targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10)
+    buffers = [b.clone() for b in net.buffers()]
+    assert targets.victim_recipe(victim) == "ig"
+    assert all(torch.equal(a, b) for a, b in zip(buffers, net.buffers(), strict=True))  # running statistics kept
+    smooth = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid(), nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+    assert targets.victim_recipe(targets.Victim.from_module(smooth, input_shape=(3, 8, 8), num_classes=10)) == "dlg"
+    net.leakattack_recipe = "dlg"  # an instance attribute is not the class's: the units still decide
+    assert targets.victim_recipe(victim) == "ig"
+    _Called.leakattack_recipe = "dlg"
+    try:
+        assert targets.victim_recipe(victim) == "dlg"
+    finally:
+        del _Called.leakattack_recipe
+
+
+def test_recipe_options_build_the_attack_the_command_line_runs():
+    from leakattack.attacks import get_attack, recipe_options
+    from leakattack.experiment import attack_of
+
+    for name in ("dlg", "ig"):
+        api = get_attack("gradient-matching", **recipe_options(name))
+        cli = attack_of(RunConfig(model="lenet", recipe=name, device="cpu"))
+        fields = ("optimizer", "iterations", "lr", "objective", "schedule", "signed", "priors", "box", "time_limit",
+                  "surrogate")
+        assert {f: getattr(api, f) for f in fields} == {f: getattr(cli, f) for f in fields}
