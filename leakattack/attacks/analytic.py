@@ -527,4 +527,27 @@ def _activation_after(model: nn.Module, layer: nn.Module) -> nn.Module | None:
     return None
 
 
-__all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls"]
+class OneExampleAttack(Attack):
+    """The common start of the closed-form attacks on one example's whole gradient (R-GAP, APRIL): the refusal of
+    a batch, and g solved from a message of b >= d numbers as :class:`Analytic` solves it."""
+
+    closed_form = True
+    #: the attack's name in its sentences
+    title = ""
+
+    def __init__(self):
+        self._square = Analytic()
+
+    def one_example(self, obs: Observation) -> str | None:
+        """The sentence refusing a message of a batch, or None."""
+        if obs.batch_size > 1:
+            return (f"{self.title} inverts the gradient of one example and the message holds a batch of "
+                    f"{obs.batch_size}; use gradient-matching or a batch size of 1")
+        return None
+
+    def gradient(self, obs: Observation) -> torch.Tensor:
+        """g (float64) from the message y = M g, b >= d."""
+        return self._square._solve_square(obs.linear_map, obs.y.detach().reshape(-1)).to(torch.float64)
+
+
+__all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls", "OneExampleAttack"]

@@ -24,8 +24,8 @@ import targets
 from targets.oracle import probe
 
 from ..observation import Observation
-from .analytic import Analytic
-from .base import Attack, AttackResult, Monitor, closed_form_result
+from .analytic import OneExampleAttack
+from .base import AttackResult, Monitor, closed_form_result
 from .labels import recover_labels
 
 #: singular values of G below this fraction of the largest count as zero
@@ -131,20 +131,16 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-300))
 
 
-class April(Attack):
+class April(OneExampleAttack):
     """APRIL's closed form: the patches from the position-embedding and patch-embedding gradients."""
 
     name = "april"
-    closed_form = True
-
-    def __init__(self):
-        self._square = Analytic()  # solves g from a square message
+    title = "APRIL"
 
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim
-        if obs.batch_size > 1:
-            return (f"APRIL inverts the gradient of one example and the message holds a batch of {obs.batch_size}; "
-                    "use gradient-matching or a batch size of 1")
+        if refusal := self.one_example(obs):
+            return refusal
         _, problem = _find_embedding(victim)
         if problem:
             return (f"APRIL reads the patches from a learnable position embedding added to a patch embedding, and "
@@ -177,8 +173,7 @@ class April(Attack):
         victim = obs.victim
         emb, _ = _find_embedding(victim)
         assert emb is not None  # check() refused a victim without one
-        M = obs.linear_map
-        g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
+        g = self.gradient(obs)
         conv, n = emb.conv, emb.grid[0] * emb.grid[1]
         dim = conv.out_channels
         G = g[emb.pos].reshape(emb.tokens, dim)[emb.offset:emb.offset + n]

@@ -28,8 +28,8 @@ from targets.oracle import probe
 
 from ..observation import Observation
 from ..progress import progress_bar
-from .analytic import Analytic
-from .base import Attack, AttackResult, Monitor, closed_form_result
+from .analytic import Analytic, OneExampleAttack
+from .base import AttackResult, Monitor, closed_form_result
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
@@ -191,20 +191,16 @@ def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
     return a, rank, residual
 
 
-class Rgap(Attack):
+class Rgap(OneExampleAttack):
     """The recursive gradient attack: the head by division, then each layer's input by least squares."""
 
     name = "rgap"
-    closed_form = True
-
-    def __init__(self):
-        self._square = Analytic()  # solves g from a square message
+    title = "R-GAP"
 
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim
-        if obs.batch_size > 1:
-            return (f"R-GAP inverts the gradient of one example and the message holds a batch of {obs.batch_size}; "
-                    "use gradient-matching or a batch size of 1")
+        if refusal := self.one_example(obs):
+            return refusal
         if victim.task != "classification":
             return (f"R-GAP starts from a classifier head, and {victim.name} is a {victim.task} model; "
                     "use gradient-matching")
@@ -225,8 +221,7 @@ class Rgap(Attack):
         victim = obs.victim
         steps, _ = _problem_with_chain(victim)
         assert steps is not None  # check() refused a victim without such a chain
-        M = obs.linear_map
-        g = self._square._solve_square(M, obs.y.detach().reshape(-1)).to(torch.float64)
+        g = self.gradient(obs)
         slices = targets.param_slices(victim)
         pname = {id(p): n for n, p in victim.model.named_parameters()}
         layers = [copy.deepcopy(s.module).to(torch.float64).requires_grad_(False) for s in steps]
