@@ -56,8 +56,8 @@ def piecewise_units(module: nn.Module, in_shape: tuple | None = None) -> list[st
     ``in_shape`` is given, the calls of a forward pass of two zero inputs on the module's device (the meta device
     where it was built there, ``torch.device("meta")``), its buffers restored afterwards.  A forward pass that
     fails (a model that needs real values, on the meta device) counts the calls made before it failed.  On the
-    meta device it imports ``torch._dynamo`` (meta kernels run torch's Python decompositions): about a second of
-    start-up, spent only where no module answers."""
+    meta device it imports ``torch._dynamo`` (meta kernels run torch's Python decompositions): 1.5 s of start-up
+    on a 2-core CPU (docs/victims.md), spent only where no module answers."""
     found = {type(m).__name__ for m in module.modules() if isinstance(m, PIECEWISE_MODULES)}
     if not found and in_shape is not None:
         first = next(module.parameters(), None)
