@@ -16,6 +16,8 @@
   sketch, no per-restart split), in float64 as the attack runs and in float32; and the
   batched evaluation of k = 1, 2, 4, ... R starts with its fit fixed + k x marginal; and R starts
   pruned by successive halving (``--prune-restarts``) against one start;
+* oneDNN: float32 attacks (small victims on one image and on 8 batched starts, and ResNet-20) with torch's
+  oneDNN (mkldnn) convolutions and without, the attack's wall time;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -23,7 +25,7 @@
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
                                       [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
                                       [--restart-dtype float64|float32] [--profile]
-                                      [--only startup|lbfgs|restarts|sketch ...]
+                                      [--only startup|lbfgs|restarts|sketch|onednn ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
 load average is printed: ratios taken at a load above 1.5 on two cores are not to be trusted.
@@ -46,7 +48,7 @@ import time
 import torch
 
 from leakattack.attacks import GradientMatching, init_dummy
-from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
+from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss, onednn, own_convolutions
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
@@ -361,8 +363,39 @@ def sketch_section(a) -> None:
           + (f"; load {load:.1f}: the machine was busy, rerun" if load >= 1.5 else ""))
 
 
+#: (label, run settings) of the oneDNN comparison: float32 attacks of small victims on one image and on batched
+#: starts, and a deep victim
+ONEDNN_CASES = [
+    ("lenet act=relu, ig, 600 steps", dict(model="lenet", model_params={"act": "relu"}, iterations=600)),
+    ("ReluCNN, ig, 600 steps", dict(model="examples/relu_models.py:ReluCNN", iterations=600)),
+    ("PooledCNN, ig, 600 steps", dict(model="examples/relu_models.py:PooledCNN", iterations=600)),
+    ("lenet, adam float32, 200 steps", dict(model="lenet", optimizer="adam", dtype="float32", iterations=200)),
+    ("lenet, adam float32, 200 steps, 8 starts", dict(model="lenet", optimizer="adam", dtype="float32",
+                                                      iterations=200, restarts=8)),
+    ("resnet20, ig, 30 steps, srht 0.01", dict(model="resnet20", sketch_ratio=0.01, iterations=30, threads=1)),
+]
+
+
+def onednn_section(a) -> None:
+    """The attack's wall time with torch's oneDNN (mkldnn) convolutions and without, interleaved rounds."""
+    for label, settings in ONEDNN_CASES:
+        p = prepare(RunConfig(sketch="srht", tol=0, stall_window=0, **settings))
+        x0 = torch.stack([init_dummy(p.obs.input_shape, "gaussian", 2 + 1000 * r, dtype=p.obs.victim.dtype)
+                          for r in range(p.attack.restarts)])
+        labels = p.attack.labels_for(p.obs)
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(a.rounds):
+            for enabled in (True, False):
+                with onednn(enabled):  # the optimisation alone: optimise() would choose
+                    times[enabled].append(timed(lambda: p.attack._optimise(p.obs, x0, labels, None, 10, False)))
+        on, off = min(times[True]), min(times[False])
+        chosen = "without" if own_convolutions(p.obs, x0) else "with"
+        print(f"onednn     {label} (d = {p.obs.victim.d}): {on:.3f} s with oneDNN, {off:.3f} s without: "
+              f"x{off / on:.2f}; the attack runs {chosen} it")
+
+
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
-            "sketch": sketch_section}
+            "sketch": sketch_section, "onednn": onednn_section}
 
 
 def main() -> None:

@@ -22,15 +22,19 @@ the truth), as in DLG and breaching.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import ctypes.util
 import math
 import sys
 import time
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
+
+from targets.victim import DEEP_WEIGHTS
 
 from ..errors import UserError
 from ..observation import Observation
@@ -262,12 +266,14 @@ class GradientMatching(Attack):
 
         It runs on ``threads`` torch threads, by default the victim's choice (every core
         for deep victims, one for small ones: ``Victim.threads``), and gives torch its
-        thread count back afterwards.
+        thread count back afterwards.  A float32 attack on one image of a small victim
+        runs its convolutions without oneDNN (:func:`own_convolutions`).
         """
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads or obs.victim.threads)
         try:
-            return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
+            with onednn(not own_convolutions(obs, x0)):
+                return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
         finally:
             torch.set_num_threads(threads)
 
@@ -352,6 +358,30 @@ class GradientMatching(Attack):
             bar.close()
         wall = time.perf_counter() - t0
         return [run.result(wall) for run in runs]
+
+
+@contextlib.contextmanager
+def onednn(enabled: bool) -> Iterator[None]:
+    """Within the block torch's oneDNN (mkldnn) kernels are on or off; torch's setting is given back afterwards.
+    (``torch.backends.mkldnn.flags`` would also reset oneDNN's TF32 setting, which warns on every call on a CPU.)"""
+    before = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(bool(enabled))
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(before)
+
+
+def own_convolutions(obs: Observation, x0: torch.Tensor) -> bool:
+    """Whether the attack from the starts ``x0`` (R, B, ...) runs its convolutions with PyTorch's own CPU kernels
+    rather than oneDNN's (mkldnn): for one image (R = B = 1) in float32 on the CPU, of a victim below
+    ``DEEP_WEIGHTS`` weights, where oneDNN's fixed cost per call outweighs the image's arithmetic.  Measured on a
+    2-core AMD EPYC (``benchmarks/attack_speed.py --only onednn``, three runs): such attacks take x0.61-1.01 of
+    their time with oneDNN; 8 batched starts of LeNet take x1.09-1.14 and ResNet-20 x1.33-1.42 without it, so
+    those keep it.  float64 has no oneDNN convolutions."""
+    victim = obs.victim
+    return (x0.shape[0] * x0.shape[1] == 1 and victim.dtype == torch.float32 and victim.device.type == "cpu"
+            and victim.d < DEEP_WEIGHTS)
 
 
 def prune_points(R: int) -> list[float]:

@@ -69,3 +69,27 @@ def test_an_explicit_count_reaches_the_attack_through_a_run():
         execute(p, with_lpips=False)
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_float32_attack_on_one_image_of_a_small_victim_runs_its_convolutions_without_onednn():
+    from leakattack.attacks.gradient_matching import own_convolutions
+
+    def setting(victim, R=1, B=1, **options):
+        x = torch.rand(B, *victim.input_shape, dtype=victim.dtype)
+        obs = observe(victim, x, torch.arange(B) % 10, Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1)),
+                      ThreatModel())
+        x0 = torch.rand(R, B, *victim.input_shape, dtype=victim.dtype)
+        seen = []
+        get_attack("gradient-matching", optimizer="adam", iterations=2, restarts=R, **options).optimise(
+            obs, x0, obs.labels, monitor=lambda step, x: seen.append(torch.backends.mkldnn.enabled) or {},
+            monitor_every=1)
+        assert len(set(seen)) == 1 and seen[0] == (not own_convolutions(obs, x0))
+        return seen[0]
+
+    small = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    before = torch.backends.mkldnn.enabled
+    assert setting(small) is False  # float32, one image, d below the bound: PyTorch's own kernels
+    assert torch.backends.mkldnn.enabled == before  # given back afterwards
+    assert setting(small, R=2) is True and setting(small, B=2) is True  # batched: oneDNN
+    assert setting(targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).to(dtype=torch.float64)) is True
+    assert setting(targets.get_model("resnet20", seed=0)) is True  # deep: oneDNN
