@@ -28,6 +28,7 @@ from .models import (
 from .oracle import (
                      flat_gradient,
                      flat_params,
+                     kept_buffers,
                      loss_at,
                      num_params,
                      param_names,
@@ -44,5 +45,5 @@ __all__ = [
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
     "own_recipe", "units_of", "victim_recipe", "parameter_count", "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
-    "per_example_gradients", "unflatten", "load_weights", "probe",
+    "per_example_gradients", "unflatten", "load_weights", "probe", "kept_buffers",
 ]

@@ -12,6 +12,9 @@ client's and the attacker's passes should compute the same function.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -54,21 +57,30 @@ def unflatten(victim: Victim, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return {n: flat[s].view_as(shapes[n]) for n, s in param_slices(victim).items()}
 
 
+@contextlib.contextmanager
+def kept_buffers(model: nn.Module) -> Iterator[None]:
+    """Within the block the model may run forward as it likes: every buffer (a BatchNorm's running statistics in
+    train mode) is restored afterwards."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+
+
 def probe(victim: Victim, x: torch.Tensor, modules, record, *, graph: bool = False) -> torch.Tensor:
     """The output of one forward pass of x (with its autograd graph when ``graph``, else without gradients),
     ``record(module, inputs, output)`` called as each of ``modules`` runs; the hooks are removed and every buffer
     restored afterwards (a BatchNorm may update its running statistics), so probing leaves the model as it was."""
     hooks = [m.register_forward_hook(record) for m in modules]
-    saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
     try:
-        with torch.set_grad_enabled(graph and torch.is_grad_enabled()):
+        with kept_buffers(victim.model), torch.set_grad_enabled(graph and torch.is_grad_enabled()):
             return output_at(victim, x)
     finally:
         for h in hooks:
             h.remove()
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
 
 
 def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> torch.Tensor:
@@ -254,4 +266,4 @@ def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) ->
 
 
 __all__ = ["num_params", "param_names", "param_slices", "flat_params", "unflatten", "output_at", "probe", "loss_at",
-           "check_per_example", "flat_gradient", "per_example_gradients", "restart_gradients"]
+           "check_per_example", "flat_gradient", "per_example_gradients", "restart_gradients", "kept_buffers"]

@@ -172,10 +172,16 @@ class Victim:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     @property
+    def deep(self) -> bool:
+        """Whether it has at least :data:`DEEP_WEIGHTS` weights: large tensor operations, which every core and
+        oneDNN's kernels pay off for."""
+        return self.d >= DEEP_WEIGHTS
+
+    @property
     def threads(self) -> int:
-        """The torch threads an attack on this victim runs on unless told otherwise: every core from
-        :data:`DEEP_WEIGHTS` weights on, one thread below."""
-        return cpu_cores() if self.d >= DEEP_WEIGHTS else 1
+        """The torch threads an attack on this victim runs on unless told otherwise: every core for a deep one,
+        one thread below."""
+        return cpu_cores() if self.deep else 1
 
     @property
     def unknowns_per_example(self) -> int:

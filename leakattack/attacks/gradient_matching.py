@@ -34,8 +34,6 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from targets.victim import DEEP_WEIGHTS
-
 from ..errors import UserError
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
@@ -374,14 +372,14 @@ def onednn(enabled: bool) -> Iterator[None]:
 
 def own_convolutions(obs: Observation, x0: torch.Tensor) -> bool:
     """Whether the attack from the starts ``x0`` (R, B, ...) runs its convolutions with PyTorch's own CPU kernels
-    rather than oneDNN's (mkldnn): for one image (R = B = 1) in float32 on the CPU, of a victim below
-    ``DEEP_WEIGHTS`` weights, where oneDNN's fixed cost per call outweighs the image's arithmetic.  Measured on a
+    rather than oneDNN's (mkldnn): for one image (R = B = 1) in float32 on the CPU, of a victim that is not
+    ``deep``, where oneDNN's fixed cost per call outweighs the image's arithmetic.  Measured on a
     2-core AMD EPYC (``benchmarks/attack_speed.py --only onednn``, three runs): such attacks take x0.61-1.01 of
     their time with oneDNN; 8 batched starts of LeNet take x1.09-1.14 and ResNet-20 x1.33-1.42 without it, so
     those keep it.  float64 has no oneDNN convolutions."""
     victim = obs.victim
     return (x0.shape[0] * x0.shape[1] == 1 and victim.dtype == torch.float32 and victim.device.type == "cpu"
-            and victim.d < DEEP_WEIGHTS)
+            and not victim.deep)
 
 
 def prune_points(R: int) -> list[float]:

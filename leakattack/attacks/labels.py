@@ -80,17 +80,13 @@ def probe(victim, n: int, like: torch.Tensor) -> ProbeStats:
     """
     seen = []
     hook = victim.head.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach()))
-    saved = [(b, b.detach().clone()) for b in victim.model.buffers()]
     try:
         noise = torch.randn((n, *victim.input_shape), generator=torch_generator(0))
         x = (0.5 + 0.25 * noise).clamp(0, 1).to(like)
-        with torch.no_grad():
+        with targets.kept_buffers(victim.model), torch.no_grad():
             probs = torch.softmax(victim.model(x), dim=-1).mean(0)
     finally:
         hook.remove()
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
     return ProbeStats(feats=seen[0].flatten(1), probs=probs)
 
 

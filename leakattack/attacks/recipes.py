@@ -12,7 +12,8 @@ smooth); ``--recipe`` picks one for any victim.
          2023, Sec. 7): the strongest measured choice for smooth victims on a CPU
          (LeNet, MLP, logistic/linear regression, and the 32 px ViT ``vit_small``, whose GELU,
          softmax attention and LayerNorm are smooth: docs/victims.md measures both recipes on it),
-         and the one-hidden-layer MLP with ReLU too, which it rebuilds to round-off.
+         and the one-hidden-layer MLP with ReLU too (digits 0-2: 36.8 dB, and two to round-off, where
+         ``ig`` stops at 35-39 dB: docs/victims.md#your-own-model-the-recipe-by-its-units).
 ``ig``   Inverting Gradients (Geiping et al., 2020; breaching 0.1.2's ``invertinggradients``):
          cosine objective over the whole message, Adam on the sign of the gradient with step
          0.025 (breaching's 0.1 acts on images normalised by the CIFAR std of about 0.25, so
@@ -60,6 +61,12 @@ class Recipe:
     #: width of the ReLU surrogate at the start (0: exact ReLU derivatives; leakattack.attacks.surrogate)
     surrogate: float = 0.0
 
+    def step_size(self, optimizer: str) -> float:
+        """Its step when its own optimiser runs, else ``optimizer``'s default."""
+        from .optimizers import DEFAULT_LR
+
+        return self.lr if self.lr is not None and self.optimizer == optimizer else DEFAULT_LR[optimizer]
+
 
 #: ig's step on images in [0, 1]: breaching's 0.1 on images divided by the CIFAR-10 std (0.247, 0.243, 0.262)
 IG_LR = 0.025
@@ -88,11 +95,9 @@ def recipe_options(name: str) -> dict:
     """The keyword arguments of ``GradientMatching`` that run recipe ``name`` as ``--recipe name`` does (its
     precision is the victim's: ``victim.to(dtype=getattr(torch, get_recipe(name).dtype))``); a victim's own recipe
     is ``targets.victim_recipe(victim)``."""
-    from .optimizers import DEFAULT_LR
-
     r = get_recipe(name)
     return {"optimizer": r.optimizer, "iterations": r.iterations, "objective": r.objective,
-            "lr": DEFAULT_LR[r.optimizer] if r.lr is None else r.lr, "schedule": r.schedule, "signed": r.signed,
+            "lr": r.step_size(r.optimizer), "schedule": r.schedule, "signed": r.signed,
             "priors": {"tv": r.tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}
 
 

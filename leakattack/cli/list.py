@@ -25,8 +25,10 @@ def cmd_list(a) -> int:
         recipe = targets.recipe_of(a.model)
         if targets.own_recipe(a.model) is None:  # its units decide (for 3x32x32 images here)
             units = targets.units_of(a.model)
-            recipe += (" (by its units: " + (", ".join(units) if units else "none whose derivative jumps")
-                       + ")" if units is not None else " (its class cannot be built on the meta device)")
+            if units is None:
+                recipe += " (its class cannot be built on the meta device)"
+            else:
+                recipe += f" (by its units: {', '.join(units) or 'none whose derivative jumps'})"
         print(f"{a.model}: task {targets.task_of(a.model)}; recipe {recipe}; "
               "parameters (--model-param NAME=VALUE): "
               f"{', '.join(params) if params else 'none'}")

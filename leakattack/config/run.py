@@ -225,10 +225,7 @@ class RunConfig:
         """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""
         if self.lr is not None:
             return self.lr
-        recipe = attacks.get_recipe(self._recipe_name())
-        if recipe.lr is not None and recipe.optimizer == optimizer:
-            return recipe.lr
-        return attacks.DEFAULT_LR[optimizer]
+        return attacks.get_recipe(self._recipe_name()).step_size(optimizer)
 
     def derived(self) -> Derived:
         """The seeds, the recipe and every attacker setting this configuration runs with."""

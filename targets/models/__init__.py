@@ -76,7 +76,7 @@ def register_model(name: str, builder=None, *, task: str = "classification", los
 
 
 register_model("lenet", LeNet, default_init="uniform")
-register_model("mlp", MLP, recipe="dlg")  # with act=relu too: L-BFGS rebuilds it to round-off
+register_model("mlp", MLP, recipe="dlg")  # with act=relu too (docs/victims.md#your-own-model-the-recipe-by-its-units)
 register_model("logreg", LogReg)
 register_model("linreg", LinReg, task="regression")
 register_model("resnet20", resnet20, default_init=None, recipe="ig")
@@ -200,25 +200,25 @@ def recipe_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), *
     """The attack recipe that suits model ``name`` built with these arguments: the one it is registered with or
     its class names (``leakattack_recipe``); else, by its units, ``ig`` where one's derivative jumps (ReLU, max
     pooling: :func:`units_of`) and ``dlg`` for a smooth model or one that cannot be built on the meta device."""
-    fixed = own_recipe(name)
-    if fixed is not BY_UNITS:
-        return fixed
-    return "ig" if units_of(name, num_classes, in_shape, **params) else "dlg"
+    return _by_units(own_recipe(name), lambda: units_of(name, num_classes, in_shape, **params))
 
 
 def victim_recipe(victim: Victim) -> str:
-    """The attack recipe for a built victim, as ``--recipe auto`` chooses it: :func:`recipe_of` for one built by
-    :func:`get_model`; for one wrapped by ``Victim.from_module``, its class's ``leakattack_recipe``, else ``ig``
-    where a unit's derivative jumps (its modules, or the calls of one forward pass of two zero inputs) and
-    ``dlg`` where all are smooth."""
-    name = victim.meta.get("name")
-    if name is not None and (name in _MODELS or is_user_spec(name)):
-        params = {k: v for k, v in victim.meta.items() if k not in ("name", "seed", "init")}
-        return recipe_of(name, victim.num_classes, victim.input_shape, **params)
-    own = user_recipe(type(victim.model))
-    if own is not BY_UNITS:
-        return own
-    return "ig" if piecewise_units(victim.model, tuple(victim.input_shape)) else "dlg"
+    """The attack recipe for a built victim, as ``--recipe auto`` chooses it for its model: the one a registered
+    model is registered with or the module's class names, else by the units of the module itself (a registered
+    model's modules; another's modules, or the calls of one forward pass of two zero inputs)."""
+    name = str(victim.meta.get("name"))
+    registered = name in _MODELS
+    fixed = _MODELS.meta(name)["recipe"] if registered else user_recipe(type(victim.model))
+    return _by_units(fixed, lambda: piecewise_units(victim.model, None if registered else tuple(victim.input_shape)))
+
+
+def _by_units(fixed: str | None, units) -> str:
+    """``fixed``, else ``ig`` where ``units()`` finds a unit whose derivative jumps and ``dlg`` where it finds none
+    (or cannot look: None)."""
+    if fixed is not BY_UNITS:
+        return fixed
+    return "ig" if units() else "dlg"
 
 
 def task_of(name: str) -> str:

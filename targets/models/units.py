@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..oracle import kept_buffers
+
 #: module classes whose derivative in their input jumps
 PIECEWISE_MODULES = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid,
@@ -62,17 +64,12 @@ def piecewise_units(module: nn.Module, in_shape: tuple | None = None) -> list[st
     if not found and in_shape is not None:
         first = next(module.parameters(), None)
         device, dtype = (first.device, first.dtype) if first is not None else (torch.device("meta"), None)
-        saved = [(b, b.detach().clone()) for b in module.buffers()]  # a BatchNorm in train mode updates its own
         calls = _Calls()
         try:
-            with torch.no_grad(), calls:
+            with kept_buffers(module), torch.no_grad(), calls:
                 module(torch.zeros(2, *in_shape, device=device, dtype=dtype))
         except Exception:  # noqa: BLE001 - any failure of the user's forward (on meta tensors): the calls made so far
             pass
-        finally:
-            with torch.no_grad():
-                for b, v in saved:
-                    b.copy_(v)
         found |= {name for name in calls.names if _piecewise_call(name)}
     return sorted(found)
 
