@@ -107,7 +107,7 @@ def attack_of(cfg: RunConfig) -> Attack:
         labels="given" if cfg.labels_given else cfg.label_mode,
         dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
         signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
-        threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts,
+        threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts, refine=cfg.refine,
     )
 
 
@@ -176,7 +176,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         labels_attack=None if result.labels is None else result.labels.tolist(),
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
-        **judged, **found, seed_search=seed_search, label_choice=result.label_choice, extra=privacy,
+        **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
+        gauss_newton=result.gauss_newton, extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
@@ -214,8 +215,9 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     rebuilt, or SSIM < :data:`metrics.SAME_IMAGE_SSIM`): another input matches
     as well.  Otherwise, for a converged run whose Jacobian of x -> the
     attacker's model of the message is small enough to measure
-    (:func:`metrics.jacobian_rank`), it is whether that rank is m*B (the match
-    is isolated: locally unique); else None (not measured).
+    (:func:`metrics.jacobian_rank`), or whose Gauss-Newton steps formed it next to
+    the solution, it is whether that rank is m*B (the match is isolated: locally
+    unique); else None (not measured).
     """
     case, mB = p.case, unknowns(p.case)
     out: dict[str, object] = {"unique": None, "jacobian_rank": None,
@@ -234,7 +236,13 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels
         out["jacobian_note"] = "not measured: the labels were optimised with the images"
         return out
-    rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.d)
+    gn = result.gauss_newton or {}
+    if gn.get("jacobian_rank") is not None:  # the Gauss-Newton steps formed J next to the solution already
+        rank, (top, low) = gn["jacobian_rank"], gn["singular_values"]
+        out["jacobian_note"] = (f"rank {rank} of m*B = {mB} at the last Gauss-Newton step (singular values "
+                                f"{top:.2e} to {low:.2e})")
+    else:
+        rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.d)
     out["jacobian_rank"] = rank
     if out["unique"] is None and rank is not None:
         out["unique"] = rank == mB
@@ -304,8 +312,9 @@ def _write_files(out: Outcome, folder: Path) -> None:
     }
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
+    gn = f" + {r.gauss_newton['accepted']} Gauss-Newton" if r.gauss_newton else ""
     title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
-             f"{seeds.optimizer}, {r.iterations} it")
+             f"{seeds.optimizer}{gn}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid

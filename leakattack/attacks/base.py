@@ -43,6 +43,8 @@ class AttackResult:
     restart_stops: list[str] = field(default_factory=list)  #: why each restart stopped (``pruned``: by halving)
     #: how the labels were chosen when the label rules read different ones (GradientMatching.choose_labels)
     label_choice: dict | None = None
+    #: what the Gauss-Newton steps after the first-order phase did (GradientMatching.refine), None if none ran
+    gauss_newton: dict | None = None
 
     @property
     def final_loss(self) -> float:

@@ -34,11 +34,14 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
+from targets.victim import cpu_cores
+
 from ..errors import UserError
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor
+from .gauss_newton import levenberg_marquardt, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
@@ -48,6 +51,11 @@ OBJECTIVES = ("l2", "cosine")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 SCHEDULES = ("none", "step")
+#: what follows the first-order phase: Gauss-Newton steps where they pay (auto), always, or nothing
+REFINES = ("auto", "gauss-newton", "none")
+#: ``auto`` follows a phase that used its steps only when they were at least this many: a shorter budget asks for
+#: a quick answer (a probe, a sweep point), and one Gauss-Newton step on LeNet costs as much as ~1,700 L-BFGS steps
+GAUSS_NEWTON_AFTER = 1000
 
 #: ``step`` schedule: the step size is multiplied by 0.1 at these fractions of the
 #: iteration budget (Geiping et al.'s MultiStepLR milestones, 3/8, 5/8, 7/8)
@@ -126,14 +134,15 @@ class GradientMatching(Attack):
     reads_labels = True
     #: the run settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
     settings = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv", "priors",
-                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "prune_restarts", "surrogate")
+                "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "prune_restarts", "surrogate",
+                "refine")
 
     def __init__(self, *, optimizer: str = "lbfgs", iterations: int = 300, lr: float | None = None,
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,
                  labels: str = "idlg", dummy_init: str = "gaussian", restarts: int = 1, init_seed: int = 0,
                  schedule: str = "none", signed: bool = False, stall_window: int = STALL_WINDOW,
                  stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None,
-                 surrogate: float = 0.0, prune_restarts: bool = False):
+                 surrogate: float = 0.0, prune_restarts: bool = False, refine: str = "auto"):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if signed and sees_normalised_loss(optimizer):
@@ -160,6 +169,11 @@ class GradientMatching(Attack):
         #: successive halving of the restarts (:func:`prune_points`): the worse half of the starts still running
         #: stops at 1/2^n, ..., 1/4, 1/2 of the budget
         self.prune_restarts = bool(prune_restarts)
+        if refine not in REFINES:
+            raise ValueError(f"refine must be one of {REFINES}, got {refine!r}")
+        #: Gauss-Newton steps on the best start after the first-order phase (:mod:`.gauss_newton`): ``auto`` where
+        #: they can converge and are affordable (:meth:`refinement`), ``gauss-newton`` wherever L_R is the objective
+        self.refine = refine
 
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
@@ -170,7 +184,48 @@ class GradientMatching(Attack):
             self.build_priors(obs)
         except UserError as err:
             return str(err)
+        if self.refine == "gauss-newton":
+            reason = self._unrefinable()
+            if reason:
+                return f"Gauss-Newton steps need L_R itself as the objective: {reason}"
         return None
+
+    def _unrefinable(self) -> str | None:
+        """Why this attack's objective is not L_R alone, which Gauss-Newton steps minimise (None: it is)."""
+        if self.objective != "l2":
+            return f"the objective is {self.objective}"
+        if self.priors:
+            return f"a prior ({', '.join(self.priors)}) is added to it"
+        if self.surrogate:
+            return "the ReLU surrogate changes its derivative"
+        if self.box:
+            return "the box [0, 1] constrains it"
+        if self.label_mode == "dlg":
+            return "the labels are optimised with the images"
+        return None
+
+    def refinement(self, obs: Observation, stop: str = "stalled") -> str | None:
+        """Why no Gauss-Newton steps follow a first-order phase that stopped for ``stop`` (None: they follow).
+
+        ``auto`` takes them on a float64 attack of L_R alone (no prior, box or surrogate, fixed labels) whose
+        message has at least as many numbers as unknowns (b >= m*B: a full-rank J can exist) and within the
+        sizes of :func:`.gauss_newton.too_large`, after a phase that stalled or used a budget of at least
+        :data:`GAUSS_NEWTON_AFTER` steps (not after a shorter budget, a time limit or a tolerance met).
+        """
+        if self.refine == "none":
+            return "--refine none"
+        reason = self._unrefinable()
+        if reason or self.refine == "gauss-newton":
+            return reason
+        n = math.prod(obs.input_shape)
+        if obs.victim.dtype != torch.float64:
+            return f"the attack runs in {str(obs.victim.dtype).removeprefix('torch.')}"
+        if obs.b < n:
+            return f"b = {obs.b} < m*B = {n}"
+        if not (stop == "stalled" or stop == "iterations" and self.iterations >= GAUSS_NEWTON_AFTER):
+            return (f"the first phase stopped for {stop}" if stop != "iterations" else
+                    f"the first phase's budget of {self.iterations} steps is a probe's (below {GAUSS_NEWTON_AFTER})")
+        return too_large(obs.b, n, obs.d)
 
     def build_priors(self, obs: Observation) -> list:
         """The configured priors, built for ``obs``: callables x -> weighted penalty."""
@@ -236,7 +291,48 @@ class GradientMatching(Attack):
         if choice is not None:
             best.label_choice = choice
             best.wall_s += probes_s
+        if self.refinement(obs, best.stop_reason) is None:
+            deadline = math.inf if self.time_limit is None else t0 + self.time_limit
+            self._refine(obs, best, deadline, monitor)
         return best
+
+    def _refine(self, obs: Observation, best: AttackResult, deadline: float, monitor: Monitor | None) -> None:
+        """Gauss-Newton steps from ``best``'s iterate (:func:`.gauss_newton.levenberg_marquardt`), written into it
+        when they converge (reach the tolerance): each accepted step is one more step of its losses and the stop
+        reason becomes ``tolerance``.  Steps that do not converge leave the first phase's iterate, losses and stop
+        reason as they were (a lower L_R reached by slow steps is no sign of being nearer the input); its message
+        and ``gauss_newton`` record what they reached."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads or obs.victim.threads)
+        try:
+            # its normal equations are large dense products: every core, unless the threads were given
+            out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
+                                      scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
+                                      threads=self.threads or cpu_cores())
+        finally:
+            torch.set_num_threads(threads)
+        before, first = best.final_loss, best.iterations
+        reached = out.losses[-1] if out.losses else before
+        kept = out.stop == "tolerance"
+        best.wall_s += out.seconds
+        best.gauss_newton = {"after_step": first, "steps": out.steps, "accepted": len(out.losses), "kept": kept,
+                             "loss_before": before, "loss_after": reached, "stop": out.stop,
+                             "jacobian_rank": out.rank, "singular_values": out.singular}
+        did = (f"{len(out.losses)} Gauss-Newton steps from the best iterate of step {first} took L_R from "
+               f"{before:.2e} to {reached:.2e}")
+        if kept:
+            best.x = out.x
+            best.losses = best.losses[: best.iterations + 1] + out.losses
+            best.iterations = best.best_step = len(best.losses) - 1
+            best.stop_reason = "tolerance"
+            best.message = f"converged: {did} (L_R/||y||^2 <= tol)"
+            if monitor is not None and out.losses:
+                best.extra.append({"step": best.iterations, **monitor(best.iterations, best.x)})
+            return
+        why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
+               "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
+        best.message = f"{best.message}; then {did} without converging ({why[out.stop]}): the first phase's " \
+                       "iterate is kept"
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
             monitor: Monitor | None = None, monitor_every: int = 10, progress: bool = False) -> AttackResult:
@@ -642,4 +738,4 @@ def _progress(total: int, enabled: bool):
 
 
 __all__ = ["GradientMatching", "match_loss", "init_dummy", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "LOSS_UNIT",
-           "SCHEDULES", "STEP_MILESTONES", "STALL_WINDOW", "STALL_GAIN", "match_rows"]
+           "SCHEDULES", "STEP_MILESTONES", "STALL_WINDOW", "STALL_GAIN", "match_rows", "REFINES"]

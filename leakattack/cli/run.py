@@ -22,13 +22,13 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     under 1/``num_classes``).
     """
     name = "cosine distance" if objective == "cosine" else "L_R"
-    tail = (f"{name} {_loss(m.final_loss)} | {_labels(m)} | {m.iterations} it ({m.stop_reason}) | "
+    tail = (f"{name} {_loss(m.final_loss)} | {_labels(m)} | {_steps(m)} | "
             f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes)}")
     if m.attacked is False:
         return f"nothing was attacked: {m.nothing_attacked} | {tail}{folder}"
     if m.truth is False:  # a message attacked without a truth file
         return (f"no image metrics (no --truth) | {name} {_loss(m.final_loss)} | labels {m.labels_attack} "
-                f"({m.label_mode}) | {m.iterations} it ({m.stop_reason}) | {m.wall_s:.1f} s | "
+                f"({m.label_mode}) | {_steps(m)} | {m.wall_s:.1f} s | "
                 f"d={m.d} b={m.b} | reconstruction.pt in {folder}")
     lp = f"{m.lpips:.3f}" if m.lpips is not None else "n/a (backbone weights not cached)"
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
@@ -119,6 +119,13 @@ def _derived(folder) -> dict:
         return json.loads((Path(folder) / "config.json").read_text()).get("derived", {})
     except (OSError, ValueError):
         return {}
+
+
+def _steps(m) -> str:
+    """The steps and the stop reason, with the Gauss-Newton steps among them: ``5690 it (tolerance, 4 Gauss-Newton)``.
+    """
+    gn = f", {m.gauss_newton['accepted']} Gauss-Newton" if m.gauss_newton else ""
+    return f"{m.iterations} it ({m.stop_reason}{gn})"
 
 
 def label_choice_line(c: dict) -> str:

@@ -68,6 +68,7 @@ DEFAULT_ATTACK = "gradient-matching"
 DEFAULT_LR = {"lbfgs": 1.0, "adam": 0.1, "gd": 0.01}
 OBJECTIVES = ("l2", "cosine")
 SCHEDULES = ("none", "step")
+REFINES = ("auto", "gauss-newton", "none")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 STALL_WINDOW = 500
@@ -94,6 +95,7 @@ SOURCES = {
     "BN_MODES": "targets:BN_MODES", "INITS": "targets:INITS", "ACTIVATIONS": "targets.models:ACTIVATIONS",
     "DEFAULT_ATTACK": "leakattack.attacks:DEFAULT_ATTACK", "DEFAULT_LR": "leakattack.attacks:DEFAULT_LR",
     "OBJECTIVES": "leakattack.attacks:OBJECTIVES", "SCHEDULES": "leakattack.attacks:SCHEDULES",
+    "REFINES": "leakattack.attacks:REFINES",
     "LABEL_MODES": "leakattack.attacks:LABEL_MODES", "DUMMY_INITS": "leakattack.attacks:DUMMY_INITS",
     "STALL_WINDOW": "leakattack.attacks:STALL_WINDOW", "STALL_GAIN": "leakattack.attacks:STALL_GAIN",
     "IG_TIME_LIMIT": "leakattack.attacks.recipes:IG_TIME_LIMIT",

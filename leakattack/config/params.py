@@ -175,6 +175,11 @@ RUN_PARAMS: tuple[Param, ...] = (
           "successive halving of the starts: at 1/8, 1/4 and 1/2 of the budget (iterations or time limit) for 8 "
           "starts, the half with the higher lowest L_R stops (stop reason pruned), so 8 starts take 2.5 starts' "
           "steps instead of 8"),
+    Param("refine", "auto", Choice(names.REFINES), "refine",
+          "what follows the first-order phase on the best start: Levenberg-Marquardt (Gauss-Newton) steps on L_R, "
+          "which converge to the input itself where the message pins it down (auto: on a float64 attack of L_R "
+          "alone with fixed labels, b >= m*B and at most 4096 unknowns, after it stalled or used a budget of at "
+          "least 1000 steps; gauss-newton: wherever L_R alone is the objective; none)"),
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
           "every start still running stops with its best iterate (stop reason time-limit); with a step schedule its "

@@ -96,6 +96,7 @@ class RunConfig:
     dummy_init: str = "gaussian"
     restarts: int = 1
     prune_restarts: bool = False
+    refine: str = "auto"
     time_limit: str | float | None = None
     seed: int = 0
     # data

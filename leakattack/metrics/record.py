@@ -94,6 +94,8 @@ class RunMetrics:
     label_choice: dict[str, Any] | None = None
     #: why each start stopped (``pruned``: by --prune-restarts); written for runs of several starts
     restart_stops: list[str] | None = None
+    #: what the Gauss-Newton steps after the first-order phase did (``--refine``); written when they ran
+    gauss_newton: dict[str, Any] | None = None
 
     #: the keys whose set varies (a defended run's privacy keys, keys of other versions), in the file's order
     extra: dict[str, Any] = field(default_factory=dict)
@@ -175,7 +177,7 @@ _MISSING = object()
 _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
-_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops"})
+_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "gauss_newton"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -14,34 +14,13 @@ from __future__ import annotations
 
 import torch
 
+from ..attacks.gauss_newton import jacobian
+
 #: the Jacobian is measured only when d x m*B is at most this: each of its m*B columns is one backward pass through
 #: the graph of the d weights' gradient, and J (b x m*B, b <= d) takes at most 160 MB in float64 ...
 JACOBIAN_MAX_WORK = 2 * 10**7
 #: ... and m*B is at most this (the SVD grows as b (m*B)^2; what it costs: docs/runs.md)
 JACOBIAN_MAX_UNKNOWNS = 1024
-
-
-def jacobian(forward, x: torch.Tensor, labels) -> torch.Tensor:
-    """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only.
-
-    h(v) = J^T v = grad_x <v, forward(x)> is built once with its graph (it is
-    linear in v); column j of J is then grad_v h_j, one backward pass each.  Only
-    backward passes are needed, which every differentiable model and sketch of
-    the attack provides (the attack itself differentiates through them).
-    """
-    xr = x.detach().clone().requires_grad_(True)
-    y = forward(xr, labels).reshape(-1)
-    v = torch.zeros_like(y, requires_grad=True)
-    h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
-    J = torch.zeros(y.numel(), x.numel(), dtype=y.dtype, device=y.device)
-    if h is None or not h.requires_grad:  # the message does not depend on the input
-        return J
-    h = h.reshape(-1)
-    for j in range(h.numel()):
-        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
-        if col is not None:
-            J[:, j] = col
-    return J
 
 
 def numerical_rank(J: torch.Tensor) -> int:

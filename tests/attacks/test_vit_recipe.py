@@ -29,3 +29,7 @@ def test_dlg_rebuilds_a_photo_through_a_small_vit_and_a_sketch(tmp_path):
     assert m.label_acc == 1.0
     assert m.psnr >= m.baseline_psnr + 3.0, m
     assert m.ssim >= 0.5 and m.verdict == "rebuilt", m
+    # 2000 steps used up: Gauss-Newton steps follow; they are kept only where they converged
+    gn = m.gauss_newton
+    assert gn is not None and gn["kept"] == (m.stop_reason == "tolerance"), gn
+    assert gn["kept"] or (m.final_loss == gn["loss_before"] and m.iterations == 2000)

@@ -88,8 +88,11 @@ def test_every_image_is_a_png_that_decodes(report):
 
 def test_report_says_what_was_attacked_and_how_it_went(report):
     text = report.read_text(encoding="utf-8")
+    # the committed run's machine and PSNR
+    cpu = json.loads((RUN / "config.json").read_text())["environment"]["machine"]["cpu"]
+    psnr = json.loads((RUN / "metrics.json").read_text())["psnr"]
     for words in ("Run: lenet-srht", "Sweep: defense_sweep", "d = 15,826 weights, b = 7,913 numbers sent",
-                  "sketch seed known", "labels recovered from the message", "Intel", "52.57",
+                  "sketch seed known", "labels recovered from the message", cpu, f"{psnr:.2f}",
                   "sigma = 0.0001", "image 2", "Verdict not recorded", "not recorded"):
         assert words in text, words
     # the sweep's summary table: one row per setting of summary.csv

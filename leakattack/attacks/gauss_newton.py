@@ -1,0 +1,201 @@
+"""Levenberg-Marquardt on L_R after the first-order phase: the exact input where the message pins it down.
+
+L_R(x) = ||r(x)||^2 with r(x) = R grad_w F(w, x) - y is a nonlinear least-squares
+problem whose minimum is 0 at the client's input.  L-BFGS on it slows down as it
+nears that minimum: on the DLG LeNet through an SRHT with b = d/2 it stalls at
+about 52 dB, L_R ~ 1e-7, while the Jacobian J (b x n, n = m*B) there has full
+column rank with a condition number of about 2e4.  Gauss-Newton steps, which
+solve the linearised problem min ||r + J delta|| exactly, converge quadratically
+on such a zero-residual problem: the same run reaches the image to round-off in
+two or three steps (docs/attack.md, "Gauss-Newton after L-BFGS").
+
+Each step forms J column by column (:func:`jacobian`: n backward passes through
+the graph of one evaluation), the normal equations A = J^T J, g = J^T r, and
+solves (A + mu * mean(diag A) * I) delta = -g (Marquardt's damping: mu falls
+tenfold after a step that lowers L_R and rises tenfold, without a new J, after
+one that does not).  That costs n passes plus b n^2 + n^3 / 3 flops a step, so it
+runs only on problems within :data:`MAX_UNKNOWNS`, :data:`MAX_ENTRIES` and
+:data:`MAX_WORK`.  It needs L_R itself as the objective (not the cosine), no
+prior, fixed labels and no box.  Steps that do not converge (they stall, or
+slow to less than a halving of L_R twice in a row) are a sign that the iterate
+is not near the input: the attack then keeps its first phase's iterate
+(GradientMatching's ``refine``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+#: Gauss-Newton runs only where n = m*B, the unknowns, is at most this (its normal equations are n x n) ...
+MAX_UNKNOWNS = 4096
+#: ... J (b x n) holds at most this many numbers (8 bytes each in float64: 480 MB) ...
+MAX_ENTRIES = 6 * 10**7
+#: ... and d x n, the work of forming J (n backward passes through the gradient of d weights), is at most this
+MAX_WORK = 10**8
+#: at most this many Gauss-Newton steps (each forms J once)
+STEPS = 20
+#: Marquardt's damping at the first step, relative to the mean of diag(J^T J) (small: the first-order phase
+#: leaves a good start), and the most trials one J gets, the damping ten times larger at each
+DAMPING, TRIALS = 1e-6, 6
+#: two steps in a row that cut L_R by less than this factor end the steps (``stalled``): Gauss-Newton is not
+#: converging quadratically there, so the iterate is not near a zero of the residual it could reach
+SLOW = 2.0
+#: the steps go on past the attack's tolerance while each still cuts L_R tenfold (quadratic convergence), down
+#: to L_R / ||y||^2 <= FLOOR (float64 round-off of a message matched to its last bits)
+FLOOR = 1e-26
+
+
+def jacobian(forward, x: torch.Tensor, labels) -> torch.Tensor:
+    """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only.
+
+    h(v) = J^T v = grad_x <v, forward(x)> is built once with its graph (it is
+    linear in v); column j of J is then grad_v h_j, one backward pass each.  Only
+    backward passes are needed, which every differentiable model and sketch of
+    the attack provides (the attack itself differentiates through them).
+    """
+    xr = x.detach().clone().requires_grad_(True)
+    y = forward(xr, labels).reshape(-1)
+    v = torch.zeros_like(y, requires_grad=True)
+    h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
+    J = torch.zeros(y.numel(), x.numel(), dtype=y.dtype, device=y.device)
+    if h is None or not h.requires_grad:  # the message does not depend on the input
+        return J
+    h = h.reshape(-1)
+    for j in range(h.numel()):
+        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
+        if col is not None:
+            J[:, j] = col
+    return J
+
+
+def too_large(b: int, n: int, d: int) -> str | None:
+    """Why Gauss-Newton does not run on a message of b numbers, n unknowns and d weights, or None when it does."""
+    if n > MAX_UNKNOWNS:
+        return f"m*B = {n} unknowns (it runs up to {MAX_UNKNOWNS})"
+    if b * n > MAX_ENTRIES:
+        return f"J would hold b x m*B = {b} x {n} numbers (it runs up to {MAX_ENTRIES:.0e})"
+    if d * n > MAX_WORK:
+        return f"forming J costs m*B = {n} passes through d = {d} weights (it runs up to d x m*B = {MAX_WORK:.0e})"
+    return None
+
+
+@dataclass
+class Refined:
+    """What the Gauss-Newton steps did."""
+
+    x: torch.Tensor  #: the last accepted iterate (the lowest L_R)
+    losses: list[float] = field(default_factory=list)  #: L_R after each accepted step
+    steps: int = 0  #: steps taken (each formed J once)
+    stop: str = "iterations"  #: tolerance | stalled | time-limit | iterations | diverged
+    seconds: float = 0.0
+    #: the numerical rank of the last J formed (singular values above s_max * sqrt(n * eps): what its Gram
+    #: matrix resolves), and its largest and smallest singular values
+    rank: int | None = None
+    singular: tuple[float, float] | None = None
+
+
+def _residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
+    with torch.enable_grad():  # the attacker's model differentiates the victim's loss in w
+        return (forward(x.detach().clone().requires_grad_(True), labels).detach().reshape(-1) - y)
+
+
+def _solve(A: torch.Tensor, g: torch.Tensor, damping: float) -> torch.Tensor:
+    """delta with (A + damping * I) delta = -g, by Cholesky (LU where round-off leaves the matrix indefinite)."""
+    damped = A.clone()
+    damped.diagonal().add_(damping)
+    L, info = torch.linalg.cholesky_ex(damped)
+    if int(info) == 0:
+        return torch.cholesky_solve(-g.unsqueeze(1), L).squeeze(1)
+    return torch.linalg.solve(damped, -g)
+
+
+def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
+    """(numerical rank, (s_max, s_min)) of J from its Gram matrix A = J^T J: eigenvalues above
+    lambda_max * n * eps (singular values above s_max * sqrt(n * eps); below that the Gram matrix's round-off
+    hides them)."""
+    lam = torch.linalg.eigvalsh(A).clamp_min(0)
+    top = float(lam[-1])
+    rank = int((lam > top * A.shape[0] * torch.finfo(A.dtype).eps).sum()) if top > 0 else 0
+    return rank, (top ** 0.5, float(lam[0]) ** 0.5)
+
+
+def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
+                        deadline: float = math.inf, steps: int = STEPS, threads: int | None = None) -> Refined:
+    """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
+
+    Stops at L_R / ``scale`` <= :data:`FLOOR`, or below ``tol`` once a step cuts L_R less than tenfold
+    (``tolerance``); when :data:`TRIALS` dampings of one J do not lower L_R (``tolerance`` below ``tol``, else
+    ``stalled``), or two steps in a row cut it less than :data:`SLOW`-fold (``stalled``); at ``deadline``
+    (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
+    (``diverged``); or after ``steps``.  J is formed on torch's threads as they are, its normal equations solved
+    on ``threads`` (None: the same).
+    """
+    t0 = time.perf_counter()
+    y = y.detach().reshape(-1)
+    r = _residual(forward, y, x, labels)
+    loss = float(r @ r)
+    out = Refined(x=x.detach().clone())
+    mu, A, slow = DAMPING, None, 0
+    own = torch.get_num_threads()
+    while True:
+        if not math.isfinite(loss):
+            out.stop = "diverged"
+            break
+        if loss / scale <= FLOOR:
+            out.stop = "tolerance"
+            break
+        if out.steps >= steps:
+            break
+        if time.perf_counter() >= deadline:
+            out.stop = "time-limit"
+            break
+        J = jacobian(forward, out.x, labels)
+        torch.set_num_threads(threads or own)
+        try:
+            A, g = J.T @ J, J.T @ r
+            del J
+            level = float(A.diagonal().mean()) or 1.0
+            out.steps += 1
+            accepted = False
+            for _ in range(TRIALS):
+                trial = out.x + _solve(A, g, mu * level).view_as(out.x)
+                r_new = _residual(forward, y, trial, labels)
+                new = float(r_new @ r_new)
+                if math.isfinite(new) and new < loss:
+                    accepted, gain = True, loss / new
+                    out.x, r, loss = trial, r_new, new
+                    out.losses.append(loss)
+                    mu = max(mu / 10, 1e-15)
+                    break
+                mu *= 10
+                if time.perf_counter() >= deadline:
+                    break
+        finally:
+            torch.set_num_threads(own)
+        if not accepted:
+            out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
+                else "stalled"
+            break
+        if loss / scale <= tol and gain < 10:
+            out.stop = "tolerance"
+            break
+        slow = slow + 1 if gain < SLOW else 0
+        if slow == 2:
+            out.stop = "stalled"
+            break
+    if A is not None:
+        torch.set_num_threads(threads or own)
+        try:
+            out.rank, out.singular = gram_rank(A)
+        finally:
+            torch.set_num_threads(own)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+__all__ = ["jacobian", "too_large", "levenberg_marquardt", "gram_rank", "Refined", "MAX_UNKNOWNS", "MAX_ENTRIES",
+           "MAX_WORK", "STEPS", "DAMPING", "TRIALS", "FLOOR", "SLOW"]

@@ -1,0 +1,161 @@
+"""Gauss-Newton (Levenberg-Marquardt) steps after the first-order phase: they converge to the input where the
+message pins it down, run only where they can, and report the Jacobian's rank they saw."""
+
+import math
+import time
+
+import pytest
+import torch
+
+import targets
+from leakattack.attacks import GradientMatching, gradient_matching
+from leakattack.attacks.gauss_newton import STEPS, Refined, gram_rank, jacobian, levenberg_marquardt, too_large
+from leakattack.attacks.gradient_matching import GAUSS_NEWTON_AFTER
+from leakattack.channel import Channel
+from leakattack.metrics import numerical_rank
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _obs(dtype=torch.float64, ratio=0.5, shape=(1, 8, 8), seed=5):
+    victim = targets.get_model("lenet", in_shape=shape, seed=0).to(dtype=dtype)
+    x = torch.rand((1, *shape), generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    labels = torch.tensor([3])
+    sketch = make_sketch("srht", victim.d, max(1, round(ratio * victim.d)), seed=1)
+    return observe(victim, x, labels, Channel(sketch, ""), ThreatModel(knows_labels=True)), x
+
+
+def test_steps_from_near_the_input_converge_to_it_quadratically():
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    scale = float(obs.y.pow(2).sum())
+    out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    assert out.stop == "tolerance", out
+    assert float((out.x - x).abs().max()) < 1e-8  # the input itself, not a nearby match
+    assert out.losses == sorted(out.losses, reverse=True)  # every accepted step lowers L_R
+    # quadratic convergence: the last steps cut L_R by far more than a constant factor each
+    assert len(out.losses) <= 8 and out.losses[-1] / scale < 1e-20
+    assert out.rank == 64 and out.singular[0] >= out.singular[1] > 0
+
+
+def test_the_rank_from_the_gram_matrix_is_the_rank_of_j():
+    g = torch.Generator().manual_seed(0)
+    J = torch.randn(300, 40, generator=g, dtype=torch.float64) @ torch.diag(torch.logspace(0, -3, 40,
+                                                                                           dtype=torch.float64))
+    assert gram_rank(J.T @ J)[0] == numerical_rank(J) == 40
+    J[:, 7] = J[:, 3] - 2 * J[:, 5]  # one column a combination of two others
+    rank, (top, low) = gram_rank(J.T @ J)
+    assert rank == numerical_rank(J) == 39 and low < 1e-6 * top
+
+
+def test_the_attack_follows_l_bfgs_with_gauss_newton_and_records_it():
+    obs, x = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    refined = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert plain.gauss_newton is None and plain.stop_reason == "iterations"
+    gn = refined.gauss_newton
+    assert gn is not None and gn["after_step"] == 10 and gn["loss_before"] == plain.final_loss and gn["kept"]
+    # the first phase is the same run; the steps after it lower L_R and the result is their last iterate
+    assert refined.losses[:11] == plain.losses
+    assert refined.final_loss == gn["loss_after"] < plain.final_loss
+    assert refined.iterations == refined.best_step == 10 + gn["accepted"] == len(refined.losses) - 1
+    assert refined.stop_reason == "tolerance" and "Gauss-Newton" in refined.message
+    assert float((refined.x - x).abs().max()) < 1e-6 < float((plain.x - x).abs().max())
+    assert gn["jacobian_rank"] == 64
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"objective": "cosine"}, "the objective is cosine"),
+    ({"priors": {"tv": 1e-3}}, "a prior (tv)"),
+    ({"box": True}, "box"),
+    ({"labels": "dlg"}, "the labels are optimised"),
+    ({"refine": "none"}, "--refine none"),
+])
+def test_auto_leaves_out_objectives_that_are_not_l_r_alone(change, reason):
+    obs, _ = _obs()
+    assert reason in GradientMatching(**change).refinement(obs)
+    assert GradientMatching().refinement(obs) is None
+
+
+def test_auto_runs_in_float64_with_as_many_numbers_as_unknowns_after_a_stall_or_a_long_budget():
+    attack = GradientMatching()
+    assert "float32" in attack.refinement(_obs(dtype=torch.float32)[0])
+    small, _ = _obs(ratio=0.005)  # b = 40 < 64 unknowns: no full-rank J exists
+    assert "b = " in attack.refinement(small) and small.b < 64
+    obs, _ = _obs()
+    assert attack.refinement(obs, "stalled") is None
+    for stop in ("tolerance", "time-limit", "diverged"):
+        assert stop in attack.refinement(obs, stop)
+    # a budget of steps used up: below GAUSS_NEWTON_AFTER it was a probe's
+    assert GradientMatching(iterations=GAUSS_NEWTON_AFTER).refinement(obs, "iterations") is None
+    assert "probe" in GradientMatching(iterations=GAUSS_NEWTON_AFTER - 1).refinement(obs, "iterations")
+    # asked for by name, only the objective decides
+    assert GradientMatching(refine="gauss-newton").refinement(small, "time-limit") is None
+
+
+def test_the_size_bounds():
+    assert too_large(7913, 3072, 15826) is None  # the DLG LeNet through srht b = d/2
+    assert "unknowns" in too_large(10**5, 4097, 10**4)
+    assert "numbers" in too_large(10**5, 3072, 10**4)
+    assert "passes" in too_large(10**4, 3072, 272474)  # ResNet-20
+
+
+def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_sentence():
+    obs, _ = _obs()
+    reason = GradientMatching(refine="gauss-newton", objective="cosine").supports(obs)
+    assert reason.startswith("Gauss-Newton steps need L_R itself as the objective: the objective is cosine")
+    with pytest.raises(ValueError, match="refine must be one of"):
+        GradientMatching(refine="newton")
+
+
+def test_a_deadline_that_has_passed_stops_before_forming_j():
+    obs, x = _obs()
+    out = levenberg_marquardt(obs.forward, obs.y, x + 0.1, obs.labels, tol=1e-10, scale=1.0,
+                              deadline=time.perf_counter())
+    assert out.stop == "time-limit" and out.steps == 0 and out.losses == [] and out.rank is None
+    assert torch.equal(out.x, x + 0.1)
+
+
+def test_jacobian_columns_are_directional_derivatives():
+    obs, x = _obs()
+    J = jacobian(obs.forward, x, obs.labels)
+    v = torch.randn(x.numel(), generator=torch.Generator().manual_seed(3), dtype=x.dtype)
+    eps = 1e-6
+    with torch.enable_grad():
+        plus = obs.forward((x + eps * v.view_as(x)).requires_grad_(True), obs.labels).detach()
+        minus = obs.forward((x - eps * v.view_as(x)).requires_grad_(True), obs.labels).detach()
+    fd = (plus - minus).reshape(-1) / (2 * eps)
+    assert math.isclose(float((J @ v - fd).norm()), 0.0, abs_tol=1e-6 * float(fd.norm()))
+
+
+def test_steps_that_stop_converging_quadratically_stall():
+    # (x - 1)^2 + x^4: its minimum (x ~ 0.59) leaves a residual, so L_R tends to a positive value and each step
+    # gains less and less: two steps in a row below SLOW end them
+    def forward(x, labels):
+        return torch.cat([x - 1, x ** 2])
+
+    x0 = torch.tensor([2.0], dtype=torch.float64)
+    out = levenberg_marquardt(forward, torch.zeros(2, dtype=torch.float64), x0, None, tol=1e-10, scale=1.0)
+    assert out.stop == "stalled" and 2 <= out.steps < STEPS, out
+    assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] < float(forward(x0, None).pow(2).sum())
+    assert abs(float(out.x) - 0.5898) < 0.05  # near the least-squares minimum
+
+
+def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch):
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    closer = plain.x + 0.01
+
+    def not_converged(forward, y, x, labels, **kw):
+        return Refined(x=closer, losses=[plain.final_loss / 3], steps=2, stop="stalled", rank=64,
+                       singular=(1.0, 0.1))
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", not_converged)
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert torch.equal(result.x, plain.x) and result.losses == plain.losses
+    assert result.stop_reason == plain.stop_reason and result.iterations == plain.iterations
+    gn = result.gauss_newton
+    assert gn["kept"] is False and gn["stop"] == "stalled" and gn["loss_after"] == plain.final_loss / 3
+    assert result.message.endswith("without converging (they stopped converging): the first phase's iterate is kept")
