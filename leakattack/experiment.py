@@ -312,7 +312,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     }
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
-    gn = f" + {r.gauss_newton['accepted']} Gauss-Newton" if r.gauss_newton else ""
+    gn = f" + {r.gauss_newton['accepted']} Gauss-Newton" if r.gauss_newton and r.gauss_newton["kept"] else ""
     title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
              f"{seeds.optimizer}{gn}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)

@@ -311,14 +311,15 @@ class GradientMatching(Attack):
                                       threads=self.threads or cpu_cores())
         finally:
             torch.set_num_threads(threads)
-        before, first = best.final_loss, best.iterations
+        before, first = best.final_loss, best.best_step
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"
         best.wall_s += out.seconds
-        best.gauss_newton = {"after_step": first, "steps": out.steps, "accepted": len(out.losses), "kept": kept,
-                             "loss_before": before, "loss_after": reached, "stop": out.stop,
-                             "jacobian_rank": out.rank, "singular_values": out.singular}
-        did = (f"{len(out.losses)} Gauss-Newton steps from the best iterate of step {first} took L_R from "
+        best.gauss_newton = {"after_step": best.iterations, "from_step": first, "steps": out.steps,
+                             "accepted": len(out.losses), "kept": kept, "loss_before": before,
+                             "loss_after": reached, "stop": out.stop, "jacobian_rank": out.rank,
+                             "singular_values": out.singular}
+        did = (f"{len(out.losses)} Gauss-Newton steps from the best iterate (step {first}) took L_R from "
                f"{before:.2e} to {reached:.2e}")
         if kept:
             best.x = out.x

@@ -124,7 +124,8 @@ def _derived(folder) -> dict:
 def _steps(m) -> str:
     """The steps and the stop reason, with the Gauss-Newton steps among them: ``5690 it (tolerance, 4 Gauss-Newton)``.
     """
-    gn = f", {m.gauss_newton['accepted']} Gauss-Newton" if m.gauss_newton else ""
+    gn = "" if not m.gauss_newton else f", {m.gauss_newton['accepted']} Gauss-Newton" if m.gauss_newton.get("kept") \
+        else ", Gauss-Newton not converged"
     return f"{m.iterations} it ({m.stop_reason}{gn})"
 
 

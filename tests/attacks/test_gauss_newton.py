@@ -57,6 +57,7 @@ def test_the_attack_follows_l_bfgs_with_gauss_newton_and_records_it():
     assert plain.gauss_newton is None and plain.stop_reason == "iterations"
     gn = refined.gauss_newton
     assert gn is not None and gn["after_step"] == 10 and gn["loss_before"] == plain.final_loss and gn["kept"]
+    assert gn["from_step"] == plain.best_step and f"best iterate (step {plain.best_step})" in refined.message
     # the first phase is the same run; the steps after it lower L_R and the result is their last iterate
     assert refined.losses[:11] == plain.losses
     assert refined.final_loss == gn["loss_after"] < plain.final_loss
@@ -159,3 +160,16 @@ def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch)
     gn = result.gauss_newton
     assert gn["kept"] is False and gn["stop"] == "stalled" and gn["loss_after"] == plain.final_loss / 3
     assert result.message.endswith("without converging (they stopped converging): the first phase's iterate is kept")
+
+
+def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
+    from types import SimpleNamespace
+
+    from leakattack.cli.run import _steps
+
+    plain = SimpleNamespace(iterations=5686, stop_reason="stalled", gauss_newton=None)
+    assert _steps(plain) == "5686 it (stalled)"
+    kept = SimpleNamespace(iterations=5690, stop_reason="tolerance", gauss_newton={"accepted": 4, "kept": True})
+    assert _steps(kept) == "5690 it (tolerance, 4 Gauss-Newton)"
+    left = SimpleNamespace(iterations=2000, stop_reason="iterations", gauss_newton={"accepted": 2, "kept": False})
+    assert _steps(left) == "2000 it (iterations, Gauss-Newton not converged)"
