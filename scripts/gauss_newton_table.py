@@ -11,12 +11,9 @@ already have a metrics.json are kept.  Prints one markdown row per victim, sketc
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from _runs import grid_arguments, run_grid
 
 #: name -> the run's victim and sketch flags
 CASES = {
@@ -25,14 +22,6 @@ CASES = {
     "mlp (digits), srht b/d = 0.5": ["--model", "mlp", "--dataset", "digits", "--sketch", "srht"],
 }
 REFINES = ("none", "auto")
-
-
-def run(folder: Path, case: str, refine: str, image: int) -> dict:
-    if not (folder / "metrics.json").exists():
-        subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *CASES[case], "--refine", refine,
-                        "--image-index", str(image), "--threads", "1", "--no-lpips", "--quiet", "--out", str(folder)],
-                       check=True, stdout=subprocess.DEVNULL)
-    return json.loads((folder / "metrics.json").read_text())
 
 
 def cell(m: dict) -> str:
@@ -50,22 +39,12 @@ def rank(m: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--images", type=int, default=3, help="images 0..N-1")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
-    a = ap.parse_args()
+    a = grid_arguments(__doc__)
     out = Path(a.out)
     slug = {c: c.replace(" ", "").replace(",", "-").replace("(", "").replace(")", "").replace("/", "")
             .replace("=", "") for c in CASES}
-    jobs = [(c, r, i) for c in CASES for i in range(a.images) for r in REFINES]
-
-    def one(job):
-        c, r, i = job
-        return job, run(out / f"{slug[c]}-{r}-{i}", c, r, i)
-
-    with ThreadPoolExecutor(a.jobs) as pool:
-        results = dict(pool.map(one, jobs))
+    results = run_grid(out, slug, REFINES, a.images,
+                       lambda c, r, i: [*CASES[c], "--refine", r, "--image-index", str(i), "--threads", "1"], a.jobs)
     print("| victim, sketch | image | L-BFGS alone (--refine none) | with Gauss-Newton (auto) | J's rank | "
           "baseline PSNR |")
     print("|---|---|---|---|---|---|")

@@ -12,12 +12,9 @@ image (PSNR / SSIM, verdict, steps and stop reason, attack seconds for each reci
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from _runs import grid_arguments, run_grid
 
 #: name -> the run's victim flags
 VICTIMS = {
@@ -29,35 +26,17 @@ VICTIMS = {
 RECIPES = ("dlg", "ig")
 
 
-def run(folder: Path, victim: str, recipe: str, image: int) -> dict:
-    if not (folder / "metrics.json").exists():
-        subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *VICTIMS[victim], "--sketch", "srht",
-                        "--recipe", recipe, "--image-index", str(image), "--threads", "1", "--no-lpips", "--quiet",
-                        "--out", str(folder)], check=True, stdout=subprocess.DEVNULL)
-    return json.loads((folder / "metrics.json").read_text())
-
-
 def cell(m: dict) -> str:
     return (f"{m['psnr']:.2f} dB / {m['ssim']:.3f}, {m['verdict']}, {m['iterations']} ({m['stop_reason']}), "
             f"{m['attack_s']:.0f} s")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--images", type=int, default=3, help="images 0..N-1")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
-    a = ap.parse_args()
+    a = grid_arguments(__doc__)
     out = Path(a.out)
     slug = {v: v.split(",")[0].split(" ")[0].lower() for v in VICTIMS}
-    jobs = [(v, r, i) for v in VICTIMS for i in range(a.images) for r in RECIPES]
-
-    def one(job):
-        v, r, i = job
-        return job, run(out / f"{slug[v]}-{r}-{i}", v, r, i)
-
-    with ThreadPoolExecutor(a.jobs) as pool:
-        results = dict(pool.map(one, jobs))
+    results = run_grid(out, slug, RECIPES, a.images, lambda v, r, i: [
+        *VICTIMS[v], "--sketch", "srht", "--recipe", r, "--image-index", str(i), "--threads", "1"], a.jobs)
     print("| victim | image | dlg: PSNR / SSIM, verdict, steps, attack | ig: PSNR / SSIM, verdict, steps, attack "
           "| baseline PSNR |")
     print("|---|---|---|---|---|")

@@ -1,0 +1,41 @@
+"""What the table scripts share: one `leakattack run` per folder (kept when it has a metrics.json), a few at once."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+
+def cli_run(folder: Path, args: list[str]) -> dict:
+    """``leakattack run ARGS --no-lpips --quiet --out FOLDER`` unless FOLDER holds a metrics.json; its metrics."""
+    if not (folder / "metrics.json").exists():
+        subprocess.run([sys.executable, "-m", "leakattack.cli", "run", *args, "--no-lpips", "--quiet",
+                        "--out", str(folder)], check=True, stdout=subprocess.DEVNULL)
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def run_jobs(jobs: list, one: Callable, workers: int) -> dict:
+    """{job: one(job)} for every job, ``workers`` at a time."""
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(zip(jobs, pool.map(one, jobs)))
+
+
+def grid_arguments(doc: str, images: str = "images 0..N-1") -> argparse.Namespace:
+    """The table scripts' command line: ``--out DIR [--images 3] [--jobs 1]``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for the attack runs")
+    ap.add_argument("--images", type=int, default=3, help=images)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    return ap.parse_args()
+
+
+def run_grid(out: Path, cases: dict, settings: tuple, images: int, args: Callable, workers: int) -> dict:
+    """{(case, setting, image): metrics} of ``args(case, setting, image)`` for every case of ``cases`` (name ->
+    folder slug), setting and image, each in OUT/<slug>-<setting>-<image>."""
+    jobs = [(c, s, i) for c in cases for i in range(images) for s in settings]
+    return run_jobs(jobs, lambda job: cli_run(out / f"{cases[job[0]]}-{job[1]}-{job[2]}", args(*job)), workers)
