@@ -209,8 +209,9 @@ class GradientMatching(Attack):
 
         ``auto`` takes them on a float64 attack of L_R alone (no prior, box or surrogate, fixed labels) whose
         message has at least as many numbers as unknowns (b >= m*B: a full-rank J can exist) and within the
-        sizes of :func:`.gauss_newton.too_large`, after a phase that stalled or used a budget of at least
-        :data:`GAUSS_NEWTON_AFTER` steps (not after a shorter budget, a time limit or a tolerance met).
+        sizes of :func:`.gauss_newton.too_large`, after a phase that ended on its own (stalled, or met the
+        tolerance: the steps take it on to round-off) or used a budget of at least :data:`GAUSS_NEWTON_AFTER` steps
+        (not after a shorter budget or a time limit).
         """
         if self.refine == "none":
             return "--refine none"
@@ -222,9 +223,10 @@ class GradientMatching(Attack):
             return f"the attack runs in {str(obs.victim.dtype).removeprefix('torch.')}"
         if obs.b < n:
             return f"b = {obs.b} < m*B = {n}"
-        if not (stop == "stalled" or stop == "iterations" and self.iterations >= GAUSS_NEWTON_AFTER):
-            return (f"the first phase stopped for {stop}" if stop != "iterations" else
-                    f"the first phase's budget of {self.iterations} steps is a probe's (below {GAUSS_NEWTON_AFTER})")
+        if stop not in ("stalled", "tolerance", "iterations"):
+            return f"the first phase stopped for {stop}"
+        if stop == "iterations" and self.iterations < GAUSS_NEWTON_AFTER:
+            return f"the first phase's budget of {self.iterations} steps is a probe's (below {GAUSS_NEWTON_AFTER})"
         return too_large(obs.b, n, obs.d)
 
     def build_priors(self, obs: Observation) -> list:
@@ -332,8 +334,8 @@ class GradientMatching(Attack):
             return
         why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
-        best.message = f"{best.message}; then {did} without converging ({why[out.stop]}): the first phase's " \
-                       "iterate is kept"
+        note = f"{did} without converging ({why[out.stop]}): the first phase's iterate is kept"
+        best.message = f"{best.message}; then {note}" if best.message else f"{note[0].upper()}{note[1:]}"
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
             monitor: Monitor | None = None, monitor_every: int = 10, progress: bool = False) -> AttackResult:
