@@ -26,7 +26,8 @@ REFINES = ("none", "auto")
 
 def cell(m: dict) -> str:
     gn = m.get("gauss_newton")
-    steps = f"{m['iterations']} ({m['stop_reason']}" + (f", {gn['accepted']} Gauss-Newton)" if gn else ")")
+    kept = f", {gn['accepted']} Gauss-Newton" if gn and gn.get("kept") else ", Gauss-Newton not kept" if gn else ""
+    steps = f"{m['iterations']} ({m['stop_reason']}{kept})"
     return f"{m['psnr']:.2f} dB / {m['ssim']:.4f}, {steps}, {m['attack_s']:.1f} s"
 
 

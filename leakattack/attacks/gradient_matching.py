@@ -311,6 +311,11 @@ class GradientMatching(Attack):
             out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
                                       scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
                                       threads=self.threads or cpu_cores())
+        except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
+            best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
+            note = f"no Gauss-Newton steps: the message could not be differentiated twice in x ({str(err)[:120]})"
+            best.message = f"{best.message}; {note}" if best.message else f"{note[0].upper()}{note[1:]}"
+            return
         finally:
             torch.set_num_threads(threads)
         before, first = best.final_loss, best.best_step

@@ -124,8 +124,9 @@ def _derived(folder) -> dict:
 def _steps(m) -> str:
     """The steps and the stop reason, with the Gauss-Newton steps among them: ``5690 it (tolerance, 4 Gauss-Newton)``.
     """
-    gn = "" if not m.gauss_newton else f", {m.gauss_newton['accepted']} Gauss-Newton" if m.gauss_newton.get("kept") \
-        else ", Gauss-Newton not converged"
+    gn = m.gauss_newton
+    gn = "" if not gn else f", {gn['accepted']} Gauss-Newton" if gn.get("kept") else ", no Gauss-Newton" \
+        if "error" in gn else ", Gauss-Newton not converged"
     return f"{m.iterations} it ({m.stop_reason}{gn})"
 
 

@@ -173,3 +173,19 @@ def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
     assert _steps(kept) == "5690 it (tolerance, 4 Gauss-Newton)"
     left = SimpleNamespace(iterations=2000, stop_reason="iterations", gauss_newton={"accepted": 2, "kept": False})
     assert _steps(left) == "2000 it (iterations, Gauss-Newton not converged)"
+    failed = SimpleNamespace(iterations=300, stop_reason="stalled", gauss_newton={"kept": False, "error": "..."})
+    assert _steps(failed) == "300 it (stalled, no Gauss-Newton)"
+
+
+def test_a_model_of_the_client_that_j_cannot_go_through_leaves_the_first_phase_and_says_so(monkeypatch):
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+
+    def fails(*args, **kw):
+        raise RuntimeError("derivative for aten::something is not implemented")
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", fails)
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert torch.equal(result.x, plain.x) and result.losses == plain.losses
+    assert result.gauss_newton["kept"] is False and "not implemented" in result.gauss_newton["error"]
+    assert "could not be differentiated twice" in result.message
