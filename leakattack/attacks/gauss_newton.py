@@ -7,7 +7,7 @@ about 52 dB, L_R ~ 1e-7, while the Jacobian J (b x n, n = m*B) there has full
 column rank with a condition number of about 2e4.  Gauss-Newton steps, which
 solve the linearised problem min ||r + J delta|| exactly, converge quadratically
 on such a zero-residual problem: the same run reaches the image to round-off in
-two or three steps (docs/attack.md, "Gauss-Newton after L-BFGS").
+four steps (docs/attack.md, "Gauss-Newton after L-BFGS").
 
 Each step forms J column by column (:func:`jacobian`: n backward passes through
 the graph of one evaluation), the normal equations A = J^T J, g = J^T r, and
