@@ -8,9 +8,10 @@ record evaluation numbers (PSNR) along the way without the attack seeing them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -86,6 +87,22 @@ class Attack:
         raise NotImplementedError
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch on ``n`` threads inside the block; its own count is given back afterwards."""
+    own = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(own)
+
+
+def add_note(message: str, note: str, link: str = "") -> str:
+    """``message; <link> note``, or ``note`` as a sentence of its own when there is no message yet."""
+    return f"{message}; {link}{note}" if message else f"{note[0].upper()}{note[1:]}"
+
+
 def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: list[float], notes: list[str], *,
                        solved: str, non_finite: str, step: int, monitor: Monitor | None, wall_s: float
                        ) -> AttackResult:
@@ -103,4 +120,4 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
                         iterations=step, best_step=step, stop_reason=stop, message=message, wall_s=wall_s)
 
 
-__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result"]
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note"]

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .base import torch_threads
+
 #: Gauss-Newton runs only where n = m*B, the unknowns, is at most this (its normal equations are n x n) ...
 MAX_UNKNOWNS = 4096
 #: ... J (b x n) holds at most this many numbers (8 bytes each in float64: 480 MB) ...
@@ -140,7 +142,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     loss = float(r @ r)
     out = Refined(x=x.detach().clone())
     mu, A, slow = DAMPING, None, 0
-    own = torch.get_num_threads()
+    algebra = threads or torch.get_num_threads()
     while True:
         if not math.isfinite(loss):
             out.stop = "diverged"
@@ -154,8 +156,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "time-limit"
             break
         J = jacobian(forward, out.x, labels)
-        torch.set_num_threads(threads or own)
-        try:
+        with torch_threads(algebra):
             A, g = J.T @ J, J.T @ r
             del J
             level = float(A.diagonal().mean()) or 1.0
@@ -174,8 +175,6 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 mu *= 10
                 if time.perf_counter() >= deadline:
                     break
-        finally:
-            torch.set_num_threads(own)
         if not accepted:
             out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
                 else "stalled"
@@ -188,11 +187,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "stalled"
             break
     if A is not None:
-        torch.set_num_threads(threads or own)
-        try:
+        with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
-        finally:
-            torch.set_num_threads(own)
     out.seconds = time.perf_counter() - t0
     return out
 

@@ -40,7 +40,7 @@ from ..errors import UserError
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
-from .base import Attack, AttackResult, Monitor
+from .base import Attack, AttackResult, Monitor, add_note, torch_threads
 from .gauss_newton import levenberg_marquardt, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
@@ -304,20 +304,17 @@ class GradientMatching(Attack):
         reason becomes ``tolerance``.  Steps that do not converge leave the first phase's iterate, losses and stop
         reason as they were (a lower L_R reached by slow steps is no sign of being nearer the input); its message
         and ``gauss_newton`` record what they reached."""
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads or obs.victim.threads)
         try:
-            # its normal equations are large dense products: every core, unless the threads were given
-            out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
-                                      scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
-                                      threads=self.threads or cpu_cores())
+            with torch_threads(self.threads or obs.victim.threads):
+                # its normal equations are large dense products: every core, unless the threads were given
+                out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
+                                          scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
+                                          threads=self.threads or cpu_cores())
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
             best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
-            note = f"no Gauss-Newton steps: the message could not be differentiated twice in x ({str(err)[:120]})"
-            best.message = f"{best.message}; {note}" if best.message else f"{note[0].upper()}{note[1:]}"
+            best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "
+                                                  f"twice in x ({str(err)[:120]})")
             return
-        finally:
-            torch.set_num_threads(threads)
         before, first = best.final_loss, best.best_step
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"
@@ -339,8 +336,8 @@ class GradientMatching(Attack):
             return
         why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
-        note = f"{did} without converging ({why[out.stop]}): the first phase's iterate is kept"
-        best.message = f"{best.message}; then {note}" if best.message else f"{note[0].upper()}{note[1:]}"
+        best.message = add_note(best.message, f"{did} without converging ({why[out.stop]}): the first phase's "
+                                              "iterate is kept", link="then ")
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,
             monitor: Monitor | None = None, monitor_every: int = 10, progress: bool = False) -> AttackResult:
@@ -371,13 +368,8 @@ class GradientMatching(Attack):
         thread count back afterwards.  A float32 attack on one image of a small victim
         runs its convolutions without oneDNN (:func:`own_convolutions`).
         """
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads or obs.victim.threads)
-        try:
-            with onednn(not own_convolutions(obs, x0)):
-                return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
-        finally:
-            torch.set_num_threads(threads)
+        with torch_threads(self.threads or obs.victim.threads), onednn(not own_convolutions(obs, x0)):
+            return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
 
     def _optimise(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, monitor: Monitor | None,
                   monitor_every: int, progress: bool) -> list[AttackResult]:
