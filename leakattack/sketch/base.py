@@ -62,14 +62,24 @@ class LinearMap(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, v, A, AT):
-        ctx.maps = (A, AT)
+    def forward(v, A, AT):
         return A(v)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.maps = inputs[1:]
 
     @staticmethod
     def backward(ctx, g):
         A, AT = ctx.maps
         return LinearMap.apply(g, AT, A), None, None
+
+    @staticmethod
+    def vmap(info, in_dims, v, A, AT):
+        """Under ``torch.vmap`` (batched gradients): A maps every row of a stack of vectors at once."""
+        if in_dims[0] is None:
+            return A(v), None
+        return A(v.movedim(in_dims[0], 0)), 0
 
 
 class Sketch:

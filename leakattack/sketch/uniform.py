@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .. import seeds
-from .base import Sketch
+from .base import LinearMap, Sketch
 
 
 def uniform_operator_norm(d: int, b: int) -> float:
@@ -31,14 +31,20 @@ class UniformSketch(Sketch):
         # row k of R is sqrt(d/b) * D[idx_k] * e_{idx_k}^T
         self.values = torch.from_numpy((signs[idx] * math.sqrt(self.d / self.b)).astype(np.float32))
 
-    def _apply(self, v: torch.Tensor) -> torch.Tensor:
+    def _apply_raw(self, v: torch.Tensor) -> torch.Tensor:
         return v.index_select(-1, self.idx) * self.values.to(v.dtype)
 
-    def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
+    def _adjoint_raw(self, u: torch.Tensor) -> torch.Tensor:
         flat = u.reshape(-1, self.b) * self.values.to(u.dtype)
         out = torch.zeros(flat.shape[0], self.d, dtype=u.dtype, device=u.device)
         out = out.index_add(1, self.idx, flat)
         return out.reshape(*u.shape[:-1], self.d)
+
+    def _apply(self, v: torch.Tensor) -> torch.Tensor:
+        return LinearMap.apply(v, self._apply_raw, self._adjoint_raw)
+
+    def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
+        return LinearMap.apply(u, self._adjoint_raw, self._apply_raw)
 
     def _operator_norm(self) -> float:
         # R's entries are +-sqrt(d/b) rounded to float32 (how ``values`` is stored): the norm of the R applied

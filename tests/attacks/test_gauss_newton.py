@@ -131,6 +131,45 @@ def test_jacobian_columns_are_directional_derivatives():
     assert math.isclose(float((J @ v - fd).norm()), 0.0, abs_tol=1e-6 * float(fd.norm()))
 
 
+@pytest.mark.parametrize("kind", ["none", "srht", "gaussian", "countsketch", "sparse", "uniform", "ams"])
+def test_batched_jacobian_is_the_column_by_column_one(kind):
+    # the columns formed CHUNK at a time (vmap over the backward pass, through the sketch's linear map and a defense)
+    # are those of one backward pass each
+    victim = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).to(dtype=torch.float64)
+    x = torch.rand((1, 1, 8, 8), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    sketch = make_sketch(kind, victim.d, victim.d if kind == "none" else victim.d // 2, seed=1)
+    obs = observe(victim, x, torch.tensor([3]), Channel(sketch, "clip:C=1"), ThreatModel(knows_labels=True))
+    batched, single = jacobian(obs.forward, x, obs.labels), jacobian(obs.forward, x, obs.labels, chunk=1)
+    assert batched.shape == single.shape == (obs.b, 64)
+    assert float((batched - single).norm()) <= 1e-12 * float(single.norm())
+
+
+class _Opaque(torch.autograd.Function):
+    """2 x, differentiable to any order, in the style torch.func cannot transform (``ctx`` in ``forward``)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return _Opaque.apply(g)
+
+
+def test_a_graph_vmap_cannot_batch_is_formed_one_column_at_a_time():
+    w = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def forward(x, labels):
+        return torch.tanh(_Opaque.apply(w @ x.reshape(-1))) ** 2
+
+    x = torch.randn(3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with pytest.raises(RuntimeError):  # the batched path indeed fails here
+        torch.func.vmap(lambda e: _Opaque.apply(e))(torch.ones(2, 3, dtype=torch.float64)).sum()
+    J = jacobian(forward, x, None)
+    expected = torch.autograd.functional.jacobian(lambda z: torch.tanh(2 * (w @ z)) ** 2, x)
+    assert torch.allclose(J, expected, rtol=1e-12, atol=1e-14)
+
+
 def test_steps_that_stop_converging_quadratically_stall():
     # (x - 1)^2 + x^4: its minimum (x ~ 0.59) leaves a residual, so L_R tends to a positive value and each step
     # gains less and less: two steps in a row below SLOW end them
