@@ -1,11 +1,12 @@
 """The default attacks a user gets from `leakattack run`: the quality they reach on any machine, and the committed
 reference numbers as ranges.
 
-Each attack is thousands of L-BFGS steps (about 20-60 s on 2 cores, so these are marked slow; they still run in
-the default suite).  Another CPU, SIMD width or thread count changes the last bits of a reduction and the
-trajectory with them, so a run is compared with results/reference/ by the quality it reaches, within the
-tolerances of :mod:`leakattack.results.reference`, never bit for bit.  Bit-identical results are promised only
-for the same seed on the same machine with the same threads, which the last test checks on a short run.
+Each attack is a thousand or more L-BFGS steps and Gauss-Newton steps (about 20-60 s on 2 cores, so these are
+marked slow; they still run in the default suite).  Another CPU, SIMD width or thread count changes the last bits
+of a reduction and the trajectory with them, so a run is compared with results/reference/ by the quality it
+reaches, within the tolerances of :mod:`leakattack.results.reference`, never bit for bit.  Bit-identical results
+are promised only for the same seed on the same machine with the same threads, which the last test checks on a
+short run.
 """
 
 import json
@@ -37,8 +38,10 @@ def test_default_srht_attack_reconstructs_the_default_image(tmp_path):
     assert m.b == round(0.5 * m.d)
     assert m.psnr >= 45.0 and m.ssim >= 0.99, m
     assert m.label_acc == 1.0
-    # L-BFGS stalls near 52 dB; Gauss-Newton steps take it to the image itself, where J has full rank
-    assert m.gauss_newton is not None and m.stop_reason == "tolerance" and m.psnr >= 100.0, m
+    # L-BFGS alone stalls near 52 dB; Gauss-Newton steps (from its 1000-step iterate, or after the whole budget
+    # where those do not converge) take it to the image itself, where J has full rank
+    assert m.gauss_newton is not None and m.gauss_newton["kept"] and m.stop_reason == "tolerance", m
+    assert m.psnr >= 100.0, m
     assert m.unique is True and m.jacobian_rank == m.unknowns == 3072
     _agrees_with_reference(m, "lenet-srht")
 

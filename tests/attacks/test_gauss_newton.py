@@ -111,6 +111,44 @@ def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_senten
         GradientMatching(refine="newton")
 
 
+def test_a_larger_budget_tries_the_steps_after_gauss_newton_after_first_order_steps(monkeypatch):
+    # L-BFGS meets the tolerance at step ~40 here: with the threshold at 20 the steps follow step 20 and converge,
+    # and the rest of the budget is not run
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+    obs, x = _obs()
+    out = GradientMatching(iterations=3000, init_seed=2, labels="given").reconstruct(obs)
+    gn = out.gauss_newton
+    assert gn["after_step"] == 20 and gn["kept"] and "first_attempt" not in gn
+    assert out.iterations == 20 + gn["accepted"] and out.stop_reason == "tolerance"
+    assert float((out.x - x).abs().max()) < 1e-8
+    # not with a step schedule (its steps depend on the budget) nor below the threshold
+    assert not GradientMatching(iterations=3000, schedule="step", labels="given")._tries_early(obs)
+    assert not GradientMatching(iterations=20, labels="given")._tries_early(obs)
+
+
+def test_steps_after_the_shorter_phase_that_do_not_converge_leave_the_whole_budget_to_run(monkeypatch):
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+    calls = []
+
+    def first_fails(forward, y, x, labels, **kw):
+        calls.append(x.clone())
+        if len(calls) == 1:
+            return Refined(x=x + 1, losses=[1.0], steps=2, stop="stalled")
+        return levenberg_marquardt(forward, y, x, labels, **kw)
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", first_fails)
+    obs, x = _obs()
+    out = GradientMatching(iterations=3000, init_seed=2, labels="given").reconstruct(obs)
+    plain = GradientMatching(iterations=3000, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    assert len(calls) == 2 and torch.equal(calls[1], plain.x)  # the second time from the whole budget's iterate
+    gn = out.gauss_newton
+    assert gn["kept"] and gn["after_step"] == plain.iterations
+    assert gn["first_attempt"]["after_step"] == 20 and not gn["first_attempt"]["kept"]
+    assert "after step 20 had not converged" in out.message and "the whole budget ran" in out.message
+    assert out.losses[: plain.iterations + 1] == plain.losses  # the whole budget's run is the run without them
+    assert out.wall_s > plain.wall_s * 0.5
+
+
 def test_a_deadline_that_has_passed_stops_before_forming_j():
     obs, x = _obs()
     out = levenberg_marquardt(obs.forward, obs.y, x + 0.1, obs.labels, tol=1e-10, scale=1.0,
