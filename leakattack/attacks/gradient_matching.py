@@ -300,8 +300,8 @@ class GradientMatching(Attack):
                 if self.refinement(obs, best.stop_reason) is None:
                     self._refine(obs, best, deadline, monitor)
                 return best
-            if self._refine(obs, best, deadline, monitor):
-                return best
+            if self._refine(obs, best, deadline, monitor) or time.perf_counter() >= deadline:
+                return best  # converged, or the time limit has come: the shorter phase's iterate is the run's
             tried, spent = best.gauss_newton, time.perf_counter() - started
             if main.time_limit is not None:
                 left = main.time_limit - spent

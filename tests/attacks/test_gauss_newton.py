@@ -149,6 +149,23 @@ def test_steps_after_the_shorter_phase_that_do_not_converge_leave_the_whole_budg
     assert out.wall_s > plain.wall_s * 0.5
 
 
+def test_steps_after_the_shorter_phase_that_reach_the_time_limit_leave_its_iterate(monkeypatch):
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+
+    def slow(forward, y, x, labels, *, deadline, **kw):
+        time.sleep(max(0.0, deadline - time.perf_counter()) + 0.01)
+        return Refined(x=x, losses=[], steps=1, stop="time-limit")
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", slow)
+    obs, x = _obs()
+    out = GradientMatching(iterations=3000, init_seed=2, labels="given", time_limit=1.0).reconstruct(obs)
+    short = GradientMatching(iterations=20, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    # no whole budget started with no time left: the 20-step iterate stays, with what the steps did
+    assert out.iterations == 20 and torch.equal(out.x, short.x) and out.losses == short.losses
+    assert out.gauss_newton["after_step"] == 20 and not out.gauss_newton["kept"]
+    assert "the time limit was reached" in out.message
+
+
 def test_a_deadline_that_has_passed_stops_before_forming_j():
     obs, x = _obs()
     out = levenberg_marquardt(obs.forward, obs.y, x + 0.1, obs.labels, tol=1e-10, scale=1.0,
