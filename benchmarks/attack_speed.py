@@ -18,6 +18,9 @@
   pruned by successive halving (``--prune-restarts``) against one start;
 * oneDNN: float32 attacks (small victims on one image and on 8 batched starts, and ResNet-20) with torch's
   oneDNN (mkldnn) convolutions and without, the attack's wall time;
+* Gauss-Newton's Jacobian: J of x -> R grad_w F(w, x) formed CHUNK columns at a time (one batched backward
+  pass each, ``torch.func.vmap``), against the loop of one backward pass per column, on the default attack's
+  victim through srht b = d/2 and unsketched (float64, one thread), with the two J's largest difference;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -25,7 +28,7 @@
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
                                       [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
                                       [--restart-dtype float64|float32] [--profile]
-                                      [--only startup|lbfgs|restarts|sketch|onednn ...]
+                                      [--only startup|lbfgs|restarts|sketch|onednn|jacobian ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
 load average is printed: ratios taken at a load above 1.5 on two cores are not to be trusted.
@@ -48,6 +51,7 @@ import time
 import torch
 
 from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.attacks.gauss_newton import CHUNK, jacobian
 from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss, onednn, own_convolutions
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
@@ -394,8 +398,29 @@ def onednn_section(a) -> None:
               f"x{off / on:.2f}; the attack runs {chosen} it")
 
 
+def jacobian_section(a) -> None:
+    """Gauss-Newton's J, CHUNK columns a batched backward pass against one column a pass, interleaved rounds."""
+    for kind in ("srht", "none"):
+        p = prepare(RunConfig(model="lenet", sketch=kind, sketch_ratio=0.5, threads=1))
+        x = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype)
+        labels = p.attack.labels_for(p.obs)
+        times: dict[int, list[float]] = {CHUNK: [], 1: []}
+        made = {}
+        for _ in range(a.rounds):
+            for chunk in (CHUNK, 1):
+                t = time.perf_counter()
+                made[chunk] = jacobian(p.obs.forward, x, labels, chunk=chunk)
+                times[chunk].append(time.perf_counter() - t)
+        batched, loop = min(times[CHUNK]), min(times[1])
+        diff = float((made[CHUNK] - made[1]).abs().max() / made[1].abs().max())
+        b, n = made[1].shape
+        print(f"jacobian   lenet, {kind}{' b = d/2' if kind != 'none' else ''}, float64, J {b} x {n}: "
+              f"{CHUNK} columns a pass {batched:.2f} s, one column a pass {loop:.2f} s: x{batched / loop:.2f}; "
+              f"largest difference {diff:.1e} of J's largest entry")
+
+
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
-            "sketch": sketch_section, "onednn": onednn_section}
+            "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section}
 
 
 def main() -> None:
