@@ -39,8 +39,8 @@ MAX_UNKNOWNS = 4096
 MAX_ENTRIES = 6 * 10**7
 #: ... and d x n, the work of forming J (n backward passes through the gradient of d weights), is at most this
 MAX_WORK = 10**8
-#: J's columns formed in one batched backward pass (16-64 measured alike on the DLG LeNet; fewer keep the batch's
-#: b x CHUNK numbers small)
+#: J's columns formed in one batched backward pass (its b x CHUNK numbers stay small; on the DLG LeNet 16 at a time
+#: take x0.64 of the time of one at a time: ``python benchmarks/attack_speed.py --only jacobian``)
 CHUNK = 16
 #: at most this many Gauss-Newton steps (each forms J once)
 STEPS = 20
