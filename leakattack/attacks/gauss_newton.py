@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -151,7 +152,8 @@ def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
 
 
 def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
-                        deadline: float = math.inf, steps: int = STEPS, threads: int | None = None) -> Refined:
+                        deadline: float = math.inf, steps: int = STEPS, threads: int | None = None,
+                        on_step: Callable[[float], None] | None = None) -> Refined:
     """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
 
     Stops at L_R / ``scale`` <= :data:`FLOOR`, or below ``tol`` once a step cuts L_R less than tenfold
@@ -159,7 +161,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     ``stalled``), or two steps in a row cut it less than :data:`SLOW`-fold (``stalled``); at ``deadline``
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
     (``diverged``); or after ``steps``.  J is formed on torch's threads as they are, its normal equations solved
-    on ``threads`` (None: the same).
+    on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each step (a progress bar's update).
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
@@ -200,6 +202,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 mu *= 10
                 if time.perf_counter() >= deadline:
                     break
+        if on_step is not None:
+            on_step(loss)
         if not accepted:
             out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
                 else "stalled"

@@ -41,7 +41,7 @@ from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor, add_note, torch_threads
-from .gauss_newton import levenberg_marquardt, too_large
+from .gauss_newton import STEPS, levenberg_marquardt, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
@@ -298,9 +298,9 @@ class GradientMatching(Attack):
                                              progress=progress), choice, probes_s)
             if best.stop_reason != "iterations":  # it ended on its own, as the whole budget's run would have
                 if self.refinement(obs, best.stop_reason) is None:
-                    self._refine(obs, best, deadline, monitor)
+                    self._refine(obs, best, deadline, monitor, progress)
                 return best
-            if self._refine(obs, best, deadline, monitor) or time.perf_counter() >= deadline:
+            if self._refine(obs, best, deadline, monitor, progress) or time.perf_counter() >= deadline:
                 return best  # converged, or the time limit has come: the shorter phase's iterate is the run's
             tried, spent = best.gauss_newton, time.perf_counter() - started
             if main.time_limit is not None:
@@ -310,7 +310,7 @@ class GradientMatching(Attack):
         best = self._best(main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                         progress=progress), choice, probes_s)
         if self.refinement(obs, best.stop_reason) is None:
-            self._refine(obs, best, deadline, monitor)
+            self._refine(obs, best, deadline, monitor, progress)
         if tried is not None:
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
             reached = f" (L_R {tried['loss_before']:.2e} to {tried['loss_after']:.2e})" if "loss_after" in tried else ""
@@ -341,23 +341,33 @@ class GradientMatching(Attack):
             best.wall_s += probes_s
         return best
 
-    def _refine(self, obs: Observation, best: AttackResult, deadline: float, monitor: Monitor | None) -> bool:
+    def _refine(self, obs: Observation, best: AttackResult, deadline: float, monitor: Monitor | None,
+                progress: bool = False) -> bool:
         """Gauss-Newton steps from ``best``'s iterate (:func:`.gauss_newton.levenberg_marquardt`), written into it
         when they converge (reach the tolerance): each accepted step is one more step of its losses and the stop
         reason becomes ``tolerance``.  Steps that do not converge leave the first phase's iterate, losses and stop
         reason as they were (a lower L_R reached by slow steps is no sign of being nearer the input); its message
-        and ``gauss_newton`` record what they reached.  Returns whether they were kept."""
+        and ``gauss_newton`` record what they reached (``progress``: a bar of their steps).  Returns whether they
+        were kept."""
+        bar = progress_bar(STEPS, "Gauss-Newton", "step", requested=progress, leave=False)
+
+        def step(loss: float) -> None:
+            bar.update(1)
+            bar.set_postfix_str(f"L_R={loss:.3e}")
+
         try:
             with torch_threads(self.threads or obs.victim.threads):
                 # its normal equations are large dense products: every core, unless the threads were given
                 out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
-                                          threads=self.threads or cpu_cores())
+                                          threads=self.threads or cpu_cores(), on_step=step)
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
             best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
             best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "
                                                   f"twice in x ({str(err)[:120]})")
             return False
+        finally:
+            bar.close()
         before, first = best.final_loss, best.best_step
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"

@@ -14,6 +14,7 @@ from leakattack.attacks.gradient_matching import GAUSS_NEWTON_AFTER
 from leakattack.channel import Channel
 from leakattack.metrics import numerical_rank
 from leakattack.observation import ThreatModel, observe
+from leakattack.progress import FORCE_ENV
 from leakattack.sketch import make_sketch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -164,6 +165,18 @@ def test_steps_after_the_shorter_phase_that_reach_the_time_limit_leave_its_itera
     assert out.iterations == 20 and torch.equal(out.x, short.x) and out.losses == short.losses
     assert out.gauss_newton["after_step"] == 20 and not out.gauss_newton["kept"]
     assert "the time limit was reached" in out.message
+
+
+def test_the_steps_draw_their_own_bar_where_bars_are_drawn(monkeypatch, capsys):
+    monkeypatch.setenv(FORCE_ENV, "1")
+    obs, x = _obs()
+    out = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(
+        obs, progress=True)
+    err = capsys.readouterr().err
+    assert "Gauss-Newton" in err and "L_R=" in err and out.gauss_newton["kept"]
+    monkeypatch.setenv(FORCE_ENV, "0")
+    GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs, progress=True)
+    assert "Gauss-Newton" not in capsys.readouterr().err
 
 
 def test_a_deadline_that_has_passed_stops_before_forming_j():
