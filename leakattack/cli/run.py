@@ -122,12 +122,14 @@ def _derived(folder) -> dict:
 
 
 def _steps(m) -> str:
-    """The steps and the stop reason, with the Gauss-Newton steps among them: ``5690 it (tolerance, 4 Gauss-Newton)``.
+    """The steps and the stop reason, with the Gauss-Newton steps among them: ``1004 it (tolerance, 4 Gauss-Newton)``.
     """
-    gn = m.gauss_newton
-    gn = "" if not gn else f", {gn['accepted']} Gauss-Newton" if gn.get("kept") else ", no Gauss-Newton" \
-        if "error" in gn else ", Gauss-Newton not converged"
-    return f"{m.iterations} it ({m.stop_reason}{gn})"
+    gn, note = m.gauss_newton, ""
+    if gn and gn.get("kept"):
+        note = f", {gn['accepted']} Gauss-Newton"
+    elif gn:
+        note = ", no Gauss-Newton" if "error" in gn else ", Gauss-Newton not converged"
+    return f"{m.iterations} it ({m.stop_reason}{note})"
 
 
 def label_choice_line(c: dict) -> str:
