@@ -39,3 +39,11 @@ def run_grid(out: Path, cases: dict, settings: tuple, images: int, args: Callabl
     folder slug), setting and image, each in OUT/<slug>-<setting>-<image>."""
     jobs = [(c, s, i) for c in cases for i in range(images) for s in settings]
     return run_jobs(jobs, lambda job: cli_run(out / f"{cases[job[0]]}-{job[1]}-{job[2]}", args(*job)), workers)
+
+
+def print_table(columns: list[str], rows) -> None:
+    """A markdown table of ``columns`` and ``rows`` (each a list of cells) on stdout."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _runs import grid_arguments, run_grid
+from _runs import grid_arguments, print_table, run_grid
 
 #: name -> the run's victim and sketch flags
 CASES = {
@@ -46,14 +46,10 @@ def main() -> int:
             .replace("=", "") for c in CASES}
     results = run_grid(out, slug, REFINES, a.images,
                        lambda c, r, i: [*CASES[c], "--refine", r, "--image-index", str(i), "--threads", "1"], a.jobs)
-    print("| victim, sketch | image | L-BFGS alone (--refine none) | with Gauss-Newton (auto) | J's rank | "
-          "baseline PSNR |")
-    print("|---|---|---|---|---|---|")
-    for c in CASES:
-        for i in range(a.images):
-            plain, refined = results[(c, "none", i)], results[(c, "auto", i)]
-            print(f"| {c} | {i} | {cell(plain)} | {cell(refined)} | {rank(refined)} | "
-                  f"{plain['baseline_psnr']:.2f} dB |")
+    print_table(["victim, sketch", "image", "L-BFGS alone (--refine none)", "with Gauss-Newton (auto)", "J's rank",
+                 "baseline PSNR"],
+                ([c, i, cell(results[(c, "none", i)]), cell(results[(c, "auto", i)]), rank(results[(c, "auto", i)]),
+                  f"{results[(c, 'none', i)]['baseline_psnr']:.2f} dB"] for c in CASES for i in range(a.images)))
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _runs import grid_arguments, run_grid
+from _runs import grid_arguments, print_table, run_grid
 
 #: name -> the run's victim flags
 VICTIMS = {
@@ -37,13 +37,10 @@ def main() -> int:
     slug = {v: v.split(",")[0].split(" ")[0].lower() for v in VICTIMS}
     results = run_grid(out, slug, RECIPES, a.images, lambda v, r, i: [
         *VICTIMS[v], "--sketch", "srht", "--recipe", r, "--image-index", str(i), "--threads", "1"], a.jobs)
-    print("| victim | image | dlg: PSNR / SSIM, verdict, steps, attack | ig: PSNR / SSIM, verdict, steps, attack "
-          "| baseline PSNR |")
-    print("|---|---|---|---|---|")
-    for v in VICTIMS:
-        for i in range(a.images):
-            dlg, ig = results[(v, "dlg", i)], results[(v, "ig", i)]
-            print(f"| {v} | {i} | {cell(dlg)} | {cell(ig)} | {dlg['baseline_psnr']:.2f} dB |")
+    print_table(["victim", "image", "dlg: PSNR / SSIM, verdict, steps, attack",
+                 "ig: PSNR / SSIM, verdict, steps, attack", "baseline PSNR"],
+                ([v, i, cell(results[(v, "dlg", i)]), cell(results[(v, "ig", i)]),
+                  f"{results[(v, 'dlg', i)]['baseline_psnr']:.2f} dB"] for v in VICTIMS for i in range(a.images)))
     return 0
 
 
