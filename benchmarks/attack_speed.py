@@ -20,7 +20,8 @@
   oneDNN (mkldnn) convolutions and without, the attack's wall time;
 * Gauss-Newton's Jacobian: J of x -> R grad_w F(w, x) formed CHUNK columns at a time (one batched backward
   pass each, ``torch.func.vmap``), against the loop of one backward pass per column, on the default attack's
-  victim through srht b = d/2 and unsketched (float64, one thread), with the two J's largest difference;
+  victim through srht b = d/2 and unsketched (float64, one thread), with the two J's largest difference, and the
+  rest of a step: J^T J and its Cholesky factor on every core;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -51,6 +52,7 @@ import time
 import torch
 
 from leakattack.attacks import GradientMatching, init_dummy
+from leakattack.attacks.base import torch_threads
 from leakattack.attacks.gauss_newton import CHUNK, jacobian
 from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss, onednn, own_convolutions
 from leakattack.attacks.lbfgs import History, two_loop_direction
@@ -412,11 +414,19 @@ def jacobian_section(a) -> None:
                 made[chunk] = jacobian(p.obs.forward, x, labels, chunk=chunk)
                 times[chunk].append(time.perf_counter() - t)
         batched, loop = min(times[CHUNK]), min(times[1])
-        diff = float((made[CHUNK] - made[1]).abs().max() / made[1].abs().max())
-        b, n = made[1].shape
+        J = made[CHUNK]
+        diff = float((J - made[1]).abs().max() / made[1].abs().max())
+        b, n = J.shape
+        # the rest of a step: the normal equations on every core, as the attack forms them, and their factor
+        with torch_threads(os.cpu_count() or 1):
+            gram = min(timed(lambda: J.T @ J) for _ in range(a.rounds))
+            A = J.T @ J
+            A.diagonal().add_(1e-6 * float(A.diagonal().mean()))
+            factor = min(timed(lambda: torch.linalg.cholesky(A)) for _ in range(a.rounds))
         print(f"jacobian   lenet, {kind}{' b = d/2' if kind != 'none' else ''}, float64, J {b} x {n}: "
               f"{CHUNK} columns a pass {batched:.2f} s, one column a pass {loop:.2f} s: x{batched / loop:.2f}; "
-              f"largest difference {diff:.1e} of J's largest entry")
+              f"largest difference {diff:.1e} of J's largest entry; J^T J {gram:.2f} s and its Cholesky factor "
+              f"{factor:.2f} s on {os.cpu_count()} threads")
 
 
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
