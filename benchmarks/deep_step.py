@@ -13,7 +13,7 @@ with respect to x, a signed ``torch.optim.Adam``
 step and the clamp to [0, 1].
 
     python benchmarks/deep_step.py [--models resnet20 resnet18 vit_small resnet50] [--steps 6]
-                                   [--warmup 2] [--rounds 3] [--threads 1 all]
+                                   [--warmup 2] [--rounds 3] [--threads 1 all] [--device cpu]
 
 Each (model, sketch, threads) row alternates the two loops ``--rounds`` times
 (``--steps`` timed steps each after ``--warmup`` untimed ones) and prints the median
@@ -25,7 +25,10 @@ freed memory in the process (``keep_freed_memory``), which the bare loop then sh
 ``--glibc-default`` measures both without it.  Cases:
 32 px victims with no sketch and with srht b/d = 0.01; resnet50 at 224 px with srht
 b = 4e5.  Goal: ratio <= 1.1 for resnet18, <= 1.5 for resnet50/srht b = 4e5.
-Take timings under ``flock /tmp/timing.lock``; the load average is printed.
+Take timings under ``flock /tmp/timing.lock``; the load average is printed.  With
+``--device cuda`` both loops run on the GPU and every clock reading waits for the
+device's queue first (``torch.cuda.synchronize``), so a step's time is its whole work;
+the CPU columns then measure the host's share.
 """
 
 from __future__ import annotations
@@ -78,8 +81,14 @@ def library_steps(p, x0, labels, steps: int) -> list[tuple[float, float, float]]
     return gaps(stamps)
 
 
+#: the device both loops run on (``--device``); its queue is drained before every clock reading
+DEVICE = torch.device("cpu")
+
+
 def clocks() -> tuple[float, float, float]:
-    """Wall, CPU (user + system, all threads) and system seconds so far."""
+    """Wall, CPU (user + system, all threads) and system seconds so far, once the device's queued work is done."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
     t = os.times()
     return time.perf_counter(), t.user + t.system, t.system
 
@@ -118,10 +127,10 @@ def bare_steps(p, x0, labels, steps: int) -> list[tuple[float, float, float]]:
 
 def measure(label: str, fields: dict, threads: int, a) -> str:
     torch.set_num_threads(threads)
-    p = prepare(RunConfig(iterations=a.warmup + a.steps, threads=threads, **fields))
+    p = prepare(RunConfig(iterations=a.warmup + a.steps, threads=threads, device=DEVICE.type, **fields))
     torch.set_num_threads(threads)
     labels = p.attack.labels_for(p.obs)
-    x0 = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype)
+    x0 = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype).to(p.obs.y.device)
     lib, bare = [], []
     for _ in range(a.rounds):
         lib += library_steps(p, x0, labels, a.warmup + a.steps)[a.warmup:]
@@ -146,11 +155,15 @@ def main() -> None:
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc returning freed blocks to the system (the attack keeps them by default, "
                          "gradient_matching.keep_freed_memory; both loops share the process's setting)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both loops run")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(a.device)
     if a.glibc_default:
         gradient_matching.keep_freed_memory = lambda: None
     counts = [available_cores() if t == "all" else int(t) for t in a.threads]
-    print(f"# torch {torch.__version__}, {platform.machine()}, {available_cores()} cores, load "
+    where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "CPU"
+    print(f"# torch {torch.__version__}, {platform.machine()}, {where}, {available_cores()} cores, load "
           f"{os.getloadavg()[0]:.1f}; medians of {a.rounds} x {a.steps} steps after {a.warmup} warm-up steps, "
           "[min-max]; ratio leakattack / bare")
     for label, fields in cases(a.models):
