@@ -4,13 +4,16 @@
 #   scripts/gpu_measurements.sh OUTDIR [SCALE]
 #
 # Runs, one at a time, each under its own `timeout` so that one slow run leaves the others
-# their time: the default LeNet attack (srht), the deep victims' `ig` recipe on resnet18
-# (photo 0, unsketched and srht b/d = 0.01), SAFL's sizes (resnet101 224 px through srht
-# b = 4e5, vit_b_16 224 px through srht b = 8e4), batched restarts (lenet, srht, Adam,
-# 200 steps, R = 1 and 8) and benchmarks/deep_step.py --device cuda.  Every run folder
-# lands in OUTDIR/runs, packed after each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.
+# their time: the default LeNet attack (srht) in float64 and float32, the deep victims' `ig`
+# recipe on resnet18 (photos 0-2, unsketched and srht b/d = 0.01), SAFL's sizes (resnet101
+# 224 px through srht b = 4e5 and unsketched, vit_b_16 224 px through srht b = 8e4),
+# benchmarks/deep_step.py --device cuda and batched restarts (lenet, srht, Adam, 200 steps,
+# R = 1 and 8, float32 and float64).  Every run folder lands in OUTDIR/runs, packed after
+# each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.  All of it takes about 11
+# minutes on an H200; ONLY=REGEX runs the steps whose names match (e.g. ONLY='resnet18|lenet').
 # SCALE (default 1) multiplies every time limit: SCALE=0.05 checks the script on a CPU in
-# a few minutes.  Needs only the repository on PYTHONPATH (python3 -m leakattack) and torch.
+# a few minutes (DEVICE=cpu).  Needs only the repository on PYTHONPATH (python3 -m
+# leakattack) and torch.
 set -u
 out=${1:?usage: scripts/gpu_measurements.sh OUTDIR [SCALE]}
 scale=${2:-1}
@@ -26,6 +29,7 @@ secs() { $py -c "import sys; print(max(5, round(float(sys.argv[1]) * float(sys.a
 
 step() {  # step NAME LIMIT_S COMMAND...: run COMMAND under timeout LIMIT_S * SCALE + 60 s, log it, pack the runs
     local name=$1 limit; limit=$(secs "$2"); shift 2
+    [[ $name =~ ${ONLY:-.} ]] || return 0
     echo "=== $name ($(date -u +%T), limit ${limit}s + 60s): $*" | tee -a "$log"
     local t0=$SECONDS
     timeout $((limit + 60)) "$@" 2>&1 | tail -n 25 | tee -a "$log"
@@ -46,15 +50,22 @@ attack() {  # attack NAME LIMIT_S ARGS...: leakattack run ARGS with the time lim
 cuda := torch.cuda.is_available(), torch.cuda.get_device_name(0) if cuda else '')"
 } 2>&1 | tee -a "$log"
 
-attack lenet-srht 60 --model lenet --sketch srht
-attack resnet18-none-photo0 45 --model resnet18 --sketch none
-attack resnet18-srht001-photo0 45 --model resnet18 --sketch srht --sketch-ratio 0.01
+attack lenet-srht-float64 60 --model lenet --sketch srht --dtype float64
+attack lenet-srht-float32 60 --model lenet --sketch srht --dtype float32
+for i in 0 1 2; do
+    attack "resnet18-none-photo$i" 45 --model resnet18 --sketch none --image-index "$i"
+    attack "resnet18-srht001-photo$i" 45 --model resnet18 --sketch srht --sketch-ratio 0.01 --image-index "$i"
+done
 attack resnet101-224-srht4e5 100 --model resnet101 --image-size 224 --sketch srht --sketch-dim 400000
+attack resnet101-224-none 60 --model resnet101 --image-size 224 --sketch none
 step deep_step 30 $py "$root/benchmarks/deep_step.py" --device "$dev" --models resnet18 vit_small resnet50 \
     --threads all --rounds 2 --steps 5
-for r in 1 8; do
-    step "restarts-$r" 30 $py -m leakattack run --device "$dev" --no-lpips --quiet --out "$runs/restarts-$r" \
-        --model lenet --sketch srht --optimizer adam --iterations 200 --restarts "$r"
+for dtype in float32 float64; do
+    for r in 1 8; do
+        step "restarts-$r-$dtype" 30 $py -m leakattack run --device "$dev" --no-lpips --quiet \
+            --out "$runs/restarts-$r-$dtype" --model lenet --sketch srht --optimizer adam --iterations 200 \
+            --restarts "$r" --dtype "$dtype"
+    done
 done
 attack vit_b_16-224-srht8e4 45 --model vit_b_16 --image-size 224 --weight-init xavier --sketch srht \
     --sketch-dim 80000

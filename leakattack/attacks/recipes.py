@@ -32,7 +32,8 @@ smooth); ``--recipe`` picks one for any victim.
          and is not rebuilt; ``--bn auto`` is eval mode for one image (running statistics,
          breaching's setting).  docs/ig_recipe.md has the derivation and the measurements.
 
-On a GPU both recipes work in float32.
+A GPU runs each recipe in its own precision: in float32 the ``dlg`` recipe's L-BFGS stalls far from the
+image (docs/attack.md#why-float64-by-default).
 """
 
 from __future__ import annotations

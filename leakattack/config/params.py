@@ -206,7 +206,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the ResNets and ViTs, one thread for smaller ones such as LeNet, whose small tensor ops only slow down with "
           "more; the Python API's attack makes the same choice)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
-          "one of {choices}: precision of model, data and attack (default: from the recipe; float32 on a GPU)",
+          "one of {choices}: precision of model, data and attack (default: from the recipe, on every device)",
           "output"),
     Param("trace_every", 10, POS_INT, "trace interval", "record PSNR in trace.csv every N steps", "output"),
     # protocol message

@@ -184,18 +184,12 @@ class RunConfig:
                               f"{', '.join(attacks.list_recipes())}")
         return name
 
-    def _settings(self, gpu: bool | None = None) -> dict:
-        """The attacker settings: the ones given, the recipe's for the rest (float32 on a GPU).
-
-        ``gpu`` None: whether this run goes to a GPU (``--device``, or ``auto`` with CUDA present).
-        """
+    def _settings(self) -> dict:
+        """The attacker settings: the ones given, the recipe's for the rest, on every device (a GPU included: the
+        ``dlg`` recipe's L-BFGS stalls in float32, docs/attack.md#why-float64-by-default)."""
         recipe = attacks.get_recipe(self._recipe_name())
         out = {name: getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
                for name in attacks.RECIPE_FIELDS}
-        if gpu is None:
-            gpu = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
-        if self.dtype is None and gpu:
-            out["dtype"] = "float32"
         if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
         for name, weight in map(attacks.parse_prior, self.priors):
@@ -212,7 +206,7 @@ class RunConfig:
         return {name: w for name, w in map(attacks.parse_prior, self.priors) if name != "tv"}
 
     def resolved(self) -> RunConfig:
-        """This configuration with every recipe setting written out (as on a CPU) and ``recipe`` back to auto.
+        """This configuration with every recipe setting written out and ``recipe`` back to auto.
 
         Two configurations that run the same attack resolve alike: a sweep keys its
         points on this, so naming a recipe's own value changes nothing (``--prior tv:W``
@@ -220,7 +214,7 @@ class RunConfig:
         """
         priors = [f"{name}:{w!r}" for name, w in sorted(self.other_priors().items())]
         return dataclasses.replace(self, recipe="auto", priors=priors, attack_params=self.attack_options(),
-                                   **self._settings(gpu=False))
+                                   **self._settings())
 
     def _step_size(self, optimizer: str) -> float:
         """The given --lr, else the recipe's step when its optimiser runs, else the optimiser's default."""

@@ -29,6 +29,15 @@ def test_the_recipe_fills_what_is_not_given():
         ("lbfgs", "l2", "float64", False, False)
 
 
+def test_a_gpu_runs_each_recipe_in_its_own_precision(monkeypatch):
+    """On a GPU the dlg recipe stays float64: in float32 its L-BFGS stalls (35.4 dB on an H200 against 200 dB)."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    for device in ("cuda", "auto"):
+        assert RunConfig(model="lenet", device=device).derived().dtype == "float64"
+        assert RunConfig(model="resnet18", device=device).derived().dtype == "float32"
+        assert RunConfig(model="lenet", device=device, dtype="float32").derived().dtype == "float32"
+
+
 def test_given_settings_win_and_recipe_can_be_named():
     s = RunConfig(model="resnet18", objective="l2", box=False, iterations=7, dtype="float64", device="cpu").derived()
     assert (s.objective, s.box, s.iterations, s.dtype, s.optimizer) == ("l2", False, 7, "float64", "adam")
