@@ -84,7 +84,10 @@ LABEL_PROBE_STEPS = 150
 SLOWER = 1.25
 
 
-#: with a time limit, the step schedule is fitted to the steps the limit allows, from the time of this many steps
+#: with a time limit, the step schedule is fitted to the steps the limit allows, from the time of this many steps,
+#: and fitted again over windows twice as long each time (10, 20, ... steps, each timed on its own) while decays
+#: remain ahead: the first steps' time also holds one-off work (a GPU's kernel loading: on an H200 a ResNet-18's
+#: first five steps took at least 2.7 times a later step's, docs/ig_recipe.md#the-budget), and the load may change
 SCHEDULE_PROBE = 5
 
 
@@ -442,9 +445,10 @@ class GradientMatching(Attack):
         prune_at = prune_points(R) if self.prune_restarts else []
         horizon = iterations  # the steps the budget allows: the iterations, or those a time limit leaves
         # a step schedule under a time limit fits its decays to the steps the time allows, timed from (step, time)
-        # over SCHEDULE_PROBE steps: from the start, and again after each prune (fewer starts take shorter steps)
+        # over a window of steps: SCHEDULE_PROBE from the start, then windows twice as long while decays remain
+        # ahead, and again SCHEDULE_PROBE after each prune (fewer starts take shorter steps)
         fits_time = bool(milestones) and self.time_limit is not None
-        since = (0, t0) if fits_time else None
+        since = (0, t0, SCHEDULE_PROBE) if fits_time else None
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
         bar = _progress(iterations, progress)
@@ -468,7 +472,7 @@ class GradientMatching(Attack):
             while prune_at and len(keep) > 1 and max(step / horizon, (time.perf_counter() - t0) / (
                     self.time_limit or math.inf)) >= prune_at[0]:
                 keep = _prune(runs, rows, keep, step, prune_at.pop(0))
-                since = (step, time.perf_counter()) if fits_time else None
+                since = (step, time.perf_counter(), SCHEDULE_PROBE) if fits_time else None
             if len(keep) < len(rows):
                 rows = [rows[i] for i in keep]
                 if not rows:
@@ -476,14 +480,14 @@ class GradientMatching(Attack):
                 index = torch.tensor(keep)
                 Z, G = Z[index], G[index]
                 values, fits = [values[i] for i in keep], [fits[i] for i in keep]
-            if since is not None and step == since[0] + SCHEDULE_PROBE:
+            if since is not None and step == since[0] + since[2]:
                 # the decays still to come fall at their fractions of the steps the time left allows
                 now = time.perf_counter()
-                per_step = (now - since[1]) / SCHEDULE_PROBE
+                per_step = (now - since[1]) / since[2]
                 horizon = min(iterations, step + max(1, int((deadline - now) / per_step)))
                 milestones = [m if m <= step else max(step + 1, round(f * horizon))
                               for m, f in zip(milestones, STEP_MILESTONES, strict=True)]
-                since = None
+                since = (step, now, 2 * since[2]) if milestones[-1] > step else None
                 if bar is not None:
                     bar.total = horizon
             if milestones:

@@ -128,3 +128,31 @@ def test_after_a_prune_the_decays_still_to_come_are_refitted_to_the_shorter_step
     for run, decays in ((cut, [6, 10, 14]), (survivor, [6, 10, 26])):
         want = [0.01 * 0.1 ** sum(t >= c for c in decays) for t in range(run.iterations)]
         assert moves(run) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_decays_still_to_come_are_refitted_once_the_first_steps_slow_start_is_over(monkeypatch):
+    """On a clock where the first steps take 4 s (one-off work: a GPU's kernel loading) and later ones 1 s, the fit
+    at step 5 (4.8 s a step) allows 20 steps of a 100 s limit: decays at 8, 12 and 18.  The window of the next ten
+    steps, timed on its own, reads 1 s a step: 15 + 66 = 81 steps, and the last decay, still to come, moves to
+    round(7/8 * 81) = 71.  Without the refit it stayed at 18, two thirds of the time before the end."""
+    from types import SimpleNamespace
+
+    from leakattack.attacks import gradient_matching
+    clock = [0.0]
+    monkeypatch.setattr(gradient_matching, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    obs, x, labels = _obs()
+    xs = []
+
+    def monitor(step, xt):
+        xs.append(xt.clone())
+        clock[0] += 4.0 if step <= 5 else 1.0
+        return {}
+
+    gm = GradientMatching(optimizer="gd", iterations=1000, lr=0.01, labels="given", tol=0, schedule="step",
+                          signed=True, stall_window=0, time_limit=100)
+    result = gm.run(obs, init_dummy(x.shape, "gaussian", 2, dtype=torch.float64), labels, monitor=monitor,
+                    monitor_every=1)
+    moves = [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])]
+    assert result.stop_reason == "time-limit" and len(moves) >= 81
+    want = [0.01 * 0.1 ** sum(t >= c for c in (8, 12, 71)) for t in range(len(moves))]
+    assert moves == pytest.approx(want, rel=1e-9)
