@@ -49,9 +49,9 @@ def test_signed_steps_are_refused_for_lbfgs_and_unknown_schedules_are_refused():
         GradientMatching(schedule="cosine")
 
 
-def test_with_a_time_limit_the_step_schedule_fits_the_steps_the_limit_allows(monkeypatch):
-    """On a clock where a step takes 1.2 s, a 20 s limit allows 16 steps: the cuts fall at 6, 10 and 14, not at
-    3/8, 5/8 and 7/8 of the 1000 iterations the attack would otherwise take."""
+def _moves_on_clock(monkeypatch, seconds, time_limit):
+    """Per-step moves of signed gd under the step schedule and ``time_limit``, on a clock that the monitor of step t
+    moves by ``seconds(t)``; and the result."""
     from types import SimpleNamespace
 
     from leakattack.attacks import gradient_matching
@@ -62,13 +62,20 @@ def test_with_a_time_limit_the_step_schedule_fits_the_steps_the_limit_allows(mon
 
     def monitor(step, xt):
         xs.append(xt.clone())
-        clock[0] += 1.0
+        clock[0] += seconds(step)
         return {}
 
     gm = GradientMatching(optimizer="gd", iterations=1000, lr=0.01, labels="given", tol=0, schedule="step",
-                          signed=True, stall_window=0, time_limit=20)
-    gm.run(obs, init_dummy(x.shape, "gaussian", 2, dtype=torch.float64), labels, monitor=monitor, monitor_every=1)
-    moves = [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])]
+                          signed=True, stall_window=0, time_limit=time_limit)
+    result = gm.run(obs, init_dummy(x.shape, "gaussian", 2, dtype=torch.float64), labels, monitor=monitor,
+                    monitor_every=1)
+    return [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])], result
+
+
+def test_with_a_time_limit_the_step_schedule_fits_the_steps_the_limit_allows(monkeypatch):
+    """On a clock where a step takes 1.2 s, a 20 s limit allows 16 steps: the cuts fall at 6, 10 and 14, not at
+    3/8, 5/8 and 7/8 of the 1000 iterations the attack would otherwise take."""
+    moves, _ = _moves_on_clock(monkeypatch, lambda step: 1.0, 20)
     # six monitor calls (1 s each) by the probe at step 5: 1.2 s a step, int(20 / 1.2) = 16 steps
     cut = [round(f * 16) for f in STEP_MILESTONES]
     assert cut == [6, 10, 14] and len(moves) >= 16
@@ -135,24 +142,7 @@ def test_the_decays_still_to_come_are_refitted_once_the_first_steps_slow_start_i
     at step 5 (4.8 s a step) allows 20 steps of a 100 s limit: decays at 8, 12 and 18.  The window of the next ten
     steps, timed on its own, reads 1 s a step: 15 + 66 = 81 steps, and the last decay, still to come, moves to
     round(7/8 * 81) = 71.  Without the refit it stayed at 18, two thirds of the time before the end."""
-    from types import SimpleNamespace
-
-    from leakattack.attacks import gradient_matching
-    clock = [0.0]
-    monkeypatch.setattr(gradient_matching, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    obs, x, labels = _obs()
-    xs = []
-
-    def monitor(step, xt):
-        xs.append(xt.clone())
-        clock[0] += 4.0 if step <= 5 else 1.0
-        return {}
-
-    gm = GradientMatching(optimizer="gd", iterations=1000, lr=0.01, labels="given", tol=0, schedule="step",
-                          signed=True, stall_window=0, time_limit=100)
-    result = gm.run(obs, init_dummy(x.shape, "gaussian", 2, dtype=torch.float64), labels, monitor=monitor,
-                    monitor_every=1)
-    moves = [float((b - a).abs().max()) for a, b in zip(xs, xs[1:])]
+    moves, result = _moves_on_clock(monkeypatch, lambda step: 4.0 if step <= 5 else 1.0, 100)
     assert result.stop_reason == "time-limit" and len(moves) >= 81
     want = [0.01 * 0.1 ** sum(t >= c for c in (8, 12, 71)) for t in range(len(moves))]
     assert moves == pytest.approx(want, rel=1e-9)
