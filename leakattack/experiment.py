@@ -177,7 +177,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
-        gauss_newton=result.gauss_newton, extra=privacy,
+        gauss_newton=result.gauss_newton, peak_memory=peak_memory(p.device), extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
@@ -258,6 +258,22 @@ def unscored(batch_size: int) -> dict:
     return {"mse": None, "psnr": None, "ssim": None, "lpips": None, "label_acc": None,
             "lpips_note": "no truth file: the reconstruction was not compared with anything",
             "psnr_each": [None] * batch_size, "ssim_each": [None] * batch_size, "match": list(range(batch_size))}
+
+
+def peak_memory(device: torch.device) -> dict[str, float] | None:
+    """The process's peak resident memory so far (``rss_gb``, from ``getrusage``) and, on a GPU, the most device
+    memory torch has held (``device_gb``), in GB; None where the platform reports neither."""
+    out = {}
+    try:
+        import resource
+    except ImportError:  # Windows has no getrusage
+        pass
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, kibibytes on Linux
+        out["rss_gb"] = round(peak * (1 if sys.platform == "darwin" else 1024) / 1e9, 4)
+    if device.type == "cuda":
+        out["device_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 4)
+    return out or None
 
 
 def _version(package: str) -> str:

@@ -21,6 +21,15 @@ def test_restarts_keep_the_start_with_the_lowest_loss(tmp_path):
     assert len(set(m.restart_losses)) == 3  # the starts differ
 
 
+def test_a_run_records_the_process_peak_memory(tmp_path):
+    import resource
+
+    m, folder = run_attack(_cfg(), out=tmp_path / "m", with_lpips=False)
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: kibibytes
+    assert 0.05 < m.peak_memory["rss_gb"] <= peak_gb + 1e-3 and "device_gb" not in m.peak_memory
+    assert json.loads((folder / "metrics.json").read_text())["peak_memory"] == m.peak_memory
+
+
 def test_config_json_reproduces_the_metrics(tmp_path):
     m1, folder = run_attack(_cfg(), out=tmp_path / "a", with_lpips=False)
     cfg = RunConfig.from_dict(json.loads((folder / "config.json").read_text())["run"])

@@ -96,6 +96,9 @@ class RunMetrics:
     restart_stops: list[str] | None = None
     #: what the Gauss-Newton steps after the first-order phase did (``--refine``); written when they ran
     gauss_newton: dict[str, Any] | None = None
+    #: the process's peak resident memory by the end of the run (``rss_gb``) and, on a GPU, the most device memory
+    #: torch held (``device_gb``), in GB (10^9 bytes); written where the platform reports them
+    peak_memory: dict[str, float] | None = None
 
     #: the keys whose set varies (a defended run's privacy keys, keys of other versions), in the file's order
     extra: dict[str, Any] = field(default_factory=dict)
@@ -177,7 +180,7 @@ _MISSING = object()
 _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
-_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "gauss_newton"})
+_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "gauss_newton", "peak_memory"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

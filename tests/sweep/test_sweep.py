@@ -36,7 +36,7 @@ image_index = [0, 1, 2, 3]
 #: TINY with points slow enough (~0.3 s each) that a signal sent after the n-th finished
 #: point lands mid-sweep even on a loaded machine (TINY's 12 points take under a second)
 SLOW = TINY.replace("iterations = 20", "iterations = 150")
-TIMING = {"wall_s", "attack_s", "utility_wall_s"}
+TIMING = {"wall_s", "attack_s", "utility_wall_s", "peak_memory"}  # measured, not repeated by a rerun
 
 
 def write(tmp_path, text, name="s.toml"):
