@@ -59,6 +59,7 @@ from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from targets.oracle import restart_gradients
+from targets.victim import cpu_cores
 
 
 class Counted:
@@ -418,7 +419,7 @@ def jacobian_section(a) -> None:
         diff = float((J - made[1]).abs().max() / made[1].abs().max())
         b, n = J.shape
         # the rest of a step: the normal equations on every core, as the attack forms them, and their factor
-        with torch_threads(os.cpu_count() or 1):
+        with torch_threads(cpu_cores()):
             gram = min(timed(lambda: J.T @ J) for _ in range(a.rounds))
             A = J.T @ J
             A.diagonal().add_(1e-6 * float(A.diagonal().mean()))
@@ -426,7 +427,7 @@ def jacobian_section(a) -> None:
         print(f"jacobian   lenet, {kind}{' b = d/2' if kind != 'none' else ''}, float64, J {b} x {n}: "
               f"{CHUNK} columns a pass {batched:.2f} s, one column a pass {loop:.2f} s: x{batched / loop:.2f}; "
               f"largest difference {diff:.1e} of J's largest entry; J^T J {gram:.2f} s and its Cholesky factor "
-              f"{factor:.2f} s on {os.cpu_count()} threads")
+              f"{factor:.2f} s on {cpu_cores()} threads")
 
 
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,

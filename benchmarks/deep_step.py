@@ -130,7 +130,7 @@ def measure(label: str, fields: dict, threads: int, a) -> str:
     p = prepare(RunConfig(iterations=a.warmup + a.steps, threads=threads, device=DEVICE.type, **fields))
     torch.set_num_threads(threads)
     labels = p.attack.labels_for(p.obs)
-    x0 = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype).to(p.obs.y.device)
+    x0 = init_dummy(p.obs.input_shape, "gaussian", 2, p.obs.y.device, p.obs.victim.dtype)
     lib, bare = [], []
     for _ in range(a.rounds):
         lib += library_steps(p, x0, labels, a.warmup + a.steps)[a.warmup:]
