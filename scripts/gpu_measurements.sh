@@ -10,7 +10,8 @@
 # benchmarks/deep_step.py --device cuda and batched restarts (lenet, srht, Adam, 200 steps,
 # R = 1 and 8, float32 and float64).  Every run folder lands in OUTDIR/runs, packed after
 # each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.  On an H200 its steps took
-# about 10.5 minutes in all (their times in log.txt, run over two calls); ONLY=REGEX runs the steps whose names match (e.g. ONLY='resnet18|lenet').
+# about 10.5 minutes in all (their times in log.txt, run over two calls); ONLY=REGEX runs
+# the steps whose names match (e.g. ONLY='resnet18|lenet').
 # SCALE (default 1) multiplies every time limit: SCALE=0.05 checks the script on a CPU in
 # a few minutes (DEVICE=cpu).  Needs only the repository on PYTHONPATH (python3 -m
 # leakattack) and torch.
