@@ -5,13 +5,15 @@
 #
 # Runs, one at a time, each under its own `timeout` so that one slow run leaves the others
 # their time: the default LeNet attack (srht) in float64 and float32, the deep victims' `ig`
-# recipe on resnet18 (photos 0-2, unsketched and srht b/d = 0.01), SAFL's sizes (resnet101
-# 224 px through srht b = 4e5 and unsketched, vit_b_16 224 px through srht b = 8e4),
-# benchmarks/deep_step.py --device cuda and batched restarts (lenet, srht, Adam, 200 steps,
-# R = 1 and 8, float32 and float64).  Every run folder lands in OUTDIR/runs, packed after
-# each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.  On an H200 its steps took
-# about 10.5 minutes in all (their times in log.txt, run over two calls); ONLY=REGEX runs
-# the steps whose names match (e.g. ONLY='resnet18|lenet').
+# recipe on resnet18 (photos 0-2, unsketched and srht b/d = 0.01), SAFL's sizes (resnet101 224
+# px through srht b = 4e5, also with a tenth of the TV and with --bn train, and unsketched;
+# vit_b_16 224 px through srht b = 8e4), benchmarks/deep_step.py --device cuda and batched
+# restarts (lenet, srht, Adam, 200 steps, R = 1 and 8, float32 and float64).  Every run folder
+# lands in OUTDIR/runs, packed after each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.
+# On an H200 its steps took about 10.5 minutes in all before the two resnet101 variants were
+# added (their times in log.txt, run over two calls; each variant is limited to 100 s);
+# ONLY=REGEX runs the steps whose names match (e.g. ONLY='resnet18|lenet'; ONLY='srht4e5$' the
+# first resnet101 step alone).
 # SCALE (default 1) multiplies every time limit: SCALE=0.05 checks the script on a CPU in
 # a few minutes (DEVICE=cpu).  Needs only the repository on PYTHONPATH (python3 -m
 # leakattack) and torch.
@@ -58,6 +60,10 @@ for i in 0 1 2; do
     attack "resnet18-srht001-photo$i" 45 --model resnet18 --sketch srht --sketch-ratio 0.01 --image-index "$i"
 done
 attack resnet101-224-srht4e5 100 --model resnet101 --image-size 224 --sketch srht --sketch-dim 400000
+attack resnet101-224-srht4e5-tv0.002 100 --model resnet101 --image-size 224 --sketch srht --sketch-dim 400000 \
+    --tv 0.002
+attack resnet101-224-srht4e5-bntrain 100 --model resnet101 --image-size 224 --sketch srht --sketch-dim 400000 \
+    --bn train
 attack resnet101-224-none 60 --model resnet101 --image-size 224 --sketch none
 step deep_step 30 $py "$root/benchmarks/deep_step.py" --device "$dev" --models resnet18 vit_small resnet50 \
     --threads all --rounds 2 --steps 5
