@@ -42,6 +42,8 @@ class AttackResult:
     wall_s: float = 0.0
     restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)
     restart_stops: list[str] = field(default_factory=list)  #: why each restart stopped (``pruned``: by halving)
+    #: how several starts were evaluated: ``batched`` (one pass for all) or ``one by one`` and why; None for one start
+    restart_path: str | None = None
     #: how the labels were chosen when the label rules read different ones (GradientMatching.choose_labels)
     label_choice: dict | None = None
     #: what the Gauss-Newton steps after the first-order phase did (GradientMatching.refine), None if none ran

@@ -94,6 +94,9 @@ class RunMetrics:
     label_choice: dict[str, Any] | None = None
     #: why each start stopped (``pruned``: by --prune-restarts); written for runs of several starts
     restart_stops: list[str] | None = None
+    #: how the starts were evaluated: ``batched`` (one pass through the victim for all) or ``one by one`` and why;
+    #: written for runs of several starts
+    restart_path: str | None = None
     #: what the Gauss-Newton steps after the first-order phase did (``--refine``); written when they ran
     gauss_newton: dict[str, Any] | None = None
     #: the process's peak resident memory by the end of the run (``rss_gb``) and, on a GPU, the most device memory
@@ -180,7 +183,8 @@ _MISSING = object()
 _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
-_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "gauss_newton", "peak_memory"})
+_OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
+                       "peak_memory"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

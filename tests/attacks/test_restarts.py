@@ -261,24 +261,57 @@ def test_a_model_with_weights_outside_the_known_layers_gets_no_per_layer_gradien
     assert restart_gradients(_lenet(shape=(1, 6, 6)), xs, torch.tensor([[0], [1]])) is not None
 
 
-def test_a_batched_model_slower_than_one_start_at_a_time_is_dropped():
-    obs, _ = _obs(_lenet())
+def _timed_batch(obs, slow_calls):
+    """The observation with a batched model of the client that sleeps 0.5 s in its calls numbered ``slow_calls``."""
+    calls = []
 
-    class Slow:
+    class Timed:
         def __call__(self, x, labels):
             return obs.forward(x, labels)
 
         def restarts(self, xs, labels):
-            time.sleep(0.5)
+            calls.append(len(calls))
+            if calls[-1] in slow_calls:
+                time.sleep(0.5)
             return obs.forward.restarts(xs, labels)
 
-    slow = dataclasses.replace(obs, forward=Slow())
+    return dataclasses.replace(obs, forward=Timed())
+
+
+def _problem_of(obs):
     attack = GradientMatching(optimizer="adam", lr=0.05, iterations=3, restarts=2, init_seed=4, labels="given")
     xs = torch.stack([init_dummy(obs.input_shape, "gaussian", 4 + 1000 * r, dtype=torch.float64) for r in range(2)])
-    problem = _Problem(attack, slow, xs, obs.labels)
+    return _Problem(attack, obs, xs, obs.labels)
+
+
+def test_a_batched_model_slower_than_one_start_at_a_time_is_dropped():
+    obs, _ = _obs(_lenet())
+    problem = _problem_of(_timed_batch(obs, slow_calls=range(100)))
+    problem.evaluate([0, 1], problem.z0)
+    assert problem.batched is not None and problem.path == "batched"  # the first answer is checked, not timed
     values, G, fits = problem.evaluate([0, 1], problem.z0)
     assert problem.batched is None  # and the answer is the one-by-one one
+    assert problem.path.startswith("one by one: the batched pass took ") and "times as long" in problem.path
     assert fits == [problem.evaluate([r], problem.z0[r:r + 1])[2][0] for r in range(2)]
+
+
+def test_a_batched_model_slow_only_on_its_first_call_is_kept():
+    # a GPU's first batched pass loads the kernels of the batch's shapes: that one-off cost is not the batch's speed
+    obs, _ = _obs(_lenet())
+    problem = _problem_of(_timed_batch(obs, slow_calls={0}))
+    for _ in range(3):
+        problem.evaluate([0, 1], problem.z0)
+    assert problem.batched is not None and problem.path == "batched" and problem.checks == 2
+
+
+def test_a_run_whose_starts_went_one_by_one_says_why():
+    obs, _ = _obs(_lenet())
+    attack = GradientMatching(optimizer="adam", lr=0.05, iterations=4, restarts=2, init_seed=4, labels="given")
+    result = attack.reconstruct(_timed_batch(obs, slow_calls=range(100)))
+    assert result.restart_path.startswith("one by one: the batched pass took ")
+    assert "the starts ran one by one: the batched pass took" in result.message.lower()
+    kept = attack.reconstruct(obs)
+    assert kept.restart_path == "batched" and "one by one" not in kept.message
 
 
 def test_restarts_of_a_lenet_attack_do_not_import_torch_dynamo():

@@ -37,6 +37,8 @@ def test_a_pruned_run_records_each_start_s_stop_and_the_report_counts_the_pruned
                      "--restarts", "4", "--prune-restarts", "--out", str(out), "--quiet", "--no-lpips"]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert sorted(m["restart_stops"]) == ["iterations", "pruned", "pruned", "pruned"]
+    # LeNet's batch agrees with the starts one by one; on a busy machine it may time slower than them
+    assert m["restart_path"] == "batched" or m["restart_path"].startswith("one by one: the batched pass took ")
     assert json.loads((out / "config.json").read_text())["run"]["prune_restarts"] is True
     page = tmp_path / "report.html"
     assert cli.main(["report", str(out), "--out", str(page)]) == 0
