@@ -11,7 +11,12 @@ mean ± standard deviation over the images, the runs' baseline PSNR (metrics.jso
 ``baseline_psnr``, the better of the start and the data set's mean image), the
 verdicts and the minutes per run.
 
-    python scripts/bn_prior_table.py --out DIR [--iterations 1200] [--images 3] [--jobs 2] [--prior-weight W]
+    python scripts/bn_prior_table.py --out DIR [--iterations N] [--images 3] [--jobs 2] [--prior-weight W] [--rows RE]
+
+Without ``--iterations`` every run takes the recipe's own budget (``leakattack
+run``'s default: 24,000 steps or 8 minutes, whichever comes first).  ``--rows``
+keeps the settings whose label (``trained-none-srht``, ``untrained-bn-none``, ...)
+matches a regular expression, e.g. ``'^trained-.*-srht'`` for the bar's two rows.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -41,10 +47,11 @@ def settings(weights: Path, prior_weight: str | None):
     return rows
 
 
-def run(folder: Path, image: int, iterations: int, threads: str, extra: list[str]) -> dict:
+def run(folder: Path, image: int, iterations: int | None, threads: str, extra: list[str]) -> dict:
     if not (folder / "metrics.json").exists():
+        budget = ["--iterations", str(iterations)] if iterations else []
         subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--model", MODEL, "--dataset", "photos",
-                        "--image-index", str(image), "--iterations", str(iterations), "--threads", threads,
+                        "--image-index", str(image), *budget, "--threads", threads,
                         "--no-lpips", "--quiet", "--out", str(folder), *extra],
                        check=True, stdout=subprocess.DEVNULL)
     return json.loads((folder / "metrics.json").read_text())
@@ -58,11 +65,13 @@ def pm(values: list[float], fmt: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the checkpoint and the attack runs")
-    ap.add_argument("--iterations", type=int, default=1200, help="attack steps of every run (the recipe's: 1200)")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="attack steps of every run (default: the recipe's budget, 24,000 steps or 8 minutes)")
     ap.add_argument("--images", type=int, default=3, help="photos 0..N-1 attacked per setting")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each with --threads 1 when more than one)")
     ap.add_argument("--prior-weight", default=None, help="weight of the bn prior (default: the prior's own)")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
+    ap.add_argument("--rows", default=".", help="only the settings whose label matches this regular expression")
     ap.add_argument("--train-steps", type=int, default=None, help="training steps (default: the recipe's)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -75,7 +84,7 @@ def main() -> int:
             cmd += ["--steps", str(a.train_steps)]
         subprocess.run(cmd, check=True)
     threads = "1" if a.jobs > 1 else "auto"
-    rows = settings(weights, a.prior_weight)
+    rows = [row for row in settings(weights, a.prior_weight) if re.search(a.rows, row[0])]
     jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
 
     def one(job):
