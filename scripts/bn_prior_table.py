@@ -71,6 +71,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each with --threads 1 when more than one)")
     ap.add_argument("--prior-weight", default=None, help="weight of the bn prior (default: the prior's own)")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
+    ap.add_argument("--threads", default=None,
+                    help="torch threads of every run (default: 1 when several run at once, else the victim's own)")
     ap.add_argument("--rows", default=".", help="only the settings whose label matches this regular expression")
     ap.add_argument("--train-steps", type=int, default=None, help="training steps (default: the recipe's)")
     a = ap.parse_args()
@@ -83,7 +85,7 @@ def main() -> int:
         if a.train_steps:
             cmd += ["--steps", str(a.train_steps)]
         subprocess.run(cmd, check=True)
-    threads = "1" if a.jobs > 1 else "auto"
+    threads = a.threads or ("1" if a.jobs > 1 else "auto")
     rows = [row for row in settings(weights, a.prior_weight) if re.search(a.rows, row[0])]
     jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
 
