@@ -81,8 +81,7 @@ LABEL_PROBE_STEPS = 150
 
 #: restarts go through the batched model of the client unless its second evaluation took more than this many times as
 #: long as the same points one by one (a margin for a busy machine).  The first is checked for agreement only: it holds
-#: the batch's one-off costs (a GPU loads the kernels of the batch's shapes then), which the points one by one, whose
-#: shapes earlier passes have run, do not pay
+#: the batch's one-off costs (a GPU loads the kernels of the batch's shapes then); by the second, both ways have run
 SLOWER = 1.25
 
 
