@@ -130,6 +130,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
         warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
                       "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
                       "--schedule step, brings them together)", SettingWarning, stacklevel=2)
+    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1:
+        warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
+                      "batches, which one image does not share: on ResNet-20 it lowered the PSNR at every weight "
+                      "measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)

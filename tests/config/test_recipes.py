@@ -133,3 +133,19 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
     assert cfg.prune_restarts and attack_of(cfg).prune_restarts and attack_of(cfg).restarts == 4
     with pytest.warns(SettingWarning, match="--prune-restarts changes nothing with one start"):
         prepare(RunConfig(model="lenet", prune_restarts=True, device="cpu"))
+
+
+def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_measured():
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import prepare
+
+    with pytest.warns(SettingWarning, match="--prior bn pulls one image's BatchNorm statistics"):
+        prepare(RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1))
+    for quiet in (RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1),
+                  RunConfig(model="resnet20", priors=["bn"], bn_stats="client", device="cpu", iterations=1),
+                  RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SettingWarning)
+            prepare(quiet)
