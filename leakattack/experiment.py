@@ -130,10 +130,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
         warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
                       "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
                       "--schedule step, brings them together)", SettingWarning, stacklevel=2)
-    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1:
+    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1 and cfg.bn != "train":
         warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
-                      "batches, which one image does not share: on ResNet-20 it lowered the PSNR at every weight "
-                      "measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
+                      "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
+                      "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
@@ -175,7 +175,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         best_step=result.best_step, stop_reason=result.stop_reason, message=message,
         restarts=cfg.restarts, restart_losses=list(result.restart_losses),
         restart_stops=list(result.restart_stops) if cfg.restarts > 1 else None,
-        restart_path=result.restart_path if cfg.restarts > 1 else None, wall_s=wall_s, attack_s=result.wall_s,
+        restart_path=result.restart_path, wall_s=wall_s, attack_s=result.wall_s,
         d=case.obs.d, b=case.obs.b, label_mode=cfg.label_source,
         labels_true=None if case.labels is None else case.labels.tolist(), truth=case.x is not None,
         labels_attack=None if result.labels is None else result.labels.tolist(),
