@@ -145,6 +145,7 @@ def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_meas
         prepare(RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1))
     for quiet in (RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1),
                   RunConfig(model="resnet20", priors=["bn"], bn_stats="client", device="cpu", iterations=1),
+                  RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1),
                   RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1)):
         with warnings.catch_warnings():
             warnings.simplefilter("error", SettingWarning)
