@@ -10,10 +10,10 @@
 # vit_b_16 224 px through srht b = 8e4), benchmarks/deep_step.py --device cuda and batched
 # restarts (lenet, srht, Adam, 200 steps, R = 1 and 8, float32 and float64).  Every run folder
 # lands in OUTDIR/runs, packed after each run into OUTDIR/runs.tgz; the log is OUTDIR/log.txt.
-# On an H200 its steps took about 10.5 minutes in all before the two resnet101 variants were
-# added (their times in log.txt, run over two calls; each variant is limited to 100 s);
-# ONLY=REGEX runs the steps whose names match (e.g. ONLY='resnet18|lenet'; ONLY='srht4e5$' the
-# first resnet101 step alone).
+# On an H200 its steps took about 10.5 minutes in all (their times in log.txt, over two calls)
+# without the two resnet101 variants, which are limited to 100 s each; ONLY=REGEX runs the
+# steps whose names match (e.g. ONLY='resnet18|lenet'; ONLY='srht4e5$' the first resnet101
+# step alone).
 # SCALE (default 1) multiplies every time limit: SCALE=0.05 checks the script on a CPU in
 # a few minutes (DEVICE=cpu).  Needs only the repository on PYTHONPATH (python3 -m
 # leakattack) and torch.
