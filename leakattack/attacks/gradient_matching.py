@@ -242,6 +242,21 @@ class GradientMatching(Attack):
         """The configured priors, built for ``obs``: callables x -> weighted penalty."""
         return [get_prior(name, w, obs=obs) for name, w in self.priors.items()]
 
+    def objective_terms(self, obs: Observation, x: torch.Tensor, labels: torch.Tensor) -> dict[str, float] | None:
+        """The attack's objective at the input ``x`` (B, ...) with fixed ``labels``, term by term: the matching term
+        (``match``, weighted as the attack weighs it), each prior's weighted penalty by its name, and their sum
+        (``total``); exact where the attack's steps saw the ReLU surrogate.  None with a re-parametrising prior
+        (``dip``), whose objective is one of a generator's weights rather than of an input."""
+        problem = _Problem(self, obs, x.detach().unsqueeze(0), labels)
+        if problem.remap is not None:
+            return None
+        xs = problem.images(problem.z0)
+        fit = problem._fit(problem._messages(xs, problem._labels(problem.z0, 1), batched=False), batched=False)
+        terms = {"match": problem.weight * float(fit[0].detach())}
+        for name, prior in zip(self.priors, problem.penalties, strict=True):
+            terms[name] = float(prior(xs[0]).detach())
+        return {**terms, "total": sum(terms.values())}
+
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
         """The labels the attack uses: given, recovered from the message, or None (optimised, DLG); where the label
         rules disagree this runs :meth:`choose_labels`' short probes."""

@@ -99,6 +99,9 @@ class RunMetrics:
     restart_path: str | None = None
     #: what the Gauss-Newton steps after the first-order phase did (``--refine``); written when they ran
     gauss_newton: dict[str, Any] | None = None
+    #: the attack's own objective at the truth and at the reconstruction, term by term (``match``, each prior by
+    #: name, ``total``); written where it was measured (gradient matching with fixed labels, the truth known)
+    objective_at: dict[str, Any] | None = None
     #: the process's peak resident memory by the end of the run (``rss_gb``) and, on a GPU, the most device memory
     #: torch held (``device_gb``), in GB (10^9 bytes); written where the platform reports them
     peak_memory: dict[str, float] | None = None
@@ -184,7 +187,7 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "peak_memory"})
+                       "objective_at", "peak_memory"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -38,6 +38,28 @@ def test_a_run_that_rebuilds_nothing_says_so_beside_its_baselines(tmp_path, caps
     assert line.startswith(f"not rebuilt (no better than {which}) | PSNR {m['psnr']:.2f} dB")
     assert f"against {m['baseline_psnr']:.2f} dB" in line and str(tmp_path / "r") in line
     assert [ln for ln in err.splitlines() if NOTE in ln][0].startswith("note: ")
+    # the run's own objective at the truth (the message matched to round-off) and at its reconstruction
+    truth, rec = m["objective_at"]["truth"], m["objective_at"]["reconstruction"]
+    assert truth["match"] < 1e-20 * rec["match"] and truth["total"] == truth["match"]
+    assert "the search stopped short, and more steps or starts may get closer" in err
+
+
+def test_a_prior_that_prefers_another_image_to_the_truth_is_named(tmp_path, capsys):
+    """ResNet-20 at its seed-0 initialisation (running statistics 0 and 1) with the BatchNorm prior at weight 1: the
+    prior scores the photograph higher than the Gaussian start, so the objective prefers the start to the truth."""
+    rc, line, err, m = _run(["--model", "resnet20", "--dataset", "photos", "--sketch", "none", "--iterations", "3",
+                             "--prior", "bn:1"], tmp_path / "r", capsys)
+    assert rc == 0 and m["verdict"] == "not rebuilt"
+    truth, rec = m["objective_at"]["truth"], m["objective_at"]["reconstruction"]
+    assert set(truth) == set(rec) == {"match", "tv", "bn", "total"}
+    assert truth["total"] == pytest.approx(truth["match"] + truth["tv"] + truth["bn"], rel=1e-12)
+    assert truth["match"] < 1e-6 < rec["match"] and rec["bn"] < 0.98 * truth["bn"]
+    assert (f"the attack's own objective scores this reconstruction below the truth ({rec['total']:.3g} against "
+            f"{truth['total']:.3g}; ") in err and f"bn {rec['bn']:.3g} against {truth['bn']:.3g}" in err
+    assert "a longer search for its minimum is not a search for the truth" in err
+    rc, line, err, m = _run(["--model", "resnet20", "--dataset", "photos", "--sketch", "none", "--iterations", "3"],
+                            tmp_path / "plain", capsys)
+    assert set(m["objective_at"]["truth"]) == {"match", "tv", "total"} and "the search stopped short" in err
 
 
 def test_a_rebuilt_image_keeps_the_plain_summary_line(tmp_path, capsys):
