@@ -23,7 +23,6 @@ import torch
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult
-from .attacks.base import add_note
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
@@ -163,9 +162,6 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
     judged = judgement(p, result, scores, with_lpips)
     found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"]})
     message = found.pop("message", result.message)  # the attack's message, or what uniqueness says of the match
-    objective_at, note = objective_check(p, result, judged["verdict"])
-    if note:
-        message = add_note(message, note)
     wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
     seed_search = case.obs.extra.get("seed_search")  # the attacker's R came from a seed search
     # epsilon/delta of the message, test accuracy under the defense
@@ -186,7 +182,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
-        gauss_newton=result.gauss_newton, objective_at=objective_at, peak_memory=peak_memory(p.device), extra=privacy,
+        gauss_newton=result.gauss_newton, objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
+        extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
@@ -216,33 +213,17 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool)
     return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean)}), "baseline_mean_image": what}
 
 
-def objective_check(p: Prepared, result: AttackResult, verdict: str | None) -> tuple[dict | None, str | None]:
-    """The attack's own objective at the truth and at the reconstruction, term by term (``objective_at``:
-    :meth:`GradientMatching.objective_terms`), and for a run that was not rebuilt a note on which failed.
-
-    If the objective scores the reconstruction below the truth, the objective itself prefers another image (most
-    often a prior that the truth does not satisfy), and a longer search for its minimum is not a search for the
-    truth; if it scores the truth lower, the search stopped short of a point it would have preferred.  Measured
-    where the attack minimises an objective of the input with fixed labels and the truth is known; else None.
-    """
+def objective_at(p: Prepared, result: AttackResult) -> dict | None:
+    """The attack's own objective at the truth and at the reconstruction, term by term
+    (:meth:`GradientMatching.objective_terms`), from which :func:`metrics.failed_part` tells a run that rebuilt
+    nothing whether its objective or its search failed.  Measured where the attack minimises an objective of the
+    input with fixed labels and the truth is known; else None."""
     case = p.case
     terms = getattr(p.attack, "objective_terms", None)
     if terms is None or case.x is None or case.labels is None or result.labels is None or p.cfg.label_source == "dlg":
-        return None, None
+        return None
     truth = terms(case.obs, case.x.to(result.x), case.labels.to(result.labels.device))
-    if truth is None:
-        return None, None
-    at = {"truth": truth, "reconstruction": terms(case.obs, result.x, result.labels)}
-    if verdict != metrics.NOT_REBUILT:
-        return at, None
-    t, r = at["truth"], at["reconstruction"]
-    if r["total"] < t["total"]:
-        why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
-        return at, (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} "
-                    f"against {t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a "
-                    "longer search for its minimum is not a search for the truth")
-    return at, (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} "
-                f"against {r['total']:.3g}): the search stopped short, and more steps or starts may get closer")
+    return None if truth is None else {"truth": truth, "reconstruction": terms(case.obs, result.x, result.labels)}
 
 
 def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:

@@ -6,7 +6,7 @@ import sys
 
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
-from ..metrics import RunMetrics
+from ..metrics import RunMetrics, failed_part
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -104,6 +104,8 @@ def cmd_run(a) -> int:
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
+        if m.objective_at is not None:
+            print(f"note: {failed_part(m.objective_at)}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     if m.label_choice is not None:

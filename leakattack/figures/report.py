@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, REBUILT, RunMetrics
+from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_part
 from ..results import (
     REPEAT_KEYS,
     default_strength,
@@ -193,8 +193,10 @@ def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
         return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
                                       f"(PSNR {_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}).")
     if m.verdict == NOT_REBUILT:
+        part = "" if m.objective_at is None else failed_part(m.objective_at)
+        which = f" {part[:1].upper()}{part[1:]}." if part else ""
         return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
-                                         f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.")
+                                         f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.{which}")
     if m.truth is False or m.psnr is None:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
     return "verdict not recorded", "unjudged", (

@@ -104,5 +104,23 @@ def nothing_attacked(losses: list[float], best_step: int) -> str | None:
     return None
 
 
+def failed_part(objective_at: dict) -> str:
+    """Which part of an attack that rebuilt nothing failed, read from its objective at the truth and at its
+    reconstruction (metrics.json's ``objective_at``, term by term with their ``total``).
+
+    If the objective scores the reconstruction below the truth, it prefers another image (the terms that do are
+    named: most often a prior the truth does not satisfy), and a longer search for its minimum is not a search for
+    the truth; otherwise the search stopped short of a point the objective would have preferred.
+    """
+    t, r = objective_at["truth"], objective_at["reconstruction"]
+    if r["total"] < t["total"]:
+        why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
+        return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
+                f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
+                "for its minimum is not a search for the truth")
+    return (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
+            f"{r['total']:.3g}): the search stopped short, and more steps or starts may get closer")
+
+
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "nothing_attacked"]
+           "verdict", "judge", "nothing_attacked", "failed_part"]

@@ -122,6 +122,14 @@ def test_headline_reads_the_verdict(tmp_path):
     assert "no better than the mean-image baseline" in text
     assert "the mean of 256 of the 300 images of photos" in text and "11.20" in text
     assert "Verdict not recorded" not in text
+    # a run that recorded its objective at the truth and at its reconstruction says which part of the attack failed
+    at = {"truth": {"match": 1e-14, "bn": 5.98, "total": 5.98}, "reconstruction": {"match": 0.12, "bn": 3.8,
+                                                                                     "total": 3.92}}
+    told = _with_metrics(tmp_path, "told", verdict="not rebuilt", verdict_baseline="mean", psnr=7.0, ssim=0.02,
+                         objective_at=at, **baselines)
+    text = build_report([failed, told])
+    assert text.count("own objective scores this reconstruction below the truth (3.92 against 5.98; bn 3.8 "
+                      "against 5.98)") == 1
 
 
 def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
