@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_part
+from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_part, objective_failed
 from ..results import (
     REPEAT_KEYS,
     default_strength,
@@ -392,10 +392,23 @@ def _sweep_headline(records: list[dict]) -> tuple[str, str, str]:
         return "rebuilt", "rebuilt", f"Rebuilt at every judged point ({k} of {n})."
     if k == 0:
         return "not rebuilt", "failed", (f"Not rebuilt at any of the {len(verdicts)} judged points at this budget "
-                                         f"({FAILURE_NOTE}).")
+                                         f"({FAILURE_NOTE}).{_failed_parts(records)}")
     return f"rebuilt at {k}/{len(verdicts)}", "mixed", (
         f"Rebuilt at {k} of {len(verdicts)} judged points; not rebuilt at {len(verdicts) - k} at this budget "
-        f"({FAILURE_NOTE}).")
+        f"({FAILURE_NOTE}).{_failed_parts(records)}")
+
+
+def _failed_parts(records: list[dict]) -> str:
+    """How many points that were not rebuilt failed in their search and how many in their objective
+    (:func:`failed_part`), counted over the points that recorded ``objective_at``; empty where none did."""
+    ats = [r["metrics"]["objective_at"] for r in records
+           if r["metrics"].get("verdict") == NOT_REBUILT and r["metrics"].get("objective_at")]
+    if not ats:
+        return ""
+    objective = sum(map(objective_failed, ats))
+    return (f" Of the {len(ats)} not rebuilt that scored their objective at the truth, {len(ats) - objective} scored "
+            f"the truth lower (their search stopped short) and {objective} their reconstruction (their objective "
+            "prefers another image).")
 
 
 def _sweep_setting(records: list[dict], meta: dict) -> list[tuple[str, str]]:

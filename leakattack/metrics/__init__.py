@@ -33,6 +33,7 @@ from .rebuilt import (
     failed_part,
     judge,
     nothing_attacked,
+    objective_failed,
     verdict,
 )
 from .record import METRICS_SCHEMA, RunMetrics
@@ -91,8 +92,8 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "mse", "psnr", "ssim", "lpips_distance", "lpips_module", "alexnet_weights_path",
            "match", "label_accuracy", "label_overlap", "score",
-           "verdict", "judge", "nothing_attacked", "failed_part", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "VERDICT_PSNR_MARGIN_DB",
+           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed", "REBUILT", "NOT_REBUILT",
+           "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
            "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS",
            "RunMetrics", "METRICS_SCHEMA"]

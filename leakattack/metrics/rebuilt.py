@@ -104,6 +104,12 @@ def nothing_attacked(losses: list[float], best_step: int) -> str | None:
     return None
 
 
+def objective_failed(objective_at: dict) -> bool:
+    """Whether an attack's own objective scores its reconstruction below the truth (metrics.json's
+    ``objective_at``): then it prefers another image, and its objective, not its search, failed."""
+    return objective_at["reconstruction"]["total"] < objective_at["truth"]["total"]
+
+
 def failed_part(objective_at: dict) -> str:
     """Which part of an attack that rebuilt nothing failed, read from its objective at the truth and at its
     reconstruction (metrics.json's ``objective_at``, term by term with their ``total``).
@@ -113,7 +119,7 @@ def failed_part(objective_at: dict) -> str:
     the truth; otherwise the search stopped short of a point the objective would have preferred.
     """
     t, r = objective_at["truth"], objective_at["reconstruction"]
-    if r["total"] < t["total"]:
+    if objective_failed(objective_at):
         why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
         return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
                 f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
@@ -123,4 +129,4 @@ def failed_part(objective_at: dict) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "nothing_attacked", "failed_part"]
+           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed"]

@@ -145,6 +145,18 @@ def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     assert f"Rebuilt at {k} of {len(records)} judged points; not rebuilt at {len(records) - k}" in text
     assert FAILURE_NOTE in text
     assert text.count('<span class="tag failed">not rebuilt</span>') == len(records) - k
+    assert "scored their objective at the truth" not in text  # these points were stored before objective_at
+    # points that recorded their objective at the truth and at the reconstruction: which part failed, counted
+    failed = [r for r in records if r["metrics"]["verdict"] == "not rebuilt"]
+    assert len(failed) >= 2
+    for i, r in enumerate(failed):
+        r["metrics"]["objective_at"] = {"truth": {"match": 0.0, "total": 1.0 + i},
+                                        "reconstruction": {"match": 0.5, "total": 1.5}}
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = build_report([folder])
+    assert (f"Of the {len(failed)} not rebuilt that scored their objective at the truth, 1 scored the truth lower "
+            f"(their search stopped short) and {len(failed) - 1} their reconstruction (their objective prefers "
+            "another image).") in text.replace("&#x27;", "'")
 
 
 def _fails(capsys, argv) -> str:
