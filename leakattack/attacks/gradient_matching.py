@@ -638,7 +638,7 @@ class _Problem:
         Several points go through the observation's batched model of the client when
         it has one; its first two answers are checked against point-by-point evaluation
         (the batched derivatives come from per-layer products or torch.func), and a
-        disagreement beyond round-off sends every later evaluation point by point, as
+        disagreement (:func:`_agree`) sends every later evaluation point by point, as
         does a second batched evaluation that took more than :data:`SLOWER` times as long
         as the points one by one (the weight-space work, R rows of d numbers, does not
         shrink by batching, and torch.func's path can cost more than R single passes).
@@ -653,7 +653,7 @@ class _Problem:
             middle = time.perf_counter()
             reference = self._evaluate(Z, batched=False)
             ratio = (middle - started) / max(time.perf_counter() - middle, 1e-9)
-            why = ("disagreed with them beyond round-off" if not _agree(out[1], reference[1]) else
+            why = ("disagreed with them" if not _agree(out[1], reference[1]) else
                    f"took {ratio:.2f} times as long as they did" if self.checks == 2 and ratio > SLOWER else None)
             if why:
                 self.batched, self.path = None, f"one by one: the batched pass {why}"
@@ -738,11 +738,20 @@ def keep_freed_memory() -> None:
         pass
 
 
+#: how far (relative to its norm) one start's gradient may move between the batched pass and its own when a ReLU
+#: unit's input lies within round-off of zero and the two passes gate it differently: up to 4.9e-3 measured in
+#: float32 at 16 Gaussian starts each of ResNet-18 and ResNet-20 (2 and 1 of them beyond 1e-4; the others within
+#: 6e-6), with a tenfold margin (scripts/restart_agreement.py)
+KINK = 5e-2
+
+
 def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two gradients (k, n) agree row by row to round-off (relative to each row's norm)."""
+    """Whether two gradients (k, n) of the same points agree: every row within :data:`KINK` of its reference and at
+    least half of the rows to round-off (relative to each row's norm).  A unit gated differently by round-off moves
+    the rows it touches; a wrong batched derivative misses on every row."""
     tol = 1e-9 if a.dtype == torch.float64 else 1e-4
-    err = (a - b).norm(dim=1)
-    return bool((err <= tol * b.norm(dim=1)).all())
+    err, norm = (a - b).norm(dim=1), b.norm(dim=1)
+    return bool((err <= KINK * norm).all()) and 2 * int((err <= tol * norm).sum()) >= len(err)
 
 
 class _Run:

@@ -13,7 +13,7 @@ from torch import nn
 
 import targets
 from leakattack.attacks import GradientMatching, init_dummy
-from leakattack.attacks.gradient_matching import _Problem, prune_points
+from leakattack.attacks.gradient_matching import KINK, _agree, _Problem, prune_points
 from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
@@ -292,6 +292,40 @@ def test_a_batched_model_slower_than_one_start_at_a_time_is_dropped():
     values, G, fits = problem.evaluate([0, 1], problem.z0)
     assert problem.batched is None  # and the answer is the one-by-one one
     assert problem.path.startswith("one by one: the batched pass took ") and "times as long" in problem.path
+    assert fits == [problem.evaluate([r], problem.z0[r:r + 1])[2][0] for r in range(2)]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.float64, 1e-9)])
+def test_batched_gradients_agree_to_round_off_but_for_starts_moved_by_a_gated_relu_unit(dtype, tol):
+    ref = torch.randn(4, 300, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    direction = torch.randn(4, 300, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    direction = direction / direction.norm(dim=1, keepdim=True) * ref.norm(dim=1, keepdim=True)
+
+    def moved(*by):
+        return ref + torch.tensor(by, dtype=dtype)[:, None] * direction
+
+    assert _agree(moved(0.1 * tol, 0, 0.5 * tol, 0), ref)
+    # one start of four moved by 5e-3 of its norm: a ReLU unit that round-off gated differently in one pass
+    # (float32 ResNet-18 and ResNet-20 starts, see KINK)
+    assert _agree(moved(0, 5e-3, 0, 0.5 * tol), ref) and _agree(moved(5e-3, 5e-3, 0, 0), ref)
+    assert not _agree(moved(0, 2 * KINK, 0, 0), ref)  # beyond any gated unit
+    assert not _agree(moved(1e-3, 5e-3, 0, 1e-3), ref)  # most starts beyond round-off: a wrong derivative
+    assert not _agree(moved(*[10 * tol] * 4), ref)
+
+
+def test_a_batched_model_whose_derivatives_are_wrong_is_dropped():
+    obs, _ = _obs(_lenet())
+
+    class Wrong:  # the batched messages of the starts, each off by 1 % (as a missing term would make them)
+        def __call__(self, x, labels):
+            return obs.forward(x, labels)
+
+        def restarts(self, xs, labels):
+            return 1.01 * obs.forward.restarts(xs, labels)
+
+    problem = _problem_of(dataclasses.replace(obs, forward=Wrong()))
+    values, G, fits = problem.evaluate([0, 1], problem.z0)
+    assert problem.batched is None and problem.path == "one by one: the batched pass disagreed with them"
     assert fits == [problem.evaluate([r], problem.z0[r:r + 1])[2][0] for r in range(2)]
 
 
