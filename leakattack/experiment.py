@@ -10,6 +10,7 @@ the attack and scores it; :func:`write_run` writes the run folder (atomically, b
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import platform
 import sys
@@ -217,13 +218,16 @@ def objective_at(p: Prepared, result: AttackResult) -> dict | None:
     """The attack's own objective at the truth and at the reconstruction, term by term
     (:meth:`GradientMatching.objective_terms`), from which :func:`metrics.failed_part` tells a run that rebuilt
     nothing whether its objective or its search failed.  Measured where the attack minimises an objective of the
-    input with fixed labels and the truth is known; else None."""
+    input with fixed labels and the truth is known, and kept where it is finite at both; else None."""
     case = p.case
     terms = getattr(p.attack, "objective_terms", None)
     if terms is None or case.x is None or case.labels is None or result.labels is None or p.cfg.label_source == "dlg":
         return None
     truth = terms(case.obs, case.x.to(result.x), case.labels.to(result.labels.device))
-    return None if truth is None else {"truth": truth, "reconstruction": terms(case.obs, result.x, result.labels)}
+    if truth is None or not math.isfinite(truth["total"]):  # a message drowned in noise, a victim that overflows
+        return None
+    rec = terms(case.obs, result.x, result.labels)
+    return {"truth": truth, "reconstruction": rec} if math.isfinite(rec["total"]) else None
 
 
 def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:

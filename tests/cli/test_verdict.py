@@ -80,6 +80,8 @@ def test_a_run_that_attacked_nothing_says_so_instead_of_a_psnr(tmp_path, capsys,
     rc, line, err, m = _run([*LENET, "--iterations", "5", *flags], tmp_path / "r", capsys)
     assert rc == 0  # a valid run that found nothing
     assert line.startswith("nothing was attacked: ") and why in line, line
+    # the objective is not finite at the truth under that noise: which part failed is not said
+    assert ("objective_at" in m) == (flags[0] == "--lr") and ("own objective" in err) == (flags[0] == "--lr")
     assert "PSNR" not in line and "SSIM" not in line
     assert m["attacked"] is False and why in m["nothing_attacked"] and m["verdict"] == "not rebuilt"
     assert m["baseline_psnr"] is not None and NOTE in err
