@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from ..metrics import RunMetrics
+from ..metrics import NOT_REBUILT, RunMetrics, objective_failed
 from ..results import read_json, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
@@ -37,6 +37,11 @@ def row_of(folder: Path) -> dict:
            "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
     del metrics["schema"]  # the file's layout, not a metric
     row.update({k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float, str))})
+    at = metrics.get("objective_at")
+    if at:  # the attack's objective at the truth and at the reconstruction, and which part failed where not rebuilt
+        row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"],
+                   failed=("objective" if objective_failed(at) else "search") if metrics.get("verdict") == NOT_REBUILT
+                   else None)
     return row
 
 
