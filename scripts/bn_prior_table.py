@@ -9,7 +9,8 @@ running statistics) and sketch (none; srht b/d = 0.01).  Runs that already have
 a metrics.json are kept.  Prints one markdown row per setting: PSNR and SSIM
 mean ± standard deviation over the images, the runs' baseline PSNR (metrics.json's
 ``baseline_psnr``, the better of the start and the data set's mean image), the
-verdicts and the minutes per run.
+verdicts, which part of the runs not rebuilt failed (their search or their
+objective, read from ``objective_at``) and the minutes per run.
 
     python scripts/bn_prior_table.py --out DIR [--iterations N] [--images 3] [--jobs 2] [--prior-weight W] [--rows RE]
 
@@ -57,6 +58,16 @@ def run(folder: Path, image: int, iterations: int | None, threads: str, extra: l
     return json.loads((folder / "metrics.json").read_text())
 
 
+def failed_parts(ms: list[dict]) -> str:
+    """Of the runs not rebuilt, how many failed in their search and how many in their objective (their
+    ``objective_at``: :func:`leakattack.metrics.objective_failed`); ``-`` where none recorded it."""
+    from leakattack.metrics import NOT_REBUILT, objective_failed
+
+    ats = [m["objective_at"] for m in ms if m["verdict"] == NOT_REBUILT and m.get("objective_at")]
+    objective = sum(map(objective_failed, ats))
+    return f"search {len(ats) - objective}, objective {objective}" if ats else "-"
+
+
 def pm(values: list[float], fmt: str) -> str:
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{format(statistics.mean(values), fmt)} ± {format(sd, fmt)}"
@@ -99,15 +110,15 @@ def main() -> int:
 
     with ThreadPoolExecutor(a.jobs) as pool:
         results = dict(pool.map(one, jobs))
-    print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | min per run |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | failed | min per run |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, state, pr, sk, _ in rows:
         ms = [results[(label, i)] for i in range(a.images)]
         verdicts = ", ".join(sorted({m["verdict"] for m in ms}))
         shown = f"bn:{a.prior_weight}" if pr == "bn" and a.prior_weight else pr
         print(f"| {state} | {shown} | {sk} | {pm([m['psnr'] for m in ms], '.1f')} "
               f"| {pm([m['ssim'] for m in ms], '.3f')} | {pm([m['baseline_psnr'] for m in ms], '.1f')} | {verdicts} | "
-              f"{statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
+              f"{failed_parts(ms)} | {statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
     if a.figure:
         figure(out, rows, a.images, results, Path(a.figure))
     return 0
