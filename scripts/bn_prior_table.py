@@ -60,12 +60,11 @@ def run(folder: Path, image: int, iterations: int | None, threads: str, extra: l
 
 def failed_parts(ms: list[dict]) -> str:
     """Of the runs not rebuilt, how many failed in their search and how many in their objective (their
-    ``objective_at``: :func:`leakattack.metrics.objective_failed`); ``-`` where none recorded it."""
-    from leakattack.metrics import NOT_REBUILT, objective_failed
+    ``objective_at``: :func:`leakattack.metrics.failed_counts`); ``-`` where none recorded it."""
+    from leakattack.metrics import failed_counts
 
-    ats = [m["objective_at"] for m in ms if m["verdict"] == NOT_REBUILT and m.get("objective_at")]
-    objective = sum(map(objective_failed, ats))
-    return f"search {len(ats) - objective}, objective {objective}" if ats else "-"
+    search, objective = failed_counts(ms)
+    return f"search {search}, objective {objective}" if search + objective else "-"
 
 
 def pm(values: list[float], fmt: str) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_part, objective_failed
+from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_counts, failed_part
 from ..results import (
     REPEAT_KEYS,
     default_strength,
@@ -401,12 +401,10 @@ def _sweep_headline(records: list[dict]) -> tuple[str, str, str]:
 def _failed_parts(records: list[dict]) -> str:
     """How many points that were not rebuilt failed in their search and how many in their objective
     (:func:`failed_part`), counted over the points that recorded ``objective_at``; empty where none did."""
-    ats = [r["metrics"]["objective_at"] for r in records
-           if r["metrics"].get("verdict") == NOT_REBUILT and r["metrics"].get("objective_at")]
-    if not ats:
+    search, objective = failed_counts(r["metrics"] for r in records)
+    if not search + objective:
         return ""
-    objective = sum(map(objective_failed, ats))
-    return (f" Of the {len(ats)} not rebuilt that scored their objective at the truth, {len(ats) - objective} scored "
+    return (f" Of the {search + objective} not rebuilt that scored their objective at the truth, {search} scored "
             f"the truth lower (their search stopped short) and {objective} their reconstruction (their objective "
             "prefers another image).")
 

@@ -110,6 +110,14 @@ def objective_failed(objective_at: dict) -> bool:
     return objective_at["reconstruction"]["total"] < objective_at["truth"]["total"]
 
 
+def failed_counts(runs) -> tuple[int, int]:
+    """(search, objective): how many of the runs (metrics.json dicts) that were not rebuilt and recorded
+    ``objective_at`` failed in their search and how many in their objective (:func:`objective_failed`)."""
+    ats = [m["objective_at"] for m in runs if m.get("verdict") == NOT_REBUILT and m.get("objective_at")]
+    objective = sum(map(objective_failed, ats))
+    return len(ats) - objective, objective
+
+
 def failed_part(objective_at: dict) -> str:
     """Which part of an attack that rebuilt nothing failed, read from its objective at the truth and at its
     reconstruction (metrics.json's ``objective_at``, term by term with their ``total``).
@@ -129,4 +137,5 @@ def failed_part(objective_at: dict) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed"]
+           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed",
+           "failed_counts"]
