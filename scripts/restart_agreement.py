@@ -29,7 +29,7 @@ def main() -> int:
     import torch
 
     from leakattack import experiment
-    from leakattack.attacks.gradient_matching import KINK, _Problem, init_dummy
+    from leakattack.attacks.gradient_matching import KINK, _Problem, init_dummy, row_errors
     from leakattack.config import RunConfig
 
     dtype = getattr(torch, a.dtype)
@@ -43,7 +43,7 @@ def main() -> int:
             problem = _Problem(p.attack, p.case.obs, x0, p.case.labels)
             batched = problem._evaluate(problem.z0, batched=True)[1]
             single = problem._evaluate(problem.z0, batched=False)[1]
-            errors += ((batched - single).norm(dim=1) / single.norm(dim=1)).tolist()
+            errors += row_errors(batched, single).tolist()
         errors.sort()
         print(f"{model}{' (' + weights + ')' if weights else ''}, {a.dtype}, {len(errors)} starts: "
               f"{' '.join(f'{e:.0e}' for e in errors)}; largest {errors[-1]:.1e} (KINK {KINK:g})")

@@ -745,13 +745,19 @@ def keep_freed_memory() -> None:
 KINK = 5e-2
 
 
+def row_errors(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a_i - b_i| / |b_i| for every row i of two gradients (k, n) of the same points (inf where b_i = 0 != a_i)."""
+    err, norm = (a - b).norm(dim=1), b.norm(dim=1)
+    return torch.where(err == 0, torch.zeros_like(err), err / norm)
+
+
 def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two gradients (k, n) of the same points agree: every row within :data:`KINK` of its reference and at
-    least half of the rows to round-off (relative to each row's norm).  A unit gated differently by round-off moves
-    the rows it touches; a wrong batched derivative misses on every row."""
+    least half of the rows to round-off (:func:`row_errors`).  A unit gated differently by round-off moves the rows
+    it touches; a wrong batched derivative misses on every row."""
     tol = 1e-9 if a.dtype == torch.float64 else 1e-4
-    err, norm = (a - b).norm(dim=1), b.norm(dim=1)
-    return bool((err <= KINK * norm).all()) and 2 * int((err <= tol * norm).sum()) >= len(err)
+    err = row_errors(a, b)
+    return bool((err <= KINK).all()) and 2 * int((err <= tol).sum()) >= len(err)
 
 
 class _Run:
