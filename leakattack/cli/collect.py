@@ -36,13 +36,27 @@ def row_of(folder: Path) -> dict:
     row = {"run": str(folder), "model": run.get("model"), "sketch": run.get("sketch"),
            "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
     del metrics["schema"]  # the file's layout, not a metric
-    row.update({k: v for k, v in metrics.items() if v is None or isinstance(v, (int, float, str))})
+    row.update(scalars(metrics, skip=("objective_at",)))
     at = metrics.get("objective_at")
     if at:  # the attack's objective at the truth and at the reconstruction, and which part failed where not rebuilt
         row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"],
                    failed=("objective" if objective_failed(at) else "search") if metrics.get("verdict") == NOT_REBUILT
                    else None)
     return row
+
+
+def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict:
+    """The scalar metrics (numbers, strings, None), those inside a nested record under dotted names
+    (``peak_memory.rss_gb``, ``gauss_newton.steps``); lists and the keys in ``skip`` are left out."""
+    out: dict = {}
+    for k, v in metrics.items():
+        if k in skip:
+            continue
+        if isinstance(v, dict):
+            out.update(scalars(v, f"{prefix}{k}."))
+        elif v is None or isinstance(v, (int, float, str)):
+            out[prefix + k] = v
+    return out
 
 
 def cmd_collect(a) -> int:
@@ -61,4 +75,4 @@ def cmd_collect(a) -> int:
     return 0
 
 
-__all__ = ["run_folders", "row_of"]
+__all__ = ["run_folders", "row_of", "scalars"]

@@ -49,6 +49,23 @@ def test_collect_says_which_part_of_a_failed_run_failed(tmp_path):
     assert float(objective["objective_truth"]) == 6.0 and float(objective["objective_reconstruction"]) == 3.9
 
 
+def test_collect_names_the_scalars_of_nested_records_by_dotted_paths(tmp_path):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "a", "srht", 2697, 10.0)
+    m = json.loads((runs / "a" / "metrics.json").read_text())
+    m.update(peak_memory={"rss_gb": 0.93}, restart_losses=[0.1, 0.2],
+             gauss_newton={"after_step": 1000, "kept": True, "first_attempt": {"steps": 4}},
+             objective_at={"truth": {"match": 0.0, "total": 0.002}, "reconstruction": {"match": 0.1, "total": 0.1}})
+    (runs / "a" / "metrics.json").write_text(json.dumps(m))
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    row, = csv.DictReader(out.open())
+    assert float(row["peak_memory.rss_gb"]) == 0.93 and row["gauss_newton.after_step"] == "1000"
+    assert row["gauss_newton.kept"] == "True" and row["gauss_newton.first_attempt.steps"] == "4"
+    assert not any(k.startswith(("restart_losses", "objective_at")) for k in row)  # lists; totals have own columns
+    assert float(row["objective_truth"]) == 0.002
+
+
 def test_collect_without_any_run_is_one_sentence(tmp_path, capsys):
     assert cli.main(["collect", str(tmp_path), "--out", str(tmp_path / "t.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
