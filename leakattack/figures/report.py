@@ -29,6 +29,7 @@ from PIL import Image
 from ..errors import UserError
 from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_counts, failed_part
 from ..results import (
+    FAILED_COLUMNS,
     REPEAT_KEYS,
     default_strength,
     load_records,
@@ -456,7 +457,7 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
         return '<p class="note">No summary: no finished point.</p>'
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
-    plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in ("rebuilt",)]
+    plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in ("rebuilt",) + FAILED_COLUMNS]
     shared = [c for c in plain if len({json.dumps(r.get(c)) for r in rows}) == 1 and len(rows) > 1]
     template = (meta.get("base") or {}).get("defense")
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
@@ -466,6 +467,9 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
         f"<th>{_e(METRIC_NAMES.get(s, s))}</th>" for s in stems)
     if any("rebuilt" in r for r in rows):
         head += "<th>rebuilt</th>"
+    failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
+    if failed:
+        head += "<th>failed: search / objective</th>"
     body = []
     for r in rows:
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
@@ -477,6 +481,9 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
         if "rebuilt" in head:
             share = r.get("rebuilt")
             cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
+        if failed:
+            search, objective = (r.get(c) for c in FAILED_COLUMNS)
+            cells += f"<td>{'–' if search is None else f'{search} / {objective}'}</td>"
         body.append(f"<tr>{cells}</tr>")
     same = [f"{c} = {_short(rows[0].get(c))}" for c in shared]
     if templated:

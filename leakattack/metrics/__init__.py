@@ -5,7 +5,7 @@ tensor of shape (B,); :func:`score` matches a reconstructed batch to the ground
 truth (Hungarian algorithm on pairwise MSE) and returns JSON-ready numbers.
 
 :mod:`.image` holds MSE, PSNR and SSIM, :mod:`.lpips` the LPIPS wiring,
-:mod:`.matching` the matching and label accuracy, :mod:`.rebuilt` the rule
+:mod:`.matching` the matching and label accuracy, :mod:`leakattack.rebuilt` the rule
 that calls a reconstruction rebuilt or not against its baselines (the attack's
 start, the data set's mean image of :mod:`.baseline`), and :mod:`.uniqueness`
 the rank of the message's Jacobian in the input.  :mod:`.record` holds
@@ -18,12 +18,7 @@ import math
 
 import torch
 
-from .base import MetricsError, check_pair
-from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
-from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
-from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
-from .matching import label_accuracy, label_overlap, match
-from .rebuilt import (
+from ..rebuilt import (
     BASELINES,
     NOT_REBUILT,
     REBUILT,
@@ -37,6 +32,11 @@ from .rebuilt import (
     objective_failed,
     verdict,
 )
+from .base import MetricsError, check_pair
+from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
+from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
+from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
+from .matching import label_accuracy, label_overlap, match
 from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 

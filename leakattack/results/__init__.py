@@ -20,6 +20,7 @@ from .io import (
 )
 from .runs import default_run_dir, write_run_folder
 from .store import (
+                 FAILED_COLUMNS,
                  REPEAT_KEYS,
                  SUMMARY_METRICS,
                  aggregate,
@@ -39,7 +40,7 @@ from .store import (
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "write_csv", "to_jsonable",
     "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder",
-    "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
+    "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
     "series_label",
 ]

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from ..rebuilt import REBUILT, failed_counts
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -26,6 +27,8 @@ REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
 #: mean image, which a reconstruction must beat to count as rebuilt; absent from results stored before they existed)
 SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper", "baseline_psnr",
                    "baseline_ssim")
+#: summary.csv's columns counting a setting's points not rebuilt by the part that failed: search, objective
+FAILED_COLUMNS = ("failed_search", "failed_objective")
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -102,8 +105,11 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1), and
-    ``rebuilt``, the share of its points whose verdict is rebuilt (left out when no point has a verdict)."""
+    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1),
+    ``rebuilt``, the share of its points whose verdict is rebuilt (left out when no point has a verdict), and
+    ``failed_search`` and ``failed_objective``, how many of its points that were not rebuilt failed in their search
+    and how many in their objective (:func:`leakattack.rebuilt.failed_counts`; left out when none of them recorded
+    its objective at the truth)."""
     rows = []
     for setting, recs in group_settings(records).items():
         first = recs[0]
@@ -121,7 +127,10 @@ def summarize(records: list[dict]) -> list[dict]:
             row[f"{name}_mean"], row[f"{name}_std"] = mean_std(vals)
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
-            row["rebuilt"] = sum(v == "rebuilt" for v in verdicts) / len(verdicts)
+            row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
+        search, objective = failed_counts(r["metrics"] for r in recs)
+        if search + objective:
+            row.update(zip(FAILED_COLUMNS, (search, objective), strict=True))
         rows.append(row)
     return rows
 

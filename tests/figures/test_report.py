@@ -17,6 +17,7 @@ from PIL import Image
 
 from leakattack import cli
 from leakattack.figures.report import FAILURE_NOTE, build_report
+from leakattack.results import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "reference" / "lenet-srht"
@@ -157,6 +158,14 @@ def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     assert (f"Of the {len(failed)} not rebuilt that scored their objective at the truth, 1 scored the truth lower "
             f"(their search stopped short) and {len(failed) - 1} their reconstruction (their objective prefers "
             "another image).") in text.replace("&#x27;", "'")
+    # and per setting in the summary table, as summary.csv counts them (summarize; the copied summary.csv predates
+    # the edited records, so the report summarises them itself)
+    (folder / "summary.csv").unlink()
+    text = build_report([folder])
+    assert "<th>failed: search / objective</th>" in text
+    rows = summarize(records)
+    shown = [f"<td>{r['failed_search']} / {r['failed_objective']}</td>" for r in rows if "failed_search" in r]
+    assert shown and all(cell in text for cell in shown) and "failed_search" not in text
 
 
 def _fails(capsys, argv) -> str:

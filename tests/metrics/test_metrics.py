@@ -258,7 +258,7 @@ def test_alexnet_weights_filename_matches_torchvision():
 
 # --- the verdict against the baselines, the mean image, the Jacobian's rank ---------------------------------------
 
-from leakattack.metrics import rebuilt as rebuilt_module  # noqa: E402
+from leakattack import rebuilt as rebuilt_module  # noqa: E402
 
 
 @pytest.mark.parametrize("psnr_, ssim_, expected", [
