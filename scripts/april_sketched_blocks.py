@@ -8,6 +8,13 @@ error of the blocks estimated from y = R g (the back-projection R^T y, and least
 CGLS) and the PSNR of the photo APRIL's closed form then gives.  docs/attacks/april.md quotes its output.
 
     python scripts/april_sketched_blocks.py [--image-index I] [--ratios 0.5,0.9,0.99]
+
+With ``--run DIR`` (a run folder of gradient matching on vit_small through a sketch) it asks instead whether the
+closed form can finish that reconstruction x^: how far g(x^) is from g (whole and blocks), the blocks corrected by
+least squares on the message's residual y - R g(x^), and the PSNR of the closed form from those blocks and from the
+exact blocks when the patches are held near x^'s (Tikhonov: min ||G^T P - dF/dW||^2 + lam ||P - P^||^2).
+
+    python scripts/april_sketched_blocks.py --run DIR
 """
 
 from __future__ import annotations
@@ -15,13 +22,20 @@ from __future__ import annotations
 import argparse
 
 import torch
+import torch.nn.functional as F
 
 import targets
 from leakattack import metrics
 from leakattack.attacks.analytic import _input_ranks, cgls
 from leakattack.attacks.april import _find_embedding, fold_patches, solve_patches
+from leakattack.config import RunConfig
 from leakattack.data import get_dataset
+from leakattack.experiment import prepare
+from leakattack.results import read_json
 from leakattack.sketch import make_sketch
+
+#: Tikhonov weights tried by ``--run`` (G's squared singular values span about 3e-10 to 2e-2 on vit_small)
+LAMBDAS = (0.0, 1e-12, 1e-10, 1e-8, 1e-6, 1e-4)
 
 
 def structured_unknowns(victim, emb, cls) -> int:
@@ -47,13 +61,62 @@ def structured_unknowns(victim, emb, cls) -> int:
     return count
 
 
+def held_near(G: torch.Tensor, dW: torch.Tensor, P0: torch.Tensor, lam: float) -> torch.Tensor:
+    """argmin_P ||G^T P - dW||^2 + lam ||P - P0||^2 through G's SVD (G: n x D of rank n), lam = 0: the closed form."""
+    if lam == 0:
+        return solve_patches(G, dW)[0]
+    U, S, Vh = torch.linalg.svd(G, full_matrices=False)
+    return U @ ((S[:, None] * (Vh @ dW) + lam * (U.T @ P0)) / (S[:, None] ** 2 + lam)) + P0 - U @ (U.T @ P0)
+
+
+def from_run(folder: str) -> None:
+    """The closed form started from a gradient-matching run's reconstruction (see the module's docstring)."""
+    p = prepare(RunConfig.from_dict(read_json(f"{folder}/config.json")["run"]))
+    victim, y, R, x, labels = p.obs.victim, p.obs.y.flatten(), p.obs.linear_map, p.x, p.case.labels
+    assert x is not None and labels is not None and victim.name == "vit_small"
+    xh = torch.load(f"{folder}/reconstruction.pt")["images"].to(x)
+    emb, _ = _find_embedding(victim)
+    assert emb is not None
+    n, dim = emb.grid[0] * emb.grid[1], emb.conv.out_channels
+    idx = torch.cat([torch.arange(s.start, s.stop) for s in (emb.pos, emb.weight)])
+    g, gh = (targets.flat_gradient(victim, v, labels) for v in (x, xh))
+
+    def error(v, part=slice(None)):
+        return float((v[part] - g[part]).norm() / g[part].norm())
+
+    def A(z):
+        u = torch.zeros(victim.d, dtype=z.dtype)
+        u[idx] = z
+        return R.apply(u)
+
+    residual = y - R.apply(gh)
+    fixed = gh.clone()
+    fixed[idx] += cgls(A, lambda u: R.adjoint(u)[idx], residual, torch.zeros(idx.numel(), dtype=x.dtype), 50)
+    P0 = F.unfold(xh, emb.conv.kernel_size, stride=emb.conv.kernel_size)[0].T
+
+    def psnr(v, lam):
+        G = v[emb.pos].reshape(emb.tokens, dim)[emb.offset:emb.offset + n]
+        P = held_near(G, v[emb.weight].reshape(dim, -1), P0, lam)
+        return float(metrics.psnr(fold_patches(P, emb.conv.kernel_size, victim.input_shape[1:]).clamp(0, 1), x))
+
+    print(f"{folder}: reconstruction {float(metrics.psnr(xh.clamp(0, 1), x)):.2f} dB; ||y - R g(x^)|| / ||y|| = "
+          f"{float(residual.norm() / y.norm()):.3g}; g(x^) against g: {error(gh):.3g} whole, {error(gh, idx):.3g} "
+          f"blocks; blocks corrected by least squares on the residual: {error(fixed, idx):.3g}")
+    for name, v in (("corrected blocks", fixed), ("exact blocks", g)):
+        print(f"closed form from the {name}, patches held near x^'s: "
+              + ", ".join(f"lam {lam:g} {psnr(v, lam):.2f} dB" for lam in LAMBDAS))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image-index", type=int, default=0)
     ap.add_argument("--ratios", default="0.5,0.9,0.99")
     ap.add_argument("--seed", type=int, default=1, help="sketch seed")
+    ap.add_argument("--run", help="a gradient-matching run folder of vit_small: start the closed form from it")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.run:
+        return from_run(args.run)
     victim = targets.get_model("vit_small", seed=0).to(dtype=torch.float64)
     data = get_dataset("photos")
     i = args.image_index
