@@ -16,6 +16,7 @@ that its numbers are not presented as the result of an attack.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 #: rebuilt only when the PSNR beats the better baseline PSNR by more than this many dB
 VERDICT_PSNR_MARGIN_DB = 1.0
@@ -110,24 +111,59 @@ def objective_failed(objective_at: dict) -> bool:
     return objective_at["reconstruction"]["total"] < objective_at["truth"]["total"]
 
 
-def failed_counts(runs) -> tuple[int, int]:
-    """(search, objective): how many of the runs (metrics.json dicts) that were not rebuilt and recorded
-    ``objective_at`` failed in their search and how many in their objective (:func:`objective_failed`)."""
-    ats = [m["objective_at"] for m in runs if m.get("verdict") == NOT_REBUILT and m.get("objective_at")]
-    objective = sum(map(objective_failed, ats))
-    return len(ats) - objective, objective
+#: the parts of an attack that can fail, in the order a run that rebuilt nothing is judged (:func:`failed_kind`)
+FAILED_PARTS = ("labels", "objective", "search")
 
 
-def failed_part(objective_at: dict) -> str:
-    """Which part of an attack that rebuilt nothing failed, read from its objective at the truth and at its
-    reconstruction (metrics.json's ``objective_at``, term by term with their ``total``).
+def _wrong_labels(m: Mapping) -> bool:
+    """Whether the run used labels it read from the message (``label_mode`` idlg) and they are not the truth's."""
+    acc = m.get("label_acc")
+    return m.get("label_mode") == "idlg" and acc is not None and acc < 1
 
-    If the objective scores the reconstruction below the truth, it prefers another image (the terms that do are
-    named: most often a prior the truth does not satisfy), and a longer search for its minimum is not a search for
-    the truth; otherwise the search stopped short of a point the objective would have preferred.
+
+def failed_kind(m: Mapping) -> str | None:
+    """Which part of a run (a metrics.json dict) that was not rebuilt failed, one of :data:`FAILED_PARTS`; None when
+    it was rebuilt or nothing tells.
+
+    ``labels``: the labels it read from the message are not the truth's (``label_acc`` < 1, as a multiset), so it
+    minimised an objective in which the truth, sent with its own labels, is not what it looks for.  Otherwise, from its
+    objective at the truth and at its reconstruction (``objective_at``): ``objective`` when the objective scores the
+    reconstruction lower (it prefers another image), ``search`` when it scores the truth lower (the search stopped
+    short of a point the objective would have preferred).
     """
-    t, r = objective_at["truth"], objective_at["reconstruction"]
-    if objective_failed(objective_at):
+    if m.get("verdict") != NOT_REBUILT:
+        return None
+    if _wrong_labels(m):
+        return "labels"
+    at = m.get("objective_at")
+    if not at:
+        return None
+    return "objective" if objective_failed(at) else "search"
+
+
+def failed_counts(runs) -> dict[str, int]:
+    """{part: how many of the runs (metrics.json dicts) failed there} for every part of :data:`FAILED_PARTS`
+    (:func:`failed_kind`; runs that were rebuilt, or tell nothing, are not counted)."""
+    kinds = [failed_kind(m) for m in runs]
+    return {part: kinds.count(part) for part in FAILED_PARTS}
+
+
+def failed_part(m: Mapping) -> str | None:
+    """The sentence that says which part of a run (a metrics.json dict) that rebuilt nothing failed
+    (:func:`failed_kind`), with the numbers that show it; None when nothing tells.
+
+    Where the objective scores the reconstruction below the truth the terms that do are named (most often a prior
+    the truth does not satisfy): a longer search for its minimum is not a search for the truth.
+    """
+    kind = failed_kind(m)
+    if kind == "labels":
+        return (f"the labels the attack read from the message are not the truth's (label accuracy "
+                f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
+                "before the search did (--labels given runs the attack with the true labels)")
+    if kind is None:
+        return None
+    t, r = m["objective_at"]["truth"], m["objective_at"]["reconstruction"]
+    if kind == "objective":
         why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
         return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
                 f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
@@ -137,5 +173,5 @@ def failed_part(objective_at: dict) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed",
-           "failed_counts"]
+           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
+           "FAILED_PARTS"]

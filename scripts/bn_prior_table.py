@@ -9,8 +9,8 @@ running statistics) and sketch (none; srht b/d = 0.01).  Runs that already have
 a metrics.json are kept.  Prints one markdown row per setting: PSNR and SSIM
 mean ± standard deviation over the images, the runs' baseline PSNR (metrics.json's
 ``baseline_psnr``, the better of the start and the data set's mean image), the
-verdicts, which part of the runs not rebuilt failed (their search or their
-objective, read from ``objective_at``) and the minutes per run.
+verdicts, which part of the runs not rebuilt failed (their labels, their objective or their
+search: :func:`leakattack.metrics.failed_kind`) and the minutes per run.
 
     python scripts/bn_prior_table.py --out DIR [--iterations N] [--images 3] [--jobs 2] [--prior-weight W] [--rows RE]
 
@@ -59,12 +59,12 @@ def run(folder: Path, image: int, iterations: int | None, threads: str, extra: l
 
 
 def failed_parts(ms: list[dict]) -> str:
-    """Of the runs not rebuilt, how many failed in their search and how many in their objective (their
-    ``objective_at``: :func:`leakattack.metrics.failed_counts`); ``-`` where none recorded it."""
+    """Of the runs not rebuilt, how many failed in their label reading, their objective and their search
+    (:func:`leakattack.metrics.failed_counts`); ``-`` where none tells."""
     from leakattack.metrics import failed_counts
 
-    search, objective = failed_counts(ms)
-    return f"search {search}, objective {objective}" if search + objective else "-"
+    counts = failed_counts(ms)
+    return ", ".join(f"{part} {k}" for part, k in counts.items()) if sum(counts.values()) else "-"
 
 
 def pm(values: list[float], fmt: str) -> str:

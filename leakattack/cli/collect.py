@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, RunMetrics, objective_failed
+from ..metrics import RunMetrics, failed_kind
 from ..results import read_json, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
@@ -38,10 +38,11 @@ def row_of(folder: Path) -> dict:
     del metrics["schema"]  # the file's layout, not a metric
     row.update(scalars(metrics, skip=("objective_at",)))
     at = metrics.get("objective_at")
-    if at:  # the attack's objective at the truth and at the reconstruction, and which part failed where not rebuilt
-        row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"],
-                   failed=("objective" if objective_failed(at) else "search") if metrics.get("verdict") == NOT_REBUILT
-                   else None)
+    if at:  # the attack's objective at the truth and at the reconstruction
+        row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"])
+    failed = failed_kind(metrics)  # where not rebuilt: labels, objective or search
+    if failed:
+        row["failed"] = failed
     return row
 
 

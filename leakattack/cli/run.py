@@ -104,8 +104,9 @@ def cmd_run(a) -> int:
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
-        if m.objective_at is not None:
-            print(f"note: {failed_part(m.objective_at)}", file=sys.stderr)
+        part = failed_part(m.to_dict())
+        if part:
+            print(f"note: {part}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     if m.label_choice is not None:

@@ -194,7 +194,7 @@ def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
         return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
                                       f"(PSNR {_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}).")
     if m.verdict == NOT_REBUILT:
-        part = "" if m.objective_at is None else failed_part(m.objective_at)
+        part = failed_part(m.to_dict())
         which = f" {part[:1].upper()}{part[1:]}." if part else ""
         return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
                                          f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.{which}")
@@ -400,14 +400,14 @@ def _sweep_headline(records: list[dict]) -> tuple[str, str, str]:
 
 
 def _failed_parts(records: list[dict]) -> str:
-    """How many points that were not rebuilt failed in their search and how many in their objective
-    (:func:`failed_part`), counted over the points that recorded ``objective_at``; empty where none did."""
-    search, objective = failed_counts(r["metrics"] for r in records)
-    if not search + objective:
+    """How many points that were not rebuilt failed in their label reading, their objective and their search
+    (:func:`failed_kind`); empty where none tells."""
+    n = failed_counts(r["metrics"] for r in records)
+    if not sum(n.values()):
         return ""
-    return (f" Of the {search + objective} not rebuilt that scored their objective at the truth, {search} scored "
-            f"the truth lower (their search stopped short) and {objective} their reconstruction (their objective "
-            "prefers another image).")
+    return (f" Of the {sum(n.values())} not rebuilt whose failed part is known, {n['labels']} read wrong labels from "
+            f"the message, {n['objective']} have an objective that prefers another image and {n['search']} a search "
+            "that stopped short of the truth.")
 
 
 def _sweep_setting(records: list[dict], meta: dict) -> list[tuple[str, str]]:
@@ -469,7 +469,7 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
         head += "<th>rebuilt</th>"
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
     if failed:
-        head += "<th>failed: search / objective</th>"
+        head += "<th>failed: labels / objective / search</th>"
     body = []
     for r in rows:
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
@@ -482,8 +482,8 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
             share = r.get("rebuilt")
             cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
         if failed:
-            search, objective = (r.get(c) for c in FAILED_COLUMNS)
-            cells += f"<td>{'–' if search is None else f'{search} / {objective}'}</td>"
+            counts = [r.get(c) for c in FAILED_COLUMNS]
+            cells += f"<td>{'–' if counts[0] is None else ' / '.join(map(str, counts))}</td>"
         body.append(f"<tr>{cells}</tr>")
     same = [f"{c} = {_short(rows[0].get(c))}" for c in shared]
     if templated:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..rebuilt import REBUILT, failed_counts
+from ..rebuilt import FAILED_PARTS, REBUILT, failed_counts
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -27,8 +27,8 @@ REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
 #: mean image, which a reconstruction must beat to count as rebuilt; absent from results stored before they existed)
 SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper", "baseline_psnr",
                    "baseline_ssim")
-#: summary.csv's columns counting a setting's points not rebuilt by the part that failed: search, objective
-FAILED_COLUMNS = ("failed_search", "failed_objective")
+#: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
+FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -107,9 +107,9 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 def summarize(records: list[dict]) -> list[dict]:
     """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1),
     ``rebuilt``, the share of its points whose verdict is rebuilt (left out when no point has a verdict), and
-    ``failed_search`` and ``failed_objective``, how many of its points that were not rebuilt failed in their search
-    and how many in their objective (:func:`leakattack.rebuilt.failed_counts`; left out when none of them recorded
-    its objective at the truth)."""
+    ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
+    failed in their label reading, their objective and their search (:func:`leakattack.rebuilt.failed_kind`; left
+    out when none of them tells)."""
     rows = []
     for setting, recs in group_settings(records).items():
         first = recs[0]
@@ -128,9 +128,9 @@ def summarize(records: list[dict]) -> list[dict]:
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
-        search, objective = failed_counts(r["metrics"] for r in recs)
-        if search + objective:
-            row.update(zip(FAILED_COLUMNS, (search, objective), strict=True))
+        failed = failed_counts(r["metrics"] for r in recs)
+        if sum(failed.values()):
+            row.update(zip(FAILED_COLUMNS, failed.values(), strict=True))
         rows.append(row)
     return rows
 

@@ -34,17 +34,19 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
 
 def test_collect_says_which_part_of_a_failed_run_failed(tmp_path):
     runs = tmp_path / "runs"
-    for name, verdict, truth in [("search", "not rebuilt", 0.002), ("objective", "not rebuilt", 6.0),
-                                 ("rebuilt", "rebuilt", 0.002)]:
+    for name, verdict, truth, acc in [("search", "not rebuilt", 0.002, 1.0), ("objective", "not rebuilt", 6.0, 1.0),
+                                      ("labels", "not rebuilt", 0.002, 0.5), ("rebuilt", "rebuilt", 0.002, 1.0)]:
         _run_folder(runs / name, "srht", 2697, 10.0)
         m = json.loads((runs / name / "metrics.json").read_text())
-        m.update(verdict=verdict, objective_at={"truth": {"match": 0.0, "bn": truth, "total": truth},
-                                                "reconstruction": {"match": 0.1, "bn": 3.8, "total": 3.9}})
+        m.update(verdict=verdict, label_mode="idlg", label_acc=acc,
+                 objective_at={"truth": {"match": 0.0, "bn": truth, "total": truth},
+                               "reconstruction": {"match": 0.1, "bn": 3.8, "total": 3.9}})
         (runs / name / "metrics.json").write_text(json.dumps(m))
     out = tmp_path / "table.csv"
     assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
     rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
-    assert {k: r["failed"] for k, r in rows.items()} == {"search": "search", "objective": "objective", "rebuilt": ""}
+    assert {k: r["failed"] for k, r in rows.items()} == {"search": "search", "objective": "objective",
+                                                         "labels": "labels", "rebuilt": ""}
     objective = rows["objective"]
     assert float(objective["objective_truth"]) == 6.0 and float(objective["objective_reconstruction"]) == 3.9
 

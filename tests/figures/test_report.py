@@ -146,25 +146,28 @@ def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     assert f"Rebuilt at {k} of {len(records)} judged points; not rebuilt at {len(records) - k}" in text
     assert FAILURE_NOTE in text
     assert text.count('<span class="tag failed">not rebuilt</span>') == len(records) - k
-    assert "scored their objective at the truth" not in text  # these points were stored before objective_at
-    # points that recorded their objective at the truth and at the reconstruction: which part failed, counted
+    assert "whose failed part is known" not in text  # these points were stored before objective_at
+    # points that recorded their objective at the truth and at the reconstruction, one of them with labels read
+    # wrongly from the message: which part failed, counted
     failed = [r for r in records if r["metrics"]["verdict"] == "not rebuilt"]
-    assert len(failed) >= 2
+    assert len(failed) >= 3
     for i, r in enumerate(failed):
         r["metrics"]["objective_at"] = {"truth": {"match": 0.0, "total": 1.0 + i},
                                         "reconstruction": {"match": 0.5, "total": 1.5}}
+    failed[-1]["metrics"].update(label_mode="idlg", label_acc=0.5)
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     text = build_report([folder])
-    assert (f"Of the {len(failed)} not rebuilt that scored their objective at the truth, 1 scored the truth lower "
-            f"(their search stopped short) and {len(failed) - 1} their reconstruction (their objective prefers "
-            "another image).") in text.replace("&#x27;", "'")
+    assert (f"Of the {len(failed)} not rebuilt whose failed part is known, 1 read wrong labels from the message, "
+            f"{len(failed) - 2} have an objective that prefers another image and 1 a search that stopped short of "
+            "the truth.") in text
     # and per setting in the summary table, as summary.csv counts them (summarize; the copied summary.csv predates
     # the edited records, so the report summarises them itself)
     (folder / "summary.csv").unlink()
     text = build_report([folder])
-    assert "<th>failed: search / objective</th>" in text
+    assert "<th>failed: labels / objective / search</th>" in text
     rows = summarize(records)
-    shown = [f"<td>{r['failed_search']} / {r['failed_objective']}</td>" for r in rows if "failed_search" in r]
+    shown = [f"<td>{r['failed_labels']} / {r['failed_objective']} / {r['failed_search']}</td>" for r in rows
+             if "failed_search" in r]
     assert shown and all(cell in text for cell in shown) and "failed_search" not in text
 
 

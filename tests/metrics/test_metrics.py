@@ -282,6 +282,25 @@ def test_verdict_without_a_baseline_compares_only_what_is_there():
     assert metrics.verdict(12.0, 0.0, 10.0, None) == "rebuilt"
 
 
+def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
+    at = {"truth": {"match": 0.0, "tv": 0.003, "total": 0.003}, "reconstruction": {"match": 0.1, "tv": 0.01,
+                                                                                   "total": 0.11}}
+    base = {"verdict": "not rebuilt", "label_mode": "idlg", "label_acc": 1.0, "objective_at": at}
+    assert metrics.failed_kind(base) == "search" and "the search stopped short" in metrics.failed_part(base)
+    prefers = {**base, "objective_at": {**at, "truth": {"match": 0.0, "tv": 0.5, "total": 0.5}}}
+    assert metrics.failed_kind(prefers) == "objective" and "tv 0.01 against 0.5" in metrics.failed_part(prefers)
+    # labels read wrongly from the message: the truth, sent with its own labels, is not what the attack looked for
+    wrong = {**base, "label_acc": 0.5}
+    assert metrics.failed_kind(wrong) == "labels" and "label accuracy 0.50" in metrics.failed_part(wrong)
+    assert metrics.failed_kind({**wrong, "objective_at": None}) == "labels"
+    # optimised (DLG) or given labels are not read from the message; rebuilt runs did not fail; nothing recorded
+    assert metrics.failed_kind({**wrong, "label_mode": "dlg", "objective_at": None}) is None
+    assert metrics.failed_kind({**wrong, "verdict": "rebuilt"}) is None
+    assert metrics.failed_part({**base, "objective_at": None}) is None
+    assert metrics.failed_counts([base, prefers, wrong, wrong, {**base, "verdict": "rebuilt"}]) == \
+        {"labels": 2, "objective": 1, "search": 1}
+
+
 def test_judge_takes_the_better_baseline_and_names_the_one_a_failure_is_no_better_than():
     start = {"psnr": 8.8, "ssim": 0.02, "lpips": 0.7}
     mean = {"psnr": 12.0, "ssim": 0.30, "lpips": 0.6}

@@ -121,16 +121,18 @@ def test_summary_has_one_row_per_setting_with_mean_and_sample_std():
     assert "image_index" not in rows[0] and "label_acc_mean" not in rows[0]
 
 
-def test_summary_counts_the_part_that_failed_per_setting_where_points_scored_their_objective():
+def test_summary_counts_the_part_that_failed_per_setting_where_points_tell_it():
     recs = [rec(i, sigma, i, 10.0) for i, sigma in enumerate([0.0, 0.0, 0.0, 0.1, 0.1, 1.0])]
     truths = [1.0, 5.0, None, 1.0, 1.0, None]  # objective at the truth; the reconstruction scores 2.0
     for r, truth, verdict in zip(recs, truths, ["not rebuilt"] * 2 + ["rebuilt"] + ["not rebuilt"] * 3):
-        r["metrics"]["verdict"] = verdict
+        r["metrics"].update(verdict=verdict, label_mode="idlg", label_acc=1.0)
         if truth is not None:
             r["metrics"]["objective_at"] = {"truth": {"match": 0.0, "total": truth},
                                             "reconstruction": {"match": 0.5, "total": 2.0}}
+    recs[4]["metrics"]["label_acc"] = 0.5  # labels read wrongly: they failed, whatever the objective says
     rows = summarize(recs)
-    assert [(r.get("failed_search"), r.get("failed_objective")) for r in rows] == [(1, 1), (2, 0), (None, None)]
+    counts = [tuple(r.get(f"failed_{part}") for part in ("labels", "objective", "search")) for r in rows]
+    assert counts == [(0, 1, 1), (1, 0, 1), (None, None, None)]
     assert "failed_search" not in summarize(RECORDS)[0]  # no verdicts, no objective_at
 
 
