@@ -1,14 +1,16 @@
 """Label readings of a victim through a sketch, and the attack's choice where the rules differ.
 
-For each sketch and b/d, and each image: the true label, what the ``pooled`` and ``sign`` rules read from the
-sketched message, and, where they differ, the label ``--labels idlg`` keeps after a short run of the attack with
-each (``GradientMatching.choose_labels``) with the two runs' losses; then how many images each rule and the choice
-got right.  The victim is trained here (``--train-steps`` full-batch Adam steps on the first ``--train-images`` of the
-data set, as tests/attacks/test_label_choice.py does; ``--train-steps 0`` keeps its random weights) or loaded
-from ``--weights`` (a ``leakattack train`` checkpoint).  docs/attacks/labels.md quotes its output.
+For each sketch and b/d, and each image (or batch of ``--batch-size`` from it): the true labels, what each rule
+``--labels idlg`` compares reads from the sketched message (``labels.readings_to_compare``: ``pooled``, and where
+their premises hold the row-sum rules and ``bias``), and, where they differ, the labels it keeps after a short run
+of the attack with each distinct reading (``GradientMatching.choose_labels``) with those runs' losses; then how
+many labels each rule and the choice got right (as multisets).  The victim is trained here (``--train-steps``
+full-batch Adam steps on the first ``--train-images`` of the data set, as tests/attacks/test_label_choice.py does;
+``--train-steps 0`` keeps its random weights) or loaded from ``--weights`` (a ``leakattack train`` checkpoint, or
+the state_dict of scripts/train_photo_victim.py).  docs/attacks/labels.md quotes its output.
 
     python scripts/label_choice.py [--model lenet] [--dataset digits] [--train-steps 120] [--train-images 128]
-        [--weights W] [--sketches srht] [--ratios 0.02] [--images 12]
+        [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1]
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from leakattack.attacks.labels import recover_labels_by_rule
+from leakattack.attacks.labels import readings_to_compare
 from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--sketches", default="srht", help="comma-separated sketch kinds")
     ap.add_argument("--ratios", default="0.02", help="comma-separated b/d")
     ap.add_argument("--images", type=int, default=12, help="attack images 0 .. N-1")
+    ap.add_argument("--batch-size", type=int, default=1, help="images per message (from each image on)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the per-run uniqueness warning
@@ -64,32 +67,37 @@ def main() -> None:
             print(f"# {a.model} trained on {a.dataset}[:{a.train_images}], {a.train_steps} Adam steps: loss {loss:.4f}")
         for kind in a.sketches.split(","):
             for ratio in (float(r) for r in a.ratios.split(",")):
-                compare(a.model, a.dataset, weights, kind, ratio, a.images)
+                compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size)
 
 
-def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int) -> None:
-    """The lines of one sketch and b/d: one per image, then the counts of right labels."""
-    right = {"pooled": 0, "sign": 0, "chosen": 0}
+def overlap(got: list[int], truth: list[int]) -> int:
+    """How many labels of ``got`` are right, as multisets."""
+    return sum(min(got.count(c), truth.count(c)) for c in set(truth))
+
+
+def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int) -> None:
+    """The lines of one sketch and b/d: one per message, then the counts of right labels."""
+    right: dict[str, int] = {}
     differ = 0
-    print(f"# {kind} b/d = {ratio}; image: true | pooled | sign | chosen (probe losses, seconds)")
     for i in range(images):
         p = prepare(RunConfig(model=model, dataset=dataset, sketch=kind, sketch_ratio=ratio, image_index=i,
-                              threads=1, **({"weights": weights} if weights else {})))
-        truth = p.labels.tolist()
-        readings = recover_labels_by_rule(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size,
-                                          rules=("pooled", "sign"))
+                              batch_size=B, threads=1, **({"weights": weights} if weights else {})))
+        truth = sorted(p.labels.tolist())
+        readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
+        if i == 0:
+            print(f"# {kind} b/d = {ratio}; message: true | {' | '.join(readings)} | chosen (probe losses, seconds)")
         t0 = time.perf_counter()
         labels, choice = p.attack.choose_labels(p.obs)
         for rule, got in [*readings.items(), ("chosen", labels)]:
-            right[rule] += int(got.tolist() == truth)
-        line = f"{i}: {truth} | {readings['pooled'].tolist()} | {readings['sign'].tolist()} | {labels.tolist()}"
+            right[rule] = right.get(rule, 0) + overlap(sorted(got.tolist()), truth)
+        line = f"{i}: {truth} | " + " | ".join(str(v.tolist()) for v in readings.values()) + f" | {labels.tolist()}"
         if choice is not None:
             differ += 1
             losses = ", ".join(f"{v:.3g}" for v in choice["probe_losses"])
             line += f" ({losses}; {time.perf_counter() - t0:.1f} s)"
         print(line)
-    print(f"# right: pooled {right['pooled']}/{images}, sign {right['sign']}/{images}, chosen {right['chosen']}/"
-          f"{images}; the rules differed on {differ}")
+    print("# right: " + ", ".join(f"{rule} {k}/{images * B}" for rule, k in right.items())
+          + f"; the rules differed on {differ}")
 
 
 if __name__ == "__main__":

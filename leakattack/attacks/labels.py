@@ -245,15 +245,20 @@ def _by_rule(victim, read: HeadReadout, batch_size: int, rules, stats: ProbeStat
     return {r: _RULES[r](victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
 
 
-#: the rules :func:`readings_to_compare` reads: the default count rule, and the sign rule on the head's weight rows
-COMPARED_RULES = ("pooled", "sign")
+#: the rules :func:`readings_to_compare` reads where their premises hold: ``pooled`` and the row-sum rules.  Not
+#: ``bias`` and ``ilrg``: the head's C bias numbers drown in the noise of a small sketch, and where the message holds
+#: fewer numbers than the image a short run cannot always tell a wrong reading from the right one
+#: (docs/attacks/labels.md#choosing-between-readings)
+COMPARED_RULES = ("pooled", "sign", "llg", "llg-star")
+#: rules that read the signs of the row sums of the head's weight gradient: they need non-negative head inputs
+ROW_SUM_RULES = ("sign", "llg", "llg-star")
 
 
 def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> dict[str, torch.Tensor]:
     """rule -> B sorted labels for the rules of :data:`COMPARED_RULES` whose premise holds on this victim: ``pooled``
-    always, ``sign`` only when the head's inputs are non-negative on the probes (its row sums carry the sign of
-    p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).  One readout of the head and
-    one probe pass serve both."""
+    always, the row-sum rules (:data:`ROW_SUM_RULES`) only when the head's inputs are non-negative on the probes
+    (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).
+    One readout of the head and one probe pass serve them all."""
     stats = probe(victim, probes, y)
     rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
     return _by_rule(victim, read_head(victim, sketch, y), batch_size, rules, stats)
