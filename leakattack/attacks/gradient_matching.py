@@ -12,9 +12,9 @@ act on G's images.  The attacker's model of the client is the observation's
 
 Labels: ``given`` (granted by the threat model), ``idlg`` (recovered from the
 message through the sketch by the ``pooled`` count rule of :mod:`leakattack.attacks.labels`
-and, where the head's inputs are non-negative, iDLG's / Yin et al.'s ``sign`` rule; where
-they read different labels, a short run of the attack with each keeps the one whose gradient
-matches the message best: :meth:`GradientMatching.choose_labels`) or ``dlg``
+and, where the head's inputs are non-negative, the row-sum rules (iDLG's / Yin et al.'s ``sign``,
+``llg``, ``llg-star``); where they read different labels, a short run of the attack with each
+keeps the one whose gradient matches the message best: :meth:`GradientMatching.choose_labels`) or ``dlg``
 (soft labels optimised jointly with x, Zhu et al. 2019).  Restarts run from
 independent dummy starts; the attacker keeps the lowest final L_R (it cannot see
 the truth), as in DLG and breaching.

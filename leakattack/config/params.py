@@ -165,10 +165,10 @@ RUN_PARAMS: tuple[Param, ...] = (
           f"stop a start once its lowest L_R stays above {1 - names.STALL_GAIN:g} times its value this many "
           "steps before (with --schedule step, counted from its last decay) (0: never)"),
     Param("label_mode", "idlg", Choice(names.LABEL_MODES), "label mode",
-          "one of {choices}: recover from the message through the sketch (the pooled count rule, and iDLG's sign "
-          "rule where the head's inputs are non-negative, leakattack.attacks.labels; where they differ, a short "
-          "run of the attack with each keeps the labels that match the message best), take the true labels, or "
-          "optimise soft labels (DLG) (regression victims always use given)", flag="--labels"),
+          "one of {choices}: recover from the message through the sketch (the pooled count rule, and the row-sum "
+          "rules sign, llg and llg-star where the head's inputs are non-negative, leakattack.attacks.labels; where "
+          "they differ, a short run of the attack with each keeps the labels that match the message best), take "
+          "the true labels, or optimise soft labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
     Param("prune_restarts", False, Flag(), "prune restarts",
