@@ -2,12 +2,13 @@
 
 For each sketch and b/d, and each image (or batch of ``--batch-size`` from it): the true labels, what each rule
 ``--labels idlg`` compares reads from the sketched message (``labels.readings_to_compare``: ``pooled``, and where
-their premises hold the row-sum rules and ``bias``), and, where they differ, the labels it keeps after a short run
-of the attack with each distinct reading (``GradientMatching.choose_labels``) with those runs' losses; then how
-many labels each rule and the choice got right (as multisets).  The victim is trained here (``--train-steps``
-full-batch Adam steps on the first ``--train-images`` of the data set, as tests/attacks/test_label_choice.py does;
-``--train-steps 0`` keeps its random weights) or loaded from ``--weights`` (a ``leakattack train`` checkpoint, or
-the state_dict of scripts/train_photo_victim.py).  docs/attacks/labels.md quotes its output.
+their premise holds the row-sum rules ``sign``, ``llg`` and ``llg-star``), and, where they differ, the labels it
+keeps after a short run of the attack with each distinct reading (``GradientMatching.choose_labels``) with those
+runs' losses; then how many labels each rule and the choice got right (as multisets).  The victim is trained
+here (``--train-steps`` full-batch Adam steps on the first ``--train-images`` of the data set, as
+tests/attacks/test_label_choice.py does; ``--train-steps 0`` keeps its random weights) or loaded from ``--weights``
+(a ``leakattack train`` checkpoint, or the state_dict of scripts/train_photo_victim.py).
+docs/attacks/labels.md quotes its output.
 
     python scripts/label_choice.py [--model lenet] [--dataset digits] [--train-steps 120] [--train-images 128]
         [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1]
@@ -27,6 +28,7 @@ from leakattack.attacks.labels import readings_to_compare
 from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
+from leakattack.metrics import label_overlap
 
 
 def train(model: str, dataset: str, steps: int, images: int, out: Path) -> float:
@@ -70,11 +72,6 @@ def main() -> None:
                 compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size)
 
 
-def overlap(got: list[int], truth: list[int]) -> int:
-    """How many labels of ``got`` are right, as multisets."""
-    return sum(min(got.count(c), truth.count(c)) for c in set(truth))
-
-
 def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int) -> None:
     """The lines of one sketch and b/d: one per message, then the counts of right labels."""
     right: dict[str, int] = {}
@@ -82,15 +79,16 @@ def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: flo
     for i in range(images):
         p = prepare(RunConfig(model=model, dataset=dataset, sketch=kind, sketch_ratio=ratio, image_index=i,
                               batch_size=B, threads=1, **({"weights": weights} if weights else {})))
-        truth = sorted(p.labels.tolist())
+        truth = p.labels
         readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
         if i == 0:
             print(f"# {kind} b/d = {ratio}; message: true | {' | '.join(readings)} | chosen (probe losses, seconds)")
         t0 = time.perf_counter()
         labels, choice = p.attack.choose_labels(p.obs)
         for rule, got in [*readings.items(), ("chosen", labels)]:
-            right[rule] = right.get(rule, 0) + overlap(sorted(got.tolist()), truth)
-        line = f"{i}: {truth} | " + " | ".join(str(v.tolist()) for v in readings.values()) + f" | {labels.tolist()}"
+            right[rule] = right.get(rule, 0) + round(label_overlap(got, truth) * B)  # right labels, as multisets
+        line = " | ".join([f"{i}: {sorted(truth.tolist())}", *(str(v.tolist()) for v in readings.values()),
+                           str(labels.tolist())])
         if choice is not None:
             differ += 1
             losses = ", ".join(f"{v:.3g}" for v in choice["probe_losses"])
