@@ -14,6 +14,7 @@ from .models import (
                      INITS,
                      default_init,
                      get_model,
+                     has_batchnorm_of,
                      list_models,
                      model_params,
                      output_problem,
@@ -43,7 +44,7 @@ from .weights import load_weights
 __all__ = [
     "Victim", "TASKS", "BN_MODES", "resolve_bn_mode", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
-    "own_recipe", "units_of", "victim_recipe", "parameter_count", "output_problem",
+    "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "parameter_count", "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
     "per_example_gradients", "unflatten", "load_weights", "probe", "kept_buffers",
 ]

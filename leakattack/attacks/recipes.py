@@ -24,7 +24,11 @@ smooth); ``--recipe`` picks one for any victim.
          550 steps (docs/victims.md#your-own-model-the-recipe-by-its-units).
          The TV weight is the one measured best on a small BatchNorm ResNet (examples/ig_recipe.toml,
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
-         a victim fed [0, 1] pixels.  The budget is breaching's 24,000 steps or 8 minutes,
+         a victim fed [0, 1] pixels.  For a batch of four or more that BatchNorm normalises by its own
+         statistics (``--bn auto``) the weight is 0.2: on batches of 4 and 8 photos of a trained ResNet-20 it
+         gained 1.3-1.9 dB over 0.02, where a batch of two kept its PSNR and lost SSIM
+         (docs/trained-victims.md#the-tv-weight-of-a-batch).
+         The budget is breaching's 24,000 steps or 8 minutes,
          whichever comes first, with the schedule's decays fitted to the steps that fit in the time
          (on a 2-core CPU 12,700-13,400 steps of a ResNet-20 on one thread beside another run, and
          2,000-2,900 of a ResNet-18 on both cores); a plateau stops a run only after the last decay.
@@ -61,6 +65,10 @@ class Recipe:
     time_limit: float | None = None
     #: width of the ReLU surrogate at the start (0: exact ReLU derivatives; leakattack.attacks.surrogate)
     surrogate: float = 0.0
+    #: the TV weight for a batch of at least ``batch_statistics_from`` examples that the victim's BatchNorm
+    #: normalises by its own statistics (train mode: a batch under ``--bn auto``); None: ``tv`` there too
+    batch_statistics_tv: float | None = None
+    batch_statistics_from: int = 2
 
     def step_size(self, optimizer: str) -> float:
         """Its step when its own optimiser runs, else ``optimizer``'s default."""
@@ -73,6 +81,10 @@ class Recipe:
 IG_LR = 0.025
 #: ig's TV weight (mean |dx| + mean |dy| on [0, 1] images), measured: examples/ig_recipe.toml
 IG_TV = 0.02
+#: ig's TV weight for a batch of IG_BATCH_STATISTICS_FROM or more that BatchNorm normalises by its own statistics
+#: (--bn auto), measured on batches of the trained ResNet-20: docs/trained-victims.md#the-tv-weight-of-a-batch
+IG_BATCH_STATISTICS_TV = 0.2
+IG_BATCH_STATISTICS_FROM = 4
 #: ig's budget: breaching's 24,000 steps (``max_iterations``), or as many as fit in IG_TIME_LIMIT seconds, whichever
 #: is fewer (docs/ig_recipe.md#the-budget)
 IG_ITERATIONS = 24000
@@ -84,7 +96,8 @@ _RECIPES.register("dlg", Recipe(optimizer="lbfgs", iterations=6000, objective="l
                   help="L-BFGS on L_R in float64 (small smooth victims)")
 _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objective="cosine", schedule="step",
                                signed=True, tv=IG_TV, box=True, dtype="float32", lr=IG_LR,
-                               time_limit=IG_TIME_LIMIT),
+                               time_limit=IG_TIME_LIMIT, batch_statistics_tv=IG_BATCH_STATISTICS_TV,
+                               batch_statistics_from=IG_BATCH_STATISTICS_FROM),
                   help="Inverting Gradients: cosine, signed Adam with step decay, TV, box, float32 (deep networks); "
                        f"{IG_ITERATIONS:,} steps or {IG_TIME_LIMIT / 60:g} minutes")
 

@@ -184,6 +184,16 @@ class RunConfig:
                               f"{', '.join(attacks.list_recipes())}")
         return name
 
+    def _batch_statistics(self) -> bool:
+        """Whether the victim's BatchNorm normalises by the batch's own statistics (train mode, a batch under
+        ``--bn auto``), as far as the model built on the meta device tells."""
+        if targets.resolve_bn_mode(self.bn, self.batch_size) != "train":
+            return False
+        from ..data import input_shape
+
+        shape = input_shape(self.dataset or "photos", self.image_size) or (3, 32, 32)
+        return targets.has_batchnorm_of(self.model, in_shape=shape, **self.model_params)
+
     def _settings(self) -> dict:
         """The attacker settings: the ones given, the recipe's for the rest, on every device (a GPU included: the
         ``dlg`` recipe's L-BFGS stalls in float32, docs/attack.md#why-float64-by-default)."""
@@ -192,6 +202,9 @@ class RunConfig:
                for name in attacks.RECIPE_FIELDS}
         if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
+        if self.tv is None and recipe.batch_statistics_tv is not None and \
+                self.batch_size >= recipe.batch_statistics_from and self._batch_statistics():
+            out["tv"] = recipe.batch_statistics_tv
         for name, weight in map(attacks.parse_prior, self.priors):
             if name == "tv":  # --prior tv:W overrides --tv and the recipe
                 out["tv"] = weight

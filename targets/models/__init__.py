@@ -32,7 +32,7 @@ from leakattack.errors import UserError
 from leakattack.registry import Registry
 from leakattack.seeds import torch_generator
 
-from ..victim import Victim, cross_entropy, last_linear, squared_error
+from ..victim import Victim, cross_entropy, has_batchnorm, last_linear, squared_error
 from .layers import ACTIVATIONS, INITS, activation, initialise
 from .lenet import LeNet
 from .linear import LinReg, LogReg
@@ -174,20 +174,33 @@ def default_init(name: str) -> str | None:
 def units_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> list[str] | None:
     """The units of model ``name`` whose derivative jumps (``targets.models.units``), found on the meta device;
     None where it cannot be built there (the user's class may need real tensors) or refuses the arguments."""
+    found = _on_meta_facts(name, num_classes, in_shape, params)
+    return None if found is None else list(found[0])
+
+
+def has_batchnorm_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> bool:
+    """Whether model ``name`` has a BatchNorm layer, found on the meta device (False where it cannot be built
+    there)."""
+    found = _on_meta_facts(name, num_classes, in_shape, params)
+    return found is not None and found[1]
+
+
+def _on_meta_facts(name: str, num_classes: int, in_shape: tuple, params: dict) -> tuple[list, bool] | None:
+    """(units whose derivative jumps, has a BatchNorm layer) of model ``name``, built once on the meta device per
+    configuration (a configuration asks on every derivation of its settings); None where it cannot be built."""
     in_shape = tuple(int(s) for s in in_shape)
     key = (name, int(num_classes), in_shape, repr(sorted(params.items())))
-    if key not in _UNITS:  # a configuration asks on every derivation of its settings
+    if key not in _FACTS:
         try:
+            module = _on_meta(name, num_classes, in_shape, params)
             # a registered model's units are its modules; a user's class may also call them in its forward
-            _UNITS[key] = piecewise_units(_on_meta(name, num_classes, in_shape, params),
-                                          in_shape if _is_user(name) else None)
+            _FACTS[key] = (piecewise_units(module, in_shape if _is_user(name) else None), has_batchnorm(module))
         except Exception:  # noqa: BLE001 -- advisory: get_model gives the one-sentence error
-            _UNITS[key] = None
-    found = _UNITS[key]
-    return None if found is None else list(found)
+            _FACTS[key] = None
+    return _FACTS[key]
 
 
-_UNITS: dict[tuple, list[str] | None] = {}
+_FACTS: dict[tuple, tuple[list, bool] | None] = {}
 
 
 def own_recipe(name: str) -> str | None:
@@ -229,6 +242,7 @@ def task_of(name: str) -> str:
 
 
 __all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init",
-           "task_of", "recipe_of", "own_recipe", "units_of", "victim_recipe", "piecewise_units", "BY_UNITS",
+           "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "piecewise_units",
+           "BY_UNITS",
            "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP",
            "LogReg", "LinReg"]

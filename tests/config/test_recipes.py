@@ -29,6 +29,21 @@ def test_the_recipe_fills_what_is_not_given():
         ("lbfgs", "l2", "float64", False, False)
 
 
+def test_ig_takes_its_batch_statistics_tv_for_a_batch_batchnorm_normalises_by_its_own_statistics():
+    """A batch of four or more under --bn auto (train mode) on a BatchNorm victim gets the heavier TV weight; one
+    image, a batch of two, eval mode, a victim without BatchNorm and a weight given keep theirs."""
+    ig = get_recipe("ig")
+    assert ig.batch_statistics_tv is not None and ig.batch_statistics_tv > ig.tv and ig.batch_statistics_from == 4
+    tv = [RunConfig(device="cpu", **kw).derived().tv for kw in [
+        dict(model="resnet20"), dict(model="resnet20", batch_size=4), dict(model="resnet20", batch_size=8, bn="train"),
+        dict(model="resnet20", batch_size=2), dict(model="resnet20", bn="train"),
+        dict(model="resnet20", batch_size=4, bn="eval"), dict(model="vit_b_16", batch_size=4),
+        dict(model="resnet20", batch_size=4, tv=0.05), dict(model="resnet20", batch_size=4, priors=["tv:0.01"])]]
+    big = ig.batch_statistics_tv
+    assert tv == [ig.tv, big, big, ig.tv, ig.tv, ig.tv, ig.tv, 0.05, 0.01]
+    assert targets.has_batchnorm_of("resnet20") and not targets.has_batchnorm_of("vit_b_16")
+
+
 def test_a_gpu_runs_each_recipe_in_its_own_precision(monkeypatch):
     """On a GPU the dlg recipe stays float64: in float32 its L-BFGS stalls (35.4 dB on an H200 against 200 dB)."""
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
