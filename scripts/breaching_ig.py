@@ -92,6 +92,15 @@ i, B = args.image_index, args.batch_size
 x, label = photos["images"][i:i + B].float(), photos["labels"][i:i + B]
 payload = server.distribute_payload()
 shared, _ = user.compute_local_updates(payload, custom_data={"inputs": (x - dm) / ds, "labels": label})
+difference = None
+if args.victim:  # the gradient breaching's user sends against leakattack's unsketched message of the same batch
+    sent = torch.cat([g.flatten() for g in shared["gradients"]])
+    own = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0,
+                            bn_mode="train" if args.bn == "train" else "eval")
+    if args.weights:
+        targets.load_weights(own, args.weights)
+    message = targets.flat_gradient(own, x, label)
+    difference = float((sent - message).norm() / message.norm())
 attacker = breaching.attacks.prepare_attack(server.model, server.loss, cfg.attack, setup)
 if args.label_strategies:  # what the attack reads when the user does not provide its labels
     unlabelled = dict(shared, metadata=dict(shared["metadata"], labels=None))
@@ -119,4 +128,4 @@ print(json.dumps({"steps": args.steps, "image_index": i, "batch_size": B, "victi
                   "ssim": float(ssim(out, x).mean()),
                   # how flat the images are: per-channel standard deviation over the pixels, mean over channels
                   "pixel_std": float(out.std(dim=(2, 3)).mean()), "photos_pixel_std": float(x.std(dim=(2, 3)).mean()),
-                  "attack_wall_s": round(wall, 1), "threads": args.threads}))
+                  "message_difference": difference, "attack_wall_s": round(wall, 1), "threads": args.threads}))

@@ -26,7 +26,7 @@ smooth); ``--recipe`` picks one for any victim.
          docs/ig_recipe.md); breaching's 0.2 on normalised images is 0.2 / 0.25 = 0.8 here, which flattens the image of
          a victim fed [0, 1] pixels.  For a batch of four or more that BatchNorm normalises by its own
          statistics (``--bn auto``) the weight is 0.2: on batches of 4 and 8 photos of a trained ResNet-20 it
-         gained 1.3-1.9 dB over 0.02, where a batch of two kept its PSNR and lost SSIM
+         gained 1.3-1.9 dB over 0.02, where a batch of two lost 0.2 dB and 0.22 SSIM
          (docs/trained-victims.md#the-tv-weight-of-a-batch).
          The budget is breaching's 24,000 steps or 8 minutes,
          whichever comes first, with the schedule's decays fitted to the steps that fit in the time
