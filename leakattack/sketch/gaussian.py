@@ -38,6 +38,9 @@ BLOCK_ENTRIES = 2 ** 22
 MEMORY_FRACTION = 0.25
 #: a run whose regenerated dense sketch is estimated to take longer than this (seconds) is warned about
 SLOW_SKETCH_SECONDS = 180.0
+#: apply+adjoint pairs of R a run spends besides its iterations' (the message, the label reading, the verdict's
+#: objective at the truth and the reconstruction): tests/sketch/test_dense_cache.py counts them on a LeNet run
+RUN_EVALUATIONS = 8
 
 _POOL_WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
@@ -236,20 +239,22 @@ class RowBlockSketch(Sketch):
 
 
 def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS) -> str | None:
-    """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` apply+adjoint pairs are estimated to
-    take longer than ``limit_s`` seconds (None otherwise): the estimate, and the cheaper choices."""
+    """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` iterations' apply+adjoint pairs, with
+    the :data:`RUN_EVALUATIONS` pairs every run adds, are estimated to take longer than ``limit_s`` seconds (None
+    otherwise): the estimate, and the cheaper choices."""
     if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype) or evaluations < 1:
         return None
     per = sketch.regeneration_seconds()
-    total = per * evaluations
+    total = per * (evaluations + RUN_EVALUATIONS)
     if total <= limit_s:
         return None
     name = str(dtype).replace("torch.", "")
     return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
             f"({sketch.matrix_bytes(dtype) / 1e9:.1f} GB in {name}), more than the sketch memory of "
             f"{sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
-            f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations; use "
-            "--sketch srht or countsketch, or a larger --sketch-memory")
+            f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations and "
+            f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
+            "verdict); use --sketch srht or countsketch, or a larger --sketch-memory")
 
 
 class GaussianSketch(RowBlockSketch):

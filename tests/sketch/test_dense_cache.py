@@ -103,11 +103,38 @@ def test_regeneration_note_names_the_estimate_and_the_cheaper_choices(monkeypatc
     monkeypatch.setattr(sk, "regeneration_seconds", lambda: 0.5)
     note = regeneration_note(sk, 4000, torch.float64)  # 0.5 s x 4000 = 33 min
     assert note is not None and "\n" not in note
-    for part in ("gaussian", "0.01 GB", "0.5 s", "33 min", "4000 iterations", "srht", "countsketch", "--sketch-memory"):
+    for part in ("gaussian", "0.01 GB", "0.5 s", "33 min", "4000 iterations", "the label reading", "srht",
+                 "countsketch", "--sketch-memory"):
         assert part in note, part
     assert regeneration_note(sk, 100, torch.float64) is None  # 50 s: not worth a warning
     assert regeneration_note(get_sketch("gaussian", D, B, 0), 4000, torch.float64) is None  # held: fast
     assert regeneration_note(get_sketch("srht", D, B, 0), 10 ** 6, torch.float64) is None
+
+
+def test_the_runs_other_passes_over_a_regenerated_sketch_fit_the_estimates_allowance(monkeypatch, tmp_path):
+    """A run regenerates R for its message, label reading and verdict besides its iterations: those passes, counted
+    on LeNet runs of 2 and 6 iterations (the difference is the iterations' share), fit RUN_EVALUATIONS pairs."""
+    from leakattack import run_attack
+    from leakattack.config import RunConfig
+    from leakattack.sketch import gaussian
+
+    passes = {"n": 0}
+    blocks = gaussian.RowBlockSketch._blocks
+
+    def counted(self, device):
+        passes["n"] += 1
+        return blocks(self, device)
+
+    monkeypatch.setattr(gaussian.RowBlockSketch, "_blocks", counted)
+    count = {}
+    for k in (2, 6):
+        passes["n"] = 0
+        run_attack(RunConfig(model="lenet", sketch="ams", sketch_memory=1e-6, iterations=k), out=tmp_path / str(k),
+                   with_lpips=False)
+        count[k] = passes["n"]
+    per_iteration = (count[6] - count[2]) / 4
+    assert per_iteration >= 2  # an apply and an adjoint per evaluation
+    assert 0 < count[2] - 2 * per_iteration <= 2 * gaussian.RUN_EVALUATIONS
 
 
 def test_regeneration_seconds_is_measured_from_a_real_block():
