@@ -78,10 +78,12 @@ if args.victim:
         def forward(self, inputs, **kwargs):
             return self.inner(inputs * ds + dm)
 
-    victim = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0)
-    if args.weights:
-        targets.load_weights(victim, args.weights)
-    model = Unnormalised(victim.model.float())
+    def own_victim(bn_mode: str = "train"):
+        """The leakattack victim at its seed-0 weights, or at --weights."""
+        victim = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode=bn_mode)
+        return targets.load_weights(victim, args.weights) if args.weights else victim
+
+    model = Unnormalised(own_victim().model.float())
 server = breaching.cases.construct_server(model, loss_fn, cfg.case, setup)
 model = server.vet_model(model)
 user = breaching.cases.users.UserSingleStep(model, loss_fn, None, setup, idx=0, cfg_user=cfg.case.user)
@@ -95,11 +97,7 @@ shared, _ = user.compute_local_updates(payload, custom_data={"inputs": (x - dm) 
 difference = None
 if args.victim:  # the gradient breaching's user sends against leakattack's unsketched message of the same batch
     sent = torch.cat([g.flatten() for g in shared["gradients"]])
-    own = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0,
-                            bn_mode="train" if args.bn == "train" else "eval")
-    if args.weights:
-        targets.load_weights(own, args.weights)
-    message = targets.flat_gradient(own, x, label)
+    message = targets.flat_gradient(own_victim(args.bn), x, label)
     difference = float((sent - message).norm() / message.norm())
 attacker = breaching.attacks.prepare_attack(server.model, server.loss, cfg.attack, setup)
 if args.label_strategies:  # what the attack reads when the user does not provide its labels

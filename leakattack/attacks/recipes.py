@@ -70,6 +70,13 @@ class Recipe:
     batch_statistics_tv: float | None = None
     batch_statistics_from: int = 2
 
+    def tv_for(self, batch_size: int, batch_statistics: bool) -> float:
+        """Its TV weight for a batch of ``batch_size`` examples, which the victim's BatchNorm normalises by their own
+        statistics (``batch_statistics``) or not."""
+        if self.batch_statistics_tv is not None and batch_statistics and batch_size >= self.batch_statistics_from:
+            return self.batch_statistics_tv
+        return self.tv
+
     def step_size(self, optimizer: str) -> float:
         """Its step when its own optimiser runs, else ``optimizer``'s default."""
         from .optimizers import DEFAULT_LR
@@ -105,14 +112,17 @@ _RECIPES.register("ig", Recipe(optimizer="adam", iterations=IG_ITERATIONS, objec
 RECIPE_FIELDS = ("optimizer", "iterations", "objective", "schedule", "signed", "tv", "box", "dtype", "surrogate")
 
 
-def recipe_options(name: str) -> dict:
-    """The keyword arguments of ``GradientMatching`` that run recipe ``name`` as ``--recipe name`` does (its
-    precision is the victim's: ``victim.to(dtype=getattr(torch, get_recipe(name).dtype))``); a victim's own recipe
-    is ``targets.victim_recipe(victim)``."""
+def recipe_options(name: str, batch_size: int = 1, victim=None) -> dict:
+    """The keyword arguments of ``GradientMatching`` that run recipe ``name`` as ``--recipe name`` does on a batch of
+    ``batch_size`` examples sent by ``victim`` (a ``targets.Victim``: whether its BatchNorm normalises by the batch's
+    statistics picks the TV weight, :meth:`Recipe.tv_for`; None: not).  Its precision is the victim's:
+    ``victim.to(dtype=getattr(torch, get_recipe(name).dtype))``; a victim's own recipe is
+    ``targets.victim_recipe(victim)``."""
     r = get_recipe(name)
+    tv = r.tv_for(batch_size, victim is not None and victim.batch_statistics)
     return {"optimizer": r.optimizer, "iterations": r.iterations, "objective": r.objective,
             "lr": r.step_size(r.optimizer), "schedule": r.schedule, "signed": r.signed,
-            "priors": {"tv": r.tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}
+            "priors": {"tv": tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}
 
 
 def list_recipes() -> list[str]:

@@ -171,14 +171,17 @@ class RunConfig:
             return int(self.sketch_dim)
         return sketch_dim(self.sketch_ratio, d)
 
+    def _input_shape(self) -> tuple:
+        """The shape of one example of the data set (its images' size), for models built on the meta device."""
+        from ..data import input_shape
+
+        return input_shape(self.dataset or "photos", self.image_size) or (3, 32, 32)
+
     def _recipe_name(self) -> str:
         if self.recipe != "auto":
             return self.recipe
-        from ..data import input_shape
-
         # a model without a recipe of its own takes one by its units, built for the data set's images
-        shape = input_shape(self.dataset or "photos", self.image_size) or (3, 32, 32)
-        name = targets.recipe_of(self.model, in_shape=shape, **self.model_params)
+        name = targets.recipe_of(self.model, in_shape=self._input_shape(), **self.model_params)
         if name not in attacks.list_recipes():  # a user class's leakattack_recipe
             raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
                               f"{', '.join(attacks.list_recipes())}")
@@ -187,12 +190,8 @@ class RunConfig:
     def _batch_statistics(self) -> bool:
         """Whether the victim's BatchNorm normalises by the batch's own statistics (train mode, a batch under
         ``--bn auto``), as far as the model built on the meta device tells."""
-        if targets.resolve_bn_mode(self.bn, self.batch_size) != "train":
-            return False
-        from ..data import input_shape
-
-        shape = input_shape(self.dataset or "photos", self.image_size) or (3, 32, 32)
-        return targets.has_batchnorm_of(self.model, in_shape=shape, **self.model_params)
+        return targets.resolve_bn_mode(self.bn, self.batch_size) == "train" and \
+            targets.has_batchnorm_of(self.model, in_shape=self._input_shape(), **self.model_params)
 
     def _settings(self) -> dict:
         """The attacker settings: the ones given, the recipe's for the rest, on every device (a GPU included: the
@@ -202,9 +201,8 @@ class RunConfig:
                for name in attacks.RECIPE_FIELDS}
         if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
-        if self.tv is None and recipe.batch_statistics_tv is not None and \
-                self.batch_size >= recipe.batch_statistics_from and self._batch_statistics():
-            out["tv"] = recipe.batch_statistics_tv
+        if self.tv is None:
+            out["tv"] = recipe.tv_for(self.batch_size, self._batch_statistics())
         for name, weight in map(attacks.parse_prior, self.priors):
             if name == "tv":  # --prior tv:W overrides --tv and the recipe
                 out["tv"] = weight

@@ -172,7 +172,7 @@ def test_a_wrapped_module_is_run_forward_once_and_left_as_it_was():
 
 
 def test_recipe_options_build_the_attack_the_command_line_runs():
-    from leakattack.attacks import get_attack, recipe_options
+    from leakattack.attacks import get_attack, get_recipe, recipe_options
     from leakattack.experiment import attack_of
 
     for name in ("dlg", "ig"):
@@ -181,3 +181,8 @@ def test_recipe_options_build_the_attack_the_command_line_runs():
         fields = ("optimizer", "iterations", "lr", "objective", "schedule", "signed", "priors", "box", "time_limit",
                   "surrogate")
         assert {f: getattr(api, f) for f in fields} == {f: getattr(cli, f) for f in fields}
+    # a batch that BatchNorm normalises by its own statistics takes the recipe's TV weight for it, as the CLI does
+    victim = targets.get_model("resnet20", num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode="train")
+    api = get_attack("gradient-matching", **recipe_options("ig", batch_size=4, victim=victim))
+    cli = attack_of(RunConfig(model="resnet20", batch_size=4, device="cpu"))
+    assert api.priors == cli.priors == {"tv": get_recipe("ig").batch_statistics_tv}
