@@ -21,7 +21,9 @@ statistics, as leakattack's default).
 scripts/train_photo_victim.py); it reads breaching's normalised data through the inverse normalisation, so it
 sees the photo in [0, 1] and sends the gradient leakattack's message holds.  ``--batch-size B`` sends photos
 I .. I+B-1 as one gradient, their labels provided to the attack as the case's user provides them.
-``--label-strategies`` prints instead what each of breaching's label strategies reads from that gradient.
+``--seed`` changes its random start; ``--tv-edges none`` drops the border terms of its TV (the
+differences against its zero padding) to compare with leakattack's TV.  ``--label-strategies`` prints instead
+what each of breaching's label strategies reads from that gradient.
 
 Prints one JSON line: PSNR (per image and mean) and SSIM of the clamped [0, 1] reconstructions, each scored
 against the photo it is matched to as leakattack matches a batch (``leakattack.metrics.match``), how flat they
@@ -49,11 +51,16 @@ parser.add_argument("--save", default=None, help="write the reconstruction (B, 3
 parser.add_argument("--victim", default=None, help="a leakattack model name (default: breaching's resnet18)")
 parser.add_argument("--weights", default=None, help="the leakattack victim's state_dict")
 parser.add_argument("--batch-size", type=int, default=1)
+parser.add_argument("--seed", type=int, default=0, help="torch's seed before the attack (its random start)")
+parser.add_argument("--tv-edges", choices=("padded", "none"), default="padded",
+                    help="breaching's TV pads the image with zeros (the data mean, on normalised images) and so "
+                         "also pulls the right and bottom rows towards it (padded, its own); none: differences "
+                         "inside the image only, as leakattack's TV")
 parser.add_argument("--label-strategies", action="store_true",
                     help="print the labels each of breaching's label strategies reads from the gradient, and stop")
 args = parser.parse_args()
 torch.set_num_threads(args.threads)
-torch.manual_seed(0)
+torch.manual_seed(args.seed)
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 
 cfg = breaching.get_config(overrides=["case=1_single_image_small", "case.model=resnet18",
@@ -100,6 +107,15 @@ if args.victim:  # the gradient breaching's user sends against leakattack's unsk
     message = targets.flat_gradient(own_victim(args.bn), x, label)
     difference = float((sent - message).norm() / message.norm())
 attacker = breaching.attacks.prepare_attack(server.model, server.loss, cfg.attack, setup)
+if args.tv_edges == "none":
+    from breaching.attacks.auxiliaries.regularizers import TotalVariation
+
+    def inner_tv(self, tensor, *args, **kwargs):
+        """breaching's anisotropic TV (inner_exp = outer_exp = 1) over differences inside the image only."""
+        return ((tensor[..., :, 1:] - tensor[..., :, :-1]).abs().mean()
+                + (tensor[..., 1:, :] - tensor[..., :-1, :]).abs().mean()) * self.scale
+
+    TotalVariation.forward = inner_tv
 if args.label_strategies:  # what the attack reads when the user does not provide its labels
     unlabelled = dict(shared, metadata=dict(shared["metadata"], labels=None))
     truth = sorted(label.tolist())
@@ -122,7 +138,8 @@ psnrs = psnr(out, x).tolist()
 if args.save:
     torch.save(out, args.save)
 print(json.dumps({"steps": args.steps, "image_index": i, "batch_size": B, "victim": args.victim or "resnet18",
-                  "bn": args.bn, "psnr": sum(psnrs) / B, "psnr_per_image": [round(p, 2) for p in psnrs],
+                  "bn": args.bn, "seed": args.seed, "tv_edges": args.tv_edges,
+                  "psnr": sum(psnrs) / B, "psnr_per_image": [round(p, 2) for p in psnrs],
                   "ssim": float(ssim(out, x).mean()),
                   # how flat the images are: per-channel standard deviation over the pixels, mean over channels
                   "pixel_std": float(out.std(dim=(2, 3)).mean()), "photos_pixel_std": float(x.std(dim=(2, 3)).mean()),
