@@ -1,0 +1,59 @@
+"""Reconstructions of one batch side by side, each matched to the photos as leakattack scores a batch
+(docs/trained-victims.md#the-spread-between-starts).
+
+    python scripts/batch_figure.py --image-index 0 --batch-size 4 --out fig.png \\
+        "leakattack seed 0=RUN/reconstruction.pt" "breaching seed 0=br.pt" ...
+
+Each LABEL=FILE is a run folder's ``reconstruction.pt`` (``{'images': ...}``) or a tensor (B, C, H, W) in
+[0, 1], as ``scripts/breaching_ig.py --save`` writes.  The first row holds photos I .. I+B-1 of the embedded
+set; every other row one reconstruction, its images in the order leakattack's matching assigns them to the
+photos, each titled with its PSNR.  Prints the same PSNRs.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from leakattack import get_batch, get_dataset
+from leakattack.figures.common import plt, save, to_hwc
+from leakattack.metrics import match
+from leakattack.metrics.image import psnr
+
+
+def load(path: str) -> torch.Tensor:
+    """A reconstruction file's images (B, C, H, W), clamped to [0, 1]."""
+    x = torch.load(path, map_location="cpu")
+    return (x["images"] if isinstance(x, dict) else x).float().clamp(0, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", nargs="+", metavar="LABEL=FILE")
+    ap.add_argument("--image-index", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    truth = get_batch(get_dataset("photos"), a.image_index, a.batch_size)[0].float()
+    rows = [("photos", truth)]
+    for spec in a.rows:
+        label, _, path = spec.partition("=")
+        x = load(path)
+        rows.append((label, x[match(x, truth)]))
+    fig, axes = plt.subplots(len(rows), a.batch_size, figsize=(1.5 * a.batch_size, 1.6 * len(rows)), squeeze=False)
+    for r, (label, x) in enumerate(rows):
+        each = psnr(x, truth).tolist()
+        if r:
+            print(f"{label}: " + ", ".join(f"{p:.2f}" for p in each) + f" dB (mean {sum(each) / len(each):.2f})")
+        for j in range(a.batch_size):
+            ax = axes[r][j]
+            ax.imshow(to_hwc(x[j]), interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"{each[j]:.1f} dB" if r else f"photo {a.image_index + j}", fontsize=7)
+        axes[r][0].set_ylabel(label, fontsize=7)
+    save(fig, a.out)
+
+
+if __name__ == "__main__":
+    main()
