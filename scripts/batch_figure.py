@@ -38,7 +38,12 @@ def main() -> None:
     rows = [("photos", truth)]
     for spec in a.rows:
         label, _, path = spec.partition("=")
+        if not label or not Path(path).is_file():
+            ap.error(f"{spec!r} is not LABEL=FILE with an existing file")
         x = load(path)
+        if x.shape != truth.shape:
+            ap.error(f"{path} holds images of shape {tuple(x.shape)}, and photos {a.image_index}-"
+                     f"{a.image_index + a.batch_size - 1} are {tuple(truth.shape)}")
         rows.append((label, x[match(x, truth)]))
     fig, axes = plt.subplots(len(rows), a.batch_size, figsize=(1.5 * a.batch_size, 1.6 * len(rows)), squeeze=False)
     for r, (label, x) in enumerate(rows):

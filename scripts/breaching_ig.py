@@ -110,7 +110,7 @@ attacker = breaching.attacks.prepare_attack(server.model, server.loss, cfg.attac
 if args.tv_edges == "none":
     from breaching.attacks.auxiliaries.regularizers import TotalVariation
 
-    def inner_tv(self, tensor, *args, **kwargs):
+    def inner_tv(self, tensor, *_, **__):
         """breaching's anisotropic TV (inner_exp = outer_exp = 1) over differences inside the image only."""
         return ((tensor[..., :, 1:] - tensor[..., :, :-1]).abs().mean()
                 + (tensor[..., 1:, :] - tensor[..., :-1, :]).abs().mean()) * self.scale
