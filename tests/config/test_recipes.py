@@ -30,17 +30,19 @@ def test_the_recipe_fills_what_is_not_given():
 
 
 def test_ig_takes_its_batch_statistics_tv_for_a_batch_batchnorm_normalises_by_its_own_statistics():
-    """A batch of four or more under --bn auto (train mode) on a BatchNorm victim gets the heavier TV weight; one
-    image, a batch of two, eval mode, a victim without BatchNorm and a weight given keep theirs."""
+    """A batch of four or more under --bn auto (train mode) on a BatchNorm victim gets a heavier TV weight, a batch
+    of eight or more a heavier one still; one image, a batch of two, eval mode, a victim without BatchNorm and a
+    weight given keep theirs."""
     ig = get_recipe("ig")
-    assert ig.batch_statistics_tv is not None and ig.batch_statistics_tv > ig.tv and ig.batch_statistics_from == 4
+    four, eight = ig.tv_for(4, True), ig.tv_for(8, True)
+    assert ig.tv < four < eight and ig.tv_for(7, True) == four and ig.tv_for(64, True) == eight
+    assert ig.tv_for(3, True) == ig.tv_for(8, False) == ig.tv
     tv = [RunConfig(device="cpu", **kw).derived().tv for kw in [
         dict(model="resnet20"), dict(model="resnet20", batch_size=4), dict(model="resnet20", batch_size=8, bn="train"),
         dict(model="resnet20", batch_size=2), dict(model="resnet20", bn="train"),
         dict(model="resnet20", batch_size=4, bn="eval"), dict(model="vit_b_16", batch_size=4),
-        dict(model="resnet20", batch_size=4, tv=0.05), dict(model="resnet20", batch_size=4, priors=["tv:0.01"])]]
-    big = ig.batch_statistics_tv
-    assert tv == [ig.tv, big, big, ig.tv, ig.tv, ig.tv, ig.tv, 0.05, 0.01]
+        dict(model="resnet20", batch_size=4, tv=0.05), dict(model="resnet20", batch_size=8, priors=["tv:0.01"])]]
+    assert tv == [ig.tv, four, eight, ig.tv, ig.tv, ig.tv, ig.tv, 0.05, 0.01]
     assert targets.has_batchnorm_of("resnet20") and not targets.has_batchnorm_of("vit_b_16")
 
 

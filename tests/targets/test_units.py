@@ -185,4 +185,4 @@ def test_recipe_options_build_the_attack_the_command_line_runs():
     victim = targets.get_model("resnet20", num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode="train")
     api = get_attack("gradient-matching", **recipe_options("ig", batch_size=4, victim=victim))
     cli = attack_of(RunConfig(model="resnet20", batch_size=4, device="cpu"))
-    assert api.priors == cli.priors == {"tv": get_recipe("ig").batch_statistics_tv}
+    assert api.priors == cli.priors == {"tv": get_recipe("ig").tv_for(4, batch_statistics=True)} != {"tv": 0.02}
