@@ -201,7 +201,7 @@ class RunConfig:
                for name in attacks.RECIPE_FIELDS}
         if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
-        if self.tv is None:
+        if self.tv is None and recipe.batch_statistics_tv:  # only then is the model built on the meta device
             out["tv"] = recipe.tv_for(self.batch_size, self._batch_statistics())
         for name, weight in map(attacks.parse_prior, self.priors):
             if name == "tv":  # --prior tv:W overrides --tv and the recipe
