@@ -4,7 +4,8 @@
 #   scripts/gpu_measurements.sh OUTDIR [SCALE]
 #
 # Runs, one at a time, each under its own `timeout` so that one slow run leaves the others
-# their time: the default LeNet attack (srht) in float64 and float32, the deep victims' `ig`
+# their time: the default LeNet attack (srht) in float64 and float32, APRIL on vit_small (unsketched, and
+# through srht b/d = 0.5, which it refuses), the deep victims' `ig`
 # recipe on resnet18 (photos 0-2, unsketched and srht b/d = 0.01), SAFL's sizes (resnet101 224
 # px through srht b = 4e5, also with a tenth of the TV and with --bn train, and unsketched;
 # vit_b_16 224 px through srht b = 8e4), benchmarks/deep_step.py --device cuda and batched
@@ -55,6 +56,8 @@ cuda := torch.cuda.is_available(), torch.cuda.get_device_name(0) if cuda else ''
 
 attack lenet-srht-float64 60 --model lenet --sketch srht --dtype float64
 attack lenet-srht-float32 60 --model lenet --sketch srht --dtype float32
+attack april-vit_small 30 --model vit_small --attack april --sketch none
+attack april-vit_small-srht05 30 --model vit_small --attack april --sketch srht --sketch-ratio 0.5  # exits 2
 for i in 0 1 2; do
     attack "resnet18-none-photo$i" 45 --model resnet18 --sketch none --image-index "$i"
     attack "resnet18-srht001-photo$i" 45 --model resnet18 --sketch srht --sketch-ratio 0.01 --image-index "$i"
