@@ -114,7 +114,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     """One client's gradient on a batch of the data set, through the defense and the sketch."""
     seeds = cfg.derived()
     ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
-    x, labels = get_batch(ds, cfg.image_index, cfg.batch_size)
+    x, labels = get_batch(ds, cfg.image_index, cfg.batch_size, cfg.batch_draw)
     victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
                                init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
                                **cfg.model_params)

@@ -11,7 +11,13 @@ tests/attacks/test_label_choice.py does; ``--train-steps 0`` keeps its random we
 docs/attacks/labels.md quotes its output.
 
     python scripts/label_choice.py [--model lenet] [--dataset digits] [--train-steps 120] [--train-images 128]
-        [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1]
+        [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1] [--stride 1]
+        [--probe-steps 150] [--batch-draw consecutive|class|random]
+
+``--stride S`` starts the N messages at images 0, S, 2S, ... (``--stride B`` for batches that share no image;
+``--batch-draw`` takes each batch's other images as ``leakattack run --batch-draw`` does);
+``--probe-steps`` sets the short runs' length (the attack's ``LABEL_PROBE_STEPS``; still at most a quarter of
+its budget and of its time limit).
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from pathlib import Path
 
 import torch
 
+from leakattack.attacks import gradient_matching
 from leakattack.attacks.labels import readings_to_compare
 from leakattack.config import RunConfig
-from leakattack.data import get_dataset
+from leakattack.data import BATCH_DRAWS, get_dataset
 from leakattack.experiment import prepare
 from leakattack.metrics import label_overlap
 
@@ -56,9 +63,16 @@ def main() -> None:
     ap.add_argument("--train-images", type=int, default=128)
     ap.add_argument("--sketches", default="srht", help="comma-separated sketch kinds")
     ap.add_argument("--ratios", default="0.02", help="comma-separated b/d")
-    ap.add_argument("--images", type=int, default=12, help="attack images 0 .. N-1")
+    ap.add_argument("--images", type=int, default=12, help="messages: from images 0, S, ..., (N-1) S on")
     ap.add_argument("--batch-size", type=int, default=1, help="images per message (from each image on)")
+    ap.add_argument("--stride", type=int, default=1, help="S: images between the first images of two messages")
+    ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS)
+    ap.add_argument("--probe-steps", type=int, default=gradient_matching.LABEL_PROBE_STEPS,
+                    help="steps of each short run that scores a reading")
     a = ap.parse_args()
+    if min(a.images, a.batch_size, a.stride, a.probe_steps) < 1:
+        ap.error("--images, --batch-size, --stride and --probe-steps must be at least 1")
+    gradient_matching.LABEL_PROBE_STEPS = a.probe_steps
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the per-run uniqueness warning
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,20 +83,23 @@ def main() -> None:
             print(f"# {a.model} trained on {a.dataset}[:{a.train_images}], {a.train_steps} Adam steps: loss {loss:.4f}")
         for kind in a.sketches.split(","):
             for ratio in (float(r) for r in a.ratios.split(",")):
-                compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size)
+                compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size, a.stride, a.batch_draw)
 
 
-def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int) -> None:
-    """The lines of one sketch and b/d: one per message, then the counts of right labels."""
+def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int,
+            stride: int = 1, draw: str = "consecutive") -> None:
+    """The lines of one sketch and b/d: one per message (from images 0, stride, ...), then the counts of right
+    labels."""
     right: dict[str, int] = {}
     differ = 0
-    for i in range(images):
+    for i in range(0, images * stride, stride):
         p = prepare(RunConfig(model=model, dataset=dataset, sketch=kind, sketch_ratio=ratio, image_index=i,
-                              batch_size=B, threads=1, **({"weights": weights} if weights else {})))
+                              batch_size=B, batch_draw=draw, threads=1, **({"weights": weights} if weights else {})))
         truth = p.labels
         readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
         if i == 0:
-            print(f"# {kind} b/d = {ratio}; message: true | {' | '.join(readings)} | chosen (probe losses, seconds)")
+            print(f"# {kind} b/d = {ratio}, probes of {gradient_matching.LABEL_PROBE_STEPS} steps; message: true | "
+                  f"{' | '.join(readings)} | chosen (probe losses, seconds)")
         t0 = time.perf_counter()
         labels, choice = p.attack.choose_labels(p.obs)
         for rule, got in [*readings.items(), ("chosen", labels)]:

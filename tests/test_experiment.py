@@ -151,3 +151,21 @@ def test_the_baselines_of_a_batch_are_its_start_and_the_mean_image_scored_after_
     assert m.baseline_mean_psnr == pytest.approx(score(mean, p.x, with_lpips=False)["psnr"], abs=1e-9)
     assert m.baseline_psnr == max(m.baseline_start_psnr, m.baseline_mean_psnr)
     assert m.verdict == "not rebuilt"  # one step on a batch of three
+
+
+def test_a_batch_drawn_from_one_class_is_attacked_with_its_repeated_labels(tmp_path):
+    """``--batch-draw class``: the client's batch holds image I and the next images of its class, and the run
+    folder's config names the draw, so ``leakattack run`` on it attacks the same batch again."""
+    import torch
+
+    from leakattack.experiment import prepare
+
+    cfg = _cfg(dataset="photos", batch_size=4, image_index=13, batch_draw="class", iterations=2, label_mode="given")
+    p = prepare(cfg)
+    ds = p.dataset  # photos: labels i % 10
+    assert p.labels.tolist() == [3, 3, 3, 3] and torch.equal(p.x.float(), ds.images[[13, 23, 33, 43]])
+    run_attack(cfg, out=tmp_path / "run", with_lpips=False)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["run"]
+    assert saved["batch_draw"] == "class"
+    again = prepare(RunConfig.from_dict({k: v for k, v in saved.items() if k in RunConfig.__dataclass_fields__}))
+    assert torch.equal(again.x, p.x)

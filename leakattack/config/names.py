@@ -71,6 +71,7 @@ SCHEDULES = ("none", "step")
 REFINES = ("auto", "gauss-newton", "none")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
+BATCH_DRAWS = ("consecutive", "class", "random")
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
 IG_TIME_LIMIT = 480.0
@@ -102,7 +103,7 @@ SOURCES = {
     "SPEC_DEFAULTS": "targets.protocols:SPEC_DEFAULTS", "PROJECTION_BLOCKS": "targets.protocols:PROJECTION_BLOCKS",
     "SECOND_MOMENTS": "targets.protocols:SECOND_MOMENTS", "SERVER_OPTS": "targets.protocols:SERVER_OPTS",
     "MODEL_DEFAULTS": "leakattack.training:MODEL_DEFAULTS", "CHECK_TARGETS": "leakattack.theory:CHECK_TARGETS",
-    "DEFAULT_SAMPLES": "leakattack.theory:DEFAULT_SAMPLES",
+    "DEFAULT_SAMPLES": "leakattack.theory:DEFAULT_SAMPLES", "BATCH_DRAWS": "leakattack.data:BATCH_DRAWS",
 }
 
 __all__ = ["Listed", "live", "checked_by", "SOURCES", "MODELS", "SKETCHES", "DATASETS", "ATTACKS", "RECIPES",

@@ -196,6 +196,10 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("download", False, Flag(), "download", "allow torchvision to download the data set into --data-root", "data"),
     Param("image_index", 0, NONNEG_INT, "image index", "index of the first attacked image", "data"),
     Param("batch_size", 1, POS_INT, "batch size", "images attacked together", "data"),
+    Param("batch_draw", "consecutive", Choice(names.BATCH_DRAWS), "batch draw",
+          "how a batch's other images are taken: consecutive (images I..I+B-1 from --image-index I), class (image "
+          "I and the next B-1 images of its class: a client holding one class) or random (B-1 more drawn at "
+          "random, seeded by I)", "data"),
     Param("image_size", None, Optional(Number(8, 1024, integer=True)), "image size",
           "image side in pixels: the embedded photos are cut at this size (real crops; default 32), image folders "
           "are resized and centre-cropped to it (default 224)", "data"),

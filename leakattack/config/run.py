@@ -105,6 +105,7 @@ class RunConfig:
     download: bool = False
     image_index: int = 0
     batch_size: int = 1
+    batch_draw: str = "consecutive"
     image_size: int | None = None
     # output and machine
     device: str = "auto"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from leakattack.registry import Registry
 
-from .base import DataError, ImageSet, get_batch, train_test_split
+from .base import BATCH_DRAWS, DataError, ImageSet, batch_positions, get_batch, train_test_split
 from .embedded import PHOTO_NAMES, PHOTO_SIZE, load_digits, load_photos
 from .folder import DEFAULT_SIZE, ImageFolderSet, load_imagefolder
 from .torchvision_sets import load_torchvision
@@ -101,5 +101,5 @@ def input_shape(name: str, image_size: int | None = None) -> tuple | None:
 #: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
 load_dataset = get_dataset
 
-__all__ = ["DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "get_batch", "get_dataset", "input_shape",
-           "list_datasets", "load_dataset", "register_dataset", "train_test_split"]
+__all__ = ["BATCH_DRAWS", "DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "batch_positions", "get_batch",
+           "get_dataset", "input_shape", "list_datasets", "load_dataset", "register_dataset", "train_test_split"]

@@ -47,8 +47,44 @@ class ImageSet:
                         num_classes=self.num_classes, class_names=list(self.class_names), source=source)
 
 
-def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
-    """Images and labels index .. index+batch_size-1 of ``ds``, as clones."""
+#: how :func:`get_batch` takes a batch's other images (``--batch-draw``)
+BATCH_DRAWS = ("consecutive", "class", "random")
+
+
+def batch_positions(ds: ImageSet, index: int, batch_size: int, draw: str = "consecutive") -> torch.Tensor:
+    """The positions of a batch of ``batch_size`` images with image ``index`` in it, in increasing order.
+
+    ``consecutive``: images index .. index+batch_size-1.  ``class``: image index and the next batch_size-1 images of
+    its class (after it, wrapping round the set): a client that holds one class, where every label repeats.
+    ``random``: image index and batch_size-1 others drawn uniformly without replacement by a generator seeded with
+    index, so labels repeat as often as the set's classes make them, and each index names one batch.
+    """
+    n = len(ds)
+    if draw == "consecutive":
+        if index + batch_size > n:
+            raise DataError(f"images {index}..{index + batch_size - 1} out of range: "
+                            f"dataset {ds.name} has {n} images")
+        return torch.arange(index, index + batch_size)
+    if draw == "class":
+        label = int(ds.labels[index])
+        order = torch.cat([torch.arange(index, n), torch.arange(0, index)])
+        same = order[ds.labels[order].cpu() == label]
+        if len(same) < batch_size:
+            raise DataError(f"class {label} of dataset {ds.name} has {len(same)} images, fewer than the batch "
+                            f"size {batch_size}")
+        return same[:batch_size].sort().values
+    if draw == "random":
+        if batch_size > n:
+            raise DataError(f"a batch of {batch_size} images does not fit in dataset {ds.name} of {n} images")
+        others = torch.cat([torch.arange(0, index), torch.arange(index + 1, n)])
+        picked = others[torch.randperm(n - 1, generator=torch.Generator().manual_seed(index))[:batch_size - 1]]
+        return torch.cat([torch.tensor([index]), picked]).sort().values
+    raise DataError(f"unknown batch draw {draw!r}; choose one of: {', '.join(BATCH_DRAWS)}")
+
+
+def get_batch(ds: ImageSet, index: int, batch_size: int = 1, draw: str = "consecutive"):
+    """Images and labels of the batch of ``batch_size`` images with image ``index`` in it (:func:`batch_positions`;
+    by default images index .. index+batch_size-1), as clones."""
     n = len(ds)
     if isinstance(index, bool) or not isinstance(index, numbers.Integral):
         raise DataError(f"image index must be an integer, got {index!r}")
@@ -58,10 +94,11 @@ def get_batch(ds: ImageSet, index: int, batch_size: int = 1):
     index, batch_size = int(index), int(batch_size)
     if index < 0 or index >= n:
         raise DataError(f"image index {index} out of range: dataset {ds.name} has {n} images")
-    if index + batch_size > n:
-        raise DataError(f"images {index}..{index + batch_size - 1} out of range: "
-                        f"dataset {ds.name} has {n} images")
-    x, y = ds.rows(slice(index, index + batch_size))  # a set kept on disk reads only these images
+    positions = batch_positions(ds, index, batch_size, draw)
+    if draw == "consecutive":  # a set kept on disk reads only these images
+        x, y = ds.rows(slice(index, index + batch_size))
+    else:
+        x, y = ds.rows(positions)
     return x.clone(), y.clone()
 
 

@@ -248,7 +248,7 @@ def check_runnable(points: list[dict], cfgs: list | None = None) -> None:
                 d, dataset = cases[case]
                 cfg.validate_for(d)
                 if not cfg.protocol:
-                    get_batch(dataset, cfg.image_index, cfg.batch_size)
+                    get_batch(dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
             except UserError as err:
                 raise ConfigError(f"{err} (sweep point {_text(pt['grid'])})") from None
     finally:

@@ -84,6 +84,36 @@ def test_get_batch_returns_clones_of_consecutive_images():
     assert float(ds.images[3:7].abs().sum()) > 0
 
 
+def test_class_draw_takes_the_next_images_of_the_first_ones_class():
+    """--batch-draw class: image I and the next B-1 images of its class, wrapping round the set; every label the
+    same, a client that holds one class."""
+    ds = get_dataset("photos")  # labels i % 10: five crops of each photograph
+    x, y = get_batch(ds, 23, 4, draw="class")
+    assert y.tolist() == [3, 3, 3, 3]
+    assert torch.equal(x, ds.images[[3, 23, 33, 43]])  # 23, 33, 43, then round to 3; in increasing order
+    with pytest.raises(DataError, match="class 3 of dataset photos has 5 images, fewer than the batch size 6"):
+        get_batch(ds, 23, 6, draw="class")
+
+
+def test_random_draw_holds_the_first_image_and_repeats_for_the_same_index():
+    """--batch-draw random: image I and B-1 distinct others, the same for the same I and another for another I;
+    labels repeat as the set's classes make them."""
+    ds = get_dataset("photos")
+    pos = data.batch_positions(ds, 7, 8, "random")
+    assert 7 in pos.tolist() and len(set(pos.tolist())) == 8 and pos.tolist() == sorted(pos.tolist())
+    assert torch.equal(pos, data.batch_positions(ds, 7, 8, "random"))
+    assert not torch.equal(pos, data.batch_positions(ds, 8, 8, "random"))
+    x, y = get_batch(ds, 7, 8, draw="random")
+    assert torch.equal(x, ds.images[pos]) and torch.equal(y, ds.labels[pos])
+    repeats = [len(set(ds.labels[data.batch_positions(ds, i, 8, "random")].tolist())) < 8 for i in range(20)]
+    assert any(repeats)  # consecutive photos never repeat a label in a batch of eight; random ones do
+    assert data.batch_positions(ds, 49, 50, "random").tolist() == list(range(50))
+    with pytest.raises(DataError, match="a batch of 51 images does not fit in dataset photos of 50 images"):
+        get_batch(ds, 0, 51, draw="random")
+    with pytest.raises(DataError, match="unknown batch draw 'mixed'"):
+        get_batch(ds, 0, 2, draw="mixed")
+
+
 @pytest.mark.parametrize("index,batch", [(50, 1), (-1, 1), (48, 4)])
 def test_get_batch_out_of_range_raises_data_error(index, batch):
     """Indices past the end (or a batch running past it) raise DataError naming the data-set size."""
