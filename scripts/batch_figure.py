@@ -6,7 +6,7 @@
 
 Each LABEL=FILE is a run folder's ``reconstruction.pt`` (``{'images': ...}``) or a tensor (B, C, H, W) in
 [0, 1], as ``scripts/breaching_ig.py --save`` writes.  The first row holds photos I .. I+B-1 of the embedded
-set; every other row one reconstruction, its images in the order leakattack's matching assigns them to the
+set (or the batch ``--batch-draw class|random`` takes, as ``leakattack run`` does); every other row one reconstruction, its images in the order leakattack's matching assigns them to the
 photos, each titled with its PSNR.  Prints the same PSNRs.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from leakattack import get_batch, get_dataset
+from leakattack.data import BATCH_DRAWS
 from leakattack.figures.common import plt, save, to_hwc
 from leakattack.metrics import match
 from leakattack.metrics.image import psnr
@@ -32,9 +33,10 @@ def main() -> None:
     ap.add_argument("rows", nargs="+", metavar="LABEL=FILE")
     ap.add_argument("--image-index", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS, help="as leakattack run's")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    truth = get_batch(get_dataset("photos"), a.image_index, a.batch_size)[0].float()
+    truth = get_batch(get_dataset("photos"), a.image_index, a.batch_size, a.batch_draw)[0].float()
     rows = [("photos", truth)]
     for spec in a.rows:
         label, _, path = spec.partition("=")
