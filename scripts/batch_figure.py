@@ -6,8 +6,9 @@
 
 Each LABEL=FILE is a run folder's ``reconstruction.pt`` (``{'images': ...}``) or a tensor (B, C, H, W) in
 [0, 1], as ``scripts/breaching_ig.py --save`` writes.  The first row holds photos I .. I+B-1 of the embedded
-set (or the batch ``--batch-draw class|random`` takes, as ``leakattack run`` does); every other row one reconstruction, its images in the order leakattack's matching assigns them to the
-photos, each titled with its PSNR.  Prints the same PSNRs.
+set (or the batch ``--batch-draw class|random`` takes, as ``leakattack run`` does); every other row one
+reconstruction, its images in the order leakattack's matching assigns them to the photos, each titled with its
+PSNR.  Prints the same PSNRs.
 """
 
 import argparse

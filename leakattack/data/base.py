@@ -68,7 +68,7 @@ def batch_positions(ds: ImageSet, index: int, batch_size: int, draw: str = "cons
     if draw == "class":
         label = int(ds.labels[index])
         order = torch.cat([torch.arange(index, n), torch.arange(0, index)])
-        same = order[ds.labels[order].cpu() == label]
+        same = order[ds.labels[order] == label]
         if len(same) < batch_size:
             raise DataError(f"class {label} of dataset {ds.name} has {len(same)} images, fewer than the batch "
                             f"size {batch_size}")
@@ -95,10 +95,8 @@ def get_batch(ds: ImageSet, index: int, batch_size: int = 1, draw: str = "consec
     if index < 0 or index >= n:
         raise DataError(f"image index {index} out of range: dataset {ds.name} has {n} images")
     positions = batch_positions(ds, index, batch_size, draw)
-    if draw == "consecutive":  # a set kept on disk reads only these images
-        x, y = ds.rows(slice(index, index + batch_size))
-    else:
-        x, y = ds.rows(positions)
+    # a set kept on disk reads only these images
+    x, y = ds.rows(slice(index, index + batch_size) if draw == "consecutive" else positions)
     return x.clone(), y.clone()
 
 

@@ -223,8 +223,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
-        message = (f"one gradient of a batch of {run.get('batch_size', 1)} "
-                   f"(first image index {run.get('image_index', 0)})")
+        draw, first = run.get("batch_draw", "consecutive"), run.get("image_index", 0)
+        which = {"class": f"image index {first} and the next images of its class",
+                 "random": f"image index {first} and others drawn at random"}.get(draw, f"first image index {first}")
+        message = f"one gradient of a batch of {run.get('batch_size', 1)} ({which})"
     rows.append(("message", message))
     d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +

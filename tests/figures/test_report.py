@@ -223,3 +223,18 @@ def test_report_opens_and_draws_in_chromium(report, tmp_path):
     assert good.shape == (2400, 1200, 3)
     assert len(np.unique(good.reshape(-1, 3), axis=0)) > 500  # not blank: text, tables and pictures
     assert (np.abs(good - bad).max(axis=2) > 40).mean() > 0.05  # the images are drawn, not broken icons
+
+
+def test_the_message_row_says_how_the_batch_was_drawn(tmp_path):
+    """A run of ``--batch-draw class`` or ``random`` is described by its image and how the rest was taken; a run
+    folder written before the flag existed reads as consecutive images."""
+    text = build_report([RUN])
+    assert "one gradient of a batch of 1 (first image index 0)" in text
+    for draw, words in (("class", "image index 3 and the next images of its class"),
+                        ("random", "image index 3 and others drawn at random")):
+        folder = tmp_path / draw
+        shutil.copytree(RUN, folder)
+        config = json.loads((folder / "config.json").read_text())
+        config["run"].update(batch_draw=draw, image_index=3, batch_size=4)
+        (folder / "config.json").write_text(json.dumps(config))
+        assert f"one gradient of a batch of 4 ({words})" in build_report([folder])
