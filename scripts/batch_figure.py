@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from leakattack import get_batch, get_dataset
-from leakattack.data import BATCH_DRAWS
+from leakattack.data import BATCH_DRAWS, batch_positions
 from leakattack.figures.common import plt, save, to_hwc
 from leakattack.metrics import match
 from leakattack.metrics.image import psnr
@@ -37,7 +37,9 @@ def main() -> None:
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS, help="as leakattack run's")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    truth = get_batch(get_dataset("photos"), a.image_index, a.batch_size, a.batch_draw)[0].float()
+    photos = get_dataset("photos")
+    truth = get_batch(photos, a.image_index, a.batch_size, a.batch_draw)[0].float()
+    names = batch_positions(photos, a.image_index, a.batch_size, a.batch_draw).tolist()
     rows = [("photos", truth)]
     for spec in a.rows:
         label, _, path = spec.partition("=")
@@ -45,8 +47,7 @@ def main() -> None:
             ap.error(f"{spec!r} is not LABEL=FILE with an existing file")
         x = load(path)
         if x.shape != truth.shape:
-            ap.error(f"{path} holds images of shape {tuple(x.shape)}, and photos {a.image_index}-"
-                     f"{a.image_index + a.batch_size - 1} are {tuple(truth.shape)}")
+            ap.error(f"{path} holds images of shape {tuple(x.shape)}, and photos {names} are {tuple(truth.shape)}")
         rows.append((label, x[match(x, truth)]))
     fig, axes = plt.subplots(len(rows), a.batch_size, figsize=(1.5 * a.batch_size, 1.6 * len(rows)), squeeze=False)
     for r, (label, x) in enumerate(rows):
@@ -58,7 +59,7 @@ def main() -> None:
             ax.imshow(to_hwc(x[j]), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"{each[j]:.1f} dB" if r else f"photo {a.image_index + j}", fontsize=7)
+            ax.set_title(f"{each[j]:.1f} dB" if r else f"photo {names[j]}", fontsize=7)
         axes[r][0].set_ylabel(label, fontsize=7)
     save(fig, a.out)
 
