@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import platform
 import sys
 import time
@@ -30,7 +29,7 @@ from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, write_csv, write_json, write_run_folder, write_tensors
+from .results import default_run_dir, unwritable_folder, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .utility import privacy_metrics
 
@@ -323,10 +322,8 @@ def check_out(folder: str | Path) -> Path:
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--out '{folder}' is a file, not a folder")
-    parent = path if path.exists() else path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    parent = unwritable_folder(path)  # the folder is written beside itself and renamed into place
+    if parent is not None:
         raise ConfigError(f"--out '{folder}' cannot be written: '{parent}' is not a writable folder")
     return path
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..figures.theory import check_figures
+from ..results import writable_out
 from ..sketch import list_sketches
 from ..theory import (
     CHECK_TARGETS,
@@ -31,7 +32,7 @@ def _check_samples(samples) -> None:
 
 
 def cmd_check(a) -> int:
-    out = Path(a.out) if a.out else _default_out()
+    out = writable_out(a.out if a.out else _default_out())
     if a.table2 or a.embedding:
         _check_samples(a.samples)
         tables = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..metrics import RunMetrics, failed_kind
-from ..results import read_json, write_csv
+from ..results import read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
 LEADING = ("run", "model", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim", "lpips", "mse", "label_acc",
@@ -61,6 +61,7 @@ def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict
 
 
 def cmd_collect(a) -> int:
+    out = writable_out(a.out, ".csv")
     folders = run_folders(a.dirs)
     if not folders:
         raise UserError(f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}")
@@ -68,9 +69,6 @@ def cmd_collect(a) -> int:
     columns = [c for c in LEADING if any(c in r for r in rows)]
     columns += [c for r in rows for c in r if c not in columns]
     columns = list(dict.fromkeys(columns))
-    out = Path(a.out)
-    if out.is_dir():
-        raise UserError(f"--out '{out}' is a folder; name a .csv file")
     write_csv(out, rows, columns)
     print(f"{len(rows)} runs | {len(columns)} columns | {out}")
     return 0

@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import datetime as _dt
-import os
-from pathlib import Path
 
 from .. import __version__
 from ..errors import UserError
 from ..figures.report import build_report, check_folders
-from ..results import atomic_write_text
-
-
-def check_out_file(out: str) -> Path:
-    """The report file a user named, refused in one sentence when it cannot be written (before any work)."""
-    if not str(out).strip():
-        raise UserError("--out must name an .html file, got an empty string")
-    path = Path(out)
-    if path.is_dir():
-        raise UserError(f"--out '{out}' is a folder; name an .html file")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"--out '{out}' cannot be written: the file is read-only")
-    return path
+from ..results import atomic_write_text, writable_out
 
 
 def cmd_report(a) -> int:
-    out = check_out_file(a.out)
+    out = writable_out(a.out, ".html")
     items = check_folders(a.paths)  # every path refused before anything is read or written
     built = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     text = build_report([p for _, p in items], title=a.title, generator=f"leakattack {__version__}", built=built)
@@ -45,4 +26,4 @@ def cmd_report(a) -> int:
     return 0
 
 
-__all__ = ["cmd_report", "check_out_file"]
+__all__ = ["cmd_report"]

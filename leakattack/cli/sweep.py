@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..results import writable_out
 from ..results.runs import unused_path
 from ..sweep import check_name, load_plan, run_sweep
 
@@ -45,7 +46,7 @@ def cmd_sweep(a) -> int:
     jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
-    out = Path(a.out) if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem))
+    out = writable_out(a.out if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
     t0 = time.perf_counter()
     try:
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)

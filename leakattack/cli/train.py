@@ -16,7 +16,7 @@ from ..config.constraints import Choice, Cores, Number
 from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
 from ..errors import SettingWarning
-from ..results import read_jsonl
+from ..results import read_jsonl, writable_out
 from ..training import MODEL_DEFAULTS, train
 
 
@@ -48,7 +48,7 @@ def cmd_train(a) -> int:
                   "data_root": a.data_root, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
-    out = Path(a.out) if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S")
+    out = writable_out(a.out if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                    download=a.download, checkpoints=not a.no_checkpoints,
                    checkpoint_every=a.checkpoint_every)

@@ -35,6 +35,41 @@ def directory_mode() -> int:
     return 0o777 & ~_UMASK
 
 
+def unwritable_folder(path: str | os.PathLike) -> Path | None:
+    """The folder that stops ``path`` from being created, or None when it can be: its nearest existing
+    ancestor, tried by making (and removing) a folder in it, since permission bits do not tell for root or on
+    a read-only or virtual file system (/proc)."""
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return parent
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".leakattack-probe-"))
+    except OSError:
+        return parent
+    return None
+
+
+def writable_out(out: str | os.PathLike, file: str | None = None) -> Path:
+    """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
+    filled in place (``file`` None), or a file of that kind (``file=".csv"``) written beside itself."""
+    noun = "a folder" if file is None else f"a {file} file"
+    if not str(out).strip():
+        raise UserError(f"--out must name {noun}, got an empty string")
+    path = Path(out)
+    if file is None and path.exists() and not path.is_dir():
+        raise UserError(f"--out '{out}' is a file, not a folder")
+    if file is not None and path.is_dir():
+        raise UserError(f"--out '{out}' is a folder; name {noun}")
+    parent = unwritable_folder(path / "_" if file is None else path)
+    if parent is not None:
+        raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
+    if file is not None and path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"--out '{out}' cannot be written: the file is read-only")
+    return path
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
     path = Path(path)

@@ -42,6 +42,7 @@ from .torchvision_models import resnet50, resnet101, vit_b_16
 from .units import piecewise_units
 from .user import (
     build_user_module,
+    first_line,
     is_user_spec,
     output_problem,
     user_class,
@@ -136,13 +137,33 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
         raise UserError(f"model '{name}' has no parameter '{unknown[0]}'; allowed: {allowed}")
     if init is not None and init not in INITS:
         raise UserError(f"unknown weight init '{init}'; choose one of: {', '.join(INITS)}")
-    module = seeded_build(seed, lambda: builder(in_shape=in_shape, num_classes=num_classes, **params))
+    module = seeded_build(seed, lambda: _build(name, builder, in_shape, num_classes, params))
     init = init or info["default_init"]
     if init is not None:
         initialise(module, init, torch_generator(seed))
     head = last_linear(module) if info["task"] == "classification" else None
     return Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=info["loss"],
                   task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
+
+
+def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:
+    """``builder(in_shape=, num_classes=, **params)``; a value it cannot take is one sentence.  A parameter whose
+    default is a whole number (``hidden``, ``width``, ``depth``, ...) takes a positive whole number."""
+    defaults = inspect.signature(builder).parameters
+    for key, value in params.items():
+        default = defaults[key].default
+        if isinstance(default, int) and not isinstance(default, bool) and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"model '{name}' parameter {key} must be a positive whole number, got {value!r}")
+    try:
+        return builder(in_shape=in_shape, num_classes=num_classes, **params)
+    except UserError:
+        raise
+    except (TypeError, ValueError, RuntimeError, ZeroDivisionError) as err:
+        if not params:  # the shape or classes do not fit: the caller names where they came from
+            raise
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise UserError(f"model '{name}' could not be built with {given} ({first_line(err)})") from None
 
 
 def _on_meta(name: str, num_classes: int, in_shape: tuple, params: dict) -> nn.Module:

@@ -38,7 +38,7 @@ def is_user_spec(name: str) -> bool:
     return isinstance(name, str) and ":" in name
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
@@ -57,7 +57,7 @@ def _import_file(path: Path):
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(modname, None)
-        raise UserError(f"model file '{path}' could not be imported ({_first_line(err)})") from None
+        raise UserError(f"model file '{path}' could not be imported ({first_line(err)})") from None
     return module
 
 
@@ -68,9 +68,9 @@ def _import_module(name: str):
         if err.name and (name == err.name or name.startswith(err.name + ".")):
             raise UserError(f"no module named '{name}' (name a file as path/to/file.py:Name "
                             "or an importable module as package.module:Name)") from None
-        raise UserError(f"module '{name}' could not be imported ({_first_line(err)})") from None
+        raise UserError(f"module '{name}' could not be imported ({first_line(err)})") from None
     except Exception as err:
-        raise UserError(f"module '{name}' could not be imported ({_first_line(err)})") from None
+        raise UserError(f"module '{name}' could not be imported ({first_line(err)})") from None
 
 
 def user_class(spec: str) -> type:
@@ -136,7 +136,7 @@ def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, p
         raise
     except Exception as err:
         given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
-        raise UserError(f"model '{spec}' could not be built with {given} ({_first_line(err)})") from None
+        raise UserError(f"model '{spec}' could not be built with {given} ({first_line(err)})") from None
     if not isinstance(module, nn.Module):
         raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")
     return module
@@ -181,7 +181,7 @@ def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int,
         with torch.no_grad():
             out = victim.model(probe)
     except Exception as err:
-        raise UserError(f"model '{spec}' fails on a batch of shape {tuple(probe.shape)} ({_first_line(err)})") from None
+        raise UserError(f"model '{spec}' fails on a batch of shape {tuple(probe.shape)} ({first_line(err)})") from None
     problem = output_problem(out, task, num_classes, 2)
     if problem:
         raise UserError(f"model '{spec}' {problem}")

@@ -1,6 +1,7 @@
 """Bad input through the command line: one sentence on stderr, exit code 2, no traceback, nothing written."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,6 +113,30 @@ def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsy
         _refused(RUN + ["--out", str(locked / "run")], "cannot be written", tmp_path, capsys)
     finally:
         locked.chmod(0o700)
+
+
+def _out_commands(tmp_path, out):
+    """Every command that writes under --out, with ``out`` (a folder, or the file's name without its suffix)."""
+    sweep = tmp_path / "grid.toml"
+    sweep.write_text('[base]\nmodel = "lenet"\ndataset = "digits"\niterations = 1\n[grid]\nseed = [0, 1]\n')
+    return [RUN + ["--out", out], ["sweep", str(sweep), "--out", out, "--quiet"],
+            ["train", "--protocol", "fedavg", "--rounds", "1", "--quiet", "--out", out],
+            ["check", "--quiet", "--out", out], ["collect", str(tmp_path), "--out", out + ".csv"],
+            ["report", str(tmp_path), "--out", out + ".html"]]
+
+
+def test_every_command_refuses_an_out_it_cannot_write_before_any_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("a file, not a folder")
+    for argv in _out_commands(tmp_path, str(tmp_path / "file" / "out")):
+        _refused(argv, f"cannot be written: '{tmp_path / 'file'}' is not a writable folder", tmp_path, capsys)
+
+
+def test_a_read_only_file_system_is_refused_even_for_root(tmp_path, capsys):
+    """/proc takes no new folders whatever the permission bits say (root passes every os.access check)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system: a read-only file system to write into is not at hand")
+    for argv in _out_commands(tmp_path, "/proc/leakattack-out"):
+        _refused(argv, "cannot be written: '/proc' is not a writable folder", tmp_path, capsys)
 
 
 def test_garbage_dataset_files_are_one_sentence(tmp_path, capsys):

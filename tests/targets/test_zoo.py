@@ -178,7 +178,11 @@ def test_a_patch_that_does_not_divide_the_image_is_one_sentence(name, shape, mes
 @pytest.mark.parametrize("name,params,message", [
     ("resnet_cifar", {"depth": 21}, "resnet depth 21 is not 6n \\+ 2"),
     ("resnet20", {"shortcut": "C"}, "unknown shortcut 'C'"),
-    ("resnet20", {"width": 0}, "resnet width 0 is not a positive integer"),
+    ("resnet20", {"width": 0}, "model 'resnet20' parameter width must be a positive whole number, got 0"),
+    ("mlp", {"hidden": "abc"}, "model 'mlp' parameter hidden must be a positive whole number, got 'abc'"),
+    ("mlp", {"hidden": 0}, "parameter hidden must be a positive whole number, got 0"),
+    ("mlp", {"hidden": 2.5}, "parameter hidden must be a positive whole number, got 2.5"),
+    ("vit_small", {"mlp": True}, "parameter mlp must be a positive whole number, got True"),
     ("resnet20", {"depth": 56}, "model 'resnet20' has no parameter 'depth'"),
     ("vit_small", {"heads": 5}, "vit dim 192 is not a multiple of heads 5"),
     ("vit_small", {"act": "swish"}, "unknown activation 'swish'"),
