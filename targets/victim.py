@@ -142,6 +142,8 @@ class Victim:
             raise ValueError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
         if self.bn_mode not in BN_MODES:
             raise ValueError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+        if self.head is not None and not self.head.weight.requires_grad:
+            self.head = None  # a frozen head sends no weight gradient: no label rule reads it
         self.set_mode()
 
     @classmethod

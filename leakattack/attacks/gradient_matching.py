@@ -187,8 +187,10 @@ class GradientMatching(Attack):
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
             return "labels were asked for as given but the threat model does not grant them"
-        if self.label_mode == "idlg" and obs.victim.head is None:
-            return "the victim has no classifier head to read labels from; give the labels"
+        head = obs.victim.head
+        if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
+            return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
+                    "holds) to read labels from; use --labels given or --labels dlg")
         try:
             self.build_priors(obs)
         except UserError as err:

@@ -101,6 +101,23 @@ class SummedRegressor(Regressor):
         return super().forward(x).sum()
 
 
+class NoWeights(nn.Module):
+    def forward(self, x):
+        return x.flatten(1)[:, :3]
+
+
+class FrozenHead(Net):
+    def __init__(self, num_classes):
+        super().__init__(num_classes)
+        self.out.weight.requires_grad_(False)
+
+
+class FrozenBody(Net):
+    def __init__(self, num_classes):
+        super().__init__(num_classes)
+        self.body.requires_grad_(False)
+
+
 class Refuses(Net):
     def __init__(self, num_classes):
         raise RuntimeError("no GPU here")
@@ -211,6 +228,7 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
     (lambda f, p: f"{f}:TupleOutput", "returns a tuple for a batch of 2, not a tensor of \\(2, 3\\) class scores"),
     (lambda f, p: f"{f}:SummedRegressor", "returns \\(\\) for a batch of 2, not one output per example"),
     (lambda f, p: "some/dir/model.txt:Net", "model file 'some/dir/model.txt' is not a .py file"),
+    (lambda f, p: f"{f}:NoWeights", "has no trainable parameters: its clients send no gradient to attack"),
 ])
 def test_every_way_a_user_model_fails_is_one_sentence(model_file, model_package, make_spec, message):
     with pytest.raises(UserError, match=message) as err:
@@ -240,3 +258,19 @@ def test_a_file_that_does_not_import_names_the_exception(tmp_path, source, excep
 def test_registered_names_and_unknown_names_are_not_taken_for_files():
     with pytest.raises(UserError, match="unknown model 'resnet'; choose one of: "):
         targets.get_model("resnet")
+
+
+def test_frozen_layers_leave_the_message_and_a_frozen_head_reads_no_labels(model_file):
+    """Only trained weights are in the message; a head whose weight is frozen carries no label rule."""
+    from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe
+    body = targets.get_model(f"{model_file}:FrozenBody", num_classes=3, in_shape=(1, 4, 4))
+    assert body.d == 8 * 3 + 3 and body.head is body.model.out
+    head = targets.get_model(f"{model_file}:FrozenHead", num_classes=3, in_shape=(1, 4, 4))
+    assert head.head is None and head.d == 16 * 8 + 8 + 3
+    x, y = torch.rand(1, 1, 4, 4), torch.tensor([2])
+    obs = observe(head, x, y, Channel(get_sketch("none", head.d, head.d, seed=0)), ThreatModel())
+    reason = get_attack("gradient-matching", iterations=2).supports(obs)
+    assert reason is not None and "no trained classifier head" in reason and "--labels given" in reason
+    granted = observe(head, x, y, Channel(get_sketch("none", head.d, head.d, seed=0)), ThreatModel(knows_labels=True))
+    assert get_attack("gradient-matching", iterations=2, labels="given").supports(granted) is None
+    assert get_attack("gradient-matching", iterations=2, labels="dlg").supports(obs) is None
