@@ -9,6 +9,7 @@ the attack and scores it; :func:`write_run` writes the run folder (atomically, b
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
 import platform
@@ -23,6 +24,7 @@ import torch
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult
+from .attacks.base import stop_on_interrupt
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
@@ -140,8 +142,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     return Prepared(cfg, device, case, attack)
 
 
-def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Outcome:
-    """Run the attack, score its best iterate against the truth (:class:`leakattack.metrics.RunMetrics`)."""
+def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interruptible: bool = False) -> Outcome:
+    """Run the attack, score its best iterate against the truth (:class:`leakattack.metrics.RunMetrics`).
+
+    ``interruptible``: the first Ctrl-C during the attack stops it at its best iterate (stop reason
+    ``interrupted``), which is then scored as any other (:func:`leakattack.attacks.base.stop_on_interrupt`)."""
     cfg, case = p.cfg, p.case
     t0 = time.perf_counter()
 
@@ -151,8 +156,9 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True) -> Out
             x = x[metrics.match(x, case.x)]
         return {"psnr": float(metrics.psnr(x, case.x).mean())}
 
-    result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
-                                  monitor_every=cfg.trace_every, progress=progress)
+    with stop_on_interrupt() if interruptible else contextlib.nullcontext():
+        result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
+                                      monitor_every=cfg.trace_every, progress=progress)
     classifier = case.victim.task == "classification" and case.labels is not None
     scores = unscored(case.obs.batch_size) if case.x is None else metrics.score(
         result.x.clamp(0, 1), case.x,
@@ -370,13 +376,13 @@ def _write_files(out: Outcome, folder: Path) -> None:
 
 
 def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = False,
-               with_lpips: bool = True) -> tuple[metrics.RunMetrics, Path]:
-    """Prepare, attack, score and write; returns (metrics, run folder)."""
+               with_lpips: bool = True, interruptible: bool = False) -> tuple[metrics.RunMetrics, Path]:
+    """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`."""
     if out is not None:
         check_out(out)
     p = prepare(cfg, progress=progress)
     warn_if_not_unique(p.case)
-    outcome = execute(p, progress=progress, with_lpips=with_lpips)
+    outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
     folder = Path(out) if out is not None else \
         default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
     write_run(outcome, folder)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -37,7 +40,8 @@ class AttackResult:
     extra: list[dict] = field(default_factory=list)  #: monitor outputs with their step
     iterations: int = 0
     best_step: int = 0
-    stop_reason: str = "iterations"  #: iterations | tolerance | stalled | diverged | time-limit | pruned
+    #: iterations | tolerance | stalled | diverged | time-limit | pruned | interrupted
+    stop_reason: str = "iterations"
     message: str = ""
     wall_s: float = 0.0
     restart_losses: list[float] = field(default_factory=list)  #: final loss of each restart (the lowest is kept)
@@ -100,6 +104,37 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(own)
 
 
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C asked the running attack to stop at its best iterate (inside :func:`stop_on_interrupt`)."""
+    return _STOP.is_set()
+
+
+@contextlib.contextmanager
+def stop_on_interrupt() -> Iterator[None]:
+    """Inside the block the first Ctrl-C (SIGINT) asks the running attack to stop at its best iterate, with stop
+    reason ``interrupted``, so that what it found is still scored and written; the second interrupts at once
+    (KeyboardInterrupt).  Off the main thread, where no handler can be set, the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ask(signum, frame):
+        if _STOP.is_set():
+            raise KeyboardInterrupt
+        _STOP.set()
+        print("\nleakattack: stopping at the best iterate so far (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _STOP.clear()
+
+
 def add_note(message: str, note: str, link: str = "") -> str:
     """``message; <link> note``, or ``note`` as a sentence of its own when there is no message yet."""
     return f"{message}; {link}{note}" if message else f"{note[0].upper()}{note[1:]}"
@@ -122,4 +157,5 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
                         iterations=step, best_step=step, stop_reason=stop, message=message, wall_s=wall_s)
 
 
-__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note"]
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note",
+           "stop_requested", "stop_on_interrupt"]

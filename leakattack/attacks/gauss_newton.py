@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import torch_threads
+from .base import stop_requested, torch_threads
 
 #: Gauss-Newton runs only where n = m*B, the unknowns, is at most this (its normal equations are n x n) ...
 MAX_UNKNOWNS = 4096
@@ -182,6 +182,9 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if time.perf_counter() >= deadline:
             out.stop = "time-limit"
             break
+        if stop_requested():
+            out.stop = "interrupted"
+            break
         J = jacobian(forward, out.x, labels)
         with torch_threads(algebra):
             A, g = J.T @ J, J.T @ r
@@ -200,13 +203,13 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                     mu = max(mu / 10, 1e-15)
                     break
                 mu *= 10
-                if time.perf_counter() >= deadline:
+                if time.perf_counter() >= deadline or stop_requested():
                     break
         if on_step is not None:
             on_step(loss)
         if not accepted:
             out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
-                else "stalled"
+                else "interrupted" if stop_requested() else "stalled"
             break
         if loss / scale <= tol and gain < 10:
             out.stop = "tolerance"

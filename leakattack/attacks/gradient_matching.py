@@ -40,7 +40,7 @@ from ..errors import UserError
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
-from .base import Attack, AttackResult, Monitor, add_note, torch_threads
+from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
@@ -319,9 +319,10 @@ class GradientMatching(Attack):
             best = self._best(first.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                              progress=progress), choice, probes_s)
             # a phase that ended on its own did what the whole budget's run would have: the steps follow below
-            if best.stop_reason == "iterations":
-                if self._refine(obs, best, deadline, monitor, progress) or time.perf_counter() >= deadline:
-                    return best  # converged, or the time limit has come: the shorter phase's iterate is the run's
+            if best.stop_reason == "iterations" and not stop_requested():
+                if self._refine(obs, best, deadline, monitor, progress) or time.perf_counter() >= deadline \
+                        or stop_requested():
+                    return best  # converged, the time limit has come or Ctrl-C: the shorter phase's iterate
                 tried, spent, best = best.gauss_newton, time.perf_counter() - started, None
                 if main.time_limit is not None:
                     left = main.time_limit - spent
@@ -330,7 +331,7 @@ class GradientMatching(Attack):
         if best is None:
             best = self._best(main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                             progress=progress), choice, probes_s)
-        if self.refinement(obs, best.stop_reason) is None:
+        if self.refinement(obs, best.stop_reason) is None and not stop_requested():
             self._refine(obs, best, deadline, monitor, progress)
         if tried is not None:
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
@@ -411,6 +412,7 @@ class GradientMatching(Attack):
                 best.extra.append({"step": best.iterations, **monitor(best.iterations, best.x)})
             return True
         why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
+               "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
         best.message = add_note(best.message, f"{did} without converging ({why[out.stop]}): the first phase's "
                                               "iterate is kept", link="then ")
@@ -476,6 +478,7 @@ class GradientMatching(Attack):
         while True:
             finite = torch.isfinite(Z[:, :problem.nx]).all(1).tolist()
             late = time.perf_counter() >= deadline
+            interrupted = stop_requested()
             keep = []
             for i, r in enumerate(rows):
                 run = runs[r]
@@ -483,7 +486,7 @@ class GradientMatching(Attack):
                 if run.stop is None:
                     run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
                               r in getattr(opt, "stalled", ()), self.time_limit if late else None,
-                              since=milestones[-1] if milestones else 0)
+                              since=milestones[-1] if milestones else 0, interrupted=interrupted)
                 if monitor is not None and run.stop != "diverged" and \
                         (step % monitor_every == 0 or run.stop is not None):
                     run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
@@ -789,9 +792,10 @@ class _Run:
         self.lowest.append(self.best_loss)
 
     def check(self, step: int, iterations: int, tol: float, scale: float, window: int, gain: float,
-              no_descent: bool, time_limit: float | None = None, since: int = 0) -> None:
+              no_descent: bool, time_limit: float | None = None, since: int = 0, interrupted: bool = False) -> None:
         """Whether the start stops at ``step``; ``time_limit``: the budget in seconds, given once it has run out;
-        ``since``: the step from which the stall window may start (the step schedule's last decay)."""
+        ``since``: the step from which the stall window may start (the step schedule's last decay);
+        ``interrupted``: Ctrl-C asked the attack to stop (:func:`.base.stop_on_interrupt`)."""
         loss = self.losses[-1]
         if loss / scale <= tol:
             self.stop = "tolerance"
@@ -813,6 +817,10 @@ class _Run:
             self.stop = "time-limit"
             self.message = (f"stopped at step {step}: the time limit of {time_limit:g} s was reached; "
                             f"returning the best iterate, from step {self.best_step}")
+        elif interrupted:
+            self.stop = "interrupted"
+            self.message = (f"interrupted at step {step} (Ctrl-C); returning the best iterate, from step "
+                            f"{self.best_step}")
 
     def result(self, wall_s: float) -> AttackResult:
         p = self.problem

@@ -96,7 +96,7 @@ def cmd_run(a) -> int:
     if unused:
         print(f"note: the {cfg.attack} attack solves in closed form and does not read {', '.join(unused)}",
               file=sys.stderr)
-    m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips)
+    m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)
     derived = _derived(folder)
     print(summary_line(m, folder, objective=derived.get("objective", "l2"), num_classes=derived.get("num_classes")))
     # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops

@@ -1,0 +1,106 @@
+"""Ctrl-C during `leakattack run`: the first stops the attack at its best iterate, which is scored and written as any
+other run (stop reason ``interrupted``); the second aborts; outside the command nothing changes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import targets
+from leakattack.attacks import GradientMatching
+from leakattack.attacks.base import stop_on_interrupt, stop_requested
+from leakattack.attacks.gauss_newton import levenberg_marquardt
+from leakattack.channel import Channel
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _obs(shape=(1, 8, 8)):
+    victim = targets.get_model("lenet", in_shape=shape, seed=0).to(dtype=torch.float64)
+    x = torch.rand((1, *shape), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    sketch = make_sketch("srht", victim.d, victim.d // 2, seed=1)
+    return observe(victim, x, torch.tensor([3]), Channel(sketch, ""), ThreatModel(knows_labels=True)), x
+
+
+def _ctrl_c_at(*steps):
+    """A monitor that presses Ctrl-C once at each of ``steps`` (it is called once per start and step)."""
+    left = list(steps)
+
+    def monitor(t, x):
+        if left and t == left[0]:
+            left.pop(0)
+            signal.raise_signal(signal.SIGINT)
+        return {}
+    return monitor
+
+
+def test_the_first_ctrl_c_stops_the_attack_at_its_best_iterate():
+    obs, _ = _obs()
+    attack = GradientMatching(optimizer="adam", iterations=500, init_seed=2, labels="given", restarts=2)
+    with stop_on_interrupt():
+        out = attack.reconstruct(obs, monitor=_ctrl_c_at(30), monitor_every=1)
+    assert out.stop_reason == "interrupted" and out.iterations == 31
+    assert out.restart_stops == ["interrupted", "interrupted"]
+    assert "interrupted at step 31 (Ctrl-C); returning the best iterate" in out.message
+    assert out.final_loss == min(out.losses) < out.losses[0]  # the best iterate is the one returned
+    assert not stop_requested() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_second_ctrl_c_aborts():
+    obs, _ = _obs()
+
+    with pytest.raises(KeyboardInterrupt), stop_on_interrupt():
+        GradientMatching(optimizer="adam", iterations=500, labels="given").reconstruct(obs, monitor=_ctrl_c_at(5, 6),
+                                                                                      monitor_every=1)
+    assert not stop_requested()
+
+
+def test_outside_the_block_ctrl_c_interrupts_as_usual():
+    obs, _ = _obs()
+    with pytest.raises(KeyboardInterrupt):
+        GradientMatching(optimizer="adam", iterations=500, labels="given").reconstruct(obs, monitor=_ctrl_c_at(5),
+                                                                                      monitor_every=1)
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("ok", [stop_on_interrupt().__enter__()]))
+    worker.start()
+    worker.join()
+    assert "ok" in result and signal.getsignal(signal.SIGINT) is signal.default_int_handler  # no handler off-thread
+
+
+def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    with stop_on_interrupt():
+        out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()),
+                                  on_step=lambda loss: signal.raise_signal(signal.SIGINT))
+    assert out.stop == "interrupted" and out.steps == 1
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="sends SIGINT to a child process")
+def test_leakattack_run_writes_the_interrupted_run(tmp_path):
+    """The command itself: Ctrl-C once the attack's progress bar is up; the run folder is whole and says so."""
+    out = tmp_path / "run"
+    env = {**os.environ, "LEAKATTACK_PROGRESS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "leakattack", "run", "--model", "lenet", "--dataset", "digits",
+                             "--optimizer", "adam", "--iterations", "1000000", "--no-lpips", "--threads", "1",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    seen = b""
+    while b"L_R=" not in seen:  # the bar's first postfix: the attack's loop is running
+        chunk = proc.stderr.read1(4096)
+        assert chunk, seen.decode(errors="replace")[-2000:]
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (seen + stderr).decode(errors="replace")[-2000:]
+    assert "stopping at the best iterate so far" in (seen + stderr).decode()
+    assert "(interrupted)" in stdout.decode()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stop_reason"] == "interrupted" and 0 < metrics["iterations"] < 1000000
+    assert (out / "reconstruction.png").is_file() and (out / "trace.csv").is_file()
