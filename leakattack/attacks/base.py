@@ -116,8 +116,10 @@ def stop_requested() -> bool:
 def stop_on_interrupt() -> Iterator[None]:
     """Inside the block the first Ctrl-C (SIGINT) asks the running attack to stop at its best iterate, with stop
     reason ``interrupted``, so that what it found is still scored and written; the second interrupts at once
-    (KeyboardInterrupt).  Off the main thread, where no handler can be set, the block changes nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    (KeyboardInterrupt).  Off the main thread, where no handler can be set, and where SIGINT is ignored (``nohup``,
+    a background job), the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
 

@@ -19,6 +19,15 @@ from leakattack.channel import Channel
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """SIGINT as in an interactive Python (under nohup or in a background job it arrives ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -74,6 +83,15 @@ def test_outside_the_block_ctrl_c_interrupts_as_usual():
     assert "ok" in result and signal.getsignal(signal.SIGINT) is signal.default_int_handler  # no handler off-thread
 
 
+def test_an_ignored_sigint_stays_ignored():
+    """Under nohup a stray SIGINT must not cut the attack short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with stop_on_interrupt():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)
+        assert not stop_requested()
+
+
 def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
@@ -90,7 +108,8 @@ def test_leakattack_run_writes_the_interrupted_run(tmp_path):
     env = {**os.environ, "LEAKATTACK_PROGRESS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "leakattack", "run", "--model", "lenet", "--dataset", "digits",
                              "--optimizer", "adam", "--iterations", "1000000", "--no-lpips", "--threads", "1",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not ignored
     seen = b""
     while b"L_R=" not in seen:  # the bar's first postfix: the attack's loop is running
         chunk = proc.stderr.read1(4096)
