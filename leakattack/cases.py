@@ -34,6 +34,7 @@ from .config.params import duration_seconds
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
+from .progress import progress_bar
 from .registry import Registry
 from .results.message import Message, read_message, read_truth
 from .sketch import (
@@ -170,7 +171,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         if buffers is not None:  # the running statistics the server holds with w^t
             load_buffers(victim, buffers, checkpoint_path(Path(cfg.protocol_dir), t))
     else:  # deterministic re-simulation of rounds 1..t-1 from the seeds
-        w = proto.replay(t)
+        with progress_bar(t - 1, f"{cfg.protocol} rounds before {t}", "round", requested=progress,
+                          leave=False) as bar:
+            w = proto.replay(t, on_round=lambda s: bar.update(1))
     torch.nn.utils.vector_to_parameters(w, victim.model.parameters())
     msg = proto.observe(w, t, c, batch_size=cfg.batch_size, sketch_known=cfg.sketch_known,
                         decoded=cfg.match_space == "unsketched")

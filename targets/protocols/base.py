@@ -420,11 +420,13 @@ class Protocol:
         """Numbers of the round the server just ran that train.jsonl records beside the loss (none here)."""
         return {}
 
-    def replay(self, t: int) -> torch.Tensor:
-        """w^t by re-running rounds 1..t-1 from the seeds (deterministic)."""
+    def replay(self, t: int, on_round: Callable[[int], None] | None = None) -> torch.Tensor:
+        """w^t by re-running rounds 1..t-1 from the seeds (deterministic); ``on_round(s)`` after each round s."""
         w = self.initial_weights()
         for s in range(1, t):
             w, _ = self.run_round(w, s)
+            if on_round is not None:
+                on_round(s)
         return w
 
     def privacy(self, rounds: int) -> dict:

@@ -32,6 +32,8 @@ and :meth:`Protocol.replay` do), and round 1 starts from m_0 = v_0 = v̂_0 = 0.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from .sketched import Sketched
@@ -120,9 +122,9 @@ class SAFL(Sketched):
                                       beta1=self.server_beta1, beta2=self.server_beta2, eps=self.server_eps)
         return w_next
 
-    def replay(self, t: int) -> torch.Tensor:
+    def replay(self, t: int, on_round: Callable[[int], None] | None = None) -> torch.Tensor:
         self._state = None
-        return super().replay(t)
+        return super().replay(t, on_round)
 
     def describe(self) -> dict:
         return {**super().describe(), "kappa": self.kappa}

@@ -113,6 +113,10 @@ def test_safl_rounds_must_run_in_order_and_replay_restarts_the_server_state(digi
         p.run_round(w, 2)
     w2, _ = p.run_round(w, 1)
     torch.testing.assert_close(p.replay(2), w2, rtol=0, atol=0)
+    done = []
+    w3, _ = p.run_round(w2, 2)
+    torch.testing.assert_close(p.replay(3, on_round=done.append), w3, rtol=0, atol=0)
+    assert done == [1, 2]  # a progress bar's hook: once after each replayed round
 
 
 def test_sacfl_clip_factor_is_min_of_tau_over_mean_norm_and_one():
