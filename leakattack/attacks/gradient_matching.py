@@ -168,6 +168,7 @@ class GradientMatching(Attack):
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
         #: wall-clock seconds the optimisation may take (None: no limit)
         self.time_limit = None if time_limit is None else float(time_limit)
+        self.bar_label = "attack"  #: what the progress bar of an optimisation calls it (label probes name theirs)
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
         if not surrogate >= 0:
@@ -264,7 +265,7 @@ class GradientMatching(Attack):
         rules disagree this runs :meth:`choose_labels`' short probes."""
         return self.choose_labels(obs)[0]
 
-    def choose_labels(self, obs: Observation) -> tuple[torch.Tensor | None, dict | None]:
+    def choose_labels(self, obs: Observation, progress: bool = False) -> tuple[torch.Tensor | None, dict | None]:
         """The labels the attack uses, and (``idlg`` only, when the rules :func:`~.labels.readings_to_compare` reads
         give different labels) the record of how they were chosen.
 
@@ -272,7 +273,7 @@ class GradientMatching(Attack):
         of the budget, one start from the attack's own first start, a quarter of any time limit shared among
         them); the reading whose run matched the message best is kept.  A wrong label changes the gradient of
         every layer (the output error p - onehot), so the matching loss tells readings apart where the head's
-        share of a sketched message does not.
+        share of a sketched message does not.  ``progress``: a bar for each run.
         """
         if self.label_mode == "given":
             return obs.labels, None
@@ -291,7 +292,10 @@ class GradientMatching(Attack):
         if self.time_limit is not None:
             probe.time_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
-        losses = [probe.run(obs, x0, labels).final_loss for labels in distinct]
+        losses = []
+        for i, labels in enumerate(distinct):
+            probe.bar_label = f"label reading {i + 1}/{len(distinct)}"
+            losses.append(probe.run(obs, x0, labels, progress=progress).final_loss)
         finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
         chosen = distinct[finite.index(min(finite))]
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
@@ -301,7 +305,7 @@ class GradientMatching(Attack):
                     progress: bool = False) -> AttackResult:
         self.check(obs)
         t0 = time.perf_counter()
-        labels, choice = self.choose_labels(obs)
+        labels, choice = self.choose_labels(obs, progress)
         probes_s = time.perf_counter() - t0
         main = self
         if choice is not None and self.time_limit is not None:  # the probes spent part of the time limit
@@ -473,7 +477,7 @@ class GradientMatching(Attack):
         since = (0, t0, SCHEDULE_PROBE) if fits_time else None
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
-        bar = _progress(iterations, progress)
+        bar = _progress(iterations, progress, self.bar_label)
         step = 0
         while True:
             finite = torch.isfinite(Z[:, :problem.nx]).all(1).tolist()
@@ -839,9 +843,9 @@ def match_rows(pred: torch.Tensor, y: torch.Tensor, objective: str) -> torch.Ten
     return cosine_distance(pred.flatten(1), y.flatten())
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool, label: str = "attack"):
     """The attack's bar, or None when none is drawn (not asked for, or stderr is not a terminal)."""
-    return progress_bar(total, "attack", "it", leave=False) if show_progress(enabled) else None
+    return progress_bar(total, label, "it", leave=False) if show_progress(enabled) else None
 
 
 __all__ = ["GradientMatching", "match_loss", "init_dummy", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS", "LOSS_UNIT",

@@ -20,6 +20,7 @@ from leakattack.cli import main
 from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
+from leakattack.progress import FORCE_ENV
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,18 @@ def test_the_attack_loss_picks_the_label_where_the_rules_differ(trained_lenet):
         chosen, other = sorted(choice["probe_losses"])[:2]
         assert chosen < 0.5 * other  # measured: at most 0.09 of the other (2.4e-6 to 0.0076 against 0.0019 to 0.30)
     assert differ >= 2  # measured: the rules differ on all four (pooled reads one class for every digit)
+
+
+def test_each_label_reading_run_has_its_own_progress_bar(trained_lenet, monkeypatch, capsys):
+    monkeypatch.setenv(FORCE_ENV, "1")
+    p = _prepared(trained_lenet, 3, 0.02)
+    p.attack.iterations = 40  # probes of 10 steps
+    labels, choice = p.attack.choose_labels(p.obs, progress=True)
+    err = capsys.readouterr().err
+    n = len({tuple(v) for v in choice["readings"].values()})
+    assert n >= 2 and all(f"label reading {i}/{n}" in err for i in range(1, n + 1))
+    p.attack.choose_labels(p.obs)
+    assert "label reading" not in capsys.readouterr().err  # no bar unless asked for
 
 
 def test_run_records_and_reports_the_choice(trained_lenet, tmp_path, capsys):
