@@ -27,11 +27,11 @@ from .attacks import RECIPE_FIELDS, Attack, AttackResult
 from .attacks.base import stop_on_interrupt
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
-from .results import default_run_dir, unwritable_folder, write_csv, write_json, write_run_folder, write_tensors
+from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .utility import privacy_metrics
 
@@ -322,16 +322,9 @@ def environment(device: torch.device) -> dict:
 
 
 def check_out(folder: str | Path) -> Path:
-    """The run folder a user named, refused in one sentence when it cannot be written (before any work)."""
-    if str(folder).strip() == "":
-        raise ConfigError("--out must name a folder, got an empty string")
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out '{folder}' is a file, not a folder")
-    parent = unwritable_folder(path)  # the folder is written beside itself and renamed into place
-    if parent is not None:
-        raise ConfigError(f"--out '{folder}' cannot be written: '{parent}' is not a writable folder")
-    return path
+    """The run folder a user named, refused in one sentence when it cannot be written (before any work): it is
+    filled beside itself and renamed into place (:func:`leakattack.results.write_run_folder`)."""
+    return writable_out(folder, beside=True)
 
 
 def write_run(out: Outcome, folder: Path) -> Path:

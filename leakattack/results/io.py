@@ -51,9 +51,10 @@ def unwritable_folder(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def writable_out(out: str | os.PathLike, file: str | None = None) -> Path:
+def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
-    filled in place (``file`` None), or a file of that kind (``file=".csv"``) written beside itself."""
+    filled in place (``file`` None), or written beside itself and renamed into place (``beside``), or a file of
+    that kind (``file=".csv"``), which is always written beside itself."""
     noun = "a folder" if file is None else f"a {file} file"
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
@@ -62,7 +63,7 @@ def writable_out(out: str | os.PathLike, file: str | None = None) -> Path:
         raise UserError(f"--out '{out}' is a file, not a folder")
     if file is not None and path.is_dir():
         raise UserError(f"--out '{out}' is a folder; name {noun}")
-    parent = unwritable_folder(path / "_" if file is None else path)
+    parent = unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
     if file is not None and path.exists() and not os.access(path, os.W_OK):
