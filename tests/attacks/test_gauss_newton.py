@@ -9,7 +9,15 @@ import torch
 
 import targets
 from leakattack.attacks import GradientMatching, gradient_matching
-from leakattack.attacks.gauss_newton import STEPS, Refined, gram_rank, jacobian, levenberg_marquardt, too_large
+from leakattack.attacks.gauss_newton import (
+    STEPS,
+    Refined,
+    gram,
+    gram_rank,
+    jacobian,
+    levenberg_marquardt,
+    too_large,
+)
 from leakattack.attacks.gradient_matching import GAUSS_NEWTON_AFTER
 from leakattack.channel import Channel
 from leakattack.metrics import numerical_rank
@@ -39,6 +47,14 @@ def test_steps_from_near_the_input_converge_to_it_quadratically():
     # quadratic convergence: the last steps cut L_R by far more than a constant factor each
     assert len(out.losses) <= 8 and out.losses[-1] / scale < 1e-20
     assert out.rank == 64 and out.singular[0] >= out.singular[1] > 0
+
+
+@pytest.mark.parametrize("shape", [(50, 10), (300, 2000), (1000, 1537), (40, 3072)])
+def test_the_gram_matrix_by_blocks_is_j_transpose_j(shape):
+    J = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    A, full = gram(J), J.T @ J
+    torch.testing.assert_close(A, full, rtol=0, atol=1e-13 * float(full.abs().max()))
+    torch.testing.assert_close(A, A.T, rtol=0, atol=1e-13 * float(full.abs().max()))
 
 
 def test_the_rank_from_the_gram_matrix_is_the_rank_of_j():
