@@ -120,7 +120,8 @@ def _train(sub) -> None:
                    help="b/d; compsgd/privsgd: m/d (per layer or global) (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=50, help="rounds T (default: %(default)s)")
     p.add_argument("--dataset", default=md["dataset"],
-                   help="digits (embedded), mnist or cifar10 from --data-root (default: %(default)s)")
+                   help="digits or photos (embedded), or mnist, cifar10, cifar100, imagefolder from --data-root "
+                        "(default: %(default)s)")
     p.add_argument("--data-root", default=None, help="folder holding torchvision data sets")
     p.add_argument("--download", action="store_true", help="allow torchvision to download into --data-root")
     p.add_argument("--seed", type=int, default=0,
