@@ -42,8 +42,8 @@ from .torchvision_models import resnet50, resnet101, vit_b_16
 from .units import piecewise_units
 from .user import (
     build_user_module,
-    first_line,
     is_user_spec,
+    not_built,
     output_problem,
     user_class,
     user_params,
@@ -162,8 +162,7 @@ def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) 
     except (TypeError, ValueError, RuntimeError, ZeroDivisionError) as err:
         if not params:  # the shape or classes do not fit: the caller names where they came from
             raise
-        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
-        raise UserError(f"model '{name}' could not be built with {given} ({first_line(err)})") from None
+        raise not_built(name, params, err) from None
 
 
 def _on_meta(name: str, num_classes: int, in_shape: tuple, params: dict) -> nn.Module:

@@ -121,6 +121,12 @@ def user_recipe(cls: type) -> str | None:
     return getattr(cls, "leakattack_recipe", None)
 
 
+def not_built(spec: str, params: dict, err: BaseException) -> UserError:
+    """The one sentence for a model that could not be built with ``params``, naming the exception."""
+    given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
+    return UserError(f"model '{spec}' could not be built with {given} ({first_line(err)})")
+
+
 def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:
     """``cls(**params, [num_classes=], [in_shape=])``; the caller seeds the global generator."""
     sig = _signature(cls)
@@ -135,8 +141,7 @@ def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, p
     except UserError:
         raise
     except Exception as err:
-        given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
-        raise UserError(f"model '{spec}' could not be built with {given} ({first_line(err)})") from None
+        raise not_built(spec, params, err) from None
     if not isinstance(module, nn.Module):
         raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")
     return module
@@ -208,5 +213,6 @@ def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
     return None
 
 
-__all__ = ["is_user_spec", "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim",
+__all__ = ["is_user_spec", "not_built", "first_line",
+           "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim",
            "output_problem"]
