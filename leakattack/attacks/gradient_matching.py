@@ -227,6 +227,8 @@ class GradientMatching(Attack):
         """
         if self.refine == "none":
             return "--refine none"
+        if stop_requested():
+            return "Ctrl-C stopped the attack"
         reason = self._unrefinable()
         if reason or self.refine == "gauss-newton":
             return reason
@@ -323,7 +325,7 @@ class GradientMatching(Attack):
             best = self._best(first.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                              progress=progress), choice, probes_s)
             # a phase that ended on its own did what the whole budget's run would have: the steps follow below
-            if best.stop_reason == "iterations" and not stop_requested():
+            if best.stop_reason == "iterations":
                 if self._refine(obs, best, deadline, monitor, progress) or time.perf_counter() >= deadline \
                         or stop_requested():
                     return best  # converged, the time limit has come or Ctrl-C: the shorter phase's iterate
@@ -335,7 +337,7 @@ class GradientMatching(Attack):
         if best is None:
             best = self._best(main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                             progress=progress), choice, probes_s)
-        if self.refinement(obs, best.stop_reason) is None and not stop_requested():
+        if self.refinement(obs, best.stop_reason) is None:
             self._refine(obs, best, deadline, monitor, progress)
         if tried is not None:
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
