@@ -144,7 +144,8 @@ def gram(J: torch.Tensor) -> torch.Tensor:
     k = max(1, min(4, n // GRAM_BLOCK))
     if k == 1:
         return J.T @ J
-    edges = [min(n, i * (-(-n // k) + 63) // 64 * 64) for i in range(k)] + [n]  # 64-aligned column blocks
+    width = (-(-n // k) + 63) // 64 * 64  # n/k rounded up to a multiple of 64
+    edges = [min(n, i * width) for i in range(k)] + [n]
     A = torch.empty(n, n, dtype=J.dtype, device=J.device)
     for lo, hi in zip(edges[:-1], edges[1:]):
         block = J[:, lo:hi].T @ J[:, lo:]

@@ -14,7 +14,6 @@ from .io import (
                  read_json,
                  read_jsonl,
                  to_jsonable,
-                 unwritable_folder,
                  writable_out,
                  write_csv,
                  write_json,
@@ -41,8 +40,7 @@ from .store import (
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "write_csv", "to_jsonable",
-    "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "unwritable_folder",
-    "writable_out",
+    "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
     "series_label",

@@ -35,7 +35,7 @@ def directory_mode() -> int:
     return 0o777 & ~_UMASK
 
 
-def unwritable_folder(path: str | os.PathLike) -> Path | None:
+def _unwritable_folder(path: str | os.PathLike) -> Path | None:
     """The folder that stops ``path`` from being created, or None when it can be: its nearest existing
     ancestor, tried by making (and removing) a folder in it, since permission bits do not tell for root or on
     a read-only or virtual file system (/proc)."""
@@ -63,7 +63,7 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         raise UserError(f"--out '{out}' is a file, not a folder")
     if file is not None and path.is_dir():
         raise UserError(f"--out '{out}' is a folder; name {noun}")
-    parent = unwritable_folder(path / "_" if file is None and not beside else path)
+    parent = _unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
     if file is not None and path.exists() and not os.access(path, os.W_OK):
