@@ -138,8 +138,8 @@ GRAM_BLOCK = 768
 def gram(J: torch.Tensor) -> torch.Tensor:
     """J^T J, forming only its blocks on and above the diagonal (5/8 of the products for four blocks) and
     mirroring them: the matrix is symmetric.  On the 2-core AMD EPYC, J 7913 x 3072 in float64 (LeNet through
-    srht b = d/2): 0.96 s against 1.47 s for one product, equal to 3e-16 of its largest entry
-    (``benchmarks/attack_speed.py --only jacobian``)."""
+    srht b = d/2): 0.96 s against 1.47 s for one product, and equal to it there bit for bit (blocks of 768
+    columns; ``benchmarks/attack_speed.py --only jacobian``)."""
     n = J.shape[1]
     k = max(1, min(4, n // GRAM_BLOCK))
     if k == 1:
