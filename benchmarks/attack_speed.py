@@ -22,6 +22,9 @@
   pass each, ``torch.func.vmap``), against the loop of one backward pass per column, on the default attack's
   victim through srht b = d/2 and unsketched (float64, one thread), with the two J's largest difference, and the
   rest of a step: J^T J and its Cholesky factor on every core;
+* Gauss-Newton's chord steps: the steps after the default attack's 1000 L-BFGS steps (its first phase, run
+  once) with chord steps, which reuse each J and its factor while they converge, against one full step a J
+  (``chord=False``, the floor each chord step avoids), on every core as the attack takes them;
 * a dense sketch: ``--sketch gaussian --sketch-ratio 0.5 --optimizer adam`` on lenet, per
   iteration, against an unsketched iteration plus one R v and one R^T u with the same
   b x d matrix held (the two products the sketch adds); the bar is 1.3x.
@@ -29,7 +32,7 @@
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
                                       [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
                                       [--restart-dtype float64|float32] [--profile]
-                                      [--only startup|lbfgs|restarts|sketch|onednn|jacobian ...]
+                                      [--only startup|lbfgs|restarts|sketch|onednn|jacobian|chord ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
 load average is printed: ratios taken at a load above 1.5 on two cores are not to be trusted.
@@ -53,7 +56,7 @@ import torch
 
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.attacks.base import torch_threads
-from leakattack.attacks.gauss_newton import CHUNK, gram, jacobian
+from leakattack.attacks.gauss_newton import CHUNK, gram, jacobian, levenberg_marquardt
 from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss, onednn, own_convolutions
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
@@ -436,8 +439,34 @@ def jacobian_section(a) -> None:
               f"largest difference {gram_diff:.1e}) and its Cholesky factor {factor:.2f} s on {cpu_cores()} threads")
 
 
+def chord_section(a) -> None:
+    """Gauss-Newton from the default attack's 1000-step L-BFGS iterate, chord steps against one step a J."""
+    p = prepare(RunConfig(model="lenet", sketch="srht", threads=1))
+    attack = copy.copy(p.attack)  # the default attack's first phase alone, as its Gauss-Newton steps follow it
+    attack.iterations, attack.refine = 1000, "none"
+    first = attack.reconstruct(p.obs)
+    scale = float(p.obs.y.pow(2).sum())
+    runs: dict[bool, list] = {True: [], False: []}
+    with torch_threads(cpu_cores()):
+        for _ in range(a.rounds):
+            for chord in (True, False):  # interleaved: the machine's load falls on both alike
+                t = time.perf_counter()
+                out = levenberg_marquardt(p.obs.forward, p.obs.y, first.x, first.labels, tol=1e-10, scale=scale,
+                                          chord=chord)
+                runs[chord].append((time.perf_counter() - t, out))
+
+    def said(chord: bool) -> str:
+        best, out = min(runs[chord], key=lambda run: run[0])
+        return (f"{len(out.losses)} steps on {out.steps} J ({out.chord} chord), L_R {out.losses[-1]:.2e} "
+                f"({out.stop}), {best:.2f} s")
+
+    ratio = min(t for t, _ in runs[True]) / min(t for t, _ in runs[False])
+    print(f"chord      lenet, srht b = d/2, float64, from the 1000-step L-BFGS iterate (L_R {first.final_loss:.2e}): "
+          f"with chord steps {said(True)}; one step a J {said(False)}: x{ratio:.2f}")
+
+
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
-            "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section}
+            "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section, "chord": chord_section}
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import torch
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult
 from .attacks.base import stop_on_interrupt
+from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RunConfig
@@ -243,8 +244,8 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     rebuilt, or SSIM < :data:`metrics.SAME_IMAGE_SSIM`): another input matches
     as well.  Otherwise, for a converged run whose Jacobian of x -> the
     attacker's model of the message is small enough to measure
-    (:func:`metrics.jacobian_rank`), or whose Gauss-Newton steps formed it next to
-    the solution, it is whether that rank is m*B (the match is isolated: locally
+    (:func:`metrics.jacobian_rank`), or whose Gauss-Newton steps converged and formed it
+    there, it is whether that rank is m*B (the match is isolated: locally
     unique); else None (not measured).
     """
     case, mB = p.case, unknowns(p.case)
@@ -265,10 +266,10 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
         out["jacobian_note"] = "not measured: the labels were optimised with the images"
         return out
     gn = result.gauss_newton or {}
-    if gn.get("jacobian_rank") is not None:  # the Gauss-Newton steps formed J next to the solution already
+    if gn.get("kept") and gn.get("jacobian_rank") is not None:  # converged steps formed J at the reconstruction
         rank, (top, low) = gn["jacobian_rank"], gn["singular_values"]
-        out["jacobian_note"] = (f"rank {rank} of m*B = {mB} at the last Gauss-Newton step (singular values "
-                                f"{top:.2e} to {low:.2e})")
+        out["jacobian_note"] = (f"rank {rank} of m*B = {mB} at the reconstruction, from the Gauss-Newton steps' J "
+                                f"(singular values {top:.2e} to {low:.2e})")
     else:
         rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.d)
     out["jacobian_rank"] = rank
@@ -347,7 +348,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     }
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
-    gn = f" + {r.gauss_newton['accepted']} Gauss-Newton" if r.gauss_newton and r.gauss_newton["kept"] else ""
+    gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
     title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
              f"{seeds.optimizer}{gn}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)

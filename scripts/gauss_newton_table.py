@@ -15,6 +15,8 @@ from pathlib import Path
 
 from _runs import grid_arguments, print_table, run_grid
 
+from leakattack.attacks.gauss_newton import steps_note
+
 #: name -> the run's victim and sketch flags
 CASES = {
     "lenet, srht b/d = 0.5": ["--model", "lenet", "--sketch", "srht"],
@@ -26,7 +28,7 @@ REFINES = ("none", "auto")
 
 def cell(m: dict) -> str:
     gn = m.get("gauss_newton")
-    kept = f", {gn['accepted']} Gauss-Newton" if gn and gn.get("kept") else ", Gauss-Newton not kept" if gn else ""
+    kept = f", {steps_note(gn)}" if gn and gn.get("kept") else ", Gauss-Newton not kept" if gn else ""
     steps = f"{m['iterations']} ({m['stop_reason']}{kept})"
     return f"{m['psnr']:.2f} dB / {m['ssim']:.4f}, {steps}, {m['attack_s']:.1f} s"
 

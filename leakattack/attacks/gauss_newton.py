@@ -9,13 +9,21 @@ solve the linearised problem min ||r + J delta|| exactly, converge quadratically
 on such a zero-residual problem: the same run reaches the image to round-off in
 four steps (docs/attack.md, "Gauss-Newton after L-BFGS").
 
-Each step forms J column by column (:func:`jacobian`: n backward passes, batched, through
+Each round forms J column by column (:func:`jacobian`: n backward passes, batched, through
 the graph of one evaluation), the normal equations A = J^T J, g = J^T r, and
 solves (A + mu * mean(diag A) * I) delta = -g (Marquardt's damping: mu falls
 tenfold after a step that lowers L_R and rises tenfold, without a new J, after
-one that does not).  That costs n passes plus b n^2 + n^3 / 3 flops a step, so it
+one that does not).  That costs n passes plus b n^2 + n^3 / 3 flops, so it
 runs only on problems within :data:`MAX_UNKNOWNS`, :data:`MAX_ENTRIES` and
-:data:`MAX_WORK`.  It needs L_R itself as the objective (not the cosine), no
+:data:`MAX_WORK`.  After an accepted step the round goes on with chord steps
+(Shamanskii's method): the same J and the same Cholesky factor, only the residual
+new, delta = -(A + damping)^-1 J^T r(x), which costs one evaluation and two
+triangular solves instead of n passes.  Near a zero of r each cuts L_R by a
+factor that grows as J's point nears it; while each cuts it at least
+:data:`CHORD_GAIN`-fold they go on, then a new J is formed.  On the DLG LeNet
+through srht b = d/2 one J and 14 chord steps take the 1000-step L-BFGS iterate
+to round-off, where four full steps formed four J (docs/attack.md).  It needs
+L_R itself as the objective (not the cosine), no
 prior, fixed labels and no box.  Steps that do not converge (they stall, or
 slow to less than a halving of L_R twice in a row) are a sign that the iterate
 is not near the input: the attack then keeps its first phase's iterate
@@ -43,12 +51,14 @@ MAX_WORK = 10**8
 #: J's columns formed in one batched backward pass (its b x CHUNK numbers stay small; on the DLG LeNet 16 at a time
 #: take x0.64 of the time of one at a time: ``python benchmarks/attack_speed.py --only jacobian``)
 CHUNK = 16
-#: at most this many Gauss-Newton steps (each forms J once)
+#: at most this many rounds of Gauss-Newton steps (each forms J once)
 STEPS = 20
+#: chord steps (the round's J and factor reused) go on while each cuts L_R at least this many times
+CHORD_GAIN = 10.0
 #: Marquardt's damping at the first step, relative to the mean of diag(J^T J) (small: the first-order phase
 #: leaves a good start), and the most trials one J gets, the damping ten times larger at each
 DAMPING, TRIALS = 1e-6, 6
-#: two steps in a row that cut L_R by less than this factor end the steps (``stalled``): Gauss-Newton is not
+#: two rounds in a row (a J each) that cut L_R by less than this factor end the steps (``stalled``): Gauss-Newton is not
 #: converging quadratically there, so the iterate is not near a zero of the residual it could reach
 SLOW = 2.0
 #: the steps go on past the attack's tolerance while each still cuts L_R tenfold (quadratic convergence), down
@@ -116,14 +126,18 @@ class Refined:
     """What the Gauss-Newton steps did."""
 
     x: torch.Tensor  #: the last accepted iterate (the lowest L_R)
-    losses: list[float] = field(default_factory=list)  #: L_R after each accepted step
-    steps: int = 0  #: steps taken (each formed J once)
+    losses: list[float] = field(default_factory=list)  #: L_R after each accepted step, chord steps included
+    steps: int = 0  #: rounds taken, each formed J once: a full step and the chord steps on its J
+    chord: int = 0  #: accepted chord steps (J and its factor reused), among the losses
     stop: str = "iterations"  #: tolerance | stalled | time-limit | iterations | diverged
     seconds: float = 0.0
     #: the numerical rank of the last J formed (singular values above s_max * sqrt(n * eps): what its Gram
-    #: matrix resolves), and its largest and smallest singular values
+    #: matrix resolves), and its largest and smallest singular values; when the steps converge (``tolerance``)
+    #: that J is formed at the last iterate, one more J if the last round's steps moved it
     rank: int | None = None
     singular: tuple[float, float] | None = None
+    #: L_R where that J was formed
+    rank_loss: float | None = None
 
 
 def _residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
@@ -154,14 +168,16 @@ def gram(J: torch.Tensor) -> torch.Tensor:
     return A
 
 
-def _solve(A: torch.Tensor, g: torch.Tensor, damping: float) -> torch.Tensor:
-    """delta with (A + damping * I) delta = -g, by Cholesky (LU where round-off leaves the matrix indefinite)."""
+def _factor(A: torch.Tensor, damping: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """g -> delta with (A + damping * I) delta = -g, factored once by Cholesky (LU where round-off leaves the
+    matrix indefinite): a round's chord steps solve with it again."""
     damped = A.clone()
     damped.diagonal().add_(damping)
     L, info = torch.linalg.cholesky_ex(damped)
     if int(info) == 0:
-        return torch.cholesky_solve(-g.unsqueeze(1), L).squeeze(1)
-    return torch.linalg.solve(damped, -g)
+        return lambda g: torch.cholesky_solve(-g.unsqueeze(1), L).squeeze(1)
+    LU, pivots = torch.linalg.lu_factor(damped)
+    return lambda g: torch.linalg.lu_solve(LU, pivots, -g.unsqueeze(1)).squeeze(1)
 
 
 def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
@@ -174,24 +190,35 @@ def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
     return rank, (top ** 0.5, float(lam[0]) ** 0.5)
 
 
+def steps_note(record: dict, noun: str = "") -> str:
+    """The accepted steps of a run's ``gauss_newton`` record in a few words: ``15 Gauss-Newton on 1 Jacobian``
+    (``noun=" steps"``: ``15 Gauss-Newton steps on 1 Jacobian``; ``4 Gauss-Newton`` for a record that predates
+    the chord steps and does not count its Jacobians)."""
+    jacobians, said = record.get("jacobians"), f"{record['accepted']} Gauss-Newton{noun}"
+    return said if jacobians is None else f"{said} on {jacobians} Jacobian{'s' if jacobians != 1 else ''}"
+
+
 def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
                         deadline: float = math.inf, steps: int = STEPS, threads: int | None = None,
-                        on_step: Callable[[float], None] | None = None) -> Refined:
+                        chord: bool = True, on_step: Callable[[float], None] | None = None) -> Refined:
     """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
 
-    Stops at L_R / ``scale`` <= :data:`FLOOR`, or below ``tol`` once a step cuts L_R less than tenfold
-    (``tolerance``); when :data:`TRIALS` dampings of one J do not lower L_R (``tolerance`` below ``tol``, else
-    ``stalled``), or two steps in a row cut it less than :data:`SLOW`-fold (``stalled``); at ``deadline``
+    Each round forms J, takes one damped step and then chord steps on the same J and factor (the module's
+    docstring; ``chord=False``: none, one step a J).  Stops at L_R / ``scale`` <= :data:`FLOOR`, or below
+    ``tol`` once a step cuts L_R less than tenfold (``tolerance``); when :data:`TRIALS` dampings of one J do
+    not lower L_R (``tolerance`` below ``tol``, else ``stalled``), or two rounds in a row cut it less than
+    :data:`SLOW`-fold (``stalled``); at ``deadline``
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
-    (``diverged``); or after ``steps``.  J is formed on torch's threads as they are, its normal equations solved
-    on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each step (a progress bar's update).
+    (``diverged``); or after ``steps`` rounds.  J is formed on torch's threads as they are, its normal equations
+    solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
+    update).
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
     r = _residual(forward, y, x, labels)
     loss = float(r @ r)
     out = Refined(x=x.detach().clone())
-    mu, A, slow = DAMPING, None, 0
+    mu, A, slow, at = DAMPING, None, 0, (out.x, loss)  # at: the point of the last J and L_R there
     algebra = threads or torch.get_num_threads()
     while True:
         if not math.isfinite(loss):
@@ -208,45 +235,66 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if stop_requested():
             out.stop = "interrupted"
             break
-        J = jacobian(forward, out.x, labels)
+        J, at = jacobian(forward, out.x, labels), (out.x, loss)
         with torch_threads(algebra):
             A, g = gram(J), J.T @ r
-            del J
             level = float(A.diagonal().mean()) or 1.0
             out.steps += 1
-            accepted = False
+            start, gain, solve = loss, 1.0, None
             for _ in range(TRIALS):
-                trial = out.x + _solve(A, g, mu * level).view_as(out.x)
+                solve = _factor(A, mu * level)
+                trial = out.x + solve(g).view_as(out.x)
                 r_new = _residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
                 if math.isfinite(new) and new < loss:
-                    accepted, gain = True, loss / new
-                    out.x, r, loss = trial, r_new, new
+                    gain, out.x, r, loss = loss / new, trial, r_new, new
                     out.losses.append(loss)
                     mu = max(mu / 10, 1e-15)
                     break
+                solve = None
                 mu *= 10
                 if time.perf_counter() >= deadline or stop_requested():
                     break
+            # chord steps after an accepted step: this J and factor, the new residual, until one cuts L_R less
+            # than CHORD_GAIN-fold (or not at all: then the last accepted step's gain stands)
+            while chord and solve is not None and loss / scale > FLOOR and time.perf_counter() < deadline \
+                    and not stop_requested():
+                trial = out.x + solve(J.T @ r).view_as(out.x)
+                r_new = _residual(forward, y, trial, labels)
+                new = float(r_new @ r_new)
+                if not (math.isfinite(new) and new < loss):
+                    break
+                gain, out.x, r, loss = loss / new, trial, r_new, new
+                out.losses.append(loss)
+                out.chord += 1
+                if gain < CHORD_GAIN:
+                    break
+            del J
         if on_step is not None:
             on_step(loss)
-        if not accepted:
+        if loss == start:  # no damping of this J lowered L_R
             out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
                 else "interrupted" if stop_requested() else "stalled"
             break
-        if loss / scale <= tol and gain < 10:
+        if loss / scale <= tol and gain < 10:  # the last step no longer converged quadratically
             out.stop = "tolerance"
             break
-        slow = slow + 1 if gain < SLOW else 0
+        slow = slow + 1 if start / loss < SLOW else 0  # the whole round's gain
         if slow == 2:
             out.stop = "stalled"
             break
+    if A is not None and out.stop == "tolerance" and at[0] is not out.x:  # the rank where the steps ended
+        J, at = jacobian(forward, out.x, labels), (out.x, loss)
+        with torch_threads(algebra):
+            A = gram(J)
+        del J
     if A is not None:
         with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
+        out.rank_loss = at[1]
     out.seconds = time.perf_counter() - t0
     return out
 
 
-__all__ = ["jacobian", "CHUNK", "too_large", "levenberg_marquardt", "gram_rank", "Refined", "MAX_UNKNOWNS",
-           "MAX_ENTRIES", "MAX_WORK", "STEPS", "DAMPING", "TRIALS", "FLOOR", "SLOW"]
+__all__ = ["jacobian", "CHUNK", "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
+           "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "FLOOR", "SLOW"]

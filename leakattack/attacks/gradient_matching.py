@@ -41,7 +41,7 @@ from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
-from .gauss_newton import STEPS, levenberg_marquardt, too_large
+from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior
@@ -379,7 +379,7 @@ class GradientMatching(Attack):
         reason as they were (a lower L_R reached by slow steps is no sign of being nearer the input); its message
         and ``gauss_newton`` record what they reached (``progress``: a bar of their steps).  Returns whether they
         were kept."""
-        bar = progress_bar(STEPS, "Gauss-Newton", "step", requested=progress, leave=False)
+        bar = progress_bar(STEPS, "Gauss-Newton", "Jacobian", requested=progress, leave=False)
 
         def step(loss: float) -> None:
             bar.update(1)
@@ -402,11 +402,11 @@ class GradientMatching(Attack):
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"
         best.wall_s += out.seconds
-        best.gauss_newton = {"after_step": best.iterations, "from_step": first, "steps": out.steps,
-                             "accepted": len(out.losses), "kept": kept, "loss_before": before,
+        best.gauss_newton = {"after_step": best.iterations, "from_step": first, "jacobians": out.steps,
+                             "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
                              "loss_after": reached, "stop": out.stop, "jacobian_rank": out.rank,
                              "singular_values": out.singular}
-        did = (f"{len(out.losses)} Gauss-Newton steps from the best iterate (step {first}) took L_R from "
+        did = (f"{steps_note(best.gauss_newton, ' steps')} from the best iterate (step {first}) took L_R from "
                f"{before:.2e} to {reached:.2e}")
         if kept:
             best.x = out.x

@@ -48,7 +48,7 @@ def row_of(folder: Path) -> dict:
 
 def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict:
     """The scalar metrics (numbers, strings, None), those inside a nested record under dotted names
-    (``peak_memory.rss_gb``, ``gauss_newton.steps``); lists and the keys in ``skip`` are left out."""
+    (``peak_memory.rss_gb``, ``gauss_newton.jacobians``); lists and the keys in ``skip`` are left out."""
     out: dict = {}
     for k, v in metrics.items():
         if k in skip:

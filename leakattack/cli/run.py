@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
 from ..metrics import RunMetrics, failed_part
@@ -129,7 +130,7 @@ def _steps(m) -> str:
     """
     gn, note = m.gauss_newton, ""
     if gn and gn.get("kept"):
-        note = f", {gn['accepted']} Gauss-Newton"
+        note = f", {steps_note(gn)}"
     elif gn:
         note = ", no Gauss-Newton" if "error" in gn else ", Gauss-Newton not converged"
     return f"{m.iterations} it ({m.stop_reason}{note})"

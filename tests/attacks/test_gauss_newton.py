@@ -10,6 +10,7 @@ import torch
 import targets
 from leakattack.attacks import GradientMatching, gradient_matching
 from leakattack.attacks.gauss_newton import (
+    CHORD_GAIN,
     STEPS,
     Refined,
     gram,
@@ -49,6 +50,37 @@ def test_steps_from_near_the_input_converge_to_it_quadratically():
     assert out.rank == 64 and out.singular[0] >= out.singular[1] > 0
 
 
+def test_chord_steps_reach_the_input_on_fewer_jacobians():
+    # the same start, with chord steps (the round's J and factor reused) and with one step a J: both reach the input,
+    # the chord steps on one J where the full steps form three
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    scale = float(obs.y.pow(2).sum())
+    chord = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    full = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale, chord=False)
+    for out in (chord, full):
+        assert out.stop == "tolerance" and float((out.x - x).abs().max()) < 1e-8, out
+        assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] / scale < 1e-20
+        assert out.rank == 64 and out.rank_loss == out.losses[-1]  # the rank where they ended
+    assert full.chord == 0 and full.steps == len(full.losses) >= 2
+    assert chord.chord > 0 and chord.steps == len(chord.losses) - chord.chord < full.steps
+    # each chord step cut L_R at least CHORD_GAIN-fold but the round's last
+    assert all(a / b >= CHORD_GAIN for a, b in zip(chord.losses[:-2], chord.losses[1:-1]))
+
+
+def test_chord_steps_that_slow_down_give_way_to_a_new_jacobian():
+    # far from the zero at x = 1 the first J's chord steps soon cut L_R less than CHORD_GAIN-fold: a second J is
+    # formed, whose chord steps then go on to round-off
+    def forward(x, labels):
+        return torch.cat([x - 1, 10 * (x ** 2 - 1), torch.exp(x) - math.e])
+
+    out = levenberg_marquardt(forward, torch.zeros(3, dtype=torch.float64), torch.tensor([3.0], dtype=torch.float64),
+                              None, tol=1e-20, scale=1.0)
+    assert out.stop == "tolerance" and abs(float(out.x) - 1) < 1e-12, out
+    assert out.steps >= 2 and out.chord > out.steps and len(out.losses) == out.steps + out.chord
+    assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] <= 1e-26
+
+
 @pytest.mark.parametrize("shape", [(50, 10), (300, 2000), (1000, 1537), (40, 3072)])
 def test_the_gram_matrix_by_blocks_is_j_transpose_j(shape):
     J = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -74,6 +106,7 @@ def test_the_attack_follows_l_bfgs_with_gauss_newton_and_records_it():
     assert plain.gauss_newton is None and plain.stop_reason == "iterations"
     gn = refined.gauss_newton
     assert gn is not None and gn["after_step"] == 10 and gn["loss_before"] == plain.final_loss and gn["kept"]
+    assert gn["jacobians"] >= 1 and 0 <= gn["chord"] < gn["accepted"] <= gn["jacobians"] + gn["chord"]
     assert gn["from_step"] == plain.best_step and f"best iterate (step {plain.best_step})" in refined.message
     # the first phase is the same run; the steps after it lower L_R and the result is their last iterate
     assert refined.losses[:11] == plain.losses
@@ -265,6 +298,7 @@ def test_steps_that_stop_converging_quadratically_stall():
     assert out.stop == "stalled" and 2 <= out.steps < STEPS, out
     assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] < float(forward(x0, None).pow(2).sum())
     assert abs(float(out.x) - 0.5898) < 0.05  # near the least-squares minimum
+    assert out.rank == 1 and out.rank_loss > out.losses[-1]  # not converged: no J formed just for the rank
 
 
 def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch):
@@ -292,8 +326,13 @@ def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
 
     plain = SimpleNamespace(iterations=5686, stop_reason="stalled", gauss_newton=None)
     assert _steps(plain) == "5686 it (stalled)"
-    kept = SimpleNamespace(iterations=5690, stop_reason="tolerance", gauss_newton={"accepted": 4, "kept": True})
-    assert _steps(kept) == "5690 it (tolerance, 4 Gauss-Newton)"
+    kept = SimpleNamespace(iterations=1015, stop_reason="tolerance",
+                           gauss_newton={"accepted": 15, "jacobians": 1, "chord": 14, "kept": True})
+    assert _steps(kept) == "1015 it (tolerance, 15 Gauss-Newton on 1 Jacobian)"
+    kept.gauss_newton["jacobians"] = 2
+    assert _steps(kept) == "1015 it (tolerance, 15 Gauss-Newton on 2 Jacobians)"
+    older = SimpleNamespace(iterations=5690, stop_reason="tolerance", gauss_newton={"accepted": 4, "kept": True})
+    assert _steps(older) == "5690 it (tolerance, 4 Gauss-Newton)"  # a record from before the chord steps
     left = SimpleNamespace(iterations=2000, stop_reason="iterations", gauss_newton={"accepted": 2, "kept": False})
     assert _steps(left) == "2000 it (iterations, Gauss-Newton not converged)"
     failed = SimpleNamespace(iterations=300, stop_reason="stalled", gauss_newton={"kept": False, "error": "..."})

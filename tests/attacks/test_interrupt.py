@@ -95,10 +95,21 @@ def test_an_ignored_sigint_stays_ignored():
 def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
-    with stop_on_interrupt():
+    with stop_on_interrupt():  # between two Jacobians
         out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()),
-                                  on_step=lambda loss: signal.raise_signal(signal.SIGINT))
+                                  chord=False, on_step=lambda loss: signal.raise_signal(signal.SIGINT))
     assert out.stop == "interrupted" and out.steps == 1
+    calls = []
+
+    def forward(z, labels):  # Ctrl-C during the first chord step: the residual at x, J, the full step, a chord step
+        calls.append(1)
+        if len(calls) == 4:
+            signal.raise_signal(signal.SIGINT)
+        return obs.forward(z, labels)
+
+    with stop_on_interrupt():
+        out = levenberg_marquardt(forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
+    assert out.stop == "interrupted" and out.steps == 1 and out.chord == 1 and len(calls) == 4
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="sends SIGINT to a child process")
