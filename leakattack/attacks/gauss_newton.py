@@ -205,9 +205,9 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
 
     Each round forms J, takes one damped step and then chord steps on the same J and factor (the module's
     docstring; ``chord=False``: none, one step a J).  Stops at L_R / ``scale`` <= :data:`FLOOR`, or below
-    ``tol`` once a step cuts L_R less than tenfold (``tolerance``); when :data:`TRIALS` dampings of one J do
-    not lower L_R (``tolerance`` below ``tol``, else ``stalled``), or two rounds in a row cut it less than
-    :data:`SLOW`-fold (``stalled``); at ``deadline``
+    ``tol`` once a round cuts L_R less than tenfold (``tolerance``); when :data:`TRIALS` dampings
+    of one J do not lower L_R (``tolerance`` below ``tol``, else ``stalled``), or two rounds in a row cut it
+    less than :data:`SLOW`-fold (``stalled``); at ``deadline``
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
     (``diverged``); or after ``steps`` rounds.  J is formed on torch's threads as they are, its normal equations
     solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
@@ -240,14 +240,14 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             A, g = gram(J), J.T @ r
             level = float(A.diagonal().mean()) or 1.0
             out.steps += 1
-            start, gain, solve = loss, 1.0, None
+            start, solve = loss, None
             for _ in range(TRIALS):
                 solve = _factor(A, mu * level)
                 trial = out.x + solve(g).view_as(out.x)
                 r_new = _residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
                 if math.isfinite(new) and new < loss:
-                    gain, out.x, r, loss = loss / new, trial, r_new, new
+                    out.x, r, loss = trial, r_new, new
                     out.losses.append(loss)
                     mu = max(mu / 10, 1e-15)
                     break
@@ -256,7 +256,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 if time.perf_counter() >= deadline or stop_requested():
                     break
             # chord steps after an accepted step: this J and factor, the new residual, until one cuts L_R less
-            # than CHORD_GAIN-fold (or not at all: then the last accepted step's gain stands)
+            # than CHORD_GAIN-fold or not at all
             while chord and solve is not None and loss / scale > FLOOR and time.perf_counter() < deadline \
                     and not stop_requested():
                 trial = out.x + solve(J.T @ r).view_as(out.x)
@@ -276,7 +276,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
                 else "interrupted" if stop_requested() else "stalled"
             break
-        if loss / scale <= tol and gain < 10:  # the last step no longer converged quadratically
+        if loss / scale <= tol and start / loss < 10:  # the round no longer converged quadratically
             out.stop = "tolerance"
             break
         slow = slow + 1 if start / loss < SLOW else 0  # the whole round's gain

@@ -70,12 +70,13 @@ def test_chord_steps_reach_the_input_on_fewer_jacobians():
 
 def test_chord_steps_that_slow_down_give_way_to_a_new_jacobian():
     # far from the zero at x = 1 the first J's chord steps soon cut L_R less than CHORD_GAIN-fold: a second J is
-    # formed, whose chord steps then go on to round-off
+    # formed, whose chord steps then go on to round-off.  The first round ends below the tolerance (L_R 99 against
+    # 6705 at the start): a round that cut L_R tenfold goes on, whatever its last chord step cut
     def forward(x, labels):
         return torch.cat([x - 1, 10 * (x ** 2 - 1), torch.exp(x) - math.e])
 
     out = levenberg_marquardt(forward, torch.zeros(3, dtype=torch.float64), torch.tensor([3.0], dtype=torch.float64),
-                              None, tol=1e-20, scale=1.0)
+                              None, tol=1e3, scale=1.0)
     assert out.stop == "tolerance" and abs(float(out.x) - 1) < 1e-12, out
     assert out.steps >= 2 and out.chord > out.steps and len(out.losses) == out.steps + out.chord
     assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] <= 1e-26
