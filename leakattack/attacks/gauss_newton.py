@@ -132,6 +132,7 @@ class Refined:
     losses: list[float] = field(default_factory=list)  #: L_R after each accepted step, chord steps included
     steps: int = 0  #: rounds taken, each formed J once: a full step and the chord steps on its J
     chord: int = 0  #: accepted chord steps (J and its factor reused), among the losses
+    rounds: list[float] = field(default_factory=list)  #: L_R at the end of each round (what the stall rule reads)
     stop: str = "iterations"  #: tolerance | stalled | time-limit | iterations | diverged
     seconds: float = 0.0
     #: the numerical rank of the last J formed (singular values above s_max * sqrt(n * eps): what its Gram
@@ -273,6 +274,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 if gain < CHORD_GAIN:
                     break
             del J
+        out.rounds.append(loss)
         if on_step is not None:
             on_step(loss)
         if loss == start:  # no damping of this J lowered L_R

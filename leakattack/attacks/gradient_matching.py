@@ -404,8 +404,8 @@ class GradientMatching(Attack):
         best.wall_s += out.seconds
         best.gauss_newton = {"after_step": best.iterations, "from_step": first, "jacobians": out.steps,
                              "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
-                             "loss_after": reached, "stop": out.stop, "jacobian_rank": out.rank,
-                             "singular_values": out.singular}
+                             "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
+                             "jacobian_rank": out.rank, "singular_values": out.singular}
         did = (f"{steps_note(best.gauss_newton, ' steps')} from the best iterate (step {first}) took L_R from "
                f"{before:.2e} to {reached:.2e}")
         if kept:

@@ -79,6 +79,7 @@ def test_chord_steps_that_slow_down_give_way_to_a_new_jacobian():
                               None, tol=1e3, scale=1.0)
     assert out.stop == "tolerance" and abs(float(out.x) - 1) < 1e-12, out
     assert out.steps >= 2 and out.chord > out.steps and len(out.losses) == out.steps + out.chord
+    assert len(out.rounds) == out.steps and out.rounds[0] == out.losses[1] and out.rounds[-1] == out.losses[-1]
     assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] <= 1e-26
 
 
@@ -108,6 +109,7 @@ def test_the_attack_follows_l_bfgs_with_gauss_newton_and_records_it():
     gn = refined.gauss_newton
     assert gn is not None and gn["after_step"] == 10 and gn["loss_before"] == plain.final_loss and gn["kept"]
     assert gn["jacobians"] >= 1 and 0 <= gn["chord"] < gn["accepted"] <= gn["jacobians"] + gn["chord"]
+    assert len(gn["round_losses"]) == gn["jacobians"] and gn["round_losses"][-1] == gn["loss_after"]
     assert gn["from_step"] == plain.best_step and f"best iterate (step {plain.best_step})" in refined.message
     # the first phase is the same run; the steps after it lower L_R and the result is their last iterate
     assert refined.losses[:11] == plain.losses
