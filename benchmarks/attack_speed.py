@@ -451,7 +451,7 @@ def chord_section(a) -> None:
         for _ in range(a.rounds):
             for chord in (True, False):  # interleaved: the machine's load falls on both alike
                 t = time.perf_counter()
-                out = levenberg_marquardt(p.obs.forward, p.obs.y, first.x, first.labels, tol=1e-10, scale=scale,
+                out = levenberg_marquardt(p.obs.forward, p.obs.y, first.x, first.labels, tol=attack.tol, scale=scale,
                                           chord=chord)
                 runs[chord].append((time.perf_counter() - t, out))
 

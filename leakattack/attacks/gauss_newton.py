@@ -7,7 +7,7 @@ about 52 dB, L_R ~ 1e-7, while the Jacobian J (b x n, n = m*B) there has full
 column rank with a condition number of about 2e4.  Gauss-Newton steps, which
 solve the linearised problem min ||r + J delta|| exactly, converge quadratically
 on such a zero-residual problem: the same run reaches the image to round-off in
-four steps (docs/attack.md, "Gauss-Newton after L-BFGS").
+four full steps, or one J and its chord steps (below; docs/attack.md, "Gauss-Newton after L-BFGS").
 
 Each round forms J column by column (:func:`jacobian`: n backward passes, batched, through
 the graph of one evaluation), the normal equations A = J^T J, g = J^T r, and
@@ -64,7 +64,7 @@ DAMPING, TRIALS = 1e-6, 6
 #: 30 or fewer L-BFGS steps), then 11-fold and more; through uniform sampling (J of rank 2998 of 3072) 3.0, 1.6,
 #: 5.1, 2.5, 1.7 and 1.5-fold (docs/attack.md)
 SLOW = 5.0
-#: the steps go on past the attack's tolerance while each still cuts L_R tenfold (quadratic convergence), down
+#: the steps go on past the attack's tolerance while each round still cuts L_R tenfold (quadratic convergence), down
 #: to L_R / ||y||^2 <= FLOOR (float64 round-off of a message matched to its last bits)
 FLOOR = 1e-26
 
