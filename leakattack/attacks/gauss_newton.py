@@ -194,11 +194,12 @@ def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
     return rank, (top ** 0.5, float(lam[0]) ** 0.5)
 
 
-def steps_note(record: dict, noun: str = "") -> str:
+def steps_note(record: dict, steps: bool = False) -> str:
     """The accepted steps of a run's ``gauss_newton`` record in a few words: ``15 Gauss-Newton on 1 Jacobian``
-    (``noun=" steps"``: ``15 Gauss-Newton steps on 1 Jacobian``; ``4 Gauss-Newton`` for a record that predates
-    the chord steps and does not count its Jacobians)."""
-    jacobians, said = record.get("jacobians"), f"{record['accepted']} Gauss-Newton{noun}"
+    (``steps``: ``15 Gauss-Newton steps on 1 Jacobian``; ``4 Gauss-Newton`` for a record that predates the chord
+    steps and does not count its Jacobians)."""
+    n, jacobians = record["accepted"], record.get("jacobians")
+    said = f"{n} Gauss-Newton" + (f" step{'s' if n != 1 else ''}" if steps else "")
     return said if jacobians is None else f"{said} on {jacobians} Jacobian{'s' if jacobians != 1 else ''}"
 
 

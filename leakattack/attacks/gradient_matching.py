@@ -406,7 +406,7 @@ class GradientMatching(Attack):
                              "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
                              "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
                              "jacobian_rank": out.rank, "singular_values": out.singular}
-        did = (f"{steps_note(best.gauss_newton, ' steps')} from the best iterate (step {first}) took L_R from "
+        did = (f"{steps_note(best.gauss_newton, steps=True)} from the best iterate (step {first}) took L_R from "
                f"{before:.2e} to {reached:.2e}")
         if kept:
             best.x = out.x

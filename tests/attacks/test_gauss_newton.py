@@ -17,6 +17,7 @@ from leakattack.attacks.gauss_newton import (
     gram_rank,
     jacobian,
     levenberg_marquardt,
+    steps_note,
     too_large,
 )
 from leakattack.attacks.gradient_matching import GAUSS_NEWTON_AFTER
@@ -336,6 +337,8 @@ def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
     assert _steps(kept) == "1015 it (tolerance, 15 Gauss-Newton on 2 Jacobians)"
     older = SimpleNamespace(iterations=5690, stop_reason="tolerance", gauss_newton={"accepted": 4, "kept": True})
     assert _steps(older) == "5690 it (tolerance, 4 Gauss-Newton)"  # a record from before the chord steps
+    assert steps_note({"accepted": 1, "jacobians": 1}, steps=True) == "1 Gauss-Newton step on 1 Jacobian"
+    assert steps_note({"accepted": 15, "jacobians": 1}, steps=True) == "15 Gauss-Newton steps on 1 Jacobian"
     left = SimpleNamespace(iterations=2000, stop_reason="iterations", gauss_newton={"accepted": 2, "kept": False})
     assert _steps(left) == "2000 it (iterations, Gauss-Newton not converged)"
     failed = SimpleNamespace(iterations=300, stop_reason="stalled", gauss_newton={"kept": False, "error": "..."})
