@@ -69,8 +69,14 @@ SLOW = 5.0
 FLOOR = 1e-26
 
 
-def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None) -> torch.Tensor:
-    """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only.
+class Stopped(Exception):
+    """:func:`jacobian`'s ``stop()`` turned true before J was complete."""
+
+
+def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
+             stop: Callable[[], bool] | None = None) -> torch.Tensor:
+    """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only; raises
+    :class:`Stopped` when ``stop()`` turns true between two batches of columns (a deadline, Ctrl-C).
 
     h(v) = J^T v = grad_x <v, forward(x)> is built once with its graph (it is
     linear in v); column j of J is then grad_v h_j.  Only backward passes are
@@ -100,6 +106,8 @@ def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None) -> t
             with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
                 warnings.filterwarnings("ignore", message=".*performance drop.*")
                 for start in range(0, n, step):
+                    if stop is not None and stop():
+                        raise Stopped
                     k = min(step, n - start)
                     e = torch.zeros(k, n, dtype=h.dtype, device=h.device)
                     e[torch.arange(k), torch.arange(start, start + k)] = 1
@@ -108,6 +116,8 @@ def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None) -> t
         except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
             pass
     for j in range(n):
+        if stop is not None and j % CHUNK == 0 and stop():
+            raise Stopped
         col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
         Jt[j] = 0 if col is None else col
     return Jt.T
@@ -225,6 +235,10 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     out = Refined(x=x.detach().clone())
     mu, A, slow, at = DAMPING, None, 0, (out.x, loss)  # at: the point of the last J and L_R there
     algebra = threads or torch.get_num_threads()
+
+    def halt() -> bool:
+        return time.perf_counter() >= deadline or stop_requested()
+
     while True:
         if not math.isfinite(loss):
             out.stop = "diverged"
@@ -240,7 +254,12 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if stop_requested():
             out.stop = "interrupted"
             break
-        J, at = jacobian(forward, out.x, labels), (out.x, loss)
+        try:
+            J = jacobian(forward, out.x, labels, stop=halt)
+        except Stopped:
+            out.stop = "interrupted" if stop_requested() else "time-limit"
+            break
+        at = (out.x, loss)
         with torch_threads(algebra):
             A, g = gram(J), J.T @ r
             level = float(A.diagonal().mean()) or 1.0
@@ -290,10 +309,14 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "stalled"
             break
     if A is not None and out.stop == "tolerance" and at[0] is not out.x:  # the rank where the steps ended
-        J, at = jacobian(forward, out.x, labels), (out.x, loss)
-        with torch_threads(algebra):
-            A = gram(J)
-        del J
+        try:
+            J = jacobian(forward, out.x, labels, stop=halt)
+            at = (out.x, loss)
+            with torch_threads(algebra):
+                A = gram(J)
+            del J
+        except Stopped:  # no time left for it: no rank (the last J was formed elsewhere)
+            A = None
     if A is not None:
         with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
@@ -302,5 +325,5 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "CHUNK", "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
+__all__ = ["jacobian", "Stopped", "CHUNK", "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "FLOOR", "SLOW"]

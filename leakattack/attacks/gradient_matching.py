@@ -420,8 +420,10 @@ class GradientMatching(Attack):
         why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
                "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
-        best.message = add_note(best.message, f"{did} without converging ({why[out.stop]}): the first phase's "
-                                              "iterate is kept", link="then ")
+        said = f"{did} without converging" if out.steps else \
+            f"Gauss-Newton steps from the best iterate (step {first}) stopped before their first Jacobian was formed"
+        best.message = add_note(best.message, f"{said} ({why[out.stop]}): the first phase's iterate is kept",
+                                link="then ")
         return False
 
     def run(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, *,

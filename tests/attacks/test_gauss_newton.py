@@ -13,6 +13,7 @@ from leakattack.attacks.gauss_newton import (
     CHORD_GAIN,
     STEPS,
     Refined,
+    Stopped,
     gram,
     gram_rank,
     jacobian,
@@ -240,6 +241,22 @@ def test_a_deadline_that_has_passed_stops_before_forming_j():
     assert torch.equal(out.x, x + 0.1)
 
 
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_jacobian_stops_between_batches_of_columns_when_asked(chunk):
+    obs, x = _obs()  # 64 unknowns: four batches of CHUNK columns
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) == 3
+
+    with pytest.raises(Stopped):
+        jacobian(obs.forward, x, obs.labels, chunk=chunk, stop=stop)
+    assert len(asked) == 3
+    J = jacobian(obs.forward, x, obs.labels, chunk=chunk, stop=lambda: False)
+    assert J.shape == (obs.b, 64)
+
+
 def test_jacobian_columns_are_directional_derivatives():
     obs, x = _obs()
     J = jacobian(obs.forward, x, obs.labels)
@@ -321,6 +338,17 @@ def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch)
     gn = result.gauss_newton
     assert gn["kept"] is False and gn["stop"] == "stalled" and gn["loss_after"] == plain.final_loss / 3
     assert result.message.endswith("without converging (they stopped converging): the first phase's iterate is kept")
+
+
+def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt",
+                        lambda forward, y, x, labels, **kw: Refined(x=x, stop="time-limit"))
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert torch.equal(result.x, plain.x) and result.gauss_newton["jacobians"] == 0
+    assert result.message.endswith("stopped before their first Jacobian was formed (the time limit was reached): "
+                                   "the first phase's iterate is kept")
 
 
 def test_the_summary_line_names_the_steps_and_whether_they_were_kept():

@@ -110,6 +110,18 @@ def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
     with stop_on_interrupt():
         out = levenberg_marquardt(forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
     assert out.stop == "interrupted" and out.steps == 1 and out.chord == 1 and len(calls) == 4
+    calls.clear()
+
+    def forming(z, labels):  # Ctrl-C while the first J is formed (its graph is the second evaluation)
+        calls.append(1)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return obs.forward(z, labels)
+
+    with stop_on_interrupt():
+        out = levenberg_marquardt(forming, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
+    assert out.stop == "interrupted" and out.steps == 0 and out.losses == [] and out.rank is None
+    assert torch.equal(out.x, start)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="sends SIGINT to a child process")
