@@ -92,6 +92,20 @@ def test_an_ignored_sigint_stays_ignored():
         assert not stop_requested()
 
 
+def _ctrl_c_in_evaluation(forward, k: int):
+    """``forward`` with Ctrl-C pressed during its k-th evaluation; ``.calls`` counts the evaluations."""
+    calls: list[int] = []
+
+    def pressed(z, labels):
+        calls.append(1)
+        if len(calls) == k:
+            signal.raise_signal(signal.SIGINT)
+        return forward(z, labels)
+
+    pressed.calls = calls  # type: ignore[attr-defined]
+    return pressed
+
+
 def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
@@ -99,27 +113,14 @@ def test_ctrl_c_stops_gauss_newton_steps_and_leaves_the_first_phase_iterate():
         out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()),
                                   chord=False, on_step=lambda loss: signal.raise_signal(signal.SIGINT))
     assert out.stop == "interrupted" and out.steps == 1
-    calls = []
-
-    def forward(z, labels):  # Ctrl-C during the first chord step: the residual at x, J, the full step, a chord step
-        calls.append(1)
-        if len(calls) == 4:
-            signal.raise_signal(signal.SIGINT)
-        return obs.forward(z, labels)
-
+    # Ctrl-C during the first chord step (evaluations: the residual at x, J's graph, the full step, a chord step)
+    forward = _ctrl_c_in_evaluation(obs.forward, 4)
     with stop_on_interrupt():
         out = levenberg_marquardt(forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
-    assert out.stop == "interrupted" and out.steps == 1 and out.chord == 1 and len(calls) == 4
-    calls.clear()
-
-    def forming(z, labels):  # Ctrl-C while the first J is formed (its graph is the second evaluation)
-        calls.append(1)
-        if len(calls) == 2:
-            signal.raise_signal(signal.SIGINT)
-        return obs.forward(z, labels)
-
+    assert out.stop == "interrupted" and out.steps == 1 and out.chord == 1 and len(forward.calls) == 4
+    forward = _ctrl_c_in_evaluation(obs.forward, 2)  # while the first J is formed
     with stop_on_interrupt():
-        out = levenberg_marquardt(forming, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
+        out = levenberg_marquardt(forward, obs.y, start, obs.labels, tol=1e-30, scale=float(obs.y.pow(2).sum()))
     assert out.stop == "interrupted" and out.steps == 0 and out.losses == [] and out.rank is None
     assert torch.equal(out.x, start)
 
