@@ -272,6 +272,9 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                                 f"(singular values {top:.2e} to {low:.2e})")
     else:
         rank, out["jacobian_note"] = metrics.jacobian_rank(case.obs.forward, result.x, result.labels, case.obs.d)
+        if rank is None and gn.get("kept"):  # converged steps whose J at the reconstruction was cut short
+            out["jacobian_note"] = ("not measured: the time limit or Ctrl-C came before the Gauss-Newton steps formed "
+                                    "J at the reconstruction")
     out["jacobian_rank"] = rank
     if out["unique"] is None and rank is not None:
         out["unique"] = rank == mB
