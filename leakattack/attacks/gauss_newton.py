@@ -147,7 +147,8 @@ class Refined:
     seconds: float = 0.0
     #: the numerical rank of the last J formed (singular values above s_max * sqrt(n * eps): what its Gram
     #: matrix resolves), and its largest and smallest singular values; when the steps converge (``tolerance``)
-    #: that J is formed at the last iterate, one more J if the last round's steps moved it
+    #: that J is formed at the last iterate: one more J if the last round's steps moved it or none was formed
+    #: (the start met the tolerance), so a converged result without a rank is one whose J was cut short
     rank: int | None = None
     singular: tuple[float, float] | None = None
     #: L_R where that J was formed
@@ -308,7 +309,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if slow == 2:
             out.stop = "stalled"
             break
-    if A is not None and out.stop == "tolerance" and at[0] is not out.x:  # the rank where the steps ended
+    if out.stop == "tolerance" and (A is None or at[0] is not out.x):  # the rank where the steps ended
         try:
             J = jacobian(forward, out.x, labels, stop=halt)
             at = (out.x, loss)

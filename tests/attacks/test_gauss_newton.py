@@ -70,6 +70,13 @@ def test_chord_steps_reach_the_input_on_fewer_jacobians():
     assert all(a / b >= CHORD_GAIN for a, b in zip(chord.losses[:-2], chord.losses[1:-1]))
 
 
+def test_a_start_at_the_input_takes_no_step_and_still_measures_the_rank_there():
+    obs, x = _obs()
+    out = levenberg_marquardt(obs.forward, obs.y, x, obs.labels, tol=1e-10, scale=float(obs.y.pow(2).sum()))
+    assert out.stop == "tolerance" and out.steps == 0 and out.losses == [] and torch.equal(out.x, x)
+    assert out.rank == 64 and out.rank_loss is not None and out.rank_loss / float(obs.y.pow(2).sum()) <= 1e-26
+
+
 def test_chord_steps_that_slow_down_give_way_to_a_new_jacobian():
     # far from the zero at x = 1 the first J's chord steps soon cut L_R less than CHORD_GAIN-fold: a second J is
     # formed, whose chord steps then go on to round-off.  The first round ends below the tolerance (L_R 99 against
