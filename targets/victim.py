@@ -53,13 +53,31 @@ def resolve_bn_mode(mode: str, batch_size: int) -> str:
 #: thread, whose small tensor ops only wait on each other with more (benchmarks/deep_step.py, attack_speed.py)
 DEEP_WEIGHTS = 100_000
 
+#: an attack that puts at least this many images through a smaller victim at each evaluation (its starts times
+#: the batch) runs on every core too: a batch is enough work to split (LeNet, 200 steps, two cores against one:
+#: 8 starts 27% and 4 starts 29% faster with Adam, a batch of 4 16% and of 8 21% with L-BFGS)
+PARALLEL_EXAMPLES = 4
+
+
+#: the cores this process counts as its own where a pool of workers splits the machine (None: every one it may use)
+_share: int | None = None
+
+
+def share_cores(n: int | None) -> None:
+    """Count at most ``n`` cores as this process's own (a worker of a pool that splits the machine between its
+    processes; None: every core it may run on), so "every core" in the thread rule means its share."""
+    global _share
+    _share = None if n is None else max(1, int(n))
+
 
 def cpu_cores() -> int:
-    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count."""
+    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count;
+    at most its share of them in a pool of workers (:func:`share_cores`)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
-        return max(1, os.cpu_count() or 1)
+        n = max(1, os.cpu_count() or 1)
+    return n if _share is None else min(n, _share)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -183,7 +201,13 @@ class Victim:
     def threads(self) -> int:
         """The torch threads an attack on this victim runs on unless told otherwise: every core for a deep one,
         one thread below."""
-        return cpu_cores() if self.deep else 1
+        return self.threads_for(1)
+
+    def threads_for(self, examples: int) -> int:
+        """The torch threads for an attack that puts ``examples`` images through this victim at each evaluation
+        (its starts times the batch): every core for a deep victim or from :data:`PARALLEL_EXAMPLES` images on,
+        one thread below."""
+        return cpu_cores() if self.deep or examples >= PARALLEL_EXAMPLES else 1
 
     @property
     def unknowns_per_example(self) -> int:
@@ -230,6 +254,6 @@ class Victim:
     __call__ = forward
 
 
-__all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "cpu_cores", "cross_entropy", "squared_error",
-           "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments", "batch_moments", "uses_batch_statistics",
-           "last_linear"]
+__all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
+           "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
+           "batch_moments", "uses_batch_statistics", "last_linear"]

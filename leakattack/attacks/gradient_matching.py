@@ -450,12 +450,14 @@ class GradientMatching(Attack):
         step); or, with ``prune_restarts``, at a cut of successive halving (``pruned``,
         :func:`prune_points`).  Each result holds the start's best iterate.
 
-        It runs on ``threads`` torch threads, by default the victim's choice (every core
-        for deep victims, one for small ones: ``Victim.threads``), and gives torch its
+        It runs on ``threads`` torch threads, by default the victim's choice for R*B images an
+        evaluation (every core for deep victims and for batches of starts and examples, one
+        thread for one image of a small one: ``Victim.threads_for``), and gives torch its
         thread count back afterwards.  A float32 attack on one image of a small victim
         runs its convolutions without oneDNN (:func:`own_convolutions`).
         """
-        with torch_threads(self.threads or obs.victim.threads), onednn(not own_convolutions(obs, x0)):
+        with torch_threads(self.threads or obs.victim.threads_for(x0.shape[0] * x0.shape[1])), \
+                onednn(not own_convolutions(obs, x0)):
             return self._optimise(obs, x0, labels, monitor, monitor_every, progress)
 
     def _optimise(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, monitor: Monitor | None,

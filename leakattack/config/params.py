@@ -64,6 +64,8 @@ class Duration(Constraint):
 
 #: a copy of targets.victim.DEEP_WEIGHTS for the help text (declaring parameters imports no torch; a test compares)
 DEEP_WEIGHTS = 100_000
+#: a copy of targets.victim.PARALLEL_EXAMPLES for the help text
+PARALLEL_EXAMPLES = 4
 
 
 POS_INT = Number(1, integer=True)
@@ -207,8 +209,9 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
     Param("threads", None, Optional(Cores()), "threads",
           f"CPU threads for torch (default: auto, every core for victims of at least {DEEP_WEIGHTS:,} weights such as "
-          "the ResNets and ViTs, one thread for smaller ones such as LeNet, whose small tensor ops only slow down with "
-          "more; the Python API's attack makes the same choice)", "output"),
+          f"the ResNets and ViTs and for attacks on {PARALLEL_EXAMPLES} or more images an evaluation (restarts times "
+          "the batch), one thread for fewer images of smaller ones such as LeNet, whose small tensor ops only slow "
+          "down with more; the Python API's attack makes the same choice)", "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
           "one of {choices}: precision of model, data and attack (default: from the recipe, on every device)",
           "output"),
@@ -310,4 +313,4 @@ def help_text(p: Param) -> str:
 
 
 __all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
-           "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS"]
+           "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES"]

@@ -8,13 +8,15 @@ from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe
 from leakattack.config import RunConfig
 from leakattack.config.constraints import available_cores
 from leakattack.config.params import DEEP_WEIGHTS
+from leakattack.config.params import PARALLEL_EXAMPLES as HELP_PARALLEL_EXAMPLES
 from leakattack.experiment import execute, prepare
 from targets.victim import DEEP_WEIGHTS as VICTIM_DEEP_WEIGHTS
-from targets.victim import cpu_cores
+from targets.victim import PARALLEL_EXAMPLES, cpu_cores
 
 
 def test_the_help_texts_copy_of_the_bound_and_the_core_count_are_the_victims():
     assert DEEP_WEIGHTS == VICTIM_DEEP_WEIGHTS and cpu_cores() == available_cores()
+    assert HELP_PARALLEL_EXAMPLES == PARALLEL_EXAMPLES
 
 
 def test_a_victim_chooses_every_core_from_the_bound_on_and_one_thread_below():
@@ -56,6 +58,25 @@ def test_the_python_apis_attack_runs_on_the_victims_count_or_the_given_one_and_r
         assert torch.get_num_threads() == available_cores()
         assert _seen(get_attack("gradient-matching", iterations=3, threads=available_cores()), obs) == \
             {available_cores()}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_batches_of_starts_and_examples_of_a_small_victim_run_on_every_core():
+    victim = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    assert victim.threads_for(PARALLEL_EXAMPLES - 1) == 1 and victim.threads_for(PARALLEL_EXAMPLES) == available_cores()
+    B = 2
+    x, labels = torch.rand(B, 1, 8, 8), torch.tensor([3, 5])
+    obs = observe(victim, x, labels, Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1)), ThreatModel())
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        many = PARALLEL_EXAMPLES // B  # starts: R*B images an evaluation
+        assert _seen(get_attack("gradient-matching", iterations=3, restarts=many), obs) == {available_cores()}
+        assert _seen(get_attack("gradient-matching", iterations=3, restarts=1), obs) == \
+            ({1} if B < PARALLEL_EXAMPLES else {available_cores()})
+        assert _seen(get_attack("gradient-matching", iterations=3, restarts=many, threads=1), obs) == {1}
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

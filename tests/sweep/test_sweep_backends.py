@@ -5,9 +5,12 @@ import operator
 import time
 
 import pytest
+import torch
 
+import targets
 from leakattack.errors import UserError
 from leakattack.sweep.backends import Backend, LocalBackend, get_backend, list_backends
+from targets.victim import cpu_cores, share_cores
 
 
 def test_local_backend_with_workers_returns_every_item_once():
@@ -17,6 +20,29 @@ def test_local_backend_with_workers_returns_every_item_once():
     finally:
         backend.close()
     assert sorted(pairs) == [(i, -i) for i in range(7)]
+
+
+def test_local_workers_split_the_cores_so_deep_victims_do_not_oversubscribe_them():
+    """Two workers on this machine each take half its cores (at least one) as their threads and as the "every core"
+    of the thread rule: a deep victim's attack in a worker does not start a thread per core of the machine."""
+    share = max(1, cpu_cores() // 2)
+    backend = get_backend("local", jobs=2)
+    try:
+        pairs = list(backend.map_unordered(operator.call, [torch.get_num_threads, cpu_cores] * 2))
+    finally:
+        backend.close()
+    assert [n for _, n in pairs] == [share] * 4
+
+
+def test_a_share_of_the_cores_is_what_every_core_means_for_a_deep_victim():
+    deep = targets.get_model("resnet20", seed=0)
+    assert deep.deep
+    try:
+        share_cores(1)
+        assert cpu_cores() == 1 and deep.threads == 1
+    finally:
+        share_cores(None)
+    assert deep.threads == cpu_cores() >= 1
 
 
 def test_local_backend_with_one_job_runs_in_this_process_in_order():

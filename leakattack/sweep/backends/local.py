@@ -1,4 +1,5 @@
-"""Processes on this machine: a spawn-context pool, one torch thread per worker.
+"""Processes on this machine: a spawn-context pool whose workers split the cores (two workers on two cores:
+one thread each, every victim, deep ones included).
 
 Ctrl-C is handled by the parent (workers ignore SIGINT), and workers exit on
 their own when the parent dies (kill -9), so nothing is left running.  With one
@@ -16,13 +17,18 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
+from targets.victim import cpu_cores, share_cores
+
 from ...errors import one_line_warnings
 from .base import Backend
 
 
-def _worker_init() -> None:
-    """Workers: one thread, Ctrl-C handled by the parent, exit when the parent dies (kill -9)."""
-    torch.set_num_threads(1)
+def _worker_init(cores: int) -> None:
+    """Workers: ``cores`` threads and cores to count as their own (:func:`targets.victim.share_cores`: the thread
+    rule's "every core" of a deep victim, the Gauss-Newton algebra's), Ctrl-C handled by the parent, exit when the
+    parent dies (kill -9)."""
+    torch.set_num_threads(cores)
+    share_cores(cores)
     one_line_warnings()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
@@ -67,7 +73,7 @@ class LocalBackend(Backend):
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
-                                             initializer=_worker_init)
+                                             initializer=_worker_init, initargs=(max(1, cpu_cores() // self.jobs),))
         futures = {self._pool.submit(fn, item): item for item in items}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
