@@ -7,7 +7,7 @@ import sys
 from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
-from ..metrics import RunMetrics, failed_part
+from ..metrics import RunMetrics, failed_kind, failed_part
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -91,6 +91,12 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
                 "the message is private: a stronger attack may still rebuild the input")
 
 
+#: the note under a ``dlg`` run on a batch whose search stopped short: on batches of photos ``ig`` searched further
+OTHER_RECIPE_NOTE = ("on a batch, --recipe ig (signed Adam on the cosine distance, with TV) is a different search, "
+                     "which rebuilt more of LeNet's batches of 4 and 8 photos than dlg did "
+                     "(docs/victims.md#which-recipe-on-a-batch)")
+
+
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
     unused = cfg.unused_options()
@@ -108,6 +114,8 @@ def cmd_run(a) -> int:
         part = failed_part(m.to_dict())
         if part:
             print(f"note: {part}", file=sys.stderr)
+        if failed_kind(m.to_dict()) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1:
+            print(f"note: {OTHER_RECIPE_NOTE}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     if m.label_choice is not None:

@@ -44,6 +44,17 @@ def test_a_run_that_rebuilds_nothing_says_so_beside_its_baselines(tmp_path, caps
     assert "the search stopped short, and more steps or starts may get closer" in err
 
 
+def test_a_dlg_batch_whose_search_stopped_short_names_the_other_recipe(tmp_path, capsys):
+    from leakattack.cli.run import OTHER_RECIPE_NOTE
+
+    rc, line, err, m = _run([*LENET, "--batch-size", "2", "--iterations", "2"], tmp_path / "b", capsys)
+    assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
+    assert OTHER_RECIPE_NOTE in err and "--recipe ig" in OTHER_RECIPE_NOTE
+    for flags in (["--batch-size", "1"], ["--batch-size", "2", "--recipe", "ig"]):  # one image; ig's own run
+        rc, line, err, m = _run([*LENET, *flags, "--iterations", "2"], tmp_path / "o", capsys)
+        assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and OTHER_RECIPE_NOTE not in err
+
+
 def test_a_prior_that_prefers_another_image_to_the_truth_is_named(tmp_path, capsys):
     """ResNet-20 at its seed-0 initialisation (running statistics 0 and 1) with the BatchNorm prior at weight 1: the
     prior scores the photograph higher than the Gaussian start, so the objective prefers the start to the truth."""
