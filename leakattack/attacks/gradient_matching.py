@@ -337,8 +337,17 @@ class GradientMatching(Attack):
         if best is None:
             best = self._best(main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                             progress=progress), choice, probes_s)
-        if self.refinement(obs, best.stop_reason) is None:
+        why = self.refinement(obs, best.stop_reason)
+        if why is None:
             self._refine(obs, best, deadline, monitor, progress)
+        elif best.stop_reason != "tolerance" and why == too_large(obs.b, math.prod(obs.input_shape), obs.d):
+            # size alone kept the steps out: say what asking for them would cost
+            n = math.prod(obs.input_shape)
+            size = 8 * obs.b * n  # bytes of J in float64
+            held = f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+            best.message = add_note(best.message, f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them "
+                                                  f"anyway (J of {obs.b} x {n} numbers, {held} in float64), which can "
+                                                  "reach the input itself where the message pins it down")
         if tried is not None:
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
             reached = f" (L_R {tried['loss_before']:.2e} to {tried['loss_after']:.2e})" if "loss_after" in tried else ""

@@ -165,6 +165,23 @@ def test_the_size_bounds():
     assert "passes" in too_large(10**4, 3072, 272474)  # ResNet-20
 
 
+def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_for_they_run(monkeypatch):
+    from leakattack.attacks import gauss_newton
+
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+    monkeypatch.setattr(gauss_newton, "MAX_UNKNOWNS", 32)  # 64 unknowns: too many for auto
+    obs, x = _obs()
+    out = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs)
+    assert out.gauss_newton is None and out.stop_reason == "iterations"
+    assert (f"o Gauss-Newton steps: m*B = 64 unknowns (it runs up to 32); --refine gauss-newton takes them anyway "
+            f"(J of {obs.b} x 64 numbers, {8 * obs.b * 64 / 1e6:.1f} MB in float64)") in out.message
+    asked = GradientMatching(iterations=30, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert asked.gauss_newton["kept"] and float((asked.x - x).abs().max()) < 1e-6
+    assert "--refine gauss-newton takes them" not in asked.message
+    # another reason (a first phase cut short by its budget) or a converged first phase: no such note
+    assert "--refine" not in GradientMatching(iterations=10, init_seed=2, labels="given").reconstruct(obs).message
+
+
 def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_sentence():
     obs, _ = _obs()
     reason = GradientMatching(refine="gauss-newton", objective="cosine").supports(obs)
