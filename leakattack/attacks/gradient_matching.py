@@ -51,6 +51,9 @@ OBJECTIVES = ("l2", "cosine")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 SCHEDULES = ("none", "step")
+#: a run whose Gauss-Newton steps were left out for their size alone names --refine gauss-newton while J (float64)
+#: would hold at most this many bytes (8 digits unsketched: 0.7 GB; vit_small through srht b/d = 0.5: 22 GB)
+SUGGESTED_J_BYTES = 4 * 10**9
 #: what follows the first-order phase: Gauss-Newton steps where they pay (auto), always, or nothing
 REFINES = ("auto", "gauss-newton", "none")
 #: ``auto`` follows a phase that used its steps only when they were at least this many: a shorter budget asks for
@@ -340,8 +343,9 @@ class GradientMatching(Attack):
         why = self.refinement(obs, best.stop_reason)
         if why is None:
             self._refine(obs, best, deadline, monitor, progress)
-        elif best.stop_reason != "tolerance" and why == too_large(obs.b, math.prod(obs.input_shape), obs.d):
-            # size alone kept the steps out: say what asking for them would cost
+        elif best.stop_reason != "tolerance" and why == too_large(obs.b, math.prod(obs.input_shape), obs.d) \
+                and 8 * obs.b * math.prod(obs.input_shape) <= SUGGESTED_J_BYTES:
+            # size alone kept the steps out, and J would fit a laptop: say what asking for them would cost
             n = math.prod(obs.input_shape)
             size = 8 * obs.b * n  # bytes of J in float64
             held = f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

@@ -178,8 +178,10 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     asked = GradientMatching(iterations=30, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert asked.gauss_newton["kept"] and float((asked.x - x).abs().max()) < 1e-6
     assert "--refine gauss-newton takes them" not in asked.message
-    # another reason (a first phase cut short by its budget) or a converged first phase: no such note
+    # another reason (a first phase cut short by its budget), or a J too large to suggest: no such note
     assert "--refine" not in GradientMatching(iterations=10, init_seed=2, labels="given").reconstruct(obs).message
+    monkeypatch.setattr(gradient_matching, "SUGGESTED_J_BYTES", 8 * obs.b * 64 - 1)
+    assert "--refine" not in GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
 
 
 def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_sentence():
