@@ -32,7 +32,7 @@ from .channel import Channel
 from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .config.params import duration_seconds
 from .data import ImageSet, get_batch, get_dataset
-from .errors import SettingWarning, UserError, duration_text
+from .errors import SettingWarning, UserError, duration_text, size_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .progress import progress_bar
 from .registry import Registry
@@ -267,10 +267,6 @@ def _available_bytes(device: torch.device) -> int:
     return available_memory_bytes()
 
 
-def _gb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:.3g} GB"
-
-
 def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_classes: int, device: torch.device,
                         dtype: torch.dtype) -> None:
     """Refuse a message whose attack cannot fit in memory, before the model is built (ConfigError naming the field):
@@ -283,8 +279,8 @@ def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_class
     batch = BATCH_COPIES * msg.batch_size * math.prod(in_shape) * size
     if batch > have:
         raise ConfigError(f"{where}: a batch of batch_size = {msg.batch_size} inputs of shape {tuple(in_shape)} needs "
-                          f"at least {_gb(batch)} in {dt} ({BATCH_COPIES} copies: the dummy images, their gradient and "
-                          f"two optimiser moments), and {_gb(have)} is available")
+                          f"at least {size_text(batch)} in {dt} ({BATCH_COPIES} copies: the dummy images, their "
+                          f"gradient and two optimiser moments), and {size_text(have)} is available")
     d = targets.parameter_count(cfg.model, num_classes=num_classes, in_shape=in_shape, **cfg.model_params)
     if d is None:
         return  # the build says what is wrong, or the user's class cannot be counted without building it
@@ -293,11 +289,11 @@ def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_class
     if weights > have:
         if steps and steps * d * size > have / 2:
             raise ConfigError(f"{where}: unrolling local_steps = {msg.local_steps} SGD steps of model '{cfg.model}' "
-                              f"(d = {d:,} weights) keeps a copy of the weights per step, at least {_gb(weights)} in "
-                              f"{dt}, and {_gb(have)} is available")
+                              f"(d = {d:,} weights) keeps a copy of the weights per step, at least "
+                              f"{size_text(weights)} in {dt}, and {size_text(have)} is available")
         raise ConfigError(f"{where}: model '{cfg.model}' built for its input_shape {tuple(in_shape)} and num_classes "
-                          f"{num_classes} has d = {d:,} weights, at least {_gb(weights)} in {dt} with its gradient, "
-                          f"and {_gb(have)} is available")
+                          f"{num_classes} has d = {d:,} weights, at least {size_text(weights)} in {dt} with its "
+                          f"gradient, and {size_text(have)} is available")
 
 
 def _check_message_labels(cfg: RunConfig, msg: Message, num_classes: int) -> None:

@@ -44,10 +44,15 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+def size_text(n_bytes: float) -> str:
+    """An amount of memory as a message states it: GB to three figures."""
+    return f"{n_bytes / 1e9:.3g} GB"
+
+
 def one_line_warnings() -> None:
     """Print every SettingWarning of this process as one ``leakattack: warning: ...`` line (other warnings as usual);
     the command line and the sweep's worker processes call it."""
     warnings.showwarning = _one_line_warning
 
 
-__all__ = ["UserError", "SettingWarning", "duration_text", "one_line_warnings"]
+__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "one_line_warnings"]

@@ -54,8 +54,9 @@ def resolve_bn_mode(mode: str, batch_size: int) -> str:
 DEEP_WEIGHTS = 100_000
 
 #: an attack that puts at least this many images through a smaller victim at each evaluation (its starts times
-#: the batch) runs on every core too: a batch is enough work to split (LeNet, 200 steps, two cores against one:
-#: 8 starts 27% and 4 starts 29% faster with Adam, a batch of 4 16% and of 8 21% with L-BFGS)
+#: the batch) runs on every core too: a batch is enough work to split (``leakattack run --model lenet --sketch srht
+#: --iterations 200 --threads 1|2`` with ``--optimizer adam --restarts 8|4`` or ``--batch-size 4|8``, 2-core AMD
+#: EPYC: two threads 27-44% and 29% faster with Adam, 16% and 21% with L-BFGS; one image gains nothing)
 PARALLEL_EXAMPLES = 4
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from targets.victim import cpu_cores
 
-from ..errors import UserError
+from ..errors import UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
@@ -343,15 +343,8 @@ class GradientMatching(Attack):
         why = self.refinement(obs, best.stop_reason)
         if why is None:
             self._refine(obs, best, deadline, monitor, progress)
-        elif best.stop_reason != "tolerance" and why == too_large(obs.b, math.prod(obs.input_shape), obs.d) \
-                and 8 * obs.b * math.prod(obs.input_shape) <= SUGGESTED_J_BYTES:
-            # size alone kept the steps out, and J would fit a laptop: say what asking for them would cost
-            n = math.prod(obs.input_shape)
-            size = 8 * obs.b * n  # bytes of J in float64
-            held = f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
-            best.message = add_note(best.message, f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them "
-                                                  f"anyway (J of {obs.b} x {n} numbers, {held} in float64), which can "
-                                                  "reach the input itself where the message pins it down")
+        elif best.stop_reason != "tolerance" and (note := self._size_note(obs, why)):
+            best.message = add_note(best.message, note)
         if tried is not None:
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
             reached = f" (L_R {tried['loss_before']:.2e} to {tried['loss_after']:.2e})" if "loss_after" in tried else ""
@@ -359,6 +352,17 @@ class GradientMatching(Attack):
                                                   f"converged{reached}, so the whole budget ran")
             best.gauss_newton = {**best.gauss_newton, "first_attempt": tried} if best.gauss_newton else tried
         return best
+
+    @staticmethod
+    def _size_note(obs: Observation, why: str) -> str:
+        """What asking for the Gauss-Newton steps would cost where ``why`` they were left out is their size alone
+        (:func:`.gauss_newton.too_large`) and J would hold at most :data:`SUGGESTED_J_BYTES`; else nothing."""
+        n = math.prod(obs.input_shape)
+        size = 8 * obs.b * n  # J in float64
+        if why != too_large(obs.b, n, obs.d) or size > SUGGESTED_J_BYTES:
+            return ""
+        return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway (J of {obs.b} x {n} numbers, "
+                f"{size_text(size)} in float64), which can reach the input itself where the message pins it down")
 
     def _tries_early(self, obs: Observation) -> bool:
         """Whether ``auto`` tries the Gauss-Newton steps after :data:`GAUSS_NEWTON_AFTER` steps of a larger budget:

@@ -111,10 +111,11 @@ def cmd_run(a) -> int:
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
-        part = failed_part(m.to_dict())
+        record = m.to_dict()
+        part = failed_part(record)
         if part:
             print(f"note: {part}", file=sys.stderr)
-        if failed_kind(m.to_dict()) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1:
+        if failed_kind(record) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1:
             print(f"note: {OTHER_RECIPE_NOTE}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)

@@ -167,6 +167,7 @@ def test_the_size_bounds():
 
 def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_for_they_run(monkeypatch):
     from leakattack.attacks import gauss_newton
+    from leakattack.errors import size_text
 
     monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
     monkeypatch.setattr(gauss_newton, "MAX_UNKNOWNS", 32)  # 64 unknowns: too many for auto
@@ -174,7 +175,7 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     out = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs)
     assert out.gauss_newton is None and out.stop_reason == "iterations"
     assert (f"o Gauss-Newton steps: m*B = 64 unknowns (it runs up to 32); --refine gauss-newton takes them anyway "
-            f"(J of {obs.b} x 64 numbers, {8 * obs.b * 64 / 1e6:.1f} MB in float64)") in out.message
+            f"(J of {obs.b} x 64 numbers, {size_text(8 * obs.b * 64)} in float64)") in out.message
     asked = GradientMatching(iterations=30, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert asked.gauss_newton["kept"] and float((asked.x - x).abs().max()) < 1e-6
     assert "--refine gauss-newton takes them" not in asked.message
