@@ -121,6 +121,8 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                                **cfg.model_params)
     if cfg.weights:
         targets.load_weights(victim, cfg.weights)
+    if cfg.attack_class.modifies_model:  # the server sends its own model, built from images it holds
+        cfg.attack_class(**cfg.attack_options()).modify(victim, ds)
     victim.to(device=device, dtype=dtype)
     cfg.validate_for(victim.d)
     sketch = get_sketch(cfg.sketch, victim.d, cfg.sketch_b(victim.d), seed=seeds.sketch_seed,
@@ -471,6 +473,10 @@ def check_case_options(cfg: RunConfig) -> None:
                               "the round seeds of a protocol")
         if not cfg.message and is_identity(cfg.sketch):
             raise ConfigError(f"--sketch-seed-search needs a sketch with a seed, and sketch '{cfg.sketch}' has none")
+    if cfg.attack_class.modifies_model and (cfg.protocol or cfg.message):
+        raise ConfigError(f"attack '{cfg.attack}' changes the model the server sends before the client computes its "
+                          f"gradient, which a {'protocol' if cfg.protocol else 'message file'} fixes; run it without "
+                          f"--{'protocol' if cfg.protocol else 'message'}")
     if cfg.truth and not cfg.message:
         raise ConfigError("--truth scores the attack of a message file: give --message too (a simulated client's "
                           "truth is its data set's batch)")

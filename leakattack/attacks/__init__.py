@@ -7,6 +7,8 @@
   linear layers with invertible activations, from the whole gradient of one example.
 * ``april`` — APRIL: a ViT's patches in closed form from the gradients of its
   learnable position embedding and its patch embedding, for one example.
+* ``imprint`` — a malicious server's imprint block (Robbing the Fed): every image
+  of a batch that falls alone into one of its brightness bins, in closed form.
 
 Label recovery (``labels``), optimisers (``get_optimizer``) and image priors
 (``get_prior``) are registries of their own.  Adding an attack: its own module
@@ -32,6 +34,7 @@ from .gradient_matching import (
     init_dummy,
     match_loss,
 )
+from .imprint import Imprint
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, prior_error
@@ -43,6 +46,7 @@ _ATTACKS.register("gradient-matching", GradientMatching)
 _ATTACKS.register("analytic", Analytic)
 _ATTACKS.register("rgap", Rgap)
 _ATTACKS.register("april", April)
+_ATTACKS.register("imprint", Imprint)
 
 #: the attack ``leakattack run`` uses unless another is named
 DEFAULT_ATTACK = "gradient-matching"
@@ -72,8 +76,8 @@ def get_attack(name: str, **options) -> Attack:
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "register_attack", "get_attack", "list_attacks",
     "DEFAULT_ATTACK",
-    "GradientMatching", "Rgap", "April", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES", "DUMMY_INITS",
-    "SCHEDULES", "REFINES", "STALL_WINDOW", "STALL_GAIN",
+    "GradientMatching", "Rgap", "April", "Imprint", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES",
+    "DUMMY_INITS", "SCHEDULES", "REFINES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
     "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
     "recipe_help", "recipe_options",

@@ -67,6 +67,9 @@ class Attack:
     option: ``"given"`` uses the granted labels) and ``settings`` (the run settings only it reads, which
     ``leakattack run`` reports as unused under another attack).
 
+    ``modifies_model`` marks a malicious server's attack: it changes the model the server sends before the client
+    computes its gradient (:meth:`modify`, given the victim and the server's own images).
+
     ``options`` declares the attack's own parameters (:class:`~leakattack.constraints.Param`: name, default,
     constraint, label, help): each is a keyword argument of the class, and ``leakattack run`` gives it a flag
     (``--name-with-dashes``), validates it, records it in ``attack_params`` and lets sweeps grid over it.
@@ -75,8 +78,14 @@ class Attack:
     name = "base"
     closed_form: bool = False
     reads_labels: bool = False
+    modifies_model: bool = False
     settings: tuple[str, ...] = ()
     options: tuple[Param, ...] = ()
+
+    def modify(self, victim, public) -> None:  # pragma: no cover
+        """Change ``victim`` in place into the model the server sends (``modifies_model`` attacks only);
+        ``public``: images the server holds (an image set or a tensor)."""
+        raise NotImplementedError
 
     def supports(self, obs: Observation) -> str | None:
         """None when the attack can run on ``obs``, else one sentence saying why not."""

@@ -18,11 +18,12 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     that is not rebuilt (:func:`leakattack.metrics.verdict`) says so first,
     with the baseline it is no better than.  The final loss is named after the
     ``objective`` it is (``L_R`` for the squared distance, the cosine distance
-    for ``cosine``); a defended run adds its defense, ε and, with ``--utility``,
+    for ``cosine``, the relative residual of a closed-form attack's solve for
+    ``residual``); a defended run adds its defense, ε and, with ``--utility``,
     the test accuracy of training under it (said to be below chance when it is
     under 1/``num_classes``).
     """
-    name = "cosine distance" if objective == "cosine" else "L_R"
+    name = {"cosine": "cosine distance", "residual": "residual"}.get(objective, "L_R")
     tail = (f"{name} {_loss(m.final_loss)} | {_labels(m)} | {_steps(m)} | "
             f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes)}")
     if m.attacked is False:
@@ -105,9 +106,12 @@ def cmd_run(a) -> int:
               file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)
     derived = _derived(folder)
-    print(summary_line(m, folder, objective=derived.get("objective", "l2"), num_classes=derived.get("num_classes")))
-    # a note when the run diverged, its loss rose, or a match is not unique; not for the ordinary stops
-    if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False):
+    closed = cfg.attack_class.closed_form
+    print(summary_line(m, folder, objective="residual" if closed else derived.get("objective", "l2"),
+                       num_classes=derived.get("num_classes")))
+    # a note when the run diverged, its loss rose, or a match is not unique; not for an optimiser's ordinary stops;
+    # always for a closed-form attack, whose message says what it solved
+    if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed):
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)

@@ -50,7 +50,7 @@ MODELS = Listed("targets:list_models", ("lenet", "linreg", "logreg", "mlp", "res
 SKETCHES = Listed("leakattack.sketch:list_sketches", ("ams", "countsketch", "gaussian", "none", "sparse", "srht",
                                                       "uniform"))
 DATASETS = Listed("leakattack.data:list_datasets", ("photos", "digits", "mnist", "cifar10", "cifar100", "imagefolder"))
-ATTACKS = Listed("leakattack.attacks:list_attacks", ("analytic", "april", "gradient-matching", "rgap"))
+ATTACKS = Listed("leakattack.attacks:list_attacks", ("analytic", "april", "gradient-matching", "imprint", "rgap"))
 RECIPES = Listed("leakattack.attacks:list_recipes", ("dlg", "ig"))
 RECIPES_OR_AUTO = Listed(RECIPES.source, RECIPES.shown, first=("auto",))
 PRIORS = Listed("leakattack.attacks:list_priors", ("bn", "dip", "tv"))

@@ -1,0 +1,154 @@
+"""The imprint attack of a malicious server (Robbing the Fed): the block leaves the model's function nearly as it
+was, every image alone in a bin comes back exactly, blends are said, and the refusals are one sentence."""
+
+import json
+
+import pytest
+import torch
+
+import targets
+from leakattack import cli
+from leakattack.attacks import AttackError, Imprint, get_attack, list_attacks
+from leakattack.attacks.imprint import hits
+from leakattack.channel import Channel
+from leakattack.data import get_dataset
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import make_sketch
+from targets.models.imprint import GAIN, QUERIES, imprint_block, imprint_thresholds, make_query
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _case(count=8, bins=32, kind="none", ratio=1.0, start=0, query="random"):
+    data = get_dataset("photos")
+    x = data.images[start:start + count].double()
+    labels = data.labels[start:start + count]
+    victim = targets.get_model("lenet", seed=0)
+    attack = get_attack("imprint", bins=bins, query=query)
+    attack.modify(victim, data)
+    victim.to(dtype=torch.float64)
+    sketch = make_sketch(kind, victim.d, max(1, int(ratio * victim.d)), seed=1)
+    return attack, victim, x, observe(victim, x, labels, Channel(sketch), ThreatModel())
+
+
+def _alone(victim, x) -> torch.Tensor:
+    """Which images of x fall alone into a bin of the victim's imprint block (from the truth)."""
+    block = imprint_block(victim.model)
+    bins = torch.bucketize(x.reshape(x.shape[0], -1) @ block.query, block.thresholds, right=False) - 1
+    return torch.tensor([int((bins == b).sum()) == 1 for b in bins])
+
+
+def test_imprint_is_registered_and_listed_with_its_option(capsys):
+    assert "imprint" in list_attacks() and isinstance(get_attack("imprint"), Imprint)
+    assert Imprint.modifies_model and Imprint.closed_form
+    assert cli.main(["list"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("attacks:"))
+    assert "imprint" in line.replace(",", " ").split()
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_thresholds_increase_from_below_every_image(query):
+    images = get_dataset("photos").images
+    v = make_query(images.shape[1:], query)
+    c = imprint_thresholds(images, v, 16)
+    assert c.shape == (16,) and bool((c[1:] > c[:-1]).all())
+    assert float(c[0]) < float(v.clamp(max=0).sum())  # below <v, x> for any x in [0, 1]
+
+
+def test_the_block_moves_the_input_by_at_most_its_gain_and_keeps_the_model_close():
+    data = get_dataset("photos")
+    x = data.images[:4].double()
+    plain = targets.get_model("lenet", seed=0).to(dtype=torch.float64)
+    with torch.no_grad():
+        before = plain(x)
+    victim = targets.get_model("lenet", seed=0)
+    Imprint(bins=64).modify(victim, data)
+    victim.to(dtype=torch.float64)
+    block = imprint_block(victim.model)
+    with torch.no_grad():
+        moved = block(x) - x
+        after = victim(x)
+    top = float((x.reshape(4, -1) @ block.query).max() - block.thresholds[0])
+    assert float(moved.abs().max()) <= GAIN * top * (1 + 1e-12)
+    assert float(moved.abs().max()) > 0
+    assert float((after - before).abs().max()) < 1e-2 * float(before.abs().max())
+
+
+def test_hits_read_each_bin_from_neighbouring_rows():
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(3, 5, generator=gen, dtype=torch.float64)
+    delta = torch.tensor([0.7, -1.3, 2.1], dtype=torch.float64)
+    bins = [1, 3, 3]  # image 0 alone in bin 1; images 1 and 2 share bin 3
+    K = 5
+    dW = torch.zeros(K, 5, dtype=torch.float64)
+    db = torch.zeros(K, dtype=torch.float64)
+    for img, dl, b in zip(images, delta, bins):
+        dW[:b + 1] += dl * img  # rows 0..b are active for an image of bin b
+        db[:b + 1] += dl
+    found, read, diffs = hits(dW, db)
+    assert found.tolist() == [1, 3]
+    assert torch.allclose(read[0], images[0], atol=1e-14)
+    blend = (delta[1] * images[1] + delta[2] * images[2]) / (delta[1] + delta[2])
+    assert torch.allclose(read[1], blend, atol=1e-14)
+    assert torch.allclose(diffs, torch.stack([delta[0], delta[1] + delta[2]]))
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_every_image_alone_in_its_bin_comes_back_exactly(query):
+    attack, victim, x, obs = _case(count=8, bins=32, query=query)
+    alone = _alone(victim, x)
+    result = attack.reconstruct(obs)
+    assert result.iterations == 0 and result.x.shape == x.shape
+    # match each true image to its nearest reconstruction
+    dist = torch.cdist(x.reshape(8, -1), result.x.reshape(8, -1))
+    exact = dist.min(1).values < 1e-9
+    assert torch.equal(exact, alone), (exact, alone)
+    assert int(alone.sum()) >= 4  # the photos spread over enough bins for the check to mean something
+    assert "of 32 bins held images of the batch of 8" in result.message
+
+
+def test_a_batch_with_images_sharing_bins_says_so():
+    attack, victim, x, obs = _case(count=8, bins=4)
+    alone = _alone(victim, x)
+    assert int(alone.sum()) < 8
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "stalled" and "shared a bin" in result.message
+
+
+def test_refusals_are_one_sentence():
+    data = get_dataset("photos")
+    x, labels = data.images[:1].double(), data.labels[:1]
+    plain = targets.get_model("lenet", seed=0).to(dtype=torch.float64)
+    obs = observe(plain, x, labels, Channel(make_sketch("none", plain.d, plain.d)), ThreatModel())
+    with pytest.raises(AttackError, match="has none"):
+        get_attack("imprint").reconstruct(obs)
+    _, victim, _, sketched = _case(count=2, bins=8, kind="srht", ratio=0.5)
+    with pytest.raises(AttackError, match="does not determine it"):
+        get_attack("imprint", bins=8).reconstruct(sketched)
+
+
+def test_the_command_line_rebuilds_a_batch_and_records_the_bins(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--attack", "imprint", "--bins", "64", "--sketch", "none",
+                   "--batch-size", "4", "--no-lpips", "--quiet", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["psnr"] > 100 and m["verdict"] == "rebuilt"
+    assert "of 64 bins held images of the batch of 4" in captured.err
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"]["attack_params"]["bins"] == 64
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--protocol", "fedavg"], "changes the model the server sends"),
+    (["--sketch", "srht"], "does not determine it"),
+    (["--bins", "1"], "imprint bins"),
+])
+def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, capsys, args, words):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--attack", "imprint", *args, "--no-lpips", "--quiet",
+                   "--out", str(out)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and words in lines[0], lines
+    assert not out.exists()
