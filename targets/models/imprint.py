@@ -27,7 +27,7 @@ GAIN = 1e-3
 #: the units' slope, h_k = SLOPE * ReLU(t(x) - c_k); the block adds (GAIN / SLOPE) * mean_k h_k to the input, so a
 #: smaller slope leaves the model's function as it is and makes the block's gradient larger against the rest of g
 #: (what clipping of the whole update and noise of a fixed scale are measured against)
-SLOPE = 1e-6
+SLOPE = 1e-9
 #: the linear query the bins cut: ``random`` (a fixed Gaussian direction of unit length, seed 0) or ``brightness``
 #: (the mean of the input's values, which ties images of equal brightness, such as the digits' 17 grey levels)
 QUERIES = ("random", "brightness")

@@ -123,8 +123,36 @@ def test_refusals_are_one_sentence():
     with pytest.raises(AttackError, match="has none"):
         get_attack("imprint").reconstruct(obs)
     _, victim, _, sketched = _case(count=2, bins=8, kind="srht", ratio=0.5)
-    with pytest.raises(AttackError, match="does not determine it"):
+    m = victim.unknowns_per_example
+    fit = sketched.linear_map.b // (m + 1)
+    with pytest.raises(AttackError, match=f"its block's {8 * (m + 1)} gradient numbers .* holds fewer; at most {fit} "):
         get_attack("imprint", bins=8).reconstruct(sketched)
+
+
+def _wide_victim():
+    """8x8 grey images through a wide MLP (d = 153,610 with a block of 16 bins): the SRHT of half of it sees the
+    block's 1,040 columns through all 2,048 of their distinct rows."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
+    return targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=10, name="wide-mlp")
+
+
+def test_through_a_sketch_the_block_is_read_by_least_squares_and_the_labels_from_the_rest():
+    gen = torch.Generator().manual_seed(0)
+    public = torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64)
+    x = torch.rand(4, 1, 8, 8, generator=gen, dtype=torch.float64)
+    labels = torch.tensor([3, 1, 4, 1])
+    victim = _wide_victim()
+    attack = get_attack("imprint", bins=16)
+    attack.modify(victim, public)
+    victim.to(dtype=torch.float64)
+    alone = _alone(victim, x)
+    assert int(alone.sum()) >= 2
+    obs = observe(victim, x, labels, Channel(make_sketch("srht", victim.d, victim.d // 2, seed=1)), ThreatModel())
+    result = attack.reconstruct(obs)
+    error = torch.cdist(x.reshape(4, -1), result.x.reshape(4, -1)).min(1).values
+    assert bool((error[alone] < 1e-3).all()), error  # the rest of g, 1e-5 of the block, as noise
+    assert sorted(result.labels.tolist()) == [1, 1, 3, 4]
 
 
 def test_the_command_line_rebuilds_a_batch_and_records_the_bins(tmp_path, capsys):
@@ -142,7 +170,7 @@ def test_the_command_line_rebuilds_a_batch_and_records_the_bins(tmp_path, capsys
 
 @pytest.mark.parametrize("args,words", [
     (["--protocol", "fedavg"], "changes the model the server sends"),
-    (["--sketch", "srht"], "does not determine it"),
+    (["--sketch", "srht"], "holds fewer"),
     (["--bins", "1"], "imprint bins"),
 ])
 def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, capsys, args, words):
@@ -152,3 +180,21 @@ def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, capsys, arg
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and words in lines[0], lines
     assert not out.exists()
+
+
+def test_hits_stand_out_of_noise_and_fall_back_to_the_largest_bins():
+    gen = torch.Generator().manual_seed(1)
+    K, m = 64, 5
+    images = torch.rand(3, m, generator=gen, dtype=torch.float64)
+    dW = torch.zeros(K, m, dtype=torch.float64)
+    db = torch.zeros(K, dtype=torch.float64)
+    for img, b in zip(images, (5, 20, 40)):
+        dW[:b + 1] += img
+        db[:b + 1] += 1.0
+    noisy_W = dW + 1e-6 * torch.randn(K, m, generator=gen, dtype=torch.float64)
+    noisy_b = db + 1e-6 * torch.randn(K, generator=gen, dtype=torch.float64)
+    assert hits(noisy_W, noisy_b)[0].numel() > 3  # without the batch size every bin clears the relative floor
+    found, read, _ = hits(noisy_W, noisy_b, batch=3)
+    assert found.tolist() == [5, 20, 40] and torch.allclose(read, images, atol=1e-4)
+    pure = 1e-6 * torch.randn(K, generator=gen, dtype=torch.float64)
+    assert hits(noisy_W, pure, batch=3)[0].numel() == 3  # only noise: the three largest, as a guess
