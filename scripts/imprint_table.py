@@ -27,7 +27,7 @@ RUNS = [("photos", "resnet18", b, k, "random", "none", "") for b in (8, 16, 32, 
            "quantize:bits=8", "prune:p=0.9")] + \
        [("photos", "resnet18", b, k, "random", s, "") for b, k, s in (
            (16, 128, "srht:0.5"), (16, 128, "countsketch:0.5"), (16, 32, "srht:0.1"), (8, 32, "srht:0.01"),
-           (8, 16, "srht:0.01"))]
+           (8, 16, "srht:0.01"), (8, 128, "srht:0.01"))]
 
 
 def args_of(run: tuple) -> list[str]:

@@ -6,8 +6,9 @@ Rows k of the weight and bias gradients sum delta_i [x_i; 1] over the examples w
 c_k, so row k minus row k + 1 holds the examples of bin k alone, and x = (dW_k - dW_{k+1}) / (db_k - db_{k+1}) where
 that is one example; two examples in one bin come back as one image, the delta-weighted combination of the two.
 The block's gradient is read from g, solved from the message where b >= d; through a sketch with b < d it is read
-by least squares on the message over the block's K (m + 1) numbers alone (b of them at least), the rest of g taken
-as noise: the server makes the block's gradient outweigh the rest (targets.models.imprint.SLOPE).  Measurements:
+by least squares on the message, the rest of g taken as noise (the server makes the block's gradient outweigh the
+rest: targets.models.imprint.SLOPE): over the block's K (m + 1) numbers where b is twice that, else over the rows
+of its row differences that hold images, found one by one (group orthogonal matching pursuit).  Measurements:
 docs/attacks/imprint.md.
 """
 
@@ -34,8 +35,12 @@ HIT_RTOL = 1e-9
 NOISE_FACTOR = 100.0
 #: the most images of the server's data set whose query values fit the thresholds
 PUBLIC_IMAGES = 1024
-#: CGLS steps for the block's least-squares reading through a sketch with b < d
+#: CGLS steps for the block's least-squares reading through a sketch with b < d ...
 BLOCK_CGLS_STEPS = 200
+#: ... which runs where b is at least this many times the block's K (m + 1) numbers; below, the rows that hold images
+#: are found one by one (:func:`_fit_rows`), each refit taking up to ROW_CGLS_STEPS steps
+LEAST_SQUARES_MARGIN = 2
+ROW_CGLS_STEPS = 200
 
 
 def hits(dW: torch.Tensor, db: torch.Tensor, batch: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -69,25 +74,72 @@ def _block_slices(victim, block) -> tuple[slice, slice]:
     return slices[names[id(block.linear.weight)]], slices[names[id(block.linear.bias)]]
 
 
-def _fit_block(M, y: torch.Tensor, w: slice, b: slice) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block's numbers z (weight then bias) minimising ||M E z - y|| (E: z into g, zeros elsewhere) by CGLS
-    from the back-projection, in float64: the least-squares reading of the block when the rest of g is small; and
-    y - M E z, the message of the rest of g (in y's dtype), which the label rules read."""
-    idx = torch.cat([torch.arange(w.start, w.stop), torch.arange(b.start, b.stop)]).to(y.device)
-    dtype, y = y.dtype, y.to(torch.float64)
+def _block_map(M, w: slice, b: slice, bins: int, device):
+    """R E and (R E)^T on the block's numbers z (weight rows, then biases), in float64, and the maps between the
+    row differences D (K x (m + 1), bin k's images in row k) and z: z's rows are D's sums from each row down."""
+    idx = torch.cat([torch.arange(w.start, w.stop), torch.arange(b.start, b.stop)]).to(device)
+    m = (w.stop - w.start) // bins
 
-    def embed(z):
+    def apply(z):
         g = z.new_zeros(M.d)
         g[idx] = z
-        return M.apply(g.to(dtype)).to(torch.float64)
+        return M.apply(g).to(torch.float64)
 
-    def restrict(r):
+    def adjoint(r):
         return M.adjoint(r).to(torch.float64)[idx]
 
-    start = restrict(y)
-    scale = float(embed(start).norm()) ** 2 / max(float(start.norm()) ** 2, 1e-300)  # ||E^T M^T M E|| estimate
-    z = cgls(embed, restrict, y, start / max(scale, 1e-300), BLOCK_CGLS_STEPS, tol=1e-10)
-    return z, (y - embed(z)).to(dtype)
+    def rows_to_z(D):
+        Z = D.flip(0).cumsum(0).flip(0)
+        return torch.cat([Z[:, :m].reshape(-1), Z[:, m]])
+
+    def z_to_rows(z):  # the adjoint of rows_to_z
+        return torch.cat([z[:bins * m].reshape(bins, m), z[bins * m:, None]], 1).cumsum(0)
+
+    return apply, adjoint, rows_to_z, z_to_rows
+
+
+def _fit_block(M, y: torch.Tensor, w: slice, b: slice, bins: int) -> torch.Tensor:
+    """The block's numbers z minimising ||R E z - y|| (E: z into g, zeros elsewhere) by CGLS from the
+    back-projection: the least-squares reading of the block when the rest of g is small."""
+    apply, adjoint, _, _ = _block_map(M, w, b, bins, y.device)
+    start = adjoint(y)
+    scale = float(apply(start).norm()) ** 2 / max(float(start.norm()) ** 2, 1e-300)  # ||E^T R^T R E|| estimate
+    return cgls(apply, adjoint, y, start / max(scale, 1e-300), BLOCK_CGLS_STEPS, tol=1e-10)
+
+
+def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> torch.Tensor:
+    """The block's numbers z = rows_to_z(D) with D non-zero in a few rows only (the bins that hold images), by
+    group orthogonal matching pursuit: the row whose correlation with the residual is largest (per unit of its
+    column norm, sqrt(k + 1) for row k) joins the support, and D on the support is refitted by CGLS, warm-started.
+    ``batch`` rows at least; up to twice as many while each new row at least halves the residual."""
+    apply, adjoint, rows_to_z, z_to_rows = _block_map(M, w, b, bins, y.device)
+    m1 = (w.stop - w.start) // bins + 1
+    norms = torch.arange(1, bins + 1, dtype=torch.float64, device=y.device).sqrt()
+    support: list[int] = []
+    D = torch.zeros(bins, m1, dtype=torch.float64, device=y.device)
+    r, last = y, 1.0
+    for _ in range(min(bins, 2 * batch)):
+        score = z_to_rows(adjoint(r)).norm(dim=1) / norms
+        score[support] = -1.0
+        support.append(int(score.argmax()))
+        rows = torch.tensor(sorted(support), device=y.device)
+
+        def on_support(v, rows=rows):
+            full = torch.zeros(bins, m1, dtype=torch.float64, device=y.device)
+            full[rows] = v.reshape(len(rows), m1)
+            return apply(rows_to_z(full))
+
+        def from_support(u, rows=rows):
+            return z_to_rows(adjoint(u))[rows].reshape(-1)
+
+        fit = cgls(on_support, from_support, y, D[rows].reshape(-1), ROW_CGLS_STEPS, tol=1e-12)
+        now = float((y - on_support(fit)).norm() / y.norm())
+        if len(support) > batch and now > last / 2:
+            break  # the new row fits noise: keep the support before it
+        D = torch.zeros_like(D)
+        D[rows] = fit.reshape(len(rows), m1)
+        r, last = y - on_support(fit), now
+    return rows_to_z(D)
 
 
 class Imprint(Attack):
@@ -123,12 +175,11 @@ class Imprint(Attack):
                     f"{victim.name} has none (leakattack run --attack imprint adds it; from Python, "
                     "Imprint.modify(victim, images) before the client's gradient)")
         M = obs.linear_map
-        n = _block_size(block)
-        if M.b < n:
-            m = victim.unknowns_per_example
-            return (f"imprint reads its block's {n} gradient numbers from the message by least squares, and a message "
-                    f"of b = {M.b} numbers holds fewer; at most {M.b // (m + 1)} bins fit it (--bins), or use "
-                    "gradient-matching")
+        m1 = victim.unknowns_per_example + 1
+        if M.b < M.d and M.b < obs.batch_size * m1:
+            return (f"imprint reads the rows of its block that hold the batch's images, {obs.batch_size} x {m1} = "
+                    f"{obs.batch_size * m1} numbers, and a message of b = {M.b} numbers holds fewer; use "
+                    "gradient-matching or a smaller batch")
         return None
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
@@ -141,27 +192,41 @@ class Imprint(Attack):
         M, y = obs.linear_map, obs.y.detach().reshape(-1)
         w, b = _block_slices(victim, block)
         rest = obs.y  # the message the label rules read
+        B, n_w = obs.batch_size, w.stop - w.start
+
+        def read(z):
+            found, images, diffs = hits(z[:n_w].reshape(block.bins, -1), z[n_w:], B)
+            value = images @ block.query.to(images)
+            c = block.thresholds.to(images)
+            upper = torch.cat([c[1:], c.new_full((1,), float("inf"))])
+            outside = int(((value <= c[found]) | (value > upper[found])).sum())
+            return found, images, diffs, outside
+
         if M.b >= M.d:  # g itself
             g = self._square._solve_square(M, y).to(torch.float64)
-            dW, db = g[w].reshape(block.bins, -1), g[b]
-        else:  # the block's numbers by least squares on y, the rest of g taken as noise
-            z, rest = _fit_block(M, y, w, b)
-            dW, db = z[:w.stop - w.start].reshape(block.bins, -1), z[w.stop - w.start:]
-        found, images, diffs = hits(dW, db, obs.batch_size)
-        B = obs.batch_size
+            found, images, diffs, outside = read(torch.cat([g[w], g[b]]))
+        else:  # the block by least squares on y, the rest of g taken as noise
+            y64 = y.to(torch.float64)
+            z = None
+            if M.b >= LEAST_SQUARES_MARGIN * _block_size(block):
+                z = _fit_block(M, y64, w, b, block.bins)
+                found, images, diffs, outside = read(z)
+                if outside or found.numel() > B:  # a sketch too coarse on the block's columns: the rows instead
+                    z = None
+            if z is None:
+                z = _fit_rows(M, y64, w, b, block.bins, B)
+                found, images, diffs, outside = read(z)
+            apply = _block_map(M, w, b, block.bins, y.device)[0]
+            rest = (y64 - apply(z)).to(y.dtype).reshape(obs.y.shape)
         order = diffs.abs().argsort(descending=True)
         if found.numel() == 0:
-            x = torch.zeros((B, *victim.input_shape), dtype=torch.float64, device=g.device)
+            x = torch.zeros((B, *victim.input_shape), dtype=torch.float64, device=y.device)
         else:
             picked = order[torch.arange(B, device=order.device) % order.numel()]  # the clearest hits; repeats
             x = images[picked].reshape(B, *victim.input_shape)
         # the share of the bins' bias signal that the returned batch leaves out (hits beyond B)
         residual = float(diffs[order[B:]].norm() / diffs.norm()) if found.numel() > B else 0.0
-        value = images @ block.query.to(images)
-        c = block.thresholds.to(images)
-        upper = torch.cat([c[1:], c.new_full((1,), float("inf"))])
-        outside = int(((value <= c[found]) | (value > upper[found])).sum())
-        labels = obs.labels if obs.labels is not None else recover_labels(victim, M, rest.reshape(obs.y.shape), B)
+        labels = obs.labels if obs.labels is not None else recover_labels(victim, M, rest, B)
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
@@ -182,4 +247,5 @@ class Imprint(Attack):
             non_finite="the bins' quotients came out non-finite")
 
 
-__all__ = ["Imprint", "DEFAULT_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES", "BLOCK_CGLS_STEPS", "hits"]
+__all__ = ["Imprint", "DEFAULT_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES", "BLOCK_CGLS_STEPS",
+           "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits"]
