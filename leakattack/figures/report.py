@@ -247,8 +247,16 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
            if derived.get("iterations") or run.get("iterations") else "",
            f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"
            + (f" ({(m.restart_stops or []).count('pruned')} pruned by halving)" if run.get("prune_restarts") else "")]
-    recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
-    rows.append(("attack", f"{run.get('attack', NOT_RECORDED)}{recipe}: " + ", ".join(t for t in opt if t)))
+    cls = _attack_class(run.get("attack"))
+    given = run.get("attack_params") or {}
+    own = ", ".join(f"{k} {v}" for k, v in ({p.name: given.get(p.name, p.default) for p in cls.options}
+                                            if cls is not None else given).items())
+    if cls is not None and cls.closed_form:  # no optimiser, recipe or budget
+        rows.append(("attack", f"{run['attack']}, in closed form" + (f": {own}" if own else "")))
+    else:
+        recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
+        rows.append(("attack", f"{run.get('attack', NOT_RECORDED)}{recipe}: " + ", ".join(t for t in opt + [own]
+                                                                                         if t)))
     stop = f"{_int(m.iterations)} iterations, stop reason {m.stop_reason or NOT_RECORDED}"
     if m.message:
         stop += f": {m.message}"
@@ -256,8 +264,17 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     return rows
 
 
+def _attack_class(name):
+    """The registered attack class of ``name``, or None (an attack not registered in this process)."""
+    from ..attacks import attack_class, list_attacks
+    return attack_class(name) if name in list_attacks() else None
+
+
 def _threat(run: dict, sketch: str) -> str:
     words = [LABELS.get(run.get("label_mode", ""), f"label mode {run.get('label_mode', NOT_RECORDED)}")]
+    cls = _attack_class(run.get("attack"))
+    if cls is not None and cls.modifies_model:
+        words.insert(0, "a malicious server: it changed the model it sent before the client computed its gradient")
     if sketch != "none":
         if run.get("sketch_known", True):
             words.append("sketch seed known")

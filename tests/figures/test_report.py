@@ -238,3 +238,18 @@ def test_the_message_row_says_how_the_batch_was_drawn(tmp_path):
         config["run"].update(batch_draw=draw, image_index=3, batch_size=4)
         (folder / "config.json").write_text(json.dumps(config))
         assert f"one gradient of a batch of 4 ({words})" in build_report([folder])
+
+
+def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_named(tmp_path):
+    """A closed-form attack's row names its own options, not gradient matching's optimiser and budget; an attack
+    that changes the model the server sends is named in the threat model."""
+    folder = tmp_path / "imprint"
+    shutil.copytree(RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["run"].update(attack="imprint", attack_params={"bins": 64})
+    (folder / "config.json").write_text(json.dumps(config))
+    text = build_report([folder])
+    assert "imprint, in closed form: bins 64, query random" in text
+    assert "a malicious server: it changed the model it sent" in text
+    plain = build_report([RUN])
+    assert "gradient-matching, recipe dlg: lbfgs" in plain and "malicious" not in plain
