@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..attacks import attack_class, list_attacks
 from ..errors import UserError
 from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_counts, failed_part
 from ..results import (
@@ -266,7 +267,6 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
 
 def _attack_class(name):
     """The registered attack class of ``name``, or None (an attack not registered in this process)."""
-    from ..attacks import attack_class, list_attacks
     return attack_class(name) if name in list_attacks() else None
 
 
