@@ -142,6 +142,41 @@ def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> 
     return rows_to_z(D)
 
 
+def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """The multiset ``labels`` put in the order of the images ``x`` (B images read from the block, in bins whose
+    measured bias differences are ``delta``), for a victim that treats the examples of a batch apart (no BatchNorm
+    on batch statistics; ``labels`` unchanged otherwise).
+
+    The bias difference of image i's bin is delta_i = kappa w_i . (p_i - e_{y_i}), kappa = (a / s) / (K B), with w_i
+    = d logits_i / d x'_i along the all-ones direction (two backward passes for the batch) and p_i the softmax at
+    the image; so y_i is the label whose w_i[y_i] = w_i . p_i - delta_i / kappa, and the Hungarian method matches
+    the multiset to the images by the relative misfit."""
+    from scipy.optimize import linear_sum_assignment
+
+    if victim.batch_statistics:
+        return labels
+    B = x.shape[0]
+    model = victim.model.model  # what comes after the block
+    with torch.no_grad():
+        xp = block(x.to(device=victim.device, dtype=victim.dtype))
+    xp.requires_grad_(True)
+    with torch.enable_grad():  # J 1 by two backward passes: d/du (J^T u) . 1
+        logits = model(xp)
+        u = torch.zeros_like(logits, requires_grad=True)
+        (back,) = torch.autograd.grad(logits, xp, u, create_graph=True)
+        (w,) = torch.autograd.grad(back, u, torch.ones_like(xp))
+    w, p = w.detach().to(torch.float64).cpu(), torch.softmax(logits.detach().to(torch.float64), 1).cpu()
+    kappa = block.out_weight / (block.bins * B)
+    measured = delta.to(torch.float64).cpu()
+    target = (w * p).sum(1) - measured / kappa
+    pool = torch.as_tensor([int(c) for c in labels.tolist()])
+    cost = (w[:, pool] - target[:, None]).abs() * kappa / measured.abs().clamp_min(1e-300)[:, None]
+    rows, cols = linear_sum_assignment(cost.numpy())
+    y = torch.empty(B, dtype=torch.long)
+    y[torch.as_tensor(rows)] = pool[torch.as_tensor(cols)]
+    return y.to(dtype=labels.dtype, device=labels.device)
+
+
 class Imprint(Attack):
     """A malicious server's closed form: the images that fall alone into a bin of its imprint block."""
 
@@ -226,7 +261,11 @@ class Imprint(Attack):
             x = images[picked].reshape(B, *victim.input_shape)
         # the share of the bins' bias signal that the returned batch leaves out (hits beyond B)
         residual = float(diffs[order[B:]].norm() / diffs.norm()) if found.numel() > B else 0.0
-        labels = obs.labels if obs.labels is not None else recover_labels(victim, M, rest, B)
+        labels = obs.labels
+        if labels is None:
+            labels = recover_labels(victim, M, rest, B)
+            if victim.task == "classification" and found.numel() > 0:
+                labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
@@ -247,5 +286,5 @@ class Imprint(Attack):
             non_finite="the bins' quotients came out non-finite")
 
 
-__all__ = ["Imprint", "DEFAULT_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES", "BLOCK_CGLS_STEPS",
+__all__ = ["Imprint", "assign_labels", "DEFAULT_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES", "BLOCK_CGLS_STEPS",
            "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits"]

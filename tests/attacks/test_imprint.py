@@ -168,6 +168,7 @@ def test_the_command_line_rebuilds_a_batch_and_records_the_bins(tmp_path, capsys
     assert rc == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["psnr"] > 100 and m["verdict"] == "rebuilt"
+    assert m["label_acc_matched"] == 1.0  # each image's label from its bin's delta (LeNet: no batch coupling)
     assert "of 64 bins held images of the batch of 4" in captured.err
     config = json.loads((out / "config.json").read_text())
     assert config["run"]["attack_params"]["bins"] == 64
