@@ -474,9 +474,10 @@ def check_case_options(cfg: RunConfig) -> None:
         if not cfg.message and is_identity(cfg.sketch):
             raise ConfigError(f"--sketch-seed-search needs a sketch with a seed, and sketch '{cfg.sketch}' has none")
     if cfg.attack_class.modifies_model and (cfg.protocol or cfg.message):
+        flag = "protocol" if cfg.protocol else "message"
         raise ConfigError(f"attack '{cfg.attack}' changes the model the server sends before the client computes its "
                           f"gradient, which a {'protocol' if cfg.protocol else 'message file'} fixes; run it without "
-                          f"--{'protocol' if cfg.protocol else 'message'}")
+                          f"--{flag}")
     if cfg.truth and not cfg.message:
         raise ConfigError("--truth scores the attack of a message file: give --message too (a simulated client's "
                           "truth is its data set's batch)")

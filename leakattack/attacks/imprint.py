@@ -27,7 +27,8 @@ from .analytic import Analytic, cgls
 from .base import Attack, AttackResult, Monitor, closed_form_result
 from .labels import recover_labels
 
-#: the default number of bins (units of the block): about 95 % of a batch of 8 fall alone into one
+#: the default number of bins (units of the block): were the bins equally likely, an image of a batch of 8 would be
+#: alone in its bin with probability (1 - 1/128)^7 = 0.95
 DEFAULT_BINS = 128
 #: a bin holds images where its bias-gradient difference exceeds this fraction of the largest one ...
 HIT_RTOL = 1e-9
@@ -98,20 +99,22 @@ def _block_map(M, w: slice, b: slice, bins: int, device):
     return apply, adjoint, rows_to_z, z_to_rows
 
 
-def _fit_block(M, y: torch.Tensor, w: slice, b: slice, bins: int) -> torch.Tensor:
+def _fit_block(M, y: torch.Tensor, w: slice, b: slice, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The block's numbers z minimising ||R E z - y|| (E: z into g, zeros elsewhere) by CGLS from the
-    back-projection: the least-squares reading of the block when the rest of g is small."""
+    back-projection: the least-squares reading of the block when the rest of g is small; and y - R E z."""
     apply, adjoint, _, _ = _block_map(M, w, b, bins, y.device)
     start = adjoint(y)
     scale = float(apply(start).norm()) ** 2 / max(float(start.norm()) ** 2, 1e-300)  # ||E^T R^T R E|| estimate
-    return cgls(apply, adjoint, y, start / max(scale, 1e-300), BLOCK_CGLS_STEPS, tol=1e-10)
+    z = cgls(apply, adjoint, y, start / max(scale, 1e-300), BLOCK_CGLS_STEPS, tol=1e-10)
+    return z, y - apply(z)
 
 
-def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> torch.Tensor:
+def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The block's numbers z = rows_to_z(D) with D non-zero in a few rows only (the bins that hold images), by
     group orthogonal matching pursuit: the row whose correlation with the residual is largest (per unit of its
     column norm, sqrt(k + 1) for row k) joins the support, and D on the support is refitted by CGLS, warm-started.
-    ``batch`` rows at least; up to twice as many while each new row at least halves the residual."""
+    ``batch`` rows at least; up to twice as many while each new row at least halves the residual.  Returns z and
+    y - R E z."""
     apply, adjoint, rows_to_z, z_to_rows = _block_map(M, w, b, bins, y.device)
     m1 = (w.stop - w.start) // bins + 1
     norms = torch.arange(1, bins + 1, dtype=torch.float64, device=y.device).sqrt()
@@ -139,7 +142,7 @@ def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> 
         D = torch.zeros_like(D)
         D[rows] = fit.reshape(len(rows), m1)
         r, last = y - on_support(fit), now
-    return rows_to_z(D)
+    return rows_to_z(D), r
 
 
 def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -198,9 +201,9 @@ class Imprint(Attack):
     def modify(self, victim, public) -> None:
         """The server's model: ``victim`` behind an imprint block of ``bins`` bins, thresholds fitted to the first
         :data:`PUBLIC_IMAGES` images of ``public`` (an image set the server holds, or a tensor of images)."""
-        images = public if isinstance(public, torch.Tensor) else public.rows(slice(0, min(len(public),
-                                                                                          PUBLIC_IMAGES)))[0]
-        add_imprint(victim, self.bins, images[:PUBLIC_IMAGES], self.query)
+        first = slice(0, min(len(public), PUBLIC_IMAGES))
+        add_imprint(victim, self.bins, public[first] if isinstance(public, torch.Tensor) else public.rows(first)[0],
+                    self.query)
 
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim
@@ -231,28 +234,23 @@ class Imprint(Attack):
 
         def read(z):
             found, images, diffs = hits(z[:n_w].reshape(block.bins, -1), z[n_w:], B)
-            value = images @ block.query.to(images)
-            c = block.thresholds.to(images)
-            upper = torch.cat([c[1:], c.new_full((1,), float("inf"))])
-            outside = int(((value <= c[found]) | (value > upper[found])).sum())
-            return found, images, diffs, outside
+            return found, images, diffs, int((block.bins_of(images).to(found) != found).sum())
 
         if M.b >= M.d:  # g itself
             g = self._square._solve_square(M, y).to(torch.float64)
             found, images, diffs, outside = read(torch.cat([g[w], g[b]]))
         else:  # the block by least squares on y, the rest of g taken as noise
             y64 = y.to(torch.float64)
-            z = None
+            fitted = None
             if M.b >= LEAST_SQUARES_MARGIN * _block_size(block):
-                z = _fit_block(M, y64, w, b, block.bins)
-                found, images, diffs, outside = read(z)
+                fitted = _fit_block(M, y64, w, b, block.bins)
+                found, images, diffs, outside = read(fitted[0])
                 if outside or found.numel() > B:  # a sketch too coarse on the block's columns: the rows instead
-                    z = None
-            if z is None:
-                z = _fit_rows(M, y64, w, b, block.bins, B)
-                found, images, diffs, outside = read(z)
-            apply = _block_map(M, w, b, block.bins, y.device)[0]
-            rest = (y64 - apply(z)).to(y.dtype).reshape(obs.y.shape)
+                    fitted = None
+            if fitted is None:
+                fitted = _fit_rows(M, y64, w, b, block.bins, B)
+                found, images, diffs, outside = read(fitted[0])
+            rest = fitted[1].to(y.dtype).reshape(obs.y.shape)
         order = diffs.abs().argsort(descending=True)
         if found.numel() == 0:
             x = torch.zeros((B, *victim.input_shape), dtype=torch.float64, device=y.device)

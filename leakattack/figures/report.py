@@ -249,9 +249,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
            f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"
            + (f" ({(m.restart_stops or []).count('pruned')} pruned by halving)" if run.get("prune_restarts") else "")]
     cls = _attack_class(run.get("attack"))
-    given = run.get("attack_params") or {}
-    own = ", ".join(f"{k} {v}" for k, v in ({p.name: given.get(p.name, p.default) for p in cls.options}
-                                            if cls is not None else given).items())
+    params = run.get("attack_params") or {}
+    if cls is not None:  # with the declared defaults of the options not given
+        params = {p.name: params.get(p.name, p.default) for p in cls.options}
+    own = ", ".join(f"{k} {v}" for k, v in params.items())
     if cls is not None and cls.closed_form:  # no optimiser, recipe or budget
         rows.append(("attack", f"{run['attack']}, in closed form" + (f": {own}" if own else "")))
     else:

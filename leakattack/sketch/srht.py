@@ -47,6 +47,15 @@ def draw(seed: int, n: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     return sign_bits, rng.choice(n, size=b, replace=False)
 
 
+def prefix_rows(d: int, b: int, seed: int, n: int) -> int:
+    """How many distinct rows (up to sign) the SRHT of ``seed`` has on its first n columns: H's entry
+    (-1)^popcount(r & c) for columns c < 2^k depends on the row r's lowest k bits only (k = ceil(log2 n)), so at
+    most 2^k, however large b is."""
+    k = max(0, (n - 1).bit_length())
+    _, rows = draw(seed, padded_length(d), b)
+    return int(np.unique(rows & ((1 << k) - 1)).size)
+
+
 class SRHTSketch(Sketch):
     """Definition D.3 of Song et al. 2023 (Lu et al. 2013): R = sqrt(n/b) S H D with zero-padding of v to
     n = 2^ceil(log2 d)."""
@@ -173,4 +182,4 @@ class SRHTSketch(Sketch):
         return LinearMap.apply(u, self._adjoint_raw, self._apply_raw)
 
 
-__all__ = ["SRHTSketch", "fwht", "srht_operator_norm"]
+__all__ = ["SRHTSketch", "fwht", "srht_operator_norm", "prefix_rows"]

@@ -14,6 +14,7 @@ from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
+from leakattack.sketch.srht import prefix_rows
 from targets.models.imprint import GAIN, QUERIES, imprint_block, imprint_thresholds, make_query
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,8 +34,7 @@ def _case(count=8, bins=32, kind="none", ratio=1.0, start=0, query="random"):
 
 def _alone(victim, x) -> torch.Tensor:
     """Which images of x fall alone into a bin of the victim's imprint block (from the truth)."""
-    block = imprint_block(victim.model)
-    bins = torch.bucketize(x.reshape(x.shape[0], -1) @ block.query, block.thresholds, right=False) - 1
+    bins = imprint_block(victim.model).bins_of(x)
     return torch.tensor([int((bins == b).sum()) == 1 for b in bins])
 
 
@@ -130,8 +130,7 @@ def test_refusals_are_one_sentence():
 
 
 def _wide_victim():
-    """8x8 grey images through a wide MLP (d = 153,610 with a block of 16 bins): the SRHT of half of it sees the
-    block's 1,040 columns through all 2,048 of their distinct rows."""
+    """8x8 grey images through a wide MLP (d = 153,610; 154,650 with a block of 16 bins, 1,040 numbers)."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
     return targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=10, name="wide-mlp")
@@ -139,8 +138,9 @@ def _wide_victim():
 
 @pytest.mark.parametrize("b", [None, 1500])
 def test_through_a_sketch_the_block_is_read_by_least_squares_and_the_labels_from_the_rest(b):
-    # b = d/2: least squares over the block's 1,040 numbers; b = 1500 < 2 x 1,040: the rows that hold images, one by
-    # one (the SRHT's 1,500 rows take about 1,065 distinct values on the block's columns, too few for the block)
+    # b = d/2: least squares over the block's 1,040 numbers, whose columns the SRHT sees through all 2,048 distinct
+    # rows there can be; b = 1500 < 2 x 1,040: the rows that hold images, one by one (the SRHT's rows take 1,068
+    # distinct values on the block's columns, about as many as the columns)
     gen = torch.Generator().manual_seed(0)
     public = torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64)
     x = torch.rand(4, 1, 8, 8, generator=gen, dtype=torch.float64)
@@ -152,6 +152,7 @@ def test_through_a_sketch_the_block_is_read_by_least_squares_and_the_labels_from
     alone = _alone(victim, x)
     assert int(alone.sum()) >= 2
     sketch = make_sketch("srht", victim.d, b or victim.d // 2, seed=1)
+    assert prefix_rows(victim.d, sketch.b, 1, 1040) == (1068 if b else 2048)
     obs = observe(victim, x, labels, Channel(sketch), ThreatModel())
     result = attack.reconstruct(obs)
     error = torch.cdist(x.reshape(4, -1), result.x.reshape(4, -1)).min(1).values
