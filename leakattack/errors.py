@@ -9,8 +9,10 @@ line prints it as one line.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
+from collections.abc import Iterator
 
 
 class UserError(ValueError):
@@ -47,6 +49,20 @@ def duration_text(seconds: float) -> str:
 def size_text(n_bytes: float) -> str:
     """An amount of memory as a message states it: GB to three figures."""
     return f"{n_bytes / 1e9:.3g} GB"
+
+
+#: the warning torch gives on the first forward-mode JVP of a process: it then loads its JVP decompositions
+#: (torch._decomp.decompositions_for_jvp), which script functions with the deprecated torch.jit.script
+JIT_SCRIPT_WARNING = r"`torch\.jit\.script` is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_jvp_setup() -> Iterator[None]:
+    """Within the block torch's own deprecation notice on its first forward-mode JVP is silenced (that one only:
+    it is not ours to act on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=JIT_SCRIPT_WARNING, category=FutureWarning)
+        yield
 
 
 def one_line_warnings() -> None:

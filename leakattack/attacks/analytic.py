@@ -29,6 +29,7 @@ from ..observation import Observation
 from ..sketch import DENSE_LIMIT
 from .base import Attack, AttackResult, Monitor
 from .labels import recover_labels
+from .span import accepted, solve_span
 
 #: label sources: ``given`` (granted by the threat model) or ``recovered`` (iDLG's sign rule through the sketch)
 ANALYTIC_LABELS = ("recovered", "given")
@@ -42,6 +43,8 @@ CGLS_STEPS = 60
 GROUP_TOL = 1e-4
 #: activations with exact zeros (inactive units), which separate a batch's examples
 PIECEWISE_LINEAR = (nn.ReLU,)
+#: activations with kinks but no zeros: neither separable by inactive units nor solvable in the row space
+KINKED = (nn.LeakyReLU,)
 #: modules read as activations when looking for the one after the first layer
 ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.GELU, nn.ELU, nn.SiLU, nn.Softplus)
 #: ``als``: alternating least squares; ``gn``: Gauss-Newton; ``als+gn``: one of each per sweep (module docstring)
@@ -77,11 +80,12 @@ def first_layer(model: nn.Module) -> nn.Module | None:
 
 
 def _input_ranks(victim) -> dict[int, int]:
-    """id(layer) -> number of input rows per example of each ``nn.Linear`` (1: a vector; more: a sequence)."""
+    """id(layer) -> number of input rows per example of each ``nn.Linear`` (1: a vector; more: a sequence), from a
+    probe with two examples (a BatchNorm1d on batch statistics refuses one)."""
     seen: dict[int, int] = {}
     linears = [m for m in victim.model.modules() if isinstance(m, nn.Linear)]
-    targets.probe(victim, torch.zeros((1, *victim.input_shape), dtype=victim.dtype, device=victim.device), linears,
-                  lambda m, inp, out: seen.__setitem__(id(m), math.prod(inp[0].shape[:-1])))
+    targets.probe(victim, torch.zeros((2, *victim.input_shape), dtype=victim.dtype, device=victim.device), linears,
+                  lambda m, inp, out: seen.__setitem__(id(m), math.prod(inp[0].shape[:-1]) // 2))
     return seen
 
 
@@ -179,12 +183,35 @@ class Analytic(Attack):
                     "unknown scale; use gradient-matching")
         if layer.in_features != victim.unknowns_per_example or _input_ranks(victim).get(id(layer)) != 1:
             return f"{victim.name}'s first linear layer does not see the flattened example; use gradient-matching"
-        if obs.batch_size > 1 and not isinstance(_activation_after(victim.model, layer), PIECEWISE_LINEAR):
-            return (f"the analytic attack separates a batch of {obs.batch_size} by the first layer's inactive "
-                    f"ReLU units, and {victim.name}'s first layer is not followed by a ReLU (every row mixes "
-                    "every example); use gradient-matching or a batch size of 1")
+        if obs.batch_size > 1 and not self._separates(victim):
+            why = self._unsolvable(victim)
+            if why:
+                return (f"the analytic attack separates a batch of {obs.batch_size} by the first layer's inactive "
+                        f"ReLU units or solves it with the model in the block's row space, and {victim.name} "
+                        f"{why}; use gradient-matching or a batch size of 1")
         if self.label_mode == "given" and obs.labels is None:
             return "labels were asked for as given but the threat model does not grant them"
+        return None
+
+    @staticmethod
+    def _separates(victim) -> bool:
+        """Whether a batch is read by the one-active-unit separation (a ReLU after the first layer); otherwise by the
+        model's solve in the block's row space (:mod:`leakattack.attacks.span`)."""
+        layer = first_layer(victim.model)
+        return layer is not None and isinstance(_activation_after(victim.model, layer), PIECEWISE_LINEAR)
+
+    @staticmethod
+    def _unsolvable(victim) -> str | None:
+        """Why the model's solve in the row space cannot read a batch of this victim (a sentence's end), or None."""
+        layer = first_layer(victim.model)
+        act = None if layer is None else _activation_after(victim.model, layer)
+        if isinstance(act, KINKED):
+            return (f"has a {type(act).__name__} after its first layer (no inactive units to separate by, and kinks "
+                    "the solve's derivatives do not see)")
+        if victim.batch_statistics:
+            return "normalises by batch statistics, which couples every example's derivative to the others"
+        if victim.head is None or victim.task != "classification":
+            return "is not a classifier, and the solve needs each example's label"
         return None
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
@@ -207,13 +234,17 @@ class Analytic(Attack):
 
         if M.b >= M.d:  # g itself is determined: solve it, then divide
             g = self._solve_square(M, y)
-            x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
-            x = x.reshape(shape)
-            labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             loss = float((M.apply(g) - y).pow(2).sum())
+            stop = "tolerance"
+            if B > 1 and not self._separates(obs.victim):
+                x, stop, note = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels)
+            else:
+                x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
+                x = x.reshape(shape)
+                labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra, iterations=0,
-                                stop_reason="tolerance", message=note or "solved g from the message, then divided",
+                                stop_reason=stop, message=note or "solved g from the message, then divided",
                                 wall_s=time.perf_counter() - t0)
 
         unknowns = B * sum(bl.out + bl.cols - (bl.bias is not None) for bl in blocks) + free_idx.numel()
@@ -241,11 +272,33 @@ class Analytic(Attack):
         x0 = self._examples(blocks[0], deltas[0] @ factors[0].T, B)[0].reshape(shape)
         run = self._fit(M, y, blocks, free_idx, deltas, factors, back[free_idx], shape, monitor, monitor_every)
         fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
-        labels = self._assign_labels(obs, labels, blocks, run["x"], lambda bl: fitted[id(bl)])
-        return AttackResult(x=run["x"].detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
+        x, stop, note = run["x"], run["stop"], run["note"]
+        if B > 1 and not self._separates(obs.victim):
+            x, solved, note = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels)
+            stop = solved if stop == "tolerance" else stop
+        else:
+            labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
+        return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
                             extra=run["extra"], iterations=len(run["losses"]) - 1, best_step=run["best"],
-                            stop_reason=run["stop"], message=run["message"] or message or run["note"],
+                            stop_reason=stop, message=run["message"] or message or note,
                             wall_s=time.perf_counter() - t0)
+
+    def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, str, str]:
+        """(x, stop reason, note): a batch behind a smooth activation solved with the model in the row space of its
+        first-layer block (:func:`leakattack.attacks.span.solve_span`), the examples in the order of ``labels``."""
+        assert labels is not None  # supports() refuses a victim without labels to solve with
+        victim, B = obs.victim, obs.batch_size
+        solved = solve_span(victim, first.module, block.to(victim.dtype), labels.to(victim.device),
+                            tuple(obs.input_shape[1:]))
+        x = solved.x.reshape(obs.input_shape)
+        if solved.residual <= accepted(victim.dtype):
+            return x, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row space "
+                                    f"({solved.steps} Levenberg-Marquardt steps; relative residual "
+                                    f"{solved.residual:.1e})")
+        return x, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
+                              f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts: these "
+                              "are not the batch's examples (the labels read from the message may be wrong)")
 
     def _fit(self, M, y, blocks, free_idx, deltas, factors, free, shape, monitor, monitor_every) -> dict:
         """The sweeps from one start: losses, the best sweep and its x, why it stopped, monitor records."""

@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +45,7 @@ import targets
 
 from ..config import ConfigError
 from ..data import get_batch, get_dataset
+from ..errors import quiet_jvp_setup
 from ..seeds import torch_generator
 from ..sketch import Sketch, get_sketch, is_identity, sketch_dim
 from .analysis import (
@@ -158,18 +158,12 @@ def sketch_constants(sketch, generator: torch.Generator, k: int = 120) -> dict:
     return {"tau": g2, "gamma1": g1, "gamma2": g2, "sketch_method": method}
 
 
-#: the warning torch gives on the first forward-mode JVP of a process: it then loads its JVP decompositions
-#: (torch._decomp.decompositions_for_jvp), which script functions with the deprecated torch.jit.script
-JIT_SCRIPT_WARNING = r"`torch\.jit\.script` is deprecated"
-
-
 def jacobian_T(prob: Problem, x: torch.Tensor, chunk: int = 64) -> torch.Tensor:
     """Jᵀ = (∂G/∂x)ᵀ as an (m, d) matrix, by batched JVPs over the coordinate basis."""
     f = lambda v: jvp(prob.G, (x,), (v.view_as(x),))[1]  # noqa: E731
     rows = []
     eye_cols = torch.eye(prob.m, dtype=prob.dtype)
-    with warnings.catch_warnings():  # torch's own deprecation notice, not ours to act on: silenced, that one only
-        warnings.filterwarnings("ignore", message=JIT_SCRIPT_WARNING, category=FutureWarning)
+    with quiet_jvp_setup():
         for i in range(0, prob.m, chunk):
             rows.append(vmap(f)(eye_cols[i:i + chunk]))
     return torch.cat(rows)

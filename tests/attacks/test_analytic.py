@@ -143,12 +143,46 @@ def test_a_narrow_layer_separates_fewer_examples_and_says_so():
     assert result.x.shape == x.shape and torch.isfinite(result.x).all()
 
 
-def test_a_sigmoid_batch_and_a_bias_free_layer_are_refused():
+@pytest.mark.parametrize("kind, b_over_m", [("none", 1.0), ("srht", 14.0)])
+def test_a_sigmoid_batch_is_solved_with_the_model_in_the_row_space(kind, b_over_m):
+    # no inactive units to separate by: the examples' coefficients in the first block's row space, by the model
+    x, labels = _batch(8)
+    obs = _observe("mlp", x, labels, kind=kind, b_over_m=b_over_m, hidden=32)
+    result = get_attack("analytic").reconstruct(obs)
+    assert result.stop_reason == "tolerance" and "row space" in result.message
+    assert (_matched_psnr(result, x) > 80).all()
+    perm = metrics.match(result.x.clamp(0, 1), x)
+    assert result.labels[perm].tolist() == labels.tolist()  # labels come in the examples' order
+
+
+def test_a_wrong_label_leaves_the_solve_short_and_it_says_so():
+    x, labels = _batch(4)
+    obs = _observe("mlp", x, labels, hidden=32, threat=ThreatModel(knows_labels=True))
+    obs.labels = (labels + 1) % 10
+    result = Analytic(labels="given").reconstruct(obs)
+    assert result.stop_reason == "stalled" and "not the batch's examples" in result.message
+
+
+class _Coupled(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc1, self.norm, self.act, self.fc = (torch.nn.Linear(49, 16), torch.nn.BatchNorm1d(16), act,
+                                                  torch.nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.fc(self.act(self.norm(self.fc1(x.flatten(1)))))
+
+
+def test_batches_the_attack_cannot_read_and_a_bias_free_layer_are_refused():
     x, labels = _example("digits")
     xs, ls = torch.cat([x, x.flip(-1)]), torch.cat([labels, labels])
-    reason = Analytic().supports(_observe("mlp", xs, ls))
-    assert "batch of 2" in reason and "ReLU" in reason and reason.count(". ") == 0
-    assert "batch of 2" in Analytic().supports(_observe("logreg", xs, ls))
+    small = F.avg_pool2d(xs, 4)  # 7 x 7
+    for module, words in ((_Coupled(torch.nn.Sigmoid()), "batch statistics"),
+                          (torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(49, 16), torch.nn.LeakyReLU(),
+                                               torch.nn.Linear(16, 10)), "LeakyReLU")):
+        victim = targets.Victim.from_module(module.double(), input_shape=(1, 7, 7), num_classes=10)
+        reason = Analytic().supports(observe(victim, small, ls, Channel(make_sketch("none", victim.d, victim.d))))
+        assert "batch of 2" in reason and words in reason and reason.count(". ") == 0
     linreg = _observe("linreg", x, labels.double())
     assert "no trainable bias" in Analytic().supports(linreg)
     assert "not grant" in Analytic(labels="given").supports(_observe("mlp", x, labels))

@@ -1,0 +1,171 @@
+"""A batch read from its first layer's block by the model: the examples' coefficients in the block's row space.
+
+A batch's first-layer block is G = [dW | dc] = sum_i delta_i [x_i; 1]^T (H x (m+1), rank B), so every [x_i; 1]
+lies in G's row space, spanned by its top B right singular vectors V ((m+1) x B): [x_i; 1] = V a_i / s_i with
+s_i = v . a_i (v: V's last row, the bias coordinate).  The block alone fixes the a_i only up to an invertible B x B
+mixing; the attacker who holds the model fixes it: delta_i is the loss's derivative at the first layer's output
+for example i, a function of x_i and its label alone when no layer couples the examples (no BatchNorm on batch
+statistics).  So the B^2 numbers A = [a_1 ... a_B] solve
+
+    r(A) = D(A)^T U(A) - G V = 0        (D: B x H, row i = delta_i(x_i); U: B x B, row i = a_i / s_i)
+
+whose H B equations are G V's (G = G V V^T, so nothing of the block is left out).  Levenberg-Marquardt on r
+from random images put in the span, its normal equations formed from H-vectors without the (H B) x B^2 Jacobian:
+delta_i depends on a_i alone, so B forward-mode passes (one per coordinate of every a_i at once) give every
+d delta_i / d a_i.  Unlike the one-active-unit separation of a ReLU batch this needs the weights' values, and a
+smooth activation: at a ReLU, a unit whose input changes sign on a reconstructed example moves r by a jump its
+derivative does not see.  The derivation and the measured batches: docs/attacks/analytic.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, jvp
+
+from ..errors import quiet_jvp_setup
+
+#: Levenberg-Marquardt stops when ||r|| / ||G V|| falls below this ...
+SPAN_TOL = 1e-13
+#: ... and the examples count as solved below the square root of the dtype's epsilon (1.5e-8 in float64): a block
+#: fitted through a sketch carries the fit's own error (measured 3e-9 to 5e-9 at its tolerance on mlp, digits)
+#: Levenberg-Marquardt steps per start, and the starts tried before giving up
+SPAN_STEPS = 200
+SPAN_STARTS = 3
+#: the damping's bounds: steps stop when it would have to exceed the upper one
+DAMP_MIN, DAMP_MAX = 1e-12, 1e12
+
+
+@dataclass
+class SpanResult:
+    x: torch.Tensor  #: (B, *shape) the examples, in the order of ``labels``
+    residual: float  #: ||r|| / ||G V|| at the end
+    steps: int  #: Levenberg-Marquardt steps taken, over all starts
+    starts: int  #: starts tried
+
+
+def row_space(block: torch.Tensor, B: int) -> torch.Tensor:
+    """V ((m+1) x B): the top B right singular vectors of the block [dW | dc]."""
+    return torch.linalg.svd(block, full_matrices=False)[2][:B].T.contiguous()
+
+
+class _Batch:
+    """r(A) and its Levenberg-Marquardt system for one victim, block and label assignment."""
+
+    def __init__(self, victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tensor, shape: tuple):
+        self.victim, self.layer, self.shape = victim, layer, shape
+        self.B = labels.shape[0]
+        self.V = row_space(block, self.B)
+        self.P, self.v = self.V[:-1], self.V[-1]
+        self.Y = block @ self.V
+        self.target = victim.target(labels)
+        self.params = {k: p.detach() for k, p in victim.model.named_parameters()}
+        self.buffers = {k: b.detach() for k, b in victim.model.named_buffers()}
+        self.zeros = self.Y.new_zeros(self.B, block.shape[0])
+        self.eps: torch.Tensor | None = None
+
+    def images(self, A: torch.Tensor) -> torch.Tensor:
+        return ((self.P @ A) / (self.v @ A)).T.reshape(self.B, *self.shape)
+
+    def _loss(self, eps: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        self.eps = eps
+        out = functional_call(self.victim.model, {**self.params, **self.buffers}, (self.images(A),))
+        return self.victim.loss(out, self.target)
+
+    def deltas(self, A: torch.Tensor) -> torch.Tensor:
+        """D (B x H): the loss's derivative at the first layer's output, one row per example."""
+        handle = self.layer.register_forward_hook(lambda m, i, out: out + self.eps)
+        try:
+            return grad(self._loss)(self.zeros, A)
+        finally:
+            handle.remove()
+            self.eps = None
+
+    def residual(self, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+        return D.T @ (A / (self.v @ A)).T - self.Y
+
+    def system(self, A: torch.Tensor, D: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """J^T J and J^T r (B^2 x B^2, B^2) for the unknowns A[k, i], from the B forward-mode passes."""
+        B = self.B
+        s = self.v @ A
+        U = (A / s).T  # row i: u_i = a_i / s_i
+        with quiet_jvp_setup():
+            Pm = torch.stack([jvp(self.deltas, (A,), (self._tangent(A, k),))[1] for k in range(B)])  # (k, i, H)
+        # w[k, i] = d u_i / d A[k, i] = e_k / s_i - a_i v_k / s_i^2
+        eye = torch.eye(B, dtype=A.dtype, device=A.device)
+        W = eye[:, None, :] / s[None, :, None] - A.T[None, :, :] * self.v[:, None, None] / (s ** 2)[None, :, None]
+        # column (k, i) of J is p_ki (x) u_i + delta_i (x) w_ki; inner products of outer products factor
+        PD = torch.einsum("kih,jh->kij", Pm, D)  # p_ki . delta_j
+        UW = torch.einsum("ib,ljb->ilj", U, W)  # u_i . w_lj
+        cross = _cross(PD, UW)
+        JtJ = (torch.einsum("kih,ljh->kilj", Pm, Pm) * (U @ U.T)[None, :, None, :] + cross + cross.permute(2, 3, 0, 1)
+               + (D @ D.T)[None, :, None, :] * torch.einsum("kib,ljb->kilj", W, W))
+        Jtr = torch.einsum("kih,hb,ib->ki", Pm, r, U) + torch.einsum("ih,hb,kib->ki", D, r, W)
+        n = B * B
+        return JtJ.reshape(n, n), Jtr.reshape(n)
+
+    @staticmethod
+    def _tangent(A: torch.Tensor, k: int) -> torch.Tensor:
+        t = torch.zeros_like(A)
+        t[k] = 1.0
+        return t
+
+
+def _cross(PD: torch.Tensor, UW: torch.Tensor) -> torch.Tensor:
+    """The cross term <p_ki (x) u_i, delta_j (x) w_lj> = (p_ki . delta_j)(u_i . w_lj), indexed [k, i, l, j]."""
+    return PD[:, :, None, :] * UW[None, :, :, :]
+
+
+def accepted(dtype: torch.dtype) -> float:
+    """The relative residual below which the solve's examples count as the batch's."""
+    return torch.finfo(dtype).eps ** 0.5
+
+
+def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tensor, shape: tuple, *,
+               seed: int = 0, steps: int = SPAN_STEPS, starts: int = SPAN_STARTS, tol: float = SPAN_TOL) -> SpanResult:
+    """The B examples whose first-layer block is ``block`` (H x (m+1)) with these ``labels`` (module docstring):
+    the start whose solve ends lowest, trying further starts only while none ends below :func:`accepted`."""
+    batch = _Batch(victim, layer, block, labels, shape)
+    B, m = batch.B, batch.P.shape[0]
+    scale = float(batch.Y.norm()) or 1.0
+    gen = torch.Generator().manual_seed(seed)
+    best: SpanResult | None = None
+    taken = 0
+    for start in range(starts):
+        x0 = torch.rand(B, m, generator=gen, dtype=torch.float64).to(block)
+        A = batch.V.T @ torch.cat([x0, torch.ones_like(x0[:, :1])], 1).T
+        A = A / (batch.v @ A)
+        D = batch.deltas(A)
+        r = batch.residual(A, D)
+        cost, lam = float(r.pow(2).sum()), 1e-3
+        for _ in range(steps):
+            if cost ** 0.5 <= tol * scale:
+                break
+            JtJ, Jtr = batch.system(A, D, r)
+            diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
+            taken += 1
+            while lam <= DAMP_MAX:
+                step = torch.linalg.solve(JtJ + lam * torch.diag(diag), -Jtr)
+                An = A + step.view(B, B)
+                An = An / (batch.v @ An)
+                Dn = batch.deltas(An)
+                rn = batch.residual(An, Dn)
+                new = float(rn.pow(2).sum())
+                if new < cost:
+                    A, D, r, cost, lam = An, Dn, rn, new, max(lam / 3, DAMP_MIN)
+                    break
+                lam *= 4
+            if lam > DAMP_MAX:
+                break
+        result = SpanResult(batch.images(A).detach(), cost ** 0.5 / scale, taken, start + 1)
+        if best is None or result.residual < best.residual:
+            best = result
+        if best.residual <= accepted(block.dtype):
+            break
+    assert best is not None
+    return SpanResult(best.x, best.residual, taken, best.starts)
+
+
+__all__ = ["solve_span", "accepted", "row_space", "SpanResult", "SPAN_TOL"]
