@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, jvp
+from torch.func import functional_call, grad, jvp, vmap
 
 from ..errors import quiet_jvp_setup
 
@@ -64,24 +64,60 @@ class _Batch:
         self.params = {k: p.detach() for k, p in victim.model.named_parameters()}
         self.buffers = {k: b.detach() for k, b in victim.model.named_buffers()}
         self.zeros = self.Y.new_zeros(self.B, block.shape[0])
-        self.eps: torch.Tensor | None = None
+        #: the first layer on the span: its output for example i is (Q a_i) / s_i + c, Q = W P (H x B)
+        self.Q = layer.weight.detach().to(self.P) @ self.P
+        self.c = layer.bias.detach().to(self.P)
+        self.blank = self.P.new_zeros(self.B, *shape)
+        self.collapsed = True
+        self.injected: torch.Tensor | None = None
+        A = self.V.T @ torch.cat([self.blank.reshape(self.B, -1).uniform_(), torch.ones_like(self.zeros[:, :1])], 1).T
+        self.collapsed = _close(self.deltas(A), self._deltas_through_the_layer(A))
+        self.blank.zero_()
 
     def images(self, A: torch.Tensor) -> torch.Tensor:
         return ((self.P @ A) / (self.v @ A)).T.reshape(self.B, *self.shape)
 
     def _loss(self, eps: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-        self.eps = eps
-        out = functional_call(self.victim.model, {**self.params, **self.buffers}, (self.images(A),))
+        if self.collapsed:  # the layer's output from Q; its input (a constant) and its own product unused
+            self.injected = ((self.Q @ A) / (self.v @ A)).T + self.c + eps
+            x = self.blank
+        else:
+            self.injected, x = eps, self.images(A)
+        out = functional_call(self.victim.model, {**self.params, **self.buffers}, (x,))
         return self.victim.loss(out, self.target)
 
+    def _hook(self, module, inputs, out):
+        assert self.injected is not None
+        return out + self.injected
+
+    def _output(self, x):
+        assert self.injected is not None
+        return self.injected
+
     def deltas(self, A: torch.Tensor) -> torch.Tensor:
-        """D (B x H): the loss's derivative at the first layer's output, one row per example."""
-        handle = self.layer.register_forward_hook(lambda m, i, out: out + self.eps)
+        """D (B x H): the loss's derivative at the first layer's output, one row per example.  Collapsed, the layer's
+        forward is replaced (for this call) by the output computed from Q, so its product with the input is skipped."""
+        if self.collapsed:
+            self.layer.forward = self._output  # type: ignore[method-assign]
+        else:
+            handle = self.layer.register_forward_hook(self._hook)
         try:
             return grad(self._loss)(self.zeros, A)
         finally:
-            handle.remove()
-            self.eps = None
+            if self.collapsed:
+                del self.layer.forward
+            else:
+                handle.remove()
+            self.injected = None
+
+    def _deltas_through_the_layer(self, A: torch.Tensor) -> torch.Tensor:
+        """:meth:`deltas` with the images themselves put through the first layer: the check that nothing else of the
+        model reads the input (then the collapsed form is used)."""
+        collapsed, self.collapsed = self.collapsed, False
+        try:
+            return self.deltas(A)
+        finally:
+            self.collapsed = collapsed
 
     def residual(self, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
         return D.T @ (A / (self.v @ A)).T - self.Y
@@ -91,8 +127,9 @@ class _Batch:
         B = self.B
         s = self.v @ A
         U = (A / s).T  # row i: u_i = a_i / s_i
+        tangents = torch.eye(B, dtype=A.dtype, device=A.device)[:, :, None].expand(B, B, B)  # k: row k all ones
         with quiet_jvp_setup():
-            Pm = torch.stack([jvp(self.deltas, (A,), (self._tangent(A, k),))[1] for k in range(B)])  # (k, i, H)
+            Pm = vmap(lambda t: jvp(self.deltas, (A,), (t,))[1])(tangents)  # (k, i, H)
         # w[k, i] = d u_i / d A[k, i] = e_k / s_i - a_i v_k / s_i^2
         eye = torch.eye(B, dtype=A.dtype, device=A.device)
         W = eye[:, None, :] / s[None, :, None] - A.T[None, :, :] * self.v[:, None, None] / (s ** 2)[None, :, None]
@@ -106,11 +143,9 @@ class _Batch:
         n = B * B
         return JtJ.reshape(n, n), Jtr.reshape(n)
 
-    @staticmethod
-    def _tangent(A: torch.Tensor, k: int) -> torch.Tensor:
-        t = torch.zeros_like(A)
-        t[k] = 1.0
-        return t
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool((a - b).norm() <= 1e3 * torch.finfo(a.dtype).eps * b.norm())
 
 
 def _cross(PD: torch.Tensor, UW: torch.Tensor) -> torch.Tensor:
