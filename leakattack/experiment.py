@@ -189,7 +189,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
-        gauss_newton=result.gauss_newton, objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
+        gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
+        objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
         extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}

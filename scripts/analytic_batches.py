@@ -7,10 +7,11 @@ few seconds.  ``--act relu`` (the default) measures the one-active-unit separati
 activation (``--act sigmoid``, mlp's own, or ``tanh``) the model's solve in the first block's row
 space.  Prints one markdown row per setting: examples recovered exactly (PSNR > 80 dB after
 one-to-one matching), examples the attack says it recovered (its separated count; for the solve,
-all B when it reached its tolerance, else none), labels right on the matched examples, and the
-attack's wall time.
+all B when it reached its tolerance, else none), labels right on the matched examples, the
+attack's wall time and, for the solve through the sketch, its relative residual over the block
+fit's (the spread over the batches); then the solve with one wrong label.
 
-    python scripts/analytic_batches.py [--act relu|sigmoid|tanh] [--quick]
+    python scripts/analytic_batches.py [--act relu|sigmoid|tanh] [--quick] [--only-sketched]
 """
 
 from __future__ import annotations
@@ -49,33 +50,57 @@ def one(data, B, H, start, sketch, act):
     else:
         said = B if result.stop_reason == "tolerance" else 0
     right = int((result.labels[perm] == labels).sum())
-    return exact, said, right, wall, b, victim.d
+    solve = result.row_space_solve
+    ratio = solve["residual"] / solve["fit"] if solve and solve["fit"] > 0 else None
+    return exact, said, right, wall, b, victim.d, ratio
+
+
+def wrong_label(data, B, H, act) -> str:
+    """The solve's verdict and relative residual when one of the batch's labels is wrong."""
+    x, labels = data.images[:B].double(), data.labels[:B]
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0, act=act, hidden=H).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d, seed=1)),
+                  ThreatModel(knows_labels=True))
+    obs.labels = labels.clone()
+    obs.labels[0] = (labels[0] + 1) % victim.num_classes
+    result = get_attack("analytic", labels="given").reconstruct(obs)
+    return f"{result.stop_reason}, relative residual {result.row_space_solve['residual']:.2f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--act", default="relu", choices=["relu", "sigmoid", "tanh"], help="mlp's hidden activation")
     ap.add_argument("--quick", action="store_true", help="one batch per setting, fewer settings")
+    ap.add_argument("--only-sketched", action="store_true", help="the rows through srht alone")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data = get_dataset("digits")
     repeats = 1 if args.quick else 3
     settings = [(B, H, "none") for H in (64, 256, 1024) for B in (2, 4, 8, 16, 32)]
+    if args.only_sketched:
+        settings = []
     if args.act == "relu":
         settings += [(B, 256, "srht") for B in (2, 4, 8)]
-    else:  # the solve's B^2 unknowns against the block's H B equations: B = H and B = 64
-        settings += [(64, 64, "none"), (64, 256, "none")] + [(B, 256, "srht") for B in (2, 4, 8, 16)]
+    else:
+        settings += [(B, 256, "srht") for B in (2, 4, 8, 16)]
     if args.quick:
         settings = [(4, 64, "none"), (8, 256, "none"), (2, 64, "srht")]
     print(f"act = {args.act}")
-    print("| sketch | B | H | b / d | exact (PSNR > 80 dB) | recovered (attack's count) | labels right | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| sketch | B | H | b / d | exact (PSNR > 80 dB) | recovered (attack's count) | labels right | wall s "
+          "| solve / fit residual |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for B, H, sketch in settings:
         rows = [one(data, B, H, r * B, sketch, args.act) for r in range(repeats)]
         n = B * repeats
         b, d = rows[0][4], rows[0][5]
+        ratios = [r[6] for r in rows if r[6] is not None]
+        spread = f"{min(ratios):.0f}-{max(ratios):.0f}" if ratios else "-"
         print(f"| {sketch} | {B} | {H} | {b / d:.3f} | {sum(r[0] for r in rows)}/{n} | {sum(r[1] for r in rows)}/{n} "
-              f"| {sum(r[2] for r in rows)}/{n} | {max(r[3] for r in rows):.1f} |", flush=True)
+              f"| {sum(r[2] for r in rows)}/{n} | {max(r[3] for r in rows):.1f} | {spread} |", flush=True)
+    if args.act != "relu":
+        print("\none wrong label (labels given, the first one moved to the next class), unsketched, the first batch:")
+        for B, H in ((4, 32), (8, 64), (16, 256)):
+            print(f"B = {B}, H = {H}: {wrong_label(data, B, H, args.act)}", flush=True)
 
 
 if __name__ == "__main__":

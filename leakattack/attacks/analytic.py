@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import targets
@@ -235,9 +236,10 @@ class Analytic(Attack):
         if M.b >= M.d:  # g itself is determined: solve it, then divide
             g = self._solve_square(M, y)
             loss = float((M.apply(g) - y).pow(2).sum())
-            stop = "tolerance"
+            stop, record = "tolerance", None
             if B > 1 and not self._separates(obs.victim):
-                x, stop, note = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels)
+                fit = (loss / max(float(y @ y), 1e-300)) ** 0.5
+                x, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels, fit)
             else:
                 x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
                 x = x.reshape(shape)
@@ -245,7 +247,7 @@ class Analytic(Attack):
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra, iterations=0,
                                 stop_reason=stop, message=note or "solved g from the message, then divided",
-                                wall_s=time.perf_counter() - t0)
+                                wall_s=time.perf_counter() - t0, row_space_solve=record)
 
         unknowns = B * sum(bl.out + bl.cols - (bl.bias is not None) for bl in blocks) + free_idx.numel()
         message = ""
@@ -262,6 +264,8 @@ class Analytic(Attack):
         for bl in blocks:  # the top B singular pairs; a biased block's columns of A scaled to a bias entry of 1
             U, S, Vh = torch.linalg.svd(_block_matrix(bl, back), full_matrices=False)
             a, dl = Vh[:B].T, U[:, :B] * S[:B]
+            if a.shape[1] < B:  # a block narrower than the batch (a head of C < B classes): zero columns to B
+                a, dl = F.pad(a, (0, B - a.shape[1])), F.pad(dl, (0, B - dl.shape[1]))
             if bl.bias is not None:
                 c = a[bl.inp]
                 ok = c.abs() > 1e-12 * a.abs().amax(0)
@@ -272,33 +276,38 @@ class Analytic(Attack):
         x0 = self._examples(blocks[0], deltas[0] @ factors[0].T, B)[0].reshape(shape)
         run = self._fit(M, y, blocks, free_idx, deltas, factors, back[free_idx], shape, monitor, monitor_every)
         fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
-        x, stop, note = run["x"], run["stop"], run["note"]
+        x, stop, note, record = run["x"], run["stop"], run["note"], None
         if B > 1 and not self._separates(obs.victim):
-            x, solved, note = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels)
+            fit = (run["losses"][-1] / max(float(y @ y), 1e-300)) ** 0.5
+            x, solved, note, record = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels, fit)
             stop = solved if stop == "tolerance" else stop
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
         return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
                             extra=run["extra"], iterations=len(run["losses"]) - 1, best_step=run["best"],
                             stop_reason=stop, message=run["message"] or message or note,
-                            wall_s=time.perf_counter() - t0)
+                            wall_s=time.perf_counter() - t0, row_space_solve=record)
 
-    def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None
-                     ) -> tuple[torch.Tensor, str, str]:
-        """(x, stop reason, note): a batch behind a smooth activation solved with the model in the row space of its
-        first-layer block (:func:`leakattack.attacks.span.solve_span`), the examples in the order of ``labels``."""
+    def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None,
+                     fit: float) -> tuple[torch.Tensor, str, str, dict]:
+        """(x, stop reason, note, record): a batch behind a smooth activation solved with the model in the row space
+        of its first-layer block (:func:`leakattack.attacks.span.solve_span`; ``fit``: the relative residual the
+        block's own reading left on the message), the examples in the order of ``labels``."""
         assert labels is not None  # supports() refuses a victim without labels to solve with
         victim, B = obs.victim, obs.batch_size
         solved = solve_span(victim, first.module, block.to(victim.dtype), labels.to(victim.device),
-                            tuple(obs.input_shape[1:]))
+                            tuple(obs.input_shape[1:]), fit=fit)
         x = solved.x.reshape(obs.input_shape)
-        if solved.residual <= accepted(victim.dtype):
+        bar = accepted(victim.dtype, fit)
+        record = {"residual": solved.residual, "accepted": bar, "fit": fit, "steps": solved.steps,
+                  "starts": solved.starts, "solved": solved.residual <= bar}
+        if record["solved"]:
             return x, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row space "
                                     f"({solved.steps} Levenberg-Marquardt steps; relative residual "
-                                    f"{solved.residual:.1e})")
+                                    f"{solved.residual:.1e})"), record
         return x, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
                               f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts: these "
-                              "are not the batch's examples (the labels read from the message may be wrong)")
+                              "are not the batch's examples (the labels read from the message may be wrong)"), record
 
     def _fit(self, M, y, blocks, free_idx, deltas, factors, free, shape, monitor, monitor_every) -> dict:
         """The sweeps from one start: losses, the best sweep and its x, why it stopped, monitor records."""

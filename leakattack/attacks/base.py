@@ -52,6 +52,8 @@ class AttackResult:
     label_choice: dict | None = None
     #: what the Gauss-Newton steps after the first-order phase did (GradientMatching.refine), None if none ran
     gauss_newton: dict | None = None
+    #: the analytic attack's solve of a batch in its first block's row space (Analytic._solve_batch), None if none ran
+    row_space_solve: dict | None = None
 
     @property
     def final_loss(self) -> float:

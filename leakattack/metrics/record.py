@@ -99,6 +99,9 @@ class RunMetrics:
     restart_path: str | None = None
     #: what the Gauss-Newton steps after the first-order phase did (``--refine``); written when they ran
     gauss_newton: dict[str, Any] | None = None
+    #: the analytic attack's solve of a batch in its first block's row space (``residual``, ``accepted``, ``fit``,
+    #: ``steps``, ``starts``, ``solved``); written when it ran
+    row_space_solve: dict[str, Any] | None = None
     #: the attack's own objective at the truth and at the reconstruction, term by term (``match``, each prior by
     #: name, ``total``); written where it was measured (gradient matching with fixed labels, the truth known)
     objective_at: dict[str, Any] | None = None
@@ -187,7 +190,7 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "objective_at", "peak_memory"})
+                       "row_space_solve", "objective_at", "peak_memory"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

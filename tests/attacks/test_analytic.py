@@ -232,6 +232,17 @@ def test_a_run_through_the_experiment_writes_an_exact_reconstruction(tmp_path):
     assert (folder / "metrics.json").exists() and (folder / "reconstruction.png").exists()
 
 
+def test_a_sigmoid_batch_run_records_its_row_space_solve(tmp_path):
+    from leakattack.config import RunConfig
+    from leakattack.experiment import run_attack
+
+    cfg = RunConfig(model="mlp", attack="analytic", dataset="digits", sketch="none", batch_size=4)
+    m, folder = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
+    solve = json.loads((folder / "metrics.json").read_text())["row_space_solve"]
+    assert solve["solved"] and solve["residual"] <= solve["accepted"] and solve["steps"] >= 1
+    assert m.psnr > 80 and m.label_acc_matched == 1.0
+
+
 def test_gradient_matching_settings_given_to_a_closed_form_attack_are_named_as_unused():
     from leakattack.config import RunConfig
 
