@@ -7,8 +7,10 @@ delta [x; 1]^T, so x is a row of dF/dW divided by the matching entry of dF/dc
 least squares by CGLS, then damped Gauss-Newton steps, from a spectral start),
 every other coordinate of g an unknown of its own.  Batches behind a ReLU are
 separated by rows with one active unit; labels follow through the head's block.
-The method reads the layer layout, never the weights' values.  The derivation,
-the measured threshold (exact from b/m = 1.5 on mlp/digits) and the limits:
+Batches behind a smooth activation are solved with the model in the row space of
+the first block (:mod:`leakattack.attacks.span`).  The method reads the layer layout,
+and the weights' values only for that solve.  The derivation, the measured threshold
+(exact from b/m = 1.5 on mlp/digits), the batches and the limits:
 docs/attacks/analytic.md.
 """
 

@@ -31,8 +31,9 @@ from ..errors import quiet_jvp_setup
 SPAN_TOL = 1e-13
 #: The examples count as solved below the larger of the square root of the dtype's epsilon (1.5e-8 in float64) and
 #: FIT_MARGIN times the relative residual of the block's own fit to the message (a block fitted through a sketch
-#: carries its error into r: measured 17 to 40 times the fit's on mlp, digits, srht), never above ACCEPT_CAP.  One
-#: wrong label in the batch leaves r at 0.16-0.59 (mlp on digits, B = 4, 8, 16).
+#: carries its error into r: 4 to 65 times the fit's on mlp, digits, srht), never above ACCEPT_CAP.  One wrong label
+#: in the batch leaves r at 0.16-0.59 (mlp on digits, B = 4, 8, 16): ``python scripts/analytic_batches.py --act
+#: sigmoid`` prints both.
 FIT_MARGIN, ACCEPT_CAP = 1e3, 1e-4
 #: Levenberg-Marquardt steps per start, and the starts tried before giving up
 SPAN_STEPS = 200
@@ -73,9 +74,9 @@ class _Batch:
         self.blank = self.P.new_zeros(self.B, *shape)
         self.collapsed = True
         self.injected: torch.Tensor | None = None
-        A = self.V.T @ torch.cat([self.blank.reshape(self.B, -1).uniform_(), torch.ones_like(self.zeros[:, :1])], 1).T
+        probe = torch.rand(self.B, self.P.shape[0], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        A = self.V.T @ torch.cat([probe.to(self.P), torch.ones_like(self.zeros[:, :1])], 1).T
         self.collapsed = _close(self.deltas(A), self._deltas_through_the_layer(A))
-        self.blank.zero_()
 
     def images(self, A: torch.Tensor) -> torch.Tensor:
         return ((self.P @ A) / (self.v @ A)).T.reshape(self.B, *self.shape)

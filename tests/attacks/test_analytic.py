@@ -269,3 +269,33 @@ def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_fr
         captured.err
     assert "labels 1/1 (idlg)" in captured.out
     assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"
+
+
+class _Skip(torch.nn.Module):
+    """A sigmoid MLP whose input also reaches the output past the first layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.fc = torch.nn.Linear(49, 24), torch.nn.Sigmoid(), torch.nn.Linear(24, 10)
+        self.skip = torch.nn.Linear(49, 10)
+
+    def forward(self, x):
+        return self.fc(self.act(self.fc1(x.flatten(1)))) + self.skip(x.flatten(1))
+
+
+def test_the_solve_skips_the_first_layers_product_only_where_nothing_else_reads_the_input():
+    from leakattack.attacks.span import _Batch
+
+    x, labels = _batch(4)
+    small = F.avg_pool2d(x, 4)
+    for module, collapsed in ((targets.get_model("mlp", in_shape=(1, 7, 7), seed=0, hidden=24).model, True),
+                              (_Skip(), False)):
+        torch.manual_seed(0)
+        victim = targets.Victim.from_module(module.double(), input_shape=(1, 7, 7), num_classes=10, name="m")
+        obs = observe(victim, small, labels, Channel(make_sketch("none", victim.d, victim.d)))
+        layer = first_layer(victim.model)
+        g = obs.y.flatten()
+        block = torch.cat([g[:24 * 49].view(24, 49), g[24 * 49:24 * 50, None]], 1)
+        assert _Batch(victim, layer, block, labels, (1, 7, 7)).collapsed is collapsed
+        result = Analytic().reconstruct(obs)
+        assert result.stop_reason == "tolerance" and (_matched_psnr(result, small) > 80).all()
