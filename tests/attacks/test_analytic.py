@@ -299,3 +299,23 @@ def test_the_solve_skips_the_first_layers_product_only_where_nothing_else_reads_
         assert _Batch(victim, layer, block, labels, (1, 7, 7)).collapsed is collapsed
         result = Analytic().reconstruct(obs)
         assert result.stop_reason == "tolerance" and (_matched_psnr(result, small) > 80).all()
+
+
+def test_the_solves_normal_equations_are_those_of_its_jacobian():
+    # J^T J and J^T r formed from the B forward-mode passes against the Jacobian of r(A) by autograd
+    from leakattack.attacks.span import _Batch
+
+    x, labels = _batch(3)
+    small = F.avg_pool2d(x, 4)
+    victim = targets.get_model("mlp", in_shape=(1, 7, 7), seed=0, hidden=5).to(dtype=torch.float64)
+    obs = observe(victim, small, labels, Channel(make_sketch("none", victim.d, victim.d)))
+    g = obs.y.flatten()
+    batch = _Batch(victim, victim.model.fc1, torch.cat([g[:5 * 49].view(5, 49), g[5 * 49:5 * 50, None]], 1), labels,
+                   (1, 7, 7))
+    A = batch.V.T @ torch.cat([torch.rand(3, 49, dtype=torch.float64), torch.ones(3, 1, dtype=torch.float64)], 1).T
+    D = batch.deltas(A)
+    r = batch.residual(A, D)
+    J = torch.autograd.functional.jacobian(lambda a: batch.residual(a, batch.deltas(a)).reshape(-1), A).reshape(15, 9)
+    JtJ, Jtr = batch.system(A, D, r)
+    assert torch.allclose(JtJ, J.T @ J, rtol=1e-9, atol=1e-12 * float(JtJ.abs().max()))
+    assert torch.allclose(Jtr, J.T @ r.reshape(-1), rtol=1e-9, atol=1e-12 * float(Jtr.abs().max()))
