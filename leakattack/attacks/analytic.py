@@ -27,6 +27,7 @@ from torch import nn
 
 import targets
 
+from ..constraints import Number, Param
 from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
@@ -164,6 +165,9 @@ class Analytic(Attack):
     name = "analytic"
     closed_form = True
     reads_labels = True
+    options = (Param("sweeps", 200, Number(1, integer=True), "analytic sweeps",
+                     "analytic: most sweeps of the low-rank fit through a sketch (b < d); a batch may need more "
+                     "(mlp, 16 digits, srht: 356)"),)
 
     def __init__(self, *, labels: str = "recovered", sweeps: int = 200, cgls_steps: int = CGLS_STEPS,
                  tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0]):
@@ -285,10 +289,14 @@ class Analytic(Attack):
             stop = solved if stop == "tolerance" else stop
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
+        said = run["message"] or message or note
+        if run["stop"] == "iterations":
+            said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
+                                              "tolerance (--sweeps gives it more)")
         return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
                             extra=run["extra"], iterations=len(run["losses"]) - 1, best_step=run["best"],
-                            stop_reason=stop, message=run["message"] or message or note,
-                            wall_s=time.perf_counter() - t0, row_space_solve=record)
+                            stop_reason=stop, message=said, wall_s=time.perf_counter() - t0,
+                            row_space_solve=record)
 
     def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None,
                      fit: float) -> tuple[torch.Tensor, str, str, dict]:

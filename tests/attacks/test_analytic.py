@@ -271,6 +271,19 @@ def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_fr
     assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"
 
 
+def test_a_fit_that_runs_out_of_sweeps_says_so_and_sweeps_gives_it_more(tmp_path, capsys):
+    from leakattack import cli
+
+    common = ["run", "--model", "mlp", "--dataset", "digits", "--attack", "analytic", "--sketch", "srht",
+              "--sketch-ratio", "0.03", "--no-lpips", "--quiet"]
+    assert cli.main([*common, "--sweeps", "2", "--out", str(tmp_path / "short")]) == 0
+    captured = capsys.readouterr()
+    assert "2 it (iterations)" in captured.out
+    assert "note: the low-rank fit ran all its 2 sweeps short of its tolerance (--sweeps gives it more)" in captured.err
+    assert cli.main([*common, "--sweeps", "0", "--out", str(tmp_path / "none")]) == 2
+    assert "sweeps" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
 class _Skip(torch.nn.Module):
     """A sigmoid MLP whose input also reaches the output past the first layer."""
 
