@@ -43,6 +43,8 @@ RESIDUAL_TOL = 1e-9
 STALL_GAIN = 1e-4
 #: CGLS steps per half-step (warm-started, so later half-steps need few)
 CGLS_STEPS = 60
+#: the low-rank fit's sweeps at most (``--sweeps``)
+SWEEPS = 200
 #: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
 GROUP_TOL = 1e-4
 #: activations with exact zeros (inactive units), which separate a batch's examples
@@ -165,11 +167,11 @@ class Analytic(Attack):
     name = "analytic"
     closed_form = True
     reads_labels = True
-    options = (Param("sweeps", 200, Number(1, integer=True), "analytic sweeps",
+    options = (Param("sweeps", SWEEPS, Number(1, integer=True), "analytic sweeps",
                      "analytic: most sweeps of the low-rank fit through a sketch (b < d); a batch may need more "
                      "(mlp, 16 digits, srht: 356)"),)
 
-    def __init__(self, *, labels: str = "recovered", sweeps: int = 200, cgls_steps: int = CGLS_STEPS,
+    def __init__(self, *, labels: str = "recovered", sweeps: int = SWEEPS, cgls_steps: int = CGLS_STEPS,
                  tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0]):
         if labels not in ANALYTIC_LABELS:
             raise ValueError(f"labels must be one of {ANALYTIC_LABELS}, got {labels!r}")
