@@ -246,8 +246,7 @@ class Analytic(Attack):
             loss = float((M.apply(g) - y).pow(2).sum())
             stop, record = "tolerance", None
             if B > 1 and not self._separates(obs.victim):
-                fit = (loss / max(float(y @ y), 1e-300)) ** 0.5
-                x, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels, fit)
+                x, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels, loss)
             else:
                 x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
                 x = x.reshape(shape)
@@ -286,8 +285,8 @@ class Analytic(Attack):
         fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
         x, stop, note, record = run["x"], run["stop"], run["note"], None
         if B > 1 and not self._separates(obs.victim):
-            fit = (run["losses"][-1] / max(float(y @ y), 1e-300)) ** 0.5
-            x, solved, note, record = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels, fit)
+            x, solved, note, record = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels,
+                                                        run["losses"][-1])
             stop = solved if stop == "tolerance" else stop
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
@@ -301,12 +300,13 @@ class Analytic(Attack):
                             row_space_solve=record)
 
     def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None,
-                     fit: float) -> tuple[torch.Tensor, str, str, dict]:
+                     loss: float) -> tuple[torch.Tensor, str, str, dict]:
         """(x, stop reason, note, record): a batch behind a smooth activation solved with the model in the row space
-        of its first-layer block (:func:`leakattack.attacks.span.solve_span`; ``fit``: the relative residual the
+        of its first-layer block (:func:`leakattack.attacks.span.solve_span`; ``loss``: the squared residual the
         block's own reading left on the message), the examples in the order of ``labels``."""
         assert labels is not None  # supports() refuses a victim without labels to solve with
         victim, B = obs.victim, obs.batch_size
+        fit = (loss / max(float(obs.y.detach().pow(2).sum()), 1e-300)) ** 0.5
         solved = solve_span(victim, first.module, block.to(victim.dtype), labels.to(victim.device),
                             tuple(obs.input_shape[1:]), fit=fit)
         x = solved.x.reshape(obs.input_shape)

@@ -131,11 +131,11 @@ class _Batch:
         B = self.B
         s = self.v @ A
         U = (A / s).T  # row i: u_i = a_i / s_i
-        tangents = torch.eye(B, dtype=A.dtype, device=A.device)[:, :, None].expand(B, B, B)  # k: row k all ones
+        eye = torch.eye(B, dtype=A.dtype, device=A.device)
+        tangents = eye[:, :, None].expand(B, B, B)  # tangent k: row k of A all ones
         with quiet_jvp_setup():
             Pm = vmap(lambda t: jvp(self.deltas, (A,), (t,))[1])(tangents)  # (k, i, H)
         # w[k, i] = d u_i / d A[k, i] = e_k / s_i - a_i v_k / s_i^2
-        eye = torch.eye(B, dtype=A.dtype, device=A.device)
         W = eye[:, None, :] / s[None, :, None] - A.T[None, :, :] * self.v[:, None, None] / (s ** 2)[None, :, None]
         # column (k, i) of J is p_ki (x) u_i + delta_i (x) w_ki; inner products of outer products factor
         PD = torch.einsum("kih,jh->kij", Pm, D)  # p_ki . delta_j
