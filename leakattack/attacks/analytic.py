@@ -193,7 +193,7 @@ class Analytic(Attack):
         if layer.in_features != victim.unknowns_per_example or _input_ranks(victim).get(id(layer)) != 1:
             return f"{victim.name}'s first linear layer does not see the flattened example; use gradient-matching"
         if obs.batch_size > 1 and not self._separates(victim):
-            why = self._unsolvable(victim)
+            why = self._unsolvable(victim, obs.batch_size)
             if why:
                 return (f"the analytic attack separates a batch of {obs.batch_size} by the first layer's inactive "
                         f"ReLU units or solves it with the model in the block's row space, and {victim.name} "
@@ -210,9 +210,13 @@ class Analytic(Attack):
         return layer is not None and isinstance(_activation_after(victim.model, layer), PIECEWISE_LINEAR)
 
     @staticmethod
-    def _unsolvable(victim) -> str | None:
-        """Why the model's solve in the row space cannot read a batch of this victim (a sentence's end), or None."""
+    def _unsolvable(victim, B: int) -> str | None:
+        """Why the model's solve in the row space cannot read a batch of B examples of this victim (a sentence's end),
+        or None."""
         layer = first_layer(victim.model)
+        if isinstance(layer, nn.Linear) and min(layer.out_features, layer.in_features + 1) < B:
+            return (f"has a first-layer block of {layer.out_features} x {layer.in_features + 1} numbers, whose rank "
+                    f"(at most {min(layer.out_features, layer.in_features + 1)}) cannot hold {B} examples")
         act = None if layer is None else _activation_after(victim.model, layer)
         if isinstance(act, KINKED):
             return (f"has a {type(act).__name__} after its first layer (no inactive units to separate by, and kinks "

@@ -179,7 +179,9 @@ def test_batches_the_attack_cannot_read_and_a_bias_free_layer_are_refused():
     small = F.avg_pool2d(xs, 4)  # 7 x 7
     for module, words in ((_Coupled(torch.nn.Sigmoid()), "batch statistics"),
                           (torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(49, 16), torch.nn.LeakyReLU(),
-                                               torch.nn.Linear(16, 10)), "LeakyReLU")):
+                                               torch.nn.Linear(16, 10)), "LeakyReLU"),
+                          (torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(49, 1), torch.nn.Sigmoid(),
+                                               torch.nn.Linear(1, 10)), "(at most 1) cannot hold 2 examples")):
         victim = targets.Victim.from_module(module.double(), input_shape=(1, 7, 7), num_classes=10)
         reason = Analytic().supports(observe(victim, small, ls, Channel(make_sketch("none", victim.d, victim.d))))
         assert "batch of 2" in reason and words in reason and reason.count(". ") == 0
