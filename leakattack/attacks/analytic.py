@@ -32,8 +32,8 @@ from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
 from .base import Attack, AttackResult, Monitor
-from .labels import recover_labels
-from .span import accepted, solve_span
+from .labels import readings_to_compare, recover_labels
+from .span import SPAN_STARTS, accepted, solve_span
 
 #: label sources: ``given`` (granted by the threat model) or ``recovered`` (iDLG's sign rule through the sketch)
 ANALYTIC_LABELS = ("recovered", "given")
@@ -45,6 +45,11 @@ STALL_GAIN = 1e-4
 CGLS_STEPS = 60
 #: the low-rank fit's sweeps at most (``--sweeps``)
 SWEEPS = 200
+#: when the row-space solve fails with the labels read from the message, other label multisets are tried (the other
+#: rules' readings, then every change of one label), one start each, until one solves or this many seconds have gone:
+#: a wrong label leaves the solve at a relative residual of 0.02-0.6, the right ones at round-off
+#: (``python scripts/analytic_batches.py --act sigmoid``), so the solve itself tells the labels apart
+LABEL_SEARCH_S = 120.0
 #: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
 GROUP_TOL = 1e-4
 #: activations with exact zeros (inactive units), which separate a batch's examples
@@ -250,7 +255,8 @@ class Analytic(Attack):
             loss = float((M.apply(g) - y).pow(2).sum())
             stop, record = "tolerance", None
             if B > 1 and not self._separates(obs.victim):
-                x, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels, loss)
+                x, labels, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels,
+                                                                  loss)
             else:
                 x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
                 x = x.reshape(shape)
@@ -289,8 +295,8 @@ class Analytic(Attack):
         fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
         x, stop, note, record = run["x"], run["stop"], run["note"], None
         if B > 1 and not self._separates(obs.victim):
-            x, solved, note, record = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(), labels,
-                                                        run["losses"][-1])
+            x, labels, solved, note, record = self._solve_batch(obs, blocks[0], fitted[id(blocks[0])].detach(),
+                                                                labels, run["losses"][-1])
             stop = solved if stop == "tolerance" else stop
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
@@ -304,26 +310,65 @@ class Analytic(Attack):
                             row_space_solve=record)
 
     def _solve_batch(self, obs: Observation, first: _Block, block: torch.Tensor, labels: torch.Tensor | None,
-                     loss: float) -> tuple[torch.Tensor, str, str, dict]:
-        """(x, stop reason, note, record): a batch behind a smooth activation solved with the model in the row space
-        of its first-layer block (:func:`leakattack.attacks.span.solve_span`; ``loss``: the squared residual the
-        block's own reading left on the message), the examples in the order of ``labels``."""
+                     loss: float) -> tuple[torch.Tensor, torch.Tensor, str, str, dict]:
+        """(x, labels, stop reason, note, record): a batch behind a smooth activation solved with the model in the row
+        space of its first-layer block (:func:`leakattack.attacks.span.solve_span`; ``loss``: the squared residual the
+        block's own reading left on the message), the examples in the order of the labels returned.  When the solve
+        fails with labels read from the message, other multisets are tried (:data:`LABEL_SEARCH_S`)."""
         assert labels is not None  # supports() refuses a victim without labels to solve with
         victim, B = obs.victim, obs.batch_size
         fit = (loss / max(float(obs.y.detach().pow(2).sum()), 1e-300)) ** 0.5
-        solved = solve_span(victim, first.module, block.to(victim.dtype), labels.to(victim.device),
-                            tuple(obs.input_shape[1:]), fit=fit)
-        x = solved.x.reshape(obs.input_shape)
         bar = accepted(victim.dtype, fit)
+        shape = tuple(obs.input_shape[1:])
+
+        def solve(lab: torch.Tensor, starts: int = SPAN_STARTS):
+            return solve_span(victim, first.module, block.to(victim.dtype), lab.to(victim.device), shape, fit=fit,
+                              starts=starts)
+
+        solved, tried, read = solve(labels), 1, labels
+        if solved.residual > bar and self.label_mode == "recovered":
+            deadline = time.perf_counter() + LABEL_SEARCH_S
+            for other in self._other_labels(obs, labels):
+                if time.perf_counter() >= deadline:
+                    break
+                attempt = solve(other, starts=1)
+                tried += 1
+                if attempt.residual <= bar:
+                    solved, labels = attempt, other
+                    break
+        x = solved.x.reshape(obs.input_shape)
         record = {"residual": solved.residual, "accepted": bar, "fit": fit, "steps": solved.steps,
-                  "starts": solved.starts, "solved": solved.residual <= bar}
+                  "starts": solved.starts, "solved": solved.residual <= bar, "label_sets": tried}
+        changed = "" if labels is read else (f"; with labels {labels.tolist()} after the ones read from the message, "
+                                             f"{read.tolist()}, left it short ({tried} label sets tried)")
         if record["solved"]:
-            return x, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row space "
-                                    f"({solved.steps} Levenberg-Marquardt steps; relative residual "
-                                    f"{solved.residual:.1e})"), record
-        return x, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
-                              f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts: these "
-                              "are not the batch's examples (the labels read from the message may be wrong)"), record
+            return x, labels, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row "
+                                            f"space ({solved.steps} Levenberg-Marquardt steps; relative residual "
+                                            f"{solved.residual:.1e}{changed})"), record
+        searched = f", and {tried - 1} other label sets did not solve it either" if tried > 1 else ""
+        return x, labels, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
+                                      f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts"
+                                      f"{searched}: these are not the batch's examples (the labels read from the "
+                                      "message may be wrong)"), record
+
+    @staticmethod
+    def _other_labels(obs: Observation, labels: torch.Tensor):
+        """Sorted label multisets other than ``labels``, most plausible first: the other rules' readings of the
+        message, then ``labels`` with one label changed to each other class."""
+        seen = {tuple(labels.tolist())}
+        readings = list(readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size).values())
+        changed = []
+        for i in sorted({labels.tolist().index(c) for c in labels.tolist()}):
+            for c in range(obs.victim.num_classes):
+                if c != int(labels[i]):
+                    other = labels.clone()
+                    other[i] = c
+                    changed.append(other.sort().values)
+        for other in readings + changed:
+            key = tuple(other.tolist())
+            if key not in seen:
+                seen.add(key)
+                yield other
 
     def _fit(self, M, y, blocks, free_idx, deltas, factors, free, shape, monitor, monitor_every) -> dict:
         """The sweeps from one start: losses, the best sweep and its x, why it stopped, monitor records."""

@@ -234,6 +234,24 @@ def test_a_run_through_the_experiment_writes_an_exact_reconstruction(tmp_path):
     assert (folder / "metrics.json").exists() and (folder / "reconstruction.png").exists()
 
 
+def test_a_wrong_label_read_from_the_message_is_found_by_the_solve():
+    # labels read wrong (as a sketch's noise can leave them): the failed solve tries other multisets, and the one
+    # that solves it gives the batch back with its labels in order
+    x, labels = _batch(4)
+    obs = _observe("mlp", x, labels, hidden=32)
+    attack = Analytic()
+    right = attack.labels_for(obs)
+    wrong = right.clone()
+    wrong[0] = (wrong[0] + 1) % 10
+    attack.labels_for = lambda obs: wrong.sort().values  # type: ignore[method-assign]
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "tolerance" and "after the ones read from the message" in result.message
+    assert result.row_space_solve["label_sets"] >= 2
+    assert (_matched_psnr(result, x) > 80).all()
+    perm = metrics.match(result.x.clamp(0, 1), x)
+    assert result.labels[perm].tolist() == labels.tolist()
+
+
 def test_a_sigmoid_batch_run_records_its_row_space_solve(tmp_path):
     from leakattack.config import RunConfig
     from leakattack.experiment import run_attack
