@@ -47,8 +47,8 @@ CGLS_STEPS = 60
 SWEEPS = 200
 #: when the row-space solve fails with the labels read from the message, other label multisets are tried (the other
 #: rules' readings, then every change of one label), one start each, until one solves or this many seconds have gone:
-#: a wrong label leaves the solve at a relative residual of 0.02-0.6, the right ones at round-off
-#: (``python scripts/analytic_batches.py --act sigmoid``), so the solve itself tells the labels apart
+#: one wrong label leaves the solve at a relative residual of 0.16-0.67, the right ones at round-off or near the fit's
+#: (``python scripts/analytic_batches.py --act sigmoid``; :data:`.span.FIT_MARGIN`), so the solve tells them apart
 LABEL_SEARCH_S = 120.0
 #: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
 GROUP_TOL = 1e-4
@@ -325,11 +325,12 @@ class Analytic(Attack):
             return solve_span(victim, first.module, block.to(victim.dtype), lab.to(victim.device), shape, fit=fit,
                               starts=starts)
 
-        solved, tried, read = solve(labels), 1, labels
+        solved, tried, read, out_of_time = solve(labels), 1, labels, False
         if solved.residual > bar and self.label_mode == "recovered":
             deadline = time.perf_counter() + LABEL_SEARCH_S
             for other in self._other_labels(obs, labels):
                 if time.perf_counter() >= deadline:
+                    out_of_time = True
                     break
                 attempt = solve(other, starts=1)
                 tried += 1
@@ -345,7 +346,8 @@ class Analytic(Attack):
             return x, labels, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row "
                                             f"space ({solved.steps} Levenberg-Marquardt steps; relative residual "
                                             f"{solved.residual:.1e}{changed})"), record
-        searched = f", and {tried - 1} other label sets did not solve it either" if tried > 1 else ""
+        searched = (f", and {tried - 1} other label sets did not solve it either" if tried > 1 else "") \
+            + (f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else "")
         return x, labels, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
                                       f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts"
                                       f"{searched}: these are not the batch's examples (the labels read from the "

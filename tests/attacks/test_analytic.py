@@ -252,6 +252,24 @@ def test_a_wrong_label_read_from_the_message_is_found_by_the_solve():
     assert result.labels[perm].tolist() == labels.tolist()
 
 
+def test_a_label_search_that_finds_nothing_says_so(monkeypatch):
+    from leakattack.attacks import analytic
+
+    x, labels = _batch(4)
+    obs = _observe("mlp", x, labels, hidden=32)
+    attack = Analytic()
+    read = attack.labels_for(obs)
+    wrong = [(read + k) % 10 for k in (1, 2)]  # every label off: no set tried can solve it
+    attack.labels_for = lambda obs: wrong[0].sort().values  # type: ignore[method-assign]
+    attack._other_labels = lambda obs, labels: iter([wrong[1].sort().values])  # type: ignore[method-assign]
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "stalled" and "1 other label sets did not solve it either" in result.message
+    assert result.row_space_solve["label_sets"] == 2 and not result.row_space_solve["solved"]
+    monkeypatch.setattr(analytic, "LABEL_SEARCH_S", 0.0)
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "stalled" and "label search stopped at its 0 s" in result.message
+
+
 def test_a_sigmoid_batch_run_records_its_row_space_solve(tmp_path):
     from leakattack.config import RunConfig
     from leakattack.experiment import run_attack
