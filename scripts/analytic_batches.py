@@ -12,6 +12,7 @@ attack's wall time and, for the solve through the sketch, its relative residual 
 fit's (the spread over the batches); then the solve with one wrong label.
 
     python scripts/analytic_batches.py [--act relu|sigmoid|tanh|softplus|gelu] [--quick] [--only-sketched]
+                                       [--unsketched BxH ...]
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main() -> None:
                     help="mlp's hidden activation")
     ap.add_argument("--quick", action="store_true", help="one batch per setting, fewer settings")
     ap.add_argument("--only-sketched", action="store_true", help="the rows through srht alone")
+    ap.add_argument("--unsketched", metavar="BxH", nargs="+",
+                    help="instead of the table: unsketched rows of these batch sizes and widths, e.g. 64x256")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data = get_dataset("digits")
@@ -87,6 +90,8 @@ def main() -> None:
         settings += [(B, 256, "srht") for B in (2, 4, 8, 16)]
     if args.quick:
         settings = [(4, 64, "none"), (8, 256, "none"), (2, 64, "srht")]
+    if args.unsketched:
+        settings = [(int(b), int(h), "none") for b, h in (v.split("x") for v in args.unsketched)]
     print(f"act = {args.act}")
     print("| sketch | B | H | b / d | exact (PSNR > 80 dB) | lowest PSNR (dB) | recovered (attack's count) "
           "| labels right | wall s | solve / fit residual |")
@@ -100,7 +105,7 @@ def main() -> None:
         print(f"| {sketch} | {B} | {H} | {b / d:.3f} | {sum(r[0] for r in rows)}/{n} | {min(r[7] for r in rows):.1f} "
               f"| {sum(r[1] for r in rows)}/{n} | {sum(r[2] for r in rows)}/{n} | {max(r[3] for r in rows):.1f} "
               f"| {spread} |", flush=True)
-    if args.act != "relu":
+    if args.act != "relu" and not args.unsketched:
         print("\none wrong label (labels given, the first one moved to the next class), unsketched, the first batch:")
         for B, H in ((4, 32), (8, 64), (16, 256)):
             print(f"B = {B}, H = {H}: {wrong_label(data, B, H, args.act)}", flush=True)
