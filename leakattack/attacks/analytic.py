@@ -219,9 +219,9 @@ class Analytic(Attack):
         """Why the model's solve in the row space cannot read a batch of B examples of this victim (a sentence's end),
         or None."""
         layer = first_layer(victim.model)
-        if isinstance(layer, nn.Linear) and min(layer.out_features, layer.in_features + 1) < B:
+        if isinstance(layer, nn.Linear) and (rank := min(layer.out_features, layer.in_features + 1)) < B:
             return (f"has a first-layer block of {layer.out_features} x {layer.in_features + 1} numbers, whose rank "
-                    f"(at most {min(layer.out_features, layer.in_features + 1)}) cannot hold {B} examples")
+                    f"(at most {rank}) cannot hold {B} examples")
         act = None if layer is None else _activation_after(victim.model, layer)
         if isinstance(act, KINKED):
             return (f"has a {type(act).__name__} after its first layer (no inactive units to separate by, and kinks "
@@ -319,11 +319,10 @@ class Analytic(Attack):
         victim, B = obs.victim, obs.batch_size
         fit = (loss / max(float(obs.y.detach().pow(2).sum()), 1e-300)) ** 0.5
         bar = accepted(victim.dtype, fit)
-        shape = tuple(obs.input_shape[1:])
+        shape, block = tuple(obs.input_shape[1:]), block.to(victim.dtype)
 
         def solve(lab: torch.Tensor, starts: int = SPAN_STARTS):
-            return solve_span(victim, first.module, block.to(victim.dtype), lab.to(victim.device), shape, fit=fit,
-                              starts=starts)
+            return solve_span(victim, first.module, block, lab.to(victim.device), shape, fit=fit, starts=starts)
 
         solved, tried, read, out_of_time = solve(labels), 1, labels, False
         if solved.residual > bar and self.label_mode == "recovered":
@@ -358,19 +357,14 @@ class Analytic(Attack):
         """Sorted label multisets other than ``labels``, most plausible first: the other rules' readings of the
         message, then ``labels`` with one label changed to each other class."""
         seen = {tuple(labels.tolist())}
-        readings = list(readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size).values())
-        changed = []
-        for i in sorted({labels.tolist().index(c) for c in labels.tolist()}):
-            for c in range(obs.victim.num_classes):
-                if c != int(labels[i]):
-                    other = labels.clone()
-                    other[i] = c
-                    changed.append(other.sort().values)
+        readings = [r.tolist() for r in readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size).values()]
+        read = labels.tolist()
+        changed = [sorted(read[:i] + [c] + read[i + 1:]) for i in range(len(read)) if i == read.index(read[i])
+                   for c in range(obs.victim.num_classes) if c != read[i]]
         for other in readings + changed:
-            key = tuple(other.tolist())
-            if key not in seen:
-                seen.add(key)
-                yield other
+            if tuple(other) not in seen:
+                seen.add(tuple(other))
+                yield torch.tensor(other, dtype=labels.dtype, device=labels.device)
 
     def _fit(self, M, y, blocks, free_idx, deltas, factors, free, shape, monitor, monitor_every) -> dict:
         """The sweeps from one start: losses, the best sweep and its x, why it stopped, monitor records."""
