@@ -267,7 +267,11 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
         out["jacobian_note"] = "not measured: the labels were optimised with the images"
         return out
     gn = result.gauss_newton or {}
-    if gn.get("kept") and gn.get("jacobian_rank") is not None:  # converged steps formed J at the reconstruction
+    rank: int | None
+    if result.input_rank is not None:  # a closed form's equations for the input: its Jacobian's rank there
+        rank = result.input_rank
+        out["jacobian_note"] = f"rank {rank} of m*B = {mB}: the equations the closed form solved the input from"
+    elif gn.get("kept") and gn.get("jacobian_rank") is not None:  # converged steps formed J at the reconstruction
         rank, (top, low) = gn["jacobian_rank"], gn["singular_values"]
         out["jacobian_note"] = (f"rank {rank} of m*B = {mB} at the reconstruction, from the Gauss-Newton steps' J "
                                 f"(singular values {top:.2e} to {low:.2e})")

@@ -143,13 +143,31 @@ def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_recon
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
     gn = {"kept": True, "jacobian_rank": None, "singular_values": None}
     result = NS(stop_reason="tolerance", message="converged", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
-                gauss_newton=gn)
+                gauss_newton=gn, input_rank=None)
     out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": 1.0})
     assert out["unique"] is None and out["jacobian_rank"] is None
     assert out["jacobian_note"].startswith("not measured: the time limit or Ctrl-C came before")
     gn.update(jacobian_rank=3072, singular_values=(25.7, 1.4e-3))
     out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": 1.0})
     assert out["unique"] is True and out["jacobian_note"].startswith("rank 3072 of m*B = 3072 at the reconstruction")
+
+
+def test_a_closed_form_s_rank_of_its_equations_for_the_input_says_whether_the_match_is_unique():
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from leakattack.experiment import uniqueness
+
+    obs = NS(b=15826, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
+    p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
+    result = NS(stop_reason="tolerance", message="solved", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
+                gauss_newton=None, input_rank=2639)
+    out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": 1.0})
+    assert out["unique"] is False and out["jacobian_rank"] == 2639
+    assert out["jacobian_note"] == "rank 2639 of m*B = 3072: the equations the closed form solved the input from"
+    result.input_rank = 3072
+    assert uniqueness(p, result, {"verdict": "rebuilt", "ssim": 1.0})["unique"] is True
 
 
 def test_the_baselines_of_a_batch_are_its_start_and_the_mean_image_scored_after_matching():

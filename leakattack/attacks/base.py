@@ -54,6 +54,8 @@ class AttackResult:
     gauss_newton: dict | None = None
     #: the analytic attack's solve of a batch in its first block's row space (Analytic._solve_batch), None if none ran
     row_space_solve: dict | None = None
+    #: the rank of the equations a closed form solved the input from (R-GAP's input layer), None where none was formed
+    input_rank: int | None = None
 
     @property
     def final_loss(self) -> float:

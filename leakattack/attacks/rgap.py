@@ -2,14 +2,19 @@
 
 From the whole gradient of one example (through a sketch only when b >= d: g is
 solved from y first), the input of a chain of convolutions and linear layers with
-invertible activations is rebuilt from the head down: each layer's input solves
-one least-squares system of its forward equations and its weight-gradient
-equations (rows normalised; forward rows weighted by the activation's slope),
-through an SVD with rank threshold ``RANK_RTOL``.  A rank-deficient or
-inconsistent layer is named in the result's message (stop reason ``stalled``).
-ReLU, pooling, normalisation, residuals, attention, batches and b < d are refused
-by :meth:`Rgap.supports`.  The recursion, the weighting and its measurements:
-docs/attacks/rgap.md.
+invertible activations or ReLUs is rebuilt from the head down: each layer's input
+solves one least-squares system of its forward equations and its weight-gradient
+equations (rows normalised; forward rows weighted by the activation's slope, so an
+inactive ReLU unit contributes none), through an SVD with rank threshold
+``RANK_RTOL``.  A rank-deficient or inconsistent hidden layer is named in the
+result's message (stop reason ``stalled``).  Where the input layer's system is
+rank-deficient (a first layer of ReLUs, half of them inactive, leaves LeNet's
+3x32x32 input a family of about 430 dimensions), every input of that affine family
+gives the message's gradient, and the image is chosen among them: the least total
+variation inside the pixel box [0, 1], below which every inactive first-layer unit's
+input must stay (:func:`_least_tv`).  Pooling, normalisation, residuals,
+attention, batches and b < d are refused by :meth:`Rgap.supports`.  The
+recursion, the weighting, the family and its measurements: docs/attacks/rgap.md.
 """
 
 from __future__ import annotations
@@ -33,6 +38,20 @@ from .base import AttackResult, Monitor, closed_form_result
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
+#: activations inverted where their unit is active (output > 0); an inactive unit says only that its input was at
+#: most 0, an inequality the input layer's family keeps
+RECTIFIERS = (nn.ReLU,)
+#: a rectifier's output counts as 0 (the unit inactive) below this many times the largest negative value the layer
+#: above solved for it (an inactive unit's 0 comes back as round-off of either sign, an active one as a positive
+#: value), and below the message's machine epsilon times the largest output: LeNet with ReLUs, photos 0-2, round-off
+#: at most 2.3e-12 of the largest output in float64 against 1.6e-4 and up for an active unit, 5e-8 against 2.9e-5 in
+#: float32
+NOISE_MARGIN = 100.0
+#: the quadratic penalties' weights on the box and the inactive units' inequalities, one L-BFGS run each, warm-started
+PENALTIES = (1e1, 1e3, 1e5)
+#: the smoothing of total variation's absolute values, sqrt(t^2 + TV_SMOOTHING) (differences of about 0.01 and up,
+#: 2.5 grey levels, count as |t|)
+TV_SMOOTHING = 1e-4
 #: modules that pass their input on unchanged, up to a reshape (dropout: the victim runs in eval mode)
 PASS_THROUGH = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 #: layers whose input R-GAP solves for
@@ -74,13 +93,11 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
             and torch.equal(a.reshape(-1), b.reshape(-1))
 
     for mod, _, _ in calls:  # the kind of module first: that names the problem best
-        if isinstance(mod, nn.ReLU):
-            return None, f"a ReLU ({names[id(mod)]}), which is not invertible (it maps every negative input to zero)"
         if isinstance(mod, nn.LeakyReLU) and mod.negative_slope <= 0:
             return None, f"a leaky ReLU of slope {mod.negative_slope} ({names[id(mod)]}), which is not invertible"
-        if not isinstance(mod, LAYERS + INVERTIBLE + PASS_THROUGH):
-            return None, f"a {type(mod).__name__} ({names[id(mod)]}), which is not an nn.Conv2d, nn.Linear or " \
-                         "invertible activation"
+        if not isinstance(mod, LAYERS + INVERTIBLE + RECTIFIERS + PASS_THROUGH):
+            return None, f"a {type(mod).__name__} ({names[id(mod)]}), which is not an nn.Conv2d, nn.Linear, " \
+                         "invertible activation or ReLU"
     if not calls:
         return None, "no modules to trace"
     steps: list[_Step] = []
@@ -96,7 +113,7 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
             if not mod.weight.requires_grad:
                 return None, f"a frozen layer ({names[id(mod)]}), whose gradient is not sent"
             steps.append(_Step(names[id(mod)], mod, None, tuple(inp[0].shape[1:]), tuple(res.shape[1:])))
-        elif isinstance(mod, INVERTIBLE):
+        elif isinstance(mod, INVERTIBLE + RECTIFIERS):
             if not steps or steps[-1].act is not None:
                 return None, f"an activation ({names[id(mod)]}) that does not follow a layer"
             steps[-1].act = mod
@@ -112,10 +129,16 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     return steps, None
 
 
-def _inverse(act: nn.Module | None, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """z = act^{-1}(a) and act'(z), with a clamped into the activation's open range by ``MARGIN``."""
+def _inverse(act: nn.Module | None, a: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """z = act^{-1}(a) and act'(z), with a clamped into the activation's open range by ``MARGIN``; for a rectifier,
+    z = a and slope 1 where the unit is active, z = 0 and slope 0 (its forward row dropped) where it is not (below
+    :data:`NOISE_MARGIN` times the largest negative a and ``eps`` times the largest |a|, ``eps`` the machine epsilon
+    of the gradient read from the message)."""
     if act is None:
         return a, torch.ones_like(a)
+    if isinstance(act, RECTIFIERS):  # z = a where the unit is active; elsewhere z <= 0 is all that is known
+        active = a > max(NOISE_MARGIN * float(-a.min()), eps * float(a.abs().max()))
+        return torch.where(active, a, torch.zeros_like(a)), active.to(a.dtype)
     if isinstance(act, nn.Sigmoid):  # s' = s (1 - s)
         a = a.clamp(MARGIN, 1 - MARGIN)
         return torch.log(a) - torch.log1p(-a), a * (1 - a)
@@ -171,24 +194,92 @@ def _layer_system(step: _Step, layer: nn.Module, z: torch.Tensor, delta: torch.T
     return torch.cat([A_f, A_g]), torch.cat([r_f, dW.reshape(-1)])
 
 
+def _weighted(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of A a = r normalised and then scaled by ``weight``; rows of weight 0 dropped."""
+    scale = weight / A.norm(dim=1)
+    keep = (scale > 0) & torch.isfinite(scale)
+    return A[keep] * scale[keep, None], r[keep] * scale[keep]
+
+
+def _svd_solve(A: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """The minimum-norm least-squares solution of A a = r with singular values below ``RANK_RTOL`` times the largest
+    dropped, the rank, and the right singular vectors of the kept ones (rows of Vh)."""
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    rank = int((S > RANK_RTOL * S[0]).sum()) if S.numel() else 0  # no rows: every weight 0 (no unit active)
+    return Vh[:rank].T @ ((U[:, :rank].T @ r) / S[:rank]), rank, Vh[:rank]
+
+
 def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
            svd: bool | None = None) -> tuple[torch.Tensor, int, float]:
     """Least squares for A a = r, each row normalised and then scaled by ``weight``: the minimum-norm solution with
     singular values below ``RANK_RTOL`` times the largest dropped, the rank, and the relative residual (LAPACK's
     gelsd on a CPU; an explicit SVD elsewhere, where torch has no rank-revealing least-squares driver, or if
     ``svd``)."""
-    scale = weight / A.norm(dim=1)
-    keep = (scale > 0) & torch.isfinite(scale)
-    A, r = A[keep] * scale[keep, None], r[keep] * scale[keep]
-    if not (A.device.type != "cpu" if svd is None else svd):
+    A, r = _weighted(A, r, weight)
+    if not (A.device.type != "cpu" if svd is None else svd) and A.shape[0]:
         fit = torch.linalg.lstsq(A, r.unsqueeze(1), rcond=RANK_RTOL, driver="gelsd")
         a, rank = fit.solution.squeeze(1), int(fit.rank)
     else:
-        U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-        rank = int((S > RANK_RTOL * S[0]).sum())
-        a = Vh[:rank].T @ ((U[:, :rank].T @ r) / S[:rank])
-    residual = float((A @ a - r).norm() / r.norm().clamp_min(1e-300))
-    return a, rank, residual
+        a, rank, _ = _svd_solve(A, r)
+    return a, rank, _residual(A, r, a)
+
+
+def _residual(A: torch.Tensor, r: torch.Tensor, a: torch.Tensor) -> float:
+    return float((A @ a - r).norm() / r.norm().clamp_min(1e-300))
+
+
+def _least_tv(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, shape: tuple,
+              below: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, int, float, int]:
+    """The input layer's solution (x, rank, relative residual, the dimension of the family it was chosen from; 0 where
+    the system has full rank and its least-squares solution is returned).
+
+    Every a = a0 + N c (a0 the minimum-norm solution, N an orthonormal basis of the weighted system's null space)
+    satisfies the layer's equations as well as a0 does, so gives the same gradient; the one returned has the least
+    total variation over ``shape`` (C, H, W) (absolute values smoothed by :data:`TV_SMOOTHING`) inside the box
+    [0, 1] and, where ``below`` = (B, h) is given, B a <= h (the inactive rectifier units' inputs at most 0).  The
+    inequalities are quadratic penalties of the weights :data:`PENALTIES` in turn (scipy's L-BFGS-B on c, each run
+    warm-started from the last); what they leave outside the box (about 1e-4) is left to the scoring's clamp, so the
+    layer's equations hold to round-off."""
+    from scipy.optimize import minimize  # only for a family to choose from
+
+    a0, rank, residual = _solve(A, r, weight)
+    if rank == A.shape[1]:  # full rank: no family
+        return a0, rank, residual, 0
+    A, r = _weighted(A, r, weight)
+    a0, rank, V = _svd_solve(A, r)
+    N = torch.linalg.qr(V.T, mode="complete").Q[:, rank:]  # the complement of the kept right singular vectors
+    if not N.shape[1]:  # the SVD found the rank full where gelsd did not
+        return a0, rank, _residual(A, r, a0), 0
+    B, h = below if below is not None else (A.new_zeros(0, A.shape[1]), A.new_zeros(0))
+    c = torch.zeros(N.shape[1], dtype=A.dtype, device=A.device)
+
+    def objective(mu: float):
+        def f(cn):
+            cc = torch.as_tensor(cn, dtype=A.dtype, device=A.device).requires_grad_(True)
+            a = a0 + N @ cc
+            img = a.reshape(shape)
+            dh, dv = img[..., :, 1:] - img[..., :, :-1], img[..., 1:, :] - img[..., :-1, :]
+            tv = (dh * dh + TV_SMOOTHING).sqrt().sum() + (dv * dv + TV_SMOOTHING).sqrt().sum()
+            outside = torch.relu(-a).pow(2).sum() + torch.relu(a - 1).pow(2).sum() + torch.relu(B @ a - h).pow(2).sum()
+            loss = tv + mu * outside
+            (grad,) = torch.autograd.grad(loss, cc)
+            return float(loss.detach()), grad.detach().cpu().double().numpy()
+        return f
+
+    for mu in PENALTIES:
+        c = torch.as_tensor(minimize(objective(mu), c.cpu().double().numpy(), jac=True, method="L-BFGS-B",
+                                     options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-10}).x,
+                            dtype=A.dtype, device=A.device)
+    a = a0 + N @ c
+    return a, rank, _residual(A, r, a), N.shape[1]
+
+
+def _family_note(layer: str, rank: int, unknowns: int, dim: int, inactive: int) -> str:
+    """What the run's message says of an input layer whose system left a family (:func:`_least_tv`)."""
+    return (f"; the input layer's ({layer}) has rank {rank} of {unknowns} unknowns, so a {dim}-dimensional family "
+            "of inputs gives this gradient, and the one with the least total variation inside the box [0, 1]"
+            + (f" whose {inactive} inactive units of {layer} stay inactive" if inactive else "")
+            + " was taken: the message alone does not determine the input")
 
 
 class Rgap(OneExampleAttack):
@@ -235,23 +326,32 @@ class Rgap(OneExampleAttack):
         a = Analytic._divide(blk)
         losses = [float((blk - torch.outer(db, torch.cat([a, a.new_ones(1)]))).norm() / blk.norm().clamp_min(1e-300))]
         delta = db
-        deficient = []
+        deficient, family, input_rank = [], "", None
         with progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False) as bar:
             bar.update(1)
             for i in range(len(steps) - 2, -1, -1):
                 step, nxt = steps[i], layers[i + 1]
                 a = a.reshape(step.out_shape)
-                z, slope = _inverse(step.act, a)
+                z, slope = _inverse(step.act, a, torch.finfo(victim.dtype).eps)
                 pull = vjp(lambda u: nxt(u.unsqueeze(0)),
                            torch.zeros(steps[i + 1].in_shape, dtype=torch.float64, device=a.device))[1]
                 delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
                 A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
                 weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act),
                                     slope.new_ones(A.shape[0] - slope.numel())])
-                a, rank, residual = _solve(A, r, weight)
+                if i == 0 and len(step.in_shape) == 3:  # the input image: a family, if any, is chosen from
+                    inactive = slope.reshape(-1) == 0 if isinstance(step.act, RECTIFIERS) else None
+                    below = None if inactive is None else (A[:slope.numel()][inactive], r[:slope.numel()][inactive])
+                    a, input_rank, residual, dim = _least_tv(A, r, weight, step.in_shape, below)
+                    if dim:
+                        family = _family_note(step.name, input_rank, A.shape[1], dim,
+                                              0 if inactive is None else int(inactive.sum()))
+                else:
+                    a, rank, residual = _solve(A, r, weight)
+                    if rank < A.shape[1]:
+                        deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
+                    input_rank = rank if i == 0 else None
                 losses.append(residual)
-                if rank < A.shape[1]:
-                    deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
                 bar.update(1)
         x = a.reshape(obs.input_shape).to(victim.dtype)
         labels = obs.labels if obs.labels is not None else db.argmin().reshape(1).to(victim.device)
@@ -266,12 +366,15 @@ class Rgap(OneExampleAttack):
                          "local steps)")
         if deficient:
             notes.append("; ".join(deficient) + ": the minimum-norm solution was taken")
-        return closed_form_result(
+        result = closed_form_result(
             x, labels, losses, notes, step=last, monitor=monitor, wall_s=time.perf_counter() - t0,
             solved="the head's input by division" + (
-                f", then {len(steps) - 1} layers' inputs by least squares, each system full rank and consistent"
+                f", then {len(steps) - 1} layers' inputs by least squares, each system consistent and "
+                + ("every hidden layer's full rank" + family if family else "full rank")
                 if len(steps) > 1 else ", its gradient exactly rank one"),
             non_finite="a layer's solution became non-finite")
+        result.input_rank = input_rank
+        return result
 
 
 __all__ = ["Rgap", "INVERTIBLE", "RANK_RTOL"]
