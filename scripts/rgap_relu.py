@@ -5,8 +5,8 @@ Runs ``leakattack run --model lenet --model-param act=relu --sketch none --image
 in float64 and in float32 (``--dtype``: the client's precision, so the message's) and with the victim's own
 recipe (``ig``: Inverting Gradients, float32), one thread per run.  Runs that already have a metrics.json are kept.
 Prints one markdown row per image and setting: PSNR / SSIM, the verdict, the rank of the equations R-GAP solved
-the image from (``jacobian_rank``; the family's dimension is 3072 minus it), the stop reason and the attack's
-seconds; the run's baseline.
+the image from (``jacobian_rank``; the family's dimension is 3072 minus it), the stop reason, the final loss (R-GAP:
+the input layer's relative residual; ig: L_R), the attack's seconds and the run's baseline.
 
     python scripts/rgap_relu.py --out DIR [--images 3] [--jobs 1]
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 
 from _runs import grid_arguments, print_table, run_grid
 
-#: setting -> its flags
+#: setting -> its flags (``ig``: the victim's own recipe)
 SETTINGS = {
-    "rgap, float64": ["--attack", "rgap", "--dtype", "float64"],
-    "rgap, float32": ["--attack", "rgap", "--dtype", "float32"],
-    "ig (the victim's recipe)": [],
+    "rgap-float64": ["--attack", "rgap", "--dtype", "float64"],
+    "rgap-float32": ["--attack", "rgap", "--dtype", "float32"],
+    "ig": [],
 }
 
 
@@ -36,9 +36,10 @@ def main() -> int:
             m = results[("lenet-relu", s, i)]
             rank = "" if m.get("jacobian_rank") is None else f"{m['jacobian_rank']} of {m['unknowns']}"
             rows.append([i, s, f"{m['psnr']:.2f} dB / {m['ssim']:.4f}", m["verdict"], rank,
-                         f"{m['iterations']} ({m['stop_reason']})", f"{m['attack_s']:.1f} s",
-                         f"{m['baseline_psnr']:.2f} dB"])
-    print_table(["photo", "setting", "PSNR / SSIM", "verdict", "rank", "steps", "attack", "baseline PSNR"], rows)
+                         f"{m['iterations']} ({m['stop_reason']})", f"{m['final_loss']:.1e}",
+                         f"{m['attack_s']:.1f} s", f"{m['baseline_psnr']:.2f} dB"])
+    print_table(["photo", "setting", "PSNR / SSIM", "verdict", "rank", "steps", "final loss", "attack",
+                 "baseline PSNR"], rows)
     return 0
 
 

@@ -43,9 +43,7 @@ INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
 RECTIFIERS = (nn.ReLU,)
 #: a rectifier's output counts as 0 (the unit inactive) below this many times the largest negative value the layer
 #: above solved for it (an inactive unit's 0 comes back as round-off of either sign, an active one as a positive
-#: value), and below the message's machine epsilon times the largest output: LeNet with ReLUs, photos 0-2, round-off
-#: at most 2.3e-12 of the largest output in float64 against 1.6e-4 and up for an active unit, 5e-8 against 2.9e-5 in
-#: float32
+#: value), and below the message's machine epsilon times the largest output
 NOISE_MARGIN = 100.0
 #: the quadratic penalties' weights on the box and the inactive units' inequalities, one L-BFGS run each, warm-started
 PENALTIES = (1e1, 1e3, 1e5)
