@@ -358,10 +358,13 @@ class Rgap(OneExampleAttack):
         worst = max(range(len(losses)), key=lambda k: losses[k])
         notes = []
         if losses[worst] > tol:
+            precision = victim.dtype != torch.float64 and any(isinstance(st.act, RECTIFIERS) for st in steps)
             notes.append(f"the layers' systems are inconsistent (relative residual {losses[worst]:.2g} at layer "
                          f"{steps[len(steps) - 1 - worst].name}): the g read from the message is not the exact "
                          "gradient of one example at these weights (noise, a sketch with a null space, or several "
-                         "local steps)")
+                         "local steps" + (f"; or {str(victim.dtype)[6:]}'s round-off, which moves a unit's near-zero "
+                                          "output across its ReLU's threshold: --dtype float64" if precision else "")
+                         + ")")
         if deficient:
             notes.append("; ".join(deficient) + ": the minimum-norm solution was taken")
         result = closed_form_result(

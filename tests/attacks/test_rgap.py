@@ -140,6 +140,18 @@ def test_a_rank_deficient_hidden_layer_is_reported_with_its_rank():
     assert "minimum-norm" in result.message
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_inconsistent_relu_chain_in_float32_names_the_precision_as_a_cause(dtype):
+    x, _ = _example("photos", index=1, size=8)
+    victim = _relu_chain(12).to(dtype=dtype)
+    obs = observe(victim, x.to(dtype), torch.tensor([3]), Channel(make_sketch("none", victim.d, victim.d)))
+    gen = torch.Generator().manual_seed(0)
+    obs.y.add_(1e-3 * obs.y.norm() / victim.d ** 0.5 * torch.randn(obs.y.shape, generator=gen, dtype=dtype))
+    result = get_attack("rgap").reconstruct(obs)
+    assert result.stop_reason == "stalled" and "inconsistent" in result.message
+    assert ("--dtype float64" in result.message) == (dtype == torch.float32)
+
+
 @pytest.mark.slow
 def test_a_relu_lenet_leaves_a_family_whose_smoothest_member_is_the_photo():
     # 900 gradient rows and 1772 active units' forward rows for 3072 pixels: rank 2639 (measured), and the least
