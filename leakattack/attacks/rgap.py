@@ -8,8 +8,8 @@ equations (rows normalised; forward rows weighted by the activation's slope, so 
 inactive ReLU unit contributes none), through an SVD with rank threshold
 ``RANK_RTOL``.  A rank-deficient or inconsistent hidden layer is named in the
 result's message (stop reason ``stalled``).  Where the input layer's system is
-rank-deficient (a first layer of ReLUs, half of them inactive, leaves LeNet's
-3x32x32 input a family of about 430 dimensions), every input of that affine family
+rank-deficient (a first layer of ReLUs, about half of them inactive, leaves LeNet's
+3x32x32 photos 0-4 families of 256-600 dimensions), every input of that affine family
 gives the message's gradient, and the image is chosen among them: the least total
 variation inside the pixel box [0, 1], below which every inactive first-layer unit's
 input must stay (:func:`_least_tv`).  Pooling, normalisation, residuals,
