@@ -25,12 +25,14 @@ def run_jobs(jobs: list, one: Callable, workers: int) -> dict:
         return dict(zip(jobs, pool.map(one, jobs)))
 
 
-def grid_arguments(doc: str, images: str = "images 0..N-1") -> argparse.Namespace:
-    """The table scripts' command line: ``--out DIR [--images 3] [--jobs 1]``."""
+def grid_arguments(doc: str, images: str = "images 0..N-1", figure: bool = False) -> argparse.Namespace:
+    """The table scripts' command line: ``--out DIR [--images 3] [--jobs 1]`` (and ``[--figure FILE]``)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
     ap.add_argument("--images", type=int, default=3, help=images)
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    if figure:
+        ap.add_argument("--figure", help="a .png of the reconstructions")
     return ap.parse_args()
 
 

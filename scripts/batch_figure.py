@@ -49,19 +49,26 @@ def main() -> None:
         if x.shape != truth.shape:
             ap.error(f"{path} holds images of shape {tuple(x.shape)}, and photos {names} are {tuple(truth.shape)}")
         rows.append((label, x[match(x, truth)]))
-    fig, axes = plt.subplots(len(rows), a.batch_size, figsize=(1.5 * a.batch_size, 1.6 * len(rows)), squeeze=False)
+    figure(rows, names, a.out)
+
+
+def figure(rows: list, names: list, out: Path) -> None:
+    """One row per (label, images), the first the truth and the others titled with each image's PSNR against it
+    (printed too), one column per photo of ``names``."""
+    truth, n = rows[0][1], len(names)
+    fig, axes = plt.subplots(len(rows), n, figsize=(1.5 * n, 1.6 * len(rows)), squeeze=False)
     for r, (label, x) in enumerate(rows):
         each = psnr(x, truth).tolist()
         if r:
             print(f"{label}: " + ", ".join(f"{p:.2f}" for p in each) + f" dB (mean {sum(each) / len(each):.2f})")
-        for j in range(a.batch_size):
+        for j in range(n):
             ax = axes[r][j]
             ax.imshow(to_hwc(x[j]), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{each[j]:.1f} dB" if r else f"photo {names[j]}", fontsize=7)
         axes[r][0].set_ylabel(label, fontsize=7)
-    save(fig, a.out)
+    save(fig, out)
 
 
 if __name__ == "__main__":

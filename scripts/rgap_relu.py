@@ -8,14 +8,20 @@ Prints one markdown row per image and setting: PSNR / SSIM, the verdict, the ran
 the image from (``jacobian_rank``; the family's dimension is 3072 minus it), the stop reason, the final loss (R-GAP:
 the input layer's relative residual; ig: L_R), the attack's seconds and the run's baseline.
 
-    python scripts/rgap_relu.py --out DIR [--images 3] [--jobs 1]
+    python scripts/rgap_relu.py --out DIR [--images 3] [--jobs 1] [--figure FILE.png]
+
+``--figure`` draws the photos and every setting's reconstructions, one row each.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from _runs import grid_arguments, print_table, run_grid
+from batch_figure import figure, load
+
+from leakattack import get_batch, get_dataset
 
 #: setting -> its flags (``ig``: the victim's own recipe)
 SETTINGS = {
@@ -26,7 +32,7 @@ SETTINGS = {
 
 
 def main() -> int:
-    a = grid_arguments(__doc__, "photos 0..N-1")
+    a = grid_arguments(__doc__, "photos 0..N-1", figure=True)
     results = run_grid(Path(a.out), {"lenet-relu": "lenet-relu"}, tuple(SETTINGS), a.images, lambda _, s, i: [
         "--model", "lenet", "--model-param", "act=relu", "--sketch", "none", *SETTINGS[s], "--image-index", str(i),
         "--threads", "1"], a.jobs)
@@ -40,6 +46,13 @@ def main() -> int:
                          f"{m['attack_s']:.1f} s", f"{m['baseline_psnr']:.2f} dB"])
     print_table(["photo", "setting", "PSNR / SSIM", "verdict", "rank", "steps", "final loss", "attack",
                  "baseline PSNR"], rows)
+    if a.figure:
+        photos = get_dataset("photos")
+        truth = torch.cat([get_batch(photos, i)[0] for i in range(a.images)]).float()
+        runs = [(s, [str(Path(a.out) / f"lenet-relu-{s}-{i}" / "reconstruction.pt") for i in range(a.images)])
+                for s in SETTINGS]
+        figure([("photos", truth)] + [(s, torch.cat([load(f) for f in files])) for s, files in runs],
+               list(range(a.images)), Path(a.figure))
     return 0
 
 
