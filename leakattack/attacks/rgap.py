@@ -281,7 +281,8 @@ def _family_note(layer: str, rank: int, unknowns: int, dim: int, inactive: int) 
 
 
 class Rgap(OneExampleAttack):
-    """The recursive gradient attack: the head by division, then each layer's input by least squares."""
+    """The recursive gradient attack: the head by division, then each layer's input by least squares (a ReLU's units
+    where they are active); an input layer whose equations leave a family takes the member :func:`_least_tv` picks."""
 
     name = "rgap"
     title = "R-GAP"
@@ -299,8 +300,8 @@ class Rgap(OneExampleAttack):
                     f"d = {M.d}; use gradient-matching or a sketch with b >= d")
         _, problem = _problem_with_chain(victim)
         if problem:
-            return (f"R-GAP inverts a chain of convolutions and linear layers with invertible activations, and "
-                    f"{victim.name} has {problem}; use gradient-matching")
+            return (f"R-GAP inverts a chain of convolutions and linear layers with invertible activations or "
+                    f"ReLUs, and {victim.name} has {problem}; use gradient-matching")
         return None
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
