@@ -371,7 +371,8 @@ class Rgap(OneExampleAttack):
         result = closed_form_result(
             x, labels, losses, notes, step=last, monitor=monitor, wall_s=time.perf_counter() - t0,
             solved="the head's input by division" + (
-                f", then {len(steps) - 1} layers' inputs by least squares, each system consistent and "
+                f", then {len(steps) - 1} " + ("layers' inputs" if len(steps) > 2 else "layer's input")
+                + " by least squares, each system consistent and "
                 + ("every hidden layer's full rank" + family if family else "full rank")
                 if len(steps) > 1 else ", its gradient exactly rank one"),
             non_finite="a layer's solution became non-finite")
