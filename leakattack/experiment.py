@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attacks import RECIPE_FIELDS, Attack, AttackResult
+from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for
 from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
@@ -190,6 +190,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
+        closed_forms=(closed_forms_for(case.obs) or None)
+        if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form else None,
         objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
         extra=privacy,
     )

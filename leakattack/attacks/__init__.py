@@ -4,7 +4,7 @@
   al.: optimise dummy data (and labels) until the simulated message matches.
 * ``analytic`` — closed-form inversion of a fully connected first layer.
 * ``rgap`` — R-GAP: the recursive gradient attack on a chain of convolutions and
-  linear layers with invertible activations, from the whole gradient of one example.
+  linear layers with invertible activations or ReLUs, from the whole gradient of one example.
 * ``april`` — APRIL: a ViT's patches in closed form from the gradients of its
   learnable position embedding and its patch embedding, for one example.
 * ``imprint`` — a malicious server's imprint block (Robbing the Fed): every image
@@ -73,8 +73,17 @@ def get_attack(name: str, **options) -> Attack:
     return attack_class(name)(**options)
 
 
+def closed_forms_for(obs) -> list[str]:
+    """The registered closed-form attacks, a malicious server's left out, that accept the message of ``obs`` as it
+    is (their ``supports`` finds nothing to refuse; whether they then solve it is their run's to say), in the order
+    of :func:`list_attacks`."""
+    return [name for name in list_attacks() if (cls := attack_class(name)).closed_form and not cls.modifies_model
+            and cls().supports(obs) is None]
+
+
 __all__ = [
     "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "register_attack", "get_attack", "list_attacks",
+    "closed_forms_for",
     "DEFAULT_ATTACK",
     "GradientMatching", "Rgap", "April", "Imprint", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES",
     "DUMMY_INITS", "SCHEDULES", "REFINES", "STALL_WINDOW", "STALL_GAIN",

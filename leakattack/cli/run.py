@@ -98,6 +98,12 @@ OTHER_RECIPE_NOTE = ("on a batch, --recipe ig (signed Adam on the cosine distanc
                      "(docs/victims.md#which-recipe-on-a-batch)")
 
 
+def closed_forms_line(names: list[str]) -> str:
+    """The note that names the closed-form attacks that accept a failed run's message."""
+    return (("closed-form attacks also accept" if len(names) > 1 else "a closed-form attack also accepts")
+            + " this message: " + ", ".join(f"--attack {n}" for n in names) + " (docs/attack.md)")
+
+
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
     unused = cfg.unused_options()
@@ -121,6 +127,8 @@ def cmd_run(a) -> int:
             print(f"note: {part}", file=sys.stderr)
         if failed_kind(record) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1:
             print(f"note: {OTHER_RECIPE_NOTE}", file=sys.stderr)
+        if m.closed_forms:
+            print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     if m.label_choice is not None:

@@ -102,6 +102,9 @@ class RunMetrics:
     #: the analytic attack's solve of a batch in its first block's row space (``residual``, ``accepted``, ``fit``,
     #: ``steps``, ``starts``, ``solved``); written when it ran
     row_space_solve: dict[str, Any] | None = None
+    #: the closed-form attacks that accept this run's message (``leakattack.attacks.closed_forms_for``); written
+    #: when a run that is not closed-form itself rebuilt nothing and one of them accepts it
+    closed_forms: list[str] | None = None
     #: the attack's own objective at the truth and at the reconstruction, term by term (``match``, each prior by
     #: name, ``total``); written where it was measured (gradient matching with fixed labels, the truth known)
     objective_at: dict[str, Any] | None = None
@@ -190,7 +193,7 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "row_space_solve", "objective_at", "peak_memory"})
+                       "row_space_solve", "closed_forms", "objective_at", "peak_memory"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -218,6 +218,23 @@ def test_the_command_line_refuses_a_resnet_with_one_line_and_exit_2(tmp_path, ca
     assert not out.exists()
 
 
+@pytest.mark.parametrize("sketch", ["none", "srht"])
+def test_a_failed_gradient_matching_run_names_the_closed_form_that_accepts_its_message(sketch, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--model-param", "act=relu", "--dataset", "digits", "--sketch", sketch,
+                   "--iterations", "3", "--no-lpips", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    stored = json.loads((out / "metrics.json").read_text())
+    assert rc == 0 and stored["verdict"] == "not rebuilt"
+    if sketch == "none":  # the whole gradient: R-GAP reads it
+        assert stored["closed_forms"] == ["rgap"]
+        assert "note: a closed-form attack also accepts this message: --attack rgap" in err
+    else:  # b = d/2: no closed form accepts it
+        assert "closed_forms" not in stored and "closed-form" not in err
+
+
 def test_experiment_passes_rgap_no_options_of_other_attacks():
     from leakattack.config import RunConfig
     from leakattack.experiment import attack_of
