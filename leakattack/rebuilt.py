@@ -172,6 +172,13 @@ def failed_part(m: Mapping) -> str | None:
             f"{r['total']:.3g}): the search stopped short, and more steps or starts may get closer")
 
 
+def closed_forms_line(names: list[str]) -> str:
+    """The sentence that names the closed-form attacks that accept a failed run's message (``closed_forms``)."""
+    return (("closed-form attacks also accept" if len(names) > 1 else "a closed-form attack also accepts")
+            + " this message: " + ", ".join(f"--attack {n}" for n in names) + " (docs/attack.md)")
+
+
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
            "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
+           "closed_forms_line",
            "FAILED_PARTS"]

@@ -7,7 +7,7 @@ import sys
 from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
-from ..metrics import RunMetrics, failed_kind, failed_part
+from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -96,12 +96,6 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
 OTHER_RECIPE_NOTE = ("on a batch, --recipe ig (signed Adam on the cosine distance, with TV) is a different search, "
                      "which rebuilt more of LeNet's batches of 4 and 8 photos than dlg did "
                      "(docs/victims.md#which-recipe-on-a-batch)")
-
-
-def closed_forms_line(names: list[str]) -> str:
-    """The note that names the closed-form attacks that accept a failed run's message."""
-    return (("closed-form attacks also accept" if len(names) > 1 else "a closed-form attack also accepts")
-            + " this message: " + ", ".join(f"--attack {n}" for n in names) + " (docs/attack.md)")
 
 
 def cmd_run(a) -> int:

@@ -28,7 +28,7 @@ from PIL import Image
 
 from ..attacks import attack_class, list_attacks
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, failed_counts, failed_part
+from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, closed_forms_line, failed_counts, failed_part
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -196,7 +196,8 @@ def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
                                       f"(PSNR {_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}).")
     if m.verdict == NOT_REBUILT:
         part = failed_part(m.to_dict())
-        which = f" {part[:1].upper()}{part[1:]}." if part else ""
+        told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
+        which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
                                          f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.{which}")
     if m.truth is False or m.psnr is None:

@@ -131,6 +131,11 @@ def test_headline_reads_the_verdict(tmp_path):
     text = build_report([failed, told])
     assert text.count("own objective scores this reconstruction below the truth (3.92 against 5.98; bn 3.8 "
                       "against 5.98)") == 1
+    # and one whose message a closed-form attack accepts names it
+    pointed = _with_metrics(tmp_path, "pointed", verdict="not rebuilt", verdict_baseline="mean", psnr=7.0, ssim=0.02,
+                            closed_forms=["rgap"], **baselines)
+    assert text.count("closed-form attack also accepts") == 0
+    assert build_report([pointed]).count("A closed-form attack also accepts this message: --attack rgap") == 1
 
 
 def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
