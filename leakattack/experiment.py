@@ -174,6 +174,9 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     # epsilon/delta of the message, test accuracy under the defense
     privacy = privacy_metrics(cfg, case.obs) if cfg.defense or cfg.utility else {}
     privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
+    # the closed-form attacks that accept the message of a run that rebuilt nothing (its note names them)
+    readers = closed_forms_for(case.obs) if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form \
+        else []
     m = metrics.RunMetrics(
         mse=scores["mse"], psnr=scores["psnr"], ssim=scores["ssim"], lpips=scores["lpips"],
         lpips_note=scores["lpips_note"], label_acc=scores["label_acc"],
@@ -190,8 +193,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
-        closed_forms=(closed_forms_for(case.obs) or None)
-        if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form else None,
+        closed_forms=readers or None,
         objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
         extra=privacy,
     )

@@ -236,15 +236,15 @@ def _least_tv(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, shape: tup
     total variation over ``shape`` (C, H, W) (absolute values smoothed by :data:`TV_SMOOTHING`) inside the box
     [0, 1] and, where ``below`` = (B, h) is given, B a <= h (the inactive rectifier units' inputs at most 0).  The
     inequalities are quadratic penalties of the weights :data:`PENALTIES` in turn (scipy's L-BFGS-B on c, each run
-    warm-started from the last); what they leave outside the box (about 1e-4) is left to the scoring's clamp, so the
-    layer's equations hold to round-off."""
+    warm-started from the last); what they leave outside the box is left to the scoring's clamp, so the layer's
+    equations hold to round-off."""
     from scipy.optimize import minimize  # only for a family to choose from
 
-    a0, rank, residual = _solve(A, r, weight)
+    a0, rank, residual = _solve(A, r, weight)  # gelsd tells the rank faster than the explicit SVD below
     if rank == A.shape[1]:  # full rank: no family
         return a0, rank, residual, 0
     A, r = _weighted(A, r, weight)
-    a0, rank, V = _svd_solve(A, r)
+    a0, rank, V = _svd_solve(A, r)  # the null space needs the right singular vectors, which gelsd does not return
     N = torch.linalg.qr(V.T, mode="complete").Q[:, rank:]  # the complement of the kept right singular vectors
     if not N.shape[1]:  # the SVD found the rank full where gelsd did not
         return a0, rank, _residual(A, r, a0), 0
@@ -349,7 +349,8 @@ class Rgap(OneExampleAttack):
                     a, rank, residual = _solve(A, r, weight)
                     if rank < A.shape[1]:
                         deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
-                    input_rank = rank if i == 0 else None
+                    if i == 0:
+                        input_rank = rank
                 losses.append(residual)
                 bar.update(1)
         x = a.reshape(obs.input_shape).to(victim.dtype)
