@@ -6,7 +6,9 @@ invertible activations or ReLUs is rebuilt from the head down: each layer's inpu
 solves one least-squares system of its forward equations and its weight-gradient
 equations (rows normalised; forward rows weighted by the activation's slope, so an
 inactive ReLU unit contributes none), through an SVD with rank threshold
-``RANK_RTOL``.  A rank-deficient or inconsistent hidden layer is named in the
+``RANK_RTOL``.  A ReLU unit is active where the output the layer above solved for it
+exceeds ``SE_MARGIN`` of its own standard errors (the message's round-off carried
+through that layer's system).  A rank-deficient or inconsistent hidden layer is named in the
 result's message (stop reason ``stalled``).  Where the input layer's system is
 rank-deficient (a first layer of ReLUs, about half of them inactive, leaves LeNet's
 3x32x32 photos 0-4 families of 256-600 dimensions), every input of that affine family
@@ -43,8 +45,15 @@ INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
 RECTIFIERS = (nn.ReLU,)
 #: a rectifier's output counts as 0 (the unit inactive) below this many times the largest negative value the layer
 #: above solved for it (an inactive unit's 0 comes back as round-off of either sign, an active one as a positive
-#: value), and below the message's machine epsilon times the largest output
+#: value), and below the message's machine epsilon times the largest output; the rule where the layer above gives
+#: no standard errors (the head's input, a rank-deficient system, too few rows beyond its unknowns)
 NOISE_MARGIN = 100.0
+#: where the layer above solved a full-rank system with at least :data:`SURPLUS_ROWS` rows beyond its unknowns, a
+#: unit is active where its solved output exceeds this many of its own standard errors instead (LeNet with ReLUs,
+#: float32 message, photos 0-2: conv1's inactive units within 3.8 of theirs, its active ones from 7.5 up)
+SE_MARGIN = 5.0
+#: rows beyond the unknowns a system needs before its residual estimates the noise of its solution
+SURPLUS_ROWS = 32
 #: the quadratic penalties' weights on the box and the inactive units' inequalities, one L-BFGS run each, warm-started
 PENALTIES = (1e1, 1e3, 1e5)
 #: the smoothing of total variation's absolute values, sqrt(t^2 + TV_SMOOTHING) (differences of about 0.01 and up,
@@ -127,15 +136,19 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     return steps, None
 
 
-def _inverse(act: nn.Module | None, a: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _inverse(act: nn.Module | None, a: torch.Tensor, eps: float,
+             se: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """z = act^{-1}(a) and act'(z), with a clamped into the activation's open range by ``MARGIN``; for a rectifier,
-    z = a and slope 1 where the unit is active, z = 0 and slope 0 (its forward row dropped) where it is not (below
-    :data:`NOISE_MARGIN` times the largest negative a and ``eps`` times the largest |a|, ``eps`` the machine epsilon
-    of the gradient read from the message)."""
+    z = a and slope 1 where the unit is active, z = 0 and slope 0 (its forward row dropped) where it is not: below
+    ``eps`` times the largest |a| (``eps`` the machine epsilon of the gradient read from the message) and below
+    :data:`SE_MARGIN` times the unit's standard error ``se`` (:func:`_standard_errors`), or where that is None,
+    :data:`NOISE_MARGIN` times the largest negative a."""
     if act is None:
         return a, torch.ones_like(a)
     if isinstance(act, RECTIFIERS):  # z = a where the unit is active; elsewhere z <= 0 is all that is known
-        active = a > max(NOISE_MARGIN * float(-a.min()), eps * float(a.abs().max()))
+        floor = eps * float(a.abs().max())
+        noise = NOISE_MARGIN * float(-a.min()) if se is None else SE_MARGIN * se.reshape(a.shape)
+        active = (a > floor) & (a > noise)
         return torch.where(active, a, torch.zeros_like(a)), active.to(a.dtype)
     if isinstance(act, nn.Sigmoid):  # s' = s (1 - s)
         a = a.clamp(MARGIN, 1 - MARGIN)
@@ -220,6 +233,24 @@ def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
     else:
         a, rank, _ = _svd_solve(A, r)
     return a, rank, _residual(A, r, a)
+
+
+def _standard_errors(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, a: torch.Tensor) -> torch.Tensor | None:
+    """Each unknown's standard error in the least-squares solution ``a`` of the weighted system, sigma sqrt((A^T A)^-1
+    _jj), with sigma^2 the residual's mean square over the rows beyond the unknowns (the message's round-off, carried
+    through the system), and at least sqrt(n) eps ||a|| (the solve's own round-off in its n unknowns, rows of unit
+    norm, eps of the solve's dtype); None where the system has fewer than :data:`SURPLUS_ROWS` such rows or is not
+    positive definite (rank-deficient)."""
+    A, r = _weighted(A, r, weight)
+    surplus = A.shape[0] - A.shape[1]
+    if surplus < SURPLUS_ROWS:
+        return None
+    L, info = torch.linalg.cholesky_ex(A.T @ A)
+    if int(info):
+        return None
+    sigma = max(float((A @ a - r).norm()) / surplus ** 0.5,
+                A.shape[1] ** 0.5 * torch.finfo(A.dtype).eps * float(a.norm()))
+    return sigma * torch.cholesky_inverse(L).diagonal().sqrt()
 
 
 def _residual(A: torch.Tensor, r: torch.Tensor, a: torch.Tensor) -> float:
@@ -325,13 +356,13 @@ class Rgap(OneExampleAttack):
         a = Analytic._divide(blk)
         losses = [float((blk - torch.outer(db, torch.cat([a, a.new_ones(1)]))).norm() / blk.norm().clamp_min(1e-300))]
         delta = db
-        deficient, family, input_rank = [], "", None
+        deficient, family, input_rank, se = [], "", None, None
         with progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False) as bar:
             bar.update(1)
             for i in range(len(steps) - 2, -1, -1):
                 step, nxt = steps[i], layers[i + 1]
                 a = a.reshape(step.out_shape)
-                z, slope = _inverse(step.act, a, torch.finfo(victim.dtype).eps)
+                z, slope = _inverse(step.act, a, torch.finfo(victim.dtype).eps, se)
                 pull = vjp(lambda u: nxt(u.unsqueeze(0)),
                            torch.zeros(steps[i + 1].in_shape, dtype=torch.float64, device=a.device))[1]
                 delta = pull(delta.reshape(1, *steps[i + 1].out_shape))[0].reshape(step.out_shape) * slope
@@ -351,6 +382,9 @@ class Rgap(OneExampleAttack):
                         deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
                     if i == 0:
                         input_rank = rank
+                    # the standard errors of a full-rank layer's solution set the threshold of the ReLU below it
+                    se = _standard_errors(A, r, weight, a) if i > 0 and rank == A.shape[1] \
+                        and isinstance(steps[i - 1].act, RECTIFIERS) else None
                 losses.append(residual)
                 bar.update(1)
         x = a.reshape(obs.input_shape).to(victim.dtype)

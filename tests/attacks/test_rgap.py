@@ -8,7 +8,7 @@ from torch import nn
 import targets
 from leakattack import cli, metrics
 from leakattack.attacks import AttackError, Rgap, get_attack, list_attacks
-from leakattack.attacks.rgap import _solve
+from leakattack.attacks.rgap import NOISE_MARGIN, SURPLUS_ROWS, _inverse, _solve, _standard_errors
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
@@ -150,6 +150,45 @@ def test_an_inconsistent_relu_chain_in_float32_names_the_precision_as_a_cause(dt
     result = get_attack("rgap").reconstruct(obs)
     assert result.stop_reason == "stalled" and "inconsistent" in result.message
     assert ("--dtype float64" in result.message) == (dtype == torch.float32)
+
+
+def test_standard_errors_follow_the_noise_of_the_right_hand_side():
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(400, 20, generator=gen, dtype=torch.float64) * torch.logspace(0, -3, 20, dtype=torch.float64)
+    truth, sigma = torch.randn(20, generator=gen, dtype=torch.float64), 1e-6
+    r = A @ truth + sigma * torch.randn(400, generator=gen, dtype=torch.float64)
+    weight = A.norm(dim=1)  # the rows keep their scale: the noise stays sigma per row
+    a, rank, _ = _solve(A, r, weight)
+    se = _standard_errors(A, r, weight, a)
+    expected = sigma * torch.linalg.inv(A.T @ A).diagonal().sqrt()
+    assert rank == 20 and se is not None and torch.all((se / expected - 1).abs() < 0.15)
+    assert (((a - truth) / se).abs().max()) < 5  # 20 errors of about one standard error each
+    few = SURPLUS_ROWS - 1  # too few rows beyond the unknowns to tell the noise
+    assert _standard_errors(A[:20 + few], r[:20 + few], weight[:20 + few], a) is None
+    deficient = torch.cat([A[:, :19], A[:, :1]], 1)  # two equal columns
+    assert _standard_errors(deficient, r, weight, a) is None
+
+
+def test_a_relu_unit_is_active_by_its_own_standard_error_where_one_is_given():
+    # a unit at 3e-4 beside another unit's round-off of -3e-4: the layer-wide margin calls it inactive, its own
+    # standard error of 2e-5 (15 of them) active; the round-off itself stays inactive under either rule
+    a = torch.tensor([1.0, 3e-4, -3e-4, 2e-5], dtype=torch.float64)
+    _, slope = _inverse(nn.ReLU(), a, 1e-7)
+    assert slope.tolist() == [1, 0, 0, 0] and NOISE_MARGIN * 3e-4 > 3e-4
+    _, slope = _inverse(nn.ReLU(), a, 1e-7, se=torch.tensor([1e-6, 2e-5, 1e-4, 1e-5], dtype=torch.float64))
+    assert slope.tolist() == [1, 1, 0, 0]
+
+
+@pytest.mark.slow
+def test_a_relu_lenet_read_in_float32_is_rebuilt_as_in_float64():
+    # photo 1: one conv1 unit at 3.7e-4 sits inside the 5.7e-4 round-off that float32's message leaves in other units;
+    # by the layer-wide margin it was inactive (stalled, 9 dB), by its own standard errors (7.5 of them) it is active
+    x, labels = _example("photos", index=1, size=32)
+    victim = _lenet(x, act="relu")
+    obs = observe(victim, x.float(), labels, Channel(make_sketch("none", victim.d, victim.d)))
+    result = get_attack("rgap").reconstruct(obs)
+    assert result.stop_reason == "tolerance", result.message
+    assert _psnr(result, x.float()) > 30  # float64: 36.0 dB
 
 
 @pytest.mark.slow
