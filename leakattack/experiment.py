@@ -102,7 +102,9 @@ def attack_of(cfg: RunConfig) -> Attack:
     takes the optimiser, objective, priors, labels, restarts."""
     cls, own = cfg.attack_class, cfg.attack_options()
     if cls.closed_form:
-        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}), **own)
+        limit = {"time_limit": duration_seconds(cfg.time_limit)} if "time_limit" in cls.settings else {}
+        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}), **own,
+                   **limit)
     s = cfg.derived()
     return cls(
         **own, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,

@@ -172,18 +172,22 @@ class Analytic(Attack):
     name = "analytic"
     closed_form = True
     reads_labels = True
+    #: ``--time-limit``: the low-rank fit, the batch's solve and its label search stop at the deadline
+    settings = ("time_limit",)
     options = (Param("sweeps", SWEEPS, Number(1, integer=True), "analytic sweeps",
                      "analytic: most sweeps of the low-rank fit through a sketch (b < d); a batch may need more "
                      "(mlp, 16 digits, srht: 356)"),)
 
     def __init__(self, *, labels: str = "recovered", sweeps: int = SWEEPS, cgls_steps: int = CGLS_STEPS,
-                 tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0]):
+                 tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0], time_limit: float | None = None):
         if labels not in ANALYTIC_LABELS:
             raise ValueError(f"labels must be one of {ANALYTIC_LABELS}, got {labels!r}")
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         self.label_mode, self.sweeps, self.cgls_steps, self.tol = labels, int(sweeps), int(cgls_steps), float(tol)
         self.solver = solver
+        #: seconds of attack after which no sweep, solve step or label set begins (None: no limit)
+        self.time_limit, self._deadline = time_limit, math.inf
 
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim
@@ -245,6 +249,7 @@ class Analytic(Attack):
                     progress: bool = False) -> AttackResult:
         self.check(obs)
         t0 = time.perf_counter()
+        self._deadline = math.inf if self.time_limit is None else t0 + self.time_limit
         labels = self.labels_for(obs)
         blocks, free_idx = _layout(obs.victim)
         M, y = obs.linear_map, obs.y.detach().reshape(-1)
@@ -322,11 +327,12 @@ class Analytic(Attack):
         shape, block = tuple(obs.input_shape[1:]), block.to(victim.dtype)
 
         def solve(lab: torch.Tensor, starts: int = SPAN_STARTS):
-            return solve_span(victim, first.module, block, lab.to(victim.device), shape, fit=fit, starts=starts)
+            return solve_span(victim, first.module, block, lab.to(victim.device), shape, fit=fit, starts=starts,
+                              deadline=self._deadline)
 
         solved, tried, read, out_of_time = solve(labels), 1, labels, False
         if solved.residual > bar and self.label_mode == "recovered":
-            deadline = time.perf_counter() + LABEL_SEARCH_S
+            deadline = min(time.perf_counter() + LABEL_SEARCH_S, self._deadline)
             for other in self._other_labels(obs, labels):
                 if time.perf_counter() >= deadline:
                     out_of_time = True
@@ -345,12 +351,14 @@ class Analytic(Attack):
             return x, labels, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row "
                                             f"space ({solved.steps} Levenberg-Marquardt steps; relative residual "
                                             f"{solved.residual:.1e}{changed})"), record
-        searched = (f", and {tried - 1} other label sets did not solve it either" if tried > 1 else "") \
-            + (f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else "")
-        return x, labels, "stalled", (f"the model's solve in the first layer's row space stopped at relative residual "
-                                      f"{solved.residual:.1e} after {solved.steps} steps from {solved.starts} starts"
-                                      f"{searched}: these are not the batch's examples (the labels read from the "
-                                      "message may be wrong)"), record
+        limited = time.perf_counter() >= self._deadline
+        why = f" (the time limit of {self.time_limit:g} s was reached)" if limited else \
+            f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else ""
+        searched = (f", and {tried - 1} other label sets did not solve it either" if tried > 1 else "") + why
+        return x, labels, "time-limit" if limited else "stalled", (
+            f"the model's solve in the first layer's row space stopped at relative residual {solved.residual:.1e} "
+            f"after {solved.steps} steps from {solved.starts} starts{searched}: these are not the batch's examples "
+            "(the labels read from the message may be wrong)"), record
 
     @staticmethod
     def _other_labels(obs: Observation, labels: torch.Tensor):
@@ -384,6 +392,10 @@ class Analytic(Attack):
         extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
         best, best_x, best_note, stop, message = 0, x, note, "iterations", ""
         for sweep in range(1, self.sweeps + 1):
+            if time.perf_counter() >= self._deadline:
+                stop, message = "time-limit", (f"the time limit of {self.time_limit:g} s was reached after {sweep - 1} "
+                                               "sweeps of the low-rank fit; the best sweep's examples are returned")
+                break
             if self.solver in ("als", "als+gn"):
                 deltas, free = self._fit_deltas(M, y, blocks, free_idx, deltas, factors, free)
                 factors, free = self._fit_factors(M, y, blocks, free_idx, deltas, factors, free)

@@ -147,7 +147,7 @@ class GradientMatching(Attack):
     #: the run settings only gradient matching reads (its optimiser, objective, priors, starts and stopping rule)
     settings = ("recipe", "optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv", "priors",
                 "bn_stats", "box", "tol", "stall_window", "dummy_init", "restarts", "prune_restarts", "surrogate",
-                "refine")
+                "refine", "time_limit")
 
     def __init__(self, *, optimizer: str = "lbfgs", iterations: int = 300, lr: float | None = None,
                  objective: str = "l2", priors: dict | None = None, box: bool = False, tol: float = 1e-10,

@@ -19,6 +19,8 @@ derivative does not see.  The derivation and the measured batches: docs/attacks/
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -165,10 +167,11 @@ def accepted(dtype: torch.dtype, fit: float = 0.0) -> float:
 
 def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tensor, shape: tuple, *,
                fit: float = 0.0, seed: int = 0, steps: int = SPAN_STEPS, starts: int = SPAN_STARTS,
-               tol: float = SPAN_TOL) -> SpanResult:
+               tol: float = SPAN_TOL, deadline: float = math.inf) -> SpanResult:
     """The B examples whose first-layer block is ``block`` (H x (m+1)) with these ``labels`` (module docstring):
     the start whose solve ends lowest, trying further starts only while none ends below :func:`accepted` (for a block
-    fitted to relative residual ``fit``)."""
+    fitted to relative residual ``fit``); no step or start begins after ``deadline`` (``time.perf_counter()``
+    seconds), and the first start always runs to its first step."""
     batch = _Batch(victim, layer, block, labels, shape)
     B, m = batch.B, batch.P.shape[0]
     scale = float(batch.Y.norm()) or 1.0
@@ -182,8 +185,8 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         D = batch.deltas(A)
         r = batch.residual(A, D)
         cost, lam = float(r.pow(2).sum()), 1e-3
-        for _ in range(steps):
-            if cost ** 0.5 <= tol * scale:
+        for step_no in range(steps):
+            if cost ** 0.5 <= tol * scale or (step_no and time.perf_counter() >= deadline):
                 break
             JtJ, Jtr = batch.system(A, D, r)
             diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
@@ -204,7 +207,7 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         result = SpanResult(batch.images(A).detach(), cost ** 0.5 / scale, taken, start + 1)
         if best is None or result.residual < best.residual:
             best = result
-        if best.residual <= accepted(block.dtype, fit):
+        if best.residual <= accepted(block.dtype, fit) or time.perf_counter() >= deadline:
             break
     assert best is not None
     return SpanResult(best.x, best.residual, taken, start + 1)

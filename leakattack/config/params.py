@@ -185,7 +185,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "rest only if they do not converge; gauss-newton: wherever L_R alone is the objective; none)"),
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
-          "every start still running stops with its best iterate (stop reason time-limit); with a step schedule its "
+          "every start still running stops with its best iterate (stop reason time-limit; the analytic attack: its "
+          "best sweep, no further solve step or label set); with a step schedule its "
           "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: "
           f"{names.IG_TIME_LIMIT / 60:g}m for ig, none for dlg)"),
     Param("seed", 0, SEED, "seed", "master seed"),

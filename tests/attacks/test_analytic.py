@@ -288,6 +288,9 @@ def test_gradient_matching_settings_given_to_a_closed_form_attack_are_named_as_u
     assert RunConfig(model="mlp", attack="gradient-matching", restarts=4, label_mode="dlg").unused_options() == []
     cfg = RunConfig(model="mlp", attack="rgap", restarts=4, priors=["tv:0.1"], optimizer="adam", label_mode="dlg")
     assert cfg.unused_options() == ["--optimizer", "--prior", "--restarts", "--labels dlg"]
+    # the analytic attack reads --time-limit; R-GAP, whose solves take seconds, does not
+    assert RunConfig(model="mlp", attack="analytic", time_limit="5s").unused_options() == []
+    assert RunConfig(model="mlp", attack="rgap", time_limit="5s").unused_options() == ["--time-limit"]
     # a closed-form attack recovers its labels (or takes them as given): never the soft labels of --labels dlg
     assert cfg.label_source == "idlg"
     assert RunConfig(model="mlp", attack="analytic", label_mode="given").label_source == "given"
@@ -370,3 +373,29 @@ def test_the_solves_normal_equations_are_those_of_its_jacobian():
     JtJ, Jtr = batch.system(A, D, r)
     assert torch.allclose(JtJ, J.T @ J, rtol=1e-9, atol=1e-12 * float(JtJ.abs().max()))
     assert torch.allclose(Jtr, J.T @ r.reshape(-1), rtol=1e-9, atol=1e-12 * float(Jtr.abs().max()))
+
+
+def test_the_time_limit_stops_the_low_rank_fit_with_its_best_sweep():
+    from leakattack.config import RunConfig
+    from leakattack.experiment import attack_of
+
+    x, labels = _example("digits", index=2)
+    obs = _observe("mlp", x, labels, "srht", b_over_m=2.0)  # b < d: the low-rank fit runs
+    attack = attack_of(RunConfig(model="mlp", attack="analytic", time_limit="1e-9s"))  # past at the first sweep
+    assert isinstance(attack, Analytic) and attack.time_limit == 1e-9
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "time-limit" and result.iterations == 0 and torch.isfinite(result.x).all()
+    assert "the time limit of 1e-09 s was reached after 0 sweeps" in result.message
+    assert get_attack("analytic").reconstruct(obs).stop_reason == "tolerance"  # no limit: the same fit converges
+
+
+def test_the_time_limit_stops_a_batchs_solve_and_its_label_search():
+    x, labels = _batch(4)
+    obs = _observe("mlp", x, labels, hidden=32)  # unsketched: g solved, then the batch in the row space
+    attack = Analytic(time_limit=0.0)
+    read = attack.labels_for(obs)
+    attack.labels_for = lambda obs: ((read + 1) % 10).sort().values  # type: ignore[method-assign]
+    result = attack.reconstruct(obs)
+    assert result.stop_reason == "time-limit" and "the time limit of 0 s was reached" in result.message
+    # one step of the first start, and no other label set
+    assert result.row_space_solve["steps"] == 1 and result.row_space_solve["label_sets"] == 1
