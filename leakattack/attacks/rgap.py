@@ -67,6 +67,10 @@ LAYERS = (nn.Conv2d, nn.Linear)
 MARGIN = 1e-12
 #: singular values below this fraction of the largest count as zero
 RANK_RTOL = 1e-10
+#: a layer's system (its output's and its weight gradient's rows times its input's unknowns) holds at most this many
+#: numbers: R-GAP forms it densely in float64, with an identity of its unknowns squared beside it, and its solve costs
+#: rows x unknowns^2
+MAX_SYSTEM = 10**8
 
 
 @dataclass
@@ -329,10 +333,18 @@ class Rgap(OneExampleAttack):
         if M.b < M.d:
             return (f"R-GAP needs every coordinate of the gradient, and the message has b = {M.b} numbers for "
                     f"d = {M.d}; use gradient-matching or a sketch with b >= d")
-        _, problem = _problem_with_chain(victim)
+        steps, problem = _problem_with_chain(victim)
         if problem:
             return (f"R-GAP inverts a chain of convolutions and linear layers with invertible activations or "
                     f"ReLUs, and {victim.name} has {problem}; use gradient-matching")
+        assert steps is not None
+        systems = [(math.prod(st.out_shape) + dict(st.module.named_parameters())["weight"].numel(),
+                    math.prod(st.in_shape), st.name) for st in steps[:-1]]  # the head's input is found by division
+        rows, n, name = max(systems, key=lambda sys_: sys_[0] * sys_[1], default=(0, 0, ""))
+        if rows * n > MAX_SYSTEM:
+            return (f"R-GAP solves each layer's input from one dense system, and {victim.name}'s layer {name} would "
+                    f"hold {rows} x {n} = {rows * n:.1e} numbers (it solves up to {MAX_SYSTEM:.0e}); use "
+                    "gradient-matching or a smaller --image-size")
         return None
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,

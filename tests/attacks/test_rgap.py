@@ -257,6 +257,16 @@ def test_the_command_line_refuses_a_resnet_with_one_line_and_exit_2(tmp_path, ca
     assert not out.exists()
 
 
+def test_a_layer_system_too_large_to_form_is_refused_with_one_line_and_exit_2(tmp_path, capsys):
+    # LeNet at 224 px: conv1's system would be 151,428 x 150,528 numbers (its identity alone 181 GB in float64)
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--attack", "rgap", "--sketch", "none", "--image-size", "224",
+                   "--no-lpips", "--quiet", "--out", str(out)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "conv1 would hold 151428 x 150528" in lines[0], lines
+    assert "smaller --image-size" in lines[0] and not out.exists()
+
+
 @pytest.mark.parametrize("sketch", ["none", "srht"])
 def test_a_failed_gradient_matching_run_names_the_closed_form_that_accepts_its_message(sketch, tmp_path, capsys):
     import json
