@@ -342,9 +342,10 @@ class Rgap(OneExampleAttack):
                     math.prod(st.in_shape), st.name) for st in steps[:-1]]  # the head's input is found by division
         rows, n, name = max(systems, key=lambda sys_: sys_[0] * sys_[1], default=(0, 0, ""))
         if rows * n > MAX_SYSTEM:
+            other = "--attack analytic" if Analytic().supports(obs) is None else "gradient-matching"
             return (f"R-GAP solves each layer's input from one dense system, and {victim.name}'s layer {name} would "
-                    f"hold {rows} x {n} = {rows * n:.1e} numbers (it solves up to {MAX_SYSTEM:.0e}); use "
-                    "gradient-matching or a smaller --image-size")
+                    f"hold {rows} x {n} = {rows * n:.1e} numbers (it solves up to {MAX_SYSTEM:.0e}); use {other} "
+                    "or a smaller --image-size")
         return None
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,

@@ -264,7 +264,16 @@ def test_a_layer_system_too_large_to_form_is_refused_with_one_line_and_exit_2(tm
                    "--no-lpips", "--quiet", "--out", str(out)])
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "conv1 would hold 151428 x 150528" in lines[0], lines
-    assert "smaller --image-size" in lines[0] and not out.exists()
+    assert "use gradient-matching or a smaller --image-size" in lines[0] and not out.exists()
+
+
+def test_a_too_large_first_linear_layer_is_pointed_at_the_analytic_attack():
+    # mlp on photos: fc1's 196,672 gradient and output rows for 3,072 pixels (R-GAP took 85 s and 15 GB here); the
+    # analytic attack divides the same block in well under a second
+    x, labels = _example("photos", index=0, size=32)
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0)
+    refusal = get_attack("rgap").supports(_observe(victim, x, labels))
+    assert refusal is not None and "fc1 would hold 196672 x 3072" in refusal and "use --attack analytic" in refusal
 
 
 @pytest.mark.parametrize("sketch", ["none", "srht"])
