@@ -224,13 +224,10 @@ def _svd_solve(A: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, int, tor
     return Vh[:rank].T @ ((U[:, :rank].T @ r) / S[:rank]), rank, Vh[:rank]
 
 
-def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
-           svd: bool | None = None) -> tuple[torch.Tensor, int, float]:
-    """Least squares for A a = r, each row normalised and then scaled by ``weight``: the minimum-norm solution with
-    singular values below ``RANK_RTOL`` times the largest dropped, the rank, and the relative residual (LAPACK's
-    gelsd on a CPU; an explicit SVD elsewhere, where torch has no rank-revealing least-squares driver, or if
-    ``svd``)."""
-    A, r = _weighted(A, r, weight)
+def _solve(A: torch.Tensor, r: torch.Tensor, svd: bool | None = None) -> tuple[torch.Tensor, int, float]:
+    """Least squares for the weighted system A a = r (:func:`_weighted`): the minimum-norm solution with singular
+    values below ``RANK_RTOL`` times the largest dropped, the rank, and the relative residual (LAPACK's gelsd on a
+    CPU; an explicit SVD elsewhere, where torch has no rank-revealing least-squares driver, or if ``svd``)."""
     if not (A.device.type != "cpu" if svd is None else svd) and A.shape[0]:
         fit = torch.linalg.lstsq(A, r.unsqueeze(1), rcond=RANK_RTOL, driver="gelsd")
         a, rank = fit.solution.squeeze(1), int(fit.rank)
@@ -239,13 +236,12 @@ def _solve(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor,
     return a, rank, _residual(A, r, a)
 
 
-def _standard_errors(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, a: torch.Tensor) -> torch.Tensor | None:
-    """Each unknown's standard error in the least-squares solution ``a`` of the weighted system, sigma sqrt((A^T A)^-1
-    _jj), with sigma^2 the residual's mean square over the rows beyond the unknowns (the message's round-off, carried
-    through the system), and at least sqrt(n) eps ||a|| (the solve's own round-off in its n unknowns, rows of unit
-    norm, eps of the solve's dtype); None where the system has fewer than :data:`SURPLUS_ROWS` such rows or is not
-    positive definite (rank-deficient)."""
-    A, r = _weighted(A, r, weight)
+def _standard_errors(A: torch.Tensor, r: torch.Tensor, a: torch.Tensor) -> torch.Tensor | None:
+    """Each unknown's standard error in the least-squares solution ``a`` of the weighted system A a = r,
+    sigma sqrt((A^T A)^-1_jj), with sigma^2 the residual's mean square over the rows beyond the unknowns (the
+    message's round-off, carried through the system), and at least sqrt(n) eps ||a|| (the solve's own round-off in its
+    n unknowns, rows of unit norm, eps of the solve's dtype); None where the system has fewer than
+    :data:`SURPLUS_ROWS` such rows or is not positive definite (rank-deficient)."""
     surplus = A.shape[0] - A.shape[1]
     if surplus < SURPLUS_ROWS:
         return None
@@ -261,10 +257,10 @@ def _residual(A: torch.Tensor, r: torch.Tensor, a: torch.Tensor) -> float:
     return float((A @ a - r).norm() / r.norm().clamp_min(1e-300))
 
 
-def _least_tv(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, shape: tuple,
+def _least_tv(A: torch.Tensor, r: torch.Tensor, shape: tuple,
               below: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, int, float, int]:
-    """The input layer's solution (x, rank, relative residual, the dimension of the family it was chosen from; 0 where
-    the system has full rank and its least-squares solution is returned).
+    """The input layer's solution from its weighted system A a = r (x, rank, relative residual, the dimension of the
+    family it was chosen from; 0 where the system has full rank and its least-squares solution is returned).
 
     Every a = a0 + N c (a0 the minimum-norm solution, N an orthonormal basis of the weighted system's null space)
     satisfies the layer's equations as well as a0 does, so gives the same gradient; the one returned has the least
@@ -275,10 +271,9 @@ def _least_tv(A: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, shape: tup
     equations hold to round-off."""
     from scipy.optimize import minimize  # only for a family to choose from
 
-    a0, rank, residual = _solve(A, r, weight)  # gelsd tells the rank faster than the explicit SVD below
+    a0, rank, residual = _solve(A, r)  # gelsd tells the rank faster than the explicit SVD below
     if rank == A.shape[1]:  # full rank: no family
         return a0, rank, residual, 0
-    A, r = _weighted(A, r, weight)
     a0, rank, V = _svd_solve(A, r)  # the null space needs the right singular vectors, which gelsd does not return
     N = torch.linalg.qr(V.T, mode="complete").Q[:, rank:]  # the complement of the kept right singular vectors
     if not N.shape[1]:  # the SVD found the rank full where gelsd did not
@@ -382,21 +377,23 @@ class Rgap(OneExampleAttack):
                 A, r = _layer_system(step, layers[i], z, delta, grad_of(step.module))
                 weight = torch.cat([slope.reshape(-1) / _peak_slope(step.act),
                                     slope.new_ones(A.shape[0] - slope.numel())])
-                if i == 0 and len(step.in_shape) == 3:  # the input image: a family, if any, is chosen from
-                    inactive = slope.reshape(-1) == 0 if isinstance(step.act, RECTIFIERS) else None
-                    below = None if inactive is None else (A[:slope.numel()][inactive], r[:slope.numel()][inactive])
-                    a, input_rank, residual, dim = _least_tv(A, r, weight, step.in_shape, below)
+                image = i == 0 and len(step.in_shape) == 3  # the input image: a family, if any, is chosen from
+                inactive = slope.reshape(-1) == 0 if image and isinstance(step.act, RECTIFIERS) else None
+                below = None if inactive is None else (A[:slope.numel()][inactive], r[:slope.numel()][inactive])
+                A, r = _weighted(A, r, weight)  # the system every solve below reads (an inactive unit's row dropped)
+                if image:
+                    a, input_rank, residual, dim = _least_tv(A, r, step.in_shape, below)
                     if dim:
                         family = _family_note(step.name, input_rank, A.shape[1], dim,
                                               0 if inactive is None else int(inactive.sum()))
                 else:
-                    a, rank, residual = _solve(A, r, weight)
+                    a, rank, residual = _solve(A, r)
                     if rank < A.shape[1]:
                         deficient.append(f"layer {step.name}: rank {rank} of {A.shape[1]} unknowns")
                     if i == 0:
                         input_rank = rank
                     # the standard errors of a full-rank layer's solution set the threshold of the ReLU below it
-                    se = _standard_errors(A, r, weight, a) if i > 0 and rank == A.shape[1] \
+                    se = _standard_errors(A, r, a) if i > 0 and rank == A.shape[1] \
                         and isinstance(steps[i - 1].act, RECTIFIERS) else None
                 losses.append(residual)
                 bar.update(1)

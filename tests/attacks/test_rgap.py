@@ -8,7 +8,7 @@ from torch import nn
 import targets
 from leakattack import cli, metrics
 from leakattack.attacks import AttackError, Rgap, get_attack, list_attacks
-from leakattack.attacks.rgap import NOISE_MARGIN, SURPLUS_ROWS, _inverse, _solve, _standard_errors
+from leakattack.attacks.rgap import NOISE_MARGIN, SURPLUS_ROWS, _inverse, _solve, _standard_errors, _weighted
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
@@ -158,15 +158,15 @@ def test_standard_errors_follow_the_noise_of_the_right_hand_side():
     truth, sigma = torch.randn(20, generator=gen, dtype=torch.float64), 1e-6
     r = A @ truth + sigma * torch.randn(400, generator=gen, dtype=torch.float64)
     weight = A.norm(dim=1)  # the rows keep their scale: the noise stays sigma per row
-    a, rank, _ = _solve(A, r, weight)
-    se = _standard_errors(A, r, weight, a)
+    a, rank, _ = _solve(*_weighted(A, r, weight))
+    se = _standard_errors(*_weighted(A, r, weight), a)
     expected = sigma * torch.linalg.inv(A.T @ A).diagonal().sqrt()
     assert rank == 20 and se is not None and torch.all((se / expected - 1).abs() < 0.15)
     assert (((a - truth) / se).abs().max()) < 5  # 20 errors of about one standard error each
     few = SURPLUS_ROWS - 1  # too few rows beyond the unknowns to tell the noise
-    assert _standard_errors(A[:20 + few], r[:20 + few], weight[:20 + few], a) is None
+    assert _standard_errors(*_weighted(A[:20 + few], r[:20 + few], weight[:20 + few]), a) is None
     deficient = torch.cat([A[:, :19], A[:, :1]], 1)  # two equal columns
-    assert _standard_errors(deficient, r, weight, a) is None
+    assert _standard_errors(*_weighted(deficient, r, weight), a) is None
 
 
 def test_a_relu_unit_is_active_by_its_own_standard_error_where_one_is_given():
@@ -207,8 +207,8 @@ def test_the_svd_solve_used_off_the_cpu_agrees_with_gelsd():
     A = torch.randn(60, 40, generator=gen, dtype=torch.float64)
     A[:, 7] = A[:, 3] - 2 * A[:, 5]  # rank 39
     r, weight = torch.randn(60, generator=gen, dtype=torch.float64), torch.rand(60, generator=gen, dtype=torch.float64)
-    a, rank, residual = _solve(A, r, weight)
-    b, rank_svd, residual_svd = _solve(A, r, weight, svd=True)
+    a, rank, residual = _solve(*_weighted(A, r, weight))
+    b, rank_svd, residual_svd = _solve(*_weighted(A, r, weight), svd=True)
     assert rank == rank_svd == 39 and abs(residual - residual_svd) < 1e-12 and residual > 0.1
     assert float((a - b).norm()) < 1e-10 * float(a.norm())
 
