@@ -38,25 +38,25 @@ def margins(index: int, dtype: str) -> list[list]:
         victim.model(x)
     for h in hooks:
         h.remove()
-    seen: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    seen: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
     calls = iter(range(len(truth) - 1, -1, -1))  # R-GAP thresholds the layers from the head down
     inverse = rgap._inverse
 
     def record(act, a, eps, se=None):
         layer = next(calls)
-        if se is not None:
-            seen.append((layer, a.detach().reshape(-1).clone(), se.detach().reshape(-1).clone()))
+        if se is not None:  # R-GAP's own rule with the standard errors, and without them (the layer-wide margin)
+            by_se, by_layer = inverse(act, a, eps, se)[1], inverse(act, a, eps)[1]
+            seen.append((layer, a.detach().reshape(-1).clone(), se.detach().reshape(-1).clone(),
+                         by_se.reshape(-1) > 0, by_layer.reshape(-1) > 0))
         return inverse(act, a, eps, se)
 
     with mock.patch.object(rgap, "_inverse", side_effect=record):
         result = p.attack.reconstruct(p.obs)
     quality = f"{float(psnr(result.x.clamp(0, 1), x)):.2f} dB, {result.stop_reason}"
     rows = []
-    for layer, a, se in seen:
+    for layer, a, se, by_se, by_layer in seen:
         on = truth[layer] > 0
         top = float(a.abs().max())
-        by_se = a > torch.maximum(rgap.SE_MARGIN * se, torch.tensor(torch.finfo(victim.dtype).eps * top))
-        by_layer = a > max(rgap.NOISE_MARGIN * float(-a.min()), torch.finfo(victim.dtype).eps * top)
         rows.append([index, dtype, f"ReLU {layer + 1}", f"{int(on.sum())} of {on.numel()}",
                      f"{float((a[~on] / se[~on]).abs().max()):.2f}", f"{float((a[on] / se[on]).min()):.3g}",
                      f"{float(a[~on].abs().max()) / top:.1e}", f"{float(a[on].min()) / top:.1e}",
