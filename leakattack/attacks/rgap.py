@@ -50,7 +50,8 @@ RECTIFIERS = (nn.ReLU,)
 NOISE_MARGIN = 100.0
 #: where the layer above solved a full-rank system with at least :data:`SURPLUS_ROWS` rows beyond its unknowns, a
 #: unit is active where its solved output exceeds this many of its own standard errors instead (LeNet with ReLUs,
-#: float32 message, photos 0-2: conv1's inactive units within 3.8 of theirs, its active ones from 7.5 up)
+#: float32 message, photos 0-2: conv1's inactive units within 3.8 of theirs, its active ones from 7.5 up;
+#: ``python scripts/rgap_margins.py``)
 SE_MARGIN = 5.0
 #: rows beyond the unknowns a system needs before its residual estimates the noise of its solution
 SURPLUS_ROWS = 32
