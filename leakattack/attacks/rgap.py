@@ -36,7 +36,7 @@ from targets.oracle import probe
 from ..observation import Observation
 from ..progress import progress_bar
 from .analytic import Analytic, OneExampleAttack
-from .base import AttackResult, Monitor, closed_form_result
+from .base import AttackResult, Monitor, closed_form_result, stop_requested
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
@@ -365,10 +365,18 @@ class Rgap(OneExampleAttack):
         a = Analytic._divide(blk)
         losses = [float((blk - torch.outer(db, torch.cat([a, a.new_ones(1)]))).norm() / blk.norm().clamp_min(1e-300))]
         delta = db
+        labels = obs.labels if obs.labels is not None else db.argmin().reshape(1).to(victim.device)
         deficient, family, input_rank, se = [], "", None, None
         with progress_bar(len(steps), "rgap", "layer", requested=progress, leave=False) as bar:
             bar.update(1)
             for i in range(len(steps) - 2, -1, -1):
+                if stop_requested():  # Ctrl-C: no layer below is solved, so there is no input to return
+                    x = torch.zeros(obs.input_shape, dtype=victim.dtype, device=victim.device)
+                    return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, iterations=len(losses) - 1,
+                                        best_step=len(losses) - 1, stop_reason="interrupted",
+                                        message=(f"Ctrl-C stopped R-GAP with {len(losses)} of its {len(steps)} layers "
+                                                 "solved, before the input layer: no input was rebuilt"),
+                                        wall_s=time.perf_counter() - t0)
                 step, nxt = steps[i], layers[i + 1]
                 a = a.reshape(step.out_shape)
                 z, slope = _inverse(step.act, a, torch.finfo(victim.dtype).eps, se)
@@ -399,7 +407,6 @@ class Rgap(OneExampleAttack):
                 losses.append(residual)
                 bar.update(1)
         x = a.reshape(obs.input_shape).to(victim.dtype)
-        labels = obs.labels if obs.labels is not None else db.argmin().reshape(1).to(victim.device)
         last = len(losses) - 1
         tol = torch.finfo(victim.dtype).eps ** 0.5
         worst = max(range(len(losses)), key=lambda k: losses[k])

@@ -28,6 +28,7 @@ from torch import nn
 from torch.func import functional_call, grad, jvp, vmap
 
 from ..errors import quiet_jvp_setup
+from .base import stop_requested
 
 #: Levenberg-Marquardt stops when ||r|| / ||G V|| falls below this
 SPAN_TOL = 1e-13
@@ -171,13 +172,17 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
     """The B examples whose first-layer block is ``block`` (H x (m+1)) with these ``labels`` (module docstring):
     the start whose solve ends lowest, trying further starts only while none ends below :func:`accepted` (for a block
     fitted to relative residual ``fit``); no step or start begins after ``deadline`` (``time.perf_counter()``
-    seconds), and the first start always runs to its first step."""
+    seconds) or once Ctrl-C asked the attack to stop, and the first start always runs to its first step."""
     batch = _Batch(victim, layer, block, labels, shape)
     B, m = batch.B, batch.P.shape[0]
     scale = float(batch.Y.norm()) or 1.0
     gen = torch.Generator().manual_seed(seed)
     best: SpanResult | None = None
     taken = 0
+
+    def over() -> bool:
+        return time.perf_counter() >= deadline or stop_requested()
+
     for start in range(starts):
         x0 = torch.rand(B, m, generator=gen, dtype=torch.float64).to(block)
         A = batch.V.T @ torch.cat([x0, torch.ones_like(x0[:, :1])], 1).T
@@ -186,7 +191,7 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         r = batch.residual(A, D)
         cost, lam = float(r.pow(2).sum()), 1e-3
         for step_no in range(steps):
-            if cost ** 0.5 <= tol * scale or (step_no and time.perf_counter() >= deadline):
+            if cost ** 0.5 <= tol * scale or (step_no and over()):
                 break
             JtJ, Jtr = batch.system(A, D, r)
             diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
@@ -207,7 +212,7 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         result = SpanResult(batch.images(A).detach(), cost ** 0.5 / scale, taken, start + 1)
         if best is None or result.residual < best.residual:
             best = result
-        if best.residual <= accepted(block.dtype, fit) or time.perf_counter() >= deadline:
+        if best.residual <= accepted(block.dtype, fit) or over():
             break
     assert best is not None
     return SpanResult(best.x, best.residual, taken, start + 1)

@@ -147,3 +147,55 @@ def test_leakattack_run_writes_the_interrupted_run(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stop_reason"] == "interrupted" and metrics["iterations"] < 1000000
     assert (out / "reconstruction.png").is_file() and (out / "trace.csv").is_file()
+
+
+def _closed_form_obs(model, x, labels, kind="none", b=None, **params):
+    victim = targets.get_model(model, in_shape=tuple(x.shape[1:]), seed=0, **params).to(dtype=torch.float64)
+    return observe(victim, x, labels, Channel(make_sketch(kind, victim.d, b or victim.d, seed=1)), ThreatModel())
+
+
+def test_ctrl_c_stops_the_analytic_fit_at_its_best_sweep():
+    from leakattack.attacks.analytic import Analytic
+    from leakattack.data import get_dataset
+
+    data = get_dataset("digits")
+    x, labels = data.images[2:3].double(), data.labels[2:3]
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0)
+    obs = _closed_form_obs("mlp", x, labels, "srht", b=2 * victim.unknowns_per_example)  # b < d: the fit sweeps
+    with stop_on_interrupt():
+        out = Analytic().reconstruct(obs, monitor=_ctrl_c_at(3), monitor_every=1)
+    assert out.stop_reason == "interrupted" and out.iterations == 3
+    assert "Ctrl-C stopped the attack after 3 sweeps of the low-rank fit" in out.message
+    assert torch.isfinite(out.x).all() and not stop_requested()
+    assert Analytic().reconstruct(obs).stop_reason == "tolerance"  # uninterrupted, the same fit converges
+
+
+def test_ctrl_c_stops_a_batchs_solve_and_its_label_search():
+    from leakattack.attacks.analytic import Analytic
+    from leakattack.data import get_dataset
+
+    data = get_dataset("digits")
+    obs = _closed_form_obs("mlp", data.images[:4].double(), data.labels[:4], hidden=32)  # g solved, then the batch
+    attack = Analytic()
+    read = attack.labels_for(obs)
+    attack.labels_for = lambda obs: ((read + 1) % 10).sort().values  # type: ignore[method-assign]  # wrong labels
+    with stop_on_interrupt():
+        signal.raise_signal(signal.SIGINT)
+        out = attack.reconstruct(obs)
+    assert out.stop_reason == "interrupted" and "Ctrl-C stopped the attack" in out.message
+    assert out.row_space_solve["steps"] == 1 and out.row_space_solve["label_sets"] == 1  # no other label set
+
+
+def test_ctrl_c_stops_rgap_between_layers():
+    from leakattack.attacks.rgap import Rgap
+
+    victim = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    x = torch.rand((1, 1, 8, 8), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    obs = _closed_form_obs("lenet", x, torch.tensor([3]))
+    with stop_on_interrupt():
+        signal.raise_signal(signal.SIGINT)
+        out = Rgap().reconstruct(obs)
+    layers = sum(1 for m in victim.model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    assert out.stop_reason == "interrupted" and len(out.losses) == 1  # the head's input only
+    assert f"with 1 of its {layers} layers solved" in out.message and not bool(out.x.any())
+    assert Rgap().reconstruct(obs).stop_reason == "tolerance"
