@@ -16,10 +16,10 @@ import contextlib
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.grad import conv2d_weight
 
 from leakattack.errors import UserError
 
@@ -193,14 +193,17 @@ def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: 
         out["weight"] = dz.transpose(1, 2) @ a
         out["bias"] = dz.sum(1)
     elif isinstance(m, nn.Conv2d):
+        # the R batches side by side as R channel groups: one grouped weight-gradient convolution forms the R
+        # gradients with torch's own kernel and its derivatives (unfold and a batched matrix product took 1.3 times
+        # as long for 4 starts of resnet20: benchmarks/attack_speed.py --only restarts --restart-model resnet20)
         assert not isinstance(m.padding, str)  # _restart_layers refuses a padding given by name
-        cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
-        n, k, p = cols.shape
-        cols = cols.view(R, n // R, k, p).transpose(1, 2).reshape(R, k, -1)
-        dz = dz.reshape(R, n // R, dz.shape[1], p)
-        out["weight"] = (dz.transpose(1, 2).reshape(R, dz.shape[2], -1) @ cols.transpose(1, 2)).view(
-            R, *m.weight.shape)
-        out["bias"] = dz.sum((1, 3))
+        B, co = a.shape[0] // R, dz.shape[1]
+        a = a.view(R, B, *a.shape[1:]).transpose(0, 1).reshape(B, -1, *a.shape[2:])
+        dz = dz.view(R, B, *dz.shape[1:])
+        out["bias"] = dz.sum((1, 3, 4))
+        dz = dz.transpose(0, 1).reshape(B, R * co, *dz.shape[3:])
+        out["weight"] = conv2d_weight(a, (R * co, *m.weight.shape[1:]), dz, stride=m.stride, padding=m.padding,
+                                      dilation=m.dilation, groups=R).view(R, *m.weight.shape)
     else:  # BatchNorm: the normalised input was kept as it ran
         dz = dz.reshape(R, dz.shape[0] // R, dz.shape[1], -1)
         out["weight"] = (dz * extra.reshape(dz.shape)).sum((1, 3))
@@ -215,10 +218,11 @@ def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) ->
     The R batches go through the model as one batch of R*B examples: BatchNorm layers
     that normalise by batch statistics do so per batch r (their output is replaced by a
     forward hook), and each layer's weight gradient of batch r is formed from its
-    inputs and output gradients (one matrix product per layer, the way per-example
-    gradients are computed in Opacus), so one autograd pass, its graph kept, serves
-    all R.  A layer that mixes examples in another way would break this: callers check
-    the first answer against one batch at a time.
+    inputs and output gradients (one batched matrix product per Linear layer, the way
+    per-example gradients are computed in Opacus; one grouped convolution per Conv2d,
+    the R batches as its groups), so one autograd pass, its graph kept, serves all R.
+    A layer that mixes examples in another way would break this: callers check the
+    first answer against one batch at a time.
     """
     layers = _restart_layers(victim.model)
     if layers is None:
