@@ -115,6 +115,23 @@ def test_an_empty_or_unwritable_out_is_refused_before_the_attack(tmp_path, capsy
         locked.chmod(0o700)
 
 
+def test_a_run_replaces_only_an_empty_folder_or_an_earlier_run(tmp_path, capsys, monkeypatch):
+    """--out is replaced whole: a folder of other files (runs below it, notes) or the current folder is refused."""
+    runs = tmp_path / "runs"
+    (runs / "run1").mkdir(parents=True)
+    (runs / "run1" / "metrics.json").write_text("{}")
+    (runs / "notes.txt").write_text("mine")
+    _refused(RUN + ["--out", str(runs)], "is not an earlier run's folder (it has no metrics.json)", tmp_path, capsys)
+    monkeypatch.chdir(runs / "run1")
+    for here in (".", "..", str(runs / "run1")):
+        _refused(RUN + ["--out", here], "is the current folder or holds it", tmp_path, capsys)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert cli.main(RUN + ["--out", "empty"]) == 0 and (tmp_path / "empty" / "metrics.json").is_file()
+    assert cli.main(RUN + ["--out", "empty", "--seed", "1"]) == 0  # an earlier run is replaced
+    assert json.loads((tmp_path / "empty" / "config.json").read_text())["run"]["seed"] == 1
+
+
 def _out_commands(tmp_path, out):
     """Every command that writes under --out, with ``out`` (a folder, or the file's name without its suffix)."""
     sweep = tmp_path / "grid.toml"
