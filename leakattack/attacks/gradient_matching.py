@@ -329,9 +329,12 @@ class GradientMatching(Attack):
                                              progress=progress), choice, probes_s)
             # a phase that ended on its own did what the whole budget's run would have: the steps follow below
             if best.stop_reason == "iterations":
-                if self._refine(obs, best, deadline, monitor, progress) or time.perf_counter() >= deadline \
-                        or stop_requested():
-                    return best  # converged, the time limit has come or Ctrl-C: the shorter phase's iterate
+                if self._refine(obs, best, deadline, monitor, progress):
+                    return best
+                if stop_requested() or time.perf_counter() >= deadline:
+                    # the shorter phase's iterate; its budget was not the run's, so the run stopped for this
+                    best.stop_reason = "interrupted" if stop_requested() else "time-limit"
+                    return best
                 tried, spent, best = best.gauss_newton, time.perf_counter() - started, None
                 if main.time_limit is not None:
                     left = main.time_limit - spent
@@ -369,7 +372,7 @@ class GradientMatching(Attack):
         where it would take them after the whole budget, and the first steps of the budget are those of a run of
         that many steps (no step schedule, no pruned restarts: their steps depend on the budget)."""
         return (self.refine == "auto" and self.iterations > GAUSS_NEWTON_AFTER and self.schedule == "none"
-                and not self.prune_restarts and self.refinement(obs, "iterations") is None)
+                and not (self.prune_restarts and self.restarts > 1) and self.refinement(obs, "iterations") is None)
 
     @staticmethod
     def _best(runs: list[AttackResult], choice: dict | None, probes_s: float) -> AttackResult:

@@ -199,3 +199,35 @@ def test_ctrl_c_stops_rgap_between_layers():
     assert out.stop_reason == "interrupted" and len(out.losses) == 1  # the head's input only
     assert f"with 1 of its {layers} layers solved" in out.message and not bool(out.x.any())
     assert Rgap().reconstruct(obs).stop_reason == "tolerance"
+
+
+@pytest.mark.parametrize("cut", ["interrupted", "time-limit"])
+def test_a_run_cut_during_the_early_gauss_newton_steps_stops_for_that_reason(monkeypatch, cut):
+    """The first phase ran GAUSS_NEWTON_AFTER steps of a larger budget: its own stop reason (iterations) is not the
+    run's when Ctrl-C or the time limit ends the steps after it."""
+    from leakattack.attacks.gradient_matching import GAUSS_NEWTON_AFTER
+
+    obs, _ = _obs()
+    attack = GradientMatching(optimizer="adam", lr=1e-4, iterations=GAUSS_NEWTON_AFTER + 500, init_seed=2,
+                              labels="given", time_limit=None if cut == "interrupted" else 3600.0)
+    assert attack._tries_early(obs)
+
+    def cut_short(self, obs, best, deadline, monitor, progress=False):
+        if cut == "interrupted":
+            signal.raise_signal(signal.SIGINT)
+        else:
+            monkeypatch.setattr("time.perf_counter", lambda: deadline + 1.0)
+        return False
+
+    monkeypatch.setattr(GradientMatching, "_refine", cut_short)
+    with stop_on_interrupt():
+        out = attack.reconstruct(obs)
+    assert out.stop_reason == cut and out.iterations == GAUSS_NEWTON_AFTER
+
+
+def test_pruning_one_start_changes_nothing():
+    obs, _ = _obs()
+    one = GradientMatching(iterations=2000, labels="given")
+    assert one._tries_early(obs)
+    assert GradientMatching(iterations=2000, labels="given", prune_restarts=True)._tries_early(obs)
+    assert not GradientMatching(iterations=2000, labels="given", prune_restarts=True, restarts=2)._tries_early(obs)
