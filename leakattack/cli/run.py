@@ -32,7 +32,8 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
         return (f"no image metrics (no --truth) | {name} {_loss(m.final_loss)} | labels {m.labels_attack} "
                 f"({m.label_mode}) | {_steps(m)} | {m.wall_s:.1f} s | "
                 f"d={m.d} b={m.b} | reconstruction.pt in {folder}")
-    lp = f"{m.lpips:.3f}" if m.lpips is not None else "n/a (backbone weights not cached)"
+    lp = f"{m.lpips:.3f}" if m.lpips is not None else \
+        "n/a (--no-lpips)" if m.lpips_note == "LPIPS not requested" else "n/a (backbone weights not cached)"
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
     if m.verdict == "not rebuilt":
         return (f"not rebuilt (no better than {baseline_name(m)}) | PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} "

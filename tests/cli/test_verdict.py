@@ -78,6 +78,7 @@ def test_a_rebuilt_image_keeps_the_plain_summary_line(tmp_path, capsys):
     assert rc == 0 and m["verdict"] == "rebuilt" and m["verdict_baseline"] is None
     assert m["psnr"] > m["baseline_psnr"] + 10 and m["ssim"] > 0.9
     assert line.startswith(f"PSNR {m['psnr']:.2f} dB | SSIM ") and "not rebuilt" not in line and NOTE not in err
+    assert "| LPIPS n/a (--no-lpips) |" in line and m["lpips_note"] == "LPIPS not requested"
     # converged with b = d >= m unknowns at the truth: the Jacobian was measured, full rank
     assert m["stop_reason"] == "tolerance" and m["unique_by_count"] is True
     assert m["jacobian_rank"] == m["unknowns"] == 784 and m["unique"] is True
