@@ -60,6 +60,9 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
         loose = sum(1 for e in entries if e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS))
         what = f"it has {loose} image(s) directly inside, not in class folders" if loose else "it has none"
         raise DataError(f"{root} holds no class sub-folders ({what}): expected {_layout(root)}")
+    if len(classes) == 1:
+        raise DataError(f"{root} holds one class sub-folder ({classes[0]}): a classifier of one class has a zero "
+                        f"loss and a zero gradient, so give two or more: expected {_layout(root)}")
     files: list[Path] = []
     labels: list[int] = []
     empty: list[str] = []

@@ -179,3 +179,10 @@ def test_photos_at_224_px_are_50_real_crops_and_at_32_px_the_default_set():
     assert len({tuple(row[:64].tolist()) for row in flat}) == 50  # 50 different crops
     assert torch.equal(big.labels, get_dataset("photos").labels)
     assert torch.equal(get_dataset("photos", image_size=32).images, get_dataset("photos").images)
+
+
+def test_a_single_class_is_refused_as_its_gradient_is_zero(tmp_path):
+    (tmp_path / "cat").mkdir()
+    Image.fromarray(pixels(8, 8, 3, 0)).save(tmp_path / "cat" / "a.png")
+    msg = error_of(root=tmp_path)
+    assert "holds one class sub-folder (cat): a classifier of one class has a zero loss and a zero gradient" in msg
