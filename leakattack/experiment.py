@@ -34,6 +34,7 @@ from .errors import SettingWarning
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
+from .sketch import is_identity
 from .utility import privacy_metrics
 
 
@@ -139,6 +140,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
         warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
+    if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.sketch_ratio != RunConfig.sketch_ratio):
+        warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
+                      "nothing", SettingWarning, stacklevel=2)
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)

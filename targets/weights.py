@@ -47,7 +47,7 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
     """Load a state_dict (or a flat weight vector) from ``path`` into ``victim``; one-sentence errors."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"weights file '{path}' does not exist")
+        raise UserError(f"weights file '{path}' " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:

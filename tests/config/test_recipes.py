@@ -152,6 +152,21 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
         prepare(RunConfig(model="lenet", prune_restarts=True, device="cpu"))
 
 
+def test_a_ratio_given_to_the_identity_sketch_warns_that_it_changes_nothing():
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import prepare
+
+    for given in ({"sketch_ratio": 0.3}, {"sketch_dim": 100}):
+        with pytest.warns(SettingWarning, match="--sketch none sends the whole gradient"):
+            prepare(RunConfig(model="lenet", dataset="digits", sketch="none", device="cpu", **given))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        prepare(RunConfig(model="lenet", dataset="digits", sketch="none", device="cpu"))
+        prepare(RunConfig(model="lenet", dataset="digits", sketch="srht", sketch_ratio=0.3, device="cpu"))
+
+
 def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_measured():
     import warnings
 

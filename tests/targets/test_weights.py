@@ -81,6 +81,8 @@ def test_a_missing_or_unreadable_file_is_one_sentence(tmp_path):
     v = targets.get_model("lenet")
     with pytest.raises(UserError, match="does not exist"):
         targets.load_weights(v, tmp_path / "none.pt")
+    with pytest.raises(UserError, match="is a folder, not a file"):
+        targets.load_weights(v, tmp_path)
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(UserError, match="weights file '.*junk.pt' ") as err:
         targets.load_weights(v, tmp_path / "junk.pt")
