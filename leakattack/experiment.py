@@ -218,7 +218,8 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool)
     against the truth like the reconstruction.  Without a truth: no verdict.
     """
     case, closed_form = p.case, p.attack.closed_form
-    reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step)
+    objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
+    reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step, objective)
     out = {"attacked": reason is None, "nothing_attacked": reason}
     if case.x is None:
         return {**out, **metrics.judge({}, {}), "baseline_mean_image": None, "verdict": None}

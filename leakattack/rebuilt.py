@@ -88,20 +88,20 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     return out
 
 
-def nothing_attacked(losses: list[float], best_step: int) -> str | None:
+def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R") -> str | None:
     """Why an iterative attack attacked nothing, in a few words, or None when it did attack.
 
     It attacked nothing when its objective was not finite at the start
     (diverged at step 0), or when it ran steps but never went below its
-    start value (the best iterate is the start itself).
+    start value (the best iterate is the start itself).  ``name``: the objective's, as the summary line says it.
     """
     if not losses:
         return None
     first = losses[0]
     if first is None or not math.isfinite(first):
-        return f"the objective was not finite at the start (L_R = {first})"
+        return f"the objective was not finite at the start ({name} = {first})"
     if len(losses) > 1 and best_step == 0:
-        return f"the objective never went below its start value L_R = {first:.3e} in {len(losses) - 1} step(s)"
+        return f"the objective never went below its start value {name} = {first:.3e} in {len(losses) - 1} step(s)"
     return None
 
 
@@ -136,7 +136,7 @@ def failed_kind(m: Mapping) -> str | None:
     if _wrong_labels(m):
         return "labels"
     at = m.get("objective_at")
-    if not at:
+    if not at or at["truth"]["total"] == at["reconstruction"]["total"]:
         return None
     return "objective" if objective_failed(at) else "search"
 

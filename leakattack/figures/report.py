@@ -67,7 +67,8 @@ METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": 
 METRIC_FORMAT = {"psnr": (2, "f"), "ssim": (4, "f"), "label_acc": (3, "f"), "utility_acc": (3, "f"),
                  "baseline_psnr": (2, "f"), "baseline_ssim": (4, "f"), "lpips": (4, "f")}
 #: the label modes of the threat model, in words
-LABELS = {"given": "labels given to the attacker", "idlg": "labels recovered from the message (iDLG sign rule)",
+LABELS = {"given": "labels given to the attacker",
+          "idlg": "labels read from the message (the count and sign rules, docs/attacks/labels.md)",
           "dlg": "labels optimised with the images (DLG)"}
 _STAMP = re.compile(r"(?:^|-)(\d{8})-(\d{6})(?:-|$)")
 

@@ -93,7 +93,7 @@ def test_report_says_what_was_attacked_and_how_it_went(report):
     cpu = json.loads((RUN / "config.json").read_text())["environment"]["machine"]["cpu"]
     psnr = json.loads((RUN / "metrics.json").read_text())["psnr"]
     for words in ("Run: lenet-srht", "Sweep: defense_sweep", "d = 15,826 weights, b = 7,913 numbers sent",
-                  "sketch seed known", "labels recovered from the message", cpu, f"{psnr:.2f}",
+                  "sketch seed known", "labels read from the message (the count and sign rules", cpu, f"{psnr:.2f}",
                   "sigma = 0.0001", "image 2", "Verdict not recorded", "not recorded"):
         assert words in text, words
     # the sweep's summary table: one row per setting of summary.csv

@@ -297,6 +297,8 @@ def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
     assert metrics.failed_kind({**wrong, "label_mode": "dlg", "objective_at": None}) is None
     assert metrics.failed_kind({**wrong, "verdict": "rebuilt"}) is None
     assert metrics.failed_part({**base, "objective_at": None}) is None
+    # a tie: neither part is judged
+    assert metrics.failed_kind({**base, "objective_at": {"truth": at["truth"], "reconstruction": at["truth"]}}) is None
     assert metrics.failed_counts([base, prefers, wrong, wrong, {**base, "verdict": "rebuilt"}]) == \
         {"labels": 2, "objective": 1, "search": 1}
 
