@@ -467,8 +467,42 @@ def chord_section(a) -> None:
           f"with chord steps {said(True)}; one step a J {said(False)}: x{ratio:.2f}")
 
 
+def convgrad_section(a) -> None:
+    """Each start's Conv2d weight gradients (targets.oracle._layer_gradients, with their derivatives in the layer's
+    input and output gradient, as the attack differentiates them) by one grouped convolution against unfold and a
+    batched product, per layer shape (3x3, stride 1, float32): the rule GROUPED_MIN_POSITIONS_PER_COLUMN draws."""
+    from torch import nn
+
+    from targets import oracle
+
+    rule = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN
+    for R in (4, 8):
+        cells = []
+        for C, H in ((16, 32), (32, 16), (64, 8), (64, 32), (128, 16), (256, 8), (512, 4)):
+            conv = nn.Conv2d(C, C, 3, padding=1)
+            x = torch.randn(R, C, H, H, requires_grad=True)
+            dz = torch.randn(R, C, H, H, requires_grad=True)
+            best = {}
+            for way, limit in (("grouped", 0), ("unfold", 10 ** 9)):
+                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN = limit
+
+                def once():
+                    w = oracle._layer_gradients(conv, x, dz, None, R)["weight"]
+                    torch.autograd.grad(w.pow(2).sum(), (x, dz))
+
+                once()
+                best[way] = min(cpu_timed(lambda: [once() for _ in range(3)])[0] / 3 for _ in range(a.rounds))
+            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN = rule
+            used = "grouped" if H * H >= rule * C * 9 else "unfold"
+            cells.append(f"{C} ch {H}x{H}: x{best['grouped'] / best['unfold']:.2f} ({1e3 * best['unfold']:.1f} ms; "
+                         f"{used})")
+        print(f"convgrad   {R} starts, grouped convolution against unfold and a batched product (its ms): "
+              + "; ".join(cells) + "; (the attack's choice by GROUPED_MIN_POSITIONS_PER_COLUMN)")
+
+
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
-            "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section, "chord": chord_section}
+            "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section, "chord": chord_section,
+            "convgrad": convgrad_section}
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import contextlib
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -184,6 +185,13 @@ def _normalised(m: nn.modules.batchnorm._BatchNorm, a: torch.Tensor, R: int) -> 
     return ((a - mean) * torch.rsqrt(var + m.eps)).flatten(0, 1)
 
 
+#: a Conv2d layer whose output has at least this many positions per column of its weight (in channels x kernel
+#: size) forms the R batches' weight gradients with one grouped convolution, the batches as its groups; one with
+#: fewer (ResNet-18's last stages: 256-512 channels at 8 x 8 and 4 x 4) unfolds its input and takes one batched matrix
+#: product, which is faster there (`python benchmarks/attack_speed.py --only convgrad` times both per layer shape).
+GROUPED_MIN_POSITIONS_PER_COLUMN = 1 / 16
+
+
 def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: int) -> dict:
     """name -> (R, *shape): the gradient of each of the layer's weights for each of the R batches, from its input
     ``a`` and the gradient ``dz`` of the loss with respect to its output (rows of the R batches in turn)."""
@@ -193,17 +201,22 @@ def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: 
         out["weight"] = dz.transpose(1, 2) @ a
         out["bias"] = dz.sum(1)
     elif isinstance(m, nn.Conv2d):
-        # the R batches side by side as R channel groups: one grouped weight-gradient convolution forms the R
-        # gradients with torch's own kernel and its derivatives (unfold and a batched matrix product took 1.3 times
-        # as long for 4 starts of resnet20: benchmarks/attack_speed.py --only restarts --restart-model resnet20)
         assert not isinstance(m.padding, str)  # _restart_layers refuses a padding given by name
-        B, co = a.shape[0] // R, dz.shape[1]
-        a = a.view(R, B, *a.shape[1:]).transpose(0, 1).reshape(B, -1, *a.shape[2:])
-        dz = dz.view(R, B, *dz.shape[1:])
-        out["bias"] = dz.sum((1, 3, 4))
-        dz = dz.transpose(0, 1).reshape(B, R * co, *dz.shape[3:])
-        out["weight"] = conv2d_weight(a, (R * co, *m.weight.shape[1:]), dz, stride=m.stride, padding=m.padding,
-                                      dilation=m.dilation, groups=R).view(R, *m.weight.shape)
+        n, co, positions = dz.shape[0], dz.shape[1], dz.shape[2] * dz.shape[3]
+        if positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * m.weight[0].numel():
+            # the R batches side by side as R channel groups: one grouped weight-gradient convolution
+            B = n // R
+            a = a.view(R, B, *a.shape[1:]).transpose(0, 1).reshape(B, -1, *a.shape[2:])
+            dzg = dz.view(R, B, co, -1).transpose(0, 1).reshape(B, R * co, *dz.shape[2:])
+            out["weight"] = conv2d_weight(a, (R * co, *m.weight.shape[1:]), dzg, stride=m.stride, padding=m.padding,
+                                          dilation=m.dilation, groups=R).view(R, *m.weight.shape)
+        else:  # few positions: unfold, and one batched product of each batch's columns
+            cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
+            k = cols.shape[1]
+            cols = cols.view(R, n // R, k, positions).transpose(1, 2).reshape(R, k, -1)
+            out["weight"] = (dz.view(R, n // R, co, positions).transpose(1, 2).reshape(R, co, -1)
+                             @ cols.transpose(1, 2)).view(R, *m.weight.shape)
+        out["bias"] = dz.view(R, n // R, co, positions).sum((1, 3))
     else:  # BatchNorm: the normalised input was kept as it ran
         dz = dz.reshape(R, dz.shape[0] // R, dz.shape[1], -1)
         out["weight"] = (dz * extra.reshape(dz.shape)).sum((1, 3))

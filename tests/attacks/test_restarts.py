@@ -236,8 +236,14 @@ class _Mixed(nn.Module):
         return self.head(z.flatten(1))
 
 
+@pytest.mark.parametrize("way", ["grouped", "unfold"])
 @pytest.mark.parametrize("bn_mode", ["train", "eval"])
-def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_derivatives(bn_mode):
+def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_derivatives(bn_mode, way, monkeypatch):
+    """Both ways of forming a Conv2d's weight gradients per restart (targets.oracle.GROUPED_MIN_POSITIONS_PER_COLUMN
+    picks one per layer) through a strided, dilated, padded convolution."""
+    from targets import oracle
+
+    monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_PER_COLUMN", 0.0 if way == "grouped" else 1e9)
     torch.manual_seed(0)
     net = _Mixed().double()
     with torch.no_grad():  # running statistics away from (0, 1), so eval mode differs from train mode
