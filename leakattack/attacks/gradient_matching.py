@@ -299,12 +299,16 @@ class GradientMatching(Attack):
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
         losses = []
         for i, labels in enumerate(distinct):
+            if stop_requested():  # Ctrl-C: the readings not yet tried lose
+                losses.append(math.inf)
+                continue
             probe.bar_label = f"label reading {i + 1}/{len(distinct)}"
             losses.append(probe.run(obs, x0, labels, progress=progress).final_loss)
         finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
         chosen = distinct[finite.index(min(finite))]
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
-                        "probe_steps": probe.iterations, "probe_losses": losses, "chosen": chosen.tolist()}
+                        "probe_steps": probe.iterations, "probe_losses": losses, "chosen": chosen.tolist(),
+                        "interrupted": stop_requested()}
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:

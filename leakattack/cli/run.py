@@ -156,6 +156,9 @@ def label_choice_line(c: dict) -> str:
     """How the labels were chosen between differing readings, in one line."""
     readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())
     losses = sorted(c["probe_losses"])
+    if c.get("interrupted"):
+        return (f"labels: the rules read different labels ({readings}); Ctrl-C stopped the short runs that compare "
+                f"them, so {c['chosen']} was kept from unfinished runs")
     return (f"labels: the rules read different labels ({readings}); a {c['probe_steps']}-step run with each matched "
             f"the message best with {c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 

@@ -231,3 +231,17 @@ def test_pruning_one_start_changes_nothing():
     assert one._tries_early(obs)
     assert GradientMatching(iterations=2000, labels="given", prune_restarts=True)._tries_early(obs)
     assert not GradientMatching(iterations=2000, labels="given", prune_restarts=True, restarts=2)._tries_early(obs)
+
+
+def test_ctrl_c_during_the_label_choice_says_the_choice_is_from_unfinished_runs(monkeypatch):
+    from leakattack.attacks import gradient_matching
+    from leakattack.cli.run import label_choice_line
+
+    obs, _ = _obs()
+    monkeypatch.setattr(gradient_matching, "readings_to_compare",
+                        lambda *a: {"pooled": torch.tensor([3]), "sign": torch.tensor([5])})
+    with stop_on_interrupt():
+        signal.raise_signal(signal.SIGINT)
+        labels, choice = GradientMatching(iterations=50, labels="idlg").choose_labels(obs)
+    assert choice["interrupted"] and choice["probe_losses"] == [float("inf")] * 2 and labels.tolist() == [3]
+    assert "Ctrl-C stopped the short runs that compare them, so [3] was kept" in label_choice_line(choice)
