@@ -17,6 +17,7 @@ from ..errors import UserError
 from ..results import writable_out
 from ..results.runs import unused_path
 from ..sweep import check_name, load_plan, run_sweep
+from .figures import figures_said
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
 SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--gpus": "gpus",
@@ -61,5 +62,5 @@ def cmd_sweep(a) -> int:
         extra.insert(0, f"{res['skipped']} already finished in {out} (skipped), {res['ran']} run now")
     print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra, f"{len(res['rows'])} settings",
                       f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
-                      f"{len(res['figures'])} figures in {out / 'figures'}", *res.get("notes", [])]))
+                      figures_said(res, out), *res.get("notes", [])]))
     return 0
