@@ -195,6 +195,12 @@ def _factor(A: torch.Tensor, damping: float) -> Callable[[torch.Tensor], torch.T
     return lambda g: torch.linalg.lu_solve(LU, pivots, -g.unsqueeze(1)).squeeze(1)
 
 
+#: the normal equations of a J (J^T J and its Cholesky factor) are begun only while the time limit leaves at least
+#: this share of the time J took to form: they took 0.3-0.75 of it on LeNet (`python benchmarks/attack_speed.py --only
+#: jacobian`: J 3.1 s, J^T J 1.0 s and its factor 0.2 s on two threads through srht b = d/2)
+NORMAL_SHARE = 0.5
+
+
 def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
     """(numerical rank, (s_max, s_min)) of J from its Gram matrix A = J^T J: eigenvalues above
     lambda_max * n * eps (singular values above s_max * sqrt(n * eps); below that the Gram matrix's round-off
@@ -255,9 +261,14 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if stop_requested():
             out.stop = "interrupted"
             break
+        formed = time.perf_counter()
         try:
             J = jacobian(forward, out.x, labels, stop=halt)
         except Stopped:
+            out.stop = "interrupted" if stop_requested() else "time-limit"
+            break
+        now = time.perf_counter()
+        if halt() or deadline - now < NORMAL_SHARE * (now - formed):  # no time left for the normal equations
             out.stop = "interrupted" if stop_requested() else "time-limit"
             break
         at = (out.x, loss)
@@ -310,15 +321,18 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "stalled"
             break
     if out.stop == "tolerance" and (A is None or at[0] is not out.x):  # the rank where the steps ended
+        formed, A = time.perf_counter(), None  # without time for it: no rank (the last J was formed elsewhere)
         try:
             J = jacobian(forward, out.x, labels, stop=halt)
-            at = (out.x, loss)
-            with torch_threads(algebra):
-                A = gram(J)
+            now = time.perf_counter()
+            if deadline - now >= NORMAL_SHARE * (now - formed):
+                at = (out.x, loss)
+                with torch_threads(algebra):
+                    A = gram(J)
             del J
-        except Stopped:  # no time left for it: no rank (the last J was formed elsewhere)
-            A = None
-    if A is not None:
+        except Stopped:
+            pass
+    if A is not None and not halt():  # its eigenvalues (a second at m = 3072) only while time is left
         with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
         out.rank_loss = at[1]

@@ -335,7 +335,8 @@ class GradientMatching(Attack):
             if best.stop_reason == "iterations":
                 if self._refine(obs, best, deadline, monitor, progress):
                     return best
-                if stop_requested() or time.perf_counter() >= deadline:
+                cut = (best.gauss_newton or {}).get("stop") in ("time-limit", "interrupted")
+                if cut or stop_requested() or time.perf_counter() >= deadline:
                     # the shorter phase's iterate; its budget was not the run's, so the run stopped for this
                     best.stop_reason = "interrupted" if stop_requested() else "time-limit"
                     return best
@@ -445,7 +446,7 @@ class GradientMatching(Attack):
                "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
         said = f"{did} without converging" if out.steps else \
-            f"Gauss-Newton steps from the best iterate (step {first}) stopped before their first Jacobian was formed"
+            f"Gauss-Newton steps from the best iterate (step {first}) stopped before their first step"
         best.message = add_note(best.message, f"{said} ({why[out.stop]}): the first phase's iterate is kept",
                                 link="then ")
         return False

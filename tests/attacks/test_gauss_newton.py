@@ -374,7 +374,7 @@ def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
                         lambda forward, y, x, labels, **kw: Refined(x=x, stop="time-limit"))
     result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert torch.equal(result.x, plain.x) and result.gauss_newton["jacobians"] == 0
-    assert result.message.endswith("stopped before their first Jacobian was formed (the time limit was reached): "
+    assert result.message.endswith("stopped before their first step (the time limit was reached): "
                                    "the first phase's iterate is kept")
 
 
@@ -412,3 +412,28 @@ def test_a_model_of_the_client_that_j_cannot_go_through_leaves_the_first_phase_a
     assert torch.equal(result.x, plain.x) and result.losses == plain.losses
     assert result.gauss_newton["kept"] is False and "not implemented" in result.gauss_newton["error"]
     assert "could not be differentiated twice" in result.message
+
+
+def test_no_normal_equations_are_begun_when_the_time_left_is_under_their_share_of_js(monkeypatch):
+    """J took 10 s (a fake clock) and 4 s are left: J^T J and its factor (0.3-0.75 of J's time measured) would
+    overrun the limit, so the steps stop there; with 6 s left they are taken."""
+    from leakattack.attacks import gauss_newton
+
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    clock = [0.0]
+    monkeypatch.setattr(gauss_newton.time, "perf_counter", lambda: clock[0])
+    real = gauss_newton.jacobian
+
+    def slow(*args, **kw):
+        clock[0] += 10.0
+        return real(*args, **kw)
+
+    monkeypatch.setattr(gauss_newton, "jacobian", slow)
+    scale = float(obs.y.pow(2).sum())
+    for left, steps in ((4.0, 0), (6.0, 1)):
+        clock[0] = 0.0
+        out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=scale, deadline=10.0 + left,
+                                  chord=False)
+        assert out.stop == "time-limit" and out.steps == steps, (left, out.stop, out.steps)
+        assert out.rank is None  # no time left for the last J's eigenvalues either
