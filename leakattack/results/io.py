@@ -69,7 +69,11 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         if target == here or target in here.parents:
             raise UserError(f"--out '{out}' is the current folder or holds it, and a run replaces its --out folder "
                             "whole: name a new folder")
-        if any(path.iterdir()) and not (path / "metrics.json").is_file():
+        try:
+            holds = any(path.iterdir())
+        except OSError:  # unreadable: what it holds is unknown
+            holds = True
+        if holds and not (path / "metrics.json").is_file():
             raise UserError(f"--out '{out}' holds other files and is not an earlier run's folder (it has no "
                             "metrics.json), and a run replaces its --out folder whole: name a new folder")
     parent = _unwritable_folder(path / "_" if file is None and not beside else path)
