@@ -306,6 +306,10 @@ class Analytic(Attack):
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
         said = run["message"] or message or note
+        if not said and stop == "tolerance":
+            ynorm2 = max(float(y @ y), 1e-300)
+            said = (f"the low-rank fit read the message in {len(run['losses']) - 1} sweeps (relative residual "
+                    f"{(run['losses'][run['best']] / ynorm2) ** 0.5:.1e}), then its first block was divided")
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
                                               "tolerance (--sweeps gives it more)")
