@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for
+from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
 from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
@@ -140,6 +140,12 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
         warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
+    named = [parse_prior(text) for text in cfg.priors]
+    for name in dict.fromkeys(n for n, _ in named):
+        if sum(n == name for n, _ in named) > 1:
+            last = [w for n, w in named if n == name][-1]
+            warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last:g}, is used", SettingWarning,
+                          stacklevel=2)
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.sketch_ratio != RunConfig.sketch_ratio):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)

@@ -152,7 +152,7 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
         prepare(RunConfig(model="lenet", prune_restarts=True, device="cpu"))
 
 
-def test_a_ratio_given_to_the_identity_sketch_warns_that_it_changes_nothing():
+def test_a_ratio_given_to_the_identity_sketch_or_a_prior_given_twice_warns():
     import warnings
 
     from leakattack.errors import SettingWarning
@@ -161,6 +161,8 @@ def test_a_ratio_given_to_the_identity_sketch_warns_that_it_changes_nothing():
     for given in ({"sketch_ratio": 0.3}, {"sketch_dim": 100}):
         with pytest.warns(SettingWarning, match="--sketch none sends the whole gradient"):
             prepare(RunConfig(model="lenet", dataset="digits", sketch="none", device="cpu", **given))
+    with pytest.warns(SettingWarning, match="--prior tv is given more than once: the last, tv:0.2, is used"):
+        prepare(RunConfig(model="lenet", dataset="digits", priors=["tv", "tv:0.2"], device="cpu"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", SettingWarning)
         prepare(RunConfig(model="lenet", dataset="digits", sketch="none", device="cpu"))
