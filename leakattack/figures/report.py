@@ -199,6 +199,8 @@ def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
         part = failed_part(m.to_dict())
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
+        if m.nothing_attacked:
+            return "nothing attacked", "failed", f"Nothing was attacked ({FAILURE_NOTE}): {m.nothing_attacked}.{which}"
         return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
                                          f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.{which}")
     if m.truth is False or m.psnr is None:

@@ -136,6 +136,11 @@ def test_headline_reads_the_verdict(tmp_path):
                             closed_forms=["rgap"], **baselines)
     assert text.count("closed-form attack also accepts") == 0
     assert build_report([pointed]).count("A closed-form attack also accepts this message: --attack rgap") == 1
+    # a run that never left its start says so rather than quoting its PSNR
+    idle = _with_metrics(tmp_path, "idle", verdict="not rebuilt", verdict_baseline="mean", psnr=8.8, ssim=0.02,
+                         attacked=False, nothing_attacked="the objective never went below its start value", **baselines)
+    text = build_report([idle])
+    assert f'class="headline failed">Nothing was attacked ({FAILURE_NOTE}): the objective never went below' in text
 
 
 def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
