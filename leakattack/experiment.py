@@ -30,7 +30,7 @@ from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RunConfig
 from .config.params import duration_seconds
-from .errors import SettingWarning
+from .errors import SettingWarning, UserError
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
@@ -347,10 +347,26 @@ def environment(device: torch.device) -> dict:
     }
 
 
+#: the files of a run folder (:func:`_write_files`): an existing --out folder that holds anything else is refused
+RUN_FILES = frozenset({"config.json", "trace.csv", "convergence.png", "reconstruction.png", "reconstruction.pt",
+                       "metrics.json"})
+
+
 def check_out(folder: str | Path) -> Path:
     """The run folder a user named, refused in one sentence when it cannot be written (before any work): it is
-    filled beside itself and renamed into place (:func:`leakattack.results.write_run_folder`)."""
-    return writable_out(folder, beside=True)
+    filled beside itself and renamed into place (:func:`leakattack.results.write_run_folder`), so an existing
+    folder must be empty or an earlier run's, holding the files of :data:`RUN_FILES` and nothing else."""
+    path = writable_out(folder, beside=True)
+    if path.is_dir():
+        try:
+            other = sorted(e.name for e in path.iterdir() if e.name not in RUN_FILES or not e.is_file())
+        except OSError as err:  # unreadable: what it holds is unknown
+            other = [err.strerror or type(err).__name__]
+        if other:
+            shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+            raise UserError(f"--out '{folder}' holds {shown}, which a run does not write, and a run replaces its "
+                            "--out folder whole: name a new folder or an earlier run's")
+    return path
 
 
 def write_run(out: Outcome, folder: Path) -> Path:

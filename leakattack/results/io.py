@@ -53,9 +53,9 @@ def _unwritable_folder(path: str | os.PathLike) -> Path | None:
 
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
-    filled in place (``file`` None), or written beside itself and renamed into place (``beside``: an existing
-    folder must then be empty or an earlier run's, with its metrics.json, and neither the current folder nor one
-    that holds it), or a file of that kind (``file=".csv"``), which is always written beside itself."""
+    filled in place (``file`` None), or written beside itself and renamed into place (``beside``: neither the
+    current folder nor one that holds it), or a file of that kind (``file=".csv"``), which is always written beside
+    itself."""
     noun = "a folder" if file is None else f"a {file} file"
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
@@ -64,18 +64,11 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         raise UserError(f"--out '{out}' is a file, not a folder")
     if file is not None and path.is_dir():
         raise UserError(f"--out '{out}' is a folder; name {noun}")
-    if beside and path.is_dir():  # the folder is replaced whole: only by an earlier run of its own
+    if beside and path.is_dir():  # the folder is replaced whole
         here, target = Path.cwd().resolve(), path.resolve()
         if target == here or target in here.parents:
-            raise UserError(f"--out '{out}' is the current folder or holds it, and a run replaces its --out folder "
-                            "whole: name a new folder")
-        try:
-            holds = any(path.iterdir())
-        except OSError:  # unreadable: what it holds is unknown
-            holds = True
-        if holds and not (path / "metrics.json").is_file():
-            raise UserError(f"--out '{out}' holds other files and is not an earlier run's folder (it has no "
-                            "metrics.json), and a run replaces its --out folder whole: name a new folder")
+            raise UserError(f"--out '{out}' is the current folder or holds it, and it would be replaced whole: name "
+                            "a new folder")
     parent = _unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")

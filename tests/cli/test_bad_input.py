@@ -121,15 +121,23 @@ def test_a_run_replaces_only_an_empty_folder_or_an_earlier_run(tmp_path, capsys,
     (runs / "run1").mkdir(parents=True)
     (runs / "run1" / "metrics.json").write_text("{}")
     (runs / "notes.txt").write_text("mine")
-    _refused(RUN + ["--out", str(runs)], "is not an earlier run's folder (it has no metrics.json)", tmp_path, capsys)
+    _refused(RUN + ["--out", str(runs)], "holds notes.txt, run1, which a run does not write", tmp_path, capsys)
+    (runs / "metrics.json").write_text("{}")  # someone else's metrics.json does not make it a run folder
+    _refused(RUN + ["--out", str(runs)], "holds notes.txt, run1, which a run does not write", tmp_path, capsys)
     monkeypatch.chdir(runs / "run1")
     for here in (".", "..", str(runs / "run1")):
         _refused(RUN + ["--out", here], "is the current folder or holds it", tmp_path, capsys)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     assert cli.main(RUN + ["--out", "empty"]) == 0 and (tmp_path / "empty" / "metrics.json").is_file()
+    from leakattack.experiment import RUN_FILES
+
+    assert {f.name for f in (tmp_path / "empty").iterdir()} == RUN_FILES  # what a run writes, all of it
     assert cli.main(RUN + ["--out", "empty", "--seed", "1"]) == 0  # an earlier run is replaced
     assert json.loads((tmp_path / "empty" / "config.json").read_text())["run"]["seed"] == 1
+    (tmp_path / "empty" / "notes.txt").write_text("mine")  # but not once it holds something of the user's
+    capsys.readouterr()
+    _refused(RUN + ["--out", "empty"], "holds notes.txt, which a run does not write", tmp_path, capsys)
 
 
 def _out_commands(tmp_path, out):
