@@ -140,6 +140,12 @@ class RunConfig:
             if not declared[key].constraint.ok(v):
                 raise ConfigError(declared[key].constraint.error(declared[key].label, v))
         check_protocol_spec(self.protocol_spec, partial=True)
+        if not self.protocol:
+            given = [flag for flag, v in (("--protocol-dir", self.protocol_dir), ("--round", self.protocol_round != 1),
+                                          ("--client", self.protocol_client != 0)) if v]
+            if given:
+                raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
+                                  "message: give --protocol too (the one that trained the folder)")
         try:
             build_defense(self.defense)
             check_sketch_params(self.sketch, self.sketch_params)

@@ -25,6 +25,8 @@ def _refused(argv, needle, root, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
+    (["--protocol-dir", "fl/fedavg"], "--protocol-dir chooses a protocol's message: give --protocol too"),
+    (["--round", "3", "--client", "2"], "--round and --client choose a protocol's message: give --protocol too"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 1]"),
     (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
