@@ -374,8 +374,9 @@ class Rgap(OneExampleAttack):
                     x = torch.zeros(obs.input_shape, dtype=victim.dtype, device=victim.device)
                     return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, iterations=len(losses) - 1,
                                         best_step=len(losses) - 1, stop_reason="interrupted",
-                                        message=(f"Ctrl-C stopped R-GAP with {len(losses)} of its {len(steps)} layers "
-                                                 "solved, before the input layer: no input was rebuilt"),
+                                        message=(f"Ctrl-C stopped R-GAP after the head's division and "
+                                                 f"{len(losses) - 1} of the {len(steps) - 1} layers below it, before "
+                                                 "the input layer: no input was rebuilt"),
                                         wall_s=time.perf_counter() - t0)
                 step, nxt = steps[i], layers[i + 1]
                 a = a.reshape(step.out_shape)

@@ -236,7 +236,9 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
                  (f" (b/d = {b / d:.2f})" if isinstance(d, int) and isinstance(b, int) and d else "")))
-    sketch = (derived.get("sketch") or {}).get("kind") or run.get("sketch") or NOT_RECORDED
+    described = derived.get("sketch") or {}
+    # a captured message describes itself (its kind: gradient or update) and its sketch under ``encoder``
+    sketch = (described.get("encoder") or described).get("kind") or run.get("sketch") or NOT_RECORDED
     rows.append(("sketch", "none (the true gradient)" if sketch == "none" else
                  f"{sketch}, seed {derived.get('sketch_seed', NOT_RECORDED)}"))
     rows.append(("defense", run.get("defense") or m.defense or "none"))

@@ -263,3 +263,14 @@ def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_n
     assert "a malicious server: it changed the model it sent" in text
     plain = build_report([RUN])
     assert "gradient-matching, recipe dlg: lbfgs" in plain and "malicious" not in plain
+
+
+def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):
+    folder = tmp_path / "captured"
+    shutil.copytree(RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["derived"]["sketch"] = {"file": "m.pt", "kind": "gradient", "numbers": 7913,
+                                   "encoder": {"kind": "countsketch", "d": 15826, "b": 7913, "seed": 1}}
+    (folder / "config.json").write_text(json.dumps(config))
+    text = build_report([folder])
+    assert "countsketch, seed" in text and "gradient, seed" not in text
