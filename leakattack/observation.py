@@ -28,6 +28,7 @@ from targets.protocols import ClientMessage
 from targets.victim import batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
+from .errors import UserError
 from .seeds import torch_generator
 
 
@@ -184,9 +185,29 @@ def granted_bn_stats(victim: Victim, x: torch.Tensor, threat: ThreatModel) -> li
         return [(m.detach(), v.detach()) for m, v in batchnorm_input_moments(victim.model, x)]
 
 
+def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel) -> str | None:
+    """Why the client's data or channel do not fit ``victim``, in one sentence (None: they fit)."""
+    if tuple(x.shape[1:]) != tuple(victim.input_shape):
+        return f"x holds examples of shape {tuple(x.shape[1:])}, and the victim takes {tuple(victim.input_shape)}"
+    if x.dtype != victim.dtype:
+        return (f"x is {str(x.dtype)[6:]} and the victim {str(victim.dtype)[6:]}: give both one precision "
+                "(victim.to(dtype=...) or x.to(...))")
+    if channel.sketch.d != victim.d:
+        return f"the sketch maps d = {channel.sketch.d} numbers, and the victim has d = {victim.d} weights"
+    if victim.task == "classification" and not labels.is_floating_point() and labels.numel() and \
+            not 0 <= int(labels.min()) <= int(labels.max()) < victim.num_classes:
+        return f"labels must lie in [0, {victim.num_classes - 1}] for the victim's {victim.num_classes} classes, " \
+               f"got {labels.tolist()}"
+    return None
+
+
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
-    """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants."""
+    """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
+    channel that do not fit the victim are one UserError sentence."""
+    why = _mismatch(victim, x, labels, channel)
+    if why:
+        raise UserError(why)
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
     extra = {}

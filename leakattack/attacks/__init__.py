@@ -18,6 +18,9 @@ class), plus one registration line here, or :func:`register_attack` from outside
 
 from __future__ import annotations
 
+import inspect
+
+from ..errors import UserError
 from ..registry import Registry
 from .analytic import Analytic
 from .april import April
@@ -69,8 +72,23 @@ def attack_class(name: str) -> type[Attack]:
 
 
 def get_attack(name: str, **options) -> Attack:
-    """Attack ``name`` configured with ``options`` (keyword arguments of its class)."""
-    return attack_class(name)(**options)
+    """Attack ``name`` configured with ``options`` (keyword arguments of its class): an option it does not take, or
+    a value outside the constraint of one of its declared ``options``, is one UserError sentence (the constructor
+    checks its other settings)."""
+    cls = attack_class(name)
+    params = inspect.signature(cls.__init__).parameters
+    accepted = [k for k, p in params.items() if k != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    open_ended = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    for key in options:
+        if key not in accepted and not open_ended:
+            takes = ", ".join(accepted) if accepted else "none"
+            raise UserError(f"attack '{name}' takes no option '{key}' (its options: {takes})")
+    declared = {p.name: p for p in cls.options}
+    for key, value in options.items():
+        p = declared.get(key)
+        if p is not None and not p.constraint.ok(value):
+            raise UserError(p.constraint.error(p.label, value))
+    return cls(**options)
 
 
 def closed_forms_for(obs) -> list[str]:

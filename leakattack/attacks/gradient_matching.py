@@ -157,6 +157,13 @@ class GradientMatching(Attack):
                  surrogate: float = 0.0, prune_restarts: bool = False, refine: str = "auto"):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        for what, value in (("iterations", iterations), ("restarts", restarts)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{what} must be an integer of at least 1, got {value!r}")
+        if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+            raise UserError(f"learning rate must be a positive number, got {lr!r}")
+        if not (isinstance(tol, (int, float)) and tol >= 0):
+            raise UserError(f"tol must be a non-negative number, got {tol!r}")
         if signed and sees_normalised_loss(optimizer):
             raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr

@@ -100,3 +100,19 @@ def test_no_attack_option_shadows_a_run_parameter(name):
     for p in attacks.attack_class(name).options:
         assert p.name not in run_names and p.option not in run_names
         assert p.constraint.ok(p.default)
+
+
+def test_get_attack_checks_its_options_in_one_sentence(toy):
+    from leakattack.errors import UserError
+
+    assert attacks.get_attack("toy", toy_option=0.25).level == 0.25
+    with pytest.raises(UserError, match=r"toy option must .*got 3") as err:
+        attacks.get_attack("toy", toy_option=3)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match=r"attack 'toy' takes no option 'toy_optoin' \(its options: toy_option\)"):
+        attacks.get_attack("toy", toy_optoin=0.1)
+    for bad, needle in (({"iterations": -3}, "iterations must be an integer of at least 1, got -3"),
+                        ({"restarts": 0}, "restarts must be an integer of at least 1, got 0"),
+                        ({"lr": -1.0}, "learning rate must be a positive number, got -1.0")):
+        with pytest.raises(UserError, match=needle):
+            attacks.get_attack("gradient-matching", **bad)

@@ -96,3 +96,22 @@ def test_the_attacker_view_never_models_noise(victim):
     channel = Channel(sketch, "clip:C=1,gaussian:sigma=0.5")
     view = channel.attacker_view(ThreatModel(knows_clip=True))
     assert [t.name for t in view.pipeline.steps] == ["clip"]
+
+
+def test_data_or_a_channel_that_do_not_fit_the_victim_are_one_sentence():
+    from leakattack.errors import UserError
+
+    victim = targets.get_model("lenet", in_shape=(3, 8, 8), seed=0)
+    x, labels = torch.rand(1, 3, 8, 8), torch.tensor([2])
+    fits = Channel(make_sketch("srht", victim.d, victim.d // 2, seed=1), "")
+    assert observe(victim, x, labels, fits).b == victim.d // 2
+    for args, needle in (
+            ((torch.rand(1, 1, 8, 8), labels, fits),
+             "x holds examples of shape (1, 8, 8), and the victim takes (3, 8, 8)"),
+            ((x.double(), labels, fits), "x is float64 and the victim float32"),
+            ((x, torch.tensor([12]), fits), "labels must lie in [0, 9] for the victim's 10 classes, got [12]"),
+            ((x, labels, Channel(make_sketch("srht", 100, 50, seed=1), "")),
+             f"the sketch maps d = 100 numbers, and the victim has d = {victim.d} weights")):
+        with pytest.raises(UserError) as err:
+            observe(victim, *args)
+        assert str(err.value).startswith(needle), str(err.value)
