@@ -9,8 +9,8 @@ from ..metrics import RunMetrics, failed_kind
 from ..results import read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
-LEADING = ("run", "model", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim", "lpips", "mse", "label_acc",
-           "final_loss", "iterations", "stop_reason", "wall_s")
+LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim",
+           "lpips", "mse", "label_acc", "final_loss", "iterations", "stop_reason", "wall_s")
 
 
 def run_folders(paths: list[str]) -> list[Path]:
@@ -33,7 +33,8 @@ def row_of(folder: Path) -> dict:
         raise UserError(f"'{folder}' holds a metrics.json or config.json that is not JSON") from None
     metrics = RunMetrics.from_dict(stored).to_dict()
     run = config.get("run", {})
-    row = {"run": str(folder), "model": run.get("model"), "sketch": run.get("sketch"),
+    row = {"run": str(folder), "model": run.get("model"), "attack": run.get("attack"),
+           "protocol": run.get("protocol") or None, "batch_size": run.get("batch_size"), "sketch": run.get("sketch"),
            "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
     del metrics["schema"]  # the file's layout, not a metric
     row.update(scalars(metrics, skip=("objective_at",)))

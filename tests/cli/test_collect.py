@@ -12,7 +12,8 @@ from leakattack import __version__, cli
 def _run_folder(folder: Path, sketch: str, b: int, psnr: float) -> None:
     """A run folder with planted settings and metrics (no attack runs: the row must carry what collect read)."""
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"run": {"model": "lenet", "sketch": sketch, "defense": ""},
+    (folder / "config.json").write_text(json.dumps({"run": {"model": "lenet", "sketch": sketch, "defense": "",
+                                                            "attack": "rgap", "protocol": "", "batch_size": 2},
                                                     "derived": {"dataset": "photos"}}))
     (folder / "metrics.json").write_text(json.dumps({"psnr": psnr, "b": b, "stop_reason": "stalled"}))
 
@@ -27,6 +28,7 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
     assert sorted(r["sketch"] for r in rows) == ["none", "srht"]
     srht = next(r for r in rows if r["sketch"] == "srht")
     assert srht["model"] == "lenet" and srht["dataset"] == "photos" and srht["stop_reason"] == "stalled"
+    assert srht["attack"] == "rgap" and srht["protocol"] == "" and srht["batch_size"] == "2"
     assert float(srht["psnr"]) == pytest.approx(12.3456789012345, rel=1e-9) and srht["b"] == "7913"
     assert "2 runs" in capsys.readouterr().out
     assert "failed" not in srht  # no run recorded its objective at the truth
