@@ -146,6 +146,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
             last = [w for n, w in named if n == name][-1]
             warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last:g}, is used", SettingWarning,
                           stacklevel=2)
+    if cfg.message and cfg.dataset:
+        warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
+                      "are, and --truth gives them", SettingWarning, stacklevel=2)
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.sketch_ratio != RunConfig.sketch_ratio):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)

@@ -127,6 +127,8 @@ def test_a_message_without_truth_has_no_verdict_and_with_truth_a_grey_baseline(t
     assert m["baseline_start_psnr"] is not None
     which = {"start": "the start", "mean": "a constant grey image"}[m["verdict_baseline"]]
     assert line.startswith(f"not rebuilt (no better than {which})")
+    rc, line, err, m = _run([*argv, "--dataset", "digits"], tmp_path / "named", capsys)
+    assert rc == 0 and "--dataset digits is not read with --message" in err
 
 
 def test_the_summary_names_the_objective_it_reports(tmp_path, capsys):
