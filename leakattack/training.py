@@ -177,6 +177,8 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         raise ConfigError(f"{spec['clients']} clients leave some client without data ({len(trainset)} training images)")
     folder = Path(out) / (run_name or name)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in checkpoint_path(folder, 1).parent.glob("round_*.pt"):  # an earlier training's weights
+        stale.unlink()
     write_json(folder / "protocol.json", {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds,
                                           "describe": proto.describe(), "torch": torch.__version__})
     w = proto.initial_weights()
