@@ -27,6 +27,7 @@ import copy
 import ctypes
 import ctypes.util
 import math
+import operator
 import sys
 import time
 from typing import Iterator
@@ -130,6 +131,24 @@ def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -
     return x.to(device=device, dtype=dtype)
 
 
+def _count(value: object) -> bool:
+    """Whether ``value`` is an integer (Python's or numpy's, not a bool) of at least 1."""
+    try:
+        return not isinstance(value, bool) and operator.index(value) >= 1  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+def _real(value: object) -> float:
+    """``value`` as a float, NaN where it is no number (a bool or a string is none)."""
+    if isinstance(value, (bool, str)):
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 class GradientMatching(Attack):
     """DLG / Inverting-Gradients style optimisation of dummy data against the message.
 
@@ -158,11 +177,11 @@ class GradientMatching(Attack):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         for what, value in (("iterations", iterations), ("restarts", restarts)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _count(value):
                 raise UserError(f"{what} must be an integer of at least 1, got {value!r}")
-        if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        if lr is not None and not (_real(lr) > 0 and math.isfinite(_real(lr))):
             raise UserError(f"learning rate must be a positive number, got {lr!r}")
-        if not (isinstance(tol, (int, float)) and tol >= 0):
+        if not _real(tol) >= 0:
             raise UserError(f"tol must be a non-negative number, got {tol!r}")
         if signed and sees_normalised_loss(optimizer):
             raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
