@@ -47,6 +47,8 @@ def test_outside_the_repository_root_is_one_line_exit_2(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert cli.main(["reproduce", "reference"]) == 2
     assert "repository root" in capsys.readouterr().err
+    assert cli.main(["reproduce", "reference", "--dry-run"]) == 0  # printing the commands needs no repository
+    assert capsys.readouterr().out.startswith("[reference] ")
 
 
 @pytest.mark.slow
