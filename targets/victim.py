@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from leakattack.errors import UserError
+
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
 
@@ -174,6 +176,9 @@ class Victim:
             loss = cross_entropy if task == "classification" else squared_error
         if head == "auto":
             head = last_linear(model) if task == "classification" else None
+            if head is not None and head.out_features != num_classes:  # the head found is not the classifier asked
+                raise UserError(f"the module's last linear layer has {head.out_features} outputs, and num_classes is "
+                                f"{num_classes}: give the number of classes it scores, or its classifier as head=")
         return cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
                    head=head, bn_mode=bn_mode, name=name)
 

@@ -98,6 +98,11 @@ def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_last_linear_
     net.zero_grad()
     torch.nn.functional.cross_entropy(net(x), y).backward()
     assert torch.allclose(g, torch.cat([p.grad.flatten() for p in net.parameters()]), atol=1e-7)
+    from leakattack.errors import UserError
+
+    with pytest.raises(UserError, match="last linear layer has 3 outputs, and num_classes is 5"):
+        targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5)
+    assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5, head=None).head is None
 
 
 def test_model_parameters_are_checked_and_passed_to_the_builder():
