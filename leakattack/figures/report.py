@@ -239,8 +239,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     described = derived.get("sketch") or {}
     # a captured message describes itself (its kind: gradient or update) and its sketch under ``encoder``
     sketch = (described.get("encoder") or described).get("kind") or run.get("sketch") or NOT_RECORDED
-    rows.append(("sketch", "none (the true gradient)" if sketch == "none" else
-                 f"{sketch}, seed {derived.get('sketch_seed', NOT_RECORDED)}"))
+    seed = f"seed {derived.get('sketch_seed', NOT_RECORDED)}"
+    if run.get("protocol"):  # each protocol draws round t's R_t from its shared seed in its own way
+        seed = f"R_t of round {run.get('protocol_round', NOT_RECORDED)} from the protocol's shared seed"
+    rows.append(("sketch", "none (the true gradient)" if sketch == "none" else f"{sketch}, {seed}"))
     rows.append(("defense", run.get("defense") or m.defense or "none"))
     rows.append(("threat model", _threat(run, sketch)))
     if m.recorded("epsilon"):

@@ -274,3 +274,12 @@ def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     text = build_report([folder])
     assert "countsketch, seed" in text and "gradient, seed" not in text
+
+
+def test_a_protocol_run_names_its_rounds_sketch_not_a_plain_runs_seed(tmp_path):
+    folder = tmp_path / "protocol"
+    shutil.copytree(RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["run"].update(protocol="sketched", protocol_round=3)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert "<th>sketch</th><td>srht, R_t of round 3 from the protocol&#x27;s shared seed</td>" in build_report([folder])
