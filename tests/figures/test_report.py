@@ -110,6 +110,17 @@ def _with_metrics(tmp_path: Path, name: str, **keys) -> Path:
     return folder
 
 
+def _with_config(tmp_path: Path, name: str, run: dict | None = None, derived: dict | None = None) -> Path:
+    """A copy of the reference run whose config.json's ``run`` and ``derived`` records are updated."""
+    folder = tmp_path / name
+    shutil.copytree(RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["run"].update(run or {})
+    config["derived"].update(derived or {})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def test_headline_reads_the_verdict(tmp_path):
     baselines = {"baseline_psnr": 11.2, "baseline_ssim": 0.05, "baseline_start_psnr": 8.0,
                  "baseline_start_ssim": 0.01, "baseline_mean_psnr": 11.2, "baseline_mean_ssim": 0.05,
@@ -242,22 +253,14 @@ def test_the_message_row_says_how_the_batch_was_drawn(tmp_path):
     assert "one gradient of a batch of 1 (first image index 0)" in text
     for draw, words in (("class", "image index 3 and the next images of its class"),
                         ("random", "image index 3 and others drawn at random")):
-        folder = tmp_path / draw
-        shutil.copytree(RUN, folder)
-        config = json.loads((folder / "config.json").read_text())
-        config["run"].update(batch_draw=draw, image_index=3, batch_size=4)
-        (folder / "config.json").write_text(json.dumps(config))
+        folder = _with_config(tmp_path, draw, run=dict(batch_draw=draw, image_index=3, batch_size=4))
         assert f"one gradient of a batch of 4 ({words})" in build_report([folder])
 
 
 def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_named(tmp_path):
     """A closed-form attack's row names its own options, not gradient matching's optimiser and budget; an attack
     that changes the model the server sends is named in the threat model."""
-    folder = tmp_path / "imprint"
-    shutil.copytree(RUN, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["run"].update(attack="imprint", attack_params={"bins": 64})
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = _with_config(tmp_path, "imprint", run=dict(attack="imprint", attack_params={"bins": 64}))
     text = build_report([folder])
     assert "imprint, in closed form: bins 64, query random" in text
     assert "a malicious server: it changed the model it sent" in text
@@ -266,20 +269,12 @@ def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_n
 
 
 def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):
-    folder = tmp_path / "captured"
-    shutil.copytree(RUN, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["derived"]["sketch"] = {"file": "m.pt", "kind": "gradient", "numbers": 7913,
-                                   "encoder": {"kind": "countsketch", "d": 15826, "b": 7913, "seed": 1}}
-    (folder / "config.json").write_text(json.dumps(config))
-    text = build_report([folder])
+    message = {"file": "m.pt", "kind": "gradient", "numbers": 7913,
+               "encoder": {"kind": "countsketch", "d": 15826, "b": 7913, "seed": 1}}
+    text = build_report([_with_config(tmp_path, "captured", derived={"sketch": message})])
     assert "countsketch, seed" in text and "gradient, seed" not in text
 
 
 def test_a_protocol_run_names_its_rounds_sketch_not_a_plain_runs_seed(tmp_path):
-    folder = tmp_path / "protocol"
-    shutil.copytree(RUN, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["run"].update(protocol="sketched", protocol_round=3)
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = _with_config(tmp_path, "protocol", run=dict(protocol="sketched", protocol_round=3))
     assert "<th>sketch</th><td>srht, R_t of round 3 from the protocol&#x27;s shared seed</td>" in build_report([folder])
