@@ -31,7 +31,7 @@ from ..constraints import Number, Param
 from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
-from .base import Attack, AttackResult, Monitor, stop_requested
+from .base import Attack, AttackResult, Monitor, halt_reason, stop_requested
 from .labels import readings_to_compare, recover_labels
 from .span import SPAN_STARTS, accepted, solve_span
 
@@ -357,7 +357,7 @@ class Analytic(Attack):
             return x, labels, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row "
                                             f"space ({solved.steps} Levenberg-Marquardt steps; relative residual "
                                             f"{solved.residual:.1e}{changed})"), record
-        halted = self._halted()
+        halted = halt_reason(self._deadline)
         why = f" ({self._halt_note(halted)})" if halted else \
             f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else ""
         searched = (f", and {tried - 1} other label sets did not solve it either" if tried > 1 else "") + why
@@ -365,11 +365,6 @@ class Analytic(Attack):
             f"the model's solve in the first layer's row space stopped at relative residual {solved.residual:.1e} "
             f"after {solved.steps} steps from {solved.starts} starts{searched}: these are not the batch's examples "
             "(the labels read from the message may be wrong)"), record
-
-    def _halted(self) -> str | None:
-        """``time-limit`` once the deadline has passed, ``interrupted`` once Ctrl-C asked the attack to stop
-        (:func:`.base.stop_on_interrupt`), else None: no sweep, solve step or label set begins after either."""
-        return "time-limit" if time.perf_counter() >= self._deadline else "interrupted" if stop_requested() else None
 
     def _halt_note(self, halted: str) -> str:
         return f"the time limit of {self.time_limit:g} s was reached" if halted == "time-limit" else \
@@ -407,7 +402,7 @@ class Analytic(Attack):
         extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
         best, best_x, best_note, stop, message = 0, x, note, "iterations", ""
         for sweep in range(1, self.sweeps + 1):
-            halted = self._halted()
+            halted = halt_reason(self._deadline)
             if halted:
                 done = f"{sweep - 1} sweep" + ("" if sweep == 2 else "s")
                 stop, message = halted, (f"{self._halt_note(halted)} after {done} of the low-rank fit; the best "

@@ -13,6 +13,7 @@ import math
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -125,6 +126,12 @@ def stop_requested() -> bool:
     return _STOP.is_set()
 
 
+def halt_reason(deadline: float) -> str | None:
+    """Why a running attack stops now: ``interrupted`` once Ctrl-C asked it to (:func:`stop_requested`), ``time-limit``
+    once ``deadline`` (``time.perf_counter()`` seconds) has passed, else None."""
+    return "interrupted" if stop_requested() else "time-limit" if time.perf_counter() >= deadline else None
+
+
 @contextlib.contextmanager
 def stop_on_interrupt() -> Iterator[None]:
     """Inside the block the first Ctrl-C (SIGINT) asks the running attack to stop at its best iterate, with stop
@@ -173,4 +180,4 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
 
 
 __all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note",
-           "stop_requested", "stop_on_interrupt"]
+           "stop_requested", "stop_on_interrupt", "halt_reason"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import stop_requested, torch_threads
+from .base import halt_reason, stop_requested, torch_threads
 
 #: Gauss-Newton runs only where n = m*B, the unknowns, is at most this (its normal equations are n x n) ...
 MAX_UNKNOWNS = 4096
@@ -244,7 +244,12 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     algebra = threads or torch.get_num_threads()
 
     def halt() -> bool:
-        return time.perf_counter() >= deadline or stop_requested()
+        return halt_reason(deadline) is not None
+
+    def room(formed: float) -> bool:
+        """Whether the time left allows the normal equations of a J whose formation began at ``formed``."""
+        now = time.perf_counter()
+        return deadline - now >= NORMAL_SHARE * (now - formed)
 
     while True:
         if not math.isfinite(loss):
@@ -255,21 +260,17 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             break
         if out.steps >= steps:
             break
-        if time.perf_counter() >= deadline:
-            out.stop = "time-limit"
-            break
-        if stop_requested():
-            out.stop = "interrupted"
+        if halt():
+            out.stop = halt_reason(deadline) or "time-limit"
             break
         formed = time.perf_counter()
         try:
             J = jacobian(forward, out.x, labels, stop=halt)
         except Stopped:
-            out.stop = "interrupted" if stop_requested() else "time-limit"
+            out.stop = halt_reason(deadline) or "time-limit"
             break
-        now = time.perf_counter()
-        if halt() or deadline - now < NORMAL_SHARE * (now - formed):  # no time left for the normal equations
-            out.stop = "interrupted" if stop_requested() else "time-limit"
+        if halt() or not room(formed):  # no time left for the normal equations
+            out.stop = halt_reason(deadline) or "time-limit"
             break
         at = (out.x, loss)
         with torch_threads(algebra):
@@ -324,15 +325,14 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         formed, A = time.perf_counter(), None  # without time for it: no rank (the last J was formed elsewhere)
         try:
             J = jacobian(forward, out.x, labels, stop=halt)
-            now = time.perf_counter()
-            if deadline - now >= NORMAL_SHARE * (now - formed):
+            if room(formed):
                 at = (out.x, loss)
                 with torch_threads(algebra):
                     A = gram(J)
             del J
         except Stopped:
             pass
-    if A is not None and not halt():  # its eigenvalues (a second at m = 3072) only while time is left
+    if A is not None and not halt():  # its eigenvalues only while time is left
         with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
         out.rank_loss = at[1]

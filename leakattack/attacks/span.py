@@ -20,7 +20,6 @@ derivative does not see.  The derivation and the measured batches: docs/attacks/
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +27,7 @@ from torch import nn
 from torch.func import functional_call, grad, jvp, vmap
 
 from ..errors import quiet_jvp_setup
-from .base import stop_requested
+from .base import halt_reason
 
 #: Levenberg-Marquardt stops when ||r|| / ||G V|| falls below this
 SPAN_TOL = 1e-13
@@ -180,9 +179,6 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
     best: SpanResult | None = None
     taken = 0
 
-    def over() -> bool:
-        return time.perf_counter() >= deadline or stop_requested()
-
     for start in range(starts):
         x0 = torch.rand(B, m, generator=gen, dtype=torch.float64).to(block)
         A = batch.V.T @ torch.cat([x0, torch.ones_like(x0[:, :1])], 1).T
@@ -191,7 +187,7 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         r = batch.residual(A, D)
         cost, lam = float(r.pow(2).sum()), 1e-3
         for step_no in range(steps):
-            if cost ** 0.5 <= tol * scale or (step_no and over()):
+            if cost ** 0.5 <= tol * scale or (step_no and halt_reason(deadline)):
                 break
             JtJ, Jtr = batch.system(A, D, r)
             diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
@@ -212,7 +208,7 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
         result = SpanResult(batch.images(A).detach(), cost ** 0.5 / scale, taken, start + 1)
         if best is None or result.residual < best.residual:
             best = result
-        if best.residual <= accepted(block.dtype, fit) or over():
+        if best.residual <= accepted(block.dtype, fit) or halt_reason(deadline):
             break
     assert best is not None
     return SpanResult(best.x, best.residual, taken, start + 1)
