@@ -16,6 +16,7 @@ import platform
 import sys
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -141,11 +142,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
     named = [parse_prior(text) for text in cfg.priors]
-    for name in dict.fromkeys(n for n, _ in named):
-        if sum(n == name for n, _ in named) > 1:
-            last = [w for n, w in named if n == name][-1]
-            warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last:g}, is used", SettingWarning,
-                          stacklevel=2)
+    last = dict(named)  # the last weight of each name, the one used
+    for name in (n for n, count in Counter(n for n, _ in named).items() if count > 1):
+        warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last[name]:g}, is used",
+                      SettingWarning, stacklevel=2)
     if cfg.message and cfg.dataset:
         warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
                       "are, and --truth gives them", SettingWarning, stacklevel=2)
