@@ -203,20 +203,21 @@ def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: 
     elif isinstance(m, nn.Conv2d):
         assert not isinstance(m.padding, str)  # _restart_layers refuses a padding given by name
         n, co, positions = dz.shape[0], dz.shape[1], dz.shape[2] * dz.shape[3]
+        per_batch = dz.view(R, n // R, co, positions)  # each batch's rows, positions flattened
         if positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * m.weight[0].numel():
             # the R batches side by side as R channel groups: one grouped weight-gradient convolution
             B = n // R
             a = a.view(R, B, *a.shape[1:]).transpose(0, 1).reshape(B, -1, *a.shape[2:])
-            dzg = dz.view(R, B, co, -1).transpose(0, 1).reshape(B, R * co, *dz.shape[2:])
+            dzg = per_batch.transpose(0, 1).reshape(B, R * co, *dz.shape[2:])
             out["weight"] = conv2d_weight(a, (R * co, *m.weight.shape[1:]), dzg, stride=m.stride, padding=m.padding,
                                           dilation=m.dilation, groups=R).view(R, *m.weight.shape)
         else:  # few positions: unfold, and one batched product of each batch's columns
             cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
             k = cols.shape[1]
             cols = cols.view(R, n // R, k, positions).transpose(1, 2).reshape(R, k, -1)
-            out["weight"] = (dz.view(R, n // R, co, positions).transpose(1, 2).reshape(R, co, -1)
-                             @ cols.transpose(1, 2)).view(R, *m.weight.shape)
-        out["bias"] = dz.view(R, n // R, co, positions).sum((1, 3))
+            out["weight"] = (per_batch.transpose(1, 2).reshape(R, co, -1) @ cols.transpose(1, 2)).view(
+                R, *m.weight.shape)
+        out["bias"] = per_batch.sum((1, 3))
     else:  # BatchNorm: the normalised input was kept as it ran
         dz = dz.reshape(R, dz.shape[0] // R, dz.shape[1], -1)
         out["weight"] = (dz * extra.reshape(dz.shape)).sum((1, 3))
