@@ -55,6 +55,33 @@ def test_photos_are_deterministic():
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("size", [32, 33, 224, 300])
+def test_photo_crops_are_resized_as_scikit_image_resizes_them(size):
+    """The sparse per-axis resampling is skimage.transform.resize (order 1, anti-aliased, mode reflect) to
+    round-off, downsampling (by 6.25x to 44x, odd sizes) and upsampling alike, and the 32 px set holds
+    resize's images in float32 (to the last bit on the machines measured; a bit of rounding apart allowed)."""
+    import numpy as np
+    import skimage.data
+    from skimage.transform import resize
+
+    from leakattack.data.embedded import PHOTO_NAMES, _photo_boxes, _resize
+
+    for name in ("astronaut", "retina", "coins"):
+        img = np.asarray(getattr(skimage.data, name)(), dtype=np.float64) / 255.0
+        img = (np.repeat(img[:, :, None], 3, axis=2) if img.ndim == 2 else img)[:, :, :3]
+        for top, left, side in _photo_boxes(name, *img.shape[:2])[:2]:
+            patch = img[top:top + side, left:left + side]
+            want = resize(patch, (size, size), order=1, anti_aliasing=True, mode="reflect")
+            got = _resize(patch, size)
+            assert got.shape == want.shape == (size, size, 3)
+            assert np.abs(got - want).max() < 1e-12, (name, side, size)
+            if size == 32:
+                k = PHOTO_NAMES.index(name)
+                crop = _photo_boxes(name, *img.shape[:2]).index((top, left, side))
+                photo = get_dataset("photos").images[crop * len(PHOTO_NAMES) + k].permute(1, 2, 0).numpy()
+                assert np.abs(photo - np.clip(want, 0, 1).astype(np.float32)).max() <= 2 ** -23, (name, crop)
+
+
 def test_photos_source_names_the_file_that_states_their_licences():
     """The photos' provenance points at a file of the package whose docstring lists each photo's licence."""
     ds = get_dataset("photos")
