@@ -48,6 +48,9 @@ def cmd_sweep(a) -> int:
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     out = writable_out(a.out if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
+    if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
+        raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be read "
+                        "as that run; name a new folder or an earlier sweep's")
     t0 = time.perf_counter()
     try:
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)

@@ -26,6 +26,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from defenses import DefenseError
+from defenses import build as build_defense
+
 from ..attacks import attack_class, list_attacks
 from ..errors import UserError
 from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, closed_forms_line, failed_counts, failed_part
@@ -39,6 +42,7 @@ from ..results import (
     series_label,
     series_of,
     summarize,
+    unplanned,
 )
 from .common import to_hwc
 from .sweep import MAX_GRID_BLOCKS, context, grid_series
@@ -291,9 +295,27 @@ def _threat(run: dict, sketch: str) -> str:
             words.append("sketch seed not known (the attacker draws R from another seed)")
         if run.get("sketch_seed_search"):
             words.append(f"seed searched among {run['sketch_seed_search']}")
-    if "clip" in str(run.get("defense") or ""):
+    if _clips(run.get("defense")):
         words.append("clip threshold known" if run.get("attacker_knows_clip") else "clip threshold not known")
     return "; ".join(words)
+
+
+def _clips(defense) -> bool:
+    """Whether a stored defense holds a norm clip (``clip``, ``per_example``): what ``attacker_knows_clip`` is about."""
+    try:
+        return bool(build_defense(defense).clips().steps)
+    except DefenseError:  # a spec this version does not know: read its words
+        return "clip" in str(defense) or "per_example" in str(defense)
+
+
+def _sweep_threat(records: list[dict]) -> str:
+    """The threat model of a sweep's points: what all share, then what varies from point to point."""
+    each = [_threat(r["params"], str(r["params"].get("sketch"))).split("; ") for r in records]
+    shared = [w for w in each[0] if all(w in e for e in each)]
+    varies = list(dict.fromkeys(w for e in each for w in e if w not in shared))
+    if not varies:
+        return "; ".join(shared)
+    return "; ".join(shared) + ("; " if shared else "") + "varying from point to point: " + " | ".join(varies)
 
 
 def _per_image(m: RunMetrics) -> str:
@@ -387,7 +409,7 @@ def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     head, cls, sentence = _sweep_headline(records)
     parts = [f'<section class="item sweep" id="{anchor}"><h2>Sweep: {_e(_name(folder))}</h2>',
              f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
-    parts.append("<h3>Setting</h3>" + _kv(_sweep_setting(records, meta)))
+    parts.append("<h3>Setting</h3>" + _kv(_sweep_setting(folder, records, meta)))
     parts.append("<h3>Summary</h3>" + _summary_table(folder, records, meta))
     grid = _recon_grid(folder, records, meta)
     shown = [n for n in SWEEP_FIGURES if (folder / "figures" / f"{n}.png").is_file()
@@ -438,7 +460,7 @@ def _failed_parts(records: list[dict]) -> str:
             "that stopped short of the truth.")
 
 
-def _sweep_setting(records: list[dict], meta: dict) -> list[tuple[str, str]]:
+def _sweep_setting(folder: Path, records: list[dict], meta: dict) -> list[tuple[str, str]]:
     rows = [("shared", context(records, meta) or "–")]
     grids = meta.get("grid") or []
     for i, block in enumerate(grids if isinstance(grids, list) else [grids]):
@@ -449,15 +471,15 @@ def _sweep_setting(records: list[dict], meta: dict) -> list[tuple[str, str]]:
     if strength:
         rows.append(("strength axis", str(strength)))
     if records:
-        sketches = {str(r["params"].get("sketch")) for r in records}
-        params = records[0]["params"]
-        rows.append(("threat model", _threat(params, "none" if sketches == {"none"} else "sketch")))
+        rows.append(("threat model", _sweep_threat(records)))
         bd = sorted({(r["metrics"].get("d"), r["metrics"].get("b")) for r in records
                      if r["metrics"].get("d") is not None}, key=str)
         if bd:
             rows.append(("d, b", "; ".join(f"d = {_int(d)}, b = {_int(b)}" for d, b in bd[:6]) +
                          ("; …" if len(bd) > 6 else "")))
-    rows.append(("points", f"{len(records)} finished of {meta.get('points', NOT_RECORDED)} planned"))
+    extra = unplanned(folder, records)
+    rows.append(("points", f"{len(records)} finished of {meta.get('points', NOT_RECORDED)} planned"
+                 + (f"; {extra} more stored by an earlier plan of this folder are left out" if extra else "")))
     return rows
 
 

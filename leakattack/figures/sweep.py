@@ -313,7 +313,13 @@ def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width:
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
     """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std
     bars."""
-    x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
+    values = [r["grid"].get(strength) for r in records]
+    categories = None  # a strength that is not a number (a defense's name, a flag) is drawn at ticks in grid order
+    if any(_axis(v) is None for v in values if v is not None):
+        categories = list(dict.fromkeys(json.dumps(v) for v in values))
+        x_of = lambda r: float(categories.index(json.dumps(r["grid"].get(strength))))  # noqa: E731
+    else:
+        x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, strength,
                                                            ("psnr", "ssim", "utility_acc", "epsilon"), 3.6, 3.4)
     baselines = False
@@ -321,7 +327,14 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
         colors = _draw_lines(ax, lines, labels)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
-        _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
+        if categories is None:
+            _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
+        else:
+            names_at = [_num(json.loads(c)) for c in categories]
+            ax.set_xticks(range(len(categories)), names_at, fontsize=6,
+                          rotation=30 if max(len(t) for t in names_at) > 6 else 0, ha="right" if
+                          max(len(t) for t in names_at) > 6 else "center")
+            ax.set_xlim(-0.5, len(categories) - 0.5)
         if name == "ssim":
             ax.axhline(0.3, color="grey", lw=0.8, ls=":")
         if name == "epsilon":

@@ -38,7 +38,14 @@ from ..rebuilt import (
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
 from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
-from .lpips import ALEXNET_WEIGHTS_FILE, LPIPS_MIN_SIDE, alexnet_weights_path, lpips_distance, lpips_module
+from .lpips import (
+    ALEXNET_WEIGHTS_FILE,
+    LPIPS_MIN_SIDE,
+    alexnet_weights_path,
+    lpips_distance,
+    lpips_missing,
+    lpips_module,
+)
 from .matching import label_accuracy, label_overlap, match
 from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
@@ -94,7 +101,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
 
 
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
-           "mse", "psnr", "ssim", "lpips_distance", "lpips_module", "alexnet_weights_path",
+           "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
            "match", "label_accuracy", "label_overlap", "score",
            "verdict", "judge", "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",
            "closed_forms_line", "objective_failed", "REBUILT",

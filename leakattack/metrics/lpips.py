@@ -33,6 +33,12 @@ def _missing_weights_note(path: str) -> str:
             f"at {path}; see docs/runs.md, 'LPIPS weights'")
 
 
+def lpips_missing() -> str:
+    """Why LPIPS cannot be computed on this machine, in one sentence ("" when the AlexNet weights are cached)."""
+    path = alexnet_weights_path()
+    return "" if os.path.isfile(path) else _missing_weights_note(path)
+
+
 def lpips_module(pnet_rand: bool = False, device="cpu"):
     """lpips.LPIPS(net='alex') (Zhang et al. 2018) with the package's shipped linear layers; pnet_rand=True gives a
     randomly initialised backbone."""
@@ -79,13 +85,13 @@ def lpips_distance(x_hat: torch.Tensor, x: torch.Tensor, device="cpu"):
     """LPIPS-Alex per image (Zhang et al. 2018) as (Tensor (B,), ""), or (None, note) when the AlexNet weights are not
     cached locally; never downloads."""
     check_pair(x_hat, x)
-    path = alexnet_weights_path()
-    if not os.path.isfile(path):
-        return None, _missing_weights_note(path)
+    missing = lpips_missing()
+    if missing:
+        return None, missing
     module = lpips_module(pnet_rand=False, device=device)
     with torch.no_grad():
         return _lpips_with(module, x_hat, x).cpu(), ""
 
 
-__all__ = ["ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE", "alexnet_weights_path", "lpips_module",
+__all__ = ["ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE", "alexnet_weights_path", "lpips_missing", "lpips_module",
            "lpips_distance"]

@@ -30,12 +30,14 @@ from .store import (
                  group_settings,
                  load_records,
                  mean_std,
+                 planned_keys,
                  read_results,
                  series_keys,
                  series_label,
                  series_of,
                  setting_of,
                  summarize,
+                 unplanned,
 )
 
 __all__ = [
@@ -43,5 +45,5 @@ __all__ = [
     "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
-    "series_label",
+    "series_label", "planned_keys", "unplanned",
 ]

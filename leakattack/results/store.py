@@ -25,15 +25,15 @@ from .io import atomic_write_bytes, to_jsonable
 REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
 #: metrics summarised as mean and std per setting (baseline_*: the better of the attack's start and the data set's
 #: mean image, which a reconstruction must beat to count as rebuilt; absent from results stored before they existed)
-SUMMARY_METRICS = ("psnr", "ssim", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper", "baseline_psnr",
-                   "baseline_ssim")
+SUMMARY_METRICS = ("psnr", "ssim", "lpips", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper",
+                   "baseline_psnr", "baseline_ssim")
 #: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
 FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
-    """The finished points in results.jsonl; a torn or unparsable line is dropped (and, with ``repair``, removed from
-    the file)."""
+    """The finished points in results.jsonl; a torn or unparsable line, or a record without its key, metrics and
+    parameters (model, sketch), is dropped (and, with ``repair``, removed from the file)."""
     path = Path(path)
     if not path.exists():
         return []
@@ -46,7 +46,9 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
             rec = json.loads(line)
         except ValueError:  # torn JSON, or bytes that are not UTF-8 (UnicodeDecodeError)
             continue
-        if isinstance(rec, dict) and "key" in rec and "metrics" in rec:
+        if (isinstance(rec, dict) and "key" in rec and isinstance(rec.get("metrics"), dict)
+                and isinstance(rec.get("grid", {}), dict) and isinstance(rec.get("params"), dict)
+                and {"model", "sketch"} <= rec["params"].keys()):  # what every reader of a point needs
             good.append(rec)
             lines.append(line)
     fixed = b"".join(ln + b"\n" for ln in lines)
@@ -65,17 +67,36 @@ def append_line(fd: int, record: dict) -> None:
 def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = None) -> list[dict]:
     """Finished points in ``out/results.jsonl``, deduplicated by key.
 
-    Without ``plan``: ordered by their stored index.  With ``plan`` (anything
+    Without ``plan``: the points of the plan the folder's ``sweep.json`` names (:func:`planned_keys`), in its
+    order, ``index`` renumbered; where it names none, all, ordered by their stored index.  With ``plan`` (anything
     whose ``points`` are dicts with a ``"key"``): the plan's points that are
     stored, in plan order, ``index`` renumbered.  ``key_of(params)`` recomputes
     a stored record's key (so records written under older defaults still
     match); without it the stored key is used.
     """
     stored = read_results(Path(out) / "results.jsonl")
-    if plan is None:
+    keys = planned_keys(out) if plan is None else [p["key"] for p in plan.points]
+    if keys is None:
         return sorted({r["key"]: r for r in stored}.values(), key=lambda r: r.get("index", 0))
     recs = {key_of(r["params"]) if key_of is not None and "params" in r else r["key"]: r for r in stored}
-    return [dict(recs[p["key"]], index=i) for i, p in enumerate(plan.points) if p["key"] in recs]
+    return [dict(recs[k], index=i) for i, k in enumerate(keys) if k in recs]
+
+
+def planned_keys(out: Path) -> list[str] | None:
+    """The point keys of the plan a sweep folder last ran (``sweep.json``'s ``keys``, in grid order); None where
+    the folder records none (a sweep written before they were recorded: all its stored points count)."""
+    path = Path(out) / "sweep.json"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            keys = json.load(fh).get("keys")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(k) for k in keys] if isinstance(keys, list) else None
+
+
+def unplanned(out: Path, records: list[dict]) -> int:
+    """How many distinct points ``out/results.jsonl`` stores beyond ``records`` (those of an earlier, larger plan)."""
+    return max(0, len({r["key"] for r in read_results(Path(out) / "results.jsonl")}) - len(records))
 
 
 def default_strength(grid_keys) -> str | None:
@@ -116,8 +137,9 @@ def summarize(records: list[dict]) -> list[dict]:
         row = {k: first["grid"][k] for k, _ in setting}
         row.update(model=first["params"]["model"], sketch=first["params"]["sketch"],
                    defense=first["metrics"].get("defense", first["params"].get("defense", "")),
-                   d=first["metrics"]["d"], b=first["metrics"]["b"], m=first["metrics"].get("m"),
-                   b_over_m=(first["metrics"]["b"] / first["metrics"]["m"]) if first["metrics"].get("m") else None,
+                   d=first["metrics"].get("d"), b=first["metrics"].get("b"), m=first["metrics"].get("m"),
+                   b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
+                   if first["metrics"].get("m") and first["metrics"].get("b") is not None else None,
                    n=len(recs))
         for name in SUMMARY_METRICS:
             vals = [r["metrics"].get(name) for r in recs]

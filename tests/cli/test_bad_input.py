@@ -158,6 +158,14 @@ def test_every_command_refuses_an_out_it_cannot_write_before_any_work(tmp_path, 
         _refused(argv, f"cannot be written: '{tmp_path / 'file'}' is not a writable folder", tmp_path, capsys)
 
 
+def test_a_sweep_into_a_run_folder_is_refused(tmp_path, capsys):
+    """A run's folder (its metrics.json) would be read as that run, the sweep beside it ignored."""
+    (tmp_path / "r3").mkdir()
+    (tmp_path / "r3" / "metrics.json").write_text("{}")
+    sweep = _out_commands(tmp_path, str(tmp_path / "r3"))[1]
+    _refused(sweep, "is a run's folder (it holds metrics.json)", tmp_path, capsys)
+
+
 def test_a_read_only_file_system_is_refused_even_for_root(tmp_path, capsys):
     """/proc takes no new folders whatever the permission bits say (root passes every os.access check)."""
     if not Path("/proc/self").is_dir():

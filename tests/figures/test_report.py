@@ -154,6 +154,26 @@ def test_headline_reads_the_verdict(tmp_path):
     assert f'class="headline failed">Nothing was attacked ({FAILURE_NOTE}): the objective never went below' in text
 
 
+def test_a_sweep_names_the_threat_model_its_points_share_and_what_varies(tmp_path):
+    """The threat-model row holds what every point shares; a label mode, a known seed or a known clip threshold
+    that the grid varies is named as varying, not taken from the first point; a per-example clip is a clip."""
+    folder = tmp_path / "sweep"
+    shutil.copytree(SWEEP, folder)
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert len(records) >= 2
+    for i, r in enumerate(records):
+        r["params"].update(label_mode="idlg", sketch="srht", sketch_known=bool(i % 2),
+                           defense="per_example:C=1", attacker_knows_clip=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "sweep.json").write_text(json.dumps({k: v for k, v in json.loads((folder / "sweep.json").read_text())
+                                                   .items() if k != "keys"}))
+    text = build_report([folder])
+    row = text[text.index("threat model"):].split("</tr>")[0]
+    assert "labels read from the message" in row and "clip threshold known" in row
+    assert "varying from point to point: sketch seed" in row
+    assert "sketch seed known" in row and "sketch seed not known" in row
+
+
 def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     folder = tmp_path / "sweep"
     shutil.copytree(SWEEP, folder)

@@ -248,3 +248,19 @@ def test_a_defense_template_reads_as_its_placeholders_and_series_sit_side_by_sid
     w, h = fig.get_size_inches()
     assert w > h
     assert_laid_out(fig)
+
+
+@pytest.mark.parametrize("values", [["none", "prune:p=0.9", "quantize:bits=2"], [False, True]])
+def test_a_strength_that_is_not_a_number_is_drawn_at_ticks_in_grid_order(tmp_path, drawn, values):
+    """A defense's name or a flag as the strength axis: its values at ticks 0, 1, ... named by the values, one line
+    per series (a numeric axis would leave the panels empty)."""
+    points = [{"sketch": k, "level": v, "image_index": 0} for k in ("srht", "none") for v in values]
+    fake_sweep(tmp_path, points, psnr_of=lambda g: 20.0 + values.index(g["level"]), strength="level")
+    sweep_figures(tmp_path)
+    ax = drawn["metrics_vs_strength"].axes[0]
+    lines = labelled_lines(ax)
+    assert set(lines) == {"srht", "none"}
+    for line in lines.values():
+        assert list(line.get_xdata()) == list(range(len(values)))
+        assert list(line.get_ydata()) == [20.0 + i for i in range(len(values))]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in values]

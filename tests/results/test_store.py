@@ -13,12 +13,14 @@ from leakattack.results import (
     default_strength,
     load_records,
     mean_std,
+    planned_keys,
     read_results,
     series_keys,
     series_label,
     series_of,
     setting_of,
     summarize,
+    unplanned,
     write_csv,
 )
 
@@ -111,6 +113,26 @@ def test_load_records_deduplicates_and_follows_the_plan_order(tmp_path):
     renamed = load_records(tmp_path, SimpleNamespace(points=[{"key": "new-0.1"}]),
                            key_of=lambda params: f"new-{params['sigma']}")
     assert [r["key"] for r in renamed] == ["k002"]
+
+
+def test_a_folder_keeps_to_the_plan_its_sweep_last_ran(tmp_path):
+    """Points stored by an earlier, larger plan stay in results.jsonl but out of what the folder's readers load; a
+    sweep.json without keys (written before they were recorded) loads every point."""
+    write_lines(tmp_path / "results.jsonl", [RECORDS[0], RECORDS[1], RECORDS[2]])
+    (tmp_path / "sweep.json").write_text(json.dumps({"points": 2, "keys": ["k002", "k000"]}))
+    assert planned_keys(tmp_path) == ["k002", "k000"]
+    got = load_records(tmp_path)
+    assert [(r["key"], r["index"]) for r in got] == [("k002", 0), ("k000", 1)]
+    assert unplanned(tmp_path, got) == 1
+    (tmp_path / "sweep.json").write_text(json.dumps({"points": 2}))
+    assert planned_keys(tmp_path) is None and len(load_records(tmp_path)) == 3
+
+
+def test_a_record_without_its_parameters_is_dropped_like_a_torn_line(tmp_path):
+    """A hand-edited line with the key and metrics but no model or sketch would break every reader: dropped."""
+    broken = {"key": "a", "index": 0, "grid": {"x": 1}, "params": {"model": "lenet"}, "metrics": {"psnr": 1}}
+    write_lines(tmp_path / "results.jsonl", [RECORDS[0], broken])
+    assert [r["key"] for r in read_results(tmp_path / "results.jsonl")] == [RECORDS[0]["key"]]
 
 
 def test_summary_has_one_row_per_setting_with_mean_and_sample_std():

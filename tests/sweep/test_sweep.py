@@ -200,3 +200,23 @@ def test_unknown_backend_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(UserError, match=r"unknown sweep backend 'nope'; choose one of: .*local"):
         run_sweep(plan, tmp_path / "out", backend="nope")
     assert not (tmp_path / "out").exists()
+
+
+def test_lpips_asked_for_without_its_weights_is_said_once_and_summarised_when_computed(tmp_path, monkeypatch):
+    """``lpips = true`` where the AlexNet weights are not cached warns once before the points run (they record LPIPS
+    n/a); where points hold LPIPS, summary.csv has its mean and std."""
+    import leakattack.metrics.lpips as lpips_metric
+
+    monkeypatch.setattr(lpips_metric, "alexnet_weights_path", lambda: str(tmp_path / "no-such-weights.pth"))
+    one = TINY.replace('name = "tiny"', 'name = "tiny"\nlpips = true').replace("image_index = [0, 1, 2, 3]",
+                                                                               "image_index = [0]")
+    with pytest.warns(UserWarning, match="lpips = true: LPIPS not computed: AlexNet backbone weights not found"):
+        res = run_sweep(load_plan(write(tmp_path, one)), tmp_path / "out", progress=False)
+    assert all(r["metrics"]["lpips"] is None for r in read_results(tmp_path / "out" / "results.jsonl"))
+    assert "lpips_mean" not in res["rows"][0]
+    records = [{"key": "a", "grid": {"sigma": 0.0}, "params": {"model": "m", "sketch": "srht"},
+                "metrics": {"psnr": 20.0, "lpips": 0.25, "d": 10, "b": 5}},
+               {"key": "b", "grid": {"sigma": 0.0}, "params": {"model": "m", "sketch": "srht"},
+                "metrics": {"psnr": 22.0, "lpips": 0.35, "d": 10, "b": 5}}]
+    row = runner.summarize(records)[0]
+    assert row["lpips_mean"] == pytest.approx(0.3) and row["lpips_std"] == pytest.approx(0.1 / 2 ** 0.5)

@@ -71,6 +71,21 @@ def test_cancel_stops_the_workers_still_running():
     assert procs and not any(proc.is_alive() for proc in procs)
 
 
+def test_a_worker_whose_parent_died_while_it_started_exits_at_once():
+    """A worker compares its parent with the process that started the pool: one orphaned before its watch began
+    (its parent killed during start-up) exits instead of idling forever."""
+    import multiprocessing as mp
+    import os
+
+    from leakattack.sweep.backends.local import _worker_init
+
+    ctx = mp.get_context("spawn")
+    orphan = ctx.Process(target=_worker_init, args=(1, os.getpid() + 10 ** 6))  # not its parent
+    orphan.start()
+    orphan.join(60)
+    assert orphan.exitcode == 1
+
+
 def test_unknown_backend_is_refused_in_one_sentence_naming_the_choices():
     assert "local" in list_backends()
     with pytest.raises(UserError) as err:

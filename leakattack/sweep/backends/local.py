@@ -23,15 +23,16 @@ from ...errors import one_line_warnings
 from .base import Backend
 
 
-def _worker_init(cores: int) -> None:
+def _worker_init(cores: int, parent: int) -> None:
     """Workers: ``cores`` threads and cores to count as their own (:func:`targets.victim.share_cores`: the thread
     rule's "every core" of a deep victim, the Gauss-Newton algebra's), Ctrl-C handled by the parent, exit when the
-    parent dies (kill -9)."""
+    parent (process ``parent``) dies (kill -9), also when it died while the worker was starting."""
+    if os.getppid() != parent:
+        os._exit(1)
     torch.set_num_threads(cores)
     share_cores(cores)
     one_line_warnings()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
 
     def watch():
         while True:
@@ -73,7 +74,8 @@ class LocalBackend(Backend):
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
-                                             initializer=_worker_init, initargs=(max(1, cpu_cores() // self.jobs),))
+                                             initializer=_worker_init,
+                                             initargs=(max(1, cpu_cores() // self.jobs), os.getpid()))
         futures = {self._pool.submit(fn, item): item for item in items}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
