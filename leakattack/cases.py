@@ -29,7 +29,7 @@ from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, fo
 from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
-from .config import RUN_PARAMS, ConfigError, RunConfig, validate_protocol
+from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
 from .config.params import duration_seconds
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
@@ -139,8 +139,12 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
 
 def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """Client c's round-t message of protocol ``cfg.protocol`` and the attacker's unrolled model of it."""
+    if str(cfg.defense or "").strip() not in ("", "none"):
+        raise ConfigError(f"--defense {cfg.defense!r} does not apply to a protocol's message, which is what the "
+                          "protocol's clients send (the DP protocols add their own noise): leave --defense out")
     if cfg.protocol_dir:
         spec, model_spec, rounds = stored_protocol(cfg.protocol_dir, cfg.protocol)
+        stored_settings_kept(cfg, spec, model_spec)
     else:
         spec = {**SPEC_DEFAULTS, **cfg.protocol_spec, "seed": cfg.seed, "sketch": cfg.sketch,
                 "sketch_ratio": cfg.sketch_ratio, "sketch_params": dict(cfg.sketch_params)}
@@ -229,6 +233,7 @@ def _encoder_name(encoder: dict) -> str:
 
 _DEFAULTS = {p.name: p.default for p in RUN_PARAMS}
 _FLAGS = {p.name: p.option for p in RUN_PARAMS}
+_SPEC_FLAGS = {p.name: p.option for p in PROTOCOL_PARAMS}
 
 
 def message_settings(cfg: RunConfig, msg: Message) -> dict:
@@ -249,6 +254,24 @@ def message_settings(cfg: RunConfig, msg: Message) -> dict:
             raise ConfigError(f"{_FLAGS[key]} {getattr(cfg, key)!r} contradicts message file '{msg.path}', whose "
                               f"{key.replace('_', ' ')} is {value!r}: leave {_FLAGS[key]} out")
     return settings
+
+
+#: run settings a stored protocol run fixes -> its model spec's key for them
+_MODEL_SETTINGS = {"model": "model", "dataset": "dataset", "protocol_act": "act", "weight_init": "init"}
+
+
+def stored_settings_kept(cfg: RunConfig, spec: dict, model_spec: dict) -> None:
+    """Refuse, in one sentence, a flag the user set to other than what the stored protocol run in
+    ``cfg.protocol_dir`` trained with (its protocol.json fixes the model, data, sketch and protocol settings)."""
+    stored = {"sketch": spec["sketch"], "sketch_ratio": spec["sketch_ratio"],
+              **{k: model_spec.get(v) for k, v in _MODEL_SETTINGS.items()}}
+    clash = [(_FLAGS[k], getattr(cfg, k), v) for k, v in stored.items() if cfg_value_differs(cfg, k, v)]
+    clash += [(_SPEC_FLAGS[k], v, spec.get(k)) for k, v in cfg.protocol_spec.items()
+              if k in _SPEC_FLAGS and v != SPEC_DEFAULTS.get(k) and v != spec.get(k)]
+    if clash:
+        flag, mine, theirs = clash[0]
+        raise ConfigError(f"{flag} {mine!r} contradicts '{cfg.protocol_dir}', whose protocol run used {theirs!r}: "
+                          f"leave {flag} out (protocol.json fixes it)")
 
 
 def cfg_value_differs(cfg: RunConfig, key: str, value) -> bool:

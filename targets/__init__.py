@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .models import (
                      INITS,
+                     RESERVED_MODEL_PARAMS,
                      default_init,
                      get_model,
                      has_batchnorm_of,
@@ -41,7 +42,7 @@ from .oracle import (
 from .victim import BN_MODES, TASKS, Victim, cross_entropy, resolve_bn_mode, squared_error
 from .weights import load_weights
 
-__all__ = [
+__all__ = ["RESERVED_MODEL_PARAMS",
     "Victim", "TASKS", "BN_MODES", "resolve_bn_mode", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
     "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "parameter_count", "output_problem",

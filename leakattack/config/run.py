@@ -140,6 +140,10 @@ class RunConfig:
             if not declared[key].constraint.ok(v):
                 raise ConfigError(declared[key].constraint.error(declared[key].label, v))
         check_protocol_spec(self.protocol_spec, partial=True)
+        taken = [k for k in self.model_params if k in targets.RESERVED_MODEL_PARAMS]
+        if taken:
+            raise ConfigError(f"--model-param {taken[0]}: a model's {taken[0]} is "
+                              f"{targets.RESERVED_MODEL_PARAMS[taken[0]]}, not a model parameter")
         if not self.protocol:
             given = [flag for flag, v in (("--protocol-dir", self.protocol_dir), ("--round", self.protocol_round != 1),
                                           ("--client", self.protocol_client != 0)) if v]

@@ -99,12 +99,20 @@ def _is_user(name: str) -> bool:
     return name not in _MODELS and is_user_spec(name)
 
 
+#: the keywords every model is built with, set by leakattack itself (-> what sets them): no model parameter of
+#: these names can be passed (``--model-param``), and :func:`model_params` does not list them
+RESERVED_MODEL_PARAMS = {"name": "the --model flag", "seed": "set by --model-seed", "init": "set by --weight-init",
+                         "num_classes": "the data set's class count", "in_shape": "the data set's image shape",
+                         "bn_mode": "set by --bn"}
+
+
 def model_params(name: str) -> list[str]:
-    """The keyword parameters model ``name`` takes beyond input shape and classes (e.g. act, hidden)."""
+    """The keyword parameters model ``name`` takes beyond input shape and classes (e.g. act, hidden) that a user
+    can set (none of :data:`RESERVED_MODEL_PARAMS`)."""
     if _is_user(name):
-        return user_params(user_class(name))
+        return [p for p in user_params(user_class(name)) if p not in RESERVED_MODEL_PARAMS]
     sig = inspect.signature(_MODELS.get(name))
-    return [p for p in sig.parameters if p not in ("in_shape", "num_classes")]
+    return [p for p in sig.parameters if p not in RESERVED_MODEL_PARAMS]
 
 
 def seeded_build(seed: int, build):
@@ -261,7 +269,8 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "parameter_count", "default_init",
+__all__ = ["get_model", "list_models", "register_model", "model_params", "RESERVED_MODEL_PARAMS", "parameter_count",
+           "default_init",
            "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "piecewise_units",
            "BY_UNITS",
            "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP",

@@ -158,6 +158,27 @@ def test_every_command_refuses_an_out_it_cannot_write_before_any_work(tmp_path, 
         _refused(argv, f"cannot be written: '{tmp_path / 'file'}' is not a writable folder", tmp_path, capsys)
 
 
+@pytest.mark.parametrize("model", ["lenet", str(Path(__file__).resolve().parents[2] / "examples" / "client_model.py")
+                                   + ":ClientNet"])
+@pytest.mark.parametrize("param,needle", [("init=default", "init is set by --weight-init"),
+                                          ("seed=3", "seed is set by --model-seed"),
+                                          ("num_classes=5", "num_classes is the data set's class count"),
+                                          ("name=y", "name is the --model flag"),
+                                          ("in_shape=3", "in_shape is the data set's image shape")])
+def test_a_model_param_leakattack_sets_itself_is_one_sentence(tmp_path, capsys, model, param, needle):
+    """Every model is built with these keywords: a --model-param of the same name was a TypeError."""
+    argv = ["run", "--model", model, "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips",
+            "--model-param", param, "--out", str(tmp_path / "run")]
+    _refused(argv, f"--model-param {param.split('=')[0]}: a model's {needle}", tmp_path, capsys)
+
+
+def test_list_names_only_the_model_params_a_user_can_set():
+    import targets
+
+    client = str(Path(__file__).resolve().parents[2] / "examples" / "client_model.py") + ":ClientNet"
+    assert targets.model_params(client) == [] and targets.model_params("lenet") == ["act"]
+
+
 def test_a_sweep_into_a_run_folder_is_refused(tmp_path, capsys):
     """A run's folder (its metrics.json) would be read as that run, the sweep beside it ignored."""
     (tmp_path / "r3").mkdir()
@@ -196,6 +217,29 @@ def trained(tmp_path_factory):
 def _attack(folder, tmp_path):
     return RUN + ["--protocol", "fedavg", "--protocol-dir", str(folder), "--round", "2", "--batch-size", "32",
                   "--out", str(tmp_path / "run")]
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--sketch", "gaussian", "--sketch 'gaussian' contradicts"),
+    ("--sketch-ratio", "0.3", "--sketch-ratio 0.3 contradicts"),
+    ("--local-steps", "3", "--local-steps 3 contradicts"),
+    ("--dataset", "photos", "--dataset 'photos' contradicts"),
+    ("--model", "mlp", "--model 'mlp' contradicts"),
+])
+def test_a_flag_the_stored_protocol_run_fixes_is_refused_when_it_differs(trained, tmp_path, capsys, flag, value,
+                                                                         needle):
+    """protocol.json fixes the model, data, sketch and protocol settings: another value would be recorded for a
+    message it did not make."""
+    _refused(_attack(trained, tmp_path) + [flag, value], needle + f" '{trained}', whose protocol run used", tmp_path,
+             capsys)
+
+
+def test_a_defense_on_a_protocols_message_is_refused(trained, tmp_path, capsys):
+    """The protocol's clients send its message; a --defense would be recorded as applied and change nothing."""
+    for argv in (_attack(trained, tmp_path), ["run", "--protocol", "sketched", "--iterations", "2", "--quiet",
+                                              "--out", str(tmp_path / "run")]):
+        _refused(argv + ["--defense", "gaussian:sigma=10"], "does not apply to a protocol's message", tmp_path,
+                 capsys)
 
 
 def test_a_corrupt_checkpoint_is_one_sentence(trained, tmp_path, capsys):
