@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+import warnings
 from pathlib import Path
 
 from ..config import ConfigError
+from ..errors import SettingWarning
 from ..figures.theory import check_figures
 from ..results import writable_out
-from ..sketch import list_sketches
+from ..sketch import is_identity, list_sketches
 from ..theory import (
     CHECK_TARGETS,
     check,
@@ -35,11 +37,20 @@ def cmd_check(a) -> int:
     out = writable_out(a.out if a.out else _default_out())
     if a.table2 or a.embedding:
         _check_samples(a.samples)
+        if a.samples is not None and a.samples < 2:
+            raise ConfigError(f"--table2 and --embedding need at least 2 samples (a standard error, more than one "
+                              f"point per cell), got {a.samples}")
+        ignored = [flag for flag, v, default in (("--model", a.model, "linreg"), ("--sketch", a.sketch, "none"),
+                                                 ("--sketch-ratio", a.sketch_ratio, 0.5)) if v != default]
+        if ignored:
+            warnings.warn(f"{', '.join(ignored)} change{'s' if len(ignored) == 1 else ''} nothing with --table2 or "
+                          "--embedding: their functions and sketches are the paper's own", SettingWarning)
         tables = []
         if a.table2:
-            tables.append(("table2.md", table2_markdown(samples=a.samples or 400, seed=a.seed)))
+            tables.append(("table2.md", table2_markdown(samples=a.samples or 400, seed=a.seed, out=a.out or out)))
         if a.embedding:
-            tables.append(("embedding.md", embedding_markdown(trials=a.samples or 2000, seed=a.seed)))
+            tables.append(("embedding.md", embedding_markdown(trials=a.samples or 2000, seed=a.seed,
+                                                              out=a.out or out)))
         for name, text in tables:
             path = write_markdown(out, name, text)
             print(text)
@@ -52,6 +63,9 @@ def cmd_check(a) -> int:
     _check_samples(a.samples)
     if not 0 < a.sketch_ratio <= 1:
         raise ConfigError(f"sketch ratio must lie in (0, 1], got {a.sketch_ratio}")
+    if is_identity(a.sketch) and a.sketch_ratio != 0.5:
+        warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
+                      SettingWarning)
     res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet)
     res["command"] = "leakattack check " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "leakattack check"
     stored = write_check(res, out)

@@ -41,11 +41,13 @@ def measure_embedding(kind: str, d: int = 64, b: int = 16, trials: int = 2000, s
     return {"kind": kind, "d": d, "b": b, "trials": trials, "rows": rows, "a_max": max(r["a"] for r in rows)}
 
 
-def embedding_markdown(trials: int = 2000, seed: int = 0, d: int = 64, b: int = 16) -> str:
-    """Markdown report of the measured coordinate-wise embedding parameter for every sketch kind but the identity."""
+def embedding_markdown(trials: int = 2000, seed: int = 0, d: int = 64, b: int = 16, out="results/theory") -> str:
+    """Markdown report of the measured coordinate-wise embedding parameter for every sketch kind but the identity.
+
+    ``out``: the output folder its recorded command names (where the table is written)."""
     lines = [
         "# Coordinate-wise embedding (Definition 4.1, Table 1)", "",
-        f"Command: `leakattack check --embedding --samples {trials} --seed {seed} --out results/theory`", "",
+        f"Command: `leakattack check --embedding --samples {trials} --seed {seed} --out {out}`", "",
         f"Measurements, not proofs: {trials} independent sketches R (seeds derived from {seed}) of size b={b}, d={d} "
         "per kind; for each (h, g) we average hᵀRᵀRg and (hᵀRᵀRg)².  "
         "Measured a = b·(E[(hᵀRᵀRg)²] − (hᵀg)²)/(‖h‖²‖g‖²): "

@@ -382,6 +382,10 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
 
     fl = 1e-12 if prob.dtype == torch.float64 else 1e-6
     obs_rate = linear_rate(losses_l1, fl)
+    # the prediction's premises along its own run: b_used bounds the run's pairs, its ratios lie in [r_lo, r_hi]
+    l1_pairs = [(Ly - Lx - inner) / dist ** 2 for _, Lx, Ly, inner, dist in traj_p1 if dist > 0]
+    l1_b = max(l1_pairs) if l1_pairs else None
+    l1_inside = frac_in(r_lo, r_hi, traj_r1) if traj_r1 else None
     obs_rate_tuned = linear_rate(losses_t, fl)
     res = {
         "measurement_note": ("Measurements over the stated samples and trajectories of one seed, not proofs; "
@@ -417,6 +421,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "eta_theorem_l1": eta_l1, "predicted_rate": 1 - gamma_l1, "observed_rate": obs_rate,
         "predicted_rate_source": "Theorem L.1 with measured constants: a = 0, b = b* (tightest on sampled pairs), "
                                  "θ² = min/max of ‖∇L‖²/L",
+        "predicted_rate_holds": bool(obs_rate <= 1 - gamma_l1) if math.isfinite(obs_rate) else None,
+        "l1_trajectory_b": l1_b, "l1_trajectory_ratios_inside": l1_inside,
         "eta_tuned": eta_tuned, "observed_rate_tuned": obs_rate_tuned,
         "observed_rate_unsketched_tuned": None if unsk is None else unsk["observed_rate"],
         "losses_theorem_l1": losses_l1, "losses_tuned": losses_t,

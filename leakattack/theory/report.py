@@ -32,14 +32,16 @@ def summary_table(res: dict) -> str:
         ("semi-smooth fraction", f"{f(res['semismooth_fraction'])} (b=τ²β²), "
                                  f"{f(res['semismooth_fraction_literal'])} (b=τ²β literal), "
                                  f"trajectory {f(res['semismooth_fraction_trajectory'])}"),
-        ("tightest semi-smooth", f"b*={f(res['semismooth_tightest']['b_with_a0'])} (a=0), "
+        ("tightest semi-smooth", f"b*={f(res['semismooth_tightest']['b_with_a0'])} (a=0, sampled pairs and "
+                                 "trajectories), "
                                  f"a*={f(res['semismooth_tightest']['a_with_b0'])} (b=0); "
                                  f"paper a={f(res['semismooth_constants']['a'])}, "
                                  f"b={f(res['semismooth_constants']['b'])}"),
         ("paper's rate (Thm 7.5)",
          "vacuous: θ₁² ≤ aθ₂" if res["paper_predicted_rate"] is None else f(res["paper_predicted_rate"])),
         ("GD rate, L.1 step", f"observed {res['observed_rate']:.8f} vs predicted ≤ {res['predicted_rate']:.8f} "
-                              f"(η={res['eta_theorem_l1']:.3g})"),
+                              f"(η={res['eta_theorem_l1']:.3g} from b={f(res['b_used_for_eta'])} of the sampled "
+                              f"pairs){_l1_verdict(res)}"),
         ("GD rate, tuned step", f"observed {res['observed_rate_tuned']:.6f} (η={res['eta_tuned']:.3g})"
          + ("" if res["observed_rate_unsketched_tuned"] is None
             else f"; unsketched {res['observed_rate_unsketched_tuned']:.6f}")),
@@ -49,6 +51,23 @@ def summary_table(res: dict) -> str:
     lines.append(f"These are measurements over {res['samples']} sampled points and the GD trajectories, not proofs "
                  f"({res['wall_s']:.0f} s).")
     return "\n".join(lines)
+
+
+def _l1_verdict(res: dict) -> str:
+    """Whether the L.1 prediction held on its own run, and, where it did not, which of its premises that run broke."""
+    held = res.get("predicted_rate_holds")
+    if held is None:
+        return ""
+    if held:
+        return "; holds"
+    broken = []
+    b_run, inside = res.get("l1_trajectory_b"), res.get("l1_trajectory_ratios_inside")
+    if b_run is not None and b_run > res["b_used_for_eta"]:
+        broken.append(f"its pairs need b={b_run:.4g}")
+    if inside is not None and inside < 1:
+        broken.append(f"{1 - inside:.0%} of its points have ‖∇L‖²/L outside the sampled range")
+    why = f": the constants measured on the samples do not hold along this run ({'; '.join(broken)})" if broken else ""
+    return f"; BROKEN{why}"
 
 
 def write_check(res: dict, out: Path) -> Path:

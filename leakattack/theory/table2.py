@@ -324,14 +324,16 @@ def _fmt_vec(v):
     return "(" + ", ".join(f"{c:.4g}" for c in v) + ")"
 
 
-def table2_markdown(samples: int = 400, seed: int = 0) -> str:
-    """Markdown table: our verdict next to the paper's, and a counterexample for every disagreement."""
+def table2_markdown(samples: int = 400, seed: int = 0, out="results/theory") -> str:
+    """Markdown table: our verdict next to the paper's, and a counterexample for every disagreement.
+
+    ``out``: the output folder its recorded command names (where the table is written)."""
     rows = table2_results(samples, seed)
     mark = lambda b: "✓" if b else "✗"  # noqa: E731
     wtxt = _fmt_vec(W.tolist())
     lines = [
         "# Table 2, measured", "",
-        f"Command: `leakattack check --table2 --samples {samples} --seed {seed} --out results/theory`", "",
+        f"Command: `leakattack check --table2 --samples {samples} --seed {seed} --out {out}`", "",
         "Numerical verdicts, not proofs.  For each function, property and p ∈ {¼, ½, ¾} we estimate the smallest "
         f"admissible constant as the supremum of the defining ratio over {2 * samples} sampled pairs ({samples} points "
         f"for non-critical) at each of the scales κ ∈ {list(SCALES)} (radius κ, or distance 1/κ to the singular set), "

@@ -109,6 +109,33 @@ def test_check_cli_writes_json_and_figures(tmp_path, capsys):
     assert "not proofs" in capsys.readouterr().out
 
 
+def test_a_prediction_its_own_run_breaks_says_so_and_names_the_premise_it_broke(tmp_path, capsys):
+    """One sample gives constants the L.1 run leaves: the line says BROKEN with the b its pairs need, not a bare
+    "predicted <=" that the observed rate exceeds; a held prediction says holds."""
+    assert main(["check", "--model", "linreg", "--samples", "1", "--out", str(tmp_path / "one"), "--quiet"]) == 0
+    data = json.loads((tmp_path / "one" / "check.json").read_text())
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("GD rate, L.1 step"))
+    assert data["observed_rate"] > data["predicted_rate"] and data["predicted_rate_holds"] is False
+    assert data["l1_trajectory_b"] > data["b_used_for_eta"]
+    assert "BROKEN: the constants measured on the samples do not hold along this run" in line
+    assert f"its pairs need b={data['l1_trajectory_b']:.4g}" in line
+    assert main(["check", "--model", "linreg", "--samples", "8", "--out", str(tmp_path / "eight"), "--quiet"]) == 0
+    data = json.loads((tmp_path / "eight" / "check.json").read_text())
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("GD rate, L.1 step"))
+    assert line.endswith("; holds") == data["predicted_rate_holds"] and ("BROKEN" in line) != line.endswith("holds")
+
+
+def test_tables_record_their_own_folder_and_refuse_one_sample(tmp_path, capsys):
+    """The recorded command names the --out given; one sample has no standard error; a flag the tables do not
+    read is said to change nothing."""
+    assert main(["check", "--embedding", "--samples", "20", "--model", "lenet", "--out", str(tmp_path / "e"),
+                 "--quiet"]) == 0
+    assert f"--out {tmp_path / 'e'}`" in (tmp_path / "e" / "embedding.md").read_text()
+    assert "--model changes nothing with --table2 or --embedding" in capsys.readouterr().err
+    assert main(["check", "--embedding", "--samples", "1", "--out", str(tmp_path / "one")]) == 2
+    assert "need at least 2 samples" in capsys.readouterr().err and not (tmp_path / "one").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["--model", "resnet"], ["--sketch", "nope"], ["--samples", "0"], ["--sketch-ratio", "0"], ["--sketch-ratio", "1.5"],
 ])
