@@ -29,7 +29,7 @@ from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, fo
 from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
-from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol
+from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol, warn_unread
 from .config.params import duration_seconds
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
@@ -152,6 +152,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "act": cfg.protocol_act, "dataset": cfg.dataset or "digits", "data_root": cfg.data_root,
                       "seed": cfg.seed}
         rounds = None
+        warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio") if cfg_value_differs(cfg, k, None)]
+                    + [k for k, v in cfg.protocol_spec.items() if v != SPEC_DEFAULTS.get(k)])
     validate_protocol(cfg.protocol, spec)
     t, c = cfg.protocol_round, cfg.protocol_client
     if rounds is not None and t > rounds:

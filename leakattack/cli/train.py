@@ -11,7 +11,7 @@ import torch
 import targets
 from targets.protocols import SPEC_DEFAULTS, list_protocols
 
-from ..config import ConfigError, validate_protocol
+from ..config import ConfigError, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
@@ -33,6 +33,7 @@ def cmd_train(a) -> int:
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
+    warn_unread(a.protocol, [k for k, v in spec.items() if v != SPEC_DEFAULTS[k]])
     _check("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
     if a.no_checkpoints and a.checkpoint_every != 1:
         warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",

@@ -19,7 +19,8 @@ from .params import DEVICES, DTYPES, MATCH_SPACES, PROTOCOL_PARAMS, RUN_PARAMS, 
 
 #: names resolved on first use, from the module that needs torch
 _LAZY = {"ConfigError": "run", "Derived": "run", "RunConfig": "run", "check_protocol_spec": "run",
-         "validate_protocol": "run", "attack_option_names": "run", "config_from_args": "arguments"}
+         "validate_protocol": "run", "warn_unread": "run", "attack_option_names": "run",
+         "config_from_args": "arguments"}
 
 
 def __getattr__(name):
@@ -30,6 +31,7 @@ def __getattr__(name):
 
 __all__ = [
     "ConfigError", "attack_option_names", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS", "Param", "DEVICES",
-    "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "add_arguments", "config_from_args",
+    "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "warn_unread", "add_arguments",
+    "config_from_args",
     "protocol_spec_from_args", "Constraint", "Choice", "Number", "Flag", "Text", "Table", "Items", "Optional",
 ]

@@ -12,6 +12,7 @@ Values derived from others (seeds, the step size) are computed by
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,10 @@ import torch
 
 import targets
 from defenses import build as build_defense
-from targets.protocols import protocol_class
+from targets.protocols import protocol_class, unread_settings
 
 from .. import attacks
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
 from . import names
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
@@ -335,6 +336,18 @@ def check_protocol_spec(spec: dict, partial: bool = False) -> None:
             raise ConfigError(f"protocol parameter '{missing[0]}' is missing")
 
 
+def warn_unread(name: str, given) -> None:
+    """One warning naming the settings among ``given`` (spec names a user set) that protocol ``name`` does not
+    read."""
+    unread = unread_settings(protocol_class(name), given)
+    if unread:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unread)
+        one = len(unread) == 1
+        warnings.warn(f"{flags} change{'s' if one else ''} nothing for protocol '{name}', which does not read "
+                      f"{'it' if one else 'them'} (`leakattack train --help` says which protocols do)", SettingWarning,
+                      stacklevel=3)
+
+
 def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
     """A protocol's spec, with the checks its capabilities need (the sketch for sketched ones)."""
     cls = protocol_class(name)
@@ -355,4 +368,4 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
 
 
 __all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names",
-           "check_protocol_spec", "validate_protocol"]
+           "check_protocol_spec", "validate_protocol", "warn_unread"]

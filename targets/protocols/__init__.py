@@ -23,6 +23,7 @@ from leakattack.errors import UserError
 from leakattack.registry import Registry
 
 from .base import (
+    COMMON_SETTINGS,
     SPEC_DEFAULTS,
     UNKNOWN_SEED_OFFSET,
     ClientMessage,
@@ -35,6 +36,7 @@ from .base import (
     minibatch,
     round_seed,
     split_clients,
+    unread_settings,
 )
 from .compsgd import PROJECTION_BLOCKS, BlockProjection, CompSGD, layer_blocks, lift_l1, project_l1_ball
 from .fedavg import FedAvg
@@ -87,7 +89,8 @@ def get_protocol(name: str, victim, train_set, *, defense=None, noise_rng=None, 
 
 __all__ = [
     "get_protocol", "list_protocols", "register_protocol", "protocol_class", "Protocol", "ClientMessage",
-    "MessageMap", "SPEC_DEFAULTS", "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",
+    "MessageMap", "SPEC_DEFAULTS", "COMMON_SETTINGS", "unread_settings",
+    "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",
     "epoch_schedule", "minibatch", "forward_seconds", "clip_record",
     "per_example_clipped_mean", "CountSketchTable", "privix", "heavymix_support", "median",
     "FedAvg", "Sketched", "SketchedDP", "FedSketchPrivix", "FedSketchHeaprix",

@@ -72,6 +72,16 @@ SPEC_DEFAULTS: dict[str, object] = {
 UNKNOWN_SEED_OFFSET = 104_729
 
 
+#: the spec's settings every protocol reads; each of the others is read only by the protocols naming it in ``reads``
+COMMON_SETTINGS = ("clients", "local_steps", "local_epochs", "local_lr", "global_lr", "batch_size", "noniid",
+                   "client_fraction", "seed")
+
+
+def unread_settings(cls, given) -> list[str]:
+    """The settings among ``given`` (names of the spec a user set) that protocol class ``cls`` does not read."""
+    return [k for k in given if k in SPEC_DEFAULTS and k not in COMMON_SETTINGS and k not in cls.reads]
+
+
 def round_seed(seed: int, t: int) -> int:
     """Seed of round t's sketch R_t, derived from the shared seed (Algorithm 1: 'the same seed')."""
     return (int(seed) * 1_000_003 + 7919 * int(t) + 17) % (2 ** 31 - 1)
@@ -206,6 +216,10 @@ class Protocol:
     decodable = False
     #: clients compress with a sketch of leakattack.sketch (``sketch``, ``sketch_ratio`` in the spec)
     uses_sketch = False
+    #: the settings of the spec this protocol reads beyond the ones every protocol does (clients, local steps and
+    #: epochs, learning rates, batch size, data split, client fraction, seed): a value given for another changes
+    #: nothing (:func:`unread_settings`)
+    reads: tuple[str, ...] = ()
 
     # the spec's parameters (SPEC_DEFAULTS), set as attributes by __init__
     clients: int

@@ -99,6 +99,7 @@ class FedSketchPrivix(Protocol):
 
     default_fraction = 0.5  # "we randomly choose half of the local devices to be active"
     decodable = True
+    reads = ("sketch_rows", "sketch_buckets")
 
     def operator(self, t, seed_offset=0):
         return CountSketchTable(self.d, self.sketch_rows, self.sketch_buckets,

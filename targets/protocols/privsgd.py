@@ -58,6 +58,8 @@ class PrivSGD(CompSGD):
     """PRIVSGD: clipped gradients, projected, rescaled to their own norm, plus N(0, sigma^2 I_m) in the projected
     space."""
 
+    reads = CompSGD.reads + ("dp_epsilon", "dp_delta", "dp_clip", "dp_rounds")
+
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)
         self.sigma = privsgd_sigma(self.dp_clip, self.dp_rounds, self.dp_delta, self.batch_size, self.dp_epsilon)

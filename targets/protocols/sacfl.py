@@ -69,6 +69,7 @@ class SACFL(SAFL):
     """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean
     norm."""
 
+    reads: tuple[str, ...] = SAFL.reads + ("clip_threshold",)
     _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 
     @property

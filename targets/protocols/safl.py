@@ -80,6 +80,9 @@ def ada_opt(kind: str, x: torch.Tensor, state: dict, g: torch.Tensor, v_in: torc
 class SAFL(Sketched):
     """Sketched adaptive FL: clients send R_t dw (b floats); the server de-sketches and runs ADA_OPT."""
 
+    reads: tuple[str, ...] = Sketched.reads + ("server_opt", "server_lr", "server_beta1", "server_beta2",
+                                               "server_eps", "second_moment")
+
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)
         self._state: dict | None = None

@@ -33,6 +33,7 @@ class Sketched(Protocol):
     """Song et al. 2023, Algorithm 1: sk_t = R_t, desk_t = R_t^T, R_t fresh each round from the shared seed."""
 
     uses_sketch = True
+    reads: tuple[str, ...] = ("sketch", "sketch_ratio", "sketch_params")
 
     @property
     def b(self) -> int:
@@ -59,6 +60,8 @@ class Sketched(Protocol):
 
 class SketchedDP(Sketched):
     """Song et al. 2023, Algorithm 2: Gaussian noise N(0, sigma^2 I) at every local step, sigma by Lemma H.7."""
+
+    reads = Sketched.reads + ("dp_epsilon", "dp_delta", "dp_clip")
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

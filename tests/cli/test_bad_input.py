@@ -307,3 +307,14 @@ def test_training_that_diverges_stops_with_one_sentence_and_no_nan_in_its_log(tm
     log = tmp_path / "fedavg" / "train.jsonl"
     text = log.read_text() if log.exists() else ""
     assert "NaN" not in text and "Infinity" not in text
+
+
+def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
+    """fedavg reads no sketch and no DP settings: train and run --protocol say so in one line (it was silent)."""
+    assert cli.main(["train", "--protocol", "fedavg", "--sketch", "gaussian", "--dp-epsilon", "1", "--rounds", "1",
+                     "--clients", "2", "--quiet", "--out", str(tmp_path / "t")]) == 0
+    assert "--sketch, --dp-epsilon change nothing for protocol 'fedavg', which does not read them" in \
+        capsys.readouterr().err
+    assert cli.main(["run", "--protocol", "fedavg", "--sketch", "gaussian", "--iterations", "2", "--quiet",
+                     "--no-lpips", "--out", str(tmp_path / "r")]) == 0
+    assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err

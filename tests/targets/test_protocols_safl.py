@@ -173,3 +173,31 @@ def test_attack_on_the_round_1_message_at_b_over_d_0_1_reaches_60_db(protocol):
     """srht b/d = 0.1, K = 1, digits image of client 0, L-BFGS float64, 200 steps (measured 70.0 / 69.3 dB)."""
     out = experiment.execute(experiment.prepare(cfg(protocol=protocol)), with_lpips=False)
     assert out.metrics.psnr >= 60 and out.metrics.label_acc == 1.0, out.metrics
+
+
+#: a value other than its default for each setting that only some protocols read
+OTHER_SETTINGS = {"sketch": "gaussian", "sketch_ratio": 0.2, "sketch_rows": 10, "sketch_buckets": 20, "dp_epsilon": 1.0,
+                  "dp_delta": 1e-6, "dp_clip": 2.0, "server_opt": "sgd", "server_lr": 0.5, "server_beta1": 0.8,
+                  "server_beta2": 0.9, "server_eps": 1e-2, "second_moment": "desketched", "clip_threshold": 0.2,
+                  "projection_blocks": "global", "l1_scale": 1.5, "dp_rounds": 50}
+
+
+@pytest.mark.parametrize("name", ["fedavg", "sketched", "sketched-dp", "safl", "sacfl", "compsgd", "privsgd",
+                                  "fedsketch-privix", "fedsketch-heaprix"])
+def test_the_settings_a_protocol_does_not_read_change_nothing_it_computes(name, digits_train):
+    """What ``train`` and ``run --protocol`` warn of as changing nothing (``unread_settings``) leaves a round's
+    weights bit for bit; every setting the protocol names in ``reads`` has another value to try here."""
+    from targets.protocols import COMMON_SETTINGS, SPEC_DEFAULTS, list_protocols, protocol_class, unread_settings
+
+    assert sorted(list_protocols()) == sorted(["fedavg", "sketched", "sketched-dp", "safl", "sacfl", "compsgd",
+                                               "privsgd", "fedsketch-privix", "fedsketch-heaprix"])
+    assert set(OTHER_SETTINGS) | {"sketch_params"} == set(SPEC_DEFAULTS) - set(COMMON_SETTINGS)
+    cls = protocol_class(name)
+    unread = {k: v for k, v in OTHER_SETTINGS.items() if k in unread_settings(cls, OTHER_SETTINGS)}
+    assert set(unread) == set(OTHER_SETTINGS) - set(cls.reads)
+
+    def one_round(**spec):
+        p = get_protocol(name, linear_victim(digits_train), digits_train, clients=2, batch_size=8, **spec)
+        return p.run_round(p.initial_weights(), 1)[0]
+
+    assert torch.equal(one_round(**unread), one_round())
