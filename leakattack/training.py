@@ -5,8 +5,9 @@
 * ``protocol.json`` — everything that rebuilds the run (model, data, protocol spec),
 * ``train.jsonl``   — one object per round: round, train_loss, test_loss, test_acc,
   floats_sent (uplink floats per sampled client this round), floats_cum (their sum
-  so far), clients, wall_s (and the protocol's privacy numbers, where it adds noise,
-  and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm),
+  so far: one client sampled in every round), floats_mean_cum (the average client's uplink so far: each round's
+  floats_sent times the share of the clients sampled), clients, wall_s (and the protocol's privacy numbers, where
+  it adds noise, and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm),
 * ``checkpoints/round_TTTT.pt`` — w^t, the flat weights clients start round t from
   (t = 1..T+1; T+1 is the final model), float32, atomically written; for a model
   with buffers (BatchNorm's running statistics) ``{"weights": w^t, "buffers":
@@ -182,7 +183,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     write_json(folder / "protocol.json", {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds,
                                           "describe": proto.describe(), "torch": torch.__version__})
     w = proto.initial_weights()
-    rows, cum, t0 = [], 0, time.perf_counter()
+    rows, cum, mean_cum, t0 = [], 0, 0.0, time.perf_counter()
     bar = progress_bar(rounds, name, "round", progress, leave=False)
     for t in range(1, rounds + 1):
         if checkpoints and (t - 1) % checkpoint_every == 0:
@@ -190,13 +191,15 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
             w, stats = proto.run_round(w, t)
         cum += stats["floats_sent"]
+        mean_cum += stats["floats_sent"] * len(stats["clients"]) / proto.clients
         test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
         if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
             kept = f"rounds 1..{t - 1} are kept in '{folder}'" if t > 1 else "no round finished"
             raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']}, test loss "
                                    f"{test_loss}); {kept} (lower the learning rates)")
         row = {"round": t, "train_loss": stats["train_loss"], "test_loss": test_loss, "test_acc": test_acc,
-               "floats_sent": stats["floats_sent"], "floats_cum": cum, "clients": stats["clients"],
+               "floats_sent": stats["floats_sent"], "floats_cum": cum, "floats_mean_cum": mean_cum,
+               "clients": stats["clients"],
                "wall_s": time.perf_counter() - t0}
         row.update(proto.privacy(t))
         row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)

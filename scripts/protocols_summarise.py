@@ -3,28 +3,33 @@
 from pathlib import Path
 
 from leakattack.figures import accuracy_figure
+from leakattack.figures.training import mean_floats, run_clients
 from leakattack.results import atomic_write_text, read_jsonl
 
 HERE = Path("results/protocols")
 ROOT = HERE / "train"
 runs = {f.parent.name: read_jsonl(f) for f in sorted(ROOT.glob("*/train.jsonl"))}
+for name, rows in runs.items():  # the average client's cumulative uplink (a sampled-half protocol sends half)
+    for r, mean in zip(rows, mean_floats(rows, run_clients(ROOT / name))):
+        r["mean_cum"] = mean
 
 
 def at_floats(rows, budget):
-    """The last round whose cumulative uplink is within the budget."""
-    ok = [r for r in rows if r["floats_cum"] <= budget * 1.0001]
+    """The last round whose cumulative uplink of the average client is within the budget."""
+    ok = [r for r in rows if r["mean_cum"] <= budget * 1.0001]
     return ok[-1] if ok else None
 
 
-lines = ["| run | rounds | floats/client/round | floats/client total | final test acc | wall (s) "
-         "| wall of 50 rounds (s) |",
-         "|---|---|---|---|---|---|---|"]
+lines = ["| run | rounds | floats per sampled client per round | clients sampled per round | floats/client total "
+         "(mean over clients) | final test acc | wall (s) | wall of 50 rounds (s) |",
+         "|---|---|---|---|---|---|---|---|"]
 for name, rows in runs.items():
     r50 = rows[min(49, len(rows) - 1)]
-    lines.append(f"| {name} | {rows[-1]['round']} | {rows[-1]['floats_sent']} | {rows[-1]['floats_cum']} | "
+    lines.append(f"| {name} | {rows[-1]['round']} | {rows[-1]['floats_sent']} | "
+                 f"{len(rows[-1]['clients'])} of {run_clients(ROOT / name)} | {rows[-1]['mean_cum']:.0f} | "
                  f"{rows[-1]['test_acc']:.4f} | {rows[-1]['wall_s']:.0f} | {r50['wall_s']:.1f} |")
-lines += ["", "Test accuracy at equal uplink floats per client (fedavg round r vs the last round of each other run "
-          "within r·d floats):", ""]
+lines += ["", "Test accuracy at equal uplink floats per client, mean over the clients (fedavg round r vs the last "
+          "round of each other run within r·d floats):", ""]
 others = [n for n in runs if n != "fedavg"]
 lines += ["| fedavg rounds | floats/client | fedavg acc | " + " | ".join(others) + " |",
           "|---|---|---|" + "---|" * len(others)]
@@ -32,13 +37,13 @@ fa = runs.get("fedavg", [])
 for r in (10, 25, 50, 75, 100):
     if r > len(fa):
         continue
-    budget = fa[r - 1]["floats_cum"]
+    budget = fa[r - 1]["mean_cum"]
     cells = []
     for n in others:
         o = at_floats(runs[n], budget)
-        cells.append("—" if o is None or o["floats_cum"] < 0.9 * budget
+        cells.append("—" if o is None or o["mean_cum"] < 0.9 * budget
                      else f"{o['test_acc']:.4f} (round {o['round']})")
-    lines.append(f"| {r} | {budget} | {fa[r - 1]['test_acc']:.4f} | " + " | ".join(cells) + " |")
+    lines.append(f"| {r} | {budget:.0f} | {fa[r - 1]['test_acc']:.4f} | " + " | ".join(cells) + " |")
 
 # runs that send the same b per round (safl/sacfl/sketched at one b/d): equal floats is equal rounds
 same_b = {}

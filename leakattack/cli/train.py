@@ -25,6 +25,14 @@ def _check(label: str, constraint, value) -> None:
         raise ConfigError(constraint.error(label, value))
 
 
+def _floats(row: dict) -> str:
+    """The uplink so far per client: on average over the clients, and per sampled client where they differ."""
+    mean, sampled = row["floats_mean_cum"], row["floats_cum"]
+    if round(mean) == sampled:
+        return f"floats/client {sampled}"
+    return f"floats/client {mean:.0f} on average, {sampled} per client sampled every round"
+
+
 def cmd_train(a) -> int:
     _check("rounds T", Number(1, integer=True), a.rounds)
     _check("protocol", Choice(list_protocols), a.protocol)
@@ -55,6 +63,6 @@ def cmd_train(a) -> int:
                    checkpoint_every=a.checkpoint_every)
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
-          f"train loss {last['train_loss']:.4f} | floats/client {last['floats_cum']} | {last['wall_s']:.1f} s | "
+          f"train loss {last['train_loss']:.4f} | {_floats(last)} | {last['wall_s']:.1f} s | "
           f"{folder}")
     return 0

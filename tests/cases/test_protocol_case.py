@@ -74,7 +74,7 @@ def test_train_writes_jsonl_checkpoints_and_figure_and_attack_reads_them(tmp_pat
         assert rc == 0
     rows = [json.loads(line) for line in (out / "sketched" / "train.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3]
-    assert {"round", "train_loss", "test_acc", "floats_sent", "floats_cum"} <= set(rows[0])
+    assert {"round", "train_loss", "test_acc", "floats_sent", "floats_cum", "floats_mean_cum"} <= set(rows[0])
     fedavg_first = json.loads((out / "fedavg" / "train.jsonl").read_text().splitlines()[0])
     assert rows[0]["floats_sent"] < fedavg_first["floats_sent"]
     assert (out / "accuracy_vs_floats.png").stat().st_size > 0
@@ -132,3 +132,16 @@ def test_bad_attack_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys
         assert rc == 2, args
         assert len(err) == 1 and needle in err[0], (args, err)
         assert not out.exists()
+
+
+def test_a_protocol_that_samples_half_the_clients_counts_half_the_uplink_per_client(tmp_path, capsys):
+    """fedsketch samples half of the clients per round: the average client sends half of what a sampled one does
+    (floats_mean_cum), which the summary line says beside the per-sampled-client count."""
+    assert cli.main(["train", "--protocol", "fedsketch-privix", "--rounds", "2", "--clients", "4",
+                     "--client-batch", "8", "--out", str(tmp_path), "--quiet"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "fedsketch-privix" / "train.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert len(r["clients"]) == 2
+    assert rows[-1]["floats_mean_cum"] == rows[-1]["floats_cum"] / 2 == rows[0]["floats_sent"]
+    assert (f"floats/client {rows[-1]['floats_mean_cum']:.0f} on average, {rows[-1]['floats_cum']} per client "
+            "sampled every round") in capsys.readouterr().out
