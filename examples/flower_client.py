@@ -10,6 +10,8 @@ weights otherwise.
 """
 
 import argparse
+import logging
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ import leakattack.integrations  # noqa: F401  (first: it turns Flower's usage te
 from flwr.client import NumPyClient, start_client
 
 from leakattack.data import get_batch, get_dataset
+from leakattack.errors import UserError
 from leakattack.integrations.flower import CLIENT_ID_KEY, SketchingClient, load_arrays, model_arrays
 from leakattack.results.message import read_truth
 
@@ -50,6 +53,13 @@ class PhotoClient(NumPyClient):
         return loss, int(self.x.shape[0]), {CLIENT_ID_KEY: self.client_id}
 
 
+class _SaidOnce(logging.Filter):
+    """Drops Flower's traceback of a UserError: main says that error in one sentence."""
+
+    def filter(self, record):
+        return not (record.exc_info and isinstance(record.exc_info[1], UserError))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--server", default="127.0.0.1:8080", help="the server's address HOST:PORT")
@@ -68,7 +78,13 @@ def main() -> None:
         x, labels = get_batch(photos, a.client_id * a.batch_size, a.batch_size)
     model = ClientNet(in_shape=tuple(x.shape[1:]), num_classes=10)  # its weights come from the server
     client = SketchingClient(PhotoClient(str(a.client_id), model, x, labels))
-    start_client(server_address=a.server, client=client.to_client(), insecure=True)
+    logging.getLogger("flwr").addFilter(_SaidOnce())
+    try:
+        start_client(server_address=a.server, client=client.to_client(), insecure=True)
+    except UserError as err:  # the server's model is another than this client's: one sentence, not a traceback
+        print(f"flower_client: error: the server's model does not fit this client's ({err}): start both with the "
+              f"same --image-size (this client: {a.image_size} px, {tuple(x.shape[1:])} inputs)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -164,6 +164,32 @@ def _round(strategy, arrays, updates):
     return strategy.aggregate_fit(1, results, [])[0]
 
 
+def test_a_client_whose_model_differs_from_the_servers_says_so_in_one_sentence(tmp_path):
+    """The server's model takes 16 px images, the client's data is 28 px: the client exits with code 2 and one
+    sentence naming --image-size, not Flower's traceback."""
+    digits = get_dataset("digits")
+    x, labels = get_batch(digits, 0, 1)
+    torch.save({"images": x, "labels": labels}, tmp_path / "client.pt")
+    port, env = _free_port(), {**os.environ, "FLWR_TELEMETRY_ENABLED": "0"}
+    logs = [tmp_path / "server.log", tmp_path / "client.log"]
+    server = subprocess.Popen([sys.executable, str(EXAMPLES / "flower_server.py"), "--port", str(port),
+                               "--clients", "1", "--rounds", "1", "--channels", "1", "--image-size", "16", "--out",
+                               str(tmp_path / "messages")],
+                              stdout=logs[0].open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        _wait_for_port(port, server, logs[0])
+        client = subprocess.run([sys.executable, str(EXAMPLES / "flower_client.py"), "--server", f"127.0.0.1:{port}",
+                                 "--data", str(tmp_path / "client.pt")], capture_output=True, text=True, env=env,
+                                cwd=tmp_path, timeout=180)
+    finally:
+        server.kill()
+        server.wait()
+    assert client.returncode == 2, client.stderr[-2000:]
+    assert "Traceback" not in client.stderr + client.stdout
+    assert "flower_client: error: the server's model does not fit this client's" in client.stderr
+    assert "start both with the same --image-size" in client.stderr
+
+
 def test_the_recorder_writes_the_update_of_the_chosen_clients_around_plain_fedavg(tmp_path):
     gen = np.random.default_rng(0)
     arrays = [gen.standard_normal((4, 3)).astype(np.float32), gen.standard_normal(4).astype(np.float32)]
