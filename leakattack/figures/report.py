@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import html
 import io
 import json
@@ -302,10 +303,16 @@ def _threat(run: dict, sketch: str) -> str:
 
 def _clips(defense) -> bool:
     """Whether a stored defense holds a norm clip (``clip``, ``per_example``): what ``attacker_knows_clip`` is about."""
+    return _clips_spec(defense if isinstance(defense, str) else json.dumps(defense))
+
+
+@functools.lru_cache(maxsize=256)
+def _clips_spec(spec: str) -> bool:
+    """:func:`_clips` of one spec, as text (a sweep's points share a handful)."""
     try:
-        return bool(build_defense(defense).clips().steps)
-    except DefenseError:  # a spec this version does not know: read its words
-        return "clip" in str(defense) or "per_example" in str(defense)
+        return bool(build_defense(json.loads(spec) if spec.startswith(("[", "{")) else spec).clips().steps)
+    except (DefenseError, ValueError):  # a spec this version does not know: read its words
+        return "clip" in spec or "per_example" in spec
 
 
 def _sweep_threat(records: list[dict]) -> str:
