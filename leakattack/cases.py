@@ -127,7 +127,8 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     cfg.validate_for(victim.d)
     sketch = get_sketch(cfg.sketch, victim.d, cfg.sketch_b(victim.d), seed=seeds.sketch_seed,
                         memory_gb=cfg.sketch_memory, **cfg.sketch_params).to(device)
-    note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype)
+    note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype,
+                             time_limit=duration_seconds(seeds.time_limit))
     if note:
         warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))

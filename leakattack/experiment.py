@@ -384,7 +384,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
     config = {
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
-                    "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "lr": seeds.lr,
+                    "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "noise_seed": seeds.noise_seed,
+                    "lr": seeds.lr, "time_limit": seeds.time_limit,
                     **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
                     "dataset": case.dataset.name, "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},

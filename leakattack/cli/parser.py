@@ -64,7 +64,8 @@ def command(p: argparse.ArgumentParser, target: str) -> None:
 def _run(sub) -> None:
     p = sub.add_parser("run", help="attack one (sketched) gradient and write a run folder",
                        description="Reconstruct private images from the (sketched) gradient a client sends; writes "
-                                   "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png.")
+                                   "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png, "
+                                   "reconstruction.pt.")
     groups = add_arguments(p)
     g = groups["output"]
     g.add_argument("--out", default=None,

@@ -136,7 +136,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("iterations", None, Optional(Number(1, MAX_ITERATIONS, integer=True)), "iterations",
           "optimiser steps (default: from the recipe)"),
     Param("lr", None, Optional(Number(0, low_open=True)), "learning rate",
-          "step size (default: " + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_LR.items()) + ")"),
+          "step size (default: the recipe's own where it sets one, as the ig recipe does for its Adam, config.json's "
+          "derived lr; else " + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_LR.items()) + ")"),
     Param("objective", None, Optional(Choice(names.OBJECTIVES)), "objective",
           "one of {choices}: squared distance L_R or cosine distance (default: from the recipe)"),
     Param("schedule", None, Optional(Choice(names.SCHEDULES)), "step-size schedule",

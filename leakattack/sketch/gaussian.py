@@ -238,10 +238,11 @@ class RowBlockSketch(Sketch):
         return u @ D
 
 
-def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS) -> str | None:
+def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS,
+                      time_limit: float | None = None) -> str | None:
     """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` iterations' apply+adjoint pairs, with
     the :data:`RUN_EVALUATIONS` pairs every run adds, are estimated to take longer than ``limit_s`` seconds (None
-    otherwise): the estimate, and the cheaper choices."""
+    otherwise): the estimate, where the attack's ``time_limit`` (seconds) cuts it, and the cheaper choices."""
     if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype) or evaluations < 1:
         return None
     per = sketch.regeneration_seconds()
@@ -254,7 +255,10 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
             f"{sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
             f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations and "
             f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
-            "verdict); use --sketch srht or countsketch, or a larger --sketch-memory")
+            "verdict)" + (f"; the attack's time limit of {duration_text(time_limit)} stops it after "
+                          + (f"about {int(time_limit / per)} of them" if time_limit >= per else "its first")
+                          if time_limit is not None and time_limit < per * evaluations else "")
+            + "; use --sketch srht or countsketch, or a larger --sketch-memory")
 
 
 class GaussianSketch(RowBlockSketch):

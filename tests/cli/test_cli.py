@@ -24,6 +24,8 @@ def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     assert m["lpips"] is None and m["lpips_note"]
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["run"]["sketch"] == "countsketch" and cfg["derived"]["b"] == m["b"]
+    # every setting the run derived, the noise seed and the time limit (none for dlg's steps) among them
+    assert cfg["derived"]["noise_seed"] == 3 and cfg["derived"]["time_limit"] is None
     assert "torch" in cfg["environment"]
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("PSNR" if m["verdict"] == "rebuilt" else "not rebuilt (") and str(out) in summary

@@ -109,6 +109,12 @@ def test_regeneration_note_names_the_estimate_and_the_cheaper_choices(monkeypatc
     assert regeneration_note(sk, 100, torch.float64) is None  # 50 s: not worth a warning
     assert regeneration_note(get_sketch("gaussian", D, B, 0), 4000, torch.float64) is None  # held: fast
     assert regeneration_note(get_sketch("srht", D, B, 0), 10 ** 6, torch.float64) is None
+    # the attack's time limit cuts the estimate: the note says where
+    assert "time limit of 10 min stops it after about 1200 of them" in regeneration_note(sk, 4000, torch.float64,
+                                                                                         time_limit=600)
+    assert "stops it after its first;" in regeneration_note(sk, 4000, torch.float64,
+                                                                                time_limit=0.2)
+    assert "time limit" not in regeneration_note(sk, 4000, torch.float64, time_limit=10 ** 4)
 
 
 def test_the_runs_other_passes_over_a_regenerated_sketch_fit_the_estimates_allowance(monkeypatch, tmp_path):
