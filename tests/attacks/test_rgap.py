@@ -180,15 +180,20 @@ def test_a_relu_unit_is_active_by_its_own_standard_error_where_one_is_given():
 
 
 @pytest.mark.slow
-def test_a_relu_lenet_read_in_float32_is_rebuilt_as_in_float64():
+def test_a_relu_lenet_read_in_float32_is_rebuilt_or_its_round_off_is_named():
     # photo 1: one conv1 unit at 3.7e-4 sits inside the 5.7e-4 round-off that float32's message leaves in other units;
-    # by the layer-wide margin it was inactive (stalled, 9 dB), by its own standard errors (7.5 of them) it is active
+    # by the layer-wide margin it was inactive (stalled, 9 dB), by its own standard errors (7.5 of them) it is active,
+    # and the photo is rebuilt (float64: 36.0 dB). That round-off comes from the CPU's float32 kernels: on one AVX2
+    # AMD EPYC it left conv1's system inconsistent (relative residual 0.0019) with the same code and packages. Where
+    # it does, the attack must stop and name float32's round-off and --dtype float64, not report a rebuild.
     x, labels = _example("photos", index=1, size=32)
     victim = _lenet(x, act="relu")
     obs = observe(victim, x.float(), labels, Channel(make_sketch("none", victim.d, victim.d)))
     result = get_attack("rgap").reconstruct(obs)
-    assert result.stop_reason == "tolerance", result.message
-    assert _psnr(result, x.float()) > 30  # float64: 36.0 dB
+    if result.stop_reason == "tolerance":
+        assert _psnr(result, x.float()) > 30, result.message
+    else:
+        assert "float32's round-off" in result.message and "--dtype float64" in result.message, result.message
 
 
 @pytest.mark.slow
