@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 from ..config import ConfigError
+from ..config.names import CHECK_DEFAULTS
 from ..errors import SettingWarning
 from ..figures.theory import check_figures
 from ..results import writable_out
@@ -40,8 +41,7 @@ def cmd_check(a) -> int:
         if a.samples is not None and a.samples < 2:
             raise ConfigError(f"--table2 and --embedding need at least 2 samples (a standard error, more than one "
                               f"point per cell), got {a.samples}")
-        ignored = [flag for flag, v, default in (("--model", a.model, "linreg"), ("--sketch", a.sketch, "none"),
-                                                 ("--sketch-ratio", a.sketch_ratio, 0.5)) if v != default]
+        ignored = ["--" + k.replace("_", "-") for k, default in CHECK_DEFAULTS.items() if getattr(a, k) != default]
         if ignored:
             warnings.warn(f"{', '.join(ignored)} change{'s' if len(ignored) == 1 else ''} nothing with --table2 or "
                           "--embedding: their functions and sketches are the paper's own", SettingWarning)
@@ -63,7 +63,7 @@ def cmd_check(a) -> int:
     _check_samples(a.samples)
     if not 0 < a.sketch_ratio <= 1:
         raise ConfigError(f"sketch ratio must lie in (0, 1], got {a.sketch_ratio}")
-    if is_identity(a.sketch) and a.sketch_ratio != 0.5:
+    if is_identity(a.sketch) and a.sketch_ratio != CHECK_DEFAULTS["sketch_ratio"]:
         warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
                       SettingWarning)
     res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet)

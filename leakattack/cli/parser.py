@@ -88,9 +88,11 @@ def _check(sub) -> None:
                        description="Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and "
                                    "GD's linear rate (Song et al., ICML 2023, §7); or --table2 / --embedding. "
                                    "Measurements with stated sample sizes, not proofs.")
-    p.add_argument("--model", default="linreg", help=f"one of {', '.join(names.CHECK_TARGETS)} (default: %(default)s)")
-    p.add_argument("--sketch", default="none", help="sketch kind (default: %(default)s)")
-    p.add_argument("--sketch-ratio", type=float, default=0.5, help="b/d in (0, 1] (default: %(default)s)")
+    p.add_argument("--model", default=names.CHECK_DEFAULTS["model"],
+                   help=f"one of {', '.join(names.CHECK_TARGETS)} (default: %(default)s)")
+    p.add_argument("--sketch", default=names.CHECK_DEFAULTS["sketch"], help="sketch kind (default: %(default)s)")
+    p.add_argument("--sketch-ratio", type=float, default=names.CHECK_DEFAULTS["sketch_ratio"],
+                   help="b/d in (0, 1] (default: %(default)s)")
     p.add_argument("--samples", type=int, default=None,
                    help="sampled points (default per model: "
                    + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_SAMPLES.items())

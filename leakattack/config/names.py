@@ -89,6 +89,8 @@ SERVER_OPTS = ("adam", "amsgrad", "sgd", "sgdm")
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits", "data_root": None,
                   "test_fraction": 0.2}
 CHECK_TARGETS = ("linreg", "logreg", "mlp", "lenet")
+#: `leakattack check`'s defaults of the target and sketch (its tables read none of them)
+CHECK_DEFAULTS = {"model": "linreg", "sketch": "none", "sketch_ratio": 0.5}
 DEFAULT_SAMPLES = {"linreg": 200, "logreg": 100, "mlp": 48, "lenet": 24}
 
 #: each copied constant -> the original it copies

@@ -81,8 +81,9 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
     lpips = bool(plan.settings.get("lpips", False))
-    if lpips and todo and lpips_missing():
-        warnings.warn(f"lpips = true: {lpips_missing()}; the points record LPIPS as n/a")
+    missing = lpips_missing() if lpips and todo else ""
+    if missing:
+        warnings.warn(f"lpips = true: {missing}; the points record LPIPS as n/a")
     bar = progress_bar(len(plan.points), "sweep", "pt", progress, initial=len(plan.points) - len(todo))
     fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     (out / "points").mkdir(exist_ok=True)
