@@ -12,9 +12,6 @@ client's and the attacker's passes should compute the same function.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,7 +21,7 @@ from torch.nn.grad import conv2d_weight
 
 from leakattack.errors import UserError
 
-from .victim import Victim
+from .victim import Victim, kept_buffers
 
 
 def num_params(victim: Victim) -> int:
@@ -56,19 +53,6 @@ def unflatten(victim: Victim, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     """Split a flat vector into a name -> tensor dict shaped like the parameters."""
     shapes = dict(victim.model.named_parameters())
     return {n: flat[s].view_as(shapes[n]) for n, s in param_slices(victim).items()}
-
-
-@contextlib.contextmanager
-def kept_buffers(model: nn.Module) -> Iterator[None]:
-    """Within the block the model may run forward as it likes: every buffer (a BatchNorm's running statistics in
-    train mode) is restored afterwards."""
-    saved = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for b, v in saved:
-                b.copy_(v)
 
 
 def probe(victim: Victim, x: torch.Tensor, modules, record, *, graph: bool = False) -> torch.Tensor:

@@ -20,10 +20,11 @@ as loaded.  In ``bn_mode="eval"`` the running statistics normalise.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +143,43 @@ def last_linear(model: nn.Module) -> nn.Linear | None:
     return heads[-1] if heads else None
 
 
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
+    """What is wrong with a model's output for a batch of ``batch`` (the rest of a sentence naming the model), or
+    None: the loss and its gradient need a real floating-point tensor, (batch, num_classes) class scores for a
+    classifier, one row per example for a regression."""
+    if not isinstance(out, torch.Tensor):
+        want = f"a tensor of ({batch}, {num_classes}) class scores" if task == "classification" else "a tensor"
+        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}"
+    if not out.is_floating_point():  # integers and booleans have no gradient; complex scores have no cross-entropy
+        return (f"returns {str(out.dtype).replace('torch.', '')} outputs for a batch of {batch}; the loss and its "
+                "gradient need real floating-point outputs (return them before any rounding or argmax)")
+    shape = tuple(out.shape)
+    if task == "classification" and shape != (batch, num_classes):
+        return f"returns {shape} for a batch of {batch}, not the ({batch}, {num_classes}) class scores"
+    if task == "regression" and (not shape or shape[0] != batch):
+        return f"returns {shape} for a batch of {batch}, not one output per example (a leading dimension of {batch})"
+    return None
+
+
+
+@contextlib.contextmanager
+def kept_buffers(model: nn.Module) -> Iterator[None]:
+    """Within the block the model may run forward as it likes: every buffer (a BatchNorm's running statistics in
+    train mode) is restored afterwards."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+
+
 @dataclass(eq=False)
 class Victim:
     """A model at weights w with its loss F, task, classifier head, input shape and BatchNorm mode."""
@@ -179,8 +217,27 @@ class Victim:
             if head is not None and head.out_features != num_classes:  # the head found is not the classifier asked
                 raise UserError(f"the module's last linear layer has {head.out_features} outputs, and num_classes is "
                                 f"{num_classes}: give the number of classes it scores, or its classifier as head=")
-        return cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
-                   head=head, bn_mode=bn_mode, name=name)
+        victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
+                     head=head, bn_mode=bn_mode, name=name)
+        victim.check_output()
+        return victim
+
+    def check_output(self) -> None:
+        """One forward pass of a batch of 2 zeros (buffers restored): a module that cannot take ``input_shape``, or
+        answers with other than (2, num_classes) real scores (one row per example for a regression), is refused in
+        one sentence naming the model, here rather than at the first attack."""
+        p = next(iter(self.model.parameters()), None)
+        x = torch.zeros(2, *self.input_shape, dtype=p.dtype if p is not None else torch.get_default_dtype(),
+                        device=p.device if p is not None else None)
+        try:
+            with kept_buffers(self.model), torch.no_grad():
+                out = self.model(x)
+        except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
+            raise UserError(f"model '{self.name}' fails on a batch of shape {tuple(x.shape)} ({first_line(err)})") \
+                from None
+        problem = output_problem(out, self.task, self.num_classes, 2)
+        if problem:
+            raise UserError(f"model '{self.name}' {problem}")
 
     # -- capabilities --------------------------------------------------------
     @property
@@ -262,4 +319,4 @@ class Victim:
 
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
            "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
-           "batch_moments", "uses_batch_statistics", "last_linear"]
+           "batch_moments", "uses_batch_statistics", "last_linear", "first_line", "output_problem", "kept_buffers"]

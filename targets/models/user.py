@@ -25,22 +25,16 @@ import inspect
 import sys
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from leakattack.errors import UserError
 
-from ..victim import TASKS, Victim, cross_entropy, last_linear, squared_error
+from ..victim import TASKS, Victim, cross_entropy, first_line, last_linear, output_problem, squared_error
 
 
 def is_user_spec(name: str) -> bool:
     """Whether ``name`` names a class (``file.py:Name`` or ``module:Name``) rather than a registered model."""
     return isinstance(name, str) and ":" in name
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
 def _import_file(path: Path):
@@ -176,41 +170,14 @@ def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None:
 
 
 def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int, bn_mode: str) -> Victim:
-    """Wrap the built module: its loss, task and head from the class attributes, checked on one small batch."""
+    """Wrap the built module: its loss, task and head from the class attributes (``Victim.from_module`` checks
+    it on one small batch)."""
     if not any(p.requires_grad for p in module.parameters()):
         raise UserError(f"model '{spec}' has no trainable parameters: its clients send no gradient to attack")
     task = user_task(type(module))
     victim = Victim.from_module(module, input_shape=in_shape, num_classes=num_classes, loss=_loss(spec, module, task),
                                 task=task, head=_head(spec, module, task), bn_mode=bn_mode, name=spec)
-    dtype = next((p.dtype for p in module.parameters()), torch.get_default_dtype())
-    probe = torch.zeros(2, *victim.input_shape, dtype=dtype)
-    try:
-        with torch.no_grad():
-            out = victim.model(probe)
-    except Exception as err:
-        raise UserError(f"model '{spec}' fails on a batch of shape {tuple(probe.shape)} ({first_line(err)})") from None
-    problem = output_problem(out, task, num_classes, 2)
-    if problem:
-        raise UserError(f"model '{spec}' {problem}")
     return victim
-
-
-def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
-    """What is wrong with a model's output for a batch of ``batch`` (the rest of a sentence naming the model), or
-    None: the loss and its gradient need a real floating-point tensor, (batch, num_classes) class scores for a
-    classifier, one row per example for a regression."""
-    if not isinstance(out, torch.Tensor):
-        want = f"a tensor of ({batch}, {num_classes}) class scores" if task == "classification" else "a tensor"
-        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}"
-    if not out.is_floating_point():  # integers and booleans have no gradient; complex scores have no cross-entropy
-        return (f"returns {str(out.dtype).replace('torch.', '')} outputs for a batch of {batch}; the loss and its "
-                "gradient need real floating-point outputs (return them before any rounding or argmax)")
-    shape = tuple(out.shape)
-    if task == "classification" and shape != (batch, num_classes):
-        return f"returns {shape} for a batch of {batch}, not the ({batch}, {num_classes}) class scores"
-    if task == "regression" and (not shape or shape[0] != batch):
-        return f"returns {shape} for a batch of {batch}, not one output per example (a leading dimension of {batch})"
-    return None
 
 
 __all__ = ["is_user_spec", "not_built", "first_line",

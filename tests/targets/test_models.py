@@ -102,7 +102,28 @@ def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_last_linear_
 
     with pytest.raises(UserError, match="last linear layer has 3 outputs, and num_classes is 5"):
         targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5)
-    assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5, head=None).head is None
+    assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=None).head is None
+    with pytest.raises(UserError, match=r"returns \(2, 3\) for a batch of 2, not the \(2, 5\) class scores"):
+        targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5, head=None)
+
+
+def test_a_module_that_cannot_take_its_input_shape_is_refused_when_wrapped():
+    """Victim.from_module runs the module once on a batch of 2 zeros: a wrong input shape or output is one sentence
+    there, not a shape error from inside the first attack; the probe leaves BatchNorm's running statistics alone."""
+    from leakattack.errors import UserError
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 10))
+    with pytest.raises(UserError, match=r"model 'mine' fails on a batch of shape \(2, 3, 32, 32\) \(RuntimeError: "):
+        targets.Victim.from_module(net, input_shape=(3, 32, 32), num_classes=10, name="mine")
+    flat = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 10), nn.Flatten(0))
+    with pytest.raises(UserError, match=r"returns \(20,\) for a batch of 2, not the \(2, 10\) class scores"):
+        targets.Victim.from_module(flat, input_shape=(3, 4, 4), num_classes=10)
+    bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 2 * 2, 10))
+    with torch.no_grad():
+        bn[1].running_mean.fill_(0.25)
+    for mode in ("train", "eval"):
+        targets.Victim.from_module(bn, input_shape=(3, 4, 4), num_classes=10, bn_mode=mode)
+        assert torch.equal(bn[1].running_mean, torch.full((4,), 0.25)) and int(bn[1].num_batches_tracked) == 0
 
 
 def test_model_parameters_are_checked_and_passed_to_the_builder():
