@@ -29,7 +29,7 @@ from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .errors import SettingWarning, UserError
 from .figures import convergence_figure, reconstruction_figure
@@ -152,6 +152,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.sketch_ratio != RunConfig.sketch_ratio):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)
+    if case.x is not None and case.x.ndim == 4 and min(case.x.shape[-2:]) < metrics.SSIM_WIN:
+        raise ConfigError(f"the attacked images are {case.x.shape[-2]}x{case.x.shape[-1]} pixels, and a run scores "
+                          f"images of at least {metrics.SSIM_WIN}x{metrics.SSIM_WIN} (SSIM's window)")
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
@@ -172,6 +175,9 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
             x = x[metrics.match(x, case.x)]
         return {"psnr": float(metrics.psnr(x, case.x).mean())}
 
+    # the data set's mean image, a baseline, read before the attack: an unreadable image among those it averages
+    # is then one sentence before the attack's minutes, not after them
+    mean = None if case.x is None else metrics.mean_image(case.dataset, case.x)
     with stop_on_interrupt() if interruptible else contextlib.nullcontext():
         result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
                                       monitor_every=cfg.trace_every, progress=progress)
@@ -181,7 +187,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         labels_hat=result.labels if classifier else None, labels=case.labels if classifier else None,
         with_lpips=with_lpips, device=p.device,
     )
-    judged = judgement(p, result, scores, with_lpips)
+    judged = judgement(p, result, scores, with_lpips, mean)
     found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"]})
     message = found.pop("message", result.message)  # the attack's message, or what uniqueness says of the match
     wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
@@ -218,13 +224,15 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     return Outcome(p, result, m, trace)
 
 
-def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool) -> dict:
+def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
+              mean: tuple[torch.Tensor, str] | None = None) -> dict:
     """Whether the attack attacked anything, the baselines' scores and the verdict (:func:`metrics.judge`).
 
     The baselines need no message: the attack's start (``result.x0``, the
     dummy data of the kept restart; a closed-form attack has no data-free
     start) and the data set's mean image (:func:`metrics.mean_image`), scored
-    against the truth like the reconstruction.  Without a truth: no verdict.
+    against the truth like the reconstruction (``mean``: it and its description, if already read).  Without a
+    truth: no verdict.
     """
     case, closed_form = p.case, p.attack.closed_form
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
@@ -236,9 +244,9 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool)
     def scored(images):
         return metrics.score(images.clamp(0, 1), case.x, with_lpips=with_lpips, device=p.device)
 
-    mean, what = metrics.mean_image(case.dataset, case.x)
+    mean_x, what = mean if mean is not None else metrics.mean_image(case.dataset, case.x)
     start = None if closed_form else scored(result.x0.detach().to(case.x))
-    return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean)}), "baseline_mean_image": what}
+    return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean_x)}), "baseline_mean_image": what}
 
 
 def objective_at(p: Prepared, result: AttackResult) -> dict | None:

@@ -26,7 +26,7 @@ ATTACK_DEST = "attack_param_"
 def parse_pair(text: str) -> tuple[str, object]:
     """NAME=VALUE with VALUE read as JSON when it parses (numbers, booleans), else as text."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"sketch parameter '{text}' must look like NAME=VALUE")
+        raise argparse.ArgumentTypeError(f"'{text}' must look like NAME=VALUE")
     key, val = text.split("=", 1)
     try:
         return key, json.loads(val)

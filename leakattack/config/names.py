@@ -92,6 +92,8 @@ CHECK_TARGETS = ("linreg", "logreg", "mlp", "lenet")
 #: `leakattack check`'s defaults of the target and sketch (its tables read none of them)
 CHECK_DEFAULTS = {"model": "linreg", "sketch": "none", "sketch_ratio": 0.5}
 DEFAULT_SAMPLES = {"linreg": 200, "logreg": 100, "mlp": 48, "lenet": 24}
+#: the smallest image side every run can score: SSIM's Gaussian window is this wide
+SSIM_WIN = 11
 
 #: each copied constant -> the original it copies
 SOURCES = {
@@ -106,6 +108,7 @@ SOURCES = {
     "SECOND_MOMENTS": "targets.protocols:SECOND_MOMENTS", "SERVER_OPTS": "targets.protocols:SERVER_OPTS",
     "MODEL_DEFAULTS": "leakattack.training:MODEL_DEFAULTS", "CHECK_TARGETS": "leakattack.theory:CHECK_TARGETS",
     "DEFAULT_SAMPLES": "leakattack.theory:DEFAULT_SAMPLES", "BATCH_DRAWS": "leakattack.data:BATCH_DRAWS",
+    "SSIM_WIN": "leakattack.metrics:SSIM_WIN",
 }
 
 __all__ = ["Listed", "live", "checked_by", "SOURCES", "MODELS", "SKETCHES", "DATASETS", "ATTACKS", "RECIPES",

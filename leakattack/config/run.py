@@ -169,7 +169,10 @@ class RunConfig:
         """Checks that need d, the gradient length of the built model."""
         b = self.sketch_b(d)
         if not is_identity(self.sketch) and not 1 <= b <= d:
-            raise ConfigError(f"sketch dimension b = {b} must lie in [1, d] with d = {d} for model '{self.model}'")
+            how = "" if self.sketch_dim is not None else f" (the sketch ratio {self.sketch_ratio:g} times d)"
+            least = "" if self.sketch_dim is not None else f": the ratio must be at least 1/d = {1 / d:.3g}"
+            raise ConfigError(f"sketch dimension b = {b}{how} must lie in [1, d] with d = {d} for model "
+                              f"'{self.model}'{least}")
         try:
             check_sketch_params(self.sketch, self.sketch_params, b)
         except UserError as err:

@@ -37,7 +37,7 @@ from ..rebuilt import (
 )
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
-from .image import PSNR_MSE_FLOOR, mse, psnr, ssim
+from .image import PSNR_MSE_FLOOR, SSIM_WIN, mse, psnr, ssim
 from .lpips import (
     ALEXNET_WEIGHTS_FILE,
     LPIPS_MIN_SIDE,
@@ -100,7 +100,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     return out
 
 
-__all__ = ["MetricsError", "PSNR_MSE_FLOOR", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
+__all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
            "match", "label_accuracy", "label_overlap", "score",
            "verdict", "judge", "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",

@@ -416,6 +416,6 @@ def test_pruning_under_a_time_limit_counts_the_budget_in_seconds():
     # far more iterations than the time allows: the cuts come from the elapsed share of the time limit
     obs, _ = _obs(_lenet())
     attack = GradientMatching(optimizer="adam", lr=0.05, iterations=10 ** 7, restarts=4, labels="given", tol=0,
-                              stall_window=0, time_limit=1.0, prune_restarts=True)
+                              stall_window=0, time_limit=3.0, prune_restarts=True)
     result = attack.reconstruct(obs)
     assert result.restart_stops.count("pruned") == 3 and result.stop_reason == "time-limit"
