@@ -318,3 +318,26 @@ def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
     assert cli.main(["run", "--protocol", "fedavg", "--sketch", "gaussian", "--iterations", "2", "--quiet",
                      "--no-lpips", "--out", str(tmp_path / "r")]) == 0
     assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
+
+
+def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_attack(tmp_path, capsys, monkeypatch):
+    """The data set's mean image, a baseline, averages images other than the attacked one: a broken one among them
+    is one sentence before the attack runs, not after its minutes, and nothing is written."""
+    from PIL import Image
+
+    from leakattack.attacks import GradientMatching
+
+    root = tmp_path / "imgs"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        Image.new("RGB", (20, 20), (40, 90, 200)).save(root / cls / "good.png")
+    (root / "b" / "zz_bad.png").write_bytes(b"\x89PNG\r\n\x1a\n but cut off")
+
+    def attacked(*args, **kwargs):
+        raise AssertionError("the attack ran before the baseline's images were read")
+
+    monkeypatch.setattr(GradientMatching, "reconstruct", attacked)
+    argv = ["run", "--dataset", "imagefolder", "--data-root", str(root), "--image-size", "16", "--iterations", "2",
+            "--quiet", "--no-lpips", "--out", str(tmp_path / "run")]
+    _refused(argv, "zz_bad.png is not readable", tmp_path, capsys)
+

@@ -276,3 +276,22 @@ def test_truth_without_a_message_is_one_sentence(tmp_path, capsys):
     rc, _, err = _run(["--model", "lenet", "--truth", str(tmp_path / "x.pt"), "--out", str(tmp_path / "r")], capsys)
     assert rc == 2 and len(err) == 1 and "--truth scores the attack of a message file" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_message_of_images_smaller_than_ssims_window_is_refused_before_the_attack(tmp_path):
+    """A run scores its reconstruction by SSIM, whose window is 11x11: 8x8 images with --truth are one sentence before
+    the attack (--image-size starts at 11 for the same reason)."""
+    shape = (1, 8, 8)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    x, labels = torch.rand(1, *shape, generator=torch.Generator().manual_seed(0)), torch.tensor([3])
+    flat = torch.cat([g.reshape(-1) for g in torch.autograd.grad(F.cross_entropy(net(x), labels),
+                                                                 list(net.parameters()))])
+    write_message(tmp_path / "m.pt", flat, kind="gradient", batch_size=1, input_shape=shape, num_classes=10)
+    torch.save({"images": x, "labels": labels}, tmp_path / "x.pt")
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    (tmp_path / "net.py").write_text("from torch import nn\n\n\nclass Net(nn.Sequential):\n    def __init__(self):\n"
+                                     "        super().__init__(nn.Flatten(), nn.Linear(64, 10))\n")
+    with pytest.raises(UserError, match=r"the attacked images are 8x8 pixels, and a run scores images of at least "
+                                        r"11x11 \(SSIM's window\)"):
+        prepare(RunConfig(model=f"{tmp_path / 'net.py'}:Net", weights=str(tmp_path / "w.pt"),
+                          message=str(tmp_path / "m.pt"), truth=str(tmp_path / "x.pt"), iterations=1))
