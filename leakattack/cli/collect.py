@@ -31,6 +31,10 @@ def row_of(folder: Path) -> dict:
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"'{folder}' holds a metrics.json or config.json that is not JSON") from None
+    for name, data in (("metrics.json", stored), ("config.json", config)):
+        if not isinstance(data, dict):
+            raise UserError(f"'{folder / name}' holds a JSON {type(data).__name__}, not the object leakattack writes "
+                            "there")
     metrics = RunMetrics.from_dict(stored).to_dict()
     run = config.get("run", {})
     row = {"run": str(folder), "model": run.get("model"), "attack": run.get("attack"),

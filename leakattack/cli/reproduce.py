@@ -97,14 +97,14 @@ def _finish(what: str, argv: list[str], before) -> bool:
 
 def cmd_reproduce(a) -> int:
     table = steps()
-    if a.list:
-        for name, items in table.items():
-            print(f"{name}: {len(items)} command(s)")
-        return 0
     names = a.names or list(table)
     for n in names:
         if n not in table:
             raise ConfigError(f"unknown reproduce step '{n}'; choose one of: {', '.join(table)}")
+    if a.list:  # the steps named, or all
+        for name in names:
+            print(f"{name}: {len(table[name])} command(s)")
+        return 0
     if not a.dry_run and (not Path("examples").is_dir() or not Path("results").is_dir()):  # printing needs neither
         raise ConfigError("run `leakattack reproduce` from the repository root (it needs examples/ and results/)")
     failed = False

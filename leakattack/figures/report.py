@@ -671,11 +671,14 @@ def _kv(rows) -> str:
     return '<table class="kv">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
-def _read(path: Path):
+def _read(path: Path) -> dict:
     try:
-        return read_json(path)
+        data = read_json(path)
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"'{path}' is not JSON") from None
+    if not isinstance(data, dict):
+        raise UserError(f"'{path}' holds a JSON {type(data).__name__}, not the object leakattack writes there")
+    return data
 
 
 def _name(folder: Path) -> str:

@@ -80,3 +80,15 @@ def test_version_flag_prints_the_version(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"leakattack {__version__}"
+
+
+def test_a_metrics_or_config_file_that_is_json_but_no_object_is_one_sentence(tmp_path, capsys):
+    for name in ("metrics.json", "config.json"):
+        run = tmp_path / name.split(".")[0]
+        run.mkdir()
+        (run / "metrics.json").write_text("{}")
+        (run / name).write_text("[1, 2]")
+        assert cli.main(["collect", str(run), "--out", str(tmp_path / "t.csv")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{name}' holds a JSON list, not the object" in err[0], err
+    assert not (tmp_path / "t.csv").exists()

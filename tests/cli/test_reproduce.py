@@ -20,6 +20,10 @@ def test_list_names_every_step(monkeypatch, capsys):
     out = capsys.readouterr().out
     for name in ("reference", "sweeps", "theory", "protocols"):
         assert out.count(name + ":") == 1
+    assert cli.main(["reproduce", "--list", "theory"]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [ln for ln in out.splitlines() if ln.startswith("theory:")]
+    assert cli.main(["reproduce", "--list", "nosuch"]) == 2
+    assert "unknown reproduce step 'nosuch'" in capsys.readouterr().err
 
 
 def test_dry_run_prints_commands_that_point_at_committed_inputs(monkeypatch, capsys):

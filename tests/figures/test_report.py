@@ -231,6 +231,9 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys):
     broken = _with_metrics(tmp_path, "broken")
     (broken / "config.json").write_text("{not json")
     assert "is not JSON" in _fails(capsys, ["report", str(broken), "--out", str(out)])
+    for text, kind in (("[1, 2]", "list"), ('"x"', "str")):
+        (broken / "config.json").write_text(text)
+        assert f"holds a JSON {kind}, not the object" in _fails(capsys, ["report", str(broken), "--out", str(out)])
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["broken", "file.txt"]
 
 
