@@ -395,6 +395,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
                     "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "noise_seed": seeds.noise_seed,
                     "lr": seeds.lr, "time_limit": seeds.time_limit,
                     **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
+                    # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
+                    "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,
                     "dataset": case.dataset.name, "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},
         "environment": environment(p.device),

@@ -13,6 +13,14 @@ METRIC_KEYS = {"mse", "psnr", "ssim", "lpips", "lpips_note", "label_acc", "final
                "b"}
 
 
+def test_config_records_the_prior_weights_and_batchnorm_mode_the_run_used(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "resnet20", "--prior", "bn:1e-4", "--prior", "bn", "--iterations", "1",
+                     "--out", str(out), "--quiet", "--no-lpips", "--threads", "1"]) == 0
+    derived = json.loads((out / "config.json").read_text())["derived"]
+    assert derived["priors"] == {"bn": 0.01} and derived["bn_mode"] == "eval"  # --bn auto: eval for one image
+
+
 def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
     rc = cli.main(["run", "--model", "lenet", "--sketch", "countsketch", "--dataset", "digits",
@@ -26,6 +34,7 @@ def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     assert cfg["run"]["sketch"] == "countsketch" and cfg["derived"]["b"] == m["b"]
     # every setting the run derived, the noise seed and the time limit (none for dlg's steps) among them
     assert cfg["derived"]["noise_seed"] == 3 and cfg["derived"]["time_limit"] is None
+    assert cfg["derived"]["priors"] == {} and cfg["derived"]["bn_mode"] is None  # lenet has no BatchNorm
     assert "torch" in cfg["environment"]
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("PSNR" if m["verdict"] == "rebuilt" else "not rebuilt (") and str(out) in summary
