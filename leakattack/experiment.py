@@ -31,6 +31,7 @@ from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
+from .data import reads_root
 from .errors import SettingWarning, UserError
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
@@ -145,6 +146,16 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     last = dict(named)  # the last weight of each name, the one used
     for name in (n for n, count in Counter(n for n, _ in named).items() if count > 1):
         warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last[name]:g}, is used",
+                      SettingWarning, stacklevel=2)
+    dataset = cfg.dataset or "photos"
+    if cfg.data_root is not None and not cfg.message and not reads_root(dataset):
+        warnings.warn(f"--data-root is not read: the embedded data set {dataset} reads no files", SettingWarning,
+                      stacklevel=2)
+    if cfg.bn != "auto" and not case.victim.has_batchnorm:
+        warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
+                      stacklevel=2)
+    if cfg.bn_stats != "running" and "bn" not in cfg.other_priors():
+        warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
     if cfg.message and cfg.dataset:
         warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "

@@ -98,8 +98,15 @@ def input_shape(name: str, image_size: int | None = None) -> tuple | None:
     return (channels, side, side)
 
 
+def reads_root(name: str) -> bool:
+    """Whether data set ``name`` reads files under a root folder (``--data-root``); the embedded sets read none."""
+    key = str(name).lower()
+    return key in _REGISTRY and not _REGISTRY.meta(key)["offline"]
+
+
 #: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
 load_dataset = get_dataset
 
 __all__ = ["BATCH_DRAWS", "DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "batch_positions", "get_batch",
-           "get_dataset", "input_shape", "list_datasets", "load_dataset", "register_dataset", "train_test_split"]
+           "get_dataset", "input_shape", "list_datasets", "load_dataset", "reads_root", "register_dataset",
+           "train_test_split"]

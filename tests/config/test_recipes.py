@@ -152,6 +152,26 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
         prepare(RunConfig(model="lenet", prune_restarts=True, device="cpu"))
 
 
+@pytest.mark.parametrize("settings,said", [
+    (dict(data_root="/tmp"), "--data-root is not read: the embedded data set photos reads no files"),
+    (dict(bn="train"), "--bn train changes nothing: model 'lenet' has no BatchNorm"),
+    (dict(model="resnet20", bn_stats="client"), "--bn-stats client changes nothing without --prior bn"),
+])
+def test_settings_the_run_does_not_read_are_warned_of(settings, said):
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import prepare
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prepare(RunConfig(**{"model": "lenet", "device": "cpu", "iterations": 1, **settings}))
+    assert [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and said in str(w.message)]
+    with warnings.catch_warnings():  # the same settings where they are read: no warning
+        warnings.simplefilter("error", SettingWarning)
+        prepare(RunConfig(model="resnet20", device="cpu", iterations=1, bn="train", bn_stats="client", priors=["bn"]))
+
+
 def test_a_ratio_given_to_the_identity_sketch_or_a_prior_given_twice_warns():
     import warnings
 
