@@ -272,9 +272,10 @@ def _least_tv(A: torch.Tensor, r: torch.Tensor, shape: tuple,
     equations hold to round-off."""
     from scipy.optimize import minimize  # only for a family to choose from
 
-    a0, rank, residual = _solve(A, r)  # gelsd tells the rank faster than the explicit SVD below
-    if rank == A.shape[1]:  # full rank: no family
-        return a0, rank, residual, 0
+    if A.shape[0] >= A.shape[1]:  # fewer rows than unknowns leave a family for certain: straight to the SVD
+        a0, rank, residual = _solve(A, r)  # gelsd tells the rank faster than the explicit SVD below
+        if rank == A.shape[1]:  # full rank: no family
+            return a0, rank, residual, 0
     a0, rank, V = _svd_solve(A, r)  # the null space needs the right singular vectors, which gelsd does not return
     N = torch.linalg.qr(V.T, mode="complete").Q[:, rank:]  # the complement of the kept right singular vectors
     if not N.shape[1]:  # the SVD found the rank full where gelsd did not
