@@ -154,7 +154,8 @@ def _sweep(sub) -> None:
                    "results/runs/sweep-<name>-<timestamp>/, ignored by git)")
     p.add_argument("--jobs", type=int, default=None,
                    help="parallel worker processes, one thread each (default: [sweep] jobs, else 1); with --backend "
-                   "slurm, the most jobs running at once (default: [sweep] jobs, else no cap)")
+                   "slurm, the most jobs queued or running at once, retries included (default: [sweep] jobs, else the "
+                   "cluster's MaxArraySize)")
     p.add_argument("--backend", choices=names.SWEEP_BACKENDS.shown, default="local",
                    help="where the points run: local worker processes, or job arrays on a SLURM cluster "
                    "(default: local)")

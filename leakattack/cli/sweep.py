@@ -9,6 +9,7 @@ Giving the same ``--out`` again resumes a sweep.
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..results import writable_out
 from ..results.runs import unused_path
-from ..sweep import check_name, load_plan, run_sweep
+from ..sweep import SweepInterrupted, check_name, load_plan, run_sweep
 from .figures import figures_said
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
@@ -36,33 +37,71 @@ def default_sweep_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
 def _backend_options(a) -> dict:
     given = {flag: getattr(a, kw) for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None}
     if a.backend != "slurm" and given:
-        raise UserError(f"{next(iter(given))} is an option of the slurm backend, not of '{a.backend}': add "
-                        "--backend slurm, or leave it out")
+        flags = list(given)
+        named = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
+        raise UserError(f"{named} {'is an option' if len(flags) == 1 else 'are options'} of the slurm backend, not "
+                        f"of '{a.backend}': add --backend slurm, or leave {'it' if len(flags) == 1 else 'them'} out")
     return {SLURM_OPTIONS[flag]: v for flag, v in given.items()}
 
 
+def resume_command(a, out: Path) -> str:
+    """The command that resumes this sweep into ``out``: the options the user gave, shell-quoted."""
+    words = ["leakattack", "sweep", str(a.config), "--out", str(out)]
+    if a.backend != "local":
+        words += ["--backend", a.backend]
+    if a.jobs is not None:
+        words += ["--jobs", str(a.jobs)]
+    words += [w for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None
+              for w in (flag, f"{getattr(a, kw):g}" if isinstance(getattr(a, kw), float) else str(getattr(a, kw)))]
+    if a.quiet:
+        words.append("--quiet")
+    return shlex.join(words)
+
+
+def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
+    """What an interrupted sweep kept and dropped (``planned``: the interrupt came after the plan was read)."""
+    started = getattr(err, "started", None)
+    if not planned or started is False:
+        return "leakattack: interrupted before any point started; no result was written"
+    line = "leakattack: interrupted; finished results are kept"
+    n = getattr(err, "unfinished", 0) if isinstance(err, SweepInterrupted) else 0
+    if n == 1:
+        line += ", the unfinished point was not written"
+    elif n > 1:
+        line += f", the {n} unfinished points were not written"
+    if n and getattr(err, "cancelled", False):
+        line += f" ({'its job was' if n == 1 else 'their jobs were'} cancelled)"
+    return line
+
+
 def cmd_sweep(a) -> int:
-    options = _backend_options(a)
-    plan = load_plan(a.config)
-    jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
-    if jobs is not None and jobs < 1:
-        raise UserError(f"--jobs must be at least 1, got {jobs}")
-    out = writable_out(a.out if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
-    if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
-        raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be read "
-                        "as that run; name a new folder or an earlier sweep's")
-    t0 = time.perf_counter()
+    planned, out = False, None
     try:
+        options = _backend_options(a)
+        plan = load_plan(a.config)
+        planned = True
+        jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
+        if jobs is not None and jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {jobs}")
+        out = writable_out(a.out if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
+        if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
+            raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be "
+                            "read as that run; name a new folder or an earlier sweep's")
+        t0 = time.perf_counter()
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
-    except KeyboardInterrupt:
-        if out.is_dir():
-            print(f"leakattack: resume with: leakattack sweep {a.config} --out {out}", file=sys.stderr)
-        raise
+    except KeyboardInterrupt as err:
+        print(interrupted_line(err, planned), file=sys.stderr)
+        if out is not None and out.is_dir():
+            print(f"leakattack: resume with: {resume_command(a, out)}", file=sys.stderr)
+        return 130
     best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []
-    if res.get("skipped"):
-        extra.insert(0, f"{res['skipped']} already finished in {out} (skipped), {res['ran']} run now")
+    if res.get("skipped") or res.get("reattached"):
+        parts = [f"{res['skipped']} already finished in {out} (skipped)"] if res.get("skipped") else []
+        if res.get("reattached"):
+            parts.append(f"{res['reattached']} re-attached (submitted by an earlier run)")
+        extra.insert(0, ", ".join([*parts, f"{res['ran']} run now"]))
     print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra, f"{len(res['rows'])} settings",
                       f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
                       figures_said(res, out), *res.get("notes", [])]))

@@ -14,12 +14,12 @@ from ..results import load_records, read_results, summarize
 from .backends import Backend, get_backend, list_backends
 from .lock import FolderLock, SweepLocked
 from .plan import MAX_POINTS, SWEEP_KEYS, Plan, check_name, check_runnable, effective_params, load_plan, point_key
-from .runner import finalize, run_point, run_sweep
+from .runner import SweepInterrupted, finalize, run_point, run_sweep
 
 __all__ = [
     "Plan", "load_plan", "point_key", "effective_params", "check_name", "check_runnable", "SWEEP_KEYS", "MAX_POINTS",
     "FolderLock", "SweepLocked",
     "Backend", "get_backend", "list_backends",
-    "run_point", "run_sweep", "finalize",
+    "run_point", "run_sweep", "finalize", "SweepInterrupted",
     "read_results", "load_records", "summarize",
 ]

@@ -13,6 +13,10 @@ slurm backend: as pickled files it reads), so it stays the one writer there too.
 
 Only one sweep runs in a folder at a time: it holds ``DIR/sweep.lock``
 (:mod:`.lock`), and a second sweep on the same folder is refused.
+
+Interrupted (Ctrl-C, SIGTERM), :func:`run_sweep` raises :class:`SweepInterrupted`,
+a ``KeyboardInterrupt`` that says whether any point had started and how many
+unfinished ones were stopped, for the command line's closing line.
 """
 
 from __future__ import annotations
@@ -26,12 +30,23 @@ import torch
 
 from .. import experiment, figures
 from ..config import RunConfig
+from ..errors import SettingWarning
 from ..metrics import lpips_missing
 from ..progress import progress_bar
 from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
-from .backends import get_backend
+from .backends import SlurmBackend, get_backend
+from .backends.slurm import listed_jobs
 from .lock import FolderLock
 from .plan import Plan, point_key
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a sweep: ``started``, whether any point had started; ``unfinished``, how many
+    points were started and not written; ``cancelled``, whether those were cluster jobs that were cancelled."""
+
+    def __init__(self, started: bool = False, unfinished: int = 0, cancelled: bool = False):
+        super().__init__()
+        self.started, self.unfinished, self.cancelled = started, unfinished, cancelled
 
 
 def run_point(params: dict, with_lpips: bool = False):
@@ -67,8 +82,16 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
     in ``out`` makes this one stop before writing anything (UserError).
     """
     # an unknown name, a bad option or a scheduler that does not answer is refused before anything is written
-    workers = get_backend(backend, jobs=jobs, **(options or {}))
+    try:
+        workers = get_backend(backend, jobs=jobs, **(options or {}))
+    except KeyboardInterrupt:
+        raise SweepInterrupted() from None
     out = Path(out)
+    listed = 0 if isinstance(workers, SlurmBackend) else listed_jobs(out)
+    if listed:
+        warnings.warn(f"{out / 'slurm' / 'jobs.json'} lists {listed} SLURM job{'s' if listed != 1 else ''} of an "
+                      f"earlier --backend slurm run: the {backend} backend neither reads their results nor cancels "
+                      "them; resume with --backend slurm, or cancel them with scancel", SettingWarning, stacklevel=2)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
         workers.use_folder(out)
@@ -87,20 +110,29 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     bar = progress_bar(len(plan.points), "sweep", "pt", progress, initial=len(plan.points) - len(todo))
     fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     (out / "points").mkdir(exist_ok=True)
+    started, written = False, 0
     try:
         with workers:  # leaving on an exception cancels the jobs still running; what is written stays
             jobs = workers.map_unordered(functools.partial(_run_indexed, lpips), todo, key=_point_of)
+            started = bool(todo)
             for (i, pt), (m, recon, truth) in jobs:
                 write_tensors(out / "points" / f"{pt['key']}.pt",
                               {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
                 append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"],
                                  "metrics": m})
+                written += 1
                 bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
                 bar.update(1)
+    except KeyboardInterrupt:
+        stopped = getattr(workers, "stopped", None)  # a cluster backend counts the jobs it cancelled
+        unfinished = stopped if stopped is not None else min(getattr(workers, "jobs", 1) or 1, len(todo) - written)
+        raise SweepInterrupted(started, unfinished if started else 0, stopped is not None) from None
     finally:
         bar.close()
         os.close(fd)
-    return {**finalize(out, plan), "skipped": len(plan.points) - len(todo), "ran": len(todo)}
+    reattached = getattr(workers, "reattached", 0)
+    return {**finalize(out, plan), "skipped": len(plan.points) - len(todo), "reattached": reattached,
+            "ran": len(todo) - reattached}
 
 
 def finalize(out: Path, plan: Plan | None = None) -> dict:

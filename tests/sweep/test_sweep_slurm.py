@@ -3,8 +3,10 @@
 Same points and metrics as the local backend, each point once; a coordinator
 killed with SIGKILL re-attaches to its jobs instead of submitting them again;
 a failing job is retried, then named with its SLURM job id and stderr log;
-Ctrl-C cancels the jobs; bad requests are one sentence, exit 2, nothing
-written.  The tests that need the scheduler skip when no SLURM node answers.
+Ctrl-C cancels the jobs; no array is larger than the cluster's MaxArraySize,
+and one sbatch refuses leaves no file; the --jobs cap holds for retried jobs
+too; bad requests are one sentence, exit 2, nothing written.  The tests that
+need the scheduler skip when no SLURM node answers.
 """
 
 import json
@@ -15,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,9 +25,12 @@ import pytest
 import torch
 
 from leakattack import cli
+from leakattack.cli.sweep import interrupted_line
+from leakattack.errors import UserError
 from leakattack.results import load_tensors
-from leakattack.sweep import read_results
+from leakattack.sweep import SweepInterrupted, read_results
 from leakattack.sweep.backends import SlurmJobFailed, get_backend
+from leakattack.sweep.backends.slurm import ENDED, listed_jobs, max_array_size
 
 ROOT = Path(__file__).resolve().parents[2]
 #: four lenet points on the embedded digits, a fraction of a second of attack each
@@ -84,15 +90,22 @@ def local_reference(tmp_path_factory):
     return cfg, folder / "out"
 
 
+def _cluster_max_array() -> int:
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    size = max_array_size(config)
+    assert size is not None, config[:200]
+    return size
+
+
 @needs_slurm
 def test_slurm_sweep_killed_and_restarted_gives_the_local_points_and_metrics_each_point_once(local_reference,
-                                                                                             tmp_path):
-    """The first coordinator submits the whole grid and is killed (SIGKILL) after one written point; the
-    second re-attaches to the four jobs (none is submitted again) and folds in the other three."""
+                                                                                             tmp_path, capsys):
+    """The first coordinator is killed (SIGKILL) after one written point; the second re-attaches to the jobs it
+    had submitted (none is submitted again), submits the points that never were, and folds in the other three."""
     cfg, ref = local_reference
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    # --jobs 2: two array tasks at a time, so two points are still queued or running when the first is written
+    # --jobs 2: two tasks at a time, so points are still queued or running when the first is written
     proc = subprocess.Popen([sys.executable, "-m", "leakattack.cli", "sweep", str(cfg), "--out", str(out),
                              "--backend", "slurm", "--jobs", "2", "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -104,13 +117,19 @@ def test_slurm_sweep_killed_and_restarted_gives_the_local_points_and_metrics_eac
     written = [r["key"] for r in _records(out)]
     assert 1 <= len(written) < 4, (written, proc.stderr.read())
     submitted = _job_dirs(out)
-    assert len(submitted) == 4  # one job (array task) per point
+    listed = json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
+    in_flight = [k for k, v in listed.items() if v.get("job") and k not in written]
+    capsys.readouterr()
 
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--quiet"]) == 0
+    said = capsys.readouterr().out
     keys = [r["key"] for r in _records(out)]
     assert sorted(keys) == sorted(_metrics(ref)) and len(keys) == 4  # every point, once
     assert keys[:len(written)] == written  # what was written before the kill stays as it was
-    assert _job_dirs(out) == submitted  # re-attached: no job submitted again
+    assert submitted <= _job_dirs(out) and len(_job_dirs(out)) == 4  # re-attached: no point submitted twice
+    if in_flight:  # the summary tells re-attached jobs from points run now
+        reattached = re.search(r"(\d+) re-attached", said)
+        assert reattached and int(reattached.group(1)) >= len(in_flight), said
     assert _metrics(out) == _metrics(ref)  # same seeds, one thread, same device type: the same numbers
     for key in keys:
         ours, theirs = load_tensors(out / "points" / f"{key}.pt"), load_tensors(ref / "points" / f"{key}.pt")
@@ -175,10 +194,144 @@ def test_a_request_slurm_refuses_is_one_sentence_exit_2_and_writes_nothing(tmp_p
     assert not out.exists()
 
 
+@needs_slurm
+def test_the_backend_reads_the_clusters_max_array_size():
+    assert get_backend("slurm").max_array == _cluster_max_array()
+
+
+def test_max_array_size_is_read_from_scontrol_show_config():
+    config = "MaxArrayTaskLimit = 5\nMaxArraySize            = 2001\nMaxJobCount = 10000\n"
+    assert max_array_size(config) == 2001
+    assert max_array_size("MaxJobCount = 10000\n") is None
+
+
+@needs_slurm
+def test_more_items_than_an_array_may_hold_run_in_arrays_of_at_most_max_array_size(tmp_path):
+    backend = get_backend("slurm", poll_s=0.1, queue_poll_s=1.0)
+    backend.max_array = 2  # as if the cluster's MaxArraySize were 2
+    backend.use_folder(tmp_path)
+    with backend:
+        got = sorted(backend.map_unordered(abs, [-1, -2, -3, -4, -5], key=str))
+    assert got == [(-5, 5), (-4, 4), (-3, 3), (-2, 2), (-1, 1)]
+    jobs = _job_dirs(tmp_path)
+    assert len(jobs) == 5
+    arrays: dict[str, set[str]] = {}
+    for job in jobs:
+        array, _, task = job.partition("_")
+        arrays.setdefault(array, set()).add(task)
+    assert all(len(tasks) <= 2 and tasks <= {"", "0", "1"} for tasks in arrays.values()), arrays
+
+
+@needs_slurm
+def test_an_array_sbatch_refuses_leaves_no_file_behind(tmp_path):
+    size = _cluster_max_array()
+    if size > 5000:
+        pytest.skip(f"MaxArraySize is {size} here: an array sbatch refuses would take too many pickles")
+    backend = get_backend("slurm", poll_s=0.1)
+    backend.max_array = size + 1  # as if the limit had been misread: sbatch refuses the array
+    backend.use_folder(tmp_path)
+    with pytest.raises(UserError, match="sbatch refused the jobs"):
+        with backend:
+            for _ in backend.map_unordered(abs, range(size + 1), key=str):
+                pass
+    left = sorted(os.listdir(tmp_path / "slurm"))
+    assert left == ["jobs.json"], left[:5]
+    assert json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"] == {}
+
+
+def _alive_in(folder: Path) -> int:
+    """How many SLURM jobs (array tasks) whose logs go to ``folder`` are queued, running or completing."""
+    listed = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-O", "JobArrayID:40,State:30,StdOut:1000"],
+                            capture_output=True, text=True, timeout=30).stdout.splitlines()
+    return sum(1 for line in listed if str(folder) in line and line.split()[1] not in ENDED)
+
+
+@needs_slurm
+def test_the_jobs_cap_holds_for_retried_jobs_too(tmp_path):
+    """--jobs 2: a raising job is submitted again, and never are more than two tasks queued or running at once."""
+    backend = get_backend("slurm", jobs=2, retries=1, poll_s=0.1, queue_poll_s=1.0)
+    backend.use_folder(tmp_path)
+    most, stop = [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            most[0] = max(most[0], _alive_in(tmp_path / "slurm"))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    got = []
+    try:
+        with pytest.raises(SlurmJobFailed, match="after 2 attempts"):
+            with backend:
+                for item, value in backend.map_unordered(time.sleep, [2.0, -1.0, 2.5, 3.0], key=str):
+                    got.append(item)
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert len(_job_dirs(tmp_path)) >= 3  # -1.0 ran twice
+    assert 1 <= most[0] <= 2, most[0]
+
+
+@pytest.mark.parametrize("err,line", [
+    (KeyboardInterrupt(), "leakattack: interrupted; finished results are kept"),
+    (SweepInterrupted(), "leakattack: interrupted before any point started; no result was written"),
+    (SweepInterrupted(True, 1), "leakattack: interrupted; finished results are kept, the unfinished point was not "
+                                "written"),
+    (SweepInterrupted(True, 3, True), "leakattack: interrupted; finished results are kept, the 3 unfinished points "
+                                      "were not written (their jobs were cancelled)"),
+])
+def test_the_interrupted_line_says_how_many_points_were_left_unfinished(err, line):
+    assert interrupted_line(err, planned=True) == line
+
+
+def test_an_interrupted_slurm_sweep_prints_the_command_that_resumes_it_with_every_option_given(tmp_path, capsys,
+                                                                                               monkeypatch):
+    cfg = tmp_path / "my sweep.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out dir"
+
+    def interrupted(plan, out, **_):
+        out.mkdir(parents=True)
+        raise SweepInterrupted(True, 3, True)
+
+    monkeypatch.setattr("leakattack.cli.sweep.run_sweep", interrupted)
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--partition", "debug", "--time",
+                     "30", "--mem", "2.5", "--gpus", "1", "--cpus-per-task", "2", "--retries", "0", "--jobs", "3",
+                     "--quiet"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("leakattack: interrupted; finished results are kept, the 3 unfinished points were not written "
+                      "(their jobs were cancelled)"), err
+    assert err[1] == (f"leakattack: resume with: leakattack sweep '{cfg}' --out '{out}' --backend slurm --jobs 3 "
+                      "--partition debug --time 30 --mem 2.5 --gpus 1 --cpus-per-task 2 --retries 0 --quiet"), err
+    assert len(err) == 2
+
+
+def test_a_local_sweep_warns_of_the_slurm_jobs_an_earlier_run_left_in_its_folder(local_reference, tmp_path, capsys):
+    cfg, ref = local_reference
+    out = tmp_path / "out"
+    shutil.copytree(ref, out)  # every point finished: the sweep only redraws its summary
+    (out / "slurm").mkdir()
+    (out / "slurm" / "jobs.json").write_text(json.dumps({"jobs": {
+        "a": {"job": "7_0", "name": "leakattack-x", "tries": 1}, "b": {"job": "7_1", "name": "leakattack-x",
+                                                                      "tries": 1}}}))
+    assert listed_jobs(out) == 2
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert len(warned) == 1 and warned[0].startswith("leakattack: warning: "), warned
+    assert "lists 2 SLURM jobs" in warned[0] and "neither reads their results nor cancels them" in warned[0]
+    assert "--backend slurm" in warned[0] and "scancel" in warned[0]
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--time", "30"], "--time is an option of the slurm backend"),
-    (["--backend", "slurm", "--time", "0"], "SLURM --time (minutes) must be a whole number of at least 1, got 0"),
+    (["--mem", "2", "--time", "5"], "--time and --mem are options of the slurm backend, not of 'local'"),
+    (["--backend", "slurm", "--time", "0"], "SLURM --time (minutes) must be a whole number from 1 to 525,600, got 0"),
+    (["--backend", "slurm", "--time", "99999999999"], "SLURM --time (minutes) must be a whole number from 1 to "
+                                                      "525,600, got 99999999999"),
     (["--backend", "slurm", "--mem", "-2"], "SLURM --mem (GB) must be a number above 0"),
+    (["--backend", "slurm", "--mem", "1e300"], "SLURM --mem (GB) must be a number above 0 and at most 1,000,000, "
+                                               "got 1e+300"),
     (["--backend", "slurm", "--gpus", "-1"], "SLURM --gpus must be a whole number of at least 0"),
     (["--backend", "slurm", "--retries", "-1"], "SLURM --retries must be a whole number of at least 0"),
     (["--backend", "slurm", "--partition", "a b"], "SLURM --partition must be one partition name"),
