@@ -123,8 +123,8 @@ def test_readme_is_short_and_its_relative_links_resolve():
     lines = text.splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; the details belong in docs/ (at most 200)"
     # the test command .ci/run executes is the one the README gives
-    assert "```bash\npython -m pytest -q\n```" in text, "README.md no longer gives the test command"
-    assert "python -m pytest -q" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "```bash\npython -m pytest -q -n 2\n```" in text, "README.md no longer gives the test command"
+    assert "\npython -m pytest -q -n 2\n" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)\s]+)\)", text)
     relative = [link for link in links if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", link)]
     assert relative, "README.md links no documentation page"
