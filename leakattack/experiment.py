@@ -293,13 +293,14 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                               "jacobian_note": "not measured: the run did not converge"}
     if result.stop_reason != "tolerance":
         return out
+    said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
     if case.obs.b < mB:
         return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}",
-                "message": (f"{result.message}, but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
+                "message": (f"{said}but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
                             "input matches as well: the match is not unique")}
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
         out.update(unique=False, message=(
-            f"{result.message}, yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
+            f"{said}yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
             "matches the message to the tolerance, so the message does not determine the input here; this is a "
             "finding in itself"))
     if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels

@@ -187,6 +187,15 @@ def granted_bn_stats(victim: Victim, x: torch.Tensor, threat: ThreatModel) -> li
 
 def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel) -> str | None:
     """Why the client's data or channel do not fit ``victim``, in one sentence (None: they fit)."""
+    if not isinstance(x, torch.Tensor) or not isinstance(labels, torch.Tensor):
+        return (f"x and labels must be torch tensors (a batch of examples and its labels), got "
+                f"{type(x).__name__} and {type(labels).__name__}")
+    if not isinstance(channel, Channel):
+        return (f"the channel must be a leakattack.Channel (Channel(sketch, defense=...)), got "
+                f"{type(channel).__name__}")
+    if x.ndim < 1 or labels.shape[:1] != x.shape[:1]:
+        return (f"labels must give one label per example: x holds {x.shape[0] if x.ndim else 0} example(s), and "
+                f"labels has shape {tuple(labels.shape)}")
     if tuple(x.shape[1:]) != tuple(victim.input_shape):
         return f"x holds examples of shape {tuple(x.shape[1:])}, and the victim takes {tuple(victim.input_shape)}"
     if x.dtype != victim.dtype:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal
@@ -180,6 +181,16 @@ def kept_buffers(model: nn.Module) -> Iterator[None]:
                 b.copy_(v)
 
 
+def _whole(value) -> int:
+    """``value`` as an int where it is a whole number (Python's, numpy's, a 0-d integer tensor's), else 0."""
+    if isinstance(value, bool):
+        return 0
+    try:
+        return operator.index(value)
+    except TypeError:
+        return 0
+
+
 @dataclass(eq=False)
 class Victim:
     """A model at weights w with its loss F, task, classifier head, input shape and BatchNorm mode."""
@@ -195,12 +206,22 @@ class Victim:
     meta: dict = field(default_factory=dict)  #: how the victim was built (recorded in config.json)
 
     def __post_init__(self):
-        self.input_shape = tuple(int(s) for s in self.input_shape)
+        if not isinstance(self.model, nn.Module):
+            raise UserError(f"a victim's model must be a torch.nn.Module, got {type(self.model).__name__}")
+        if not any(p.requires_grad for p in self.model.parameters()):
+            raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
+        shape = self.input_shape
+        if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all(_whole(s) > 0 for s in shape):
+            raise UserError(f"input_shape must be the shape of one example, a tuple of positive integers such as "
+                            f"(3, 32, 32), got {shape!r}")
+        self.input_shape = tuple(int(s) for s in shape)
+        if _whole(self.num_classes) < 1:
+            raise UserError(f"num_classes must be an integer of at least 1, got {self.num_classes!r}")
         self.num_classes = int(self.num_classes)
         if self.task not in TASKS:
-            raise ValueError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
+            raise UserError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
         if self.bn_mode not in BN_MODES:
-            raise ValueError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+            raise UserError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
         if self.head is not None and not self.head.weight.requires_grad:
             self.head = None  # a frozen head sends no weight gradient: no label rule reads it
         self.set_mode()
@@ -214,7 +235,8 @@ class Victim:
             loss = cross_entropy if task == "classification" else squared_error
         if head == "auto":
             head = last_linear(model) if task == "classification" else None
-            if head is not None and head.out_features != num_classes:  # the head found is not the classifier asked
+            if head is not None and _whole(num_classes) >= 1 and head.out_features != num_classes:  # not the one asked
+                # (a num_classes that is no count at all is refused by the constructor)
                 raise UserError(f"the module's last linear layer has {head.out_features} outputs, and num_classes is "
                                 f"{num_classes}: give the number of classes it scores, or its classifier as head=")
         victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,

@@ -183,6 +183,15 @@ class GradientMatching(Attack):
             raise UserError(f"learning rate must be a positive number, got {lr!r}")
         if not _real(tol) >= 0:
             raise UserError(f"tol must be a non-negative number, got {tol!r}")
+        for setting, choice, names in (("objective", objective, OBJECTIVES), ("labels", labels, LABEL_MODES),
+                                       ("dummy_init", dummy_init, DUMMY_INITS)):
+            if choice not in names:
+                raise UserError(f"unknown {setting} {choice!r}; choose one of: {', '.join(names)}")
+        get_optimizer(optimizer, lr)  # an unknown name is refused here, not at the first reconstruct
+        bad = {name: w for name, w in (priors or {}).items() if not _real(w) >= 0}
+        if bad:
+            name, w = next(iter(bad.items()))
+            raise UserError(f"the weight of prior {name!r} must be a number of at least 0 (0 turns it off), got {w!r}")
         if signed and sees_normalised_loss(optimizer):
             raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr

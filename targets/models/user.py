@@ -172,8 +172,6 @@ def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None:
 def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int, bn_mode: str) -> Victim:
     """Wrap the built module: its loss, task and head from the class attributes (``Victim.from_module`` checks
     it on one small batch)."""
-    if not any(p.requires_grad for p in module.parameters()):
-        raise UserError(f"model '{spec}' has no trainable parameters: its clients send no gradient to attack")
     task = user_task(type(module))
     victim = Victim.from_module(module, input_shape=in_shape, num_classes=num_classes, loss=_loss(spec, module, task),
                                 task=task, head=_head(spec, module, task), bn_mode=bn_mode, name=spec)

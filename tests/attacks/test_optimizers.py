@@ -1,5 +1,7 @@
 """Our Adam and SGD against torch.optim's, step for step, and the optimiser registry."""
 
+import re
+
 import pytest
 import torch
 
@@ -120,3 +122,17 @@ def test_registry_builds_each_optimizer_with_its_default_step():
     assert get_optimizer("adam", 0.3).lr == 0.3
     with pytest.raises(ValueError, match="unknown optimizer"):
         get_optimizer("rmsprop")
+
+
+def test_the_constructor_refuses_an_unknown_name_or_a_negative_prior_weight_in_one_sentence():
+    from leakattack.attacks import GradientMatching
+    from leakattack.errors import UserError
+
+    for kw, said in ((dict(objective="mse"), "unknown objective 'mse'; choose one of: l2, cosine"),
+                     (dict(optimizer="lbgfs"), "unknown optimizer 'lbgfs'"),
+                     (dict(labels="guess"), "unknown labels 'guess'"),
+                     (dict(dummy_init="zeros"), "unknown dummy_init 'zeros'"),
+                     (dict(priors={"tv": -1}), "the weight of prior 'tv' must be a number of at least 0")):
+        with pytest.raises(UserError, match=re.escape(said)):
+            GradientMatching(**kw)
+    assert GradientMatching(priors={"tv": 0, "bn": 1e-3}).priors == {"bn": 1e-3}  # 0 turns a prior off

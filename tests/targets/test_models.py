@@ -1,5 +1,7 @@
 """Victim models and the gradient oracle."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -139,3 +141,28 @@ def test_model_parameters_are_checked_and_passed_to_the_builder():
 def test_registering_a_model_name_twice_is_refused():
     with pytest.raises(ValueError, match="registered twice"):
         targets.register_model("lenet", nn.Linear)
+
+
+def test_wrapping_and_observing_refuse_what_does_not_fit_in_one_sentence():
+    from leakattack import Channel, observe
+    from leakattack.errors import UserError
+    from leakattack.sketch import get_sketch
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+    for kw, said in ((dict(input_shape=16), "input_shape must be the shape of one example"),
+                     (dict(num_classes=0), "num_classes must be an integer of at least 1, got 0"),
+                     (dict(task="classify"), "unknown task 'classify'"),
+                     (dict(bn_mode="evaluation"), "unknown BatchNorm mode 'evaluation'")):
+        with pytest.raises(UserError, match=re.escape(said)):
+            targets.Victim.from_module(net, **{"input_shape": (1, 4, 4), "num_classes": 3, **kw})
+    with pytest.raises(UserError, match="has no trainable parameters"):
+        targets.Victim.from_module(nn.Flatten(), input_shape=(1, 4, 4), num_classes=16, head=None)
+    with pytest.raises(UserError, match="must be a torch.nn.Module, got function"):
+        targets.Victim.from_module(lambda x: x, input_shape=(1, 4, 4), num_classes=3, head=None)
+    v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
+    x, channel = torch.rand(2, 1, 4, 4), Channel(get_sketch("none", v.d, v.d))
+    for args, said in (((x, 1, channel), "x and labels must be torch tensors"),
+                       ((x, torch.tensor([0, 1, 2]), channel), "labels must give one label per example: x holds 2"),
+                       ((x, torch.tensor([0, 1]), channel.sketch), "the channel must be a leakattack.Channel")):
+        with pytest.raises(UserError, match=re.escape(said)):
+            observe(v, *args)
