@@ -61,3 +61,24 @@ def test_every_registry_has_the_list_verb_and_names_its_defaults():
     assert list_optimizers() == ["lbfgs", "adam", "gd"]
     assert list_datasets()[:2] == ["photos", "digits"] and get_dataset("digits").name == "digits"
     assert "local" in list_backends()
+
+
+def test_a_sketch_or_attack_class_missing_its_operations_is_refused_when_registered():
+    from leakattack.attacks import list_attacks, register_attack
+    from leakattack.attacks.base import Attack
+    from leakattack.sketch import Sketch, list_sketches, register_sketch
+
+    class HalfSketch(Sketch):
+        kind = "half"
+
+        def _apply(self, v):
+            return v[..., : self.b]
+
+    class NoAttack(Attack):
+        name = "nothing"
+
+    with pytest.raises(ValueError, match="sketch class HalfSketch does not implement _adjoint"):
+        register_sketch(HalfSketch)
+    with pytest.raises(ValueError, match=r"attack class NoAttack does not implement reconstruct\(obs, ...\)"):
+        register_attack("nothing", NoAttack)
+    assert "half" not in list_sketches() and "nothing" not in list_attacks()

@@ -63,6 +63,8 @@ def list_attacks() -> list[str]:
 def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
     """Register ``cls`` as attack ``name`` (a name registered twice is an error); its ``options`` become flags of
     ``leakattack run``."""
+    if getattr(cls, "reconstruct", None) is Attack.reconstruct:
+        raise ValueError(f"attack class {cls.__name__} does not implement reconstruct(obs, ...)")
     return _ATTACKS.register(name, cls)
 
 

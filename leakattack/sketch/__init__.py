@@ -29,7 +29,11 @@ _REGISTRY = Registry("sketch")
 
 
 def register_sketch(cls: type[Sketch]) -> type[Sketch]:
-    """Add a ``Sketch`` subclass to the registry under its ``kind``."""
+    """Add a ``Sketch`` subclass to the registry under its ``kind``; it must implement ``_apply`` (R v) and
+    ``_adjoint`` (R^T u)."""
+    missing = [m for m in ("_apply", "_adjoint") if getattr(cls, m, None) is getattr(Sketch, m)]
+    if missing:
+        raise ValueError(f"sketch class {cls.__name__} does not implement {' and '.join(missing)}")
     return _REGISTRY.register(cls.kind, cls)
 
 
