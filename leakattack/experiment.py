@@ -147,14 +147,13 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     for name in (n for n, count in Counter(n for n, _ in named).items() if count > 1):
         warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last[name]:g}, is used",
                       SettingWarning, stacklevel=2)
-    dataset = cfg.dataset or "photos"
-    if cfg.data_root is not None and not cfg.message and not reads_root(dataset):
-        warnings.warn(f"--data-root is not read: the embedded data set {dataset} reads no files", SettingWarning,
-                      stacklevel=2)
+    if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
+        warnings.warn(f"--data-root is not read: the embedded data set {case.dataset.name} reads no files",
+                      SettingWarning, stacklevel=2)
     if cfg.bn != "auto" and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=2)
-    if cfg.bn_stats != "running" and "bn" not in cfg.other_priors():
+    if cfg.bn_stats != "running" and "bn" not in last:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
     if cfg.message and cfg.dataset:
@@ -236,14 +235,14 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
 
 
 def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
-              mean: tuple[torch.Tensor, str] | None = None) -> dict:
+              mean: tuple[torch.Tensor, str] | None) -> dict:
     """Whether the attack attacked anything, the baselines' scores and the verdict (:func:`metrics.judge`).
 
     The baselines need no message: the attack's start (``result.x0``, the
     dummy data of the kept restart; a closed-form attack has no data-free
     start) and the data set's mean image (:func:`metrics.mean_image`), scored
-    against the truth like the reconstruction (``mean``: it and its description, if already read).  Without a
-    truth: no verdict.
+    against the truth like the reconstruction (``mean``: it and its description, read before the attack; None
+    without a truth).  Without a truth: no verdict.
     """
     case, closed_form = p.case, p.attack.closed_form
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
@@ -255,7 +254,8 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     def scored(images):
         return metrics.score(images.clamp(0, 1), case.x, with_lpips=with_lpips, device=p.device)
 
-    mean_x, what = mean if mean is not None else metrics.mean_image(case.dataset, case.x)
+    assert mean is not None, "a run with a truth reads the mean image before its attack"
+    mean_x, what = mean
     start = None if closed_form else scored(result.x0.detach().to(case.x))
     return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean_x)}), "baseline_mean_image": what}
 

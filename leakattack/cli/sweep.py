@@ -60,16 +60,16 @@ def resume_command(a, out: Path) -> str:
 
 def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
     """What an interrupted sweep kept and dropped (``planned``: the interrupt came after the plan was read)."""
-    started = getattr(err, "started", None)
-    if not planned or started is False:
+    swept = err if isinstance(err, SweepInterrupted) else None  # a plain Ctrl-C outside run_sweep says nothing more
+    if not planned or (swept is not None and not swept.started):
         return "leakattack: interrupted before any point started; no result was written"
     line = "leakattack: interrupted; finished results are kept"
-    n = getattr(err, "unfinished", 0) if isinstance(err, SweepInterrupted) else 0
+    n = swept.unfinished if swept is not None else 0
     if n == 1:
         line += ", the unfinished point was not written"
     elif n > 1:
         line += f", the {n} unfinished points were not written"
-    if n and getattr(err, "cancelled", False):
+    if n and swept is not None and swept.cancelled:
         line += f" ({'its job was' if n == 1 else 'their jobs were'} cancelled)"
     return line
 
