@@ -105,18 +105,24 @@ def attack_of(cfg: RunConfig) -> Attack:
     takes the optimiser, objective, priors, labels, restarts."""
     cls, own = cfg.attack_class, cfg.attack_options()
     if cls.closed_form:
-        limit = {"time_limit": duration_seconds(cfg.time_limit)} if "time_limit" in cls.settings else {}
-        return cls(**({"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}), **own,
-                   **limit)
-    s = cfg.derived()
-    return cls(
-        **own, optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
-        priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
-        labels="given" if cfg.labels_given else cfg.label_mode,
-        dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
-        signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
-        threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts, refine=cfg.refine,
-    )
+        run = {"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}
+        if "time_limit" in cls.settings:
+            run["time_limit"] = duration_seconds(cfg.time_limit)
+    else:
+        s = cfg.derived()
+        run = dict(
+            optimizer=s.optimizer, iterations=s.iterations, lr=s.lr, objective=s.objective,
+            priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
+            labels="given" if cfg.labels_given else cfg.label_mode,
+            dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
+            signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
+            threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts, refine=cfg.refine,
+        )
+    clash = sorted(set(own) & set(run))
+    if clash:
+        raise UserError(f"attack '{cfg.attack}' declares an option '{clash[0]}' that the run already passes it "
+                        f"(from its own settings); the attack's class must give that option another name")
+    return cls(**own, **run)
 
 
 def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:

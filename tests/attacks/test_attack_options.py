@@ -116,3 +116,22 @@ def test_get_attack_checks_its_options_in_one_sentence(toy):
                         ({"lr": -1.0}, "learning rate must be a positive number, got -1.0")):
         with pytest.raises(UserError, match=needle):
             attacks.get_attack("gradient-matching", **bad)
+
+
+def test_an_option_named_like_a_setting_the_run_passes_is_one_sentence_before_anything_is_written(
+        monkeypatch, tmp_path, capsys):
+    """A subclass of gradient matching declaring ``iterations`` would receive it twice (a TypeError traceback)."""
+    registry = attacks._ATTACKS
+    monkeypatch.setattr(registry, "_items", dict(registry._items))
+    monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+
+    class Clash(attacks.GradientMatching):
+        options = (Param("iterations", 5, Number(1, integer=True), "its steps", "steps of its own"),)
+
+    attacks.register_attack("clash", Clash)
+    rc = cli.main(["run", "--attack", "clash", "--iterations", "3", "--out", str(tmp_path / "run"), "--quiet",
+                   "--no-lpips"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "attack 'clash' declares an option 'iterations' that the run already" in err
+    assert not (tmp_path / "run").exists()
