@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..config.names import CHECK_DEFAULTS
+from ..config.params import SEED
 from ..errors import SettingWarning
 from ..figures.theory import check_figures
 from ..results import writable_out
@@ -29,13 +30,30 @@ def _default_out() -> Path:
     return Path("results/runs") / f"check-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+#: the most sampled points one check draws (as a sweep holds at most 100,000 points): lenet's 24 take about 20 s
+MAX_SAMPLES = 100_000
+
+
 def _check_samples(samples) -> None:
-    if samples is not None and samples < 1:
-        raise ConfigError(f"samples must be at least 1, got {samples}")
+    if samples is not None and not 1 <= samples <= MAX_SAMPLES:
+        raise ConfigError(f"samples must be an integer in [1, {MAX_SAMPLES:,}], got {samples}")
+
+
+def _output_folder(out: str | None) -> Path:
+    """``--out`` (default: a new folder under results/runs/), refused where the check's files would overwrite a run's
+    or a sweep's (a run folder holds its own convergence.png)."""
+    path = writable_out(out if out else _default_out())
+    for marker, what in (("metrics.json", "a run"), ("sweep.json", "a sweep")):
+        if (path / marker).is_file():
+            raise ConfigError(f"--out '{out}' holds {what} ({marker}), whose files a check would overwrite: name "
+                              "another folder")
+    return path
 
 
 def cmd_check(a) -> int:
-    out = writable_out(a.out if a.out else _default_out())
+    if not SEED.ok(a.seed):
+        raise ConfigError(SEED.error("seed", a.seed))
+    out = _output_folder(a.out)
     if a.table2 or a.embedding:
         _check_samples(a.samples)
         if a.samples is not None and a.samples < 2:

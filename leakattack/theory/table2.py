@@ -414,7 +414,8 @@ def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
     where = f", above {SUP_MAX:.0e} at κ = {', '.join(f'{k:.0e}' for k in big)}" if big else ""
     return head + (f"For every p ∈ {{¼, ½, ¾}} the required constant {how} "
                    f"(best p = {c['p']}: sup by scale {', '.join(f'{v:.3g}' for v in r['sups_by_scale'])}{where}). "
-                   f"Counterexample x = {_fmt_vec(c['x'])}, y = {_fmt_vec(c['y'])}: L(x) = {c['L(x)']:.6g}, "
+                   f"Counterexample x = {_fmt_vec(c['x'])}, y = {_fmt_vec(c['y'])} "
+                   f"(‖x − y‖ = {math.dist(c['x'], c['y']):.3g}): L(x) = {c['L(x)']:.6g}, "
                    f"L(y) = {c['L(y)']:.6g}, "
                    f"required constant ≥ {c['ratio']:.4g}.")
 

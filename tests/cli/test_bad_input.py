@@ -341,3 +341,22 @@ def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_at
             "--quiet", "--no-lpips", "--out", str(tmp_path / "run")]
     _refused(argv, "zz_bad.png is not readable", tmp_path, capsys)
 
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--seed", str(10 ** 20)], "seed must be an integer in [0, 2^63 - 1]"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2^63 - 1], got -1"),
+    (["--samples", "100000000"], "samples must be an integer in [1, 100,000], got 100000000"),
+    (["--table2", "--samples", "100000000"], "samples must be an integer in [1, 100,000]"),
+])
+def test_bad_check_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):
+    _refused(["check", *args, "--quiet", "--out", str(tmp_path / "check")], needle, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("marker,what", [("metrics.json", "a run"), ("sweep.json", "a sweep")])
+def test_check_does_not_write_into_a_run_or_a_sweep_folder(tmp_path, capsys, marker, what):
+    folder = tmp_path / "earlier"
+    folder.mkdir()
+    (folder / marker).write_text("{}")
+    _refused(["check", "--quiet", "--out", str(folder)], f"holds {what} ({marker}), whose files a check would",
+             tmp_path, capsys)
