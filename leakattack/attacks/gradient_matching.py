@@ -287,17 +287,20 @@ class GradientMatching(Attack):
 
     def objective_terms(self, obs: Observation, x: torch.Tensor, labels: torch.Tensor) -> dict[str, float] | None:
         """The attack's objective at the input ``x`` (B, ...) with fixed ``labels``, term by term: the matching term
-        (``match``, weighted as the attack weighs it), each prior's weighted penalty by its name, and their sum
-        (``total``); exact where the attack's steps saw the ReLU surrogate.  None with a re-parametrising prior
-        (``dip``), whose objective is one of a generator's weights rather than of an input."""
+        (``match``: L_R itself for the l2 objective, the cosine distance for cosine), each prior's weighted penalty by
+        its name in the same units, and their sum (``total``).  The attack minimises a constant multiple of that sum
+        (L-BFGS and Adam see L_R scaled by LOSS_UNIT / ||y||^2), which orders inputs the same way; reading it in L_R's
+        units lets a note's numbers be compared with the L_R a run prints.  Exact where the attack's steps saw the
+        ReLU surrogate.  None with a re-parametrising prior (``dip``), whose objective is one of a generator's weights
+        rather than of an input."""
         problem = _Problem(self, obs, x.detach().unsqueeze(0), labels)
         if problem.remap is not None:
             return None
         xs = problem.images(problem.z0)
         fit = problem._fit(problem._messages(xs, problem._labels(problem.z0, 1), batched=False), batched=False)
-        terms = {"match": problem.weight * float(fit[0].detach())}
+        terms = {"match": float(fit[0].detach())}
         for name, prior in zip(self.priors, problem.penalties, strict=True):
-            terms[name] = float(prior(xs[0]).detach())
+            terms[name] = float(prior(xs[0]).detach()) / problem.weight
         return {**terms, "total": sum(terms.values())}
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
