@@ -90,6 +90,8 @@ def _split_step(text: str):
         if "=" not in pair or not pair.split("=", 1)[0]:
             raise DefenseError(f"malformed defense parameter '{pair}' in '{text}': write KEY=VALUE")
         k, v = pair.split("=", 1)
+        if k.strip() in raw:
+            raise DefenseError(f"defense parameter '{k.strip()}' is given twice in '{text}': give it once")
         raw[k.strip()] = v.strip()
     return name.strip(), raw, placement
 

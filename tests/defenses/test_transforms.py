@@ -87,6 +87,7 @@ def test_every_listed_defense_builds_from_its_name():
     ("quantize:bits=0", "bits must be an integer in [1, 32], got '0'"),
     ("quantize:bits=2.5", "got '2.5'"),
     ("clip:C", "malformed defense parameter 'C'"),
+    ("clip:C=1:C=2", "defense parameter 'C' is given twice in 'clip:C=1:C=2'"),
     ("clip:C=1@sideways", "unknown defense placement '@sideways'"),
     ("clip:D=1", "no parameter 'D'"),
     ("gaussian:z=1", "needs a clip"),
