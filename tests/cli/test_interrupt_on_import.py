@@ -1,0 +1,40 @@
+"""Ctrl-C while a command's module is imported: held until the import is done, then the command stops cleanly."""
+
+import signal
+import sys
+import threading
+
+import pytest
+
+from leakattack.cli import _import_holding_interrupts
+
+SWALLOWS = '''
+import os, signal
+try:  # as torch's import of numpy does: an error there, KeyboardInterrupt included, is swallowed
+    os.kill(os.getpid(), signal.SIGINT)
+    swallowed = False
+except BaseException:
+    swallowed = True
+DONE = True
+'''
+
+
+def test_an_interrupt_during_the_import_is_raised_after_it_not_inside_it(tmp_path, monkeypatch):
+    assert threading.current_thread() is threading.main_thread()  # signal handlers need the main thread
+    (tmp_path / "swallowing_module.py").write_text(SWALLOWS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        _import_holding_interrupts("swallowing_module")
+    module = sys.modules.pop("swallowing_module")
+    assert module.DONE and not module.swallowed  # the import ran to its end, nothing was raised inside it
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_import_without_an_interrupt_returns_the_module(tmp_path, monkeypatch):
+    (tmp_path / "quiet_module.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = signal.getsignal(signal.SIGINT)
+    assert _import_holding_interrupts("quiet_module").VALUE == 3
+    sys.modules.pop("quiet_module")
+    assert signal.getsignal(signal.SIGINT) is before
