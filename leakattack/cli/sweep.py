@@ -64,6 +64,8 @@ def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
     if not planned or (swept is not None and not swept.started):
         return "leakattack: interrupted before any point started; no result was written"
     line = "leakattack: interrupted; finished results are kept"
+    if swept is not None and swept.finished is not None:
+        line += f" ({swept.finished} of {swept.planned} points)"
     n = swept.unfinished if swept is not None else 0
     if n == 1:
         line += ", the unfinished point was not written"
@@ -71,6 +73,8 @@ def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
         line += f", the {n} unfinished points were not written"
     if n and swept is not None and swept.cancelled:
         line += f" ({'its job was' if n == 1 else 'their jobs were'} cancelled)"
+    if swept is not None and swept.waiting:
+        line += f"; {swept.waiting} point{'s' if swept.waiting != 1 else ''} had not started"
     return line
 
 

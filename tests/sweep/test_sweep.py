@@ -125,6 +125,7 @@ def test_kill_9_and_ctrl_c_resume_without_loss_or_duplicates_to_the_uninterrupte
     assert rc == 130 and "interrupted" in err, (rc, err)
     assert not (out / "sweep.lock").exists()  # Ctrl-C releases the folder
     assert len(done) < len(keys(out)) < 12
+    assert f"finished results are kept ({len(keys(out))} of 12 points)" in err and "had not started" in err, err
 
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     final = keys(out)
