@@ -455,8 +455,23 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
     folder = Path(folder)
     if records is None:
         records = load_records(folder)
-    if not records:
-        return []
+    paths = _draw(folder, records, notes) if records else []
+    drawn = {Path(p).name for p in paths}
+    for stem in SWEEP_FIGURES:  # a figure the results no longer support is not left beside them
+        for suffix in (".png", ".pdf"):
+            old = folder / "figures" / f"{stem}{suffix}"
+            if old.name not in drawn:
+                old.unlink(missing_ok=True)
+    return paths
+
+
+#: the stems of the figures :func:`sweep_figures` draws (each as .png and .pdf under figures/)
+SWEEP_FIGURES = ("reconstruction_grid", "metrics_vs_strength", "privacy_utility", "phase_transition",
+                 "metrics_vs_batch")
+
+
+def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
+    """The figures the records support (:func:`sweep_figures`)."""
     meta = read_json(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
     grid_keys = {k for r in records for k in r["grid"]}
     strength = _strength_key(records, meta)

@@ -264,3 +264,15 @@ def test_a_strength_that_is_not_a_number_is_drawn_at_ticks_in_grid_order(tmp_pat
         assert list(line.get_xdata()) == list(range(len(values)))
         assert list(line.get_ydata()) == [20.0 + i for i in range(len(values))]
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in values]
+
+
+def test_figures_the_results_no_longer_support_are_removed_and_others_are_kept(tmp_path, capsys):
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": 0} for s in SIGMAS])
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"metrics_vs_strength.png", "reconstruction_grid.pdf"} <= names
+    (tmp_path / "figures" / "notes.txt").write_text("mine")  # a file of the user's own stays
+    (tmp_path / "results.jsonl").write_text("")  # the results emptied: the old figures would show what is gone
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    assert "0 points | no figures" in capsys.readouterr().out
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == {"notes.txt"}
