@@ -104,6 +104,7 @@ def attack_of(cfg: RunConfig) -> Attack:
     labels come from (the analytic attack; R-GAP and APRIL use granted labels when there are); gradient matching
     takes the optimiser, objective, priors, labels, restarts."""
     cls, own = cfg.attack_class, cfg.attack_options()
+    run: dict[str, object]
     if cls.closed_form:
         run = {"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}
         if "time_limit" in cls.settings:
