@@ -50,6 +50,7 @@ from .sketch.gaussian import available_memory_bytes
 from .training import (
     MODEL_DEFAULTS,
     build_victim,
+    check_round,
     check_unchanged,
     checkpoint_path,
     load_buffers,
@@ -157,8 +158,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                     + [k for k, v in cfg.protocol_spec.items() if v != SPEC_DEFAULTS.get(k)])
     validate_protocol(cfg.protocol, spec)
     t, c = cfg.protocol_round, cfg.protocol_client
-    if rounds is not None and t > rounds:
-        raise ConfigError(f"round {t} does not exist: '{cfg.protocol_dir}' holds rounds 1..{rounds}")
+    if rounds is not None:
+        check_round(cfg.protocol_dir, t, rounds)
     if not 0 <= c < spec["clients"]:
         raise ConfigError(f"client {c} does not exist: the protocol has clients 0..{spec['clients'] - 1}")
     trainset, _ = load_split(model_spec, cfg.download)
@@ -195,7 +196,10 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         warnings.warn(f"the attacked message is computed on {cfg.batch_size} image(s) while the protocol's clients "
                       f"train on batches of {spec['batch_size']}; --batch-size {spec['batch_size']} attacks the "
                       "protocol's own message", SettingWarning, stacklevel=2)
-    settings = {}
+    # a stored run's sketch is what ran: config.json records it (a sketch of b = d keeps the run's ratio)
+    settings = {} if rounds is None else {
+        "sketch": spec["sketch"], "sketch_params": dict(spec["sketch_params"]),
+        "sketch_ratio": cfg.sketch_ratio if is_identity(spec["sketch"]) else spec["sketch_ratio"]}
     groups = len(msg.info.get("minibatch_sizes", [n]))  # mini-batches per local epoch
     if cfg.label_mode == "idlg" and victim.task == "classification" and not cfg.attack_class.closed_form:
         if groups > 1:  # a recovered multiset cannot be placed in the mini-batches: soft labels instead
@@ -266,7 +270,7 @@ _MODEL_SETTINGS = {"model": "model", "dataset": "dataset", "protocol_act": "act"
 def stored_settings_kept(cfg: RunConfig, spec: dict, model_spec: dict) -> None:
     """Refuse, in one sentence, a flag the user set to other than what the stored protocol run in
     ``cfg.protocol_dir`` trained with (its protocol.json fixes the model, data, sketch and protocol settings)."""
-    stored = {"sketch": spec["sketch"], "sketch_ratio": spec["sketch_ratio"],
+    stored = {"sketch": spec["sketch"], "sketch_ratio": spec["sketch_ratio"], "sketch_params": spec["sketch_params"],
               **{k: model_spec.get(v) for k, v in _MODEL_SETTINGS.items()}}
     clash = [(_FLAGS[k], getattr(cfg, k), v) for k, v in stored.items() if cfg_value_differs(cfg, k, v)]
     clash += [(_SPEC_FLAGS[k], v, spec.get(k)) for k, v in cfg.protocol_spec.items()
@@ -324,16 +328,20 @@ def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_class
                           f"gradient, and {size_text(have)} is available")
 
 
-def _check_message_labels(cfg: RunConfig, msg: Message, num_classes: int) -> None:
-    """A classifier's labels in the file are class indices in [0, num_classes) (ConfigError naming the first bad
-    one)."""
-    if msg.labels is None or targets.task_of(cfg.model) != "classification":
+def _check_message_labels(cfg: RunConfig, msg: Message, truth, num_classes: int) -> None:
+    """A classifier's labels in the message file and in the truth file are class indices in [0, num_classes)
+    (ConfigError naming the file, the model's class count and the first bad label)."""
+    if targets.task_of(cfg.model) != "classification":
         return
-    bad = ((msg.labels < 0) | (msg.labels >= num_classes)).nonzero()
-    if bad.numel():
-        i = int(bad[0, 0])
-        raise ConfigError(f"message file '{msg.path}': 'labels' must be class indices in [0, {num_classes}), got "
-                          f"{int(msg.labels[i])} at position {i}")
+    for where, labels in ((f"message file '{msg.path}'", msg.labels),
+                          (f"truth file '{cfg.truth}'", None if truth is None else truth[1])):
+        if labels is None:
+            continue
+        bad = ((labels < 0) | (labels >= num_classes)).nonzero()
+        if bad.numel():
+            i = int(bad[0, 0])
+            raise ConfigError(f"{where}: 'labels' must be class indices in [0, {num_classes}) (model '{cfg.model}' "
+                              f"has {num_classes} classes), got {int(labels[i])} at position {i}")
 
 
 def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.device,
@@ -347,7 +355,7 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.de
                          image_size=cfg.image_size)
         in_shape = msg.input_shape or (tuple(truth[0].shape[1:]) if truth is not None else ds.in_shape)
         num_classes = msg.num_classes or ds.num_classes
-    _check_message_labels(cfg, msg, num_classes)
+    _check_message_labels(cfg, msg, truth, num_classes)
     _check_message_size(cfg, msg, in_shape, num_classes, device, dtype)
     built = (f"the model was built for message file '{msg.path}': input_shape {tuple(in_shape)}, num_classes "
              f"{num_classes}")

@@ -16,6 +16,11 @@
   ran: what a server that averages them holds, approximately),
 
 and redraws ``out/accuracy_vs_floats.png`` over every run folder in ``out``.
+
+Training that stops early (Ctrl-C, SIGTERM, a diverged loss) keeps the rounds it finished: protocol.json then
+records them as ``rounds`` (N, possibly 0), with ``rounds_planned`` (the T asked for) and ``stopped``
+(``interrupted`` or ``diverged``); the checkpoint of w^(N+1) is written where checkpoints are, and the figure
+is drawn from the rounds done.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import UserError
 from .figures import accuracy_figure
 from .progress import progress_bar
-from .results import atomic_write_bytes, atomic_write_text, load_tensors, read_json, write_json
+from .results import atomic_write_bytes, atomic_write_text, load_tensors, read_json, read_jsonl, write_json
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
@@ -47,6 +52,15 @@ MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset":
 
 class TrainingDiverged(UserError):
     """The loss became non-finite: training stops, the rounds before are kept."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped training: the ``done`` rounds finished of the ``planned`` ones are kept in
+    ``folder``."""
+
+    def __init__(self, folder: Path, done: int, planned: int):
+        super().__init__(f"training stopped after round {done} of {planned}")
+        self.folder, self.done, self.planned = Path(folder), done, planned
 
 
 def build_victim(model_spec: dict, dataset: ImageSet, dtype=torch.float32, device="cpu") -> targets.Victim:
@@ -88,6 +102,12 @@ def load_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[st
     cannot run code)."""
     path = checkpoint_path(folder, t)
     if not path.is_file():
+        done = rounds_logged(folder)
+        if done is not None and t > done + 1:  # w^t comes from round t - 1, which training never finished
+            when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
+                ("before round 1 finished", "")
+            raise ConfigError(f"checkpoint '{path}' does not exist: training stopped {when}, so round {t} was never "
+                              f"reached{which}")
         raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints, and a --checkpoint-every that "
                           f"writes it, to attack round {t})")
     try:
@@ -130,18 +150,48 @@ def tracking_running_statistics(victim: targets.Victim):
             m.track_running_stats = b
 
 
+def rounds_logged(folder: str | Path) -> int | None:
+    """The last round train.jsonl in ``folder`` records (0: none), when training stopped before the rounds
+    protocol.json plans; None when it did not, or the files do not say."""
+    try:
+        planned = read_json(Path(folder) / "protocol.json")
+        planned = planned.get("rounds_planned", planned.get("rounds"))
+        rows = read_jsonl(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
+        done = int(rows[-1]["round"]) if rows else 0
+    except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return done if isinstance(planned, int) and done < planned else None
+
+
+def check_round(folder: str | Path, t: int, rounds: int) -> None:
+    """Refuse round t of a stored run of ``rounds`` rounds that does not hold it (ConfigError), saying where
+    training stopped when it stopped early."""
+    if t <= rounds:
+        return
+    held = f"holds rounds 1..{rounds}" if rounds else "holds no round"
+    stored = read_json(Path(folder) / "protocol.json")
+    stopped, planned = stored.get("stopped"), stored.get("rounds_planned")
+    if stopped:
+        of = f" of {planned}" if isinstance(planned, int) else ""
+        when = f"after round {rounds}{of}" if rounds else f"before round 1{of} finished"
+        raise ConfigError(f"round {t} does not exist: training stopped {when} ({stopped}), so '{folder}' {held}")
+    raise ConfigError(f"round {t} does not exist: '{folder}' {held}")
+
+
 def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
     """(spec, model spec, rounds) of the protocol run stored in ``folder``; ConfigError when it is not one of ``name``.
 
-    A setting the stored spec does not name (one added after the run was trained) takes its default, which
-    is how the run trained."""
+    ``rounds`` is the rounds training finished (0 when it stopped before the first).  A setting the stored spec
+    does not name (one added after the run was trained) takes its default, which is how the run trained."""
     pj = Path(folder) / "protocol.json"
     if not pj.is_file():
         raise ConfigError(f"protocol folder '{folder}' has no protocol.json (write one with `leakattack train`)")
     try:
         stored = read_json(pj)
         protocol, spec, model, rounds = stored["protocol"], stored["spec"], stored["model"], stored["rounds"]
-        if not (isinstance(spec, dict) and isinstance(model, dict) and isinstance(rounds, int) and rounds >= 1
+        least = 0 if stored.get("stopped") else 1
+        if not (isinstance(spec, dict) and isinstance(model, dict) and isinstance(rounds, int)
+                and not isinstance(rounds, bool) and rounds >= least
                 and set(MODEL_DEFAULTS) <= set(model) and "seed" in model):
             raise ValueError
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
@@ -169,7 +219,9 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     """Run ``rounds`` rounds of protocol ``name`` and write the run folder; returns it.
 
     With ``checkpoints``, w^t is written for t = 1 and every ``checkpoint_every``-th round after it
-    (t = 1, 1 + k, 1 + 2k, ...), and the final weights w^(rounds+1) always."""
+    (t = 1, 1 + k, 1 + 2k, ...), and the final weights w^(rounds+1) always.  Stopped early (Ctrl-C: raises
+    :class:`TrainingInterrupted`; a diverged loss: :class:`TrainingDiverged`), the run folder records the rounds
+    it finished (see the module's docstring)."""
     trainset, testset = load_split(model_spec, download)
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)
@@ -180,42 +232,73 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     folder.mkdir(parents=True, exist_ok=True)
     for stale in checkpoint_path(folder, 1).parent.glob("round_*.pt"):  # an earlier training's weights
         stale.unlink()
-    write_json(folder / "protocol.json", {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds,
-                                          "describe": proto.describe(), "torch": torch.__version__})
+    stale_log = folder / "train.jsonl"  # an earlier training's rounds
+    if stale_log.is_file():
+        stale_log.unlink()
+    record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
+              "torch": torch.__version__}
+    write_json(folder / "protocol.json", record)
     w = proto.initial_weights()
-    rows, cum, mean_cum, t0 = [], 0, 0.0, time.perf_counter()
+    # the finished rounds' rows, the weights after the last of them and the buffers with them: one assignment, so
+    # that an interrupt leaves them consistent
+    finished: tuple[list[dict], torch.Tensor, dict] = ([], w, model_buffers(victim))
+    cum, mean_cum, t0 = 0, 0.0, time.perf_counter()
     bar = progress_bar(rounds, name, "round", progress, leave=False)
-    for t in range(1, rounds + 1):
-        if checkpoints and (t - 1) % checkpoint_every == 0:
-            save_checkpoint(folder, t, w, model_buffers(victim))
-        with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
-            w, stats = proto.run_round(w, t)
-        cum += stats["floats_sent"]
-        mean_cum += stats["floats_sent"] * len(stats["clients"]) / proto.clients
-        test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
-        if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
-            kept = f"rounds 1..{t - 1} are kept in '{folder}'" if t > 1 else "no round finished"
-            raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']}, test loss "
-                                   f"{test_loss}); {kept} (lower the learning rates)")
-        row = {"round": t, "train_loss": stats["train_loss"], "test_loss": test_loss, "test_acc": test_acc,
-               "floats_sent": stats["floats_sent"], "floats_cum": cum, "floats_mean_cum": mean_cum,
-               "clients": stats["clients"],
-               "wall_s": time.perf_counter() - t0}
-        row.update(proto.privacy(t))
-        row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)
-        rows.append(row)
-        atomic_write_text(folder / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        for t in range(1, rounds + 1):
+            if checkpoints and (t - 1) % checkpoint_every == 0:
+                save_checkpoint(folder, t, w, finished[2])
+            with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
+                w, stats = proto.run_round(w, t)
+            cum += stats["floats_sent"]
+            mean_cum += stats["floats_sent"] * len(stats["clients"]) / proto.clients
+            test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
+            if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
+                where = f"rounds 1..{t - 1} are kept in '{folder}'" if t > 1 else "no round finished"
+                raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']}, test loss "
+                                       f"{test_loss}); {where} (lower the learning rates)")
+            row = {"round": t, "train_loss": stats["train_loss"], "test_loss": test_loss, "test_acc": test_acc,
+                   "floats_sent": stats["floats_sent"], "floats_cum": cum, "floats_mean_cum": mean_cum,
+                   "clients": stats["clients"],
+                   "wall_s": time.perf_counter() - t0}
+            row.update(proto.privacy(t))
+            row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)
+            finished = (finished[0] + [row], w, model_buffers(victim))
+            _write_log(folder, finished[0])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"acc={test_acc:.3f}")
+    except (KeyboardInterrupt, TrainingDiverged) as err:
         if bar is not None:
-            bar.update(1)
-            bar.set_postfix_str(f"acc={test_acc:.3f}")
+            bar.close()
+        stopped = "diverged" if isinstance(err, TrainingDiverged) else "interrupted"
+        rows, w_done, buffers_done = finished
+        done = len(rows)
+        _write_log(folder, rows)
+        write_json(folder / "protocol.json", {**record, "rounds": done, "rounds_planned": rounds, "stopped": stopped})
+        if checkpoints and not checkpoint_path(folder, done + 1).is_file():
+            save_checkpoint(folder, done + 1, w_done, buffers_done)
+        accuracy_figure(Path(out))
+        if isinstance(err, TrainingDiverged):
+            raise
+        raise TrainingInterrupted(folder, done, rounds) from None
     if bar is not None:
         bar.close()
     if checkpoints:
-        save_checkpoint(folder, rounds + 1, w, model_buffers(victim))
+        save_checkpoint(folder, rounds + 1, finished[1], finished[2])
     accuracy_figure(Path(out))
     return folder
 
 
-__all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "check_unchanged", "build_victim", "load_split", "checkpoint_path",
+def _write_log(folder: Path, rows: list[dict]) -> None:
+    """train.jsonl holding ``rows`` (none: no file), written atomically."""
+    if rows:
+        atomic_write_text(folder / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    elif (folder / "train.jsonl").is_file():
+        (folder / "train.jsonl").unlink()
+
+
+__all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
+           "check_unchanged", "build_victim", "load_split", "checkpoint_path",
            "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
            "stored_protocol", "train"]

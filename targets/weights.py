@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import warnings
 from pathlib import Path
 
 import torch
@@ -49,7 +50,9 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
     if not path.is_file():
         raise UserError(f"weights file '{path}' " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on the file (its pickle protocol): loaded, or one sentence
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if "not an allowed global" in str(err) or "Unsupported global" in str(err):
             raise UserError(f"weights file '{path}' holds objects other than tensors; it was not loaded") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
-from ..training import MODEL_DEFAULTS, train
+from ..training import MODEL_DEFAULTS, TrainingInterrupted, train
 
 
 def _check(label: str, constraint, value) -> None:
@@ -58,9 +59,15 @@ def cmd_train(a) -> int:
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
     out = writable_out(a.out if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
-    folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
-                   download=a.download, checkpoints=not a.no_checkpoints,
-                   checkpoint_every=a.checkpoint_every)
+    try:
+        folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
+                       download=a.download, checkpoints=not a.no_checkpoints,
+                       checkpoint_every=a.checkpoint_every)
+    except TrainingInterrupted as stop:
+        held = f"rounds 1..{stop.done}" if stop.done else "no finished round"
+        print(f"leakattack: interrupted; training stopped after round {stop.done} of {stop.planned}, and "
+              f"'{stop.folder}' keeps {held} (its protocol.json records them)", file=sys.stderr)
+        return 130
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
           f"train loss {last['train_loss']:.4f} | {_floats(last)} | {last['wall_s']:.1f} s | "

@@ -244,7 +244,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "message"),
 )
 
-#: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``
+#: protocol parameters (``protocol.json``'s spec), shared by ``train`` and ``run --protocol``; a label's
+#: ``{protocol}`` names the protocol given when it reads the setting, else "DP"
+#: (:func:`~leakattack.config.run.check_protocol_spec`)
 PROTOCOL_PARAMS: tuple[Param, ...] = (
     Param("clients", names.SPEC_DEFAULTS["clients"], POS_INT, "number of clients N", "number of clients N",
           "protocol"),
@@ -271,13 +273,13 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
           "FedSKETCH count-sketch rows t", "protocol"),
     Param("sketch_buckets", names.SPEC_DEFAULTS["sketch_buckets"], POS_INT, "count-sketch buckets m",
           "FedSKETCH buckets m per row", "protocol"),
-    Param("dp_epsilon", names.SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "sketched-dp epsilon",
+    Param("dp_epsilon", names.SPEC_DEFAULTS["dp_epsilon"], Number(0, low_open=True), "{protocol} epsilon",
           "sketched-dp: per-step epsilon^; privsgd: epsilon over --dp-rounds rounds", "protocol"),
-    Param("dp_delta", names.SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "sketched-dp delta",
+    Param("dp_delta", names.SPEC_DEFAULTS["dp_delta"], Number(0, 1, low_open=True, high_open=True), "{protocol} delta",
           "sketched-dp: per-step delta^; privsgd: delta over --dp-rounds rounds", "protocol"),
-    Param("dp_clip", names.SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "sketched-dp clip",
+    Param("dp_clip", names.SPEC_DEFAULTS["dp_clip"], Number(0, low_open=True), "{protocol} clip",
           "sketched-dp, privsgd: per-example clip norm = Lipschitz bound l_c (L)", "protocol"),
-    Param("dp_rounds", names.SPEC_DEFAULTS["dp_rounds"], POS_INT, "privsgd rounds T",
+    Param("dp_rounds", names.SPEC_DEFAULTS["dp_rounds"], POS_INT, "{protocol} rounds T",
           "privsgd: rounds T the (epsilon, delta) guarantee covers (sets sigma)", "protocol"),
     Param("server_opt", names.SPEC_DEFAULTS["server_opt"], Choice(names.SERVER_OPTS), "server optimiser",
           "safl: server optimiser ADA_OPT, one of {choices}", "protocol"),

@@ -20,7 +20,7 @@ import torch
 
 import targets
 from defenses import build as build_defense
-from targets.protocols import protocol_class, unread_settings
+from targets.protocols import list_protocols, protocol_class, unread_settings
 
 from .. import attacks
 from ..errors import SettingWarning, UserError
@@ -140,7 +140,7 @@ class RunConfig:
                 raise ConfigError(f"attack '{self.attack}' takes no parameter '{key}'{whose}")
             if not declared[key].constraint.ok(v):
                 raise ConfigError(declared[key].constraint.error(declared[key].label, v))
-        check_protocol_spec(self.protocol_spec, partial=True)
+        check_protocol_spec(self.protocol_spec, partial=True, protocol=self.protocol)
         taken = [k for k in self.model_params if k in targets.RESERVED_MODEL_PARAMS]
         if taken:
             raise ConfigError(f"--model-param {taken[0]}: a model's {taken[0]} is "
@@ -151,6 +151,7 @@ class RunConfig:
             if given:
                 raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
                                   "message: give --protocol too (the one that trained the folder)")
+        self._check_protocol_flags()
         try:
             build_defense(self.defense)
             check_sketch_params(self.sketch, self.sketch_params)
@@ -164,6 +165,32 @@ class RunConfig:
             if not torch.cuda.is_available():
                 raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
         return self
+
+    def _check_protocol_flags(self) -> None:
+        """Refuse the sketch and model flags a protocol's message does not read, and a match space it lacks."""
+        if self.match_space != "sketch":
+            decodable = [n for n in list_protocols() if protocol_class(n).decodable]
+            if not self.protocol:
+                raise ConfigError(f"--match-space {self.match_space} chooses how a protocol's message is matched: "
+                                  f"give --protocol too (one of {', '.join(decodable)})")
+            if not protocol_class(self.protocol).decodable:
+                raise ConfigError(f"--match-space {self.match_space} matches the server's un-sketch of a message, "
+                                  f"and only {' and '.join(decodable)} un-sketch theirs (not protocol "
+                                  f"'{self.protocol}'): leave it out")
+        if not self.protocol:
+            return
+        given = [flag for flag, v in (("--sketch-dim", self.sketch_dim), ("--sketch-seed", self.sketch_seed),
+                                      ("--model-seed", self.model_seed)) if v is not None]
+        if not given:
+            return
+        flags, one = ", ".join(given), len(given) == 1
+        if self.protocol_dir:
+            raise ConfigError(f"{flags} contradict{'s' if one else ''} --protocol-dir '{self.protocol_dir}', whose "
+                              "protocol.json fixes the model, its seed and the sketch: leave "
+                              f"{'it' if one else 'them'} out")
+        raise ConfigError(f"{flags} change{'s' if one else ''} nothing for a protocol's message, whose model and "
+                          "round seeds come from --seed and whose sketch size comes from --sketch-ratio: leave "
+                          f"{'it' if one else 'them'} out")
 
     def validate_for(self, d: int) -> None:
         """Checks that need d, the gradient length of the built model."""
@@ -322,8 +349,16 @@ def attack_option_names() -> set[str]:
     return {p.name for n in attacks.list_attacks() for p in attacks.attack_class(n).options}
 
 
-def check_protocol_spec(spec: dict, partial: bool = False) -> None:
-    """Every protocol value against its declared constraint; unknown keys refused."""
+def protocol_label(p, protocol: str = "") -> str:
+    """How errors name protocol parameter ``p``: its label, with ``{protocol}`` the protocol given when that protocol
+    reads the setting (``privsgd delta``), else ``DP`` (``DP delta``)."""
+    reads = bool(protocol) and p.name in protocol_class(protocol).reads
+    return p.label.replace("{protocol}", protocol if reads else "DP")
+
+
+def check_protocol_spec(spec: dict, partial: bool = False, protocol: str = "") -> None:
+    """Every protocol value against its declared constraint; unknown keys refused.  ``protocol``: the protocol the
+    spec is for, which errors about its own settings name."""
     declared = {p.name: p for p in PROTOCOL_PARAMS}
     for key, v in spec.items():
         if key not in declared:
@@ -332,7 +367,7 @@ def check_protocol_spec(spec: dict, partial: bool = False) -> None:
             raise ConfigError(f"unknown protocol parameter '{key}'")
         p = declared[key]
         if not p.constraint.ok(v):
-            raise ConfigError(p.constraint.error(p.label, v))
+            raise ConfigError(p.constraint.error(protocol_label(p, protocol), v))
     if not partial:
         missing = [k for k in declared if k not in spec]
         if missing:
@@ -354,7 +389,7 @@ def warn_unread(name: str, given) -> None:
 def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
     """A protocol's spec, with the checks its capabilities need (the sketch for sketched ones)."""
     cls = protocol_class(name)
-    check_protocol_spec(spec)
+    check_protocol_spec(spec, protocol=name)
     if not 0 < spec["sketch_ratio"] <= 1:
         raise ConfigError(f"sketch ratio must lie in (0, 1], got {spec['sketch_ratio']}")
     if d is not None and spec["sketch_buckets"] > d:
@@ -371,4 +406,4 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
 
 
 __all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names",
-           "check_protocol_spec", "validate_protocol", "warn_unread"]
+           "check_protocol_spec", "protocol_label", "validate_protocol", "warn_unread"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,11 +152,14 @@ def _check(fields: dict, where: str) -> None:
 
 
 def _load(path: Path, where: str):
-    """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError."""
+    """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError.  torch's own
+    notes on the file (such as its pickle protocol) are not shown: the file is loaded, or refused in one sentence."""
     if not path.is_file():
         raise MessageError(f"{where} does not exist")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if "not an allowed global" in str(err) or "Unsupported global" in str(err):
             raise MessageError(f"{where} holds objects other than tensors and plain containers; it was not "

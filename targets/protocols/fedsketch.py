@@ -117,7 +117,20 @@ class FedSketchPrivix(Protocol):
 
 
 class FedSketchHeaprix(FedSketchPrivix):
-    """FedSKETCH Algorithm 5, HEAPRIX variant: HEAVYMIX's Top_m exact (second round) plus PRIVIX of the rest."""
+    """FedSKETCH Algorithm 5, HEAPRIX variant: HEAVYMIX's Top_m exact (second round) plus PRIVIX of the rest.
+
+    The attacked message (:meth:`observe`) is the count-sketch table alone, as for PRIVIX: the exact values on
+    Top_m that the second round sends (and ``floats_per_client`` counts) are not part of it, so an attack on a
+    HEAPRIX message gives what one on the same PRIVIX message does."""
+
+    #: what :meth:`observe`'s message holds of what the client sends (recorded in the message's info)
+    MESSAGE_PART = ("the count-sketch table only: the exact values on HEAVYMIX's Top_m that HEAPRIX's second round "
+                    "sends are not attacked")
+
+    def observe(self, w, t, c, **kw):
+        msg = super().observe(w, t, c, **kw)
+        msg.info["message_part"] = self.MESSAGE_PART
+        return msg
 
     def floats_per_client(self):
         return self.sketch_rows * self.sketch_buckets + self.sketch_buckets

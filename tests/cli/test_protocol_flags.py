@@ -1,0 +1,113 @@
+"""Flags a protocol's message does not read are refused in one sentence; errors name the protocol given; a stored
+run's sketch is what config.json records; HEAPRIX's attacked message is its count-sketch table."""
+
+import json
+
+import pytest
+import torch
+
+from leakattack import cli, experiment
+from leakattack.config import RunConfig
+
+RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips",
+       "--threads", "1"]
+
+
+def _files(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*"))
+
+
+def _refused(argv, needle, root, capsys):
+    before = _files(root)
+    assert cli.main(argv) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
+    assert _files(root) == before, argv
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train")
+    assert cli.main(["train", "--protocol", "sketched", "--sketch", "sparse", "--rounds", "2", "--clients", "3",
+                     "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    return out / "sketched"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--sketch-dim", "100"], "--sketch-dim contradicts --protocol-dir"),
+    (["--sketch-seed", "7"], "--sketch-seed contradicts --protocol-dir"),
+    (["--model-seed", "3"], "--model-seed contradicts --protocol-dir"),
+    (["--sketch-seed", "7", "--model-seed", "3"], "--sketch-seed, --model-seed contradict --protocol-dir"),
+    (["--sketch", "sparse", "--sketch-param", "s=2"], "--sketch-param {'s': 2} contradicts"),
+])
+def test_a_sketch_or_model_flag_a_stored_protocol_run_fixes_is_refused(trained, tmp_path, capsys, args, needle):
+    """protocol.json fixes the model, its seed and the sketch: these flags were silently ignored."""
+    argv = RUN + ["--protocol", "sketched", "--protocol-dir", str(trained), "--out", str(tmp_path / "run")] + args
+    _refused(argv, needle, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--sketch-seed", "7"], "--sketch-seed changes nothing for a protocol's message"),
+    (["--model-seed", "3"], "--model-seed changes nothing for a protocol's message"),
+    (["--sketch-dim", "100"], "--sketch-dim changes nothing for a protocol's message"),
+])
+def test_seed_and_size_flags_a_re_simulated_protocol_does_not_read_are_refused(tmp_path, capsys, args, needle):
+    """The protocol takes its model and round seeds from --seed and b from --sketch-ratio: these flags gave the
+    default's numbers."""
+    _refused(RUN + ["--protocol", "sketched", "--out", str(tmp_path / "run")] + args, needle, tmp_path, capsys)
+
+
+def test_a_stored_run_records_the_sketch_it_trained_with(trained, tmp_path):
+    """config.json recorded the run's default sketch and ratio (srht, 0.5) where the message came from the stored
+    sparse sketch at 0.1."""
+    out = tmp_path / "run"
+    assert cli.main(RUN + ["--protocol", "sketched", "--protocol-dir", str(trained), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"]["sketch_ratio"] == 0.1 and config["run"]["sketch"] == "sparse"
+    assert config["derived"]["b"] == 1343
+
+
+@pytest.mark.parametrize("command,args", [
+    (["train", "--rounds", "1"], []),
+    (RUN, []),
+])
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--dp-delta", "-1", "privsgd delta must lie in (0, 1), got -1.0"),
+    ("--dp-clip", "0", "privsgd clip must be a positive number, got 0.0"),
+    ("--dp-epsilon", "0", "privsgd epsilon must be a positive number"),
+])
+def test_a_bad_dp_setting_names_the_protocol_given(tmp_path, capsys, command, args, flag, value, needle):
+    """privsgd's bad --dp-delta was called a sketched-dp delta."""
+    argv = command + ["--protocol", "privsgd", flag, value, "--out", str(tmp_path / "o"), "--quiet",
+                      "--threads", "1"] + args
+    _refused(argv, needle, tmp_path, capsys)
+    _refused([a if a != "privsgd" else "sketched-dp" for a in argv], needle.replace("privsgd", "sketched-dp"),
+             tmp_path, capsys)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--protocol", "sketched"], "only fedsketch-heaprix and fedsketch-privix un-sketch theirs (not protocol "
+                                 "'sketched')"),
+    (["--protocol", "fedavg"], "(not protocol 'fedavg')"),
+    ([], "--match-space unsketched chooses how a protocol's message is matched: give --protocol too"),
+])
+def test_match_space_unsketched_is_refused_where_there_is_no_un_sketch(tmp_path, capsys, args, needle):
+    """The flag is for fedsketch-*; elsewhere the run matched the message and config.json said unsketched."""
+    _refused(RUN + ["--match-space", "unsketched", "--out", str(tmp_path / "run")] + args, needle, tmp_path, capsys)
+
+
+def test_match_space_unsketched_still_runs_for_fedsketch():
+    cfg = RunConfig(model="lenet", dataset="digits", iterations=2, protocol="fedsketch-privix",
+                    match_space="unsketched")
+    assert experiment.prepare(cfg).obs.extra["match_space"] == "unsketched"
+
+
+def test_a_heaprix_message_is_its_count_sketch_table_and_says_so():
+    """HEAPRIX's exact Top_m values are not in the attacked message: at round 1 it is PRIVIX's message, and the
+    message's description records what it holds."""
+    prepared = {p: experiment.prepare(RunConfig(model="lenet", dataset="digits", iterations=2, protocol=p))
+                for p in ("fedsketch-privix", "fedsketch-heaprix")}
+    heaprix, privix = prepared["fedsketch-heaprix"], prepared["fedsketch-privix"]
+    torch.testing.assert_close(heaprix.obs.y, privix.obs.y)
+    assert "count-sketch table only" in heaprix.case.encoder["message_part"]
+    assert "message_part" not in privix.case.encoder
