@@ -32,11 +32,13 @@ from defenses import build as build_defense
 
 from ..attacks import attack_class, list_attacks
 from ..errors import UserError
-from ..metrics import NOT_REBUILT, REBUILT, RunMetrics, closed_forms_line, failed_counts, failed_part
+from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
+    SUMMARY_METRICS,
     default_strength,
+    group_settings,
     load_records,
     load_tensors,
     read_json,
@@ -53,9 +55,26 @@ MAX_GRID_COLUMNS = 8
 MAX_GRID_ROWS = 12
 #: at most this many images of one run get a row in its per-image table
 MAX_IMAGE_ROWS = 64
+#: the sweep's d, b row lists at most this many sketch sizes b of one d, else their range
+MAX_LISTED = 12
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
+#: how a score against the truth that is not finite reads (a run stores it as null: leakattack.jsonable)
+NOT_A_NUMBER = "not a number"
+#: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
+RUN_REQUIRED = ("psnr", "ssim", "iterations", "stop_reason", "d", "b")
+#: metrics.json keys that hold a number or null (a score that is not finite is stored as null)
+RUN_NUMBERS = ("mse", "psnr", "ssim", "lpips", "label_acc", "label_acc_matched", "final_loss", "initial_loss",
+               "wall_s", "attack_s", "baseline_start_psnr", "baseline_start_ssim", "baseline_start_lpips",
+               "baseline_mean_psnr", "baseline_mean_ssim", "baseline_mean_lpips", "baseline_psnr", "baseline_ssim",
+               "baseline_lpips", "epsilon", "delta", "utility_acc")
+#: metrics.json keys that hold a whole number or null
+RUN_COUNTS = ("iterations", "best_step", "restarts", "d", "b", "unknowns", "jacobian_rank")
+#: metrics.json keys that hold a list of numbers (null where one is not finite)
+RUN_NUMBER_LISTS = ("psnr_each", "ssim_each")
+#: results.jsonl metrics of a sweep point that hold a number or null
+POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
 #: figures a sweep draws, in the order the report shows them, with their captions
 SWEEP_FIGURES = {
     "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline)",
@@ -101,8 +120,9 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0}
 th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f7f9;font-weight:600}
 table.kv th{width:150px}
-table.num td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}table.num td.key{text-align:left}
-table.num th{white-space:nowrap}
+table.num td{text-align:right;font-variant-numeric:tabular-nums}table.num td.key{text-align:left}
+table.num{font-size:12px}table.num td,table.num th{padding:4px 6px}
+table.num td.key,table.num th{overflow-wrap:break-word}table.num .v{white-space:nowrap}
 .scroll{overflow-x:auto}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #e3e6ea}
 figcaption{font-size:12px;color:#5b6472;margin-top:4px}
@@ -170,7 +190,7 @@ def build_report(paths, title: str = "Gradient-inversion audit report", generato
 # ---------------------------------------------------------------- run folders
 
 def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
-    metrics = RunMetrics.from_dict(_read(folder / "metrics.json"))
+    metrics = run_metrics(folder / "metrics.json")
     config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics)
@@ -181,7 +201,7 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     parts.append("<h3>Reconstruction</h3>")
     figs = []
     if (folder / "reconstruction.png").is_file():
-        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.psnr is not None
+        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.truth is not False
                 else "the reconstructed images (no true images to compare with)")
         figs.append(_figure(folder / "reconstruction.png", what))
     if (folder / "convergence.png").is_file():
@@ -195,24 +215,68 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     return "\n".join(parts), head, cls
 
 
+def run_metrics(path: Path) -> RunMetrics:
+    """A run's metrics.json as its record, refused in one sentence naming the file and the key when it lacks a key
+    every run writes (:data:`RUN_REQUIRED`) or holds a metric that is not a number; a score that is not finite
+    (NaN) reads as null, as the run itself stores it."""
+    data = _read(path)
+    missing = [k for k in RUN_REQUIRED if k not in data]
+    if missing:
+        raise UserError(f"'{path}' has no {_or(missing)}, which every run's metrics.json holds")
+    for key in RUN_NUMBERS + RUN_COUNTS:
+        v = data.get(key)
+        if v is not None and not _is_number(v):
+            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a number")
+        if key in RUN_COUNTS and v is not None and not isinstance(v, int):
+            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a whole number")
+    for key in RUN_NUMBER_LISTS:
+        v = data.get(key)
+        if v is not None and not (isinstance(v, list) and all(e is None or _is_number(e) for e in v)):
+            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a list of numbers")
+    for key in ("stop_reason", "message"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise UserError(f"'{path}' holds {key} = {_shown(data[key])}, not a text")
+    if data.get("verdict") not in (None, REBUILT, NOT_REBUILT):
+        raise UserError(f"'{path}' holds verdict = {_shown(data['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
+    clean = {k: (None if k in RUN_NUMBERS and _is_number(v) and not math.isfinite(v) else v) for k, v in data.items()}
+    for key in RUN_NUMBER_LISTS:
+        each = clean.get(key)
+        if isinstance(each, list):
+            clean[key] = [None if e is not None and not math.isfinite(e) else e for e in each]
+    try:
+        return RunMetrics.from_dict(clean)
+    except MetricsError as err:
+        raise UserError(f"'{path}' cannot be read: {err}") from None
+
+
+def _run_scores(m: RunMetrics) -> str:
+    """The reconstruction's PSNR and SSIM as a headline quotes them: a score that is not finite (stored as null)
+    reads "not a number", followed by why the attack stopped."""
+    psnr = f"{_num(m.psnr, 1)} dB" if m.psnr is not None else NOT_A_NUMBER
+    ssim = _num(m.ssim, 3) if m.ssim is not None else NOT_A_NUMBER
+    text = f"PSNR {psnr}, SSIM {ssim}"
+    if m.psnr is None or m.ssim is None:
+        text += f" (stop reason {m.stop_reason or NOT_RECORDED}{': ' + m.message if m.message else ''})"
+    return text
+
+
 def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
     """(short tag, CSS class, the headline sentence) of a run."""
+    if m.truth is False:
+        return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
     if m.verdict == REBUILT:
         return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
-                                      f"(PSNR {_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}).")
+                                      f"({_run_scores(m)}).")
     if m.verdict == NOT_REBUILT:
         part = failed_part(m.to_dict())
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked:
             return "nothing attacked", "failed", f"Nothing was attacked ({FAILURE_NOTE}): {m.nothing_attacked}.{which}"
-        return "not rebuilt", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR "
-                                         f"{_num(m.psnr, 1)} dB, SSIM {_num(m.ssim, 3)}.{which}")
-    if m.truth is False or m.psnr is None:
-        return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
+        return "not rebuilt", "failed", f"Not rebuilt at this budget ({FAILURE_NOTE}): {_run_scores(m)}.{which}"
     return "verdict not recorded", "unjudged", (
-        f"Verdict not recorded: this run folder was written before runs recorded one (PSNR {_num(m.psnr, 1)} "
-        f"dB, SSIM {_num(m.ssim, 3)}; compare with the baselines of newer runs).")
+        f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "
+        "with the baselines of newer runs).")
 
 
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
@@ -334,7 +398,7 @@ def _per_image(m: RunMetrics) -> str:
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
-                    f"<td>{_num(p, 2)}</td><td>{_num(s, 4)}</td></tr>")
+                    f"<td>{_score(p, 2)}</td><td>{_score(s, 4)}</td></tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc = m.label_acc
@@ -363,10 +427,12 @@ def _run_verdict(m: RunMetrics) -> str:
          m.baseline_mean_lpips, m.recorded("baseline_mean_psnr")),
         ("better baseline", m.baseline_psnr, m.baseline_ssim, m.baseline_lpips, m.recorded("baseline_psnr")),
     ]
+    scored = m.truth is not False  # a score against the truth stored as null is not finite
     body = "".join(
-        f"<tr><td class=key>{_e(label)}</td>" + ("".join(f"<td>{_num(v, k)}</td>" for v, k in ((p, 2), (s, 4), (lp, 4)))
-                                                 if known else f"<td colspan=3>{NOT_RECORDED}</td>") + "</tr>"
-        for label, p, s, lp, known in rows)
+        f"<tr><td class=key>{_e(label)}</td>" + (
+            f"<td>{_score(p, 2, i == 0 and scored)}</td><td>{_score(s, 4, i == 0 and scored)}</td>"
+            f"<td>{_num(lp, 4)}</td>" if known else f"<td colspan=3>{NOT_RECORDED}</td>") + "</tr>"
+        for i, (label, p, s, lp, known) in enumerate(rows))
     lines.append('<table class="num"><tr><th></th><th>PSNR (dB)</th><th>SSIM</th><th>LPIPS</th></tr>' + body +
                  "</table>")
     if m.lpips is None and m.lpips_note:
@@ -411,24 +477,33 @@ def _when(folder: Path) -> str:
 # -------------------------------------------------------------- sweep folders
 
 def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
-    records = load_records(folder)
+    records = _checked_points(folder, load_records(folder))
     meta = _read(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
-    head, cls, sentence = _sweep_headline(records)
+    stored = stored_summary(folder)
+    current = stored is not None and summary_matches(stored, records)
+    head, cls, sentence = _sweep_headline(records, meta.get("points"))
     parts = [f'<section class="item sweep" id="{anchor}"><h2>Sweep: {_e(_name(folder))}</h2>',
              f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
     parts.append("<h3>Setting</h3>" + _kv(_sweep_setting(folder, records, meta)))
-    parts.append("<h3>Summary</h3>" + _summary_table(folder, records, meta))
+    parts.append("<h3>Summary</h3>" + _summary_table(records, meta, stored if current else None,
+                                                     _summary_note(stored, records, current)))
     grid = _recon_grid(folder, records, meta)
+    drawn = sorted((folder / "figures").glob("*.png")) if (folder / "figures").is_dir() else []
     shown = [n for n in SWEEP_FIGURES if (folder / "figures" / f"{n}.png").is_file()
              and not (n == "reconstruction_grid" and grid)]
-    others = sorted(p.stem for p in (folder / "figures").glob("*.png") if p.stem not in SWEEP_FIGURES) \
-        if (folder / "figures").is_dir() else []
-    if shown or others:
+    others = sorted(p.stem for p in drawn if p.stem not in SWEEP_FIGURES)
+    if current and (shown or others):
         parts.append("<h3>Figures</h3>")
         for n in shown + others:
             if n == "privacy_utility":
                 parts.append("<h4>Privacy–utility frontier</h4>")
             parts.append(_figure(folder / "figures" / f"{n}.png", SWEEP_FIGURES.get(n, n)))
+    elif drawn:  # drawn with summary.csv, from points results.jsonl does not hold as they are now
+        why = ("summary.csv, written with them, is not there to show which points they were drawn from"
+               if stored is None else "they were drawn with summary.csv, which does not match results.jsonl")
+        parts.append(f'<h3>Figures</h3><p class="note">The {len(drawn)} figure{"s" if len(drawn) != 1 else ""} in '
+                     f"figures/ {'are' if len(drawn) != 1 else 'is'} left out: {_e(why)}; running the sweep "
+                     "again with the same --out redraws them.</p>")
     if grid:
         parts.append("<h3>Reconstructions</h3>" + grid)
     parts.append("<h3>Machine and time</h3>" + _kv(_sweep_machine(records)))
@@ -436,24 +511,32 @@ def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     return "\n".join(parts), head, cls
 
 
-def _sweep_headline(records: list[dict]) -> tuple[str, str, str]:
+def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
+    """(short tag, CSS class, the headline sentence) of a sweep of ``planned`` points (sweep.json's count), which
+    says so when some of them have no result."""
     verdicts = [r["metrics"].get("verdict") for r in records if r["metrics"].get("verdict") is not None]
     n = len(records)
+    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > n else None
+    left = f"{planned - n} of {planned} planned points not finished" if planned else ""
+    tag = " (unfinished)" if planned else ""
     if not records:
-        return "empty", "unjudged", "No finished point: results.jsonl holds no result yet."
+        return "empty", "unjudged", ("No finished point: results.jsonl holds no result yet"
+                                     + (f" (0 of {planned} planned points finished)." if planned else "."))
     if not verdicts:
-        return "verdict not recorded", "unjudged", (
-            f"Verdict not recorded: these {n} points were stored before sweeps recorded one; the mean PSNR and SSIM "
-            "of each setting are in the summary below.")
-    k = sum(v == REBUILT for v in verdicts)
-    if k == len(verdicts):
-        return "rebuilt", "rebuilt", f"Rebuilt at every judged point ({k} of {n})."
+        return "verdict not recorded" + tag, "unjudged", (
+            f"Verdict not recorded: these {n} points were stored before sweeps recorded one"
+            f"{f' ({left})' if left else ''}; the mean PSNR and SSIM of each setting are in the summary below.")
+    k, j = sum(v == REBUILT for v in verdicts), len(verdicts)
+    if k == j:
+        return "rebuilt" + tag, "rebuilt", (f"Rebuilt at every judged point ({k} of {j} judged"
+                                            f"{'; ' + left if left else ''}).")
+    unfinished = f" Unfinished: {left}." if left else ""
     if k == 0:
-        return "not rebuilt", "failed", (f"Not rebuilt at any of the {len(verdicts)} judged points at this budget "
-                                         f"({FAILURE_NOTE}).{_failed_parts(records)}")
-    return f"rebuilt at {k}/{len(verdicts)}", "mixed", (
-        f"Rebuilt at {k} of {len(verdicts)} judged points; not rebuilt at {len(verdicts) - k} at this budget "
-        f"({FAILURE_NOTE}).{_failed_parts(records)}")
+        return "not rebuilt" + tag, "failed", (f"Not rebuilt at any of the {j} judged points at this budget "
+                                               f"({FAILURE_NOTE}).{unfinished}{_failed_parts(records)}")
+    return f"rebuilt at {k}/{j}{tag}", "mixed", (
+        f"Rebuilt at {k} of {j} judged points; not rebuilt at {j - k} at this budget "
+        f"({FAILURE_NOTE}).{unfinished}{_failed_parts(records)}")
 
 
 def _failed_parts(records: list[dict]) -> str:
@@ -479,23 +562,94 @@ def _sweep_setting(folder: Path, records: list[dict], meta: dict) -> list[tuple[
         rows.append(("strength axis", str(strength)))
     if records:
         rows.append(("threat model", _sweep_threat(records)))
-        bd = sorted({(r["metrics"].get("d"), r["metrics"].get("b")) for r in records
-                     if r["metrics"].get("d") is not None}, key=str)
-        if bd:
-            rows.append(("d, b", "; ".join(f"d = {_int(d)}, b = {_int(b)}" for d, b in bd[:6]) +
-                         ("; …" if len(bd) > 6 else "")))
+        sizes: dict = {}
+        for r in records:
+            if r["metrics"].get("d") is not None:
+                sizes.setdefault(r["metrics"]["d"], set()).add(r["metrics"].get("b"))
+        if sizes:
+            rows.append(("d, b", " | ".join(f"d = {_int(d)}, b {_values(sizes[d])}" for d in sorted(sizes))))
     extra = unplanned(folder, records)
     rows.append(("points", f"{len(records)} finished of {meta.get('points', NOT_RECORDED)} planned"
                  + (f"; {extra} more stored by an earlier plan of this folder are left out" if extra else "")))
     return rows
 
 
-def _summary_rows(folder: Path, records: list[dict]) -> list[dict]:
+def _values(values: set) -> str:
+    """The values of a number that varies from point to point, sorted: ``= v`` for one, the set of up to
+    :data:`MAX_LISTED`, else the range."""
+    known = sorted(v for v in values if v is not None)
+    text = [_short(v) for v in known] + (["–"] if None in values else [])
+    if len(text) == 1:
+        return f"= {_int(known[0]) if known else '–'}"
+    if len(known) > MAX_LISTED:
+        return f"from {_short(known[0])} to {_short(known[-1])} ({len(known)} values)"
+    return "∈ {" + ", ".join(text) + "}"
+
+
+def _checked_points(folder: Path, records: list[dict]) -> list[dict]:
+    """The sweep's records, refused in one sentence when a point's metric is not a number; one that is not finite
+    (NaN) reads as null, as the sweep itself stores it."""
+    for r in records:
+        m = r["metrics"]
+        for key in POINT_NUMBERS:
+            v = m.get(key)
+            if v is not None and not _is_number(v):
+                raise UserError(f"'{folder / 'results.jsonl'}' holds a point ({r['key']}) whose {key} is {_shown(v)}, "
+                                "not a number")
+            if v is not None and not math.isfinite(v):
+                m[key] = None
+        if m.get("verdict") not in (None, REBUILT, NOT_REBUILT):
+            raise UserError(f"'{folder / 'results.jsonl'}' holds a point ({r['key']}) whose verdict is "
+                            f"{_shown(m['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
+    return records
+
+
+def stored_summary(folder: Path) -> list[dict] | None:
+    """The rows of a sweep's summary.csv (None where there is none), refused in one sentence when it is not the
+    table a sweep writes: text that is not UTF-8 or CSV, no ``n`` column, a row whose cells do not match the
+    header, or an ``n`` that is not a count."""
     path = folder / "summary.csv"
-    if path.is_file():
+    if not path.is_file():
+        return None
+    try:
         with open(path, encoding="utf-8", newline="") as fh:
-            return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
-    return summarize(records)
+            reader = csv.DictReader(fh)
+            raw = list(reader)
+            header = reader.fieldnames or []
+    except (UnicodeDecodeError, csv.Error):
+        raise UserError(f"'{path}' is unreadable: it is not a CSV table") from None
+    if not header and not raw:  # the summary of no point
+        return []
+    if "n" not in header:
+        raise UserError(f"'{path}' is unreadable: it has no n column, so it is not the summary table a sweep writes")
+    rows = []
+    for i, row in enumerate(raw, 2):
+        if None in row or None in row.values():
+            raise UserError(f"'{path}' is unreadable: line {i} does not have the {len(header)} cells of its header")
+        cells = {k: _cell(v) for k, v in row.items()}
+        if not isinstance(cells["n"], int) or cells["n"] < 1:
+            raise UserError(f"'{path}' is unreadable: line {i} has n = {row['n']!r}, not a count of points")
+        rows.append(cells)
+    return rows
+
+
+def summary_matches(rows: list[dict], records: list[dict]) -> bool:
+    """Whether summary.csv's rows summarise these records: a row per setting, counting every finished point."""
+    return bool(records) and len(rows) == len(group_settings(records)) and sum(r["n"] for r in rows) == len(records)
+
+
+def _summary_note(stored: list[dict] | None, records: list[dict], current: bool) -> str:
+    """What the summary table is made from, where it is not the sweep's own summary.csv."""
+    if not records:
+        return "summary.csv, written from points it no longer holds, is left out." if stored else ""
+    if current:
+        return ""
+    if stored is None:
+        return "summary.csv not found: the table summarises results.jsonl."
+    counted = sum(r["n"] for r in stored)
+    return (f"summary.csv is left out: it counts {counted} point{'s' if counted != 1 else ''} in {len(stored)} "
+            f"setting{'s' if len(stored) != 1 else ''}, not the {len(records)} finished points results.jsonl holds; "
+            "the table summarises results.jsonl.")
 
 
 def _cell(text):
@@ -508,10 +662,12 @@ def _cell(text):
     return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() else v
 
 
-def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
-    rows = _summary_rows(folder, records)
-    if not rows:
-        return '<p class="note">No summary: no finished point.</p>'
+def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, told: str = "") -> str:
+    """The summary table: ``stored`` (summary.csv's rows, where they match the records), else the records'
+    own :func:`summarize`, with ``told`` (what it is made from) before it."""
+    if not records:
+        return f'<p class="note">No summary: results.jsonl holds no finished point.{" " + _e(told) if told else ""}</p>'
+    rows = stored if stored is not None else summarize(records)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
     plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in ("rebuilt",) + FAILED_COLUMNS]
@@ -520,8 +676,8 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
     varying = [c for c in plain if c not in shared and not (templated and c == "defense")]
     stems = [s for s in stems if any(r.get(f"{s}_mean") is not None for r in rows)]
-    head = "".join(f"<th>{_e(c)}</th>" for c in varying) + "".join(
-        f"<th>{_e(METRIC_NAMES.get(s, s))}</th>" for s in stems)
+    head = "".join(f"<th>{_heading(c)}</th>" for c in varying) + "".join(
+        f"<th>{_heading(METRIC_NAMES.get(s, s))}</th>" for s in stems)
     if any("rebuilt" in r for r in rows):
         head += "<th>rebuilt</th>"
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
@@ -533,8 +689,8 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
         for s in stems:
             mean, std = r.get(f"{s}_mean"), r.get(f"{s}_std")
             digits, kind = METRIC_FORMAT.get(s, (4, "g"))
-            spread = f" ± {_num(std, 2, 'g')}" if std is not None else ""
-            cells += f"<td>{_num(mean, digits, kind)}{spread}</td>"
+            spread = f" <span class=v>± {_num(std, 2, 'g')}</span>" if std is not None else ""
+            cells += f"<td><span class=v>{_num(mean, digits, kind)}</span>{spread}</td>"
         if "rebuilt" in head:
             share = r.get("rebuilt")
             cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
@@ -545,7 +701,8 @@ def _summary_table(folder: Path, records: list[dict], meta: dict) -> str:
     same = [f"{c} = {_short(rows[0].get(c))}" for c in shared]
     if templated:
         same.insert(0, f"defense = {template}, filled in with the row's values")
-    note = ('<p class="note">' + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
+    note = ('<p class="note">' + (_e(told) + " " if told else "")
+            + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
             + "Metrics: mean ± sample std over the repetitions (n).</p>")
     return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
 
@@ -667,6 +824,11 @@ def _figure(path: Path, caption: str, width: int | None = None) -> str:
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
+def _heading(name) -> str:
+    """A column heading that may wrap after each underscore (``b_over_m``) as well as at its spaces."""
+    return _e(name).replace("_", "_<wbr>")
+
+
 def _kv(rows) -> str:
     return '<table class="kv">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
@@ -689,10 +851,31 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _score(v, digits: int, scored: bool = True) -> str:
+    """A score against the truth: null (how a run stores one that is not finite) reads "not a number" where the
+    score was taken (``scored``), else "–"."""
+    return NOT_A_NUMBER if v is None and scored else _num(v, digits)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _shown(v) -> str:
+    """A stored value as a message quotes it (cut short)."""
+    text = json.dumps(v) if not isinstance(v, float) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _or(words: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" or {words[-1]}"
+
+
 def _num(v, digits: int = 2, kind: str = "f") -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+    if not _is_number(v):
         return "–" if v is None else _e(v)
-    return f"{v:.{digits}{kind}}"
+    return f"{v:.{digits}{kind}}" if math.isfinite(v) else NOT_A_NUMBER
 
 
 def _int(v) -> str:

@@ -92,9 +92,11 @@ def test_report_says_what_was_attacked_and_how_it_went(report):
     # the committed run's machine and PSNR
     cpu = json.loads((RUN / "config.json").read_text())["environment"]["machine"]["cpu"]
     psnr = json.loads((RUN / "metrics.json").read_text())["psnr"]
+    judged = any("verdict" in json.loads(line)["metrics"] for line in (SWEEP / "results.jsonl").read_text().splitlines()
+                 if line.strip())
     for words in ("Run: lenet-srht", "Sweep: defense_sweep", "d = 15,826 weights, b = 7,913 numbers sent",
                   "sketch seed known", "labels read from the message (the count and sign rules", cpu, f"{psnr:.2f}",
-                  "sigma = 0.0001", "image 2", "Verdict not recorded", "not recorded"):
+                  "sigma = 0.0001", "image 2", "judged points" if judged else "Verdict not recorded", "not recorded"):
         assert words in text, words
     # the sweep's summary table: one row per setting of summary.csv
     rows = (SWEEP / "summary.csv").read_text().strip().splitlines()[1:]
@@ -181,6 +183,7 @@ def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     records = [json.loads(line) for line in lines if line.strip()]
     for r in records:
         r["metrics"]["verdict"] = "rebuilt" if r["metrics"]["psnr"] > 20 else "not rebuilt"
+        r["metrics"].pop("objective_at", None)  # as stored before points recorded it
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     k = sum(r["metrics"]["psnr"] > 20 for r in records)
     text = build_report([folder])
@@ -301,3 +304,180 @@ def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):
 def test_a_protocol_run_names_its_rounds_sketch_not_a_plain_runs_seed(tmp_path):
     folder = _with_config(tmp_path, "protocol", run=dict(protocol="sketched", protocol_round=3))
     assert "<th>sketch</th><td>srht, R_t of round 3 from the protocol&#x27;s shared seed</td>" in build_report([folder])
+
+
+def test_out_must_name_an_html_file_and_never_replaces_a_run_or_sweep_file(tmp_path, capsys):
+    """--out naming a run's metrics.json (or any file that is not .html) is refused, and so is an existing file
+    that is not an HTML page; an earlier report is replaced."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    before = (run / "metrics.json").read_bytes()
+    for out in (run / "metrics.json", run / "config.json", run / "report", tmp_path / "report.txt"):
+        assert "must name a .html file" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    assert (run / "metrics.json").read_bytes() == before
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes, not a web page")
+    err = _fails(capsys, ["report", str(run), "--out", str(mine)])
+    assert "exists and is not an HTML page" in err and str(mine) in err
+    assert mine.read_text() == "my notes, not a web page"
+    page = tmp_path / "audit.HTM"
+    assert cli.main(["report", str(run), "--out", str(page)]) == 0
+    assert cli.main(["report", str(run), "--out", str(page)]) == 0  # an earlier report is replaced
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.HTM", "notes.html", "run"]
+
+
+def _sweep_with(tmp_path: Path, name: str, keep: int | None = None, verdicts=None) -> tuple[Path, list[dict]]:
+    """A copy of the reference sweep whose results.jsonl keeps its first ``keep`` points (all: None), their
+    verdicts set from ``verdicts`` where given; summary.csv and figures/ stay those of all its points."""
+    folder = tmp_path / name
+    shutil.copytree(SWEEP, folder)
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+    records = records[:keep] if keep is not None else records
+    for r, v in zip(records, verdicts or []):
+        r["metrics"]["verdict"] = v
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder, records
+
+
+def test_a_sweep_shows_only_what_its_results_hold(tmp_path):
+    """An empty results.jsonl (or one without a readable line) shows no summary table and no figure of the
+    summary.csv and figures/ of earlier points; one that holds fewer points than summary.csv counts is summarised
+    from results.jsonl itself, the figures left out."""
+    planned = json.loads((SWEEP / "sweep.json").read_text())["points"]
+    empty, _ = _sweep_with(tmp_path, "empty", keep=0)
+    garbled, _ = _sweep_with(tmp_path, "garbled", keep=0)
+    (garbled / "results.jsonl").write_text("hello world\n")
+    for folder in (empty, garbled):
+        text = build_report([folder])
+        assert f"No finished point: results.jsonl holds no result yet (0 of {planned} planned points finished)" in text
+        assert '<table class="num">' not in text and "<figure>" not in text
+        assert "No summary: results.jsonl holds no finished point. summary.csv, written from points it no longer " \
+               "holds, is left out." in text
+        assert "figures/ are left out: they were drawn with summary.csv, which does not match results.jsonl" in text
+    part, records = _sweep_with(tmp_path, "part", keep=4)
+    text = build_report([part])
+    assert (f"summary.csv is left out: it counts {planned} points in {planned // 3} settings, not the 4 finished "
+            "points results.jsonl holds; the table summarises results.jsonl.") in text
+    assert "<figure>" not in text
+    rows = summarize(records)
+    assert text.count("<tr><td class=key>") == len(rows) and sum(r["n"] for r in rows) == 4
+    whole = build_report([SWEEP])  # summary.csv and figures/ of the points results.jsonl holds: shown
+    assert "<figure>" in whole and "summary.csv is left out" not in whole
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"hello world\n", "is unreadable: it has no n column, so it is not the summary table a sweep writes"),
+    (b"\xff\xfe\x00garbage", "is unreadable: it is not a CSV table"),
+    (b"sigma,n,psnr_mean\n0.0,3\n", "is unreadable: line 2 does not have the 3 cells of its header"),
+    (b"sigma,n,psnr_mean\n0.0,three,20.0\n", "is unreadable: line 2 has n = 'three', not a count of points"),
+])
+def test_an_unreadable_summary_csv_is_one_sentence(tmp_path, capsys, content, words):
+    """A summary.csv that is not the table a sweep writes is refused, as a metrics.json that is not JSON is (it
+    read "No summary: no finished point." beside a sweep whose points had all finished)."""
+    folder, _ = _sweep_with(tmp_path, "sweep")
+    (folder / "summary.csv").write_bytes(content)
+    out = tmp_path / "r.html"
+    err = _fails(capsys, ["report", str(folder), "--out", str(out)])
+    assert f"'{folder / 'summary.csv'}' {words}" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("edit,words", [
+    ("{}", "has no psnr, ssim, iterations, stop_reason, d or b, which every run's metrics.json holds"),
+    ({"psnr": "abc"}, 'holds psnr = "abc", not a number'),
+    ({"ssim": True}, "holds ssim = true, not a number"),
+    ({"iterations": 2.5}, "holds iterations = 2.5, not a whole number"),
+    ({"psnr_each": ["x"]}, 'holds psnr_each = ["x"], not a list of numbers'),
+    ({"verdict": "maybe"}, "holds verdict = \"maybe\", neither 'rebuilt' nor 'not rebuilt'"),
+])
+def test_a_metrics_json_that_is_not_a_runs_is_one_sentence(tmp_path, capsys, edit, words):
+    """A metrics.json that is JSON but not a run's (``{}`` read "the run has no true images"; a PSNR of "abc" read
+    "PSNR abc dB") is refused naming the file and the key."""
+    run = _with_metrics(tmp_path, "run")
+    if isinstance(edit, str):
+        (run / "metrics.json").write_text(edit)
+    else:
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, **edit}))
+    out = tmp_path / "r.html"
+    assert f"'{run / 'metrics.json'}' {words}" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    assert not out.exists()
+
+
+def test_a_score_that_is_not_finite_reads_not_a_number_with_the_stop_reason(tmp_path):
+    """A run stores a score that is not finite as null (NaN read from a file is taken the same way): the report
+    says "not a number" and why the attack stopped, never "nan dB" nor "no true images"."""
+    stop = dict(stop_reason="diverged", message="the attack diverged at step 3")
+    for name, value in (("null", None), ("nan", float("nan"))):
+        run = _with_metrics(tmp_path, name, psnr=value, ssim=value, verdict="not rebuilt", verdict_baseline="mean",
+                            psnr_each=[value], **stop)
+        text = build_report([run])
+        assert (f"Not rebuilt at this budget ({FAILURE_NOTE}): PSNR not a number, SSIM not a number (stop reason "
+                "diverged: the attack diverged at step 3).") in text
+        assert "<td class=key>reconstruction</td><td>not a number</td><td>not a number</td>" in text
+        assert "nan dB" not in text and ">nan<" not in text and "no true images" not in text
+    none = _with_metrics(tmp_path, "none", psnr=None, ssim=None, truth=False, verdict=None)
+    assert "No verdict: the run has no true images to compare its reconstruction with." in build_report([none])
+
+
+def test_an_unfinished_sweep_says_so_in_its_headline(tmp_path):
+    """A sweep interrupted after 2 of its points read "Rebuilt at every judged point (2 of 2)"."""
+    planned = json.loads((SWEEP / "sweep.json").read_text())["points"]
+    folder, _ = _sweep_with(tmp_path, "two", keep=2, verdicts=["rebuilt", "rebuilt"])
+    text = build_report([folder])
+    assert (f"Rebuilt at every judged point (2 of 2 judged; {planned - 2} of {planned} planned points not "
+            "finished).") in text
+    assert '<span class="tag rebuilt">rebuilt (unfinished)</span>' in text
+    mixed, _ = _sweep_with(tmp_path, "mixed", keep=3, verdicts=["rebuilt", "not rebuilt", "not rebuilt"])
+    assert (f"Rebuilt at 1 of 3 judged points; not rebuilt at 2 at this budget ({FAILURE_NOTE}). Unfinished: "
+            f"{planned - 3} of {planned} planned points not finished.") in build_report([mixed])
+    assert "not finished" not in build_report([SWEEP])
+
+
+def test_the_d_b_row_names_each_d_once_with_its_sketch_sizes_sorted(tmp_path):
+    """A sweep over the sketch size listed "d = 13,426, b = …" once per point, unsorted and cut at six."""
+    folder, records = _sweep_with(tmp_path, "sizes")
+    sizes = [784, 39, 3136, 196, 39, 784]
+    for i, r in enumerate(records):
+        r["metrics"].update(d=13426, b=sizes[i % len(sizes)])
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = build_report([folder])
+    assert "<tr><th>d, b</th><td>d = 13,426, b ∈ {39, 196, 784, 3136}</td></tr>" in text
+    for i, r in enumerate(records):
+        r["metrics"].update(d=15826 if i % 2 else 13426, b=i + 1)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    n = len(records)
+    assert (f"<tr><th>d, b</th><td>d = 13,426, b from 1 to {n - 1} ({(n + 1) // 2} values) | d = 15,826, b from 2 "
+            f"to {n} ({n // 2} values)</td></tr>") in build_report([folder])
+
+
+WIDE_SWEEP = ROOT / "results" / "sweeps" / "batch_recipes"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)")
+def test_every_table_fits_the_page_at_1400_px(tmp_path):
+    """A summary of 17 columns was wider than the page, and its last columns were cut off: headings and mean ± std
+    wrap, so every table fits its box."""
+    report = tmp_path / "wide.html"
+    assert cli.main(["report", str(RUN), str(SWEEP), str(WIDE_SWEEP), "--out", str(report)]) == 0
+    probe = tmp_path / "probe.html"  # the report with a script that writes each table's width beside its box's
+    script = ("<script>window.onload=()=>{document.body.dataset.widths=[...document.querySelectorAll('table')]"
+              ".map(t=>t.scrollWidth+'/'+t.parentElement.clientWidth).join(' ')}</script>")
+    probe.write_text(report.read_text(encoding="utf-8").replace("</body>", script + "</body>"), encoding="utf-8")
+    dom = _chromium("--window-size=1400,3000", "--dump-dom", probe.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    widths = [tuple(map(int, w.split("/"))) for w in dom.stdout.split('data-widths="')[1].split('"')[0].split()]
+    assert len(widths) >= 10
+    assert all(table <= box for table, box in widths), widths
+
+
+def test_a_sweep_point_whose_metric_is_not_a_number_is_one_sentence(tmp_path, capsys):
+    """A point of results.jsonl with a PSNR of "x" read "x dB" in the grid (and, summarised, was a traceback)."""
+    folder, records = _sweep_with(tmp_path, "sweep")
+    records[0]["metrics"]["psnr"] = "x"
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "r.html"
+    err = _fails(capsys, ["report", str(folder), "--out", str(out)])
+    assert f"'{folder / 'results.jsonl'}' holds a point ({records[0]['key']}) whose psnr is \"x\", not a number" in err
+    assert not out.exists()
