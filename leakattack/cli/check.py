@@ -8,9 +8,12 @@ import sys
 import warnings
 from pathlib import Path
 
+import torch
+
 from ..config import ConfigError
 from ..config.names import CHECK_DEFAULTS
 from ..config.params import SEED
+from ..constraints import Cores
 from ..errors import SettingWarning
 from ..figures.theory import check_figures
 from ..results import writable_out
@@ -53,6 +56,10 @@ def _output_folder(out: str | None) -> Path:
 def cmd_check(a) -> int:
     if not SEED.ok(a.seed):
         raise ConfigError(SEED.error("seed", a.seed))
+    if a.threads is not None:
+        if not Cores().ok(a.threads):
+            raise ConfigError(Cores().error("threads", a.threads))
+        torch.set_num_threads(a.threads)
     out = _output_folder(a.out)
     if a.table2 or a.embedding:
         _check_samples(a.samples)

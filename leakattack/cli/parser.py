@@ -103,6 +103,8 @@ def _check(sub) -> None:
     p.add_argument("--embedding", action="store_true",
                    help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
     p.add_argument("--out", default=None, help="output folder (default: results/runs/check-<timestamp>/)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: every core; on a machine busy with other work one is often faster)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     command(p, "check:cmd_check")
 

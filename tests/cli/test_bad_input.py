@@ -348,6 +348,8 @@ def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_at
     (["--seed", "-1"], "seed must be an integer in [0, 2^63 - 1], got -1"),
     (["--samples", "100000000"], "samples must be an integer in [1, 100,000], got 100000000"),
     (["--table2", "--samples", "100000000"], "samples must be an integer in [1, 100,000]"),
+    (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    (["--threads", "100000"], "threads 100000 exceeds the"),
 ])
 def test_bad_check_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):
     _refused(["check", *args, "--quiet", "--out", str(tmp_path / "check")], needle, tmp_path, capsys)
