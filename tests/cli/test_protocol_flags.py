@@ -5,24 +5,13 @@ import json
 
 import pytest
 import torch
+from test_bad_input import _refused  # tests/cli is on the path
 
 from leakattack import cli, experiment
 from leakattack.config import RunConfig
 
 RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips",
        "--threads", "1"]
-
-
-def _files(root):
-    return sorted(p.relative_to(root) for p in root.rglob("*"))
-
-
-def _refused(argv, needle, root, capsys):
-    before = _files(root)
-    assert cli.main(argv) == 2, argv
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
-    assert _files(root) == before, argv
 
 
 @pytest.fixture(scope="module")
