@@ -60,20 +60,21 @@ def resume_command(a, out: Path) -> str:
 
 def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
     """What an interrupted sweep kept and dropped (``planned``: the interrupt came after the plan was read)."""
-    swept = err if isinstance(err, SweepInterrupted) else None  # a plain Ctrl-C outside run_sweep says nothing more
-    if not planned or (swept is not None and not swept.started):
+    # a plain Ctrl-C outside run_sweep, after the plan was read, says only that finished results are kept
+    swept = err if isinstance(err, SweepInterrupted) else SweepInterrupted(started=True)
+    if not planned or not swept.started:
         return "leakattack: interrupted before any point started; no result was written"
     line = "leakattack: interrupted; finished results are kept"
-    if swept is not None and swept.finished is not None:
+    if swept.finished is not None:
         line += f" ({swept.finished} of {swept.planned} points)"
-    n = swept.unfinished if swept is not None else 0
+    n = swept.unfinished
     if n == 1:
         line += ", the unfinished point was not written"
     elif n > 1:
         line += f", the {n} unfinished points were not written"
-    if n and swept is not None and swept.cancelled:
+    if n and swept.cancelled:
         line += f" ({'its job was' if n == 1 else 'their jobs were'} cancelled)"
-    if swept is not None and swept.waiting:
+    if swept.waiting:
         line += f"; {swept.waiting} point{'s' if swept.waiting != 1 else ''} had not started"
     return line
 

@@ -12,18 +12,13 @@ import torch
 import targets
 from targets.protocols import SPEC_DEFAULTS, list_protocols
 
-from ..config import ConfigError, validate_protocol, warn_unread
+from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import protocol_spec_from_args
 from ..config.params import SEED
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
 from ..training import MODEL_DEFAULTS, TrainingInterrupted, train
-
-
-def _check(label: str, constraint, value) -> None:
-    if not constraint.ok(value):
-        raise ConfigError(constraint.error(label, value))
 
 
 def _floats(row: dict) -> str:
@@ -35,25 +30,25 @@ def _floats(row: dict) -> str:
 
 
 def cmd_train(a) -> int:
-    _check("rounds T", Number(1, integer=True), a.rounds)
-    _check("protocol", Choice(list_protocols), a.protocol)
-    _check("seed", SEED, a.seed)
+    check_value("rounds T", Number(1, integer=True), a.rounds)
+    check_value("protocol", Choice(list_protocols), a.protocol)
+    check_value("seed", SEED, a.seed)
     spec = {**protocol_spec_from_args(a), "seed": a.seed, "sketch": a.sketch, "sketch_ratio": a.sketch_ratio,
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
     warn_unread(a.protocol, [k for k, v in spec.items() if v != SPEC_DEFAULTS[k]])
-    _check("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
+    check_value("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
     if a.no_checkpoints and a.checkpoint_every != 1:
         warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",
                       SettingWarning, stacklevel=1)
-    _check("threads", Cores(), a.threads)
+    check_value("threads", Cores(), a.threads)
     torch.set_num_threads(a.threads)  # small tensors: more threads only spin on a shared machine
     trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]
     if a.model not in trainable:
         raise ConfigError(f"model '{a.model}' cannot be trained here; choose one of: {', '.join(trainable)}")
-    _check("weight init", Choice(targets.INITS), a.weight_init)
-    _check("activation", Choice(targets.models.ACTIVATIONS), a.act)
+    check_value("weight init", Choice(targets.INITS), a.weight_init)
+    check_value("activation", Choice(targets.models.ACTIVATIONS), a.act)
     model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": a.act, "dataset": a.dataset,
                   "data_root": a.data_root, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):

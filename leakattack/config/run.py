@@ -33,6 +33,12 @@ class ConfigError(UserError):
     """A user-facing configuration error: its message is one sentence."""
 
 
+def check_value(label: str, constraint, value) -> None:
+    """Refuse ``value`` where ``constraint`` does not hold (ConfigError: the constraint's sentence under ``label``)."""
+    if not constraint.ok(value):
+        raise ConfigError(constraint.error(label, value))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Derived(attacks.Recipe):
     """Values a run derives from its configuration (recorded in config.json): the seeds, the recipe it
@@ -405,5 +411,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names",
+__all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names", "check_value",
            "check_protocol_spec", "protocol_label", "validate_protocol", "warn_unread"]

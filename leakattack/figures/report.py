@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import functools
 import html
 import io
@@ -48,7 +49,7 @@ from ..results import (
     unplanned,
 )
 from .common import to_hwc
-from .sweep import MAX_GRID_BLOCKS, context, grid_series
+from .sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, grid_series
 
 #: the grid of a sweep's reconstructions shows at most this many images (columns) and strengths (rows) per block
 MAX_GRID_COLUMNS = 8
@@ -64,25 +65,18 @@ NOT_RECORDED = "not recorded"
 NOT_A_NUMBER = "not a number"
 #: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
 RUN_REQUIRED = ("psnr", "ssim", "iterations", "stop_reason", "d", "b")
-#: metrics.json keys that hold a number or null (a score that is not finite is stored as null)
-RUN_NUMBERS = ("mse", "psnr", "ssim", "lpips", "label_acc", "label_acc_matched", "final_loss", "initial_loss",
-               "wall_s", "attack_s", "baseline_start_psnr", "baseline_start_ssim", "baseline_start_lpips",
-               "baseline_mean_psnr", "baseline_mean_ssim", "baseline_mean_lpips", "baseline_psnr", "baseline_ssim",
-               "baseline_lpips", "epsilon", "delta", "utility_acc")
+#: metrics.json keys by the type RunMetrics declares for them
+_TYPES = {f.name: str(f.type) for f in dataclasses.fields(RunMetrics)}
+#: metrics.json keys that hold a number or null (a score that is not finite is stored as null); the last three are a
+#: defended run's (leakattack.utility.privacy_metrics), which RunMetrics keeps among its extra keys
+RUN_NUMBERS = tuple(k for k, t in _TYPES.items() if t in ("float", "float | None")) + ("epsilon", "delta",
+                                                                                         "utility_acc")
 #: metrics.json keys that hold a whole number or null
-RUN_COUNTS = ("iterations", "best_step", "restarts", "d", "b", "unknowns", "jacobian_rank")
+RUN_COUNTS = tuple(k for k, t in _TYPES.items() if t in ("int", "int | None"))
 #: metrics.json keys that hold a list of numbers (null where one is not finite)
-RUN_NUMBER_LISTS = ("psnr_each", "ssim_each")
+RUN_NUMBER_LISTS = tuple(k for k, t in _TYPES.items() if t == "list[float | None]")
 #: results.jsonl metrics of a sweep point that hold a number or null
 POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
-#: figures a sweep draws, in the order the report shows them, with their captions
-SWEEP_FIGURES = {
-    "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline)",
-    "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, ε annotated",
-    "phase_transition": "Phase transition in the sketch size: quality against b/m (sketch size / unknowns)",
-    "metrics_vs_batch": "Attack quality against batch size",
-    "reconstruction_grid": "Reconstructions (the sweep's own figure)",
-}
 #: summary.csv metrics, by stem, as table headings
 METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": "label acc.",
                 "utility_acc": "test acc. (utility)", "epsilon": "ε", "epsilon_paper": "ε (paper)",

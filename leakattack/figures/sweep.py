@@ -446,6 +446,17 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
     return save_both(fig, Path(folder) / "figures", "metrics_vs_batch")
 
 
+#: the figures :func:`sweep_figures` draws (each as .png and .pdf under figures/), by stem, in the order the report
+#: shows them, with their captions
+SWEEP_FIGURES = {
+    "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline)",
+    "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, ε annotated",
+    "phase_transition": "Phase transition in the sketch size: quality against b/m (sketch size / unknowns)",
+    "metrics_vs_batch": "Attack quality against batch size",
+    "reconstruction_grid": "Reconstructions (the sweep's own figure)",
+}
+
+
 def sweep_figures(folder, records: list[dict] | None = None, notes: list | None = None) -> list:
     """Every sweep figure that the stored results support, as PNG and PDF under folder/figures/; returns the paths.
 
@@ -463,11 +474,6 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
             if old.name not in drawn:
                 old.unlink(missing_ok=True)
     return paths
-
-
-#: the stems of the figures :func:`sweep_figures` draws (each as .png and .pdf under figures/)
-SWEEP_FIGURES = ("reconstruction_grid", "metrics_vs_strength", "privacy_utility", "phase_transition",
-                 "metrics_vs_batch")
 
 
 def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
@@ -490,6 +496,6 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     return paths
 
 
-__all__ = ["sweep_figures", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
+__all__ = ["sweep_figures", "SWEEP_FIGURES", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
            "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
            "BASELINE_LABEL"]

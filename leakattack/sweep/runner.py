@@ -43,14 +43,20 @@ from .plan import Plan, point_key
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) stopped a sweep: ``started``, whether any point had started; ``unfinished``, how many
     points were started and not written; ``cancelled``, whether those were cluster jobs that were cancelled;
-    ``waiting``, how many points had not started; ``finished`` and ``planned``, the points in results.jsonl and in
-    the plan (None where not counted)."""
+    ``finished`` and ``planned``, the points in results.jsonl and in the plan (None where not counted)."""
 
-    def __init__(self, started: bool = False, unfinished: int = 0, cancelled: bool = False, waiting: int = 0,
+    def __init__(self, started: bool = False, unfinished: int = 0, cancelled: bool = False,
                  finished: int | None = None, planned: int | None = None):
         super().__init__()
         self.started, self.unfinished, self.cancelled = started, unfinished, cancelled
-        self.waiting, self.finished, self.planned = waiting, finished, planned
+        self.finished, self.planned = finished, planned
+
+    @property
+    def waiting(self) -> int:
+        """How many planned points had not started (0 where the points were not counted)."""
+        if self.finished is None or self.planned is None:
+            return 0
+        return max(0, self.planned - self.finished - self.unfinished)
 
 
 def run_point(params: dict, with_lpips: bool = False):
@@ -131,8 +137,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
         stopped = getattr(workers, "stopped", None)  # a cluster backend counts the jobs it cancelled
         unfinished = stopped if stopped is not None else min(getattr(workers, "jobs", 1) or 1, len(todo) - written)
         unfinished = unfinished if started else 0
-        raise SweepInterrupted(started, unfinished, stopped is not None, max(0, len(todo) - written - unfinished),
-                               len(plan.points) - len(todo) + written, len(plan.points)) from None
+        raise SweepInterrupted(started, unfinished, stopped is not None, len(plan.points) - len(todo) + written,
+                               len(plan.points)) from None
     finally:
         bar.close()
         os.close(fd)

@@ -280,9 +280,9 @@ def test_the_jobs_cap_holds_for_retried_jobs_too(tmp_path):
                                 "written"),
     (SweepInterrupted(True, 3, True), "leakattack: interrupted; finished results are kept, the 3 unfinished points "
                                       "were not written (their jobs were cancelled)"),
-    (SweepInterrupted(True, 1, False, 9, 2, 12), "leakattack: interrupted; finished results are kept (2 of 12 "
-                                                 "points), the unfinished point was not written; 9 points had not "
-                                                 "started"),
+    (SweepInterrupted(True, 1, False, finished=2, planned=12),
+     "leakattack: interrupted; finished results are kept (2 of 12 points), the unfinished point was not written; 9 "
+     "points had not started"),
 ])
 def test_the_interrupted_line_says_how_many_points_were_left_unfinished(err, line):
     assert interrupted_line(err, planned=True) == line
