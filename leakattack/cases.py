@@ -154,8 +154,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "act": cfg.protocol_act, "dataset": cfg.dataset or "digits", "data_root": cfg.data_root,
                       "seed": cfg.seed}
         rounds = None
-        warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio") if cfg_value_differs(cfg, k, None)]
-                    + [k for k, v in cfg.protocol_spec.items() if v != SPEC_DEFAULTS.get(k)])
+        warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio") if cfg.set_by_user(k)]
+                    + [k for k, v in cfg.protocol_spec.items() if spec_set_by_user(cfg, k)])
     validate_protocol(cfg.protocol, spec)
     t, c = cfg.protocol_round, cfg.protocol_client
     if rounds is not None:
@@ -274,7 +274,7 @@ def stored_settings_kept(cfg: RunConfig, spec: dict, model_spec: dict) -> None:
               **{k: model_spec.get(v) for k, v in _MODEL_SETTINGS.items()}}
     clash = [(_FLAGS[k], getattr(cfg, k), v) for k, v in stored.items() if cfg_value_differs(cfg, k, v)]
     clash += [(_SPEC_FLAGS[k], v, spec.get(k)) for k, v in cfg.protocol_spec.items()
-              if k in _SPEC_FLAGS and v != SPEC_DEFAULTS.get(k) and v != spec.get(k)]
+              if k in _SPEC_FLAGS and spec_set_by_user(cfg, k) and v != spec.get(k)]
     if clash:
         flag, mine, theirs = clash[0]
         raise ConfigError(f"{flag} {mine!r} contradicts '{cfg.protocol_dir}', whose protocol run used {theirs!r}: "
@@ -282,9 +282,13 @@ def stored_settings_kept(cfg: RunConfig, spec: dict, model_spec: dict) -> None:
 
 
 def cfg_value_differs(cfg: RunConfig, key: str, value) -> bool:
-    """Whether the user set ``key`` away from its default and to something other than ``value``."""
-    mine = getattr(cfg, key)
-    return mine != _DEFAULTS[key] and mine != value
+    """Whether the user set ``key`` (:meth:`RunConfig.set_by_user`) to something other than ``value``."""
+    return cfg.set_by_user(key) and getattr(cfg, key) != value
+
+
+def spec_set_by_user(cfg: RunConfig, key: str) -> bool:
+    """Whether the user set protocol setting ``key``: given explicitly, or away from its default."""
+    return f"protocol_spec.{key}" in cfg.given or cfg.protocol_spec.get(key) != SPEC_DEFAULTS.get(key)
 
 
 #: copies of the batch an attack holds at least: the dummy images, their gradient, two optimiser moments (Adam's;

@@ -157,16 +157,16 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
         warnings.warn(f"--data-root is not read: the embedded data set {case.dataset.name} reads no files",
                       SettingWarning, stacklevel=2)
-    if cfg.bn != "auto" and not case.victim.has_batchnorm:
+    if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=2)
-    if cfg.bn_stats != "running" and "bn" not in last:
+    if cfg.set_by_user("bn_stats") and "bn" not in last:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
     if cfg.message and cfg.dataset:
         warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
                       "are, and --truth gives them", SettingWarning, stacklevel=2)
-    if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.sketch_ratio != RunConfig.sketch_ratio):
+    if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)
     if case.x is not None and case.x.ndim == 4 and min(case.x.shape[-2:]) < metrics.SSIM_WIN:

@@ -16,7 +16,7 @@ import signal
 import sys
 
 from ..errors import UserError, one_line_warnings
-from .parser import Parser, UsageError, build_parser
+from .parser import Parser, UsageError, build_parser, given_dests
 
 EXIT_USAGE = 2
 
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
         if not getattr(a, "command", None):
             parser.print_help()
             return EXIT_USAGE
+        a.given_flags = given_dests(parser, argv)
         return dispatch(a)
     except (UsageError, UserError) as err:
         print(f"leakattack: error: {err}", file=sys.stderr)

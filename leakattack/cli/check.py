@@ -65,7 +65,8 @@ def cmd_check(a) -> int:
         if a.samples is not None and a.samples < 2:
             raise ConfigError(f"--table2 and --embedding need at least 2 samples (a standard error, more than one "
                               f"point per cell), got {a.samples}")
-        ignored = ["--" + k.replace("_", "-") for k, default in CHECK_DEFAULTS.items() if getattr(a, k) != default]
+        ignored = ["--" + k.replace("_", "-") for k, default in CHECK_DEFAULTS.items()
+                   if k in getattr(a, "given_flags", ()) or getattr(a, k) != default]
         if ignored:
             warnings.warn(f"{', '.join(ignored)} change{'s' if len(ignored) == 1 else ''} nothing with --table2 or "
                           "--embedding: their functions and sketches are the paper's own", SettingWarning)
@@ -87,7 +88,8 @@ def cmd_check(a) -> int:
     _check_samples(a.samples)
     if not 0 < a.sketch_ratio <= 1:
         raise ConfigError(f"sketch ratio must lie in (0, 1], got {a.sketch_ratio}")
-    if is_identity(a.sketch) and a.sketch_ratio != CHECK_DEFAULTS["sketch_ratio"]:
+    if is_identity(a.sketch) and ("sketch_ratio" in getattr(a, "given_flags", ())
+                                  or a.sketch_ratio != CHECK_DEFAULTS["sketch_ratio"]):
         warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
                       SettingWarning)
     res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet)

@@ -49,6 +49,32 @@ class Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def given_dests(parser: argparse.ArgumentParser, argv: list[str] | None) -> frozenset[str]:
+    """The dests of the arguments ``argv`` gives itself, a flag given at its default value included (``argv`` is
+    parsed again with every default, the subcommands' included, suppressed; it parsed once already)."""
+    saved: list[tuple[argparse.ArgumentParser, dict, list]] = []
+
+    def suppress(p: argparse.ArgumentParser) -> None:
+        if any(p is q for q, _, _ in saved):
+            return
+        saved.append((p, dict(p._defaults), [(a, a.default) for a in p._actions]))
+        p._defaults.clear()
+        for action in p._actions:
+            action.default = argparse.SUPPRESS
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    suppress(sub)
+
+    suppress(parser)
+    try:
+        return frozenset(vars(parser.parse_args(argv)))
+    finally:
+        for p, defaults, actions in saved:
+            p._defaults.update(defaults)
+            for action, default in actions:
+                action.default = default
+
+
 def _attack_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of the options the registered attacks declare (``Attack.options``); imports the attack registry."""
     attacks = importlib.import_module("leakattack.attacks")
@@ -229,4 +255,4 @@ def build_parser() -> Parser:
     return parser
 
 
-__all__ = ["Parser", "UsageError", "build_parser", "command"]
+__all__ = ["Parser", "UsageError", "build_parser", "command", "given_dests"]

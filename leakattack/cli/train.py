@@ -14,7 +14,7 @@ from targets.protocols import SPEC_DEFAULTS, list_protocols
 
 from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
-from ..config.flags import protocol_spec_from_args
+from ..config.flags import SPEC_DEST, protocol_spec_from_args
 from ..config.params import SEED
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
@@ -37,9 +37,11 @@ def cmd_train(a) -> int:
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
     validate_protocol(a.protocol, spec)
-    warn_unread(a.protocol, [k for k, v in spec.items() if v != SPEC_DEFAULTS[k]])
+    given: frozenset[str] = getattr(a, "given_flags", frozenset())  # the flags the command line gave, at any value
+    warn_unread(a.protocol, [k for k, v in spec.items()
+                             if k in given or SPEC_DEST + k in given or v != SPEC_DEFAULTS[k]])
     check_value("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
-    if a.no_checkpoints and a.checkpoint_every != 1:
+    if a.no_checkpoints and ("checkpoint_every" in given or a.checkpoint_every != 1):
         warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",
                       SettingWarning, stacklevel=1)
     check_value("threads", Cores(), a.threads)

@@ -35,6 +35,9 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):
         values["protocol_spec"] = protocol_spec_from_args(a)
     values["attack_params"] = attack_params_from_args(a)
+    given: frozenset[str] = getattr(a, "given_flags", frozenset())  # the dests the command line gave (cli.main)
+    values["given"] = frozenset({p.name for p in RUN_PARAMS if p.name in given}
+                                | {f"protocol_spec.{p.name}" for p in PROTOCOL_PARAMS if SPEC_DEST + p.name in given})
     return RunConfig(**values)
 
 

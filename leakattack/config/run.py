@@ -11,6 +11,7 @@ Values derived from others (seeds, the step size) are computed by
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
@@ -131,6 +132,11 @@ class RunConfig:
     # captured message
     message: str | None = None
     truth: str | None = None
+    #: the settings given explicitly (the run flags' names, and ``protocol_spec.NAME`` for a protocol flag), a
+    #: value equal to the default included: the checks that refuse or warn about a setting that is not read or
+    #: contradicts a stored one read it (:meth:`set_by_user`).  Not part of what a run records: the same
+    #: settings run alike however they were given.
+    given: frozenset[str] = field(default=frozenset(), compare=False, repr=False, metadata={"recorded": False})
 
     def validate(self) -> RunConfig:
         """Check every value against its declared constraint; raise ConfigError (one sentence)."""
@@ -326,10 +332,18 @@ class RunConfig:
         """The attacker is granted the labels: asked for, or the victim is a regression (no sign rule)."""
         return self.label_mode == "given" or targets.task_of(self.model) == "regression"
 
+    def set_by_user(self, key: str) -> bool:
+        """Whether setting ``key`` was given explicitly (:attr:`given`, at any value) or differs from its default
+        (a configuration built in Python, whose defaults cannot be told from values given equal to them)."""
+        f = next(f for f in dataclasses.fields(self) if f.name == key)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        return key in self.given or getattr(self, key) != default
+
     def to_dict(self) -> dict:
-        """Every field, but ``attack_params`` only when it holds something (attacks without options record what
-        they always did)."""
-        out = dataclasses.asdict(self)
+        """Every recorded field, but ``attack_params`` only when it holds something (attacks without options record
+        what they always did)."""
+        out = {f.name: getattr(self, f.name) for f in recorded_fields()}
+        out = copy.deepcopy(out)
         if not out["attack_params"]:
             del out["attack_params"]
         return out
@@ -338,7 +352,7 @@ class RunConfig:
     def from_dict(cls, values: dict) -> RunConfig:
         """Build from a plain dict, whose keys may also name attack options (gathered into ``attack_params``);
         an unknown key is a ConfigError naming it."""
-        known, options = {f.name for f in dataclasses.fields(cls)}, attack_option_names()
+        known, options = {f.name for f in recorded_fields()}, attack_option_names()
         values, extra = dict(values), {}
         for key in list(values):
             if key not in known:
@@ -348,6 +362,11 @@ class RunConfig:
         if extra:
             values["attack_params"] = {**values.get("attack_params", {}), **extra}
         return cls(**values)
+
+
+def recorded_fields() -> list[dataclasses.Field]:
+    """RunConfig's fields that a run records (every one but :attr:`RunConfig.given`), one per declared run parameter."""
+    return [f for f in dataclasses.fields(RunConfig) if f.metadata.get("recorded", True)]
 
 
 def attack_option_names() -> set[str]:

@@ -225,6 +225,9 @@ def _attack(folder, tmp_path):
     ("--local-steps", "3", "--local-steps 3 contradicts"),
     ("--dataset", "photos", "--dataset 'photos' contradicts"),
     ("--model", "mlp", "--model 'mlp' contradicts"),
+    # given at run's own default (0.5; the stored run trained with train's 0.1): given is given
+    ("--sketch-ratio", "0.5", "--sketch-ratio 0.5 contradicts"),
+    ("--clients", "10", "--clients 10 contradicts"),  # train's default; the stored run had 3
 ])
 def test_a_flag_the_stored_protocol_run_fixes_is_refused_when_it_differs(trained, tmp_path, capsys, flag, value,
                                                                          needle):
@@ -318,6 +321,24 @@ def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
     assert cli.main(["run", "--protocol", "fedavg", "--sketch", "gaussian", "--iterations", "2", "--quiet",
                      "--no-lpips", "--out", str(tmp_path / "r")]) == 0
     assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
+
+
+def test_a_flag_given_at_its_default_value_is_warned_of_like_any_other(tmp_path, capsys):
+    """A flag the run does not read is named whatever its value: given at the default, it was not given for
+    nothing either (those warnings once compared the value with the default)."""
+    assert cli.main(["run", "--protocol", "fedavg", "--sketch", "srht", "--sketch-ratio", "0.5", "--iterations", "2",
+                     "--quiet", "--no-lpips", "--out", str(tmp_path / "r")]) == 0
+    assert "--sketch, --sketch-ratio change nothing for protocol 'fedavg', which does not read them" in \
+        capsys.readouterr().err
+    assert cli.main(["run", "--sketch", "none", "--sketch-ratio", "0.5", "--bn", "auto", "--bn-stats", "running",
+                     "--iterations", "2", "--quiet", "--no-lpips", "--out", str(tmp_path / "s")]) == 0
+    err = capsys.readouterr().err
+    for needle in ("--sketch-ratio and --sketch-dim change nothing", "--bn auto changes nothing",
+                   "--bn-stats running changes nothing"):
+        assert needle in err, err
+    assert cli.main(["run", "--sketch", "none", "--iterations", "2", "--quiet", "--no-lpips",
+                     "--out", str(tmp_path / "t")]) == 0
+    assert "changes nothing" not in capsys.readouterr().err
 
 
 def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_attack(tmp_path, capsys, monkeypatch):

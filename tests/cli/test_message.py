@@ -275,6 +275,7 @@ def test_a_file_holding_code_in_a_newer_pickle_protocol_is_refused_in_one_line(t
     (["--truth", "{xbig}"], "holds images of shape (3, 13, 13), the message's model takes (3, 12, 12)"),
     (["--truth", "{xneg}"], "the images must lie in [0, 1]"),
     (["--sketch", "gaussian"], "--sketch 'gaussian' contradicts message file"),
+    (["--sketch", "srht"], "--sketch 'srht' contradicts message file"),  # run's default, given: still a contradiction
     (["--batch-size", "4"], "--batch-size 4 contradicts message file"),
     (["--protocol", "fedavg"], "--message and --protocol name two different messages"),
     (["--labels", "given"], "--labels given needs the labels"),

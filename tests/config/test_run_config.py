@@ -11,8 +11,9 @@ import pytest
 from leakattack.config import RUN_PARAMS, RunConfig
 from leakattack.config.constraints import Choice, Flag, Items, Number, Optional, Table, Text
 from leakattack.config.params import Duration
+from leakattack.config.run import recorded_fields
 
-FIELDS = dataclasses.fields(RunConfig)
+FIELDS = recorded_fields()
 HINTS = typing.get_type_hints(RunConfig)
 
 
