@@ -15,7 +15,7 @@ from typing import Callable
 
 from .. import __version__
 from ..config import names
-from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments
+from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments, threads_value
 
 
 class UsageError(Exception):
@@ -129,8 +129,9 @@ def _check(sub) -> None:
     p.add_argument("--embedding", action="store_true",
                    help="measure the coordinate-wise embedding parameter a (Def. 4.1, Table 1) and write embedding.md")
     p.add_argument("--out", default=None, help="output folder (default: results/runs/check-<timestamp>/)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: every core; on a machine busy with other work one is often faster)")
+    p.add_argument("--threads", type=threads_value, default=None,
+                   help="torch threads, or auto (default: auto, every core; on a machine busy with other work one is "
+                        "often faster)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     command(p, "check:cmd_check")
 

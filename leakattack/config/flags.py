@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import json
 
-from .constraints import Flag, Items, Number, Optional, Table
+from .constraints import Cores, Flag, Items, Number, Optional, Table
 from .params import PROTOCOL_PARAMS, RUN_PARAMS, Param, help_text
 
 GROUP_TITLES = {"victim": "victim", "sketch": "sketch (what the client sends)", "attacker": "attacker",
@@ -34,8 +34,20 @@ def parse_pair(text: str) -> tuple[str, object]:
         return key, val
 
 
+def threads_value(text: str) -> int | None:
+    """A ``--threads`` value: a count of threads, or ``auto`` (None: the choice the command makes by itself)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a count of threads or auto") from None
+
+
 def _value_type(c):
     inner = c.inner if isinstance(c, Optional) else c
+    if isinstance(inner, Cores) and isinstance(c, Optional):  # None is auto
+        return threads_value
     if isinstance(inner, Number):
         return int if inner.integer else float
     return str
@@ -110,4 +122,4 @@ def protocol_spec_from_args(a: argparse.Namespace) -> dict:
 
 __all__ = ["GROUP_TITLES", "SPEC_DEST", "ATTACK_DEST", "add_arguments", "add_attack_arguments", "add_flag",
            "add_protocol_arguments", "attack_params_from_args",
-           "protocol_spec_from_args", "parse_pair"]
+           "protocol_spec_from_args", "parse_pair", "threads_value"]

@@ -156,7 +156,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "image prior added to the matching objective, one of " + ", ".join(names.PRIORS.shown) + " (tv: total "
           "variation; bn: BatchNorm statistics against the granted ones, Yin et al. 2021; dip: the deep image prior, "
           "an untrained generator whose weights are optimised, WEIGHT = its width multiplier), e.g. tv:0.1 "
-          "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default) (default: none)",
+          "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default, but a bare tv keeps the "
+          "weight --tv or the recipe gives where it is positive) (default: none)",
           flag="--prior"),
     Param("bn_stats", "running", Choice(("running", "client")), "bn statistics granted",
           "the BatchNorm statistics the bn prior pulls towards: running (the model's, always held by the "

@@ -257,8 +257,11 @@ class RunConfig:
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
         if self.tv is None and recipe.batch_statistics_tv:  # only then is the model built on the meta device
             out["tv"] = recipe.tv_for(self.batch_size, self._batch_statistics())
-        for name, weight in map(attacks.parse_prior, self.priors):
-            if name == "tv":  # --prior tv:W overrides --tv and the recipe
+        for text in self.priors:
+            name, weight = attacks.parse_prior(text)
+            # --prior tv:W overrides --tv and the recipe; a bare --prior tv keeps their weight where it is positive
+            # (the ig recipe's 0.02 and up), and adds TV at the prior's default weight where they have none
+            if name == "tv" and not (":" not in text and out["tv"] > 0):
                 out["tv"] = weight
         # the recipe's time limit belongs to its iteration budget: a budget or a time limit given replaces both
         given = self.iterations is not None or self.time_limit is not None

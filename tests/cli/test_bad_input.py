@@ -28,6 +28,7 @@ def _refused(argv, needle, root, capsys):
     (["--protocol-dir", "fl/fedavg"], "--protocol-dir chooses a protocol's message: give --protocol too"),
     (["--round", "3", "--client", "2"], "--round and --client choose a protocol's message: give --protocol too"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 1]"),
     (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
     (["--sketch", "sparse", "--sketch-param", "s=0"], "s must be an integer in [1, min(b, 64)], got 0"),
@@ -45,6 +46,18 @@ def _refused(argv, needle, root, capsys):
 ])
 def test_bad_run_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):
     _refused(RUN + args + ["--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+
+
+def test_threads_auto_is_the_default_spelled_out(tmp_path):
+    """--help gives --threads' default as auto, so auto is a value too (the choice the run makes by itself)."""
+    from leakattack.cli.parser import build_parser
+    from leakattack.config import config_from_args
+
+    parser = build_parser()
+    for argv in (["run"], ["run", "--threads", "auto"], ["run", "--threads", "AUTO"]):
+        assert config_from_args(parser.parse_args(argv)).threads is None
+    assert config_from_args(parser.parse_args(["run", "--threads", "1"])).threads == 1
+    assert parser.parse_args(["check", "--threads", "auto"]).threads is None
 
 
 @pytest.mark.parametrize("threads", [available_cores() + 1, 100_000])
@@ -370,6 +383,7 @@ def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_at
     (["--samples", "100000000"], "samples must be an integer in [1, 100,000], got 100000000"),
     (["--table2", "--samples", "100000000"], "samples must be an integer in [1, 100,000]"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--threads", "100000"], "threads 100000 exceeds the"),
 ])
 def test_bad_check_flags_are_refused_before_any_work(tmp_path, capsys, args, needle):

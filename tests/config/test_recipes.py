@@ -46,6 +46,17 @@ def test_ig_takes_its_batch_statistics_tv_for_a_batch_batchnorm_normalises_by_it
     assert targets.has_batchnorm_of("resnet20") and not targets.has_batchnorm_of("vit_b_16")
 
 
+def test_a_bare_tv_prior_keeps_the_tv_weight_the_run_has_and_adds_the_default_where_it_has_none():
+    """``--prior tv`` without a weight on the ig recipe keeps its 0.02 (the prior's default, 1e-4, is 200 times less
+    TV than the recipe's); a weight given wins; on dlg, whose TV is 0, it adds the prior's default."""
+    ig, default = get_recipe("ig"), 1e-4
+    tv = [RunConfig(device="cpu", **kw).derived().tv for kw in [
+        dict(model="resnet20", priors=["tv"]), dict(model="resnet20", batch_size=8, priors=["tv"]),
+        dict(model="resnet20", tv=0.05, priors=["tv"]), dict(model="resnet20", priors=["tv:1e-3"]),
+        dict(model="lenet", priors=["tv"]), dict(model="lenet", tv=0.0, priors=["tv"])]]
+    assert tv == [ig.tv, ig.tv_for(8, True), 0.05, 1e-3, default, default]
+
+
 def test_a_gpu_runs_each_recipe_in_its_own_precision(monkeypatch):
     """On a GPU the dlg recipe stays float64: in float32 its L-BFGS stalls (35.4 dB on an H200 against 200 dB)."""
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
