@@ -88,20 +88,24 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     return out
 
 
-def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R") -> str | None:
+def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", others: tuple[str, ...] = ()
+                     ) -> str | None:
     """Why an iterative attack attacked nothing, in a few words, or None when it did attack.
 
-    It attacked nothing when its objective was not finite at the start
+    It attacked nothing when its matching term was not finite at the start
     (diverged at step 0), or when it ran steps but never went below its
-    start value (the best iterate is the start itself).  ``name``: the objective's, as the summary line says it.
+    start value (the best iterate is the start itself).  ``name``: the matching term's, as the summary line says it;
+    ``others``: the terms its objective adds to it (``TV``, a prior), which its steps also follow.
     """
     if not losses:
         return None
     first = losses[0]
+    term = "the objective" if not others else "the matching term"
     if first is None or not math.isfinite(first):
-        return f"the objective was not finite at the start ({name} = {first})"
+        return f"{term} was not finite at the start ({name} = {first})"
     if len(losses) > 1 and best_step == 0:
-        return f"the objective never went below its start value {name} = {first:.3e} in {len(losses) - 1} step(s)"
+        added = f" (the objective adds {' and '.join(others)} to it, whose pull its steps followed)" if others else ""
+        return f"{term} never went below its start value {name} = {first:.3e} in {len(losses) - 1} step(s){added}"
     return None
 
 

@@ -40,7 +40,7 @@ from .gradient_matching import (
 from .imprint import Imprint
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
-from .priors import get_prior, list_priors, parse_prior, prior_error
+from .priors import get_prior, list_priors, parse_prior, penalty_label, prior_error
 from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help, recipe_options
 from .rgap import Rgap
 
@@ -108,6 +108,7 @@ __all__ = [
     "GradientMatching", "Rgap", "April", "Imprint", "init_dummy", "match_loss", "OBJECTIVES", "LABEL_MODES",
     "DUMMY_INITS", "SCHEDULES", "REFINES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
-    "get_prior", "list_priors", "parse_prior", "prior_error", "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
+    "get_prior", "list_priors", "parse_prior", "penalty_label", "prior_error",
+    "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
     "recipe_help", "recipe_options",
 ]

@@ -45,7 +45,7 @@ from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
-from .priors import get_prior
+from .priors import get_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
 
 OBJECTIVES = ("l2", "cosine")
@@ -667,6 +667,8 @@ class _Problem:
         self.labels = labels
         priors = attack.build_priors(obs)
         self.penalties = [p for p in priors if not hasattr(p, "parametrise")]
+        #: how messages name the penalties: TV, the bn prior
+        self.penalty_names = [label for label in map(penalty_label, attack.priors) if label]
         remaps = [p for p in priors if hasattr(p, "parametrise")]
         if len(remaps) > 1:
             raise UserError("at most one re-parametrising prior can run at a time")
@@ -697,6 +699,14 @@ class _Problem:
         #: the ReLU surrogate's width at the start, and now (0: exact); only where the victim has nn.ReLU modules
         self.surrogate = attack.surrogate if relu_modules(obs.victim.model) else 0.0
         self.tau = self.surrogate
+
+    def rise_hint(self) -> str:
+        """What may have made the matching term end above its start: the terms the objective adds to it (whose
+        pull the steps follow as much as the match's), else a step size too large."""
+        if not self.penalties:
+            return "step size too large?"
+        return (f"the objective also holds {' and '.join(self.penalty_names)}, which may outweigh it, or the step size "
+                "is too large")
 
     def images(self, Z: torch.Tensor) -> torch.Tensor:
         """The dummy data (k, *shape) of the rows Z (k, n), differentiable in Z."""
@@ -884,8 +894,8 @@ class _Run:
             self.stop = "iterations"
             if self.losses[-1] > self.losses[0]:
                 # saturation: no non-finite value, but the objective ended above where it started
-                self.message = (f"the loss rose from {self.losses[0]:.3e} to {self.losses[-1]:.3e} (step size "
-                                f"too large?); returning the best iterate, from step {self.best_step}")
+                self.message = (f"the matching term rose from {self.losses[0]:.3e} to {self.losses[-1]:.3e} "
+                                f"({self.problem.rise_hint()}); returning the best iterate, from step {self.best_step}")
         elif time_limit is not None:
             self.stop = "time-limit"
             self.message = (f"stopped at step {step}: the time limit of {time_limit:g} s was reached; "

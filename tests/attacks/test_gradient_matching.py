@@ -160,7 +160,13 @@ def test_a_loss_that_rises_without_overflowing_is_reported_with_the_best_step():
     _, obs, x, labels = _problem()
     r = _gm(optimizer="gd", iterations=20, lr=1e6).run(obs, init_dummy(x.shape, "uniform", 2), labels)
     assert r.losses[-1] > r.losses[0] and all(math.isfinite(v) for v in r.losses)
-    assert "the loss rose" in r.message and f"from step {r.best_step}" in r.message
+    assert "the matching term rose" in r.message and f"from step {r.best_step}" in r.message
+    assert "(step size too large?)" in r.message
+    r = _gm(optimizer="gd", iterations=20, lr=1e6, priors={"tv": 1e-2}).run(obs, init_dummy(x.shape, "uniform", 2),
+                                                                          labels)
+    # the steps follow TV too: the rise is not only the step size's
+    assert "(the objective also holds TV, which may outweigh it, or the step size is too large)" in r.message, \
+        r.message
 
 
 def test_the_cosine_distance_keeps_its_precision_when_the_directions_nearly_agree():

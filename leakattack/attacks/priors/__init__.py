@@ -40,6 +40,14 @@ def list_priors() -> list[str]:
     return _PRIORS.names()
 
 
+def penalty_label(name: str) -> str | None:
+    """How messages name prior ``name`` as a term of the objective (``TV``, ``the bn prior``); None for a
+    re-parametrisation (``dip``), which adds no term."""
+    if hasattr(_PRIORS.get(name), "parametrise"):
+        return None
+    return "TV" if name == "tv" else f"the {name} prior"
+
+
 def get_prior(name: str, weight: float, obs=None):
     """Prior ``name`` with weight ``weight``, for the observation ``obs`` (needed by ``bn``)."""
     return _PRIORS.get(name)(weight, obs=obs)
@@ -75,5 +83,6 @@ def prior_error(text) -> str | None:
     return None
 
 
-__all__ = ["get_prior", "list_priors", "parse_prior", "prior_error", "total_variation", "TotalVariation",
+__all__ = ["get_prior", "list_priors", "parse_prior", "penalty_label", "prior_error", "total_variation",
+           "TotalVariation",
            "BatchNormPrior", "batch_moments", "bn_statistics_distance", "DeepImagePrior"]
