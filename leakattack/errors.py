@@ -51,6 +51,11 @@ def size_text(n_bytes: float) -> str:
     return f"{n_bytes / 1e9:.3g} GB"
 
 
+def ratio_text(b: int, d: int) -> str:
+    """A sketch's b/d as titles and reports print it: two significant digits (0.5, 0.01, 0.00093, 1)."""
+    return f"{b / d:.2g}"
+
+
 #: the warning torch gives on the first forward-mode JVP of a process: it then loads its JVP decompositions
 #: (torch._decomp.decompositions_for_jvp), which script functions with the deprecated torch.jit.script
 JIT_SCRIPT_WARNING = r"`torch\.jit\.script` is deprecated"
@@ -71,4 +76,4 @@ def one_line_warnings() -> None:
     warnings.showwarning = _one_line_warning
 
 
-__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "one_line_warnings"]
+__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "ratio_text", "one_line_warnings"]

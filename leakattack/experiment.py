@@ -32,7 +32,7 @@ from .cases import Case, build_case
 from .config import ConfigError, RunConfig
 from .config.params import duration_seconds
 from .data import reads_root
-from .errors import SettingWarning, UserError
+from .errors import SettingWarning, UserError, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
@@ -424,7 +424,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
     gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
-    title = (f"{case.label} (b/d = {case.obs.b / case.obs.d:.2f}), "
+    title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
              f"{seeds.optimizer}{gn}, {r.iterations} it")
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)

@@ -32,7 +32,7 @@ from defenses import DefenseError
 from defenses import build as build_defense
 
 from ..attacks import attack_class, list_attacks
-from ..errors import UserError
+from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
 from ..results import (
     FAILED_COLUMNS,
@@ -298,7 +298,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("message", message))
     d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
-                 (f" (b/d = {b / d:.2f})" if isinstance(d, int) and isinstance(b, int) and d else "")))
+                 (f" (b/d = {ratio_text(b, d)})" if isinstance(d, int) and isinstance(b, int) and d else "")))
     described = derived.get("sketch") or {}
     # a captured message describes itself (its kind: gradient or update) and its sketch under ``encoder``
     sketch = (described.get("encoder") or described).get("kind") or run.get("sketch") or NOT_RECORDED

@@ -20,6 +20,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from ..errors import ratio_text
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -93,7 +94,7 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     if sketch is not _VARIES:
         shape = {(r["metrics"].get("b"), r["metrics"].get("d")) for r in records}
         b, d = shape.pop() if len(shape) == 1 else (None, None)
-        parts.append(f"sketch {sketch}" + (f" (b/d = {b / d:.2g})" if b and d and b != d else ""))
+        parts.append(f"sketch {sketch}" + (f" (b/d = {ratio_text(b, d)})" if b and d and b != d else ""))
     objective = shared("objective", "l2")
     if objective is not _VARIES:
         parts.append({"l2": "L2 objective", "cosine": "cosine objective"}.get(objective, f"objective {objective}"))

@@ -9,7 +9,7 @@ import torch
 
 from leakattack.figures import run as run_figures
 
-TITLE = "lenet / srht (b/d = 0.50), lbfgs, 4000 it"
+TITLE = "lenet / srht (b/d = 0.5), lbfgs, 4000 it"
 
 
 @pytest.fixture

@@ -145,7 +145,7 @@ def test_a_two_block_grid_and_a_batch_of_ten_are_laid_out_without_overlaps(tmp_p
     assert_laid_out(drawn["reconstruction_grid"])
     x = torch.rand(10, 1, 28, 28)
     run_figures.reconstruction_figure(tmp_path / "reconstruction.png", x, x, x, [30.0] * 10, [0.9] * 10,
-                                      "lenet / srht (b/d = 0.50), lbfgs, 100 it")
+                                      "lenet / srht (b/d = 0.5), lbfgs, 100 it")
     fig = drawn["reconstruction"]
     assert len(fig.axes) == 10  # one panel (truth | reconstruction) per image beyond B = 4
     assert_laid_out(fig)

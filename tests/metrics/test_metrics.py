@@ -331,7 +331,6 @@ def test_nothing_attacked_when_the_start_is_not_finite_or_never_improved():
         "the objective adds TV and the bn prior to it" in added
 
 
-
 class _Set:
     """The two things mean_image asks of a data set (rows, in_shape) and its name, over a fixed tensor."""
 

@@ -238,3 +238,11 @@ def test_adjoint_columns_of_many_seeds_are_the_built_operators_coordinates(kind)
     for row, seed in zip(got, seed_list):
         want = make_sketch(kind, d, b, seed=seed).adjoint(y)[torch.from_numpy(cols)]
         assert torch.allclose(row, want.to(torch.float64), rtol=1e-12, atol=1e-12), (kind, seed)
+
+
+def test_titles_print_b_over_d_to_two_significant_digits():
+    """SAFL's vit_b_16 at b = 8e4 of d = 85.8 M read "b/d = 0.00" with two decimals."""
+    from leakattack.errors import ratio_text
+
+    assert [ratio_text(b, d) for b, d in [(7913, 15826), (80000, 85806346), (2697, 269722), (5, 5)]] == \
+        ["0.5", "0.00093", "0.01", "1"]
