@@ -93,6 +93,11 @@ def get_attack(name: str, **options) -> Attack:
     return cls(**options)
 
 
+#: the registered attacks' own flags by attack (those with options), as ``leakattack run --help`` names them
+ATTACK_OPTION_FLAGS = {name: tuple(p.option for p in attack_class(name).options) for name in list_attacks()
+                       if attack_class(name).options}
+
+
 def closed_forms_for(obs) -> list[str]:
     """The registered closed-form attacks, a malicious server's left out, that accept the message of ``obs`` as it
     is (their ``supports`` finds nothing to refuse; whether they then solve it is their run's to say), in the order
@@ -102,6 +107,7 @@ def closed_forms_for(obs) -> list[str]:
 
 
 __all__ = [
+    "ATTACK_OPTION_FLAGS",
     "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "register_attack", "get_attack", "list_attacks",
     "closed_forms_for",
     "DEFAULT_ATTACK",

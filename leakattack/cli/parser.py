@@ -88,10 +88,13 @@ def command(p: argparse.ArgumentParser, target: str) -> None:
 
 
 def _run(sub) -> None:
+    options = "; ".join(f"{', '.join(flags)} ({name})" for name, flags in names.ATTACK_OPTION_FLAGS.items())
     p = sub.add_parser("run", help="attack one (sketched) gradient and write a run folder",
                        description="Reconstruct private images from the (sketched) gradient a client sends; writes "
                                    "config.json, metrics.json, trace.csv, reconstruction.png, convergence.png, "
-                                   "reconstruction.pt.")
+                                   "reconstruction.pt.",
+                       epilog=f"Attacks' own options, flags of their own: {options} (`leakattack list --attack NAME` "
+                              "describes each with its default).")
     groups = add_arguments(p)
     g = groups["output"]
     g.add_argument("--out", default=None,
@@ -103,7 +106,8 @@ def _run(sub) -> None:
 
 
 def _list(sub) -> None:
-    p = sub.add_parser("list", help="list models, sketches, data sets, attacks, defenses, protocols")
+    p = sub.add_parser("list", help="list models, sketches, data sets, attacks, recipes, priors, optimizers, "
+                                    "defenses, protocols, sweep backends")
     p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
     p.add_argument("--attack", default=None, help="name the options attack A takes, with their flags")
     command(p, "list:cmd_list")

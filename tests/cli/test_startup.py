@@ -58,6 +58,15 @@ def test_run_help_lists_the_registries_names():
         assert name in text
 
 
+def test_run_help_names_the_attacks_own_flags_without_importing_torch():
+    """The attacks' option flags are added once the attacks are imported; --help, which imports no torch, still
+    names each (it once left --sweeps, --bins and --query out)."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "run", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "--sweeps (analytic); --bins, --query (imprint)" in text
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_names_a_function_that_carries_it_out(command):
     target = _subparsers()[command].get_default("target")
