@@ -51,6 +51,18 @@ class Choice(Constraint):
         return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))}"
 
 
+class DeviceName(Choice):
+    """One of the named devices, or ``cuda:N``, the GPU of index N on a machine with several."""
+
+    def ok(self, v) -> bool:
+        if isinstance(v, str) and v.startswith("cuda:"):
+            return v[5:].isdigit() and v[5:].isascii()
+        return super().ok(v)
+
+    def error(self, label, v):
+        return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))} or cuda:N (GPU N)"
+
+
 class ModelName(Choice):
     """A registered model name, or ``path/to/file.py:Name`` / ``package.module:Name`` for the user's own class."""
 
@@ -211,5 +223,5 @@ class Param:
         return self.flag or "--" + self.name.replace("_", "-")
 
 
-__all__ = ["Param", "NOTHING", "Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores",
-           "Flag", "Text", "Table", "Items", "Optional"]
+__all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores",
+           "available_cores", "Flag", "Text", "Table", "Items", "Optional"]

@@ -15,7 +15,20 @@ import math
 
 from ..constraints import NOTHING, Param
 from . import names
-from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
+from .constraints import (
+    Choice,
+    Constraint,
+    Cores,
+    DeviceName,
+    Flag,
+    Index,
+    Items,
+    ModelName,
+    Number,
+    Optional,
+    Table,
+    Text,
+)
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -209,7 +222,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "image side in pixels: the embedded photos are cut at this size (real crops; default 32), image folders "
           f"are resized and centre-cropped to it (default 224); at least {names.SSIM_WIN}, SSIM's window", "data"),
     # output and machine
-    Param("device", "auto", Choice(DEVICES), "device", "one of {choices} (auto: CUDA when present)", "output"),
+    Param("device", "auto", DeviceName(DEVICES), "device",
+          "one of {choices} (auto: CUDA when present), or cuda:N for GPU N", "output"),
     Param("threads", None, Optional(Cores()), "threads",
           f"CPU threads for torch (default: auto, every core for victims of at least {DEEP_WEIGHTS:,} weights such as "
           f"the ResNets and ViTs and for attacks on {PARALLEL_EXAMPLES} or more images an evaluation (restarts times "

@@ -173,9 +173,13 @@ class RunConfig:
         if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
             raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
                               f"{settings['optimizer']}")
-        if self.device == "cuda":
+        if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
-                raise ConfigError("device 'cuda' was asked for but no CUDA device is available")
+                raise ConfigError(f"device '{self.device}' was asked for but no CUDA device is available")
+            index, count = self.device.partition(":")[2], torch.cuda.device_count()
+            if index and int(index) >= count:
+                raise ConfigError(f"device '{self.device}' was asked for but CUDA has {count} device"
+                                  f"{'s' if count != 1 else ''} here (cuda:0 to cuda:{count - 1})")
         return self
 
     def _check_protocol_flags(self) -> None:

@@ -48,6 +48,30 @@ def test_bad_run_flags_are_refused_before_any_work(tmp_path, capsys, args, needl
     _refused(RUN + args + ["--out", str(tmp_path / "run")], needle, tmp_path, capsys)
 
 
+@pytest.mark.parametrize("device,needle", [
+    ("gpu", "unknown device 'gpu'; choose one of: auto, cpu, cuda or cuda:N (GPU N)"),
+    ("cuda:x", "unknown device 'cuda:x'"),
+    ("cuda:-1", "unknown device 'cuda:-1'"),
+])
+def test_a_device_that_is_not_one_is_refused(tmp_path, capsys, device, needle):
+    _refused(RUN + ["--device", device, "--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+
+
+def test_a_gpu_by_its_index_is_a_device(tmp_path, capsys, monkeypatch):
+    """cuda:N names GPU N of a machine with several; without CUDA, or past the GPUs there are, one sentence."""
+    from leakattack.config import ConfigError, RunConfig
+
+    if not torch.cuda.is_available():
+        _refused(RUN + ["--device", "cuda:0", "--out", str(tmp_path / "run")],
+                 "device 'cuda:0' was asked for but no CUDA device is available", tmp_path, capsys)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    RunConfig(device="cuda:1").validate()
+    with pytest.raises(ConfigError, match=r"device 'cuda:2' was asked for but CUDA has 2 devices here \(cuda:0 to "
+                                          r"cuda:1\)"):
+        RunConfig(device="cuda:2").validate()
+
+
 def test_threads_auto_is_the_default_spelled_out(tmp_path):
     """--help gives --threads' default as auto, so auto is a value too (the choice the run makes by itself)."""
     from leakattack.cli.parser import build_parser
