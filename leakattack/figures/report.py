@@ -32,6 +32,7 @@ from defenses import DefenseError
 from defenses import build as build_defense
 
 from ..attacks import attack_class, list_attacks
+from ..config.params import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
 from ..results import (
@@ -315,8 +316,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
-           f"budget {_int(derived.get('iterations') or run.get('iterations'))} iterations"
-           if derived.get("iterations") or run.get("iterations") else "",
+           _budget(run, derived),
            f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"
            + (f" ({(m.restart_stops or []).count('pruned')} pruned by halving)" if run.get("prune_restarts") else "")]
     cls = _attack_class(run.get("attack"))
@@ -335,6 +335,27 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         stop += f": {m.message}"
     rows.append(("stopped", stop))
     return rows
+
+
+def _budget(run: dict, derived: dict) -> str:
+    """The attack's budget: its iterations, and its time limit where it had one (``time_limit`` of the derived
+    settings, seconds or null; the run's own setting where an older config.json has none), whichever came first
+    (stop reason time-limit); "" when neither is recorded."""
+    iterations = derived.get("iterations") or run.get("iterations")
+    limit = duration_seconds(derived["time_limit"] if "time_limit" in derived else run.get("time_limit"))
+    steps = f"{_int(iterations)} iterations" if iterations else ""
+    if limit is None:
+        return f"budget {steps}" if steps else ""
+    return f"budget {steps} or {_limit(limit)}, whichever came first" if steps else f"budget {_limit(limit)}"
+
+
+def _limit(seconds: float) -> str:
+    """A time limit as the user sets one (90s, 10m, 1h): in the largest unit that holds it whole, else in seconds
+    (:func:`leakattack.errors.duration_text` rounds, as an estimate may: 90 s would read "2 min")."""
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:,.0f} s" if seconds >= 100 else f"{seconds:.3g} s"
 
 
 def _attack_class(name):
@@ -389,10 +410,11 @@ def _per_image(m: RunMetrics) -> str:
         return ""
     truth = m.labels_true or []
     rows = []
+    scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
-                    f"<td>{_score(p, 2)}</td><td>{_score(s, 4)}</td></tr>")
+                    f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td></tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc = m.label_acc

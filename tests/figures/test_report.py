@@ -421,6 +421,42 @@ def test_a_score_that_is_not_finite_reads_not_a_number_with_the_stop_reason(tmp_
     assert "No verdict: the run has no true images to compare its reconstruction with." in build_report([none])
 
 
+def test_a_run_without_a_truth_shows_dashes_not_not_a_number_in_its_per_image_table(tmp_path):
+    """A run without a truth (a captured message attacked without --truth) took no score: its per-image table reads
+    "–" as every other cell of such a run does, while a run with a truth keeps "not a number" for a score that is
+    not finite."""
+    none = _with_metrics(tmp_path, "no-truth", psnr=None, ssim=None, truth=False, verdict=None,
+                         verdict_baseline=None, psnr_each=[None, None], ssim_each=[None, None], labels_true=[0, 3])
+    text = build_report([none])
+    table = text[text.index("<h4>Per image"):text.index("<h3>Verdict and baselines</h3>")]
+    assert "not a number" not in table
+    assert "<tr><td class=key>0</td><td>0</td><td>–</td><td>–</td></tr>" in table
+    assert "<tr><td class=key>1</td><td>3</td><td>–</td><td>–</td></tr>" in table
+    assert "Verdict: not recorded." in text
+    diverged = _with_metrics(tmp_path, "diverged", psnr=None, ssim=None, verdict="not rebuilt",
+                             verdict_baseline="mean", psnr_each=[float("nan")], ssim_each=[None])
+    text = build_report([diverged])
+    table = text[text.index("<h4>Per image"):text.index("<h3>Verdict and baselines</h3>")]
+    assert "<tr><td class=key>0</td><td>0</td><td>not a number</td><td>not a number</td></tr>" in table
+
+
+def test_the_budget_names_the_time_limit_when_the_run_had_one(tmp_path):
+    """A gradient-matching run with a time limit (config.json's derived ``time_limit``, seconds) names it in its
+    budget beside the iterations; one without names only the iterations."""
+    limited = _with_config(tmp_path, "limited", derived={"iterations": 24000, "time_limit": 90.0})
+    assert "budget 24,000 iterations or 90 s, whichever came first" in build_report([limited])
+    hours = _with_config(tmp_path, "hours", derived={"iterations": 24000, "time_limit": 7200})
+    assert "budget 24,000 iterations or 2 h, whichever came first" in build_report([hours])
+    odd = _with_config(tmp_path, "odd", derived={"iterations": 24000, "time_limit": 12.5})
+    assert "budget 24,000 iterations or 12.5 s, whichever came first" in build_report([odd])
+    unlimited = _with_config(tmp_path, "unlimited", derived={"iterations": 24000, "time_limit": None})
+    text = build_report([unlimited])
+    assert "budget 24,000 iterations," in text and "whichever came first" not in text
+    # an older config.json without the derived time limit reads the run's own setting
+    older = _with_config(tmp_path, "older", run={"time_limit": "10m"}, derived={"iterations": 6000})
+    assert "budget 6,000 iterations or 10 min, whichever came first" in build_report([older])
+
+
 def test_an_unfinished_sweep_says_so_in_its_headline(tmp_path):
     """A sweep interrupted after 2 of its points read "Rebuilt at every judged point (2 of 2)"."""
     planned = json.loads((SWEEP / "sweep.json").read_text())["points"]
