@@ -172,8 +172,12 @@ def failed_part(m: Mapping) -> str | None:
         return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
                 f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
                 "for its minimum is not a search for the truth")
+    added = [name for name in t if name not in ("total", "match")]
+    # the summary line prints the matching term alone: where the objective adds terms, both are said
+    parts = (f"; the matching term plus {' and '.join(added)}, the matching term alone {t['match']:.3g} against "
+             f"{r['match']:.3g}") if added and "match" in t and "match" in r else ""
     return (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
-            f"{r['total']:.3g}): the search stopped short, and more steps or starts may get closer")
+            f"{r['total']:.3g}{parts}): the search stopped short, and more steps or starts may get closer")
 
 
 def closed_forms_line(names: list[str]) -> str:

@@ -287,6 +287,11 @@ def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
                                                                                    "total": 0.11}}
     base = {"verdict": "not rebuilt", "label_mode": "idlg", "label_acc": 1.0, "objective_at": at}
     assert metrics.failed_kind(base) == "search" and "the search stopped short" in metrics.failed_part(base)
+    # the summary line prints the matching term alone, the note the sum: it names both
+    assert "(0.003 against 0.11; the matching term plus tv, the matching term alone 0 against 0.1)" in \
+        metrics.failed_part(base)
+    alone = {"truth": {"match": 0.0, "total": 0.0}, "reconstruction": {"match": 0.1, "total": 0.1}}
+    assert "(0 against 0.1): the search" in metrics.failed_part({**base, "objective_at": alone})
     prefers = {**base, "objective_at": {**at, "truth": {"match": 0.0, "tv": 0.5, "total": 0.5}}}
     assert metrics.failed_kind(prefers) == "objective" and "tv 0.01 against 0.5" in metrics.failed_part(prefers)
     # labels read wrongly from the message: the truth, sent with its own labels, is not what the attack looked for
