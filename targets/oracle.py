@@ -78,7 +78,7 @@ def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> to
             raise
         raise UserError(f"BatchNorm in train mode needs more than one value per channel, and model '{victim.name}' "
                         f"has a 1x1 feature map for a batch of {x.shape[0]}: use a larger batch or images, "
-                        "or --bn eval") from None
+                        "or the running statistics (--bn eval; bn_mode='eval' in Python)") from None
 
 
 def loss_at(victim: Victim, x: torch.Tensor, y: torch.Tensor, params: dict | None = None) -> torch.Tensor:

@@ -230,7 +230,11 @@ class Victim:
     def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,
                     task: str = "classification", head: nn.Linear | None | Literal["auto"] = "auto",
                     bn_mode: str = "train", name: str = "custom") -> "Victim":
-        """Wrap any ``nn.Module``: cross-entropy classification with its last linear layer as head by default."""
+        """Wrap any ``nn.Module``: cross-entropy classification with its last linear layer as head by default.
+
+        ``bn_mode``: ``train`` (the default) normalises by the batch's own statistics, as a training client does;
+        ``eval`` by the running ones, which the command line's ``--bn auto`` takes for a single image
+        (:func:`resolve_bn_mode` gives that choice for a batch size)."""
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
         if head == "auto":
