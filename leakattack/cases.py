@@ -167,7 +167,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     validate_protocol(cfg.protocol, spec, victim.d)
     proto = get_protocol(cfg.protocol, victim, trainset, **spec)
     if c not in proto.sampled(t):
-        raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {proto.sampled(t)})")
+        sampled = proto.sampled(t)
+        raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {sampled}): give --client "
+                          f"{sampled[0]}" if sampled else f"no client is sampled in round {t}")
     if proto.shards[c].numel() == 0:
         raise ConfigError(f"client {c} holds no data")
     if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):

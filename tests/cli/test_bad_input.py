@@ -72,6 +72,13 @@ def test_a_gpu_by_its_index_is_a_device(tmp_path, capsys, monkeypatch):
         RunConfig(device="cuda:2").validate()
 
 
+def test_a_client_not_sampled_in_the_round_is_refused_with_one_that_is(tmp_path, capsys):
+    """The default --client 0 may not be sampled (FedSKETCH samples a fraction of the clients): name one that is."""
+    _refused(["run", "--protocol", "fedsketch-heaprix", "--clients", "2", "--client-batch", "2", "--iterations", "2",
+              "--quiet", "--out", str(tmp_path / "run")],
+             "client 0 is not sampled in round 1 (sampled: [1]): give --client 1", tmp_path, capsys)
+
+
 def test_threads_auto_is_the_default_spelled_out(tmp_path):
     """--help gives --threads' default as auto, so auto is a value too (the choice the run makes by itself)."""
     from leakattack.cli.parser import build_parser
