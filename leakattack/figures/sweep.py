@@ -482,11 +482,12 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     meta = read_json(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
     grid_keys = {k for r in records for k in r["grid"]}
     strength = _strength_key(records, meta)
+    utility = any(r["metrics"].get("utility_acc") is not None for r in records)
     paths = []
     if strength and strength not in SIZE_KEYS and strength != "batch_size":
         paths += reconstruction_grid(folder, records, strength, meta, notes)
         paths += metrics_vs_strength(folder, records, strength, meta)
-    if any(r["metrics"].get("utility_acc") is not None for r in records):
+    if utility:
         paths += privacy_utility_frontier(folder, records, strength, meta)
     if "batch_size" in grid_keys:
         paths += metrics_vs_batch(folder, records, meta)
@@ -494,6 +495,10 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
         paths += phase_transition(folder, records, meta)
         if strength in SIZE_KEYS:
             paths += reconstruction_grid(folder, records, strength, meta, notes)
+    if not (strength or utility or grid_keys & {"batch_size", *SIZE_KEYS}) and notes is not None:
+        varied = ", ".join(sorted(grid_keys)) or "nothing"
+        notes.append("the figures draw quality against a swept setting other than the model, the sketch kind and the "
+                     f"repetitions ({', '.join(REPEAT_KEYS)}), or utility results; this grid varies {varied}")
     return paths
 
 

@@ -276,3 +276,19 @@ def test_figures_the_results_no_longer_support_are_removed_and_others_are_kept(t
     assert cli.main(["figures", str(tmp_path)]) == 0
     assert "0 points | no figures" in capsys.readouterr().out
     assert {p.name for p in (tmp_path / "figures").iterdir()} == {"notes.txt"}
+
+
+def test_a_grid_no_figure_fits_says_why_in_a_note(tmp_path, drawn):
+    """A grid of models, sketch kinds and photos has nothing to draw quality against: the note says what the figures
+    need and what the grid varies (the summary line read only "no figures")."""
+    fake_sweep(tmp_path, [{"model": m, "sketch": k, "image_index": i} for m in ("lenet", "mlp")
+                          for k in ("srht", "none") for i in range(2)], strength=None)
+    notes: list = []
+    assert sweep_figures(tmp_path, notes=notes) == [] and drawn == {}
+    assert notes == ["the figures draw quality against a swept setting other than the model, the sketch kind and the "
+                     "repetitions (seed, image_index, model_seed, sketch_seed, noise_seed), or utility results; this "
+                     "grid varies image_index, model, sketch"]
+    notes = []
+    fake_sweep(tmp_path, [{"sigma": s} for s in SIGMAS])
+    sweep_figures(tmp_path, notes=notes)
+    assert not any("the figures draw" in n for n in notes)
