@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         sys.stdout = open(os.devnull, "w")
         return 0
     except KeyboardInterrupt:
-        print("leakattack: interrupted; finished results are kept, the unfinished one was not written", file=sys.stderr)
+        print("leakattack: interrupted; what had finished is kept, nothing unfinished was written", file=sys.stderr)
         return 130
 
 

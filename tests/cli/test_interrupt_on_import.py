@@ -38,3 +38,16 @@ def test_an_import_without_an_interrupt_returns_the_module(tmp_path, monkeypatch
     assert _import_holding_interrupts("quiet_module").VALUE == 3
     sys.modules.pop("quiet_module")
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_interrupted_command_says_nothing_unfinished_was_written(monkeypatch, capsys):
+    """The line fits a single run stopped before its attack as well as a command that finished part of its work."""
+    import leakattack.cli as cli
+
+    def stopped(a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "dispatch", stopped)
+    assert cli.main(["run", "--iterations", "2"]) == 130
+    assert capsys.readouterr().err == ("leakattack: interrupted; what had finished is kept, nothing unfinished was "
+                                       "written\n")
