@@ -40,6 +40,7 @@ import torch
 import targets
 from leakattack import data
 from leakattack.attacks import seed_search as ss
+from leakattack.errors import duration_text
 from leakattack.sketch import get_sketch, sketch_dim
 
 RATIOS = (0.05, 0.2, 0.5)
@@ -131,7 +132,7 @@ def cost(a) -> None:
             score(range(k))  # warm up
             per = min(_timed(score, range(1000 * r, 1000 * r + k)) / k for r in range(3))
             reader = "head" if ss.has_fast_reader(kind) else "adjoint"
-            span = [ss._span(ss.search_seconds(per, bits)) for bits in (16, 20, 24)]
+            span = [duration_text(ss.search_seconds(per, bits)) for bits in (16, 20, 24)]
             print(f"| {model}{' (8 px)' if small else ''} | {victim.d} | {kind} | {a.ratio} | {reader} | "
                   f"{per * 1e3:.3g} | {' | '.join(span)} | {ss.hopeless_bits(per, ss.SLOW_SEARCH_S)} | "
                   f"{ss.hopeless_bits(per)} |", flush=True)

@@ -225,10 +225,11 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("device", "auto", DeviceName(DEVICES), "device",
           "one of {choices} (auto: CUDA when present), or cuda:N for GPU N", "output"),
     Param("threads", None, Optional(Cores()), "threads",
-          f"CPU threads for torch (default: auto, every core for victims of at least {DEEP_WEIGHTS:,} weights such as "
-          f"the ResNets and ViTs and for attacks on {PARALLEL_EXAMPLES} or more images an evaluation (restarts times "
-          "the batch), one thread for fewer images of smaller ones such as LeNet, whose small tensor ops only slow "
-          "down with more; the Python API's attack makes the same choice)", "output"),
+          f"CPU threads for torch, or auto (default: auto: every core for victims of at least {DEEP_WEIGHTS:,} "
+          f"weights, the ResNets and ViTs, and for attacks that put {PARALLEL_EXAMPLES} or more images through the "
+          "victim at each evaluation, restarts times the batch; one thread otherwise, for LeNet-size victims on fewer "
+          "images, whose small tensor ops only slow down with more; the Python API's attack makes the same choice)",
+          "output"),
     Param("dtype", None, Optional(Choice(DTYPES)), "dtype",
           "one of {choices}: precision of model, data and attack (default: from the recipe, on every device)",
           "output"),

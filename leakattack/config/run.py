@@ -265,7 +265,8 @@ class RunConfig:
             name, weight = attacks.parse_prior(text)
             # --prior tv:W overrides --tv and the recipe; a bare --prior tv keeps their weight where it is positive
             # (the ig recipe's 0.02 and up), and adds TV at the prior's default weight where they have none
-            if name == "tv" and not (":" not in text and out["tv"] > 0):
+            keeps = ":" not in text and out["tv"] > 0
+            if name == "tv" and not keeps:
                 out["tv"] = weight
         # the recipe's time limit belongs to its iteration budget: a budget or a time limit given replaces both
         given = self.iterations is not None or self.time_limit is not None
@@ -349,8 +350,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """Every recorded field, but ``attack_params`` only when it holds something (attacks without options record
         what they always did)."""
-        out = {f.name: getattr(self, f.name) for f in recorded_fields()}
-        out = copy.deepcopy(out)
+        out = copy.deepcopy({f.name: getattr(self, f.name) for f in recorded_fields()})
         if not out["attack_params"]:
             del out["attack_params"]
         return out
