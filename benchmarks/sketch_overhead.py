@@ -8,8 +8,10 @@ per iteration divided by that of kind ``none``.
 
     python benchmarks/sketch_overhead.py [--ratio 0.5] [--iters 30] [--rounds 5]
 
-gaussian and ams regenerate their b x d blocks on every call at this size (b*d >
-2**24), so they get ``--slow-iters`` iterations per round instead.
+gaussian and ams hold R as one b x d matrix where it fits the memory budget (it does
+here: their first call, in the first round, builds it, and the median over the rounds
+sets that round aside); ``--slow-iters`` still caps their iterations per round, a margin
+for a machine where they rebuild it by blocks.
 """
 
 from __future__ import annotations

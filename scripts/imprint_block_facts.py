@@ -10,6 +10,8 @@ digits, (2) ||g_rest|| / ||g_block|| for ResNet-18 behind the block (16 photos, 
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 import targets
@@ -53,4 +55,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

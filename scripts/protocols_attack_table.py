@@ -8,8 +8,8 @@ recovered from its projection).  Naming protocols re-runs only their rows and ke
 stored rows of the others (e.g. `python scripts/protocols_attack_table.py 1000 safl sacfl`).
 """
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +22,12 @@ from leakattack.results import atomic_write_text, write_json
 from leakattack.training import stored_protocol, train
 
 HERE = Path("results/protocols")
-ITER = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-ONLY = set(sys.argv[2:])  #: protocols whose rows are re-run (empty: all)
+_args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_args.add_argument("iterations", nargs="?", type=int, default=1000, help="attack iterations per row (default 1000)")
+_args.add_argument("protocols", nargs="*", help="re-run only these protocols' rows (default: all)")
+_a = _args.parse_args()
+ITER = _a.iterations
+ONLY = set(_a.protocols)  #: protocols whose rows are re-run (empty: all)
 BASE = dict(model="lenet", dataset="digits", batch_size=1, iterations=ITER, label_mode="idlg", seed=0,
             protocol_round=1, protocol_client=0)
 

@@ -1,11 +1,13 @@
 """Training table of results/protocols/: python scripts/protocols_summarise.py -> results/protocols/training.md."""
 
+import argparse
 from pathlib import Path
 
 from leakattack.figures import accuracy_figure
 from leakattack.figures.training import mean_floats, run_clients
 from leakattack.results import atomic_write_text, read_jsonl
 
+argparse.ArgumentParser(description=__doc__).parse_args()  # --help says what it writes, before it writes anything
 HERE = Path("results/protocols")
 ROOT = HERE / "train"
 runs = {f.parent.name: read_jsonl(f) for f in sorted(ROOT.glob("*/train.jsonl"))}
