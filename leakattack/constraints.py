@@ -128,6 +128,30 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: the units a duration may carry (``90s``, ``10m``, ``1h``); a plain number is seconds
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(v) -> float | None:
+    """The seconds a duration stands for (``90s``, ``10m``, ``1h``, or a plain number of seconds, as text or a
+    number); None when ``v`` is not a positive finite duration."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        seconds = float(v)
+    elif isinstance(v, str):
+        text = v.strip().lower()
+        unit = DURATION_UNITS.get(text[-1:], 1.0)
+        number = text[:-1] if text[-1:] in DURATION_UNITS else text
+        try:
+            seconds = float(number) * unit
+        except ValueError:
+            return None
+    else:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 class Cores(Number):
     """A thread count: an integer from 1 to the cores this process may use, read when a value is checked (more
     threads than cores only wait on each other, and torch's thread pool crashes at counts in the tens of thousands)."""
@@ -224,4 +248,5 @@ class Param:
 
 
 __all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores",
-           "available_cores", "Flag", "Text", "Table", "Items", "Optional"]
+           "available_cores", "Flag", "Text", "Table", "Items", "Optional", "DURATION_UNITS",
+           "duration_seconds"]

@@ -11,9 +11,7 @@ module, and building every command's flags from it, imports no torch.
 
 from __future__ import annotations
 
-import math
-
-from ..constraints import NOTHING, Param
+from ..constraints import DURATION_UNITS, NOTHING, Param, duration_seconds
 from . import names
 from .constraints import (
     Choice,
@@ -39,30 +37,6 @@ MAX_ITERATIONS = 1_000_000
 
 def _choices(fn):
     return Choice(fn)
-
-
-#: the units a duration may carry (``90s``, ``10m``, ``1h``); a plain number is seconds
-DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration_seconds(v) -> float | None:
-    """The seconds a duration stands for (``90s``, ``10m``, ``1h``, or a plain number of seconds, as text or a
-    number); None when ``v`` is not a positive finite duration."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        seconds = float(v)
-    elif isinstance(v, str):
-        text = v.strip().lower()
-        unit = DURATION_UNITS.get(text[-1:], 1.0)
-        number = text[:-1] if text[-1:] in DURATION_UNITS else text
-        try:
-            seconds = float(number) * unit
-        except ValueError:
-            return None
-    else:
-        return None
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 class Duration(Constraint):

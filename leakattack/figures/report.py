@@ -32,7 +32,7 @@ from defenses import DefenseError
 from defenses import build as build_defense
 
 from ..attacks import attack_class, list_attacks
-from ..config.params import duration_seconds
+from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
 from ..results import (
