@@ -454,6 +454,9 @@ def test_the_budget_names_the_time_limit_when_the_run_had_one(tmp_path):
     assert "budget 24,000 iterations," in text and "whichever came first" not in text
     # an older config.json without the derived time limit reads the run's own setting
     older = _with_config(tmp_path, "older", run={"time_limit": "10m"}, derived={"iterations": 6000})
+    config = json.loads((older / "config.json").read_text())
+    config["derived"].pop("time_limit", None)  # the reference run's own config.json records it (null)
+    (older / "config.json").write_text(json.dumps(config))
     assert "budget 6,000 iterations or 10 min, whichever came first" in build_report([older])
 
 
