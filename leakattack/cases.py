@@ -31,6 +31,7 @@ from .attacks.seed_search import candidate_base, search_seed
 from .channel import Channel
 from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol, warn_unread
 from .config.params import duration_seconds
+from .config.run import RUN_DEFAULTS
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
@@ -166,10 +167,11 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     victim = build_victim(model_spec, trainset, dtype, device)
     validate_protocol(cfg.protocol, spec, victim.d)
     proto = get_protocol(cfg.protocol, victim, trainset, **spec)
-    if c not in proto.sampled(t):
-        sampled = proto.sampled(t)
-        raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {sampled}): give --client "
-                          f"{sampled[0]}" if sampled else f"no client is sampled in round {t}")
+    sampled = proto.sampled(t)
+    if not sampled:
+        raise ConfigError(f"no client is sampled in round {t}")
+    if c not in sampled:
+        raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {sampled}): give --client {sampled[0]}")
     if proto.shards[c].numel() == 0:
         raise ConfigError(f"client {c} holds no data")
     if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):
@@ -240,7 +242,6 @@ def _encoder_name(encoder: dict) -> str:
     return encoder["kind"] if unsketched else f"{encoder['kind']} b={encoder['b']}"
 
 
-_DEFAULTS = {p.name: p.default for p in RUN_PARAMS}
 _FLAGS = {p.name: p.option for p in RUN_PARAMS}
 _SPEC_FLAGS = {p.name: p.option for p in PROTOCOL_PARAMS}
 
@@ -254,7 +255,7 @@ def message_settings(cfg: RunConfig, msg: Message) -> dict:
     if msg.sketch is not None:
         settings.update(sketch_dim=desc["b"], sketch_seed=desc["seed"])
         if not is_identity(desc["kind"]):  # a ratio that gives the file's b (the user's, the default, else b/d)
-            settings["sketch_ratio"] = next((r for r in (cfg.sketch_ratio, _DEFAULTS["sketch_ratio"])
+            settings["sketch_ratio"] = next((r for r in (cfg.sketch_ratio, RUN_DEFAULTS["sketch_ratio"])
                                              if sketch_dim(r, desc["d"]) == desc["b"]), desc["b"] / desc["d"])
     if msg.labels is not None:
         settings["label_mode"] = "given"  # labels in the file are known to the attacker

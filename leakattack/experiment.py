@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior, penalty_label
+from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
 from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
@@ -253,8 +253,8 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     """
     case, closed_form = p.case, p.attack.closed_form
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
-    others = tuple(label for label in map(penalty_label, getattr(p.attack, "priors", {})) if label)
-    reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step, objective, others)
+    reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step, objective,
+                                                               getattr(p.attack, "added_terms", ()))
     out = {"attacked": reason is None, "nothing_attacked": reason}
     if case.x is None:
         return {**out, **metrics.judge({}, {}), "baseline_mean_image": None, "verdict": None}

@@ -281,6 +281,12 @@ class GradientMatching(Attack):
             return f"the first phase's budget of {self.iterations} steps is a probe's (below {GAUSS_NEWTON_AFTER})"
         return too_large(obs.b, n, obs.d)
 
+    @property
+    def added_terms(self) -> tuple[str, ...]:
+        """How messages name the terms the objective adds to the matching term (``TV``, ``the bn prior``); a
+        re-parametrising prior adds none."""
+        return tuple(label for label in map(penalty_label, self.priors) if label)
+
     def build_priors(self, obs: Observation) -> list:
         """The configured priors, built for ``obs``: callables x -> weighted penalty."""
         return [get_prior(name, w, obs=obs) for name, w in self.priors.items()]
@@ -667,8 +673,6 @@ class _Problem:
         self.labels = labels
         priors = attack.build_priors(obs)
         self.penalties = [p for p in priors if not hasattr(p, "parametrise")]
-        #: how messages name the penalties: TV, the bn prior
-        self.penalty_names = [label for label in map(penalty_label, attack.priors) if label]
         remaps = [p for p in priors if hasattr(p, "parametrise")]
         if len(remaps) > 1:
             raise UserError("at most one re-parametrising prior can run at a time")
@@ -703,10 +707,10 @@ class _Problem:
     def rise_hint(self) -> str:
         """What may have made the matching term end above its start: the terms the objective adds to it (whose
         pull the steps follow as much as the match's), else a step size too large."""
-        if not self.penalties:
+        terms = self.attack.added_terms
+        if not terms:
             return "step size too large?"
-        return (f"the objective also holds {' and '.join(self.penalty_names)}, which may outweigh it, or the step size "
-                "is too large")
+        return f"the objective also holds {' and '.join(terms)}, which may outweigh it, or the step size is too large"
 
     def images(self, Z: torch.Tensor) -> torch.Tensor:
         """The dummy data (k, *shape) of the rows Z (k, n), differentiable in Z."""

@@ -6,7 +6,6 @@ from ..constraints import (
     Choice,
     Constraint,
     Cores,
-    DeviceName,
     Flag,
     Index,
     Items,
@@ -18,5 +17,5 @@ from ..constraints import (
     available_cores,
 )
 
-__all__ = ["Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag",
-           "Text", "Table", "Items", "Optional"]
+__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text", "Table",
+           "Items", "Optional"]

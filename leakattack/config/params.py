@@ -11,22 +11,9 @@ module, and building every command's flags from it, imports no torch.
 
 from __future__ import annotations
 
-from ..constraints import DURATION_UNITS, NOTHING, Param, duration_seconds
+from ..constraints import DURATION_UNITS, NOTHING, DeviceName, Param, duration_seconds
 from . import names
-from .constraints import (
-    Choice,
-    Constraint,
-    Cores,
-    DeviceName,
-    Flag,
-    Index,
-    Items,
-    ModelName,
-    Number,
-    Optional,
-    Table,
-    Text,
-)
+from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")

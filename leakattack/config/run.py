@@ -343,9 +343,7 @@ class RunConfig:
     def set_by_user(self, key: str) -> bool:
         """Whether setting ``key`` was given explicitly (:attr:`given`, at any value) or differs from its default
         (a configuration built in Python, whose defaults cannot be told from values given equal to them)."""
-        f = next(f for f in dataclasses.fields(self) if f.name == key)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        return key in self.given or getattr(self, key) != default
+        return key in self.given or getattr(self, key) != RUN_DEFAULTS[key]
 
     def to_dict(self) -> dict:
         """Every recorded field, but ``attack_params`` only when it holds something (attacks without options record
@@ -369,6 +367,10 @@ class RunConfig:
         if extra:
             values["attack_params"] = {**values.get("attack_params", {}), **extra}
         return cls(**values)
+
+
+#: every run setting's declared default (the dataclass's, ``tests/config/test_run_config.py`` checks)
+RUN_DEFAULTS = {p.name: p.default for p in RUN_PARAMS}
 
 
 def recorded_fields() -> list[dataclasses.Field]:
@@ -437,5 +439,5 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
             raise ConfigError(f"sketch ratio {spec['sketch_ratio']} gives b < 1 for d = {d}")
 
 
-__all__ = ["ConfigError", "Derived", "RunConfig", "attack_option_names", "check_value",
+__all__ = ["ConfigError", "Derived", "RunConfig", "RUN_DEFAULTS", "attack_option_names", "check_value",
            "check_protocol_spec", "protocol_label", "validate_protocol", "warn_unread"]
