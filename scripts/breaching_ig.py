@@ -35,13 +35,13 @@ import json
 import logging
 import time
 
-import breaching
 import torch
 
 from leakattack.metrics import label_overlap, match
 from leakattack.metrics.image import psnr, ssim
 
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("photos")
 parser.add_argument("--steps", type=int, default=1000)
 parser.add_argument("--image-index", type=int, default=0)
@@ -59,6 +59,11 @@ parser.add_argument("--tv-edges", choices=("padded", "none"), default="padded",
 parser.add_argument("--label-strategies", action="store_true",
                     help="print the labels each of breaching's label strategies reads from the gradient, and stop")
 args = parser.parse_args()
+try:
+    import breaching
+except ImportError:
+    parser.exit(2, "breaching_ig.py needs breaching 0.1.2 in its own environment (the module docstring says how to "
+                   "make it): breaching is not installed here\n")
 torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
 logging.basicConfig(level=logging.INFO, format="%(message)s")

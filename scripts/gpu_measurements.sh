@@ -18,6 +18,7 @@
 # SCALE (default 1) multiplies every time limit: SCALE=0.05 checks the script on a CPU in
 # a few minutes (DEVICE=cpu).  Needs only the repository on PYTHONPATH (python3 -m
 # leakattack) and torch.
+case "${1:-}" in -h|--help) sed -n "2,/^[^#]/p" "$0" | sed "/^[^#]/d; s/^# \{0,1\}//"; exit 0;; esac
 set -u
 out=${1:?usage: scripts/gpu_measurements.sh OUTDIR [SCALE]}
 scale=${2:-1}

@@ -1,5 +1,8 @@
 #!/bin/sh
 # Reference training runs of results/protocols/ (LeNet-tanh, default init, embedded digits, 10 clients, iid).
+#
+#   [OUT=DIR] scripts/protocols_train.sh      (OUT: results/protocols/train unless given)
+case "${1:-}" in -h|--help) sed -n "2,/^[^#]/p" "$0" | sed "/^[^#]/d; s/^# \{0,1\}//"; exit 0;; esac
 set -e
 OUT=${OUT:-results/protocols/train}
 L="python -m leakattack.cli train --quiet --out $OUT --seed 0"

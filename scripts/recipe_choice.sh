@@ -1,6 +1,9 @@
 #!/bin/sh
 # The measurements behind the choice of the `ig` recipe for deep BatchNorm networks (docs/attack.md, "Recipes"):
 # resnet20, embedded photo 0 (3x32x32), unsketched, BatchNorm in train mode, 300 steps each.
+#
+#   [OUT=DIR] scripts/recipe_choice.sh      (OUT: results/runs/recipe_choice unless given)
+case "${1:-}" in -h|--help) sed -n "2,/^[^#]/p" "$0" | sed "/^[^#]/d; s/^# \{0,1\}//"; exit 0;; esac
 set -e
 OUT=${OUT:-results/runs/recipe_choice}
 R="python -m leakattack.cli run --model resnet20 --sketch none --image-index 0 --iterations 300 --no-lpips --quiet"
