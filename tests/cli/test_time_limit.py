@@ -54,3 +54,32 @@ def test_a_bad_time_limit_is_refused_in_one_sentence_before_any_work(tmp_path, c
     assert err == [f"leakattack: error: time limit must be a positive duration such as 90s, 10m, 1h or a number of "
                    f"seconds, got {value!r}"]
     assert not any(tmp_path.iterdir())
+
+
+def test_reading_the_labels_comes_out_of_the_limit_and_is_noted(monkeypatch):
+    """The probe pass of the label rules (a minute for vit_b_16 at 224 px on one thread) is part of the attack's
+    time and of its limit; the stop names the user's limit, and a note says how much of it the labels took."""
+    from leakattack.attacks import gradient_matching as gm
+    from leakattack.experiment import execute, prepare
+
+    read = gm.readings_to_compare
+
+    def slow(*args, **kwargs):
+        time.sleep(0.6)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(gm, "readings_to_compare", slow)
+    p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
+                          time_limit=2))
+    m = execute(p, with_lpips=False).metrics
+    assert m.stop_reason == "time-limit" and "the time limit of 2 s was reached" in m.message
+    assert "reading the labels took 0." in m.message and "of the 2 s time limit" in m.message, m.message
+    assert 2 <= m.attack_s < 5, m.attack_s
+
+
+def test_quick_labels_add_no_note(tmp_path):
+    from leakattack.experiment import execute, prepare
+
+    p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
+                          time_limit=1))
+    assert "reading the labels" not in execute(p, with_lpips=False).metrics.message
