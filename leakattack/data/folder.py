@@ -23,10 +23,13 @@ images it returns, ``len()``, ``labels`` and ``in_shape`` read none.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from leakattack.errors import SettingWarning
 
 from .base import DataError, ImageSet
 
@@ -90,12 +93,19 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with Image.open(path) as im:
+                im = _as_rgb(im, path)
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"image {path} is not readable ({reason}): in a data root laid out as "
                         f"<root>/<class>/<image files> every file with an image ending must be an image") from None
+    for w in said:  # Pillow's own warnings (a very large image, a palette's transparency), naming the file, once
+        first = str(w.message).strip().splitlines()[0] if str(w.message).strip() else w.category.__name__
+        if (str(path), first) not in _WARNED:
+            _WARNED.add((str(path), first))
+            warnings.warn(f"image {path}: {first}", SettingWarning, stacklevel=2)
     w, h = im.size
     # torchvision's Resize(size): the shorter side becomes size, the longer int(size * long / short)
     new_w, new_h = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
@@ -105,6 +115,28 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     im = im.crop((left, top, left + size, top + size))
     a = np.asarray(im, dtype=np.float32) / np.float32(255.0)
     return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
+
+
+#: (file, Pillow's warning) pairs already passed on: the baseline's mean image and the batch read the same files
+_WARNED: set[tuple[str, str]] = set()
+
+#: Pillow modes of one channel of more than 8 bits whose range is fixed: 16-bit unsigned greyscale (PNG, TIFF)
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def _as_rgb(im, path: Path):
+    """The image in Pillow's 8-bit RGB mode.  16-bit greyscale is scaled from [0, 65535] (Pillow's own conversion
+    clips it to 255, a white image); 32-bit integer and float pixels, whose range no file format fixes, are refused."""
+    from PIL import Image
+
+    if im.mode in _SIXTEEN_BIT:
+        a = np.asarray(im).astype(np.float64) / 65535.0
+        return Image.fromarray(np.round(a * 255.0).astype(np.uint8), mode="L").convert("RGB")
+    if im.mode in ("I", "F"):
+        kind = "32-bit integer" if im.mode == "I" else "floating-point"
+        raise ValueError(f"{kind} pixels have no fixed range to map onto [0, 1]; save it with 8 or 16 bits per "
+                         f"channel")
+    return im.convert("RGB")
 
 
 class ImageFolderSet(ImageSet):

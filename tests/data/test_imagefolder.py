@@ -186,3 +186,37 @@ def test_a_single_class_is_refused_as_its_gradient_is_zero(tmp_path):
     Image.fromarray(pixels(8, 8, 3, 0)).save(tmp_path / "cat" / "a.png")
     msg = error_of(root=tmp_path)
     assert "holds one class sub-folder (cat): a classifier of one class has a zero loss and a zero gradient" in msg
+
+
+def test_sixteen_bit_grey_is_scaled_not_clipped_to_white(tmp_path):
+    """Pillow's own conversion clips 16-bit greyscale at 255 (a white image); its [0, 65535] maps onto [0, 1]."""
+    eight = pixels(24, 24, 1, 5)
+    Image.fromarray(eight.astype(np.uint16) * 257).save(tmp_path / "g16.png")
+    assert Image.open(tmp_path / "g16.png").mode.startswith("I;16")
+    x = folder_module.read_image(tmp_path / "g16.png", 24)
+    assert x.shape == (3, 24, 24) and torch.equal(x[0], x[2])
+    assert torch.equal(x[0], torch.from_numpy(eight / np.float32(255.0)))
+
+
+def test_float_pixels_and_a_decompression_bomb_are_one_sentence(tmp_path, monkeypatch):
+    Image.fromarray(np.zeros((4, 4), np.float32)).save(tmp_path / "f.tiff")
+    with pytest.raises(DataError, match=r"f\.tiff is not readable \(floating-point pixels have no fixed range"):
+        folder_module.read_image(tmp_path / "f.tiff", 4)
+    Image.fromarray(pixels(40, 40, 3, 6)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # 1600 pixels: past twice the limit, Pillow's error
+    with pytest.raises(DataError, match=r"big\.png is not readable \(Image size \(1600 pixels\) exceeds") as err:
+        folder_module.read_image(tmp_path / "big.png", 8)
+    assert "\n" not in str(err.value)
+
+
+def test_pillows_warnings_name_the_file_once(tmp_path, monkeypatch):
+    from leakattack.errors import SettingWarning
+
+    Image.fromarray(pixels(40, 40, 3, 7)).save(tmp_path / "large.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 1600 pixels: above the limit, below twice it
+    monkeypatch.setattr(folder_module, "_WARNED", set())
+    with pytest.warns(SettingWarning) as said:
+        folder_module.read_image(tmp_path / "large.png", 8)
+        folder_module.read_image(tmp_path / "large.png", 8)  # the baseline and the batch read the same file
+    assert [str(w.message) for w in said] == [f"image {tmp_path / 'large.png'}: Image size (1600 pixels) exceeds "
+                                              "limit of 1000 pixels, could be decompression bomb DOS attack."]
