@@ -400,10 +400,11 @@ def check_out(folder: str | Path) -> Path:
     return path
 
 
-def write_run(out: Outcome, folder: Path) -> Path:
+def write_run(out: Outcome, folder: Path, fresh: bool = False) -> Path:
     """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
-    nothing (:func:`leakattack.results.write_run_folder`)."""
-    return write_run_folder(folder, lambda tmp: _write_files(out, tmp))
+    nothing (:func:`leakattack.results.write_run_folder`; ``fresh``: a new folder, never an earlier run's);
+    returns the folder written."""
+    return write_run_folder(folder, lambda tmp: _write_files(out, tmp), fresh=fresh)
 
 
 def _write_files(out: Outcome, folder: Path) -> None:
@@ -454,7 +455,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
     folder = Path(out) if out is not None else \
         default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
-    write_run(outcome, folder)
+    folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
     return outcome.metrics, folder
 
 

@@ -93,15 +93,31 @@ def unused_path(base: Path) -> Path:
     return path
 
 
+def _reserved(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ...: the first that this call creates (empty), which no other process
+    can then take (``mkdir`` fails on a name that exists)."""
+    path, k = base, 1
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            k += 1
+            path = base.with_name(f"{base.name}-{k}")
+
+
 __all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
 
 
-def write_run_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
-    """Fill ``folder`` by ``write(path)``, all or nothing.
+def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False) -> Path:
+    """Fill ``folder`` by ``write(path)``, all or nothing; returns the folder written.
 
     ``write`` fills a temporary folder beside ``folder``, which is then renamed
     into place (replacing an earlier run in ``folder``): an interrupted write
-    leaves no folder that looks finished.
+    leaves no folder that looks finished.  ``fresh``: a name chosen to be new
+    (:func:`default_run_dir`) is never replaced; where another process took it
+    since, the folder becomes ``folder-2``, ``folder-3``, ... (the first name
+    this process creates itself).
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +125,14 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None]) -> Path:
     try:
         write(tmp)
         os.chmod(tmp, directory_mode())
-        if folder.exists():
+        if fresh:
+            folder = _reserved(folder)
+            try:
+                os.replace(tmp, folder)  # onto the empty folder just made: POSIX rename replaces an empty one
+            except OSError:
+                folder.rmdir()
+                raise
+        elif folder.exists():
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
             os.replace(folder, old / folder.name)
             os.replace(tmp, folder)

@@ -1,6 +1,7 @@
 """Default run folders say what was attacked: <stamp>-<model>-<sketch>-<dataset>[-<defense>], every part safe for
 file names, unique within one second."""
 
+import json
 import re
 
 import pytest
@@ -88,3 +89,28 @@ def test_a_run_folder_is_written_whole_or_not_at_all(tmp_path):
         write_run_folder(folder, interrupted)
     assert sorted(p.name for p in folder.iterdir()) == ["b.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left behind
+
+
+def test_a_fresh_run_folder_never_replaces_one_another_process_wrote_since(tmp_path):
+    """Two runs that end in the same second pick the same default name; the second takes the next one."""
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / f"{STAMP}-lenet-srht-digits"
+    assert write_run_folder(folder, lambda p: (p / "a.txt").write_text("first"), fresh=True) == folder
+    second = write_run_folder(folder, lambda p: (p / "b.txt").write_text("second"), fresh=True)
+    third = write_run_folder(folder, lambda p: (p / "c.txt").write_text("third"), fresh=True)
+    assert (second.name, third.name) == (f"{folder.name}-2", f"{folder.name}-3")
+    assert [sorted(q.name for q in f.iterdir()) for f in (folder, second, third)] == [["a.txt"], ["b.txt"], ["c.txt"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name, second.name, third.name]
+
+
+def test_runs_ending_in_the_same_second_keep_both_folders(tmp_path, monkeypatch):
+    from leakattack import experiment
+    from leakattack.config import RunConfig
+
+    taken = tmp_path / "runs" / f"{STAMP}-lenet-srht-digits"
+    monkeypatch.setattr(experiment, "default_run_dir", lambda *args, **kwargs: taken)  # chosen before the other's write
+    firsts = [experiment.run_attack(RunConfig(model="lenet", dataset="digits", iterations=2, image_index=i),
+                                    with_lpips=False)[1] for i in (0, 1)]
+    assert [f.name for f in firsts] == [taken.name, f"{taken.name}-2"]
+    assert [json.loads((f / "config.json").read_text())["run"]["image_index"] for f in firsts] == [0, 1]
