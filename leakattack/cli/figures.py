@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import UserError
 from ..sweep import finalize
+from ..sweep.lock import FolderLock
 
 
 def figures_said(res: dict, out: Path) -> str:
-    """The summary line's part on a sweep's figures: how many and where, or that none was drawn."""
-    n = len(res["figures"])
+    """The summary line's part on a sweep's figures: how many (each as PNG and PDF) and where, or that none was
+    drawn."""
+    n = len({Path(p).stem for p in res["figures"]})
     return f"{n} figure{'s' if n != 1 else ''} in {out / 'figures'}" if n else "no figures"
 
 
@@ -18,7 +21,16 @@ def cmd_figures(a) -> int:
     out = Path(a.dir)
     if not (out / "results.jsonl").exists():
         raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
-    res = finalize(out)
+    for folder in (out, out / "figures"):
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(f"'{folder}' is not a writable folder: figures rewrites the sweep's summary.csv and "
+                            "figures/ in place")
+    with FolderLock(out):  # not while a sweep writes the folder
+        try:
+            res = finalize(out)
+        except OSError as err:  # a disk that fills, a file made read-only
+            raise UserError(f"cannot write the summary and figures into '{out}' ({err.strerror or err}): the "
+                            "stored results are untouched") from None
     print(" | ".join([f"{res['points']} points", figures_said(res, out),
                       *res["notes"]]))
     return 0

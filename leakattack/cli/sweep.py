@@ -76,6 +76,8 @@ def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
         line += f" ({'its job was' if n == 1 else 'their jobs were'} cancelled)"
     if swept.waiting:
         line += f"; {swept.waiting} point{'s' if swept.waiting != 1 else ''} had not started"
+    if swept.drawing:
+        line += "; summary.csv and the figures were being drawn and may be those of fewer points"
     return line
 
 

@@ -150,8 +150,16 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
             doc = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"sweep file '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"sweep file '{path}' is a folder: give the TOML file that describes the grid (examples/ "
+                          "holds some)") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"sweep file '{path}' is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                          f"{err.start}), which TOML requires") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"sweep file '{path}' is not valid TOML: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"sweep file '{path}' cannot be read ({err.strerror or type(err).__name__})") from None
     for table in doc:
         if table not in ("sweep", "base", "grid"):
             raise ConfigError(f"unknown table or key '{table}' in sweep file (value {doc[table]!r}); "

@@ -43,13 +43,14 @@ from .plan import Plan, point_key
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) stopped a sweep: ``started``, whether any point had started; ``unfinished``, how many
     points were started and not written; ``cancelled``, whether those were cluster jobs that were cancelled;
-    ``finished`` and ``planned``, the points in results.jsonl and in the plan (None where not counted)."""
+    ``finished`` and ``planned``, the points in results.jsonl and in the plan (None where not counted);
+    ``drawing``, whether it came while summary.csv and the figures were being written."""
 
     def __init__(self, started: bool = False, unfinished: int = 0, cancelled: bool = False,
-                 finished: int | None = None, planned: int | None = None):
+                 finished: int | None = None, planned: int | None = None, drawing: bool = False):
         super().__init__()
         self.started, self.unfinished, self.cancelled = started, unfinished, cancelled
-        self.finished, self.planned = finished, planned
+        self.finished, self.planned, self.drawing = finished, planned, drawing
 
     @property
     def waiting(self) -> int:
@@ -143,7 +144,12 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
         bar.close()
         os.close(fd)
     reattached = getattr(workers, "reattached", 0)
-    return {**finalize(out, plan), "skipped": len(plan.points) - len(todo), "reattached": reattached,
+    try:
+        drawn = finalize(out, plan)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(True, 0, False, len(plan.points) - len(todo) + written, len(plan.points),
+                               drawing=True) from None
+    return {**drawn, "skipped": len(plan.points) - len(todo), "reattached": reattached,
             "ran": len(todo) - reattached}
 
 
@@ -154,7 +160,9 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     """
     records = load_records(out, plan, key_of=point_key)
     rows = summarize(records)
-    write_csv(out / "summary.csv", rows)
     notes: list[str] = []
     paths = figures.sweep_figures(out, records, notes=notes)
+    # last: a summary.csv that counts the points of results.jsonl vouches for the figures beside it (the report shows
+    # them only then), so drawing cut short leaves the earlier summary, which no longer matches
+    write_csv(out / "summary.csv", rows)
     return {"points": len(records), "rows": rows, "figures": paths, "notes": notes}

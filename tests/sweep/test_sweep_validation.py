@@ -153,7 +153,7 @@ def test_an_identity_sketch_runs_once_whatever_its_ratio_and_the_summary_line_co
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     summary = capsys.readouterr().out.strip().splitlines()
     assert len(summary) == 1 and "4/4 points" in summary[0] and "2 duplicate grid points run once" in summary[0]
-    drawn = [f for f in (out / "figures").iterdir() if f.is_file()] if (out / "figures").is_dir() else []
+    drawn = {f.stem for f in (out / "figures").iterdir() if f.is_file()} if (out / "figures").is_dir() else set()
     assert ("no figures" in summary[0]) == (not drawn) and (f"{len(drawn)} figure" in summary[0]) == bool(drawn)
     stored = read_results(out / "results.jsonl")
     assert len(stored) == 4
