@@ -347,18 +347,23 @@ class GradientMatching(Attack):
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
-        losses = []
+        losses, steps = [], []
         for i, labels in enumerate(distinct):
             if stop_requested():  # Ctrl-C: the readings not yet tried lose
                 losses.append(math.inf)
+                steps.append(0)
                 continue
             probe.bar_label = f"label reading {i + 1}/{len(distinct)}"
-            losses.append(probe.run(obs, x0, labels, progress=progress).final_loss)
+            ran = probe.run(obs, x0, labels, progress=progress)
+            losses.append(ran.final_loss)
+            steps.append(ran.iterations)
         finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
         chosen = distinct[finite.index(min(finite))]
+        # probe_steps: each run's budget; probe_steps_run: the steps each took (fewer where its share of a time
+        # limit ran out, or where it met the tolerance)
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
-                        "probe_steps": probe.iterations, "probe_losses": losses, "chosen": chosen.tolist(),
-                        "interrupted": stop_requested()}
+                        "probe_steps": probe.iterations, "probe_steps_run": steps, "probe_losses": losses,
+                        "chosen": chosen.tolist(), "interrupted": stop_requested()}
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:

@@ -51,8 +51,10 @@ def baseline_name(m: RunMetrics) -> str:
 
 
 def _labels(m: RunMetrics) -> str:
-    if m.label_acc is None:
-        return "label given" if m.truth is not False else f"labels {m.labels_attack} ({m.label_mode})"
+    if m.label_acc is None:  # a regression's given targets, or no true labels to score against
+        if m.label_mode == "given" or m.labels_attack is None:
+            return "label given"
+        return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())
     lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
     if n > 1 and m.label_acc_matched is not None:
@@ -159,8 +161,11 @@ def label_choice_line(c: dict) -> str:
     if c.get("interrupted"):
         return (f"labels: the rules read different labels ({readings}); Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
-    return (f"labels: the rules read different labels ({readings}); a {c['probe_steps']}-step run with each matched "
-            f"the message best with {c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
+    ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
+    runs = f"a {c['probe_steps']}-step run with each" if all(n == c["probe_steps"] for n in ran) else \
+        f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
+    return (f"labels: the rules read different labels ({readings}); {runs} matched the message best with "
+            f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 
 
 def seed_search_line(s: dict) -> str:

@@ -69,7 +69,8 @@ def test_the_attack_loss_picks_the_label_where_the_rules_differ(trained_lenet):
             continue
         differ += 1
         assert set(choice["readings"]) == set(COMPARED_RULES)  # sigmoid features: every premise holds
-        assert choice["probe_steps"] == LABEL_PROBE_STEPS
+        assert choice["probe_steps"] == LABEL_PROBE_STEPS and len(choice["probe_steps_run"]) == len(
+            choice["probe_losses"]) and all(0 < n <= LABEL_PROBE_STEPS for n in choice["probe_steps_run"])
         assert labels.tolist() == p.labels.tolist() == choice["chosen"]
         chosen, other = sorted(choice["probe_losses"])[:2]
         assert chosen < 0.5 * other  # measured: at most 0.09 of the other (2.4e-6 to 0.0076 against 0.0019 to 0.30)
@@ -111,3 +112,15 @@ def test_the_row_sum_rules_are_read_only_where_the_head_inputs_are_non_negative(
     assert set(readings_to_compare(vit.obs.victim, vit.obs.linear_map, vit.obs.y, 1)) == {"pooled"}
     labels, choice = vit.attack.choose_labels(vit.obs)
     assert choice is None and labels.tolist() == vit.labels.tolist()
+
+
+def test_the_label_line_says_how_many_steps_each_reading_ran():
+    from leakattack.cli.run import label_choice_line
+
+    c = {"readings": {"pooled": [3], "sign": [0]}, "probe_steps": 150, "probe_losses": [0.2, 0.01],
+         "chosen": [0], "probe_steps_run": [150, 150]}
+    assert "a 150-step run with each matched the message best with [0]" in label_choice_line(c)
+    c["probe_steps_run"] = [41, 38]  # their shares of a time limit ran out
+    assert "a run of at most 150 steps with each (41, 38 steps run) matched" in label_choice_line(c)
+    del c["probe_steps_run"]  # a run folder written before the steps were recorded
+    assert "a 150-step run with each" in label_choice_line(c)

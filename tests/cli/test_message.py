@@ -331,3 +331,15 @@ def test_a_message_of_images_smaller_than_ssims_window_is_refused_before_the_att
                                         r"11x11 \(SSIM's window\)"):
         prepare(RunConfig(model=f"{tmp_path / 'net.py'}:Net", weights=str(tmp_path / "w.pt"),
                           message=str(tmp_path / "m.pt"), truth=str(tmp_path / "x.pt"), iterations=1))
+
+
+def test_labels_read_from_a_message_whose_truth_has_no_labels_are_shown_not_called_given():
+    from types import SimpleNamespace
+
+    from leakattack.cli.run import _labels
+
+    read = SimpleNamespace(label_acc=None, label_mode="idlg", labels_attack=[0, 1], truth=True)
+    assert _labels(read) == "labels [0, 1] (idlg, not scored)"
+    assert _labels(SimpleNamespace(**{**vars(read), "truth": False})) == "labels [0, 1] (idlg)"
+    regression = SimpleNamespace(label_acc=None, label_mode="given", labels_attack=[[0.5]], truth=True)
+    assert _labels(regression) == "label given"
