@@ -148,6 +148,7 @@ def test_hungarian_matching_recovers_shuffled_batch():
 def test_label_accuracy_counts_equal_positions():
     """3 of 4 equal labels -> 0.75."""
     assert label_accuracy(torch.tensor([1, 2, 3, 4]), [1, 2, 3, 0]) == 0.75
+    assert label_accuracy([0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 9, 9]) == 5 / 7  # exact, as metrics.json stores it
 
 
 def test_label_accuracy_is_computed_under_the_image_matching():
