@@ -2,40 +2,113 @@
 
 from __future__ import annotations
 
+import csv
+import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..metrics import RunMetrics, failed_kind
+from ..figures.report import folder_kind, run_metrics
+from ..metrics import failed_kind
 from ..results import read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
 LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim",
            "lpips", "mse", "label_acc", "final_loss", "iterations", "stop_reason", "wall_s")
+#: the columns every row holds, so every table collect writes begins with them: how ``--out`` recognises an earlier
+#: table it may replace
+HEAD = LEADING[:8]
+#: how many bytes of an existing ``--out`` file are read to find its header
+_HEAD_BYTES = 4096
+
+
+def collect_out(out) -> Path:
+    """``--out`` as a path, refused in one sentence before anything is read: it must name a .csv file outside every
+    run folder and sweep folder, and a file already there is replaced only when it is empty or an earlier table of
+    collect (its header begins with :data:`HEAD`), never a run's or a sweep's own file (metrics.json, summary.csv,
+    trace.csv, ...)."""
+    path = writable_out(out, ".csv")
+    if path.suffix.lower() != ".csv":
+        raise UserError(f"--out '{out}' must name a .csv file (the table is one CSV file)")
+    for folder in path.resolve().parents:
+        kind = folder_kind(folder)
+        if kind is not None:
+            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
+                            "own: name a file outside run and sweep folders")
+    if path.is_file() and not _is_table(path):
+        raise UserError(f"--out '{out}' exists and is not a table written by collect (its header does not begin "
+                        f"with {','.join(HEAD)}), so collect will not replace it: name a new file or an earlier table")
+    return path
+
+
+def _is_table(path: Path) -> bool:
+    """Whether the file at ``path`` is empty or a CSV table whose header begins with :data:`HEAD`."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    if not head.strip():
+        return True
+    line = head.removeprefix(b"\xef\xbb\xbf").splitlines()[0].decode("utf-8", errors="replace")
+    header = next(csv.reader([line]), [])
+    return tuple(header[:len(HEAD)]) == HEAD
+
+
+def found_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
+    """(run folders, sweep folders) at or below the given paths, each sorted: a run folder holds metrics.json, a sweep
+    folder results.jsonl.  Hidden folders below a given path (``.name``: among them the staging folders a run is
+    written in before it is renamed into place) are skipped and so are symbolic links below it; a folder reached
+    twice (the same path given twice or spelt two ways, a link given beside its target) is counted once, under the
+    spelling reached first."""
+    found: dict[str, list[Path]] = {"run": [], "sweep": []}
+    seen: set[Path] = set()
+    for top in map(Path, paths):
+        if not top.exists():
+            raise UserError(f"'{top}' does not exist")
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            real = folder.resolve()
+            if real in seen or not folder.is_dir():
+                continue
+            seen.add(real)
+            try:
+                kind = folder_kind(folder)
+                children = [c for c in folder.iterdir() if not c.name.startswith(".") and not c.is_symlink()
+                            and c.is_dir()]
+            except OSError:  # a folder that cannot be read holds no run we can read
+                continue
+            if kind is not None:
+                found[kind].append(folder)
+            stack += sorted(children, reverse=True)
+    return sorted(found["run"]), sorted(found["sweep"])
 
 
 def run_folders(paths: list[str]) -> list[Path]:
-    """Every finished run folder (one holding metrics.json) at or below the given paths, sorted."""
-    found = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise UserError(f"'{p}' does not exist")
-        found += [m.parent for m in ([p / "metrics.json"] if (p / "metrics.json").is_file() else [])]
-        found += [m.parent for m in p.rglob("metrics.json") if m.parent != p]
-    return sorted(set(found))
+    """Every finished run folder (one holding metrics.json) at or below the given paths, sorted (see
+    :func:`found_folders`)."""
+    return found_folders(paths)[0]
+
+
+def _sweeps_said(sweeps: list[Path]) -> str:
+    """The sweep folders found, and where their points are, as a phrase."""
+    names = ", ".join(f"'{s}'" for s in sweeps)
+    if len(sweeps) == 1:
+        return f"the sweep folder {names}, whose points are in its summary.csv and results.jsonl"
+    return f"the sweep folders {names}, whose points are in their summary.csv and results.jsonl"
 
 
 def row_of(folder: Path) -> dict:
-    """One table row: the run's settings from config.json and its scalar metrics."""
+    """One table row: the run's settings from config.json and its scalar metrics; a metrics.json that is not a run's
+    is refused in one sentence, as ``leakattack report`` refuses it."""
+    metrics = run_metrics(folder / "metrics.json").to_dict()
     try:
-        stored = read_json(folder / "metrics.json")
         config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     except (ValueError, UnicodeDecodeError):
-        raise UserError(f"'{folder}' holds a metrics.json or config.json that is not JSON") from None
-    for name, data in (("metrics.json", stored), ("config.json", config)):
-        if not isinstance(data, dict):
-            raise UserError(f"'{folder / name}' holds a JSON {type(data).__name__}, not the object leakattack writes "
-                            "there")
-    metrics = RunMetrics.from_dict(stored).to_dict()
+        raise UserError(f"'{folder / 'config.json'}' is not JSON") from None
+    if not isinstance(config, dict):
+        raise UserError(f"'{folder / 'config.json'}' holds a JSON {type(config).__name__}, not the object leakattack "
+                        "writes there")
     run = config.get("run", {})
     row = {"run": str(folder), "model": run.get("model"), "attack": run.get("attack"),
            "protocol": run.get("protocol") or None, "batch_size": run.get("batch_size"), "sketch": run.get("sketch"),
@@ -66,17 +139,23 @@ def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict
 
 
 def cmd_collect(a) -> int:
-    out = writable_out(a.out, ".csv")
-    folders = run_folders(a.dirs)
+    out = collect_out(a.out)
+    folders, sweeps = found_folders(a.dirs)
     if not folders:
-        raise UserError(f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}")
-    rows = [row_of(f) for f in folders]
+        where = f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}"
+        raise UserError(f"{where}: only {_sweeps_said(sweeps)}" if sweeps else where)
+    rows = [row_of(f) for f in folders]  # every run read, and refused, before the table is written
     columns = [c for c in LEADING if any(c in r for r in rows)]
     columns += [c for r in rows for c in r if c not in columns]
     columns = list(dict.fromkeys(columns))
-    write_csv(out, rows, columns)
-    print(f"{len(rows)} runs | {len(columns)} columns | {out}")
+    try:
+        write_csv(out, rows, columns)
+    except OSError as err:
+        raise UserError(f"--out '{out}' cannot be written: {err.strerror or err}") from None
+    if sweeps:
+        print(f"note: left out {_sweeps_said(sweeps)}", file=sys.stderr)
+    print(f"{len(rows)} run{'s' if len(rows) != 1 else ''} | {len(columns)} columns | {out}")
     return 0
 
 
-__all__ = ["run_folders", "row_of", "scalars"]
+__all__ = ["cmd_collect", "collect_out", "found_folders", "run_folders", "row_of", "scalars", "HEAD", "LEADING"]

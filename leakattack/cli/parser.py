@@ -215,9 +215,12 @@ def _figures(sub) -> None:
 def _collect(sub) -> None:
     p = sub.add_parser("collect", help="gather the metrics of run folders into one CSV table",
                        description="Find every run folder (holding metrics.json) at or below the given folders and "
-                                   "write one row per run: its settings and scalar metrics.")
-    p.add_argument("dirs", nargs="+", help="run folders, or folders holding them (searched recursively)")
-    p.add_argument("--out", required=True, help="the CSV file to write")
+                                   "write one row per run: its settings and scalar metrics. Sweep folders are "
+                                   "named and left out: a sweep's points are in its summary.csv and results.jsonl.")
+    p.add_argument("dirs", nargs="+", help="run folders, or folders holding them (searched recursively; hidden "
+                                           "folders and links below them are skipped, a run reached twice counts once)")
+    p.add_argument("--out", required=True, help="the .csv file to write, outside run and sweep folders; a file "
+                                                "already there is replaced only when it is an earlier collect table")
     command(p, "collect:cmd_collect")
 
 

@@ -15,7 +15,8 @@ def _run_folder(folder: Path, sketch: str, b: int, psnr: float) -> None:
     (folder / "config.json").write_text(json.dumps({"run": {"model": "lenet", "sketch": sketch, "defense": "",
                                                             "attack": "rgap", "protocol": "", "batch_size": 2},
                                                     "derived": {"dataset": "photos"}}))
-    (folder / "metrics.json").write_text(json.dumps({"psnr": psnr, "b": b, "stop_reason": "stalled"}))
+    (folder / "metrics.json").write_text(json.dumps({"psnr": psnr, "ssim": 0.5, "iterations": 5,
+                                                     "stop_reason": "stalled", "d": 15826, "b": b}))
 
 
 def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_path, capsys):
@@ -85,10 +86,129 @@ def test_version_flag_prints_the_version(capsys):
 def test_a_metrics_or_config_file_that_is_json_but_no_object_is_one_sentence(tmp_path, capsys):
     for name in ("metrics.json", "config.json"):
         run = tmp_path / name.split(".")[0]
-        run.mkdir()
-        (run / "metrics.json").write_text("{}")
+        _run_folder(run, "srht", 7913, 10.0)
         (run / name).write_text("[1, 2]")
         assert cli.main(["collect", str(run), "--out", str(tmp_path / "t.csv")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{name}' holds a JSON list, not the object" in err[0], err
     assert not (tmp_path / "t.csv").exists()
+
+
+def _one_error(capsys) -> str:
+    """The one line a refused command printed on stderr."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakattack: error: "), err
+    return err[0]
+
+
+def _sweep_folder(folder: Path) -> None:
+    """A sweep folder as `leakattack sweep` leaves it: its plan, its points' records and summary, their tensors."""
+    (folder / "points").mkdir(parents=True)
+    (folder / "sweep.json").write_text("{}")
+    (folder / "results.jsonl").write_text(json.dumps({"key": "k1", "metrics": {"psnr": 9.9}}) + "\n")
+    (folder / "summary.csv").write_text("model,sketch,psnr_mean\nlenet,srht,9.9\n")
+    (folder / "points" / "k1.pt").write_bytes(b"")
+
+
+@pytest.mark.parametrize("name", ["table.txt", "table", "report.html", "sweep.toml"])
+def test_collect_out_must_name_a_csv_file(tmp_path, capsys, name):
+    _run_folder(tmp_path / "runs" / "r1", "srht", 7913, 10.0)
+    out = tmp_path / name
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    assert "must name a .csv file" in _one_error(capsys) and not out.exists()
+
+
+@pytest.mark.parametrize("inside", ["runs/r1/table.csv", "runs/r1/trace.csv", "sw1/table.csv",
+                                    "sw1/summary.csv", "sw1/points/table.csv"])
+def test_collect_refuses_an_out_inside_a_run_or_sweep_folder(tmp_path, capsys, inside):
+    _run_folder(tmp_path / "runs" / "r1", "srht", 7913, 10.0)
+    (tmp_path / "runs" / "r1" / "trace.csv").write_text("step,loss,psnr\n")
+    _sweep_folder(tmp_path / "sw1")
+    out = tmp_path / inside
+    before = out.read_bytes() if out.exists() else None
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    kind = "run" if inside.startswith("runs") else "sweep"
+    assert f"is inside the {kind} folder" in _one_error(capsys)
+    assert (out.read_bytes() if out.exists() else None) == before
+
+
+@pytest.mark.parametrize("text", ["model,sketch,psnr_mean\nlenet,srht,9.9\n", "step,loss,psnr\n0,1.5,9.0\n",
+                                  "run,model\nruns/r1,lenet\n", '{"psnr": 1}'])
+def test_collect_does_not_replace_a_file_that_is_not_its_own_table(tmp_path, capsys, text):
+    _run_folder(tmp_path / "runs" / "r1", "srht", 7913, 10.0)
+    out = tmp_path / "kept.csv"  # a copied summary.csv, a trace.csv, a table with other columns, JSON
+    out.write_text(text)
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    assert "is not a table written by collect" in _one_error(capsys) and out.read_text() == text
+
+
+def test_collect_replaces_an_empty_file_and_an_earlier_table_of_its_own(tmp_path, capsys):
+    _run_folder(tmp_path / "runs" / "r1", "srht", 7913, 10.0)
+    out = tmp_path / "table.csv"
+    out.write_text("")
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    _run_folder(tmp_path / "runs" / "r2", "none", 15826, 40.5)
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert [Path(r["run"]).name for r in csv.DictReader(out.open())] == ["r1", "r2"]
+    assert capsys.readouterr().out.splitlines()[-1].startswith("2 runs |")
+
+
+def test_collect_skips_the_hidden_folders_a_run_is_staged_in(tmp_path):
+    runs = tmp_path / "runs"
+    _run_folder(runs / "r1", "srht", 7913, 10.0)
+    _run_folder(runs / ".r1.abc123.tmp", "srht", 7913, 11.0)  # written, not yet renamed into place
+    _run_folder(runs / ".r1.def456.old" / "r1", "srht", 7913, 12.0)  # the earlier run, moved aside
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    assert [r["run"] for r in csv.DictReader(out.open())] == [str(runs / "r1")]
+
+
+def test_collect_counts_a_run_reached_more_than_once_once_under_its_first_spelling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _run_folder(tmp_path / "runs" / "r1", "srht", 7913, 10.0)
+    _run_folder(tmp_path / "tree" / "a" / "r2", "none", 15826, 40.5)
+    (tmp_path / "link").symlink_to(tmp_path / "runs" / "r1")
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", "runs/r1", "runs/r1", "./runs/r1", str(tmp_path / "runs" / "r1"), "link",
+                     "tree", "tree/a/../a/r2", "--out", str(out)]) == 0
+    assert [r["run"] for r in csv.DictReader(out.open())] == ["runs/r1", "tree/a/r2"]
+
+
+@pytest.mark.parametrize("metrics, said", [
+    ({"psnr": "high"}, "has no ssim, iterations, stop_reason, d or b, which every run's metrics.json holds"),
+    ({"psnr": "high", "ssim": 0.5, "iterations": 5, "stop_reason": "stalled", "d": 10, "b": 5},
+     'holds psnr = "high", not a number'),
+])
+def test_collect_refuses_a_metrics_json_that_report_refuses(tmp_path, capsys, metrics, said):
+    _run_folder(tmp_path / "runs" / "good", "srht", 7913, 10.0)
+    (tmp_path / "runs" / "bad").mkdir()
+    (tmp_path / "runs" / "bad" / "metrics.json").write_text(json.dumps(metrics))
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 2
+    err = _one_error(capsys)
+    assert str(tmp_path / "runs" / "bad" / "metrics.json") in err and said in err, err
+    assert not out.exists()  # no table of the runs that could be read
+    assert cli.main(["report", str(tmp_path / "runs" / "bad"), "--out", str(tmp_path / "r.html")]) == 2
+    assert said in _one_error(capsys)  # report says the same
+
+
+def test_collect_names_the_sweep_folders_it_finds_and_where_their_points_are(tmp_path, capsys):
+    _sweep_folder(tmp_path / "sw1")
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(tmp_path / "sw1"), "--out", str(out)]) == 2
+    err = _one_error(capsys)
+    assert f"only the sweep folder '{tmp_path / 'sw1'}', whose points are in its summary.csv and results.jsonl" in err
+    assert not out.exists()
+    _run_folder(tmp_path / "r1", "srht", 7913, 10.0)  # a tree of a run and a sweep: the run's row, a note on the sweep
+    assert cli.main(["collect", str(tmp_path), "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert said.err.strip() == (f"note: left out the sweep folder '{tmp_path / 'sw1'}', whose points are in its "
+                                "summary.csv and results.jsonl")
+    assert said.out.startswith("1 run | ")
+    assert [r["run"] for r in csv.DictReader(out.open())] == [str(tmp_path / "r1")]
+
+
+def test_collect_says_1_run_in_the_singular(tmp_path, capsys):
+    _run_folder(tmp_path / "r1", "srht", 7913, 10.0)
+    assert cli.main(["collect", str(tmp_path / "r1"), "--out", str(tmp_path / "table.csv")]) == 0
+    assert capsys.readouterr().out.startswith("1 run | ")
