@@ -109,7 +109,9 @@ def cmd_sweep(a) -> int:
         if res.get("reattached"):
             parts.append(f"{res['reattached']} re-attached (submitted by an earlier run)")
         extra.insert(0, ", ".join([*parts, f"{res['ran']} run now"]))
-    print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra, f"{len(res['rows'])} settings",
+    settings = len(res["rows"])
+    print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra,
+                      f"{settings} setting{'s' if settings != 1 else ''}",
                       f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
                       figures_said(res, out), *res.get("notes", [])]))
     return 0

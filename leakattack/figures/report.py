@@ -801,7 +801,7 @@ def _sweep_machine(records: list[dict]) -> list[tuple[str, str]]:
     env = next((e for e in envs if e), None)
     rows = [("machine", _machine_text(env) if env else
              f"{NOT_RECORDED} (sweep points do not store their machine)")]
-    rows.append(("time", f"{_seconds(sum(walls))} of attacks over {len(walls)} points"
+    rows.append(("time", f"{_seconds(sum(walls))} of attacks over {len(walls)} point{'s' if len(walls) != 1 else ''}"
                          f" (one worker's time; parallel workers overlap)" if walls else NOT_RECORDED))
     return rows
 

@@ -97,3 +97,24 @@ def test_a_sweep_file_that_is_a_folder_or_not_utf8_is_one_sentence(tmp_path, cap
     assert cli.main(["sweep", str(path), "--quiet", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and not (tmp_path / "out").exists(), err
+
+
+def test_figures_on_a_results_file_that_holds_no_point_is_one_sentence_and_keeps_the_folder(swept, capsys):
+    _, out, _ = swept
+    summary = (out / "summary.csv").read_bytes()
+    (out / "results.jsonl").write_text("not json at all\n[1, 2]\n")
+    assert cli.main(["figures", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds 2 lines and none is a finished point of a sweep" in err[0], err
+    assert (out / "summary.csv").read_bytes() == summary
+
+
+def test_one_point_and_one_setting_are_said_in_the_singular(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE.replace("[0.25, 0.5]", "[0.5]"))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    line = capsys.readouterr().out
+    assert "1/1 points | 1 setting |" in line
+    assert cli.main(["figures", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("1 point |")
