@@ -114,6 +114,13 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     results = out / "results.jsonl"
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
+    others = len(done - {pt["key"] for pt in plan.points})
+    if others:
+        one = others == 1
+        warnings.warn(f"{out} holds {others} finished point{'' if one else 's'} of another sweep file's grid: "
+                      f"{'it stays' if one else 'they stay'} in results.jsonl and {'is' if one else 'are'} left out "
+                      "of this sweep's summary.csv and figures (a new --out keeps the two apart)",
+                      SettingWarning, stacklevel=2)
     lpips = bool(plan.settings.get("lpips", False))
     missing = lpips_missing() if lpips and todo else ""
     if missing:

@@ -118,3 +118,18 @@ def test_one_point_and_one_setting_are_said_in_the_singular(tmp_path, capsys):
     assert "1/1 points | 1 setting |" in line
     assert cli.main(["figures", str(out)]) == 0
     assert capsys.readouterr().out.startswith("1 point |")
+
+
+def test_another_sweep_file_into_a_sweep_folder_warns_that_its_points_are_left_out(swept, capsys):
+    cfg, out, _ = swept
+    cfg.write_text(BASE.replace("[0.25, 0.5]", "[0.5, 1.0]"))  # 0.25 is no longer in the grid
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: warning: {out} holds 1 finished point of another sweep file's grid: it stays in "
+                   "results.jsonl and is left out of this sweep's summary.csv and figures (a new --out keeps the two "
+                   "apart)"]
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0  # the same file again: a resume
+    assert "another sweep file" in capsys.readouterr().err  # the earlier grid's point is still there
+    cfg.write_text(BASE.replace("[0.25, 0.5]", "[0.25, 0.5, 1.0]"))  # a grid that grew: every stored point is in it
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
