@@ -267,7 +267,10 @@ class Analytic(Attack):
                 x = x.reshape(shape)
                 labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
-            return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra, iterations=0,
+            # iterations: the row-space solve's Levenberg-Marquardt steps where a batch took them (g itself is one
+            # linear solve)
+            return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra,
+                                iterations=int(record["steps"]) if record else 0,
                                 stop_reason=stop, message=note or "solved g from the message, then divided",
                                 wall_s=time.perf_counter() - t0, row_space_solve=record)
 

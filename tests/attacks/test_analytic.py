@@ -279,6 +279,7 @@ def test_a_sigmoid_batch_run_records_its_row_space_solve(tmp_path):
     solve = json.loads((folder / "metrics.json").read_text())["row_space_solve"]
     assert solve["solved"] and solve["residual"] <= solve["accepted"] and solve["steps"] >= 1
     assert m.psnr > 80 and m.label_acc_matched == 1.0
+    assert m.iterations == solve["steps"]  # the summary line counts the solve's steps (it read "0 it")
 
 
 def test_gradient_matching_settings_given_to_a_closed_form_attack_are_named_as_unused():
