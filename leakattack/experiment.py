@@ -160,6 +160,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=2)
+    if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
+        warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
+                      "targets the attack takes as given (no rule reads them from the message)", SettingWarning,
+                      stacklevel=2)
     if cfg.set_by_user("bn_stats") and "bn" not in last:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)

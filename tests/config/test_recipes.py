@@ -167,6 +167,8 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
     (dict(data_root="/tmp"), "--data-root is not read: the embedded data set photos reads no files"),
     (dict(bn="train"), "--bn train changes nothing: model 'lenet' has no BatchNorm"),
     (dict(model="resnet20", bn_stats="client"), "--bn-stats client changes nothing without --prior bn"),
+    (dict(model="linreg", label_mode="dlg"), "--labels dlg changes nothing: model 'linreg' is a regression"),
+    (dict(model="linreg", given=frozenset({"label_mode"})), "--labels idlg changes nothing: model 'linreg' is a"),
 ])
 def test_settings_the_run_does_not_read_are_warned_of(settings, said):
     import warnings
