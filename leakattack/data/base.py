@@ -61,9 +61,12 @@ def batch_positions(ds: ImageSet, index: int, batch_size: int, draw: str = "cons
     """
     n = len(ds)
     if draw == "consecutive":
+        if batch_size > n:
+            raise DataError(f"a batch of {batch_size} images does not fit in dataset {ds.name} of {n} images")
         if index + batch_size > n:
             raise DataError(f"images {index}..{index + batch_size - 1} out of range: "
-                            f"dataset {ds.name} has {n} images")
+                            f"dataset {ds.name} has {n} images (the last batch of {batch_size} starts at image "
+                            f"{n - batch_size})")
         return torch.arange(index, index + batch_size)
     if draw == "class":
         label = int(ds.labels[index])

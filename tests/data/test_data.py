@@ -253,3 +253,12 @@ def test_mnist_from_root_is_converted_to_unit_range(tmp_path):
     torch.testing.assert_close(ds.images[2, 0], torch.from_numpy(imgs[2] / 255.0).float())
     assert ds.labels.tolist() == [5, 0, 9] and ds.num_classes == 10
     assert get_dataset("mnist", root=tmp_path, train=False).images.shape == (3, 1, 28, 28)
+
+
+def test_a_batch_larger_than_the_set_or_running_past_its_end_says_so():
+    ds = get_dataset("photos")
+    with pytest.raises(DataError, match="a batch of 51 images does not fit in dataset photos of 50 images"):
+        get_batch(ds, 0, 51)
+    with pytest.raises(DataError, match=r"images 48\.\.51 out of range: dataset photos has 50 images \(the last "
+                                        r"batch of 4 starts at image 46\)"):
+        get_batch(ds, 48, 4)
