@@ -594,11 +594,11 @@ def _values(values: set) -> str:
     """The values of a number that varies from point to point, sorted: ``= v`` for one, the set of up to
     :data:`MAX_LISTED`, else the range."""
     known = sorted(v for v in values if v is not None)
-    text = [_short(v) for v in known] + (["–"] if None in values else [])
+    text = [_int(v) for v in known] + (["–"] if None in values else [])  # whole numbers with separators, as d
     if len(text) == 1:
         return f"= {_int(known[0]) if known else '–'}"
     if len(known) > MAX_LISTED:
-        return f"from {_short(known[0])} to {_short(known[-1])} ({len(known)} values)"
+        return f"from {_int(known[0])} to {_int(known[-1])} ({len(known)} values)"
     return "∈ {" + ", ".join(text) + "}"
 
 

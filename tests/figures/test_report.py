@@ -482,7 +482,7 @@ def test_the_d_b_row_names_each_d_once_with_its_sketch_sizes_sorted(tmp_path):
         r["metrics"].update(d=13426, b=sizes[i % len(sizes)])
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     text = build_report([folder])
-    assert "<tr><th>d, b</th><td>d = 13,426, b ∈ {39, 196, 784, 3136}</td></tr>" in text
+    assert "<tr><th>d, b</th><td>d = 13,426, b ∈ {39, 196, 784, 3,136}</td></tr>" in text  # separators as d
     for i, r in enumerate(records):
         r["metrics"].update(d=15826 if i % 2 else 13426, b=i + 1)
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
