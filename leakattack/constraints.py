@@ -96,6 +96,13 @@ class Number(Constraint):
             return f"be an integer of at least {self.low}" if self.integer else f"be at least {self.low}"
         return f"be {kind}"
 
+    def error(self, label, v):
+        kind = "an integer" if self.integer else "a number"
+        wrong_kind = isinstance(v, bool) or not isinstance(v, (int, float)) or (self.integer and not isinstance(v, int))
+        if wrong_kind and self.what.startswith("lie in "):  # a string, true/false, 1.5 for a count: name the kind
+            return f"{label} must be {kind} in {self.what.removeprefix('lie in ')}, got {v!r}"
+        return super().error(label, v)
+
     def ok(self, v) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False

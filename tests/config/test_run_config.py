@@ -68,3 +68,16 @@ def test_mutable_defaults_are_fresh_for_each_configuration():
 def test_the_configuration_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunConfig().seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("value,said", [
+    ("ten", "iterations must be an integer in [1, 1000000], got 'ten'"),
+    (1.5, "iterations must be an integer in [1, 1000000], got 1.5"),
+    (True, "iterations must be an integer in [1, 1000000], got True"),
+    (0, "iterations must lie in [1, 1000000], got 0"),
+])
+def test_a_number_of_the_wrong_kind_is_named_as_such(value, said):
+    from leakattack.constraints import Number
+
+    assert Number(1, 1_000_000, integer=True).error("iterations", value) == said
+    assert Number(0, 1).error("ratio", "x") == "ratio must be a number in [0, 1], got 'x'"
