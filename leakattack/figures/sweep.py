@@ -7,7 +7,8 @@ frontier, the sketch-size phase transition and metrics against batch size, from 
 are averaged, and lines are told apart by series (every other grid key that
 varies), with the sweep store's grouping (:mod:`leakattack.results.store`).
 Every title names what the records share: model, data set, sketch, objective,
-prior and defense.  PSNR and SSIM are drawn beside their baseline (the better of
+prior, defense and any other grid value they all have (a figure of one series
+draws no legend entry for it: its title says what it is).  PSNR and SSIM are drawn beside their baseline (the better of
 the attack's start and the data set's mean image, which a reconstruction must
 beat to count as rebuilt), dashed in the series' colour with a band of one std;
 results stored before baselines existed draw none.
@@ -46,6 +47,19 @@ SIZE_KEYS = ("sketch_dim", "sketch_ratio")
 BASELINE_OF = {"psnr": "baseline_psnr", "ssim": "baseline_ssim"}
 #: the legend entry of the dashed baselines
 BASELINE_LABEL = "baseline: better of start and mean image"
+#: the SSIM drawn dotted in metrics_vs_strength: the border docs/sweeps.md reads off the reference defense sweep
+#: (where the mean SSIM crosses it, the digits are barely visible)
+SSIM_BORDER = 0.3
+#: the legend entry of the dotted SSIM border
+SSIM_BORDER_LABEL = f"SSIM {SSIM_BORDER:g}: about where images become barely visible"
+#: the legend entry of the dotted b/m = 1 of the phase transition
+SIZE_BORDER_LABEL = "b = m: as many numbers as unknowns"
+#: how figures name grid keys that read badly as they are; any other key is named with its underscores as spaces
+KEY_NAMES = {"sketch_ratio": "b/d", "sketch_dim": "sketch size b", "batch_size": "batch size B"}
+#: the fields :func:`context` names itself, so a title does not repeat them as shared grid values
+CONTEXT_FIELDS = ("model", "dataset", "sketch", "objective", "tv", "defense")
+#: a reconstruction grid's row label is wrapped to lines of at most this many characters (a row is 1.55 in tall)
+ROW_LABEL_CHARS = 24
 
 
 def _strength_key(records: list[dict], meta: dict) -> str | None:
@@ -68,6 +82,48 @@ def _set_strength_scale(ax, xs) -> None:
 
 def _num(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _key_name(key: str) -> str:
+    """How a figure names a grid key: :data:`KEY_NAMES`, else the key with its underscores as spaces (an underscore
+    in a rotated two-line label runs into the line below it)."""
+    return KEY_NAMES.get(key, key.replace("_", " "))
+
+
+def _value_text(value_json: str) -> str:
+    """A grid value (JSON text) as legends show it (:func:`series_label`)."""
+    return series_label((("k", value_json),)).split("=", 1)[1]
+
+
+def _level_label(key: str, value_json: str) -> str:
+    """A reconstruction grid's row label, ``name = value``, in lines of at most :data:`ROW_LABEL_CHARS` characters:
+    a longer one puts the name on a line of its own and breaks the value after its commas and colons or before an
+    ``@`` (a defense spec), a piece longer than a line wherever it must."""
+    name, value = _key_name(key), _value_text(value_json)
+    if len(name) + len(value) + 3 <= ROW_LABEL_CHARS:
+        return f"{name} = {value}"
+    lines = textwrap.wrap(f"{name} =", ROW_LABEL_CHARS)
+    pieces = [p for part in re.split(r"(?<=[,:])|(?=@)", value) if part
+              for p in textwrap.wrap(part, ROW_LABEL_CHARS, drop_whitespace=False)]
+    for i, piece in enumerate(pieces):
+        if i and len(lines[-1]) + len(piece) <= ROW_LABEL_CHARS:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return "\n".join(lines)
+
+
+def _shared_grid(records: list[dict], context_text: str = "") -> list[str]:
+    """``name = value`` for each grid key all ``records`` share one value of, repetitions and the fields
+    :func:`context` names aside (as are keys ``context_text`` already names, such as b/d)."""
+    parts = []
+    for k in dict.fromkeys(k for r in records for k in r["grid"]):
+        if k in REPEAT_KEYS or k in CONTEXT_FIELDS or not all(k in r["grid"] for r in records):
+            continue
+        values = {json.dumps(r["grid"][k], sort_keys=True) for r in records}
+        if len(values) == 1 and f"{_key_name(k)} = " not in context_text:
+            parts.append(f"{_key_name(k)} = {_value_text(values.pop())}")
+    return parts
 
 
 def context(records: list[dict], meta: dict | None = None) -> str:
@@ -131,18 +187,17 @@ def _fill(text: str, chars: int) -> list[str]:
 def _title(fig, head: str, records: list[dict], meta: dict | None, width_in: float, fontsize: float = 8) -> None:
     """A suptitle: ``head`` over the shared context, wrapped to the figure's width."""
     chars = max(30, int(width_in * 72 / (0.55 * fontsize)))
-    fig.suptitle("\n".join(textwrap.wrap(head, chars) + _fill(context(records, meta), chars)), fontsize=fontsize)
+    shared = context(records, meta)
+    shared = _SEP.join([p for p in [shared] if p] + _shared_grid(records, shared))
+    fig.suptitle("\n".join(textwrap.wrap(head, chars) + _fill(shared, chars)), fontsize=fontsize)
 
 
-def _line_label(records: list[dict], series: tuple) -> str:
-    """The legend entry of a series (its value alone when one key tells series apart); a sweep with one
-    series is labelled by its sketch kind."""
+def _line_label(series: tuple) -> str:
+    """The legend entry of a series (its value alone when one key tells series apart); the only series of a figure
+    has none: the title says what its points share."""
     if len(series) == 1:
         return series_label(series).split("=", 1)[1]
-    if series:
-        return series_label(series)
-    kinds = {str(r["params"].get("sketch")) for r in records}
-    return kinds.pop() if len(kinds) == 1 else ""
+    return series_label(series) if series else "_only series"
 
 
 def _draw_lines(ax, lines: dict, labels: dict) -> dict:
@@ -182,14 +237,19 @@ def _baseline_entry(ax) -> None:
     ax.plot([], [], ls="--", lw=1.0, color="dimgrey", label=BASELINE_LABEL)
 
 
-def _legend(fig, axes, keys: list[str], n_lines: int) -> None:
-    if n_lines == 0:
+def _legend(fig, axes, keys: list[str], n_lines: int, borders: tuple[str, ...] = ()) -> None:
+    """The legend of the first panel's labelled lines, then one entry per dotted grey reference line (``borders``,
+    their labels), titled by the keys that tell series apart: none with one series, whose entries are then only the
+    reference lines (the figure's title says what its points share); no entry at all draws no legend."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles += [plt.Line2D([], [], color="grey", lw=0.8, ls=":") for _ in borders]
+    labels += list(borders)
+    if not handles:
         return
-    title = ", ".join(keys) if keys else "sketch"
+    title = ", ".join(keys) or None
     if n_lines <= 4 and len(keys) <= 1:
-        axes[0].legend(fontsize=7, title=title, title_fontsize=7)
+        axes[0].legend(handles, labels, fontsize=7, title=title, title_fontsize=7)
     else:  # below the panels: many or long labels would cover the data
-        handles, labels = axes[0].get_legend_handles_labels()
         longest = max((len(t) for t in labels), default=0)
         # long labels in fewer columns: the panels keep their width
         cols = 1 if longest > 90 else 2 if longest > 55 else 3
@@ -246,7 +306,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
         return []
     width = 1.4 * max(len(b[2]) for b in blocks) + 1.4
     heights = [1.55 * (len(b[1]) + 1) + (0.3 if keys else 0.0) for b in blocks]
-    head = f"reconstructions by {strength}"
+    head = f"reconstructions by {_key_name(strength)}"
     if left:
         head += (f"; {len(shown)} of {len(shown) + len(left)} series shown "
                  f"({len(left)} left out, from {series_label(left[0])})")
@@ -296,14 +356,15 @@ def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict)
                 ax.imshow(h, cmap="gray" if h.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest")
             ax.set_title(label, fontsize=6, pad=2)
             if j == 0:
-                ax.set_ylabel("truth" if i == 0 else f"{strength}\n{json.loads(levels[i - 1])}", fontsize=7)
+                ax.set_ylabel("truth" if i == 0 else _level_label(strength, levels[i - 1]), fontsize=7,
+                              linespacing=1.4)
 
 
 def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width: float, height: float):
     """One panel per metric the records hold, series told apart by every grid key but ``x_key``:
     (fig, axes, metric names, series keys, line labels, figure width)."""
     keys = series_keys(records, exclude=(x_key,))
-    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
+    labels = {series_of(r, keys): _line_label(series_of(r, keys)) for r in records}
     names = [n for n in metrics if any(r["metrics"].get(n) is not None for r in records)]
     width = panel_width * len(names)
     fig, axes = plt.subplots(1, len(names), figsize=(width, height + 0.25 * len(labels) / 3), squeeze=False,
@@ -337,16 +398,16 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
                           max(len(t) for t in names_at) > 6 else "center")
             ax.set_xlim(-0.5, len(categories) - 0.5)
         if name == "ssim":
-            ax.axhline(0.3, color="grey", lw=0.8, ls=":")
+            ax.axhline(SSIM_BORDER, color="grey", lw=0.8, ls=":")
         if name == "epsilon":
             ax.set_yscale("log")
-        ax.set_xlabel(strength)
+        ax.set_xlabel(_key_name(strength))
         ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy", "epsilon": "ε (RDP)"}[name])
         ax.grid(True, alpha=0.3)
     if baselines:
         _baseline_entry(axes[0][0])
-    _legend(fig, axes[0], keys, len(labels))
-    _title(fig, f"attack against {strength}", records, meta, width)
+    _legend(fig, axes[0], keys, len(labels), (SSIM_BORDER_LABEL,) if "ssim" in names else ())
+    _title(fig, f"attack against {_key_name(strength)}", records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
 
 
@@ -373,7 +434,7 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
     for series, pts in by_line.items():
         pts.sort(key=lambda p: (p[0], p[1]))
         lines[series] = [(acc, ps, std, 1, None) for acc, ps, std, _ in pts]
-    _draw_lines(ax, lines, {s: _line_label(kept, s) for s in lines})
+    _draw_lines(ax, lines, {s: _line_label(s) for s in lines})
     for pts in by_line.values():
         for acc, ps, _, eps in pts:
             ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3),
@@ -390,7 +451,7 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     """Mean PSNR and SSIM against b/m (m = C*H*W*batch unknowns), one line per series, std bars."""
     x_of = lambda r: (r["metrics"]["b"] / r["metrics"]["m"]) if r["metrics"].get("m") else None  # noqa: E731
     keys = series_keys(records, exclude=SIZE_KEYS)
-    labels = {series_of(r, keys): _line_label(records, series_of(r, keys)) for r in records}
+    labels = {series_of(r, keys): _line_label(series_of(r, keys)) for r in records}
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6 + 0.25 * len(labels) / 3), layout="constrained")
     baselines = False
     for ax, name, label in ((axes[0], "psnr", "PSNR (dB)"), (axes[1], "ssim", "SSIM")):
@@ -407,7 +468,7 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
         ax.grid(True, which="both", alpha=0.3)
     if baselines:
         _baseline_entry(axes[0])
-    _legend(fig, axes, keys, len(labels))
+    _legend(fig, axes, keys, len(labels), (SIZE_BORDER_LABEL,))
     _title(fig, "phase transition in the sketch size", records, meta, 8.0)
     return save_both(fig, Path(folder) / "figures", "phase_transition")
 
@@ -481,6 +542,7 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     """The figures the records support (:func:`sweep_figures`)."""
     meta = read_json(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
     grid_keys = {k for r in records for k in r["grid"]}
+    varied = sorted(k for k in grid_keys if len({json.dumps(r["grid"].get(k), sort_keys=True) for r in records}) > 1)
     strength = _strength_key(records, meta)
     utility = any(r["metrics"].get("utility_acc") is not None for r in records)
     paths = []
@@ -496,12 +558,12 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
         if strength in SIZE_KEYS:
             paths += reconstruction_grid(folder, records, strength, meta, notes)
     if not (strength or utility or grid_keys & {"batch_size", *SIZE_KEYS}) and notes is not None:
-        varied = ", ".join(sorted(grid_keys)) or "nothing"
         notes.append("the figures draw quality against a swept setting other than the model, the sketch kind and the "
-                     f"repetitions ({', '.join(REPEAT_KEYS)}), or utility results; this grid varies {varied}")
+                     f"repetitions ({', '.join(REPEAT_KEYS)}), or utility results; this grid varies "
+                     f"{', '.join(varied) or 'nothing'}")
     return paths
 
 
 __all__ = ["sweep_figures", "SWEEP_FIGURES", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
            "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
-           "BASELINE_LABEL"]
+           "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES"]

@@ -1,0 +1,152 @@
+"""Sweep figures label what they draw: readable row labels for any grid key, a legend entry for every reference
+line, legend titles naming only what varies, and notes that count only the keys that vary."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from leakattack.figures import sweep as sweep_module
+from leakattack.figures import sweep_figures
+from leakattack.figures.common import plt
+
+SHARED = {"model": "lenet", "dataset": "digits", "objective": "l2", "tv": 0.0, "defense": "", "seed": 0}
+
+
+def fake_sweep(folder: Path, points, strength="sigma", psnr_of=lambda g: 20.0):
+    """results.jsonl + points/*.pt (+ sweep.json naming the strength) written by hand from ``points`` = [grid]."""
+    (folder / "points").mkdir(parents=True, exist_ok=True)
+    (folder / "sweep.json").write_text(json.dumps({"strength": strength} if strength else {}))
+    lines = []
+    for i, grid in enumerate(points):
+        key = f"{i:012d}"
+        params = {**SHARED, "sketch": "srht", "batch_size": 1, "image_index": 0,
+                  **{k: v for k, v in grid.items() if k != "sigma"}}
+        m = {"d": 100, "b": 50, "m": 64, "mse": 0.01, "psnr": psnr_of(grid), "ssim": 0.5,
+             "baseline_psnr": 12.0, "baseline_ssim": 0.25}
+        lines.append(json.dumps({"key": key, "index": i, "grid": grid, "params": params, "metrics": m}))
+        x = torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(i))
+        torch.save({"recon": x, "truth": x}, folder / "points" / f"{key}.pt")
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures drawn, by file stem, kept open instead of saved (and closed after the test)."""
+    figs = {}
+    monkeypatch.setattr(sweep_module, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
+    yield figs
+    for fig in figs.values():
+        plt.close(fig)
+
+
+def row_labels(fig):
+    """The reconstruction grid's row labels below the truth, top to bottom."""
+    return [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel() and ax.get_ylabel() != "truth"]
+
+
+def legend_texts(fig):
+    return [t.get_text() for leg in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+            for t in leg.get_texts()]
+
+
+def legend_titles(fig):
+    return [leg.get_title().get_text() for leg in fig.legends + [ax.get_legend() for ax in fig.axes
+                                                                 if ax.get_legend()]]
+
+
+def title(fig):
+    return fig._suptitle.get_text().replace("\n", " ")
+
+
+@pytest.mark.parametrize("key,values,want", [
+    ("sketch_ratio", [0.1, 0.5], ["b/d = 0.1", "b/d = 0.5"]),
+    ("sketch_dim", [16, 64], ["sketch size b = 16", "sketch size b = 64"]),
+    ("noise_std", [0.0, 1e-5], ["noise std = 0.0", "noise std = 1e-05"]),
+    ("priors", [[], ["tv", "l2"]], ["priors = none", "priors = tv+l2"]),
+])
+def test_row_labels_read_name_equals_value_on_one_line_without_underscores(tmp_path, drawn, key, values, want):
+    fake_sweep(tmp_path, [{"sketch": "srht", key: v, "image_index": i} for v in values for i in (0, 1)],
+               strength=key)
+    sweep_figures(tmp_path)
+    fig = drawn["reconstruction_grid"]
+    assert sorted(row_labels(fig)) == sorted(want)  # rows ascend: strings in their sorted order
+    name = want[0].split(" = ")[0]
+    assert title(fig).startswith(f"reconstructions by {name}")
+
+
+def test_a_long_row_label_is_wrapped_to_fit_its_row(tmp_path, drawn):
+    specs = ["per_example:C=1,gaussian:sigma=0.1@before_sketch", "clip:C=1,gaussian:z=1.1@after_sketch"]
+    fake_sweep(tmp_path, [{"defense_spec": s, "image_index": 0} for s in specs], strength="defense_spec")
+    long_word = sweep_module._level_label("defense_spec", json.dumps("x" * 30))
+    assert long_word == "defense spec =\n" + "x" * 24 + "\n" + "x" * 6  # a piece longer than a line is cut
+    sweep_figures(tmp_path)
+    fig = drawn["reconstruction_grid"]
+    labels = row_labels(fig)
+    # the name on a line of its own, the value broken after a comma or colon or before an @, never inside a word
+    assert sorted(labels) == ["defense spec =\nclip:C=1,gaussian:z=1.1\n@after_sketch",
+                              "defense spec =\nper_example:C=1,\ngaussian:sigma=0.1\n@before_sketch"]
+    assert all(len(line) <= sweep_module.ROW_LABEL_CHARS for label in labels for line in label.split("\n"))
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        if ax.get_ylabel() in labels:  # the rotated label is no taller than its row's image
+            assert ax.yaxis.label.get_window_extent(r).height <= ax.get_window_extent(r).height
+
+
+def test_the_ssim_border_of_metrics_vs_strength_is_named_in_the_legend(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": k, "sigma": s, "image_index": 0} for k in ("srht", "none")
+                          for s in (0.0, 1e-3, 1e-1)])
+    sweep_figures(tmp_path)
+    fig = drawn["metrics_vs_strength"]
+    ssim_ax = fig.axes[1]
+    assert ssim_ax.get_ylabel() == "SSIM"
+    dotted = [ln for ln in ssim_ax.get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
+    assert len(dotted) == 1 and set(dotted[0].get_ydata()) == {sweep_module.SSIM_BORDER}
+    assert sweep_module.SSIM_BORDER_LABEL in legend_texts(fig)
+    assert sweep_module.SSIM_BORDER_LABEL.startswith("SSIM 0.3: ")
+    docs = (Path(__file__).parents[2] / "docs" / "sweeps.md").read_text()
+    assert f"SSIM = {sweep_module.SSIM_BORDER:g} crossing" in docs  # the border the label points to
+
+
+def test_the_b_equals_m_line_of_the_phase_transition_is_named_in_the_legend(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": "srht", "sketch_dim": b, "image_index": 0} for b in (16, 64)], strength=None)
+    sweep_figures(tmp_path)
+    fig = drawn["phase_transition"]
+    dotted = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
+    assert [ln.get_xdata()[0] for ln in dotted] == [1.0]
+    assert sweep_module.SIZE_BORDER_LABEL in legend_texts(fig)
+
+
+def test_one_series_has_no_legend_title_or_entry_and_the_title_says_what_it_is(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": "srht", "lr": 0.1, "sigma": s, "image_index": i}
+                          for s in (0.0, 1e-3, 1e-1) for i in (0, 1)])
+    sweep_figures(tmp_path)
+    fig = drawn["metrics_vs_strength"]
+    assert legend_titles(fig) == [""]
+    assert legend_texts(fig) == [sweep_module.BASELINE_LABEL, sweep_module.SSIM_BORDER_LABEL]
+    assert "sketch srht" in title(fig) and "lr = 0.1" in title(fig)
+    assert "sigma" not in title(fig).split("attack against sigma", 1)[1]  # the x axis is not a shared value
+
+
+def test_several_series_keep_their_legend_title_and_entries(tmp_path, drawn):
+    fake_sweep(tmp_path, [{"sketch": k, "sigma": s, "image_index": 0} for k in ("srht", "none")
+                          for s in (0.0, 1e-3, 1e-1)])
+    sweep_figures(tmp_path)
+    fig = drawn["metrics_vs_strength"]
+    assert legend_titles(fig) == ["sketch"]
+    assert legend_texts(fig)[:2] == ["srht", "none"]
+    assert "sketch srht" not in title(fig)
+
+
+@pytest.mark.parametrize("points,varied", [
+    ([{"model": "lenet"}], "nothing"),
+    ([{"model": "lenet", "image_index": i} for i in (0, 1)], "image_index"),
+    ([{"model": m, "image_index": 0} for m in ("lenet", "mlp")], "model"),
+])
+def test_the_note_counts_only_grid_keys_that_take_more_than_one_value(tmp_path, drawn, points, varied):
+    fake_sweep(tmp_path, points, strength=None)
+    notes: list = []
+    assert sweep_figures(tmp_path, notes=notes) == []
+    assert len(notes) == 1 and notes[0].endswith(f"this grid varies {varied}")
