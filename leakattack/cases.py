@@ -44,6 +44,7 @@ from .sketch import (
     is_identity,
     list_sketches,
     regeneration_note,
+    regeneration_refusal,
     sketch_dim,
     sketch_from_description,
 )
@@ -129,6 +130,9 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     cfg.validate_for(victim.d)
     sketch = get_sketch(cfg.sketch, victim.d, cfg.sketch_b(victim.d), seed=seeds.sketch_seed,
                         memory_gb=cfg.sketch_memory, **cfg.sketch_params).to(device)
+    refusal = regeneration_refusal(sketch, dtype, time_limit=duration_seconds(seeds.time_limit))
+    if refusal:
+        raise ConfigError(refusal)
     note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype,
                              time_limit=duration_seconds(seeds.time_limit))
     if note:

@@ -19,7 +19,7 @@ from ..registry import Registry
 from .ams import AMSSketch
 from .base import DENSE_LIMIT, Sketch
 from .countsketch import CountSketch
-from .gaussian import GaussianSketch, default_memory_gb, regeneration_note
+from .gaussian import GaussianSketch, default_memory_gb, regeneration_note, regeneration_refusal
 from .identity import Identity
 from .sparse import SparseSketch
 from .srht import SRHTSketch
@@ -125,6 +125,6 @@ def sketch_from_description(desc: dict) -> Sketch:
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "get_sketch", "make_sketch",
-           "sketch_from_description", "check_description", "list_sketches", "register_sketch", "sketch_class",
-           "is_identity", "check_sketch_params", "sketch_dim"]
+__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "regeneration_refusal", "get_sketch",
+           "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch",
+           "sketch_class", "is_identity", "check_sketch_params", "sketch_dim"]

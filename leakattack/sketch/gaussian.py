@@ -22,6 +22,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from .. import seeds
-from ..errors import duration_text
+from ..errors import SettingWarning, duration_text
 from .base import DENSE_LIMIT, LinearMap, Sketch
 
 #: Largest number of entries in one regenerated row block.
@@ -41,6 +42,10 @@ SLOW_SKETCH_SECONDS = 180.0
 #: apply+adjoint pairs of R a run spends besides its iterations' (the message, the label reading, the verdict's
 #: objective at the truth and the reconstruction): tests/sketch/test_dense_cache.py counts them on a LeNet run
 RUN_EVALUATIONS = 8
+#: a run whose regenerated dense sketch needs longer than this (seconds) before its second iteration is refused ...
+HOPELESS_SECONDS = 86400.0
+#: ... and so is one that needs more than this many times its time limit (which bounds the iterations alone)
+LIMIT_FACTOR = 10.0
 
 _POOL_WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
@@ -104,7 +109,14 @@ class RowBlockSketch(Sketch):
         self.n_blocks = -(-self.b // self.block_rows)
         self.force_blocks = bool(force_blocks)
         gb = default_memory_gb() if memory_gb is None else float(memory_gb)
-        self.memory_bytes = 0 if self.force_blocks else int(gb * 1e9)
+        room = available_memory_bytes()
+        if memory_gb is not None and not self.force_blocks and gb * 1e9 > room and self.matrix_bytes(
+                torch.float32) > room:
+            warnings.warn(f"--sketch-memory {gb:g} GB is more than the {room / 1e9:.3g} GB of RAM available, and R of "
+                          f"{self.matrix_bytes(torch.float32) / 1e9:.3g} GB does not fit in that: it is regenerated "
+                          "instead of held", SettingWarning, stacklevel=2)
+        # a budget past the RAM available would only make the allocation of R fail
+        self.memory_bytes = 0 if self.force_blocks else int(min(gb * 1e9, room))
         self._dense = None
         if self.b * self.d <= DENSE_LIMIT and self.fits(torch.float32):  # small: hold it from the start
             self._dense = self._build(torch.float32, torch.device("cpu"))
@@ -259,6 +271,28 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
                           + (f"about {int(time_limit / per)} of them" if time_limit >= per else "its first")
                           if time_limit is not None and time_limit < per * evaluations else "")
             + "; use --sketch srht or countsketch, or a larger --sketch-memory")
+
+
+def regeneration_refusal(sketch: Sketch, dtype, time_limit: float | None = None) -> str | None:
+    """One sentence when a regenerated dense R makes the passes every run needs outside its iterations (the message,
+    the label reading, the verdict: :data:`RUN_EVALUATIONS`) and its first iteration take longer than
+    :data:`HOPELESS_SECONDS`, or than :data:`LIMIT_FACTOR` times the attack's ``time_limit`` (which bounds the
+    iterations only); None otherwise (:func:`regeneration_note` then warns where it is slow)."""
+    if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype):
+        return None
+    per = sketch.regeneration_seconds()
+    least = per * (RUN_EVALUATIONS + 1)
+    bound = HOPELESS_SECONDS if time_limit is None else min(HOPELESS_SECONDS, max(LIMIT_FACTOR * time_limit, 600.0))
+    if least <= bound:
+        return None
+    limit = "" if time_limit is None else \
+        f", where the time limit of {duration_text(time_limit)} bounds the iterations only"
+    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
+            f"({sketch.matrix_bytes(dtype) / 1e9:.3g} GB), more than the sketch memory of "
+            f"{sketch.memory_bytes / 1e9:.2g} GB, so every pass regenerates them: about {duration_text(per)} a pass, "
+            f"{duration_text(least)} for the message, the label reading, the verdict and one iteration{limit}; use "
+            "--sketch srht or countsketch (the same b without a stored matrix), a smaller --sketch-ratio, or a larger "
+            "--sketch-memory where the RAM allows")
 
 
 class GaussianSketch(RowBlockSketch):

@@ -165,3 +165,32 @@ def test_a_run_whose_dense_sketch_cannot_fit_warns_in_one_line(monkeypatch):
     notes = [str(w.message) for w in caught
              if issubclass(w.category, SettingWarning) and "regenerates" in str(w.message)]
     assert len(notes) == 1 and "10 min for 2000 iterations" in notes[0] and "--sketch-memory" in notes[0]
+
+
+def test_a_run_a_regenerated_sketch_makes_hopeless_is_refused_in_one_sentence(monkeypatch):
+    """The message, the label reading and the verdict pass over R outside the iterations a time limit bounds: where
+    those alone would take past a day, or ten times the limit, the run is refused before it starts."""
+    from leakattack.sketch import regeneration_refusal
+
+    sk = get_sketch("gaussian", D, B, 0, memory_gb=0.01)
+    monkeypatch.setattr(sk, "regeneration_seconds", lambda: 3600.0)  # 9 passes: 9 h
+    assert regeneration_refusal(sk, torch.float64) is None  # under a day: warned of, not refused
+    said = regeneration_refusal(sk, torch.float64, time_limit=30)
+    assert said is not None and "\n" not in said
+    for part in ("1 h a pass", "9 h for the message, the label reading, the verdict and one iteration",
+                 "time limit of 30 s bounds the iterations only", "--sketch srht or countsketch"):
+        assert part in said, part
+    assert regeneration_refusal(sk, torch.float64, time_limit=4 * 3600) is None  # 9 h within ten times 4 h
+    monkeypatch.setattr(sk, "regeneration_seconds", lambda: 86400.0 * 11)
+    assert "11 days a pass" in regeneration_refusal(sk, torch.float64)
+    assert regeneration_refusal(get_sketch("gaussian", D, B, 0), torch.float64) is None  # held
+
+
+def test_a_sketch_memory_past_the_ram_warns_and_regenerates_instead_of_failing(monkeypatch):
+    monkeypatch.setattr(gaussian_module, "available_memory_bytes", lambda: 10 ** 6)  # 1 MB of RAM left
+    with pytest.warns(SettingWarning, match=r"--sketch-memory 1000 GB is more than the 0\.001 GB of RAM available"):
+        sk = get_sketch("gaussian", D, B, 0, memory_gb=1000)
+    assert sk.memory_bytes == 10 ** 6 and not sk.fits(torch.float32)
+    held = get_sketch("gaussian", D, B, 0, memory_gb=1000, force_blocks=True)
+    v = torch.randn(D, dtype=torch.float64)
+    assert torch.equal(sk.apply(v), held.apply(v))  # the same R, regenerated
