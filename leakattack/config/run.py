@@ -213,7 +213,8 @@ class RunConfig:
         b = self.sketch_b(d)
         if not is_identity(self.sketch) and not 1 <= b <= d:
             how = "" if self.sketch_dim is not None else f" (the sketch ratio {self.sketch_ratio:g} times d)"
-            least = "" if self.sketch_dim is not None else f": the ratio must be at least 1/d = {1 / d:.3g}"
+            least = "" if self.sketch_dim is not None else \
+                f": the ratio must be at least 1/(2d) = {0.5 / d:.3g}, which rounds to b = 1"
             raise ConfigError(f"sketch dimension b = {b}{how} must lie in [1, d] with d = {d} for model "
                               f"'{self.model}'{least}")
         try:

@@ -65,7 +65,8 @@ BAD = [
     (["--sketch-dim", "10000000"], "sketch dimension"),
     (["--sketch-ratio", "0"], "sketch ratio"),
     (["--sketch-ratio", "0.00001"], "sketch dimension b = 0 (the sketch ratio 1e-05 times d) must lie in [1, d] "
-                                    "with d = 15826 for model 'lenet': the ratio must be at least 1/d = 6.32e-05"),
+                                    "with d = 15826 for model 'lenet': the ratio must be at least 1/(2d) = 3.16e-05, "
+                                    "which rounds to b = 1"),
     (["--model-param", "width"], "argument --model-param: 'width' must look like NAME=VALUE"),
     (["--image-size", "10"], "image size"),
     (["--sketch-ratio", "1.5"], "sketch ratio"),
