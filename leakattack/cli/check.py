@@ -17,7 +17,7 @@ from ..constraints import Cores
 from ..errors import SettingWarning
 from ..figures.theory import check_figures
 from ..results import writable_out
-from ..sketch import is_identity, list_sketches
+from ..sketch import check_sketch_params, is_identity, list_sketches
 from ..theory import (
     CHECK_TARGETS,
     check,
@@ -67,6 +67,7 @@ def cmd_check(a) -> int:
                               f"point per cell), got {a.samples}")
         ignored = ["--" + k.replace("_", "-") for k, default in CHECK_DEFAULTS.items()
                    if k in getattr(a, "given_flags", ()) or getattr(a, k) != default]
+        ignored += ["--sketch-param"] if a.sketch_params else []
         if ignored:
             warnings.warn(f"{', '.join(ignored)} change{'s' if len(ignored) == 1 else ''} nothing with --table2 or "
                           "--embedding: their functions and sketches are the paper's own", SettingWarning)
@@ -92,7 +93,13 @@ def cmd_check(a) -> int:
                                   or a.sketch_ratio != CHECK_DEFAULTS["sketch_ratio"]):
         warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
                       SettingWarning)
-    res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet)
+    params = dict(a.sketch_params)
+    if len(params) < len(a.sketch_params):
+        repeated = sorted({k for k, _ in a.sketch_params if sum(k == j for j, _ in a.sketch_params) > 1})
+        warnings.warn(f"--sketch-param {', '.join(repeated)} is given more than once: the last value is used",
+                      SettingWarning)
+    check_sketch_params(a.sketch, params)
+    res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet, sketch_params=params)
     res["command"] = "leakattack check " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "leakattack check"
     stored = write_check(res, out)
     figures = check_figures(stored, out)  # drawn from the stored check.json

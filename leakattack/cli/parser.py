@@ -15,7 +15,7 @@ from typing import Callable
 
 from .. import __version__
 from ..config import names
-from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments, threads_value
+from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments, parse_pair, threads_value
 
 
 class UsageError(Exception):
@@ -123,6 +123,8 @@ def _check(sub) -> None:
     p.add_argument("--sketch", default=names.CHECK_DEFAULTS["sketch"], help="sketch kind (default: %(default)s)")
     p.add_argument("--sketch-ratio", type=float, default=names.CHECK_DEFAULTS["sketch_ratio"],
                    help="b/d in (0, 1] (default: %(default)s)")
+    p.add_argument("--sketch-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE",
+                   dest="sketch_params", help="a parameter of the sketch family, e.g. s=8 for sparse (repeatable)")
     p.add_argument("--samples", type=int, default=None,
                    help="sampled points (default per model: "
                    + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_SAMPLES.items())

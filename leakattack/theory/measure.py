@@ -114,7 +114,8 @@ class Problem:
         return float(val.detach()), gx.detach()
 
 
-def build_problem(model_name: str, sketch_kind: str, ratio: float, seed: int) -> Problem:
+def build_problem(model_name: str, sketch_kind: str, ratio: float, seed: int,
+                  sketch_params: dict | None = None) -> Problem:
     """The check's attack instance: CHECK_TARGETS[model_name] at weights `seed`, sketch seed `seed`+1,
     b = sketch_dim(ratio, d)."""
     ds_name, in_shape, batch, dtype = CHECK_TARGETS[model_name]
@@ -132,7 +133,7 @@ def build_problem(model_name: str, sketch_kind: str, ratio: float, seed: int) ->
         b = sketch_dim(ratio, d)
         if b < 1:
             raise ConfigError(f"sketch ratio {ratio} gives b < 1 for d = {d}")
-    sketch = get_sketch(sketch_kind, d, b, seed + 1)
+    sketch = get_sketch(sketch_kind, d, b, seed + 1, **(sketch_params or {}))
     prob = Problem(victim, sketch, x, labels, torch.empty(0), dtype)
     with torch.no_grad():
         prob.y_obs = prob.RG(x).detach()
@@ -248,13 +249,13 @@ def gradient_descent(prob: Problem, x0: torch.Tensor, eta: float, iterations: in
 
 
 def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | None = None, seed: int = 0,
-          iterations: int | None = None, progress: bool = True) -> dict:
+          iterations: int | None = None, progress: bool = True, sketch_params: dict | None = None) -> dict:
     """Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's rate on one
-    target/sketch."""
+    target/sketch (``sketch_params``: the family's own, e.g. ``{"s": 8}`` for sparse)."""
     t_start = time.time()
     samples = DEFAULT_SAMPLES[model_name] if samples is None else samples
     gen = torch_generator(seed)
-    prob = build_problem(model_name, sketch_kind, ratio, seed)
+    prob = build_problem(model_name, sketch_kind, ratio, seed, sketch_params)
     say = ((lambda s: print(f"[check] {s} ({time.time() - t_start:.0f} s)", file=sys.stderr, flush=True))
            if progress else (lambda s: None))
     say(f"{model_name}: d={prob.d}, m={prob.m}, sketch {sketch_kind} b={prob.b}, {samples} samples")
@@ -391,6 +392,7 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "measurement_note": ("Measurements over the stated samples and trajectories of one seed, not proofs; "
                              "constants are extremes over what was sampled, not suprema over R^m."),
         "model": model_name, "sketch": sketch_kind, "sketch_ratio": None if is_identity(sketch_kind) else ratio,
+        "sketch_params": dict(sketch_params or {}),
         "seed": seed, "samples": samples, "pairs": len(pair_rows), "trajectory_points": len(traj_ratios),
         "kernel_points": len(keig), "kernel_method": keig[0]["method"], "sketch_method": sk["sketch_method"],
         "dataset": CHECK_TARGETS[model_name][0], "in_shape": list(CHECK_TARGETS[model_name][1]),

@@ -18,7 +18,8 @@ def summary_table(res: dict) -> str:
         ("target", f"{res['model']} ({res['dataset']} {res['in_shape']}, batch {res['batch_size']}), "
                    f"d={res['d']}, m={res['m']}, {res['regime']}"),
         ("sketch", f"{res['sketch']} b={res['b']}"
-                   + ("" if res["sketch_ratio"] is None else f" (ratio {res['sketch_ratio']})")),
+                   + ("" if res["sketch_ratio"] is None else f" (ratio {res['sketch_ratio']})")
+                   + "".join(f", {k}={v}" for k, v in (res.get("sketch_params") or {}).items())),
         ("samples", f"{res['samples']} points, {res['pairs']} pairs, {res['trajectory_points']} trajectory points, "
                     f"kernel at {res['kernel_points']} points ({res['kernel_method']})"),
         ("beta", f"{f(res['beta'])} (pairs {f(res['beta_pairs'])}, max ‖J‖ {f(res['beta_power'])})"),

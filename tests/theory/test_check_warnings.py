@@ -12,3 +12,26 @@ def test_check_prints_no_future_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[check] kernel eigenvalues" in proc.stderr  # the JVPs ran (their progress line is on stderr)
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+def test_check_takes_the_sketch_familys_parameters(tmp_path, capsys):
+    """`--sketch-param s=8` reaches the sparse sketch the check measures (it was refused as an unknown flag); the
+    last of a repeated name is used, with a warning; a name the family does not take is one sentence."""
+    import json
+
+    from leakattack import cli
+    from leakattack.theory.measure import build_problem
+
+    out = tmp_path / "check"
+    assert cli.main(["check", "--model", "linreg", "--sketch", "sparse", "--sketch-param", "s=2", "--sketch-param",
+                     "s=8", "--samples", "3", "--quiet", "--threads", "1", "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "--sketch-param s is given more than once: the last value is used" in said.err
+    assert json.loads((out / "check.json").read_text())["sketch_params"] == {"s": 8}
+    assert "sparse b=" in said.out and ", s=8" in said.out
+    R = build_problem("linreg", "sparse", 0.5, 0, {"s": 8}).sketch.to_dense()
+    assert set((R != 0).sum(0).tolist()) == {8}  # eight nonzeros per column
+    assert cli.main(["check", "--model", "linreg", "--sketch", "sparse", "--sketch-param", "t=8", "--quiet",
+                     "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["leakattack: error: sketch 'sparse' has no parameter 't'; allowed: s"]
