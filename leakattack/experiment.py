@@ -36,7 +36,7 @@ from .errors import SettingWarning, UserError, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
-from .sketch import is_identity
+from .sketch import is_identity, sketch_class
 from .utility import privacy_metrics
 
 
@@ -170,6 +170,12 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.message and cfg.dataset:
         warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
                       "are, and --truth gives them", SettingWarning, stacklevel=2)
+    if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
+        warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "
+                      "and ams do)", SettingWarning, stacklevel=2)
+    if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch):
+        warnings.warn(f"--sketch-dim {cfg.sketch_dim} and --sketch-ratio {cfg.sketch_ratio:g} are both given: the "
+                      "dimension is used", SettingWarning, stacklevel=2)
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)
