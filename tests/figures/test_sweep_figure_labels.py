@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from test_sweep_figures import fake_sweep as shared_sweep
 
 from leakattack.figures import sweep as sweep_module
 from leakattack.figures import sweep_figures
@@ -15,20 +15,9 @@ SHARED = {"model": "lenet", "dataset": "digits", "objective": "l2", "tv": 0.0, "
 
 
 def fake_sweep(folder: Path, points, strength="sigma", psnr_of=lambda g: 20.0):
-    """results.jsonl + points/*.pt (+ sweep.json naming the strength) written by hand from ``points`` = [grid]."""
-    (folder / "points").mkdir(parents=True, exist_ok=True)
-    (folder / "sweep.json").write_text(json.dumps({"strength": strength} if strength else {}))
-    lines = []
-    for i, grid in enumerate(points):
-        key = f"{i:012d}"
-        params = {**SHARED, "sketch": "srht", "batch_size": 1, "image_index": 0,
-                  **{k: v for k, v in grid.items() if k != "sigma"}}
-        m = {"d": 100, "b": 50, "m": 64, "mse": 0.01, "psnr": psnr_of(grid), "ssim": 0.5,
-             "baseline_psnr": 12.0, "baseline_ssim": 0.25}
-        lines.append(json.dumps({"key": key, "index": i, "grid": grid, "params": params, "metrics": m}))
-        x = torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(i))
-        torch.save({"recon": x, "truth": x}, folder / "points" / f"{key}.pt")
-    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    """The figure tests' hand-written sweep (tests/figures is on the path) with this file's parameters and
+    baselines."""
+    shared_sweep(folder, points, psnr_of, strength=strength, shared=SHARED, baselines=True)
 
 
 @pytest.fixture

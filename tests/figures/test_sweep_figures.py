@@ -16,16 +16,20 @@ SHARED = {"model": "lenet", "dataset": "digits", "objective": "cosine", "tv": 1e
           "seed": 0}
 
 
-def fake_sweep(folder: Path, points, psnr_of=lambda g: 20.0, batch=1, strength="sigma"):
-    """results.jsonl + points/*.pt (+ sweep.json naming the strength) written by hand from ``points`` = [grid]."""
+def fake_sweep(folder: Path, points, psnr_of=lambda g: 20.0, batch=1, strength="sigma", shared=None,
+               baselines=False):
+    """results.jsonl + points/*.pt (+ sweep.json naming the strength, where there is one) written by hand from
+    ``points`` = [grid]; ``shared``: the parameters every point has (:data:`SHARED`); ``baselines``: each point
+    stores baselines of 12 dB and SSIM 0.25."""
     (folder / "points").mkdir(parents=True, exist_ok=True)
-    (folder / "sweep.json").write_text(json.dumps({"strength": strength}))
+    (folder / "sweep.json").write_text(json.dumps({"strength": strength} if strength else {}))
     lines = []
     for i, grid in enumerate(points):
         key = f"{i:012d}"
-        params = {**SHARED, "sketch": "srht", "batch_size": 1, "image_index": 0,
+        params = {**(SHARED if shared is None else shared), "sketch": "srht", "batch_size": 1, "image_index": 0,
                   **{k: v for k, v in grid.items() if k != "sigma"}}
-        m = {"d": 100, "b": 50, "m": 64 * params["batch_size"], "mse": 0.01, "psnr": psnr_of(grid), "ssim": 0.5}
+        m = {"d": 100, "b": 50, "m": 64 * params["batch_size"], "mse": 0.01, "psnr": psnr_of(grid), "ssim": 0.5,
+             **({"baseline_psnr": 12.0, "baseline_ssim": 0.25} if baselines else {})}
         lines.append(json.dumps({"key": key, "index": i, "grid": grid, "params": params, "metrics": m}))
         x = torch.rand(batch, 1, 8, 8, generator=torch.Generator().manual_seed(i))
         torch.save({"recon": x, "truth": x}, folder / "points" / f"{key}.pt")
