@@ -8,10 +8,12 @@ are averaged, and lines are told apart by series (every other grid key that
 varies), with the sweep store's grouping (:mod:`leakattack.results.store`).
 Every title names what the records share: model, data set, sketch, objective,
 prior, defense and any other grid value they all have (a figure of one series
-draws no legend entry for it: its title says what it is).  PSNR and SSIM are drawn beside their baseline (the better of
-the attack's start and the data set's mean image, which a reconstruction must
-beat to count as rebuilt), dashed in the series' colour with a band of one std;
-results stored before baselines existed draw none.
+draws no legend entry for it: its title says what it is).  PSNR and SSIM are
+drawn beside their baseline (the better of the attack's start and the data
+set's mean image, which a reconstruction must beat to count as rebuilt), dashed
+in the series' colour with a band of one std; results stored before baselines
+existed draw none.  Dotted grey reference lines (SSIM 0.3, b = m) are named in
+the legend.
 """
 
 from __future__ import annotations
