@@ -74,6 +74,12 @@ def build(spec) -> Pipeline:
         step = parse_step(item)
         if isinstance(step, PerExample) and steps:
             raise DefenseError(f"defense 'per_example' must be the first step, got it after '{steps[-1].spec()}'")
+        if step.placement == BEFORE and steps and steps[-1].placement == AFTER:
+            # the client applies every step before the sketch, then the sketch, then the rest: as written, the
+            # earlier step would run after this one, and a z= or a privacy note would read the steps out of order
+            raise DefenseError(f"defense step '{step.spec()}' runs before the sketch, and '{steps[-1].spec()}' written "
+                               "before it runs after the sketch: write the steps in the order they run (those "
+                               "@before_sketch first)")
         step.check(steps)
         steps.append(step)
     return Pipeline(steps)

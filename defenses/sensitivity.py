@@ -70,7 +70,9 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
             if delta is None or new < delta:
                 delta, clip, crossed = new, step, False
                 sym, val = ("C", f"{step.C}") if new == step.C else ("2 * C", f"2 * {step.C}")
-        elif not (isinstance(step, Prune) and not per_ex) and delta is not None:
+        elif not (isinstance(step, Prune) and not per_ex) and (delta is not None or clip is not None):
+            # a clip's bound lost at the sketch (its norm not known, as where no later noise needed it) is lost here
+            # too, and this step is the reason that holds whatever the sketch's norm
             delta, clip, crossed = None, None, False
             reason = f"'{step.spec()}' runs between the clip and the noise: sensitivity not tracked"
     return None

@@ -75,7 +75,7 @@ def test_unknown_sketch_norm_leaves_a_crossing_delta_unbounded():
     assert defenses.build("clip:C=1,gaussian:z=1").sensitivity(None) == 1.0
 
 
-@pytest.mark.parametrize("spec", ["gaussian:sigma=0.1", "clip:C=1@after_sketch,gaussian:sigma=0.1",
+@pytest.mark.parametrize("spec", ["gaussian:sigma=0.1", "gaussian:sigma=0.1,clip:C=1@after_sketch",
                                   "clip:C=1,laplace:b=0.1,gaussian:z=1", "per_example:C=1,prune:p=0.5,gaussian:z=1"])
 def test_noise_without_a_tracked_clip_before_it_has_no_sensitivity(spec):
     assert defenses.build(spec).sensitivity() is None
@@ -94,7 +94,7 @@ def test_no_noise_has_no_sensitivity():
 
 def test_only_the_first_noise_in_channel_order_is_counted():
     """Noise after noise is post-processing: the first run of Gaussian steps sets sigma and Delta."""
-    bound = defenses.build("clip:C=1,gaussian:sigma=3@after_sketch,gaussian:sigma=2").noise_bound(SRHT_LENET)
+    bound = defenses.build("clip:C=1,gaussian:sigma=2,gaussian:sigma=3@after_sketch").noise_bound(SRHT_LENET)
     assert bound.sigma == 2 and bound.sensitivity == 1.0 and bound.later_noise == 1
     bound = defenses.build("clip:C=1,gaussian:sigma=3,gaussian:sigma=4").noise_bound()
     assert bound.sigma == pytest.approx(5.0)
@@ -138,3 +138,23 @@ def test_training_under_the_defense_uses_the_largest_norm_of_its_fresh_sketches(
     assert len(set(norms)) > 1
     assert m["utility_sketch_norm"] == max(norms) and m["utility_sensitivity"] == max(norms)
     assert m["sketch_norm"] == get_sketch("countsketch", d, b, seed=1).operator_norm()
+
+
+@pytest.mark.parametrize("spec", ["clip:C=1@after_sketch,gaussian:z=1@before_sketch",
+                                  "clip:C=2@after_sketch,clip:C=1,gaussian:z=1"])
+def test_steps_written_out_of_the_order_they_run_are_refused(spec):
+    """The client applies the @before_sketch steps, then the sketch, then the rest: a spec written otherwise would
+    run in another order than it reads, and z= took its C from a clip that ran after the noise."""
+    with pytest.raises(defenses.DefenseError, match="runs before the sketch, and 'clip:C=.*@after_sketch' written "
+                                                    "before it runs after the sketch: write the steps in the order"):
+        defenses.build(spec)
+
+
+def test_a_step_between_the_clip_and_the_noise_is_named_even_past_a_sketch_of_unknown_norm():
+    """quantize runs after the sketch by default: the bound is lost there whatever ||R||_op, which the channel then
+    does not compute; the note named the unknown norm instead of the step."""
+    bound = defenses.build("clip:C=1,quantize:bits=4,gaussian:z=1@after_sketch").noise_bound(None)
+    assert bound.sensitivity is None
+    assert bound.reason.startswith("'quantize:bits=4@after_sketch' runs between the clip and the noise")
+    assert defenses.build("clip:C=1,gaussian:z=1@after_sketch").noise_bound(None).reason == (
+        "the sketch's operator norm is not known: sensitivity unbounded")

@@ -75,7 +75,7 @@ def test_pipeline_steps_run_in_the_order_written(victim):
     assert defenses.build("gaussian:sigma=1,clip:C=0.5").steps[1].name == "clip" and y.shape == (300,)
 
 
-@pytest.mark.parametrize("spec", ["clip:C=0.01", "per_example:C=0.01", "clip:C=0.01@after_sketch,gaussian:sigma=0",
+@pytest.mark.parametrize("spec", ["clip:C=0.01", "per_example:C=0.01", "gaussian:sigma=0,clip:C=0.01@after_sketch",
                                   "per_example:C=1,clip:C=0.5", "per_example:C=0.02,clip:C=0.01@after_sketch"])
 def test_attacker_who_knows_the_clip_reproduces_the_clipped_message_exactly(victim, spec):
     # one implementation of the pipeline for both sides: per_example followed by clip clips the
