@@ -63,13 +63,16 @@ def _labels(m: RunMetrics) -> str:
 
 
 def _defense(m: RunMetrics, num_classes: int | None) -> str:
-    """``defense SPEC, ε E (δ D) | utility ... | `` for a defended run, empty otherwise."""
-    if not m.defense:
-        return ""
-    out = f"defense {m.defense}"
-    if m.epsilon is not None:
-        out += f", ε {m.epsilon:.3g} (δ {m.delta:.0e})"
-    out += " | "
+    """``defense SPEC, ε E (δ D) | utility ... | `` for a defended run (ε ∞ where noise has no bound on what it is
+    added to), ``utility ... | `` for an undefended one with ``--utility``, empty otherwise."""
+    out = ""
+    if m.defense:
+        out = f"defense {m.defense}"
+        if m.epsilon is not None:
+            out += f", ε {m.epsilon:.3g} (δ {m.delta:.0e})"
+        elif "epsilon = inf" in (m.privacy_note or ""):
+            out += ", ε ∞ (see privacy_note)"
+        out += " | "
     acc = m.utility_acc
     if acc is not None:
         chance = 1 / num_classes if num_classes else None

@@ -142,8 +142,9 @@ def folder_kind(path) -> str | None:
 
 
 def check_folders(paths) -> list[tuple[str, Path]]:
-    """(kind, folder) of each path, refused in one sentence when one is neither a run nor a sweep folder."""
-    out = []
+    """(kind, folder) of each path, refused in one sentence when one is neither a run nor a sweep folder; a folder
+    given twice (or spelt two ways, or through a link) appears once, where it was first given."""
+    out, seen = [], set()
     for p in map(Path, paths):
         if not p.exists():
             raise UserError(f"'{p}' does not exist")
@@ -151,7 +152,9 @@ def check_folders(paths) -> list[tuple[str, Path]]:
         if kind is None:
             raise UserError(f"'{p}' is neither a run folder (holding metrics.json) nor a sweep folder (holding "
                             "results.jsonl)")
-        out.append((kind, p))
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            out.append((kind, p))
     return out
 
 
@@ -313,7 +316,11 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         rows.append(("ε", f"ε = {_num(m.epsilon, 3, 'g')} at δ = {_num(m.delta, 3, 'g')} (this one message)"
                      if m.epsilon is not None else (m.privacy_note or "no DP guarantee")))
     if m.utility_acc is not None:
-        rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense"))
+        steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
+        over = f" over its {steps} training steps" if steps else ""
+        spent = f"; ε = {_num(eps, 3, 'g')} at δ = {_num(m.delta, 3, 'g')}{over}" if eps is not None else \
+            ("; no DP guarantee for the training" if m.defense else "")
+        rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
            _budget(run, derived),

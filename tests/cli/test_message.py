@@ -343,3 +343,16 @@ def test_labels_read_from_a_message_whose_truth_has_no_labels_are_shown_not_call
     assert _labels(SimpleNamespace(**{**vars(read), "truth": False})) == "labels [0, 1] (idlg)"
     regression = SimpleNamespace(label_acc=None, label_mode="given", labels_attack=[[0.5]], truth=True)
     assert _labels(regression) == "label given"
+
+
+def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilon():
+    from types import SimpleNamespace
+
+    from leakattack.cli.run import _defense
+
+    plain = SimpleNamespace(defense="", epsilon=None, delta=1e-5, privacy_note=None, utility_acc=0.136)
+    assert _defense(plain, 10) == "utility: test accuracy 0.136 | "  # the undefended baseline of a defense sweep
+    assert _defense(SimpleNamespace(**{**vars(plain), "utility_acc": None}), 10) == ""
+    noisy = SimpleNamespace(defense="gaussian:sigma=0.01@before_sketch", epsilon=None, delta=1e-5, utility_acc=None,
+                            privacy_note="no clip before the noise: sensitivity unbounded, epsilon = inf")
+    assert _defense(noisy, 10) == "defense gaussian:sigma=0.01@before_sketch, ε ∞ (see privacy_note) | "

@@ -520,3 +520,23 @@ def test_a_sweep_point_whose_metric_is_not_a_number_is_one_sentence(tmp_path, ca
     err = _fails(capsys, ["report", str(folder), "--out", str(out)])
     assert f"'{folder / 'results.jsonl'}' holds a point ({records[0]['key']}) whose psnr is \"x\", not a number" in err
     assert not out.exists()
+
+
+def test_the_utility_row_gives_the_trainings_epsilon(tmp_path):
+    """The utility training's ε over its steps, which docs/defenses.md leads with, beside its accuracy."""
+    trained = _with_metrics(tmp_path, "trained", defense="clip:C=1,gaussian:z=1.1@after_sketch", epsilon=7.11,
+                            delta=1e-5, utility_acc=0.097, utility_epsilon=12.64, utility_steps=300)
+    text = build_report([trained])
+    assert ("test accuracy 0.097 when training under the defense; ε = 12.6 at δ = 1e-05 over its 300 training "
+            "steps") in text
+    unbounded = _with_metrics(tmp_path, "unbounded", defense="gaussian:sigma=0.1", utility_acc=0.5,
+                              utility_epsilon=None, utility_steps=300)
+    assert "test accuracy 0.500 when training under the defense; no DP guarantee for the training" in build_report(
+        [unbounded])
+
+
+def test_a_folder_given_twice_is_reported_once(tmp_path, monkeypatch):
+    run = _with_metrics(tmp_path, "once")
+    monkeypatch.chdir(tmp_path)
+    text = build_report([run, Path("once"), Path("./once"), tmp_path / ".." / tmp_path.name / "once"])
+    assert text.count("Run: once") == 1 and "1 run, 0 sweeps" in text
