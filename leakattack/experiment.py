@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import defenses
+
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
 from .attacks.base import stop_on_interrupt
@@ -170,6 +172,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.message and cfg.dataset:
         warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
                       "are, and --truth gives them", SettingWarning, stacklevel=2)
+    if cfg.set_by_user("utility_steps") and not cfg.utility:
+        warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
+                      SettingWarning, stacklevel=2)
+    if cfg.attacker_knows_clip and not cfg.message and not defenses.build(cfg.defense or "").clips():
+        warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=2)
     if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
         warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "
                       "and ams do)", SettingWarning, stacklevel=2)
