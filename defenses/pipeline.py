@@ -63,6 +63,9 @@ def build(spec) -> Pipeline:
     elif isinstance(spec, str):
         text = spec.strip()
         items = [] if text in ("", "none") else [s.strip() for s in text.split(",")]
+        if "none" in items:
+            raise DefenseError(f"defense 'none' stands alone (no defense), got it among the steps of {text!r}: leave "
+                               "it out")
     elif isinstance(spec, dict):
         items = [spec]
     elif isinstance(spec, (list, tuple)):

@@ -158,3 +158,10 @@ def test_a_step_between_the_clip_and_the_noise_is_named_even_past_a_sketch_of_un
     assert bound.reason.startswith("'quantize:bits=4@after_sketch' runs between the clip and the noise")
     assert defenses.build("clip:C=1,gaussian:z=1@after_sketch").noise_bound(None).reason == (
         "the sketch's operator norm is not known: sensitivity unbounded")
+
+
+def test_none_among_steps_is_refused_as_standing_alone():
+    with pytest.raises(defenses.DefenseError, match="defense 'none' stands alone \\(no defense\\), got it among the "
+                                                    "steps of 'none,clip:C=1': leave it out"):
+        defenses.build("none,clip:C=1")
+    assert not defenses.build("none")
