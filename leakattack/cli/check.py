@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -94,8 +95,8 @@ def cmd_check(a) -> int:
         warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
                       SettingWarning)
     params = dict(a.sketch_params)
-    if len(params) < len(a.sketch_params):
-        repeated = sorted({k for k, _ in a.sketch_params if sum(k == j for j, _ in a.sketch_params) > 1})
+    repeated = sorted(k for k, n in Counter(k for k, _ in a.sketch_params).items() if n > 1)
+    if repeated:
         warnings.warn(f"--sketch-param {', '.join(repeated)} is given more than once: the last value is used",
                       SettingWarning)
     check_sketch_params(a.sketch, params)

@@ -70,7 +70,7 @@ def _defense(m: RunMetrics, num_classes: int | None) -> str:
         out = f"defense {m.defense}"
         if m.epsilon is not None:
             out += f", ε {m.epsilon:.3g} (δ {m.delta:.0e})"
-        elif "epsilon = inf" in (m.privacy_note or ""):
+        elif m.delta is not None:  # noise with no bound on what it is added to: delta is set, epsilon is not
             out += ", ε ∞ (see privacy_note)"
         out += " | "
     acc = m.utility_acc

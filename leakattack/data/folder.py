@@ -87,6 +87,13 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     return classes, files, labels
 
 
+#: (file, Pillow's warning) pairs already passed on: the baseline's mean image and the batch read the same files
+_WARNED: set[tuple[str, str]] = set()
+
+#: Pillow modes of one channel of more than 8 bits whose range is fixed: 16-bit unsigned greyscale (PNG, TIFF)
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
 def read_image(path: Path, size: int) -> torch.Tensor:
     """One image file as float32 (3, size, size) in [0, 1]: RGB, shorter side resized (bilinear), centre crop."""
     # Pillow is an optional heavy import (it comes with matplotlib and torchvision): only when images are read.
@@ -96,7 +103,7 @@ def read_image(path: Path, size: int) -> torch.Tensor:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             with Image.open(path) as im:
-                im = _as_rgb(im, path)
+                im = _as_rgb(im)
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"image {path} is not readable ({reason}): in a data root laid out as "
@@ -117,14 +124,7 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
 
 
-#: (file, Pillow's warning) pairs already passed on: the baseline's mean image and the batch read the same files
-_WARNED: set[tuple[str, str]] = set()
-
-#: Pillow modes of one channel of more than 8 bits whose range is fixed: 16-bit unsigned greyscale (PNG, TIFF)
-_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
-
-
-def _as_rgb(im, path: Path):
+def _as_rgb(im):
     """The image in Pillow's 8-bit RGB mode.  16-bit greyscale is scaled from [0, 65535] (Pillow's own conversion
     clips it to 255, a white image); 32-bit integer and float pixels, whose range no file format fixes, are refused."""
     from PIL import Image

@@ -10,13 +10,14 @@ name says what was attacked, each part made safe for file names:
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .io import directory_mode
 
@@ -84,26 +85,28 @@ def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense
     return unused_path(Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}")
 
 
+def _names(base: Path) -> Iterator[Path]:
+    """``base``, ``base-2``, ``base-3``, ...: the names a new folder may take."""
+    yield base
+    for k in itertools.count(2):
+        yield base.with_name(f"{base.name}-{k}")
+
+
 def unused_path(base: Path) -> Path:
     """``base``, or ``base-2``, ``base-3``, ... : the first that does not exist (nothing is created)."""
-    path, k = base, 1
-    while path.exists():
-        k += 1
-        path = base.with_name(f"{base.name}-{k}")
-    return path
+    return next(path for path in _names(base) if not path.exists())
 
 
 def _reserved(base: Path) -> Path:
     """``base``, or ``base-2``, ``base-3``, ...: the first that this call creates (empty), which no other process
     can then take (``mkdir`` fails on a name that exists)."""
-    path, k = base, 1
-    while True:
+    for path in _names(base):
         try:
             path.mkdir()
             return path
         except FileExistsError:
-            k += 1
-            path = base.with_name(f"{base.name}-{k}")
+            continue
+    raise AssertionError("unreachable: _names never ends")
 
 
 __all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]

@@ -44,8 +44,9 @@ SLOW_SKETCH_SECONDS = 180.0
 RUN_EVALUATIONS = 8
 #: a run whose regenerated dense sketch needs longer than this (seconds) before its second iteration is refused ...
 HOPELESS_SECONDS = 86400.0
-#: ... and so is one that needs more than this many times its time limit (which bounds the iterations alone)
-LIMIT_FACTOR = 10.0
+#: ... and so is one that needs more than this many times its time limit (which bounds the iterations alone), and
+#: more than LIMIT_FLOOR_SECONDS (a few minutes past a short limit are a wait, not a hopeless run)
+LIMIT_FACTOR, LIMIT_FLOOR_SECONDS = 10.0, 600.0
 
 _POOL_WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
@@ -108,8 +109,8 @@ class RowBlockSketch(Sketch):
         self.block_rows = max(1, min(self.b, self._block_entries // self.d))
         self.n_blocks = -(-self.b // self.block_rows)
         self.force_blocks = bool(force_blocks)
-        gb = default_memory_gb() if memory_gb is None else float(memory_gb)
         room = available_memory_bytes()
+        gb = MEMORY_FRACTION * room / 1e9 if memory_gb is None else float(memory_gb)  # default_memory_gb's
         if memory_gb is not None and not self.force_blocks and gb * 1e9 > room and self.matrix_bytes(
                 torch.float32) > room:
             warnings.warn(f"--sketch-memory {gb:g} GB is more than the {room / 1e9:.3g} GB of RAM available, and R of "
@@ -118,6 +119,7 @@ class RowBlockSketch(Sketch):
         # a budget past the RAM available would only make the allocation of R fail
         self.memory_bytes = 0 if self.force_blocks else int(min(gb * 1e9, room))
         self._dense = None
+        self._regeneration_s: float | None = None
         if self.b * self.d <= DENSE_LIMIT and self.fits(torch.float32):  # small: hold it from the start
             self._dense = self._build(torch.float32, torch.device("cpu"))
 
@@ -228,9 +230,11 @@ class RowBlockSketch(Sketch):
     def regeneration_seconds(self) -> float:
         """Measured estimate of one apply plus one adjoint that regenerates R: two passes over all blocks, timed on
         block 0."""
-        t0 = time.perf_counter()
-        self._make_block(0)
-        return 2 * self.n_blocks * (time.perf_counter() - t0)
+        if self._regeneration_s is None:  # once per sketch: a run's warning and its refusal read the same estimate
+            t0 = time.perf_counter()
+            self._make_block(0)
+            self._regeneration_s = 2 * self.n_blocks * (time.perf_counter() - t0)
+        return self._regeneration_s
 
     # -- Sketch API ------------------------------------------------------------
     def _apply(self, v: torch.Tensor) -> torch.Tensor:
@@ -250,6 +254,13 @@ class RowBlockSketch(Sketch):
         return u @ D
 
 
+def _too_large(sketch: RowBlockSketch, dtype) -> str:
+    """How R outgrows the sketch memory, as the start of a sentence."""
+    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
+            f"({sketch.matrix_bytes(dtype) / 1e9:.3g} GB in {str(dtype).replace('torch.', '')}), more than the sketch "
+            f"memory of {sketch.memory_bytes / 1e9:.2g} GB")
+
+
 def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS,
                       time_limit: float | None = None) -> str | None:
     """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` iterations' apply+adjoint pairs, with
@@ -261,11 +272,8 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
     total = per * (evaluations + RUN_EVALUATIONS)
     if total <= limit_s:
         return None
-    name = str(dtype).replace("torch.", "")
-    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
-            f"({sketch.matrix_bytes(dtype) / 1e9:.1f} GB in {name}), more than the sketch memory of "
-            f"{sketch.memory_bytes / 1e9:.2g} GB, so it regenerates them "
-            f"twice per iteration: about {per:.2g} s each, {duration_text(total)} for {evaluations} iterations and "
+    return (f"{_too_large(sketch, dtype)}, so it regenerates them twice per iteration: about {per:.2g} s each, "
+            f"{duration_text(total)} for {evaluations} iterations and "
             f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
             "verdict)" + (f"; the attack's time limit of {duration_text(time_limit)} stops it after "
                           + (f"about {int(time_limit / per)} of them" if time_limit >= per else "its first")
@@ -282,14 +290,13 @@ def regeneration_refusal(sketch: Sketch, dtype, time_limit: float | None = None)
         return None
     per = sketch.regeneration_seconds()
     least = per * (RUN_EVALUATIONS + 1)
-    bound = HOPELESS_SECONDS if time_limit is None else min(HOPELESS_SECONDS, max(LIMIT_FACTOR * time_limit, 600.0))
+    bound = HOPELESS_SECONDS if time_limit is None else \
+        min(HOPELESS_SECONDS, max(LIMIT_FACTOR * time_limit, LIMIT_FLOOR_SECONDS))
     if least <= bound:
         return None
     limit = "" if time_limit is None else \
         f", where the time limit of {duration_text(time_limit)} bounds the iterations only"
-    return (f"sketch '{sketch.kind}' has b x d = {sketch.b} x {sketch.d} entries "
-            f"({sketch.matrix_bytes(dtype) / 1e9:.3g} GB), more than the sketch memory of "
-            f"{sketch.memory_bytes / 1e9:.2g} GB, so every pass regenerates them: about {duration_text(per)} a pass, "
+    return (f"{_too_large(sketch, dtype)}, so every pass regenerates them: about {duration_text(per)} a pass, "
             f"{duration_text(least)} for the message, the label reading, the verdict and one iteration{limit}; use "
             "--sketch srht or countsketch (the same b without a stored matrix), a smaller --sketch-ratio, or a larger "
             "--sketch-memory where the RAM allows")

@@ -356,3 +356,6 @@ def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilo
     noisy = SimpleNamespace(defense="gaussian:sigma=0.01@before_sketch", epsilon=None, delta=1e-5, utility_acc=None,
                             privacy_note="no clip before the noise: sensitivity unbounded, epsilon = inf")
     assert _defense(noisy, 10) == "defense gaussian:sigma=0.01@before_sketch, ε ∞ (see privacy_note) | "
+    clipped = SimpleNamespace(defense="clip:C=1@before_sketch", epsilon=None, delta=None, utility_acc=None,
+                              privacy_note="no Gaussian noise: no DP guarantee")
+    assert _defense(clipped, 10) == "defense clip:C=1@before_sketch | "  # no noise: no ε to state
