@@ -255,15 +255,18 @@ class Victim:
         p = next(iter(self.model.parameters()), None)
         x = torch.zeros(2, *self.input_shape, dtype=p.dtype if p is not None else torch.get_default_dtype(),
                         device=p.device if p is not None else None)
+        # input_shape (1, 3, 32, 32) is one example with a batch dimension of its own: say so where the module fails
+        batched = (f"; input_shape is one example's shape without the batch dimension: {self.input_shape[1:]}?"
+                   if len(self.input_shape) > 1 and self.input_shape[0] == 1 else "")
         try:
             with kept_buffers(self.model), torch.no_grad():
                 out = self.model(x)
         except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
-            raise UserError(f"model '{self.name}' fails on a batch of shape {tuple(x.shape)} ({first_line(err)})") \
-                from None
+            raise UserError(f"model '{self.name}' fails on a batch of shape {tuple(x.shape)} ({first_line(err)})"
+                            f"{batched}") from None
         problem = output_problem(out, self.task, self.num_classes, 2)
         if problem:
-            raise UserError(f"model '{self.name}' {problem}")
+            raise UserError(f"model '{self.name}' {problem}{batched}")
 
     # -- capabilities --------------------------------------------------------
     @property

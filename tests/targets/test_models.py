@@ -120,6 +120,10 @@ def test_a_module_that_cannot_take_its_input_shape_is_refused_when_wrapped():
     flat = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 10), nn.Flatten(0))
     with pytest.raises(UserError, match=r"returns \(20,\) for a batch of 2, not the \(2, 10\) class scores"):
         targets.Victim.from_module(flat, input_shape=(3, 4, 4), num_classes=10)
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 2 * 2, 10))
+    with pytest.raises(UserError, match=r"shape \(2, 1, 3, 4, 4\) .*; input_shape is one example's shape without the "
+                                        r"batch dimension: \(3, 4, 4\)\?$"):
+        targets.Victim.from_module(conv, input_shape=(1, 3, 4, 4), num_classes=10)
     bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 2 * 2, 10))
     with torch.no_grad():
         bn[1].running_mean.fill_(0.25)
