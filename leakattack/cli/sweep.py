@@ -85,7 +85,7 @@ def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
         options = _backend_options(a)
-        plan = load_plan(a.config)
+        plan = load_plan(a.config, progress=not a.quiet)
         planned = True
         jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
         if jobs is not None and jobs < 1:

@@ -23,9 +23,10 @@ slow sketch).  A point is identified by the hash of its effective parameters
 :func:`point_key`); grid points with the same effective parameters run once.
 
 Every point is checked before anything runs: its values (finite numbers,
-declared constraints), and, once per victim and data set, everything that
-building the case needs (data present, images in range, b within [1, d]):
-:func:`check_runnable` prepares each distinct case without attacking.
+declared constraints), and everything a run checks before it attacks (data
+present, images in range, b within [1, d], the attack's refusal of what it
+observes): :func:`check_runnable` prepares each distinct case once without
+attacking and checks every point's own attack against it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from itertools import product as _iproduct
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
 from ..data import get_batch
 from ..errors import UserError
+from ..progress import progress_bar
 from ..results import default_strength
 from ..sketch import is_identity, list_sketches
 
@@ -58,9 +61,18 @@ else:  # Python 3.10: the same parser, as the tomli package
 SWEEP_KEYS = {"name": str, "jobs": int, "strength": str, "lpips": bool, "utility": bool}
 #: the largest grid planned; a bigger one is refused before it is expanded
 MAX_POINTS = 100_000
-#: the parameters that decide the victim and its data: :func:`check_runnable` prepares each distinct combination once
-CASE_KEYS = ("model", "weight_init", "dataset", "data_root", "download", "batch_size", "protocol", "protocol_dir",
-             "protocol_round", "protocol_client", "protocol_spec", "protocol_act")
+#: the run parameters that only the attack's optimisation reads once the case is built (data, victim, channel,
+#: observation): points that differ in nothing else share one prepared case in :func:`check_runnable`, which checks
+#: each point's own attack against it
+ATTACK_ONLY_KEYS = frozenset({"optimizer", "iterations", "lr", "objective", "schedule", "signed", "tv", "surrogate",
+                              "priors", "box", "tol", "stall_window", "dummy_init", "restarts", "prune_restarts",
+                              "refine", "trace_every", "threads"})
+#: which images of a data set, and which random draws (weights, R, noise): for a data set's batch they change the
+#: values observed, never a shape, so never what a check answers; each point's images are checked on their own.
+#: (A protocol's seed decides which clients a round samples: there they are kept.)
+DRAW_KEYS = frozenset({"image_index", "seed", "model_seed", "sketch_seed", "noise_seed"})
+#: seconds of checking before its progress bar is drawn
+CHECK_BAR_DELAY_S = 3.0
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -138,12 +150,12 @@ def _count(grid: dict) -> int:
     return math.prod(len(v) for v in grid.values())
 
 
-def load_plan(path: str | Path, check: bool = True) -> Plan:
+def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> Plan:
     """Read and validate a sweep file; every problem is a ConfigError naming the key and value.
 
     With ``check`` (the default) every point is also checked against its built
-    case (:func:`check_runnable`), so nothing fails at run time that could
-    fail now.
+    case (:func:`check_runnable`; ``progress``: a bar while it takes more than
+    a few seconds), so nothing fails at run time that could fail now.
     """
     try:
         with open(path, "rb") as fh:
@@ -229,38 +241,63 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
             points.append({"key": key, "grid": combo, "params": params})
             cfgs.append(cfg)
     if check:
-        check_runnable(points, cfgs)
+        check_runnable(points, cfgs, progress=progress)
     return Plan(settings, base, grids, points, duplicates=total - len(points))
 
 
-def check_runnable(points: list[dict], cfgs: list | None = None) -> None:
-    """Refuse, before anything runs, a point that could only fail at run time (ConfigError, one sentence).
+def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool = False) -> None:
+    """Refuse, before anything runs, a point that could only fail at run time (ConfigError, one sentence naming
+    the point).
 
-    Each distinct victim and data set (:data:`CASE_KEYS`) is prepared once on
-    the CPU (data loaded, model built, gradient observed; no attack and no seed
-    search: the point runs its own), then every point is checked against it: b
-    within [1, d], its images in range, its seed search and truth options.
+    Points that share their case (every parameter but :data:`ATTACK_ONLY_KEYS`
+    and, for a data set's batch, :data:`DRAW_KEYS`) are prepared once on the
+    CPU (data loaded, model built, gradient observed; no attack and no seed
+    search: the point runs its own), then every one of them is checked against
+    it: its case options, its images in range, b within [1, d], and its own
+    attack's check of the observation (``supports``: a sketch, batch or label
+    setting the attack refuses), once per setting.  One prepared case is held
+    at a time; ``progress`` draws a bar over the cases once checking has taken
+    more than a few seconds (a dense sketch's R is drawn for each case).
     """
     cfgs = cfgs or [RunConfig.from_dict(p["params"]) for p in points]
-    cases: dict[str, tuple] = {}
+    groups: dict[str, list[int]] = {}
+    for i, pt in enumerate(points):
+        groups.setdefault(_case_of(pt["params"]), []).append(i)
     threads = torch.get_num_threads()  # prepare() sets the point's thread count; the coordinator keeps its own
+    bar = progress_bar(len(groups), "checking", "case", progress, delay=CHECK_BAR_DELAY_S)
     try:
-        for pt, cfg in zip(points, cfgs):
-            case = json.dumps({k: pt["params"].get(k) for k in CASE_KEYS}, sort_keys=True, default=str)
-            try:
-                check_case_options(cfg)
-                if case not in cases:
-                    params = {**pt["params"], "device": "cpu", "sketch_seed_search": 0}
-                    p = experiment.prepare(RunConfig.from_dict(params))
-                    cases[case] = (p.victim.d, p.dataset)
-                d, dataset = cases[case]
-                cfg.validate_for(d)
-                if not cfg.protocol:
-                    get_batch(dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
-            except UserError as err:
-                raise ConfigError(f"{err} (sweep point {_text(pt['grid'])})") from None
+        for members in groups.values():
+            prepared, checked = None, set()
+            for i in members:
+                pt, cfg = points[i], cfgs[i]
+                try:
+                    check_case_options(cfg)
+                    if prepared is None:
+                        prepared = experiment.prepare(replace(cfg, device="cpu", sketch_seed_search=0))
+                    if not cfg.protocol and not cfg.message:
+                        get_batch(prepared.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
+                    settings = _case_of(pt["params"], attack=True)
+                    if settings not in checked:  # the same settings on other images: the same answer
+                        cfg.validate_for(prepared.victim.d)
+                        # the point's own attack, as prepare() builds it (a message file or a protocol fixes some
+                        # of its settings)
+                        experiment.attack_of(replace(cfg, **prepared.case.settings)).check(prepared.obs)
+                        checked.add(settings)
+                except UserError as err:
+                    raise ConfigError(f"{err} (sweep point {_text(pt['grid'])})") from None
+            bar.update(1)
     finally:
+        bar.close()
         torch.set_num_threads(threads)
+
+
+def _case_of(params: dict, attack: bool = False) -> str:
+    """What a point's prepared case depends on (with ``attack``: what its attack's check depends on too): its
+    parameters but the attack's optimisation settings (:data:`ATTACK_ONLY_KEYS`, kept with ``attack``) and, where
+    the images are a data set's batch, but its images and random draws (:data:`DRAW_KEYS`)."""
+    batch = not params.get("protocol") and not params.get("message")
+    left_out = (set() if attack else ATTACK_ONLY_KEYS) | (DRAW_KEYS if batch else set())
+    return json.dumps({k: v for k, v in params.items() if k not in left_out}, sort_keys=True, default=str)
 
 
 def _where(values: dict, combo: dict) -> str:

@@ -237,3 +237,45 @@ def test_a_sweep_started_while_another_runs_in_its_folder_is_refused_and_every_p
     assert rc == 2 and len(err) == 1 and "in use by another sweep" in err[0], err
     keys = [r["key"] for r in read_results(out / "results.jsonl")]
     assert len(keys) == 6 == len(set(keys)) and not (out / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("base,grid,point", [
+    # a sketch the attack refuses, after one it takes: R-GAP needs b = d
+    ("attack = 'rgap'\n", "sketch = ['none', 'srht']", "{'sketch': 'srht'}"),
+    # an attack that refuses the sketch, beside one that takes it: the same case, checked for each attack
+    ("sketch = 'srht'\n", "attack = ['gradient-matching', 'rgap']", "{'attack': 'rgap'}"),
+    # an optimisation setting the attack's own check refuses (Gauss-Newton steps minimise L_R alone)
+    ("refine = 'gauss-newton'\n", "priors = [[], ['tv:0.1']]\nimage_index = [0, 1]", "{'priors': ['tv:0.1'], "
+                                                                                        "'image_index': 0}"),
+])
+def test_a_point_its_attack_refuses_is_refused_naming_it_before_any_point_runs(tmp_path, capsys, monkeypatch,
+                                                                                 no_attack, base, grid, point):
+    monkeypatch.chdir(tmp_path)
+    refuse(tmp_path, capsys, BASE + base + f"[grid]\n{grid}\n", "cannot run here", f"(sweep point {point})",
+           extra=["--out", str(tmp_path / "out")])
+
+
+def test_points_of_another_victim_are_checked_against_their_own_victim(tmp_path, capsys, monkeypatch, no_attack):
+    """mlp with 8 hidden units has d = 6370: b = 20000 fits its 256-unit sibling (d = 203530), not it."""
+    monkeypatch.chdir(tmp_path)
+    text = BASE.replace("lenet", "mlp") + "sketch_dim = 20000\n[grid]\nmodel_params = [{hidden = 256}, {hidden = 8}]\n"
+    refuse(tmp_path, capsys, text, "sketch dimension b = 20000", "(sweep point {'model_params': {'hidden': 8}})")
+
+
+def test_points_that_differ_in_images_seeds_or_optimisation_share_one_prepared_case(tmp_path, monkeypatch):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nsketch_ratio = [0.25, 0.5]\nseed = [0, 1]\nlr = [0.1, 0.01]\n"
+                          "image_index = [0, 1, 2]\n")
+    prepared = []
+    real = plan_module.experiment.prepare
+    monkeypatch.setattr(plan_module.experiment, "prepare", lambda cfg, **kw: prepared.append(cfg) or real(cfg, **kw))
+    checked = []
+    real_attack_of = plan_module.experiment.attack_of
+    monkeypatch.setattr(plan_module.experiment, "attack_of", lambda cfg: checked.append(cfg) or real_attack_of(cfg))
+    plan = load_plan(cfg)
+    assert len(plan.points) == 24
+    assert sorted(c.sketch_ratio for c in prepared) == [0.25, 0.5]  # one case per sketch size
+    # each attack setting's own check once (prepare() builds its case's attack too): the images and seeds of a
+    # setting share its answer
+    assert {(c.sketch_ratio, c.lr) for c in checked} == {(r, lr) for r in (0.25, 0.5) for lr in (0.1, 0.01)}
+    assert len(checked) <= 4 + len(prepared)
