@@ -204,6 +204,8 @@ def _sweep(sub) -> None:
     s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="CPUs of each job (default: 1)")
     s.add_argument("--retries", type=int, default=None, metavar="N",
                    help="times a failed job is submitted again before the sweep stops (default: 2)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check every point as a run does and list them, one line each; nothing is run or written")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     command(p, "sweep:cmd_sweep")
 

@@ -3,7 +3,8 @@
 Without ``--out`` a sweep runs into a folder of its own, ``results/runs/sweep-<name>-<timestamp>/`` (ignored by
 git), so that a user's sweep never resumes into, and skips every point of, the committed reference of the same name
 under ``results/sweeps/<name>/``; ``leakattack reproduce`` writes those references, naming them with ``--out``.
-Giving the same ``--out`` again resumes a sweep.
+Giving the same ``--out`` again resumes a sweep.  ``--dry-run`` checks every point as a run does and lists them,
+one line each, without running or writing anything.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from ..errors import UserError
 from ..results import writable_out
 from ..results.runs import unused_path
-from ..sweep import SweepInterrupted, check_name, load_plan, run_sweep
+from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
+from ..sweep.plan import value_text
 from .figures import figures_said
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
@@ -81,6 +83,30 @@ def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
     return line
 
 
+def point_line(index: int, point: dict, width: int) -> str:
+    """One planned point: its number, key and grid values (``key=value``, in the grid's order)."""
+    values = "  ".join(f"{k}={value_text(v)}" for k, v in point["grid"].items())
+    return f"{index:>{width}}  {point['key']}  {values}"
+
+
+def dry_run(a, plan: Plan, out: Path | None) -> int:
+    """``--dry-run``: the plan's points, each checked, one line each; with ``--out``, which of them are finished
+    there already (results.jsonl is read, not repaired)."""
+    finished = set() if out is None else {point_key(r["params"]) for r in read_results(out / "results.jsonl")}
+    finished &= {pt["key"] for pt in plan.points}
+    n = len(plan.points)
+    head = [f"{a.config}: {n} point{'s' if n != 1 else ''}, each checked as a run checks it; nothing run or written"]
+    if plan.duplicates:
+        head.append(f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} left out")
+    if out is not None:
+        head.append(f"{len(finished)} already finished in {out}, {n - len(finished)} to run")
+    print(" | ".join(head))
+    width = len(str(n))
+    for i, pt in enumerate(plan.points, 1):
+        print(point_line(i, pt, width) + ("  (finished)" if pt["key"] in finished else ""))
+    return 0
+
+
 def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
@@ -94,6 +120,9 @@ def cmd_sweep(a) -> int:
         if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
             raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be "
                             "read as that run; name a new folder or an earlier sweep's")
+        if a.dry_run:
+            get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
+            return dry_run(a, plan, out if a.out else None)
         t0 = time.perf_counter()
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
     except KeyboardInterrupt as err:

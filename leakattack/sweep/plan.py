@@ -226,7 +226,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
         values = {k: v for k, v in base.items()}
         for k, v in values.items():
             if isinstance(v, str) and _PLACEHOLDER.search(v):
-                values[k] = _PLACEHOLDER.sub(lambda m: _text(combo[m.group(1)]), v)
+                values[k] = _PLACEHOLDER.sub(lambda m: value_text(combo[m.group(1)]), v)
         values.update({k: v for k, v in combo.items() if k in fields})
         try:
             cfg = RunConfig.from_dict(values).validate()
@@ -284,7 +284,7 @@ def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool 
                         experiment.attack_of(replace(cfg, **prepared.case.settings)).check(prepared.obs)
                         checked.add(settings)
                 except UserError as err:
-                    raise ConfigError(f"{err} (sweep point {_text(pt['grid'])})") from None
+                    raise ConfigError(f"{err} (sweep point {value_text(pt['grid'])})") from None
             bar.update(1)
     finally:
         bar.close()
@@ -303,10 +303,11 @@ def _case_of(params: dict, attack: bool = False) -> str:
 def _where(values: dict, combo: dict) -> str:
     """Where a refused point is: the run parameter whose declared constraint refuses its value, and the grid values."""
     bad = next((p.name for p in RUN_PARAMS if p.name in values and not p.constraint.ok(values[p.name])), None)
-    return (f"key {bad}, " if bad else "") + f"sweep point {_text(combo)}"
+    return (f"key {bad}, " if bad else "") + f"sweep point {value_text(combo)}"
 
 
-def _text(v) -> str:
+def value_text(v) -> str:
+    """A grid value as a placeholder, a refusal or a listed point writes it."""
     return repr(v) if isinstance(v, float) and v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4) else str(v)
 
 

@@ -5,8 +5,8 @@ killed with SIGKILL re-attaches to its jobs instead of submitting them again;
 a failing job is retried, then named with its SLURM job id and stderr log;
 Ctrl-C cancels the jobs; no array is larger than the cluster's MaxArraySize,
 and one sbatch refuses leaves no file; the --jobs cap holds for retried jobs
-too; bad requests are one sentence, exit 2, nothing written.  The tests that
-need the scheduler skip when no SLURM node answers.
+too; bad requests are one sentence, exit 2, nothing written, also in a dry
+run.  The tests that need the scheduler skip when no SLURM node answers.
 """
 
 import json
@@ -192,6 +192,22 @@ def test_a_request_slurm_refuses_is_one_sentence_exit_2_and_writes_nothing(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert not out.exists()
+
+
+@needs_slurm
+def test_a_dry_run_checks_the_slurm_request_and_submits_and_writes_nothing(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "out"
+    before = set(tmp_path.rglob("*"))
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--dry-run", "--quiet"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 1 + 4 and "4 points" in said[0] and "0 already finished" in said[0], said
+    assert set(tmp_path.rglob("*")) == before and not out.exists()
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--backend", "slurm", "--partition", "no-such-partition",
+                     "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Invalid partition name" in err[0], err
 
 
 @needs_slurm

@@ -1,9 +1,11 @@
 """A sweep refuses, before its first point runs and before it writes anything, every input that cannot run as meant.
 
 Each refusal is checked through the command line: exit code 2, exactly one
-line on stderr, no traceback, no new files.  Also: grid points with the same
-effective configuration run once, one sweep at a time per folder, and a
-results line that is not UTF-8 does not stop a resume.
+line on stderr, no traceback, no new files; a point its own attack refuses is
+named before any point runs.  Also: grid points with the same effective
+configuration run once, one sweep at a time per folder, a results line that is
+not UTF-8 does not stop a resume, and ``--dry-run`` lists every point checked
+and writes nothing.
 """
 
 import json
@@ -279,3 +281,45 @@ def test_points_that_differ_in_images_seeds_or_optimisation_share_one_prepared_c
     # setting share its answer
     assert {(c.sketch_ratio, c.lr) for c in checked} == {(r, lr) for r in (0.25, 0.5) for lr in (0.1, 0.01)}
     assert len(checked) <= 4 + len(prepared)
+
+
+def test_a_dry_run_checks_and_lists_every_point_and_writes_nothing(tmp_path, capsys, monkeypatch, no_attack):
+    monkeypatch.chdir(tmp_path)  # the default output folder would be results/runs/ here
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nsketch = ['none', 'srht']\nsketch_ratio = [0.25, 0.5]\nimage_index = [0, 1]\n")
+    before = files_under(tmp_path)
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    plan = load_plan(cfg)
+    assert lines[0].startswith(f"{cfg}: 6 points, each checked") and "nothing run or written" in lines[0]
+    assert "2 duplicate grid points left out" in lines[0], lines[0]
+    assert len(lines) == 1 + 6 and "error" not in err and "Traceback" not in err  # warnings as a run gives them
+    for i, (line, pt) in enumerate(zip(lines[1:], plan.points), 1):
+        assert line.split()[:2] == [str(i), pt["key"]], line
+        assert line.split()[2:] == [f"{k}={v}" for k, v in pt["grid"].items()], line
+    assert files_under(tmp_path) == before
+
+
+def test_a_dry_run_refuses_a_bad_point_with_the_sentence_a_run_gives(tmp_path, capsys, monkeypatch, no_attack):
+    monkeypatch.chdir(tmp_path)
+    text = BASE + "attack = 'rgap'\n[grid]\nsketch = ['none', 'srht']\n"
+    ran = refuse(tmp_path, capsys, text, "(sweep point {'sketch': 'srht'})")
+    assert refuse(tmp_path, capsys, text, extra=["--dry-run"]) == ran
+
+
+def test_a_dry_run_with_out_says_which_points_are_finished_there(tmp_path, capsys, no_attack, monkeypatch):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\nimage_index = [0, 1, 2]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = load_plan(cfg)
+    pt = plan.points[1]
+    done = {"key": pt["key"], "index": 1, "grid": pt["grid"], "params": pt["params"], "metrics": {"psnr": 10.0}}
+    (out / "results.jsonl").write_text(json.dumps(done) + "\n" + '{"key": "torn')
+    before = {p: p.read_bytes() for p in out.iterdir()}
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--dry-run", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"| 1 already finished in {out}, 2 to run"), lines[0]
+    assert [ln.endswith("(finished)") for ln in lines[1:]] == [False, True, False]
+    assert {p: p.read_bytes() for p in out.iterdir()} == before  # the torn line is left for the run to repair
