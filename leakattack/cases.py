@@ -161,6 +161,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         rounds = None
         warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio") if cfg.set_by_user(k)]
                     + [k for k, v in cfg.protocol_spec.items() if spec_set_by_user(cfg, k)])
+    if cfg.set_by_user("protocol_act") and "act" not in targets.model_params(model_spec["model"]):
+        warnings.warn(f"--act changes nothing for model '{model_spec['model']}', which has no activation parameter",
+                      SettingWarning, stacklevel=2)
     validate_protocol(cfg.protocol, spec)
     t, c = cfg.protocol_round, cfg.protocol_client
     if rounds is not None:
@@ -427,8 +430,6 @@ def _update_forward(victim: targets.Victim, view, lr: float, steps: int):
 
 def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """A captured message file: the user's model at the given weights, the message, and the truth if given."""
-    if cfg.protocol:
-        raise ConfigError("--message and --protocol name two different messages: give one of them")
     seeds = cfg.derived()
     msg = read_message(cfg.message)
     settings = message_settings(cfg, msg)

@@ -51,6 +51,9 @@ def cmd_train(a) -> int:
         raise ConfigError(f"model '{a.model}' cannot be trained here; choose one of: {', '.join(trainable)}")
     check_value("weight init", Choice(targets.INITS), a.weight_init)
     check_value("activation", Choice(targets.models.ACTIVATIONS), a.act)
+    if "act" in given and "act" not in targets.model_params(a.model):
+        warnings.warn(f"--act changes nothing for model '{a.model}', which has no activation parameter",
+                      SettingWarning, stacklevel=1)
     model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": a.act, "dataset": a.dataset,
                   "data_root": a.data_root, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):

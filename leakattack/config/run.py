@@ -157,12 +157,18 @@ class RunConfig:
         if taken:
             raise ConfigError(f"--model-param {taken[0]}: a model's {taken[0]} is "
                               f"{targets.RESERVED_MODEL_PARAMS[taken[0]]}, not a model parameter")
+        if self.protocol and self.message:
+            raise ConfigError("--message and --protocol name two different messages: give one of them")
         if not self.protocol:
             given = [flag for flag, v in (("--protocol-dir", self.protocol_dir), ("--round", self.protocol_round != 1),
                                           ("--client", self.protocol_client != 0)) if v]
             if given:
                 raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
                                   "message: give --protocol too (the one that trained the folder)")
+            if self.set_by_user("protocol_act"):
+                raise ConfigError(f"--act {self.protocol_act} sets the activation of a protocol's model and changes "
+                                  "nothing without --protocol: give --protocol too, or --model-param "
+                                  f"act={self.protocol_act} for the activation of a built-in model")
         self._check_protocol_flags()
         try:
             build_defense(self.defense)
@@ -195,18 +201,27 @@ class RunConfig:
                                   f"'{self.protocol}'): leave it out")
         if not self.protocol:
             return
+        if self.model_params:
+            act = self.model_params.get("act")
+            instead = f": give --act {act} for its activation and leave --model-param out" if act is not None else \
+                ": leave it out"
+            raise ConfigError(f"--model-param {', '.join(f'{k}={v}' for k, v in self.model_params.items())} changes "
+                              "nothing for a protocol's message, whose model is built from --model, --act and "
+                              f"--weight-init alone{instead}")
         given = [flag for flag, v in (("--sketch-dim", self.sketch_dim), ("--sketch-seed", self.sketch_seed),
-                                      ("--model-seed", self.model_seed)) if v is not None]
+                                      ("--model-seed", self.model_seed), ("--weights", self.weights))
+                 if v is not None]
         if not given:
             return
         flags, one = ", ".join(given), len(given) == 1
         if self.protocol_dir:
             raise ConfigError(f"{flags} contradict{'s' if one else ''} --protocol-dir '{self.protocol_dir}', whose "
-                              "protocol.json fixes the model, its seed and the sketch: leave "
-                              f"{'it' if one else 'them'} out")
+                              "protocol.json fixes the model, its seed and the sketch, and whose checkpoints hold "
+                              f"the weights w^t of each round: leave {'it' if one else 'them'} out")
         raise ConfigError(f"{flags} change{'s' if one else ''} nothing for a protocol's message, whose model and "
-                          "round seeds come from --seed and whose sketch size comes from --sketch-ratio: leave "
-                          f"{'it' if one else 'them'} out")
+                          "round seeds come from --seed, whose sketch size comes from --sketch-ratio and whose "
+                          "weights w^t come from re-simulating the rounds before t (or from the checkpoints of "
+                          f"--protocol-dir): leave {'it' if one else 'them'} out")
 
     def validate_for(self, d: int) -> None:
         """Checks that need d, the gradient length of the built model."""

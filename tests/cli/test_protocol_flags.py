@@ -100,3 +100,45 @@ def test_a_heaprix_message_is_its_count_sketch_table_and_says_so():
     torch.testing.assert_close(heaprix.obs.y, privix.obs.y)
     assert "count-sketch table only" in heaprix.case.encoder["message_part"]
     assert "message_part" not in privix.case.encoder
+
+
+def test_weights_with_a_protocol_are_refused_with_or_without_a_stored_run(trained, tmp_path, capsys):
+    """--weights were silently ignored (w^t comes from the checkpoints or the re-simulation), yet config.json
+    recorded them."""
+    weights = str(trained / "checkpoints" / "round_0003.pt")
+    base = RUN + ["--protocol", "sketched", "--round", "2", "--weights", weights, "--out", str(tmp_path / "run")]
+    _refused(base, "--weights changes nothing for a protocol's message", tmp_path, capsys)
+    _refused(base + ["--protocol-dir", str(trained)], f"--weights contradicts --protocol-dir '{trained}'", tmp_path,
+             capsys)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--act", "relu"], "--act relu sets the activation of a protocol's model and changes nothing without --protocol: "
+                        "give --protocol too, or --model-param act=relu for the activation of a built-in model"),
+    (["--act", "tanh"], "--model-param act=tanh"),  # the default, given: still not read
+    (["--act", "relu", "--message", "m.pt"], "--act relu sets the activation of a protocol's model"),
+    (["--protocol", "fedavg", "--model-param", "act=relu"],
+     "--model-param act=relu changes nothing for a protocol's message, whose model is built from --model, --act and "
+     "--weight-init alone: give --act relu for its activation"),
+    (["--protocol", "fedavg", "--model-param", "hidden=8"], "--model-param hidden=8 changes nothing"),
+])
+def test_an_activation_flag_the_case_does_not_read_is_refused_naming_the_one_it_does(tmp_path, capsys, args, needle):
+    """--act outside --protocol (and --model-param with it) left the model as it was, and config.json recorded
+    them."""
+    _refused(RUN + ["--out", str(tmp_path / "run")] + args, needle, tmp_path, capsys)
+
+
+def test_act_still_sets_a_protocol_models_activation():
+    p = experiment.prepare(RunConfig(model="lenet", dataset="digits", iterations=2, protocol="fedavg",
+                                     protocol_act="relu", given=frozenset({"protocol_act"})))
+    assert any(isinstance(m, torch.nn.ReLU) for m in p.victim.model.modules())
+
+
+@pytest.mark.parametrize("command", [["train", "--rounds", "1", "--clients", "2"], RUN])
+def test_act_for_a_model_without_an_activation_is_a_one_line_warning(tmp_path, capsys, command):
+    argv = command + ["--protocol", "fedavg", "--model", "logreg", "--act", "relu", "--out", str(tmp_path / "o"),
+                      "--quiet", "--threads", "1"]
+    assert cli.main(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if "--act" in line]
+    assert len(err) == 1 and "--act changes nothing for model 'logreg', which has no activation parameter" in err[0]
