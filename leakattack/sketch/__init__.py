@@ -13,8 +13,10 @@ plus one entry in the registration line below.
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..registry import Registry
 from .ams import AMSSketch
 from .base import DENSE_LIMIT, Sketch
@@ -57,15 +59,37 @@ def sketch_dim(ratio: float, d: int) -> int:
     return int(math.floor(ratio * d + 0.5))
 
 
-def get_sketch(kind: str, d: int, b: int, seed: int = 0, *, memory_gb: float | None = None, **params) -> Sketch:
+def _whole(value) -> bool:
+    """Whether ``value`` is a whole number of a type that says so (an int or a NumPy integer; not True/False)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: float | None = None,
+               **params) -> Sketch:
     """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
 
-    ``none`` is the identity (b is ignored and set to d).  ``memory_gb`` bounds the matrix a
-    dense family (gaussian, ams) may hold (default: a quarter of the available RAM); it never
-    changes R.  Raises ``ValueError`` with one sentence for an unknown kind or b outside [1, d].
+    ``none`` is the identity: b is set to d (``b=None`` asks for that), and a b other than d
+    is named in a :class:`~leakattack.errors.SettingWarning` (as ``--sketch none --sketch-dim B``
+    warns).  ``memory_gb`` bounds the matrix a dense family (gaussian, ams) may hold (default: a quarter of
+    the available RAM); it never changes R.  Raises ``ValueError`` (:class:`UserError`) with one
+    sentence for an unknown kind, a d, b or seed that is not a whole number (1.5, "100", True),
+    d < 1, or b outside [1, d], checked in that order.
     """
     cls = _REGISTRY.get(kind)
-    if not cls.identity and not 1 <= b <= d:
+    if cls.identity and b is None:  # the identity's b is d: leaving it out asks for nothing else
+        b = d
+    for name, value in (("gradient length d", d), ("sketch dimension b", b), ("sketch seed", seed)):
+        if not _whole(value):
+            raise UserError(f"the {name} must be an integer, got {value!r} ({type(value).__name__})")
+    d, b, seed = int(d), int(b), int(seed)  # type: ignore[arg-type]  # b is an integer by now
+    if d < 1:
+        raise UserError(f"the gradient length d must be at least 1, got d = {d}")
+    if cls.identity:
+        if b != d:
+            warnings.warn(f"sketch '{kind}' sends the whole gradient (b = d = {d}): b = {b} changes nothing",
+                          SettingWarning, stacklevel=2)
+        b = d
+    elif not 1 <= b <= d:
         raise UserError(f"sketch dimension b must satisfy 1 <= b <= d = {d}, got b = {b}")
     cls.check_params(params, b)
     if getattr(cls, "takes_memory_budget", False):
