@@ -24,6 +24,7 @@ Adding a model: its own module with an ``nn.Module`` class or builder, plus one
 from __future__ import annotations
 
 import inspect
+import numbers
 
 import torch
 from torch import nn
@@ -60,34 +61,39 @@ BY_UNITS = None
 
 
 def register_model(name: str, builder=None, *, task: str = "classification", loss=None,
-                   default_init: str | None = "default", recipe: str | None = BY_UNITS):
+                   default_init: str | None = "default", recipe: str | None = BY_UNITS, in_rank: int | None = None):
     """Register ``builder(in_shape, num_classes, **params) -> nn.Module`` under ``name`` (a decorator without builder).
 
-    ``default_init`` None keeps the builder's own initialisation (seeded) unless an init is asked for.
+    ``in_rank`` is the number of entries ``in_shape`` must have (3 for a convolutional model's
+    (channels, height, width)); None where the model takes any (it flattens its input), or where a
+    forward pass is left to find out.  ``default_init`` None keeps the builder's own initialisation
+    (seeded) unless an init is asked for.
     ``recipe`` names the attack recipe measured to suit the model (``leakattack.attacks.recipes``): ``dlg`` for
     the MLP and the 32 px ViT, ``ig`` for the ResNets and the ImageNet-size ViT; by default (:data:`BY_UNITS`)
     its units decide (:func:`recipe_of`), so LeNet takes ``dlg`` with its smooth activations and ``ig`` with
     ReLU (docs/victims.md#your-own-model-the-recipe-by-its-units).
     """
+    if in_rank is not None and (isinstance(in_rank, bool) or not isinstance(in_rank, int) or in_rank < 1):
+        raise UserError(f"the in_rank of model '{name}' must be a positive integer or None, got {in_rank!r}")
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
-            "default_init": default_init, "recipe": recipe}
+            "default_init": default_init, "recipe": recipe, "in_rank": in_rank}
     if builder is None:
         return lambda b: _MODELS.register(name, b, **meta)
     return _MODELS.register(name, builder, **meta)
 
 
-register_model("lenet", LeNet, default_init="uniform")
+register_model("lenet", LeNet, default_init="uniform", in_rank=3)
 register_model("mlp", MLP, recipe="dlg")  # with act=relu too (docs/victims.md#your-own-model-the-recipe-by-its-units)
 register_model("logreg", LogReg)
 register_model("linreg", LinReg, task="regression")
-register_model("resnet20", resnet20, default_init=None, recipe="ig")
-register_model("resnet32", resnet32, default_init=None, recipe="ig")
-register_model("resnet_cifar", resnet_cifar, default_init=None, recipe="ig")
-register_model("resnet18", resnet18, default_init=None, recipe="ig")
-register_model("resnet50", resnet50, default_init=None, recipe="ig")
-register_model("resnet101", resnet101, default_init=None, recipe="ig")
-register_model("vit_small", vit_small, default_init=None, recipe="dlg")
-register_model("vit_b_16", vit_b_16, default_init=None, recipe="ig")
+register_model("resnet20", resnet20, default_init=None, recipe="ig", in_rank=3)
+register_model("resnet32", resnet32, default_init=None, recipe="ig", in_rank=3)
+register_model("resnet_cifar", resnet_cifar, default_init=None, recipe="ig", in_rank=3)
+register_model("resnet18", resnet18, default_init=None, recipe="ig", in_rank=3)
+register_model("resnet50", resnet50, default_init=None, recipe="ig", in_rank=3)
+register_model("resnet101", resnet101, default_init=None, recipe="ig", in_rank=3)
+register_model("vit_small", vit_small, default_init=None, recipe="dlg", in_rank=3)
+register_model("vit_b_16", vit_b_16, default_init=None, recipe="ig", in_rank=3)
 
 
 def list_models() -> list[str]:
@@ -127,8 +133,16 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     """Build model ``name`` with every weight drawn from ``seed`` (float32, CPU) and wrap it as a Victim.
 
     ``name`` is a registered model or the user's own class, ``path/to/file.py:Name`` or ``package.module:Name``.
+    ``in_shape`` (one example's shape) must be a tuple of positive integers, with as many entries as a registered
+    model takes (its ``in_rank``), and ``num_classes`` an integer of at least 1: anything else is one
+    :class:`~leakattack.errors.UserError` sentence before the model is built.
     """
-    in_shape = tuple(int(s) for s in in_shape)
+    if not _is_user(name):
+        _MODELS.get(name)  # an unknown name is named before its arguments
+    in_shape = _checked_in_shape(name, in_shape)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or int(num_classes) < 1:
+        raise UserError(f"num_classes must be an integer of at least 1, got {num_classes!r}")
+    num_classes = int(num_classes)
     meta = {"name": name, "seed": int(seed), "init": init, **params}
     if _is_user(name):
         cls = user_class(name)
@@ -152,6 +166,22 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     head = last_linear(module) if info["task"] == "classification" else None
     return Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=info["loss"],
                   task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
+
+
+def _checked_in_shape(name: str, in_shape) -> tuple[int, ...]:
+    """``in_shape`` as a tuple of ints, or one UserError sentence: not a sequence of positive integers, or (for a
+    registered model that declares its ``in_rank``) not that many entries."""
+    whole = isinstance(in_shape, (tuple, list, torch.Size)) and len(in_shape) > 0 and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and int(s) > 0 for s in in_shape)
+    if not whole:
+        raise UserError(f"in_shape must be the shape of one example, a tuple of positive integers such as "
+                        f"(3, 32, 32), got {in_shape!r}")
+    shape = tuple(int(s) for s in in_shape)
+    rank = _MODELS.meta(name).get("in_rank") if name in _MODELS else None
+    if rank is not None and len(shape) != rank:
+        what = " (channels, height, width)" if rank == 3 else ""
+        raise UserError(f"model '{name}' takes an in_shape of {rank} entries{what}, got {shape}")
+    return shape
 
 
 def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:

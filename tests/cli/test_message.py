@@ -170,7 +170,8 @@ BAD = [
     (lambda t: _save(t / "m.pt", input_shape=[3, 100000, 100000]),
      "message file '{m}': 'input_shape' must be at most 67,108,864 numbers per example"),
     (lambda t: _save(t / "m.pt", input_shape=[432]),
-     "model 'lenet' cannot be built for input_shape (432,) and num_classes 10 of message file '{m}' (ValueError: "),
+     "model 'lenet' takes an in_shape of 3 entries (channels, height, width), got (432,) (the model was built for "
+     "message file '{m}': input_shape (432,), num_classes 10)"),
     (lambda t: _save(t / "m.pt", num_classes=10 ** 9), "message file '{m}': 'num_classes' must be at most 1,000,000"),
     (lambda t: _save(t / "m.pt", message=torch.zeros(D), num_classes=11),
      "weights file '{w}' does not fit this model: 'fc.weight' has shape (10, 108), the model needs (11, 108) (the "
@@ -227,7 +228,8 @@ def test_a_registered_model_that_cannot_take_the_message_input_shape_is_one_sent
     before = _files(tmp_path)
     rc, _, err = _run(["--model", "resnet20", "--message", m, "--out", str(tmp_path / "r")], capsys)
     assert rc == 2 and len(err) == 1, err
-    assert err[0].startswith("leakattack: error: model 'resnet20' fails on a batch of shape (2, 5) (RuntimeError: ")
+    assert err[0].startswith("leakattack: error: model 'resnet20' takes an in_shape of 3 entries (channels, height, "
+                             "width), got (5,) (")
     assert err[0].endswith(f"the model was built for message file '{m}': input_shape (5,), num_classes 10)")
     assert _files(tmp_path) == before
 
