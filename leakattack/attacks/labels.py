@@ -20,6 +20,7 @@ import torch
 
 import targets
 
+from ..errors import UserError
 from ..seeds import torch_generator
 
 #: names accepted by ``recover_labels(..., rule=...)``; the first is the default
@@ -58,13 +59,22 @@ def _head_slices(victim) -> tuple[slice, slice | None]:
 
 
 def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
-    """U, beta and sigma of the module docstring from one adjoint M^T y and one sketched mask."""
+    """U, beta and sigma of the module docstring from one adjoint M^T y and one sketched mask.
+
+    A map that keeps none of the head's coordinates (a uniform sample that draws none of them) carries no label
+    signal: one UserError sentence names it and the label sources that need none.  One that keeps a few is read as
+    any other: the readout is unbiased over the draw of the sample, with a noise sigma that grows as fewer are kept.
+    """
     ws, bs = _head_slices(victim)
     mask = torch.zeros(sketch.d, dtype=y.dtype, device=y.device)
     mask[ws] = 1.0
     if bs is not None:
         mask[bs] = 1.0
     gain = float(sketch.apply(mask).pow(2).sum()) / float(mask.sum())
+    if gain == 0:
+        raise UserError(f"the sketch keeps none of the classifier head's {int(mask.sum())} coordinates (b = "
+                        f"{sketch.b} of d = {sketch.d}), so the message holds no label signal for a label rule to "
+                        "read; use --labels given or --labels dlg")
     u = sketch.adjoint(y) / gain
     sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(max(0.0, 1 / sketch.b - 1 / sketch.d))
     U = u[ws].reshape(victim.head.weight.shape)
@@ -281,10 +291,13 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
     For y = M g with M = a R and R a coordinate-wise embedding, <M m_c, y> estimates
     a^2 <m_c, g> with standard deviation about ||M m_c|| ||y|| sqrt(1/b - 1/d)
     (Lemma D.11's O(||m|| ||g|| / sqrt(b)), with the finite-population factor that is 0
-    for an unsketched message).  Below ~2 the recovered label is a coin toss.
+    for an unsketched message).  Below ~2 the recovered label is a coin toss; 0 where the map
+    keeps none of the head's weight rows (every score is 0: nothing stands out).
     """
     rows, _ = sketched_rows(victim, sketch, y)
     scores = (rows @ y).sort().values
     sigma = float(rows.norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5
     gap = float(scores[1] - scores[0])
-    return gap / sigma if sigma > 0 else float("inf")
+    if sigma > 0:
+        return gap / sigma
+    return float("inf") if gap > 0 else 0.0  # no noise: certain where a score stands out; none read nothing
