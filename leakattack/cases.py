@@ -385,14 +385,21 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.de
                           f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None
     if cfg.model in targets.list_models():  # the user's classes are probed when built
         _probe_message_model(cfg, msg, victim, built)
+    named = msg.ids.get("weights")  # the weights file a recorder (the Flower one) wrote beside the message
+    named = named if isinstance(named, str) and named else None
     if cfg.weights:
         try:
             targets.load_weights(victim, cfg.weights)
         except UserError as err:
             raise ConfigError(f"{err} ({built})") from None
+        if named is not None and Path(cfg.weights).name != Path(named).name:
+            warnings.warn(f"message file '{msg.path}' names its weights file '{named}', and --weights is "
+                          f"'{cfg.weights}': the message is attacked at the weights given, which must be the weights "
+                          "the client had", SettingWarning, stacklevel=3)
     else:
-        warnings.warn(f"no --weights: the message is attacked at the weights model '{cfg.model}' draws from model "
-                      f"seed {seeds.model_seed}, which must be the weights the client had", SettingWarning,
+        which = f" (the message file names '{named}')" if named is not None else ""
+        warnings.warn(f"no --weights{which}: the message is attacked at the weights model '{cfg.model}' draws from "
+                      f"model seed {seeds.model_seed}, which must be the weights the client had", SettingWarning,
                       stacklevel=3)
     images = truth[0] if truth is not None else torch.zeros(0, *in_shape)
     labels = truth[1] if truth is not None and truth[1] is not None else torch.zeros(images.shape[0], dtype=torch.long)

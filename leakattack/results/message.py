@@ -155,13 +155,14 @@ def _load(path: Path, where: str):
     """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError.  torch's own
     notes on the file (such as its pickle protocol) are not shown: the file is loaded, or refused in one sentence."""
     if not path.is_file():
-        raise MessageError(f"{where} does not exist")
+        raise MessageError(f"{where} " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "not an allowed global" in str(err) or "Unsupported global" in str(err):
+        text = str(err).lower()  # torch's wording varies: "Unsupported global", "unsupported GLOBAL"
+        if "not an allowed global" in text or "unsupported global" in text:
             raise MessageError(f"{where} holds objects other than tensors and plain containers; it was not "
                                "loaded") from None
         raise MessageError(f"{where} is not a readable torch file (UnpicklingError)") from None

@@ -1,7 +1,9 @@
 """`leakattack run --message`: a captured message file is attacked as the client sent it; bad files are one sentence."""
 
 import json
+import os
 import pickle
+import shutil
 import subprocess
 import sys
 import warnings
@@ -14,7 +16,7 @@ import torch.nn.functional as F
 import targets
 from leakattack import cli
 from leakattack.config import RunConfig
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 from leakattack.experiment import prepare
 from leakattack.results.message import write_message
 from leakattack.sketch import get_sketch
@@ -157,6 +159,7 @@ BAD = [
     (lambda t: ((t / "m.pt").write_text("not torch"), str(t / "m.pt"))[1],
      "message file '{m}' is not a readable torch file"),
     (lambda t: str(t / "absent.pt"), "message file '{m}' does not exist"),
+    (lambda t: ((t / "adir.pt").mkdir(), str(t / "adir.pt"))[1], "message file '{m}' is a folder, not a file"),
     # each field against the model, before any work
     (lambda t: _save(t / "m.pt", message=torch.zeros(D), labels=torch.tensor([12])),
      "message file '{m}': 'labels' must be class indices in [0, 10) (model 'lenet' has 10 classes), "
@@ -361,3 +364,57 @@ def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilo
     clipped = SimpleNamespace(defense="clip:C=1@before_sketch", epsilon=None, delta=None, utility_acc=None,
                               privacy_note="no Gaussian noise: no DP guarantee")
     assert _defense(clipped, 10) == "defense clip:C=1@before_sketch | "  # no noise: no ε to state
+
+
+def test_a_truth_folder_is_called_a_folder(tmp_path, capsys, lenet_weights):
+    """It was said not to exist."""
+    (tmp_path / "x.pt").mkdir()
+    m = _save(tmp_path / "m.pt", message=torch.zeros(D))
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, "--truth",
+                       str(tmp_path / "x.pt"), "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and err == [f"leakattack: error: truth file '{tmp_path / 'x.pt'}' is a folder, not a file"], err
+
+
+class _ShellCommand:
+    """Unpickled by a full unpickler, this runs a shell command (creating ``MARKER``)."""
+
+    MARKER = ""
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.MARKER}",)
+
+
+@pytest.mark.parametrize("which", ["message", "truth"])
+def test_a_file_whose_pickle_calls_os_system_is_refused_as_holding_code_without_running_it(
+        tmp_path, capsys, lenet_weights, which):
+    """torch words this refusal 'unsupported GLOBAL posix.system', which was read as an unreadable file."""
+    _ShellCommand.MARKER = str(tmp_path / "ran")
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": "leakattack-message", "message": _ShellCommand()}, evil)
+    files = {"message": _save(tmp_path / "m.pt", message=torch.zeros(D)), which: str(evil)}
+    truth = ["--truth", files["truth"]] if "truth" in files else []
+    rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", files["message"], *truth,
+                       "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2 and err == [f"leakattack: error: {which} file '{evil}' holds objects other than tensors and plain "
+                               "containers; it was not loaded"], err
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "r").exists()
+
+
+def test_weights_of_another_name_than_the_message_file_names_are_a_one_line_warning(tmp_path, lenet_weights):
+    """A Flower message file names the weights file written beside it (ids.weights); another one passed silently."""
+    write_message(tmp_path / "round001-client0.pt", torch.zeros(D), input_shape=SHAPE, num_classes=10, round=1,
+                  client="0", weights="round001-weights.pt")
+    named = tmp_path / "round001-weights.pt"
+    shutil.copy(lenet_weights, named)
+    cfg = dict(model="lenet", message=str(tmp_path / "round001-client0.pt"), iterations=1)
+    with pytest.warns(SettingWarning) as seen:
+        prepare(RunConfig(**cfg, weights=lenet_weights))
+    said = [str(w.message) for w in seen if "names its weights file" in str(w.message)]
+    assert len(said) == 1 and f"names its weights file 'round001-weights.pt', and --weights is '{lenet_weights}'" \
+        in said[0], said
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        prepare(RunConfig(**cfg, weights=str(named)))
+    assert not [w for w in seen if "weights" in str(w.message)], [str(w.message) for w in seen]
+    with pytest.warns(SettingWarning, match=r"no --weights \(the message file names 'round001-weights.pt'\)"):
+        prepare(RunConfig(**cfg))
