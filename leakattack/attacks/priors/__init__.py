@@ -12,16 +12,21 @@ BatchNorm layers from it) and is one of two kinds:
   ``dip`` (the deep image prior) is one: x = G_theta(z), the attack optimises theta.
   At most one re-parametrisation runs; the penalties act on its images.
 
-Adding a prior: its own module here, plus one registration line (``weight``: the
-default weight; ``check``: optional, weight -> None or a one-sentence complaint,
-for priors whose weight means something other than a penalty's factor).  On the
-command line a prior is ``NAME[:WEIGHT]`` (:func:`parse_prior`); weight 0 turns
-any prior off.
+A prior is registered as a builder ``builder(weight, *, obs) -> prior`` (a class whose
+constructor takes the weight and the keyword ``obs`` is one): :func:`register_prior`
+(``weight``: the default weight; ``check``: optional, weight -> None or a one-sentence
+complaint, for priors whose weight means something other than a penalty's factor).  A
+plain function of x is not a builder: wrap it, ``lambda weight, obs=None: lambda x:
+weight * penalty(x)``.  Adding a built-in prior: its own module here plus one
+``register_prior`` line below.  On the command line a prior is ``NAME[:WEIGHT]``
+(:func:`parse_prior`); weight 0 turns any prior off.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any, Callable
 
 from ...errors import UserError
 from ...registry import Registry
@@ -30,9 +35,49 @@ from .dip import DeepImagePrior, weight_error
 from .tv import TotalVariation, total_variation
 
 _PRIORS = Registry("prior")
-_PRIORS.register("tv", TotalVariation, weight=1e-4)
-_PRIORS.register("bn", BatchNormPrior, weight=1e-2)
-_PRIORS.register("dip", DeepImagePrior, weight=1.0, check=weight_error)
+
+
+def register_prior(name: str, builder: Callable[..., Any] | None = None, *, weight: float = 1.0,
+                   check: Callable[[float], str | None] | None = None):
+    """Register ``builder(weight, *, obs) -> prior`` as prior ``name`` (a decorator without ``builder``).
+
+    The prior is a penalty (a callable x -> weighted penalty, x a batch of images) or a
+    re-parametrisation (see the module docstring).  ``weight`` is the weight ``--prior NAME``
+    takes; ``check(weight)`` returns None or a one-sentence complaint.  A builder that cannot be
+    called as ``builder(weight, obs=obs)`` raises ``TypeError``, a bad weight ``ValueError``, a
+    name registered twice ``ValueError``.
+    """
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise UserError(f"the default weight of prior '{name}' must be a non-negative number, got {weight!r}")
+    if check is not None and not callable(check):
+        raise TypeError(f"the check of prior '{name}' must be a callable weight -> None or a sentence, got {check!r}")
+
+    def deco(b):
+        if not callable(b):
+            raise TypeError(f"prior '{name}' must be registered with a builder(weight, *, obs), got {b!r}")
+        try:
+            inspect.signature(b).bind(float(weight), obs=None)
+        except TypeError:
+            raise TypeError(f"prior '{name}': {getattr(b, '__name__', b)!s}{_signature(b)} cannot be called as "
+                            "builder(weight, obs=obs); wrap a plain function of x as "
+                            "lambda weight, obs=None: lambda x: weight * penalty(x)") from None
+        except ValueError:  # a builtin without a signature: it is called as it is
+            pass
+        return _PRIORS.register(name, b, weight=float(weight), check=check)
+
+    return deco if builder is None else deco(builder)
+
+
+def _signature(obj) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+register_prior("tv", TotalVariation, weight=1e-4)
+register_prior("bn", BatchNormPrior, weight=1e-2)
+register_prior("dip", DeepImagePrior, weight=1.0, check=weight_error)
 
 
 def list_priors() -> list[str]:
@@ -83,6 +128,6 @@ def prior_error(text) -> str | None:
     return None
 
 
-__all__ = ["get_prior", "list_priors", "parse_prior", "penalty_label", "prior_error", "total_variation",
-           "TotalVariation",
+__all__ = ["get_prior", "list_priors", "register_prior", "parse_prior", "penalty_label", "prior_error",
+           "total_variation", "TotalVariation",
            "BatchNormPrior", "batch_moments", "bn_statistics_distance", "DeepImagePrior"]

@@ -1,0 +1,78 @@
+"""The registries from Python: priors have a public register verb with the builder signature they are called with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import defenses
+import defenses.registry
+import targets
+import targets.models
+from leakattack import Channel, ThreatModel, attacks, observe
+from leakattack import sketch as sketches
+from leakattack.attacks import get_attack
+from leakattack.attacks import priors as prior_registry
+from leakattack.attacks.priors import get_prior, list_priors, parse_prior, register_prior
+from leakattack.sketch import get_sketch
+
+REGISTRIES = (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, prior_registry._PRIORS,
+              defenses.registry._REGISTRY)
+
+
+@pytest.fixture
+def fresh_registries(monkeypatch):
+    """Every registry a user extends, restored after the test (what it registers is gone for the next one)."""
+    for registry in REGISTRIES:
+        monkeypatch.setattr(registry, "_items", dict(registry._items))
+        monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+
+
+# -- priors ------------------------------------------------------------------------------------------------------------
+def test_register_prior_takes_a_builder_of_weight_and_obs_and_its_default_weight(fresh_registries):
+    register_prior("flat", lambda weight, obs=None: lambda x: weight * x.var(), weight=0.5)
+    assert "flat" in list_priors() and parse_prior("flat") == ("flat", 0.5) and parse_prior("flat:2") == ("flat", 2.0)
+    x = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    assert get_prior("flat", 2.0)(x).item() == pytest.approx(2 * x.var().item())
+
+    @register_prior("decorated", weight=1e-3)
+    class Decorated:
+        def __init__(self, weight, *, obs=None):
+            self.weight = weight
+
+        def __call__(self, x):
+            return self.weight * x.sum()
+
+    assert parse_prior("decorated") == ("decorated", 1e-3) and isinstance(get_prior("decorated", 1.0), Decorated)
+
+
+def test_register_prior_refuses_a_plain_function_of_x_naming_the_wrapper_a_bad_weight_and_a_name_twice(
+        fresh_registries):
+    with pytest.raises(TypeError, match=r"prior 'plain': <lambda>\(x\) cannot be called as builder\(weight, "
+                                        r"obs=obs\); wrap a plain function of x as lambda weight, obs=None"):
+        register_prior("plain", lambda x: x.var())
+    assert "plain" not in list_priors()
+    with pytest.raises(ValueError, match=r"^the default weight of prior 'w' must be a non-negative number, got -1$"):
+        register_prior("w", lambda weight, obs=None: None, weight=-1)
+    with pytest.raises(ValueError, match="prior 'tv' is registered twice"):
+        register_prior("tv", lambda weight, obs=None: None)
+
+
+def test_a_registered_prior_reaches_the_attack_that_names_it(fresh_registries):
+    calls = []
+
+    def builder(weight, obs=None):
+        def penalty(x):
+            calls.append(x.shape)
+            return weight * (x.mean() - 0.5) ** 2
+        return penalty
+
+    register_prior("pull", builder)
+    torch.manual_seed(0)
+    victim = targets.Victim.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)).double(),
+                                        input_shape=(1, 2, 2), num_classes=2)
+    obs = observe(victim, torch.rand(1, 1, 2, 2, dtype=torch.float64), torch.tensor([1]),
+                  Channel(get_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
+    result = get_attack("gradient-matching", iterations=2, priors={"pull": 1.0}, labels="given").reconstruct(obs)
+    assert calls and calls[0] == (1, 1, 2, 2) and np.isfinite(result.final_loss)
