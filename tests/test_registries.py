@@ -1,4 +1,5 @@
-"""The registries from Python: priors have a public register verb with the builder signature they are called with."""
+"""The registries from Python: names registered at run time are listed by `leakattack list`, and priors have a public
+register verb with the builder signature they are called with."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import defenses
 import defenses.registry
 import targets
 import targets.models
-from leakattack import Channel, ThreatModel, attacks, observe
+from defenses import Transform, register_defense
+from leakattack import Channel, ThreatModel, attacks, cli, observe
 from leakattack import sketch as sketches
-from leakattack.attacks import get_attack
+from leakattack.attacks import Attack, AttackResult, get_attack, register_attack
 from leakattack.attacks import priors as prior_registry
 from leakattack.attacks.priors import get_prior, list_priors, parse_prior, register_prior
-from leakattack.sketch import get_sketch
+from leakattack.config import names
+from leakattack.sketch import Sketch, get_sketch, register_sketch
 
 REGISTRIES = (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, prior_registry._PRIORS,
               defenses.registry._REGISTRY)
@@ -27,6 +30,64 @@ def fresh_registries(monkeypatch):
     for registry in REGISTRIES:
         monkeypatch.setattr(registry, "_items", dict(registry._items))
         monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+
+
+class Halves(Sketch):
+    """The first b coordinates (a sketch only to be registered)."""
+
+    kind = "halves"
+
+    def _apply(self, v):
+        return v[..., :self.b]
+
+    def _adjoint(self, u):
+        return torch.nn.functional.pad(u, (0, self.d - self.b))
+
+
+class Noop(Transform):
+    """Sends the vector unchanged (a defense only to be registered)."""
+
+    name = "noop"
+    schema = {}
+
+    def __call__(self, v, gen):
+        return v
+
+
+class Blank(Attack):
+    """Returns zeros (an attack only to be registered)."""
+
+    closed_form = True
+
+    def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+        x = torch.zeros(obs.batch_size, *obs.victim.input_shape, dtype=obs.y.dtype)
+        return AttackResult(x=x, labels=None, x0=x.clone(), losses=[0.0])
+
+
+def _listed(text: str) -> dict[str, list[str]]:
+    return {head.strip(): body.strip().split(", ") for head, body in
+            (line.split(":", 1) for line in text.strip().splitlines())}
+
+
+def test_list_names_what_was_registered_at_run_time_in_every_family(fresh_registries, capsys):
+    targets.register_model("wide", lambda in_shape, num_classes: torch.nn.Linear(int(np.prod(in_shape)), num_classes))
+    register_sketch(Halves)
+    register_attack("blank", Blank)
+    register_defense(Noop)
+    register_prior("flat", lambda weight, obs=None: lambda x: weight * x.var(), weight=0.5)
+
+    assert cli.main(["list"]) == 0
+    shown = _listed(capsys.readouterr().out)
+    assert "wide" in shown["models"] and shown["models"] == targets.list_models()
+    assert "halves" in shown["sketches"] and "blank" in shown["attacks"]
+    assert "noop" in shown["defenses"] and "flat" in shown["priors"]
+
+
+def test_a_registry_whose_module_is_not_loaded_answers_from_its_copy_without_importing_it():
+    listed = names.Listed("leakattack_no_such_module:list_things", ("a", "b"))
+    assert listed.current() == ["a", "b"]
+    loaded = names.Listed("leakattack.sketch:list_sketches", ("srht",))
+    assert loaded.current() == sketches.list_sketches()
 
 
 # -- priors ------------------------------------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """``leakattack list``: the names every registry accepts.
 
-Without ``--model`` the names come from :mod:`leakattack.config.names`, the copies of the
-registries' built-in names that the flags show (``tests/config/test_names.py`` keeps them equal
-to the registries), so the command answers without importing torch.  ``--model M`` asks the
-model registry itself, ``--attack A`` the attack registry (the options A declares).
+Without ``--model`` each registry whose module is loaded is asked itself, so a name registered
+at run time (``register_model``, ``register_attack``, ``register_sketch``, ``register_defense``,
+``register_prior``) is listed by ``cli.main(["list"])`` in the same process; a registry not
+loaded yet answers from its copy in :mod:`leakattack.config.names` (its built-in names, which
+``tests/config/test_names.py`` keeps equal to the registry's), so ``leakattack list`` from the
+shell answers without importing torch.  ``--model M`` asks the model registry itself,
+``--attack A`` the attack registry (the options A declares).
 """
 
 from __future__ import annotations
 
 from ..config import names
 
-#: (heading, registry copy) in the order printed
+#: (heading, registry names) in the order printed
 SECTIONS = (("models", names.MODELS), ("sketches", names.SKETCHES), ("datasets", names.DATASETS),
             ("attacks", names.ATTACKS), ("recipes", names.RECIPES), ("priors", names.PRIORS),
             ("optimizers", names.OPTIMIZERS), ("defenses", names.DEFENSES), ("protocols", names.PROTOCOLS),
@@ -47,5 +50,5 @@ def cmd_list(a) -> int:
             print(f"  {p.option:<24}{help_text(p)}")
         return 0
     for heading, listed in SECTIONS:
-        print(f"{heading + ':':<16}{', '.join(listed.shown)}")
+        print(f"{heading + ':':<16}{', '.join(listed.current())}")
     return 0

@@ -12,6 +12,7 @@ is out of date: adding a registry entry or changing a default below means editin
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable
 
 
@@ -39,6 +40,15 @@ class Listed:
 
     def __call__(self) -> list[str]:
         return [*self.first, *live(self.source)()]
+
+    def current(self) -> list[str]:
+        """The registry's names where its module is loaded (with what was registered at run time), else the copy.
+
+        Registering a name imports the registry's module, so a loaded module is the only place a name can be
+        missing from the copy; an unloaded one is not imported here (``leakattack list`` imports no torch).
+        """
+        module = self.source.partition(":")[0]
+        return self() if module in sys.modules else list(self.shown)
 
     def __repr__(self) -> str:
         return f"Listed({self.source!r})"
