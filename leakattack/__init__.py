@@ -2,16 +2,20 @@
 
 One attack is one trip through the stations: data -> targets (Victim) -> channel
 (defenses + sketch) -> observation -> attack -> metrics -> results -> figures.
-From Python::
+From Python (one embedded photo, the DLG LeNet, an SRHT sketch with b = d/2)::
+
+    import torch
 
     import targets
-    from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe, score
+    from leakattack import Channel, ThreatModel, get_attack, get_batch, get_dataset, get_sketch, observe, score
 
+    x, labels = get_batch(get_dataset("photos"), 0)
+    x = x.to(torch.float64)
     victim = targets.get_model("lenet", in_shape=(3, 32, 32), num_classes=10).to(dtype=torch.float64)
     channel = Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1))
     obs = observe(victim, x, labels, channel, ThreatModel())
     result = get_attack("gradient-matching", iterations=500).reconstruct(obs)
-    print(score(result.x.clamp(0, 1), x)["psnr"])
+    print(score(result.x.clamp(0, 1), x, with_lpips=False)["psnr"])
 
 ``run_attack(RunConfig(...))`` does the same from a configuration and writes a
 run folder, as ``leakattack run`` does; it returns the run's metrics (a
