@@ -92,9 +92,36 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
 
 
+def shaped_like(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A regression's targets in the shape of the model's output: (B,) targets of a (B, 1) output become (B, 1)
+    (compared as they are, they would broadcast into a (B, B) difference); targets that do not hold one number per
+    output are one sentence."""
+    if target.shape == output.shape:
+        return target
+    if target.shape[:1] == output.shape[:1] and target.numel() == output.numel():
+        return target.reshape(output.shape)
+    raise UserError(f"the regression targets have shape {tuple(target.shape)} and the model's outputs "
+                    f"{tuple(output.shape)}: give one target per output")
+
+
 def squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1/2 (w^T x - y)^2 averaged over the batch (the sketching paper's linear-regression F)."""
-    return 0.5 * (output - target.to(output.dtype)).pow(2).mean()
+    """1/2 (w^T x - y)^2 averaged over the batch (the sketching paper's linear-regression F); ``target`` is taken in
+    the output's shape (:func:`shaped_like`)."""
+    return 0.5 * (output - shaped_like(output, target).to(output.dtype)).pow(2).mean()
+
+
+class TargetsShaped:
+    """A regression loss that sees its targets in the shape of the model's output (:func:`shaped_like`): a user's
+    ``nn.MSELoss()`` on a (B, 1) output compares each example with its own target."""
+
+    def __init__(self, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        self.__wrapped__ = loss
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.__wrapped__(output, shaped_like(output, target))
+
+    def __repr__(self) -> str:
+        return f"TargetsShaped({self.__wrapped__!r})"
 
 
 def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -198,6 +225,7 @@ class Victim:
     model: nn.Module
     input_shape: tuple
     num_classes: int
+    #: F(output, target); a regression's own loss is wrapped in :class:`TargetsShaped`
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy
     task: str = "classification"  #: classification (integer labels) | regression (real targets)
     head: nn.Linear | None = None  #: the layer whose weight gradient carries the label signal (None: no label rule)
@@ -222,6 +250,8 @@ class Victim:
             raise UserError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
         if self.bn_mode not in BN_MODES:
             raise UserError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+        if self.task == "regression" and self.loss is not squared_error and not isinstance(self.loss, TargetsShaped):
+            self.loss = TargetsShaped(self.loss)
         if self.head is not None and not self.head.weight.requires_grad:
             self.head = None  # a frozen head sends no weight gradient: no label rule reads it
         self.set_mode()
@@ -347,5 +377,6 @@ class Victim:
 
 
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
-           "cross_entropy", "squared_error", "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
+           "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "has_batchnorm", "batchnorm_layers",
+           "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "last_linear", "first_line", "output_problem", "kept_buffers"]
