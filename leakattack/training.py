@@ -21,6 +21,13 @@ Training that stops early (Ctrl-C, SIGTERM, a diverged loss) keeps the rounds it
 records them as ``rounds`` (N, possibly 0), with ``rounds_planned`` (the T asked for) and ``stopped``
 (``interrupted`` or ``diverged``); the checkpoint of w^(N+1) is written where checkpoints are, and the figure
 is drawn from the rounds done.
+
+Training into a folder that holds an earlier run continues it (:func:`resume_point`) when the earlier run trained
+the same protocol, spec and model with the same torch, and its rounds 1..N can be carried on exactly: a round
+depends only on w^t, the model's buffers and the seeds keyed by t, so training continues from the checkpoint of
+w^(N+1) and its buffers, and rounds N+1..T come out as an uninterrupted training's would.  Any other earlier run
+(another setting, a diverged one, one without that checkpoint, a protocol whose server keeps state between
+rounds) is refused in one sentence before anything is written.
 """
 
 from __future__ import annotations
@@ -30,12 +37,13 @@ import io
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, evaluate, get_protocol
+from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol
 from targets.victim import batchnorm_layers
 
 from .config import ConfigError, validate_protocol
@@ -43,7 +51,15 @@ from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import UserError
 from .figures import accuracy_figure
 from .progress import progress_bar
-from .results import atomic_write_bytes, atomic_write_text, load_tensors, read_json, read_jsonl, write_json
+from .results import (
+    atomic_write_bytes,
+    atomic_write_text,
+    load_tensors,
+    read_json,
+    read_jsonl,
+    to_jsonable,
+    write_json,
+)
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
@@ -215,13 +231,15 @@ def check_unchanged(folder: str | Path, described: dict) -> None:
 
 
 def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_name: str | None = None,
-          progress: bool = True, download: bool = False, checkpoints: bool = True, checkpoint_every: int = 1) -> Path:
+          progress: bool = True, download: bool = False, checkpoints: bool = True, checkpoint_every: int = 1,
+          on_resume: Callable[[Path, int], None] | None = None) -> Path:
     """Run ``rounds`` rounds of protocol ``name`` and write the run folder; returns it.
 
     With ``checkpoints``, w^t is written for t = 1 and every ``checkpoint_every``-th round after it
     (t = 1, 1 + k, 1 + 2k, ...), and the final weights w^(rounds+1) always.  Stopped early (Ctrl-C: raises
     :class:`TrainingInterrupted`; a diverged loss: :class:`TrainingDiverged`), the run folder records the rounds
-    it finished (see the module's docstring)."""
+    it finished (see the module's docstring).  A folder holding rounds 1..N of the same training is continued from
+    round N+1 (``on_resume(folder, N)`` is called first); one holding another is refused (:func:`resume_point`)."""
     trainset, testset = load_split(model_spec, download)
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)
@@ -229,23 +247,35 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     if any(s.numel() == 0 for s in proto.shards):
         raise ConfigError(f"{spec['clients']} clients leave some client without data ({len(trainset)} training images)")
     folder = Path(out) / (run_name or name)
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in checkpoint_path(folder, 1).parent.glob("round_*.pt"):  # an earlier training's weights
-        stale.unlink()
-    stale_log = folder / "train.jsonl"  # an earlier training's rounds
-    if stale_log.is_file():
-        stale_log.unlink()
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__}
+    rows = resume_point(folder, record, proto)
+    w: torch.Tensor | None
+    if not rows:
+        w = proto.initial_weights()
+        for stale in checkpoint_path(folder, 1).parent.glob("round_*.pt"):  # a run of this setting before round 1
+            stale.unlink()
+    elif checkpoint_path(folder, len(rows) + 1).is_file():
+        w, buffers = load_checkpoint(folder, len(rows) + 1, victim.d)
+        if buffers is not None:  # the running statistics the clients' forward passes left before round N+1
+            load_buffers(victim, buffers, checkpoint_path(folder, len(rows) + 1))
+    else:  # every round asked for is there, without the weights after them (trained with --no-checkpoints)
+        w = None
+    if rows and on_resume is not None:
+        on_resume(folder, len(rows))
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_log(folder, rows)
     write_json(folder / "protocol.json", record)
-    w = proto.initial_weights()
     # the finished rounds' rows, the weights after the last of them and the buffers with them: one assignment, so
     # that an interrupt leaves them consistent
-    finished: tuple[list[dict], torch.Tensor, dict] = ([], w, model_buffers(victim))
-    cum, mean_cum, t0 = 0, 0.0, time.perf_counter()
-    bar = progress_bar(rounds, name, "round", progress, leave=False)
+    finished: tuple[list[dict], torch.Tensor | None, dict] = (rows, w, model_buffers(victim))
+    last = rows[-1] if rows else {}
+    cum, mean_cum = last.get("floats_cum", 0), last.get("floats_mean_cum", 0.0)
+    t0 = time.perf_counter() - last.get("wall_s", 0.0)  # wall_s counts the earlier rounds' time too
+    bar = progress_bar(rounds, name, "round", progress, leave=False, initial=len(rows))
     try:
-        for t in range(1, rounds + 1):
+        for t in range(len(rows) + 1, rounds + 1):
+            assert w is not None  # resume_point found the checkpoint of w^(N+1) for a round still to run
             if checkpoints and (t - 1) % checkpoint_every == 0:
                 save_checkpoint(folder, t, w, finished[2])
             with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
@@ -276,7 +306,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         done = len(rows)
         _write_log(folder, rows)
         write_json(folder / "protocol.json", {**record, "rounds": done, "rounds_planned": rounds, "stopped": stopped})
-        if checkpoints and not checkpoint_path(folder, done + 1).is_file():
+        if checkpoints and w_done is not None and not checkpoint_path(folder, done + 1).is_file():
             save_checkpoint(folder, done + 1, w_done, buffers_done)
         accuracy_figure(Path(out))
         if isinstance(err, TrainingDiverged):
@@ -284,10 +314,88 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         raise TrainingInterrupted(folder, done, rounds) from None
     if bar is not None:
         bar.close()
-    if checkpoints:
+    if checkpoints and finished[1] is not None:
         save_checkpoint(folder, rounds + 1, finished[1], finished[2])
     accuracy_figure(Path(out))
     return folder
+
+
+def keeps_server_state(proto: Protocol) -> bool:
+    """Whether the protocol's server carries state from one round to the next besides w (SAFL's optimiser moments),
+    which a checkpoint of w does not hold: such a protocol resets that state in a ``replay`` of its own."""
+    return type(proto).replay is not Protocol.replay
+
+
+def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:
+    """(setting, stored value, this training's value) of the first setting a stored protocol.json trained with
+    otherwise than ``record`` asks; None when they agree.  A spec setting the stored run does not name took its
+    default; the values are compared as protocol.json writes them."""
+    mine = json.loads(json.dumps(to_jsonable(record)))
+    theirs = {"protocol": stored.get("protocol"), "spec": {**to_jsonable(SPEC_DEFAULTS), **stored["spec"]},
+              "model": stored["model"]}
+    if theirs["protocol"] != mine["protocol"]:
+        return "protocol", theirs["protocol"], mine["protocol"]
+    for part in ("model", "spec"):
+        for key in sorted(set(theirs[part]) | set(mine[part])):
+            if theirs[part].get(key) != mine[part].get(key):
+                return key, theirs[part].get(key), mine[part].get(key)
+    return None
+
+
+def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
+    """The train.jsonl rows of the rounds 1..N an earlier training in ``folder`` finished that this one (``record``:
+    what its protocol.json will hold) continues from: empty for a folder without one, or with one of the same
+    setting that finished no round.  ConfigError, in one sentence naming the folder, what it holds and how to
+    proceed, where the folder holds training that cannot be continued exactly."""
+    folder = Path(folder)
+    elsewhere = "give another --name or --out, or remove the folder to train from round 1"
+    pj, log = folder / "protocol.json", folder / "train.jsonl"
+    if not pj.is_file():
+        if log.is_file() or any(checkpoint_path(folder, 1).parent.glob("round_*.pt")):
+            raise ConfigError(f"'{folder}' holds training files ({'train.jsonl' if log.is_file() else 'checkpoints'}) "
+                              f"without the protocol.json that says how they were trained: {elsewhere}")
+        return []
+    try:
+        stored = read_json(pj)
+        rows = read_jsonl(log) if log.is_file() else []
+        if not (isinstance(stored, dict) and isinstance(stored.get("spec"), dict)
+                and isinstance(stored.get("model"), dict) and isinstance(stored.get("rounds"), int)):
+            raise ValueError
+        if [r.get("round") for r in rows] != list(range(1, len(rows) + 1)) or len(rows) > stored["rounds"]:
+            raise ValueError
+    except (OSError, UserError, ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        raise ConfigError(f"'{folder}' holds a protocol.json and train.jsonl that are not a run of `leakattack "
+                          f"train`: {elsewhere}") from None
+    done = len(rows)
+    model = stored["model"]
+    held = (f"a {stored.get('protocol')} training of {model.get('model')} on {model.get('dataset')} "
+            f"({f'rounds 1..{done}' if done else 'no finished round'})")
+    change = _setting_change(stored, record)
+    if change is not None:
+        key, theirs, mine = change
+        raise ConfigError(f"'{folder}' holds {held} with other settings (its {key} is {theirs!r}, this training's "
+                          f"{mine!r}): {elsewhere}")
+    if not done:
+        return []
+    if done > record["rounds"]:
+        raise ConfigError(f"'{folder}' holds {held}, more than --rounds {record['rounds']}: give --rounds {done} or "
+                          f"more to continue it, or {elsewhere.removeprefix('give ')}")
+    if done == record["rounds"]:
+        return rows  # every round asked for is there: nothing to train
+    if stored.get("torch", record["torch"]) != record["torch"]:
+        raise ConfigError(f"'{folder}' holds {held} made with torch {stored['torch']}, and this is torch "
+                          f"{record['torch']}, whose rounds need not agree with them bit for bit: {elsewhere}")
+    if stored.get("stopped") == "diverged":
+        raise ConfigError(f"'{folder}' holds {held}, whose loss diverged in round {done + 1}, where the same settings "
+                          f"diverge again: lower the learning rates and {elsewhere}")
+    if keeps_server_state(proto):
+        raise ConfigError(f"'{folder}' holds {held}, and protocol '{stored['protocol']}' keeps server state between "
+                          f"rounds that its checkpoints do not hold, so training cannot continue from round "
+                          f"{done + 1} exactly: {elsewhere}")
+    if not checkpoint_path(folder, done + 1).is_file():
+        raise ConfigError(f"'{folder}' holds {held} without the checkpoint of w^{done + 1} to continue from (a "
+                          f"training with --no-checkpoints writes none): {elsewhere}")
+    return rows
 
 
 def _write_log(folder: Path, rows: list[dict]) -> None:
@@ -301,4 +409,4 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
            "check_unchanged", "build_victim", "load_split", "checkpoint_path",
            "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
-           "stored_protocol", "train"]
+           "stored_protocol", "keeps_server_state", "resume_point", "train"]

@@ -29,6 +29,14 @@ def _floats(row: dict) -> str:
     return f"floats/client {mean:.0f} on average, {sampled} per client sampled every round"
 
 
+def _resuming(folder: Path, done: int, rounds: int) -> None:
+    """One line on stderr: the folder holds rounds 1..done of this training, which continues from there."""
+    what = "nothing is left to train" if done >= rounds else \
+        f"training continues from round {done + 1} of {rounds}"
+    print(f"note: '{folder}' holds rounds 1..{done} of this training (same protocol, settings and model): {what}",
+          file=sys.stderr)
+
+
 def cmd_train(a) -> int:
     check_value("rounds T", Number(1, integer=True), a.rounds)
     check_value("protocol", Choice(list_protocols), a.protocol)
@@ -62,7 +70,7 @@ def cmd_train(a) -> int:
     try:
         folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                        download=a.download, checkpoints=not a.no_checkpoints,
-                       checkpoint_every=a.checkpoint_every)
+                       checkpoint_every=a.checkpoint_every, on_resume=lambda f, n: _resuming(f, n, a.rounds))
     except TrainingInterrupted as stop:
         held = f"rounds 1..{stop.done}" if stop.done else "no finished round"
         print(f"leakattack: interrupted; training stopped after round {stop.done} of {stop.planned}, and "

@@ -1,0 +1,177 @@
+"""`leakattack train` into a folder that holds an earlier training: the same training continues from its last
+finished round, exactly as an uninterrupted one would have gone on; any other is refused in one sentence that
+leaves the folder as it was."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from leakattack import cli, training
+
+TRAIN = ["train", "--protocol", "sketched", "--clients", "3", "--quiet", "--threads", "1"]
+
+
+def _rows(folder, wall=False):
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    return rows if wall else [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def _snapshot(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _interrupt_in_round(monkeypatch, stop: int) -> None:
+    """Ctrl-C while round ``stop`` is evaluated."""
+    calls = {"n": 0}
+    evaluate = training.evaluate
+
+    def interrupted(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == stop:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kw)
+
+    monkeypatch.setattr(training, "evaluate", interrupted)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """Five rounds in one go, the reference every continued training must equal."""
+    out = tmp_path_factory.mktemp("straight")
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(out)]) == 0
+    return out / "sketched"
+
+
+@pytest.fixture
+def interrupted(tmp_path):
+    """A 50-round training, one checkpoint every 50 rounds, stopped by Ctrl-C in round 4: it keeps rounds 1..3."""
+    with pytest.MonkeyPatch.context() as mp:
+        _interrupt_in_round(mp, 4)
+        assert cli.main(TRAIN + ["--rounds", "50", "--checkpoint-every", "50", "--out", str(tmp_path)]) == 130
+    return tmp_path / "sketched"
+
+
+def test_an_interrupted_training_rerun_continues_from_its_last_round_as_if_never_stopped(
+        interrupted, straight, capsys):
+    """The rerun deleted the 3 finished rounds and trained from round 1."""
+    kept = _rows(interrupted, wall=True)
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds rounds 1..3 of this training" in err[0] and "continues from round 4 of 5" in err[0]
+    assert _rows(interrupted, wall=True)[:3] == kept  # the earlier rounds are kept as they were
+    assert _rows(interrupted) == _rows(straight)
+    assert [r["wall_s"] for r in _rows(interrupted, wall=True)] == sorted(r["wall_s"]
+                                                                          for r in _rows(interrupted, wall=True))
+    final = "checkpoints/round_0006.pt"
+    assert torch.equal(torch.load(interrupted / final), torch.load(straight / final))
+    stored = json.loads((interrupted / "protocol.json").read_text())
+    assert stored["rounds"] == 5 and "stopped" not in stored and "rounds_planned" not in stored
+
+
+def test_a_finished_training_rerun_with_more_rounds_extends_it_and_with_as_many_trains_nothing(
+        tmp_path, straight, capsys):
+    assert cli.main(TRAIN + ["--rounds", "2", "--out", str(tmp_path)]) == 0
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "sketched"
+    assert _rows(folder) == _rows(straight)
+    assert torch.equal(torch.load(folder / "checkpoints" / "round_0006.pt"),
+                       torch.load(straight / "checkpoints" / "round_0006.pt"))
+    before = _snapshot(folder)
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds rounds 1..5 of this training" in err[0] and "nothing is left to train" in err[0]
+    assert _snapshot(folder) == before
+
+
+def test_a_continued_training_of_a_batchnorm_model_restores_its_running_statistics(tmp_path):
+    args = ["train", "--protocol", "fedavg", "--model", "resnet20", "--dataset", "photos", "--clients", "2",
+            "--quiet", "--threads", "1"]
+    assert cli.main(args + ["--rounds", "1", "--out", str(tmp_path / "a")]) == 0
+    assert cli.main(args + ["--rounds", "2", "--out", str(tmp_path / "a")]) == 0
+    assert cli.main(args + ["--rounds", "2", "--out", str(tmp_path / "b")]) == 0
+    a, b = (torch.load(tmp_path / x / "fedavg" / "checkpoints" / "round_0003.pt") for x in "ab")
+    assert torch.equal(a["weights"], b["weights"])
+    assert a["buffers"].keys() == b["buffers"].keys()
+    assert all(torch.equal(a["buffers"][k], b["buffers"][k]) for k in a["buffers"])
+
+
+def _refused(argv, needles, root, capsys):
+    before = _snapshot(root)
+    capsys.readouterr()
+    assert cli.main(argv) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert all(n in err[0] for n in needles), err
+    assert _snapshot(root) == before
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--sketch-ratio", "0.5"], ["holds a sketched training of lenet on digits (rounds 1..3) with other settings",
+                                 "its sketch_ratio is 0.1, this training's 0.5"]),
+    (["--model", "mlp"], ["its model is 'lenet', this training's 'mlp'"]),
+    (["--protocol", "fedavg"], ["its protocol is 'sketched', this training's 'fedavg'"]),
+])
+def test_a_training_of_other_settings_is_refused_naming_the_folder_and_what_it_holds(
+        interrupted, capsys, args, needles):
+    """A resnet20 training into a folder holding a lenet one replaced it silently."""
+    out = interrupted.parent
+    argv = TRAIN + ["--rounds", "5", "--out", str(out), "--name", "sketched"] + args
+    _refused(argv, [f"'{interrupted}' holds", "give another --name or --out, or remove the folder"] + needles, out,
+             capsys)
+
+
+def test_fewer_rounds_than_the_folder_holds_are_refused(interrupted, capsys):
+    _refused(TRAIN + ["--rounds", "2", "--out", str(interrupted.parent)],
+             ["(rounds 1..3), more than --rounds 2: give --rounds 3 or more to continue it"], interrupted.parent,
+             capsys)
+
+
+def test_a_diverged_training_is_not_continued(interrupted, capsys):
+    """The same settings diverge again in the same round: continuing would only repeat it."""
+    pj = interrupted / "protocol.json"
+    pj.write_text(json.dumps({**json.loads(pj.read_text()), "stopped": "diverged"}))
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)],
+             ["whose loss diverged in round 4", "lower the learning rates"], interrupted.parent, capsys)
+
+
+def test_a_training_without_the_checkpoint_to_continue_from_is_refused(tmp_path, capsys):
+    assert cli.main(TRAIN + ["--rounds", "1", "--no-checkpoints", "--out", str(tmp_path)]) == 0
+    _refused(TRAIN + ["--rounds", "2", "--out", str(tmp_path)],
+             ["holds a sketched training of lenet on digits (rounds 1..1) without the checkpoint of w^2"], tmp_path,
+             capsys)
+
+
+def test_a_protocol_whose_server_keeps_state_is_not_continued_from_its_weights(tmp_path, capsys):
+    """SAFL's server optimiser moments are not in the checkpoints: continuing from w alone would not be its
+    training."""
+    argv = ["train", "--protocol", "safl", "--clients", "2", "--quiet", "--threads", "1", "--out", str(tmp_path)]
+    assert cli.main(argv + ["--rounds", "1"]) == 0
+    _refused(argv + ["--rounds", "2"], ["protocol 'safl' keeps server state between rounds",
+                                        "cannot continue from round 2 exactly"], tmp_path, capsys)
+    assert cli.main(argv + ["--rounds", "1"]) == 0  # every round asked for is there: nothing to continue
+
+
+def test_training_files_without_their_protocol_json_are_refused(interrupted, capsys):
+    (interrupted / "protocol.json").unlink()
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)],
+             ["holds training files (train.jsonl) without the protocol.json"], interrupted.parent, capsys)
+
+
+def test_a_training_of_the_same_settings_that_finished_no_round_starts_again(tmp_path):
+    with pytest.MonkeyPatch.context() as mp:
+        _interrupt_in_round(mp, 1)
+        assert cli.main(TRAIN + ["--rounds", "3", "--out", str(tmp_path)]) == 130
+    assert cli.main(TRAIN + ["--rounds", "2", "--out", str(tmp_path)]) == 0
+    assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
+
+
+def test_a_copied_folder_continues_where_it_was_copied(interrupted, tmp_path, straight):
+    """Nothing but the folder's own files is read: a copy under another --out continues alike."""
+    copy = tmp_path / "copy"
+    shutil.copytree(interrupted, copy / "sketched")
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(copy)]) == 0
+    assert _rows(copy / "sketched") == _rows(straight)
