@@ -65,7 +65,8 @@ def main() -> None:
         torch.nn.utils.vector_to_parameters(before, params)  # the weights the server sent, which it knows
 
     d = flat.numel()
-    sketch = make_sketch(a.sketch, d, max(1, round(a.ratio * d)), seed=a.sketch_seed)
+    b = d if a.sketch == "none" else max(1, round(a.ratio * d))  # the identity keeps every coordinate
+    sketch = make_sketch(a.sketch, d, b, seed=a.sketch_seed)
     y = sketch.apply(flat.detach())
 
     out = Path(a.out)

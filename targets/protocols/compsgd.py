@@ -187,7 +187,9 @@ class CompSGD(Protocol):
         return None
 
     def block_dims(self) -> list[int]:
-        """m_i = max(1, round(ratio d_i)) per block."""
+        """m_i = max(1, round(ratio d_i)) per block; d_i where the sketch is ``none`` (it keeps every coordinate)."""
+        if self.sketch == "none":
+            return [s.stop - s.start for s in self.blocks]
         return [max(1, int(math.floor(self.sketch_ratio * (s.stop - s.start) + 0.5))) for s in self.blocks]
 
     def operator(self, t, seed_offset=0):
