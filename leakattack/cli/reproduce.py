@@ -3,7 +3,8 @@
 Every number the README and docs/ quote from results/ comes from one of these steps, run
 from the repository root.  ``--list`` names the steps, ``--dry-run`` prints their
 commands.  Sweeps are re-run from scratch (their old results.jsonl and points are
-removed first, otherwise the sweep would resume and skip every point).
+removed first, otherwise the sweep would resume and skip every point), and so are the
+protocol training runs (training into a folder that holds a run resumes it).
 
 The ``reference`` step compares each regenerated run with the committed one by
 the quality it reaches (:mod:`leakattack.results.reference`): it prints both,
@@ -32,7 +33,8 @@ CHECKS = (("linreg", "none"), ("lenet", "srht"))
 
 
 def steps() -> dict[str, list[tuple[str, list[str]]]]:
-    """name -> [(what, argv)]; ``what`` is "run" or "sweep:<folder>" or "check:<model>_<sketch>"."""
+    """name -> [(what, argv)]; ``what`` is "run", "sweep:<folder>", "train:<folder>" (training runs under it, trained
+    again from scratch) or "check:<model>_<sketch>"."""
     out = {
         "reference": [(f"reference:results/reference/lenet-{s}",
                        CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet",
@@ -44,7 +46,7 @@ def steps() -> dict[str, list[tuple[str, list[str]]]]:
                                              f"results/runs/check-{m}-{s}"]) for m, s in CHECKS]
         + [("run", CLI + ["check", "--table2", "--samples", "400", "--seed", "0", "--out", "results/theory"]),
            ("run", CLI + ["check", "--embedding", "--samples", "2000", "--seed", "0", "--out", "results/theory"])],
-        "protocols": [("run", ["sh", "scripts/protocols_train.sh"]),
+        "protocols": [("train:results/protocols/train", ["sh", "scripts/protocols_train.sh"]),
                       ("run", PY + ["scripts/protocols_summarise.py"]),
                       ("run", PY + ["scripts/protocols_attack_table.py", "1000"])],
     }
@@ -64,6 +66,9 @@ def _prepare(what: str):
     """Clear what a step regenerates; returns what its check needs afterwards (the committed reference)."""
     if what.startswith("reference:"):
         return _committed(Path(what.split(":", 1)[1]))
+    if what.startswith("train:"):  # a training folder resumes or refuses: the runs are trained from scratch
+        for run in Path(what.split(":", 1)[1]).glob("*/protocol.json"):
+            shutil.rmtree(run.parent)
     if what.startswith("sweep:"):
         folder = Path(what.split(":", 1)[1])
         for name in ("results.jsonl", "summary.csv"):

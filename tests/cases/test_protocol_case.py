@@ -85,10 +85,11 @@ def test_train_writes_jsonl_checkpoints_and_figure_and_attack_reads_them(tmp_pat
     from_dir = experiment.prepare(cfg(protocol_dir=str(out / "sketched"), **common))
     resim = experiment.prepare(cfg(**common))
     torch.testing.assert_close(from_dir.obs.y, resim.obs.y, rtol=1e-4, atol=1e-6)
-    # trained again into the same folder with fewer rounds: the earlier training's checkpoints go
+    # trained again into the same folder with fewer rounds: refused, the earlier training's checkpoints stay
+    before = sorted(f.name for f in (out / "fedavg" / "checkpoints").iterdir())
     assert cli.main(["train", "--protocol", "fedavg", "--rounds", "1", "--clients", "4", "--client-batch", "8",
-                     "--out", str(out), "--quiet"]) == 0
-    assert sorted(f.name for f in (out / "fedavg" / "checkpoints").iterdir()) == ["round_0001.pt", "round_0002.pt"]
+                     "--out", str(out), "--quiet"]) == 2
+    assert sorted(f.name for f in (out / "fedavg" / "checkpoints").iterdir()) == before
 
 
 BAD_TRAIN = [

@@ -76,3 +76,22 @@ def test_reference_regenerated_under_another_cpu_capability_is_compared_by_quali
     fresh = json.loads((tmp_path / "results" / "reference" / "lenet-srht" / "config.json").read_text())
     assert fresh["environment"]["machine"]["aten_cpu_capability"] == "avx2"
     assert fresh["environment"]["machine"]["cpu"] and committed["environment"]["machine"]["cpu"]
+
+
+def test_protocol_training_runs_are_cleared_before_they_are_trained_again(tmp_path, monkeypatch):
+    """Training into a folder that holds a run resumes it (or, finished, leaves it), so the protocols step clears
+    the training runs under its folder first; files that are no training run stay."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    train = Path("results/protocols/train")
+    for name in ("fedavg", "sketched-srht-0.1"):
+        (train / name / "checkpoints").mkdir(parents=True)
+        (train / name / "protocol.json").write_text("{}")
+        (train / name / "checkpoints" / "round_0001.pt").write_bytes(b"")
+    (train / "notes").mkdir()
+    (train / "accuracy_vs_floats.png").write_bytes(b"png")
+    what = [w for w, _ in reproduce.steps()["protocols"] if w.startswith("train:")]
+    assert what == ["train:results/protocols/train"]
+    reproduce._prepare(what[0])
+    assert sorted(p.name for p in train.iterdir()) == ["accuracy_vs_floats.png", "notes"]
