@@ -54,7 +54,7 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "not an allowed global" in str(err) or "Unsupported global" in str(err):
+        if "not an allowed global" in str(err) or "unsupported global" in str(err).lower():
             raise UserError(f"weights file '{path}' holds objects other than tensors; it was not loaded") from None
         raise UserError(f"weights file '{path}' is not a readable torch file (UnpicklingError)") from None
     except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
@@ -64,6 +64,9 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
     if isinstance(state, dict) and set(state) == {"weights", "buffers"}:  # a `leakattack train` checkpoint
         state, buffers = state["weights"], state["buffers"]
         own = dict(model.named_buffers())
+        if isinstance(state, torch.Tensor) and state.dim() == 1 and state.numel() != victim.d:  # another model's
+            raise UserError(f"weights file '{path}' is the checkpoint of another model: it holds {state.numel()} "
+                            f"weights, this model has {victim.d}")
         if not isinstance(buffers, dict) or set(buffers) != set(own) or any(
                 not isinstance(b, torch.Tensor) or b.shape != own[n].shape for n, b in buffers.items()):
             raise UserError(f"weights file '{path}' holds buffers that do not fit this model")

@@ -60,6 +60,11 @@ def test_buffers_that_do_not_fit_are_one_sentence(trained, tmp_path):
     save_checkpoint(tmp_path, 1, w, {**buffers, "bn1.running_var": torch.ones(3)})
     with pytest.raises(UserError, match="holds buffers that do not fit this model"):
         load_weights(_victim(), checkpoint_path(tmp_path, 1))
+    lenet = targets.get_model("lenet")  # another model's checkpoint is named so, before its buffers
+    save_checkpoint(tmp_path, 1, w, buffers)
+    with pytest.raises(UserError, match=rf"is the checkpoint of another model: it holds {w.numel()} weights, this "
+                                        rf"model has {lenet.d}$"):
+        load_weights(lenet, checkpoint_path(tmp_path, 1))
     torch.save({"weights": w, "buffers": [1, 2]}, checkpoint_path(tmp_path, 1))
     with pytest.raises(ConfigError, match="holds buffers that are not a dict of tensors"):
         load_checkpoint(tmp_path, 1, w.numel())
