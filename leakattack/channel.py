@@ -21,6 +21,7 @@ import torch
 
 import defenses
 
+from .errors import UserError
 from .sketch import Sketch
 
 
@@ -52,6 +53,9 @@ class Channel:
     """Defenses + sketch: ``send`` for the client, ``attacker_view`` for what the attacker may model."""
 
     def __init__(self, sketch: Sketch, defense=None):
+        if not isinstance(sketch, Sketch):
+            raise UserError(f"a Channel takes a sketch, such as get_sketch('srht', victim.d, b, seed=...) or "
+                            f"get_sketch('none', victim.d, victim.d) for none, got {type(sketch).__name__} {sketch!r}")
         self.sketch = sketch
         self.pipeline = defenses.build(defense)
         self._client = Transmission(sketch, self.pipeline)

@@ -15,7 +15,7 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Protocol
 
 import torch
@@ -54,6 +54,12 @@ class ThreatModel:
     knows_sketch: bool = True  #: the sketch seed (else R is drawn from another seed)
     knows_clip: bool = False  #: the defense's deterministic norm clips
     knows_bn_stats: bool = False  #: the client's batch statistics at every BatchNorm input (the bn prior's target)
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, bool):  # a string such as "no" would read as true
+                raise UserError(f"ThreatModel's {f.name} must be True or False, got {value!r}")
 
 
 @dataclass
@@ -185,26 +191,62 @@ def granted_bn_stats(victim: Victim, x: torch.Tensor, threat: ThreatModel) -> li
         return [(m.detach(), v.detach()) for m, v in batchnorm_input_moments(victim.model, x)]
 
 
-def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel) -> str | None:
+def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
+              threat: ThreatModel) -> str | None:
     """Why the client's data or channel do not fit ``victim``, in one sentence (None: they fit)."""
+    if not isinstance(victim, Victim):
+        return (f"the victim must be a targets.Victim (targets.get_model(...) or Victim.from_module(module, ...)), got "
+                f"{type(victim).__name__}")
     if not isinstance(x, torch.Tensor) or not isinstance(labels, torch.Tensor):
         return (f"x and labels must be torch tensors (a batch of examples and its labels), got "
                 f"{type(x).__name__} and {type(labels).__name__}")
     if not isinstance(channel, Channel):
         return (f"the channel must be a leakattack.Channel (Channel(sketch, defense=...)), got "
                 f"{type(channel).__name__}")
-    if x.ndim < 1 or labels.shape[:1] != x.shape[:1]:
-        return (f"labels must give one label per example: x holds {x.shape[0] if x.ndim else 0} example(s), and "
-                f"labels has shape {tuple(labels.shape)}")
-    if tuple(x.shape[1:]) != tuple(victim.input_shape):
-        return f"x holds examples of shape {tuple(x.shape[1:])}, and the victim takes {tuple(victim.input_shape)}"
+    if not isinstance(threat, ThreatModel):
+        return f"the threat model must be a leakattack.ThreatModel (ThreatModel(knows_labels=...)), got " \
+               f"{type(threat).__name__}"
+    shape = tuple(victim.input_shape)
+    if x.ndim == len(shape) + 1 and x.shape[0] == 0:
+        return "x holds no example (a batch of 0)"
+    if tuple(x.shape) == shape:
+        own = (f" (or the victim's input_shape holds a batch dimension of its own: build it with input_shape="
+               f"{shape[1:]})" if len(shape) > 1 and shape[0] == 1 else "")
+        return (f"x has the shape of one example, {shape}, without the batch dimension: give a batch of shape "
+                f"(B, {', '.join(map(str, shape))}), e.g. x.unsqueeze(0) for one example{own}")
+    if tuple(x.shape[1:]) != shape:
+        return f"x holds examples of shape {tuple(x.shape[1:])}, and the victim takes {shape}"
     if x.dtype != victim.dtype:
         return (f"x is {str(x.dtype)[6:]} and the victim {str(victim.dtype)[6:]}: give both one precision "
                 "(victim.to(dtype=...) or x.to(...))")
+    if not bool(torch.isfinite(x).all()):
+        return f"x holds {int((~torch.isfinite(x)).sum())} value(s) that are NaN or infinite; a client's data is finite"
     if channel.sketch.d != victim.d:
         return f"the sketch maps d = {channel.sketch.d} numbers, and the victim has d = {victim.d} weights"
-    if victim.task == "classification" and not labels.is_floating_point() and labels.numel() and \
-            not 0 <= int(labels.min()) <= int(labels.max()) < victim.num_classes:
+    return _label_mismatch(victim, labels, x.shape[0])
+
+
+def _label_mismatch(victim: Victim, labels: torch.Tensor, batch: int) -> str | None:
+    """Why ``labels`` are not the labels of a batch of ``batch`` examples for ``victim``, in one sentence: a
+    classifier's are class indices of shape (B,) and any integer dtype, in [0, num_classes); a regression's are
+    finite real numbers, one row per example (the loss takes them in the output's shape)."""
+    if labels.dtype == torch.bool or labels.is_complex():
+        return f"labels must be class indices or real targets, not {str(labels.dtype)[6:]}"
+    if labels.ndim < 1 or labels.shape[0] != batch:
+        return (f"labels must give one label per example: x holds {batch} example(s), and labels has shape "
+                f"{tuple(labels.shape)}")
+    if victim.task == "regression":
+        if labels.is_floating_point() and not bool(torch.isfinite(labels).all()):
+            return "the regression targets hold values that are NaN or infinite"
+        return None
+    if labels.is_floating_point():
+        shown = ", ".join(f"{v:g}" for v in labels.flatten()[:8].tolist()) + (", ..." if labels.numel() > 8 else "")
+        return (f"labels must be integer class indices (a tensor of dtype torch.long), got {str(labels.dtype)[6:]} "
+                f"values [{shown}]")
+    if labels.ndim != 1:
+        return f"labels must be one class index per example, a tensor of shape ({batch},), got shape " \
+               f"{tuple(labels.shape)}"
+    if not 0 <= int(labels.min()) <= int(labels.max()) < victim.num_classes:
         return f"labels must lie in [0, {victim.num_classes - 1}] for the victim's {victim.num_classes} classes, " \
                f"got {labels.tolist()}"
     return None
@@ -214,7 +256,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
     channel that do not fit the victim are one UserError sentence."""
-    why = _mismatch(victim, x, labels, channel)
+    why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)
     target = victim.target(labels)

@@ -86,9 +86,13 @@ def cpu_cores() -> int:
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy; ``target`` is class indices (B,) or probabilities (B, C)."""
-    if target.dtype in (torch.int64, torch.int32):
-        return F.cross_entropy(logits, target)
+    """Mean cross-entropy; ``target`` is class indices (B,) of any integer dtype, or probabilities (B, C)."""
+    if not target.is_floating_point():
+        return F.cross_entropy(logits, target.long())
+    if target.shape != logits.shape:  # real numbers of another shape would broadcast into a wrong loss
+        raise UserError(f"cross-entropy takes integer class indices or class probabilities of the scores' shape "
+                        f"{tuple(logits.shape)}, got {str(target.dtype).removeprefix('torch.')} targets of shape "
+                        f"{tuple(target.shape)}")
     return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
 
 
@@ -367,8 +371,11 @@ class Victim:
         return self
 
     def target(self, labels: torch.Tensor) -> torch.Tensor:
-        """What the loss compares the output with: class indices, or real numbers for regression."""
-        return labels.to(self.dtype) if self.task == "regression" else labels
+        """What the loss compares the output with: class indices (any integer dtype becomes torch.long; class
+        probabilities stay as they are), or real numbers for regression."""
+        if self.task == "regression":
+            return labels.to(self.dtype)
+        return labels if labels.is_floating_point() else labels.long()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)

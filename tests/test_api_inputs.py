@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 import targets
+from leakattack import Channel, ThreatModel, observe
 from leakattack.errors import UserError
+from leakattack.sketch import get_sketch
 
 
 def regression(loss=None):
@@ -35,3 +37,90 @@ def test_a_regression_output_of_one_column_meets_each_examples_own_target():
     with pytest.raises(UserError, match=re.escape("the regression targets have shape (3, 2) and the model's outputs "
                                                   "(3, 1): give one target per output")):
         targets.loss_at(v, x, torch.zeros(3, 2, dtype=torch.float64))
+
+
+def test_regression_targets_that_are_not_one_finite_row_per_example_are_one_sentence():
+    v, x = regression(), torch.rand(3, 3, 2, 2, dtype=torch.float64)
+    for bad, said in ((torch.tensor([0.3, float("nan"), 1.0]), "the regression targets hold values that are NaN"),
+                      (torch.tensor([0.3, 1.0]), "labels must give one label per example: x holds 3")):
+        with pytest.raises(UserError, match="^" + re.escape(said)):
+            observe(v, x, bad.double(), Channel(get_sketch("none", v.d, v.d)))
+
+
+def classifier():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3)).double()
+    return targets.Victim.from_module(net, input_shape=(3, 2, 2), num_classes=3)
+
+
+@pytest.fixture
+def case():
+    v = classifier()
+    x = torch.rand(2, 3, 2, 2, dtype=torch.float64)
+    return v, x, Channel(get_sketch("none", v.d, v.d))
+
+
+def test_class_indices_of_any_integer_dtype_give_the_gradient_of_long_ones(case):
+    v, x, ch = case
+    want = observe(v, x, torch.tensor([0, 2]), ch, ThreatModel(knows_labels=True))
+    for dtype in (torch.int32, torch.int16, torch.uint8):
+        got = observe(v, x, torch.tensor([0, 2], dtype=dtype), ch, ThreatModel(knows_labels=True))
+        assert torch.equal(got.y, want.y) and got.labels.dtype == torch.long
+
+
+@pytest.mark.parametrize("labels,said", [
+    (torch.tensor([1.7, 0.0]), "labels must be integer class indices (a tensor of dtype torch.long), got float32 "
+                               "values [1.7, 0]"),
+    (torch.tensor([1.0, 0.0]), "labels must be integer class indices"),
+    (torch.tensor([True, False]), "labels must be class indices or real targets, not bool"),
+    (torch.tensor([[0], [1]]), "labels must be one class index per example, a tensor of shape (2,), got shape (2, 1)"),
+    (torch.tensor([0, 1, 2]), "labels must give one label per example: x holds 2 example(s), and labels has shape"),
+    (torch.tensor(1), "labels must give one label per example"),
+    (torch.tensor([0, 3]), "labels must lie in [0, 2] for the victim's 3 classes, got [0, 3]"),
+    (torch.tensor([-1, 0]), "labels must lie in [0, 2]"),
+])
+def test_labels_that_are_not_class_indices_of_the_batch_are_one_sentence(case, labels, said):
+    v, x, ch = case
+    with pytest.raises(UserError, match="^" + re.escape(said)):
+        observe(v, x, labels, ch)
+
+
+def test_inputs_without_a_batch_dimension_or_not_finite_are_one_sentence(case):
+    v, x, ch = case
+    with pytest.raises(UserError, match=re.escape("x has the shape of one example, (3, 2, 2), without the batch "
+                                                  "dimension: give a batch of shape (B, 3, 2, 2)")):
+        observe(v, x[0], torch.tensor([0]), ch)
+    for bad in (float("nan"), float("inf")):
+        y = x.clone()
+        y[1, 0, 0, 0] = bad
+        with pytest.raises(UserError, match=r"^x holds 1 value\(s\) that are NaN or infinite"):
+            observe(v, y, torch.tensor([0, 1]), ch)
+    with pytest.raises(UserError, match="^x holds no example"):
+        observe(v, x[:0], torch.tensor([], dtype=torch.long), ch)
+
+
+def test_a_victim_threat_model_or_channel_of_another_type_is_one_sentence(case):
+    v, x, ch = case
+    labels = torch.tensor([0, 1])
+    with pytest.raises(UserError, match="^the threat model must be a leakattack.ThreatModel .*got NoneType"):
+        observe(v, x, labels, ch, None)
+    with pytest.raises(UserError, match="^the threat model must be a leakattack.ThreatModel .*got str"):
+        observe(v, x, labels, ch, "labels")
+    with pytest.raises(UserError, match="^the victim must be a targets.Victim .*got str"):
+        observe("lenet", x, labels, ch)
+    with pytest.raises(UserError, match="^a Channel takes a sketch, .*got str 'srht'"):
+        Channel("srht")
+    with pytest.raises(UserError, match="^ThreatModel's knows_labels must be True or False, got 'no'"):
+        ThreatModel(knows_labels="no")
+    with pytest.raises(UserError, match="^ThreatModel's knows_clip must be True or False, got 1"):
+        ThreatModel(knows_clip=1)
+
+
+def test_cross_entropy_refuses_real_targets_that_are_not_class_probabilities():
+    logits = torch.zeros(2, 3)
+    with pytest.raises(UserError, match=re.escape("cross-entropy takes integer class indices or class probabilities "
+                                                  "of the scores' shape (2, 3), got float32 targets of shape (2,)")):
+        targets.cross_entropy(logits, torch.tensor([1.0, 2.0]))
+    soft = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert float(targets.cross_entropy(logits, soft)) == pytest.approx(float(targets.cross_entropy(
+        logits, torch.tensor([1, 2], dtype=torch.int32))))
