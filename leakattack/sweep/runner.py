@@ -21,6 +21,7 @@ unfinished ones were stopped, for the command line's closing line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -30,7 +31,7 @@ import torch
 
 from .. import experiment, figures
 from ..config import RunConfig
-from ..errors import SettingWarning
+from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
 from ..progress import progress_bar
 from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
@@ -58,6 +59,16 @@ class SweepInterrupted(KeyboardInterrupt):
         if self.finished is None or self.planned is None:
             return 0
         return max(0, self.planned - self.finished - self.unfinished)
+
+
+def cancelled_text(stopped: int, late: int) -> str:
+    """What stopping a sweep did to its other jobs: ``stopped`` cancelled without a result, ``late`` finished while
+    they were being cancelled (and were written)."""
+    n = stopped + late
+    text = f"the sweep cancelled its {n} other job{'s' if n != 1 else ''} still queued or running"
+    if late:
+        text += f" ({late} of them finished first and {'was' if late == 1 else 'were'} written)"
+    return text
 
 
 def run_point(params: dict, with_lpips: bool = False):
@@ -129,24 +140,39 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     (out / "points").mkdir(exist_ok=True)
     started, written = False, 0
+
+    def keep(i: int, pt: dict, result) -> None:
+        nonlocal written
+        m, recon, truth = result
+        write_tensors(out / "points" / f"{pt['key']}.pt",
+                      {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
+        append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"], "metrics": m})
+        written += 1
+        bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
+        bar.update(1)
+
     try:
         with workers:  # leaving on an exception cancels the jobs still running; what is written stays
             jobs = workers.map_unordered(functools.partial(_run_indexed, lpips), todo, key=_point_of)
             started = bool(todo)
-            for (i, pt), (m, recon, truth) in jobs:
-                write_tensors(out / "points" / f"{pt['key']}.pt",
-                              {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
-                append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"],
-                                 "metrics": m})
-                written += 1
-                bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
-                bar.update(1)
-    except KeyboardInterrupt:
+            for (i, pt), result in jobs:
+                keep(i, pt, result)
+    except BaseException as err:
+        late = 0
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C again: the backend keeps the rest for the next run
+            for (i, pt), result in workers.finished_late():  # points whose cancelled jobs finished all the same
+                keep(i, pt, result)
+                late += 1
         stopped = getattr(workers, "stopped", None)  # a cluster backend counts the jobs it cancelled
-        unfinished = stopped if stopped is not None else min(getattr(workers, "jobs", 1) or 1, len(todo) - written)
-        unfinished = unfinished if started else 0
-        raise SweepInterrupted(started, unfinished, stopped is not None, len(plan.points) - len(todo) + written,
-                               len(plan.points)) from None
+        if isinstance(err, KeyboardInterrupt):
+            unfinished = stopped if stopped is not None else min(getattr(workers, "jobs", 1) or 1,
+                                                                 len(todo) - written)
+            unfinished = unfinished if started else 0
+            raise SweepInterrupted(started, unfinished, stopped is not None,
+                                   len(plan.points) - len(todo) + written, len(plan.points)) from None
+        if isinstance(err, UserError) and (stopped or late):
+            err.args = (f"{err}; {cancelled_text(stopped or 0, late)}",)
+        raise
     finally:
         bar.close()
         os.close(fd)

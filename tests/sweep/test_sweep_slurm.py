@@ -3,7 +3,8 @@
 Same points and metrics as the local backend, each point once; a coordinator
 killed with SIGKILL re-attaches to its jobs instead of submitting them again;
 a failing job is retried, then named with its SLURM job id and stderr log;
-Ctrl-C cancels the jobs; no array is larger than the cluster's MaxArraySize,
+Ctrl-C cancels the jobs, and hands back the result of one that finished
+before KillWait ended it; no array is larger than the cluster's MaxArraySize,
 and one sbatch refuses leaves no file; the --jobs cap holds for retried jobs
 too; bad requests are one sentence, exit 2, nothing written, also in a dry
 run.  The tests that need the scheduler skip when no SLURM node answers.
@@ -177,6 +178,32 @@ def test_closing_with_cancel_scancels_the_jobs_still_queued_or_running(tmp_path)
         time.sleep(0.2)
     assert set(queue) <= {"CANCELLED", "COMPLETING"}, queue  # a 600 s sleep cannot have completed
     assert "600.0" not in json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]  # afresh next time
+
+
+@needs_slurm
+def test_a_cancelled_job_that_finishes_before_killwait_ends_it_has_its_result_handed_back(tmp_path):
+    """submitit's jobs ignore SIGTERM: a job cancelled while it runs finishes if it can within KillWait, and its result
+    comes back from finished_late instead of being computed again by the next run."""
+    backend = get_backend("slurm", poll_s=0.1, queue_poll_s=1.0)
+    if backend.kill_wait < 4:
+        pytest.skip(f"KillWait is {backend.kill_wait} s here: too short for a job to finish after scancel")
+    nap = backend.kill_wait - 2.0  # ends after scancel, before SIGKILL
+    backend.use_folder(tmp_path)
+    try:
+        jobs = backend.map_unordered(time.sleep, [0.0, nap], key=str)
+        assert next(jobs) == (0.0, None)
+        job = json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"][str(nap)]["job"]
+        t0, state = time.time(), ""
+        while time.time() - t0 < 60 and state != "RUNNING":
+            state = subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", job], capture_output=True,
+                                   text=True).stdout.strip()
+            time.sleep(0.1)
+        assert state == "RUNNING", state
+        assert backend._live[str(nap)].outcome() is None  # not finished when it is cancelled
+    finally:
+        backend.close(cancel=True)
+    assert list(backend.finished_late()) == [(nap, None)] and backend.stopped == 0
+    assert str(nap) not in json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]  # handed back: done
 
 
 @needs_slurm

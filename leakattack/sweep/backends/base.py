@@ -16,7 +16,10 @@ class Backend(ABC):
     cluster scheduler) re-attaches to them by it, in the folder given to
     ``use_folder`` (the sweep folder).  ``fn`` and the items must be
     picklable for backends that run them in other processes.  ``close(cancel=False)`` waits for the jobs
-    started; ``close(cancel=True)`` stops them, dropping unfinished results.
+    started; ``close(cancel=True)`` stops them, dropping unfinished results; a
+    job that finished while it was being stopped (a cluster's job runs on for a
+    while after it is cancelled) comes back from ``finished_late()`` afterwards,
+    for the caller to keep like any other.
     As a context manager it closes on leaving, cancelling when an exception
     (Ctrl-C, a failed job) is on its way out.
     """
@@ -32,6 +35,11 @@ class Backend(ABC):
     @abstractmethod
     def close(self, cancel: bool = False) -> None:
         """Release the workers; with ``cancel``, stop the jobs still running."""
+
+    def finished_late(self) -> Iterator[tuple[Any, Any]]:
+        """After ``close(cancel=True)``: ``(item, fn(item))`` of the jobs that finished while they were being
+        stopped; default: none (a worker stopped gives nothing back)."""
+        return iter(())
 
     def __enter__(self):
         return self

@@ -24,7 +24,12 @@ jobs of the items it is asked for again: a finished job's result is read from
 its file, a job still queued or running is waited for, and only an item whose
 job failed or ended without a result, or was never submitted, is submitted
 again.  Ctrl-C (or SIGTERM, or a failed job) cancels the jobs still queued or
-running with ``scancel``; results already on disk are kept for the next run.
+running with ``scancel`` and waits, at most the cluster's ``KillWait`` and
+:data:`CANCEL_MARGIN_S`, until they have ended: submitit's jobs ignore SIGTERM,
+so a job may still finish before SLURM kills it, and its result is handed back
+(:meth:`SlurmBackend.finished_late`) for the coordinator to write like any
+other.  A job still ending when the wait runs out stays in ``jobs.json`` for the
+next run to re-attach to.
 
 Failures.  A job that raises, or ends without a result (time limit, out of
 memory, node failure), is submitted again up to ``retries`` times in one run;
@@ -70,6 +75,10 @@ MAX_TIME_MIN = 525_600
 MAX_MEM_GB = 1e6
 #: seconds between squeue calls while items wait for a task of the sweep to end
 SLOT_POLL_S = 1.0
+#: SLURM's default KillWait: seconds between a cancelled job's SIGTERM and its SIGKILL, where the config does not say
+DEFAULT_KILL_WAIT_S = 30
+#: seconds a cancelled job may take beyond KillWait to be listed as ended (the controller's and the node's epilogue)
+CANCEL_MARGIN_S = 10.0
 
 
 class SlurmJobFailed(UserError):
@@ -110,6 +119,12 @@ def _amount(name: str, value, most: float) -> float:
 def max_array_size(config: str) -> int | None:
     """``MaxArraySize`` in the text of ``scontrol show config``; None where it is not there."""
     found = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)\s*$", config or "", re.MULTILINE)
+    return int(found.group(1)) if found else None
+
+
+def kill_wait(config: str) -> int | None:
+    """``KillWait`` in seconds in the text of ``scontrol show config``; None where it is not there."""
+    found = re.search(r"^\s*KillWait\s*=\s*(\d+)\s*sec", config or "", re.MULTILINE)
     return int(found.group(1)) if found else None
 
 
@@ -170,7 +185,9 @@ class SlurmBackend(Backend):
 
     After a run, ``reattached`` counts the items whose jobs an earlier,
     killed coordinator had submitted; after ``close(cancel=True)``, ``stopped``
-    counts the jobs it cancelled.
+    counts the jobs it cancelled that gave no result, and
+    :meth:`finished_late` yields the results of those that finished while they
+    were being stopped.
     """
 
     def __init__(self, jobs: int | None = None, *, partition: str | None = None, time: int = 60,
@@ -188,8 +205,11 @@ class SlurmBackend(Backend):
         self.retries = _count("--retries", retries, 0)
         self.poll_s, self.queue_poll_s = poll_s, queue_poll_s
         self.max_array = DEFAULT_MAX_ARRAY
+        self.kill_wait = DEFAULT_KILL_WAIT_S
         self.reattached = 0
         self.stopped = 0
+        self._by_key: dict[str, object] = {}
+        self._late: list[tuple[str, object]] = []  # (key, result) of cancelled jobs that finished all the same
         self._folder: Path | None = None
         self._tmp: Path | None = None
         self._live: dict[str, _Attempt] = {}
@@ -237,11 +257,15 @@ class SlurmBackend(Backend):
                                 "--backend local")
             raise UserError(f"SLURM refuses the job request {' '.join(self._sbatch_flags())} ({why}): check the "
                             "partition and resources with 'sinfo'")
-        # sbatch --test-only does not check an array's size: the cluster's limit is read here, once
+        # sbatch --test-only does not check an array's size: the cluster's limit is read here, once (and KillWait,
+        # how long a cancelled job may run on)
         config = _slurm(["scontrol", "show", "config"], timeout=30)
-        size = max_array_size(config.stdout) if config is not None and config.returncode == 0 else None
+        shown = config.stdout if config is not None and config.returncode == 0 else ""
+        size, wait = max_array_size(shown), kill_wait(shown)
         if size is not None:
             self.max_array = size
+        if wait is not None:
+            self.kill_wait = wait
 
     @property
     def _batch(self) -> int:
@@ -403,7 +427,7 @@ class SlurmBackend(Backend):
         keys = [str(key(it)) if key is not None else str(i) for i, it in enumerate(items)]
         if len(set(keys)) != len(keys):
             raise ValueError("map_unordered needs one distinct key per item")
-        by_key = dict(zip(keys, items))
+        by_key = self._by_key = dict(zip(keys, items))
         self._persist = key is not None and self._folder is not None
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._reattach(by_key)
@@ -444,7 +468,10 @@ class SlurmBackend(Backend):
                 self._save_state()
             for k, outcome, state in failed:
                 att = self._live[k]
-                if att.tries > self.retries:
+                if att.tries > self.retries:  # forgotten: the next run starts the item afresh
+                    self._live.pop(k)
+                    self._state.pop(k, None)
+                    self._save_state()
                     raise SlurmJobFailed(self._failure(k, att, outcome, state))
                 self._live.pop(k)
                 if outcome is not None:  # it raised: it may still be listed while it exits
@@ -459,19 +486,24 @@ class SlurmBackend(Backend):
                 time.sleep(self.poll_s)
 
     def close(self, cancel: bool = False) -> None:
-        """With ``cancel``, scancel the jobs still queued or running; without, wait until they end."""
+        """With ``cancel``, scancel the jobs still queued or running and wait until they have ended (see
+        :meth:`_await_end`); without, wait until they end."""
         live, self._live = list(self._live.items()), {}
         self._pending.clear()
         self._ending = {}
         if cancel:
-            self.stopped = 0
+            self.stopped, self._late = len(live), []
         if cancel and live:
             self._cancel([a for _, a in live])
-            # a cancelled or failed job is forgotten (submitted afresh next time); one that finished keeps its result
+            ended = self._await_end([a for _, a in live])
             for k, a in live:
-                if (a.outcome() or ("",))[0] != "success":
-                    self._state.pop(k, None)
-                    self.stopped += 1
+                outcome = a.outcome()
+                if outcome is not None and outcome[0] == "success":  # it finished before SLURM stopped it
+                    self._late.append((k, outcome[1]))
+                    self.stopped -= 1
+                elif a.job is None or a.job in ended or outcome is not None:
+                    self._state.pop(k, None)  # cancelled or failed: submitted afresh next time
+                # else still ending when the wait ran out: jobs.json keeps it for the next run to re-attach to
             self._save_state()
         elif live:
             while True:
@@ -484,3 +516,29 @@ class SlurmBackend(Backend):
         if self._tmp is not None and not self._persist:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+    def _await_end(self, attempts: list[_Attempt]) -> set[str]:
+        """The job ids of ``attempts`` that squeue lists as ended (or no longer lists), once every one without a
+        result has ended or KillWait and :data:`CANCEL_MARGIN_S` have passed: a cancelled job whose code ignores
+        SIGTERM (submitit's) runs on until SLURM kills it, and may write its result meanwhile."""
+        deadline = time.monotonic() + self.kill_wait + CANCEL_MARGIN_S
+        ended: set[str] = set()
+        while True:
+            waiting = [a for a in attempts if a.job and a.job not in ended and a.outcome() is None]
+            if waiting:
+                states = self._queue(waiting)
+                if states is not None:
+                    ended |= {a.job for a in waiting if a.job and states.get(a.job, "COMPLETED") in ENDED}
+                    waiting = [a for a in waiting if a.job not in ended]
+            if not waiting or time.monotonic() >= deadline:
+                return ended
+            time.sleep(self.poll_s)
+
+    def finished_late(self):
+        """``(item, result)`` of the jobs that ``close(cancel=True)`` cancelled and that finished all the same; each
+        is forgotten from ``jobs.json`` once the caller has it."""
+        late, self._late = self._late, []
+        for k, result in late:
+            yield self._by_key[k], result
+            self._state.pop(k, None)
+            self._save_state()
