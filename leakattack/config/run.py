@@ -255,7 +255,8 @@ class RunConfig:
         if self.recipe != "auto":
             return self.recipe
         # a model without a recipe of its own takes one by its units, built for the data set's images
-        name = targets.recipe_of(self.model, in_shape=self._input_shape(), **self.model_params)
+        model, params = self._built_model()
+        name = targets.recipe_of(model, in_shape=self._input_shape(), **params)
         if name not in attacks.list_recipes():  # a user class's leakattack_recipe
             raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
                               f"{', '.join(attacks.list_recipes())}")
@@ -264,8 +265,24 @@ class RunConfig:
     def _batch_statistics(self) -> bool:
         """Whether the victim's BatchNorm normalises by the batch's own statistics (train mode, a batch under
         ``--bn auto``), as far as the model built on the meta device tells."""
-        return targets.resolve_bn_mode(self.bn, self.batch_size) == "train" and \
-            targets.has_batchnorm_of(self.model, in_shape=self._input_shape(), **self.model_params)
+        if targets.resolve_bn_mode(self.bn, self.batch_size) != "train":
+            return False
+        model, params = self._built_model()
+        return targets.has_batchnorm_of(model, in_shape=self._input_shape(), **params)
+
+    def _built_model(self) -> tuple[str, dict]:
+        """The model the victim is built as and its parameters: ``--model`` with ``--model-param``, or a protocol's
+        model with ``--act`` (where the model has an activation), or with the stored run's model and activation
+        under ``--protocol-dir``, so that ``--recipe auto`` chooses for the model the attack meets."""
+        if not self.protocol:
+            return self.model, dict(self.model_params)
+        model, act = self.model, self.protocol_act
+        if self.protocol_dir:
+            from ..training import stored_protocol  # reads protocol.json; the run refuses a folder that has none
+
+            stored = stored_protocol(self.protocol_dir, self.protocol)[1]
+            model, act = stored["model"], stored.get("act", act)
+        return model, ({"act": act} if act and "act" in targets.model_params(model) else {})
 
     def _settings(self) -> dict:
         """The attacker settings: the ones given, the recipe's for the rest, on every device (a GPU included: the

@@ -142,3 +142,16 @@ def test_act_for_a_model_without_an_activation_is_a_one_line_warning(tmp_path, c
     err = [line for line in capsys.readouterr().err.splitlines()
            if "--act" in line]
     assert len(err) == 1 and "--act changes nothing for model 'logreg', which has no activation parameter" in err[0]
+
+
+def test_the_recipe_is_chosen_for_the_protocol_s_model(tmp_path):
+    """--recipe auto chooses by the model the attack meets: a protocol's LeNet with --act relu has jumps (ig), its
+    default tanh none (dlg); under --protocol-dir the stored run's activation decides, whatever --act says."""
+    def recipe(**kw):
+        return RunConfig(model="lenet", dataset="digits", **kw).derived().recipe
+
+    assert recipe(protocol="fedavg") == "dlg" and recipe(protocol="fedavg", protocol_act="relu") == "ig"
+    assert recipe(model_params={"act": "relu"}) == "ig"
+    assert cli.main(["train", "--protocol", "fedavg", "--act", "relu", "--rounds", "1", "--clients", "2",
+                     "--out", str(tmp_path), "--quiet", "--threads", "1"]) == 0
+    assert recipe(protocol="fedavg", protocol_dir=str(tmp_path / "fedavg")) == "ig"
