@@ -222,6 +222,28 @@ def _whole(value) -> int:
         return 0
 
 
+def not_module(model) -> None:
+    """Refuse a model that is not an ``nn.Module``, in one sentence."""
+    if not isinstance(model, nn.Module):
+        raise UserError(f"a victim's model must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def head_problem(model: nn.Module, head, num_classes: int, task: str) -> str | None:
+    """What is wrong with ``head`` as the classifier head of ``model`` (the rest of a sentence), or None: it is
+    None, or an ``nn.Linear`` among the model's own modules scoring the ``num_classes`` classes of a classifier."""
+    if head is None:
+        return None
+    if not isinstance(head, nn.Linear):
+        return f"must be one of the model's nn.Linear layers (or None), got {type(head).__name__} {head!r}"
+    if not any(m is head for m in model.modules()):
+        return (f"must be one of the model's own modules, and {head!r} is not in it (give the model's layer, "
+                "e.g. model.fc, not a new one)")
+    if task == "classification" and head.out_features != num_classes:
+        return (f"scores the classes, and {head!r} has {head.out_features} outputs for num_classes = "
+                f"{num_classes}")
+    return None
+
+
 @dataclass(eq=False)
 class Victim:
     """A model at weights w with its loss F, task, classifier head, input shape and BatchNorm mode."""
@@ -238,8 +260,7 @@ class Victim:
     meta: dict = field(default_factory=dict)  #: how the victim was built (recorded in config.json)
 
     def __post_init__(self):
-        if not isinstance(self.model, nn.Module):
-            raise UserError(f"a victim's model must be a torch.nn.Module, got {type(self.model).__name__}")
+        not_module(self.model)
         if not any(p.requires_grad for p in self.model.parameters()):
             raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
         shape = self.input_shape
@@ -254,8 +275,14 @@ class Victim:
             raise UserError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
         if self.bn_mode not in BN_MODES:
             raise UserError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+        if not callable(self.loss):
+            raise UserError(f"a victim's loss must be a callable F(output, target), such as nn.MSELoss() or "
+                            f"targets.cross_entropy, got {type(self.loss).__name__} {self.loss!r}")
         if self.task == "regression" and self.loss is not squared_error and not isinstance(self.loss, TargetsShaped):
             self.loss = TargetsShaped(self.loss)
+        problem = head_problem(self.model, self.head, self.num_classes, self.task)
+        if problem:
+            raise UserError(f"the classifier head of model '{self.name}' {problem}")
         if self.head is not None and not self.head.weight.requires_grad:
             self.head = None  # a frozen head sends no weight gradient: no label rule reads it
         self.set_mode()
@@ -269,6 +296,7 @@ class Victim:
         ``bn_mode``: ``train`` (the default) normalises by the batch's own statistics, as a training client does;
         ``eval`` by the running ones, which the command line's ``--bn auto`` takes for a single image
         (:func:`resolve_bn_mode` gives that choice for a batch size)."""
+        not_module(model)
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
         if head == "auto":
@@ -384,6 +412,6 @@ class Victim:
 
 
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
-           "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "has_batchnorm", "batchnorm_layers",
-           "batchnorm_input_moments",
+           "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",
+           "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "last_linear", "first_line", "output_problem", "kept_buffers"]

@@ -124,3 +124,22 @@ def test_cross_entropy_refuses_real_targets_that_are_not_class_probabilities():
     soft = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     assert float(targets.cross_entropy(logits, soft)) == pytest.approx(float(targets.cross_entropy(
         logits, torch.tensor([1, 2], dtype=torch.int32))))
+
+
+def test_wrapping_refuses_a_loss_that_is_no_callable_and_a_head_that_is_not_the_models_own():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    wrap = dict(input_shape=(3, 2, 2), num_classes=3)
+    with pytest.raises(UserError, match="^a victim's loss must be a callable F\\(output, target\\).*got str 'mse'"):
+        targets.Victim.from_module(net, loss="mse", **wrap)
+    with pytest.raises(UserError, match="^the classifier head of model 'custom' must be one of the model's own "
+                                        "modules, and Linear\\(in_features=3"):
+        targets.Victim.from_module(net, head=nn.Linear(3, 3), **wrap)
+    with pytest.raises(UserError, match="^the classifier head of model 'custom' must be one of the model's "
+                                        "nn.Linear layers"):
+        targets.Victim.from_module(net, head=net[0], **wrap)
+    wide = nn.Sequential(nn.Flatten(), nn.Linear(12, 5), nn.Tanh(), nn.Linear(5, 3))
+    with pytest.raises(UserError, match="scores the classes, and Linear.* has 5 outputs for num_classes = 3"):
+        targets.Victim.from_module(wide, head=wide[1], **wrap)
+    for model in ("hello", None):
+        with pytest.raises(UserError, match="^a victim's model must be a torch.nn.Module, got"):
+            targets.Victim.from_module(model, **wrap)

@@ -196,7 +196,7 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
     (r.model(x) - y).abs().mean().backward()
     assert torch.allclose(targets.flat_gradient(r, x, y), torch.cat([p.grad.flatten() for p in r.model.parameters()]))
 
-    h = targets.get_model(f"{model_file}:Headed", num_classes=3, in_shape=(1, 4, 4))
+    h = targets.get_model(f"{model_file}:Headed", num_classes=3, in_shape=(1, 4, 4), hidden=3)
     assert h.head is h.model.body[1]
     assert targets.get_model(f"{model_file}:NoHead", num_classes=3, in_shape=(1, 4, 4)).head is None
 
@@ -219,6 +219,8 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
     (lambda f, p: "torch.nn:Linear", "could not be built with no parameters \\(TypeError: "),
     (lambda f, p: f"{f}:Refuses", "could not be built with no parameters \\(RuntimeError: no GPU here\\)"),
     (lambda f, p: f"{f}:BadHead", "leakattack_head of .* names a Tanh, not an nn.Linear"),
+    (lambda f, p: f"{f}:Headed", "the classifier head of model .* scores the classes, and Linear\\(in_features=16, "
+                                 "out_features=8, bias=True\\) has 8 outputs for num_classes = 3"),
     (lambda f, p: f"{f}:BadLoss", "leakattack_loss of .* must take \\(output, target\\)"),
     (lambda f, p: f"{f}:BadTask", "leakattack_task is 'ranking'; choose one of: classification, regression"),
     (lambda f, p: f"{f}:WrongOutput", "returns \\(2, 1\\) for a batch of 2, not the \\(2, 3\\) class scores"),
