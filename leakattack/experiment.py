@@ -215,6 +215,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     with stop_on_interrupt() if interruptible else contextlib.nullcontext():
         result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
                                       monitor_every=cfg.trace_every, progress=progress)
+    check_result(cfg.attack, result, case.obs.input_shape)
     classifier = case.victim.task == "classification" and case.labels is not None
     scores = unscored(case.obs.batch_size) if case.x is None else metrics.score(
         result.x.clamp(0, 1), case.x,
@@ -256,6 +257,22 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]
     return Outcome(p, result, m, trace)
+
+
+def check_result(name: str, result, shape: tuple) -> None:
+    """Refuse, in one sentence naming attack ``name``, what its ``reconstruct`` returned when that is not an
+    AttackResult holding a batch of ``shape`` and at least the loss at its start."""
+    if not isinstance(result, AttackResult):
+        got = "None" if result is None else f"a {type(result).__name__}"
+        raise UserError(f"attack '{name}' returned {got} from reconstruct, not the leakattack.attacks.AttackResult "
+                        "every attack returns")
+    if not isinstance(result.x, torch.Tensor) or tuple(result.x.shape) != tuple(shape):
+        got = f"shape {tuple(result.x.shape)}" if isinstance(result.x, torch.Tensor) else type(result.x).__name__
+        raise UserError(f"attack '{name}' returned a reconstruction x of {got}, not the batch of shape "
+                        f"{tuple(shape)} it attacks")
+    if not result.losses:
+        raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "
+                        "step, at least at its start)")
 
 
 def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,

@@ -9,7 +9,9 @@ from torch import nn
 
 import targets
 from leakattack import Channel, ThreatModel, observe
+from leakattack.attacks import AttackResult
 from leakattack.errors import UserError
+from leakattack.experiment import check_result
 from leakattack.sketch import get_sketch
 
 
@@ -143,3 +145,19 @@ def test_wrapping_refuses_a_loss_that_is_no_callable_and_a_head_that_is_not_the_
     for model in ("hello", None):
         with pytest.raises(UserError, match="^a victim's model must be a torch.nn.Module, got"):
             targets.Victim.from_module(model, **wrap)
+
+
+def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
+    shape = (1, 3, 2, 2)
+    with pytest.raises(UserError, match="^attack 'grey' returned None from reconstruct, not the "
+                                        "leakattack.attacks.AttackResult every attack returns$"):
+        check_result("grey", None, shape)
+    with pytest.raises(UserError, match="^attack 'grey' returned a dict from reconstruct"):
+        check_result("grey", {"x": torch.zeros(shape)}, shape)
+    x = torch.zeros(shape)
+    with pytest.raises(UserError, match=re.escape("attack 'grey' returned a reconstruction x of shape (3, 2, 2), not "
+                                                  "the batch of shape (1, 3, 2, 2) it attacks")):
+        check_result("grey", AttackResult(x=x[0], labels=None, x0=x, losses=[1.0]), shape)
+    with pytest.raises(UserError, match="^attack 'grey' returned no losses"):
+        check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[]), shape)
+    check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0]), shape)
