@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -277,11 +279,12 @@ class RunConfig:
         if not self.protocol:
             return self.model, dict(self.model_params)
         model, act = self.model, self.protocol_act
-        if self.protocol_dir:
-            from ..training import stored_protocol  # reads protocol.json; the run refuses a folder that has none
-
-            stored = stored_protocol(self.protocol_dir, self.protocol)[1]
-            model, act = stored["model"], stored.get("act", act)
+        if self.protocol_dir:  # an unreadable protocol.json is the run's to refuse (leakattack.training)
+            try:
+                stored = json.loads((Path(self.protocol_dir) / "protocol.json").read_text())["model"]
+                model, act = str(stored["model"]), stored.get("act", act)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
         return model, ({"act": act} if act and "act" in targets.model_params(model) else {})
 
     def _settings(self) -> dict:
