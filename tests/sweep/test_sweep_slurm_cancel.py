@@ -85,9 +85,13 @@ def listed(tmp_path) -> set[str]:
     return set(json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"])
 
 
-def test_a_cancelled_job_that_finishes_while_it_ends_is_handed_back_and_then_forgotten(tmp_path, monkeypatch):
+def test_a_cancelled_job_that_finishes_while_it_ends_is_handed_back_and_then_forgotten(tmp_path, monkeypatch,
+                                                                                        capsys):
     backend, fake = backend_with_jobs(tmp_path, monkeypatch, runs={"7_0": 3, "7_1": 2}, finishes={"7_0": 49.0})
     backend.close(cancel=True)
+    # the seconds before the stop line are named once
+    assert capsys.readouterr().err.splitlines() == [
+        "leakattack: waiting up to 15 s for 2 cancelled SLURM jobs to end (a result that arrives meanwhile is kept)"]
     assert sorted(fake.cancelled) == ["7_0", "7_1"]
     assert backend.stopped == 1  # 7_1 ended without a result
     assert listed(tmp_path) == {"7_0"}  # forgotten only once the caller has the result

@@ -47,6 +47,7 @@ import pickle
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -523,6 +524,7 @@ class SlurmBackend(Backend):
         SIGTERM (submitit's) runs on until SLURM kills it, and may write its result meanwhile."""
         deadline = time.monotonic() + self.kill_wait + CANCEL_MARGIN_S
         ended: set[str] = set()
+        said = False
         while True:
             waiting = [a for a in attempts if a.job and a.job not in ended and a.outcome() is None]
             if waiting:
@@ -532,6 +534,12 @@ class SlurmBackend(Backend):
                     waiting = [a for a in waiting if a.job not in ended]
             if not waiting or time.monotonic() >= deadline:
                 return ended
+            if not said:  # the stop line comes after this wait: say what the seconds are for
+                n = len(waiting)
+                print(f"leakattack: waiting up to {self.kill_wait + CANCEL_MARGIN_S:.0f} s for {n} cancelled SLURM "
+                      f"job{'s' if n != 1 else ''} to end (a result that arrives meanwhile is kept)",
+                      file=sys.stderr, flush=True)
+                said = True
             time.sleep(self.poll_s)
 
     def finished_late(self):
