@@ -52,3 +52,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fresh_registries(monkeypatch):
+    """Every registry a user extends (models, sketches, attacks, priors, defenses), restored after the test: what it
+    registers is gone for the next one."""
+    import defenses.registry
+    import targets.models
+    from leakattack import attacks
+    from leakattack import sketch as sketches
+    from leakattack.attacks import priors
+
+    for registry in (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, priors._PRIORS,
+                     defenses.registry._REGISTRY):
+        monkeypatch.setattr(registry, "_items", dict(registry._items))
+        monkeypatch.setattr(registry, "_meta", dict(registry._meta))

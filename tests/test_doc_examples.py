@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_registries import tiny_observation  # tests/ is on the path
 
 import defenses
 import defenses.registry
 import leakattack
-import targets.models
-from leakattack import Channel, ThreatModel, attacks, cli, observe
-from leakattack import sketch as sketches
+from leakattack import cli
 from leakattack.attacks import get_attack
 from leakattack.attacks import priors as prior_registry
 from leakattack.attacks.priors import get_prior
@@ -24,18 +23,6 @@ from leakattack.sketch import get_sketch, register_sketch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENDING = ROOT / "docs" / "extending.md"
-
-REGISTRIES = (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, prior_registry._PRIORS,
-              defenses.registry._REGISTRY)
-
-
-@pytest.fixture
-def fresh_registries(monkeypatch):
-    """The registries the snippets extend, restored after the test."""
-    for registry in REGISTRIES:
-        monkeypatch.setattr(registry, "_items", dict(registry._items))
-        monkeypatch.setattr(registry, "_meta", dict(registry._meta))
-
 
 def python_blocks(text: str) -> list[str]:
     """The code of every ```python fence of a Markdown page."""
@@ -104,12 +91,8 @@ def test_the_prior_snippet_registers_a_prior_the_attack_takes_by_name(fresh_regi
     snippet("class GreyWorld")
     assert prior_registry.parse_prior("grey-world") == ("grey-world", 1e-3)
     assert get_prior("grey-world", 2.0)(torch.zeros(1, 1, 2, 2)).item() == pytest.approx(2.0 * 0.25)
-    torch.manual_seed(0)
-    victim = targets.Victim.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)).double(),
-                                        input_shape=(1, 2, 2), num_classes=2)
-    obs = observe(victim, torch.rand(1, 1, 2, 2, dtype=torch.float64), torch.tensor([1]),
-                  Channel(get_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
-    result = get_attack("gradient-matching", iterations=2, priors={"grey-world": 0.01}, labels="given").reconstruct(obs)
+    result = get_attack("gradient-matching", iterations=2, priors={"grey-world": 0.01}, labels="given").reconstruct(
+        tiny_observation())
     assert result.x.shape == (1, 1, 2, 2)
 
 

@@ -7,29 +7,24 @@ import numpy as np
 import pytest
 import torch
 
-import defenses
-import defenses.registry
 import targets
 import targets.models
 from defenses import Transform, register_defense
-from leakattack import Channel, ThreatModel, attacks, cli, observe
+from leakattack import Channel, ThreatModel, cli, observe
 from leakattack import sketch as sketches
 from leakattack.attacks import Attack, AttackResult, get_attack, register_attack
-from leakattack.attacks import priors as prior_registry
 from leakattack.attacks.priors import get_prior, list_priors, parse_prior, register_prior
 from leakattack.config import names
 from leakattack.sketch import Sketch, get_sketch, register_sketch
 
-REGISTRIES = (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, prior_registry._PRIORS,
-              defenses.registry._REGISTRY)
 
-
-@pytest.fixture
-def fresh_registries(monkeypatch):
-    """Every registry a user extends, restored after the test (what it registers is gone for the next one)."""
-    for registry in REGISTRIES:
-        monkeypatch.setattr(registry, "_items", dict(registry._items))
-        monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+def tiny_observation():
+    """The unsketched message of one 1x2x2 image through a seeded 4-to-2 linear classifier (float64)."""
+    torch.manual_seed(0)
+    victim = targets.Victim.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)).double(),
+                                        input_shape=(1, 2, 2), num_classes=2)
+    return observe(victim, torch.rand(1, 1, 2, 2, dtype=torch.float64), torch.tensor([1]),
+                   Channel(get_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
 
 
 class Halves(Sketch):
@@ -130,10 +125,6 @@ def test_a_registered_prior_reaches_the_attack_that_names_it(fresh_registries):
         return penalty
 
     register_prior("pull", builder)
-    torch.manual_seed(0)
-    victim = targets.Victim.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)).double(),
-                                        input_shape=(1, 2, 2), num_classes=2)
-    obs = observe(victim, torch.rand(1, 1, 2, 2, dtype=torch.float64), torch.tensor([1]),
-                  Channel(get_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
-    result = get_attack("gradient-matching", iterations=2, priors={"pull": 1.0}, labels="given").reconstruct(obs)
+    result = get_attack("gradient-matching", iterations=2, priors={"pull": 1.0}, labels="given").reconstruct(
+        tiny_observation())
     assert calls and calls[0] == (1, 1, 2, 2) and np.isfinite(result.final_loss)

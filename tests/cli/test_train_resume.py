@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 import torch
+from test_stopped_training import _interrupt_in_round  # tests/cli is on the path
 
-from leakattack import cli, training
+from leakattack import cli
 
 TRAIN = ["train", "--protocol", "sketched", "--clients", "3", "--quiet", "--threads", "1"]
 
@@ -20,20 +21,6 @@ def _rows(folder, wall=False):
 
 def _snapshot(root):
     return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _interrupt_in_round(monkeypatch, stop: int) -> None:
-    """Ctrl-C while round ``stop`` is evaluated."""
-    calls = {"n": 0}
-    evaluate = training.evaluate
-
-    def interrupted(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == stop:
-            raise KeyboardInterrupt
-        return evaluate(*args, **kw)
-
-    monkeypatch.setattr(training, "evaluate", interrupted)
 
 
 @pytest.fixture(scope="module")
