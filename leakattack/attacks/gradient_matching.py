@@ -43,7 +43,7 @@ from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
-from .labels import readings_to_compare
+from .labels import hidden_head, readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
@@ -236,6 +236,10 @@ class GradientMatching(Attack):
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
                     "holds) to read labels from; use --labels given or --labels dlg")
+        if self.label_mode == "idlg" and obs.victim.task == "classification":
+            hidden = hidden_head(obs.victim, obs.linear_map, obs.y)
+            if hidden:
+                return hidden
         try:
             self.build_priors(obs)
         except UserError as err:

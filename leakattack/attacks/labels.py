@@ -58,6 +58,28 @@ def _head_slices(victim) -> tuple[slice, slice | None]:
     return slices[names[id(head.weight)]], bias
 
 
+def _head_gain(victim, sketch, like: torch.Tensor) -> tuple[float, str | None]:
+    """||M m||^2 / ||m||^2 for the 0/1 mask m of the head's coordinates, and the sentence that says so where the map
+    keeps none of them (a gain of 0), else None."""
+    ws, bs = _head_slices(victim)
+    mask = torch.zeros(sketch.d, dtype=like.dtype, device=like.device)
+    mask[ws] = 1.0
+    if bs is not None:
+        mask[bs] = 1.0
+    gain = float(sketch.apply(mask).pow(2).sum()) / float(mask.sum())
+    if gain:
+        return gain, None
+    return gain, (f"the sketch keeps none of the classifier head's {int(mask.sum())} coordinates (b = {sketch.b} of "
+                  f"d = {sketch.d}), so the message holds no label signal for a label rule to read; use --labels "
+                  "given or --labels dlg")
+
+
+def hidden_head(victim, sketch, like: torch.Tensor) -> str | None:
+    """Why no label rule can read ``victim``'s head through ``sketch`` (it keeps none of the head's coordinates), in
+    one sentence; None where it keeps some.  Attacks that read labels ask it in their check, before any step."""
+    return _head_gain(victim, sketch, like)[1]
+
+
 def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
     """U, beta and sigma of the module docstring from one adjoint M^T y and one sketched mask.
 
@@ -66,15 +88,9 @@ def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
     any other: the readout is unbiased over the draw of the sample, with a noise sigma that grows as fewer are kept.
     """
     ws, bs = _head_slices(victim)
-    mask = torch.zeros(sketch.d, dtype=y.dtype, device=y.device)
-    mask[ws] = 1.0
-    if bs is not None:
-        mask[bs] = 1.0
-    gain = float(sketch.apply(mask).pow(2).sum()) / float(mask.sum())
-    if gain == 0:
-        raise UserError(f"the sketch keeps none of the classifier head's {int(mask.sum())} coordinates (b = "
-                        f"{sketch.b} of d = {sketch.d}), so the message holds no label signal for a label rule to "
-                        "read; use --labels given or --labels dlg")
+    gain, kept = _head_gain(victim, sketch, y)
+    if kept:
+        raise UserError(kept)
     u = sketch.adjoint(y) / gain
     sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(max(0.0, 1 / sketch.b - 1 / sketch.d))
     U = u[ws].reshape(victim.head.weight.shape)

@@ -84,6 +84,18 @@ def test_the_command_line_refuses_a_sample_that_misses_the_head_with_exit_code_2
             "--threads", "1", "--quiet", "--no-lpips", "--out", str(out)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("leakattack: error: the sketch keeps none of the classifier head's 7690 coordinates")
+    assert err.startswith("leakattack: error: attack 'gradient-matching' cannot run here: the sketch keeps none of "
+                          "the classifier head's 7690 coordinates")
     assert not out.exists()
     assert cli.main([*argv[:-1], str(tmp_path / "dlg"), "--labels", "dlg"]) == 0  # the named fallback runs
+
+
+def test_a_sweep_refuses_the_point_whose_sample_misses_the_head_before_any_point_runs(tmp_path, capsys):
+    """The attack's check asks whether the sample keeps any of the head, so a sweep names such a point up front
+    (seed 1: a sample of b = 1 keeps none of LeNet's head, one of b = d/2 about half of it)."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[base]\nsketch = "uniform"\nseed = 1\niterations = 2\nrefine = "none"\n'
+                     '[grid]\nsketch_dim = [7913, 1]\n')
+    assert cli.main(["sweep", str(sweep), "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the sketch keeps none of the classifier head's 7690 coordinates" in err and "'sketch_dim': 1" in err, err
