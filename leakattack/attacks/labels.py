@@ -58,10 +58,10 @@ def _head_slices(victim) -> tuple[slice, slice | None]:
     return slices[names[id(head.weight)]], bias
 
 
-def _head_gain(victim, sketch, like: torch.Tensor) -> tuple[float, str | None]:
-    """||M m||^2 / ||m||^2 for the 0/1 mask m of the head's coordinates, and the sentence that says so where the map
-    keeps none of them (a gain of 0), else None."""
-    ws, bs = _head_slices(victim)
+def _head_gain(sketch, slices: tuple[slice, slice | None], like: torch.Tensor) -> tuple[float, str | None]:
+    """||M m||^2 / ||m||^2 for the 0/1 mask m of the head's coordinates (``slices``: :func:`_head_slices`), and the
+    sentence that says so where the map keeps none of them (a gain of 0), else None."""
+    ws, bs = slices
     mask = torch.zeros(sketch.d, dtype=like.dtype, device=like.device)
     mask[ws] = 1.0
     if bs is not None:
@@ -77,7 +77,7 @@ def _head_gain(victim, sketch, like: torch.Tensor) -> tuple[float, str | None]:
 def hidden_head(victim, sketch, like: torch.Tensor) -> str | None:
     """Why no label rule can read ``victim``'s head through ``sketch`` (it keeps none of the head's coordinates), in
     one sentence; None where it keeps some.  Attacks that read labels ask it in their check, before any step."""
-    return _head_gain(victim, sketch, like)[1]
+    return _head_gain(sketch, _head_slices(victim), like)[1]
 
 
 def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
@@ -88,7 +88,7 @@ def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
     any other: the readout is unbiased over the draw of the sample, with a noise sigma that grows as fewer are kept.
     """
     ws, bs = _head_slices(victim)
-    gain, kept = _head_gain(victim, sketch, y)
+    gain, kept = _head_gain(sketch, (ws, bs), y)
     if kept:
         raise UserError(kept)
     u = sketch.adjoint(y) / gain
