@@ -47,12 +47,23 @@ def dispatch(a) -> int:
     return getattr(_import_holding_interrupts(f"{__name__}.{module}"), function)(a)
 
 
+_stopped_by = [signal.SIGINT]
+
+
 def _terminate(signum, frame):
+    _stopped_by[0] = signal.SIGTERM
     raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C: temporary files are removed, finished ones kept
+
+
+def interrupted_exit() -> int:
+    """The exit code of a command that a signal stopped: 128 + its number, as a shell reports it (130 for Ctrl-C,
+    143 for SIGTERM, which SLURM and ``timeout`` send)."""
+    return 128 + int(_stopped_by[0])
 
 
 def main(argv=None) -> int:
     one_line_warnings()
+    _stopped_by[0] = signal.SIGINT
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -71,7 +82,7 @@ def main(argv=None) -> int:
         return 0
     except KeyboardInterrupt:
         print("leakattack: interrupted; what had finished is kept, nothing unfinished was written", file=sys.stderr)
-        return 130
+        return interrupted_exit()
 
 
-__all__ = ["main", "build_parser", "dispatch", "EXIT_USAGE", "Parser", "UsageError"]
+__all__ = ["main", "build_parser", "dispatch", "EXIT_USAGE", "interrupted_exit", "Parser", "UsageError"]

@@ -20,6 +20,7 @@ from ..results import writable_out
 from ..results.runs import unused_path
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.plan import value_text
+from . import interrupted_exit
 from .figures import figures_said
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
@@ -129,7 +130,7 @@ def cmd_sweep(a) -> int:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():
             print(f"leakattack: resume with: {resume_command(a, out)}", file=sys.stderr)
-        return 130
+        return interrupted_exit()
     best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []

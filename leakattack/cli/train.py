@@ -19,6 +19,7 @@ from ..config.params import SEED
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
 from ..training import MODEL_DEFAULTS, TrainingInterrupted, train
+from . import interrupted_exit
 
 
 def _floats(row: dict) -> str:
@@ -75,7 +76,7 @@ def cmd_train(a) -> int:
         held = f"rounds 1..{stop.done}" if stop.done else "no finished round"
         print(f"leakattack: interrupted; training stopped after round {stop.done} of {stop.planned}, and "
               f"'{stop.folder}' keeps {held} (its protocol.json records them)", file=sys.stderr)
-        return 130
+        return interrupted_exit()
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
           f"train loss {last['train_loss']:.4f} | {_floats(last)} | {last['wall_s']:.1f} s | "

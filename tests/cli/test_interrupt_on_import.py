@@ -51,3 +51,24 @@ def test_an_interrupted_command_says_nothing_unfinished_was_written(monkeypatch,
     assert cli.main(["run", "--iterations", "2"]) == 130
     assert capsys.readouterr().err == ("leakattack: interrupted; what had finished is kept, nothing unfinished was "
                                        "written\n")
+
+
+def test_sigterm_exits_143_and_ctrl_c_130(monkeypatch, capsys):
+    """A command stopped by a signal exits with 128 + its number, as a shell, ``timeout`` and SLURM report it."""
+    import os
+
+    import leakattack.cli as cli
+
+    def terminated(a):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # main() installs its handler only over the default
+    try:
+        monkeypatch.setattr(cli, "dispatch", terminated)
+        assert cli.main(["run", "--iterations", "2"]) == 143
+        monkeypatch.setattr(cli, "dispatch", lambda a: (_ for _ in ()).throw(KeyboardInterrupt))
+        assert cli.main(["run", "--iterations", "2"]) == 130  # the next command starts afresh
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert capsys.readouterr().err.count("leakattack: interrupted") == 2
