@@ -1,4 +1,4 @@
-"""Attack one sketched gradient from Python: victim, channel, observation, attack, score.
+"""Attack one sketched gradient from Python: victim, channel, observation, attack, and its verdict.
 
 Run from anywhere:  python examples/attack_from_python.py [iterations]
 """
@@ -8,7 +8,7 @@ import sys
 import torch
 
 import targets
-from leakattack import Channel, ThreatModel, get_attack, get_batch, get_dataset, get_sketch, observe, score
+from leakattack import Channel, ThreatModel, assess, get_attack, get_batch, get_dataset, get_sketch, observe
 
 iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 6000  # the CLI default
 torch.set_num_threads(1)
@@ -26,6 +26,10 @@ obs = observe(victim, x, labels, channel, ThreatModel(knows_labels=False))
 # init_seed=2: the dummy start `leakattack run --seed 0` uses (model seed 0, sketch seed 1, dummy seed 2)
 result = get_attack("gradient-matching", iterations=iterations, init_seed=2).reconstruct(obs)
 
-s = score(result.x.clamp(0, 1), x, labels_hat=result.labels, labels=labels, with_lpips=False)
-print(f"PSNR {s['psnr']:.2f} dB | SSIM {s['ssim']:.4f} | label accuracy {s['label_acc']:.0f} | "
+# the scores beside the two baselines that need no message (the attack's start, the data set's mean image)
+s = assess(result, x, labels, dataset=images, with_lpips=False)
+print(f"{s['verdict']}: PSNR {s['psnr']:.2f} dB, SSIM {s['ssim']:.4f} against {s['baseline_psnr']:.2f} dB, "
+      f"{s['baseline_ssim']:.4f} for the better baseline | label accuracy {s['label_acc']:.0f} | "
       f"L_R {result.final_loss:.3e} after {result.iterations} iterations")
+if s["verdict"] == "not rebuilt":
+    print("a failure of this attack at this budget, not evidence that the message is private")

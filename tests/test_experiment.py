@@ -52,7 +52,7 @@ def test_the_library_path_gives_the_numbers_of_the_configured_run(tmp_path):
     import torch
 
     import targets
-    from leakattack import Channel, ThreatModel, get_attack, get_batch, get_dataset, get_sketch, observe, score
+    from leakattack import Channel, ThreatModel, assess, get_attack, get_batch, get_dataset, get_sketch, observe, score
 
     m, _ = run_attack(_cfg(sketch="srht"), out=tmp_path / "r", with_lpips=False)
     ds = get_dataset("digits")
@@ -62,6 +62,10 @@ def test_the_library_path_gives_the_numbers_of_the_configured_run(tmp_path):
                   ThreatModel())
     result = get_attack("gradient-matching", iterations=15, init_seed=2).reconstruct(obs)
     assert score(result.x.clamp(0, 1), x.double(), with_lpips=False)["psnr"] == m.psnr
+    judged = assess(result, x.double(), labels, dataset=ds, with_lpips=False)  # the run's baselines and verdict too
+    for key in ("psnr", "ssim", "baseline_start_psnr", "baseline_mean_psnr", "baseline_psnr", "baseline_ssim",
+                "verdict", "verdict_baseline", "baseline_mean_image", "label_acc"):
+        assert judged[key] == getattr(m, key), key
 
 
 def test_the_python_example_runs_and_reports_its_scores():
@@ -72,7 +76,8 @@ def test_the_python_example_runs_and_reports_its_scores():
     example = Path(__file__).resolve().parents[1] / "examples" / "attack_from_python.py"
     proc = subprocess.run([sys.executable, str(example), "20"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("PSNR ") and "after 20 iterations" in proc.stdout
+    assert proc.stdout.startswith("not rebuilt: PSNR ") and "after 20 iterations" in proc.stdout
+    assert "better baseline" in proc.stdout
 
 
 def test_an_interrupted_write_leaves_the_earlier_run_whole_and_no_temporary_folder(tmp_path, monkeypatch):

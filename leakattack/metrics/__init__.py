@@ -100,9 +100,34 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     return out
 
 
+def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: bool = False,
+           with_lpips: bool = True, device="cpu") -> dict:
+    """:func:`score` of an attack's reconstruction beside the scores of its baselines, and the verdict, as a run's
+    metrics.json holds them (:func:`judge`): ``verdict`` is ``"rebuilt"`` only when the reconstruction is clearly
+    better than both the attack's own start (``result.x0``) and the mean image of ``dataset`` (the data set the
+    truth comes from; a constant grey image without one).  A reconstruction that is ``"not rebuilt"`` is a failure of
+    that attack at that budget, not evidence that the message is private.
+
+    ``result``: an :class:`leakattack.AttackResult` (``x``, ``x0``, ``labels``); ``x``/``labels``: the truth;
+    ``closed_form``: the attack solved for x directly and has no start to score (``Attack.closed_form``).
+    """
+    if not hasattr(result, "x") or not hasattr(result, "x0"):
+        raise MetricsError(f"assess takes an attack's result (an AttackResult), not {type(result).__name__}")
+    truth = x.detach()
+
+    def scored(images, labels_hat=None):
+        return score(images.detach().to(truth).clamp(0, 1), truth, labels_hat=labels_hat,
+                     labels=labels if labels_hat is not None else None, with_lpips=with_lpips, device=device)
+
+    out = scored(result.x, result.labels if labels is not None else None)
+    mean, what = mean_image(dataset, truth)
+    baselines = {"start": None if closed_form else scored(result.x0), "mean": scored(mean)}
+    return {**out, **judge(out, baselines), "baseline_mean_image": what}
+
+
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
-           "match", "label_accuracy", "label_overlap", "score",
+           "match", "label_accuracy", "label_overlap", "score", "assess",
            "verdict", "judge", "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",
            "closed_forms_line", "objective_failed", "REBUILT",
            "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",

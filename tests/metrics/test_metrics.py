@@ -393,3 +393,27 @@ def test_jacobian_rank_of_a_linear_and_a_rank_deficient_map():
     assert rank is None and "not measured" in note
     wide = torch.rand(1, metrics.JACOBIAN_MAX_UNKNOWNS + 1, dtype=torch.float64)
     assert metrics.jacobian_rank(lambda z, labels: z.sum(1), wide, None, d=1)[0] is None  # too many columns
+
+
+def test_assess_judges_a_result_against_its_start_and_the_mean_image():
+    """assess: the scores, both baselines and the verdict of metrics.json; a closed form has no start to score."""
+    import pytest
+    import torch
+
+    from leakattack.attacks import AttackResult
+    from leakattack.metrics import MetricsError, assess
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 1, 12, 12, generator=g)
+    x0 = torch.rand(2, 1, 12, 12, generator=g)
+    labels = torch.tensor([3, 1])
+    exact = AttackResult(x=x.flip(0), labels=labels.flip(0), x0=x0, losses=[1.0, 0.0])
+    judged = assess(exact, x, labels, with_lpips=False)
+    assert judged["verdict"] == "rebuilt" and judged["label_acc"] == 1.0 and judged["match"] == [1, 0]
+    assert judged["baseline_start_psnr"] is not None and "grey" in judged["baseline_mean_image"]
+    stuck = AttackResult(x=x0, labels=labels, x0=x0, losses=[1.0])
+    judged = assess(stuck, x, labels, with_lpips=False)
+    assert judged["verdict"] == "not rebuilt" and judged["psnr"] == judged["baseline_start_psnr"]
+    assert assess(exact, x, closed_form=True, with_lpips=False)["baseline_start_psnr"] is None
+    with pytest.raises(MetricsError, match="AttackResult"):
+        assess(x, x)
