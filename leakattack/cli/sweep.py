@@ -9,7 +9,6 @@ one line each, without running or writing anything.
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 import time
@@ -108,6 +107,33 @@ def dry_run(a, plan: Plan, out: Path | None) -> int:
     return 0
 
 
+#: what the summary line says where a point was not rebuilt
+FAILURE_NOT_PRIVACY = "a point not rebuilt is a failure of the attack at its budget, not evidence of privacy"
+
+
+def best_text(rows: list[dict]) -> str:
+    """``best mean PSNR P dB``, with the baseline of that setting (the better of the attack's start and the data
+    set's mean image, mean over its points) where it is recorded."""
+    scored = [r for r in rows if r.get("psnr_mean") is not None]
+    if not scored:
+        return "best mean PSNR n/a"
+    best = max(scored, key=lambda r: r["psnr_mean"])
+    base = best.get("baseline_psnr_mean")
+    return f"best mean PSNR {best['psnr_mean']:.2f} dB" + (f" (baseline {base:.2f} dB)" if base is not None else "")
+
+
+def verdicts_text(res: dict) -> list[str]:
+    """``R of N points rebuilt`` (the points with a verdict; results stored before verdicts existed say nothing),
+    and, where any was not rebuilt, that this is the attack's failure, not evidence of privacy."""
+    judged, rebuilt = res.get("judged", 0), res.get("rebuilt", 0)
+    if not judged:
+        return []
+    text = f"{rebuilt} of {judged} point{'s' if judged != 1 else ''} rebuilt"
+    if judged < res.get("points", judged):
+        text += f" ({res['points'] - judged} stored without a verdict)"
+    return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]
+
+
 def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
@@ -131,7 +157,6 @@ def cmd_sweep(a) -> int:
         if out is not None and out.is_dir():
             print(f"leakattack: resume with: {resume_command(a, out)}", file=sys.stderr)
         return interrupted_exit()
-    best = max((r.get("psnr_mean", -math.inf) for r in res["rows"]), default=float("nan"))
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \
         if plan.duplicates else []
     if res.get("skipped") or res.get("reattached"):
@@ -142,6 +167,7 @@ def cmd_sweep(a) -> int:
     settings = len(res["rows"])
     print(" | ".join([f"{res['points']}/{len(plan.points)} points", *extra,
                       f"{settings} setting{'s' if settings != 1 else ''}",
-                      f"best mean PSNR {best:.2f} dB", f"{time.perf_counter() - t0:.1f} s", str(out / "summary.csv"),
+                      best_text(res["rows"]), *verdicts_text(res), f"{time.perf_counter() - t0:.1f} s",
+                      str(out / "summary.csv"),
                       figures_said(res, out), *res.get("notes", [])]))
     return 0

@@ -13,7 +13,11 @@ drawn beside their baseline (the better of the attack's start and the data
 set's mean image, which a reconstruction must beat to count as rebuilt), dashed
 in the series' colour with a band of one std; results stored before baselines
 existed draw none.  Dotted grey reference lines (SSIM 0.3, b = m) are named in
-the legend.
+the legend.  A point whose repetitions were none of them rebuilt is drawn
+hollow, one that only some of them were half filled, both named in the legend,
+and the titles count the points rebuilt: a point not rebuilt is a failure of the
+attack at its budget, never evidence of privacy.  The reconstruction grid says
+each cell's verdict under its scores and frames a cell not rebuilt dashed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import ratio_text
+from ..rebuilt import NOT_REBUILT, REBUILT
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -54,6 +59,10 @@ BASELINE_LABEL = "baseline: better of start and mean image"
 SSIM_BORDER = 0.3
 #: the legend entry of the dotted SSIM border
 SSIM_BORDER_LABEL = f"SSIM {SSIM_BORDER:g}: about where images become barely visible"
+#: the legend entries of a point (a setting's mean) whose repetitions were none of them rebuilt (drawn hollow), and
+#: only some of them (half filled)
+NOT_REBUILT_LABEL = "not rebuilt (failure of the attack)"
+SOME_REBUILT_LABEL = "rebuilt in some repetitions only"
 #: the legend entry of the dotted b/m = 1 of the phase transition
 SIZE_BORDER_LABEL = "b = m: as many numbers as unknowns"
 #: how figures name grid keys that read badly as they are; any other key is named with its underscores as spaces
@@ -202,14 +211,40 @@ def _line_label(series: tuple) -> str:
     return series_label(series) if series else "_only series"
 
 
-def _draw_lines(ax, lines: dict, labels: dict) -> dict:
-    """Mean against x, one line per series; std bars only where a setting has more than one repetition.
-    Returns each series' colour."""
+def _verdict_state(part) -> str | None:
+    """Of one point's repetitions (records; None where not known), ``"none"`` when none with a verdict was rebuilt,
+    ``"some"`` when only some were, None when all were or none has a verdict (results stored before verdicts)."""
+    verdicts = [r["metrics"].get("verdict") for r in part or ()]
+    verdicts = [v for v in verdicts if v is not None]
+    rebuilt = verdicts.count(REBUILT)
+    if not verdicts or rebuilt == len(verdicts):
+        return None
+    return "some" if rebuilt else "none"
+
+
+#: how a point of each verdict state (:func:`_verdict_state`) is marked: hollow, or half filled
+_STATE_MARKS = {"none": {"mfc": "white"}, "some": {"fillstyle": "left", "markerfacecoloralt": "white"}}
+_STATE_LABELS = {"none": NOT_REBUILT_LABEL, "some": SOME_REBUILT_LABEL}
+
+
+def _draw_lines(ax, lines: dict, labels: dict, marked: set | None = None) -> dict:
+    """Mean against x, one line per series; std bars only where a setting has more than one repetition; a point
+    none of whose repetitions was rebuilt hollow, one only some of them were half filled (the states drawn are added
+    to ``marked``, for :func:`_verdict_entries`).  Returns each series' colour."""
     colors = {}
     for line, pts in lines.items():
         x = [p[0] for p in pts]
-        (drawn,) = ax.plot(x, [p[1] for p in pts], marker="o", ms=3, label=labels.get(line, str(line)))
+        states = [_verdict_state(p[4]) for p in pts]
+        (drawn,) = ax.plot(x, [p[1] for p in pts], marker="o", ms=3, label=labels.get(line, str(line)),
+                           markevery=[i for i, st in enumerate(states) if st is None])
         colors[line] = drawn.get_color()
+        for state, style in _STATE_MARKS.items():
+            at = [p for p, st in zip(pts, states) if st == state]
+            if at:
+                ax.plot([p[0] for p in at], [p[1] for p in at], ls="none", marker="o", ms=4.5, mew=1.0,
+                        color=drawn.get_color(), label=f"_{state}", zorder=drawn.get_zorder() + 0.1, **style)
+                if marked is not None:
+                    marked.add(state)
         bars = [p for p in pts if p[2] is not None]
         if bars:
             ax.errorbar([p[0] for p in bars], [p[1] for p in bars], yerr=[p[2] for p in bars], fmt="none",
@@ -237,6 +272,31 @@ def _draw_baselines(ax, records: list[dict], x_of, metric: str, line_of, colors:
 def _baseline_entry(ax) -> None:
     """One legend entry for every dashed baseline (the series' colours tell them apart)."""
     ax.plot([], [], ls="--", lw=1.0, color="dimgrey", label=BASELINE_LABEL)
+
+
+def _verdict_entries(ax, marked: set) -> None:
+    """One legend entry for each verdict mark drawn (:func:`_draw_lines`), in grey."""
+    for state, style in _STATE_MARKS.items():
+        if state in marked:
+            ax.plot([], [], ls="none", marker="o", ms=4.5, mew=1.0, color="dimgrey", label=_STATE_LABELS[state],
+                    **style)
+
+
+def rebuilt_count(records: list[dict]) -> str:
+    """``R of N points rebuilt`` over the records with a verdict ("" where none has one), with, where any was not,
+    what that means."""
+    verdicts = [v for r in records if (v := r["metrics"].get("verdict")) is not None]
+    if not verdicts:
+        return ""
+    n, rebuilt = len(verdicts), verdicts.count(REBUILT)
+    text = f"{rebuilt} of {n} point{'s' if n != 1 else ''} rebuilt"
+    return text + ("; not rebuilt is a failure of the attack at its budget, not evidence of privacy"
+                   if rebuilt < n else "")
+
+
+def _with_count(head: str, records: list[dict]) -> str:
+    count = rebuilt_count(records)
+    return f"{head}; {count}" if count else head
 
 
 def _legend(fig, axes, keys: list[str], n_lines: int, borders: tuple[str, ...] = ()) -> None:
@@ -308,7 +368,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
         return []
     width = 1.4 * max(len(b[2]) for b in blocks) + 1.4
     heights = [1.55 * (len(b[1]) + 1) + (0.3 if keys else 0.0) for b in blocks]
-    head = f"reconstructions by {_key_name(strength)}"
+    head = _with_count(f"reconstructions by {_key_name(strength)}", records)
     if left:
         head += (f"; {len(shown)} of {len(shown) + len(left)} series shown "
                  f"({len(left)} left out, from {series_label(left[0])})")
@@ -341,22 +401,33 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
     return save_both(fig, Path(folder) / "figures", "reconstruction_grid")
 
 
+def cell_label(m: dict) -> str:
+    """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
+    one."""
+    psnr = "n/a" if m.get("psnr") is None else f"{m['psnr']:.1f} dB"
+    ssim = "n/a" if m.get("ssim") is None else f"{m['ssim']:.2f}"
+    verdict = m.get("verdict")
+    return f"{psnr}, SSIM {ssim}" + (f"\n{verdict}" if verdict in (REBUILT, NOT_REBUILT) else "")
+
+
 def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict) -> None:
     axes = fig.subplots(len(levels) + 1, len(images), squeeze=False)
     for j, img in enumerate(images):
         truth = next((c[0]["truth"][0] for (lv, im), c in cell.items() if im == img), None)
-        rows = [(truth, f"image {img}")] + [
-            ((cell[(lv, img)][0]["recon"][0],
-              f"{cell[(lv, img)][1]['psnr']:.1f} dB, SSIM {cell[(lv, img)][1]['ssim']:.2f}")
-             if (lv, img) in cell else (None, "")) for lv in levels]
-        for i, (a, label) in enumerate(rows):
+        rows = [(truth, f"image {img}", None)] + [
+            (cell[(lv, img)][0]["recon"][0], cell_label(cell[(lv, img)][1]), cell[(lv, img)][1].get("verdict"))
+            if (lv, img) in cell else (None, "", None) for lv in levels]
+        for i, (a, label, verdict) in enumerate(rows):
             ax = axes[i][j]
             ax.set_xticks([])
             ax.set_yticks([])
             if a is not None:
                 h = to_hwc(a)
                 ax.imshow(h, cmap="gray" if h.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest")
-            ax.set_title(label, fontsize=6, pad=2)
+            if verdict == NOT_REBUILT:  # a dashed grey frame: the cell's image is no better than the baselines
+                for spine in ax.spines.values():
+                    spine.set(ls="--", color="grey", lw=1.0)
+            ax.set_title(label, fontsize=6, pad=2, color="dimgrey" if verdict == NOT_REBUILT else "black")
             if j == 0:
                 ax.set_ylabel("truth" if i == 0 else _level_label(strength, levels[i - 1]), fontsize=7,
                               linespacing=1.4)
@@ -386,10 +457,10 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, strength,
                                                            ("psnr", "ssim", "utility_acc", "epsilon"), 3.6, 3.4)
-    baselines = False
+    baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        colors = _draw_lines(ax, lines, labels)
+        colors = _draw_lines(ax, lines, labels, marked)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if categories is None:
             _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
@@ -408,8 +479,9 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         ax.grid(True, alpha=0.3)
     if baselines:
         _baseline_entry(axes[0][0])
+    _verdict_entries(axes[0][0], marked)
     _legend(fig, axes[0], keys, len(labels), (SSIM_BORDER_LABEL,) if "ssim" in names else ())
-    _title(fig, f"attack against {_key_name(strength)}", records, meta, width)
+    _title(fig, _with_count(f"attack against {_key_name(strength)}", records), records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
 
 
@@ -430,22 +502,25 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
             ps, ps_std = mean_std([float("nan") if r["metrics"]["psnr"] is None else float(r["metrics"]["psnr"])
                                    for r in part])
             eps = part[0]["metrics"].get("epsilon")
-            by_line.setdefault(series, []).append((acc, ps, ps_std, eps))
+            by_line.setdefault(series, []).append((acc, ps, ps_std, eps, part))
     fig, ax = plt.subplots(figsize=(4.6, 3.8 + 0.25 * len(by_line) / 3), layout="constrained")
-    lines = {}
+    lines: dict = {}
+    marked: set[str] = set()
     for series, pts in by_line.items():
         pts.sort(key=lambda p: (p[0], p[1]))
-        lines[series] = [(acc, ps, std, 1, None) for acc, ps, std, _ in pts]
-    _draw_lines(ax, lines, {s: _line_label(s) for s in lines})
+        lines[series] = [(acc, ps, std, len(part), part) for acc, ps, std, _, part in pts]
+    _draw_lines(ax, lines, {s: _line_label(s) for s in lines}, marked)
+    _verdict_entries(ax, marked)
     for pts in by_line.values():
-        for acc, ps, _, eps in pts:
+        for acc, ps, _, eps, _part in pts:
             ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
     ax.set_xlabel("test accuracy under the defense (utility)")
     ax.set_ylabel("attack PSNR (dB)")
     ax.grid(True, alpha=0.3)
     _legend(fig, [ax], keys, len(lines))
-    _title(fig, "privacy-utility (labels: ε of the attacked message, Opacus RDP)", kept, meta, 4.6)
+    _title(fig, _with_count("privacy-utility (labels: ε of the attacked message, Opacus RDP)", kept), kept, meta,
+           4.6)
     return save_both(fig, Path(folder) / "figures", "privacy_utility")
 
 
@@ -455,9 +530,10 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     keys = series_keys(records, exclude=SIZE_KEYS)
     labels = {series_of(r, keys): _line_label(series_of(r, keys)) for r in records}
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6 + 0.25 * len(labels) / 3), layout="constrained")
-    baselines = False
+    baselines, marked = False, set[str]()
     for ax, name, label in ((axes[0], "psnr", "PSNR (dB)"), (axes[1], "ssim", "SSIM")):
-        colors = _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels)
+        colors = _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels,
+                             marked)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
@@ -470,8 +546,9 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
         ax.grid(True, which="both", alpha=0.3)
     if baselines:
         _baseline_entry(axes[0])
+    _verdict_entries(axes[0], marked)
     _legend(fig, axes, keys, len(labels), (SIZE_BORDER_LABEL,))
-    _title(fig, "phase transition in the sketch size", records, meta, 8.0)
+    _title(fig, _with_count("phase transition in the sketch size", records), records, meta, 8.0)
     return save_both(fig, Path(folder) / "figures", "phase_transition")
 
 
@@ -480,10 +557,10 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
     b/(m·B): the message's numbers per unknown (below 1 the reconstruction cannot be unique)."""
     x_of = lambda r: _axis(r["params"].get("batch_size"))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, "batch_size", ("psnr", "label_acc"), 4.2, 3.6)
-    baselines = False
+    baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        colors = _draw_lines(ax, lines, labels)
+        colors = _draw_lines(ax, lines, labels, marked)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if name == "psnr":
             for pts in lines.values():
@@ -505,15 +582,17 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
         ax.grid(True, which="both", alpha=0.3)
     if baselines:
         _baseline_entry(axes[0][0])
+    _verdict_entries(axes[0][0], marked)
     _legend(fig, axes[0], keys, len(labels))
-    _title(fig, "attack against batch size", records, meta, width)
+    _title(fig, _with_count("attack against batch size", records), records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_batch")
 
 
 #: the figures :func:`sweep_figures` draws (each as .png and .pdf under figures/), by stem, in the order the report
 #: shows them, with their captions
 SWEEP_FIGURES = {
-    "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline)",
+    "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline; "
+                           "hollow: not rebuilt, a failure of the attack, not evidence of privacy)",
     "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, ε annotated",
     "phase_transition": "Phase transition in the sketch size: quality against b/m (sketch size / unknowns)",
     "metrics_vs_batch": "Attack quality against batch size",
@@ -568,4 +647,5 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
 
 __all__ = ["sweep_figures", "SWEEP_FIGURES", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
            "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
-           "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES"]
+           "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES", "NOT_REBUILT_LABEL",
+           "SOME_REBUILT_LABEL", "rebuilt_count", "cell_label"]

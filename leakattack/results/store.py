@@ -29,6 +29,9 @@ SUMMARY_METRICS = ("psnr", "ssim", "lpips", "mse", "label_acc", "utility_acc", "
                    "baseline_psnr", "baseline_ssim")
 #: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
 FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
+#: the message's epsilons: a point whose privacy report (``privacy_note``) records one of them as null has no bound (no
+#: Gaussian noise, or nothing bounds what the noise is added to), and summary.csv writes it as ``inf``
+EPSILON_METRICS = ("epsilon", "epsilon_paper")
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -125,9 +128,20 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     return mean, std
 
 
+def summary_value(metrics: dict, name: str) -> float | None:
+    """A point's ``name`` as summary.csv counts it: a number, None where it is not recorded, and ``inf`` for an
+    epsilon (:data:`EPSILON_METRICS`) that the point's privacy report records as null: no DP bound, as a run's
+    summary line says ``ε ∞`` (the report is there, so the value is known, not missing)."""
+    v = metrics.get(name)
+    if v is None and name in EPSILON_METRICS and name in metrics and "privacy_note" in metrics:
+        return math.inf
+    return None if v is None else float(v)
+
+
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1),
-    ``rebuilt``, the share of its points whose verdict is rebuilt (left out when no point has a verdict), and
+    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
+    epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
+    whose verdict is rebuilt (left out when no point has a verdict), and
     ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
     failed in their label reading, their objective and their search (:func:`leakattack.rebuilt.failed_kind`; left
     out when none of them tells)."""
@@ -142,11 +156,11 @@ def summarize(records: list[dict]) -> list[dict]:
                    if first["metrics"].get("m") and first["metrics"].get("b") is not None else None,
                    n=len(recs))
         for name in SUMMARY_METRICS:
-            vals = [r["metrics"].get(name) for r in recs]
-            vals = [float(v) for v in vals if v is not None]
+            vals = [v for r in recs if (v := summary_value(r["metrics"], name)) is not None]
             if not vals:
                 continue
-            row[f"{name}_mean"], row[f"{name}_std"] = mean_std(vals)
+            unbounded = any(math.isinf(v) for v in vals)
+            row[f"{name}_mean"], row[f"{name}_std"] = (math.inf, None) if unbounded else mean_std(vals)
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)

@@ -34,6 +34,7 @@ from ..config import RunConfig
 from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
 from ..progress import progress_bar
+from ..rebuilt import REBUILT
 from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
 from .backends import SlurmBackend, get_backend
 from .backends.slurm import listed_jobs
@@ -189,7 +190,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 def finalize(out: Path, plan: Plan | None = None) -> dict:
     """summary.csv and the figures from results.jsonl (points of the current plan, in grid order).
 
-    ``notes``: what the figures leave out (e.g. series beyond the reconstruction grid's blocks).
+    ``notes``: what the figures leave out (e.g. series beyond the reconstruction grid's blocks); ``judged`` and
+    ``rebuilt``: how many of the points have a verdict, and how many of those were rebuilt.
     """
     records = load_records(out, plan, key_of=point_key)
     rows = summarize(records)
@@ -198,4 +200,6 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     # last: a summary.csv that counts the points of results.jsonl vouches for the figures beside it (the report shows
     # them only then), so drawing cut short leaves the earlier summary, which no longer matches
     write_csv(out / "summary.csv", rows)
-    return {"points": len(records), "rows": rows, "figures": paths, "notes": notes}
+    verdicts = [v for r in records if (v := r["metrics"].get("verdict")) is not None]
+    return {"points": len(records), "rows": rows, "figures": paths, "notes": notes, "judged": len(verdicts),
+            "rebuilt": verdicts.count(REBUILT)}
