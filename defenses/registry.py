@@ -14,7 +14,15 @@ _REGISTRY = Registry("defense", DefenseError)
 
 
 def register_defense(cls: type[Transform]) -> type[Transform]:
-    """Add a transform class to the registry under ``cls.name``."""
+    """Add a transform class to the registry under ``cls.name``.  Anything but a ``Transform`` subclass (a function,
+    an instance) is a ``TypeError``; a ``name`` left at the base's, or one a spec cannot write
+    (:func:`~leakattack.registry.name_error`), a ``ValueError``."""
+    if not (isinstance(cls, type) and issubclass(cls, Transform)):
+        what = "an instance of one" if isinstance(cls, Transform) else f"{type(cls).__name__} {cls!r}"
+        raise TypeError(f"register_defense takes a Transform subclass (the class itself, with name, schema and "
+                        f"__call__(v, gen)), got {what}")
+    if cls.name == Transform.name:
+        raise ValueError(f"defense class {cls.__name__} sets no name (the name a spec gives it)")
     return _REGISTRY.register(cls.name, cls)
 
 

@@ -15,6 +15,7 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, fields
 from typing import Callable, Protocol
 
@@ -255,7 +256,11 @@ def _label_mismatch(victim: Victim, labels: torch.Tensor, batch: int) -> str | N
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
-    channel that do not fit the victim are one UserError sentence."""
+    channel that do not fit the victim are one UserError sentence, as is a ``noise_seed`` that is not an integer in
+    [0, 2^63 - 1] (the range ``--noise-seed`` takes)."""
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, numbers.Integral) \
+            or not 0 <= int(noise_seed) <= 2 ** 63 - 1:
+        raise UserError(f"the noise seed must be an integer in [0, 2^63 - 1], got {noise_seed!r}")
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)

@@ -3,8 +3,8 @@ optimisers, data sets, defenses, protocols, sweep backends).
 
 Each family exposes the same verbs, the torchvision ``models/_api.py`` way:
 ``get_X(name, ...)`` builds one and ``list_X()`` names them; this class holds the
-names, refuses a name registered twice and says, in one sentence, when a name is
-unknown.  A leaf module: it imports nothing of ours.
+names, refuses a name registered twice or one the command line could not write (:func:`name_error`) and
+says, in one sentence, when a name is unknown.  A leaf module: it imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -12,6 +12,23 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import UserError
+
+#: characters the command line's specs give a meaning (``NAME:WEIGHT``, ``name:key=value@placement``, lists split at
+#: commas): no registered name holds one, nor white space
+RESERVED_CHARACTERS = ":,=@"
+
+
+def name_error(family: str, name: Any) -> str | None:
+    """None when ``name`` can name a member of ``family`` on the command line, else why not in one sentence: it must
+    be a non-empty string without white space or any of :data:`RESERVED_CHARACTERS`."""
+    if not isinstance(name, str):
+        return f"{family} name must be a string, got {type(name).__name__} {name!r}"
+    bad = sorted({c for c in name if c in RESERVED_CHARACTERS or c.isspace()})
+    if not name or bad:
+        held = f" (it holds {' '.join(repr(c) for c in bad)})" if bad else ""
+        return (f"{family} name {name!r} cannot be written on the command line{held}: a name is a non-empty string "
+                f"without white space or any of {' '.join(RESERVED_CHARACTERS)}")
+    return None
 
 
 class Registry:
@@ -27,8 +44,10 @@ class Registry:
         """Register ``obj`` under ``name`` (metadata in ``meta``); without ``obj``, a decorator that does so.
 
         Registering a name twice raises ``ValueError``: two families must not
-        silently shadow each other.
+        silently shadow each other.  A name that is not a string raises ``TypeError``, and an empty one or one
+        holding white space or a reserved character (:func:`name_error`) ``ValueError``, before anything is kept.
         """
+        self.check_name(name)
 
         def deco(o):
             if name in self._items:
@@ -39,17 +58,25 @@ class Registry:
 
         return deco if obj is None else deco(obj)
 
+    def check_name(self, name: Any) -> None:
+        """Raise ``TypeError`` (not a string) or ``ValueError`` (empty, white space, a reserved character) with the
+        sentence of :func:`name_error` when ``name`` cannot name a member of this family."""
+        problem = name_error(self.family, name)
+        if problem:
+            raise (ValueError if isinstance(name, str) else TypeError)(problem)
+
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._items)
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._items
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._items
 
     def get(self, name: str) -> Any:
         """The constructor registered under ``name``."""
-        if name not in self._items:
-            raise self.error(f"unknown {self.family} '{name}'; choose one of: {', '.join(self.names())}")
+        if not isinstance(name, str) or name not in self._items:
+            shown = f"'{name}'" if isinstance(name, str) else f"{name!r} ({type(name).__name__})"
+            raise self.error(f"unknown {self.family} {shown}; choose one of: {', '.join(self.names())}")
         return self._items[name]
 
     def meta(self, name: str) -> dict:
@@ -58,4 +85,4 @@ class Registry:
         return self._meta[name]
 
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "RESERVED_CHARACTERS", "name_error"]

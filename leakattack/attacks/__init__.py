@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 
+from ..constraints import Param
 from ..errors import UserError
 from ..registry import Registry
 from .analytic import Analytic
@@ -51,6 +52,19 @@ _ATTACKS.register("rgap", Rgap)
 _ATTACKS.register("april", April)
 _ATTACKS.register("imprint", Imprint)
 
+#: the names of the run parameters (a copy of those of ``leakattack.config.params.RUN_PARAMS``, declared in a later
+#: station; tests/attacks/test_attack_options.py compares the two): no attack's option may take one
+RUN_PARAMETER_NAMES = frozenset({
+    "attack", "attack_params", "attacker_knows_clip", "batch_draw", "batch_size", "bn", "bn_stats", "box",
+    "data_root", "dataset", "defense", "delta", "device", "download", "dtype", "dummy_init", "image_index",
+    "image_size", "iterations", "label_mode", "lr", "match_space", "message", "model", "model_params",
+    "model_seed", "noise_seed", "objective", "optimizer", "priors", "protocol", "protocol_act", "protocol_client",
+    "protocol_dir", "protocol_round", "protocol_spec", "prune_restarts", "recipe", "refine", "restarts",
+    "schedule", "seed", "signed", "sketch", "sketch_dim", "sketch_known", "sketch_memory", "sketch_params",
+    "sketch_ratio", "sketch_seed", "sketch_seed_search", "stall_window", "surrogate", "threads", "time_limit",
+    "tol", "trace_every", "truth", "tv", "utility", "utility_batch", "utility_lr", "utility_steps", "weight_init",
+    "weights"})
+
 #: the attack ``leakattack run`` uses unless another is named
 DEFAULT_ATTACK = "gradient-matching"
 
@@ -61,10 +75,33 @@ def list_attacks() -> list[str]:
 
 
 def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
-    """Register ``cls`` as attack ``name`` (a name registered twice is an error); its ``options`` become flags of
-    ``leakattack run``."""
+    """Register ``cls`` as attack ``name``; its ``options`` become flags of ``leakattack run``.
+
+    Refused in one sentence, before anything is kept: a name registered twice or one the command line cannot write
+    (:func:`~leakattack.registry.name_error`); ``cls`` not an :class:`Attack` subclass (an instance, another class:
+    ``TypeError``) or one without its own ``reconstruct``; a class whose ``name`` attribute, set on it or on a class
+    it inherits from other than ``Attack``, differs from ``name`` (its messages would name another attack: set
+    ``name`` on the class); an option that is not a ``Param``, or whose name is a run parameter's (its flag would be
+    that parameter's).
+    """
+    _ATTACKS.check_name(name)
+    if not (isinstance(cls, type) and issubclass(cls, Attack)):
+        what = ("an instance of one" if isinstance(cls, Attack) else f"class {cls.__name__}" if isinstance(cls, type)
+                else f"{type(cls).__name__} {cls!r}")
+        raise TypeError(f"attack '{name}' must be registered with an Attack subclass (the class itself), got {what}")
     if getattr(cls, "reconstruct", None) is Attack.reconstruct:
         raise ValueError(f"attack class {cls.__name__} does not implement reconstruct(obs, ...)")
+    if cls.name != Attack.name and cls.name != name:
+        raise ValueError(f"attack class {cls.__name__} is named {cls.name!r} (its name attribute), not {name!r}: "
+                         f"register it as {cls.name!r} or set name = {name!r} on the class")
+    options = cls.options
+    if not isinstance(options, (tuple, list)) or not all(isinstance(p, Param) for p in options):
+        raise TypeError(f"the options of attack class {cls.__name__} must be a tuple of "
+                        f"leakattack.constraints.Param, got {options!r}")
+    taken = [p.name for p in options if p.name in RUN_PARAMETER_NAMES]
+    if taken:
+        raise ValueError(f"attack class {cls.__name__} declares an option '{taken[0]}', the name of a run parameter: "
+                         f"give the option another name")
     return _ATTACKS.register(name, cls)
 
 
@@ -107,7 +144,7 @@ def closed_forms_for(obs) -> list[str]:
 
 
 __all__ = [
-    "ATTACK_OPTION_FLAGS",
+    "ATTACK_OPTION_FLAGS", "RUN_PARAMETER_NAMES",
     "Attack", "AttackError", "AttackResult", "Monitor", "attack_class", "register_attack", "get_attack", "list_attacks",
     "closed_forms_for",
     "DEFAULT_ATTACK",

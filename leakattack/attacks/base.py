@@ -9,6 +9,7 @@ record evaluation numbers (PSNR) along the way without the attack seeing them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import signal
 import sys
@@ -87,6 +88,13 @@ class Attack:
     settings: tuple[str, ...] = ()
     options: tuple[Param, ...] = ()
 
+    def __init_subclass__(cls, **kwargs):
+        """Every ``reconstruct`` a subclass defines first refuses, in one sentence, anything but an Observation."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("reconstruct")
+        if callable(own) and not getattr(own, "checks_observation", False):
+            cls.reconstruct = _checking_observation(own)
+
     def modify(self, victim, public) -> None:  # pragma: no cover
         """Change ``victim`` in place into the model the server sends (``modifies_model`` attacks only);
         ``public``: images the server holds (an image set or a tensor)."""
@@ -105,6 +113,20 @@ class Attack:
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:  # pragma: no cover
         raise NotImplementedError
+
+
+def _checking_observation(reconstruct):
+    """``reconstruct`` preceded by the check that its ``obs`` is an :class:`Observation` (one UserError sentence)."""
+
+    @functools.wraps(reconstruct)
+    def checked(self, obs, *args, **kwargs):
+        if not isinstance(obs, Observation):
+            raise UserError(f"attack '{self.name}' reconstructs from an Observation (leakattack.observe(victim, x, "
+                            f"labels, channel)), got {type(obs).__name__} {obs!r:.60}")
+        return reconstruct(self, obs, *args, **kwargs)
+
+    checked.checks_observation = True
+    return checked
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import hidden_head, readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
-from .priors import get_prior, penalty_label
+from .priors import get_prior, list_priors, parse_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
 
 OBJECTIVES = ("l2", "cosine")
@@ -191,6 +191,14 @@ class GradientMatching(Attack):
             if choice not in names:
                 raise UserError(f"unknown {setting} {choice!r}; choose one of: {', '.join(names)}")
         get_optimizer(optimizer, lr)  # an unknown name is refused here, not at the first reconstruct
+        if isinstance(priors, (list, tuple)):  # NAME[:WEIGHT] specs, as --prior and sweep files give them
+            priors = dict(parse_prior(spec) for spec in priors)
+        elif priors is not None and not isinstance(priors, dict):
+            raise UserError(f"priors must be a dict name -> weight such as {{'tv': 1e-4}} or a list of NAME[:WEIGHT] "
+                            f"specs such as ['tv:1e-4'], got {type(priors).__name__} {priors!r}")
+        unknown = [name for name in (priors or {}) if not isinstance(name, str) or name not in list_priors()]
+        if unknown:
+            raise UserError(f"unknown prior {unknown[0]!r}; choose one of: {', '.join(list_priors())}")
         bad = {name: w for name, w in (priors or {}).items() if not _real(w) >= 0}
         if bad:
             name, w = next(iter(bad.items()))
@@ -315,8 +323,10 @@ class GradientMatching(Attack):
         xs = problem.images(problem.z0)
         fit = problem._fit(problem._messages(xs, problem._labels(problem.z0, 1), batched=False), batched=False)
         terms = {"match": float(fit[0].detach())}
-        for name, prior in zip(self.priors, problem.penalties, strict=True):
-            terms[name] = float(prior(xs[0]).detach()) / problem.weight
+        for name, prior in zip(problem.penalty_names, problem.penalties, strict=True):
+            value = prior(xs[0])
+            _check_penalty(name, value)
+            terms[name] = float(value.detach()) / problem.weight
         return {**terms, "total": sum(terms.values())}
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:
@@ -699,6 +709,9 @@ class _Problem:
         self.labels = labels
         priors = attack.build_priors(obs)
         self.penalties = [p for p in priors if not hasattr(p, "parametrise")]
+        #: the penalties' prior names; until the first evaluation has checked what each returns, ``unchecked``
+        self.penalty_names = [n for n, p in zip(attack.priors, priors, strict=True) if not hasattr(p, "parametrise")]
+        self.unchecked = bool(self.penalties)
         remaps = [p for p in priors if hasattr(p, "parametrise")]
         if len(remaps) > 1:
             raise UserError("at most one re-parametrising prior can run at a time")
@@ -822,10 +835,24 @@ class _Problem:
         xs = self.images(Z)
         fit = self._fit(self._messages(xs, self._labels(Z, k), batched), batched)
         total = self.weight * fit
-        for prior in self.penalties:
-            total = total + torch.stack([prior(x) for x in xs])
+        for name, prior in zip(self.penalty_names, self.penalties, strict=True):
+            values = [prior(x) for x in xs]
+            if self.unchecked:  # once: what a registered prior returns is the same kind of thing at every step
+                _check_penalty(name, values[0])
+            total = total + torch.stack(values)
+        self.unchecked = False
         grad, = torch.autograd.grad(total.sum(), Z)
         return total.detach().tolist(), grad, fit.detach().tolist()
+
+
+def _check_penalty(name: str, value) -> None:
+    """Refuse, in one sentence, a penalty prior's value that is not a scalar tensor (a shape and type comparison)."""
+    if not isinstance(value, torch.Tensor):
+        raise UserError(f"the prior named '{name}' returned a {type(value).__name__}, not a scalar tensor (its "
+                        f"weighted penalty of the batch x)")
+    if value.ndim != 0:
+        raise UserError(f"the prior named '{name}' returned a tensor of shape {tuple(value.shape)}, not a scalar "
+                        f"tensor (its weighted penalty of the batch x)")
 
 
 #: glibc's mallopt parameters (malloc.h): the most blocks served by mmap, and the free heap top kept unreturned

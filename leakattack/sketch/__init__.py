@@ -32,7 +32,13 @@ _REGISTRY = Registry("sketch")
 
 def register_sketch(cls: type[Sketch]) -> type[Sketch]:
     """Add a ``Sketch`` subclass to the registry under its ``kind``; it must implement ``_apply`` (R v) and
-    ``_adjoint`` (R^T u)."""
+    ``_adjoint`` (R^T u).  Anything but a ``Sketch`` subclass (an instance, a name) is a ``TypeError``, and a
+    ``kind`` left at the base's or one the command line cannot write a ``ValueError``."""
+    if not (isinstance(cls, type) and issubclass(cls, Sketch)):
+        what = "an instance of one" if isinstance(cls, Sketch) else f"{type(cls).__name__} {cls!r}"
+        raise TypeError(f"register_sketch takes a Sketch subclass (the class itself, its kind set), got {what}")
+    if cls.kind == Sketch.kind:
+        raise ValueError(f"sketch class {cls.__name__} sets no kind (the name it is registered under)")
     missing = [m for m in ("_apply", "_adjoint") if getattr(cls, m, None) is getattr(Sketch, m)]
     if missing:
         raise ValueError(f"sketch class {cls.__name__} does not implement {' and '.join(missing)}")
@@ -59,6 +65,10 @@ def sketch_dim(ratio: float, d: int) -> int:
     return int(math.floor(ratio * d + 0.5))
 
 
+#: the largest seed a run takes (--sketch-seed, --model-seed, --noise-seed: [0, 2^63 - 1])
+MAX_SEED = 2 ** 63 - 1
+
+
 def _whole(value) -> bool:
     """Whether ``value`` is a whole number of a type that says so (an int or a NumPy integer; not True/False)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -73,7 +83,8 @@ def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: fl
     warns).  ``memory_gb`` bounds the matrix a dense family (gaussian, ams) may hold (default: a quarter of
     the available RAM); it never changes R.  Raises ``ValueError`` (:class:`UserError`) with one
     sentence for an unknown kind, a d, b or seed that is not a whole number (1.5, "100", True),
-    d < 1, or b outside [1, d], checked in that order.
+    d < 1, a seed outside [0, 2^63 - 1], a negative or non-numeric ``memory_gb``, or b outside [1, d], checked in
+    that order.
     """
     cls = _REGISTRY.get(kind)
     if cls.identity and b is None:  # the identity's b is d: leaving it out asks for nothing else
@@ -84,6 +95,12 @@ def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: fl
     d, b, seed = int(d), int(b), int(seed)  # type: ignore[arg-type]  # b is an integer by now
     if d < 1:
         raise UserError(f"the gradient length d must be at least 1, got d = {d}")
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"the sketch seed must be an integer in [0, 2^63 - 1], got {seed}")
+    if memory_gb is not None and (isinstance(memory_gb, bool) or not isinstance(memory_gb, numbers.Real)
+                                  or not 0 <= memory_gb < math.inf):
+        raise UserError(f"memory_gb must be a non-negative number of GB or None (a quarter of the available RAM), "
+                        f"got {memory_gb!r}")
     if cls.identity:
         if b != d:
             warnings.warn(f"sketch '{kind}' sends the whole gradient (b = d = {d}): b = {b} changes nothing",

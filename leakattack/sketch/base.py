@@ -140,16 +140,32 @@ class Sketch:
 
     # -- public API -------------------------------------------------------
     def apply(self, v: torch.Tensor) -> torch.Tensor:
-        """R v for v of shape (..., d); returns (..., b).  Cached tensors follow v's device."""
+        """R v for v of shape (..., d); returns (..., b).  Cached tensors follow v's device.  A v that is not a
+        floating-point tensor whose last dimension is d is one UserError sentence."""
+        self._check(v, "apply", "v", self.d, "d")
         if v.device != self.device:
             self.to(v.device)
         return self._apply(v)
 
     def adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        """R^T u for u of shape (..., b); returns (..., d)."""
+        """R^T u for u of shape (..., b); returns (..., d).  A u that is not a floating-point tensor whose last
+        dimension is b is one UserError sentence."""
+        self._check(u, "adjoint", "u", self.b, "b")
         if u.device != self.device:
             self.to(u.device)
         return self._adjoint(u)
+
+    def _check(self, t, method: str, arg: str, n: int, dim: str) -> None:
+        """Refuse what ``method`` cannot map in one sentence (a type, shape and dtype comparison: no device sync)."""
+        if not isinstance(t, torch.Tensor):
+            raise UserError(f"{self.kind} sketch {method}({arg}) takes a torch tensor of shape (..., {n}), got "
+                            f"{type(t).__name__}")
+        if t.ndim == 0 or t.shape[-1] != n:
+            raise UserError(f"{self.kind} sketch {method}({arg}) takes a tensor whose last dimension is {dim} = {n}, "
+                            f"got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise UserError(f"{self.kind} sketch {method}({arg}) takes a floating-point tensor, got {t.dtype} "
+                            f"(convert it with {arg}.float() or {arg}.double())")
 
     __call__ = apply
 

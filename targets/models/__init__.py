@@ -33,7 +33,7 @@ from leakattack.errors import UserError
 from leakattack.registry import Registry
 from leakattack.seeds import torch_generator
 
-from ..victim import Victim, cross_entropy, has_batchnorm, last_linear, squared_error
+from ..victim import TASKS, Victim, cross_entropy, has_batchnorm, last_linear, squared_error
 from .layers import ACTIVATIONS, INITS, activation, initialise
 from .lenet import LeNet
 from .linear import LinReg, LogReg
@@ -72,14 +72,36 @@ def register_model(name: str, builder=None, *, task: str = "classification", los
     the MLP and the 32 px ViT, ``ig`` for the ResNets and the ImageNet-size ViT; by default (:data:`BY_UNITS`)
     its units decide (:func:`recipe_of`), so LeNet takes ``dlg`` with its smooth activations and ``ig`` with
     ReLU (docs/victims.md#your-own-model-the-recipe-by-its-units).
+
+    Refused in one sentence at registration, before anything is kept: a name registered twice or one the command
+    line cannot write (:func:`~leakattack.registry.name_error`), a builder that is not callable, a ``task`` not in
+    :data:`~targets.victim.TASKS`, a ``loss`` that is not callable, a ``default_init`` not in ``INITS``, a
+    ``recipe`` that is not a name; a builder that then returns anything but an ``nn.Module`` is refused by
+    :func:`get_model`.
     """
+    _MODELS.check_name(name)
     if in_rank is not None and (isinstance(in_rank, bool) or not isinstance(in_rank, int) or in_rank < 1):
         raise UserError(f"the in_rank of model '{name}' must be a positive integer or None, got {in_rank!r}")
+    if task not in TASKS:
+        raise UserError(f"the task of model '{name}' must be one of: {', '.join(TASKS)}; got {task!r}")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"the loss of model '{name}' must be a callable (output, target) -> loss or None, got "
+                        f"{loss!r}")
+    if default_init is not None and default_init not in INITS:
+        raise UserError(f"the default_init of model '{name}' must be one of: {', '.join(INITS)} (or None: the "
+                        f"builder's own), got {default_init!r}")
+    if recipe is not None and not isinstance(recipe, str):
+        raise TypeError(f"the recipe of model '{name}' must be an attack recipe's name or None, got {recipe!r}")
     meta = {"task": task, "loss": loss or (cross_entropy if task == "classification" else squared_error),
             "default_init": default_init, "recipe": recipe, "in_rank": in_rank}
-    if builder is None:
-        return lambda b: _MODELS.register(name, b, **meta)
-    return _MODELS.register(name, builder, **meta)
+
+    def deco(b):
+        if not callable(b):
+            raise TypeError(f"model '{name}' must be registered with a builder(in_shape, num_classes, **params) -> "
+                            f"nn.Module (a class or a function), got {type(b).__name__} {b!r}")
+        return _MODELS.register(name, b, **meta)
+
+    return deco if builder is None else deco(builder)
 
 
 register_model("lenet", LeNet, default_init="uniform", in_rank=3)
@@ -143,6 +165,8 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or int(num_classes) < 1:
         raise UserError(f"num_classes must be an integer of at least 1, got {num_classes!r}")
     num_classes = int(num_classes)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= 2 ** 63 - 1:
+        raise UserError(f"the model seed must be an integer in [0, 2^63 - 1], got {seed!r}")
     meta = {"name": name, "seed": int(seed), "init": init, **params}
     if _is_user(name):
         cls = user_class(name)
@@ -194,13 +218,16 @@ def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) 
                 isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UserError(f"model '{name}' parameter {key} must be a positive whole number, got {value!r}")
     try:
-        return builder(in_shape=in_shape, num_classes=num_classes, **params)
+        module = builder(in_shape=in_shape, num_classes=num_classes, **params)
     except UserError:
         raise
     except (TypeError, ValueError, RuntimeError, ZeroDivisionError) as err:
         if not params:  # the shape or classes do not fit: the caller names where they came from
             raise
         raise not_built(name, params, err) from None
+    if not isinstance(module, nn.Module):
+        raise UserError(f"the builder of model '{name}' returned {type(module).__name__}, not an nn.Module")
+    return module
 
 
 def _on_meta(name: str, num_classes: int, in_shape: tuple, params: dict) -> nn.Module:

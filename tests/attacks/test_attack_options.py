@@ -120,18 +120,26 @@ def test_get_attack_checks_its_options_in_one_sentence(toy):
 
 def test_an_option_named_like_a_setting_the_run_passes_is_one_sentence_before_anything_is_written(
         monkeypatch, tmp_path, capsys):
-    """A subclass of gradient matching declaring ``iterations`` would receive it twice (a TypeError traceback)."""
+    """A subclass of gradient matching declaring ``init_seed`` (not a run parameter, but a keyword the run passes it)
+    would receive it twice (a TypeError traceback)."""
     registry = attacks._ATTACKS
     monkeypatch.setattr(registry, "_items", dict(registry._items))
     monkeypatch.setattr(registry, "_meta", dict(registry._meta))
 
     class Clash(attacks.GradientMatching):
-        options = (Param("iterations", 5, Number(1, integer=True), "its steps", "steps of its own"),)
+        name = "clash"
+        options = (Param("init_seed", 5, Number(0, integer=True), "its start", "seed of its own start"),)
 
     attacks.register_attack("clash", Clash)
-    rc = cli.main(["run", "--attack", "clash", "--iterations", "3", "--out", str(tmp_path / "run"), "--quiet",
+    rc = cli.main(["run", "--attack", "clash", "--init-seed", "3", "--out", str(tmp_path / "run"), "--quiet",
                    "--no-lpips"])
     assert rc == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "attack 'clash' declares an option 'iterations' that the run already" in err
+    assert err.count("\n") == 0 and "attack 'clash' declares an option 'init_seed' that the run already" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_attacks_copy_of_the_run_parameter_names_is_up_to_date():
+    """register_attack refuses an option named like a run parameter from a copy of their names (the parameters are
+    declared in a later station)."""
+    assert attacks.RUN_PARAMETER_NAMES == {p.name for p in RUN_PARAMS}

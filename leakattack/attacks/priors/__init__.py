@@ -45,8 +45,10 @@ def register_prior(name: str, builder: Callable[..., Any] | None = None, *, weig
     re-parametrisation (see the module docstring).  ``weight`` is the weight ``--prior NAME``
     takes; ``check(weight)`` returns None or a one-sentence complaint.  A builder that cannot be
     called as ``builder(weight, obs=obs)`` raises ``TypeError``, a bad weight ``ValueError``, a
-    name registered twice ``ValueError``.
+    name registered twice ``ValueError``, as does a name the command line cannot write (``--prior NAME:WEIGHT``:
+    :func:`~leakattack.registry.name_error`; not a string: ``TypeError``).
     """
+    _PRIORS.check_name(name)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
         raise UserError(f"the default weight of prior '{name}' must be a non-negative number, got {weight!r}")
     if check is not None and not callable(check):
