@@ -36,6 +36,7 @@ from .config.params import duration_seconds
 from .data import reads_root
 from .errors import SettingWarning, UserError, ratio_text
 from .figures import convergence_figure, reconstruction_figure
+from .figures.run import verdict_line
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .sketch import is_identity, sketch_class
@@ -334,6 +335,11 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     out: dict[str, object] = {"unique": None, "jacobian_rank": None,
                               "jacobian_note": "not measured: the run did not converge"}
     if result.stop_reason != "tolerance":
+        if p.attack.closed_form:  # a solve, not an iteration: it ends at its last layer, converged or not
+            ranked = (f"; the equations it solved the input from have rank {result.input_rank} of m*B = {mB}"
+                      if result.input_rank is not None else "")
+            out["jacobian_note"] = (f"not measured: the closed-form solve ended {result.stop_reason} (its message "
+                                    f"says why), so it does not tell whether the message determines the input{ranked}")
         return out
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
     if case.obs.b < mB:
@@ -459,8 +465,9 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
     gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
+    closed = p.attack.closed_form  # no optimiser, no iterations of one, no start
     title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
-             f"{seeds.optimizer}{gn}, {r.iterations} it")
+             + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"))
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid
@@ -470,8 +477,10 @@ def _write_files(out: Outcome, folder: Path) -> None:
         shown = torch.nn.functional.interpolate(shown, scale_factor=max(1, 128 // shown.shape[-1]), mode="nearest")
         torchvision.utils.save_image(shown, folder / "reconstruction.png", nrow=8, padding=2, pad_value=1.0)
     else:
-        reconstruction_figure(folder / "reconstruction.png", case.x, r.x0[order], r.x.clamp(0, 1)[order],
-                              m.psnr_each, m.ssim_each, title)
+        reconstruction_figure(folder / "reconstruction.png", case.x, None if closed else r.x0[order],
+                              r.x.clamp(0, 1)[order], m.psnr_each, m.ssim_each, title,
+                              verdict=verdict_line(m.to_dict()),
+                              returned="returned: the start" if m.attacked is False else "reconstruction")
     write_tensors(folder / "reconstruction.pt", {
         "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
         "labels": None if r.labels is None else r.labels[order].detach().cpu()})

@@ -88,6 +88,54 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     return out
 
 
+def baseline_words(name: str | None, mean_image: str | None = None) -> str:
+    """A baseline's name (``start``, ``mean``) in words; ``mean_image``: how the run describes its mean image
+    (``baseline_mean_image``), "a constant grey image" where there was no data set."""
+    if name == "start":
+        return "the start"
+    return "a constant grey image" if "grey" in (mean_image or "") else "the data set's mean image"
+
+
+def _better(m: Mapping, metric: str) -> str | None:
+    """The name of the baseline with the higher ``metric`` (``psnr``, ``ssim``) of a metrics.json dict, or None."""
+    return _best({n: m.get(f"baseline_{n}_{metric}") for n in BASELINES})[0]
+
+
+def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
+    """Why a run (a metrics.json dict) that is not rebuilt is not, and what its other score says.
+
+    Returns (the reason in a few words, a sentence or None).  The reason names the
+    metric that kept it from :data:`REBUILT` beside the better baseline of that
+    metric: ``PSNR within 1 dB of the data set's mean image`` (above that
+    baseline but not by the margin), ``SSIM no better than the start`` (at or
+    below it), or ``no better than ...`` when both PSNR and SSIM fall short.
+    When one metric falls short and the other is clearly above its baseline
+    (beyond its margin), the sentence says by how much, and that parts of the
+    image may show: the reconstruction is to be looked at before it is read as
+    nothing rebuilt.  A score that is not finite (None) reads ``no better than``.
+    """
+    psnr, ssim, bp, bs = m.get("psnr"), m.get("ssim"), m.get("baseline_psnr"), m.get("baseline_ssim")
+    fallback = baseline_words(m.get("verdict_baseline"), m.get("baseline_mean_image"))
+    if psnr is None or ssim is None:
+        return f"no better than {fallback}", None
+    short = {"PSNR": bp is not None and psnr <= bp + VERDICT_PSNR_MARGIN_DB,
+             "SSIM": bs is not None and ssim <= bs + VERDICT_SSIM_MARGIN}
+    names = {"PSNR": _better(m, "psnr"), "SSIM": _better(m, "ssim")}
+    if all(short.values()) or not any(short.values()):  # both short (or a verdict this rule would not give)
+        return f"no better than {fallback}", None
+    low = "PSNR" if short["PSNR"] else "SSIM"
+    value, base = (psnr, bp) if low == "PSNR" else (ssim, bs)
+    margin = f"{VERDICT_PSNR_MARGIN_DB:g} dB" if low == "PSNR" else f"{VERDICT_SSIM_MARGIN:g}"
+    words = baseline_words(names[low] or m.get("verdict_baseline"), m.get("baseline_mean_image"))
+    reason = f"{low} within {margin} of {words}" if value > base else f"{low} no better than {words}"
+    if low == "PSNR":
+        ahead = f"SSIM is {ssim - bs:.2f} above the better baseline's ({ssim:.4f} against {bs:.4f})"
+    else:
+        ahead = f"PSNR is {psnr - bp:.2f} dB above the better baseline's ({psnr:.2f} dB against {bp:.2f} dB)"
+    return reason, (f"the reconstruction's {ahead}, so parts of the image may show: look at reconstruction.png "
+                    "before reading it as nothing rebuilt")
+
+
 def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", others: tuple[str, ...] = ()
                      ) -> str | None:
     """Why an iterative attack attacked nothing, in a few words, or None when it did attack.
@@ -152,12 +200,22 @@ def failed_counts(runs) -> dict[str, int]:
     return {part: kinds.count(part) for part in FAILED_PARTS}
 
 
-def failed_part(m: Mapping) -> str | None:
+#: what a run whose defense clips, with an attacker that did not model the clip, adds to an objective that failed
+CLIP_NOT_MODELLED = ("; the defense clips the update and the attacker did not model the clip, the likely cause: "
+                     "--attacker-knows-clip applies the clip in the attacker's simulation (--defense clip:C=1 on "
+                     "digits with 100 L-BFGS steps: 4.6 dB blind against 35.7 dB with it, docs/defenses.md), and for "
+                     "a single image --objective cosine ignores a clip that only rescales its gradient")
+
+
+def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
     """The sentence that says which part of a run (a metrics.json dict) that rebuilt nothing failed
     (:func:`failed_kind`), with the numbers that show it; None when nothing tells.
 
     Where the objective scores the reconstruction below the truth the terms that do are named (most often a prior
-    the truth does not satisfy): a longer search for its minimum is not a search for the truth.
+    the truth does not satisfy): a longer search for its minimum is not a search for the truth.  ``clip_blind``:
+    the run's defense clips and the attacker was not told (``attacker_knows_clip`` false), so its model of the
+    message is not the client's; such an objective failure names the clip and the options that model it
+    (:data:`CLIP_NOT_MODELLED`).
     """
     kind = failed_kind(m)
     if kind == "labels":
@@ -171,7 +229,7 @@ def failed_part(m: Mapping) -> str | None:
         why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
         return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
                 f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
-                "for its minimum is not a search for the truth")
+                "for its minimum is not a search for the truth" + (CLIP_NOT_MODELLED if clip_blind else ""))
     added = [name for name in t if name not in ("total", "match")]
     # the summary line prints the matching term alone: where the objective adds terms, both are said
     parts = (f"; the matching term plus {' and '.join(added)}, the matching term alone {t['match']:.3g} against "
@@ -187,6 +245,7 @@ def closed_forms_line(names: list[str]) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
+           "verdict", "judge", "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED", "nothing_attacked",
+           "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",
            "FAILED_PARTS"]

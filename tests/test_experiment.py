@@ -124,7 +124,7 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
     from leakattack.experiment import uniqueness
 
     case = NS(obs=NS(b=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
-    p = NS(case=case, cfg=NS(label_source="dlg"))  # soft labels: the rank is not measured
+    p = NS(case=case, cfg=NS(label_source="dlg"), attack=NS(closed_form=False))  # soft labels: rank not measured
     result = NS(stop_reason="tolerance", message="converged at step 40: L_R/||y||^2 = 1e-10 <= tol", labels=None)
     for verdict, ssim in (("not rebuilt", 0.62), ("rebuilt", 0.85)):
         out = uniqueness(p, result, {"verdict": verdict, "ssim": ssim})
@@ -173,6 +173,27 @@ def test_a_closed_form_s_rank_of_its_equations_for_the_input_says_whether_the_ma
     assert out["jacobian_note"] == "rank 2639 of m*B = 3072: the equations the closed form solved the input from"
     result.input_rank = 3072
     assert uniqueness(p, result, {"verdict": "rebuilt", "ssim": 1.0})["unique"] is True
+
+
+def test_a_closed_form_solve_that_stalled_says_so_rather_than_that_it_did_not_converge():
+    """R-GAP with ReLU rebuilt the image at 26 dB while its layers' systems were inconsistent (stop reason stalled):
+    a solve does not converge or not, and its note says how it ended."""
+    from types import SimpleNamespace as NS
+
+    from leakattack.experiment import uniqueness
+
+    obs = NS(b=15826, batch_size=1, d=15826, forward=None)
+    p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"),
+           attack=NS(closed_form=True))
+    result = NS(stop_reason="stalled", message="the layers' systems are inconsistent", input_rank=3072)
+    out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": 0.93})
+    assert out["unique"] is None and "did not converge" not in out["jacobian_note"]
+    assert out["jacobian_note"] == ("not measured: the closed-form solve ended stalled (its message says why), so it "
+                                    "does not tell whether the message determines the input; the equations it solved "
+                                    "the input from have rank 3072 of m*B = 3072")
+    p.attack.closed_form = False  # an iterative attack that stopped short of its tolerance
+    assert uniqueness(p, result, {"verdict": "rebuilt", "ssim": 0.93})["jacobian_note"] == (
+        "not measured: the run did not converge")
 
 
 def test_the_baselines_of_a_batch_are_its_start_and_the_mean_image_scored_after_matching():

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 
+from defenses import build as build_defense
+
 from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
+from ..rebuilt import baseline_words, why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -16,7 +19,8 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     A run that attacked nothing (its objective was not finite at the start, or
     never went below it) says so instead of its image scores; a reconstruction
     that is not rebuilt (:func:`leakattack.metrics.verdict`) says so first,
-    with the baseline it is no better than.  The final loss is named after the
+    with the metric that kept it from rebuilt and that metric's better baseline
+    (:func:`leakattack.rebuilt.why_not_rebuilt`).  The final loss is named after the
     ``objective`` it is (``L_R`` for the squared distance, the cosine distance
     for ``cosine``, the relative residual of a closed-form attack's solve for
     ``residual``); a defended run adds its defense, ε and, with ``--utility``,
@@ -36,7 +40,7 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
         "n/a (--no-lpips)" if m.lpips_note == "LPIPS not requested" else "n/a (backbone weights not cached)"
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
     if m.verdict == "not rebuilt":
-        return (f"not rebuilt (no better than {baseline_name(m)}) | PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} "
+        return (f"not rebuilt ({why_not_rebuilt(m.to_dict())[0]}) | PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} "
                 f"against {_db(m.baseline_psnr)}, {_ssim(m.baseline_ssim)} for the better baseline | "
                 f"LPIPS {lp} | {tail}{folder}")
     return f"{scores}{tail}{folder}"
@@ -44,10 +48,7 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
 
 def baseline_name(m: RunMetrics) -> str:
     """The baseline a reconstruction that is not rebuilt is no better than, in words."""
-    if m.verdict_baseline == "start":
-        return "the start"
-    what = m.baseline_mean_image or ""
-    return "a constant grey image" if "grey" in what else "the data set's mean image"
+    return baseline_words(m.verdict_baseline, m.baseline_mean_image)
 
 
 def _labels(m: RunMetrics) -> str:
@@ -120,9 +121,12 @@ def cmd_run(a) -> int:
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed):
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
-        print(f"note: {FAILURE_NOTE}", file=sys.stderr)
         record = m.to_dict()
-        part = failed_part(record)
+        ahead = why_not_rebuilt(record)[1] if m.attacked is not False and m.truth is not False else None
+        if ahead:
+            print(f"note: {ahead}", file=sys.stderr)
+        print(f"note: {FAILURE_NOTE}", file=sys.stderr)
+        part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)
         if failed_kind(record) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1:
@@ -134,6 +138,12 @@ def cmd_run(a) -> int:
     if m.label_choice is not None:
         print(f"note: {label_choice_line(m.label_choice)}", file=sys.stderr)
     return 0
+
+
+def clip_not_modelled(cfg) -> bool:
+    """Whether the run's defense clips and the attacker was not told (no ``--attacker-knows-clip``): its model of
+    the client then sends an unclipped gradient the message does not hold."""
+    return bool(cfg.defense) and not cfg.attacker_knows_clip and bool(build_defense(cfg.defense).clips())
 
 
 def _derived(folder) -> dict:

@@ -35,6 +35,7 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
+from ..rebuilt import why_not_rebuilt
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -62,6 +63,8 @@ MAX_LISTED = 12
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
+#: summary.csv metrics, by stem, that read ∞ where a defended setting's record says there is no DP guarantee
+INFINITE_WITHOUT_GUARANTEE = ("epsilon", "epsilon_paper")
 #: how a score against the truth that is not finite reads (a run stores it as null: leakattack.jsonable)
 NOT_A_NUMBER = "not a number"
 #: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
@@ -191,7 +194,8 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
     config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
-    head, cls, sentence = _run_headline(metrics)
+    head, cls, sentence = _run_headline(metrics, clip_blind=_clips(run.get("defense") or metrics.defense)
+                                        and not run.get("attacker_knows_clip"))
     parts = [f'<section class="item run" id="{anchor}"><h2>Run: {_e(_name(folder))}</h2>',
              f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
     parts.append("<h3>Setting</h3>" + _kv(_run_setting(run, derived, metrics)) if config else
@@ -199,8 +203,13 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     parts.append("<h3>Reconstruction</h3>")
     figs = []
     if (folder / "reconstruction.png").is_file():
-        what = ("truth | attack's start | reconstruction, per-image PSNR and SSIM" if metrics.truth is not False
-                else "the reconstructed images (no true images to compare with)")
+        cls = _attack_class(run.get("attack"))
+        what = ("the reconstructed images (no true images to compare with)" if metrics.truth is False else
+                "truth | attack's start | the image the attack returned, its start itself: nothing was attacked"
+                if metrics.attacked is False else
+                "truth | reconstruction, per-image PSNR and SSIM (a closed-form attack has no start)"
+                if cls is not None and cls.closed_form else
+                "truth | attack's start | reconstruction, per-image PSNR and SSIM")
         figs.append(_figure(folder / "reconstruction.png", what))
     if (folder / "convergence.png").is_file():
         figs.append(_figure(folder / "convergence.png", "the minimised loss against the step", width=420))
@@ -258,19 +267,24 @@ def _run_scores(m: RunMetrics) -> str:
     return text
 
 
-def _run_headline(m: RunMetrics) -> tuple[str, str, str]:
-    """(short tag, CSS class, the headline sentence) of a run."""
+def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, str]:
+    """(short tag, CSS class, the headline sentence) of a run; ``clip_blind``: its defense clips and the attacker
+    did not model the clip (:func:`leakattack.rebuilt.failed_part`)."""
     if m.truth is False:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
     if m.verdict == REBUILT:
         return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
                                       f"({_run_scores(m)}).")
     if m.verdict == NOT_REBUILT:
-        part = failed_part(m.to_dict())
+        record = m.to_dict()
+        part = failed_part(record, clip_blind=clip_blind)
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
-        if m.nothing_attacked:
-            return "nothing attacked", "failed", f"Nothing was attacked ({FAILURE_NOTE}): {m.nothing_attacked}.{which}"
+        if m.nothing_attacked or m.attacked is False:
+            return "nothing attacked", "failed", (f"Nothing was attacked ({FAILURE_NOTE}): "
+                                                  f"{m.nothing_attacked or NOT_RECORDED}.{which}")
+        ahead = why_not_rebuilt(record)[1]
+        which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
         return "not rebuilt", "failed", f"Not rebuilt at this budget ({FAILURE_NOTE}): {_run_scores(m)}.{which}"
     return "verdict not recorded", "unjudged", (
         f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "
@@ -314,7 +328,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("threat model", _threat(run, sketch)))
     if m.recorded("epsilon"):
         rows.append(("ε", f"ε = {_num(m.epsilon, 3, 'g')} at δ = {_num(m.delta, 3, 'g')} (this one message)"
-                     if m.epsilon is not None else (m.privacy_note or "no DP guarantee")))
+                     if m.epsilon is not None else f"ε = ∞: {m.privacy_note or 'no DP guarantee'}"))
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
@@ -431,19 +445,29 @@ def _per_image(m: RunMetrics) -> str:
 
 
 def _run_verdict(m: RunMetrics) -> str:
+    """The verdict with what decided it, the scores beside the baselines', and whether the match is unique.
+
+    A run that attacked nothing says so first, as its summary line does, and its scores are those of the image it
+    returned, its start, not of a reconstruction."""
     verdict = m.verdict
     lines = []
-    if verdict is None:
+    idle = m.attacked is False or bool(m.nothing_attacked)
+    if idle:
+        lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(FAILURE_NOTE)}): '
+                     f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
+                     "what it returned: no reconstruction was made to score.</p>")
+    elif verdict is None:
         lines.append(f'<p class="verdict">Verdict: {NOT_RECORDED}.</p>')
     else:
-        against = m.verdict_baseline
-        why = f" It is no better than the {'mean-image' if against == 'mean' else against} baseline." if against else ""
+        why, ahead = why_not_rebuilt(m.to_dict()) if verdict == NOT_REBUILT else ("", None)
+        reason = f" Reason: {why}." if why and m.verdict_baseline is not None else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
-        lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(why)}</p>')
-    if m.nothing_attacked:
-        lines.append(f'<p class="verdict">The attack attacked nothing: {_e(m.nothing_attacked)}.</p>')
+        more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
+        lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(reason)}'
+                     f"{_e(more)}</p>")
     rows = [
-        ("reconstruction", m.psnr, m.ssim, m.lpips, True),
+        ("the image returned (its start: nothing was attacked)" if idle else "reconstruction", m.psnr, m.ssim,
+         m.lpips, True),
         ("baseline: the attack's start", m.baseline_start_psnr, m.baseline_start_ssim, m.baseline_start_lpips,
          m.recorded("baseline_start_psnr")),
         (f"baseline: {m.baseline_mean_image or 'mean image'}", m.baseline_mean_psnr, m.baseline_mean_ssim,
@@ -461,10 +485,20 @@ def _run_verdict(m: RunMetrics) -> str:
     if m.lpips is None and m.lpips_note:
         lines.append(f'<p class="note">{_e(m.lpips_note)}</p>')
     if m.unique is not None or m.unknowns:
-        u = m.unique
-        lines.append(f'<p class="note">unknowns m·B = {_int(m.unknowns)}; the match is '
-                     f'{"unique" if u else "not unique" if u is False else "of unknown uniqueness"}.</p>')
+        lines.append(f'<p class="note">{_e(_uniqueness(m))}</p>')
     return "".join(lines)
+
+
+def _uniqueness(m: RunMetrics) -> str:
+    """Whether the match is unique, in one sentence: b numbers sent beside the m·B unknowns, "fewer numbers than
+    unknowns: not unique by count" where b < m·B, else what the Jacobian's rank says (``jacobian_note``)."""
+    count = f"b = {_int(m.b)} numbers sent for m·B = {_int(m.unknowns)} unknowns"
+    if m.unique_by_count is False or (isinstance(m.b, int) and isinstance(m.unknowns, int) and m.b < m.unknowns):
+        return f"{count}: fewer numbers than unknowns: not unique by count (another input matches as well)."
+    u = m.unique
+    said = "unique" if u else "not unique" if u is False else "of unknown uniqueness"
+    note = f" ({m.jacobian_note})" if m.jacobian_note and m.recorded("jacobian_note") else ""
+    return f"{count}; the match is {said}{note}."
 
 
 def _machine(env: dict, m: RunMetrics, folder: Path) -> list[tuple[str, str]]:
@@ -699,6 +733,11 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
     varying = [c for c in plain if c not in shared and not (templated and c == "defense")]
     stems = [s for s in stems if any(r.get(f"{s}_mean") is not None for r in rows)]
+    groups = list(group_settings(records).values())
+    unbounded = [all(_no_guarantee(p["metrics"]) for p in g) for g in groups] if len(groups) == len(rows) else \
+        [False] * len(rows)
+    if any(unbounded) and "epsilon" not in stems:  # every setting's ε infinite: an older summary has no ε column
+        stems.append("epsilon")
     head = "".join(f"<th>{_heading(c)}</th>" for c in varying) + "".join(
         f"<th>{_heading(METRIC_NAMES.get(s, s))}</th>" for s in stems)
     if any("rebuilt" in r for r in rows):
@@ -706,14 +745,17 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
     if failed:
         head += "<th>failed: labels / objective / search</th>"
-    body = []
-    for r in rows:
+    body, said_infinite = [], False
+    for i, r in enumerate(rows):
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
         for s in stems:
             mean, std = r.get(f"{s}_mean"), r.get(f"{s}_std")
             digits, kind = METRIC_FORMAT.get(s, (4, "g"))
             spread = f" <span class=v>± {_num(std, 2, 'g')}</span>" if std is not None else ""
-            cells += f"<td><span class=v>{_num(mean, digits, kind)}</span>{spread}</td>"
+            infinite = s in INFINITE_WITHOUT_GUARANTEE and (
+                (mean is None and unbounded[i]) or mean == math.inf)
+            said_infinite |= infinite
+            cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
         if "rebuilt" in head:
             share = r.get("rebuilt")
             cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
@@ -726,8 +768,16 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         same.insert(0, f"defense = {template}, filled in with the row's values")
     note = ('<p class="note">' + (_e(told) + " " if told else "")
             + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
-            + "Metrics: mean ± sample std over the repetitions (n).</p>")
+            + "Metrics: mean ± sample std over the repetitions (n)."
+            + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
+               "added to (each point's privacy_note says which)." if said_infinite else "") + "</p>")
     return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
+
+
+def _no_guarantee(m: dict) -> bool:
+    """Whether a defended point's record says its ε is infinite: no ``epsilon`` beside a ``privacy_note`` (no Gaussian
+    noise, or noise with no bound on what it is added to: :func:`defenses.accounting.message_privacy`)."""
+    return bool(m.get("defense")) and m.get("epsilon") is None and bool(m.get("privacy_note"))
 
 
 def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:

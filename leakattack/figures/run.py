@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Mapping
 
 import numpy as np
 
+from ..rebuilt import NOT_REBUILT, why_not_rebuilt
 from .common import plt, save, to_hwc
 
 #: the y label of the convergence figure: the quantity the attack minimised, by objective
@@ -19,19 +21,39 @@ DPI = 150
 MAX_WIDTH_IN = 12.0
 
 
-def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title: str = "") -> None:
+def verdict_line(m: Mapping) -> str:
+    """A run's verdict (a metrics.json dict) for its figure's title, with the better baseline's PSNR and SSIM, so
+    that a copied figure does not read as a plain score: ``not rebuilt (PSNR within 1 dB of the data set's mean
+    image): better baseline 13.64 dB / 0.188``; a run that attacked nothing says so; "" without a verdict."""
+    if m.get("attacked") is False:
+        return "nothing attacked: the image shown as returned is the attack's start"
+    verdict = m.get("verdict")
+    if verdict is None:
+        return ""
+    bp, bs = m.get("baseline_psnr"), m.get("baseline_ssim")
+    base = f"better baseline {bp:.2f} dB / {bs:.3f}" if bp is not None and bs is not None else "no baseline scored"
+    why = f" ({why_not_rebuilt(m)[0]})" if verdict == NOT_REBUILT else ""
+    return f"{verdict}{why}: {base}"
+
+
+def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title: str = "", verdict: str = "",
+                          returned: str = "reconstruction") -> None:
     """The attacked batch beside its reconstruction, in ground-truth order.
 
     Up to :data:`MAX_ROWS` images: one row each, truth | start | reconstruction
-    (PSNR/SSIM in the label).  Larger batches: a near-square grid of pairs, truth
+    (PSNR/SSIM in the label); ``start`` None (a closed-form attack, which has no
+    start) leaves the start out.  Larger batches: a near-square grid of pairs, truth
     left and reconstruction right, with the image's index and PSNR under each pair
-    and the means in the title; the start images are left out.  Constrained
-    layout keeps every title and label clear of the images at any batch size.
+    and the means in the title; the start images are left out.  ``verdict``
+    (:func:`verdict_line`) is a line of the title; ``returned`` names the
+    reconstruction's panel (the start itself where nothing was attacked).
+    Constrained layout keeps every title and label clear of the images at any
+    batch size.
     """
     if truth.shape[0] <= MAX_ROWS:
-        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title)
+        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title, verdict, returned)
     else:
-        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title)
+        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title, verdict)
     save(fig, path)
 
 
@@ -44,23 +66,27 @@ def _show(ax, a: np.ndarray, interpolation: str) -> None:
     ax.imshow(a, cmap="gray" if a.ndim == 2 else None, vmin=0, vmax=1, interpolation=interpolation)
 
 
-def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str):
-    n = truth.shape[0]
-    fig, axes = plt.subplots(n, 3, figsize=(6.0, 2.1 * n + 0.4), squeeze=False, layout="constrained")
+def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict: str = "",
+                 returned: str = "reconstruction"):
+    n, panels = truth.shape[0], 2 if start is None else 3
+    width = 2.0 * panels
+    head = "\n".join(line for text in (title, verdict) if text for line in textwrap.wrap(text, int(14 * width)))
+    fig, axes = plt.subplots(n, panels, figsize=(width, 2.1 * n + 0.25 + 0.18 * (head.count("\n") + 1)),
+                             squeeze=False, layout="constrained")
     interpolation = _interpolation(truth.shape[-1], 1.8 * DPI)  # a panel is about 1.8 in wide
     for i in range(n):
-        cells = [(truth[i], "truth"), (start[i], "start"),
-                 (recon[i], f"reconstruction\nPSNR {psnr_each[i]:.1f} dB, SSIM {ssim_each[i]:.3f}")]
+        cells = [(truth[i], "truth"), *([] if start is None else [(start[i], "start")]),
+                 (recon[i], f"{returned}\nPSNR {psnr_each[i]:.1f} dB, SSIM {ssim_each[i]:.3f}")]
         for ax, (img, label) in zip(axes[i], cells):
             _show(ax, to_hwc(img), interpolation)
             ax.set_title(label, fontsize=8)
             ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=9)
+    if head:
+        fig.suptitle(head, fontsize=9)
     return fig
 
 
-def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str):
+def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str = ""):
     n, _, h, w = truth.shape
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
@@ -73,7 +99,7 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str):
     legend = (f"{n} images, each pair truth | reconstruction with its index and PSNR below; mean PSNR "
               f"{psnr.mean():.1f} dB, SSIM {ssim.mean():.3f} (start images not shown)")
     chars = int(14 * width)  # characters of the 9 pt title that fit in the figure's width (about 16 per inch)
-    head = "\n".join(line for text in (title, legend) if text for line in textwrap.wrap(text, chars))
+    head = "\n".join(line for text in (title, verdict, legend) if text for line in textwrap.wrap(text, chars))
     # rows a little shorter than the images' width allows: height binds, so no band opens under the title
     height = rows * (pair_in * h / pair_px + 0.15) + 0.15 * (head.count("\n") + 1) + 0.12
     fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False, layout="constrained")

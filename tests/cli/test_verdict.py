@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import targets
 from leakattack import cli
+from leakattack.rebuilt import why_not_rebuilt
 from leakattack.results.message import write_message
 from leakattack.sketch import get_sketch
 
@@ -126,7 +127,8 @@ def test_a_message_without_truth_has_no_verdict_and_with_truth_a_grey_baseline(t
     assert m["baseline_mean_psnr"] == pytest.approx(-10 * float(torch.log10((x - 0.5).pow(2).mean())))
     assert m["baseline_start_psnr"] is not None
     which = {"start": "the start", "mean": "a constant grey image"}[m["verdict_baseline"]]
-    assert line.startswith(f"not rebuilt (no better than {which})")
+    reason = why_not_rebuilt(m)[0]  # the metric that fell short, or both
+    assert line.startswith(f"not rebuilt ({reason})") and reason.endswith(which)
     rc, line, err, m = _run([*argv, "--dataset", "digits"], tmp_path / "named", capsys)
     assert rc == 0 and "--dataset digits is not read with --message" in err
 

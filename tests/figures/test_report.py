@@ -133,7 +133,7 @@ def test_headline_reads_the_verdict(tmp_path):
     text = build_report([rebuilt, failed])
     assert 'class="headline rebuilt">Rebuilt: the attack reconstructed' in text
     assert f'class="headline failed">Not rebuilt at this budget ({FAILURE_NOTE})' in text
-    assert "no better than the mean-image baseline" in text
+    assert "Reason: no better than the data set&#x27;s mean image." in text  # PSNR and SSIM both short
     assert "the mean of 256 of the 300 images of photos" in text and "11.20" in text
     assert "Verdict not recorded" not in text
     # a run that recorded its objective at the truth and at its reconstruction says which part of the attack failed
@@ -290,8 +290,10 @@ def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_n
     text = build_report([folder])
     assert "imprint, in closed form: bins 64, query random" in text
     assert "a malicious server: it changed the model it sent" in text
+    assert "truth | reconstruction, per-image PSNR and SSIM (a closed-form attack has no start)" in text
     plain = build_report([RUN])
     assert "gradient-matching, recipe dlg: lbfgs" in plain and "malicious" not in plain
+    assert "truth | attack&#x27;s start | reconstruction" in plain
 
 
 def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):
@@ -540,3 +542,87 @@ def test_a_folder_given_twice_is_reported_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = build_report([run, Path("once"), Path("./once"), tmp_path / ".." / tmp_path.name / "once"])
     assert text.count("Run: once") == 1 and "1 run, 0 sweeps" in text
+
+
+CLOSE = {"baseline_psnr": 13.9, "baseline_ssim": 0.2752, "baseline_start_psnr": 8.0, "baseline_start_ssim": 0.01,
+         "baseline_mean_psnr": 13.9, "baseline_mean_ssim": 0.2752, "verdict": "not rebuilt", "verdict_baseline": "mean",
+         "baseline_mean_image": "the mean of 256 of the 1797 images of digits"}
+
+
+def test_a_run_short_on_one_metric_names_it_and_says_the_other_is_clearly_above(tmp_path):
+    """PSNR under the mean image's, SSIM 0.31 above it: the reason names the PSNR, and the report says parts of the
+    image may show rather than that it is no better than the mean image."""
+    folder = _with_metrics(tmp_path, "ssim-ahead", psnr=13.73, ssim=0.5856, objective_at=None, **CLOSE)
+    text = build_report([folder])
+    assert "Reason: PSNR no better than the data set&#x27;s mean image." in text
+    said = ("The reconstruction&#x27;s SSIM is 0.31 above the better baseline&#x27;s (0.5856 against 0.2752), so "
+            "parts of the image may show: look at reconstruction.png before reading it as nothing rebuilt.")
+    assert text.count(said) == 2  # in the headline and beside the verdict
+    assert "Reason: no better than" not in text
+    text = build_report([_with_metrics(tmp_path, "psnr-ahead", psnr=16.0, ssim=0.3, objective_at=None, **CLOSE)])
+    assert "Reason: SSIM within 0.05 of the data set&#x27;s mean image." in text
+    assert "PSNR is 2.10 dB above the better baseline&#x27;s (16.00 dB against 13.90 dB)" in text
+
+
+def test_a_run_that_attacked_nothing_leads_with_it_and_scores_no_reconstruction(tmp_path):
+    folder = _with_metrics(tmp_path, "idle", psnr=8.8, ssim=0.02, attacked=False, objective_at=None,
+                           nothing_attacked="the objective was not finite at the start (L_R = inf)", **CLOSE)
+    text = build_report([folder])
+    verdict = text[text.index("<h3>Verdict and baselines</h3>"):]
+    assert verdict.startswith("<h3>Verdict and baselines</h3><p class=\"verdict\"><strong>Nothing was attacked"
+                              "</strong>") and "not finite at the start (L_R = inf)" in verdict
+    assert "Verdict: not rebuilt" not in text and "no better than" not in text
+    assert "<td class=key>reconstruction</td>" not in text
+    assert "the image returned (its start: nothing was attacked)" in text
+    assert "its start itself: nothing was attacked" in text  # the figure's caption
+
+
+def test_the_uniqueness_sentence_sets_b_beside_the_unknowns(tmp_path):
+    few = _with_metrics(tmp_path, "few", b=6713, unknowns=12288, unique_by_count=False, unique=False)
+    assert ("b = 6,713 numbers sent for m·B = 12,288 unknowns: fewer numbers than unknowns: not unique by count"
+            in build_report([few]))
+    text = build_report([_with_metrics(tmp_path, "enough", unknowns=3072, unique=None,
+                                       jacobian_note="not measured: the run did not converge")])
+    assert ("b = 7,913 numbers sent for m·B = 3,072 unknowns; the match is of unknown uniqueness (not measured: the "
+            "run did not converge).") in text
+
+
+def test_an_objective_that_failed_under_a_clip_the_attacker_did_not_model_names_attacker_knows_clip(tmp_path):
+    at = {"truth": {"match": 2.0, "total": 2.0}, "reconstruction": {"match": 0.1, "total": 0.1}}
+    for name, knows, named in (("blind", False, 1), ("told", True, 0)):
+        folder = _with_config(tmp_path, name, run={"defense": "clip:C=1", "attacker_knows_clip": knows})
+        metrics = json.loads((folder / "metrics.json").read_text())
+        metrics.update(psnr=4.6, ssim=0.01, objective_at=at, **CLOSE)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        text = build_report([folder])
+        assert "own objective scores this reconstruction below the truth" in text
+        assert text.count("--attacker-knows-clip applies the clip") == named and text.count("--objective cosine") \
+            == named
+
+
+def test_the_sweep_table_shows_an_infinite_epsilon_as_infinity():
+    from leakattack.figures.report import _summary_table
+
+    def point(sigma, **privacy):
+        return {"key": str(sigma), "grid": {"sigma": sigma}, "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": 20.0, "ssim": 0.5, "d": 10, "b": 5, "defense": f"clip:C=1,gaussian:sigma={sigma}",
+                            "epsilon": None, "delta": None, **privacy}}
+
+    records = [point(0.0, privacy_note="no Gaussian noise: no DP guarantee"),
+               point(1.0, epsilon=3.5, delta=1e-5, privacy_note="Delta = C"),
+               point(2.0, delta=1e-5, privacy_note="no clip before the noise: sensitivity unbounded, epsilon = inf")]
+    def last_cells(text):  # the ε column is the last
+        return [row.split("<span class=v>")[-1].split("</span>")[0] for row in text.split("<tr>")[2:]]
+
+    older = [{**r, "epsilon_mean": None if r.get("epsilon_mean") == float("inf") else r.get("epsilon_mean")}
+             for r in summarize(records)]
+    for stored in (None, older):
+        # the records' own summary, and a summary.csv written before it held inf for an ε without a bound
+        text = _summary_table(records, {}, stored)
+        assert last_cells(text) == ["∞", "3.5", "∞"] and "ε ∞: no DP guarantee" in text
+    # every setting's ε infinite: the column is still shown, with ∞
+    text = _summary_table([records[0], records[2]], {}, None)
+    assert "<th>ε</th>" in text and last_cells(text) == ["∞", "∞"]
+    # an undefended setting has no ε to show
+    plain = {**records[1], "key": "p", "grid": {"sigma": 9.0}, "metrics": {"psnr": 9.0, "ssim": 0.1, "d": 10, "b": 5}}
+    assert "∞" not in _summary_table([records[1], plain], {}, None)

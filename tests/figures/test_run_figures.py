@@ -118,3 +118,40 @@ def test_224_px_images_are_not_shrunk_in_the_saved_file(tmp_path, drawn, n):
     width = min(b.width for b in images) / fig.dpi * run_figures.DPI  # pixels in the file saved at DPI
     assert width >= (224 if n == 1 else 2 * 224)
     assert fig.axes[0].get_images()[0].get_interpolation() == "antialiased"  # smooth, not blocky, when near 1:1
+
+
+VERDICT = {"verdict": "not rebuilt", "attacked": True, "psnr": 8.8, "ssim": 0.039, "baseline_psnr": 13.64,
+           "baseline_ssim": 0.188, "baseline_mean_psnr": 13.64, "baseline_mean_ssim": 0.188, "verdict_baseline": "mean"}
+
+
+def test_the_verdict_line_gives_the_verdict_and_the_better_baselines_scores():
+    assert run_figures.verdict_line(VERDICT) == ("not rebuilt (no better than the data set's mean image): better "
+                                                 "baseline 13.64 dB / 0.188")
+    assert run_figures.verdict_line({**VERDICT, "verdict": "rebuilt"}) == "rebuilt: better baseline 13.64 dB / 0.188"
+    assert run_figures.verdict_line({**VERDICT, "attacked": False}).startswith("nothing attacked: ")
+    assert run_figures.verdict_line({"verdict": None}) == ""
+
+
+def test_a_closed_form_run_has_no_start_panel_and_its_title_carries_the_verdict(tmp_path, drawn):
+    truth, recon = batch(1, 1, 8)
+    title = "lenet on digits image 0 (b/d = 1), rgap, in closed form"
+    line = run_figures.verdict_line(VERDICT)
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, None, recon, [26.2], [0.93], title,
+                                      verdict=line)
+    fig = drawn["reconstruction"]
+    assert [ax.get_title() for ax in fig.axes] == ["truth", "reconstruction\nPSNR 26.2 dB, SSIM 0.930"]
+    assert fig._suptitle.get_text().replace("\n", " ") == f"{title} {line}"
+    assert_no_overlaps(fig)
+    # a run that attacked nothing names the image it returned
+    run_figures.reconstruction_figure(tmp_path / "idle.png", truth, truth, recon, [8.8], [0.04], TITLE,
+                                      verdict="nothing attacked", returned="returned: the start")
+    assert [ax.get_title() for ax in drawn["idle"].axes][-1].startswith("returned: the start\nPSNR 8.8 dB")
+
+
+def test_a_grid_of_pairs_carries_the_verdict_in_its_title(tmp_path, drawn):
+    truth, recon = batch(6, 1, 8)
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, truth, recon, [10.0] * 6, [0.1] * 6,
+                                      TITLE, verdict=run_figures.verdict_line(VERDICT))
+    fig = drawn["reconstruction"]
+    assert "better baseline 13.64 dB / 0.188" in fig._suptitle.get_text().replace("\n", " ")
+    assert_no_overlaps(fig)

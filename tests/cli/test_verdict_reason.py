@@ -1,0 +1,94 @@
+"""The summary line of a run that is not rebuilt names the metric that kept it from rebuilt, a note says when the other
+metric is clearly above its baseline, and an objective that failed under a clip the attacker did not model names
+--attacker-knows-clip: all from hand-made metrics, without running an attack."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from leakattack.cli.run import clip_not_modelled, summary_line
+from leakattack.config import RunConfig
+from leakattack.metrics import RunMetrics, failed_part
+from leakattack.rebuilt import CLIP_NOT_MODELLED, why_not_rebuilt
+
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "lenet-srht" / "metrics.json"
+#: the audit's run: lenet on digits at b/d = 0.05, 400 Adam steps; the digit is plainly visible
+DIGIT = {"psnr": 13.73, "ssim": 0.5856, "baseline_psnr": 13.90, "baseline_ssim": 0.2752, "baseline_start_psnr": 6.0,
+         "baseline_start_ssim": 0.01, "baseline_mean_psnr": 13.90, "baseline_mean_ssim": 0.2752,
+         "verdict": "not rebuilt", "verdict_baseline": "mean",
+         "baseline_mean_image": "the mean of 256 of the 1797 images of digits"}
+
+
+def _metrics(**keys) -> RunMetrics:
+    return RunMetrics.from_dict({**json.loads(REFERENCE.read_text()), **keys})
+
+
+@pytest.mark.parametrize("psnr,ssim,reason,ahead", [
+    (13.73, 0.5856, "PSNR no better than the data set's mean image", "SSIM is 0.31 above the better baseline's "
+                                                                      "(0.5856 against 0.2752)"),
+    (14.59, 0.5052, "PSNR within 1 dB of the data set's mean image", "SSIM is 0.23 above"),
+    (16.0, 0.30, "SSIM within 0.05 of the data set's mean image", "PSNR is 2.10 dB above the better baseline's "
+                                                                  "(16.00 dB against 13.90 dB)"),
+    (16.0, 0.2, "SSIM no better than the data set's mean image", "PSNR is 2.10 dB above"),
+    (14.5, 0.30, "no better than the data set's mean image", None),
+    (None, 0.30, "no better than the data set's mean image", None),
+])
+def test_the_reason_names_the_metric_that_kept_it_from_rebuilt(psnr, ssim, reason, ahead):
+    said, note = why_not_rebuilt({**DIGIT, "psnr": psnr, "ssim": ssim})
+    assert said == reason
+    assert (note is None) == (ahead is None)
+    if ahead:
+        assert note.startswith(f"the reconstruction's {ahead}") and "look at reconstruction.png" in note
+
+
+def test_the_reason_names_each_metrics_own_better_baseline():
+    # the start has the better SSIM, the mean image the better PSNR: an SSIM short of the start's names the start
+    m = {**DIGIT, "baseline_start_ssim": 0.40, "baseline_ssim": 0.40, "psnr": 16.0, "ssim": 0.42}
+    assert why_not_rebuilt(m)[0] == "SSIM within 0.05 of the start"
+    grey = {**DIGIT, "baseline_mean_image": "a constant grey image (0.5)"}
+    assert why_not_rebuilt(grey)[0] == "PSNR no better than a constant grey image"
+
+
+def test_the_summary_line_says_which_metric_fell_short():
+    line = summary_line(_metrics(**DIGIT), "/runs/r")
+    assert line.startswith("not rebuilt (PSNR no better than the data set's mean image) | PSNR 13.73 dB, SSIM 0.5856 "
+                           "against 13.90 dB, 0.2752 for the better baseline | ")
+    both = summary_line(_metrics(**{**DIGIT, "psnr": 11.0, "ssim": 0.2}), "/runs/r")
+    assert both.startswith("not rebuilt (no better than the data set's mean image) | ")
+
+
+def test_an_objective_that_failed_under_a_clip_the_attacker_did_not_model_names_the_options():
+    at = {"truth": {"match": 2.0, "total": 2.0}, "reconstruction": {"match": 0.1, "total": 0.1}}
+    m = {**DIGIT, "objective_at": at}
+    assert failed_part(m).endswith("a longer search for its minimum is not a search for the truth")
+    said = failed_part(m, clip_blind=True)
+    assert said.endswith(CLIP_NOT_MODELLED) and "--attacker-knows-clip" in said and "--objective cosine" in said
+    searched = {**m, "objective_at": {"truth": at["reconstruction"], "reconstruction": at["truth"]}}
+    assert CLIP_NOT_MODELLED not in failed_part(searched, clip_blind=True)  # only the objective's failure
+
+
+def test_a_clip_is_not_modelled_only_when_the_defense_clips_and_the_attacker_was_not_told():
+    assert clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1"))
+    assert clip_not_modelled(RunConfig(model="lenet", defense="per_example:C=1,gaussian:sigma=0.1"))
+    assert not clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1", attacker_knows_clip=True))
+    assert not clip_not_modelled(RunConfig(model="lenet", defense="gaussian:sigma=0.1"))
+    assert not clip_not_modelled(RunConfig(model="lenet"))
+
+
+def test_the_run_command_notes_the_metric_clearly_above_and_the_clip_it_did_not_model(tmp_path, monkeypatch, capsys):
+    from leakattack import cli
+    from leakattack.cli import run as run_command
+
+    at = {"truth": {"match": 2.0, "total": 2.0}, "reconstruction": {"match": 0.1, "total": 0.1}}
+    monkeypatch.setattr(run_command, "run_attack", lambda cfg, **kw: (_metrics(**DIGIT, objective_at=at), tmp_path))
+    assert cli.main(["run", "--model", "lenet", "--defense", "clip:C=1", "--quiet", "--no-lpips"]) == 0
+    out, err = capsys.readouterr()
+    notes = err.splitlines()
+    assert out.startswith("not rebuilt (PSNR no better than the data set's mean image) | ")
+    ahead = [i for i, n in enumerate(notes) if n.startswith("note: the reconstruction's SSIM is 0.31 above")]
+    private = [i for i, n in enumerate(notes) if "not evidence that the message is private" in n]
+    assert ahead and private and ahead[0] < private[0]
+    assert any("--attacker-knows-clip applies the clip" in n for n in notes)
+    assert cli.main(["run", "--model", "lenet", "--defense", "clip:C=1", "--attacker-knows-clip", "--quiet"]) == 0
+    assert "--attacker-knows-clip applies the clip" not in capsys.readouterr().err
