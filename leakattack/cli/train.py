@@ -60,10 +60,13 @@ def cmd_train(a) -> int:
         raise ConfigError(f"model '{a.model}' cannot be trained here; choose one of: {', '.join(trainable)}")
     check_value("weight init", Choice(targets.INITS), a.weight_init)
     check_value("activation", Choice(targets.models.ACTIVATIONS), a.act)
-    if "act" in given and "act" not in targets.model_params(a.model):
-        warnings.warn(f"--act changes nothing for model '{a.model}', which has no activation parameter",
-                      SettingWarning, stacklevel=1)
-    model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": a.act, "dataset": a.dataset,
+    act = a.act
+    if "act" not in targets.model_params(a.model):
+        if "act" in given:
+            warnings.warn(f"--act changes nothing for model '{a.model}', which has no activation parameter",
+                          SettingWarning, stacklevel=1)
+        act = MODEL_DEFAULTS["act"]  # recorded as the default, so that continuing the training does not read it
+    model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": act, "dataset": a.dataset,
                   "data_root": a.data_root, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
@@ -73,9 +76,10 @@ def cmd_train(a) -> int:
                        download=a.download, checkpoints=not a.no_checkpoints,
                        checkpoint_every=a.checkpoint_every, on_resume=lambda f, n: _resuming(f, n, a.rounds))
     except TrainingInterrupted as stop:
-        held = f"rounds 1..{stop.done}" if stop.done else "no finished round"
-        print(f"leakattack: interrupted; training stopped after round {stop.done} of {stop.planned}, and "
-              f"'{stop.folder}' keeps {held} (its protocol.json records them)", file=sys.stderr)
+        held = f"keeps rounds 1..{stop.done} (its protocol.json records them)" if stop.done else \
+            "holds no finished round (the same command starts it again)"
+        print(f"leakattack: interrupted; training stopped {f'after round {stop.done}' if stop.done else 'in round 1'} "
+              f"of {stop.planned}, and '{stop.folder}' {held}", file=sys.stderr)
         return interrupted_exit()
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "

@@ -168,9 +168,11 @@ class RunConfig:
                 raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
                                   "message: give --protocol too (the one that trained the folder)")
             if self.set_by_user("protocol_act"):
+                own = self.model in targets.list_models() and "act" in targets.model_params(self.model)
+                other = (f", or --model-param act={self.protocol_act} for the activation of model '{self.model}'"
+                         if own else f" (model '{self.model}' has no activation parameter)")
                 raise ConfigError(f"--act {self.protocol_act} sets the activation of a protocol's model and changes "
-                                  "nothing without --protocol: give --protocol too, or --model-param "
-                                  f"act={self.protocol_act} for the activation of a built-in model")
+                                  f"nothing without --protocol: give --protocol too{other}")
         self._check_protocol_flags()
         try:
             build_defense(self.defense)

@@ -114,7 +114,8 @@ def test_weights_with_a_protocol_are_refused_with_or_without_a_stored_run(traine
 
 @pytest.mark.parametrize("args,needle", [
     (["--act", "relu"], "--act relu sets the activation of a protocol's model and changes nothing without --protocol: "
-                        "give --protocol too, or --model-param act=relu for the activation of a built-in model"),
+                        "give --protocol too, or --model-param act=relu for the activation of model 'lenet'"),
+    (["--act", "relu", "--model", "logreg"], "give --protocol too (model 'logreg' has no activation parameter)"),
     (["--act", "tanh"], "--model-param act=tanh"),  # the default, given: still not read
     (["--act", "relu", "--message", "m.pt"], "--act relu sets the activation of a protocol's model"),
     (["--protocol", "fedavg", "--model-param", "act=relu"],

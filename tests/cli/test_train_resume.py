@@ -148,10 +148,12 @@ def test_training_files_without_their_protocol_json_are_refused(interrupted, cap
              ["holds training files (train.jsonl) without the protocol.json"], interrupted.parent, capsys)
 
 
-def test_a_training_of_the_same_settings_that_finished_no_round_starts_again(tmp_path):
+def test_a_training_of_the_same_settings_that_finished_no_round_starts_again(tmp_path, capsys):
     with pytest.MonkeyPatch.context() as mp:
         _interrupt_in_round(mp, 1)
         assert cli.main(TRAIN + ["--rounds", "3", "--out", str(tmp_path)]) == 130
+    assert (f"training stopped in round 1 of 3, and '{tmp_path / 'sketched'}' holds no finished round (the same "
+            "command starts it again)") in capsys.readouterr().err
     assert cli.main(TRAIN + ["--rounds", "2", "--out", str(tmp_path)]) == 0
     assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
 
@@ -162,3 +164,13 @@ def test_a_copied_folder_continues_where_it_was_copied(interrupted, tmp_path, st
     shutil.copytree(interrupted, copy / "sketched")
     assert cli.main(TRAIN + ["--rounds", "5", "--out", str(copy)]) == 0
     assert _rows(copy / "sketched") == _rows(straight)
+
+
+def test_an_act_that_changes_nothing_does_not_stop_the_training_from_continuing(tmp_path, capsys):
+    """logreg has no activation: --act warns that it changes nothing, and the folder does not record it either."""
+    argv = ["train", "--protocol", "fedavg", "--model", "logreg", "--clients", "2", "--client-batch", "4", "--quiet",
+            "--threads", "1", "--out", str(tmp_path)]
+    assert cli.main(argv + ["--act", "relu", "--rounds", "1"]) == 0
+    assert "--act changes nothing for model 'logreg'" in capsys.readouterr().err
+    assert cli.main(argv + ["--rounds", "2"]) == 0
+    assert [r["round"] for r in _rows(tmp_path / "fedavg")] == [1, 2]
