@@ -47,6 +47,7 @@ import torch
 from .. import experiment
 from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
+from ..constraints import duration_seconds
 from ..data import get_batch
 from ..errors import UserError
 from ..progress import progress_bar
@@ -108,7 +109,11 @@ def _defaults() -> dict:
 
 def effective_params(params: dict) -> dict:
     """The parameters as the attack sees them: an identity sketch sends b = d whatever sketch_ratio and
-    sketch_dim say, so for it they take their defaults (one point, not one per ratio)."""
+    sketch_dim say, so for it they take their defaults (one point, not one per ratio); a time limit is its number
+    of seconds (``"1m"``, ``"60s"``, ``60`` and ``60.0`` are one point)."""
+    seconds = duration_seconds(params.get("time_limit"))
+    if seconds is not None:
+        params = {**params, "time_limit": seconds}
     kind = params.get("sketch")
     if isinstance(kind, str) and kind in list_sketches() and is_identity(kind):
         defaults = _defaults()
@@ -233,7 +238,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
         except TypeError as err:
             raise ConfigError(f"bad run parameter in sweep point {combo}: {err}") from None
         except ConfigError as err:
-            raise ConfigError(f"{err} ({_where(values, combo)})") from None
+            raise ConfigError(f"{err} ({_where(values, combo, base)})") from None
         params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
         if key not in seen:
@@ -284,7 +289,8 @@ def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool 
                         experiment.attack_of(replace(cfg, **prepared.case.settings)).check(prepared.obs)
                         checked.add(settings)
                 except UserError as err:
-                    raise ConfigError(f"{err} (sweep point {value_text(pt['grid'])})") from None
+                    raise ConfigError(f"{err} (sweep point {value_text(pt['grid'])}{_keys_of_flags(str(err))})") \
+                        from None
             bar.update(1)
     finally:
         bar.close()
@@ -300,10 +306,26 @@ def _case_of(params: dict, attack: bool = False) -> str:
     return json.dumps({k: v for k, v in params.items() if k not in left_out}, sort_keys=True, default=str)
 
 
-def _where(values: dict, combo: dict) -> str:
-    """Where a refused point is: the run parameter whose declared constraint refuses its value, and the grid values."""
+def _where(values: dict, combo: dict, base: dict) -> str:
+    """Where a refused point is: the run parameter whose declared constraint refuses its value (``[base] KEY``,
+    which every point takes, where the value is [base]'s own), and the grid values."""
     bad = next((p.name for p in RUN_PARAMS if p.name in values and not p.constraint.ok(values[p.name])), None)
+    if bad is not None and bad not in combo and not (isinstance(base.get(bad), str) and
+                                                     _PLACEHOLDER.search(base[bad])):
+        return f"[base] {bad}, which every sweep point takes"
     return (f"key {bad}, " if bad else "") + f"sweep point {value_text(combo)}"
+
+
+#: a run's command-line flag -> the run parameter (sweep key) it sets, for refusals that name flags
+_FLAG_KEYS = {p.option: p.name + (" = false" if p.invert else "") for p in RUN_PARAMS if p.option}
+
+
+def _keys_of_flags(message: str) -> str:
+    """``; in a sweep file --labels is label_mode, ...`` for the run flags a refusal names whose sweep key is not
+    the flag's name with underscores (a run's checks speak of flags), or ``""``."""
+    named = dict.fromkeys(f for f in re.findall(r"--[a-z][a-z0-9-]*", message) if f in _FLAG_KEYS)
+    other = [f"{f} is {_FLAG_KEYS[f]}" for f in named if _FLAG_KEYS[f] != f[2:].replace("-", "_")]
+    return f"; in a sweep file {', '.join(other)}" if other else ""
 
 
 def value_text(v) -> str:

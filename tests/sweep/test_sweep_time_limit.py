@@ -4,7 +4,7 @@ runs."""
 import pytest
 
 from leakattack import cli
-from leakattack.sweep import read_results, runner
+from leakattack.sweep import load_plan, read_results, runner
 
 BASE = """
 [base]
@@ -22,8 +22,8 @@ def test_each_point_stops_at_its_own_time_limit(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     stored = {str(r["params"]["time_limit"]): r["metrics"] for r in read_results(out / "results.jsonl")}
-    assert set(stored) == {"1s", "2"}
-    for limit, m in (("1s", 1), ("2", 2)):
+    assert set(stored) == {"1.0", "2.0"}  # stored as seconds
+    for limit, m in (("1.0", 1), ("2.0", 2)):
         assert stored[limit]["stop_reason"] == "time-limit", stored[limit]
         assert m <= stored[limit]["attack_s"] < m + 4, stored[limit]
 
@@ -37,3 +37,10 @@ def test_a_bad_time_limit_is_refused_naming_its_key_before_any_point_runs(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "time limit must be a positive duration" in err[0] and "time_limit" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+def test_time_limits_that_are_the_same_duration_are_one_point(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + '[grid]\ntime_limit = ["60s", 60, "1m", 60.0, "2m"]\n')
+    plan = load_plan(cfg, check=False)
+    assert [p["params"]["time_limit"] for p in plan.points] == [60.0, 120.0] and plan.duplicates == 3

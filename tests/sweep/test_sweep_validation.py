@@ -73,7 +73,8 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(tmp_path, capsys, m
     base = BASE.replace("iterations = 2\n", "")  # the line under test may set it
     text = (base + f"{line}\n[grid]\nimage_index = [0]\n" if table == "base"
             else base + f"[grid]\nimage_index = [0]\n{name} = [{value}]\n")
-    assert "not valid TOML" not in refuse(tmp_path, capsys, text, f"key {key}")
+    named = f"[base] {key}, which every sweep point takes" if table == "base" else f"key {key}, sweep point"
+    assert "not valid TOML" not in refuse(tmp_path, capsys, text, named)
 
 
 @pytest.mark.parametrize("text", ["", "[sweep]\nname = 'x'\n", BASE, BASE + "[grid]\n",
@@ -323,3 +324,15 @@ def test_a_dry_run_with_out_says_which_points_are_finished_there(tmp_path, capsy
     assert lines[0].endswith(f"| 1 already finished in {out}, 2 to run"), lines[0]
     assert [ln.endswith("(finished)") for ln in lines[1:]] == [False, True, False]
     assert {p: p.read_bytes() for p in out.iterdir()} == before  # the torn line is left for the run to repair
+
+
+def test_a_bad_base_value_is_named_as_bases_and_a_refusal_naming_a_flag_gives_its_sweep_key(tmp_path, capsys,
+                                                                                             monkeypatch, no_attack):
+    """A bad [base] value was reported against an unrelated grid point; run checks name flags (--labels) whose sweep
+    key is spelt otherwise (label_mode)."""
+    monkeypatch.chdir(tmp_path)
+    bad_base = BASE.replace("iterations = 2", 'iterations = "five"') + "[grid]\nseed = [0, 1]\n"
+    line = refuse(tmp_path, capsys, bad_base, "([base] iterations, which every sweep point takes)")
+    assert "seed" not in line
+    text = BASE.replace("digits", "photos") + "sketch = 'uniform'\nsketch_dim = 1\n[grid]\nseed = [1]\n"
+    refuse(tmp_path, capsys, text, "--labels given", "; in a sweep file --labels is label_mode)")
