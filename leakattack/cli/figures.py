@@ -18,6 +18,22 @@ def figures_said(res: dict, out: Path) -> str:
     return f"{n} figure{'s' if n != 1 else ''} in {out / 'figures'}" if n else "no figures"
 
 
+#: what the summary line says where a point was not rebuilt
+FAILURE_NOT_PRIVACY = "a point not rebuilt is a failure of the attack at its budget, not evidence of privacy"
+
+
+def verdicts_text(res: dict) -> list[str]:
+    """``R of N points rebuilt`` (the points with a verdict; results stored before verdicts existed say nothing),
+    and, where any was not rebuilt, that this is the attack's failure, not evidence of privacy."""
+    judged, rebuilt = res.get("judged", 0), res.get("rebuilt", 0)
+    if not judged:
+        return []
+    text = f"{rebuilt} of {judged} point{'s' if judged != 1 else ''} rebuilt"
+    if judged < res.get("points", judged):
+        text += f" ({res['points'] - judged} stored without a verdict)"
+    return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]
+
+
 def cmd_figures(a) -> int:
     out = Path(a.dir)
     if not (out / "results.jsonl").exists():
@@ -38,5 +54,5 @@ def cmd_figures(a) -> int:
             raise UserError(f"cannot write the summary and figures into '{out}' ({err.strerror or err}): the "
                             "stored results are untouched") from None
     print(" | ".join([f"{res['points']} point{'s' if res['points'] != 1 else ''}", figures_said(res, out),
-                      *res["notes"]]))
+                      *verdicts_text(res), *res["notes"]]))
     return 0

@@ -20,7 +20,7 @@ from ..results.runs import unused_path
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.plan import value_text
 from . import interrupted_exit
-from .figures import figures_said
+from .figures import figures_said, verdicts_text
 
 #: options of the slurm backend: flag -> keyword of SlurmBackend
 SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "--gpus": "gpus",
@@ -107,10 +107,6 @@ def dry_run(a, plan: Plan, out: Path | None) -> int:
     return 0
 
 
-#: what the summary line says where a point was not rebuilt
-FAILURE_NOT_PRIVACY = "a point not rebuilt is a failure of the attack at its budget, not evidence of privacy"
-
-
 def best_text(rows: list[dict]) -> str:
     """``best mean PSNR P dB``, with the baseline of that setting (the better of the attack's start and the data
     set's mean image, mean over its points) where it is recorded."""
@@ -120,18 +116,6 @@ def best_text(rows: list[dict]) -> str:
     best = max(scored, key=lambda r: r["psnr_mean"])
     base = best.get("baseline_psnr_mean")
     return f"best mean PSNR {best['psnr_mean']:.2f} dB" + (f" (baseline {base:.2f} dB)" if base is not None else "")
-
-
-def verdicts_text(res: dict) -> list[str]:
-    """``R of N points rebuilt`` (the points with a verdict; results stored before verdicts existed say nothing),
-    and, where any was not rebuilt, that this is the attack's failure, not evidence of privacy."""
-    judged, rebuilt = res.get("judged", 0), res.get("rebuilt", 0)
-    if not judged:
-        return []
-    text = f"{rebuilt} of {judged} point{'s' if judged != 1 else ''} rebuilt"
-    if judged < res.get("points", judged):
-        text += f" ({res['points'] - judged} stored without a verdict)"
-    return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]
 
 
 def cmd_sweep(a) -> int:

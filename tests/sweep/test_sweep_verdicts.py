@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from leakattack.cli.sweep import FAILURE_NOT_PRIVACY, best_text, verdicts_text
+from leakattack.cli.figures import FAILURE_NOT_PRIVACY, verdicts_text
+from leakattack.cli.sweep import best_text
 from leakattack.figures import sweep as sweep_figures_module
 from leakattack.figures.report import stored_summary
 from leakattack.results import summarize, write_csv
@@ -154,3 +155,11 @@ def test_the_reconstruction_grid_says_each_cells_verdict(tmp_path, drawn):
     assert len(framed) == 4  # the cells not rebuilt, framed dashed
     assert "2 of 6 points rebuilt" in fig._suptitle.get_text().replace("\n", " ")
     assert sweep_figures_module.cell_label({"psnr": None, "ssim": 0.5}) == "n/a, SSIM 0.50"  # no verdict: no line
+
+
+def test_figures_redrawn_from_stored_results_count_the_points_rebuilt(tmp_path, capsys, drawn):
+    from leakattack import cli
+
+    write_sweep(tmp_path, sweep(lambda sigma, image: "rebuilt" if sigma == 0 else "not rebuilt"))
+    assert cli.main(["figures", str(tmp_path)]) == 0
+    assert f"| 2 of 6 points rebuilt: {FAILURE_NOT_PRIVACY}" in capsys.readouterr().out
