@@ -10,7 +10,7 @@ from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..experiment import run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
-from ..rebuilt import baseline_words, why_not_rebuilt
+from ..rebuilt import why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -44,11 +44,6 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
                 f"against {_db(m.baseline_psnr)}, {_ssim(m.baseline_ssim)} for the better baseline | "
                 f"LPIPS {lp} | {tail}{folder}")
     return f"{scores}{tail}{folder}"
-
-
-def baseline_name(m: RunMetrics) -> str:
-    """The baseline a reconstruction that is not rebuilt is no better than, in words."""
-    return baseline_words(m.verdict_baseline, m.baseline_mean_image)
 
 
 def _labels(m: RunMetrics) -> str:
