@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import ratio_text
-from ..rebuilt import NOT_REBUILT, REBUILT
+from ..rebuilt import NOT_REBUILT, REBUILT, VERDICT_PSNR_MARGIN_DB, why_not_rebuilt
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -403,11 +403,17 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
 
 def cell_label(m: dict) -> str:
     """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
-    one."""
+    one; a cell not rebuilt whose other metric is clearly above its baseline (:func:`why_not_rebuilt`) names the
+    metric that fell short and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
     psnr = "n/a" if m.get("psnr") is None else f"{m['psnr']:.1f} dB"
     ssim = "n/a" if m.get("ssim") is None else f"{m['ssim']:.2f}"
     verdict = m.get("verdict")
-    return f"{psnr}, SSIM {ssim}" + (f"\n{verdict}" if verdict in (REBUILT, NOT_REBUILT) else "")
+    if verdict == NOT_REBUILT and why_not_rebuilt(m)[1] is not None:  # one metric short, the other clearly above
+        if m["psnr"] <= m["baseline_psnr"] + VERDICT_PSNR_MARGIN_DB:
+            verdict += f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}"
+        else:
+            verdict += f" (SSIM); PSNR +{m['psnr'] - m['baseline_psnr']:.1f} dB"
+    return f"{psnr}, SSIM {ssim}" + (f"\n{verdict}" if m.get("verdict") in (REBUILT, NOT_REBUILT) else "")
 
 
 def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict) -> None:

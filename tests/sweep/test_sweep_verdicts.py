@@ -155,6 +155,11 @@ def test_the_reconstruction_grid_says_each_cells_verdict(tmp_path, drawn):
     assert len(framed) == 4  # the cells not rebuilt, framed dashed
     assert "2 of 6 points rebuilt" in fig._suptitle.get_text().replace("\n", " ")
     assert sweep_figures_module.cell_label({"psnr": None, "ssim": 0.5}) == "n/a, SSIM 0.50"  # no verdict: no line
+    # a cell whose PSNR is short while its SSIM is clearly above the baseline says so: the digit may show
+    visible = {"psnr": 13.7, "ssim": 0.59, "baseline_psnr": 13.9, "baseline_ssim": 0.28, "verdict": "not rebuilt"}
+    assert sweep_figures_module.cell_label(visible) == "13.7 dB, SSIM 0.59\nnot rebuilt (PSNR); SSIM +0.31"
+    blurred = {**visible, "psnr": 16.2, "ssim": 0.30}
+    assert sweep_figures_module.cell_label(blurred) == "16.2 dB, SSIM 0.30\nnot rebuilt (SSIM); PSNR +2.3 dB"
 
 
 def test_figures_redrawn_from_stored_results_count_the_points_rebuilt(tmp_path, capsys, drawn):
