@@ -16,10 +16,12 @@ from ..config.names import CHECK_DEFAULTS
 from ..config.params import SEED
 from ..constraints import Cores
 from ..errors import SettingWarning
-from ..figures.theory import check_figures
+from ..figures.theory import CHECK_FIGURES, check_figures
 from ..results import writable_out
+from ..results.io import own_folder
 from ..sketch import check_sketch_params, is_identity, list_sketches
 from ..theory import (
+    CHECK_JSON,
     CHECK_TARGETS,
     check,
     embedding_markdown,
@@ -44,15 +46,23 @@ def _check_samples(samples) -> None:
         raise ConfigError(f"samples must be an integer in [1, {MAX_SAMPLES:,}], got {samples}")
 
 
+#: what a check writes into its --out folder, and the references `leakattack reproduce theory` copies beside the
+#: tables (results/theory/check_<model>_<sketch>.json and its figures): an existing folder holding anything else is
+#: refused
+CHECK_FILES = {name: None for name in (CHECK_JSON, *CHECK_FIGURES, "table2.md", "embedding.md", "check_*.json",
+                                       *(f"check_*_{png}" for png in CHECK_FIGURES))}
+
+
 def _output_folder(out: str | None) -> Path:
     """``--out`` (default: a new folder under results/runs/), refused where the check's files would overwrite a run's
-    or a sweep's (a run folder holds its own convergence.png)."""
-    path = writable_out(out if out else _default_out())
+    or a sweep's (a run folder holds its own convergence.png), or be mixed in beside files a check does not write
+    (:data:`CHECK_FILES`)."""
+    path = writable_out(out if out is not None else _default_out())
     for marker, what in (("metrics.json", "a run"), ("sweep.json", "a sweep")):
         if (path / marker).is_file():
             raise ConfigError(f"--out '{out}' holds {what} ({marker}), whose files a check would overwrite: name "
                               "another folder")
-    return path
+    return own_folder(path, out, CHECK_FILES, "a check")
 
 
 def cmd_check(a) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..results import writable_out
+from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.plan import value_text
@@ -118,6 +119,12 @@ def best_text(rows: list[dict]) -> str:
     return f"best mean PSNR {best['psnr_mean']:.2f} dB" + (f" (baseline {base:.2f} dB)" if base is not None else "")
 
 
+#: what a sweep writes into its --out folder (the slurm backend's job files in slurm/): an existing folder holding
+#: anything else is refused
+SWEEP_FILES = {"sweep.json": None, "results.jsonl": None, "summary.csv": None, "sweep.lock": None,
+               "figures": ANY, "points": ANY, "slurm": ANY}
+
+
 def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
@@ -127,13 +134,15 @@ def cmd_sweep(a) -> int:
         jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
         if jobs is not None and jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
-        out = writable_out(a.out if a.out else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
+        out = writable_out(a.out if a.out is not None
+                           else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
         if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
             raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be "
                             "read as that run; name a new folder or an earlier sweep's")
+        own_folder(out, a.out if a.out is not None else out, SWEEP_FILES, "a sweep")
         if a.dry_run:
             get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
-            return dry_run(a, plan, out if a.out else None)
+            return dry_run(a, plan, out if a.out is not None else None)
         t0 = time.perf_counter()
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
     except KeyboardInterrupt as err:

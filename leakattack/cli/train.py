@@ -11,14 +11,18 @@ import torch
 
 import targets
 from targets.protocols import SPEC_DEFAULTS, list_protocols
+from targets.protocols.base import split_clients
 
 from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import SPEC_DEST, protocol_spec_from_args
 from ..config.params import SEED
+from ..data import list_datasets, reads_root
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
-from ..training import MODEL_DEFAULTS, TrainingInterrupted, train
+from ..results.io import own_folder
+from ..sketch import list_sketches
+from ..training import MODEL_DEFAULTS, TrainingInterrupted, load_split, train
 from . import interrupted_exit
 
 
@@ -38,10 +42,37 @@ def _resuming(folder: Path, done: int, rounds: int) -> None:
           file=sys.stderr)
 
 
+#: what a training writes into its --out folder: one folder per training (``--name``, default the protocol) and the
+#: accuracy figure over them; an existing folder holding anything else is refused
+TRAIN_FILES = {"accuracy_vs_floats.png": None,
+               "*": {"protocol.json": None, "train.jsonl": None, "checkpoints": {"round_*.pt": None}}}
+
+
+def _warn_data(a) -> None:
+    """A warning where --data-root or --download is given with an embedded data set, which reads no files."""
+    if a.dataset.lower() not in list_datasets() or reads_root(a.dataset):
+        return
+    given = [flag for flag, on in (("--data-root", a.data_root is not None), ("--download", a.download)) if on]
+    if given:
+        warnings.warn(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} not read: the embedded data set "
+                      f"{a.dataset} reads no files", SettingWarning, stacklevel=1)
+
+
+def _warn_batch(spec: dict, model_spec: dict, download: bool) -> None:
+    """A warning where --client-batch exceeds the images of a client, whose every step then takes them all."""
+    trainset, _ = load_split(model_spec, download)
+    fewest = min(s.numel() for s in split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"]))
+    if spec["batch_size"] > fewest:
+        warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "
+                      "a client's batch is cut to all its images", SettingWarning, stacklevel=1)
+
+
 def cmd_train(a) -> int:
     check_value("rounds T", Number(1, integer=True), a.rounds)
     check_value("protocol", Choice(list_protocols), a.protocol)
     check_value("seed", SEED, a.seed)
+    if a.sketch not in list_sketches():  # refused whether or not the protocol reads it
+        raise ConfigError(f"unknown sketch '{a.sketch}'; choose one of: {', '.join(list_sketches())}")
     spec = {**protocol_spec_from_args(a), "seed": a.seed, "sketch": a.sketch, "sketch_ratio": a.sketch_ratio,
             "sketch_params": {}}
     spec = {k: spec[k] for k in SPEC_DEFAULTS}
@@ -66,11 +97,15 @@ def cmd_train(a) -> int:
             warnings.warn(f"--act changes nothing for model '{a.model}', which has no activation parameter",
                           SettingWarning, stacklevel=1)
         act = MODEL_DEFAULTS["act"]  # recorded as the default, so that continuing the training does not read it
+    # an embedded data set reads no --data-root: recorded as none, so that continuing the training does not read it
     model_spec = {**MODEL_DEFAULTS, "model": a.model, "init": a.weight_init, "act": act, "dataset": a.dataset,
-                  "data_root": a.data_root, "seed": a.seed}
+                  "data_root": a.data_root if reads_root(a.dataset) else None, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
-    out = writable_out(a.out if a.out else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
+    _warn_data(a)
+    out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
+    own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
+    _warn_batch(spec, model_spec, a.download)
     try:
         folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                        download=a.download, checkpoints=not a.no_checkpoints,

@@ -8,6 +8,7 @@ someone else wrote can hold tensors and plain containers, never code.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
 import json
 import os
@@ -53,27 +54,73 @@ def _unwritable_folder(path: str | os.PathLike) -> Path | None:
 
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
-    filled in place (``file`` None), or written beside itself and renamed into place (``beside``: neither the
-    current folder nor one that holds it), or a file of that kind (``file=".csv"``), which is always written beside
-    itself."""
+    filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
+    the current folder or a folder that holds it; or a file of that kind (``file=".csv"``), which is always written
+    beside itself.  What an existing folder may hold is the command's to say (:func:`own_folder`)."""
     noun = "a folder" if file is None else f"a {file} file"
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
     path = Path(out)
+    if file is None and path.resolve() == Path(path.resolve().anchor):
+        raise UserError(f"--out '{out}' is the root folder, which a command never fills or replaces: name a folder "
+                        "under it")
     if file is None and path.exists() and not path.is_dir():
         raise UserError(f"--out '{out}' is a file, not a folder")
     if file is not None and path.is_dir():
         raise UserError(f"--out '{out}' is a folder; name {noun}")
-    if beside and path.is_dir():  # the folder is replaced whole
+    if file is None and path.is_dir():  # filled in place or replaced whole: never the folder the command runs in
         here, target = Path.cwd().resolve(), path.resolve()
         if target == here or target in here.parents:
-            raise UserError(f"--out '{out}' is the current folder or holds it, and it would be replaced whole: name "
-                            "a new folder")
+            done = "it would be replaced whole" if beside else "the command would fill it"
+            raise UserError(f"--out '{out}' is the current folder or holds it, and {done}: name a new folder")
     parent = _unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
     if file is not None and path.exists() and not os.access(path, os.W_OK):
         raise UserError(f"--out '{out}' cannot be written: the file is read-only")
+    return path
+
+
+#: what :func:`own_folder` reads as "any file or folder, not looked into" in a layout
+ANY = ...
+
+#: the temporary files an atomic write leaves only when its process is killed (``.NAME.XXXX.tmp``)
+_TEMPORARY = ".*.tmp"
+
+
+def foreign_entries(folder: Path, layout: dict, prefix: str = "") -> list[str]:
+    """The entries below ``folder`` that ``layout`` does not describe, as paths relative to it: ``layout`` maps a
+    name pattern (fnmatch) to None (a file), a nested layout (a folder, looked into) or :data:`ANY` (a file or a
+    folder, not looked into); the temporary files of an interrupted atomic write are let pass."""
+    other = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        name = entry.name
+        if fnmatch.fnmatchcase(name, _TEMPORARY) and entry.is_file():
+            continue
+        kind = next((v for k, v in layout.items() if fnmatch.fnmatchcase(name, k)), False)
+        if kind is ANY or (kind is None and entry.is_file() and not entry.is_symlink()):
+            continue
+        if isinstance(kind, dict) and entry.is_dir() and not entry.is_symlink():
+            other += foreign_entries(entry, kind, f"{prefix}{name}/")
+        else:
+            other.append(prefix + name + ("/" if entry.is_dir() else ""))
+    return other
+
+
+def own_folder(path: Path, out, layout: dict, what: str) -> Path:
+    """``path`` (``--out``, spelt ``out``), refused in one sentence when it is a folder holding anything that
+    ``what`` (``"a check"``) does not write there (``layout``, as :func:`foreign_entries` reads it): a missing or
+    empty folder, or one holding only the command's own earlier output, is taken."""
+    if not path.is_dir():
+        return path
+    try:
+        other = foreign_entries(path, layout)
+    except OSError as err:  # unreadable: what it holds is unknown
+        other = [err.strerror or type(err).__name__]
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise UserError(f"--out '{out}' holds {shown}, which {what} does not write, and {what} would mix its files "
+                        f"in beside them: name a new folder or an earlier {what.split()[-1]}'s")
     return path
 
 

@@ -1,0 +1,127 @@
+"""--out of check, train and sweep: an empty string, the root, the current folder and a folder holding files the
+command does not write are refused in one sentence before anything is written; an empty folder and the command's
+own earlier output are taken."""
+
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from leakattack import cli
+from leakattack.cli.check import CHECK_FILES
+from leakattack.cli.sweep import SWEEP_FILES
+from leakattack.cli.train import TRAIN_FILES, _warn_batch, _warn_data
+from leakattack.errors import SettingWarning, UserError
+from leakattack.results.io import foreign_entries, own_folder, writable_out
+from leakattack.training import MODEL_DEFAULTS
+
+CHECK = ["check", "--threads", "1", "--quiet", "--samples", "2"]
+TRAIN = ["train", "--quiet", "--threads", "1", "--rounds", "1", "--clients", "2", "--protocol", "fedavg"]
+SWEEP = """
+[sweep]
+name = "tiny"
+[base]
+model = "lenet"
+dataset = "digits"
+iterations = 2
+[grid]
+image_index = [0]
+"""
+
+
+def _files(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*"))
+
+
+def _refused(argv, needle, root, capsys):
+    before = _files(root)
+    assert cli.main(argv) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
+    assert _files(root) == before, argv
+
+
+def _commands(tmp_path):
+    (tmp_path / "tiny.toml").write_text(SWEEP)
+    return {"check": CHECK, "train": TRAIN, "sweep": ["sweep", str(tmp_path / "tiny.toml"), "--quiet"]}
+
+
+@pytest.mark.parametrize("command", ["check", "train", "sweep"])
+def test_an_empty_root_or_current_out_is_refused(command, tmp_path, capsys, monkeypatch):
+    argv = _commands(tmp_path)[command]
+    monkeypatch.chdir(tmp_path)
+    _refused(argv + ["--out", ""], "--out must name a folder, got an empty string", tmp_path, capsys)
+    _refused(argv + ["--out", "/"], "--out '/' is the root folder", tmp_path, capsys)
+    _refused(argv + ["--out", "."], "--out '.' is the current folder or holds it", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("command,what", [("check", "a check"), ("train", "a training"), ("sweep", "a sweep")])
+def test_a_folder_holding_a_users_file_is_refused(command, what, tmp_path, capsys):
+    argv = _commands(tmp_path)[command]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    _refused(argv + ["--out", str(mine)], f"holds keep.txt, which {what} does not write", tmp_path, capsys)
+
+
+def test_a_run_folder_is_not_a_training_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    _refused(TRAIN + ["--out", str(run)], "holds metrics.json, which a training does not write", tmp_path, capsys)
+
+
+def test_the_commands_own_output_is_taken_and_anything_else_named(tmp_path):
+    check = tmp_path / "check"
+    check.mkdir()
+    for name in CHECK_FILES:
+        (check / name).write_text("")
+    (check / ".check.json.abc.tmp").write_text("")  # left by a killed atomic write
+    assert own_folder(check, "check", CHECK_FILES, "a check") == check
+    sweep = tmp_path / "sweep"
+    for name in ("figures/a.png", "points/k.pt", "slurm/jobs.json", "results.jsonl", "sweep.json", "summary.csv"):
+        (sweep / name).parent.mkdir(parents=True, exist_ok=True)
+        (sweep / name).write_text("")
+    assert own_folder(sweep, "sweep", SWEEP_FILES, "a sweep") == sweep
+    train = tmp_path / "train"
+    for name in ("accuracy_vs_floats.png", "fedavg/protocol.json", "fedavg/train.jsonl",
+                 "fedavg/checkpoints/round_0001.pt", "other/train.jsonl"):
+        (train / name).parent.mkdir(parents=True, exist_ok=True)
+        (train / name).write_text("")
+    assert own_folder(train, "train", TRAIN_FILES, "a training") == train
+    (train / "fedavg" / "notes.txt").write_text("")
+    (train / "fedavg" / "checkpoints" / "keep").mkdir()
+    assert foreign_entries(train, TRAIN_FILES) == ["fedavg/checkpoints/keep/", "fedavg/notes.txt"]
+    with pytest.raises(UserError, match="holds fedavg/checkpoints/keep/, fedavg/notes.txt, which a training"):
+        own_folder(train, "train", TRAIN_FILES, "a training")
+    assert own_folder(tmp_path / "missing", "missing", TRAIN_FILES, "a training") == tmp_path / "missing"
+
+
+def test_the_root_is_refused_for_every_kind_of_out():
+    for beside in (False, True):
+        with pytest.raises(UserError, match="is the root folder"):
+            writable_out("/", beside=beside)
+
+
+def test_an_unknown_sketch_is_refused_whether_or_not_the_protocol_reads_it(tmp_path, capsys):
+    _refused(TRAIN + ["--sketch", "nope", "--out", str(tmp_path / "t")], "unknown sketch 'nope'", tmp_path, capsys)
+
+
+def test_data_root_and_download_with_an_embedded_set_warn():
+    args = SimpleNamespace(dataset="digits", data_root="/tmp", download=True)
+    with pytest.warns(SettingWarning, match="--data-root and --download are not read: the embedded data set digits"):
+        _warn_data(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_data(SimpleNamespace(dataset="digits", data_root=None, download=False))
+        _warn_data(SimpleNamespace(dataset="mnist", data_root="/tmp", download=True))
+
+
+def test_a_client_batch_beyond_a_clients_images_warns():
+    spec = {"clients": 2, "noniid": False, "seed": 0, "batch_size": 100_000}
+    model_spec = {**MODEL_DEFAULTS, "dataset": "digits", "data_root": None, "seed": 0}
+    with pytest.warns(SettingWarning, match="--client-batch 100000 exceeds the .* images the smallest client holds"):
+        _warn_batch(spec, model_spec, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_batch({**spec, "batch_size": 32}, model_spec, False)
