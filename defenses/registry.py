@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from leakattack.registry import Registry
 
 from .base import PLACEMENTS, DefenseError, Transform
@@ -64,10 +66,10 @@ def parse_step(item) -> Transform:
         typ, what, ok = cls.schema[key]
         try:
             v = typ(value) if typ is float else _as_int(value)
-        except (TypeError, ValueError):
-            raise DefenseError(f"defense '{name}': {key} must be {what}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: inf as an integer
+            raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}") from None
         if not (v == v and ok(v)) or v in (float("inf"), float("-inf")):
-            raise DefenseError(f"defense '{name}': {key} must be {what}, got {value!r}")
+            raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}")
         params[key] = v
     missing = [k for k in cls.schema if k not in params]
     if name != "gaussian" and missing:
@@ -75,6 +77,15 @@ def parse_step(item) -> Transform:
     if name == "gaussian" and not params:
         raise DefenseError("defense 'gaussian' needs sigma= or z=")
     return cls(params, placement)
+
+
+def _finite(what: str, value) -> str:
+    """``what`` a parameter must be, said as finite where ``value`` is inf or nan (inf is "a positive number" too)."""
+    try:
+        infinite = not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return what
+    return what.replace("a ", "a finite ", 1) if infinite and what.startswith("a ") and "number" in what else what
 
 
 def _as_int(value) -> int:

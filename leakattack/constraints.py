@@ -96,7 +96,18 @@ class Number(Constraint):
             return f"be an integer of at least {self.low}" if self.integer else f"be at least {self.low}"
         return f"be {kind}"
 
+    def _finite(self) -> str:
+        """What a value unbounded above must be, said of inf or nan (which are not numbers of an interval)."""
+        kind = "integer" if self.integer else "number"
+        if self.low is None:
+            return f"be a finite {kind}"
+        if self.low == 0:
+            return f"be a finite {'positive' if self.low_open else 'non-negative'} {kind}"
+        return f"be a finite {kind} {'above' if self.low_open else 'of at least'} {self.low}"
+
     def error(self, label, v):
+        if isinstance(v, float) and not math.isfinite(v) and self.high is None:  # inf is not "negative": say finite
+            return f"{label} must {self._finite()}, got {v!r}"
         kind = "an integer" if self.integer else "a number"
         wrong_kind = isinstance(v, bool) or not isinstance(v, (int, float)) or (self.integer and not isinstance(v, int))
         if wrong_kind and self.what.startswith("lie in "):  # a string, true/false, 1.5 for a count: name the kind

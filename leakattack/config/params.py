@@ -21,6 +21,9 @@ MATCH_SPACES = ("sketch", "unsketched")
 
 #: a million steps is hours even for the smallest victims; more is a typo, not a plan
 MAX_ITERATIONS = 1_000_000
+#: the starts run as one batch through the victim (restarts times the batch size), so a thousand starts already hold
+#: a thousand dummy batches at every evaluation; more is a typo, not a plan
+MAX_RESTARTS = 1000
 
 def _choices(fn):
     return Choice(fn)
@@ -148,7 +151,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "they differ, a short run of the attack with each keeps the labels that match the message best), take "
           "the true labels, or optimise soft labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
-    Param("restarts", 1, POS_INT, "restarts", "independent dummy starts; the lowest final L_R wins"),
+    Param("restarts", 1, Number(1, MAX_RESTARTS, integer=True), "restarts",
+          f"independent dummy starts, at most {MAX_RESTARTS}; the lowest final L_R wins"),
     Param("prune_restarts", False, Flag(), "prune restarts",
           "successive halving of the starts: at 1/8, 1/4 and 1/2 of the budget (iterations or time limit) for 8 "
           "starts, the half with the higher lowest L_R stops (stop reason pruned), so 8 starts take 2.5 starts' "
@@ -294,4 +298,5 @@ def help_text(p: Param) -> str:
 
 
 __all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
+           "MAX_ITERATIONS", "MAX_RESTARTS",
            "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES"]

@@ -113,7 +113,8 @@ def parse_prior(text: str) -> tuple[str, float]:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise UserError(f"the weight of prior '{name}' must be a non-negative number, got '{weight}'")
+        finite = "finite " if math.isinf(value) else ""  # inf is not negative: it is not finite
+        raise UserError(f"the weight of prior '{name}' must be a {finite}non-negative number, got '{weight}'")
     check = _PRIORS.meta(name).get("check")
     problem = check(value) if check is not None else None
     if problem:
