@@ -62,9 +62,14 @@ def found_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
     spelling reached first."""
     found: dict[str, list[Path]] = {"run": [], "sweep": []}
     seen: set[Path] = set()
-    for top in map(Path, paths):
+    for given in paths:
+        if not str(given).strip():
+            raise UserError("a folder to collect must be named, got an empty string")
+        top = Path(given)
         if not top.exists():
             raise UserError(f"'{top}' does not exist")
+        if not top.is_dir():
+            raise UserError(f"'{top}' is a file, not a folder of runs")
         stack = [top]
         while stack:
             folder = stack.pop()

@@ -270,16 +270,19 @@ def test_a_strength_that_is_not_a_number_is_drawn_at_ticks_in_grid_order(tmp_pat
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in values]
 
 
-def test_figures_the_results_no_longer_support_are_removed_and_others_are_kept(tmp_path, capsys):
+def test_an_emptied_results_file_is_refused_and_the_figures_are_kept(tmp_path, capsys):
     fake_sweep(tmp_path, [{"sigma": s, "image_index": 0} for s in SIGMAS])
     assert cli.main(["figures", str(tmp_path)]) == 0
     names = {p.name for p in (tmp_path / "figures").iterdir()}
     assert {"metrics_vs_strength.png", "reconstruction_grid.pdf"} <= names
     (tmp_path / "figures" / "notes.txt").write_text("mine")  # a file of the user's own stays
-    (tmp_path / "results.jsonl").write_text("")  # the results emptied: the old figures would show what is gone
-    assert cli.main(["figures", str(tmp_path)]) == 0
-    assert "0 points | no figures" in capsys.readouterr().out
-    assert {p.name for p in (tmp_path / "figures").iterdir()} == {"notes.txt"}
+    summary = (tmp_path / "summary.csv").read_bytes()
+    (tmp_path / "results.jsonl").write_text("")  # nothing to draw: summary.csv and figures/ are left as they are
+    capsys.readouterr()
+    assert cli.main(["figures", str(tmp_path)]) == 2
+    assert "results.jsonl' is empty: nothing to draw" in capsys.readouterr().err
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == names | {"notes.txt"}
+    assert (tmp_path / "summary.csv").read_bytes() == summary
 
 
 def test_a_grid_no_figure_fits_says_why_in_a_note(tmp_path, drawn):

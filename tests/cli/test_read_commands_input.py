@@ -1,0 +1,96 @@
+"""figures, report and collect on bad input: one sentence on stderr, exit code 2, nothing written; a sweep folder
+with torn or no points is named in one warning."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from leakattack import cli
+from leakattack.cli import figures as figures_cli
+from leakattack.cli.report import MARK, _is_report
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "results" / "reference" / "lenet-srht"
+POINT = {"key": "k1", "index": 0, "grid": {"image_index": 0}, "params": {"model": "lenet", "sketch": "srht"},
+         "metrics": {"psnr": 10.0}}
+
+
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _refused(argv, needle, root, capsys):
+    before = _files(root)
+    assert cli.main(argv) == 2, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
+    assert _files(root) == before, argv
+
+
+def _sweep(folder: Path, text: str) -> Path:
+    (folder / "figures").mkdir(parents=True)
+    (folder / "figures" / "a.png").write_bytes(b"png")
+    (folder / "summary.csv").write_text("setting,psnr_mean\nx,10\n")
+    (folder / "results.jsonl").write_text(text)
+    return folder
+
+
+def test_figures_names_a_missing_folder_a_file_and_an_empty_results_file(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    _refused(["figures", str(tmp_path / "nonexist")], "does not exist", tmp_path, capsys)
+    _refused(["figures", str(tmp_path / "afile")], "is a file, not a sweep folder", tmp_path, capsys)
+    sweep = _sweep(tmp_path / "sweep", "")
+    _refused(["figures", str(sweep)], "results.jsonl' is empty: nothing to draw, and summary.csv and figures/ are "
+             "left as they are", tmp_path, capsys)
+
+
+def test_figures_warns_of_torn_lines(tmp_path, capsys, monkeypatch):
+    sweep = _sweep(tmp_path / "sweep", json.dumps(POINT) + "\n" + '{"key": "k2", "met')
+    monkeypatch.setattr(figures_cli, "finalize", lambda out: {"points": 1, "figures": [], "notes": []})
+    assert cli.main(["figures", str(sweep)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1 torn line of" in err[0] and "was left out" in err[0], err
+
+
+def test_report_keeps_a_users_page_and_run_folders_and_marks_its_own(tmp_path, capsys):
+    mine = tmp_path / "mine.html"
+    mine.write_text("<!DOCTYPE html><html><body>my page</body></html>")
+    _refused(["report", str(RUN), "--out", str(mine)], "is not an HTML page written by leakattack report", tmp_path,
+             capsys)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    _refused(["report", str(RUN), "--out", str(run / "x.html")], "is inside the run folder", tmp_path, capsys)
+    ours = tmp_path / "ours.html"
+    ours.write_text(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{MARK}\n<title>t</title>')
+    assert _is_report(ours)
+    old = tmp_path / "old.html"  # a report written before the mark
+    old.write_text('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<meta name="viewport" content='
+                   '"width=device-width, initial-scale=1">\n<link rel="icon" href="data:,">\n<title>t</title>')
+    assert _is_report(old)
+    (tmp_path / "empty.html").write_text("")
+    assert _is_report(tmp_path / "empty.html") and not _is_report(mine)
+
+
+@pytest.mark.parametrize("text,said", [("", "is empty"), ("garbage\n", "holds no finished point")])
+def test_report_warns_of_a_sweep_without_points(tmp_path, capsys, text, said):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "results.jsonl").write_text(text)
+    out = tmp_path / "r.html"
+    assert cli.main(["report", str(sweep), "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "the report shows no point of that sweep" in err[0], err
+    assert MARK in out.read_text()[:1024]
+    assert cli.main(["report", str(sweep), "--out", str(out)]) == 0  # its own earlier report is replaced
+
+
+def test_collect_refuses_an_empty_name_and_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(RUN, tmp_path / "runs" / "r")
+    (tmp_path / "afile").write_text("x")
+    _refused(["collect", "", "--out", "x.csv"], "a folder to collect must be named, got an empty string", tmp_path,
+             capsys)
+    _refused(["collect", "afile", "--out", "x.csv"], "'afile' is a file, not a folder of runs", tmp_path, capsys)
