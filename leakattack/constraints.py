@@ -201,6 +201,22 @@ class Text(Constraint):
         return isinstance(v, str)
 
 
+class PathName(Text):
+    """A path given by its name: a non-empty string (an empty one names nothing, and is not "none")."""
+
+    def __init__(self, kind: str = "file"):
+        self.kind = kind
+        self.what = f"name a {kind}"
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and v != ""
+
+    def error(self, label, v):
+        if v == "":
+            return f"{label} must name a {self.kind}, got an empty string"
+        return f"{label} must be a string, got {v!r}"
+
+
 class Table(Constraint):
     what = "be a table of NAME = VALUE pairs"
 
@@ -266,5 +282,5 @@ class Param:
 
 
 __all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores",
-           "available_cores", "Flag", "Text", "Table", "Items", "Optional", "DURATION_UNITS",
+           "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
            "duration_seconds"]

@@ -20,7 +20,7 @@ from .flags import (
     protocol_spec_from_args,
 )
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
-from .run import RunConfig
+from .run import ConfigError, RunConfig
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
@@ -30,6 +30,12 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         if p.option is None:
             continue
         v = getattr(a, p.name)
+        if isinstance(p.constraint, Table):
+            keys = [key for key, _ in v]
+            twice = next((key for key in keys if keys.count(key) > 1), None)
+            if twice is not None:
+                raise ConfigError(f"{p.option} {twice} is given {keys.count(twice)} times "
+                                  f"({', '.join(f'{key}={val}' for key, val in v if key == twice)}): give it once")
         values[p.name] = dict(v) if isinstance(p.constraint, Table) else list(v) if isinstance(p.constraint, Items) \
             else v
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):

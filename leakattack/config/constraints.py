@@ -12,10 +12,11 @@ from ..constraints import (
     ModelName,
     Number,
     Optional,
+    PathName,
     Table,
     Text,
     available_cores,
 )
 
-__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text", "Table",
-           "Items", "Optional"]
+__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text",
+           "PathName", "Table", "Items", "Optional"]

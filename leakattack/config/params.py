@@ -13,7 +13,20 @@ from __future__ import annotations
 
 from ..constraints import DURATION_UNITS, NOTHING, DeviceName, Param, duration_seconds
 from . import names
-from .constraints import Choice, Constraint, Cores, Flag, Index, Items, ModelName, Number, Optional, Table, Text
+from .constraints import (
+    Choice,
+    Constraint,
+    Cores,
+    Flag,
+    Index,
+    Items,
+    ModelName,
+    Number,
+    Optional,
+    PathName,
+    Table,
+    Text,
+)
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
@@ -58,7 +71,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("model_params", {}, Table(), "model parameters",
           "model parameter, e.g. act=relu, width=32, depth=20 (repeatable; `leakattack list --model M` names them)",
           "victim", flag="--model-param"),
-    Param("weights", None, Optional(Text()), "weights",
+    Param("weights", None, Optional(PathName("file")), "weights",
           "state_dict file to load into the model (read with weights_only: a file cannot run code)", "victim"),
     Param("bn", "auto", Choice(("auto",) + tuple(names.BN_MODES)), "BatchNorm mode",
           "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics); "
@@ -173,7 +186,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     # data
     Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
           "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)", "data"),
-    Param("data_root", None, Optional(Text()), "data root",
+    Param("data_root", None, Optional(PathName("folder")), "data root",
           "folder holding torchvision data sets (mnist, cifar10, cifar100), or ROOT/<class>/<images> for imagefolder",
           "data"),
     Param("download", False, Flag(), "download", "allow torchvision to download the data set into --data-root", "data"),
@@ -204,7 +217,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "attack a protocol message instead of one gradient: one of {protocols}", "protocol"),
     Param("protocol_round", 1, Index(1), "round", "round t of the attacked message", "protocol", flag="--round"),
     Param("protocol_client", 0, Index(0), "client", "client c whose message is attacked", "protocol", flag="--client"),
-    Param("protocol_dir", None, Optional(Text()), "protocol folder",
+    Param("protocol_dir", None, Optional(PathName("folder")), "protocol folder",
           "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)",
           "protocol"),
     Param("protocol_spec", {}, Table(), "protocol parameters", "", "protocol", flag=NOTHING),
@@ -215,11 +228,11 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("sketch_known", True, Flag(), "sketch known", "the attacker does not know R_t: it uses another seed",
           "protocol", flag="--sketch-unknown", invert=True),
     # captured message
-    Param("message", None, Optional(Text()), "message file",
+    Param("message", None, Optional(PathName("file")), "message file",
           "attack a captured message file (leakattack.results.message.write_message) instead of a simulated client: "
           "its sketch, batch size, labels and defense come from the file; give the model with --model and --weights",
           "message"),
-    Param("truth", None, Optional(Text()), "truth file",
+    Param("truth", None, Optional(PathName("file")), "truth file",
           "with --message: the client's true images (a tensor (B, C, H, W) in [0, 1], or a dict with 'images' and "
           "optional 'labels'), for the image metrics; without it the run saves the reconstruction unscored",
           "message"),

@@ -23,9 +23,11 @@ import torch
 
 import targets
 from defenses import build as build_defense
+from defenses.pruning import Prune
 from targets.protocols import list_protocols, protocol_class, unread_settings
 
 from .. import attacks
+from ..data import reads_root
 from ..errors import SettingWarning, UserError
 from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
 from . import names
@@ -167,6 +169,12 @@ class RunConfig:
             if given:
                 raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
                                   "message: give --protocol too (the one that trained the folder)")
+            spec = self.spec_given()
+            if spec:
+                one = len(spec) == 1
+                raise ConfigError(f"{', '.join(spec)} set{'s' if one else ''} up a protocol's training and "
+                                  f"change{'s' if one else ''} nothing without --protocol: give --protocol too, or "
+                                  f"leave {'it' if one else 'them'} out")
             if self.set_by_user("protocol_act"):
                 own = self.model in targets.list_models() and "act" in targets.model_params(self.model)
                 other = (f", or --model-param act={self.protocol_act} for the activation of model '{self.model}'"
@@ -174,6 +182,14 @@ class RunConfig:
                 raise ConfigError(f"--act {self.protocol_act} sets the activation of a protocol's model and changes "
                                   f"nothing without --protocol: give --protocol too{other}")
         self._check_protocol_flags()
+        if self.protocol and self.protocol_dir:
+            folder = Path(self.protocol_dir)
+            if not folder.exists():
+                raise ConfigError(f"protocol folder '{self.protocol_dir}' does not exist (write one with "
+                                  "`leakattack train`)")
+            if not folder.is_dir():
+                raise ConfigError(f"protocol folder '{self.protocol_dir}' is a file, not a folder: give the "
+                                  "`leakattack train` run folder that holds protocol.json")
         try:
             build_defense(self.defense)
             check_sketch_params(self.sketch, self.sketch_params)
@@ -183,6 +199,7 @@ class RunConfig:
         if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
             raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
                               f"{settings['optimizer']}")
+        self._warn_unread()
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise ConfigError(f"device '{self.device}' was asked for but no CUDA device is available")
@@ -191,6 +208,35 @@ class RunConfig:
                 raise ConfigError(f"device '{self.device}' was asked for but CUDA has {count} device"
                                   f"{'s' if count != 1 else ''} here (cuda:0 to cuda:{count - 1})")
         return self
+
+    def _warn_unread(self) -> None:
+        """One warning line for each client setting the run does not read: the noise seed and delta without the
+        noise they are for, --download for an embedded data set (a message file fixes its own defense and data)."""
+        if self.message or self.protocol:
+            return
+        pipeline = build_defense(self.defense)
+        # a clip or a pruning draws no random numbers; --utility draws its batches from the noise seed too
+        if self.set_by_user("noise_seed") and not self.utility and all(
+                t.bounds_norm or isinstance(t, Prune) for t in pipeline.steps):
+            warnings.warn(f"--noise-seed {self.noise_seed} changes nothing: the defense draws no noise",
+                          SettingWarning, stacklevel=3)
+        if self.set_by_user("delta") and pipeline.noise_bound(1.0) is None:
+            warnings.warn(f"--delta {self.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, "
+                          "and the defense adds none", SettingWarning, stacklevel=3)
+        if self.download and not reads_root(self.dataset or "photos"):
+            warnings.warn(f"--download is not read: the embedded data set {self.dataset or 'photos'} reads no files",
+                          SettingWarning, stacklevel=3)
+
+    def spec_given(self) -> list[str]:
+        """The protocol flags given (``--clients 5``): :attr:`given`'s ``protocol_spec.NAME`` entries, or, for a
+        configuration built in Python, the protocol settings away from their defaults."""
+        out = []
+        for p in PROTOCOL_PARAMS:
+            if p.name in self.protocol_spec and p.option is not None and (
+                    f"protocol_spec.{p.name}" in self.given or self.protocol_spec[p.name] != p.default):
+                v = self.protocol_spec[p.name]
+                out.append(p.option if isinstance(v, bool) or v is None else f"{p.option} {v}")
+        return out
 
     def _check_protocol_flags(self) -> None:
         """Refuse the sketch and model flags a protocol's message does not read, and a match space it lacks."""

@@ -1,12 +1,17 @@
-"""Limits and one-sentence refusals of run settings: finite numbers, the largest --restarts and --bins."""
+"""Limits and one-sentence refusals of run settings (finite numbers, the largest --restarts and --bins, protocol flags
+without --protocol, empty paths, a key given twice), and the warnings for settings a run does not read."""
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 
-from leakattack import cli
+from leakattack import cli, experiment
 from leakattack.config import ConfigError, RunConfig
 from leakattack.config.params import MAX_RESTARTS
+from leakattack.errors import SettingWarning
 
 RUN = ["run", "--iterations", "2", "--no-lpips", "--quiet", "--threads", "1"]
 
@@ -51,3 +56,65 @@ def test_imprint_bins_are_bounded(capsys, tmp_path):
     RunConfig(attack="imprint", attack_params={"bins": MAX_BINS}).validate()
     assert refused(["--attack", "imprint", "--bins", "100000000"], capsys, tmp_path) == \
         f"imprint bins must lie in [2, {MAX_BINS}], got 100000000"
+
+
+@pytest.mark.parametrize("args,sentence", [
+    (["--clients", "5"], "--clients 5 sets up a protocol's training and changes nothing without --protocol: give "
+                         "--protocol too, or leave it out"),
+    (["--local-lr", "0.5", "--noniid"], "--local-lr 0.5, --noniid set up a protocol's training"),
+    (["--dp-epsilon", "2"], "--dp-epsilon 2.0 sets up"),
+    (["--server-opt", "sgd"], "--server-opt sgd sets up"),
+])
+def test_a_protocol_flag_without_protocol_is_refused(args, sentence, capsys, tmp_path):
+    assert sentence in refused(args, capsys, tmp_path)
+
+
+def test_a_protocol_setting_built_in_python_without_protocol_is_refused():
+    with pytest.raises(ConfigError, match=r"^--clients 5 sets up a protocol's training"):
+        RunConfig(protocol_spec={"clients": 5}).validate()
+
+
+@pytest.mark.parametrize("flag,label,kind", [("--weights", "weights", "file"), ("--data-root", "data root", "folder"),
+                                             ("--truth", "truth file", "file")])
+def test_an_empty_path_is_refused(flag, label, kind, capsys, tmp_path):
+    assert refused([f"{flag}="], capsys, tmp_path) == f"{label} must name a {kind}, got an empty string"
+
+
+def test_a_model_parameter_given_twice_is_refused(capsys, tmp_path):
+    assert refused(["--model-param", "act=relu", "--model-param", "act=tanh"], capsys, tmp_path) == \
+        "--model-param act is given 2 times (act=relu, act=tanh): give it once"
+
+
+def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_path):
+    assert refused(["--protocol", "fedavg", "--protocol-dir", str(tmp_path / "nothing")], capsys, tmp_path) == \
+        f"protocol folder '{tmp_path / 'nothing'}' does not exist (write one with `leakattack train`)"
+    (tmp_path / "file").write_text("")
+    assert refused(["--protocol", "fedavg", "--protocol-dir", str(tmp_path / "file")], capsys, tmp_path).startswith(
+        f"protocol folder '{tmp_path / 'file'}' is a file, not a folder")
+
+
+@pytest.mark.parametrize("cfg,line", [
+    (RunConfig(noise_seed=5), "--noise-seed 5 changes nothing: the defense draws no noise"),
+    (RunConfig(noise_seed=5, defense="clip:C=1"), "--noise-seed 5 changes nothing"),
+    (RunConfig(delta=0.01), "--delta 0.01 changes nothing: it is the delta of the epsilon of Gaussian noise"),
+    (RunConfig(download=True), "--download is not read: the embedded data set photos reads no files"),
+    (RunConfig(download=True, dataset="digits"), "--download is not read: the embedded data set digits"),
+])
+def test_a_client_setting_that_is_not_read_is_named(cfg, line):
+    with pytest.warns(SettingWarning, match=re.escape(line)):
+        cfg.validate()
+
+
+@pytest.mark.parametrize("cfg", [RunConfig(noise_seed=5, defense="gaussian:sigma=1e-3"),
+                                 RunConfig(delta=0.01, defense="gaussian:sigma=1e-3"),
+                                 RunConfig(noise_seed=5, utility=True)])
+def test_a_client_setting_that_is_read_is_not_named(cfg):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        cfg.validate()
+
+
+def test_a_regression_victim_records_the_given_targets_it_used():
+    with pytest.warns(SettingWarning, match="--labels dlg changes nothing: model 'linreg' is a regression"):
+        p = experiment.prepare(RunConfig(model="linreg", label_mode="dlg", iterations=2, threads=1))
+    assert p.cfg.label_mode == "given" and p.cfg.to_dict()["label_mode"] == "given"
