@@ -167,6 +167,8 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
         warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
                       "targets the attack takes as given (no rule reads them from the message)", SettingWarning,
                       stacklevel=2)
+    if case.victim.task == "regression" and cfg.label_mode != "given":
+        cfg = replace(cfg, label_mode="given")  # what the attack used, as config.json records it
     if cfg.set_by_user("bn_stats") and "bn" not in last:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
