@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..figures.report import folder_kind, run_metrics
+from ..figures.report import folder_kind, outside_result_folders, run_metrics
 from ..metrics import failed_kind
 from ..results import read_json, writable_out, write_csv
 
@@ -29,11 +29,7 @@ def collect_out(out) -> Path:
     path = writable_out(out, ".csv")
     if path.suffix.lower() != ".csv":
         raise UserError(f"--out '{out}' must name a .csv file (the table is one CSV file)")
-    for folder in path.resolve().parents:
-        kind = folder_kind(folder)
-        if kind is not None:
-            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
-                            "own: name a file outside run and sweep folders")
+    outside_result_folders(path, out)
     if path.is_file() and not _is_table(path):
         raise UserError(f"--out '{out}' exists and is not a table written by collect (its header does not begin "
                         f"with {','.join(HEAD)}), so collect will not replace it: name a new file or an earlier table")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import SettingWarning, UserError
-from ..figures.report import build_report, check_folders, folder_kind
+from ..figures.report import build_report, check_folders, outside_result_folders
 from ..results import atomic_write_text, writable_out
 from ..results.store import read_results
 
@@ -32,11 +32,7 @@ def report_out(out) -> Path:
     path = writable_out(out, ".html")
     if path.suffix.lower() not in HTML_SUFFIXES:
         raise UserError(f"--out '{out}' must name a .html file (the report is one HTML page)")
-    for folder in path.resolve().parents:
-        kind = folder_kind(folder)
-        if kind is not None:
-            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
-                            "own: name a file outside run and sweep folders")
+    outside_result_folders(path, out)
     if path.is_file() and not _is_report(path):
         raise UserError(f"--out '{out}' exists and is not an HTML page written by leakattack report, so the report "
                         "will not replace it: name a new file or an earlier report")

@@ -144,6 +144,16 @@ def folder_kind(path) -> str | None:
     return None
 
 
+def outside_result_folders(path: Path, out) -> None:
+    """Refuse, in one sentence, an output file ``path`` (``--out``, spelt ``out``) inside a run or sweep folder, whose
+    files are that folder's own (:func:`folder_kind`)."""
+    for folder in path.resolve().parents:
+        kind = folder_kind(folder)
+        if kind is not None:
+            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
+                            "own: name a file outside run and sweep folders")
+
+
 def check_folders(paths) -> list[tuple[str, Path]]:
     """(kind, folder) of each path, refused in one sentence when one is neither a run nor a sweep folder; a folder
     given twice (or spelt two ways, or through a link) appears once, where it was first given."""

@@ -13,7 +13,8 @@ RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "-
 
 
 def _files(root):
-    return sorted(p.relative_to(root) for p in root.rglob("*"))
+    """Every path under ``root`` with its bytes (None for a folder): what a refused command must leave as it was."""
+    return {p.relative_to(root): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
 def _refused(argv, needle, root, capsys):

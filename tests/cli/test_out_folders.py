@@ -6,8 +6,8 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
+from test_bad_input import _refused  # tests/cli is on the path
 
-from leakattack import cli
 from leakattack.cli.check import CHECK_FILES
 from leakattack.cli.sweep import SWEEP_FILES
 from leakattack.cli.train import TRAIN_FILES, _warn_batch, _warn_data
@@ -29,16 +29,6 @@ image_index = [0]
 """
 
 
-def _files(root):
-    return sorted(p.relative_to(root) for p in root.rglob("*"))
-
-
-def _refused(argv, needle, root, capsys):
-    before = _files(root)
-    assert cli.main(argv) == 2, argv
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
-    assert _files(root) == before, argv
 
 
 def _commands(tmp_path):

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_bad_input import _refused  # tests/cli is on the path
 
 from leakattack import cli
 from leakattack.cli import figures as figures_cli
@@ -17,16 +18,6 @@ POINT = {"key": "k1", "index": 0, "grid": {"image_index": 0}, "params": {"model"
          "metrics": {"psnr": 10.0}}
 
 
-def _files(root):
-    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _refused(argv, needle, root, capsys):
-    before = _files(root)
-    assert cli.main(argv) == 2, argv
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (argv, err)
-    assert _files(root) == before, argv
 
 
 def _sweep(folder: Path, text: str) -> Path:
