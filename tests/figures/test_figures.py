@@ -61,6 +61,9 @@ def test_phase_transition_figure_is_drawn_against_b_over_m(tmp_path, no_attacks)
 
 def test_figures_on_a_folder_without_results_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["figures", str(tmp_path / "nothing")]) == 2
+    assert "nothing' does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["figures", str(tmp_path / "empty")]) == 2
     assert "no results.jsonl" in capsys.readouterr().err
 
 
