@@ -15,6 +15,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+#: the largest seed a run takes (--seed, --sketch-seed, --model-seed, --noise-seed: [0, 2^63 - 1])
+MAX_SEED = 2 ** 63 - 1
+
 
 class Constraint:
     """A predicate on values with a description; ``error(label, v)`` is the one-sentence complaint."""
@@ -283,4 +286,4 @@ class Param:
 
 __all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores",
            "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
-           "duration_seconds"]
+           "duration_seconds", "MAX_SEED"]

@@ -15,7 +15,6 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field, fields
 from typing import Callable, Protocol
 
@@ -30,7 +29,7 @@ from targets.victim import batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
 from .errors import UserError
-from .seeds import torch_generator
+from .seeds import check_seed, torch_generator
 
 
 class LinearMap(Protocol):
@@ -258,9 +257,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
     channel that do not fit the victim are one UserError sentence, as is a ``noise_seed`` that is not an integer in
     [0, 2^63 - 1] (the range ``--noise-seed`` takes)."""
-    if isinstance(noise_seed, bool) or not isinstance(noise_seed, numbers.Integral) \
-            or not 0 <= int(noise_seed) <= 2 ** 63 - 1:
-        raise UserError(f"the noise seed must be an integer in [0, 2^63 - 1], got {noise_seed!r}")
+    check_seed(noise_seed, "noise seed")
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)

@@ -7,8 +7,13 @@ sharing global state.  The tags are named here once.  A leaf module.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
+
+from .constraints import MAX_SEED
+from .errors import UserError
 
 #: stream tags of the sketch families (numpy streams: SeedSequence([seed, tag]))
 SRHT, COUNTSKETCH, SPARSE, UNIFORM = 3, 5, 6, 8
@@ -18,6 +23,14 @@ CLIENT_SPLIT, CLIENT_SAMPLING, CLIENT_BATCH, DP_NOISE, HEAVYMIX = 101, 202, 303,
 CLIENT_EPOCH = 606
 #: stream tag of the noise of a defense on a protocol's clients (seed, t, c[, k])
 DEFENSE_NOISE = 707
+
+
+def check_seed(seed, what: str) -> int:
+    """``seed`` as an int, refused in one sentence naming ``what`` (``"sketch seed"``) unless it is a whole number
+    (an int or a NumPy integer; not True/False) in [0, :data:`MAX_SEED`]."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= MAX_SEED:
+        raise UserError(f"the {what} must be an integer in [0, 2^63 - 1], got {seed!r}")
+    return int(seed)
 
 
 def numpy_stream(seed: int, *tags: int) -> np.random.Generator:

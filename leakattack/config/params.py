@@ -11,7 +11,7 @@ module, and building every command's flags from it, imports no torch.
 
 from __future__ import annotations
 
-from ..constraints import DURATION_UNITS, NOTHING, DeviceName, Param, duration_seconds
+from ..constraints import DURATION_UNITS, MAX_SEED, NOTHING, DeviceName, Param, duration_seconds
 from . import names
 from .constraints import (
     Choice,
@@ -60,7 +60,7 @@ PARALLEL_EXAMPLES = 4
 
 POS_INT = Number(1, integer=True)
 NONNEG_INT = Number(0, integer=True)
-SEED = Number(0, 2 ** 63 - 1, integer=True, what="be an integer in [0, 2^63 - 1]")
+SEED = Number(0, MAX_SEED, integer=True, what="be an integer in [0, 2^63 - 1]")
 
 #: the run parameters, in the order of ``leakattack run --help``
 RUN_PARAMS: tuple[Param, ...] = (

@@ -18,6 +18,7 @@ import warnings
 
 from ..errors import SettingWarning, UserError
 from ..registry import Registry
+from ..seeds import check_seed
 from .ams import AMSSketch
 from .base import DENSE_LIMIT, Sketch
 from .countsketch import CountSketch
@@ -65,10 +66,6 @@ def sketch_dim(ratio: float, d: int) -> int:
     return int(math.floor(ratio * d + 0.5))
 
 
-#: the largest seed a run takes (--sketch-seed, --model-seed, --noise-seed: [0, 2^63 - 1])
-MAX_SEED = 2 ** 63 - 1
-
-
 def _whole(value) -> bool:
     """Whether ``value`` is a whole number of a type that says so (an int or a NumPy integer; not True/False)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -95,8 +92,7 @@ def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: fl
     d, b, seed = int(d), int(b), int(seed)  # type: ignore[arg-type]  # b is an integer by now
     if d < 1:
         raise UserError(f"the gradient length d must be at least 1, got d = {d}")
-    if not 0 <= seed <= MAX_SEED:
-        raise UserError(f"the sketch seed must be an integer in [0, 2^63 - 1], got {seed}")
+    check_seed(seed, "sketch seed")
     if memory_gb is not None and (isinstance(memory_gb, bool) or not isinstance(memory_gb, numbers.Real)
                                   or not 0 <= memory_gb < math.inf):
         raise UserError(f"memory_gb must be a non-negative number of GB or None (a quarter of the available RAM), "

@@ -31,7 +31,7 @@ from torch import nn
 
 from leakattack.errors import UserError
 from leakattack.registry import Registry
-from leakattack.seeds import torch_generator
+from leakattack.seeds import check_seed, torch_generator
 
 from ..victim import TASKS, Victim, cross_entropy, has_batchnorm, last_linear, squared_error
 from .layers import ACTIVATIONS, INITS, activation, initialise
@@ -165,9 +165,7 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or int(num_classes) < 1:
         raise UserError(f"num_classes must be an integer of at least 1, got {num_classes!r}")
     num_classes = int(num_classes)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= 2 ** 63 - 1:
-        raise UserError(f"the model seed must be an integer in [0, 2^63 - 1], got {seed!r}")
-    meta = {"name": name, "seed": int(seed), "init": init, **params}
+    meta = {"name": name, "seed": check_seed(seed, "model seed"), "init": init, **params}
     if _is_user(name):
         cls = user_class(name)
         module = seeded_build(seed, lambda: build_user_module(name, cls, in_shape, num_classes, params))
