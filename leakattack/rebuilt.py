@@ -101,6 +101,17 @@ def _better(m: Mapping, metric: str) -> str | None:
     return _best({n: m.get(f"baseline_{n}_{metric}") for n in BASELINES})[0]
 
 
+def short_metric(m: Mapping) -> str | None:
+    """``"PSNR"`` or ``"SSIM"``: the one metric of a run (a metrics.json dict) that kept it from :data:`REBUILT`
+    while the other is clearly above its better baseline (beyond its margin); None when both fell short, neither
+    did, or a score or baseline is not recorded (not finite)."""
+    psnr, ssim, bp, bs = m.get("psnr"), m.get("ssim"), m.get("baseline_psnr"), m.get("baseline_ssim")
+    if psnr is None or ssim is None or bp is None or bs is None:
+        return None
+    short = {"PSNR": psnr <= bp + VERDICT_PSNR_MARGIN_DB, "SSIM": ssim <= bs + VERDICT_SSIM_MARGIN}
+    return None if all(short.values()) or not any(short.values()) else "PSNR" if short["PSNR"] else "SSIM"
+
+
 def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
     """Why a run (a metrics.json dict) that is not rebuilt is not, and what its other score says.
 
@@ -114,19 +125,13 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
     image may show: the reconstruction is to be looked at before it is read as
     nothing rebuilt.  A score that is not finite (None) reads ``no better than``.
     """
-    psnr, ssim, bp, bs = m.get("psnr"), m.get("ssim"), m.get("baseline_psnr"), m.get("baseline_ssim")
-    fallback = baseline_words(m.get("verdict_baseline"), m.get("baseline_mean_image"))
-    if psnr is None or ssim is None:
-        return f"no better than {fallback}", None
-    short = {"PSNR": bp is not None and psnr <= bp + VERDICT_PSNR_MARGIN_DB,
-             "SSIM": bs is not None and ssim <= bs + VERDICT_SSIM_MARGIN}
-    names = {"PSNR": _better(m, "psnr"), "SSIM": _better(m, "ssim")}
-    if all(short.values()) or not any(short.values()):  # both short (or a verdict this rule would not give)
-        return f"no better than {fallback}", None
-    low = "PSNR" if short["PSNR"] else "SSIM"
+    low = short_metric(m)
+    if low is None:  # both short, a score not finite (or a verdict this rule would not give)
+        return f"no better than {baseline_words(m.get('verdict_baseline'), m.get('baseline_mean_image'))}", None
+    psnr, ssim, bp, bs = (float(m[k]) for k in ("psnr", "ssim", "baseline_psnr", "baseline_ssim"))
     value, base = (psnr, bp) if low == "PSNR" else (ssim, bs)
     margin = f"{VERDICT_PSNR_MARGIN_DB:g} dB" if low == "PSNR" else f"{VERDICT_SSIM_MARGIN:g}"
-    words = baseline_words(names[low] or m.get("verdict_baseline"), m.get("baseline_mean_image"))
+    words = baseline_words(_better(m, low.lower()) or m.get("verdict_baseline"), m.get("baseline_mean_image"))
     reason = f"{low} within {margin} of {words}" if value > base else f"{low} no better than {words}"
     if low == "PSNR":
         ahead = f"SSIM is {ssim - bs:.2f} above the better baseline's ({ssim:.4f} against {bs:.4f})"
@@ -245,7 +250,7 @@ def closed_forms_line(names: list[str]) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED", "nothing_attacked",
-           "failed_part", "objective_failed", "failed_kind", "failed_counts",
+           "verdict", "judge", "short_metric", "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
+           "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",
            "FAILED_PARTS"]

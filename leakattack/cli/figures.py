@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import SettingWarning, UserError
+from ..figures.sweep import points_rebuilt
 from ..results.store import read_results
 from ..sweep import finalize
 from ..sweep.lock import FolderLock
@@ -29,7 +30,7 @@ def verdicts_text(res: dict) -> list[str]:
     judged, rebuilt = res.get("judged", 0), res.get("rebuilt", 0)
     if not judged:
         return []
-    text = f"{rebuilt} of {judged} point{'s' if judged != 1 else ''} rebuilt"
+    text = points_rebuilt(rebuilt, judged)
     if judged < res.get("points", judged):
         text += f" ({res['points'] - judged} stored without a verdict)"
     return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]

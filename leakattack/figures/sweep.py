@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import ratio_text
-from ..rebuilt import NOT_REBUILT, REBUILT, VERDICT_PSNR_MARGIN_DB, why_not_rebuilt
+from ..rebuilt import NOT_REBUILT, REBUILT, short_metric
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -282,6 +282,11 @@ def _verdict_entries(ax, marked: set) -> None:
                     **style)
 
 
+def points_rebuilt(rebuilt: int, n: int) -> str:
+    """``R of N points rebuilt``, as the titles and the summary lines count them."""
+    return f"{rebuilt} of {n} point{'s' if n != 1 else ''} rebuilt"
+
+
 def rebuilt_count(records: list[dict]) -> str:
     """``R of N points rebuilt`` over the records with a verdict ("" where none has one), with, where any was not,
     what that means."""
@@ -289,9 +294,8 @@ def rebuilt_count(records: list[dict]) -> str:
     if not verdicts:
         return ""
     n, rebuilt = len(verdicts), verdicts.count(REBUILT)
-    text = f"{rebuilt} of {n} point{'s' if n != 1 else ''} rebuilt"
-    return text + ("; not rebuilt is a failure of the attack at its budget, not evidence of privacy"
-                   if rebuilt < n else "")
+    failure = "; not rebuilt is a failure of the attack at its budget, not evidence of privacy"
+    return points_rebuilt(rebuilt, n) + (failure if rebuilt < n else "")
 
 
 def _with_count(head: str, records: list[dict]) -> str:
@@ -403,17 +407,17 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
 
 def cell_label(m: dict) -> str:
     """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
-    one; a cell not rebuilt whose other metric is clearly above its baseline (:func:`why_not_rebuilt`) names the
-    metric that fell short and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
+    one; a cell not rebuilt whose other metric is clearly above its baseline names the metric that fell short
+    (:func:`short_metric`) and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
     psnr = "n/a" if m.get("psnr") is None else f"{m['psnr']:.1f} dB"
     ssim = "n/a" if m.get("ssim") is None else f"{m['ssim']:.2f}"
     verdict = m.get("verdict")
-    if verdict == NOT_REBUILT and why_not_rebuilt(m)[1] is not None:  # one metric short, the other clearly above
-        if m["psnr"] <= m["baseline_psnr"] + VERDICT_PSNR_MARGIN_DB:
-            verdict += f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}"
-        else:
-            verdict += f" (SSIM); PSNR +{m['psnr'] - m['baseline_psnr']:.1f} dB"
-    return f"{psnr}, SSIM {ssim}" + (f"\n{verdict}" if m.get("verdict") in (REBUILT, NOT_REBUILT) else "")
+    if verdict not in (REBUILT, NOT_REBUILT):
+        return f"{psnr}, SSIM {ssim}"
+    low = short_metric(m) if verdict == NOT_REBUILT else None  # one metric short, the other clearly above
+    ahead = f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}" if low == "PSNR" else \
+        f" (SSIM); PSNR +{m['psnr'] - m['baseline_psnr']:.1f} dB" if low == "SSIM" else ""
+    return f"{psnr}, SSIM {ssim}\n{verdict}{ahead}"
 
 
 def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict) -> None:
