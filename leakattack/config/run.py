@@ -191,7 +191,7 @@ class RunConfig:
                 raise ConfigError(f"protocol folder '{self.protocol_dir}' is a file, not a folder: give the "
                                   "`leakattack train` run folder that holds protocol.json")
         try:
-            build_defense(self.defense)
+            pipeline = build_defense(self.defense)
             check_sketch_params(self.sketch, self.sketch_params)
         except UserError as err:
             raise ConfigError(str(err)) from None
@@ -199,7 +199,7 @@ class RunConfig:
         if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
             raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
                               f"{settings['optimizer']}")
-        self._warn_unread()
+        self._warn_unread(pipeline)
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise ConfigError(f"device '{self.device}' was asked for but no CUDA device is available")
@@ -209,12 +209,12 @@ class RunConfig:
                                   f"{'s' if count != 1 else ''} here (cuda:0 to cuda:{count - 1})")
         return self
 
-    def _warn_unread(self) -> None:
+    def _warn_unread(self, pipeline) -> None:
         """One warning line for each client setting the run does not read: the noise seed and delta without the
-        noise they are for, --download for an embedded data set (a message file fixes its own defense and data)."""
+        noise they are for (``pipeline``: the defense built from :attr:`defense`), --download for an embedded data
+        set (a message file fixes its own defense and data)."""
         if self.message or self.protocol:
             return
-        pipeline = build_defense(self.defense)
         # a clip or a pruning draws no random numbers; --utility draws its batches from the noise seed too
         if self.set_by_user("noise_seed") and not self.utility and all(
                 t.bounds_norm or isinstance(t, Prune) for t in pipeline.steps):
