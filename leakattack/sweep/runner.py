@@ -166,6 +166,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                 late += 1
         stopped = getattr(workers, "stopped", None)  # a cluster backend counts the jobs it cancelled
         if isinstance(err, KeyboardInterrupt):
+            # counted from the file: Ctrl-C can land between a point's line and its count
+            written = len(_finished(results, plan) - done)
             unfinished = stopped if stopped is not None else min(getattr(workers, "jobs", 1) or 1,
                                                                  len(todo) - written)
             unfinished = unfinished if started else 0
@@ -185,6 +187,12 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                                drawing=True) from None
     return {**drawn, "skipped": len(plan.points) - len(todo), "reattached": reattached,
             "ran": len(todo) - reattached}
+
+
+def _finished(results: Path, plan: Plan) -> set[str]:
+    """The keys of the plan's points that ``results`` (results.jsonl) holds."""
+    keys = {pt["key"] for pt in plan.points}
+    return {point_key(r["params"]) for r in read_results(results) if "params" in r} & keys
 
 
 def finalize(out: Path, plan: Plan | None = None) -> dict:

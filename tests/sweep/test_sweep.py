@@ -196,6 +196,26 @@ def test_interrupted_sweep_cancels_the_backend_and_keeps_what_the_coordinator_wr
     assert not (out / "summary.csv").exists()
 
 
+def test_ctrl_c_just_after_a_points_line_counts_that_point_as_kept(tmp_path, monkeypatch):
+    """Ctrl-C landing between a point's line in results.jsonl and the coordinator's count of it: the count of
+    finished points that the interrupt reports is the file's."""
+    plan = load_plan(write(tmp_path, TINY))
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: InterruptedBackend(3))
+    real, lines = runner.append_line, []
+
+    def append_then_interrupt(fd, record):
+        real(fd, record)
+        lines.append(record["key"])
+        if len(lines) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "append_line", append_then_interrupt)
+    with pytest.raises(runner.SweepInterrupted) as caught:
+        run_sweep(plan, tmp_path / "out", progress=False)
+    assert keys(tmp_path / "out") == lines
+    assert (caught.value.finished, caught.value.planned) == (2, 12)
+
+
 def test_unknown_backend_is_refused_before_anything_is_written(tmp_path):
     plan = load_plan(write(tmp_path, TINY))
     with pytest.raises(UserError, match=r"unknown sweep backend 'nope'; choose one of: .*local"):
