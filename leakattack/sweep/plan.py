@@ -31,12 +31,15 @@ attacking and checks every point's own attack against it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import math
 import re
 import sys
+import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product as _iproduct
 from pathlib import Path
@@ -49,7 +52,7 @@ from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
 from ..constraints import duration_seconds
 from ..data import get_batch
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..progress import progress_bar
 from ..results import default_strength
 from ..sketch import is_identity, list_sketches
@@ -81,12 +84,14 @@ class Plan:
     """The validated points of a sweep file (nothing run, nothing written).
 
     ``duplicates`` counts the grid points left out because an earlier point has
-    the same effective parameters.
+    the same effective parameters; ``warned`` holds the texts of the run warnings
+    that reading the plan printed, which its points' runs do not print again.
     """
 
-    def __init__(self, settings: dict, base: dict, grid: list[dict], points: list[dict], duplicates: int = 0):
+    def __init__(self, settings: dict, base: dict, grid: list[dict], points: list[dict], duplicates: int = 0,
+                 warned: frozenset[str] = frozenset()):
         self.settings, self.base, self.grid, self.points = settings, base, grid, points
-        self.duplicates = duplicates
+        self.duplicates, self.warned = duplicates, warned
 
     @property
     def strength(self) -> str | None:
@@ -226,6 +231,14 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
                           "split it into smaller sweeps")
     if settings.get("utility"):
         base = {**base, "utility": True}
+    warned: set[str] = set()
+    with sweep_warnings(warned, hold=True):  # each run warning once, after every point passed its checks
+        points = _points(grids, base, fields, check, progress)
+    return Plan(settings, base, grids, points, duplicates=total - len(points), warned=frozenset(warned))
+
+
+def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progress: bool) -> list[dict]:
+    """The distinct points of the grids, each validated (and, with ``check``, checked by :func:`check_runnable`)."""
     points, cfgs, seen = [], [], set()
     for combo in (c for g in grids for c in _product(g)):
         values = {k: v for k, v in base.items()}
@@ -247,7 +260,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
             cfgs.append(cfg)
     if check:
         check_runnable(points, cfgs, progress=progress)
-    return Plan(settings, base, grids, points, duplicates=total - len(points))
+    return points
 
 
 def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool = False) -> None:
@@ -320,12 +333,46 @@ def _where(values: dict, combo: dict, base: dict) -> str:
 _FLAG_KEYS = {p.option: p.name + (" = false" if p.invert else "") for p in RUN_PARAMS if p.option}
 
 
-def _keys_of_flags(message: str) -> str:
+def _keys_of_flags(message: str, every: bool = False) -> str:
     """``; in a sweep file --labels is label_mode, ...`` for the run flags a refusal names whose sweep key is not
-    the flag's name with underscores (a run's checks speak of flags), or ``""``."""
+    the flag's name with underscores (a run's checks speak of flags; ``every``: for every run flag it names), or
+    ``""``."""
     named = dict.fromkeys(f for f in re.findall(r"--[a-z][a-z0-9-]*", message) if f in _FLAG_KEYS)
-    other = [f"{f} is {_FLAG_KEYS[f]}" for f in named if _FLAG_KEYS[f] != f[2:].replace("-", "_")]
+    other = [f"{f} is {_FLAG_KEYS[f]}" for f in named if every or _FLAG_KEYS[f] != f[2:].replace("-", "_")]
     return f"; in a sweep file {', '.join(other)}" if other else ""
+
+
+@contextlib.contextmanager
+def sweep_warnings(shown: set[str], hold: bool = False) -> Iterator[None]:
+    """Within the block each run warning (:class:`SettingWarning`) whose text is not in ``shown`` is printed once,
+    naming the sweep key of every run flag it names (``--noise-seed 5 changes nothing ...; in a sweep file
+    --noise-seed is noise_seed``), and its text is added to ``shown``; other warnings pass as usual.
+
+    With ``hold`` the warnings are printed when the block ends, and not at all when it raises (a refused sweep
+    prints its refusal alone).
+    """
+    held: dict[str, None] = {}
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def keep(message, category, filename, lineno, file=None, line=None):
+            text = str(message)
+            if not issubclass(category, SettingWarning):
+                show(message, category, filename, lineno, file, line)
+            elif hold:
+                held.setdefault(text)
+            elif text not in shown:
+                shown.add(text)
+                show(SettingWarning(text + _keys_of_flags(text, every=True)), category, filename, lineno, file, line)
+
+        warnings.showwarning = keep
+        if hold:  # every text reaches keep(), whichever line warned it; the user's filters judge it below
+            warnings.simplefilter("always", SettingWarning)
+        yield
+    for text in held:
+        if text not in shown:
+            shown.add(text)
+            warnings.warn(text + _keys_of_flags(text, every=True), SettingWarning, stacklevel=3)
 
 
 def value_text(v) -> str:

@@ -39,7 +39,7 @@ from ..results import append_line, load_records, read_results, summarize, write_
 from .backends import SlurmBackend, get_backend
 from .backends.slurm import listed_jobs
 from .lock import FolderLock
-from .plan import Plan, point_key
+from .plan import Plan, point_key, sweep_warnings
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -72,11 +72,21 @@ def cancelled_text(stopped: int, late: int) -> str:
     return text
 
 
-def run_point(params: dict, with_lpips: bool = False):
+#: the texts of the run warnings this process has printed for sweep points (or read from the plan's own)
+_warned: set[str] = set()
+
+
+def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = frozenset()):
     """One attack: (metrics.json's keys plus m = C*H*W*batch, the reconstruction in truth order, the truth), the
-    images as numpy arrays."""
-    p = experiment.prepare(RunConfig.from_dict(params))
-    out = experiment.execute(p, progress=False, with_lpips=with_lpips)
+    images as numpy arrays.
+
+    Its run warnings name their sweep keys, and each is printed once per process; those in ``warned`` (the plan's
+    own, printed when it was read) are not printed again.
+    """
+    _warned.update(warned)
+    with sweep_warnings(_warned):
+        p = experiment.prepare(RunConfig.from_dict(params))
+        out = experiment.execute(p, progress=False, with_lpips=with_lpips)
     m = out.metrics.to_dict()
     assert p.x is not None  # a sweep point attacks images of its data set, so the truth is known
     m["m"] = int(p.x.numel())
@@ -85,9 +95,9 @@ def run_point(params: dict, with_lpips: bool = False):
     return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy()
 
 
-def _run_indexed(with_lpips: bool, item: tuple[int, dict]):
-    """A backend job: ``item`` is (index, point)."""
-    return run_point(item[1]["params"], with_lpips)
+def _run_indexed(with_lpips: bool, warned: frozenset[str], item: tuple[int, dict]):
+    """A backend job: ``item`` is (index, point); ``warned``: the plan's run warnings, printed already."""
+    return run_point(item[1]["params"], with_lpips, warned)
 
 
 def _point_of(item: tuple[int, dict]) -> str:
@@ -154,7 +164,7 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 
     try:
         with workers:  # leaving on an exception cancels the jobs still running; what is written stays
-            jobs = workers.map_unordered(functools.partial(_run_indexed, lpips), todo, key=_point_of)
+            jobs = workers.map_unordered(functools.partial(_run_indexed, lpips, plan.warned), todo, key=_point_of)
             started = bool(todo)
             for (i, pt), result in jobs:
                 keep(i, pt, result)

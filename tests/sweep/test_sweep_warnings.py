@@ -1,0 +1,40 @@
+"""A run warning of a sweep's points (a setting that changes nothing) is printed once per sweep, naming the sweep key
+of the flag it names, and not at all when the sweep is refused."""
+
+import pytest
+
+from leakattack import cli
+
+SWEEP = """
+[base]
+model = "logreg"
+dataset = "digits"
+sketch = "srht"
+sketch_ratio = 0.25
+iterations = 20
+defense = "clip:C=1"
+noise_seed = 5
+
+[grid]
+image_index = {images}
+"""
+WARNING = "--noise-seed 5 changes nothing: the defense draws no noise"
+
+
+@pytest.mark.parametrize("extra", [["--jobs", "1"], ["--jobs", "2"], ["--dry-run"]])
+def test_a_run_warning_is_printed_once_and_names_the_sweep_key(tmp_path, capfd, extra):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.format(images="[0, 1, 2, 3]"))
+    assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet", *extra]) == 0
+    err = capfd.readouterr().err
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1, err
+    assert WARNING in warned[0] and "noise_seed" in warned[0], warned[0]
+
+
+def test_a_refused_sweep_prints_its_refusal_alone(tmp_path, capfd):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.format(images="[0, 100000]"))
+    assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("leakattack: error:"), lines
