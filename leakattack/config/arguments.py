@@ -16,11 +16,12 @@ from .flags import (
     add_flag,
     add_protocol_arguments,
     attack_params_from_args,
+    pairs_table,
     parse_pair,
     protocol_spec_from_args,
 )
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
-from .run import ConfigError, RunConfig
+from .run import RunConfig
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
@@ -30,14 +31,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         if p.option is None:
             continue
         v = getattr(a, p.name)
-        if isinstance(p.constraint, Table):
-            keys = [key for key, _ in v]
-            twice = next((key for key in keys if keys.count(key) > 1), None)
-            if twice is not None:
-                raise ConfigError(f"{p.option} {twice} is given {keys.count(twice)} times "
-                                  f"({', '.join(f'{key}={val}' for key, val in v if key == twice)}): give it once")
-        values[p.name] = dict(v) if isinstance(p.constraint, Table) else list(v) if isinstance(p.constraint, Items) \
-            else v
+        values[p.name] = pairs_table(p.option, v) if isinstance(p.constraint, Table) else list(v) \
+            if isinstance(p.constraint, Items) else v
     if hasattr(a, SPEC_DEST + PROTOCOL_PARAMS[0].name):
         values["protocol_spec"] = protocol_spec_from_args(a)
     values["attack_params"] = attack_params_from_args(a)

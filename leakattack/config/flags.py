@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 
+from ..errors import UserError
 from .constraints import Cores, Flag, Items, Number, Optional, Table
 from .params import PROTOCOL_PARAMS, RUN_PARAMS, Param, help_text
 
@@ -21,6 +22,8 @@ GROUP_TITLES = {"victim": "victim", "sketch": "sketch (what the client sends)", 
 SPEC_DEST = "spec_"
 #: dest prefix of the flags of the attacks' own options (gathered into ``attack_params``)
 ATTACK_DEST = "attack_param_"
+#: dest of the attacks' options -> their flags (for refusals that name a flag)
+ATTACK_FLAGS = "attack_flags"
 
 
 def parse_pair(text: str) -> tuple[str, object]:
@@ -32,6 +35,17 @@ def parse_pair(text: str) -> tuple[str, object]:
         return key, json.loads(val)
     except json.JSONDecodeError:
         return key, val
+
+
+def pairs_table(option: str, pairs: list[tuple[str, object]]) -> dict:
+    """The NAME=VALUE ``pairs`` of flag ``option`` as a table; a name given twice is refused (UserError: ``--model-param
+    act is given 2 times (act=relu, act=tanh): give it once``)."""
+    keys = [key for key, _ in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise UserError(f"{option} {twice} is given {keys.count(twice)} times "
+                        f"({', '.join(f'{key}={val}' for key, val in pairs if key == twice)}): give it once")
+    return dict(pairs)
 
 
 def threads_value(text: str) -> int | None:
@@ -91,22 +105,26 @@ def add_attack_arguments(parser: argparse.ArgumentParser, attacks) -> None:
     holds only the options given, the attack's declared defaults fill in the rest."""
     title = GROUP_TITLES["attacker"]
     group = next((g for g in parser._action_groups if g.title == title), None) or parser.add_argument_group(title)
-    seen = set()
+    seen: dict[str, str | None] = {}
     for name, cls in attacks:
         for p in cls.options:
             if p.name not in seen:
-                seen.add(p.name)
+                seen[p.name] = p.option
                 add_flag(group, dataclasses.replace(p, help=f"attack {name}: {p.help}"),
                          dest=ATTACK_DEST + p.name).default = argparse.SUPPRESS
+    parser.set_defaults(**{ATTACK_FLAGS: seen})
 
 
 def attack_params_from_args(a: argparse.Namespace) -> dict:
-    """The attack options given on the command line, by name (NAME=VALUE pairs as a table)."""
+    """The attack options given on the command line, by name (NAME=VALUE pairs as a table, a name given twice
+    refused as :func:`pairs_table` refuses it)."""
     out = {}
+    flags = getattr(a, ATTACK_FLAGS, {})
     for key, v in vars(a).items():
         if key.startswith(ATTACK_DEST):
-            out[key[len(ATTACK_DEST):]] = dict(v) if isinstance(v, list) and all(isinstance(i, tuple) for i in v) \
-                and v else v
+            name = key[len(ATTACK_DEST):]
+            out[name] = pairs_table(flags.get(name) or name, v) if isinstance(v, list) and v and all(
+                isinstance(i, tuple) for i in v) else v
     return out
 
 
@@ -122,4 +140,4 @@ def protocol_spec_from_args(a: argparse.Namespace) -> dict:
 
 __all__ = ["GROUP_TITLES", "SPEC_DEST", "ATTACK_DEST", "add_arguments", "add_attack_arguments", "add_flag",
            "add_protocol_arguments", "attack_params_from_args",
-           "protocol_spec_from_args", "parse_pair", "threads_value"]
+           "protocol_spec_from_args", "pairs_table", "parse_pair", "threads_value"]
