@@ -46,7 +46,7 @@ import targets
 from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol
 from targets.victim import batchnorm_layers
 
-from .config import ConfigError, validate_protocol
+from .config import ConfigError, protocol_json, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import UserError
 from .figures import accuracy_figure
@@ -199,9 +199,7 @@ def stored_protocol(folder: str | Path, name: str) -> tuple[dict, dict, int]:
 
     ``rounds`` is the rounds training finished (0 when it stopped before the first).  A setting the stored spec
     does not name (one added after the run was trained) takes its default, which is how the run trained."""
-    pj = Path(folder) / "protocol.json"
-    if not pj.is_file():
-        raise ConfigError(f"protocol folder '{folder}' has no protocol.json (write one with `leakattack train`)")
+    pj = protocol_json(folder)
     try:
         stored = read_json(pj)
         protocol, spec, model, rounds = stored["protocol"], stored["spec"], stored["model"], stored["rounds"]

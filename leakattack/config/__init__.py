@@ -19,7 +19,7 @@ from .params import DEVICES, DTYPES, MATCH_SPACES, PROTOCOL_PARAMS, RUN_PARAMS, 
 
 #: names resolved on first use, from the module that needs torch
 _LAZY = {"ConfigError": "run", "check_value": "run", "Derived": "run", "RunConfig": "run", "check_protocol_spec": "run",
-         "validate_protocol": "run", "warn_unread": "run", "attack_option_names": "run",
+         "validate_protocol": "run", "protocol_json": "run", "warn_unread": "run", "attack_option_names": "run",
          "config_from_args": "arguments"}
 
 
@@ -31,7 +31,7 @@ def __getattr__(name):
 
 __all__ = [
     "ConfigError", "check_value", "attack_option_names", "Derived", "RunConfig", "RUN_PARAMS", "PROTOCOL_PARAMS",
-    "Param", "DEVICES", "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "warn_unread",
-    "add_arguments", "config_from_args",
+    "Param", "DEVICES", "DTYPES", "MATCH_SPACES", "check_protocol_spec", "validate_protocol", "protocol_json",
+    "warn_unread", "add_arguments", "config_from_args",
     "protocol_spec_from_args", "Constraint", "Choice", "Number", "Flag", "Text", "Table", "Items", "Optional",
 ]

@@ -183,13 +183,7 @@ class RunConfig:
                                   f"nothing without --protocol: give --protocol too{other}")
         self._check_protocol_flags()
         if self.protocol and self.protocol_dir:
-            folder = Path(self.protocol_dir)
-            if not folder.exists():
-                raise ConfigError(f"protocol folder '{self.protocol_dir}' does not exist (write one with "
-                                  "`leakattack train`)")
-            if not folder.is_dir():
-                raise ConfigError(f"protocol folder '{self.protocol_dir}' is a file, not a folder: give the "
-                                  "`leakattack train` run folder that holds protocol.json")
+            protocol_json(self.protocol_dir)
         try:
             pipeline = build_defense(self.defense)
             check_sketch_params(self.sketch, self.sketch_params)
@@ -504,6 +498,21 @@ def warn_unread(name: str, given) -> None:
                       stacklevel=3)
 
 
+def protocol_json(folder: str | Path) -> Path:
+    """The protocol.json of the `leakattack train` run folder ``folder``; ConfigError, one sentence, where the folder
+    does not exist, is a file, or holds no protocol.json (``run --protocol-dir`` and the stored protocol's reader
+    say the same)."""
+    path = Path(folder)
+    if not path.exists():
+        raise ConfigError(f"protocol folder '{folder}' does not exist (write one with `leakattack train`)")
+    if not path.is_dir():
+        raise ConfigError(f"protocol folder '{folder}' is a file, not a folder: give the `leakattack train` run "
+                          "folder that holds protocol.json")
+    if not (path / "protocol.json").is_file():
+        raise ConfigError(f"protocol folder '{folder}' has no protocol.json (write one with `leakattack train`)")
+    return path / "protocol.json"
+
+
 def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
     """A protocol's spec, with the checks its capabilities need (the sketch for sketched ones)."""
     cls = protocol_class(name)
@@ -524,4 +533,4 @@ def validate_protocol(name: str, spec: dict, d: int | None = None) -> None:
 
 
 __all__ = ["ConfigError", "Derived", "RunConfig", "RUN_DEFAULTS", "attack_option_names", "check_value",
-           "check_protocol_spec", "protocol_label", "validate_protocol", "warn_unread"]
+           "check_protocol_spec", "protocol_json", "protocol_label", "validate_protocol", "warn_unread"]
