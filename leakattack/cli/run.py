@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 from defenses import build as build_defense
 
 from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
+from ..errors import SettingWarning
 from ..experiment import run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
 from ..rebuilt import why_not_rebuilt
@@ -104,6 +106,9 @@ def cmd_run(a) -> int:
     cfg = config_from_args(a)
     unused = cfg.unused_options()
     if unused:
+        with warnings.catch_warnings():  # its refusal before the note; its warnings once, as the run validates
+            warnings.simplefilter("ignore", SettingWarning)
+            cfg.validate()
         print(f"note: the {cfg.attack} attack solves in closed form and does not read {', '.join(unused)}",
               file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)

@@ -1,0 +1,23 @@
+"""A refused ``leakattack run`` prints its refusal alone (exit 2): the note on flags the attack does not read comes
+only once the configuration has passed its checks, and then with each run warning printed once."""
+
+from __future__ import annotations
+
+from leakattack import cli
+
+RUN = ["run", "--no-lpips", "--quiet", "--threads", "1", "--attack", "imprint", "--iterations", "5"]
+NOTE = "note: the imprint attack solves in closed form and does not read --iterations"
+
+
+def test_a_refused_closed_form_run_prints_its_refusal_without_the_note(tmp_path, capsys):
+    assert cli.main([*RUN, "--bins", "100000000", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "leakattack: error: imprint bins must lie in [2, 16384], got 100000000"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_passes_its_checks_prints_the_note_and_each_warning_once(tmp_path, capsys):
+    assert cli.main([*RUN, "--noise-seed", "3", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err.count(NOTE) == 1 and err.index(NOTE) == 0, err
+    assert sum("--noise-seed 3 changes nothing" in line for line in err) == 1, err
