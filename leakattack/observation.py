@@ -261,6 +261,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)
+    victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
     extra = {}

@@ -24,6 +24,7 @@ import contextlib
 import math
 import operator
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal
 
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
@@ -329,6 +330,39 @@ class Victim:
         problem = output_problem(out, self.task, self.num_classes, 2)
         if problem:
             raise UserError(f"model '{self.name}' {problem}{batched}")
+        self.check_probe()
+
+    def check_probe(self) -> None:
+        """One forward and backward pass of a seeded random batch of 2 (buffers restored).  Refused in one sentence:
+        a module that changes a buffer in forward (its gradient would depend on the passes before it) and an output
+        that autograd cannot follow back to the input (an attack differentiates the message in the input); warned of:
+        a derivative in the input that is exactly zero there (rounding), which no attack can follow."""
+        p = next(iter(self.model.parameters()))
+        probe = torch.rand(2, *self.input_shape, generator=torch.Generator().manual_seed(0), dtype=p.dtype)
+        probe = probe.to(p.device).requires_grad_(True)
+        with kept_buffers(self.model), torch.enable_grad():
+            before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+            out = self.model(probe)
+            changed = [name for name, b in self.model.named_buffers()
+                       if name in before and not torch.equal(b, before[name])]
+            g = (torch.autograd.grad(out.sum(), probe, allow_unused=True)[0]
+                 if isinstance(out, torch.Tensor) and out.requires_grad else None)
+        if changed:
+            one = len(changed) == 1
+            names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")
+            raise UserError(f"model '{self.name}' changes its buffer{'' if one else 's'} {names} in a forward "
+                            "pass, so its gradient depends on how many passes ran before (the client's one and the "
+                            f"attack's thousands); update {'it' if one else 'them'} only while self.training is true "
+                            "(a victim runs in eval mode, BatchNorm's batch statistics aside)")
+        if g is None:
+            raise UserError(f"the output of model '{self.name}' does not depend on its input through operations "
+                            "autograd differentiates (an integer cast, argmax or indexing by the input?), and an "
+                            "attack on its gradient needs the gradient's derivative in the input: give the model "
+                            "real-valued input")
+        if not bool(g.any()):
+            warnings.warn(f"the output of model '{self.name}' has a derivative of zero in its input at a random input "
+                          "(rounding or quantising it?): no attack can follow the message back to the input",
+                          SettingWarning, stacklevel=4)
 
     # -- capabilities --------------------------------------------------------
     @property

@@ -123,6 +123,7 @@ def _checking_observation(reconstruct):
         if not isinstance(obs, Observation):
             raise UserError(f"attack '{self.name}' reconstructs from an Observation (leakattack.observe(victim, x, "
                             f"labels, channel)), got {type(obs).__name__} {obs!r:.60}")
+        obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
         return reconstruct(self, obs, *args, **kwargs)
 
     checked.checks_observation = True

@@ -1,0 +1,82 @@
+"""A module of the user's is probed once when it is wrapped: a forward that changes a buffer, or an output that
+autograd cannot follow back to the input, is refused in one sentence; the client's mode holds at every observation
+and attack, whatever the module was switched to since."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack import Channel, ThreatModel, get_attack, get_sketch, observe
+from leakattack.errors import SettingWarning, UserError
+
+
+class RunningMean(nn.Module):
+    """Subtracts a running mean of its inputs that every forward pass updates."""
+
+    def __init__(self, guarded: bool = False):
+        super().__init__()
+        self.guarded = guarded
+        self.register_buffer("ema", torch.zeros(()))
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        if self.training or not self.guarded:
+            with torch.no_grad():
+                self.ema.mul_(0.5).add_(0.5 * x.mean())
+        return self.fc(x - self.ema)
+
+
+class Tokens(nn.Module):
+    """Casts its input to integer tokens and embeds them."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(256, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(self.emb((x * 255).long().clamp(0, 255)).mean(1))
+
+
+class Rounded(nn.Module):
+    """Rounds its input to 8 bits before a linear layer: a derivative of zero in the input everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(torch.round(x * 255) / 255)
+
+
+def test_a_forward_that_updates_a_buffer_is_refused_naming_it():
+    with pytest.raises(UserError, match=r"model 'custom' changes its buffer 'ema' in a forward pass.*self\.training"):
+        targets.Victim.from_module(RunningMean(), input_shape=(12,), num_classes=3)
+    net = RunningMean(guarded=True)  # the update the message asks for: only in training mode
+    victim = targets.Victim.from_module(net, input_shape=(12,), num_classes=3)
+    assert float(net.ema) == 0.0 and victim.d == 39
+
+
+def test_an_output_autograd_cannot_follow_to_the_input_is_refused_and_a_zero_derivative_warned_of():
+    with pytest.raises(UserError, match=r"^the output of model 'custom' does not depend on its input through "
+                                        r"operations autograd differentiates \(an integer cast") as err:
+        targets.Victim.from_module(Tokens(), input_shape=(12,), num_classes=3)
+    assert str(err.value).count(". ") == 0
+    with pytest.warns(SettingWarning, match="has a derivative of zero in its input at a random input"):
+        targets.Victim.from_module(Rounded(), input_shape=(12,), num_classes=3)
+
+
+def test_the_clients_mode_holds_after_the_module_is_switched_to_training():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 3)).double()
+    victim = targets.Victim.from_module(net, input_shape=(12,), num_classes=3)
+    x, labels = torch.rand(1, 12, dtype=torch.float64), torch.tensor([1])
+    channel = Channel(get_sketch("none", victim.d, victim.d), defense="")
+    first = observe(victim, x, labels, channel, ThreatModel())
+    net.train()  # dropout on, as a user's training loop leaves it
+    assert torch.equal(observe(victim, x, labels, channel, ThreatModel()).y, first.y)
+    net.train()
+    result = get_attack("gradient-matching", iterations=5, threads=1).reconstruct(first)
+    assert not net.training and math.isfinite(result.final_loss)
