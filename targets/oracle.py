@@ -77,7 +77,8 @@ def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> to
         if "more than 1 value per channel" not in str(err):
             raise
         raise UserError(f"BatchNorm in train mode needs more than one value per channel, and model '{victim.name}' "
-                        f"has a 1x1 feature map for a batch of {x.shape[0]}: use a larger batch or images, "
+                        f"gives a BatchNorm layer one per channel for a batch of {x.shape[0]} (a 1x1 feature map, or "
+                        "one example through BatchNorm1d): use a larger batch or images, "
                         "or the running statistics (--bn eval; bn_mode='eval' in Python)") from None
 
 
