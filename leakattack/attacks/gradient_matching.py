@@ -736,6 +736,9 @@ class _Problem:
         normalised = attack.objective == "l2" and sees_normalised_loss(attack.optimizer)
         self.weight = LOSS_UNIT / self.scale if normalised else 1.0
         self.batched = getattr(obs.forward, "restarts", None)
+        #: the threads and oneDNN setting one start alone runs on (optimise's rule for R = 1), for the points one by
+        #: one: there they round as that start's run alone does
+        self.alone = (attack.threads or obs.victim.threads_for(x0.shape[1]), not own_convolutions(obs, x0[:1]))
         self.checks = 0  #: batched evaluations compared with the points one by one so far (two are)
         #: how several starts are evaluated: ``batched``, or ``one by one`` and why (None for one start)
         self.path = None if self.R == 1 else "batched" if self.batched is not None else "one by one"
@@ -773,23 +776,32 @@ class _Problem:
         does a second batched evaluation that took more than :data:`SLOWER` times as long
         as the points one by one (the weight-space work, R rows of d numbers, does not
         shrink by batching, and torch.func's path can cost more than R single passes).
-        The first is not timed: it holds the batch's one-off costs.
+        The first is not timed: it holds the batch's one-off costs.  The checked evaluations return the point-by-point
+        values, so starts that go on one by one take exactly the steps each would take alone.
         """
         if Z.shape[0] == 1 or self.batched is None:
-            return self._evaluate(Z, batched=False)
+            return self._one_by_one(Z)
         started = time.perf_counter()
         out = self._evaluate(Z, batched=True)
         if self.checks < 2:
             self.checks += 1
             middle = time.perf_counter()
-            reference = self._evaluate(Z, batched=False)
+            reference = self._one_by_one(Z)
             ratio = (middle - started) / max(time.perf_counter() - middle, 1e-9)
             why = ("disagreed with them" if not _agree(out[1], reference[1]) else
                    f"took {ratio:.2f} times as long as they did" if self.checks == 2 and ratio > SLOWER else None)
             if why:
                 self.batched, self.path = None, f"one by one: the batched pass {why}"
-                return reference
+            return reference  # the steps go on from the values a start alone would have had
         return out
+
+    def _one_by_one(self, Z: torch.Tensor) -> tuple[list, torch.Tensor, list]:
+        """The rows Z one at a time, on the threads and oneDNN setting of one start alone (:attr:`alone`)."""
+        threads, dnn = self.alone
+        if self.R == 1 or (threads == torch.get_num_threads() and dnn == torch._C._get_mkldnn_enabled()):
+            return self._evaluate(Z, batched=False)
+        with torch_threads(threads), onednn(dnn):
+            return self._evaluate(Z, batched=False)
 
     def _evaluate(self, Z: torch.Tensor, batched: bool) -> tuple[list, torch.Tensor, list]:
         """(objective, gradient, L_R) of the rows Z; with the ReLU surrogate on, the objective and its gradient are

@@ -358,6 +358,18 @@ def test_a_run_whose_starts_went_one_by_one_says_why(monkeypatch):
     assert kept.restart_path == "batched" and "one by one" not in kept.message
 
 
+def test_starts_that_went_one_by_one_take_exactly_the_steps_they_take_alone(monkeypatch):
+    # the checked evaluations hand on the one-by-one values: in float32, where L-BFGS carries a batch's round-off into
+    # another trajectory, a start that goes on one by one is its run alone to the last bit (more starts never end worse)
+    from leakattack.attacks import gradient_matching
+
+    monkeypatch.setattr(gradient_matching, "SLOWER", 0.0)  # any batched pass is "slower": one by one after two checks
+    obs, _ = _obs(_lenet(torch.float32))
+    attack = GradientMatching(optimizer="lbfgs", iterations=30, restarts=2, init_seed=4, labels="given", tol=0)
+    batched = _batched(attack, obs)
+    assert [r.losses for r in batched] == [r.losses for r in _sequential(attack, obs)]
+
+
 def test_restarts_of_a_lenet_attack_do_not_import_torch_dynamo():
     # torch.func's first gradient imports torch._dynamo (seconds); the per-layer path needs none of it
     code = ("import sys, torch\n"
