@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 import warnings
-from collections import Counter
 from pathlib import Path
 
 import torch
 
 from ..config import ConfigError, check_value
+from ..config.flags import pairs_table
 from ..config.names import CHECK_DEFAULTS
 from ..config.params import SEED
 from ..constraints import Cores
@@ -104,11 +104,7 @@ def cmd_check(a) -> int:
                                   or a.sketch_ratio != CHECK_DEFAULTS["sketch_ratio"]):
         warnings.warn(f"--sketch {a.sketch} sends the whole gradient (b = d): --sketch-ratio changes nothing",
                       SettingWarning)
-    params = dict(a.sketch_params)
-    repeated = sorted(k for k, n in Counter(k for k, _ in a.sketch_params).items() if n > 1)
-    if repeated:
-        warnings.warn(f"--sketch-param {', '.join(repeated)} is given more than once: the last value is used",
-                      SettingWarning)
+    params = pairs_table("--sketch-param", a.sketch_params)  # a name given twice is refused, as run refuses it
     check_sketch_params(a.sketch, params)
     res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet, sketch_params=params)
     res["command"] = "leakattack check " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "leakattack check"
