@@ -31,7 +31,7 @@ from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
-from .config import ConfigError, RunConfig
+from .config import RUN_PARAMS, ConfigError, RunConfig
 from .config.params import duration_seconds
 from .data import reads_root
 from .errors import SettingWarning, UserError, ratio_text
@@ -321,6 +321,15 @@ def objective_at(p: Prepared, result: AttackResult) -> dict | None:
     return {"truth": truth, "reconstruction": rec} if math.isfinite(rec["total"]) else None
 
 
+#: the --tol default: a run that meets it matched the message to about round-off of L_R/||y||^2
+TIGHT_TOL = next(q.default for q in RUN_PARAMS if q.name == "tol")
+
+
+def loose_tolerance(cfg: RunConfig) -> bool:
+    """Whether the run's --tol is looser than its default, so that meeting it does not say the message is matched."""
+    return cfg.tol > TIGHT_TOL
+
+
 def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     """Whether the message determines the input where the run converged: ``unique``, ``jacobian_rank`` and a message.
 
@@ -349,6 +358,12 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                 "message": (f"{said}but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
                             "input matches as well: the match is not unique")}
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
+        tight = TIGHT_TOL
+        if loose_tolerance(p.cfg):  # a loose match: another image near the message, not one that gives it
+            return {**out, "jacobian_note": f"not measured: --tol {p.cfg.tol:g} is looser than its default {tight:g}",
+                    "message": (f"{said}at an image that is not the truth (SSIM {_number(m['ssim'])}): --tol "
+                                f"{p.cfg.tol:g}, looser than its default {tight:g}, lets an image near the message "
+                                "stop the run, so this does not tell whether another image gives the message")}
         out.update(unique=False, message=(
             f"{said}yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
             "matches the message to the tolerance, so the message does not determine the input here; this is a "

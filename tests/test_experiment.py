@@ -124,7 +124,7 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
     from leakattack.experiment import uniqueness
 
     case = NS(obs=NS(b=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
-    p = NS(case=case, cfg=NS(label_source="dlg"), attack=NS(closed_form=False))  # soft labels: rank not measured
+    p = NS(case=case, cfg=NS(label_source="dlg", tol=1e-10), attack=NS(closed_form=False))  # soft labels: no rank
     result = NS(stop_reason="tolerance", message="converged at step 40: L_R/||y||^2 = 1e-10 <= tol", labels=None)
     for verdict, ssim in (("not rebuilt", 0.62), ("rebuilt", 0.85)):
         out = uniqueness(p, result, {"verdict": verdict, "ssim": ssim})
@@ -135,6 +135,11 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
     out = uniqueness(p, NS(**{**vars(result), "stop_reason": "stalled"}),
                      {"verdict": "not rebuilt", "ssim": 0.1})
     assert out["unique"] is None and "message" not in out  # no match, no claim either way
+    # a tolerance looser than the default lets an image near the message stop the run: no claim either way
+    loose = NS(**{**vars(p), "cfg": NS(label_source="dlg", tol=1e-2)})
+    out = uniqueness(loose, result, {"verdict": "not rebuilt", "ssim": 0.62})
+    assert out["unique"] is None and "a different image matches" not in out["message"]
+    assert "--tol 0.01, looser than its default 1e-10" in out["message"] and "--tol 0.01" in out["jacobian_note"]
 
 
 def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_reconstruction_say_so():

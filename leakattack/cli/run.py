@@ -10,7 +10,7 @@ from defenses import build as build_defense
 from ..attacks.gauss_newton import steps_note
 from ..config.arguments import config_from_args
 from ..errors import SettingWarning
-from ..experiment import run_attack
+from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
 from ..rebuilt import why_not_rebuilt
 
@@ -118,7 +118,8 @@ def cmd_run(a) -> int:
                        num_classes=derived.get("num_classes")))
     # a note when the run diverged, its loss rose, or a match is not unique; not for an optimiser's ordinary stops;
     # always for a closed-form attack, whose message says what it solved
-    if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed):
+    if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed
+                      or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
         print(f"note: {m.message}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         record = m.to_dict()
