@@ -951,7 +951,8 @@ class _Run:
         loss = self.losses[-1]
         if loss / scale <= tol:
             self.stop = "tolerance"
-            self.message = f"converged at step {step}: L_R/||y||^2 = {loss / scale:.2e} <= tol"
+            fit = "the cosine distance" if self.problem.y_unit is not None else "L_R/||y||^2"
+            self.message = f"converged at step {step}: {fit} = {loss / scale:.2e} <= tol"
         elif no_descent:
             self.stop = "stalled"
             self.message = f"stopped at step {step}: L-BFGS found no descent direction"

@@ -154,7 +154,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "attacker) or client (the threat model grants the client's batch statistics at every BatchNorm input)"),
     Param("box", None, Optional(Flag()), "box",
           "project the dummy data onto [0, 1] after every step (default: from the recipe)"),
-    Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance", "stop when L_R/||y||^2 <= tol"),
+    Param("tol", 1e-10, Number(0, what="be non-negative"), "tolerance",
+          "stop when L_R/||y||^2 <= tol (with --objective cosine: the cosine distance <= tol)"),
     Param("stall_window", names.STALL_WINDOW, NONNEG_INT, "stall window",
           f"stop a start once its lowest L_R stays above {1 - names.STALL_GAIN:g} times its value this many "
           "steps before (with --schedule step, counted from its last decay) (0: never)"),

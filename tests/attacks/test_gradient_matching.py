@@ -185,3 +185,11 @@ def test_the_cosine_distance_keeps_its_precision_when_the_directions_nearly_agre
     assert 1e-9 < exact < 1e-8
     assert float(match_loss(x.float(), y.float(), "cosine")) == pytest.approx(exact, rel=0.05)
     assert float(cosine_distance(x.float(), y.float())) >= 0
+
+
+@pytest.mark.parametrize("objective, fit", [("l2", "L_R/||y||^2"), ("cosine", "the cosine distance")])
+def test_the_tolerance_stop_names_the_quantity_it_compared(objective, fit):
+    _, obs, x, labels = _problem(threat=ThreatModel(knows_labels=True))
+    result = _gm(objective=objective, optimizer="adam", lr=0.01, iterations=50, tol=10.0).reconstruct(obs)
+    assert result.stop_reason == "tolerance" and result.message.startswith("converged at step "), result.message
+    assert f": {fit} = " in result.message
