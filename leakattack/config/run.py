@@ -217,6 +217,14 @@ class RunConfig:
         if self.set_by_user("delta") and pipeline.noise_bound(1.0) is None:
             warnings.warn(f"--delta {self.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, "
                           "and the defense adds none", SettingWarning, stacklevel=3)
+        remaps = [n for n, w in self.other_priors().items() if w > 0 and attacks.penalty_label(n) is None]
+        if remaps and not self.attack_class.closed_form:  # the images are a generator's output (dip)
+            unread = ([f"--dummy-init {self.dummy_init}"] if self.set_by_user("dummy_init") else []) + (
+                ["--box"] if self.box else [])
+            if unread:
+                warnings.warn(f"{' and '.join(unread)} change{'s' if len(unread) == 1 else ''} nothing with --prior "
+                              f"{remaps[0]}: the images are its generator's output, drawn from its own seeded weights "
+                              "and kept in [0, 1] by it", SettingWarning, stacklevel=3)
         if self.download and not reads_root(self.dataset or "photos"):
             warnings.warn(f"--download is not read: the embedded data set {self.dataset or 'photos'} reads no files",
                           SettingWarning, stacklevel=3)

@@ -99,6 +99,9 @@ def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_pat
     (RunConfig(delta=0.01), "--delta 0.01 changes nothing: it is the delta of the epsilon of Gaussian noise"),
     (RunConfig(download=True), "--download is not read: the embedded data set photos reads no files"),
     (RunConfig(download=True, dataset="digits"), "--download is not read: the embedded data set digits"),
+    (RunConfig(priors=["dip"], box=True), "--box changes nothing with --prior dip: the images are its generator's"),
+    (RunConfig(priors=["dip"], dummy_init="uniform", box=True),
+     "--dummy-init uniform and --box change nothing with --prior dip"),
 ])
 def test_a_client_setting_that_is_not_read_is_named(cfg, line):
     with pytest.warns(SettingWarning, match=re.escape(line)):
@@ -107,7 +110,8 @@ def test_a_client_setting_that_is_not_read_is_named(cfg, line):
 
 @pytest.mark.parametrize("cfg", [RunConfig(noise_seed=5, defense="gaussian:sigma=1e-3"),
                                  RunConfig(delta=0.01, defense="gaussian:sigma=1e-3"),
-                                 RunConfig(noise_seed=5, utility=True)])
+                                 RunConfig(noise_seed=5, utility=True), RunConfig(priors=["dip"]),
+                                 RunConfig(priors=["dip:0"], box=True), RunConfig(priors=["tv"], box=True)])
 def test_a_client_setting_that_is_read_is_not_named(cfg):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SettingWarning)
