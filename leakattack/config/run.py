@@ -191,8 +191,9 @@ class RunConfig:
             raise ConfigError(str(err)) from None
         settings = self._settings()
         if settings["signed"] and attacks.sees_normalised_loss(settings["optimizer"]):
+            whose = "" if self.optimizer is not None else f" (the {self._recipe_name()} recipe's; add --optimizer adam)"
             raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
-                              f"{settings['optimizer']}")
+                              f"{settings['optimizer']}{whose}")
         self._warn_unread(pipeline)
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():

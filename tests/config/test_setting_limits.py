@@ -122,3 +122,9 @@ def test_a_regression_victim_records_the_given_targets_it_used():
     with pytest.warns(SettingWarning, match="--labels dlg changes nothing: model 'linreg' is a regression"):
         p = experiment.prepare(RunConfig(model="linreg", label_mode="dlg", iterations=2, threads=1))
     assert p.cfg.label_mode == "given" and p.cfg.to_dict()["label_mode"] == "given"
+
+
+def test_signed_steps_with_l_bfgs_name_where_l_bfgs_came_from(capsys, tmp_path):
+    need = "signed gradients need a first-order optimizer (adam or gd), not lbfgs"
+    assert refused(["--signed"], capsys, tmp_path) == f"{need} (the dlg recipe's; add --optimizer adam)"
+    assert refused(["--signed", "--optimizer", "lbfgs"], capsys, tmp_path) == need
