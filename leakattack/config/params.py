@@ -166,7 +166,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "the true labels, or optimise soft labels (DLG) (regression victims always use given)", flag="--labels"),
     Param("dummy_init", "gaussian", Choice(names.DUMMY_INITS), "dummy init", "one of {choices}"),
     Param("restarts", 1, Number(1, MAX_RESTARTS, integer=True), "restarts",
-          f"independent dummy starts, at most {MAX_RESTARTS}; the lowest final L_R wins"),
+          f"independent dummy starts, at most {MAX_RESTARTS}; the lowest final L_R (cosine: distance) wins"),
     Param("prune_restarts", False, Flag(), "prune restarts",
           "successive halving of the starts: at 1/8, 1/4 and 1/2 of the budget (iterations or time limit) for 8 "
           "starts, the half with the higher lowest L_R stops (stop reason pruned), so 8 starts take 2.5 starts' "
