@@ -522,7 +522,8 @@ class GradientMatching(Attack):
             if monitor is not None and out.losses:
                 best.extra.append({"step": best.iterations, **monitor(best.iterations, best.x)})
             return True
-        why = {"stalled": "they stopped converging", "time-limit": "the time limit was reached",
+        why = {"stalled": "they stopped converging",
+               "time-limit": "the time limit was reached, or too little of it was left for a step",
                "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
         said = f"{did} without converging" if out.steps else \

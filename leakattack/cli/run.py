@@ -164,7 +164,8 @@ def _steps(m) -> str:
     if gn and gn.get("kept"):
         note = f", {steps_note(gn)}"
     elif gn:
-        note = ", no Gauss-Newton" if "error" in gn else ", Gauss-Newton not converged"
+        note = (", no Gauss-Newton" if "error" in gn else ", no Gauss-Newton step" if not gn.get("accepted")
+                else ", Gauss-Newton not converged")
     return f"{m.iterations} it ({m.stop_reason}{note})"
 
 

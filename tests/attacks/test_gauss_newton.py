@@ -374,8 +374,8 @@ def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
                         lambda forward, y, x, labels, **kw: Refined(x=x, stop="time-limit"))
     result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert torch.equal(result.x, plain.x) and result.gauss_newton["jacobians"] == 0
-    assert result.message.endswith("stopped before their first step (the time limit was reached): "
-                                   "the first phase's iterate is kept")
+    assert result.message.endswith("stopped before their first step (the time limit was reached, or too little of "
+                                   "it was left for a step): the first phase's iterate is kept")
 
 
 def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
@@ -396,6 +396,9 @@ def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
     assert steps_note({"accepted": 15, "jacobians": 1}, steps=True) == "15 Gauss-Newton steps on 1 Jacobian"
     left = SimpleNamespace(iterations=2000, stop_reason="iterations", gauss_newton={"accepted": 2, "kept": False})
     assert _steps(left) == "2000 it (iterations, Gauss-Newton not converged)"
+    none = SimpleNamespace(iterations=20, stop_reason="time-limit",
+                           gauss_newton={"accepted": 0, "jacobians": 0, "kept": False})
+    assert _steps(none) == "20 it (time-limit, no Gauss-Newton step)"
     failed = SimpleNamespace(iterations=300, stop_reason="stalled", gauss_newton={"kept": False, "error": "..."})
     assert _steps(failed) == "300 it (stalled, no Gauss-Newton)"
 
