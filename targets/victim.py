@@ -213,6 +213,12 @@ def kept_buffers(model: nn.Module) -> Iterator[None]:
                 b.copy_(v)
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values, NaN equal to NaN (a buffer only read keeps its NaN)."""
+    return torch.equal(a, b) or (a.is_floating_point() and a.shape == b.shape
+                                 and bool(((a == b) | (a.isnan() & b.isnan())).all()))
+
+
 def _whole(value) -> int:
     """``value`` as an int where it is a whole number (Python's, numpy's, a 0-d integer tensor's), else 0."""
     if isinstance(value, bool):
@@ -315,7 +321,7 @@ class Victim:
         """One forward pass of a batch of 2 zeros (buffers restored): a module that cannot take ``input_shape``, or
         answers with other than (2, num_classes) real scores (one row per example for a regression), is refused in
         one sentence naming the model, here rather than at the first attack."""
-        p = next(iter(self.model.parameters()), None)
+        p = next((q for q in self.model.parameters() if q.is_floating_point()), None)  # the input's dtype
         x = torch.zeros(2, *self.input_shape, dtype=p.dtype if p is not None else torch.get_default_dtype(),
                         device=p.device if p is not None else None)
         # input_shape (1, 3, 32, 32) is one example with a batch dimension of its own: say so where the module fails
@@ -337,16 +343,18 @@ class Victim:
         a module that changes a buffer in forward (its gradient would depend on the passes before it) and an output
         that autograd cannot follow back to the input (an attack differentiates the message in the input); warned of:
         a derivative in the input that is exactly zero there (rounding), which no attack can follow."""
-        p = next(iter(self.model.parameters()))
-        probe = torch.rand(2, *self.input_shape, generator=torch.Generator().manual_seed(0), dtype=p.dtype)
-        probe = probe.to(p.device).requires_grad_(True)
+        p = next((q for q in self.model.parameters() if q.is_floating_point()), None)
+        dtype, device = (p.dtype, p.device) if p is not None else (torch.get_default_dtype(), None)
+        gen = torch.Generator().manual_seed(0)
+        probe = torch.rand(2, *self.input_shape, generator=gen, dtype=dtype).to(device).requires_grad_(True)
         with kept_buffers(self.model), torch.enable_grad():
             before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
             out = self.model(probe)
-            changed = [name for name, b in self.model.named_buffers()
-                       if name in before and not torch.equal(b, before[name])]
-            g = (torch.autograd.grad(out.sum(), probe, allow_unused=True)[0]
-                 if isinstance(out, torch.Tensor) and out.requires_grad else None)
+            changed = [name for name, b in self.model.named_buffers() if name in before and not _same(b, before[name])]
+            g = None
+            if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
+                weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
+                g = torch.autograd.grad((out * weights).sum(), probe, allow_unused=True)[0]
         if changed:
             one = len(changed) == 1
             names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")

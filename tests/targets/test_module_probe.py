@@ -3,6 +3,7 @@ autograd cannot follow back to the input, is refused in one sentence; the client
 and attack, whatever the module was switched to since."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -66,6 +67,37 @@ def test_an_output_autograd_cannot_follow_to_the_input_is_refused_and_a_zero_der
     assert str(err.value).count(". ") == 0
     with pytest.warns(SettingWarning, match="has a derivative of zero in its input at a random input"):
         targets.Victim.from_module(Rounded(), input_shape=(12,), num_classes=3)
+
+
+class Centred(nn.Module):
+    """Class scores centred to mean zero (cross-entropy unchanged): their plain sum is constant in the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        out = self.fc(x)
+        return out - out.mean(1, keepdim=True)
+
+
+class ReadsNaN(nn.Module):
+    """Reads, and never writes, a buffer that holds a NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("m", torch.tensor([float("nan"), 2.0]))
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(x) * self.m[1]
+
+
+@pytest.mark.parametrize("module", [Centred, ReadsNaN])
+def test_modules_that_are_attackable_are_wrapped_without_a_word(module):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert targets.Victim.from_module(module(), input_shape=(12,), num_classes=3).d == 39
 
 
 def test_the_clients_mode_holds_after_the_module_is_switched_to_training():
