@@ -71,6 +71,29 @@ def test_cancel_stops_the_workers_still_running():
     assert procs and not any(proc.is_alive() for proc in procs)
 
 
+def test_workers_start_with_ctrl_c_ignored_and_the_parent_takes_it_back(monkeypatch):
+    """The workers are started while SIGINT is ignored, which a spawned interpreter inherits through exec (Python then
+    installs no KeyboardInterrupt handler): a Ctrl-C to the process group reaches the parent only, also while a worker
+    still imports torch; the parent's own handler is back once they are started."""
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    seen, submit = [], ProcessPoolExecutor.submit
+
+    def recording(self, fn, *args, **kwargs):
+        seen.append(signal.getsignal(signal.SIGINT))
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", recording)
+    backend = LocalBackend(jobs=2)
+    try:
+        assert sorted(backend.map_unordered(math.sqrt, [4.0, 9.0])) == [(4.0, 2.0), (9.0, 3.0)]
+    finally:
+        backend.close()
+    assert seen == [signal.SIG_IGN, signal.SIG_IGN]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_worker_whose_parent_died_while_it_started_exits_at_once():
     """A worker compares its parent with the process that started the pool: one orphaned before its watch began
     (its parent killed during start-up) exits instead of idling forever."""

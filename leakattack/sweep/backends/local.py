@@ -8,11 +8,13 @@ job, or a single item, the work runs in the calling process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
@@ -41,6 +43,25 @@ def _worker_init(cores: int, parent: int) -> None:
             time.sleep(1.0)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process inside the block (from the main thread; elsewhere nothing changes).
+
+    A process started here inherits the ignored SIGINT through exec, and Python then installs no KeyboardInterrupt
+    handler: a Ctrl-C, which the terminal sends to the whole process group, reaches the coordinator only, also while
+    a spawned worker is still importing (where it printed a worker's traceback).  A Ctrl-C inside the block, which
+    only starts processes, is lost.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _reaped(proc, timeout: float) -> bool:
@@ -76,7 +97,8 @@ class LocalBackend(Backend):
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
                                              initializer=_worker_init,
                                              initargs=(max(1, cpu_cores() // self.jobs), os.getpid()))
-        futures = {self._pool.submit(fn, item): item for item in items}
+        with _sigint_ignored():  # the workers start here: from their first instruction Ctrl-C is the parent's
+            futures = {self._pool.submit(fn, item): item for item in items}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
 
