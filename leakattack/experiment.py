@@ -358,11 +358,11 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                 "message": (f"{said}but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
                             "input matches as well: the match is not unique")}
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
-        tight = TIGHT_TOL
         if loose_tolerance(p.cfg):  # a loose match: another image near the message, not one that gives it
-            return {**out, "jacobian_note": f"not measured: --tol {p.cfg.tol:g} is looser than its default {tight:g}",
+            looser = f"--tol {p.cfg.tol:g} is looser than its default {TIGHT_TOL:g}"
+            return {**out, "jacobian_note": f"not measured: {looser}",
                     "message": (f"{said}at an image that is not the truth (SSIM {_number(m['ssim'])}): --tol "
-                                f"{p.cfg.tol:g}, looser than its default {tight:g}, lets an image near the message "
+                                f"{p.cfg.tol:g}, looser than its default {TIGHT_TOL:g}, lets an image near the message "
                                 "stop the run, so this does not tell whether another image gives the message")}
         out.update(unique=False, message=(
             f"{said}yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
