@@ -32,6 +32,7 @@ attacking and checks every point's own attack against it.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import hashlib
 import json
@@ -201,7 +202,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
     fields = set(RunConfig.__dataclass_fields__) | attack_option_names()
     for k, v in base.items():
         if k not in fields:
-            raise ConfigError(f"unknown [base] key '{k}' (value {v!r}): not a run parameter")
+            raise ConfigError(f"unknown [base] key '{k}' (value {v!r}): not a run parameter{_nearest(k, fields)}")
         if _nonfinite(v) is not None:
             raise ConfigError(f"[base] {k} holds {_nonfinite(v)!r}, which is not a finite number")
     holders = {h for v in base.values() if isinstance(v, str) for h in _PLACEHOLDER.findall(v)}
@@ -216,7 +217,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
         for k, v in g.items():
             if k not in fields and k not in holders:
                 raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a "
-                                  "{placeholder} in [base]")
+                                  f"{{placeholder}} in [base]{_nearest(k, fields)}")
             if not isinstance(v, list) or not v:
                 raise ConfigError(f"[grid] {k} = {v!r} must be a non-empty list")
             if _nonfinite(v) is not None:
@@ -235,6 +236,14 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
     with sweep_warnings(warned, hold=True):  # each run warning once, after every point passed its checks
         points = _points(grids, base, fields, check, progress)
     return Plan(settings, base, grids, points, duplicates=total - len(points), warned=frozenset(warned))
+
+
+def _nearest(key: str, fields: set[str]) -> str:
+    """'; did you mean ...?' naming the run parameter an unknown sweep key most likely meant ('' when none is near):
+    a command-line flag's spelling (``sketch-ratio``, ``--prior``) or a near miss (``prior`` for ``priors``)."""
+    spelled = key.lstrip("-").replace("-", "_")
+    near = [spelled] if spelled in fields else difflib.get_close_matches(spelled, sorted(fields), n=1, cutoff=0.75)
+    return f"; did you mean '{near[0]}'?" if near else ""
 
 
 def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progress: bool) -> list[dict]:
