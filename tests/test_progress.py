@@ -82,7 +82,7 @@ def test_a_run_with_stderr_to_a_pipe_writes_no_bar_and_one_summary_line(tmp_path
     bars = "".join(ln for ln in proc.stderr.splitlines(True) if not ln.startswith("note: "))  # notes are not bars
     assert "it/s" not in bars and "attack" not in bars and "%|" not in bars, proc.stderr[:300]
     lines = proc.stdout.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(("PSNR ", "not rebuilt ("))
+    assert len(lines) == 1 and lines[0].startswith(("rebuilt | PSNR ", "not rebuilt ("))
     # the default run folder names model, sketch, data set and defense
     (folder,) = (tmp_path / "results" / "runs").iterdir()
     assert re.fullmatch(r"\d{8}-\d{6}-lenet-srht-imagefolder-clip1-gaussz0\.5", folder.name), folder.name

@@ -19,9 +19,10 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
 
     A run that attacked nothing (its objective was not finite at the start, or
-    never went below it) says so instead of its image scores; a reconstruction
-    that is not rebuilt (:func:`leakattack.metrics.verdict`) says so first,
-    with the metric that kept it from rebuilt and that metric's better baseline
+    never went below it) says so instead of its image scores; otherwise the
+    line starts with the verdict (:func:`leakattack.metrics.verdict`) and puts
+    PSNR and SSIM beside the better baselines', a reconstruction that is not
+    rebuilt naming the metric that kept it from rebuilt
     (:func:`leakattack.rebuilt.why_not_rebuilt`).  The final loss is named after the
     ``objective`` it is (``L_R`` for the squared distance, the cosine distance
     for ``cosine``, the relative residual of a closed-form attack's solve for
@@ -41,10 +42,12 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     lp = f"{m.lpips:.3f}" if m.lpips is not None else \
         "n/a (--no-lpips)" if m.lpips_note == "LPIPS not requested" else "n/a (backbone weights not cached)"
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
+    against = (f"PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} against {_db(m.baseline_psnr)}, "
+               f"{_ssim(m.baseline_ssim)} for the better baseline | LPIPS {lp} | ")
     if m.verdict == "not rebuilt":
-        return (f"not rebuilt ({why_not_rebuilt(m.to_dict())[0]}) | PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} "
-                f"against {_db(m.baseline_psnr)}, {_ssim(m.baseline_ssim)} for the better baseline | "
-                f"LPIPS {lp} | {tail}{folder}")
+        return f"not rebuilt ({why_not_rebuilt(m.to_dict())[0]}) | {against}{tail}{folder}"
+    if m.verdict == "rebuilt":
+        return f"rebuilt | {against if m.baseline_psnr is not None else scores}{tail}{folder}"
     return f"{scores}{tail}{folder}"
 
 

@@ -37,7 +37,7 @@ def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     assert cfg["derived"]["priors"] == {} and cfg["derived"]["bn_mode"] is None  # lenet has no BatchNorm
     assert "torch" in cfg["environment"]
     summary = capsys.readouterr().out.strip().splitlines()[-1]
-    assert summary.startswith("PSNR" if m["verdict"] == "rebuilt" else "not rebuilt (") and str(out) in summary
+    assert summary.startswith(f"{m['verdict']} ") and str(out) in summary
     assert f"PSNR {m['psnr']:.2f} dB" in summary
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 

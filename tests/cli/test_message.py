@@ -53,7 +53,7 @@ def test_the_capture_client_example_is_attacked_to_30_db(captured, tmp_path, cap
     assert m["psnr"] >= 30 and m["label_acc"] == 1.0, m["psnr"]  # docs/messages.md: 122.62 dB
     assert m["b"] * 2 == m["d"] and cfg["run"]["sketch"] == "srht" and cfg["run"]["sketch_dim"] == m["b"]
     assert cfg["derived"]["sketch"]["encoder"] == {"kind": "srht", "d": m["d"], "b": m["b"], "seed": 1}
-    assert lines[-1].startswith("PSNR") and (out / "reconstruction.pt").is_file()
+    assert lines[-1].startswith("rebuilt | PSNR") and (out / "reconstruction.pt").is_file()
 
 
 def test_without_truth_the_run_saves_the_reconstruction_and_says_there_are_no_image_metrics(captured, tmp_path,

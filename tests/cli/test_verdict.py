@@ -74,11 +74,13 @@ def test_a_prior_that_prefers_another_image_to_the_truth_is_named(tmp_path, caps
     assert set(m["objective_at"]["truth"]) == {"match", "tv", "total"} and "the search stopped short" in err
 
 
-def test_a_rebuilt_image_keeps_the_plain_summary_line(tmp_path, capsys):
+def test_a_rebuilt_image_says_so_first_beside_its_baselines(tmp_path, capsys):
     rc, line, err, m = _run([*LENET, "--sketch", "none"], tmp_path / "r", capsys)
     assert rc == 0 and m["verdict"] == "rebuilt" and m["verdict_baseline"] is None
     assert m["psnr"] > m["baseline_psnr"] + 10 and m["ssim"] > 0.9
-    assert line.startswith(f"PSNR {m['psnr']:.2f} dB | SSIM ") and "not rebuilt" not in line and NOTE not in err
+    assert line.startswith(f"rebuilt | PSNR {m['psnr']:.2f} dB, SSIM {m['ssim']:.4f} against "
+                           f"{m['baseline_psnr']:.2f} dB, {m['baseline_ssim']:.4f} for the better baseline | ")
+    assert "not rebuilt" not in line and NOTE not in err
     assert "| LPIPS n/a (--no-lpips) |" in line and m["lpips_note"] == "LPIPS not requested"
     # converged with b = d >= m unknowns at the truth: the Jacobian was measured, full rank
     assert m["stop_reason"] == "tolerance" and m["unique_by_count"] is True
