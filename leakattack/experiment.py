@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import inspect
 import math
 import platform
 import sys
@@ -126,6 +127,16 @@ def attack_of(cfg: RunConfig) -> Attack:
     if clash:
         raise UserError(f"attack '{cfg.attack}' declares an option '{clash[0]}' that the run already passes it "
                         f"(from its own settings); the attack's class must give that option another name")
+    try:
+        inspect.signature(cls).bind(**own, **run)
+    except TypeError as err:  # a class that cannot take what the run passes: one sentence, not the constructor's
+        if cls.closed_form:
+            raise UserError(f"attack '{cfg.attack}' cannot be built from the run's settings ({err})") from None
+        raise UserError(f"attack '{cfg.attack}' is not closed-form, so the run passes it gradient matching's settings "
+                        f"({', '.join(run)}) as keyword arguments, and its class does not take them ({err}): accept "
+                        "them (**settings) or set closed_form = True on the class") from None
+    except ValueError:  # no signature to read (a builtin's): the constructor decides
+        pass
     return cls(**own, **run)
 
 
@@ -221,7 +232,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     check_result(cfg.attack, result, case.obs.input_shape)
     classifier = case.victim.task == "classification" and case.labels is not None
     scores = unscored(case.obs.batch_size) if case.x is None else metrics.score(
-        result.x.clamp(0, 1), case.x,
+        metrics.in_range(result.x), case.x,
         labels_hat=result.labels if classifier else None, labels=case.labels if classifier else None,
         with_lpips=with_lpips, device=p.device,
     )
@@ -297,7 +308,7 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
         return {**out, **metrics.judge({}, {}), "baseline_mean_image": None, "verdict": None}
 
     def scored(images):
-        return metrics.score(images.clamp(0, 1), case.x, with_lpips=with_lpips, device=p.device)
+        return metrics.score(metrics.in_range(images), case.x, with_lpips=with_lpips, device=p.device)
 
     assert mean is not None, "a run with a truth reads the mean image before its attack"
     mean_x, what = mean

@@ -57,6 +57,11 @@ def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title
     save(fig, path)
 
 
+def _shown(v, spec: str, unit: str = "") -> str:
+    """A score as the figure prints it: ``n/a`` for one that is not a number (a non-finite reconstruction's)."""
+    return "n/a" if v is None or not math.isfinite(v) else f"{v:{spec}}{unit}"
+
+
 def _interpolation(image_px: int, shown_px: float) -> str:
     """Blocky pixels when an image is enlarged at least twice, a smoothing filter when shrunk or barely enlarged."""
     return "nearest" if shown_px >= 2 * image_px else "antialiased"
@@ -76,7 +81,8 @@ def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict:
     interpolation = _interpolation(truth.shape[-1], 1.8 * DPI)  # a panel is about 1.8 in wide
     for i in range(n):
         cells = [(truth[i], "truth"), *([] if start is None else [(start[i], "start")]),
-                 (recon[i], f"{returned}\nPSNR {psnr_each[i]:.1f} dB, SSIM {ssim_each[i]:.3f}")]
+                 (recon[i], f"{returned}\nPSNR {_shown(psnr_each[i], '.1f', ' dB')}, "
+                            f"SSIM {_shown(ssim_each[i], '.3f')}")]
         for ax, (img, label) in zip(axes[i], cells):
             _show(ax, to_hwc(img), interpolation)
             ax.set_title(label, fontsize=8)
@@ -97,7 +103,7 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
     width = max(6.0, cols * pair_in + 0.2)
     psnr, ssim = np.asarray(psnr_each, dtype=float), np.asarray(ssim_each, dtype=float)
     legend = (f"{n} images, each pair truth | reconstruction with its index and PSNR below; mean PSNR "
-              f"{psnr.mean():.1f} dB, SSIM {ssim.mean():.3f} (start images not shown)")
+              f"{_shown(psnr.mean(), '.1f', ' dB')}, SSIM {_shown(ssim.mean(), '.3f')} (start images not shown)")
     chars = int(14 * width)  # characters of the 9 pt title that fit in the figure's width (about 16 per inch)
     head = "\n".join(line for text in (title, verdict, legend) if text for line in textwrap.wrap(text, chars))
     # rows a little shorter than the images' width allows: height binds, so no band opens under the title
@@ -116,7 +122,7 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
         ax.set_yticks([])
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_xlabel(f"{i}: {psnr[i]:.1f} dB", fontsize=6, labelpad=1.5)
+        ax.set_xlabel(f"{i}: {_shown(psnr[i], '.1f', ' dB')}", fontsize=6, labelpad=1.5)
     fig.suptitle(head, fontsize=9)
     return fig
 

@@ -37,7 +37,7 @@ from ..rebuilt import (
 )
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
-from .image import PSNR_MSE_FLOOR, SSIM_WIN, mse, psnr, ssim
+from .image import PSNR_MSE_FLOOR, SSIM_WIN, in_range, mse, psnr, ssim
 from .lpips import (
     ALEXNET_WEIGHTS_FILE,
     LPIPS_MIN_SIDE,
@@ -116,7 +116,7 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     truth = x.detach()
 
     def scored(images, labels_hat=None):
-        return score(images.detach().to(truth).clamp(0, 1), truth, labels_hat=labels_hat,
+        return score(in_range(images.detach().to(truth)), truth, labels_hat=labels_hat,
                      labels=labels if labels_hat is not None else None, with_lpips=with_lpips, device=device)
 
     out = scored(result.x, result.labels if labels is not None else None)
@@ -126,7 +126,7 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
 
 
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
-           "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
+           "in_range", "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
            "match", "label_accuracy", "label_overlap", "score", "assess",
            "verdict", "judge", "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",
            "closed_forms_line", "objective_failed", "REBUILT",

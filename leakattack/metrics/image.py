@@ -19,6 +19,12 @@ SSIM_SIGMA = 1.5
 SSIM_K1, SSIM_K2 = 0.01, 0.03
 
 
+def in_range(x_hat: torch.Tensor) -> torch.Tensor:
+    """The images as scored: clamped to [0, 1], with a pixel that is not finite (NaN, or ±inf, which clamping would
+    turn into 0 or 1) kept as NaN, so that a non-finite reconstruction scores as not a number."""
+    return torch.where(torch.isfinite(x_hat), x_hat.clamp(0, 1), torch.nan)
+
+
 def mse(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Mean squared error per image, mean over C, H, W; shape (B,)."""
     check_pair(x_hat, x)
@@ -67,5 +73,5 @@ def ssim(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch
     return s.flatten(1).mean(1)
 
 
-__all__ = ["PSNR_MSE_FLOOR", "SSIM_WIN", "SSIM_SIGMA", "SSIM_K1", "SSIM_K2",
+__all__ = ["in_range", "PSNR_MSE_FLOOR", "SSIM_WIN", "SSIM_SIGMA", "SSIM_K1", "SSIM_K2",
            "mse", "psnr", "gaussian_window", "ssim"]
