@@ -219,6 +219,14 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
                                  and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two outputs of the same input agree up to a kernel's round-off (1e-5 of the largest, NaN equal)."""
+    if a.shape != b.shape or not a.is_floating_point():
+        return _same(a, b)
+    scale = float(torch.nan_to_num(b.abs(), posinf=0.0).max()) if b.numel() else 0.0
+    return bool(torch.isclose(a, b, rtol=1e-5, atol=1e-5 * scale, equal_nan=True).all())
+
+
 def _whole(value) -> int:
     """``value`` as an int where it is a whole number (Python's, numpy's, a 0-d integer tensor's), else 0."""
     if isinstance(value, bool):
@@ -342,7 +350,8 @@ class Victim:
         """One forward and backward pass of a seeded random batch of 2 (buffers restored).  Refused in one sentence:
         a module that changes a buffer in forward (its gradient would depend on the passes before it) and an output
         that autograd cannot follow back to the input (an attack differentiates the message in the input); warned of:
-        a derivative in the input that is exactly zero there (rounding), which no attack can follow."""
+        a derivative in the input that is exactly zero there (rounding), which no attack can follow, and a second
+        forward pass of the same batch that answers otherwise (noise drawn in forward, even in eval mode)."""
         p = next((q for q in self.model.parameters() if q.is_floating_point()), None)
         dtype, device = (p.dtype, p.device) if p is not None else (torch.get_default_dtype(), None)
         gen = torch.Generator().manual_seed(0)
@@ -355,6 +364,7 @@ class Victim:
             if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
                 weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
                 g = torch.autograd.grad((out * weights).sum(), probe, allow_unused=True)[0]
+            again = self.model(probe.detach()) if not changed and isinstance(out, torch.Tensor) else None
         if changed:
             one = len(changed) == 1
             names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")
@@ -371,6 +381,11 @@ class Victim:
             warnings.warn(f"the output of model '{self.name}' has a derivative of zero in its input at a random input "
                           "(rounding or quantising it?): no attack can follow the message back to the input",
                           SettingWarning, stacklevel=4)
+        if isinstance(again, torch.Tensor) and not _close(again.detach(), out.detach()):
+            warnings.warn(f"model '{self.name}' gives two different outputs for the same input in eval mode (random "
+                          "noise or sampling in forward?): no attacker's copy of it can reproduce the client's "
+                          "message exactly, and a run measures that noise along with what leaks", SettingWarning,
+                          stacklevel=4)
 
     # -- capabilities --------------------------------------------------------
     @property

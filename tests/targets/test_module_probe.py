@@ -1,6 +1,6 @@
 """A module of the user's is probed once when it is wrapped: a forward that changes a buffer, or an output that
-autograd cannot follow back to the input, is refused in one sentence; the client's mode holds at every observation
-and attack, whatever the module was switched to since."""
+autograd cannot follow back to the input, is refused in one sentence, and one whose output is random in eval mode is
+warned of; the client's mode holds at every observation and attack, whatever the module was switched to since."""
 
 import math
 import warnings
@@ -91,6 +91,23 @@ class ReadsNaN(nn.Module):
 
     def forward(self, x):
         return self.fc(x) * self.m[1]
+
+
+class Noisy(nn.Module):
+    """Adds fresh Gaussian noise to its input in every forward pass, eval mode included."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(x + 0.01 * torch.randn_like(x))
+
+
+def test_a_forward_that_gives_two_outputs_for_one_input_in_eval_mode_is_warned_of():
+    with pytest.warns(SettingWarning, match=r"^model 'custom' gives two different outputs for the same input in "
+                                            r"eval mode \(random noise or sampling in forward\?\)"):
+        assert targets.Victim.from_module(Noisy(), input_shape=(12,), num_classes=3).d == 39
 
 
 @pytest.mark.parametrize("module", [Centred, ReadsNaN])
