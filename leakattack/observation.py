@@ -15,6 +15,7 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Callable, Protocol
 
@@ -25,10 +26,10 @@ import targets
 from targets import Victim
 from targets.oracle import restart_gradients
 from targets.protocols import ClientMessage
-from targets.victim import batchnorm_input_moments, batchnorm_layers
+from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
-from .errors import UserError
+from .errors import SettingWarning, UserError
 from .seeds import check_seed, torch_generator
 
 
@@ -211,7 +212,7 @@ def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Ch
         return "x holds no example (a batch of 0)"
     if tuple(x.shape) == shape:
         own = (f" (or the victim's input_shape holds a batch dimension of its own: build it with input_shape="
-               f"{shape[1:]})" if len(shape) > 1 and shape[0] == 1 else "")
+               f"{shape[1:]})" if batch_in_shape(shape) else "")
         return (f"x has the shape of one example, {shape}, without the batch dimension: give a batch of shape "
                 f"(B, {', '.join(map(str, shape))}), e.g. x.unsqueeze(0) for one example{own}")
     if tuple(x.shape[1:]) != shape:
@@ -219,6 +220,9 @@ def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Ch
     if x.dtype != victim.dtype:
         return (f"x is {str(x.dtype)[6:]} and the victim {str(victim.dtype)[6:]}: give both one precision "
                 "(victim.to(dtype=...) or x.to(...))")
+    if x.device != victim.device or labels.device != victim.device:
+        return (f"x is on {x.device}, the labels on {labels.device} and the victim on {victim.device}: put them on "
+                "one device (victim.to(device) or x.to(device), labels.to(device))")
     if not bool(torch.isfinite(x).all()):
         return f"x holds {int((~torch.isfinite(x)).sum())} value(s) that are NaN or infinite; a client's data is finite"
     if channel.sketch.d != victim.d:
@@ -261,6 +265,12 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)
+    if len(victim.input_shape) == 3:  # images (C, H, W): the attack's box, its priors and the metrics take [0, 1]
+        low, high = float(x.min()), float(x.max())
+        if low < -1e-4 or high > 1 + 1e-4:
+            warnings.warn(f"x holds values from {low:.4g} to {high:.4g}, and leakattack takes images in [0, 1] (its "
+                          "box constraint, image priors, start and metrics assume them): pass the images themselves "
+                          "and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning, stacklevel=2)
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()

@@ -187,7 +187,9 @@ def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
     classifier, one row per example for a regression."""
     if not isinstance(out, torch.Tensor):
         want = f"a tensor of ({batch}, {num_classes}) class scores" if task == "classification" else "a tensor"
-        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}"
+        wrap = (": wrap it in a module whose forward returns that tensor (a Hugging Face model's out.logits)"
+                if isinstance(out, (tuple, list, dict)) or hasattr(out, "logits") else "")
+        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}{wrap}"
     if not out.is_floating_point():  # integers and booleans have no gradient; complex scores have no cross-entropy
         return (f"returns {str(out.dtype).replace('torch.', '')} outputs for a batch of {batch}; the loss and its "
                 "gradient need real floating-point outputs (return them before any rounding or argmax)")
@@ -217,6 +219,12 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors hold the same values, NaN equal to NaN (a buffer only read keeps its NaN)."""
     return torch.equal(a, b) or (a.is_floating_point() and a.shape == b.shape
                                  and bool(((a == b) | (a.isnan() & b.isnan())).all()))
+
+
+def batch_in_shape(shape: tuple) -> bool:
+    """Whether an example's ``shape`` looks like one that holds a batch dimension of 1: (1, C, H, W) or (1, n), not
+    (1, H, W), which is one grey image."""
+    return len(shape) in (2, 4) and shape[0] == 1
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -290,6 +298,9 @@ class Victim:
             raise UserError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
         if self.bn_mode not in BN_MODES:
             raise UserError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
+        if isinstance(self.loss, type):
+            raise UserError(f"a victim's loss must be a callable F(output, target), such as nn.CrossEntropyLoss(); "
+                            f"got the class {self.loss.__name__} itself: {self.loss.__name__}()")
         if not callable(self.loss):
             raise UserError(f"a victim's loss must be a callable F(output, target), such as nn.MSELoss() or "
                             f"targets.cross_entropy, got {type(self.loss).__name__} {self.loss!r}")
@@ -334,7 +345,7 @@ class Victim:
                         device=p.device if p is not None else None)
         # input_shape (1, 3, 32, 32) is one example with a batch dimension of its own: say so where the module fails
         batched = (f"; input_shape is one example's shape without the batch dimension: {self.input_shape[1:]}?"
-                   if len(self.input_shape) > 1 and self.input_shape[0] == 1 else "")
+                   if batch_in_shape(self.input_shape) else "")
         try:
             with kept_buffers(self.model), torch.no_grad():
                 out = self.model(x)
@@ -381,6 +392,21 @@ class Victim:
             warnings.warn(f"the output of model '{self.name}' has a derivative of zero in its input at a random input "
                           "(rounding or quantising it?): no attack can follow the message back to the input",
                           SettingWarning, stacklevel=4)
+        if self.task == "classification":  # a loss that cannot score two examples fails here, not inside torch
+            labels = torch.randint(0, self.num_classes, (2,), generator=gen).to(out.device)
+            try:
+                with warnings.catch_warnings():  # torch's own broadcasting warnings: the sentence below says it
+                    warnings.simplefilter("ignore")
+                    value = self.loss(out.detach(), self.target(labels))
+            except Exception as err:  # noqa: BLE001 -- the loss's own complaint, in one line
+                raise UserError(f"the loss of model '{self.name}' fails on its scores and integer class labels "
+                                f"({first_line(err)}): give F(output, labels) returning one number, such as "
+                                "nn.CrossEntropyLoss()") from None
+            if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point()):
+                got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+                       else type(value).__name__)
+                raise UserError(f"the loss of model '{self.name}' returns {got} for a batch of 2, not one real "
+                                "number: reduce it over the batch (reduction='mean' or 'sum')")
         if isinstance(again, torch.Tensor) and not _close(again.detach(), out.detach()):
             warnings.warn(f"model '{self.name}' gives two different outputs for the same input in eval mode (random "
                           "noise or sampling in forward?): no attacker's copy of it can reproduce the client's "
@@ -451,7 +477,12 @@ class Victim:
                 m.track_running_stats = m.running_mean is not None
 
     def to(self, device=None, dtype=None) -> "Victim":
-        """Move the model (in place) and return self."""
+        """Move the model (in place) and return self: ``to(device)``, ``to(dtype)`` (as ``nn.Module.to`` takes a
+        dtype in the first place), ``to(device, dtype)`` or the keywords."""
+        if isinstance(device, torch.dtype):
+            if dtype is not None:
+                raise TypeError(f"Victim.to takes a device and a dtype, got two dtypes: {device} and {dtype}")
+            device, dtype = None, device
         self.model.to(device=device, dtype=dtype)
         return self
 

@@ -1,0 +1,97 @@
+"""What a hurried user of the Python API gets wrong is one sentence: images that are not in [0, 1], a loss that
+does not reduce, a module that answers with a dict, data on another device, a dtype passed as nn.Module.to takes it."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack import Channel, metrics, observe
+from leakattack.errors import SettingWarning, UserError
+from leakattack.sketch import get_sketch
+
+
+def grey_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.Sigmoid(), nn.Flatten(), nn.Linear(4 * 26 * 26, 10))
+
+
+class Scores(nn.Module):
+    """Answers with a dict of scores, as Hugging Face models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return {"logits": self.fc(x)}
+
+
+def test_victim_to_takes_a_dtype_in_the_first_place_as_nn_module_to_does():
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10)
+    assert victim.to(torch.float64) is victim and victim.dtype == torch.float64
+    assert victim.to("cpu", torch.float32).dtype == torch.float32
+    with pytest.raises(TypeError, match="two dtypes"):
+        victim.to(torch.float64, torch.float32)
+
+
+@pytest.mark.parametrize("loss,needle", [
+    (nn.CrossEntropyLoss, r"got the class CrossEntropyLoss itself: CrossEntropyLoss\(\)$"),
+    (nn.CrossEntropyLoss(reduction="none"), r"returns a tensor of shape \(2,\) for a batch of 2, not one real number"),
+    (nn.MSELoss(), r"fails on its scores and integer class labels \(RuntimeError: "),
+])
+def test_a_loss_that_cannot_score_a_batch_is_refused_when_the_module_is_wrapped(loss, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's broadcasting warning is not passed on
+        with pytest.raises(UserError, match=needle):
+            targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10, loss=loss)
+
+
+def test_a_dict_output_is_told_to_return_the_scores_tensor():
+    with pytest.raises(UserError, match=r"returns a dict for a batch of 2, not a tensor of \(2, 3\) class scores: wrap "
+                                        r"it in a module whose forward returns that tensor"):
+        targets.Victim.from_module(Scores(), input_shape=(12,), num_classes=3)
+
+
+def test_a_grey_image_shape_gets_no_batch_dimension_hint_and_a_batched_one_does():
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10)
+    channel = Channel(get_sketch("none", victim.d, victim.d))
+    with pytest.raises(UserError) as err:
+        observe(victim, torch.rand(1, 28, 28), torch.tensor([3]), channel)
+    assert "without the batch dimension" in str(err.value) and "input_shape=(28, 28)" not in str(err.value)
+    assert targets.victim.batch_in_shape((1, 3, 32, 32)) and targets.victim.batch_in_shape((1, 784))
+    assert not targets.victim.batch_in_shape((1, 28, 28))
+
+
+def test_data_on_another_device_than_the_victim_is_one_sentence():
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10)
+    channel = Channel(get_sketch("none", victim.d, victim.d))
+    with pytest.raises(UserError, match=r"^x is on meta, the labels on cpu and the victim on cpu: put them on one "):
+        observe(victim, torch.empty(1, 1, 28, 28, device="meta"), torch.tensor([3]), channel)
+
+
+@pytest.mark.parametrize("scale,shift", [(255.0, 0.0), (4.0, -2.0)])
+def test_images_outside_0_1_are_warned_of_and_the_metrics_refuse_such_a_truth(scale, shift):
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10)
+    channel = Channel(get_sketch("none", victim.d, victim.d))
+    x = torch.rand(1, 1, 28, 28, generator=torch.Generator().manual_seed(0)) * scale + shift
+    with pytest.warns(SettingWarning, match=r"^x holds values from .* and leakattack takes images in \[0, 1\]"):
+        observe(victim, x, torch.tensor([3]), channel)
+    with pytest.raises(metrics.MetricsError, match=r"^the truth holds values from .*the metrics take images in "):
+        metrics.score(x, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # images in [0, 1]: no word
+        observe(victim, x.clamp(0, 1), torch.tensor([3]), channel)
+    assert metrics.score(x.clamp(0, 1), x.clamp(0, 1))["psnr"] == pytest.approx(200.0)
+
+
+def test_integer_images_are_refused_by_the_metrics():
+    x = torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
+    with pytest.raises(metrics.MetricsError, match=r"^the reconstruction is uint8; the metrics take floating-point "):
+        metrics.score(x, x.float() / 255)
+    with pytest.raises(metrics.MetricsError, match=r"^the truth is uint8"):
+        metrics.score(x.float() / 255, x)
