@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import warnings
 
-from .analysis import gaussian_epsilon, paper_composition
+from leakattack.errors import UserError
+
+from .analysis import check_count, check_delta, check_number, gaussian_epsilon, paper_composition
 
 #: Names accepted by :func:`accountant_epsilon`'s ``accountant``.
 ACCOUNTANTS = ("rdp", "prv")
@@ -23,8 +25,18 @@ Z_MAX = 1e6
 def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
                        accountant: str = "rdp") -> float:
     """epsilon of ``steps`` sub-sampled Gaussian mechanisms (noise multiplier z = sigma/Delta) by Opacus' ``rdp`` or
-    ``prv`` accountant."""
-    if noise_multiplier <= 0:
+    ``prv`` accountant.
+
+    ``noise_multiplier`` is a finite non-negative number (0, no noise: epsilon inf), ``sample_rate`` in (0, 1],
+    ``steps`` an integer of at least 1 and ``delta`` in (0, 1); anything else is one UserError sentence.
+    """
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
+    noise_multiplier = check_number("noise_multiplier", noise_multiplier, low_open=False)
+    sample_rate = check_number("sample_rate", sample_rate, high=1.0, high_open=False)
+    steps = check_count("steps", steps)
+    delta = check_delta(delta)
+    if noise_multiplier == 0:
         return math.inf
     # beyond Z_MAX the epsilon sits at the accountant's floor (RDP: log(1/delta)/(alpha_max - 1)); Opacus
     # overflows on astronomically large z, so the floor is computed at Z_MAX
@@ -34,13 +46,11 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
         from opacus.accountants import RDPAccountant
 
         acc = RDPAccountant()
-    elif accountant == "prv":
+    else:
         from opacus.accountants import PRVAccountant
 
         acc = PRVAccountant()
-    else:
-        raise ValueError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
-    acc.history = [(float(noise_multiplier), float(sample_rate), int(steps))]
+    acc.history = [(noise_multiplier, sample_rate, steps)]
     # tiny z: "optimal order is the smallest alpha", log(0) in PRV (epsilon is huge anyway)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -66,7 +76,22 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
     (the ||R||_op in Delta, None when Delta does not cross the sketch),
     ``privacy_note``.  Without Gaussian noise every value is None; without a
     clip before it epsilon is None (inf): the sensitivity is unbounded.
+
+    ``pipeline`` is a :class:`defenses.Pipeline` (``defenses.build(spec)``) or None (no defense); ``delta`` a
+    number in (0, 1), ``steps`` an integer of at least 1, ``sample_rate`` in (0, 1], ``sketch_norm`` a finite
+    positive number or None; anything else is one UserError sentence.
     """
+    if pipeline is not None and not callable(getattr(pipeline, "noise_bound", None)):
+        what = f"{type(pipeline).__name__} {pipeline!r:.80}"
+        if isinstance(pipeline, (str, dict, list, tuple)):  # a spec: the pipeline is what defenses.build makes of it
+            raise UserError(f"pipeline must be a defense Pipeline or None, got the spec {what}: pass "
+                            f"defenses.build({pipeline!r:.80}) instead")
+        raise UserError(f"pipeline must be a defense Pipeline (defenses.build(spec)) or None, got {what}")
+    delta = check_delta(delta)
+    steps = check_count("steps", steps)
+    sample_rate = check_number("sample_rate", sample_rate, high=1.0, high_open=False)
+    if sketch_norm is not None:
+        sketch_norm = check_number("sketch_norm", sketch_norm)
     out: dict[str, float | str | None] = {"epsilon": None, "delta": None, "epsilon_paper": None, "delta_paper": None,
            "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
     bound = pipeline.noise_bound(sketch_norm) if pipeline else None

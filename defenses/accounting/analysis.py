@@ -14,18 +14,60 @@ add/remove value.
 from __future__ import annotations
 
 import math
+import numbers
+
+from leakattack.errors import UserError
+
+
+def check_number(name: str, value, *, low: float = 0.0, low_open: bool = True, high: float = math.inf,
+                 high_open: bool = True) -> float:
+    """``value`` as a float, refused in one UserError sentence naming ``name`` unless it is a real number (not a
+    bool or a string) in the interval from ``low`` to ``high`` (open or closed at each end; finite)."""
+    if low == 0 and high == math.inf:
+        allowed = f"a finite {'positive' if low_open else 'non-negative'} number"
+    else:
+        allowed = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UserError(f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
+    v = float(value)
+    inside = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    if not (math.isfinite(v) and inside):
+        raise UserError(f"{name} must be {allowed}, got {value!r}")
+    return v
+
+
+def check_delta(delta) -> float:
+    """``delta`` as a float, refused in one UserError sentence unless it is a number in (0, 1)."""
+    return check_number("delta", delta, low=0.0, high=1.0)
+
+
+def check_count(name: str, value) -> int:
+    """``value`` as an int, refused in one UserError sentence naming ``name`` unless it is an integer (Python's or
+    NumPy's, not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise UserError(f"{name} must be an integer of at least 1, got {type(value).__name__} {value!r}")
+    return int(value)
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """sigma with sigma^2 = 2 ln(1.25/delta) Delta^2 / epsilon^2 (Song et al. 2023, Lemma H.7; Dwork & Roth 2014,
-    Thm A.1)."""
+    Thm A.1).  ``epsilon`` must be a finite positive number, ``delta`` in (0, 1), ``sensitivity`` finite and
+    non-negative (one UserError sentence otherwise)."""
+    epsilon = check_number("epsilon", epsilon)
+    delta = check_delta(delta)
+    sensitivity = check_number("sensitivity", sensitivity, low_open=False)
     return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     """epsilon = sqrt(2 ln(1.25/delta)) Delta / sigma, the inverse of Lemma H.7 (Song et al. 2023); inf for
-    sigma = 0."""
-    if sigma <= 0:
+    sigma = 0.  ``sigma`` must be a non-negative number (inf: epsilon 0), ``delta`` in (0, 1), ``sensitivity``
+    finite and non-negative (one UserError sentence otherwise)."""
+    delta = check_delta(delta)
+    sensitivity = check_number("sensitivity", sensitivity, low_open=False)
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not float(sigma) >= 0:
+        raise UserError(f"sigma must be a non-negative number, got {type(sigma).__name__} {sigma!r}")
+    if sigma == 0:
         return math.inf
     return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / sigma
 

@@ -30,6 +30,7 @@ import math
 import operator
 import sys
 import time
+from collections.abc import Mapping
 from typing import Iterator
 
 import torch
@@ -142,6 +143,16 @@ def _count(value: object) -> bool:
         return False
 
 
+def _whole(value: object) -> int | None:
+    """``value`` as an int where it is an integer (Python's or numpy's, not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def _real(value: object) -> float:
     """``value`` as a float, NaN where it is no number (a bool or a string is none)."""
     if isinstance(value, (bool, str)):
@@ -203,18 +214,41 @@ class GradientMatching(Attack):
         if bad:
             name, w = next(iter(bad.items()))
             raise UserError(f"the weight of prior {name!r} must be a number of at least 0 (0 turns it off), got {w!r}")
+        for what, flag in (("box", box), ("signed", signed), ("prune_restarts", prune_restarts)):
+            if not isinstance(flag, bool):
+                raise UserError(f"{what} must be True or False, got {type(flag).__name__} {flag!r}")
         if signed and sees_normalised_loss(optimizer):
             raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
+        # restart r starts from init_seed + 1000 r (a deep image prior's generator from one more), and a torch
+        # generator takes seeds up to 2^64 - 1
+        top_seed = 2 ** 64 - 2 - 1000 * (int(restarts) - 1)
+        seed = _whole(init_seed)
+        if seed is None or not 0 <= seed <= top_seed:
+            raise UserError(f"init_seed must be an integer from 0 to {top_seed} (restart r starts from seed "
+                            f"init_seed + 1000 r, at most 2^64 - 2), got {type(init_seed).__name__} {init_seed!r}")
+        window = _whole(stall_window)
+        if window is None or window < 0:
+            raise UserError(f"stall_window must be an integer of at least 0 (0: never stop for a stall), got "
+                            f"{type(stall_window).__name__} {stall_window!r}")
+        if not 0 <= _real(stall_gain) < 1:
+            raise UserError(f"stall_gain must be a number in [0, 1) (the fraction L_R must fall by over the stall "
+                            f"window), got {type(stall_gain).__name__} {stall_gain!r}")
+        if time_limit is not None and not (_real(time_limit) > 0 and math.isfinite(_real(time_limit))):
+            raise UserError(f"time_limit must be a finite positive number of seconds or None (no limit), got "
+                            f"{type(time_limit).__name__} {time_limit!r}")
+        if threads is not None and not _count(threads):
+            raise UserError(f"threads must be an integer of at least 1 or None (the victim's choice), got "
+                            f"{type(threads).__name__} {threads!r}")
+        if not _real(surrogate) >= 0:
+            raise UserError(f"surrogate must be a non-negative width, got {type(surrogate).__name__} {surrogate!r}")
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr
-        self.schedule, self.signed = schedule, bool(signed)
-        self.objective, self.box, self.tol = objective, bool(box), float(tol)
+        self.schedule, self.signed = schedule, signed
+        self.objective, self.box, self.tol = objective, box, float(tol)
         #: prior name -> weight; the priors themselves are built for each observation (``bn`` reads its victim)
         self.priors = {name: float(w) for name, w in (priors or {}).items() if w > 0}
         self.label_mode, self.dummy_init = labels, dummy_init
-        self.restarts, self.init_seed = int(restarts), int(init_seed)
-        self.stall_window, self.stall_gain = int(stall_window), float(stall_gain)
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        self.restarts, self.init_seed = int(restarts), seed
+        self.stall_window, self.stall_gain = window, float(stall_gain)
         #: wall-clock seconds the optimisation may take (None: no limit)
         self.time_limit = None if time_limit is None else float(time_limit)
         #: the limit a stop at the deadline names: the user's, where parts of the run (the labels' reading, a first
@@ -223,14 +257,12 @@ class GradientMatching(Attack):
         self.bar_label = "attack"  #: what the progress bar of an optimisation calls it (label probes name theirs)
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
-        if not surrogate >= 0:
-            raise ValueError(f"surrogate must be a non-negative width, got {surrogate!r}")
         #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
         #: SURROGATE_DECAY at every decay of the step schedule
         self.surrogate = float(surrogate)
         #: successive halving of the restarts (:func:`prune_points`): the worse half of the starts still running
         #: stops at 1/2^n, ..., 1/4, 1/2 of the budget
-        self.prune_restarts = bool(prune_restarts)
+        self.prune_restarts = prune_restarts
         if refine not in REFINES:
             raise ValueError(f"refine must be one of {REFINES}, got {refine!r}")
         #: Gauss-Newton steps on the best start after the first-order phase (:mod:`.gauss_newton`): ``auto`` where
@@ -340,7 +372,8 @@ class GradientMatching(Attack):
 
         Each differing reading gets a short run of this attack (:data:`LABEL_PROBE_STEPS` steps, at most a quarter
         of the budget, one start from the attack's own first start, a quarter of any time limit shared among
-        them); the reading whose run matched the message best is kept.  A wrong label changes the gradient of
+        them); the reading whose run matched the message best after the steps every run took is kept (where one took
+        none within its share of a time limit, the reading the most rules gave).  A wrong label changes the gradient of
         every layer (the output error p - onehot), so the matching loss tells readings apart where the head's
         share of a sketched message does not.  ``progress``: a bar for each run.
         """
@@ -361,23 +394,36 @@ class GradientMatching(Attack):
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
-        losses, steps = [], []
+        losses, steps, traces = [], [], []
         for i, labels in enumerate(distinct):
             if stop_requested():  # Ctrl-C: the readings not yet tried lose
                 losses.append(math.inf)
                 steps.append(0)
+                traces.append([math.inf])
                 continue
             probe.bar_label = f"label reading {i + 1}/{len(distinct)}"
             ran = probe.run(obs, x0, labels, progress=progress)
             losses.append(ran.final_loss)
             steps.append(ran.iterations)
-        finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
-        chosen = distinct[finite.index(min(finite))]
+            traces.append(list(ran.losses))
+        # the runs are compared after the steps all of them took (a time limit's shares end at different steps);
+        # where one took none, the start's losses tell nothing and the reading most rules gave is kept
+        common = min(steps)
+        at = [min((v if math.isfinite(v) else math.inf for v in t[:common + 1]), default=math.inf) for t in traces]
+        if stop_requested():  # Ctrl-C: the runs' own ends, the readings not tried last
+            finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
+            chosen = distinct[finite.index(min(finite))]
+        elif common == 0:
+            votes = [sum(torch.equal(labels, r) for r in readings.values()) for labels in distinct]
+            chosen = distinct[votes.index(max(votes))]
+        else:
+            chosen = distinct[at.index(min(at))]
         # probe_steps: each run's budget; probe_steps_run: the steps each took (fewer where its share of a time
-        # limit ran out, or where it met the tolerance)
+        # limit ran out, or where it met the tolerance); probe_compared: the losses at the steps all of them took
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
                         "probe_steps": probe.iterations, "probe_steps_run": steps, "probe_losses": losses,
-                        "chosen": chosen.tolist(), "interrupted": stop_requested()}
+                        "probe_compared": at, "compared_at": common, "chosen": chosen.tolist(),
+                        "interrupted": stop_requested()}
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:
@@ -430,7 +476,10 @@ class GradientMatching(Attack):
                                             progress=progress), choice, probes_s)
         why = self.refinement(obs, best.stop_reason)
         if why is None:
-            self._refine(obs, best, deadline, monitor, progress)
+            refined = self._refine(obs, best, deadline, monitor, progress)
+            ended = str((best.gauss_newton or {}).get("stop"))
+            if not refined and ended in ("time-limit", "interrupted") and best.stop_reason == "iterations":
+                best.stop_reason = ended  # the steps' budget was spent, and what would have followed was cut short
         elif best.stop_reason != "tolerance" and (note := self._size_note(obs, why)):
             best.message = add_note(best.message, note)
         if tried is not None:
@@ -568,6 +617,12 @@ class GradientMatching(Attack):
 
     def _optimise(self, obs: Observation, x0: torch.Tensor, labels: torch.Tensor | None, monitor: Monitor | None,
                   monitor_every: int, progress: bool) -> list[AttackResult]:
+        if monitor is not None and not callable(monitor):
+            raise UserError(f"monitor must be a function (step, x) -> dict of names to numbers, or None, got "
+                            f"{type(monitor).__name__} {monitor!r:.60}")
+        if monitor is not None and not _count(monitor_every):
+            raise UserError(f"monitor_every must be an integer of at least 1 (the steps between two calls of the "
+                            f"monitor), got {type(monitor_every).__name__} {monitor_every!r}")
         t0 = time.perf_counter()
         deadline = math.inf if self.time_limit is None else t0 + self.time_limit
         keep_freed_memory()
@@ -605,7 +660,11 @@ class GradientMatching(Attack):
                               since=milestones[-1] if milestones else 0, interrupted=interrupted)
                 if monitor is not None and run.stop != "diverged" and \
                         (step % monitor_every == 0 or run.stop is not None):
-                    run.extra.append({"step": step, **monitor(step, problem.x_of(Z[i]))})
+                    row = monitor(step, problem.x_of(Z[i]))
+                    if not isinstance(row, Mapping):
+                        raise UserError(f"a monitor must return a mapping of names to numbers such as "
+                                        f"{{'psnr': 21.5}}, got {type(row).__name__} {row!r:.60} at step {step}")
+                    run.extra.append({"step": step, **row})
                 if run.stop is None:
                     keep.append(i)
             while prune_at and len(keep) > 1 and max(step / horizon, (time.perf_counter() - t0) / (

@@ -180,8 +180,16 @@ def label_choice_line(c: dict) -> str:
         return (f"labels: the rules read different labels ({readings}); Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
     ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
-    runs = f"a {c['probe_steps']}-step run with each" if all(n == c["probe_steps"] for n in ran) else \
-        f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
+    if c.get("compared_at") == 0:
+        return (f"labels: the rules read different labels ({readings}); the short runs that compare them took no step "
+                f"within their shares of the time limit, so {c['chosen']}, the reading of the most rules, was kept")
+    if all(n == c["probe_steps"] for n in ran):
+        runs = f"a {c['probe_steps']}-step run with each"
+    else:
+        runs = f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
+        if "compared_at" in c and len(set(ran)) > 1:
+            runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
+            losses = sorted(c["probe_compared"])
     return (f"labels: the rules read different labels ({readings}); {runs} matched the message best with "
             f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 

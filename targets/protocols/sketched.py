@@ -78,12 +78,15 @@ class SketchedDP(Sketched):
 
     def privacy(self, rounds: int) -> dict:
         """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel
-        composition)."""
+        composition) at the theorem's delta; ``epsilon_rdp`` is None once that delta reaches 1 (T K delta_hat >= 1:
+        nothing is bounded)."""
         K = max(self.step_count(c) for c in range(self.clients))  # local steps per round (the most over clients)
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
         q = min(1.0, self.batch_size / n_c)
         # noise on the mean with sensitivity C is noise multiplier sigma*B/C on the sum of clipped gradients
         multiplier = self.sigma * self.batch_size / self.dp_clip
-        eps_rdp = accountant_epsilon(multiplier, q, rounds * K, delta_paper, accountant="rdp")
+        # at delta_paper >= 1 the composition bounds nothing, and no epsilon answers that delta (null)
+        eps_rdp = accountant_epsilon(multiplier, q, rounds * K, delta_paper, accountant="rdp") if delta_paper < 1 \
+            else None
         return {"sigma": self.sigma, "epsilon_paper": eps_paper, "delta_paper": delta_paper, "epsilon_rdp": eps_rdp}

@@ -376,6 +376,8 @@ def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
     assert torch.equal(result.x, plain.x) and result.gauss_newton["jacobians"] == 0
     assert result.message.endswith("stopped before their first step (the time limit was reached, or too little of "
                                    "it was left for a step): the first phase's iterate is kept")
+    # its steps all taken, the run stopped where the time limit cut what followed them
+    assert plain.stop_reason == "iterations" and result.stop_reason == "time-limit"
 
 
 def test_the_summary_line_names_the_steps_and_whether_they_were_kept():

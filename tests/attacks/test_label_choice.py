@@ -14,6 +14,7 @@ import json
 import pytest
 import torch
 
+import leakattack.attacks.gradient_matching as gm
 from leakattack.attacks.gradient_matching import LABEL_PROBE_STEPS
 from leakattack.attacks.labels import COMPARED_RULES, readings_to_compare, recover_labels_by_rule
 from leakattack.cli import main
@@ -122,5 +123,25 @@ def test_the_label_line_says_how_many_steps_each_reading_ran():
     assert "a 150-step run with each matched the message best with [0]" in label_choice_line(c)
     c["probe_steps_run"] = [41, 38]  # their shares of a time limit ran out
     assert "a run of at most 150 steps with each (41, 38 steps run) matched" in label_choice_line(c)
-    del c["probe_steps_run"]  # a run folder written before the steps were recorded
+    c.update(probe_steps_run=[41, 6], compared_at=6, probe_compared=[0.5, 0.3])  # compared where both had been
+    assert ("(41, 6 steps run), compared after 6 steps, matched the message best with [0] (loss 0.3 against 0.5)"
+            in label_choice_line(c))
+    c.update(probe_steps_run=[0, 0], compared_at=0, probe_compared=[0.9, 0.8])
+    assert ("took no step within their shares of the time limit, so [0], the reading of the most rules, was kept"
+            in label_choice_line(c))
+    for key in ("probe_steps_run", "compared_at", "probe_compared"):  # a run folder written before they were
+        del c[key]
     assert "a 150-step run with each" in label_choice_line(c)
+
+
+def test_label_runs_that_took_no_step_within_a_time_limit_keep_the_reading_of_the_most_rules(monkeypatch):
+    """Runs of 0 steps compare nothing but their starts: the majority of the rules decides instead."""
+    p = prepare(RunConfig(model="lenet", dataset="digits", batch_size=4, image_index=4, sketch="none", threads=1,
+                          iterations=600))
+    readings = {"pooled": torch.tensor([0, 1, 1, 2]), "sign": torch.tensor([4, 5, 6, 7]),
+                "llg": torch.tensor([4, 5, 6, 7]), "llg-star": torch.tensor([4, 5, 6, 7])}
+    monkeypatch.setattr(gm, "readings_to_compare", lambda *a, **k: readings)
+    p.attack.time_limit = 1e-9  # every run's share ends before its first step
+    labels, choice = p.attack.choose_labels(p.obs)
+    assert choice["probe_steps_run"] == [0, 0] and choice["compared_at"] == 0
+    assert labels.tolist() == [4, 5, 6, 7]
