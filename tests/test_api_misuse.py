@@ -95,3 +95,21 @@ def test_integer_images_are_refused_by_the_metrics():
         metrics.score(x, x.float() / 255)
     with pytest.raises(metrics.MetricsError, match=r"^the truth is uint8"):
         metrics.score(x.float() / 255, x)
+
+
+def test_a_channels_last_in_shape_is_warned_of_and_a_channels_first_one_is_not():
+    with pytest.warns(SettingWarning, match=r"^model 'lenet' is built for 32 input channels of 32 x 3 pixels: .*"
+                                            r"\(3, 32, 32\) may be what was meant"):
+        targets.get_model("lenet", in_shape=(32, 32, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        targets.get_model("lenet", in_shape=(3, 32, 32))
+        targets.get_model("lenet", in_shape=(1, 28, 28))
+
+
+@pytest.mark.parametrize("size", [0, 28.5, True, 5000])
+def test_an_image_size_that_is_no_pixel_count_is_one_sentence(size):
+    from leakattack.data import DataError, get_dataset
+
+    with pytest.raises(DataError, match=r"^image_size must be a whole number of pixels from 1 to 1024, got "):
+        get_dataset("photos", image_size=size)

@@ -21,6 +21,7 @@ tensors, so treat them as read-only; :func:`get_batch` returns clones.
 from __future__ import annotations
 
 import functools
+import numbers
 from pathlib import Path
 
 from leakattack.registry import Registry
@@ -29,6 +30,9 @@ from .base import BATCH_DRAWS, DataError, ImageSet, batch_positions, get_batch, 
 from .embedded import PHOTO_NAMES, PHOTO_SIZE, load_digits, load_photos
 from .folder import DEFAULT_SIZE, ImageFolderSet, load_imagefolder
 from .torchvision_sets import load_torchvision
+
+#: the largest --image-size (the run parameter's bound)
+MAX_IMAGE_SIZE = 1024
 
 _REGISTRY = Registry("dataset", DataError)
 _ORDER: list[str] = []  # registration order, which list_datasets() keeps (Registry.names() sorts)
@@ -79,6 +83,10 @@ def get_dataset(name: str, root=None, download: bool = False, train: bool = True
     if image_size is not None and not _REGISTRY.meta(key)["sizable"]:
         sizable = ", ".join(n for n in _ORDER if _REGISTRY.meta(n)["sizable"])
         raise DataError(f"--image-size applies to {sizable} only, not to {key} (its images have a fixed size)")
+    if image_size is not None and (isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral)
+                                   or not 1 <= int(image_size) <= MAX_IMAGE_SIZE):
+        raise DataError(f"image_size must be a whole number of pixels from 1 to {MAX_IMAGE_SIZE}, got "
+                        f"{type(image_size).__name__} {image_size!r}")
     size = None if image_size is None else int(image_size)
     if _REGISTRY.meta(key)["offline"]:
         return _load_cached(key, None, False, True, size)

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 
 import torch
 from torch import nn
 
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 from leakattack.registry import Registry
 from leakattack.seeds import check_seed, torch_generator
 
@@ -203,6 +204,10 @@ def _checked_in_shape(name: str, in_shape) -> tuple[int, ...]:
     if rank is not None and len(shape) != rank:
         what = " (channels, height, width)" if rank == 3 else ""
         raise UserError(f"model '{name}' takes an in_shape of {rank} entries{what}, got {shape}")
+    if rank == 3 and shape[2] in (1, 3, 4) and shape[0] not in (1, 3, 4) and shape[1] > shape[2]:
+        warnings.warn(f"model '{name}' is built for {shape[0]} input channels of {shape[1]} x {shape[2]} pixels: "
+                      f"in_shape is (channels, height, width), and ({shape[2]}, {shape[0]}, {shape[1]}) may be "
+                      "what was meant (images channels-last?)", SettingWarning, stacklevel=3)
     return shape
 
 
