@@ -80,6 +80,23 @@ class Observation:
     extra: dict = field(default_factory=dict)  #: distortion of the message, protocol details
     #: per BatchNorm layer, the (mean, variance) of the client's batch at its input, when the threat model grants them
     bn_stats: list | None = None
+    #: the victim's weights as the message was made (:func:`weights_state`; None: not recorded), which an attack
+    #: checks before it reconstructs: the message is of those weights (another victim put in since is taken as is)
+    weights: tuple | None = None
+
+    def weights_changed(self) -> str | None:
+        """How the victim's weights differ from those the message was made at, in words (None: they do not, or
+        they were not recorded)."""
+        if self.weights is None or self.weights[0] != id(self.victim):  # None, or another victim put in on purpose
+            return None
+        now, then = weights_state(self.victim)[1], self.weights[1]
+        if now == then:
+            return None
+        if len(now) != len(then) or any(a[2] != b[2] for a, b in zip(now, then)):
+            return "which weights are trainable changed"
+        if any(a[3:] != b[3:] for a, b in zip(now, then)):
+            return "they moved to another dtype or device"
+        return "they were changed in place (an optimiser step, load_state_dict)"
 
     @property
     def d(self) -> int:
@@ -93,6 +110,13 @@ class Observation:
     def input_shape(self) -> tuple:
         """Shape of the data the attacker reconstructs: (B, *victim.input_shape)."""
         return (self.batch_size, *self.victim.input_shape)
+
+
+def weights_state(victim: Victim) -> tuple:
+    """The victim's identity and, per parameter: its storage, its in-place version counter (which every in-place
+    change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device."""
+    return id(victim), tuple((p.data_ptr(), p._version, p.requires_grad, p.dtype, p.device)
+                             for p in victim.model.parameters())
 
 
 def gradient_of(victim: Victim, x: torch.Tensor, labels: torch.Tensor, per_example: bool,
@@ -286,7 +310,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         y=y, victim=victim, forward=attacker_forward(victim, channel, threat), linear_map=channel.sketch,
         batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
         g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
-        extra=extra, bn_stats=granted_bn_stats(victim, x, threat),
+        extra=extra, bn_stats=granted_bn_stats(victim, x, threat), weights=weights_state(victim),
     )
 
 

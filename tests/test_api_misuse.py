@@ -113,3 +113,24 @@ def test_an_image_size_that_is_no_pixel_count_is_one_sentence(size):
 
     with pytest.raises(DataError, match=r"^image_size must be a whole number of pixels from 1 to 1024, got "):
         get_dataset("photos", image_size=size)
+
+
+def test_an_observation_whose_victim_changed_since_is_refused_by_every_attack():
+    from leakattack import get_attack
+
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10).to(torch.float64)
+    x, labels = torch.rand(1, 1, 28, 28, dtype=torch.float64), torch.tensor([3])
+    channel = Channel(get_sketch("none", victim.d, victim.d))
+    attack = get_attack("gradient-matching", iterations=2, threads=1)
+    obs = observe(victim, x, labels, channel)
+    attack.reconstruct(obs)
+    attack.reconstruct(obs)  # attacking leaves the weights as they were
+    with torch.no_grad():
+        next(victim.model.parameters()).add_(0.1)  # an optimiser's step
+    with pytest.raises(UserError, match=r"^the victim's weights are not those this observation's message was made at "
+                                        r"\(they were changed in place"):
+        attack.reconstruct(obs)
+    obs = observe(victim, x, labels, channel)
+    next(victim.model.parameters()).requires_grad_(False)
+    with pytest.raises(UserError, match=r"\(which weights are trainable changed since observe\)"):
+        get_attack("rgap").reconstruct(obs)

@@ -123,6 +123,10 @@ def _checking_observation(reconstruct):
         if not isinstance(obs, Observation):
             raise UserError(f"attack '{self.name}' reconstructs from an Observation (leakattack.observe(victim, x, "
                             f"labels, channel)), got {type(obs).__name__} {obs!r:.60}")
+        changed = obs.weights_changed()
+        if changed:
+            raise UserError(f"the victim's weights are not those this observation's message was made at ({changed} "
+                            "since observe): observe the client again at the weights to attack")
         obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
         return reconstruct(self, obs, *args, **kwargs)
 
