@@ -134,3 +134,21 @@ def test_an_observation_whose_victim_changed_since_is_refused_by_every_attack():
     next(victim.model.parameters()).requires_grad_(False)
     with pytest.raises(UserError, match=r"\(which weights are trainable changed since observe\)"):
         get_attack("rgap").reconstruct(obs)
+
+
+def test_the_metrics_refuse_probabilities_as_labels_and_assess_names_what_it_takes():
+    x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with pytest.raises(metrics.MetricsError, match=r"^the predicted labels must be class indices, got float32 values "
+                                                   r"such as 0\.9 \(probabilities"):
+        metrics.score(x, x, labels_hat=torch.tensor([1.0, 0.9]), labels=torch.tensor([1, 0]))
+    assert metrics.score(x, x, labels_hat=torch.tensor([1.0, 0.0]), labels=torch.tensor([1, 0]))["label_acc"] == 1.0
+
+    class Result:
+        x = x0 = torch.rand(2, 3, 16, 16)
+        labels = None
+
+    with pytest.raises(metrics.MetricsError, match=r"^assess takes the truth x as a torch tensor .*got ndarray"):
+        metrics.assess(Result(), x.numpy())
+    with pytest.raises(metrics.MetricsError, match=r"^dataset must be the image set the truth comes from \(leakattack"
+                                                   r"\.get_dataset\(name\)\) or None, got str 'photos'"):
+        metrics.assess(Result(), x, dataset="photos")

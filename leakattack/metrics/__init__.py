@@ -113,6 +113,11 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     """
     if not hasattr(result, "x") or not hasattr(result, "x0"):
         raise MetricsError(f"assess takes an attack's result (an AttackResult), not {type(result).__name__}")
+    if not isinstance(x, torch.Tensor):
+        raise MetricsError(f"assess takes the truth x as a torch tensor of shape (B, C, H, W), got {type(x).__name__}")
+    if dataset is not None and not (hasattr(dataset, "rows") and hasattr(dataset, "in_shape")):
+        raise MetricsError(f"dataset must be the image set the truth comes from (leakattack.get_dataset(name)) or "
+                           f"None, got {type(dataset).__name__} {dataset!r:.60}")
     truth = x.detach()
 
     def scored(images, labels_hat=None):

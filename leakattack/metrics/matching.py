@@ -8,10 +8,21 @@ import torch
 from .base import MetricsError, check_pair
 
 
+def _classes(labels, what: str) -> torch.Tensor:
+    """``labels`` as a flat tensor of class indices; floating-point values that are not whole numbers (class
+    probabilities, one-hot rows) are one MetricsError sentence, not truncated to a class."""
+    t = torch.as_tensor(labels).reshape(-1).cpu()
+    if t.is_floating_point() and not bool((t == t.round()).all()):
+        odd = float(t[t != t.round()][0])
+        raise MetricsError(f"{what} must be class indices, got {str(t.dtype)[6:]} values such as {odd:g} "
+                           "(probabilities or one-hot rows: take their argmax first)")
+    return t
+
+
 def label_accuracy(pred, true) -> float:
     """Fraction of positions where the predicted label equals the true label."""
-    p = torch.as_tensor(pred).reshape(-1).cpu()
-    t = torch.as_tensor(true).reshape(-1).cpu()
+    p = _classes(pred, "the predicted labels")
+    t = _classes(true, "the true labels")
     if p.numel() != t.numel() or t.numel() == 0:
         raise MetricsError(f"label accuracy needs two non-empty label lists of one length, got "
                            f"{p.numel()} and {t.numel()}")
@@ -24,8 +35,8 @@ def label_overlap(pred, true) -> float:
     The label accuracy of batch label recovery (iDLG/LLG/iLRG, breaching): it
     does not depend on which reconstructed image carries which label.
     """
-    p = torch.as_tensor(pred).reshape(-1).cpu().long()
-    t = torch.as_tensor(true).reshape(-1).cpu().long()
+    p = _classes(pred, "the predicted labels").long()
+    t = _classes(true, "the true labels").long()
     if p.numel() != t.numel() or t.numel() == 0:
         raise MetricsError(f"label accuracy needs two non-empty label lists of one length, got "
                            f"{p.numel()} and {t.numel()}")
