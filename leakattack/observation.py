@@ -29,6 +29,7 @@ from targets.protocols import ClientMessage
 from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers
 
 from .channel import Channel
+from .data.base import outside_unit_range
 from .errors import SettingWarning, UserError
 from .seeds import check_seed, torch_generator
 
@@ -289,12 +290,12 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
         raise UserError(why)
-    if len(victim.input_shape) == 3:  # images (C, H, W): the attack's box, its priors and the metrics take [0, 1]
-        low, high = float(x.min()), float(x.max())
-        if low < -1e-4 or high > 1 + 1e-4:
-            warnings.warn(f"x holds values from {low:.4g} to {high:.4g}, and leakattack takes images in [0, 1] (its "
-                          "box constraint, image priors, start and metrics assume them): pass the images themselves "
-                          "and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning, stacklevel=2)
+    # images (C, H, W): the attack's box, its priors and the metrics take [0, 1]
+    if len(victim.input_shape) == 3 and (outside := outside_unit_range(x)):
+        warnings.warn(f"x holds values from {outside[0]:.4g} to {outside[1]:.4g}, and leakattack takes images in "
+                      "[0, 1] (its box constraint, image priors, start and metrics assume them): pass the images "
+                      "themselves and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning,
+                      stacklevel=2)
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()

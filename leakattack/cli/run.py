@@ -175,7 +175,6 @@ def _steps(m) -> str:
 def label_choice_line(c: dict) -> str:
     """How the labels were chosen between differing readings, in one line."""
     readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())
-    losses = sorted(c["probe_losses"])
     if c.get("interrupted"):
         return (f"labels: the rules read different labels ({readings}); Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
@@ -183,13 +182,14 @@ def label_choice_line(c: dict) -> str:
     if c.get("compared_at") == 0:
         return (f"labels: the rules read different labels ({readings}); the short runs that compare them took no step "
                 f"within their shares of the time limit, so {c['chosen']}, the reading of the most rules, was kept")
+    uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
     if all(n == c["probe_steps"] for n in ran):
         runs = f"a {c['probe_steps']}-step run with each"
     else:
         runs = f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
-        if "compared_at" in c and len(set(ran)) > 1:
+        if uneven:
             runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
-            losses = sorted(c["probe_compared"])
+    losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
     return (f"labels: the rules read different labels ({readings}); {runs} matched the message best with "
             f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 

@@ -104,6 +104,8 @@ CHECK_DEFAULTS = {"model": "linreg", "sketch": "none", "sketch_ratio": 0.5}
 DEFAULT_SAMPLES = {"linreg": 200, "logreg": 100, "mlp": 48, "lenet": 24}
 #: the smallest image side every run can score: SSIM's Gaussian window is this wide
 SSIM_WIN = 11
+#: the largest image side --image-size takes
+MAX_IMAGE_SIZE = 1024
 #: the flags of the attacks' own options, by attack (``leakattack run --help`` names them; they are added to the
 #: parser once the attacks are imported)
 ATTACK_OPTION_FLAGS = {"analytic": ("--sweeps",), "imprint": ("--bins", "--query")}
@@ -121,7 +123,8 @@ SOURCES = {
     "SECOND_MOMENTS": "targets.protocols:SECOND_MOMENTS", "SERVER_OPTS": "targets.protocols:SERVER_OPTS",
     "MODEL_DEFAULTS": "leakattack.training:MODEL_DEFAULTS", "CHECK_TARGETS": "leakattack.theory:CHECK_TARGETS",
     "DEFAULT_SAMPLES": "leakattack.theory:DEFAULT_SAMPLES", "BATCH_DRAWS": "leakattack.data:BATCH_DRAWS",
-    "SSIM_WIN": "leakattack.metrics:SSIM_WIN", "ATTACK_OPTION_FLAGS": "leakattack.attacks:ATTACK_OPTION_FLAGS",
+    "SSIM_WIN": "leakattack.metrics:SSIM_WIN", "MAX_IMAGE_SIZE": "leakattack.data:MAX_IMAGE_SIZE",
+    "ATTACK_OPTION_FLAGS": "leakattack.attacks:ATTACK_OPTION_FLAGS",
 }
 
 __all__ = ["Listed", "live", "checked_by", "SOURCES", "MODELS", "SKETCHES", "DATASETS", "ATTACKS", "RECIPES",

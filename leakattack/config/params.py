@@ -197,7 +197,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "how a batch's other images are taken: consecutive (images I..I+B-1 from --image-index I), class (image "
           "I and the next B-1 images of its class: a client holding one class) or random (B-1 more drawn at "
           "random, seeded by I)", "data"),
-    Param("image_size", None, Optional(Number(names.SSIM_WIN, 1024, integer=True)), "image size",
+    Param("image_size", None, Optional(Number(names.SSIM_WIN, names.MAX_IMAGE_SIZE, integer=True)), "image size",
           "image side in pixels: the embedded photos are cut at this size (real crops; default 32), image folders "
           f"are resized and centre-cropped to it (default 224); at least {names.SSIM_WIN}, SSIM's window", "data"),
     # output and machine

@@ -31,7 +31,7 @@ from .embedded import PHOTO_NAMES, PHOTO_SIZE, load_digits, load_photos
 from .folder import DEFAULT_SIZE, ImageFolderSet, load_imagefolder
 from .torchvision_sets import load_torchvision
 
-#: the largest --image-size (the run parameter's bound)
+#: the largest image side a set is cut to (--image-size's bound)
 MAX_IMAGE_SIZE = 1024
 
 _REGISTRY = Registry("dataset", DataError)

@@ -132,4 +132,16 @@ def train_test_split(ds: ImageSet, test_fraction: float = 0.2, seed: int = 0):
     return parts[0], parts[1]
 
 
-__all__ = ["DataError", "ImageSet", "get_batch", "train_test_split"]
+#: how far outside [0, 1] images may reach (round-off of a resize or a colour conversion) before they are not taken
+#: as images in [0, 1]
+RANGE_SLACK = 1e-4
+
+
+def outside_unit_range(x) -> tuple[float, float] | None:
+    """(lowest, highest) value of images (a tensor) that reach outside [0, 1] by more than :data:`RANGE_SLACK`, else
+    None."""
+    low, high = float(x.min()), float(x.max())
+    return (low, high) if low < -RANGE_SLACK or high > 1 + RANGE_SLACK else None
+
+
+__all__ = ["DataError", "ImageSet", "get_batch", "train_test_split", "RANGE_SLACK", "outside_unit_range"]

@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from ..data.base import outside_unit_range
 from ..rebuilt import (
     BASELINES,
     FAILED_PARTS,
@@ -67,6 +68,11 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     image's label with the true label of the image it was matched to.
     """
     check_pair(x_hat, x)
+    outside = outside_unit_range(x)  # the scale of PSNR's peak of 1, SSIM's constants and LPIPS
+    if outside:
+        raise MetricsError(f"the truth holds values from {outside[0]:.4g} to {outside[1]:.4g}, and the metrics take "
+                           "images in [0, 1] (pixels 0-255: divide by 255; normalised data: score the images before "
+                           "normalising)")
     x_hat = x_hat.detach()
     x = x.detach().to(x_hat.device)
     b = x.shape[0]

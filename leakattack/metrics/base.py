@@ -12,8 +12,7 @@ class MetricsError(UserError):
 
 
 def check_pair(x_hat: torch.Tensor, x: torch.Tensor) -> None:
-    """Raise MetricsError unless both are 4-D floating-point tensors of the same shape, the truth ``x`` in [0, 1]
-    (the scale PSNR's peak of 1, SSIM's constants and LPIPS assume; a reconstruction outside it is the attack's)."""
+    """Raise MetricsError unless both are 4-D floating-point tensors of the same shape."""
     if not isinstance(x_hat, torch.Tensor) or not isinstance(x, torch.Tensor):
         raise MetricsError("images must be torch tensors of shape (B, C, H, W)")
     if x.ndim != 4 or x_hat.shape != x.shape:
@@ -23,15 +22,6 @@ def check_pair(x_hat: torch.Tensor, x: torch.Tensor) -> None:
         if not t.is_floating_point():
             raise MetricsError(f"{what} is {str(t.dtype)[6:]}; the metrics take floating-point images in [0, 1] "
                                "(uint8 pixels: x.float() / 255)")
-    low, high = float(x.min()), float(x.max())
-    if low < -RANGE_SLACK or high > 1 + RANGE_SLACK:
-        raise MetricsError(f"the truth holds values from {low:.4g} to {high:.4g}, and the metrics take images in "
-                           "[0, 1] (pixels 0-255: divide by 255; normalised data: score the images before "
-                           "normalising)")
 
 
-#: how far outside [0, 1] a truth may reach (round-off of a resize or a colour conversion) before it is refused
-RANGE_SLACK = 1e-4
-
-
-__all__ = ["MetricsError", "check_pair", "RANGE_SLACK"]
+__all__ = ["MetricsError", "check_pair"]
