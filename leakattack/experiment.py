@@ -508,7 +508,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
         reconstruction_figure(folder / "reconstruction.png", case.x, None if closed else r.x0[order],
                               r.x.clamp(0, 1)[order], m.psnr_each, m.ssim_each, title,
                               verdict=verdict_line(m.to_dict()),
-                              returned="returned: the start" if m.attacked is False else "reconstruction")
+                              returned="returned: the start" if m.attacked is False else "reconstruction",
+                              verdict_each=m.verdict_each)
     write_tensors(folder / "reconstruction.pt", {
         "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
         "labels": None if r.labels is None else r.labels[order].detach().cpu()})

@@ -80,12 +80,70 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     out["baseline_psnr"], out["baseline_ssim"] = best_p[1], best_s[1]
     out["baseline_lpips"] = _best({n: out[f"baseline_{n}_lpips"] for n in BASELINES}, higher=False)[1]
     out["verdict"] = verdict(scores.get("psnr"), scores.get("ssim"), best_p[1], best_s[1])
+    out["verdict_each"] = verdict_each(scores, baselines)
     out["verdict_baseline"] = None
     if out["verdict"] == NOT_REBUILT:
         psnr_decides = scores.get("psnr") is None or (
             best_p[1] is not None and scores["psnr"] <= best_p[1] + VERDICT_PSNR_MARGIN_DB)
         out["verdict_baseline"] = best_p[0] if psnr_decides or best_s[0] is None else best_s[0]
     return out
+
+
+def verdict_each(scores: dict, baselines: dict[str, dict | None]) -> list[str] | None:
+    """The verdict of each true image on its own, in the truth's order: its matched reconstruction's PSNR and SSIM
+    (``psnr_each``, ``ssim_each`` of :func:`leakattack.metrics.score`) against the better of the baselines' scores
+    of that image, by :func:`verdict`'s rule.  None without per-image scores (no truth).
+
+    A batch's verdict is taken on its means, and a mean can hide images: two photographs rebuilt exactly and two
+    not at all average to about 100 dB (each PSNR is capped at 200 dB), one image rebuilt in a batch of eight can
+    leave the mean within the margin.  These verdicts say which images came back."""
+    psnr, ssim = scores.get("psnr_each"), scores.get("ssim_each")
+    if not psnr or not ssim:
+        return None
+    rows = [s for s in baselines.values() if s is not None]
+    out = []
+    for i, (p, q) in enumerate(zip(psnr, ssim)):
+        bp = _best({n: s["psnr_each"][i] for n, s in enumerate(rows)})[1]
+        bs = _best({n: s["ssim_each"][i] for n, s in enumerate(rows)})[1]
+        out.append(verdict(p, q, bp, bs))
+    return out
+
+
+def rebuilt_images(m: Mapping) -> tuple[int, int] | None:
+    """(how many images of the batch are rebuilt on their own, the batch size) of a run (a metrics.json dict), or
+    None where the run has no per-image verdicts (no truth; written before they existed)."""
+    each = m.get("verdict_each")
+    if not each:
+        return None
+    return sum(v == REBUILT for v in each), len(each)
+
+
+def images_words(m: Mapping) -> str | None:
+    """Where a batch's per-image verdicts differ from its verdict on the means: ``2 of 4 images`` for a batch that
+    is rebuilt, ``1 of 4 images rebuilt`` for one that is not; None where they agree (every image rebuilt, or none
+    rebuilt, as the batch), for one image, and without per-image verdicts."""
+    counts = rebuilt_images(m)
+    if counts is None or counts[1] < 2:
+        return None
+    k, n = counts
+    if m.get("verdict") == REBUILT and k < n:
+        return f"{k} of {n} images"
+    if m.get("verdict") == NOT_REBUILT and k > 0:
+        return f"{k} of {n} images rebuilt"
+    return None
+
+
+def images_note(m: Mapping) -> str | None:
+    """A sentence for a batch whose per-image verdicts differ from its verdict on the means (:func:`images_words`):
+    which images are rebuilt on their own and which not; None where they agree."""
+    if images_words(m) is None:
+        return None
+    each = m["verdict_each"]
+    yes = [str(i) for i, v in enumerate(each) if v == REBUILT]
+    no = [str(i) for i, v in enumerate(each) if v != REBUILT]
+    return (f"on their own, image{'s' if len(yes) > 1 else ''} {', '.join(yes)} of the batch (in the truth's order) "
+            f"{'are' if len(yes) > 1 else 'is'} rebuilt and {', '.join(no)} not; the batch's verdict is taken on its "
+            "mean PSNR and SSIM (each image's verdict: metrics.json's verdict_each; look at reconstruction.png)")
 
 
 def baseline_words(name: str | None, mean_image: str | None = None) -> str:
@@ -250,7 +308,8 @@ def closed_forms_line(names: list[str]) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "short_metric", "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
+           "verdict", "judge", "verdict_each", "rebuilt_images", "images_words", "images_note", "short_metric",
+           "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",
            "FAILED_PARTS"]

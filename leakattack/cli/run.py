@@ -12,7 +12,7 @@ from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
-from ..rebuilt import why_not_rebuilt
+from ..rebuilt import images_note, images_words, why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -23,7 +23,10 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     line starts with the verdict (:func:`leakattack.metrics.verdict`) and puts
     PSNR and SSIM beside the better baselines', a reconstruction that is not
     rebuilt naming the metric that kept it from rebuilt
-    (:func:`leakattack.rebuilt.why_not_rebuilt`).  The final loss is named after the
+    (:func:`leakattack.rebuilt.why_not_rebuilt`).  Where a batch's images on
+    their own disagree with its verdict on the means, the verdict says how
+    many came back (``rebuilt (2 of 4 images)``, ``not rebuilt (...; 1 of 4
+    images rebuilt)``: :func:`leakattack.rebuilt.images_words`).  The final loss is named after the
     ``objective`` it is (``L_R`` for the squared distance, the cosine distance
     for ``cosine``, the relative residual of a closed-form attack's solve for
     ``residual``); a defended run adds its defense, ε and, with ``--utility``,
@@ -44,10 +47,13 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
     against = (f"PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} against {_db(m.baseline_psnr)}, "
                f"{_ssim(m.baseline_ssim)} for the better baseline | LPIPS {lp} | ")
+    images = images_words(m.to_dict())
     if m.verdict == "not rebuilt":
-        return f"not rebuilt ({why_not_rebuilt(m.to_dict())[0]}) | {against}{tail}{folder}"
+        why = why_not_rebuilt(m.to_dict())[0] + (f"; {images}" if images else "")
+        return f"not rebuilt ({why}) | {against}{tail}{folder}"
     if m.verdict == "rebuilt":
-        return f"rebuilt | {against if m.baseline_psnr is not None else scores}{tail}{folder}"
+        return f"rebuilt{f' ({images})' if images else ''} | " \
+               f"{against if m.baseline_psnr is not None else scores}{tail}{folder}"
     return f"{scores}{tail}{folder}"
 
 
@@ -124,6 +130,9 @@ def cmd_run(a) -> int:
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed
                       or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
         print(f"note: {m.message}", file=sys.stderr)
+    images = images_note(m.to_dict())
+    if images:
+        print(f"note: {images}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
         record = m.to_dict()
         ahead = why_not_rebuilt(record)[1] if m.attacked is not False and m.truth is not False else None

@@ -35,7 +35,7 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
-from ..rebuilt import why_not_rebuilt
+from ..rebuilt import images_note, why_not_rebuilt
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -442,16 +442,19 @@ def _per_image(m: RunMetrics) -> str:
     truth = m.labels_true or []
     rows = []
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
+    each = m.verdict_each or []  # each image's own verdict against its baselines (older runs: none)
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
+        own = f"<td>{_e(each[i])}</td>" if each else ""
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
-                    f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td></tr>")
+                    f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc = m.label_acc
     lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
-            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th></tr>" + "".join(rows) + "</table></div>" + more + lab)
+            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th>" + ("<th>verdict on its own</th>" if each else "")
+            + "</tr>" + "".join(rows) + "</table></div>" + more + lab)
 
 
 def _run_verdict(m: RunMetrics) -> str:
@@ -473,6 +476,8 @@ def _run_verdict(m: RunMetrics) -> str:
         reason = f" Reason: {why}." if why and m.verdict_baseline is not None else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
+        images = images_note(m.to_dict())  # a batch whose images on their own disagree with the verdict
+        more += f" {images[:1].upper()}{images[1:]}." if images else ""
         lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(reason)}'
                      f"{_e(more)}</p>")
     rows = [
@@ -737,7 +742,8 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     rows = stored if stored is not None else summarize(records)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
-    plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in ("rebuilt",) + FAILED_COLUMNS]
+    shares = ("rebuilt", "rebuilt_images") + FAILED_COLUMNS
+    plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in shares]
     shared = [c for c in plain if len({json.dumps(r.get(c)) for r in rows}) == 1 and len(rows) > 1]
     template = (meta.get("base") or {}).get("defense")
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
@@ -752,6 +758,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         f"<th>{_heading(METRIC_NAMES.get(s, s))}</th>" for s in stems)
     if any("rebuilt" in r for r in rows):
         head += "<th>rebuilt</th>"
+    images = any("rebuilt_images" in r for r in rows)  # batches: the share of images rebuilt on their own
+    if images:
+        head += "<th>images rebuilt on their own</th>"
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
     if failed:
         head += "<th>failed: labels / objective / search</th>"
@@ -768,6 +777,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
         if "rebuilt" in head:
             share = r.get("rebuilt")
+            cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
+        if images:
+            share = r.get("rebuilt_images")
             cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
         if failed:
             counts = [r.get(c) for c in FAILED_COLUMNS]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..rebuilt import NOT_REBUILT, why_not_rebuilt
+from ..rebuilt import NOT_REBUILT, REBUILT, images_words, why_not_rebuilt
 from .common import plt, save, to_hwc
 
 #: the y label of the convergence figure: the quantity the attack minimised, by objective
@@ -24,7 +24,9 @@ MAX_WIDTH_IN = 12.0
 def verdict_line(m: Mapping) -> str:
     """A run's verdict (a metrics.json dict) for its figure's title, with the better baseline's PSNR and SSIM, so
     that a copied figure does not read as a plain score: ``not rebuilt (PSNR within 1 dB of the data set's mean
-    image): better baseline 13.64 dB / 0.188``; a run that attacked nothing says so; "" without a verdict."""
+    image): better baseline 13.64 dB / 0.188``, with how many of a batch's images are rebuilt on their own where that
+    differs from the verdict (``rebuilt (2 of 4 images): ...``); a run that attacked nothing says so; "" without a
+    verdict."""
     if m.get("attacked") is False:
         return "nothing attacked: the image shown as returned is the attack's start"
     verdict = m.get("verdict")
@@ -32,12 +34,14 @@ def verdict_line(m: Mapping) -> str:
         return ""
     bp, bs = m.get("baseline_psnr"), m.get("baseline_ssim")
     base = f"better baseline {bp:.2f} dB / {bs:.3f}" if bp is not None and bs is not None else "no baseline scored"
-    why = f" ({why_not_rebuilt(m)[0]})" if verdict == NOT_REBUILT else ""
-    return f"{verdict}{why}: {base}"
+    why = why_not_rebuilt(m)[0] if verdict == NOT_REBUILT else ""
+    images = images_words(m)  # a batch whose images on their own disagree with its verdict on the means
+    why = "; ".join(w for w in (why, images) if w)
+    return f"{verdict}{f' ({why})' if why else ''}: {base}"
 
 
 def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title: str = "", verdict: str = "",
-                          returned: str = "reconstruction") -> None:
+                          returned: str = "reconstruction", verdict_each=None) -> None:
     """The attacked batch beside its reconstruction, in ground-truth order.
 
     Up to :data:`MAX_ROWS` images: one row each, truth | start | reconstruction
@@ -46,14 +50,18 @@ def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title
     left and reconstruction right, with the image's index and PSNR under each pair
     and the means in the title; the start images are left out.  ``verdict``
     (:func:`verdict_line`) is a line of the title; ``returned`` names the
-    reconstruction's panel (the start itself where nothing was attacked).
+    reconstruction's panel (the start itself where nothing was attacked);
+    ``verdict_each`` (each image's own verdict, metrics.json's) marks, in a batch
+    whose images' verdicts differ, the images rebuilt on their own.
     Constrained layout keeps every title and label clear of the images at any
     batch size.
     """
+    each = list(verdict_each or [])
+    marks = [" (rebuilt)" if v == REBUILT else "" for v in each] if len(set(each)) > 1 else [""] * truth.shape[0]
     if truth.shape[0] <= MAX_ROWS:
-        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title, verdict, returned)
+        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title, verdict, returned, marks)
     else:
-        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title, verdict)
+        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title, verdict, marks)
     save(fig, path)
 
 
@@ -72,7 +80,7 @@ def _show(ax, a: np.ndarray, interpolation: str) -> None:
 
 
 def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict: str = "",
-                 returned: str = "reconstruction"):
+                 returned: str = "reconstruction", marks=None):
     n, panels = truth.shape[0], 2 if start is None else 3
     width = 2.0 * panels
     head = "\n".join(line for text in (title, verdict) if text for line in textwrap.wrap(text, int(14 * width)))
@@ -81,7 +89,7 @@ def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict:
     interpolation = _interpolation(truth.shape[-1], 1.8 * DPI)  # a panel is about 1.8 in wide
     for i in range(n):
         cells = [(truth[i], "truth"), *([] if start is None else [(start[i], "start")]),
-                 (recon[i], f"{returned}\nPSNR {_shown(psnr_each[i], '.1f', ' dB')}, "
+                 (recon[i], f"{returned}{marks[i] if marks else ''}\nPSNR {_shown(psnr_each[i], '.1f', ' dB')}, "
                             f"SSIM {_shown(ssim_each[i], '.3f')}")]
         for ax, (img, label) in zip(axes[i], cells):
             _show(ax, to_hwc(img), interpolation)
@@ -92,7 +100,7 @@ def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict:
     return fig
 
 
-def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str = ""):
+def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str = "", marks=None):
     n, _, h, w = truth.shape
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
@@ -122,7 +130,7 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
         ax.set_yticks([])
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_xlabel(f"{i}: {_shown(psnr[i], '.1f', ' dB')}", fontsize=6, labelpad=1.5)
+        ax.set_xlabel(f"{i}: {_shown(psnr[i], '.1f', ' dB')}{marks[i] if marks else ''}", fontsize=6, labelpad=1.5)
     fig.suptitle(head, fontsize=9)
     return fig
 

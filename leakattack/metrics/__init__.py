@@ -31,10 +31,13 @@ from ..rebuilt import (
     failed_counts,
     failed_kind,
     failed_part,
+    images_words,
     judge,
     nothing_attacked,
     objective_failed,
+    rebuilt_images,
     verdict,
+    verdict_each,
 )
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
@@ -139,7 +142,8 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
            "in_range", "mse", "psnr", "ssim", "lpips_distance", "lpips_missing", "lpips_module", "alexnet_weights_path",
            "match", "label_accuracy", "label_overlap", "score", "assess",
-           "verdict", "judge", "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",
+           "verdict", "judge", "verdict_each", "rebuilt_images", "images_words",
+           "nothing_attacked", "failed_part", "failed_counts", "failed_kind", "FAILED_PARTS",
            "closed_forms_line", "objective_failed", "REBUILT",
            "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",

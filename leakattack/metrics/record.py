@@ -81,6 +81,9 @@ class RunMetrics:
     baseline_lpips: float | None
     verdict: str | None
     verdict_baseline: str | None
+    #: the verdict of each true image on its own against its baselines, in ground-truth order
+    #: (``leakattack.rebuilt.verdict_each``); written for runs with a truth
+    verdict_each: list[str] | None = None
     baseline_mean_image: str | None
 
     # whether the message determines the input where the run converged
@@ -193,7 +196,7 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "row_space_solve", "closed_forms", "objective_at", "peak_memory"})
+                       "row_space_solve", "closed_forms", "objective_at", "peak_memory", "verdict_each"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -141,7 +141,8 @@ def summary_value(metrics: dict, name: str) -> float | None:
 def summarize(records: list[dict]) -> list[dict]:
     """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
     epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
-    whose verdict is rebuilt (left out when no point has a verdict), and
+    whose verdict is rebuilt (left out when no point has a verdict), on batches ``rebuilt_images``, the share of
+    their images rebuilt on their own (``verdict_each``; left out for single images and older results), and
     ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
     failed in their label reading, their objective and their search (:func:`leakattack.rebuilt.failed_kind`; left
     out when none of them tells)."""
@@ -164,11 +165,30 @@ def summarize(records: list[dict]) -> list[dict]:
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
+        each = [v for r in recs for v in (r["metrics"].get("verdict_each") or ())]
+        if each and any(len(r["metrics"].get("verdict_each") or ()) > 1 for r in recs):
+            # on batches, the share of their images rebuilt on their own (metrics.verdict_each), which a batch's
+            # verdict on its means can hide
+            row["rebuilt_images"] = sum(v == REBUILT for v in each) / len(each)
         failed = failed_counts(r["metrics"] for r in recs)
         if sum(failed.values()):
             row.update(zip(FAILED_COLUMNS, failed.values(), strict=True))
         rows.append(row)
+    if any("rebuilt_images" in r for r in rows):  # its column beside rebuilt's, empty for single images
+        rows = [_after(r, "rebuilt", "rebuilt_images") for r in rows]
     return rows
+
+
+def _after(row: dict, before: str, key: str) -> dict:
+    """``row`` with ``key`` (None where it has none) moved to just after ``before`` (or to the end without it)."""
+    value, out = row.get(key), {}
+    for k, v in row.items():
+        if k != key:
+            out[k] = v
+        if k == before:
+            out[key] = value
+    out.setdefault(key, value)
+    return out
 
 
 def series_keys(records: list[dict], exclude=()) -> list[str]:

@@ -626,3 +626,23 @@ def test_the_sweep_table_shows_an_infinite_epsilon_as_infinity():
     # an undefended setting has no ε to show
     plain = {**records[1], "key": "p", "grid": {"sigma": 9.0}, "metrics": {"psnr": 9.0, "ssim": 0.1, "d": 10, "b": 5}}
     assert "∞" not in _summary_table([records[1], plain], {}, None)
+
+
+def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_which(tmp_path):
+    """A batch rebuilt on its means with two of its four images not rebuilt on their own: the per-image table gives
+    each image's verdict and the verdict paragraph names the images; a run written before per-image verdicts has
+    no such column."""
+    each = ["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"]
+    mixed = _with_metrics(tmp_path, "mixed", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
+                          psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04],
+                          labels_true=[0, 1, 2, 3])
+    text = build_report([mixed])
+    table = text[text.index("<h4>Per image"):text.index("<h3>Verdict and baselines</h3>")]
+    assert "<th>verdict on its own</th>" in table
+    assert "<tr><td class=key>1</td><td>1</td><td>8.10</td><td>0.0500</td><td>not rebuilt</td></tr>" in table
+    assert ("On their own, images 0, 2 of the batch (in the truth&#x27;s order) are rebuilt and 1, 3 not; the "
+            "batch&#x27;s verdict is taken on its mean PSNR and SSIM") in text
+    older = json.loads((RUN / "metrics.json").read_text())
+    assert "verdict_each" not in older or len(older["verdict_each"]) == 1
+    plain = _with_metrics(tmp_path, "plain")
+    assert "On their own" not in build_report([plain])

@@ -155,3 +155,30 @@ def test_a_grid_of_pairs_carries_the_verdict_in_its_title(tmp_path, drawn):
     fig = drawn["reconstruction"]
     assert "better baseline 13.64 dB / 0.188" in fig._suptitle.get_text().replace("\n", " ")
     assert_no_overlaps(fig)
+
+
+def test_the_verdict_line_counts_a_batchs_images_where_they_differ_from_its_verdict():
+    mixed = {**VERDICT, "verdict": "rebuilt", "verdict_each": ["rebuilt", "not rebuilt"]}
+    assert run_figures.verdict_line(mixed) == "rebuilt (1 of 2 images): better baseline 13.64 dB / 0.188"
+    hidden = {**VERDICT, "verdict_each": ["not rebuilt", "rebuilt", "not rebuilt"]}
+    assert run_figures.verdict_line(hidden) == ("not rebuilt (no better than the data set's mean image; 1 of 3 "
+                                                "images rebuilt): better baseline 13.64 dB / 0.188")
+    assert run_figures.verdict_line({**VERDICT, "verdict_each": ["not rebuilt"] * 2}) == \
+        run_figures.verdict_line(VERDICT)
+
+
+@pytest.mark.parametrize("n", [2, 6])
+def test_a_batch_whose_images_verdicts_differ_marks_the_rebuilt_ones(tmp_path, drawn, n):
+    truth, recon = batch(n, 1, 8)
+    each = ["rebuilt"] + ["not rebuilt"] * (n - 1)
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, truth, recon, [30.0] + [8.0] * (n - 1),
+                                      [0.9] + [0.1] * (n - 1), TITLE, verdict_each=each)
+    fig = drawn["reconstruction"]
+    labels = [ax.get_title() for ax in fig.axes] if n == 2 else [ax.get_xlabel() for ax in fig.axes]
+    marked = [t for t in labels if "(rebuilt)" in t]
+    assert len(marked) == 1 and marked[0].startswith("reconstruction (rebuilt)\n" if n == 2 else "0: 30.0 dB")
+    assert_no_overlaps(fig)
+    run_figures.reconstruction_figure(tmp_path / "agree.png", truth, truth, recon, [30.0] * n, [0.9] * n,
+                                      TITLE, verdict_each=["rebuilt"] * n)  # all agree: nothing to mark
+    fig = drawn["agree"]
+    assert not any("(rebuilt)" in ax.get_title() + ax.get_xlabel() for ax in fig.axes)

@@ -158,6 +158,19 @@ def test_summary_counts_the_part_that_failed_per_setting_where_points_tell_it():
     assert "failed_search" not in summarize(RECORDS)[0]  # no verdicts, no objective_at
 
 
+def test_summary_gives_the_share_of_a_batchs_images_rebuilt_on_their_own():
+    recs = [rec(i, sigma, i, 10.0) for i, sigma in enumerate([0.0, 0.0, 0.1])]
+    each = [["rebuilt", "not rebuilt"], ["rebuilt", "rebuilt"], ["not rebuilt", "not rebuilt"]]
+    for r, e, verdict in zip(recs, each, ["rebuilt", "rebuilt", "not rebuilt"]):
+        r["metrics"].update(verdict=verdict, verdict_each=e)
+    rows = summarize(recs)
+    assert [(r["rebuilt"], r["rebuilt_images"]) for r in rows] == [(1.0, 0.75), (0.0, 0.0)]
+    single = rec(0, 0.0, 0, 10.0)
+    single["metrics"].update(verdict="rebuilt", verdict_each=["rebuilt"])
+    assert "rebuilt_images" not in summarize([single])[0]  # one image: the point's own verdict says it
+    assert "rebuilt_images" not in summarize(RECORDS)[0]  # older results: no per-image verdicts
+
+
 def test_figures_aggregate_over_the_same_settings_as_the_summary():
     recs = RECORDS + [rec(5, 0.0, 0, 20.0, sketch="gaussian")]
     lines = aggregate(recs, lambda r: r["grid"]["sigma"], "psnr")

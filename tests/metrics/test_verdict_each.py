@@ -1,0 +1,91 @@
+"""Each image of a batch has its own verdict: a batch's verdict is taken on its means, and a mean can hide images
+(two exact reconstructions of four carry the mean PSNR to about 100 dB; one of eight can stay within the margin)."""
+
+import json
+
+import pytest
+import torch
+
+from leakattack import cli
+from leakattack.attacks import AttackResult
+from leakattack.cli.run import summary_line
+from leakattack.data import get_dataset
+from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, verdict_each
+from leakattack.rebuilt import images_note
+
+
+def _photos(n: int) -> torch.Tensor:
+    return get_dataset("photos").images[:n].clone()
+
+
+def test_half_a_batch_rebuilt_is_rebuilt_on_the_means_and_two_of_four_on_their_own():
+    x = _photos(4)
+    x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(0))
+    half = x.clone()
+    half[1], half[3] = x0[1], x0[3]  # images 1 and 3 never left the start
+    judged = assess(AttackResult(x=half, labels=None, x0=x0, losses=[1.0, 0.5], iterations=1, best_step=1), x,
+                    with_lpips=False)
+    assert judged["verdict"] == "rebuilt" and judged["psnr"] > 90  # the mean of 200, ~8, 200 and ~8 dB
+    assert judged["verdict_each"] == ["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"]
+    assert rebuilt_images(judged) == (2, 4) and images_words(judged) == "2 of 4 images"
+    assert images_note(judged).startswith("on their own, images 0, 2 of the batch (in the truth's order) are "
+                                          "rebuilt and 1, 3 not")
+
+
+def test_one_image_rebuilt_in_a_batch_that_is_not_is_named():
+    x = _photos(8)
+    x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(1))
+    one = x0.clone()
+    one[5] = x[5] + 0.01 * (x0[5] - 0.5)  # image 5 rebuilt to about 40 dB, the others at their start
+    judged = assess(AttackResult(x=one, labels=None, x0=x0, losses=[1.0, 0.5], iterations=1, best_step=1), x,
+                    with_lpips=False)
+    assert judged["verdict"] == "not rebuilt"
+    assert judged["verdict_each"] == ["not rebuilt"] * 5 + ["rebuilt"] + ["not rebuilt"] * 2
+    assert images_words(judged) == "1 of 8 images rebuilt"
+    assert "image 5 of the batch (in the truth's order) is rebuilt and 0, 1, 2, 3, 4, 6, 7 not" in images_note(judged)
+
+
+def test_per_image_verdicts_agree_with_the_batch_where_the_images_do():
+    x = _photos(2)
+    x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(2))
+    for recon, each in ((x.flip(0), ["rebuilt"] * 2), (x0, ["not rebuilt"] * 2)):
+        judged = assess(AttackResult(x=recon, labels=None, x0=x0, losses=[1.0]), x, with_lpips=False)
+        assert judged["verdict_each"] == each and images_words(judged) is None and images_note(judged) is None
+    one = assess(AttackResult(x=x[:1], labels=None, x0=x0[:1], losses=[1.0, 0.0], best_step=1), x[:1],
+                 with_lpips=False)
+    assert one["verdict_each"] == [one["verdict"]] == ["rebuilt"] and images_words(one) is None
+
+
+def test_a_non_finite_image_is_not_rebuilt_and_a_missing_baseline_is_not_compared():
+    scores = {"psnr_each": [None, 30.0], "ssim_each": [None, 0.9]}
+    start = {"psnr_each": [10.0, 10.0], "ssim_each": [0.1, 0.1]}
+    assert verdict_each(scores, {"start": start, "mean": None}) == ["not rebuilt", "rebuilt"]
+    assert verdict_each(scores, {"start": None, "mean": None}) == ["not rebuilt", "rebuilt"]
+    assert verdict_each({}, {"start": start}) is None
+
+
+@pytest.fixture(scope="module")
+def batch_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("batch") / "r"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--batch-size", "2", "--iterations", "1",
+                     "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    return out
+
+
+def test_a_run_writes_its_images_verdicts_and_its_line_counts_them_where_they_differ(batch_run):
+    m = json.loads((batch_run / "metrics.json").read_text())
+    assert m["verdict"] == "not rebuilt" and m["verdict_each"] == ["not rebuilt", "not rebuilt"]
+    keys = list(m)
+    assert keys.index("verdict_each") == keys.index("verdict_baseline") + 1
+    line = summary_line(RunMetrics.from_dict(m), batch_run)
+    assert line.startswith("not rebuilt (no better than ") and "images rebuilt" not in line
+    mixed = RunMetrics.from_dict({**m, "verdict_each": ["rebuilt", "not rebuilt"]})
+    line = summary_line(mixed, batch_run)
+    assert line.startswith("not rebuilt (no better than ") and "; 1 of 2 images rebuilt) | PSNR " in line
+    rebuilt = RunMetrics.from_dict({**m, "verdict": "rebuilt", "verdict_baseline": None,
+                                    "verdict_each": ["not rebuilt", "rebuilt"]})
+    assert summary_line(rebuilt, batch_run).startswith("rebuilt (1 of 2 images) | PSNR ")
+    older = {k: v for k, v in m.items() if k != "verdict_each"}  # a file written before per-image verdicts
+    record = RunMetrics.from_dict(older)
+    assert record.verdict_each is None and "verdict_each" not in record.to_dict()
+    assert summary_line(record, batch_run) == summary_line(RunMetrics.from_dict(m), batch_run)
