@@ -80,6 +80,8 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     out["baseline_psnr"], out["baseline_ssim"] = best_p[1], best_s[1]
     out["baseline_lpips"] = _best({n: out[f"baseline_{n}_lpips"] for n in BASELINES}, higher=False)[1]
     out["verdict"] = verdict(scores.get("psnr"), scores.get("ssim"), best_p[1], best_s[1])
+    better = baselines_each(scores, baselines)
+    out["baseline_psnr_each"], out["baseline_ssim_each"] = better if better is not None else (None, None)
     out["verdict_each"] = verdict_each(scores, baselines)
     out["verdict_baseline"] = None
     if out["verdict"] == NOT_REBUILT:
@@ -89,24 +91,41 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     return out
 
 
+def baselines_each(scores: dict, baselines: dict[str, dict | None]) -> tuple[list, list] | None:
+    """The better of the baselines' PSNR and SSIM for each true image, in the truth's order (None where no baseline
+    scored it), as two lists; None without per-image scores of the reconstruction (no truth)."""
+    if not scores.get("psnr_each") or not scores.get("ssim_each"):
+        return None
+    rows = [s for s in baselines.values() if s is not None]
+    n = len(scores["psnr_each"])
+    return ([_best({k: s["psnr_each"][i] for k, s in enumerate(rows)})[1] for i in range(n)],
+            [_best({k: s["ssim_each"][i] for k, s in enumerate(rows)})[1] for i in range(n)])
+
+
 def verdict_each(scores: dict, baselines: dict[str, dict | None]) -> list[str] | None:
     """The verdict of each true image on its own, in the truth's order: its matched reconstruction's PSNR and SSIM
     (``psnr_each``, ``ssim_each`` of :func:`leakattack.metrics.score`) against the better of the baselines' scores
-    of that image, by :func:`verdict`'s rule.  None without per-image scores (no truth).
+    of that image (:func:`baselines_each`), by :func:`verdict`'s rule.  None without per-image scores (no truth).
 
     A batch's verdict is taken on its means, and a mean can hide images: two photographs rebuilt exactly and two
     not at all average to about 100 dB (each PSNR is capped at 200 dB), one image rebuilt in a batch of eight can
     leave the mean within the margin.  These verdicts say which images came back."""
-    psnr, ssim = scores.get("psnr_each"), scores.get("ssim_each")
-    if not psnr or not ssim:
+    better = baselines_each(scores, baselines)
+    if better is None:
         return None
-    rows = [s for s in baselines.values() if s is not None]
-    out = []
-    for i, (p, q) in enumerate(zip(psnr, ssim)):
-        bp = _best({n: s["psnr_each"][i] for n, s in enumerate(rows)})[1]
-        bs = _best({n: s["ssim_each"][i] for n, s in enumerate(rows)})[1]
-        out.append(verdict(p, q, bp, bs))
-    return out
+    return [verdict(p, q, bp, bs) for p, q, bp, bs in zip(scores["psnr_each"], scores["ssim_each"], *better)]
+
+
+def image_scores(m: Mapping, i: int) -> dict | None:
+    """Image ``i`` of a run's batch (a metrics.json dict) on its own, as the keys a run's verdict is read from
+    (``psnr``, ``ssim``, ``baseline_psnr``, ``baseline_ssim``, ``verdict``), or None where the run has no per-image
+    verdicts (no truth; written before they existed)."""
+    each = m.get("verdict_each")
+    if not each or i >= len(each):
+        return None
+    keys = ("psnr", "ssim", "baseline_psnr", "baseline_ssim")
+    lists = [m.get(f"{k}_each") or [None] * len(each) for k in keys]
+    return {**{k: v[i] for k, v in zip(keys, lists)}, "verdict": each[i]}
 
 
 def rebuilt_images(m: Mapping) -> tuple[int, int] | None:
@@ -308,7 +327,8 @@ def closed_forms_line(names: list[str]) -> str:
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "verdict_each", "rebuilt_images", "images_words", "images_note", "short_metric",
+           "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images", "images_words",
+           "images_note", "short_metric",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",

@@ -51,7 +51,7 @@ from ..results import (
     unplanned,
 )
 from .common import to_hwc
-from .sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, grid_series
+from .sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, first_image, grid_series
 
 #: the grid of a sweep's reconstructions shows at most this many images (columns) and strengths (rows) per block
 MAX_GRID_COLUMNS = 8
@@ -445,7 +445,10 @@ def _per_image(m: RunMetrics) -> str:
     each = m.verdict_each or []  # each image's own verdict against its baselines (older runs: none)
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
-        own = f"<td>{_e(each[i])}</td>" if each else ""
+        own = ""
+        if each:  # the image's own verdict beside the better of its baselines' scores
+            bp, bs = (m.baseline_psnr_each or [None] * len(each))[i], (m.baseline_ssim_each or [None] * len(each))[i]
+            own = f"<td>{_score(bp, 2, scored)} / {_score(bs, 4, scored)}</td><td>{_e(each[i])}</td>"
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
                     f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
@@ -453,8 +456,8 @@ def _per_image(m: RunMetrics) -> str:
     acc = m.label_acc
     lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
-            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th>" + ("<th>verdict on its own</th>" if each else "")
-            + "</tr>" + "".join(rows) + "</table></div>" + more + lab)
+            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th>"
+            + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>" + "".join(rows) + "</table></div>" + more + lab)
 
 
 def _run_verdict(m: RunMetrics) -> str:
@@ -827,7 +830,7 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
             pt = folder / "points" / f"{r['key']}.pt"
             if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
                 t = load_tensors(pt)
-                cell[key] = (t["recon"][0], r["metrics"])
+                cell[key] = (t["recon"][0], r["metrics"], int(t["recon"].shape[0]))
                 truth.setdefault(key[1], t["truth"][0] if t.get("truth") is not None else None)
         if not cell:
             continue
@@ -839,7 +842,8 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                 if (lv, im) not in cell:
                     tds.append("<td>–</td>")
                     continue
-                x, m = cell[(lv, im)]
+                x, m, _ = cell[(lv, im)]
+                m = first_image(m)  # the first image of a batch on its own, where the point scored it
                 verdict = m.get("verdict")
                 tag = (f'<span class="tag {"rebuilt" if verdict == REBUILT else "failed"}">{_e(verdict)}</span>'
                        if verdict else "")
@@ -847,7 +851,10 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                            f"{_num(m.get('ssim'), 2)}</div>{tag}</td>")
             rows.append(f"<tr><th>{_e(strength)} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
         title = series_label(series) or "all points"
+        batch = max(c[2] for c in cell.values())
         notes = [f"first {MAX_GRID_ROWS} values of {strength} shown" if cut else "",
+                 f"the first image of each batch of up to {batch}, its scores its own where the point has them"
+                 if batch > 1 else "",
                  ", ".join(f"{k} = {json.loads(v)}" for k, v in first.items()
                            if len({json.dumps(r['grid'].get(k)) for r in records}) > 1)]
         note = "; ".join(t for t in notes if t)

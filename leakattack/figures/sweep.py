@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from ..errors import ratio_text
-from ..rebuilt import NOT_REBUILT, REBUILT, short_metric
+from ..rebuilt import NOT_REBUILT, REBUILT, image_scores, short_metric
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -405,6 +405,13 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
     return save_both(fig, Path(folder) / "figures", "reconstruction_grid")
 
 
+def first_image(m: dict) -> dict:
+    """What a grid cell, which shows the first image of its point's batch, scores: that image's own PSNR, SSIM,
+    baselines and verdict (:func:`leakattack.rebuilt.image_scores`) for a batch that has them, else the point's."""
+    own = image_scores(m, 0) if len(m.get("verdict_each") or ()) > 1 else None
+    return own if own is not None else m
+
+
 def cell_label(m: dict) -> str:
     """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
     one; a cell not rebuilt whose other metric is clearly above its baseline names the metric that fell short
@@ -424,8 +431,9 @@ def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict)
     axes = fig.subplots(len(levels) + 1, len(images), squeeze=False)
     for j, img in enumerate(images):
         truth = next((c[0]["truth"][0] for (lv, im), c in cell.items() if im == img), None)
+        shown = {lv: first_image(cell[(lv, img)][1]) for lv in levels if (lv, img) in cell}
         rows = [(truth, f"image {img}", None)] + [
-            (cell[(lv, img)][0]["recon"][0], cell_label(cell[(lv, img)][1]), cell[(lv, img)][1].get("verdict"))
+            (cell[(lv, img)][0]["recon"][0], cell_label(shown[lv]), shown[lv].get("verdict"))
             if (lv, img) in cell else (None, "", None) for lv in levels]
         for i, (a, label, verdict) in enumerate(rows):
             ax = axes[i][j]

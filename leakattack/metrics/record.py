@@ -81,8 +81,10 @@ class RunMetrics:
     baseline_lpips: float | None
     verdict: str | None
     verdict_baseline: str | None
-    #: the verdict of each true image on its own against its baselines, in ground-truth order
-    #: (``leakattack.rebuilt.verdict_each``); written for runs with a truth
+    #: per image, in ground-truth order: the better baseline's PSNR and SSIM of that image, and the image's verdict
+    #: on its own against them (``leakattack.rebuilt.verdict_each``); written for runs with a truth
+    baseline_psnr_each: list[float | None] | None = None
+    baseline_ssim_each: list[float | None] | None = None
     verdict_each: list[str] | None = None
     baseline_mean_image: str | None
 
@@ -196,7 +198,8 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "row_space_solve", "closed_forms", "objective_at", "peak_memory", "verdict_each"})
+                       "row_space_solve", "closed_forms", "objective_at", "peak_memory", "baseline_psnr_each",
+                       "baseline_ssim_each", "verdict_each"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

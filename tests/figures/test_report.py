@@ -634,12 +634,14 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
     no such column."""
     each = ["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"]
     mixed = _with_metrics(tmp_path, "mixed", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
+                          baseline_psnr_each=[10.5, 12.25, 11.0, 9.0], baseline_ssim_each=[0.1, 0.2, 0.3, 0.05],
                           psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04],
                           labels_true=[0, 1, 2, 3])
     text = build_report([mixed])
     table = text[text.index("<h4>Per image"):text.index("<h3>Verdict and baselines</h3>")]
-    assert "<th>verdict on its own</th>" in table
-    assert "<tr><td class=key>1</td><td>1</td><td>8.10</td><td>0.0500</td><td>not rebuilt</td></tr>" in table
+    assert "<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" in table
+    assert ("<tr><td class=key>1</td><td>1</td><td>8.10</td><td>0.0500</td><td>12.25 / 0.2000</td>"
+            "<td>not rebuilt</td></tr>") in table
     assert ("On their own, images 0, 2 of the batch (in the truth&#x27;s order) are rebuilt and 1, 3 not; the "
             "batch&#x27;s verdict is taken on its mean PSNR and SSIM") in text
     older = json.loads((RUN / "metrics.json").read_text())

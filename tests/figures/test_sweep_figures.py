@@ -299,3 +299,18 @@ def test_a_grid_no_figure_fits_says_why_in_a_note(tmp_path, drawn):
     fake_sweep(tmp_path, [{"sigma": s} for s in SIGMAS])
     sweep_figures(tmp_path, notes=notes)
     assert not any("the figures draw" in n for n in notes)
+
+
+def test_a_grid_cell_of_a_batch_scores_the_first_image_it_shows_on_its_own():
+    """A cell shows its point's first image: where the point has per-image verdicts its caption and frame are that
+    image's (a batch not rebuilt on its means whose first image is), else the point's."""
+    point = {"psnr": 11.0, "ssim": 0.2, "baseline_psnr": 11.3, "baseline_ssim": 0.33, "verdict": "not rebuilt",
+             "psnr_each": [13.8, 8.2], "ssim_each": [0.36, 0.04], "baseline_psnr_each": [10.7, 11.9],
+             "baseline_ssim_each": [0.2, 0.3], "verdict_each": ["rebuilt", "not rebuilt"]}
+    first = sweep_figures_module.first_image(point)
+    assert first == {"psnr": 13.8, "ssim": 0.36, "baseline_psnr": 10.7, "baseline_ssim": 0.2, "verdict": "rebuilt"}
+    assert sweep_figures_module.cell_label(first) == "13.8 dB, SSIM 0.36\nrebuilt"
+    single = {**point, "psnr_each": [11.0], "verdict_each": ["not rebuilt"]}
+    assert sweep_figures_module.first_image(single) is single  # one image: the point's own scores
+    older = {k: v for k, v in point.items() if not k.endswith("_each")}
+    assert sweep_figures_module.first_image(older) is older

@@ -11,7 +11,7 @@ from leakattack.attacks import AttackResult
 from leakattack.cli.run import summary_line
 from leakattack.data import get_dataset
 from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, verdict_each
-from leakattack.rebuilt import images_note
+from leakattack.rebuilt import image_scores, images_note
 
 
 def _photos(n: int) -> torch.Tensor:
@@ -27,6 +27,15 @@ def test_half_a_batch_rebuilt_is_rebuilt_on_the_means_and_two_of_four_on_their_o
                     with_lpips=False)
     assert judged["verdict"] == "rebuilt" and judged["psnr"] > 90  # the mean of 200, ~8, 200 and ~8 dB
     assert judged["verdict_each"] == ["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"]
+    # each image's better baseline, the higher of its start's and the grey image's scores, which decide its verdict
+    for key in ("psnr", "ssim"):
+        starts, grey = judged[f"baseline_start_{key}"], judged[f"baseline_mean_{key}"]
+        assert min(judged[f"baseline_{key}_each"]) <= max(starts, grey)
+        assert judged[f"baseline_{key}"] == max(starts, grey)
+    own = image_scores(judged, 1)
+    assert own["verdict"] == "not rebuilt" and own["psnr"] == judged["psnr_each"][1]
+    assert own["baseline_psnr"] == judged["baseline_psnr_each"][1] and own["psnr"] <= own["baseline_psnr"] + 1
+    assert image_scores(judged, 4) is None and image_scores({"verdict": "rebuilt"}, 0) is None
     assert rebuilt_images(judged) == (2, 4) and images_words(judged) == "2 of 4 images"
     assert images_note(judged).startswith("on their own, images 0, 2 of the batch (in the truth's order) are "
                                           "rebuilt and 1, 3 not")
@@ -76,7 +85,9 @@ def test_a_run_writes_its_images_verdicts_and_its_line_counts_them_where_they_di
     m = json.loads((batch_run / "metrics.json").read_text())
     assert m["verdict"] == "not rebuilt" and m["verdict_each"] == ["not rebuilt", "not rebuilt"]
     keys = list(m)
-    assert keys.index("verdict_each") == keys.index("verdict_baseline") + 1
+    at = keys.index("verdict_baseline")
+    assert keys[at + 1:at + 4] == ["baseline_psnr_each", "baseline_ssim_each", "verdict_each"]
+    assert all(isinstance(v, float) for v in m["baseline_psnr_each"] + m["baseline_ssim_each"])
     line = summary_line(RunMetrics.from_dict(m), batch_run)
     assert line.startswith("not rebuilt (no better than ") and "images rebuilt" not in line
     mixed = RunMetrics.from_dict({**m, "verdict_each": ["rebuilt", "not rebuilt"]})
