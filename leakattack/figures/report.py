@@ -457,7 +457,8 @@ def _per_image(m: RunMetrics) -> str:
     lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
             "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th>"
-            + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>" + "".join(rows) + "</table></div>" + more + lab)
+            + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>"
+            + "".join(rows) + "</table></div>" + more + lab)
 
 
 def _run_verdict(m: RunMetrics) -> str:
