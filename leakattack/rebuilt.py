@@ -83,6 +83,7 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     better = baselines_each(scores, baselines)
     out["baseline_psnr_each"], out["baseline_ssim_each"] = better if better is not None else (None, None)
     out["verdict_each"] = verdict_each(scores, baselines)
+    out["nearer_each"] = scores.get("nearer_each") if out["verdict_each"] is not None else None
     out["verdict_baseline"] = None
     if out["verdict"] == NOT_REBUILT:
         psnr_decides = scores.get("psnr") is None or (
@@ -105,7 +106,9 @@ def baselines_each(scores: dict, baselines: dict[str, dict | None]) -> tuple[lis
 def verdict_each(scores: dict, baselines: dict[str, dict | None]) -> list[str] | None:
     """The verdict of each true image on its own, in the truth's order: its matched reconstruction's PSNR and SSIM
     (``psnr_each``, ``ssim_each`` of :func:`leakattack.metrics.score`) against the better of the baselines' scores
-    of that image (:func:`baselines_each`), by :func:`verdict`'s rule.  None without per-image scores (no truth).
+    of that image (:func:`baselines_each`), by :func:`verdict`'s rule, and only where the reconstruction is nearer to
+    that image than to any other of the batch (``nearer_each`` of the scores: a copy of one image matched to another
+    truth can clear the baselines of a photograph it does not show).  None without per-image scores (no truth).
 
     A batch's verdict is taken on its means, and a mean can hide images: two photographs rebuilt exactly and two
     not at all average to about 100 dB (each PSNR is capped at 200 dB), one image rebuilt in a batch of eight can
@@ -113,7 +116,9 @@ def verdict_each(scores: dict, baselines: dict[str, dict | None]) -> list[str] |
     better = baselines_each(scores, baselines)
     if better is None:
         return None
-    return [verdict(p, q, bp, bs) for p, q, bp, bs in zip(scores["psnr_each"], scores["ssim_each"], *better)]
+    nearer = scores.get("nearer_each") or [None] * len(scores["psnr_each"])
+    return [verdict(p, q, bp, bs) if j is None else NOT_REBUILT
+            for p, q, bp, bs, j in zip(scores["psnr_each"], scores["ssim_each"], *better, nearer)]
 
 
 def image_scores(m: Mapping, i: int) -> dict | None:
@@ -139,30 +144,49 @@ def rebuilt_images(m: Mapping) -> tuple[int, int] | None:
 
 def images_words(m: Mapping) -> str | None:
     """Where a batch's per-image verdicts differ from its verdict on the means: ``2 of 4 images`` for a batch that
-    is rebuilt, ``1 of 4 images rebuilt`` for one that is not; None where they agree (every image rebuilt, or none
-    rebuilt, as the batch), for one image, and without per-image verdicts."""
+    is rebuilt (``no image on its own`` where none is), ``1 of 4 images rebuilt`` for one that is not; None where
+    they agree (every image rebuilt, or none rebuilt, as the batch), for one image, and without per-image verdicts."""
     counts = rebuilt_images(m)
     if counts is None or counts[1] < 2:
         return None
     k, n = counts
     if m.get("verdict") == REBUILT and k < n:
-        return f"{k} of {n} images"
+        return f"{k} of {n} images" if k else "no image on its own"
     if m.get("verdict") == NOT_REBUILT and k > 0:
         return f"{k} of {n} images rebuilt"
     return None
 
 
+def _listed(indices: list[int]) -> str:
+    """``image 3`` or ``images 0, 2 and 5``."""
+    if len(indices) == 1:
+        return f"image {indices[0]}"
+    return f"images {', '.join(map(str, indices[:-1]))} and {indices[-1]}"
+
+
 def images_note(m: Mapping) -> str | None:
     """A sentence for a batch whose per-image verdicts differ from its verdict on the means (:func:`images_words`):
-    which images are rebuilt on their own and which not; None where they agree."""
+    which images are rebuilt on their own and which not, and which reconstructions show another image of the batch
+    (``nearer_each``); None where they agree."""
     if images_words(m) is None:
         return None
     each = m["verdict_each"]
-    yes = [str(i) for i, v in enumerate(each) if v == REBUILT]
-    no = [str(i) for i, v in enumerate(each) if v != REBUILT]
-    return (f"on their own, image{'s' if len(yes) > 1 else ''} {', '.join(yes)} of the batch (in the truth's order) "
-            f"{'are' if len(yes) > 1 else 'is'} rebuilt and {', '.join(no)} not; the batch's verdict is taken on its "
-            "mean PSNR and SSIM (each image's verdict: metrics.json's verdict_each; look at reconstruction.png)")
+    yes = [i for i, v in enumerate(each) if v == REBUILT]
+    no = [i for i, v in enumerate(each) if v != REBUILT]
+    if yes:
+        said = f"on their own, {_listed(yes)} of the batch (in the truth's order) {'are' if len(yes) > 1 else 'is'} " \
+               f"rebuilt, {_listed(no)} {'are' if len(no) > 1 else 'is'} not"
+    else:
+        said = "on their own, none of the batch's images is rebuilt"
+    # the images whose scores alone would count them rebuilt, but whose reconstruction shows another image
+    nearer = [(i, j) for i, j in enumerate(m.get("nearer_each") or ()) if j is not None
+              and (own := image_scores(m, i)) is not None
+              and verdict(own["psnr"], own["ssim"], own["baseline_psnr"], own["baseline_ssim"]) == REBUILT]
+    if nearer:
+        said += "; the reconstruction matched to " + ", ".join(f"image {i} is nearer to image {j}"
+                                                               for i, j in nearer)
+    return (f"{said}; the batch's verdict is taken on its mean PSNR and SSIM (each image's verdict: metrics.json's "
+            "verdict_each; look at reconstruction.png)")
 
 
 def baseline_words(name: str | None, mean_image: str | None = None) -> str:

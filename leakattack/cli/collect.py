@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..figures.report import folder_kind, outside_result_folders, run_metrics
-from ..metrics import failed_kind
+from ..metrics import failed_kind, rebuilt_images
 from ..results import read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
@@ -119,6 +119,9 @@ def row_of(folder: Path) -> dict:
     at = metrics.get("objective_at")
     if at:  # the attack's objective at the truth and at the reconstruction
         row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"])
+    counts = rebuilt_images(metrics)  # a batch's images rebuilt on their own, which its verdict on the means hides
+    if counts is not None and counts[1] > 1:
+        row["rebuilt_images"] = counts[0]
     failed = failed_kind(metrics)  # where not rebuilt: labels, objective or search
     if failed:
         row["failed"] = failed

@@ -64,7 +64,7 @@ def _labels(m: RunMetrics) -> str:
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())
     lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
-    if n > 1 and m.label_acc_matched is not None:
+    if n > 1 and m.label_acc_matched is not None and m.attacked is not False:  # no start matched to the images
         lab += f", {round(m.label_acc_matched * n)}/{n} on the matched images"
     return lab
 

@@ -35,7 +35,7 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
-from ..rebuilt import images_note, why_not_rebuilt
+from ..rebuilt import images_note, images_words, why_not_rebuilt
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -213,12 +213,12 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     parts.append("<h3>Reconstruction</h3>")
     figs = []
     if (folder / "reconstruction.png").is_file():
-        cls = _attack_class(run.get("attack"))
+        attack_cls = _attack_class(run.get("attack"))
         what = ("the reconstructed images (no true images to compare with)" if metrics.truth is False else
                 "truth | attack's start | the image the attack returned, its start itself: nothing was attacked"
                 if metrics.attacked is False else
                 "truth | reconstruction, per-image PSNR and SSIM (a closed-form attack has no start)"
-                if cls is not None and cls.closed_form else
+                if attack_cls is not None and attack_cls.closed_form else
                 "truth | attack's start | reconstruction, per-image PSNR and SSIM")
         figs.append(_figure(folder / "reconstruction.png", what))
     if (folder / "convergence.png").is_file():
@@ -282,9 +282,13 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, st
     did not model the clip (:func:`leakattack.rebuilt.failed_part`)."""
     if m.truth is False:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
+    images = images_words(m.to_dict())  # a batch whose images on their own disagree with its verdict
+    counted = f" ({images})" if images else ""
+    note = images_note(m.to_dict()) if images else None
+    named = f" {note[:1].upper()}{note[1:]}." if note else ""
     if m.verdict == REBUILT:
-        return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the message "
-                                      f"({_run_scores(m)}).")
+        return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the "
+                                                f"message ({_run_scores(m)}).{named}")
     if m.verdict == NOT_REBUILT:
         record = m.to_dict()
         part = failed_part(record, clip_blind=clip_blind)
@@ -295,7 +299,8 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, st
                                                   f"{m.nothing_attacked or NOT_RECORDED}.{which}")
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
-        return "not rebuilt", "failed", f"Not rebuilt at this budget ({FAILURE_NOTE}): {_run_scores(m)}.{which}"
+        return f"not rebuilt{counted}", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): "
+                                                   f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
         f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "
         "with the baselines of newer runs).")
@@ -440,23 +445,36 @@ def _per_image(m: RunMetrics) -> str:
     if not psnr:
         return ""
     truth = m.labels_true or []
+    n = len(psnr)
+    # the label the attack gave the reconstruction matched to each true image (match[i]: its index in the attack's
+    # order); where the run attacked nothing its start was matched, and its labels are not shown against it
+    found = m.labels_attack if n > 1 and m.labels_attack and m.attacked is not False and len(m.labels_attack) == n \
+        else None
+    order = m.match if m.match and len(m.match) == n else list(range(n))
     rows = []
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
     each = m.verdict_each or []  # each image's own verdict against its baselines (older runs: none)
+    bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
+        given = f"<td>{_e(found[order[i]])}</td>" if found is not None and label is not None else ""
         own = ""
         if each:  # the image's own verdict beside the better of its baselines' scores
-            bp, bs = (m.baseline_psnr_each or [None] * len(each))[i], (m.baseline_ssim_each or [None] * len(each))[i]
-            own = f"<td>{_score(bp, 2, scored)} / {_score(bs, 4, scored)}</td><td>{_e(each[i])}</td>"
-        rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>"
+            base = (f"{_score(bp_each[i], 2, scored)} / {_score(bs_each[i], 4, scored)}"
+                    if bp_each and bs_each else NOT_RECORDED)
+            own = f"<td>{base}</td><td>{_e(each[i])}</td>"
+        rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>{given}"
                     f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
-    acc = m.label_acc
-    lab = f'<p class="note">labels recovered: {_num(acc * 100, 0)}%.</p>' if isinstance(acc, (int, float)) else ""
+    acc, matched = m.label_acc, m.label_acc_matched
+    on_matched = (f"; {round(matched * n)} of {n} on the images they were matched to" if n > 1 and
+                  isinstance(matched, (int, float)) and m.attacked is not False else "")
+    lab = (f'<p class="note">labels recovered: {_num(acc * 100, 0)}% (as a multiset){on_matched}.</p>'
+           if isinstance(acc, (int, float)) else "")
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
-            "<th>true label</th><th>PSNR (dB)</th><th>SSIM</th>"
+            "<th>true label</th>" + ("<th>attack's label</th>" if found is not None and truth else "")
+            + "<th>PSNR (dB)</th><th>SSIM</th>"
             + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>"
             + "".join(rows) + "</table></div>" + more + lab)
 
@@ -480,8 +498,6 @@ def _run_verdict(m: RunMetrics) -> str:
         reason = f" Reason: {why}." if why and m.verdict_baseline is not None else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
-        images = images_note(m.to_dict())  # a batch whose images on their own disagree with the verdict
-        more += f" {images[:1].upper()}{images[1:]}." if images else ""
         lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(reason)}'
                      f"{_e(more)}</p>")
     rows = [

@@ -50,7 +50,7 @@ from .lpips import (
     lpips_missing,
     lpips_module,
 )
-from .matching import label_accuracy, label_overlap, match
+from .matching import label_accuracy, label_overlap, match, nearer_truths
 from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 
@@ -93,6 +93,8 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
         "psnr_each": [_finite_or_none(v) for v in p.tolist()],
         "ssim_each": [_finite_or_none(v) for v in s.tolist()],
         "match": [int(i) for i in perm.tolist()],
+        #: where a reconstruction is nearer to another true image than to the one it was matched to
+        "nearer_each": nearer_truths(xm, x) if b > 1 else [None],
     }
     if with_lpips:
         val, note = lpips_distance(xm, x, device=device)

@@ -68,4 +68,20 @@ def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(perm)
 
 
-__all__ = ["label_accuracy", "label_overlap", "match"]
+def nearer_truths(xm: torch.Tensor, x: torch.Tensor) -> list[int | None]:
+    """For each true image i, the other true image j whose MSE to reconstruction ``xm[i]`` (already matched to x) is
+    lower than its MSE to x[i], the lowest such (None where x[i] is the nearest, or the reconstruction is not
+    finite).  Such a reconstruction shows image j, not image i: repeated copies of one reconstruction, matched to
+    several truths, rebuild one of them."""
+    check_pair(xm, x)
+    a = xm.detach().to(torch.float64).flatten(1).cpu()
+    y = x.detach().to(torch.float64).flatten(1).cpu()
+    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    out: list[int | None] = []
+    for i, row in enumerate(cost):
+        j = int(row.argmin()) if bool(torch.isfinite(row).all()) else i
+        out.append(j if j != i and bool(row[j] < row[i]) else None)
+    return out
+
+
+__all__ = ["label_accuracy", "label_overlap", "match", "nearer_truths"]

@@ -86,6 +86,9 @@ class RunMetrics:
     baseline_psnr_each: list[float | None] | None = None
     baseline_ssim_each: list[float | None] | None = None
     verdict_each: list[str] | None = None
+    #: per image: the other true image its matched reconstruction is nearer to (MSE), or None; such an image is not
+    #: rebuilt on its own (``leakattack.metrics.nearer_truths``); written for runs with a truth
+    nearer_each: list[int | None] | None = None
     baseline_mean_image: str | None
 
     # whether the message determines the input where the run converged
@@ -199,7 +202,7 @@ _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
                        "row_space_solve", "closed_forms", "objective_at", "peak_memory", "baseline_psnr_each",
-                       "baseline_ssim_each", "verdict_each"})
+                       "baseline_ssim_each", "verdict_each", "nearer_each"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -54,6 +54,19 @@ def test_collect_says_which_part_of_a_failed_run_failed(tmp_path):
     assert float(objective["objective_truth"]) == 6.0 and float(objective["objective_reconstruction"]) == 3.9
 
 
+def test_collect_counts_a_batchs_images_rebuilt_on_their_own(tmp_path):
+    runs = tmp_path / "runs"
+    for name, each in [("batch", ["rebuilt", "not rebuilt", "rebuilt"]), ("one", ["rebuilt"]), ("older", None)]:
+        _run_folder(runs / name, "srht", 7913, 20.0)
+        m = json.loads((runs / name / "metrics.json").read_text())
+        m.update(verdict="rebuilt", **({"verdict_each": each} if each else {}))
+        (runs / name / "metrics.json").write_text(json.dumps(m))
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
+    assert {k: r["rebuilt_images"] for k, r in rows.items()} == {"batch": "2", "one": "", "older": ""}
+
+
 def test_collect_names_the_scalars_of_nested_records_by_dotted_paths(tmp_path):
     runs = tmp_path / "runs"
     _run_folder(runs / "a", "srht", 2697, 10.0)

@@ -636,14 +636,29 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
     mixed = _with_metrics(tmp_path, "mixed", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
                           baseline_psnr_each=[10.5, 12.25, 11.0, 9.0], baseline_ssim_each=[0.1, 0.2, 0.3, 0.05],
                           psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04],
-                          labels_true=[0, 1, 2, 3])
+                          labels_true=[0, 1, 2, 3], labels_attack=[1, 0, 2, 3], match=[1, 0, 2, 3], label_acc=1.0,
+                          label_acc_matched=1.0)
     text = build_report([mixed])
     table = text[text.index("<h4>Per image"):text.index("<h3>Verdict and baselines</h3>")]
+    assert "<th>attack's label</th>" in table
     assert "<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" in table
-    assert ("<tr><td class=key>1</td><td>1</td><td>8.10</td><td>0.0500</td><td>12.25 / 0.2000</td>"
+    assert ("<tr><td class=key>1</td><td>1</td><td>1</td><td>8.10</td><td>0.0500</td><td>12.25 / 0.2000</td>"
             "<td>not rebuilt</td></tr>") in table
-    assert ("On their own, images 0, 2 of the batch (in the truth&#x27;s order) are rebuilt and 1, 3 not; the "
-            "batch&#x27;s verdict is taken on its mean PSNR and SSIM") in text
+    assert "labels recovered: 100% (as a multiset); 4 of 4 on the images they were matched to." in table
+    swapped = _with_metrics(tmp_path, "swapped", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
+                            psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04],
+                            labels_true=[0, 1, 2, 3], labels_attack=[0, 1, 2, 3], match=[1, 0, 2, 3],
+                            label_acc=1.0, label_acc_matched=0.5)
+    table = build_report([swapped])
+    assert "<tr><td class=key>0</td><td>0</td><td>1</td><td>200.00</td>" in table
+    assert "labels recovered: 100% (as a multiset); 2 of 4 on the images they were matched to." in table
+    unrecorded = _with_metrics(tmp_path, "unrecorded", verdict="rebuilt", verdict_each=each,
+                               psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04])
+    assert "<td>not recorded</td><td>not rebuilt</td>" in build_report([unrecorded])
+    assert ('class="headline rebuilt">Rebuilt: the attack reconstructed the private images from the message (PSNR '
+            in text and "On their own, images 0 and 2 of the batch (in the truth&#x27;s order) are rebuilt, images 1 "
+            "and 3 are not; the batch&#x27;s verdict is taken on its mean PSNR and SSIM" in text)
+    assert '<span class="tag rebuilt">rebuilt (2 of 4 images)</span>' in text
     older = json.loads((RUN / "metrics.json").read_text())
     assert "verdict_each" not in older or len(older["verdict_each"]) == 1
     plain = _with_metrics(tmp_path, "plain")

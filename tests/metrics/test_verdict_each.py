@@ -2,6 +2,7 @@
 (two exact reconstructions of four carry the mean PSNR to about 100 dB; one of eight can stay within the margin)."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from leakattack import cli
 from leakattack.attacks import AttackResult
 from leakattack.cli.run import summary_line
 from leakattack.data import get_dataset
-from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, verdict_each
+from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, verdict, verdict_each
 from leakattack.rebuilt import image_scores, images_note
 
 
@@ -37,8 +38,8 @@ def test_half_a_batch_rebuilt_is_rebuilt_on_the_means_and_two_of_four_on_their_o
     assert own["baseline_psnr"] == judged["baseline_psnr_each"][1] and own["psnr"] <= own["baseline_psnr"] + 1
     assert image_scores(judged, 4) is None and image_scores({"verdict": "rebuilt"}, 0) is None
     assert rebuilt_images(judged) == (2, 4) and images_words(judged) == "2 of 4 images"
-    assert images_note(judged).startswith("on their own, images 0, 2 of the batch (in the truth's order) are "
-                                          "rebuilt and 1, 3 not")
+    assert images_note(judged).startswith("on their own, images 0 and 2 of the batch (in the truth's order) are "
+                                          "rebuilt, images 1 and 3 are not; the batch's verdict")
 
 
 def test_one_image_rebuilt_in_a_batch_that_is_not_is_named():
@@ -51,7 +52,35 @@ def test_one_image_rebuilt_in_a_batch_that_is_not_is_named():
     assert judged["verdict"] == "not rebuilt"
     assert judged["verdict_each"] == ["not rebuilt"] * 5 + ["rebuilt"] + ["not rebuilt"] * 2
     assert images_words(judged) == "1 of 8 images rebuilt"
-    assert "image 5 of the batch (in the truth's order) is rebuilt and 0, 1, 2, 3, 4, 6, 7 not" in images_note(judged)
+    assert ("image 5 of the batch (in the truth's order) is rebuilt, images 0, 1, 2, 3, 4, 6 and 7 are not"
+            in images_note(judged))
+    assert judged["nearer_each"][5] is None
+
+
+def test_a_copy_of_one_image_matched_to_another_truth_rebuilds_only_the_image_it_shows(tmp_path, capsys):
+    """The imprint attack with 4 bins for 8 photos returns one blend per bin, repeated to fill the batch: the copy of
+    the teacup's blend matched to the astronaut's face clears the face's baselines by PSNR and SSIM, but it is nearer
+    to the teacup (image 2), so the face is not rebuilt; only the images that came back count."""
+    out = tmp_path / "imp8"
+    assert cli.main(["run", "--model", "lenet", "--attack", "imprint", "--sketch", "none", "--batch-size", "8",
+                     "--bins", "4", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    line, err = capsys.readouterr()
+    m = json.loads((out / "metrics.json").read_text())
+    copies = [i for i, j in enumerate(m["nearer_each"]) if j is not None]
+    assert copies and all(m["verdict_each"][i] == "not rebuilt" for i in copies)
+    cleared = [i for i in copies if verdict(m["psnr_each"][i], m["ssim_each"][i], m["baseline_psnr_each"][i],
+                                            m["baseline_ssim_each"][i]) == "rebuilt"]
+    assert cleared  # the baselines alone would have counted it: the nearer image decides
+    k = m["verdict_each"].count("rebuilt")
+    assert m["verdict"] == "rebuilt" and 0 < k < 8 and f"rebuilt ({k} of 8 images) | " in line
+    for i in cleared:
+        assert f"the reconstruction matched to image {i} is nearer to image {m['nearer_each'][i]}" in err
+
+
+def test_a_batch_rebuilt_on_its_means_with_no_image_on_its_own_says_so():
+    m = {"verdict": "rebuilt", "verdict_each": ["not rebuilt", "not rebuilt"], "nearer_each": [None, None]}
+    assert images_words(m) == "no image on its own"
+    assert images_note(m).startswith("on their own, none of the batch's images is rebuilt; the batch's verdict")
 
 
 def test_per_image_verdicts_agree_with_the_batch_where_the_images_do():
@@ -100,3 +129,13 @@ def test_a_run_writes_its_images_verdicts_and_its_line_counts_them_where_they_di
     record = RunMetrics.from_dict(older)
     assert record.verdict_each is None and "verdict_each" not in record.to_dict()
     assert summary_line(record, batch_run) == summary_line(RunMetrics.from_dict(m), batch_run)
+
+
+def test_a_run_that_attacked_nothing_does_not_score_labels_on_the_images_its_start_was_matched_to(batch_run):
+    m = json.loads((batch_run / "metrics.json").read_text())
+    attacked = summary_line(RunMetrics.from_dict(m), batch_run)
+    assert "on the matched images" in attacked
+    idle = RunMetrics.from_dict({**m, "attacked": False, "nothing_attacked": "the objective never went below ..."})
+    line = summary_line(idle, batch_run)
+    assert line.startswith("nothing was attacked: ") and re.search(r"\| labels \d/2 \(idlg\) \|", line)
+    assert "on the matched images" not in line
