@@ -14,7 +14,8 @@ set's mean image, which a reconstruction must beat to count as rebuilt), dashed
 in the series' colour with a band of one std; results stored before baselines
 existed draw none.  Dotted grey reference lines (SSIM 0.3, b = m) are named in
 the legend.  A point whose repetitions were none of them rebuilt is drawn
-hollow, one that only some of them were half filled, both named in the legend,
+hollow, one that only some of them were half filled (a batch with per-image
+verdicts counts its images on their own), both named in the legend,
 and the titles count the points rebuilt: a point not rebuilt is a failure of the
 attack at its budget, never evidence of privacy.  The reconstruction grid says
 each cell's verdict under its scores and frames a cell not rebuilt dashed.
@@ -62,7 +63,7 @@ SSIM_BORDER_LABEL = f"SSIM {SSIM_BORDER:g}: about where images become barely vis
 #: the legend entries of a point (a setting's mean) whose repetitions were none of them rebuilt (drawn hollow), and
 #: only some of them (half filled)
 NOT_REBUILT_LABEL = "not rebuilt (failure of the attack)"
-SOME_REBUILT_LABEL = "rebuilt in some repetitions only"
+SOME_REBUILT_LABEL = "rebuilt in some repetitions or images only"
 #: the legend entry of the dotted b/m = 1 of the phase transition
 SIZE_BORDER_LABEL = "b = m: as many numbers as unknowns"
 #: how figures name grid keys that read badly as they are; any other key is named with its underscores as spaces
@@ -213,8 +214,14 @@ def _line_label(series: tuple) -> str:
 
 def _verdict_state(part) -> str | None:
     """Of one point's repetitions (records; None where not known), ``"none"`` when none with a verdict was rebuilt,
-    ``"some"`` when only some were, None when all were or none has a verdict (results stored before verdicts)."""
-    verdicts = [r["metrics"].get("verdict") for r in part or ()]
+    ``"some"`` when only some were, None when all were or none has a verdict (results stored before verdicts).  A
+    batch with per-image verdicts counts its images (``verdict_each``), not its verdict on the means: a batch rebuilt
+    on its means with half its images not rebuilt is rebuilt in part."""
+    verdicts = []
+    for r in part or ():
+        m = r["metrics"]
+        each = m.get("verdict_each")
+        verdicts += list(each) if each and len(each) > 1 else [m.get("verdict")]
     verdicts = [v for v in verdicts if v is not None]
     rebuilt = verdicts.count(REBUILT)
     if not verdicts or rebuilt == len(verdicts):

@@ -130,6 +130,21 @@ def test_metrics_vs_strength_draws_points_not_rebuilt_hollow_and_counts_them(tmp
     assert "3 of 6 points rebuilt; not rebuilt is a failure of the attack" in title
 
 
+def test_a_batch_point_is_marked_by_its_images_on_their_own(tmp_path, drawn):
+    """Batches of two: rebuilt on the means with one image not (half filled), rebuilt on the means with no image on
+    its own (hollow), both images rebuilt (filled)."""
+    each = {0.0: ["rebuilt", "rebuilt"], 1e-2: ["rebuilt", "not rebuilt"], 1.0: ["not rebuilt", "not rebuilt"]}
+    records = [record(j, s, 0, "rebuilt", verdict_each=each[s]) for j, s in enumerate(each)]
+    assert sweep_figures_module._verdict_state(records[1:2]) == "some"
+    sweep_figures_module.metrics_vs_strength(tmp_path, records, "sigma")
+    psnr_ax = drawn["metrics_vs_strength"].axes[0]
+    (hollow,) = _hollow(psnr_ax)
+    (half,) = [ln for ln in psnr_ax.get_lines() if ln.get_label() == "_some"]
+    assert list(hollow.get_xdata()) == [1.0] and list(half.get_xdata()) == [1e-2]
+    older = [record(j, s, 0, "rebuilt") for j, s in enumerate(each)]  # no per-image verdicts: the point's own
+    assert all(sweep_figures_module._verdict_state([r]) is None for r in older)
+
+
 def test_a_sweep_whose_points_all_were_rebuilt_or_have_no_verdict_marks_none(tmp_path, drawn):
     sweep_figures_module.metrics_vs_strength(tmp_path, sweep(lambda s, image: "rebuilt"), "sigma")
     fig = drawn.pop("metrics_vs_strength")
