@@ -82,8 +82,8 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     out["verdict"] = verdict(scores.get("psnr"), scores.get("ssim"), best_p[1], best_s[1])
     better = baselines_each(scores, baselines)
     out["baseline_psnr_each"], out["baseline_ssim_each"] = better if better is not None else (None, None)
-    out["verdict_each"] = verdict_each(scores, baselines)
-    out["nearer_each"] = scores.get("nearer_each") if out["verdict_each"] is not None else None
+    out["verdict_each"] = None if better is None else _own_verdicts(scores, *better)
+    out["nearer_each"] = scores.get("nearer_each") if better is not None else None
     out["verdict_baseline"] = None
     if out["verdict"] == NOT_REBUILT:
         psnr_decides = scores.get("psnr") is None or (
@@ -114,11 +114,13 @@ def verdict_each(scores: dict, baselines: dict[str, dict | None]) -> list[str] |
     not at all average to about 100 dB (each PSNR is capped at 200 dB), one image rebuilt in a batch of eight can
     leave the mean within the margin.  These verdicts say which images came back."""
     better = baselines_each(scores, baselines)
-    if better is None:
-        return None
+    return None if better is None else _own_verdicts(scores, *better)
+
+
+def _own_verdicts(scores: dict, psnr_base: list, ssim_base: list) -> list[str]:
     nearer = scores.get("nearer_each") or [None] * len(scores["psnr_each"])
     return [verdict(p, q, bp, bs) if j is None else NOT_REBUILT
-            for p, q, bp, bs, j in zip(scores["psnr_each"], scores["ssim_each"], *better, nearer)]
+            for p, q, bp, bs, j in zip(scores["psnr_each"], scores["ssim_each"], psnr_base, ssim_base, nearer)]
 
 
 def image_scores(m: Mapping, i: int) -> dict | None:
@@ -131,6 +133,15 @@ def image_scores(m: Mapping, i: int) -> dict | None:
     keys = ("psnr", "ssim", "baseline_psnr", "baseline_ssim")
     lists = [m.get(f"{k}_each") or [None] * len(each) for k in keys]
     return {**{k: v[i] for k, v in zip(keys, lists)}, "verdict": each[i]}
+
+
+def image_verdicts(m: Mapping) -> list[str] | None:
+    """The verdicts a run (a metrics.json dict) counts its images by: for a batch with per-image verdicts each image's
+    own (``verdict_each``), else the run's one verdict; None where it has none (no truth; stored before verdicts)."""
+    each = m.get("verdict_each")
+    if each and len(each) > 1:
+        return list(each)
+    return None if m.get("verdict") is None else [m["verdict"]]
 
 
 def rebuilt_images(m: Mapping) -> tuple[int, int] | None:
@@ -152,9 +163,27 @@ def images_words(m: Mapping) -> str | None:
     k, n = counts
     if m.get("verdict") == REBUILT and k < n:
         return f"{k} of {n} images" if k else "no image on its own"
-    if m.get("verdict") == NOT_REBUILT and k > 0:
+    if m.get("verdict") == NOT_REBUILT and 0 < k < n:
         return f"{k} of {n} images rebuilt"
     return None
+
+
+def batch_images(runs) -> tuple[int, int] | None:
+    """Over runs (metrics.json dicts) with verdicts, where any is a batch with per-image verdicts: (images rebuilt,
+    images), a batch's counted on their own (:func:`image_verdicts`), a single image or a run stored before
+    per-image verdicts counted as one by its verdict; None where no run is such a batch."""
+    runs = list(runs)
+    if not any(len(m.get("verdict_each") or ()) > 1 for m in runs):
+        return None
+    each = [v for m in runs for v in image_verdicts(m) or ()]
+    return each.count(REBUILT), len(each)
+
+
+def batch_images_words(counts: tuple[int, int] | None) -> str | None:
+    """``3 of 10 images rebuilt on their own`` for :func:`batch_images`' counts; None for None."""
+    if counts is None:
+        return None
+    return f"{counts[0]} of {counts[1]} images rebuilt on their own"
 
 
 def _listed(indices: list[int]) -> str:
@@ -352,7 +381,7 @@ def closed_forms_line(names: list[str]) -> str:
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
            "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images", "images_words",
-           "images_note", "short_metric",
+           "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",

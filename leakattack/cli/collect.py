@@ -121,7 +121,7 @@ def row_of(folder: Path) -> dict:
         row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"])
     counts = rebuilt_images(metrics)  # a batch's images rebuilt on their own, which its verdict on the means hides
     if counts is not None and counts[1] > 1:
-        row["rebuilt_images"] = counts[0]
+        row["images_rebuilt"] = counts[0]
     failed = failed_kind(metrics)  # where not rebuilt: labels, objective or search
     if failed:
         row["failed"] = failed

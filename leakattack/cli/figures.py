@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import SettingWarning, UserError
 from ..figures.sweep import points_rebuilt
+from ..rebuilt import batch_images_words
 from ..results.store import read_results
 from ..sweep import finalize
 from ..sweep.lock import FolderLock
@@ -31,6 +32,9 @@ def verdicts_text(res: dict) -> list[str]:
     if not judged:
         return []
     text = points_rebuilt(rebuilt, judged)
+    images = batch_images_words(res.get("images"))
+    if images:  # a batch's verdict on its means can hide its images
+        text += f" ({images})"
     if judged < res.get("points", judged):
         text += f" ({res['points'] - judged} stored without a verdict)"
     return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]

@@ -35,7 +35,7 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
-from ..rebuilt import images_note, images_words, why_not_rebuilt
+from ..rebuilt import batch_images, batch_images_words, images_note, images_words, why_not_rebuilt
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -282,15 +282,15 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, st
     did not model the clip (:func:`leakattack.rebuilt.failed_part`)."""
     if m.truth is False:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
-    images = images_words(m.to_dict())  # a batch whose images on their own disagree with its verdict
+    record = m.to_dict()
+    images = images_words(record)  # a batch whose images on their own disagree with its verdict
     counted = f" ({images})" if images else ""
-    note = images_note(m.to_dict()) if images else None
+    note = images_note(record) if images else None
     named = f" {note[:1].upper()}{note[1:]}." if note else ""
     if m.verdict == REBUILT:
         return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the "
                                                 f"message ({_run_scores(m)}).{named}")
     if m.verdict == NOT_REBUILT:
-        record = m.to_dict()
         part = failed_part(record, clip_blind=clip_blind)
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
@@ -453,7 +453,8 @@ def _per_image(m: RunMetrics) -> str:
     order = m.match if m.match and len(m.match) == n else list(range(n))
     rows = []
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
-    each = m.verdict_each or []  # each image's own verdict against its baselines (older runs: none)
+    each = (m.verdict_each or []) if n > 1 else []  # a batch's images on their own (older runs: none)
+    nearer = m.nearer_each or [None] * n
     bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
@@ -462,7 +463,8 @@ def _per_image(m: RunMetrics) -> str:
         if each:  # the image's own verdict beside the better of its baselines' scores
             base = (f"{_score(bp_each[i], 2, scored)} / {_score(bs_each[i], 4, scored)}"
                     if bp_each and bs_each else NOT_RECORDED)
-            own = f"<td>{base}</td><td>{_e(each[i])}</td>"
+            shows = f" (shows image {nearer[i]})" if nearer[i] is not None else ""
+            own = f"<td>{base}</td><td>{_e(each[i] + shows)}</td>"
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>{given}"
                     f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
@@ -498,8 +500,10 @@ def _run_verdict(m: RunMetrics) -> str:
         reason = f" Reason: {why}." if why and m.verdict_baseline is not None else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
-        lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}</strong>{_e(extra)}.{_e(reason)}'
-                     f"{_e(more)}</p>")
+        images = images_words(m.to_dict())  # a batch whose images on their own disagree with its verdict
+        counted = f" ({images})" if images else ""
+        lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}{_e(counted)}</strong>{_e(extra)}.'
+                     f"{_e(reason)}{_e(more)}</p>")
     rows = [
         ("the image returned (its start: nothing was attacked)" if idle else "reconstruction", m.psnr, m.ssim,
          m.lpips, True),
@@ -619,16 +623,20 @@ def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
             f"Verdict not recorded: these {n} points were stored before sweeps recorded one"
             f"{f' ({left})' if left else ''}; the mean PSNR and SSIM of each setting are in the summary below.")
     k, j = sum(v == REBUILT for v in verdicts), len(verdicts)
+    counts = batch_images(r["metrics"] for r in records)  # batches: their images on their own
+    images = f" ({batch_images_words(counts)})" if counts is not None and counts[0] < counts[1] else ""
+    tag = (f" ({counts[0]}/{counts[1]} images)" if images else "") + tag
     if k == j:
-        return "rebuilt" + tag, "rebuilt", (f"Rebuilt at every judged point ({k} of {j} judged"
-                                            f"{'; ' + left if left else ''}).")
+        return "rebuilt" + tag, "rebuilt" if not images else "mixed", (
+            f"Rebuilt at every judged point ({k} of {j} judged{'; ' + left if left else ''}){images}.")
     unfinished = f" Unfinished: {left}." if left else ""
     if k == 0:
-        return "not rebuilt" + tag, "failed", (f"Not rebuilt at any of the {j} judged points at this budget "
-                                               f"({FAILURE_NOTE}).{unfinished}{_failed_parts(records)}")
+        return "not rebuilt" + tag, "failed" if not counts or not counts[0] else "mixed", (
+            f"Not rebuilt at any of the {j} judged points at this budget ({FAILURE_NOTE}){images}."
+            f"{unfinished}{_failed_parts(records)}")
     return f"rebuilt at {k}/{j}{tag}", "mixed", (
         f"Rebuilt at {k} of {j} judged points; not rebuilt at {j - k} at this budget "
-        f"({FAILURE_NOTE}).{unfinished}{_failed_parts(records)}")
+        f"({FAILURE_NOTE}){images}.{unfinished}{_failed_parts(records)}")
 
 
 def _failed_parts(records: list[dict]) -> str:
@@ -795,12 +803,10 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                 (mean is None and unbounded[i]) or mean == math.inf)
             said_infinite |= infinite
             cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
-        if "rebuilt" in head:
-            share = r.get("rebuilt")
-            cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
-        if images:
-            share = r.get("rebuilt_images")
-            cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
+        for column, shown in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
+            share = r.get(column)
+            if shown:
+                cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
         if failed:
             counts = [r.get(c) for c in FAILED_COLUMNS]
             cells += f"<td>{'–' if counts[0] is None else ' / '.join(map(str, counts))}</td>"

@@ -29,7 +29,15 @@ import textwrap
 from pathlib import Path
 
 from ..errors import ratio_text
-from ..rebuilt import NOT_REBUILT, REBUILT, image_scores, short_metric
+from ..rebuilt import (
+    NOT_REBUILT,
+    REBUILT,
+    batch_images,
+    batch_images_words,
+    image_scores,
+    image_verdicts,
+    short_metric,
+)
 from ..results import (
     REPEAT_KEYS,
     aggregate,
@@ -217,12 +225,7 @@ def _verdict_state(part) -> str | None:
     ``"some"`` when only some were, None when all were or none has a verdict (results stored before verdicts).  A
     batch with per-image verdicts counts its images (``verdict_each``), not its verdict on the means: a batch rebuilt
     on its means with half its images not rebuilt is rebuilt in part."""
-    verdicts = []
-    for r in part or ():
-        m = r["metrics"]
-        each = m.get("verdict_each")
-        verdicts += list(each) if each and len(each) > 1 else [m.get("verdict")]
-    verdicts = [v for v in verdicts if v is not None]
+    verdicts = [v for r in part or () for v in image_verdicts(r["metrics"]) or ()]
     rebuilt = verdicts.count(REBUILT)
     if not verdicts or rebuilt == len(verdicts):
         return None
@@ -302,7 +305,8 @@ def rebuilt_count(records: list[dict]) -> str:
         return ""
     n, rebuilt = len(verdicts), verdicts.count(REBUILT)
     failure = "; not rebuilt is a failure of the attack at its budget, not evidence of privacy"
-    return points_rebuilt(rebuilt, n) + (failure if rebuilt < n else "")
+    images = batch_images_words(batch_images(r["metrics"] for r in records))
+    return points_rebuilt(rebuilt, n) + (f" ({images})" if images else "") + (failure if rebuilt < n else "")
 
 
 def _with_count(head: str, records: list[dict]) -> str:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..rebuilt import FAILED_PARTS, REBUILT, failed_counts
+from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -142,7 +142,8 @@ def summarize(records: list[dict]) -> list[dict]:
     """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
     epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
     whose verdict is rebuilt (left out when no point has a verdict), on batches ``rebuilt_images``, the share of
-    their images rebuilt on their own (``verdict_each``; left out for single images and older results), and
+    their images rebuilt on their own (:func:`leakattack.rebuilt.batch_images`: a point stored before per-image
+    verdicts counts as one image, by its verdict; left out where no point is a batch that has them), and
     ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
     failed in their label reading, their objective and their search (:func:`leakattack.rebuilt.failed_kind`; left
     out when none of them tells)."""
@@ -165,11 +166,9 @@ def summarize(records: list[dict]) -> list[dict]:
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
-        each = [v for r in recs for v in (r["metrics"].get("verdict_each") or ())]
-        if each and any(len(r["metrics"].get("verdict_each") or ()) > 1 for r in recs):
-            # on batches, the share of their images rebuilt on their own (metrics.verdict_each), which a batch's
-            # verdict on its means can hide
-            row["rebuilt_images"] = sum(v == REBUILT for v in each) / len(each)
+        images = batch_images(r["metrics"] for r in recs)
+        if images is not None:  # on batches, the share of their images rebuilt on their own, which a batch's
+            row["rebuilt_images"] = images[0] / images[1]  # verdict on its means can hide
         failed = failed_counts(r["metrics"] for r in recs)
         if sum(failed.values()):
             row.update(zip(FAILED_COLUMNS, failed.values(), strict=True))

@@ -34,7 +34,7 @@ from ..config import RunConfig
 from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
 from ..progress import progress_bar
-from ..rebuilt import REBUILT
+from ..rebuilt import REBUILT, batch_images
 from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
 from .backends import SlurmBackend, get_backend
 from .backends.slurm import listed_jobs
@@ -209,7 +209,8 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     """summary.csv and the figures from results.jsonl (points of the current plan, in grid order).
 
     ``notes``: what the figures leave out (e.g. series beyond the reconstruction grid's blocks); ``judged`` and
-    ``rebuilt``: how many of the points have a verdict, and how many of those were rebuilt.
+    ``rebuilt``: how many of the points have a verdict, and how many of those were rebuilt; ``images``: of batches
+    with per-image verdicts, (images rebuilt on their own, images), or None (:func:`leakattack.rebuilt.batch_images`).
     """
     records = load_records(out, plan, key_of=point_key)
     rows = summarize(records)
@@ -220,4 +221,4 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     write_csv(out / "summary.csv", rows)
     verdicts = [v for r in records if (v := r["metrics"].get("verdict")) is not None]
     return {"points": len(records), "rows": rows, "figures": paths, "notes": notes, "judged": len(verdicts),
-            "rebuilt": verdicts.count(REBUILT)}
+            "rebuilt": verdicts.count(REBUILT), "images": batch_images(r["metrics"] for r in records)}

@@ -64,7 +64,7 @@ def test_collect_counts_a_batchs_images_rebuilt_on_their_own(tmp_path):
     out = tmp_path / "table.csv"
     assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
     rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
-    assert {k: r["rebuilt_images"] for k, r in rows.items()} == {"batch": "2", "one": "", "older": ""}
+    assert {k: r["images_rebuilt"] for k, r in rows.items()} == {"batch": "2", "one": "", "older": ""}
 
 
 def test_collect_names_the_scalars_of_nested_records_by_dotted_paths(tmp_path):

@@ -652,6 +652,12 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
     table = build_report([swapped])
     assert "<tr><td class=key>0</td><td>0</td><td>1</td><td>200.00</td>" in table
     assert "labels recovered: 100% (as a multiset); 2 of 4 on the images they were matched to." in table
+    assert "<strong>Verdict: rebuilt (2 of 4 images)</strong>" in text
+    shown = _with_metrics(tmp_path, "shown", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
+                          nearer_each=[None, 2, None, None], psnr_each=[200.0, 8.1, 200.0, 7.9],
+                          ssim_each=[1.0, 0.05, 1.0, 0.04], baseline_psnr_each=[10.5, 12.25, 11.0, 9.0],
+                          baseline_ssim_each=[0.1, 0.2, 0.3, 0.05])
+    assert "<td>12.25 / 0.2000</td><td>not rebuilt (shows image 2)</td>" in build_report([shown])
     unrecorded = _with_metrics(tmp_path, "unrecorded", verdict="rebuilt", verdict_each=each,
                                psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04])
     assert "<td>not recorded</td><td>not rebuilt</td>" in build_report([unrecorded])
@@ -659,7 +665,7 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
             in text and "On their own, images 0 and 2 of the batch (in the truth&#x27;s order) are rebuilt, images 1 "
             "and 3 are not; the batch&#x27;s verdict is taken on its mean PSNR and SSIM" in text)
     assert '<span class="tag rebuilt">rebuilt (2 of 4 images)</span>' in text
-    older = json.loads((RUN / "metrics.json").read_text())
-    assert "verdict_each" not in older or len(older["verdict_each"]) == 1
-    plain = _with_metrics(tmp_path, "plain")
-    assert "On their own" not in build_report([plain])
+    one = _with_metrics(tmp_path, "one", verdict="rebuilt", verdict_each=["rebuilt"], psnr_each=[200.0],
+                        ssim_each=[1.0], baseline_psnr_each=[10.5], baseline_ssim_each=[0.1])
+    text = build_report([one])
+    assert "On their own" not in text and "verdict on its own" not in text  # one image: the run's verdict says it

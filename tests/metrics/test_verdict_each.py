@@ -11,7 +11,8 @@ from leakattack import cli
 from leakattack.attacks import AttackResult
 from leakattack.cli.run import summary_line
 from leakattack.data import get_dataset
-from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, verdict, verdict_each
+from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, score, verdict, verdict_each
+from leakattack.metrics.matching import nearer_truths
 from leakattack.rebuilt import image_scores, images_note
 
 
@@ -28,11 +29,10 @@ def test_half_a_batch_rebuilt_is_rebuilt_on_the_means_and_two_of_four_on_their_o
                     with_lpips=False)
     assert judged["verdict"] == "rebuilt" and judged["psnr"] > 90  # the mean of 200, ~8, 200 and ~8 dB
     assert judged["verdict_each"] == ["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"]
-    # each image's better baseline, the higher of its start's and the grey image's scores, which decide its verdict
+    # each image's better baseline: the higher of its start's and the grey image's (no data set) scores of it
+    start, grey = score(x0, x, with_lpips=False), score(torch.full_like(x, 0.5), x, with_lpips=False)
     for key in ("psnr", "ssim"):
-        starts, grey = judged[f"baseline_start_{key}"], judged[f"baseline_mean_{key}"]
-        assert min(judged[f"baseline_{key}_each"]) <= max(starts, grey)
-        assert judged[f"baseline_{key}"] == max(starts, grey)
+        assert judged[f"baseline_{key}_each"] == [max(a, b) for a, b in zip(start[f"{key}_each"], grey[f"{key}_each"])]
     own = image_scores(judged, 1)
     assert own["verdict"] == "not rebuilt" and own["psnr"] == judged["psnr_each"][1]
     assert own["baseline_psnr"] == judged["baseline_psnr_each"][1] and own["psnr"] <= own["baseline_psnr"] + 1
@@ -81,6 +81,16 @@ def test_a_batch_rebuilt_on_its_means_with_no_image_on_its_own_says_so():
     m = {"verdict": "rebuilt", "verdict_each": ["not rebuilt", "not rebuilt"], "nearer_each": [None, None]}
     assert images_words(m) == "no image on its own"
     assert images_note(m).startswith("on their own, none of the batch's images is rebuilt; the batch's verdict")
+    every = {"verdict": "not rebuilt", "verdict_each": ["rebuilt", "rebuilt"]}  # a file no run writes
+    assert images_words(every) is None and images_note(every) is None
+
+
+def test_the_nearer_truth_is_the_nearest_other_image_where_it_is_nearer_than_the_own():
+    x = torch.stack([torch.full((1, 2, 2), v) for v in (0.0, 0.5, 1.0)])
+    recon = torch.stack([torch.full((1, 2, 2), v) for v in (0.9, 0.5, 0.75)])  # nearer to 1.0; own; a tie 0.5/1.0
+    assert nearer_truths(recon, x) == [2, None, None]  # a tie is not nearer
+    recon[1, 0, 0, 0] = float("nan")
+    assert nearer_truths(recon, x)[1] is None  # not finite: no nearer image claimed
 
 
 def test_per_image_verdicts_agree_with_the_batch_where_the_images_do():

@@ -14,6 +14,7 @@ from leakattack.cli.figures import FAILURE_NOT_PRIVACY, verdicts_text
 from leakattack.cli.sweep import best_text
 from leakattack.figures import sweep as sweep_figures_module
 from leakattack.figures.report import stored_summary
+from leakattack.rebuilt import batch_images
 from leakattack.results import summarize, write_csv
 from leakattack.sweep import runner
 
@@ -143,6 +144,33 @@ def test_a_batch_point_is_marked_by_its_images_on_their_own(tmp_path, drawn):
     assert list(hollow.get_xdata()) == [1.0] and list(half.get_xdata()) == [1e-2]
     older = [record(j, s, 0, "rebuilt") for j, s in enumerate(each)]  # no per-image verdicts: the point's own
     assert all(sweep_figures_module._verdict_state([r]) is None for r in older)
+    title = drawn["metrics_vs_strength"]._suptitle.get_text().replace("\n", " ")
+    assert "3 of 3 points rebuilt (3 of 6 images rebuilt on their own)" in title
+    res = finalize_like(records)
+    assert res["images"] == (3, 6)
+    assert verdicts_text(res) == ["3 of 3 points rebuilt (3 of 6 images rebuilt on their own)"]
+    assert finalize_like(older)["images"] is None and verdicts_text(finalize_like(older)) == ["3 of 3 points rebuilt"]
+
+
+def test_the_report_headline_of_a_sweep_of_batches_counts_their_images():
+    """Every point rebuilt on its means, half of the images on their own: the headline and the tag say so, and the
+    tag is mixed, not rebuilt."""
+    from leakattack.figures.report import _sweep_headline
+
+    each = {0.0: ["rebuilt", "rebuilt"], 1e-2: ["rebuilt", "not rebuilt"], 1.0: ["not rebuilt", "not rebuilt"]}
+    records = [record(j, s, 0, "rebuilt", verdict_each=each[s]) for j, s in enumerate(each)]
+    tag, cls, sentence = _sweep_headline(records)
+    assert tag == "rebuilt (3/6 images)" and cls == "mixed"
+    assert sentence == "Rebuilt at every judged point (3 of 3 judged) (3 of 6 images rebuilt on their own)."
+    tag, cls, sentence = _sweep_headline([record(0, 0.0, 0, "rebuilt", verdict_each=["rebuilt", "rebuilt"])])
+    assert (tag, cls) == ("rebuilt", "rebuilt") and "images" not in sentence
+
+
+def finalize_like(records: list[dict]) -> dict:
+    """The counts :func:`leakattack.sweep.finalize` returns, from the records alone."""
+    verdicts = [r["metrics"]["verdict"] for r in records]
+    return {"points": len(records), "judged": len(verdicts), "rebuilt": verdicts.count("rebuilt"),
+            "images": batch_images(r["metrics"] for r in records)}
 
 
 def test_a_sweep_whose_points_all_were_rebuilt_or_have_no_verdict_marks_none(tmp_path, drawn):
