@@ -624,8 +624,10 @@ def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
             f"{f' ({left})' if left else ''}; the mean PSNR and SSIM of each setting are in the summary below.")
     k, j = sum(v == REBUILT for v in verdicts), len(verdicts)
     counts = batch_images(r["metrics"] for r in records)  # batches: their images on their own
-    images = f" ({batch_images_words(counts)})" if counts is not None and counts[0] < counts[1] else ""
-    tag = (f" ({counts[0]}/{counts[1]} images)" if images else "") + tag
+    images, share = "", ""
+    if counts is not None and counts[0] < counts[1]:
+        images, share = f" ({batch_images_words(counts)})", f" ({counts[0]}/{counts[1]} images)"
+    tag = share + tag
     if k == j:
         return "rebuilt" + tag, "rebuilt" if not images else "mixed", (
             f"Rebuilt at every judged point ({k} of {j} judged{'; ' + left if left else ''}){images}.")
