@@ -141,7 +141,11 @@ def convergence_figure(path, losses, title: str = "", objective: str = "l2") -> 
     # no constrained layout: one axes needs none (the saved bounding box is fitted to its labels anyway), and
     # it would lay the figure out again on each of the two draws of the save
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.semilogy(np.arange(len(y)), np.where(y > 0, y, np.nan), lw=1.2)
+    ax.semilogy(np.arange(len(y)), np.where(y > 0, y, np.nan), lw=1.2, marker="o" if len(y) == 1 else None)
+    if len(y) < 2:  # a closed-form attack, or a run that took no step: no curve to draw
+        value = f"{y[0]:.3e}" if len(y) and np.isfinite(y[0]) else "not finite"
+        ax.text(0.5, 0.5, f"one value ({value}): no iterations to draw", transform=ax.transAxes, ha="center",
+                va="center", fontsize=8, color="dimgrey")
     ax.set_xlabel("step t")
     ax.set_ylabel(LOSS_LABELS.get(objective, f"{objective} loss"))
     ax.grid(True, which="both", alpha=0.3)

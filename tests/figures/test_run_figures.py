@@ -17,7 +17,9 @@ def drawn(monkeypatch):
     """The figures drawn, by file stem, kept open instead of saved."""
     figs = {}
     monkeypatch.setattr(run_figures, "save", lambda fig, path: figs.setdefault(Path(path).stem, fig))
-    return figs
+    yield figs
+    for fig in figs.values():
+        run_figures.plt.close(fig)
 
 
 def batch(n, channels=3, size=32, seed=0):
@@ -182,3 +184,11 @@ def test_a_batch_whose_images_verdicts_differ_marks_the_rebuilt_ones(tmp_path, d
                                       TITLE, verdict_each=["rebuilt"] * n)  # all agree: nothing to mark
     fig = drawn["agree"]
     assert not any("(rebuilt)" in ax.get_title() + ax.get_xlabel() for ax in fig.axes)
+
+
+def test_a_convergence_figure_of_one_value_says_there_were_no_iterations(tmp_path, drawn):
+    run_figures.convergence_figure(tmp_path / "convergence.png", [0.0], "imprint, in closed form")
+    texts = [t.get_text() for t in drawn["convergence"].axes[0].texts]
+    assert texts == ["one value (0.000e+00): no iterations to draw"]
+    run_figures.convergence_figure(tmp_path / "curve.png", [1.0, 0.5], "t")
+    assert not drawn["curve"].axes[0].texts
