@@ -808,7 +808,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         for column, shown in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
             share = r.get(column)
             if shown:
-                cells += f"<td>{_num(share * 100, 0) + '%' if isinstance(share, (int, float)) else '–'}</td>"
+                cells += f"<td>{_percent(share) if isinstance(share, (int, float)) else '–'}</td>"
         if failed:
             counts = [r.get(c) for c in FAILED_COLUMNS]
             cells += f"<td>{'–' if counts[0] is None else ' / '.join(map(str, counts))}</td>"
@@ -1003,6 +1003,12 @@ def _num(v, digits: int = 2, kind: str = "f") -> str:
     if not _is_number(v):
         return "–" if v is None else _e(v)
     return f"{v:.{digits}{kind}}" if math.isfinite(v) else NOT_A_NUMBER
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage: whole where it is one (``75%``), else to a tenth (``12.5%``, not ``12%``)."""
+    pct = share * 100
+    return _num(pct, 0 if abs(pct - round(pct)) < 1e-9 else 1) + "%"
 
 
 def _int(v) -> str:

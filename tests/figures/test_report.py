@@ -669,3 +669,9 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
                         ssim_each=[1.0], baseline_psnr_each=[10.5], baseline_ssim_each=[0.1])
     text = build_report([one])
     assert "On their own" not in text and "verdict on its own" not in text  # one image: the run's verdict says it
+
+
+def test_a_share_of_the_summary_table_keeps_a_tenth_where_it_is_not_a_whole_percent():
+    from leakattack.figures.report import _percent
+
+    assert [_percent(v) for v in (0.0, 0.75, 0.125, 1 / 3, 1.0)] == ["0%", "75%", "12.5%", "33.3%", "100%"]
