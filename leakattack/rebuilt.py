@@ -267,6 +267,10 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
         ahead = f"SSIM is {ssim - bs:.2f} above the better baseline's ({ssim:.4f} against {bs:.4f})"
     else:
         ahead = f"PSNR is {psnr - bp:.2f} dB above the better baseline's ({psnr:.2f} dB against {bp:.2f} dB)"
+    counts = rebuilt_images(m)
+    if counts is not None and counts[1] > 1 and counts[0] == 0:  # a batch: the margin of its means, none on its own
+        return reason, (f"the batch's mean {ahead}, though none of its images clears its own baselines: look at "
+                        "reconstruction.png before reading it as nothing rebuilt")
     return reason, (f"the reconstruction's {ahead}, so parts of the image may show: look at reconstruction.png "
                     "before reading it as nothing rebuilt")
 

@@ -545,7 +545,8 @@ def _machine(env: dict, m: RunMetrics, folder: Path) -> list[tuple[str, str]]:
     soft = [f"{k} {env[k]}" for k in ("leakattack", "torch", "python") if env.get(k)]
     rows.append(("software", ", ".join(soft) + (f"; {env['platform']}" if env.get("platform") else "") if soft
                  else NOT_RECORDED))
-    rows.append(("time", f"attack {_seconds(m.attack_s)}, whole run {_seconds(m.wall_s)}"))
+    rows.append(("time", f"attack {_seconds(m.attack_s)}, with its scores and baselines {_seconds(m.wall_s)} "
+                         "(start-up and files not counted)"))
     rows.append(("written", _when(folder)))
     return rows
 

@@ -51,8 +51,10 @@ def test_a_dlg_batch_whose_search_stopped_short_names_the_other_recipe(tmp_path,
     rc, line, err, m = _run([*LENET, "--batch-size", "2", "--iterations", "2"], tmp_path / "b", capsys)
     assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
     assert OTHER_RECIPE_NOTE in err and "--recipe ig" in OTHER_RECIPE_NOTE
-    for flags in (["--batch-size", "1"], ["--batch-size", "2", "--recipe", "ig"]):  # one image; ig's own run
-        rc, line, err, m = _run([*LENET, *flags, "--iterations", "2"], tmp_path / "o", capsys)
+    for flags in (["--batch-size", "1", "--iterations", "2"],  # one image
+                  ["--batch-size", "2", "--recipe", "ig", "--iterations", "2"],  # ig's own run
+                  ["--batch-size", "2", "--model", "mlp", "--iterations", "1"]):  # the tip's measurement is LeNet's
+        rc, line, err, m = _run([*LENET, *flags], tmp_path / "o", capsys)
         assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and OTHER_RECIPE_NOTE not in err
 
 

@@ -665,6 +665,7 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
             in text and "On their own, images 0 and 2 of the batch (in the truth&#x27;s order) are rebuilt, images 1 "
             "and 3 are not; the batch&#x27;s verdict is taken on its mean PSNR and SSIM" in text)
     assert '<span class="tag rebuilt">rebuilt (2 of 4 images)</span>' in text
+    assert "with its scores and baselines" in text and "(start-up and files not counted)" in text
     one = _with_metrics(tmp_path, "one", verdict="rebuilt", verdict_each=["rebuilt"], psnr_each=[200.0],
                         ssim_each=[1.0], baseline_psnr_each=[10.5], baseline_ssim_each=[0.1])
     text = build_report([one])

@@ -149,3 +149,17 @@ def test_a_run_that_attacked_nothing_does_not_score_labels_on_the_images_its_sta
     line = summary_line(idle, batch_run)
     assert line.startswith("nothing was attacked: ") and re.search(r"\| labels \d/2 \(idlg\) \|", line)
     assert "on the matched images" not in line
+
+
+def test_a_batch_whose_mean_clears_one_baseline_with_no_image_on_its_own_says_so():
+    from leakattack.rebuilt import why_not_rebuilt
+
+    m = {"verdict": "not rebuilt", "psnr": 15.44, "ssim": 0.16, "baseline_psnr": 13.64, "baseline_ssim": 0.19,
+         "baseline_mean_psnr": 13.64, "baseline_mean_ssim": 0.19, "verdict_baseline": "mean",
+         "verdict_each": ["not rebuilt"] * 4}
+    reason, ahead = why_not_rebuilt(m)
+    assert reason == "SSIM no better than the data set's mean image"
+    assert ahead.startswith("the batch's mean PSNR is 1.80 dB above the better baseline's (15.44 dB against 13.64 dB),"
+                            " though none of its images clears its own baselines")
+    one = {**m, "verdict_each": ["not rebuilt", "rebuilt", "not rebuilt", "not rebuilt"]}
+    assert why_not_rebuilt(one)[1].startswith("the reconstruction's PSNR is 1.80 dB above")
