@@ -250,7 +250,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     m = metrics.RunMetrics(
         mse=scores["mse"], psnr=scores["psnr"], ssim=scores["ssim"], lpips=scores["lpips"],
         lpips_note=scores["lpips_note"], label_acc=scores["label_acc"],
-        label_acc_matched=scores.get("label_acc_matched"),
+        # where nothing was attacked the images matched are the start's, and labels on them score nothing
+        label_acc_matched=scores.get("label_acc_matched") if judged["attacked"] else None,
         final_loss=result.final_loss, initial_loss=result.losses[0], iterations=result.iterations,
         best_step=result.best_step, stop_reason=result.stop_reason, message=message,
         restarts=cfg.restarts, restart_losses=list(result.restart_losses),

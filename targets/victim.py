@@ -235,14 +235,15 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.isclose(a, b, rtol=1e-5, atol=1e-5 * scale, equal_nan=True).all())
 
 
-def _whole(value) -> int:
-    """``value`` as an int where it is a whole number (Python's, numpy's, a 0-d integer tensor's), else 0."""
+def whole(value) -> int | None:
+    """``value`` as an int where it is a whole number (Python's, numpy's, a 0-d integer tensor's; not a bool), else
+    None."""
     if isinstance(value, bool):
-        return 0
+        return None
     try:
         return operator.index(value)
     except TypeError:
-        return 0
+        return None
 
 
 def not_module(model) -> None:
@@ -287,11 +288,11 @@ class Victim:
         if not any(p.requires_grad for p in self.model.parameters()):
             raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
         shape = self.input_shape
-        if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all(_whole(s) > 0 for s in shape):
+        if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all((whole(s) or 0) > 0 for s in shape):
             raise UserError(f"input_shape must be the shape of one example, a tuple of positive integers such as "
                             f"(3, 32, 32), got {shape!r}")
         self.input_shape = tuple(int(s) for s in shape)
-        if _whole(self.num_classes) < 1:
+        if (whole(self.num_classes) or 0) < 1:
             raise UserError(f"num_classes must be an integer of at least 1, got {self.num_classes!r}")
         self.num_classes = int(self.num_classes)
         if self.task not in TASKS:
@@ -327,8 +328,8 @@ class Victim:
             loss = cross_entropy if task == "classification" else squared_error
         if head == "auto":
             head = last_linear(model) if task == "classification" else None
-            if head is not None and _whole(num_classes) >= 1 and head.out_features != num_classes:  # not the one asked
-                # (a num_classes that is no count at all is refused by the constructor)
+            if head is not None and (whole(num_classes) or 0) >= 1 and head.out_features != num_classes:
+                # not the one asked (a num_classes that is no count at all is refused by the constructor)
                 raise UserError(f"the module's last linear layer has {head.out_features} outputs, and num_classes is "
                                 f"{num_classes}: give the number of classes it scores, or its classifier as head=")
         victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,

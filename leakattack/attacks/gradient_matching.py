@@ -27,7 +27,6 @@ import copy
 import ctypes
 import ctypes.util
 import math
-import operator
 import sys
 import time
 from collections.abc import Mapping
@@ -36,7 +35,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from targets.victim import cpu_cores
+from targets.victim import cpu_cores, whole
 
 from ..errors import UserError, size_text
 from ..observation import Observation
@@ -137,20 +136,7 @@ def init_dummy(shape, kind: str, seed: int, device="cpu", dtype=torch.float32) -
 
 def _count(value: object) -> bool:
     """Whether ``value`` is an integer (Python's or numpy's, not a bool) of at least 1."""
-    try:
-        return not isinstance(value, bool) and operator.index(value) >= 1  # type: ignore[arg-type]
-    except TypeError:
-        return False
-
-
-def _whole(value: object) -> int | None:
-    """``value`` as an int where it is an integer (Python's or numpy's, not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        return None
+    return (whole(value) or 0) >= 1
 
 
 def _real(value: object) -> float:
@@ -222,11 +208,11 @@ class GradientMatching(Attack):
         # restart r starts from init_seed + 1000 r (a deep image prior's generator from one more), and a torch
         # generator takes seeds up to 2^64 - 1
         top_seed = 2 ** 64 - 2 - 1000 * (int(restarts) - 1)
-        seed = _whole(init_seed)
+        seed = whole(init_seed)
         if seed is None or not 0 <= seed <= top_seed:
             raise UserError(f"init_seed must be an integer from 0 to {top_seed} (restart r starts from seed "
                             f"init_seed + 1000 r, at most 2^64 - 2), got {type(init_seed).__name__} {init_seed!r}")
-        window = _whole(stall_window)
+        window = whole(stall_window)
         if window is None or window < 0:
             raise UserError(f"stall_window must be an integer of at least 0 (0: never stop for a stall), got "
                             f"{type(stall_window).__name__} {stall_window!r}")

@@ -47,9 +47,10 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
     against = (f"PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} against {_db(m.baseline_psnr)}, "
                f"{_ssim(m.baseline_ssim)} for the better baseline | LPIPS {lp} | ")
-    images = images_words(m.to_dict())
+    record = m.to_dict()
+    images = images_words(record)
     if m.verdict == "not rebuilt":
-        why = why_not_rebuilt(m.to_dict())[0] + (f"; {images}" if images else "")
+        why = why_not_rebuilt(record)[0] + (f"; {images}" if images else "")
         return f"not rebuilt ({why}) | {against}{tail}{folder}"
     if m.verdict == "rebuilt":
         return f"rebuilt{f' ({images})' if images else ''} | " \
@@ -64,7 +65,7 @@ def _labels(m: RunMetrics) -> str:
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())
     lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
-    if n > 1 and m.label_acc_matched is not None and m.attacked is not False:  # no start matched to the images
+    if n > 1 and m.label_acc_matched is not None:
         lab += f", {round(m.label_acc_matched * n)}/{n} on the matched images"
     return lab
 
@@ -130,11 +131,11 @@ def cmd_run(a) -> int:
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed
                       or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
         print(f"note: {m.message}", file=sys.stderr)
-    images = images_note(m.to_dict())
+    record = m.to_dict()
+    images = images_note(record)
     if images:
         print(f"note: {images}", file=sys.stderr)
     if m.attacked is False or m.verdict == "not rebuilt":
-        record = m.to_dict()
         ahead = why_not_rebuilt(record)[1] if m.attacked is not False and m.truth is not False else None
         if ahead:
             print(f"note: {ahead}", file=sys.stderr)

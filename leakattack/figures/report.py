@@ -471,7 +471,7 @@ def _per_image(m: RunMetrics) -> str:
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc, matched = m.label_acc, m.label_acc_matched
     on_matched = (f"; {round(matched * n)} of {n} on the images they were matched to" if n > 1 and
-                  isinstance(matched, (int, float)) and m.attacked is not False else "")
+                  isinstance(matched, (int, float)) else "")
     lab = (f'<p class="note">labels recovered: {_num(acc * 100, 0)}% (as a multiset){on_matched}.</p>'
            if isinstance(acc, (int, float)) else "")
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
@@ -496,11 +496,12 @@ def _run_verdict(m: RunMetrics) -> str:
     elif verdict is None:
         lines.append(f'<p class="verdict">Verdict: {NOT_RECORDED}.</p>')
     else:
-        why, ahead = why_not_rebuilt(m.to_dict()) if verdict == NOT_REBUILT else ("", None)
+        record = m.to_dict()
+        why, ahead = why_not_rebuilt(record) if verdict == NOT_REBUILT else ("", None)
         reason = f" Reason: {why}." if why and m.verdict_baseline is not None else ""
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
-        images = images_words(m.to_dict())  # a batch whose images on their own disagree with its verdict
+        images = images_words(record)  # a batch whose images on their own disagree with its verdict
         counted = f" ({images})" if images else ""
         lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}{_e(counted)}</strong>{_e(extra)}.'
                      f"{_e(reason)}{_e(more)}</p>")

@@ -50,7 +50,7 @@ from .lpips import (
     lpips_missing,
     lpips_module,
 )
-from .matching import label_accuracy, label_overlap, match, nearer_truths
+from .matching import label_accuracy, label_overlap, match, mse_matrix, nearer_truths
 from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 
@@ -79,7 +79,8 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     x_hat = x_hat.detach()
     x = x.detach().to(x_hat.device)
     b = x.shape[0]
-    perm = match(x_hat, x) if b > 1 else torch.zeros(1, dtype=torch.long)
+    cost = mse_matrix(x_hat, x) if b > 1 else None  # the matching's costs, which also tell the nearer truths
+    perm = match(x_hat, x, cost) if cost is not None else torch.zeros(1, dtype=torch.long)
     xm = x_hat[perm.to(x_hat.device)]
     m, p, s = mse(xm, x), psnr(xm, x), ssim(xm, x)
     out = {
@@ -94,7 +95,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
         "ssim_each": [_finite_or_none(v) for v in s.tolist()],
         "match": [int(i) for i in perm.tolist()],
         #: where a reconstruction is nearer to another true image than to the one it was matched to
-        "nearer_each": nearer_truths(xm, x) if b > 1 else [None],
+        "nearer_each": nearer_truths(xm, x, cost[perm]) if cost is not None else [None],
     }
     if with_lpips:
         val, note = lpips_distance(xm, x, device=device)

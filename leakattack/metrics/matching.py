@@ -47,36 +47,37 @@ def label_overlap(pred, true) -> float:
     return float(common) / t.numel()
 
 
-def match(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy
-    linear_sum_assignment) on pairwise MSE."""
-    # scipy.optimize is a heavy import: only when a batch of more than one image is matched.
-    from scipy.optimize import linear_sum_assignment
-
+def mse_matrix(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """cost[i, j] = MSE of x_hat[i] against x[j], in float64 on the CPU (NaN or inf where x_hat[i] is not finite)."""
     check_pair(x_hat, x)
     a = x_hat.detach().to(torch.float64).flatten(1).cpu()
     y = x.detach().to(torch.float64).flatten(1).cpu()
-    # cost[i, j] = mse(x_hat[i], x[j])
-    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2).div(a.shape[1]).numpy()
-    bad = ~np.isfinite(cost)
+    return torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2).div(a.shape[1])
+
+
+def match(x_hat: torch.Tensor, x: torch.Tensor, cost: torch.Tensor | None = None) -> torch.Tensor:
+    """Permutation perm with x_hat[perm] aligned to x, by the Hungarian algorithm (Kuhn 1955; scipy
+    linear_sum_assignment) on pairwise MSE (``cost``: :func:`mse_matrix` of the pair, where the caller has it)."""
+    # scipy.optimize is a heavy import: only when a batch of more than one image is matched.
+    from scipy.optimize import linear_sum_assignment
+
+    cost_np = (mse_matrix(x_hat, x) if cost is None else cost).numpy().copy()
+    bad = ~np.isfinite(cost_np)
     if bad.any():  # diverged reconstructions: match them last instead of failing
-        finite = cost[~bad]
-        cost[bad] = (finite.max() + 1.0) * cost.size if finite.size else 1.0
-    rows, cols = linear_sum_assignment(cost)
+        finite = cost_np[~bad]
+        cost_np[bad] = (finite.max() + 1.0) * cost_np.size if finite.size else 1.0
+    rows, cols = linear_sum_assignment(cost_np)
     perm = np.empty(len(rows), dtype=np.int64)
     perm[cols] = rows
     return torch.from_numpy(perm)
 
 
-def nearer_truths(xm: torch.Tensor, x: torch.Tensor) -> list[int | None]:
+def nearer_truths(xm: torch.Tensor, x: torch.Tensor, cost: torch.Tensor | None = None) -> list[int | None]:
     """For each true image i, the other true image j whose MSE to reconstruction ``xm[i]`` (already matched to x) is
     lower than its MSE to x[i], the lowest such (None where x[i] is the nearest, or the reconstruction is not
     finite).  Such a reconstruction shows image j, not image i: repeated copies of one reconstruction, matched to
-    several truths, rebuild one of them."""
-    check_pair(xm, x)
-    a = xm.detach().to(torch.float64).flatten(1).cpu()
-    y = x.detach().to(torch.float64).flatten(1).cpu()
-    cost = torch.cdist(a, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    several truths, rebuild one of them.  ``cost``: :func:`mse_matrix` of ``xm`` and x, where the caller has it."""
+    cost = mse_matrix(xm, x) if cost is None else cost
     out: list[int | None] = []
     for i, row in enumerate(cost):
         j = int(row.argmin()) if bool(torch.isfinite(row).all()) else i
@@ -84,4 +85,4 @@ def nearer_truths(xm: torch.Tensor, x: torch.Tensor) -> list[int | None]:
     return out
 
 
-__all__ = ["label_accuracy", "label_overlap", "match", "nearer_truths"]
+__all__ = ["label_accuracy", "label_overlap", "match", "mse_matrix", "nearer_truths"]

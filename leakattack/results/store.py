@@ -148,6 +148,9 @@ def summarize(records: list[dict]) -> list[dict]:
     failed in their label reading, their objective and their search (:func:`leakattack.rebuilt.failed_kind`; left
     out when none of them tells)."""
     rows = []
+    # a column of images rebuilt on their own where any point is a batch with per-image verdicts (empty in the rows
+    # of single images)
+    batches = batch_images(r["metrics"] for r in records) is not None
     for setting, recs in group_settings(records).items():
         first = recs[0]
         row = {k: first["grid"][k] for k, _ in setting}
@@ -166,28 +169,14 @@ def summarize(records: list[dict]) -> list[dict]:
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
-        images = batch_images(r["metrics"] for r in recs)
-        if images is not None:  # on batches, the share of their images rebuilt on their own, which a batch's
-            row["rebuilt_images"] = images[0] / images[1]  # verdict on its means can hide
+        if batches:  # the share of the images rebuilt on their own, which a batch's verdict on its means can hide
+            images = batch_images(r["metrics"] for r in recs)
+            row["rebuilt_images"] = None if images is None else images[0] / images[1]
         failed = failed_counts(r["metrics"] for r in recs)
         if sum(failed.values()):
             row.update(zip(FAILED_COLUMNS, failed.values(), strict=True))
         rows.append(row)
-    if any("rebuilt_images" in r for r in rows):  # its column beside rebuilt's, empty for single images
-        rows = [_after(r, "rebuilt", "rebuilt_images") for r in rows]
     return rows
-
-
-def _after(row: dict, before: str, key: str) -> dict:
-    """``row`` with ``key`` (None where it has none) moved to just after ``before`` (or to the end without it)."""
-    value, out = row.get(key), {}
-    for k, v in row.items():
-        if k != key:
-            out[k] = v
-        if k == before:
-            out[key] = value
-    out.setdefault(key, value)
-    return out
 
 
 def series_keys(records: list[dict], exclude=()) -> list[str]:

@@ -141,12 +141,17 @@ def test_a_run_writes_its_images_verdicts_and_its_line_counts_them_where_they_di
     assert summary_line(record, batch_run) == summary_line(RunMetrics.from_dict(m), batch_run)
 
 
-def test_a_run_that_attacked_nothing_does_not_score_labels_on_the_images_its_start_was_matched_to(batch_run):
+def test_a_run_that_attacked_nothing_does_not_score_labels_on_the_images_its_start_was_matched_to(batch_run,
+                                                                                                   tmp_path):
     m = json.loads((batch_run / "metrics.json").read_text())
     attacked = summary_line(RunMetrics.from_dict(m), batch_run)
     assert "on the matched images" in attacked
-    idle = RunMetrics.from_dict({**m, "attacked": False, "nothing_attacked": "the objective never went below ..."})
-    line = summary_line(idle, batch_run)
+    out = tmp_path / "idle"  # a step that overflows: the run returns its start
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--batch-size", "2", "--optimizer", "adam",
+                     "--lr", "1e308", "--iterations", "2", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    idle = RunMetrics.from_dict(json.loads((out / "metrics.json").read_text()))
+    assert idle.attacked is False and idle.label_acc_matched is None
+    line = summary_line(idle, out)
     assert line.startswith("nothing was attacked: ") and re.search(r"\| labels \d/2 \(idlg\) \|", line)
     assert "on the matched images" not in line
 
