@@ -285,7 +285,8 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
     channel that do not fit the victim are one UserError sentence, as is a ``noise_seed`` that is not an integer in
-    [0, 2^63 - 1] (the range ``--noise-seed`` takes)."""
+    [0, 2^63 - 1] (the range ``--noise-seed`` takes); images with values outside [0, 1] are observed with a
+    SettingWarning (the attack's box, priors and metrics take [0, 1])."""
     check_seed(noise_seed, "noise seed")
     why = _mismatch(victim, x, labels, channel, threat)
     if why:

@@ -105,7 +105,8 @@ def flat_gradient(victim: Victim, x: torch.Tensor, y: torch.Tensor, params: dict
         params = {n: (t if t.requires_grad else t.detach().requires_grad_(True)) for n, t in params.items()}
         wrt = [params[n] for n in names]
     loss = loss_at(victim, x, y, params)
-    grads = torch.autograd.grad(loss, wrt, create_graph=create_graph)
+    # a weight the forward pass does not use gets a zero gradient, as the client's optimiser would send for it
+    grads = torch.autograd.grad(loss, wrt, create_graph=create_graph, allow_unused=True, materialize_grads=True)
     return torch.cat([g.reshape(-1) for g in grads])
 
 

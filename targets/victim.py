@@ -282,9 +282,12 @@ class Victim:
     bn_mode: str = "train"  #: BatchNorm statistics of the client's forward pass: batch ("train") or running ("eval")
     name: str = "custom"
     meta: dict = field(default_factory=dict)  #: how the victim was built (recorded in config.json)
+    #: each module's ``training`` flag (and a BatchNorm's ``track_running_stats``) as the model came: :meth:`release`
+    _given: list = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
         not_module(self.model)
+        self._given = [(m, m.training, getattr(m, "track_running_stats", None)) for m in self.model.modules()]
         if not any(p.requires_grad for p in self.model.parameters()):
             raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
         shape = self.input_shape
@@ -322,7 +325,12 @@ class Victim:
 
         ``bn_mode``: ``train`` (the default) normalises by the batch's own statistics, as a training client does;
         ``eval`` by the running ones, which the command line's ``--bn auto`` takes for a single image
-        (:func:`resolve_bn_mode` gives that choice for a batch size)."""
+        (:func:`resolve_bn_mode` gives that choice for a batch size).
+
+        The victim puts the module in the client's mode, in place: dropout off, and in ``train`` mode its BatchNorm
+        layers normalise by the batch without tracking running statistics (no attack step moves them).
+        :meth:`release` gives the module back in the modes it came in (``with Victim.from_module(...) as victim:``
+        does so at the end of the block).  Observing and attacking change no weight or buffer of it."""
         not_module(model)
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
@@ -476,6 +484,23 @@ class Victim:
                 m.track_running_stats = False
             else:
                 m.track_running_stats = m.running_mean is not None
+
+    def release(self) -> nn.Module:
+        """Give the module back in the modes it came in and return it: each module's ``training`` flag, and each
+        BatchNorm's ``track_running_stats`` (which train mode turns off, so that no forward pass moves the running
+        statistics).  Weights, buffers and dtype stay as they are.  ``with Victim.from_module(...) as victim:`` calls
+        it at the end of the block."""
+        for m, training, track in self._given:
+            m.training = training
+            if track is not None:
+                m.track_running_stats = track
+        return self.model
+
+    def __enter__(self) -> "Victim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     def to(self, device=None, dtype=None) -> "Victim":
         """Move the model (in place) and return self: ``to(device)``, ``to(dtype)`` (as ``nn.Module.to`` takes a

@@ -58,6 +58,8 @@ class AttackResult:
     row_space_solve: dict | None = None
     #: the rank of the equations a closed form solved the input from (R-GAP's input layer), None where none was formed
     input_rank: int | None = None
+    #: made by a closed-form attack (``Attack.closed_form``): it solved for x and has no start to score as a baseline
+    closed_form: bool = False
 
     @property
     def final_loss(self) -> float:
@@ -128,7 +130,10 @@ def _checking_observation(reconstruct):
             raise UserError(f"the victim's weights are not those this observation's message was made at ({changed} "
                             "since observe): observe the client again at the weights to attack")
         obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
-        return reconstruct(self, obs, *args, **kwargs)
+        result = reconstruct(self, obs, *args, **kwargs)
+        if isinstance(result, AttackResult):
+            result.closed_form = bool(self.closed_form)
+        return result
 
     checked.checks_observation = True
     return checked

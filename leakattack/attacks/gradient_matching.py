@@ -261,7 +261,8 @@ class GradientMatching(Attack):
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
-                    "holds) to read labels from; use --labels given or --labels dlg")
+                    "holds) to read labels from; use --labels given or --labels dlg (labels='given' with "
+                    "ThreatModel(knows_labels=True), or labels='dlg', in Python)")
         if self.label_mode == "idlg" and obs.victim.task == "classification":
             hidden = hidden_head(obs.victim, obs.linear_map, obs.y)
             if hidden:

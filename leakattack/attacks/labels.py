@@ -71,7 +71,8 @@ def _head_gain(sketch, slices: tuple[slice, slice | None], like: torch.Tensor) -
         return gain, None
     return gain, (f"the sketch keeps none of the classifier head's {int(mask.sum())} coordinates (b = {sketch.b} of "
                   f"d = {sketch.d}), so the message holds no label signal for a label rule to read; use --labels "
-                  "given or --labels dlg")
+                  "given or --labels dlg (labels='given' with ThreatModel(knows_labels=True), or labels='dlg', in "
+                  "Python)")
 
 
 def hidden_head(victim, sketch, like: torch.Tensor) -> str | None:

@@ -112,7 +112,7 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     return out
 
 
-def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: bool = False,
+def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: bool | None = None,
            with_lpips: bool = True, device="cpu") -> dict:
     """:func:`score` of an attack's reconstruction beside the scores of its baselines, and the verdict, as a run's
     metrics.json holds them (:func:`judge`): ``verdict`` is ``"rebuilt"`` only when the reconstruction is clearly
@@ -120,8 +120,10 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     truth comes from; a constant grey image without one).  A reconstruction that is ``"not rebuilt"`` is a failure of
     that attack at that budget, not evidence that the message is private.
 
-    ``result``: an :class:`leakattack.AttackResult` (``x``, ``x0``, ``labels``); ``x``/``labels``: the truth;
-    ``closed_form``: the attack solved for x directly and has no start to score (``Attack.closed_form``).
+    ``result``: an :class:`leakattack.AttackResult` (``x``, ``x0``, ``labels``); ``x``/``labels``: the truth
+    (class indices are scored as ``label_acc``; real-valued targets, a regression's, have no label accuracy);
+    ``closed_form``: the attack solved for x directly and has no start to score (``Attack.closed_form``); None (the
+    default) takes it from the result, which a closed-form attack marks (``result.closed_form``).
     """
     if not hasattr(result, "x") or not hasattr(result, "x0"):
         raise MetricsError(f"assess takes an attack's result (an AttackResult), not {type(result).__name__}")
@@ -130,12 +132,21 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     if dataset is not None and not (hasattr(dataset, "rows") and hasattr(dataset, "in_shape")):
         raise MetricsError(f"dataset must be the image set the truth comes from (leakattack.get_dataset(name)) or "
                            f"None, got {type(dataset).__name__} {dataset!r:.60}")
+    if dataset is not None and x.dim() >= 2 and tuple(dataset.in_shape) != tuple(x.shape[1:]):
+        shape = "x".join(map(str, dataset.in_shape))
+        raise MetricsError(f"dataset '{dataset.name}' holds {shape} images and the truth is "
+                           f"{'x'.join(map(str, x.shape[1:]))}: give the data set the truth comes from (its mean image "
+                           "is a baseline), or None for a constant grey baseline")
     truth = x.detach()
+    if closed_form is None:
+        closed_form = bool(getattr(result, "closed_form", False))
 
     def scored(images, labels_hat=None):
         return score(in_range(images.detach().to(truth)), truth, labels_hat=labels_hat,
                      labels=labels if labels_hat is not None else None, with_lpips=with_lpips, device=device)
 
+    if isinstance(labels, torch.Tensor) and labels.is_floating_point():
+        labels = None  # a regression's targets: no label accuracy
     out = scored(result.x, result.labels if labels is not None else None)
     mean, what = mean_image(dataset, truth)
     baselines = {"start": None if closed_form else scored(result.x0), "mean": scored(mean)}

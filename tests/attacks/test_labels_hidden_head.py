@@ -46,7 +46,8 @@ def test_a_sample_that_keeps_none_of_the_head_is_one_sentence_naming_the_other_l
                  lambda: labels.readings_to_compare(victim, sk, message, 1),
                  lambda: labels.recover_labels_by_rule(victim, sk, message, 1)):
         with pytest.raises(UserError, match=r"^the sketch keeps none of the classifier head's 63 coordinates "
-                                            r"\(b = 1 of d = 323\).*use --labels given or --labels dlg$"):
+                                            r"\(b = 1 of d = 323\).*use --labels given or --labels dlg "
+                                            r"\(labels=.given. .*in Python\)$"):
             read()
     # nothing was read, so nothing stands out of the noise (it read infinitely sure before)
     assert labels.sign_rule_snr(victim, sk, message) == 0.0

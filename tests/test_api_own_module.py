@@ -1,0 +1,122 @@
+"""A researcher's own nn.Module through the Python API: a weight the forward pass never uses, the module's modes
+given back after the attack, a closed-form attack judged as one, a regression's targets, a data set of another
+shape."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import targets
+from leakattack import Channel, ThreatModel, assess, get_attack, get_dataset, get_sketch, metrics, observe
+
+
+class Unused(nn.Module):
+    """A model with a layer its forward pass never calls (an auxiliary head left in the module)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 4)
+        self.extra = nn.Linear(5, 5)
+
+    def forward(self, x):
+        return self.fc(torch.sigmoid(x.flatten(1)))
+
+
+def test_a_weight_the_forward_pass_never_uses_has_a_zero_gradient_and_the_attack_runs():
+    torch.manual_seed(0)
+    net = Unused().double()
+    victim = targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=4, head=net.fc)
+    x, labels = torch.rand(1, 3, 4, 4, dtype=torch.float64), torch.tensor([2])
+    g = targets.flat_gradient(victim, x, labels)
+    assert g.shape == (victim.d,) == (48 * 4 + 4 + 5 * 5 + 5,)
+    assert torch.equal(g[-30:], torch.zeros(30, dtype=torch.float64)) and g[:-30].abs().max() > 0
+    obs = observe(victim, x, labels, Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1)))
+    result = get_attack("gradient-matching", iterations=30, init_seed=2).reconstruct(obs)
+    assert result.final_loss < result.losses[0]
+    batched = get_attack("gradient-matching", iterations=3, init_seed=2, restarts=2, optimizer="adam",
+                         refine="none").reconstruct(obs)
+    assert batched.restart_path == "batched"
+
+
+class BNNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.sigmoid(self.bn(self.conv(x)))).flatten(1))
+
+
+@pytest.mark.parametrize("bn_mode", ["train", "eval"])
+def test_release_gives_the_module_back_in_the_modes_it_came_in(bn_mode):
+    torch.manual_seed(0)
+    net = BNNet().train()
+    before = {name: m.training for name, m in net.named_modules()}
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    with targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10, bn_mode=bn_mode) as victim:
+        assert not net.drop.training  # the client's mode: no dropout
+        assert net.bn.track_running_stats is (bn_mode == "eval")
+        obs = observe(victim, torch.rand(2, 3, 8, 8), torch.tensor([1, 3]), Channel(get_sketch("none", victim.d, None)),
+                      ThreatModel(knows_labels=True))
+        get_attack("gradient-matching", iterations=2, labels="given", optimizer="adam").reconstruct(obs)
+    assert {name: m.training for name, m in net.named_modules()} == before
+    assert net.bn.track_running_stats
+    assert all(torch.equal(v, state[k]) for k, v in net.state_dict().items())  # the attack moved no buffer
+    net(torch.rand(8, 3, 8, 8))  # the user's own training step tracks the running statistics again
+    assert not torch.equal(net.bn.running_mean, state["bn.running_mean"])
+    assert victim.release() is net
+
+
+def test_a_closed_form_reconstruction_is_judged_without_a_start_and_reads_rebuilt():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(432, 8), nn.Sigmoid(), nn.Linear(8, 4)).double()
+    victim = targets.Victim.from_module(net, input_shape=(3, 12, 12), num_classes=4)
+    x = torch.rand(1, 3, 12, 12, dtype=torch.float64)
+    obs = observe(victim, x, torch.tensor([1]), Channel(get_sketch("none", victim.d, None)), ThreatModel())
+    result = get_attack("analytic").reconstruct(obs)
+    assert result.closed_form
+    judged = assess(result, x, torch.tensor([1]), with_lpips=False)
+    assert judged["psnr"] > 100 and judged["verdict"] == "rebuilt" and judged["baseline_start_psnr"] is None
+    # a result of gradient matching keeps its start as a baseline
+    result = get_attack("gradient-matching", iterations=2, init_seed=2).reconstruct(obs)
+    assert not result.closed_form
+    assert assess(result, x, torch.tensor([1]), with_lpips=False)["baseline_start_psnr"] is not None
+
+
+def test_a_regressions_targets_are_not_scored_as_labels():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(432, 6), nn.Sigmoid(), nn.Linear(6, 1))
+    victim = targets.Victim.from_module(net, input_shape=(3, 12, 12), num_classes=1, task="regression")
+    x, t = torch.rand(1, 3, 12, 12), torch.tensor([0.7])
+    obs = observe(victim, x, t, Channel(get_sketch("none", victim.d, None)), ThreatModel(knows_labels=True))
+    result = get_attack("gradient-matching", iterations=3, labels="given", optimizer="adam").reconstruct(obs)
+    judged = assess(result, x, t, with_lpips=False)
+    assert judged["label_acc"] is None and judged["verdict"] in ("rebuilt", "not rebuilt")
+
+
+def test_the_label_rules_refusal_names_the_python_spelling_too():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(48, 6), nn.Sigmoid(), nn.Linear(6, 1))
+    victim = targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=1, task="regression")
+    obs = observe(victim, torch.rand(1, 3, 4, 4), torch.tensor([0.7]), Channel(get_sketch("none", victim.d, None)),
+                  ThreatModel(knows_labels=False))
+    with pytest.raises(Exception, match=r"use --labels given or --labels dlg \(labels='given' with "
+                                        r"ThreatModel\(knows_labels=True\), or labels='dlg', in Python\)"):
+        get_attack("gradient-matching", iterations=2).reconstruct(obs)
+
+
+def test_assess_refuses_a_data_set_of_another_shape_in_one_sentence():
+    x = torch.rand(1, 3, 32, 32)
+
+    class Result:
+        x0 = x
+        labels = None
+
+    Result.x = x
+    with pytest.raises(metrics.MetricsError, match=r"^dataset 'digits' holds 1x28x28 images and the truth is "
+                                                   r"3x32x32: give the data set the truth comes from"):
+        assess(Result(), x, dataset=get_dataset("digits"), with_lpips=False)
