@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .accounting.analysis import clip_sensitivity, linear_map_sensitivity
 from .base import BEFORE
-from .noise import Gaussian
+from .noise import Gaussian, Laplace
 from .pruning import Prune
 
 #: Marks the sketch's place among the steps when the pipeline is walked in the order the channel runs it.
@@ -46,8 +46,9 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
     client's update otherwise.  A clip bounds Delta (``clip_sensitivity``), R
     multiplies it by ``sketch_norm`` = ||R||_op (None: not known).  Pruning
     keeps the bound on a client's update (zeroing entries never raises its
-    norm); any other step between the clip and the noise leaves Delta
-    untracked.  The channel divides a per-example sum by the batch size before
+    norm), and Laplace noise keeps it (it is drawn without the data, so the
+    release is the Gaussian's, post-processed); any other step between the
+    clip and the noise leaves Delta untracked.  The channel divides a per-example sum by the batch size before
     the sketch; the bound ignores that division, which can only shrink Delta.
     """
     per_ex = pipeline.per_example
@@ -70,6 +71,8 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
             if delta is None or new < delta:
                 delta, clip, crossed = new, step, False
                 sym, val = ("C", f"{step.C}") if new == step.C else ("2 * C", f"2 * {step.C}")
+        elif isinstance(step, Laplace):
+            pass  # noise drawn without the data: the Gaussian's release is post-processed by it, Delta unchanged
         elif not (isinstance(step, Prune) and not per_ex) and (delta is not None or clip is not None):
             # a clip's bound lost at the sketch (its norm not known, as where no later noise needed it) is lost here
             # too, and this step is the reason that holds whatever the sketch's norm

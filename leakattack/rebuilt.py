@@ -242,6 +242,18 @@ def short_metric(m: Mapping) -> str | None:
     return None if all(short.values()) or not any(short.values()) else "PSNR" if short["PSNR"] else "SSIM"
 
 
+def ahead_words(m: Mapping) -> str:
+    """For a run not rebuilt whose one metric fell short while the other is clearly above its better baseline
+    (:func:`short_metric`), which fell short and by how much the other is ahead, as written after its verdict:
+    ``" (PSNR); SSIM +0.33"`` or ``" (SSIM); PSNR +2.1 dB"``; else ``""``."""
+    low = short_metric(m) if m.get("verdict") == NOT_REBUILT else None
+    if low == "PSNR":
+        return f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}"
+    if low == "SSIM":
+        return f" (SSIM); PSNR +{m['psnr'] - m['baseline_psnr']:.1f} dB"
+    return ""
+
+
 def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
     """Why a run (a metrics.json dict) that is not rebuilt is not, and what its other score says.
 
@@ -385,7 +397,7 @@ def closed_forms_line(names: list[str]) -> str:
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
            "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images", "images_words",
-           "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric",
+           "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",

@@ -12,10 +12,12 @@ the sketch (giving y), and the server steps to w - eta R_t^T y.  Batches and noi
 from one generator seeded noise_seed + 1.  The model is built for digits
 (1x28x28, 10 classes) whatever data set the attack used, float32 on the CPU;
 accuracy is measured on the test split.  The training's epsilon composes
-``utility_steps`` sub-sampled Gaussian mechanisms with sample rate
-batch / N_train (Opacus assumes Poisson sampling; uniform batches are the usual
-approximation) and, next to it, the paper's Theorem 6.2 (T*K = steps, no
-amplification).
+``utility_steps`` Gaussian mechanisms: sub-sampled with sample rate
+batch / N_train where the defense bounds one example (a ``per_example`` clip;
+Opacus assumes Poisson sampling, uniform batches are the usual approximation),
+with rate 1 where it bounds the client's whole update (the neighbours add or
+remove that update, which every round releases); next to it, the paper's
+Theorem 6.2 (T*K = steps, no amplification).
 """
 
 from __future__ import annotations
@@ -137,6 +139,13 @@ def sketched_training(s: UtilitySettings, victim: targets.Victim, train: ImageSe
     return w, norm
 
 
+def training_sample_rate(pipeline, batch: int, n: int) -> float:
+    """The sample rate the training's accountant amplifies by: batch / n where the bound is on one example (a
+    ``per_example`` clip, DP-SGD); 1 where it is on the client's whole update, which every round releases (the
+    one client takes part in all of them), so that the training's epsilon is never below one message's."""
+    return min(1.0, batch / n) if pipeline.per_example else 1.0
+
+
 def train_under_defense(s: UtilitySettings) -> dict:
     """Train a fresh target on digits under ``s.defense`` (see the module docstring); returns utility_* keys."""
     t0 = time.perf_counter()
@@ -148,10 +157,16 @@ def train_under_defense(s: UtilitySettings) -> dict:
                                init=s.weight_init)
     w, norm = sketched_training(s, victim, train, torch_generator(s.noise_seed + 1))
     acc = evaluate(victim, w, test.images, test.labels)[1]
-    q = min(1.0, s.batch / len(train))
-    priv = message_privacy(build_defense(s.defense), s.delta, steps=s.steps, sample_rate=q, sketch_norm=norm)
+    pipeline = build_defense(s.defense)
+    q = training_sample_rate(pipeline, s.batch, len(train))
+    priv = message_privacy(pipeline, s.delta, steps=s.steps, sample_rate=q, sketch_norm=norm)
+    note = priv["privacy_note"]
+    if priv["epsilon"] is not None:
+        note += (f"; batches sample each example at rate {q:.4g}" if q < 1 else
+                 "; the client's update is released every round (sample rate 1: the batch's sampling amplifies only "
+                 "an example-level bound, a per_example clip)")
     return {"utility_acc": acc, "utility_steps": s.steps, "utility_batch": s.batch,
-            "utility_lr": s.lr, "utility_sample_rate": q,
+            "utility_lr": s.lr, "utility_sample_rate": q, "utility_privacy_note": note,
             "utility_epsilon": priv["epsilon"], "utility_epsilon_paper": priv["epsilon_paper"],
             "utility_sensitivity": priv["sensitivity"], "utility_sketch_norm": priv["sketch_norm"],
             "utility_delta_paper": priv["delta_paper"], "utility_wall_s": time.perf_counter() - t0}

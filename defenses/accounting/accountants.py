@@ -96,7 +96,10 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
            "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
     bound = pipeline.noise_bound(sketch_norm) if pipeline else None
     if bound is None:
-        out["privacy_note"] = "no Gaussian noise: no DP guarantee"
+        laplace = pipeline is not None and any(step.name == "laplace" and step.params.get("b", 0) > 0
+                                               for step in [*pipeline.before, *pipeline.after])
+        out["privacy_note"] = ("Laplace noise only: the accountant counts Gaussian noise, so no epsilon is computed"
+                               if laplace else "no Gaussian noise: no DP guarantee")
         return out
     out["delta"] = delta
     if bound.sensitivity is None:

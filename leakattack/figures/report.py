@@ -35,7 +35,7 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
-from ..rebuilt import batch_images, batch_images_words, images_note, images_words, why_not_rebuilt
+from ..rebuilt import ahead_words, batch_images, batch_images_words, images_note, images_words, why_not_rebuilt
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -64,7 +64,7 @@ MAX_LISTED = 12
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
 #: summary.csv metrics, by stem, that read ∞ where a defended setting's record says there is no DP guarantee
-INFINITE_WITHOUT_GUARANTEE = ("epsilon", "epsilon_paper")
+INFINITE_WITHOUT_GUARANTEE = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
 #: how a score against the truth that is not finite reads (a run stores it as null: leakattack.jsonable)
 NOT_A_NUMBER = "not a number"
 #: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
@@ -84,6 +84,7 @@ POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
 #: summary.csv metrics, by stem, as table headings
 METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": "label acc.",
                 "utility_acc": "test acc. (utility)", "epsilon": "ε", "epsilon_paper": "ε (paper)",
+                "utility_epsilon": "ε of the training (utility)", "utility_epsilon_paper": "ε of the training (paper)",
                 "baseline_psnr": "baseline PSNR (dB)", "baseline_ssim": "baseline SSIM", "lpips": "LPIPS"}
 #: summary.csv metrics, by stem: (digits, format) of their means
 METRIC_FORMAT = {"psnr": (2, "f"), "ssim": (4, "f"), "label_acc": (3, "f"), "utility_acc": (3, "f"),
@@ -774,7 +775,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     rows = stored if stored is not None else summarize(records)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
-    shares = ("rebuilt", "rebuilt_images") + FAILED_COLUMNS
+    shares = ("rebuilt", "rebuilt_images", "one_metric_ahead") + FAILED_COLUMNS
     plain = [c for c in columns if not c.endswith(("_mean", "_std")) and c not in shares]
     shared = [c for c in plain if len({json.dumps(r.get(c)) for r in rows}) == 1 and len(rows) > 1]
     template = (meta.get("base") or {}).get("defense")
@@ -793,6 +794,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     images = any("rebuilt_images" in r for r in rows)  # batches: the share of images rebuilt on their own
     if images:
         head += "<th>images rebuilt on their own</th>"
+    ahead = any(r.get("one_metric_ahead") for r in rows)  # not rebuilt with one metric clearly above its baseline
+    if ahead:
+        head += "<th>not rebuilt, one metric clearly ahead</th>"
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
     if failed:
         head += "<th>failed: labels / objective / search</th>"
@@ -807,7 +811,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                 (mean is None and unbounded[i]) or mean == math.inf)
             said_infinite |= infinite
             cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
-        for column, shown in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
+        for column, shown in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images), ("one_metric_ahead", ahead)):
             share = r.get(column)
             if shown:
                 cells += f"<td>{_percent(share) if isinstance(share, (int, float)) else '–'}</td>"
@@ -822,7 +826,10 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
             + "Metrics: mean ± sample std over the repetitions (n)."
             + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
-               "added to (each point's privacy_note says which)." if said_infinite else "") + "</p>")
+               "added to (each point's privacy_note says which)." if said_infinite else "")
+            + (" Not rebuilt, one metric clearly ahead: the share of points whose PSNR or SSIM fell short of its "
+               "baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
+               "look at their reconstructions." if ahead else "") + "</p>")
     return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
 
 
@@ -874,6 +881,8 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                 verdict = m.get("verdict")
                 tag = (f'<span class="tag {"rebuilt" if verdict == REBUILT else "failed"}">{_e(verdict)}</span>'
                        if verdict else "")
+                ahead = ahead_words(m)  # one metric short, the other clearly above its baseline: look at the image
+                tag += f'<div class=cap>{_e(ahead.lstrip())}</div>' if ahead else ""
                 tds.append(f"<td>{_img_cell(x)}<div class=cap>{_num(m.get('psnr'), 1)} dB · SSIM "
                            f"{_num(m.get('ssim'), 2)}</div>{tag}</td>")
             rows.append(f"<tr><th>{_e(strength)} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")

@@ -32,11 +32,11 @@ from ..errors import ratio_text
 from ..rebuilt import (
     NOT_REBUILT,
     REBUILT,
+    ahead_words,
     batch_images,
     batch_images_words,
     image_scores,
     image_verdicts,
-    short_metric,
 )
 from ..results import (
     REPEAT_KEYS,
@@ -426,16 +426,13 @@ def first_image(m: dict) -> dict:
 def cell_label(m: dict) -> str:
     """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
     one; a cell not rebuilt whose other metric is clearly above its baseline names the metric that fell short
-    (:func:`short_metric`) and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
+    (:func:`leakattack.rebuilt.ahead_words`) and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
     psnr = "n/a" if m.get("psnr") is None else f"{m['psnr']:.1f} dB"
     ssim = "n/a" if m.get("ssim") is None else f"{m['ssim']:.2f}"
     verdict = m.get("verdict")
     if verdict not in (REBUILT, NOT_REBUILT):
         return f"{psnr}, SSIM {ssim}"
-    low = short_metric(m) if verdict == NOT_REBUILT else None  # one metric short, the other clearly above
-    ahead = f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}" if low == "PSNR" else \
-        f" (SSIM); PSNR +{m['psnr'] - m['baseline_psnr']:.1f} dB" if low == "SSIM" else ""
-    return f"{psnr}, SSIM {ssim}\n{verdict}{ahead}"
+    return f"{psnr}, SSIM {ssim}\n{verdict}{ahead_words(m)}"
 
 
 def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict) -> None:

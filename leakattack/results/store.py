@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts
+from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts, short_metric
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -26,12 +26,12 @@ REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
 #: metrics summarised as mean and std per setting (baseline_*: the better of the attack's start and the data set's
 #: mean image, which a reconstruction must beat to count as rebuilt; absent from results stored before they existed)
 SUMMARY_METRICS = ("psnr", "ssim", "lpips", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper",
-                   "baseline_psnr", "baseline_ssim")
+                   "utility_epsilon", "utility_epsilon_paper", "baseline_psnr", "baseline_ssim")
 #: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
 FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
-#: the message's epsilons: a point whose privacy report (``privacy_note``) records one of them as null has no bound (no
-#: Gaussian noise, or nothing bounds what the noise is added to), and summary.csv writes it as ``inf``
-EPSILON_METRICS = ("epsilon", "epsilon_paper")
+#: the message's and the training's epsilons: a point whose privacy report (``privacy_note``) records one of them as
+#: null has no bound (no Gaussian noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``
+EPSILON_METRICS = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
 
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
@@ -141,7 +141,9 @@ def summary_value(metrics: dict, name: str) -> float | None:
 def summarize(records: list[dict]) -> list[dict]:
     """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
     epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
-    whose verdict is rebuilt (left out when no point has a verdict), on batches ``rebuilt_images``, the share of
+    whose verdict is rebuilt (left out when no point has a verdict), ``one_metric_ahead``, the share whose verdict
+    is not rebuilt while one of PSNR and SSIM is clearly above its baseline (:func:`leakattack.rebuilt.short_metric`:
+    parts of the image may show), on batches ``rebuilt_images``, the share of
     their images rebuilt on their own (:func:`leakattack.rebuilt.batch_images`: a point stored before per-image
     verdicts counts as one image, by its verdict; left out where no point is a batch that has them), and
     ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
@@ -169,6 +171,9 @@ def summarize(records: list[dict]) -> list[dict]:
         verdicts = [r["metrics"].get("verdict") for r in recs if r["metrics"].get("verdict") is not None]
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
+            # and of those not rebuilt while one metric is clearly above its baseline: images that may show
+            row["one_metric_ahead"] = sum(r["metrics"].get("verdict") not in (None, REBUILT) and
+                                          short_metric(r["metrics"]) is not None for r in recs) / len(verdicts)
         if batches:  # the share of the images rebuilt on their own, which a batch's verdict on its means can hide
             images = batch_images(r["metrics"] for r in recs)
             row["rebuilt_images"] = None if images is None else images[0] / images[1]

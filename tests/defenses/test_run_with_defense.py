@@ -22,7 +22,10 @@ def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
     # the noise after the sketch protects R clip(g): Delta = ||R||_op C = sqrt(n/b) for the SRHT (d = 7850, n = 8192)
     assert m["sensitivity"] == pytest.approx(math.sqrt(8192 / 3925))
     assert m["noise_multiplier"] == pytest.approx(1.1 / math.sqrt(8192 / 3925)) and m["noise_seed"] == 3
-    assert m["utility_epsilon"] > 0
+    # the clip bounds the client's whole update, which each of the 20 rounds releases: no sampling amplification,
+    # and the training's epsilon is above one message's
+    assert m["utility_sample_rate"] == 1.0 and m["utility_epsilon"] > m["epsilon"] > 0
+    assert "released every round (sample rate 1" in m["utility_privacy_note"]
     # the same training with the clip alone learns digits (chance is 0.1); the noise costs accuracy
     clipped = tmp_path / "clipped"
     assert cli.main(["run", *COMMON, "--defense", "clip:C=1", "--utility", "--utility-steps", "20",
@@ -69,3 +72,12 @@ def test_bad_defense_from_the_shell_exits_2_without_traceback(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_training_amplifies_by_its_batch_sampling_only_an_example_level_bound():
+    import defenses
+    from leakattack.utility import training_sample_rate
+
+    assert training_sample_rate(defenses.build("per_example:C=1,gaussian:z=1"), 64, 1438) == 64 / 1438
+    assert training_sample_rate(defenses.build("clip:C=1,gaussian:z=1"), 64, 1438) == 1.0
+    assert training_sample_rate(defenses.build("per_example:C=1,gaussian:z=1"), 64, 32) == 1.0

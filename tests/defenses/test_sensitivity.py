@@ -76,7 +76,8 @@ def test_unknown_sketch_norm_leaves_a_crossing_delta_unbounded():
 
 
 @pytest.mark.parametrize("spec", ["gaussian:sigma=0.1", "gaussian:sigma=0.1,clip:C=1@after_sketch",
-                                  "clip:C=1,laplace:b=0.1,gaussian:z=1", "per_example:C=1,prune:p=0.5,gaussian:z=1"])
+                                  "clip:C=1,quantize:bits=4@before_sketch,gaussian:z=1",
+                                  "per_example:C=1,prune:p=0.5,gaussian:z=1"])
 def test_noise_without_a_tracked_clip_before_it_has_no_sensitivity(spec):
     assert defenses.build(spec).sensitivity() is None
     p = message_privacy(defenses.build(spec), 1e-5)
@@ -85,6 +86,22 @@ def test_noise_without_a_tracked_clip_before_it_has_no_sensitivity(spec):
 
 def test_pruning_keeps_the_bound_on_a_clients_update():
     assert defenses.build("clip:C=1,prune:p=0.5,gaussian:z=1").sensitivity() == 1.0
+
+
+@pytest.mark.parametrize("spec", ["clip:C=1,laplace:b=0.1,gaussian:z=1",
+                                  "clip:C=1,laplace:b=0.1@after_sketch,gaussian:z=1@after_sketch"])
+def test_laplace_noise_keeps_the_bound_it_is_drawn_without_the_data(spec):
+    """Adding noise drawn without the data is post-processing of the Gaussian's release: epsilon is the Gaussian's."""
+    alone = message_privacy(defenses.build(spec.replace("laplace:b=0.1,", "").replace(
+        "laplace:b=0.1@after_sketch,", "")), 1e-5, sketch_norm=1.5)
+    p = message_privacy(defenses.build(spec), 1e-5, sketch_norm=1.5)
+    assert p["epsilon"] == alone["epsilon"] and p["sensitivity"] == alone["sensitivity"] > 0
+
+
+def test_laplace_noise_alone_says_no_epsilon_is_computed_for_it():
+    p = message_privacy(defenses.build("clip:C=1,laplace:b=0.1"), 1e-5)
+    assert p["epsilon"] is None and p["privacy_note"].startswith("Laplace noise only: the accountant counts Gaussian")
+    assert message_privacy(defenses.build("clip:C=1"), 1e-5)["privacy_note"] == "no Gaussian noise: no DP guarantee"
 
 
 def test_no_noise_has_no_sensitivity():

@@ -211,3 +211,30 @@ def test_figures_redrawn_from_stored_results_count_the_points_rebuilt(tmp_path, 
     write_sweep(tmp_path, sweep(lambda sigma, image: "rebuilt" if sigma == 0 else "not rebuilt"))
     assert cli.main(["figures", str(tmp_path)]) == 0
     assert f"| 2 of 6 points rebuilt: {FAILURE_NOT_PRIVACY}" in capsys.readouterr().out
+
+
+# --- a point not rebuilt with one metric clearly ahead, and the training's epsilon ---------------------------------
+
+def test_summary_csv_and_the_report_count_points_not_rebuilt_whose_other_metric_is_clearly_ahead(tmp_path):
+    """PSNR within its margin while SSIM is 0.31 above its baseline: the digit may show, and the summary says so
+    beside its verdict (the grid figure already did)."""
+    from leakattack.figures.report import build_report
+
+    records = [record(0, 1e-3, 0, psnr=13.7, ssim=0.59, baseline_psnr=13.9, baseline_ssim=0.28),
+               record(1, 1e-3, 1, psnr=7.0, ssim=0.1), record(2, 1.0, 0), record(3, 1.0, 1)]
+    by = {r["sigma"]: r for r in summarize(records)}
+    assert by[1e-3]["rebuilt"] == 0.0 and by[1e-3]["one_metric_ahead"] == 0.5 and by[1.0]["one_metric_ahead"] == 0.0
+    write_sweep(tmp_path, records)
+    write_csv(tmp_path / "summary.csv", summarize(records))
+    html = build_report([tmp_path])
+    assert "<th>not rebuilt, one metric clearly ahead</th>" in html and "parts of the image may show" in html
+    assert "(PSNR); SSIM +0.31</div>" in html  # the grid cell beside its verdict
+
+
+def test_summary_csv_carries_the_trainings_epsilon_beside_the_messages():
+    trained = [record(i, 1.0, i, utility_acc=0.8, utility_epsilon=400.0 + i, utility_epsilon_paper=145.0)
+               for i in (0, 1)]
+    untrained = [record(2, 0.0, 0, utility_acc=0.85, utility_epsilon=None, utility_epsilon_paper=None)]
+    by = {r["sigma"]: r for r in summarize(trained + untrained)}
+    assert by[1.0]["utility_epsilon_mean"] == 400.5 and by[1.0]["epsilon_mean"] == 8.0
+    assert by[0.0]["utility_epsilon_mean"] == math.inf  # no Gaussian noise: no bound for the training either
