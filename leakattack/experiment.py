@@ -183,9 +183,14 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("bn_stats") and "bn" not in last:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
-    if cfg.message and cfg.dataset:
-        warnings.warn(f"--dataset {cfg.dataset} is not read with --message: the message file says what the images "
-                      "are, and --truth gives them", SettingWarning, stacklevel=2)
+    # the flags that choose the attacked images from a data set: a message file's images are its own
+    picks = (("dataset", "--dataset"), ("image_index", "--image-index"), ("batch_draw", "--batch-draw"))
+    unread = [f"{flag} {getattr(cfg, key)}" for key, flag in picks
+              if (cfg.dataset if key == "dataset" else cfg.set_by_user(key))]
+    if cfg.message and unread:
+        said = unread[0] if len(unread) == 1 else f"{', '.join(unread[:-1])} and {unread[-1]}"
+        warnings.warn(f"{said} {'is' if len(unread) == 1 else 'are'} not read with --message: the message file says "
+                      "what the images are, and --truth gives them", SettingWarning, stacklevel=2)
     if cfg.set_by_user("utility_steps") and not cfg.utility:
         warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
                       SettingWarning, stacklevel=2)

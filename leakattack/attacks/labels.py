@@ -309,8 +309,11 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
     a^2 <m_c, g> with standard deviation about ||M m_c|| ||y|| sqrt(1/b - 1/d)
     (Lemma D.11's O(||m|| ||g|| / sqrt(b)), with the finite-population factor that is 0
     for an unsketched message).  Below ~2 the recovered label is a coin toss; 0 where the map
-    keeps none of the head's weight rows (every score is 0: nothing stands out).
+    keeps none of the head's weight rows (every score is 0: nothing stands out); NaN for a victim without a
+    classification head (a regression), whose message carries no label to pick.
     """
+    if victim.head is None:
+        return float("nan")
     rows, _ = sketched_rows(victim, sketch, y)
     scores = (rows @ y).sort().values
     sigma = float(rows.norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5

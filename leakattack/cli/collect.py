@@ -12,8 +12,8 @@ from ..metrics import failed_kind, rebuilt_images
 from ..results import read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
-LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "d", "b", "psnr", "ssim",
-           "lpips", "mse", "label_acc", "final_loss", "iterations", "stop_reason", "wall_s")
+LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "round", "client", "d",
+           "b", "psnr", "ssim", "lpips", "mse", "label_acc", "final_loss", "iterations", "stop_reason", "wall_s")
 #: the columns every row holds, so every table collect writes begins with them: how ``--out`` recognises an earlier
 #: table it may replace
 HEAD = LEADING[:8]
@@ -110,10 +110,12 @@ def row_of(folder: Path) -> dict:
     if not isinstance(config, dict):
         raise UserError(f"'{folder / 'config.json'}' holds a JSON {type(config).__name__}, not the object leakattack "
                         "writes there")
-    run = config.get("run", {})
+    run, derived = config.get("run", {}), config.get("derived", {})
     row = {"run": str(folder), "model": run.get("model"), "attack": run.get("attack"),
-           "protocol": run.get("protocol") or None, "batch_size": run.get("batch_size"), "sketch": run.get("sketch"),
-           "dataset": config.get("derived", {}).get("dataset", run.get("dataset")), "defense": run.get("defense")}
+           "protocol": run.get("protocol") or None, "batch_size": run.get("batch_size"), "sketch": sent_sketch(config),
+           "dataset": derived.get("dataset", run.get("dataset")), "defense": run.get("defense")}
+    if row["protocol"]:  # which client's message of which round was attacked
+        row.update(round=run.get("protocol_round"), client=run.get("protocol_client"))
     del metrics["schema"]  # the file's layout, not a metric
     row.update(scalars(metrics, skip=("objective_at",)))
     at = metrics.get("objective_at")
@@ -126,6 +128,17 @@ def row_of(folder: Path) -> dict:
     if failed:
         row["failed"] = failed
     return row
+
+
+def sent_sketch(config: dict) -> str | None:
+    """The kind of sketch the attacked message was sent with: config.json's ``derived.sketch.encoder`` where a protocol
+    or a captured message recorded its own encoder (fedavg sends ``none``, the FedSketch protocols a
+    ``countsketch-table``, whatever --sketch said), else the recorded sketch's kind, else the --sketch flag."""
+    run, described = config.get("run", {}), config.get("derived", {}).get("sketch")
+    described = described if isinstance(described, dict) else {}
+    encoder = described.get("encoder")
+    kind = (encoder if isinstance(encoder, dict) else described).get("kind")
+    return kind if isinstance(kind, str) and kind else run.get("sketch")
 
 
 def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict:
@@ -162,4 +175,5 @@ def cmd_collect(a) -> int:
     return 0
 
 
-__all__ = ["cmd_collect", "collect_out", "found_folders", "run_folders", "row_of", "scalars", "HEAD", "LEADING"]
+__all__ = ["cmd_collect", "collect_out", "found_folders", "run_folders", "row_of", "scalars", "sent_sketch", "HEAD",
+           "LEADING"]

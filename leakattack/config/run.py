@@ -242,7 +242,8 @@ class RunConfig:
         return out
 
     def _check_protocol_flags(self) -> None:
-        """Refuse the sketch and model flags a protocol's message does not read, and a match space it lacks."""
+        """Refuse the sketch and model flags a protocol's message does not read, a match space it lacks, and a model no
+        protocol trains (a regression)."""
         if self.match_space != "sketch":
             decodable = [n for n in list_protocols() if protocol_class(n).decodable]
             if not self.protocol:
@@ -254,6 +255,10 @@ class RunConfig:
                                   f"'{self.protocol}'): leave it out")
         if not self.protocol:
             return
+        if targets.task_of(self.model) != "classification":  # the rule of `leakattack train`, which trains no other
+            trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]
+            raise ConfigError(f"model '{self.model}' cannot be trained by a protocol here (it is a regression); "
+                              f"choose one of: {', '.join(trainable)}")
         if self.model_params:
             act = self.model_params.get("act")
             instead = f": give --act {act} for its activation and leave --model-param out" if act is not None else \

@@ -100,3 +100,11 @@ def test_a_sweep_refuses_the_point_whose_sample_misses_the_head_before_any_point
     assert cli.main(["sweep", str(sweep), "--dry-run", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "the sketch keeps none of the classifier head's 7690 coordinates" in err and "'sketch_dim': 1" in err, err
+
+
+def test_the_sign_rule_snr_of_a_victim_without_a_head_is_nan():
+    """A regression has no classifier head whose rows the sign rule reads: no label to pick, and no crash."""
+    victim = targets.get_model("linreg", num_classes=10, in_shape=(1, 4, 4), seed=0).to(dtype=torch.float64)
+    assert victim.head is None
+    sk = get_sketch("gaussian", victim.d, 4, seed=0)
+    assert math.isnan(labels.sign_rule_snr(victim, sk, torch.rand(4, dtype=torch.float64)))

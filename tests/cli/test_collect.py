@@ -35,6 +35,37 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
     assert "failed" not in srht  # no run recorded its objective at the truth
 
 
+def _protocol_folder(folder: Path, protocol: str, encoder: dict, round_: int, client: int) -> None:
+    """A protocol run's folder as `leakattack run --protocol` writes it: the --sketch flag (srht) under ``run``, the
+    encoder the protocol really sent with under ``derived.sketch.encoder``."""
+    folder.mkdir(parents=True)
+    run = {"model": "lenet", "sketch": "srht", "sketch_ratio": 0.5, "defense": "", "attack": "gradient-matching",
+           "protocol": protocol, "protocol_round": round_, "protocol_client": client, "batch_size": 1}
+    derived = {"dataset": "digits", "d": 13426, "b": encoder["b"],
+               "sketch": {"kind": f"protocol:{protocol}", "round": round_, "client": client, "encoder": encoder}}
+    (folder / "config.json").write_text(json.dumps({"run": run, "derived": derived}))
+    (folder / "metrics.json").write_text(json.dumps({"psnr": 10.0, "ssim": 0.5, "iterations": 5,
+                                                     "stop_reason": "iterations", "d": 13426, "b": encoder["b"]}))
+
+
+def test_collect_names_the_sketch_a_protocol_really_sent_and_its_round_and_client(tmp_path):
+    """The sketch column held the --sketch flag (srht) for fedavg, which sends unsketched, and for FedSketch, which
+    sends a count-sketch table; protocol runs had no round or client column."""
+    runs = tmp_path / "runs"
+    _protocol_folder(runs / "fedavg", "fedavg", {"kind": "none", "d": 13426, "b": 13426, "seed": 0}, 1, 0)
+    _protocol_folder(runs / "privix", "fedsketch-privix", {"kind": "countsketch-table", "d": 13426, "b": 800,
+                                                           "rows": 20, "buckets": 40, "seed": 7}, 3, 2)
+    _run_folder(runs / "plain", "gaussian", 7913, 12.0)
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
+    assert (rows["fedavg"]["sketch"], rows["fedavg"]["round"], rows["fedavg"]["client"]) == ("none", "1", "0")
+    assert (rows["privix"]["sketch"], rows["privix"]["b"]) == ("countsketch-table", "800")
+    assert (rows["privix"]["round"], rows["privix"]["client"]) == ("3", "2")
+    assert (rows["plain"]["sketch"], rows["plain"]["protocol"], rows["plain"]["round"], rows["plain"]["client"]) == \
+        ("gaussian", "", "", "")
+
+
 def test_collect_says_which_part_of_a_failed_run_failed(tmp_path):
     runs = tmp_path / "runs"
     for name, verdict, truth, acc in [("search", "not rebuilt", 0.002, 1.0), ("objective", "not rebuilt", 6.0, 1.0),

@@ -35,6 +35,15 @@ def test_a_sketch_or_model_flag_a_stored_protocol_run_fixes_is_refused(trained, 
     _refused(argv, needle, tmp_path, capsys)
 
 
+@pytest.mark.parametrize("protocol", ["sketched", "fedavg"])
+def test_a_regression_model_with_a_protocol_is_refused_as_train_refuses_it(tmp_path, capsys, protocol):
+    """No protocol trains a regression (`leakattack train` refuses it): the run crashed reading labels from a
+    victim without a classifier head."""
+    argv = [a if a != "lenet" else "linreg" for a in RUN] + ["--protocol", protocol, "--out", str(tmp_path / "run")]
+    _refused(argv, "model 'linreg' cannot be trained by a protocol here (it is a regression); choose one of: lenet",
+             tmp_path, capsys)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--sketch-seed", "7"], "--sketch-seed changes nothing for a protocol's message"),
     (["--model-seed", "3"], "--model-seed changes nothing for a protocol's message"),

@@ -137,6 +137,19 @@ def test_a_message_without_truth_has_no_verdict_and_with_truth_a_grey_baseline(t
     assert rc == 0 and "--dataset digits is not read with --message" in err
 
 
+@pytest.mark.parametrize("flags,said", [
+    (["--image-index", "5"], "--image-index 5 is not read with --message"),
+    (["--batch-draw", "class"], "--batch-draw class is not read with --message"),
+    (["--dataset", "digits", "--image-index", "0", "--batch-draw", "random"],
+     "--dataset digits, --image-index 0 and --batch-draw random are not read with --message"),
+])
+def test_flags_that_pick_images_from_a_data_set_are_one_warning_with_a_message(tmp_path, capsys, flags, said):
+    """--image-index was silently ignored with --message: the message file's images are its own."""
+    rc, _, err, _ = _run([*_message(tmp_path), *flags], tmp_path / "run", capsys)
+    warned = [line for line in err.splitlines() if "not read with --message" in line]
+    assert rc == 0 and len(warned) == 1 and said in warned[0], err
+
+
 def test_the_summary_names_the_objective_it_reports(tmp_path, capsys):
     _, line, _, _ = _run([*LENET, "--iterations", "2"], tmp_path / "l2", capsys)
     assert "| L_R " in line and "cosine" not in line
