@@ -370,10 +370,8 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                                     f"says why), so it does not tell whether the message determines the input{ranked}")
         return out
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
-    if case.obs.b < mB:
-        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}",
-                "message": (f"{said}but with b = {case.obs.b} numbers for m*B = {mB} unknowns another "
-                            "input matches as well: the match is not unique")}
+    if case.obs.b < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
+        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}"}
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
         if loose_tolerance(p.cfg):  # a loose match: another image near the message, not one that gives it
             looser = f"--tol {p.cfg.tol:g} is looser than its default {TIGHT_TOL:g}"

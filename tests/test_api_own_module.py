@@ -120,3 +120,17 @@ def test_assess_refuses_a_data_set_of_another_shape_in_one_sentence():
     with pytest.raises(metrics.MetricsError, match=r"^dataset 'digits' holds 1x28x28 images and the truth is "
                                                    r"3x32x32: give the data set the truth comes from"):
         assess(Result(), x, dataset=get_dataset("digits"), with_lpips=False)
+
+
+def test_a_match_with_fewer_numbers_than_unknowns_says_from_python_too_that_it_is_not_unique():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(432, 8), nn.Sigmoid(), nn.Linear(8, 4)).double()
+    victim = targets.Victim.from_module(net, input_shape=(3, 12, 12), num_classes=4)
+    x = torch.rand(1, 3, 12, 12, dtype=torch.float64)
+    obs = observe(victim, x, torch.tensor([1]), Channel(get_sketch("gaussian", victim.d, 100, seed=1)),
+                  ThreatModel(knows_labels=True))
+    result = get_attack("gradient-matching", iterations=300, init_seed=2, labels="given").reconstruct(obs)
+    assert result.stop_reason == "tolerance"
+    assert result.message.endswith("but with b = 100 numbers for m*B = 432 unknowns another input matches as well: "
+                                   "the match is not unique")
+    assert assess(result, x, torch.tensor([1]), with_lpips=False)["verdict"] == "not rebuilt"

@@ -133,6 +133,7 @@ def _checking_observation(reconstruct):
         result = reconstruct(self, obs, *args, **kwargs)
         if isinstance(result, AttackResult):
             result.closed_form = bool(self.closed_form)
+            result.message = not_unique_message(result, obs)
         return result
 
     checked.checks_observation = True
@@ -192,6 +193,17 @@ def stop_on_interrupt() -> Iterator[None]:
 def add_note(message: str, note: str, link: str = "") -> str:
     """``message; <link> note``, or ``note`` as a sentence of its own when there is no message yet."""
     return f"{message}; {link}{note}" if message else f"{note[0].upper()}{note[1:]}"
+
+
+def not_unique_message(result: AttackResult, obs: Observation) -> str:
+    """The result's message, which a run that met its tolerance with fewer numbers in the message than unknowns
+    (b < m*B) ends with the sentence that the match is not unique: another input matches as well."""
+    unknowns = obs.victim.unknowns_per_example * int(obs.batch_size)
+    if result.stop_reason != "tolerance" or obs.b >= unknowns:
+        return result.message
+    said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
+    return (f"{said}but with b = {obs.b} numbers for m*B = {unknowns} unknowns another input matches as well: the "
+            "match is not unique")
 
 
 def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: list[float], notes: list[str], *,
