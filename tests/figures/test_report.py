@@ -510,7 +510,7 @@ def test_every_table_fits_the_page_at_1400_px(tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     widths = [tuple(map(int, w.split("/"))) for w in dom.stdout.split('data-widths="')[1].split('"')[0].split()]
     assert len(widths) >= 10
-    assert all(table <= box for table, box in widths), widths
+    assert all(table <= box for table, box in widths), [(i, w) for i, w in enumerate(widths) if w[0] > w[1]]
 
 
 def test_a_sweep_point_whose_metric_is_not_a_number_is_one_sentence(tmp_path, capsys):

@@ -227,7 +227,7 @@ def test_summary_csv_and_the_report_count_points_not_rebuilt_whose_other_metric_
     write_sweep(tmp_path, records)
     write_csv(tmp_path / "summary.csv", summarize(records))
     html = build_report([tmp_path])
-    assert "<th>not rebuilt, one metric clearly ahead</th>" in html and "parts of the image may show" in html
+    assert "0%<br>50% one metric ahead" in html and "parts of the image may show" in html
     assert "(PSNR); SSIM +0.31</div>" in html  # the grid cell beside its verdict
 
 
