@@ -35,15 +35,15 @@ class Pipeline:
     def describe(self) -> list[dict]:
         return [{"name": t.name, **t.params, "placement": t.placement} for t in self.steps]
 
-    def noise_bound(self, sketch_norm: float | None = 1.0) -> NoiseBound | None:
+    def noise_bound(self, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
         """The first Gaussian noise in channel order and the sensitivity of what it is added to (None without noise):
         :func:`defenses.sensitivity.noise_bound`."""
-        return noise_bound(self, sketch_norm)
+        return noise_bound(self, sketch_norm, batch_size)
 
-    def sensitivity(self, sketch_norm: float | None = 1.0) -> float | None:
-        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` (None: unbounded
-        or no noise)."""
-        bound = self.noise_bound(sketch_norm)
+    def sensitivity(self, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> float | None:
+        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` and a
+        ``per_example`` mean over ``batch_size`` examples (None: unbounded or no noise)."""
+        bound = self.noise_bound(sketch_norm, batch_size)
         return None if bound is None else bound.sensitivity
 
     @property

@@ -37,7 +37,7 @@ class NoiseBound:
     later_noise: int = 0  #: Gaussian steps after the counted ones
 
 
-def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
+def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
     """The first Gaussian noise of ``pipeline`` in channel order and the sensitivity of what it is added to (None
     without noise).
 
@@ -48,8 +48,9 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
     keeps the bound on a client's update (zeroing entries never raises its
     norm), and Laplace noise keeps it (it is drawn without the data, so the
     release is the Gaussian's, post-processed); any other step between the
-    clip and the noise leaves Delta untracked.  The channel divides a per-example sum by the batch size before
-    the sketch; the bound ignores that division, which can only shrink Delta.
+    clip and the noise leaves Delta untracked.  The channel divides a per-example sum by the batch size B before
+    the sketch: given ``batch_size``, noise after that division (after the sketch) has Delta divided by B; without
+    it the bound keeps the sum's Delta, B times larger than needed (valid, conservative).
     """
     per_ex = pipeline.per_example
     delta, sym, val, clip, crossed = None, "", "", None, False
@@ -57,6 +58,9 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0) -> NoiseBound | None:
     order = [*pipeline.before, _SKETCH, *pipeline.after]
     for i, step in enumerate(order):
         if step is _SKETCH:
+            if per_ex and batch_size and delta is not None:  # the channel's mean: the sum divided by B
+                delta = delta / batch_size
+                sym, val = f"{sym} / B", f"{val} / {batch_size}"
             if delta is not None and sketch_norm is None:
                 delta, reason = None, "the sketch's operator norm is not known: sensitivity unbounded"
             elif delta is not None and sketch_norm is not None:

@@ -62,13 +62,14 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
 
 
 def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
-                    sketch_norm: float | None = 1.0) -> dict:
+                    sketch_norm: float | None = 1.0, batch_size: int | None = None) -> dict:
     """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's
     numbers.
 
     The sensitivity Delta is what the pipeline bounds (``Pipeline.noise_bound``):
     a clip before the sketch with the noise after it gives Delta = ||R||_op * C,
-    with ``sketch_norm`` = ||R||_op (over several steps, the largest ||R_t||).
+    with ``sketch_norm`` = ||R||_op (over several steps, the largest ||R_t||); with a ``per_example`` clip, noise
+    after the channel's division of the sum by ``batch_size`` (after the sketch) has Delta divided by it.
     Keys: ``epsilon``/``delta`` (Opacus RDP, the tight one), ``epsilon_paper``/
     ``delta_paper`` (Lemma H.7 per step at delta_hat = delta/steps, composed by
     Theorem 6.2 with T*K = steps; no sub-sampling amplification),
@@ -94,7 +95,9 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
         sketch_norm = check_number("sketch_norm", sketch_norm)
     out: dict[str, float | str | None] = {"epsilon": None, "delta": None, "epsilon_paper": None, "delta_paper": None,
            "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
-    bound = pipeline.noise_bound(sketch_norm) if pipeline else None
+    if batch_size is not None:
+        batch_size = check_count("batch_size", batch_size)
+    bound = pipeline.noise_bound(sketch_norm, batch_size) if pipeline else None
     if bound is None:
         laplace = pipeline is not None and any(step.name == "laplace" and step.params.get("b", 0) > 0
                                                for step in [*pipeline.before, *pipeline.after])

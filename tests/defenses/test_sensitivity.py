@@ -182,3 +182,17 @@ def test_none_among_steps_is_refused_as_standing_alone():
                                                     "steps of 'none,clip:C=1': leave it out"):
         defenses.build("none,clip:C=1")
     assert not defenses.build("none")
+
+
+def test_per_example_noise_after_the_sketch_is_added_to_the_mean_and_its_bound_is_divided_by_the_batch():
+    """The channel divides the per-example sum by B before the sketch: noise after it protects R (sum / B), whose
+    Delta is ||R||_op C / B; noise before it is added to the sum (Delta = C), whatever B."""
+    after = defenses.build("per_example:C=1,gaussian:z=1@after_sketch")
+    assert after.sensitivity(1.5, batch_size=4) == pytest.approx(1.5 / 4)
+    assert after.sensitivity(1.5) == pytest.approx(1.5)  # B not given: the sum's bound, B times larger (valid)
+    before = defenses.build("per_example:C=1,gaussian:z=1")
+    assert before.sensitivity(1.5, batch_size=4) == before.sensitivity(1.5) == 1.0
+    assert defenses.build("clip:C=1,gaussian:z=1@after_sketch").sensitivity(1.5, batch_size=4) == pytest.approx(1.5)
+    p = message_privacy(after, 1e-5, sketch_norm=1.5, batch_size=4)
+    assert p["noise_multiplier"] == pytest.approx(4 / 1.5) and "||R||_op * C / B = 1.5 * 1.0 / 4" in p["privacy_note"]
+    assert p["epsilon"] < message_privacy(after, 1e-5, sketch_norm=1.5)["epsilon"]
