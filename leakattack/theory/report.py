@@ -29,7 +29,7 @@ def summary_table(res: dict) -> str:
                           f"[{f(res['noncritical_bounds'][0])}, {f(res['noncritical_bounds'][1])}]"),
         ("non-critical fraction", f"{f(res['noncritical_fraction'])} (Lemma 7.7), "
                                   f"{f(res['noncritical_fraction_thm74_literal'])} (Thm 7.4 literal), "
-                                  f"trajectory {f(res['noncritical_fraction_trajectory'])}"),
+                                  f"trajectory {f(res['noncritical_fraction_trajectory'])}{_singular(res)}"),
         ("semi-smooth fraction", f"{f(res['semismooth_fraction'])} (b=τ²β²), "
                                  f"{f(res['semismooth_fraction_literal'])} (b=τ²β literal), "
                                  f"trajectory {f(res['semismooth_fraction_trajectory'])}"),
@@ -52,6 +52,16 @@ def summary_table(res: dict) -> str:
     lines.append(f"These are measurements over {res['samples']} sampled points and the GD trajectories, not proofs "
                  f"({res['wall_s']:.0f} s).")
     return "\n".join(lines)
+
+
+def _singular(res: dict) -> str:
+    """Where γ₁ is 0 (R has fewer independent rows than b: an SRHT's padded columns, a CountSketch bucket left empty),
+    that Lemma 7.7's hypothesis fails there: its lower bound is 0, and the fraction tells only its upper bound."""
+    g1, g2 = res.get("gamma1"), res.get("gamma2")
+    if g1 is None or g2 is None or g1 > 1e-9 * g2:
+        return ""
+    return ("; γ₁ = 0: R is rank deficient, so Lemma 7.7 (which needs γ₁ > 0) does not apply and its lower bound "
+            "of 0 holds trivially; the fraction checks its upper bound only")
 
 
 def _l1_verdict(res: dict) -> str:

@@ -158,9 +158,16 @@ def value_grad(fn: Fn, x: torch.Tensor):
 
 
 def pair_ratios(fn: Fn, prop: str, p: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-pair ratio whose supremum over the domain must be finite for `prop` to hold at exponent p."""
+    """Per-pair ratio whose supremum over the domain must be finite for `prop` to hold at exponent p; NaN (left out
+    of the supremum) where L or its gradient overflows at either point, which is float64's limit, not the
+    function's."""
     Lx, gx = value_grad(fn, x)
     Ly, gy = value_grad(fn, y)
+    finite = torch.isfinite(Lx) & torch.isfinite(Ly) & torch.isfinite(gx).all(1) & torch.isfinite(gy).all(1)
+    return torch.where(finite, _pair_ratio(prop, p, x, y, Lx, gx, Ly, gy), torch.full_like(Lx, math.nan))
+
+
+def _pair_ratio(prop: str, p: float, x, y, Lx, gx, Ly, gy) -> torch.Tensor:
     s = (y - x).norm(dim=1)
     tiny = 1e-300
     if prop == "semi-s.":

@@ -118,3 +118,20 @@ def test_committed_table_matches_the_verdicts(rows):
     for ln, row in zip(lines, rows):
         cells = [c.strip().strip("*") for c in ln.strip("|").split("|")][2:]
         assert [c.startswith("✓") for c in cells] == [row["res"][p]["holds"] for p in PROPS], ln
+
+
+def test_a_pair_where_the_function_overflows_is_left_out_of_the_supremum():
+    """cosh(wᵀx) at wᵀx = 1e3 is inf in float64: such a pair is NaN (left out), not a counterexample."""
+    fn = next(f for f in functions() if f.name == "cosh(wᵀx)" and f.assumption == "—")
+    x = (1e3 * W)[None]
+    y = (0.5 * W)[None]
+    for prop in ("semi-s.", "semi-Lg.", "semi-sc."):
+        assert math.isnan(float(pair_ratios(fn, prop, 0.5, x, y)[0])), prop
+        assert math.isfinite(float(pair_ratios(fn, prop, 0.5, y, 0.9 * y)[0])), prop
+
+
+def test_the_check_report_says_where_gamma1_is_zero_that_lemma_7_7_does_not_apply():
+    from leakattack.theory.report import _singular
+
+    assert "γ₁ = 0: R is rank deficient, so Lemma 7.7" in _singular({"gamma1": 0.0, "gamma2": 2.449})
+    assert _singular({"gamma1": 0.67, "gamma2": 1.56}) == ""
