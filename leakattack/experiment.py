@@ -309,6 +309,8 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
     reason = None if closed_form else metrics.nothing_attacked(result.losses, result.best_step, objective,
                                                                getattr(p.attack, "added_terms", ()))
+    if reason is None and not closed_form and result.iterations == 0:  # a time limit or Ctrl-C before any step
+        reason = f"it stopped ({result.stop_reason}) before its first step and returned its start"
     out = {"attacked": reason is None, "nothing_attacked": reason}
     if case.x is None:
         return {**out, **metrics.judge({}, {}), "baseline_mean_image": None, "verdict": None}

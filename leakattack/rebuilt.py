@@ -304,7 +304,7 @@ def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", oth
         return f"{term} was not finite at the start ({name} = {first})"
     if len(losses) > 1 and best_step == 0:
         added = f" (the objective adds {' and '.join(others)} to it, whose pull its steps followed)" if others else ""
-        return f"{term} never went below its start value {name} = {first:.3e} in {len(losses) - 1} step(s){added}"
+        return f"{term} never went below its start value ({name} = {first:.3e}) in {len(losses) - 1} step(s){added}"
     return None
 
 

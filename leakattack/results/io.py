@@ -73,6 +73,9 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         if target == here or target in here.parents:
             done = "it would be replaced whole" if beside else "the command would fill it"
             raise UserError(f"--out '{out}' is the current folder or holds it, and {done}: name a new folder")
+    if file is None and beside and path.is_dir() and os.path.ismount(path):  # a volume: it cannot be renamed
+        raise UserError(f"--out '{out}' is a mount point, which a run cannot replace (it writes its folder beside it "
+                        f"and renames it into place): name a folder inside it, such as '{path / 'run'}'")
     parent = _unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..errors import UserError
 from .io import directory_mode
 
 #: defense names shortened in folder names; others are kept as written
@@ -123,6 +124,15 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
     this process creates itself).
     """
     folder = Path(folder)
+    try:
+        return _write_run_folder(folder, write, fresh)
+    except OSError as err:  # a full disk, a folder that cannot be renamed: one sentence, nothing half-written
+        raise UserError(f"the run folder '{folder}' could not be written ({err.strerror or err}); nothing of it was "
+                        "kept") from None
+
+
+def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) -> Path:
+    """:func:`write_run_folder` itself."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
@@ -137,7 +147,11 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
                 raise
         elif folder.exists():
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
-            os.replace(folder, old / folder.name)
+            try:
+                os.replace(folder, old / folder.name)
+            except OSError:
+                old.rmdir()  # the earlier run stays where it was
+                raise
             os.replace(tmp, folder)
             shutil.rmtree(old, ignore_errors=True)
         else:

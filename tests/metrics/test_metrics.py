@@ -331,9 +331,9 @@ def test_nothing_attacked_when_the_start_is_not_finite_or_never_improved():
     assert metrics.nothing_attacked([3.0], 0) is None  # a closed form in one step: nothing to compare
     # the losses are the matching term's: with TV or a prior in the objective it is not "the objective" that stayed
     plain = metrics.nothing_attacked([3.0, 4.0], 0, "cosine distance")
-    assert plain.startswith("the objective never went below its start value cosine distance = 3.000e+00")
+    assert plain.startswith("the objective never went below its start value (cosine distance = 3.000e+00)")
     added = metrics.nothing_attacked([3.0, 4.0], 0, "cosine distance", ("TV", "the bn prior"))
-    assert added.startswith("the matching term never went below its start value cosine distance") and \
+    assert added.startswith("the matching term never went below its start value (cosine distance") and \
         "the objective adds TV and the bn prior to it" in added
 
 

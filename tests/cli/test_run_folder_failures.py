@@ -1,0 +1,51 @@
+"""A run that cannot write its folder says so in one sentence: a mount point as --out (refused before the attack,
+since the folder is written beside it and renamed into place), a full disk (nothing half-written, no stray
+folder); and a run stopped before its first step says that it attacked nothing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from leakattack import cli
+from leakattack.errors import UserError
+from leakattack.results import writable_out
+from leakattack.results.runs import write_run_folder
+
+
+def test_a_mount_point_as_out_is_refused_before_the_attack(tmp_path, monkeypatch, capsys):
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(volume) or real(p))
+    with pytest.raises(UserError, match=r"is a mount point, which a run cannot replace .* name a folder inside it"):
+        writable_out(volume, beside=True)
+    assert writable_out(volume / "run", beside=True) == volume / "run"
+    assert cli.main(["run", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips",
+                     "--out", str(volume)]) == 2
+    assert "is a mount point" in capsys.readouterr().err and list(volume.iterdir()) == []
+
+
+def test_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path):
+    def write(path):
+        (path / "metrics.json").write_text("{}")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(UserError, match=r"^the run folder '.*run' could not be written \(No space left on device\); "
+                                        r"nothing of it was kept$"):
+        write_run_folder(tmp_path / "run", write)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_stopped_before_its_first_step_attacked_nothing(tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", "--dataset", "digits", "--time-limit", "0.001", "--quiet", "--no-lpips", "--threads", "1",
+                     "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    if m["iterations"] == 0:  # the limit came before the first step (a fast machine may take one)
+        assert m["attacked"] is False and m["nothing_attacked"].startswith("it stopped (time-limit) before its first")
+    else:
+        assert m["attacked"] is (m["nothing_attacked"] is None)
