@@ -168,6 +168,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     for name in (n for n, count in Counter(n for n, _ in named).items() if count > 1):
         warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last[name]:g}, is used",
                       SettingWarning, stacklevel=2)
+    if "tv" in cfg.priors and not cfg.attack_class.closed_form:  # a bare --prior tv keeps a TV weight already on
+        kept = replace(cfg, priors=[t for t in cfg.priors if t != "tv"]).derived().tv
+        if kept > 0:
+            warnings.warn(f"--prior tv changes nothing: TV is already on at weight {kept:g} (the recipe's or --tv's); "
+                          "--prior tv:W sets another", SettingWarning, stacklevel=2)
     if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
         warnings.warn(f"--data-root is not read: the embedded data set {case.dataset.name} reads no files",
                       SettingWarning, stacklevel=2)
@@ -501,7 +506,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
     gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
     closed = p.attack.closed_form  # no optimiser, no iterations of one, no start
     title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
-             + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"))
+             + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"
+                + (f" ({r.stop_reason})" if r.stop_reason in ("time-limit", "interrupted") else "")))
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid

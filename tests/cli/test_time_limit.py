@@ -18,7 +18,13 @@ def test_a_duration_reads_as_seconds(text, seconds):
     assert duration_seconds(text) == seconds
 
 
-def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_path, capsys):
+def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_path, capsys, monkeypatch):
+    from leakattack import experiment
+
+    titles = []  # the figures' title names why the attack stopped, as a copied figure is read alone
+    drawn = experiment.convergence_figure
+    monkeypatch.setattr(experiment, "convergence_figure", lambda path, losses, title="", **kw: (
+        titles.append(title), drawn(path, losses, title, **kw))[1])
     out = tmp_path / "run"
     t0 = time.perf_counter()
     assert cli.main(RUN + ["--iterations", "1000000", "--stall-window", "0", "--tol", "0", "--time-limit", "2s",
@@ -31,6 +37,7 @@ def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_pat
     assert 2 <= m["attack_s"] < 6 and wall < 30, (m["attack_s"], wall)
     assert "it (time-limit)" in shown and "time limit of 2 s was reached" in shown
     assert json.loads((out / "config.json").read_text())["run"]["time_limit"] == "2s"
+    assert titles and titles[0].endswith(f"{m['iterations']} it (time-limit)"), titles
 
 
 def test_the_python_api_takes_the_limit_as_a_field(tmp_path):

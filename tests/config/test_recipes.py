@@ -173,6 +173,7 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
     (dict(attacker_knows_clip=True, defense="gaussian:sigma=0.01"), "--attacker-knows-clip changes nothing: the"),
     (dict(sketch_dim=100, sketch_ratio=0.9), "--sketch-dim 100 and --sketch-ratio 0.9 are both given: the dimension"),
     (dict(model="linreg", given=frozenset({"label_mode"})), "--labels idlg changes nothing: model 'linreg' is a"),
+    (dict(model="resnet20", priors=["tv"]), "--prior tv changes nothing: TV is already on at weight 0.02"),
 ])
 def test_settings_the_run_does_not_read_are_warned_of(settings, said):
     import warnings
@@ -187,6 +188,7 @@ def test_settings_the_run_does_not_read_are_warned_of(settings, said):
     with warnings.catch_warnings():  # the same settings where they are read: no warning
         warnings.simplefilter("error", SettingWarning)
         prepare(RunConfig(model="resnet20", device="cpu", iterations=1, bn="train", bn_stats="client", priors=["bn"]))
+        prepare(RunConfig(model="lenet", device="cpu", iterations=1, priors=["tv"]))  # no TV before: it adds TV
 
 
 def test_a_ratio_given_to_the_identity_sketch_or_a_prior_given_twice_warns():
