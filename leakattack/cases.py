@@ -200,8 +200,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                         decoded=cfg.match_space == "unsketched")
     msg.info.update(protocol_spec=spec, model_spec=model_spec,
                     w_source="checkpoint" if rounds is not None else "re-simulated")
-    if victim.head is not None:  # a regression has no head whose rows the sign rule reads
-        msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
+    msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
     n, K = msg.x.shape[0], msg.info["local_steps"]
     if not spec["local_epochs"] and cfg.batch_size != spec["batch_size"]:

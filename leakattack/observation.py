@@ -108,6 +108,11 @@ class Observation:
         return int(self.y.numel())
 
     @property
+    def unknowns(self) -> int:
+        """m*B: the numbers the attacker has to find (values of one example times the batch size)."""
+        return self.victim.unknowns_per_example * int(self.batch_size)
+
+    @property
     def input_shape(self) -> tuple:
         """Shape of the data the attacker reconstructs: (B, *victim.input_shape)."""
         return (self.batch_size, *self.victim.input_shape)

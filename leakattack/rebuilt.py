@@ -242,11 +242,17 @@ def short_metric(m: Mapping) -> str | None:
     return None if all(short.values()) or not any(short.values()) else "PSNR" if short["PSNR"] else "SSIM"
 
 
+def one_metric_ahead(m: Mapping) -> str | None:
+    """For a run not rebuilt whose one metric fell short while the other is clearly above its better baseline, the
+    metric that fell short (:func:`short_metric`); None otherwise (rebuilt, no verdict, both short)."""
+    return short_metric(m) if m.get("verdict") == NOT_REBUILT else None
+
+
 def ahead_words(m: Mapping) -> str:
     """For a run not rebuilt whose one metric fell short while the other is clearly above its better baseline
-    (:func:`short_metric`), which fell short and by how much the other is ahead, as written after its verdict:
+    (:func:`one_metric_ahead`), which fell short and by how much the other is ahead, as written after its verdict:
     ``" (PSNR); SSIM +0.33"`` or ``" (SSIM); PSNR +2.1 dB"``; else ``""``."""
-    low = short_metric(m) if m.get("verdict") == NOT_REBUILT else None
+    low = one_metric_ahead(m)
     if low == "PSNR":
         return f" (PSNR); SSIM +{m['ssim'] - m['baseline_ssim']:.2f}"
     if low == "SSIM":
@@ -397,7 +403,8 @@ def closed_forms_line(names: list[str]) -> str:
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
            "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images", "images_words",
-           "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "ahead_words",
+           "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",
+           "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",

@@ -12,6 +12,7 @@ import warnings
 
 from leakattack.errors import UserError
 
+from ..noise import Laplace
 from .analysis import check_count, check_delta, check_number, gaussian_epsilon, paper_composition
 
 #: Names accepted by :func:`accountant_epsilon`'s ``accountant``.
@@ -99,8 +100,8 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
         batch_size = check_count("batch_size", batch_size)
     bound = pipeline.noise_bound(sketch_norm, batch_size) if pipeline else None
     if bound is None:
-        laplace = pipeline is not None and any(step.name == "laplace" and step.params.get("b", 0) > 0
-                                               for step in [*pipeline.before, *pipeline.after])
+        laplace = pipeline is not None and any(isinstance(step, Laplace) and step.params["b"] > 0
+                                               for step in pipeline.steps)
         out["privacy_note"] = ("Laplace noise only: the accountant counts Gaussian noise, so no epsilon is computed"
                                if laplace else "no Gaussian noise: no DP guarantee")
         return out

@@ -198,7 +198,7 @@ def add_note(message: str, note: str, link: str = "") -> str:
 def not_unique_message(result: AttackResult, obs: Observation) -> str:
     """The result's message, which a run that met its tolerance with fewer numbers in the message than unknowns
     (b < m*B) ends with the sentence that the match is not unique: another input matches as well."""
-    unknowns = obs.victim.unknowns_per_example * int(obs.batch_size)
+    unknowns = obs.unknowns
     if result.stop_reason != "tolerance" or obs.b >= unknowns:
         return result.message
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing

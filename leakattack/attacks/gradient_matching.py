@@ -43,7 +43,7 @@ from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
-from .labels import hidden_head, readings_to_compare
+from .labels import OTHER_LABELS, hidden_head, readings_to_compare
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
@@ -261,8 +261,7 @@ class GradientMatching(Attack):
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
-                    "holds) to read labels from; use --labels given or --labels dlg (labels='given' with "
-                    "ThreatModel(knows_labels=True), or labels='dlg', in Python)")
+                    f"holds) to read labels from; {OTHER_LABELS}")
         if self.label_mode == "idlg" and obs.victim.task == "classification":
             hidden = hidden_head(obs.victim, obs.linear_map, obs.y)
             if hidden:

@@ -58,6 +58,11 @@ def _head_slices(victim) -> tuple[slice, slice | None]:
     return slices[names[id(head.weight)]], bias
 
 
+#: where labels come from when no rule can read them from the message, on the command line and in Python
+OTHER_LABELS = ("use --labels given or --labels dlg (labels='given' with ThreatModel(knows_labels=True), or "
+                "labels='dlg', in Python)")
+
+
 def _head_gain(sketch, slices: tuple[slice, slice | None], like: torch.Tensor) -> tuple[float, str | None]:
     """||M m||^2 / ||m||^2 for the 0/1 mask m of the head's coordinates (``slices``: :func:`_head_slices`), and the
     sentence that says so where the map keeps none of them (a gain of 0), else None."""
@@ -70,9 +75,7 @@ def _head_gain(sketch, slices: tuple[slice, slice | None], like: torch.Tensor) -
     if gain:
         return gain, None
     return gain, (f"the sketch keeps none of the classifier head's {int(mask.sum())} coordinates (b = {sketch.b} of "
-                  f"d = {sketch.d}), so the message holds no label signal for a label rule to read; use --labels "
-                  "given or --labels dlg (labels='given' with ThreatModel(knows_labels=True), or labels='dlg', in "
-                  "Python)")
+                  f"d = {sketch.d}), so the message holds no label signal for a label rule to read; {OTHER_LABELS}")
 
 
 def hidden_head(victim, sketch, like: torch.Tensor) -> str | None:

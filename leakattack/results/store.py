@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts, short_metric
+from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts, one_metric_ahead
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -142,8 +142,9 @@ def summarize(records: list[dict]) -> list[dict]:
     """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
     epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
     whose verdict is rebuilt (left out when no point has a verdict), ``one_metric_ahead``, the share whose verdict
-    is not rebuilt while one of PSNR and SSIM is clearly above its baseline (:func:`leakattack.rebuilt.short_metric`:
-    parts of the image may show), on batches ``rebuilt_images``, the share of
+    is not rebuilt while one of PSNR and SSIM is clearly above its baseline
+    (:func:`leakattack.rebuilt.one_metric_ahead`: parts of the image may show), on batches ``rebuilt_images``,
+    the share of
     their images rebuilt on their own (:func:`leakattack.rebuilt.batch_images`: a point stored before per-image
     verdicts counts as one image, by its verdict; left out where no point is a batch that has them), and
     ``failed_labels``, ``failed_objective`` and ``failed_search``, how many of its points that were not rebuilt
@@ -172,8 +173,7 @@ def summarize(records: list[dict]) -> list[dict]:
         if verdicts:  # the share of the repetitions whose image was rebuilt (metrics.verdict)
             row["rebuilt"] = sum(v == REBUILT for v in verdicts) / len(verdicts)
             # and of those not rebuilt while one metric is clearly above its baseline: images that may show
-            row["one_metric_ahead"] = sum(r["metrics"].get("verdict") not in (None, REBUILT) and
-                                          short_metric(r["metrics"]) is not None for r in recs) / len(verdicts)
+            row["one_metric_ahead"] = sum(one_metric_ahead(r["metrics"]) is not None for r in recs) / len(verdicts)
         if batches:  # the share of the images rebuilt on their own, which a batch's verdict on its means can hide
             images = batch_images(r["metrics"] for r in recs)
             row["rebuilt_images"] = None if images is None else images[0] / images[1]
