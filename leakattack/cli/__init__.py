@@ -10,6 +10,7 @@ module here with the function that carries it out, plus its flags in :mod:`.pars
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -85,4 +86,16 @@ def main(argv=None) -> int:
         return interrupted_exit()
 
 
-__all__ = ["main", "build_parser", "dispatch", "EXIT_USAGE", "interrupted_exit", "Parser", "UsageError"]
+def entry() -> int:
+    """The ``leakattack`` command and ``python -m leakattack``: :func:`main`, after which Ctrl-C and SIGTERM are
+    ignored.  Its work is done and written by then, and what is left is the interpreter's shutdown (about a second
+    with torch and matplotlib loaded), where a late signal would end the process as interrupted (exit 130) after a
+    result it had finished."""
+    code = main()
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to hand over
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return code
+
+
+__all__ = ["main", "entry", "build_parser", "dispatch", "EXIT_USAGE", "interrupted_exit", "Parser", "UsageError"]

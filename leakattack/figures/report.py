@@ -39,11 +39,13 @@ from ..rebuilt import ahead_words, batch_images, batch_images_words, images_note
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
-    SUMMARY_METRICS,
+    checked_points,
     default_strength,
     group_settings,
+    is_number,
     load_records,
     load_tensors,
+    quoted,
     read_json,
     series_label,
     series_of,
@@ -79,8 +81,6 @@ RUN_NUMBERS = tuple(k for k, t in _TYPES.items() if t in ("float", "float | None
 RUN_COUNTS = tuple(k for k, t in _TYPES.items() if t in ("int", "int | None"))
 #: metrics.json keys that hold a list of numbers (null where one is not finite)
 RUN_NUMBER_LISTS = tuple(k for k, t in _TYPES.items() if t == "list[float | None]")
-#: results.jsonl metrics of a sweep point that hold a number or null
-POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
 #: summary.csv metrics, by stem, as table headings
 METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": "label acc.",
                 "utility_acc": "test acc. (utility)", "epsilon": "ε", "epsilon_paper": "ε (paper)",
@@ -243,20 +243,20 @@ def run_metrics(path: Path) -> RunMetrics:
         raise UserError(f"'{path}' has no {_or(missing)}, which every run's metrics.json holds")
     for key in RUN_NUMBERS + RUN_COUNTS:
         v = data.get(key)
-        if v is not None and not _is_number(v):
-            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a number")
+        if v is not None and not is_number(v):
+            raise UserError(f"'{path}' holds {key} = {quoted(v)}, not a number")
         if key in RUN_COUNTS and v is not None and not isinstance(v, int):
-            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a whole number")
+            raise UserError(f"'{path}' holds {key} = {quoted(v)}, not a whole number")
     for key in RUN_NUMBER_LISTS:
         v = data.get(key)
-        if v is not None and not (isinstance(v, list) and all(e is None or _is_number(e) for e in v)):
-            raise UserError(f"'{path}' holds {key} = {_shown(v)}, not a list of numbers")
+        if v is not None and not (isinstance(v, list) and all(e is None or is_number(e) for e in v)):
+            raise UserError(f"'{path}' holds {key} = {quoted(v)}, not a list of numbers")
     for key in ("stop_reason", "message"):
         if data.get(key) is not None and not isinstance(data[key], str):
-            raise UserError(f"'{path}' holds {key} = {_shown(data[key])}, not a text")
+            raise UserError(f"'{path}' holds {key} = {quoted(data[key])}, not a text")
     if data.get("verdict") not in (None, REBUILT, NOT_REBUILT):
-        raise UserError(f"'{path}' holds verdict = {_shown(data['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
-    clean = {k: (None if k in RUN_NUMBERS and _is_number(v) and not math.isfinite(v) else v) for k, v in data.items()}
+        raise UserError(f"'{path}' holds verdict = {quoted(data['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
+    clean = {k: (None if k in RUN_NUMBERS and is_number(v) and not math.isfinite(v) else v) for k, v in data.items()}
     for key in RUN_NUMBER_LISTS:
         each = clean.get(key)
         if isinstance(each, list):
@@ -576,7 +576,7 @@ def _when(folder: Path) -> str:
 # -------------------------------------------------------------- sweep folders
 
 def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
-    records = _checked_points(folder, load_records(folder))
+    records = checked_points(folder, load_records(folder))
     meta = _read(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
     stored = stored_summary(folder)
     current = stored is not None and summary_matches(stored, records)
@@ -691,24 +691,6 @@ def _values(values: set) -> str:
     return "∈ {" + ", ".join(text) + "}"
 
 
-def _checked_points(folder: Path, records: list[dict]) -> list[dict]:
-    """The sweep's records, refused in one sentence when a point's metric is not a number; one that is not finite
-    (NaN) reads as null, as the sweep itself stores it."""
-    for r in records:
-        m = r["metrics"]
-        for key in POINT_NUMBERS:
-            v = m.get(key)
-            if v is not None and not _is_number(v):
-                raise UserError(f"'{folder / 'results.jsonl'}' holds a point ({r['key']}) whose {key} is {_shown(v)}, "
-                                "not a number")
-            if v is not None and not math.isfinite(v):
-                m[key] = None
-        if m.get("verdict") not in (None, REBUILT, NOT_REBUILT):
-            raise UserError(f"'{folder / 'results.jsonl'}' holds a point ({r['key']}) whose verdict is "
-                            f"{_shown(m['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
-    return records
-
-
 def stored_summary(folder: Path) -> list[dict] | None:
     """The rows of a sweep's summary.csv (None where there is none), refused in one sentence when it is not the
     table a sweep writes: text that is not UTF-8 or CSV, no ``n`` column, a row whose cells do not match the
@@ -809,9 +791,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                 (mean is None and unbounded[i]) or mean == math.inf)
             said_infinite |= infinite
             cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
-        for column, shown in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
+        for column, present in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
             share = r.get(column)
-            if shown:
+            if present:
                 # the rebuilt share, with the share not rebuilt while one metric is clearly ahead under it
                 more = r.get("one_metric_ahead") if column == "rebuilt" else None
                 more = f"<br>{_percent(more)} one metric ahead" if more else ""
@@ -996,23 +978,13 @@ def _score(v, digits: int, scored: bool = True) -> str:
     return NOT_A_NUMBER if v is None and scored else _num(v, digits)
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _shown(v) -> str:
-    """A stored value as a message quotes it (cut short)."""
-    text = json.dumps(v) if not isinstance(v, float) else repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _or(words: list[str]) -> str:
     """``a``, ``a or b``, ``a, b or c``."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" or {words[-1]}"
 
 
 def _num(v, digits: int = 2, kind: str = "f") -> str:
-    if not _is_number(v):
+    if not is_number(v):
         return "–" if v is None else _e(v)
     return f"{v:.{digits}{kind}}" if math.isfinite(v) else NOT_A_NUMBER
 

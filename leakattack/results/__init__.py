@@ -22,15 +22,19 @@ from .io import (
 from .runs import default_run_dir, write_run_folder
 from .store import (
                  FAILED_COLUMNS,
+                 POINT_NUMBERS,
                  REPEAT_KEYS,
                  SUMMARY_METRICS,
                  aggregate,
                  append_line,
+                 checked_points,
                  default_strength,
                  group_settings,
+                 is_number,
                  load_records,
                  mean_std,
                  planned_keys,
+                 quoted,
                  read_results,
                  series_keys,
                  series_label,
@@ -45,5 +49,5 @@ __all__ = [
     "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
-    "series_label", "planned_keys", "unplanned",
+    "series_label", "planned_keys", "unplanned", "POINT_NUMBERS", "checked_points", "is_number", "quoted",
 ]

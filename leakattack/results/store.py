@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..rebuilt import FAILED_PARTS, REBUILT, batch_images, failed_counts, one_metric_ahead
+from ..errors import UserError
+from ..rebuilt import FAILED_PARTS, NOT_REBUILT, REBUILT, batch_images, failed_counts, one_metric_ahead
 from .io import atomic_write_bytes, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
@@ -29,6 +30,10 @@ SUMMARY_METRICS = ("psnr", "ssim", "lpips", "mse", "label_acc", "utility_acc", "
                    "utility_epsilon", "utility_epsilon_paper", "baseline_psnr", "baseline_ssim")
 #: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
 FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
+#: a point's numbers that the summary, the figures and the report read: each must be a number or null
+POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
+#: summary.csv's columns after the metrics' means and standard deviations, in this order where present
+SHARE_COLUMNS = ("rebuilt", "one_metric_ahead", "rebuilt_images") + FAILED_COLUMNS
 #: the message's and the training's epsilons: a point whose privacy report (``privacy_note``) records one of them as
 #: null has no bound (no Gaussian noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``
 EPSILON_METRICS = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
@@ -83,6 +88,36 @@ def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = No
         return sorted({r["key"]: r for r in stored}.values(), key=lambda r: r.get("index", 0))
     recs = {key_of(r["params"]) if key_of is not None and "params" in r else r["key"]: r for r in stored}
     return [dict(recs[k], index=i) for i, k in enumerate(keys) if k in recs]
+
+
+def checked_points(out: Path, records: list[dict]) -> list[dict]:
+    """``records`` (read from ``out/results.jsonl``), refused in one sentence where a point's metric is not a number
+    or its verdict is neither rebuilt nor not rebuilt; a number that is not finite (NaN) reads as null, as a run stores
+    it."""
+    for r in records:
+        m = r["metrics"]
+        for key in POINT_NUMBERS:
+            v = m.get(key)
+            if v is not None and not is_number(v):
+                raise UserError(f"'{Path(out) / 'results.jsonl'}' holds a point ({r['key']}) whose {key} is "
+                                f"{quoted(v)}, not a number")
+            if v is not None and not math.isfinite(v):
+                m[key] = None
+        if m.get("verdict") not in (None, REBUILT, NOT_REBUILT):
+            raise UserError(f"'{Path(out) / 'results.jsonl'}' holds a point ({r['key']}) whose verdict is "
+                            f"{quoted(m['verdict'])}, neither '{REBUILT}' nor '{NOT_REBUILT}'")
+    return records
+
+
+def is_number(v) -> bool:
+    """An int or a float (not a bool), as JSON stores a number."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def quoted(v) -> str:
+    """A stored value as a message quotes it (cut short)."""
+    text = json.dumps(v) if not isinstance(v, float) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def planned_keys(out: Path) -> list[str] | None:
@@ -181,7 +216,13 @@ def summarize(records: list[dict]) -> list[dict]:
         if sum(failed.values()):
             row.update(zip(FAILED_COLUMNS, failed.values(), strict=True))
         rows.append(row)
-    return rows
+    # one column order whatever the data: a metric that the first setting lacks (null at every one of its points)
+    # keeps its place among the metrics instead of following the shares
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    metrics = [f"{name}_{part}" for name in SUMMARY_METRICS for part in ("mean", "std")]
+    columns = ([k for k in columns if k not in metrics and k not in SHARE_COLUMNS]
+               + [k for k in metrics if k in columns] + [k for k in SHARE_COLUMNS if k in columns])
+    return [{k: r.get(k) for k in columns} for r in rows]
 
 
 def series_keys(records: list[dict], exclude=()) -> list[str]:

@@ -35,7 +35,16 @@ from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
 from ..progress import progress_bar
 from ..rebuilt import REBUILT, batch_images
-from ..results import append_line, load_records, read_results, summarize, write_csv, write_json, write_tensors
+from ..results import (
+    append_line,
+    checked_points,
+    load_records,
+    read_results,
+    summarize,
+    write_csv,
+    write_json,
+    write_tensors,
+)
 from .backends import SlurmBackend, get_backend
 from .backends.slurm import listed_jobs
 from .lock import FolderLock
@@ -212,7 +221,7 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     ``rebuilt``: how many of the points have a verdict, and how many of those were rebuilt; ``images``: of batches
     with per-image verdicts, (images rebuilt on their own, images), or None (:func:`leakattack.rebuilt.batch_images`).
     """
-    records = load_records(out, plan, key_of=point_key)
+    records = checked_points(out, load_records(out, plan, key_of=point_key))
     rows = summarize(records)
     notes: list[str] = []
     paths = figures.sweep_figures(out, records, notes=notes)

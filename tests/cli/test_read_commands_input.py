@@ -11,6 +11,8 @@ from test_bad_input import _refused  # tests/cli is on the path
 from leakattack import cli
 from leakattack.cli import figures as figures_cli
 from leakattack.cli.report import MARK, _is_report
+from leakattack.errors import UserError
+from leakattack.sweep.runner import finalize
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "reference" / "lenet-srht"
@@ -43,6 +45,15 @@ def test_figures_warns_of_torn_lines(tmp_path, capsys, monkeypatch):
     assert cli.main(["figures", str(sweep)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "1 torn line of" in err[0] and "was left out" in err[0], err
+
+
+def test_figures_and_a_resumed_sweep_refuse_a_point_whose_metric_is_not_a_number(tmp_path, capsys):
+    """As report does: one sentence naming the point and the value, summary.csv and figures/ left as they were."""
+    sweep = _sweep(tmp_path / "sweep", json.dumps({**POINT, "metrics": {"psnr": "high"}}) + "\n")
+    _refused(["figures", str(sweep)], "results.jsonl' holds a point (k1) whose psnr is \"high\", not a number",
+             tmp_path, capsys)
+    with pytest.raises(UserError, match="whose verdict is \"maybe\""):  # what a resumed sweep draws from
+        finalize(_sweep(tmp_path / "other", json.dumps({**POINT, "metrics": {"verdict": "maybe"}}) + "\n"))
 
 
 def test_report_keeps_a_users_page_and_run_folders_and_marks_its_own(tmp_path, capsys):

@@ -80,3 +80,23 @@ def test_python_m_leakattack_is_the_command_and_passes_its_exit_code_on(tmp_path
     bad = subprocess.run([sys.executable, "-m", "leakattack", "collect", str(tmp_path / "nowhere"), "--out",
                           str(tmp_path / "t.csv")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("leakattack: error: ") and "does not exist" in bad.stderr
+
+
+#: the command's entry point, then a Ctrl-C and a SIGTERM once it has returned (as when one lands during the
+#: interpreter's shutdown)
+_LATE_SIGNALS = """
+import os, signal, sys
+from leakattack.cli import entry
+sys.argv = ["leakattack", "list"]
+code = entry()
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGTERM)
+sys.exit(code)
+"""
+
+
+def test_a_signal_after_the_command_finished_keeps_its_exit_code():
+    """A finished command is not reported as interrupted (130) by a Ctrl-C that arrives while the process exits."""
+    done = subprocess.run([sys.executable, "-c", _LATE_SIGNALS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sketches:" in done.stdout and "Traceback" not in done.stderr

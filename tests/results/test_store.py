@@ -189,3 +189,17 @@ def test_figures_aggregate_over_the_same_settings_as_the_summary():
 def test_the_default_strength_is_the_first_grid_key_that_is_not_a_repetition():
     assert default_strength(["seed", "sketch", "sigma", "C"]) == "sigma"
     assert default_strength(["image_index", "model"]) is None
+
+
+def test_summary_columns_keep_their_order_when_the_first_setting_lacks_a_metric():
+    """A setting whose points store PSNR and SSIM as null (a run stores a score that is not finite so) comes first:
+    its metrics keep their place before the shares, as in a sweep where every point has them."""
+    recs = [rec(i, sigma, 0, 10.0) for i, sigma in enumerate([0.0, 0.1])]
+    for r in recs:
+        r["metrics"].update(verdict="not rebuilt")
+    whole = list(summarize(recs)[0])
+    recs[0]["metrics"].update(psnr=None, ssim=None)
+    rows = summarize(recs)
+    assert all(list(r) == whole for r in rows), [list(r) for r in rows]
+    assert rows[0]["psnr_mean"] is None and rows[1]["psnr_mean"] == 10.0
+    assert whole.index("psnr_mean") < whole.index("rebuilt") and whole[-2:] == ["rebuilt", "one_metric_ahead"]

@@ -77,7 +77,7 @@ def test_summary_csv_writes_an_unbounded_epsilon_as_inf_and_a_missing_one_empty(
     assert by[0.0]["epsilon_paper_mean"] == math.inf
     assert by[0.5]["epsilon_mean"] == math.inf and by[0.5]["epsilon_paper_mean"] == math.inf
     assert by[1.0]["epsilon_mean"] == pytest.approx(8.0) and by[1.0]["epsilon_std"] == 0.0
-    assert "epsilon_mean" not in by[0.7]  # not recorded: left empty, not inf
+    assert by[0.7]["epsilon_mean"] is None  # not recorded: left empty, not inf
     write_csv(tmp_path / "summary.csv", rows)
     with open(tmp_path / "summary.csv", newline="") as fh:
         cells = {row["sigma"]: row for row in csv.DictReader(fh)}
