@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..figures.report import folder_kind, outside_result_folders, run_metrics
+from ..figures.report import run_metrics
 from ..metrics import failed_kind, rebuilt_images
-from ..results import read_json, writable_out, write_csv
+from ..results import folder_kind, read_json, writable_out, write_csv
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
 LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "round", "client", "d",
@@ -29,7 +29,6 @@ def collect_out(out) -> Path:
     path = writable_out(out, ".csv")
     if path.suffix.lower() != ".csv":
         raise UserError(f"--out '{out}' must name a .csv file (the table is one CSV file)")
-    outside_result_folders(path, out)
     if path.is_file() and not _is_table(path):
         raise UserError(f"--out '{out}' exists and is not a table written by collect (its header does not begin "
                         f"with {','.join(HEAD)}), so collect will not replace it: name a new file or an earlier table")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import SettingWarning, UserError
-from ..figures.report import build_report, check_folders, outside_result_folders
+from ..figures.report import build_report, check_folders
 from ..results import atomic_write_text, writable_out
 from ..results.store import read_results
 
@@ -32,7 +32,6 @@ def report_out(out) -> Path:
     path = writable_out(out, ".html")
     if path.suffix.lower() not in HTML_SUFFIXES:
         raise UserError(f"--out '{out}' must name a .html file (the report is one HTML page)")
-    outside_result_folders(path, out)
     if path.is_file() and not _is_report(path):
         raise UserError(f"--out '{out}' exists and is not an HTML page written by leakattack report, so the report "
                         "will not replace it: name a new file or an earlier report")

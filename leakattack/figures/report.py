@@ -41,6 +41,7 @@ from ..results import (
     REPEAT_KEYS,
     checked_points,
     default_strength,
+    folder_kind,
     group_settings,
     is_number,
     load_records,
@@ -133,26 +134,6 @@ table.grid td,table.grid th{text-align:center;padding:4px;vertical-align:middle}
 table.grid img{image-rendering:pixelated;display:block;margin:0 auto;border:1px solid #ccd}
 table.grid .cap{font-size:11px;color:#333;white-space:nowrap}
 """
-
-
-def folder_kind(path) -> str | None:
-    """``"run"`` (a folder holding metrics.json), ``"sweep"`` (one holding results.jsonl), or None."""
-    p = Path(path)
-    if (p / "metrics.json").is_file():
-        return "run"
-    if (p / "results.jsonl").is_file():
-        return "sweep"
-    return None
-
-
-def outside_result_folders(path: Path, out) -> None:
-    """Refuse, in one sentence, an output file ``path`` (``--out``, spelt ``out``) inside a run or sweep folder, whose
-    files are that folder's own (:func:`folder_kind`)."""
-    for folder in path.resolve().parents:
-        kind = folder_kind(folder)
-        if kind is not None:
-            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
-                            "own: name a file outside run and sweep folders")
 
 
 def check_folders(paths) -> list[tuple[str, Path]]:
@@ -1015,5 +996,5 @@ def _short(v) -> str:
     return str(v)
 
 
-__all__ = ["build_report", "check_folders", "folder_kind", "image_png", "shown_width", "FAILURE_NOTE",
+__all__ = ["build_report", "check_folders", "image_png", "shown_width", "FAILURE_NOTE",
            "MAX_GRID_COLUMNS", "MAX_GRID_ROWS"]

@@ -52,11 +52,22 @@ def _unwritable_folder(path: str | os.PathLike) -> Path | None:
     return None
 
 
+def folder_kind(path) -> str | None:
+    """``"run"`` (a folder holding metrics.json), ``"sweep"`` (one holding results.jsonl), or None."""
+    p = Path(path)
+    if (p / "metrics.json").is_file():
+        return "run"
+    if (p / "results.jsonl").is_file():
+        return "sweep"
+    return None
+
+
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
     filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
-    the current folder or a folder that holds it; or a file of that kind (``file=".csv"``), which is always written
-    beside itself.  What an existing folder may hold is the command's to say (:func:`own_folder`)."""
+    the current folder, a folder that holds it or one inside a run or sweep folder (:func:`folder_kind`); or a file
+    of that kind (``file=".csv"``), which is always written beside itself.  What an existing folder may hold is the
+    command's to say (:func:`own_folder`)."""
     noun = "a folder" if file is None else f"a {file} file"
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
@@ -73,6 +84,11 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         if target == here or target in here.parents:
             done = "it would be replaced whole" if beside else "the command would fill it"
             raise UserError(f"--out '{out}' is the current folder or holds it, and {done}: name a new folder")
+    for folder in path.resolve().parents:  # a run's or sweep's files are its own: nothing is written among them
+        kind = folder_kind(folder)
+        if kind is not None:
+            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
+                            f"own: name a {'folder' if file is None else 'file'} outside run and sweep folders")
     if file is None and beside and path.is_dir() and os.path.ismount(path):  # a volume: it cannot be renamed
         raise UserError(f"--out '{out}' is a mount point, which a run cannot replace (it writes its folder beside it "
                         f"and renames it into place): name a folder inside it, such as '{path / 'run'}'")

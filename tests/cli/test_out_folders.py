@@ -54,6 +54,19 @@ def test_a_folder_holding_a_users_file_is_refused(command, what, tmp_path, capsy
     _refused(argv + ["--out", str(mine)], f"holds keep.txt, which {what} does not write", tmp_path, capsys)
 
 
+@pytest.mark.parametrize("command", ["run", "check", "train", "sweep"])
+@pytest.mark.parametrize("kind,marker", [("run", "metrics.json"), ("sweep", "results.jsonl")])
+def test_an_out_inside_a_run_or_sweep_folder_is_refused(command, kind, marker, tmp_path, capsys):
+    """A folder written among a run's or a sweep's files would make that folder a stranger's: it could no longer be
+    run again into (a run replaces its folder whole) and its reader would meet foreign files."""
+    argv = {**_commands(tmp_path), "run": ["run", "--quiet", "--threads", "1", "--iterations", "1"]}[command]
+    home = tmp_path / "earlier"
+    home.mkdir()
+    (home / marker).write_text("{}")
+    _refused(argv + ["--out", str(home / "sub" / "deeper")], f"is inside the {kind} folder '{home}', whose files are "
+             f"the {kind}'s own: name a folder outside run and sweep folders", tmp_path, capsys)
+
+
 def test_a_run_folder_is_not_a_training_folder(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

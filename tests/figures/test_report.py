@@ -314,8 +314,9 @@ def test_out_must_name_an_html_file_and_never_replaces_a_run_or_sweep_file(tmp_p
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     before = (run / "metrics.json").read_bytes()
-    for out in (run / "metrics.json", run / "config.json", run / "report", tmp_path / "report.txt"):
-        assert "must name a .html file" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    for out in (run / "metrics.json", run / "config.json", run / "report", run / "report.html"):
+        assert "is inside the run folder" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    assert "must name a .html file" in _fails(capsys, ["report", str(run), "--out", str(tmp_path / "report.txt")])
     assert (run / "metrics.json").read_bytes() == before
     mine = tmp_path / "notes.html"
     mine.write_text("my notes, not a web page")
