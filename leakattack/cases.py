@@ -59,6 +59,7 @@ from .training import (
     load_checkpoint,
     load_split,
     stored_protocol,
+    warn_client_batch,
 )
 
 #: a protocol attack whose unrolled client model is estimated to take longer than this (seconds) is warned about
@@ -171,6 +172,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if not 0 <= c < spec["clients"]:
         raise ConfigError(f"client {c} does not exist: the protocol has clients 0..{spec['clients'] - 1}")
     trainset, _ = load_split(model_spec, cfg.download)
+    if rounds is None:  # a stored protocol's batch was warned of when it trained
+        warn_client_batch(spec, trainset)
     victim = build_victim(model_spec, trainset, dtype, device)
     validate_protocol(cfg.protocol, spec, victim.d)
     proto = get_protocol(cfg.protocol, victim, trainset, **spec)

@@ -37,6 +37,7 @@ import io
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,11 +45,12 @@ import torch
 
 import targets
 from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol
+from targets.protocols.base import split_clients
 from targets.victim import batchnorm_layers
 
 from .config import ConfigError, protocol_json, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
-from .errors import UserError
+from .errors import SettingWarning, UserError
 from .figures import accuracy_figure
 from .progress import progress_bar
 from .results import (
@@ -94,6 +96,15 @@ def load_split(model_spec: dict, download: bool = False):
         return train_test_split(ds, model_spec["test_fraction"], seed=model_spec["seed"])
     except DataError as err:
         raise ConfigError(str(err)) from None
+
+
+def warn_client_batch(spec: dict, trainset: ImageSet) -> None:
+    """A warning where the protocol's client batch exceeds the images of a client, whose every step then takes them
+    all (``leakattack train`` and ``run --protocol`` say it alike)."""
+    fewest = min(s.numel() for s in split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"]))
+    if spec["batch_size"] > fewest:
+        warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "
+                      "a client's batch is cut to all its images", SettingWarning, stacklevel=2)
 
 
 def checkpoint_path(folder: Path, t: int) -> Path:
@@ -407,4 +418,4 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
            "check_unchanged", "build_victim", "load_split", "checkpoint_path",
            "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
-           "stored_protocol", "keeps_server_state", "resume_point", "train"]
+           "stored_protocol", "keeps_server_state", "resume_point", "train", "warn_client_batch"]

@@ -11,7 +11,6 @@ import torch
 
 import targets
 from targets.protocols import SPEC_DEFAULTS, list_protocols
-from targets.protocols.base import split_clients
 
 from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
@@ -22,7 +21,7 @@ from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
 from ..results.io import own_folder
 from ..sketch import list_sketches
-from ..training import MODEL_DEFAULTS, TrainingInterrupted, load_split, train
+from ..training import MODEL_DEFAULTS, TrainingInterrupted, load_split, train, warn_client_batch
 from . import interrupted_exit
 
 
@@ -56,15 +55,6 @@ def _warn_data(a) -> None:
     if given:
         warnings.warn(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} not read: the embedded data set "
                       f"{a.dataset} reads no files", SettingWarning, stacklevel=1)
-
-
-def _warn_batch(spec: dict, model_spec: dict, download: bool) -> None:
-    """A warning where --client-batch exceeds the images of a client, whose every step then takes them all."""
-    trainset, _ = load_split(model_spec, download)
-    fewest = min(s.numel() for s in split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"]))
-    if spec["batch_size"] > fewest:
-        warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "
-                      "a client's batch is cut to all its images", SettingWarning, stacklevel=1)
 
 
 def cmd_train(a) -> int:
@@ -105,7 +95,7 @@ def cmd_train(a) -> int:
     _warn_data(a)
     out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
-    _warn_batch(spec, model_spec, a.download)
+    warn_client_batch(spec, load_split(model_spec, a.download)[0])
     try:
         folder = train(a.protocol, spec, model_spec, a.rounds, out, a.name, progress=not a.quiet,
                        download=a.download, checkpoints=not a.no_checkpoints,

@@ -195,6 +195,19 @@ class RunConfig:
             raise ConfigError("signed gradients need a first-order optimizer (adam or gd), not "
                               f"{settings['optimizer']}{whose}")
         self._warn_unread(pipeline)
+        if self.set_by_user("match_space") and not (self.protocol and protocol_class(self.protocol).decodable):
+            decodable = [n for n in list_protocols() if protocol_class(n).decodable]
+            where = f" for protocol {self.protocol!r}" if self.protocol else " without --protocol"
+            warnings.warn(f"--match-space {self.match_space} changes nothing{where}: it chooses between the sketch and "
+                          f"the server's un-sketch, which only {' and '.join(decodable)} have", SettingWarning,
+                          stacklevel=2)
+        if self.set_by_user("batch_draw") and self.batch_size == 1 and not self.message:
+            warnings.warn(f"--batch-draw {self.batch_draw} changes nothing with one image: it chooses how a batch's "
+                          "images are drawn", SettingWarning, stacklevel=2)
+        steps = self._settings()["iterations"]
+        if self.set_by_user("trace_every") and not self.attack_class.closed_form and self.trace_every >= steps:
+            warnings.warn(f"--trace-every {self.trace_every} is not below the {steps} iterations: trace.csv records "
+                          "the PSNR of step 0 only", SettingWarning, stacklevel=2)
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise ConfigError(f"device '{self.device}' was asked for but no CUDA device is available")

@@ -10,10 +10,10 @@ from test_bad_input import _refused  # tests/cli is on the path
 
 from leakattack.cli.check import CHECK_FILES
 from leakattack.cli.sweep import SWEEP_FILES
-from leakattack.cli.train import TRAIN_FILES, _warn_batch, _warn_data
+from leakattack.cli.train import TRAIN_FILES, _warn_data
 from leakattack.errors import SettingWarning, UserError
 from leakattack.results.io import foreign_entries, own_folder, writable_out
-from leakattack.training import MODEL_DEFAULTS
+from leakattack.training import MODEL_DEFAULTS, load_split, warn_client_batch
 
 CHECK = ["check", "--threads", "1", "--quiet", "--samples", "2"]
 TRAIN = ["train", "--quiet", "--threads", "1", "--rounds", "1", "--clients", "2", "--protocol", "fedavg"]
@@ -124,7 +124,7 @@ def test_a_client_batch_beyond_a_clients_images_warns():
     spec = {"clients": 2, "noniid": False, "seed": 0, "batch_size": 100_000}
     model_spec = {**MODEL_DEFAULTS, "dataset": "digits", "data_root": None, "seed": 0}
     with pytest.warns(SettingWarning, match="--client-batch 100000 exceeds the .* images the smallest client holds"):
-        _warn_batch(spec, model_spec, False)
+        warn_client_batch(spec, load_split(model_spec)[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_batch({**spec, "batch_size": 32}, model_spec, False)
+        warn_client_batch({**spec, "batch_size": 32}, load_split(model_spec)[0])

@@ -102,6 +102,14 @@ def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_pat
     (RunConfig(priors=["dip"], box=True), "--box changes nothing with --prior dip: the images are its generator's"),
     (RunConfig(priors=["dip"], dummy_init="uniform", box=True),
      "--dummy-init uniform and --box change nothing with --prior dip"),
+    (RunConfig(match_space="sketch", given=frozenset({"match_space"})),
+     "--match-space sketch changes nothing without --protocol: it chooses between the sketch and the server's "
+     "un-sketch"),
+    (RunConfig(protocol="fedavg", match_space="sketch", given=frozenset({"match_space"})),
+     "--match-space sketch changes nothing for protocol 'fedavg'"),
+    (RunConfig(batch_draw="class"), "--batch-draw class changes nothing with one image"),
+    (RunConfig(trace_every=50, iterations=50), "--trace-every 50 is not below the 50 iterations: trace.csv records "
+     "the PSNR of step 0 only"),
 ])
 def test_a_client_setting_that_is_not_read_is_named(cfg, line):
     with pytest.warns(SettingWarning, match=re.escape(line)):
@@ -111,7 +119,10 @@ def test_a_client_setting_that_is_not_read_is_named(cfg, line):
 @pytest.mark.parametrize("cfg", [RunConfig(noise_seed=5, defense="gaussian:sigma=1e-3"),
                                  RunConfig(delta=0.01, defense="gaussian:sigma=1e-3"),
                                  RunConfig(noise_seed=5, utility=True), RunConfig(priors=["dip"]),
-                                 RunConfig(priors=["dip:0"], box=True), RunConfig(priors=["tv"], box=True)])
+                                 RunConfig(priors=["dip:0"], box=True), RunConfig(priors=["tv"], box=True),
+                                 RunConfig(protocol="fedsketch-privix", match_space="sketch",
+                                           given=frozenset({"match_space"})),
+                                 RunConfig(batch_draw="class", batch_size=2), RunConfig(trace_every=49, iterations=50)])
 def test_a_client_setting_that_is_read_is_not_named(cfg):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SettingWarning)
