@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from . import entry
 
-sys.exit(main())
+sys.exit(entry())

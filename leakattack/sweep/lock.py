@@ -2,7 +2,8 @@
 
 The lock is created with ``O_CREAT | O_EXCL`` (atomic: of two sweeps started
 together, one gets it) and removed when the sweep ends, also on Ctrl-C or an
-error.  A lock left by a process that died (kill -9) is taken over; taking it
+error.  A lock left by a process that died (kill -9) is taken over, as is one left
+empty for a minute (its writer died between creating and writing it); taking it
 over happens under an ``flock`` on the folder, so two sweeps finding the same
 stale lock cannot both take it.  The second sweep on a folder is refused in one
 sentence naming the owner.
@@ -14,11 +15,15 @@ import errno
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from ..errors import UserError
 
 LOCK_NAME = "sweep.lock"
+#: a lock file still without its owner this many seconds after it was created was left by a process that died
+#: between creating and writing it (a sweep writes its process id right after creating the file): it is taken over
+UNWRITTEN_SECONDS = 60.0
 
 
 class SweepLocked(UserError):
@@ -74,14 +79,18 @@ class FolderLock:
                           "start it again")
 
     def _take_over_if_stale(self) -> bool:
-        """Remove the lock if its owner is a dead process on this host; True if removed (or gone already)."""
+        """Remove the lock if its owner is a dead process on this host, or if it has named no owner for
+        :data:`UNWRITTEN_SECONDS`; True if removed (or gone already)."""
         dirfd = os.open(self.path.parent, os.O_RDONLY)
         try:
             fcntl.flock(dirfd, fcntl.LOCK_EX)  # one taker at a time; released by the kernel if we die
             if not self.path.exists():
                 return True
             pid, host = _owner(self.path)
-            if pid is None or host != socket.gethostname() or _alive(pid):
+            if pid is None:  # not written yet, or never: a writer fills it right after creating it
+                if time.time() - self.path.stat().st_mtime < UNWRITTEN_SECONDS:
+                    return False
+            elif host != socket.gethostname() or _alive(pid):
                 return False
             try:
                 os.unlink(self.path)

@@ -240,8 +240,12 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
 
 def _nearest(key: str, fields: set[str]) -> str:
     """'; did you mean ...?' naming the run parameter an unknown sweep key most likely meant ('' when none is near):
-    a command-line flag's spelling (``sketch-ratio``, ``--prior``) or a near miss (``prior`` for ``priors``)."""
+    a command-line flag's spelling (``sketch-ratio``, ``--prior``) or a near miss (``prior`` for ``priors``); for a
+    flag whose sweep key is another word it adds which (``(in a sweep file --labels is label_mode)``)."""
     spelled = key.lstrip("-").replace("-", "_")
+    flag = "--" + key.lstrip("-").replace("_", "-")
+    if spelled not in fields and flag in _FLAG_KEYS:  # a flag whose sweep key is spelt otherwise (--labels)
+        return f"; did you mean '{_FLAG_KEYS[flag].split(' = ')[0]}'? (in a sweep file {flag} is {_FLAG_KEYS[flag]})"
     near = [spelled] if spelled in fields else difflib.get_close_matches(spelled, sorted(fields), n=1, cutoff=0.75)
     return f"; did you mean '{near[0]}'?" if near else ""
 

@@ -66,6 +66,8 @@ def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
     ("[grid]\nsigma = [1]", "unknown [grid] key 'sigma'"),
     ("[base]\nprior = 'dip'", "not a run parameter; did you mean 'priors'?"),
     ("[base]\nsketch-ratio = 0.5", "not a run parameter; did you mean 'sketch_ratio'?"),
+    ("[base]\nlabels = 'given'", "not a run parameter; did you mean 'label_mode'? (in a sweep file --labels is "
+     "label_mode)"),
     ("[grid]\nsketch_ration = [0.5]", "nor a {placeholder} in [base]; did you mean 'sketch_ratio'?"),
     ("[grid]\nimage_index = 3", "must be a non-empty list"),
     ("[sweep]\njobs = 0", "jobs = 0"),

@@ -21,7 +21,7 @@ import pytest
 from leakattack import cli
 from leakattack.sweep import FolderLock, SweepLocked, load_plan, point_key, read_results, runner
 from leakattack.sweep import plan as plan_module
-from leakattack.sweep.lock import LOCK_NAME
+from leakattack.sweep.lock import LOCK_NAME, UNWRITTEN_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """
@@ -208,6 +208,19 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(tm
     (out / LOCK_NAME).write_text(f"{_dead_pid()} {socket.gethostname()}\n")
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     assert len(read_results(out / "results.jsonl")) == 1 and not (out / LOCK_NAME).exists()
+
+
+def test_a_lock_left_empty_is_taken_over_once_its_writer_must_have_died(tmp_path):
+    """A lock file created and never written (its process died in between) names no owner: refused while it may
+    still be being written, taken over once it is older than UNWRITTEN_SECONDS."""
+    (tmp_path / LOCK_NAME).write_text("")
+    with pytest.raises(SweepLocked, match="its lock file is still being written"):
+        FolderLock(tmp_path).acquire()
+    old = time.time() - UNWRITTEN_SECONDS - 5
+    os.utime(tmp_path / LOCK_NAME, (old, old))
+    with FolderLock(tmp_path):
+        assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(os.getpid())
+    assert not (tmp_path / LOCK_NAME).exists()
 
 
 def test_the_lock_is_atomic_and_released_on_ctrl_c(tmp_path):
