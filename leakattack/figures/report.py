@@ -381,6 +381,10 @@ def _attack_class(name):
     return attack_class(name) if name in list_attacks() else None
 
 
+#: the openings of the threat model's words about the sketch (:func:`_threat`)
+_SKETCH_WORDS = ("sketch seed", "seed searched")
+
+
 def _threat(run: dict, sketch: str) -> str:
     words = [LABELS.get(run.get("label_mode", ""), f"label mode {run.get('label_mode', NOT_RECORDED)}")]
     cls = _attack_class(run.get("attack"))
@@ -415,8 +419,14 @@ def _clips_spec(spec: str) -> bool:
 def _sweep_threat(records: list[dict]) -> str:
     """The threat model of a sweep's points: what all share, then what varies from point to point."""
     each = [_threat(r["params"], str(r["params"].get("sketch"))).split("; ") for r in records]
+    # what the attacker knows of a sketch is said of the points that have one: an unsketched point has no seed
+    sketched = [e for r, e in zip(records, each) if str(r["params"].get("sketch")) != "none"]
+    of_sketch = [w for w in dict.fromkeys(w for e in sketched for w in e) if w.startswith(_SKETCH_WORDS)]
     shared = [w for w in each[0] if all(w in e for e in each)]
-    varies = list(dict.fromkeys(w for e in each for w in e if w not in shared))
+    if len(sketched) < len(each):
+        shared += [f"{w} (the points with a sketch)" for w in of_sketch if all(w in e for e in sketched)]
+    varies = list(dict.fromkeys(w for e in each for w in e if w not in shared and not (
+        w in of_sketch and all(w in e for e in sketched))))
     if not varies:
         return "; ".join(shared)
     return "; ".join(shared) + ("; " if shared else "") + "varying from point to point: " + " | ".join(varies)

@@ -174,6 +174,13 @@ def test_a_sweep_names_the_threat_model_its_points_share_and_what_varies(tmp_pat
     assert "labels read from the message" in row and "clip threshold known" in row
     assert "varying from point to point: sketch seed" in row
     assert "sketch seed known" in row and "sketch seed not known" in row
+    # unsketched points have no seed: the sketched points' shared knowledge is said of them, not as varying
+    for i, r in enumerate(records):
+        r["params"].update(sketch="none" if i % 2 else "srht", sketch_known=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = build_report([folder])
+    row = text[text.index("threat model"):].split("</tr>")[0]
+    assert "sketch seed known (the points with a sketch)" in row and "varying" not in row, row
 
 
 def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
