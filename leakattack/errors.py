@@ -10,6 +10,7 @@ line prints it as one line.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import warnings
 from collections.abc import Iterator
@@ -76,4 +77,27 @@ def one_line_warnings() -> None:
     warnings.showwarning = _one_line_warning
 
 
-__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "ratio_text", "one_line_warnings"]
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held for the block and delivered, once each, to their own handlers when it ends.  For work
+    that an interrupt would leave broken rather than stopped: an import (torch's import of numpy swallows a
+    KeyboardInterrupt and runs on without numpy) or matplotlib writing a file (an interrupt inside its C code can
+    leave the figure half transformed, and the next call fails with an unrelated error)."""
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    held: list[int] = []
+    try:
+        before = [signal.signal(s, lambda signum, frame: held.append(signum)) for s in kinds]
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        for kind, handler in zip(kinds, before):
+            signal.signal(kind, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
+__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "ratio_text", "one_line_warnings",
+           "signals_held"]

@@ -16,30 +16,17 @@ import os
 import signal
 import sys
 
-from ..errors import UserError, one_line_warnings
+from ..errors import UserError, one_line_warnings, signals_held
 from .parser import Parser, UsageError, build_parser, given_dests
 
 EXIT_USAGE = 2
 
 
 def _import_holding_interrupts(name: str):
-    """Import module ``name`` with Ctrl-C and SIGTERM held until the import is done, then raise KeyboardInterrupt if
-    one came.  A KeyboardInterrupt raised inside torch's import of numpy is swallowed there (torch then runs without
-    numpy, and matplotlib fails on the half-imported module when the run writes its figures)."""
-    held: list[int] = []
-    signals = (signal.SIGINT, signal.SIGTERM)
-    try:
-        before = [signal.signal(s, lambda signum, frame: held.append(signum)) for s in signals]
-    except ValueError:  # not the main thread: signals cannot be handled here
+    """Import module ``name`` with Ctrl-C and SIGTERM held until the import is done (:func:`signals_held`), then
+    raise KeyboardInterrupt if one came."""
+    with signals_held():
         return importlib.import_module(name)
-    try:
-        module = importlib.import_module(name)
-    finally:
-        for s, handler in zip(signals, before):
-            signal.signal(s, handler)
-    if held:
-        raise KeyboardInterrupt
-    return module
 
 
 def dispatch(a) -> int:

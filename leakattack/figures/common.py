@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import signals_held
 from ..results import atomic_write_bytes
 
 
@@ -34,21 +35,23 @@ def save(fig, path) -> None:
     """Write a figure (format from the suffix: .png or .pdf) atomically and close it."""
     buf = io.BytesIO()
     fmt = str(path).rsplit(".", 1)[-1]
-    fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    with signals_held():  # as save_both
+        fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight")
+        plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
 
 
 def save_both(fig, folder, stem) -> list:
     """Write ``folder/stem.png`` and ``folder/stem.pdf`` atomically, close the figure; returns both paths."""
     paths = []
-    for ext in ("png", "pdf"):
-        path = Path(folder) / f"{stem}.{ext}"
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
-        atomic_write_bytes(path, buf.getvalue())
-        paths.append(path)
-    plt.close(fig)
+    with signals_held():  # a Ctrl-C stops the drawing between files, not inside matplotlib's rendering
+        for ext in ("png", "pdf"):
+            path = Path(folder) / f"{stem}.{ext}"
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+            atomic_write_bytes(path, buf.getvalue())
+            paths.append(path)
+        plt.close(fig)
     return paths
 
 

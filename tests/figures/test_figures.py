@@ -102,3 +102,24 @@ def test_figures_import_only_results_of_the_stations():
     allowed = ("leakattack.figures", "leakattack.results")
     leaves = ("leakattack", "leakattack.errors", "leakattack.registry", "leakattack.jsonable", "leakattack.rebuilt")
     assert [m for m in eval(out) if m not in leaves and not m.startswith(allowed)] == []
+
+
+def test_a_ctrl_c_while_a_figure_is_written_stops_after_it_not_inside_matplotlib(tmp_path):
+    """The signal is held while matplotlib renders both files and delivered when they are written."""
+    import os
+    import signal
+
+    from leakattack.figures.common import plt, save_both
+
+    fig = plt.figure()
+    real = fig.savefig
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C in the middle of rendering
+        return real(*args, **kwargs)
+
+    fig.savefig = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        save_both(fig, tmp_path, "f")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
