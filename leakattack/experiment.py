@@ -274,7 +274,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
-        closed_forms=readers or None,
+        closed_forms=readers or None, labels_unused=None if cfg.attack_class.uses_labels else True,
         objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
         extra=privacy,
     )

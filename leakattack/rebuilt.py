@@ -325,9 +325,11 @@ FAILED_PARTS = ("labels", "objective", "search")
 
 
 def _wrong_labels(m: Mapping) -> bool:
-    """Whether the run used labels it read from the message (``label_mode`` idlg) and they are not the truth's."""
+    """Whether the run used labels it read from the message (``label_mode`` idlg) and they are not the truth's; never
+    where its images do not depend on them (``labels_unused``: imprint reads them from its block whatever the
+    labels), since wrong labels do not explain those."""
     acc = m.get("label_acc")
-    return m.get("label_mode") == "idlg" and acc is not None and acc < 1
+    return m.get("label_mode") == "idlg" and acc is not None and acc < 1 and not m.get("labels_unused")
 
 
 def failed_kind(m: Mapping) -> str | None:

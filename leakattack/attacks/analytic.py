@@ -32,7 +32,7 @@ from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
 from .base import Attack, AttackResult, Monitor, halt_reason, stop_requested
-from .labels import readings_to_compare, recover_labels
+from .labels import readings_to_compare, recover_labels, scale_unknown
 from .span import SPAN_STARTS, accepted, solve_span
 
 #: label sources: ``given`` (granted by the threat model) or ``recovered`` (iDLG's sign rule through the sketch)
@@ -47,9 +47,11 @@ CGLS_STEPS = 60
 SWEEPS = 200
 #: when the row-space solve fails with the labels read from the message, other label multisets are tried (the other
 #: rules' readings, then every change of one label), one start each, until one solves or this many seconds have gone:
-#: one wrong label leaves the solve at a relative residual of 0.16-0.67, the right ones at round-off or near the fit's
+#: one wrong label leaves the solve at a relative residual of 0.14-0.67, the right ones at round-off or near the fit's
 #: (``python scripts/analytic_batches.py --act sigmoid``; :data:`.span.FIT_MARGIN`), so the solve tells them apart
 LABEL_SEARCH_S = 120.0
+#: a batch's row-space solve names the scale it fitted to the message (a clip's C / ||g||) where it is not 1 to this
+SCALE_RTOL = 1e-6
 #: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
 GROUP_TOL = 1e-4
 #: activations with exact zeros (inactive units), which separate a batch's examples
@@ -87,6 +89,65 @@ def first_layer(model: nn.Module) -> nn.Module | None:
             continue
         if any(p.requires_grad for p in mod.parameters(recurse=False)):
             return mod
+    return None
+
+
+#: modules that pass their input on unchanged, up to a reshape (dropout: the victim runs in eval mode)
+PASS_THROUGH = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
+
+Call = tuple[nn.Module, tuple, torch.Tensor]
+
+
+def leaf_calls(victim, batch: int = 1) -> tuple[torch.Tensor, list[Call], torch.Tensor]:
+    """One forward pass of ``batch`` random examples: those examples, every call of a leaf module in call order
+    (module, inputs, output; a module called twice appears twice) and the model's output."""
+    leaves = [m for m in victim.model.modules() if not any(True for _ in m.children())]
+    calls: list[Call] = []
+    gen = torch.Generator(device=victim.device).manual_seed(0)
+    x = torch.rand((batch, *victim.input_shape), generator=gen, dtype=victim.dtype, device=victim.device)
+    out = targets.probe(victim, x, leaves, lambda m, inp, res: calls.append((m, inp, res)))
+    return x, calls, out
+
+
+def same_values(a, b) -> bool:
+    """Whether ``a`` and ``b`` are tensors of the same values, up to a reshape."""
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() == b.numel() \
+        and torch.equal(a.reshape(-1), b.reshape(-1))
+
+
+def first_outside(x: torch.Tensor, calls: list[Call]) -> int | None:
+    """The index of the first call whose input is not the previous call's output (the first call's: the example
+    ``x``), up to a reshape: an operation of the model's forward outside its modules came between; None if none."""
+    prev = x
+    for i, (_, inp, res) in enumerate(calls):
+        if len(inp) != 1 or not same_values(inp[0], prev):
+            return i
+        prev = res
+    return None
+
+
+def outside_before(name: str) -> str:
+    """The words for an operation outside the modules before the module ``name`` (:func:`first_outside`)."""
+    return (f"an operation outside its modules before {name} (a residual connection, pooling, a functional "
+            "activation, or arithmetic such as a normalisation)")
+
+
+def input_problem(victim) -> str | None:
+    """What stands between the example and the first layer's input, as the end of a sentence ("... has ..."), or None
+    where the first layer sees the example itself, up to a reshape: only :data:`PASS_THROUGH` modules come before it,
+    and no operation outside the modules (a normalisation, x ** 2) does (:func:`first_outside`, R-GAP's check)."""
+    layer = first_layer(victim.model)
+    names = {id(m): n or type(m).__name__ for n, m in victim.model.named_modules()}
+    x, calls, _ = leaf_calls(victim, batch=2)  # two examples: a BatchNorm1d on batch statistics refuses one
+    upto = next((i for i, (mod, _, _) in enumerate(calls) if mod is layer), None)
+    if upto is None:
+        return f"a first layer ({names.get(id(layer), '?')}) that its forward pass does not call as a module"
+    broken = first_outside(x, calls[:upto + 1])
+    if broken is not None:
+        return outside_before(names[id(calls[broken][0])])
+    before = next((mod for mod, _, _ in calls[:upto] if not isinstance(mod, PASS_THROUGH)), None)
+    if before is not None:
+        return f"a {type(before).__name__} ({names[id(before)]}) before its first layer {names[id(layer)]}"
     return None
 
 
@@ -201,6 +262,9 @@ class Analytic(Attack):
                     "unknown scale; use gradient-matching")
         if layer.in_features != victim.unknowns_per_example or _input_ranks(victim).get(id(layer)) != 1:
             return f"{victim.name}'s first linear layer does not see the flattened example; use gradient-matching"
+        if problem := input_problem(victim):
+            return (f"the analytic attack reads the example from its first layer's input, and {victim.name} has "
+                    f"{problem}, so that input is not the example; use gradient-matching")
         if obs.batch_size > 1 and not self._separates(victim):
             why = self._unsolvable(victim, obs.batch_size)
             if why:
@@ -243,7 +307,7 @@ class Analytic(Attack):
             return obs.labels
         if obs.batch_size == 1:
             return recover_labels(obs.victim, obs.linear_map, obs.y, 1, rule="sign")
-        return recover_labels(obs.victim, obs.linear_map, obs.y, obs.batch_size)
+        return recover_labels(obs.victim, obs.linear_map, obs.y, obs.batch_size, scale_unknown=scale_unknown(obs))
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:
@@ -267,10 +331,11 @@ class Analytic(Attack):
                 x = x.reshape(shape)
                 labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
+            losses = _with_failed_solve([loss], record)
             # iterations: the row-space solve's Levenberg-Marquardt steps where a batch took them (g itself is one
             # linear solve)
-            return AttackResult(x=x, labels=labels, x0=x.clone(), losses=[loss], extra=extra,
-                                iterations=int(record["steps"]) if record else 0,
+            return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, extra=extra,
+                                iterations=int(record["steps"]) if record else 0, best_step=len(losses) - 1,
                                 stop_reason=stop, message=note or "solved g from the message, then divided",
                                 wall_s=time.perf_counter() - t0, row_space_solve=record)
 
@@ -316,8 +381,10 @@ class Analytic(Attack):
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
                                               "tolerance (--sweeps gives it more)")
-        return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=run["losses"],
-                            extra=run["extra"], iterations=len(run["losses"]) - 1, best_step=run["best"],
+        losses = _with_failed_solve(run["losses"], record)
+        return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=losses,
+                            extra=run["extra"], iterations=len(run["losses"]) - 1,
+                            best_step=run["best"] if losses is run["losses"] else len(losses) - 1,
                             stop_reason=stop, message=said, wall_s=time.perf_counter() - t0,
                             row_space_solve=record)
 
@@ -353,13 +420,19 @@ class Analytic(Attack):
                     break
         x = solved.x.reshape(obs.input_shape)
         record = {"residual": solved.residual, "accepted": bar, "fit": fit, "steps": solved.steps,
-                  "starts": solved.starts, "solved": solved.residual <= bar, "label_sets": tried}
+                  "starts": solved.starts, "solved": solved.residual <= bar, "label_sets": tried,
+                  "scale": solved.scale}
+        if labels is not read:  # the labels kept came from the search: the ones the count rule read, beside them
+            record["labels_read"] = read.tolist()
         changed = "" if labels is read else (f"; with labels {labels.tolist()} after the ones read from the message, "
                                              f"{read.tolist()}, left it short ({tried} label sets tried)")
         if record["solved"]:
+            scaled = "" if abs(solved.scale - 1) <= SCALE_RTOL else (
+                f"; the message is the model's gradient times {solved.scale:.3g}, a rescaled update (a clip), "
+                "which the solve fits")
             return x, labels, "tolerance", (f"the batch's {B} examples solved with the model in the first layer's row "
                                             f"space ({solved.steps} Levenberg-Marquardt steps; relative residual "
-                                            f"{solved.residual:.1e}{changed})"), record
+                                            f"{solved.residual:.1e}{changed}){scaled}"), record
         halted = halt_reason(self._deadline)
         why = f" ({self._halt_note(halted)})" if halted else \
             f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else ""
@@ -367,7 +440,8 @@ class Analytic(Attack):
         return x, labels, halted or "stalled", (
             f"the model's solve in the first layer's row space stopped at relative residual {solved.residual:.1e} "
             f"after {solved.steps} steps from {solved.starts} starts{searched}: these are not the batch's examples "
-            "(the labels read from the message may be wrong)"), record
+            "(the labels read from the message may be wrong, or the message is not the batch's gradient up to one "
+            "scale: noise, a clip of each example's gradient, several local steps)"), record
 
     def _halt_note(self, halted: str) -> str:
         return f"the time limit of {self.time_limit:g} s was reached" if halted == "time-limit" else \
@@ -378,7 +452,8 @@ class Analytic(Attack):
         """Sorted label multisets other than ``labels``, most plausible first: the other rules' readings of the
         message, then ``labels`` with one label changed to each other class."""
         seen = {tuple(labels.tolist())}
-        readings = [r.tolist() for r in readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size).values()]
+        readings = [r.tolist() for r in readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size,
+                                                            scale_unknown=scale_unknown(obs)).values()]
         read = labels.tolist()
         changed = [sorted(read[:i] + [c] + read[i + 1:]) for i in range(len(read)) if i == read.index(read[i])
                    for c in range(obs.victim.num_classes) if c != read[i]]
@@ -615,6 +690,15 @@ class Analytic(Attack):
             step /= 2
         return deltas, factors, free, loss
 
+def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:
+    """``losses`` (the block's fit to the message), with the row-space solve's relative residual appended where that
+    solve failed: the run's final loss is then the solve's, not the fit's (a block read exactly fits at 0 while the
+    examples returned do not solve it)."""
+    if record is None or record["solved"]:
+        return losses
+    return [*losses, float(record["residual"])]
+
+
 def _independent(xs: list[torch.Tensor], tol: float = 1e-3) -> list[torch.Tensor]:
     """``xs`` (most trusted first) without affine combinations of the others: while some [x; 1] lies in the
     span of the others', the least trusted such vector is dropped."""
@@ -696,4 +780,5 @@ class OneExampleAttack(Attack):
         return self._square._solve_square(obs.linear_map, obs.y.detach().reshape(-1)).to(torch.float64)
 
 
-__all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls", "OneExampleAttack"]
+__all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls", "OneExampleAttack", "PASS_THROUGH",
+           "leaf_calls", "same_values", "first_outside", "outside_before", "input_problem"]

@@ -26,7 +26,7 @@ from targets.oracle import probe
 from ..observation import Observation
 from .analytic import OneExampleAttack
 from .base import AttackResult, Monitor, closed_form_result
-from .labels import recover_labels
+from .labels import recover_labels, scale_unknown
 
 #: singular values of G below this fraction of the largest count as zero
 RANK_RTOL = 1e-10
@@ -164,7 +164,7 @@ class April(OneExampleAttack):
             names = {id(p): n for n, p in victim.model.named_parameters()}
             db = g[targets.param_slices(victim)[names[id(bias)]]]
             return db.argmin().reshape(1).to(victim.device)
-        return recover_labels(victim, obs.linear_map, obs.y, 1)
+        return recover_labels(victim, obs.linear_map, obs.y, 1, scale_unknown=scale_unknown(obs))
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:

@@ -75,6 +75,10 @@ class Attack:
     option: ``"given"`` uses the granted labels) and ``settings`` (the run settings only it reads, which
     ``leakattack run`` reports as unused under another attack).
 
+    ``uses_labels`` (True unless set otherwise) says that its reconstruction depends on the labels it reads or is
+    granted: labels read wrong can then explain a failed run (:func:`leakattack.rebuilt.failed_part`); imprint reads
+    its images from its block whatever the labels, and sets it False.
+
     ``modifies_model`` marks a malicious server's attack: it changes the model the server sends before the client
     computes its gradient (:meth:`modify`, given the victim and the server's own images).
 
@@ -86,6 +90,7 @@ class Attack:
     name = "base"
     closed_form: bool = False
     reads_labels: bool = False
+    uses_labels: bool = True
     modifies_model: bool = False
     settings: tuple[str, ...] = ()
     options: tuple[Param, ...] = ()

@@ -43,7 +43,7 @@ from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
-from .labels import OTHER_LABELS, hidden_head, readings_to_compare
+from .labels import OTHER_LABELS, hidden_head, readings_to_compare, scale_unknown
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
@@ -367,7 +367,8 @@ class GradientMatching(Attack):
             return obs.labels, None
         if self.label_mode != "idlg":
             return None, None
-        readings = readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size)
+        readings = readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size,
+                                       scale_unknown=scale_unknown(obs))
         distinct: list[torch.Tensor] = []
         for labels in readings.values():
             if not any(torch.equal(labels, seen) for seen in distinct):

@@ -18,14 +18,16 @@ import time
 
 import torch
 
+import defenses
 import targets
+from defenses.noise import Gaussian, Laplace
 from targets.models.imprint import QUERIES, add_imprint, imprint_block
 
 from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
 from .base import Attack, AttackResult, Monitor, closed_form_result
-from .labels import recover_labels
+from .labels import recover_labels, scale_unknown
 
 #: the default number of bins (units of the block): were the bins equally likely, an image of a batch of 8 would be
 #: alone in its bin with probability (1 - 1/128)^7 = 0.95
@@ -56,15 +58,40 @@ def hits(dW: torch.Tensor, db: torch.Tensor, batch: int = 0) -> tuple[torch.Tens
     bins must be empty (K >= 2 ``batch``), ``NOISE_FACTOR`` times the median: the noise floor of a block read
     through a sketch or under noise.  Where no bin clears that floor, the ``batch`` largest are taken."""
     dW = dW - torch.cat([dW[1:], torch.zeros_like(dW[:1])])
-    db = db - torch.cat([db[1:], torch.zeros_like(db[:1])])
+    db = _differences(db)
     size = db.abs()
-    floor = HIT_RTOL * float(size.max()) if size.numel() else 0.0
-    if batch and size.numel() >= 2 * batch:
-        floor = max(floor, NOISE_FACTOR * float(size.median()))
+    floor, _ = _floor(size, batch)
     found = (size > floor).nonzero().squeeze(1) if floor > 0 else db.new_zeros(0, dtype=torch.long)
     if found.numel() == 0 and batch and floor > 0:  # nothing stands out of the noise: the largest, as a guess
         found = size.topk(min(batch, size.numel())).indices.sort().values
     return found, dW[found] / db[found, None], db[found]
+
+
+def _differences(db: torch.Tensor) -> torch.Tensor:
+    """Each bin's bias difference, row k minus row k + 1 (the last row as it is)."""
+    return db - torch.cat([db[1:], torch.zeros_like(db[:1])])
+
+
+def _floor(size: torch.Tensor, batch: int) -> tuple[float, bool]:
+    """The size a bin's bias difference must exceed to hold images (:func:`hits`), and whether the noise floor (the
+    median bin's, where most bins must be empty) set it rather than the round-off floor."""
+    floor = HIT_RTOL * float(size.max()) if size.numel() else 0.0
+    if batch and size.numel() >= 2 * batch and (noise := NOISE_FACTOR * float(size.median())) > floor:
+        return noise, True
+    return floor, False
+
+
+def noisy_bins(db: torch.Tensor, batch: int) -> bool:
+    """Whether the empty bins of the block's bias gradient ``db`` are not empty but noise that sets the floor a bin
+    must clear (:func:`hits`): then a bin can hold an image and not stand out."""
+    return _floor(_differences(db).abs(), batch)[1]
+
+
+def _noise_steps(spec: str) -> list[str]:
+    """The steps of the defense ``spec`` that add noise, as their specs."""
+    if not spec:
+        return []
+    return [t.spec() for t in defenses.build(spec).steps if isinstance(t, (Gaussian, Laplace))]
 
 
 def _block_size(block) -> int:
@@ -191,6 +218,7 @@ class Imprint(Attack):
 
     name = "imprint"
     closed_form = True
+    uses_labels = False  # the images are the bins' quotients, whatever the labels read beside them
     modifies_model = True
     options = (Param("bins", DEFAULT_BINS, Number(2, MAX_BINS, integer=True), "imprint bins",
                      "imprint: units of the block the server puts in front of the model (Fowl et al. 2022), one bin "
@@ -240,22 +268,23 @@ class Imprint(Attack):
 
         def read(z):
             found, images, diffs = hits(z[:n_w].reshape(block.bins, -1), z[n_w:], B)
-            return found, images, diffs, int((block.bins_of(images).to(found) != found).sum())
+            return found, images, diffs, int((block.bins_of(images).to(found) != found).sum()), \
+                noisy_bins(z[n_w:], B)
 
         if M.b >= M.d:  # g itself
             g = self._square._solve_square(M, y).to(torch.float64)
-            found, images, diffs, outside = read(torch.cat([g[w], g[b]]))
+            found, images, diffs, outside, noisy = read(torch.cat([g[w], g[b]]))
         else:  # the block by least squares on y, the rest of g taken as noise
             y64 = y.to(torch.float64)
             fitted = None
             if M.b >= LEAST_SQUARES_MARGIN * _block_size(block):
                 fitted = _fit_block(M, y64, w, b, block.bins)
-                found, images, diffs, outside = read(fitted[0])
+                found, images, diffs, outside, noisy = read(fitted[0])
                 if outside or found.numel() > B:  # a sketch too coarse on the block's columns: the rows instead
                     fitted = None
             if fitted is None:
                 fitted = _fit_rows(M, y64, w, b, block.bins, B)
-                found, images, diffs, outside = read(fitted[0])
+                found, images, diffs, outside, noisy = read(fitted[0])
             rest = fitted[1].to(y.dtype).reshape(obs.y.shape)
         order = diffs.abs().argsort(descending=True)
         if found.numel() == 0:
@@ -267,13 +296,21 @@ class Imprint(Attack):
         residual = float(diffs[order[B:]].norm() / diffs.norm()) if found.numel() > B else 0.0
         labels = obs.labels
         if labels is None:
-            labels = recover_labels(victim, M, rest, B)
+            labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs))
             if victim.task == "classification" and found.numel() > 0:
                 labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
-        if n < B:
+        if n < B and noisy:  # the empty bins are noise: a bin that holds an image need not stand out of it
+            noise = _noise_steps(obs.defense)
+            cause = (f"the defense adds noise, {', '.join(noise)}" if noise else
+                     "the block was read through the sketch, with the rest of the gradient as noise" if M.b < M.d else
+                     "the message is not the exact gradient at the server's model")
+            notes.append(f"{n} of {block.bins} bins stood out of the noise of the other bins for a batch of {B}: "
+                         f"fewer bins than images, which images sharing a bin or bins hidden by the noise explain "
+                         f"({cause}); each bin read gave back one image or a blend (repeated to fill the batch)")
+        elif n < B:
             notes.append(f"{held}: at least {B - n} of its images shared a bin with another, and each such bin gave "
                          "back one blend of its images (repeated to fill the batch)")
         elif n > B:
@@ -291,4 +328,4 @@ class Imprint(Attack):
 
 
 __all__ = ["Imprint", "assign_labels", "DEFAULT_BINS", "MAX_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES",
-           "BLOCK_CGLS_STEPS", "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits"]
+           "BLOCK_CGLS_STEPS", "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits", "noisy_bins"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+import defenses
 import targets
 
 from ..errors import UserError
@@ -155,11 +156,11 @@ def _llg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
 
 def _llg_star(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
     S = stats.feats.sum(1).mean()
-    return allocate(B * (stats.probs - read.U.sum(1) / S), B)
+    return B * (stats.probs - read.U.sum(1) / S)
 
 
 def _bias(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
-    return allocate(B * (stats.probs - _need_bias(read)), B)
+    return B * (stats.probs - _need_bias(read))
 
 
 def _ilrg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
@@ -167,7 +168,7 @@ def _ilrg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
     W, b = victim.head.weight.detach(), victim.head.bias.detach()
     denom = torch.where(beta.abs() > 1e-30, beta, torch.full_like(beta, 1e-30))  # classes of probability 0
     P = torch.softmax((read.U @ W.T) / denom.unsqueeze(1) + b, dim=-1)  # row c: softmax of class c's embedding
-    return allocate(ilrg_counts(P, beta, B), B)
+    return ilrg_counts(P, beta, B)
 
 
 def ilrg_counts(P: torch.Tensor, beta: torch.Tensor, B: int) -> torch.Tensor:
@@ -187,7 +188,7 @@ def _pooled(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tenso
     shift = shared_embedding(read, r, prior) - prior
     # mean softmax of the probe cloud moved onto the batch's mean embedding: the probes give the spread
     P = torch.softmax((stats.feats + shift) @ head.weight.detach().T + bias, dim=-1).mean(0)
-    return allocate(B * (P - r), B)
+    return B * (P - r)
 
 
 def _need_bias(read: HeadReadout) -> torch.Tensor:
@@ -244,35 +245,108 @@ def shared_embedding(read: HeadReadout, r: torch.Tensor, prior: torch.Tensor) ->
     return prior + keep * dev
 
 
-_RULES = {"pooled": _pooled, "sign": _sign, "llg": _llg, "llg-star": _llg_star, "bias": _bias, "ilrg": _ilrg}
+#: the rules that read the labels' signs (B sorted labels); the count rules (real-valued class counts, which
+#: :func:`allocate` turns into labels) read magnitudes, and a message of unknown scale needs :func:`fitted_scale`
+_SIGN_RULES = {"sign": _sign, "llg": _llg}
+_COUNT_RULES = {"pooled": _pooled, "llg-star": _llg_star, "bias": _bias, "ilrg": _ilrg}
+_RULES = {**_SIGN_RULES, **_COUNT_RULES}
 _NEEDS_PROBES = {"pooled", "llg-star", "bias"}
+#: the scales tried by :func:`fitted_scale`: this many per decade, this many decades either side of its centre
+SCALE_STEPS, SCALE_DECADES = 100, 4
+
+
+def scaled(read: HeadReadout, t: float) -> HeadReadout:
+    """The readout of the message t y."""
+    return HeadReadout(U=read.U * t, beta=None if read.beta is None else read.beta * t, sigma=read.sigma * t)
+
+
+def fitted_scale(counts, B: int) -> float:
+    """The factor t by which the message must be multiplied for ``counts(t)`` (a count rule's class counts read from
+    t y) to lie nearest B non-negative whole counts.
+
+    A clip sends g min(1, C / ||g||): the attacker who knows a clip was applied does not know ||g||, and a count rule
+    read at the wrong scale takes the probes' predictions for the batch's labels
+    (docs/attacks/labels.md#a-clipped-message).  The counts are whole numbers at the true scale only, so t is
+    searched on a log grid of :data:`SCALE_STEPS` per decade, :data:`SCALE_DECADES` decades either side of the
+    scale at which the message's part of the counts reaches the batch size, and at 1, never below 1 (a clip only
+    shrinks); of equal fits the one nearest 1 (no clip) is kept."""
+    slope = float((counts(1.0) - counts(0.0)).abs().max())
+    centre = math.log10(max(1.0, B) / slope) if slope > 0 else 0.0
+    # a clip only shrinks: t >= 1 (a smaller t takes the probes' predictions, near-whole by chance, for the labels)
+    grid = [e for k in range(-SCALE_DECADES * SCALE_STEPS, SCALE_DECADES * SCALE_STEPS + 1)
+            if (e := centre + k / SCALE_STEPS) > 0]
+    best = (math.inf, math.inf, 1.0)
+    for t in [1.0] + [10 ** e for e in grid]:
+        n = counts(t)
+        whole = torch.bincount(allocate(n, B), minlength=n.numel()).to(n.dtype)
+        best = min(best, (float((n - whole).pow(2).sum()), abs(math.log10(t)), t))
+    return best[2]
+
+
+def _read(rule: str, victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
+    """B sorted labels by ``rule``."""
+    if rule in _SIGN_RULES:
+        return _SIGN_RULES[rule](victim, read, B, stats)
+    return allocate(_COUNT_RULES[rule](victim, read, B, stats), B)
+
+
+def message_scale(victim, read: HeadReadout, B: int, stats: ProbeStats) -> float:
+    """The factor that takes a message of unknown scale back to the gradient: :func:`fitted_scale` of the ``pooled``
+    counts, the closest to the batch's.  One factor serves every rule, since it is the message's; fitted on the
+    cruder ``bias`` or ``llg-star`` counts it was wrong on a batch of 8 (tests/attacks/test_label_scale.py)."""
+    return fitted_scale(lambda t: _pooled(victim, scaled(read, t), B, stats), B)
+
+
+def _at_scale(victim, read: HeadReadout, B: int, stats: ProbeStats | None, probes: int,
+              like: torch.Tensor) -> HeadReadout:
+    """``read`` times :func:`message_scale` (the probes drawn here where ``stats`` is None)."""
+    t = message_scale(victim, read, B, stats if stats is not None else probe(victim, probes, like))
+    return scaled(read, t) if t != 1.0 else read
+
+
+def scale_unknown(obs) -> bool:
+    """Whether the attacker knows that the message's defense clips it (``ThreatModel.knows_clip`` and a clip in the
+    defense), so that its scale, min(1, C / ||g||), is unknown: the count rules then fit it
+    (:func:`fitted_scale`).  An attacker not told of the clip reads the message as the gradient itself."""
+    if not (obs.threat.knows_clip and obs.defense):
+        return False
+    try:
+        return bool(defenses.build(obs.defense).clips().steps)
+    except (defenses.DefenseError, ValueError):  # a spec this process cannot build claims no clip
+        return False
 
 
 def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
-                   rule: str = DEFAULT_RULE) -> torch.Tensor:
-    """The B labels of the batch behind message y, sorted, by ``rule`` (one of ``LABEL_RULES``; module docstring)."""
+                   rule: str = DEFAULT_RULE, scale_unknown: bool = False) -> torch.Tensor:
+    """The B labels of the batch behind message y, sorted, by ``rule`` (one of ``LABEL_RULES``; module docstring);
+    ``scale_unknown``: y is the gradient times an unknown factor (a clip, :func:`scale_unknown`), which is fitted
+    first (:func:`fitted_scale`; the sign rules do not depend on it, the count rules do)."""
     if rule not in _RULES:
         raise ValueError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
     read = read_head(victim, sketch, y)
-    stats = probe(victim, probes, y) if rule in _NEEDS_PROBES else None
-    return _RULES[rule](victim, read, int(batch_size), stats)
+    stats = probe(victim, probes, y) if rule in _NEEDS_PROBES or scale_unknown else None
+    if scale_unknown:
+        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
+    return _read(rule, victim, read, int(batch_size), stats)
 
 
 def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rules=LABEL_RULES,
-                           probes: int = 64) -> dict[str, torch.Tensor]:
+                           probes: int = 64, scale_unknown: bool = False) -> dict[str, torch.Tensor]:
     """rule -> the B sorted labels :func:`recover_labels` gives by it, from one readout of the head and one probe
     pass shared by every rule."""
     unknown = [r for r in rules if r not in _RULES]
     if unknown:
         raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
     read = read_head(victim, sketch, y)
-    stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) else None
+    stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) or scale_unknown else None
+    if scale_unknown:
+        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
     return _by_rule(victim, read, batch_size, rules, stats)
 
 
 def _by_rule(victim, read: HeadReadout, batch_size: int, rules, stats: ProbeStats | None) -> dict[str, torch.Tensor]:
     """rule -> the B sorted labels each of ``rules`` reads from one readout (and one probe pass, where it uses one)."""
-    return {r: _RULES[r](victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
+    return {r: _read(r, victim, read, int(batch_size), stats if r in _NEEDS_PROBES else None) for r in rules}
 
 
 #: the rules :func:`readings_to_compare` reads where their premises hold: ``pooled`` and the row-sum rules.  Not
@@ -284,14 +358,18 @@ COMPARED_RULES = ("pooled", "sign", "llg", "llg-star")
 ROW_SUM_RULES = ("sign", "llg", "llg-star")
 
 
-def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> dict[str, torch.Tensor]:
+def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
+                        scale_unknown: bool = False) -> dict[str, torch.Tensor]:
     """rule -> B sorted labels for the rules of :data:`COMPARED_RULES` whose premise holds on this victim: ``pooled``
     always, the row-sum rules (:data:`ROW_SUM_RULES`) only when the head's inputs are non-negative on the probes
     (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).
     One readout of the head and one probe pass serve them all."""
     stats = probe(victim, probes, y)
     rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
-    return _by_rule(victim, read_head(victim, sketch, y), batch_size, rules, stats)
+    read = read_head(victim, sketch, y)
+    if scale_unknown:
+        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
+    return _by_rule(victim, read, batch_size, rules, stats)
 
 
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -31,11 +31,10 @@ from torch import nn
 from torch.func import functional_call, vjp, vmap
 
 import targets
-from targets.oracle import probe
 
 from ..observation import Observation
 from ..progress import progress_bar
-from .analytic import Analytic, OneExampleAttack
+from .analytic import PASS_THROUGH, Analytic, OneExampleAttack, first_outside, leaf_calls, outside_before, same_values
 from .base import AttackResult, Monitor, closed_form_result, stop_requested
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
@@ -60,8 +59,6 @@ PENALTIES = (1e1, 1e3, 1e5)
 #: the smoothing of total variation's absolute values, sqrt(t^2 + TV_SMOOTHING) (differences of about 0.01 and up,
 #: 2.5 grey levels, count as |t|)
 TV_SMOOTHING = 1e-4
-#: modules that pass their input on unchanged, up to a reshape (dropout: the victim runs in eval mode)
-PASS_THROUGH = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 #: layers whose input R-GAP solves for
 LAYERS = (nn.Conv2d, nn.Linear)
 #: an activation's value is clamped this far inside its open range before it is inverted
@@ -92,18 +89,8 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     one activation module serves three layers); each call's input must be the previous call's output up
     to a reshape, the first call's input the example and the model's output the last call's output.
     """
-    model = victim.model
-    names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
-    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
-    calls = []
-    gen = torch.Generator(device=victim.device).manual_seed(0)
-    x = torch.rand((1, *victim.input_shape), generator=gen, dtype=victim.dtype, device=victim.device)
-    out = probe(victim, x, leaves, lambda m, inp, out: calls.append((m, inp, out)))
-
-    def same(a, b) -> bool:
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() == b.numel() \
-            and torch.equal(a.reshape(-1), b.reshape(-1))
-
+    names = {id(m): n or type(m).__name__ for n, m in victim.model.named_modules()}
+    x, calls, out = leaf_calls(victim)
     for mod, _, _ in calls:  # the kind of module first: that names the problem best
         if isinstance(mod, nn.LeakyReLU) and mod.negative_slope <= 0:
             return None, f"a leaky ReLU of slope {mod.negative_slope} ({names[id(mod)]}), which is not invertible"
@@ -113,12 +100,10 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     if not calls:
         return None, "no modules to trace"
     steps: list[_Step] = []
-    prev = x
-    for mod, inp, res in calls:
-        if len(inp) != 1 or not same(inp[0], prev):
-            return None, (f"an operation outside its modules before {names[id(mod)]} (a residual connection, "
-                          "pooling or a functional activation)")
-        prev = res
+    broken = first_outside(x, calls)
+    for i, (mod, inp, res) in enumerate(calls):
+        if i == broken:
+            return None, outside_before(names[id(mod)])
         if isinstance(mod, LAYERS):
             if any(s.module is mod for s in steps):
                 return None, f"a layer called twice ({names[id(mod)]}: shared weights)"
@@ -129,7 +114,7 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
             if not steps or steps[-1].act is not None:
                 return None, f"an activation ({names[id(mod)]}) that does not follow a layer"
             steps[-1].act = mod
-    if not same(out, prev):
+    if not same_values(out, calls[-1][2]):
         return None, "an operation outside its modules after the last one"
     head = steps[-1] if steps else None
     if head is None or not isinstance(head.module, nn.Linear) or head.act is not None or len(head.in_shape) != 1:

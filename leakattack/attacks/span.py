@@ -14,7 +14,9 @@ from random images put in the span, its normal equations formed from H-vectors w
 delta_i depends on a_i alone, so B forward-mode passes (one per coordinate of every a_i at once) give every
 d delta_i / d a_i.  Unlike the one-active-unit separation of a ReLU batch this needs the weights' values, and a
 smooth activation: at a ReLU, a unit whose input changes sign on a reconstructed example moves r by a jump its
-derivative does not see.  The derivation and the measured batches: docs/attacks/analytic.md.
+derivative does not see.  A clip of the whole update sends G times an unknown t (C / ||g||), so t is one more
+unknown, r = t D^T U - G V, set to its least-squares value after every step (:func:`solve_span`).  The derivation
+and the measured batches: docs/attacks/analytic.md.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ SPAN_TOL = 1e-13
 #: The examples count as solved below the larger of the square root of the dtype's epsilon (1.5e-8 in float64) and
 #: FIT_MARGIN times the relative residual of the block's own fit to the message (a block fitted through a sketch
 #: carries its error into r: 4 to 65 times the fit's on mlp, digits, srht), never above ACCEPT_CAP.  One wrong label
-#: in the batch leaves r at 0.16-0.59 (mlp on digits, B = 4, 8, 16): ``python scripts/analytic_batches.py --act
+#: in the batch leaves r at 0.14-0.58 (mlp on digits, B = 4, 8, 16): ``python scripts/analytic_batches.py --act
 #: sigmoid`` prints both.
 FIT_MARGIN, ACCEPT_CAP = 1e3, 1e-4
 #: Levenberg-Marquardt steps per start, and the starts tried before giving up
@@ -50,6 +52,7 @@ class SpanResult:
     residual: float  #: ||r|| / ||G V|| at the end
     steps: int  #: Levenberg-Marquardt steps taken, over all starts
     starts: int  #: starts tried
+    scale: float = 1.0  #: the block's size against the model's gradient for these examples (t; 1 where not fitted)
 
 
 def row_space(block: torch.Tensor, B: int) -> torch.Tensor:
@@ -125,11 +128,39 @@ class _Batch:
         finally:
             self.collapsed = collapsed
 
-    def residual(self, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
-        return D.T @ (A / (self.v @ A)).T - self.Y
+    def predicted(self, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+        """D^T U (H x B): the block's G V as the model gives it for these examples, at the model's own scale."""
+        return D.T @ (A / (self.v @ A)).T
+
+    def residual(self, A: torch.Tensor, D: torch.Tensor, t: float = 1.0) -> torch.Tensor:
+        """r = t D^T U - G V, for a message that is the gradient times ``t`` (1: the gradient itself)."""
+        return t * self.predicted(A, D) - self.Y
+
+    def scale(self, P: torch.Tensor) -> float:
+        """The t minimising ||t P - G V|| for the prediction P = D^T U: a 1-D least squares in closed form (the
+        message's scale against the model's gradient: C / ||g|| under a clip of the whole update to C)."""
+        return float((P * self.Y).sum()) / max(float(P.pow(2).sum()), 1e-300)
+
+    def scaled_system(self, A: torch.Tensor, D: torch.Tensor, r: torch.Tensor, t: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """J^T J and J^T r ((B^2 + 1) x (B^2 + 1), B^2 + 1) of r = t D^T U - G V for the unknowns A[k, i] and then t:
+        J = [t J_A | vec(D^T U)], with J_A the Jacobian of D^T U (:meth:`system`)."""
+        P = self.predicted(A, D)
+        JtJ, Jtr, JtP = self._system(A, D, (r, P))
+        n = JtJ.shape[0]
+        full = JtJ.new_empty(n + 1, n + 1)
+        full[:n, :n] = t * t * JtJ
+        full[:n, n] = full[n, :n] = t * JtP
+        full[n, n] = P.pow(2).sum()
+        return full, torch.cat([t * Jtr, (P * r).sum().reshape(1)])
 
     def system(self, A: torch.Tensor, D: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """J^T J and J^T r (B^2 x B^2, B^2) for the unknowns A[k, i], from the B forward-mode passes."""
+        JtJ, Jtr = self._system(A, D, (r,))
+        return JtJ, Jtr
+
+    def _system(self, A: torch.Tensor, D: torch.Tensor, rs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """J^T J, then J^T r for each r of ``rs`` (H x B each), J the Jacobian of D^T U in the unknowns A[k, i]."""
         B = self.B
         s = self.v @ A
         U = (A / s).T  # row i: u_i = a_i / s_i
@@ -145,9 +176,10 @@ class _Batch:
         cross = _cross(PD, UW)
         JtJ = (torch.einsum("kih,ljh->kilj", Pm, Pm) * (U @ U.T)[None, :, None, :] + cross + cross.permute(2, 3, 0, 1)
                + (D @ D.T)[None, :, None, :] * torch.einsum("kib,ljb->kilj", W, W))
-        Jtr = torch.einsum("kih,hb,ib->ki", Pm, r, U) + torch.einsum("ih,hb,kib->ki", D, r, W)
         n = B * B
-        return JtJ.reshape(n, n), Jtr.reshape(n)
+        Jtrs = [(torch.einsum("kih,hb,ib->ki", Pm, r, U) + torch.einsum("ih,hb,kib->ki", D, r, W)).reshape(n)
+                for r in rs]
+        return (JtJ.reshape(n, n), *Jtrs)
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -167,51 +199,59 @@ def accepted(dtype: torch.dtype, fit: float = 0.0) -> float:
 
 def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tensor, shape: tuple, *,
                fit: float = 0.0, seed: int = 0, steps: int = SPAN_STEPS, starts: int = SPAN_STARTS,
-               tol: float = SPAN_TOL, deadline: float = math.inf) -> SpanResult:
+               tol: float = SPAN_TOL, deadline: float = math.inf, free_scale: bool = True) -> SpanResult:
     """The B examples whose first-layer block is ``block`` (H x (m+1)) with these ``labels`` (module docstring):
     the start whose solve ends lowest, trying further starts only while none ends below :func:`accepted` (for a block
     fitted to relative residual ``fit``); no step or start begins after ``deadline`` (``time.perf_counter()``
-    seconds) or once Ctrl-C asked the attack to stop, and the first start always runs to its first step."""
+    seconds) or once Ctrl-C asked the attack to stop, and the first start always runs to its first step.
+
+    ``free_scale``: the block may be the gradient's times an unknown t (a clip of the whole update rescales it by
+    C / ||g||), and t is an unknown of the solve beside A: Levenberg-Marquardt on both, t set after every step to its
+    least-squares value for the new A (:meth:`_Batch.scale`), so the cost compared is always the least over t.
+    Without it the block is compared with the model's gradient at its absolute size (t = 1)."""
     batch = _Batch(victim, layer, block, labels, shape)
     B, m = batch.B, batch.P.shape[0]
-    scale = float(batch.Y.norm()) or 1.0
+    size = float(batch.Y.norm()) or 1.0
     gen = torch.Generator().manual_seed(seed)
     best: SpanResult | None = None
     taken = 0
+
+    def evaluate(A):
+        D = batch.deltas(A)
+        t = batch.scale(batch.predicted(A, D)) if free_scale else 1.0
+        r = batch.residual(A, D, t)
+        return D, t, r, float(r.pow(2).sum())
 
     for start in range(starts):
         x0 = torch.rand(B, m, generator=gen, dtype=torch.float64).to(block)
         A = batch.V.T @ torch.cat([x0, torch.ones_like(x0[:, :1])], 1).T
         A = A / (batch.v @ A)
-        D = batch.deltas(A)
-        r = batch.residual(A, D)
-        cost, lam = float(r.pow(2).sum()), 1e-3
+        D, t, r, cost = evaluate(A)
+        lam = 1e-3
         for step_no in range(steps):
-            if cost ** 0.5 <= tol * scale or (step_no and halt_reason(deadline)):
+            if cost ** 0.5 <= tol * size or (step_no and halt_reason(deadline)):
                 break
-            JtJ, Jtr = batch.system(A, D, r)
+            JtJ, Jtr = batch.scaled_system(A, D, r, t) if free_scale else batch.system(A, D, r)
             diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
             taken += 1
             while lam <= DAMP_MAX:
                 step = torch.linalg.solve(JtJ + lam * torch.diag(diag), -Jtr)
-                An = A + step.view(B, B)
+                An = A + step[:B * B].view(B, B)
                 An = An / (batch.v @ An)
-                Dn = batch.deltas(An)
-                rn = batch.residual(An, Dn)
-                new = float(rn.pow(2).sum())
+                Dn, tn, rn, new = evaluate(An)
                 if new < cost:
-                    A, D, r, cost, lam = An, Dn, rn, new, max(lam / 3, DAMP_MIN)
+                    A, D, t, r, cost, lam = An, Dn, tn, rn, new, max(lam / 3, DAMP_MIN)
                     break
                 lam *= 4
             if lam > DAMP_MAX:
                 break
-        result = SpanResult(batch.images(A).detach(), cost ** 0.5 / scale, taken, start + 1)
+        result = SpanResult(batch.images(A).detach(), cost ** 0.5 / size, taken, start + 1, t)
         if best is None or result.residual < best.residual:
             best = result
         if best.residual <= accepted(block.dtype, fit) or halt_reason(deadline):
             break
     assert best is not None
-    return SpanResult(best.x, best.residual, taken, start + 1)
+    return SpanResult(best.x, best.residual, taken, start + 1, best.scale)
 
 
 __all__ = ["solve_span", "accepted", "row_space", "SpanResult", "SPAN_TOL", "FIT_MARGIN", "ACCEPT_CAP"]

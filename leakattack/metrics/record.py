@@ -113,6 +113,9 @@ class RunMetrics:
     #: the closed-form attacks that accept this run's message (``leakattack.attacks.closed_forms_for``); written
     #: when a run that is not closed-form itself rebuilt nothing and one of them accepts it
     closed_forms: list[str] | None = None
+    #: true for an attack whose images do not depend on the labels it reads (``Attack.uses_labels`` false: imprint);
+    #: written only then
+    labels_unused: bool | None = None
     #: the attack's own objective at the truth and at the reconstruction, term by term (``match``, each prior by
     #: name, ``total``); written where it was measured (gradient matching with fixed labels, the truth known)
     objective_at: dict[str, Any] | None = None
@@ -201,8 +204,8 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "row_space_solve", "closed_forms", "objective_at", "peak_memory", "baseline_psnr_each",
-                       "baseline_ssim_each", "verdict_each", "nearer_each"})
+                       "row_space_solve", "closed_forms", "labels_unused", "objective_at", "peak_memory",
+                       "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

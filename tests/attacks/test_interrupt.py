@@ -240,7 +240,7 @@ def test_ctrl_c_during_the_label_choice_says_the_choice_is_from_unfinished_runs(
 
     obs, _ = _obs()
     monkeypatch.setattr(gradient_matching, "readings_to_compare",
-                        lambda *a: {"pooled": torch.tensor([3]), "sign": torch.tensor([5])})
+                        lambda *a, **k: {"pooled": torch.tensor([3]), "sign": torch.tensor([5])})
     with stop_on_interrupt():
         signal.raise_signal(signal.SIGINT)
         labels, choice = GradientMatching(iterations=50, labels="idlg").choose_labels(obs)
