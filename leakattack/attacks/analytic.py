@@ -690,6 +690,7 @@ class Analytic(Attack):
             step /= 2
         return deltas, factors, free, loss
 
+
 def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:
     """``losses`` (the block's fit to the message), with the row-space solve's relative residual appended where that
     solve failed: the run's final loss is then the solve's, not the fit's (a block read exactly fits at 0 while the
