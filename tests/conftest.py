@@ -1,5 +1,8 @@
 """Shared test helpers."""
 
+import signal
+import threading
+
 import pytest
 import torch
 
@@ -18,6 +21,22 @@ class CodeInFile:
     def record(tag):
         CodeInFile.loaded.append(tag)
         return tag
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """Every test starts with Python's own Ctrl-C and SIGTERM handlers and leaves them so: a test that ignores a
+    signal (or a command's entry, which ignores both once it has returned) must not change what later tests in the
+    same worker process see."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, handler in saved.items():
+        if handler is not None:
+            signal.signal(s, handler)
 
 
 @pytest.fixture

@@ -231,8 +231,11 @@ def _standard_errors(A: torch.Tensor, r: torch.Tensor, a: torch.Tensor) -> torch
     surplus = A.shape[0] - A.shape[1]
     if surplus < SURPLUS_ROWS:
         return None
-    L, info = torch.linalg.cholesky_ex(A.T @ A)
-    if int(info):
+    G = A.T @ A
+    L, info = torch.linalg.cholesky_ex(G)
+    # a dependent column can leave a pivot of round-off instead of failing the factorisation (it does on some CPUs'
+    # kernels): L_jj^2 / G_jj is the squared sine of column j's angle to the columns before it
+    if int(info) or bool((L.diagonal() ** 2 < 10 * A.shape[1] * torch.finfo(A.dtype).eps * G.diagonal()).any()):
         return None
     sigma = max(float((A @ a - r).norm()) / surplus ** 0.5,
                 A.shape[1] ** 0.5 * torch.finfo(A.dtype).eps * float(a.norm()))

@@ -85,11 +85,14 @@ def test_outside_the_block_ctrl_c_interrupts_as_usual():
 
 def test_an_ignored_sigint_stays_ignored():
     """Under nohup a stray SIGINT must not cut the attack short."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with stop_on_interrupt():
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        signal.raise_signal(signal.SIGINT)
-        assert not stop_requested()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_on_interrupt():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            assert not stop_requested()
+    finally:  # the worker process runs other tests after this one, which press Ctrl-C themselves
+        signal.signal(signal.SIGINT, before)
 
 
 def _ctrl_c_in_evaluation(forward, k: int):
