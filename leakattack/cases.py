@@ -115,6 +115,13 @@ def unknown_seed_view(cfg: RunConfig, obs: Observation, sketch, progress: bool =
                    linear_map=mine, extra={**obs.extra, **found})
 
 
+def drawn_by(cfg: RunConfig) -> str | None:
+    """The settings given that draw the model's initial weights (--model-seed, --weight-init), in words, or None."""
+    given = [f"--model-seed {cfg.model_seed}"] if cfg.model_seed is not None else []
+    given += [f"--weight-init {cfg.weight_init}"] if cfg.weight_init is not None else []
+    return " and ".join(given) or None
+
+
 def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """One client's gradient on a batch of the data set, through the defense and the sketch."""
     seeds = cfg.derived()
@@ -124,7 +131,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                                init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
                                **cfg.model_params)
     if cfg.weights:
-        targets.load_weights(victim, cfg.weights)
+        targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg))
     if cfg.attack_class.modifies_model:  # the server sends its own model, built from images it holds
         cfg.attack_class(**cfg.attack_options()).modify(victim, ds)
     victim.to(device=device, dtype=dtype)
@@ -172,8 +179,6 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if not 0 <= c < spec["clients"]:
         raise ConfigError(f"client {c} does not exist: the protocol has clients 0..{spec['clients'] - 1}")
     trainset, _ = load_split(model_spec, cfg.download)
-    if rounds is None:  # a stored protocol's batch was warned of when it trained
-        warn_client_batch(spec, trainset)
     victim = build_victim(model_spec, trainset, dtype, device)
     validate_protocol(cfg.protocol, spec, victim.d)
     proto = get_protocol(cfg.protocol, victim, trainset, **spec)
@@ -188,6 +193,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers "
                           f"client {c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch "
                           f"{spec['batch_size']}; leave --batch-size out")
+    if rounds is None:  # a stored protocol's batch was warned of when it trained; a refusal above comes first
+        warn_client_batch(spec, trainset)
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
         w, buffers = load_checkpoint(Path(cfg.protocol_dir), t, victim.d)
@@ -392,7 +399,7 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.de
     named = named if isinstance(named, str) and named else None
     if cfg.weights:
         try:
-            targets.load_weights(victim, cfg.weights)
+            targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg))
         except UserError as err:
             raise ConfigError(f"{err} ({built})") from None
         if named is not None and Path(cfg.weights).name != Path(named).name:

@@ -10,6 +10,7 @@ the attack and scores it; :func:`write_run` writes the run folder (atomically, b
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import inspect
 import math
@@ -18,7 +19,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, RunConfig
 from .config.params import duration_seconds
-from .data import reads_root
+from .data import batch_positions, reads_root
 from .errors import SettingWarning, UserError, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
@@ -50,6 +51,9 @@ class Prepared:
     device: torch.device
     case: Case
     attack: Attack
+    #: the files the run read that a name alone does not pin down (the model's .py file, --weights): their
+    #: absolute path and SHA-256 as read, in config.json's "files"
+    files: dict = field(default_factory=dict)
 
     # the case's parts, by the names callers use
     @property
@@ -216,7 +220,39 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
-    return Prepared(cfg, device, case, attack)
+    return Prepared(cfg, device, case, attack, input_files(cfg))
+
+
+def _file_record(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(path.resolve()), "sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+
+
+def attacked_files(cfg: RunConfig, case: Case) -> dict:
+    """``{"image_files": [absolute paths]}`` of the attacked batch where the data set is read from files one image
+    each (an image folder: its class is the folder it is in), else ``{}``; an index names another file once files
+    are added to the folder."""
+    files = getattr(case.dataset, "files", None)
+    if not files or case.x is None or cfg.protocol or cfg.message:
+        return {}
+    positions = batch_positions(case.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
+    return {"image_files": [str(Path(files[i]).resolve()) for i in positions.tolist()]}
+
+
+def input_files(cfg: RunConfig) -> dict:
+    """Absolute path, SHA-256 and size of the model's .py file (``--model file.py:Name``) and of ``--weights``:
+    a run folder names what it read, so an edited or moved file is noticed."""
+    files = {}
+    model = str(cfg.model or "")
+    where = model.rpartition(":")[0] if ":" in model else ""
+    if where.endswith(".py") and Path(where).is_file():
+        files["model"] = _file_record(Path(where))
+    if cfg.weights and Path(cfg.weights).is_file():
+        files["weights"] = _file_record(Path(cfg.weights))
+    return files
 
 
 def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interruptible: bool = False) -> Outcome:
@@ -497,8 +533,9 @@ def _write_files(out: Outcome, folder: Path) -> None:
                     **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,
-                    "dataset": case.dataset.name, "in_shape": list(case.dataset.in_shape),
+                    "dataset": case.dataset.name, **attacked_files(cfg, case), "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},
+        **({"files": p.files} if p.files else {}),
         "environment": environment(p.device),
     }
     write_json(folder / "config.json", config)

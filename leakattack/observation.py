@@ -305,6 +305,10 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
+    if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)
+        raise UserError(f"the client's gradient holds {int((~torch.isfinite(g)).sum())} value(s) that are NaN or "
+                        "infinite at this input: the model itself does not compute (check its weights, e.g. a "
+                        "BatchNorm running variance below zero), so there is no message to attack")
     extra = {}
     if channel.pipeline:
         rng = torch_generator(noise_seed)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 
 from .victim import Victim
 
@@ -44,8 +44,34 @@ def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dty
     return f"weights file '{path}': {what} holds a non-finite number ({value}) at index {where}; weights must be finite"
 
 
-def load_weights(victim: Victim, path: str | Path) -> Victim:
-    """Load a state_dict (or a flat weight vector) from ``path`` into ``victim``; one-sentence errors."""
+def _nested_state_dicts(state: dict) -> list[str]:
+    """The keys of ``state`` whose values are non-empty dicts of tensors (a training checkpoint's state_dict)."""
+    return [str(k) for k, v in state.items() if isinstance(v, dict) and v
+            and all(isinstance(t, torch.Tensor) for t in v.values())]
+
+
+def _fit_hint(missing: list[str], unexpected: list[str]) -> str:
+    """A clause on why a state_dict's keys miss the model's, where one prefix explains it ('' otherwise)."""
+    for prefix in ("module.", "model.", "_orig_mod."):
+        if unexpected and all(k.startswith(prefix) for k in unexpected) and \
+                set(missing) <= {k[len(prefix):] for k in unexpected}:
+            return (f"; its keys start with '{prefix}' (a wrapped model's): save the inner model's state_dict, or "
+                    f"strip '{prefix}' from the keys")
+    return ""
+
+
+def _bn_counters(keys: list[str]) -> bool:
+    """Whether every name in ``keys`` is a BatchNorm layer's batch counter, which torch fills in when absent."""
+    return bool(keys) and all(k.rsplit(".", 1)[-1] == "num_batches_tracked" for k in keys)
+
+
+def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) -> Victim:
+    """Load a state_dict (or a flat weight vector) from ``path`` into ``victim``; one-sentence errors.
+
+    ``drawn_by`` names the settings that drew the model's initial weights (``"--model-seed 5"``): where the file
+    sets every parameter and buffer, a one-line warning says they change nothing.  A flat vector sets the trainable
+    weights only; on a model with BatchNorm a one-line warning says its running statistics stay as initialised.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"weights file '{path}' " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
@@ -55,7 +81,8 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if "not an allowed global" in str(err) or "unsupported global" in str(err).lower():
-            raise UserError(f"weights file '{path}' holds objects other than tensors; it was not loaded") from None
+            raise UserError(f"weights file '{path}' holds objects other than tensors (a whole pickled model or an "
+                            "optimizer's state?); it was not loaded: save model.state_dict() instead") from None
         raise UserError(f"weights file '{path}' is not a readable torch file (UnpicklingError)") from None
     except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
         raise UserError(f"weights file '{path}' is not a readable torch file ({type(err).__name__})") from None
@@ -82,24 +109,45 @@ def load_weights(victim: Victim, path: str | Path) -> Victim:
                                                 [p for p in model.parameters() if p.requires_grad])
             for n, b in (buffers or {}).items():
                 own[n].copy_(b)
+        statistics = [n for n, _ in model.named_buffers() if n.rsplit(".", 1)[-1] == "running_mean"]
+        if buffers is None and statistics:
+            warnings.warn(f"weights file '{path}' is a flat vector of the trainable weights: the model's BatchNorm "
+                          "running statistics stay as initialised (mean 0, variance 1), and eval mode (--bn eval) "
+                          "normalises with them; a state_dict carries them", SettingWarning, stacklevel=2)
+        frozen = any(not p.requires_grad for p in model.parameters())
+        if drawn_by and not frozen and (buffers is not None or not list(model.buffers())):
+            warnings.warn(f"{drawn_by} changes nothing: weights file '{path}' sets every weight of the model",
+                          SettingWarning, stacklevel=2)
         return victim
+    if isinstance(state, dict) and not all(isinstance(v, torch.Tensor) for v in state.values()):
+        nested = _nested_state_dicts(state)
+        if nested:
+            names = " and ".join(f"'{k}'" for k in nested[:3])
+            raise UserError(f"weights file '{path}' is a training checkpoint with a state_dict under {names}: save "
+                            f"that alone, e.g. torch.save(torch.load(F)[{nested[0]!r}], 'weights.pt')")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"weights file '{path}' holds no state_dict (a dict of tensors) nor a flat weight vector")
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
+    if _bn_counters(missing):  # torch's BatchNorm loads a state_dict without them (older files), counting from 0
+        state = {**state, **{k: torch.zeros_like(own[k]) for k in missing}}
+        missing = []
     if missing or unexpected:
         which = f"missing '{missing[0]}'" if missing else f"unexpected '{unexpected[0]}'"
         raise UserError(f"weights file '{path}' does not fit this model: {which} "
-                        f"({len(missing)} missing, {len(unexpected)} unexpected keys)")
-    wrong = [k for k in own if own[k].shape != state[k].shape]
+                        f"({len(missing)} missing, {len(unexpected)} unexpected keys){_fit_hint(missing, unexpected)}")
+    wrong = [k for k in own if k in state and own[k].shape != state[k].shape]
     if wrong:
         raise UserError(f"weights file '{path}' does not fit this model: '{wrong[0]}' has shape "
                         f"{tuple(state[wrong[0]].shape)}, the model needs {tuple(own[wrong[0]].shape)}")
-    problem = next(filter(None, (_value_error(path, state[k], k, own[k].dtype) for k in own)), None)
+    problem = next(filter(None, (_value_error(path, state[k], k, own[k].dtype) for k in own if k in state)), None)
     if problem:
         raise UserError(problem)
     model.load_state_dict(state)
+    if drawn_by:
+        warnings.warn(f"{drawn_by} changes nothing: weights file '{path}' sets every weight of the model",
+                      SettingWarning, stacklevel=2)
     return victim
 
 

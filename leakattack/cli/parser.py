@@ -149,7 +149,8 @@ def _train(sub) -> None:
                        description=f"Train with a federated protocol ({protocols}) and record "
                                    "per-round loss, test accuracy and floats sent.")
     p.add_argument("--protocol", required=True, help=f"one of {protocols}")
-    p.add_argument("--model", default=md["model"], help="victim model (default: %(default)s)")
+    p.add_argument("--model", default=md["model"], help="victim model, a registered classifier (your own "
+                   "file.py:Name is attacked with run --weights, not trained here; default: %(default)s)")
     p.add_argument("--weight-init", default=md["init"], help="weight init (default: %(default)s)")
     p.add_argument("--sketch", default=spec["sketch"],
                    help="sketch kind of sketched/sketched-dp/safl/sacfl, projection Phi_t of compsgd/privsgd "

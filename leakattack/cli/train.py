@@ -78,7 +78,9 @@ def cmd_train(a) -> int:
     torch.set_num_threads(a.threads)  # small tensors: more threads only spin on a shared machine
     trainable = [m for m in targets.list_models() if targets.task_of(m) == "classification"]
     if a.model not in trainable:
-        raise ConfigError(f"model '{a.model}' cannot be trained here; choose one of: {', '.join(trainable)}")
+        own = " (train your own class in your own loop and pass its state_dict to run --weights)" \
+            if targets.models.is_user_spec(a.model) else ""
+        raise ConfigError(f"model '{a.model}' cannot be trained here{own}; choose one of: {', '.join(trainable)}")
     check_value("weight init", Choice(targets.INITS), a.weight_init)
     check_value("activation", Choice(targets.models.ACTIVATIONS), a.act)
     act = a.act

@@ -72,7 +72,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "model parameter, e.g. act=relu, width=32, depth=20 (repeatable; `leakattack list --model M` names them)",
           "victim", flag="--model-param"),
     Param("weights", None, Optional(PathName("file")), "weights",
-          "state_dict file to load into the model (read with weights_only: a file cannot run code)", "victim"),
+          "weights file to load into the model: a state_dict, a flat vector of the trainable weights, or a "
+          "`leakattack train` checkpoint (read with weights_only: a file cannot run code)", "victim"),
     Param("bn", "auto", Choice(("auto",) + tuple(names.BN_MODES)), "BatchNorm mode",
           "BatchNorm statistics of the client's forward pass: train (batch statistics) or eval (running statistics); "
           "auto: eval for one example (the field's single-image case), train for a batch",

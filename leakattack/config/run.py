@@ -242,6 +242,9 @@ class RunConfig:
         if self.download and not reads_root(self.dataset or "photos"):
             warnings.warn(f"--download is not read: the embedded data set {self.dataset or 'photos'} reads no files",
                           SettingWarning, stacklevel=3)
+        elif self.download and self.dataset == "imagefolder":
+            warnings.warn("--download is not read: an image folder is read from --data-root as it is, never "
+                          "downloaded", SettingWarning, stacklevel=3)
 
     def spec_given(self) -> list[str]:
         """The protocol flags given (``--clients 5``): :attr:`given`'s ``protocol_spec.NAME`` entries, or, for a

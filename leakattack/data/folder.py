@@ -52,7 +52,8 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     if not root.exists():
         raise DataError(f"no image folder at {root}: expected {_layout(root)}")
     if not root.is_dir():
-        raise DataError(f"{root} is a file, not a folder: expected {_layout(root)}")
+        raise DataError(f"{root} is a file, not a folder: --data-root names the folder above the class folders, "
+                        f"laid out as {_layout(root.parent / '<root>')}")
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -71,7 +72,18 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     empty: list[str] = []
     for label, name in enumerate(classes):
         walked = []
+        top = os.path.realpath(root / name)
+        seen: set[str] = set()
         for here, dirs, names in os.walk(root / name, followlinks=True):
+            real = os.path.realpath(here)
+            if real in seen or (real != top and (top + os.sep).startswith(real.rstrip(os.sep) + os.sep)):
+                # a link back to a folder already read, or to one holding this class: followed, it would count
+                # images again (or another class's) under this label, without end where it loops
+                warnings.warn(f"image folder: {here} leads back to {real}, which this class already reads or "
+                              "holds: not followed", SettingWarning, stacklevel=2)
+                dirs[:] = []
+                continue
+            seen.add(real)
             dirs[:] = [d for d in dirs if _visible(d)]
             walked.append((here, names))
         found = [Path(here) / f for here, names in sorted(walked)  # ImageFolder's order: folders by path, files by name
@@ -104,6 +116,8 @@ def read_image(path: Path, size: int) -> torch.Tensor:
             warnings.simplefilter("always")
             with Image.open(path) as im:
                 im = _as_rgb(im)
+    except _Unsupported as exc:
+        raise DataError(str(exc).replace("{path}", str(path))) from None
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"image {path} is not readable ({reason}): in a data root laid out as "
@@ -124,6 +138,10 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
 
 
+class _Unsupported(ValueError):
+    """An image file Pillow reads whose pixels leakattack cannot map onto [0, 1]; its text holds ``{path}``."""
+
+
 def _as_rgb(im):
     """The image in Pillow's 8-bit RGB mode.  16-bit greyscale is scaled from [0, 65535] (Pillow's own conversion
     clips it to 255, a white image); 32-bit integer and float pixels, whose range no file format fixes, are refused."""
@@ -134,8 +152,8 @@ def _as_rgb(im):
         return Image.fromarray(np.round(a * 255.0).astype(np.uint8), mode="L").convert("RGB")
     if im.mode in ("I", "F"):
         kind = "32-bit integer" if im.mode == "I" else "floating-point"
-        raise ValueError(f"{kind} pixels have no fixed range to map onto [0, 1]; save it with 8 or 16 bits per "
-                         f"channel")
+        raise _Unsupported(f"image {{path}} holds {kind} pixels, which have no fixed range to map onto [0, 1]: "
+                           "save it with 8 or 16 bits per channel")
     return im.convert("RGB")
 
 

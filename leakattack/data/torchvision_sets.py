@@ -6,6 +6,8 @@ float32 tensors (N, C, H, W) in [0, 1].  Nothing is downloaded unless asked.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -35,6 +37,12 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
                             f"elsewhere and point --data-root at a folder containing it") from exc
+        present = (Path(root) / LAYOUT[name].split("/")[0]).exists()
+        if present:  # torchvision checks the files' MD5 sums: there, but not the official files
+            raise DataError(f"{name} files are under data root {root} ({root}/{LAYOUT[name].split('/')[0]}) but "
+                            f"torchvision finds them incomplete or corrupted (their checksums are not the official "
+                            f"files'): replace them with the official {name} files (--download would fetch them "
+                            "into that folder)") from exc
         raise DataError(f"{name} not found under data root {root} (expected {root}/{LAYOUT[name]}): pass "
                         f"--download or point --data-root at a folder containing it") from exc
     except Exception as exc:  # garbage files fail inside torchvision's readers in many ways

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from .. import experiment
+from .. import experiment, metrics
 from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
 from ..constraints import duration_seconds
@@ -305,6 +305,8 @@ def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool 
                     check_case_options(cfg)
                     if prepared is None:
                         prepared = experiment.prepare(replace(cfg, device="cpu", sketch_seed_search=0))
+                        if prepared.x is not None:  # the baseline's images, read before a run's attack too
+                            metrics.mean_image(prepared.dataset, prepared.x)
                     if not cfg.protocol and not cfg.message:
                         get_batch(prepared.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
                     settings = _case_of(pt["params"], attack=True)

@@ -47,11 +47,15 @@ def _import_file(path: Path):
         raise UserError(f"model file '{path}' cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module  # classes defined in it can then be pickled and introspected
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # its own folder first, as `python file.py` has it: the file imports its neighbours
     try:
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(modname, None)
         raise UserError(f"model file '{path}' could not be imported ({first_line(err)})") from None
+    finally:
+        sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
     return module
 
 

@@ -200,7 +200,7 @@ def test_sixteen_bit_grey_is_scaled_not_clipped_to_white(tmp_path):
 
 def test_float_pixels_and_a_decompression_bomb_are_one_sentence(tmp_path, monkeypatch):
     Image.fromarray(np.zeros((4, 4), np.float32)).save(tmp_path / "f.tiff")
-    with pytest.raises(DataError, match=r"f\.tiff is not readable \(floating-point pixels have no fixed range"):
+    with pytest.raises(DataError, match=r"f\.tiff holds floating-point pixels, which have no fixed range"):
         folder_module.read_image(tmp_path / "f.tiff", 4)
     Image.fromarray(pixels(40, 40, 3, 6)).save(tmp_path / "big.png")
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # 1600 pixels: past twice the limit, Pillow's error
@@ -220,3 +220,13 @@ def test_pillows_warnings_name_the_file_once(tmp_path, monkeypatch):
         folder_module.read_image(tmp_path / "large.png", 8)  # the baseline and the batch read the same file
     assert [str(w.message) for w in said] == [f"image {tmp_path / 'large.png'}: Image size (1600 pixels) exceeds "
                                               "limit of 1000 pixels, could be decompression bomb DOS attack."]
+
+
+def test_a_link_back_to_the_root_is_not_followed(tmp_path):
+    for cls, seed in (("a", 1), ("b", 2)):
+        (tmp_path / cls).mkdir()
+        Image.fromarray(pixels(8, 8, 3, seed)).save(tmp_path / cls / "x.png")
+    (tmp_path / "a" / "up").symlink_to("..", target_is_directory=True)
+    with pytest.warns(UserWarning, match="leads back to .* not followed"):
+        classes, files, labels = folder_module.scan_folder(tmp_path)
+    assert classes == ["a", "b"] and labels == [0, 1] and [f.parent.name for f in files] == ["a", "b"]

@@ -1,5 +1,7 @@
 """Loading weights: state_dicts of every zoo model (BatchNorm buffers included), flat vectors, refusals."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -72,7 +74,7 @@ def test_a_file_with_a_pickled_object_is_refused_without_running_it(tmp_path, co
     state = targets.get_model("resnet20").model.state_dict()
     state["extra"] = code_in_file()
     torch.save(state, tmp_path / "evil.pt")
-    with pytest.raises(UserError, match="holds objects other than tensors; it was not loaded"):
+    with pytest.raises(UserError, match="holds objects other than tensors .*; it was not loaded"):
         targets.load_weights(targets.get_model("resnet20"), tmp_path / "evil.pt")
     assert code_in_file.loaded == []
 
@@ -132,3 +134,44 @@ def test_a_flat_weight_vector_that_is_not_real_and_finite_names_the_first_bad_in
         targets.load_weights(v, tmp_path / "flat.pt")
     assert needle in str(err.value), str(err.value)
     assert torch.equal(targets.flat_params(v), before)  # nothing loaded
+
+
+def test_a_state_dict_without_batch_counters_loads_as_pytorch_loads_it(tmp_path):
+    source = targets.get_model("resnet20", seed=1)
+    state = {k: v for k, v in source.model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    torch.save(state, tmp_path / "old.pt")
+    target = targets.load_weights(targets.get_model("resnet20", seed=2), tmp_path / "old.pt")
+    assert torch.equal(targets.flat_params(target), targets.flat_params(source))
+
+
+def test_common_checkpoint_layouts_are_refused_with_the_fix(tmp_path):
+    model = targets.get_model("lenet", seed=1)
+    state = model.model.state_dict()
+    torch.save({"state_dict": state, "epoch": 3}, tmp_path / "ckpt.pt")
+    with pytest.raises(UserError, match="a training checkpoint with a state_dict under 'state_dict': save that alone"):
+        targets.load_weights(targets.get_model("lenet"), tmp_path / "ckpt.pt")
+    torch.save({f"module.{k}": v for k, v in state.items()}, tmp_path / "dp.pt")
+    with pytest.raises(UserError, match="keys start with 'module.' \\(a wrapped model's\\)"):
+        targets.load_weights(targets.get_model("lenet"), tmp_path / "dp.pt")
+    torch.save(model.model, tmp_path / "whole.pt")
+    with pytest.raises(UserError, match="a whole pickled model .*save model.state_dict\\(\\) instead"):
+        targets.load_weights(targets.get_model("lenet"), tmp_path / "whole.pt")
+
+
+def test_a_flat_vector_on_a_batchnorm_model_warns_of_its_initial_statistics(tmp_path):
+    torch.save(targets.flat_params(targets.get_model("resnet20", seed=3)), tmp_path / "flat.pt")
+    with pytest.warns(UserWarning, match="running statistics stay as initialised"):
+        targets.load_weights(targets.get_model("resnet20", seed=0), tmp_path / "flat.pt")
+    torch.save(targets.flat_params(targets.get_model("lenet", seed=3)), tmp_path / "lenet.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "lenet.pt")
+
+
+def test_seed_and_init_settings_are_warned_of_where_the_file_sets_every_weight(tmp_path):
+    torch.save(targets.get_model("resnet20", seed=3).model.state_dict(), tmp_path / "w.pt")
+    with pytest.warns(UserWarning, match="--model-seed 5 changes nothing: weights file .* sets every weight"):
+        targets.load_weights(targets.get_model("resnet20", seed=5), tmp_path / "w.pt", drawn_by="--model-seed 5")
+    torch.save(targets.flat_params(targets.get_model("lenet", seed=3)), tmp_path / "flat.pt")
+    with pytest.warns(UserWarning, match="--weight-init xavier changes nothing"):
+        targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "flat.pt", drawn_by="--weight-init xavier")
