@@ -14,6 +14,10 @@ from .quantization import Quantize
 
 _REGISTRY = Registry("defense", DefenseError)
 
+#: the types a defense's schema may give its parameters, and how a spec's text is read as each
+SCHEMA_TYPES = (float, int, str, bool)
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
 
 def register_defense(cls: type[Transform]) -> type[Transform]:
     """Add a transform class to the registry under ``cls.name``.  Anything but a ``Transform`` subclass (a function,
@@ -25,6 +29,11 @@ def register_defense(cls: type[Transform]) -> type[Transform]:
                         f"__call__(v, gen)), got {what}")
     if cls.name == Transform.name:
         raise ValueError(f"defense class {cls.__name__} sets no name (the name a spec gives it)")
+    odd = [k for k, entry in cls.schema.items() if not (isinstance(entry, tuple) and len(entry) == 3
+                                                         and entry[0] in SCHEMA_TYPES and callable(entry[2]))]
+    if odd:
+        raise ValueError(f"defense class {cls.__name__}: schema entry '{odd[0]}' must be (type, description, "
+                         f"predicate) with type one of float, int, str, bool")
     return _REGISTRY.register(cls.name, cls)
 
 
@@ -65,10 +74,10 @@ def parse_step(item) -> Transform:
             raise DefenseError(f"defense '{name}' has no parameter '{key}' (value {value!r}); allowed: {allowed}")
         typ, what, ok = cls.schema[key]
         try:
-            v = typ(value) if typ is float else _as_int(value)
+            v = _as_type(typ, value)
         except (TypeError, ValueError, OverflowError):  # OverflowError: inf as an integer
             raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}") from None
-        if not (v == v and ok(v)) or v in (float("inf"), float("-inf")):
+        if not (v == v and ok(v)) or (typ in (int, float) and v in (float("inf"), float("-inf"))):
             raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}")
         params[key] = v
     missing = [k for k in cls.schema if k not in params]
@@ -86,6 +95,29 @@ def _finite(what: str, value) -> str:
     except (TypeError, ValueError):
         return what
     return what.replace("a ", "a finite ", 1) if infinite and what.startswith("a ") and "number" in what else what
+
+
+def _as_type(typ: type, value):
+    """``value`` (a spec's text, or a dict's value) as ``typ`` of :data:`SCHEMA_TYPES`; ValueError where it is not
+    one (an integer with a fraction, a bool other than true/false, yes/no, on/off, 1/0)."""
+    if typ is float:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    if typ is int:
+        return _as_int(value)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError
+    if typ is str:
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    raise TypeError
 
 
 def _as_int(value) -> int:

@@ -40,13 +40,25 @@ class Transmission:
     def __call__(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
         batch = g.shape[0] if self.per_example else None
         for step in self.pipeline.before:
-            g = step(g, rng)
+            g = _stepped(step, g, rng)
         if batch is not None:
             g = g / batch
         y = self.sketch.apply(g)
         for step in self.pipeline.after:
-            y = step(y, rng)
+            y = _stepped(step, y, rng)
         return y
+
+
+def _stepped(step, v: torch.Tensor, rng: torch.Generator | None) -> torch.Tensor:
+    """``step(v, rng)``, or one UserError sentence where it does not return a tensor of the shape the next stage
+    takes: ``v``'s (a per-example step: one row of it).  A shape comparison, no device sync."""
+    out = step(v, rng)
+    want = tuple(v.shape[1:]) if step.per_example else tuple(v.shape)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UserError(f"defense step '{step.spec()}' returned {got} for a vector of shape {tuple(v.shape)}; a "
+                        f"defense keeps the vector's shape, {want}")
+    return out
 
 
 class Channel:

@@ -317,6 +317,10 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
     else:
         y = channel.send(g).detach()
+    if not bool(torch.isfinite(y).all()):  # the gradient is finite: the defense (its noise's scale) made them
+        warnings.warn(f"the client's message holds {int((~torch.isfinite(y)).sum())} value(s) that are NaN or "
+                      f"infinite after its defense '{channel.spec}': nothing can be read from them, and the attack's "
+                      "labels and images are not evidence of anything", SettingWarning, stacklevel=2)
     return Observation(
         y=y, victim=victim, forward=attacker_forward(victim, channel, threat), linear_map=channel.sketch,
         batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,

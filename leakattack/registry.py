@@ -24,6 +24,9 @@ def name_error(family: str, name: Any) -> str | None:
     if not isinstance(name, str):
         return f"{family} name must be a string, got {type(name).__name__} {name!r}"
     bad = sorted({c for c in name if c in RESERVED_CHARACTERS or c.isspace()})
+    if name.startswith("-"):
+        return (f"{family} name {name!r} cannot be written on the command line: a name starting with '-' reads as a "
+                "flag")
     if not name or bad:
         held = f" (it holds {' '.join(repr(c) for c in bad)})" if bad else ""
         return (f"{family} name {name!r} cannot be written on the command line{held}: a name is a non-empty string "
@@ -51,7 +54,10 @@ class Registry:
 
         def deco(o):
             if name in self._items:
-                raise ValueError(f"{self.family} '{name}' is registered twice")
+                held = self._items[name]
+                by = f"{getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', type(held).__name__)}"
+                raise ValueError(f"{self.family} '{name}' is registered twice (the name is taken by {by}): choose "
+                                 "another name")
             self._items[name] = o
             self._meta[name] = dict(meta)
             return o

@@ -19,7 +19,7 @@ PACKAGES = ("leakattack", "targets", "defenses")
 #: the stations in flow order; a module may import only its own station or earlier ones
 STATIONS = [
     ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch", "leakattack.constraints",
-     "leakattack.progress", "leakattack.jsonable", "leakattack.rebuilt"],  # leaves
+     "leakattack.progress", "leakattack.jsonable", "leakattack.rebuilt", "leakattack.plugins"],  # leaves
     ["defenses"],
     ["leakattack.data"],
     ["targets"],

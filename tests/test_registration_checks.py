@@ -175,3 +175,12 @@ def test_a_prior_that_returns_no_scalar_tensor_is_named(fresh_registries):
         attack = get_attack("gradient-matching", iterations=2, priors={name: 1.0}, labels="given")
         with pytest.raises(UserError, match=rf"^the prior named '{name}' returned {what}, not a scalar tensor"):
             attack.reconstruct(tiny_observation())
+
+
+def test_a_prior_that_returns_nan_or_an_integer_is_named(fresh_registries):
+    register_prior("nanny", lambda weight, obs=None: lambda x: x.sum() * float("nan"))
+    register_prior("counts", lambda weight, obs=None: lambda x: (x > 0.5).sum())
+    for name, what in (("nanny", "returned nan at the attack's start"), ("counts", "returned a tensor of int64")):
+        attack = get_attack("gradient-matching", iterations=2, priors={name: 1.0}, labels="given")
+        with pytest.raises(UserError, match=rf"^the prior named '{name}' {what}"):
+            attack.reconstruct(tiny_observation())

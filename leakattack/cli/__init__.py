@@ -17,6 +17,7 @@ import signal
 import sys
 
 from ..errors import UserError, one_line_warnings, signals_held
+from ..plugins import load_plugins
 from .parser import Parser, UsageError, build_parser, given_dests
 
 EXIT_USAGE = 2
@@ -55,6 +56,7 @@ def main(argv=None) -> int:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        load_plugins()  # before the flags: their names and options are the registries'
         parser = build_parser()
         a = parser.parse_args(argv)
         if not getattr(a, "command", None):

@@ -16,6 +16,8 @@ import math
 import numbers
 import warnings
 
+import torch
+
 from ..errors import SettingWarning, UserError
 from ..registry import Registry
 from ..seeds import check_seed
@@ -107,7 +109,29 @@ def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: fl
     cls.check_params(params, b)
     if getattr(cls, "takes_memory_budget", False):
         params = {**params, "memory_gb": memory_gb}
-    return cls(d=d, b=b, seed=seed, **params)
+    sketch = cls(d=d, b=b, seed=seed, **params)
+    if not cls.__module__.startswith(__name__ + "."):  # a family registered from outside: checked once per build
+        _check_adjoint(sketch)
+    return sketch
+
+
+#: relative tolerance of the adjoint check of a family registered from outside leakattack (float64)
+ADJOINT_TOLERANCE = 1e-6
+
+
+def _check_adjoint(sketch: Sketch) -> None:
+    """One sentence where <R v, u> and <v, R^T u> differ for random v and u (float64, seeded): R^T is what the
+    attack's gradient and the label rules read through, and a wrong one gives wrong results without an error."""
+    gen = torch.Generator().manual_seed(sketch.seed)
+    v = torch.randn(sketch.d, dtype=torch.float64, generator=gen).to(sketch.device)
+    u = torch.randn(sketch.b, dtype=torch.float64, generator=gen).to(sketch.device)
+    with torch.no_grad():
+        rv, rtu = sketch.apply(v), sketch.adjoint(u)
+        left, right = float(rv @ u), float(v @ rtu)
+        scale = float(rv.norm() * u.norm()) + float(v.norm() * rtu.norm())
+    if not abs(left - right) <= ADJOINT_TOLERANCE * max(scale, 1e-300):
+        raise UserError(f"sketch '{sketch.kind}': its _adjoint is not the transpose of its _apply (<R v, u> = "
+                        f"{left:.6g} against <v, R^T u> = {right:.6g} for random v and u)")
 
 
 def check_sketch_params(kind: str, params: dict, b: int | None = None) -> None:

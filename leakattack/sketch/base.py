@@ -145,7 +145,7 @@ class Sketch:
         self._check(v, "apply", "v", self.d, "d")
         if v.device != self.device:
             self.to(v.device)
-        return self._apply(v)
+        return self._returned(self._apply(v), v, "_apply", self.b, "b")
 
     def adjoint(self, u: torch.Tensor) -> torch.Tensor:
         """R^T u for u of shape (..., b); returns (..., d).  A u that is not a floating-point tensor whose last
@@ -153,7 +153,17 @@ class Sketch:
         self._check(u, "adjoint", "u", self.b, "b")
         if u.device != self.device:
             self.to(u.device)
-        return self._adjoint(u)
+        return self._returned(self._adjoint(u), u, "_adjoint", self.d, "d")
+
+    def _returned(self, out, t: torch.Tensor, method: str, n: int, dim: str) -> torch.Tensor:
+        """``out`` if it is a tensor of ``t``'s shape with its last dimension ``n``, else one UserError sentence
+        naming the family's method (a shape comparison: no device sync)."""
+        want = (*t.shape[:-1], n)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+            got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise UserError(f"{self.kind} sketch {method} returned {got} for an input of shape {tuple(t.shape)}; it "
+                            f"must return shape {want} (last dimension {dim} = {n})")
+        return out
 
     def _check(self, t, method: str, arg: str, n: int, dim: str) -> None:
         """Refuse what ``method`` cannot map in one sentence (a type, shape and dtype comparison: no device sync)."""

@@ -33,6 +33,7 @@ from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
+from ..plugins import load_plugins
 from ..progress import progress_bar
 from ..rebuilt import REBUILT, batch_images
 from ..results import (
@@ -93,6 +94,7 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
     own, printed when it was read) are not printed again.
     """
     _warned.update(warned)
+    load_plugins()  # a worker process's first point: the names the coordinator's plugins registered
     with sweep_warnings(_warned):
         p = experiment.prepare(RunConfig.from_dict(params))
         out = experiment.execute(p, progress=False, with_lpips=with_lpips)

@@ -187,8 +187,16 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     if init is not None:
         initialise(module, init, torch_generator(seed))
     head = last_linear(module) if info["task"] == "classification" else None
-    return Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=info["loss"],
-                  task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
+    victim = Victim(model=module, input_shape=in_shape, num_classes=num_classes, loss=info["loss"],
+                    task=info["task"], head=head, bn_mode=bn_mode, name=name, meta={**meta, "init": init})
+    if _outside(builder):  # registered by the user's code: checked on one small batch, as a file.py:Name class is
+        victim.check_output()
+    return victim
+
+
+def _outside(builder) -> bool:
+    """Whether a registered builder comes from outside this package (the user's code, a plugin)."""
+    return not str(getattr(builder, "__module__", "") or "").startswith(__name__ + ".")
 
 
 def _checked_in_shape(name: str, in_shape) -> tuple[int, ...]:
@@ -225,8 +233,8 @@ def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) 
     except UserError:
         raise
     except (TypeError, ValueError, RuntimeError, ZeroDivisionError) as err:
-        if not params:  # the shape or classes do not fit: the caller names where they came from
-            raise
+        if not params and not _outside(builder):  # the shape or classes do not fit: the caller names where they
+            raise                                 # came from
         raise not_built(name, params, err) from None
     if not isinstance(module, nn.Module):
         raise UserError(f"the builder of model '{name}' returned {type(module).__name__}, not an nn.Module")

@@ -1,0 +1,155 @@
+"""What a researcher's own sketch or defense must do, checked where it is used: a sketch's outputs have the shapes
+the contract names and its adjoint is its transpose; a defense keeps the vector's shape and takes str and bool
+parameters from a spec; a registered name that clashes or reads as a flag is refused in one sentence."""
+
+import math
+
+import pytest
+import torch
+
+import defenses
+from defenses.base import Transform
+from defenses.registry import register_defense
+from leakattack.channel import Channel
+from leakattack.errors import UserError
+from leakattack.sketch import Sketch, get_sketch, register_sketch
+
+
+def subsample(kind: str, scale_adjoint: float = 1.0, extra_out: int = 0, short_adjoint: int = 0):
+    class Sub(Sketch):
+        def __init__(self, d, b, seed=0):
+            super().__init__(d=d, b=b, seed=seed)
+            self.idx = torch.randperm(d, generator=torch.Generator().manual_seed(seed))[:b]
+
+        def _apply(self, v):
+            out = v.index_select(-1, self.idx) * math.sqrt(self.d / self.b)
+            return torch.cat([out, out[..., :extra_out]], -1) if extra_out else out
+
+        def _adjoint(self, u):
+            out = u.new_zeros(*u.shape[:-1], self.d - short_adjoint)
+            return out.index_add(-1, self.idx, u * math.sqrt(self.d / self.b) * scale_adjoint)
+
+    Sub.kind = kind
+    return Sub
+
+
+def test_a_sketch_from_outside_is_held_to_its_shapes_and_its_adjoint(fresh_registries):
+    register_sketch(subsample("good-sub"))
+    R = get_sketch("good-sub", 50, 20, seed=1)
+    assert R.apply(torch.ones(3, 50, dtype=torch.float64)).shape == (3, 20)
+    register_sketch(subsample("twice-adjoint", scale_adjoint=2.0))
+    with pytest.raises(UserError, match="its _adjoint is not the transpose of its _apply"):
+        get_sketch("twice-adjoint", 50, 20, seed=1)
+    register_sketch(subsample("long-apply", extra_out=1))
+    with pytest.raises(UserError, match=r"long-apply sketch _apply returned shape \(21,\) for an input of shape "
+                                        r"\(50,\); it must return shape \(20,\)"):
+        get_sketch("long-apply", 50, 20, seed=1)
+    register_sketch(subsample("short-adjoint", short_adjoint=1))
+    with pytest.raises(UserError, match=r"short-adjoint sketch _adjoint returned shape \(49,\)"):
+        get_sketch("short-adjoint", 50, 20, seed=1)
+
+
+def test_registered_names_that_clash_or_read_as_flags_are_refused(fresh_registries):
+    with pytest.raises(ValueError, match=r"sketch 'srht' is registered twice \(the name is taken by "
+                                         r"leakattack\.sketch\.srht\.SRHTSketch\): choose another name"):
+        register_sketch(subsample("srht"))
+    with pytest.raises(ValueError, match="a name starting with '-' reads as a flag"):
+        register_sketch(subsample("-x"))
+
+
+class Mode(Transform):
+    name = "test-mode"
+    schema = {"mode": (str, "up or down", lambda v: v in ("up", "down")),
+              "flip": (bool, "true or false", lambda v: isinstance(v, bool))}
+
+    def __call__(self, v, gen):
+        out = v * (2.0 if self.params["mode"] == "up" else 0.5)
+        return -out if self.params.get("flip") else out
+
+
+class Shrink(Transform):
+    name = "test-shrink"
+
+    def __call__(self, v, gen):
+        return v[..., 1:]
+
+
+def test_a_defense_takes_str_and_bool_parameters_and_keeps_the_vector_shape(fresh_registries):
+    register_defense(Mode)
+    step = defenses.build("test-mode:mode=up:flip=true").steps[0]
+    assert step.params == {"mode": "up", "flip": True}
+    assert defenses.build(step.spec()).steps[0].params == step.params  # its spec reads back
+    with pytest.raises(UserError, match="test-mode': mode must be up or down, got 'sideways'"):
+        defenses.build("test-mode:mode=sideways:flip=no")
+    with pytest.raises(UserError, match="test-mode': flip must be true or false, got 'maybe'"):
+        defenses.build("test-mode:mode=up:flip=maybe")
+    register_defense(Shrink)
+    channel = Channel(get_sketch("none", 10, 10), "test-shrink@after_sketch")
+    with pytest.raises(UserError, match=r"defense step 'test-shrink@after_sketch' returned shape \(9,\) for a vector "
+                                        r"of shape \(10,\); a defense keeps the vector's shape, \(10,\)"):
+        channel.send(torch.ones(10))
+
+
+def test_a_defense_schema_of_another_type_is_refused_at_registration(fresh_registries):
+    class Listy(Transform):
+        name = "test-listy"
+        schema = {"ks": (list, "a list", lambda v: True)}
+
+    with pytest.raises(ValueError, match="schema entry 'ks' must be \\(type, description, predicate\\)"):
+        register_defense(Listy)
+
+
+class FiveScores(torch.nn.Module):
+    def __init__(self, in_shape, num_classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(int(torch.tensor(in_shape).prod()), 5)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+class NoShape(torch.nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, num_classes)
+
+
+def test_a_model_registered_from_outside_is_checked_as_a_model_file_is(fresh_registries):
+    import targets
+
+    targets.register_model("test-five", FiveScores)
+    with pytest.raises(UserError, match=r"model 'test-five' .* has 5 outputs for num_classes = 10"):
+        targets.get_model("test-five", num_classes=10, in_shape=(1, 4, 4))
+    targets.register_model("test-noshape", NoShape)
+    with pytest.raises(UserError, match="model 'test-noshape' could not be built with no parameters \\(TypeError: "):
+        targets.get_model("test-noshape", num_classes=10, in_shape=(1, 4, 4))
+
+
+def _flat_attack(name: str, value: float, label: int):
+    from leakattack.attacks import Attack, AttackResult
+
+    class Flat(Attack):
+        closed_form = True
+
+        def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+            x = torch.full((obs.batch_size, *obs.victim.input_shape), value, dtype=obs.y.dtype)
+            return AttackResult(x=x, labels=torch.full((obs.batch_size,), label), x0=x.clone(), losses=[0.0])
+
+    Flat.name = name
+    return Flat
+
+
+def test_an_attack_s_labels_outside_the_classes_are_refused_and_a_nan_image_is_said(fresh_registries, tmp_path,
+                                                                                   capsys):
+    from leakattack import cli
+    from leakattack.attacks import register_attack
+
+    register_attack("test-label99", _flat_attack("test-label99", 0.5, 99))
+    run = ["run", "--dataset", "digits", "--no-lpips", "--quiet"]
+    assert cli.main([*run, "--attack", "test-label99", "--out", str(tmp_path / "a")]) == 2
+    assert "attack 'test-label99' returned label 99, outside the classes 0..9" in capsys.readouterr().err
+    register_attack("test-nan", _flat_attack("test-nan", float("nan"), 0))
+    assert cli.main([*run, "--attack", "test-nan", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr()
+    assert "returned a reconstruction with 784 value(s) that are NaN or infinite" in out.err
+    assert out.out.startswith("not rebuilt")
