@@ -44,6 +44,10 @@ class Transform:
     def __call__(self, v: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
 
+    def changes_nothing(self) -> bool:
+        """Whether this step returns every vector unchanged at its parameters (noise of scale 0, pruning nothing)."""
+        return False
+
     def check(self, context: list["Transform"]) -> None:
         """Checks that need the steps before this one (e.g. z needs a clip); raise DefenseError."""
 

@@ -12,6 +12,9 @@ class Gaussian(Transform):
 
     name = "gaussian"
     schema = {"sigma": _nonneg, "z": _nonneg}
+
+    def changes_nothing(self) -> bool:
+        return all(self.params.get(k) == 0 for k in ("sigma", "z") if k in self.params)
     default_placement = BEFORE  # Algorithm 2: noise on the local gradient, then the sketch
     clip_C: float | None = None  #: C of the last clip before this step (set by check)
     clip_placement: str | None = None
@@ -39,6 +42,9 @@ class Laplace(Transform):
 
     name = "laplace"
     schema = {"b": _nonneg}
+
+    def changes_nothing(self) -> bool:
+        return self.params["b"] == 0
 
     def __call__(self, v, gen):
         b = self.params["b"]

@@ -23,5 +23,8 @@ class Prune(Transform):
     name = "prune"
     schema = {"p": (float, "a fraction in [0, 1)", lambda p: 0 <= p < 1)}
 
+    def changes_nothing(self) -> bool:
+        return self.params["p"] == 0
+
     def __call__(self, v, gen):
         return prune_smallest(v, self.params["p"])

@@ -131,6 +131,9 @@ def _as_int(value) -> int:
 
 def _split_step(text: str):
     placement = None
+    if text.count("@") > 1:
+        raise DefenseError(f"defense step '{text}' names {text.count('@')} placements: give one, "
+                           f"@{' or @'.join(PLACEMENTS)}")
     if "@" in text:
         text, placement = text.rsplit("@", 1)
         if placement not in PLACEMENTS:

@@ -142,7 +142,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if refusal:
         raise ConfigError(refusal)
     note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype,
-                             time_limit=duration_seconds(seeds.time_limit))
+                             time_limit=duration_seconds(seeds.time_limit), optimizer=seeds.optimizer)
     if note:
         warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
@@ -278,8 +278,9 @@ def message_settings(cfg: RunConfig, msg: Message) -> dict:
         settings["label_mode"] = "given"  # labels in the file are known to the attacker
     for key, value in settings.items():
         if cfg_value_differs(cfg, key, value):
+            shown = "none" if key == "defense" and not value else repr(value)
             raise ConfigError(f"{_FLAGS[key]} {getattr(cfg, key)!r} contradicts message file '{msg.path}', whose "
-                              f"{key.replace('_', ' ')} is {value!r}: leave {_FLAGS[key]} out")
+                              f"{key.replace('_', ' ')} is {shown}: leave {_FLAGS[key]} out")
     return settings
 
 

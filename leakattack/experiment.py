@@ -168,13 +168,25 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
     named = [parse_prior(text) for text in cfg.priors]
-    last = dict(named)  # the last weight of each name, the one used
-    for name in (n for n, count in Counter(n for n, _ in named).items() if count > 1):
-        warnings.warn(f"--prior {name} is given more than once: the last, {name}:{last[name]:g}, is used",
+    used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
+    if "tv" in used and not cfg.attack_class.closed_form:
+        used["tv"] = derived.tv
+    repeated = [n for n, count in Counter(n for n, _ in named).items() if count > 1]
+    for name in repeated:
+        warnings.warn(f"--prior {name} is given more than once: {name}:{used[name]:g} is used", SettingWarning,
+                      stacklevel=2)
+    for name in (n for n, w in used.items() if w == 0):
+        without = replace(cfg, priors=[t for t in cfg.priors if parse_prior(t)[0] != name])
+        if (without.derived().tv if name == "tv" else without.other_priors().get(name, 0)) == 0:
+            warnings.warn(f"--prior {name}:0 changes nothing: a weight of 0 turns the prior off, and it is off "
+                          "without it", SettingWarning, stacklevel=2)
+    explicit_tv = [w for n, w in named if n == "tv" and any(t.startswith("tv:") for t in cfg.priors)]
+    if cfg.set_by_user("tv") and explicit_tv and not cfg.attack_class.closed_form:
+        warnings.warn(f"--tv {cfg.tv:g} changes nothing: --prior tv:{explicit_tv[-1]:g} sets TV's weight",
                       SettingWarning, stacklevel=2)
-    if "tv" in cfg.priors and not cfg.attack_class.closed_form:  # a bare --prior tv keeps a TV weight already on
+    elif "tv" in cfg.priors and "tv" not in repeated and not cfg.attack_class.closed_form:
         kept = replace(cfg, priors=[t for t in cfg.priors if t != "tv"]).derived().tv
-        if kept > 0:
+        if kept > 0:  # a bare --prior tv keeps a TV weight already on
             warnings.warn(f"--prior tv changes nothing: TV is already on at weight {kept:g} (the recipe's or --tv's); "
                           "--prior tv:W sets another", SettingWarning, stacklevel=2)
     if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
@@ -189,7 +201,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       stacklevel=2)
     if case.victim.task == "regression" and cfg.label_mode != "given":
         cfg = replace(cfg, label_mode="given")  # what the attack used, as config.json records it
-    if cfg.set_by_user("bn_stats") and "bn" not in last:
+    if cfg.set_by_user("bn_stats") and "bn" not in used:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=2)
     # the flags that choose the attacked images from a data set: a message file's images are its own
@@ -203,6 +215,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("utility_steps") and not cfg.utility:
         warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
                       SettingWarning, stacklevel=2)
+    for step in defenses.build(cfg.defense or "").steps if not cfg.message else []:
+        if step.changes_nothing():
+            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
+                          "as it is", SettingWarning, stacklevel=2)
     if cfg.attacker_knows_clip and not cfg.message and not defenses.build(cfg.defense or "").clips():
         warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=2)
     if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
@@ -214,6 +230,11 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
         warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
                       "nothing", SettingWarning, stacklevel=2)
+    seedless = [f for f, given in (("--sketch-seed", cfg.sketch_seed is not None),
+                                   ("--sketch-unknown", not cfg.sketch_known)) if given]
+    if is_identity(cfg.sketch) and seedless and not cfg.protocol and not cfg.message:
+        warnings.warn(f"--sketch {cfg.sketch} draws nothing at random: {' and '.join(seedless)} change"
+                      f"{'s' if len(seedless) == 1 else ''} nothing", SettingWarning, stacklevel=2)
     if case.x is not None and case.x.ndim == 4 and min(case.x.shape[-2:]) < metrics.SSIM_WIN:
         raise ConfigError(f"the attacked images are {case.x.shape[-2]}x{case.x.shape[-1]} pixels, and a run scores "
                           f"images of at least {metrics.SSIM_WIN}x{metrics.SSIM_WIN} (SSIM's window)")

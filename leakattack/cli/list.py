@@ -35,8 +35,9 @@ def cmd_list(a) -> int:
         print(f"{a.model}: task {targets.task_of(a.model)}; recipe {recipe}; "
               "parameters (--model-param NAME=VALUE): "
               f"{', '.join(params) if params else 'none'}")
-        return 0
-    if a.attack:
+        if not a.attack:
+            return 0
+    if a.attack:  # both given: the model's line, then the attack's
         from .. import attacks
         from ..config.params import RUN_PARAMS, help_text
 

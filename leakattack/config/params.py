@@ -61,6 +61,9 @@ PARALLEL_EXAMPLES = 4
 POS_INT = Number(1, integer=True)
 NONNEG_INT = Number(0, integer=True)
 SEED = Number(0, MAX_SEED, integer=True, what="be an integer in [0, 2^63 - 1]")
+#: the master seed: the seeds derived from it (it plus 1, 2 and 3) stay seeds
+MASTER_SEED = Number(0, MAX_SEED - 3, integer=True, what="be an integer in [0, 2^63 - 4] (the seeds derived from it "
+                     "are it plus 1, 2 and 3)")
 
 #: the run parameters, in the order of ``leakattack run --help``
 RUN_PARAMS: tuple[Param, ...] = (
@@ -184,10 +187,12 @@ RUN_PARAMS: tuple[Param, ...] = (
           "best sweep, no further solve step or label set); with a step schedule its "
           "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: "
           f"{names.IG_TIME_LIMIT / 60:g}m for ig, none for dlg)"),
-    Param("seed", 0, SEED, "seed", "master seed"),
+    Param("seed", 0, MASTER_SEED, "seed",
+          "master seed (the sketch, start and noise seeds are it plus 1, 2 and 3 unless given)"),
     # data
     Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
-          "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs)", "data"),
+          "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs; with "
+          "--protocol: digits, the protocols' training set)", "data"),
     Param("data_root", None, Optional(PathName("folder")), "data root",
           "folder holding torchvision data sets (mnist, cifar10, cifar100), or ROOT/<class>/<images> for imagefolder",
           "data"),

@@ -62,6 +62,28 @@ def folder_kind(path) -> str | None:
     return None
 
 
+#: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``)
+TEMPORARY_NAME_EXTRA = 16
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system, among others: not there
+        return False
+
+
+def _name_max(path: Path) -> int:
+    """The longest file name (bytes) the file system holding ``path`` (its nearest existing folder) takes."""
+    folder = Path(os.path.abspath(path))
+    while folder != folder.parent and not _exists(folder):
+        folder = folder.parent
+    try:
+        return int(os.pathconf(folder if folder.is_dir() else folder.parent, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no answer: the common limit
+        return 255
+
+
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
     filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
@@ -72,6 +94,12 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
     path = Path(out)
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
+    limit = _name_max(path) - TEMPORARY_NAME_EXTRA
+    if len(os.fsencode(longest)) > limit:
+        raise UserError(f"--out names '{longest[:24]}...', a name of {len(os.fsencode(longest))} bytes, and this file "
+                        f"system takes {limit} at most here (its limit less the temporary name written beside it): "
+                        "name a shorter one")
     if file is None and path.resolve() == Path(path.resolve().anchor):
         raise UserError(f"--out '{out}' is the root folder, which a command never fills or replaces: name a folder "
                         "under it")

@@ -232,8 +232,12 @@ class RowBlockSketch(Sketch):
         block 0."""
         if self._regeneration_s is None:  # once per sketch: a run's warning and its refusal read the same estimate
             t0 = time.perf_counter()
-            self._make_block(0)
-            self._regeneration_s = 2 * self.n_blocks * (time.perf_counter() - t0)
+            blk = self._make_block(0)
+            t1 = time.perf_counter()
+            wide = blk.to(torch.float64)  # what a pass does with each block: the default dtype's two products
+            (torch.ones(1, self.d, dtype=torch.float64) @ wide.T) @ wide
+            t2 = time.perf_counter()
+            self._regeneration_s = self.n_blocks * (2 * (t1 - t0) + (t2 - t1))
         return self._regeneration_s
 
     # -- Sketch API ------------------------------------------------------------
@@ -262,7 +266,7 @@ def _too_large(sketch: RowBlockSketch, dtype) -> str:
 
 
 def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS,
-                      time_limit: float | None = None) -> str | None:
+                      time_limit: float | None = None, optimizer: str | None = None) -> str | None:
     """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` iterations' apply+adjoint pairs, with
     the :data:`RUN_EVALUATIONS` pairs every run adds, are estimated to take longer than ``limit_s`` seconds (None
     otherwise): the estimate, where the attack's ``time_limit`` (seconds) cuts it, and the cheaper choices."""
@@ -272,11 +276,13 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
     total = per * (evaluations + RUN_EVALUATIONS)
     if total <= limit_s:
         return None
-    return (f"{_too_large(sketch, dtype)}, so it regenerates them twice per iteration: about {per:.2g} s each, "
-            f"{duration_text(total)} for {evaluations} iterations and "
+    more = " at least" if optimizer == "lbfgs" else ""  # its line search evaluates more than once in most steps
+    return (f"{_too_large(sketch, dtype)}, so it regenerates them twice per evaluation: about {per:.2g} s each,"
+            f"{more} {duration_text(total)} for {evaluations} iterations"
+            + (" (L-BFGS's line search evaluates more than once in most of them)" if more else "") + " and "
             f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
             "verdict)" + (f"; the attack's time limit of {duration_text(time_limit)} stops it after "
-                          + (f"about {int(time_limit / per)} of them" if time_limit >= per else "its first")
+                          + (f"at most {int(time_limit / per)} of them" if time_limit >= per else "its first")
                           if time_limit is not None and time_limit < per * evaluations else "")
             + "; use --sketch srht or countsketch, or a larger --sketch-memory")
 
