@@ -153,3 +153,29 @@ def test_an_attack_s_labels_outside_the_classes_are_refused_and_a_nan_image_is_s
     out = capsys.readouterr()
     assert "returned a reconstruction with 784 value(s) that are NaN or infinite" in out.err
     assert out.out.startswith("not rebuilt")
+
+
+def test_an_attack_s_options_are_checked_against_its_own_constraint_and_constructor(fresh_registries):
+    from leakattack.attacks import Attack, register_attack
+    from leakattack.constraints import Number, Param
+
+    class Loud(Attack):
+        name = "test-loud"
+        closed_form = True
+        options = (Param("loudness", 5.0, Number(0, 1), "loudness", "how loud"),)
+
+        def __init__(self, *, loudness=5.0):
+            self.loudness = loudness
+
+        def reconstruct(self, obs, **kwargs):
+            raise NotImplementedError
+
+    with pytest.raises(ValueError, match="option 'loudness' with the default 5.0, which its own constraint refuses"):
+        register_attack("test-loud", Loud)
+
+    class Deaf(Loud):
+        name = "test-deaf"
+        options = (Param("quietness", 0.5, Number(0, 1), "quietness", "how quiet"),)
+
+    with pytest.raises(ValueError, match="option 'quietness', which its __init__ does not take"):
+        register_attack("test-deaf", Deaf)

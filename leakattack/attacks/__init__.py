@@ -81,8 +81,8 @@ def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
     (:func:`~leakattack.registry.name_error`); ``cls`` not an :class:`Attack` subclass (an instance, another class:
     ``TypeError``) or one without its own ``reconstruct``; a class whose ``name`` attribute, set on it or on a class
     it inherits from other than ``Attack``, differs from ``name`` (its messages would name another attack: set
-    ``name`` on the class); an option that is not a ``Param``, or whose name is a run parameter's (its flag would be
-    that parameter's).
+    ``name`` on the class); an option that is not a ``Param``, whose name is a run parameter's (its flag would be
+    that parameter's), whose default its own constraint refuses, or which ``__init__`` does not take.
     """
     _ATTACKS.check_name(name)
     if not (isinstance(cls, type) and issubclass(cls, Attack)):
@@ -102,6 +102,16 @@ def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
     if taken:
         raise ValueError(f"attack class {cls.__name__} declares an option '{taken[0]}', the name of a run parameter: "
                          f"give the option another name")
+    outside = [p for p in options if not p.constraint.ok(p.default)]
+    if outside:
+        raise ValueError(f"attack class {cls.__name__} declares option '{outside[0].name}' with the default "
+                         f"{outside[0].default!r}, which its own constraint refuses")
+    params = inspect.signature(cls.__init__).parameters
+    if not any(q.kind == q.VAR_KEYWORD for q in params.values()):
+        untaken = [p.name for p in options if p.name not in params]
+        if untaken:
+            raise ValueError(f"attack class {cls.__name__} declares option '{untaken[0]}', which its __init__ does "
+                             "not take: add it as a keyword argument")
     return _ATTACKS.register(name, cls)
 
 

@@ -94,7 +94,7 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
     path = Path(out)
-    longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
     limit = _name_max(path) - TEMPORARY_NAME_EXTRA
     if len(os.fsencode(longest)) > limit:
         raise UserError(f"--out names '{longest[:24]}...', a name of {len(os.fsencode(longest))} bytes, and this file "

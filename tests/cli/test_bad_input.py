@@ -30,7 +30,7 @@ def _refused(argv, needle, root, capsys):
     (["--round", "3", "--client", "2"], "--round and --client choose a protocol's message: give --protocol too"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
-    (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 1]"),
+    (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 4]"),
     (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
     (["--sketch", "sparse", "--sketch-param", "s=0"], "s must be an integer in [1, min(b, 64)], got 0"),
     (["--sketch", "sparse", "--sketch-param", "s=abc"], "s must be an integer in [1, min(b, 64)], got 'abc'"),

@@ -39,7 +39,7 @@ register_attack("NAME", Flat)
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch, request):
+def plugin(tmp_path, monkeypatch, request, fresh_registries):
     (tmp_path / "plugin_neighbour_for_leakattack.py").write_text("LEVEL = 0.5\n")
     name = f"plugin-flat-{request.node.name[5:13]}"  # one name per test: the registry is the process's
     (tmp_path / "myplugin.py").write_text(textwrap.dedent(PLUGIN).replace("NAME", name))
@@ -67,7 +67,7 @@ def test_a_sweep_s_spawned_workers_import_the_plugin(plugin, capsys):
     assert len(lines) == 2
 
 
-def test_a_plugin_that_does_not_import_is_one_sentence(tmp_path, monkeypatch, capsys):
+def test_a_plugin_that_does_not_import_is_one_sentence(tmp_path, monkeypatch, capsys, fresh_registries):
     (tmp_path / "broken.py").write_text("raise RuntimeError('no')\n")
     monkeypatch.setenv(plugins.ENV, str(tmp_path / "broken.py"))
     assert cli.main(["list"]) == 2

@@ -200,7 +200,7 @@ def test_a_ratio_given_to_the_identity_sketch_or_a_prior_given_twice_warns():
     for given in ({"sketch_ratio": 0.3}, {"sketch_dim": 100}):
         with pytest.warns(SettingWarning, match="--sketch none sends the whole gradient"):
             prepare(RunConfig(model="lenet", dataset="digits", sketch="none", device="cpu", **given))
-    with pytest.warns(SettingWarning, match="--prior tv is given more than once: the last, tv:0.2, is used"):
+    with pytest.warns(SettingWarning, match="--prior tv is given more than once: tv:0.2 is used"):
         prepare(RunConfig(model="lenet", dataset="digits", priors=["tv", "tv:0.2"], device="cpu"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", SettingWarning)
@@ -218,8 +218,11 @@ def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_meas
         prepare(RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1))
     for quiet in (RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1),
                   RunConfig(model="resnet20", priors=["bn"], bn_stats="client", device="cpu", iterations=1),
-                  RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1),
-                  RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1)):
+                  RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1)):
         with warnings.catch_warnings():
             warnings.simplefilter("error", SettingWarning)
             prepare(quiet)
+    with pytest.warns(SettingWarning) as said:  # a weight of 0: only that it changes nothing
+        prepare(RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1))
+    assert [str(w.message).split(":")[0] for w in said] == ["--prior bn"]
+    assert "changes nothing" in str(said[0].message)

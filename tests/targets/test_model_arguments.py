@@ -53,8 +53,8 @@ def test_an_unknown_model_is_named_before_its_arguments():
 
 
 def test_register_model_declares_the_rank_its_model_takes(fresh_models):
-    targets.register_model("flat2d", lambda in_shape, num_classes: torch.nn.Linear(in_shape[0] * in_shape[1],
-                                                                                   num_classes), in_rank=2)
+    targets.register_model("flat2d", lambda in_shape, num_classes: torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(in_shape[0] * in_shape[1], num_classes)), in_rank=2)
     assert targets.get_model("flat2d", num_classes=2, in_shape=(2, 3)).d == 2 * 6 + 2
     with pytest.raises(UserError, match=r"^model 'flat2d' takes an in_shape of 2 entries, got \(1, 2, 3\)$"):
         targets.get_model("flat2d", num_classes=2, in_shape=(1, 2, 3))
