@@ -39,29 +39,44 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
-def _import_file(path: Path):
-    """Import the .py file ``path`` as its own module, with its folder first on sys.path while it runs (its
-    neighbours import), as ``python file.py`` has it."""
+def import_file(path: Path, label: str, prefix: str):
+    """Import the .py file ``path`` as module ``prefix`` + a digest of its absolute path (classes defined in it
+    pickle by that name: a spawned worker that imports the same file finds them), with its folder first on sys.path
+    while it runs, as ``python file.py`` has it (it imports its neighbours).  ``label`` names it in the one UserError
+    sentence of a missing file or a failed import (``"model file 'net.py'"``)."""
     import importlib.util
 
     if not path.is_file():
-        raise UserError(f"plugin file '{path}' ({ENV}) does not exist")
-    name = f"leakattack_plugin_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+        raise UserError(f"{label} does not exist")
+    name = f"{prefix}{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise UserError(f"plugin file '{path}' ({ENV}) cannot be imported as Python")
+        raise UserError(f"{label} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its classes pickle by this name: spawned workers import the same file first
+    sys.modules[name] = module
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(name, None)
-        raise UserError(f"plugin file '{path}' ({ENV}) could not be imported ({_first_line(err)})") from None
+        raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
     finally:
-        sys.path.remove(folder)
+        sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
     return module
+
+
+def import_module_named(name: str, label: str, missing: str):
+    """``importlib.import_module(name)``, or one UserError sentence: ``missing`` where the module itself is not
+    found, ``label`` and the error where it (or an import of its own) fails."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            raise UserError(missing) from None
+        raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
+    except Exception as err:
+        raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
 
 
 def named() -> list[str]:
@@ -77,17 +92,11 @@ def load_plugins() -> list[str]:
         if key in _loaded:
             continue
         if item.endswith(".py"):
-            _loaded[key] = _import_file(Path(item))
-            continue
-        try:
-            _loaded[key] = importlib.import_module(item)
-        except ModuleNotFoundError as err:
-            if err.name and (item == err.name or item.startswith(err.name + ".")):
-                raise UserError(f"plugin '{item}' ({ENV}) is no importable module: name a module on the Python "
-                                "path or a .py file") from None
-            raise UserError(f"plugin '{item}' ({ENV}) could not be imported ({_first_line(err)})") from None
-        except Exception as err:
-            raise UserError(f"plugin '{item}' ({ENV}) could not be imported ({_first_line(err)})") from None
+            _loaded[key] = import_file(Path(item), f"plugin file '{item}' ({ENV})", "leakattack_plugin_")
+        else:
+            _loaded[key] = import_module_named(item, f"plugin '{item}' ({ENV})",
+                                               f"plugin '{item}' ({ENV}) is no importable module: name a module on "
+                                               "the Python path or a .py file")
     for ep in importlib.metadata.entry_points(group=GROUP):
         key = f"entry point {ep.name} = {ep.value}"
         if key in _loaded:
@@ -100,4 +109,4 @@ def load_plugins() -> list[str]:
     return list(_loaded)
 
 
-__all__ = ["ENV", "GROUP", "load_plugins", "named"]
+__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named"]

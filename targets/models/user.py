@@ -18,16 +18,13 @@ is, where the defaults do not fit:
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 
 from torch import nn
 
 from leakattack.errors import UserError
+from leakattack.plugins import import_file, import_module_named
 
 from ..victim import TASKS, Victim, cross_entropy, first_line, last_linear, output_problem, squared_error
 
@@ -37,51 +34,20 @@ def is_user_spec(name: str) -> bool:
     return isinstance(name, str) and ":" in name
 
 
-def _import_file(path: Path):
-    if not path.is_file():
-        raise UserError(f"model file '{path}' does not exist")
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    modname = f"leakattack_user_model_{digest}"
-    spec = importlib.util.spec_from_file_location(modname, path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"model file '{path}' cannot be imported as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module  # classes defined in it can then be pickled and introspected
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)  # its own folder first, as `python file.py` has it: the file imports its neighbours
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        sys.modules.pop(modname, None)
-        raise UserError(f"model file '{path}' could not be imported ({first_line(err)})") from None
-    finally:
-        sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
-    return module
-
-
-def _import_module(name: str):
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name and (name == err.name or name.startswith(err.name + ".")):
-            raise UserError(f"no module named '{name}' (name a file as path/to/file.py:Name "
-                            "or an importable module as package.module:Name)") from None
-        raise UserError(f"module '{name}' could not be imported ({first_line(err)})") from None
-    except Exception as err:
-        raise UserError(f"module '{name}' could not be imported ({first_line(err)})") from None
-
-
 def user_class(spec: str) -> type:
     """The ``nn.Module`` subclass named by ``path/to/file.py:Name`` or ``package.module:Name``."""
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise UserError(f"model '{spec}' is not of the form path/to/file.py:Name or package.module:Name")
     if where.endswith(".py"):
-        module, place = _import_file(Path(where)), f"model file '{where}'"
+        module, place = import_file(Path(where), f"model file '{where}'", "leakattack_user_model_"), \
+            f"model file '{where}'"
     elif "/" in where or "\\" in where:
         raise UserError(f"model file '{where}' is not a .py file")
     else:
-        module, place = _import_module(where), f"module '{where}'"
+        module, place = import_module_named(where, f"module '{where}'", f"no module named '{where}' (name a "
+                                            "file as path/to/file.py:Name or an importable module as "
+                                            "package.module:Name)"), f"module '{where}'"
     if not hasattr(module, attr):
         raise UserError(f"{place} has no attribute '{attr}'")
     cls = getattr(module, attr)
