@@ -916,8 +916,8 @@ def _check_penalty(name: str, value) -> None:
         raise UserError(f"the prior named '{name}' returned a tensor of {str(value.dtype).replace('torch.', '')}, not "
                         "a floating-point scalar (a penalty has a gradient in x)")
     if not bool(torch.isfinite(value)):  # once, at the start: one sync
-        raise UserError(f"the prior named '{name}' returned {float(value)} at the attack's start: a penalty is a "
-                        "finite number")
+        raise UserError(f"the prior named '{name}' returned {float(value.detach())} at the attack's start: a "
+                        "penalty is a finite number")
 
 
 #: glibc's mallopt parameters (malloc.h): the most blocks served by mmap, and the free heap top kept unreturned
