@@ -297,6 +297,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     if shape:
         victim += f" ({'×'.join(map(str, shape))}"
         victim += f", {derived['num_classes']} classes)" if derived.get("num_classes") else ")"
+    if run.get("data_root") and not run.get("message"):
+        victim += f" from {run['data_root']}"
     weights = run.get("weights") or (f"random initial weights (model seed {derived.get('model_seed')})"
                                      if derived.get("model_seed") is not None else "random initial weights")
     rows = [("victim", f"{victim}; {weights}")]

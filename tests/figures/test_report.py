@@ -684,3 +684,9 @@ def test_a_share_of_the_summary_table_keeps_a_tenth_where_it_is_not_a_whole_perc
     from leakattack.figures.report import _percent
 
     assert [_percent(v) for v in (0.0, 0.75, 0.125, 1 / 3, 1.0)] == ["0%", "75%", "12.5%", "33.3%", "100%"]
+
+
+def test_the_victim_row_names_an_image_folder_s_root(tmp_path):
+    folder = _with_config(tmp_path, "own", run=dict(dataset="imagefolder", data_root="/data/my images"),
+                          derived=dict(dataset="imagefolder", in_shape=[3, 32, 32], num_classes=2))
+    assert "on imagefolder (3×32×32, 2 classes) from /data/my images" in build_report([folder])
