@@ -124,7 +124,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         if nested:
             names = " and ".join(f"'{k}'" for k in nested[:3])
             raise UserError(f"weights file '{path}' is a training checkpoint with a state_dict under {names}: save "
-                            f"that alone, e.g. torch.save(torch.load(F)[{nested[0]!r}], 'weights.pt')")
+                            "that alone, e.g. torch.save(torch.load(F, weights_only=True)"
+                            f"[{nested[0]!r}], 'weights.pt')")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"weights file '{path}' holds no state_dict (a dict of tensors) nor a flat weight vector")
     own = model.state_dict()
