@@ -215,11 +215,12 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("utility_steps") and not cfg.utility:
         warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
                       SettingWarning, stacklevel=2)
-    for step in defenses.build(cfg.defense or "").steps if not cfg.message else []:
+    pipeline = defenses.build("" if cfg.message else cfg.defense or "")  # a message file's defense is its own
+    for step in pipeline.steps:
         if step.changes_nothing():
             warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
                           "as it is", SettingWarning, stacklevel=2)
-    if cfg.attacker_knows_clip and not cfg.message and not defenses.build(cfg.defense or "").clips():
+    if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
         warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=2)
     if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
         warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "

@@ -32,6 +32,7 @@ ENV = "LEAKATTACK_PLUGINS"
 GROUP = "leakattack.plugins"
 
 _loaded: dict[str, object] = {}
+_scanned = False
 
 
 def _first_line(err: BaseException) -> str:
@@ -87,6 +88,7 @@ def named() -> list[str]:
 def load_plugins() -> list[str]:
     """Import every plugin not imported yet (``LEAKATTACK_PLUGINS``, then the ``leakattack.plugins`` entry
     points); return the names of all imported so far.  A plugin that fails is a UserError sentence."""
+    global _scanned
     for item in named():
         key = str(Path(item).resolve()) if item.endswith(".py") else item
         if key in _loaded:
@@ -97,6 +99,8 @@ def load_plugins() -> list[str]:
             _loaded[key] = import_module_named(item, f"plugin '{item}' ({ENV})",
                                                f"plugin '{item}' ({ENV}) is no importable module: name a module on "
                                                "the Python path or a .py file")
+    if _scanned:  # the installed packages' entry points, read once a process (a sweep worker asks at every point)
+        return list(_loaded)
     for ep in importlib.metadata.entry_points(group=GROUP):
         key = f"entry point {ep.name} = {ep.value}"
         if key in _loaded:
@@ -106,6 +110,7 @@ def load_plugins() -> list[str]:
         except Exception as err:
             raise UserError(f"plugin entry point '{ep.name}' ({ep.value}, group {GROUP}) could not be imported "
                             f"({_first_line(err)})") from None
+    _scanned = True  # after every one imported: one that failed fails again at the next call
     return list(_loaded)
 
 

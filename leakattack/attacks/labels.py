@@ -323,11 +323,7 @@ def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int
     first (:func:`fitted_scale`; the sign rules do not depend on it, the count rules do)."""
     if rule not in _RULES:
         raise ValueError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
-    read = read_head(victim, sketch, y)
-    stats = probe(victim, probes, y) if rule in _NEEDS_PROBES or scale_unknown else None
-    if scale_unknown:
-        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
-    return _read(rule, victim, read, int(batch_size), stats)
+    return recover_labels_by_rule(victim, sketch, y, batch_size, (rule,), probes, scale_unknown)[rule]
 
 
 def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rules=LABEL_RULES,
@@ -337,11 +333,17 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
     unknown = [r for r in rules if r not in _RULES]
     if unknown:
         raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
-    read = read_head(victim, sketch, y)
     stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) or scale_unknown else None
-    if scale_unknown:
-        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
-    return _by_rule(victim, read, batch_size, rules, stats)
+    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
+                    stats)
+
+
+def _readout(victim, sketch, y: torch.Tensor, batch_size: int, stats: ProbeStats | None, probes: int,
+             scale_unknown: bool) -> HeadReadout:
+    """The head's readout of message y (:func:`read_head`), at the fitted scale where ``scale_unknown``
+    (:func:`_at_scale`)."""
+    read = read_head(victim, sketch, y)
+    return _at_scale(victim, read, int(batch_size), stats, probes, y) if scale_unknown else read
 
 
 def _by_rule(victim, read: HeadReadout, batch_size: int, rules, stats: ProbeStats | None) -> dict[str, torch.Tensor]:
@@ -366,10 +368,8 @@ def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes
     One readout of the head and one probe pass serve them all."""
     stats = probe(victim, probes, y)
     rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
-    read = read_head(victim, sketch, y)
-    if scale_unknown:
-        read = _at_scale(victim, read, int(batch_size), stats, probes, y)
-    return _by_rule(victim, read, batch_size, rules, stats)
+    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
+                    stats)
 
 
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -132,20 +132,23 @@ class _Batch:
         """D^T U (H x B): the block's G V as the model gives it for these examples, at the model's own scale."""
         return D.T @ (A / (self.v @ A)).T
 
-    def residual(self, A: torch.Tensor, D: torch.Tensor, t: float = 1.0) -> torch.Tensor:
-        """r = t D^T U - G V, for a message that is the gradient times ``t`` (1: the gradient itself)."""
-        return t * self.predicted(A, D) - self.Y
+    def residual(self, A: torch.Tensor, D: torch.Tensor, t: float = 1.0, P: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+        """r = t D^T U - G V, for a message that is the gradient times ``t`` (1: the gradient itself); ``P``: D^T U
+        where the caller has it (:meth:`predicted`)."""
+        return t * (self.predicted(A, D) if P is None else P) - self.Y
 
     def scale(self, P: torch.Tensor) -> float:
         """The t minimising ||t P - G V|| for the prediction P = D^T U: a 1-D least squares in closed form (the
         message's scale against the model's gradient: C / ||g|| under a clip of the whole update to C)."""
         return float((P * self.Y).sum()) / max(float(P.pow(2).sum()), 1e-300)
 
-    def scaled_system(self, A: torch.Tensor, D: torch.Tensor, r: torch.Tensor, t: float
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    def scaled_system(self, A: torch.Tensor, D: torch.Tensor, r: torch.Tensor, t: float,
+                      P: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """J^T J and J^T r ((B^2 + 1) x (B^2 + 1), B^2 + 1) of r = t D^T U - G V for the unknowns A[k, i] and then t:
-        J = [t J_A | vec(D^T U)], with J_A the Jacobian of D^T U (:meth:`system`)."""
-        P = self.predicted(A, D)
+        J = [t J_A | vec(D^T U)], with J_A the Jacobian of D^T U (:meth:`system`); ``P``: D^T U where the caller has
+        it."""
+        P = self.predicted(A, D) if P is None else P
         JtJ, Jtr, JtP = self._system(A, D, (r, P))
         n = JtJ.shape[0]
         full = JtJ.new_empty(n + 1, n + 1)
@@ -218,29 +221,30 @@ def solve_span(victim, layer: nn.Linear, block: torch.Tensor, labels: torch.Tens
 
     def evaluate(A):
         D = batch.deltas(A)
-        t = batch.scale(batch.predicted(A, D)) if free_scale else 1.0
-        r = batch.residual(A, D, t)
-        return D, t, r, float(r.pow(2).sum())
+        P = batch.predicted(A, D)
+        t = batch.scale(P) if free_scale else 1.0
+        r = batch.residual(A, D, t, P)
+        return D, P, t, r, float(r.pow(2).sum())
 
     for start in range(starts):
         x0 = torch.rand(B, m, generator=gen, dtype=torch.float64).to(block)
         A = batch.V.T @ torch.cat([x0, torch.ones_like(x0[:, :1])], 1).T
         A = A / (batch.v @ A)
-        D, t, r, cost = evaluate(A)
+        D, P, t, r, cost = evaluate(A)
         lam = 1e-3
         for step_no in range(steps):
             if cost ** 0.5 <= tol * size or (step_no and halt_reason(deadline)):
                 break
-            JtJ, Jtr = batch.scaled_system(A, D, r, t) if free_scale else batch.system(A, D, r)
+            JtJ, Jtr = batch.scaled_system(A, D, r, t, P) if free_scale else batch.system(A, D, r)
             diag = JtJ.diagonal().clamp_min(1e-30 * float(JtJ.diagonal().max()))
             taken += 1
             while lam <= DAMP_MAX:
                 step = torch.linalg.solve(JtJ + lam * torch.diag(diag), -Jtr)
                 An = A + step[:B * B].view(B, B)
                 An = An / (batch.v @ An)
-                Dn, tn, rn, new = evaluate(An)
+                Dn, Pn, tn, rn, new = evaluate(An)
                 if new < cost:
-                    A, D, t, r, cost, lam = An, Dn, tn, rn, new, max(lam / 3, DAMP_MIN)
+                    A, D, P, t, r, cost, lam = An, Dn, Pn, tn, rn, new, max(lam / 3, DAMP_MIN)
                     break
                 lam *= 4
             if lam > DAMP_MAX:

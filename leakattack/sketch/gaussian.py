@@ -276,10 +276,10 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
     total = per * (evaluations + RUN_EVALUATIONS)
     if total <= limit_s:
         return None
-    more = " at least" if optimizer == "lbfgs" else ""  # its line search evaluates more than once in most steps
+    more = " at least" if optimizer == "lbfgs" else ""  # its line search may evaluate more than once a step
     return (f"{_too_large(sketch, dtype)}, so it regenerates them twice per evaluation: about {per:.2g} s each,"
             f"{more} {duration_text(total)} for {evaluations} iterations"
-            + (" (L-BFGS's line search evaluates more than once in most of them)" if more else "") + " and "
+            + (" (L-BFGS's line search may evaluate more than once an iteration)" if more else "") + " and "
             f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
             "verdict)" + (f"; the attack's time limit of {duration_text(time_limit)} stops it after "
                           + (f"at most {int(time_limit / per)} of them" if time_limit >= per else "its first")
