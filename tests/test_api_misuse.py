@@ -115,6 +115,22 @@ def test_an_image_size_that_is_no_pixel_count_is_one_sentence(size):
         get_dataset("photos", image_size=size)
 
 
+def test_images_too_small_to_score_are_warned_of_before_any_attack():
+    """Below SSIM's window (11 px) assess refuses the reconstruction: said when the images are cut, not after."""
+    import warnings
+
+    from leakattack.data import SCORED_IMAGE_SIZE, get_dataset
+    from leakattack.metrics import SSIM_WIN
+
+    assert SCORED_IMAGE_SIZE == SSIM_WIN
+    with pytest.warns(UserWarning, match=r"^images of 10x10 pixels cannot be scored: SSIM, and so assess\(\), needs "
+                                         r"at least 11x11$"):
+        assert get_dataset("photos", image_size=10).in_shape == (3, 10, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get_dataset("photos", image_size=SCORED_IMAGE_SIZE)
+
+
 def test_an_observation_whose_victim_changed_since_is_refused_by_every_attack():
     from leakattack import get_attack
 

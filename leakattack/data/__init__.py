@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import warnings
 from pathlib import Path
 
 from leakattack.registry import Registry
@@ -33,6 +34,9 @@ from .torchvision_sets import load_torchvision
 
 #: the largest image side a set is cut to (--image-size's bound)
 MAX_IMAGE_SIZE = 1024
+#: the smallest side a reconstruction can be scored at: the width of SSIM's window (metrics.SSIM_WIN), which
+#: --image-size takes as its lower bound; the API cuts smaller images with a warning (a seed search needs no score)
+SCORED_IMAGE_SIZE = 11
 
 _REGISTRY = Registry("dataset", DataError)
 _ORDER: list[str] = []  # registration order, which list_datasets() keeps (Registry.names() sorts)
@@ -88,6 +92,9 @@ def get_dataset(name: str, root=None, download: bool = False, train: bool = True
         raise DataError(f"image_size must be a whole number of pixels from 1 to {MAX_IMAGE_SIZE}, got "
                         f"{type(image_size).__name__} {image_size!r}")
     size = None if image_size is None else int(image_size)
+    if size is not None and size < SCORED_IMAGE_SIZE:
+        warnings.warn(f"images of {size}x{size} pixels cannot be scored: SSIM, and so assess(), needs at least "
+                      f"{SCORED_IMAGE_SIZE}x{SCORED_IMAGE_SIZE}", stacklevel=2)
     if _REGISTRY.meta(key)["offline"]:
         return _load_cached(key, None, False, True, size)
     root_key = None if root is None else str(Path(root).expanduser().resolve())
@@ -115,6 +122,6 @@ def reads_root(name: str) -> bool:
 #: The former name of :func:`get_dataset`, kept as an alias for callers not yet switched.
 load_dataset = get_dataset
 
-__all__ = ["BATCH_DRAWS", "DataError", "ImageFolderSet", "ImageSet", "PHOTO_NAMES", "batch_positions", "get_batch",
-           "get_dataset", "input_shape", "list_datasets", "load_dataset", "reads_root", "register_dataset",
-           "train_test_split"]
+__all__ = ["BATCH_DRAWS", "DataError", "ImageFolderSet", "ImageSet", "MAX_IMAGE_SIZE", "SCORED_IMAGE_SIZE",
+           "PHOTO_NAMES", "batch_positions", "get_batch", "get_dataset", "input_shape", "list_datasets",
+           "load_dataset", "reads_root", "register_dataset", "train_test_split"]

@@ -118,13 +118,17 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
 
     ``write`` fills a temporary folder beside ``folder``, which is then renamed
     into place (replacing an earlier run in ``folder``): an interrupted write
-    leaves no folder that looks finished.  ``fresh``: a name chosen to be new
+    leaves no folder that looks finished.  A ``folder`` that is a symbolic link
+    stays one: the folder it points to is written so.  ``fresh``: a name chosen to be new
     (:func:`default_run_dir`) is never replaced; where another process took it
     since, the folder becomes ``folder-2``, ``folder-3``, ... (the first name
     this process creates itself).
     """
     folder = Path(folder)
     try:
+        if folder.is_symlink():  # a link to a folder elsewhere (another disk) stays a link: its target is written
+            _write_run_folder(folder.resolve(), write, fresh)
+            return folder
         return _write_run_folder(folder, write, fresh)
     except OSError as err:  # a full disk, a folder that cannot be renamed: one sentence, nothing half-written
         raise UserError(f"the run folder '{folder}' could not be written ({err.strerror or err}); nothing of it was "

@@ -10,6 +10,9 @@ from leakattack import data
 from leakattack.data import DataError, ImageFolderSet, ImageSet, get_batch, get_dataset, train_test_split
 from leakattack.data import folder as folder_module
 
+#: 8 px images keep the reads quick; nothing here scores a reconstruction
+pytestmark = pytest.mark.filterwarnings("ignore:images of 8x8 pixels cannot be scored")
+
 LAYOUT = "<class>/<image files>"
 
 

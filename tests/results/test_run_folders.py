@@ -91,6 +91,24 @@ def test_a_run_folder_is_written_whole_or_not_at_all(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left behind
 
 
+def test_an_out_that_is_a_symlink_stays_one_and_its_target_is_written(tmp_path):
+    """A link to a folder on another disk: the run lands in the target, and the link is not replaced by a folder."""
+    from leakattack.results import write_run_folder
+
+    target, link = tmp_path / "disk" / "run", tmp_path / "run"
+    target.mkdir(parents=True)
+    (target / "old.txt").write_text("earlier run")
+    link.symlink_to(target, target_is_directory=True)
+    assert write_run_folder(link, lambda p: (p / "a.txt").write_text("new")) == link
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert sorted(q.name for q in target.iterdir()) == ["a.txt"]
+    assert sorted(q.name for q in target.parent.iterdir()) == ["run"]  # no temporary folder left beside it
+    dangling = tmp_path / "later"
+    dangling.symlink_to(tmp_path / "disk" / "later", target_is_directory=True)
+    write_run_folder(dangling, lambda p: (p / "b.txt").write_text("new"))
+    assert dangling.is_symlink() and (tmp_path / "disk" / "later" / "b.txt").read_text() == "new"
+
+
 def test_a_fresh_run_folder_never_replaces_one_another_process_wrote_since(tmp_path):
     """Two runs that end in the same second pick the same default name; the second takes the next one."""
     from leakattack.results import write_run_folder
