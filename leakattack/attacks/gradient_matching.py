@@ -29,6 +29,7 @@ import ctypes.util
 import math
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Iterator
 
@@ -37,10 +38,11 @@ import torch.nn.functional as F
 
 from targets.victim import cpu_cores, whole
 
-from ..errors import UserError, size_text
+from ..errors import SettingWarning, UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
+from ..sketch.gaussian import available_memory_bytes
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import OTHER_LABELS, hidden_head, readings_to_compare, scale_unknown
@@ -616,6 +618,7 @@ class GradientMatching(Attack):
         problem = _Problem(self, obs, x0, labels)
         R, iterations = problem.R, self.iterations
         opt = get_optimizer(self.optimizer, self.lr)
+        _warn_history_memory(opt, problem.z0)
         milestones = [round(f * iterations) for f in STEP_MILESTONES] if self.schedule == "step" else []
         box = self.box and problem.clamp
         base_lr = opt.lr
@@ -741,6 +744,23 @@ def _prune(runs: list, rows: list, keep: list, step: int, fraction: float) -> li
         run.message = (f"pruned at step {step} ({fraction:g} of the budget): its lowest L_R, {run.best_loss:.3e}, "
                        f"was in the higher half of the {len(order)} starts still running")
     return sorted(survivors)
+
+
+def _warn_history_memory(opt, z: torch.Tensor) -> None:
+    """Warn where L-BFGS's history of the starts' rows ``z`` (R, n) would not fit in the memory available: a run
+    killed for memory part way says nothing, this says why first (Adam keeps two copies of the rows)."""
+    history = getattr(opt, "history", None)
+    if not isinstance(history, int):
+        return
+    need = 2 * history * z.numel() * z.element_size()  # (s, y) pairs of every start's row
+    have = int(torch.cuda.mem_get_info(z.device)[0]) if z.device.type == "cuda" else available_memory_bytes()
+    if need > have:
+        dt = str(z.dtype).replace("torch.", "")
+        warnings.warn(f"L-BFGS keeps its last {history} steps for each of {z.shape[0]} start(s) of {z.shape[1]:,} "
+                      f"unknowns, {size_text(need)} in {dt}, more than the {size_text(have)} of memory available: "
+                      f"the run may be stopped for memory (--optimizer adam keeps two copies, "
+                      f"{size_text(2 * z.numel() * z.element_size())}; fewer --restarts, a smaller --batch-size or "
+                      f"--image-size need less)", SettingWarning, stacklevel=3)
 
 
 class _Problem:

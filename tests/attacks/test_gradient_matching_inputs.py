@@ -93,3 +93,26 @@ def test_a_valid_monitor_still_records_its_rows(obs):
     assert [row["step"] for row in out.extra] == [0, 1, 2, 3]
     assert all(isinstance(row["norm"], float) for row in out.extra)
     assert not _attack().reconstruct(obs, monitor=None, monitor_every=0).extra  # no monitor: the interval is unused
+
+
+def test_an_lbfgs_history_larger_than_the_memory_available_is_warned_of_before_the_steps(obs, monkeypatch):
+    """The history holds 2 x 100 rows of every start's unknowns; where that exceeds the RAM available the run would be
+    killed part way without a word, so it is said first (and Adam, which keeps two copies, is not warned of)."""
+    import warnings
+
+    from leakattack.attacks import gradient_matching
+    from leakattack.errors import SettingWarning
+
+    n = 1 * 8 * 8
+    need = 2 * 100 * 2 * n * 8  # two starts, float64
+    monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: need - 1)
+    lbfgs = GradientMatching(optimizer="lbfgs", iterations=2, restarts=2, labels="given", refine="none")
+    said = r"^L-BFGS keeps its last 100 steps for each of 2 start\(s\) of 64 unknowns, 0\.000205 GB in float64, more "
+    with pytest.warns(SettingWarning, match=said + r"than the 0\.000205 GB of memory available"):
+        lbfgs.reconstruct(obs)
+    monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: need)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        lbfgs.reconstruct(obs)
+        monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: 0)
+        _attack().reconstruct(obs)
