@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 
-from ..errors import UserError, one_line_warnings, signals_held
+from ..errors import UserError, one_line_warnings, signals_held, size_text
 from ..plugins import load_plugins
 from .parser import Parser, UsageError, build_parser, given_dests
 
@@ -37,6 +38,24 @@ def dispatch(a) -> int:
 
 
 _stopped_by = [signal.SIGINT]
+
+#: what torch's allocators say when a tensor does not fit (CPU: "DefaultCPUAllocator: can't allocate memory: you
+#: tried to allocate N bytes"; a GPU: torch.OutOfMemoryError, "... Tried to allocate 2.00 GiB ...")
+_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes"
+                         r"|Tried to allocate ([\d.]+ [KMGT]?i?B)")
+
+
+def out_of_memory(err: BaseException) -> str | None:
+    """The sentence for an allocation that did not fit (Python's MemoryError, torch's allocators), or None."""
+    if not isinstance(err, (MemoryError, RuntimeError)):
+        return None
+    found = _ALLOCATION.search(str(err))
+    if not isinstance(err, MemoryError) and type(err).__name__ != "OutOfMemoryError" and found is None:
+        return None
+    size = "" if found is None else f" of {size_text(int(found[1]))}" if found[1] else f" of {found[2]}"
+    return (f"out of memory: an allocation{size} did not fit on this machine (what had finished is kept, nothing "
+            "unfinished was written); a smaller --batch-size or --image-size, fewer --restarts, or --optimizer adam "
+            "in place of L-BFGS need less")
 
 
 def _terminate(signum, frame):
@@ -67,6 +86,12 @@ def main(argv=None) -> int:
     except (UsageError, UserError) as err:
         print(f"leakattack: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except (MemoryError, RuntimeError) as err:  # torch's out-of-memory errors are RuntimeErrors
+        said = out_of_memory(err)
+        if said is None:
+            raise
+        print(f"leakattack: error: {said}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`): not an error
         sys.stdout = open(os.devnull, "w")
         return 0
@@ -87,4 +112,5 @@ def entry() -> int:
     return code
 
 
-__all__ = ["main", "entry", "build_parser", "dispatch", "EXIT_USAGE", "interrupted_exit", "Parser", "UsageError"]
+__all__ = ["main", "entry", "out_of_memory", "build_parser", "dispatch", "EXIT_USAGE", "interrupted_exit", "Parser",
+           "UsageError"]

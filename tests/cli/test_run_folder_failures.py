@@ -1,6 +1,7 @@
 """A run that cannot write its folder says so in one sentence: a mount point as --out (refused before the attack,
 since the folder is written beside it and renamed into place), a full disk (nothing half-written, no stray
-folder); and a run stopped before its first step says that it attacked nothing."""
+folder); a run that runs out of memory says so, with no traceback and no folder; and a run stopped before its first
+step says that it attacked nothing."""
 
 from __future__ import annotations
 
@@ -49,3 +50,32 @@ def test_a_run_stopped_before_its_first_step_attacked_nothing(tmp_path):
         assert m["attacked"] is False and m["nothing_attacked"].startswith("it stopped (time-limit) before its first")
     else:
         assert m["attacked"] is (m["nothing_attacked"] is None)
+
+
+def test_an_allocation_that_does_not_fit_is_one_sentence_and_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """L-BFGS's history made absurdly large, so that torch's own allocator refuses it: exit 2, one line naming the
+    size torch asked for, and no run folder (a RuntimeError traceback before)."""
+    from leakattack.attacks import lbfgs
+
+    real = lbfgs.History.__init__
+    monkeypatch.setattr(lbfgs.History, "__init__", lambda self, size, n, dtype, device:
+                        real(self, size, n * 10 ** 12, dtype, device))
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "linreg", "--sketch", "none", "--iterations", "3", "--quiet", "--no-lpips",
+                     "--optimizer", "lbfgs", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("leakattack: error: out of memory: an allocation of ") and "Traceback" not in err
+    assert err[-1].endswith("or --optimizer adam in place of L-BFGS need less") and not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("err, said", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 40265318400 bytes. Error code 12 (Cannot allocate memory)"), " of 40.3 GB "),
+    (MemoryError(), " did not fit"),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied (1x3 and 4x5)"), None),
+    (ValueError("can't allocate memory: you tried to allocate 8 bytes"), None),
+])
+def test_only_allocation_failures_are_read_as_out_of_memory(err, said):
+    text = cli.out_of_memory(err)
+    assert (text is None) if said is None else (said in text and "\n" not in text)
