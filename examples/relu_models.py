@@ -6,6 +6,8 @@ units (docs/victims.md, "Your own model").  `scripts/recipe_by_units.py` attacks
 with each recipe.
 """
 
+import math
+
 from torch import nn
 
 
@@ -14,9 +16,10 @@ class ReluCNN(nn.Sequential):
 
     def __init__(self, in_shape=(3, 32, 32), num_classes=10):
         c, h, w = in_shape
+        # each padded stride-2 convolution halves a side rounding up: 30 -> 15 -> 8
         super().__init__(nn.Conv2d(c, 16, 3, stride=2, padding=1), nn.ReLU(),
                          nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(16 * (h // 4) * (w // 4), num_classes))
+                         nn.Flatten(), nn.Linear(16 * math.ceil(h / 4) * math.ceil(w / 4), num_classes))
 
 
 class PooledCNN(nn.Sequential):

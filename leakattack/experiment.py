@@ -146,7 +146,8 @@ def attack_of(cfg: RunConfig) -> Attack:
 
 def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     """Validate, load data, build the victim and the channel (or protocol), and produce the observation
-    (``progress``: bars for a seed search)."""
+    (``progress``: bars for a seed search).  It sets torch's thread count to the run's (``cfg.threads``, else the
+    victim's choice) for :func:`execute`; :func:`run_attack` gives the caller's back afterwards."""
     cfg.validate()
     torch.set_num_threads(cfg.threads or 1)  # auto (None): one thread until the victim is built
     device = resolve_device(cfg.device)
@@ -607,15 +608,20 @@ def _write_files(out: Outcome, folder: Path) -> None:
 
 def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = False,
                with_lpips: bool = True, interruptible: bool = False) -> tuple[metrics.RunMetrics, Path]:
-    """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`."""
+    """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`.
+    The run takes its own torch thread count (:func:`prepare`) and gives the caller's back."""
     if out is not None:
         check_out(out)
-    p = prepare(cfg, progress=progress)
-    warn_if_not_unique(p.case)
-    outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
-    folder = Path(out) if out is not None else \
-        default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
-    folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
+    threads = torch.get_num_threads()
+    try:
+        p = prepare(cfg, progress=progress)
+        warn_if_not_unique(p.case)
+        outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
+        folder = Path(out) if out is not None else \
+            default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
+        folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
+    finally:
+        torch.set_num_threads(threads)
     return outcome.metrics, folder
 
 

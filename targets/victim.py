@@ -25,6 +25,7 @@ import math
 import operator
 import os
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal
 
@@ -221,6 +222,12 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
                                  and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
+#: each module a victim holds in the client's mode -> the modes it came in before any victim held it (the first
+#: victim's record, its modules held weakly so that the entry does not keep the module alive): a module wrapped again
+#: before :meth:`Victim.release` is given back in those, not in the client's mode the first victim put it in
+_HELD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def batch_in_shape(shape: tuple) -> bool:
     """Whether an example's ``shape`` looks like one that holds a batch dimension of 1: (1, C, H, W) or (1, n), not
     (1, H, W), which is one grey image."""
@@ -287,7 +294,9 @@ class Victim:
 
     def __post_init__(self):
         not_module(self.model)
-        self._given = [(m, m.training, getattr(m, "track_running_stats", None)) for m in self.model.modules()]
+        held = _HELD.get(self.model)
+        self._given = ([(m, training, track) for ref, training, track in held if (m := ref()) is not None] if held
+                       else [(m, m.training, getattr(m, "track_running_stats", None)) for m in self.model.modules()])
         if not any(p.requires_grad for p in self.model.parameters()):
             raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
         shape = self.input_shape
@@ -330,7 +339,9 @@ class Victim:
         The victim puts the module in the client's mode, in place: dropout off, and in ``train`` mode its BatchNorm
         layers normalise by the batch without tracking running statistics (no attack step moves them).
         :meth:`release` gives the module back in the modes it came in (``with Victim.from_module(...) as victim:``
-        does so at the end of the block).  Observing and attacking change no weight or buffer of it."""
+        does so at the end of the block), also where it was wrapped again before (a notebook cell run twice): the
+        modes it had before the first victim took it.  A module refused here is given back at once.  Observing and
+        attacking change no weight or buffer of it."""
         not_module(model)
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
@@ -342,7 +353,11 @@ class Victim:
                                 f"{num_classes}: give the number of classes it scores, or its classifier as head=")
         victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
                      head=head, bn_mode=bn_mode, name=name)
-        victim.check_output()
+        try:
+            victim.check_output()
+        except BaseException:  # a refused module goes back to the caller in the modes it came in
+            victim.release()
+            raise
         return victim
 
     def check_output(self) -> None:
@@ -456,6 +471,25 @@ class Victim:
         return cpu_cores() if self.deep or examples >= PARALLEL_EXAMPLES else 1
 
     @property
+    def loss_reduction(self) -> str:
+        """How the loss reduces over the batch: ``"sum"`` where two copies of one example's scores and class score
+        twice what the example alone does (``nn.CrossEntropyLoss(reduction="sum")``), else ``"mean"``.  The head's
+        gradient of a summed loss is B times that of the mean, which the label rules read; a regression's is
+        ``"mean"``."""
+        if self.task != "classification":
+            return "mean"
+        dtype = torch.promote_types(self.dtype, torch.float32)
+        out = torch.randn(1, self.num_classes, generator=torch.Generator().manual_seed(0), dtype=dtype).to(self.device)
+        label = torch.zeros(1, dtype=torch.long, device=self.device)
+        try:
+            with torch.no_grad():
+                one = float(self.loss(out, self.target(label)))
+                two = float(self.loss(out.repeat(2, 1), self.target(label.repeat(2))))
+        except Exception:  # noqa: BLE001 -- a loss that cannot score one example is no summed one
+            return "mean"
+        return "sum" if one and math.isfinite(one) and abs(two - 2 * one) <= 1e-4 * abs(one) else "mean"
+
+    @property
     def unknowns_per_example(self) -> int:
         """m, the number of input values of one example (C*H*W)."""
         return math.prod(self.input_shape)
@@ -477,6 +511,7 @@ class Victim:
             if bn_mode not in BN_MODES:
                 raise ValueError(f"unknown BatchNorm mode '{bn_mode}'; choose one of: {', '.join(BN_MODES)}")
             self.bn_mode = bn_mode
+        _HELD.setdefault(self.model, [(weakref.ref(m), training, track) for m, training, track in self._given])
         self.model.eval()
         for m in batchnorm_layers(self.model):
             if self.bn_mode == "train":
@@ -489,11 +524,13 @@ class Victim:
         """Give the module back in the modes it came in and return it: each module's ``training`` flag, and each
         BatchNorm's ``track_running_stats`` (which train mode turns off, so that no forward pass moves the running
         statistics).  Weights, buffers and dtype stay as they are.  ``with Victim.from_module(...) as victim:`` calls
-        it at the end of the block."""
+        it at the end of the block.  A module wrapped by several victims goes back to the modes it had before the
+        first took it, whichever releases it."""
         for m, training, track in self._given:
             m.training = training
             if track is not None:
                 m.track_running_stats = track
+        _HELD.pop(self.model, None)
         return self.model
 
     def __enter__(self) -> "Victim":

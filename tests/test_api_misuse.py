@@ -89,6 +89,16 @@ def test_images_outside_0_1_are_warned_of_and_the_metrics_refuse_such_a_truth(sc
     assert metrics.score(x.clamp(0, 1), x.clamp(0, 1))["psnr"] == pytest.approx(200.0)
 
 
+def test_images_that_require_grad_are_observed_and_scored_without_a_word_and_keep_no_gradient():
+    victim = targets.Victim.from_module(grey_net(), input_shape=(1, 28, 28), num_classes=10)
+    x = torch.rand(2, 1, 28, 28, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's own "Converting a tensor with requires_grad=True to a scalar" too
+        obs = observe(victim, x, torch.tensor([3, 5]), Channel(get_sketch("none", victim.d, victim.d)))
+        assert metrics.score(x.detach().flip(0), x, with_lpips=False)["match"] == [1, 0]
+    assert not obs.y.requires_grad and x.grad is None
+
+
 def test_integer_images_are_refused_by_the_metrics():
     x = torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
     with pytest.raises(metrics.MetricsError, match=r"^the reconstruction is uint8; the metrics take floating-point "):

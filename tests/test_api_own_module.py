@@ -1,8 +1,11 @@
 """A researcher's own nn.Module through the Python API: a weight the forward pass never uses, the module's modes
-given back after the attack, a closed-form attack judged as one, a regression's targets, a data set of another
-shape."""
+given back after the attack (also when it was wrapped twice or refused), a closed-form attack judged as one, a
+regression's targets, a data set of another shape, the example models at images of any size."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ from torch import nn
 
 import targets
 from leakattack import Channel, ThreatModel, assess, get_attack, get_dataset, get_sketch, metrics, observe
+from leakattack.errors import UserError
 
 
 class Unused(nn.Module):
@@ -24,7 +28,10 @@ class Unused(nn.Module):
         return self.fc(torch.sigmoid(x.flatten(1)))
 
 
-def test_a_weight_the_forward_pass_never_uses_has_a_zero_gradient_and_the_attack_runs():
+def test_a_weight_the_forward_pass_never_uses_has_a_zero_gradient_and_the_attack_runs(monkeypatch):
+    from leakattack.attacks import gradient_matching
+
+    monkeypatch.setattr(gradient_matching, "SLOWER", math.inf)  # the batch is kept by agreement, not by a timing
     torch.manual_seed(0)
     net = Unused().double()
     victim = targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=4, head=net.fc)
@@ -70,6 +77,35 @@ def test_release_gives_the_module_back_in_the_modes_it_came_in(bn_mode):
     net(torch.rand(8, 3, 8, 8))  # the user's own training step tracks the running statistics again
     assert not torch.equal(net.bn.running_mean, state["bn.running_mean"])
     assert victim.release() is net
+
+
+def modes(net: nn.Module) -> list:
+    """Each module's training flag and, for a BatchNorm, whether it tracks running statistics."""
+    return [(name, m.training, getattr(m, "track_running_stats", None)) for name, m in net.named_modules()]
+
+
+@pytest.mark.parametrize("bn_mode", ["train", "eval"])
+def test_a_module_wrapped_twice_goes_back_to_the_modes_it_had_before_the_first_victim(bn_mode):
+    net = BNNet().train()
+    before = modes(net)
+    first = targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10, bn_mode=bn_mode)
+    again = targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10, bn_mode=bn_mode)  # a cell re-run
+    assert modes(net) != before
+    again.release()
+    assert modes(net) == before
+    first.set_mode()  # the first victim's next observe or attack takes the module again
+    first.release()
+    assert modes(net) == before
+
+
+def test_a_module_refused_when_wrapped_is_given_back_in_the_modes_it_came_in():
+    net = BNNet().train()
+    before = modes(net)
+    with pytest.raises(UserError, match="fails on a batch"):
+        targets.Victim.from_module(net, input_shape=(3, 9, 9), num_classes=10)
+    assert modes(net) == before
+    targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10).release()
+    assert modes(net) == before
 
 
 def test_a_closed_form_reconstruction_is_judged_without_a_start_and_reads_rebuilt():
@@ -134,3 +170,11 @@ def test_a_match_with_fewer_numbers_than_unknowns_says_from_python_too_that_it_i
     assert result.message.endswith("but with b = 100 numbers for m*B = 432 unknowns another input matches as well: "
                                    "the match is not unique")
     assert assess(result, x, torch.tensor([1]), with_lpips=False)["verdict"] == "not rebuilt"
+
+
+@pytest.mark.parametrize("model", ["relu_models.py:ReluCNN", "relu_models.py:PooledCNN", "client_model.py:ClientNet"])
+@pytest.mark.parametrize("in_shape", [(3, 32, 32), (1, 28, 28), (3, 30, 30), (1, 13, 11)])
+def test_the_example_models_take_images_of_any_size(model, in_shape):
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    victim = targets.get_model(f"{examples / model}", in_shape=in_shape, num_classes=4)  # as --model FILE:CLASS
+    assert victim.model(torch.rand(2, *in_shape)).shape == (2, 4)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from leakattack.config import RunConfig
 from leakattack.experiment import run_attack
@@ -28,6 +29,16 @@ def test_a_run_records_the_process_peak_memory(tmp_path):
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: kibibytes
     assert 0.05 < m.peak_memory["rss_gb"] <= peak_gb + 1e-3 and "device_gb" not in m.peak_memory
     assert json.loads((folder / "metrics.json").read_text())["peak_memory"] == m.peak_memory
+
+
+def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):
+    own = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        run_attack(_cfg(threads=1, iterations=6), out=tmp_path / "t", with_lpips=False)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(own)
 
 
 def test_config_json_reproduces_the_metrics(tmp_path):

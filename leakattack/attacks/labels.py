@@ -341,8 +341,11 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
 def _readout(victim, sketch, y: torch.Tensor, batch_size: int, stats: ProbeStats | None, probes: int,
              scale_unknown: bool) -> HeadReadout:
     """The head's readout of message y (:func:`read_head`), at the fitted scale where ``scale_unknown``
-    (:func:`_at_scale`)."""
+    (:func:`_at_scale`); that of the mean loss where the victim's loss sums over the batch (the readout of the sum
+    is B times it)."""
     read = read_head(victim, sketch, y)
+    if victim.loss_reduction == "sum":
+        read = scaled(read, 1 / int(batch_size))
     return _at_scale(victim, read, int(batch_size), stats, probes, y) if scale_unknown else read
 
 

@@ -42,8 +42,10 @@ image (docs/attack.md#why-float64-by-default).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
+from ..errors import UserError
 from ..registry import Registry
 
 
@@ -120,7 +122,13 @@ def recipe_options(name: str, batch_size: int = 1, victim=None) -> dict:
     ``victim.to(dtype=getattr(torch, get_recipe(name).dtype))``; a victim's own recipe is
     ``targets.victim_recipe(victim)``."""
     r = get_recipe(name)
-    tv = r.tv_for(batch_size, victim is not None and victim.batch_statistics)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise UserError(f"batch_size must be an integer of at least 1 (the examples in the message), got "
+                        f"{type(batch_size).__name__} {batch_size!r}")
+    if victim is not None and not hasattr(victim, "batch_statistics"):
+        raise UserError(f"victim must be the targets.Victim the message comes from, or None, got "
+                        f"{type(victim).__name__} {victim!r:.60}")
+    tv = r.tv_for(int(batch_size), victim is not None and victim.batch_statistics)
     return {"optimizer": r.optimizer, "iterations": r.iterations, "objective": r.objective,
             "lr": r.step_size(r.optimizer), "schedule": r.schedule, "signed": r.signed,
             "priors": {"tv": tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}

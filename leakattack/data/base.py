@@ -140,6 +140,7 @@ RANGE_SLACK = 1e-4
 def outside_unit_range(x) -> tuple[float, float] | None:
     """(lowest, highest) value of images (a tensor) that reach outside [0, 1] by more than :data:`RANGE_SLACK`, else
     None."""
+    x = x.detach()  # a tensor that requires grad (the caller's own leaf) is read as its values
     low, high = float(x.min()), float(x.max())
     return (low, high) if low < -RANGE_SLACK or high > 1 + RANGE_SLACK else None
 

@@ -187,3 +187,21 @@ def test_every_rule_from_one_readout_equals_each_rule_alone():
         assert torch.equal(together[rule], labels.recover_labels(victim, sk, y, 6, rule=rule)), rule
     with pytest.raises(ValueError, match="unknown label rule 'guess'"):
         labels.recover_labels_by_rule(victim, sk, y, 6, rules=("pooled", "guess"))
+
+
+def test_a_loss_summed_over_the_batch_reads_the_labels_the_mean_reads():
+    ds = data.get_dataset("digits")
+    x, y = ds.images[:6], torch.tensor([0, 0, 1, 3, 3, 3])
+    read = {}
+    for reduction in ("mean", "sum"):
+        torch.manual_seed(0)
+        module = nn.Sequential(nn.Flatten(), nn.Linear(x[0].numel(), 16), nn.Sigmoid(), nn.Linear(16, ds.num_classes))
+        victim = targets.Victim.from_module(module, input_shape=ds.in_shape, num_classes=ds.num_classes,
+                                            loss=nn.CrossEntropyLoss(reduction=reduction))
+        assert victim.loss_reduction == reduction
+        sketch = get_sketch("none", victim.d, victim.d)
+        read[reduction] = labels.recover_labels_by_rule(victim, sketch, targets.flat_gradient(victim, x, y), 6,
+                                                        rules=("pooled", "bias", "ilrg"))
+    for rule, got in read["sum"].items():  # the summed loss's head gradient is 6 times the mean's
+        assert torch.equal(got, read["mean"][rule]), rule
+    assert torch.equal(read["mean"]["pooled"], y)

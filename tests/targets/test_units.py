@@ -10,6 +10,7 @@ from torch import nn
 import targets
 from leakattack.config import RunConfig
 from leakattack.data import input_shape
+from leakattack.errors import UserError
 from targets.models.units import piecewise_units
 
 NETS = '''
@@ -186,3 +187,15 @@ def test_recipe_options_build_the_attack_the_command_line_runs():
     api = get_attack("gradient-matching", **recipe_options("ig", batch_size=4, victim=victim))
     cli = attack_of(RunConfig(model="resnet20", batch_size=4, device="cpu"))
     assert api.priors == cli.priors == {"tv": get_recipe("ig").tv_for(4, batch_statistics=True)} != {"tv": 0.02}
+
+
+@pytest.mark.parametrize("kwargs,said", [({"batch_size": 0}, "batch_size must be an integer of at least 1"),
+                                         ({"batch_size": 4.5}, "got float 4.5"),
+                                         ({"batch_size": "4"}, "got str '4'"),
+                                         ({"victim": "resnet20"}, "victim must be the targets.Victim")])
+def test_recipe_options_refuse_a_batch_size_or_victim_they_cannot_read_in_one_sentence(kwargs, said):
+    from leakattack.attacks import recipe_options
+
+    victim = targets.get_model("resnet20", num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode="train")
+    with pytest.raises(UserError, match=said):
+        recipe_options("ig", **{"batch_size": 4, "victim": victim, **kwargs})
