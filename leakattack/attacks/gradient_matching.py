@@ -177,7 +177,7 @@ class GradientMatching(Attack):
                  stall_gain: float = STALL_GAIN, time_limit: float | None = None, threads: int | None = None,
                  surrogate: float = 0.0, prune_restarts: bool = False, refine: str = "auto"):
         if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+            raise UserError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         for what, value in (("iterations", iterations), ("restarts", restarts)):
             if not _count(value):
                 raise UserError(f"{what} must be an integer of at least 1, got {value!r}")
@@ -206,7 +206,7 @@ class GradientMatching(Attack):
             if not isinstance(flag, bool):
                 raise UserError(f"{what} must be True or False, got {type(flag).__name__} {flag!r}")
         if signed and sees_normalised_loss(optimizer):
-            raise ValueError(f"signed gradients need a first-order optimiser, not {optimizer}")
+            raise UserError(f"signed gradients need a first-order optimiser, not {optimizer}")
         # restart r starts from init_seed + 1000 r (a deep image prior's generator from one more), and a torch
         # generator takes seeds up to 2^64 - 1
         top_seed = 2 ** 64 - 2 - 1000 * (int(restarts) - 1)
@@ -252,7 +252,7 @@ class GradientMatching(Attack):
         #: stops at 1/2^n, ..., 1/4, 1/2 of the budget
         self.prune_restarts = prune_restarts
         if refine not in REFINES:
-            raise ValueError(f"refine must be one of {REFINES}, got {refine!r}")
+            raise UserError(f"refine must be one of {REFINES}, got {refine!r}")
         #: Gauss-Newton steps on the best start after the first-order phase (:mod:`.gauss_newton`): ``auto`` where
         #: they can converge and are affordable (:meth:`refinement`), ``gauss-newton`` wherever L_R is the objective
         self.refine = refine

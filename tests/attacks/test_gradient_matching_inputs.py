@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
     ("stall_window", -5), ("stall_window", 2.5), ("stall_window", "500"), ("stall_window", True),
     ("stall_gain", -1), ("stall_gain", 1.0), ("stall_gain", "0.02"), ("stall_gain", float("nan")),
     ("threads", -3), ("threads", 0), ("threads", 2.0), ("threads", "auto"), ("threads", True),
-    ("surrogate", "0.1"), ("surrogate", -0.1),
+    ("surrogate", "0.1"), ("surrogate", -0.1), ("schedule", "cosine-ish"), ("refine", "newton"),
 ])
 def test_a_bad_option_is_one_sentence_naming_it_at_construction(option, value):
     with pytest.raises(UserError, match=option) as err:
@@ -37,6 +37,8 @@ def test_a_bad_option_is_one_sentence_naming_it_at_construction(option, value):
 def test_signed_no_is_refused_as_no_bool_not_for_its_optimiser():
     with pytest.raises(UserError, match="signed must be True or False"):
         get_attack("gradient-matching", optimizer="lbfgs", signed="no")
+    with pytest.raises(UserError, match="^signed gradients need a first-order optimiser, not lbfgs$"):
+        get_attack("gradient-matching", optimizer="lbfgs", signed=True)
 
 
 @pytest.mark.parametrize("options", [
