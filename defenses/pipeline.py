@@ -5,7 +5,7 @@ from __future__ import annotations
 from .base import AFTER, BEFORE, DefenseError, Transform
 from .clipping import PerExample
 from .registry import parse_step
-from .sensitivity import NoiseBound, noise_bound
+from .sensitivity import NoiseBound, noise_bound, noise_bounds
 
 
 class Pipeline:
@@ -36,21 +36,20 @@ class Pipeline:
         return [{"name": t.name, **t.params, "placement": t.placement} for t in self.steps]
 
     def noise_bound(self, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
-        """The first Gaussian noise in channel order and the sensitivity of what it is added to (None without noise):
-        :func:`defenses.sensitivity.noise_bound`."""
+        """The Gaussian noise counted (the largest sigma/Delta) and the sensitivity of what it is added to (None
+        without noise): :func:`defenses.sensitivity.noise_bound`."""
         return noise_bound(self, sketch_norm, batch_size)
 
     def sensitivity(self, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> float | None:
-        """L2 sensitivity of what the first Gaussian noise is added to, for ||R||_op = ``sketch_norm`` and a
+        """L2 sensitivity of what the counted Gaussian noise is added to, for ||R||_op = ``sketch_norm`` and a
         ``per_example`` mean over ``batch_size`` examples (None: unbounded or no noise)."""
         bound = self.noise_bound(sketch_norm, batch_size)
         return None if bound is None else bound.sensitivity
 
     @property
     def needs_sketch_norm(self) -> bool:
-        """Whether the sensitivity depends on ||R||_op: a clip before the sketch bounds noise added after it."""
-        bound = self.noise_bound(1.0)
-        return bound is not None and bound.crosses_sketch
+        """Whether the sensitivity may depend on ||R||_op: a clip before the sketch bounds noise added after it."""
+        return any(bound.crosses_sketch for bound in noise_bounds(self, 1.0))
 
 
 def build(spec) -> Pipeline:

@@ -1,4 +1,5 @@
-"""Sensitivity: the first Gaussian noise of a defense pipeline and the L2 sensitivity of what it is added to.
+"""Sensitivity: the Gaussian noise of a defense pipeline that is counted and the L2 sensitivity of what it is added
+to.
 
 The pipeline's steps are walked in the order the channel runs them (before the
 sketch, R, after it); :func:`noise_bound` returns a :class:`NoiseBound`, which the
@@ -8,7 +9,7 @@ accountants (:mod:`defenses.accounting`) turn into epsilon.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .accounting.analysis import clip_sensitivity, linear_map_sensitivity
 from .base import BEFORE
@@ -21,10 +22,13 @@ _SKETCH = object()
 
 @dataclass(frozen=True)
 class NoiseBound:
-    """The first Gaussian noise of a pipeline and the L2 sensitivity of the vector it is added to.
+    """The Gaussian noise of a pipeline that is counted and the L2 sensitivity of the vector it is added to.
 
-    Noise steps run later in the channel act on an already noisy vector: they are
-    post-processing and not counted (a valid, conservative guarantee).
+    Every run of Gaussian steps is a Gaussian mechanism on what it is added to; the
+    one with the largest sigma/Delta is counted.  The others are not: noise run later
+    in the channel acts on an already noisy vector (post-processing), and noise run
+    earlier is drawn without the data, so it only randomises the input of the counted
+    mechanism and leaves its Delta as it is (a valid, conservative guarantee).
     """
 
     sigma: float  #: standard deviation of the noise (consecutive Gaussian steps combined)
@@ -35,28 +39,50 @@ class NoiseBound:
     crosses_sketch: bool = False  #: a clip before the sketch bounds noise after it: Delta has the factor ||R||_op
     reason: str = ""  #: why ``sensitivity`` is None
     later_noise: int = 0  #: Gaussian steps after the counted ones
+    earlier_noise: int = 0  #: Gaussian steps before the counted ones
 
 
 def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
-    """The first Gaussian noise of ``pipeline`` in channel order and the sensitivity of what it is added to (None
-    without noise).
+    """The Gaussian noise of ``pipeline`` that gives the smallest epsilon (the largest sigma/Delta of
+    :func:`noise_bounds`) and the sensitivity of what it is added to; where none is bounded, the first in channel
+    order, with the reason; None without noise."""
+    bounds = noise_bounds(pipeline, sketch_norm, batch_size)
+    if not bounds:
+        return None
+    bounded = [b for b in bounds if b.sensitivity is not None]
+    # the first of equal ones: ties keep the noise the channel adds first
+    return max(bounded, key=lambda b: b.sigma / b.sensitivity) if bounded else bounds[0]  # type: ignore[operator]
+
+
+def noise_bounds(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> list[NoiseBound]:
+    """Each run of Gaussian steps (of positive sigma) of ``pipeline`` in channel order, with the sensitivity of what
+    it is added to.
 
     The steps are walked as the channel runs them: before the sketch, R, after
     it.  Neighbours add or remove one example with a ``per_example`` step, one
     client's update otherwise.  A clip bounds Delta (``clip_sensitivity``), R
-    multiplies it by ``sketch_norm`` = ||R||_op (None: not known).  Pruning
-    keeps the bound on a client's update (zeroing entries never raises its
-    norm), and Laplace noise keeps it (it is drawn without the data, so the
-    release is the Gaussian's, post-processed); any other step between the
-    clip and the noise leaves Delta untracked.  The channel divides a per-example sum by the batch size B before
-    the sketch: given ``batch_size``, noise after that division (after the sketch) has Delta divided by B; without
-    it the bound keeps the sum's Delta, B times larger than needed (valid, conservative).
+    multiplies it by ``sketch_norm`` = ||R||_op (None: not known).  The
+    neighbour runs the same pipeline on the neighbouring data (a client's
+    update replaced by zero), so noise keeps the bound, Laplace or Gaussian: it
+    is drawn without the data, and the same sample is added on both sides.  But
+    the neighbour's vector is no longer zero after it, so a clip after noise
+    bounds Delta by its diameter 2C, and pruning keeps the bound on a client's
+    update only while no noise has run (zeroing entries never raises the norm of
+    the update, whose neighbour is zero); any other step between the clip and the
+    noise leaves Delta untracked.  The channel divides a per-example sum by the batch
+    size B before the sketch: given ``batch_size``, noise after that division (after the sketch) has Delta divided
+    by B; without it the bound keeps the sum's Delta, B times larger than needed (valid, conservative).
     """
     per_ex = pipeline.per_example
     delta, sym, val, clip, crossed = None, "", "", None, False
     reason = "no clip before the noise: sensitivity unbounded"
     order = [*pipeline.before, _SKETCH, *pipeline.after]
-    for i, step in enumerate(order):
+    bounds: list[NoiseBound] = []
+    noisy = 0  # Gaussian steps of positive sigma already walked
+    noised = False  # whether noise of positive scale has run: the neighbour's vector is no longer zero
+    i = 0
+    while i < len(order):
+        step = order[i]
         if step is _SKETCH:
             if per_ex and batch_size and delta is not None:  # the channel's mean: the sum divided by B
                 delta = delta / batch_size
@@ -67,23 +93,33 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | Non
                 delta, crossed = linear_map_sensitivity(delta, sketch_norm), True
                 sym, val = f"||R||_op * {sym}", f"{sketch_norm:.4g} * {val}"
         elif isinstance(step, Gaussian):
-            if step.sigma > 0:
-                return _bound_at(order, i, delta, f"{sym} = {val}", clip, crossed, reason, per_ex)
+            j = i
+            while j < len(order) and isinstance(order[j], Gaussian):
+                j += 1
+            run = sum(1 for t in order[i:j] if t.sigma > 0)
+            if run:
+                bound = _bound_at(order, i, delta, f"{sym} = {val}", clip, crossed, reason, per_ex)
+                bounds.append(replace(bound, earlier_noise=noisy))
+                noisy, noised = noisy + run, True
+            i = j  # noise drawn without the data: Delta unchanged for the steps after it
+            continue
         elif step.bounds_norm:
-            # per_example bounds one example's gradient; a later clip acts on the sum one example changes
-            new = clip_sensitivity(step.C, delta, inside_sum=per_ex and not step.per_example)
+            # per_example bounds one example's gradient; a later clip acts on the sum one example changes, and one
+            # after noise on a vector the neighbour's noise made nonzero: both bound the difference by the diameter
+            new = clip_sensitivity(step.C, delta, inside_sum=(per_ex and not step.per_example) or noised)
             if delta is None or new < delta:
                 delta, clip, crossed = new, step, False
                 sym, val = ("C", f"{step.C}") if new == step.C else ("2 * C", f"2 * {step.C}")
         elif isinstance(step, Laplace):
-            pass  # noise drawn without the data: the Gaussian's release is post-processed by it, Delta unchanged
-        elif not (isinstance(step, Prune) and not per_ex) and (delta is not None or clip is not None):
+            noised = noised or step.params["b"] > 0  # drawn without the data: Delta unchanged
+        elif not (isinstance(step, Prune) and not per_ex and not noised) and (delta is not None or clip is not None):
             # a clip's bound lost at the sketch (its norm not known, as where no later noise needed it) is lost here
             # too, and this step is the reason that holds whatever the sketch's norm
             delta, clip, crossed = None, None, False
-            reason = f"'{step.spec()}' runs between the clip and the noise: sensitivity not tracked"
-    return None
-
+            after = "after noise, " if isinstance(step, Prune) and noised else ""
+            reason = f"'{step.spec()}' runs {after}between the clip and the noise: sensitivity not tracked"
+        i += 1
+    return bounds
 
 
 def _bound_at(order, i, delta, formula, clip, crossed, reason, per_example) -> NoiseBound:
@@ -107,4 +143,4 @@ def _bound_at(order, i, delta, formula, clip, crossed, reason, per_example) -> N
     return NoiseBound(sigma, delta, formula, where, neighbours, crossed, later_noise=later)
 
 
-__all__ = ["NoiseBound", "noise_bound"]
+__all__ = ["NoiseBound", "noise_bound", "noise_bounds"]

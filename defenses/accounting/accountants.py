@@ -67,7 +67,8 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
     """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's
     numbers.
 
-    The sensitivity Delta is what the pipeline bounds (``Pipeline.noise_bound``):
+    The noise counted is the run of Gaussian steps with the largest sigma/Delta, and its sensitivity Delta is what the
+    pipeline bounds (``Pipeline.noise_bound``):
     a clip before the sketch with the noise after it gives Delta = ||R||_op * C,
     with ``sketch_norm`` = ||R||_op (over several steps, the largest ||R_t||); with a ``per_example`` clip, noise
     after the channel's division of the sum by ``batch_size`` (after the sketch) has Delta divided by it.
@@ -117,6 +118,9 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
                sketch_norm=sketch_norm if bound.crosses_sketch else None)
     note = (f"Delta = {bound.formula} ({bound.where}; {bound.neighbours}); "
             "paper: Lemma H.7 + Thm 6.2, no amplification")
+    if bound.earlier_noise:
+        note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
+                 "the input)")
     if bound.later_noise:
         note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
     out["privacy_note"] = note

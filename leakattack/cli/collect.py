@@ -10,6 +10,7 @@ from ..errors import UserError
 from ..figures.report import run_metrics
 from ..metrics import failed_kind, rebuilt_images
 from ..results import folder_kind, read_json, writable_out, write_csv
+from ..results.store import EPSILON_METRICS, summary_value
 
 #: the columns first in the table (then every other scalar metric, in first-seen order)
 LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "round", "client", "d",
@@ -117,6 +118,9 @@ def row_of(folder: Path) -> dict:
         row.update(round=run.get("protocol_round"), client=run.get("protocol_client"))
     del metrics["schema"]  # the file's layout, not a metric
     row.update(scalars(metrics, skip=("objective_at",)))
+    for name in EPSILON_METRICS:  # no DP bound: inf, as the run's summary line (ε ∞) and a sweep's summary.csv say
+        if name in row:
+            row[name] = summary_value(metrics, name)
     at = metrics.get("objective_at")
     if at:  # the attack's objective at the truth and at the reconstruction
         row.update(objective_truth=at["truth"]["total"], objective_reconstruction=at["reconstruction"]["total"])

@@ -125,21 +125,30 @@ SWEEP_FILES = {"sweep.json": None, "results.jsonl": None, "summary.csv": None, "
                "figures": ANY, "points": ANY, "slurm": ANY}
 
 
+def sweep_out(folder: str | Path) -> Path:
+    """``folder`` (``--out``, or the default folder) as the sweep's, refused in one sentence where a sweep may not
+    write into it (:data:`SWEEP_FILES`)."""
+    out = writable_out(folder)
+    if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
+        raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be "
+                        "read as that run; name a new folder or an earlier sweep's")
+    own_folder(out, folder, SWEEP_FILES, "a sweep")
+    return out
+
+
 def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
         options = _backend_options(a)
+        if a.out is not None:  # before the points are checked: a refused sweep prints its refusal alone
+            sweep_out(a.out)
         plan = load_plan(a.config, progress=not a.quiet)
         planned = True
         jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
         if jobs is not None and jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
-        out = writable_out(a.out if a.out is not None
-                           else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
-        if (out / "metrics.json").is_file() and not (out / "results.jsonl").is_file():
-            raise UserError(f"--out '{out}' is a run's folder (it holds metrics.json): a sweep beside it would be "
-                            "read as that run; name a new folder or an earlier sweep's")
-        own_folder(out, a.out if a.out is not None else out, SWEEP_FILES, "a sweep")
+        out = sweep_out(a.out if a.out is not None
+                        else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
         if a.dry_run:
             get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
             return dry_run(a, plan, out if a.out is not None else None)

@@ -527,8 +527,7 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
             acc, _ = mean_std([float(r["metrics"]["utility_acc"]) for r in part])
             ps, ps_std = mean_std([float("nan") if r["metrics"]["psnr"] is None else float(r["metrics"]["psnr"])
                                    for r in part])
-            eps = part[0]["metrics"].get("epsilon")
-            by_line.setdefault(series, []).append((acc, ps, ps_std, eps, part))
+            by_line.setdefault(series, []).append((acc, ps, ps_std, _epsilon_label(part[0]["metrics"]), part))
     fig, ax = plt.subplots(figsize=(4.6, 3.8 + 0.25 * len(by_line) / 3), layout="constrained")
     lines: dict = {}
     marked: set[str] = set()
@@ -538,16 +537,25 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
     _draw_lines(ax, lines, {s: _line_label(s) for s in lines}, marked)
     _verdict_entries(ax, marked)
     for pts in by_line.values():
-        for acc, ps, _, eps, _part in pts:
-            ax.annotate("ε=∞" if eps is None else f"ε={eps:.3g}", (acc, ps), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
+        for acc, ps, _, label, _part in pts:
+            ax.annotate(label, (acc, ps), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("test accuracy under the defense (utility)")
     ax.set_ylabel("attack PSNR (dB)")
     ax.grid(True, alpha=0.3)
     _legend(fig, [ax], keys, len(lines))
-    _title(fig, _with_count("privacy-utility (labels: ε of the attacked message, Opacus RDP)", kept), kept, meta,
-           4.6)
+    trained = any("utility_epsilon" in r["metrics"] for r in kept)
+    what = "ε of the attacked message / of the training" if trained else "ε of the attacked message"
+    _title(fig, _with_count(f"privacy-utility (labels: {what}, Opacus RDP)", kept), kept, meta, 4.6)
     return save_both(fig, Path(folder) / "figures", "privacy_utility")
+
+
+def _epsilon_label(metrics: dict) -> str:
+    """A frontier point's label: the attacked message's ε and, where the point records it, the ε of the training its
+    accuracy was bought with (``utility_epsilon``; over many steps, up to hundreds of times the message's); ∞ where
+    there is no DP bound."""
+    text = lambda v: "∞" if v is None else f"{v:.3g}"  # noqa: E731
+    label = f"ε={text(metrics.get('epsilon'))}"
+    return label + f" / {text(metrics['utility_epsilon'])}" if "utility_epsilon" in metrics else label
 
 
 def phase_transition(folder, records: list[dict], meta: dict | None = None) -> list:
@@ -619,7 +627,8 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
 SWEEP_FIGURES = {
     "metrics_vs_strength": "Attack quality against defense strength (mean over repetitions, one std; dashed: baseline; "
                            "hollow: not rebuilt, a failure of the attack, not evidence of privacy)",
-    "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, ε annotated",
+    "privacy_utility": "Privacy–utility frontier: attack PSNR against test accuracy under the defense, each point "
+                       "labelled with the ε of the attacked message / of the training",
     "phase_transition": "Phase transition in the sketch size: quality against b/m (sketch size / unknowns)",
     "metrics_vs_batch": "Attack quality against batch size",
     "reconstruction_grid": "Reconstructions (the sweep's own figure)",

@@ -35,6 +35,28 @@ def test_collect_writes_one_row_per_run_folder_with_settings_and_metrics(tmp_pat
     assert "failed" not in srht  # no run recorded its objective at the truth
 
 
+
+def test_collect_writes_inf_for_an_epsilon_without_a_dp_bound(tmp_path):
+    """A defended run whose privacy report has no bound (noise without a clip before it) stores epsilon null, which
+    its summary line shows as ε ∞ and a sweep's summary.csv as inf; the table left the cell empty, as for a run
+    without a defense."""
+    runs = tmp_path / "runs"
+    _run_folder(runs / "unbounded", "srht", 7913, 10.0)
+    _run_folder(runs / "bounded", "srht", 7913, 10.0)
+    _run_folder(runs / "undefended", "srht", 7913, 10.0)
+    for name, extra in (("unbounded", {"epsilon": None, "epsilon_paper": None,
+                                       "privacy_note": "no clip before the noise: sensitivity unbounded"}),
+                        ("bounded", {"epsilon": 4.73, "epsilon_paper": 4.84, "privacy_note": "Delta = C = 1.0"})):
+        path = runs / name / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "defense": "gaussian", **extra}))
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
+    assert rows["unbounded"]["epsilon"] == rows["unbounded"]["epsilon_paper"] == "inf"
+    assert float(rows["bounded"]["epsilon"]) == pytest.approx(4.73)
+    assert rows["undefended"]["epsilon"] == ""
+
+
 def _protocol_folder(folder: Path, protocol: str, encoder: dict, round_: int, client: int) -> None:
     """A protocol run's folder as `leakattack run --protocol` writes it: the --sketch flag (srht) under ``run``, the
     encoder the protocol really sent with under ``derived.sketch.encoder``."""

@@ -109,12 +109,50 @@ def test_no_noise_has_no_sensitivity():
     assert defenses.build("clip:C=1,gaussian:sigma=0").sensitivity() is None
 
 
-def test_only_the_first_noise_in_channel_order_is_counted():
-    """Noise after noise is post-processing: the first run of Gaussian steps sets sigma and Delta."""
+def test_one_run_of_gaussian_steps_is_counted_the_others_are_post_processing():
+    """Noise after noise is post-processing: here the first run of Gaussian steps has the larger sigma/Delta."""
     bound = defenses.build("clip:C=1,gaussian:sigma=2,gaussian:sigma=3@after_sketch").noise_bound(SRHT_LENET)
-    assert bound.sigma == 2 and bound.sensitivity == 1.0 and bound.later_noise == 1
+    assert bound.sigma == 2 and bound.sensitivity == 1.0 and bound.later_noise == 1 and bound.earlier_noise == 0
     bound = defenses.build("clip:C=1,gaussian:sigma=3,gaussian:sigma=4").noise_bound()
     assert bound.sigma == pytest.approx(5.0)
+
+
+def test_the_noise_with_the_largest_multiplier_is_counted_even_after_weaker_noise():
+    """Small noise the client adds first does not hide a clip and larger noise after it: noise drawn without the data
+    is the same on both sides of the neighbouring pair, so the later Gaussian is a mechanism of its own (epsilon was
+    inf for the first spec, and 5.5e5 from the weak first noise for the second)."""
+    p = message_privacy(defenses.build("gaussian:sigma=1e-3,clip:C=1@after_sketch,gaussian:z=1@after_sketch"), 1e-5,
+                        sketch_norm=SRHT_LENET)
+    assert p["sensitivity"] == 2.0 and p["noise_multiplier"] == 0.5  # a clip after noise: its diameter 2C
+    assert p["epsilon"] < 20 and p["epsilon"] == pytest.approx(accountant_epsilon(0.5, 1.0, 1, 1e-5))
+    assert "1 earlier noise step(s) not counted" in p["privacy_note"]
+    p = message_privacy(defenses.build("clip:C=1,gaussian:sigma=1e-3,gaussian:z=1@after_sketch"), 1e-5,
+                        sketch_norm=SRHT_LENET)
+    assert p["sensitivity"] == pytest.approx(SRHT_LENET) and p["sketch_norm"] == SRHT_LENET
+    assert p["epsilon"] < 10 and p["epsilon"] == pytest.approx(accountant_epsilon(1 / SRHT_LENET, 1.0, 1, 1e-5))
+    assert defenses.build("clip:C=1,gaussian:sigma=1e-3,gaussian:z=1@after_sketch").needs_sketch_norm
+
+
+def test_a_clip_after_noise_bounds_delta_by_its_diameter():
+    """The neighbour (the update replaced by zero) draws the same noise L, so it sends clip(L), not zero:
+    ||clip(g + L) - clip(L)|| reaches 2C for g = -3L, and Delta = C would understate it."""
+    torch = pytest.importorskip("torch")
+    L = torch.randn(50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    clip = defenses.build("clip:C=1").steps[0]
+    gap = float((clip(-3 * L + L, None) - clip(L, None)).norm())
+    assert gap == pytest.approx(2.0)
+    assert defenses.build("laplace:b=0.1,clip:C=1,gaussian:z=1").sensitivity() == 2.0 >= gap
+    assert defenses.build("gaussian:sigma=0.1,clip:C=1,gaussian:z=1").sensitivity() == 2.0
+    assert defenses.build("laplace:b=0,clip:C=1,gaussian:z=1").sensitivity() == 1.0  # no noise: the neighbour sends 0
+
+
+def test_pruning_after_noise_leaves_delta_untracked():
+    """prune(clip(g) + L) against prune(L): which entries survive depends on the data, so nothing bounds the
+    difference by C."""
+    bound = defenses.build("clip:C=1,laplace:b=0.1,prune:p=0.5,gaussian:z=1").noise_bound()
+    assert bound.sensitivity is None
+    assert bound.reason == ("'prune:p=0.5@before_sketch' runs after noise, between the clip and the noise: "
+                            "sensitivity not tracked")
 
 
 def test_message_privacy_names_the_delta_it_used_for_noise_after_the_sketch():

@@ -314,3 +314,24 @@ def test_a_grid_cell_of_a_batch_scores_the_first_image_it_shows_on_its_own():
     assert sweep_figures_module.first_image(single) is single  # one image: the point's own scores
     older = {k: v for k, v in point.items() if not k.endswith("_each")}
     assert sweep_figures_module.first_image(older) is older
+
+
+def test_the_privacy_utility_frontier_labels_each_point_with_the_epsilon_its_accuracy_cost(tmp_path, drawn):
+    """The accuracy on the x axis is the training's, whose epsilon (every step releases a whole-update clip's
+    update) can be far above the attacked message's: both are labelled, the training's after the slash."""
+    records = []
+    for i, (z, eps, train_eps) in enumerate([(0.0, None, None), (0.7, 7.11, 417.9)]):
+        m = {"d": 100, "b": 50, "m": 64, "psnr": 10.0 - i, "ssim": 0.1, "utility_acc": 0.8 + 0.01 * i,
+             "epsilon": eps, "utility_epsilon": train_eps, "privacy_note": "note", "defense": "clip:C=1"}
+        records.append({"key": f"{i:012d}", "index": i, "grid": {"z": z}, "params": {**SHARED, "sketch": "srht"},
+                        "metrics": m})
+    sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
+    fig = drawn["privacy_utility"]
+    texts = sorted(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert texts == ["ε=7.11 / 418", "ε=∞ / ∞"]
+    assert "ε of the attacked message / of the training" in fig._suptitle.get_text()
+    for r in records:  # points without a training: the message's epsilon alone
+        r["metrics"].pop("utility_epsilon")
+    drawn.clear()
+    sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
+    assert sorted(t.get_text() for ax in drawn["privacy_utility"].axes for t in ax.texts) == ["ε=7.11", "ε=∞"]

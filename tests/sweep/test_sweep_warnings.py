@@ -38,3 +38,17 @@ def test_a_refused_sweep_prints_its_refusal_alone(tmp_path, capfd):
     assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     lines = capfd.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("leakattack: error:"), lines
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_sweep_refused_for_its_out_folder_prints_its_refusal_alone(tmp_path, capfd, dry_run):
+    """The --out folder is refused before the points are checked, so their run warning never precedes the refusal."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.format(images="[0, 1]"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet", *dry_run]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("leakattack: error: --out"), lines
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
