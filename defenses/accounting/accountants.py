@@ -32,7 +32,7 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     ``steps`` an integer of at least 1 and ``delta`` in (0, 1); anything else is one UserError sentence.
     """
     if accountant not in ACCOUNTANTS:
-        raise ValueError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
+        raise UserError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
     noise_multiplier = check_number("noise_multiplier", noise_multiplier, low_open=False)
     sample_rate = check_number("sample_rate", sample_rate, high=1.0, high_open=False)
     steps = check_count("steps", steps)

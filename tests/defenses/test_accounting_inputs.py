@@ -32,7 +32,7 @@ def test_accountant_epsilon_still_takes_valid_arguments():
     assert accountant_epsilon(np.float64(1.1), np.float32(0.5), np.int64(4), 1e-5) == pytest.approx(eps)
     assert accountant_epsilon(1.1, 1, 1, 1e-5) > 0  # sample_rate 1 (an int) is the closed end of (0, 1]
     assert accountant_epsilon(0.0, 0.5, 4, 1e-5) == math.inf  # no noise
-    with pytest.raises(ValueError, match="unknown accountant"):
+    with pytest.raises(UserError, match="unknown accountant"):
         accountant_epsilon(**GOOD, accountant="moments")
 
 
