@@ -48,6 +48,11 @@ class Transform:
         """Whether this step returns every vector unchanged at its parameters (noise of scale 0, pruning nothing)."""
         return False
 
+    def changes_nothing_at(self, n: int) -> bool:
+        """Whether this step returns every vector of ``n`` entries unchanged (by default :meth:`changes_nothing`;
+        pruning a fraction that rounds to no entry of n changes nothing too)."""
+        return self.changes_nothing()
+
     def check(self, context: list["Transform"]) -> None:
         """Checks that need the steps before this one (e.g. z needs a clip); raise DefenseError."""
 

@@ -26,5 +26,8 @@ class Prune(Transform):
     def changes_nothing(self) -> bool:
         return self.params["p"] == 0
 
+    def changes_nothing_at(self, n: int) -> bool:
+        return int(self.params["p"] * n) == 0  # prune_smallest zeroes floor(p * n) entries
+
     def __call__(self, v, gen):
         return prune_smallest(v, self.params["p"])

@@ -218,9 +218,13 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       SettingWarning, stacklevel=2)
     pipeline = defenses.build("" if cfg.message else cfg.defense or "")  # a message file's defense is its own
     for step in pipeline.steps:
+        n = case.victim.d if step.placement == defenses.BEFORE else case.obs.b  # the length of its vectors
         if step.changes_nothing():
             warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
                           "as it is", SettingWarning, stacklevel=2)
+        elif step.changes_nothing_at(n):
+            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
+                          f"of {n:,} entries as it is", SettingWarning, stacklevel=2)
     if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
         warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=2)
     if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):

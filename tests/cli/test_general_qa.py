@@ -19,6 +19,8 @@ def warnings_of(tmp_path, capsys, *flags) -> str:
 @pytest.mark.parametrize("flags, said", [
     (["--defense", "gaussian:sigma=0"], "defense step 'gaussian:sigma=0.0@before_sketch' changes nothing"),
     (["--defense", "prune:p=0"], "defense step 'prune:p=0.0@before_sketch' changes nothing"),
+    (["--defense", "prune:p=5e-5"], "defense step 'prune:p=5e-05@before_sketch' changes nothing: at these parameters "
+                                    "it sends every vector of 13,426 entries as it is"),
     (["--sketch", "none", "--sketch-seed", "5"], "--sketch none draws nothing at random: --sketch-seed changes"),
     (["--sketch", "none", "--sketch-unknown"], "--sketch-unknown changes nothing"),
     (["--prior", "tv:0"], "--prior tv:0 changes nothing"),
@@ -27,6 +29,10 @@ def warnings_of(tmp_path, capsys, *flags) -> str:
 ])
 def test_a_setting_that_changes_nothing_is_warned_of(tmp_path, capsys, flags, said):
     assert said in warnings_of(tmp_path, capsys, *flags)
+
+
+def test_a_prune_that_zeroes_one_entry_is_not_warned_of(tmp_path, capsys):
+    assert "changes nothing" not in warnings_of(tmp_path, capsys, "--defense", "prune:p=8e-5")  # 1 of 13,426
 
 
 def test_a_weight_of_zero_that_turns_a_recipe_s_tv_off_is_not_warned_of(tmp_path, capsys):
