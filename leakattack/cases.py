@@ -58,6 +58,7 @@ from .training import (
     load_buffers,
     load_checkpoint,
     load_split,
+    refuse_empty_clients,
     stored_protocol,
     warn_client_batch,
 )
@@ -187,8 +188,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         raise ConfigError(f"no client is sampled in round {t}")
     if c not in sampled:
         raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {sampled}): give --client {sampled[0]}")
-    if proto.shards[c].numel() == 0:
-        raise ConfigError(f"client {c} holds no data")
+    refuse_empty_clients(proto.shards, len(trainset))  # as `leakattack train` refuses that split
     if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):
         raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers "
                           f"client {c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch "

@@ -98,10 +98,19 @@ def load_split(model_spec: dict, download: bool = False):
         raise ConfigError(str(err)) from None
 
 
+def refuse_empty_clients(shards: list[torch.Tensor], images: int) -> None:
+    """ConfigError where the split leaves a client without data (``leakattack train`` and ``run --protocol`` refuse
+    it alike: such a client would send a zero update and a NaN loss)."""
+    if any(s.numel() == 0 for s in shards):
+        raise ConfigError(f"{len(shards)} clients leave some client without data ({images} training images)")
+
+
 def warn_client_batch(spec: dict, trainset: ImageSet) -> None:
     """A warning where the protocol's client batch exceeds the images of a client, whose every step then takes them
-    all (``leakattack train`` and ``run --protocol`` say it alike)."""
-    fewest = min(s.numel() for s in split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"]))
+    all (``leakattack train`` and ``run --protocol`` say it alike); a client without data is refused first."""
+    shards = split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"])
+    refuse_empty_clients(shards, len(trainset))
+    fewest = min(s.numel() for s in shards)
     if spec["batch_size"] > fewest:
         warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "
                       "a client's batch is cut to all its images", SettingWarning, stacklevel=2)
@@ -253,8 +262,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)
     proto = get_protocol(name, victim, trainset, **spec)
-    if any(s.numel() == 0 for s in proto.shards):
-        raise ConfigError(f"{spec['clients']} clients leave some client without data ({len(trainset)} training images)")
+    refuse_empty_clients(proto.shards, len(trainset))
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__}
@@ -418,4 +426,5 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
            "check_unchanged", "build_victim", "load_split", "checkpoint_path",
            "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
-           "stored_protocol", "keeps_server_state", "resume_point", "train", "warn_client_batch"]
+           "stored_protocol", "keeps_server_state", "resume_point", "train", "refuse_empty_clients",
+           "warn_client_batch"]

@@ -94,6 +94,8 @@ def cmd_train(a) -> int:
                   "data_root": a.data_root if reads_root(a.dataset) else None, "seed": a.seed}
     if a.name is not None and (a.name in ("", ".", "..") or Path(a.name).name != a.name or "\\" in a.name):
         raise ConfigError(f"--name must be a folder name, not a path, got {a.name!r}")
+    if a.name == "accuracy_vs_floats.png":  # the figure drawn over the trainings in --out (TRAIN_FILES)
+        raise ConfigError(f"--name {a.name} is the file a training draws its figure into in --out: give another name")
     _warn_data(a)
     out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")

@@ -164,8 +164,9 @@ class RunConfig:
         if self.protocol and self.message:
             raise ConfigError("--message and --protocol name two different messages: give one of them")
         if not self.protocol:
-            given = [flag for flag, v in (("--protocol-dir", self.protocol_dir), ("--round", self.protocol_round != 1),
-                                          ("--client", self.protocol_client != 0)) if v]
+            given = [flag for flag, v in (("--protocol-dir", self.protocol_dir),
+                                          ("--round", self.set_by_user("protocol_round")),
+                                          ("--client", self.set_by_user("protocol_client"))) if v]
             if given:
                 raise ConfigError(f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} a protocol's "
                                   "message: give --protocol too (the one that trained the folder)")

@@ -312,9 +312,14 @@ class RecordingStrategy(Strategy):
                     server_round, client)
                 return
             message = flatten(before) - flatten(arrays)  # exact in float64 for float32 weights
+        batch = int(settings["batch_size"] or res.num_examples or 1)
+        if res.num_examples and batch != res.num_examples:  # a client need not train on the batch the server asks
+            log(WARNING, "round %d, client %s reports num_examples = %d, and the batch_size of the fit "
+                "configuration is %d: its message file says the update came from %d images", server_round, client,
+                res.num_examples, batch, batch)
         path = self.out / f"round{server_round:03d}-client{_safe(client)}.pt"
         write_message(path, message, sketch=sketch, kind="update",
-                      batch_size=int(settings["batch_size"] or res.num_examples or 1), lr=float(settings["lr"]),
+                      batch_size=batch, lr=float(settings["lr"]),
                       local_steps=int(settings["local_steps"] or 1), defense=self.defense,
                       input_shape=self.input_shape, num_classes=self.num_classes, round=server_round, client=client,
                       node=str(proxy.cid), weights=weights_path.name)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
 from .io import write_tensors
 
@@ -197,6 +197,18 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
         "num_classes": num_classes, "ids": dict(ids),
     }
     _check(fields, "message")
+    if labels is not None:  # class indices: a file holding others is refused when a run reads it against its model
+        top = None if num_classes is None else int(num_classes)
+        wrong = (labels < 0) if top is None else (labels < 0) | (labels >= top)
+        if bool(wrong.any()):
+            i = int(wrong.nonzero()[0, 0])
+            what = "at least 0" if top is None else f"in [0, {top}) (num_classes is {top})"
+            raise MessageError(f"message: 'labels' must be class indices {what}, got {int(labels[i])} at position {i}")
+    unread = [f"{k}={v}" for k, v, default in (("lr", lr, None), ("local_steps", local_steps, 1)) if v != default]
+    if kind == "gradient" and unread:  # what a run reads as one gradient, whatever the local training was
+        warnings.warn(f"{' and '.join(unread)} describe{'s' if len(unread) == 1 else ''} an update's local training, "
+                      "which a gradient message does not read: give kind='update' for w_before - w_after",
+                      SettingWarning, stacklevel=2)
     fields["batch_size"], fields["local_steps"] = int(batch_size), int(local_steps)
     write_tensors(path, fields)
     return Path(path)

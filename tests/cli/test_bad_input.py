@@ -28,6 +28,10 @@ def _refused(argv, needle, root, capsys):
 @pytest.mark.parametrize("args,needle", [
     (["--protocol-dir", "fl/fedavg"], "--protocol-dir chooses a protocol's message: give --protocol too"),
     (["--round", "3", "--client", "2"], "--round and --client choose a protocol's message: give --protocol too"),
+    (["--round", "1"], "--round chooses a protocol's message: give --protocol too"),  # its default, given
+    (["--client", "0"], "--client chooses a protocol's message: give --protocol too"),
+    (["--protocol", "fedavg", "--clients", "2000"], "2000 clients leave some client without data (1438 training "
+                                                    "images)"),  # client 0 holds an image, the last ones none
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 4]"),
@@ -340,6 +344,8 @@ def test_a_protocol_json_from_before_a_setting_existed_reads_as_its_default(trai
     (["--model", "linreg"], "cannot be trained here"),
     (["--name", "../../x"], "--name must be a folder name, not a path"),
     (["--name", "/tmp/abs"], "--name must be a folder name, not a path"),
+    (["--name", "accuracy_vs_floats.png"], "--name accuracy_vs_floats.png is the file a training draws its figure "
+                                           "into in --out: give another name"),
     (["--checkpoint-every", "0"], "checkpoint interval must be"),
 ])
 def test_bad_train_flags_are_one_sentence(tmp_path, capsys, args, needle):

@@ -110,6 +110,12 @@ def test_an_unknown_sketch_is_refused_whether_or_not_the_protocol_reads_it(tmp_p
     _refused(TRAIN + ["--sketch", "nope", "--out", str(tmp_path / "t")], "unknown sketch 'nope'", tmp_path, capsys)
 
 
+def test_a_split_leaving_a_client_without_data_is_refused_without_the_client_batch_warning(tmp_path, capsys):
+    """One sentence (no warning of a client's batch cut to its 0 images before it), nothing written."""
+    _refused(TRAIN + ["--clients", "2000", "--out", str(tmp_path / "t")],
+             "2000 clients leave some client without data (1438 training images)", tmp_path, capsys)
+
+
 def test_data_root_and_download_with_an_embedded_set_warn():
     args = SimpleNamespace(dataset="digits", data_root="/tmp", download=True)
     with pytest.warns(SettingWarning, match="--data-root and --download are not read: the embedded data set digits"):

@@ -212,6 +212,22 @@ def test_the_recorder_writes_the_update_of_the_chosen_clients_around_plain_fedav
     assert torch.allclose(w2 - w1, torch.full((16,), -0.005, dtype=torch.float64), atol=1e-6)  # FedAvg's mean
 
 
+def test_the_recorder_warns_where_a_client_reports_another_count_than_the_configured_batch(tmp_path, caplog):
+    """The example server asks for --batch-size; a client that trains on another batch reports its own count, and the
+    message file, which keeps the configuration's batch size, is named in a warning."""
+    arrays = [np.zeros((4, 3), dtype=np.float32)]
+    updates = {"a": lambda w, config: [a + 0.01 for a in w]}  # _round's clients report 3 examples
+    for batch, warned in ((2, True), (3, False)):
+        caplog.clear()
+        fedavg = FedAvg(min_fit_clients=1, min_available_clients=1,
+                        on_fit_config_fn=lambda t, b=batch: {"lr": 0.1, "batch_size": b})
+        _round(RecordingStrategy(fedavg, tmp_path / str(batch)), arrays, updates)
+        assert read_message(tmp_path / str(batch) / "round001-clienta.pt").batch_size == batch
+        said = [r.getMessage() for r in caplog.records if "num_examples" in r.getMessage()]
+        assert said == (["round 1, client a reports num_examples = 3, and the batch_size of the fit configuration "
+                         "is 2: its message file says the update came from 2 images"] if warned else []), said
+
+
 def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path):
     arrays = [np.linspace(-1, 1, 40, dtype=np.float64).reshape(8, 5)]
     delta = {"a": np.full((8, 5), 0.1), "b": np.arange(40.0).reshape(8, 5) / 100}

@@ -1,9 +1,11 @@
 """Message files: what write_message saves, read_message returns; sketch descriptions rebuild the same R."""
 
+import warnings
+
 import pytest
 import torch
 
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 from leakattack.results.message import FORMAT, VERSION, MessageError, read_message, read_truth, write_message
 from leakattack.sketch import check_description, get_sketch, list_sketches, sketch_from_description
 
@@ -49,6 +51,9 @@ def test_write_then_read_gives_back_every_field(tmp_path):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(kind="update"), "an update message needs 'lr'"),
     (dict(labels=[1, 2]), "holds 2 labels for a batch of 1"),
+    (dict(labels=[-1]), "'labels' must be class indices at least 0, got -1 at position 0"),
+    (dict(batch_size=2, labels=[3, 10], num_classes=10), "'labels' must be class indices in [0, 10) (num_classes is "
+                                                         "10), got 10 at position 1"),
     (dict(batch_size=0), "'batch_size' must be a positive integer"),
     (dict(sketch={"kind": "srht", "d": 8, "b": 3, "seed": 0}),
      "has 4 numbers but its sketch (srht, d = 8) sends b = 3"),
@@ -66,6 +71,18 @@ def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing
     with pytest.raises(MessageError) as err:
         write_message(tmp_path / "m.pt", torch.zeros(4), **kwargs)
     assert needle in str(err.value) and not list(tmp_path.iterdir())
+
+
+def test_a_gradient_with_an_updates_local_training_is_written_with_a_warning(tmp_path):
+    """A gradient message is attacked as one gradient: a learning rate or local steps given with it are not read."""
+    with pytest.warns(SettingWarning, match=r"^lr=0.1 and local_steps=3 describe an update's local training, which a "
+                                            r"gradient message does not read: give kind='update'"):
+        write_message(tmp_path / "m.pt", torch.zeros(4), lr=0.1, local_steps=3)
+    assert read_message(tmp_path / "m.pt").kind == "gradient"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_message(tmp_path / "g.pt", torch.zeros(4))
+        write_message(tmp_path / "u.pt", torch.zeros(4), kind="update", lr=0.1, local_steps=3)
 
 
 def test_a_non_finite_or_complex_message_is_refused_naming_the_first_bad_number(tmp_path):
