@@ -410,8 +410,16 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
                           f"rounds that its checkpoints do not hold, so training cannot continue from round "
                           f"{done + 1} exactly: {elsewhere}")
     if not checkpoint_path(folder, done + 1).is_file():
-        raise ConfigError(f"'{folder}' holds {held} without the checkpoint of w^{done + 1} to continue from (a "
-                          f"training with --no-checkpoints writes none): {elsewhere}")
+        # a training killed outright (SIGKILL, a lost node) writes no checkpoint when it stops: with --checkpoint-every
+        # k > 1 the latest is of an earlier round, from which the rounds after it are trained again, the same way
+        latest = next((t for t in range(done, 0, -1) if checkpoint_path(folder, t).is_file()), None)
+        if latest is None:
+            raise ConfigError(f"'{folder}' holds {held} without the checkpoint of w^{done + 1} to continue from (a "
+                              f"training with --no-checkpoints writes none): {elsewhere}")
+        warnings.warn(f"'{folder}' holds rounds 1..{done} and no checkpoint after round {done} (the training was "
+                      f"stopped without writing one): rounds {latest}..{done} are trained again from the checkpoint of "
+                      f"w^{latest}", SettingWarning, stacklevel=3)
+        return rows[:latest - 1]
     return rows
 
 

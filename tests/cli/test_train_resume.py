@@ -132,6 +132,23 @@ def test_a_training_without_the_checkpoint_to_continue_from_is_refused(tmp_path,
              capsys)
 
 
+def test_a_killed_training_continues_from_its_latest_checkpoint_as_if_never_stopped(tmp_path, straight, capsys):
+    """SIGKILL writes no checkpoint when it stops: with --checkpoint-every 2 the rounds after the latest one (w^3) are
+    trained again from it, and the training ends as the uninterrupted one does."""
+    assert cli.main(TRAIN + ["--rounds", "3", "--checkpoint-every", "2", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "sketched"
+    (folder / "checkpoints" / "round_0004.pt").unlink()  # killed in round 4: rounds 1..3 logged, w^1 and w^3 saved
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["round_0001.pt", "round_0003.pt"]
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "5", "--checkpoint-every", "2", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "holds rounds 1..3 and no checkpoint after round 3" in err and "rounds 3..3 are trained again from the " \
+        "checkpoint of w^3" in err
+    assert _rows(folder) == _rows(straight)
+    final = "checkpoints/round_0006.pt"
+    assert torch.equal(torch.load(folder / final), torch.load(straight / final))
+
+
 def test_a_protocol_whose_server_keeps_state_is_not_continued_from_its_weights(tmp_path, capsys):
     """SAFL's server optimiser moments are not in the checkpoints: continuing from w alone would not be its
     training."""
