@@ -110,6 +110,12 @@ def warn_client_batch(spec: dict, trainset: ImageSet) -> None:
     all (``leakattack train`` and ``run --protocol`` say it alike); a client without data is refused first."""
     shards = split_clients(trainset.labels, spec["clients"], spec["noniid"], spec["seed"])
     refuse_empty_clients(shards, len(trainset))
+    held = int(trainset.labels[torch.cat(shards)].unique().numel())
+    classes = int(trainset.labels.unique().numel())
+    if held < classes:  # --noniid gives client c two classes: fewer clients than classes leave some to no one
+        warnings.warn(f"--noniid with {spec['clients']} client(s) leaves {classes - held} of the {classes} classes in "
+                      f"no client's data (each client holds one or two): the model never trains on them; "
+                      f"{classes - 1} or more clients cover every class", SettingWarning, stacklevel=2)
     fewest = min(s.numel() for s in shards)
     if spec["batch_size"] > fewest:
         warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "

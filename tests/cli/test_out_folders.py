@@ -134,3 +134,17 @@ def test_a_client_batch_beyond_a_clients_images_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_client_batch({**spec, "batch_size": 32}, load_split(model_spec)[0])
+
+
+def test_noniid_clients_too_few_to_hold_every_class_warn():
+    """Client c holds classes c and c+1 of a shuffled order: 2 clients leave 7 of digits' 10 classes to no one."""
+    spec = {"clients": 2, "noniid": True, "seed": 0, "batch_size": 32}
+    model_spec = {**MODEL_DEFAULTS, "dataset": "digits", "data_root": None, "seed": 0}
+    trainset = load_split(model_spec)[0]
+    with pytest.warns(SettingWarning, match=r"^--noniid with 2 client\(s\) leaves 7 of the 10 classes in no client's "
+                                            r"data .* 9 or more clients cover every class$"):
+        warn_client_batch(spec, trainset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_client_batch({**spec, "clients": 9}, trainset)
+        warn_client_batch({**spec, "noniid": False}, trainset)
