@@ -116,8 +116,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
                           "normalises with them; a state_dict carries them", SettingWarning, stacklevel=2)
         frozen = any(not p.requires_grad for p in model.parameters())
         if drawn_by and not frozen and (buffers is not None or not list(model.buffers())):
-            warnings.warn(f"{drawn_by} changes nothing: weights file '{path}' sets every weight of the model",
-                          SettingWarning, stacklevel=2)
+            warnings.warn(f"{drawn_by} {_changes(drawn_by)} nothing: weights file '{path}' sets every weight of the "
+                          "model", SettingWarning, stacklevel=2)
         return victim
     if isinstance(state, dict) and not all(isinstance(v, torch.Tensor) for v in state.values()):
         nested = _nested_state_dicts(state)
@@ -147,9 +147,14 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         raise UserError(problem)
     model.load_state_dict(state)
     if drawn_by:
-        warnings.warn(f"{drawn_by} changes nothing: weights file '{path}' sets every weight of the model",
+        warnings.warn(f"{drawn_by} {_changes(drawn_by)} nothing: weights file '{path}' sets every weight of the model",
                       SettingWarning, stacklevel=2)
     return victim
+
+
+def _changes(drawn_by: str) -> str:
+    """The verb for the settings ``drawn_by`` names: one setting changes, two (``"--model-seed 5 and ..."``) change."""
+    return "change" if " and " in drawn_by else "changes"
 
 
 __all__ = ["load_weights"]

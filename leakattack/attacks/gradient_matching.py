@@ -87,6 +87,10 @@ LABEL_PROBE_STEPS = 150
 #: reading the labels (the probe pass, and any short runs) comes out of a time limit; a run notes it when it took at
 #: least this share of the limit (64 probes through vit_b_16 at 224 px take about a minute on one CPU thread)
 LABEL_SHARE_NOTED = 0.1
+#: a time limit is checked between steps and cuts none short (an L-BFGS step's line search of a deep victim can take
+#: many evaluations); a run notes an attack that ran past the limit by this share of it, and by OVERRUN_NOTED_S
+OVERRUN_NOTED = 0.25
+OVERRUN_NOTED_S = 2.0
 
 #: restarts go through the batched model of the client unless its second evaluation took more than this many times as
 #: long as the same points one by one (a margin for a busy machine).  The first is checked for agreement only: it holds
@@ -427,8 +431,17 @@ class GradientMatching(Attack):
         best = self._search(obs, main, labels, choice, probes_s, t0, monitor, monitor_every, progress)
         if self.time_limit is not None and probes_s >= LABEL_SHARE_NOTED * self.time_limit:
             runs = ", and a short run of each reading" if choice else ""
-            best.message = add_note(best.message, f"reading the labels took {probes_s:.1f} s of the {self.time_limit:g}"
-                                                  f" s time limit (the model on random probes{runs})")
+            share = (f" of the {self.time_limit:g} s time limit" if probes_s < self.time_limit else
+                     f", more than the whole {self.time_limit:g} s time limit")
+            best.message = add_note(best.message, f"reading the labels took {probes_s:.1f} s{share} (the model on "
+                                                  f"random probes{runs})")
+        limit = self.time_limit
+        if limit is not None and best.stop_reason == "time-limit" and probes_s < limit and \
+                best.wall_s - limit > max(OVERRUN_NOTED_S, OVERRUN_NOTED * limit):
+            best.message = add_note(best.message, f"the attack took {best.wall_s:.1f} s for a {limit:g} s "
+                                                  f"time limit, which is checked between steps and cuts none short: "
+                                                  f"{best.iterations} step(s) took {best.wall_s - probes_s:.1f} s "
+                                                  "after the labels were read")
         return best
 
     def _search(self, obs: Observation, main: GradientMatching, labels, choice: dict | None, probes_s: float,

@@ -84,9 +84,55 @@ def test_reading_the_labels_comes_out_of_the_limit_and_is_noted(monkeypatch):
     assert 2 <= m.attack_s < 5, m.attack_s
 
 
+def test_labels_that_outlast_the_limit_are_not_called_a_share_of_it(monkeypatch):
+    """Reading the labels can take longer than the whole limit (a deep victim's probe pass): the note says so
+    instead of calling the time a part of the limit."""
+    from leakattack.attacks import gradient_matching as gm
+    from leakattack.experiment import execute, prepare
+
+    read = gm.readings_to_compare
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(gm, "readings_to_compare", slow)
+    p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
+                          time_limit=1))
+    m = execute(p, with_lpips=False).metrics
+    assert m.stop_reason == "time-limit"
+    assert "reading the labels took 1." in m.message, m.message
+    assert " s, more than the whole 1 s time limit (the model on random probes" in m.message, m.message
+    assert "of the 1 s time limit" not in m.message, m.message
+
+
 def test_quick_labels_add_no_note(tmp_path):
     from leakattack.experiment import execute, prepare
 
     p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
                           time_limit=1))
-    assert "reading the labels" not in execute(p, with_lpips=False).metrics.message
+    message = execute(p, with_lpips=False).metrics.message
+    assert "reading the labels" not in message and "cuts none short" not in message, message
+
+
+def test_a_step_that_runs_past_the_limit_is_noted(monkeypatch):
+    """The limit is checked between steps: a step that takes longer than the limit (an L-BFGS line search of a deep
+    victim) finishes first, and the run says how long the attack took instead of only that the limit was reached."""
+    from leakattack.attacks import gradient_matching as gm
+    from leakattack.experiment import execute, prepare
+
+    evaluate, calls = gm._Problem.evaluate, []
+
+    def slow_once(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the first step's evaluation
+            time.sleep(3.5)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(gm._Problem, "evaluate", slow_once)
+    p = prepare(RunConfig(model="lenet", dataset="digits", label_mode="given", iterations=1_000_000, stall_window=0,
+                          tol=0, time_limit=1))
+    m = execute(p, with_lpips=False).metrics
+    assert m.stop_reason == "time-limit" and m.attack_s > 3.5, (m.stop_reason, m.attack_s)
+    assert "time limit, which is checked between steps and cuts none short" in m.message, m.message
+    assert f"the attack took {m.attack_s:.1f} s for a 1 s" in m.message, m.message

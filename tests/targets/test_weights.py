@@ -175,3 +175,8 @@ def test_seed_and_init_settings_are_warned_of_where_the_file_sets_every_weight(t
     torch.save(targets.flat_params(targets.get_model("lenet", seed=3)), tmp_path / "flat.pt")
     with pytest.warns(UserWarning, match="--weight-init xavier changes nothing"):
         targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "flat.pt", drawn_by="--weight-init xavier")
+    for name in ("w.pt", "flat.pt"):  # two settings: "change"
+        model = "resnet20" if name == "w.pt" else "lenet"
+        with pytest.warns(UserWarning, match="--model-seed 5 and --weight-init xavier change nothing: weights file"):
+            targets.load_weights(targets.get_model(model, seed=5), tmp_path / name,
+                                 drawn_by="--model-seed 5 and --weight-init xavier")
