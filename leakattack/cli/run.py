@@ -12,7 +12,7 @@ from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
-from ..rebuilt import images_note, images_words, why_not_rebuilt
+from ..rebuilt import image_verdicts, images_note, images_words, why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -65,7 +65,9 @@ def _labels(m: RunMetrics) -> str:
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())
     lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
-    if n > 1 and m.label_acc_matched is not None:
+    verdicts = image_verdicts(m.to_dict())
+    # the matched labels say something only where images were found (docs/victims.md): none rebuilt, none shown
+    if n > 1 and m.label_acc_matched is not None and (verdicts is None or "rebuilt" in verdicts):
         lab += f", {round(m.label_acc_matched * n)}/{n} on the matched images"
     return lab
 

@@ -144,8 +144,9 @@ def test_a_run_writes_its_images_verdicts_and_its_line_counts_them_where_they_di
 def test_a_run_that_attacked_nothing_does_not_score_labels_on_the_images_its_start_was_matched_to(batch_run,
                                                                                                    tmp_path):
     m = json.loads((batch_run / "metrics.json").read_text())
-    attacked = summary_line(RunMetrics.from_dict(m), batch_run)
-    assert "on the matched images" in attacked
+    assert "on the matched images" not in summary_line(RunMetrics.from_dict(m), batch_run)  # no image was found
+    one = RunMetrics.from_dict({**m, "verdict_each": ["rebuilt", "not rebuilt"]})  # where one is, its label counts
+    assert re.search(r"\| labels \d/2 \(idlg\), \d/2 on the matched images \|", summary_line(one, batch_run))
     out = tmp_path / "idle"  # a step that overflows: the run returns its start
     assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--batch-size", "2", "--optimizer", "adam",
                      "--lr", "1e308", "--iterations", "2", "--quiet", "--no-lpips", "--out", str(out)]) == 0
