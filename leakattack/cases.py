@@ -32,6 +32,7 @@ from .channel import Channel
 from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol, warn_unread
 from .config.params import duration_seconds
 from .config.run import RUN_DEFAULTS
+from .constraints import MAX_SEED
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
@@ -98,7 +99,7 @@ def attacker_seed(cfg: RunConfig, desc: dict, victim: targets.Victim, y: torch.T
     if cfg.sketch_known:
         return desc["seed"], {}
     if not cfg.sketch_seed_search:
-        return desc["seed"] + UNKNOWN_SEED_OFFSET, {}
+        return (desc["seed"] + UNKNOWN_SEED_OFFSET) % (MAX_SEED + 1), {}  # kept a valid seed near 2^63 - 1
     bits = cfg.sketch_seed_search
     params = {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}
     found = search_seed(victim, y, desc["kind"], desc["b"], params, seed_base=candidate_base(desc["seed"], bits),
@@ -168,7 +169,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "act": cfg.protocol_act, "dataset": cfg.dataset or "digits", "data_root": cfg.data_root,
                       "seed": cfg.seed}
         rounds = None
-        warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio") if cfg.set_by_user(k)]
+        warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio", "sketch_params") if cfg.set_by_user(k)]
                     + [k for k, v in cfg.protocol_spec.items() if spec_set_by_user(cfg, k)])
     if cfg.set_by_user("protocol_act") and "act" not in targets.model_params(model_spec["model"]):
         warnings.warn(f"--act changes nothing for model '{model_spec['model']}', which has no activation parameter",

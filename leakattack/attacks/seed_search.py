@@ -28,7 +28,7 @@ import torch
 
 import targets
 
-from ..errors import SettingWarning, duration_text
+from ..errors import SettingWarning, UserError, duration_text
 from ..progress import progress_bar
 from ..sketch import Sketch, sketch_class
 from .labels import probe
@@ -69,8 +69,13 @@ class HeadBlock:
 
 
 def head_block(victim) -> HeadBlock:
-    """The head of ``victim`` (its last linear layer) as a :class:`HeadBlock`."""
+    """The head of ``victim`` (its last linear layer) as a :class:`HeadBlock`; one UserError sentence for a victim
+    without a classification head (a regression, a frozen head), whose gradient has no block to score."""
     head = victim.head
+    if head is None:
+        why = "its classifier head is frozen" if victim.task == "classification" else f"it is a {victim.task} model"
+        raise UserError(f"--sketch-seed-search scores the classifier head's block of R^T y, and model "
+                        f"'{victim.name}' has none to score ({why})")
     names = {id(p): n for n, p in victim.model.named_parameters()}
     slices = targets.param_slices(victim)
     bias = slices[names[id(head.bias)]] if head.bias is not None and head.bias.requires_grad else None

@@ -187,7 +187,8 @@ class RunConfig:
             protocol_json(self.protocol_dir)
         try:
             pipeline = build_defense(self.defense)
-            check_sketch_params(self.sketch, self.sketch_params)
+            if not self.protocol or "sketch_params" in protocol_class(self.protocol).reads:  # else: warned unread
+                check_sketch_params(self.sketch, self.sketch_params)
         except UserError as err:
             raise ConfigError(str(err)) from None
         settings = self._settings()
@@ -522,7 +523,7 @@ def warn_unread(name: str, given) -> None:
     read."""
     unread = unread_settings(protocol_class(name), given)
     if unread:
-        flags = ", ".join("--" + k.replace("_", "-") for k in unread)
+        flags = ", ".join("--sketch-param" if k == "sketch_params" else "--" + k.replace("_", "-") for k in unread)
         one = len(unread) == 1
         warnings.warn(f"{flags} change{'s' if one else ''} nothing for protocol '{name}', which does not read "
                       f"{'it' if one else 'them'} (`leakattack train --help` says which protocols do)", SettingWarning,

@@ -12,6 +12,7 @@ chunk at a time, so its temporaries stay O(d).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -70,8 +71,8 @@ class SparseSketch(Sketch):
     #: s nonzeros per column; drawing them costs O(s^2 d), and s = O(log(1/delta)/eps) is small in practice
     MAX_S = 64
     param_rules = {"s": (f"an integer in [1, min(b, {MAX_S})]",
-                         lambda s, b: isinstance(s, int) and not isinstance(s, bool)
-                         and 1 <= s <= min(SparseSketch.MAX_S, b if b is not None else SparseSketch.MAX_S))}
+                         lambda s, b: isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                         and 1 <= int(s) <= min(SparseSketch.MAX_S, b if b is not None else SparseSketch.MAX_S))}
 
     draws_columns = True
 

@@ -62,6 +62,18 @@ def test_the_statistic_ranks_the_client_seed_first_among_256_candidates(client, 
     assert rec["found"] and rec["true_seed_rank"] == 0 and rec["candidates"] == 256 and rec["bits"] == 8
 
 
+@pytest.mark.parametrize("client_seed", [1, 2 ** 63 - 1])
+def test_an_unknown_seed_is_another_valid_seed_also_at_the_top_of_the_range(client_seed):
+    """--sketch-unknown attacks with another seed; for a client seed near 2^63 - 1 that seed is still one get_sketch
+    takes (it was the client's plus an offset, past 2^63 - 1, refused naming a seed the user never gave)."""
+    from leakattack.cases import attacker_seed
+    cfg = RunConfig(sketch_known=False)
+    desc = {"kind": "srht", "d": 64, "b": 16, "seed": client_seed}
+    seed, found = attacker_seed(cfg, desc, None, torch.zeros(16))
+    assert found == {} and seed != client_seed and 0 <= seed <= 2 ** 63 - 1
+    get_sketch("srht", 64, 16, seed=seed)
+
+
 def test_the_candidates_share_every_bit_but_the_low_ones():
     seed = 0b1011_0110_1101
     assert ss.candidate_base(seed, 4) == 0b1011_0110_0000
@@ -121,6 +133,8 @@ def test_the_run_recovers_the_seed_and_the_image(tmp_path, capsys):
     (["--sketch-unknown", "--sketch-seed-search", "-1"], "sketch seed search must be a number of bits in [0, 32]"),
     (["--sketch-unknown", "--sketch-seed-search", "8", "--sketch", "none"], "sketch 'none' has none"),
     (["--sketch-unknown", "--sketch-seed-search", "8", "--protocol", "sketched"], "not the round seeds"),
+    (["--sketch-unknown", "--sketch-seed-search", "4", "--model", "linreg"],
+     "model 'linreg' has none to score (it is a regression model)"),
 ])
 def test_bad_seed_search_settings_are_one_sentence_and_exit_2(tmp_path, capsys, args, needle):
     out = tmp_path / "run"

@@ -374,6 +374,21 @@ def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
     assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
 
 
+def test_a_sketch_parameter_the_protocol_does_not_read_is_warned_of_not_checked_against_srht(tmp_path, capsys):
+    """fedavg and fedsketch-* read no --sketch-param: it is named in the unread warning under its flag's name,
+    and not refused as a parameter of the default sketch srht the protocol does not use either (it was)."""
+    assert cli.main(["run", "--protocol", "fedavg", "--sketch-param", "s=3", "--iterations", "2", "--quiet",
+                     "--no-lpips", "--out", str(tmp_path / "r")]) == 0
+    assert "--sketch-param changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
+    assert cli.main(["run", "--protocol", "fedsketch-privix", "--sketch", "sparse", "--sketch-param", "s=3",
+                     "--iterations", "2", "--quiet", "--no-lpips", "--out", str(tmp_path / "f")]) == 0
+    assert "--sketch, --sketch-param change nothing for protocol 'fedsketch-privix'" in capsys.readouterr().err
+    # a protocol that reads the sketch still refuses a parameter its sketch lacks, in one sentence
+    assert cli.main(["run", "--protocol", "sketched", "--sketch-param", "s=3", "--iterations", "2", "--quiet",
+                     "--no-lpips", "--out", str(tmp_path / "s")]) == 2
+    assert "sketch 'srht' has no parameter 's'" in capsys.readouterr().err
+
+
 def test_a_flag_given_at_its_default_value_is_warned_of_like_any_other(tmp_path, capsys):
     """A flag the run does not read is named whatever its value: given at the default, it was not given for
     nothing either (those warnings once compared the value with the default)."""

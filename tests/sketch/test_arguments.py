@@ -36,6 +36,12 @@ def test_get_sketch_takes_numpy_integers_as_whole_numbers():
     s = get_sketch("srht", np.int64(16), np.int32(4), np.int64(3))
     assert (s.d, s.b, s.seed) == (16, 4, 3) and type(s.d) is int
     assert torch.equal(s.to_dense(), get_sketch("srht", 16, 4, 3).to_dense())
+    # a family's whole-number parameter too: sparse's s
+    sp = get_sketch("sparse", 16, 4, 3, s=np.int64(2))
+    assert sp.s == 2 and type(sp.describe()["s"]) is int
+    assert torch.equal(sp.to_dense(), get_sketch("sparse", 16, 4, 3, s=2).to_dense())
+    with pytest.raises(ValueError, match=r"s must be an integer in \[1, min\(b, 64\)\], got np.True_"):
+        get_sketch("sparse", 16, 4, 3, s=np.True_)
 
 
 def test_the_identity_warns_as_the_cli_does_that_a_b_other_than_d_changes_nothing():
