@@ -23,6 +23,7 @@ import targets
 
 from ..errors import UserError
 from ..seeds import torch_generator
+from ..sketch import readout_variance
 
 #: names accepted by ``recover_labels(..., rule=...)``; the first is the default
 LABEL_RULES = ("pooled", "sign", "llg", "llg-star", "bias", "ilrg")
@@ -97,7 +98,7 @@ def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
     if kept:
         raise UserError(kept)
     u = sketch.adjoint(y) / gain
-    sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(max(0.0, 1 / sketch.b - 1 / sketch.d))
+    sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(readout_variance(sketch))
     U = u[ws].reshape(victim.head.weight.shape)
     return HeadReadout(U=U, beta=None if bs is None else u[bs], sigma=sigma)
 
@@ -390,9 +391,10 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
     """How far the iDLG pick stands out of the sketch noise: (2nd lowest - lowest score) / sigma.
 
     For y = M g with M = a R and R a coordinate-wise embedding, <M m_c, y> estimates
-    a^2 <m_c, g> with standard deviation about ||M m_c|| ||y|| sqrt(1/b - 1/d)
-    (Lemma D.11's O(||m|| ||g|| / sqrt(b)), with the finite-population factor that is 0
-    for an unsketched message).  Below ~2 the recovered label is a coin toss; 0 where the map
+    a^2 <m_c, g> with standard deviation about ||M m_c|| ||y|| sqrt(v), v the map's
+    :func:`~leakattack.sketch.readout_variance` (Lemma D.11's O(1/b): 1/b for a mixing
+    sketch, 1/b - 1/n for one that samples rows without replacement, 0 for an unsketched message).
+    Below ~2 the recovered label is a coin toss; 0 where the map
     keeps none of the head's weight rows (every score is 0: nothing stands out); NaN for a victim without a
     classification head (a regression), whose message carries no label to pick.
     """
@@ -400,7 +402,7 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
         return float("nan")
     rows, _ = sketched_rows(victim, sketch, y)
     scores = (rows @ y).sort().values
-    sigma = float(rows.norm(dim=1).mean() * y.norm()) * max(0.0, 1 / sketch.b - 1 / sketch.d) ** 0.5
+    sigma = float(rows.norm(dim=1).mean() * y.norm()) * readout_variance(sketch) ** 0.5
     gap = float(scores[1] - scores[0])
     if sigma > 0:
         return gap / sigma

@@ -22,7 +22,7 @@ from ..errors import SettingWarning, UserError
 from ..registry import Registry
 from ..seeds import check_seed
 from .ams import AMSSketch
-from .base import DENSE_LIMIT, Sketch
+from .base import DENSE_LIMIT, Sketch, readout_variance
 from .countsketch import CountSketch
 from .gaussian import GaussianSketch, default_memory_gb, regeneration_note, regeneration_refusal
 from .identity import Identity
@@ -188,4 +188,4 @@ for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, Spars
 
 __all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "regeneration_refusal", "get_sketch",
            "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch",
-           "sketch_class", "is_identity", "check_sketch_params", "sketch_dim"]
+           "sketch_class", "is_identity", "check_sketch_params", "sketch_dim", "readout_variance"]

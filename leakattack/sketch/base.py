@@ -179,6 +179,13 @@ class Sketch:
 
     __call__ = apply
 
+    def readout_variance(self) -> float:
+        """The variance of <m, R^T R g> - <m, g> per ||m||^2 ||g||^2, for fixed m and g over the draw of R (label
+        recovery's noise model, Lemma D.11's O(1/b)): 1/b for a sketch that mixes coordinates (gaussian, ams,
+        countsketch, sparse, and by default a family registered from outside); a family that samples the rows of
+        an orthogonal transform without replacement has the finite-population 1/b - 1/n, and R = I none."""
+        return 0.0 if self.identity else 1.0 / self.b
+
     def operator_norm(self) -> float:
         """||R||_2, the largest singular value of R (computed once, then cached on the object)."""
         if "_operator_norm_cache" not in self.__dict__:
@@ -223,3 +230,12 @@ class Sketch:
 
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+
+def readout_variance(linear_map) -> float:
+    """:meth:`Sketch.readout_variance` of a sketch or of a map that has one (a protocol's message map); for another
+    linear map of b outputs and d inputs, the finite-population 1/b - 1/d."""
+    own = getattr(linear_map, "readout_variance", None)
+    if callable(own):
+        return float(own())
+    return max(0.0, 1.0 / linear_map.b - 1.0 / linear_map.d)

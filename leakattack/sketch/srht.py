@@ -167,6 +167,10 @@ class SRHTSketch(Sketch):
         w = hadamard_owned(z)[:, : self.d] * self._dscale(u.dtype)
         return w.reshape(*u.shape[:-1], self.d)
 
+    def readout_variance(self) -> float:
+        """b of the n rows of a scaled orthogonal H D drawn without replacement: 1/b - 1/n (n: d padded)."""
+        return max(0.0, 1.0 / self.b - 1.0 / self.n)
+
     def _operator_norm(self) -> float:
         # S draws b distinct rows of the orthogonal H / sqrt(n), so R R^T = (n/b)(I_b - N N^T) with N the b rows cut
         # to the n - d padded columns; N N^T is singular when b > n - d, and then ||R|| = sqrt(n/b) exactly.  With

@@ -46,6 +46,10 @@ class UniformSketch(Sketch):
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         return LinearMap.apply(u, self._adjoint_raw, self._apply_raw)
 
+    def readout_variance(self) -> float:
+        """b of the d coordinates drawn without replacement: 1/b - 1/d."""
+        return max(0.0, 1.0 / self.b - 1.0 / self.d)
+
     def _operator_norm(self) -> float:
         # R's entries are +-sqrt(d/b) rounded to float32 (how ``values`` is stored): the norm of the R applied
         return float(np.float32(uniform_operator_norm(self.d, self.b)))

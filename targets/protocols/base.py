@@ -51,7 +51,7 @@ from torch.func import functional_call
 
 import defenses
 from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, DEFENSE_NOISE, torch_stream
-from leakattack.sketch import get_sketch
+from leakattack.sketch import get_sketch, readout_variance
 
 from ..oracle import flat_gradient, flat_params, loss_at, per_example_gradients, unflatten
 from ..victim import Victim
@@ -170,6 +170,10 @@ class MessageMap:
 
     def describe(self) -> dict:
         return {**self.info, "scale": self.scale, "encoder": self.inner.describe()}
+
+    def readout_variance(self) -> float:
+        """The inner map's (the scale cancels in a readout of <M m, y> / ||M m||^2)."""
+        return readout_variance(self.inner)
 
 
 @dataclass
