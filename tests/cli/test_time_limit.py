@@ -63,22 +63,27 @@ def test_a_bad_time_limit_is_refused_in_one_sentence_before_any_work(tmp_path, c
     assert not any(tmp_path.iterdir())
 
 
-def test_reading_the_labels_comes_out_of_the_limit_and_is_noted(monkeypatch):
-    """The probe pass of the label rules (a minute for vit_b_16 at 224 px on one thread) is part of the attack's
-    time and of its limit; the stop names the user's limit, and a note says how much of it the labels took."""
+def _slow_labels_run(monkeypatch, sleep: float, limit: float):
+    """The metrics of a lenet run under ``limit`` seconds whose label reading takes ``sleep`` seconds more."""
     from leakattack.attacks import gradient_matching as gm
     from leakattack.experiment import execute, prepare
 
     read = gm.readings_to_compare
 
     def slow(*args, **kwargs):
-        time.sleep(0.6)
+        time.sleep(sleep)
         return read(*args, **kwargs)
 
     monkeypatch.setattr(gm, "readings_to_compare", slow)
     p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
-                          time_limit=2))
-    m = execute(p, with_lpips=False).metrics
+                          time_limit=limit))
+    return execute(p, with_lpips=False).metrics
+
+
+def test_reading_the_labels_comes_out_of_the_limit_and_is_noted(monkeypatch):
+    """The probe pass of the label rules (a minute for vit_b_16 at 224 px on one thread) is part of the attack's
+    time and of its limit; the stop names the user's limit, and a note says how much of it the labels took."""
+    m = _slow_labels_run(monkeypatch, 0.6, 2)
     assert m.stop_reason == "time-limit" and "the time limit of 2 s was reached" in m.message
     assert "reading the labels took 0." in m.message and "of the 2 s time limit" in m.message, m.message
     assert 2 <= m.attack_s < 5, m.attack_s
@@ -87,19 +92,7 @@ def test_reading_the_labels_comes_out_of_the_limit_and_is_noted(monkeypatch):
 def test_labels_that_outlast_the_limit_are_not_called_a_share_of_it(monkeypatch):
     """Reading the labels can take longer than the whole limit (a deep victim's probe pass): the note says so
     instead of calling the time a part of the limit."""
-    from leakattack.attacks import gradient_matching as gm
-    from leakattack.experiment import execute, prepare
-
-    read = gm.readings_to_compare
-
-    def slow(*args, **kwargs):
-        time.sleep(1.5)
-        return read(*args, **kwargs)
-
-    monkeypatch.setattr(gm, "readings_to_compare", slow)
-    p = prepare(RunConfig(model="lenet", dataset="digits", iterations=1_000_000, stall_window=0, tol=0,
-                          time_limit=1))
-    m = execute(p, with_lpips=False).metrics
+    m = _slow_labels_run(monkeypatch, 1.5, 1)
     assert m.stop_reason == "time-limit"
     assert "reading the labels took 1." in m.message, m.message
     assert " s, more than the whole 1 s time limit (the model on random probes" in m.message, m.message
