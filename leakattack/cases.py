@@ -49,7 +49,7 @@ from .sketch import (
     sketch_dim,
     sketch_from_description,
 )
-from .sketch.gaussian import available_memory_bytes
+from .sketch.gaussian import available_bytes
 from .training import (
     MODEL_DEFAULTS,
     build_victim,
@@ -318,20 +318,13 @@ def spec_set_by_user(cfg: RunConfig, key: str) -> bool:
 BATCH_COPIES = 4
 
 
-def _available_bytes(device: torch.device) -> int:
-    """Memory free for new tensors on ``device``: the GPU's free memory, else the RAM available."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_memory_bytes()
-
-
 def _check_message_size(cfg: RunConfig, msg: Message, in_shape: tuple, num_classes: int, device: torch.device,
                         dtype: torch.dtype) -> None:
     """Refuse a message whose attack cannot fit in memory, before the model is built (ConfigError naming the field):
     the batch (BATCH_COPIES x batch_size x the numbers of one input), the model's weights counted without
     allocating them, and an update's unrolled local steps (one copy of the weights per step, kept for the gradient
     in x)."""
-    size, have = torch.tensor([], dtype=dtype).element_size(), _available_bytes(device)
+    size, have = torch.tensor([], dtype=dtype).element_size(), available_bytes(device)
     dt = str(dtype).replace("torch.", "")
     where = f"message file '{msg.path}'"
     batch = BATCH_COPIES * msg.batch_size * math.prod(in_shape) * size

@@ -42,7 +42,7 @@ from ..errors import SettingWarning, UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
-from ..sketch.gaussian import available_memory_bytes
+from ..sketch.gaussian import available_bytes
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import OTHER_LABELS, hidden_head, readings_to_compare, scale_unknown
@@ -766,7 +766,7 @@ def _warn_history_memory(opt, z: torch.Tensor) -> None:
     if not isinstance(history, int):
         return
     need = 2 * history * z.numel() * z.element_size()  # (s, y) pairs of every start's row
-    have = int(torch.cuda.mem_get_info(z.device)[0]) if z.device.type == "cuda" else available_memory_bytes()
+    have = available_bytes(z.device)
     if need > have:
         dt = str(z.dtype).replace("torch.", "")
         warnings.warn(f"L-BFGS keeps its last {history} steps for each of {z.shape[0]} start(s) of {z.shape[1]:,} "

@@ -78,6 +78,13 @@ def available_memory_bytes() -> int:
         return 8 * 2 ** 30
 
 
+def available_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: the GPU's free memory, else the RAM available."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_memory_bytes()
+
+
 def default_memory_gb() -> float:
     """The default budget of a dense sketch's matrix, in GB (10^9 bytes): MEMORY_FRACTION of the available RAM."""
     return MEMORY_FRACTION * available_memory_bytes() / 1e9

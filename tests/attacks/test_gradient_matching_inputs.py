@@ -102,19 +102,19 @@ def test_an_lbfgs_history_larger_than_the_memory_available_is_warned_of_before_t
     killed part way without a word, so it is said first (and Adam, which keeps two copies, is not warned of)."""
     import warnings
 
-    from leakattack.attacks import gradient_matching
     from leakattack.errors import SettingWarning
+    from leakattack.sketch import gaussian
 
     n = 1 * 8 * 8
     need = 2 * 100 * 2 * n * 8  # two starts, float64
-    monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: need - 1)
+    monkeypatch.setattr(gaussian, "available_memory_bytes", lambda: need - 1)
     lbfgs = GradientMatching(optimizer="lbfgs", iterations=2, restarts=2, labels="given", refine="none")
     said = r"^L-BFGS keeps its last 100 steps for each of 2 start\(s\) of 64 unknowns, 0\.000205 GB in float64, more "
     with pytest.warns(SettingWarning, match=said + r"than the 0\.000205 GB of memory available"):
         lbfgs.reconstruct(obs)
-    monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: need)
+    monkeypatch.setattr(gaussian, "available_memory_bytes", lambda: need)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SettingWarning)
         lbfgs.reconstruct(obs)
-        monkeypatch.setattr(gradient_matching, "available_memory_bytes", lambda: 0)
+        monkeypatch.setattr(gaussian, "available_memory_bytes", lambda: 0)
         _attack().reconstruct(obs)

@@ -214,10 +214,10 @@ def test_a_bad_message_file_is_one_sentence_and_writes_nothing(tmp_path, capsys,
 ])
 def test_a_message_whose_attack_cannot_fit_in_memory_is_refused_before_the_model_is_built(
         tmp_path, capsys, monkeypatch, lenet_weights, changes, needle):
-    import leakattack.cases
+    import leakattack.sketch.gaussian
 
     gb = 1e9 if "local_steps" in changes else 1e7
-    monkeypatch.setattr(leakattack.cases, "available_memory_bytes", lambda: int(gb))  # the machine's, made small
+    monkeypatch.setattr(leakattack.sketch.gaussian, "available_memory_bytes", lambda: int(gb))  # the RAM, made small
     m = _save(tmp_path / "m.pt", message=torch.zeros(D), **changes)
     before = _files(tmp_path)
     rc, _, err = _run(["--model", "lenet", "--weights", lenet_weights, "--message", m, "--device", "cpu",
