@@ -38,7 +38,7 @@ from .errors import SettingWarning, UserError, duration_text, size_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
 from .progress import progress_bar
 from .registry import Registry
-from .results.message import Message, read_message, read_truth
+from .results.message import Message, first_label_outside, read_message, read_truth
 from .sketch import (
     DESCRIPTION_KEYS,
     get_sketch,
@@ -356,9 +356,8 @@ def _check_message_labels(cfg: RunConfig, msg: Message, truth, num_classes: int)
                           (f"truth file '{cfg.truth}'", None if truth is None else truth[1])):
         if labels is None:
             continue
-        bad = ((labels < 0) | (labels >= num_classes)).nonzero()
-        if bad.numel():
-            i = int(bad[0, 0])
+        i = first_label_outside(labels, num_classes)
+        if i is not None:
             raise ConfigError(f"{where}: 'labels' must be class indices in [0, {num_classes}) (model '{cfg.model}' "
                               f"has {num_classes} classes), got {int(labels[i])} at position {i}")
 

@@ -116,8 +116,7 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
                           "normalises with them; a state_dict carries them", SettingWarning, stacklevel=2)
         frozen = any(not p.requires_grad for p in model.parameters())
         if drawn_by and not frozen and (buffers is not None or not list(model.buffers())):
-            warnings.warn(f"{drawn_by} {_changes(drawn_by)} nothing: weights file '{path}' sets every weight of the "
-                          "model", SettingWarning, stacklevel=2)
+            _warn_drawn(drawn_by, path)
         return victim
     if isinstance(state, dict) and not all(isinstance(v, torch.Tensor) for v in state.values()):
         nested = _nested_state_dicts(state)
@@ -147,14 +146,16 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         raise UserError(problem)
     model.load_state_dict(state)
     if drawn_by:
-        warnings.warn(f"{drawn_by} {_changes(drawn_by)} nothing: weights file '{path}' sets every weight of the model",
-                      SettingWarning, stacklevel=2)
+        _warn_drawn(drawn_by, path)
     return victim
 
 
-def _changes(drawn_by: str) -> str:
-    """The verb for the settings ``drawn_by`` names: one setting changes, two (``"--model-seed 5 and ..."``) change."""
-    return "change" if " and " in drawn_by else "changes"
+def _warn_drawn(drawn_by: str, path) -> None:
+    """The warning that the settings ``drawn_by`` names (one, or two: ``"--model-seed 5 and ..."``) change nothing
+    where the weights file sets every weight."""
+    verb = "change" if " and " in drawn_by else "changes"
+    warnings.warn(f"{drawn_by} {verb} nothing: weights file '{path}' sets every weight of the model", SettingWarning,
+                  stacklevel=3)
 
 
 __all__ = ["load_weights"]

@@ -12,7 +12,7 @@ from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
-from ..rebuilt import image_verdicts, images_note, images_words, why_not_rebuilt
+from ..rebuilt import REBUILT, image_verdicts, images_note, images_words, why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -34,7 +34,8 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     under 1/``num_classes``).
     """
     name = {"cosine": "cosine distance", "residual": "residual"}.get(objective, "L_R")
-    tail = (f"{name} {_loss(m.final_loss)} | {_labels(m)} | {_steps(m)} | "
+    record = m.to_dict()
+    tail = (f"{name} {_loss(m.final_loss)} | {_labels(m, record)} | {_steps(m)} | "
             f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes)}")
     if m.attacked is False:
         return f"nothing was attacked: {m.nothing_attacked} | {tail}{folder}"
@@ -47,7 +48,6 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     scores = f"PSNR {_db(m.psnr)} | SSIM {_ssim(m.ssim)} | LPIPS {lp} | "
     against = (f"PSNR {_db(m.psnr)}, SSIM {_ssim(m.ssim)} against {_db(m.baseline_psnr)}, "
                f"{_ssim(m.baseline_ssim)} for the better baseline | LPIPS {lp} | ")
-    record = m.to_dict()
     images = images_words(record)
     if m.verdict == "not rebuilt":
         why = why_not_rebuilt(record)[0] + (f"; {images}" if images else "")
@@ -58,16 +58,17 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     return f"{scores}{tail}{folder}"
 
 
-def _labels(m: RunMetrics) -> str:
+def _labels(m: RunMetrics, record: dict | None = None) -> str:
+    """The summary line's label part (``record``: ``m.to_dict()`` where the caller has it)."""
     if m.label_acc is None:  # a regression's given targets, or no true labels to score against
         if m.label_mode == "given" or m.labels_attack is None:
             return "label given"
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())
     lab = f"labels {round(m.label_acc * n)}/{n} ({m.label_mode})"
-    verdicts = image_verdicts(m.to_dict())
+    verdicts = image_verdicts(m.to_dict() if record is None else record)
     # the matched labels say something only where images were found (docs/victims.md): none rebuilt, none shown
-    if n > 1 and m.label_acc_matched is not None and (verdicts is None or "rebuilt" in verdicts):
+    if n > 1 and m.label_acc_matched is not None and (verdicts is None or REBUILT in verdicts):
         lab += f", {round(m.label_acc_matched * n)}/{n} on the matched images"
     return lab
 

@@ -140,15 +140,15 @@ def cmd_sweep(a) -> int:
     planned, out = False, None
     try:
         options = _backend_options(a)
-        if a.out is not None:  # before the points are checked: a refused sweep prints its refusal alone
-            sweep_out(a.out)
+        # a given --out before the points are checked: a refused sweep prints its refusal alone
+        given = None if a.out is None else sweep_out(a.out)
         plan = load_plan(a.config, progress=not a.quiet)
         planned = True
         jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
         if jobs is not None and jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
-        out = sweep_out(a.out if a.out is not None
-                        else default_sweep_dir(plan.settings.get("name", Path(a.config).stem)))
+        out = given if given is not None else sweep_out(default_sweep_dir(plan.settings.get("name",
+                                                                                          Path(a.config).stem)))
         if a.dry_run:
             get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
             return dry_run(a, plan, out if a.out is not None else None)

@@ -151,6 +151,13 @@ def _check(fields: dict, where: str) -> None:
                                f"({desc['kind']}, d = {desc['d']}) sends b = {b}")
 
 
+def first_label_outside(labels: torch.Tensor, num_classes: int | None) -> int | None:
+    """The position of the first label that is no class index (negative, or at least ``num_classes`` where given),
+    or None."""
+    wrong = (labels < 0) if num_classes is None else (labels < 0) | (labels >= num_classes)
+    return int(wrong.nonzero()[0, 0]) if bool(wrong.any()) else None
+
+
 def _load(path: Path, where: str):
     """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError.  torch's own
     notes on the file (such as its pickle protocol) are not shown: the file is loaded, or refused in one sentence."""
@@ -199,9 +206,8 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
     _check(fields, "message")
     if labels is not None:  # class indices: a file holding others is refused when a run reads it against its model
         top = None if num_classes is None else int(num_classes)
-        wrong = (labels < 0) if top is None else (labels < 0) | (labels >= top)
-        if bool(wrong.any()):
-            i = int(wrong.nonzero()[0, 0])
+        i = first_label_outside(labels, top)
+        if i is not None:
             what = "at least 0" if top is None else f"in [0, {top}) (num_classes is {top})"
             raise MessageError(f"message: 'labels' must be class indices {what}, got {int(labels[i])} at position {i}")
     unread = [f"{k}={v}" for k, v, default in (("lr", lr, None), ("local_steps", local_steps, 1)) if v != default]

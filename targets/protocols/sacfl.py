@@ -50,6 +50,10 @@ class WithNorm(Sketch):
         self.inner.to(device)
         return super().to(device)
 
+    def readout_variance(self) -> float:
+        """The inner sketch's: the norm coordinate is not read."""
+        return self.inner.readout_variance()
+
     def describe(self) -> dict:
         return {**self.inner.describe(), "kind": self.kind, "b": self.b, "norm_sent": True}
 
