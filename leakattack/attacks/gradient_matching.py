@@ -754,7 +754,8 @@ def _prune(runs: list, rows: list, keep: list, step: int, fraction: float) -> li
     for i in order[len(survivors):]:
         run = runs[rows[i]]
         run.stop = "pruned"
-        run.message = (f"pruned at step {step} ({fraction:g} of the budget): its lowest L_R, {run.best_loss:.3e}, "
+        run.message = (f"pruned at step {step} ({fraction:g} of the budget): its lowest "
+                       f"{run.problem.fit_name}, {run.best_loss:.3e}, "
                        f"was in the higher half of the {len(order)} starts still running")
     return sorted(survivors)
 
@@ -808,6 +809,8 @@ class _Problem:
         self.y = obs.y.detach().flatten()
         #: the cosine objective's message at unit length, scaled once rather than at every evaluation
         self.y_unit = unit(self.y) if attack.objective == "cosine" else None
+        #: how messages name the matching term the starts are ranked and stopped by
+        self.fit_name = "cosine distance" if self.y_unit is not None else "L_R"
         scale = float(self.y.pow(2).sum()) if attack.objective == "l2" else 1.0
         self.scale = scale if scale > 0 else 1.0
         # L-BFGS sees L_R / ||y||^2 times a constant: torch's L-BFGS rule keeps a curvature pair
@@ -1021,7 +1024,7 @@ class _Run:
         self.steps = step
         if not math.isfinite(loss) or not finite:
             self.stop = "diverged"
-            self.message = (f"the attack diverged at step {step} (L_R = {loss}); "
+            self.message = (f"the attack diverged at step {step} ({self.problem.fit_name} = {loss}); "
                             f"returning the best iterate, from step {self.best_step}")
             self.lowest.append(self.lowest[-1] if self.lowest else math.inf)
             return
@@ -1044,7 +1047,7 @@ class _Run:
             self.message = f"stopped at step {step}: L-BFGS found no descent direction"
         elif window and step >= window + since and self.lowest[step] > (1 - gain) * self.lowest[step - window]:
             self.stop = "stalled"
-            self.message = (f"stopped at step {step}: the lowest L_R fell by less than {gain:.0%} "
+            self.message = (f"stopped at step {step}: the lowest {self.problem.fit_name} fell by less than {gain:.0%} "
                             f"over the last {window} steps")
         elif step == iterations:
             self.stop = "iterations"

@@ -193,3 +193,12 @@ def test_the_tolerance_stop_names_the_quantity_it_compared(objective, fit):
     result = _gm(objective=objective, optimizer="adam", lr=0.01, iterations=50, tol=10.0).reconstruct(obs)
     assert result.stop_reason == "tolerance" and result.message.startswith("converged at step "), result.message
     assert f": {fit} = " in result.message
+
+
+@pytest.mark.parametrize("objective, name", [("cosine", "cosine distance"), ("l2", "L_R")])
+def test_a_stalled_start_names_the_matching_term_it_was_stopped_by(objective, name):
+    # a step size too small to move: the lowest matching term stops falling within the window
+    _, obs, x, labels = _problem()
+    r = _gm(optimizer="adam", objective=objective, iterations=200, lr=1e-9, tol=0, stall_window=10,
+            stall_gain=0.5).run(obs, init_dummy(x.shape, "gaussian", 2), labels)
+    assert r.stop_reason == "stalled" and f"the lowest {name} fell by less than 50%" in r.message, r.message
