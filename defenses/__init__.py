@@ -30,7 +30,8 @@ from __future__ import annotations
 from .base import AFTER, BEFORE, DefenseError, Transform
 from .pipeline import Pipeline, build
 from .registry import get_defense, list_defenses, register_defense
-from .sensitivity import NoiseBound
+from .sensitivity import LaplaceBound, NoiseBound
 
-__all__ = ["build", "get_defense", "list_defenses", "register_defense", "Pipeline", "NoiseBound", "Transform",
+__all__ = ["build", "get_defense", "list_defenses", "register_defense", "Pipeline", "NoiseBound", "LaplaceBound",
+           "Transform",
            "DefenseError", "BEFORE", "AFTER"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .base import AFTER, BEFORE, DefenseError, Transform
 from .clipping import PerExample
 from .registry import parse_step
-from .sensitivity import NoiseBound, noise_bound, noise_bounds
+from .sensitivity import LaplaceBound, NoiseBound, laplace_bound, noise_bound, sketch_norm_needed
 
 
 class Pipeline:
@@ -46,10 +46,16 @@ class Pipeline:
         bound = self.noise_bound(sketch_norm, batch_size)
         return None if bound is None else bound.sensitivity
 
+    def laplace_bound(self, sketch_norm: float | None = 1.0, batch_size: int | None = None,
+                      lengths: tuple[int | None, int | None] | None = None) -> LaplaceBound | None:
+        """The Laplace noise counted (the largest b/Delta_1) and the L1 sensitivity of what it is added to, for
+        ``lengths`` = (d, b) (None without Laplace noise): :func:`defenses.sensitivity.laplace_bound`."""
+        return laplace_bound(self, sketch_norm, batch_size, lengths)
+
     @property
     def needs_sketch_norm(self) -> bool:
         """Whether the sensitivity may depend on ||R||_op: a clip before the sketch bounds noise added after it."""
-        return any(bound.crosses_sketch for bound in noise_bounds(self, 1.0))
+        return sketch_norm_needed(self)
 
 
 def build(spec) -> Pipeline:

@@ -1,8 +1,9 @@
-"""Sensitivity: the Gaussian noise of a defense pipeline that is counted and the L2 sensitivity of what it is added
-to.
+"""Sensitivity: the noise of a defense pipeline that is counted and the sensitivity of what it is added to.
 
 The pipeline's steps are walked in the order the channel runs them (before the
-sketch, R, after it); :func:`noise_bound` returns a :class:`NoiseBound`, which the
+sketch, R, after it); :func:`noise_bound` returns a :class:`NoiseBound` for the
+Gaussian noise (L2 sensitivity), :func:`laplace_bound` a :class:`LaplaceBound` for
+Laplace noise (L1 sensitivity, bounded by sqrt(k) times the L2 one), which the
 accountants (:mod:`defenses.accounting`) turn into epsilon.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .accounting.analysis import clip_sensitivity, linear_map_sensitivity
+from .accounting.analysis import clip_sensitivity, l1_from_l2_sensitivity, linear_map_sensitivity
 from .base import BEFORE
 from .noise import Gaussian, Laplace
 from .pruning import Prune
@@ -40,6 +41,47 @@ class NoiseBound:
     reason: str = ""  #: why ``sensitivity`` is None
     later_noise: int = 0  #: Gaussian steps after the counted ones
     earlier_noise: int = 0  #: Gaussian steps before the counted ones
+
+
+@dataclass(frozen=True)
+class LaplaceBound:
+    """A Laplace step of a pipeline and the L1 sensitivity of the vector of length k it is added to.
+
+    Laplace noise of scale b on a vector of L1 sensitivity Delta_1 is the Laplace
+    mechanism, epsilon = Delta_1 / b (pure DP).  The pipeline bounds the L2
+    sensitivity Delta_2 (as for the Gaussian noise); Cauchy-Schwarz gives
+    Delta_1 <= sqrt(k) * Delta_2, k = d for noise before the sketch and b after it:
+    a valid bound, loose by up to sqrt(k) (tight only for a difference spread evenly
+    over all k entries).
+    """
+
+    scale: float  #: b of the Laplace step
+    sensitivity: float | None  #: Delta_1 <= sqrt(k) * Delta_2; None: nothing bounds it
+    l2_sensitivity: float | None = None  #: Delta_2 of what the noise is added to
+    length: int | None = None  #: k, the length of the vector the noise is added to (None: not given)
+    formula: str = ""  #: how Delta_1 was obtained
+    where: str = ""  #: the bounding clip and the noise, relative to the sketch
+    neighbours: str = ""  #: the neighbouring relation Delta is for
+    crosses_sketch: bool = False  #: a clip before the sketch bounds noise after it: Delta_2 has the factor ||R||_op
+    reason: str = ""  #: why ``sensitivity`` is None
+    later_noise: int = 0  #: Laplace steps of positive scale after the counted one
+    earlier_noise: int = 0  #: Laplace steps of positive scale before the counted one
+
+
+def laplace_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None,
+                  lengths: tuple[int | None, int | None] | None = None) -> LaplaceBound | None:
+    """The Laplace step of ``pipeline`` with the smallest epsilon (the largest b/Delta_1) and the L1 sensitivity of
+    what it is added to; ``lengths`` = (d, b), the lengths before and after the sketch (None, or None for one: not
+    known, so no L1 bound for noise there); where none is bounded, the first in channel order, with the reason; None
+    without Laplace noise.  Noise after the counted step is post-processing, noise before it is drawn without the
+    data (as for the Gaussian)."""
+    bounds = _walk(pipeline, sketch_norm, batch_size, lengths)[1]
+    if not bounds:
+        return None
+    bounded = [b for b in bounds if b.sensitivity is not None]
+    # the first of equal ones: ties keep the noise the channel adds first
+    i = bounds.index(max(bounded, key=lambda b: b.scale / b.sensitivity)) if bounded else 0  # type: ignore[operator]
+    return replace(bounds[i], earlier_noise=i, later_noise=len(bounds) - 1 - i)
 
 
 def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
@@ -73,11 +115,26 @@ def noise_bounds(pipeline, sketch_norm: float | None = 1.0, batch_size: int | No
     size B before the sketch: given ``batch_size``, noise after that division (after the sketch) has Delta divided
     by B; without it the bound keeps the sum's Delta, B times larger than needed (valid, conservative).
     """
+    return _walk(pipeline, sketch_norm, batch_size)[0]
+
+
+def sketch_norm_needed(pipeline) -> bool:
+    """Whether a noise's sensitivity (Gaussian or Laplace) may depend on ||R||_op: a clip before the sketch bounds
+    noise added after it."""
+    gaussian, laplace = _walk(pipeline, 1.0, None, (1, 1))
+    return any(bound.crosses_sketch for bound in gaussian) or any(bound.crosses_sketch for bound in laplace)
+
+
+def _walk(pipeline, sketch_norm: float | None, batch_size: int | None,
+          lengths: tuple[int | None, int | None] | None = None) -> tuple[list[NoiseBound], list[LaplaceBound]]:
+    """The bounds of :func:`noise_bounds` (each run of Gaussian steps) and of each Laplace step of positive scale,
+    from one walk of the steps in channel order (see :func:`noise_bounds`)."""
     per_ex = pipeline.per_example
     delta, sym, val, clip, crossed = None, "", "", None, False
     reason = "no clip before the noise: sensitivity unbounded"
     order = [*pipeline.before, _SKETCH, *pipeline.after]
     bounds: list[NoiseBound] = []
+    laplace: list[LaplaceBound] = []
     noisy = 0  # Gaussian steps of positive sigma already walked
     noised = False  # whether noise of positive scale has run: the neighbour's vector is no longer zero
     i = 0
@@ -111,6 +168,8 @@ def noise_bounds(pipeline, sketch_norm: float | None = 1.0, batch_size: int | No
                 delta, clip, crossed = new, step, False
                 sym, val = ("C", f"{step.C}") if new == step.C else ("2 * C", f"2 * {step.C}")
         elif isinstance(step, Laplace):
+            if step.params["b"] > 0:
+                laplace.append(_laplace_at(step, delta, f"{sym} = {val}", clip, crossed, reason, per_ex, lengths))
             noised = noised or step.params["b"] > 0  # drawn without the data: Delta unchanged
         elif not (isinstance(step, Prune) and not per_ex and not noised) and (delta is not None or clip is not None):
             # a clip's bound lost at the sketch (its norm not known, as where no later noise needed it) is lost here
@@ -119,7 +178,35 @@ def noise_bounds(pipeline, sketch_norm: float | None = 1.0, batch_size: int | No
             after = "after noise, " if isinstance(step, Prune) and noised else ""
             reason = f"'{step.spec()}' runs {after}between the clip and the noise: sensitivity not tracked"
         i += 1
-    return bounds
+    return bounds, laplace
+
+
+def _where(clip, noise) -> str:
+    """Where the bounding clip and the noise run, relative to the sketch."""
+    name = "per-example clip" if clip.per_example else "clip"
+    if clip.placement != noise.placement:
+        return f"{name} before the sketch, noise after it"
+    return f"{name} and noise {'before' if clip.placement == BEFORE else 'after'} the sketch"
+
+
+def _neighbours(per_example: bool) -> str:
+    return "add/remove one example" if per_example else "add/remove one client's update"
+
+
+def _laplace_at(step, delta, formula, clip, crossed, reason, per_example, lengths) -> LaplaceBound:
+    """The LaplaceBound of Laplace ``step``, added to a vector of L2 sensitivity ``delta`` (None: unbounded)."""
+    b = step.params["b"]
+    if delta is None:
+        return LaplaceBound(b, None, reason=reason)
+    k = None if lengths is None else lengths[0] if step.placement == BEFORE else lengths[1]
+    if k is None:
+        return LaplaceBound(b, None, delta, reason="the length of the vector the Laplace noise is added to is not "
+                                                   "known: its L1 sensitivity is not bounded")
+    l1 = l1_from_l2_sensitivity(delta, k)
+    if formula.split(" = ")[0] != "C":
+        formula = f"{formula} = {delta:.4g}"
+    formula = f"sqrt(k) * Delta_2 = sqrt({k}) * {delta:.4g} = {l1:.4g}, Delta_2 = {formula}"
+    return LaplaceBound(b, l1, delta, k, formula, _where(clip, step), _neighbours(per_example), crossed)
 
 
 def _bound_at(order, i, delta, formula, clip, crossed, reason, per_example) -> NoiseBound:
@@ -132,15 +219,10 @@ def _bound_at(order, i, delta, formula, clip, crossed, reason, per_example) -> N
     sigma = math.hypot(*sigmas)  # sqrt of the sum of squares without overflow for huge sigmas
     if delta is None:
         return NoiseBound(sigma, None, reason=reason, later_noise=later)
-    name = "per-example clip" if clip.per_example else "clip"
-    if clip.placement != order[i].placement:
-        where = f"{name} before the sketch, noise after it"
-    else:
-        where = f"{name} and noise {'before' if clip.placement == BEFORE else 'after'} the sketch"
     if formula.split(" = ")[0] != "C":
         formula = f"{formula} = {delta:.4g}"
-    neighbours = "add/remove one example" if per_example else "add/remove one client's update"
-    return NoiseBound(sigma, delta, formula, where, neighbours, crossed, later_noise=later)
+    return NoiseBound(sigma, delta, formula, _where(clip, order[i]), _neighbours(per_example), crossed,
+                      later_noise=later)
 
 
-__all__ = ["NoiseBound", "noise_bound", "noise_bounds"]
+__all__ = ["LaplaceBound", "NoiseBound", "laplace_bound", "noise_bound", "noise_bounds", "sketch_norm_needed"]

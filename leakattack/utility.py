@@ -85,7 +85,7 @@ def privacy_metrics(cfg: RunConfig, obs: Observation) -> dict:
     if pipeline.needs_sketch_norm and hasattr(obs.linear_map, "operator_norm"):
         norm = obs.linear_map.operator_norm()
     m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0, sketch_norm=norm,
-                             batch_size=int(obs.batch_size)))
+                             batch_size=int(obs.batch_size), d=obs.d, b=obs.b))
     if cfg.utility:
         m.update(train_under_defense(UtilitySettings.of(cfg)))
     return m
@@ -160,7 +160,9 @@ def train_under_defense(s: UtilitySettings) -> dict:
     acc = evaluate(victim, w, test.images, test.labels)[1]
     pipeline = build_defense(s.defense)
     q = training_sample_rate(pipeline, s.batch, len(train))
-    priv = message_privacy(pipeline, s.delta, steps=s.steps, sample_rate=q, sketch_norm=norm, batch_size=s.batch)
+    b = sketched_protocol(s, victim, train, torch_generator(0)).floats_per_client()  # the length of y = R_t g
+    priv = message_privacy(pipeline, s.delta, steps=s.steps, sample_rate=q, sketch_norm=norm, batch_size=s.batch,
+                           d=victim.d, b=b)
     note = priv["privacy_note"]
     if priv["epsilon"] is not None:
         note += (f"; batches sample each example at rate {q:.4g}" if q < 1 else

@@ -2,7 +2,8 @@
 
 :func:`accountant_epsilon` is a thin wrapper over Opacus' accountants;
 :func:`message_privacy` reports it next to the paper's numbers
-(:mod:`.analysis`) for a defense pipeline's Gaussian noise.
+(:mod:`.analysis`) for a defense pipeline's Gaussian noise, and the pure-DP
+epsilon of the Laplace mechanism for a pipeline whose only noise is Laplace.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import warnings
 from leakattack.errors import UserError
 
 from ..noise import Laplace
-from .analysis import check_count, check_delta, check_number, gaussian_epsilon, paper_composition
+from .analysis import (
+    check_count,
+    check_delta,
+    check_number,
+    gaussian_epsilon,
+    laplace_epsilon,
+    paper_composition,
+    pure_composition,
+)
 
 #: Names accepted by :func:`accountant_epsilon`'s ``accountant``.
 ACCOUNTANTS = ("rdp", "prv")
@@ -63,9 +72,10 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
 
 
 def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
-                    sketch_norm: float | None = 1.0, batch_size: int | None = None) -> dict:
+                    sketch_norm: float | None = 1.0, batch_size: int | None = None, d: int | None = None,
+                    b: int | None = None) -> dict:
     """epsilon/delta of a defense pipeline's Gaussian noise over ``steps`` releases: Opacus RDP next to the paper's
-    numbers.
+    numbers; for a pipeline whose only noise is Laplace, the Laplace mechanism's pure epsilon.
 
     The noise counted is the run of Gaussian steps with the largest sigma/Delta, and its sensitivity Delta is what the
     pipeline bounds (``Pipeline.noise_bound``):
@@ -77,12 +87,22 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
     Theorem 6.2 with T*K = steps; no sub-sampling amplification),
     ``noise_multiplier`` = sigma/Delta, ``sensitivity`` (Delta), ``sketch_norm``
     (the ||R||_op in Delta, None when Delta does not cross the sketch),
-    ``privacy_note``.  Without Gaussian noise every value is None; without a
+    ``privacy_note``.  Without noise every value is None; without a
     clip before it epsilon is None (inf): the sensitivity is unbounded.
+
+    Laplace noise (only where the pipeline has no Gaussian noise, which is counted
+    instead): ``epsilon`` = ``steps`` * Delta_1 / b with ``delta`` = 0 (the Laplace
+    mechanism, composed linearly over the releases; no sub-sampling amplification),
+    ``sensitivity`` = Delta_1 <= sqrt(k) * Delta_2 with k = ``d`` (noise before the
+    sketch) or ``b`` (after it), the lengths of g and of the message;
+    ``epsilon_paper``, ``delta_paper`` and ``noise_multiplier`` are None (the paper
+    has no Laplace formula).  Without ``d`` / ``b`` the L1 sensitivity is not
+    bounded and epsilon is None.
 
     ``pipeline`` is a :class:`defenses.Pipeline` (``defenses.build(spec)``) or None (no defense); ``delta`` a
     number in (0, 1), ``steps`` an integer of at least 1, ``sample_rate`` in (0, 1], ``sketch_norm`` a finite
-    positive number or None; anything else is one UserError sentence.
+    positive number or None, ``d`` and ``b`` integers of at least 1 or None; anything else is one UserError
+    sentence.
     """
     if pipeline is not None and not callable(getattr(pipeline, "noise_bound", None)):
         what = f"{type(pipeline).__name__} {pipeline!r:.80}"
@@ -99,13 +119,14 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
            "noise_multiplier": None, "sensitivity": None, "sketch_norm": None, "privacy_note": ""}
     if batch_size is not None:
         batch_size = check_count("batch_size", batch_size)
+    d, b = (None if v is None else check_count(name, v) for name, v in (("d", d), ("b", b)))
     bound = pipeline.noise_bound(sketch_norm, batch_size) if pipeline else None
     if bound is None:
-        laplace = pipeline is not None and any(isinstance(step, Laplace) and step.params["b"] > 0
-                                               for step in pipeline.steps)
-        out["privacy_note"] = ("Laplace noise only: the accountant counts Gaussian noise, so no epsilon is computed"
-                               if laplace else "no Gaussian noise: no DP guarantee")
-        return out
+        laplace = pipeline.laplace_bound(sketch_norm, batch_size, (d, b)) if pipeline else None
+        if laplace is None:
+            out["privacy_note"] = "no Gaussian noise: no DP guarantee"
+            return out
+        return _laplace_privacy(out, laplace, steps, sketch_norm)
     out["delta"] = delta
     if bound.sensitivity is None:
         out["privacy_note"] = f"{bound.reason}, epsilon = inf"
@@ -118,6 +139,31 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
                sketch_norm=sketch_norm if bound.crosses_sketch else None)
     note = (f"Delta = {bound.formula} ({bound.where}; {bound.neighbours}); "
             "paper: Lemma H.7 + Thm 6.2, no amplification")
+    if bound.earlier_noise:
+        note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
+                 "the input)")
+    if bound.later_noise:
+        note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
+    laplace = sum(1 for step in pipeline.steps if isinstance(step, Laplace) and step.params["b"] > 0)
+    if laplace:  # before the counted noise drawn without the data, after it post-processing
+        note += f"; {laplace} Laplace step(s) not counted (the Gaussian noise is)"
+    out["privacy_note"] = note
+    return out
+
+
+def _laplace_privacy(out: dict, bound, steps: int, sketch_norm: float | None) -> dict:
+    """``out`` filled in for the counted Laplace noise ``bound`` (a :class:`defenses.sensitivity.LaplaceBound`) over
+    ``steps`` releases: pure epsilon-DP, delta = 0."""
+    out["delta"] = 0.0
+    if bound.sensitivity is None:
+        out["privacy_note"] = f"Laplace noise: {bound.reason}, epsilon = inf"
+        return out
+    out.update(epsilon=pure_composition(laplace_epsilon(bound.scale, bound.sensitivity), steps),
+               sensitivity=bound.sensitivity, sketch_norm=sketch_norm if bound.crosses_sketch else None)
+    releases = f"{steps} releases composed linearly" if steps > 1 else "one release"
+    note = (f"Laplace noise, pure DP: epsilon = {'steps * ' if steps > 1 else ''}Delta_1 / b, b = {bound.scale:.4g}, "
+            f"Delta_1 <= {bound.formula} ({bound.where}; {bound.neighbours}); {releases}, no sub-sampling "
+            "amplification; a valid bound, loose by up to sqrt(k); no paper epsilon (the paper counts Gaussian noise)")
     if bound.earlier_noise:
         note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
                  "the input)")

@@ -9,6 +9,10 @@ is a projection onto a ball, 1-Lipschitz and of diameter 2 C2, so
 Delta_2 <= min(C, 2 C2).  A linear map R between the clip and the noise
 multiplies Delta_2 by ||R||_op.  For replace-one neighbours pass twice the
 add/remove value.
+
+Laplace noise is counted with its L1 sensitivity: Delta_1 <= sqrt(k) Delta_2 for a
+vector of length k (Cauchy-Schwarz), epsilon = Delta_1 / b (pure DP), and T
+releases compose to T epsilon (basic composition).
 """
 
 from __future__ import annotations
@@ -84,10 +88,36 @@ def linear_map_sensitivity(sensitivity: float, operator_norm: float) -> float:
     return operator_norm * sensitivity
 
 
+def l1_from_l2_sensitivity(sensitivity: float, length: int) -> float:
+    """Delta_1 <= sqrt(k) Delta_2 for vectors of length k: ||v||_1 <= sqrt(k) ||v||_2 (Cauchy-Schwarz)."""
+    return math.sqrt(length) * sensitivity
+
+
+def laplace_epsilon(scale: float, l1_sensitivity: float) -> float:
+    """epsilon = Delta_1 / b of Laplace(0, b) noise on each entry of a vector of L1 sensitivity Delta_1, with
+    delta = 0 (the Laplace mechanism: Dwork & Roth 2014, Thm 3.6); inf for b = 0."""
+    return math.inf if scale == 0 else l1_sensitivity / scale
+
+
+def pure_composition(epsilon: float, releases: int) -> float:
+    """T epsilon: T releases of an epsilon-DP mechanism are T epsilon-DP (basic composition: Dwork & Roth 2014,
+    Thm 3.16, with delta = 0)."""
+    return releases * epsilon
+
+
+def paper_epsilon_holds(epsilon_paper: float) -> bool:
+    """Whether the paper's epsilon (Lemma H.7 per step, then Thm 6.2 over K steps: sqrt(K) eps_hat) lies where the
+    paper's conditions hold: Lemma H.7 (Dwork & Roth 2014, Thm A.1) needs eps_hat < 1, and Thm 6.2, which drops the
+    K eps_hat^2 term of advanced composition (Lemma H.3), needs eps_hat < 1/sqrt(K); both are sqrt(K) eps_hat < 1.
+    Outside them the number is not a DP guarantee."""
+    return epsilon_paper < 1.0
+
+
 def paper_composition(eps_hat: float, delta_hat: float, T: int, K: int) -> tuple[float, float]:
     """(eps_DP, delta_DP) = (sqrt(TK) eps_hat, TK delta_hat) over T rounds of K local steps (Song et al. 2023,
     Theorem 6.2 / H.11)."""
     return math.sqrt(T * K) * eps_hat, T * K * delta_hat
 
 
-__all__ = ["gaussian_sigma", "gaussian_epsilon", "clip_sensitivity", "linear_map_sensitivity", "paper_composition"]
+__all__ = ["gaussian_sigma", "gaussian_epsilon", "clip_sensitivity", "linear_map_sensitivity", "l1_from_l2_sensitivity",
+           "laplace_epsilon", "pure_composition", "paper_epsilon_holds", "paper_composition"]

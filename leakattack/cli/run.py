@@ -74,13 +74,14 @@ def _labels(m: RunMetrics, record: dict | None = None) -> str:
 
 
 def _defense(m: RunMetrics, num_classes: int | None) -> str:
-    """``defense SPEC, ε E (δ D) | utility ... | `` for a defended run (ε ∞ where noise has no bound on what it is
-    added to), ``utility ... | `` for an undefended one with ``--utility``, empty otherwise."""
+    """``defense SPEC, ε E (δ D; pure DP, δ 0 for Laplace noise) | utility ... | `` for a defended run (ε ∞ where
+    noise has no bound on what it is added to), ``utility ... | `` for an undefended one with ``--utility``, empty
+    otherwise."""
     out = ""
     if m.defense:
         out = f"defense {m.defense}"
         if m.epsilon is not None:
-            out += f", ε {m.epsilon:.3g} (δ {m.delta:.0e})"
+            out += f", ε {m.epsilon:.3g} ({'pure DP, δ 0' if m.delta == 0 else f'δ {m.delta:.0e}'})"
         elif m.delta is not None:  # noise with no bound on what it is added to: delta is set, epsilon is not
             out += ", ε ∞ (see privacy_note)"
         out += " | "

@@ -30,6 +30,7 @@ from PIL import Image
 
 from defenses import DefenseError
 from defenses import build as build_defense
+from defenses.accounting.analysis import paper_epsilon_holds
 
 from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
@@ -68,6 +69,14 @@ FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
 #: summary.csv metrics, by stem, that read ∞ where a defended setting's record says there is no DP guarantee
 INFINITE_WITHOUT_GUARANTEE = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
+#: summary.csv metrics, by stem, of the paper's formula: a DP guarantee only where its conditions hold
+#: (:func:`defenses.accounting.analysis.paper_epsilon_holds`), marked :data:`NOT_A_BOUND_MARK` elsewhere
+PAPER_EPSILONS = ("epsilon_paper", "utility_epsilon_paper")
+NOT_A_BOUND_MARK = "†"
+#: the legend of the mark
+NOT_A_BOUND_NOTE = (f"{NOT_A_BOUND_MARK} not a DP bound: the paper's ε, √K·ε̂ over K steps (Lemma H.7, then Theorem "
+                    "6.2), is a guarantee only where ε̂ < 1/√K, that is where it is below 1 (docs/defenses.md, "
+                    "Accounting).")
 #: how a score against the truth that is not finite reads (a run stores it as null: leakattack.jsonable)
 NOT_A_NUMBER = "not a number"
 #: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
@@ -773,7 +782,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     failed = any(r.get(FAILED_COLUMNS[0]) is not None for r in rows)
     if failed:
         head += "<th>failed: labels / objective / search</th>"
-    body, said_infinite = [], False
+    body, said_infinite, said_not_a_bound = [], False, False
     for i, r in enumerate(rows):
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
         for s in stems:
@@ -783,7 +792,13 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             infinite = s in INFINITE_WITHOUT_GUARANTEE and (
                 (mean is None and unbounded[i]) or mean == math.inf)
             said_infinite |= infinite
-            cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}</td>"
+            # a paper ε outside the paper's conditions, at the setting's mean or at any of its points
+            points = [p["metrics"].get(s) for p in groups[i]] if len(groups) == len(rows) else []
+            loose = s in PAPER_EPSILONS and not infinite and any(
+                is_number(v) and math.isfinite(v) and not paper_epsilon_holds(v) for v in [mean, *points])
+            said_not_a_bound |= loose
+            mark = f"<span class=v title=\"not a DP bound\"> {NOT_A_BOUND_MARK}</span>" if loose else ""
+            cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}{mark}</td>"
         for column, present in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
             share = r.get(column)
             if present:
@@ -803,6 +818,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             + "Metrics: mean ± sample std over the repetitions (n)."
             + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
                "added to (each point's privacy_note says which)." if said_infinite else "")
+            + (" " + _e(NOT_A_BOUND_NOTE) if said_not_a_bound else "")
             + (" Rebuilt, one metric ahead: the share of points not rebuilt because PSNR or SSIM fell short of "
                "its baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
                "look at their reconstructions." if ahead else "") + "</p>")

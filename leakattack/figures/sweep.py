@@ -501,7 +501,11 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         if name == "epsilon":
             ax.set_yscale("log")
         ax.set_xlabel(_key_name(strength))
-        ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy", "epsilon": "ε (RDP)"}[name])
+        # Laplace noise's ε is the Laplace mechanism's pure one (delta = 0), not the accountant's
+        pure = name == "epsilon" and any(r["metrics"].get("delta") == 0 and r["metrics"].get("epsilon") is not None
+                                         for r in records)
+        ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy",
+                       "epsilon": "ε (RDP; pure for Laplace)" if pure else "ε (RDP)"}[name])
         ax.grid(True, alpha=0.3)
     if baselines:
         _baseline_entry(axes[0][0])

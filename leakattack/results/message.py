@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from defenses import build as build_defense
+
 from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
 from .io import write_tensors
@@ -127,6 +129,11 @@ def _check(fields: dict, where: str) -> None:
                                f"{fields['batch_size']}")
     if fields["defense"] is not None and not isinstance(fields["defense"], str):
         bad("defense", "a defense spec string")
+    if fields["defense"] is not None:  # the spec a run builds the client's channel from: refused here as it is there
+        try:
+            build_defense(fields["defense"])
+        except UserError as err:
+            raise MessageError(f"{where}: {err}") from None
     shape = fields["input_shape"]
     if shape is not None and not (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= 3
                                   and all(_is_int(s, 1) for s in shape)):

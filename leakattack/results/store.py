@@ -35,7 +35,8 @@ POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
 #: summary.csv's columns after the metrics' means and standard deviations, in this order where present
 SHARE_COLUMNS = ("rebuilt", "one_metric_ahead", "rebuilt_images") + FAILED_COLUMNS
 #: the message's and the training's epsilons: a point whose privacy report (``privacy_note``) records one of them as
-#: null has no bound (no Gaussian noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``
+#: null has no bound (no noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``; a paper
+#: epsilon that is null beside a bounded epsilon is one the paper has no formula for (Laplace noise), left empty
 EPSILON_METRICS = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
 
 
@@ -166,9 +167,13 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 def summary_value(metrics: dict, name: str) -> float | None:
     """A point's ``name`` as summary.csv counts it: a number, None where it is not recorded, and ``inf`` for an
     epsilon (:data:`EPSILON_METRICS`) that the point's privacy report records as null: no DP bound, as a run's
-    summary line says ``ε ∞`` (the report is there, so the value is known, not missing)."""
+    summary line says ``ε ∞`` (the report is there, so the value is known, not missing).  A paper epsilon that is
+    null while the point's own epsilon is a number is not recorded (None): the paper has no formula for that noise
+    (Laplace), which has a bound."""
     v = metrics.get(name)
     if v is None and name in EPSILON_METRICS and name in metrics and "privacy_note" in metrics:
+        if name.endswith("_paper") and metrics.get(name.removesuffix("_paper")) is not None:
+            return None
         return math.inf
     return None if v is None else float(v)
 

@@ -168,3 +168,9 @@ def test_a_defended_run_states_its_defense_epsilon_and_utility(tmp_path, capsys)
     assert (", below chance (0.10)" in line) == (m["utility_acc"] < 0.1)
     _, plain, _, _ = _run([*LENET, "--iterations", "2"], tmp_path / "p", capsys)
     assert "defense" not in plain and "utility" not in plain
+
+
+def test_a_run_with_laplace_noise_states_its_pure_epsilon(tmp_path, capsys):
+    _, line, _, m = _run([*LENET, "--iterations", "2", "--defense", "clip:C=1,laplace:b=0.1"], tmp_path / "d",
+                         capsys)
+    assert m["delta"] == 0 and f"ε {m['epsilon']:.3g} (pure DP, δ 0)" in line, line

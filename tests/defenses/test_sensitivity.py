@@ -8,7 +8,13 @@ import pytest
 
 import defenses
 from defenses.accounting import accountant_epsilon, message_privacy
-from defenses.accounting.analysis import clip_sensitivity, linear_map_sensitivity
+from defenses.accounting.analysis import (
+    clip_sensitivity,
+    l1_from_l2_sensitivity,
+    laplace_epsilon,
+    linear_map_sensitivity,
+    pure_composition,
+)
 from leakattack import cli
 from leakattack.sketch import get_sketch
 from targets.protocols import round_seed
@@ -98,10 +104,75 @@ def test_laplace_noise_keeps_the_bound_it_is_drawn_without_the_data(spec):
     assert p["epsilon"] == alone["epsilon"] and p["sensitivity"] == alone["sensitivity"] > 0
 
 
-def test_laplace_noise_alone_says_no_epsilon_is_computed_for_it():
-    p = message_privacy(defenses.build("clip:C=1,laplace:b=0.1"), 1e-5)
-    assert p["epsilon"] is None and p["privacy_note"].startswith("Laplace noise only: the accountant counts Gaussian")
+def test_the_laplace_formulas_by_hand():
+    assert l1_from_l2_sensitivity(2.0, 16) == 8.0  # ||v||_1 <= sqrt(k) ||v||_2
+    assert laplace_epsilon(0.5, 8.0) == 16.0 and laplace_epsilon(0.0, 1.0) == math.inf
+    assert pure_composition(1.5, 4) == 6.0
+
+
+def test_the_l1_bound_holds_for_every_neighbour_and_an_evenly_spread_difference_attains_it():
+    """The Laplace mechanism's privacy loss at y is (||y - v'||_1 - ||y - v||_1) / b <= ||v - v'||_1 / b: for
+    differences of L2 norm C it never exceeds sqrt(k) C / b, and a difference of C / sqrt(k) in every entry reaches
+    it, so the sqrt(k) is the price of knowing only the L2 norm, not slack in the bound."""
+    torch = pytest.importorskip("torch")
+    k, C, b = 64, 1.0, 0.1
+    eps = laplace_epsilon(b, l1_from_l2_sensitivity(C, k))
+    gen = torch.Generator().manual_seed(0)
+    diffs = torch.randn(1000, k, generator=gen, dtype=torch.float64)
+    diffs = C * diffs / diffs.norm(dim=1, keepdim=True)
+    v = torch.randn(k, generator=gen, dtype=torch.float64)
+    y = v + b * torch.randn(1000, k, generator=gen, dtype=torch.float64)
+    loss = ((y - (v + diffs)).abs().sum(1) - (y - v).abs().sum(1)) / b
+    assert float(loss.max()) <= eps * (1 + 1e-12)
+    even = torch.full((k,), C / math.sqrt(k), dtype=torch.float64)
+    far = v - 100 * torch.sign(even)  # every entry beyond both means
+    assert float(((far - (v + even)).abs().sum() - (far - v).abs().sum()) / b) == pytest.approx(eps, rel=1e-12)
+
+
+SKETCH_NORM, D, B = 1.5, 100, 25
+
+
+@pytest.mark.parametrize("spec,delta_1", [
+    ("clip:C=2,laplace:b=0.5", math.sqrt(D) * 2),  # noise on g: k = d
+    ("clip:C=2,laplace:b=0.5@after_sketch", math.sqrt(B) * SKETCH_NORM * 2),  # on y = R clip(g): k = b, ||R||_op C
+    ("clip:C=2@after_sketch,laplace:b=0.5@after_sketch", math.sqrt(B) * 2),
+    ("per_example:C=2,laplace:b=0.5@after_sketch", math.sqrt(B) * SKETCH_NORM * 2 / 4),  # R (sum / B), B = 4
+    ("clip:C=2,laplace:b=5,laplace:b=0.5", math.sqrt(D) * 2),  # the larger b counted, the other post-processing
+])
+def test_laplace_noise_after_a_clip_gets_a_pure_epsilon_from_sqrt_k_times_the_l2_sensitivity(spec, delta_1):
+    p = message_privacy(defenses.build(spec), 1e-5, sketch_norm=SKETCH_NORM, batch_size=4, d=D, b=B)
+    scale = 5.0 if "laplace:b=5,laplace:b=0.5" in spec else 0.5
+    assert p["epsilon"] == pytest.approx(delta_1 / scale, rel=1e-12) and p["delta"] == 0.0
+    assert p["sensitivity"] == pytest.approx(delta_1, rel=1e-12)
+    assert p["epsilon_paper"] is None and p["delta_paper"] is None and p["noise_multiplier"] is None
+    assert p["sketch_norm"] == (SKETCH_NORM if "C=2,laplace:b=0.5@after" in spec or "per_example" in spec else None)
+    assert p["privacy_note"].startswith("Laplace noise, pure DP: epsilon = Delta_1 / b")
+    assert "Delta_1 <= sqrt(k) * Delta_2" in p["privacy_note"]
+    # releases compose linearly, with no amplification by a sample rate
+    many = message_privacy(defenses.build(spec), 1e-5, sketch_norm=SKETCH_NORM, batch_size=4, d=D, b=B, steps=30,
+                           sample_rate=0.1)
+    assert many["epsilon"] == pytest.approx(30 * p["epsilon"], rel=1e-12) and "30 releases composed linearly" in \
+        many["privacy_note"]
+    assert defenses.build(spec).needs_sketch_norm == ("C=2,laplace:b=0.5@after" in spec or "per_example" in spec)
+
+
+def test_laplace_noise_without_a_bound_on_its_l1_sensitivity_has_no_epsilon():
+    no_clip = message_privacy(defenses.build("laplace:b=0.1"), 1e-5, d=D, b=B)
+    assert no_clip["epsilon"] is None and no_clip["delta"] == 0.0
+    assert no_clip["privacy_note"] == "Laplace noise: no clip before the noise: sensitivity unbounded, epsilon = inf"
+    unknown = message_privacy(defenses.build("clip:C=1,laplace:b=0.1"), 1e-5)  # no length k
+    assert unknown["epsilon"] is None and "length of the vector the Laplace noise is added to is not known" in \
+        unknown["privacy_note"]
+    assert message_privacy(defenses.build("clip:C=1,laplace:b=0.1@after_sketch"), 1e-5, d=D, b=B,
+                           sketch_norm=None)["epsilon"] is None  # ||R||_op not known
     assert message_privacy(defenses.build("clip:C=1"), 1e-5)["privacy_note"] == "no Gaussian noise: no DP guarantee"
+
+
+def test_with_gaussian_noise_as_well_the_gaussian_is_counted_and_the_laplace_is_named():
+    mixed = message_privacy(defenses.build("clip:C=1,laplace:b=0.1,gaussian:z=1"), 1e-5, d=D, b=B)
+    alone = message_privacy(defenses.build("clip:C=1,gaussian:z=1"), 1e-5, d=D, b=B)
+    assert mixed["epsilon"] == alone["epsilon"] and mixed["delta"] == 1e-5
+    assert mixed["privacy_note"] == alone["privacy_note"] + "; 1 Laplace step(s) not counted (the Gaussian noise is)"
 
 
 def test_no_noise_has_no_sensitivity():
@@ -193,6 +264,20 @@ def test_training_under_the_defense_uses_the_largest_norm_of_its_fresh_sketches(
     assert len(set(norms)) > 1
     assert m["utility_sketch_norm"] == max(norms) and m["utility_sensitivity"] == max(norms)
     assert m["sketch_norm"] == get_sketch("countsketch", d, b, seed=1).operator_norm()
+
+
+def test_a_run_with_laplace_noise_after_a_clip_records_its_pure_epsilon_for_the_message_and_the_training(tmp_path):
+    """logreg on digits, SRHT, noise after the sketch: epsilon = sqrt(b) ||R||_op C / b_L for the message, and the
+    training's utility_steps releases composed linearly."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "logreg", "--dataset", "digits", "--defense",
+                     "clip:C=1,laplace:b=0.5@after_sketch", "--iterations", "2", "--quiet", "--no-lpips", "--utility",
+                     "--utility-steps", "3", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["sketch_norm"] > 1 and m["delta"] == 0.0 and m["epsilon_paper"] is None
+    assert m["epsilon"] == pytest.approx(math.sqrt(m["b"]) * m["sketch_norm"] / 0.5, rel=1e-12)
+    assert m["utility_epsilon"] == pytest.approx(3 * math.sqrt(m["b"]) * m["utility_sketch_norm"] / 0.5, rel=1e-12)
+    assert m["privacy_note"].startswith("Laplace noise, pure DP") and m["utility_epsilon_paper"] is None
 
 
 @pytest.mark.parametrize("spec", ["clip:C=1@after_sketch,gaussian:z=1@before_sketch",

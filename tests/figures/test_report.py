@@ -636,6 +636,37 @@ def test_the_sweep_table_shows_an_infinite_epsilon_as_infinity():
     assert "∞" not in _summary_table([records[1], plain], {}, None)
 
 
+def test_the_sweep_table_marks_a_paper_epsilon_that_is_not_a_dp_bound():
+    """The paper's epsilon, sqrt(K) eps_hat, is a guarantee only where eps_hat < 1/sqrt(K), so only below 1: 6.88 (one
+    message, eps_hat = 6.88 > 1) and a training's 145 are marked and the mark explained; 0.5 and the accountant's
+    epsilon are not; neither is a Laplace setting, which has no paper epsilon."""
+    from leakattack.figures.report import NOT_A_BOUND_MARK, NOT_A_BOUND_NOTE, _summary_table
+
+    def point(sigma, paper, **more):
+        return {"key": str(sigma), "grid": {"sigma": sigma}, "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": 20.0, "ssim": 0.5, "d": 10, "b": 5, "defense": f"clip:C=1,gaussian:sigma={sigma}",
+                            "epsilon": 7.11, "delta": 1e-5, "epsilon_paper": paper, "privacy_note": "Delta = C",
+                            **more}}
+
+    def cells(text):
+        return [[c.split("</td>")[0] for c in row.split("<td>")[1:]] for row in text.split("<tr>")[2:]]
+
+    records = [point(1.0, 6.88, utility_epsilon=418.0, utility_epsilon_paper=145.0),
+               point(20.0, 0.5, utility_epsilon=3.0, utility_epsilon_paper=0.9),
+               point(30.0, None, epsilon=1280.0, delta=0.0, privacy_note="Laplace noise, pure DP: ...")]
+    text = _summary_table(records, {}, None)
+    mark = f'<span class=v title="not a DP bound"> {NOT_A_BOUND_MARK}</span>'
+    # PSNR, SSIM, ε, ε (paper), the training's ε and its paper ε
+    (*_, eps, paper, _, train_paper), (*_, eps2, paper2, _, train_paper2), (*_, eps3, paper3, _, _) = cells(text)
+    assert paper.endswith(mark) and train_paper.endswith(mark) and ">6.88<" in paper
+    assert mark not in eps + paper2 + train_paper2 + eps2 + eps3 + paper3 and ">–<" in paper3
+    assert html.escape(NOT_A_BOUND_NOTE) in text and "not a DP bound" in NOT_A_BOUND_NOTE
+    # a setting whose mean is below 1 while one of its points is not is marked too
+    mixed = [point(1.0, 0.5), {**point(1.0, 1.5), "key": "again", "grid": {"sigma": 1.0, "seed": 1}}]
+    assert mark in _summary_table(mixed, {}, None)
+    assert NOT_A_BOUND_MARK not in _summary_table(records[1:], {}, None)
+
+
 def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_which(tmp_path):
     """A batch rebuilt on its means with two of its four images not rebuilt on their own: the per-image table gives
     each image's verdict and the verdict paragraph names the images; a run written before per-image verdicts has

@@ -5,6 +5,7 @@ import warnings
 import pytest
 import torch
 
+from leakattack import cli
 from leakattack.errors import SettingWarning, UserError
 from leakattack.results.message import FORMAT, VERSION, MessageError, read_message, read_truth, write_message
 from leakattack.sketch import check_description, get_sketch, list_sketches, sketch_from_description
@@ -71,6 +72,25 @@ def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing
     with pytest.raises(MessageError) as err:
         write_message(tmp_path / "m.pt", torch.zeros(4), **kwargs)
     assert needle in str(err.value) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("spec", ["bogus:x=1", "gaussian:sigma=-1", "clip:C=1@nowhere"])
+def test_a_defense_a_run_refuses_is_refused_when_the_message_is_written_in_the_same_sentence(tmp_path, capsys, spec):
+    """write_message writes no file that ``leakattack run --message`` would refuse for its defense: the same sentence
+    (a UserError: exit code 2 on the command line), before anything is written."""
+    with pytest.raises(MessageError) as err:
+        write_message(tmp_path / "m.pt", torch.zeros(4), defense=spec)
+    assert not list(tmp_path.iterdir())
+    said = str(err.value)
+    assert said.startswith("message: ") and "\n" not in said
+    # the file as it would have been, saved past the check: the run refuses it with the same sentence
+    write_message(tmp_path / "m.pt", torch.zeros(4))
+    fields = torch.load(tmp_path / "m.pt", weights_only=True)
+    torch.save({**fields, "defense": spec}, tmp_path / "m.pt")
+    assert cli.main(["run", "--message", str(tmp_path / "m.pt"), "--model", "lenet", "--quiet", "--no-lpips",
+                     "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"leakattack: error: message file '{tmp_path / 'm.pt'}': {said.removeprefix('message: ')}")
 
 
 def test_a_gradient_with_an_updates_local_training_is_written_with_a_warning(tmp_path):
