@@ -50,7 +50,7 @@ from targets.protocols import round_seed
 
 from ..errors import UserError
 from ..results import write_tensors
-from ..results.message import write_message
+from ..results.message import check_defense, write_message
 from ..sketch import Sketch, get_sketch, is_identity, list_sketches, sketch_dim, sketch_from_description
 
 #: fit-configuration key naming the round's sketch: the JSON of ``Sketch.describe()``
@@ -234,6 +234,8 @@ class RecordingStrategy(Strategy):
         self.clients = None if clients is None else {str(c) for c in clients}
         self.rounds = None if rounds is None else {int(t) for t in rounds}
         self.defaults = {"lr": lr, "local_steps": local_steps, "batch_size": batch_size}
+        if defense is not None:  # refused now, not at the first file a round writes
+            check_defense(str(defense), "RecordingStrategy")
         self.input_shape, self.num_classes, self.defense = input_shape, num_classes, defense
         self.records: list[dict] = []
         self._sent: dict[int, dict[str, tuple[list[np.ndarray], dict, Path]]] = {}

@@ -92,6 +92,15 @@ def _is_id(v) -> bool:
     return isinstance(v, (str, numbers.Real)) and not isinstance(v, bool)
 
 
+def check_defense(spec: str, where: str = "message") -> None:
+    """Refuse a defense spec a run would refuse (the spec it builds the client's channel from), in the run's
+    sentence: a :class:`MessageError`."""
+    try:
+        build_defense(spec)
+    except UserError as err:
+        raise MessageError(f"{where}: {err}") from None
+
+
 def _check(fields: dict, where: str) -> None:
     """Every value of a message against its rule; MessageError naming ``where`` and the key."""
     def bad(key, what):
@@ -129,11 +138,8 @@ def _check(fields: dict, where: str) -> None:
                                f"{fields['batch_size']}")
     if fields["defense"] is not None and not isinstance(fields["defense"], str):
         bad("defense", "a defense spec string")
-    if fields["defense"] is not None:  # the spec a run builds the client's channel from: refused here as it is there
-        try:
-            build_defense(fields["defense"])
-        except UserError as err:
-            raise MessageError(f"{where}: {err}") from None
+    if fields["defense"] is not None:
+        check_defense(fields["defense"], where)
     shape = fields["input_shape"]
     if shape is not None and not (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= 3
                                   and all(_is_int(s, 1) for s in shape)):
@@ -280,4 +286,4 @@ def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 __all__ = ["FORMAT", "VERSION", "KINDS", "MAX_LOCAL_STEPS", "MAX_INPUT_NUMBERS", "MAX_CLASSES", "Message",
-           "MessageError", "write_message", "read_message", "read_truth"]
+           "MessageError", "check_defense", "write_message", "read_message", "read_truth"]

@@ -255,3 +255,10 @@ def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path)
     assert sketch_of_config({SKETCH_KEY: '{"kind": "srht", "d": 8, "b": 4, "seed": 0}'}).b == 4
     with pytest.raises(UserError, match="unknown sketch 'fft'"):
         SketchedFedAvg(sketch="fft")
+
+
+def test_the_recorder_refuses_a_defense_a_run_would_refuse_when_it_is_made(tmp_path):
+    with pytest.raises(UserError, match=r"^RecordingStrategy: unknown defense 'bogus'"):
+        RecordingStrategy(FedAvg(), tmp_path, defense="bogus:x=1")
+    assert not any(tmp_path.iterdir())
+    RecordingStrategy(FedAvg(), tmp_path, defense="clip:C=1")  # a spec a run builds is taken
