@@ -139,3 +139,18 @@ def test_the_note_counts_only_grid_keys_that_take_more_than_one_value(tmp_path, 
     notes: list = []
     assert sweep_figures(tmp_path, notes=notes) == []
     assert len(notes) == 1 and notes[0].endswith(f"this grid varies {varied}")
+
+
+def test_the_epsilon_panel_says_when_its_epsilon_is_the_pure_one_of_laplace_noise(tmp_path, drawn):
+    """Laplace noise's ε is the Laplace mechanism's (δ = 0), not the RDP accountant's: the axis says so."""
+    def rec(i, scale, delta):
+        return {"key": f"k{i}", "index": i, "grid": {"noise": scale}, "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": 10.0, "ssim": 0.1, "d": 10, "b": 5, "defense": "clip:C=1", "epsilon": 10 / scale,
+                            "delta": delta, "privacy_note": "..."}}
+
+    for delta, want in ((0.0, "ε (RDP; pure for Laplace)"), (1e-5, "ε (RDP)")):
+        for fig in drawn.values():
+            plt.close(fig)
+        drawn.clear()
+        sweep_module.metrics_vs_strength(tmp_path, [rec(0, 0.1, delta), rec(1, 1.0, delta)], "noise")
+        assert want in [ax.get_ylabel() for ax in drawn["metrics_vs_strength"].axes]
