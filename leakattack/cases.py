@@ -36,7 +36,6 @@ from .constraints import MAX_SEED
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
 from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
-from .progress import progress_bar
 from .registry import Registry
 from .results.message import Message, first_label_outside, read_message, read_truth
 from .sketch import (
@@ -55,13 +54,11 @@ from .training import (
     build_victim,
     check_round,
     check_unchanged,
-    checkpoint_path,
-    load_buffers,
-    load_checkpoint,
     load_split,
     refuse_empty_clients,
     stored_protocol,
     warn_client_batch,
+    weights_at,
 )
 
 #: a protocol attack whose unrolled client model is estimated to take longer than this (seconds) is warned about
@@ -198,19 +195,12 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         warn_client_batch(spec, trainset)
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
-        w, buffers = load_checkpoint(Path(cfg.protocol_dir), t, victim.d)
-        w = w.to(device=device, dtype=dtype)
-        if buffers is not None:  # the running statistics the server holds with w^t
-            load_buffers(victim, buffers, checkpoint_path(Path(cfg.protocol_dir), t))
-    else:  # deterministic re-simulation of rounds 1..t-1 from the seeds
-        with progress_bar(t - 1, f"{cfg.protocol} rounds before {t}", "round", requested=progress,
-                          leave=False) as bar:
-            w = proto.replay(t, on_round=lambda s: bar.update(1))
+    # w^t from the run's checkpoint (or the latest one before it), else re-simulated from the seeds
+    w, w_source = weights_at(proto, t, cfg.protocol_dir if rounds is not None else None, progress)
     torch.nn.utils.vector_to_parameters(w, victim.model.parameters())
     msg = proto.observe(w, t, c, batch_size=cfg.batch_size, sketch_known=cfg.sketch_known,
                         decoded=cfg.match_space == "unsketched")
-    msg.info.update(protocol_spec=spec, model_spec=model_spec,
-                    w_source="checkpoint" if rounds is not None else "re-simulated")
+    msg.info.update(protocol_spec=spec, model_spec=model_spec, w_source=w_source)
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
     n, K = msg.x.shape[0], msg.info["local_steps"]

@@ -13,7 +13,8 @@
   with buffers (BatchNorm's running statistics) ``{"weights": w^t, "buffers":
   {name: tensor}}``, the buffers as the clients' forward passes before round t
   left them (one running average over every client's batches, in the order they
-  ran: what a server that averages them holds, approximately),
+  ran: what a server that averages them holds, approximately), and for a protocol whose server keeps
+  state between rounds (SAFL's optimiser moments) ``"server"``: that state before round t,
 
 and redraws ``out/accuracy_vs_floats.png`` over every run folder in ``out``.
 
@@ -26,8 +27,11 @@ Training into a folder that holds an earlier run continues it (:func:`resume_poi
 the same protocol, spec and model with the same torch, and its rounds 1..N can be carried on exactly: a round
 depends only on w^t, the model's buffers and the seeds keyed by t, so training continues from the checkpoint of
 w^(N+1) and its buffers, and rounds N+1..T come out as an uninterrupted training's would.  Any other earlier run
-(another setting, a diverged one, one without that checkpoint, a protocol whose server keeps state between
-rounds) is refused in one sentence before anything is written.
+(another setting, a diverged one, one without that checkpoint, a checkpoint without the server state of a protocol
+that keeps one) is refused in one sentence before anything is written.
+
+An attack on round t of a stored run reads w^t from its checkpoint (:func:`weights_at`); where that checkpoint was
+not written (``--checkpoint-every`` k > 1) it re-simulates the rounds from the latest checkpoint before round t.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from targets.victim import batchnorm_layers
 
 from .config import ConfigError, protocol_json, validate_protocol
 from .data import DataError, ImageSet, get_dataset, train_test_split
-from .errors import SettingWarning, UserError
+from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
 from .progress import progress_bar
 from .results import (
@@ -131,25 +135,38 @@ def model_buffers(victim: targets.Victim) -> dict[str, torch.Tensor]:
     return {n: b.detach().to("cpu").clone() for n, b in victim.model.named_buffers()}
 
 
-def save_checkpoint(folder: Path, t: int, w: torch.Tensor, buffers: dict[str, torch.Tensor] | None = None) -> None:
-    """w^t as a float32 tensor, or with ``buffers`` ``{"weights": w^t, "buffers": buffers}``, written atomically."""
-    weights = w.detach().to("cpu", torch.float32).clone()
+def _float32(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().to("cpu", torch.float32).clone()
+
+
+def save_checkpoint(folder: Path, t: int, w: torch.Tensor, buffers: dict[str, torch.Tensor] | None = None,
+                    server: dict | None = None) -> None:
+    """w^t as a float32 tensor, or with ``buffers`` or the protocol's ``server`` state before round t
+    (:meth:`Protocol.server_state`, its tensors as float32) ``{"weights": w^t, "buffers": ..., "server": ...}``,
+    written atomically in one file."""
+    state: dict = {"weights": _float32(w)}
+    if buffers:
+        state["buffers"] = buffers
+    if server is not None:
+        state["server"] = {k: _float32(v) if isinstance(v, torch.Tensor) else v for k, v in server.items()}
     buf = io.BytesIO()
-    torch.save({"weights": weights, "buffers": buffers} if buffers else weights, buf)
+    torch.save(state if len(state) > 1 else state["weights"], buf)
     atomic_write_bytes(checkpoint_path(folder, t), buf.getvalue())
 
 
 def load_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
-    """(w^t of length d, the model's buffers or None) from a run folder, loaded with ``weights_only`` (a checkpoint
-    cannot run code)."""
+    """(w^t of length d, the model's buffers or None) from a run folder (:func:`read_checkpoint`)."""
+    w, buffers, _ = read_checkpoint(folder, t, d)
+    return w, buffers
+
+
+def read_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict | None]:
+    """(w^t of length d, the model's buffers or None, the server state before round t or None) from a run folder,
+    loaded with ``weights_only`` (a checkpoint cannot run code); a checkpoint without the server state (a protocol
+    that keeps none, or one written before checkpoints held it) gives None."""
     path = checkpoint_path(folder, t)
     if not path.is_file():
-        done = rounds_logged(folder)
-        if done is not None and t > done + 1:  # w^t comes from round t - 1, which training never finished
-            when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
-                ("before round 1 finished", "")
-            raise ConfigError(f"checkpoint '{path}' does not exist: training stopped {when}, so round {t} was never "
-                              f"reached{which}")
+        _refuse_unreached(folder, t)
         raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints, and a --checkpoint-every that "
                           f"writes it, to attack round {t})")
     try:
@@ -158,13 +175,38 @@ def load_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[st
         raise
     except Exception as err:  # truncated or garbage files fail inside torch's unpickler in many ways
         raise ConfigError(f"checkpoint '{path}' is not a readable torch file ({type(err).__name__})") from None
-    w, buffers = (state.get("weights"), state.get("buffers")) if isinstance(state, dict) else (state, None)
+    w, buffers, server = (state.get("weights"), state.get("buffers"), state.get("server")) \
+        if isinstance(state, dict) else (state, None, None)
     if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() != d:
         raise ConfigError(f"checkpoint '{path}' does not hold the {d} weights of this protocol's model")
     if buffers is not None and not (isinstance(buffers, dict)
                                     and all(isinstance(b, torch.Tensor) for b in buffers.values())):
         raise ConfigError(f"checkpoint '{path}' holds buffers that are not a dict of tensors")
-    return w, buffers
+    if server is not None and not (isinstance(server, dict) and all(
+            isinstance(v, int) if k == "t" else isinstance(v, torch.Tensor) and v.shape == (d,)
+            for k, v in server.items())):
+        raise ConfigError(f"checkpoint '{path}' holds a server state that is not a round count and vectors of {d}")
+    return w, buffers, server
+
+
+def _refuse_unreached(folder: Path, t: int) -> None:
+    """ConfigError where the run in ``folder`` stopped before it reached round t (so w^t does not exist)."""
+    done = rounds_logged(folder)
+    if done is not None and t > done + 1:  # w^t comes from round t - 1, which training never finished
+        when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
+            ("before round 1 finished", "")
+        raise ConfigError(f"checkpoint '{checkpoint_path(folder, t)}' does not exist: training stopped {when}, so "
+                          f"round {t} was never reached{which}")
+
+
+def load_server_state(proto: Protocol, server: dict | None, t: int, source: str | Path) -> None:
+    """Continue ``proto`` at round t from a checkpoint's server state; ConfigError when it is not the state before
+    round t of this protocol."""
+    try:
+        proto.load_server_state(server, t)
+    except ValueError as err:
+        raise ConfigError(f"checkpoint '{source}' does not continue protocol '{proto.name}' at round {t}: "
+                          f"{err}") from None
 
 
 def load_buffers(victim: targets.Victim, buffers: dict[str, torch.Tensor], source: str | Path) -> None:
@@ -190,6 +232,63 @@ def tracking_running_statistics(victim: targets.Victim):
     finally:
         for m, b in zip(layers, before):
             m.track_running_stats = b
+
+
+#: a re-simulation of more rounds than this says first how many it runs, and after its first round how long they take
+REPLAY_NOTE_ROUNDS = 20
+
+
+def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progress: bool = False,
+               ) -> tuple[torch.Tensor, str]:
+    """(w^t of ``proto``, where it came from), in the protocol's dtype and on its device.
+
+    With a run ``folder``: its checkpoint of w^t, the model's buffers loaded into the victim (``"checkpoint"``);
+    where that checkpoint was not written, rounds s..t-1 re-simulated from the latest checkpoint of w^s before t,
+    its buffers (tracked on through the rounds, as training does) and its server state
+    (``"re-simulated from the checkpoint of w^s"``); ConfigError when the folder holds none.  Without one, rounds
+    1..t-1 re-simulated from the seeds (``"re-simulated"``).  A re-simulation of more than
+    :data:`REPLAY_NOTE_ROUNDS` rounds says so first and, after its first round, how long the rest take (one
+    :class:`SettingWarning` line each)."""
+    victim = proto.victim
+    start, w, server, source = 1, None, None, "re-simulated"
+    if folder is not None:
+        folder = Path(folder)
+        _refuse_unreached(folder, t)
+        latest = next((s for s in range(t, 0, -1)
+                       if checkpoint_path(folder, s).is_file() and (s == t or _continues(folder, s, proto))), None)
+        if latest is None:
+            load_checkpoint(folder, t, victim.d)  # refuses: says why the checkpoint of w^t is not there
+            raise ConfigError(f"'{folder}' holds no checkpoint of w^{t} and none before it that round {t} can be "
+                              f"re-simulated from")
+        start = latest
+        w, buffers, server = read_checkpoint(folder, start, victim.d)
+        if buffers is not None:  # the running statistics the server holds with w^start
+            load_buffers(victim, buffers, checkpoint_path(folder, start))
+        w = w.to(device=proto.device, dtype=proto.dtype)
+        if start == t:
+            return w, "checkpoint"
+        load_server_state(proto, server, start, checkpoint_path(folder, start))
+        source = f"re-simulated from the checkpoint of w^{start}"
+    count = t - start
+    loud = count > REPLAY_NOTE_ROUNDS
+    if loud:
+        origin = f"the checkpoint of w^{start} in '{folder}'" if folder is not None else \
+            "the initial weights and the seeds"
+        warnings.warn(f"w^{t} is re-simulated first: {count} rounds ({start}..{t - 1}) from {origin}",
+                      SettingWarning, stacklevel=2)
+    began = time.perf_counter()
+
+    def done(s: int) -> None:
+        bar.update(1)
+        if loud and s == start:
+            took = time.perf_counter() - began
+            warnings.warn(f"re-simulating the {count} rounds before round {t} takes about "
+                          f"{duration_text(took * count)} (measured on round {s})", SettingWarning, stacklevel=3)
+
+    with progress_bar(count, f"{proto.name} rounds before {t}", "round", requested=progress, leave=False) as bar, \
+            tracking_running_statistics(victim) if folder is not None else contextlib.nullcontext():
+        w = proto.replay(t, on_round=done, start=start, w=w, state=server)
+    return w, source
 
 
 def rounds_logged(folder: str | Path) -> int | None:
@@ -274,14 +373,17 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
               "torch": torch.__version__}
     rows = resume_point(folder, record, proto)
     w: torch.Tensor | None
+    server: dict | None = None
     if not rows:
         w = proto.initial_weights()
         for stale in checkpoint_path(folder, 1).parent.glob("round_*.pt"):  # a run of this setting before round 1
             stale.unlink()
     elif checkpoint_path(folder, len(rows) + 1).is_file():
-        w, buffers = load_checkpoint(folder, len(rows) + 1, victim.d)
+        w, buffers, server = read_checkpoint(folder, len(rows) + 1, victim.d)
         if buffers is not None:  # the running statistics the clients' forward passes left before round N+1
             load_buffers(victim, buffers, checkpoint_path(folder, len(rows) + 1))
+        if len(rows) < rounds:  # a round still to run starts from the server state the checkpoint holds
+            load_server_state(proto, server, len(rows) + 1, checkpoint_path(folder, len(rows) + 1))
     else:  # every round asked for is there, without the weights after them (trained with --no-checkpoints)
         w = None
     if rows and on_resume is not None:
@@ -289,9 +391,9 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     folder.mkdir(parents=True, exist_ok=True)
     _write_log(folder, rows)
     write_json(folder / "protocol.json", record)
-    # the finished rounds' rows, the weights after the last of them and the buffers with them: one assignment, so
-    # that an interrupt leaves them consistent
-    finished: tuple[list[dict], torch.Tensor | None, dict] = (rows, w, model_buffers(victim))
+    # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one
+    # assignment, so that an interrupt leaves them consistent
+    finished: tuple[list[dict], torch.Tensor | None, dict, dict | None] = (rows, w, model_buffers(victim), server)
     last = rows[-1] if rows else {}
     cum, mean_cum = last.get("floats_cum", 0), last.get("floats_mean_cum", 0.0)
     t0 = time.perf_counter() - last.get("wall_s", 0.0)  # wall_s counts the earlier rounds' time too
@@ -300,7 +402,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         for t in range(len(rows) + 1, rounds + 1):
             assert w is not None  # resume_point found the checkpoint of w^(N+1) for a round still to run
             if checkpoints and (t - 1) % checkpoint_every == 0:
-                save_checkpoint(folder, t, w, finished[2])
+                save_checkpoint(folder, t, w, finished[2], finished[3])
             with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
                 w, stats = proto.run_round(w, t)
             cum += stats["floats_sent"]
@@ -316,7 +418,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
                    "wall_s": time.perf_counter() - t0}
             row.update(proto.privacy(t))
             row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)
-            finished = (finished[0] + [row], w, model_buffers(victim))
+            finished = (finished[0] + [row], w, model_buffers(victim), proto.server_state())
             _write_log(folder, finished[0])
             if bar is not None:
                 bar.update(1)
@@ -325,12 +427,12 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         if bar is not None:
             bar.close()
         stopped = "diverged" if isinstance(err, TrainingDiverged) else "interrupted"
-        rows, w_done, buffers_done = finished
+        rows, w_done, buffers_done, server_done = finished
         done = len(rows)
         _write_log(folder, rows)
         write_json(folder / "protocol.json", {**record, "rounds": done, "rounds_planned": rounds, "stopped": stopped})
         if checkpoints and w_done is not None and not checkpoint_path(folder, done + 1).is_file():
-            save_checkpoint(folder, done + 1, w_done, buffers_done)
+            save_checkpoint(folder, done + 1, w_done, buffers_done, server_done)
         accuracy_figure(Path(out))
         if isinstance(err, TrainingDiverged):
             raise
@@ -338,15 +440,21 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     if bar is not None:
         bar.close()
     if checkpoints and finished[1] is not None:
-        save_checkpoint(folder, rounds + 1, finished[1], finished[2])
+        save_checkpoint(folder, rounds + 1, finished[1], finished[2], finished[3])
     accuracy_figure(Path(out))
     return folder
 
 
 def keeps_server_state(proto: Protocol) -> bool:
     """Whether the protocol's server carries state from one round to the next besides w (SAFL's optimiser moments),
-    which a checkpoint of w does not hold: such a protocol resets that state in a ``replay`` of its own."""
-    return type(proto).replay is not Protocol.replay
+    which its checkpoints hold beside w (:meth:`Protocol.server_state`)."""
+    return bool(proto.keeps_server_state)
+
+
+def _continues(folder: Path, t: int, proto: Protocol) -> bool:
+    """Whether the checkpoint of w^t in ``folder`` holds all that round t needs besides the seeds: for a protocol that
+    keeps server state, that state (round 1 starts from a fresh one)."""
+    return t == 1 or not keeps_server_state(proto) or read_checkpoint(folder, t, proto.d)[2] is not None
 
 
 def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:
@@ -411,10 +519,6 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     if stored.get("stopped") == "diverged":
         raise ConfigError(f"'{folder}' holds {held}, whose loss diverged in round {done + 1}, where the same settings "
                           f"diverge again: lower the learning rates and {elsewhere}")
-    if keeps_server_state(proto):
-        raise ConfigError(f"'{folder}' holds {held}, and protocol '{stored['protocol']}' keeps server state between "
-                          f"rounds that its checkpoints do not hold, so training cannot continue from round "
-                          f"{done + 1} exactly: {elsewhere}")
     if not checkpoint_path(folder, done + 1).is_file():
         # a training killed outright (SIGKILL, a lost node) writes no checkpoint when it stops: with --checkpoint-every
         # k > 1 the latest is of an earlier round, from which the rounds after it are trained again, the same way
@@ -422,11 +526,22 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         if latest is None:
             raise ConfigError(f"'{folder}' holds {held} without the checkpoint of w^{done + 1} to continue from (a "
                               f"training with --no-checkpoints writes none): {elsewhere}")
+        _refuse_without_server_state(folder, latest, proto, held, elsewhere)
         warnings.warn(f"'{folder}' holds rounds 1..{done} and no checkpoint after round {done} (the training was "
                       f"stopped without writing one): rounds {latest}..{done} are trained again from the checkpoint of "
                       f"w^{latest}", SettingWarning, stacklevel=3)
         return rows[:latest - 1]
+    _refuse_without_server_state(folder, done + 1, proto, held, elsewhere)
     return rows
+
+
+def _refuse_without_server_state(folder: Path, t: int, proto: Protocol, held: str, elsewhere: str) -> None:
+    """ConfigError where the checkpoint of w^t that training would continue from lacks the server state the
+    protocol keeps between rounds (a checkpoint written before checkpoints held it)."""
+    if not _continues(folder, t, proto):
+        raise ConfigError(f"'{folder}' holds {held}, and protocol '{proto.name}' keeps server state between rounds "
+                          f"that its checkpoint of w^{t} does not hold, so training cannot continue from round {t} "
+                          f"exactly: {elsewhere}")
 
 
 def _write_log(folder: Path, rows: list[dict]) -> None:
@@ -439,6 +554,7 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
            "check_unchanged", "build_victim", "load_split", "checkpoint_path",
-           "model_buffers", "save_checkpoint", "load_checkpoint", "load_buffers", "tracking_running_statistics",
+           "model_buffers", "save_checkpoint", "load_checkpoint", "read_checkpoint", "load_buffers",
+           "load_server_state", "tracking_running_statistics", "weights_at", "REPLAY_NOTE_ROUNDS",
            "stored_protocol", "keeps_server_state", "resume_point", "train", "refuse_empty_clients",
            "warn_client_batch"]

@@ -220,6 +220,8 @@ class Protocol:
     decodable = False
     #: clients compress with a sketch of leakattack.sketch (``sketch``, ``sketch_ratio`` in the spec)
     uses_sketch = False
+    #: the server carries state between rounds besides w (:meth:`server_state`; SAFL's optimiser moments)
+    keeps_server_state = False
     #: the settings of the spec this protocol reads beyond the ones every protocol does (clients, local steps and
     #: epochs, learning rates, batch size, data split, client fraction, seed): a value given for another changes
     #: nothing (:func:`unread_settings`)
@@ -438,10 +440,25 @@ class Protocol:
         """Numbers of the round the server just ran that train.jsonl records beside the loss (none here)."""
         return {}
 
-    def replay(self, t: int, on_round: Callable[[int], None] | None = None) -> torch.Tensor:
-        """w^t by re-running rounds 1..t-1 from the seeds (deterministic); ``on_round(s)`` after each round s."""
-        w = self.initial_weights()
-        for s in range(1, t):
+    def server_state(self) -> dict | None:
+        """What the server carries from the round it just ran to the next besides w (None: nothing; else a dict of
+        ints and tensors that a checkpoint stores beside w, taken before the round it feeds)."""
+        return None
+
+    def load_server_state(self, state: dict | None, t: int) -> None:
+        """Continue at round t from ``state``, a :meth:`server_state` taken before round t (None: round 1's fresh
+        state).  ValueError, in one sentence, when it cannot be the state before round t."""
+        if state is not None:
+            raise ValueError(f"protocol '{self.name}' keeps no server state between rounds")
+
+    def replay(self, t: int, on_round: Callable[[int], None] | None = None, *, start: int = 1,
+               w: torch.Tensor | None = None, state: dict | None = None) -> torch.Tensor:
+        """w^t by re-running rounds start..t-1 from the seeds (deterministic), from w^start (``w``; default w^1, the
+        initial weights) and the server state before round ``start`` (``state``, :meth:`server_state`; None for
+        round 1); ``on_round(s)`` after each round s."""
+        w = self.initial_weights() if w is None else w
+        self.load_server_state(state, start)
+        for s in range(start, t):
             w, _ = self.run_round(w, s)
             if on_round is not None:
                 on_round(s)

@@ -18,7 +18,9 @@ How often the clip acts: every round's ``clip_factor`` min{tau/v̄_t, 1}, ``clip
 ``mean_norm`` v̄_t go to train.jsonl (:meth:`SACFL.round_record`).  An observed message records in its
 info the norm the client sent, ``norm_error_of_sketch`` = | ||R_t dw|| / ||dw|| - 1 | (how far the
 sketched part alone misstates the update's scale: what the extra float corrects) and the round's
-v̄_t, clip factor and whether the clip fired (the server sees every sampled client's norm).
+v̄_t, clip factor and whether the clip fired, as the server computed them from every sampled client's
+norm on its own round data (:meth:`SACFL.round_clip`: the same as train.jsonl records, also where the
+attacked message is computed on another batch than the protocol's).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from leakattack.sketch.base import Sketch
 
+from .base import Protocol
 from .safl import SAFL
 
 
@@ -74,11 +77,18 @@ class SACFL(SAFL):
     norm."""
 
     reads: tuple[str, ...] = SAFL.reads + ("clip_threshold",)
+    keeps_server_state = False  # the clip reads only the round's messages: no optimiser moments
     _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 
     @property
     def kappa(self) -> float:
         return 1.0 if self.server_lr is None else float(self.server_lr)
+
+    def server_state(self) -> dict | None:
+        return Protocol.server_state(self)
+
+    def load_server_state(self, state: dict | None, t: int) -> None:
+        Protocol.load_server_state(self, state, t)
 
     def floats_per_client(self):
         return self.b + 1
@@ -105,14 +115,22 @@ class SACFL(SAFL):
         """The last round's clip: factor min{tau/v̄_t, 1}, whether it fired (factor < 1), and v̄_t."""
         return dict(self._record)
 
+    def round_clip(self, w, t) -> dict:
+        """Round t's clip at w^t as the server computes it (:meth:`server`): from the norms every sampled client
+        sends on its own round data (:meth:`Protocol.client_batch`), whatever batch an attacked message is computed
+        on; equal to train.jsonl's record of the round."""
+        norms = []
+        for j in self.sampled(t):
+            x, y = self.client_batch(t, j)
+            norms.append(self.send(self.client_update(w, x, y, t, j), t, j)[-1].detach())
+        return clip_record(self.clip_threshold, float(torch.stack(norms).mean()))
+
     def observe(self, w, t, c, **kw):
         """The message as :meth:`Protocol.observe` makes it, with what its norm says (module docstring) in its info."""
         msg = super().observe(w, t, c, **kw)
         unit = msg.info["message_norm"]
         sent, sketched = float(msg.y[-1]) * unit, float(msg.y[:-1].norm()) * unit  # ||dw_c||, ||R_t dw_c||
-        norms = [sent] + [float(self.client_update(w, *self.client_batch(t, j), t, j).norm())
-                          for j in self.sampled(t) if j != c]
-        clip = clip_record(self.clip_threshold, sum(norms) / len(norms))
+        clip = self.round_clip(w, t)
         msg.info.update(norm_sent=sent, norm_error_of_sketch=abs(sketched / sent - 1) if sent > 0 else 0.0,
                         **{f"round_{k}": v for k, v in clip.items()})
         return msg

@@ -26,13 +26,13 @@ x_t; here one flat vector w carries it.  kappa is ``server_lr`` (default: the pa
 0.01 for adam/amsgrad and 1.0 for sgd/sgdm, Appendix E).  leakattack's update dw = x_{t,K} - x_{t,0}
 has the opposite sign of the paper's, so the wire carries R_t dw = -m̄_t^c; the server flips it back.
 
-The server optimiser's state lives in the protocol object: rounds run in order from round 1 (training
-and :meth:`Protocol.replay` do), and round 1 starts from m_0 = v_0 = v̂_0 = 0.
+The server optimiser's state lives in the protocol object: rounds run in order (training and
+:meth:`Protocol.replay` do), round 1 from m_0 = v_0 = v̂_0 = 0 and a later round from the state that
+:meth:`SAFL.server_state` gave before it (training stores it in each checkpoint beside w^t, so that a
+training continues, and a re-simulation starts, from a checkpoint exactly).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 
@@ -44,6 +44,10 @@ SERVER_OPTS = ("adam", "amsgrad", "sgd", "sgdm")
 SECOND_MOMENTS = ("sketch", "desketched")
 #: kappa when ``server_lr`` is not given: the rates the paper tuned (Appendix E: SGD/SGDm 1.0, Adam 0.01)
 PAPER_SERVER_LR = {"adam": 0.01, "amsgrad": 0.01, "sgd": 1.0, "sgdm": 1.0}
+
+
+#: the moments each server optimiser updates (the others stay 0, as new_server_state makes them)
+STATE_MOMENTS = {"sgd": (), "sgdm": ("m",), "adam": ("m", "v"), "amsgrad": ("m", "v", "vhat")}
 
 
 def new_server_state(x: torch.Tensor) -> dict:
@@ -80,6 +84,7 @@ def ada_opt(kind: str, x: torch.Tensor, state: dict, g: torch.Tensor, v_in: torc
 class SAFL(Sketched):
     """Sketched adaptive FL: clients send R_t dw (b floats); the server de-sketches and runs ADA_OPT."""
 
+    keeps_server_state = True
     reads: tuple[str, ...] = Sketched.reads + ("server_opt", "server_lr", "server_beta1", "server_beta2",
                                                "server_eps", "second_moment")
 
@@ -125,9 +130,30 @@ class SAFL(Sketched):
                                       beta1=self.server_beta1, beta2=self.server_beta2, eps=self.server_eps)
         return w_next
 
-    def replay(self, t: int, on_round: Callable[[int], None] | None = None) -> torch.Tensor:
-        self._state = None
-        return super().replay(t, on_round)
+    def server_state(self) -> dict | None:
+        """{"t": the rounds run, and the moments the optimiser updates (STATE_MOMENTS)}: what round t + 1 starts
+        from; None before round 1."""
+        if self._state is None:
+            return None
+        return {"t": int(self._state["t"]), **{k: self._state[k] for k in STATE_MOMENTS[self.server_opt]}}
+
+    def load_server_state(self, state: dict | None, t: int) -> None:
+        if state is None:
+            if t != 1:
+                raise ValueError(f"round {t} needs the server state after round {t - 1}")
+            self._state = None
+            return
+        done, moments = state.get("t"), {k: v for k, v in state.items() if k != "t"}
+        if not isinstance(done, int) or isinstance(done, bool) or done != t - 1:
+            raise ValueError(f"the server state is not the one after round {t - 1} (its round count is {done!r})")
+        need = STATE_MOMENTS[self.server_opt]
+        if set(moments) != set(need) or any(not isinstance(v, torch.Tensor) or v.shape != (self.d,)
+                                            for v in moments.values()):
+            raise ValueError(f"the server state does not hold the {self.server_opt} moments "
+                             f"({', '.join(need) or 'none'}) of {self.d} weights")
+        fresh = new_server_state(torch.zeros(self.d, dtype=self.dtype, device=self.device))
+        self._state = {**fresh, "t": done,
+                       **{k: v.to(dtype=self.dtype, device=self.device).clone() for k, v in moments.items()}}
 
     def describe(self) -> dict:
         return {**super().describe(), "kappa": self.kappa}

@@ -149,14 +149,62 @@ def test_a_killed_training_continues_from_its_latest_checkpoint_as_if_never_stop
     assert torch.equal(torch.load(folder / final), torch.load(straight / final))
 
 
-def test_a_protocol_whose_server_keeps_state_is_not_continued_from_its_weights(tmp_path, capsys):
-    """SAFL's server optimiser moments are not in the checkpoints: continuing from w alone would not be its
-    training."""
-    argv = ["train", "--protocol", "safl", "--clients", "2", "--quiet", "--threads", "1", "--out", str(tmp_path)]
+ADAPTIVE = ["--clients", "2", "--quiet", "--threads", "1"]
+
+
+@pytest.mark.parametrize("protocol,opt", [("safl", "adam"), ("safl", "amsgrad"), ("safl", "sgdm"), ("sacfl", "adam")])
+def test_an_interrupted_adaptive_training_continues_with_its_server_state_as_if_never_stopped(
+        tmp_path, protocol, opt):
+    """SAFL's server optimiser moments travel in the checkpoints: Ctrl-C in round 3 (after the round updated them,
+    while it was evaluated) and a rerun give the uninterrupted training's rounds and weights bit for bit.  A
+    training was refused, as its checkpoints held w alone."""
+    argv = ["train", "--protocol", protocol, "--server-opt", opt] + ADAPTIVE
+    if protocol == "sacfl":
+        argv = ["train", "--protocol", protocol] + ADAPTIVE
+    assert cli.main(argv + ["--rounds", "4", "--out", str(tmp_path / "straight")]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        _interrupt_in_round(mp, 3)
+        assert cli.main(argv + ["--rounds", "4", "--checkpoint-every", "50", "--out", str(tmp_path / "b")]) == 130
+    stopped = torch.load(tmp_path / "b" / protocol / "checkpoints" / "round_0003.pt")
+    if protocol == "safl":
+        assert stopped["server"]["t"] == 2  # the state w^3 continues from, not the one round 3 went on to
+    assert cli.main(argv + ["--rounds", "4", "--out", str(tmp_path / "b")]) == 0
+    straight, resumed = tmp_path / "straight" / protocol, tmp_path / "b" / protocol
+    assert _rows(resumed) == _rows(straight)
+    a, b = (torch.load(f / "checkpoints" / "round_0005.pt") for f in (straight, resumed))
+    if protocol == "sacfl":  # the clip keeps nothing between rounds: w alone
+        assert torch.equal(a, b)
+        return
+    assert torch.equal(a["weights"], b["weights"])
+    assert a["server"].keys() == b["server"].keys() and a["server"]["t"] == 4
+    assert all(torch.equal(a["server"][k], b["server"][k]) for k in a["server"] if k != "t")
+
+
+def test_a_killed_safl_training_continues_from_its_latest_checkpoint_with_the_server_state_in_it(tmp_path, capsys):
+    argv = ["train", "--protocol", "safl"] + ADAPTIVE
+    assert cli.main(argv + ["--rounds", "4", "--out", str(tmp_path / "straight")]) == 0
+    assert cli.main(argv + ["--rounds", "3", "--checkpoint-every", "2", "--out", str(tmp_path / "b")]) == 0
+    folder = tmp_path / "b" / "safl"
+    (folder / "checkpoints" / "round_0004.pt").unlink()  # killed in round 4: the latest checkpoint is w^3
+    capsys.readouterr()
+    assert cli.main(argv + ["--rounds", "4", "--out", str(tmp_path / "b")]) == 0
+    assert "rounds 3..3 are trained again from the checkpoint of w^3" in capsys.readouterr().err
+    assert _rows(folder) == _rows(tmp_path / "straight" / "safl")
+    a, b = (torch.load(f / "checkpoints" / "round_0005.pt") for f in (tmp_path / "straight" / "safl", folder))
+    assert torch.equal(a["weights"], b["weights"]) and torch.equal(a["server"]["v"], b["server"]["v"])
+
+
+def test_a_safl_checkpoint_without_the_server_state_is_not_continued_from_its_weights(tmp_path, capsys):
+    """A checkpoint that holds w alone (as they were written before they held the server state) cannot continue a
+    protocol whose server keeps moments: continuing from w alone would not be its training."""
+    argv = ["train", "--protocol", "safl", "--out", str(tmp_path)] + ADAPTIVE
     assert cli.main(argv + ["--rounds", "1"]) == 0
-    _refused(argv + ["--rounds", "2"], ["protocol 'safl' keeps server state between rounds",
-                                        "cannot continue from round 2 exactly"], tmp_path, capsys)
+    last = tmp_path / "safl" / "checkpoints" / "round_0002.pt"
+    torch.save(torch.load(last)["weights"], last)
+    _refused(argv + ["--rounds", "2"], ["protocol 'safl' keeps server state between rounds that its checkpoint of "
+                                        "w^2 does not hold", "cannot continue from round 2 exactly"], tmp_path, capsys)
     assert cli.main(argv + ["--rounds", "1"]) == 0  # every round asked for is there: nothing to continue
+    assert isinstance(torch.load(last), torch.Tensor)
 
 
 def test_training_files_without_their_protocol_json_are_refused(interrupted, capsys):

@@ -1,5 +1,7 @@
 """SAFL and SACFL: server optimisers against hand-computed steps, de-sketch R^T, clipping, seeds, attack bars."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -117,6 +119,60 @@ def test_safl_rounds_must_run_in_order_and_replay_restarts_the_server_state(digi
     w3, _ = p.run_round(w2, 2)
     torch.testing.assert_close(p.replay(3, on_round=done.append), w3, rtol=0, atol=0)
     assert done == [1, 2]  # a progress bar's hook: once after each replayed round
+
+
+@pytest.mark.parametrize("opt", ["adam", "amsgrad", "sgd", "sgdm"])
+def test_a_replay_from_the_server_state_before_a_round_continues_the_rounds_exactly(digits_train, opt):
+    """The state ``server_state`` gives before round 3 and w^3 let another protocol object run rounds 3..4 as the
+    uninterrupted one does; it holds the round count and only the moments the optimiser updates."""
+    def build():
+        return get_protocol("safl", linear_victim(digits_train), digits_train, clients=2, batch_size=8,
+                            server_opt=opt, server_lr=0.05)
+    p = build()
+    assert p.server_state() is None  # before round 1
+    w = p.initial_weights()
+    for t in (1, 2):
+        w, _ = p.run_round(w, t)
+    state = p.server_state()
+    assert state is not None and state["t"] == 2
+    assert set(state) - {"t"} == {"sgd": set(), "sgdm": {"m"}, "adam": {"m", "v"}, "amsgrad": {"m", "v", "vhat"}}[opt]
+    w3 = w
+    for t in (3, 4):
+        w, _ = p.run_round(w, t)
+    torch.testing.assert_close(build().replay(5, start=3, w=w3, state=state), w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda s: {**s, "t": 1}, "not the one after round 2 (its round count is 1)"),
+    (lambda s: {k: v for k, v in s.items() if k != "v"}, "does not hold the adam moments (m, v) of 500 weights"),
+    (lambda s: {**s, "m": s["m"][:3]}, "does not hold the adam moments"),
+    (lambda s: None, "round 3 needs the server state after round 2"),
+])
+def test_a_server_state_that_is_not_the_one_before_the_round_is_refused_in_one_sentence(digits_train, change,
+                                                                                          needle):
+    p = get_protocol("safl", linear_victim(digits_train), digits_train, clients=2, batch_size=8)
+    w = p.initial_weights()
+    for t in (1, 2):
+        w, _ = p.run_round(w, t)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        p.load_server_state(change(p.server_state()), 3)
+
+
+@pytest.mark.parametrize("tau", [0.13, 10.0])
+def test_sacfl_records_the_round_s_clip_as_the_server_computed_it_whatever_batch_is_attacked(digits_train, tau):
+    """The attacked message on 1 image, while clients train on batches of 8, has about twice their norm: the round's
+    mean norm, clip factor and whether the clip fired mixed that norm into the clients' (0.155 for the server's
+    0.112: the clip 'fired' at tau = 0.13 where the server's did not).  They are the server's, as train.jsonl
+    records them."""
+    p = get_protocol("sacfl", linear_victim(digits_train), digits_train, clients=3, batch_size=8,
+                     sketch_ratio=0.3, clip_threshold=tau)
+    w = p.initial_weights()
+    _, stats = p.run_round(w, 1)
+    for batch in (None, 8, 1):
+        info = p.observe(w, 1, 0, batch_size=batch).info
+        assert {k: info[f"round_{k}"] for k in stats["record"]} == stats["record"], batch
+    one = p.observe(w, 1, 0, batch_size=1).info
+    assert one["norm_sent"] > 1.5 * stats["record"]["mean_norm"]  # the attacked message's own norm stays its own
 
 
 def test_sacfl_clip_factor_is_min_of_tau_over_mean_norm_and_one():
