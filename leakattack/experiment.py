@@ -196,6 +196,12 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=2)
+    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1:
+        warnings.warn("--bn train on one image normalises it by its own statistics, which no training client does, "
+                      "and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
+                      "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image) normalises by the "
+                      "running statistics the server holds, as the field's single-image case does", SettingWarning,
+                      stacklevel=2)
     if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
         warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
                       "targets the attack takes as given (no rule reads them from the message)", SettingWarning,
@@ -230,6 +236,9 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
         warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "
                       "and ams do)", SettingWarning, stacklevel=2)
+    elif cfg.sketch_memory is not None and cfg.sketch_params.get("force_blocks") is True:
+        warnings.warn(f"--sketch-memory {cfg.sketch_memory:g} changes nothing with --sketch-param force_blocks=true: "
+                      "R is regenerated block by block and never held as one matrix", SettingWarning, stacklevel=2)
     if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch):
         warnings.warn(f"--sketch-dim {cfg.sketch_dim} and --sketch-ratio {cfg.sketch_ratio:g} are both given: the "
                       "dimension is used", SettingWarning, stacklevel=2)

@@ -27,7 +27,7 @@ import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -175,6 +175,58 @@ def last_linear(model: nn.Module) -> nn.Linear | None:
     """The last ``nn.Linear`` registered in ``model`` (the usual classifier head), or None."""
     heads = [m for m in model.modules() if isinstance(m, nn.Linear)]
     return heads[-1] if heads else None
+
+
+def output_linear(model: nn.Module, input_shape,
+                  num_classes: int | None = None) -> tuple[nn.Linear | None, bool | None]:
+    """The classifier head of ``model`` and whether the model's output was seen to come from it (None: not told).
+
+    One forward pass of a batch of 2 zeros of ``input_shape`` (buffers restored, in the mode the model is in) finds
+    the ``nn.Linear`` whose output the model returns, or else the last one run whose output, as many numbers as the
+    model's, the output is computed from (a softmax, a scaling or a reshape after the head): ``(layer, True)``.
+    Where no ``nn.Linear`` computes the output (a convolutional head, ``F.linear`` on a layer's weight), the last
+    registered one, :func:`last_linear`: ``(layer, False)``; where the pass cannot tell (the module fails on the
+    batch, or answers with other than (2, ``num_classes``) real scores, which :meth:`Victim.check_output` refuses),
+    ``(last_linear, None)``."""
+    last = last_linear(model)
+    shape = tuple(whole(s) or 0 for s in input_shape) if isinstance(input_shape, (tuple, list, torch.Size)) else ()
+    if last is None or not shape or min(shape) < 1:
+        return last, None
+    p = next((q for q in model.parameters() if q.is_floating_point()), None)
+    dtype, device = (p.dtype, p.device) if p is not None else (torch.get_default_dtype(), None)
+    ran: list[tuple[nn.Linear, torch.Tensor]] = []
+
+    def record(module, inputs, output):
+        if isinstance(output, torch.Tensor):
+            ran.append((module, output))
+
+    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.Linear)]
+    try:
+        with kept_buffers(model), torch.enable_grad():
+            out = model(torch.zeros(2, *shape, dtype=dtype, device=device, requires_grad=True))
+    except Exception:  # noqa: BLE001 -- check_output says what is wrong with the module
+        return last, None
+    finally:
+        for h in handles:
+            h.remove()
+    if not isinstance(out, torch.Tensor):
+        return last, None
+    direct = [m for m, o in ran if o is out]
+    if direct:
+        return direct[-1], True
+    reached, todo = set(), [out.grad_fn]
+    while todo:  # the autograd nodes the output is computed from
+        node = todo.pop()
+        if node is None or node in reached:
+            continue
+        reached.add(node)
+        todo.extend(n for n, _ in node.next_functions)
+    feeding = [m for m, o in ran if o.grad_fn is not None and o.grad_fn in reached and o.numel() == out.numel()]
+    if feeding:
+        return feeding[-1], True
+    if output_problem(out, "classification", num_classes or (out.shape[-1] if out.dim() else 0), 2):
+        return last, None  # no class scores to find the layer of
+    return last, False
 
 
 def first_line(err: BaseException) -> str:
@@ -330,7 +382,12 @@ class Victim:
     def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,
                     task: str = "classification", head: nn.Linear | None | Literal["auto"] = "auto",
                     bn_mode: str = "train", name: str = "custom") -> "Victim":
-        """Wrap any ``nn.Module``: cross-entropy classification with its last linear layer as head by default.
+        """Wrap any ``nn.Module``: cross-entropy classification with its classifier head found by default.
+
+        ``head="auto"``: for a classifier, the ``nn.Linear`` that computes the module's output, found by one forward
+        pass of two zero inputs (:func:`output_linear`: the layer whose output the module returns, or the last one
+        whose output it computes its scores from, through a softmax or a scaling); where no ``nn.Linear`` does,
+        the last one registered, with a one-line warning.  ``head=`` names another, or None (no label rule).
 
         ``bn_mode``: ``train`` (the default) normalises by the batch's own statistics, as a training client does;
         ``eval`` by the running ones, which the command line's ``--bn auto`` takes for a single image
@@ -345,20 +402,36 @@ class Victim:
         not_module(model)
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
-        if head == "auto":
-            head = last_linear(model) if task == "classification" else None
-            if head is not None and (whole(num_classes) or 0) >= 1 and head.out_features != num_classes:
-                # not the one asked (a num_classes that is no count at all is refused by the constructor)
-                raise UserError(f"the module's last linear layer has {head.out_features} outputs, and num_classes is "
-                                f"{num_classes}: give the number of classes it scores, or its classifier as head=")
+        auto = isinstance(head, str) and head == "auto"
         victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
-                     head=head, bn_mode=bn_mode, name=name)
+                     head=None if auto else cast("nn.Linear | None", head), bn_mode=bn_mode, name=name)
         try:
+            if auto and task == "classification":  # found in the client's mode (dropout off), which draws nothing
+                victim.head = victim._found_head()
             victim.check_output()
         except BaseException:  # a refused module goes back to the caller in the modes it came in
             victim.release()
             raise
         return victim
+
+    def _found_head(self) -> nn.Linear | None:
+        """The classifier head :func:`output_linear` finds (None where it is frozen: no weight gradient for a label
+        rule to read); one sentence where it has other than ``num_classes`` outputs, a warning where no
+        ``nn.Linear`` computes the output and the last registered one is taken."""
+        head, seen = output_linear(self.model, self.input_shape, self.num_classes)
+        if head is None:
+            return None
+        which = "the nn.Linear that computes the module's output" if seen else "the module's last linear layer"
+        if head.out_features != self.num_classes:
+            raise UserError(f"{which} has {head.out_features} outputs, and num_classes is {self.num_classes}: give "
+                            "the number of classes it scores, or its classifier as head=")
+        if seen is False:
+            where = next(n for n, m in self.model.named_modules() if m is head)
+            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output: its last registered nn.Linear "
+                          f"'{where}' is taken as the classifier head, whose gradient the label rules read; give "
+                          "head= (leakattack_head in a model file) to name the layer that scores the classes, or None",
+                          SettingWarning, stacklevel=4)
+        return head if head.weight.requires_grad else None
 
     def check_output(self) -> None:
         """One forward pass of a batch of 2 zeros (buffers restored): a module that cannot take ``input_shape``, or
@@ -565,4 +638,5 @@ class Victim:
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
            "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
-           "batch_moments", "uses_batch_statistics", "last_linear", "first_line", "output_problem", "kept_buffers"]
+           "batch_moments", "uses_batch_statistics", "last_linear", "output_linear", "first_line", "output_problem",
+           "kept_buffers"]

@@ -44,6 +44,23 @@ def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dty
     return f"weights file '{path}': {what} holds a non-finite number ({value}) at index {where}; weights must be finite"
 
 
+#: the storage dtypes whose weights a victim casts up, and whose rounding they keep
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _warn_half(path: Path, tensors, dtype: torch.dtype) -> None:
+    """One warning line where ``tensors`` (the file's) hold half-precision weights that are cast to ``dtype``, the
+    model's: the run computes in its own precision, on weights rounded as they were stored."""
+    stored = sorted({str(t.dtype).replace("torch.", "") for t in tensors
+                     if t.dtype in HALF_DTYPES and t.dtype != dtype})
+    if not stored:
+        return
+    digits = min(round(-math.log10(torch.finfo(getattr(torch, name)).resolution)) for name in stored)
+    warnings.warn(f"weights file '{path}' stores its weights in {' and '.join(stored)}: they are cast to the run's "
+                  f"precision, and keep the rounding they were stored with (about {digits} significant digits)",
+                  SettingWarning, stacklevel=3)
+
+
 def _nested_state_dicts(state: dict) -> list[str]:
     """The keys of ``state`` whose values are non-empty dicts of tensors (a training checkpoint's state_dict)."""
     return [str(k) for k, v in state.items() if isinstance(v, dict) and v
@@ -109,6 +126,7 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
                                                 [p for p in model.parameters() if p.requires_grad])
             for n, b in (buffers or {}).items():
                 own[n].copy_(b)
+        _warn_half(path, [state, *(buffers or {}).values()], victim.dtype)
         statistics = [n for n, _ in model.named_buffers() if n.rsplit(".", 1)[-1] == "running_mean"]
         if buffers is None and statistics:
             warnings.warn(f"weights file '{path}' is a flat vector of the trainable weights: the model's BatchNorm "
@@ -145,6 +163,7 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
     if problem:
         raise UserError(problem)
     model.load_state_dict(state)
+    _warn_half(path, [state[k] for k in own if k in state], victim.dtype)
     if drawn_by:
         _warn_drawn(drawn_by, path)
     return victim

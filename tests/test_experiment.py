@@ -249,3 +249,42 @@ def test_a_batch_drawn_from_one_class_is_attacked_with_its_repeated_labels(tmp_p
     assert saved["batch_draw"] == "class"
     again = prepare(RunConfig.from_dict({k: v for k, v in saved.items() if k in RunConfig.__dataclass_fields__}))
     assert torch.equal(again.x, p.x)
+
+
+def _setting_warnings(cfg) -> list[str]:
+    """The SettingWarning lines :func:`leakattack.experiment.prepare` gives for ``cfg``."""
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import prepare
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prepare(cfg)
+    return [str(w.message) for w in caught if issubclass(w.category, SettingWarning)]
+
+
+def test_batchnorm_in_train_mode_on_one_image_is_warned_of_before_the_attack():
+    said = "--bn train on one image normalises it by its own statistics, which no training client does"
+    one = [m for m in _setting_warnings(RunConfig(model="resnet20", bn="train", iterations=1, threads=1)) if said in m]
+    assert len(one) == 1 and "expect 'not rebuilt'" in one[0] and "--bn auto (eval for one image)" in one[0]
+    for quiet in (RunConfig(model="resnet20", bn="train", batch_size=2, iterations=1, threads=1),  # a batch
+                  RunConfig(model="resnet20", iterations=1, threads=1),  # --bn auto: eval for one image
+                  RunConfig(model="lenet", bn="train", iterations=1, threads=1)):  # no BatchNorm
+        assert not [m for m in _setting_warnings(quiet) if said in m]
+
+
+def test_a_sketch_memory_budget_beside_force_blocks_is_warned_of_as_unread():
+    said = "--sketch-memory 0.5 changes nothing with --sketch-param force_blocks=true"
+    base = dict(model="lenet", sketch="gaussian", sketch_memory=0.5, iterations=1, threads=1)
+    assert [m for m in _setting_warnings(RunConfig(**base, sketch_params={"force_blocks": True})) if said in m]
+    assert not [m for m in _setting_warnings(RunConfig(**base, sketch_params={"force_blocks": False}))
+                if "sketch-memory" in m]
+
+
+def test_config_json_records_no_box_for_the_deep_image_prior_which_keeps_its_images_in_range(tmp_path):
+    _, folder = run_attack(RunConfig(model="lenet", recipe="ig", priors=["dip"], iterations=2, threads=1),
+                           out=tmp_path / "dip", with_lpips=False)
+    assert json.loads((folder / "config.json").read_text())["derived"]["box"] is False
+    assert RunConfig(model="lenet", recipe="ig").derived().box is True  # the recipe's box, without the prior
+    assert RunConfig(model="lenet", recipe="ig", priors=["dip:0"]).derived().box is True  # the prior off

@@ -233,7 +233,7 @@ class RunConfig:
         if self.set_by_user("delta") and pipeline.noise_bound(1.0) is None:
             warnings.warn(f"--delta {self.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, "
                           "and the defense adds none", SettingWarning, stacklevel=3)
-        remaps = [n for n, w in self.other_priors().items() if w > 0 and attacks.penalty_label(n) is None]
+        remaps = self._reparametrising()
         if remaps and not self.attack_class.closed_form:  # the images are a generator's output (dip)
             unread = ([f"--dummy-init {self.dummy_init}"] if self.set_by_user("dummy_init") else []) + (
                 ["--box"] if self.box else [])
@@ -378,10 +378,16 @@ class RunConfig:
             keeps = ":" not in text and out["tv"] > 0
             if name == "tv" and not keeps:
                 out["tv"] = weight
+        if self._reparametrising():  # the images are a generator's output, which it keeps in [0, 1]: no box
+            out["box"] = False
         # the recipe's time limit belongs to its iteration budget: a budget or a time limit given replaces both
         given = self.iterations is not None or self.time_limit is not None
         out["time_limit"] = self.time_limit if given else recipe.time_limit
         return out
+
+    def _reparametrising(self) -> list[str]:
+        """The priors on (weight > 0) that re-parametrise the images rather than add a term (``dip``)."""
+        return [n for n, w in self.other_priors().items() if w > 0 and attacks.penalty_label(n) is None]
 
     def other_priors(self) -> dict:
         """The priors of ``--prior`` other than ``tv`` (whose weight is the ``tv`` setting): name -> weight, the last

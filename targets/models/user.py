@@ -12,21 +12,22 @@ is, where the defaults do not fit:
 * ``leakattack_task`` — ``"classification"`` (integer labels, the default) or
   ``"regression"`` (real targets).
 * ``leakattack_head`` — the name of the classifier head, an ``nn.Linear``
-  submodule (``"fc"``, ``"heads.head"``), or None for none.  Default: the last
-  ``nn.Linear`` registered.
+  submodule (``"fc"``, ``"heads.head"``), or None for none.  Default: the
+  ``nn.Linear`` that computes the model's output (``Victim.from_module``'s ``head="auto"``).
 """
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Literal
 
 from torch import nn
 
 from leakattack.errors import UserError
 from leakattack.plugins import import_file, import_module_named
 
-from ..victim import TASKS, Victim, cross_entropy, first_line, last_linear, output_problem, squared_error
+from ..victim import TASKS, Victim, cross_entropy, first_line, output_problem, squared_error
 
 
 def is_user_spec(name: str) -> bool:
@@ -124,9 +125,10 @@ def _loss(spec: str, module: nn.Module, task: str):
     return loss
 
 
-def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None:
+def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None | Literal["auto"]:
+    """The head ``leakattack_head`` names, else ``auto``: the one :meth:`Victim.from_module` finds."""
     if not hasattr(module, "leakattack_head"):
-        return last_linear(module) if task == "classification" else None
+        return "auto"
     name = getattr(module, "leakattack_head")  # whatever the user set: a non-str is refused below
     if name is None:
         return None

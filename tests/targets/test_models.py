@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import targets
+from targets.victim import last_linear, output_linear
 
 
 def test_lenet_is_the_dlg_architecture():
@@ -91,7 +92,7 @@ def test_per_example_gradients_average_to_the_batch_gradient_on_both_paths():
     assert torch.allclose(graph_rows.detach(), rows, atol=1e-12) and graph_rows.requires_grad
 
 
-def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_last_linear_head():
+def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_output_layer_as_head():
     net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
     v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
     assert v.head is net[3] and v.task == "classification" and v.d == 16 * 8 + 8 + 8 * 3 + 3
@@ -102,7 +103,8 @@ def test_a_plain_module_becomes_a_victim_with_cross_entropy_and_its_last_linear_
     assert torch.allclose(g, torch.cat([p.grad.flatten() for p in net.parameters()]), atol=1e-7)
     from leakattack.errors import UserError
 
-    with pytest.raises(UserError, match="last linear layer has 3 outputs, and num_classes is 5"):
+    with pytest.raises(UserError, match="the nn.Linear that computes the module's output has 3 outputs, and "
+                                        "num_classes is 5"):
         targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=5)
     assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=None).head is None
     with pytest.raises(UserError, match=r"returns \(2, 3\) for a batch of 2, not the \(2, 5\) class scores"):
@@ -170,3 +172,52 @@ def test_wrapping_and_observing_refuse_what_does_not_fit_in_one_sentence():
                        ((x, torch.tensor([0, 1]), channel.sketch), "the channel must be a leakattack.Channel")):
         with pytest.raises(UserError, match=re.escape(said)):
             observe(v, *args)
+
+
+class _AuxAfterHead(nn.Module):
+    """A classifier whose nn.Linear registered last is an auxiliary projection, not the layer that scores the
+    classes; ``scores`` after the head: none, a log-softmax, or F.linear on the head's weight (no nn.Linear call)."""
+
+    def __init__(self, scores="plain"):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU())
+        self.fc = nn.Linear(8, 3)
+        self.proj = nn.Linear(8, 3)  # as many outputs as the head, run after it, not returned
+        self.scores = scores
+
+    def forward(self, x):
+        h = self.body(x)
+        if self.scores == "functional":
+            out = nn.functional.linear(h, self.fc.weight, self.fc.bias)
+        else:
+            out = self.fc(h)
+        self.proj(h)
+        return nn.functional.log_softmax(out, 1) if self.scores == "log_softmax" else out
+
+
+@pytest.mark.parametrize("name", ["lenet", "logreg", "mlp", "resnet20", "resnet18", "vit_small"])
+def test_every_zoo_model_s_head_is_the_linear_layer_that_computes_its_output(name):
+    v = targets.get_model(name, seed=0)
+    assert output_linear(v.model, v.input_shape) == (last_linear(v.model), True) and v.head is last_linear(v.model)
+
+
+@pytest.mark.parametrize("scores", ["plain", "log_softmax"])
+def test_the_head_found_is_the_linear_layer_that_computes_the_output_not_the_last_registered(scores):
+    import warnings
+
+    net = _AuxAfterHead(scores)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
+    assert v.head is net.fc and last_linear(net) is net.proj
+
+
+def test_a_module_whose_output_no_linear_layer_computes_takes_the_last_registered_with_a_warning():
+    from leakattack.errors import SettingWarning
+
+    net = _AuxAfterHead("functional")
+    with pytest.warns(SettingWarning, match="no nn.Linear of model 'custom' computes its output: its last registered "
+                                            "nn.Linear 'proj' is taken as the classifier head"):
+        v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
+    assert v.head is net.proj
+    assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=net.fc).head is net.fc

@@ -51,6 +51,17 @@ class Headed(Net):
     leakattack_head = "body.1"
 
 
+class AuxAfterHead(Net):
+    def __init__(self, num_classes, hidden=8):
+        super().__init__(num_classes, hidden)
+        self.proj = nn.Linear(hidden, num_classes)  # registered after the head, run, not returned
+
+    def forward(self, x):
+        h = self.body(x)
+        self.proj(h)
+        return self.out(h)
+
+
 class SummedLoss(Net):
     def leakattack_loss(self, output, target):
         return nn.functional.cross_entropy(output, target, reduction="sum")
@@ -167,6 +178,11 @@ def test_a_class_from_a_file_becomes_a_cross_entropy_victim_with_its_last_linear
     assert targets.model_params(f"{model_file}:Net") == ["hidden"]
     assert targets.task_of(f"{model_file}:Net") == "classification"
     assert targets.default_init(f"{model_file}:Net") is None
+
+
+def test_a_class_from_a_file_takes_the_linear_layer_that_computes_its_output_as_head(model_file):
+    v = targets.get_model(f"{model_file}:AuxAfterHead", num_classes=3, in_shape=(1, 4, 4), seed=0)
+    assert v.head is v.model.out and v.model.proj is list(v.model.modules())[-1]
 
 
 def test_a_class_from_a_module_path_is_built_the_same_way(model_package, model_file):

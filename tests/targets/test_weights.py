@@ -180,3 +180,27 @@ def test_seed_and_init_settings_are_warned_of_where_the_file_sets_every_weight(t
         with pytest.warns(UserWarning, match="--model-seed 5 and --weight-init xavier change nothing: weights file"):
             targets.load_weights(targets.get_model(model, seed=5), tmp_path / name,
                                  drawn_by="--model-seed 5 and --weight-init xavier")
+
+
+@pytest.mark.parametrize("dtype,digits", [(torch.float16, 3), (torch.bfloat16, 2)])
+def test_half_precision_weights_are_cast_up_with_one_warning_naming_their_precision(tmp_path, dtype, digits):
+    source = targets.get_model("lenet", seed=3)
+    half = {k: t.to(dtype) if t.is_floating_point() else t for k, t in source.model.state_dict().items()}
+    torch.save(half, tmp_path / "sd.pt")
+    torch.save(targets.flat_params(source).detach().to(dtype), tmp_path / "flat.pt")
+    name = str(dtype).replace("torch.", "")
+    for file in ("sd.pt", "flat.pt"):
+        v = targets.get_model("lenet", seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            targets.load_weights(v, tmp_path / file)
+        said = [str(w.message) for w in caught]
+        assert said == [f"weights file '{tmp_path / file}' stores its weights in {name}: they are cast to the run's "
+                        f"precision, and keep the rounding they were stored with (about {digits} significant "
+                        "digits)"], said  # one line for the file, not one per tensor
+        assert v.dtype == torch.float32
+        assert torch.equal(targets.flat_params(v), targets.flat_params(source).detach().to(dtype).float())
+    torch.save(source.model.state_dict(), tmp_path / "full.pt")
+    with warnings.catch_warnings():  # stored in the model's own precision: nothing to say
+        warnings.simplefilter("error")
+        targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "full.pt")
