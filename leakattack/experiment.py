@@ -196,7 +196,8 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=2)
-    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1:
+    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 \
+            and not cfg.protocol:  # a protocol's client trains in train mode on the batch it is given
         warnings.warn("--bn train on one image normalises it by its own statistics, which no training client does, "
                       "and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
                       "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image) normalises by the "

@@ -270,7 +270,9 @@ def test_batchnorm_in_train_mode_on_one_image_is_warned_of_before_the_attack():
     assert len(one) == 1 and "expect 'not rebuilt'" in one[0] and "--bn auto (eval for one image)" in one[0]
     for quiet in (RunConfig(model="resnet20", bn="train", batch_size=2, iterations=1, threads=1),  # a batch
                   RunConfig(model="resnet20", iterations=1, threads=1),  # --bn auto: eval for one image
-                  RunConfig(model="lenet", bn="train", iterations=1, threads=1)):  # no BatchNorm
+                  RunConfig(model="lenet", bn="train", iterations=1, threads=1),  # no BatchNorm
+                  # a protocol's client, which trains on the one image it is given
+                  RunConfig(model="resnet20", protocol="fedavg", batch_size=1, iterations=1, threads=1)):
         assert not [m for m in _setting_warnings(quiet) if said in m]
 
 
