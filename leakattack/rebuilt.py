@@ -25,6 +25,10 @@ VERDICT_SSIM_MARGIN = 0.05
 #: a run that matched the message to the tolerance with an SSIM below this found a different image
 SAME_IMAGE_SSIM = 0.9
 
+#: a rebuilt reconstruction with an SSIM below this is called faint: about where images become barely visible (the
+#: crossing read off the noise sweep of docs/sweeps.md); the verdict stays rebuilt
+FAINT_SSIM = 0.3
+
 REBUILT = "rebuilt"
 NOT_REBUILT = "not rebuilt"
 
@@ -151,6 +155,15 @@ def rebuilt_images(m: Mapping) -> tuple[int, int] | None:
     if not each:
         return None
     return sum(v == REBUILT for v in each), len(each)
+
+
+def faint_words(m: Mapping) -> str | None:
+    """``faint: SSIM below 0.3`` for a run that is rebuilt with an SSIM below :data:`FAINT_SSIM` (clearly above what
+    needs no message, and still barely visible); None otherwise."""
+    ssim = m.get("ssim")
+    if m.get("verdict") == REBUILT and isinstance(ssim, (int, float)) and ssim < FAINT_SSIM:
+        return f"faint: SSIM below {FAINT_SSIM:g}"
+    return None
 
 
 def images_words(m: Mapping) -> str | None:
@@ -403,8 +416,9 @@ def closed_forms_line(names: list[str]) -> str:
             + " this message: " + ", ".join(f"--attack {n}" for n in names) + " (docs/attack.md)")
 
 
-__all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "REBUILT", "NOT_REBUILT", "BASELINES",
-           "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images", "images_words",
+__all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",
+           "BASELINES", "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images",
+           "images_words", "faint_words",
            "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",
            "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",

@@ -12,7 +12,7 @@ from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
-from ..rebuilt import REBUILT, image_verdicts, images_note, images_words, why_not_rebuilt
+from ..rebuilt import REBUILT, faint_words, image_verdicts, images_note, images_words, why_not_rebuilt
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -53,7 +53,8 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
         why = why_not_rebuilt(record)[0] + (f"; {images}" if images else "")
         return f"not rebuilt ({why}) | {against}{tail}{folder}"
     if m.verdict == "rebuilt":
-        return f"rebuilt{f' ({images})' if images else ''} | " \
+        words = "; ".join(w for w in (images, faint_words(record)) if w)
+        return f"rebuilt{f' ({words})' if words else ''} | " \
                f"{against if m.baseline_psnr is not None else scores}{tail}{folder}"
     return f"{scores}{tail}{folder}"
 
@@ -123,8 +124,8 @@ def cmd_run(a) -> int:
         with warnings.catch_warnings():  # its refusal before the note; its warnings once, as the run validates
             warnings.simplefilter("ignore", SettingWarning)
             cfg.validate()
-        print(f"note: the {cfg.attack} attack solves in closed form and does not read {', '.join(unused)}",
-              file=sys.stderr)
+        how = " solves in closed form and" if cfg.attack_class.closed_form else ""
+        print(f"note: the {cfg.attack} attack{how} does not read {', '.join(unused)}", file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)
     derived = _derived(folder)
     closed = cfg.attack_class.closed_form

@@ -36,7 +36,16 @@ from ..attacks import attack_class, list_attacks
 from ..constraints import duration_seconds
 from ..errors import UserError, ratio_text
 from ..metrics import NOT_REBUILT, REBUILT, MetricsError, RunMetrics, closed_forms_line, failed_counts, failed_part
-from ..rebuilt import ahead_words, batch_images, batch_images_words, images_note, images_words, why_not_rebuilt
+from ..rebuilt import (
+    FAINT_SSIM,
+    ahead_words,
+    batch_images,
+    batch_images_words,
+    faint_words,
+    images_note,
+    images_words,
+    why_not_rebuilt,
+)
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -279,8 +288,10 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, st
     note = images_note(record) if images else None
     named = f" {note[:1].upper()}{note[1:]}." if note else ""
     if m.verdict == REBUILT:
+        faint = (f" Faint: its SSIM is below {FAINT_SSIM:g}, about where images become barely visible; the "
+                 "reconstruction shows how much of the image came back.") if faint_words(record) else ""
         return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the "
-                                                f"message ({_run_scores(m)}).{named}")
+                                                f"message ({_run_scores(m)}).{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]

@@ -174,3 +174,22 @@ def test_a_run_with_laplace_noise_states_its_pure_epsilon(tmp_path, capsys):
     _, line, _, m = _run([*LENET, "--iterations", "2", "--defense", "clip:C=1,laplace:b=0.1"], tmp_path / "d",
                          capsys)
     assert m["delta"] == 0 and f"ε {m['epsilon']:.3g} (pure DP, δ 0)" in line, line
+
+
+def test_a_rebuilt_run_below_ssim_0_3_is_called_faint_in_its_line_and_its_report(tmp_path, capsys):
+    from leakattack.cli.run import summary_line
+    from leakattack.figures.report import _run_headline
+    from leakattack.metrics import RunMetrics
+    from leakattack.rebuilt import FAINT_SSIM, faint_words
+
+    base = {"verdict": "rebuilt", "psnr": 13.0, "ssim": 0.297, "baseline_psnr": 10.54, "baseline_ssim": 0.114}
+    assert faint_words(base) == "faint: SSIM below 0.3" and FAINT_SSIM == 0.3
+    assert faint_words({**base, "ssim": 0.31}) is None
+    assert faint_words({**base, "verdict": "not rebuilt"}) is None  # said of rebuilt runs only
+    assert faint_words({**base, "ssim": None}) is None
+    _, _, _, m = _run([*LENET, "--iterations", "2"], tmp_path / "r", capsys)
+    faint = RunMetrics.from_dict({**m, **base})
+    assert summary_line(faint, tmp_path).startswith("rebuilt (faint: SSIM below 0.3) | PSNR 13.00 dB, SSIM 0.2970")
+    assert "Faint: its SSIM is below 0.3" in _run_headline(faint)[2]
+    clear = RunMetrics.from_dict({**m, **base, "ssim": 0.8})
+    assert summary_line(clear, tmp_path).startswith("rebuilt | PSNR") and "Faint" not in _run_headline(clear)[2]
