@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from leakattack.registry import Registry
@@ -22,7 +23,8 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 def register_defense(cls: type[Transform]) -> type[Transform]:
     """Add a transform class to the registry under ``cls.name``.  Anything but a ``Transform`` subclass (a function,
     an instance) is a ``TypeError``; a ``name`` left at the base's, or one a spec cannot write
-    (:func:`~leakattack.registry.name_error`), a ``ValueError``."""
+    (:func:`~leakattack.registry.name_error`), no ``__call__`` of its own or one that cannot be called as
+    ``step(v, gen)``, a ``ValueError``."""
     if not (isinstance(cls, type) and issubclass(cls, Transform)):
         what = "an instance of one" if isinstance(cls, Transform) else f"{type(cls).__name__} {cls!r}"
         raise TypeError(f"register_defense takes a Transform subclass (the class itself, with name, schema and "
@@ -34,6 +36,15 @@ def register_defense(cls: type[Transform]) -> type[Transform]:
     if odd:
         raise ValueError(f"defense class {cls.__name__}: schema entry '{odd[0]}' must be (type, description, "
                          f"predicate) with type one of float, int, str, bool")
+    if cls.__call__ is Transform.__call__:
+        raise ValueError(f"defense class {cls.__name__} does not implement __call__(self, v, gen)")
+    try:  # the channel calls step(v, gen)
+        inspect.signature(cls.__call__).bind(None, None, None)
+    except TypeError as err:
+        raise ValueError(f"defense class {cls.__name__}: its __call__ cannot be called as step(v, gen), as the channel "
+                         f"calls it ({err}): define __call__(self, v, gen)") from None
+    except ValueError:  # no signature to read: the call decides
+        pass
     return _REGISTRY.register(cls.name, cls)
 
 

@@ -44,8 +44,13 @@ class Choice(Constraint):
 
     @property
     def shown(self) -> list:
-        """The names help texts print: the options, or the copy a registry's names carry (``names.Listed``)."""
-        return list(getattr(self._options, "shown", None) or self.options)
+        """The names help texts print: the options, or the copy a registry's names carry (``names.Listed``,
+        which imports no torch) followed by those registered at run time (a plugin's) where the registry is loaded."""
+        copy = getattr(self._options, "shown", None)
+        if not copy:
+            return self.options
+        current = getattr(self._options, "current", None)
+        return [*copy, *(n for n in (current() if callable(current) else ()) if n not in copy)]
 
     def ok(self, v) -> bool:
         return isinstance(v, str) and (v in self.options or (self.allow_empty and v == ""))

@@ -39,6 +39,7 @@ from .data import batch_positions, reads_root
 from .errors import SettingWarning, UserError, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
+from .plugins import provenance
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.reference import cpu_model, machine
 from .sketch import is_identity, sketch_class
@@ -590,6 +591,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
                     "dataset": case.dataset.name, **attacked_files(cfg, case), "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},
         **({"files": p.files} if p.files else {}),
+        # the user's code behind registered names (plugins): module, how it came in, file and SHA-256
+        **({"plugins": code} if (code := provenance()) else {}),
         "environment": environment(p.device),
     }
     write_json(folder / "config.json", config)

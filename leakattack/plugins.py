@@ -12,7 +12,8 @@ imports, before it reads its flags:
 
 A sweep's workers (local processes and SLURM jobs, which inherit the environment) import the same
 before their first point.  Each plugin is imported once per process; one that fails to import is one
-sentence naming it.
+sentence naming it.  :func:`provenance` says which of the user's files the registries hold code of (a run's
+config.json records it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 from .errors import UserError
+from .registry import registered_outside
 
 #: the environment variable naming plugin modules or files, os.pathsep-separated
 ENV = "LEAKATTACK_PLUGINS"
@@ -32,6 +34,8 @@ ENV = "LEAKATTACK_PLUGINS"
 GROUP = "leakattack.plugins"
 
 _loaded: dict[str, object] = {}
+#: how each plugin of ``_loaded`` came in (its LEAKATTACK_PLUGINS entry, or its entry point and distribution)
+_how: dict[str, str] = {}
 _scanned = False
 
 
@@ -40,15 +44,19 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
-def import_file(path: Path, label: str, prefix: str):
+def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False):
     """Import the .py file ``path`` as module ``prefix`` + a digest of its absolute path (classes defined in it
     pickle by that name: a spawned worker that imports the same file finds them), with its folder first on sys.path
     while it runs, as ``python file.py`` has it (it imports its neighbours).  ``label`` names it in the one UserError
-    sentence of a missing file or a failed import (``"model file 'net.py'"``)."""
+    sentence of a missing file or a failed import (``"model file 'net.py'"``).  With ``reuse``, a module imported
+    from that file already (under any name: ``import myplugins`` in the caller's script) is returned as it is."""
     import importlib.util
 
     if not path.is_file():
         raise UserError(f"{label} does not exist")
+    known = _imported_as(path) if reuse else None
+    if known is not None:  # a plugin imported already: a second run of its registrations would find its names taken
+        return known
     name = f"{prefix}{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -65,6 +73,16 @@ def import_file(path: Path, label: str, prefix: str):
     finally:
         sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
     return module
+
+
+def _imported_as(path: Path):
+    """The module already imported from the file ``path`` (under any name), or None."""
+    target = os.path.realpath(path)
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and os.path.basename(file) == path.name and os.path.realpath(file) == target:
+            return module
+    return None
 
 
 def import_module_named(name: str, label: str, missing: str):
@@ -93,8 +111,10 @@ def load_plugins() -> list[str]:
         key = str(Path(item).resolve()) if item.endswith(".py") else item
         if key in _loaded:
             continue
+        _how[key] = f"{ENV}={item}"
         if item.endswith(".py"):
-            _loaded[key] = import_file(Path(item), f"plugin file '{item}' ({ENV})", "leakattack_plugin_")
+            _loaded[key] = import_file(Path(item), f"plugin file '{item}' ({ENV})", "leakattack_plugin_",
+                                       reuse=True)
         else:
             _loaded[key] = import_module_named(item, f"plugin '{item}' ({ENV})",
                                                f"plugin '{item}' ({ENV}) is no importable module: name a module on "
@@ -105,6 +125,8 @@ def load_plugins() -> list[str]:
         key = f"entry point {ep.name} = {ep.value}"
         if key in _loaded:
             continue
+        dist = getattr(ep, "dist", None)
+        _how[key] = f"entry point {ep.name} = {ep.value}" + (f" ({dist.name} {dist.version})" if dist else "")
         try:
             _loaded[key] = ep.load()
         except Exception as err:
@@ -114,4 +136,35 @@ def load_plugins() -> list[str]:
     return list(_loaded)
 
 
-__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named"]
+def _module_name(obj: object) -> str | None:
+    """The module a plugin's import gave (an entry point may name an attribute of one)."""
+    name = getattr(obj, "__name__", None) if isinstance(obj, type(sys)) else getattr(obj, "__module__", None)
+    return name if isinstance(name, str) else None
+
+
+def provenance() -> list[dict]:
+    """The user's code the registries hold, for config.json: one entry per module that registered names from
+    outside leakattack, targets and defenses, and per plugin imported (LEAKATTACK_PLUGINS, entry points), with the
+    names it registered, how it came in, its file and the file's SHA-256 as it is now.  Empty when there is none."""
+    entries: dict[str, dict] = {}
+    for key, obj in _loaded.items():
+        module = _module_name(obj)
+        if module is not None:
+            entries.setdefault(module, {})["plugin"] = _how.get(key, key)
+    for module, names in registered_outside().items():
+        entries.setdefault(module, {})["registers"] = names
+    out = []
+    for module, entry in entries.items():
+        record: dict = {"module": module, **entry}
+        file = getattr(sys.modules.get(module), "__file__", None)
+        if file:
+            record["path"] = str(Path(file).resolve())
+            try:
+                record["sha256"] = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+            except OSError:  # removed or unreadable since it was imported: the path alone
+                pass
+        out.append(record)
+    return out
+
+
+__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named", "provenance"]

@@ -9,9 +9,15 @@ says, in one sentence, when a name is unknown.  A leaf module: it imports nothin
 
 from __future__ import annotations
 
+import functools
+import sys
+import weakref
 from typing import Any
 
 from .errors import UserError
+
+#: the import packages whose registrations are built in; anything another module registers is the user's
+BUILT_IN = ("leakattack", "targets", "defenses")
 
 #: characters the command line's specs give a meaning (``NAME:WEIGHT``, ``name:key=value@placement``, lists split at
 #: commas): no registered name holds one, nor white space
@@ -34,6 +40,48 @@ def name_error(family: str, name: Any) -> str | None:
     return None
 
 
+def defined_in(obj: Any) -> str | None:
+    """The module ``obj`` (a class or function, or a ``functools.partial`` of one) was defined in, or None where it
+    names none."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    module = getattr(obj, "__module__", None)
+    return module if isinstance(module, str) else None
+
+
+def is_built_in(module: str | None) -> bool:
+    """Whether ``module`` belongs to one of the :data:`BUILT_IN` packages."""
+    return module is not None and module.split(".")[0] in BUILT_IN
+
+
+def where(obj: Any) -> str:
+    """``module.Class`` for a built-in, else the class and the file it was defined in (a plugin file's module has a
+    generated name that says nothing to its author)."""
+    module = defined_in(obj)
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    name = getattr(obj, "__qualname__", type(obj).__name__)
+    if is_built_in(module):
+        return f"{module}.{name}"
+    file = getattr(sys.modules.get(module or ""), "__file__", None)
+    return f"{name} of {file}" if file else f"{module or '?'}.{name}"
+
+
+_ALL: "weakref.WeakSet[Registry]" = weakref.WeakSet()
+
+
+def registered_outside() -> dict[str, list[str]]:
+    """Module -> the names registered now, in every registry, with a class or builder defined outside the
+    :data:`BUILT_IN` packages (the user's own code, a plugin): ``{"myplugins": ["attack 'grey'", ...]}``."""
+    out: dict[str, list[str]] = {}
+    for registry in sorted(_ALL, key=lambda r: r.family):
+        for name in registry.names():
+            module = defined_in(registry._items[name])
+            if module is not None and not is_built_in(module):
+                out.setdefault(module, []).append(f"{registry.family} '{name}'")
+    return dict(sorted(out.items()))
+
+
 class Registry:
     """Name -> constructor (plus metadata) for one family; ``get`` raises ``error`` for an unknown name."""
 
@@ -42,6 +90,7 @@ class Registry:
         self.error = error
         self._items: dict[str, Any] = {}
         self._meta: dict[str, dict] = {}
+        _ALL.add(self)
 
     def register(self, name: str, obj: Any = None, **meta) -> Any:
         """Register ``obj`` under ``name`` (metadata in ``meta``); without ``obj``, a decorator that does so.
@@ -54,10 +103,8 @@ class Registry:
 
         def deco(o):
             if name in self._items:
-                held = self._items[name]
-                by = f"{getattr(held, '__module__', '?')}.{getattr(held, '__qualname__', type(held).__name__)}"
-                raise ValueError(f"{self.family} '{name}' is registered twice (the name is taken by {by}): choose "
-                                 "another name")
+                raise ValueError(f"{self.family} '{name}' is registered twice (the name is taken by "
+                                 f"{where(self._items[name])}): choose another name")
             self._items[name] = o
             self._meta[name] = dict(meta)
             return o
@@ -91,4 +138,4 @@ class Registry:
         return self._meta[name]
 
 
-__all__ = ["Registry", "RESERVED_CHARACTERS", "name_error"]
+__all__ = ["Registry", "RESERVED_CHARACTERS", "BUILT_IN", "name_error", "registered_outside", "where"]

@@ -79,7 +79,8 @@ def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
 
     Refused in one sentence, before anything is kept: a name registered twice or one the command line cannot write
     (:func:`~leakattack.registry.name_error`); ``cls`` not an :class:`Attack` subclass (an instance, another class:
-    ``TypeError``) or one without its own ``reconstruct``; a class whose ``name`` attribute, set on it or on a class
+    ``TypeError``) or one without its own ``reconstruct`` or with one a run cannot call as ``reconstruct(obs,
+    monitor=, monitor_every=, progress=)``; a class whose ``name`` attribute, set on it or on a class
     it inherits from other than ``Attack``, differs from ``name`` (its messages would name another attack: set
     ``name`` on the class); an option that is not a ``Param``, whose name is a run parameter's (its flag would be
     that parameter's), whose default its own constraint refuses, or which ``__init__`` does not take.
@@ -91,6 +92,14 @@ def register_attack(name: str, cls: type[Attack]) -> type[Attack]:
         raise TypeError(f"attack '{name}' must be registered with an Attack subclass (the class itself), got {what}")
     if getattr(cls, "reconstruct", None) is Attack.reconstruct:
         raise ValueError(f"attack class {cls.__name__} does not implement reconstruct(obs, ...)")
+    try:  # a run calls it so (its monitor draws the trace)
+        inspect.signature(cls.reconstruct).bind(None, None, monitor=None, monitor_every=10, progress=False)
+    except TypeError as err:
+        raise ValueError(f"attack class {cls.__name__}: its reconstruct cannot be called as reconstruct(obs, "
+                         f"monitor=..., monitor_every=..., progress=...), as a run calls it ({err}): define "
+                         "reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False)") from None
+    except ValueError:  # no signature to read: the call decides
+        pass
     if cls.name != Attack.name and cls.name != name:
         raise ValueError(f"attack class {cls.__name__} is named {cls.name!r} (its name attribute), not {name!r}: "
                          f"register it as {cls.name!r} or set name = {name!r} on the class")

@@ -32,9 +32,11 @@ def cmd_list(a) -> int:
                 recipe += " (its class cannot be built on the meta device)"
             else:
                 recipe += f" (by its units: {', '.join(units) or 'none whose derivative jumps'})"
+        shown = ", ".join(params) if params else "none"
+        if targets.models.takes_any_param(a.model):  # builder(in_shape, num_classes, **params): it decides
+            shown = ", ".join([*params, "any other its builder takes (**params)"])
         print(f"{a.model}: task {targets.task_of(a.model)}; recipe {recipe}; "
-              "parameters (--model-param NAME=VALUE): "
-              f"{', '.join(params) if params else 'none'}")
+              f"parameters (--model-param NAME=VALUE): {shown}")
         if not a.attack:
             return 0
     if a.attack:  # both given: the model's line, then the attack's

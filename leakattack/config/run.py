@@ -440,6 +440,8 @@ class RunConfig:
         cls = self.attack_class
         others = {n for name in attacks.list_attacks() for n in attacks.attack_class(name).settings}
         others -= set(cls.settings)
+        if not cls.closed_form:  # an optimising attack is passed gradient matching's settings (experiment.attack_of)
+            others -= set(attacks.attack_class(attacks.DEFAULT_ATTACK).settings)
         out = [opt for p in RUN_PARAMS
                if p.name in others and getattr(self, p.name) != p.default and (opt := p.option) is not None]
         return out + (["--labels dlg"] if cls.closed_form and self.label_mode == "dlg" else [])

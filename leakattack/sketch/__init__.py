@@ -12,6 +12,7 @@ plus one entry in the registration line below.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import warnings
@@ -35,8 +36,9 @@ _REGISTRY = Registry("sketch")
 
 def register_sketch(cls: type[Sketch]) -> type[Sketch]:
     """Add a ``Sketch`` subclass to the registry under its ``kind``; it must implement ``_apply`` (R v) and
-    ``_adjoint`` (R^T u).  Anything but a ``Sketch`` subclass (an instance, a name) is a ``TypeError``, and a
-    ``kind`` left at the base's or one the command line cannot write a ``ValueError``."""
+    ``_adjoint`` (R^T u) and be built as ``cls(d=, b=, seed=, **params)``.  Anything but a ``Sketch`` subclass (an
+    instance, a name) is a ``TypeError``; a ``kind`` left at the base's or one the command line cannot write, a
+    method left out or a constructor that does not take d, b and seed a ``ValueError``."""
     if not (isinstance(cls, type) and issubclass(cls, Sketch)):
         what = "an instance of one" if isinstance(cls, Sketch) else f"{type(cls).__name__} {cls!r}"
         raise TypeError(f"register_sketch takes a Sketch subclass (the class itself, its kind set), got {what}")
@@ -45,6 +47,13 @@ def register_sketch(cls: type[Sketch]) -> type[Sketch]:
     missing = [m for m in ("_apply", "_adjoint") if getattr(cls, m, None) is getattr(Sketch, m)]
     if missing:
         raise ValueError(f"sketch class {cls.__name__} does not implement {' and '.join(missing)}")
+    try:  # get_sketch builds it as cls(d=d, b=b, seed=seed, **params): a constructor that cannot is named now
+        inspect.signature(cls).bind_partial(d=1, b=1, seed=0)
+    except TypeError as err:
+        raise ValueError(f"sketch class {cls.__name__} cannot be built as {cls.__name__}(d=..., b=..., seed=..., "
+                         f"**params), as get_sketch builds it ({err}): its __init__ takes d, b and seed") from None
+    except ValueError:  # no signature to read: the constructor decides
+        pass
     return _REGISTRY.register(cls.kind, cls)
 
 

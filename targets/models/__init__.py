@@ -141,7 +141,17 @@ def model_params(name: str) -> list[str]:
     if _is_user(name):
         return [p for p in user_params(user_class(name)) if p not in RESERVED_MODEL_PARAMS]
     sig = inspect.signature(_MODELS.get(name))
-    return [p for p in sig.parameters if p not in RESERVED_MODEL_PARAMS]
+    return [n for n, p in sig.parameters.items() if n not in RESERVED_MODEL_PARAMS
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def takes_any_param(name: str) -> bool:
+    """Whether registered model ``name``'s builder takes any keyword (``builder(in_shape, num_classes, **params)``,
+    passing them on): then its builder, not :func:`model_params`, decides which it accepts."""
+    if _is_user(name):
+        return False
+    params = inspect.signature(_MODELS.get(name)).parameters.values()
+    return any(p.kind == p.VAR_KEYWORD for p in params)
 
 
 def seeded_build(seed: int, build):
@@ -176,7 +186,7 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
         victim.meta = meta
         return victim
     builder, info = _MODELS.get(name), _MODELS.meta(name)
-    unknown = sorted(set(params) - set(model_params(name)))
+    unknown = [] if takes_any_param(name) else sorted(set(params) - set(model_params(name)))
     if unknown:
         allowed = ", ".join(model_params(name)) or "none"
         raise UserError(f"model '{name}' has no parameter '{unknown[0]}'; allowed: {allowed}")
@@ -224,7 +234,7 @@ def _build(name: str, builder, in_shape: tuple, num_classes: int, params: dict) 
     default is a whole number (``hidden``, ``width``, ``depth``, ...) takes a positive whole number."""
     defaults = inspect.signature(builder).parameters
     for key, value in params.items():
-        default = defaults[key].default
+        default = defaults[key].default if key in defaults else inspect.Parameter.empty  # else taken by **params
         if isinstance(default, int) and not isinstance(default, bool) and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UserError(f"model '{name}' parameter {key} must be a positive whole number, got {value!r}")
@@ -337,7 +347,8 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "RESERVED_MODEL_PARAMS", "parameter_count",
+__all__ = ["get_model", "list_models", "register_model", "model_params", "takes_any_param", "RESERVED_MODEL_PARAMS",
+           "parameter_count",
            "default_init",
            "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "piecewise_units",
            "BY_UNITS",
