@@ -139,16 +139,23 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
                sketch_norm=sketch_norm if bound.crosses_sketch else None)
     note = (f"Delta = {bound.formula} ({bound.where}; {bound.neighbours}); "
             "paper: Lemma H.7 + Thm 6.2, no amplification")
-    if bound.earlier_noise:
-        note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
-                 "the input)")
-    if bound.later_noise:
-        note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
+    note += _uncounted(bound)
     laplace = sum(1 for step in pipeline.steps if isinstance(step, Laplace) and step.params["b"] > 0)
     if laplace:  # before the counted noise drawn without the data, after it post-processing
         note += f"; {laplace} Laplace step(s) not counted (the Gaussian noise is)"
     out["privacy_note"] = note
     return out
+
+
+def _uncounted(bound) -> str:
+    """The note's words on the noise steps before and after the counted one, which are not counted."""
+    note = ""
+    if bound.earlier_noise:
+        note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
+                 "the input)")
+    if bound.later_noise:
+        note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
+    return note
 
 
 def _laplace_privacy(out: dict, bound, steps: int, sketch_norm: float | None) -> dict:
@@ -164,11 +171,7 @@ def _laplace_privacy(out: dict, bound, steps: int, sketch_norm: float | None) ->
     note = (f"Laplace noise, pure DP: epsilon = {'steps * ' if steps > 1 else ''}Delta_1 / b, b = {bound.scale:.4g}, "
             f"Delta_1 <= {bound.formula} ({bound.where}; {bound.neighbours}); {releases}, no sub-sampling "
             "amplification; a valid bound, loose by up to sqrt(k); no paper epsilon (the paper counts Gaussian noise)")
-    if bound.earlier_noise:
-        note += (f"; {bound.earlier_noise} earlier noise step(s) not counted (drawn without the data, as if part of "
-                 "the input)")
-    if bound.later_noise:
-        note += f"; {bound.later_noise} later noise step(s) not counted (post-processing)"
+    note += _uncounted(bound)
     out["privacy_note"] = note
     return out
 
