@@ -83,6 +83,9 @@ def get_dataset(name: str, root=None, download: bool = False, train: bool = True
     """
     key = str(name).lower()
     if key not in _REGISTRY:
+        if Path(str(name)).expanduser().is_dir():
+            raise DataError(f"unknown dataset {name!r}, a folder: a folder of images is the dataset imagefolder "
+                            f"with root={name!r} (--dataset imagefolder --data-root {name})")
         raise DataError(f"unknown dataset {name!r}: choose one of {', '.join(_ORDER)}")
     if image_size is not None and not _REGISTRY.meta(key)["sizable"]:
         sizable = ", ".join(n for n in _ORDER if _REGISTRY.meta(n)["sizable"])

@@ -73,8 +73,10 @@ def batch_positions(ds: ImageSet, index: int, batch_size: int, draw: str = "cons
         order = torch.cat([torch.arange(index, n), torch.arange(0, index)])
         same = order[ds.labels[order] == label]
         if len(same) < batch_size:
-            raise DataError(f"class {label} of dataset {ds.name} has {len(same)} images, fewer than the batch "
-                            f"size {batch_size}")
+            named = f" ({ds.class_names[label]})" if 0 <= label < len(ds.class_names) else ""
+            raise DataError(f"class {label}{named} of dataset {ds.name} has {len(same)} image"
+                            f"{'' if len(same) == 1 else 's'}, fewer than the batch size {batch_size} that "
+                            f"--batch-draw class takes from it")
         return same[:batch_size].sort().values
     if draw == "random":
         if batch_size > n:

@@ -6,15 +6,18 @@ whose names end in one of :data:`IMG_EXTENSIONS` (any case), folder by folder in
 the order of their path strings and by name within a folder.  The set lists
 classes 0, 1, ... one after the other, all as ``torchvision.datasets.ImageFolder``
 does.  Hidden folders and files (names starting with ".") are skipped, e.g.
-``.ipynb_checkpoints`` or macOS ``._x.jpg`` files.
+``.ipynb_checkpoints`` or macOS ``._x.jpg`` files; so are other files, and a
+warning names those of image formats torchvision does not read (a GIF, a HEIC).
 
 Each image is opened with Pillow and converted to RGB as torchvision's loader does
-(grey is repeated over the three channels, an alpha channel is dropped), its
-shorter side resized to ``size`` pixels with Pillow's bilinear filter (which
-averages over the shrunk footprint when downscaling, as
-``torchvision.transforms.Resize`` on a PIL image), then the central
+(grey is repeated over the three channels, an alpha channel is dropped, an EXIF
+orientation is not applied), its shorter side resized to ``size`` pixels with
+Pillow's bilinear filter (which averages over the shrunk footprint when
+downscaling, as ``torchvision.transforms.Resize`` on a PIL image), then the central
 ``size`` x ``size`` square is cut out (``CenterCrop``), giving float32 (3, size,
-size) in [0, 1].
+size) in [0, 1].  Where transparent pixels, an EXIF orientation or upscaling make
+an image read differ from its file as a viewer shows it, one warning per kind and
+set names a file.
 
 Pixels are read when asked for: :func:`~leakattack.data.get_batch` reads only the
 images it returns, ``len()``, ``labels`` and ``in_shape`` read none.
@@ -37,6 +40,10 @@ from .base import DataError, ImageSet
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 #: side of the square crops when no image size is given (ImageNet models' input)
 DEFAULT_SIZE = 224
+#: endings of image files that torchvision's ImageFolder, and so this set, does not read: skipping one is warned of,
+#: unlike a README or any other file, as a folder of them would otherwise lose its images without a word
+UNREAD_IMAGE_ENDINGS = (".gif", ".heic", ".heif", ".avif", ".jfif", ".jp2", ".j2k", ".ico", ".tga", ".psd", ".svg",
+                        ".dng", ".cr2", ".nef", ".arw", ".exr", ".dcm")
 
 
 def _layout(root) -> str:
@@ -70,6 +77,8 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     files: list[Path] = []
     labels: list[int] = []
     empty: list[str] = []
+    unread: list[Path] = []  # image files of an ending not read (a GIF, an iPhone's HEIC)
+    empty_unread: list[Path] = []  # those in the class folders without images
     for label, name in enumerate(classes):
         walked = []
         top = os.path.realpath(root / name)
@@ -88,14 +97,25 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
             walked.append((here, names))
         found = [Path(here) / f for here, names in sorted(walked)  # ImageFolder's order: folders by path, files by name
                  for f in sorted(names) if _visible(f) and f.lower().endswith(IMG_EXTENSIONS)]
+        not_read = [Path(here) / f for here, names in sorted(walked)
+                    for f in sorted(names) if _visible(f) and f.lower().endswith(UNREAD_IMAGE_ENDINGS)]
+        unread += not_read
         if not found:
             empty.append(name)
+            empty_unread += not_read
         files += found
         labels += [label] * len(found)
     if empty:
         shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
-        raise DataError(f"class folder(s) {shown} under {root} hold no image files ({' '.join(IMG_EXTENSIONS)}): "
-                        f"expected {_layout(root)}")
+        skipped = (f" ({len(empty_unread)} of other endings, e.g. {empty_unread[0].name}, are not read)"
+                   if empty_unread else "")
+        raise DataError(f"class folder(s) {shown} under {root} hold no image files ({' '.join(IMG_EXTENSIONS)})"
+                        f"{skipped}: expected {_layout(root)}")
+    if unread:
+        endings = sorted({f.suffix.lower() for f in unread})
+        warnings.warn(f"image folder {root}: {len(unread)} file(s) ending in {', '.join(endings)} (e.g. {unread[0]}) "
+                      f"skipped: only {' '.join(IMG_EXTENSIONS)} files are read, as torchvision's ImageFolder reads "
+                      "them; convert them to PNG to attack them", SettingWarning, stacklevel=2)
     return classes, files, labels
 
 
@@ -106,8 +126,17 @@ _WARNED: set[tuple[str, str]] = set()
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 
 
-def read_image(path: Path, size: int) -> torch.Tensor:
-    """One image file as float32 (3, size, size) in [0, 1]: RGB, shorter side resized (bilinear), centre crop."""
+#: EXIF orientation tag values (other than 1, upright) and what a viewer does to show the image upright
+_ORIENTATION = {2: "mirrored", 3: "rotated 180 degrees", 4: "flipped", 5: "mirrored and rotated",
+                6: "rotated 90 degrees", 7: "mirrored and rotated", 8: "rotated 270 degrees"}
+
+
+def read_image(path: Path, size: int, notes: dict | None = None) -> torch.Tensor:
+    """One image file as float32 (3, size, size) in [0, 1]: RGB, shorter side resized (bilinear), centre crop.
+
+    ``notes``, where given, receives what was done to the file that changes how it looks, for one warning per set
+    (:class:`ImageFolderSet`): ``"upscaled"`` (its (width, height), its shorter side below ``size``), ``"exif"``
+    (its EXIF orientation, not applied) and ``"alpha"`` (transparent pixels, whose alpha is dropped)."""
     # Pillow is an optional heavy import (it comes with matplotlib and torchvision): only when images are read.
     from PIL import Image, UnidentifiedImageError
 
@@ -115,6 +144,8 @@ def read_image(path: Path, size: int) -> torch.Tensor:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             with Image.open(path) as im:
+                if notes is not None:
+                    _note(im, notes)
                 im = _as_rgb(im)
     except _Unsupported as exc:
         raise DataError(str(exc).replace("{path}", str(path))) from None
@@ -128,6 +159,8 @@ def read_image(path: Path, size: int) -> torch.Tensor:
             _WARNED.add((str(path), first))
             warnings.warn(f"image {path}: {first}", SettingWarning, stacklevel=2)
     w, h = im.size
+    if notes is not None and min(w, h) < size:
+        notes["upscaled"] = (w, h)
     # torchvision's Resize(size): the shorter side becomes size, the longer int(size * long / short)
     new_w, new_h = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
     if (new_w, new_h) != (w, h):
@@ -136,6 +169,20 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     im = im.crop((left, top, left + size, top + size))
     a = np.asarray(im, dtype=np.float32) / np.float32(255.0)
     return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
+
+
+def _note(im, notes: dict) -> None:
+    """Record in ``notes`` an opened image's EXIF orientation other than upright and any transparent pixel."""
+    try:
+        turn = int(im.getexif().get(0x0112, 1))
+    except Exception:  # a malformed EXIF block: its orientation is unknown, and the pixels are read all the same
+        turn = 1
+    if turn in _ORIENTATION:
+        notes["exif"] = _ORIENTATION[turn]
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info:
+        alpha = im.convert("RGBA").getchannel("A") if im.mode not in ("RGBA", "LA") else im.getchannel("A")
+        if alpha.getextrema()[0] < 255:
+            notes["alpha"] = True
 
 
 class _Unsupported(ValueError):
@@ -147,7 +194,8 @@ def _as_rgb(im):
     clips it to 255, a white image); 32-bit integer and float pixels, whose range no file format fixes, are refused."""
     from PIL import Image
 
-    if im.mode in _SIXTEEN_BIT:
+    if im.mode in _SIXTEEN_BIT or (im.mode == "I" and im.format == "PNG"):
+        # older Pillow opens 16-bit greyscale PNG in mode I (32-bit); a PNG holds at most 16 bits a channel
         a = np.asarray(im).astype(np.float64) / 65535.0
         return Image.fromarray(np.round(a * 255.0).astype(np.uint8), mode="L").convert("RGB")
     if im.mode in ("I", "F"):
@@ -170,12 +218,13 @@ class ImageFolderSet(ImageSet):
     files: tuple[Path, ...]
     size: int
     _loaded: torch.Tensor | None
+    _noted: set  # the kinds of read_image's notes already warned of for this set
 
     def __init__(self, name: str, files, labels: torch.Tensor, class_names: list, size: int, source: str):
         # the dataclass fields of ImageSet but ``images``, which is read on demand
         for key, value in (("name", name), ("labels", labels), ("num_classes", len(class_names)),
                            ("class_names", list(class_names)), ("source", source),
-                           ("files", tuple(files)), ("size", int(size)), ("_loaded", None)):
+                           ("files", tuple(files)), ("size", int(size)), ("_loaded", None), ("_noted", set())):
             object.__setattr__(self, key, value)
 
     @property
@@ -211,7 +260,36 @@ class ImageFolderSet(ImageSet):
     def _read(self, positions) -> torch.Tensor:
         if len(positions) == 0:
             return torch.zeros((0, *self.in_shape))
-        return torch.stack([read_image(self.files[i], self.size) for i in positions])
+        noted: dict[str, list] = {}
+        out = []
+        for i in positions:
+            notes: dict = {}
+            out.append(read_image(self.files[i], self.size, notes=notes))
+            for kind, value in notes.items():
+                noted.setdefault(kind, []).append((self.files[i], value))
+        self._warn(noted)
+        return torch.stack(out)
+
+    def _warn(self, noted: dict) -> None:
+        """One warning per kind of change to the images' look (:func:`read_image`'s notes) and set, naming the
+        first file: the truth the run scores and shows is the image as read, which then differs from the file."""
+        for kind in ("upscaled", "exif", "alpha"):
+            if kind not in noted or kind in self._noted:
+                continue
+            self._noted.add(kind)
+            first, value = noted[kind][0]
+            if kind == "upscaled":
+                short = min(min(v) for _, v in noted[kind])
+                keep = f"; --image-size {short} keeps their pixels" if short >= 11 else ""  # 11: SSIM's window
+                text = (f"images smaller than {self.size} px on the shorter side are upscaled (bilinear), which adds "
+                        f"unknowns but no detail: e.g. {first} ({value[0]}x{value[1]} px){keep}")
+            elif kind == "exif":
+                text = (f"EXIF orientations are not applied: images are read as stored, as torchvision's ImageFolder "
+                        f"reads them, so {first} ({value} to show upright) may appear turned")
+            else:
+                text = (f"transparent pixels' alpha is dropped, not composited onto a background (as torchvision's "
+                        f"ImageFolder does), so colours hidden under it show: e.g. {first}")
+            warnings.warn(text, SettingWarning, stacklevel=3)
 
     def __repr__(self) -> str:  # the dataclass repr would read every image
         return (f"ImageFolderSet(name={self.name!r}, images={len(self)} x {self.in_shape}, "

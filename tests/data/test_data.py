@@ -118,7 +118,8 @@ def test_class_draw_takes_the_next_images_of_the_first_ones_class():
     x, y = get_batch(ds, 23, 4, draw="class")
     assert y.tolist() == [3, 3, 3, 3]
     assert torch.equal(x, ds.images[[3, 23, 33, 43]])  # 23, 33, 43, then round to 3; in increasing order
-    with pytest.raises(DataError, match="class 3 of dataset photos has 5 images, fewer than the batch size 6"):
+    with pytest.raises(DataError, match=r"class 3 \(rocket\) of dataset photos has 5 images, fewer than the batch "
+                                        "size 6"):
         get_batch(ds, 23, 6, draw="class")
 
 

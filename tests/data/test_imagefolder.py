@@ -10,8 +10,11 @@ from leakattack import data
 from leakattack.data import DataError, ImageFolderSet, ImageSet, get_batch, get_dataset, train_test_split
 from leakattack.data import folder as folder_module
 
-#: 8 px images keep the reads quick; nothing here scores a reconstruction
-pytestmark = pytest.mark.filterwarnings("ignore:images of 8x8 pixels cannot be scored")
+#: 8 px images keep the reads quick; nothing here scores a reconstruction; the fixture's RGBA image and small
+#: images are meant (their warnings: tests/data/test_own_folder_files.py)
+pytestmark = [pytest.mark.filterwarnings("ignore:images of 8x8 pixels cannot be scored"),
+              pytest.mark.filterwarnings("ignore:transparent pixels' alpha is dropped"),
+              pytest.mark.filterwarnings("ignore:images smaller than")]
 
 LAYOUT = "<class>/<image files>"
 
@@ -92,7 +95,8 @@ def test_grey_images_repeat_over_three_channels_and_alpha_is_dropped(root):
 def test_a_batch_reads_only_its_own_images(root, monkeypatch):
     read = []
     real = folder_module.read_image
-    monkeypatch.setattr(folder_module, "read_image", lambda path, size: read.append(path.name) or real(path, size))
+    monkeypatch.setattr(folder_module, "read_image",
+                        lambda path, size, **kw: read.append(path.name) or real(path, size, **kw))
     ds = get_dataset("imagefolder", root=root, image_size=8)
     assert len(ds) == 5 and ds.in_shape == (3, 8, 8) and read == []  # listing the folder opens no image
     x, y = get_batch(ds, 1, 2)
