@@ -71,6 +71,16 @@ class DeviceName(Choice):
         return f"unknown {label} '{v}'; choose one of: {', '.join(map(str, self.options))} or cuda:N (GPU N)"
 
 
+class DatasetName(Choice):
+    """A registered data set's name; a folder given in its place is pointed to ``imagefolder``."""
+
+    def error(self, label, v):
+        text = super().error(label, v)
+        if isinstance(v, str) and v and os.path.isdir(os.path.expanduser(v)):
+            text += f"; a folder of images is the data set imagefolder: --dataset imagefolder --data-root {v}"
+        return text
+
+
 class ModelName(Choice):
     """A registered model name, or ``path/to/file.py:Name`` / ``package.module:Name`` for the user's own class."""
 
@@ -289,6 +299,6 @@ class Param:
         return self.flag or "--" + self.name.replace("_", "-")
 
 
-__all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "ModelName", "Number", "Index", "Cores",
-           "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
+__all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "DatasetName", "ModelName", "Number", "Index",
+           "Cores", "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
            "duration_seconds", "MAX_SEED"]

@@ -6,6 +6,7 @@ from ..constraints import (
     Choice,
     Constraint,
     Cores,
+    DatasetName,
     Flag,
     Index,
     Items,
@@ -18,5 +19,5 @@ from ..constraints import (
     available_cores,
 )
 
-__all__ = ["Constraint", "Choice", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag", "Text",
-           "PathName", "Table", "Items", "Optional"]
+__all__ = ["Constraint", "Choice", "DatasetName", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag",
+           "Text", "PathName", "Table", "Items", "Optional"]

@@ -17,6 +17,7 @@ from .constraints import (
     Choice,
     Constraint,
     Cores,
+    DatasetName,
     Flag,
     Index,
     Items,
@@ -190,7 +191,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("seed", 0, MASTER_SEED, "seed",
           "master seed (the sketch, start and noise seeds are it plus 1, 2 and 3 unless given)"),
     # data
-    Param("dataset", None, Optional(_choices(names.DATASETS)), "dataset",
+    Param("dataset", None, Optional(DatasetName(names.DATASETS)), "dataset",
           "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs; with "
           "--protocol: digits, the protocols' training set)", "data"),
     Param("data_root", None, Optional(PathName("folder")), "data root",

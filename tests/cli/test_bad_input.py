@@ -450,3 +450,13 @@ def test_check_does_not_write_into_a_run_or_a_sweep_folder(tmp_path, capsys, mar
     (folder / marker).write_text("{}")
     _refused(["check", "--quiet", "--out", str(folder)], f"holds {what} ({marker}), whose files a check would",
              tmp_path, capsys)
+
+
+def test_a_folder_given_as_the_dataset_is_pointed_to_imagefolder(tmp_path, capsys):
+    folder = tmp_path / "my photos"
+    folder.mkdir()
+    for needle in (f"unknown dataset '{folder}'; choose one of: photos, digits",
+                   f"a folder of images is the data set imagefolder: --dataset imagefolder --data-root {folder}"):
+        _refused(RUN + ["--dataset", str(folder), "--out", str(tmp_path / "run")], needle, tmp_path, capsys)
+    assert cli.main(RUN + ["--dataset", "imagenet", "--out", str(tmp_path / "run")]) == 2
+    assert "imagefolder --data-root" not in capsys.readouterr().err  # a name that is no folder: the names alone
