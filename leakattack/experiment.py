@@ -270,14 +270,18 @@ def _file_record(path: Path) -> dict:
 
 
 def attacked_files(cfg: RunConfig, case: Case) -> dict:
-    """``{"image_files": [absolute paths]}`` of the attacked batch where the data set is read from files one image
-    each (an image folder: its class is the folder it is in), else ``{}``; an index names another file once files
-    are added to the folder."""
-    files = getattr(case.dataset, "files", None)
-    if not files or case.x is None or cfg.protocol or cfg.message:
+    """``{"image_indices": [...]}``, the data set's indices of the attacked batch in the truth's order (a class or
+    random draw picks them from ``--image-index``), and where the data set is read from files one image each (an
+    image folder: its class is the folder it is in) ``"image_files"``, their absolute paths (an index names another
+    file once files are added to the folder); ``{}`` for a protocol's or a file's message."""
+    if case.x is None or cfg.protocol or cfg.message:
         return {}
-    positions = batch_positions(case.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw)
-    return {"image_files": [str(Path(files[i]).resolve()) for i in positions.tolist()]}
+    positions = batch_positions(case.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw).tolist()
+    out: dict = {"image_indices": positions}
+    files = getattr(case.dataset, "files", None)
+    if files:
+        out["image_files"] = [str(Path(files[i]).resolve()) for i in positions]
+    return out
 
 
 def input_files(cfg: RunConfig) -> dict:

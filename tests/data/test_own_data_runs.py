@@ -5,6 +5,7 @@ not the official ones are not called missing."""
 import json
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from leakattack import cli
@@ -32,6 +33,21 @@ def test_the_run_names_the_files_it_attacked(tmp_path, capsys):
                      "--out", str(out)]) == 0
     derived = json.loads((out / "config.json").read_text())["derived"]
     assert derived["image_files"] == [str((root / "cat" / "2.png").resolve()), str((root / "dog" / "0.png").resolve())]
+    assert derived["image_indices"] == [2, 3]
+
+
+@pytest.mark.parametrize("draw", ["consecutive", "class", "random"])
+def test_the_run_names_the_data_set_indices_of_its_batch(tmp_path, capsys, draw):
+    from leakattack.data import batch_positions, get_dataset
+
+    out = tmp_path / draw
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "1", "--no-lpips", "--quiet",
+                     "--image-index", "7", "--batch-size", "3", "--batch-draw", draw, "--out", str(out)]) == 0
+    derived = json.loads((out / "config.json").read_text())["derived"]
+    want = batch_positions(get_dataset("digits"), 7, 3, draw).tolist()
+    assert derived["image_indices"] == want and want[0] == 7 and "image_files" not in derived
+    if draw == "consecutive":
+        assert want == [7, 8, 9]
 
 
 def test_download_with_an_image_folder_is_warned_of(tmp_path, capsys):
