@@ -15,7 +15,7 @@ from ..config.flags import pairs_table
 from ..config.names import CHECK_DEFAULTS
 from ..config.params import SEED
 from ..constraints import Cores
-from ..errors import SettingWarning
+from ..errors import SettingWarning, signals_held
 from ..figures.theory import CHECK_FIGURES, check_figures
 from ..results import writable_out
 from ..results.io import own_folder
@@ -88,8 +88,9 @@ def cmd_check(a) -> int:
         if a.embedding:
             tables.append(("embedding.md", embedding_markdown(trials=a.samples or 2000, seed=a.seed,
                                                               out=a.out or out)))
-        for name, text in tables:
-            path = write_markdown(out, name, text)
+        with signals_held():  # a Ctrl-C while writing comes after both tables are in place, not between them
+            paths = [write_markdown(out, name, text) for name, text in tables]
+        for (_, text), path in zip(tables, paths):
             print(text)
             print(f"wrote {path}")
         return 0
@@ -108,8 +109,9 @@ def cmd_check(a) -> int:
     check_sketch_params(a.sketch, params)
     res = check(a.model, a.sketch, a.sketch_ratio, a.samples, a.seed, progress=not a.quiet, sketch_params=params)
     res["command"] = "leakattack check " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "leakattack check"
-    stored = write_check(res, out)
-    figures = check_figures(stored, out)  # drawn from the stored check.json
+    with signals_held():  # check.json and its figures are written together: a Ctrl-C here waits for both (a second)
+        stored = write_check(res, out)
+        figures = check_figures(stored, out)  # drawn from the stored check.json
     print(summary_table(res))
     print(f"wrote {stored}, " + ", ".join(str(p) for p in figures))
     return 0

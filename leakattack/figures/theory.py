@@ -40,7 +40,8 @@ def noncritical_hist(source, path) -> None:
     if lo > 0:
         ax.axvline(lo, color="k", ls="--", label="4θ₁²γ₁² (Lemma 7.7)")
     ax.axvline(hi, color="k", ls="-", label="4θ₂²γ₂² (Lemma 7.7)")
-    ax.axvline(res["theta2_sq"], color="r", ls=":", label="θ₂² (Thm 7.4 literal)")
+    if res.get("noncritical_fraction_thm74_literal") is not None:  # Theorem 7.4 is about L (R = I) only
+        ax.axvline(res["theta2_sq"], color="r", ls=":", label="θ₂² (Thm 7.4 literal)")
     ax.set_xscale("log")
     ax.set_xlabel("‖∇L_R(x)‖² / L_R(x)")
     ax.set_ylabel("count")

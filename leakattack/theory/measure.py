@@ -19,7 +19,8 @@ What is measured, and how it maps onto the paper:
 * ∇L_R = 2 Jᵀ Rᵀ (R G − y), hence ‖∇L_R‖² / L_R ∈ [4 λ_min(R K Rᵀ), 4 λ_max(R K Rᵀ)]
   ⊂ [4θ₁²γ₁², 4θ₂²γ₂²]: Lemma 7.7's (2θ₁γ₁, 2θ₂γ₂)-non-critical point, which for
   R = I (γ = 1) is (2θ₁, 2θ₂).  Theorem 7.4 / Lemma J.5 state (θ₁, θ₂) for R = I,
-  dropping the factor 2 of ∇‖·‖² (the proof of L.1 writes ∇L = Φ(G − g)); both are measured.
+  dropping the factor 2 of ∇‖·‖² (the proof of L.1 writes ∇L = Φ(G − g)); both are measured where R = I
+  (for a sketch the paper states only Lemma 7.7's bounds, and the literal fraction is None).
 * Semi-smoothness (Def. 7.2, p = ½): Lemma J.4 proves a = 2(β + θ₂), b = β²
   (Theorem 7.4 prints b = β); Lemma M.3 prints B = τ²β but its proof bounds
   τ²‖G(y) − G(x)‖² ≤ τ²β²‖y − x‖², i.e. B = τ²β².  Both readings are measured.
@@ -295,7 +296,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     ok = np.isfinite(r)
     lo77, hi77 = noncritical_constants_lemma77(theta1_sq, theta2_sq, sk["gamma1"], sk["gamma2"])
     lo_t, hi_t = noncritical_constants_lemma77(kr1, kr2, 1.0, 1.0)  # 4 λ(R K Rᵀ): the exact sketched kernel
-    # Theorem 7.4 / Lemma J.5 as printed: θ₁² ≤ ‖∇L‖²/L ≤ θ₂², without Lemma 7.7's factor 4
+    # Theorem 7.4 / Lemma J.5 as printed: θ₁² ≤ ‖∇L‖²/L ≤ θ₂², without Lemma 7.7's factor 4 (a statement about
+    # L = L_I only: for a sketch the paper prints Lemma 7.7's bounds, factor included, and nothing else)
     lo74, hi74 = theta1_sq, theta2_sq
     rtol = 1e-6 if prob.dtype == torch.float64 else 1e-3
 
@@ -330,6 +332,10 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     # a (0, b, ½)-semi-smooth L ≥ 0 with ‖∇L‖² = r_hi·L somewhere needs b ≥ r_hi/4 (step x − ∇L/(2b) keeps L ≥ 0)
     b_used = max(b_star, r_hi / 4)
     l1_meas = gd_rate_theorem_l1(0.0, b_used, r_lo, r_hi)
+    if l1_meas is None:  # a sampled point where the gradient vanishes while L_R does not: no step of L.1 exists
+        raise ConfigError(f"no step of Theorem L.1 follows from the sampled points: the smallest "
+                          f"||grad L_R||^2 / L_R measured is {r_lo:.3g} (a point where the gradient vanishes while "
+                          f"L_R > 0), so theta1^2 = 0; take another --seed or more --samples to see how often")
     eta_l1, gamma_l1 = l1_meas
     l1_paper = gd_rate_theorem_l1(a_p, b_p, lo77, hi77)
     losses_l1, traj_r1, traj_p1 = gradient_descent(prob, x0, eta_l1, T)
@@ -387,10 +393,23 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     l1_pairs = [(Ly - Lx - inner) / dist ** 2 for _, Lx, Ly, inner, dist in traj_p1 if dist > 0]
     l1_b = max(l1_pairs) if l1_pairs else None
     l1_inside = frac_in(r_lo, r_hi, traj_r1) if traj_r1 else None
+    # Theorem 7.5 / L.1 bound every step, L(x_{t+1}) ≤ (1 − γ) L(x_t), where ρ above is a fit over the run
+    l1_steps = [(La, Lb) for La, Lb in zip(losses_l1, losses_l1[1:]) if La > fl * losses_l1[0]]
+    l1_steps_within = (float(np.mean([Lb <= (1 - gamma_l1) * La * (1 + rtol) for La, Lb in l1_steps]))
+                       if l1_steps else None)
     obs_rate_tuned = linear_rate(losses_t, fl)
     res = {
         "measurement_note": ("Measurements over the stated samples and trajectories of one seed, not proofs; "
                              "constants are extremes over what was sampled, not suprema over R^m."),
+        "fields_doc": "docs/theory.md, section 'check.json'",
+        "sampling": {
+            "points": "x* + t (u − x*), u ~ U[0, 1]^m, t log-spaced in [1e-2, 1] (x*: the victim's batch)",
+            "kernel": f"K's eigenvalues at {len(keig)} of the points, evenly spaced in log t",
+            "beta_pairs": "each point with one other sampled point, drawn at random",
+            "semismooth_pairs": "y = x + δ at every point, ‖δ‖ = 1e-3·‖x‖ and 1e-1·‖x‖, δ random and along −∇L_R(x)",
+            "trajectory": "the iterates (and consecutive pairs) of the GD runs at the L.1 and the tuned step, from "
+                          "x₀ ~ U[0, 1]^m",
+        },
         "model": model_name, "sketch": sketch_kind, "sketch_ratio": None if is_identity(sketch_kind) else ratio,
         "sketch_params": dict(sketch_params or {}),
         "seed": seed, "samples": samples, "pairs": len(pair_rows), "trajectory_points": len(traj_ratios),
@@ -407,7 +426,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "noncritical_bounds": [lo77, hi77],
         "noncritical_fraction": frac_in(lo77, hi77, r[ok]),
         "noncritical_fraction_sketched_kernel": frac_in(lo_t, hi_t, r[ok]),
-        "noncritical_fraction_thm74_literal": frac_in(lo74, hi74, r[ok]),
+        # Theorem 7.4 is a statement about L (R = I): on L_R the paper prints Lemma 7.7 / Theorem 7.8 only
+        "noncritical_fraction_thm74_literal": frac_in(lo74, hi74, r[ok]) if is_identity(sketch_kind) else None,
         "noncritical_fraction_trajectory": frac_in(lo77, hi77, traj_ratios),
         "noncritical_ratio_min": r_lo, "noncritical_ratio_max": r_hi,
         "noncritical_worst_lower": r_lo / lo77 if lo77 > 0 else None, "noncritical_worst_upper": r_hi / hi77,
@@ -424,6 +444,7 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "predicted_rate_source": "Theorem L.1 with measured constants: a = 0, b = b* (tightest on sampled pairs), "
                                  "θ² = min/max of ‖∇L‖²/L",
         "predicted_rate_holds": bool(obs_rate <= 1 - gamma_l1) if math.isfinite(obs_rate) else None,
+        "predicted_rate_steps_within": l1_steps_within,
         "l1_trajectory_b": l1_b, "l1_trajectory_ratios_inside": l1_inside,
         "eta_tuned": eta_tuned, "observed_rate_tuned": obs_rate_tuned,
         "observed_rate_unsketched_tuned": None if unsk is None else unsk["observed_rate"],

@@ -418,6 +418,8 @@ def _explain(fn: Fn, prop: str, r: dict, paper: bool) -> str:
     c = r["counterexample"]
     big = [k for k, v in zip(SCALES, r["sups_by_scale"]) if _sup_infinite(v)]
     how = ("is vacuous" if r.get("vacuous") else "is unbounded" if big else "grows without bound")
+    if prop == "semi-sc.":  # measured at one d: a smaller d > 0 needs a smaller c
+        how += f" at d = {D_SC}"
     where = f", above {SUP_MAX:.0e} at κ = {', '.join(f'{k:.0e}' for k in big)}" if big else ""
     return head + (f"For every p ∈ {{¼, ½, ¾}} the required constant {how} "
                    f"(best p = {c['p']}: sup by scale {', '.join(f'{v:.3g}' for v in r['sups_by_scale'])}{where}). "
