@@ -42,10 +42,12 @@ from ..rebuilt import (
     batch_images,
     batch_images_words,
     faint_words,
+    image_scores,
     images_note,
     images_words,
     why_not_rebuilt,
 )
+from ..rebuilt import verdict as verdict_of
 from ..results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
@@ -76,6 +78,8 @@ MAX_LISTED = 12
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
 NOT_RECORDED = "not recorded"
+#: the start baseline's row of a run whose attack has no start (a closed-form attack)
+NO_START = "none: a closed-form attack has no start"
 #: summary.csv metrics, by stem, that read ∞ where a defended setting's record says there is no DP guarantee
 INFINITE_WITHOUT_GUARANTEE = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsilon_paper")
 #: summary.csv metrics, by stem, of the paper's formula: a DP guarantee only where its conditions hold
@@ -212,19 +216,24 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
                  '<h3>Setting</h3><p class="note">config.json not found: the setting is not recorded.</p>')
     parts.append("<h3>Reconstruction</h3>")
     figs = []
+    attack_cls = _attack_class(run.get("attack"))
+    closed = attack_cls is not None and attack_cls.closed_form
     if (folder / "reconstruction.png").is_file():
-        attack_cls = _attack_class(run.get("attack"))
         what = ("the reconstructed images (no true images to compare with)" if metrics.truth is False else
                 "truth | attack's start | the image the attack returned, its start itself: nothing was attacked"
                 if metrics.attacked is False else
                 "truth | reconstruction, per-image PSNR and SSIM (a closed-form attack has no start)"
-                if attack_cls is not None and attack_cls.closed_form else
+                if closed else
                 "truth | attack's start | reconstruction, per-image PSNR and SSIM")
         figs.append(_figure(folder / "reconstruction.png", what))
-    if (folder / "convergence.png").is_file():
-        figs.append(_figure(folder / "convergence.png", "the minimised loss against the step", width=420))
+    unstepped = closed and metrics.iterations == 0  # its figure holds one value: "no iterations to draw"
+    if (folder / "convergence.png").is_file() and not unstepped:
+        figs.append(_figure(folder / "convergence.png", "the closed-form attack's residual at each of its "
+                            "iterations" if closed else "the minimised loss against the step", width=420))
     parts.append(f'<div class="pair">{"".join(figs)}</div>' if figs else
                  '<p class="note">reconstruction.png not found.</p>')
+    if unstepped:
+        parts.append('<p class="note">No loss curve: the closed-form attack took no iterative step.</p>')
     parts.append(_per_image(metrics))
     parts.append("<h3>Verdict and baselines</h3>" + _run_verdict(metrics))
     parts.append("<h3>Machine and time</h3>" + _kv(_machine(env, metrics, folder)))
@@ -290,8 +299,10 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False) -> tuple[str, str, st
     if m.verdict == REBUILT:
         faint = (f" Faint: its SSIM is below {FAINT_SSIM:g}, about where images become barely visible; the "
                  "reconstruction shows how much of the image came back.") if faint_words(record) else ""
-        return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private images from the "
-                                                f"message ({_run_scores(m)}).{named}{faint}")
+        one = len(m.psnr_each or m.labels_true or [0, 0]) == 1  # a batch of one image
+        return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private "
+                                                f"image{'' if one else 's'} from the message ({_run_scores(m)})."
+                                                f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
         told = [part, closed_forms_line(m.closed_forms) if m.closed_forms else None]
@@ -346,8 +357,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("defense", run.get("defense") or m.defense or "none"))
     rows.append(("threat model", _threat(run, sketch)))
     if m.recorded("epsilon"):
-        rows.append(("ε", f"ε = {_num(m.epsilon, 3, 'g')} at δ = {_num(m.delta, 3, 'g')} (this one message)"
-                     if m.epsilon is not None else f"ε = ∞: {m.privacy_note or 'no DP guarantee'}"))
+        rows.append(("ε", _run_epsilon(m)))
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
@@ -375,6 +385,23 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         stop += f": {m.message}"
     rows.append(("stopped", stop))
     return rows
+
+
+def _run_epsilon(m: RunMetrics) -> str:
+    """The ε row of a defended run: the accountant's ε of the one message at its δ (a Laplace mechanism's pure ε:
+    "pure DP, δ = 0", as the run's summary line says), and the paper's ε where the run records one, marked
+    :data:`NOT_A_BOUND_MARK` and explained where it lies outside the paper's conditions, as the sweep table does."""
+    if m.epsilon is None:
+        return f"ε = ∞: {m.privacy_note or 'no DP guarantee'}"
+    at = ", pure DP (δ = 0)," if m.delta == 0 else f" at δ = {_num(m.delta, 3, 'g')}"
+    text = f"ε = {_num(m.epsilon, 3, 'g')}{at} for this one message"
+    paper, paper_delta = m.extra.get("epsilon_paper"), m.extra.get("delta_paper")
+    if isinstance(paper, (int, float)) and is_number(paper) and math.isfinite(paper):
+        text += f"; the paper's ε = {_num(paper, 3, 'g')}" + (
+            f" at δ = {_num(paper_delta, 3, 'g')}" if is_number(paper_delta) else "")
+        if not paper_epsilon_holds(paper):
+            text += f" {NOT_A_BOUND_NOTE}"
+    return text
 
 
 def _budget(run: dict, derived: dict) -> str:
@@ -469,6 +496,7 @@ def _per_image(m: RunMetrics) -> str:
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
     each = (m.verdict_each or []) if n > 1 else []  # a batch's images on their own (older runs: none)
     nearer = m.nearer_each or [None] * n
+    record = m.to_dict()
     bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
@@ -477,7 +505,7 @@ def _per_image(m: RunMetrics) -> str:
         if each:  # the image's own verdict beside the better of its baselines' scores
             base = (f"{_score(bp_each[i], 2, scored)} / {_score(bs_each[i], 4, scored)}"
                     if bp_each and bs_each else NOT_RECORDED)
-            shows = f" (shows image {nearer[i]})" if nearer[i] is not None else ""
+            shows = f" (shows image {nearer[i]})" if _shows_another(record, i, nearer[i]) else ""
             own = f"<td>{base}</td><td>{_e(each[i] + shows)}</td>"
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>{given}"
                     f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
@@ -493,6 +521,16 @@ def _per_image(m: RunMetrics) -> str:
             + "<th>PSNR (dB)</th><th>SSIM</th>"
             + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>"
             + "".join(rows) + "</table></div>" + more + lab)
+
+
+def _shows_another(record: dict, i: int, j: int | None) -> bool:
+    """Whether the reconstruction matched to image ``i`` is said to show image ``j`` (``nearer_each``): only where its
+    own scores would count it rebuilt, as :func:`leakattack.rebuilt.images_note` says it.  Nearer in MSE is all
+    ``nearer_each`` measures, and noise is nearer to some image of the batch than to the one it was matched to: a
+    reconstruction that does not clear its image's baselines shows nothing to name."""
+    own = image_scores(record, i) if j is not None else None
+    return own is not None and verdict_of(own["psnr"], own["ssim"], own["baseline_psnr"],
+                                          own["baseline_ssim"]) == REBUILT
 
 
 def _run_verdict(m: RunMetrics) -> str:
@@ -529,8 +567,13 @@ def _run_verdict(m: RunMetrics) -> str:
         ("better baseline", m.baseline_psnr, m.baseline_ssim, m.baseline_lpips, m.recorded("baseline_psnr")),
     ]
     scored = m.truth is not False  # a score against the truth stored as null is not finite
+    # a closed-form attack has no data-free start, so no start to score (leakattack.experiment.judgement): its row
+    # is recorded with nothing in it, which says so in words rather than with dashes
+    no_start = scored and m.recorded("baseline_start_psnr") and all(
+        v is None for v in (m.baseline_start_psnr, m.baseline_start_ssim, m.baseline_start_lpips))
     body = "".join(
         f"<tr><td class=key>{_e(label)}</td>" + (
+            f"<td colspan=3>{_e(NO_START)}</td>" if i == 1 and no_start else
             f"<td>{_score(p, 2, i == 0 and scored)}</td><td>{_score(s, 4, i == 0 and scored)}</td>"
             f"<td>{_num(lp, 4)}</td>" if known else f"<td colspan=3>{NOT_RECORDED}</td>") + "</tr>"
         for i, (label, p, s, lp, known) in enumerate(rows))
@@ -799,7 +842,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         for s in stems:
             mean, std = r.get(f"{s}_mean"), r.get(f"{s}_std")
             digits, kind = METRIC_FORMAT.get(s, (4, "g"))
-            spread = f" <span class=v>± {_num(std, 2, 'g')}</span>" if std is not None else ""
+            # a spread of rounding error (ε is the same at every point of a setting: 2e-15) reads as none
+            flat = isinstance(std, float) and isinstance(mean, float) and abs(std) <= 1e-9 * abs(mean)
+            spread = f" <span class=v>± {'0' if flat else _num(std, 2, 'g')}</span>" if std is not None else ""
             infinite = s in INFINITE_WITHOUT_GUARANTEE and (
                 (mean is None and unbounded[i]) or mean == math.inf)
             said_infinite |= infinite
@@ -827,6 +872,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     note = ('<p class="note">' + (_e(told) + " " if told else "")
             + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
             + "Metrics: mean ± sample std over the repetitions (n)."
+            + (_e(_deltas_note(records)) if "epsilon" in stems else "")
             + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
                "added to (each point's privacy_note says which)." if said_infinite else "")
             + (" " + _e(NOT_A_BOUND_NOTE) if said_not_a_bound else "")
@@ -834,6 +880,23 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                "its baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
                "look at their reconstructions." if ahead else "") + "</p>")
     return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
+
+
+def _deltas_note(records: list[dict]) -> str:
+    """The δ the table's finite ε hold at, as one sentence (the accountant's δ; a Laplace setting's pure ε at δ = 0;
+    the paper's δ where it differs), or "" where no point records a finite ε."""
+    def at(key: str, eps: str) -> list:
+        return sorted({r["metrics"].get(key) for r in records if is_number(r["metrics"].get(eps))
+                       and math.isfinite(r["metrics"][eps]) and is_number(r["metrics"].get(key))})
+    deltas, papers = at("delta", "epsilon"), at("delta_paper", "epsilon_paper")
+    if not deltas:
+        return ""
+    gauss = [f"{d:g}" for d in deltas if d != 0]
+    words = ([f"at δ = {', '.join(gauss)}"] if gauss else []) + (
+        ["pure DP (δ = 0) under Laplace noise"] if 0 in deltas else [])
+    if not set(papers) <= set(deltas):
+        words.append(f"ε (paper) at δ = {', '.join(f'{d:g}' for d in papers)}")
+    return f" ε of each message: {'; '.join(words)}."
 
 
 def _no_guarantee(m: dict) -> bool:
@@ -1022,6 +1085,8 @@ def _int(v) -> str:
 def _seconds(v) -> str:
     if not isinstance(v, (int, float)):
         return NOT_RECORDED
+    if v < 0.05:  # 0.0 s would read as no time at all
+        return "under 0.1 s"
     return f"{v:.1f} s" if v < 120 else f"{v / 60:.1f} min"
 
 

@@ -692,11 +692,15 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
     assert "<tr><td class=key>0</td><td>0</td><td>1</td><td>200.00</td>" in table
     assert "labels recovered: 100% (as a multiset); 2 of 4 on the images they were matched to." in table
     assert "<strong>Verdict: rebuilt (2 of 4 images)</strong>" in text
+    # a reconstruction whose own scores clear its image's baselines but which is nearer to another image shows that
+    # one; noise, nearer in MSE to some image of the batch than to its own (a 5-step run), shows none
     shown = _with_metrics(tmp_path, "shown", verdict="rebuilt", verdict_baseline=None, verdict_each=each,
-                          nearer_each=[None, 2, None, None], psnr_each=[200.0, 8.1, 200.0, 7.9],
-                          ssim_each=[1.0, 0.05, 1.0, 0.04], baseline_psnr_each=[10.5, 12.25, 11.0, 9.0],
+                          nearer_each=[None, 2, None, 0], psnr_each=[200.0, 30.0, 200.0, 7.9],
+                          ssim_each=[1.0, 0.9, 1.0, 0.04], baseline_psnr_each=[10.5, 12.25, 11.0, 9.0],
                           baseline_ssim_each=[0.1, 0.2, 0.3, 0.05])
-    assert "<td>12.25 / 0.2000</td><td>not rebuilt (shows image 2)</td>" in build_report([shown])
+    table = build_report([shown])
+    assert "<td>12.25 / 0.2000</td><td>not rebuilt (shows image 2)</td>" in table
+    assert "<td>9.00 / 0.0500</td><td>not rebuilt</td>" in table and "shows image 0" not in table
     unrecorded = _with_metrics(tmp_path, "unrecorded", verdict="rebuilt", verdict_each=each,
                                psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04])
     assert "<td>not recorded</td><td>not rebuilt</td>" in build_report([unrecorded])
@@ -721,3 +725,83 @@ def test_the_victim_row_names_an_image_folder_s_root(tmp_path):
     folder = _with_config(tmp_path, "own", run=dict(dataset="imagefolder", data_root="/data/my images"),
                           derived=dict(dataset="imagefolder", in_shape=[3, 32, 32], num_classes=2))
     assert "on imagefolder (3×32×32, 2 classes) from /data/my images" in build_report([folder])
+
+
+def _closed_form(tmp_path: Path, name: str, attack: str, **keys) -> Path:
+    """A copy of the reference run as a closed-form attack wrote it: no start, so no start baseline."""
+    folder = _with_config(tmp_path, name, run={"attack": attack, "attack_params": {}})
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics.update(baseline_start_psnr=None, baseline_start_ssim=None, baseline_start_lpips=None, **keys)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_a_closed_form_attack_says_it_has_no_start_and_draws_no_loss_curve_of_one_value(tmp_path):
+    """The start baseline of a closed-form attack reads in words, not as dashes where scores belong; one that took no
+    iterative step (imprint, april) shows no loss curve, whose figure holds one value; a run of one image
+    reconstructed one image."""
+    no_start = "none: a closed-form attack has no start"
+    text = build_report([_closed_form(tmp_path, "imprint", "imprint", iterations=0)])
+    assert f"<td class=key>baseline: the attack&#x27;s start</td><td colspan=3>{no_start}</td>" in text
+    assert "the minimised loss against the step" not in text and "residual" not in text
+    assert "No loss curve: the closed-form attack took no iterative step." in text
+    assert "reconstructed the private image from the message" in text
+    text = build_report([_closed_form(tmp_path, "analytic", "analytic", iterations=2)])
+    assert "the closed-form attack&#x27;s residual at each of its iterations" in text and "No loss curve" not in text
+    # an iterative attack keeps its start's scores and its loss curve
+    text = build_report([RUN])
+    assert no_start not in text and "the minimised loss against the step" in text
+
+
+def test_the_epsilon_row_says_pure_dp_for_laplace_and_marks_the_papers_epsilon(tmp_path):
+    """A Gaussian run's row gives the accountant's ε at its δ and the paper's ε, marked where it is no DP bound (as
+    the sweep table does); a Laplace run's pure ε reads "pure DP (δ = 0)", not "at δ = 0"."""
+    from leakattack.figures.report import NOT_A_BOUND_NOTE
+
+    gauss = _with_metrics(tmp_path, "gauss", defense="clip:C=1,gaussian:z=1.1@after_sketch", epsilon=7.113,
+                          delta=1e-5, epsilon_paper=6.881, delta_paper=1e-5, privacy_note="Delta = 1.562")
+    text = build_report([gauss])
+    assert (f"<th>ε</th><td>ε = 7.11 at δ = 1e-05 for this one message; the paper&#x27;s ε = 6.88 at δ = 1e-05 "
+            f"{html.escape(NOT_A_BOUND_NOTE)}</td>") in text
+    tight = _with_metrics(tmp_path, "tight", defense="clip:C=1,gaussian:z=30", epsilon=0.2, delta=1e-5,
+                          epsilon_paper=0.15, delta_paper=1e-5, privacy_note="Delta = 1")
+    assert "the paper&#x27;s ε = 0.15 at δ = 1e-05</td>" in build_report([tight])
+    laplace = _with_metrics(tmp_path, "laplace", defense="clip:C=1,laplace:b=0.1", epsilon=1158.7, delta=0.0,
+                            epsilon_paper=None, delta_paper=None, privacy_note="Laplace noise, pure DP")
+    text = build_report([laplace])
+    assert "<th>ε</th><td>ε = 1.16e+03, pure DP (δ = 0), for this one message</td>" in text
+    assert "at δ = 0" not in text and "paper" not in text.split("<th>ε</th>")[1].split("</tr>")[0]
+
+
+def test_the_sweep_table_gives_the_delta_of_its_epsilon_and_no_spread_of_rounding_error():
+    """ε is the same at every point of a setting: a sample std of 2e-15 reads ± 0; the note says at which δ the ε
+    hold, and that a Laplace setting's is pure DP."""
+    from leakattack.figures.report import _summary_table
+
+    def point(key, image, eps, delta=1e-5, paper=6.88):
+        return {"key": key, "grid": {"sigma": 1.0, "image_index": image},
+                "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": 7.0 + image, "ssim": 0.01, "d": 10, "b": 5, "defense": "clip:C=1,gaussian:z=1",
+                            "epsilon": eps, "delta": delta, "epsilon_paper": paper, "delta_paper": delta,
+                            "privacy_note": "Delta = C"}}
+
+    records = [point("a", 0, 18.756785376112), point("b", 1, 18.756785376112 + 4e-15), point("c", 2, 18.756785376112)]
+    text = _summary_table(records, {}, None)
+    assert "e-15" not in text and "e-16" not in text and "<span class=v>± 0</span>" in text
+    assert "<span class=v>± 1</span>" in text  # the PSNR's spread is kept
+    assert "ε of each message: at δ = 1e-05." in text
+    laplace = {"key": "l", "grid": {"sigma": 2.0, "image_index": 0},
+               "params": {"model": "lenet", "sketch": "srht"},
+               "metrics": {"psnr": 7.0, "ssim": 0.01, "d": 10, "b": 5, "defense": "clip:C=1,laplace:b=0.1",
+                           "epsilon": 1158.7, "delta": 0.0, "epsilon_paper": None, "privacy_note": "Laplace"}}
+    assert "ε of each message: at δ = 1e-05; pure DP (δ = 0) under Laplace noise." in _summary_table(
+        [records[0], laplace], {}, None)
+    undefended = [{**r, "metrics": {"psnr": 7.0, "ssim": 0.01, "d": 10, "b": 5}} for r in records]
+    assert "δ" not in _summary_table(undefended, {}, None)
+
+
+def test_a_time_under_a_tenth_of_a_second_does_not_read_as_none():
+    from leakattack.figures.report import _seconds
+
+    assert [_seconds(v) for v in (0.004, 0.06, 29.5, 300.0, None)] == ["under 0.1 s", "0.1 s", "29.5 s", "5.0 min",
+                                                                        "not recorded"]
