@@ -34,7 +34,9 @@ def summary_table(res: dict) -> str:
                                   + f", trajectory {f(res['noncritical_fraction_trajectory'])}{_singular(res)}"),
         ("semi-smooth fraction", f"{f(res['semismooth_fraction'])} (b=τ²β²), "
                                  f"{f(res['semismooth_fraction_literal'])} (b=τ²β literal), "
-                                 f"trajectory {f(res['semismooth_fraction_trajectory'])}"),
+                                 f"trajectory {f(res['semismooth_fraction_trajectory'])}"
+                                 + (" (the trajectory leaves the sampled points, from which β and θ₂ are taken)"
+                                    if (res['semismooth_fraction_trajectory'] or 1) < 1 else "")),
         ("tightest semi-smooth", f"b*={f(res['semismooth_tightest']['b_with_a0'])} (a=0, sampled pairs and "
                                  "trajectories), "
                                  f"a*={f(res['semismooth_tightest']['a_with_b0'])} (b=0); "

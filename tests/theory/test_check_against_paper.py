@@ -124,3 +124,12 @@ def test_no_step_of_theorem_l1_from_the_samples_is_one_sentence(monkeypatch, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no step of Theorem L.1 follows from the sampled points" in err[0], err
     assert not out.exists()
+
+
+def test_a_semismooth_trajectory_fraction_below_one_says_the_trajectory_leaves_the_samples(sketched):
+    def line(res):
+        return next(ln for ln in theory.summary_table(res).splitlines() if ln.startswith("semi-smooth fraction"))
+
+    below = {**sketched, "semismooth_fraction_trajectory": 0.985}
+    assert "trajectory 0.985 (the trajectory leaves the sampled points, from which β and θ₂ are taken)" in line(below)
+    assert "leaves the sampled points" not in line({**sketched, "semismooth_fraction_trajectory": 1.0})
