@@ -410,8 +410,8 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
             test_loss, test_acc = evaluate(victim, w, testset.images, testset.labels)
             if not (math.isfinite(stats["train_loss"]) and math.isfinite(test_loss)):
                 where = f"rounds 1..{t - 1} are kept in '{folder}'" if t > 1 else "no round finished"
-                raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']}, test loss "
-                                       f"{test_loss}); {where} (lower the learning rates)")
+                raise TrainingDiverged(f"training diverged in round {t} (train loss {stats['train_loss']:.4g}, test "
+                                       f"loss {test_loss:.4g}); {where} (lower the learning rates)")
             row = {"round": t, "train_loss": stats["train_loss"], "test_loss": test_loss, "test_acc": test_acc,
                    "floats_sent": stats["floats_sent"], "floats_cum": cum, "floats_mean_cum": mean_cum,
                    "clients": stats["clients"],

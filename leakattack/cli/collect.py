@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import csv
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from ..errors import UserError
 from ..figures.report import run_metrics
-from ..metrics import failed_kind, rebuilt_images
+from ..metrics import RunMetrics, failed_kind, rebuilt_images
 from ..results import folder_kind, read_json, writable_out, write_csv
 from ..results.store import EPSILON_METRICS, summary_value
 
-#: the columns first in the table (then every other scalar metric, in first-seen order)
+#: the columns first in the table (then every other column in the order of :func:`column_order`)
 LEADING = ("run", "model", "attack", "protocol", "batch_size", "sketch", "dataset", "defense", "round", "client", "d",
            "b", "psnr", "ssim", "lpips", "mse", "label_acc", "final_loss", "iterations", "stop_reason", "wall_s")
+#: metrics.json's keys every version of this record knows, in the file's order: the columns after :data:`LEADING`
+METRIC_ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "absent"))
+#: the columns collect derives from a run's metrics, after metrics.json's own keys
+DERIVED = ("objective_truth", "objective_reconstruction", "images_rebuilt", "failed")
 #: the columns every row holds, so every table collect writes begins with them: how ``--out`` recognises an earlier
 #: table it may replace
 HEAD = LEADING[:8]
@@ -158,6 +163,23 @@ def scalars(metrics: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> dict
     return out
 
 
+def column_order(names) -> list[str]:
+    """The table's columns, in one order whatever runs are collected (so that tables of different runs line up):
+    :data:`LEADING`, then metrics.json's keys in the file's order (:data:`METRIC_ORDER`; a nested record's entries,
+    ``peak_memory.rss_gb``, at its place, sorted by name), then :data:`DERIVED`, then the keys whose set varies from
+    run to run (a defended run's privacy keys: ``delta``, ``epsilon``, ..., and keys of other versions) sorted by
+    name.  Only the columns in ``names`` (those some row holds) are kept."""
+    rank: dict[str, int] = {}
+    for name in LEADING + METRIC_ORDER + DERIVED:  # a leading metric (psnr, d, ...) keeps its leading place
+        rank.setdefault(name, len(rank))
+
+    def key(column: str) -> tuple:
+        top = column if column in rank else column.split(".", 1)[0]
+        return (rank.get(top, len(rank)), column)
+
+    return sorted(set(names), key=key)
+
+
 def cmd_collect(a) -> int:
     out = collect_out(a.out)
     folders, sweeps = found_folders(a.dirs)
@@ -165,9 +187,7 @@ def cmd_collect(a) -> int:
         where = f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}"
         raise UserError(f"{where}: only {_sweeps_said(sweeps)}" if sweeps else where)
     rows = [row_of(f) for f in folders]  # every run read, and refused, before the table is written
-    columns = [c for c in LEADING if any(c in r for r in rows)]
-    columns += [c for r in rows for c in r if c not in columns]
-    columns = list(dict.fromkeys(columns))
+    columns = column_order({c for r in rows for c in r})
     try:
         write_csv(out, rows, columns)
     except OSError as err:
@@ -178,5 +198,5 @@ def cmd_collect(a) -> int:
     return 0
 
 
-__all__ = ["cmd_collect", "collect_out", "found_folders", "run_folders", "row_of", "scalars", "sent_sketch", "HEAD",
-           "LEADING"]
+__all__ = ["cmd_collect", "collect_out", "column_order", "found_folders", "run_folders", "row_of", "scalars",
+           "sent_sketch", "HEAD", "LEADING", "METRIC_ORDER", "DERIVED"]

@@ -314,6 +314,23 @@ def _with_count(head: str, records: list[dict]) -> str:
     return f"{head}; {count}" if count else head
 
 
+#: the most entries, and the widest share of a panel, of a legend drawn inside the panel (else it goes below them)
+LEGEND_IN_PANEL_ENTRIES = 4
+LEGEND_IN_PANEL_WIDTH = 0.45
+
+
+def _fits_in_panel(fig, axes, texts: list[str]) -> bool:
+    """Whether a legend of these entries (at 7 pt) is small enough to sit inside a panel without covering much of
+    it: at most :data:`LEGEND_IN_PANEL_ENTRIES` entries and, estimated from the longest text (0.55 em a character,
+    and the marker's room), at most :data:`LEGEND_IN_PANEL_WIDTH` of a panel's width.  The reference lines' long
+    entries (the baseline, the verdict marks, the SSIM border) made the legend wider than its panel, over the data
+    and the tick labels."""
+    if len(texts) - 1 > LEGEND_IN_PANEL_ENTRIES:  # the last text is the title
+        return False
+    width_in = (max(len(t) for t in texts) * 0.55 * 7 + 30) / 72
+    return width_in <= LEGEND_IN_PANEL_WIDTH * fig.get_figwidth() / max(1, len(axes))
+
+
 def _legend(fig, axes, keys: list[str], n_lines: int, borders: tuple[str, ...] = ()) -> None:
     """The legend of the first panel's labelled lines, then one entry per dotted grey reference line (``borders``,
     their labels), titled by the keys that tell series apart: none with one series, whose entries are then only the
@@ -324,7 +341,7 @@ def _legend(fig, axes, keys: list[str], n_lines: int, borders: tuple[str, ...] =
     if not handles:
         return
     title = ", ".join(keys) or None
-    if n_lines <= 4 and len(keys) <= 1:
+    if n_lines <= 4 and len(keys) <= 1 and _fits_in_panel(fig, axes, labels + [title or ""]):
         axes[0].legend(handles, labels, fontsize=7, title=title, title_fontsize=7)
     else:  # below the panels: many or long labels would cover the data
         longest = max((len(t) for t in labels), default=0)

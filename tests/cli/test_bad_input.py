@@ -1,6 +1,7 @@
 """Bad input through the command line: one sentence on stderr, exit code 2, no traceback, nothing written."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -361,6 +362,15 @@ def test_training_that_diverges_stops_with_one_sentence_and_no_nan_in_its_log(tm
     log = tmp_path / "fedavg" / "train.jsonl"
     text = log.read_text() if log.exists() else ""
     assert "NaN" not in text and "Infinity" not in text
+
+
+def test_a_diverged_trainings_losses_are_said_to_four_digits(tmp_path, capsys):
+    """The sentence printed the losses' full repr: `train loss 2.2993497371673586, test loss nan`."""
+    rc = cli.main(["train", "--protocol", "fedavg", "--rounds", "1", "--clients", "2", "--local-lr", "1e300",
+                   "--out", str(tmp_path), "--quiet", "--no-checkpoints"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and re.search(r"training diverged in round 1 \(train loss \d\.\d{3}, test loss nan\); no round "
+                                 r"finished", err), err
 
 
 def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):

@@ -137,6 +137,33 @@ def test_collect_names_the_scalars_of_nested_records_by_dotted_paths(tmp_path):
     assert float(row["objective_truth"]) == 0.002
 
 
+def test_collect_writes_its_columns_in_one_order_whatever_runs_it_collects(tmp_path):
+    """The columns after the leading ones came in the order first seen in the sorted runs, so a defended run's
+    epsilon stood before the objective's totals in its own table and after them once a run sorted before it had
+    recorded its objective: tables of different runs did not line up."""
+    runs = tmp_path / "runs"
+    at = {"truth": {"match": 0.0, "total": 0.002}, "reconstruction": {"match": 0.1, "total": 0.1}}
+    for name, extra in (("a-batch", {"objective_at": at, "peak_memory": {"rss_gb": 0.9}, "verdict": "not rebuilt",
+                                     "verdict_each": ["rebuilt", "not rebuilt"]}),
+                        ("b-defended", {"peak_memory": {"rss_gb": 0.9}, "objective_at": at, "defense": "gaussian",
+                                        "noise_seed": 3, "epsilon": None, "privacy_note": "no clip",
+                                        "verdict": "not rebuilt"})):
+        _run_folder(runs / name, "srht", 7913, 10.0)
+        path = runs / name / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
+    headers = []
+    for given in ([runs / "b-defended"], [runs]):
+        out = tmp_path / f"{len(given)}-{len(headers)}.csv"
+        assert cli.main(["collect", *map(str, given), "--out", str(out)]) == 0
+        headers.append(out.read_text().splitlines()[0].split(","))
+    alone, both = headers
+    assert [c for c in both if c in alone] == alone
+    # metrics.json's keys in the file's order, then collect's own, then the keys whose set varies, by name
+    assert both.index("verdict") < both.index("peak_memory.rss_gb") < both.index("objective_truth") \
+        < both.index("images_rebuilt") < both.index("failed") < both.index("epsilon") < both.index("noise_seed") \
+        < both.index("privacy_note")
+
+
 def test_collect_without_any_run_is_one_sentence(tmp_path, capsys):
     assert cli.main(["collect", str(tmp_path), "--out", str(tmp_path / "t.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -95,6 +95,60 @@ def test_accuracy_figure_draws_every_training_run_under_the_root(tmp_path):
     assert path == tmp_path / "accuracy_vs_floats.png" and path.stat().st_size > 1000
 
 
+def _training(folder: Path, rows: list[dict]) -> None:
+    """A training run's folder as `leakattack train` writes it, with the protocol.json keys the figure reads."""
+    folder.mkdir()
+    (folder / "protocol.json").write_text(json.dumps({"model": {"model": "lenet", "dataset": "digits"},
+                                                      "spec": {"clients": 10}}))
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def accuracy_drawn(monkeypatch):
+    """The accuracy figure, kept open instead of saved (closed after the test)."""
+    from leakattack.figures import training
+    from leakattack.figures.common import plt
+
+    figs = []
+    monkeypatch.setattr(training, "save", lambda fig, path: figs.append(fig))
+    yield figs
+    for fig in figs:
+        plt.close(fig)
+
+
+def test_accuracy_figure_tells_apart_runs_whose_rounds_coincide_and_names_their_setup(tmp_path, accuracy_drawn):
+    """sacfl whose clip never fires sends what sketched sends: its line lay under sketched's and was not seen; the
+    figure did not say which victim, data set or clients the runs trained."""
+    rows = [{"round": t, "floats_cum": 1343 * t, "floats_mean_cum": 1343.0 * t, "test_acc": 0.08 + 0.02 * t}
+            for t in (1, 2, 3)]
+    for name in ("sacfl", "sketched"):
+        _training(tmp_path / name, rows)
+    accuracy_figure(tmp_path)
+    ax = accuracy_drawn[0].axes[0]
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in lines] == ["sacfl", "sketched"]
+    assert list(lines[0].get_xydata().ravel()) == list(lines[1].get_xydata().ravel())
+    markers = [ln.get_marker() for ln in lines]
+    assert "None" not in markers and markers[0] != markers[1]
+    assert "lenet on digits, 10 clients" in ax.get_title()
+
+
+def test_accuracy_figure_labels_on_the_floats_axis_do_not_run_together(tmp_path, accuracy_drawn):
+    """A training under two decades of floats got matplotlib's labels at 2, 3, 4 and 6 times a power of ten, which
+    ran into each other (``3×10⁴4×10⁴``)."""
+    _training(tmp_path / "sketched", [{"round": t, "floats_cum": 1343 * t, "test_acc": 0.1 + 0.02 * t}
+                                      for t in range(1, 41)])
+    accuracy_figure(tmp_path)
+    fig = accuracy_drawn[0]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    xaxis = fig.axes[0].xaxis
+    ticks = xaxis.get_majorticklabels() + xaxis.get_minorticklabels()
+    boxes = sorted((t.get_window_extent(r) for t in ticks if t.get_visible() and t.get_text()), key=lambda b: b.x0)
+    assert len(boxes) >= 2
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
 def test_figures_import_only_results_of_the_stations():
     code = ("import sys, leakattack.figures; "
             "print(sorted(m for m in sys.modules if m.startswith('leakattack')))")

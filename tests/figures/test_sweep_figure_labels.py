@@ -154,3 +154,22 @@ def test_the_epsilon_panel_says_when_its_epsilon_is_the_pure_one_of_laplace_nois
         drawn.clear()
         sweep_module.metrics_vs_strength(tmp_path, [rec(0, 0.1, delta), rec(1, 1.0, delta)], "noise")
         assert want in [ax.get_ylabel() for ax in drawn["metrics_vs_strength"].axes]
+
+
+def test_a_legend_with_the_reference_lines_covers_no_panel_and_no_tick_label(tmp_path, drawn):
+    """Two series with their baselines and the SSIM border made a legend of long entries that was drawn inside the
+    PSNR panel, wider than the panel: it covered the lines and the PSNR tick labels."""
+    fake_sweep(tmp_path, [{"sketch": k, "sigma": s, "image_index": 0} for k in ("srht", "none") for s in (0.0, 0.1)])
+    sweep_figures(tmp_path)
+    fig = drawn["metrics_vs_strength"]
+    assert sweep_module.BASELINE_LABEL in legend_texts(fig) and sweep_module.SSIM_BORDER_LABEL in legend_texts(fig)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert legends
+    for leg in legends:
+        box = leg.get_window_extent(r)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(r))
+            labels = ax.get_yticklabels() + ax.get_xticklabels()
+            assert not any(t.get_text() and box.overlaps(t.get_window_extent(r)) for t in labels)
