@@ -41,6 +41,8 @@ def verdicts_text(res: dict) -> list[str]:
 
 
 def cmd_figures(a) -> int:
+    if not str(a.dir).strip():  # Path("") is ".": an empty argument names no folder
+        raise UserError("a sweep folder must be named, got an empty string")
     out = Path(a.dir)
     if not out.exists():
         raise UserError(f"'{out}' does not exist")

@@ -26,11 +26,12 @@ from . import interrupted_exit
 
 
 def _floats(row: dict) -> str:
-    """The uplink so far per client: on average over the clients, and per sampled client where they differ."""
+    """The uplink so far per client, over all rounds: on average over the clients, and per sampled client where
+    they differ."""
     mean, sampled = row["floats_mean_cum"], row["floats_cum"]
     if round(mean) == sampled:
-        return f"floats/client {sampled}"
-    return f"floats/client {mean:.0f} on average, {sampled} per client sampled every round"
+        return f"floats/client {sampled} in all"
+    return f"floats/client {mean:.0f} in all on average, {sampled} per client sampled every round"
 
 
 def _resuming(folder: Path, done: int, rounds: int) -> None:
@@ -112,6 +113,6 @@ def cmd_train(a) -> int:
         return interrupted_exit()
     last = read_jsonl(folder / "train.jsonl")[-1]
     print(f"{a.protocol}: round {last['round']} | test acc {last['test_acc']:.4f} | "
-          f"train loss {last['train_loss']:.4f} | {_floats(last)} | {last['wall_s']:.1f} s | "
+          f"train loss {last['train_loss']:.4g} | {_floats(last)} | {last['wall_s']:.1f} s | "
           f"{folder}")
     return 0

@@ -162,6 +162,8 @@ def check_folders(paths) -> list[tuple[str, Path]]:
     """(kind, folder) of each path, refused in one sentence when one is neither a run nor a sweep folder; a folder
     given twice (or spelt two ways, or through a link) appears once, where it was first given."""
     out, seen = [], set()
+    if any(not str(p).strip() for p in paths):  # Path("") is ".": an empty argument names no folder
+        raise UserError("a run or sweep folder to report must be named, got an empty string")
     for p in map(Path, paths):
         if not p.exists():
             raise UserError(f"'{p}' does not exist")

@@ -144,5 +144,5 @@ def test_a_protocol_that_samples_half_the_clients_counts_half_the_uplink_per_cli
     for r in rows:
         assert len(r["clients"]) == 2
     assert rows[-1]["floats_mean_cum"] == rows[-1]["floats_cum"] / 2 == rows[0]["floats_sent"]
-    assert (f"floats/client {rows[-1]['floats_mean_cum']:.0f} on average, {rows[-1]['floats_cum']} per client "
+    assert (f"floats/client {rows[-1]['floats_mean_cum']:.0f} in all on average, {rows[-1]['floats_cum']} per client "
             "sampled every round") in capsys.readouterr().out

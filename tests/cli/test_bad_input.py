@@ -470,3 +470,29 @@ def test_a_folder_given_as_the_dataset_is_pointed_to_imagefolder(tmp_path, capsy
         _refused(RUN + ["--dataset", str(folder), "--out", str(tmp_path / "run")], needle, tmp_path, capsys)
     assert cli.main(RUN + ["--dataset", "imagenet", "--out", str(tmp_path / "run")]) == 2
     assert "imagefolder --data-root" not in capsys.readouterr().err  # a name that is no folder: the names alone
+
+
+def test_the_training_summary_prints_a_huge_loss_in_four_digits_and_says_the_floats_are_the_total(tmp_path, capsys,
+                                                                                                   monkeypatch):
+    from leakattack.cli import train as train_cli
+
+    row = {"round": 3, "test_acc": 0.1, "train_loss": 3.3854479148838581e31, "floats_mean_cum": 40278,
+           "floats_cum": 40278, "wall_s": 1.0}
+    monkeypatch.setattr(train_cli, "read_jsonl", lambda path: [row])
+    monkeypatch.setattr(train_cli, "train", lambda *a, **k: tmp_path)
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "3", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "train loss 3.385e+31 | floats/client 40278 in all |" in line, line
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["figures", ""], "a sweep folder must be named, got an empty string"),
+    (["report", "", "--out", "r.html"], "a run or sweep folder to report must be named, got an empty string"),
+])
+def test_an_empty_folder_argument_is_refused_not_read_as_the_current_folder(tmp_path, capsys, monkeypatch, argv,
+                                                                            said):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not any(tmp_path.iterdir())
