@@ -40,8 +40,28 @@ _scanned = False
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    text = str(err.msg if isinstance(err, SyntaxError) and err.msg else err).strip()  # its place: raised_at
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def raised_at(err: BaseException, files) -> str:
+    """Where ``err`` arose in the user's code, as the end of a sentence: `` in forward at /abs/net.py:12`` for the
+    last traceback frame in one of ``files`` (file names as compiled: a module's ``__file__``), `` at
+    /abs/net.py:5`` for a frame at a module's top level or a SyntaxError's own place; empty where neither is known."""
+    if isinstance(err, SyntaxError) and err.filename and err.lineno:
+        return f" at {os.path.abspath(err.filename)}:{err.lineno}"
+    files = {f for f in files if f}
+    found = None
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename in files:
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    name = "" if code.co_name.startswith("<") else f" in {code.co_name}"
+    return f"{name} at {os.path.abspath(code.co_filename)}:{found.tb_lineno}"
 
 
 def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False):
@@ -69,7 +89,8 @@ def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False):
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(name, None)
-        raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
+        raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [spec.origin])}") \
+            from None
     finally:
         sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
     return module
@@ -94,8 +115,8 @@ def import_module_named(name: str, label: str, missing: str):
         if err.name and (name == err.name or name.startswith(err.name + ".")):
             raise UserError(missing) from None
         raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
-    except Exception as err:
-        raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
+    except Exception as err:  # a SyntaxError keeps its place, which _first_line leaves out
+        raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [])}") from None
 
 
 def named() -> list[str]:
@@ -167,4 +188,4 @@ def provenance() -> list[dict]:
     return out
 
 
-__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named", "provenance"]
+__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named", "provenance", "raised_at"]

@@ -24,6 +24,7 @@ import contextlib
 import math
 import operator
 import os
+import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakattack.errors import SettingWarning, UserError
+from leakattack.plugins import raised_at
 
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
@@ -229,9 +231,57 @@ def output_linear(model: nn.Module, input_shape,
     return last, False
 
 
+def allocation_failed(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that did not fit (Python's MemoryError, torch's CPU allocator or a GPU's
+    OutOfMemoryError), which a module's checks pass on rather than blame on the module."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
 def first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+#: the packages whose classes are not the user's code: a message names no place in them
+_OURS = ("torch", "builtins", "leakattack", "targets", "defenses")
+
+
+def code_files(classes) -> set[str]:
+    """The files the user's code of ``classes`` (and of their bases outside torch and leakattack) was compiled from:
+    their modules' files and their functions' (a notebook's cells), for :func:`raised_at`."""
+    files: set[str] = set()
+    for cls in classes:
+        for klass in getattr(cls, "__mro__", ()):
+            if str(getattr(klass, "__module__", "")).split(".")[0] in _OURS:
+                continue
+            files.add(str(getattr(sys.modules.get(klass.__module__), "__file__", "") or ""))
+            for value in vars(klass).values():
+                code = getattr(getattr(value, "__func__", value), "__code__", None)
+                if code is not None:
+                    files.add(code.co_filename)
+    files.discard("")
+    return files
+
+
+def module_files(model: nn.Module) -> set[str]:
+    """The user's code files of ``model``'s classes, its submodules' included."""
+    return code_files({type(m) for m in model.modules()})
+
+
+def defined_at(func) -> str:
+    """`` at /abs/net.py:10`` where the user's function (``Net.forward``) is defined, or empty (torch's, ours)."""
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or str(getattr(func, "__module__", "")).split(".")[0] in _OURS:
+        return ""
+    return f" at {os.path.abspath(code.co_filename)}:{code.co_firstlineno}"
+
+
+def forward_at(model: nn.Module) -> str:
+    """`` (forward of Net at /abs/net.py:10)`` for a model whose forward is the user's code, else empty."""
+    where = defined_at(getattr(type(model), "forward", None))
+    return f" (forward of {type(model).__name__}{where})" if where else ""
 
 
 def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
@@ -424,7 +474,7 @@ class Victim:
         which = "the nn.Linear that computes the module's output" if seen else "the module's last linear layer"
         if head.out_features != self.num_classes:
             raise UserError(f"{which} has {head.out_features} outputs, and num_classes is {self.num_classes}: give "
-                            "the number of classes it scores, or its classifier as head=")
+                            f"the number of classes it scores, or its classifier as head={forward_at(self.model)}")
         if seen is False:
             where = next(n for n, m in self.model.named_modules() if m is head)
             warnings.warn(f"no nn.Linear of model '{self.name}' computes its output: its last registered nn.Linear "
@@ -447,11 +497,13 @@ class Victim:
             with kept_buffers(self.model), torch.no_grad():
                 out = self.model(x)
         except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
+            if allocation_failed(err):  # no fault of the module: the command's out-of-memory sentence says so
+                raise
             raise UserError(f"model '{self.name}' fails on a batch of shape {tuple(x.shape)} ({first_line(err)})"
-                            f"{batched}") from None
+                            f"{raised_at(err, module_files(self.model))}{batched}") from None
         problem = output_problem(out, self.task, self.num_classes, 2)
         if problem:
-            raise UserError(f"model '{self.name}' {problem}{batched}")
+            raise UserError(f"model '{self.name}' {problem}{forward_at(self.model)}{batched}")
         self.check_probe()
 
     def check_probe(self) -> None:
@@ -464,15 +516,24 @@ class Victim:
         dtype, device = (p.dtype, p.device) if p is not None else (torch.get_default_dtype(), None)
         gen = torch.Generator().manual_seed(0)
         probe = torch.rand(2, *self.input_shape, generator=gen, dtype=dtype).to(device).requires_grad_(True)
-        with kept_buffers(self.model), torch.enable_grad():
-            before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
-            out = self.model(probe)
-            changed = [name for name, b in self.model.named_buffers() if name in before and not _same(b, before[name])]
-            g = None
-            if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
-                weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
-                g = torch.autograd.grad((out * weights).sum(), probe, allow_unused=True)[0]
-            again = self.model(probe.detach()) if not changed and isinstance(out, torch.Tensor) else None
+        try:
+            with kept_buffers(self.model), torch.enable_grad():
+                before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+                out = self.model(probe)
+                changed = [name for name, b in self.model.named_buffers()
+                           if name in before and not _same(b, before[name])]
+                g = None
+                if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
+                    weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
+                    g = torch.autograd.grad((out * weights).sum(), probe, allow_unused=True)[0]
+                again = self.model(probe.detach()) if not changed and isinstance(out, torch.Tensor) else None
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
+            if allocation_failed(err):
+                raise
+            raise UserError(f"model '{self.name}' fails on a random batch of shape {tuple(probe.shape)}, forward "
+                            f"and backward ({first_line(err)}){raised_at(err, module_files(self.model))}") from None
         if changed:
             one = len(changed) == 1
             names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")
@@ -639,4 +700,5 @@ __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "
            "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "last_linear", "output_linear", "first_line", "output_problem",
+           "code_files", "module_files", "defined_at", "forward_at",
            "kept_buffers"]

@@ -25,9 +25,9 @@ from typing import Literal
 from torch import nn
 
 from leakattack.errors import UserError
-from leakattack.plugins import import_file, import_module_named
+from leakattack.plugins import import_file, import_module_named, raised_at
 
-from ..victim import TASKS, Victim, cross_entropy, first_line, output_problem, squared_error
+from ..victim import TASKS, Victim, code_files, cross_entropy, defined_at, first_line, output_problem, squared_error
 
 
 def is_user_spec(name: str) -> bool:
@@ -50,7 +50,10 @@ def user_class(spec: str) -> type:
                                             "file as path/to/file.py:Name or an importable module as "
                                             "package.module:Name)"), f"module '{where}'"
     if not hasattr(module, attr):
-        raise UserError(f"{place} has no attribute '{attr}'")
+        own = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                     and v.__module__ == module.__name__)
+        raise UserError(f"{place} has no attribute '{attr}'" + (f" (its nn.Module classes: {', '.join(own)})"
+                                                                 if own else ""))
     cls = getattr(module, attr)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise UserError(f"'{spec}' is not an nn.Module subclass (its type is {type(cls).__name__})")
@@ -86,10 +89,16 @@ def user_recipe(cls: type) -> str | None:
     return getattr(cls, "leakattack_recipe", None)
 
 
-def not_built(spec: str, params: dict, err: BaseException) -> UserError:
-    """The one sentence for a model that could not be built with ``params``, naming the exception."""
+def not_built(spec: str, params: dict, err: BaseException, cls: type | None = None) -> UserError:
+    """The one sentence for a model that could not be built with ``params``, naming the exception and, for the
+    user's class ``cls``, where in its file it arose (the last frame there), or where the ``__init__`` that refused
+    the arguments is defined."""
     given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
-    return UserError(f"model '{spec}' could not be built with {given} ({first_line(err)})")
+    where = raised_at(err, code_files([cls])) if cls is not None else ""
+    if not where and cls is not None and isinstance(err, TypeError):
+        init = defined_at(getattr(cls, "__init__", None))
+        where = f" calling {cls.__name__}.__init__ defined{init}" if init else ""
+    return UserError(f"model '{spec}' could not be built with {given} ({first_line(err)}){where}")
 
 
 def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:
@@ -106,7 +115,7 @@ def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, p
     except UserError:
         raise
     except Exception as err:
-        raise not_built(spec, params, err) from None
+        raise not_built(spec, params, err, cls) from None
     if not isinstance(module, nn.Module):
         raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")
     return module
@@ -135,10 +144,21 @@ def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None | Literal
     try:
         head = module.get_submodule(name)
     except (AttributeError, TypeError):
-        raise UserError(f"leakattack_head of '{spec}' names no submodule '{name}'") from None
+        linear = [n for n, m in module.named_modules() if isinstance(m, nn.Linear)]
+        raise UserError(f"leakattack_head of '{spec}'{_class_at(type(module))} names no submodule '{name}'"
+                        + (f"; its nn.Linear layers: {', '.join(linear)}" if linear else "")) from None
     if not isinstance(head, nn.Linear):
         raise UserError(f"leakattack_head of '{spec}' names a {type(head).__name__}, not an nn.Linear")
     return head
+
+
+def _class_at(cls: type) -> str:
+    """`` (class Net at /abs/net.py:5)``, or empty where its source cannot be found."""
+    try:
+        file, line = inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return ""
+    return f" (class {cls.__name__} at {file}:{line})" if file else ""
 
 
 def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int, bn_mode: str) -> Victim:
