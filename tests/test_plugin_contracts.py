@@ -219,3 +219,16 @@ def test_an_optimising_plugin_attack_reads_gradient_matching_s_settings(fresh_re
     register_attack(Optimising.name, Optimising)
     assert RunConfig(attack=Optimising.name, iterations=5, lr=0.5).unused_options() == []
     assert RunConfig(attack="analytic", iterations=5).unused_options() == ["--iterations"]
+
+
+def test_sweep_json_records_the_plugins_the_sweep_ran_with(plugin):
+    path, names = plugin
+    toml = path.parent / "tiny.toml"
+    toml.write_text(f'[base]\nmodel = "{names["MODEL"]}"\ndataset = "digits"\niterations = 1\nthreads = 1\n\n'
+                    '[grid]\nseed = [0]\n')
+    out = path.parent / "sweep"
+    assert cli.main(["sweep", str(toml), "--out", str(out), "--jobs", "1", "--quiet"]) == 0
+    recorded = json.loads((out / "sweep.json").read_text())["plugins"]
+    entry = next(e for e in recorded if e.get("path") == str(path.resolve()))
+    assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and f"model '{names['MODEL']}'" \
+        in entry["registers"]

@@ -33,7 +33,7 @@ from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
-from ..plugins import load_plugins
+from ..plugins import load_plugins, provenance
 from ..progress import progress_bar
 from ..rebuilt import REBUILT, batch_images
 from ..results import (
@@ -143,7 +143,8 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
 
 
 def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
-    write_json(out / "sweep.json", plan.meta())
+    code = provenance()  # the user's code behind registered names, as a run's config.json records it
+    write_json(out / "sweep.json", {**plan.meta(), **({"plugins": code} if code else {})})
     results = out / "results.jsonl"
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
