@@ -99,5 +99,12 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-__all__ = ["UserError", "SettingWarning", "duration_text", "size_text", "ratio_text", "one_line_warnings",
-           "signals_held"]
+def allocation_failed(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that did not fit: Python's MemoryError, a GPU's OutOfMemoryError, or torch's
+    CPU allocator ("can't allocate memory")."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
+__all__ = ["UserError", "SettingWarning", "allocation_failed", "duration_text", "size_text", "ratio_text",
+           "one_line_warnings", "signals_held"]

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leakattack.errors import SettingWarning, UserError
+from leakattack.errors import SettingWarning, UserError, allocation_failed
 from leakattack.plugins import raised_at
 
 TASKS = ("classification", "regression")
@@ -229,13 +229,6 @@ def output_linear(model: nn.Module, input_shape,
     if output_problem(out, "classification", num_classes or (out.shape[-1] if out.dim() else 0), 2):
         return last, None  # no class scores to find the layer of
     return last, False
-
-
-def allocation_failed(err: BaseException) -> bool:
-    """Whether ``err`` is an allocation that did not fit (Python's MemoryError, torch's CPU allocator or a GPU's
-    OutOfMemoryError), which a module's checks pass on rather than blame on the module."""
-    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
 
 
 def first_line(err: BaseException) -> str:

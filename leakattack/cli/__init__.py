@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 
-from ..errors import UserError, one_line_warnings, signals_held, size_text
+from ..errors import UserError, allocation_failed, one_line_warnings, signals_held, size_text
 from ..plugins import load_plugins
 from .parser import Parser, UsageError, build_parser, given_dests
 
@@ -47,10 +47,8 @@ _ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) by
 
 def out_of_memory(err: BaseException) -> str | None:
     """The sentence for an allocation that did not fit (Python's MemoryError, torch's allocators), or None."""
-    if not isinstance(err, (MemoryError, RuntimeError)):
-        return None
-    found = _ALLOCATION.search(str(err))
-    if not isinstance(err, MemoryError) and type(err).__name__ != "OutOfMemoryError" and found is None:
+    found = _ALLOCATION.search(str(err)) if isinstance(err, (MemoryError, RuntimeError)) else None
+    if not allocation_failed(err) and found is None:
         return None
     size = "" if found is None else f" of {size_text(int(found[1]))}" if found[1] else f" of {found[2]}"
     return (f"out of memory: an allocation{size} did not fit on this machine (what had finished is kept, nothing "
