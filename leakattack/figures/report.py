@@ -556,7 +556,9 @@ def _run_verdict(m: RunMetrics) -> str:
         extra = f" ({FAILURE_NOTE})" if verdict == NOT_REBUILT else ""
         more = f" {ahead[:1].upper()}{ahead[1:]}." if ahead else ""
         images = images_words(record)  # a batch whose images on their own disagree with its verdict
-        counted = f" ({images})" if images else ""
+        # as the summary line words it: a rebuilt run's faint note beside the batch's count
+        words = "; ".join(w for w in (images, faint_words(record) if verdict == REBUILT else None) if w)
+        counted = f" ({words})" if words else ""
         lines.append(f'<p class="verdict"><strong>Verdict: {_e(verdict)}{_e(counted)}</strong>{_e(extra)}.'
                      f"{_e(reason)}{_e(more)}</p>")
     rows = [

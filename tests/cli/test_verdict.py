@@ -178,7 +178,7 @@ def test_a_run_with_laplace_noise_states_its_pure_epsilon(tmp_path, capsys):
 
 def test_a_rebuilt_run_below_ssim_0_3_is_called_faint_in_its_line_and_its_report(tmp_path, capsys):
     from leakattack.cli.run import summary_line
-    from leakattack.figures.report import _run_headline
+    from leakattack.figures.report import _run_headline, _run_verdict
     from leakattack.metrics import RunMetrics
     from leakattack.rebuilt import FAINT_SSIM, faint_words
 
@@ -191,5 +191,7 @@ def test_a_rebuilt_run_below_ssim_0_3_is_called_faint_in_its_line_and_its_report
     faint = RunMetrics.from_dict({**m, **base})
     assert summary_line(faint, tmp_path).startswith("rebuilt (faint: SSIM below 0.3) | PSNR 13.00 dB, SSIM 0.2970")
     assert "Faint: its SSIM is below 0.3" in _run_headline(faint)[2]
+    assert "<strong>Verdict: rebuilt (faint: SSIM below 0.3)</strong>" in _run_verdict(faint)  # as the line says
     clear = RunMetrics.from_dict({**m, **base, "ssim": 0.8})
     assert summary_line(clear, tmp_path).startswith("rebuilt | PSNR") and "Faint" not in _run_headline(clear)[2]
+    assert "<strong>Verdict: rebuilt</strong>" in _run_verdict(clear)
