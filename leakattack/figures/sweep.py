@@ -66,6 +66,22 @@ BASELINE_LABEL = "baseline: better of start and mean image"
 #: the SSIM drawn dotted in metrics_vs_strength: the border docs/sweeps.md reads off the reference defense sweep
 #: (where the mean SSIM crosses it, the digits are barely visible)
 SSIM_BORDER = 0.3
+#: the values each metric can take (None: unbounded there); a mean +- std bar or band is cut at them, so a spread
+#: of scores near a bound (SSIM near 1, label accuracy near 0) is not drawn reaching values no run can have.  PSNR
+#: stops at 200 dB (:func:`leakattack.metrics.image.psnr` clamps the MSE at 1e-20)
+METRIC_RANGE = {"psnr": (None, 200.0), "ssim": (-1.0, 1.0), "lpips": (0.0, None), "label_acc": (0.0, 1.0),
+                "utility_acc": (0.0, 1.0), "epsilon": (0.0, None), "baseline_psnr": (None, 200.0),
+                "baseline_ssim": (-1.0, 1.0)}
+
+
+def _within(mean: float, std: float, metric: str | None) -> tuple[float, float]:
+    """(below, above) the mean of a std bar of ``metric``, cut at :data:`METRIC_RANGE`."""
+    lo, hi = METRIC_RANGE.get(metric or "", (None, None))
+    below = std if lo is None else max(0.0, min(std, mean - lo))
+    above = std if hi is None else max(0.0, min(std, hi - mean))
+    return below, above
+
+
 #: the legend entry of the dotted SSIM border
 SSIM_BORDER_LABEL = f"SSIM {SSIM_BORDER:g}: about where images become barely visible"
 #: the legend entries of a point (a setting's mean) whose repetitions were none of them rebuilt (drawn hollow), and
@@ -237,8 +253,9 @@ _STATE_MARKS = {"none": {"mfc": "white"}, "some": {"fillstyle": "left", "markerf
 _STATE_LABELS = {"none": NOT_REBUILT_LABEL, "some": SOME_REBUILT_LABEL}
 
 
-def _draw_lines(ax, lines: dict, labels: dict, marked: set | None = None) -> dict:
-    """Mean against x, one line per series; std bars only where a setting has more than one repetition; a point
+def _draw_lines(ax, lines: dict, labels: dict, marked: set | None = None, metric: str | None = None) -> dict:
+    """Mean against x, one line per series; std bars only where a setting has more than one repetition (cut at the
+    range of ``metric``: :data:`METRIC_RANGE`); a point
     none of whose repetitions was rebuilt hollow, one only some of them were half filled (the states drawn are added
     to ``marked``, for :func:`_verdict_entries`).  Returns each series' colour."""
     colors = {}
@@ -257,7 +274,9 @@ def _draw_lines(ax, lines: dict, labels: dict, marked: set | None = None) -> dic
                     marked.add(state)
         bars = [p for p in pts if p[2] is not None]
         if bars:
-            ax.errorbar([p[0] for p in bars], [p[1] for p in bars], yerr=[p[2] for p in bars], fmt="none",
+            cut = [_within(p[1], p[2], metric) for p in bars]
+            ax.errorbar([p[0] for p in bars], [p[1] for p in bars], yerr=[[c[0] for c in cut], [c[1] for c in cut]],
+                        fmt="none",
                         ecolor=drawn.get_color(), capsize=3)
     return colors
 
@@ -273,8 +292,8 @@ def _draw_baselines(ax, records: list[dict], x_of, metric: str, line_of, colors:
         x, y = [p[0] for p in pts], [p[1] for p in pts]
         ax.plot(x, y, ls="--", lw=1.0, marker="_", ms=8, color=color, alpha=0.8, label="_baseline")
         if any(p[2] is not None for p in pts):
-            std = [p[2] or 0.0 for p in pts]
-            ax.fill_between(x, [m - e for m, e in zip(y, std)], [m + e for m, e in zip(y, std)], color=color,
+            cut = [_within(m, p[2] or 0.0, key) for m, p in zip(y, pts)]
+            ax.fill_between(x, [m - c[0] for m, c in zip(y, cut)], [m + c[1] for m, c in zip(y, cut)], color=color,
                             alpha=0.12, lw=0)
     return bool(lines)
 
@@ -503,7 +522,7 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
     baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        colors = _draw_lines(ax, lines, labels, marked)
+        colors = _draw_lines(ax, lines, labels, marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if categories is None:
             _set_strength_scale(ax, [p[0] for pts in lines.values() for p in pts] or [1])
@@ -555,7 +574,7 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
     for series, pts in by_line.items():
         pts.sort(key=lambda p: (p[0], p[1]))
         lines[series] = [(acc, ps, std, len(part), part) for acc, ps, std, _, part in pts]
-    _draw_lines(ax, lines, {s: _line_label(s) for s in lines}, marked)
+    _draw_lines(ax, lines, {s: _line_label(s) for s in lines}, marked, metric="psnr")
     _verdict_entries(ax, marked)
     for pts in by_line.values():
         for acc, ps, _, label, _part in pts:
@@ -588,7 +607,7 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     baselines, marked = False, set[str]()
     for ax, name, label in ((axes[0], "psnr", "PSNR (dB)"), (axes[1], "ssim", "SSIM")):
         colors = _draw_lines(ax, aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys)), labels,
-                             marked)
+                             marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
@@ -615,7 +634,7 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
     baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
-        colors = _draw_lines(ax, lines, labels, marked)
+        colors = _draw_lines(ax, lines, labels, marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if name == "psnr":
             for pts in lines.values():

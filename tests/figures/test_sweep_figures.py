@@ -335,3 +335,22 @@ def test_the_privacy_utility_frontier_labels_each_point_with_the_epsilon_its_acc
     drawn.clear()
     sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
     assert sorted(t.get_text() for ax in drawn["privacy_utility"].axes for t in ax.texts) == ["ε=7.11", "ε=∞"]
+
+
+def test_std_bars_and_baseline_bands_stop_at_the_values_a_metric_can_take(tmp_path, drawn):
+    points = [{"sigma": 0.0, "image_index": i} for i in (0, 1)]
+    fake_sweep(tmp_path, points, baselines=True)
+    lines = [json.loads(t) for t in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for rec, ssim in zip(lines, (1.0, 0.2)):  # mean 0.6, std 0.57: a plain bar would reach 1.17
+        rec["metrics"].update(ssim=ssim, baseline_ssim=ssim)
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    sweep_figures(tmp_path)
+    ssim_ax = drawn["metrics_vs_strength"].axes[1]
+    assert ssim_ax.get_ylabel() == "SSIM"
+    tops = [max(p[1] for p in seg) for coll in ssim_ax.collections if hasattr(coll, "get_segments")
+            for seg in coll.get_segments()]
+    bottoms = [min(p[1] for p in seg) for coll in ssim_ax.collections if hasattr(coll, "get_segments")
+               for seg in coll.get_segments()]
+    assert tops and max(tops) == pytest.approx(1.0) and min(bottoms) < 0.1  # cut above, the full std below
+    bands = [coll for coll in ssim_ax.collections if not hasattr(coll, "get_segments")]
+    assert bands and max(v[1] for b in bands for path in b.get_paths() for v in path.vertices) <= 1.0 + 1e-9
