@@ -584,6 +584,7 @@ def write_run(out: Outcome, folder: Path, fresh: bool = False) -> Path:
 def _write_files(out: Outcome, folder: Path) -> None:
     p, r, m = out.prepared, out.result, out.metrics
     cfg, case, seeds = p.cfg, p.case, p.cfg.derived()
+    attacked = attacked_files(cfg, case)
     config = {
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
@@ -592,7 +593,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
                     **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,
-                    "dataset": case.dataset.name, **attacked_files(cfg, case), "in_shape": list(case.dataset.in_shape),
+                    "dataset": case.dataset.name, **attacked, "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder},
         **({"files": p.files} if p.files else {}),
         # the user's code behind registered names (plugins): module, how it came in, file and SHA-256
@@ -619,7 +620,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
                               r.x.clamp(0, 1)[order], m.psnr_each, m.ssim_each, title,
                               verdict=verdict_line(m.to_dict()),
                               returned="returned: the start" if m.attacked is False else "reconstruction",
-                              verdict_each=m.verdict_each)
+                              verdict_each=m.verdict_each, indices=attacked.get("image_indices"))
     write_tensors(folder / "reconstruction.pt", {
         "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
         "labels": None if r.labels is None else r.labels[order].detach().cpu()})

@@ -41,7 +41,7 @@ def verdict_line(m: Mapping) -> str:
 
 
 def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title: str = "", verdict: str = "",
-                          returned: str = "reconstruction", verdict_each=None) -> None:
+                          returned: str = "reconstruction", verdict_each=None, indices=None) -> None:
     """The attacked batch beside its reconstruction, in ground-truth order.
 
     Up to :data:`MAX_ROWS` images: one row each, truth | start | reconstruction
@@ -52,16 +52,19 @@ def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title
     (:func:`verdict_line`) is a line of the title; ``returned`` names the
     reconstruction's panel (the start itself where nothing was attacked);
     ``verdict_each`` (each image's own verdict, metrics.json's) marks, in a batch
-    whose images' verdicts differ, the images rebuilt on their own.
+    whose images' verdicts differ, the images rebuilt on their own; ``indices`` (the data set's index of each
+    truth image, config.json's ``image_indices``) is shown beside each image's place in the batch (the number the
+    summary's notes and the report use).
     Constrained layout keeps every title and label clear of the images at any
     batch size.
     """
     each = list(verdict_each or [])
     marks = [" (rebuilt)" if v == REBUILT else "" for v in each] if len(set(each)) > 1 else [""] * truth.shape[0]
+    names = [str(i) for i in indices] if indices is not None and len(indices) == truth.shape[0] else None
     if truth.shape[0] <= MAX_ROWS:
-        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title, verdict, returned, marks)
+        fig = _rows_figure(truth, start, recon, psnr_each, ssim_each, title, verdict, returned, marks, names)
     else:
-        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title, verdict, marks)
+        fig = _pairs_figure(truth, recon, psnr_each, ssim_each, title, verdict, marks, names)
     save(fig, path)
 
 
@@ -80,7 +83,7 @@ def _show(ax, a: np.ndarray, interpolation: str) -> None:
 
 
 def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict: str = "",
-                 returned: str = "reconstruction", marks=None):
+                 returned: str = "reconstruction", marks=None, names=None):
     n, panels = truth.shape[0], 2 if start is None else 3
     width = 2.0 * panels
     head = "\n".join(line for text in (title, verdict) if text for line in textwrap.wrap(text, int(14 * width)))
@@ -88,7 +91,9 @@ def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict:
                              squeeze=False, layout="constrained")
     interpolation = _interpolation(truth.shape[-1], 1.8 * DPI)  # a panel is about 1.8 in wide
     for i in range(n):
-        cells = [(truth[i], "truth"), *([] if start is None else [(start[i], "start")]),
+        place = "" if n == 1 else f" {i}"
+        named = f"truth{place} (data set index {names[i]})" if names else f"truth{place}"
+        cells = [(truth[i], named), *([] if start is None else [(start[i], "start")]),
                  (recon[i], f"{returned}{marks[i] if marks else ''}\nPSNR {_shown(psnr_each[i], '.1f', ' dB')}, "
                             f"SSIM {_shown(ssim_each[i], '.3f')}")]
         for ax, (img, label) in zip(axes[i], cells):
@@ -100,7 +105,7 @@ def _rows_figure(truth, start, recon, psnr_each, ssim_each, title: str, verdict:
     return fig
 
 
-def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str = "", marks=None):
+def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str = "", marks=None, names=None):
     n, _, h, w = truth.shape
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
@@ -110,7 +115,8 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
     pair_in = min(MAX_WIDTH_IN / cols, max(1.2, 3 * pair_px / DPI))
     width = max(6.0, cols * pair_in + 0.2)
     psnr, ssim = np.asarray(psnr_each, dtype=float), np.asarray(ssim_each, dtype=float)
-    legend = (f"{n} images, each pair truth | reconstruction with its index and PSNR below; mean PSNR "
+    where = "its place in the batch (#: the data set's index)" if names else "its place in the batch"
+    legend = (f"{n} images, each pair truth | reconstruction with {where} and PSNR below; mean PSNR "
               f"{_shown(psnr.mean(), '.1f', ' dB')}, SSIM {_shown(ssim.mean(), '.3f')} (start images not shown)")
     chars = int(14 * width)  # characters of the 9 pt title that fit in the figure's width (about 16 per inch)
     head = "\n".join(line for text in (title, verdict, legend) if text for line in textwrap.wrap(text, chars))
@@ -130,7 +136,9 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
         ax.set_yticks([])
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_xlabel(f"{i}: {_shown(psnr[i], '.1f', ' dB')}{marks[i] if marks else ''}", fontsize=6, labelpad=1.5)
+        index = f" (#{names[i]})" if names else ""
+        ax.set_xlabel(f"{i}{index}: {_shown(psnr[i], '.1f', ' dB')}{marks[i] if marks else ''}", fontsize=6,
+                      labelpad=1.5)
     fig.suptitle(head, fontsize=9)
     return fig
 

@@ -59,7 +59,10 @@ def test_up_to_four_images_keep_one_row_each_of_truth_start_and_reconstruction(t
     fig = draw(tmp_path, drawn, n)
     assert len(fig.axes) == 3 * n
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles[:2] == ["truth", "start"] and titles[2].startswith("reconstruction\nPSNR 10.0 dB")
+    # a batch's truths are numbered by their place in it, as the summary's notes and the report number them
+    assert titles[:2] == ["truth" if n == 1 else "truth 0", "start"]
+    assert titles[2].startswith("reconstruction\nPSNR 10.0 dB") and titles[3 * n - 3] == ("truth" if n == 1 else
+                                                                                          f"truth {n - 1}")
     assert_no_overlaps(fig)
 
 
@@ -87,8 +90,28 @@ def test_each_pair_shows_truth_then_reconstruction_with_its_index_and_psnr_under
     head = fig._suptitle.get_text()
     assert head.startswith(TITLE + "\n")  # the run's title, then what the grid shows, wrapped to the width
     head = head.replace("\n", " ")
-    assert "each pair truth | reconstruction with its index and PSNR below" in head
+    assert "each pair truth | reconstruction with its place in the batch and PSNR below" in head
     assert "mean PSNR 13.4 dB" in head and "SSIM 0.500" in head and "start images not shown" in head
+
+
+@pytest.mark.parametrize("n", [2, 6])
+def test_the_images_are_named_by_their_index_in_the_data_set_where_the_run_knows_it(tmp_path, drawn, n):
+    truth, recon = batch(n, 1, 8)
+    indices = [17 + 3 * i for i in range(n)]  # a class draw: the data set's indices, not 0..n-1
+    run_figures.reconstruction_figure(tmp_path / "reconstruction.png", truth, truth, recon, [9.0] * n, [0.1] * n,
+                                      TITLE, indices=indices)
+    fig = drawn["reconstruction"]
+    if n == 2:  # rows: the truth's panel names the image
+        assert [ax.get_title() for ax in fig.axes[::3]] == ["truth 0 (data set index 17)",
+                                                            "truth 1 (data set index 20)"]
+    else:  # pairs: the label under each pair starts with the place in the batch and the index
+        assert [ax.get_xlabel().split(":")[0] for ax in fig.axes] == [f"{k} (#{i})" for k, i in enumerate(indices)]
+        assert "with its place in the batch (#: the data set's index) and PSNR" in \
+            fig._suptitle.get_text().replace("\n", " ")
+    run_figures.reconstruction_figure(tmp_path / "one.png", truth[:1], truth[:1], recon[:1], [9.0], [0.1], TITLE,
+                                      indices=[42])
+    assert drawn["one"].axes[0].get_title() == "truth (data set index 42)"  # one image: no place to give
+    assert_no_overlaps(fig)
 
 
 @pytest.mark.parametrize("n,channels", [(10, 1), (64, 3)])
