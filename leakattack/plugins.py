@@ -22,11 +22,13 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import UserError
-from .registry import registered_outside
+from .registry import members_outside, registered_outside
 
 #: the environment variable naming plugin modules or files, os.pathsep-separated
 ENV = "LEAKATTACK_PLUGINS"
@@ -163,6 +165,73 @@ def _module_name(obj: object) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _strings(value) -> Iterator[str]:
+    """Every string in ``value`` (a point's settings: dicts and lists of them)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def used_outside(settings) -> tuple[list[tuple[str, str | None]], list[str], list[str]]:
+    """What other processes need of this process's registrations to run ``settings`` (a sweep's points' parameters):
+    a name is used where it is one of the words of a setting (``grey``, ``clip:C=1,mine:s=2``, ``bn:1e-4``).
+
+    Returns ``(modules, scripted, unimportable)``: the (module, file) of each module outside leakattack that
+    registered a used name and that other processes do not import themselves (a LEAKATTACK_PLUGINS or entry-point
+    plugin they do: :func:`load_plugins`); the used names registered by the script this process runs as ``__main__``
+    (a spawned worker re-runs its top level, a cluster job does not); and those registered by code that no other
+    process can import (a notebook cell, ``python -c``), each as ``model 'net'``."""
+    words = {w for text in _strings(settings) for w in re.split(r"[\s:,=@]+", text) if w}
+    plugins = {_module_name(obj) for obj in _loaded.values()}
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    modules: dict[str, str | None] = {}
+    scripted: list[str] = []
+    unimportable: list[str] = []
+    for module, family, name in members_outside():
+        if name not in words or module in plugins:
+            continue
+        if module in ("__main__", "__mp_main__"):
+            (scripted if main_file else unimportable).append(f"{family} '{name}'")
+        else:
+            modules.setdefault(module, getattr(sys.modules.get(module), "__file__", None))
+    return list(modules.items()), scripted, unimportable
+
+
+def import_modules(modules) -> None:
+    """Import each (module, file) of :func:`used_outside` not imported yet: by its name (a worker has its parent's
+    sys.path), else from its file under that name; a failure is one UserError sentence naming the module."""
+    import importlib.util
+
+    for name, file in modules:
+        if name in sys.modules:
+            continue
+        label = f"module '{name}', which registered names the sweep uses in the process that started it,"
+        try:
+            importlib.import_module(name)
+            continue
+        except ModuleNotFoundError as err:
+            if not file or not (name == err.name or name.startswith(f"{err.name}.")):
+                raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
+        except Exception as err:
+            raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [])}") from None
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise UserError(f"{label} could not be imported from {file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as err:
+            sys.modules.pop(name, None)
+            raise UserError(f"{label} could not be imported from {file} ({_first_line(err)})"
+                            f"{raised_at(err, [spec.origin])}") from None
+
+
 def provenance() -> list[dict]:
     """The user's code the registries hold, for config.json: one entry per module that registered names from
     outside leakattack, targets and defenses, and per plugin imported (LEAKATTACK_PLUGINS, entry points), with the
@@ -188,4 +257,5 @@ def provenance() -> list[dict]:
     return out
 
 
-__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "load_plugins", "named", "provenance", "raised_at"]
+__all__ = ["ENV", "GROUP", "import_file", "import_module_named", "import_modules", "load_plugins", "named",
+           "provenance", "raised_at", "used_outside"]

@@ -70,15 +70,24 @@ def where(obj: Any) -> str:
 _ALL: "weakref.WeakSet[Registry]" = weakref.WeakSet()
 
 
-def registered_outside() -> dict[str, list[str]]:
-    """Module -> the names registered now, in every registry, with a class or builder defined outside the
-    :data:`BUILT_IN` packages (the user's own code, a plugin): ``{"myplugins": ["attack 'grey'", ...]}``."""
-    out: dict[str, list[str]] = {}
+def members_outside() -> list[tuple[str, str, str]]:
+    """(module, family, name) of every name registered now, in every registry, with a class or builder defined
+    outside the :data:`BUILT_IN` packages (the user's own code, a plugin), by family and in registration order."""
+    out = []
     for registry in sorted(_ALL, key=lambda r: r.family):
         for name in registry.names():
             module = defined_in(registry._items[name])
             if module is not None and not is_built_in(module):
-                out.setdefault(module, []).append(f"{registry.family} '{name}'")
+                out.append((module, registry.family, name))
+    return out
+
+
+def registered_outside() -> dict[str, list[str]]:
+    """Module -> the names registered now, in every registry, with a class or builder defined outside the
+    :data:`BUILT_IN` packages (the user's own code, a plugin): ``{"myplugins": ["attack 'grey'", ...]}``."""
+    out: dict[str, list[str]] = {}
+    for module, family, name in members_outside():
+        out.setdefault(module, []).append(f"{family} '{name}'")
     return dict(sorted(out.items()))
 
 
@@ -138,4 +147,5 @@ class Registry:
         return self._meta[name]
 
 
-__all__ = ["Registry", "RESERVED_CHARACTERS", "BUILT_IN", "name_error", "registered_outside", "where"]
+__all__ = ["Registry", "RESERVED_CHARACTERS", "BUILT_IN", "members_outside", "name_error", "registered_outside",
+           "where"]

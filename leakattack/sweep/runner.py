@@ -33,7 +33,7 @@ from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError
 from ..metrics import lpips_missing
-from ..plugins import load_plugins, provenance
+from ..plugins import import_modules, load_plugins, provenance, used_outside
 from ..progress import progress_bar
 from ..rebuilt import REBUILT, batch_images
 from ..results import (
@@ -86,15 +86,19 @@ def cancelled_text(stopped: int, late: int) -> str:
 _warned: set[str] = set()
 
 
-def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = frozenset()):
+def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = frozenset(),
+              modules: tuple = ()):
     """One attack: (metrics.json's keys plus m = C*H*W*batch, the reconstruction in truth order, the truth), the
     images as numpy arrays.
 
     Its run warnings name their sweep keys, and each is printed once per process; those in ``warned`` (the plan's
-    own, printed when it was read) are not printed again.
+    own, printed when it was read) are not printed again.  ``modules``: (module, file) of the user's modules that
+    registered names the sweep uses in the process that started it (:func:`leakattack.plugins.used_outside`),
+    imported here first where they are not yet (a worker process).
     """
     _warned.update(warned)
     load_plugins()  # a worker process's first point: the names the coordinator's plugins registered
+    import_modules(modules)  # ... and those its own modules registered (a notebook's `import mymodels`)
     with sweep_warnings(_warned):
         p = experiment.prepare(RunConfig.from_dict(params))
         out = experiment.execute(p, progress=False, with_lpips=with_lpips)
@@ -106,9 +110,10 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
     return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy()
 
 
-def _run_indexed(with_lpips: bool, warned: frozenset[str], item: tuple[int, dict]):
-    """A backend job: ``item`` is (index, point); ``warned``: the plan's run warnings, printed already."""
-    return run_point(item[1]["params"], with_lpips, warned)
+def _run_indexed(with_lpips: bool, warned: frozenset[str], modules: tuple, item: tuple[int, dict]):
+    """A backend job: ``item`` is (index, point); ``warned``: the plan's run warnings, printed already; ``modules``:
+    as :func:`run_point` takes them."""
+    return run_point(item[1]["params"], with_lpips, warned, modules)
 
 
 def _point_of(item: tuple[int, dict]) -> str:
@@ -155,6 +160,17 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                       f"{'it stays' if one else 'they stay'} in results.jsonl and {'is' if one else 'are'} left out "
                       "of this sweep's summary.csv and figures (a new --out keeps the two apart)",
                       SettingWarning, stacklevel=2)
+    modules, scripted, unimportable = used_outside([pt["params"] for _, pt in todo])
+    cluster = isinstance(workers, SlurmBackend)
+    elsewhere = cluster or ((getattr(workers, "jobs", 1) or 1) > 1 and len(todo) > 1)  # not in this process
+    lost = unimportable + (scripted if cluster else [])
+    if elsewhere and lost:
+        where = ("the script this process runs" if not unimportable else
+                 "code this process ran outside any file (a notebook cell, python -c)")
+        raise UserError(f"the sweep uses {_names(lost)}, registered by {where}, which its "
+                        f"{'cluster jobs' if cluster else 'worker processes'} cannot import: define "
+                        f"{'it' if len(lost) == 1 else 'them'} in a .py file and import that, or name the file in "
+                        "LEAKATTACK_PLUGINS, or run the sweep with one job")
     lpips = bool(plan.settings.get("lpips", False))
     missing = lpips_missing() if lpips and todo else ""
     if missing:
@@ -176,7 +192,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 
     try:
         with workers:  # leaving on an exception cancels the jobs still running; what is written stays
-            jobs = workers.map_unordered(functools.partial(_run_indexed, lpips, plan.warned), todo, key=_point_of)
+            jobs = workers.map_unordered(functools.partial(_run_indexed, lpips, plan.warned, tuple(modules)), todo,
+                                         key=_point_of)
             started = bool(todo)
             for (i, pt), result in jobs:
                 keep(i, pt, result)
@@ -209,6 +226,11 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                                drawing=True) from None
     return {**drawn, "skipped": len(plan.points) - len(todo), "reattached": reattached,
             "ran": len(todo) - reattached}
+
+
+def _names(names: list[str]) -> str:
+    """``model 'a'`` or ``model 'a' and attack 'b'``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _finished(results: Path, plan: Plan) -> set[str]:

@@ -2,6 +2,9 @@
 workers then know; a plugin that does not import is one sentence."""
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -77,3 +80,48 @@ def test_a_plugin_that_does_not_import_is_one_sentence(tmp_path, monkeypatch, ca
     assert cli.main(["list"]) == 2
     assert "plugin 'no_such_module_for_leakattack' (LEAKATTACK_PLUGINS) is no importable module" \
         in capsys.readouterr().err
+
+
+def test_a_sweep_s_workers_import_the_user_s_own_module_that_registered_its_names(tmp_path, monkeypatch, request,
+                                                                                  fresh_registries):
+    # a notebook's `import mymodule` (no LEAKATTACK_PLUGINS): the workers, which run none of its cells, import it
+    (tmp_path / "plugin_neighbour_for_leakattack.py").write_text("LEVEL = 0.5\n")
+    name = f"own-flat-{request.node.name[5:13]}"
+    module = f"own_attack_{request.node.name[5:13].replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(PLUGIN).replace("NAME", name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    __import__(module)
+    # gone from sys.modules after the test (the registries are restored by the fixture)
+    monkeypatch.setitem(sys.modules, module, sys.modules.pop(module))
+    assert plugins.used_outside([{"attack": name, "defense": "none"}])[0] == [(module, str(tmp_path / f"{module}.py"))]
+    assert plugins.used_outside([{"attack": "dlg"}]) == ([], [], [])  # a sweep that uses none of it ships none
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'[base]\nattack = "{name}"\ndataset = "digits"\nthreads = 1\n'
+                    '[grid]\nflat_level = [0.2, 0.4]\n')
+    assert cli.main(["sweep", str(toml), "--jobs", "2", "--quiet", "--out", str(tmp_path / "sw")]) == 0
+    assert len((tmp_path / "sw" / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_sweep_whose_names_come_from_a_notebook_cell_is_refused_in_one_sentence_before_any_point(tmp_path):
+    code = textwrap.dedent(PLUGIN).replace("NAME", "cell-flat").replace(
+        "from plugin_neighbour_for_leakattack import LEVEL", "LEVEL = 0.5") + textwrap.dedent(f'''
+        import sys
+        from leakattack import cli
+        open({str(tmp_path / "s.toml")!r}, "w").write(
+            '[base]\\nattack = "cell-flat"\\ndataset = "digits"\\nthreads = 1\\n[grid]\\nflat_level = [0.2, 0.4]\\n')
+        args = ["sweep", {str(tmp_path / "s.toml")!r}, "--quiet", "--out", {str(tmp_path / "sw")!r}]
+        print("CODE", cli.main(args + ["--jobs", "2"]), flush=True)
+        print("ONE", cli.main(args + ["--jobs", "1"]), flush=True)  # in this process: it runs
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != plugins.ENV}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "CODE 2" in done.stdout and "ONE 0" in done.stdout, done.stdout + done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("leakattack: error")]
+    assert error == ["leakattack: error: the sweep uses attack 'cell-flat', registered by code this process ran "
+                     "outside any file (a notebook cell, python -c), which its worker processes cannot import: define "
+                     "it in a .py file and import that, or name the file in LEAKATTACK_PLUGINS, or run the sweep with "
+                     "one job"], \
+        done.stderr
+    assert "Traceback" not in done.stderr
+    assert len((tmp_path / "sw" / "results.jsonl").read_text().splitlines()) == 2
