@@ -254,14 +254,24 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     if folder is not None:
         folder = Path(folder)
         _refuse_unreached(folder, t)
-        latest = next((s for s in range(t, 0, -1)
-                       if checkpoint_path(folder, s).is_file() and (s == t or _continues(folder, s, proto))), None)
+        latest, held = None, None  # held: the checkpoint read already to see whether it holds the server state
+        for s in range(t, 0, -1):
+            if not checkpoint_path(folder, s).is_file():
+                continue
+            if s == t or s == 1 or not keeps_server_state(proto):
+                latest = s
+                break
+            held = read_checkpoint(folder, s, victim.d)
+            if held[2] is not None:
+                latest = s
+                break
         if latest is None:
             load_checkpoint(folder, t, victim.d)  # refuses: says why the checkpoint of w^t is not there
             raise ConfigError(f"'{folder}' holds no checkpoint of w^{t} and none before it that round {t} can be "
                               f"re-simulated from")
         start = latest
-        w, buffers, server = read_checkpoint(folder, start, victim.d)
+        w, buffers, server = held if held is not None and held[2] is not None else \
+            read_checkpoint(folder, start, victim.d)
         if buffers is not None:  # the running statistics the server holds with w^start
             load_buffers(victim, buffers, checkpoint_path(folder, start))
         w = w.to(device=proto.device, dtype=proto.dtype)

@@ -56,10 +56,16 @@ def safl_run(tmp_path_factory):
     return out / "safl"
 
 
-def test_a_round_without_its_checkpoint_is_re_simulated_from_the_latest_one_with_its_server_state(safl_run, tmp_path):
+def test_a_round_without_its_checkpoint_is_re_simulated_from_the_latest_one_with_its_server_state(safl_run, tmp_path,
+                                                                                                  monkeypatch):
     """Refused before ('checkpoint ... does not exist'), though the run holds w^2 and the optimiser moments with it."""
     sparse = _without(safl_run, tmp_path / "sparse", 3, 4)
+    reads = []
+    read = training.read_checkpoint
+    monkeypatch.setattr(training, "read_checkpoint", lambda folder, t, d: reads.append(t) or read(folder, t, d))
     w, source = weights_at(_protocol(sparse), 4, sparse)
+    assert reads == [2]  # the checkpoint it starts from is read once (it was read twice: to check it, then to use it)
+    monkeypatch.undo()
     assert source == "re-simulated from the checkpoint of w^2"
     assert torch.equal(w, torch.load(training.checkpoint_path(safl_run, 4))["weights"])
     assert weights_at(_protocol(sparse), 2, sparse)[1] == "checkpoint"
