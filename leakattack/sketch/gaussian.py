@@ -53,6 +53,10 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+#: dtypes that hold R's float32 entries exactly: a held matrix in one of them converts to any dtype without loss
+_EXACT = (torch.float32, torch.float64)
+
+
 def _pool() -> ThreadPoolExecutor:
     """A small process-wide thread pool that generates blocks ahead of the matmul."""
     global _POOL
@@ -158,7 +162,8 @@ class RowBlockSketch(Sketch):
     def _matrix(self, dtype, device: torch.device) -> torch.Tensor | None:
         """R as one matrix in ``dtype`` on ``device``, built or converted once, when the budget allows; else None.
 
-        Entries are float32 numbers, so converting a held matrix to another dtype is exact.
+        Entries are float32 numbers, so converting a held float32 or float64 matrix to another dtype is exact; a
+        held matrix of a narrower dtype (float16, bfloat16) has lost digits, so R is rebuilt from its blocks instead.
         A held matrix is converted when both fit the budget at once, else dropped and R rebuilt.
         """
         D = self._dense
@@ -167,7 +172,7 @@ class RowBlockSketch(Sketch):
         need = self.matrix_bytes(dtype)
         if need > self.memory_bytes or not self._device_room(device, need):
             return None
-        if D is not None and need + D.numel() * D.element_size() <= self.memory_bytes:
+        if D is not None and D.dtype in _EXACT and need + D.numel() * D.element_size() <= self.memory_bytes:
             self._dense = D.to(device=device, dtype=dtype)
         else:
             self._dense = D = None
