@@ -14,6 +14,7 @@ non-negative head inputs): docs/attacks/labels.md.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -194,7 +195,8 @@ def _pooled(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tenso
 
 def _need_bias(read: HeadReadout) -> torch.Tensor:
     if read.beta is None:
-        raise ValueError("this label rule reads the head's bias gradient, and the head has no bias")
+        raise UserError("this label rule reads the head's bias gradient, and the head has no bias (or a frozen one); "
+                        "the rules pooled, sign, llg and llg-star read its weight gradient")
     return read.beta
 
 
@@ -317,6 +319,23 @@ def scale_unknown(obs) -> bool:
         return False
 
 
+def _check_call(victim, linear_map, y, batch_size) -> None:
+    """One UserError sentence where a label rule cannot read this call: no classification head whose weights the
+    message carries (a regression, a frozen head), a batch size that is not a positive whole number, or a message
+    that is not one vector of the map's b numbers."""
+    if getattr(victim, "head", None) is None or getattr(victim, "task", "classification") != "classification":
+        raise UserError("the victim has no trainable classification head (a regression, a frozen head, or a head "
+                        "it was not given: targets.Victim(..., head=layer)), so no label rule can read its message; "
+                        f"{OTHER_LABELS}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise UserError(f"the batch size must be a positive integer, got {batch_size!r}")
+    b = getattr(linear_map, "b", None)
+    if not isinstance(y, torch.Tensor) or y.ndim != 1 or not y.is_floating_point() or (b is not None and
+                                                                                         y.shape[0] != b):
+        got = f"{y.dtype} tensor of shape {tuple(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise UserError(f"the message must be one floating-point vector of the map's b = {b} numbers, got {got}")
+
+
 def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
                    rule: str = DEFAULT_RULE, scale_unknown: bool = False) -> torch.Tensor:
     """The B labels of the batch behind message y, sorted, by ``rule`` (one of ``LABEL_RULES``; module docstring);
@@ -334,6 +353,7 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
     unknown = [r for r in rules if r not in _RULES]
     if unknown:
         raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
+    _check_call(victim, sketch, y, batch_size)
     stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) or scale_unknown else None
     return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
                     stats)
@@ -370,6 +390,7 @@ def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes
     always, the row-sum rules (:data:`ROW_SUM_RULES`) only when the head's inputs are non-negative on the probes
     (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).
     One readout of the head and one probe pass serve them all."""
+    _check_call(victim, sketch, y, batch_size)
     stats = probe(victim, probes, y)
     rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
     return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,

@@ -1,0 +1,64 @@
+"""Label rules refuse, in one sentence, calls they cannot read: no classification head, a batch size that is not
+a positive integer, a message that is not one vector of the map's b numbers, a bias rule on a head without one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import targets
+from leakattack import data
+from leakattack.attacks import labels
+from leakattack.errors import UserError
+from leakattack.sketch import make_sketch
+
+
+@pytest.fixture(scope="module")
+def lenet_message():
+    ds = data.get_dataset("digits")
+    victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
+    x, y = data.get_batch(ds, 0, 2)
+    sk = make_sketch("srht", victim.d, victim.d // 2, seed=1)
+    return victim, sk, sk.apply(targets.flat_gradient(victim, x, y))
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
+@pytest.mark.parametrize("rule", labels.LABEL_RULES)
+def test_a_batch_size_that_is_not_a_positive_integer_is_one_sentence(lenet_message, batch_size, rule):
+    victim, sk, y = lenet_message
+    with pytest.raises(UserError, match="batch size must be a positive integer"):
+        labels.recover_labels(victim, sk, y, batch_size, rule=rule)
+
+
+def test_a_message_that_is_not_one_vector_of_b_numbers_is_one_sentence(lenet_message):
+    victim, sk, y = lenet_message
+    for bad in (y[None], y[:-1], y.long()):
+        with pytest.raises(UserError, match="one floating-point vector of the map's b"):
+            labels.recover_labels(victim, sk, bad, 2)
+    with pytest.raises(UserError, match="one floating-point vector"):
+        labels.readings_to_compare(victim, sk, y[None], 2)
+
+
+def test_a_regression_victim_has_no_labels_to_read():
+    ds = data.get_dataset("digits")
+    victim = targets.get_model("linreg", num_classes=10, in_shape=ds.in_shape, seed=0)
+    sk = make_sketch("none", victim.d, None)
+    y = torch.zeros(victim.d)
+    for call in (lambda: labels.recover_labels(victim, sk, y, 1),
+                 lambda: labels.recover_labels(victim, sk, y, 1, rule="sign"),
+                 lambda: labels.readings_to_compare(victim, sk, y, 1)):
+        with pytest.raises(UserError, match="no trainable classification head"):
+            call()
+
+
+def test_the_bias_rules_refuse_a_head_without_bias_in_one_sentence_and_the_others_read_it():
+    from torch import nn
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10, bias=False))
+    victim = targets.Victim(model, num_classes=10, input_shape=(1, 8, 8), head=model[3])
+    x = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    g = targets.flat_gradient(victim, x, torch.tensor([3, 5]))
+    sk = make_sketch("none", victim.d, None)
+    for rule in ("bias", "ilrg"):
+        with pytest.raises(UserError, match="head has no bias"):
+            labels.recover_labels(victim, sk, g, 2, rule=rule)
+    assert labels.recover_labels(victim, sk, g, 2, rule="pooled").tolist() == [3, 5]
