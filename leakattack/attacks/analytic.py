@@ -35,7 +35,8 @@ from .base import Attack, AttackResult, Monitor, halt_reason, stop_requested
 from .labels import readings_to_compare, recover_labels, scale_unknown
 from .span import SPAN_STARTS, accepted, solve_span
 
-#: label sources: ``given`` (granted by the threat model) or ``recovered`` (iDLG's sign rule through the sketch)
+#: label sources: ``given`` (granted by the threat model) or ``recovered`` (iDLG's sign rule through the sketch; for one
+#: example, the fitted head block's bias column where the block was read to the tolerance)
 ANALYTIC_LABELS = ("recovered", "given")
 #: ALS stops when the relative residual ||M g - y|| / ||y|| falls below this ...
 RESIDUAL_TOL = 1e-9
@@ -331,7 +332,7 @@ class Analytic(Attack):
                 x = x.reshape(shape)
                 labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
-            losses = _with_failed_solve([loss], record)
+            losses = _with_failed_solve(_relative([loss], y), record)
             # iterations: the row-space solve's Levenberg-Marquardt steps where a batch took them (g itself is one
             # linear solve)
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, extra=extra,
@@ -372,7 +373,8 @@ class Analytic(Attack):
                                                                 labels, run["losses"][-1])
             stop = solved if stop == "tolerance" else stop
         else:
-            labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)])
+            labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)],
+                                         exact=run["stop"] == "tolerance")
         said = run["message"] or message or note
         if not said and stop == "tolerance":
             ynorm2 = max(float(y @ y), 1e-300)
@@ -381,10 +383,11 @@ class Analytic(Attack):
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
                                               "tolerance (--sweeps gives it more)")
-        losses = _with_failed_solve(run["losses"], record)
+        fit_losses = _relative(run["losses"], y)
+        losses = _with_failed_solve(fit_losses, record)
         return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=losses,
                             extra=run["extra"], iterations=len(run["losses"]) - 1,
-                            best_step=run["best"] if losses is run["losses"] else len(losses) - 1,
+                            best_step=run["best"] if losses is fit_losses else len(losses) - 1,
                             stop_reason=stop, message=said, wall_s=time.perf_counter() - t0,
                             row_space_solve=record)
 
@@ -512,7 +515,7 @@ class Analytic(Attack):
         return {"losses": losses, "best": best, "x": best_x, "stop": stop, "message": message, "extra": extra,
                 "note": best_note, "deltas": deltas, "factors": factors}
 
-    def _assign_labels(self, obs, labels, blocks, x, block_of):
+    def _assign_labels(self, obs, labels, blocks, x, block_of, exact: bool = True):
         """Recovered labels put in the order of the recovered examples (a batch, a classifier head among the blocks).
 
         The head's block is sum_i delta_i [h_i; 1]^T with h_i the head's input for example i, which the
@@ -520,12 +523,18 @@ class Analytic(Attack):
         A = [h_i; 1] is then each example's output error softmax - onehot, whose one negative entry
         is the label.  Kept only when it gives the multiset the count rule read from the message; otherwise,
         and without a head block, the count rule's labels are returned as they are.
+
+        One example (``exact``: its block was read to the tolerance): the head's block is delta [h; 1]^T, and its
+        bias column delta = softmax - onehot has one negative entry, the label (R-GAP's reading of the head).  The
+        sign rule read the label from the message's head alone, whose row sums drown in the sketch's noise where the
+        head's inputs nearly cancel (tanh), so the block's reading replaces it.
         """
         head = obs.victim.head
         block = next((bl for bl in blocks if bl.module is head), None)
-        if self.label_mode != "recovered" or obs.batch_size == 1 or block is None or block.bias is None \
-                or labels is None:
+        if self.label_mode != "recovered" or block is None or block.bias is None or labels is None:
             return labels
+        if obs.batch_size == 1:
+            return block_of(block)[:, -1].argmin().reshape(1).to(labels) if exact else labels
         seen = []
         handle = head.register_forward_hook(lambda m, inp, out: seen.append(inp[0].detach()))
         try:
@@ -689,6 +698,13 @@ class Analytic(Attack):
                 return nd, na, nf, new
             step /= 2
         return deltas, factors, free, loss
+
+
+def _relative(squared: list[float], y: torch.Tensor) -> list[float]:
+    """The relative residuals ||M g - y|| / ||y|| of the squared residuals ||M g - y||^2 the fit minimises: the
+    closed-form attacks' losses (R-GAP's and the row-space solve's are relative residuals too)."""
+    ynorm2 = max(float(y @ y), 1e-300)
+    return [(max(v, 0.0) / ynorm2) ** 0.5 if math.isfinite(v) else v for v in squared]
 
 
 def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:

@@ -68,7 +68,7 @@ def test_mlp_on_a_digit_is_recovered_through_a_sketch_of_twice_the_pixels(kind):
     result = get_attack("analytic").reconstruct(obs)
     assert result.stop_reason == "tolerance"
     assert _psnr(result, x) > 80
-    assert result.losses[result.best_step] < 1e-12 * result.losses[0]
+    assert result.losses[result.best_step] < 1e-6 * result.losses[0]  # relative residuals: 1e-12 squared
 
 
 def test_logreg_on_a_pooled_digit_is_recovered_through_a_gaussian_sketch():
