@@ -84,6 +84,9 @@ STALL_GAIN = 0.02
 
 #: steps of the short run that scores each differing label reading (at most a quarter of the attack's budget)
 LABEL_PROBE_STEPS = 150
+#: label readings whose short runs end within this share of the best one's loss are tied: the reading the most rules
+#: gave is kept among them
+LABEL_TIE = 1e-9
 #: reading the labels (the probe pass, and any short runs) comes out of a time limit; a run notes it when it took at
 #: least this share of the limit (64 probes through vit_b_16 at 224 px take about a minute on one CPU thread)
 LABEL_SHARE_NOTED = 0.1
@@ -403,20 +406,24 @@ class GradientMatching(Attack):
         # where one took none, the start's losses tell nothing and the reading most rules gave is kept
         common = min(steps)
         at = [min((v if math.isfinite(v) else math.inf for v in t[:common + 1]), default=math.inf) for t in traces]
+        tied: list[int] = []
         if stop_requested():  # Ctrl-C: the runs' own ends, the readings not tried last
             finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
             chosen = distinct[finite.index(min(finite))]
-        elif common == 0:
-            votes = [sum(torch.equal(labels, r) for r in readings.values()) for labels in distinct]
-            chosen = distinct[votes.index(max(votes))]
         else:
-            chosen = distinct[at.index(min(at))]
+            votes = [sum(torch.equal(labels, r) for r in readings.values()) for labels in distinct]
+            # runs that end within round-off of the best (a message of one number, which every reading can match)
+            # do not tell their readings apart: of those, the reading the most rules gave
+            best = min(at)
+            tied = [i for i, v in enumerate(at) if common > 0 and v <= best + LABEL_TIE * abs(best)]
+            pick = tied if len(tied) > 1 else list(range(len(distinct))) if common == 0 else [at.index(best)]
+            chosen = distinct[max(pick, key=lambda i: (votes[i], -i))]
         # probe_steps: each run's budget; probe_steps_run: the steps each took (fewer where its share of a time
         # limit ran out, or where it met the tolerance); probe_compared: the losses at the steps all of them took
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
                         "probe_steps": probe.iterations, "probe_steps_run": steps, "probe_losses": losses,
                         "probe_compared": at, "compared_at": common, "chosen": chosen.tolist(),
-                        "interrupted": stop_requested()}
+                        "interrupted": stop_requested(), **({"tied": len(tied)} if len(tied) > 1 else {})}
 
     def reconstruct(self, obs: Observation, *, monitor: Monitor | None = None, monitor_every: int = 10,
                     progress: bool = False) -> AttackResult:

@@ -206,6 +206,10 @@ def label_choice_line(c: dict) -> str:
         if uneven:
             runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
     losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
+    if c.get("tied"):
+        return (f"labels: the rules read different labels ({readings}); {runs} matched the message equally well with "
+                f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
+                "those, was kept")
     return (f"labels: the rules read different labels ({readings}); {runs} matched the message best with "
             f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 

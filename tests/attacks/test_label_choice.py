@@ -18,6 +18,7 @@ import leakattack.attacks.gradient_matching as gm
 from leakattack.attacks.gradient_matching import LABEL_PROBE_STEPS
 from leakattack.attacks.labels import COMPARED_RULES, readings_to_compare, recover_labels_by_rule
 from leakattack.cli import main
+from leakattack.cli.run import label_choice_line
 from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
@@ -145,3 +146,14 @@ def test_label_runs_that_took_no_step_within_a_time_limit_keep_the_reading_of_th
     labels, choice = p.attack.choose_labels(p.obs)
     assert choice["probe_steps_run"] == [0, 0] and choice["compared_at"] == 0
     assert labels.tolist() == [4, 5, 6, 7]
+
+
+def test_label_runs_that_match_the_message_equally_well_keep_the_reading_of_the_most_rules(capsys):
+    """A message of one number (uniform sampling, b = 1) is matched to round-off by every reading: the pooled rule's
+    [4], tried first, had won the tie against the [0] of three rules (the truth)."""
+    p = prepare(RunConfig(model="lenet", sketch="uniform", sketch_dim=1, threads=1, iterations=20))
+    labels, choice = p.attack.choose_labels(p.obs)
+    assert choice["readings"]["pooled"] != choice["readings"]["sign"] == choice["readings"]["llg"]
+    assert choice["tied"] == 2 and labels.tolist() == choice["readings"]["sign"] == p.labels.tolist()
+    assert f"matched the message equally well with 2 of them (loss {min(choice['probe_compared']):.3g}), so " \
+           f"{labels.tolist()}, the reading of the most rules among those, was kept" in label_choice_line(choice)
