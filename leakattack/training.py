@@ -130,6 +130,20 @@ def checkpoint_path(folder: Path, t: int) -> Path:
     return Path(folder) / "checkpoints" / f"round_{t:04d}.pt"
 
 
+def trained_model_spec(weights: str | Path) -> dict | None:
+    """The model spec (protocol.json's ``model``: model, act, init, data set, seed) of the `leakattack train` run
+    whose checkpoint ``weights`` is (``<run>/checkpoints/round_TTTT.pt`` beside ``<run>/protocol.json``), else
+    None (another file, or a protocol.json that cannot be read)."""
+    path = Path(weights)
+    if path.parent.name != "checkpoints" or not (path.name.startswith("round_") and path.suffix == ".pt"):
+        return None
+    try:
+        spec = read_json(path.parent.parent / "protocol.json").get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
 def model_buffers(victim: targets.Victim) -> dict[str, torch.Tensor]:
     """The model's buffers (BatchNorm's running statistics and step counts) by name, copied to the CPU."""
     return {n: b.detach().to("cpu").clone() for n, b in victim.model.named_buffers()}
@@ -563,7 +577,7 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 
 
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
-           "check_unchanged", "build_victim", "load_split", "checkpoint_path",
+           "check_unchanged", "build_victim", "load_split", "checkpoint_path", "trained_model_spec",
            "model_buffers", "save_checkpoint", "load_checkpoint", "read_checkpoint", "load_buffers",
            "load_server_state", "tracking_running_statistics", "weights_at", "REPLAY_NOTE_ROUNDS",
            "stored_protocol", "keeps_server_state", "resume_point", "train", "refuse_empty_clients",

@@ -5,7 +5,9 @@ plain containers are unpickled, so a file from an untrusted folder cannot run
 code.  It may hold a ``state_dict``, a flat vector of the trainable weights in
 ``model.parameters()`` order, or ``{"weights": flat vector, "buffers": {name:
 tensor}}`` (what ``leakattack train`` checkpoints hold: a model with BatchNorm
-keeps its running statistics in the buffers).
+keeps its running statistics in the buffers; a ``safl`` checkpoint adds its
+server optimiser's state under ``"server"``, which the client's model does not
+read).
 """
 
 from __future__ import annotations
@@ -105,6 +107,12 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         raise UserError(f"weights file '{path}' is not a readable torch file ({type(err).__name__})") from None
     model = victim.model
     buffers = None
+    if isinstance(state, dict) and "weights" in state and isinstance(state.get("server"), dict) and \
+            set(state) <= {"weights", "buffers", "server"}:  # a `leakattack train` checkpoint of a server with state
+        # (safl's optimiser moments): the client's model is the weights and buffers alone
+        state = {k: v for k, v in state.items() if k != "server"}
+        if set(state) == {"weights"}:
+            state = state["weights"]
     if isinstance(state, dict) and set(state) == {"weights", "buffers"}:  # a `leakattack train` checkpoint
         state, buffers = state["weights"], state["buffers"]
         own = dict(model.named_buffers())

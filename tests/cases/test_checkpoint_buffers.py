@@ -85,3 +85,48 @@ def test_checkpoint_every_without_checkpoints_is_a_one_line_warning(tmp_path, ca
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "--checkpoint-every has no effect with --no-checkpoints" in err[0], err
     assert not (tmp_path / "fedavg" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("with_buffers", [True, False])
+def test_weights_loads_a_checkpoint_that_holds_the_server_state(trained, tmp_path, with_buffers):
+    """safl's checkpoints add the server optimiser's state to w^t (and the buffers): --weights reads w^t and the
+    buffers and leaves the server's state, which is no part of the client's model."""
+    victim = _victim() if with_buffers else targets.get_model("lenet", in_shape=(3, 32, 32), seed=1)
+    w, buffers = load_checkpoint(trained, 3, victim.d) if with_buffers else (torch.randn(victim.d), None)
+    save_checkpoint(tmp_path, 2, w, buffers, server={"step": 1, "m": torch.ones(5), "v": torch.ones(5)})
+    assert set(torch.load(checkpoint_path(tmp_path, 2), weights_only=True)) >= {"weights", "server"}
+    load_weights(victim, checkpoint_path(tmp_path, 2))
+    torch.testing.assert_close(torch.nn.utils.parameters_to_vector(victim.model.parameters()), w, rtol=0, atol=0)
+    for n, b in (buffers or {}).items():
+        torch.testing.assert_close(dict(victim.model.named_buffers())[n], b, rtol=0, atol=0)
+
+
+def test_weights_of_a_training_build_the_model_with_the_training_s_activation(trained, recwarn):
+    """`leakattack train` trains with --act tanh by default, and resnet20's own activation is relu: `run --weights`
+    on its checkpoint builds the tanh units the clients trained (it had loaded them into relu units without a word),
+    records the act in config.json's model_params, and says so in one line; an act given explicitly is kept, with a
+    warning where it is not the training's."""
+    weights = str(checkpoint_path(trained, 3))
+    with pytest.warns(UserWarning, match=r"trained by `leakattack train` with act=tanh \(its protocol.json\): "
+                                         r"resnet20 is built with act=tanh units to match"):
+        p = experiment.prepare(RunConfig(model="resnet20", dataset="photos", weights=weights, iterations=2))
+    assert p.cfg.model_params == {"act": "tanh"}
+    assert any(isinstance(m, torch.nn.Tanh) for m in p.case.victim.model.modules())
+    assert not any(isinstance(m, torch.nn.ReLU) for m in p.case.victim.model.modules())
+    recwarn.clear()
+    experiment.prepare(RunConfig(model="resnet20", dataset="photos", weights=weights, iterations=2,
+                                 model_params={"act": "tanh"}))
+    assert not [w for w in recwarn if "leakattack train" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"trained by `leakattack train` with act=tanh \(its protocol.json\), and "
+                                         r"this run's resnet20 has relu units: .* give --model-param act=tanh$"):
+        experiment.prepare(RunConfig(model="resnet20", dataset="photos", weights=weights, iterations=2,
+                                     model_params={"act": "relu"}))
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_model_and_data_it_was_trained_on(trained):
+    """resnet20 trained on the photos (3 channels) has other weights than resnet20 on the digits (1 channel): the
+    refusal names the training's model and data from its protocol.json."""
+    with pytest.raises(ConfigError, match=r"is the checkpoint of another model: .* \(its protocol.json: a training of "
+                                          r"resnet20 on photos; give --model resnet20 --dataset photos\)$"):
+        experiment.prepare(RunConfig(model="resnet20", dataset="digits", weights=str(checkpoint_path(trained, 3)),
+                                     iterations=2))
