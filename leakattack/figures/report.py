@@ -43,6 +43,7 @@ from ..rebuilt import (
     batch_images_words,
     faint_words,
     image_scores,
+    image_verdicts,
     images_note,
     images_words,
     why_not_rebuilt,
@@ -514,8 +515,10 @@ def _per_image(m: RunMetrics) -> str:
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc, matched = m.label_acc, m.label_acc_matched
+    # as in the summary line, the matched labels say something only where images were found: none rebuilt, none shown
+    verdicts = image_verdicts(record)
     on_matched = (f"; {round(matched * n)} of {n} on the images they were matched to" if n > 1 and
-                  isinstance(matched, (int, float)) else "")
+                  isinstance(matched, (int, float)) and (verdicts is None or REBUILT in verdicts) else "")
     lab = (f'<p class="note">labels recovered: {_num(acc * 100, 0)}% (as a multiset){on_matched}.</p>'
            if isinstance(acc, (int, float)) else "")
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'

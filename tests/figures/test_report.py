@@ -805,3 +805,13 @@ def test_a_time_under_a_tenth_of_a_second_does_not_read_as_none():
 
     assert [_seconds(v) for v in (0.004, 0.06, 29.5, 300.0, None)] == ["under 0.1 s", "0.1 s", "29.5 s", "5.0 min",
                                                                         "not recorded"]
+
+
+def test_a_batch_that_rebuilt_no_image_does_not_count_labels_on_the_images_matched_to(tmp_path):
+    """The matching of a batch that rebuilt nothing is arbitrary: the report, as the summary line, then gives the
+    labels as a multiset alone."""
+    none = _with_metrics(tmp_path, "none", verdict="not rebuilt", verdict_each=["not rebuilt", "not rebuilt"],
+                         psnr_each=[8.5, 11.7], ssim_each=[0.03, 0.02], labels_true=[0, 1], labels_attack=[0, 1],
+                         match=[0, 1], label_acc=1.0, label_acc_matched=1.0)
+    table = build_report([none])
+    assert "labels recovered: 100% (as a multiset)." in table and "matched to" not in table
