@@ -196,8 +196,9 @@ def stop_on_interrupt() -> Iterator[None]:
 
 
 def add_note(message: str, note: str, link: str = "") -> str:
-    """``message; <link> note``, or ``note`` as a sentence of its own when there is no message yet."""
-    return f"{message}; {link}{note}" if message else f"{note[0].upper()}{note[1:]}"
+    """``message; <link> note``, or ``note`` as it is when there is no message yet (an attack's message starts in
+    lower case: it is printed after ``note:`` and after a run's stop reason)."""
+    return f"{message}; {link}{note}" if message else note
 
 
 def not_unique_message(result: AttackResult, obs: Observation) -> str:
