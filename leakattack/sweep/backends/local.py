@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
+from tqdm.std import tqdm
 
 from targets.victim import cpu_cores, share_cores
 
@@ -34,6 +35,10 @@ def _worker_init(cores: int, parent: int) -> None:
     torch.set_num_threads(cores)
     share_cores(cores)
     one_line_warnings()
+    # a point's progress bar (tqdm) would create a process-shared lock, a semaphore that a worker terminated by
+    # Ctrl-C never releases, and Python's resource tracker then warns of it after the sweep's last line; the
+    # workers' bars are their own, so a lock of this process serves them
+    tqdm.set_lock(threading.RLock())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch():
