@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..errors import UserError
@@ -19,6 +20,7 @@ from ..results import writable_out
 from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
+from ..sweep.lock import FolderLock
 from ..sweep.plan import value_text
 from . import interrupted_exit
 from .figures import figures_said, verdicts_text
@@ -136,24 +138,62 @@ def sweep_out(folder: str | Path) -> Path:
     return out
 
 
+class HeldWarnings:
+    """Inside ``with``, warnings are held until :meth:`show` (then printed, and later ones pass as usual); those still
+    held when the block ends are dropped: a sweep refused or interrupted after its points were checked (a bad option,
+    a folder in use) prints its refusal alone."""
+
+    def __enter__(self) -> "HeldWarnings":
+        self.held: list | None = []
+        self._show = warnings.showwarning
+
+        def hold(message, category, filename, lineno, file=None, line=None):
+            if self.held is None:
+                self._show(message, category, filename, lineno, file, line)
+            else:
+                self.held.append((message, category, filename, lineno, file, line))
+
+        warnings.showwarning = hold
+        return self
+
+    def show(self) -> None:
+        """Print the warnings held so far; from now on they pass."""
+        held, self.held = self.held or [], None
+        for args in held:
+            self._show(*args)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        warnings.showwarning = self._show
+
+
 def cmd_sweep(a) -> int:
+    with HeldWarnings() as held:
+        return _sweep(a, held)
+
+
+def _sweep(a, held: HeldWarnings) -> int:
     planned, out = False, None
     try:
         options = _backend_options(a)
+        if a.jobs is not None and a.jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {a.jobs}")
         # a given --out before the points are checked: a refused sweep prints its refusal alone
         given = None if a.out is None else sweep_out(a.out)
+        if given is not None and not a.dry_run:
+            FolderLock(given).check()  # another sweep's folder: refused now, not after every point was checked
         plan = load_plan(a.config, progress=not a.quiet)
         planned = True
         jobs = a.jobs if a.jobs is not None else plan.settings.get("jobs", None if a.backend == "slurm" else 1)
-        if jobs is not None and jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {jobs}")
         out = given if given is not None else sweep_out(default_sweep_dir(plan.settings.get("name",
                                                                                           Path(a.config).stem)))
         if a.dry_run:
             get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
+            held.show()
             return dry_run(a, plan, out if a.out is not None else None)
         t0 = time.perf_counter()
-        res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options)
+        # the points' warnings once the backend took its options and the folder is locked
+        res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options,
+                        ready=held.show)
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():

@@ -34,6 +34,11 @@ FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
 POINT_NUMBERS = SUMMARY_METRICS + ("wall_s", "d", "b", "m")
 #: summary.csv's columns after the metrics' means and standard deviations, in this order where present
 SHARE_COLUMNS = ("rebuilt", "one_metric_ahead", "rebuilt_images") + FAILED_COLUMNS
+#: the columns summary.csv computes beside a setting's grid values (a [grid] placeholder of one of these names would
+#: lose its values to them): the point's victim and message, the count of points, the metrics' means and standard
+#: deviations and the shares
+COMPUTED_COLUMNS = (("model", "sketch", "defense", "d", "b", "m", "b_over_m", "n")
+                    + tuple(f"{name}_{part}" for name in SUMMARY_METRICS for part in ("mean", "std")) + SHARE_COLUMNS)
 #: the message's and the training's epsilons: a point whose privacy report (``privacy_note``) records one of them as
 #: null has no bound (no noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``; a paper
 #: epsilon that is null beside a bounded epsilon is one the paper has no formula for (Laplace noise), left empty

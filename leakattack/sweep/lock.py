@@ -64,10 +64,7 @@ class FolderLock:
             except FileExistsError:
                 if self._take_over_if_stale():
                     continue
-                pid, host = _owner(self.path)
-                who = f"process {pid} on {host}" if pid is not None else "its lock file is still being written"
-                raise SweepLocked(f"sweep folder '{self.path.parent}' is in use by another sweep ({who}): wait for "
-                                  f"it to finish, or remove '{self.path}' if no sweep is running there") from None
+                raise self._in_use() from None
             try:
                 os.write(fd, me.encode())
                 os.fsync(fd)
@@ -78,6 +75,31 @@ class FolderLock:
         raise SweepLocked(f"sweep folder '{self.path.parent}' changed hands while this sweep tried to lock it: "
                           "start it again")
 
+    def check(self) -> None:
+        """Refuse (:class:`SweepLocked`) where another live sweep holds the folder now, as :meth:`acquire` would;
+        nothing is created, removed or taken over (a sweep checks this before it reads its points, so that a folder
+        in use is refused before the points are checked and their warnings printed)."""
+        if self.path.exists() and not self._stale():
+            raise self._in_use()
+
+    def _in_use(self) -> SweepLocked:
+        pid, host = _owner(self.path)
+        who = f"process {pid} on {host}" if pid is not None else "its lock file is still being written"
+        return SweepLocked(f"sweep folder '{self.path.parent}' is in use by another sweep ({who}): wait for it to "
+                           f"finish, or remove '{self.path}' if no sweep is running there")
+
+    def _stale(self) -> bool:
+        """Whether the lock file names a dead process on this host, or has named no owner for
+        :data:`UNWRITTEN_SECONDS` (True also where it is gone)."""
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        pid, host = _owner(self.path)
+        if pid is None:  # not written yet, or never: a writer fills it right after creating it
+            return time.time() - mtime >= UNWRITTEN_SECONDS
+        return host == socket.gethostname() and not _alive(pid)
+
     def _take_over_if_stale(self) -> bool:
         """Remove the lock if its owner is a dead process on this host, or if it has named no owner for
         :data:`UNWRITTEN_SECONDS`; True if removed (or gone already)."""
@@ -86,11 +108,7 @@ class FolderLock:
             fcntl.flock(dirfd, fcntl.LOCK_EX)  # one taker at a time; released by the kernel if we die
             if not self.path.exists():
                 return True
-            pid, host = _owner(self.path)
-            if pid is None:  # not written yet, or never: a writer fills it right after creating it
-                if time.time() - self.path.stat().st_mtime < UNWRITTEN_SECONDS:
-                    return False
-            elif host != socket.gethostname() or _alive(pid):
+            if not self._stale():
                 return False
             try:
                 os.unlink(self.path)

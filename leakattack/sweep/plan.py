@@ -56,6 +56,7 @@ from ..data import get_batch
 from ..errors import SettingWarning, UserError
 from ..progress import progress_bar
 from ..results import default_strength
+from ..results.store import COMPUTED_COLUMNS
 from ..sketch import is_identity, list_sketches
 
 if sys.version_info >= (3, 11):
@@ -222,6 +223,14 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
                 raise ConfigError(f"[grid] {k} = {v!r} must be a non-empty list")
             if _nonfinite(v) is not None:
                 raise ConfigError(f"[grid] {k} holds {_nonfinite(v)!r}, which is not a finite number")
+            if k not in fields:  # a placeholder: its values are written into [base]'s strings and summary.csv
+                if k in COMPUTED_COLUMNS:
+                    raise ConfigError(f"[grid] {k} is a placeholder named like the column '{k}' that summary.csv "
+                                      "computes, which would hide its values there: rename the placeholder")
+                bad = next((x for x in v if not isinstance(x, (str, int, float))), None)
+                if bad is not None:
+                    raise ConfigError(f"[grid] {k} holds {bad!r}: a placeholder's values are numbers, strings or "
+                                      "booleans, written into [base]'s text")
         for h in sorted(holders - set(g)):
             raise ConfigError(f"placeholder '{{{h}}}' in [base] has no [grid] entry")
     if "strength" in settings and not any(settings["strength"] in g for g in grids):

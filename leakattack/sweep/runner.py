@@ -26,6 +26,7 @@ import functools
 import os
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -122,10 +123,13 @@ def _point_of(item: tuple[int, dict]) -> str:
 
 
 def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True, backend: str = "local",
-              options: dict | None = None) -> dict:
+              options: dict | None = None, ready: Callable[[], None] | None = None) -> dict:
     """Run the points not yet in ``out/results.jsonl`` on ``backend``, then write summary.csv and the figures.
 
     ``options`` go to the backend (slurm: partition, time, mem, gpus, ...).
+    ``ready()`` is called once the backend has accepted its options and the
+    folder is locked, before anything is written (the command line prints the
+    points' warnings only then, so that a refused sweep prints its refusal alone).
     Interrupted (Ctrl-C, or a point that fails), the backend's running jobs are
     cancelled and every result already written is kept.  Another sweep running
     in ``out`` makes this one stop before writing anything (UserError).
@@ -143,6 +147,8 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
                       "them; resume with --backend slurm, or cancel them with scancel", SettingWarning, stacklevel=2)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out):
+        if ready is not None:
+            ready()
         workers.use_folder(out)
         return _run_locked(plan, out, workers, progress)
 
