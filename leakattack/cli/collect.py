@@ -121,6 +121,12 @@ def row_of(folder: Path) -> dict:
            "dataset": derived.get("dataset", run.get("dataset")), "defense": run.get("defense")}
     if row["protocol"]:  # which client's message of which round was attacked
         row.update(round=run.get("protocol_round"), client=run.get("protocol_client"))
+    elif run.get("message"):  # a captured message file: the round and client its ids name (the Flower recorder's)
+        described = derived.get("sketch")
+        ids = described.get("ids") if isinstance(described, dict) else None
+        if isinstance(ids, dict):
+            row.update({k: ids[k] for k in ("round", "client")
+                        if isinstance(ids.get(k), (int, float, str)) and not isinstance(ids.get(k), bool)})
     del metrics["schema"]  # the file's layout, not a metric
     row.update(scalars(metrics, skip=("objective_at",)))
     for name in EPSILON_METRICS:  # no DP bound: inf, as the run's summary line (ε ∞) and a sweep's summary.csv say

@@ -239,6 +239,7 @@ class RecordingStrategy(Strategy):
         self.input_shape, self.num_classes, self.defense = input_shape, num_classes, defense
         self.records: list[dict] = []
         self._sent: dict[int, dict[str, tuple[list[np.ndarray], dict, Path]]] = {}
+        self._written: dict[int, dict[Path, str]] = {}  # per round: the message files written, and whose node
 
     def __repr__(self) -> str:
         return f"RecordingStrategy({self.strategy!r}, out='{self.out}')"
@@ -320,6 +321,13 @@ class RecordingStrategy(Strategy):
                 "configuration is %d: its message file says the update came from %d images", server_round, client,
                 res.num_examples, batch, batch)
         path = self.out / f"round{server_round:03d}-client{_safe(client)}.pt"
+        written = self._written.setdefault(server_round, {})
+        first = written.get(path)
+        if first is not None:  # another client of this round reported the same id: keep both files
+            path = path.with_name(f"{path.stem}-node{_safe(proxy.cid)}.pt")
+            log(WARNING, "round %d: the clients of nodes %s and %s both report client id '%s': the second's message "
+                "file is %s (give each client its own id)", server_round, first, proxy.cid, client, path.name)
+        written[path] = str(proxy.cid)
         write_message(path, message, sketch=sketch, kind="update",
                       batch_size=batch, lr=float(settings["lr"]),
                       local_steps=int(settings["local_steps"] or 1), defense=self.defense,
