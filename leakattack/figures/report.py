@@ -714,7 +714,8 @@ def _failed_parts(records: list[dict]) -> str:
     if not sum(n.values()):
         return ""
     return (f" Of the {sum(n.values())} not rebuilt whose failed part is known, {n['labels']} read wrong labels from "
-            f"the message, {n['objective']} have an objective that prefers another image and {n['search']} a search "
+            f"the message, {n['objective']} {'has' if n['objective'] == 1 else 'have'} an objective that prefers "
+            f"another image and {n['search']} a search "
             "that stopped short of the truth.")
 
 

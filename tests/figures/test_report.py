@@ -209,8 +209,8 @@ def test_sweep_headline_counts_the_rebuilt_points(tmp_path):
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     text = build_report([folder])
     assert (f"Of the {len(failed)} not rebuilt whose failed part is known, 1 read wrong labels from the message, "
-            f"{len(failed) - 2} have an objective that prefers another image and 1 a search that stopped short of "
-            "the truth.") in text
+            f"{len(failed) - 2} {'has' if len(failed) == 3 else 'have'} an objective that prefers another image and "
+            "1 a search that stopped short of the truth.") in text
     # and per setting in the summary table, as summary.csv counts them (summarize; the copied summary.csv predates
     # the edited records, so the report summarises them itself)
     (folder / "summary.csv").unlink()
@@ -815,3 +815,13 @@ def test_a_batch_that_rebuilt_no_image_does_not_count_labels_on_the_images_match
                          match=[0, 1], label_acc=1.0, label_acc_matched=1.0)
     table = build_report([none])
     assert "labels recovered: 100% (as a multiset)." in table and "matched to" not in table
+
+
+def test_the_failed_parts_agree_in_number_with_their_counts():
+    from leakattack.figures.report import _failed_parts
+
+    def point(truth: float) -> dict:  # an objective that prefers the reconstruction where the truth scores higher
+        return {"metrics": {"verdict": "not rebuilt", "objective_at": {"truth": {"match": 0.0, "total": truth},
+                                                                       "reconstruction": {"match": 0.5, "total": 1.5}}}}
+    assert "2 have an objective that prefers" in _failed_parts([point(2.0), point(3.0), point(1.0)])
+    assert "1 has an objective that prefers" in _failed_parts([point(2.0), point(1.0)])
