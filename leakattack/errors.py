@@ -52,6 +52,12 @@ def size_text(n_bytes: float) -> str:
     return f"{n_bytes / 1e9:.3g} GB"
 
 
+def listed(items) -> str:
+    """``a``, ``a and b`` or ``a, b and c``: a list of names as a sentence says it."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def ratio_text(b: int, d: int) -> str:
     """A sketch's b/d as titles and reports print it: two significant digits (0.5, 0.01, 0.00093, 1)."""
     return f"{b / d:.2g}"
@@ -106,5 +112,5 @@ def allocation_failed(err: BaseException) -> bool:
         isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
 
 
-__all__ = ["UserError", "SettingWarning", "allocation_failed", "duration_text", "size_text", "ratio_text",
+__all__ = ["UserError", "SettingWarning", "allocation_failed", "duration_text", "listed", "size_text", "ratio_text",
            "one_line_warnings", "signals_held"]

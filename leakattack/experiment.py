@@ -36,7 +36,7 @@ from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, RunConfig
 from .config.params import duration_seconds
 from .data import batch_positions, reads_root
-from .errors import SettingWarning, UserError, ratio_text
+from .errors import SettingWarning, UserError, listed, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
 from .plugins import provenance
@@ -218,9 +218,8 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     unread = [f"{flag} {getattr(cfg, key)}" for key, flag in picks
               if (cfg.dataset if key == "dataset" else cfg.set_by_user(key))]
     if cfg.message and unread:
-        said = unread[0] if len(unread) == 1 else f"{', '.join(unread[:-1])} and {unread[-1]}"
-        warnings.warn(f"{said} {'is' if len(unread) == 1 else 'are'} not read with --message: the message file says "
-                      "what the images are, and --truth gives them", SettingWarning, stacklevel=2)
+        warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --message: the message "
+                      "file says what the images are, and --truth gives them", SettingWarning, stacklevel=2)
     if cfg.set_by_user("utility_steps") and not cfg.utility:
         warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
                       SettingWarning, stacklevel=2)

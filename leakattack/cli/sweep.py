@@ -15,7 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, listed
 from ..results import writable_out
 from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
@@ -43,9 +43,9 @@ def _backend_options(a) -> dict:
     given = {flag: getattr(a, kw) for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None}
     if a.backend != "slurm" and given:
         flags = list(given)
-        named = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
-        raise UserError(f"{named} {'is an option' if len(flags) == 1 else 'are options'} of the slurm backend, not "
-                        f"of '{a.backend}': add --backend slurm, or leave {'it' if len(flags) == 1 else 'them'} out")
+        one = len(flags) == 1
+        raise UserError(f"{listed(flags)} {'is an option' if one else 'are options'} of the slurm backend, not of "
+                        f"'{a.backend}': add --backend slurm, or leave {'it' if one else 'them'} out")
     return {SLURM_OPTIONS[flag]: v for flag, v in given.items()}
 
 

@@ -32,7 +32,7 @@ import torch
 
 from .. import experiment, figures
 from ..config import RunConfig
-from ..errors import SettingWarning, UserError
+from ..errors import SettingWarning, UserError, listed
 from ..metrics import lpips_missing
 from ..plugins import import_modules, load_plugins, provenance, used_outside
 from ..progress import progress_bar
@@ -173,7 +173,7 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     if elsewhere and lost:
         where = ("the script this process runs" if not unimportable else
                  "code this process ran outside any file (a notebook cell, python -c)")
-        raise UserError(f"the sweep uses {_names(lost)}, registered by {where}, which its "
+        raise UserError(f"the sweep uses {listed(lost)}, registered by {where}, which its "
                         f"{'cluster jobs' if cluster else 'worker processes'} cannot import: define "
                         f"{'it' if len(lost) == 1 else 'them'} in a .py file and import that, or name the file in "
                         "LEAKATTACK_PLUGINS, or run the sweep with one job")
@@ -232,11 +232,6 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                                drawing=True) from None
     return {**drawn, "skipped": len(plan.points) - len(todo), "reattached": reattached,
             "ran": len(todo) - reattached}
-
-
-def _names(names: list[str]) -> str:
-    """``model 'a'`` or ``model 'a' and attack 'b'``."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _finished(results: Path, plan: Plan) -> set[str]:
