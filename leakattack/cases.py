@@ -16,7 +16,6 @@ sense of a *case* apart from the *attack*:
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 from dataclasses import dataclass, field, replace
@@ -123,36 +122,31 @@ def drawn_by(cfg: RunConfig) -> str | None:
     return " and ".join(given) or None
 
 
-def warn_trained_activation(cfg: RunConfig, victim: targets.Victim) -> None:
-    """One warning line where ``--weights`` is a checkpoint of a `leakattack train` run whose protocol.json records
-    another activation than the run's model has (train's --act defaults to tanh, each model's own --model-param act
-    to its architecture's): the weights load, but into units the clients did not train with."""
-    spec = trained_model_spec(cfg.weights)
-    if not spec or spec.get("model") != cfg.model or "act" not in targets.model_params(cfg.model):
-        return
-    trained = targets.models.ACTIVATIONS.get(str(spec.get("act")))
-    kinds = {type(m) for m in victim.model.modules()} & set(targets.models.ACTIVATIONS.values())
-    if trained is None or not kinds or trained in kinds:
-        return
-    names = [n for n, k in targets.models.ACTIVATIONS.items() if k in kinds]
-    warnings.warn(f"weights file '{cfg.weights}' was trained by `leakattack train` with act={spec['act']} (its "
-                  f"protocol.json), and this run's {cfg.model} has {' and '.join(names)} units: the message is "
-                  f"computed with other activations than the clients trained with; give --model-param "
-                  f"act={spec['act']}", SettingWarning, stacklevel=3)
+def trained_params(cfg: RunConfig, spec: dict | None) -> tuple[dict, dict]:
+    """(the model parameters to build with, the run settings that fixes) for ``--weights`` of a `leakattack train`
+    run whose model spec (its protocol.json's: :func:`~leakattack.training.trained_model_spec`) is ``spec``.
 
-
-def trained_activation(cfg: RunConfig) -> str | None:
-    """The activation a `leakattack train` run trained ``cfg.weights`` with (its protocol.json beside the checkpoint),
-    where the run builds the same model, does not name an activation itself (``--model-param act``) and would build
-    another by default (train's --act defaults to tanh, a model's own act to its architecture's: resnet20's relu);
-    else None.  The run then builds the units the clients trained."""
-    spec = trained_model_spec(cfg.weights) if cfg.weights else None
-    if not spec or spec.get("model") != cfg.model or targets.models.is_user_spec(cfg.model) \
-            or "act" not in targets.model_params(cfg.model) or "act" in cfg.model_params:
-        return None
-    act = spec.get("act")
-    own = inspect.signature(targets.models._MODELS.get(cfg.model)).parameters["act"].default
-    return act if isinstance(act, str) and act in targets.models.ACTIVATIONS and act != own else None
+    train's --act defaults to tanh, a model's own act to its architecture's (resnet20: relu): a run that names no
+    act builds the training's, records it (config.json's run.model_params) and says so in one line; one that names
+    another keeps it and is warned that the clients did not train those units."""
+    params = dict(cfg.model_params)
+    act = spec.get("act") if spec and spec.get("model") == cfg.model else None
+    if act not in targets.models.ACTIVATIONS or "act" not in targets.model_params(cfg.model):
+        return params, {}
+    if "act" in params:
+        if params["act"] != act:
+            warnings.warn(f"weights file '{cfg.weights}' was trained by `leakattack train` with act={act} (its "
+                          f"protocol.json), and this run's {cfg.model} has {params['act']} units: the message is "
+                          f"computed with other activations than the clients trained with; give --model-param "
+                          f"act={act}", SettingWarning, stacklevel=4)
+        return params, {}
+    if act == targets.models.param_default(cfg.model, "act"):
+        return params, {}
+    params["act"] = act
+    warnings.warn(f"weights file '{cfg.weights}' was trained by `leakattack train` with act={act} (its "
+                  f"protocol.json): {cfg.model} is built with act={act} units to match (--model-param act=NAME "
+                  "builds others)", SettingWarning, stacklevel=4)
+    return params, {"model_params": params}
 
 
 def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
@@ -160,14 +154,8 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     seeds = cfg.derived()
     ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
     x, labels = get_batch(ds, cfg.image_index, cfg.batch_size, cfg.batch_draw)
-    params, settings = dict(cfg.model_params), {}
-    act = trained_activation(cfg)
-    if act is not None:  # recorded in config.json's run.model_params, as if given
-        params["act"] = act
-        settings["model_params"] = params
-        warnings.warn(f"weights file '{cfg.weights}' was trained by `leakattack train` with act={act} (its "
-                      f"protocol.json): {cfg.model} is built with act={act} units to match (--model-param act=NAME "
-                      "builds others)", SettingWarning, stacklevel=3)
+    spec = trained_model_spec(cfg.weights) if cfg.weights else None  # a training's checkpoint: its model spec
+    params, settings = trained_params(cfg, spec)
     victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
                                init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
                                **params)
@@ -175,13 +163,11 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         try:
             targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg))
         except UserError as err:  # a training's checkpoint names the model and data it was trained on
-            spec = trained_model_spec(cfg.weights)
             if not spec or (spec.get("model"), spec.get("dataset")) == (cfg.model, cfg.dataset or "photos"):
                 raise
             raise ConfigError(f"{err} (its protocol.json: a training of {spec.get('model')} on "
                               f"{spec.get('dataset')}; give --model {spec.get('model')} --dataset "
                               f"{spec.get('dataset')})") from None
-        warn_trained_activation(cfg, victim)
     if cfg.attack_class.modifies_model:  # the server sends its own model, built from images it holds
         cfg.attack_class(**cfg.attack_options()).modify(victim, ds)
     victim.to(device=device, dtype=dtype)

@@ -145,6 +145,16 @@ def model_params(name: str) -> list[str]:
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
+def param_default(name: str, key: str):
+    """The value registered model ``name`` gives parameter ``key`` when none is given (``param_default("resnet20",
+    "act")`` is ``"relu"``); None where it takes no such parameter, has no default for it, or is a user's model
+    file."""
+    if _is_user(name):
+        return None
+    p = inspect.signature(_MODELS.get(name)).parameters.get(key)
+    return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+
 def takes_any_param(name: str) -> bool:
     """Whether registered model ``name``'s builder takes any keyword (``builder(in_shape, num_classes, **params)``,
     passing them on): then its builder, not :func:`model_params`, decides which it accepts."""
@@ -347,7 +357,8 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
-__all__ = ["get_model", "list_models", "register_model", "model_params", "takes_any_param", "RESERVED_MODEL_PARAMS",
+__all__ = ["get_model", "list_models", "register_model", "model_params", "param_default", "takes_any_param",
+           "RESERVED_MODEL_PARAMS",
            "parameter_count",
            "default_init",
            "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "piecewise_units",
