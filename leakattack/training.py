@@ -268,24 +268,23 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     if folder is not None:
         folder = Path(folder)
         _refuse_unreached(folder, t)
-        latest, held = None, None  # held: the checkpoint read already to see whether it holds the server state
+        latest, held = None, None  # held: the start's checkpoint where it was read to see its server state
         for s in range(t, 0, -1):
             if not checkpoint_path(folder, s).is_file():
                 continue
-            if s == t or s == 1 or not keeps_server_state(proto):
-                latest = s
-                break
-            held = read_checkpoint(folder, s, victim.d)
-            if held[2] is not None:
-                latest = s
-                break
+            if s < t and _needs_state(s, proto):  # as _continues, keeping what it read
+                held = read_checkpoint(folder, s, victim.d)
+                if held[2] is None:
+                    held = None
+                    continue
+            latest = s
+            break
         if latest is None:
             load_checkpoint(folder, t, victim.d)  # refuses: says why the checkpoint of w^t is not there
             raise ConfigError(f"'{folder}' holds no checkpoint of w^{t} and none before it that round {t} can be "
                               f"re-simulated from")
         start = latest
-        w, buffers, server = held if held is not None and held[2] is not None else \
-            read_checkpoint(folder, start, victim.d)
+        w, buffers, server = held or read_checkpoint(folder, start, victim.d)
         if buffers is not None:  # the running statistics the server holds with w^start
             load_buffers(victim, buffers, checkpoint_path(folder, start))
         w = w.to(device=proto.device, dtype=proto.dtype)
@@ -475,10 +474,15 @@ def keeps_server_state(proto: Protocol) -> bool:
     return bool(proto.keeps_server_state)
 
 
+def _needs_state(t: int, proto: Protocol) -> bool:
+    """Whether round t needs a checkpoint's server state besides the seeds (round 1 starts from a fresh one)."""
+    return t > 1 and keeps_server_state(proto)
+
+
 def _continues(folder: Path, t: int, proto: Protocol) -> bool:
     """Whether the checkpoint of w^t in ``folder`` holds all that round t needs besides the seeds: for a protocol that
-    keeps server state, that state (round 1 starts from a fresh one)."""
-    return t == 1 or not keeps_server_state(proto) or read_checkpoint(folder, t, proto.d)[2] is not None
+    keeps server state, that state."""
+    return not _needs_state(t, proto) or read_checkpoint(folder, t, proto.d)[2] is not None
 
 
 def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:
