@@ -66,12 +66,13 @@ def raised_at(err: BaseException, files) -> str:
     return f"{name} at {os.path.abspath(code.co_filename)}:{found.tb_lineno}"
 
 
-def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False):
+def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False, name: str | None = None):
     """Import the .py file ``path`` as module ``prefix`` + a digest of its absolute path (classes defined in it
-    pickle by that name: a spawned worker that imports the same file finds them), with its folder first on sys.path
-    while it runs, as ``python file.py`` has it (it imports its neighbours).  ``label`` names it in the one UserError
-    sentence of a missing file or a failed import (``"model file 'net.py'"``).  With ``reuse``, a module imported
-    from that file already (under any name: ``import myplugins`` in the caller's script) is returned as it is."""
+    pickle by that name: a spawned worker that imports the same file finds them), or as ``name`` where given, with
+    its folder first on sys.path while it runs, as ``python file.py`` has it (it imports its neighbours).  ``label``
+    names it in the one UserError sentence of a missing file or a failed import (``"model file 'net.py'"``).  With
+    ``reuse``, a module imported from that file already (under any name: ``import myplugins`` in the caller's
+    script) is returned as it is."""
     import importlib.util
 
     if not path.is_file():
@@ -79,7 +80,7 @@ def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False):
     known = _imported_as(path) if reuse else None
     if known is not None:  # a plugin imported already: a second run of its registrations would find its names taken
         return known
-    name = f"{prefix}{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    name = name or f"{prefix}{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UserError(f"{label} cannot be imported as Python")
@@ -205,8 +206,6 @@ def used_outside(settings) -> tuple[list[tuple[str, str | None]], list[str], lis
 def import_modules(modules) -> None:
     """Import each (module, file) of :func:`used_outside` not imported yet: by its name (a worker has its parent's
     sys.path), else from its file under that name; a failure is one UserError sentence naming the module."""
-    import importlib.util
-
     for name, file in modules:
         if name in sys.modules:
             continue
@@ -219,17 +218,7 @@ def import_modules(modules) -> None:
                 raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
         except Exception as err:
             raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [])}") from None
-        spec = importlib.util.spec_from_file_location(name, file)
-        if spec is None or spec.loader is None:
-            raise UserError(f"{label} could not be imported from {file}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as err:
-            sys.modules.pop(name, None)
-            raise UserError(f"{label} could not be imported from {file} ({_first_line(err)})"
-                            f"{raised_at(err, [spec.origin])}") from None
+        import_file(Path(file), label, "", name=name)
 
 
 def provenance() -> list[dict]:

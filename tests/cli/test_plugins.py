@@ -125,3 +125,16 @@ def test_a_sweep_whose_names_come_from_a_notebook_cell_is_refused_in_one_sentenc
         done.stderr
     assert "Traceback" not in done.stderr
     assert len((tmp_path / "sw" / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_module_not_on_the_worker_s_path_is_imported_from_its_file(tmp_path, monkeypatch):
+    (tmp_path / "elsewhere_module_for_leakattack.py").write_text("VALUE = 7\n")
+    name = "elsewhere_module_for_leakattack"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    plugins.import_modules([(name, str(tmp_path / f"{name}.py"))])  # tmp_path is not on sys.path
+    assert sys.modules[name].VALUE == 7
+    monkeypatch.delitem(sys.modules, name)
+    (tmp_path / f"{name}.py").write_text("raise ValueError('broken')\n")
+    with pytest.raises(plugins.UserError, match=rf"^module '{name}', which registered names the sweep uses .* could "
+                                                r"not be imported \(ValueError: broken\) at .*:1$"):
+        plugins.import_modules([(name, str(tmp_path / f"{name}.py"))])
