@@ -412,11 +412,12 @@ class GradientMatching(Attack):
             chosen = distinct[finite.index(min(finite))]
         else:
             votes = [sum(torch.equal(labels, r) for r in readings.values()) for labels in distinct]
-            # runs that end within round-off of the best (a message of one number, which every reading can match)
-            # do not tell their readings apart: of those, the reading the most rules gave
-            best = min(at)
-            tied = [i for i, v in enumerate(at) if common > 0 and v <= best + LABEL_TIE * abs(best)]
-            pick = tied if len(tied) > 1 else list(range(len(distinct))) if common == 0 else [at.index(best)]
+            if common > 0:  # runs that end within round-off of the best (a message of one number, which every
+                # reading can match) do not tell their readings apart
+                best = min(at)
+                tied = [i for i, v in enumerate(at) if v <= best + LABEL_TIE * abs(best)]
+            # of the readings the runs cannot tell apart (all where no run took a step), the one the most rules gave
+            pick = tied if common > 0 else range(len(distinct))
             chosen = distinct[max(pick, key=lambda i: (votes[i], -i))]
         # probe_steps: each run's budget; probe_steps_run: the steps each took (fewer where its share of a time
         # limit ran out, or where it met the tolerance); probe_compared: the losses at the steps all of them took
