@@ -12,12 +12,12 @@ docs/attacks/labels.md quotes its output.
 
     python scripts/label_choice.py [--model lenet] [--dataset digits] [--train-steps 120] [--train-images 128]
         [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1] [--stride 1]
-        [--probe-steps 150] [--batch-draw consecutive|class|random]
+        [--probe-steps 150] [--batch-draw consecutive|class|random] [--no-choice] [--model-param KEY=VALUE]
 
 ``--stride S`` starts the N messages at images 0, S, 2S, ... (``--stride B`` for batches that share no image;
 ``--batch-draw`` takes each batch's other images as ``leakattack run --batch-draw`` does);
 ``--probe-steps`` sets the short runs' length (the attack's ``LABEL_PROBE_STEPS``; still at most a quarter of
-its budget and of its time limit).
+its budget and of its time limit); ``--no-choice`` prints the readings without the short runs.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from pathlib import Path
 import torch
 
 from leakattack.attacks import gradient_matching
-from leakattack.attacks.labels import readings_to_compare
+from leakattack.attacks.labels import one_example_classes, readings_to_compare
 from leakattack.config import RunConfig
 from leakattack.data import BATCH_DRAWS, get_dataset
 from leakattack.experiment import prepare
 from leakattack.metrics import label_overlap
 
 
-def train(model: str, dataset: str, steps: int, images: int, out: Path) -> float:
+def train(model: str, dataset: str, steps: int, images: int, out: Path, params: dict | None = None) -> float:
     """Full-batch Adam (step 1e-2) on the first ``images`` examples; the state_dict goes to ``out``; the last loss."""
-    victim = prepare(RunConfig(model=model, dataset=dataset, threads=1)).obs.victim
+    victim = prepare(RunConfig(model=model, dataset=dataset, threads=1, model_params=params or {})).obs.victim
     data = get_dataset(dataset)
     X, Y = data.images[:images].to(victim.dtype), data.labels[:images]
     opt = torch.optim.Adam(victim.model.parameters(), 1e-2)
@@ -69,7 +69,13 @@ def main() -> None:
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS)
     ap.add_argument("--probe-steps", type=int, default=gradient_matching.LABEL_PROBE_STEPS,
                     help="steps of each short run that scores a reading")
+    ap.add_argument("--no-choice", action="store_true", help="the readings only, without the short runs")
+    ap.add_argument("--model-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a model parameter, as `leakattack run --model-param` takes it (act=tanh)")
     a = ap.parse_args()
+    if any("=" not in kv for kv in a.model_param):
+        ap.error("--model-param takes KEY=VALUE")
+    params = dict(kv.split("=", 1) for kv in a.model_param)
     if min(a.images, a.batch_size, a.stride, a.probe_steps) < 1:
         ap.error("--images, --batch-size, --stride and --probe-steps must be at least 1")
     gradient_matching.LABEL_PROBE_STEPS = a.probe_steps
@@ -79,40 +85,50 @@ def main() -> None:
         weights = a.weights
         if weights is None and a.train_steps > 0:
             weights = str(Path(tmp) / "weights.pt")
-            loss = train(a.model, a.dataset, a.train_steps, a.train_images, Path(weights))
+            loss = train(a.model, a.dataset, a.train_steps, a.train_images, Path(weights), params)
             print(f"# {a.model} trained on {a.dataset}[:{a.train_images}], {a.train_steps} Adam steps: loss {loss:.4f}")
         for kind in a.sketches.split(","):
             for ratio in (float(r) for r in a.ratios.split(",")):
-                compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size, a.stride, a.batch_draw)
+                compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size, a.stride, a.batch_draw,
+                        not a.no_choice, params)
 
 
 def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int,
-            stride: int = 1, draw: str = "consecutive") -> None:
+            stride: int = 1, draw: str = "consecutive", choose: bool = True, params: dict | None = None) -> None:
     """The lines of one sketch and b/d: one per message (from images 0, stride, ...), then the counts of right
-    labels."""
+    labels.  Where ``magnitude`` is read (one example, features of both signs) a line also gives the head's signal
+    against the sketch noise and the true class's place in magnitude's order (0: first)."""
     right: dict[str, int] = {}
-    differ = 0
+    ran, places = 0, []
     for i in range(0, images * stride, stride):
         p = prepare(RunConfig(model=model, dataset=dataset, sketch=kind, sketch_ratio=ratio, image_index=i,
-                              batch_size=B, batch_draw=draw, threads=1, **({"weights": weights} if weights else {})))
+                              batch_size=B, batch_draw=draw, threads=1, model_params=params or {},
+                              **({"weights": weights} if weights else {})))
         truth = p.labels
         readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
         if i == 0:
             print(f"# {kind} b/d = {ratio}, probes of {gradient_matching.LABEL_PROBE_STEPS} steps; message: true | "
                   f"{' | '.join(readings)} | chosen (probe losses, seconds)")
         t0 = time.perf_counter()
-        labels, choice = p.attack.choose_labels(p.obs)
-        for rule, got in [*readings.items(), ("chosen", labels)]:
+        labels, choice = p.attack.choose_labels(p.obs) if choose else (readings["pooled"], None)
+        for rule, got in [*readings.items(), *([("chosen", labels)] if choose else [])]:
             right[rule] = right.get(rule, 0) + round(label_overlap(got, truth) * B)  # right labels, as multisets
         line = " | ".join([f"{i}: {sorted(truth.tolist())}", *(str(v.tolist()) for v in readings.values()),
-                           str(labels.tolist())])
+                           str(labels.tolist()) if choose else "-"])
         if choice is not None:
-            differ += 1
+            ran += 1
             losses = ", ".join(f"{v:.3g}" for v in choice["probe_losses"])
             line += f" ({losses}; {time.perf_counter() - t0:.1f} s)"
+        if "magnitude" in readings:
+            order, signal = one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y)
+            places.append(order.index(int(truth[0])))
+            line += f" | signal {signal:.2f}, truth's place {places[-1]}"
         print(line)
     print("# right: " + ", ".join(f"{rule} {k}/{images * B}" for rule, k in right.items())
-          + f"; the rules differed on {differ}")
+          + (f"; short runs on {ran}" if choose else ""))
+    if places:
+        print("# truth's place in magnitude's order: " + ", ".join(
+            f"first {k}: {sum(p < k for p in places)}/{len(places)}" for k in (1, 3, 5, 10)))
 
 
 if __name__ == "__main__":

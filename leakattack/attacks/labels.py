@@ -7,8 +7,10 @@ counts become B labels by one greedy allocation.  Rules (``LABEL_RULES``):
 ``pooled`` (default: bias and row signals weighted by their sketch noise, the
 batch's mean embedding recovered as in iLRG), ``sign`` (iDLG; Yin et al. 2021),
 ``llg`` and ``llg-star`` (Wainakh et al. 2022), ``bias``, ``ilrg`` (Ma et al.
-2023).  The derivation, every rule's estimator and its limits (BatchNorm modes,
-non-negative head inputs): docs/attacks/labels.md.
+2023), ``magnitude`` (the largest rows of the head's gradient: for one example
+exact whatever the sign of the features).  The derivation, every rule's
+estimator and its limits (BatchNorm modes, non-negative head inputs):
+docs/attacks/labels.md.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..seeds import torch_generator
 from ..sketch import readout_variance
 
 #: names accepted by ``recover_labels(..., rule=...)``; the first is the default
-LABEL_RULES = ("pooled", "sign", "llg", "llg-star", "bias", "ilrg")
+LABEL_RULES = ("pooled", "sign", "llg", "llg-star", "bias", "ilrg", "magnitude")
 DEFAULT_RULE = LABEL_RULES[0]
 #: relative error assumed for the probes' feature scale when weighing it against the bias's
 PROBE_SCALE_ERROR = 0.05
@@ -156,6 +158,30 @@ def _llg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
     return torch.tensor(sorted(out), dtype=torch.long, device=g.device)
 
 
+def _rows(read: HeadReadout) -> torch.Tensor:
+    """[U | beta], the C x (H + 1) matrix of the head's gradient (U alone where the head has no bias)."""
+    return read.U if read.beta is None else torch.cat([read.U, read.beta.unsqueeze(1)], dim=1)
+
+
+def magnitude_order(read: HeadReadout, B: int) -> list[int]:
+    """The classes by decreasing norm of their rows of [U | beta] (beta where the head has a bias) after the rank-B
+    fit of that C x (H + 1) matrix (its B leading singular triplets), which drops the sketch noise outside them.
+
+    For one example every row is (p_c - 1[c = y]) [h, 1], a rank-one matrix, and |p_y - 1| = sum over c != y of
+    p_c, so the true class's row is the largest whatever the sign of the features h (tanh, LayerNorm); ``sign``
+    needs h >= 0.  For a batch the present classes' rows hold the -h_i of their examples, the others only
+    p-weighted sums, which is a heuristic: it holds while the probabilities stay small."""
+    u, s, vh = torch.linalg.svd(_rows(read), full_matrices=False)
+    k = min(B, s.numel())
+    rows = (u[:, :k] * s[:k]).norm(dim=1)  # ||row c of the rank-k fit||, as its right factors are orthonormal
+    return rows.argsort(descending=True, stable=True).tolist()
+
+
+def _magnitude(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
+    order = magnitude_order(read, B)
+    return torch.tensor(sorted(order[i % len(order)] for i in range(B)), dtype=torch.long, device=read.U.device)
+
+
 def _llg_star(victim, read: HeadReadout, B: int, stats: ProbeStats) -> torch.Tensor:
     S = stats.feats.sum(1).mean()
     return B * (stats.probs - read.U.sum(1) / S)
@@ -248,9 +274,10 @@ def shared_embedding(read: HeadReadout, r: torch.Tensor, prior: torch.Tensor) ->
     return prior + keep * dev
 
 
-#: the rules that read the labels' signs (B sorted labels); the count rules (real-valued class counts, which
-#: :func:`allocate` turns into labels) read magnitudes, and a message of unknown scale needs :func:`fitted_scale`
-_SIGN_RULES = {"sign": _sign, "llg": _llg}
+#: the rules that read B sorted labels from signs or from the order of rows, whatever the message's scale; the count
+#: rules (real-valued class counts, which :func:`allocate` turns into labels) read sizes, and a message of unknown
+#: scale needs :func:`fitted_scale`
+_SIGN_RULES = {"sign": _sign, "llg": _llg, "magnitude": _magnitude}
 _COUNT_RULES = {"pooled": _pooled, "llg-star": _llg_star, "bias": _bias, "ilrg": _ilrg}
 _RULES = {**_SIGN_RULES, **_COUNT_RULES}
 _NEEDS_PROBES = {"pooled", "llg-star", "bias"}
@@ -382,17 +409,34 @@ def _by_rule(victim, read: HeadReadout, batch_size: int, rules, stats: ProbeStat
 COMPARED_RULES = ("pooled", "sign", "llg", "llg-star")
 #: rules that read the signs of the row sums of the head's weight gradient: they need non-negative head inputs
 ROW_SUM_RULES = ("sign", "llg", "llg-star")
+#: the rules compared where the head's inputs take both signs: ``pooled``, and for one example ``magnitude``, whose
+#: premise (a rank-one head gradient) holds for any features
+SIGNED_RULES = ("pooled", "magnitude")
+
+
+def one_example_classes(victim, sketch, y: torch.Tensor) -> tuple[list[int], float]:
+    """One example's classes in ``magnitude``'s order (:func:`magnitude_order`), and how far the head's rank-one
+    signal stands out of the sketch noise: the largest singular value of [U | beta] over sigma (sqrt(C) +
+    sqrt(H + 1)), the largest a C x (H + 1) matrix of the noise alone reaches (Bai-Yin), inf without a sketch.  Near
+    1 or below, the order is the noise's: gradient matching then scores the first classes by short runs."""
+    _check_call(victim, sketch, y, 1)
+    read = read_head(victim, sketch, y)
+    M = _rows(read)
+    edge = read.sigma * (math.sqrt(M.shape[0]) + math.sqrt(M.shape[1]))
+    top = float(torch.linalg.matrix_norm(M, ord=2))
+    return magnitude_order(read, 1), (top / edge if edge > 0 else math.inf)
 
 
 def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
                         scale_unknown: bool = False) -> dict[str, torch.Tensor]:
     """rule -> B sorted labels for the rules of :data:`COMPARED_RULES` whose premise holds on this victim: ``pooled``
     always, the row-sum rules (:data:`ROW_SUM_RULES`) only when the head's inputs are non-negative on the probes
-    (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones).
+    (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones);
+    where they take both signs, ``magnitude`` beside ``pooled`` for one example (:data:`SIGNED_RULES`).
     One readout of the head and one probe pass serve them all."""
     _check_call(victim, sketch, y, batch_size)
     stats = probe(victim, probes, y)
-    rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else ("pooled",)
+    rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else SIGNED_RULES[:2 if int(batch_size) == 1 else 1]
     return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
                     stats)
 

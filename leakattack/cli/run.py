@@ -191,12 +191,17 @@ def _steps(m) -> str:
 def label_choice_line(c: dict) -> str:
     """How the labels were chosen between differing readings, in one line."""
     readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())
+    read = f"the rules read different labels ({readings})"
+    if "candidates" in c:  # one example's head gradient within the sketch noise: the first classes were run too
+        read = (f"the head's gradient is within the sketch noise (its signal {c['head_signal']:.2g} times the "
+                f"noise's) and the rules read {readings}, so {len(c['candidates'])} classes in magnitude's order were "
+                "compared")
     if c.get("interrupted"):
-        return (f"labels: the rules read different labels ({readings}); Ctrl-C stopped the short runs that compare "
+        return (f"labels: {read}; Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
     ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
     if c.get("compared_at") == 0:
-        return (f"labels: the rules read different labels ({readings}); the short runs that compare them took no step "
+        return (f"labels: {read}; the short runs that compare them took no step "
                 f"within their shares of the time limit, so {c['chosen']}, the reading of the most rules, was kept")
     uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
     if all(n == c["probe_steps"] for n in ran):
@@ -207,10 +212,10 @@ def label_choice_line(c: dict) -> str:
             runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
     losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
     if c.get("tied"):
-        return (f"labels: the rules read different labels ({readings}); {runs} matched the message equally well with "
+        return (f"labels: {read}; {runs} matched the message equally well with "
                 f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
                 "those, was kept")
-    return (f"labels: the rules read different labels ({readings}); {runs} matched the message best with "
+    return (f"labels: {read}; {runs} matched the message best with "
             f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 
 
