@@ -239,10 +239,14 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
     if total > MAX_POINTS:
         raise ConfigError(f"the sweep has {total:,} grid points, more than the {MAX_POINTS:,} a sweep may hold: "
                           "split it into smaller sweeps")
+    shadowed = [k for k in base if all(k in g for g in grids)]  # [base]'s value reaches no point
     if settings.get("utility"):
         base = {**base, "utility": True}
     warned: set[str] = set()
     with sweep_warnings(warned, hold=True):  # each run warning once, after every point passed its checks
+        for k in shadowed:
+            warnings.warn(f"[base] {k} = {base[k]!r} changes nothing: every [grid] table sets {k}, and each point "
+                          "takes the grid's value", SettingWarning, stacklevel=2)
         points = _points(grids, base, fields, check, progress)
     return Plan(settings, base, grids, points, duplicates=total - len(points), warned=frozenset(warned))
 

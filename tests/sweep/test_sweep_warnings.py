@@ -52,3 +52,18 @@ def test_a_sweep_refused_for_its_out_folder_prints_its_refusal_alone(tmp_path, c
     lines = capfd.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("leakattack: error: --out"), lines
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_base_key_every_grid_sets_is_warned_of_once(tmp_path, capfd):
+    """[base]'s value of a key that every [grid] table sets reaches no point; one that some [[grid]] table leaves
+    out still does, and is not warned of."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.replace("noise_seed = 5\n", "").format(images="[0, 1]") + "sketch_ratio = [0.5]\n")
+    assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet", "--dry-run"]) == 0
+    warned = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "[base] sketch_ratio = 0.25 changes nothing: every [grid] table sets sketch_ratio" \
+        in warned[0], warned
+    cfg.write_text(SWEEP.replace("noise_seed = 5\n", "").replace("[grid]", "[[grid]]").format(images="[0, 1]")
+                   + "sketch_ratio = [0.5]\n\n[[grid]]\nimage_index = [2]\n")
+    assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out2"), "--quiet", "--dry-run"]) == 0
+    assert "warning" not in capfd.readouterr().err
