@@ -13,9 +13,11 @@ docs/attacks/labels.md quotes its output.
     python scripts/label_choice.py [--model lenet] [--dataset digits] [--train-steps 120] [--train-images 128]
         [--weights W] [--sketches srht] [--ratios 0.02] [--images 12] [--batch-size 1] [--stride 1]
         [--probe-steps 150] [--batch-draw consecutive|class|random] [--no-choice] [--model-param KEY=VALUE]
+        [--start I]
 
-``--stride S`` starts the N messages at images 0, S, 2S, ... (``--stride B`` for batches that share no image;
-``--batch-draw`` takes each batch's other images as ``leakattack run --batch-draw`` does);
+``--stride S`` starts the N messages at images I, I + S, I + 2S, ... (``--start I``, 0 by default;
+``--stride B`` for batches that share no image; ``--batch-draw`` takes each batch's other images as
+``leakattack run --batch-draw`` does);
 ``--probe-steps`` sets the short runs' length (the attack's ``LABEL_PROBE_STEPS``; still at most a quarter of
 its budget and of its time limit); ``--no-choice`` prints the readings without the short runs.
 """
@@ -66,6 +68,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=12, help="messages: from images 0, S, ..., (N-1) S on")
     ap.add_argument("--batch-size", type=int, default=1, help="images per message (from each image on)")
     ap.add_argument("--stride", type=int, default=1, help="S: images between the first images of two messages")
+    ap.add_argument("--start", type=int, default=0, help="the first image of the first message")
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS)
     ap.add_argument("--probe-steps", type=int, default=gradient_matching.LABEL_PROBE_STEPS,
                     help="steps of each short run that scores a reading")
@@ -76,8 +79,8 @@ def main() -> None:
     if any("=" not in kv for kv in a.model_param):
         ap.error("--model-param takes KEY=VALUE")
     params = dict(kv.split("=", 1) for kv in a.model_param)
-    if min(a.images, a.batch_size, a.stride, a.probe_steps) < 1:
-        ap.error("--images, --batch-size, --stride and --probe-steps must be at least 1")
+    if min(a.images, a.batch_size, a.stride, a.probe_steps) < 1 or a.start < 0:
+        ap.error("--images, --batch-size, --stride and --probe-steps must be at least 1, --start at least 0")
     gradient_matching.LABEL_PROBE_STEPS = a.probe_steps
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the per-run uniqueness warning
@@ -90,23 +93,24 @@ def main() -> None:
         for kind in a.sketches.split(","):
             for ratio in (float(r) for r in a.ratios.split(",")):
                 compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size, a.stride, a.batch_draw,
-                        not a.no_choice, params)
+                        not a.no_choice, params, a.start)
 
 
 def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: float, images: int, B: int,
-            stride: int = 1, draw: str = "consecutive", choose: bool = True, params: dict | None = None) -> None:
+            stride: int = 1, draw: str = "consecutive", choose: bool = True, params: dict | None = None,
+            start: int = 0) -> None:
     """The lines of one sketch and b/d: one per message (from images 0, stride, ...), then the counts of right
     labels.  Where ``magnitude`` is read (one example, features of both signs) a line also gives the head's signal
     against the sketch noise and the true class's place in magnitude's order (0: first)."""
     right: dict[str, int] = {}
     ran, places = 0, []
-    for i in range(0, images * stride, stride):
+    for i in range(start, start + images * stride, stride):
         p = prepare(RunConfig(model=model, dataset=dataset, sketch=kind, sketch_ratio=ratio, image_index=i,
                               batch_size=B, batch_draw=draw, threads=1, model_params=params or {},
                               **({"weights": weights} if weights else {})))
         truth = p.labels
         readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
-        if i == 0:
+        if i == start:
             print(f"# {kind} b/d = {ratio}, probes of {gradient_matching.LABEL_PROBE_STEPS} steps; message: true | "
                   f"{' | '.join(readings)} | chosen (probe losses, seconds)")
         t0 = time.perf_counter()
@@ -120,9 +124,11 @@ def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: flo
             losses = ", ".join(f"{v:.3g}" for v in choice["probe_losses"])
             line += f" ({losses}; {time.perf_counter() - t0:.1f} s)"
         if "magnitude" in readings:
-            order, signal = one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y)
+            order, signal, prior = one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y)
             places.append(order.index(int(truth[0])))
-            line += f" | signal {signal:.2f}, truth's place {places[-1]}"
+            line += f" | signal {signal:.2f}, truth's place {places[-1]}, probes' class {prior}"
+            if choice is not None and choice.get("undecided"):
+                line += ", no run stood out"
         print(line)
     print("# right: " + ", ".join(f"{rule} {k}/{images * B}" for rule, k in right.items())
           + (f"; short runs on {ran}" if choose else ""))

@@ -414,17 +414,19 @@ ROW_SUM_RULES = ("sign", "llg", "llg-star")
 SIGNED_RULES = ("pooled", "magnitude")
 
 
-def one_example_classes(victim, sketch, y: torch.Tensor) -> tuple[list[int], float]:
-    """One example's classes in ``magnitude``'s order (:func:`magnitude_order`), and how far the head's rank-one
-    signal stands out of the sketch noise: the largest singular value of [U | beta] over sigma (sqrt(C) +
-    sqrt(H + 1)), the largest a C x (H + 1) matrix of the noise alone reaches (Bai-Yin), inf without a sketch.  Near
+def one_example_classes(victim, sketch, y: torch.Tensor, probes: int = 64) -> tuple[list[int], float, int]:
+    """One example's classes in ``magnitude``'s order (:func:`magnitude_order`); how far the head's rank-one signal
+    stands out of the sketch noise: the largest singular value of [U | beta] over sigma (sqrt(C) + sqrt(H + 1)), the
+    largest a C x (H + 1) matrix of the noise alone reaches (Bai-Yin), inf without a sketch; and the class of the
+    probes' mean softmax (:func:`probe`), which ``pooled`` reads where the message's part of its counts drowns.  Near
     1 or below, the order is the noise's: gradient matching then scores the first classes by short runs."""
     _check_call(victim, sketch, y, 1)
     read = read_head(victim, sketch, y)
     M = _rows(read)
     edge = read.sigma * (math.sqrt(M.shape[0]) + math.sqrt(M.shape[1]))
     top = float(torch.linalg.matrix_norm(M, ord=2))
-    return magnitude_order(read, 1), (top / edge if edge > 0 else math.inf)
+    prior = int(probe(victim, probes, y).probs.argmax())
+    return magnitude_order(read, 1), (top / edge if edge > 0 else math.inf), prior
 
 
 def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,

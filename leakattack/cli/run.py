@@ -211,6 +211,11 @@ def label_choice_line(c: dict) -> str:
         if uneven:
             runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
     losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
+    if c.get("undecided"):
+        which = ("magnitude's reading, as pooled's is the class the model gives random probes"
+                 if c["readings"]["pooled"] == [c["probes_class"]] else "pooled's reading")
+        return (f"labels: {read}; {runs} matched the message with no class {c['decisive']:g} times as well as with "
+                f"every other (loss {losses[0]:.3g} against {losses[1]:.3g}), so {which}, {c['chosen']}, was kept")
     if c.get("tied"):
         return (f"labels: {read}; {runs} matched the message equally well with "
                 f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
