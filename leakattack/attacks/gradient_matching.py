@@ -480,7 +480,7 @@ class GradientMatching(Attack):
             main.time_limit = max(self.time_limit - probes_s, 1e-3)
         best = self._search(obs, main, labels, choice, probes_s, t0, monitor, monitor_every, progress)
         if self.time_limit is not None and probes_s >= LABEL_SHARE_NOTED * self.time_limit:
-            runs = ", and a short run of each reading" if choice else ""
+            runs = "" if not choice else f", and a short run of each {'class' if 'candidates' in choice else 'reading'}"
             share = (f" of the {self.time_limit:g} s time limit" if probes_s < self.time_limit else
                      f", more than the whole {self.time_limit:g} s time limit")
             best.message = add_note(best.message, f"reading the labels took {probes_s:.1f} s{share} (the model on "

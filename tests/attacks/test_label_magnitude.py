@@ -112,3 +112,10 @@ def test_a_clear_head_signal_adds_no_run(monkeypatch):
     monkeypatch.setattr(gm, "HEAD_SIGNAL_DOUBT", 2.0)
     chosen, choice = p.attack.choose_labels(p.obs)  # measured signal 1.3: in doubt though they agree
     assert len(choice["candidates"]) == 10 and chosen.tolist() == p.labels.tolist()
+
+
+def test_a_time_limit_note_names_the_classes_the_short_runs_scored():
+    p = _digit(0)
+    p.attack.time_limit = p.attack.stated_limit = 4.0  # the ten runs share a quarter of it: at least a tenth
+    result = p.attack.reconstruct(p.obs)
+    assert result.label_choice["candidates"] and "and a short run of each class)" in result.message, result.message
