@@ -171,10 +171,15 @@ def magnitude_order(read: HeadReadout, B: int) -> list[int]:
     p_c, so the true class's row is the largest whatever the sign of the features h (tanh, LayerNorm); ``sign``
     needs h >= 0.  For a batch the present classes' rows hold the -h_i of their examples, the others only
     p-weighted sums, which is a heuristic: it holds while the probabilities stay small."""
+    return _magnitude_fit(read, B)[0]
+
+
+def _magnitude_fit(read: HeadReadout, B: int) -> tuple[list[int], float]:
+    """:func:`magnitude_order`, and the largest singular value of [U | beta] from the same decomposition."""
     u, s, vh = torch.linalg.svd(_rows(read), full_matrices=False)
     k = min(B, s.numel())
     rows = (u[:, :k] * s[:k]).norm(dim=1)  # ||row c of the rank-k fit||, as its right factors are orthonormal
-    return rows.argsort(descending=True, stable=True).tolist()
+    return rows.argsort(descending=True, stable=True).tolist(), float(s[0]) if s.numel() else 0.0
 
 
 def _magnitude(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
@@ -422,11 +427,11 @@ def one_example_classes(victim, sketch, y: torch.Tensor, probes: int = 64) -> tu
     1 or below, the order is the noise's: gradient matching then scores the first classes by short runs."""
     _check_call(victim, sketch, y, 1)
     read = read_head(victim, sketch, y)
-    M = _rows(read)
-    edge = read.sigma * (math.sqrt(M.shape[0]) + math.sqrt(M.shape[1]))
-    top = float(torch.linalg.matrix_norm(M, ord=2))
+    C, H = read.U.shape
+    edge = read.sigma * (math.sqrt(C) + math.sqrt(H + (read.beta is not None)))
+    order, top = _magnitude_fit(read, 1)
     prior = int(probe(victim, probes, y).probs.argmax())
-    return magnitude_order(read, 1), (top / edge if edge > 0 else math.inf), prior
+    return order, (top / edge if edge > 0 else math.inf), prior
 
 
 def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
