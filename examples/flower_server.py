@@ -11,8 +11,6 @@ RecordingStrategy: every round's weights and every client's update land in --out
 """
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
@@ -54,7 +52,7 @@ def main() -> None:
         else FedAvg(**options)
     recorder = RecordingStrategy(strategy, a.out, input_shape=shape, num_classes=10)
     start_server(server_address=f"127.0.0.1:{a.port}", config=ServerConfig(num_rounds=a.rounds), strategy=recorder)
-    (Path(a.out) / "records.json").write_text(json.dumps(recorder.records, indent=2) + "\n")
+    recorder.save_records()  # records.json: the files' names relative to --out
     print(f"{len(recorder.records)} messages recorded in {a.out}")
 
 

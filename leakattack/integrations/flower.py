@@ -59,6 +59,8 @@ SKETCH_KEY = "leakattack_sketch"
 CONFIG_KEYS = ("lr", "local_steps", "batch_size")
 #: fit-result metric under which a client may report its own id (else Flower's node id is used)
 CLIENT_ID_KEY = "client_id"
+#: the file :meth:`RecordingStrategy.save_records` writes into its folder
+RECORDS_FILE = "records.json"
 
 
 # -- arrays <-> flat vectors ---------------------------------------------------------------------
@@ -336,6 +338,24 @@ class RecordingStrategy(Strategy):
         self.records.append({"round": server_round, "client": client, "message": str(path),
                              "weights": str(weights_path)})
 
+    def save_records(self, name: str = RECORDS_FILE) -> Path:
+        """Write :attr:`records` as JSON into the folder ``out`` (``records.json``) and return its path.
 
-__all__ = ["SKETCH_KEY", "CONFIG_KEYS", "CLIENT_ID_KEY", "RecordingStrategy", "SketchedFedAvg", "SketchingClient",
-           "model_arrays", "load_arrays", "flatten", "unflatten", "sketch_of_config", "sketch_update"]
+        The file names it holds are relative to that folder, where the files lie, so the list stays right
+        wherever the folder is read from or moved to (:attr:`records` itself holds the paths as written)."""
+        path = self.out / name
+        rows = [{**r, "message": _relative(r["message"], self.out), "weights": _relative(r["weights"], self.out)}
+                for r in self.records]
+        self.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rows, indent=2) + "\n")
+        return path
+
+
+def _relative(file: str, folder: Path) -> str:
+    """``file`` (written under ``folder``) relative to ``folder``."""
+    return Path(file).relative_to(folder).as_posix()
+
+
+__all__ = ["RECORDS_FILE", "SKETCH_KEY", "CONFIG_KEYS", "CLIENT_ID_KEY", "RecordingStrategy", "SketchedFedAvg",
+           "SketchingClient", "model_arrays", "load_arrays", "flatten", "unflatten", "sketch_of_config",
+           "sketch_update"]

@@ -25,6 +25,7 @@ from leakattack import cli  # noqa: E402
 from leakattack.data import get_batch, get_dataset  # noqa: E402
 from leakattack.errors import UserError  # noqa: E402
 from leakattack.integrations.flower import (  # noqa: E402
+    RECORDS_FILE,
     SKETCH_KEY,
     RecordingStrategy,
     SketchedFedAvg,
@@ -103,7 +104,8 @@ def test_a_sketched_flower_deployment_trains_and_its_recorded_messages_leak_the_
     names = {"round001-weights.pt", "round002-weights.pt", "round001-client0.pt", "round001-client1.pt",
              "records.json"}
     assert names <= {p.name for p in out.iterdir()}
-    assert len(json.loads((out / "records.json").read_text())) == 2
+    records = json.loads((out / "records.json").read_text())
+    assert sorted(r["message"] for r in records) == ["round001-client0.pt", "round001-client1.pt"]
     messages = [read_message(out / f"round001-client{c}.pt") for c in range(2)]
     w1, w2 = (torch.load(out / f"round00{t}-weights.pt", weights_only=True) for t in (1, 2))
     R = sketch_from_description(messages[0].sketch)
@@ -289,3 +291,27 @@ def test_clients_reporting_one_id_keep_a_message_file_each(tmp_path, caplog):
     assert sorted(r["message"] for r in recorder.records) == sorted(str(tmp_path / f) for f in files)
     said = [r.getMessage() for r in caplog.records if "client id" in r.getMessage()]
     assert len(said) == 1 and "'0'" in said[0], said
+
+
+def test_the_saved_records_name_their_files_relative_to_the_folder_they_lie_in(tmp_path, monkeypatch):
+    """records.json names each round's files relative to its own folder, so it reads right from any working
+    directory and after the folder is moved (a folder given relative to the server's working directory had left
+    paths that only resolved from there)."""
+    arrays = [np.zeros((4, 3), dtype=np.float32)]
+    monkeypatch.chdir(tmp_path)
+    recorder = RecordingStrategy(FedAvg(min_fit_clients=1, min_available_clients=1,
+                                        on_fit_config_fn=lambda t: {"lr": 0.1, "batch_size": 3}), "server/messages")
+    manager = SimpleClientManager()
+    manager.register(_Proxy("node-a"))
+    results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([a + 0.01 for a in arrays]), 3,
+                              {"client_id": "7"}))
+               for proxy, _ in recorder.configure_fit(1, ndarrays_to_parameters(arrays), manager)]
+    recorder.aggregate_fit(1, results, [])
+    path = recorder.save_records()
+    assert path == Path("server/messages") / RECORDS_FILE
+    (tmp_path / "server" / "messages").rename(tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    rows = json.loads(Path(RECORDS_FILE).read_text())
+    assert [(r["round"], r["client"], r["message"], r["weights"]) for r in rows] == \
+        [(1, "7", "round001-client7.pt", "round001-weights.pt")]
+    assert read_message(tmp_path / "moved" / rows[0]["message"]).ids["client"] == "7"
