@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from leakattack.attacks import gradient_matching
-from leakattack.attacks.labels import one_example_classes, readings_to_compare
+from leakattack.attacks.labels import head_and_probes, one_example_classes, readings_to_compare
 from leakattack.config import RunConfig
 from leakattack.data import BATCH_DRAWS, get_dataset
 from leakattack.experiment import prepare
@@ -109,7 +109,8 @@ def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: flo
                               batch_size=B, batch_draw=draw, threads=1, model_params=params or {},
                               **({"weights": weights} if weights else {})))
         truth = p.labels
-        readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
+        shared = head_and_probes(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size)
+        readings = readings_to_compare(p.obs.victim, p.obs.linear_map, p.obs.y, p.obs.batch_size, shared=shared)
         if i == start:
             print(f"# {kind} b/d = {ratio}, probes of {gradient_matching.LABEL_PROBE_STEPS} steps; message: true | "
                   f"{' | '.join(readings)} | chosen (probe losses, seconds)")
@@ -124,7 +125,7 @@ def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: flo
             losses = ", ".join(f"{v:.3g}" for v in choice["probe_losses"])
             line += f" ({losses}; {time.perf_counter() - t0:.1f} s)"
         if "magnitude" in readings:
-            order, signal, prior = one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y)
+            order, signal, prior = one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y, shared=shared)
             places.append(order.index(int(truth[0])))
             line += f" | signal {signal:.2f}, truth's place {places[-1]}, probes' class {prior}"
             if choice is not None and choice.get("undecided"):

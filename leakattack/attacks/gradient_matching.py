@@ -45,7 +45,14 @@ from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
-from .labels import OTHER_LABELS, hidden_head, one_example_classes, readings_to_compare, scale_unknown
+from .labels import (
+    OTHER_LABELS,
+    head_and_probes,
+    hidden_head,
+    one_example_classes,
+    readings_to_compare,
+    scale_unknown,
+)
 from .optimizers import get_optimizer, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, penalty_label
 from .surrogate import SURROGATE_DECAY, relu_modules, relu_surrogate
@@ -398,8 +405,9 @@ class GradientMatching(Attack):
             return obs.labels, None
         if self.label_mode != "idlg":
             return None, None
+        shared = head_and_probes(obs.victim, obs.linear_map, obs.y, obs.batch_size)  # one readout, one probe pass
         readings = readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size,
-                                       scale_unknown=scale_unknown(obs))
+                                       scale_unknown=scale_unknown(obs), shared=shared)
         distinct: list[torch.Tensor] = []
         for labels in readings.values():
             if not any(torch.equal(labels, seen) for seen in distinct):
@@ -407,7 +415,7 @@ class GradientMatching(Attack):
         order: list[int] = []
         signal, prior = math.inf, -1
         if obs.batch_size == 1 and "magnitude" in readings:  # features of both signs: is the head's reading clear?
-            order, signal, prior = one_example_classes(obs.victim, obs.linear_map, obs.y)
+            order, signal, prior = one_example_classes(obs.victim, obs.linear_map, obs.y, shared=shared)
         doubt = signal < HEAD_SIGNAL_DOUBT
         if doubt:  # within the sketch noise: the first classes in magnitude's order are scored too
             for c in order:

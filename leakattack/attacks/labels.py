@@ -392,11 +392,11 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
 
 
 def _readout(victim, sketch, y: torch.Tensor, batch_size: int, stats: ProbeStats | None, probes: int,
-             scale_unknown: bool) -> HeadReadout:
-    """The head's readout of message y (:func:`read_head`), at the fitted scale where ``scale_unknown``
-    (:func:`_at_scale`); that of the mean loss where the victim's loss sums over the batch (the readout of the sum
-    is B times it)."""
-    read = read_head(victim, sketch, y)
+             scale_unknown: bool, read: HeadReadout | None = None) -> HeadReadout:
+    """The head's readout of message y (:func:`read_head`, or ``read`` where it was read already), at the fitted
+    scale where ``scale_unknown`` (:func:`_at_scale`); that of the mean loss where the victim's loss sums over the
+    batch (the readout of the sum is B times it)."""
+    read = read_head(victim, sketch, y) if read is None else read
     if victim.loss_reduction == "sum":
         read = scaled(read, 1 / int(batch_size))
     return _at_scale(victim, read, int(batch_size), stats, probes, y) if scale_unknown else read
@@ -419,33 +419,51 @@ ROW_SUM_RULES = ("sign", "llg", "llg-star")
 SIGNED_RULES = ("pooled", "magnitude")
 
 
-def one_example_classes(victim, sketch, y: torch.Tensor, probes: int = 64) -> tuple[list[int], float, int]:
+@dataclass(frozen=True)
+class HeadAndProbes:
+    """One readout of the head from a message (:func:`read_head`) and one probe pass (:func:`probe`):
+    :func:`readings_to_compare` and :func:`one_example_classes` share them where both are asked of one message."""
+
+    read: HeadReadout
+    stats: ProbeStats
+
+
+def head_and_probes(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64) -> HeadAndProbes:
+    """The head's readout of message y and ``probes`` probes through the victim, checked as the rules check a call."""
+    _check_call(victim, sketch, y, batch_size)
+    return HeadAndProbes(read=read_head(victim, sketch, y), stats=probe(victim, probes, y))
+
+
+def one_example_classes(victim, sketch, y: torch.Tensor, probes: int = 64,
+                        shared: HeadAndProbes | None = None) -> tuple[list[int], float, int]:
     """One example's classes in ``magnitude``'s order (:func:`magnitude_order`); how far the head's rank-one signal
     stands out of the sketch noise: the largest singular value of [U | beta] over sigma (sqrt(C) + sqrt(H + 1)), the
     largest a C x (H + 1) matrix of the noise alone reaches (Bai-Yin), inf without a sketch; and the class of the
     probes' mean softmax (:func:`probe`), which ``pooled`` reads where the message's part of its counts drowns.  Near
-    1 or below, the order is the noise's: gradient matching then scores the first classes by short runs."""
-    _check_call(victim, sketch, y, 1)
-    read = read_head(victim, sketch, y)
+    1 or below, the order is the noise's: gradient matching then scores the first classes by short runs.
+    ``shared``: the message's readout and probe pass where they were made already (:func:`head_and_probes`)."""
+    shared = head_and_probes(victim, sketch, y, 1, probes) if shared is None else shared
+    read = shared.read
     C, H = read.U.shape
     edge = read.sigma * (math.sqrt(C) + math.sqrt(H + (read.beta is not None)))
     order, top = _magnitude_fit(read, 1)
-    prior = int(probe(victim, probes, y).probs.argmax())
+    prior = int(shared.stats.probs.argmax())
     return order, (top / edge if edge > 0 else math.inf), prior
 
 
 def readings_to_compare(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
-                        scale_unknown: bool = False) -> dict[str, torch.Tensor]:
+                        scale_unknown: bool = False, shared: HeadAndProbes | None = None) -> dict[str, torch.Tensor]:
     """rule -> B sorted labels for the rules of :data:`COMPARED_RULES` whose premise holds on this victim: ``pooled``
     always, the row-sum rules (:data:`ROW_SUM_RULES`) only when the head's inputs are non-negative on the probes
     (a row sum carries the sign of p_c - 1[c = y] only then: ReLU or sigmoid features, not tanh or LayerNorm ones);
     where they take both signs, ``magnitude`` beside ``pooled`` for one example (:data:`SIGNED_RULES`).
-    One readout of the head and one probe pass serve them all."""
-    _check_call(victim, sketch, y, batch_size)
-    stats = probe(victim, probes, y)
+    One readout of the head and one probe pass serve them all (``shared``: those already made,
+    :func:`head_and_probes`)."""
+    shared = head_and_probes(victim, sketch, y, batch_size, probes) if shared is None else shared
+    stats = shared.stats
     rules = COMPARED_RULES if bool((stats.feats >= 0).all()) else SIGNED_RULES[:2 if int(batch_size) == 1 else 1]
-    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
-                    stats)
+    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown, shared.read),
+                    batch_size, rules, stats)
 
 
 def sketched_rows(victim, sketch, like: torch.Tensor) -> tuple[torch.Tensor, int]:

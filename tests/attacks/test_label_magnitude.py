@@ -119,3 +119,24 @@ def test_a_time_limit_note_names_the_classes_the_short_runs_scored():
     p.attack.time_limit = p.attack.stated_limit = 4.0  # the ten runs share a quarter of it: at least a tenth
     result = p.attack.reconstruct(p.obs)
     assert result.label_choice["candidates"] and "and a short run of each class)" in result.message, result.message
+
+
+def test_a_choice_in_doubt_reads_the_head_and_runs_the_probes_once(monkeypatch):
+    """The readings and the head's signal come from one readout of the message and one probe pass (they had taken
+    two of each: an adjoint of the sketch and the probes through the victim, a minute on vit_b_16 at 224 px)."""
+    calls = {"read_head": 0, "probe": 0}
+    for name in calls:
+        real = getattr(labels, name)
+
+        def counted(*args, _name=name, _real=real, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(labels, name, counted)
+    monkeypatch.setattr(gm, "LABEL_PROBE_STEPS", 2)  # the short runs are not what is counted
+    p = _digit(0)
+    calls.update(read_head=0, probe=0)
+    chosen, choice = p.attack.choose_labels(p.obs)
+    assert choice["candidates"] and calls == {"read_head": 1, "probe": 1}
+    alone = labels.one_example_classes(p.obs.victim, p.obs.linear_map, p.obs.y)
+    assert choice["head_signal"] == alone[1] and choice["probes_class"] == alone[2]
