@@ -18,7 +18,8 @@ is normalised with breaching's CIFAR-10 mean and std and handed to the user as i
 statistics, as leakattack's default).
 
 ``--victim NAME`` attacks one of leakattack's models instead (``--weights``: its state_dict, e.g. from
-scripts/train_photo_victim.py); it reads breaching's normalised data through the inverse normalisation, so it
+scripts/train_photo_victim.py, or a ``leakattack train`` checkpoint; ``--model-param act=tanh`` for the units that
+training used); it reads breaching's normalised data through the inverse normalisation, so it
 sees the photo in [0, 1] and sends the gradient leakattack's message holds.  ``--batch-size B`` sends photos
 I .. I+B-1 as one gradient, their labels provided to the attack as the case's user provides them.
 ``--seed`` changes its random start; ``--tv-edges none`` drops the border terms of its TV (the
@@ -50,6 +51,9 @@ parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--save", default=None, help="write the reconstruction (B, 3, 32, 32) in [0, 1] here")
 parser.add_argument("--victim", default=None, help="a leakattack model name (default: breaching's resnet18)")
 parser.add_argument("--weights", default=None, help="the leakattack victim's state_dict")
+parser.add_argument("--model-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the leakattack victim, as `leakattack run --model-param` takes it (act=tanh: "
+                         "the units a `leakattack train` checkpoint was trained with)")
 parser.add_argument("--batch-size", type=int, default=1)
 parser.add_argument("--seed", type=int, default=0, help="torch's seed before the attack (its random start)")
 parser.add_argument("--tv-edges", choices=("padded", "none"), default="padded",
@@ -59,6 +63,10 @@ parser.add_argument("--tv-edges", choices=("padded", "none"), default="padded",
 parser.add_argument("--label-strategies", action="store_true",
                     help="print the labels each of breaching's label strategies reads from the gradient, and stop")
 args = parser.parse_args()
+if any("=" not in kv for kv in args.model_param):
+    parser.error("--model-param takes KEY=VALUE")
+if args.model_param and not args.victim:
+    parser.error("--model-param sets a parameter of a leakattack victim: give --victim too")
 try:
     import breaching
 except ImportError:
@@ -92,7 +100,9 @@ if args.victim:
 
     def own_victim(bn_mode: str = "train"):
         """The leakattack victim at its seed-0 weights, or at --weights."""
-        victim = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode=bn_mode)
+        params = dict(kv.split("=", 1) for kv in args.model_param)
+        victim = targets.get_model(args.victim, num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode=bn_mode,
+                                   **params)
         return targets.load_weights(victim, args.weights) if args.weights else victim
 
     model = Unnormalised(own_victim().model.float())
