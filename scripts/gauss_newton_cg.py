@@ -1,0 +1,117 @@
+"""Gauss-Newton steps on L_R without forming J: each step solves the linearised problem by CGLS.
+
+The attack's Gauss-Newton steps (``leakattack/attacks/gauss_newton.py``) form the Jacobian J of
+x -> R grad_w F(w, x), b x m numbers, which on vit_small through srht b/d = 0.5 would hold 903,269 x 3072 numbers
+(22 GB in float64), so they run on LeNet-size problems only.  This script takes the same steps matrix-free: J v by a
+backward pass through the graph of J^T v (linear in v) and J^T u by a backward pass through the message's graph,
+and solves min ||r + J d||^2 + lam ||d||^2 by conjugate gradients on the normal equations (CGLS, ``--cg-steps``
+products of each), halving a step that does not lower L_R.  It starts from a run's reconstruction and prints, per
+step, L_R / ||y||^2 and the PSNR against the truth:
+
+    leakattack run --model vit_small --sketch srht --sketch-ratio 0.5 --time-limit 2m --no-lpips --quiet --out DIR
+    python scripts/gauss_newton_cg.py DIR --model vit_small --sketch srht --sketch-ratio 0.5
+
+It measures whether second-order steps would pay on a model too large for the attack's own (docs/attack.md,
+"Gauss-Newton after L-BFGS"); it is not part of the attack.  The labels are the truth's (give a run whose labels
+were read right).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from leakattack.config import RunConfig
+from leakattack.experiment import prepare
+from leakattack.metrics.image import psnr
+
+
+def linearised(forward, x: torch.Tensor, labels: torch.Tensor, y: torch.Tensor):
+    """r(x) = forward(x) - y, and d -> J d and u -> J^T u at x, each one backward pass (J never formed)."""
+    xr = x.detach().clone().requires_grad_(True)
+    out = forward(xr, labels).reshape(-1)
+    v = torch.zeros_like(out, requires_grad=True)
+    h, = torch.autograd.grad(out, xr, grad_outputs=v, create_graph=True)  # J^T v, linear in v
+
+    def J(d: torch.Tensor) -> torch.Tensor:
+        return torch.autograd.grad(h, v, grad_outputs=d, retain_graph=True)[0].detach()
+
+    def Jt(u: torch.Tensor) -> torch.Tensor:
+        return torch.autograd.grad(out, xr, grad_outputs=u, retain_graph=True)[0].detach()
+
+    return (out - y).detach(), J, Jt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", help="a run folder whose reconstruction.pt is the start")
+    ap.add_argument("--model", default="vit_small")
+    ap.add_argument("--dataset", default="photos")
+    ap.add_argument("--image-index", type=int, default=0)
+    ap.add_argument("--sketch", default="srht")
+    ap.add_argument("--sketch-ratio", type=float, default=0.5)
+    ap.add_argument("--cg-steps", type=int, default=100, help="CGLS iterations per Gauss-Newton step")
+    ap.add_argument("--steps", type=int, default=5, help="Gauss-Newton steps")
+    ap.add_argument("--damping", type=float, default=1e-6, help="lam, relative to ||J^T r|| (Tikhonov)")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    start = Path(a.run) / "reconstruction.pt"
+    if not start.is_file():
+        ap.error(f"{start} does not exist: give the folder of a finished run")
+    torch.set_num_threads(a.threads)
+    p = prepare(RunConfig(model=a.model, dataset=a.dataset, image_index=a.image_index, sketch=a.sketch,
+                          sketch_ratio=a.sketch_ratio, dtype="float64", threads=a.threads))
+    obs, labels = p.obs, p.labels
+    y = obs.y.detach().reshape(-1)
+    yy = float(y @ y)
+    truth = p.x.to(y.dtype)
+    x = torch.load(start, weights_only=True)["images"].to(y.dtype).reshape(truth.shape)
+
+    def score(z: torch.Tensor) -> float:
+        return float(psnr(z.clamp(0, 1), truth).mean())
+
+    def residual(z: torch.Tensor) -> torch.Tensor:
+        return (obs.forward(z.detach().requires_grad_(True), labels).reshape(-1) - y).detach()
+
+    r = residual(x)
+    loss = float(r @ r)
+    print(f"start: L_R/||y||^2 {loss / yy:.3e}, PSNR {score(x):.2f} dB (b = {obs.b}, unknowns {x.numel()})")
+    t0 = time.perf_counter()
+    for step in range(a.steps):
+        r, J, Jt = linearised(obs.forward, x, labels, y)
+        # CGLS on min ||J d + r||^2 + lam ||d||^2, from d = 0
+        s = Jt(-r)
+        lam = a.damping * float(s.norm())
+        d, q_res, direction, gamma = torch.zeros_like(x), -r, s.clone(), float((s * s).sum())
+        first = math.sqrt(gamma)
+        for _ in range(a.cg_steps):
+            q = J(direction)
+            alpha = gamma / (float(q @ q) + lam * float((direction * direction).sum()))
+            d = d + alpha * direction
+            q_res = q_res - alpha * q
+            s = Jt(q_res) - lam * d
+            new = float((s * s).sum())
+            direction, gamma = s + (new / gamma) * direction, new
+        linear = float(q_res @ q_res)
+        del J, Jt  # the graphs of this step
+        for halving in range(6):
+            trial = x + d / 2 ** halving
+            r_new = residual(trial)
+            new_loss = float(r_new @ r_new)
+            if new_loss < loss:
+                break
+        else:
+            print(f"step {step + 1}: no step of six halvings lowered L_R; stopped")
+            break
+        x, loss = trial, new_loss
+        print(f"step {step + 1}: L_R/||y||^2 {loss / yy:.3e} (the linear model's {linear / yy:.3e}, CGLS residual "
+              f"{math.sqrt(gamma) / first:.1e} of its first, step halved {halving} times), PSNR {score(x):.2f} dB, "
+              f"{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
