@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from leakattack.attacks.gauss_newton import residual, transpose_graph
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
@@ -32,10 +33,9 @@ from leakattack.metrics.image import psnr
 
 def linearised(forward, x: torch.Tensor, labels: torch.Tensor, y: torch.Tensor):
     """r(x) = forward(x) - y, and d -> J d and u -> J^T u at x, each one backward pass (J never formed)."""
-    xr = x.detach().clone().requires_grad_(True)
-    out = forward(xr, labels).reshape(-1)
-    v = torch.zeros_like(out, requires_grad=True)
-    h, = torch.autograd.grad(out, xr, grad_outputs=v, create_graph=True)  # J^T v, linear in v
+    xr, out, v, h = transpose_graph(forward, x, labels)
+    if h is None:
+        raise SystemExit("the message does not depend on the input: there is nothing to solve for")
 
     def J(d: torch.Tensor) -> torch.Tensor:
         return torch.autograd.grad(h, v, grad_outputs=d, retain_graph=True)[0].detach()
@@ -74,10 +74,7 @@ def main() -> None:
     def score(z: torch.Tensor) -> float:
         return float(psnr(z.clamp(0, 1), truth).mean())
 
-    def residual(z: torch.Tensor) -> torch.Tensor:
-        return (obs.forward(z.detach().requires_grad_(True), labels).reshape(-1) - y).detach()
-
-    r = residual(x)
+    r = residual(obs.forward, y, x, labels)
     loss = float(r @ r)
     print(f"start: L_R/||y||^2 {loss / yy:.3e}, PSNR {score(x):.2f} dB (b = {obs.b}, unknowns {x.numel()})")
     t0 = time.perf_counter()
@@ -100,7 +97,7 @@ def main() -> None:
         del J, Jt  # the graphs of this step
         for halving in range(6):
             trial = x + d / 2 ** halving
-            r_new = residual(trial)
+            r_new = residual(obs.forward, y, trial, labels)
             new_loss = float(r_new @ r_new)
             if new_loss < loss:
                 break

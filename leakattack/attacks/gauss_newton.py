@@ -73,6 +73,18 @@ class Stopped(Exception):
     """:func:`jacobian`'s ``stop()`` turned true before J was complete."""
 
 
+def transpose_graph(forward, x: torch.Tensor, labels):
+    """(xr, y, v, h): ``xr`` a copy of x that requires grad, y = forward(xr, labels) flattened with its graph, ``v``
+    zeros of y's shape that require grad, and h = J^T v = grad_xr <v, y> built with its graph (None where y does not
+    depend on x).  h is linear in v, so grad_v <h, e> is J e and grad_xr <u, y> is J^T u: both products of J by
+    backward passes alone, J never formed."""
+    xr = x.detach().clone().requires_grad_(True)
+    y = forward(xr, labels).reshape(-1)
+    v = torch.zeros_like(y, requires_grad=True)
+    h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
+    return xr, y, v, h
+
+
 def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
              stop: Callable[[], bool] | None = None) -> torch.Tensor:
     """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only; raises
@@ -86,10 +98,7 @@ def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
     pass; the sketches' linear maps batch their rows), or one column at a time
     where an operation of the graph has no batching rule (``chunk=1`` asks for that).
     """
-    xr = x.detach().clone().requires_grad_(True)
-    y = forward(xr, labels).reshape(-1)
-    v = torch.zeros_like(y, requires_grad=True)
-    h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
+    _, y, v, h = transpose_graph(forward, x, labels)
     n = x.numel()
     Jt = torch.zeros(n, y.numel(), dtype=y.dtype, device=y.device)  # J's columns as rows: each is written whole
     if h is None or not h.requires_grad:  # the message does not depend on the input
@@ -155,7 +164,8 @@ class Refined:
     rank_loss: float | None = None
 
 
-def _residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
+def residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
+    """r(x) = forward(x, labels) - y, flattened and detached."""
     with torch.enable_grad():  # the attacker's model differentiates the victim's loss in w
         return (forward(x.detach().clone().requires_grad_(True), labels).detach().reshape(-1) - y)
 
@@ -237,7 +247,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
-    r = _residual(forward, y, x, labels)
+    r = residual(forward, y, x, labels)
     loss = float(r @ r)
     out = Refined(x=x.detach().clone())
     mu, A, slow, at = DAMPING, None, 0, (out.x, loss)  # at: the point of the last J and L_R there
@@ -281,7 +291,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             for _ in range(TRIALS):
                 solve = _factor(A, mu * level)
                 trial = out.x + solve(g).view_as(out.x)
-                r_new = _residual(forward, y, trial, labels)
+                r_new = residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
                 if math.isfinite(new) and new < loss:
                     out.x, r, loss = trial, r_new, new
@@ -297,7 +307,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             while chord and solve is not None and loss / scale > FLOOR and time.perf_counter() < deadline \
                     and not stop_requested():
                 trial = out.x + solve(J.T @ r).view_as(out.x)
-                r_new = _residual(forward, y, trial, labels)
+                r_new = residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
                 if not (math.isfinite(new) and new < loss):
                     break
@@ -340,5 +350,6 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "Stopped", "CHUNK", "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
+__all__ = ["jacobian", "transpose_graph", "residual", "Stopped", "CHUNK", "too_large", "levenberg_marquardt",
+           "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "FLOOR", "SLOW"]
