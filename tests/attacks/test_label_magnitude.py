@@ -122,8 +122,8 @@ def test_a_time_limit_note_names_the_classes_the_short_runs_scored():
 
 
 def test_a_choice_in_doubt_reads_the_head_and_runs_the_probes_once(monkeypatch):
-    """The readings and the head's signal come from one readout of the message and one probe pass (they had taken
-    two of each: an adjoint of the sketch and the probes through the victim, a minute on vit_b_16 at 224 px)."""
+    """The readings and the head's signal come from one readout of the message (an adjoint of the sketch) and one
+    probe pass through the victim, not two of each."""
     calls = {"read_head": 0, "probe": 0}
     for name in calls:
         real = getattr(labels, name)
