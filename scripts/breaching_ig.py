@@ -22,7 +22,10 @@ scripts/train_photo_victim.py, or a ``leakattack train`` checkpoint; ``--model-p
 training used); it reads breaching's normalised data through the inverse normalisation, so it
 sees the photo in [0, 1] and sends the gradient leakattack's message holds.  ``--batch-size B`` sends photos
 I .. I+B-1 as one gradient, their labels provided to the attack as the case's user provides them.
-``--seed`` changes its random start; ``--tv-edges none`` drops the border terms of its TV (the
+``--attack seethroughgradients`` runs breaching's GradInversion config instead (Yin et al. 2021: Euclidean
+objective, Adam with a cosine step size and Langevin noise, TV, a norm term and DeepInversion's BatchNorm prior
+against the model's buffers, its first layer's term weighted 10x; ``--deep-inversion`` sets that prior's scale, 0
+turns it off).  ``--seed`` changes its random start; ``--tv-edges none`` drops the border terms of its TV (the
 differences against its zero padding) to compare with leakattack's TV.  ``--label-strategies`` prints instead
 what each of breaching's label strategies reads from that gradient.
 
@@ -60,11 +63,18 @@ parser.add_argument("--tv-edges", choices=("padded", "none"), default="padded",
                     help="breaching's TV pads the image with zeros (the data mean, on normalised images) and so "
                          "also pulls the right and bottom rows towards it (padded, its own); none: differences "
                          "inside the image only, as leakattack's TV")
+parser.add_argument("--attack", choices=("invertinggradients", "seethroughgradients"), default="invertinggradients",
+                    help="breaching's attack config: Inverting Gradients (default) or its GradInversion "
+                         "(see-through-gradients: Euclidean objective, Adam, TV and its DeepInversion BatchNorm prior)")
+parser.add_argument("--deep-inversion", type=float, default=None, metavar="SCALE",
+                    help="seethroughgradients: the scale of its DeepInversion prior (its own 0.1; 0 turns it off)")
 parser.add_argument("--label-strategies", action="store_true",
                     help="print the labels each of breaching's label strategies reads from the gradient, and stop")
 args = parser.parse_args()
 if any("=" not in kv for kv in args.model_param):
     parser.error("--model-param takes KEY=VALUE")
+if args.deep_inversion is not None and args.attack != "seethroughgradients":
+    parser.error("--deep-inversion sets the prior of --attack seethroughgradients")
 if args.model_param and not args.victim:
     parser.error("--model-param sets a parameter of a leakattack victim: give --victim too")
 try:
@@ -76,11 +86,12 @@ torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-cfg = breaching.get_config(overrides=["case=1_single_image_small", "case.model=resnet18",
-                                      f"case.user.num_data_points={args.batch_size}",
-                                      "attack=invertinggradients", f"attack.optim.max_iterations={args.steps}",
-                                      "attack.optim.callback=100",
-                                      f"case.server.provide_public_buffers={args.bn == 'eval'}"])
+overrides = ["case=1_single_image_small", "case.model=resnet18", f"case.user.num_data_points={args.batch_size}",
+             f"attack={args.attack}", f"attack.optim.max_iterations={args.steps}", "attack.optim.callback=100",
+             f"case.server.provide_public_buffers={args.bn == 'eval'}"]
+if args.deep_inversion is not None:
+    overrides.append(f"attack.regularization.deep_inversion.scale={args.deep_inversion}")
+cfg = breaching.get_config(overrides=overrides)
 setup = {"device": torch.device("cpu"), "dtype": torch.float}
 model, loss_fn = breaching.cases.construct_model(cfg.case.model, cfg.case.data, pretrained=cfg.case.server.pretrained)
 dm = torch.tensor(cfg.case.data.mean)[None, :, None, None]
@@ -152,7 +163,9 @@ out = out[match(out, x)]  # each reconstruction against the photo it is matched 
 psnrs = psnr(out, x).tolist()
 if args.save:
     torch.save(out, args.save)
-print(json.dumps({"steps": args.steps, "image_index": i, "batch_size": B, "victim": args.victim or "resnet18",
+deep_inversion = cfg.attack.regularization.get("deep_inversion")
+print(json.dumps({"attack": args.attack, "deep_inversion": deep_inversion.scale if deep_inversion else None,
+                  "steps": args.steps, "image_index": i, "batch_size": B, "victim": args.victim or "resnet18",
                   "bn": args.bn, "seed": args.seed, "tv_edges": args.tv_edges,
                   "psnr": sum(psnrs) / B, "psnr_per_image": [round(p, 2) for p in psnrs],
                   "ssim": float(ssim(out, x).mean()),

@@ -69,3 +69,14 @@ def test_every_shell_script_answers_help_and_does_nothing_else(tmp_path):
             assert f"scripts/{script.name}" in done.stdout, (script.name, done.stdout)
             assert not done.stdout.startswith("#"), done.stdout
             assert list(tmp_path.iterdir()) == [], f"{script.name} {flag} wrote files"
+
+
+def test_breaching_script_refuses_a_prior_scale_without_the_attack_that_has_the_prior(tmp_path):
+    """--deep-inversion sets the prior of breaching's see-through-gradients attack: with its Inverting Gradients
+    (the default --attack) it is refused in one sentence, before breaching is imported or anything runs."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "breaching_ig.py"), "photos.pt",
+                           "--deep-inversion", "0.1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "--deep-inversion sets the prior of --attack seethroughgradients" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
