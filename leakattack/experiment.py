@@ -168,7 +168,8 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1 and cfg.bn != "train":
         warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
-                      "every weight measured (docs/trained-victims.md)", SettingWarning, stacklevel=2)
+                      "every weight measured, and breaching's GradInversion lost with its own prior there too "
+                      "(docs/trained-victims.md)", SettingWarning, stacklevel=2)
     named = [parse_prior(text) for text in cfg.priors]
     used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
     if "tv" in used and not cfg.attack_class.closed_form:
