@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -34,8 +35,9 @@ from leakattack.metrics.image import psnr
 def linearised(forward, x: torch.Tensor, labels: torch.Tensor, y: torch.Tensor):
     """r(x) = forward(x) - y, and d -> J d and u -> J^T u at x, each one backward pass (J never formed)."""
     xr, out, v, h = transpose_graph(forward, x, labels)
-    if h is None:
-        raise SystemExit("the message does not depend on the input: there is nothing to solve for")
+    if h is None or not h.requires_grad:  # as gauss_newton.jacobian: J is zero
+        print("the message does not depend on the input: there is nothing to solve for", file=sys.stderr)
+        raise SystemExit(2)
 
     def J(d: torch.Tensor) -> torch.Tensor:
         return torch.autograd.grad(h, v, grad_outputs=d, retain_graph=True)[0].detach()
