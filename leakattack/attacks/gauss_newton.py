@@ -148,6 +148,7 @@ class Refined:
     """What the Gauss-Newton steps did."""
 
     x: torch.Tensor  #: the last accepted iterate (the lowest L_R)
+    start_loss: float = math.nan  #: L_R at the start
     losses: list[float] = field(default_factory=list)  #: L_R after each accepted step, chord steps included
     steps: int = 0  #: rounds taken, each formed J once: a full step and the chord steps on its J
     chord: int = 0  #: accepted chord steps (J and its factor reused), among the losses
@@ -249,7 +250,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     y = y.detach().reshape(-1)
     r = residual(forward, y, x, labels)
     loss = float(r @ r)
-    out = Refined(x=x.detach().clone())
+    out = Refined(x=x.detach().clone(), start_loss=loss)
     mu, A, slow, at = DAMPING, None, 0, (out.x, loss)  # at: the point of the last J and L_R there
     algebra = threads or torch.get_num_threads()
 

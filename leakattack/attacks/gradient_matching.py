@@ -589,10 +589,13 @@ class GradientMatching(Attack):
                 progress: bool = False) -> bool:
         """Gauss-Newton steps from ``best``'s iterate (:func:`.gauss_newton.levenberg_marquardt`), written into it
         when they converge (reach the tolerance): each accepted step is one more step of its losses and the stop
-        reason becomes ``tolerance``.  Steps that do not converge leave the first phase's iterate, losses and stop
-        reason as they were (a lower L_R reached by slow steps is no sign of being nearer the input); its message
-        and ``gauss_newton`` record what they reached (``progress``: a bar of their steps).  Returns whether they
-        were kept."""
+        reason becomes ``tolerance``.  They start from the iterate projected onto the images' box [0, 1] (clamped;
+        ``clamped`` counts the values moved, ``loss_clamped`` is L_R there): the projection onto a convex set that
+        holds the input is never farther from it, and where L-BFGS left values outside the box that can put the
+        start in the input's basin (docs/attack.md, "From the clamped iterate").  Steps that do not converge
+        leave the first phase's own iterate, losses and stop reason as they were (a lower L_R reached by slow
+        steps is no sign of being nearer the input); its message and ``gauss_newton`` record what they reached
+        (``progress``: a bar of their steps).  Returns whether they were kept."""
         bar = progress_bar(STEPS, "Gauss-Newton", "Jacobian", requested=progress, leave=False)
 
         def step(loss: float) -> None:
@@ -602,7 +605,8 @@ class GradientMatching(Attack):
         try:
             with torch_threads(self.threads or obs.victim.threads):
                 # its normal equations are large dense products: every core, unless the threads were given
-                out = levenberg_marquardt(obs.forward, obs.y, best.x, best.labels, tol=self.tol,
+                start = best.x.clamp(0, 1)
+                out = levenberg_marquardt(obs.forward, obs.y, start, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
                                           threads=self.threads or cpu_cores(), on_step=step)
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
@@ -616,12 +620,18 @@ class GradientMatching(Attack):
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"
         best.wall_s += out.seconds
-        best.gauss_newton = {"after_step": best.iterations, "from_step": first, "jacobians": out.steps,
+        best.gauss_newton = {"after_step": best.iterations, "from_step": first,
+                             "clamped": int((start != best.x).sum()), "jacobians": out.steps,
                              "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
                              "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
                              "jacobian_rank": out.rank, "singular_values": out.singular}
-        did = (f"{steps_note(best.gauss_newton, steps=True)} from the best iterate (step {first}) took L_R from "
-               f"{before:.2e} to {reached:.2e}")
+        clamped = best.gauss_newton["clamped"]
+        if clamped:
+            best.gauss_newton["loss_clamped"] = out.start_loss
+        moved = f", {clamped} value{'s' if clamped != 1 else ''} clamped to [0, 1]" if clamped else ""
+        where = f"the best iterate (step {first}{moved})"
+        began = f"{before:.2e}" + (f" ({out.start_loss:.2e} clamped)" if clamped else "")
+        did = f"{steps_note(best.gauss_newton, steps=True)} from {where} took L_R from {began} to {reached:.2e}"
         if kept:
             best.x = out.x
             best.losses = best.losses[: best.iterations + 1] + out.losses
@@ -636,7 +646,7 @@ class GradientMatching(Attack):
                "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
         said = f"{did} without converging" if out.steps else \
-            f"Gauss-Newton steps from the best iterate (step {first}) stopped before their first step"
+            f"Gauss-Newton steps from {where} stopped before their first step"
         best.message = add_note(best.message, f"{said} ({why[out.stop]}): the first phase's iterate is kept",
                                 link="then ")
         return False

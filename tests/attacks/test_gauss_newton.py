@@ -119,7 +119,8 @@ def test_the_attack_follows_l_bfgs_with_gauss_newton_and_records_it():
     assert gn is not None and gn["after_step"] == 10 and gn["loss_before"] == plain.final_loss and gn["kept"]
     assert gn["jacobians"] >= 1 and 0 <= gn["chord"] < gn["accepted"] <= gn["jacobians"] + gn["chord"]
     assert len(gn["round_losses"]) == gn["jacobians"] and gn["round_losses"][-1] == gn["loss_after"]
-    assert gn["from_step"] == plain.best_step and f"best iterate (step {plain.best_step})" in refined.message
+    assert gn["from_step"] == plain.best_step and f"best iterate (step {plain.best_step}" in refined.message
+    assert gn["clamped"] == int(((plain.x < 0) | (plain.x > 1)).sum())
     # the first phase is the same run; the steps after it lower L_R and the result is their last iterate
     assert refined.losses[:11] == plain.losses
     assert refined.final_loss == gn["loss_after"] < plain.final_loss
@@ -365,6 +366,27 @@ def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch)
     gn = result.gauss_newton
     assert gn["kept"] is False and gn["stop"] == "stalled" and gn["loss_after"] == plain.final_loss / 3
     assert result.message.endswith("without converging (they stopped converging): the first phase's iterate is kept")
+
+
+def test_steps_start_from_the_iterate_clamped_to_the_images_box(monkeypatch):
+    # the projection onto [0, 1], which holds the input, is never farther from it; the record counts the values it
+    # moved and the message says so
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+    outside = int(((plain.x < 0) | (plain.x > 1)).sum())
+    assert outside > 0  # the 10-step iterate leaves the box somewhere
+    seen = []
+
+    def capture(forward, y, x, labels, **kw):
+        seen.append(x.clone())
+        return Refined(x=x, losses=[plain.final_loss / 3], steps=1, stop="stalled")
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", capture)
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert torch.equal(seen[0], plain.x.clamp(0, 1)) and result.gauss_newton["clamped"] == outside
+    said = f"{outside} value{'s' if outside != 1 else ''} clamped to [0, 1]"
+    assert f"best iterate (step {plain.best_step}, {said})" in result.message
+    assert torch.equal(result.x, plain.x)  # not converged: the first phase's own iterate stays, unclamped
 
 
 def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
