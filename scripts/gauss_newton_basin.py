@@ -137,7 +137,12 @@ def main() -> None:
         print(f"input + N(0, {sigma:g}^2): {score(x0):.2f} dB -> {score(x):.2f} dB, L_R/||y||^2 {loss:.2e}, {how}")
     if start_file is None:
         return
-    x0 = torch.load(start_file, weights_only=True)["images"].to(truth.dtype).reshape(truth.shape)
+    x0 = torch.load(start_file, weights_only=True)["images"].to(truth.dtype)
+    if x0.numel() != n:
+        print(f"{start_file} holds {x0.numel()} numbers where this input has {n}: give the run's own --model, "
+              "--model-param, --image-size, --dataset and --image-index", file=sys.stderr)
+        raise SystemExit(2)
+    x0 = x0.reshape(truth.shape)
     err = (x0 - truth).reshape(-1)
     share = (Vh @ err) ** 2 / float(err @ err)
     tenths = [float(share[i * n // 10:(i + 1) * n // 10].sum()) for i in range(10)]

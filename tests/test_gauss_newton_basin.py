@@ -48,3 +48,10 @@ def test_bad_arguments_are_refused_in_one_sentence_before_anything_runs(args, sa
 def test_a_folder_without_a_reconstruction_is_refused_in_one_sentence(tmp_path):
     proc = _run("--run", str(tmp_path))
     assert proc.returncode == 2 and "reconstruction.pt does not exist" in proc.stderr
+
+
+def test_a_reconstruction_of_another_shape_is_refused_in_one_sentence(tmp_path):
+    torch.save({"images": torch.zeros(1, 3, 32, 32), "labels": torch.tensor([0])}, tmp_path / "reconstruction.pt")
+    proc = _run("--model", "mlp", "--dataset", "digits", "--noise", "--run", str(tmp_path), "--threads", "1")
+    assert proc.returncode == 2 and "holds 3072 numbers where this input has 784" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
