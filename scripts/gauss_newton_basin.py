@@ -29,6 +29,7 @@ import torch
 
 from leakattack.attacks.gauss_newton import jacobian, residual
 from leakattack.config import RunConfig
+from leakattack.errors import UserError
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
 
@@ -84,9 +85,13 @@ def main() -> None:
     if min([*a.noise, *a.hops], default=0) < 0 or a.steps < 1 or a.draws < 1 or a.threads < 1:
         ap.error("noise levels must be >= 0 and --steps, --draws and --threads at least 1")
     torch.set_num_threads(a.threads)
-    p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
-                          image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio, dtype="float64",
-                          threads=a.threads))
+    try:
+        p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
+                              image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
+                              dtype="float64", threads=a.threads))
+    except UserError as err:  # a setting the run itself refuses: its one sentence
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
     obs, labels = p.obs, p.labels
     y = obs.y.detach().reshape(-1)
     yy = float(y @ y)

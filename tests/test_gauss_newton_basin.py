@@ -18,16 +18,16 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_steps_from_near_the_input_reach_it_where_j_has_full_rank(tmp_path):
-    """The MLP on a digit through srht b/d = 0.5: J of full column rank 784 (docs/attack.md), so steps from the
-    input plus small noise, and from a start saved as a run saves it, end at the input to round-off."""
-    x, labels = get_batch(get_dataset("digits"), 0)
+    """LeNet on a 12-px photo through srht b/d = 0.5: J of full column rank 432, so steps from the input plus small
+    noise, and from a start saved as a run saves it, end at the input to round-off."""
+    x, labels = get_batch(get_dataset("photos", image_size=12), 0)
     start = (x.double() + 0.02 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0),
                                              dtype=torch.float64)).clamp(0, 1)
     torch.save({"images": start.float(), "labels": labels}, tmp_path / "reconstruction.pt")
-    proc = _run("--model", "mlp", "--dataset", "digits", "--noise", "0.01", "--run", str(tmp_path),
+    proc = _run("--model", "lenet", "--image-size", "12", "--noise", "0.01", "--run", str(tmp_path),
                 "--steps", "6", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert re.search(r"J at the input: \d+ x 784, rank 784,", proc.stdout), proc.stdout
+    assert re.search(r"J at the input: \d+ x 432, rank 432,", proc.stdout), proc.stdout
     ends = re.findall(r"-> (\S+) dB, L_R/\|\|y\|\|\^2 (\S+), \d+ steps, round-off", proc.stdout)
     assert len(ends) == 2, proc.stdout  # from the noise and from the saved start
     assert all(float(db) >= 150 and float(loss) < 1e-28 for db, loss in ends), proc.stdout
@@ -39,6 +39,7 @@ def test_steps_from_near_the_input_reach_it_where_j_has_full_rank(tmp_path):
     (["--hops", "0.1"], "--hops perturbs a run's reconstruction: give --run DIR"),
     (["--model-param", "patch"], "--model-param 'patch' is not key=value"),
     (["--noise", "-1"], "noise levels must be >= 0"),
+    (["--image-size", "8"], "image size must lie in [11, 1024], got 8"),
 ])
 def test_bad_arguments_are_refused_in_one_sentence_before_anything_runs(args, said):
     proc = _run(*args)
@@ -52,6 +53,6 @@ def test_a_folder_without_a_reconstruction_is_refused_in_one_sentence(tmp_path):
 
 def test_a_reconstruction_of_another_shape_is_refused_in_one_sentence(tmp_path):
     torch.save({"images": torch.zeros(1, 3, 32, 32), "labels": torch.tensor([0])}, tmp_path / "reconstruction.pt")
-    proc = _run("--model", "mlp", "--dataset", "digits", "--noise", "--run", str(tmp_path), "--threads", "1")
-    assert proc.returncode == 2 and "holds 3072 numbers where this input has 784" in proc.stderr, proc.stderr
+    proc = _run("--model", "lenet", "--image-size", "12", "--noise", "--run", str(tmp_path), "--threads", "1")
+    assert proc.returncode == 2 and "holds 3072 numbers where this input has 432" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
