@@ -29,9 +29,11 @@ import torch
 
 from leakattack.attacks.gauss_newton import jacobian, residual
 from leakattack.config import RunConfig
+from leakattack.config.flags import pairs_table, parse_pair
 from leakattack.errors import UserError
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
+from leakattack.metrics.uniqueness import rank_of
 
 #: J is formed only up to this many numbers (8 bytes each: 1.6 GB)
 MAX_ENTRIES = 2 * 10**8
@@ -39,26 +41,10 @@ MAX_ENTRIES = 2 * 10**8
 FLAT = 1e-3
 
 
-def parse_params(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--model-param {item!r} is not key=value")
-        try:
-            out[key] = int(value)
-        except ValueError:
-            try:
-                out[key] = float(value)
-            except ValueError:
-                out[key] = value
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="lenet")
-    ap.add_argument("--model-param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--model-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE")
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--dataset", default="photos")
     ap.add_argument("--image-index", type=int, default=0)
@@ -73,10 +59,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12, help="Gauss-Newton steps from each start (default 12)")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    try:
-        params = parse_params(a.model_param)
-    except ValueError as err:
-        ap.error(str(err))
     start_file = Path(a.run) / "reconstruction.pt" if a.run else None
     if start_file is not None and not start_file.is_file():
         ap.error(f"{start_file} does not exist: give the folder of a finished run")
@@ -86,6 +68,7 @@ def main() -> None:
         ap.error("noise levels must be >= 0 and --steps, --draws and --threads at least 1")
     torch.set_num_threads(a.threads)
     try:
+        params = pairs_table("--model-param", a.model_param)
         p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
                               image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
                               dtype="float64", threads=a.threads))
@@ -116,11 +99,11 @@ def main() -> None:
             for halving in range(12):
                 trial = x + d / 2 ** halving
                 r_new = residual(obs.forward, y, trial, labels)
-                if float(r_new @ r_new) < loss:
+                new = float(r_new @ r_new)
+                if new < loss:
                     break
             else:
                 return x, loss / yy, f"{taken} steps, then none lowered L_R"
-            new = float(r_new @ r_new)
             flat = flat + 1 if new > (1 - FLAT) * loss else 0
             x, r, loss, taken = trial, r_new, new, taken + 1
             if loss / yy < 1e-28:
@@ -131,8 +114,8 @@ def main() -> None:
 
     J = jacobian(obs.forward, truth, labels)
     U, S, Vh = torch.linalg.svd(J, full_matrices=False)
-    del U
-    rank = int((S > S[0] * max(J.shape) * torch.finfo(J.dtype).eps).sum())
+    del U  # b x m, as large as J
+    rank = rank_of(S, J.shape)
     print(f"J at the input: {obs.b} x {n}, rank {rank}, singular values {float(S[0]):.3e} to {float(S[-1]):.3e} "
           f"(condition {float(S[0] / S[-1]):.2e})")
     gen = torch.Generator().manual_seed(0)

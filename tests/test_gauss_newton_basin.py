@@ -37,7 +37,7 @@ def test_steps_from_near_the_input_reach_it_where_j_has_full_rank(tmp_path):
 
 @pytest.mark.parametrize("args, said", [
     (["--hops", "0.1"], "--hops perturbs a run's reconstruction: give --run DIR"),
-    (["--model-param", "patch"], "--model-param 'patch' is not key=value"),
+    (["--model-param", "patch"], "--model-param: 'patch' must look like NAME=VALUE"),
     (["--noise", "-1"], "noise levels must be >= 0"),
     (["--image-size", "8"], "image size must lie in [11, 1024], got 8"),
 ])

@@ -602,10 +602,10 @@ class GradientMatching(Attack):
             bar.update(1)
             bar.set_postfix_str(f"L_R={loss:.3e}")
 
+        start, clamped = best.x.clamp(0, 1), int(((best.x < 0) | (best.x > 1)).sum())
         try:
             with torch_threads(self.threads or obs.victim.threads):
                 # its normal equations are large dense products: every core, unless the threads were given
-                start = best.x.clamp(0, 1)
                 out = levenberg_marquardt(obs.forward, obs.y, start, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
                                           threads=self.threads or cpu_cores(), on_step=step)
@@ -620,14 +620,11 @@ class GradientMatching(Attack):
         reached = out.losses[-1] if out.losses else before
         kept = out.stop == "tolerance"
         best.wall_s += out.seconds
-        best.gauss_newton = {"after_step": best.iterations, "from_step": first,
-                             "clamped": int((start != best.x).sum()), "jacobians": out.steps,
+        best.gauss_newton = {"after_step": best.iterations, "from_step": first, "clamped": clamped,
+                             **({"loss_clamped": out.start_loss} if clamped else {}), "jacobians": out.steps,
                              "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
                              "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
                              "jacobian_rank": out.rank, "singular_values": out.singular}
-        clamped = best.gauss_newton["clamped"]
-        if clamped:
-            best.gauss_newton["loss_clamped"] = out.start_loss
         moved = f", {clamped} value{'s' if clamped != 1 else ''} clamped to [0, 1]" if clamped else ""
         where = f"the best iterate (step {first}{moved})"
         began = f"{before:.2e}" + (f" ({out.start_loss:.2e} clamped)" if clamped else "")

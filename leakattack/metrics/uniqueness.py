@@ -25,10 +25,14 @@ JACOBIAN_MAX_UNKNOWNS = 1024
 
 def numerical_rank(J: torch.Tensor) -> int:
     """Singular values above s_max * max(J.shape) * eps(dtype) (numpy.linalg.matrix_rank's default tolerance)."""
-    s = torch.linalg.svdvals(J)
+    return rank_of(torch.linalg.svdvals(J), J.shape)
+
+
+def rank_of(s: torch.Tensor, shape: tuple[int, ...]) -> int:
+    """:func:`numerical_rank` of a matrix of ``shape`` from its singular values ``s`` (an SVD already taken)."""
     if s.numel() == 0:
         return 0
-    tol = float(s.max()) * max(J.shape) * torch.finfo(J.dtype).eps
+    tol = float(s.max()) * max(shape) * torch.finfo(s.dtype).eps
     return int((s > tol).sum())
 
 
@@ -52,4 +56,4 @@ def jacobian_rank(forward, x: torch.Tensor, labels, d: int) -> tuple[int | None,
     return rank, f"rank {rank} of m*B = {n} at the reconstruction"
 
 
-__all__ = ["JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS", "jacobian", "numerical_rank", "jacobian_rank"]
+__all__ = ["JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS", "jacobian", "numerical_rank", "rank_of", "jacobian_rank"]
