@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from leakattack.attacks.gauss_newton import jacobian, residual
+from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
 from leakattack.config import RunConfig
 from leakattack.config.flags import pairs_table, parse_pair
 from leakattack.errors import UserError
@@ -96,16 +96,12 @@ def main() -> None:
         for _ in range(a.steps):
             J = jacobian(obs.forward, x, labels)
             d = torch.linalg.lstsq(J, -r.unsqueeze(1)).solution.reshape(x.shape)
-            for halving in range(12):
-                trial = x + d / 2 ** halving
-                r_new = residual(obs.forward, y, trial, labels)
-                new = float(r_new @ r_new)
-                if new < loss:
-                    break
-            else:
+            found = halved_step(obs.forward, y, x, d, labels, loss, 12)
+            if found is None:
                 return x, loss / yy, f"{taken} steps, then none lowered L_R"
-            flat = flat + 1 if new > (1 - FLAT) * loss else 0
-            x, r, loss, taken = trial, r_new, new, taken + 1
+            flat = flat + 1 if found[2] > (1 - FLAT) * loss else 0
+            x, r, loss, _ = found
+            taken += 1
             if loss / yy < 1e-28:
                 return x, loss / yy, f"{taken} steps, round-off"
             if flat == 2:

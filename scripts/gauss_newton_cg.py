@@ -1,19 +1,19 @@
 """Gauss-Newton steps on L_R without forming J: each step solves the linearised problem by CGLS.
 
-The attack's Gauss-Newton steps (``leakattack/attacks/gauss_newton.py``) form the Jacobian J of
-x -> R grad_w F(w, x), b x m numbers, which on vit_small through srht b/d = 0.5 would hold 903,269 x 3072 numbers
-(22 GB in float64), so they run on LeNet-size problems only.  This script takes the same steps matrix-free: J v by a
-backward pass through the graph of J^T v (linear in v) and J^T u by a backward pass through the message's graph,
-and solves min ||r + J d||^2 + lam ||d||^2 by conjugate gradients on the normal equations (CGLS, ``--cg-steps``
-products of each), halving a step that does not lower L_R.  It starts from a run's reconstruction and prints, per
-step, L_R / ||y||^2 and the PSNR against the truth:
+The attack's Gauss-Newton steps (``leakattack/attacks/gauss_newton.py``) solve the linearised problem exactly, from
+J^T J (n x n, n = m unknowns), formed from J where J (b x n) fits in memory and from 2n products of J and J^T where
+it does not (vit_small through srht b/d = 0.5: 903,269 x 3072 numbers, 22 GB).  This script takes inexact steps
+instead: J v by a backward pass through the graph of J^T v (linear in v) and J^T u by a backward pass through the
+message's graph, min ||r + J d||^2 + lam ||d||^2 by conjugate gradients on the normal equations (CGLS,
+``--cg-steps`` products of each), halving a step that does not lower L_R.  Where J is ill-conditioned a few hundred
+CGLS iterations do not solve the linearised problem, and the steps creep (docs/attack.md).  It starts from a run's
+reconstruction and prints, per step, L_R / ||y||^2 and the PSNR against the truth:
 
     leakattack run --model vit_small --sketch srht --sketch-ratio 0.5 --time-limit 2m --no-lpips --quiet --out DIR
     python scripts/gauss_newton_cg.py DIR --model vit_small --sketch srht --sketch-ratio 0.5
 
-It measures whether second-order steps would pay on a model too large for the attack's own (docs/attack.md,
-"Gauss-Newton after L-BFGS"); it is not part of the attack.  The labels are the truth's (give a run whose labels
-were read right).
+It measures what truncated second-order steps do (docs/attack.md, "Gauss-Newton after L-BFGS"); it is not part of
+the attack.  The labels are the truth's (give a run whose labels were read right).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from leakattack.attacks.gauss_newton import residual, transpose_graph
+from leakattack.attacks.gauss_newton import halved_step, residual, transpose_graph
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
@@ -97,16 +97,11 @@ def main() -> None:
             direction, gamma = s + (new / gamma) * direction, new
         linear = float(q_res @ q_res)
         del J, Jt  # the graphs of this step
-        for halving in range(6):
-            trial = x + d / 2 ** halving
-            r_new = residual(obs.forward, y, trial, labels)
-            new_loss = float(r_new @ r_new)
-            if new_loss < loss:
-                break
-        else:
+        found = halved_step(obs.forward, y, x, d, labels, loss, 6)
+        if found is None:
             print(f"step {step + 1}: no step of six halvings lowered L_R; stopped")
             break
-        x, loss = trial, new_loss
+        x, _, loss, halving = found
         print(f"step {step + 1}: L_R/||y||^2 {loss / yy:.3e} (the linear model's {linear / yy:.3e}, CGLS residual "
               f"{math.sqrt(gamma) / first:.1e} of its first, step halved {halving} times), PSNR {score(x):.2f} dB, "
               f"{time.perf_counter() - t0:.0f} s")

@@ -22,12 +22,14 @@ triangular solves instead of n passes.  Near a zero of r each cuts L_R by a
 factor that grows as J's point nears it; while each cuts it at least
 :data:`CHORD_GAIN`-fold they go on, then a new J is formed.  On the DLG LeNet
 through srht b = d/2 one J and 14 chord steps take the 1000-step L-BFGS iterate
-to round-off, where four full steps formed four J (docs/attack.md).  It needs
-L_R itself as the objective (not the cosine), no prior, fixed labels and no box.
-Steps that do not converge (no damping lowers L_R, or two rounds in a row cut it
-less than :data:`SLOW`-fold) are a sign that the iterate is not near the input:
-the attack then keeps its first phase's iterate
-(GradientMatching's ``refine``).
+to round-off, where four full steps formed four J (docs/attack.md).  Where J would hold more than :data:`MAX_HELD`
+numbers it is not formed: :func:`normal_equations` builds J^T J column by column from products (J e_j, then J^T of
+it: 2n backward passes, n^2 numbers), and J^T r is one more backward pass through the graph of J's point. A damped
+step that raises L_R is watched (:data:`WATCH`): across a curved valley of L_R the Gauss-Newton step lands much
+nearer the input at a higher L_R, and the chord steps from there fall below the round's start.  It needs L_R
+itself as the objective (not the cosine), no prior, fixed labels and no box.  Steps that do not converge
+(no damping lowers L_R, or two rounds in a row cut it less than :data:`SLOW`-fold) are a sign that the iterate is
+not near the input: the attack then keeps its first phase's iterate (GradientMatching's ``refine``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ CHORD_GAIN = 10.0
 #: Marquardt's damping at the first step, relative to the mean of diag(J^T J) (small: the first-order phase
 #: leaves a good start), and the most trials one J gets, the damping ten times larger at each
 DAMPING, TRIALS = 1e-6, 6
+#: a damped step that raises L_R is followed by up to this many chord steps (its J, its factor) while each lowers L_R;
+#: where they end below the round's start, the step and they are taken (a watchdog: Chamberlain, Powell, Lemarechal
+#: and Pedersen 1982).  Across a curved valley of L_R the Gauss-Newton step lands far nearer the input with a higher
+#: L_R: on vit_small through srht b/d = 0.5, photo 1 from 33.85 dB (L_R / ||y||^2 3.8e-10), the full step reached
+#: 43.25 dB at 6.2e-8 and its chord steps 51.92, 57.92 and 63.13 dB, the second below the start (docs/attack.md)
+WATCH = 5
 #: two rounds in a row (a J each, its full step and chord steps) that cut L_R by less than this factor end the steps
 #: (``stalled``): Gauss-Newton is not converging quadratically there, so the iterate is not near a zero of the
 #: residual it could reach.  On LeNet the rounds that converged cut it 3.5-4.2-fold at most once (the first, from
@@ -132,6 +140,46 @@ def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
     return Jt.T
 
 
+#: J is formed and held while it has at most this many numbers (4 GB in float64); above, its normal equations are
+#: formed by products without it (:func:`normal_equations`: vit_small through srht b/d = 0.5 would hold
+#: 903,269 x 3072 numbers, 22 GB, against 3072^2 for J^T J)
+MAX_HELD = 5 * 10**8
+
+
+Product = Callable[[torch.Tensor], torch.Tensor]
+
+
+def normal_equations(forward, x: torch.Tensor, labels, *,
+                     stop: Callable[[], bool] | None = None) -> tuple[torch.Tensor, Product]:
+    """(A, u -> J^T u): A = J^T J at ``x`` and J^T's product with a residual, J never formed; raises
+    :class:`Stopped` when ``stop()`` turns true between two batches of columns.
+
+    Column j of A is J^T (J e_j): J e_j by a backward pass through the graph of h = J^T v (as :func:`jacobian`
+    forms a column) and J^T of it by one through the message's graph, so A costs 2n backward passes and holds
+    n^2 numbers where J holds b x n.  The product function keeps the graph of ``x`` (a round's chord steps take
+    J^T r at J's own point)."""
+    xr, y, v, h = transpose_graph(forward, x, labels)
+    n = x.numel()
+
+    def jt(u: torch.Tensor) -> torch.Tensor:
+        if not y.requires_grad:
+            return torch.zeros(n, dtype=y.dtype, device=y.device)
+        out, = torch.autograd.grad(y, xr, grad_outputs=u, retain_graph=True, allow_unused=True)
+        return torch.zeros(n, dtype=y.dtype, device=y.device) if out is None else out.reshape(-1)
+
+    A = torch.zeros(n, n, dtype=y.dtype, device=y.device)
+    if h is None or not h.requires_grad:  # the message does not depend on the input
+        return A, jt
+    h = h.reshape(-1)
+    for j in range(n):
+        if stop is not None and j % CHUNK == 0 and stop():
+            raise Stopped
+        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
+        if col is not None:
+            A[j] = jt(col)  # row j of a symmetric matrix: its column j
+    return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
+
+
 def too_large(b: int, n: int, d: int) -> str | None:
     """Why Gauss-Newton does not run on a message of b numbers, n unknowns and d weights, or None when it does."""
     if n > MAX_UNKNOWNS:
@@ -152,6 +200,7 @@ class Refined:
     losses: list[float] = field(default_factory=list)  #: L_R after each accepted step, chord steps included
     steps: int = 0  #: rounds taken, each formed J once: a full step and the chord steps on its J
     chord: int = 0  #: accepted chord steps (J and its factor reused), among the losses
+    watched: int = 0  #: accepted steps that raised L_R and whose chord steps then took it below the round's start
     rounds: list[float] = field(default_factory=list)  #: L_R at the end of each round (what the stall rule reads)
     stop: str = "iterations"  #: tolerance | stalled | time-limit | iterations | diverged
     seconds: float = 0.0
@@ -169,6 +218,19 @@ def residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
     """r(x) = forward(x, labels) - y, flattened and detached."""
     with torch.enable_grad():  # the attacker's model differentiates the victim's loss in w
         return (forward(x.detach().clone().requires_grad_(True), labels).detach().reshape(-1) - y)
+
+
+def halved_step(forward, y: torch.Tensor, x: torch.Tensor, d: torch.Tensor, labels, loss: float,
+                tries: int) -> tuple[torch.Tensor, torch.Tensor, float, int] | None:
+    """x + d / 2^k for the first k < ``tries`` whose L_R is below ``loss``: (that point, its residual, its L_R, k);
+    None where no halving lowers L_R."""
+    for k in range(tries):
+        trial = x + d / 2 ** k
+        r = residual(forward, y, trial, labels)
+        new = float(r @ r)
+        if new < loss:
+            return trial, r, new, k
+    return None
 
 
 #: J^T J is formed in column blocks of J at least this wide (a multiple of the matrix kernels' panels)
@@ -262,6 +324,41 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         now = time.perf_counter()
         return deadline - now >= NORMAL_SHARE * (now - formed)
 
+    held = y.numel() * x.numel() <= MAX_HELD
+
+    def watched(x: torch.Tensor, r: torch.Tensor, loss: float, below: float, solve, jt) -> list:
+        """Chord steps from a step that raised L_R, up to :data:`WATCH` while each lowers it, ending at the first
+        point below ``below`` (the round's start); [(point, residual, L_R), ...], empty where none gets there."""
+        path: list = []
+        for _ in range(WATCH):
+            if time.perf_counter() >= deadline or stop_requested():
+                break
+            x = x + solve(jt(r)).view_as(x)
+            r = residual(forward, y, x, labels)
+            new = float(r @ r)
+            if not (math.isfinite(new) and new < loss):
+                break
+            path.append((x, r, new))
+            loss = new
+            if new < below:
+                return path
+        return []
+
+    def normal(point: torch.Tensor) -> tuple[torch.Tensor, Product] | None:
+        """(J^T J, u -> J^T u) at ``point``: from J where it can be held (:data:`MAX_HELD`), else by products
+        (:func:`normal_equations`); None where the deadline or Ctrl-C cut J short or left no room for J^T J."""
+        formed = time.perf_counter()
+        try:
+            if not held:
+                return normal_equations(forward, point, labels, stop=halt)
+            J = jacobian(forward, point, labels, stop=halt)
+        except Stopped:
+            return None
+        if not room(formed):
+            return None
+        with torch_threads(algebra):
+            return gram(J), J.T.matmul
+
     while True:
         if not math.isfinite(loss):
             out.stop = "diverged"
@@ -274,18 +371,14 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if halt():
             out.stop = halt_reason(deadline) or "time-limit"
             break
-        formed = time.perf_counter()
-        try:
-            J = jacobian(forward, out.x, labels, stop=halt)
-        except Stopped:
+        pair = normal(out.x)
+        if pair is None or halt():  # cut short, or no time left for the normal equations
             out.stop = halt_reason(deadline) or "time-limit"
             break
-        if halt() or not room(formed):  # no time left for the normal equations
-            out.stop = halt_reason(deadline) or "time-limit"
-            break
+        A, jt = pair
         at = (out.x, loss)
         with torch_threads(algebra):
-            A, g = gram(J), J.T @ r
+            g = jt(r)
             level = float(A.diagonal().mean()) or 1.0
             out.steps += 1
             start, solve = loss, None
@@ -294,9 +387,15 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 trial = out.x + solve(g).view_as(out.x)
                 r_new = residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
+                path = [(trial, r_new, new)]
+                if chord and math.isfinite(new) and new >= loss:  # perhaps across a curved valley: watch its chords
+                    path += watched(trial, r_new, new, loss, solve, jt)
+                trial, r_new, new = path[-1]
                 if math.isfinite(new) and new < loss:
                     out.x, r, loss = trial, r_new, new
-                    out.losses.append(loss)
+                    out.losses += [point[2] for point in path]
+                    out.chord += len(path) - 1
+                    out.watched += len(path) > 1
                     mu = max(mu / 10, 1e-15)
                     break
                 solve = None
@@ -307,7 +406,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             # than CHORD_GAIN-fold or not at all
             while chord and solve is not None and loss / scale > FLOOR and time.perf_counter() < deadline \
                     and not stop_requested():
-                trial = out.x + solve(J.T @ r).view_as(out.x)
+                trial = out.x + solve(jt(r)).view_as(out.x)
                 r_new = residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
                 if not (math.isfinite(new) and new < loss):
@@ -317,7 +416,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 out.chord += 1
                 if gain < CHORD_GAIN:
                     break
-            del J
+            del jt, pair  # J, or the graph its products went through
         out.rounds.append(loss)
         if on_step is not None:
             on_step(loss)
@@ -333,16 +432,11 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             out.stop = "stalled"
             break
     if out.stop == "tolerance" and (A is None or at[0] is not out.x):  # the rank where the steps ended
-        formed, A = time.perf_counter(), None  # without time for it: no rank (the last J was formed elsewhere)
-        try:
-            J = jacobian(forward, out.x, labels, stop=halt)
-            if room(formed):
-                at = (out.x, loss)
-                with torch_threads(algebra):
-                    A = gram(J)
-            del J
-        except Stopped:
-            pass
+        pair = normal(out.x)  # without time for it: no rank (the last J was formed elsewhere)
+        A = None if pair is None else pair[0]
+        if A is not None:
+            at = (out.x, loss)
+        del pair
     if A is not None and not halt():  # its eigenvalues only while time is left
         with torch_threads(algebra):
             out.rank, out.singular = gram_rank(A)
@@ -351,6 +445,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "transpose_graph", "residual", "Stopped", "CHUNK", "too_large", "levenberg_marquardt",
-           "steps_note", "gram_rank", "Refined",
-           "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "FLOOR", "SLOW"]
+__all__ = ["jacobian", "normal_equations", "transpose_graph", "residual", "halved_step", "Stopped", "CHUNK",
+           "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
+           "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
+           "FLOOR", "SLOW"]

@@ -43,6 +43,7 @@ from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
+from . import gauss_newton
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
 from .labels import (
@@ -61,9 +62,6 @@ OBJECTIVES = ("l2", "cosine")
 LABEL_MODES = ("idlg", "given", "dlg")
 DUMMY_INITS = ("uniform", "gaussian")
 SCHEDULES = ("none", "step")
-#: a run whose Gauss-Newton steps were left out for their size alone names --refine gauss-newton while J (float64)
-#: would hold at most this many bytes (8 digits unsketched: 0.7 GB; vit_small through srht b/d = 0.5: 22 GB)
-SUGGESTED_J_BYTES = 4 * 10**9
 #: what follows the first-order phase: Gauss-Newton steps where they pay (auto), always, or nothing
 REFINES = ("auto", "gauss-newton", "none")
 #: ``auto`` follows a phase that used its steps only when they were at least this many: a shorter budget asks for
@@ -553,13 +551,16 @@ class GradientMatching(Attack):
     @staticmethod
     def _size_note(obs: Observation, why: str) -> str:
         """What asking for the Gauss-Newton steps would cost where ``why`` they were left out is their size alone
-        (:func:`.gauss_newton.too_large`) and J would hold at most :data:`SUGGESTED_J_BYTES`; else nothing."""
+        (:func:`.gauss_newton.too_large`): J's memory, or above :data:`.gauss_newton.MAX_HELD` numbers the passes
+        that form J^T J without it; else nothing."""
         n = math.prod(obs.input_shape)
-        size = 8 * obs.b * n  # J in float64
-        if why != too_large(obs.b, n, obs.d) or size > SUGGESTED_J_BYTES:
+        if why != too_large(obs.b, n, obs.d):
             return ""
-        return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway (J of {obs.b} x {n} numbers, "
-                f"{size_text(size)} in float64), which can reach the input itself where the message pins it down")
+        size = size_text(8 * obs.b * n)  # J in float64
+        cost = f"J of {obs.b} x {n} numbers, {size} in float64" if obs.b * n <= gauss_newton.MAX_HELD else \
+            f"J^T J from 2 x {n} backward passes, as J of {obs.b} x {n} numbers would hold {size}"
+        return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway ({cost}), which can reach the "
+                "input itself where the message pins it down")
 
     def _tries_early(self, obs: Observation) -> bool:
         """Whether ``auto`` tries the Gauss-Newton steps after :data:`GAUSS_NEWTON_AFTER` steps of a larger budget:
@@ -622,7 +623,8 @@ class GradientMatching(Attack):
         best.wall_s += out.seconds
         best.gauss_newton = {"after_step": best.iterations, "from_step": first, "clamped": clamped,
                              **({"loss_clamped": out.start_loss} if clamped else {}), "jacobians": out.steps,
-                             "accepted": len(out.losses), "chord": out.chord, "kept": kept, "loss_before": before,
+                             "accepted": len(out.losses), "chord": out.chord, "watched": out.watched,
+                             "kept": kept, "loss_before": before,
                              "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
                              "jacobian_rank": out.rank, "singular_values": out.singular}
         moved = f", {clamped} value{'s' if clamped != 1 else ''} clamped to [0, 1]" if clamped else ""

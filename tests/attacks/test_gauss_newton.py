@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import targets
-from leakattack.attacks import GradientMatching, gradient_matching
+from leakattack.attacks import GradientMatching, gauss_newton, gradient_matching
 from leakattack.attacks.gauss_newton import (
     CHORD_GAIN,
     STEPS,
@@ -18,6 +18,7 @@ from leakattack.attacks.gauss_newton import (
     gram_rank,
     jacobian,
     levenberg_marquardt,
+    normal_equations,
     steps_note,
     too_large,
 )
@@ -90,6 +91,23 @@ def test_chord_steps_that_slow_down_give_way_to_a_new_jacobian():
     assert out.steps >= 2 and out.chord > out.steps and len(out.losses) == out.steps + out.chord
     assert len(out.rounds) == out.steps and out.rounds[0] == out.losses[1] and out.rounds[-1] == out.losses[-1]
     assert out.losses == sorted(out.losses, reverse=True) and out.losses[-1] <= 1e-26
+
+
+def test_a_step_across_a_curved_valley_is_taken_where_its_chord_steps_lead_below_the_start():
+    # Rosenbrock's valley as a residual, zero at (1, 1): from (-1, 1), on the valley's floor (L_R 4), the Gauss-Newton
+    # step lands at (1, -3) with L_R 1600, and one chord step on the first J from there is (nearly) the zero.
+    # Levenberg-Marquardt alone damps the step until L_R falls and creeps along the valley (one step a J: stalled)
+    def forward(x, labels):
+        return torch.stack([10 * (x[1] - x[0] ** 2), 1 - x[0]])
+
+    y, start = torch.zeros(2, dtype=torch.float64), torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    out = levenberg_marquardt(forward, y, start, None, tol=1e-20, scale=1.0)
+    assert out.stop == "tolerance" and float((out.x - 1).abs().max()) < 1e-12, out
+    assert out.watched == 1 and out.losses[0] > 100 * out.start_loss > out.start_loss > out.losses[1]
+    assert out.losses[1:] == sorted(out.losses[1:], reverse=True) and out.steps <= 3
+    assert len(out.losses) == out.steps + out.chord
+    damped = levenberg_marquardt(forward, y, start, None, tol=1e-20, scale=1.0, chord=False)
+    assert damped.watched == 0 and damped.stop == "stalled" and float((damped.x - 1).abs().max()) > 0.1
 
 
 @pytest.mark.parametrize("shape", [(50, 10), (300, 2000), (1000, 1537), (40, 3072)])
@@ -167,7 +185,6 @@ def test_the_size_bounds():
 
 
 def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_for_they_run(monkeypatch):
-    from leakattack.attacks import gauss_newton
     from leakattack.errors import size_text
 
     monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
@@ -180,10 +197,13 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     asked = GradientMatching(iterations=30, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert asked.gauss_newton["kept"] and float((asked.x - x).abs().max()) < 1e-6
     assert "--refine gauss-newton takes them" not in asked.message
-    # another reason (a first phase cut short by its budget), or a J too large to suggest: no such note
+    # another reason (a first phase cut short by its budget): no such note
     assert "--refine" not in GradientMatching(iterations=10, init_seed=2, labels="given").reconstruct(obs).message
-    monkeypatch.setattr(gradient_matching, "SUGGESTED_J_BYTES", 8 * obs.b * 64 - 1)
-    assert "--refine" not in GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
+    # a J too large to hold: the note names the passes that form J^T J without it
+    monkeypatch.setattr(gauss_newton, "MAX_HELD", obs.b * 64 - 1)
+    said = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
+    assert (f"--refine gauss-newton takes them anyway (J^T J from 2 x 64 backward passes, as J of {obs.b} x 64 "
+            f"numbers would hold {size_text(8 * obs.b * 64)}), which can reach the input") in said
 
 
 def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_sentence():
@@ -259,6 +279,38 @@ def test_the_steps_draw_their_own_bar_where_bars_are_drawn(monkeypatch, capsys):
     monkeypatch.setenv(FORCE_ENV, "0")
     GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs, progress=True)
     assert "Gauss-Newton" not in capsys.readouterr().err
+
+
+def test_the_normal_equations_by_products_are_those_of_j():
+    obs, x = _obs()
+    J = jacobian(obs.forward, x, obs.labels)
+    A, jt = normal_equations(obs.forward, x, obs.labels)
+    full = J.T @ J
+    torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
+    assert torch.equal(A, A.T)
+    u = torch.randn(obs.b, generator=torch.Generator().manual_seed(2), dtype=x.dtype)
+    torch.testing.assert_close(jt(u), J.T @ u, rtol=0, atol=1e-12 * float((J.T @ u).abs().max()))
+    calls: list[int] = []
+    with pytest.raises(Stopped):  # between batches of CHUNK columns, as jacobian
+        normal_equations(obs.forward, x, obs.labels, stop=lambda: calls.append(1) or len(calls) == 2)
+
+
+def test_steps_without_j_held_reach_the_input_as_those_with_it(monkeypatch):
+    # above MAX_HELD numbers J is not formed: J^T J and J^T r come from products, and the steps are the same
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    scale = float(obs.y.pow(2).sum())
+    held = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    formed: list[int] = []
+    monkeypatch.setattr(gauss_newton, "MAX_HELD", 0)
+    monkeypatch.setattr(gauss_newton, "jacobian", lambda *a, **k: formed.append(1))
+    products = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    assert formed == [] and products.stop == held.stop == "tolerance", products
+    assert float((products.x - x).abs().max()) < 1e-8 and products.losses[-1] / scale < 1e-20
+    assert (products.steps, products.chord, products.rank) == (held.steps, held.chord, held.rank) == \
+        (held.steps, held.chord, 64)
+    for a, b in zip(products.losses, held.losses):
+        assert math.isclose(a, b, rel_tol=1e-3) or max(a, b) / scale < 1e-24
 
 
 def test_a_deadline_that_has_passed_stops_before_forming_j():
