@@ -21,65 +21,33 @@ On vit_small (3072 unknowns) J^T J takes about ten minutes of a 2-core CPU.  The
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
+from _problem import prepared, problem_flags
 from gauss_newton_cg import linearised
 
 from leakattack.attacks.gauss_newton import normal_equations, residual
-from leakattack.config import RunConfig
-from leakattack.config.flags import pairs_table, parse_pair
-from leakattack.errors import UserError
-from leakattack.experiment import prepare
-from leakattack.metrics.image import psnr
 from leakattack.metrics.uniqueness import rank_of
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="a run folder whose reconstruction.pt is the start")
-    ap.add_argument("--model", default="vit_small")
-    ap.add_argument("--model-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE")
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--dataset", default="photos")
-    ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--sketch", default="srht")
-    ap.add_argument("--sketch-ratio", type=float, default=0.5)
+    problem_flags(ap, "vit_small")
     ap.add_argument("--damping", type=float, nargs="*", default=[0.0, 1e-8, 1e-7, 1e-6],
                     help="mu of each Gauss-Newton step, absolute (default 0 1e-8 1e-7 1e-6)")
     ap.add_argument("--chords", type=int, default=8, help="chord steps after the undamped step (default 8)")
-    ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    start_file = Path(a.run) / "reconstruction.pt"
-    if not start_file.is_file():
-        ap.error(f"{start_file} does not exist: give the folder of a finished run")
+    if not (Path(a.run) / "reconstruction.pt").is_file():
+        ap.error(f"{Path(a.run) / 'reconstruction.pt'} does not exist: give the folder of a finished run")
     if min(a.damping, default=0) < 0 or a.chords < 0 or a.threads < 1:
         ap.error("--damping values and --chords must be >= 0 and --threads at least 1")
-    torch.set_num_threads(a.threads)
-    try:
-        params = pairs_table("--model-param", a.model_param)
-        p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
-                              image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
-                              dtype="float64", threads=a.threads))
-    except UserError as err:  # a setting the run itself refuses: its one sentence
-        print(err, file=sys.stderr)
-        raise SystemExit(2) from None
-    obs, labels = p.obs, p.labels
-    y = obs.y.detach().reshape(-1)
-    yy = float(y @ y)
-    truth = p.x.to(y.dtype)
+    pb = prepared(a)
+    obs, labels, y, yy, truth, score = pb.obs, pb.labels, pb.y, pb.yy, pb.truth, pb.score
     n = truth.numel()
-    x = torch.load(start_file, weights_only=True)["images"].to(truth.dtype)
-    if x.numel() != n:
-        print(f"{start_file} holds {x.numel()} numbers where this input has {n}: give the run's own --model, "
-              "--model-param, --image-size, --dataset and --image-index", file=sys.stderr)
-        raise SystemExit(2)
-    x = x.reshape(truth.shape)
-
-    def score(z: torch.Tensor) -> float:
-        return float(psnr(z.clamp(0, 1), truth).mean())
+    x = pb.start(Path(a.run))
 
     def loss_at(z: torch.Tensor) -> tuple[torch.Tensor, float]:
         r = residual(obs.forward, y, z, labels)

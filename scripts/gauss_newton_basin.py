@@ -26,13 +26,9 @@ import sys
 from pathlib import Path
 
 import torch
+from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
-from leakattack.config import RunConfig
-from leakattack.config.flags import pairs_table, parse_pair
-from leakattack.errors import UserError
-from leakattack.experiment import prepare
-from leakattack.metrics.image import psnr
 from leakattack.metrics.uniqueness import rank_of
 
 #: J is formed only up to this many numbers (8 bytes each: 1.6 GB)
@@ -43,13 +39,7 @@ FLAT = 1e-3
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="lenet")
-    ap.add_argument("--model-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE")
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--dataset", default="photos")
-    ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--sketch", default="srht")
-    ap.add_argument("--sketch-ratio", type=float, default=0.5)
+    problem_flags(ap, "lenet")
     ap.add_argument("--noise", type=float, nargs="*", default=[0.01, 0.03, 0.1],
                     help="standard deviations of the noise added to the input (default 0.01 0.03 0.1)")
     ap.add_argument("--run", help="a run folder whose reconstruction.pt is a start")
@@ -57,7 +47,6 @@ def main() -> None:
                     help="standard deviations of the noise added to the run's reconstruction")
     ap.add_argument("--draws", type=int, default=2, help="draws of each hop's noise (default 2)")
     ap.add_argument("--steps", type=int, default=12, help="Gauss-Newton steps from each start (default 12)")
-    ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     start_file = Path(a.run) / "reconstruction.pt" if a.run else None
     if start_file is not None and not start_file.is_file():
@@ -66,27 +55,13 @@ def main() -> None:
         ap.error("--hops perturbs a run's reconstruction: give --run DIR")
     if min([*a.noise, *a.hops], default=0) < 0 or a.steps < 1 or a.draws < 1 or a.threads < 1:
         ap.error("noise levels must be >= 0 and --steps, --draws and --threads at least 1")
-    torch.set_num_threads(a.threads)
-    try:
-        params = pairs_table("--model-param", a.model_param)
-        p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
-                              image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
-                              dtype="float64", threads=a.threads))
-    except UserError as err:  # a setting the run itself refuses: its one sentence
-        print(err, file=sys.stderr)
-        raise SystemExit(2) from None
-    obs, labels = p.obs, p.labels
-    y = obs.y.detach().reshape(-1)
-    yy = float(y @ y)
-    truth = p.x.to(y.dtype)
+    pb = prepared(a)
+    obs, labels, y, yy, truth, score = pb.obs, pb.labels, pb.y, pb.yy, pb.truth, pb.score
     n = truth.numel()
     if obs.b * n > MAX_ENTRIES:
         print(f"J would hold b x m = {obs.b} x {n} numbers (this script forms up to {MAX_ENTRIES:.0e})",
               file=sys.stderr)
         raise SystemExit(2)
-
-    def score(z: torch.Tensor) -> float:
-        return float(psnr(z.clamp(0, 1), truth).mean())
 
     def steps(x: torch.Tensor) -> tuple[torch.Tensor, float, str]:
         """Gauss-Newton from x: (the last iterate, its L_R / ||y||^2, the steps taken and why they ended)."""
@@ -121,12 +96,7 @@ def main() -> None:
         print(f"input + N(0, {sigma:g}^2): {score(x0):.2f} dB -> {score(x):.2f} dB, L_R/||y||^2 {loss:.2e}, {how}")
     if start_file is None:
         return
-    x0 = torch.load(start_file, weights_only=True)["images"].to(truth.dtype)
-    if x0.numel() != n:
-        print(f"{start_file} holds {x0.numel()} numbers where this input has {n}: give the run's own --model, "
-              "--model-param, --image-size, --dataset and --image-index", file=sys.stderr)
-        raise SystemExit(2)
-    x0 = x0.reshape(truth.shape)
+    x0 = pb.start(Path(a.run))
     err = (x0 - truth).reshape(-1)
     share = (Vh @ err) ** 2 / float(err @ err)
     tenths = [float(share[i * n // 10:(i + 1) * n // 10].sum()) for i in range(10)]

@@ -1,0 +1,72 @@
+"""What the scripts that take steps on a run's L_R share: the problem's flags, the problem prepared in float64, and
+a run's saved reconstruction as a start."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from leakattack.config import RunConfig
+from leakattack.config.flags import pairs_table, parse_pair
+from leakattack.errors import UserError
+from leakattack.experiment import prepare
+from leakattack.metrics.image import psnr
+
+
+def problem_flags(ap: argparse.ArgumentParser, model: str) -> None:
+    """--model (default ``model``), --model-param, --image-size, --dataset, --image-index, --sketch, --sketch-ratio
+    and --threads."""
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--model-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE")
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--dataset", default="photos")
+    ap.add_argument("--image-index", type=int, default=0)
+    ap.add_argument("--sketch", default="srht")
+    ap.add_argument("--sketch-ratio", type=float, default=0.5)
+    ap.add_argument("--threads", type=int, default=2)
+
+
+@dataclass
+class Problem:
+    """The message y = obs.y (flattened), ||y||^2, the true input and the labels of a prepared float64 run."""
+
+    obs: object
+    labels: torch.Tensor
+    y: torch.Tensor
+    yy: float
+    truth: torch.Tensor
+
+    def score(self, z: torch.Tensor) -> float:
+        """PSNR of z clamped to [0, 1] against the input."""
+        return float(psnr(z.clamp(0, 1), self.truth).mean())
+
+    def start(self, folder: Path) -> torch.Tensor:
+        """The run's saved reconstruction in float64, of the input's shape; one sentence and exit 2 where it holds
+        another number of values."""
+        path = folder / "reconstruction.pt"
+        x = torch.load(path, weights_only=True)["images"].to(self.truth.dtype)
+        if x.numel() != self.truth.numel():
+            print(f"{path} holds {x.numel()} numbers where this input has {self.truth.numel()}: give the run's own "
+                  "--model, --model-param, --image-size, --dataset and --image-index", file=sys.stderr)
+            raise SystemExit(2)
+        return x.reshape(self.truth.shape)
+
+
+def prepared(a: argparse.Namespace) -> Problem:
+    """The problem of the flags of :func:`problem_flags` in float64 on ``--threads`` threads; a setting the run
+    itself refuses gives its one sentence and exit 2."""
+    torch.set_num_threads(a.threads)
+    try:
+        params = pairs_table("--model-param", a.model_param)
+        p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
+                              image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
+                              dtype="float64", threads=a.threads))
+    except UserError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    y = p.obs.y.detach().reshape(-1)
+    return Problem(obs=p.obs, labels=p.labels, y=y, yy=float(y @ y), truth=p.x.to(y.dtype))
