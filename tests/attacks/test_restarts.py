@@ -268,11 +268,15 @@ def test_a_model_with_weights_outside_the_known_layers_gets_no_per_layer_gradien
 
 
 def _timed_batch(obs, slow_calls):
-    """The observation with a batched model of the client that sleeps 0.5 s in its calls numbered ``slow_calls``."""
+    """The observation with a batched model of the client that sleeps 0.5 s in its calls numbered ``slow_calls``, and
+    whose one-start calls sleep 20 ms: the batched pass's own calls are then clearly faster or clearly slower than the
+    starts one by one, whatever else the machine is running (on a tiny LeNet both take about a millisecond, and a
+    busy machine's scheduling could tip their ratio past SLOWER)."""
     calls = []
 
     class Timed:
         def __call__(self, x, labels):
+            time.sleep(0.02)
             return obs.forward(x, labels)
 
         def restarts(self, xs, labels):
