@@ -26,10 +26,8 @@ from pathlib import Path
 
 import torch
 from _problem import prepared, problem_flags
-from gauss_newton_cg import linearised
 
-from leakattack.attacks.gauss_newton import normal_equations, residual
-from leakattack.metrics.uniqueness import rank_of
+from leakattack.attacks.gauss_newton import gram_rank, normal_equations, products, residual
 
 
 def main() -> None:
@@ -61,14 +59,15 @@ def main() -> None:
     s = lam.clamp_min(0).sqrt().flip(0)
     print(f"J^T J at the reconstruction ({score(x):.2f} dB, L_R/||y||^2 {loss:.3e}; b = {obs.b}, n = {n}): "
           f"{took:.0f} s; J's singular values {float(s[0]):.3e} to {float(s[-1]):.3e} "
-          f"(condition {float(s[0] / s[-1]):.2e}), rank {rank_of(s, (obs.b, n))} of {n}")
+          f"(condition {float(s[0] / s[-1]):.2e}), rank {gram_rank(A)[0]} of {n}")
     e = (x - truth).reshape(-1)
     share = ((V.T @ e) ** 2 / float(e @ e)).flip(0)
     tenths = [float(share[i * n // 10:(i + 1) * n // 10].sum()) for i in range(10)]
     print(f"its error e, ||e|| = {float(e.norm()):.3e}: share by tenths of J's singular values (largest first): "
           f"{' '.join(f'{t:.3f}' for t in tenths)}")
-    _, J, _ = linearised(obs.forward, x, labels, y)
-    Je = J(e.reshape(x.shape))
+    _, J, _ = products(obs.forward, x, labels)
+    assert J is not None  # normal_equations' A would be zero
+    Je = J(e).detach()
     print(f"||r|| = {float(r.norm()):.3e}, ||J e|| = {float(Je.norm()):.3e}, "
           f"||r - J e|| = {float((r - Je).norm()):.3e}")
     g = V.T @ jt(r)
@@ -86,7 +85,7 @@ def main() -> None:
         z, said = full, []
         rz, _ = loss_at(z)
         for _ in range(a.chords):
-            u = jt(rz) if at_x else linearised(obs.forward, z, labels, y)[2](rz).reshape(-1)
+            u = jt(rz) if at_x else products(obs.forward, z, labels)[2](rz)
             z = z - torch.cholesky_solve(u.reshape(-1, 1), L).reshape(x.shape)
             rz, lz = loss_at(z)
             said.append(f"{score(z):.2f} dB ({lz:.1e})")

@@ -26,26 +26,19 @@ from pathlib import Path
 
 import torch
 
-from leakattack.attacks.gauss_newton import halved_step, residual, transpose_graph
+from leakattack.attacks.gauss_newton import halved_step, products, residual
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
 
 
-def linearised(forward, x: torch.Tensor, labels: torch.Tensor, y: torch.Tensor):
+def linearised(forward, x: torch.Tensor, labels, y: torch.Tensor):
     """r(x) = forward(x) - y, and d -> J d and u -> J^T u at x, each one backward pass (J never formed)."""
-    xr, out, v, h = transpose_graph(forward, x, labels)
-    if h is None or not h.requires_grad:  # as gauss_newton.jacobian: J is zero
+    out, J, Jt = products(forward, x, labels)
+    if J is None:  # as gauss_newton.jacobian: J is zero
         print("the message does not depend on the input: there is nothing to solve for", file=sys.stderr)
         raise SystemExit(2)
-
-    def J(d: torch.Tensor) -> torch.Tensor:
-        return torch.autograd.grad(h, v, grad_outputs=d, retain_graph=True)[0].detach()
-
-    def Jt(u: torch.Tensor) -> torch.Tensor:
-        return torch.autograd.grad(out, xr, grad_outputs=u, retain_graph=True)[0].detach()
-
-    return (out - y).detach(), J, Jt
+    return (out - y).detach(), (lambda d: J(d).detach()), (lambda u: Jt(u).detach().view_as(x))
 
 
 def main() -> None:

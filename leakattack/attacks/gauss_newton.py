@@ -149,34 +149,49 @@ MAX_HELD = 5 * 10**8
 Product = Callable[[torch.Tensor], torch.Tensor]
 
 
+def products(forward, x: torch.Tensor, labels) -> tuple[torch.Tensor, Product | None, Product]:
+    """(y, d -> J d, u -> J^T u) at ``x``: y = forward(x, labels) flattened with its graph, and J's products by
+    backward passes alone (:func:`transpose_graph`), J never formed; the J product is None where y does not depend
+    on x.  Both keep their graphs for further calls; J^T u comes flattened."""
+    xr, y, v, h = transpose_graph(forward, x, labels)
+    n = x.numel()
+
+    def jt(u: torch.Tensor) -> torch.Tensor:
+        out = torch.autograd.grad(y, xr, grad_outputs=u, retain_graph=True, allow_unused=True)[0] \
+            if y.requires_grad else None
+        return torch.zeros(n, dtype=y.dtype, device=y.device) if out is None else out.reshape(-1)
+
+    if h is None or not h.requires_grad:
+        return y, None, jt
+
+    def j(d: torch.Tensor) -> torch.Tensor:
+        col, = torch.autograd.grad(h, v, grad_outputs=d.reshape(h.shape), retain_graph=True, allow_unused=True)
+        return torch.zeros_like(v) if col is None else col
+
+    return y, j, jt
+
+
 def normal_equations(forward, x: torch.Tensor, labels, *,
                      stop: Callable[[], bool] | None = None) -> tuple[torch.Tensor, Product]:
     """(A, u -> J^T u): A = J^T J at ``x`` and J^T's product with a residual, J never formed; raises
     :class:`Stopped` when ``stop()`` turns true between two batches of columns.
 
-    Column j of A is J^T (J e_j): J e_j by a backward pass through the graph of h = J^T v (as :func:`jacobian`
-    forms a column) and J^T of it by one through the message's graph, so A costs 2n backward passes and holds
-    n^2 numbers where J holds b x n.  The product function keeps the graph of ``x`` (a round's chord steps take
-    J^T r at J's own point)."""
-    xr, y, v, h = transpose_graph(forward, x, labels)
+    Column j of A is J^T (J e_j) (:func:`products`: J e_j by a backward pass through the graph of h = J^T v, as
+    :func:`jacobian` forms a column, and J^T of it by one through the message's graph), so A costs 2n backward
+    passes and holds n^2 numbers where J holds b x n.  The product function keeps the graph of ``x`` (a round's
+    chord steps take J^T r at J's own point)."""
+    y, j, jt = products(forward, x, labels)
     n = x.numel()
-
-    def jt(u: torch.Tensor) -> torch.Tensor:
-        if not y.requires_grad:
-            return torch.zeros(n, dtype=y.dtype, device=y.device)
-        out, = torch.autograd.grad(y, xr, grad_outputs=u, retain_graph=True, allow_unused=True)
-        return torch.zeros(n, dtype=y.dtype, device=y.device) if out is None else out.reshape(-1)
-
     A = torch.zeros(n, n, dtype=y.dtype, device=y.device)
-    if h is None or not h.requires_grad:  # the message does not depend on the input
+    if j is None:  # the message does not depend on the input
         return A, jt
-    h = h.reshape(-1)
-    for j in range(n):
-        if stop is not None and j % CHUNK == 0 and stop():
+    e = torch.zeros(n, dtype=y.dtype, device=y.device)
+    for k in range(n):
+        if stop is not None and k % CHUNK == 0 and stop():
             raise Stopped
-        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
-        if col is not None:
-            A[j] = jt(col)  # row j of a symmetric matrix: its column j
+        e[k] = 1
+        A[k] = jt(j(e))  # row k of a symmetric matrix: its column k
+        e[k] = 0
     return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
 
 
@@ -445,7 +460,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "normal_equations", "transpose_graph", "residual", "halved_step", "Stopped", "CHUNK",
+__all__ = ["jacobian", "products", "normal_equations", "transpose_graph", "residual", "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
            "FLOOR", "SLOW"]
