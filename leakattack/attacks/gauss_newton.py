@@ -171,28 +171,50 @@ def products(forward, x: torch.Tensor, labels) -> tuple[torch.Tensor, Product | 
     return y, j, jt
 
 
-def normal_equations(forward, x: torch.Tensor, labels, *,
+def normal_equations(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
                      stop: Callable[[], bool] | None = None) -> tuple[torch.Tensor, Product]:
     """(A, u -> J^T u): A = J^T J at ``x`` and J^T's product with a residual, J never formed; raises
     :class:`Stopped` when ``stop()`` turns true between two batches of columns.
 
     Column j of A is J^T (J e_j) (:func:`products`: J e_j by a backward pass through the graph of h = J^T v, as
     :func:`jacobian` forms a column, and J^T of it by one through the message's graph), so A costs 2n backward
-    passes and holds n^2 numbers where J holds b x n.  The product function keeps the graph of ``x`` (a round's
-    chord steps take J^T r at J's own point)."""
+    passes and holds n^2 numbers where J holds b x n.  The passes run :data:`CHUNK` columns at a time as one
+    batched pass (``torch.func.vmap``), or one column at a time where an operation of the graph has no batching
+    rule or ``chunk=1`` asks for that.  The product function keeps the graph of ``x`` (a round's chord steps take
+    J^T r at J's own point)."""
     y, j, jt = products(forward, x, labels)
     n = x.numel()
     A = torch.zeros(n, n, dtype=y.dtype, device=y.device)
     if j is None:  # the message does not depend on the input
         return A, jt
+
+    def column(e: torch.Tensor) -> torch.Tensor:
+        return jt(j(e))
+
+    step = CHUNK if chunk is None else chunk
+    done = 0
+    if step > 1:
+        try:
+            with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
+                warnings.filterwarnings("ignore", message=".*performance drop.*")
+                for done in range(0, n, step):
+                    if stop is not None and stop():
+                        raise Stopped
+                    k = min(step, n - done)
+                    e = torch.zeros(k, n, dtype=y.dtype, device=y.device)
+                    e[torch.arange(k), torch.arange(done, done + k)] = 1
+                    A[done:done + k] = torch.func.vmap(column)(e)  # rows of a symmetric matrix: its columns
+            return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
+        except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
+            pass
     e = torch.zeros(n, dtype=y.dtype, device=y.device)
-    for k in range(n):
+    for k in range(done, n):
         if stop is not None and k % CHUNK == 0 and stop():
             raise Stopped
         e[k] = 1
-        A[k] = jt(j(e))  # row k of a symmetric matrix: its column k
+        A[k] = column(e)
         e[k] = 0
-    return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
+    return (A + A.T) / 2, jt
 
 
 def too_large(b: int, n: int, d: int) -> str | None:

@@ -284,15 +284,35 @@ def test_the_steps_draw_their_own_bar_where_bars_are_drawn(monkeypatch, capsys):
 def test_the_normal_equations_by_products_are_those_of_j():
     obs, x = _obs()
     J = jacobian(obs.forward, x, obs.labels)
-    A, jt = normal_equations(obs.forward, x, obs.labels)
     full = J.T @ J
-    torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
-    assert torch.equal(A, A.T)
+    for chunk in (None, 1, 5):  # batched columns (CHUNK, and a last batch cut short) and one at a time
+        A, jt = normal_equations(obs.forward, x, obs.labels, chunk=chunk)
+        torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
+        assert torch.equal(A, A.T)
     u = torch.randn(obs.b, generator=torch.Generator().manual_seed(2), dtype=x.dtype)
     torch.testing.assert_close(jt(u), J.T @ u, rtol=0, atol=1e-12 * float((J.T @ u).abs().max()))
     calls: list[int] = []
     with pytest.raises(Stopped):  # between batches of CHUNK columns, as jacobian
         normal_equations(obs.forward, x, obs.labels, stop=lambda: calls.append(1) or len(calls) == 2)
+
+
+def test_the_normal_equations_go_on_one_column_at_a_time_where_a_batched_pass_fails(monkeypatch):
+    obs, x = _obs()
+    J = jacobian(obs.forward, x, obs.labels)
+    full = J.T @ J
+    batched = torch.func.vmap
+    calls: list[int] = []
+
+    def third_fails(f):
+        calls.append(1)
+        if len(calls) == 3:  # an operation without a batching rule, met in the third batch
+            raise NotImplementedError("no batching rule")
+        return batched(f)
+
+    monkeypatch.setattr(torch.func, "vmap", third_fails)
+    A, _ = normal_equations(obs.forward, x, obs.labels, chunk=16)
+    assert len(calls) == 3
+    torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
 
 
 def test_steps_without_j_held_reach_the_input_as_those_with_it(monkeypatch):

@@ -67,6 +67,51 @@ def test_oracle_matches_autograd_and_supports_second_derivatives():
     assert gx.abs().sum() > 0
 
 
+def _nodes(root, name: str) -> int:
+    """How many autograd nodes called ``name`` the graph of ``root`` holds."""
+    seen, todo, count = set(), [root.grad_fn], 0
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        count += type(node).__name__ == name
+        todo += [nxt for nxt, _ in node.next_functions]
+    return count
+
+
+def test_the_flat_gradient_is_torch_cat_in_value_and_derivatives_and_its_backward_splits_once():
+    """flat_gradient's concatenation (targets.oracle.joined) against torch.cat: the same vector, the same
+    x-gradient of <v, g> and the same third-order product (J e through the graph of h = J^T v, as Gauss-Newton's
+    products take it), bit for bit in float64; and h's graph holds one split where torch.cat's backward narrows
+    each parameter (whose derivative writes a d-long zero vector per parameter)."""
+    torch.manual_seed(0)
+    m = targets.get_model("lenet", in_shape=(1, 12, 12), seed=0)
+    m.model.double()
+    x, y = torch.rand(1, 1, 12, 12, dtype=torch.float64), torch.tensor([3])
+    wrt = [p for p in m.model.parameters() if p.requires_grad]
+
+    def third(join):
+        xr = x.clone().requires_grad_(True)
+        grads = torch.autograd.grad(m.loss(m.model(xr), y), wrt, create_graph=True)
+        g = join(grads)
+        v = torch.randn(g.shape, dtype=g.dtype, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+        h, = torch.autograd.grad(g, xr, grad_outputs=v, create_graph=True)
+        e = torch.zeros_like(h)
+        e.view(-1)[5] = 1
+        je, = torch.autograd.grad(h, v, grad_outputs=e)
+        return g.detach(), h.detach(), je, h
+
+    ours, ref = third(targets.oracle.joined), third(lambda gs: torch.cat([t.reshape(-1) for t in gs]))
+    for a, b in zip(ours[:3], ref[:3]):
+        assert torch.equal(a, b)
+    assert ref[2].abs().sum() > 0
+    assert _nodes(ref[3], "SliceBackward0") >= len(wrt) and _nodes(ours[3], "SliceBackward0") == 0
+    assert _nodes(ours[3], "SplitWithSizesBackward0") == 1
+    gx = targets.flat_gradient(m, x, y)
+    assert torch.equal(gx, ours[0])
+
+
 def test_oracle_at_other_weights_equals_loading_them():
     m = targets.get_model("mlp", in_shape=(1, 8, 8), seed=0)
     other = targets.get_model("mlp", in_shape=(1, 8, 8), seed=5)
