@@ -22,6 +22,9 @@
   pass each, ``torch.func.vmap``), against the loop of one backward pass per column, on the default attack's
   victim through srht b = d/2 and unsketched (float64, one thread), with the two J's largest difference, and the
   rest of a step: J^T J and its Cholesky factor on every core;
+* J^T J from products (where J is too large to hold; vit_small through srht b/d = 0.5): its first columns, CHUNK
+  columns a batched pass against one a pass, and one a pass with the flat gradient concatenated by torch.cat (the
+  bare PyTorch way: its backward, differentiated again, writes a d-long zero vector per parameter), every core;
 * Gauss-Newton's chord steps: the steps after the default attack's 1000 L-BFGS steps (its first phase, run
   once) with chord steps, which reuse each J and its factor while they converge, against one full step a J
   (``chord=False``, the floor each chord step avoids), on every core as the attack takes them;
@@ -32,7 +35,8 @@
     python benchmarks/attack_speed.py [--steps 300] [--restarts 8] [--restart-steps 200] [--rounds 3]
                                       [--restart-model lenet] [--restart-ratio 0.5] [--restart-threads 1]
                                       [--restart-dtype float64|float32] [--profile]
-                                      [--only startup|lbfgs|restarts|sketch|onednn|jacobian|chord|convgrad ...]
+                                      [--products-model vit_small] [--columns 64]
+                                      [--only startup|lbfgs|restarts|sketch|onednn|jacobian|chord|convgrad|products ...]
 
 Times are minima over ``--rounds`` interleaved rounds (the machine may be shared); the
 load average is printed: ratios taken at a load above 1.5 on two cores are not to be trusted.
@@ -470,6 +474,62 @@ def jacobian_section(a) -> None:
               f"largest difference {gram_diff:.1e}) and its Cholesky factor {factor:.2f} s on {cpu_cores()} threads")
 
 
+def products_section(a) -> None:
+    """J^T J from products (the route above MAX_HELD), its first ``--columns`` columns: CHUNK columns a batched pass
+    against one a pass, and one a pass with the gradient flattened by torch.cat (whose backward, differentiated
+    again, writes a d-long zero vector per parameter) in place of targets.oracle.joined; interleaved rounds."""
+    import targets.oracle as oracle
+    from leakattack.attacks.gauss_newton import Stopped, normal_equations
+
+    cores = cpu_cores()
+    torch.set_num_threads(cores)
+    p = prepare(RunConfig(model=a.products_model, sketch="srht", sketch_ratio=0.5, dtype="float64", threads=cores))
+    x = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype)
+    labels = p.attack.labels_for(p.obs)
+    joined = oracle.joined
+
+    def catted(pieces):
+        return torch.cat([t.reshape(-1) for t in pieces])
+
+    def first_columns(chunk: int) -> float:
+        """Seconds per column over the first --columns columns of J^T J (the graph built before the clock)."""
+        count = [0]
+
+        def done(k: int) -> None:
+            count[0] = k
+
+        def stop() -> bool:
+            if count[0] == 0 and not clock:
+                clock.append(time.perf_counter())  # the first batch begins: the graph is built
+            return count[0] >= a.columns
+
+        clock: list[float] = []
+        try:
+            normal_equations(p.obs.forward, x, labels, chunk=chunk, stop=stop, done=done)
+        except Stopped:
+            pass
+        return (time.perf_counter() - clock[0]) / count[0]
+
+    ways = {f"{CHUNK} columns a pass": (CHUNK, joined), "one a pass": (1, joined), "one a pass, torch.cat": (1, catted)}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    try:
+        for _ in range(a.rounds):
+            for name, (chunk, join) in ways.items():  # interleaved: the machine's load falls on all alike
+                oracle.joined = join
+                times[name].append(first_columns(chunk))
+    finally:
+        oracle.joined = joined
+        torch.set_num_threads(1)
+    best = {name: min(t) for name, t in times.items()}
+    floor = best["one a pass, torch.cat"]
+    cells = "; ".join(f"{name} {1e3 * t:.1f} ms (x{t / floor:.2f})" for name, t in best.items())
+    n = x.numel()
+    print(f"products   {a.products_model}, srht b/d = 0.5 (b = {p.obs.b}, d = {p.obs.victim.d}), float64, "
+          f"{cores} threads, "
+          f"J^T J's first {a.columns} of {n} columns, per column: {cells}; all {n} columns at the first: "
+          f"{n * best[f'{CHUNK} columns a pass'] / 60:.1f} min")
+
+
 def chord_section(a) -> None:
     """Gauss-Newton from the default attack's 1000-step L-BFGS iterate, chord steps against one step a J."""
     p = prepare(RunConfig(model="lenet", sketch="srht", threads=1))
@@ -531,7 +591,7 @@ def convgrad_section(a) -> None:
 
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
             "sketch": sketch_section, "onednn": onednn_section, "jacobian": jacobian_section, "chord": chord_section,
-            "convgrad": convgrad_section}
+            "convgrad": convgrad_section, "products": products_section}
 
 
 def main() -> None:
@@ -546,6 +606,8 @@ def main() -> None:
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
                     "restarts' evaluations")
+    ap.add_argument("--products-model", default="vit_small", help="victim of the products comparison")
+    ap.add_argument("--columns", type=int, default=64, help="columns of J^T J the products comparison times")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this part only (repeatable; default: all; lbfgs also times the direction)")

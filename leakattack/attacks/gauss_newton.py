@@ -93,50 +93,60 @@ def transpose_graph(forward, x: torch.Tensor, labels):
     return xr, y, v, h
 
 
+def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, chunk: int | None,
+                stop: Callable[[], bool] | None, done: Callable[[int], None] | None) -> None:
+    """rows[k] = column(e_k) for the n unit vectors e_k (n = rows.shape[0]), :data:`CHUNK` at a time as one batched
+    pass (``torch.func.vmap``; ``chunk`` another number), one at a time from the first batch where an operation has
+    no batching rule (or ``chunk=1``); raises :class:`Stopped` when ``stop()`` turns true between two batches;
+    ``done(k)`` after each batch with the number of rows written."""
+    n = rows.shape[0]
+    step = CHUNK if chunk is None else chunk
+    first = 0
+    if step > 1:
+        try:
+            with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
+                warnings.filterwarnings("ignore", message=".*performance drop.*")
+                for first in range(0, n, step):
+                    if stop is not None and stop():
+                        raise Stopped
+                    k = min(step, n - first)
+                    e = torch.zeros(k, n, dtype=rows.dtype, device=rows.device)
+                    e[torch.arange(k), torch.arange(first, first + k)] = 1
+                    rows[first:first + k] = torch.func.vmap(column)(e)
+                    if done is not None:
+                        done(first + k)
+            return
+        except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
+            pass
+    e = torch.zeros(n, dtype=rows.dtype, device=rows.device)
+    for k in range(first, n):
+        if stop is not None and k % CHUNK == 0 and stop():
+            raise Stopped
+        e[k] = 1
+        rows[k] = column(e)
+        e[k] = 0
+        if done is not None and ((k + 1) % CHUNK == 0 or k + 1 == n):
+            done(k + 1)
+
+
 def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
-             stop: Callable[[], bool] | None = None) -> torch.Tensor:
+             stop: Callable[[], bool] | None = None, done: Callable[[int], None] | None = None) -> torch.Tensor:
     """J (b, n) of x -> forward(x, labels) at ``x`` (n = x.numel()), by reverse mode only; raises
-    :class:`Stopped` when ``stop()`` turns true between two batches of columns (a deadline, Ctrl-C).
+    :class:`Stopped` when ``stop()`` turns true between two batches of columns (a deadline, Ctrl-C);
+    ``done(k)`` is called after each batch with the number of columns formed (a progress bar's postfix).
 
     h(v) = J^T v = grad_x <v, forward(x)> is built once with its graph (it is
-    linear in v); column j of J is then grad_v h_j.  Only backward passes are
+    linear in v); column j of J is then grad_v <h, e_j> (:func:`products`).  Only backward passes are
     needed, which every differentiable model and sketch of the attack provides
     (the attack itself differentiates through them).  They run :data:`CHUNK`
     columns at a time as one batched pass (``torch.func.vmap`` over the backward
     pass; the sketches' linear maps batch their rows), or one column at a time
     where an operation of the graph has no batching rule (``chunk=1`` asks for that).
     """
-    _, y, v, h = transpose_graph(forward, x, labels)
-    n = x.numel()
-    Jt = torch.zeros(n, y.numel(), dtype=y.dtype, device=y.device)  # J's columns as rows: each is written whole
-    if h is None or not h.requires_grad:  # the message does not depend on the input
-        return Jt.T
-    h = h.reshape(-1)
-
-    def column(e: torch.Tensor) -> torch.Tensor:
-        col, = torch.autograd.grad(h, v, grad_outputs=e, retain_graph=True, allow_unused=True)
-        return torch.zeros_like(v) if col is None else col
-
-    step = CHUNK if chunk is None else chunk
-    if step > 1:
-        try:
-            with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
-                warnings.filterwarnings("ignore", message=".*performance drop.*")
-                for start in range(0, n, step):
-                    if stop is not None and stop():
-                        raise Stopped
-                    k = min(step, n - start)
-                    e = torch.zeros(k, n, dtype=h.dtype, device=h.device)
-                    e[torch.arange(k), torch.arange(start, start + k)] = 1
-                    Jt[start:start + k] = torch.func.vmap(column)(e)
-            return Jt.T
-        except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
-            pass
-    for j in range(n):
-        if stop is not None and j % CHUNK == 0 and stop():
-            raise Stopped
-        col, = torch.autograd.grad(h[j], v, retain_graph=True, allow_unused=True)
-        Jt[j] = 0 if col is None else col
+    y, j, _ = products(forward, x, labels)
+    Jt = torch.zeros(x.numel(), y.numel(), dtype=y.dtype, device=y.device)  # J's columns as rows: each written whole
+    if j is not None:  # else the message does not depend on the input
+        _by_columns(j, Jt, chunk, stop, done)
     return Jt.T
 
 
@@ -172,9 +182,11 @@ def products(forward, x: torch.Tensor, labels) -> tuple[torch.Tensor, Product | 
 
 
 def normal_equations(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
-                     stop: Callable[[], bool] | None = None) -> tuple[torch.Tensor, Product]:
+                     stop: Callable[[], bool] | None = None,
+                     done: Callable[[int], None] | None = None) -> tuple[torch.Tensor, Product]:
     """(A, u -> J^T u): A = J^T J at ``x`` and J^T's product with a residual, J never formed; raises
-    :class:`Stopped` when ``stop()`` turns true between two batches of columns.
+    :class:`Stopped` when ``stop()`` turns true between two batches of columns; ``done(k)`` is called after each
+    batch with the number of columns formed.
 
     Column j of A is J^T (J e_j) (:func:`products`: J e_j by a backward pass through the graph of h = J^T v, as
     :func:`jacobian` forms a column, and J^T of it by one through the message's graph), so A costs 2n backward
@@ -187,34 +199,8 @@ def normal_equations(forward, x: torch.Tensor, labels, *, chunk: int | None = No
     A = torch.zeros(n, n, dtype=y.dtype, device=y.device)
     if j is None:  # the message does not depend on the input
         return A, jt
-
-    def column(e: torch.Tensor) -> torch.Tensor:
-        return jt(j(e))
-
-    step = CHUNK if chunk is None else chunk
-    done = 0
-    if step > 1:
-        try:
-            with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
-                warnings.filterwarnings("ignore", message=".*performance drop.*")
-                for done in range(0, n, step):
-                    if stop is not None and stop():
-                        raise Stopped
-                    k = min(step, n - done)
-                    e = torch.zeros(k, n, dtype=y.dtype, device=y.device)
-                    e[torch.arange(k), torch.arange(done, done + k)] = 1
-                    A[done:done + k] = torch.func.vmap(column)(e)  # rows of a symmetric matrix: its columns
-            return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
-        except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
-            pass
-    e = torch.zeros(n, dtype=y.dtype, device=y.device)
-    for k in range(done, n):
-        if stop is not None and k % CHUNK == 0 and stop():
-            raise Stopped
-        e[k] = 1
-        A[k] = column(e)
-        e[k] = 0
-    return (A + A.T) / 2, jt
+    _by_columns(lambda e: jt(j(e)), A, chunk, stop, done)  # rows of a symmetric matrix: its columns
+    return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
 
 
 def too_large(b: int, n: int, d: int) -> str | None:
@@ -332,7 +318,8 @@ def steps_note(record: dict, steps: bool = False) -> str:
 
 def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
                         deadline: float = math.inf, steps: int = STEPS, threads: int | None = None,
-                        chord: bool = True, on_step: Callable[[float], None] | None = None) -> Refined:
+                        chord: bool = True, on_step: Callable[[float], None] | None = None,
+                        on_columns: Callable[[int, int], None] | None = None) -> Refined:
     """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
 
     Each round forms J, takes one damped step and then chord steps on the same J and factor (the module's
@@ -343,7 +330,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
     (``diverged``); or after ``steps`` rounds.  J is formed on torch's threads as they are, its normal equations
     solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
-    update).
+    update), ``on_columns(k, n)`` as each J (or J^T J) has k of its n columns.
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
@@ -385,10 +372,12 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         """(J^T J, u -> J^T u) at ``point``: from J where it can be held (:data:`MAX_HELD`), else by products
         (:func:`normal_equations`); None where the deadline or Ctrl-C cut J short or left no room for J^T J."""
         formed = time.perf_counter()
+        n = point.numel()
+        done = None if on_columns is None else lambda k: on_columns(k, n)
         try:
             if not held:
-                return normal_equations(forward, point, labels, stop=halt)
-            J = jacobian(forward, point, labels, stop=halt)
+                return normal_equations(forward, point, labels, stop=halt, done=done)
+            J = jacobian(forward, point, labels, stop=halt, done=done)
         except Stopped:
             return None
         if not room(formed):

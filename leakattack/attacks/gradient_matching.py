@@ -599,9 +599,15 @@ class GradientMatching(Attack):
         (``progress``: a bar of their steps).  Returns whether they were kept."""
         bar = progress_bar(STEPS, "Gauss-Newton", "Jacobian", requested=progress, leave=False)
 
+        shown = [f"L_R={best.final_loss:.3e}"]
+
         def step(loss: float) -> None:
             bar.update(1)
-            bar.set_postfix_str(f"L_R={loss:.3e}")
+            shown[0] = f"L_R={loss:.3e}"
+            bar.set_postfix_str(shown[0])
+
+        def columns(k: int, n: int) -> None:  # J (or J^T J from products) is formed a batch of columns at a time
+            bar.set_postfix_str(f"{shown[0]}, J: {k}/{n} columns")
 
         start, clamped = best.x.clamp(0, 1), int(((best.x < 0) | (best.x > 1)).sum())
         try:
@@ -609,7 +615,7 @@ class GradientMatching(Attack):
                 # its normal equations are large dense products: every core, unless the threads were given
                 out = levenberg_marquardt(obs.forward, obs.y, start, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
-                                          threads=self.threads or cpu_cores(), on_step=step)
+                                          threads=self.threads or cpu_cores(), on_step=step, on_columns=columns)
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
             best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
             best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "

@@ -275,7 +275,7 @@ def test_the_steps_draw_their_own_bar_where_bars_are_drawn(monkeypatch, capsys):
     out = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(
         obs, progress=True)
     err = capsys.readouterr().err
-    assert "Gauss-Newton" in err and "L_R=" in err and out.gauss_newton["kept"]
+    assert "Gauss-Newton" in err and "L_R=" in err and "J: 16/64 columns" in err and out.gauss_newton["kept"]
     monkeypatch.setenv(FORCE_ENV, "0")
     GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs, progress=True)
     assert "Gauss-Newton" not in capsys.readouterr().err
@@ -320,12 +320,19 @@ def test_steps_without_j_held_reach_the_input_as_those_with_it(monkeypatch):
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
     scale = float(obs.y.pow(2).sum())
-    held = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    counts: dict[str, list] = {"held": [], "products": []}
+    held = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale,
+                               on_columns=lambda k, n: counts["held"].append((k, n)))
     formed: list[int] = []
     monkeypatch.setattr(gauss_newton, "MAX_HELD", 0)
     monkeypatch.setattr(gauss_newton, "jacobian", lambda *a, **k: formed.append(1))
-    products = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale)
+    products = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-10, scale=scale,
+                                   on_columns=lambda k, n: counts["products"].append((k, n)))
     assert formed == [] and products.stop == held.stop == "tolerance", products
+    for route, out in (("held", held), ("products", products)):  # each J's columns told a batch at a time
+        batches = [k for k, n in counts[route] if n == 64]
+        assert len(batches) == len(counts[route]) and out.steps <= batches.count(64) <= out.steps + 1  # and the rank's
+        assert all(b > a or b == 16 for a, b in zip(batches, batches[1:])) and batches[0] == 16
     assert float((products.x - x).abs().max()) < 1e-8 and products.losses[-1] / scale < 1e-20
     assert (products.steps, products.chord, products.rank) == (held.steps, held.chord, held.rank) == \
         (held.steps, held.chord, 64)
