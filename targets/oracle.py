@@ -99,13 +99,18 @@ class _Joined(torch.autograd.Function):
     views.  Differentiating that backward pass again (the products of the Jacobian of x -> R grad_w F(w, x),
     :func:`leakattack.attacks.gauss_newton.products`) then costs one concatenation of length d; through
     ``torch.cat``'s backward, which narrows each piece, it writes a zero vector of length d per parameter and adds
-    them up (vit_small: 80 parameters, d = 1.8 M).  Equal to ``torch.cat``,
-    bit for bit, in value and first and second derivatives."""
+    them up (vit_small: 80 parameters, d = 1.8 M).  Equal to ``torch.cat``, bit for bit, in value and in its
+    derivatives of every order; usable under torch.func's transforms (``vmap``, ``grad``) as ``torch.cat`` is."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, *pieces: torch.Tensor) -> torch.Tensor:
-        ctx.shapes = [t.shape for t in pieces]
+    def forward(*pieces: torch.Tensor) -> torch.Tensor:
         return torch.cat([t.reshape(-1) for t in pieces])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.shapes = [t.shape for t in inputs]
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):

@@ -112,6 +112,21 @@ def test_the_flat_gradient_is_torch_cat_in_value_and_derivatives_and_its_backwar
     assert torch.equal(gx, ours[0])
 
 
+def test_the_flat_gradient_s_concatenation_goes_under_torch_func_transforms_as_torch_cat():
+    a, b = torch.randn(7, 3, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+
+    def ours(t):
+        return targets.oracle.joined([t * 2, b]).pow(3).sum()
+
+    def cat(t):
+        return torch.cat([(t * 2).reshape(-1), b]).pow(3).sum()
+
+    assert torch.equal(torch.func.grad(ours)(a[0]), torch.func.grad(cat)(a[0]))
+    assert torch.equal(torch.func.vmap(torch.func.grad(ours))(a), torch.func.vmap(torch.func.grad(cat))(a))
+    assert torch.equal(torch.func.vmap(lambda t: targets.oracle.joined([t, b]))(a),
+                       torch.func.vmap(lambda t: torch.cat([t.reshape(-1), b]))(a))
+
+
 def test_oracle_at_other_weights_equals_loading_them():
     m = targets.get_model("mlp", in_shape=(1, 8, 8), seed=0)
     other = targets.get_model("mlp", in_shape=(1, 8, 8), seed=5)
