@@ -53,6 +53,18 @@ MAX_WORK = 10**8
 #: J's columns formed in one batched backward pass (its b x CHUNK numbers stay small; on the DLG LeNet 16 at a time
 #: take x0.64 of the time of one at a time: ``python benchmarks/attack_speed.py --only jacobian``)
 CHUNK = 16
+#: a batched pass of columns holds about this many bytes at most: :func:`columns_per_pass` takes fewer than
+#: :data:`CHUNK` columns where each holds much (a column's pass keeps vectors of the message's b and of the gradient's
+#: d numbers; vit_small through srht b/d = 0.5, b + d = 2.7 M: 16 columns a pass added 0.8 GB of peak RSS to one a
+#: pass, about 2.5 (b + d) numbers a column)
+BATCH_BYTES = 2**30
+
+
+def columns_per_pass(b: int, d: int, itemsize: int = 8) -> int:
+    """Columns of J (or of J^T J) one batched pass forms for a message of b numbers of a gradient of d: :data:`CHUNK`,
+    or as many as fit :data:`BATCH_BYTES` at 3 (b + d) numbers of ``itemsize`` bytes a column, at least one
+    (vit_small: 16; ResNet-18 unsketched, b = d = 11.2 M: 2)."""
+    return max(1, min(CHUNK, BATCH_BYTES // (3 * (b + d) * itemsize)))
 #: at most this many rounds of Gauss-Newton steps (each forms J once)
 STEPS = 20
 #: chord steps (the round's J and factor reused) go on while each cuts L_R at least this many times
@@ -319,7 +331,7 @@ def steps_note(record: dict, steps: bool = False) -> str:
 def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
                         deadline: float = math.inf, steps: int = STEPS, threads: int | None = None,
                         chord: bool = True, on_step: Callable[[float], None] | None = None,
-                        on_columns: Callable[[int, int], None] | None = None) -> Refined:
+                        on_columns: Callable[[int, int], None] | None = None, chunk: int | None = None) -> Refined:
     """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
 
     Each round forms J, takes one damped step and then chord steps on the same J and factor (the module's
@@ -330,7 +342,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
     (``diverged``); or after ``steps`` rounds.  J is formed on torch's threads as they are, its normal equations
     solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
-    update), ``on_columns(k, n)`` as each J (or J^T J) has k of its n columns.
+    update), ``on_columns(k, n)`` as each J (or J^T J) has k of its n columns; ``chunk`` columns a batched pass
+    (None: :data:`CHUNK`; :func:`columns_per_pass` fits it to the sizes).
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
@@ -376,8 +389,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         done = None if on_columns is None else lambda k: on_columns(k, n)
         try:
             if not held:
-                return normal_equations(forward, point, labels, stop=halt, done=done)
-            J = jacobian(forward, point, labels, stop=halt, done=done)
+                return normal_equations(forward, point, labels, chunk=chunk, stop=halt, done=done)
+            J = jacobian(forward, point, labels, chunk=chunk, stop=halt, done=done)
         except Stopped:
             return None
         if not room(formed):
@@ -471,7 +484,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "products", "normal_equations", "transpose_graph", "residual", "halved_step", "Stopped", "CHUNK",
+__all__ = ["jacobian", "products", "normal_equations", "columns_per_pass", "BATCH_BYTES", "transpose_graph", "residual",
+           "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
            "FLOOR", "SLOW"]

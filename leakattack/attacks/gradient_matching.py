@@ -45,7 +45,7 @@ from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
 from . import gauss_newton
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
-from .gauss_newton import STEPS, levenberg_marquardt, steps_note, too_large
+from .gauss_newton import STEPS, columns_per_pass, levenberg_marquardt, steps_note, too_large
 from .labels import (
     OTHER_LABELS,
     head_and_probes,
@@ -615,7 +615,8 @@ class GradientMatching(Attack):
                 # its normal equations are large dense products: every core, unless the threads were given
                 out = levenberg_marquardt(obs.forward, obs.y, start, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
-                                          threads=self.threads or cpu_cores(), on_step=step, on_columns=columns)
+                                          threads=self.threads or cpu_cores(), on_step=step, on_columns=columns,
+                                          chunk=columns_per_pass(obs.b, obs.d, obs.y.element_size()))
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
             best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
             best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "

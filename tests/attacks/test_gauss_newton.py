@@ -543,3 +543,28 @@ def test_no_normal_equations_are_begun_when_the_time_left_is_under_their_share_o
                                   chord=False)
         assert out.stop == "time-limit" and out.steps == steps, (left, out.stop, out.steps)
         assert out.rank is None  # no time left for the last J's eigenvalues either
+
+
+def test_a_batched_pass_takes_fewer_columns_where_each_holds_much():
+    assert gauss_newton.columns_per_pass(903_269, 1_806_538) == gauss_newton.CHUNK  # vit_small, srht b/d = 0.5
+    assert gauss_newton.columns_per_pass(11_173_962, 11_173_962) == 2  # ResNet-18 unsketched, float64
+    assert gauss_newton.columns_per_pass(11_173_962, 11_173_962, itemsize=4) == 4
+    assert gauss_newton.columns_per_pass(10**9, 10**9) == 1  # never none
+    for b, d in ((7913, 15826), (10**6, 10**7), (3 * 10**6, 3 * 10**6)):
+        k = gauss_newton.columns_per_pass(b, d)
+        assert 1 <= k <= gauss_newton.CHUNK and (k == 1 or 3 * (b + d) * 8 * k <= gauss_newton.BATCH_BYTES)
+
+
+def test_the_attack_forms_j_at_the_batch_width_its_sizes_allow(monkeypatch):
+    obs, x = _obs()
+    widths: list = []
+    formed = gauss_newton.jacobian
+
+    def recorded(*args, **kwargs):
+        widths.append(kwargs.get("chunk"))
+        return formed(*args, **kwargs)
+
+    monkeypatch.setattr(gauss_newton, "jacobian", recorded)
+    monkeypatch.setattr(gauss_newton, "BATCH_BYTES", 3 * (obs.b + obs.d) * 8 * 5)  # five columns a pass
+    out = GradientMatching(iterations=300, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert widths and set(widths) == {5} and out.gauss_newton["kept"]
