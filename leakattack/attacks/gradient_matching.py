@@ -599,7 +599,7 @@ class GradientMatching(Attack):
         (``progress``: a bar of their steps).  Returns whether they were kept."""
         bar = progress_bar(STEPS, "Gauss-Newton", "Jacobian", requested=progress, leave=False)
 
-        shown = [f"L_R={best.final_loss:.3e}"]
+        shown = [""]  # L_R after the last round
 
         def step(loss: float) -> None:
             bar.update(1)
@@ -607,7 +607,7 @@ class GradientMatching(Attack):
             bar.set_postfix_str(shown[0])
 
         def columns(k: int, n: int) -> None:  # J (or J^T J from products) is formed a batch of columns at a time
-            bar.set_postfix_str(f"{shown[0]}, J: {k}/{n} columns")
+            bar.set_postfix_str(f"{shown[0]}, J: {k}/{n} columns" if shown[0] else f"J: {k}/{n} columns")
 
         start, clamped = best.x.clamp(0, 1), int(((best.x < 0) | (best.x > 1)).sum())
         try:
