@@ -517,6 +517,17 @@ def products_section(a) -> None:
             for name, (chunk, join) in ways.items():  # interleaved: the machine's load falls on all alike
                 oracle.joined = join
                 times[name].append(first_columns(chunk))
+        if a.profile:  # where a column's time goes, one a pass through each concatenation
+            from torch.profiler import ProfilerActivity, profile
+            for name, join in (("torch.cat", catted), ("joined", joined)):
+                oracle.joined = join
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    first_columns(1)
+                oracle.joined = joined
+                rows = sorted(prof.key_averages(), key=lambda r: r.self_cpu_time_total, reverse=True)
+                total = sum(r.self_cpu_time_total for r in rows) or 1
+                print(f"products   self CPU time of {a.columns} columns one a pass through {name}: " + ", ".join(
+                    f"{r.key} {100 * r.self_cpu_time_total / total:.1f} %" for r in rows[:5]))
     finally:
         oracle.joined = joined
         torch.set_num_threads(1)
@@ -605,7 +616,7 @@ def main() -> None:
     ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
-                    "restarts' evaluations")
+                    "restarts' evaluations, and the largest items of J^T J's columns (products)")
     ap.add_argument("--products-model", default="vit_small", help="victim of the products comparison")
     ap.add_argument("--columns", type=int, default=64, help="columns of J^T J the products comparison times")
     ap.add_argument("--rounds", type=int, default=3)

@@ -99,8 +99,9 @@ class _Joined(torch.autograd.Function):
     views.  Differentiating that backward pass again (the products of the Jacobian of x -> R grad_w F(w, x),
     :func:`leakattack.attacks.gauss_newton.products`) then costs one concatenation of length d; through
     ``torch.cat``'s backward, which narrows each piece, it writes a zero vector of length d per parameter and adds
-    them up (vit_small: 80 parameters, d = 1.8 M).  Equal to ``torch.cat``, bit for bit, in value and in its
-    derivatives of every order; usable under torch.func's transforms (``vmap``, ``grad``) as ``torch.cat`` is."""
+    them up (vit_small: 80 parameters, d = 1.8 M).  Equal to ``torch.cat``, bit for bit, in value and in the
+    derivatives Gauss-Newton takes (the x-gradient of <v, g> and J e through its graph: tests/targets/test_models.py);
+    usable under torch.func's transforms (``vmap``, ``grad``) as ``torch.cat`` is."""
 
     generate_vmap_rule = True
 

@@ -55,16 +55,10 @@ MAX_WORK = 10**8
 CHUNK = 16
 #: a batched pass of columns holds about this many bytes at most: :func:`columns_per_pass` takes fewer than
 #: :data:`CHUNK` columns where each holds much (a column's pass keeps vectors of the message's b and of the gradient's
-#: d numbers; vit_small through srht b/d = 0.5, b + d = 2.7 M: 16 columns a pass added 0.8 GB of peak RSS to one a
-#: pass, about 2.5 (b + d) numbers a column)
+#: d numbers; vit_small through srht b/d = 0.5, b + d = 2.7 M: `leakattack run --model vit_small --image-index 1
+#: --iterations 3600 --refine gauss-newton` peaked at 2.25 GB of RSS with 16 columns a pass against 1.43 GB with one
+#: a pass through torch.cat, about 2.5 (b + d) numbers more a column)
 BATCH_BYTES = 2**30
-
-
-def columns_per_pass(b: int, d: int, itemsize: int = 8) -> int:
-    """Columns of J (or of J^T J) one batched pass forms for a message of b numbers of a gradient of d: :data:`CHUNK`,
-    or as many as fit :data:`BATCH_BYTES` at 3 (b + d) numbers of ``itemsize`` bytes a column, at least one
-    (vit_small: 16; ResNet-18 unsketched, b = d = 11.2 M: 2)."""
-    return max(1, min(CHUNK, BATCH_BYTES // (3 * (b + d) * itemsize)))
 #: at most this many rounds of Gauss-Newton steps (each forms J once)
 STEPS = 20
 #: chord steps (the round's J and factor reused) go on while each cuts L_R at least this many times
@@ -103,6 +97,13 @@ def transpose_graph(forward, x: torch.Tensor, labels):
     v = torch.zeros_like(y, requires_grad=True)
     h, = torch.autograd.grad(y, xr, grad_outputs=v, create_graph=True, allow_unused=True)
     return xr, y, v, h
+
+
+def columns_per_pass(b: int, d: int, itemsize: int = 8) -> int:
+    """Columns of J (or of J^T J) one batched pass forms for a message of b numbers of a gradient of d: :data:`CHUNK`,
+    or as many as fit :data:`BATCH_BYTES` at 3 (b + d) numbers of ``itemsize`` bytes a column, at least one
+    (vit_small: 16; ResNet-18 unsketched, b = d = 11.2 M: 2)."""
+    return max(1, min(CHUNK, BATCH_BYTES // (3 * (b + d) * itemsize)))
 
 
 def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, chunk: int | None,
