@@ -248,6 +248,10 @@ class Refined:
     singular: tuple[float, float] | None = None
     #: L_R where that J was formed
     rank_loss: float | None = None
+    #: where a J was stopped because, at the pace of its columns after the first batch (:data:`PACE_BATCHES`), it
+    #: (with its normal equations, and for the first J the ``ahead`` - 1 more the caller asked room for) would end
+    #: after the deadline: the seconds one J takes at that pace; else None
+    foreseen: float | None = None
 
 
 def residual(forward, y: torch.Tensor, x: torch.Tensor, labels) -> torch.Tensor:
@@ -310,6 +314,11 @@ def _factor(A: torch.Tensor, damping: float) -> Callable[[torch.Tensor], torch.T
 NORMAL_SHARE = 0.5
 
 
+#: under a deadline a J is timed over this many batches of columns after its first (which also builds the graph)
+#: before its pace decides whether it can end in time
+PACE_BATCHES = 2
+
+
 def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
     """(numerical rank, (s_max, s_min)) of J from its Gram matrix A = J^T J: eigenvalues above
     lambda_max * n * eps (singular values above s_max * sqrt(n * eps); below that the Gram matrix's round-off
@@ -332,7 +341,8 @@ def steps_note(record: dict, steps: bool = False) -> str:
 def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
                         deadline: float = math.inf, steps: int = STEPS, threads: int | None = None,
                         chord: bool = True, on_step: Callable[[float], None] | None = None,
-                        on_columns: Callable[[int, int], None] | None = None, chunk: int | None = None) -> Refined:
+                        on_columns: Callable[[int, int], None] | None = None, chunk: int | None = None,
+                        ahead: int = 1) -> Refined:
     """Gauss-Newton steps with Marquardt's damping on ||forward(x, labels) - y||^2 from ``x``.
 
     Each round forms J, takes one damped step and then chord steps on the same J and factor (the module's
@@ -345,6 +355,13 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
     update), ``on_columns(k, n)`` as each J (or J^T J) has k of its n columns; ``chunk`` columns a batched pass
     (None: :data:`CHUNK`; :func:`columns_per_pass` fits it to the sizes).
+
+    Under a deadline a J is timed over :data:`PACE_BATCHES` batches of columns after its first (which also builds
+    the graph): where, at that pace, its remaining columns and, for a held J, its normal equations
+    (:data:`NORMAL_SHARE` of its time) would end after the deadline, it stops there (``time-limit``,
+    :attr:`Refined.foreseen` its seconds) rather than when the deadline comes; for the first J the time left must
+    also hold ``ahead`` - 1 more J with its normal equations
+    (``ahead=2``: a round and the next J, where the steps are taken because the time limit can pay for them).
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
@@ -382,16 +399,39 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 return path
         return []
 
-    def normal(point: torch.Tensor) -> tuple[torch.Tensor, Product] | None:
+    def normal(point: torch.Tensor, more: int = 0) -> tuple[torch.Tensor, Product] | None:
         """(J^T J, u -> J^T u) at ``point``: from J where it can be held (:data:`MAX_HELD`), else by products
-        (:func:`normal_equations`); None where the deadline or Ctrl-C cut J short or left no room for J^T J."""
+        (:func:`normal_equations`); None where the deadline or Ctrl-C cut J short, where at its columns' pace J
+        and its normal equations (and ``more`` J after them) would end after the deadline, or where no room was
+        left for J^T J."""
         formed = time.perf_counter()
         n = point.numel()
-        done = None if on_columns is None else lambda k: on_columns(k, n)
+        ends: list[tuple[float, int]] = []  # (time, columns formed) at the end of each of the first batches
+        share = NORMAL_SHARE if held else 0.0  # J^T J and its factor after a held J; from products, J^T J is formed
+
+        def done(k: int) -> None:
+            if len(ends) < PACE_BATCHES + 1:
+                ends.append((time.perf_counter(), k))
+            if on_columns is not None:
+                on_columns(k, n)
+
+        def stop() -> bool:
+            if halt():
+                return True
+            if not math.isfinite(deadline) or len(ends) < PACE_BATCHES + 1:
+                return False
+            (t1, k1), (t2, k2) = ends[0], ends[-1]
+            per = (t2 - t1) / (k2 - k1)  # seconds a column, after the first batch
+            whole, now = per * n, time.perf_counter()
+            if now + per * (n - k2) + share * whole + more * (1 + share) * whole <= deadline:
+                return False
+            out.foreseen = whole
+            return True
+
         try:
             if not held:
-                return normal_equations(forward, point, labels, chunk=chunk, stop=halt, done=done)
-            J = jacobian(forward, point, labels, chunk=chunk, stop=halt, done=done)
+                return normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done)
+            J = jacobian(forward, point, labels, chunk=chunk, stop=stop, done=done)
         except Stopped:
             return None
         if not room(formed):
@@ -411,7 +451,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if halt():
             out.stop = halt_reason(deadline) or "time-limit"
             break
-        pair = normal(out.x)
+        pair = normal(out.x, more=ahead - 1 if out.steps == 0 else 0)
         if pair is None or halt():  # cut short, or no time left for the normal equations
             out.stop = halt_reason(deadline) or "time-limit"
             break
@@ -489,4 +529,4 @@ __all__ = ["jacobian", "products", "normal_equations", "columns_per_pass", "BATC
            "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
-           "FLOOR", "SLOW"]
+           "FLOOR", "SLOW", "PACE_BATCHES"]

@@ -533,10 +533,12 @@ class GradientMatching(Attack):
             best = self._best(main.optimise(obs, x0, labels, monitor=monitor, monitor_every=monitor_every,
                                             progress=progress), choice, probes_s)
         why = self.refinement(obs, best.stop_reason)
-        if why is None:
-            refined = self._refine(obs, best, deadline, monitor, progress)
+        paid = why is not None and self._paid_by_time(obs, why, deadline)
+        if why is None or paid:
+            refined = self._refine(obs, best, deadline, monitor, progress, ahead=2 if paid else 1)
             ended = str((best.gauss_newton or {}).get("stop"))
-            if not refined and ended in ("time-limit", "interrupted") and best.stop_reason == "iterations":
+            begun = not paid or (best.gauss_newton or {}).get("jacobians")  # steps the time limit paid for
+            if not refined and ended in ("time-limit", "interrupted") and best.stop_reason == "iterations" and begun:
                 best.stop_reason = ended  # the steps' budget was spent, and what would have followed was cut short
         elif best.stop_reason != "tolerance" and (note := self._size_note(obs, why)):
             best.message = add_note(best.message, note)
@@ -559,8 +561,19 @@ class GradientMatching(Attack):
         size = size_text(8 * obs.b * n)  # J in float64
         cost = f"J of {obs.b} x {n} numbers, {size} in float64" if obs.b * n <= gauss_newton.MAX_HELD else \
             f"J^T J from 2 x {n} backward passes, as J of {obs.b} x {n} numbers would hold {size}"
-        return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway ({cost}), which can reach the "
-                "input itself where the message pins it down")
+        timed = ", as does a --time-limit that leaves room for them" if n <= gauss_newton.MAX_UNKNOWNS else ""
+        return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway ({cost}){timed}, which can "
+                "reach the input itself where the message pins it down")
+
+    def _paid_by_time(self, obs: Observation, why: str, deadline: float) -> bool:
+        """Whether ``auto`` takes the Gauss-Newton steps that :meth:`refinement` leaves out for their size alone
+        (``why``, :func:`.gauss_newton.too_large`'s reason other than the unknowns' count) because a time limit is
+        there to pay for them: the steps then begin only where, at the pace of their first J's columns, the time
+        left holds that J, its normal equations and one more J (``ahead=2``); else they stop after two batches of
+        columns and say how long one J would take."""
+        n = math.prod(obs.input_shape)
+        return (self.refine == "auto" and math.isfinite(deadline) and time.perf_counter() < deadline
+                and n <= gauss_newton.MAX_UNKNOWNS and why == too_large(obs.b, n, obs.d))
 
     def _tries_early(self, obs: Observation) -> bool:
         """Whether ``auto`` tries the Gauss-Newton steps after :data:`GAUSS_NEWTON_AFTER` steps of a larger budget:
@@ -587,7 +600,7 @@ class GradientMatching(Attack):
         return best
 
     def _refine(self, obs: Observation, best: AttackResult, deadline: float, monitor: Monitor | None,
-                progress: bool = False) -> bool:
+                progress: bool = False, ahead: int = 1) -> bool:
         """Gauss-Newton steps from ``best``'s iterate (:func:`.gauss_newton.levenberg_marquardt`), written into it
         when they converge (reach the tolerance): each accepted step is one more step of its losses and the stop
         reason becomes ``tolerance``.  They start from the iterate projected onto the images' box [0, 1] (clamped;
@@ -596,7 +609,8 @@ class GradientMatching(Attack):
         start in the input's basin (docs/attack.md, "From the clamped iterate").  Steps that do not converge
         leave the first phase's own iterate, losses and stop reason as they were (a lower L_R reached by slow
         steps is no sign of being nearer the input); its message and ``gauss_newton`` record what they reached
-        (``progress``: a bar of their steps).  Returns whether they were kept."""
+        (``progress``: a bar of their steps; ``ahead``: the J the time left must hold when the first is begun,
+        :func:`.gauss_newton.levenberg_marquardt`).  Returns whether they were kept."""
         bar = progress_bar(STEPS, "Gauss-Newton", "Jacobian", requested=progress, leave=False)
 
         shown = [""]  # L_R after the last round
@@ -616,7 +630,8 @@ class GradientMatching(Attack):
                 out = levenberg_marquardt(obs.forward, obs.y, start, best.labels, tol=self.tol,
                                           scale=float(obs.y.pow(2).sum()) or 1.0, deadline=deadline,
                                           threads=self.threads or cpu_cores(), on_step=step, on_columns=columns,
-                                          chunk=columns_per_pass(obs.b, obs.d, obs.y.element_size()))
+                                          chunk=columns_per_pass(obs.b, obs.d, obs.y.element_size()),
+                                          ahead=ahead)
         except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
             best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
             best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "
@@ -633,7 +648,9 @@ class GradientMatching(Attack):
                              "accepted": len(out.losses), "chord": out.chord, "watched": out.watched,
                              "kept": kept, "loss_before": before,
                              "loss_after": reached, "round_losses": out.rounds, "stop": out.stop,
-                             "jacobian_rank": out.rank, "singular_values": out.singular}
+                             "jacobian_rank": out.rank, "singular_values": out.singular,
+                             **({"paid_by_time": True} if ahead > 1 else {}),
+                             **({"foreseen_s": out.foreseen} if out.foreseen is not None else {})}
         moved = f", {clamped} value{'s' if clamped != 1 else ''} clamped to [0, 1]" if clamped else ""
         where = f"the best iterate (step {first}{moved})"
         began = f"{before:.2e}" + (f" ({out.start_loss:.2e} clamped)" if clamped else "")
@@ -653,7 +670,12 @@ class GradientMatching(Attack):
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
         said = f"{did} without converging" if out.steps else \
             f"Gauss-Newton steps from {where} stopped before their first step"
-        best.message = add_note(best.message, f"{said} ({why[out.stop]}): the first phase's iterate is kept",
+        reason = why[out.stop]
+        if out.foreseen is not None:  # a J stopped at its columns' pace rather than at the deadline
+            room = " and one more J" if ahead > 1 and not out.steps else ""
+            reason = (f"at the pace of its first columns one J takes about {out.foreseen:.0f} s, and the time limit "
+                      f"did not leave room for it, its normal equations{room}")
+        best.message = add_note(best.message, f"{said} ({reason}): the first phase's iterate is kept",
                                 link="then ")
         return False
 

@@ -181,7 +181,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "which converge to the input itself where the message pins it down (auto: on a float64 attack of L_R "
           "alone with fixed labels, b >= m*B and at most 4096 unknowns, after it stalled, met --tol or used a "
           "budget of at least 1000 steps, and after its first 1000 steps when the budget is larger, running the "
-          "rest only if they do not converge; gauss-newton: wherever L_R alone is the objective; none)"),
+          "rest only if they do not converge; where forming J is too large a job for that, only under a "
+          "--time-limit that leaves room for two J at the pace of the first one's columns; gauss-newton: wherever "
+          "L_R alone is the objective; none)"),
     Param("time_limit", None, Optional(Duration()), "time limit",
           "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
           "every start still running stops with its best iterate (stop reason time-limit; the analytic attack: its "

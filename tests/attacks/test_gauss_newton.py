@@ -204,6 +204,52 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     said = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
     assert (f"--refine gauss-newton takes them anyway (J^T J from 2 x 64 backward passes, as J of {obs.b} x 64 "
             f"numbers would hold {size_text(8 * obs.b * 64)}), which can reach the input") in said
+    # within the unknowns auto takes: a time limit that leaves room for them takes them too, and the note says so
+    monkeypatch.setattr(gauss_newton, "MAX_UNKNOWNS", 4096)
+    monkeypatch.setattr(gauss_newton, "MAX_WORK", 10)
+    said = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
+    assert "numbers would hold" in said and ", as does a --time-limit that leaves room for them, which can" in said
+
+
+def test_steps_left_out_for_their_work_alone_are_taken_where_a_time_limit_pays_for_them(monkeypatch):
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+    monkeypatch.setattr(gauss_newton, "MAX_WORK", 10)  # forming J is "too much work" for auto without a time limit
+    obs, x = _obs()
+    plain = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs)
+    assert plain.gauss_newton is None and "as does a --time-limit" in plain.message
+    paid = GradientMatching(iterations=30, init_seed=2, labels="given", time_limit=600.0).reconstruct(obs)
+    assert paid.gauss_newton["kept"] and paid.gauss_newton["paid_by_time"] and paid.stop_reason == "tolerance"
+    assert float((paid.x - x).abs().max()) < 1e-6 and paid.gauss_newton["jacobian_rank"] == 64
+    # too many unknowns for auto: a time limit does not change that
+    monkeypatch.setattr(gauss_newton, "MAX_UNKNOWNS", 32)
+    assert GradientMatching(iterations=30, init_seed=2, labels="given",
+                            time_limit=600.0).reconstruct(obs).gauss_newton is None
+
+
+def test_steps_a_time_limit_cannot_pay_for_stop_after_three_batches_and_say_what_one_j_takes(monkeypatch):
+    monkeypatch.setattr(gradient_matching, "GAUSS_NEWTON_AFTER", 20)
+    monkeypatch.setattr(gauss_newton, "MAX_WORK", 10)
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs)
+    real, calls = gauss_newton.products, []
+
+    def slow(*args, **kw):  # each batched pass of columns takes a tenth of the time limit: J two tenths
+        y, j, jt = real(*args, **kw)
+
+        def column(e):
+            calls.append(1)
+            time.sleep(0.5)
+            return j(e)
+
+        return y, column, jt
+
+    monkeypatch.setattr(gauss_newton, "products", slow)
+    out = GradientMatching(iterations=30, init_seed=2, labels="given", time_limit=5.0).reconstruct(obs)
+    assert len(calls) == 3 and out.gauss_newton["jacobians"] == 0 and not out.gauss_newton["kept"]
+    assert out.gauss_newton["paid_by_time"] and 1.5 <= out.gauss_newton["foreseen_s"] <= 4.0  # 4 batches of 0.5 s
+    assert out.stop_reason == "iterations" and torch.equal(out.x, plain.x)  # the first phase's run, as it was
+    assert "stopped before their first step (at the pace of its first columns one J takes about" in out.message
+    assert "did not leave room for it, its normal equations and one more J)" in out.message
 
 
 def test_asked_for_by_name_on_another_objective_the_attack_refuses_in_one_sentence():
@@ -543,6 +589,46 @@ def test_no_normal_equations_are_begun_when_the_time_left_is_under_their_share_o
                                   chord=False)
         assert out.stop == "time-limit" and out.steps == steps, (left, out.stop, out.steps)
         assert out.rank is None  # no time left for the last J's eigenvalues either
+
+
+@pytest.mark.parametrize(("held", "left", "ahead", "formed"), [
+    (True, 5.0, 1, False), (True, 7.0, 1, True), (True, 7.0, 2, False), (True, 13.0, 2, True),
+    (False, 3.5, 1, False), (False, 5.0, 1, True), (False, 7.0, 2, False), (False, 9.0, 2, True)])
+def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_the_pace_is_known(
+        monkeypatch, held, left, ahead, formed):
+    """Each batch of 16 of J's 64 columns takes 1 s of a fake clock, so J takes 4 s.  Its pace is known after the
+    first three batches (the first also builds the graph and is not timed): at 3 s, with one batch to go, a held J
+    and its normal equations (half of J's time) would end at 6 s, J^T J from products (formed with it) at 4 s.  Where
+    that is after the deadline it stops there and says how long a J takes; asked for room for one more J
+    (``ahead=2``), the time left must also hold another 6 s (held) or 4 s (products)."""
+    obs, x = _obs()
+    start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    clock, calls = [0.0], []
+    monkeypatch.setattr(gauss_newton.time, "perf_counter", lambda: clock[0])
+    if not held:
+        monkeypatch.setattr(gauss_newton, "MAX_HELD", 0)
+    real = gauss_newton.products
+
+    def paced(*args, **kw):
+        y, j, jt = real(*args, **kw)
+
+        def column(e):
+            calls.append(1)
+            clock[0] += 1.0  # one batched pass: one second
+            return j(e)
+
+        return y, column, jt
+
+    monkeypatch.setattr(gauss_newton, "products", paced)
+    scale = float(obs.y.pow(2).sum())
+    out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=scale, deadline=left,
+                              ahead=ahead, steps=1, chord=False)  # one round, one full step: no rank's J
+    if formed:
+        assert len(calls) == 4 and out.steps == 1 and out.losses and out.losses[-1] < out.start_loss
+        assert out.foreseen is None
+    else:
+        assert len(calls) == 1 + gauss_newton.PACE_BATCHES and out.steps == 0 and out.stop == "time-limit"
+        assert out.foreseen == 4.0 and torch.equal(out.x, start) and out.rank is None
 
 
 def test_a_batched_pass_takes_fewer_columns_where_each_holds_much():
