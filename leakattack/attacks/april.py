@@ -150,7 +150,9 @@ class April(OneExampleAttack):
             return (f"APRIL needs the position-embedding and patch-embedding gradients, and a message of b = {M.b} "
                     f"numbers for d = {M.d} does not determine them without a model of the rest of the gradient "
                     f"(the gradients that fit it form a {M.d - M.b}-dimensional set, over which the two blocks "
-                    "vary); use gradient-matching or a sketch with b >= d")
+                    "vary); use gradient-matching, whose Gauss-Newton steps (--refine gauss-newton, or a --time-limit "
+                    "that leaves room for them) can reach the input itself where the message pins it down, or a "
+                    "sketch with b >= d")
         return None
 
     @staticmethod

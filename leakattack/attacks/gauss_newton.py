@@ -407,9 +407,11 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         formed = time.perf_counter()
         n = point.numel()
         ends: list[tuple[float, int]] = []  # (time, columns formed) at the end of each of the first batches
+        formed_k = [0]  # the columns formed so far
         share = NORMAL_SHARE if held else 0.0  # J^T J and its factor after a held J; from products, J^T J is formed
 
         def done(k: int) -> None:
+            formed_k[0] = k
             if len(ends) < PACE_BATCHES + 1:
                 ends.append((time.perf_counter(), k))
             if on_columns is not None:
@@ -423,7 +425,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             (t1, k1), (t2, k2) = ends[0], ends[-1]
             per = (t2 - t1) / (k2 - k1)  # seconds a column, after the first batch
             whole, now = per * n, time.perf_counter()
-            if now + per * (n - k2) + share * whole + more * (1 + share) * whole <= deadline:
+            if now + per * (n - formed_k[0]) + share * whole + more * (1 + share) * whole <= deadline:
                 return False
             out.foreseen = whole
             return True

@@ -591,16 +591,18 @@ def test_no_normal_equations_are_begun_when_the_time_left_is_under_their_share_o
         assert out.rank is None  # no time left for the last J's eigenvalues either
 
 
-@pytest.mark.parametrize(("held", "left", "ahead", "formed"), [
-    (True, 5.0, 1, False), (True, 7.0, 1, True), (True, 7.0, 2, False), (True, 13.0, 2, True),
-    (False, 3.5, 1, False), (False, 5.0, 1, True), (False, 7.0, 2, False), (False, 9.0, 2, True)])
+@pytest.mark.parametrize(("held", "left", "ahead", "formed", "chunk"), [
+    (True, 5.0, 1, False, 16), (True, 7.0, 1, True, 16), (True, 7.0, 2, False, 16), (True, 13.0, 2, True, 16),
+    (False, 3.5, 1, False, 16), (False, 5.0, 1, True, 16), (False, 7.0, 2, False, 16), (False, 9.0, 2, True, 16),
+    (False, 8.5, 1, True, 8), (False, 7.5, 1, False, 8)])
 def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_the_pace_is_known(
-        monkeypatch, held, left, ahead, formed):
-    """Each batch of 16 of J's 64 columns takes 1 s of a fake clock, so J takes 4 s.  Its pace is known after the
-    first three batches (the first also builds the graph and is not timed): at 3 s, with one batch to go, a held J
-    and its normal equations (half of J's time) would end at 6 s, J^T J from products (formed with it) at 4 s.  Where
-    that is after the deadline it stops there and says how long a J takes; asked for room for one more J
-    (``ahead=2``), the time left must also hold another 6 s (held) or 4 s (products)."""
+        monkeypatch, held, left, ahead, formed, chunk):
+    """Each batch of J's 64 columns takes 1 s of a fake clock: of 16 columns, J takes 4 s.  Its pace is known after
+    the first three batches (the first also builds the graph and is not timed): at 3 s, with one batch to go, a held
+    J and its normal equations (half of J's time) would end at 6 s, J^T J from products (formed with it) at 4 s.
+    Where that is after the deadline it stops there and says how long a J takes; asked for room for one more J
+    (``ahead=2``), the time left must also hold another 6 s (held) or 4 s (products).  Of 8 columns a batch J takes
+    8 s, and each later batch is checked against the columns still to form: 8.5 s are enough, 7.5 s are not."""
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
     clock, calls = [0.0], []
@@ -622,13 +624,13 @@ def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_
     monkeypatch.setattr(gauss_newton, "products", paced)
     scale = float(obs.y.pow(2).sum())
     out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=scale, deadline=left,
-                              ahead=ahead, steps=1, chord=False)  # one round, one full step: no rank's J
+                              ahead=ahead, steps=1, chord=False, chunk=chunk)  # one round, one step: no rank's J
     if formed:
-        assert len(calls) == 4 and out.steps == 1 and out.losses and out.losses[-1] < out.start_loss
+        assert len(calls) == 64 // chunk and out.steps == 1 and out.losses and out.losses[-1] < out.start_loss
         assert out.foreseen is None
     else:
         assert len(calls) == 1 + gauss_newton.PACE_BATCHES and out.steps == 0 and out.stop == "time-limit"
-        assert out.foreseen == 4.0 and torch.equal(out.x, start) and out.rank is None
+        assert out.foreseen == 64 // chunk and torch.equal(out.x, start) and out.rank is None
 
 
 def test_a_batched_pass_takes_fewer_columns_where_each_holds_much():
