@@ -248,7 +248,7 @@ class Refined:
     singular: tuple[float, float] | None = None
     #: L_R where that J was formed
     rank_loss: float | None = None
-    #: where a J was stopped because, at the pace of its columns after the first batch (:data:`PACE_BATCHES`), it
+    #: where a J was stopped because, at the pace of its columns after the first batch (:data:`PACE_SHARE`), it
     #: (with its normal equations, and for the first J the ``ahead`` - 1 more the caller asked room for) would end
     #: after the deadline: the seconds one J takes at that pace; else None
     foreseen: float | None = None
@@ -314,9 +314,10 @@ def _factor(A: torch.Tensor, damping: float) -> Callable[[torch.Tensor], torch.T
 NORMAL_SHARE = 0.5
 
 
-#: under a deadline a J is timed over this many batches of columns after its first (which also builds the graph)
-#: before its pace decides whether it can end in time
-PACE_BATCHES = 2
+#: under a deadline a J is timed over at least this many batches of columns after its first (which also builds the
+#: graph) and this share of its columns before its pace decides whether it can end in time (on the DLG LeNet
+#: one batch of 16 columns took 10-43 ms, the first 0.4-0.9 s, against 3.3 s for the whole J)
+PACE_BATCHES, PACE_SHARE = 2, 1 / 16
 
 
 def gram_rank(A: torch.Tensor) -> tuple[int, tuple[float, float]]:
@@ -357,11 +358,11 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     (None: :data:`CHUNK`; :func:`columns_per_pass` fits it to the sizes).
 
     Under a deadline a J is timed over :data:`PACE_BATCHES` batches of columns after its first (which also builds
-    the graph): where, at that pace, its remaining columns and, for a held J, its normal equations
-    (:data:`NORMAL_SHARE` of its time) would end after the deadline, it stops there (``time-limit``,
-    :attr:`Refined.foreseen` its seconds) rather than when the deadline comes; for the first J the time left must
-    also hold ``ahead`` - 1 more J with its normal equations
-    (``ahead=2``: a round and the next J, where the steps are taken because the time limit can pay for them).
+    the graph) and over :data:`PACE_SHARE` of its columns at least: where, at that pace, its remaining columns and,
+    for a held J, its normal equations (:data:`NORMAL_SHARE` of its time) would end after the deadline, it stops
+    there (``time-limit``, :attr:`Refined.foreseen` its seconds) rather than when the deadline comes; for the first
+    J the time left must also hold ``ahead`` - 1 more J with its normal equations (``ahead=2``: a round and the
+    next J, where the steps are taken because the time limit can pay for them).
     """
     t0 = time.perf_counter()
     y = y.detach().reshape(-1)
@@ -406,26 +407,27 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         left for J^T J."""
         formed = time.perf_counter()
         n = point.numel()
-        ends: list[tuple[float, int]] = []  # (time, columns formed) at the end of each of the first batches
-        formed_k = [0]  # the columns formed so far
+        ends: list[tuple[float, int]] = []  # (time, columns formed) after the first batch and after the latest
+        batches = [0]
         share = NORMAL_SHARE if held else 0.0  # J^T J and its factor after a held J; from products, J^T J is formed
 
         def done(k: int) -> None:
-            formed_k[0] = k
-            if len(ends) < PACE_BATCHES + 1:
-                ends.append((time.perf_counter(), k))
+            batches[0] += 1
+            ends[min(len(ends), 1):] = [(time.perf_counter(), k)]
             if on_columns is not None:
                 on_columns(k, n)
 
         def stop() -> bool:
             if halt():
                 return True
-            if not math.isfinite(deadline) or len(ends) < PACE_BATCHES + 1:
+            if not math.isfinite(deadline) or batches[0] <= PACE_BATCHES:
                 return False
-            (t1, k1), (t2, k2) = ends[0], ends[-1]
+            (t1, k1), (t2, k2) = ends
+            if k2 - k1 < n * PACE_SHARE:
+                return False
             per = (t2 - t1) / (k2 - k1)  # seconds a column, after the first batch
             whole, now = per * n, time.perf_counter()
-            if now + per * (n - formed_k[0]) + share * whole + more * (1 + share) * whole <= deadline:
+            if now + per * (n - k2) + share * whole + more * (1 + share) * whole <= deadline:
                 return False
             out.foreseen = whole
             return True
@@ -531,4 +533,4 @@ __all__ = ["jacobian", "products", "normal_equations", "columns_per_pass", "BATC
            "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
-           "FLOOR", "SLOW", "PACE_BATCHES"]
+           "FLOOR", "SLOW", "PACE_BATCHES", "PACE_SHARE"]
