@@ -119,7 +119,9 @@ def test_restarts_each_get_their_own_generator_and_the_first_matches_a_single_ru
     many = GradientMatching(restarts=2, **kw).reconstruct(obs)
     one = GradientMatching(restarts=1, **kw).reconstruct(obs)
     assert len(many.restart_losses) == 2 and many.restart_losses[0] != many.restart_losses[1]
-    assert many.restart_losses[0] == pytest.approx(one.final_loss, rel=1e-6)
+    # the starts run batched or one by one as their second evaluation is timed (docs/attack.md, batched restarts),
+    # and a batched start sums in another order than one alone: after 12 steps 1.1e-6 apart was measured
+    assert many.restart_losses[0] == pytest.approx(one.final_loss, rel=1e-5)
     assert many.final_loss == min(many.restart_losses)
 
 
