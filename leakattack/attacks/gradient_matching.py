@@ -569,8 +569,8 @@ class GradientMatching(Attack):
         """Whether ``auto`` takes the Gauss-Newton steps that :meth:`refinement` leaves out for their size alone
         (``why``, :func:`.gauss_newton.too_large`'s reason other than the unknowns' count) because a time limit is
         there to pay for them: the steps then begin only where, at the pace of their first J's columns, the time
-        left holds that J, its normal equations and one more J (``ahead=2``); else they stop after two batches of
-        columns and say how long one J would take."""
+        left holds that J and one more (``ahead=2``); else they stop once that pace is read and say how long one J
+        would take."""
         n = math.prod(obs.input_shape)
         return (self.refine == "auto" and math.isfinite(deadline) and time.perf_counter() < deadline
                 and n <= gauss_newton.MAX_UNKNOWNS and why == too_large(obs.b, n, obs.d))
@@ -674,7 +674,7 @@ class GradientMatching(Attack):
         if out.foreseen is not None:  # a J stopped at its columns' pace rather than at the deadline
             room = " and one more J" if ahead > 1 and not out.steps else ""
             reason = (f"at the pace of its first columns one J takes about {out.foreseen:.0f} s, and the time limit "
-                      f"did not leave room for it, its normal equations{room}")
+                      f"did not leave room for it{room}")
         best.message = add_note(best.message, f"{said} ({reason}): the first phase's iterate is kept",
                                 link="then ")
         return False
