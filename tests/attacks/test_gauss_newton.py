@@ -194,6 +194,7 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     assert out.gauss_newton is None and out.stop_reason == "iterations"
     assert (f"o Gauss-Newton steps: m*B = 64 unknowns (it runs up to 32); --refine gauss-newton takes them anyway "
             f"(J of {obs.b} x 64 numbers, {size_text(8 * obs.b * 64)} in float64)") in out.message
+    assert "--time-limit" not in out.message  # beyond the unknowns auto takes, a time limit does not pay for them
     asked = GradientMatching(iterations=30, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
     assert asked.gauss_newton["kept"] and float((asked.x - x).abs().max()) < 1e-6
     assert "--refine gauss-newton takes them" not in asked.message
