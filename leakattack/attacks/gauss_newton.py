@@ -315,8 +315,8 @@ NORMAL_SHARE = 0.5
 
 
 #: under a deadline a J is timed over at least this many batches of columns after its first (which also builds the
-#: graph) and this share of its columns before its pace decides whether it can end in time (on the DLG LeNet
-#: one batch of 16 columns took 10-43 ms, the first 0.4-0.9 s, against 3.3 s for the whole J)
+#: graph) and this share of its columns before its pace decides whether it can end in time (on the DLG LeNet two
+#: batches alone read a J of 1.2-3 times its time: ``python benchmarks/attack_speed.py --only jacobian``)
 PACE_BATCHES, PACE_SHARE = 2, 1 / 16
 
 
@@ -407,23 +407,24 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         left for J^T J."""
         formed = time.perf_counter()
         n = point.numel()
-        ends: list[tuple[float, int]] = []  # (time, columns formed) after the first batch and after the latest
-        batches = [0]
+        first = last = (0.0, 0)  # (time, columns formed) after the first batch and after the latest
+        batches = 0
         share = NORMAL_SHARE if held else 0.0  # J^T J and its factor after a held J; from products, J^T J is formed
 
         def done(k: int) -> None:
-            batches[0] += 1
-            ends[min(len(ends), 1):] = [(time.perf_counter(), k)]
+            nonlocal first, last, batches
+            batches += 1
+            last = (time.perf_counter(), k)
+            if batches == 1:
+                first = last
             if on_columns is not None:
                 on_columns(k, n)
 
         def stop() -> bool:
             if halt():
                 return True
-            if not math.isfinite(deadline) or batches[0] <= PACE_BATCHES:
-                return False
-            (t1, k1), (t2, k2) = ends
-            if k2 - k1 < n * PACE_SHARE:
+            (t1, k1), (t2, k2) = first, last
+            if not math.isfinite(deadline) or batches <= PACE_BATCHES or k2 - k1 < n * PACE_SHARE:
                 return False
             per = (t2 - t1) / (k2 - k1)  # seconds a column, after the first batch
             whole, now = per * n, time.perf_counter()

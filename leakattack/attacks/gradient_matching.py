@@ -561,7 +561,8 @@ class GradientMatching(Attack):
         size = size_text(8 * obs.b * n)  # J in float64
         cost = f"J of {obs.b} x {n} numbers, {size} in float64" if obs.b * n <= gauss_newton.MAX_HELD else \
             f"J^T J from 2 x {n} backward passes, as J of {obs.b} x {n} numbers would hold {size}"
-        timed = ", as does a --time-limit that leaves room for them" if n <= gauss_newton.MAX_UNKNOWNS else ""
+        timed = ", as does a --time-limit that leaves room for them" if GradientMatching._time_can_pay(obs, why) \
+            else ""
         return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway ({cost}){timed}, which can "
                 "reach the input itself where the message pins it down")
 
@@ -571,9 +572,15 @@ class GradientMatching(Attack):
         there to pay for them: the steps then begin only where, at the pace of their first J's columns, the time
         left holds that J and one more (``ahead=2``); else they stop once that pace is read and say how long one J
         would take."""
-        n = math.prod(obs.input_shape)
         return (self.refine == "auto" and math.isfinite(deadline) and time.perf_counter() < deadline
-                and n <= gauss_newton.MAX_UNKNOWNS and why == too_large(obs.b, n, obs.d))
+                and self._time_can_pay(obs, why))
+
+    @staticmethod
+    def _time_can_pay(obs: Observation, why: str) -> bool:
+        """Whether ``why`` the steps were left out is J's numbers or work (:func:`.gauss_newton.too_large`), which a
+        time limit can pay for, and not the count of unknowns, which it cannot."""
+        n = math.prod(obs.input_shape)
+        return n <= gauss_newton.MAX_UNKNOWNS and why == too_large(obs.b, n, obs.d)
 
     def _tries_early(self, obs: Observation) -> bool:
         """Whether ``auto`` tries the Gauss-Newton steps after :data:`GAUSS_NEWTON_AFTER` steps of a larger budget:
