@@ -60,7 +60,7 @@ import torch
 
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.attacks.base import torch_threads
-from leakattack.attacks.gauss_newton import CHUNK, gram, jacobian, levenberg_marquardt
+from leakattack.attacks.gauss_newton import CHUNK, PACE_BATCHES, PACE_SHARE, gram, jacobian, levenberg_marquardt
 from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss, onednn, own_convolutions
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
@@ -447,12 +447,16 @@ def jacobian_section(a) -> None:
         x = init_dummy(p.obs.input_shape, "gaussian", 2, dtype=p.obs.victim.dtype)
         labels = p.attack.labels_for(p.obs)
         times: dict[int, list[float]] = {CHUNK: [], 1: []}
-        made = {}
+        made, ends = {}, []  # ends: (time, columns) after each batch of the batched J's rounds
         for _ in range(a.rounds):
             for chunk in (CHUNK, 1):
                 t = time.perf_counter()
-                made[chunk] = jacobian(p.obs.forward, x, labels, chunk=chunk)
+                ends.append([(t, 0)])
+                made[chunk] = jacobian(p.obs.forward, x, labels, chunk=chunk,
+                                       done=lambda k: ends[-1].append((time.perf_counter(), k)))
                 times[chunk].append(time.perf_counter() - t)
+                if chunk == 1:
+                    ends.pop()
         batched, loop = min(times[CHUNK]), min(times[1])
         J = made[CHUNK]
         diff = float((J - made[1]).abs().max() / made[1].abs().max())
@@ -472,6 +476,29 @@ def jacobian_section(a) -> None:
               f"largest difference {diff:.1e} of J's largest entry; J^T J by blocks above the diagonal "
               f"{min(blocks):.2f} s against one product {min(product):.2f} s (x{min(blocks) / min(product):.2f}, "
               f"largest difference {gram_diff:.1e}) and its Cholesky factor {factor:.2f} s on {cpu_cores()} threads")
+        print(f"           {pace_text(ends, n)}")
+
+
+def pace_text(ends: list[list[tuple[float, int]]], n: int) -> str:
+    """What a deadline reads of J's time from its batches' pace (gauss_newton's rule: after the first batch, over
+    PACE_BATCHES batches and PACE_SHARE of the columns at least) against the same pace over two batches alone, over
+    every window of each J's batches, and the batched J's whole time; ``ends``: (time, columns) at each batch's end,
+    from the J's start, per J formed."""
+    first, rest, two, share, whole = [], [], [], [], []
+    need = max(PACE_BATCHES, -(-int(n * PACE_SHARE) // CHUNK))  # batches a pace is read over
+    for e in ends:
+        t = [b[0] - a[0] for a, b in zip(e, e[1:])]
+        first.append(t[0])
+        rest += t[1:]
+        whole.append(e[-1][0] - e[0][0])
+        for i in range(1, len(e) - 1):
+            for w, out in ((2, two), (need, share)):
+                if i + w < len(e):
+                    out.append((e[i + w][0] - e[i][0]) / (e[i + w][1] - e[i][1]) * n)
+    return (f"pace under a deadline: a batch of {CHUNK} columns {1e3 * min(rest):.0f}-{1e3 * max(rest):.0f} ms (the "
+            f"first, which builds the graph, {1e3 * min(first):.0f}-{1e3 * max(first):.0f} ms); J read from two "
+            f"batches {min(two):.1f}-{max(two):.1f} s, from {need} ({PACE_SHARE:.4g} of its columns) "
+            f"{min(share):.1f}-{max(share):.1f} s, the whole J {min(whole):.2f}-{max(whole):.2f} s")
 
 
 def products_section(a) -> None:

@@ -315,8 +315,9 @@ NORMAL_SHARE = 0.5
 
 
 #: under a deadline a J is timed over at least this many batches of columns after its first (which also builds the
-#: graph) and this share of its columns before its pace decides whether it can end in time (on the DLG LeNet two
-#: batches alone read a J of 1.2-3 times its time: ``python benchmarks/attack_speed.py --only jacobian``)
+#: graph) and this share of its columns before its pace decides whether it can end in time (the DLG LeNet through
+#: srht b = d/2, one thread: a J of 3.2-3.3 s read as 1.7-6.4 s from two batches, 1.7-3.5 s from a sixteenth of its
+#: columns; ``python benchmarks/attack_speed.py --only jacobian``)
 PACE_BATCHES, PACE_SHARE = 2, 1 / 16
 
 
