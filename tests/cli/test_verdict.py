@@ -58,6 +58,28 @@ def test_a_dlg_batch_whose_search_stopped_short_names_the_other_recipe(tmp_path,
         assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and OTHER_RECIPE_NOTE not in err
 
 
+def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_trained_tv_weight(tmp_path, capsys):
+    """The tip is measured on trained ResNets with the ig recipe and one image, at the recipe's own TV weight: a run
+    that chose its TV weight, took no weights, or ran another recipe does not get it."""
+    from leakattack.cli.run import TRAINED_TV_NOTE
+
+    torch.save(targets.get_model("lenet", num_classes=10, in_shape=(1, 28, 28), seed=0).model.state_dict(),
+               tmp_path / "w.pt")
+    ig = [*LENET, "--recipe", "ig", "--iterations", "2"]
+    rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt")], tmp_path / "t", capsys)
+    assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
+    assert TRAINED_TV_NOTE in err and "--tv 0.2" in TRAINED_TV_NOTE
+    for flags in (["--weights", str(tmp_path / "w.pt"), "--tv", "0.02"],  # the user's own TV weight
+                  ["--weights", str(tmp_path / "w.pt"), "--prior", "tv:0.02"],
+                  [],  # no weights loaded
+                  ["--weights", str(tmp_path / "w.pt"), "--batch-size", "2"]):  # measured on one image
+        rc, line, err, m = _run([*ig, *flags], tmp_path / "o", capsys)
+        assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and TRAINED_TV_NOTE not in err
+    rc, line, err, m = _run([*LENET, "--iterations", "2", "--weights", str(tmp_path / "w.pt")], tmp_path / "d",
+                            capsys)  # the dlg recipe
+    assert m["verdict"] == "not rebuilt" and TRAINED_TV_NOTE not in err
+
+
 def test_a_prior_that_prefers_another_image_to_the_truth_is_named(tmp_path, capsys):
     """ResNet-20 at its seed-0 initialisation (running statistics 0 and 1) with the BatchNorm prior at weight 1: the
     prior scores the photograph higher than the Gaussian start, so the objective prefers the start to the truth."""
