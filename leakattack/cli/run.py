@@ -130,7 +130,7 @@ def trained_tv_tip(cfg, derived: dict, kind: str | None) -> bool:
     """Whether a run that was not rebuilt gets :data:`TRAINED_TV_NOTE`: the ``ig`` recipe's search stopped short
     (``kind`` from :func:`failed_kind`) on one image at weights the user loaded, with a TV weight below
     :data:`TRAINED_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``)."""
-    chosen = cfg.tv is not None or any(p.split(":", 1)[0] == "tv" for p in cfg.priors)
+    chosen = cfg.tv is not None or any(p.partition(":")[0].strip() == "tv" and ":" in p for p in cfg.priors)
     return (kind == "search" and derived.get("recipe") == "ig" and cfg.weights is not None and cfg.batch_size == 1
             and not chosen and float(derived.get("tv") or 0.0) < TRAINED_TV)
 

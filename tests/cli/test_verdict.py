@@ -69,6 +69,8 @@ def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_traine
     rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt")], tmp_path / "t", capsys)
     assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
     assert TRAINED_TV_NOTE in err and "--tv 0.2" in TRAINED_TV_NOTE
+    rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt"), "--prior", "tv"], tmp_path / "b", capsys)
+    assert "the search stopped short" in err and TRAINED_TV_NOTE in err  # a bare tv keeps the recipe's weight
     for flags in (["--weights", str(tmp_path / "w.pt"), "--tv", "0.02"],  # the user's own TV weight
                   ["--weights", str(tmp_path / "w.pt"), "--prior", "tv:0.02"],
                   [],  # no weights loaded
