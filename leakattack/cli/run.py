@@ -122,7 +122,7 @@ TRAINED_TV = 0.2
 
 #: the note under an ig run of one image at loaded weights whose search stopped short at the recipe's TV weight
 TRAINED_TV_NOTE = (f"at trained weights --tv {TRAINED_TV} (ten times the recipe's TV weight) scored 0.3-5.0 dB above "
-                   "the default on each photo of the three trained ResNets measured, and rebuilt photos the default "
+                   "the default on each photo of the four trained ResNets measured, and rebuilt photos the default "
                    "did not on two of them (docs/trained-victims.md#resnet-18-the-trained-network-itself-tanh-units)")
 
 
