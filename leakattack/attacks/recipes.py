@@ -43,6 +43,7 @@ image (docs/attack.md#why-float64-by-default).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -149,4 +150,42 @@ def recipe_help(name: str) -> str:
     return _RECIPES.meta(name).get("help", "")
 
 
-__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help", "recipe_options"]
+#: the note under a ``dlg`` run on a batch whose search stopped short: on batches of photos ``ig`` searched further
+OTHER_RECIPE_NOTE = ("on a batch, --recipe ig (signed Adam on the cosine distance, with TV) is a different search, "
+                     "which rebuilt more of LeNet's batches of 4 and 8 photos than dlg did "
+                     "(docs/victims.md#which-recipe-on-a-batch)")
+
+#: the TV weight that rebuilt more photos of trained ResNets than the ig recipe's default did
+TRAINED_TV = 0.2
+
+#: the note under an ig run of one image at loaded weights whose search stopped short at the recipe's TV weight
+TRAINED_TV_NOTE = (f"at trained weights --tv {TRAINED_TV} (ten times the recipe's TV weight) scored 0.3-5.0 dB above "
+                   "the default on each photo of the four trained ResNets measured, and rebuilt photos the default "
+                   "did not on two of them (docs/trained-victims.md#resnet-18-the-trained-network-itself-tanh-units)")
+
+
+def next_settings(kind: str | None, run: Mapping, derived: Mapping) -> list[str]:
+    """The measured settings to try next on a run that was not rebuilt because its search stopped short (``kind``
+    ``search``, :func:`leakattack.rebuilt.failed_kind` of its metrics.json): ``run`` and ``derived`` are its
+    config.json's sections (the settings given, and those the run resolved).  :data:`OTHER_RECIPE_NOTE` for a
+    ``dlg`` run of LeNet on a batch (measured on LeNet; ``ig`` does not rebuild vit_small, docs/victims.md);
+    :data:`TRAINED_TV_NOTE` for an ``ig`` run of one image at weights the user loaded, with a TV weight below
+    :data:`TRAINED_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``; a bare ``--prior tv`` keeps the
+    recipe's weight)."""
+    if kind != "search":
+        return []
+    batch, recipe, tv = run.get("batch_size"), derived.get("recipe"), derived.get("tv") or 0.0
+    batch = batch if isinstance(batch, int) else 1  # a config.json written by hand or by older code: read, not trusted
+    out = []
+    if recipe == "dlg" and batch > 1 and run.get("model") == "lenet":
+        out.append(OTHER_RECIPE_NOTE)
+    chosen = run.get("tv") is not None or any(isinstance(p, str) and p.partition(":")[0].strip() == "tv" and ":" in p
+                                              for p in run.get("priors") or ())
+    if (recipe == "ig" and run.get("weights") is not None and batch == 1 and not chosen
+            and isinstance(tv, (int, float)) and tv < TRAINED_TV):
+        out.append(TRAINED_TV_NOTE)
+    return out
+
+
+__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help", "recipe_options", "next_settings",
+           "OTHER_RECIPE_NOTE", "TRAINED_TV", "TRAINED_TV_NOTE"]

@@ -8,6 +8,7 @@ import warnings
 from defenses import build as build_defense
 
 from ..attacks.gauss_newton import steps_note
+from ..attacks.recipes import next_settings
 from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
@@ -111,30 +112,6 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
                 "the message is private: a stronger attack may still rebuild the input")
 
 
-#: the note under a ``dlg`` run on a batch whose search stopped short: on batches of photos ``ig`` searched further
-OTHER_RECIPE_NOTE = ("on a batch, --recipe ig (signed Adam on the cosine distance, with TV) is a different search, "
-                     "which rebuilt more of LeNet's batches of 4 and 8 photos than dlg did "
-                     "(docs/victims.md#which-recipe-on-a-batch)")
-
-
-#: the TV weight that rebuilt more photos of trained ResNets than the ig recipe's default did
-TRAINED_TV = 0.2
-
-#: the note under an ig run of one image at loaded weights whose search stopped short at the recipe's TV weight
-TRAINED_TV_NOTE = (f"at trained weights --tv {TRAINED_TV} (ten times the recipe's TV weight) scored 0.3-5.0 dB above "
-                   "the default on each photo of the four trained ResNets measured, and rebuilt photos the default "
-                   "did not on two of them (docs/trained-victims.md#resnet-18-the-trained-network-itself-tanh-units)")
-
-
-def trained_tv_tip(cfg, derived: dict, kind: str | None) -> bool:
-    """Whether a run that was not rebuilt gets :data:`TRAINED_TV_NOTE`: the ``ig`` recipe's search stopped short
-    (``kind`` from :func:`failed_kind`) on one image at weights the user loaded, with a TV weight below
-    :data:`TRAINED_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``)."""
-    chosen = cfg.tv is not None or any(p.partition(":")[0].strip() == "tv" and ":" in p for p in cfg.priors)
-    return (kind == "search" and derived.get("recipe") == "ig" and cfg.weights is not None and cfg.batch_size == 1
-            and not chosen and float(derived.get("tv") or 0.0) < TRAINED_TV)
-
-
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
     unused = cfg.unused_options()
@@ -145,7 +122,8 @@ def cmd_run(a) -> int:
         how = " solves in closed form and" if cfg.attack_class.closed_form else ""
         print(f"note: the {cfg.attack} attack{how} does not read {', '.join(unused)}", file=sys.stderr)
     m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)
-    derived = _derived(folder)
+    config = _config(folder)
+    derived = config.get("derived", {})
     closed = cfg.attack_class.closed_form
     print(summary_line(m, folder, objective="residual" if closed else derived.get("objective", "l2"),
                        num_classes=derived.get("num_classes")))
@@ -166,11 +144,8 @@ def cmd_run(a) -> int:
         part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)
-        if failed_kind(record) == "search" and derived.get("recipe") == "dlg" and cfg.batch_size > 1 \
-                and cfg.model == "lenet":  # measured on LeNet; ig does not rebuild vit_small (docs/victims.md)
-            print(f"note: {OTHER_RECIPE_NOTE}", file=sys.stderr)
-        if trained_tv_tip(cfg, derived, failed_kind(record)):
-            print(f"note: {TRAINED_TV_NOTE}", file=sys.stderr)
+        for tip in next_settings(failed_kind(record), config.get("run", {}), derived):
+            print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
             print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)
     if m.seed_search is not None:
@@ -186,12 +161,13 @@ def clip_not_modelled(cfg) -> bool:
     return bool(cfg.defense) and not cfg.attacker_knows_clip and bool(build_defense(cfg.defense).clips())
 
 
-def _derived(folder) -> dict:
-    """The settings the run resolved (objective, number of classes), as its config.json records them."""
+def _config(folder) -> dict:
+    """The run's config.json: the settings given (``run``) and those the run resolved (``derived``: objective, number
+    of classes, recipe)."""
     import json
     from pathlib import Path
     try:
-        return json.loads((Path(folder) / "config.json").read_text()).get("derived", {})
+        return json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
 

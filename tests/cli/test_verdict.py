@@ -1,6 +1,7 @@
 """Every run states its verdict: its baselines in metrics.json, "not rebuilt" or "nothing was attacked" in the summary
 line (with a note that a failed attack is no evidence of privacy), the line unchanged when the image was rebuilt."""
 
+import html
 import json
 
 import pytest
@@ -22,6 +23,20 @@ def _run(argv, out, capsys):
     io = capsys.readouterr()
     m = json.loads((out / "metrics.json").read_text())
     return rc, io.out.strip().splitlines()[-1], io.err, m
+
+
+def _headline(folder) -> str:
+    """The headline of a run's section in the HTML report of its folder."""
+    from leakattack.figures.report import build_report
+
+    text = build_report([folder])
+    start = text.index('class="headline failed">')
+    return text[start:text.index("</p>", start)]
+
+
+def _tip(note: str) -> str:
+    """A note as the report's headline writes it: a sentence of its own, HTML-escaped."""
+    return html.escape(f" {note[:1].upper()}{note[1:]}.", quote=True)
 
 
 def test_a_run_that_rebuilds_nothing_says_so_beside_its_baselines(tmp_path, capsys):
@@ -46,22 +61,24 @@ def test_a_run_that_rebuilds_nothing_says_so_beside_its_baselines(tmp_path, caps
 
 
 def test_a_dlg_batch_whose_search_stopped_short_names_the_other_recipe(tmp_path, capsys):
-    from leakattack.cli.run import OTHER_RECIPE_NOTE
+    from leakattack.attacks.recipes import OTHER_RECIPE_NOTE
 
     rc, line, err, m = _run([*LENET, "--batch-size", "2", "--iterations", "2"], tmp_path / "b", capsys)
     assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
     assert OTHER_RECIPE_NOTE in err and "--recipe ig" in OTHER_RECIPE_NOTE
+    assert _headline(tmp_path / "b").count(_tip(OTHER_RECIPE_NOTE)) == 1  # the report's headline names it too
     for flags in (["--batch-size", "1", "--iterations", "2"],  # one image
                   ["--batch-size", "2", "--recipe", "ig", "--iterations", "2"],  # ig's own run
                   ["--batch-size", "2", "--model", "mlp", "--iterations", "1"]):  # the tip's measurement is LeNet's
         rc, line, err, m = _run([*LENET, *flags], tmp_path / "o", capsys)
         assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and OTHER_RECIPE_NOTE not in err
+        assert _tip(OTHER_RECIPE_NOTE) not in _headline(tmp_path / "o")
 
 
 def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_trained_tv_weight(tmp_path, capsys):
     """The tip is measured on trained ResNets with the ig recipe and one image, at the recipe's own TV weight: a run
     that chose its TV weight, took no weights, or ran another recipe does not get it."""
-    from leakattack.cli.run import TRAINED_TV_NOTE
+    from leakattack.attacks.recipes import TRAINED_TV_NOTE
 
     torch.save(targets.get_model("lenet", num_classes=10, in_shape=(1, 28, 28), seed=0).model.state_dict(),
                tmp_path / "w.pt")
@@ -69,6 +86,7 @@ def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_traine
     rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt")], tmp_path / "t", capsys)
     assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
     assert TRAINED_TV_NOTE in err and "--tv 0.2" in TRAINED_TV_NOTE
+    assert _headline(tmp_path / "t").count(_tip(TRAINED_TV_NOTE)) == 1  # the report's headline names it too
     rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt"), "--prior", "tv"], tmp_path / "b", capsys)
     assert "the search stopped short" in err and TRAINED_TV_NOTE in err  # a bare tv keeps the recipe's weight
     for flags in (["--weights", str(tmp_path / "w.pt"), "--tv", "0.02"],  # the user's own TV weight
@@ -77,6 +95,7 @@ def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_traine
                   ["--weights", str(tmp_path / "w.pt"), "--batch-size", "2"]):  # measured on one image
         rc, line, err, m = _run([*ig, *flags], tmp_path / "o", capsys)
         assert m["verdict"] == "not rebuilt" and "the search stopped short" in err and TRAINED_TV_NOTE not in err
+        assert _tip(TRAINED_TV_NOTE) not in _headline(tmp_path / "o")
     rc, line, err, m = _run([*LENET, "--iterations", "2", "--weights", str(tmp_path / "w.pt")], tmp_path / "d",
                             capsys)  # the dlg recipe
     assert m["verdict"] == "not rebuilt" and TRAINED_TV_NOTE not in err
