@@ -26,9 +26,10 @@ is drawn from the rounds done.
 Training into a folder that holds an earlier run continues it (:func:`resume_point`) when the earlier run trained
 the same protocol, spec and model with the same torch, and its rounds 1..N can be carried on exactly: a round
 depends only on w^t, the model's buffers and the seeds keyed by t, so training continues from the checkpoint of
-w^(N+1) and its buffers, and rounds N+1..T come out as an uninterrupted training's would.  Any other earlier run
-(another setting, a diverged one, one without that checkpoint, a checkpoint without the server state of a protocol
-that keeps one) is refused in one sentence before anything is written.
+w^(N+1) and its buffers, and rounds N+1..T come out as an uninterrupted training's would on the same machine with
+the same thread count (protocol.json's ``machine``; on another, a one-line warning says the last bits may differ).
+Any other earlier run (another setting, a diverged one, one without that checkpoint, a checkpoint without the server
+state of a protocol that keeps one) is refused in one sentence before anything is written.
 
 An attack on round t of a stored run reads w^t from its checkpoint (:func:`weights_at`); where that checkpoint was
 not written (``--checkpoint-every`` k > 1) it re-simulates the rounds from the latest checkpoint before round t.
@@ -66,6 +67,7 @@ from .results import (
     to_jsonable,
     write_json,
 )
+from .results.reference import machine, machine_text
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
@@ -393,7 +395,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     refuse_empty_clients(proto.shards, len(trainset))
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
-              "torch": torch.__version__}
+              "torch": torch.__version__, "machine": machine()}
     rows = resume_point(folder, record, proto)
     w: torch.Tensor | None
     server: dict | None = None
@@ -501,6 +503,10 @@ def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | 
     return None
 
 
+#: the parts of a machine record (:func:`leakattack.results.reference.machine`) that change the last bits of a round
+LAST_BITS = ("cpu", "machine", "cpu_capability", "aten_cpu_capability", "threads")
+
+
 def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     """The train.jsonl rows of the rounds 1..N an earlier training in ``folder`` finished that this one (``record``:
     what its protocol.json will hold) continues from: empty for a folder without one, or with one of the same
@@ -544,6 +550,11 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     if stored.get("torch", record["torch"]) != record["torch"]:
         raise ConfigError(f"'{folder}' holds {held} made with torch {stored['torch']}, and this is torch "
                           f"{record['torch']}, whose rounds need not agree with them bit for bit: {elsewhere}")
+    theirs, mine = stored.get("machine"), record.get("machine")
+    if isinstance(theirs, dict) and mine and any(theirs.get(k) != mine.get(k) for k in LAST_BITS):
+        warnings.warn(f"'{folder}' holds rounds 1..{done} trained on {machine_text(theirs)}, and this is "
+                      f"{machine_text(mine)}: the rounds after them need not agree bit for bit with a training that "
+                      "ran on one of them throughout (docs/protocols.md#seeds)", SettingWarning, stacklevel=3)
     if stored.get("stopped") == "diverged":
         raise ConfigError(f"'{folder}' holds {held}, whose loss diverged in round {done + 1}, where the same settings "
                           f"diverge again: lower the learning rates and {elsewhere}")

@@ -239,3 +239,18 @@ def test_an_act_that_changes_nothing_does_not_stop_the_training_from_continuing(
     assert "--act changes nothing for model 'logreg'" in capsys.readouterr().err
     assert cli.main(argv + ["--rounds", "2"]) == 0
     assert [r["round"] for r in _rows(tmp_path / "fedavg")] == [1, 2]
+
+
+def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_differ(tmp_path, capsys):
+    """protocol.json records the machine (CPU, SIMD capability, threads); a continuation on another one is not refused,
+    and says in one line that the rounds after the stored ones need not agree bit for bit."""
+    assert cli.main(TRAIN + ["--rounds", "1", "--out", str(tmp_path)]) == 0
+    stored = json.loads((tmp_path / "sketched" / "protocol.json").read_text())
+    assert stored["machine"]["threads"] == 1 and stored["machine"]["cpu_capability"]
+    capsys.readouterr()
+    assert cli.main([*TRAIN[:-1], "2", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "bit for bit" in line]
+    assert len(warned) == 1 and "holds rounds 1..1 trained on" in warned[0] and "1 thread(s)" in warned[0]
+    assert "2 thread(s)" in warned[0]
+    assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
+    assert json.loads((tmp_path / "sketched" / "protocol.json").read_text())["machine"]["threads"] == 2
