@@ -503,10 +503,6 @@ def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | 
     return None
 
 
-#: the parts of a machine record (:func:`leakattack.results.reference.machine`) that change the last bits of a round
-LAST_BITS = ("cpu", "machine", "cpu_capability", "aten_cpu_capability", "threads")
-
-
 def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     """The train.jsonl rows of the rounds 1..N an earlier training in ``folder`` finished that this one (``record``:
     what its protocol.json will hold) continues from: empty for a folder without one, or with one of the same
@@ -550,8 +546,8 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     if stored.get("torch", record["torch"]) != record["torch"]:
         raise ConfigError(f"'{folder}' holds {held} made with torch {stored['torch']}, and this is torch "
                           f"{record['torch']}, whose rounds need not agree with them bit for bit: {elsewhere}")
-    theirs, mine = stored.get("machine"), record.get("machine")
-    if isinstance(theirs, dict) and mine and any(theirs.get(k) != mine.get(k) for k in LAST_BITS):
+    theirs, mine = stored.get("machine"), record["machine"]
+    if isinstance(theirs, dict) and theirs != mine:  # the same torch (above): the CPU, its SIMD path or threads differ
         warnings.warn(f"'{folder}' holds rounds 1..{done} trained on {machine_text(theirs)}, and this is "
                       f"{machine_text(mine)}: the rounds after them need not agree bit for bit with a training that "
                       "ran on one of them throughout (docs/protocols.md#seeds)", SettingWarning, stacklevel=3)

@@ -179,8 +179,7 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping) -> list[str]
     out = []
     if recipe == "dlg" and batch > 1 and run.get("model") == "lenet":
         out.append(OTHER_RECIPE_NOTE)
-    chosen = run.get("tv") is not None or any(isinstance(p, str) and p.partition(":")[0].strip() == "tv" and ":" in p
-                                              for p in run.get("priors") or ())
+    chosen = run.get("tv") is not None or any(str(p).startswith("tv:") for p in run.get("priors") or ())
     if (recipe == "ig" and run.get("weights") is not None and batch == 1 and not chosen
             and isinstance(tv, (int, float)) and tv < TRAINED_TV):
         out.append(TRAINED_TV_NOTE)

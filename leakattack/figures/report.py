@@ -222,8 +222,7 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics, clip_blind=_clips(run.get("defense") or metrics.defense)
-                                        and not run.get("attacker_knows_clip"),
-                                        tips=next_settings(failed_kind(metrics.to_dict()), run, derived))
+                                        and not run.get("attacker_knows_clip"), run=run, derived=derived)
     parts = [f'<section class="item run" id="{anchor}"><h2>Run: {_e(_name(folder))}</h2>',
              f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
     parts.append("<h3>Setting</h3>" + _kv(_run_setting(run, derived, metrics)) if config else
@@ -300,10 +299,12 @@ def _run_scores(m: RunMetrics) -> str:
     return text
 
 
-def _run_headline(m: RunMetrics, clip_blind: bool = False, tips: list[str] | tuple = ()) -> tuple[str, str, str]:
+def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = None,
+                  derived: dict | None = None) -> tuple[str, str, str]:
     """(short tag, CSS class, the headline sentence) of a run; ``clip_blind``: its defense clips and the attacker
-    did not model the clip (:func:`leakattack.rebuilt.failed_part`); ``tips``: the measured settings to try next
-    where it was not rebuilt (:func:`leakattack.rebuilt.next_settings`)."""
+    did not model the clip (:func:`leakattack.rebuilt.failed_part`); ``run``, ``derived``: its config.json's
+    sections, from which a run that was not rebuilt names the measured settings to try next
+    (:func:`leakattack.attacks.recipes.next_settings`)."""
     if m.truth is False:
         return "no truth", "unjudged", "No verdict: the run has no true images to compare its reconstruction with."
     record = m.to_dict()
@@ -320,6 +321,7 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, tips: list[str] | tup
                                                 f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
+        tips = next_settings(failed_kind(record), run or {}, derived or {})
         told = [part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
