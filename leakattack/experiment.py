@@ -403,7 +403,9 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     dummy data of the kept restart; a closed-form attack has no data-free
     start) and the data set's mean image (:func:`metrics.mean_image`), scored
     against the truth like the reconstruction (``mean``: it and its description, read before the attack; None
-    without a truth).  Without a truth: no verdict.
+    without a truth).  Without a truth: no verdict.  Where the batch was drawn from a data set, the identifiability
+    keys too (:func:`metrics.identification`: the rank of each truth among the set's images by distance to its
+    reconstruction, and the share the reconstruction and each baseline single out).
     """
     case, closed_form = p.case, p.attack.closed_form
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
@@ -421,7 +423,14 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     assert mean is not None, "a run with a truth reads the mean image before its attack"
     mean_x, what = mean
     start = None if closed_form else scored(result.x0.detach().to(case.x))
-    return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean_x)}), "baseline_mean_image": what}
+    # image identifiability against the data set the batch was drawn from (not a protocol's or a file's message)
+    positions = attacked_files(p.cfg, case).get("image_indices")
+    found = {} if positions is None else metrics.identification(
+        metrics.matched(result.x, scores, case.x),
+        {"start": None if start is None else metrics.matched(result.x0, start, case.x), "mean": mean_x},
+        case.x, case.dataset, positions)
+    return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean_x)}), "baseline_mean_image": what,
+            **found}
 
 
 def objective_at(p: Prepared, result: AttackResult) -> dict | None:

@@ -12,7 +12,7 @@ from ..attacks.recipes import next_settings
 from ..config.arguments import config_from_args
 from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
-from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part
+from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import REBUILT, faint_words, image_verdicts, images_note, images_words, why_not_rebuilt
 
 
@@ -141,6 +141,9 @@ def cmd_run(a) -> int:
         if ahead:
             print(f"note: {ahead}", file=sys.stderr)
         print(f"note: {FAILURE_NOTE}", file=sys.stderr)
+        identified = identified_line(record)
+        if identified:
+            print(f"note: {identified}", file=sys.stderr)
         part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)

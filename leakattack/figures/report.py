@@ -45,6 +45,7 @@ from ..metrics import (
     failed_counts,
     failed_kind,
     failed_part,
+    identified_line,
 )
 from ..rebuilt import (
     FAINT_SSIM,
@@ -322,7 +323,7 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
         tips = next_settings(failed_kind(record), run or {}, derived or {})
-        told = [part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
+        told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
             return "nothing attacked", "failed", (f"Nothing was attacked ({FAILURE_NOTE}): "
@@ -604,7 +605,23 @@ def _run_verdict(m: RunMetrics) -> str:
         lines.append(f'<p class="note">{_e(m.lpips_note)}</p>')
     if m.unique is not None or m.unknowns:
         lines.append(f'<p class="note">{_e(_uniqueness(m))}</p>')
+    if m.iip is not None:
+        lines.append(f'<p class="note">{_e(_identifiability(m))}</p>')
     return "".join(lines)
+
+
+def _identifiability(m: RunMetrics) -> str:
+    """How many images the reconstruction singles out of its data set, beside the baselines' shares, in one
+    sentence (:mod:`leakattack.metrics.identify`)."""
+    each = [r for r in (m.identified_each or []) if r is not None]
+    found = sum(r == 1 for r in each)
+    base = "; ".join(f"{label}: {v:.0%}" for label, v in (("the attack's start", m.baseline_start_iip),
+                                                         ("the mean image", m.baseline_mean_iip)) if v is not None)
+    return (f"Identifiability (Yin et al. 2021): the truth is the nearest of {_int(m.identified_among)} images of the "
+            f"data set (pixel distance) to the reconstruction for {found} of {len(each)} image"
+            + (f" (the truth's rank: {each[0]})" if len(each) == 1 else
+               f"s (the truths' ranks: {', '.join(map(str, each))})")
+            + (f"; the same share for {base}." if base else "."))
 
 
 def _uniqueness(m: RunMetrics) -> str:

@@ -5,7 +5,8 @@ tensor of shape (B,); :func:`score` matches a reconstructed batch to the ground
 truth (Hungarian algorithm on pairwise MSE) and returns JSON-ready numbers.
 
 :mod:`.image` holds MSE, PSNR and SSIM, :mod:`.lpips` the LPIPS wiring,
-:mod:`.matching` the matching and label accuracy, :mod:`leakattack.rebuilt` the rule
+:mod:`.matching` the matching and label accuracy, :mod:`.identify` whether a reconstruction singles
+its truth out of the data set (image identifiability), :mod:`leakattack.rebuilt` the rule
 that calls a reconstruction rebuilt or not against its baselines (the attack's
 start, the data set's mean image of :mod:`.baseline`), and :mod:`.uniqueness`
 the rank of the message's Jacobian in the input.  :mod:`.record` holds
@@ -41,6 +42,7 @@ from ..rebuilt import (
 )
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
+from .identify import IDENTIFY_SAMPLE, identification, identified_line
 from .image import PSNR_MSE_FLOOR, SSIM_WIN, in_range, mse, psnr, ssim
 from .lpips import (
     ALEXNET_WEIGHTS_FILE,
@@ -118,7 +120,9 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     metrics.json holds them (:func:`judge`): ``verdict`` is ``"rebuilt"`` only when the reconstruction is clearly
     better than both the attack's own start (``result.x0``) and the mean image of ``dataset`` (the data set the
     truth comes from; a constant grey image without one).  A reconstruction that is ``"not rebuilt"`` is a failure of
-    that attack at that budget, not evidence that the message is private.
+    that attack at that budget, not evidence that the message is private.  Where ``dataset`` holds the true images,
+    the identifiability keys follow (:func:`identification`: the rank of each truth among the set's images by
+    distance to its reconstruction, ``iip`` and the baselines' ``baseline_<name>_iip``).
 
     ``result``: an :class:`leakattack.AttackResult` (``x``, ``x0``, ``labels``); ``x``/``labels``: the truth
     (class indices are scored as ``label_acc``; real-valued targets, a regression's, have no label accuracy);
@@ -150,7 +154,16 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     out = scored(result.x, result.labels if labels is not None else None)
     mean, what = mean_image(dataset, truth)
     baselines = {"start": None if closed_form else scored(result.x0), "mean": scored(mean)}
-    return {**out, **judge(out, baselines), "baseline_mean_image": what}
+    found = identification(matched(result.x, out, truth),
+                           {"start": None if closed_form else matched(result.x0, baselines["start"], truth),
+                            "mean": mean}, truth, dataset)
+    return {**out, **judge(out, baselines), "baseline_mean_image": what, **found}
+
+
+def matched(images: torch.Tensor, scores: dict, truth: torch.Tensor) -> torch.Tensor:
+    """``images`` in [0, 1] (:func:`in_range`) in the truth's order: the one :func:`score` matched to each true image
+    (its ``match``) in that image's row."""
+    return in_range(images.detach().to(truth))[torch.as_tensor(scores["match"], device=truth.device)]
 
 
 __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE", "LPIPS_MIN_SIDE",
@@ -162,4 +175,4 @@ __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE",
            "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
            "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS",
-           "RunMetrics", "METRICS_SCHEMA"]
+           "RunMetrics", "METRICS_SCHEMA", "identification", "identified_line", "IDENTIFY_SAMPLE", "matched"]

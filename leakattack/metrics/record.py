@@ -90,6 +90,15 @@ class RunMetrics:
     #: rebuilt on its own (``leakattack.metrics.nearer_truths``); written for runs with a truth
     nearer_each: list[int | None] | None = None
     baseline_mean_image: str | None
+    #: image identifiability (``leakattack.metrics.identify``): per image, in ground-truth order, the rank of its
+    #: truth among ``identified_among`` images of the data set by pixel distance to its reconstruction (1: the
+    #: nearest), the share of rank 1 (``iip``) and the same share for each baseline's images; written where the data
+    #: set holds the true images
+    identified_each: list[int | None] | None = None
+    identified_among: int | None = None
+    iip: float | None = None
+    baseline_start_iip: float | None = None
+    baseline_mean_iip: float | None = None
 
     # whether the message determines the input where the run converged
     unique: bool | None
@@ -205,7 +214,8 @@ _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
                        "row_space_solve", "closed_forms", "labels_unused", "objective_at", "peak_memory",
-                       "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each"})
+                       "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each",
+                       "identified_each", "identified_among", "iip", "baseline_start_iip", "baseline_mean_iip"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

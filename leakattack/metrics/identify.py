@@ -1,0 +1,143 @@
+"""Image identifiability: whether a reconstruction singles its true image out of the data set it comes from.
+
+Yin, Mallya, Vahdat, Alvarez, Kautz and Molchanov ("See through Gradients: Image Batch Recovery via GradInversion",
+CVPR 2021) score a reconstruction by its nearest neighbour in the data set: the image identifiability precision
+(IIP) is the share of reconstructions whose nearest image is their own truth.  A reconstruction can do that without
+clearing the baselines of the verdict (a blurred or shifted copy of a photograph is still nearer to it than to the
+set's other images), and an attacker who holds the set, or a set of candidate photographs, then knows which image
+the client holds: a leak that PSNR alone does not show.
+
+Here the score is the pixel distance (MSE on images in [0, 1]) and the candidates are the whole data set (up to
+:data:`IDENTIFY_SAMPLE` of its images, evenly spaced, with the truths always among them), a stricter test than the
+images of the truth's own class that breaching's ``image_identifiability_precision`` compares.  Each true image gets
+the rank of its truth among the candidates by distance to its matched reconstruction (1: the nearest; an image at the
+same distance as the truth does not push it down), and IIP is the share of rank 1.  The baselines of the verdict (the
+attack's start, the data set's mean image) are ranked the same way, so a run says whether its reconstruction
+identifies more images than an image drawn without the message does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: at most this many images of the data set are compared with a reconstruction (evenly spaced; the truths always)
+IDENTIFY_SAMPLE = 1024
+#: images of the set compared in one batch (a 224 px image holds 150,528 numbers)
+IDENTIFY_CHUNK = 128
+#: a data-set image within this of a true image (largest absolute difference) is that image (float32 storage)
+SAME_PIXELS = 1e-6
+
+
+def candidates(n: int, positions: list[int] | None) -> torch.Tensor:
+    """The positions of a set of n images compared with the reconstructions: all of them up to
+    :data:`IDENTIFY_SAMPLE`, else that many evenly spaced with the truths' ``positions`` added."""
+    if n <= IDENTIFY_SAMPLE:
+        return torch.arange(n)
+    spaced = torch.linspace(0, n - 1, IDENTIFY_SAMPLE).round().long()
+    extra = torch.tensor(positions or [], dtype=torch.long)
+    return torch.cat([spaced, extra]).unique()
+
+
+def _distances(images: torch.Tensor, dataset, pool: torch.Tensor) -> torch.Tensor:
+    """(B, len(pool)) MSE between each of ``images`` (B, C, H, W) and the set's images at ``pool``, in float64."""
+    flat = images.detach().reshape(images.shape[0], -1).to(torch.float64)
+    out = []
+    for start in range(0, pool.numel(), IDENTIFY_CHUNK):
+        rows, _ = dataset.rows(pool[start:start + IDENTIFY_CHUNK])
+        other = rows.reshape(rows.shape[0], -1).to(device=flat.device, dtype=torch.float64)
+        out.append(torch.cdist(flat, other, compute_mode="donot_use_mm_for_euclid_dist").pow(2) / flat.shape[1])
+    return torch.cat(out, dim=1)
+
+
+def truth_columns(truth: torch.Tensor, dataset, pool: torch.Tensor,
+                  positions: list[int] | None) -> list[int | None]:
+    """For each true image, its column in ``pool`` (the candidates), or None where the set does not hold it there:
+    at its known position (``positions``, checked against the pixels) or, without positions, the candidate within
+    :data:`SAME_PIXELS` of it."""
+    where = {int(p): k for k, p in enumerate(pool.tolist())}
+    cols: list[int | None] = []
+    for i in range(truth.shape[0]):
+        if positions is not None:
+            k = where.get(int(positions[i]))
+            if k is not None:
+                row, _ = dataset.rows(pool[k:k + 1])
+                same = float((row.to(truth.device, torch.float64) - truth[i:i + 1].to(torch.float64)).abs().max())
+                k = k if same <= SAME_PIXELS else None
+            cols.append(k)
+            continue
+        found = None
+        for start in range(0, pool.numel(), IDENTIFY_CHUNK):
+            rows, _ = dataset.rows(pool[start:start + IDENTIFY_CHUNK])
+            diff = (rows.to(truth.device, torch.float64) - truth[i:i + 1].to(torch.float64)).abs()
+            close = (diff.reshape(diff.shape[0], -1).amax(dim=1) <= SAME_PIXELS).nonzero()
+            if close.numel():
+                found = start + int(close[0])
+                break
+        cols.append(found)
+    return cols
+
+
+def ranks(dist: torch.Tensor, cols: list[int | None]) -> list[int | None]:
+    """For each row of ``dist`` (an image's distances to the candidates, matched to the true image of the same row),
+    the rank of its truth among the candidates: 1 + the number of other candidates strictly nearer; None where the
+    truth is not among them (``cols``) or the image holds a pixel that is not a number (:func:`in_range`)."""
+    out: list[int | None] = []
+    for i, k in enumerate(cols):
+        if k is None or not bool(torch.isfinite(dist[i, k])):  # a reconstruction that is not a number ranks nothing
+            out.append(None)
+            continue
+        nearer = dist[i] < dist[i, k]
+        nearer[k] = False
+        out.append(1 + int(nearer.sum()))
+    return out
+
+
+def iip(rank_each: list[int | None]) -> float | None:
+    """The share of ranks that are 1 among those measured (Yin et al.'s IIP), or None where none was."""
+    measured = [r for r in rank_each if r is not None]
+    return None if not measured else sum(r == 1 for r in measured) / len(measured)
+
+
+def identification(reconstruction: torch.Tensor, baselines: dict[str, torch.Tensor | None], truth: torch.Tensor,
+                   dataset, positions: list[int] | None = None) -> dict:
+    """metrics.json's identifiability keys: ``identified_each`` (the rank of each true image among the candidates by
+    distance to its matched reconstruction, in the truth's order), ``identified_among`` (how many images of the set
+    were compared), ``iip`` and ``baseline_<name>_iip`` for each baseline's images (already matched to the truth);
+    ``{}`` where the set holds none of the true images (a message file, a protocol's client data, another set).
+
+    ``reconstruction`` and the baselines are in the truth's order and shape, in [0, 1]; ``positions``: the true
+    images' positions in ``dataset`` where the caller knows them."""
+    if dataset is None or len(dataset) == 0 or tuple(dataset.in_shape) != tuple(truth.shape[1:]):
+        return {}
+    pool = candidates(len(dataset), positions)
+    cols = truth_columns(truth, dataset, pool, positions)
+    if all(k is None for k in cols):
+        return {}
+    groups = {"": reconstruction, **{name: images for name, images in baselines.items() if images is not None}}
+    dist = _distances(torch.cat([images.to(truth) for images in groups.values()]), dataset, pool)  # one pass
+    B = truth.shape[0]
+    each = {name: ranks(dist[i * B:(i + 1) * B], cols) for i, name in enumerate(groups)}
+    out: dict = {"identified_each": each[""], "identified_among": int(pool.numel()), "iip": iip(each[""])}
+    for name in baselines:
+        out[f"baseline_{name}_iip"] = iip(each[name]) if name in each else None
+    return out
+
+
+def identified_line(m) -> str | None:
+    """One sentence where a run's reconstruction identifies more of its images than either baseline does (``m``: a
+    metrics.json dict or :class:`~leakattack.metrics.RunMetrics`), else None."""
+    share, among = m.get("iip"), m.get("identified_among")
+    each = [r for r in (m.get("identified_each") or []) if r is not None]
+    if share is None or not each or not among:
+        return None
+    base = [v for v in (m.get("baseline_start_iip"), m.get("baseline_mean_iip")) if v is not None]
+    if share <= max(base, default=0.0):
+        return None
+    found = sum(r == 1 for r in each)
+    return (f"the reconstruction identifies {found} of {len(each)} image{'s' if len(each) != 1 else ''}: its nearest "
+            f"image among {among} of the data set (pixel distance) is the truth, where the baselines' is for "
+            f"{max(base, default=0.0):.0%} (image identifiability, Yin et al. 2021)")
+
+
+__all__ = ["IDENTIFY_SAMPLE", "IDENTIFY_CHUNK", "SAME_PIXELS", "candidates", "truth_columns", "ranks", "iip",
+           "identification", "identified_line"]

@@ -1,0 +1,90 @@
+"""Image identifiability of finished run folders, those written before runs recorded it included.
+
+For each run folder (``metrics.json``, ``config.json``, ``reconstruction.pt``) of a batch drawn from a data set, the
+script reads the data set again, takes the true images at the run's ``image_indices`` and prints, for the
+reconstruction, its start (drawn again from the run's ``--dummy-init`` and init seed; runs of one start only) and
+the data set's mean image, the rank of each truth among the set's images by pixel distance
+(:func:`leakattack.metrics.identification`) and the share of rank 1 (IIP, Yin et al. 2021):
+
+    python scripts/identify_runs.py RUN [RUN ...]
+
+A line per run: folder, PSNR and verdict (from metrics.json), the truths' ranks among N, IIP of the reconstruction,
+of the start and of the mean image.  A folder the script cannot read gets one sentence and exit status 2 at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from leakattack.attacks.gradient_matching import init_dummy
+from leakattack.data import get_dataset
+from leakattack.metrics import identification, in_range, mean_image
+
+
+def identified(folder: Path) -> str:
+    """The line of one run folder; raises ValueError with a sentence where it cannot be read."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        m = json.loads((folder / "metrics.json").read_text())
+        saved = torch.load(folder / "reconstruction.pt", weights_only=True)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{folder}: not a finished run folder ({err})") from None
+    run, derived = config.get("run", {}), config.get("derived", {})
+    positions = derived.get("image_indices")
+    if not positions:
+        raise ValueError(f"{folder}: the run's batch was not drawn from a data set (a protocol's or a file's message)")
+    shape = derived.get("in_shape") or []
+    name = derived.get("dataset") or run.get("dataset")
+    sized = name in ("photos", "imagefolder") and shape
+    dataset = get_dataset(name, root=run.get("data_root"), image_size=shape[-1] if sized else None)
+    truth, _ = dataset.rows(torch.as_tensor(positions))
+    truth = truth.to(torch.float64)
+    recon = in_range(saved["images"].to(truth))[torch.as_tensor(m["match"])]
+    start = None
+    if int(run.get("restarts", 1)) == 1 and "init_seed" in derived:
+        x0 = init_dummy(tuple(truth.shape), run.get("dummy_init", "gaussian"), int(derived["init_seed"]),
+                        dtype=truth.dtype)
+        cost = ((in_range(x0)[:, None] - truth[None]) ** 2).flatten(2).mean(2)  # start image i against truth j
+        start = in_range(x0)[_assignment(cost)]
+    mean, _ = mean_image(dataset, truth)
+    found = identification(recon, {"start": start, "mean": mean}, truth, dataset, positions)
+    if not found:
+        raise ValueError(f"{folder}: data set {name} does not hold the run's true images at its image_indices")
+    psnr = m.get("psnr")
+    share = {k: found.get(k) for k in ("iip", "baseline_start_iip", "baseline_mean_iip")}
+    said = ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in share.items())
+    return (f"{folder}: PSNR {'n/a' if psnr is None else f'{psnr:.2f} dB'}, {m.get('verdict')}; truths' ranks "
+            f"{found['identified_each']} among {found['identified_among']}; {said}")
+
+
+def _assignment(cost: torch.Tensor) -> torch.Tensor:
+    """The start image matched to each true image (Hungarian on MSE, as the run scores its baselines)."""
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(cost.numpy())
+    out = torch.empty(cost.shape[1], dtype=torch.long)
+    out[torch.as_tensor(cols)] = torch.as_tensor(rows)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders")
+    a = ap.parse_args()
+    failed = False
+    for folder in a.runs:
+        try:
+            print(identified(folder), flush=True)
+        except ValueError as err:
+            print(err, file=sys.stderr)
+            failed = True
+    return 2 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
