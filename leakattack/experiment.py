@@ -405,7 +405,8 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     against the truth like the reconstruction (``mean``: it and its description, read before the attack; None
     without a truth).  Without a truth: no verdict.  Where the batch was drawn from a data set, the identifiability
     keys too (:func:`metrics.identification`: the rank of each truth among the set's images by distance to its
-    reconstruction, and the share the reconstruction and each baseline single out).
+    reconstruction, and the share the reconstruction and each baseline single out; by the victim's features,
+    :func:`metrics.feature_identification`).
     """
     case, closed_form = p.case, p.attack.closed_form
     objective = "cosine distance" if getattr(p.attack, "objective", "l2") == "cosine" else "L_R"
@@ -425,10 +426,12 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     start = None if closed_form else scored(result.x0.detach().to(case.x))
     # image identifiability against the data set the batch was drawn from (not a protocol's or a file's message)
     positions = attacked_files(p.cfg, case).get("image_indices")
-    found = {} if positions is None else metrics.identification(
-        metrics.matched(result.x, scores, case.x),
-        {"start": None if start is None else metrics.matched(result.x0, start, case.x), "mean": mean_x},
-        case.x, case.dataset, positions)
+    found: dict = {}
+    if positions is not None:
+        images = (metrics.matched(result.x, scores, case.x),
+                  {"start": None if start is None else metrics.matched(result.x0, start, case.x), "mean": mean_x},
+                  case.x, case.dataset, positions)
+        found = {**metrics.identification(*images), **metrics.feature_identification(case.victim, *images)}
     return {**out, **metrics.judge(scores, {"start": start, "mean": scored(mean_x)}), "baseline_mean_image": what,
             **found}
 

@@ -4,12 +4,15 @@ For each run folder (``metrics.json``, ``config.json``, ``reconstruction.pt``) o
 script reads the data set again, takes the true images at the run's ``image_indices`` and prints, for the
 reconstruction, its start (drawn again from the run's ``--dummy-init`` and init seed; runs of one start only) and
 the data set's mean image, the rank of each truth among the set's images by pixel distance
-(:func:`leakattack.metrics.identification`) and the share of rank 1 (IIP, Yin et al. 2021):
+(:func:`leakattack.metrics.identification`) and the share of rank 1 (IIP, Yin et al. 2021), and the same by the
+victim's own features (:func:`leakattack.metrics.feature_identification`; the victim built again from the run's
+config.json, ``--weights`` read from the path it records, relative to the working directory):
 
     python scripts/identify_runs.py RUN [RUN ...]
 
 A line per run: folder, PSNR and verdict (from metrics.json), the truths' ranks among N, IIP of the reconstruction,
-of the start and of the mean image.  A folder the script cannot read gets one sentence and exit status 2 at the end.
+of the start and of the mean image, then the same by features.  A folder the script cannot read gets one sentence
+and exit status 2 at the end.
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import torch
 
 from leakattack.attacks.gradient_matching import init_dummy
+from leakattack.config import RunConfig
 from leakattack.data import get_dataset
-from leakattack.metrics import identification, in_range, mean_image
+from leakattack.errors import UserError
+from leakattack.experiment import prepare
+from leakattack.metrics import feature_identification, identification, in_range, mean_image
 
 
 def identified(folder: Path) -> str:
@@ -55,11 +62,24 @@ def identified(folder: Path) -> str:
     found = identification(recon, {"start": start, "mean": mean}, truth, dataset, positions)
     if not found:
         raise ValueError(f"{folder}: data set {name} does not hold the run's true images at its image_indices")
+    try:
+        with warnings.catch_warnings():  # the run's own setting warnings, said when it ran
+            warnings.simplefilter("ignore")
+            victim = prepare(RunConfig.from_dict(run)).victim
+    except UserError as err:
+        raise ValueError(f"{folder}: its victim cannot be built again ({err})") from None
+    found.update(feature_identification(victim, recon, {"start": start, "mean": mean}, truth, dataset, positions))
     psnr = m.get("psnr")
-    share = {k: found.get(k) for k in ("iip", "baseline_start_iip", "baseline_mean_iip")}
-    said = ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in share.items())
-    return (f"{folder}: PSNR {'n/a' if psnr is None else f'{psnr:.2f} dB'}, {m.get('verdict')}; truths' ranks "
-            f"{found['identified_each']} among {found['identified_among']}; {said}")
+    lines = [f"{folder}: PSNR {'n/a' if psnr is None else f'{psnr:.2f} dB'}, {m.get('verdict')}"]
+    for suffix, how in (("", "pixels"), ("_features", "features")):
+        if f"identified{suffix}_each" not in found:
+            lines.append(f"{how}: not measured (no linear head)")
+            continue
+        share = {k: found.get(f"{k}{suffix}") for k in ("iip", "baseline_start_iip", "baseline_mean_iip")}
+        said = ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in share.items())
+        lines.append(f"{how}: truths' ranks {found[f'identified{suffix}_each']} among "
+                     f"{found[f'identified{suffix}_among']}; {said}")
+    return "; ".join(lines)
 
 
 def _assignment(cost: torch.Tensor) -> torch.Tensor:

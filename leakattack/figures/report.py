@@ -611,17 +611,22 @@ def _run_verdict(m: RunMetrics) -> str:
 
 
 def _identifiability(m: RunMetrics) -> str:
-    """How many images the reconstruction singles out of its data set, beside the baselines' shares, in one
-    sentence (:mod:`leakattack.metrics.identify`)."""
-    each = [r for r in (m.identified_each or []) if r is not None]
-    found = sum(r == 1 for r in each)
-    base = "; ".join(f"{label}: {v:.0%}" for label, v in (("the attack's start", m.baseline_start_iip),
-                                                         ("the mean image", m.baseline_mean_iip)) if v is not None)
-    return (f"Identifiability (Yin et al. 2021): the truth is the nearest of {_int(m.identified_among)} images of the "
-            f"data set (pixel distance) to the reconstruction for {found} of {len(each)} image"
-            + (f" (the truth's rank: {each[0]})" if len(each) == 1 else
-               f"s (the truths' ranks: {', '.join(map(str, each))})")
-            + (f"; the same share for {base}." if base else "."))
+    """How many images the reconstruction singles out of its data set, by pixel distance and (where recorded) by the
+    victim's features, beside the baselines' shares, in one sentence (:mod:`leakattack.metrics.identify`)."""
+    parts = []
+    for suffix, how in (("", "pixel distance"), ("_features", "the victim's features")):
+        if m.get(f"iip{suffix}") is None:
+            continue
+        each = [r for r in (m.get(f"identified{suffix}_each") or []) if r is not None]
+        found = sum(r == 1 for r in each)
+        base = ", ".join(f"{label} {v:.0%}" for label, v in (("the start", m.get(f"baseline_start_iip{suffix}")),
+                                                            ("the mean image", m.get(f"baseline_mean_iip{suffix}")))
+                         if v is not None)
+        ranked = (f"the truth's rank: {each[0]}" if len(each) == 1 else
+                  f"the truths' ranks: {', '.join(map(str, each))}")
+        parts.append(f"by {how} among {_int(m.get(f'identified{suffix}_among'))} images of the data set, {found} of "
+                     f"{len(each)} ({ranked}" + (f"; baselines: {base})" if base else ")"))
+    return "Identifiability (Yin et al. 2021), images whose nearest image is their truth: " + "; ".join(parts) + "."
 
 
 def _uniqueness(m: RunMetrics) -> str:

@@ -42,7 +42,7 @@ from ..rebuilt import (
 )
 from .base import MetricsError, check_pair
 from .baseline import GREY_LEVEL, MEAN_IMAGE_SAMPLE, mean_image
-from .identify import IDENTIFY_SAMPLE, identification, identified_line
+from .identify import IDENTIFY_SAMPLE, feature_identification, identification, identified_line
 from .image import PSNR_MSE_FLOOR, SSIM_WIN, in_range, mse, psnr, ssim
 from .lpips import (
     ALEXNET_WEIGHTS_FILE,
@@ -175,4 +175,5 @@ __all__ = ["MetricsError", "PSNR_MSE_FLOOR", "SSIM_WIN", "ALEXNET_WEIGHTS_FILE",
            "NOT_REBUILT", "BASELINES", "VERDICT_PSNR_MARGIN_DB",
            "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "mean_image", "MEAN_IMAGE_SAMPLE", "GREY_LEVEL",
            "jacobian", "jacobian_rank", "numerical_rank", "JACOBIAN_MAX_WORK", "JACOBIAN_MAX_UNKNOWNS",
-           "RunMetrics", "METRICS_SCHEMA", "identification", "identified_line", "IDENTIFY_SAMPLE", "matched"]
+           "RunMetrics", "METRICS_SCHEMA", "identification", "feature_identification", "identified_line",
+           "IDENTIFY_SAMPLE", "matched"]

@@ -99,6 +99,13 @@ class RunMetrics:
     iip: float | None = None
     baseline_start_iip: float | None = None
     baseline_mean_iip: float | None = None
+    #: the same by the victim's own features (the inputs of its head, cosine distance) on ``identified_features_among``
+    #: images of the set; written where the run's victim has a linear head
+    identified_features_each: list[int | None] | None = None
+    identified_features_among: int | None = None
+    iip_features: float | None = None
+    baseline_start_iip_features: float | None = None
+    baseline_mean_iip_features: float | None = None
 
     # whether the message determines the input where the run converged
     unique: bool | None
@@ -215,7 +222,9 @@ _KEYS = frozenset(_ORDER)
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
                        "row_space_solve", "closed_forms", "labels_unused", "objective_at", "peak_memory",
                        "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each",
-                       "identified_each", "identified_among", "iip", "baseline_start_iip", "baseline_mean_iip"})
+                       "identified_each", "identified_among", "iip", "baseline_start_iip", "baseline_mean_iip",
+                       "identified_features_each", "identified_features_among", "iip_features",
+                       "baseline_start_iip_features", "baseline_mean_iip_features"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

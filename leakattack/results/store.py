@@ -25,10 +25,11 @@ from .io import atomic_write_bytes, to_jsonable
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
 REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
 #: metrics summarised as mean and std per setting (baseline_*: the better of the attack's start and the data set's
-#: mean image, which a reconstruction must beat to count as rebuilt; iip: the share of images whose nearest image of
-#: the data set is their truth, leakattack.metrics.identify; absent from results stored before they existed)
+#: mean image, which a reconstruction must beat to count as rebuilt; iip, iip_features: the share of images whose
+#: nearest image of the data set is their truth, by pixels and by the victim's features, leakattack.metrics.identify;
+#: absent from results stored before they existed)
 SUMMARY_METRICS = ("psnr", "ssim", "lpips", "mse", "label_acc", "utility_acc", "epsilon", "epsilon_paper",
-                   "utility_epsilon", "utility_epsilon_paper", "baseline_psnr", "baseline_ssim", "iip")
+                   "utility_epsilon", "utility_epsilon_paper", "baseline_psnr", "baseline_ssim", "iip", "iip_features")
 #: summary.csv's columns counting a setting's points not rebuilt by the part that failed (labels, objective, search)
 FAILED_COLUMNS = tuple(f"failed_{part}" for part in FAILED_PARTS)
 #: a point's numbers that the summary, the figures and the report read: each must be a number or null

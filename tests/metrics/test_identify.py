@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
+import targets
 from leakattack import cli
 from leakattack.attacks import Attack, AttackResult, register_attack
 from leakattack.data import get_dataset
 from leakattack.metrics import assess, identification, identified_line
-from leakattack.metrics.identify import IDENTIFY_SAMPLE, candidates
+from leakattack.metrics.identify import IDENTIFY_SAMPLE, candidates, feature_identification, features
 from leakattack.results import summarize
 
 
@@ -69,10 +70,18 @@ def test_the_note_names_a_reconstruction_that_identifies_more_images_than_the_ba
     m = {"iip": 0.5, "identified_each": [1, 7], "identified_among": 50, "baseline_start_iip": 0.0,
          "baseline_mean_iip": 0.0}
     line = identified_line(m)
-    assert line is not None and "1 of 2 images" in line and "among 50" in line
+    assert line is not None and ("by pixel distance, the truth is its nearest of 50 images of the data set for 1 of "
+                                 "2, where the baselines' best is 0%") in line
+    assert "features" not in line
     assert identified_line({**m, "baseline_mean_iip": 0.5}) is None  # no more than the mean image does
     assert identified_line({**m, "iip": 0.0, "identified_each": [3, 7]}) is None
     assert identified_line({}) is None  # a run written before the keys existed
+    by_features = {**m, "iip": 0.0, "identified_each": [3, 7], "iip_features": 1.0, "identified_features_each": [1, 1],
+                   "identified_features_among": 50, "baseline_start_iip_features": 0.5}
+    line = identified_line(by_features)
+    assert line is not None and ("by the victim's features, the truth is its nearest of 50 images of the data set "
+                                 "for 2 of 2, where the baselines' best is 50%") in line
+    assert "pixel" not in line
 
 
 def test_a_run_records_identifiability_and_its_report_states_it(tmp_path, capsys):
@@ -84,8 +93,9 @@ def test_a_run_records_identifiability_and_its_report_states_it(tmp_path, capsys
     assert {"iip", "baseline_start_iip", "baseline_mean_iip"} <= m.keys()
     assert cli.main(["report", str(out), "--out", str(tmp_path / "report.html")]) == 0
     text = (tmp_path / "report.html").read_text()
-    assert "Identifiability (Yin et al. 2021)" in text
+    assert "Identifiability (Yin et al. 2021)" in text and "by the victim&#x27;s features among 50 images" in text
     assert f"the truth&#x27;s rank: {m['identified_each'][0]}" in text
+    assert m["identified_features_among"] == 50 and {"iip_features", "baseline_mean_iip_features"} <= m.keys()
 
 
 class Noisy(Attack):
@@ -114,10 +124,11 @@ def test_a_run_not_rebuilt_that_singles_its_photo_out_says_so(fresh_registries, 
     assert m["verdict"] == "not rebuilt" and 8.5 < m["psnr"] < 9.8 < m["baseline_psnr"]  # 9.18 dB against 10.54
     assert m["identified_each"] == [1] and m["iip"] == 1.0 and m["baseline_mean_iip"] == 0.0
     err = capsys.readouterr().err
-    assert "note: the reconstruction identifies 1 of 1 image: its nearest image among 50 of the data set" in err
+    assert ("note: the reconstruction identifies images: by pixel distance, the truth is its nearest of 50 images of "
+            "the data set for 1 of 1") in err
     assert cli.main(["report", str(out), "--out", str(tmp_path / "report.html")]) == 0
     text = (tmp_path / "report.html").read_text()
-    assert "The reconstruction identifies 1 of 1 image" in text  # the headline of a run not rebuilt
+    assert "The reconstruction identifies images: by pixel distance, the truth is its nearest" in text  # headline
 
 
 def test_a_sweeps_summary_averages_iip_over_a_settings_points():
@@ -129,3 +140,21 @@ def test_a_sweeps_summary_averages_iip_over_a_settings_points():
     rows = summarize([point(0, 1.0), point(1, 0.0), point(2, 1.0)])
     assert len(rows) == 1 and rows[0]["iip_mean"] == pytest.approx(2 / 3) and rows[0]["n"] == 3
     assert "iip_mean" not in summarize([{**point(0, 1.0), "metrics": {"psnr": 12.0, "d": 10, "b": 5}}])[0]
+
+
+def test_the_feature_score_ranks_by_the_victims_head_inputs_and_leaves_the_model_as_it_was():
+    photos = get_dataset("photos")
+    victim = targets.get_model("resnet20", num_classes=10, in_shape=photos.in_shape, seed=0)
+    victim.model.train()
+    before = {k: v.clone() for k, v in victim.model.state_dict().items()}
+    x = photos.images[[2, 4]].clone()
+    found = feature_identification(victim, x.clone(), {"start": None, "mean": None}, x, photos, [2, 4])
+    assert found["identified_features_each"] == [1, 1] and found["iip_features"] == 1.0
+    assert found["identified_features_among"] == 50 and found["baseline_start_iip_features"] is None
+    assert victim.model.training  # its mode given back, its running statistics untouched
+    assert all(torch.equal(before[k], v) for k, v in victim.model.state_dict().items())
+    feats = features(victim, x)
+    assert feats is not None and feats.shape == (2, victim.head.in_features)
+    headless = targets.get_model("linreg", num_classes=1, in_shape=photos.in_shape, seed=0)
+    assert headless.head is None  # a regression has no classifier head to read features at
+    assert feature_identification(headless, x, {}, x, photos, [2, 4]) == {} and features(headless, x) is None
