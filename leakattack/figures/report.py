@@ -516,6 +516,10 @@ def _per_image(m: RunMetrics) -> str:
     nearer = m.nearer_each or [None] * n
     record = m.to_dict()
     bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
+    # the rank of each truth among the data set's images by distance to its reconstruction (image identifiability)
+    heads = [(f"rank of its truth among {_int(m.get(f'identified{k}_among'))} by {how}", m.get(f"identified{k}_each"))
+             for k, how in (("", "pixels"), ("_features", "features")) if m.get(f"identified{k}_each")]
+    ranks = [each_rank for _, each_rank in heads]
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
         given = f"<td>{_e(found[order[i]])}</td>" if found is not None and label is not None else ""
@@ -525,8 +529,9 @@ def _per_image(m: RunMetrics) -> str:
                     if bp_each and bs_each else NOT_RECORDED)
             shows = f" (shows image {nearer[i]})" if _shows_another(record, i, nearer[i]) else ""
             own = f"<td>{base}</td><td>{_e(each[i] + shows)}</td>"
+        ranked = "".join(f"<td>{_e(_rank(r, i))}</td>" for r in ranks)
         rows.append(f"<tr><td class=key>{i}</td><td>{_e(label if label is not None else '–')}</td>{given}"
-                    f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}</tr>")
+                    f"<td>{_score(p, 2, scored)}</td><td>{_score(s, 4, scored)}</td>{own}{ranked}</tr>")
     more = (f'<p class="note">{len(psnr) - MAX_IMAGE_ROWS} more images not listed; mean PSNR '
             f'{_num(m.psnr, 2)} dB.</p>' if len(psnr) > MAX_IMAGE_ROWS else "")
     acc, matched = m.label_acc, m.label_acc_matched
@@ -539,8 +544,15 @@ def _per_image(m: RunMetrics) -> str:
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
             "<th>true label</th>" + ("<th>attack's label</th>" if found is not None and truth else "")
             + "<th>PSNR (dB)</th><th>SSIM</th>"
-            + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "") + "</tr>"
+            + ("<th>better baseline: PSNR / SSIM</th><th>verdict on its own</th>" if each else "")
+            + "".join(f"<th>{_e(head)}</th>" for head, _ in heads) + "</tr>"
             + "".join(rows) + "</table></div>" + more + lab)
+
+
+def _rank(ranks: list, i: int) -> str:
+    """Image ``i``'s rank from an identifiability list (``1 (nearest)``), or "–" where it was not measured."""
+    r = ranks[i] if i < len(ranks) else None
+    return "–" if r is None else f"{r} (nearest)" if r == 1 else str(r)
 
 
 def _shows_another(record: dict, i: int, j: int | None) -> bool:

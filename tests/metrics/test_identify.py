@@ -96,6 +96,7 @@ def test_a_run_records_identifiability_and_its_report_states_it(tmp_path, capsys
     assert "Identifiability (Yin et al. 2021)" in text and "by the victim&#x27;s features among 50 images" in text
     assert f"the truth&#x27;s rank: {m['identified_each'][0]}" in text
     assert m["identified_features_among"] == 50 and {"iip_features", "baseline_mean_iip_features"} <= m.keys()
+    assert "<th>rank of its truth among 50 by pixels</th><th>rank of its truth among 50 by features</th>" in text
 
 
 class Noisy(Attack):
