@@ -60,7 +60,8 @@ GRID_COLUMNS = 9
 #: the x axes of the phase transition: b/m comes from them, so they never tell series apart there
 SIZE_KEYS = ("sketch_dim", "sketch_ratio")
 #: a metric -> the stored key of its baseline (the better of the start and the mean image), drawn dashed beside it
-BASELINE_OF = {"psnr": "baseline_psnr", "ssim": "baseline_ssim"}
+BASELINE_OF = {"psnr": "baseline_psnr", "ssim": "baseline_ssim", "iip": "baseline_iip",
+               "iip_features": "baseline_iip_features"}
 #: the legend entry of the dashed baselines
 BASELINE_LABEL = "baseline: better of start and mean image"
 #: the SSIM drawn dotted in metrics_vs_strength: the border docs/sweeps.md reads off the reference defense sweep
@@ -71,7 +72,8 @@ SSIM_BORDER = 0.3
 #: stops at 200 dB (:func:`leakattack.metrics.image.psnr` clamps the MSE at 1e-20)
 METRIC_RANGE = {"psnr": (None, 200.0), "ssim": (-1.0, 1.0), "lpips": (0.0, None), "label_acc": (0.0, 1.0),
                 "utility_acc": (0.0, 1.0), "epsilon": (0.0, None), "baseline_psnr": (None, 200.0),
-                "baseline_ssim": (-1.0, 1.0)}
+                "baseline_ssim": (-1.0, 1.0), "iip": (0.0, 1.0), "iip_features": (0.0, 1.0), "baseline_iip": (0.0, 1.0),
+                "baseline_iip_features": (0.0, 1.0)}
 
 
 def _within(mean: float, std: float, metric: str | None) -> tuple[float, float]:
@@ -508,8 +510,8 @@ def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width:
 
 
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
-    """PSNR, SSIM (and utility accuracy, epsilon when present) against defense strength, one line per series, std
-    bars."""
+    """PSNR, SSIM (and image identifiability by pixels and by the victim's features, utility accuracy, epsilon when
+    present) against defense strength, one line per series, std bars."""
     values = [r["grid"].get(strength) for r in records]
     categories = None  # a strength that is not a number (a defense's name, a flag) is drawn at ticks in grid order
     if any(_axis(v) is None for v in values if v is not None):
@@ -517,8 +519,8 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         x_of = lambda r: float(categories.index(json.dumps(r["grid"].get(strength))))  # noqa: E731
     else:
         x_of = lambda r: _axis(r["grid"].get(strength))  # noqa: E731
-    fig, axes, names, keys, labels, width = _metric_panels(records, strength,
-                                                           ("psnr", "ssim", "utility_acc", "epsilon"), 3.6, 3.4)
+    fig, axes, names, keys, labels, width = _metric_panels(
+        records, strength, ("psnr", "ssim", "iip", "iip_features", "utility_acc", "epsilon"), 3.6, 3.4)
     baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
@@ -540,7 +542,10 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         # Laplace noise's ε is the Laplace mechanism's pure one (delta = 0), not the accountant's
         pure = name == "epsilon" and any(r["metrics"].get("delta") == 0 and r["metrics"].get("epsilon") is not None
                                          for r in records)
+        if name.startswith("iip"):
+            ax.set_ylim(-0.05, 1.05)
         ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy",
+                       "iip": "identified (IIP, pixels)", "iip_features": "identified (IIP, victim's features)",
                        "epsilon": "ε (RDP; pure for Laplace)" if pure else "ε (RDP)"}[name])
         ax.grid(True, alpha=0.3)
     if baselines:

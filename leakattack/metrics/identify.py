@@ -114,7 +114,8 @@ def identification(reconstruction: torch.Tensor, baselines: dict[str, torch.Tens
                    dataset, positions: list[int] | None = None) -> dict:
     """metrics.json's identifiability keys: ``identified_each`` (the rank of each true image among the candidates by
     distance to its matched reconstruction, in the truth's order), ``identified_among`` (how many images of the set
-    were compared), ``iip`` and ``baseline_<name>_iip`` for each baseline's images (already matched to the truth);
+    were compared), ``iip`` and ``baseline_<name>_iip`` for each baseline's images (already matched to the truth),
+    ``baseline_iip`` the higher of those;
     ``{}`` where the set holds none of the true images (a message file, a protocol's client data, another set).
 
     ``reconstruction`` and the baselines are in the truth's order and shape, in [0, 1]; ``positions``: the true
@@ -132,7 +133,15 @@ def identification(reconstruction: torch.Tensor, baselines: dict[str, torch.Tens
     out: dict = {"identified_each": each[""], "identified_among": int(pool.numel()), "iip": iip(each[""])}
     for name in baselines:
         out[f"baseline_{name}_iip"] = iip(each[name]) if name in each else None
+    out["baseline_iip"] = _better(out, baselines, "")
     return out
+
+
+def _better(out: dict, baselines: dict, suffix: str) -> float | None:
+    """The higher of the baselines' shares (``baseline_<name>_iip<suffix>``), None where none was measured."""
+    shares = [out[f"baseline_{name}_iip{suffix}"] for name in baselines
+              if out.get(f"baseline_{name}_iip{suffix}") is not None]
+    return max(shares, default=None)
 
 
 def features(victim, images: torch.Tensor) -> torch.Tensor | None:
@@ -161,9 +170,9 @@ def features(victim, images: torch.Tensor) -> torch.Tensor | None:
 def feature_identification(victim, reconstruction: torch.Tensor, baselines: dict[str, torch.Tensor | None],
                            truth: torch.Tensor, dataset, positions: list[int]) -> dict:
     """The identifiability keys of the victim's own features (:func:`features`; cosine distance):
-    ``identified_features_each``, ``identified_features_among``, ``iip_features`` and
-    ``baseline_<name>_iip_features``; ``{}`` where the victim has no linear head or the set does not hold the
-    truths at ``positions``."""
+    ``identified_features_each``, ``identified_features_among``, ``iip_features``,
+    ``baseline_<name>_iip_features`` and ``baseline_iip_features``; ``{}`` where the victim has no linear head or
+    the set does not hold the truths at ``positions``."""
     if dataset is None or len(dataset) == 0 or tuple(dataset.in_shape) != tuple(truth.shape[1:]) \
             or getattr(victim, "head", None) is None:
         return {}
@@ -185,6 +194,7 @@ def feature_identification(victim, reconstruction: torch.Tensor, baselines: dict
                  "iip_features": iip(each[""])}
     for name in baselines:
         out[f"baseline_{name}_iip_features"] = iip(each[name]) if name in each else None
+    out["baseline_iip_features"] = _better(out, baselines, "_features")
     return out
 
 
@@ -196,8 +206,8 @@ def identified_line(m) -> str | None:
     for suffix, how in (("", "pixel distance"), ("_features", "the victim's features")):
         share, among = m.get(f"iip{suffix}"), m.get(f"identified{suffix}_among")
         each = [r for r in (m.get(f"identified{suffix}_each") or []) if r is not None]
-        base = max((v for v in (m.get(f"baseline_start_iip{suffix}"), m.get(f"baseline_mean_iip{suffix}"))
-                    if v is not None), default=0.0)
+        base = max((v for v in (m.get(f"baseline_start_iip{suffix}"), m.get(f"baseline_mean_iip{suffix}"),
+                                m.get(f"baseline_iip{suffix}")) if v is not None), default=0.0)
         if share is not None and each and among and share > base:
             found = sum(r == 1 for r in each)
             said.append(f"by {how}, the truth is its nearest of {among} images of the data set for {found} of "

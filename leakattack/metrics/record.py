@@ -99,6 +99,7 @@ class RunMetrics:
     iip: float | None = None
     baseline_start_iip: float | None = None
     baseline_mean_iip: float | None = None
+    baseline_iip: float | None = None  #: the higher of the baselines' shares
     #: the same by the victim's own features (the inputs of its head, cosine distance) on ``identified_features_among``
     #: images of the set; written where the run's victim has a linear head
     identified_features_each: list[int | None] | None = None
@@ -106,6 +107,7 @@ class RunMetrics:
     iip_features: float | None = None
     baseline_start_iip_features: float | None = None
     baseline_mean_iip_features: float | None = None
+    baseline_iip_features: float | None = None
 
     # whether the message determines the input where the run converged
     unique: bool | None
@@ -223,8 +225,8 @@ _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_
                        "row_space_solve", "closed_forms", "labels_unused", "objective_at", "peak_memory",
                        "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each",
                        "identified_each", "identified_among", "iip", "baseline_start_iip", "baseline_mean_iip",
-                       "identified_features_each", "identified_features_among", "iip_features",
-                       "baseline_start_iip_features", "baseline_mean_iip_features"})
+                       "baseline_iip", "identified_features_each", "identified_features_among", "iip_features",
+                       "baseline_start_iip_features", "baseline_mean_iip_features", "baseline_iip_features"})
 #: the keys every run of this schema writes
 _REQUIRED = _KEYS - _OPTIONAL
 

@@ -173,3 +173,27 @@ def test_a_legend_with_the_reference_lines_covers_no_panel_and_no_tick_label(tmp
             assert not box.overlaps(ax.get_window_extent(r))
             labels = ax.get_yticklabels() + ax.get_xticklabels()
             assert not any(t.get_text() and box.overlaps(t.get_window_extent(r)) for t in labels)
+
+
+def test_the_identifiability_panels_draw_the_share_identified_beside_the_baselines(tmp_path, drawn):
+    """Points that record image identifiability (by pixels and by the victim's features) get a panel of each share
+    against the defense's strength, on [0, 1], with the better baseline's share dashed; points without it, none."""
+    def rec(i, sigma, share):
+        return {"key": f"k{i}", "index": i, "grid": {"sigma": sigma}, "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": 10.0, "ssim": 0.1, "d": 10, "b": 5, "verdict": "not rebuilt", "iip": share,
+                            "baseline_iip": 0.0, "iip_features": 1.0, "baseline_iip_features": 0.0}}
+
+    sweep_module.metrics_vs_strength(tmp_path, [rec(0, 0.01, 1.0), rec(1, 0.1, 0.0)], "sigma")
+    axes = {ax.get_ylabel(): ax for ax in drawn["metrics_vs_strength"].axes}
+    pixels, feats = axes["identified (IIP, pixels)"], axes["identified (IIP, victim's features)"]
+    assert pixels.get_ylim() == pytest.approx((-0.05, 1.05))
+    drawn_y = [list(line.get_ydata()) for line in pixels.get_lines() if line.get_linestyle() == "-"]
+    assert [1.0, 0.0] in drawn_y and [0.0, 0.0] in [list(ln.get_ydata()) for ln in pixels.get_lines()
+                                                    if ln.get_linestyle() == "--"]
+    assert [1.0, 1.0] in [list(ln.get_ydata()) for ln in feats.get_lines() if ln.get_linestyle() == "-"]
+    for fig in drawn.values():
+        plt.close(fig)
+    drawn.clear()
+    plain = [{**rec(0, 0.01, 1.0), "metrics": {"psnr": 10.0, "ssim": 0.1, "d": 10, "b": 5}}]
+    sweep_module.metrics_vs_strength(tmp_path, plain, "sigma")
+    assert not any(ax.get_ylabel().startswith("identified") for ax in drawn["metrics_vs_strength"].axes)
