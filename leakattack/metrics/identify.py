@@ -146,8 +146,8 @@ def _better(out: dict, baselines: dict, suffix: str) -> float | None:
 
 def features(victim, images: torch.Tensor) -> torch.Tensor | None:
     """The victim's features of ``images`` (B, C, H, W): the inputs of its head, flattened, from a forward pass in
-    eval mode without gradients (BatchNorm reads its running statistics and changes nothing; the model's mode is given
-    back); None for a victim without a linear head."""
+    eval mode without gradients (BatchNorm reads its running statistics and changes nothing; each module's mode is
+    given back); None for a victim without a linear head."""
     head = getattr(victim, "head", None)
     if head is None:
         return None
@@ -155,7 +155,7 @@ def features(victim, images: torch.Tensor) -> torch.Tensor | None:
     param = next(model.parameters())
     seen: list[torch.Tensor] = []
     hook = head.register_forward_hook(lambda module, args, output: seen.append(args[0].detach().flatten(1)))
-    was = model.training
+    modes = [(module, module.training) for module in model.modules()]  # a victim may mix modes (--bn eval)
     try:
         model.eval()
         with torch.no_grad():
@@ -163,7 +163,8 @@ def features(victim, images: torch.Tensor) -> torch.Tensor | None:
                 model(images[start:start + FEATURE_CHUNK].to(device=param.device, dtype=param.dtype))
     finally:
         hook.remove()
-        model.train(was)
+        for module, mode in modes:
+            module.training = mode
     return torch.cat(seen).to(torch.float64) if seen else None
 
 

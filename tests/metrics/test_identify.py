@@ -147,12 +147,15 @@ def test_the_feature_score_ranks_by_the_victims_head_inputs_and_leaves_the_model
     photos = get_dataset("photos")
     victim = targets.get_model("resnet20", num_classes=10, in_shape=photos.in_shape, seed=0)
     victim.model.train()
+    bn = [m for m in victim.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    bn[0].eval()  # modes mixed as --bn eval leaves them: each is given back as it was
+    modes = [m.training for m in victim.model.modules()]
     before = {k: v.clone() for k, v in victim.model.state_dict().items()}
     x = photos.images[[2, 4]].clone()
     found = feature_identification(victim, x.clone(), {"start": None, "mean": None}, x, photos, [2, 4])
     assert found["identified_features_each"] == [1, 1] and found["iip_features"] == 1.0
     assert found["identified_features_among"] == 50 and found["baseline_start_iip_features"] is None
-    assert victim.model.training  # its mode given back, its running statistics untouched
+    assert [m.training for m in victim.model.modules()] == modes  # the modes given back, the statistics untouched
     assert all(torch.equal(before[k], v) for k, v in victim.model.state_dict().items())
     feats = features(victim, x)
     assert feats is not None and feats.shape == (2, victim.head.in_features)
