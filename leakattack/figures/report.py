@@ -120,10 +120,12 @@ RUN_NUMBER_LISTS = tuple(k for k, t in _TYPES.items() if t == "list[float | None
 METRIC_NAMES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE", "label_acc": "label acc.",
                 "utility_acc": "test acc. (utility)", "epsilon": "ε", "epsilon_paper": "ε (paper)",
                 "utility_epsilon": "ε of the training (utility)", "utility_epsilon_paper": "ε of the training (paper)",
-                "baseline_psnr": "baseline PSNR (dB)", "baseline_ssim": "baseline SSIM", "lpips": "LPIPS"}
+                "baseline_psnr": "baseline PSNR (dB)", "baseline_ssim": "baseline SSIM", "lpips": "LPIPS",
+                "iip": "identified (IIP, pixels)", "iip_features": "identified (IIP, features)"}
 #: summary.csv metrics, by stem: (digits, format) of their means
 METRIC_FORMAT = {"psnr": (2, "f"), "ssim": (4, "f"), "label_acc": (3, "f"), "utility_acc": (3, "f"),
-                 "baseline_psnr": (2, "f"), "baseline_ssim": (4, "f"), "lpips": (4, "f")}
+                 "baseline_psnr": (2, "f"), "baseline_ssim": (4, "f"), "lpips": (4, "f"), "iip": (2, "f"),
+                 "iip_features": (2, "f")}
 #: the label modes of the threat model, in words
 LABELS = {"given": "labels given to the attacker",
           "idlg": "labels read from the message (the count and sign rules, docs/attacks/labels.md)",
@@ -749,10 +751,21 @@ def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
     if k == 0:
         return "not rebuilt" + tag, "failed" if not counts or not counts[0] else "mixed", (
             f"Not rebuilt at any of the {j} judged points at this budget ({FAILURE_NOTE}){images}."
-            f"{unfinished}{_failed_parts(records)}")
+            f"{unfinished}{_failed_parts(records)}{_identified_points(records)}")
     return f"rebuilt at {k}/{j}{tag}", "mixed", (
         f"Rebuilt at {k} of {j} judged points; not rebuilt at {j - k} at this budget "
-        f"({FAILURE_NOTE}){images}.{unfinished}{_failed_parts(records)}")
+        f"({FAILURE_NOTE}){images}.{unfinished}{_failed_parts(records)}{_identified_points(records)}")
+
+
+def _identified_points(records: list[dict]) -> str:
+    """How many points that were not rebuilt still identify more images than their baselines, by pixels or by the
+    victim's features (:func:`identified_line`); empty where none does."""
+    failed = [r["metrics"] for r in records if r["metrics"].get("verdict") == NOT_REBUILT]
+    n = sum(identified_line(m) is not None for m in failed)
+    if not n:
+        return ""
+    return (f" {n} of the {len(failed)} not rebuilt still single out images: their truth is the reconstruction's "
+            "nearest image of the data set, by pixels or by the victim's features, more often than the baselines'.")
 
 
 def _failed_parts(records: list[dict]) -> str:

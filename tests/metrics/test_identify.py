@@ -3,6 +3,7 @@ its reconstruction, the share of rank 1 (IIP) beside the baselines', in assess, 
 its report."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,3 +163,11 @@ def test_the_feature_score_ranks_by_the_victims_head_inputs_and_leaves_the_model
     headless = targets.get_model("linreg", num_classes=1, in_shape=photos.in_shape, seed=0)
     assert headless.head is None  # a regression has no classifier head to read features at
     assert feature_identification(headless, x, {}, x, photos, [2, 4]) == {} and features(headless, x) is None
+
+
+def test_the_reports_sweep_table_names_the_identified_shares(tmp_path):
+    sweep = Path(__file__).parents[2] / "results" / "sweeps" / "defense_sweep"  # the reference, which records them
+    assert cli.main(["report", str(sweep), "--out", str(tmp_path / "r.html")]) == 0
+    text = (tmp_path / "r.html").read_text()
+    assert "identified (IIP, pixels)" in text and "identified (IIP, features)" in text
+    assert "8 of the 13 not rebuilt still single out images" in text  # one at sigma 1e-2, five at 3e-2, two at 0.1
