@@ -10,7 +10,8 @@ a metrics.json are kept.  Prints one markdown row per setting: PSNR and SSIM
 mean ± standard deviation over the images, the runs' baseline PSNR (metrics.json's
 ``baseline_psnr``, the better of the start and the data set's mean image), the
 verdicts, which part of the runs not rebuilt failed (their labels, their objective or their
-search: :func:`leakattack.metrics.failed_kind`) and the minutes per run.
+search: :func:`leakattack.metrics.failed_kind`), how many photos the reconstructions single out of the set by
+pixels / by the victim's features (image identifiability, docs/runs.md) and the minutes per run.
 
     python scripts/bn_prior_table.py --out DIR [--iterations N] [--images 3] [--jobs 2] [--prior-weight W] [--rows RE]
 
@@ -56,6 +57,20 @@ def run(folder: Path, image: int, iterations: int | None, threads: str, extra: l
                         "--no-lpips", "--quiet", "--out", str(folder), *extra],
                        check=True, stdout=subprocess.DEVNULL)
     return json.loads((folder / "metrics.json").read_text())
+
+
+def identified(ms: list[dict]) -> str:
+    """How many photos the reconstructions single out of the set (their truth the nearest image, IIP), by pixels /
+    by the victim's features (:mod:`leakattack.metrics.identify`), beside the baselines' best; ``-`` where the runs
+    did not record it."""
+    def count(suffix: str) -> str:
+        shares = [m.get(f"iip{suffix}") for m in ms]
+        if any(v is None for v in shares):
+            return "-"
+        base = max((m.get(f"baseline_iip{suffix}") or 0.0) for m in ms)
+        return f"{sum(v == 1.0 for v in shares)} of {len(ms)} (baselines {base:.0%})"
+
+    return f"{count('')} / {count('_features')}"
 
 
 def failed_parts(ms: list[dict]) -> str:
@@ -109,15 +124,16 @@ def main() -> int:
 
     with ThreadPoolExecutor(a.jobs) as pool:
         results = dict(pool.map(one, jobs))
-    print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | failed | min per run |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | failed | identified | "
+          "min per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, state, pr, sk, _ in rows:
         ms = [results[(label, i)] for i in range(a.images)]
         verdicts = ", ".join(sorted({m["verdict"] for m in ms}))
         shown = f"bn:{a.prior_weight}" if pr == "bn" and a.prior_weight else pr
         print(f"| {state} | {shown} | {sk} | {pm([m['psnr'] for m in ms], '.1f')} "
               f"| {pm([m['ssim'] for m in ms], '.3f')} | {pm([m['baseline_psnr'] for m in ms], '.1f')} | {verdicts} | "
-              f"{failed_parts(ms)} | {statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
+              f"{failed_parts(ms)} | {identified(ms)} | {statistics.mean(m['wall_s'] for m in ms) / 60:.1f} |")
     if a.figure:
         figure(out, rows, a.images, results, Path(a.figure))
     return 0
