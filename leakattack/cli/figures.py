@@ -27,7 +27,8 @@ FAILURE_NOT_PRIVACY = "a point not rebuilt is a failure of the attack at its bud
 
 def verdicts_text(res: dict) -> list[str]:
     """``R of N points rebuilt`` (the points with a verdict; results stored before verdicts existed say nothing),
-    and, where any was not rebuilt, that this is the attack's failure, not evidence of privacy."""
+    and, where any was not rebuilt, that this is the attack's failure, not evidence of privacy; then how many of
+    those still single out images, where any does (docs/runs.md, image identifiability)."""
     judged, rebuilt = res.get("judged", 0), res.get("rebuilt", 0)
     if not judged:
         return []
@@ -37,7 +38,11 @@ def verdicts_text(res: dict) -> list[str]:
         text += f" ({images})"
     if judged < res.get("points", judged):
         text += f" ({res['points'] - judged} stored without a verdict)"
-    return [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]
+    out = [text + (f": {FAILURE_NOT_PRIVACY}" if rebuilt < judged else "")]
+    if res.get("identified"):  # points not rebuilt whose reconstruction still singles out images
+        out.append(f"{res['identified']} of the {judged - rebuilt} not rebuilt still single out images "
+                   "(image identifiability)")
+    return out
 
 
 def cmd_figures(a) -> int:

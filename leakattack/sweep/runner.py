@@ -33,10 +33,10 @@ import torch
 from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError, listed
-from ..metrics import lpips_missing
+from ..metrics import identified_line, lpips_missing
 from ..plugins import import_modules, load_plugins, provenance, used_outside
 from ..progress import progress_bar
-from ..rebuilt import REBUILT, batch_images
+from ..rebuilt import NOT_REBUILT, REBUILT, batch_images
 from ..results import (
     append_line,
     checked_points,
@@ -245,7 +245,8 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
 
     ``notes``: what the figures leave out (e.g. series beyond the reconstruction grid's blocks); ``judged`` and
     ``rebuilt``: how many of the points have a verdict, and how many of those were rebuilt; ``images``: of batches
-    with per-image verdicts, (images rebuilt on their own, images), or None (:func:`leakattack.rebuilt.batch_images`).
+    with per-image verdicts, (images rebuilt on their own, images), or None (:func:`leakattack.rebuilt.batch_images`);
+    ``identified``: how many points not rebuilt still single out images (:func:`leakattack.metrics.identified_line`).
     """
     records = checked_points(out, load_records(out, plan, key_of=point_key))
     rows = summarize(records)
@@ -255,5 +256,9 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     # them only then), so drawing cut short leaves the earlier summary, which no longer matches
     write_csv(out / "summary.csv", rows)
     verdicts = [v for r in records if (v := r["metrics"].get("verdict")) is not None]
+    # the points not rebuilt whose reconstruction still singles out more images than their baselines do
+    identified = sum(r["metrics"].get("verdict") == NOT_REBUILT and identified_line(r["metrics"]) is not None
+                     for r in records)
     return {"points": len(records), "rows": rows, "figures": paths, "notes": notes, "judged": len(verdicts),
-            "rebuilt": verdicts.count(REBUILT), "images": batch_images(r["metrics"] for r in records)}
+            "rebuilt": verdicts.count(REBUILT), "images": batch_images(r["metrics"] for r in records),
+            "identified": identified}

@@ -3,6 +3,7 @@ its reconstruction, the share of rank 1 (IIP) beside the baselines', in assess, 
 its report."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,14 @@ def test_the_reports_sweep_table_names_the_identified_shares(tmp_path):
     text = (tmp_path / "r.html").read_text()
     assert "identified (IIP, pixels)" in text and "identified (IIP, features)" in text
     assert "8 of the 13 not rebuilt still single out images" in text  # one at sigma 1e-2, five at 3e-2, two at 0.1
+
+
+def test_the_sweep_line_counts_the_points_not_rebuilt_that_still_single_out_images(tmp_path, capsys):
+    sweep = Path(__file__).parents[2] / "results" / "sweeps" / "defense_sweep"
+    copy = tmp_path / "defense_sweep"
+    shutil.copytree(sweep, copy)
+    assert cli.main(["figures", str(copy)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.endswith("29 of 42 points rebuilt: a point not rebuilt is a failure of the attack at its budget, not "
+                         "evidence of privacy | 8 of the 13 not rebuilt still single out images "
+                         "(image identifiability)")
