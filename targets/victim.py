@@ -688,6 +688,18 @@ class Victim:
 
     __call__ = forward
 
+    def head_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the model's output on ``x``, the inputs of its head, one row per example) from one forward pass in the
+        model's current mode and grad mode; the head must exist (``self.head`` is not None)."""
+        assert self.head is not None, "head_inputs needs a victim with a linear head"
+        seen: list[torch.Tensor] = []
+        handle = self.head.register_forward_hook(lambda module, args, output: seen.append(args[0].detach()))
+        try:
+            out = self.model(x)
+        finally:
+            handle.remove()
+        return out, seen[0].reshape(x.shape[0], -1)
+
 
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
            "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",

@@ -535,14 +535,9 @@ class Analytic(Attack):
             return labels
         if obs.batch_size == 1:
             return block_of(block)[:, -1].argmin().reshape(1).to(labels) if exact else labels
-        seen = []
-        handle = head.register_forward_hook(lambda m, inp, out: seen.append(inp[0].detach()))
-        try:
-            with torch.no_grad():
-                obs.victim.model(x.to(obs.victim.dtype))
-        finally:
-            handle.remove()
-        A = torch.cat([seen[0].reshape(x.shape[0], -1), torch.ones_like(seen[0][:, :1])], 1).T
+        with torch.no_grad():
+            _, feats = obs.victim.head_inputs(x.to(obs.victim.dtype))
+        A = torch.cat([feats, torch.ones_like(feats[:, :1])], 1).T
         delta = block_of(block).to(A.dtype) @ torch.linalg.pinv(A.T)
         per_example = delta.argmin(0).to(labels.device)
         return per_example if sorted(per_example.tolist()) == sorted(labels.tolist()) else labels

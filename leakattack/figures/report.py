@@ -47,6 +47,7 @@ from ..metrics import (
     failed_part,
     identified_line,
 )
+from ..metrics.identify import SCORES
 from ..rebuilt import (
     FAINT_SSIM,
     ahead_words,
@@ -520,7 +521,7 @@ def _per_image(m: RunMetrics) -> str:
     bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
     # the rank of each truth among the data set's images by distance to its reconstruction (image identifiability)
     heads = [(f"rank of its truth among {_int(m.get(f'identified{k}_among'))} by {how}", m.get(f"identified{k}_each"))
-             for k, how in (("", "pixels"), ("_features", "features")) if m.get(f"identified{k}_each")]
+             for k, _, how in SCORES if m.get(f"identified{k}_each")]
     ranks = [each_rank for _, each_rank in heads]
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
@@ -628,7 +629,7 @@ def _identifiability(m: RunMetrics) -> str:
     """How many images the reconstruction singles out of its data set, by pixel distance and (where recorded) by the
     victim's features, beside the baselines' shares, in one sentence (:mod:`leakattack.metrics.identify`)."""
     parts = []
-    for suffix, how in (("", "pixel distance"), ("_features", "the victim's features")):
+    for suffix, how, _ in SCORES:
         if m.get(f"iip{suffix}") is None:
             continue
         each = [r for r in (m.get(f"identified{suffix}_each") or []) if r is not None]

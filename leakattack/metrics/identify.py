@@ -31,13 +31,15 @@ IDENTIFY_SAMPLE = 1024
 #: images of the set compared in one batch (a 224 px image holds 150,528 numbers)
 IDENTIFY_CHUNK = 128
 #: at most this many images of the data set go through the victim for the feature score (evenly spaced; the truths
-#: always): one call of :func:`features` on the 50 photos at 224 px took 4.8 s through ResNet-101 and 7.1 s through
-#: ViT-B/16 on both cores of a 2-core Intel Xeon (timed once each)
+#: always): both scores on the 50 photos at 224 px took 4.5-4.8 s with ResNet-101 and 7.2-7.4 s with ViT-B/16,
+#: x0.99-1.07 of a bare loop of the same forward passes (``python benchmarks/identify_cost.py``, 2-core Intel Xeon)
 FEATURE_SAMPLE = 256
 #: images through the victim in one batch for the feature score
 FEATURE_CHUNK = 32
 #: a data-set image within this of a true image (largest absolute difference) is that image (float32 storage)
 SAME_PIXELS = 1e-6
+#: the two distances, by the suffix of their metrics.json keys (``iip``, ``iip_features``, ...): in words, and short
+SCORES = (("", "pixel distance", "pixels"), ("_features", "the victim's features", "features"))
 
 
 def candidates(n: int, positions: list[int] | None, most: int = IDENTIFY_SAMPLE) -> torch.Tensor:
@@ -64,29 +66,31 @@ def _distances(images: torch.Tensor, dataset, pool: torch.Tensor) -> torch.Tenso
 def truth_columns(truth: torch.Tensor, dataset, pool: torch.Tensor,
                   positions: list[int] | None) -> list[int | None]:
     """For each true image, its column in ``pool`` (the candidates), or None where the set does not hold it there:
-    at its known position (``positions``, checked against the pixels) or, without positions, the candidate within
-    :data:`SAME_PIXELS` of it."""
-    where = {int(p): k for k, p in enumerate(pool.tolist())}
-    cols: list[int | None] = []
-    for i in range(truth.shape[0]):
-        if positions is not None:
-            k = where.get(int(positions[i]))
-            if k is not None:
-                row, _ = dataset.rows(pool[k:k + 1])
-                same = float((row.to(truth.device, torch.float64) - truth[i:i + 1].to(torch.float64)).abs().max())
-                k = k if same <= SAME_PIXELS else None
-            cols.append(k)
-            continue
-        found = None
-        for start in range(0, pool.numel(), IDENTIFY_CHUNK):
-            rows, _ = dataset.rows(pool[start:start + IDENTIFY_CHUNK])
-            diff = (rows.to(truth.device, torch.float64) - truth[i:i + 1].to(torch.float64)).abs()
-            close = (diff.reshape(diff.shape[0], -1).amax(dim=1) <= SAME_PIXELS).nonzero()
-            if close.numel():
-                found = start + int(close[0])
-                break
-        cols.append(found)
-    return cols
+    at its known position (``positions``, checked against the pixels) or, without positions, the first candidate
+    within :data:`SAME_PIXELS` of it (one pass over the candidates for all the truths)."""
+    flat = truth.detach().reshape(truth.shape[0], -1).to(torch.float64)
+    if positions is not None:
+        where = {int(p): k for k, p in enumerate(pool.tolist())}
+        cols = [where.get(int(p)) for p in positions]
+        held = [(i, k) for i, k in enumerate(cols) if k is not None]
+        if held:
+            rows, _ = dataset.rows(pool[[k for _, k in held]])
+            rows = rows.reshape(len(held), -1).to(flat.device, torch.float64)
+            for r, (i, k) in enumerate(held):  # the set's image at that position must be the truth itself
+                cols[i] = k if float((rows[r] - flat[i]).abs().max()) <= SAME_PIXELS else None
+        return cols
+    found: list[int | None] = [None] * truth.shape[0]
+    for start in range(0, pool.numel(), IDENTIFY_CHUNK):
+        rows, _ = dataset.rows(pool[start:start + IDENTIFY_CHUNK])
+        other = rows.reshape(rows.shape[0], -1).to(flat.device, torch.float64)
+        close = ((other[None] - flat[:, None]).abs().amax(dim=2) <= SAME_PIXELS)  # (truths, chunk)
+        for i in range(truth.shape[0]):
+            hit = close[i].nonzero()
+            if found[i] is None and hit.numel():
+                found[i] = start + int(hit[0])
+        if all(k is not None for k in found):
+            break
+    return found
 
 
 def ranks(dist: torch.Tensor, cols: list[int | None]) -> list[int | None]:
@@ -120,20 +124,31 @@ def identification(reconstruction: torch.Tensor, baselines: dict[str, torch.Tens
 
     ``reconstruction`` and the baselines are in the truth's order and shape, in [0, 1]; ``positions``: the true
     images' positions in ``dataset`` where the caller knows them."""
+    return _identified(reconstruction, baselines, truth, dataset, positions, IDENTIFY_SAMPLE, "",
+                       lambda images, pool: _distances(images, dataset, pool))
+
+
+def _identified(reconstruction: torch.Tensor, baselines: dict[str, torch.Tensor | None], truth: torch.Tensor,
+                dataset, positions: list[int] | None, most: int, suffix: str, distances) -> dict:
+    """The keys of one score (``suffix``: :data:`SCORES`) on at most ``most`` candidates: ``distances(images, pool)``
+    gives the (N, len(pool)) distances of N images to the set's images at ``pool``, all groups in one call."""
     if dataset is None or len(dataset) == 0 or tuple(dataset.in_shape) != tuple(truth.shape[1:]):
         return {}
-    pool = candidates(len(dataset), positions)
+    pool = candidates(len(dataset), positions, most)
     cols = truth_columns(truth, dataset, pool, positions)
     if all(k is None for k in cols):
         return {}
     groups = {"": reconstruction, **{name: images for name, images in baselines.items() if images is not None}}
-    dist = _distances(torch.cat([images.to(truth) for images in groups.values()]), dataset, pool)  # one pass
+    dist = distances(torch.cat([images.to(truth) for images in groups.values()]), pool)
+    if dist is None:
+        return {}
     B = truth.shape[0]
     each = {name: ranks(dist[i * B:(i + 1) * B], cols) for i, name in enumerate(groups)}
-    out: dict = {"identified_each": each[""], "identified_among": int(pool.numel()), "iip": iip(each[""])}
+    out: dict = {f"identified{suffix}_each": each[""], f"identified{suffix}_among": int(pool.numel()),
+                 f"iip{suffix}": iip(each[""])}
     for name in baselines:
-        out[f"baseline_{name}_iip"] = iip(each[name]) if name in each else None
-    out["baseline_iip"] = _better(out, baselines, "")
+        out[f"baseline_{name}_iip{suffix}"] = iip(each[name]) if name in each else None
+    out[f"baseline_iip{suffix}"] = _better(out, baselines, suffix)
     return out
 
 
@@ -148,21 +163,18 @@ def features(victim, images: torch.Tensor) -> torch.Tensor | None:
     """The victim's features of ``images`` (B, C, H, W): the inputs of its head, flattened, from a forward pass in
     eval mode without gradients (BatchNorm reads its running statistics and changes nothing; each module's mode is
     given back); None for a victim without a linear head."""
-    head = getattr(victim, "head", None)
-    if head is None:
+    if getattr(victim, "head", None) is None:
         return None
     model = victim.model
     param = next(model.parameters())
     seen: list[torch.Tensor] = []
-    hook = head.register_forward_hook(lambda module, args, output: seen.append(args[0].detach().flatten(1)))
     modes = [(module, module.training) for module in model.modules()]  # a victim may mix modes (--bn eval)
     try:
         model.eval()
         with torch.no_grad():
             for start in range(0, images.shape[0], FEATURE_CHUNK):
-                model(images[start:start + FEATURE_CHUNK].to(device=param.device, dtype=param.dtype))
+                seen.append(victim.head_inputs(images[start:start + FEATURE_CHUNK].to(param.device, param.dtype))[1])
     finally:
-        hook.remove()
         for module, mode in modes:
             module.training = mode
     return torch.cat(seen).to(torch.float64) if seen else None
@@ -174,29 +186,17 @@ def feature_identification(victim, reconstruction: torch.Tensor, baselines: dict
     ``identified_features_each``, ``identified_features_among``, ``iip_features``,
     ``baseline_<name>_iip_features`` and ``baseline_iip_features``; ``{}`` where the victim has no linear head or
     the set does not hold the truths at ``positions``."""
-    if dataset is None or len(dataset) == 0 or tuple(dataset.in_shape) != tuple(truth.shape[1:]) \
-            or getattr(victim, "head", None) is None:
+    if getattr(victim, "head", None) is None:
         return {}
-    pool = candidates(len(dataset), positions, FEATURE_SAMPLE)
-    cols = truth_columns(truth, dataset, pool, positions)
-    if all(k is None for k in cols):
-        return {}
-    rows, _ = dataset.rows(pool)
-    known = features(victim, rows)
-    groups = {"": reconstruction, **{name: images for name, images in baselines.items() if images is not None}}
-    mine = features(victim, torch.cat([images.to(truth) for images in groups.values()]))
-    if known is None or mine is None:
-        return {}
-    known = known.to(mine.device)
-    dist = 1 - torch.nn.functional.normalize(mine, dim=1) @ torch.nn.functional.normalize(known, dim=1).T
-    B = truth.shape[0]
-    each = {name: ranks(dist[i * B:(i + 1) * B], cols) for i, name in enumerate(groups)}
-    out: dict = {"identified_features_each": each[""], "identified_features_among": int(pool.numel()),
-                 "iip_features": iip(each[""])}
-    for name in baselines:
-        out[f"baseline_{name}_iip_features"] = iip(each[name]) if name in each else None
-    out["baseline_iip_features"] = _better(out, baselines, "_features")
-    return out
+
+    def distances(images: torch.Tensor, pool: torch.Tensor) -> torch.Tensor | None:
+        known, mine = features(victim, dataset.rows(pool)[0]), features(victim, images)
+        if known is None or mine is None:
+            return None
+        unit = torch.nn.functional.normalize
+        return 1 - unit(mine, dim=1) @ unit(known.to(mine.device), dim=1).T
+
+    return _identified(reconstruction, baselines, truth, dataset, positions, FEATURE_SAMPLE, "_features", distances)
 
 
 def identified_line(m) -> str | None:
@@ -204,7 +204,7 @@ def identified_line(m) -> str | None:
     distance or by the victim's features (``m``: a metrics.json dict or :class:`~leakattack.metrics.RunMetrics`),
     else None."""
     said = []
-    for suffix, how in (("", "pixel distance"), ("_features", "the victim's features")):
+    for suffix, how, _ in SCORES:
         share, among = m.get(f"iip{suffix}"), m.get(f"identified{suffix}_among")
         each = [r for r in (m.get(f"identified{suffix}_each") or []) if r is not None]
         base = max((v for v in (m.get(f"baseline_start_iip{suffix}"), m.get(f"baseline_mean_iip{suffix}"),
@@ -218,5 +218,6 @@ def identified_line(m) -> str | None:
     return "the reconstruction identifies images: " + "; ".join(said) + " (image identifiability, Yin et al. 2021)"
 
 
-__all__ = ["IDENTIFY_SAMPLE", "IDENTIFY_CHUNK", "FEATURE_SAMPLE", "FEATURE_CHUNK", "SAME_PIXELS", "candidates",
-           "truth_columns", "ranks", "iip", "identification", "features", "feature_identification", "identified_line"]
+__all__ = ["IDENTIFY_SAMPLE", "IDENTIFY_CHUNK", "FEATURE_SAMPLE", "FEATURE_CHUNK", "SAME_PIXELS", "SCORES",
+           "candidates", "truth_columns", "ranks", "iip", "identification", "features", "feature_identification",
+           "identified_line"]
