@@ -30,7 +30,7 @@ from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.errors import UserError
 from leakattack.experiment import prepare
-from leakattack.metrics import feature_identification, identification, in_range, mean_image
+from leakattack.metrics import feature_identification, identification, in_range, match, mean_image
 
 
 def identified(folder: Path) -> str:
@@ -54,10 +54,9 @@ def identified(folder: Path) -> str:
     recon = in_range(saved["images"].to(truth))[torch.as_tensor(m["match"])]
     start = None
     if int(run.get("restarts", 1)) == 1 and "init_seed" in derived:
-        x0 = init_dummy(tuple(truth.shape), run.get("dummy_init", "gaussian"), int(derived["init_seed"]),
-                        dtype=truth.dtype)
-        cost = ((in_range(x0)[:, None] - truth[None]) ** 2).flatten(2).mean(2)  # start image i against truth j
-        start = in_range(x0)[_assignment(cost)]
+        x0 = in_range(init_dummy(tuple(truth.shape), run.get("dummy_init", "gaussian"), int(derived["init_seed"]),
+                                 dtype=truth.dtype))
+        start = x0[match(x0, truth)]  # matched to the truths as the run matches its baselines
     mean, _ = mean_image(dataset, truth)
     found = identification(recon, {"start": start, "mean": mean}, truth, dataset, positions)
     if not found:
@@ -80,16 +79,6 @@ def identified(folder: Path) -> str:
         lines.append(f"{how}: truths' ranks {found[f'identified{suffix}_each']} among "
                      f"{found[f'identified{suffix}_among']}; {said}")
     return "; ".join(lines)
-
-
-def _assignment(cost: torch.Tensor) -> torch.Tensor:
-    """The start image matched to each true image (Hungarian on MSE, as the run scores its baselines)."""
-    from scipy.optimize import linear_sum_assignment
-
-    rows, cols = linear_sum_assignment(cost.numpy())
-    out = torch.empty(cost.shape[1], dtype=torch.long)
-    out[torch.as_tensor(cols)] = torch.as_tensor(rows)
-    return out
 
 
 def main() -> int:
