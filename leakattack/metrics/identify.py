@@ -31,7 +31,7 @@ IDENTIFY_SAMPLE = 1024
 #: images of the set compared in one batch (a 224 px image holds 150,528 numbers)
 IDENTIFY_CHUNK = 128
 #: at most this many images of the data set go through the victim for the feature score (evenly spaced; the truths
-#: always): both scores on the 50 photos at 224 px took 4.5-4.8 s with ResNet-101 and 7.2-7.4 s with ViT-B/16,
+#: always): both scores on the 50 photos at 224 px took 4.5-4.8 s with ResNet-101 and 7.2-7.8 s with ViT-B/16,
 #: x0.99-1.07 of a bare loop of the same forward passes (``python benchmarks/identify_cost.py``, 2-core Intel Xeon)
 FEATURE_SAMPLE = 256
 #: images through the victim in one batch for the feature score
