@@ -145,6 +145,23 @@ def attack_of(cfg: RunConfig) -> Attack:
     return cls(**own, **run)
 
 
+#: a message whose noise (as :func:`leakattack.observation.noise_share` estimates it) is at least this share of the
+#: rest is attacked without an image prior only with a warning: on digits through srht b/d = 0.5 and unsketched,
+#: L_R alone (the dlg recipe) was 0.2-3.9 dB ahead of the ig recipe's cosine, TV and box at noise shares of 5 %,
+#: 2.8-5.4 dB behind at 13 % and 4.4-11.3 dB behind at 15-38 % (``results/sweeps/defense_sweep``, docs/sweeps.md)
+NOISY_SHARE = 0.1
+
+
+def noisy_message_note(share: float) -> str:
+    """The warning for a message whose noise is ``share`` of the rest, attacked without an image prior."""
+    said = ("so large that the message's norm cannot tell the rest of it from the noise's own spread"
+            if math.isinf(share) else f"about {share:.0%} of the rest of this message")
+    return (f"the defense's noise is {said} (draws of it on a zero gradient against the message), and an attack "
+            "without an image prior fits that noise: on digits at shares of 15-38 % "
+            "L_R alone rebuilt 4.9-14.8 dB where the ig recipe (cosine, TV, box) rebuilt 16.0-19.8 dB "
+            "(docs/sweeps.md); --recipe ig, or a prior (--prior tv), is the stronger attack here")
+
+
 def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     """Validate, load data, build the victim and the channel (or protocol), and produce the observation
     (``progress``: bars for a seed search).  It sets torch's thread count to the run's (``cfg.threads``, else the
@@ -170,6 +187,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured, and breaching's GradInversion lost with its own prior there too "
                       "(docs/trained-victims.md)", SettingWarning, stacklevel=2)
+    share = case.obs.extra.get("noise_share")
+    if share is not None and share >= NOISY_SHARE and not attack.closed_form and derived.tv == 0 \
+            and not any(w > 0 for w in cfg.other_priors().values()):
+        warnings.warn(noisy_message_note(share), SettingWarning, stacklevel=2)
     named = [parse_prior(text) for text in cfg.priors]
     used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
     if "tv" in used and not cfg.attack_class.closed_form:

@@ -133,6 +133,9 @@ LABELS = {"given": "labels given to the attacker",
           "dlg": "labels optimised with the images (DLG)"}
 _STAMP = re.compile(r"(?:^|-)(\d{8})-(\d{6})(?:-|$)")
 
+#: a summary table of at least this many columns is set in a smaller type (``table.num.wide``)
+WIDE_COLUMNS = 17
+
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Arial,sans-serif;margin:0;color:#1d2430;
 background:#f4f5f7;line-height:1.45}
@@ -160,6 +163,7 @@ table.kv th{width:150px}
 table.num td{text-align:right;font-variant-numeric:tabular-nums}table.num td.key{text-align:left}
 table.num{font-size:12px}table.num td,table.num th{padding:4px 6px}
 table.num td.key,table.num th{overflow-wrap:break-word}table.num .v{white-space:nowrap}
+table.num.wide{font-size:11px}table.num.wide td,table.num.wide th{padding:3px 4px}
 .scroll{overflow-x:auto}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #e3e6ea}
 figcaption{font-size:12px;color:#5b6472;margin-top:4px}
@@ -949,7 +953,10 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             + (" Rebuilt, one metric ahead: the share of points not rebuilt because PSNR or SSIM fell short of "
                "its baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
                "look at their reconstructions." if ahead else "") + "</p>")
-    return note + f'<div class="scroll"><table class="num"><tr>{head}</tr>' + "".join(body) + "</table></div>"
+    # from WIDE_COLUMNS on, a smaller type and padding keep the table within the page (18 columns: a sweep over two
+    # recipes with their step budgets beside the defense's strength and the sketch)
+    wide = " wide" if head.count("<th>") >= WIDE_COLUMNS else ""
+    return note + f'<div class="scroll"><table class="num{wide}"><tr>{head}</tr>' + "".join(body) + "</table></div>"
 
 
 def _deltas_note(records: list[dict]) -> str:

@@ -81,3 +81,35 @@ def test_the_training_amplifies_by_its_batch_sampling_only_an_example_level_boun
     assert training_sample_rate(defenses.build("per_example:C=1,gaussian:z=1"), 64, 1438) == 64 / 1438
     assert training_sample_rate(defenses.build("clip:C=1,gaussian:z=1"), 64, 1438) == 1.0
     assert training_sample_rate(defenses.build("per_example:C=1,gaussian:z=1"), 64, 32) == 1.0
+
+
+def test_a_noisy_message_is_measured_and_its_attack_without_a_prior_is_warned(tmp_path, capsys):
+    """The attacker's estimate of the noise (the defense's own noise on a zero gradient) is the share the truth
+    gives; from NOISY_SHARE on, an attack without an image prior is warned once, naming the stronger attack."""
+    from leakattack.experiment import NOISY_SHARE
+
+    base = ["run", "--model", "lenet", "--dataset", "digits", "--sketch-ratio", "0.5", "--iterations", "3",
+            "--quiet", "--no-lpips"]
+    shares = {}
+    for sigma, recipe in (("3e-2", "auto"), ("1e-4", "auto"), ("3e-2", "ig")):
+        out = tmp_path / f"{sigma}-{recipe}"
+        assert cli.main([*base, "--defense", f"gaussian:sigma={sigma}", "--recipe", recipe, "--out", str(out)]) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        # ||n|| over ||y||^2 - ||n||^2 against the truth's ||y - R g|| / ||R g||: the norms of 13,426 draws agree
+        assert m["noise_share"] == pytest.approx(m["message_distortion"], rel=0.05), m
+        shares[sigma, recipe] = m["noise_share"]
+        warned = [line for line in capsys.readouterr().err.splitlines() if "an attack without an image prior" in line]
+        assert len(warned) == (sigma == "3e-2" and recipe == "auto"), warned
+        if warned:
+            assert warned[0].startswith("leakattack: warning: the defense's noise is about ") and "--recipe ig" in \
+                warned[0]
+    assert shares["3e-2", "auto"] >= NOISY_SHARE > shares["1e-4", "auto"]
+    # noise a hundred times the clipped signal: the message's norm lies within the noise's own spread
+    out = tmp_path / "z1"
+    assert cli.main([*base, "--defense", "per_example:C=1,gaussian:z=1", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["noise_share"] is None
+    assert "the message's norm cannot tell the rest of it from the noise's own spread" in capsys.readouterr().err
+    # a clip alone adds no noise: nothing to estimate
+    out = tmp_path / "clip"
+    assert cli.main([*base, "--defense", "clip:C=1", "--out", str(out)]) == 0
+    assert "noise_share" not in json.loads((out / "metrics.json").read_text())
