@@ -171,7 +171,8 @@ def test_the_reports_sweep_table_names_the_identified_shares(tmp_path):
     assert cli.main(["report", str(sweep), "--out", str(tmp_path / "r.html")]) == 0
     text = (tmp_path / "r.html").read_text()
     assert "identified (IIP, pixels)" in text and "identified (IIP, features)" in text
-    assert "8 of the 13 not rebuilt still single out images" in text  # one at sigma 1e-2, five at 3e-2, two at 0.1
+    # the dlg points: one at sigma 1e-2, five at 3e-2, two at 0.1; the ig points: four at 0.1
+    assert "12 of the 18 not rebuilt still single out images" in text
 
 
 def test_the_sweep_line_counts_the_points_not_rebuilt_that_still_single_out_images(tmp_path, capsys):
@@ -180,6 +181,6 @@ def test_the_sweep_line_counts_the_points_not_rebuilt_that_still_single_out_imag
     shutil.copytree(sweep, copy)
     assert cli.main(["figures", str(copy)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.endswith("29 of 42 points rebuilt: a point not rebuilt is a failure of the attack at its budget, not "
-                         "evidence of privacy | 8 of the 13 not rebuilt still single out images "
+    assert line.endswith("66 of 84 points rebuilt: a point not rebuilt is a failure of the attack at its budget, not "
+                         "evidence of privacy | 12 of the 18 not rebuilt still single out images "
                          "(image identifiability)")
