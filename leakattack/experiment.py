@@ -31,6 +31,7 @@ from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
 from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
+from .attacks.recipes import NOISY_SHARE
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, RunConfig
@@ -145,17 +146,10 @@ def attack_of(cfg: RunConfig) -> Attack:
     return cls(**own, **run)
 
 
-#: a message whose noise (as :func:`leakattack.observation.noise_share` estimates it) is at least this share of the
-#: rest is attacked without an image prior only with a warning.  Where L_R alone (the dlg recipe) falls behind the ig
-#: recipe's cosine, TV and box depends on the image and the sketch: on digits through srht b/d = 0.5 and unsketched it
-#: was ahead at shares of 1.5-5 %, 2.8-5.4 dB behind at 13 % and 4.4-11.3 dB behind at 15-38 %
-#: (``results/sweeps/defense_sweep``); on photo 0 (lenet, srht b/d = 0.5, a clip of 1 the attacker knows, noise
-#: after the sketch) 7.4 dB behind at 2.7 % and 11.7 dB behind at 8.9 % (docs/defenses.md)
-NOISY_SHARE = 0.02
-
-
 def noisy_message_note(share: float) -> str:
-    """The warning for a message whose noise is ``share`` of the rest, attacked without an image prior."""
+    """The warning for a message whose noise is ``share`` of the rest (at least
+    :data:`leakattack.attacks.recipes.NOISY_SHARE`, whose comment has the measurements), attacked without an image
+    prior."""
     said = ("so large that the message's norm cannot tell the rest of it from the noise's own spread"
             if math.isinf(share) else f"about {share:.0%} of the rest of this message")
     return (f"the defense's noise is {said} (draws of it on a zero gradient against the message), and an attack "

@@ -164,16 +164,55 @@ TRAINED_TV_NOTE = (f"at trained weights --tv {TRAINED_TV} (ten times the recipe'
                    "did not on two of them (docs/trained-victims.md#resnet-18-the-trained-network-itself-tanh-units)")
 
 
-def next_settings(kind: str | None, run: Mapping, derived: Mapping) -> list[str]:
-    """The measured settings to try next on a run that was not rebuilt because its search stopped short (``kind``
-    ``search``, :func:`leakattack.rebuilt.failed_kind` of its metrics.json): ``run`` and ``derived`` are its
+#: a message whose noise (``noise_share`` of its metrics.json, :func:`leakattack.observation.noise_share`) is at least
+#: this share of the rest is one where an attack without an image prior can fit the noise: the run warns
+#: (:func:`leakattack.experiment.noisy_message_note`) and, not rebuilt, names :data:`NOISY_RECIPE_NOTE`.  Where L_R
+#: alone (the dlg recipe) falls behind the ig recipe's cosine, TV and box depends on the image and the sketch: on digits
+#: through srht b/d = 0.5 and unsketched it was ahead at shares of 1.5-5 %, 2.8-5.4 dB behind at 13 % and 4.4-11.3 dB
+#: behind at 15-38 % (``results/sweeps/defense_sweep``); on photo 0 (lenet, srht b/d = 0.5, a clip of 1 the attacker
+#: knows, noise after the sketch) 7.4 dB behind at 2.7 % and 11.7 dB behind at 8.9 % (docs/defenses.md)
+NOISY_SHARE = 0.02
+
+#: the next setting of a run not rebuilt whose message is noisy (:data:`NOISY_SHARE`) and whose attack has no image
+#: prior
+NOISY_RECIPE_NOTE = ("the message is noisy and this attack has no image prior, so it can fit the noise: --recipe ig "
+                     "(cosine, TV, box) rebuilt photo 0 at 18.2 dB where L_R alone gave 6.5 dB with noise 8.9 % of "
+                     "the message, and digits at 16.0-19.8 dB where it gave 4.9-14.8 dB with 15-38 % "
+                     "(docs/defenses.md#noise-and-the-attacks-prior)")
+
+
+def noisy_without_prior(metrics: Mapping, run: Mapping, derived: Mapping) -> bool:
+    """Whether a run's message is noisy (its ``noise_share`` at least :data:`NOISY_SHARE`, or recorded as null: the
+    message's norm within the noise's own spread) while its attack had no image prior (``derived`` tv 0, no other
+    prior of ``run`` with a positive weight); a config.json written by hand is read, not trusted."""
+    if "noise_share" not in metrics or derived.get("tv") != 0:
+        return False
+    share = metrics["noise_share"]
+    if share is not None and not (isinstance(share, (int, float)) and share >= NOISY_SHARE):
+        return False
+    weights = []  # NAME (its default weight, positive) or NAME:WEIGHT, as --prior takes them
+    for text in run.get("priors") or ():
+        _, sep, weight = str(text).partition(":")
+        try:
+            weights.append(float(weight) if sep else 1.0)
+        except ValueError:
+            return False
+    return not any(w > 0 for w in weights)
+
+
+def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None) -> list[str]:
+    """The measured settings to try next on a run that was not rebuilt: :data:`NOISY_RECIPE_NOTE` where its
+    ``metrics`` (its metrics.json) show a noisy message attacked without an image prior (:func:`noisy_without_prior`)
+    and its labels did not fail (``kind``, :func:`leakattack.rebuilt.failed_kind` of its metrics.json); where its
+    search stopped short (``kind`` ``search``) the following.  ``run`` and ``derived`` are its
     config.json's sections (the settings given, and those the run resolved).  :data:`OTHER_RECIPE_NOTE` for a
     ``dlg`` run of LeNet on a batch (measured on LeNet; ``ig`` does not rebuild vit_small, docs/victims.md);
     :data:`TRAINED_TV_NOTE` for an ``ig`` run of one image at weights the user loaded, with a TV weight below
     :data:`TRAINED_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``; a bare ``--prior tv`` keeps the
     recipe's weight)."""
+    noisy = [NOISY_RECIPE_NOTE] if kind != "labels" and noisy_without_prior(metrics or {}, run, derived) else []
     if kind != "search":
-        return []
+        return noisy
     batch, recipe, tv = run.get("batch_size"), derived.get("recipe"), derived.get("tv") or 0.0
     batch = batch if isinstance(batch, int) else 1  # a config.json written by hand or by older code: read, not trusted
     out = []
@@ -183,8 +222,9 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping) -> list[str]
     if (recipe == "ig" and run.get("weights") is not None and batch == 1 and not chosen
             and isinstance(tv, (int, float)) and tv < TRAINED_TV):
         out.append(TRAINED_TV_NOTE)
-    return out
+    return noisy + out
 
 
 __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help", "recipe_options", "next_settings",
-           "OTHER_RECIPE_NOTE", "TRAINED_TV", "TRAINED_TV_NOTE"]
+           "OTHER_RECIPE_NOTE", "TRAINED_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_RECIPE_NOTE",
+           "noisy_without_prior"]

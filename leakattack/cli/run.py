@@ -147,7 +147,7 @@ def cmd_run(a) -> int:
         part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)
-        for tip in next_settings(failed_kind(record), config.get("run", {}), derived):
+        for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):
             print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
             print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)

@@ -86,7 +86,8 @@ def test_the_training_amplifies_by_its_batch_sampling_only_an_example_level_boun
 def test_a_noisy_message_is_measured_and_its_attack_without_a_prior_is_warned(tmp_path, capsys):
     """The attacker's estimate of the noise (the defense's own noise on a zero gradient) is the share the truth
     gives; from NOISY_SHARE on, an attack without an image prior is warned once, naming the stronger attack."""
-    from leakattack.experiment import NOISY_SHARE
+    from leakattack.attacks.recipes import NOISY_RECIPE_NOTE, NOISY_SHARE
+    from leakattack.figures.report import build_report
 
     base = ["run", "--model", "lenet", "--dataset", "digits", "--sketch-ratio", "0.5", "--iterations", "3",
             "--quiet", "--no-lpips"]
@@ -98,8 +99,14 @@ def test_a_noisy_message_is_measured_and_its_attack_without_a_prior_is_warned(tm
         # ||n|| over ||y||^2 - ||n||^2 against the truth's ||y - R g|| / ||R g||: the norms of 13,426 draws agree
         assert m["noise_share"] == pytest.approx(m["message_distortion"], rel=0.05), m
         shares[sigma, recipe] = m["noise_share"]
-        warned = [line for line in capsys.readouterr().err.splitlines() if "an attack without an image prior" in line]
+        err = capsys.readouterr().err
+        warned = [line for line in err.splitlines() if "an attack without an image prior" in line]
         assert len(warned) == (sigma == "3e-2" and recipe == "auto"), warned
+        # three steps rebuild nothing: the noisy message's run names the stronger attack among its next settings
+        assert m["verdict"] == "not rebuilt"
+        assert (f"note: {NOISY_RECIPE_NOTE}" in err) == (sigma == "3e-2" and recipe == "auto"), err
+        if sigma == "3e-2" and recipe == "auto":  # and so does its report
+            assert NOISY_RECIPE_NOTE[1:] in build_report([out])
         if warned:
             assert warned[0].startswith("leakattack: warning: the defense's noise is about ") and "--recipe ig" in \
                 warned[0]
@@ -113,3 +120,21 @@ def test_a_noisy_message_is_measured_and_its_attack_without_a_prior_is_warned(tm
     out = tmp_path / "clip"
     assert cli.main([*base, "--defense", "clip:C=1", "--out", str(out)]) == 0
     assert "noise_share" not in json.loads((out / "metrics.json").read_text())
+
+
+def test_the_noisy_note_reads_the_share_the_prior_and_a_hand_written_config_without_trusting_it():
+    from leakattack.attacks.recipes import NOISY_RECIPE_NOTE, NOISY_SHARE, next_settings, noisy_without_prior
+
+    plain = {"tv": 0.0}
+    assert noisy_without_prior({"noise_share": NOISY_SHARE}, {}, plain)
+    assert noisy_without_prior({"noise_share": None}, {}, plain)  # null: the message's norm within the noise's spread
+    assert not noisy_without_prior({"noise_share": NOISY_SHARE / 2}, {}, plain)
+    assert not noisy_without_prior({}, {}, plain)  # no noise recorded
+    assert not noisy_without_prior({"noise_share": 0.5}, {}, {"tv": 0.02})  # TV is an image prior
+    assert not noisy_without_prior({"noise_share": 0.5}, {"priors": ["dip"]}, plain)
+    assert noisy_without_prior({"noise_share": 0.5}, {"priors": ["bn:0"]}, plain)  # a weight of 0 is no prior
+    assert not noisy_without_prior({"noise_share": "x"}, {"priors": ["nope"]}, plain)
+    assert not noisy_without_prior({"noise_share": 0.5}, {"priors": ["nope"]}, plain)
+    assert next_settings("objective", {}, plain, {"noise_share": 0.5}) == [NOISY_RECIPE_NOTE]
+    assert next_settings("labels", {}, plain, {"noise_share": 0.5}) == []  # wrong labels come first
+    assert next_settings("search", {}, plain) == []
