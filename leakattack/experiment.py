@@ -31,7 +31,7 @@ from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
 from .attacks.base import stop_on_interrupt
 from .attacks.gauss_newton import steps_note
-from .attacks.recipes import NOISY_SHARE
+from .attacks.recipes import NOISY_EVIDENCE, noisy_without_prior
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, RunConfig
@@ -148,15 +148,13 @@ def attack_of(cfg: RunConfig) -> Attack:
 
 def noisy_message_note(share: float) -> str:
     """The warning for a message whose noise is ``share`` of the rest (at least
-    :data:`leakattack.attacks.recipes.NOISY_SHARE`, whose comment has the measurements), attacked without an image
-    prior."""
+    :data:`leakattack.attacks.recipes.NOISY_SHARE`, whose comment has the measurements; inf where the message's norm
+    cannot tell), attacked without an image prior (:func:`leakattack.attacks.recipes.noisy_without_prior`)."""
     said = ("so large that the message's norm cannot tell the rest of it from the noise's own spread"
             if math.isinf(share) else f"about {share:.0%} of the rest of this message")
     return (f"the defense's noise is {said} (draws of it on a zero gradient against the message), and an attack "
-            "without an image prior can fit that noise: L_R alone gave 11.7 and 6.5 dB on photo 0 at 2.7 and 8.9 % "
-            "where the ig recipe (cosine, TV, box) rebuilt 19.1 and 18.2 dB, and on digits 4.9-14.8 dB at 15-38 % "
-            "against 16.0-19.8 dB (it was ahead on digits up to 5 %; docs/defenses.md): run --recipe ig (or --prior "
-            "tv) beside it before reading the result as the defense's")
+            f"without an image prior can fit that noise: {NOISY_EVIDENCE}; run --recipe ig (or --prior tv) beside it "
+            "before reading the result as the defense's")
 
 
 def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
@@ -184,10 +182,8 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured, and breaching's GradInversion lost with its own prior there too "
                       "(docs/trained-victims.md)", SettingWarning, stacklevel=2)
-    share = case.obs.extra.get("noise_share")
-    if share is not None and share >= NOISY_SHARE and not attack.closed_form and derived.tv == 0 \
-            and not any(w > 0 for w in cfg.other_priors().values()):
-        warnings.warn(noisy_message_note(share), SettingWarning, stacklevel=2)
+    if not attack.closed_form and noisy_without_prior(case.obs.extra, {"priors": cfg.priors}, {"tv": derived.tv}):
+        warnings.warn(noisy_message_note(case.obs.extra["noise_share"]), SettingWarning, stacklevel=2)
     named = [parse_prior(text) for text in cfg.priors]
     used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
     if "tv" in used and not cfg.attack_class.closed_form:
