@@ -14,11 +14,14 @@ search: :func:`leakattack.metrics.failed_kind`), how many photos the reconstruct
 pixels / by the victim's features (image identifiability, docs/runs.md) and the minutes per run.
 
     python scripts/bn_prior_table.py --out DIR [--iterations N] [--images 3] [--jobs 2] [--prior-weight W] [--rows RE]
+                                       [--tv T]
 
 Without ``--iterations`` every run takes the recipe's own budget (``leakattack
 run``'s default: 24,000 steps or 8 minutes, whichever comes first).  ``--rows``
 keeps the settings whose label (``trained-none-srht``, ``untrained-bn-none``, ...)
-matches a regular expression, e.g. ``'^trained-.*-srht'`` for the bar's two rows.
+matches a regular expression, e.g. ``'^trained-.*-srht'`` for the bar's two rows.  Without ``--tv`` every run
+takes the recipe's TV weight: 0.2 for one image at the trained weights (loaded with ``--weights``), 0.02 at the
+untrained ones.
 """
 
 from __future__ import annotations
@@ -38,13 +41,13 @@ MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
 
 
-def settings(weights: Path, prior_weight: str | None):
+def settings(weights: Path, prior_weight: str | None, tv: str | None = None):
     """(label, weights label, prior label, sketch label, extra run arguments) of every row, the bar's first."""
     prior = ["--prior", f"bn:{prior_weight}" if prior_weight else "bn"]
     rows = []
     for state, sk, pr in itertools.product(("trained", "untrained"), ("srht 0.01", "none"), ("none", "bn")):
         extra = [*(["--weights", str(weights)] if state == "trained" else []), *(prior if pr == "bn" else []),
-                 *SKETCHES[sk]]
+                 *SKETCHES[sk], *(["--tv", tv] if tv is not None else [])]
         rows.append((f"{state}-{pr}-{sk.split()[0]}", state, pr, sk, extra))
     return rows
 
@@ -100,6 +103,8 @@ def main() -> int:
                     help="torch threads of every run (default: 1 when several run at once, else the victim's own)")
     ap.add_argument("--rows", default=".", help="only the settings whose label matches this regular expression")
     ap.add_argument("--train-steps", type=int, default=None, help="training steps (default: the recipe's)")
+    ap.add_argument("--tv", default=None,
+                    help="TV weight of every run (default: the recipe's, 0.2 at the trained weights, 0.02 untrained)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +116,7 @@ def main() -> int:
             cmd += ["--steps", str(a.train_steps)]
         subprocess.run(cmd, check=True)
     threads = a.threads or ("1" if a.jobs > 1 else "auto")
-    rows = [row for row in settings(weights, a.prior_weight) if re.search(a.rows, row[0])]
+    rows = [row for row in settings(weights, a.prior_weight, a.tv) if re.search(a.rows, row[0])]
     jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
 
     def one(job):

@@ -75,21 +75,23 @@ def test_a_dlg_batch_whose_search_stopped_short_names_the_other_recipe(tmp_path,
         assert _tip(OTHER_RECIPE_NOTE) not in _headline(tmp_path / "o")
 
 
-def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_trained_tv_weight(tmp_path, capsys):
-    """The tip is measured on trained ResNets with the ig recipe and one image, at the recipe's own TV weight: a run
-    that chose its TV weight, took no weights, or ran another recipe does not get it."""
-    from leakattack.attacks.recipes import TRAINED_TV_NOTE
+def test_an_ig_run_at_loaded_weights_whose_search_stopped_short_names_the_heavier_tv_weight(tmp_path, capsys):
+    """The tip is measured on trained ResNets with the ig recipe and one image, at the recipe's own TV weight there
+    (0.2): a run that chose its TV weight, took no weights, or ran another recipe does not get it."""
+    from leakattack.attacks.recipes import HEAVY_TV, TRAINED_TV, TRAINED_TV_NOTE
 
     torch.save(targets.get_model("lenet", num_classes=10, in_shape=(1, 28, 28), seed=0).model.state_dict(),
                tmp_path / "w.pt")
     ig = [*LENET, "--recipe", "ig", "--iterations", "2"]
     rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt")], tmp_path / "t", capsys)
     assert rc == 0 and m["verdict"] == "not rebuilt" and "the search stopped short" in err
-    assert TRAINED_TV_NOTE in err and "--tv 0.2" in TRAINED_TV_NOTE
+    assert TRAINED_TV_NOTE in err and f"--tv {HEAVY_TV}" in TRAINED_TV_NOTE
+    config = json.loads((tmp_path / "t" / "config.json").read_text())
+    assert config["derived"]["tv"] == TRAINED_TV  # the recipe's weight for one image at loaded weights
     assert _headline(tmp_path / "t").count(_tip(TRAINED_TV_NOTE)) == 1  # the report's headline names it too
     rc, line, err, m = _run([*ig, "--weights", str(tmp_path / "w.pt"), "--prior", "tv"], tmp_path / "b", capsys)
     assert "the search stopped short" in err and TRAINED_TV_NOTE in err  # a bare tv keeps the recipe's weight
-    for flags in (["--weights", str(tmp_path / "w.pt"), "--tv", "0.02"],  # the user's own TV weight
+    for flags in (["--weights", str(tmp_path / "w.pt"), "--tv", "0.2"],  # the user's own TV weight
                   ["--weights", str(tmp_path / "w.pt"), "--prior", "tv:0.02"],
                   [],  # no weights loaded
                   ["--weights", str(tmp_path / "w.pt"), "--batch-size", "2"]):  # measured on one image

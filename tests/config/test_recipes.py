@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import targets
-from leakattack.attacks import RECIPE_FIELDS, get_recipe, list_recipes
+from leakattack.attacks import RECIPE_FIELDS, get_recipe, list_recipes, recipe_options
 from leakattack.config import ConfigError, RunConfig
+from leakattack.errors import UserError
 from leakattack.sweep.plan import point_key
 
 
@@ -44,6 +45,27 @@ def test_ig_takes_its_batch_statistics_tv_for_a_batch_batchnorm_normalises_by_it
         dict(model="resnet20", batch_size=4, tv=0.05), dict(model="resnet20", batch_size=8, priors=["tv:0.01"])]]
     assert tv == [ig.tv, four, eight, ig.tv, ig.tv, ig.tv, ig.tv, 0.05, 0.01]
     assert targets.has_batchnorm_of("resnet20") and not targets.has_batchnorm_of("vit_b_16")
+
+
+def test_ig_takes_its_trained_tv_for_one_image_at_weights_the_user_loaded():
+    """--weights (a trained victim) with one image gets ig's trained_tv; a batch, a weight given, a bare --prior tv
+    (which keeps the run's weight) and the dlg recipe behave as without weights, and so does the Python API."""
+    ig = get_recipe("ig")
+    assert ig.trained_tv is not None and ig.trained_tv > ig.tv
+    assert ig.tv_for(1, False, trained=True) == ig.tv_for(1, True, trained=True) == ig.trained_tv
+    assert ig.tv_for(2, False, trained=True) == ig.tv and ig.tv_for(8, True, trained=True) == ig.tv_for(8, True)
+    w = "w.pt"  # derived() reads no file
+    tv = [RunConfig(device="cpu", **kw).derived().tv for kw in [
+        dict(model="resnet20", weights=w), dict(model="resnet20", weights=w, bn="train"),
+        dict(model="resnet20", weights=w, priors=["tv"]), dict(model="resnet20", weights=w, batch_size=2),
+        dict(model="resnet20", weights=w, batch_size=8), dict(model="resnet20", weights=w, tv=0.05),
+        dict(model="resnet20", weights=w, priors=["tv:1e-3"]), dict(model="lenet", weights=w)]]
+    assert tv == [ig.trained_tv, ig.trained_tv, ig.trained_tv, ig.tv, ig.tv_for(8, True), 0.05, 1e-3, 0.0]
+    assert recipe_options("ig", trained=True)["priors"] == {"tv": ig.trained_tv}
+    assert recipe_options("ig", batch_size=2, trained=True)["priors"] == recipe_options("ig")["priors"] == \
+        {"tv": ig.tv}
+    with pytest.raises(UserError, match="trained must be True or False"):
+        recipe_options("ig", trained="yes")
 
 
 def test_a_bare_tv_prior_keeps_the_tv_weight_the_run_has_and_adds_the_default_where_it_has_none():
