@@ -179,7 +179,7 @@ HEAVY_TV = 0.8
 
 #: the note under an ig run of one image at loaded weights whose search stopped short at the recipe's TV weight
 TRAINED_TV_NOTE = (f"at trained weights --tv {HEAVY_TV} rebuilt a photo that the recipe's {TRAINED_TV} did not on "
-                   "three of the four trained ResNets measured, at a lower mean PSNR on three of them "
+                   "four of the five trained ResNets measured, at a lower mean PSNR on three of them "
                    "(docs/trained-victims.md#the-tv-weight-of-a-trained-victim)")
 
 
