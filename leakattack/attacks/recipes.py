@@ -107,7 +107,7 @@ IG_TV = 0.02
 #: examples, 0.8 from eight, measured on batches of the trained ResNet-20:
 #: docs/trained-victims.md#the-tv-weight-of-a-batch
 IG_BATCH_STATISTICS_TV = ((4, 0.2), (8, 0.8))
-#: ig's TV weight for one image at weights the user loaded (a trained victim): ten times IG_TV, measured on four
+#: ig's TV weight for one image at weights the user loaded (a trained victim): ten times IG_TV, measured on five
 #: trained ResNets: docs/trained-victims.md#the-tv-weight-of-a-trained-victim
 TRAINED_TV = 0.2
 #: ig's budget: breaching's 24,000 steps (``max_iterations``), or as many as fit in IG_TIME_LIMIT seconds, whichever

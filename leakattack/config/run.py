@@ -369,11 +369,10 @@ class RunConfig:
                for name in attacks.RECIPE_FIELDS}
         if self.signed is None and attacks.sees_normalised_loss(out["optimizer"]):
             out["signed"] = False  # a recipe's signed steps do not carry over to an L-BFGS the user asked for
-        trained = self.weights is not None  # weights loaded from a file: a trained victim
-        if self.tv is None and recipe.trained_tv is not None and trained and self.batch_size == 1:
-            out["tv"] = recipe.tv_for(1, False, trained)
-        elif self.tv is None and recipe.batch_statistics_tv:  # only then is the model built on the meta device
-            out["tv"] = recipe.tv_for(self.batch_size, self._batch_statistics(), trained)
+        if self.tv is None and (recipe.batch_statistics_tv or recipe.trained_tv is not None):
+            # weights loaded from a file: a trained victim; the model is built on the meta device only for a batch
+            # in train mode (_batch_statistics)
+            out["tv"] = recipe.tv_for(self.batch_size, self._batch_statistics(), trained=self.weights is not None)
         for text in self.priors:
             name, weight = attacks.parse_prior(text)
             # --prior tv:W overrides --tv and the recipe; a bare --prior tv keeps their weight where it is positive
