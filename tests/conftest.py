@@ -1,6 +1,7 @@
 """Shared test helpers."""
 
 import signal
+import sys
 import threading
 
 import pytest
@@ -37,6 +38,16 @@ def signal_handlers_restored():
     for s, handler in saved.items():
         if handler is not None:
             signal.signal(s, handler)
+
+
+@pytest.fixture(autouse=True)
+def figures_closed():
+    """Every pyplot figure a test left open (figure tests keep some to inspect them) is closed after it, so that one
+    worker process does not pile them up."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
 
 
 @pytest.fixture

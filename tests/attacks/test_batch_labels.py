@@ -65,7 +65,7 @@ def recovered(victim, ds, idx, rule, ratio=None, seed=1):
     x, y = ds.images[idx], ds.labels[idx]
     g = targets.flat_gradient(victim, x, y).detach()
     if ratio is None:
-        sk = get_sketch("none", victim.d, 0)
+        sk = get_sketch("none", victim.d, None)
     else:
         sk = get_sketch("srht", victim.d, sketch_dim(ratio, victim.d), seed)
     return labels.recover_labels(victim, sk, sk.apply(g), len(idx), rule=rule), y

@@ -28,7 +28,7 @@ from leakattack.sketch import make_sketch
 def _problem(kind="srht", ratio=0.5, shape=(1, 8, 8), seed=0, model="lenet", labels=(3,), threat=ThreatModel()):
     victim = targets.get_model(model, in_shape=shape, seed=seed)
     d = victim.d
-    sk = make_sketch(kind, d, max(1, round(ratio * d)), seed=1)
+    sk = make_sketch(kind, d, None if kind == "none" else max(1, round(ratio * d)), seed=1)
     x = torch.rand((len(labels), *shape), generator=torch.Generator().manual_seed(5))
     lab = torch.tensor(labels, dtype=torch.float32 if victim.task == "regression" else torch.long)
     obs = observe(victim, x, lab, Channel(sk), threat)

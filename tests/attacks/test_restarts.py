@@ -26,7 +26,7 @@ def _obs(victim, batch=1, kind="srht", ratio=0.5, defense="", knows_clip=False, 
     shape = victim.input_shape
     x = torch.rand((batch, *shape), generator=torch.Generator().manual_seed(seed), dtype=victim.dtype)
     labels = torch.arange(batch) % victim.num_classes
-    sketch = make_sketch(kind, victim.d, max(1, round(ratio * victim.d)), seed=1)
+    sketch = make_sketch(kind, victim.d, None if kind == "none" else max(1, round(ratio * victim.d)), seed=1)
     threat = ThreatModel(knows_labels=True, knows_clip=knows_clip)
     return observe(victim, x, labels, Channel(sketch, defense), threat), x
 

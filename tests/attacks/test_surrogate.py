@@ -80,8 +80,9 @@ def test_a_narrow_surrogate_is_the_exact_gradient():
 
 def _obs(sketch="none"):
     """An untrained CIFAR ResNet-8 at 16 px, BatchNorm in eval mode, photo 0, float64, labels granted."""
+    ratio = {} if sketch == "none" else {"sketch_ratio": 0.1}
     cfg = RunConfig(model="resnet_cifar", model_params={"depth": 8}, image_size=16, bn="eval", sketch=sketch,
-                    sketch_ratio=0.1, dtype="float64", label_mode="given", threads=1)
+                    dtype="float64", label_mode="given", threads=1, **ratio)
     return prepare(cfg).case.obs
 
 
@@ -94,7 +95,7 @@ def test_the_surrogate_smooths_the_objective_the_exact_derivative_misleads_on():
     x = init_dummy(obs.input_shape, "gaussian", 2, dtype=torch.float64).requires_grad_(True)
 
     def objective(z):
-        return float(distance_to_unit(obs.forward(z, obs.labels).flatten(), y_unit))
+        return float(distance_to_unit(obs.forward(z, obs.labels).flatten(), y_unit).detach())
 
     def slope_and_direction():
         loss = distance_to_unit(obs.forward(x, obs.labels).flatten(), y_unit)
@@ -120,7 +121,7 @@ def test_the_attack_keeps_and_reports_the_exact_objective():
                               schedule="step", box=True, labels="given", surrogate=0.1, init_seed=2, stall_window=0)
     result = attack.reconstruct(obs)
     exact = distance_to_unit(obs.forward(result.x, obs.labels).flatten(), unit(obs.y.flatten()))
-    assert result.final_loss == pytest.approx(float(exact), rel=1e-9)
+    assert result.final_loss == pytest.approx(float(exact.detach()), rel=1e-9)
     assert not any("forward" in vars(m) for m in relu_modules(obs.victim.model))
 
 
@@ -132,7 +133,7 @@ def test_lbfgs_runs_on_the_surrogate_and_reports_the_exact_objective():
                               stall_window=0)
     result = attack.reconstruct(obs)
     exact = match_loss(obs.forward(result.x, obs.labels).flatten(), obs.y.flatten(), "l2")
-    assert result.final_loss == pytest.approx(float(exact), rel=1e-9)
+    assert result.final_loss == pytest.approx(float(exact.detach()), rel=1e-9)
     assert result.final_loss < 0.5 * result.losses[0] and result.stop_reason != "stalled"
 
 
