@@ -597,21 +597,27 @@ def chord_section(a) -> None:
 def convgrad_section(a) -> None:
     """Each start's Conv2d weight gradients (targets.oracle._layer_gradients, with their derivatives in the layer's
     input and output gradient, as the attack differentiates them) by one grouped convolution against unfold and a
-    batched product, per layer shape (3x3, stride 1, float32): the rule GROUPED_MIN_POSITIONS_PER_COLUMN draws."""
+    batched product, per layer shape (3x3 of stride 1 and 2; LeNet's 5x5 of stride 2) and precision: the rules
+    GROUPED_MIN_POSITIONS_PER_COLUMN and GROUPED_STRIDED draw."""
     from torch import nn
 
     from targets import oracle
 
-    rule = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN
-    for R in (4, 8):
+    before = torch.get_num_threads()
+    torch.set_num_threads(a.restart_threads)
+    rule, strided = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED
+    shapes = [(C, H, 3, 1) for C, H in ((16, 32), (32, 16), (64, 8), (64, 32), (128, 16), (256, 8), (512, 4))]
+    for dtype, R in ((torch.float32, 4), (torch.float32, 8), (torch.float64, 8)):
         cells = []
-        for C, H in ((16, 32), (32, 16), (64, 8), (64, 32), (128, 16), (256, 8), (512, 4)):
-            conv = nn.Conv2d(C, C, 3, padding=1)
-            x = torch.randn(R, C, H, H, requires_grad=True)
-            dz = torch.randn(R, C, H, H, requires_grad=True)
+        for C, H, k, stride in shapes + [(16, 32, 3, 2), (32, 16, 3, 2), (64, 16, 3, 2), (3, 32, 5, 2), (12, 16, 5, 2)]:
+            if dtype == torch.float64 and C > 128:
+                continue  # seconds per cell in float64, and unfold's side already at 256 channels in float32
+            conv = nn.Conv2d(C, 12 if k == 5 else C * stride, k, stride=stride, padding=k // 2).to(dtype)
+            x = torch.randn(R, C, H, H, dtype=dtype, requires_grad=True)
+            dz = torch.randn(R, conv.out_channels, H // stride, H // stride, dtype=dtype, requires_grad=True)
             best = {}
             for way, limit in (("grouped", 0), ("unfold", 10 ** 9)):
-                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN = limit
+                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED = limit, True
 
                 def once():
                     w = oracle._layer_gradients(conv, x, dz, None, R)["weight"]
@@ -619,12 +625,14 @@ def convgrad_section(a) -> None:
 
                 once()
                 best[way] = min(cpu_timed(lambda: [once() for _ in range(3)])[0] / 3 for _ in range(a.rounds))
-            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN = rule
-            used = "grouped" if H * H >= rule * C * 9 else "unfold"
-            cells.append(f"{C} ch {H}x{H}: x{best['grouped'] / best['unfold']:.2f} ({1e3 * best['unfold']:.1f} ms; "
-                         f"{used})")
-        print(f"convgrad   {R} starts, grouped convolution against unfold and a batched product (its ms): "
-              + "; ".join(cells) + "; (the attack's choice by GROUPED_MIN_POSITIONS_PER_COLUMN)")
+            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED = rule, strided
+            grouped = oracle._grouped(conv, (H // stride) ** 2)
+            cells.append(f"{C} ch {H}x{H}{f' {k}x{k}/{stride}' if (k, stride) != (3, 1) else ''}: "
+                         f"x{best['grouped'] / best['unfold']:.2f} "
+                         f"({1e3 * best['unfold']:.1f} ms; {'grouped' if grouped else 'unfold'})")
+        print(f"convgrad   {R} starts, {str(dtype)[6:]}, {a.restart_threads} thread(s), grouped convolution against "
+              "unfold and a batched product (its ms): " + "; ".join(cells) + "; (the attack's choice)")
+    torch.set_num_threads(before)
 
 
 SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": restarts_section,
@@ -639,7 +647,8 @@ def main() -> None:
     ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts and sketch comparisons")
     ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
-    ap.add_argument("--restart-threads", type=int, default=1, help="torch threads of the restarts comparison")
+    ap.add_argument("--restart-threads", type=int, default=1,
+                    help="torch threads of the restarts and convgrad comparisons")
     ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "

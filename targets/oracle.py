@@ -202,11 +202,23 @@ def _normalised(m: nn.modules.batchnorm._BatchNorm, a: torch.Tensor, R: int) -> 
     return ((a - mean) * torch.rsqrt(var + m.eps)).flatten(0, 1)
 
 
-#: a Conv2d layer whose output has at least this many positions per column of its weight (in channels x kernel
-#: size) forms the R batches' weight gradients with one grouped convolution, the batches as its groups; one with
-#: fewer (ResNet-18's last stages: 256-512 channels at 8 x 8 and 4 x 4) unfolds its input and takes one batched matrix
-#: product, which is faster there (`python benchmarks/attack_speed.py --only convgrad` times both per layer shape).
+#: a Conv2d layer of stride 1 whose output has at least this many positions per column of its weight (in channels x
+#: kernel size) forms the R batches' weight gradients with one grouped convolution, the batches as its groups; one
+#: with fewer (ResNet-18's last stages: 256-512 channels at 8 x 8 and 4 x 4) unfolds its input and takes one batched
+#: matrix product, which is faster there (`python benchmarks/attack_speed.py --only convgrad` times both per layer
+#: shape, precision and thread count).
 GROUPED_MIN_POSITIONS_PER_COLUMN = 1 / 16
+#: whether a strided layer (a ResNet stage's first convolution, LeNet's 5 x 5 layers of stride 2) may take the grouped
+#: convolution too; it does not: there the grouped way was slower in 25 of the 30 cells that benchmark measured
+#: (float32 and float64, one and two threads, 4 and 8 starts: x1.03-1.62 of unfold's time; level in one, x0.80-0.96
+#: in the other four, all at 16 channels on 32 x 32)
+GROUPED_STRIDED = False
+
+
+def _grouped(m: nn.Conv2d, positions: int) -> bool:
+    """Whether the layer's per-batch weight gradients come from one grouped convolution (else unfold and a product)."""
+    strided = any(s != 1 for s in m.stride)
+    return (GROUPED_STRIDED or not strided) and positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * m.weight[0].numel()
 
 
 def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: int) -> dict:
@@ -221,7 +233,7 @@ def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: 
         assert not isinstance(m.padding, str)  # _restart_layers refuses a padding given by name
         n, co, positions = dz.shape[0], dz.shape[1], dz.shape[2] * dz.shape[3]
         per_batch = dz.view(R, n // R, co, positions)  # each batch's rows, positions flattened
-        if positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * m.weight[0].numel():
+        if _grouped(m, positions):
             # the R batches side by side as R channel groups: one grouped weight-gradient convolution
             B = n // R
             a = a.view(R, B, *a.shape[1:]).transpose(0, 1).reshape(B, -1, *a.shape[2:])
@@ -250,8 +262,9 @@ def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) ->
     that normalise by batch statistics do so per batch r (their output is replaced by a
     forward hook), and each layer's weight gradient of batch r is formed from its
     inputs and output gradients (one batched matrix product per Linear layer, the way
-    per-example gradients are computed in Opacus; one grouped convolution per Conv2d,
-    the R batches as its groups), so one autograd pass, its graph kept, serves all R.
+    per-example gradients are computed in Opacus; one grouped convolution per Conv2d of
+    stride 1, the R batches as its groups, or unfold and one batched product: :func:`_grouped`),
+    so one autograd pass, its graph kept, serves all R.
     A layer that mixes examples in another way would break this: callers check the
     first answer against one batch at a time.
     """

@@ -239,11 +239,12 @@ class _Mixed(nn.Module):
 @pytest.mark.parametrize("way", ["grouped", "unfold"])
 @pytest.mark.parametrize("bn_mode", ["train", "eval"])
 def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_derivatives(bn_mode, way, monkeypatch):
-    """Both ways of forming a Conv2d's weight gradients per restart (targets.oracle.GROUPED_MIN_POSITIONS_PER_COLUMN
-    picks one per layer) through a strided, dilated, padded convolution."""
+    """Both ways of forming a Conv2d's weight gradients per restart (targets.oracle._grouped picks one per layer)
+    through a strided, dilated, padded convolution."""
     from targets import oracle
 
     monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_PER_COLUMN", 0.0 if way == "grouped" else 1e9)
+    monkeypatch.setattr(oracle, "GROUPED_STRIDED", way == "grouped")
     torch.manual_seed(0)
     net = _Mixed().double()
     with torch.no_grad():  # running statistics away from (0, 1), so eval mode differs from train mode
@@ -259,6 +260,20 @@ def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_deriva
     batched, = torch.autograd.grad((rows * v).sum(), xs)
     reference, = torch.autograd.grad((alone * v).sum(), xs)
     assert torch.allclose(batched, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_strided_layers_and_layers_with_few_positions_take_unfold():
+    """The grouped weight-gradient convolution serves layers of stride 1 with at least one output position per 16
+    columns of the weight; a strided layer and a deep layer at few positions unfold (benchmarks/attack_speed.py
+    --only convgrad measured both ways)."""
+    from torch import nn
+
+    from targets import oracle
+
+    assert oracle._grouped(nn.Conv2d(16, 16, 3, padding=1), 32 * 32)
+    assert not oracle._grouped(nn.Conv2d(16, 32, 3, stride=2, padding=1), 16 * 16)
+    assert not oracle._grouped(nn.Conv2d(3, 12, 5, stride=2, padding=2), 16 * 16)  # LeNet's first layer
+    assert not oracle._grouped(nn.Conv2d(512, 512, 3, padding=1), 4 * 4)  # 16 positions, 4608 columns
 
 
 def test_a_model_with_weights_outside_the_known_layers_gets_no_per_layer_gradients():
