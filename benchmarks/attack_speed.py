@@ -598,18 +598,20 @@ def convgrad_section(a) -> None:
     """Each start's Conv2d weight gradients (targets.oracle._layer_gradients, with their derivatives in the layer's
     input and output gradient, as the attack differentiates them) by one grouped convolution against unfold and a
     batched product, per layer shape (3x3 of stride 1 and 2; LeNet's 5x5 of stride 2) and precision: the rules
-    GROUPED_MIN_POSITIONS_PER_COLUMN and GROUPED_STRIDED draw."""
+    GROUPED_MIN_POSITIONS_PER_COLUMN, GROUPED_MIN_POSITIONS_CPU_FLOAT64 and GROUPED_STRIDED draw."""
     from torch import nn
 
     from targets import oracle
 
     before = torch.get_num_threads()
     torch.set_num_threads(a.restart_threads)
-    rule, strided = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED
+    rules = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
+        oracle.GROUPED_STRIDED
     shapes = [(C, H, 3, 1) for C, H in ((16, 32), (32, 16), (64, 8), (64, 32), (128, 16), (256, 8), (512, 4))]
     for dtype, R in ((torch.float32, 4), (torch.float32, 8), (torch.float64, 8)):
         cells = []
-        for C, H, k, stride in shapes + [(16, 32, 3, 2), (32, 16, 3, 2), (64, 16, 3, 2), (3, 32, 5, 2), (12, 16, 5, 2)]:
+        for C, H, k, stride in shapes + [(16, 32, 3, 2), (32, 16, 3, 2), (64, 16, 3, 2), (3, 32, 5, 2), (12, 16, 5, 2),
+                                         (12, 8, 5, 1)]:
             if dtype == torch.float64 and C > 128:
                 continue  # seconds per cell in float64, and unfold's side already at 256 channels in float32
             conv = nn.Conv2d(C, 12 if k == 5 else C * stride, k, stride=stride, padding=k // 2).to(dtype)
@@ -617,7 +619,8 @@ def convgrad_section(a) -> None:
             dz = torch.randn(R, conv.out_channels, H // stride, H // stride, dtype=dtype, requires_grad=True)
             best = {}
             for way, limit in (("grouped", 0), ("unfold", 10 ** 9)):
-                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED = limit, True
+                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
+                    oracle.GROUPED_STRIDED = limit, 0 if way == "grouped" else 10 ** 9, True
 
                 def once():
                     w = oracle._layer_gradients(conv, x, dz, None, R)["weight"]
@@ -625,7 +628,8 @@ def convgrad_section(a) -> None:
 
                 once()
                 best[way] = min(cpu_timed(lambda: [once() for _ in range(3)])[0] / 3 for _ in range(a.rounds))
-            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_STRIDED = rule, strided
+            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
+                oracle.GROUPED_STRIDED = rules
             grouped = oracle._grouped(conv, (H // stride) ** 2)
             cells.append(f"{C} ch {H}x{H}{f' {k}x{k}/{stride}' if (k, stride) != (3, 1) else ''}: "
                          f"x{best['grouped'] / best['unfold']:.2f} "

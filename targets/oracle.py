@@ -208,17 +208,25 @@ def _normalised(m: nn.modules.batchnorm._BatchNorm, a: torch.Tensor, R: int) -> 
 #: matrix product, which is faster there (`python benchmarks/attack_speed.py --only convgrad` times both per layer
 #: shape, precision and thread count).
 GROUPED_MIN_POSITIONS_PER_COLUMN = 1 / 16
+#: in float64 on the CPU torch convolves a grouped convolution group by group (one small convolution per start, which
+#: a second thread does not share), and the grouped way also needs this many output positions: at 8 x 8 unfold was
+#: faster (64 channels x1.07-1.14, LeNet's last layer, 12 channels with a 5 x 5 kernel, x1.08-1.37 on one and two
+#: threads); from 16 x 16 on the grouped way was faster or within 5 % (x0.48-1.05)
+GROUPED_MIN_POSITIONS_CPU_FLOAT64 = 256
 #: whether a strided layer (a ResNet stage's first convolution, LeNet's 5 x 5 layers of stride 2) may take the grouped
-#: convolution too; it does not: there the grouped way was slower in 25 of the 30 cells that benchmark measured
-#: (float32 and float64, one and two threads, 4 and 8 starts: x1.03-1.62 of unfold's time; level in one, x0.80-0.96
-#: in the other four, all at 16 channels on 32 x 32)
+#: convolution too; it does not: there the grouped way was slower in 27 of the 30 cells that benchmark measured
+#: (float32 and float64, one and two threads, 4 and 8 starts: x1.05-1.54 of unfold's time; x0.80-0.97 in the other
+#: three, all at 16 channels on 32 x 32)
 GROUPED_STRIDED = False
 
 
 def _grouped(m: nn.Conv2d, positions: int) -> bool:
     """Whether the layer's per-batch weight gradients come from one grouped convolution (else unfold and a product)."""
     strided = any(s != 1 for s in m.stride)
-    return (GROUPED_STRIDED or not strided) and positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * m.weight[0].numel()
+    w = m.weight
+    if w.dtype == torch.float64 and w.device.type == "cpu" and positions < GROUPED_MIN_POSITIONS_CPU_FLOAT64:
+        return False
+    return (GROUPED_STRIDED or not strided) and positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * w[0].numel()
 
 
 def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: int) -> dict:

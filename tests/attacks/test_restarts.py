@@ -244,6 +244,7 @@ def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_deriva
     from targets import oracle
 
     monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_PER_COLUMN", 0.0 if way == "grouped" else 1e9)
+    monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_CPU_FLOAT64", 0)
     monkeypatch.setattr(oracle, "GROUPED_STRIDED", way == "grouped")
     torch.manual_seed(0)
     net = _Mixed().double()
@@ -264,8 +265,8 @@ def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_deriva
 
 def test_strided_layers_and_layers_with_few_positions_take_unfold():
     """The grouped weight-gradient convolution serves layers of stride 1 with at least one output position per 16
-    columns of the weight; a strided layer and a deep layer at few positions unfold (benchmarks/attack_speed.py
-    --only convgrad measured both ways)."""
+    columns of the weight (and, in float64 on the CPU, at least 16 x 16 positions); a strided layer and a deep layer
+    at few positions unfold (benchmarks/attack_speed.py --only convgrad measured both ways)."""
     from torch import nn
 
     from targets import oracle
@@ -274,6 +275,9 @@ def test_strided_layers_and_layers_with_few_positions_take_unfold():
     assert not oracle._grouped(nn.Conv2d(16, 32, 3, stride=2, padding=1), 16 * 16)
     assert not oracle._grouped(nn.Conv2d(3, 12, 5, stride=2, padding=2), 16 * 16)  # LeNet's first layer
     assert not oracle._grouped(nn.Conv2d(512, 512, 3, padding=1), 4 * 4)  # 16 positions, 4608 columns
+    last = nn.Conv2d(12, 12, 5, padding=2)  # LeNet's last layer: 64 positions, 300 columns
+    assert oracle._grouped(last, 8 * 8) and not oracle._grouped(last.double(), 8 * 8)
+    assert oracle._grouped(nn.Conv2d(128, 128, 3, padding=1).double(), 16 * 16)
 
 
 def test_a_model_with_weights_outside_the_known_layers_gets_no_per_layer_gradients():
