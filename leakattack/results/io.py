@@ -138,10 +138,17 @@ _TEMPORARY = ".*.tmp"
 def foreign_entries(folder: Path, layout: dict, prefix: str = "") -> list[str]:
     """The entries below ``folder`` that ``layout`` does not describe, as paths relative to it: ``layout`` maps a
     name pattern (fnmatch) to None (a file), a nested layout (a folder, looked into) or :data:`ANY` (a file or a
-    folder, not looked into); the temporary files of an interrupted atomic write are let pass."""
+    folder, not looked into); the temporary files of an atomic write are let pass, and so is what another process
+    (a sweep writing the folder) removes or renames while it is read."""
     other = []
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+    try:
+        entries = sorted(folder.iterdir(), key=lambda e: e.name)
+    except FileNotFoundError:  # removed since its parent was listed
+        return []
+    for entry in entries:
         name = entry.name
+        if not os.path.lexists(entry):  # gone since the folder was listed (a temporary file renamed into place)
+            continue
         if fnmatch.fnmatchcase(name, _TEMPORARY) and entry.is_file():
             continue
         kind = next((v for k, v in layout.items() if fnmatch.fnmatchcase(name, k)), False)

@@ -100,6 +100,26 @@ def test_the_commands_own_output_is_taken_and_anything_else_named(tmp_path):
     assert own_folder(tmp_path / "missing", "missing", TRAIN_FILES, "a training") == tmp_path / "missing"
 
 
+def test_entries_that_vanish_while_the_folder_is_read_are_not_held(tmp_path, monkeypatch):
+    """A sweep writing its folder renames a temporary file into place (or removes one) between another command's
+    listing of the folder and its look at each entry: what is gone by then is not held there."""
+    import pathlib
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("")
+    listed = pathlib.Path.iterdir
+
+    def iterdir(self):
+        yield from listed(self)
+        if self == sweep:  # listed, then renamed into place or removed before it is looked at
+            yield from (sweep / ".sweep.json.a1b2c3d4.tmp", sweep / "notes.txt", sweep / "points")
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    assert foreign_entries(sweep, SWEEP_FILES) == []
+    assert own_folder(sweep, "sweep", SWEEP_FILES, "a sweep") == sweep
+
+
 def test_the_root_is_refused_for_every_kind_of_out():
     for beside in (False, True):
         with pytest.raises(UserError, match="is the root folder"):
