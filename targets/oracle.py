@@ -214,19 +214,21 @@ GROUPED_MIN_POSITIONS_PER_COLUMN = 1 / 16
 #: threads); from 16 x 16 on the grouped way was faster or within 5 % (x0.48-1.05)
 GROUPED_MIN_POSITIONS_CPU_FLOAT64 = 256
 #: whether a strided layer (a ResNet stage's first convolution, LeNet's 5 x 5 layers of stride 2) may take the grouped
-#: convolution too; it does not: there the grouped way was slower in 27 of the 30 cells that benchmark measured
-#: (float32 and float64, one and two threads, 4 and 8 starts: x1.05-1.54 of unfold's time; x0.80-0.97 in the other
-#: three, all at 16 channels on 32 x 32)
+#: convolution too on the CPU; it does not: there the grouped way was slower in 27 of the 30 cells that benchmark
+#: measured (float32 and float64, one and two threads, 4 and 8 starts: x1.05-1.54 of unfold's time; x0.80-0.97 in the
+#: other three, all at 16 channels on 32 x 32)
 GROUPED_STRIDED = False
 
 
 def _grouped(m: nn.Conv2d, positions: int) -> bool:
     """Whether the layer's per-batch weight gradients come from one grouped convolution (else unfold and a product)."""
-    strided = any(s != 1 for s in m.stride)
     w = m.weight
-    if w.dtype == torch.float64 and w.device.type == "cpu" and positions < GROUPED_MIN_POSITIONS_CPU_FLOAT64:
+    cpu = w.device.type == "cpu"  # the two rules below were measured there; a GPU keeps the positions rule alone
+    if cpu and not GROUPED_STRIDED and any(s != 1 for s in m.stride):
         return False
-    return (GROUPED_STRIDED or not strided) and positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * w[0].numel()
+    if cpu and w.dtype == torch.float64 and positions < GROUPED_MIN_POSITIONS_CPU_FLOAT64:
+        return False
+    return positions >= GROUPED_MIN_POSITIONS_PER_COLUMN * w[0].numel()
 
 
 def _layer_gradients(m: nn.Module, a: torch.Tensor, dz: torch.Tensor, extra, R: int) -> dict:
