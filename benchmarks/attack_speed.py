@@ -597,16 +597,15 @@ def chord_section(a) -> None:
 def convgrad_section(a) -> None:
     """Each start's Conv2d weight gradients (targets.oracle._layer_gradients, with their derivatives in the layer's
     input and output gradient, as the attack differentiates them) by one grouped convolution against unfold and a
-    batched product, per layer shape (3x3 of stride 1 and 2; LeNet's 5x5 of stride 2) and precision: the rules
-    GROUPED_MIN_POSITIONS_PER_COLUMN, GROUPED_MIN_POSITIONS_CPU_FLOAT64 and GROUPED_STRIDED draw."""
+    batched product, per layer shape (3x3 of stride 1 and 2; LeNet's 5x5 layers), precision and thread count: the
+    rule targets.oracle._grouped draws."""
     from torch import nn
 
     from targets import oracle
 
     before = torch.get_num_threads()
     torch.set_num_threads(a.restart_threads)
-    rules = oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
-        oracle.GROUPED_STRIDED
+    rule = oracle._grouped
     shapes = [(C, H, 3, 1) for C, H in ((16, 32), (32, 16), (64, 8), (64, 32), (128, 16), (256, 8), (512, 4))]
     for dtype, R in ((torch.float32, 4), (torch.float32, 8), (torch.float64, 8)):
         cells = []
@@ -618,9 +617,8 @@ def convgrad_section(a) -> None:
             x = torch.randn(R, C, H, H, dtype=dtype, requires_grad=True)
             dz = torch.randn(R, conv.out_channels, H // stride, H // stride, dtype=dtype, requires_grad=True)
             best = {}
-            for way, limit in (("grouped", 0), ("unfold", 10 ** 9)):
-                oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
-                    oracle.GROUPED_STRIDED = limit, 0 if way == "grouped" else 10 ** 9, True
+            for way in ("grouped", "unfold"):
+                oracle._grouped = lambda m, positions, way=way: way == "grouped"  # noqa: E731  # that way, every layer
 
                 def once():
                     w = oracle._layer_gradients(conv, x, dz, None, R)["weight"]
@@ -628,9 +626,8 @@ def convgrad_section(a) -> None:
 
                 once()
                 best[way] = min(cpu_timed(lambda: [once() for _ in range(3)])[0] / 3 for _ in range(a.rounds))
-            oracle.GROUPED_MIN_POSITIONS_PER_COLUMN, oracle.GROUPED_MIN_POSITIONS_CPU_FLOAT64, \
-                oracle.GROUPED_STRIDED = rules
-            grouped = oracle._grouped(conv, (H // stride) ** 2)
+            oracle._grouped = rule
+            grouped = rule(conv, (H // stride) ** 2)
             cells.append(f"{C} ch {H}x{H}{f' {k}x{k}/{stride}' if (k, stride) != (3, 1) else ''}: "
                          f"x{best['grouped'] / best['unfold']:.2f} "
                          f"({1e3 * best['unfold']:.1f} ms; {'grouped' if grouped else 'unfold'})")

@@ -213,18 +213,19 @@ GROUPED_MIN_POSITIONS_PER_COLUMN = 1 / 16
 #: faster (64 channels x1.07-1.14, LeNet's last layer, 12 channels with a 5 x 5 kernel, x1.08-1.37 on one and two
 #: threads); from 16 x 16 on the grouped way was faster or within 5 % (x0.48-1.05)
 GROUPED_MIN_POSITIONS_CPU_FLOAT64 = 256
-#: whether a strided layer (a ResNet stage's first convolution, LeNet's 5 x 5 layers of stride 2) may take the grouped
-#: convolution too on the CPU; it does not: there the grouped way was slower in 27 of the 30 cells that benchmark
-#: measured (float32 and float64, one and two threads, 4 and 8 starts: x1.05-1.54 of unfold's time; x0.80-0.97 in the
-#: other three, all at 16 channels on 32 x 32)
-GROUPED_STRIDED = False
 
 
 def _grouped(m: nn.Conv2d, positions: int) -> bool:
-    """Whether the layer's per-batch weight gradients come from one grouped convolution (else unfold and a product)."""
+    """Whether the layer's per-batch weight gradients come from one grouped convolution (else unfold and a product).
+
+    On the CPU a strided layer (a ResNet stage's first convolution, LeNet's 5 x 5 layers of stride 2) unfolds: there
+    the grouped way was slower in 27 of the 30 cells `benchmarks/attack_speed.py --only convgrad` measured (float32
+    and float64, one and two threads, 4 and 8 starts: x1.05-1.54 of unfold's time; x0.80-0.97 in the other three, all
+    at 16 channels on 32 x 32).  This rule and the float64 one were measured on the CPU; a GPU keeps the positions
+    rule alone."""
     w = m.weight
-    cpu = w.device.type == "cpu"  # the two rules below were measured there; a GPU keeps the positions rule alone
-    if cpu and not GROUPED_STRIDED and any(s != 1 for s in m.stride):
+    cpu = w.device.type == "cpu"
+    if cpu and any(s != 1 for s in m.stride):
         return False
     if cpu and w.dtype == torch.float64 and positions < GROUPED_MIN_POSITIONS_CPU_FLOAT64:
         return False

@@ -243,9 +243,7 @@ def test_per_layer_restart_gradients_equal_each_restarts_gradient_and_its_deriva
     through a strided, dilated, padded convolution."""
     from targets import oracle
 
-    monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_PER_COLUMN", 0.0 if way == "grouped" else 1e9)
-    monkeypatch.setattr(oracle, "GROUPED_MIN_POSITIONS_CPU_FLOAT64", 0)
-    monkeypatch.setattr(oracle, "GROUPED_STRIDED", way == "grouped")
+    monkeypatch.setattr(oracle, "_grouped", lambda m, positions: way == "grouped")
     torch.manual_seed(0)
     net = _Mixed().double()
     with torch.no_grad():  # running statistics away from (0, 1), so eval mode differs from train mode
