@@ -26,7 +26,7 @@ import targets
 from targets import Victim
 from targets.oracle import restart_gradients
 from targets.protocols import ClientMessage
-from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers
+from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem
 
 from .channel import Channel
 from .data.base import outside_unit_range
@@ -247,6 +247,9 @@ def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Ch
                 f"(B, {', '.join(map(str, shape))}), e.g. x.unsqueeze(0) for one example{own}")
     if tuple(x.shape[1:]) != shape:
         return f"x holds examples of shape {tuple(x.shape[1:])}, and the victim takes {shape}"
+    narrow = precision_problem(victim.model, victim.name)
+    if narrow:
+        return narrow
     if x.dtype != victim.dtype:
         return (f"x is {str(x.dtype)[6:]} and the victim {str(victim.dtype)[6:]}: give both one precision "
                 "(victim.to(dtype=...) or x.to(...))")

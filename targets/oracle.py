@@ -71,7 +71,7 @@ def probe(victim: Victim, x: torch.Tensor, modules, record, *, graph: bool = Fal
 def output_at(victim: Victim, x: torch.Tensor, params: dict | None = None) -> torch.Tensor:
     """The model's output on x at its weights, or at ``params`` (name -> tensor) if given."""
     try:
-        with sdpa_kernel(SDPBackend.MATH):
+        with sdpa_kernel(SDPBackend.MATH), victim.running():
             return victim.model(x) if params is None else functional_call(victim.model, params, (x,))
     except ValueError as err:
         if "more than 1 value per channel" not in str(err):
@@ -315,12 +315,15 @@ def restart_gradients(victim: Victim, xs: torch.Tensor, labels: torch.Tensor) ->
         for name, g in _layer_gradients(m, a, dz, extra, R).items():
             key = (id(m), name)
             grads[key] = g if key not in grads else grads[key] + g  # a layer called twice: its uses add up
-    owner = {id(p): (id(m), name) for m in layers for name, p in m.named_parameters(recurse=False)}
+    owners: dict[int, list] = {}  # a weight shared by several layers (tied weights) takes each one's gradient
+    for m in layers:
+        for name, p in m.named_parameters(recurse=False):
+            owners.setdefault(id(p), []).append((id(m), name))
     rows = []
     for p in victim.model.parameters():
         if p.requires_grad:
-            g = grads.get(owner[id(p)])
-            rows.append(xs.new_zeros(R, p.numel()) if g is None else g.reshape(R, -1))
+            parts = [grads[key].reshape(R, -1) for key in owners[id(p)] if key in grads]
+            rows.append(sum(parts[1:], parts[0]) if parts else xs.new_zeros(R, p.numel()))
     return torch.cat(rows, 1)
 
 

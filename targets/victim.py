@@ -33,6 +33,8 @@ from typing import Callable, Iterator, Literal, cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
 
 from leakattack.errors import SettingWarning, UserError, allocation_failed
 from leakattack.plugins import raised_at
@@ -298,6 +300,40 @@ def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
 
 
 
+def _hardsigmoid(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """``F.hardsigmoid`` as ``relu6(x + 3) / 6``, from operations whose backward pass autograd differentiates again
+    (torch's own kernel has no second derivative): the same values and first derivative, bit for bit in float32
+    (torch's float64 kernel scales its derivative by 1/6 rounded to float32, 3e-8 from this one)."""
+    out = F.relu6(input + 3) / 6
+    return input.copy_(out) if inplace else out
+
+
+class TwiceDifferentiable(TorchFunctionMode):
+    """Inside the mode ``F.hardsigmoid`` (``nn.Hardsigmoid``, the squeeze-and-excitation gate of MobileNetV3) runs as
+    :func:`_hardsigmoid`, whose gradient an attack can differentiate in the input; every other call runs as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.hardsigmoid:
+            return _hardsigmoid(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def needs_composite(model: nn.Module) -> bool:
+    """Whether a module of ``model`` is a unit whose torch kernel has no second derivative (``nn.Hardsigmoid``)."""
+    return any(isinstance(m, nn.Hardsigmoid) for m in model.modules())
+
+
+#: words of torch's errors for an operation whose backward pass autograd cannot differentiate again
+_NOT_TWICE = ("is not implemented", "double backward", "once_differentiable", "differentiate twice",
+              "not compatible with .grad()", "does not support double backward")
+
+
+def not_twice(err: BaseException) -> bool:
+    """Whether ``err`` is torch's complaint about a backward pass it cannot differentiate again."""
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(w in text for w in _NOT_TWICE)
+
+
 @contextlib.contextmanager
 def kept_buffers(model: nn.Module) -> Iterator[None]:
     """Within the block the model may run forward as it likes: every buffer (a BatchNorm's running statistics in
@@ -354,6 +390,38 @@ def not_module(model) -> None:
         raise UserError(f"a victim's model must be a torch.nn.Module, got {type(model).__name__}")
 
 
+#: precisions whose digits an attack cannot optimise in: float16 (3 significant digits, largest number 65504) and
+#: bfloat16 (2 digits); line searches overflow, and steps smaller than the rounding vanish
+NARROW = (torch.float16, torch.bfloat16)
+
+
+def precision_problem(model: nn.Module, name: str, dtype: torch.dtype | None = None) -> str | None:
+    """One sentence where ``model``'s trainable weights (or ``dtype``, the one it is to be moved to) are float16 or
+    bfloat16, else None: an attack differentiates and optimises in the victim's precision, which holds 2-3
+    significant digits there."""
+    narrow = dtype if dtype in NARROW else next(
+        (p.dtype for p in model.parameters() if p.requires_grad and p.dtype in NARROW), None)
+    if narrow is None:
+        return None
+    kind = str(narrow).removeprefix("torch.")
+    digits, overflow = (3, ", and its line searches overflow") if narrow == torch.float16 else (2, "")
+    return (f"model '{name}' holds {kind} weights, and an attack optimises the input in the victim's precision, "
+            f"where {kind}'s {digits} significant digits drown its steps{overflow}: give the model in float32 or "
+            "float64 (model.float()); a half-precision client's gradient is the float32 one rounded")
+
+
+def tokens_hint(model: nn.Module, err: BaseException) -> str:
+    """``; ...`` where ``model`` failed because an ``nn.Embedding`` of it was given real numbers (a text model that
+    takes integer token ids), else empty."""
+    text = str(err)
+    if not (any(isinstance(m, nn.Embedding) for m in model.modules()) and "'indices'" in text
+            and "embedding" in text):
+        return ""
+    return ("; its nn.Embedding takes integer token ids, and an attack rebuilds real-valued inputs by following the "
+            "gradient's derivative, which integer tokens do not have: wrap the part of the model after the "
+            "embedding, whose input is the embedded tokens (input_shape=(length, embedding dim))")
+
+
 def head_problem(model: nn.Module, head, num_classes: int, task: str) -> str | None:
     """What is wrong with ``head`` as the classifier head of ``model`` (the rest of a sentence), or None: it is
     None, or an ``nn.Linear`` among the model's own modules scoring the ``num_classes`` classes of a classifier."""
@@ -386,14 +454,20 @@ class Victim:
     meta: dict = field(default_factory=dict)  #: how the victim was built (recorded in config.json)
     #: each module's ``training`` flag (and a BatchNorm's ``track_running_stats``) as the model came: :meth:`release`
     _given: list = field(default_factory=list, init=False, repr=False)
+    #: whether forward passes run in :class:`TwiceDifferentiable` (a unit whose kernel has no second derivative)
+    _composite: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         not_module(self.model)
+        self._composite = needs_composite(self.model)
         held = _HELD.get(self.model)
         self._given = ([(m, training, track) for ref, training, track in held if (m := ref()) is not None] if held
                        else [(m, m.training, getattr(m, "track_running_stats", None)) for m in self.model.modules()])
         if not any(p.requires_grad for p in self.model.parameters()):
             raise UserError(f"model '{self.name}' has no trainable parameters: its clients send no gradient to attack")
+        narrow = precision_problem(self.model, self.name)
+        if narrow:
+            raise UserError(narrow)
         shape = self.input_shape
         if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all((whole(s) or 0) > 0 for s in shape):
             raise UserError(f"input_shape must be the shape of one example, a tuple of positive integers such as "
@@ -487,44 +561,69 @@ class Victim:
         batched = (f"; input_shape is one example's shape without the batch dimension: {self.input_shape[1:]}?"
                    if batch_in_shape(self.input_shape) else "")
         try:
-            with kept_buffers(self.model), torch.no_grad():
+            with kept_buffers(self.model), torch.no_grad(), self.running():
                 out = self.model(x)
         except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
             if allocation_failed(err):  # no fault of the module: the command's out-of-memory sentence says so
                 raise
             raise UserError(f"model '{self.name}' fails on a batch of shape {tuple(x.shape)} ({first_line(err)})"
-                            f"{raised_at(err, module_files(self.model))}{batched}") from None
+                            f"{raised_at(err, module_files(self.model))}{batched}{tokens_hint(self.model, err)}"
+                            ) from None
         problem = output_problem(out, self.task, self.num_classes, 2)
         if problem:
             raise UserError(f"model '{self.name}' {problem}{forward_at(self.model)}{batched}")
         self.check_probe()
 
     def check_probe(self) -> None:
-        """One forward and backward pass of a seeded random batch of 2 (buffers restored).  Refused in one sentence:
-        a module that changes a buffer in forward (its gradient would depend on the passes before it) and an output
-        that autograd cannot follow back to the input (an attack differentiates the message in the input); warned of:
-        a derivative in the input that is exactly zero there (rounding), which no attack can follow, and a second
-        forward pass of the same batch that answers otherwise (noise drawn in forward, even in eval mode)."""
+        """One forward and backward pass of a seeded random batch of 2 (buffers restored), and the derivative in the
+        input of the squared norm of a gradient in the weights, as an attack takes it.  Refused in one sentence:
+        a module that changes a buffer in forward (its gradient would depend on the passes before it), an output
+        that autograd cannot follow back to the input (an attack differentiates the message in the input) and a
+        gradient whose backward pass autograd cannot differentiate again; warned of: a gradient whose derivative in
+        the input is exactly zero there (rounding), which no attack can follow, and a second forward pass of the same
+        batch that answers otherwise (noise drawn in forward, even in eval mode).  A module that calls
+        ``F.hardsigmoid``, whose torch kernel has no second derivative, runs in :class:`TwiceDifferentiable` from
+        then on."""
         p = next((q for q in self.model.parameters() if q.is_floating_point()), None)
         dtype, device = (p.dtype, p.device) if p is not None else (torch.get_default_dtype(), None)
         gen = torch.Generator().manual_seed(0)
         probe = torch.rand(2, *self.input_shape, generator=gen, dtype=dtype).to(device).requires_grad_(True)
+        second = False  # in the derivative of the weights' gradient
         try:
-            with kept_buffers(self.model), torch.enable_grad():
+            with kept_buffers(self.model), torch.enable_grad(), self.running(), sdpa_kernel(SDPBackend.MATH):
                 before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
                 out = self.model(probe)
                 changed = [name for name, b in self.model.named_buffers()
                            if name in before and not _same(b, before[name])]
-                g = None
+                g = gx = None
                 if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
                     weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
-                    g = torch.autograd.grad((out * weights).sum(), probe, allow_unused=True)[0]
+                    s = (out * weights).sum()
+                    g = torch.autograd.grad(s, probe, allow_unused=True, retain_graph=True)[0]
+                    if g is not None and out.is_floating_point():
+                        second = True  # a functional whose weight gradient moves with the output, as a loss's does
+                        wrt = [q for q in self.model.parameters() if q.requires_grad]
+                        gw = torch.autograd.grad(s + 0.5 * out.square().sum(), wrt, create_graph=True,
+                                                 allow_unused=True)
+                        norm = sum(t.square().sum() for t in gw if t is not None and t.requires_grad)
+                        if isinstance(norm, torch.Tensor):
+                            gx = torch.autograd.grad(norm, probe, allow_unused=True)[0]
+                        second = False
                 again = self.model(probe.detach()) if not changed and isinstance(out, torch.Tensor) else None
         except UserError:
             raise
         except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
             if allocation_failed(err):
                 raise
+            if second and not_twice(err):
+                if "hardsigmoid" in str(err) and not self._composite:  # F.hardsigmoid in the module's own forward
+                    self._composite = True
+                    return self.check_probe()
+                raise UserError(f"the gradient of model '{self.name}' cannot be differentiated in its input "
+                                f"({first_line(err)}), and attacks that match gradients follow that derivative: "
+                                "build the model from operations autograd differentiates twice (a custom "
+                                "autograd.Function without @once_differentiable, no reentrant checkpointing, "
+                                "no torch.compile)") from None
             raise UserError(f"model '{self.name}' fails on a random batch of shape {tuple(probe.shape)}, forward "
                             f"and backward ({first_line(err)}){raised_at(err, module_files(self.model))}") from None
         if changed:
@@ -539,9 +638,9 @@ class Victim:
                             "autograd differentiates (an integer cast, argmax or indexing by the input?), and an "
                             "attack on its gradient needs the gradient's derivative in the input: give the model "
                             "real-valued input")
-        if not bool(g.any()):
-            warnings.warn(f"the output of model '{self.name}' has a derivative of zero in its input at a random input "
-                          "(rounding or quantising it?): no attack can follow the message back to the input",
+        if gx is None or not bool(gx.any()):  # a zero-initialised head's output is constant, and its gradient is not
+            warnings.warn(f"the gradient of model '{self.name}' has a derivative of zero in its input at a random "
+                          "input (rounding or quantising it?): no attack can follow the message back to the input",
                           SettingWarning, stacklevel=4)
         if self.task == "classification":  # a loss that cannot score two examples fails here, not inside torch
             labels = torch.randint(0, self.num_classes, (2,), generator=gen).to(out.device)
@@ -673,6 +772,9 @@ class Victim:
             if dtype is not None:
                 raise TypeError(f"Victim.to takes a device and a dtype, got two dtypes: {device} and {dtype}")
             device, dtype = None, device
+        narrow = precision_problem(self.model, self.name, dtype)
+        if narrow:
+            raise UserError(narrow)
         self.model.to(device=device, dtype=dtype)
         return self
 
@@ -683,8 +785,14 @@ class Victim:
             return labels.to(self.dtype)
         return labels if labels.is_floating_point() else labels.long()
 
+    def running(self) -> contextlib.AbstractContextManager:
+        """The context of a forward pass whose gradient an attack differentiates: :class:`TwiceDifferentiable` where
+        the model holds a unit whose torch kernel has no second derivative (``nn.Hardsigmoid``), else none."""
+        return TwiceDifferentiable() if self._composite else contextlib.nullcontext()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        with self.running():
+            return self.model(x)
 
     __call__ = forward
 
@@ -695,7 +803,8 @@ class Victim:
         seen: list[torch.Tensor] = []
         handle = self.head.register_forward_hook(lambda module, args, output: seen.append(args[0].detach()))
         try:
-            out = self.model(x)
+            with self.running():
+                out = self.model(x)
         finally:
             handle.remove()
         return out, seen[0].reshape(x.shape[0], -1)
@@ -706,4 +815,4 @@ __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "last_linear", "output_linear", "first_line", "output_problem",
            "code_files", "module_files", "defined_at", "forward_at",
-           "kept_buffers"]
+           "kept_buffers", "NARROW", "precision_problem", "TwiceDifferentiable", "needs_composite", "not_twice"]

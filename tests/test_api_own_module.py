@@ -5,6 +5,7 @@ regression's targets, a data set of another shape, the example models at images 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,142 @@ def test_the_example_models_take_images_of_any_size(model, in_shape):
     examples = Path(__file__).resolve().parents[1] / "examples"
     victim = targets.get_model(f"{examples / model}", in_shape=in_shape, num_classes=4)  # as --model FILE:CLASS
     assert victim.model(torch.rand(2, *in_shape)).shape == (2, 4)
+
+
+class Gated(nn.Module):
+    """MobileNetV3's units: a convolution with hard-swish, a squeeze-and-excitation gate through nn.Hardsigmoid (both
+    in place, as torchvision builds them), and F.hardsigmoid called in forward."""
+
+    def __init__(self, functional: bool = False):
+        super().__init__()
+        self.functional = functional
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.Hardswish(inplace=True)
+        self.squeeze, self.excite = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+        self.gate = nn.Hardsigmoid(inplace=True)
+        self.fc = nn.Linear(8 * 6 * 6, 4)
+
+    def forward(self, x):
+        a = self.act(self.conv(x))
+        s = self.excite(torch.relu(self.squeeze(a.mean((2, 3), keepdim=True))))
+        s = torch.nn.functional.hardsigmoid(s) if self.functional else self.gate(s)
+        return self.fc((a * s).flatten(1))
+
+
+@pytest.mark.parametrize("functional", [False, True])
+def test_a_hardsigmoid_gate_is_differentiated_twice_and_its_gradient_is_autograds(functional):
+    torch.manual_seed(0)
+    net = Gated(functional).double()
+    victim = targets.Victim.from_module(net, input_shape=(3, 6, 6), num_classes=4)
+    x, labels = torch.rand(2, 3, 6, 6, dtype=torch.float64), torch.tensor([1, 3])
+    params = [p for p in net.parameters() if p.requires_grad]
+    expected = torch.cat([t.reshape(-1) for t in torch.autograd.grad(
+        torch.nn.functional.cross_entropy(net(x), labels), params)])
+    assert victim.d == sum(p.numel() for p in params) == expected.numel()
+    # torch's float64 hardsigmoid kernel scales its derivative by 1/6 rounded to float32: 3e-8 apart
+    assert torch.allclose(targets.flat_gradient(victim, x, labels), expected, rtol=1e-6, atol=1e-12)
+    obs = observe(victim, x, labels, Channel(get_sketch("none", victim.d, None)), ThreatModel(knows_labels=True))
+    result = get_attack("gradient-matching", iterations=4, labels="given", init_seed=1).reconstruct(obs)
+    assert math.isfinite(result.final_loss) and result.final_loss < result.losses[0]
+
+
+def test_a_zero_initialised_head_is_no_zero_derivative():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(48, 8), nn.Tanh(), nn.Linear(8, 4))
+    nn.init.zeros_(net[3].weight)  # torchvision's ViT starts so: a constant output, and a gradient that is not
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=4)
+
+
+class _Back(torch.autograd.Function):
+    """A backward pass, 2 x g, whose own derivative is missing (as a kernel without double backward)."""
+
+    @staticmethod
+    def forward(ctx, x, g):
+        return 2 * x * g
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("derivative for square_backward is not implemented")
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return _Back.apply(x, g)
+
+
+class OnceDifferentiable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.fc = nn.Linear(12, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(_Square.apply(self.a(x)))
+
+
+def test_a_gradient_autograd_cannot_differentiate_again_is_refused_in_one_sentence():
+    net = OnceDifferentiable()
+    with pytest.raises(UserError, match=r"^the gradient of model 'custom' cannot be differentiated in its input "
+                                        r"\(RuntimeError: derivative for square_backward is not implemented\)") as err:
+        targets.Victim.from_module(net, input_shape=(12,), num_classes=3)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("dtype,digits", [(torch.float16, 3), (torch.bfloat16, 2)])
+def test_a_half_precision_model_is_refused_in_one_sentence(dtype, digits):
+    net = nn.Sequential(nn.Flatten(), nn.Linear(48, 8), nn.Tanh(), nn.Linear(8, 4))
+    said = rf"^model 'custom' holds {str(dtype)[6:]} weights, .* {digits} significant digits .*\(model\.float\(\)\)"
+    with pytest.raises(UserError, match=said):
+        targets.Victim.from_module(net.to(dtype), input_shape=(3, 4, 4), num_classes=4)
+    victim = targets.Victim.from_module(net.float(), input_shape=(3, 4, 4), num_classes=4)
+    with pytest.raises(UserError, match=said):
+        victim.to(dtype)
+    assert victim.dtype == torch.float32
+    net.to(dtype)  # the module moved behind the victim's back: observing it says the same
+    with pytest.raises(UserError, match=said[1:]):
+        observe(victim, torch.rand(1, 3, 4, 4, dtype=dtype), torch.tensor([1]),
+                Channel(get_sketch("srht", victim.d, victim.d // 2, seed=1)))
+
+
+def test_a_text_model_that_takes_token_ids_is_refused_naming_its_embedding():
+    net = nn.Sequential(nn.Embedding(100, 8), nn.Flatten(), nn.Linear(8 * 12, 4))
+    with pytest.raises(UserError, match=r"its nn\.Embedding takes integer token ids, and an attack rebuilds "
+                                        r"real-valued inputs .*input_shape=\(length, embedding dim\)\)$"):
+        targets.Victim.from_module(net, input_shape=(12,), num_classes=4)
+
+
+class Tied(nn.Module):
+    """Two layers that share one weight matrix (tied weights): its gradient is the sum of both uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.fc = nn.Linear(48, 6), nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 4)
+        self.c.weight = self.b.weight
+
+    def forward(self, x):
+        return self.fc(torch.tanh(self.c(torch.tanh(self.b(torch.tanh(self.a(x.flatten(1))))))))
+
+
+def test_a_tied_weight_takes_both_uses_in_the_gradient_and_in_the_batched_restarts():
+    from targets.oracle import restart_gradients
+
+    torch.manual_seed(0)
+    net = Tied().double()
+    victim = targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=4)
+    assert victim.d == 48 * 6 + 6 + (36 + 6) + 6 + 6 * 4 + 4  # the shared matrix counted once
+    xs, labels = torch.rand(3, 2, 3, 4, 4, dtype=torch.float64), torch.tensor([[1, 2], [0, 3], [2, 2]])
+    params = list(net.parameters())
+    for x, y in zip(xs, labels):
+        expected = torch.autograd.grad(torch.nn.functional.cross_entropy(net(x), y), params)
+        assert torch.allclose(targets.flat_gradient(victim, x, y), torch.cat([t.reshape(-1) for t in expected]),
+                              rtol=1e-12, atol=1e-14)
+    rows = torch.stack([targets.flat_gradient(victim, x, y) for x, y in zip(xs, labels)])
+    assert torch.allclose(restart_gradients(victim, xs, labels), rows, rtol=1e-10, atol=1e-12)

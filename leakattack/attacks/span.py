@@ -92,7 +92,8 @@ class _Batch:
             x = self.blank
         else:
             self.injected, x = eps, self.images(A)
-        out = functional_call(self.victim.model, {**self.params, **self.buffers}, (x,))
+        with self.victim.running():
+            out = functional_call(self.victim.model, {**self.params, **self.buffers}, (x,))
         return self.victim.loss(out, self.target)
 
     def _hook(self, module, inputs, out):
