@@ -56,6 +56,7 @@ from .training import (
     check_unchanged,
     load_split,
     refuse_empty_clients,
+    refuse_long_rounds,
     stored_protocol,
     trained_model_spec,
     warn_client_batch,
@@ -225,6 +226,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if c not in sampled:
         raise ConfigError(f"client {c} is not sampled in round {t} (sampled: {sampled}): give --client {sampled[0]}")
     refuse_empty_clients(proto.shards, len(trainset))  # as `leakattack train` refuses that split
+    refuse_long_rounds(proto)
     if spec["local_epochs"] and cfg.batch_size not in (1, proto.shards[c].numel()):
         raise ConfigError(f"--batch-size {cfg.batch_size} does not apply with --local-epochs: the message covers "
                           f"client {c}'s {proto.shards[c].numel()} images in mini-batches of --client-batch "

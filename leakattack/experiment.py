@@ -19,6 +19,7 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -655,14 +656,19 @@ def _write_files(out: Outcome, folder: Path) -> None:
 
 
 def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = False,
-               with_lpips: bool = True, interruptible: bool = False) -> tuple[metrics.RunMetrics, Path]:
+               with_lpips: bool = True, interruptible: bool = False,
+               prepared: Callable[[Prepared], None] | None = None) -> tuple[metrics.RunMetrics, Path]:
     """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`.
-    The run takes its own torch thread count (:func:`prepare`) and gives the caller's back."""
+    ``prepared`` is called with the prepared run once every check before the attack has passed (the command line
+    prints its notes there, so that a refused run prints its refusal alone).  The run takes its own torch thread
+    count (:func:`prepare`) and gives the caller's back."""
     if out is not None:
         check_out(out)
     threads = torch.get_num_threads()
     try:
         p = prepare(cfg, progress=progress)
+        if prepared is not None:
+            prepared(p)
         warn_if_not_unique(p.case)
         outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
         folder = Path(out) if out is not None else \

@@ -42,6 +42,9 @@ _scanned = False
 
 
 def _first_line(err: BaseException) -> str:
+    if isinstance(err, SystemExit):  # a script's top level, run by the import: sys.exit(), argparse's usage error
+        return f"SystemExit: its top level called sys.exit({'' if err.code is None else repr(err.code)}); script " \
+               "code belongs under if __name__ == '__main__'"
     text = str(err.msg if isinstance(err, SyntaxError) and err.msg else err).strip()  # its place: raised_at
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
@@ -90,7 +93,7 @@ def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False, nam
     sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         sys.modules.pop(name, None)
         raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [spec.origin])}") \
             from None
@@ -118,7 +121,7 @@ def import_module_named(name: str, label: str, missing: str):
         if err.name and (name == err.name or name.startswith(err.name + ".")):
             raise UserError(missing) from None
         raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
-    except Exception as err:  # a SyntaxError keeps its place, which _first_line leaves out
+    except (Exception, SystemExit) as err:  # a SyntaxError keeps its place, which _first_line leaves out
         raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [])}") from None
 
 
@@ -153,7 +156,7 @@ def load_plugins() -> list[str]:
         _how[key] = f"entry point {ep.name} = {ep.value}" + (f" ({dist.name} {dist.version})" if dist else "")
         try:
             _loaded[key] = ep.load()
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             raise UserError(f"plugin entry point '{ep.name}' ({ep.value}, group {GROUP}) could not be imported "
                             f"({_first_line(err)})") from None
     _scanned = True  # after every one imported: one that failed fails again at the next call
@@ -216,7 +219,7 @@ def import_modules(modules) -> None:
         except ModuleNotFoundError as err:
             if not file or not (name == err.name or name.startswith(f"{err.name}.")):
                 raise UserError(f"{label} could not be imported ({_first_line(err)})") from None
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             raise UserError(f"{label} could not be imported ({_first_line(err)}){raised_at(err, [])}") from None
         import_file(Path(file), label, "", name=name)
 

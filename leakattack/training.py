@@ -54,6 +54,7 @@ from targets.protocols.base import split_clients
 from targets.victim import batchnorm_layers
 
 from .config import ConfigError, protocol_json, validate_protocol
+from .config.params import MAX_ITERATIONS
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
@@ -109,6 +110,20 @@ def refuse_empty_clients(shards: list[torch.Tensor], images: int) -> None:
     it alike: such a client would send a zero update and a NaN loss)."""
     if any(s.numel() == 0 for s in shards):
         raise ConfigError(f"{len(shards)} clients leave some client without data ({images} training images)")
+
+
+def refuse_long_rounds(proto: Protocol) -> None:
+    """ConfigError where ``--local-epochs`` gives a client more local steps per round, E ceil(n_c/B), than
+    ``--local-steps`` may ask for (``leakattack train`` and ``run --protocol`` refuse it alike: every round would
+    run them, and the attacker's model unrolls them at every evaluation)."""
+    if not proto.local_epochs:
+        return
+    c = max(range(len(proto.shards)), key=proto.step_count)
+    steps = proto.step_count(c)
+    if steps > MAX_ITERATIONS:
+        raise ConfigError(f"--local-epochs {proto.local_epochs} gives client {c} {steps:,} local steps per round "
+                          f"(E ceil(n_c/B) for its {proto.shards[c].numel()} images in batches of --client-batch "
+                          f"{proto.batch_size}), more than the {MAX_ITERATIONS:,} that --local-steps allows")
 
 
 def warn_client_batch(spec: dict, trainset: ImageSet) -> None:
@@ -393,6 +408,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     validate_protocol(name, spec, victim.d)
     proto = get_protocol(name, victim, trainset, **spec)
     refuse_empty_clients(proto.shards, len(trainset))
+    refuse_long_rounds(proto)
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__, "machine": machine()}
@@ -592,4 +608,4 @@ __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_r
            "model_buffers", "save_checkpoint", "load_checkpoint", "read_checkpoint", "load_buffers",
            "load_server_state", "tracking_running_statistics", "weights_at", "REPLAY_NOTE_ROUNDS",
            "stored_protocol", "keeps_server_state", "resume_point", "train", "refuse_empty_clients",
-           "warn_client_batch"]
+           "refuse_long_rounds", "warn_client_batch"]

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 
 from defenses import build as build_defense
 
 from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import next_settings
 from ..config.arguments import config_from_args
-from ..errors import SettingWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import REBUILT, faint_words, image_verdicts, images_note, images_words, why_not_rebuilt
@@ -114,14 +115,9 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
 
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
-    unused = cfg.unused_options()
-    if unused:
-        with warnings.catch_warnings():  # its refusal before the note; its warnings once, as the run validates
-            warnings.simplefilter("ignore", SettingWarning)
-            cfg.validate()
-        how = " solves in closed form and" if cfg.attack_class.closed_form else ""
-        print(f"note: the {cfg.attack} attack{how} does not read {', '.join(unused)}", file=sys.stderr)
-    m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True)
+    with _note_first(_unused_note(cfg)) as noted:
+        m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True,
+                               prepared=noted)
     config = _config(folder)
     derived = config.get("derived", {})
     closed = cfg.attack_class.closed_form
@@ -156,6 +152,40 @@ def cmd_run(a) -> int:
     if m.label_choice is not None:
         print(f"note: {label_choice_line(m.label_choice)}", file=sys.stderr)
     return 0
+
+
+def _unused_note(cfg) -> str | None:
+    """The note naming the flags given that the configured attack does not read, or None."""
+    unused = cfg.unused_options()
+    if not unused:
+        return None
+    how = " solves in closed form and" if cfg.attack_class.closed_form else ""
+    return f"note: the {cfg.attack} attack{how} does not read {', '.join(unused)}"
+
+
+@contextlib.contextmanager
+def _note_first(note: str | None) -> Iterator[Callable[[object], None]]:
+    """A callback for :func:`run_attack`'s ``prepared`` that prints ``note`` once the run has passed every check
+    before its attack, and the warnings its checks gave after it: a refused run prints its refusal alone, one that
+    goes ahead its note first, then each warning once."""
+    if note is None:
+        yield lambda p: None
+        return
+    shown = warnings.showwarning
+    held: list[tuple[tuple, dict]] = []
+
+    def noted(p) -> None:
+        warnings.showwarning = shown
+        print(note, file=sys.stderr)
+        for args, kwargs in held:
+            shown(*args, **kwargs)
+        held.clear()
+
+    warnings.showwarning = lambda *args, **kwargs: held.append((args, kwargs))
+    try:
+        yield noted
+    finally:
+        warnings.showwarning = shown
 
 
 def clip_not_modelled(cfg) -> bool:

@@ -258,7 +258,9 @@ PROTOCOL_PARAMS: tuple[Param, ...] = (
     # evaluation
     Param("local_steps", names.SPEC_DEFAULTS["local_steps"], Number(1, MAX_ITERATIONS, integer=True),
           "local steps K", "local SGD steps K per round", "protocol"),
-    Param("local_epochs", names.SPEC_DEFAULTS["local_epochs"], NONNEG_INT, "local epochs E",
+    # each epoch is at least one local step: more epochs than --local-steps allows steps is a typo, not a plan
+    Param("local_epochs", names.SPEC_DEFAULTS["local_epochs"], Number(0, MAX_ITERATIONS, integer=True),
+          "local epochs E",
           "local epochs E per round: each a seeded pass over the client's whole shard in mini-batches of "
           "--client-batch (the last one smaller), one SGD step each, so K = E ceil(n_c/B) (0: K steps on one "
           "batch)", "protocol"),

@@ -72,7 +72,7 @@ from ..results import (
     load_records,
     load_tensors,
     quoted,
-    read_json,
+    read_object,
     series_label,
     series_of,
     summarize,
@@ -1115,13 +1115,7 @@ def _kv(rows) -> str:
 
 
 def _read(path: Path) -> dict:
-    try:
-        data = read_json(path)
-    except (ValueError, UnicodeDecodeError):
-        raise UserError(f"'{path}' is not JSON") from None
-    if not isinstance(data, dict):
-        raise UserError(f"'{path}' holds a JSON {type(data).__name__}, not the object leakattack writes there")
-    return data
+    return read_object(path)
 
 
 def _name(folder: Path) -> str:

@@ -46,7 +46,7 @@ from ..results import (
     load_records,
     load_tensors,
     mean_std,
-    read_json,
+    read_object,
     series_keys,
     series_label,
     series_of,
@@ -701,7 +701,7 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
 
 def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     """The figures the records support (:func:`sweep_figures`)."""
-    meta = read_json(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
+    meta = read_object(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
     grid_keys = {k for r in records for k in r["grid"]}
     varied = sorted(k for k in grid_keys if len({json.dumps(r["grid"].get(k), sort_keys=True) for r in records}) > 1)
     strength = _strength_key(records, meta)

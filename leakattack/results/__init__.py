@@ -14,6 +14,7 @@ from .io import (
                  load_tensors,
                  read_json,
                  read_jsonl,
+                 read_object,
                  to_jsonable,
                  writable_out,
                  write_csv,
@@ -46,7 +47,8 @@ from .store import (
 )
 
 __all__ = [
-    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "write_csv", "to_jsonable",
+    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "read_object", "write_csv",
+    "to_jsonable",
     "folder_kind", "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",

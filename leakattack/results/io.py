@@ -209,6 +209,20 @@ def read_json(path):
         return json.load(fh)
 
 
+def read_object(path) -> dict:
+    """The JSON object a file leakattack wrote holds (metrics.json, config.json, sweep.json); UserError, one
+    sentence, where the file is not JSON text or holds something else (an edited or damaged file)."""
+    try:
+        data = read_json(path)
+    except IsADirectoryError:
+        raise UserError(f"'{path}' is a folder, not the file leakattack writes there") from None
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"'{path}' is not JSON") from None
+    if not isinstance(data, dict):
+        raise UserError(f"'{path}' holds a JSON {type(data).__name__}, not the object leakattack writes there")
+    return data
+
+
 def write_csv(path, rows: list[dict], columns: list[str] | None = None) -> None:
     """Rows of dicts as CSV; missing values are empty cells."""
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))

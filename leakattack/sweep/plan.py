@@ -188,6 +188,9 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
         if table not in ("sweep", "base", "grid"):
             raise ConfigError(f"unknown table or key '{table}' in sweep file (value {doc[table]!r}); "
                               "use [sweep], [base], [grid]")
+    for table in ("sweep", "base"):
+        if not isinstance(doc.get(table, {}), dict):
+            raise ConfigError(f"[{table}] must be a table of NAME = VALUE lines, got {table} = {doc[table]!r}")
     settings: dict[str, Any] = doc.get("sweep", {})
     base, grid = doc.get("base", {}), doc.get("grid", {})
     grids = grid if isinstance(grid, list) else [grid]  # [[grid]] tables: the union of their products

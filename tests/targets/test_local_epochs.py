@@ -132,7 +132,7 @@ def test_labels_are_read_through_minus_eta_k_from_an_epoch_update(digits_train):
     ("safl", {"local_epochs": 1, "local_steps": 3}, "give --local-epochs or --local-steps, not both"),
     ("fedavg", {"local_epochs": 2, "local_steps": 2}, "give --local-epochs or --local-steps, not both"),
     ("compsgd", {"local_epochs": 1}, "--local-epochs must be 0"),
-    ("safl", {"local_epochs": -1}, "local epochs E must be a non-negative integer, got -1"),
+    ("safl", {"local_epochs": -1}, "local epochs E must lie in [0, 1000000], got -1"),
 ])
 def test_bad_local_epoch_settings_are_one_sentence(protocol, spec, needle):
     with pytest.raises(ConfigError, match="^[^\n]*$") as err:

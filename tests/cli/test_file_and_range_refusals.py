@@ -1,0 +1,120 @@
+"""Malformed files and out-of-range settings that reach the command line: one sentence on stderr, exit code 2, no
+traceback, nothing written (a sweep file whose [base] or [sweep] is not a table, a damaged sweep.json under
+figures, a model or plugin file that exits as it is imported, local epochs that make rounds of more steps than
+--local-steps allows)."""
+
+import json
+
+import pytest
+from test_bad_input import _refused  # tests/cli is on the path
+from test_read_commands_input import POINT, _sweep
+
+GRID = '[grid]\nseed = [0]\n'
+
+
+@pytest.mark.parametrize("text,said", [
+    ('base = 3\n' + GRID, "[base] must be a table of NAME = VALUE lines, got base = 3"),
+    ('sweep = "fast"\n' + GRID, "[sweep] must be a table of NAME = VALUE lines, got sweep = 'fast'"),
+    ('[[base]]\nmodel = "lenet"\n' + GRID, "[base] must be a table of NAME = VALUE lines, got base = [{'model': "
+                                           "'lenet'}]"),
+])
+def test_a_sweep_file_whose_base_or_sweep_is_not_a_table_is_one_sentence(tmp_path, capsys, text, said):
+    """They were read with .items(): an AttributeError traceback."""
+    (tmp_path / "grid.toml").write_text(text)
+    for extra in (["--dry-run"], ["--out", str(tmp_path / "sweep")]):
+        _refused(["sweep", str(tmp_path / "grid.toml"), "--quiet", *extra], said, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("text,said", [
+    ("{not json", "sweep.json' is not JSON"),
+    ("", "sweep.json' is not JSON"),
+    ("[1, 2]", "sweep.json' holds a JSON list, not the object leakattack writes there"),
+])
+def test_figures_refuses_a_damaged_sweep_json_in_one_sentence(tmp_path, capsys, text, said):
+    """figures read sweep.json raw (a JSONDecodeError or AttributeError traceback) where report names it."""
+    sweep = _sweep(tmp_path / "sweep", json.dumps(POINT) + "\n")
+    (sweep / "sweep.json").write_text(text)
+    _refused(["figures", str(sweep)], said, tmp_path, capsys)
+    _refused(["report", str(sweep), "--out", str(tmp_path / "r.html")], said, tmp_path, capsys)
+
+
+def test_figures_refuses_a_sweep_json_that_is_a_folder(tmp_path, capsys):
+    sweep = _sweep(tmp_path / "sweep", json.dumps(POINT) + "\n")
+    (sweep / "sweep.json").mkdir()
+    _refused(["figures", str(sweep)], "sweep.json' is a folder, not the file leakattack writes there", tmp_path,
+             capsys)
+
+
+@pytest.mark.parametrize("code,said", [("raise SystemExit(3)\n", "sys.exit(3)"),
+                                       ("import sys\nsys.exit('usage: net.py DATA')\n",
+                                        "sys.exit('usage: net.py DATA')"),
+                                       ("import sys\nsys.exit()\n", "sys.exit()")])
+def test_a_model_file_that_exits_as_it_is_imported_is_one_sentence(tmp_path, capsys, code, said):
+    """A training script given as --model file.py:Net runs its top level on import; its sys.exit ended leakattack
+    with that code and no word of why (SystemExit passed the import's `except Exception`)."""
+    net = tmp_path / "models" / "net.py"
+    net.parent.mkdir()
+    net.write_text(code)
+    work = tmp_path / "work"
+    work.mkdir()
+    said = (f"model file '{net}' could not be imported (SystemExit: its top level called {said}; script code "
+            "belongs under if __name__ == '__main__')")
+    _refused(["run", "--model", f"{net}:Net", "--iterations", "2", "--quiet", "--no-lpips",
+              "--out", str(work / "run")], said, work, capsys)
+    _refused(["list", "--model", f"{net}:Net"], said, work, capsys)
+
+
+def test_a_plugin_file_that_exits_as_it_is_imported_is_one_sentence(tmp_path, capsys, monkeypatch):
+    plugin = tmp_path / "plugin_that_exits.py"
+    plugin.write_text("raise SystemExit(4)\n")
+    monkeypatch.setenv("LEAKATTACK_PLUGINS", str(plugin))
+    work = tmp_path / "work"
+    work.mkdir()
+    _refused(["list"], f"plugin file '{plugin}' (LEAKATTACK_PLUGINS) could not be imported (SystemExit: its top "
+                       "level called sys.exit(4)", work, capsys)
+
+
+@pytest.fixture
+def no_client_trains(monkeypatch):
+    """Drawing a client's epochs fails the test: a refusal must come before the first round's data (without it, a
+    million epochs were drawn, and then trained, for hours)."""
+    from targets.protocols.base import Protocol
+
+    def trained(self, t, c):
+        raise AssertionError(f"client {c}'s epochs of round {t} were drawn before the settings were checked")
+
+    monkeypatch.setattr(Protocol, "epoch_orders", trained)
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_local_epochs_beyond_the_local_steps_bound_are_refused_before_a_round(tmp_path, capsys, no_client_trains,
+                                                                              command):
+    """Each local epoch is at least one local step: --local-epochs had no bound where --local-steps has
+    [1, 1000000], so a typo trained (or re-simulated for the attack) for days."""
+    argv = ["run", "--iterations", "2", "--no-lpips"] if command == "run" else ["train", "--rounds", "1"]
+    argv += ["--protocol", "fedavg", "--clients", "2", "--quiet", "--out", str(tmp_path / "out")]
+    _refused(argv + ["--local-epochs", "100000000"], "local epochs E must lie in [0, 1000000], got 100000000",
+             tmp_path, capsys)
+    # within the bound, yet E ceil(n_c/B) steps a round: 1,000,000 epochs of 23 batches
+    _refused(argv + ["--local-epochs", "1000000"], "--local-epochs 1000000 gives client 0 23,000,000 local steps "
+             "per round (E ceil(n_c/B) for its 719 images in batches of --client-batch 32), more than the 1,000,000 "
+             "that --local-steps allows", tmp_path, capsys)
+
+
+def test_a_sweep_point_with_too_many_local_epochs_is_refused_before_it_runs(tmp_path, capsys, no_client_trains):
+    (tmp_path / "grid.toml").write_text('[base]\nprotocol = "fedavg"\niterations = 1\n'
+                                        '[grid]\nprotocol_spec = [{clients = 2, local_epochs = 100000000}]\n')
+    _refused(["sweep", str(tmp_path / "grid.toml"), "--dry-run", "--quiet"], "local epochs E must lie in "
+             "[0, 1000000], got 100000000", tmp_path, capsys)
+
+
+def test_the_shared_reader_names_the_file(tmp_path):
+    from leakattack.errors import UserError
+    from leakattack.results import read_object
+
+    path = tmp_path / "metrics.json"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(UserError, match=r"metrics.json' is not JSON$"):
+        read_object(path)
+    path.write_text('{"psnr": 1}')
+    assert read_object(path) == {"psnr": 1}
