@@ -302,8 +302,8 @@ def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
 
 def _hardsigmoid(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """``F.hardsigmoid`` as ``relu6(x + 3) / 6``, from operations whose backward pass autograd differentiates again
-    (torch's own kernel has no second derivative): the same values and first derivative, bit for bit in float32
-    (torch's float64 kernel scales its derivative by 1/6 rounded to float32, 3e-8 from this one)."""
+    (torch's own kernel has no second derivative): the same values and first derivative to rounding
+    (torch's float64 kernel scales its derivative by 1/6 rounded to float32, 3e-8 relative from this one)."""
     out = F.relu6(input + 3) / 6
     return input.copy_(out) if inplace else out
 

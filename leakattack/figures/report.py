@@ -227,7 +227,7 @@ def build_report(paths, title: str = "Gradient-inversion audit report", generato
 
 def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
-    config = _read(folder / "config.json") if (folder / "config.json").is_file() else {}
+    config = read_object(folder / "config.json") if (folder / "config.json").is_file() else {}
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics, clip_blind=_clips(run.get("defense") or metrics.defense)
                                         and not run.get("attacker_knows_clip"), run=run, derived=derived)
@@ -266,7 +266,7 @@ def run_metrics(path: Path) -> RunMetrics:
     """A run's metrics.json as its record, refused in one sentence naming the file and the key when it lacks a key
     every run writes (:data:`RUN_REQUIRED`) or holds a metric that is not a number; a score that is not finite
     (NaN) reads as null, as the run itself stores it."""
-    data = _read(path)
+    data = read_object(path)
     missing = [k for k in RUN_REQUIRED if k not in data]
     if missing:
         raise UserError(f"'{path}' has no {_or(missing)}, which every run's metrics.json holds")
@@ -695,7 +695,7 @@ def _when(folder: Path) -> str:
 
 def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     records = checked_points(folder, load_records(folder))
-    meta = _read(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
+    meta = read_object(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
     stored = stored_summary(folder)
     current = stored is not None and summary_matches(stored, records)
     head, cls, sentence = _sweep_headline(records, meta.get("points"))
@@ -1112,10 +1112,6 @@ def _heading(name) -> str:
 
 def _kv(rows) -> str:
     return '<table class="kv">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
-
-
-def _read(path: Path) -> dict:
-    return read_object(path)
 
 
 def _name(folder: Path) -> str:
