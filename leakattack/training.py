@@ -62,13 +62,13 @@ from .progress import progress_bar
 from .results import (
     atomic_write_bytes,
     atomic_write_text,
-    load_tensors,
     read_json,
     read_jsonl,
     to_jsonable,
     write_json,
 )
 from .results.reference import machine, machine_text
+from .torchfile import load_torch_file
 
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
@@ -200,12 +200,7 @@ def read_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[st
         _refuse_unreached(folder, t)
         raise ConfigError(f"checkpoint '{path}' does not exist (train with checkpoints, and a --checkpoint-every that "
                           f"writes it, to attack round {t})")
-    try:
-        state = load_tensors(path)
-    except UserError:
-        raise
-    except Exception as err:  # truncated or garbage files fail inside torch's unpickler in many ways
-        raise ConfigError(f"checkpoint '{path}' is not a readable torch file ({type(err).__name__})") from None
+    state = load_torch_file(path, f"checkpoint '{path}'", error=ConfigError)
     w, buffers, server = (state.get("weights"), state.get("buffers"), state.get("server")) \
         if isinstance(state, dict) else (state, None, None)
     if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() != d:

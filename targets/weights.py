@@ -13,13 +13,13 @@ read).
 from __future__ import annotations
 
 import math
-import pickle
 import warnings
 from pathlib import Path
 
 import torch
 
 from leakattack.errors import SettingWarning, UserError
+from leakattack.torchfile import load_torch_file
 
 from .victim import Victim
 
@@ -92,19 +92,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
     weights only; on a model with BatchNorm a one-line warning says its running statistics stay as initialised.
     """
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"weights file '{path}' " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
-    try:
-        with warnings.catch_warnings():  # torch's notes on the file (its pickle protocol): loaded, or one sentence
-            warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        if "not an allowed global" in str(err) or "unsupported global" in str(err).lower():
-            raise UserError(f"weights file '{path}' holds objects other than tensors (a whole pickled model or an "
-                            "optimizer's state?); it was not loaded: save model.state_dict() instead") from None
-        raise UserError(f"weights file '{path}' is not a readable torch file (UnpicklingError)") from None
-    except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
-        raise UserError(f"weights file '{path}' is not a readable torch file ({type(err).__name__})") from None
+    state = load_torch_file(path, f"weights file '{path}'", objects_hint=(
+        " (a whole pickled model or an optimizer's state?): save model.state_dict() instead"))
     model = victim.model
     buffers = None
     if isinstance(state, dict) and "weights" in state and isinstance(state.get("server"), dict) and \

@@ -19,7 +19,8 @@ PACKAGES = ("leakattack", "targets", "defenses")
 #: the stations in flow order; a module may import only its own station or earlier ones
 STATIONS = [
     ["leakattack.errors", "leakattack.registry", "leakattack.seeds", "leakattack.sketch", "leakattack.constraints",
-     "leakattack.progress", "leakattack.jsonable", "leakattack.rebuilt", "leakattack.plugins"],  # leaves
+     "leakattack.progress", "leakattack.jsonable", "leakattack.rebuilt", "leakattack.plugins",
+     "leakattack.torchfile"],  # leaves
     ["defenses"],
     ["leakattack.data"],
     ["targets"],

@@ -12,7 +12,6 @@ import fnmatch
 import io
 import json
 import os
-import pickle
 import tempfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 
 from ..errors import UserError
 from ..jsonable import to_jsonable
+from ..torchfile import load_torch_file
 
 
 def _current_umask() -> int:
@@ -248,8 +248,6 @@ def write_tensors(path, obj) -> None:
 
 
 def load_tensors(path):
-    """A torch file read on the CPU with ``weights_only=True``; anything but tensors and plain containers is refused."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise UserError(f"'{path}' holds objects other than tensors and plain containers; it was not loaded") from None
+    """A torch file read on the CPU with ``weights_only=True``; anything but tensors and plain containers, and a file
+    torch cannot read, is refused in one sentence."""
+    return load_torch_file(path, f"'{path}'")

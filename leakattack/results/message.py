@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from defenses import build as build_defense
 
 from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
+from ..torchfile import load_torch_file
 from .io import write_tensors
 
 #: local SGD steps an update message may unroll: as many as --iterations may take (config.params.MAX_ITERATIONS);
@@ -171,25 +171,6 @@ def first_label_outside(labels: torch.Tensor, num_classes: int | None) -> int | 
     return int(wrong.nonzero()[0, 0]) if bool(wrong.any()) else None
 
 
-def _load(path: Path, where: str):
-    """torch.load with ``weights_only``; a file that is not one, or holds code, is a MessageError.  torch's own
-    notes on the file (such as its pickle protocol) are not shown: the file is loaded, or refused in one sentence."""
-    if not path.is_file():
-        raise MessageError(f"{where} " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        text = str(err).lower()  # torch's wording varies: "Unsupported global", "unsupported GLOBAL"
-        if "not an allowed global" in text or "unsupported global" in text:
-            raise MessageError(f"{where} holds objects other than tensors and plain containers; it was not "
-                               "loaded") from None
-        raise MessageError(f"{where} is not a readable torch file (UnpicklingError)") from None
-    except Exception as err:  # truncated or foreign files fail inside torch's reader in many ways
-        raise MessageError(f"{where} is not a readable torch file ({type(err).__name__})") from None
-
-
 def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None = None, kind: str = "gradient",
                   batch_size: int = 1, labels=None, lr: float | None = None, local_steps: int = 1,
                   defense: str | None = None, input_shape=None, num_classes: int | None = None, **ids) -> Path:
@@ -237,7 +218,7 @@ def read_message(path) -> Message:
     """The message file at ``path``, checked; a file that is not one raises ``MessageError`` (one sentence)."""
     path = Path(path)
     where = f"message file '{path}'"
-    data = _load(path, where)
+    data = load_torch_file(path, where, error=MessageError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise MessageError(f"{where} is not a message file (no format '{FORMAT}'; write one with write_message)")
     if not _is_int(data.get("version"), 1) or data["version"] > VERSION:
@@ -262,7 +243,7 @@ def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
     ``images`` and optional ``labels``; read with ``weights_only``.  A bad file raises ``MessageError``."""
     path = Path(path)
     where = f"truth file '{path}'"
-    data = _load(path, where)
+    data = load_torch_file(path, where, error=MessageError)
     labels = None
     if isinstance(data, dict):
         if "images" not in data:

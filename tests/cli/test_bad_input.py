@@ -302,7 +302,7 @@ def test_a_corrupt_checkpoint_is_one_sentence(trained, tmp_path, capsys):
     shutil.copytree(trained, folder)
     ckpt = folder / "checkpoints" / "round_0002.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:40])  # truncated
-    _refused(_attack(folder, tmp_path), "is not a readable torch file", tmp_path, capsys)
+    _refused(_attack(folder, tmp_path), "is a damaged torch file: its zip archive cannot be read", tmp_path, capsys)
     torch.save(torch.zeros(7), ckpt)
     _refused(_attack(folder, tmp_path), "does not hold the 13426 weights", tmp_path, capsys)
 

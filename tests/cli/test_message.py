@@ -157,7 +157,7 @@ BAD = [
     (lambda t: (torch.save({"w": torch.zeros(3)}, t / "m.pt"), str(t / "m.pt"))[1],
      "message file '{m}' is not a message file"),
     (lambda t: ((t / "m.pt").write_text("not torch"), str(t / "m.pt"))[1],
-     "message file '{m}' is not a readable torch file"),
+     "message file '{m}' is a text file, not a torch file (torch.save)"),
     (lambda t: str(t / "absent.pt"), "message file '{m}' does not exist"),
     (lambda t: ((t / "adir.pt").mkdir(), str(t / "adir.pt"))[1], "message file '{m}' is a folder, not a file"),
     # each field against the model, before any work
