@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from typing import Callable
 
@@ -27,6 +28,13 @@ class Parser(argparse.ArgumentParser):
     #: flags so far, or before ``--help`` once the module ``late_module`` is imported anyway
     late_flags: Callable[[argparse.ArgumentParser], None] | None = None
     late_module = ""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value that begins with a minus and a digit is a value, not a flag (no flag begins so): argparse's own rule
+        # takes only plain numbers (-2, -0.5), and "--time-limit -1m" or "--tv -1e-3" said "expected one argument"
+        # rather than why the value is refused
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message):  # one sentence, exit code 2 (handled in main)
         raise UsageError(message)

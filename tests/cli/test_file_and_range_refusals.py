@@ -118,3 +118,15 @@ def test_the_shared_reader_names_the_file(tmp_path):
         read_object(path)
     path.write_text('{"psnr": 1}')
     assert read_object(path) == {"psnr": 1}
+
+
+@pytest.mark.parametrize("args,said", [
+    (["run", "--time-limit", "-1m"], "time limit must be a positive duration such as 90s, 10m, 1h or a number of "
+                                     "seconds, got '-1m'"),
+    (["run", "--tv", "-1e-3"], "TV weight must be non-negative, got -0.001"),
+    (["run", "--lr", "-.5"], "learning rate must be a positive number, got -0.5"),
+])
+def test_a_negative_value_that_is_no_plain_number_is_refused_for_what_it_is(tmp_path, capsys, args, said):
+    """argparse takes only plain numbers (-2, -0.5) as values after a flag: '-1m' and '-1e-3' were read as unknown
+    flags, and the refusal said only 'expected one argument'."""
+    _refused([*args, "--quiet", "--no-lpips", "--out", str(tmp_path / "run")], said, tmp_path, capsys)
