@@ -63,6 +63,21 @@ def _warn_half(path: Path, tensors, dtype: torch.dtype) -> None:
                   SettingWarning, stacklevel=3)
 
 
+def _warn_integers(path: Path, pairs) -> None:
+    """One warning line where the file gives integers or booleans for floating-point weights (``pairs``: name or None
+    for the flat vector, the file's tensor): they are cast as they are, so a quantised checkpoint's integer codes,
+    whose scales the file does not apply, load as weights of hundreds."""
+    found = [(name, t) for name, t in pairs if not t.is_floating_point() and not t.is_complex()]
+    if not found:
+        return
+    name, t = found[0]
+    what = "the weight vector" if name is None else f"'{name}'"
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    warnings.warn(f"weights file '{path}' gives integers ({str(t.dtype).replace('torch.', '')}) for {what}{more}, "
+                  "floating-point weights of the model: they are cast as they are (a quantised checkpoint's integer "
+                  "codes need their scales applied first)", SettingWarning, stacklevel=3)
+
+
 def _nested_state_dicts(state: dict) -> list[str]:
     """The keys of ``state`` whose values are non-empty dicts of tensors (a training checkpoint's state_dict)."""
     return [str(k) for k, v in state.items() if isinstance(v, dict) and v
@@ -124,6 +139,7 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
             for n, b in (buffers or {}).items():
                 own[n].copy_(b)
         _warn_half(path, [state, *(buffers or {}).values()], victim.dtype)
+        _warn_integers(path, [(None, state)])
         statistics = [n for n, _ in model.named_buffers() if n.rsplit(".", 1)[-1] == "running_mean"]
         if buffers is None and statistics:
             warnings.warn(f"weights file '{path}' is a flat vector of the trainable weights: the model's BatchNorm "
@@ -161,6 +177,7 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         raise UserError(problem)
     model.load_state_dict(state)
     _warn_half(path, [state[k] for k in own if k in state], victim.dtype)
+    _warn_integers(path, [(k, state[k]) for k in own if k in state and own[k].is_floating_point()])
     if drawn_by:
         _warn_drawn(drawn_by, path)
     return victim

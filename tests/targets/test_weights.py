@@ -204,3 +204,27 @@ def test_half_precision_weights_are_cast_up_with_one_warning_naming_their_precis
     with warnings.catch_warnings():  # stored in the model's own precision: nothing to say
         warnings.simplefilter("error")
         targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "full.pt")
+
+
+def test_integer_weights_are_cast_with_one_warning_and_integer_buffers_without(tmp_path):
+    source = targets.get_model("resnet20", seed=3)  # BatchNorm: num_batches_tracked is an integer buffer of its own
+    codes = {k: (t * 100).round().to(torch.int8) if t.is_floating_point() else t
+             for k, t in source.model.state_dict().items()}
+    torch.save(codes, tmp_path / "sd.pt")
+    torch.save(source.model.state_dict(), tmp_path / "float.pt")
+    torch.save(targets.flat_params(source).detach().round().long(), tmp_path / "flat.pt")
+    floats = sum(1 for t in source.model.state_dict().values() if t.is_floating_point())
+    for file, what in (("sd.pt", f"'conv1.weight' and {floats - 1} more"), ("flat.pt", "the weight vector"),
+                       ("float.pt", None)):
+        v = targets.get_model("resnet20", seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            targets.load_weights(v, tmp_path / file)
+        said = [str(w.message) for w in caught if "integers" in str(w.message)]
+        if what is None:
+            assert said == []
+        else:
+            dtype = "int8" if file == "sd.pt" else "int64"
+            assert said == [f"weights file '{tmp_path / file}' gives integers ({dtype}) for {what}, floating-point "
+                            "weights of the model: they are cast as they are (a quantised checkpoint's integer codes "
+                            "need their scales applied first)"], said
