@@ -136,9 +136,16 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
 
 
 def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) -> Path:
-    """:func:`write_run_folder` itself."""
+    """:func:`write_run_folder` itself.  The folders above ``folder`` that it makes are removed again when the write
+    does not finish (an error, Ctrl-C), where they are still empty."""
+    made = []  # the missing folders above, deepest first
+    for above in (folder.parent, *folder.parent.parents):
+        if above.exists():
+            break
+        made.append(above)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    written = False
     try:
         write(tmp)
         os.chmod(tmp, directory_mode())
@@ -160,7 +167,13 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) 
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, folder)
+        written = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        for above in made if not written else ():
+            try:
+                above.rmdir()
+            except OSError:  # another run wrote into it meanwhile
+                break
     return folder

@@ -41,6 +41,24 @@ def test_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))],
+                         ids=["ctrl-c", "full disk"])
+def test_folders_made_for_a_run_that_was_not_written_are_removed(tmp_path, stop):
+    """A write stopped by Ctrl-C or an error left the folders made above the run (results/runs/) behind, empty."""
+    def write(path):
+        (path / "metrics.json").write_text("{}")
+        raise stop
+
+    (tmp_path / "kept").mkdir()
+    with pytest.raises((KeyboardInterrupt, UserError)):
+        write_run_folder(tmp_path / "results" / "runs" / "run", write)
+    with pytest.raises((KeyboardInterrupt, UserError)):
+        write_run_folder(tmp_path / "kept" / "runs" / "run", write)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept"]
+    write_run_folder(tmp_path / "results" / "runs" / "run", lambda p: (p / "a.txt").write_text("done"))
+    assert (tmp_path / "results" / "runs" / "run" / "a.txt").read_text() == "done"
+
+
 def test_a_run_stopped_before_its_first_step_attacked_nothing(tmp_path):
     out = tmp_path / "run"
     assert cli.main(["run", "--dataset", "digits", "--time-limit", "0.001", "--quiet", "--no-lpips", "--threads", "1",
