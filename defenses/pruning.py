@@ -20,6 +20,8 @@ def prune_smallest(v: torch.Tensor, p: float) -> torch.Tensor:
 
 
 class Prune(Transform):
+    """Zero the fraction p of entries of smallest magnitude (DLG's gradient compression)."""
+
     name = "prune"
     schema = {"p": (float, "a fraction in [0, 1)", lambda p: 0 <= p < 1)}
 

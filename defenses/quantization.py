@@ -22,6 +22,8 @@ def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tenso
 
 
 class Quantize(Transform):
+    """Round every entry stochastically onto 2^bits - 1 levels of [-max|v|, max|v|], unbiased (QSGD)."""
+
     name = "quantize"
     # beyond 32 bits the levels are finer than float32 resolution: nothing is quantised any more
     schema = {"bits": (int, "an integer in [1, 32]", lambda k: 1 <= k <= 32)}

@@ -62,6 +62,11 @@ def list_defenses() -> list[str]:
     return _REGISTRY.names()
 
 
+def defense_class(name: str) -> type[Transform]:
+    """The transform class registered as ``name`` (its ``schema``, ``placements``, ``default_placement``)."""
+    return _REGISTRY.get(name)
+
+
 def parse_step(item) -> Transform:
     """One transform from a step string (``name:key=value@placement``) or dict, validated; raise DefenseError."""
     if isinstance(item, str):
@@ -161,4 +166,4 @@ def _split_step(text: str):
     return name.strip(), raw, placement
 
 
-__all__ = ["register_defense", "get_defense", "list_defenses", "parse_step"]
+__all__ = ["register_defense", "get_defense", "defense_class", "list_defenses", "parse_step"]

@@ -20,7 +20,47 @@ SECTIONS = (("models", names.MODELS), ("sketches", names.SKETCHES), ("datasets",
             ("sweep backends", names.SWEEP_BACKENDS))
 
 
+def recipe_line(name: str) -> str:
+    """One line: what recipe ``name`` is and every setting it fills."""
+    from ..attacks.recipes import get_recipe, recipe_help
+
+    r = get_recipe(name)
+    step = f" (step {r.lr:g})" if r.lr is not None else ""
+    budget = f"{r.iterations:,} steps" + (f" or {r.time_limit / 60:g} minutes, whichever comes first"
+                                          if r.time_limit is not None else "")
+    tv = f"TV {r.tv:g}"
+    extra = [f"{w:g} from {n} examples" for n, w in r.batch_statistics_tv]
+    if extra:
+        tv += f" ({', '.join(extra)} that BatchNorm normalises by their own statistics"
+    if r.trained_tv is not None:
+        tv += (", and " if extra else " (") + f"{r.trained_tv:g} for one example at loaded --weights"
+    tv += ")" if extra or r.trained_tv is not None else ""
+    settings = [f"optimizer {r.optimizer}{step}", budget, f"objective {r.objective}", f"schedule {r.schedule}",
+                "signed steps" if r.signed else "plain steps", tv, "box [0, 1]" if r.box else "no box",
+                f"dtype {r.dtype}"] + ([f"ReLU surrogate {r.surrogate:g}"] if r.surrogate else [])
+    return f"{name}: {recipe_help(name)}\n  fills: {'; '.join(settings)}"
+
+
+def defense_lines(name: str) -> list[str]:
+    """What defense ``name`` does (its class's first docstring line), its parameters and its placements."""
+    from defenses.registry import defense_class
+
+    cls = defense_class(name)
+    doc = (cls.__doc__ or "").replace("``", "").strip().splitlines()
+    params = [f"  {key + '=':<24}{typ.__name__}, {text}" for key, (typ, text, _) in cls.schema.items()]
+    return [f"{name}: {doc[0] if doc else 'no description'}",
+            *(params or ["  no parameters"]),
+            f"  placements: {', '.join(cls.placements)} (default {cls.default_placement})"]
+
+
 def cmd_list(a) -> int:
+    if a.recipe or a.defense:
+        if a.recipe:
+            print(recipe_line(a.recipe))
+        if a.defense:
+            print("\n".join(defense_lines(a.defense)))
+        if not (a.model or a.attack):
+            return 0
     if a.model:
         import targets
 

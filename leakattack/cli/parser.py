@@ -118,6 +118,9 @@ def _list(sub) -> None:
                                     "defenses, protocols, sweep backends")
     p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
     p.add_argument("--attack", default=None, help="name the options attack A takes, with their flags")
+    p.add_argument("--recipe", default=None, help="name the settings recipe R fills (those a run does not give)")
+    p.add_argument("--defense", default=None, help="name the parameters and placements defense D takes (for "
+                                                   "--defense D:NAME=VALUE@PLACEMENT)")
     command(p, "list:cmd_list")
 
 

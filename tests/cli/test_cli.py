@@ -123,3 +123,27 @@ def test_help_documents_defaults():
     for flag in ("--sketch-ratio", "--optimizer", "--iterations", "--lr", "--seed", "--image-index", "--device"):
         assert flag in proc.stdout
     assert "default" in proc.stdout
+
+
+def test_list_names_what_a_recipe_fills_and_what_a_defense_takes(capsys):
+    import defenses
+    from leakattack.attacks.recipes import get_recipe
+
+    assert cli.main(["list", "--recipe", "ig"]) == 0
+    head, fills = capsys.readouterr().out.strip().splitlines()
+    ig = get_recipe("ig")
+    assert head.startswith("ig: Inverting Gradients") and fills.startswith("  fills: optimizer adam (step 0.025); ")
+    for shown in (f"{ig.iterations:,} steps or 8 minutes", "objective cosine", "schedule step", "signed steps",
+                  f"TV {ig.tv:g} (", "0.8 from 8 examples", f"{ig.trained_tv:g} for one example at loaded --weights",
+                  "box [0, 1]", "dtype float32"):
+        assert shown in fills, shown
+    for name in defenses.list_defenses():
+        assert cli.main(["list", "--defense", name]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        cls = defenses.registry.defense_class(name)
+        assert lines[0].startswith(f"{name}: ") and "no description" not in lines[0] and "``" not in lines[0]
+        assert [ln.split("=")[0].strip() for ln in lines[1:-1]] == list(cls.schema)
+        assert lines[-1] == f"  placements: {', '.join(cls.placements)} (default {cls.default_placement})"
+    for flag, name in (("--recipe", "nope"), ("--defense", "nope")):
+        assert cli.main(["list", flag, name]) == 2
+        assert capsys.readouterr().err.strip().startswith("leakattack: error: unknown ")
