@@ -1,0 +1,68 @@
+"""``leakattack list --model M | --attack A | --recipe R | --defense D``: what one registered name takes or sets,
+asked of its registry (which imports torch; the plain ``leakattack list`` does not come here)."""
+
+from __future__ import annotations
+
+import targets
+from defenses.registry import defense_class
+
+from .. import attacks
+from ..config.params import RUN_PARAMS, help_text
+
+
+def model_lines(name: str) -> list[str]:
+    """The model's task, the recipe it takes (and why, where its units decide) and its --model-param names."""
+    params = targets.model_params(name)
+    recipe = targets.recipe_of(name)
+    if targets.own_recipe(name) is None:  # its units decide (for 3x32x32 images here)
+        units = targets.units_of(name)
+        if units is None:
+            recipe += " (its class cannot be built on the meta device)"
+        else:
+            recipe += f" (by its units: {', '.join(units) or 'none whose derivative jumps'})"
+    shown = ", ".join(params) if params else "none"
+    if targets.models.takes_any_param(name):  # builder(in_shape, num_classes, **params): it decides
+        shown = ", ".join([*params, "any other its builder takes (**params)"])
+    return [f"{name}: task {targets.task_of(name)}; recipe {recipe}; parameters (--model-param NAME=VALUE): {shown}"]
+
+
+def attack_lines(name: str) -> list[str]:
+    """What the attack is, the run flags only it reads, and its own options with their flags."""
+    cls = attacks.attack_class(name)
+    can = [what for what, yes in (("closed form", cls.closed_form), ("reads labels", cls.reads_labels)) if yes]
+    owned = [p.option for p in RUN_PARAMS if p.name in cls.settings and p.option]
+    return [f"{name}: {', '.join(can) or 'optimises the input'}; "
+            f"{'run flags only it reads: ' + ', '.join(owned) + '; ' if owned else ''}"
+            f"own options: {'none' if not cls.options else ''}",
+            *(f"  {p.option:<24}{help_text(p)}" for p in cls.options)]
+
+
+def recipe_lines(name: str) -> list[str]:
+    """What the recipe is, and every setting it fills where the run gives none."""
+    r = attacks.get_recipe(name)
+    step = f" (step {r.lr:g})" if r.lr is not None else ""
+    budget = f"{r.iterations:,} steps" + (f" or {r.time_limit / 60:g} minutes, whichever comes first"
+                                          if r.time_limit is not None else "")
+    cases = [f"{w:g} from {n} examples" for n, w in r.batch_statistics_tv]
+    if cases:
+        cases[-1] += " that BatchNorm normalises by their own statistics"
+    if r.trained_tv is not None:
+        cases.append(f"{r.trained_tv:g} for one example at loaded --weights")
+    tv = f"TV {r.tv:g}" + (f" ({', '.join(cases[:-1])}{', and ' if len(cases) > 1 else ''}{cases[-1]})"
+                           if cases else "")
+    settings = [f"optimizer {r.optimizer}{step}", budget, f"objective {r.objective}", f"schedule {r.schedule}",
+                "signed steps" if r.signed else "plain steps", tv, "box [0, 1]" if r.box else "no box",
+                f"dtype {r.dtype}"] + ([f"ReLU surrogate {r.surrogate:g}"] if r.surrogate else [])
+    return [f"{name}: {attacks.recipe_help(name)}", f"  fills: {'; '.join(settings)}"]
+
+
+def defense_lines(name: str) -> list[str]:
+    """What the defense step does (its class's first docstring line), its parameters and its placements."""
+    cls = defense_class(name)
+    doc = (cls.__doc__ or "").replace("``", "").strip().splitlines()
+    params = [f"  {key + '=':<24}{typ.__name__}, {text}" for key, (typ, text, _) in cls.schema.items()]
+    return [f"{name}: {doc[0] if doc else 'no description'}", *(params or ["  no parameters"]),
+            f"  placements: {', '.join(cls.placements)} (default {cls.default_placement})"]
+
+
+__all__ = ["model_lines", "attack_lines", "recipe_lines", "defense_lines"]
