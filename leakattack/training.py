@@ -53,8 +53,9 @@ from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol
 from targets.protocols.base import split_clients
 from targets.victim import batchnorm_layers
 
-from .config import ConfigError, protocol_json, validate_protocol
-from .config.params import MAX_ITERATIONS
+from .config import ConfigError, check_value, protocol_json, validate_protocol
+from .config.constraints import Number
+from .config.params import MAX_ITERATIONS, MAX_ROUNDS
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
@@ -397,7 +398,9 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     (t = 1, 1 + k, 1 + 2k, ...), and the final weights w^(rounds+1) always.  Stopped early (Ctrl-C: raises
     :class:`TrainingInterrupted`; a diverged loss: :class:`TrainingDiverged`), the run folder records the rounds
     it finished (see the module's docstring).  A folder holding rounds 1..N of the same training is continued from
-    round N+1 (``on_resume(folder, N)`` is called first); one holding another is refused (:func:`resume_point`)."""
+    round N+1 (``on_resume(folder, N)`` is called first); one holding another is refused (:func:`resume_point`).
+    ``rounds`` lies in [1, :data:`~leakattack.config.params.MAX_ROUNDS`] (ConfigError otherwise)."""
+    check_value("rounds T", Number(1, MAX_ROUNDS, integer=True), rounds)
     trainset, testset = load_split(model_spec, download)
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)

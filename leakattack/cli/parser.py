@@ -168,7 +168,7 @@ def _train(sub) -> None:
                    "(default: %(default)s)")
     p.add_argument("--sketch-ratio", type=float, default=spec["sketch_ratio"],
                    help="b/d; compsgd/privsgd: m/d (per layer or global) (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=50, help="rounds T (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=50, help="rounds T, at most 100,000 (default: %(default)s)")
     p.add_argument("--dataset", default=md["dataset"],
                    help="digits or photos (embedded), or mnist, cifar10, cifar100, imagefolder from --data-root "
                         "(default: %(default)s)")

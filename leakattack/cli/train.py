@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
@@ -10,12 +11,12 @@ from pathlib import Path
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, list_protocols
+from targets.protocols import SPEC_DEFAULTS, list_protocols, protocol_class
 
 from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import SPEC_DEST, protocol_spec_from_args
-from ..config.params import SEED
+from ..config.params import MAX_ROUNDS, SEED
 from ..data import list_datasets, reads_root
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
@@ -58,8 +59,20 @@ def _warn_data(a) -> None:
                       f"{a.dataset} reads no files", SettingWarning, stacklevel=1)
 
 
+def _warn_dp_rounds(protocol: str, spec: dict, rounds: int) -> None:
+    """A warning where a protocol whose noise is set for --dp-rounds T rounds (privsgd) trains more rounds than T:
+    the (epsilon, delta) it was given covers the first T only."""
+    if "dp_rounds" not in protocol_class(protocol).reads or rounds <= spec["dp_rounds"]:
+        return
+    T, eps = spec["dp_rounds"], spec["dp_epsilon"]
+    warnings.warn(f"--rounds {rounds} exceeds --dp-rounds {T}, the rounds the noise of {protocol}'s (epsilon, delta) "
+                  f"= ({eps:g}, {spec['dp_delta']:g}) is set for: after round {T} the guarantee no longer holds, and "
+                  f"the paper's epsilon grows to {eps * math.sqrt(rounds / T):.3g} at round {rounds} (train.jsonl's "
+                  f"epsilon_paper); give --dp-rounds {rounds} to cover them all", SettingWarning, stacklevel=1)
+
+
 def cmd_train(a) -> int:
-    check_value("rounds T", Number(1, integer=True), a.rounds)
+    check_value("rounds T", Number(1, MAX_ROUNDS, integer=True), a.rounds)
     check_value("protocol", Choice(list_protocols), a.protocol)
     check_value("seed", SEED, a.seed)
     if a.sketch not in list_sketches():  # refused whether or not the protocol reads it
@@ -98,6 +111,7 @@ def cmd_train(a) -> int:
     if a.name == "accuracy_vs_floats.png":  # the figure drawn over the trainings in --out (TRAIN_FILES)
         raise ConfigError(f"--name {a.name} is the file a training draws its figure into in --out: give another name")
     _warn_data(a)
+    _warn_dp_rounds(a.protocol, spec, a.rounds)
     out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
     warn_client_batch(spec, load_split(model_spec, a.download)[0])

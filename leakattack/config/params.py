@@ -38,9 +38,28 @@ MAX_ITERATIONS = 1_000_000
 #: the starts run as one batch through the victim (restarts times the batch size), so a thousand starts already hold
 #: a thousand dummy batches at every evaluation; more is a typo, not a plan
 MAX_RESTARTS = 1000
+#: a round runs every sampled client's local steps and a test evaluation, writes a checkpoint (54 KB for LeNet) and
+#: rewrites train.jsonl, and an attack on round t re-simulates the rounds before it: FedAvg of LeNet on digits with 10
+#: clients trains about 13 rounds a second on one core, so a hundred thousand rounds take hours even there (the
+#: published trainings run a few thousand at most); more is a typo, not a plan
+MAX_ROUNDS = 100_000
 
 def _choices(fn):
     return Choice(fn)
+
+
+class Round(Index):
+    """A protocol round: an integer in [1, :data:`MAX_ROUNDS`], the rounds ``leakattack train --rounds`` allows."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.high = MAX_ROUNDS
+
+    def error(self, label, v):
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_ROUNDS:
+            return (f"{label} {v} does not exist: a protocol runs at most {MAX_ROUNDS:,} rounds (`leakattack train "
+                    "--rounds` allows no more)")
+        return super().error(label, v)
 
 
 class Duration(Constraint):
@@ -225,7 +244,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     # protocol message
     Param("protocol", "", Choice(names.PROTOCOLS, allow_empty=True), "protocol",
           "attack a protocol message instead of one gradient: one of {protocols}", "protocol"),
-    Param("protocol_round", 1, Index(1), "round", "round t of the attacked message", "protocol", flag="--round"),
+    Param("protocol_round", 1, Round(), "round", "round t of the attacked message", "protocol", flag="--round"),
     Param("protocol_client", 0, Index(0), "client", "client c whose message is attacked", "protocol", flag="--client"),
     Param("protocol_dir", None, Optional(PathName("folder")), "protocol folder",
           "a `leakattack train` run folder: w^t from its checkpoints (default: re-simulate from the seeds)",
@@ -323,5 +342,5 @@ def help_text(p: Param) -> str:
 
 
 __all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
-           "MAX_ITERATIONS", "MAX_RESTARTS",
+           "MAX_ITERATIONS", "MAX_RESTARTS", "MAX_ROUNDS", "Round",
            "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES"]

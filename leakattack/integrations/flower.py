@@ -35,6 +35,8 @@ already sets it.  Needs ``pip install "leakattack[flower]"``.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import re
 from logging import WARNING
 from pathlib import Path
@@ -48,9 +50,10 @@ from flwr.server.strategy import FedAvg, Strategy
 
 from targets.protocols import round_seed
 
+from ..constraints import MAX_SEED
 from ..errors import UserError
 from ..results import write_tensors
-from ..results.message import check_defense, write_message
+from ..results.message import MAX_CLASSES, MAX_INPUT_NUMBERS, MAX_LOCAL_STEPS, check_defense, write_message
 from ..sketch import Sketch, get_sketch, is_identity, list_sketches, sketch_dim, sketch_from_description
 
 #: fit-configuration key naming the round's sketch: the JSON of ``Sketch.describe()``
@@ -61,6 +64,29 @@ CONFIG_KEYS = ("lr", "local_steps", "batch_size")
 CLIENT_ID_KEY = "client_id"
 #: the file :meth:`RecordingStrategy.save_records` writes into its folder
 RECORDS_FILE = "records.json"
+
+
+# -- arguments -----------------------------------------------------------------------------------
+
+def _integer(v, low: int, high: int | None = None) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and low <= int(v) \
+        and (high is None or int(v) <= high)
+
+
+def _positive(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < float(v) < math.inf
+
+
+def _refuse(where: str, name: str, what: str, v) -> None:
+    raise UserError(f"{where}: '{name}' must be {what}, got {v!r}")
+
+
+def _ids(where: str, name: str, v) -> list:
+    """The items of a collection argument (client ids, rounds); a bare string, number or other non-collection is
+    refused (a string would be read character by character)."""
+    if isinstance(v, (str, bytes, numbers.Number)) or not isinstance(v, Iterable):
+        _refuse(where, name, f"a collection such as {['0', '3'] if name == 'clients' else [1, 2]}", v)
+    return list(v)
 
 
 # -- arrays <-> flat vectors ---------------------------------------------------------------------
@@ -161,10 +187,14 @@ class SketchedFedAvg(FedAvg):
                  sketch_params: dict | None = None, global_lr: float = 1.0, **fedavg_options):
         if sketch not in list_sketches():
             raise UserError(f"unknown sketch '{sketch}'; choose one of: {', '.join(list_sketches())}")
-        if b is None and not 0 < ratio <= 1:
-            raise UserError(f"sketch ratio must lie in (0, 1], got {ratio}")
-        if not global_lr > 0:
-            raise UserError(f"global learning rate must be positive, got {global_lr}")
+        if b is not None and not _integer(b, 1):  # b > d is refused at the first round, where d is known
+            _refuse("SketchedFedAvg", "b", "a positive integer (or None: ratio times d)", b)
+        if b is None and not (isinstance(ratio, numbers.Real) and not isinstance(ratio, bool) and 0 < ratio <= 1):
+            raise UserError(f"sketch ratio must lie in (0, 1], got {ratio!r}")
+        if not _positive(global_lr):
+            raise UserError(f"global learning rate must be a finite positive number, got {global_lr!r}")
+        if not _integer(seed, 0, MAX_SEED):
+            _refuse("SketchedFedAvg", "seed", "an integer in [0, 2^63 - 1]", seed)
         super().__init__(**fedavg_options)
         self.sketch, self.ratio, self.b, self.seed = sketch, ratio, b, int(seed)
         self.sketch_params, self.global_lr = dict(sketch_params or {}), float(global_lr)
@@ -211,6 +241,11 @@ class SketchedFedAvg(FedAvg):
         return ndarrays_to_parameters(unflatten(w_next, weights)), metrics
 
 
+def _input_shape(v) -> bool:
+    return (isinstance(v, (list, tuple)) and 1 <= len(v) <= 3 and all(_integer(n, 1) for n in v)
+            and math.prod(int(n) for n in v) <= MAX_INPUT_NUMBERS)
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", str(text)).strip("-.") or "x"
 
@@ -233,11 +268,26 @@ class RecordingStrategy(Strategy):
                  input_shape=None, num_classes: int | None = None, defense: str | None = None):
         self.strategy = strategy
         self.out = Path(out)
-        self.clients = None if clients is None else {str(c) for c in clients}
-        self.rounds = None if rounds is None else {int(t) for t in rounds}
+        # what the message files will hold is refused now, in one sentence, not at the first file a round writes
+        where = "RecordingStrategy"
+        self.clients = None if clients is None else {str(c) for c in _ids(where, "clients", clients)}
+        self.rounds = None if rounds is None else set(_ids(where, "rounds", rounds))
+        if self.rounds is not None and not all(_integer(t, 1) for t in self.rounds):
+            _refuse(where, "rounds", "round numbers, integers from 1 (Flower's first round is 1)", rounds)
+        for name, v, ok, what in (
+                ("lr", lr, _positive, "a positive number"),
+                ("local_steps", local_steps, lambda v: _integer(v, 1, MAX_LOCAL_STEPS),
+                 f"an integer in [1, {MAX_LOCAL_STEPS:,}]"),
+                ("batch_size", batch_size, lambda v: _integer(v, 1), "a positive integer"),
+                ("num_classes", num_classes, lambda v: _integer(v, 1, MAX_CLASSES),
+                 f"an integer in [1, {MAX_CLASSES:,}]"),
+                ("input_shape", input_shape, _input_shape,
+                 f"a list of 1 to 3 positive integers such as [3, 32, 32], at most {MAX_INPUT_NUMBERS:,} numbers")):
+            if v is not None and not ok(v):
+                _refuse(where, name, what, v)
         self.defaults = {"lr": lr, "local_steps": local_steps, "batch_size": batch_size}
-        if defense is not None:  # refused now, not at the first file a round writes
-            check_defense(str(defense), "RecordingStrategy")
+        if defense is not None:
+            check_defense(str(defense), where)
         self.input_shape, self.num_classes, self.defense = input_shape, num_classes, defense
         self.records: list[dict] = []
         self._sent: dict[int, dict[str, tuple[list[np.ndarray], dict, Path]]] = {}
