@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .base import BEFORE, DefenseError, Transform, noise_like
 
 _nonneg = (float, "a non-negative number", lambda s: s >= 0)
@@ -28,10 +30,18 @@ class Gaussian(Transform):
         if "z" in self.params and self.clip_C is None:
             raise DefenseError(f"defense 'gaussian' with z={self.params['z']} needs a clip (clip:C=... or "
                                "per_example:C=...) before it")
+        if not math.isfinite(self.sigma):
+            raise DefenseError(f"defense 'gaussian': z={self.params['z']:g} times the clip's C={self.clip_C:g} is "
+                               "sigma = inf, beyond the largest float: give a smaller z or C")
 
     @property
     def sigma(self) -> float:
-        return self.params["sigma"] if "sigma" in self.params else self.params["z"] * self.clip_C
+        if "sigma" in self.params:
+            return self.params["sigma"]
+        if self.clip_C is None:  # a step made alone (get_defense), not yet checked against the steps before it
+            raise DefenseError(f"defense 'gaussian' with z={self.params['z']} has no clip to scale it: build it after "
+                               "a clip, as in defenses.build('clip:C=1,gaussian:z=1')")
+        return self.params["z"] * self.clip_C
 
     def __call__(self, v, gen):
         return v + self.sigma * noise_like(v, gen, "gaussian") if self.sigma > 0 else v

@@ -12,6 +12,8 @@ class Pipeline:
     """An ordered list of transforms split by placement; ``spec`` is its canonical text."""
 
     def __init__(self, steps: list[Transform]):
+        for i, step in enumerate(steps):  # steps made one by one (get_defense): z= reads the clip before it
+            step.check(steps[:i])
         self.steps = steps
         self.before = [t for t in steps if t.placement == BEFORE]
         self.after = [t for t in steps if t.placement == AFTER]

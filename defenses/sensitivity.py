@@ -80,7 +80,7 @@ def laplace_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | N
         return None
     bounded = [b for b in bounds if b.sensitivity is not None]
     # the first of equal ones: ties keep the noise the channel adds first
-    i = bounds.index(max(bounded, key=lambda b: b.scale / b.sensitivity)) if bounded else 0  # type: ignore[operator]
+    i = bounds.index(max(bounded, key=lambda b: _ratio(b.scale, b.sensitivity))) if bounded else 0
     return replace(bounds[i], earlier_noise=i, later_noise=len(bounds) - 1 - i)
 
 
@@ -93,7 +93,14 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | Non
         return None
     bounded = [b for b in bounds if b.sensitivity is not None]
     # the first of equal ones: ties keep the noise the channel adds first
-    return max(bounded, key=lambda b: b.sigma / b.sensitivity) if bounded else bounds[0]  # type: ignore[operator]
+    return max(bounded, key=lambda b: _ratio(b.sigma, b.sensitivity)) if bounded else bounds[0]
+
+
+def _ratio(scale: float, sensitivity: float | None) -> float:
+    """scale / Delta, the noise per unit of sensitivity; inf where Delta is 0 (a clip so small that C / B underflows
+    to 0.0: the noise's input does not depend on the data)."""
+    assert sensitivity is not None
+    return scale / sensitivity if sensitivity > 0 else math.inf
 
 
 def noise_bounds(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> list[NoiseBound]:

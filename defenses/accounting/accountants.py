@@ -66,8 +66,9 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
         warnings.simplefilter("ignore")
         try:
             return float(acc.get_epsilon(delta=delta))
-        except (MemoryError, OverflowError, ValueError):
-            # PRV's grid cannot span tiny z: epsilon is astronomically large
+        except (MemoryError, OverflowError, ValueError, ZeroDivisionError):
+            # PRV's grid cannot span tiny z, and below about 1e-154 z**2 is 0.0 in Opacus' RDP orders (a division
+            # by zero): epsilon is astronomically large
             return math.inf
 
 
@@ -134,8 +135,11 @@ def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: floa
     sigma, sens = bound.sigma, bound.sensitivity
     eps_hat = gaussian_epsilon(sigma, delta / steps, sens)
     eps_p, delta_p = paper_composition(eps_hat, delta / steps, steps, 1)
-    out.update(epsilon=accountant_epsilon(sigma / sens, sample_rate, steps, delta), epsilon_paper=eps_p,
-               delta_paper=delta_p, noise_multiplier=sigma / sens, sensitivity=sens,
+    # sigma / Delta overflows (huge sigma, tiny C) or Delta underflows to 0 (C / B below the smallest float): the
+    # noise multiplier is infinite, and epsilon is the accountant's floor, reached from Z_MAX on
+    z = sigma / sens if sens > 0 else math.inf
+    out.update(epsilon=accountant_epsilon(min(z, Z_MAX), sample_rate, steps, delta), epsilon_paper=eps_p,
+               delta_paper=delta_p, noise_multiplier=z, sensitivity=sens,
                sketch_norm=sketch_norm if bound.crosses_sketch else None)
     note = (f"Delta = {bound.formula} ({bound.where}; {bound.neighbours}); "
             "paper: Lemma H.7 + Thm 6.2, no amplification")
