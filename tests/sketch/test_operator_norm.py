@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leakattack.sketch import Sketch, get_sketch, list_sketches
-from leakattack.sketch.base import lanczos_top_eigenvalue
+from leakattack.sketch.base import LANCZOS_MARGIN, lanczos_top_eigenvalue
 from leakattack.sketch.countsketch import countsketch_operator_norm
 from leakattack.sketch.srht import srht_operator_norm
 from leakattack.sketch.uniform import uniform_operator_norm
@@ -21,6 +21,11 @@ TOL = 1e-9
 
 def _dense_norm(sk: Sketch) -> float:
     return float(torch.linalg.matrix_norm(sk.to_dense(), 2))
+
+
+def _bounds(estimate: float, norm: float) -> bool:
+    """Whether a Lanczos estimate is an upper bound of ``norm`` within its margin (and round-off)."""
+    return norm * (1 - 1e-12) <= estimate <= norm * (1 + LANCZOS_MARGIN + TOL)
 
 
 @pytest.mark.parametrize("kind", ["none", "uniform", "countsketch"])
@@ -46,7 +51,7 @@ def test_srht_with_b_at_most_the_padding_falls_back_to_the_dense_norm_not_sqrt_n
     """d = 17 pads to n = 32: with b = 4 <= n - d the padding can take norm away, so no closed form is used."""
     sk = get_sketch("srht", 17, 4, seed)
     dense = _dense_norm(sk)
-    assert sk.operator_norm() == pytest.approx(dense, rel=TOL)
+    assert _bounds(sk.operator_norm(), dense)
     assert dense <= math.sqrt(32 / 4) * (1 + 1e-12)
 
 
@@ -68,19 +73,20 @@ def test_srht_norm_for_lenet_on_digits_by_hand():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lanczos_default_agrees_with_the_dense_norm(kind, d, b, seed):
     sk = get_sketch(kind, d, b, seed)
-    assert sk.operator_norm() == pytest.approx(_dense_norm(sk), rel=TOL)
+    assert _bounds(sk.operator_norm(), _dense_norm(sk))
 
 
 @pytest.mark.parametrize("kind", list_sketches())
 def test_base_class_iteration_agrees_with_each_family_closed_form(kind):
     sk = get_sketch(kind, 60, 60 if kind == "none" else 25, 3)
-    assert Sketch._operator_norm(sk) == pytest.approx(sk.operator_norm(), rel=TOL)
+    assert _bounds(Sketch._operator_norm(sk), sk.operator_norm() if kind in ("none", "uniform", "countsketch", "srht")
+                   else _dense_norm(sk))
 
 
 def test_lanczos_on_a_larger_gaussian_sketch_agrees_with_the_dense_norm():
     """b = 300 Lanczos stops on the relative-change rule well before exhausting the space."""
     sk = get_sketch("gaussian", 900, 300, 5)
-    assert sk.operator_norm() == pytest.approx(_dense_norm(sk), rel=TOL)
+    assert _bounds(sk.operator_norm(), _dense_norm(sk))
 
 
 def test_gaussian_regenerated_blocks_give_the_same_norm_as_the_cached_matrix():
