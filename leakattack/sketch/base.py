@@ -19,8 +19,8 @@ DENSE_LIMIT = 2 ** 24
 #: Lanczos stops when the top Ritz value changes by less than this (relative), or after LANCZOS_MAX_ITER steps.
 LANCZOS_TOL, LANCZOS_MAX_ITER = 1e-9, 500
 #: a Ritz value approaches the top eigenvalue from below, so ||R|| by Lanczos is raised by this (relative) to stay an
-#: upper bound, as a sensitivity must: against the dense spectral norm it read up to 2e-9 low (d = 1500, b = 300),
-#: 500 times less than this margin
+#: upper bound, as a sensitivity must (Lanczos stops when its estimate moves by less than LANCZOS_TOL;
+#: tests/sketch/test_operator_norm.py checks the raised value against the dense spectral norm)
 LANCZOS_MARGIN = 1e-6
 
 
