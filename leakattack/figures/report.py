@@ -79,7 +79,7 @@ from ..results import (
     unplanned,
 )
 from .common import to_hwc
-from .sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, first_image, grid_series
+from .sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, first_image, grid_series, with_grid_values
 
 #: the grid of a sweep's reconstructions shows at most this many images (columns) and strengths (rows) per block
 MAX_GRID_COLUMNS = 8
@@ -990,6 +990,7 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
     strength = meta.get("strength") or default_strength(list(dict.fromkeys(k for r in records for k in r["grid"])))
     if strength is None:
         return ""
+    records = with_grid_values(records)
     keys, shown, left = grid_series(records, strength)
     blocks = []
     for series in shown:

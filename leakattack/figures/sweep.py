@@ -372,6 +372,27 @@ def _legend(fig, axes, keys: list[str], n_lines: int, borders: tuple[str, ...] =
                    title_fontsize=7, ncols=min(n_lines, cols))
 
 
+#: run parameters that the identity sketch (``sketch = "none"``) ignores (its points run with their defaults): a grid
+#: that leaves them out names no value for such a point
+IDENTITY_IGNORES = ("sketch_ratio", "sketch_dim")
+
+
+def with_grid_values(records: list[dict]) -> list[dict]:
+    """``records`` with a value for every grid key that some record names: a point whose grid lacks the key (a
+    ``[[grid]]`` table that leaves it out, or a point an earlier sweep file stored before the key joined its grid)
+    takes the value it ran with (``params``), so that series are told apart by what the points ran with, not by which
+    table named them.  A placeholder (not a run parameter), and ``sketch_ratio`` and ``sketch_dim`` of an identity
+    sketch, stay unnamed."""
+    keys = list(dict.fromkeys(k for r in records for k in r["grid"]))
+    filled = []
+    for r in records:
+        params = r.get("params", {})
+        missing = {k: params[k] for k in keys if k not in r["grid"] and k in params
+                   and not (k in IDENTITY_IGNORES and params.get("sketch") == "none")}
+        filled.append({**r, "grid": {**r["grid"], **missing}} if missing else r)
+    return filled
+
+
 def grid_series(records: list[dict], strength: str) -> tuple[list[str], list[tuple], list[tuple]]:
     """(series keys, series drawn, series left out) of the reconstruction grid, in grid order."""
     keys = series_keys(records, exclude=(strength,))
@@ -702,6 +723,7 @@ def sweep_figures(folder, records: list[dict] | None = None, notes: list | None 
 def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     """The figures the records support (:func:`sweep_figures`)."""
     meta = read_object(folder / "sweep.json") if (folder / "sweep.json").exists() else {}
+    records = with_grid_values(records)
     grid_keys = {k for r in records for k in r["grid"]}
     varied = sorted(k for k in grid_keys if len({json.dumps(r["grid"].get(k), sort_keys=True) for r in records}) > 1)
     strength = _strength_key(records, meta)
@@ -728,4 +750,4 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
 __all__ = ["sweep_figures", "SWEEP_FIGURES", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
            "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
            "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES", "NOT_REBUILT_LABEL",
-           "SOME_REBUILT_LABEL", "rebuilt_count", "cell_label"]
+           "SOME_REBUILT_LABEL", "rebuilt_count", "cell_label", "with_grid_values"]
