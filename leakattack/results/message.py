@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,6 +87,19 @@ class Message:
 
 def _is_int(v, low: int) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= low
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _shape_list(shape):
+    """An input shape of integers (NumPy's included) as a list of ints; anything else as it is, for the check to
+    refuse in one sentence."""
+    if shape is None or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        return shape
+    items = list(shape)
+    return [int(s) for s in items] if all(_is_int(s, 0) for s in items) else items
 
 
 def _is_id(v) -> bool:
@@ -189,12 +203,16 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
     desc = sketch.describe() if isinstance(sketch, Sketch) else sketch
     y = message.detach().reshape(-1).cpu() if isinstance(message, torch.Tensor) else message
     if labels is not None:
-        labels = torch.as_tensor(labels).detach().reshape(-1).cpu()
+        try:
+            labels = torch.as_tensor(labels).detach().reshape(-1).cpu()
+        except (TypeError, ValueError, RuntimeError):  # strings, ragged lists: torch's own message is no sentence
+            raise MessageError(f"message: 'labels' must be class indices (a 1-d integer tensor), got "
+                               f"{labels!r:.60}") from None
     fields = {
         "format": FORMAT, "version": VERSION, "message": y, "kind": kind, "sketch": desc,
-        "batch_size": batch_size, "labels": labels, "lr": None if lr is None else float(lr),
+        "batch_size": batch_size, "labels": labels, "lr": float(lr) if _is_real(lr) else lr,
         "local_steps": local_steps, "defense": defense or None,
-        "input_shape": None if input_shape is None else [int(s) for s in input_shape],
+        "input_shape": _shape_list(input_shape),
         "num_classes": num_classes, "ids": dict(ids),
     }
     _check(fields, "message")

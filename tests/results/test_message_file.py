@@ -67,6 +67,13 @@ def test_write_then_read_gives_back_every_field(tmp_path):
     (dict(kind="update", lr=0.1, local_steps=10 ** 12), "'local_steps' must be at most 1,000,000 (the attacker "
                                                         "unrolls every step at each evaluation)"),
     (dict(client=object()), "'ids' must be a dict of names to numbers or strings"),
+    # values that conversion met first (a ValueError traceback from int() or float())
+    (dict(input_shape="x"), "'input_shape' must be a list of 1 to 3 positive integers such as [3, 32, 32], got 'x'"),
+    (dict(input_shape=[3, "a", 2]), "'input_shape' must be a list of 1 to 3 positive integers"),
+    (dict(input_shape=7), "'input_shape' must be a list of 1 to 3 positive integers"),
+    (dict(kind="update", lr="fast"), "'lr' must be a positive number"),
+    (dict(labels=["cat"]), "'labels' must be class indices (a 1-d integer tensor), got ['cat']"),
+    (dict(labels=[[1], [2, 3]]), "'labels' must be class indices (a 1-d integer tensor)"),
 ])
 def test_write_message_refuses_what_would_not_be_a_valid_file_and_writes_nothing(tmp_path, kwargs, needle):
     with pytest.raises(MessageError) as err:
@@ -132,3 +139,11 @@ def test_a_truth_file_is_a_tensor_or_a_dict_of_images_and_labels(tmp_path):
     torch.save({"labels": torch.tensor([1])}, tmp_path / "c.pt")
     with pytest.raises(MessageError, match="is a dict without 'images'"):
         read_truth(tmp_path / "c.pt")
+
+
+def test_an_input_shape_of_numpy_integers_or_a_torch_size_is_written_as_a_list(tmp_path):
+    import numpy as np
+
+    for shape in (np.array([1, 2, 2]), torch.Size([1, 2, 2]), (np.int64(1), 2, 2)):
+        path = write_message(tmp_path / "m.pt", torch.zeros(4), input_shape=shape)
+        assert read_message(path).input_shape == (1, 2, 2)
