@@ -373,37 +373,52 @@ def _keys_of_flags(message: str, every: bool = False) -> str:
     return f"; in a sweep file {', '.join(other)}" if other else ""
 
 
+#: a number in a warning's text (an integer, a decimal, a power of ten, a percentage)
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?")
+
+
+def warning_kind(text: str) -> str:
+    """A warning's text with its numbers masked: the points of a sweep that warn alike with other numbers (the
+    noise's share of each point's message, 5 % at one and 13 % at another) give one kind, printed once."""
+    return _NUMBER.sub("#", text)
+
+
 @contextlib.contextmanager
 def sweep_warnings(shown: set[str], hold: bool = False) -> Iterator[None]:
-    """Within the block each run warning (:class:`SettingWarning`) whose text is not in ``shown`` is printed once,
-    naming the sweep key of every run flag it names (``--noise-seed 5 changes nothing ...; in a sweep file
-    --noise-seed is noise_seed``), and its text is added to ``shown``; other warnings pass as usual.
+    """Within the block each run warning (:class:`SettingWarning`) whose kind (:func:`warning_kind`) is not in
+    ``shown`` is printed once, naming the sweep key of every run flag it names (``--noise-seed 5 changes nothing ...;
+    in a sweep file --noise-seed is noise_seed``), and its kind is added to ``shown``; other warnings pass as usual.
 
-    With ``hold`` the warnings are printed when the block ends, and not at all when it raises (a refused sweep
-    prints its refusal alone).
+    With ``hold`` the warnings are printed when the block ends, each kind's first text with how many other points
+    warned alike with other numbers, and not at all when the block raises (a refused sweep prints its refusal
+    alone).
     """
-    held: dict[str, None] = {}
+    held: dict[str, list[str]] = {}
     with warnings.catch_warnings():
         show = warnings.showwarning
 
         def keep(message, category, filename, lineno, file=None, line=None):
-            text = str(message)
+            text, kind = str(message), warning_kind(str(message))
             if not issubclass(category, SettingWarning):
                 show(message, category, filename, lineno, file, line)
             elif hold:
-                held.setdefault(text)
-            elif text not in shown:
-                shown.add(text)
+                texts = held.setdefault(kind, [])
+                if text not in texts:
+                    texts.append(text)
+            elif kind not in shown:
+                shown.add(kind)
                 show(SettingWarning(text + _keys_of_flags(text, every=True)), category, filename, lineno, file, line)
 
         warnings.showwarning = keep
         if hold:  # every text reaches keep(), whichever line warned it; the user's filters judge it below
             warnings.simplefilter("always", SettingWarning)
         yield
-    for text in held:
-        if text not in shown:
-            shown.add(text)
-            warnings.warn(text + _keys_of_flags(text, every=True), SettingWarning, stacklevel=3)
+    for kind, texts in held.items():
+        if kind not in shown:
+            shown.add(kind)
+            more = (f" (and {len(texts) - 1} more such warning{'s' if len(texts) > 2 else ''} with other numbers "
+                    "at other points)") if len(texts) > 1 else ""
+            warnings.warn(texts[0] + _keys_of_flags(texts[0], every=True) + more, SettingWarning, stacklevel=3)
 
 
 def value_text(v) -> str:

@@ -67,3 +67,16 @@ def test_a_base_key_every_grid_sets_is_warned_of_once(tmp_path, capfd):
                    + "sketch_ratio = [0.5]\n\n[[grid]]\nimage_index = [2]\n")
     assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out2"), "--quiet", "--dry-run"]) == 0
     assert "warning" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--jobs", "1"], ["--dry-run"]])
+def test_points_that_warn_alike_with_other_numbers_print_one_line_that_counts_them(tmp_path, capfd, extra):
+    """Each point's own numbers made each text new: a sweep over noise seeds (or over noise levels, whose share of
+    the message a warning states) printed one line per point."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.replace("noise_seed = 5\n", "").format(images="[0, 1]") + "noise_seed = [5, 6, 7]\n")
+    assert cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--quiet", *extra]) == 0
+    warned = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1, warned
+    assert WARNING in warned[0] and warned[0].endswith("(and 2 more such warnings with other numbers at other "
+                                                       "points)"), warned[0]
