@@ -223,14 +223,21 @@ def read_object(path) -> dict:
     return data
 
 
+def _cell(v):
+    """A CSV cell: empty for None, JSON for a list or dict (a grid value such as ["tv:0.1"]), else the value."""
+    if v is None:
+        return ""
+    return json.dumps(to_jsonable(v)) if isinstance(v, (list, tuple, dict)) else v
+
+
 def write_csv(path, rows: list[dict], columns: list[str] | None = None) -> None:
-    """Rows of dicts as CSV; missing values are empty cells."""
+    """Rows of dicts as CSV; missing values are empty cells, lists and dicts JSON."""
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+        writer.writerow({k: _cell(r.get(k)) for k in columns})
     atomic_write_text(path, buf.getvalue())
 
 

@@ -73,6 +73,16 @@ def test_the_std_of_a_single_sample_is_undefined_and_its_csv_cell_empty(tmp_path
     assert (std, n) == (None, 1)
 
 
+def test_a_list_or_dict_cell_is_written_as_json(tmp_path):
+    """A grid value such as priors = ["tv:0.1"] was written as Python's text, ['tv:0.1']."""
+    write_csv(tmp_path / "s.csv", [{"priors": ["tv:0.1"], "model_params": {"act": "relu", "hidden": 256},
+                                    "psnr_mean": 1.5, "note": None}])
+    row = next(csv.DictReader(open(tmp_path / "s.csv")))
+    assert json.loads(row["priors"]) == ["tv:0.1"] and json.loads(row["model_params"]) == {"act": "relu",
+                                                                                            "hidden": 256}
+    assert row["psnr_mean"] == "1.5" and row["note"] == ""
+
+
 def test_series_are_the_other_varying_grid_keys_and_their_labels_name_them():
     recs = [{"grid": {"sketch": k, "batch_size": b, "sigma": s, "image_index": i, "model": "lenet"}}
             for k in ("srht", "none") for b in (1, 4) for s in (0.0, 1e-4) for i in (0, 1)]
