@@ -1,13 +1,15 @@
-"""``leakattack list --model M | --attack A | --recipe R | --defense D``: what one registered name takes or sets,
-asked of its registry (which imports torch; the plain ``leakattack list`` does not come here)."""
+"""``leakattack list --model M | --attack A | --recipe R | --defense D | --protocol P``: what one registered name
+takes or sets, asked of its registry (which imports torch; the plain ``leakattack list`` does not come here)."""
 
 from __future__ import annotations
 
 import targets
 from defenses.registry import defense_class
+from targets.protocols import protocol_class
+from targets.protocols.base import COMMON_SETTINGS, SPEC_DEFAULTS
 
 from .. import attacks
-from ..config.params import RUN_PARAMS, help_text
+from ..config.params import PROTOCOL_PARAMS, RUN_PARAMS, help_text
 
 
 def model_lines(name: str) -> list[str]:
@@ -59,10 +61,31 @@ def recipe_lines(name: str) -> list[str]:
 def defense_lines(name: str) -> list[str]:
     """What the defense step does (its class's first docstring line), its parameters and its placements."""
     cls = defense_class(name)
-    doc = (cls.__doc__ or "").replace("``", "").strip().splitlines()
     params = [f"  {key + '=':<24}{typ.__name__}, {text}" for key, (typ, text, _) in cls.schema.items()]
-    return [f"{name}: {doc[0] if doc else 'no description'}", *(params or ["  no parameters"]),
+    return [f"{name}: {_summary(cls)}", *(params or ["  no parameters"]),
             f"  placements: {', '.join(cls.placements)} (default {cls.default_placement})"]
 
 
-__all__ = ["model_lines", "attack_lines", "recipe_lines", "defense_lines"]
+def _summary(cls) -> str:
+    """The first paragraph of a class's docstring, on one line."""
+    doc = (cls.__doc__ or "").replace("``", "").strip().split("\n\n")[0]
+    return " ".join(doc.split()) or "no description"
+
+
+def protocol_lines(name: str) -> list[str]:
+    """What the protocol is (its class's docstring's first paragraph), and the flags of the settings it reads beyond
+    those every protocol reads, with their defaults (a protocol warns of a flag it does not read)."""
+    cls = protocol_class(name)
+    params = {p.name: p for p in (*RUN_PARAMS, *PROTOCOL_PARAMS)}
+
+    def flag(key: str) -> str:
+        return params[key].option if key in params and params[key].option else "--" + key.replace("_", "-")
+
+    flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}" for k in cls.reads if k in SPEC_DEFAULTS]
+    common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params)
+    return [f"{name}: {_summary(cls)}",
+            f"  reads every protocol's {common}" + (", and (defaults of leakattack train):" if flags
+                                                   else "; no other setting"), *flags]
+
+
+__all__ = ["model_lines", "attack_lines", "recipe_lines", "defense_lines", "protocol_lines"]

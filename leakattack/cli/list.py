@@ -5,8 +5,8 @@ at run time (``register_model``, ``register_attack``, ``register_sketch``, ``reg
 ``register_prior``) is listed by ``cli.main(["list"])`` in the same process; a registry not
 loaded yet answers from its copy in :mod:`leakattack.config.names` (its built-in names, which
 ``tests/config/test_names.py`` keeps equal to the registry's), so ``leakattack list`` from the
-shell answers without importing torch.  ``--model M``, ``--attack A``, ``--recipe R`` and ``--defense D`` ask
-their registries themselves (:mod:`leakattack.cli.describe`).
+shell answers without importing torch.  ``--model M``, ``--attack A``, ``--recipe R``, ``--defense D`` and
+``--protocol P`` ask their registries themselves (:mod:`leakattack.cli.describe`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ SECTIONS = (("models", names.MODELS), ("sketches", names.SKETCHES), ("datasets",
 
 
 def cmd_list(a) -> int:
-    if a.model or a.attack or a.recipe or a.defense:  # one registry asked itself: torch is imported
+    if a.model or a.attack or a.recipe or a.defense or a.protocol:  # a registry asked itself: torch is imported
         from . import describe
 
         for name, lines in ((a.recipe, describe.recipe_lines), (a.defense, describe.defense_lines),
-                            (a.model, describe.model_lines), (a.attack, describe.attack_lines)):
+                            (a.protocol, describe.protocol_lines), (a.model, describe.model_lines),
+                            (a.attack, describe.attack_lines)):
             if name:
                 print("\n".join(lines(name)))
         return 0

@@ -121,6 +121,8 @@ def _list(sub) -> None:
     p.add_argument("--recipe", default=None, help="name the settings recipe R fills (those a run does not give)")
     p.add_argument("--defense", default=None, help="name the parameters and placements defense D takes (for "
                                                    "--defense D:NAME=VALUE@PLACEMENT)")
+    p.add_argument("--protocol", default=None, help="name the settings protocol P reads, with their flags and "
+                                                    "defaults (for train and run --protocol)")
     command(p, "list:cmd_list")
 
 

@@ -144,6 +144,17 @@ def test_list_names_what_a_recipe_fills_and_what_a_defense_takes(capsys):
         assert lines[0].startswith(f"{name}: ") and "no description" not in lines[0] and "``" not in lines[0]
         assert [ln.split("=")[0].strip() for ln in lines[1:-1]] == list(cls.schema)
         assert lines[-1] == f"  placements: {', '.join(cls.placements)} (default {cls.default_placement})"
-    for flag, name in (("--recipe", "nope"), ("--defense", "nope")):
+    from targets.protocols import list_protocols, protocol_class
+
+    for name in list_protocols():
+        assert cli.main(["list", "--protocol", name]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        reads = protocol_class(name).reads
+        assert lines[0].startswith(f"{name}: ") and "no description" not in lines[0] and lines[0].endswith(".")
+        assert "--clients" in lines[1] and len(lines) == 2 + len(reads), lines
+        assert [ln.split()[0] for ln in lines[2:]] == ["--" + k.replace("_", "-").replace("sketch-params",
+                                                                                           "sketch-param")
+                                                       for k in reads]
+    for flag, name in (("--recipe", "nope"), ("--defense", "nope"), ("--protocol", "nope")):
         assert cli.main(["list", flag, name]) == 2
         assert capsys.readouterr().err.strip().startswith("leakattack: error: unknown ")
