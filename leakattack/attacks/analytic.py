@@ -258,11 +258,19 @@ class Analytic(Attack):
             kind = "no trainable layer" if layer is None else f"a {type(layer).__name__}"
             return (f"the analytic attack inverts a fully connected first layer, and {victim.name}'s first "
                     f"parametrised layer is {kind}; use gradient-matching")
+        if not layer.weight.requires_grad:
+            return (f"{victim.name}'s first layer has a frozen weight, so the message holds no gradient of it to read "
+                    "the example from; use gradient-matching")
         if layer.bias is None or not layer.bias.requires_grad:
             return (f"{victim.name}'s first layer has no trainable bias, so its gradient holds x only up to an "
                     "unknown scale; use gradient-matching")
         if layer.in_features != victim.unknowns_per_example or _input_ranks(victim).get(id(layer)) != 1:
             return f"{victim.name}'s first linear layer does not see the flattened example; use gradient-matching"
+        _, calls, _ = leaf_calls(victim, batch=2)  # two examples: a BatchNorm1d on batch statistics refuses one
+        if (times := sum(mod is layer for mod, _, _ in calls)) > 1:
+            return (f"{victim.name}'s forward pass calls its first layer {times} times (shared weights), so that "
+                    "layer's gradient sums a block for each call and no row of it is one example's; use "
+                    "gradient-matching")
         if problem := input_problem(victim):
             return (f"the analytic attack reads the example from its first layer's input, and {victim.name} has "
                     f"{problem}, so that input is not the example; use gradient-matching")
@@ -328,11 +336,18 @@ class Analytic(Attack):
                 x, labels, stop, note, record = self._solve_batch(obs, blocks[0], _block_matrix(blocks[0], g), labels,
                                                                   loss)
             else:
-                x, note = self._examples(blocks[0], _block_matrix(blocks[0], g), B)
+                first = _block_matrix(blocks[0], g)
+                x, note = self._examples(blocks[0], first, B)
                 x = x.reshape(shape)
                 labels = self._assign_labels(obs, labels, blocks, x, lambda bl: _block_matrix(bl, g))
+                beyond = _off_reading(first, x.reshape(1, -1)) if B == 1 else _beyond_rank(first, B)
+                if beyond > torch.finfo(obs.victim.dtype).eps ** 0.5:  # as APRIL and R-GAP hold their systems
+                    stop = "stalled"
+                    note = "; ".join(filter(None, [note, _not_exact(beyond, B)]))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             losses = _with_failed_solve(_relative([loss], y), record)
+            if stop == "stalled" and record is None:  # the final loss is the block's distance from rank B, not 0
+                losses = [*losses, beyond]
             # iterations: the row-space solve's Levenberg-Marquardt steps where a batch took them (g itself is one
             # linear solve)
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, extra=extra,
@@ -700,6 +715,38 @@ def _relative(squared: list[float], y: torch.Tensor) -> list[float]:
     closed-form attacks' losses (R-GAP's and the row-space solve's are relative residuals too)."""
     ynorm2 = max(float(y @ y), 1e-300)
     return [(max(v, 0.0) / ynorm2) ** 0.5 if math.isfinite(v) else v for v in squared]
+
+
+def _beyond_rank(blk: torch.Tensor, B: int) -> float:
+    """How far the block [dW | dc] is from rank B, relative to it: ||sigma_{B+1..}|| / ||sigma|| over its singular
+    values (0 for the exact gradient of B examples, whose block is sum_i delta_i [x_i; 1]^T)."""
+    sv = torch.linalg.svdvals(blk.to(torch.float64))
+    total = float(sv.norm())
+    return float(sv[B:].norm()) / total if total > 0 else 0.0
+
+
+def _off_reading(blk: torch.Tensor, x: torch.Tensor) -> float:
+    """How far the block [dW | dc] is from delta [x; 1]^T for the example x (1, m) read from it, relative to it, at
+    the least-squares delta (0 for one example's exact gradient; 1 where the block's bias column is 0, or the whole
+    block, which then holds no example)."""
+    blk = blk.to(torch.float64)
+    a = torch.cat([x.to(blk), torch.ones_like(x[:, :1], dtype=blk.dtype)], 1)  # 1 x (m + 1)
+    total = float(blk.norm())
+    if total == 0:
+        return 1.0
+    delta = blk @ a.T / float(a @ a.T)
+    return float((blk - delta @ a).norm()) / total
+
+
+def _not_exact(beyond: float, B: int) -> str:
+    """The note for a first-layer block that is not one example's delta [x; 1]^T (:func:`_off_reading`) or not of
+    rank B (:func:`_beyond_rank`)."""
+    what = ("is not delta [x; 1]^T for any x (relative residual " if B == 1 else
+            f"is not of rank {B} (relative residual beyond its top {B} singular values ")
+    whose = "one example" if B == 1 else f"a batch of {B}"
+    return (f"the first layer's block {what}{beyond:.2g}): the g read from the message is not the exact gradient of "
+            f"{whose} at these weights (noise or another defense that changes the gradient, a sketch with a null "
+            "space, or several local steps), so the division gives an approximation")
 
 
 def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:

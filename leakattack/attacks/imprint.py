@@ -297,8 +297,8 @@ class Imprint(Attack):
         labels = obs.labels
         if labels is None:
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs))
-            if victim.task == "classification" and found.numel() > 0:
-                labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
+        if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
+            labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
