@@ -305,8 +305,11 @@ class Analytic(Attack):
                     "the solve's derivatives do not see)")
         if victim.batch_statistics:
             return "normalises by batch statistics, which couples every example's derivative to the others"
-        if victim.head is None or victim.task != "classification":
+        if victim.task != "classification":
             return "is not a classifier, and the solve needs each example's label"
+        if victim.head is None:
+            return ("has no head whose gradient the solve reads each example's label from (a frozen last layer, or "
+                    "none found)")
         return None
 
     def labels_for(self, obs: Observation) -> torch.Tensor | None:

@@ -112,3 +112,14 @@ def test_imprint_puts_granted_labels_in_the_images_order():
     for xi, yi in zip(result.x, result.labels):
         j = int((x - xi).flatten(1).norm(dim=1).argmin())
         assert float((x[j] - xi).abs().max()) < 1e-6 and int(yi) == int(labels[j])
+
+
+def test_a_batch_through_a_classifier_whose_head_is_frozen_is_refused_for_its_head_not_as_no_classifier():
+    """It said the model 'is not a classifier'."""
+    x, labels = _batch(4)
+    model = _mlp()
+    model[3].weight.requires_grad_(False)
+    model[3].bias.requires_grad_(False)
+    reason = Analytic().supports(_obs(model, x, labels))
+    assert reason is not None and "has no head whose gradient the solve reads each example's label from" in reason
+    assert "not a classifier" not in reason
