@@ -212,8 +212,8 @@ class GradientMatching(Attack):
                 raise UserError(f"{what} must be an integer of at least 1, got {value!r}")
         if lr is not None and not (_real(lr) > 0 and math.isfinite(_real(lr))):
             raise UserError(f"learning rate must be a positive number, got {lr!r}")
-        if not _real(tol) >= 0:
-            raise UserError(f"tol must be a non-negative number, got {tol!r}")
+        if not (_real(tol) >= 0 and math.isfinite(_real(tol))):
+            raise UserError(f"tol must be a finite non-negative number, got {tol!r}")
         for setting, choice, names in (("objective", objective, OBJECTIVES), ("labels", labels, LABEL_MODES),
                                        ("dummy_init", dummy_init, DUMMY_INITS)):
             if choice not in names:
@@ -227,10 +227,11 @@ class GradientMatching(Attack):
         unknown = [name for name in (priors or {}) if not isinstance(name, str) or name not in list_priors()]
         if unknown:
             raise UserError(f"unknown prior {unknown[0]!r}; choose one of: {', '.join(list_priors())}")
-        bad = {name: w for name, w in (priors or {}).items() if not _real(w) >= 0}
+        bad = {name: w for name, w in (priors or {}).items() if not (_real(w) >= 0 and math.isfinite(_real(w)))}
         if bad:
             name, w = next(iter(bad.items()))
-            raise UserError(f"the weight of prior {name!r} must be a number of at least 0 (0 turns it off), got {w!r}")
+            raise UserError(f"the weight of prior {name!r} must be a number of at least 0 (0 turns it off), and "
+                            f"finite, got {w!r}")
         for what, flag in (("box", box), ("signed", signed), ("prune_restarts", prune_restarts)):
             if not isinstance(flag, bool):
                 raise UserError(f"{what} must be True or False, got {type(flag).__name__} {flag!r}")
@@ -256,8 +257,9 @@ class GradientMatching(Attack):
         if threads is not None and not _count(threads):
             raise UserError(f"threads must be an integer of at least 1 or None (the victim's choice), got "
                             f"{type(threads).__name__} {threads!r}")
-        if not _real(surrogate) >= 0:
-            raise UserError(f"surrogate must be a non-negative width, got {type(surrogate).__name__} {surrogate!r}")
+        if not (_real(surrogate) >= 0 and math.isfinite(_real(surrogate))):
+            raise UserError(f"surrogate must be a finite non-negative width, got {type(surrogate).__name__} "
+                            f"{surrogate!r}")
         self.optimizer, self.iterations, self.lr = optimizer, int(iterations), lr
         self.schedule, self.signed = schedule, signed
         self.objective, self.box, self.tol = objective, box, float(tol)
@@ -289,6 +291,10 @@ class GradientMatching(Attack):
     def supports(self, obs: Observation) -> str | None:
         if self.label_mode == "given" and obs.labels is None:
             return "labels were asked for as given but the threat model does not grant them"
+        if self.label_mode == "dlg" and obs.victim.task == "regression":  # softmax scores are no real targets
+            return ("labels 'dlg' optimises soft class labels (a softmax over the outputs) with the images, and the "
+                    "victim is a regression, whose real targets they cannot be: use labels='given' with "
+                    "ThreatModel(knows_labels=True), as --labels given does")
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
@@ -302,18 +308,22 @@ class GradientMatching(Attack):
         except UserError as err:
             return str(err)
         if self.refine == "gauss-newton":
-            reason = self._unrefinable()
+            reason = self._unrefinable(obs)
             if reason:
                 return f"Gauss-Newton steps need L_R itself as the objective: {reason}"
         return None
 
-    def _unrefinable(self) -> str | None:
-        """Why this attack's objective is not L_R alone, which Gauss-Newton steps minimise (None: it is)."""
+    def _unrefinable(self, obs: Observation) -> str | None:
+        """Why this attack's objective on ``obs`` is not L_R alone, which Gauss-Newton steps minimise (None: it is).
+        A ReLU surrogate counts only where the victim has ``nn.ReLU`` modules for it to act on."""
         if self.objective != "l2":
             return f"the objective is {self.objective}"
+        remaps = [name for name in self.priors if penalty_label(name) is None]
+        if remaps:
+            return f"prior {remaps[0]} re-parametrises the images (the attack moves a generator's weights, not them)"
         if self.priors:
             return f"a prior ({', '.join(self.priors)}) is added to it"
-        if self.surrogate:
+        if self.surrogate and relu_modules(obs.victim.model):
             return "the ReLU surrogate changes its derivative"
         if self.box:
             return "the box [0, 1] constrains it"
@@ -334,7 +344,7 @@ class GradientMatching(Attack):
             return "--refine none"
         if stop_requested():
             return "Ctrl-C stopped the attack"
-        reason = self._unrefinable()
+        reason = self._unrefinable(obs)
         if reason or self.refine == "gauss-newton":
             return reason
         n = math.prod(obs.input_shape)
@@ -667,6 +677,14 @@ class GradientMatching(Attack):
             best.losses = best.losses[: best.iterations + 1] + out.losses
             best.iterations = best.best_step = len(best.losses) - 1
             best.stop_reason = "tolerance"
+            # the kept start ends where the steps took it: its entry among the starts' final losses (the lowest
+            # of which is the run's) and its stop reason follow
+            for i, loss in enumerate(best.restart_losses):
+                if loss == before:
+                    best.restart_losses[i] = best.final_loss
+                    if i < len(best.restart_stops):
+                        best.restart_stops[i] = best.stop_reason
+                    break
             best.message = f"converged: {did} (L_R/||y||^2 <= tol)"
             if monitor is not None and out.losses:
                 best.extra.append({"step": best.iterations, **monitor(best.iterations, best.x)})
