@@ -209,7 +209,7 @@ class RunConfig:
         steps = self._settings()["iterations"]
         if self.set_by_user("trace_every") and not self.attack_class.closed_form and self.trace_every >= steps:
             warnings.warn(f"--trace-every {self.trace_every} is not below the {steps} iterations: trace.csv records "
-                          "the PSNR of step 0 only", SettingWarning, stacklevel=2)
+                          "the PSNR of step 0 and of the last step only", SettingWarning, stacklevel=2)
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise ConfigError(f"device '{self.device}' was asked for but no CUDA device is available")

@@ -158,3 +158,16 @@ def test_list_names_what_a_recipe_fills_and_what_a_defense_takes(capsys):
     for flag, name in (("--recipe", "nope"), ("--defense", "nope"), ("--protocol", "nope")):
         assert cli.main(["list", flag, name]) == 2
         assert capsys.readouterr().err.strip().startswith("leakattack: error: unknown ")
+
+
+def test_a_stalled_run_whose_gauss_newton_steps_were_not_kept_says_why(tmp_path, capsys):
+    """The line said 'stalled, Gauss-Newton not converged' and the note explaining it was in metrics.json only."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "lenet", "--iterations", "30", "--optimizer", "adam", "--lr", "0.01",
+                     "--stall-window", "3", "--threads", "1", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    text = capsys.readouterr()
+    m = json.loads((out / "metrics.json").read_text())
+    # eight Adam steps from the start leave the steps far from the image (about 9 dB): they cannot converge there
+    assert m["stop_reason"] == "stalled" and m["gauss_newton"] and not m["gauss_newton"].get("kept"), m["message"]
+    assert "Gauss-Newton not converged" in text.out
+    assert f"note: {m['message']}" in text.err

@@ -109,7 +109,7 @@ def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_pat
      "--match-space sketch changes nothing for protocol 'fedavg'"),
     (RunConfig(batch_draw="class"), "--batch-draw class changes nothing with one image"),
     (RunConfig(trace_every=50, iterations=50), "--trace-every 50 is not below the 50 iterations: trace.csv records "
-     "the PSNR of step 0 only"),
+     "the PSNR of step 0 and of the last step only"),
 ])
 def test_a_client_setting_that_is_not_read_is_named(cfg, line):
     with pytest.warns(SettingWarning, match=re.escape(line)):
