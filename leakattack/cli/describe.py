@@ -79,7 +79,8 @@ def protocol_lines(name: str) -> list[str]:
     params = {p.name: p for p in (*RUN_PARAMS, *PROTOCOL_PARAMS)}
 
     def flag(key: str) -> str:
-        return params[key].option if key in params and params[key].option else "--" + key.replace("_", "-")
+        option = params[key].option if key in params else None
+        return option or "--" + key.replace("_", "-")
 
     flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}" for k in cls.reads if k in SPEC_DEFAULTS]
     common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params)

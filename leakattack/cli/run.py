@@ -126,7 +126,7 @@ def cmd_run(a) -> int:
     # a note when the run diverged, its loss rose, or a match is not unique; not for an optimiser's ordinary stops,
     # unless Gauss-Newton steps were tried after them and not kept (the line says so, the note why); always for a
     # closed-form attack, whose message says what it solved
-    tried = bool(m.gauss_newton) and not m.gauss_newton.get("kept")
+    tried = m.gauss_newton is not None and bool(m.gauss_newton) and not m.gauss_newton.get("kept")
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed or tried
                       or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
         print(f"note: {m.message}", file=sys.stderr)

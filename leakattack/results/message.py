@@ -210,7 +210,7 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
                                f"{labels!r:.60}") from None
     fields = {
         "format": FORMAT, "version": VERSION, "message": y, "kind": kind, "sketch": desc,
-        "batch_size": batch_size, "labels": labels, "lr": float(lr) if _is_real(lr) else lr,
+        "batch_size": batch_size, "labels": labels, "lr": float(lr) if lr is not None and _is_real(lr) else lr,
         "local_steps": local_steps, "defense": defense or None,
         "input_shape": _shape_list(input_shape),
         "num_classes": num_classes, "ids": dict(ids),
