@@ -519,13 +519,17 @@ def _per_image(m: RunMetrics) -> str:
     order = m.match if m.match and len(m.match) == n else list(range(n))
     rows = []
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
-    each = (m.verdict_each or []) if n > 1 else []  # a batch's images on their own (older runs: none)
-    nearer = m.nearer_each or [None] * n
+
+    def per_image(v):  # a list of one entry per image, or None (not recorded, or of another length: edited)
+        return v if v and len(v) == n else None
+
+    each = (per_image(m.verdict_each) or []) if n > 1 else []  # a batch's images on their own (older runs: none)
+    nearer = per_image(m.nearer_each) or [None] * n
     record = m.to_dict()
-    bp_each, bs_each = m.baseline_psnr_each, m.baseline_ssim_each
+    bp_each, bs_each = per_image(m.baseline_psnr_each), per_image(m.baseline_ssim_each)
     # the rank of each truth among the data set's images by distance to its reconstruction (image identifiability)
     heads = [(f"rank of its truth among {_int(m.get(f'identified{k}_among'))} by {how}", m.get(f"identified{k}_each"))
-             for k, _, how in SCORES if m.get(f"identified{k}_each")]
+             for k, _, how in SCORES if per_image(m.get(f"identified{k}_each"))]
     ranks = [each_rank for _, each_rank in heads]
     for i, (p, s) in enumerate(zip(psnr[:MAX_IMAGE_ROWS], ssim[:MAX_IMAGE_ROWS])):
         label = truth[i] if i < len(truth) else None
