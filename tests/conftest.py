@@ -98,3 +98,18 @@ def fresh_registries(monkeypatch):
                      defenses.registry._REGISTRY):
         monkeypatch.setattr(registry, "_items", dict(registry._items))
         monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The sweep figures drawn, by file stem, kept open instead of saved (and closed after the test); a module that
+    also draws a run's figures defines its own."""
+    import matplotlib.pyplot as plt
+
+    from leakattack.figures import sweep as sweep_figures
+
+    figs = {}
+    monkeypatch.setattr(sweep_figures, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
+    yield figs
+    for fig in figs.values():
+        plt.close(fig)

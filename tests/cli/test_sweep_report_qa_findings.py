@@ -5,13 +5,10 @@ headed by the value it ran with, not as "none"."""
 import json
 from pathlib import Path
 
-import pytest
 import torch
 
 from leakattack.cli import main
-from leakattack.figures import sweep as sweep_module
 from leakattack.figures import sweep_figures
-from leakattack.figures.common import plt
 
 SHARED = {"model": "lenet", "dataset": "digits", "objective": "l2", "tv": 0.0, "defense": "", "seed": 0,
           "batch_size": 1, "image_index": 0, "sketch_ratio": 0.5}
@@ -36,14 +33,6 @@ def write_sweep(folder: Path, points: list[tuple[dict, dict]]) -> None:
 MIXED = ([({"sigma": s}, {"sketch": "srht"}) for s in (0.0, 0.1)]
          + [({"sketch": "none", "sigma": s}, {"sketch": "none"}) for s in (0.0, 0.1)])
 
-
-@pytest.fixture
-def drawn(monkeypatch):
-    figs = {}
-    monkeypatch.setattr(sweep_module, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
-    yield figs
-    for fig in figs.values():
-        plt.close(fig)
 
 
 def test_a_grid_key_left_out_is_labelled_by_the_value_the_points_ran_with(tmp_path, drawn):

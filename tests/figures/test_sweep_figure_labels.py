@@ -20,15 +20,6 @@ def fake_sweep(folder: Path, points, strength="sigma", psnr_of=lambda g: 20.0):
     shared_sweep(folder, points, psnr_of, strength=strength, shared=SHARED, baselines=True)
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The figures drawn, by file stem, kept open instead of saved (and closed after the test)."""
-    figs = {}
-    monkeypatch.setattr(sweep_module, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
-    yield figs
-    for fig in figs.values():
-        plt.close(fig)
-
 
 def row_labels(fig):
     """The reconstruction grid's row labels below the truth, top to bottom."""

@@ -53,15 +53,6 @@ def write_sweep(folder: Path, records: list[dict]) -> None:
         torch.save({"recon": x, "truth": x}, folder / "points" / f"{r['key']}.pt")
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The sweep figures drawn, by file stem, kept open instead of saved."""
-    figs = {}
-    monkeypatch.setattr(sweep_figures_module, "save_both", lambda fig, folder, stem: figs.setdefault(stem, fig) and [])
-    yield figs
-    for fig in figs.values():
-        sweep_figures_module.plt.close(fig)
-
 
 # --- summary.csv: an epsilon without a bound is inf ------------------------------------------------------------
 
