@@ -22,13 +22,20 @@ from .errors import UserError
 _ZIP, _NUMPY, _PICKLE = b"PK\x03\x04", b"\x93NUMPY", b"\x80"
 
 
-def unreadable(path: Path) -> str:
-    """What the file at ``path``, which torch.load could not read, is, as the end of a sentence naming it."""
+def _head(path: Path) -> bytes | str:
+    """The file's first 512 bytes, or why it cannot be read (the end of a sentence naming it)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(512)
+            return fh.read(512)
     except OSError as err:
         return f"cannot be read ({err.strerror or type(err).__name__})"
+
+
+def unreadable(path: Path) -> str:
+    """What the file at ``path``, which torch.load could not read, is, as the end of a sentence naming it."""
+    head = _head(path)
+    if isinstance(head, str):
+        return head
     if not head:
         return "is empty"
     if head.startswith(_ZIP):
@@ -48,8 +55,8 @@ def unreadable(path: Path) -> str:
 def _pickled(path: Path) -> bool:
     """Whether the file begins as torch.save's files do (a zip archive, or a pickle of protocol 2 or more): only then
     is a global that torch.load refuses an object the file holds, and not text read as pickle opcodes."""
-    with open(path, "rb") as fh:
-        return fh.read(len(_ZIP)).startswith((_ZIP, _PICKLE))
+    head = _head(path)
+    return isinstance(head, bytes) and head.startswith((_ZIP, _PICKLE))
 
 
 def load_torch_file(path, what: str, *, error: type[UserError] = UserError, objects_hint: str = ""):

@@ -54,8 +54,7 @@ from targets.protocols.base import split_clients
 from targets.victim import batchnorm_layers
 
 from .config import ConfigError, check_value, protocol_json, validate_protocol
-from .config.constraints import Number
-from .config.params import MAX_ITERATIONS, MAX_ROUNDS
+from .config.params import MAX_ITERATIONS, ROUNDS
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
@@ -400,7 +399,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     it finished (see the module's docstring).  A folder holding rounds 1..N of the same training is continued from
     round N+1 (``on_resume(folder, N)`` is called first); one holding another is refused (:func:`resume_point`).
     ``rounds`` lies in [1, :data:`~leakattack.config.params.MAX_ROUNDS`] (ConfigError otherwise)."""
-    check_value("rounds T", Number(1, MAX_ROUNDS, integer=True), rounds)
+    check_value("rounds T", ROUNDS, rounds)
     trainset, testset = load_split(model_spec, download)
     victim = build_victim(model_spec, trainset)
     validate_protocol(name, spec, victim.d)

@@ -16,7 +16,7 @@ from targets.protocols import SPEC_DEFAULTS, list_protocols, protocol_class
 from ..config import ConfigError, check_value, validate_protocol, warn_unread
 from ..config.constraints import Choice, Cores, Number
 from ..config.flags import SPEC_DEST, protocol_spec_from_args
-from ..config.params import MAX_ROUNDS, SEED
+from ..config.params import ROUNDS, SEED
 from ..data import list_datasets, reads_root
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
@@ -72,7 +72,7 @@ def _warn_dp_rounds(protocol: str, spec: dict, rounds: int) -> None:
 
 
 def cmd_train(a) -> int:
-    check_value("rounds T", Number(1, MAX_ROUNDS, integer=True), a.rounds)
+    check_value("rounds T", ROUNDS, a.rounds)
     check_value("protocol", Choice(list_protocols), a.protocol)
     check_value("seed", SEED, a.seed)
     if a.sketch not in list_sketches():  # refused whether or not the protocol reads it

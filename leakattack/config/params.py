@@ -38,11 +38,12 @@ MAX_ITERATIONS = 1_000_000
 #: the starts run as one batch through the victim (restarts times the batch size), so a thousand starts already hold
 #: a thousand dummy batches at every evaluation; more is a typo, not a plan
 MAX_RESTARTS = 1000
-#: a round runs every sampled client's local steps and a test evaluation, writes a checkpoint (54 KB for LeNet) and
-#: rewrites train.jsonl, and an attack on round t re-simulates the rounds before it: FedAvg of LeNet on digits with 10
-#: clients trains about 13 rounds a second on one core, so a hundred thousand rounds take hours even there (the
-#: published trainings run a few thousand at most); more is a typo, not a plan
+#: a round runs every sampled client's local steps and a test evaluation, writes a checkpoint and rewrites
+#: train.jsonl, and an attack on round t re-simulates the rounds before it: a hundred thousand rounds already take
+#: hours of a small model; more is a typo, not a plan
 MAX_ROUNDS = 100_000
+#: the rounds T of a training (`leakattack train --rounds`, `training.train`)
+ROUNDS = Number(1, MAX_ROUNDS, integer=True)
 
 def _choices(fn):
     return Choice(fn)
@@ -342,5 +343,5 @@ def help_text(p: Param) -> str:
 
 
 __all__ = ["Param", "RUN_PARAMS", "PROTOCOL_PARAMS", "DEVICES", "DTYPES", "MATCH_SPACES", "NOTHING", "help_text",
-           "MAX_ITERATIONS", "MAX_RESTARTS", "MAX_ROUNDS", "Round",
+           "MAX_ITERATIONS", "MAX_RESTARTS", "MAX_ROUNDS", "ROUNDS", "Round",
            "Duration", "duration_seconds", "DURATION_UNITS", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES"]

@@ -53,7 +53,15 @@ from targets.protocols import round_seed
 from ..constraints import MAX_SEED
 from ..errors import UserError
 from ..results import write_tensors
-from ..results.message import MAX_CLASSES, MAX_INPUT_NUMBERS, MAX_LOCAL_STEPS, check_defense, write_message
+from ..results.message import (
+    MAX_CLASSES,
+    MAX_INPUT_NUMBERS,
+    MAX_LOCAL_STEPS,
+    check_defense,
+    is_int,
+    is_real,
+    write_message,
+)
 from ..sketch import Sketch, get_sketch, is_identity, list_sketches, sketch_dim, sketch_from_description
 
 #: fit-configuration key naming the round's sketch: the JSON of ``Sketch.describe()``
@@ -69,12 +77,11 @@ RECORDS_FILE = "records.json"
 # -- arguments -----------------------------------------------------------------------------------
 
 def _integer(v, low: int, high: int | None = None) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and low <= int(v) \
-        and (high is None or int(v) <= high)
+    return is_int(v, low) and (high is None or int(v) <= high)
 
 
 def _positive(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < float(v) < math.inf
+    return is_real(v) and 0 < float(v) < math.inf
 
 
 def _refuse(where: str, name: str, what: str, v) -> None:
@@ -189,7 +196,7 @@ class SketchedFedAvg(FedAvg):
             raise UserError(f"unknown sketch '{sketch}'; choose one of: {', '.join(list_sketches())}")
         if b is not None and not _integer(b, 1):  # b > d is refused at the first round, where d is known
             _refuse("SketchedFedAvg", "b", "a positive integer (or None: ratio times d)", b)
-        if b is None and not (isinstance(ratio, numbers.Real) and not isinstance(ratio, bool) and 0 < ratio <= 1):
+        if b is None and not (is_real(ratio) and 0 < ratio <= 1):
             raise UserError(f"sketch ratio must lie in (0, 1], got {ratio!r}")
         if not _positive(global_lr):
             raise UserError(f"global learning rate must be a finite positive number, got {global_lr!r}")

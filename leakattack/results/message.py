@@ -85,11 +85,13 @@ class Message:
                 "num_classes": self.num_classes, "ids": dict(self.ids), "encoder": self.sketch}
 
 
-def _is_int(v, low: int) -> bool:
+def is_int(v, low: int) -> bool:
+    """Whether v is an integer (NumPy's included, not a bool) of at least ``low``."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= low
 
 
-def _is_real(v) -> bool:
+def is_real(v) -> bool:
+    """Whether v is a real number (NumPy's included), not a bool."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
@@ -99,7 +101,7 @@ def _shape_list(shape):
     if shape is None or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
         return shape
     items = list(shape)
-    return [int(s) for s in items] if all(_is_int(s, 0) for s in items) else items
+    return [int(s) for s in items] if all(is_int(s, 0) for s in items) else items
 
 
 def _is_id(v) -> bool:
@@ -130,9 +132,9 @@ def _check(fields: dict, where: str) -> None:
         raise MessageError(f"{where}: the message holds a non-finite number ({float(y[i])}) at index {i}")
     if fields["kind"] not in KINDS:
         bad("kind", " or ".join(KINDS))
-    if not _is_int(fields["batch_size"], 1):
+    if not is_int(fields["batch_size"], 1):
         bad("batch_size", "a positive integer")
-    if not _is_int(fields["local_steps"], 1):
+    if not is_int(fields["local_steps"], 1):
         bad("local_steps", "a positive integer")
     if fields["local_steps"] > MAX_LOCAL_STEPS:
         bad("local_steps", f"at most {MAX_LOCAL_STEPS:,} (the attacker unrolls every step at each evaluation)")
@@ -156,11 +158,11 @@ def _check(fields: dict, where: str) -> None:
         check_defense(fields["defense"], where)
     shape = fields["input_shape"]
     if shape is not None and not (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= 3
-                                  and all(_is_int(s, 1) for s in shape)):
+                                  and all(is_int(s, 1) for s in shape)):
         bad("input_shape", "a list of 1 to 3 positive integers such as [3, 32, 32]")
     if shape is not None and math.prod(int(s) for s in shape) > MAX_INPUT_NUMBERS:
         bad("input_shape", f"at most {MAX_INPUT_NUMBERS:,} numbers per example (64 channels of 1024 x 1024)")
-    if fields["num_classes"] is not None and not _is_int(fields["num_classes"], 1):
+    if fields["num_classes"] is not None and not is_int(fields["num_classes"], 1):
         bad("num_classes", "a positive integer")
     if fields["num_classes"] is not None and fields["num_classes"] > MAX_CLASSES:
         bad("num_classes", f"at most {MAX_CLASSES:,}")
@@ -210,7 +212,7 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
                                f"{labels!r:.60}") from None
     fields = {
         "format": FORMAT, "version": VERSION, "message": y, "kind": kind, "sketch": desc,
-        "batch_size": batch_size, "labels": labels, "lr": float(lr) if lr is not None and _is_real(lr) else lr,
+        "batch_size": batch_size, "labels": labels, "lr": float(lr) if lr is not None and is_real(lr) else lr,
         "local_steps": local_steps, "defense": defense or None,
         "input_shape": _shape_list(input_shape),
         "num_classes": num_classes, "ids": dict(ids),
@@ -239,7 +241,7 @@ def read_message(path) -> Message:
     data = load_torch_file(path, where, error=MessageError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise MessageError(f"{where} is not a message file (no format '{FORMAT}'; write one with write_message)")
-    if not _is_int(data.get("version"), 1) or data["version"] > VERSION:
+    if not is_int(data.get("version"), 1) or data["version"] > VERSION:
         raise MessageError(f"{where} has format version {data.get('version')!r}; this leakattack reads "
                            f"versions up to {VERSION}")
     missing = [k for k in KEYS if k not in data]
