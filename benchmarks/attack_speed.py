@@ -24,7 +24,8 @@
   rest of a step: J^T J and its Cholesky factor on every core;
 * J^T J from products (where J is too large to hold; vit_small through srht b/d = 0.5): its first columns, CHUNK
   columns a batched pass against one a pass, and one a pass with the flat gradient concatenated by torch.cat (the
-  bare PyTorch way: its backward, differentiated again, writes a d-long zero vector per parameter), every core;
+  bare PyTorch way: its backward, differentiated again, writes a d-long zero vector per parameter), and the
+  columns of (S J)^T the attack forms there instead (J e_j alone, compressed by a CountSketch), every core;
 * Gauss-Newton's chord steps: the steps after the default attack's 1000 L-BFGS steps (its first phase, run
   once) with chord steps, which reuse each J and its factor while they converge, against one full step a J
   (``chord=False``, the floor each chord step avoids), on every core as the attack takes them;
@@ -502,11 +503,13 @@ def pace_text(ends: list[list[tuple[float, int]]], n: int) -> str:
 
 
 def products_section(a) -> None:
-    """J^T J from products (the route above MAX_HELD), its first ``--columns`` columns: CHUNK columns a batched pass
-    against one a pass, and one a pass with the gradient flattened by torch.cat (whose backward, differentiated
-    again, writes a d-long zero vector per parameter) in place of targets.oracle.joined; interleaved rounds."""
+    """J^T J from products, its first ``--columns`` columns: CHUNK columns a batched pass against one a pass, and
+    one a pass with the gradient flattened by torch.cat (whose backward, differentiated again, writes a d-long zero
+    vector per parameter) in place of targets.oracle.joined; and the columns of (S J)^T that the attack forms above
+    MAX_HELD instead (sketched_normal_equations: J e_j alone, one backward pass, compressed), CHUNK a pass and one a
+    pass; interleaved rounds."""
     import targets.oracle as oracle
-    from leakattack.attacks.gauss_newton import Stopped, normal_equations
+    from leakattack.attacks.gauss_newton import Stopped, normal_equations, sketched_normal_equations
 
     cores = cpu_cores()
     torch.set_num_threads(cores)
@@ -518,8 +521,9 @@ def products_section(a) -> None:
     def catted(pieces):
         return torch.cat([t.reshape(-1) for t in pieces])
 
-    def first_columns(chunk: int) -> float:
-        """Seconds per column over the first --columns columns of J^T J (the graph built before the clock)."""
+    def first_columns(chunk: int, form=normal_equations) -> float:
+        """Seconds per column over the first --columns columns of J^T J, or of (S J)^T with
+        ``form=sketched_normal_equations`` (the graph built before the clock)."""
         count = [0]
 
         def done(k: int) -> None:
@@ -532,18 +536,21 @@ def products_section(a) -> None:
 
         clock: list[float] = []
         try:
-            normal_equations(p.obs.forward, x, labels, chunk=chunk, stop=stop, done=done)
+            form(p.obs.forward, x, labels, chunk=chunk, stop=stop, done=done)
         except Stopped:
             pass
         return (time.perf_counter() - clock[0]) / count[0]
 
-    ways = {f"{CHUNK} columns a pass": (CHUNK, joined), "one a pass": (1, joined), "one a pass, torch.cat": (1, catted)}
+    ways = {f"{CHUNK} columns a pass": (CHUNK, joined, normal_equations),
+            "one a pass": (1, joined, normal_equations), "one a pass, torch.cat": (1, catted, normal_equations),
+            f"(S J)^T, {CHUNK} columns a pass": (CHUNK, joined, sketched_normal_equations),
+            "(S J)^T, one a pass": (1, joined, sketched_normal_equations)}
     times: dict[str, list[float]] = {name: [] for name in ways}
     try:
         for _ in range(a.rounds):
-            for name, (chunk, join) in ways.items():  # interleaved: the machine's load falls on all alike
+            for name, (chunk, join, form) in ways.items():  # interleaved: the machine's load falls on all alike
                 oracle.joined = join
-                times[name].append(first_columns(chunk))
+                times[name].append(first_columns(chunk, form))
         if a.profile:  # where a column's time goes, one a pass through each concatenation
             from torch.profiler import ProfilerActivity, profile
             for name, join in (("torch.cat", catted), ("joined", joined)):
@@ -564,8 +571,9 @@ def products_section(a) -> None:
     n = x.numel()
     print(f"products   {a.products_model}, srht b/d = 0.5 (b = {p.obs.b}, d = {p.obs.victim.d}), float64, "
           f"{cores} threads, "
-          f"J^T J's first {a.columns} of {n} columns, per column: {cells}; all {n} columns at the first: "
-          f"{n * best[f'{CHUNK} columns a pass'] / 60:.1f} min")
+          f"J^T J's (or (S J)^T's) first {a.columns} of {n} columns, per column: {cells}; all {n} columns at the "
+          f"first: {n * best[f'{CHUNK} columns a pass'] / 60:.1f} min, at the fastest (S J)^T: "
+          f"{n * min(best[f'(S J)^T, {CHUNK} columns a pass'], best['(S J)^T, one a pass']) / 60:.1f} min")
 
 
 def chord_section(a) -> None:

@@ -23,8 +23,11 @@ factor that grows as J's point nears it; while each cuts it at least
 :data:`CHORD_GAIN`-fold they go on, then a new J is formed.  On the DLG LeNet
 through srht b = d/2 one J and 14 chord steps take the 1000-step L-BFGS iterate
 to round-off, where four full steps formed four J (docs/attack.md).  Where J would hold more than :data:`MAX_HELD`
-numbers it is not formed: :func:`normal_equations` builds J^T J column by column from products (J e_j, then J^T of
-it: 2n backward passes, n^2 numbers), and J^T r is one more backward pass through the graph of J's point. A damped
+numbers it is not formed: :func:`sketched_normal_equations` compresses each column J e_j (one backward pass) by a
+CountSketch S of :data:`SKETCH_ROWS` x n rows into a row of (S J)^T, and (S J)^T (S J), close to J^T J in every
+direction, preconditions conjugate gradients on the exact normal equations (J^T J + damping) delta = -J^T r, whose
+products J d and J^T u are backward passes through the graph of J's point (:func:`_refined`): n passes for the J
+instead of the 2n that J^T J itself takes (:func:`normal_equations`), and steps as exact as a held J's. A damped
 step that raises L_R is watched (:data:`WATCH`): across a curved valley of L_R the Gauss-Newton step lands much
 nearer the input at a higher L_R, and the chord steps from there fall below the round's start.  It needs L_R
 itself as the objective (not the cosine), no prior, fixed labels and no box.  Steps that do not converge
@@ -61,6 +64,15 @@ CHUNK = 16
 BATCH_BYTES = 2**30
 #: at most this many rounds of Gauss-Newton steps (each forms J once)
 STEPS = 20
+#: rows of the CountSketch S that compresses J where J is not held, per unknown: (S J)^T (S J) is J^T J up to a
+#: factor 1 +- eps in every direction, eps shrinking as the rows grow, and as a preconditioner it leaves conjugate
+#: gradients on J^T J a condition number of about ((1 + eps) / (1 - eps))^2 whatever J's own
+#: (``tests/attacks/test_gauss_newton.py`` measures both; vit_small through srht b/d = 0.5: (S J)^T is 3072 x 12288
+#: numbers, 302 MB, where J is 22 GB)
+SKETCH_ROWS = 4
+#: conjugate-gradient iterations a solve with a sketched J takes at most, and the residual of the normal equations,
+#: relative to their right-hand side, at which it stops
+PCG_STEPS, PCG_TOL = 60, 1e-12
 #: chord steps (the round's J and factor reused) go on while each cuts L_R at least this many times
 CHORD_GAIN = 10.0
 #: Marquardt's damping at the first step, relative to the mean of diag(J^T J) (small: the first-order phase
@@ -107,12 +119,15 @@ def columns_per_pass(b: int, d: int, itemsize: int = 8) -> int:
 
 
 def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, chunk: int | None,
-                stop: Callable[[], bool] | None, done: Callable[[int], None] | None) -> None:
-    """rows[k] = column(e_k) for the n unit vectors e_k (n = rows.shape[0]), :data:`CHUNK` at a time as one batched
-    pass (``torch.func.vmap``; ``chunk`` another number), one at a time from the first batch where an operation has
-    no batching rule (or ``chunk=1``); raises :class:`Stopped` when ``stop()`` turns true between two batches;
-    ``done(k)`` after each batch with the number of rows written."""
+                stop: Callable[[], bool] | None, done: Callable[[int], None] | None,
+                after: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+    """rows[k] = column(e_k) for the n unit vectors e_k (n = rows.shape[0]), :data:`CHUNK` at a time as
+    one batched pass (``torch.func.vmap``; ``chunk`` another number), one at a time from the first batch where an
+    operation has no batching rule (or ``chunk=1``); ``after`` maps each block of columns (k, ...) to what its rows
+    hold (a sketch of them); raises :class:`Stopped` when ``stop()`` turns true between two batches; ``done(k)``
+    after each batch with the number of rows written."""
     n = rows.shape[0]
+    keep = (lambda block: block) if after is None else after
     step = CHUNK if chunk is None else chunk
     first = 0
     if step > 1:
@@ -125,7 +140,7 @@ def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tens
                     k = min(step, n - first)
                     e = torch.zeros(k, n, dtype=rows.dtype, device=rows.device)
                     e[torch.arange(k), torch.arange(first, first + k)] = 1
-                    rows[first:first + k] = torch.func.vmap(column)(e)
+                    rows[first:first + k] = keep(torch.func.vmap(column)(e))
                     if done is not None:
                         done(first + k)
             return
@@ -136,7 +151,7 @@ def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tens
         if stop is not None and k % CHUNK == 0 and stop():
             raise Stopped
         e[k] = 1
-        rows[k] = column(e)
+        rows[k] = keep(column(e).unsqueeze(0))[0]
         e[k] = 0
         if done is not None and ((k + 1) % CHUNK == 0 or k + 1 == n):
             done(k + 1)
@@ -214,6 +229,51 @@ def normal_equations(forward, x: torch.Tensor, labels, *, chunk: int | None = No
         return A, jt
     _by_columns(lambda e: jt(j(e)), A, chunk, stop, done)  # rows of a symmetric matrix: its columns
     return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
+
+
+def count_sketch(b: int, s: int, dtype: torch.dtype, device, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
+    """u (k, b) -> S u^T as rows (k, s): each of the b coordinates added, with a random sign, into one of s buckets
+    drawn at random (Clarkson and Woodruff's CountSketch; the generator seeded with ``seed``, on the CPU, so every
+    device draws the same S)."""
+    gen = torch.Generator().manual_seed(seed)
+    bucket = torch.randint(0, s, (b,), generator=gen).to(device)
+    sign = (torch.randint(0, 2, (b,), generator=gen) * 2 - 1).to(device=device, dtype=dtype)
+
+    def apply(u: torch.Tensor) -> torch.Tensor:
+        u = u.reshape(u.shape[0], -1)
+        return u.new_zeros(u.shape[0], s).index_add_(1, bucket, u * sign)
+
+    return apply
+
+
+def sketched_normal_equations(forward, x: torch.Tensor, labels, *, rows: int = SKETCH_ROWS, chunk: int | None = None,
+                              stop: Callable[[], bool] | None = None, done: Callable[[int], None] | None = None
+                              ) -> tuple[torch.Tensor, Product, Product]:
+    """(A_S, u -> J^T u, d -> J^T J d): A_S = (S J)^T (S J) at ``x`` for a CountSketch S of ``rows`` x n rows
+    (:func:`count_sketch`), and the exact products of J's normal equations, J never formed; raises
+    :class:`Stopped` when ``stop()`` turns true between two batches of columns; ``done(k)`` is called after each
+    batch with the number of columns formed.
+
+    Column j of J, J e_j, is one backward pass (:func:`products`), compressed to S J e_j as it is formed: n
+    passes and n x s numbers, where J^T J from products takes 2n passes (:func:`normal_equations`).  A_S is J^T J up
+    to a factor 1 +- eps in every direction (a subspace embedding), which makes it a preconditioner for conjugate
+    gradients on J^T J itself (:func:`_refined`); its rank is J's wherever S is one-to-one on J's column space (a
+    column space in general position and s at least its dimension).  A message of at most s numbers is not
+    compressed (S = I: A_S is J^T J).  Both products keep the graph of ``x``."""
+    y, j, jt = products(forward, x, labels)
+    n, b = x.numel(), y.numel()
+    if j is None:  # the message does not depend on the input
+        return torch.zeros(n, n, dtype=y.dtype, device=y.device), jt, lambda d: torch.zeros_like(d)
+    s = max(n, rows * n)
+    compress = count_sketch(b, s, y.dtype, y.device) if b > s else (lambda u: u.reshape(u.shape[0], -1))
+    SJt = torch.zeros(n, min(b, s), dtype=y.dtype, device=y.device)  # (S J)^T: a row for each column of J
+    _by_columns(j, SJt, chunk, stop, done, after=compress)
+    column = j
+
+    def normal(d: torch.Tensor) -> torch.Tensor:
+        return jt(column(d.reshape(-1)).detach())
+
+    return gram(SJt.T), jt, normal
 
 
 def too_large(b: int, n: int, d: int) -> str | None:
@@ -306,6 +366,38 @@ def _factor(A: torch.Tensor, damping: float) -> Callable[[torch.Tensor], torch.T
         return lambda g: torch.cholesky_solve(-g.unsqueeze(1), L).squeeze(1)
     LU, pivots = torch.linalg.lu_factor(damped)
     return lambda g: torch.linalg.lu_solve(LU, pivots, -g.unsqueeze(1)).squeeze(1)
+
+
+def _refined(A: torch.Tensor, damping: float, normal: Product,
+             steps: int = PCG_STEPS, tol: float = PCG_TOL) -> Callable[[torch.Tensor], torch.Tensor]:
+    """g -> delta with (J^T J + damping * I) delta = -g by conjugate gradients, J^T J's product ``normal``
+    (:func:`sketched_normal_equations`) and (A + damping * I)^-1 (A = (S J)^T (S J), factored once: :func:`_factor`)
+    as the preconditioner; at most ``steps`` iterations, ending where the residual is ``tol`` of -g's norm."""
+    inverse = _factor(A, damping)  # v -> -(A + damping I)^-1 v
+
+    def solve(g: torch.Tensor) -> torch.Tensor:
+        rhs = -g.reshape(-1)
+        delta = inverse(-rhs)
+        res = rhs - normal(delta) - damping * delta
+        goal = tol * float(rhs.norm())
+        z = inverse(-res)
+        p, rz = z.clone(), float(res @ z)
+        for _ in range(steps):
+            if float(res.norm()) <= goal or rz <= 0:
+                break
+            q = normal(p) + damping * p
+            pq = float(p @ q)
+            if not pq > 0:  # round-off has left no descent along p
+                break
+            alpha = rz / pq
+            delta = delta + alpha * p
+            res = res - alpha * q
+            z = inverse(-res)
+            rz, before = float(res @ z), rz
+            p = z + (rz / before) * p
+        return delta
+
+    return solve
 
 
 #: the normal equations of a J (J^T J and its Cholesky factor) are begun only while the time limit leaves at least
@@ -401,11 +493,11 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 return path
         return []
 
-    def normal(point: torch.Tensor, more: int = 0) -> tuple[torch.Tensor, Product] | None:
-        """(J^T J, u -> J^T u) at ``point``: from J where it can be held (:data:`MAX_HELD`), else by products
-        (:func:`normal_equations`); None where the deadline or Ctrl-C cut J short, where at its columns' pace J
-        and its normal equations (and ``more`` J after them) would end after the deadline, or where no room was
-        left for J^T J."""
+    def normal(point: torch.Tensor, more: int = 0) -> tuple[torch.Tensor, Product, Product | None] | None:
+        """(A, u -> J^T u, exact) at ``point``: A = J^T J from J where it can be held (:data:`MAX_HELD`) and exact
+        None; else A = (S J)^T (S J) and ``exact`` J^T J's product (:func:`sketched_normal_equations`); None where
+        the deadline or Ctrl-C cut J short, where at its columns' pace J and its normal equations (and ``more`` J
+        after them) would end after the deadline, or where no room was left for J^T J."""
         formed = time.perf_counter()
         n = point.numel()
         first = last = (0.0, 0)  # (time, columns formed) after the first batch and after the latest
@@ -436,14 +528,15 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
 
         try:
             if not held:
-                return normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done)
+                with torch_threads(algebra):  # its Gram matrix: a large dense product
+                    return sketched_normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done)
             J = jacobian(forward, point, labels, chunk=chunk, stop=stop, done=done)
         except Stopped:
             return None
         if not room(formed):
             return None
         with torch_threads(algebra):
-            return gram(J), J.T.matmul
+            return gram(J), J.T.matmul, None
 
     while True:
         if not math.isfinite(loss):
@@ -461,15 +554,19 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         if pair is None or halt():  # cut short, or no time left for the normal equations
             out.stop = halt_reason(deadline) or "time-limit"
             break
-        A, jt = pair
+        A, jt, exact = pair
         at = (out.x, loss)
+
+        def factor(damping: float, A: torch.Tensor = A, exact: Product | None = exact) -> Product:
+            return _factor(A, damping) if exact is None else _refined(A, damping, exact)
+
         with torch_threads(algebra):
             g = jt(r)
             level = float(A.diagonal().mean()) or 1.0
             out.steps += 1
             start, solve = loss, None
             for _ in range(TRIALS):
-                solve = _factor(A, mu * level)
+                solve = factor(mu * level)
                 trial = out.x + solve(g).view_as(out.x)
                 r_new = residual(forward, y, trial, labels)
                 new = float(r_new @ r_new)
@@ -502,7 +599,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 out.chord += 1
                 if gain < CHORD_GAIN:
                     break
-            del jt, pair  # J, or the graph its products went through
+            del jt, exact, pair  # J, or the graph its products went through
         out.rounds.append(loss)
         if on_step is not None:
             on_step(loss)
@@ -531,7 +628,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     return out
 
 
-__all__ = ["jacobian", "products", "normal_equations", "columns_per_pass", "BATCH_BYTES", "transpose_graph", "residual",
+__all__ = ["jacobian", "products", "normal_equations", "sketched_normal_equations", "count_sketch", "SKETCH_ROWS",
+           "PCG_STEPS", "PCG_TOL", "columns_per_pass", "BATCH_BYTES", "transpose_graph", "residual",
            "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",

@@ -564,13 +564,13 @@ class GradientMatching(Attack):
     def _size_note(obs: Observation, why: str) -> str:
         """What asking for the Gauss-Newton steps would cost where ``why`` they were left out is their size alone
         (:func:`.gauss_newton.too_large`): J's memory, or above :data:`.gauss_newton.MAX_HELD` numbers the passes
-        that form J^T J without it; else nothing."""
+        that form a sketch of J without holding it; else nothing."""
         n = math.prod(obs.input_shape)
         if why != too_large(obs.b, n, obs.d):
             return ""
         size = size_text(8 * obs.b * n)  # J in float64
         cost = f"J of {obs.b} x {n} numbers, {size} in float64" if obs.b * n <= gauss_newton.MAX_HELD else \
-            f"J^T J from 2 x {n} backward passes, as J of {obs.b} x {n} numbers would hold {size}"
+            f"{n} backward passes for a sketch of J, as J of {obs.b} x {n} numbers would hold {size}"
         timed = ", as does a --time-limit that leaves room for them" if GradientMatching._time_can_pay(obs, why) \
             else ""
         return (f"no Gauss-Newton steps: {why}; --refine gauss-newton takes them anyway ({cost}){timed}, which can "
@@ -637,7 +637,7 @@ class GradientMatching(Attack):
             shown[0] = f"L_R={loss:.3e}"
             bar.set_postfix_str(shown[0])
 
-        def columns(k: int, n: int) -> None:  # J (or J^T J from products) is formed a batch of columns at a time
+        def columns(k: int, n: int) -> None:  # J (or a sketch of it) is formed a batch of columns at a time
             bar.set_postfix_str(f"{shown[0]}, J: {k}/{n} columns" if shown[0] else f"J: {k}/{n} columns")
 
         start, clamped = best.x.clamp(0, 1), int(((best.x < 0) | (best.x > 1)).sum())

@@ -14,11 +14,13 @@ from leakattack.attacks.gauss_newton import (
     STEPS,
     Refined,
     Stopped,
+    count_sketch,
     gram,
     gram_rank,
     jacobian,
     levenberg_marquardt,
     normal_equations,
+    sketched_normal_equations,
     steps_note,
     too_large,
 )
@@ -200,10 +202,10 @@ def test_steps_left_out_for_size_alone_say_what_asking_for_them_costs_and_asked_
     assert "--refine gauss-newton takes them" not in asked.message
     # another reason (a first phase cut short by its budget): no such note
     assert "--refine" not in GradientMatching(iterations=10, init_seed=2, labels="given").reconstruct(obs).message
-    # a J too large to hold: the note names the passes that form J^T J without it
+    # a J too large to hold: the note names the passes that form a sketch of J without holding it
     monkeypatch.setattr(gauss_newton, "MAX_HELD", obs.b * 64 - 1)
     said = GradientMatching(iterations=30, init_seed=2, labels="given").reconstruct(obs).message
-    assert (f"--refine gauss-newton takes them anyway (J^T J from 2 x 64 backward passes, as J of {obs.b} x 64 "
+    assert (f"--refine gauss-newton takes them anyway (64 backward passes for a sketch of J, as J of {obs.b} x 64 "
             f"numbers would hold {size_text(8 * obs.b * 64)}), which can reach the input") in said
     # within the unknowns auto takes: a time limit that leaves room for them takes them too, and the note says so
     monkeypatch.setattr(gauss_newton, "MAX_UNKNOWNS", 4096)
@@ -341,6 +343,70 @@ def test_the_normal_equations_by_products_are_those_of_j():
     calls: list[int] = []
     with pytest.raises(Stopped):  # between batches of CHUNK columns, as jacobian
         normal_equations(obs.forward, x, obs.labels, stop=lambda: calls.append(1) or len(calls) == 2)
+
+
+
+def test_a_count_sketch_adds_each_coordinate_with_a_sign_into_one_bucket():
+    S = count_sketch(50, 8, torch.float64, "cpu", seed=3)
+    M = S(torch.eye(50, dtype=torch.float64))  # row i: S e_i
+    assert M.shape == (50, 8) and torch.equal((M != 0).sum(1), torch.ones(50, dtype=torch.long))
+    assert set(M[M != 0].tolist()) <= {-1.0, 1.0} and len(set(M.argmax(1).tolist()) | set(M.argmin(1).tolist())) > 4
+    u = torch.randn(3, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(S(u), u @ M, rtol=0, atol=1e-14)
+    assert torch.equal(count_sketch(50, 8, torch.float64, "cpu", seed=3)(u), S(u))  # one seed, one S
+    assert not torch.equal(count_sketch(50, 8, torch.float64, "cpu", seed=4)(u), S(u))
+
+
+def _spread(A_s: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """The eigenvalues of A^-1/2 A_s A^-1/2: how far A_s is from A along each direction."""
+    L = torch.linalg.cholesky(A)
+    inner = torch.linalg.solve_triangular(L, A_s, upper=False)
+    return torch.linalg.eigvalsh(torch.linalg.solve_triangular(L, inner.T, upper=False))
+
+
+def test_the_sketched_normal_equations_hold_j_transpose_j_in_every_direction_and_its_exact_products():
+    obs, x = _obs()
+    J = jacobian(obs.forward, x, obs.labels)
+    A = J.T @ J
+    A_s, jt, normal = sketched_normal_equations(obs.forward, x, obs.labels)  # S of 4n rows
+    assert obs.b > 4 * x.numel()  # the message is compressed
+    spread = _spread(A_s, A)
+    assert 0.2 < float(spread.min()) and float(spread.max()) < 3  # within a constant factor in every direction
+    assert gram_rank(A_s)[0] == gram_rank(A)[0] == x.numel()
+    gen = torch.Generator().manual_seed(2)
+    d, u = torch.randn(x.numel(), generator=gen, dtype=x.dtype), torch.randn(obs.b, generator=gen, dtype=x.dtype)
+    torch.testing.assert_close(normal(d), A @ d, rtol=0, atol=1e-10 * float((A @ d).abs().max()))
+    torch.testing.assert_close(jt(u), J.T @ u, rtol=0, atol=1e-12 * float((J.T @ u).abs().max()))
+    more = _spread(sketched_normal_equations(obs.forward, x, obs.labels, rows=16)[0], A)  # more rows: nearer
+    assert float(more.max() / more.min()) < float(spread.max() / spread.min())
+    whole = sketched_normal_equations(obs.forward, x, obs.labels, rows=obs.b)[0]  # s >= b: S = I
+    torch.testing.assert_close(whole, A, rtol=0, atol=1e-12 * float(A.abs().max()))
+    calls: list[int] = []
+    with pytest.raises(Stopped):  # between batches of CHUNK columns, as jacobian
+        sketched_normal_equations(obs.forward, x, obs.labels, stop=lambda: calls.append(1) or len(calls) == 2)
+
+
+@pytest.mark.parametrize("damping", [0.0, 1e-6])
+def test_conjugate_gradients_preconditioned_by_a_sketch_solve_ill_conditioned_normal_equations(damping):
+    # J of 20,000 x 64 with singular values from 1 to 1e-5 (condition 1e5): the sketch's preconditioner leaves
+    # conjugate gradients a few dozen products where the plain ones do not get near in 60
+    gen = torch.Generator().manual_seed(4)
+    b, n = 20_000, 64
+    U, _ = torch.linalg.qr(torch.randn(b, n, generator=gen, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    J = U @ torch.diag(torch.logspace(0, -5, n, dtype=torch.float64)) @ V.T
+    SJ = count_sketch(b, 4 * n, torch.float64, "cpu")(J.T).T
+    A, A_s = J.T @ J, SJ.T @ SJ
+    level = damping * float(A.diagonal().mean())
+    g = J.T @ torch.randn(b, generator=gen, dtype=torch.float64)
+    want = torch.linalg.solve(A + level * torch.eye(n, dtype=A.dtype), -g)
+    products: list[int] = []
+    got = gauss_newton._refined(A_s, level, lambda d: products.append(1) or A @ d)(g)
+    assert float((got - want).norm() / want.norm()) < 1e-7 and len(products) <= 40, len(products)
+    products.clear()
+    plain = gauss_newton._refined(torch.eye(n, dtype=A.dtype) * float(A.diagonal().mean()), level,
+                                  lambda d: products.append(1) or A @ d)(g)
+    assert float((plain - want).norm() / want.norm()) > 1e-3 and len(products) > 40
 
 
 def test_the_normal_equations_go_on_one_column_at_a_time_where_a_batched_pass_fails(monkeypatch):
@@ -603,10 +669,11 @@ def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_
     J and its normal equations (half of J's time) would end at 6 s, J^T J from products (formed with it) at 4 s.
     Where that is after the deadline it stops there and says how long a J takes; asked for room for one more J
     (``ahead=2``), the time left must also hold another 6 s (held) or 4 s (products).  Of 8 columns a batch J takes
-    8 s, and each later batch is checked against the columns still to form: 8.5 s are enough, 7.5 s are not."""
+    8 s, and each later batch is checked against the columns still to form: 8.5 s are enough, 7.5 s are not.
+    (Without J held, the conjugate-gradient products after J is formed are not timed.)"""
     obs, x = _obs()
     start = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
-    clock, calls = [0.0], []
+    clock, calls, complete = [0.0], [], []
     monkeypatch.setattr(gauss_newton.time, "perf_counter", lambda: clock[0])
     if not held:
         monkeypatch.setattr(gauss_newton, "MAX_HELD", 0)
@@ -616,8 +683,9 @@ def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_
         y, j, jt = real(*args, **kw)
 
         def column(e):
-            calls.append(1)
-            clock[0] += 1.0  # one batched pass: one second
+            if not complete:
+                calls.append(1)
+                clock[0] += 1.0  # one batched pass: one second
             return j(e)
 
         return y, column, jt
@@ -625,7 +693,8 @@ def test_a_j_that_its_columns_pace_says_would_end_after_the_deadline_stops_when_
     monkeypatch.setattr(gauss_newton, "products", paced)
     scale = float(obs.y.pow(2).sum())
     out = levenberg_marquardt(obs.forward, obs.y, start, obs.labels, tol=1e-30, scale=scale, deadline=left,
-                              ahead=ahead, steps=1, chord=False, chunk=chunk)  # one round, one step: no rank's J
+                              ahead=ahead, steps=1, chord=False, chunk=chunk,  # one round, one step: no rank's J
+                              on_columns=lambda k, n: complete.append(1) if k == n else None)
     if formed:
         assert len(calls) == 64 // chunk and out.steps == 1 and out.losses and out.losses[-1] < out.start_loss
         assert out.foreseen is None
