@@ -112,9 +112,9 @@ def transpose_graph(forward, x: torch.Tensor, labels):
 
 
 def columns_per_pass(b: int, d: int, itemsize: int = 8) -> int:
-    """Columns of J (or of J^T J) one batched pass forms for a message of b numbers of a gradient of d: :data:`CHUNK`,
-    or as many as fit :data:`BATCH_BYTES` at 3 (b + d) numbers of ``itemsize`` bytes a column, at least one
-    (vit_small: 16; ResNet-18 unsketched, b = d = 11.2 M: 2)."""
+    """Columns of J (or of its sketch, or of J^T J) one batched pass forms for a message of b numbers of a gradient
+    of d: :data:`CHUNK`, or as many as fit :data:`BATCH_BYTES` at 3 (b + d) numbers of ``itemsize`` bytes a column,
+    at least one (vit_small: 16; ResNet-18 unsketched, b = d = 11.2 M: 2)."""
     return max(1, min(CHUNK, BATCH_BYTES // (3 * (b + d) * itemsize)))
 
 
@@ -178,9 +178,9 @@ def jacobian(forward, x: torch.Tensor, labels, *, chunk: int | None = None,
     return Jt.T
 
 
-#: J is formed and held while it has at most this many numbers (4 GB in float64); above, its normal equations are
-#: formed by products without it (:func:`normal_equations`: vit_small through srht b/d = 0.5 would hold
-#: 903,269 x 3072 numbers, 22 GB, against 3072^2 for J^T J)
+#: J is formed and held while it has at most this many numbers (4 GB in float64); above, a sketch of it is formed
+#: instead (:func:`sketched_normal_equations`: vit_small through srht b/d = 0.5 would hold 903,269 x 3072 numbers,
+#: 22 GB, against 3072 x 12,288 for the sketch)
 MAX_HELD = 5 * 10**8
 
 
@@ -247,12 +247,13 @@ def count_sketch(b: int, s: int, dtype: torch.dtype, device, seed: int = 0) -> C
 
 
 def sketched_normal_equations(forward, x: torch.Tensor, labels, *, rows: int = SKETCH_ROWS, chunk: int | None = None,
-                              stop: Callable[[], bool] | None = None, done: Callable[[int], None] | None = None
-                              ) -> tuple[torch.Tensor, Product, Product]:
+                              stop: Callable[[], bool] | None = None, done: Callable[[int], None] | None = None,
+                              threads: int | None = None) -> tuple[torch.Tensor, Product, Product]:
     """(A_S, u -> J^T u, d -> J^T J d): A_S = (S J)^T (S J) at ``x`` for a CountSketch S of ``rows`` x n rows
     (:func:`count_sketch`), and the exact products of J's normal equations, J never formed; raises
     :class:`Stopped` when ``stop()`` turns true between two batches of columns; ``done(k)`` is called after each
-    batch with the number of columns formed.
+    batch with the number of columns formed.  The columns run on torch's threads as they are, A_S's product on
+    ``threads`` (None: the same).
 
     Column j of J, J e_j, is one backward pass (:func:`products`), compressed to S J e_j as it is formed: n
     passes and n x s numbers, where J^T J from products takes 2n passes (:func:`normal_equations`).  A_S is J^T J up
@@ -273,7 +274,8 @@ def sketched_normal_equations(forward, x: torch.Tensor, labels, *, rows: int = S
     def normal(d: torch.Tensor) -> torch.Tensor:
         return jt(column(d.reshape(-1)).detach())
 
-    return gram(SJt.T), jt, normal
+    with torch_threads(threads or torch.get_num_threads()):
+        return gram(SJt.T), jt, normal
 
 
 def too_large(b: int, n: int, d: int) -> str | None:
@@ -447,7 +449,7 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     (``time.perf_counter()`` seconds; ``time-limit``); at a non-finite residual
     (``diverged``); or after ``steps`` rounds.  J is formed on torch's threads as they are, its normal equations
     solved on ``threads`` (None: the same).  ``on_step(L_R)`` is called after each round (a progress bar's
-    update), ``on_columns(k, n)`` as each J (or J^T J) has k of its n columns; ``chunk`` columns a batched pass
+    update), ``on_columns(k, n)`` as each J (or its sketch) has k of its n columns; ``chunk`` columns a batched pass
     (None: :data:`CHUNK`; :func:`columns_per_pass` fits it to the sizes).
 
     Under a deadline a J is timed over :data:`PACE_BATCHES` batches of columns after its first (which also builds
@@ -528,8 +530,8 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
 
         try:
             if not held:
-                with torch_threads(algebra):  # its Gram matrix: a large dense product
-                    return sketched_normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done)
+                return sketched_normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done,
+                                                 threads=algebra)
             J = jacobian(forward, point, labels, chunk=chunk, stop=stop, done=done)
         except Stopped:
             return None
