@@ -17,6 +17,11 @@ from typing import Any, Callable, Iterable
 
 #: the largest seed a run takes (--seed, --sketch-seed, --model-seed, --noise-seed: [0, 2^63 - 1])
 MAX_SEED = 2 ** 63 - 1
+#: a million steps is hours even for the smallest victims; more is a typo, not a plan
+MAX_ITERATIONS = 1_000_000
+#: the starts run as one batch through the victim (restarts times the batch size), so a thousand starts already hold
+#: a thousand dummy batches at every evaluation; more is a typo, not a plan
+MAX_RESTARTS = 1000
 
 
 class Constraint:

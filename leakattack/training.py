@@ -7,7 +7,8 @@
   floats_sent (uplink floats per sampled client this round), floats_cum (their sum
   so far: one client sampled in every round), floats_mean_cum (the average client's uplink so far: each round's
   floats_sent times the share of the clients sampled), clients, wall_s (and the protocol's privacy numbers, where
-  it adds noise, and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm),
+  it adds noise, and its ``round_record``: sacfl's clip_factor, clip_fired, mean_norm); each round appends its
+  line as it ends,
 * ``checkpoints/round_TTTT.pt`` — w^t, the flat weights clients start round t from
   (t = 1..T+1; T+1 is the final model), float32, atomically written; for a model
   with buffers (BatchNorm's running statistics) ``{"weights": w^t, "buffers":
@@ -41,6 +42,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -63,7 +65,6 @@ from .results import (
     atomic_write_bytes,
     atomic_write_text,
     read_json,
-    read_jsonl,
     to_jsonable,
     write_json,
 )
@@ -332,7 +333,7 @@ def rounds_logged(folder: str | Path) -> int | None:
     try:
         planned = read_json(Path(folder) / "protocol.json")
         planned = planned.get("rounds_planned", planned.get("rounds"))
-        rows = read_jsonl(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
+        rows = _read_log(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
         done = int(rows[-1]["round"]) if rows else 0
     except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -457,7 +458,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
             row.update(proto.privacy(t))
             row.update(stats.get("record", {}))  # the protocol's own numbers of the round (sacfl: its clip)
             finished = (finished[0] + [row], w, model_buffers(victim), proto.server_state())
-            _write_log(folder, finished[0])
+            _append_log(folder, row)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"acc={test_acc:.3f}")
@@ -531,7 +532,7 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         return []
     try:
         stored = read_json(pj)
-        rows = read_jsonl(log) if log.is_file() else []
+        rows = _read_log(log) if log.is_file() else []
         if not (isinstance(stored, dict) and isinstance(stored.get("spec"), dict)
                 and isinstance(stored.get("model"), dict) and isinstance(stored.get("rounds"), int)):
             raise ValueError
@@ -593,11 +594,32 @@ def _refuse_without_server_state(folder: Path, t: int, proto: Protocol, held: st
 
 
 def _write_log(folder: Path, rows: list[dict]) -> None:
-    """train.jsonl holding ``rows`` (none: no file), written atomically."""
+    """train.jsonl holding ``rows`` (none: no file), written atomically (where a training starts or stops; each
+    round in between appends its row: :func:`_append_log`)."""
     if rows:
         atomic_write_text(folder / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     elif (folder / "train.jsonl").is_file():
         (folder / "train.jsonl").unlink()
+
+
+def _append_log(folder: Path, row: dict) -> None:
+    """One round's row added to train.jsonl, as one line in one write, flushed to the disk: a round costs the same
+    whatever the rounds before it (a rewrite of the whole file grows with them).  A process killed during the write
+    can leave an unterminated last line, which :func:`_read_log` drops."""
+    with open(folder / "train.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _read_log(path: Path) -> list[dict]:
+    """train.jsonl's rows, without an unterminated last line (a round's append cut short: that round was not
+    finished, as its checkpoint after it was never written)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1].strip():  # every row is written with its newline: a last line without one is torn
+        lines = lines[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from targets.victim import cpu_cores, whole
 
+from ..constraints import MAX_ITERATIONS, MAX_RESTARTS
 from ..errors import SettingWarning, UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
@@ -47,10 +48,10 @@ from . import gauss_newton
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, columns_per_pass, levenberg_marquardt, steps_note, too_large
 from .labels import (
-    OTHER_LABELS,
     head_and_probes,
     hidden_head,
     one_example_classes,
+    other_labels,
     readings_to_compare,
     scale_unknown,
 )
@@ -207,9 +208,10 @@ class GradientMatching(Attack):
                  surrogate: float = 0.0, prune_restarts: bool = False, refine: str = "auto"):
         if schedule not in SCHEDULES:
             raise UserError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        for what, value in (("iterations", iterations), ("restarts", restarts)):
-            if not _count(value):
-                raise UserError(f"{what} must be an integer of at least 1, got {value!r}")
+        for what, value, most in (("iterations", iterations, MAX_ITERATIONS), ("restarts", restarts, MAX_RESTARTS)):
+            if not _count(value) or value > most:
+                raise UserError(f"{what} must be an integer from 1 to {most:,} (as on the command line), got "
+                                f"{value!r}")
         if lr is not None and not (_real(lr) > 0 and math.isfinite(_real(lr))):
             raise UserError(f"learning rate must be a positive number, got {lr!r}")
         if not (_real(tol) >= 0 and math.isfinite(_real(tol))):
@@ -298,7 +300,7 @@ class GradientMatching(Attack):
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
-                    f"holds) to read labels from; {OTHER_LABELS}")
+                    f"holds) to read labels from; {other_labels(obs.victim)}")
         if self.label_mode == "idlg" and obs.victim.task == "classification":
             hidden = hidden_head(obs.victim, obs.linear_map, obs.y)
             if hidden:

@@ -66,6 +66,14 @@ def _head_slices(victim) -> tuple[slice, slice | None]:
 #: where labels come from when no rule can read them from the message, on the command line and in Python
 OTHER_LABELS = ("use --labels given or --labels dlg (labels='given' with ThreatModel(knows_labels=True), or "
                 "labels='dlg', in Python)")
+#: the same for a regression, whose targets are real numbers that soft class labels (dlg) cannot be
+GIVEN_LABELS = "use --labels given (labels='given' with ThreatModel(knows_labels=True) in Python)"
+
+
+def other_labels(victim) -> str:
+    """Where labels can come from for ``victim`` when no rule reads them: :data:`GIVEN_LABELS` for a regression,
+    else :data:`OTHER_LABELS`."""
+    return GIVEN_LABELS if getattr(victim, "task", "classification") == "regression" else OTHER_LABELS
 
 
 def _head_gain(sketch, slices: tuple[slice, slice | None], like: torch.Tensor) -> tuple[float, str | None]:
@@ -353,7 +361,7 @@ def _check_call(victim, linear_map, y, batch_size) -> None:
     if getattr(victim, "head", None) is None or getattr(victim, "task", "classification") != "classification":
         raise UserError("the victim has no trainable classification head (a regression, a frozen head, or a head "
                         "it was not given: targets.Victim(..., head=layer)), so no label rule can read its message; "
-                        f"{OTHER_LABELS}")
+                        f"{other_labels(victim)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise UserError(f"the batch size must be a positive integer, got {batch_size!r}")
     b = getattr(linear_map, "b", None)

@@ -11,7 +11,16 @@ module, and building every command's flags from it, imports no torch.
 
 from __future__ import annotations
 
-from ..constraints import DURATION_UNITS, MAX_SEED, NOTHING, DeviceName, Param, duration_seconds
+from ..constraints import (
+    DURATION_UNITS,
+    MAX_ITERATIONS,
+    MAX_RESTARTS,
+    MAX_SEED,
+    NOTHING,
+    DeviceName,
+    Param,
+    duration_seconds,
+)
 from . import names
 from .constraints import (
     Choice,
@@ -33,12 +42,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float64", "float32")
 MATCH_SPACES = ("sketch", "unsketched")
 
-#: a million steps is hours even for the smallest victims; more is a typo, not a plan
-MAX_ITERATIONS = 1_000_000
-#: the starts run as one batch through the victim (restarts times the batch size), so a thousand starts already hold
-#: a thousand dummy batches at every evaluation; more is a typo, not a plan
-MAX_RESTARTS = 1000
-#: a round runs every sampled client's local steps and a test evaluation, writes a checkpoint and rewrites
+#: a round runs every sampled client's local steps and a test evaluation, writes a checkpoint and appends to
 #: train.jsonl, and an attack on round t re-simulates the rounds before it: a hundred thousand rounds already take
 #: hours of a small model; more is a typo, not a plan
 MAX_ROUNDS = 100_000

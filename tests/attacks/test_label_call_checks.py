@@ -47,8 +47,10 @@ def test_a_regression_victim_has_no_labels_to_read():
     for call in (lambda: labels.recover_labels(victim, sk, y, 1),
                  lambda: labels.recover_labels(victim, sk, y, 1, rule="sign"),
                  lambda: labels.readings_to_compare(victim, sk, y, 1)):
-        with pytest.raises(UserError, match="no trainable classification head"):
+        with pytest.raises(UserError, match="no trainable classification head") as err:
             call()
+        # a regression's targets are real numbers: the sentence points to given labels, not to soft class labels
+        assert "--labels given" in str(err.value) and "dlg" not in str(err.value)
 
 
 def test_the_bias_rules_refuse_a_head_without_bias_in_one_sentence_and_the_others_read_it():

@@ -254,3 +254,35 @@ def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_dif
     assert "2 thread(s)" in warned[0]
     assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
     assert json.loads((tmp_path / "sketched" / "protocol.json").read_text())["machine"]["threads"] == 2
+
+
+def test_each_round_appends_its_row_rather_than_rewriting_the_log(tmp_path, straight, monkeypatch):
+    """A round adds one line to train.jsonl: the whole file is written once, where the training starts, not once a
+    round (which grows with the rounds before it)."""
+    from leakattack import training
+
+    rewrites = []
+    write = training.atomic_write_text
+    monkeypatch.setattr(training, "atomic_write_text",
+                        lambda path, text: (rewrites.append(str(path)), write(path, text))[1])
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
+    assert sum(p.endswith("train.jsonl") for p in rewrites) <= 1
+    assert _rows(tmp_path / "sketched") == _rows(straight)
+
+
+def test_a_row_cut_short_by_a_kill_is_dropped_and_its_round_trained_again(tmp_path, straight, capsys):
+    """A process killed while appending round 4's row leaves an unterminated last line and no checkpoint after it:
+    the rerun reads rounds 1..3 and ends as the uninterrupted training does."""
+    assert cli.main(TRAIN + ["--rounds", "4", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "sketched"
+    log = folder / "train.jsonl"
+    text = log.read_text()
+    last = text.splitlines()[-1]
+    log.write_text(text[: len(text) - len(last) - 1] + last[: len(last) // 2])  # round 4's row, half written
+    (folder / "checkpoints" / "round_0005.pt").unlink()
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
+    assert "holds rounds 1..3" in capsys.readouterr().err
+    assert _rows(folder) == _rows(straight)
+    final = "checkpoints/round_0006.pt"
+    assert torch.equal(torch.load(folder / final), torch.load(straight / final))
