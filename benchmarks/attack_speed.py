@@ -49,6 +49,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
@@ -282,6 +283,35 @@ def batch_floor(victim, R: int, dtype, reps: int) -> float:
     return out[1] / out[0]
 
 
+def batch_floor_wall(victim, R: int, dtype, reps: int, rounds: int) -> tuple[float, int, int]:
+    """(ratio, threads of R, threads of 1): the wall time of the same bare pass for a batch of R images on the threads
+    an attack of R starts takes by default over that of one image on one start's threads
+    (:meth:`targets.Victim.threads_for`), minima over ``rounds`` interleaved rounds: the floor of ``--restarts R``
+    against ``--restarts 1`` at the default threads, where the batch shares nothing a start computes on its own."""
+    model = copy.deepcopy(victim.model).to(dtype)
+    weights = [w for w in model.parameters() if w.requires_grad]
+    before = torch.get_num_threads()
+    passes, best = {}, {}
+    for n in (1, R):
+        x = torch.rand(n, *victim.input_shape, dtype=dtype, requires_grad=True)
+        labels = torch.zeros(n, dtype=torch.long)
+
+        def once(x=x, labels=labels):
+            grads = torch.autograd.grad(victim.loss(model(x), labels), weights, create_graph=True)
+            torch.autograd.grad(sum(g.pow(2).sum() for g in grads), x)
+
+        passes[n] = (once, victim.threads_for(n))
+    try:
+        for _ in range(rounds):
+            for n, (once, threads) in passes.items():
+                torch.set_num_threads(threads)
+                once()
+                best[n] = min(best.get(n, math.inf), cpu_timed(lambda once=once: [once() for _ in range(reps)])[0])
+    finally:
+        torch.set_num_threads(before)
+    return best[R] / best[1], passes[R][1], passes[1][1]
+
+
 def restart_scaling(problem, R: int, steps: int, rounds: int) -> str:
     """One line: a batched evaluation of k = 1, 2, 4, ... R starts against one start's own evaluation (wall ms,
     minima over rounds), and the least-squares fit fixed + k * marginal, which says what R starts must cost at
@@ -353,6 +383,9 @@ def restarts_section(a) -> None:
           f"wall ({min(x[0] for x in t1):.2f} s against {min(x[0] for x in tR):.2f} s), x{ratio(tR, t1, 1):.2f} CPU; "
           f"evaluations alone x{ratio(fR, f1, 0):.2f} wall, x{ratio(fR, f1, 1):.2f} CPU; floor of a batch of {R} "
           "images against one: " + ", ".join(f"x{v:.2f} CPU in {k}" for k, v in floors.items()))
+    wall, th_R, th_1 = batch_floor_wall(obs.victim, R, obs.victim.dtype, 20 if obs.d < 10 ** 6 else 2, a.rounds)
+    print(f"           floor at the default threads: a batch of {R} images on {th_R} thread(s) against one on "
+          f"{th_1}, the same pass, x{wall:.2f} wall" + ("; wanted of the attack: at most x2.67" if R == 8 else ""))
     print("           " + scaling)
     print(f"           {R} starts pruned by halving (--prune-restarts): attack x{ratio(tP, t1, 0):.2f} wall "
           f"({min(x[0] for x in tP):.2f} s), x{ratio(tP, t1, 1):.2f} CPU against one start")
