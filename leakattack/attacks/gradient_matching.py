@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from targets.victim import cpu_cores, whole
 
-from ..constraints import MAX_ITERATIONS, MAX_RESTARTS
+from ..constraints import MAX_RESTARTS
 from ..errors import SettingWarning, UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
@@ -208,10 +208,11 @@ class GradientMatching(Attack):
                  surrogate: float = 0.0, prune_restarts: bool = False, refine: str = "auto"):
         if schedule not in SCHEDULES:
             raise UserError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        for what, value, most in (("iterations", iterations, MAX_ITERATIONS), ("restarts", restarts, MAX_RESTARTS)):
-            if not _count(value) or value > most:
-                raise UserError(f"{what} must be an integer from 1 to {most:,} (as on the command line), got "
-                                f"{value!r}")
+        if not _count(iterations):  # a step budget far beyond a time limit is a Python caller's "until the limit"
+            raise UserError(f"iterations must be an integer of at least 1, got {iterations!r}")
+        if not _count(restarts) or restarts > MAX_RESTARTS:  # the starts are one batch: the command line's bound
+            raise UserError(f"restarts must be an integer from 1 to {MAX_RESTARTS:,} (as on the command line), got "
+                            f"{restarts!r}")
         if lr is not None and not (_real(lr) > 0 and math.isfinite(_real(lr))):
             raise UserError(f"learning rate must be a positive number, got {lr!r}")
         if not (_real(tol) >= 0 and math.isfinite(_real(tol))):
