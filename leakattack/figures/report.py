@@ -950,6 +950,8 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     note = ('<p class="note">' + (_e(told) + " " if told else "")
             + (_e("Same in every row: " + "; ".join(same) + ". ") if same else "")
             + "Metrics: mean ± sample std over the repetitions (n)."
+            + (" psnr_unscored: the repetitions whose PSNR is not a number (a non-finite reconstruction), left out "
+               "of the PSNR mean and counted in n." if "psnr_unscored" in columns else "")
             + (_e(_deltas_note(records)) if "epsilon" in stems else "")
             + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
                "added to (each point's privacy_note says which)." if said_infinite else "")

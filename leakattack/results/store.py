@@ -39,7 +39,7 @@ SHARE_COLUMNS = ("rebuilt", "one_metric_ahead", "rebuilt_images") + FAILED_COLUM
 #: the columns summary.csv computes beside a setting's grid values (a [grid] placeholder of one of these names would
 #: lose its values to them): the point's victim and message, the count of points, the metrics' means and standard
 #: deviations and the shares
-COMPUTED_COLUMNS = (("model", "sketch", "defense", "d", "b", "m", "b_over_m", "n")
+COMPUTED_COLUMNS = (("model", "sketch", "defense", "d", "b", "m", "b_over_m", "n", "psnr_unscored")
                     + tuple(f"{name}_{part}" for name in SUMMARY_METRICS for part in ("mean", "std")) + SHARE_COLUMNS)
 #: the message's and the training's epsilons: a point whose privacy report (``privacy_note``) records one of them as
 #: null has no bound (no noise, or nothing bounds what the noise is added to), and summary.csv writes ``inf``; a paper
@@ -185,8 +185,14 @@ def summary_value(metrics: dict, name: str) -> float | None:
     return None if v is None else float(v)
 
 
+def _unscored(metrics: dict) -> bool:
+    """Whether a point records a PSNR that is not a number (null: a non-finite reconstruction)."""
+    return "psnr" in metrics and metrics["psnr"] is None
+
+
 def summarize(records: list[dict]) -> list[dict]:
-    """One row per setting: its grid values, n, mean/std of each metric present (sample std, None for n = 1; an
+    """One row per setting: its grid values, n, ``psnr_unscored`` (where some point's PSNR is not a number: how many
+    of the setting's n, which the means leave out), mean/std of each metric present (sample std, None for n = 1; an
     epsilon without a bound is ``inf``, :func:`summary_value`, its std None), ``rebuilt``, the share of its points
     whose verdict is rebuilt (left out when no point has a verdict), ``one_metric_ahead``, the share whose verdict
     is not rebuilt while one of PSNR and SSIM is clearly above its baseline
@@ -201,6 +207,9 @@ def summarize(records: list[dict]) -> list[dict]:
     # a column of images rebuilt on their own where any point is a batch with per-image verdicts (empty in the rows
     # of single images)
     batches = batch_images(r["metrics"] for r in records) is not None
+    # a column of the points whose PSNR is not a number (a non-finite reconstruction: a run stores null), which the
+    # mean leaves out while n counts them, where any point has one
+    unscored = any(_unscored(r["metrics"]) for r in records)
     for setting, recs in group_settings(records).items():
         first = recs[0]
         row = {k: first["grid"][k] for k, _ in setting}
@@ -210,6 +219,8 @@ def summarize(records: list[dict]) -> list[dict]:
                    b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
                    if first["metrics"].get("m") and first["metrics"].get("b") is not None else None,
                    n=len(recs))
+        if unscored:
+            row["psnr_unscored"] = sum(_unscored(r["metrics"]) for r in recs)
         for name in SUMMARY_METRICS:
             vals = [v for r in recs if (v := summary_value(r["metrics"], name)) is not None]
             if not vals:

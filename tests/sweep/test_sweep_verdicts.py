@@ -229,3 +229,36 @@ def test_summary_csv_carries_the_trainings_epsilon_beside_the_messages():
     by = {r["sigma"]: r for r in summarize(trained + untrained)}
     assert by[1.0]["utility_epsilon_mean"] == 400.5 and by[1.0]["epsilon_mean"] == 8.0
     assert by[0.0]["utility_epsilon_mean"] == math.inf  # no Gaussian noise: no bound for the training either
+
+
+def test_points_whose_psnr_is_not_a_number_are_counted_beside_the_mean_that_leaves_them_out(tmp_path):
+    """A non-finite reconstruction stores a null PSNR: the setting's mean is over the other points, and summary.csv
+    says how many of its n those are; a sweep without such a point has no such column."""
+    def point(image, psnr):
+        return {"key": f"p{image}", "index": image, "grid": {"sketch": "srht", "image_index": image},
+                "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": psnr, "ssim": 0.3, "d": 10, "b": 5}}
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text("".join(json.dumps(p) + "\n" for p in
+                                                  (point(0, 12.0), point(1, math.nan), point(2, 14.0))))
+    from leakattack.results.store import checked_points
+    rows = summarize(checked_points(folder, [json.loads(line) for line in
+                                              (folder / "results.jsonl").read_text().splitlines()]))
+    assert len(rows) == 1 and rows[0]["n"] == 3 and rows[0]["psnr_unscored"] == 1
+    assert rows[0]["psnr_mean"] == pytest.approx(13.0)
+    assert "psnr_unscored" not in summarize([point(0, 12.0), point(2, 14.0)])[0]
+
+
+def test_the_report_says_what_psnr_unscored_counts(tmp_path):
+    from leakattack.figures.report import _summary_table
+
+    def point(image, psnr):
+        return {"key": f"p{image}", "index": image, "grid": {"sketch": "srht", "image_index": image},
+                "params": {"model": "lenet", "sketch": "srht"},
+                "metrics": {"psnr": psnr, "ssim": 0.3, "d": 10, "b": 5}}
+
+    html = _summary_table([point(0, 12.0), point(1, None), point(2, 14.0)], {}, None)
+    assert "psnr_unscored: the repetitions whose PSNR is not a number" in html
+    assert "psnr_unscored" not in _summary_table([point(0, 12.0), point(2, 14.0)], {}, None)
