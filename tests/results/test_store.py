@@ -210,8 +210,11 @@ def test_summary_columns_keep_their_order_when_the_first_setting_lacks_a_metric(
     whole = list(summarize(recs)[0])
     recs[0]["metrics"].update(psnr=None, ssim=None)
     rows = summarize(recs)
-    assert all(list(r) == whole for r in rows), [list(r) for r in rows]
+    # the same columns, with the count of points whose PSNR is not a number after n
+    counted = whole[:whole.index("n") + 1] + ["psnr_unscored"] + whole[whole.index("n") + 1:]
+    assert all(list(r) == counted for r in rows), [list(r) for r in rows]
     assert rows[0]["psnr_mean"] is None and rows[1]["psnr_mean"] == 10.0
+    assert [r["psnr_unscored"] for r in rows] == [1, 0]
     assert whole.index("psnr_mean") < whole.index("rebuilt") and whole[-2:] == ["rebuilt", "one_metric_ahead"]
 
 
