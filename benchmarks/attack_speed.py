@@ -265,33 +265,11 @@ def cpu_timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w, time.process_time() - c
 
 
-def batch_floor(victim, R: int, dtype, reps: int) -> float:
-    """CPU time of a batch of R images over that of one: forward, gradient with its graph, back to x."""
+def _floor_passes(victim, R: int, dtype) -> dict:
+    """n -> one bare pass for a batch of n images (n = 1, R): forward, gradient with its graph, back to x."""
     model = copy.deepcopy(victim.model).to(dtype)
     weights = [w for w in model.parameters() if w.requires_grad]
-    out = []
-    for n in (1, R):
-        x = torch.rand(n, *victim.input_shape, dtype=dtype, requires_grad=True)
-        labels = torch.zeros(n, dtype=torch.long)
-
-        def once():
-            grads = torch.autograd.grad(victim.loss(model(x), labels), weights, create_graph=True)
-            torch.autograd.grad(sum(g.pow(2).sum() for g in grads), x)
-
-        once()
-        out.append(cpu_timed(lambda: [once() for _ in range(reps)])[1])
-    return out[1] / out[0]
-
-
-def batch_floor_wall(victim, R: int, dtype, reps: int, rounds: int) -> tuple[float, int, int]:
-    """(ratio, threads of R, threads of 1): the wall time of the same bare pass for a batch of R images on the threads
-    an attack of R starts takes by default over that of one image on one start's threads
-    (:meth:`targets.Victim.threads_for`), minima over ``rounds`` interleaved rounds: the floor of ``--restarts R``
-    against ``--restarts 1`` at the default threads, where the batch shares nothing a start computes on its own."""
-    model = copy.deepcopy(victim.model).to(dtype)
-    weights = [w for w in model.parameters() if w.requires_grad]
-    before = torch.get_num_threads()
-    passes, best = {}, {}
+    passes = {}
     for n in (1, R):
         x = torch.rand(n, *victim.input_shape, dtype=dtype, requires_grad=True)
         labels = torch.zeros(n, dtype=torch.long)
@@ -300,16 +278,37 @@ def batch_floor_wall(victim, R: int, dtype, reps: int, rounds: int) -> tuple[flo
             grads = torch.autograd.grad(victim.loss(model(x), labels), weights, create_graph=True)
             torch.autograd.grad(sum(g.pow(2).sum() for g in grads), x)
 
-        passes[n] = (once, victim.threads_for(n))
+        passes[n] = once
+    return passes
+
+
+def batch_floor(victim, R: int, dtype, reps: int) -> float:
+    """CPU time of a batch of R images over that of one: forward, gradient with its graph, back to x."""
+    out = []
+    for once in _floor_passes(victim, R, dtype).values():
+        once()
+        out.append(cpu_timed(lambda once=once: [once() for _ in range(reps)])[1])
+    return out[1] / out[0]
+
+
+def batch_floor_wall(victim, R: int, dtype, reps: int, rounds: int) -> tuple[float, int, int]:
+    """(ratio, threads of R, threads of 1): the wall time of the same bare pass for a batch of R images on the threads
+    an attack of R starts takes by default over that of one image on one start's threads
+    (:meth:`targets.Victim.threads_for`), minima over ``rounds`` interleaved rounds: the floor of ``--restarts R``
+    against ``--restarts 1`` at the default threads, where the batch shares nothing a start computes on its own."""
+    passes = _floor_passes(victim, R, dtype)
+    threads = {n: victim.threads_for(n) for n in passes}
+    before = torch.get_num_threads()
+    best = dict.fromkeys(passes, math.inf)
     try:
         for _ in range(rounds):
-            for n, (once, threads) in passes.items():
-                torch.set_num_threads(threads)
+            for n, once in passes.items():
+                torch.set_num_threads(threads[n])
                 once()
-                best[n] = min(best.get(n, math.inf), cpu_timed(lambda once=once: [once() for _ in range(reps)])[0])
+                best[n] = min(best[n], cpu_timed(lambda once=once: [once() for _ in range(reps)])[0])
     finally:
         torch.set_num_threads(before)
-    return best[R] / best[1], passes[R][1], passes[1][1]
+    return best[R] / best[1], threads[R], threads[1]
 
 
 def restart_scaling(problem, R: int, steps: int, rounds: int) -> str:

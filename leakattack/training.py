@@ -62,9 +62,11 @@ from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
 from .progress import progress_bar
 from .results import (
+    append_text,
     atomic_write_bytes,
     atomic_write_text,
     read_json,
+    read_jsonl,
     to_jsonable,
     write_json,
 )
@@ -333,7 +335,7 @@ def rounds_logged(folder: str | Path) -> int | None:
     try:
         planned = read_json(Path(folder) / "protocol.json")
         planned = planned.get("rounds_planned", planned.get("rounds"))
-        rows = _read_log(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
+        rows = read_jsonl(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
         done = int(rows[-1]["round"]) if rows else 0
     except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -532,7 +534,7 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         return []
     try:
         stored = read_json(pj)
-        rows = _read_log(log) if log.is_file() else []
+        rows = read_jsonl(log) if log.is_file() else []
         if not (isinstance(stored, dict) and isinstance(stored.get("spec"), dict)
                 and isinstance(stored.get("model"), dict) and isinstance(stored.get("rounds"), int)):
             raise ValueError
@@ -603,23 +605,14 @@ def _write_log(folder: Path, rows: list[dict]) -> None:
 
 
 def _append_log(folder: Path, row: dict) -> None:
-    """One round's row added to train.jsonl, as one line in one write, flushed to the disk: a round costs the same
-    whatever the rounds before it (a rewrite of the whole file grows with them).  A process killed during the write
-    can leave an unterminated last line, which :func:`_read_log` drops."""
-    with open(folder / "train.jsonl", "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _read_log(path: Path) -> list[dict]:
-    """train.jsonl's rows, without an unterminated last line (a round's append cut short: that round was not
-    finished, as its checkpoint after it was never written)."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1].strip():  # every row is written with its newline: a last line without one is torn
-        lines = lines[:-1]
-    return [json.loads(line) for line in lines if line.strip()]
+    """One round's row added to train.jsonl, one line in one write (:func:`~leakattack.results.append_text`): a round
+    costs the same whatever the rounds before it (a rewrite of the whole file grows with them).  A process killed
+    during the write can leave a torn last line, which :func:`~leakattack.results.read_jsonl` leaves out."""
+    fd = os.open(folder / "train.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        append_text(fd, json.dumps(row) + "\n")
+    finally:
+        os.close(fd)
 
 
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",

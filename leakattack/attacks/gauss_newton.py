@@ -269,10 +269,10 @@ def sketched_normal_equations(forward, x: torch.Tensor, labels, *, rows: int = S
     compress = count_sketch(b, s, y.dtype, y.device) if b > s else (lambda u: u.reshape(u.shape[0], -1))
     SJt = torch.zeros(n, min(b, s), dtype=y.dtype, device=y.device)  # (S J)^T: a row for each column of J
     _by_columns(j, SJt, chunk, stop, done, after=compress)
-    column = j
 
     def normal(d: torch.Tensor) -> torch.Tensor:
-        return jt(column(d.reshape(-1)).detach())
+        assert j is not None  # returned above where the message does not depend on the input
+        return jt(j(d.reshape(-1)).detach())
 
     with torch_threads(threads or torch.get_num_threads()):
         return gram(SJt.T), jt, normal

@@ -48,6 +48,7 @@ from . import gauss_newton
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
 from .gauss_newton import STEPS, columns_per_pass, levenberg_marquardt, steps_note, too_large
 from .labels import (
+    GIVEN_LABELS,
     head_and_probes,
     hidden_head,
     one_example_classes,
@@ -296,8 +297,7 @@ class GradientMatching(Attack):
             return "labels were asked for as given but the threat model does not grant them"
         if self.label_mode == "dlg" and obs.victim.task == "regression":  # softmax scores are no real targets
             return ("labels 'dlg' optimises soft class labels (a softmax over the outputs) with the images, and the "
-                    "victim is a regression, whose real targets they cannot be: use labels='given' with "
-                    "ThreatModel(knows_labels=True), as --labels given does")
+                    f"victim is a regression, whose real targets they cannot be: {GIVEN_LABELS}")
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "

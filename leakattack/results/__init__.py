@@ -29,6 +29,7 @@ from .store import (
                  SUMMARY_METRICS,
                  aggregate,
                  append_line,
+                 append_text,
                  checked_points,
                  default_strength,
                  group_settings,
@@ -50,7 +51,8 @@ __all__ = [
     "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "read_object", "write_csv",
     "to_jsonable",
     "folder_kind", "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
-    "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "load_records", "setting_of",
+    "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "append_text", "load_records",
+    "setting_of",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
     "series_label", "planned_keys", "unplanned", "POINT_NUMBERS", "checked_points", "is_number", "quoted",
 ]

@@ -242,9 +242,17 @@ def write_csv(path, rows: list[dict], columns: list[str] | None = None) -> None:
 
 
 def read_jsonl(path) -> list[dict]:
-    """One JSON object per non-empty line."""
+    """One JSON object per non-empty line; an unterminated last line that is not JSON (an append a kill cut short:
+    :func:`leakattack.results.store.append_text` writes each line with its newline) is left out."""
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        *lines, tail = fh.read().split("\n")
+    rows = [json.loads(line) for line in lines if line.strip()]
+    if tail.strip():
+        try:
+            rows.append(json.loads(tail))
+        except ValueError:
+            pass
+    return rows
 
 
 def write_tensors(path, obj) -> None:

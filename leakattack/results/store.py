@@ -73,11 +73,15 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
     return good
 
 
-def append_line(fd: int, record: dict) -> None:
-    """One JSON line, one write(), then fsync: a kill leaves at most one torn last line."""
-    data = (json.dumps(to_jsonable(record), sort_keys=False) + "\n").encode()
-    os.write(fd, data)
+def append_text(fd: int, line: str) -> None:
+    """One line (ending in its newline), one write(), then fsync: a kill leaves at most one torn last line."""
+    os.write(fd, line.encode())
     os.fsync(fd)
+
+
+def append_line(fd: int, record: dict) -> None:
+    """One JSON line of ``record`` (non-finite numbers as null) by :func:`append_text`."""
+    append_text(fd, json.dumps(to_jsonable(record), sort_keys=False) + "\n")
 
 
 def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = None) -> list[dict]:

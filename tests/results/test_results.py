@@ -37,6 +37,16 @@ def test_read_jsonl_skips_blank_lines(tmp_path):
     assert results.read_jsonl(path) == [{"round": 1}, {"round": 2}]
 
 
+def test_read_jsonl_leaves_out_a_torn_last_line_and_keeps_a_whole_one(tmp_path):
+    """An append cut short by a kill leaves an unterminated line that is not JSON; one whose newline alone is
+    missing is a whole row."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"round": 1}\n{"round": 2, "tra')
+    assert results.read_jsonl(path) == [{"round": 1}]
+    path.write_text('{"round": 1}\n{"round": 2}')
+    assert results.read_jsonl(path) == [{"round": 1}, {"round": 2}]
+
+
 def test_tensor_files_round_trip_on_the_cpu(tmp_path):
     x = torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
     results.write_tensors(tmp_path / "p.pt", {"recon": x, "truth": [x, x]})
