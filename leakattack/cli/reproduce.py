@@ -28,7 +28,9 @@ from ..results.reference import compare, machine_text
 
 PY = [sys.executable]
 CLI = PY + ["-m", "leakattack.cli"]
-SWEEPS = ("defense_sweep", "phase_transition", "privacy_utility")
+#: every sweep committed under results/sweeps/ -> the jobs it runs with (ig_recipe one at a time, as its page says)
+SWEEPS = {"defense_sweep": 2, "phase_transition": 2, "privacy_utility": 2, "analytic_threshold": 2,
+          "attack_families": 2, "batch_recipes": 2, "batch_size": 2, "ig_recipe": 1}
 CHECKS = (("linreg", "none"), ("lenet", "srht"))
 
 
@@ -40,8 +42,8 @@ def steps() -> dict[str, list[tuple[str, list[str]]]]:
                        CLI + ["run", "--model", "lenet", "--sketch", s, "--quiet",
                               "--out", f"results/reference/lenet-{s}"])
                       for s in ("srht", "none")],
-        "sweeps": [(f"sweep:results/sweeps/{n}", CLI + ["sweep", f"examples/{n}.toml", "--jobs", "2", "--quiet",
-                                                        "--out", f"results/sweeps/{n}"]) for n in SWEEPS],
+        "sweeps": [(f"sweep:results/sweeps/{n}", CLI + ["sweep", f"examples/{n}.toml", "--jobs", str(jobs), "--quiet",
+                                                        "--out", f"results/sweeps/{n}"]) for n, jobs in SWEEPS.items()],
         "theory": [(f"check:{m}_{s}", CLI + ["check", "--model", m, "--sketch", s, "--quiet", "--out",
                                              f"results/runs/check-{m}-{s}"]) for m, s in CHECKS]
         + [("run", CLI + ["check", "--table2", "--samples", "400", "--seed", "0", "--out", "results/theory"]),

@@ -31,9 +31,11 @@ def test_dry_run_prints_commands_that_point_at_committed_inputs(monkeypatch, cap
     assert cli.main(["reproduce", "--dry-run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert any("run --model lenet --sketch srht" in ln and "results/reference/lenet-srht" in ln for ln in lines)
-    for toml in ("defense_sweep", "phase_transition", "privacy_utility"):
+    committed = sorted(p.name for p in (ROOT / "results" / "sweeps").iterdir() if (p / "results.jsonl").exists())
+    assert len(committed) >= 8
+    for toml in committed:  # every committed sweep has its step, from its own file into its own folder
         assert (ROOT / "examples" / f"{toml}.toml").exists()
-        assert any(f"examples/{toml}.toml" in ln for ln in lines)
+        assert sum(f"examples/{toml}.toml" in ln and f"--out results/sweeps/{toml}" in ln for ln in lines) == 1
     for script in ("protocols_train.sh", "protocols_summarise.py", "protocols_attack_table.py"):
         assert (ROOT / "scripts" / script).exists()
         assert any(script in ln for ln in lines)
