@@ -111,6 +111,14 @@ def _ssim(v) -> str:
 #: the note under a run that rebuilt nothing: a failed attack is not a measurement of privacy
 FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings and iterations), not evidence that "
                 "the message is private: a stronger attack may still rebuild the input")
+#: the note in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite``
+#: equals b): no attack can read anything there, so a stronger one would not do better
+NONFINITE_NOTE = ("all {n} values of the message are NaN or infinite, and no attack can read anything from them: this "
+                  "run shows that the defense destroyed the message, not what a finite message under a weaker setting "
+                  "of it would leak")
+#: the note beside :data:`FAILURE_NOTE` where only some of the message's values are NaN or infinite
+SOME_NONFINITE_NOTE = ("{n} of the message's {b} values are NaN or infinite; an attack that leaves them out may still "
+                       "read the other {rest}")
 
 
 def cmd_run(a) -> int:
@@ -138,14 +146,18 @@ def cmd_run(a) -> int:
         ahead = why_not_rebuilt(record)[1] if m.attacked is not False and m.truth is not False else None
         if ahead:
             print(f"note: {ahead}", file=sys.stderr)
-        print(f"note: {FAILURE_NOTE}", file=sys.stderr)
+        nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
+        unreadable = bool(nonfinite) and nonfinite >= b
+        print(f"note: {NONFINITE_NOTE.format(n=nonfinite) if unreadable else FAILURE_NOTE}", file=sys.stderr)
+        if nonfinite and not unreadable:
+            print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
         identified = identified_line(record)
         if identified:
             print(f"note: {identified}", file=sys.stderr)
         part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)
-        for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):
+        for tip in [] if unreadable else next_settings(failed_kind(record), config.get("run", {}), derived, record):
             print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
             print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)

@@ -146,7 +146,24 @@ def test_a_run_that_attacked_nothing_says_so_instead_of_a_psnr(tmp_path, capsys,
     assert ("objective_at" in m) == (flags[0] == "--lr") and ("own objective" in err) == (flags[0] == "--lr")
     assert "PSNR" not in line and "SSIM" not in line
     assert m["attacked"] is False and why in m["nothing_attacked"] and m["verdict"] == "not rebuilt"
-    assert m["baseline_psnr"] is not None and NOTE in err
+    assert m["baseline_psnr"] is not None
+    if flags[0] == "--lr":
+        assert NOTE in err and "message_nonfinite" not in m
+    else:  # every value of the message is NaN or infinite: no stronger attack, and no other recipe, can read it
+        assert m["message_nonfinite"] == m["b"] and "noise_share" not in m
+        assert f"all {m['b']} values of the message are NaN or infinite" in err
+        assert NOTE not in err and "stronger attack" not in err and "the message is noisy" not in err
+
+
+def test_a_message_with_some_values_not_finite_says_how_many_beside_the_failure_note(tmp_path, capsys):
+    # noise of this scale overflows a few of the unsketched message's float64 entries, not all of them
+    rc, line, err, m = _run([*LENET, "--iterations", "5", "--sketch", "none", "--defense", "gaussian:sigma=5e307"],
+                            tmp_path / "r", capsys)
+    assert rc == 0 and line.startswith("nothing was attacked: ")
+    n, b = m["message_nonfinite"], m["b"]
+    assert 0 < n < b and "noise_share" not in m
+    assert NOTE in err and f"{n} of the message's {b} values are NaN or infinite" in err
+    assert f"read the other {b - n}" in err and "values of the message are NaN" not in err
 
 
 def _message(tmp_path):
