@@ -43,6 +43,7 @@ from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
 from .plugins import provenance
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
+from .results.io import wrong_kind_text
 from .results.reference import cpu_model, machine
 from .sketch import is_identity, sketch_class
 from .utility import privacy_metrics
@@ -591,9 +592,13 @@ def check_out(folder: str | Path) -> Path:
     path = writable_out(folder, beside=True)
     if path.is_dir():
         try:
-            other = sorted(e.name for e in path.iterdir() if e.name not in RUN_FILES or not e.is_file())
+            entries = sorted(path.iterdir(), key=lambda e: e.name)
+            wrong = [e.name + "/" for e in entries if e.name in RUN_FILES and e.is_dir()]
+            other = [e.name for e in entries if e.name not in RUN_FILES or not (e.is_file() or e.is_dir())]
         except OSError as err:  # unreadable: what it holds is unknown
-            other = [err.strerror or type(err).__name__]
+            wrong, other = [], [err.strerror or type(err).__name__]
+        if wrong:
+            raise UserError(wrong_kind_text(folder, wrong, "a run"))
         if other:
             shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
             raise UserError(f"--out '{folder}' holds {shown}, which a run does not write, and a run replaces its "

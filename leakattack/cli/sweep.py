@@ -121,10 +121,11 @@ def best_text(rows: list[dict]) -> str:
     return f"best mean PSNR {best['psnr_mean']:.2f} dB" + (f" (baseline {base:.2f} dB)" if base is not None else "")
 
 
-#: what a sweep writes into its --out folder (the slurm backend's job files in slurm/): an existing folder holding
-#: anything else is refused
+#: what a sweep writes into its --out folder (figures and points as files in their folders, the slurm backend's
+#: job files in slurm/): an existing folder holding anything else, or a folder where a file belongs or the other
+#: way round, is refused
 SWEEP_FILES = {"sweep.json": None, "results.jsonl": None, "summary.csv": None, "sweep.lock": None,
-               "figures": ANY, "points": ANY, "slurm": ANY}
+               "figures": {"*.png": None, "*.pdf": None}, "points": {"*.pt": None}, "slurm": {"*": ANY}}
 
 
 def sweep_out(folder: str | Path) -> Path:

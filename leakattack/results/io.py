@@ -135,11 +135,13 @@ ANY = ...
 _TEMPORARY = ".*.tmp"
 
 
-def foreign_entries(folder: Path, layout: dict, prefix: str = "") -> list[str]:
-    """The entries below ``folder`` that ``layout`` does not describe, as paths relative to it: ``layout`` maps a
-    name pattern (fnmatch) to None (a file), a nested layout (a folder, looked into) or :data:`ANY` (a file or a
-    folder, not looked into); the temporary files of an atomic write are let pass, and so is what another process
-    (a sweep writing the folder) removes or renames while it is read."""
+def foreign_entries(folder: Path, layout: dict, prefix: str = "", wrong: list[str] | None = None) -> list[str]:
+    """The entries below ``folder`` that ``layout`` does not describe, as paths relative to it (a folder's with a
+    trailing slash): ``layout`` maps a name pattern (fnmatch) to None (a file), a nested layout (a folder, looked
+    into) or :data:`ANY` (a file or a folder, not looked into); the temporary files of an atomic write are let pass,
+    and so is what another process (a sweep writing the folder) removes or renames while it is read.  With ``wrong``
+    a list, an entry of the other kind under a pattern other than the catch-all ``*`` (a folder where a file
+    belongs, a file where a folder does) goes there instead."""
     other = []
     try:
         entries = sorted(folder.iterdir(), key=lambda e: e.name)
@@ -151,14 +153,27 @@ def foreign_entries(folder: Path, layout: dict, prefix: str = "") -> list[str]:
             continue
         if fnmatch.fnmatchcase(name, _TEMPORARY) and entry.is_file():
             continue
-        kind = next((v for k, v in layout.items() if fnmatch.fnmatchcase(name, k)), False)
+        pattern, kind = next(((k, v) for k, v in layout.items() if fnmatch.fnmatchcase(name, k)), ("", False))
         if kind is ANY or (kind is None and entry.is_file() and not entry.is_symlink()):
             continue
         if isinstance(kind, dict) and entry.is_dir() and not entry.is_symlink():
-            other += foreign_entries(entry, kind, f"{prefix}{name}/")
-        else:
-            other.append(prefix + name + ("/" if entry.is_dir() else ""))
+            other += foreign_entries(entry, kind, f"{prefix}{name}/", wrong)
+            continue
+        shown = prefix + name + ("/" if entry.is_dir() else "")
+        # named by the layout (not its catch-all "*") as the other kind
+        swapped = pattern != "*" and ((kind is None and entry.is_dir()) or (isinstance(kind, dict) and entry.is_file()))
+        (wrong if wrong is not None and swapped and not entry.is_symlink() else other).append(shown)
     return other
+
+
+def wrong_kind_text(out, wrong: list[str], what: str) -> str:
+    """The refusal of an --out folder holding, under names ``what`` (``"a run"``) writes, entries of the other kind
+    (:func:`foreign_entries`' ``wrong``: a folder's with a trailing slash)."""
+    parts = [f"{e} (a folder, where {what} writes a file)" if e.endswith("/") else
+             f"{e} (a file, where {what} writes a folder)" for e in wrong[:3]]
+    more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+    return (f"--out '{out}' holds {', '.join(parts)}{more}, and {what} cannot write its own in their place: move "
+            f"{'it' if len(wrong) == 1 else 'them'} away or name a new folder")
 
 
 def own_folder(path: Path, out, layout: dict, what: str) -> Path:
@@ -167,10 +182,13 @@ def own_folder(path: Path, out, layout: dict, what: str) -> Path:
     empty folder, or one holding only the command's own earlier output, is taken."""
     if not path.is_dir():
         return path
+    wrong: list[str] = []
     try:
-        other = foreign_entries(path, layout)
+        other = foreign_entries(path, layout, wrong=wrong)
     except OSError as err:  # unreadable: what it holds is unknown
         other = [err.strerror or type(err).__name__]
+    if wrong:
+        raise UserError(wrong_kind_text(out, wrong, what))
     if other:
         shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         raise UserError(f"--out '{out}' holds {shown}, which {what} does not write, and {what} would mix its files "

@@ -54,6 +54,36 @@ def test_a_folder_holding_a_users_file_is_refused(command, what, tmp_path, capsy
     _refused(argv + ["--out", str(mine)], f"holds keep.txt, which {what} does not write", tmp_path, capsys)
 
 
+@pytest.mark.parametrize("entry,needle", [
+    ("figures", "holds figures (a file, where a sweep writes a folder)"),
+    ("points", "holds points (a file, where a sweep writes a folder)"),
+    ("slurm", "holds slurm (a file, where a sweep writes a folder)"),
+    ("figures/phase_transition.png/", "holds figures/phase_transition.png/ (a folder, where a sweep writes a file)"),
+    ("summary.csv/", "holds summary.csv/ (a folder, where a sweep writes a file)"),
+])
+def test_a_sweep_folder_holding_its_own_names_as_the_other_kind_is_refused_before_any_point(entry, needle, tmp_path,
+                                                                                              capsys):
+    """A file where the sweep makes a folder (or the other way round) is refused before any point runs, and the
+    folder is left as it was: it used to end, after every point, in a traceback and a half-written folder."""
+    argv = _commands(tmp_path)["sweep"]
+    out = tmp_path / "out"
+    path = out / entry.rstrip("/")
+    if entry.endswith("/"):
+        path.mkdir(parents=True)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    _refused(argv + ["--out", str(out)], needle, tmp_path, capsys)
+    assert not (out / "results.jsonl").exists() and not (out / "sweep.json").exists()
+
+
+def test_a_run_folder_holding_one_of_its_files_as_a_folder_says_so(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "trace.csv").mkdir(parents=True)
+    _refused(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--quiet", "--out", str(out)],
+             "holds trace.csv/ (a folder, where a run writes a file)", tmp_path, capsys)
+
+
 @pytest.mark.parametrize("command", ["run", "check", "train", "sweep"])
 @pytest.mark.parametrize("kind,marker", [("run", "metrics.json"), ("sweep", "results.jsonl")])
 def test_an_out_inside_a_run_or_sweep_folder_is_refused(command, kind, marker, tmp_path, capsys):
