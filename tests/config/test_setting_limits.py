@@ -139,3 +139,10 @@ def test_signed_steps_with_l_bfgs_name_where_l_bfgs_came_from(capsys, tmp_path):
     need = "signed gradients need a first-order optimizer (adam or gd), not lbfgs"
     assert refused(["--signed"], capsys, tmp_path) == f"{need} (the dlg recipe's; add --optimizer adam)"
     assert refused(["--signed", "--optimizer", "lbfgs"], capsys, tmp_path) == need
+
+
+def test_utility_steps_take_the_step_budgets_bound(capsys, tmp_path):
+    """A typo in --utility-steps is refused, not a utility training that never ends (as --iterations is bounded)."""
+    assert refused(["--utility", "--utility-steps", "99999999999999999999999"], capsys, tmp_path) == \
+        "utility steps must lie in [1, 1000000], got 99999999999999999999999"
+    RunConfig(utility=True, utility_steps=1_000_000).validate()
