@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Callable
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..rebuilt import FAILED_PARTS, NOT_REBUILT, REBUILT, batch_images, failed_counts, one_metric_ahead
 from .io import atomic_write_bytes, to_jsonable
 
@@ -49,7 +50,8 @@ EPSILON_METRICS = ("epsilon", "epsilon_paper", "utility_epsilon", "utility_epsil
 
 def read_results(path: Path, repair: bool = False) -> list[dict]:
     """The finished points in results.jsonl; a torn or unparsable line, or a record without its key, metrics and
-    parameters (model, sketch), is dropped (and, with ``repair``, removed from the file)."""
+    parameters (model, sketch), is dropped (and, with ``repair``, removed from the file, with a SettingWarning that
+    counts the lines removed other than an unterminated last one, which a process killed mid-append leaves)."""
     path = Path(path)
     if not path.exists():
         return []
@@ -70,6 +72,13 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
     fixed = b"".join(ln + b"\n" for ln in lines)
     if repair and fixed != raw:
         atomic_write_bytes(path, fixed)
+        stored = [ln for ln in raw.split(b"\n") if ln.strip()]
+        lost = len(stored) - len(lines) - (bool(stored) and not raw.endswith(b"\n") and stored[-1] not in lines)
+        if lost:
+            warnings.warn(f"{lost} line{'s' if lost != 1 else ''} of '{path}' {'were' if lost != 1 else 'was'} not "
+                          "a finished point of a sweep (not JSON, or a record without its key, metrics or "
+                          "parameters) and removed from it; a point such a line held runs again", SettingWarning,
+                          stacklevel=2)
     return good
 
 

@@ -3,10 +3,12 @@
 import csv
 import json
 import os
+import warnings
 from types import SimpleNamespace
 
 import pytest
 
+from leakattack.errors import SettingWarning
 from leakattack.results import (
     aggregate,
     append_line,
@@ -45,9 +47,22 @@ def test_torn_and_foreign_lines_are_dropped_and_repair_removes_them(tmp_path):
         fh.write(b'["not a record"]\n{"key": "torn", "metrics": {"ps')
     assert [r["key"] for r in read_results(path)] == ["k000", "k001"]
     assert b"torn" in path.read_bytes()  # reading alone never rewrites
-    assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    with pytest.warns(SettingWarning, match="^1 line of .* was not a finished point of a sweep") as caught:
+        assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    assert len(caught) == 1  # the foreign line is counted, the torn last one (a kill mid-append) is not
     assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
     assert read_results(tmp_path / "missing.jsonl") == []
+
+
+def test_repairing_only_a_torn_last_line_says_nothing(tmp_path):
+    path = tmp_path / "results.jsonl"
+    write_lines(path, RECORDS[:2])
+    with open(path, "ab") as fh:
+        fh.write(b'{"key": "torn", "metrics": {"ps')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
 
 
 def test_a_line_that_is_not_utf8_is_dropped_and_repaired_like_a_torn_one(tmp_path):
@@ -58,7 +73,8 @@ def test_a_line_that_is_not_utf8_is_dropped_and_repaired_like_a_torn_one(tmp_pat
     write_lines(tmp_path / "tail.jsonl", RECORDS[1:2])
     with open(path, "ab") as fh:
         fh.write((tmp_path / "tail.jsonl").read_bytes())
-    assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
+    with pytest.warns(SettingWarning, match="^1 line of "):
+        assert [r["key"] for r in read_results(path, repair=True)] == ["k000", "k001"]
     assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS[:2])
 
 
