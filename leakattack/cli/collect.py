@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import sys
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..figures.report import run_metrics
 from ..metrics import RunMetrics, failed_kind, rebuilt_images
 from ..results import folder_kind, read_json, writable_out, write_csv
@@ -109,9 +110,13 @@ def row_of(folder: Path) -> dict:
     is refused in one sentence, as ``leakattack report`` refuses it."""
     metrics = run_metrics(folder / "metrics.json").to_dict()
     try:
-        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else None
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"'{folder / 'config.json'}' is not JSON") from None
+    if config is None:  # its scores stand alone: the settings' columns stay empty, and the table says why
+        warnings.warn(f"'{folder}' holds no config.json: its row has the metrics alone, and its settings' columns "
+                      "(model, sketch, data set, ...) are empty", SettingWarning, stacklevel=2)
+        config = {}
     if not isinstance(config, dict):
         raise UserError(f"'{folder / 'config.json'}' holds a JSON {type(config).__name__}, not the object leakattack "
                         "writes there")

@@ -187,6 +187,9 @@ def check_folders(paths) -> list[tuple[str, Path]]:
         if not p.exists():
             raise UserError(f"'{p}' does not exist")
         kind = folder_kind(p)
+        if kind is None and p.is_file():
+            raise UserError(f"'{p}' is a file: name the run folder (holding metrics.json) or the sweep folder (holding "
+                            "results.jsonl) it belongs to")
         if kind is None:
             raise UserError(f"'{p}' is neither a run folder (holding metrics.json) nor a sweep folder (holding "
                             "results.jsonl)")

@@ -305,3 +305,23 @@ def test_collect_says_1_run_in_the_singular(tmp_path, capsys):
     _run_folder(tmp_path / "r1", "srht", 7913, 10.0)
     assert cli.main(["collect", str(tmp_path / "r1"), "--out", str(tmp_path / "table.csv")]) == 0
     assert capsys.readouterr().out.startswith("1 run | ")
+
+
+def test_a_run_folder_without_config_json_is_collected_with_a_warning_naming_it(tmp_path, capsys):
+    _run_folder(tmp_path / "runs" / "whole", "srht", 7913, 12.0)
+    _run_folder(tmp_path / "runs" / "bare", "srht", 7913, 11.0)
+    (tmp_path / "runs" / "bare" / "config.json").unlink()
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("holds no config.json") == 1 and "bare' holds no config.json" in err
+    bare = next(r for r in csv.DictReader(out.open()) if r["run"].endswith("bare"))
+    assert bare["model"] == "" and bare["psnr"] == "11.0"
+
+
+def test_report_of_a_file_names_it_as_a_file(tmp_path, capsys):
+    _run_folder(tmp_path / "run", "srht", 7913, 12.0)
+    assert cli.main(["report", str(tmp_path / "run" / "metrics.json"), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "metrics.json' is a file: name the run folder" in err[0]
+    assert not (tmp_path / "r.html").exists()
