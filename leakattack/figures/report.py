@@ -90,6 +90,14 @@ MAX_IMAGE_ROWS = 64
 MAX_LISTED = 12
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
+#: in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite`` = b)
+UNREADABLE_NOTE = "every value of the message is NaN or infinite, and no attack can read anything from it"
+
+
+def _failure_note(record: dict) -> str:
+    """:data:`UNREADABLE_NOTE` for a run whose whole message is NaN or infinite, else :data:`FAILURE_NOTE`."""
+    n, b = record.get("message_nonfinite") or 0, record.get("b") or 0
+    return UNREADABLE_NOTE if n and n >= b else FAILURE_NOTE
 NOT_RECORDED = "not recorded"
 #: the start baseline's row of a run whose attack has no start (a closed-form attack)
 NO_START = "none: a closed-form attack has no start"
@@ -332,11 +340,12 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
                                                 f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
-        tips = next_settings(failed_kind(record), run or {}, derived or {}, record)
+        unreadable = _failure_note(record) == UNREADABLE_NOTE
+        tips = [] if unreadable else next_settings(failed_kind(record), run or {}, derived or {}, record)
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
-            return "nothing attacked", "failed", (f"Nothing was attacked ({FAILURE_NOTE}): "
+            return "nothing attacked", "failed", (f"Nothing was attacked ({_failure_note(record)}): "
                                                   f"{m.nothing_attacked or NOT_RECORDED}.{which}")
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
@@ -588,7 +597,7 @@ def _run_verdict(m: RunMetrics) -> str:
     lines = []
     idle = m.attacked is False or bool(m.nothing_attacked)
     if idle:
-        lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(FAILURE_NOTE)}): '
+        lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(_failure_note(m.to_dict()))}): '
                      f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
                      "what it returned: no reconstruction was made to score.</p>")
     elif verdict is None:

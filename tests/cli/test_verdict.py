@@ -153,6 +153,9 @@ def test_a_run_that_attacked_nothing_says_so_instead_of_a_psnr(tmp_path, capsys,
         assert m["message_nonfinite"] == m["b"] and "noise_share" not in m
         assert f"all {m['b']} values of the message are NaN or infinite" in err
         assert NOTE not in err and "stronger attack" not in err and "the message is noisy" not in err
+        headline = _headline(tmp_path / "r")  # the report says the same
+        assert "no attack can read anything from it" in headline and "failure of this attack" not in headline
+        assert "image prior" not in headline
 
 
 def test_a_message_with_some_values_not_finite_says_how_many_beside_the_failure_note(tmp_path, capsys):
