@@ -343,14 +343,16 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         y = channel.send(sent, rng).detach()
         clean = channel.sketch.apply(g).detach()
         extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
-        share = noise_share(channel, y, sent) if bool(torch.isfinite(y).all()) else None
-        if share is not None:
-            extra["noise_share"] = share
     else:
         y = channel.send(g).detach()
-    if not bool(torch.isfinite(y).all()):  # the gradient is finite: the defense (its noise's scale) made them
-        extra["message_nonfinite"] = int((~torch.isfinite(y)).sum())
-        warnings.warn(f"the client's message holds {extra['message_nonfinite']} value(s) that are NaN or "
+    nonfinite = int((~torch.isfinite(y)).sum())
+    if channel.pipeline and not nonfinite:  # a message with NaN or infinite values has no noise share to estimate
+        share = noise_share(channel, y, sent)
+        if share is not None:
+            extra["noise_share"] = share
+    if nonfinite:  # the gradient is finite: the defense (its noise's scale) made them
+        extra["message_nonfinite"] = nonfinite
+        warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
                       f"infinite after its defense '{channel.spec}': nothing can be read from them, and the attack's "
                       "labels and images are not evidence of anything", SettingWarning, stacklevel=2)
     return Observation(

@@ -327,6 +327,13 @@ def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", oth
     return None
 
 
+def message_unreadable(m: Mapping) -> bool:
+    """Whether every value of a run's message is NaN or infinite (metrics.json's ``message_nonfinite`` reaches its
+    ``b``): no attack can read anything from it, so neither a stronger attack nor other settings would do better."""
+    n, b = m.get("message_nonfinite") or 0, m.get("b") or 0
+    return bool(n) and n >= b
+
+
 def objective_failed(objective_at: dict) -> bool:
     """Whether an attack's own objective scores its reconstruction below the truth (metrics.json's
     ``objective_at``): then it prefers another image, and its objective, not its search, failed."""
@@ -422,6 +429,6 @@ __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "
            "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",
            "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
-           "nothing_attacked", "failed_part", "objective_failed", "failed_kind", "failed_counts",
+           "nothing_attacked", "failed_part", "message_unreadable", "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",
            "FAILED_PARTS"]

@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..rebuilt import message_unreadable
 from ..registry import Registry
 from .priors import parse_prior
 
@@ -230,7 +231,10 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     ``dlg`` run of LeNet on a batch (measured on LeNet; ``ig`` does not rebuild vit_small, docs/victims.md);
     :data:`TRAINED_TV_NOTE` for an ``ig`` run of one image at weights the user loaded, with a TV weight below
     :data:`HEAVY_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``; a bare ``--prior tv`` keeps the
-    recipe's weight)."""
+    recipe's weight).  None for a message whose every value is NaN or infinite (:func:`message_unreadable`), from
+    which no setting reads anything."""
+    if metrics is not None and message_unreadable(metrics):
+        return []
     noisy = [NOISY_RECIPE_NOTE] if kind != "labels" and noisy_without_prior(metrics or {}, run, derived) else []
     if kind != "search":
         return noisy

@@ -14,7 +14,15 @@ from ..attacks.recipes import next_settings
 from ..config.arguments import config_from_args
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
-from ..rebuilt import REBUILT, faint_words, image_verdicts, images_note, images_words, why_not_rebuilt
+from ..rebuilt import (
+    REBUILT,
+    faint_words,
+    image_verdicts,
+    images_note,
+    images_words,
+    message_unreadable,
+    why_not_rebuilt,
+)
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
@@ -147,7 +155,7 @@ def cmd_run(a) -> int:
         if ahead:
             print(f"note: {ahead}", file=sys.stderr)
         nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
-        unreadable = bool(nonfinite) and nonfinite >= b
+        unreadable = message_unreadable(record)
         print(f"note: {NONFINITE_NOTE.format(n=nonfinite) if unreadable else FAILURE_NOTE}", file=sys.stderr)
         if nonfinite and not unreadable:
             print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
@@ -157,7 +165,7 @@ def cmd_run(a) -> int:
         part = failed_part(record, clip_blind=clip_not_modelled(cfg))
         if part:
             print(f"note: {part}", file=sys.stderr)
-        for tip in [] if unreadable else next_settings(failed_kind(record), config.get("run", {}), derived, record):
+        for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):
             print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
             print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)

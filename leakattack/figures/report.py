@@ -58,6 +58,7 @@ from ..rebuilt import (
     image_verdicts,
     images_note,
     images_words,
+    message_unreadable,
     why_not_rebuilt,
 )
 from ..rebuilt import verdict as verdict_of
@@ -90,14 +91,8 @@ MAX_IMAGE_ROWS = 64
 MAX_LISTED = 12
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
-#: in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite`` = b)
+#: in its place where every value of the message is NaN or infinite (:func:`leakattack.rebuilt.message_unreadable`)
 UNREADABLE_NOTE = "every value of the message is NaN or infinite, and no attack can read anything from it"
-
-
-def _failure_note(record: dict) -> str:
-    """:data:`UNREADABLE_NOTE` for a run whose whole message is NaN or infinite, else :data:`FAILURE_NOTE`."""
-    n, b = record.get("message_nonfinite") or 0, record.get("b") or 0
-    return UNREADABLE_NOTE if n and n >= b else FAILURE_NOTE
 NOT_RECORDED = "not recorded"
 #: the start baseline's row of a run whose attack has no start (a closed-form attack)
 NO_START = "none: a closed-form attack has no start"
@@ -340,12 +335,12 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
                                                 f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind)
-        unreadable = _failure_note(record) == UNREADABLE_NOTE
-        tips = [] if unreadable else next_settings(failed_kind(record), run or {}, derived or {}, record)
+        tips = next_settings(failed_kind(record), run or {}, derived or {}, record)
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
-            return "nothing attacked", "failed", (f"Nothing was attacked ({_failure_note(record)}): "
+            note = UNREADABLE_NOTE if message_unreadable(record) else FAILURE_NOTE
+            return "nothing attacked", "failed", (f"Nothing was attacked ({note}): "
                                                   f"{m.nothing_attacked or NOT_RECORDED}.{which}")
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
@@ -597,7 +592,8 @@ def _run_verdict(m: RunMetrics) -> str:
     lines = []
     idle = m.attacked is False or bool(m.nothing_attacked)
     if idle:
-        lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(_failure_note(m.to_dict()))}): '
+        note = UNREADABLE_NOTE if message_unreadable(m.to_dict()) else FAILURE_NOTE
+        lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(note)}): '
                      f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
                      "what it returned: no reconstruction was made to score.</p>")
     elif verdict is None:

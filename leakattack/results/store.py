@@ -56,24 +56,25 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
     if not path.exists():
         return []
     raw = path.read_bytes()
-    good, lines = [], []
-    for line in raw.split(b"\n"):
+    good, lines, lost = [], [], 0
+    parts = raw.split(b"\n")
+    for i, line in enumerate(parts):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:  # torn JSON, or bytes that are not UTF-8 (UnicodeDecodeError)
-            continue
+            rec = None
         if (isinstance(rec, dict) and "key" in rec and isinstance(rec.get("metrics"), dict)
                 and isinstance(rec.get("grid", {}), dict) and isinstance(rec.get("params"), dict)
                 and {"model", "sketch"} <= rec["params"].keys()):  # what every reader of a point needs
             good.append(rec)
             lines.append(line)
+        elif i < len(parts) - 1:  # not the unterminated last line a process killed mid-append leaves
+            lost += 1
     fixed = b"".join(ln + b"\n" for ln in lines)
     if repair and fixed != raw:
         atomic_write_bytes(path, fixed)
-        stored = [ln for ln in raw.split(b"\n") if ln.strip()]
-        lost = len(stored) - len(lines) - (bool(stored) and not raw.endswith(b"\n") and stored[-1] not in lines)
         if lost:
             warnings.warn(f"{lost} line{'s' if lost != 1 else ''} of '{path}' {'were' if lost != 1 else 'was'} not "
                           "a finished point of a sweep (not JSON, or a record without its key, metrics or "
