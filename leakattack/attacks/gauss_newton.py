@@ -459,33 +459,135 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
     J the time left must also hold ``ahead`` - 1 more J with its normal equations (``ahead=2``: a round and the
     next J, where the steps are taken because the time limit can pay for them).
     """
-    t0 = time.perf_counter()
-    y = y.detach().reshape(-1)
-    r = residual(forward, y, x, labels)
-    loss = float(r @ r)
-    out = Refined(x=x.detach().clone(), start_loss=loss)
-    mu, A, slow, at = DAMPING, None, 0, (out.x, loss)  # at: the point of the last J and L_R there
-    algebra = threads or torch.get_num_threads()
+    return _Marquardt(forward, y, x, labels, tol=tol, scale=scale, deadline=deadline, threads=threads, chord=chord,
+                      on_step=on_step, on_columns=on_columns, chunk=chunk).run(steps, ahead)
 
-    def halt() -> bool:
-        return halt_reason(deadline) is not None
 
-    def room(formed: float) -> bool:
+class _Marquardt:
+    """The state of :func:`levenberg_marquardt`'s rounds: the iterate and its residual, the damping, the last J's
+    normal equations and where they were formed."""
+
+    def __init__(self, forward, y: torch.Tensor, x: torch.Tensor, labels, *, tol: float, scale: float,
+                 deadline: float, threads: int | None, chord: bool, on_step: Callable[[float], None] | None,
+                 on_columns: Callable[[int, int], None] | None, chunk: int | None):
+        self.t0 = time.perf_counter()
+        self.forward, self.labels, self.tol, self.scale, self.deadline = forward, labels, tol, scale, deadline
+        self.chord, self.on_step, self.on_columns, self.chunk = chord, on_step, on_columns, chunk
+        self.y = y.detach().reshape(-1)
+        self.r = residual(forward, self.y, x, labels)
+        self.loss = float(self.r @ self.r)
+        self.out = Refined(x=x.detach().clone(), start_loss=self.loss)
+        self.mu, self.slow = DAMPING, 0
+        self.A: torch.Tensor | None = None  #: the last J's J^T J (or its sketch's)
+        self.at = (self.out.x, self.loss)  #: the point of the last J and L_R there
+        self.algebra = threads or torch.get_num_threads()
+        self.held = self.y.numel() * x.numel() <= MAX_HELD
+
+    def halt(self) -> bool:
+        return halt_reason(self.deadline) is not None
+
+    def room(self, formed: float) -> bool:
         """Whether the time left allows the normal equations of a J whose formation began at ``formed``."""
         now = time.perf_counter()
-        return deadline - now >= NORMAL_SHARE * (now - formed)
+        return self.deadline - now >= NORMAL_SHARE * (now - formed)
 
-    held = y.numel() * x.numel() <= MAX_HELD
+    def run(self, steps: int, ahead: int) -> Refined:
+        out = self.out
+        while True:
+            if not math.isfinite(self.loss):
+                out.stop = "diverged"
+                break
+            if self.loss / self.scale <= FLOOR:
+                out.stop = "tolerance"
+                break
+            if out.steps >= steps:
+                break
+            if self.halt():
+                out.stop = halt_reason(self.deadline) or "time-limit"
+                break
+            pair = self.normal(out.x, more=ahead - 1 if out.steps == 0 else 0)
+            if pair is None or self.halt():  # cut short, or no time left for the normal equations
+                out.stop = halt_reason(self.deadline) or "time-limit"
+                break
+            start = self.round(*pair)
+            del pair  # J, or the graph its products went through
+            out.rounds.append(self.loss)
+            if self.on_step is not None:
+                self.on_step(self.loss)
+            stop = self.verdict(start)
+            if stop is not None:
+                out.stop = stop
+                break
+        self.rank()
+        out.seconds = time.perf_counter() - self.t0
+        return out
 
-    def watched(x: torch.Tensor, r: torch.Tensor, loss: float, below: float, solve, jt) -> list:
+    def round(self, A: torch.Tensor, jt: Product, exact: Product | None) -> float:
+        """One round on a J's normal equations: a damped step (its damping raised tenfold until one lowers L_R,
+        up to :data:`TRIALS`), then chord steps on the same J and factor; returns L_R at the round's start."""
+        out = self.out
+        self.A, self.at = A, (out.x, self.loss)
+
+        def factor(damping: float) -> Product:
+            return _factor(A, damping) if exact is None else _refined(A, damping, exact)
+
+        with torch_threads(self.algebra):
+            g = jt(self.r)
+            level = float(A.diagonal().mean()) or 1.0
+            out.steps += 1
+            start = self.loss
+            solve = self.damped(factor, g, level, jt)
+            # chord steps after an accepted step: this J and factor, the new residual, until one cuts L_R less
+            # than CHORD_GAIN-fold or not at all
+            while self.chord and solve is not None and self.loss / self.scale > FLOOR \
+                    and time.perf_counter() < self.deadline and not stop_requested():
+                trial = out.x + solve(jt(self.r)).view_as(out.x)
+                r_new = residual(self.forward, self.y, trial, self.labels)
+                new = float(r_new @ r_new)
+                if not (math.isfinite(new) and new < self.loss):
+                    break
+                gain, out.x, self.r, self.loss = self.loss / new, trial, r_new, new
+                out.losses.append(self.loss)
+                out.chord += 1
+                if gain < CHORD_GAIN:
+                    break
+        return start
+
+    def damped(self, factor: Callable[[float], Product], g: torch.Tensor, level: float, jt: Product) -> Product | None:
+        """The accepted damped step's solve (the damping then lowered tenfold), or None where no damping tried
+        lowered L_R before the deadline."""
+        out = self.out
+        for _ in range(TRIALS):
+            solve = factor(self.mu * level)
+            trial = out.x + solve(g).view_as(out.x)
+            r_new = residual(self.forward, self.y, trial, self.labels)
+            new = float(r_new @ r_new)
+            path = [(trial, r_new, new)]
+            if self.chord and math.isfinite(new) and new >= self.loss:  # perhaps across a curved valley
+                path += self.watched(trial, r_new, new, self.loss, solve, jt)
+            trial, r_new, new = path[-1]
+            if math.isfinite(new) and new < self.loss:
+                out.x, self.r, self.loss = trial, r_new, new
+                out.losses += [point[2] for point in path]
+                out.chord += len(path) - 1
+                out.watched += len(path) > 1
+                self.mu = max(self.mu / 10, 1e-15)
+                return solve
+            self.mu *= 10
+            if time.perf_counter() >= self.deadline or stop_requested():
+                break
+        return None
+
+    def watched(self, x: torch.Tensor, r: torch.Tensor, loss: float, below: float, solve: Product,
+                jt: Product) -> list:
         """Chord steps from a step that raised L_R, up to :data:`WATCH` while each lowers it, ending at the first
         point below ``below`` (the round's start); [(point, residual, L_R), ...], empty where none gets there."""
         path: list = []
         for _ in range(WATCH):
-            if time.perf_counter() >= deadline or stop_requested():
+            if time.perf_counter() >= self.deadline or stop_requested():
                 break
             x = x + solve(jt(r)).view_as(x)
-            r = residual(forward, y, x, labels)
+            r = residual(self.forward, self.y, x, self.labels)
             new = float(r @ r)
             if not (math.isfinite(new) and new < loss):
                 break
@@ -495,7 +597,33 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
                 return path
         return []
 
-    def normal(point: torch.Tensor, more: int = 0) -> tuple[torch.Tensor, Product, Product | None] | None:
+    def verdict(self, start: float) -> str | None:
+        """The stop reason after a round that began at L_R ``start``, or None to go on."""
+        loss = self.loss
+        if loss == start:  # no damping of this J lowered L_R
+            return "tolerance" if loss / self.scale <= self.tol else "time-limit" \
+                if time.perf_counter() >= self.deadline else "interrupted" if stop_requested() else "stalled"
+        if loss / self.scale <= self.tol and start / loss < 10:  # the round no longer converged quadratically
+            return "tolerance"
+        self.slow = self.slow + 1 if start / loss < SLOW else 0  # the whole round's gain
+        return "stalled" if self.slow == 2 else None
+
+    def rank(self) -> None:
+        """The numerical rank of J where the steps ended: of the last J, formed again at the last iterate where
+        they converged after it moved, and only while time is left."""
+        out = self.out
+        if out.stop == "tolerance" and (self.A is None or self.at[0] is not out.x):
+            pair = self.normal(out.x)  # without time for it: no rank (the last J was formed elsewhere)
+            self.A = None if pair is None else pair[0]
+            if self.A is not None:
+                self.at = (out.x, self.loss)
+            del pair
+        if self.A is not None and not self.halt():
+            with torch_threads(self.algebra):
+                out.rank, out.singular = gram_rank(self.A)
+            out.rank_loss = self.at[1]
+
+    def normal(self, point: torch.Tensor, more: int = 0) -> tuple[torch.Tensor, Product, Product | None] | None:
         """(A, u -> J^T u, exact) at ``point``: A = J^T J from J where it can be held (:data:`MAX_HELD`) and exact
         None; else A = (S J)^T (S J) and ``exact`` J^T J's product (:func:`sketched_normal_equations`); None where
         the deadline or Ctrl-C cut J short, where at its columns' pace J and its normal equations (and ``more`` J
@@ -504,7 +632,9 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
         n = point.numel()
         first = last = (0.0, 0)  # (time, columns formed) after the first batch and after the latest
         batches = 0
-        share = NORMAL_SHARE if held else 0.0  # J^T J and its factor after a held J; from products, J^T J is formed
+        # J^T J and its factor after a held J; from products, J^T J is formed
+        share = NORMAL_SHARE if self.held else 0.0
+        deadline = self.deadline
 
         def done(k: int) -> None:
             nonlocal first, last, batches
@@ -512,11 +642,11 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             last = (time.perf_counter(), k)
             if batches == 1:
                 first = last
-            if on_columns is not None:
-                on_columns(k, n)
+            if self.on_columns is not None:
+                self.on_columns(k, n)
 
         def stop() -> bool:
-            if halt():
+            if self.halt():
                 return True
             (t1, k1), (t2, k2) = first, last
             if not math.isfinite(deadline) or batches <= PACE_BATCHES or k2 - k1 < n * PACE_SHARE:
@@ -525,110 +655,20 @@ def levenberg_marquardt(forward, y: torch.Tensor, x: torch.Tensor, labels, *, to
             whole, now = per * n, time.perf_counter()
             if now + per * (n - k2) + share * whole + more * (1 + share) * whole <= deadline:
                 return False
-            out.foreseen = whole
+            self.out.foreseen = whole
             return True
 
         try:
-            if not held:
-                return sketched_normal_equations(forward, point, labels, chunk=chunk, stop=stop, done=done,
-                                                 threads=algebra)
-            J = jacobian(forward, point, labels, chunk=chunk, stop=stop, done=done)
+            if not self.held:
+                return sketched_normal_equations(self.forward, point, self.labels, chunk=self.chunk, stop=stop,
+                                                 done=done, threads=self.algebra)
+            J = jacobian(self.forward, point, self.labels, chunk=self.chunk, stop=stop, done=done)
         except Stopped:
             return None
-        if not room(formed):
+        if not self.room(formed):
             return None
-        with torch_threads(algebra):
+        with torch_threads(self.algebra):
             return gram(J), J.T.matmul, None
-
-    while True:
-        if not math.isfinite(loss):
-            out.stop = "diverged"
-            break
-        if loss / scale <= FLOOR:
-            out.stop = "tolerance"
-            break
-        if out.steps >= steps:
-            break
-        if halt():
-            out.stop = halt_reason(deadline) or "time-limit"
-            break
-        pair = normal(out.x, more=ahead - 1 if out.steps == 0 else 0)
-        if pair is None or halt():  # cut short, or no time left for the normal equations
-            out.stop = halt_reason(deadline) or "time-limit"
-            break
-        A, jt, exact = pair
-        at = (out.x, loss)
-
-        def factor(damping: float, A: torch.Tensor = A, exact: Product | None = exact) -> Product:
-            return _factor(A, damping) if exact is None else _refined(A, damping, exact)
-
-        with torch_threads(algebra):
-            g = jt(r)
-            level = float(A.diagonal().mean()) or 1.0
-            out.steps += 1
-            start, solve = loss, None
-            for _ in range(TRIALS):
-                solve = factor(mu * level)
-                trial = out.x + solve(g).view_as(out.x)
-                r_new = residual(forward, y, trial, labels)
-                new = float(r_new @ r_new)
-                path = [(trial, r_new, new)]
-                if chord and math.isfinite(new) and new >= loss:  # perhaps across a curved valley: watch its chords
-                    path += watched(trial, r_new, new, loss, solve, jt)
-                trial, r_new, new = path[-1]
-                if math.isfinite(new) and new < loss:
-                    out.x, r, loss = trial, r_new, new
-                    out.losses += [point[2] for point in path]
-                    out.chord += len(path) - 1
-                    out.watched += len(path) > 1
-                    mu = max(mu / 10, 1e-15)
-                    break
-                solve = None
-                mu *= 10
-                if time.perf_counter() >= deadline or stop_requested():
-                    break
-            # chord steps after an accepted step: this J and factor, the new residual, until one cuts L_R less
-            # than CHORD_GAIN-fold or not at all
-            while chord and solve is not None and loss / scale > FLOOR and time.perf_counter() < deadline \
-                    and not stop_requested():
-                trial = out.x + solve(jt(r)).view_as(out.x)
-                r_new = residual(forward, y, trial, labels)
-                new = float(r_new @ r_new)
-                if not (math.isfinite(new) and new < loss):
-                    break
-                gain, out.x, r, loss = loss / new, trial, r_new, new
-                out.losses.append(loss)
-                out.chord += 1
-                if gain < CHORD_GAIN:
-                    break
-            del jt, exact, pair  # J, or the graph its products went through
-        out.rounds.append(loss)
-        if on_step is not None:
-            on_step(loss)
-        if loss == start:  # no damping of this J lowered L_R
-            out.stop = "tolerance" if loss / scale <= tol else "time-limit" if time.perf_counter() >= deadline \
-                else "interrupted" if stop_requested() else "stalled"
-            break
-        if loss / scale <= tol and start / loss < 10:  # the round no longer converged quadratically
-            out.stop = "tolerance"
-            break
-        slow = slow + 1 if start / loss < SLOW else 0  # the whole round's gain
-        if slow == 2:
-            out.stop = "stalled"
-            break
-    if out.stop == "tolerance" and (A is None or at[0] is not out.x):  # the rank where the steps ended
-        pair = normal(out.x)  # without time for it: no rank (the last J was formed elsewhere)
-        A = None if pair is None else pair[0]
-        if A is not None:
-            at = (out.x, loss)
-        del pair
-    if A is not None and not halt():  # its eigenvalues only while time is left
-        with torch_threads(algebra):
-            out.rank, out.singular = gram_rank(A)
-        out.rank_loss = at[1]
-    out.seconds = time.perf_counter() - t0
-    return out
-
 
 __all__ = ["jacobian", "products", "normal_equations", "sketched_normal_equations", "count_sketch", "SKETCH_ROWS",
            "PCG_STEPS", "PCG_TOL", "columns_per_pass", "BATCH_BYTES", "transpose_graph", "residual",

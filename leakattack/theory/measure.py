@@ -249,6 +249,94 @@ def gradient_descent(prob: Problem, x0: torch.Tensor, eta: float, iterations: in
     return losses, ratios, pairs
 
 
+def _fraction_within(lo: float, hi: float, vals, rtol: float) -> float:
+    """The share of ``vals`` in [lo, hi], each end widened by the relative round-off ``rtol`` (NaN for none)."""
+    vals = np.asarray(vals)
+    if len(vals) == 0:
+        return float("nan")
+    return float(np.mean((vals >= lo * (1 - rtol)) & (vals <= hi * (1 + rtol))))
+
+
+def _semismooth_stats(a: float, b: float, rows: list, rtol: float) -> tuple[float, float]:
+    """(the share of the pairs ``rows`` = (L_x, <grad L(x), y - x>, ||y - x||, L_y) where Def. 7.2's inequality
+    with (a, b) holds, its largest violation in units of b ||y - x||^2 + a ||y - x|| sqrt(L_x))."""
+    lhs = np.array([Ly for *_, Ly in rows])
+    rhs = np.array([semismooth_rhs(Lx, inner, dist, a, b) for Lx, inner, dist, _ in rows])
+    slack = np.abs(rhs) * rtol + 1e-300
+    scale = np.array([b * dist ** 2 + a * dist * Lx ** 0.5 for Lx, _, dist, _ in rows])
+    viol = (lhs - rhs) / np.maximum(scale, 1e-300)
+    return float(np.mean(lhs <= rhs + slack)), float(np.max(viol))
+
+
+def _sampled(prob: Problem, pts: list, gen: torch.Generator) -> tuple[list, list, list, list]:
+    """(L, grad L, ||grad L||^2 / L, kernel eigenvalues) at the points ``pts``; the kernel's at evenly spaced ones
+    (all of them where d m is at most 10^6, else three)."""
+    samples = len(pts)
+    n_kernel = samples if prob.d * prob.m <= 1_000_000 else min(samples, 3)
+    kernel_idx = np.unique(np.linspace(0, samples - 1, n_kernel).round().astype(int))
+    Ls, grads, ratios, keig = [], [], [], []
+    for i, x in enumerate(pts):
+        Lx, gx = prob.L_and_grad(x)
+        Ls.append(Lx)
+        grads.append(gx)
+        ratios.append(float(gx.pow(2).sum()) / Lx if Lx > 0 else float("nan"))
+        if i in kernel_idx:
+            keig.append(kernel_eigs(prob, x, gen))
+    return Ls, grads, ratios, keig
+
+
+def _beta_pairs(prob: Problem, pts: list, gen: torch.Generator) -> float:
+    """The largest ||G(x_i) - G(x_j)|| / ||x_i - x_j|| over each point and one other drawn at random."""
+    gvals = [prob.G(x).detach() for x in pts]
+    beta = 0.0
+    for i in range(len(pts)):
+        j = (i + 1 + int(torch.randint(0, max(1, len(pts) - 1), (1,), generator=gen))) % len(pts)
+        if j != i:
+            beta = max(beta, float((gvals[i] - gvals[j]).norm() / (pts[i] - pts[j]).norm()))
+    return beta
+
+
+def _probe_pairs(prob: Problem, pts: list, Ls: list, grads: list, gen: torch.Generator) -> list:
+    """(L_x, <grad L(x), d>, ||d||, L(x + d)) for every point x and four steps d: of 1e-3 and 1e-1 times ||x||,
+    random and along -grad L (where the curvature that GD sees lives)."""
+    rows = []
+    for i, x in enumerate(pts):
+        gdir = -grads[i] / grads[i].norm()
+        for scale, kind in ((1e-3, "random"), (1e-1, "random"), (1e-3, "gradient"), (1e-1, "gradient")):
+            if kind == "random":
+                dlt = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(prob.dtype)
+                dlt = dlt / dlt.norm()
+            else:
+                dlt = gdir
+            dlt = dlt * (scale * float(x.norm()))
+            Ly = float(prob.L(x + dlt).detach())
+            rows.append((Ls[i], float((grads[i] * dlt).sum()), float(dlt.norm()), Ly))
+    return rows
+
+
+def _tuned_step(prob: Problem, x0: torch.Tensor, ratio_max: float, steps: int) -> float:
+    """The step c / ratio_max, c in 1/4 ... 4, whose ``steps`` GD steps from x0 end lowest (1/4 where none ends
+    finite); ``ratio_max`` is the largest ||grad L||^2 / L seen."""
+    best = None
+    for c in (0.25, 0.5, 1.0, 2.0, 4.0):
+        eta = c / ratio_max
+        ls = gradient_descent(prob, x0, eta, steps)[0]
+        if len(ls) == steps + 1 and math.isfinite(ls[-1]) and (best is None or ls[-1] < best[1]):
+            best = (eta, ls[-1])
+    return best[0] if best else 0.25 / ratio_max
+
+
+def _unsketched_run(model_name: str, seed: int, pts: list, x0: torch.Tensor, iterations: int, tune_steps: int,
+                    floor: float) -> dict:
+    """GD at its tuned step on the same target unsketched, from the same start: the comparison for a sketch."""
+    prob0 = build_problem(model_name, "none", 1.0, seed)
+    r0 = [prob0.L_and_grad(x) for x in pts[: max(4, len(pts) // 4)]]
+    rmax0 = max(float(g.pow(2).sum()) / L for L, g in r0 if L > 0)
+    eta0 = _tuned_step(prob0, x0, rmax0, tune_steps)
+    l0 = gradient_descent(prob0, x0, eta0, iterations)[0]
+    return {"eta": eta0, "losses": l0, "observed_rate": linear_rate(l0, floor)}
+
+
 def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | None = None, seed: int = 0,
           iterations: int | None = None, progress: bool = True, sketch_params: dict | None = None) -> dict:
     """Measure β, θ₁², θ₂², τ, γ₁, γ₂, the non-critical and semi-smooth inequalities and GD's rate on one
@@ -263,18 +351,8 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     sk = sketch_constants(prob.sketch, gen)
     say(f"sketch constants τ={sk['tau']:.4g} γ₁={sk['gamma1']:.4g} γ₂={sk['gamma2']:.4g}")
 
-    # sampled points: L, ∇L, ratio; kernel eigenvalues at the first n_kernel of them
     pts = sample_points(prob, samples, gen)
-    n_kernel = samples if prob.d * prob.m <= 1_000_000 else min(samples, 3)
-    kernel_idx = np.unique(np.linspace(0, samples - 1, n_kernel).round().astype(int))
-    Ls, grads, ratios, keig = [], [], [], []
-    for i, x in enumerate(pts):
-        Lx, gx = prob.L_and_grad(x)
-        Ls.append(Lx)
-        grads.append(gx)
-        ratios.append(float(gx.pow(2).sum()) / Lx if Lx > 0 else float("nan"))
-        if i in kernel_idx:
-            keig.append(kernel_eigs(prob, x, gen))
+    Ls, grads, ratios, keig = _sampled(prob, pts, gen)
     say(f"kernel eigenvalues at {len(keig)} points ({keig[0]['method']})")
     theta1_sq = min(k["k_min"] for k in keig)
     theta2_sq = max(k["k_max"] for k in keig)
@@ -282,12 +360,7 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     kr2 = max(k["kr_max"] for k in keig)
 
     # β: sampled pairs and the spectral norm of J (θ₂ is the largest ‖J(x)‖ seen)
-    gvals = [prob.G(x).detach() for x in pts]
-    beta_pairs = 0.0
-    for i in range(len(pts)):
-        j = (i + 1 + int(torch.randint(0, max(1, len(pts) - 1), (1,), generator=gen))) % len(pts)
-        if j != i:
-            beta_pairs = max(beta_pairs, float((gvals[i] - gvals[j]).norm() / (pts[i] - pts[j]).norm()))
+    beta_pairs = _beta_pairs(prob, pts, gen)
     beta_power = math.sqrt(theta2_sq)
     beta = max(beta_pairs, beta_power)
 
@@ -302,26 +375,12 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     rtol = 1e-6 if prob.dtype == torch.float64 else 1e-3
 
     def frac_in(lo, hi, vals):
-        vals = np.asarray(vals)
-        if len(vals) == 0:
-            return float("nan")
-        return float(np.mean((vals >= lo * (1 - rtol)) & (vals <= hi * (1 + rtol))))
+        return _fraction_within(lo, hi, vals, rtol)
 
     # semi-smoothness (Def. 7.2, p = ½) on pairs x, y = x + δ at several scales
     a_p, b_p = semismooth_constants(beta, math.sqrt(theta2_sq), sk["tau"], sk["gamma2"], literal=False)
     a_l, b_l = semismooth_constants(beta, math.sqrt(theta2_sq), sk["tau"], sk["gamma2"], literal=True)
-    pair_rows = []  # (L_x, inner, dist, L_y)
-    for i, x in enumerate(pts):
-        gdir = -grads[i] / grads[i].norm()
-        for scale, kind in ((1e-3, "random"), (1e-1, "random"), (1e-3, "gradient"), (1e-1, "gradient")):
-            if kind == "random":
-                dlt = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(prob.dtype)
-                dlt = dlt / dlt.norm()
-            else:  # along −∇L: where the curvature that GD sees lives
-                dlt = gdir
-            dlt = dlt * (scale * float(x.norm()))
-            Ly = float(prob.L(x + dlt).detach())
-            pair_rows.append((Ls[i], float((grads[i] * dlt).sum()), float(dlt.norm()), Ly))
+    pair_rows = _probe_pairs(prob, pts, Ls, grads, gen)
     say(f"semi-smoothness on {len(pair_rows)} pairs")
 
     # convergence: GD with L.1's step from measured constants, and with a tuned step
@@ -341,53 +400,27 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     losses_l1, traj_r1, traj_p1 = gradient_descent(prob, x0, eta_l1, T)
     say(f"GD with Theorem L.1 step η={eta_l1:.3g}: L {losses_l1[0]:.3g} -> {losses_l1[-1]:.3g}")
     T_tune = max(10, T // 10)
-    best = None
-    for c in (0.25, 0.5, 1.0, 2.0, 4.0):
-        eta_c = c / r_hi
-        ls = gradient_descent(prob, x0, eta_c, T_tune)[0]
-        if len(ls) == T_tune + 1 and math.isfinite(ls[-1]) and (best is None or ls[-1] < best[1]):
-            best = (eta_c, ls[-1])
-    eta_tuned = best[0] if best else 0.25 / r_hi
+    eta_tuned = _tuned_step(prob, x0, r_hi, T_tune)
     losses_t, traj_rt, traj_pt = gradient_descent(prob, x0, eta_tuned, T)
     say(f"GD with tuned step η={eta_tuned:.3g}: L {losses_t[0]:.3g} -> {losses_t[-1]:.3g}")
+    fl = 1e-12 if prob.dtype == torch.float64 else 1e-6
     unsk = None
     if not is_identity(sketch_kind):  # the same attack on the unsketched gradient, for comparison
-        prob0 = build_problem(model_name, "none", 1.0, seed)
-        r0 = [prob0.L_and_grad(x) for x in pts[: max(4, samples // 4)]]
-        rmax0 = max(float(g.pow(2).sum()) / L for L, g in r0 if L > 0)
-        best0 = None
-        for c in (0.25, 0.5, 1.0, 2.0, 4.0):
-            ls = gradient_descent(prob0, x0, c / rmax0, T_tune)[0]
-            if len(ls) == T_tune + 1 and math.isfinite(ls[-1]) and (best0 is None or ls[-1] < best0[1]):
-                best0 = (c / rmax0, ls[-1])
-        eta0 = best0[0] if best0 else 0.25 / rmax0
-        l0 = gradient_descent(prob0, x0, eta0, T)[0]
-        unsk = {"eta": eta0, "losses": l0,
-                "observed_rate": linear_rate(l0, 1e-12 if prob.dtype == torch.float64 else 1e-6)}
-        say(f"unsketched GD η={eta0:.3g}: L {l0[0]:.3g} -> {l0[-1]:.3g}")
+        unsk = _unsketched_run(model_name, seed, pts, x0, T, T_tune, fl)
+        say(f"unsketched GD η={unsk['eta']:.3g}: L {unsk['losses'][0]:.3g} -> {unsk['losses'][-1]:.3g}")
 
     # inequalities along the trajectories (consecutive iterates are the pairs)
     traj_ratios = traj_r1 + traj_rt
     traj_pairs = [(Lx, inner, dist, Ly) for _, Lx, Ly, inner, dist in traj_p1 + traj_pt]
     all_pairs = pair_rows + traj_pairs
-
-    def ss_stats(a, b, rows):
-        lhs = np.array([Ly for *_, Ly in rows])
-        rhs = np.array([semismooth_rhs(Lx, inner, dist, a, b) for Lx, inner, dist, _ in rows])
-        slack = np.abs(rhs) * rtol + 1e-300
-        scale = np.array([b * dist ** 2 + a * dist * Lx ** 0.5 for Lx, _, dist, _ in rows])
-        viol = (lhs - rhs) / np.maximum(scale, 1e-300)
-        return float(np.mean(lhs <= rhs + slack)), float(np.max(viol))
-
-    ss_frac, ss_worst = ss_stats(a_p, b_p, pair_rows)
-    ss_frac_l, ss_worst_l = ss_stats(a_l, b_l, pair_rows)
-    ss_traj, _ = ss_stats(a_p, b_p, traj_pairs) if traj_pairs else (float("nan"), None)
+    ss_frac, ss_worst = _semismooth_stats(a_p, b_p, pair_rows, rtol)
+    ss_frac_l, ss_worst_l = _semismooth_stats(a_l, b_l, pair_rows, rtol)
+    ss_traj = _semismooth_stats(a_p, b_p, traj_pairs, rtol)[0] if traj_pairs else float("nan")
     Dall = [(Ly - Lx - inner, dist, Lx) for Lx, inner, dist, Ly in all_pairs if dist > 0]
     tight_b = max(D / s ** 2 for D, s, _ in Dall)  # with a = 0
     tight_a = max(D / (s * Lx ** 0.5) for D, s, Lx in Dall if Lx > 0)  # with b = 0
     tight_b_given_a = max((D - a_p * s * Lx ** 0.5) / s ** 2 for D, s, Lx in Dall)
 
-    fl = 1e-12 if prob.dtype == torch.float64 else 1e-6
     obs_rate = linear_rate(losses_l1, fl)
     # the prediction's premises along its own run: b_used bounds the run's pairs, its ratios lie in [r_lo, r_hi]
     l1_pairs = [(Ly - Lx - inner) / dist ** 2 for _, Lx, Ly, inner, dist in traj_p1 if dist > 0]
