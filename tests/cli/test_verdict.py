@@ -243,7 +243,7 @@ def test_a_run_with_laplace_noise_states_its_pure_epsilon(tmp_path, capsys):
 
 def test_a_rebuilt_run_below_ssim_0_3_is_called_faint_in_its_line_and_its_report(tmp_path, capsys):
     from leakattack.cli.run import summary_line
-    from leakattack.figures.report import _run_headline, _run_verdict
+    from leakattack.figures.report.run_section import _run_headline, _run_verdict
     from leakattack.metrics import RunMetrics
     from leakattack.rebuilt import FAINT_SSIM, faint_words
 

@@ -609,7 +609,7 @@ def test_an_objective_that_failed_under_a_clip_the_attacker_did_not_model_names_
 
 
 def test_the_sweep_table_shows_an_infinite_epsilon_as_infinity():
-    from leakattack.figures.report import _summary_table
+    from leakattack.figures.report.sweep_section import _summary_table
 
     def point(sigma, **privacy):
         return {"key": str(sigma), "grid": {"sigma": sigma}, "params": {"model": "lenet", "sketch": "srht"},
@@ -640,7 +640,8 @@ def test_the_sweep_table_marks_a_paper_epsilon_that_is_not_a_dp_bound():
     """The paper's epsilon, sqrt(K) eps_hat, is a guarantee only where eps_hat < 1/sqrt(K), so only below 1: 6.88 (one
     message, eps_hat = 6.88 > 1) and a training's 145 are marked and the mark explained; 0.5 and the accountant's
     epsilon are not; neither is a Laplace setting, which has no paper epsilon."""
-    from leakattack.figures.report import NOT_A_BOUND_MARK, NOT_A_BOUND_NOTE, _summary_table
+    from leakattack.figures.report.shared import NOT_A_BOUND_MARK, NOT_A_BOUND_NOTE
+    from leakattack.figures.report.sweep_section import _summary_table
 
     def point(sigma, paper, **more):
         return {"key": str(sigma), "grid": {"sigma": sigma}, "params": {"model": "lenet", "sketch": "srht"},
@@ -716,7 +717,7 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
 
 
 def test_a_share_of_the_summary_table_keeps_a_tenth_where_it_is_not_a_whole_percent():
-    from leakattack.figures.report import _percent
+    from leakattack.figures.report.shared import _percent
 
     assert [_percent(v) for v in (0.0, 0.75, 0.125, 1 / 3, 1.0)] == ["0%", "75%", "12.5%", "33.3%", "100%"]
 
@@ -756,7 +757,7 @@ def test_a_closed_form_attack_says_it_has_no_start_and_draws_no_loss_curve_of_on
 def test_the_epsilon_row_says_pure_dp_for_laplace_and_marks_the_papers_epsilon(tmp_path):
     """A Gaussian run's row gives the accountant's ε at its δ and the paper's ε, marked where it is no DP bound (as
     the sweep table does); a Laplace run's pure ε reads "pure DP (δ = 0)", not "at δ = 0"."""
-    from leakattack.figures.report import NOT_A_BOUND_NOTE
+    from leakattack.figures.report.shared import NOT_A_BOUND_NOTE
 
     gauss = _with_metrics(tmp_path, "gauss", defense="clip:C=1,gaussian:z=1.1@after_sketch", epsilon=7.113,
                           delta=1e-5, epsilon_paper=6.881, delta_paper=1e-5, privacy_note="Delta = 1.562")
@@ -776,7 +777,7 @@ def test_the_epsilon_row_says_pure_dp_for_laplace_and_marks_the_papers_epsilon(t
 def test_the_sweep_table_gives_the_delta_of_its_epsilon_and_no_spread_of_rounding_error():
     """ε is the same at every point of a setting: a sample std of 2e-15 reads ± 0; the note says at which δ the ε
     hold, and that a Laplace setting's is pure DP."""
-    from leakattack.figures.report import _summary_table
+    from leakattack.figures.report.sweep_section import _summary_table
 
     def point(key, image, eps, delta=1e-5, paper=6.88):
         return {"key": key, "grid": {"sigma": 1.0, "image_index": image},
@@ -801,7 +802,7 @@ def test_the_sweep_table_gives_the_delta_of_its_epsilon_and_no_spread_of_roundin
 
 
 def test_a_time_under_a_tenth_of_a_second_does_not_read_as_none():
-    from leakattack.figures.report import _seconds
+    from leakattack.figures.report.shared import _seconds
 
     assert [_seconds(v) for v in (0.004, 0.06, 29.5, 300.0, None)] == ["under 0.1 s", "0.1 s", "29.5 s", "5.0 min",
                                                                         "not recorded"]
@@ -818,7 +819,7 @@ def test_a_batch_that_rebuilt_no_image_does_not_count_labels_on_the_images_match
 
 
 def test_the_failed_parts_agree_in_number_with_their_counts():
-    from leakattack.figures.report import _failed_parts
+    from leakattack.figures.report.sweep_section import _failed_parts
 
     def point(truth: float) -> dict:  # an objective that prefers the reconstruction where the truth scores higher
         return {"metrics": {"verdict": "not rebuilt", "objective_at": {"truth": {"match": 0.0, "total": truth},

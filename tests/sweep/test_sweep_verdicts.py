@@ -146,7 +146,7 @@ def test_a_batch_point_is_marked_by_its_images_on_their_own(tmp_path, drawn):
 def test_the_report_headline_of_a_sweep_of_batches_counts_their_images():
     """Every point rebuilt on its means, half of the images on their own: the headline and the tag say so, and the
     tag is mixed, not rebuilt."""
-    from leakattack.figures.report import _sweep_headline
+    from leakattack.figures.report.sweep_section import _sweep_headline
 
     each = {0.0: ["rebuilt", "rebuilt"], 1e-2: ["rebuilt", "not rebuilt"], 1.0: ["not rebuilt", "not rebuilt"]}
     records = [record(j, s, 0, "rebuilt", verdict_each=each[s]) for j, s in enumerate(each)]
@@ -252,7 +252,7 @@ def test_points_whose_psnr_is_not_a_number_are_counted_beside_the_mean_that_leav
 
 
 def test_the_report_says_what_psnr_unscored_counts(tmp_path):
-    from leakattack.figures.report import _summary_table
+    from leakattack.figures.report.sweep_section import _summary_table
 
     def point(image, psnr):
         return {"key": f"p{image}", "index": image, "grid": {"sketch": "srht", "image_index": image},
