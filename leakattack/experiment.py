@@ -159,6 +159,123 @@ def noisy_message_note(share: float) -> str:
             "before reading the result as the defense's")
 
 
+def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:
+    """Warn of the attack's settings that change nothing or cannot work here (the ReLU surrogate, the priors and
+    their weights, TV given twice, a noisy message without a prior); returns each prior's weight as used."""
+    if derived.surrogate and not relu_modules(case.victim.model):
+        warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
+                      SettingWarning, stacklevel=3)
+    elif derived.surrogate and derived.schedule != "step":
+        warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
+                      "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
+                      "--schedule step, brings them together)", SettingWarning, stacklevel=3)
+    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1 and cfg.bn != "train":
+        warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
+                      "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
+                      "every weight measured, and breaching's GradInversion lost with its own prior there too "
+                      "(docs/trained-victims.md)", SettingWarning, stacklevel=3)
+    if not attack.closed_form and noisy_without_prior(case.obs.extra, {"priors": cfg.priors}, {"tv": derived.tv}):
+        warnings.warn(noisy_message_note(case.obs.extra["noise_share"]), SettingWarning, stacklevel=3)
+    named = [parse_prior(text) for text in cfg.priors]
+    used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
+    if "tv" in used and not cfg.attack_class.closed_form:
+        used["tv"] = derived.tv
+    repeated = [n for n, count in Counter(n for n, _ in named).items() if count > 1]
+    for name in repeated:
+        warnings.warn(f"--prior {name} is given more than once: {name}:{used[name]:g} is used", SettingWarning,
+                      stacklevel=3)
+    for name in (n for n, w in used.items() if w == 0):
+        without = replace(cfg, priors=[t for t in cfg.priors if parse_prior(t)[0] != name])
+        if (without.derived().tv if name == "tv" else without.other_priors().get(name, 0)) == 0:
+            warnings.warn(f"--prior {name}:0 changes nothing: a weight of 0 turns the prior off, and it is off "
+                          "without it", SettingWarning, stacklevel=3)
+    explicit_tv = [w for n, w in named if n == "tv" and any(t.startswith("tv:") for t in cfg.priors)]
+    if cfg.set_by_user("tv") and explicit_tv and not cfg.attack_class.closed_form:
+        warnings.warn(f"--tv {cfg.tv:g} changes nothing: --prior tv:{explicit_tv[-1]:g} sets TV's weight",
+                      SettingWarning, stacklevel=3)
+    elif "tv" in cfg.priors and "tv" not in repeated and not cfg.attack_class.closed_form:
+        kept = replace(cfg, priors=[t for t in cfg.priors if t != "tv"]).derived().tv
+        if kept > 0:  # a bare --prior tv keeps a TV weight already on
+            warnings.warn(f"--prior tv changes nothing: TV is already on at weight {kept:g} (the recipe's or --tv's); "
+                          "--prior tv:W sets another", SettingWarning, stacklevel=3)
+    return used
+
+
+def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
+    """Warn of the data, BatchNorm, label and utility settings that the case built does not read; returns the
+    configuration with what the attack uses (a regression's labels are given)."""
+    if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
+        warnings.warn(f"--data-root is not read: the embedded data set {case.dataset.name} reads no files",
+                      SettingWarning, stacklevel=3)
+    if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
+        warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
+                      stacklevel=3)
+    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 \
+            and not cfg.protocol:  # a protocol's client trains in train mode on the batch it is given
+        warnings.warn("--bn train on one image normalises it by its own statistics, which no training client does, "
+                      "and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
+                      "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image) normalises by the "
+                      "running statistics the server holds, as the field's single-image case does", SettingWarning,
+                      stacklevel=3)
+    if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
+        warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
+                      "targets the attack takes as given (no rule reads them from the message)", SettingWarning,
+                      stacklevel=3)
+    if case.victim.task == "regression" and cfg.label_mode != "given":
+        cfg = replace(cfg, label_mode="given")  # what the attack used, as config.json records it
+    if cfg.set_by_user("bn_stats") and "bn" not in used:
+        warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
+                      SettingWarning, stacklevel=3)
+    # the flags that choose the attacked images from a data set: a message file's images are its own
+    picks = (("dataset", "--dataset"), ("image_index", "--image-index"), ("batch_draw", "--batch-draw"))
+    unread = [f"{flag} {getattr(cfg, key)}" for key, flag in picks
+              if (cfg.dataset if key == "dataset" else cfg.set_by_user(key))]
+    if cfg.message and unread:
+        warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --message: the message "
+                      "file says what the images are, and --truth gives them", SettingWarning, stacklevel=3)
+    if cfg.set_by_user("utility_steps") and not cfg.utility:
+        warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
+                      SettingWarning, stacklevel=3)
+    return cfg
+
+
+def _warn_defense_settings(cfg: RunConfig, case) -> None:
+    """Warn of defense steps that send every vector as it is, and of --attacker-knows-clip without a clip."""
+    pipeline = defenses.build("" if cfg.message else cfg.defense or "")  # a message file's defense is its own
+    for step in pipeline.steps:
+        n = case.victim.d if step.placement == defenses.BEFORE else case.obs.b  # the length of its vectors
+        if step.changes_nothing():
+            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
+                          "as it is", SettingWarning, stacklevel=3)
+        elif step.changes_nothing_at(n):
+            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
+                          f"of {n:,} entries as it is", SettingWarning, stacklevel=3)
+    if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
+        warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=3)
+
+
+def _warn_sketch_settings(cfg: RunConfig) -> None:
+    """Warn of sketch settings that change nothing: a memory budget of a sketch that holds no matrix, a dimension
+    and a ratio both given, a ratio or seed of the unsketched channel."""
+    if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
+        warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "
+                      "and ams do)", SettingWarning, stacklevel=3)
+    elif cfg.sketch_memory is not None and cfg.sketch_params.get("force_blocks") is True:
+        warnings.warn(f"--sketch-memory {cfg.sketch_memory:g} changes nothing with --sketch-param force_blocks=true: "
+                      "R is regenerated block by block and never held as one matrix", SettingWarning, stacklevel=3)
+    if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch):
+        warnings.warn(f"--sketch-dim {cfg.sketch_dim} and --sketch-ratio {cfg.sketch_ratio:g} are both given: the "
+                      "dimension is used", SettingWarning, stacklevel=3)
+    if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
+        warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
+                      "nothing", SettingWarning, stacklevel=3)
+    seedless = [f for f, given in (("--sketch-seed", cfg.sketch_seed is not None),
+                                   ("--sketch-unknown", not cfg.sketch_known)) if given]
+    if is_identity(cfg.sketch) and seedless and not cfg.protocol and not cfg.message:
+        warnings.warn(f"--sketch {cfg.sketch} draws nothing at random: {' and '.join(seedless)} change"
+                      f"{'s' if len(seedless) == 1 else ''} nothing", SettingWarning, stacklevel=3)
+
+
 def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     """Validate, load data, build the victim and the channel (or protocol), and produce the observation
     (``progress``: bars for a seed search).  It sets torch's thread count to the run's (``cfg.threads``, else the
@@ -172,102 +289,10 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     attack = attack_of(cfg)
     attack.check(case.obs)
     derived = cfg.derived()
-    if derived.surrogate and not relu_modules(case.victim.model):
-        warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
-                      SettingWarning, stacklevel=2)
-    elif derived.surrogate and derived.schedule != "step":
-        warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
-                      "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
-                      "--schedule step, brings them together)", SettingWarning, stacklevel=2)
-    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1 and cfg.bn != "train":
-        warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
-                      "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
-                      "every weight measured, and breaching's GradInversion lost with its own prior there too "
-                      "(docs/trained-victims.md)", SettingWarning, stacklevel=2)
-    if not attack.closed_form and noisy_without_prior(case.obs.extra, {"priors": cfg.priors}, {"tv": derived.tv}):
-        warnings.warn(noisy_message_note(case.obs.extra["noise_share"]), SettingWarning, stacklevel=2)
-    named = [parse_prior(text) for text in cfg.priors]
-    used = dict(named)  # the last weight of each name, the one used; TV's as the run derives it (a bare tv keeps one)
-    if "tv" in used and not cfg.attack_class.closed_form:
-        used["tv"] = derived.tv
-    repeated = [n for n, count in Counter(n for n, _ in named).items() if count > 1]
-    for name in repeated:
-        warnings.warn(f"--prior {name} is given more than once: {name}:{used[name]:g} is used", SettingWarning,
-                      stacklevel=2)
-    for name in (n for n, w in used.items() if w == 0):
-        without = replace(cfg, priors=[t for t in cfg.priors if parse_prior(t)[0] != name])
-        if (without.derived().tv if name == "tv" else without.other_priors().get(name, 0)) == 0:
-            warnings.warn(f"--prior {name}:0 changes nothing: a weight of 0 turns the prior off, and it is off "
-                          "without it", SettingWarning, stacklevel=2)
-    explicit_tv = [w for n, w in named if n == "tv" and any(t.startswith("tv:") for t in cfg.priors)]
-    if cfg.set_by_user("tv") and explicit_tv and not cfg.attack_class.closed_form:
-        warnings.warn(f"--tv {cfg.tv:g} changes nothing: --prior tv:{explicit_tv[-1]:g} sets TV's weight",
-                      SettingWarning, stacklevel=2)
-    elif "tv" in cfg.priors and "tv" not in repeated and not cfg.attack_class.closed_form:
-        kept = replace(cfg, priors=[t for t in cfg.priors if t != "tv"]).derived().tv
-        if kept > 0:  # a bare --prior tv keeps a TV weight already on
-            warnings.warn(f"--prior tv changes nothing: TV is already on at weight {kept:g} (the recipe's or --tv's); "
-                          "--prior tv:W sets another", SettingWarning, stacklevel=2)
-    if cfg.data_root is not None and not cfg.message and not reads_root(case.dataset.name):
-        warnings.warn(f"--data-root is not read: the embedded data set {case.dataset.name} reads no files",
-                      SettingWarning, stacklevel=2)
-    if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
-        warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
-                      stacklevel=2)
-    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 \
-            and not cfg.protocol:  # a protocol's client trains in train mode on the batch it is given
-        warnings.warn("--bn train on one image normalises it by its own statistics, which no training client does, "
-                      "and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
-                      "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image) normalises by the "
-                      "running statistics the server holds, as the field's single-image case does", SettingWarning,
-                      stacklevel=2)
-    if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
-        warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
-                      "targets the attack takes as given (no rule reads them from the message)", SettingWarning,
-                      stacklevel=2)
-    if case.victim.task == "regression" and cfg.label_mode != "given":
-        cfg = replace(cfg, label_mode="given")  # what the attack used, as config.json records it
-    if cfg.set_by_user("bn_stats") and "bn" not in used:
-        warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
-                      SettingWarning, stacklevel=2)
-    # the flags that choose the attacked images from a data set: a message file's images are its own
-    picks = (("dataset", "--dataset"), ("image_index", "--image-index"), ("batch_draw", "--batch-draw"))
-    unread = [f"{flag} {getattr(cfg, key)}" for key, flag in picks
-              if (cfg.dataset if key == "dataset" else cfg.set_by_user(key))]
-    if cfg.message and unread:
-        warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --message: the message "
-                      "file says what the images are, and --truth gives them", SettingWarning, stacklevel=2)
-    if cfg.set_by_user("utility_steps") and not cfg.utility:
-        warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
-                      SettingWarning, stacklevel=2)
-    pipeline = defenses.build("" if cfg.message else cfg.defense or "")  # a message file's defense is its own
-    for step in pipeline.steps:
-        n = case.victim.d if step.placement == defenses.BEFORE else case.obs.b  # the length of its vectors
-        if step.changes_nothing():
-            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
-                          "as it is", SettingWarning, stacklevel=2)
-        elif step.changes_nothing_at(n):
-            warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
-                          f"of {n:,} entries as it is", SettingWarning, stacklevel=2)
-    if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
-        warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=2)
-    if cfg.sketch_memory is not None and not getattr(sketch_class(cfg.sketch), "takes_memory_budget", False):
-        warnings.warn(f"--sketch-memory changes nothing: sketch '{cfg.sketch}' holds no b x d matrix (only gaussian "
-                      "and ams do)", SettingWarning, stacklevel=2)
-    elif cfg.sketch_memory is not None and cfg.sketch_params.get("force_blocks") is True:
-        warnings.warn(f"--sketch-memory {cfg.sketch_memory:g} changes nothing with --sketch-param force_blocks=true: "
-                      "R is regenerated block by block and never held as one matrix", SettingWarning, stacklevel=2)
-    if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch):
-        warnings.warn(f"--sketch-dim {cfg.sketch_dim} and --sketch-ratio {cfg.sketch_ratio:g} are both given: the "
-                      "dimension is used", SettingWarning, stacklevel=2)
-    if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
-        warnings.warn(f"--sketch {cfg.sketch} sends the whole gradient (b = d): --sketch-ratio and --sketch-dim change "
-                      "nothing", SettingWarning, stacklevel=2)
-    seedless = [f for f, given in (("--sketch-seed", cfg.sketch_seed is not None),
-                                   ("--sketch-unknown", not cfg.sketch_known)) if given]
-    if is_identity(cfg.sketch) and seedless and not cfg.protocol and not cfg.message:
-        warnings.warn(f"--sketch {cfg.sketch} draws nothing at random: {' and '.join(seedless)} change"
-                      f"{'s' if len(seedless) == 1 else ''} nothing", SettingWarning, stacklevel=2)
+    used = _warn_attack_settings(cfg, case, attack, derived)
+    cfg = _warn_case_settings(cfg, case, used)
+    _warn_defense_settings(cfg, case)
+    _warn_sketch_settings(cfg)
     if case.x is not None and case.x.ndim == 4 and min(case.x.shape[-2:]) < metrics.SSIM_WIN:
         raise ConfigError(f"the attacked images are {case.x.shape[-2]}x{case.x.shape[-1]} pixels, and a run scores "
                           f"images of at least {metrics.SSIM_WIN}x{metrics.SSIM_WIN} (SSIM's window)")
