@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from defenses.accounting import accountant_epsilon, gaussian_sigma, paper_composition
@@ -79,14 +81,22 @@ class SketchedDP(Sketched):
     def privacy(self, rounds: int) -> dict:
         """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel
         composition) at the theorem's delta; ``epsilon_rdp`` is None once that delta reaches 1 (T K delta_hat >= 1:
-        nothing is bounded)."""
+        nothing is bounded).
+
+        The accountant follows the data the K local steps read.  With ``local_steps`` every step of a round reuses
+        the round's batch (:meth:`schedule`), so a record drawn at rate q = B/n_c takes part in all K: a round is one
+        sub-sampled release of K Gaussian mechanisms on the same batch, whose composition is the Gaussian mechanism
+        of noise multiplier z/sqrt(K) (K alpha/(2 z^2) in RDP), over ``rounds`` rounds.  With ``local_epochs`` the
+        steps walk the shard's shuffled batches, each counted as one sub-sampled step at q (Opacus' rule for
+        shuffled batches), rounds x K of them."""
         K = max(self.step_count(c) for c in range(self.clients))  # local steps per round (the most over clients)
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
         q = min(1.0, self.batch_size / n_c)
         # noise on the mean with sensitivity C is noise multiplier sigma*B/C on the sum of clipped gradients
         multiplier = self.sigma * self.batch_size / self.dp_clip
+        releases = (multiplier, rounds * K) if self.local_epochs else (multiplier / math.sqrt(K), rounds)
         # at delta_paper >= 1 the composition bounds nothing, and no epsilon answers that delta (null)
-        eps_rdp = accountant_epsilon(multiplier, q, rounds * K, delta_paper, accountant="rdp") if delta_paper < 1 \
-            else None
+        eps_rdp = accountant_epsilon(releases[0], q, releases[1], delta_paper, accountant="rdp") \
+            if delta_paper < 1 else None
         return {"sigma": self.sigma, "epsilon_paper": eps_paper, "delta_paper": delta_paper, "epsilon_rdp": eps_rdp}

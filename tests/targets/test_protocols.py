@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import targets
+from defenses.accounting import accountant_epsilon, paper_composition
 from leakattack import data
 from targets.protocols import (
     SPEC_DEFAULTS,
@@ -147,6 +148,31 @@ def test_sketched_dp_step_noise_has_the_lemma_h7_scale(digits_split):
     assert noise.std().item() == pytest.approx(p.sigma, rel=0.05)  # d = 13426 draws: 5 % is > 5 standard errors
     priv = p.privacy(10)
     assert priv["epsilon_paper"] == pytest.approx(0.5 * (10 * 1) ** 0.5)
+
+
+def test_sketched_dp_accounts_for_local_steps_that_reuse_the_round_batch(digits_split):
+    """With --local-steps K every step of a round reads the round's batch, so a record drawn at q = B/n_c is in all
+    K: the accountant composes the K Gaussian steps first (noise multiplier z/sqrt(K)) and sub-samples once a round.
+    Counting T K independently sub-sampled steps, as if each step drew a new batch, understates epsilon."""
+    train, _ = digits_split
+    spec = dict(clients=2, dp_epsilon=100.0, dp_delta=1e-5, dp_clip=1.0)  # z = sigma B / C about 1.5
+    T, K = 20, 5
+    p = get_protocol("sketched-dp", lenet(train), train, local_steps=K, **spec)
+    assert all(step is None for step in p.schedule(1, 0))  # every step reuses the round's batch
+    priv = p.privacy(T)
+    q = p.batch_size / min(s.numel() for s in p.shards)
+    z = p.sigma * p.batch_size / p.dp_clip
+    assert priv["epsilon_rdp"] == pytest.approx(accountant_epsilon(z / K ** 0.5, q, T, priv["delta_paper"]))
+    assert priv["epsilon_rdp"] > accountant_epsilon(z, q, T * K, priv["delta_paper"]) * 1.05
+    # RDP of K Gaussian mechanisms on the same data is that of one with z / sqrt(K) (the step the accountant takes)
+    assert accountant_epsilon(z / K ** 0.5, 1.0, 1, 1e-5) == pytest.approx(accountant_epsilon(z, 1.0, K, 1e-5),
+                                                                          rel=1e-9)
+    one = get_protocol("sketched-dp", lenet(train), train, local_steps=1, **spec).privacy(T)
+    assert one["epsilon_rdp"] == pytest.approx(accountant_epsilon(z, q, T, one["delta_paper"]))
+    epochs = get_protocol("sketched-dp", lenet(train), train, local_epochs=1, **spec)
+    Ke = epochs.step_count(0)
+    assert Ke > 1 and epochs.privacy(T)["epsilon_rdp"] == pytest.approx(
+        accountant_epsilon(z, q, T * Ke, paper_composition(100.0, 1e-5, T, Ke)[1]))
 
 
 def test_sketched_with_srht_learns_digits_in_a_few_rounds(digits_split):
