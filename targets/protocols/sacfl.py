@@ -31,6 +31,7 @@ from leakattack.sketch.base import Sketch
 
 from .base import Protocol
 from .safl import SAFL
+from .sketched import Sketched
 
 
 class WithNorm(Sketch):
@@ -76,7 +77,8 @@ class SACFL(SAFL):
     """Sketched adaptive clipped FL: clients send [R_t dw, ||dw||]; the server clips the de-sketched mean by the mean
     norm."""
 
-    reads: tuple[str, ...] = SAFL.reads + ("clip_threshold",)
+    #: kappa (``server_lr``) and tau: Algorithm 3 runs no adaptive optimiser, so SAFL's optimiser settings are not read
+    reads: tuple[str, ...] = Sketched.reads + ("server_lr", "clip_threshold")
     keeps_server_state = False  # the clip reads only the round's messages: no optimiser moments
     _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 

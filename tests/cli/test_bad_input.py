@@ -384,6 +384,17 @@ def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
     assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
 
 
+def test_sacfl_warns_of_the_server_optimiser_settings_it_does_not_read(tmp_path, capsys):
+    """SACFL's server takes Algorithm 3's clipped step (kappa, tau) and runs no adaptive optimiser: SAFL's optimiser
+    settings change nothing there and are named (they were taken silently), while --server-lr, its kappa, is read."""
+    assert cli.main(["train", "--protocol", "sacfl", "--server-opt", "amsgrad", "--server-beta2", "0.9",
+                     "--second-moment", "desketched", "--server-lr", "0.5", "--rounds", "1", "--clients", "2",
+                     "--quiet", "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert "--server-opt, --server-beta2, --second-moment change nothing for protocol 'sacfl'" in err, err
+    assert "--server-lr" not in err
+
+
 def test_a_sketch_parameter_the_protocol_does_not_read_is_warned_of_not_checked_against_srht(tmp_path, capsys):
     """fedavg and fedsketch-* read no --sketch-param: it is named in the unread warning under its flag's name,
     and not refused as a parameter of the default sketch srht the protocol does not use either (it was)."""
