@@ -88,8 +88,8 @@ def round_seed(seed: int, t: int) -> int:
 
 
 def split_clients(labels: torch.Tensor, num_clients: int, noniid: bool, seed: int) -> list[torch.Tensor]:
-    """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, FedSKETCH
-    Sec. 6)."""
+    """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, the split of
+    FedSKETCH Sec. 6, whose heterogeneous runs use FedSKETCHGATE, which is not implemented here)."""
     gen = torch_stream(seed, CLIENT_SPLIT)
     n = labels.numel()
     if not noniid:

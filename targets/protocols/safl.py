@@ -42,7 +42,8 @@ from .sketched import Sketched
 SERVER_OPTS = ("adam", "amsgrad", "sgd", "sgdm")
 #: second-moment inputs of adam/amsgrad
 SECOND_MOMENTS = ("sketch", "desketched")
-#: kappa when ``server_lr`` is not given: the rates the paper tuned (Appendix E: SGD/SGDm 1.0, Adam 0.01)
+#: kappa when ``server_lr`` is not given: the rates the paper tuned (Appendix E: SGD/SGDm 1.0, Adam 0.01; it reports
+#: none for AMSGrad, which takes Adam's), held constant (the paper's experiments decay it by a cosine schedule)
 PAPER_SERVER_LR = {"adam": 0.01, "amsgrad": 0.01, "sgd": 1.0, "sgdm": 1.0}
 
 
