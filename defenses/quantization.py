@@ -1,5 +1,5 @@
-"""k-bit stochastic rounding, unbiased (Alistarh et al., "QSGD", NeurIPS 2017, Sec. 3.1, with 2^k - 1 uniform levels
-on [-max|v|, max|v|])."""
+"""k-bit stochastic rounding, unbiased (Alistarh et al., "QSGD", NeurIPS 2017, Sec. 3.1), onto 2^k uniform points,
+2^k - 1 intervals, of [-max|v|, max|v|]."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tenso
 
 
 class Quantize(Transform):
-    """Round every entry stochastically onto 2^bits - 1 levels of [-max|v|, max|v|], unbiased (QSGD)."""
+    """Round every entry stochastically onto 2^bits uniform points (2^bits - 1 intervals) of [-max|v|, max|v|],
+    unbiased (QSGD)."""
 
     name = "quantize"
     # beyond 32 bits the levels are finer than float32 resolution: nothing is quantised any more

@@ -113,7 +113,8 @@ def unknown_seed_view(cfg: RunConfig, obs: Observation, sketch, progress: bool =
     mine = get_sketch(sketch.kind, sketch.d, sketch.b, seed=seed, memory_gb=cfg.sketch_memory,
                       **cfg.sketch_params).to(obs.y.device)
     return replace(obs, forward=attacker_forward(obs.victim, Channel(mine, cfg.defense), obs.threat),
-                   linear_map=mine, extra={**obs.extra, **found})
+                   linear_map=mine, client_map=obs.client_map if obs.client_map is not None else obs.linear_map,
+                   extra={**obs.extra, **found})
 
 
 def drawn_by(cfg: RunConfig) -> str | None:
@@ -484,6 +485,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         raise ConfigError(f"truth file '{cfg.truth}' holds images of shape {tuple(truth[0].shape[1:])}, "
                           f"the message's model takes {tuple(victim.input_shape)}")
     found: dict = {}
+    client_sketch = None  #: the client's sketch where the attacker's is a guess of its seed
     if msg.sketch is None:
         if cfg.sketch_seed_search:
             raise ConfigError(f"--sketch-seed-search needs a sketched message, and message file '{msg.path}' is not "
@@ -497,6 +499,8 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         if msg.y.numel() == desc["b"]:  # else refused below
             desc["seed"], found = attacker_seed(cfg, desc, victim, msg.y, progress)
         sketch = sketch_from_description(desc)
+        if desc["seed"] != msg.sketch["seed"]:  # the attacker's guess: the message's epsilon reads the client's R
+            client_sketch = sketch_from_description(dict(msg.sketch))
     if msg.y.numel() != sketch.b:
         raise ConfigError(f"message file '{msg.path}' has {msg.y.numel()} numbers, but model '{cfg.model}' has "
                           f"d = {victim.d} parameters and the message is not sketched")
@@ -520,8 +524,9 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         return None if t is None else victim.target(t.to(device))
     view = channel.attacker_view(threat)
     linear_map: LinearMap
+    client_map: LinearMap | None = None
     if msg.kind == "gradient":
-        forward, linear_map = attacker_forward(victim, channel, threat), sketch
+        forward, linear_map, client_map = attacker_forward(victim, channel, threat), sketch, client_sketch
     else:
         if view.per_example:
             raise ConfigError(f"message file '{msg.path}' is an update, and its defense's per_example step "
@@ -529,11 +534,13 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         assert msg.lr is not None  # read_message refuses an update without its lr
         forward = _update_forward(victim, view, msg.lr, msg.local_steps)
         # w - u^K = lr K g to first order in lr (exact for one local step), as Protocol.message_scale reads it
-        linear_map = MessageMap(sketch, msg.lr * msg.local_steps, {"kind": "message:update",
-                                                                   "local_steps": msg.local_steps, "local_lr": msg.lr})
+        kind = {"kind": "message:update", "local_steps": msg.local_steps, "local_lr": msg.lr}
+        linear_map = MessageMap(sketch, msg.lr * msg.local_steps, kind)
+        if client_sketch is not None:
+            client_map = MessageMap(client_sketch, msg.lr * msg.local_steps, kind)
     y = msg.y.to(device=device, dtype=dtype)
     obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
-                      threat=threat, labels=target(known), defense=channel.spec,
+                      client_map=client_map, threat=threat, labels=target(known), defense=channel.spec,
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch
                       extra={"message_ids": dict(msg.ids), **found})
     x = None if truth is None else truth[0].to(device=device, dtype=dtype)

@@ -84,6 +84,9 @@ class Observation:
     #: the victim's weights as the message was made (:func:`weights_state`; None: not recorded), which an attack
     #: checks before it reconstructs: the message is of those weights (another victim put in since is taken as is)
     weights: tuple | None = None
+    #: the client's own g -> message where ``linear_map`` is the attacker's guess of it (a sketch seed the attacker
+    #: does not know); None: ``linear_map`` is the client's.  The message's epsilon reads the client's R.
+    client_map: LinearMap | None = None
 
     def weights_changed(self) -> str | None:
         """How the victim's weights differ from those the message was made at, in words (None: they do not, or

@@ -80,10 +80,11 @@ def privacy_metrics(cfg: RunConfig, obs: Observation) -> dict:
     pipeline = build_defense(cfg.defense)
     m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
     # The noise protects the message the client sent, so the R in Delta = ||R||_op * C is the client's own sketch:
-    # obs.linear_map is the channel's sketch (whatever sketch the attacker is granted), not an attacker's guess.
+    # obs.client_map where the attacker's linear_map is a guess of its seed (--sketch-unknown), else linear_map.
+    client = obs.client_map if obs.client_map is not None else obs.linear_map
     norm = None
-    if pipeline.needs_sketch_norm and hasattr(obs.linear_map, "operator_norm"):
-        norm = obs.linear_map.operator_norm()
+    if pipeline.needs_sketch_norm and hasattr(client, "operator_norm"):
+        norm = client.operator_norm()
     m.update(message_privacy(pipeline, cfg.delta, steps=1, sample_rate=1.0, sketch_norm=norm,
                              batch_size=int(obs.batch_size), d=obs.d, b=obs.b))
     if cfg.utility:

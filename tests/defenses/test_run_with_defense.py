@@ -12,6 +12,27 @@ from leakattack import cli
 COMMON = ["--model", "logreg", "--dataset", "digits", "--iterations", "5", "--quiet", "--no-lpips"]
 
 
+def test_an_attacker_without_the_seed_does_not_change_the_messages_epsilon(tmp_path):
+    """Noise after the sketch protects R clip(g) with the client's R: with --sketch-unknown the attacker models the
+    client with another seed's R, and Delta = ||R||_op C still reads the client's (it read the attacker's guess, whose
+    CountSketch has another largest bucket: a smaller epsilon than the message's)."""
+    from leakattack.sketch import get_sketch
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--dataset", "digits", "--sketch", "countsketch", "--sketch-dim", "134", "--sketch-unknown",
+                     "--defense", "clip:C=1,gaussian:z=1@after_sketch", "--iterations", "2", "--quiet", "--no-lpips",
+                     "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    seed = json.loads((out / "config.json").read_text())["derived"]["sketch_seed"]
+    client = get_sketch("countsketch", m["d"], 134, seed=seed).operator_norm()
+    assert m["sketch_norm"] == pytest.approx(client) and m["sensitivity"] == pytest.approx(client)
+    known = tmp_path / "known"
+    assert cli.main(["run", "--dataset", "digits", "--sketch", "countsketch", "--sketch-dim", "134",
+                     "--defense", "clip:C=1,gaussian:z=1@after_sketch", "--iterations", "2", "--quiet", "--no-lpips",
+                     "--out", str(known)]) == 0
+    assert json.loads((known / "metrics.json").read_text())["epsilon"] == pytest.approx(m["epsilon"])
+
+
 def test_run_with_clipped_gaussian_reports_epsilon_delta_and_utility(tmp_path):
     out = tmp_path / "run"
     assert cli.main(["run", *COMMON, "--defense", "clip:C=1,gaussian:z=1.1@after_sketch", "--utility",
