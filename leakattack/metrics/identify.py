@@ -48,7 +48,7 @@ def candidates(n: int, positions: list[int] | None, most: int = IDENTIFY_SAMPLE)
     if n <= most:
         return torch.arange(n)
     spaced = torch.linspace(0, n - 1, most).round().long()
-    extra = torch.tensor(positions or [], dtype=torch.long)
+    extra = torch.tensor([p for p in positions or [] if p >= 0], dtype=torch.long)
     return torch.cat([spaced, extra]).unique()
 
 
@@ -134,6 +134,9 @@ def _identified(reconstruction: torch.Tensor, baselines: dict[str, torch.Tensor 
     gives the (N, len(pool)) distances of N images to the set's images at ``pool``, all groups in one call."""
     if dataset is None or len(dataset) == 0 or tuple(dataset.in_shape) != tuple(truth.shape[1:]):
         return {}
+    if positions is None and len(dataset) > most:  # the truths among the evenly spaced candidates: find them first
+        found = truth_columns(truth, dataset, torch.arange(len(dataset)), None)
+        positions = [-1 if k is None else k for k in found]  # -1: not in the set, which no candidate is
     pool = candidates(len(dataset), positions, most)
     cols = truth_columns(truth, dataset, pool, positions)
     if all(k is None for k in cols):

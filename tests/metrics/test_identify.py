@@ -58,6 +58,25 @@ def test_a_large_set_compares_an_evenly_spaced_sample_with_the_truths_always_in_
     assert candidates(40, [3]).tolist() == list(range(40))
 
 
+def test_without_positions_a_large_set_finds_its_truths_before_sampling_its_candidates():
+    """A set of more than IDENTIFY_SAMPLE images compares an evenly spaced sample of them; without the truths'
+    positions (assess, from Python) the truths are found by their pixels in the whole set first and added to it (the
+    sample alone missed truths that fell between its images, and IIP was left out or counted fewer truths)."""
+    from leakattack.data.base import ImageSet
+
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(IDENTIFY_SAMPLE + 976, 1, 8, 8, generator=gen)
+    big = ImageSet("big", images, torch.zeros(images.shape[0], dtype=torch.long), 10, [str(c) for c in range(10)],
+                   "random")
+    spaced = set(candidates(len(big), None).tolist())
+    truths = [i for i in range(1, 40) if i not in spaced][:3]
+    assert len(truths) == 3
+    x = images[truths].clone()
+    found = identification(x.clone(), {}, x, big)
+    assert found["identified_each"] == [1, 1, 1] and found["iip"] == 1.0
+    assert found["identified_among"] == IDENTIFY_SAMPLE + 3
+
+
 def test_assess_ranks_the_baselines_beside_the_reconstruction():
     photos = get_dataset("photos")
     x = photos.images[[0, 1, 2, 3]].clone()
