@@ -149,7 +149,9 @@ def _sign(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
 def _llg(victim, read: HeadReadout, B: int, stats) -> torch.Tensor:
     g = read.U.sum(1).clone()
     neg = [c for c in g.argsort().tolist() if g[c] < 0] or [int(g.argmin())]  # most negative first
-    impact = g[neg].sum() / B * (1 + 1 / len(neg))
+    # the authors' impact (Wainakh et al.'s code, Predictor.py): the negative rows' sum per label, times 1 + 1/C for
+    # the 1/C softmax share each example adds back to its own class's row at initialisation
+    impact = g[neg].sum() / B * (1 + 1 / g.numel())
     out = []
     for c in neg[:B]:
         out.append(c)

@@ -103,6 +103,18 @@ def test_every_rule_is_exact_on_unsketched_non_repeating_batches_of_a_relu_bn_ne
         assert rec.tolist() == y.sort().values.tolist()
 
 
+@pytest.mark.parametrize("bn_mode", ["eval", "train"])
+def test_llg_reads_a_batch_of_one_class_with_the_authors_impact(digits, bn_mode):
+    """LLG's impact is the negative rows' sum per label times 1 + 1/C (Wainakh et al.'s code): four digits of one
+    class leave one negative row, and the impact takes its four labels from it.  With 1 + 1/#negative (2 here) the
+    impact was twice as large and the second label went to another class: 0 of these 10 batches read right."""
+    victim = bn_victim(digits, bn_mode)
+    for c in range(10):
+        idx = torch.nonzero(digits.labels == c).flatten()[:4]
+        rec, y = recovered(victim, digits, idx, "llg")
+        assert rec.tolist() == [c] * 4 and y.tolist() == [c] * 4
+
+
 @pytest.mark.parametrize("B", [8, 16])
 def test_default_rule_is_exact_on_unsketched_batches_with_repeated_labels(digits, B):
     # counts n_c = B (P_c - dL/db_c): the bias is exact, P the softmax around the recovered mean embedding
