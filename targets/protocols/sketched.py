@@ -88,7 +88,8 @@ class SketchedDP(Sketched):
         sub-sampled release of K Gaussian mechanisms on the same batch, whose composition is the Gaussian mechanism
         of noise multiplier z/sqrt(K) (K alpha/(2 z^2) in RDP), over ``rounds`` rounds.  With ``local_epochs`` the
         steps walk the shard's shuffled batches, each counted as one sub-sampled step at q (Opacus' rule for
-        shuffled batches), rounds x K of them."""
+        shuffled batches), rounds x K of them.  Either way the batches are drawn uniformly, B of the shard, and
+        counted as Poisson-sampled at q: the usual approximation, not a proven bound."""
         K = max(self.step_count(c) for c in range(self.clients))  # local steps per round (the most over clients)
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
