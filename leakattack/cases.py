@@ -113,7 +113,7 @@ def unknown_seed_view(cfg: RunConfig, obs: Observation, sketch, progress: bool =
     mine = get_sketch(sketch.kind, sketch.d, sketch.b, seed=seed, memory_gb=cfg.sketch_memory,
                       **cfg.sketch_params).to(obs.y.device)
     return replace(obs, forward=attacker_forward(obs.victim, Channel(mine, cfg.defense), obs.threat),
-                   linear_map=mine, client_map=obs.client_map if obs.client_map is not None else obs.linear_map,
+                   linear_map=mine, client_map=obs.sent_map,
                    extra={**obs.extra, **found})
 
 

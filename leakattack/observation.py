@@ -107,6 +107,11 @@ class Observation:
         return self.linear_map.d
 
     @property
+    def sent_map(self) -> LinearMap:
+        """The client's own g -> message: :attr:`client_map` where the attacker's ``linear_map`` is a guess of it."""
+        return self.client_map if self.client_map is not None else self.linear_map
+
+    @property
     def b(self) -> int:
         return int(self.y.numel())
 

@@ -80,8 +80,8 @@ def privacy_metrics(cfg: RunConfig, obs: Observation) -> dict:
     pipeline = build_defense(cfg.defense)
     m = {"defense": pipeline.spec, "noise_seed": obs.noise_seed, "g_norm": obs.g_norm, **obs.extra}
     # The noise protects the message the client sent, so the R in Delta = ||R||_op * C is the client's own sketch:
-    # obs.client_map where the attacker's linear_map is a guess of its seed (--sketch-unknown), else linear_map.
-    client = obs.client_map if obs.client_map is not None else obs.linear_map
+    # obs.sent_map, not the attacker's linear_map, which is a guess of it under --sketch-unknown.
+    client = obs.sent_map
     norm = None
     if pipeline.needs_sketch_norm and hasattr(client, "operator_norm"):
         norm = client.operator_norm()

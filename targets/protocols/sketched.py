@@ -96,8 +96,7 @@ class SketchedDP(Sketched):
         q = min(1.0, self.batch_size / n_c)
         # noise on the mean with sensitivity C is noise multiplier sigma*B/C on the sum of clipped gradients
         multiplier = self.sigma * self.batch_size / self.dp_clip
-        releases = (multiplier, rounds * K) if self.local_epochs else (multiplier / math.sqrt(K), rounds)
+        z, releases = (multiplier, rounds * K) if self.local_epochs else (multiplier / math.sqrt(K), rounds)
         # at delta_paper >= 1 the composition bounds nothing, and no epsilon answers that delta (null)
-        eps_rdp = accountant_epsilon(releases[0], q, releases[1], delta_paper, accountant="rdp") \
-            if delta_paper < 1 else None
+        eps_rdp = accountant_epsilon(z, q, releases, delta_paper, accountant="rdp") if delta_paper < 1 else None
         return {"sigma": self.sigma, "epsilon_paper": eps_paper, "delta_paper": delta_paper, "epsilon_rdp": eps_rdp}

@@ -19,9 +19,7 @@ from defenses import build as build_defense
 
 from ...attacks import attack_class, list_attacks
 from ...errors import UserError
-from ...results import (
-    is_number,
-)
+from ...results import is_number
 from ..common import to_hwc
 
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
