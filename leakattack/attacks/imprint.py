@@ -14,6 +14,7 @@ docs/attacks/imprint.md.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -181,10 +182,12 @@ def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: t
     measured bias differences are ``delta``), for a victim that treats the examples of a batch apart (no BatchNorm
     on batch statistics; ``labels`` unchanged otherwise).
 
-    The bias difference of image i's bin is delta_i = kappa w_i . (p_i - e_{y_i}), kappa = (a / s) / (K B), with w_i
-    = d logits_i / d x'_i along the all-ones direction (two backward passes for the batch) and p_i the softmax at
-    the image; so y_i is the label whose w_i[y_i] = w_i . p_i - delta_i / kappa, and the Hungarian method matches
-    the multiset to the images by the relative misfit."""
+    The bias difference of image i's bin is delta_i = t kappa w_i . (p_i - e_{y_i}), kappa = (a / s) / (K B) (a / s
+    / K where the victim's loss sums over the batch), with w_i = d logits_i / d x'_i along the all-ones direction
+    (two backward passes for the batch), p_i the softmax at the image and t the message's scale against the
+    gradient (1, or C / ||g|| under a clip of the whole update, which no attacker needs to know).  For each t that
+    makes the clearest bin's reading exact with one of the labels (and t = 1) the Hungarian method matches the
+    multiset to the images by the relative misfit |t pred_ij - delta_i| / |delta_i|; the cheapest match wins."""
     from scipy.optimize import linear_sum_assignment
 
     if victim.batch_statistics:
@@ -200,14 +203,23 @@ def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: t
         (back,) = torch.autograd.grad(logits, xp, u, create_graph=True)
         (w,) = torch.autograd.grad(back, u, torch.ones_like(xp))
     w, p = w.detach().to(torch.float64).cpu(), torch.softmax(logits.detach().to(torch.float64), 1).cpu()
-    kappa = block.out_weight / (block.bins * B)
+    kappa = block.out_weight / (block.bins * (1 if victim.loss_reduction == "sum" else B))
     measured = delta.to(torch.float64).cpu()
-    target = (w * p).sum(1) - measured / kappa
     pool = torch.as_tensor([int(c) for c in labels.tolist()])
-    cost = (w[:, pool] - target[:, None]).abs() * kappa / measured.abs().clamp_min(1e-300)[:, None]
-    if not torch.isfinite(cost).all():  # a message that is not finite (noise drowning it): no order to read
-        return labels
-    rows, cols = linear_sum_assignment(cost.numpy())
+    pred = kappa * ((w * p).sum(1)[:, None] - w[:, pool])  # delta_i / t were image i's label pool[j]
+    clearest = int(measured.abs().argmax())
+    scales = {1.0} | {t for t in (measured[clearest] / pred[clearest]).tolist() if math.isfinite(t) and t > 0}
+    best: tuple | None = None
+    for t in sorted(scales):
+        cost = (t * pred - measured[:, None]).abs() / measured.abs().clamp_min(1e-300)[:, None]
+        if not torch.isfinite(cost).all():  # a message that is not finite (noise drowning it): no order to read
+            return labels
+        rows, cols = linear_sum_assignment(cost.numpy())
+        total = float(cost[rows, cols].sum())
+        if best is None or total < best[0]:
+            best = (total, rows, cols)
+    assert best is not None  # t = 1 is always among the scales
+    _, rows, cols = best
     y = torch.empty(B, dtype=torch.long)
     y[torch.as_tensor(rows)] = pool[torch.as_tensor(cols)]
     return y.to(dtype=labels.dtype, device=labels.device)

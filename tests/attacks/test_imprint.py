@@ -205,3 +205,38 @@ def test_hits_stand_out_of_noise_and_fall_back_to_the_largest_bins():
     assert found.tolist() == [5, 20, 40] and torch.allclose(read, images, atol=1e-4)
     pure = 1e-6 * torch.randn(K, generator=gen, dtype=torch.float64)
     assert hits(noisy_W, pure, batch=3)[0].numel() == 3  # only noise: the three largest, as a guess
+
+
+def test_labels_follow_their_images_under_a_clip_of_the_whole_update(tmp_path):
+    # the clip scales every bin's bias difference by C / ||g||, which the label match fits: LeNet read 2 of 8 digits'
+    # labels on their images when it took the differences at the gradient's own size
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--dataset", "digits", "--attack", "imprint", "--sketch", "none",
+                   "--batch-size", "8", "--bins", "64", "--labels", "given", "--defense", "clip:C=1e-3",
+                   "--no-lpips", "--quiet", "--out", str(out)])
+    m = json.loads((out / "metrics.json").read_text())
+    assert rc == 0 and m["psnr"] > 100 and m["label_acc"] == 1.0
+    assert m["label_acc_matched"] == 1.0
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_labels_follow_their_images_whether_the_loss_sums_or_averages(reduction):
+    gen = torch.Generator().manual_seed(0)
+    public = torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64)
+    x = torch.rand(6, 1, 8, 8, generator=gen, dtype=torch.float64)
+    labels = torch.tensor([3, 1, 4, 1, 5, 9])
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.Sigmoid(), torch.nn.Linear(32, 10))
+    victim = targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=10,
+                                        loss=torch.nn.CrossEntropyLoss(reduction=reduction))
+    assert victim.loss_reduction == reduction
+    attack = get_attack("imprint", bins=256)
+    attack.modify(victim, public)
+    victim.to(dtype=torch.float64)
+    alone = _alone(victim, x)
+    assert int(alone.sum()) == 6
+    obs = observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
+    result = attack.reconstruct(obs)
+    nearest = torch.cdist(x.reshape(6, -1), result.x.reshape(6, -1)).argmin(1)
+    assert torch.cdist(x.reshape(6, -1), result.x.reshape(6, -1)).min(1).values.max() < 1e-9
+    assert result.labels[nearest].tolist() == labels.tolist()
