@@ -206,6 +206,15 @@ def _block_matrix(bl: _Block, v: torch.Tensor) -> torch.Tensor:
     return W if bl.bias is None else torch.cat([W, v[bl.bias].unsqueeze(1)], 1)
 
 
+def _unseen_inputs(M, bl: _Block, y: torch.Tensor) -> int:
+    """How many of block ``bl``'s inputs have no entry of their weight column in the message y = M g: M^T u of a
+    Gaussian u is 0 exactly on a coordinate that no row of M reads (a coordinate-sampling sketch that drew none of the
+    column's entries) and almost surely nonzero on every other."""
+    u = torch.randn(M.b, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(y.device, y.dtype)
+    seen = M.adjoint(u).reshape(-1) != 0
+    return int((~seen[bl.weight].reshape(bl.out, bl.inp)).all(0).sum())
+
+
 def cgls(A, At, y: torch.Tensor, z: torch.Tensor, steps: int, tol: float = 1e-12) -> torch.Tensor:
     """min_z ||A z - y|| from z by conjugate gradients on the normal equations (CGLS, Hestenes & Stiefel 1952)."""
     r = y - A(z)
@@ -401,6 +410,12 @@ class Analytic(Attack):
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
                                               "tolerance (--sweeps gives it more)")
+        unseen = _unseen_inputs(M, blocks[0], y)
+        if unseen:  # a pixel whose first-layer column the sketch never samples: no fit can read it
+            stop = "stalled" if stop == "tolerance" else stop
+            said = (f"{unseen} of the first layer's {blocks[0].inp} inputs have no entry of their weights' gradient "
+                    "in the message (the sketch samples none): they cannot be read and come back as 0"
+                    + ("; " + said if said else ""))
         fit_losses = _relative(run["losses"], y)
         losses = _with_failed_solve(fit_losses, record)
         return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=losses,

@@ -191,6 +191,12 @@ class April(OneExampleAttack):
         if rank < n:
             notes.append(f"the position-embedding gradient has rank {rank} for {n} patches, so the patches are not "
                          "determined: the minimum-norm solution was taken")
+        H, W = victim.input_shape[1:]
+        margin = H * W - emb.grid[0] * conv.kernel_size[0] * emb.grid[1] * conv.kernel_size[1]
+        if margin:
+            notes.append(f"{margin} pixels of each channel lie in no patch ({H}x{W} image, "
+                         f"{conv.kernel_size[0]}x{conv.kernel_size[1]} patches): the model never reads them, so no "
+                         "message holds them, and they come back as 0")
         if max(losses) > tol:
             which = "patch-embedding weight" if losses[0] >= max(losses) else "patch-embedding bias"
             notes.append(f"the {which} gradient does not match the position-embedding gradient (relative residual "

@@ -93,6 +93,27 @@ def test_below_the_number_of_unknowns_it_warns_and_finds_another_input():
     assert "not unique" in result.message and _psnr(result, x) < 30
 
 
+def test_inputs_whose_column_a_sampling_sketch_leaves_out_are_named_and_the_run_stalls():
+    # uniform sampling of 3000 of mlp's 50,890 coordinates draws none of 15 pixels' 64 first-layer entries: the fit
+    # reaches its tolerance with those pixels at 0, which no b above the unknowns makes unique
+    x, labels = _example("digits", index=0)
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0).to(dtype=torch.float64)
+    sketch = make_sketch("uniform", victim.d, 3000, seed=1)
+    obs = observe(victim, x, labels, Channel(sketch))
+    result = get_attack("analytic").reconstruct(obs)
+    column = torch.zeros(victim.d, dtype=torch.bool)
+    column[sketch.idx] = True
+    first = next(p for p in victim.model.parameters())  # mlp's first Linear's weight, 64 x 784, first in g
+    unseen = ~column[:first.numel()].reshape(first.shape).any(0)
+    assert int(unseen.sum()) > 0
+    assert result.stop_reason == "stalled"
+    assert result.message.startswith(f"{int(unseen.sum())} of the first layer's 784 inputs have no entry")
+    assert bool((result.x.reshape(-1)[unseen] == 0).all())
+    wide = observe(victim, x, labels, Channel(make_sketch("uniform", victim.d, 6000, seed=1)))
+    result = get_attack("analytic").reconstruct(wide)
+    assert result.stop_reason == "tolerance" and _psnr(result, x) > 80
+
+
 @pytest.mark.parametrize("model", ["lenet", "resnet20", "vit_small"])
 def test_a_convolutional_first_layer_is_refused_in_one_sentence(model):
     x, labels = _example("digits")

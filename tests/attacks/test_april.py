@@ -79,6 +79,32 @@ def test_vit_small_in_float32_gives_photos_back_above_40_db(index):
     assert result.stop_reason == "tolerance" and _psnr(result, x) > 40  # round-off through G's 4 decades
 
 
+class _Margin(torch.nn.Module):
+    """4x4 patches of 10x12 images (the built-in ViT refuses a patch that does not divide the image): a learnable
+    position embedding for the 2x3 patches, tanh, mean over the tokens, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Conv2d(3, 16, 4, stride=4)
+        self.pos = torch.nn.Parameter(0.1 * torch.randn(1, 6, 16))
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.embed(x).flatten(2).transpose(1, 2) + self.pos).mean(1))
+
+
+def test_pixels_that_no_patch_covers_are_named_and_the_run_stalls():
+    # two rows of 12 pixels lie below the last row of patches: the model never reads them
+    x, labels = _photos(shape=(10, 12))
+    victim = targets.Victim.from_module(_Margin(), input_shape=(3, 10, 12), num_classes=3)
+    result = get_attack("april").reconstruct(_observe(victim, x, labels % 3))
+    assert result.stop_reason == "stalled"
+    assert "24 pixels of each channel lie in no patch (10x12 image, 4x4 patches)" in result.message
+    assert bool((result.x[..., 8:, :] == 0).all())
+    assert float(metrics.psnr(result.x[..., :8, :].clamp(0, 1), x[..., :8, :]).mean()) > 80
+
+
 def test_a_square_gaussian_sketch_is_solved_for_g_then_inverted():
     x, _ = _photos(3, shape=(8, 12))
     victim = _tiny_vit()
