@@ -91,7 +91,9 @@ class Sketch:
 
     Subclasses draw all randomness in ``__init__`` (or lazily, from ``seed``) on the
     CPU with a ``torch.Generator``/``numpy`` generator, so the same seed gives the
-    same R on every machine; ``to(device)`` moves cached tensors.
+    same R on every device (torch's normal sampler, which ``gaussian`` uses, rounds
+    differently on CPUs with and without AVX2: docs/sketches.md); ``to(device)``
+    moves cached tensors.
     """
 
     kind: str = "base"
@@ -184,10 +186,13 @@ class Sketch:
     __call__ = apply
 
     def readout_variance(self) -> float:
-        """The variance of <m, R^T R g> - <m, g> per ||m||^2 ||g||^2, for fixed m and g over the draw of R (label
-        recovery's noise model, Lemma D.11's O(1/b)): 1/b for a sketch that mixes coordinates (gaussian, ams,
-        countsketch, sparse, and by default a family registered from outside); a family that samples the rows of
-        an orthogonal transform without replacement has the finite-population 1/b - 1/n, and R = I none."""
+        """The variance of <m, R^T R g> - <m, g> per ||m||^2 ||g||^2 over the draw of R, for fixed m and g that are
+        spread over many coordinates and nearly orthogonal (label recovery's noise model, Lemma D.11's O(1/b)): 1/b
+        for a sketch that mixes coordinates (gaussian, ams, countsketch, sparse, and by default a family registered
+        from outside); a family that samples the rows of an orthogonal transform without replacement has the
+        finite-population 1/b - 1/n, and R = I none.  It is a model, not a bound: for a Gaussian R the variance is
+        (1 + cos^2(m, g)) / b, up to 2/b where m and g are parallel, and coordinate sampling of vectors held by
+        few coordinates varies up to about d/b times more."""
         return 0.0 if self.identity else 1.0 / self.b
 
     def operator_norm(self) -> float:

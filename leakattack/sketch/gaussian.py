@@ -4,7 +4,10 @@ Dense random sketches have b*d independent entries (d = 16k, b = 8k is 125M numb
 ``RowBlockSketch`` defines R by row blocks: block k holds rows [k*r, (k+1)*r) with
 r = 2**22 // d, and is drawn on the CPU from a generator seeded by (seed, k) alone, so
 the same seed gives the same R on every device (blocks for a GPU are drawn on the CPU
-and moved; ``ams`` ships packed sign bits and unpacks them on the device).
+and moved; ``ams`` ships packed sign bits and unpacks them on the device).  ``gaussian``
+draws with torch's normal sampler, whose vectorised (AVX2, AVX-512) and scalar CPU paths
+differ in float32's last bits (docs/sketches.md); ``ams``'s NumPy signs are the same on
+every CPU.
 
 R is held as one matrix, in the dtype and on the device of the calls, whenever b*d
 numbers of that dtype fit the sketch's memory budget (``memory_gb``; default a quarter
