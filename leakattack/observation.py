@@ -227,7 +227,8 @@ def granted_bn_stats(victim: Victim, x: torch.Tensor, threat: ThreatModel) -> li
     if not threat.knows_bn_stats or not batchnorm_layers(victim.model):
         return None
     with torch.no_grad():
-        return [(m.detach(), v.detach()) for m, v in batchnorm_input_moments(victim.model, x)]
+        return [None if mv is None else (mv[0].detach(), mv[1].detach())
+                for mv in batchnorm_input_moments(victim.model, x)]
 
 
 def _mismatch(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,

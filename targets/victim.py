@@ -145,9 +145,11 @@ def batch_moments(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return a.mean(dims), a.var(dims, unbiased=False)
 
 
-def batchnorm_input_moments(model: nn.Module, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batchnorm_input_moments(model: nn.Module, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
     """Per-channel mean and biased variance of the input of every BatchNorm layer during one forward pass of x
-    (over every axis but the channel axis; differentiable in x)."""
+    (over every axis but the channel axis; differentiable in x), in :func:`batchnorm_layers`' order: None for a
+    layer the pass does not call (a spare module, a branch not taken), the last call's for one it calls twice (as
+    DeepInversion's hooks keep it)."""
     layers = batchnorm_layers(model)
     seen: dict[int, tuple] = {}
 
@@ -162,7 +164,7 @@ def batchnorm_input_moments(model: nn.Module, x: torch.Tensor) -> list[tuple[tor
     finally:
         for h in handles:
             h.remove()
-    return [seen[i] for i in range(len(layers))]
+    return [seen.get(i) for i in range(len(layers))]
 
 
 def has_batchnorm(model: nn.Module) -> bool:

@@ -184,3 +184,57 @@ def test_sweep_files_set_priors(tmp_path):
     path.write_text('[base]\nmodel = "resnet20"\n[grid]\npriors = [["bn:2"], ["gan:1"]]\n')
     with pytest.raises(ConfigError, match="unknown prior 'gan'"):
         load_plan(path, check=False)
+
+
+class _SpareBN(torch.nn.Module):
+    """A BatchNorm layer the forward pass uses and one it never calls."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.bn, self.spare = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize("client", [False, True])
+def test_bn_prior_reads_the_layers_a_forward_pass_calls_and_skips_the_others(client):
+    victim = targets.Victim.from_module(_SpareBN(), input_shape=(3, 8, 8), num_classes=3, bn_mode="eval")
+    x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    obs = observe(victim, x, torch.tensor([0, 1]), Channel(make_sketch("none", victim.d, victim.d)),
+                  ThreatModel(knows_labels=True, knows_bn_stats=client))
+    prior = get_prior("bn", 1.0, obs=obs)
+    dummy = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    value = prior(dummy)
+    net = victim.model
+    a = net.conv(dummy)
+    mean, var = a.mean((0, 2, 3)), a.var((0, 2, 3), unbiased=False)
+    if client:
+        c = net.conv(x)
+        target = (c.mean((0, 2, 3)), c.var((0, 2, 3), unbiased=False))
+    else:
+        target = (net.bn.running_mean, net.bn.running_var)
+    expected = (mean - target[0]).norm() + (var - target[1]).norm()
+    assert torch.allclose(value, expected, rtol=1e-5)
+    (grad,) = torch.autograd.grad(value, dummy)
+    assert float(grad.norm()) > 0
+    result = GradientMatching(optimizer="adam", iterations=2, objective="cosine", priors={"bn": 0.01},
+                              labels="given").reconstruct(obs)
+    assert result.x.shape == x.shape
+
+
+def test_tv_refuses_inputs_of_one_axis_and_reads_an_image_one_pixel_high():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    victim = targets.Victim.from_module(net, input_shape=(12,), num_classes=3)
+    x = torch.rand(2, 12, generator=torch.Generator().manual_seed(0))
+    obs = observe(victim, x, torch.tensor([0, 1]), Channel(make_sketch("none", victim.d, victim.d)),
+                  ThreatModel(knows_labels=True))
+    with pytest.raises(UserError, match=r"takes inputs of shape \(12,\): give TV no weight"):
+        GradientMatching(optimizer="adam", iterations=2, priors={"tv": 0.02}, labels="given").reconstruct(obs)
+    assert GradientMatching(optimizer="adam", iterations=2, priors={"tv": 0.0},
+                            labels="given").reconstruct(obs).x.shape == x.shape
+    row = torch.tensor([[[[0.0, 1.0, 1.0, 3.0]]]])  # 1 x 4 pixels: the horizontal term alone, (1 + 0 + 2) / 3
+    assert float(get_prior("tv", 1.0)(row)) == 1.0

@@ -20,9 +20,13 @@ from ...errors import UserError
 
 
 def bn_statistics_distance(moments, granted) -> torch.Tensor:
-    """sum_l ||mu_l - m_l||_2 + ||v_l - s_l||_2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6)."""
+    """sum_l ||mu_l - m_l||_2 + ||v_l - s_l||_2 over paired (mean, var) lists (Yin et al. 2021, Eq. 6); a layer
+    that one side holds as None (not called by the forward pass) adds nothing."""
     total: torch.Tensor | int = 0
-    for (mu, var), (m, s) in zip(moments, granted):
+    for ours, theirs in zip(moments, granted, strict=True):
+        if ours is None or theirs is None:
+            continue
+        (mu, var), (m, s) = ours, theirs
         total = total + torch.linalg.vector_norm(mu - m) + torch.linalg.vector_norm(var - s)
     return torch.as_tensor(total)  # the sum itself (a tensor) for one layer or more
 
@@ -53,8 +57,9 @@ class BatchNormPrior:
             out.append((m.running_mean.detach(), m.running_var.detach()))
         return out
 
-    def moments(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(mean, variance) of the inputs of every BatchNorm layer during one forward pass of x."""
+    def moments(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """(mean, variance) of the inputs of every BatchNorm layer during one forward pass of x (None for a layer
+        the pass does not call)."""
         return batchnorm_input_moments(self.victim.model, x)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
