@@ -375,7 +375,7 @@ class GradientMatching(Attack):
         """The attack's objective at the input ``x`` (B, ...) with fixed ``labels``, term by term: the matching term
         (``match``: L_R itself for the l2 objective, the cosine distance for cosine), each prior's weighted penalty by
         its name in the same units, and their sum (``total``).  The attack minimises a constant multiple of that sum
-        (L-BFGS and Adam see L_R scaled by LOSS_UNIT / ||y||^2), which orders inputs the same way; reading it in L_R's
+        (L-BFGS sees L_R scaled by LOSS_UNIT / ||y||^2), which orders inputs the same way; reading it in L_R's
         units lets a note's numbers be compared with the L_R a run prints.  Exact where the attack's steps saw the
         ReLU surrogate.  None with a re-parametrising prior (``dip``), whose objective is one of a generator's weights
         rather than of an input."""
@@ -771,6 +771,9 @@ class GradientMatching(Attack):
         since = (0, t0, SCHEDULE_PROBE) if fits_time else None
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
+        # the steps leave the start as it is drawn, as Inverting Gradients' do; with the box on the best iterate is
+        # the start's projection onto it, at its own fit, so that no run returns an image outside [0, 1]
+        kept = _boxed_start(problem, rows, Z) if box else None
         bar = _progress(iterations, progress, self.bar_label)
         step = 0
         while True:
@@ -780,7 +783,10 @@ class GradientMatching(Attack):
             keep = []
             for i, r in enumerate(rows):
                 run = runs[r]
-                run.record(step, Z[i], fits[i], finite[i])
+                if step == 0 and kept is not None:
+                    run.record(0, kept[0][i], kept[1][i], finite[i])
+                else:
+                    run.record(step, Z[i], fits[i], finite[i])
                 if run.stop is None:
                     run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
                               r in getattr(opt, "stalled", ()), self.stated_limit if late else None,
@@ -1128,6 +1134,16 @@ def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
     tol = 1e-9 if a.dtype == torch.float64 else 1e-4
     err = row_errors(a, b)
     return bool((err <= KINK).all()) and 2 * int((err <= tol).sum()) >= len(err)
+
+
+def _boxed_start(problem: "_Problem", rows: list, Z: torch.Tensor) -> tuple[torch.Tensor, list] | None:
+    """(the starts clamped to the box [0, 1], their fits) where a start lies outside it; None where none does."""
+    data = Z[:, :problem.nx]
+    if not bool(((data < 0) | (data > 1)).any()):
+        return None
+    boxed = Z.clone()
+    boxed[:, :problem.nx].clamp_(0, 1)
+    return boxed, problem.evaluate(rows, boxed)[2]
 
 
 class _Run:

@@ -202,3 +202,23 @@ def test_a_stalled_start_names_the_matching_term_it_was_stopped_by(objective, na
     r = _gm(optimizer="adam", objective=objective, iterations=200, lr=1e-9, tol=0, stall_window=10,
             stall_gain=0.5).run(obs, init_dummy(x.shape, "gaussian", 2), labels)
     assert r.stop_reason == "stalled" and f"the lowest {name} fell by less than 50%" in r.message, r.message
+
+
+def test_with_the_box_a_start_that_stays_best_is_returned_inside_it():
+    # signed Adam at a step of 5 leaves LeNet's cosine distance above the start's: the best iterate is the start,
+    # which a Gaussian draw N(0.5, 0.25^2) puts partly outside [0, 1]
+    torch.manual_seed(0)
+    victim = targets.get_model("lenet")
+    x = torch.rand(1, 3, 32, 32)
+    obs = observe(victim, x, torch.tensor([1]), Channel(make_sketch("none", victim.d, victim.d)),
+                  ThreatModel(knows_labels=True))
+    attack = GradientMatching(optimizer="adam", lr=5.0, iterations=3, objective="cosine", box=True, signed=True,
+                              labels="given")
+    x0 = init_dummy((1, 3, 32, 32), "gaussian", 0)
+    assert float(x0.min()) < 0 and float(x0.max()) > 1
+    result = attack.run(obs, x0, obs.labels)
+    assert result.best_step == 0 and float(result.x.min()) >= 0 and float(result.x.max()) <= 1
+    assert torch.equal(result.x, x0.clamp(0, 1))
+    fit = GradientMatching(objective="cosine", labels="given").objective_terms(obs, x0.clamp(0, 1), obs.labels)
+    assert result.losses[0] == pytest.approx(fit["match"], rel=1e-5)
+    assert min(result.losses[1:]) > result.losses[0]
