@@ -184,3 +184,17 @@ def test_a_prior_that_returns_nan_or_an_integer_is_named(fresh_registries):
         attack = get_attack("gradient-matching", iterations=2, priors={name: 1.0}, labels="given")
         with pytest.raises(UserError, match=rf"^the prior named '{name}' {what}"):
             attack.reconstruct(tiny_observation())
+
+
+def test_a_function_that_builds_a_reparametrisation_says_so_or_is_named(fresh_registries):
+    from leakattack.attacks.priors import DeepImagePrior, penalty_label
+
+    register_prior("made", lambda weight, obs=None: DeepImagePrior(weight, obs=obs), reparametrises=True)
+    register_prior("unsaid", lambda weight, obs=None: DeepImagePrior(weight, obs=obs))
+    assert penalty_label("made") is None and penalty_label("dip") is None
+    assert get_attack("gradient-matching", priors={"made": 1.0}).added_terms == ()
+    assert penalty_label("unsaid") == "the unsaid prior"
+    with pytest.raises(UserError, match=r"prior 'unsaid' was registered as a penalty and its builder returned a "
+                                        r"re-parametrisation: register it with reparametrises=True"):
+        get_attack("gradient-matching", iterations=2, priors={"unsaid": 1.0}, labels="given").reconstruct(
+            tiny_observation())

@@ -38,12 +38,15 @@ _PRIORS = Registry("prior")
 
 
 def register_prior(name: str, builder: Callable[..., Any] | None = None, *, weight: float = 1.0,
-                   check: Callable[[float], str | None] | None = None):
+                   check: Callable[[float], str | None] | None = None, reparametrises: bool | None = None):
     """Register ``builder(weight, *, obs) -> prior`` as prior ``name`` (a decorator without ``builder``).
 
     The prior is a penalty (a callable x -> weighted penalty, x a batch of images) or a
     re-parametrisation (see the module docstring).  ``weight`` is the weight ``--prior NAME``
-    takes; ``check(weight)`` returns None or a one-sentence complaint.  A builder that cannot be
+    takes; ``check(weight)`` returns None or a one-sentence complaint; ``reparametrises``: whether the priors
+    it builds re-parametrise the images (None: whether the builder itself has ``parametrise``, as a class that
+    defines it does; a function that returns one says True), which settles how runs name it and whether the box
+    stays on before any prior is built.  A builder that cannot be
     called as ``builder(weight, obs=obs)`` raises ``TypeError``, a bad weight ``ValueError``, a
     name registered twice ``ValueError``, as does a name the command line cannot write (``--prior NAME:WEIGHT``:
     :func:`~leakattack.registry.name_error`; not a string: ``TypeError``).
@@ -65,7 +68,8 @@ def register_prior(name: str, builder: Callable[..., Any] | None = None, *, weig
                             "lambda weight, obs=None: lambda x: weight * penalty(x)") from None
         except ValueError:  # a builtin without a signature: it is called as it is
             pass
-        return _PRIORS.register(name, b, weight=float(weight), check=check)
+        remaps = hasattr(b, "parametrise") if reparametrises is None else bool(reparametrises)
+        return _PRIORS.register(name, b, weight=float(weight), check=check, reparametrises=remaps)
 
     return deco if builder is None else deco(builder)
 
@@ -90,14 +94,22 @@ def list_priors() -> list[str]:
 def penalty_label(name: str) -> str | None:
     """How messages name prior ``name`` as a term of the objective (``TV``, ``the bn prior``); None for a
     re-parametrisation (``dip``), which adds no term."""
-    if hasattr(_PRIORS.get(name), "parametrise"):
+    _PRIORS.get(name)
+    if _PRIORS.meta(name)["reparametrises"]:
         return None
     return "TV" if name == "tv" else f"the {name} prior"
 
 
 def get_prior(name: str, weight: float, obs=None):
-    """Prior ``name`` with weight ``weight``, for the observation ``obs`` (needed by ``bn``)."""
-    return _PRIORS.get(name)(weight, obs=obs)
+    """Prior ``name`` with weight ``weight``, for the observation ``obs`` (needed by ``bn``); one UserError sentence
+    where the prior built is not the kind its registration declares (``reparametrises``)."""
+    prior = _PRIORS.get(name)(weight, obs=obs)
+    declared = bool(_PRIORS.meta(name)["reparametrises"])
+    if hasattr(prior, "parametrise") != declared:
+        raise UserError(f"prior '{name}' was registered as a {'re-parametrisation' if declared else 'penalty'} and "
+                        f"its builder returned a {'penalty' if declared else 're-parametrisation'}: register it with "
+                        f"reparametrises={not declared}")
+    return prior
 
 
 def parse_prior(text: str) -> tuple[str, float]:
