@@ -20,6 +20,7 @@ from ..results import writable_out
 from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
+from ..sweep.backends.base import WorkerLost
 from ..sweep.lock import FolderLock
 from ..sweep.plan import value_text
 from . import interrupted_exit
@@ -195,6 +196,13 @@ def _sweep(a, held: HeldWarnings) -> int:
         # the points' warnings once the backend took its options and the folder is locked
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options,
                         ready=held.show)
+    except (WorkerLost, OSError) as err:  # a killed worker, a disk that fills: the finished points stay
+        if out is None or not out.is_dir():
+            raise
+        what = str(err) if isinstance(err, WorkerLost) else \
+            f"cannot write into '{out}' ({err.strerror or err}); the points finished are kept"
+        fewer = " fewer --jobs" if isinstance(err, WorkerLost) else ""
+        raise UserError(f"{what}: resume with{fewer}: {resume_command(a, out)}") from None
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():

@@ -84,8 +84,11 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
 
 
 def append_text(fd: int, line: str) -> None:
-    """One line (ending in its newline), one write(), then fsync: a kill leaves at most one torn last line."""
-    os.write(fd, line.encode())
+    """One line (ending in its newline), written whole (a short write() is followed by one for the rest; a disk
+    that fills raises OSError), then fsync: a kill or a full disk leaves at most one torn last line."""
+    view = memoryview(line.encode())
+    while view:
+        view = view[os.write(fd, view):]
     os.fsync(fd)
 
 
@@ -102,14 +105,21 @@ def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = No
     whose ``points`` are dicts with a ``"key"``): the plan's points that are
     stored, in plan order, ``index`` renumbered.  ``key_of(params)`` recomputes
     a stored record's key (so records written under older defaults still
-    match); without it the stored key is used.
+    match); without it the stored key is used.  Each point's ``grid`` is the plan's (``sweep.json``'s ``grids``
+    where it records them), so a point stored by a smaller grid reads with the keys the grid has grown.
     """
     stored = read_results(Path(out) / "results.jsonl")
-    keys = planned_keys(out) if plan is None else [p["key"] for p in plan.points]
+    if plan is None:
+        keys, grids = planned_keys(out), _planned_grids(out)
+    else:
+        keys, grids = [p["key"] for p in plan.points], [p.get("grid") for p in plan.points]
     if keys is None:
         return sorted({r["key"]: r for r in stored}.values(), key=lambda r: r.get("index", 0))
     recs = {key_of(r["params"]) if key_of is not None and "params" in r else r["key"]: r for r in stored}
-    return [dict(recs[k], index=i) for i, k in enumerate(keys) if k in recs]
+    if grids is None or len(grids) != len(keys):
+        grids = [None] * len(keys)
+    return [dict(recs[k], index=i, **({"grid": g} if isinstance(g, dict) else {}))
+            for i, (k, g) in enumerate(zip(keys, grids)) if k in recs]
 
 
 def checked_points(out: Path, records: list[dict]) -> list[dict]:
@@ -152,6 +162,17 @@ def planned_keys(out: Path) -> list[str] | None:
     except (OSError, ValueError, AttributeError):
         return None
     return [str(k) for k in keys] if isinstance(keys, list) else None
+
+
+def _planned_grids(out: Path) -> list | None:
+    """Each planned point's grid values (``sweep.json``'s ``grids``, in the order of its ``keys``); None where the
+    folder records none."""
+    try:
+        with open(Path(out) / "sweep.json", encoding="utf-8") as fh:
+            grids = json.load(fh).get("grids")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return grids if isinstance(grids, list) else None
 
 
 def unplanned(out: Path, records: list[dict]) -> int:

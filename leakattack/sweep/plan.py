@@ -103,7 +103,8 @@ class Plan:
 
     def meta(self) -> dict:
         meta = {"settings": self.settings, "base": self.base, "grid": self.grid, "strength": self.strength,
-                "points": len(self.points), "keys": [p["key"] for p in self.points]}
+                "points": len(self.points), "keys": [p["key"] for p in self.points],
+                "grids": [p["grid"] for p in self.points]}
         if self.duplicates:
             meta["duplicates"] = self.duplicates
         return meta

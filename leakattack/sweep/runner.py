@@ -155,9 +155,15 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
 
 def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     code = provenance()  # the user's code behind registered names, as a run's config.json records it
-    write_json(out / "sweep.json", {**plan.meta(), **({"plugins": code} if code else {})})
+    meta = {**plan.meta(), **({"plugins": code} if code else {})}
+    # an earlier sweep's plan stays in sweep.json until this one writes a point: a changed sweep file stopped before
+    # its first point leaves the folder's summary.csv and figures as they were, and still drawable
+    plan_written = not (out / "sweep.json").exists()
+    if plan_written:
+        write_json(out / "sweep.json", meta)
     results = out / "results.jsonl"
     done = {point_key(r["params"]) for r in read_results(results, repair=True) if "params" in r}
+    checked_points(out, load_records(out, plan, key_of=point_key))  # a bad stored metric: refused before any run
     todo = [(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in done]
     others = len(done - {pt["key"] for pt in plan.points})
     if others:
@@ -180,15 +186,18 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     lpips = bool(plan.settings.get("lpips", False))
     missing = lpips_missing() if lpips and todo else ""
     if missing:
-        warnings.warn(f"lpips = true: {missing}; the points record LPIPS as n/a")
+        warnings.warn(f"lpips = true: {missing}; the points record LPIPS as n/a", SettingWarning, stacklevel=2)
     bar = progress_bar(len(plan.points), "sweep", "pt", progress, initial=len(plan.points) - len(todo))
     fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     (out / "points").mkdir(exist_ok=True)
     started, written = False, 0
 
     def keep(i: int, pt: dict, result) -> None:
-        nonlocal written
+        nonlocal written, plan_written
         m, recon, truth = result
+        if not plan_written:
+            write_json(out / "sweep.json", meta)
+            plan_written = True
         write_tensors(out / "points" / f"{pt['key']}.pt",
                       {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
         append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"], "metrics": m})
@@ -225,6 +234,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
         bar.close()
         os.close(fd)
     reattached = getattr(workers, "reattached", 0)
+    if not plan_written:  # every point was finished already: this plan is the folder's now
+        write_json(out / "sweep.json", meta)
     try:
         drawn = finalize(out, plan)
     except KeyboardInterrupt:
@@ -249,6 +260,9 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     ``identified``: how many points not rebuilt still single out images (:func:`leakattack.metrics.identified_line`).
     """
     records = checked_points(out, load_records(out, plan, key_of=point_key))
+    if not records:
+        raise UserError(f"'{out / 'results.jsonl'}' holds no finished point of the grid '{out / 'sweep.json'}' names: "
+                        "nothing to draw, and summary.csv and figures/ are left as they are")
     rows = summarize(records)
     notes: list[str] = []
     paths = figures.sweep_figures(out, records, notes=notes)

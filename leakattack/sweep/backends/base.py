@@ -5,6 +5,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Iterator
 
+from ...errors import UserError
+
+
+class WorkerLost(UserError):
+    """A job's process ended without a result (killed): one sentence; the sweep's finished points stay, and the
+    command line adds how to resume."""
+
 
 class Backend(ABC):
     """Runs independent jobs somewhere; the caller alone writes their results.

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 
 import torch
 from tqdm.std import tqdm
@@ -23,7 +24,7 @@ from tqdm.std import tqdm
 from targets.victim import cpu_cores, share_cores
 
 from ...errors import one_line_warnings
-from .base import Backend
+from .base import Backend, WorkerLost
 
 
 def _worker_init(cores: int, parent: int) -> None:
@@ -105,7 +106,13 @@ class LocalBackend(Backend):
         with _sigint_ignored():  # the workers start here: from their first instruction Ctrl-C is the parent's
             futures = {self._pool.submit(fn, item): item for item in items}
         for fut in as_completed(futures):
-            yield futures[fut], fut.result()
+            try:
+                result = fut.result()
+            except BrokenProcessPool:
+                raise WorkerLost(f"a worker process of the sweep ended without a result (killed: the system stops "
+                                 f"one where memory runs out, and {self.jobs} jobs hold {self.jobs} models and "
+                                 "attacks at once); the points finished are kept") from None
+            yield futures[fut], result
 
     def close(self, cancel: bool = False) -> None:
         pool, self._pool = self._pool, None

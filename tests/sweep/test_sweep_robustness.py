@@ -1,0 +1,108 @@
+"""A sweep folder survives what goes wrong around it: a changed sweep file stopped before its first point, a short
+write, a worker that is killed, a hand-edited metric, and a grid that grows reads as a fresh run of it."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_sweep import TINY, InterruptedBackend, write  # tests/sweep is on the path
+
+from leakattack import cli
+from leakattack.errors import UserError
+from leakattack.results import store
+from leakattack.sweep import Backend, load_plan, read_results, run_sweep, runner
+from leakattack.sweep.backends import LocalBackend
+from leakattack.sweep.backends.base import WorkerLost
+
+SMALL = TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]").replace("image_index = [0, 1, 2, 3]",
+                                                                             "image_index = [0, 1]")
+
+
+def _state(out: Path) -> dict:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != "sweep.lock"}
+
+
+def test_a_changed_sweep_file_stopped_before_its_first_point_leaves_the_folder_drawable(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    run_sweep(load_plan(write(tmp_path, SMALL)), out, progress=False)
+    before = _state(out)
+    grown = load_plan(write(tmp_path, SMALL.replace("sigma = [0.0]", "sigma = [0.0, 1e-3]"), "grown.toml"))
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: InterruptedBackend(0))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grown, out, progress=False)
+    assert _state(out) == before  # sweep.json still names the grid whose points are stored
+    monkeypatch.undo()
+    assert cli.main(["figures", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("2 points | ")
+    assert _state(out)["summary.csv"] == before["summary.csv"]
+    with pytest.raises(UserError, match="holds no finished point of the grid .* left as they are"):
+        runner.finalize(out, load_plan(write(tmp_path, SMALL.replace("sigma = [0.0]", "sigma = [0.5]"), "o.toml")))
+    assert _state(out)["summary.csv"] == before["summary.csv"]
+
+
+def test_a_short_write_is_followed_by_the_rest_of_the_line(tmp_path, monkeypatch):
+    real = os.write
+    monkeypatch.setattr(store.os, "write", lambda fd, data: real(fd, bytes(data[:7])))
+    path = tmp_path / "results.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        store.append_line(fd, {"key": "k", "metrics": {"psnr": 12.5}, "text": "x" * 100})
+    finally:
+        os.close(fd)
+    assert json.loads(path.read_text()) == {"key": "k", "metrics": {"psnr": 12.5}, "text": "x" * 100}
+    assert path.read_text().count("\n") == 1
+
+
+def _die(item):
+    os._exit(3)  # as the system's OOM killer ends a worker: no exception, no result
+
+
+def test_a_killed_worker_is_one_sentence_that_names_how_to_resume(tmp_path, monkeypatch, capsys):
+    with pytest.raises(WorkerLost, match="a worker process of the sweep ended without a result"):
+        with LocalBackend(jobs=2) as backend:
+            list(backend.map_unordered(_die, [1, 2]))
+
+    class Lost(Backend):
+        def map_unordered(self, fn, items, key=None):
+            items = list(items)
+            yield items[0], fn(items[0])
+            raise WorkerLost("a worker process of the sweep ended without a result (killed); the points finished "
+                             "are kept")
+
+        def close(self, cancel=False):
+            pass
+
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: Lost())
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(write(tmp_path, SMALL)), "--out", str(out), "--quiet"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("leakattack: warning:")]
+    assert len(lines) == 1 and lines[0].endswith(f"resume with fewer --jobs: leakattack sweep {tmp_path / 's.toml'} "
+                                                 f"--out {out} --quiet"), lines
+    assert len(read_results(out / "results.jsonl")) == 1
+
+
+def test_a_bad_stored_metric_is_refused_before_any_point_runs(tmp_path):
+    out = tmp_path / "out"
+    run_sweep(load_plan(write(tmp_path, SMALL)), out, progress=False)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    lines[0] = lines[0].replace('"psnr": ', '"psnr": "abc", "was": ', 1)
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    grown = load_plan(write(tmp_path, SMALL.replace("image_index = [0, 1]", "image_index = [0, 1, 2]"), "g.toml"))
+    with pytest.raises(UserError, match='whose psnr is "abc", not a number'):
+        run_sweep(grown, out, progress=False)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_grown_grid_summarises_as_a_fresh_run_of_it(tmp_path):
+    grown_text = SMALL.replace("image_index = [0, 1]", 'image_index = [0, 1]\nobjective = ["l2", "cosine"]')
+    resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
+    run_sweep(load_plan(write(tmp_path, SMALL)), resumed, progress=False)
+    grown = load_plan(write(tmp_path, grown_text, "grown.toml"))
+    res = run_sweep(grown, resumed, progress=False)
+    assert res["skipped"] == 2
+    run_sweep(grown, fresh, progress=False)
+    assert (resumed / "summary.csv").read_text() == (fresh / "summary.csv").read_text()
+    assert cli.main(["figures", str(resumed)]) == 0
+    assert (resumed / "summary.csv").read_text() == (fresh / "summary.csv").read_text()
