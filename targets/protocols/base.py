@@ -54,7 +54,7 @@ from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT
 from leakattack.sketch import get_sketch, readout_variance
 
 from ..oracle import flat_gradient, flat_params, loss_at, per_example_gradients, unflatten
-from ..victim import Victim
+from ..victim import Victim, batchnorm_layers
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
 SPEC_DEFAULTS: dict[str, object] = {
@@ -142,15 +142,24 @@ def local_sgd(grad_fn: Callable[[torch.Tensor, int], torch.Tensor], w: torch.Ten
 
 def evaluate(victim: Victim, w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
              chunk: int = 512) -> tuple[float, float]:
-    """(mean loss, accuracy) of the victim at flat weights w on a labelled set."""
+    """(mean loss, accuracy) of the victim at flat weights w on a labelled set; BatchNorm layers that keep running
+    statistics normalise by them, as a deployed model does (by each chunk's own statistics the numbers would depend
+    on ``chunk``)."""
     params = unflatten(victim, w)
     total, correct = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, images.shape[0], chunk):
-            x, y = images[i:i + chunk], labels[i:i + chunk]
-            out = functional_call(victim.model, params, (x,))
-            total += float(victim.loss(out, y)) * x.shape[0]
-            correct += int((out.argmax(-1) == y).sum())
+    layers = [m for m in batchnorm_layers(victim.model) if m.running_mean is not None and m.training]
+    for m in layers:
+        m.eval()
+    try:
+        with torch.no_grad():
+            for i in range(0, images.shape[0], chunk):
+                x, y = images[i:i + chunk], labels[i:i + chunk]
+                out = functional_call(victim.model, params, (x,))
+                total += float(victim.loss(out, y)) * x.shape[0]
+                correct += int((out.argmax(-1) == y).sum())
+    finally:
+        for m in layers:
+            m.train()
     n = images.shape[0]
     return total / n, correct / n
 

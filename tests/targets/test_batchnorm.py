@@ -125,3 +125,29 @@ def test_auto_batchnorm_mode_is_eval_for_one_example_and_train_for_a_batch():
     for batch, bn, mode in ((1, "auto", "eval"), (2, "auto", "train"), (1, "train", "train")):
         p = prepare(RunConfig(model="resnet20", batch_size=batch, bn=bn, iterations=1))
         assert p.victim.bn_mode == mode, (batch, bn)
+
+
+def test_test_accuracy_reads_the_running_statistics_whatever_the_chunk():
+    """A training run's test loss and accuracy normalise by BatchNorm's running statistics (a deployed model's), so
+    they do not depend on how many test images are put through at once; the layers stay in train mode after."""
+    from targets.oracle import flat_params
+    from targets.protocols.base import evaluate
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(4, 3))
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    victim = targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=3)
+    gen = torch.Generator().manual_seed(1)
+    images, labels = torch.rand(20, 1, 8, 8, generator=gen), torch.randint(0, 3, (20,), generator=gen)
+    w = flat_params(victim)
+    whole, one = evaluate(victim, w, images, labels, chunk=512), evaluate(victim, w, images, labels, chunk=1)
+    assert whole[0] == pytest.approx(one[0], rel=1e-5) and whole[1] == one[1]
+    assert victim.model[1].training
+    net.eval()
+    with torch.no_grad():
+        out = net(images)
+    assert whole[0] == pytest.approx(float(nn.functional.cross_entropy(out, labels)), rel=1e-5)
+    assert whole[1] == int((out.argmax(1) == labels).sum()) / 20

@@ -218,3 +218,23 @@ def test_a_long_unrolled_attack_under_a_time_limit_says_how_many_iterations_the_
     assert len(notes) == 1 and "its time limit of" in notes[0], notes
     allowed = int(notes[0].split("stops it after about ")[1].split(";")[0])
     assert 0 <= allowed < 100000
+
+
+def test_fedavg_weights_each_client_by_the_examples_it_trained_on(digits_train):
+    """McMahan et al. 2017, Algorithm 1: w^{t+1} = w^t + sum_c n_c / n dw_c, with n_c a client's shard under
+    --local-epochs (non-iid shards differ in size); equal batches of B give the plain mean."""
+    victim = linear_victim(digits_train)
+    p = get_protocol("fedavg", victim, digits_train, clients=3, noniid=True, local_epochs=1, batch_size=64,
+                     local_lr=0.3)
+    sizes = [int(p.shards[c].numel()) for c in range(3)]
+    assert len(set(sizes)) == 3
+    w = p.initial_weights()
+    w_next, stats = p.run_round(w, 1)
+    dws = [p.client_update(w, *p.client_batch(1, c), 1, c) for c in stats["clients"]]
+    n = [sizes[c] for c in stats["clients"]]
+    torch.testing.assert_close(w_next, w + sum(dw * (k / sum(n)) for dw, k in zip(dws, n)), rtol=1e-12, atol=1e-15)
+    assert float((w_next - (w + torch.stack(dws).mean(0))).norm()) > 1e-3 * float(torch.stack(dws).norm())
+    batch = get_protocol("fedavg", victim, digits_train, clients=3, noniid=True, batch_size=16, local_lr=0.3)
+    w_next, stats = batch.run_round(w, 1)
+    dws = [batch.client_update(w, *batch.client_batch(1, c), 1, c) for c in stats["clients"]]
+    assert torch.equal(w_next, w + torch.stack(dws).mean(0))
