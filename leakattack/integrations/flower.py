@@ -387,6 +387,9 @@ class RecordingStrategy(Strategy):
             log(WARNING, "round %d: the clients of nodes %s and %s both report client id '%s': the second's message "
                 "file is %s (give each client its own id)", server_round, first, proxy.cid, client, path.name)
         written[path] = str(proxy.cid)
+        if not settings["local_steps"]:  # an attack reads the file's count: one step where a client took more misleads
+            log(WARNING, "round %d, client %s: no local_steps in the fit configuration nor given to "
+                "RecordingStrategy: its message file says 1 local step", server_round, client)
         write_message(path, message, sketch=sketch, kind="update",
                       batch_size=batch, lr=float(settings["lr"]),
                       local_steps=int(settings["local_steps"] or 1), defense=self.defense,

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from defenses import build as build_defense
@@ -187,6 +188,11 @@ def first_label_outside(labels: torch.Tensor, num_classes: int | None) -> int | 
     return int(wrong.nonzero()[0, 0]) if bool(wrong.any()) else None
 
 
+def _plain(value):
+    """A NumPy scalar as the Python number or string it holds (a file holds plain values only); others as given."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None = None, kind: str = "gradient",
                   batch_size: int = 1, labels=None, lr: float | None = None, local_steps: int = 1,
                   defense: str | None = None, input_shape=None, num_classes: int | None = None, **ids) -> Path:
@@ -203,19 +209,21 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
     the format raises ``MessageError`` and writes nothing.
     """
     desc = sketch.describe() if isinstance(sketch, Sketch) else sketch
-    y = message.detach().reshape(-1).cpu() if isinstance(message, torch.Tensor) else message
+    # clone: torch.save writes a view's whole storage (a batch's other rows, a data set's other labels)
+    y = message.detach().reshape(-1).cpu().clone() if isinstance(message, torch.Tensor) else message
     if labels is not None:
         try:
-            labels = torch.as_tensor(labels).detach().reshape(-1).cpu()
+            labels = torch.as_tensor(labels).detach().reshape(-1).cpu().clone()
         except (TypeError, ValueError, RuntimeError):  # strings, ragged lists: torch's own message is no sentence
             raise MessageError(f"message: 'labels' must be class indices (a 1-d integer tensor), got "
                                f"{labels!r:.60}") from None
     fields = {
         "format": FORMAT, "version": VERSION, "message": y, "kind": kind, "sketch": desc,
-        "batch_size": batch_size, "labels": labels, "lr": float(lr) if lr is not None and is_real(lr) else lr,
-        "local_steps": local_steps, "defense": defense or None,
+        "batch_size": _plain(batch_size), "labels": labels,
+        "lr": float(lr) if lr is not None and is_real(lr) else lr,
+        "local_steps": _plain(local_steps), "defense": defense or None,
         "input_shape": _shape_list(input_shape),
-        "num_classes": num_classes, "ids": dict(ids),
+        "num_classes": _plain(num_classes), "ids": {k: _plain(v) for k, v in ids.items()},
     }
     _check(fields, "message")
     if labels is not None:  # class indices: a file holding others is refused when a run reads it against its model

@@ -147,3 +147,24 @@ def test_an_input_shape_of_numpy_integers_or_a_torch_size_is_written_as_a_list(t
     for shape in (np.array([1, 2, 2]), torch.Size([1, 2, 2]), (np.int64(1), 2, 2)):
         path = write_message(tmp_path / "m.pt", torch.zeros(4), input_shape=shape)
         assert read_message(path).input_shape == (1, 2, 2)
+
+
+def test_a_view_is_written_as_its_own_numbers_only(tmp_path):
+    # torch.save writes a view's whole storage: the other clients' messages and the data set's other labels
+    messages, labels = torch.randn(3, 10, dtype=torch.float64), torch.arange(1000) % 10
+    path = write_message(tmp_path / "m.pt", messages[1], labels=labels[4:6], batch_size=2, num_classes=10)
+    raw = torch.load(path, weights_only=True)
+    assert raw["message"].untyped_storage().nbytes() == 10 * 8
+    assert raw["labels"].untyped_storage().nbytes() == 2 * raw["labels"].element_size()
+    m = read_message(path)
+    assert torch.equal(m.y, messages[1]) and m.labels.tolist() == [4, 5]
+
+
+def test_numpy_scalars_are_written_as_plain_values_that_read_back(tmp_path):
+    import numpy as np
+
+    path = write_message(tmp_path / "m.pt", torch.ones(4), num_classes=np.int64(10), batch_size=np.int64(2),
+                         local_steps=np.int64(3), round=np.int64(3), client=np.str_("a"))
+    m = read_message(path)
+    assert (m.num_classes, m.batch_size, m.local_steps) == (10, 2, 3)
+    assert m.ids == {"round": 3, "client": "a"} and type(m.ids["round"]) is int and type(m.ids["client"]) is str
