@@ -371,7 +371,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         with_lpips=with_lpips, device=p.device,
     )
     judged = judgement(p, result, scores, with_lpips, mean)
-    found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"]})
+    found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"],
+                                   "verdict_each": judged.get("verdict_each"), "ssim_each": scores.get("ssim_each")})
     message = found.pop("message", result.message)  # the attack's message, or what uniqueness says of the match
     wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
     seed_search = case.obs.extra.get("seed_search")  # the attacker's R came from a seed search
@@ -507,8 +508,9 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
 
     ``unique`` is False when the run matched the message to the tolerance with
     fewer numbers than unknowns, or at an image that is not the truth (not
-    rebuilt, or SSIM < :data:`metrics.SAME_IMAGE_SSIM`): another input matches
-    as well.  Otherwise, for a converged run whose Jacobian of x -> the
+    rebuilt, or SSIM < :data:`metrics.SAME_IMAGE_SSIM`; in a batch, any image
+    not rebuilt on its own or below that SSIM, ``m``'s ``verdict_each`` and
+    ``ssim_each``): another input matches as well.  Otherwise, for a converged run whose Jacobian of x -> the
     attacker's model of the message is small enough to measure
     (:func:`metrics.jacobian_rank`), or whose Gauss-Newton steps converged and formed it
     there, it is whether that rank is m*B (the match is isolated: locally
@@ -527,15 +529,20 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
     if case.obs.b < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
         return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}"}
-    if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM):
+    # a batch's images one by one: one exact image can carry the means past another that is not its truth
+    wrong = [i + 1 for i, (v, s) in enumerate(zip(m.get("verdict_each") or [], m.get("ssim_each") or []))
+             if v != metrics.REBUILT or (s if s is not None else 0.0) < metrics.SAME_IMAGE_SSIM]
+    if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM
+                               or wrong):
+        which = f"SSIM {_number(m['ssim'])}" + (_not_rebuilt_images(wrong, len(m["verdict_each"])) if wrong else "")
         if loose_tolerance(p.cfg):  # a loose match: another image near the message, not one that gives it
             looser = f"--tol {p.cfg.tol:g} is looser than its default {TIGHT_TOL:g}"
             return {**out, "jacobian_note": f"not measured: {looser}",
-                    "message": (f"{said}at an image that is not the truth (SSIM {_number(m['ssim'])}): --tol "
+                    "message": (f"{said}at an image that is not the truth ({which}): --tol "
                                 f"{p.cfg.tol:g}, looser than its default {TIGHT_TOL:g}, lets an image near the message "
                                 "stop the run, so this does not tell whether another image gives the message")}
         out.update(unique=False, message=(
-            f"{said}yet the image is not the truth (SSIM {_number(m['ssim'])}): a different image "
+            f"{said}yet the image is not the truth ({which}): a different image "
             "matches the message to the tolerance, so the message does not determine the input here; this is a "
             "finding in itself"))
     if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels
@@ -559,6 +566,13 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     if out["unique"] is None and rank is not None:
         out["unique"] = rank == mB
     return out
+
+
+def _not_rebuilt_images(wrong: list[int], n: int) -> str:
+    """``; images 3, 7 of 8 not rebuilt on their own`` (the first five numbered)."""
+    listed = ", ".join(map(str, wrong[:5])) + (", ..." if len(wrong) > 5 else "")
+    many = len(wrong) > 1
+    return f"; image{'s' if many else ''} {listed} of {n} not rebuilt on {'their' if many else 'its'} own"
 
 
 def _number(v) -> str:

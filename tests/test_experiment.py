@@ -153,6 +153,32 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
     assert "--tol 0.01, looser than its default 1e-10" in out["message"] and "--tol 0.01" in out["jacobian_note"]
 
 
+def test_a_batch_with_one_image_not_its_truth_is_not_unique_whatever_the_means():
+    """Fifteen exact digits and one other digit in its place: the batch's means read rebuilt at SSIM 0.94, and a
+    full-rank J there shows only that the wrong point is isolated; the image not rebuilt on its own says that a
+    different input matches the message."""
+    from types import SimpleNamespace as NS
+
+    from leakattack import assess, get_batch, get_dataset
+    from leakattack.attacks import AttackResult
+    from leakattack.experiment import uniqueness
+
+    data = get_dataset("digits")
+    x, y = get_batch(data, 0, 16)
+    xh = x.clone()
+    xh[15] = get_batch(data, 100, 1)[0][0]
+    gn = {"kept": True, "jacobian_rank": 16 * 784, "singular_values": (1.0, 1e-3)}
+    result = AttackResult(x=xh, labels=y, x0=torch.full_like(x, 0.5), losses=[1.0, 1e-12], stop_reason="tolerance",
+                          iterations=100, best_step=1, gauss_newton=gn)
+    judged = assess(result, x, y, dataset=data, with_lpips=False)
+    assert judged["verdict"] == "rebuilt" and judged["ssim"] > 0.9 and judged["verdict_each"][15] == "not rebuilt"
+    case = NS(x=x, obs=NS(b=10 ** 6, batch_size=16), victim=NS(unknowns_per_example=784))
+    p = NS(case=case, cfg=NS(tol=0.0, label_source="idlg"), attack=NS(closed_form=False))
+    out = uniqueness(p, result, {key: judged[key] for key in ("verdict", "ssim", "verdict_each", "ssim_each")})
+    assert out["unique"] is False and out["jacobian_rank"] == 16 * 784
+    assert "(SSIM 0.94; image 16 of 16 not rebuilt on its own): a different image matches" in out["message"]
+
+
 def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_reconstruction_say_so():
     from types import SimpleNamespace as NS
 
