@@ -8,7 +8,7 @@ A sweep file has three tables::
     strength = "sigma"           # the grid key drawn as "defense strength"
     lpips = false                # LPIPS per point (off: keeps sweeps light)
 
-    [base]                       # any RunConfig field; strings may hold {placeholders}
+    [base]                       # any RunConfig field; strings, and the strings of lists, may hold {placeholders}
     model = "lenet"
     defense = "gaussian:sigma={sigma}"
 
@@ -210,7 +210,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
             raise ConfigError(f"unknown [base] key '{k}' (value {v!r}): not a run parameter{_nearest(k, fields)}")
         if _nonfinite(v) is not None:
             raise ConfigError(f"[base] {k} holds {_nonfinite(v)!r}, which is not a finite number")
-    holders = {h for v in base.values() if isinstance(v, str) for h in _PLACEHOLDER.findall(v)}
+    holders = {h for v in base.values() for text in _texts(v) for h in _PLACEHOLDER.findall(text)}
     for g in grids:
         if not isinstance(g, dict):
             raise ConfigError(f"[grid] must be a table of lists, got {g!r}")
@@ -267,14 +267,27 @@ def _nearest(key: str, fields: set[str]) -> str:
     return f"; did you mean '{near[0]}'?" if near else ""
 
 
+def _texts(value) -> list[str]:
+    """The strings of a [base] value that may hold {placeholders}: the value itself, or a list's strings."""
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _filled(value, combo: dict):
+    """A [base] value with its {placeholders} written from the grid point ``combo`` (in a list, each string's)."""
+    if isinstance(value, list):
+        return [_filled(v, combo) for v in value]
+    if isinstance(value, str) and _PLACEHOLDER.search(value):
+        return _PLACEHOLDER.sub(lambda m: value_text(combo[m.group(1)]), value)
+    return value
+
+
 def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progress: bool) -> list[dict]:
     """The distinct points of the grids, each validated (and, with ``check``, checked by :func:`check_runnable`)."""
     points, cfgs, seen = [], [], set()
     for combo in (c for g in grids for c in _product(g)):
-        values = {k: v for k, v in base.items()}
-        for k, v in values.items():
-            if isinstance(v, str) and _PLACEHOLDER.search(v):
-                values[k] = _PLACEHOLDER.sub(lambda m: value_text(combo[m.group(1)]), v)
+        values = {k: _filled(v, combo) for k, v in base.items()}
         values.update({k: v for k, v in combo.items() if k in fields})
         try:
             cfg = RunConfig.from_dict(values).validate()

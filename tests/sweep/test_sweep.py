@@ -58,6 +58,10 @@ def test_grid_expands_placeholders_in_order_and_unions_grid_tables(tmp_path):
     two = (TINY.replace("[grid]\n", "[[grid]]\n")
            + '\n[[grid]]\nsigma = [0.5]\nimage_index = [0]\nsketch = ["countsketch"]\n')
     assert len(load_plan(write(tmp_path, two, "two.toml")).points) == 13
+    listed = TINY.replace('defense = "clip:C=1,gaussian:sigma={sigma}"',
+                          'defense = "clip:C=1,gaussian:sigma={sigma}"\npriors = ["tv:{w}"]') + "w = [0.1, 0.2]\n"
+    points = load_plan(write(tmp_path, listed, "listed.toml")).points
+    assert len(points) == 24 and [p["params"]["tv"] for p in points[:2]] == [0.1, 0.2]
 
 
 @pytest.mark.parametrize("text,needle", [
