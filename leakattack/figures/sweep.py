@@ -119,6 +119,8 @@ def _set_strength_scale(ax, xs) -> None:
 
 
 def _num(v) -> str:
+    if v is None or v == "":  # an empty value (no defense) as legends show it
+        return "none"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
@@ -591,8 +593,9 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
             parts.setdefault(series_of(r, keys), []).append(r)
         for series, part in parts.items():
             acc, _ = mean_std([float(r["metrics"]["utility_acc"]) for r in part])
-            ps, ps_std = mean_std([float("nan") if r["metrics"]["psnr"] is None else float(r["metrics"]["psnr"])
-                                   for r in part])
+            scored = [float(r["metrics"]["psnr"]) for r in part if r["metrics"]["psnr"] is not None]
+            # the repetitions scored, as summary.csv's mean takes them; NaN (no point) only where none was
+            ps, ps_std = mean_std(scored) if scored else (float("nan"), float("nan"))
             by_line.setdefault(series, []).append((acc, ps, ps_std, _epsilon_label(part[0]["metrics"]), part))
     fig, ax = plt.subplots(figsize=(4.6, 3.8 + 0.25 * len(by_line) / 3), layout="constrained")
     lines: dict = {}

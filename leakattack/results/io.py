@@ -241,7 +241,7 @@ def read_object(path) -> dict:
     return data
 
 
-def _cell(v):
+def csv_cell(v):
     """A CSV cell: empty for None, JSON for a list or dict (a grid value such as ["tv:0.1"]), else the value."""
     if v is None:
         return ""
@@ -255,7 +255,7 @@ def write_csv(path, rows: list[dict], columns: list[str] | None = None) -> None:
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: _cell(r.get(k)) for k in columns})
+        writer.writerow({k: csv_cell(r.get(k)) for k in columns})
     atomic_write_text(path, buf.getvalue())
 
 

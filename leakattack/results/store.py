@@ -304,7 +304,7 @@ def series_label(series: tuple) -> str:
 def _short(v) -> str:
     if isinstance(v, float) and v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
         return f"{v:g}"
-    if v is None or v == []:  # a key a grid leaves out, or an empty list (e.g. no priors)
+    if v is None or v == [] or v == "":  # a key a grid leaves out, an empty list (no priors) or text (no defense)
         return "none"
     if isinstance(v, list) and all(isinstance(e, str) for e in v):
         return "+".join(v)

@@ -826,3 +826,69 @@ def test_the_failed_parts_agree_in_number_with_their_counts():
                                                                        "reconstruction": {"match": 0.5, "total": 1.5}}}}
     assert "2 have an objective that prefers" in _failed_parts([point(2.0), point(3.0), point(1.0)])
     assert "1 has an objective that prefers" in _failed_parts([point(2.0), point(1.0)])
+
+
+def test_a_summary_of_other_settings_with_the_same_counts_is_left_out(tmp_path):
+    """summary.csv written for an earlier grid (drawing cut short after the grid changed) can count the same points
+    in as many settings: its grid values tell it apart, and its figures are left out with it."""
+    folder, records = _sweep_with(tmp_path, "other")
+    text = (folder / "summary.csv").read_text().splitlines()
+    text[1] = text[1].replace("dlg,500,0.0,srht", "dlg,500,0.5,srht", 1)
+    (folder / "summary.csv").write_text("\n".join(text) + "\n")
+    page = build_report([folder])
+    assert "summary.csv is left out: its rows are not the settings of the points results.jsonl holds" in page
+    assert "<figure>" not in page
+
+
+def test_failed_part_counts_are_escaped_and_shares_short_of_all_never_read_100(tmp_path):
+    from leakattack.figures.report.shared import _percent
+
+    folder, _ = _sweep_with(tmp_path, "cells")
+    lines = (folder / "summary.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    assert "failed_labels" in head
+    cells = lines[1].split(",")
+    cells[head.index("failed_labels")] = "<b>x</b>"
+    lines[1] = ",".join(cells)
+    (folder / "summary.csv").write_text("\n".join(lines) + "\n")
+    page = build_report([folder])
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert [_percent(v) for v in (255 / 256, 0.9996, 0.0004)] == ["99.6%", "99.9%", "0.1%"]
+
+
+def test_a_run_reported_as_dot_reads_its_time_stamp(tmp_path, monkeypatch):
+    folder = tmp_path / "run-lenet-20240102-030405"
+    shutil.copytree(RUN, folder)
+    monkeypatch.chdir(folder)
+    assert "2024-01-02 03:04:05 (from the folder name)" in build_report([Path(".")])
+
+
+def test_files_of_the_right_syntax_and_the_wrong_shape_are_one_sentence(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    run = _with_metrics(tmp_path, "run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "run": [1, 2]}))
+    assert "its run is list, not the object a run writes" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    sweep, records = _sweep_with(tmp_path, "sweep")
+    meta = json.loads((sweep / "sweep.json").read_text())
+    (sweep / "sweep.json").write_text(json.dumps({**meta, "grid": "y"}))
+    assert "its grid is not the table" in _fails(capsys, ["report", str(sweep), "--out", str(out)])
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    lines = (sweep / "summary.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    for bad in ("abc", "nan", "1.5"):
+        cells = lines[1].split(",")
+        cells[head.index("rebuilt")] = bad
+        (sweep / "summary.csv").write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+        err = _fails(capsys, ["report", str(sweep), "--out", str(out)])
+        assert f"line 2 has rebuilt = '{bad}', not a share between 0 and 1" in err
+    assert not out.exists()
+
+
+def test_a_match_that_is_not_a_permutation_reads_the_images_in_their_order(tmp_path):
+    run = tmp_path / "batch"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--batch-size", "2", "--iterations", "2",
+                     "--no-lpips", "--quiet", "--out", str(run)]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, "match": [0, 5]}))
+    assert "<h4>Per image (in ground-truth order)</h4>" in build_report([run])

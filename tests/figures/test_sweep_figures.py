@@ -354,3 +354,24 @@ def test_std_bars_and_baseline_bands_stop_at_the_values_a_metric_can_take(tmp_pa
     assert tops and max(tops) == pytest.approx(1.0) and min(bottoms) < 0.1  # cut above, the full std below
     bands = [coll for coll in ssim_ax.collections if not hasattr(coll, "get_segments")]
     assert bands and max(v[1] for b in bands for path in b.get_paths() for v in path.vertices) <= 1.0 + 1e-9
+
+
+def test_a_repetition_left_unscored_keeps_its_setting_on_the_frontier(tmp_path, drawn):
+    """A point whose PSNR is not a number (null) is left out of its setting's mean, as summary.csv leaves it out;
+    the setting stays on the privacy-utility frontier at its other repetitions' mean."""
+    records = []
+    for i, (z, psnr) in enumerate([(0.0, 60.0), (0.0, None), (0.7, 12.0), (0.7, 10.0)]):
+        m = {"d": 100, "b": 50, "m": 64, "psnr": psnr, "ssim": 0.1, "utility_acc": 0.8, "epsilon": None,
+             "privacy_note": "note", "defense": "clip:C=1"}
+        records.append({"key": f"{i:012d}", "index": i, "grid": {"z": z, "image_index": i % 2},
+                        "params": {**SHARED, "sketch": "srht"}, "metrics": m})
+    sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
+    (line,) = [ln for ax in drawn["privacy_utility"].axes for ln in ax.get_lines() if len(ln.get_ydata()) > 1]
+    assert sorted(line.get_ydata()) == [11.0, 60.0]
+
+
+def test_an_empty_grid_value_is_named_none_in_legends_and_ticks():
+    from leakattack.results import series_label
+
+    assert series_label((("defense", '""'), ("sketch", '"srht"'))) == "defense=none, sketch=srht"
+    assert sweep_figures_module._num("") == "none" and sweep_figures_module._num(0.5) == "0.5"

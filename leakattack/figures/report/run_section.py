@@ -55,6 +55,7 @@ from .shared import (
     _name,
     _num,
     _or,
+    _percent,
     _score,
     _seconds,
     _threat,
@@ -86,6 +87,10 @@ _STAMP = re.compile(r"(?:^|-)(\d{8})-(\d{6})(?:-|$)")
 def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
     config = read_object(folder / "config.json") if (folder / "config.json").is_file() else {}
+    for part in ("run", "derived", "environment"):  # a hand-edited file: one sentence, not a traceback
+        if not isinstance(config.get(part, {}), dict):
+            raise UserError(f"'{folder / 'config.json'}' is unreadable: its {part} is "
+                            f"{type(config[part]).__name__}, not the object a run writes")
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics, clip_blind=_clips(run.get("defense") or metrics.defense)
                                         and not run.get("attacker_knows_clip"), run=run, derived=derived)
@@ -319,7 +324,7 @@ def _per_image(m: RunMetrics) -> str:
     # order); where the run attacked nothing its start was matched, and its labels are not shown against it
     found = m.labels_attack if n > 1 and m.labels_attack and m.attacked is not False and len(m.labels_attack) == n \
         else None
-    order = m.match if m.match and len(m.match) == n else list(range(n))
+    order = m.match if m.match and sorted(m.match) == list(range(n)) else list(range(n))  # a permutation, or none
     rows = []
     scored = m.truth is not False  # without a truth no score was taken: null reads "–", not "not a number"
 
@@ -353,7 +358,7 @@ def _per_image(m: RunMetrics) -> str:
     verdicts = image_verdicts(record)
     on_matched = (f"; {round(matched * n)} of {n} on the images they were matched to" if n > 1 and
                   isinstance(matched, (int, float)) and (verdicts is None or REBUILT in verdicts) else "")
-    lab = (f'<p class="note">labels recovered: {_num(acc * 100, 0)}% (as a multiset){on_matched}.</p>'
+    lab = (f'<p class="note">labels recovered: {_percent(acc)} (as a multiset){on_matched}.</p>'
            if isinstance(acc, (int, float)) else "")
     return ('<h4>Per image (in ground-truth order)</h4><div class="scroll"><table class="num"><tr><th>image</th>'
             "<th>true label</th>" + ("<th>attack's label</th>" if found is not None and truth else "")
@@ -480,7 +485,7 @@ def _machine(env: dict, m: RunMetrics, folder: Path) -> list[tuple[str, str]]:
 
 
 def _when(folder: Path) -> str:
-    hit = _STAMP.search(folder.name)
+    hit = _STAMP.search(Path(folder).resolve().name)  # "." names the folder too
     if not hit:
         return f"{NOT_RECORDED} (the folder name carries no time stamp)"
     d, t = hit.groups()

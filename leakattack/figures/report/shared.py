@@ -169,9 +169,12 @@ def _num(v, digits: int = 2, kind: str = "f") -> str:
 
 
 def _percent(share: float) -> str:
-    """A share as a percentage: whole where it is one (``75%``), else to a tenth (``12.5%``, not ``12%``)."""
+    """A share as a percentage: whole where it is one (``75%``), else to a tenth (``12.5%``, not ``12%``); a share
+    short of all or above none never reads 100% or 0% (``99.9%``, ``0.1%``)."""
     pct = share * 100
-    return _num(pct, 0 if abs(pct - round(pct)) < 1e-9 else 1) + "%"
+    if abs(pct - round(pct)) < 1e-9:
+        return _num(pct, 0) + "%"
+    return _num(min(max(pct, 0.1), 99.9), 1) + "%"
 
 
 def _int(v) -> str:

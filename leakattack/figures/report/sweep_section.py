@@ -37,6 +37,7 @@ from ...results import (
     summarize,
     unplanned,
 )
+from ...results.io import csv_cell
 from ..sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, first_image, grid_series, with_grid_values
 from .shared import (
     _SKETCH_WORDS,
@@ -199,7 +200,11 @@ def _failed_parts(records: list[dict]) -> str:
 def _sweep_setting(folder: Path, records: list[dict], meta: dict) -> list[tuple[str, str]]:
     rows = [("shared", context(records, meta) or "–")]
     grids = meta.get("grid") or []
-    for i, block in enumerate(grids if isinstance(grids, list) else [grids]):
+    blocks = grids if isinstance(grids, list) else [grids]
+    if not all(isinstance(b, dict) for b in blocks):  # a hand-edited file: one sentence, not a traceback
+        raise UserError(f"'{folder / 'sweep.json'}' is unreadable: its grid is not the table (or list of tables) a "
+                        "sweep writes")
+    for i, block in enumerate(blocks):
         text = "; ".join(f"{k} ∈ {{{', '.join(_short(v) for v in vs)}}}" if isinstance(vs, list) else f"{k} = {vs}"
                          for k, vs in block.items())
         rows.append((f"grid{f' {i + 1}' if len(grids) > 1 else ''}", text))
@@ -257,13 +262,33 @@ def stored_summary(folder: Path) -> list[dict] | None:
         cells = {k: _cell(v) for k, v in row.items()}
         if not isinstance(cells["n"], int) or cells["n"] < 1:
             raise UserError(f"'{path}' is unreadable: line {i} has n = {row['n']!r}, not a count of points")
+        for share in SHARE_COLUMNS:
+            v = cells.get(share)
+            if v is not None and not (isinstance(v, (int, float)) and 0 <= v <= 1):
+                raise UserError(f"'{path}' is unreadable: line {i} has {share} = {row[share]!r}, not a share "
+                                "between 0 and 1")
         rows.append(cells)
     return rows
 
 
+#: summary.csv's columns that hold a share of a setting's points (or images), each in [0, 1]
+SHARE_COLUMNS = ("rebuilt", "rebuilt_images", "one_metric_ahead")
+
+
 def summary_matches(rows: list[dict], records: list[dict]) -> bool:
-    """Whether summary.csv's rows summarise these records: a row per setting, counting every finished point."""
-    return bool(records) and len(rows) == len(group_settings(records)) and sum(r["n"] for r in rows) == len(records)
+    """Whether summary.csv's rows summarise these records: a row per setting, in order, with the setting's grid
+    values and its count of finished points (a summary of an earlier plan's settings, left where drawing was cut
+    short, can have as many rows and points)."""
+    groups = group_settings(records)
+    if not records or len(rows) != len(groups):
+        return False
+    return all(row["n"] == len(recs) and all(row.get(k) == _as_stored(v) for k, v in setting)
+               for row, (setting, recs) in zip(rows, groups.items()))
+
+
+def _as_stored(value_json: str):
+    """A grid value (JSON text) as summary.csv writes it and :func:`stored_summary` reads it back."""
+    return _cell(str(csv_cell(json.loads(value_json))))
 
 
 def _summary_note(stored: list[dict] | None, records: list[dict], current: bool) -> str:
@@ -275,6 +300,9 @@ def _summary_note(stored: list[dict] | None, records: list[dict], current: bool)
     if stored is None:
         return "summary.csv not found: the table summarises results.jsonl."
     counted = sum(r["n"] for r in stored)
+    if counted == len(records) and len(stored) == len(group_settings(records)):
+        return ("summary.csv is left out: its rows are not the settings of the points results.jsonl holds (an "
+                "earlier grid's, left where drawing was cut short); the table summarises results.jsonl.")
     return (f"summary.csv is left out: it counts {counted} point{'s' if counted != 1 else ''} in {len(stored)} "
             f"setting{'s' if len(stored) != 1 else ''}, not the {len(records)} finished points results.jsonl holds; "
             "the table summarises results.jsonl.")
@@ -339,7 +367,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                 cells += f"<td>{_percent(share) if isinstance(share, (int, float)) else '–'}{more}</td>"
         if failed:
             counts = [r.get(c) for c in FAILED_COLUMNS]
-            cells += f"<td>{'–' if counts[0] is None else ' / '.join(map(str, counts))}</td>"
+            cells += f"<td>{'–' if counts[0] is None else _e(' / '.join(map(str, counts)))}</td>"
         body.append(f"<tr>{cells}</tr>")
     same = [f"{c} = {_short(rows[0].get(c))}" for c in shared]
     if templated:
@@ -385,6 +413,12 @@ def _no_guarantee(m: dict) -> bool:
     return bool(m.get("defense")) and m.get("epsilon") is None and bool(m.get("privacy_note"))
 
 
+def _index(record: dict):
+    """A point's image index as a grid column's key (a hand-edited list or table as its JSON text)."""
+    v = record["params"].get("image_index", 0)
+    return json.dumps(v) if isinstance(v, (list, dict)) else v
+
+
 def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
     """The sweep's reconstructions as an HTML grid: one block per series, a row per strength (the truth first), a
     column per image; each cell with its PSNR, SSIM and verdict in words."""
@@ -400,14 +434,14 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
         recs = [r for r in records if series_of(r, keys) == series]
         first = {k: json.dumps(recs[0]["grid"].get(k)) for k in REPEAT_KEYS if k != "image_index"}
         recs = [r for r in recs if all(json.dumps(r["grid"].get(k)) == v for k, v in first.items())]
-        images = list(dict.fromkeys(r["params"].get("image_index", 0) for r in recs))[:MAX_GRID_COLUMNS]
+        images = list(dict.fromkeys(_index(r) for r in recs))[:MAX_GRID_COLUMNS]
         levels = sorted(dict.fromkeys(json.dumps(r["grid"].get(strength)) for r in recs), key=_level_key)
         cut = len(levels) > MAX_GRID_ROWS
         levels = levels[:MAX_GRID_ROWS]
         cell: dict = {}
         truth: dict = {}
         for r in recs:
-            key = (json.dumps(r["grid"].get(strength)), r["params"].get("image_index", 0))
+            key = (json.dumps(r["grid"].get(strength)), _index(r))
             pt = folder / "points" / f"{r['key']}.pt"
             if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
                 t = load_tensors(pt)
