@@ -295,6 +295,9 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
             raise ConfigError(f"bad run parameter in sweep point {combo}: {err}") from None
         except ConfigError as err:
             raise ConfigError(f"{err} ({_where(values, combo, base)})") from None
+        if cfg.message and not cfg.truth:  # a sweep's points are scored, summarised and drawn against their images
+            raise ConfigError(f"a sweep scores each point against its images, and message = {cfg.message!r} comes "
+                              f"without them: give truth = FILE beside it ({_where(values, combo, base)})")
         params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
         if key not in seen:

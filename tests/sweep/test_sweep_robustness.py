@@ -106,3 +106,16 @@ def test_a_grown_grid_summarises_as_a_fresh_run_of_it(tmp_path):
     assert (resumed / "summary.csv").read_text() == (fresh / "summary.csv").read_text()
     assert cli.main(["figures", str(resumed)]) == 0
     assert (resumed / "summary.csv").read_text() == (fresh / "summary.csv").read_text()
+
+
+def test_a_message_file_without_its_truth_is_refused_when_the_sweep_is_read(tmp_path, capsys):
+    import torch
+
+    from leakattack.results.message import write_message
+
+    write_message(tmp_path / "m.pt", torch.randn(100), num_classes=10)
+    sweep = write(tmp_path, f'[base]\nmessage = "{tmp_path / "m.pt"}"\nmodel = "lenet"\n[grid]\niterations = [2]\n')
+    assert cli.main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a sweep scores each point against its images" in err and "give truth = FILE" in err
+    assert not (tmp_path / "out").exists()
