@@ -535,12 +535,20 @@ class Victim:
 
     def _found_head(self) -> nn.Linear | None:
         """The classifier head :func:`output_linear` finds (None where it is frozen: no weight gradient for a label
-        rule to read); one sentence where it has other than ``num_classes`` outputs, a warning where no
-        ``nn.Linear`` computes the output and the last registered one is taken."""
+        rule to read); one sentence where the nn.Linear that computes the output has other than ``num_classes``
+        outputs; where no ``nn.Linear`` computes it, the last registered one with a warning, or none with a warning
+        where that one does not score the classes (a convolutional head behind linear gates)."""
         head, seen = output_linear(self.model, self.input_shape, self.num_classes)
         if head is None:
             return None
         which = "the nn.Linear that computes the module's output" if seen else "the module's last linear layer"
+        if head.out_features != self.num_classes and seen is False:
+            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output, and its last registered one has "
+                          f"{head.out_features} outputs, not the {self.num_classes} classes: it has no classifier head "
+                          "for the label rules to read (give --labels given or dlg, or name the layer that scores the "
+                          "classes as leakattack_head in a model file, head= from Python)", SettingWarning,
+                          stacklevel=4)
+            return None
         if head.out_features != self.num_classes:
             raise UserError(f"{which} has {head.out_features} outputs, and num_classes is {self.num_classes}: give "
                             f"the number of classes it scores, or its classifier as head={forward_at(self.model)}")

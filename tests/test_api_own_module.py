@@ -319,3 +319,28 @@ def test_a_tied_weight_takes_both_uses_in_the_gradient_and_in_the_batched_restar
                               rtol=1e-12, atol=1e-14)
     rows = torch.stack([targets.flat_gradient(victim, x, y) for x, y in zip(xs, labels)])
     assert torch.allclose(restart_gradients(victim, xs, labels), rows, rtol=1e-10, atol=1e-12)
+
+
+class _GatedConv(torch.nn.Module):
+    """A convolutional classifier whose only nn.Linear layers are a squeeze-and-excitation gate (16 outputs)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(1, 16, 3, padding=1)
+        self.se1, self.se2 = torch.nn.Linear(16, 4), torch.nn.Linear(4, 16)
+        self.cls = torch.nn.Conv2d(16, 10, 1)
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(x))
+        h = h * torch.sigmoid(self.se2(torch.tanh(self.se1(h.mean((2, 3))))))[:, :, None, None]
+        return self.cls(h).mean((2, 3))
+
+
+def test_linear_gates_behind_a_convolutional_head_are_no_head_and_a_warning():
+    from leakattack.errors import SettingWarning
+
+    with pytest.warns(SettingWarning, match="its last registered one has 16 outputs, not the 10 classes: it has no "
+                                            "classifier head for the label rules to read"):
+        victim = targets.Victim.from_module(_GatedConv(), input_shape=(1, 8, 8), num_classes=10)
+    assert victim.head is None
