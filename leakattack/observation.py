@@ -342,9 +342,17 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
     if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)
+        # BatchNorm in eval mode at its initial statistics (mean 0, variance 1) normalises nothing: a very deep
+        # residual network's activations then double block after block (ResNet-1202 overflows)
+        initial = [m for m in batchnorm_layers(victim.model) if not m.training and m.running_var is not None
+                   and m.running_mean is not None and not bool(m.running_mean.any())
+                   and bool(m.running_var.eq(1).all())]
+        hint = ("; its BatchNorm layers run in eval mode at their initial statistics (mean 0, variance 1), which "
+                "normalise nothing: give --bn train or trained weights (--weights)" if initial else
+                " (check its weights, e.g. a BatchNorm running variance below zero)")
         raise UserError(f"the client's gradient holds {int((~torch.isfinite(g)).sum())} value(s) that are NaN or "
-                        "infinite at this input: the model itself does not compute (check its weights, e.g. a "
-                        "BatchNorm running variance below zero), so there is no message to attack")
+                        f"infinite at this input: the model itself does not compute{hint}, so there is no message to "
+                        "attack")
     extra = {}
     if channel.pipeline:
         rng = torch_generator(noise_seed)

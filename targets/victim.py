@@ -730,13 +730,19 @@ class Victim:
         """m, the number of input values of one example (C*H*W)."""
         return math.prod(self.input_shape)
 
+    def reference_parameter(self) -> torch.Tensor:
+        """The parameter whose dtype and device the victim's inputs take: the first trainable floating-point one (a
+        frozen integer parameter registered first says nothing of them), else the first."""
+        params = list(self.model.parameters())
+        return next((p for p in params if p.requires_grad and p.is_floating_point()), params[0])
+
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        return self.reference_parameter().dtype
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self.reference_parameter().device
 
     def set_mode(self, bn_mode: str | None = None) -> None:
         """Put the module in the client's mode (or switch to ``bn_mode``): BatchNorm statistics as asked; no dropout.

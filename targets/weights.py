@@ -28,6 +28,10 @@ def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dty
     """One sentence on a tensor of weights that are not real and finite in ``dtype``, the model's (complex, inf,
     nan, or beyond its range), or None; ``name`` None: the flat weight vector."""
     what = "the weight vector" if name is None else f"'{name}'"
+    if t.is_meta or t.layout != torch.strided or t.is_quantized:  # no values to read, or not laid out as weights
+        kind = "a meta tensor (a shape without values)" if t.is_meta else \
+            "a quantised tensor" if t.is_quantized else f"a {str(t.layout).replace('torch.', '')} tensor"
+        return f"weights file '{path}': {what} is {kind}; weights must be a dense tensor of numbers"
     if t.is_complex():
         return (f"weights file '{path}': {what} holds complex numbers ({str(t.dtype).replace('torch.', '')}); "
                 "weights must be real")
@@ -130,12 +134,14 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
         if state.dim() != 1 or state.numel() != victim.d:
             raise UserError(f"weights file '{path}' holds a tensor of shape {tuple(state.shape)}, "
                             f"not the {victim.d} weights of this model")
-        problem = _value_error(path, state, None, victim.dtype)
+        problem = _value_error(path, state, None, victim.dtype) or next(
+            (e for n, b in (buffers or {}).items() if (e := _value_error(path, b, n, own[n].dtype))), None)
         if problem:
             raise UserError(problem)
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(state.to(victim.dtype),
-                                                [p for p in model.parameters() if p.requires_grad])
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            for part, p in zip(state.split([p.numel() for p in trainable]), trainable):  # each in its own dtype
+                p.copy_(part.reshape(p.shape))
             for n, b in (buffers or {}).items():
                 own[n].copy_(b)
         _warn_half(path, [state, *(buffers or {}).values()], victim.dtype)

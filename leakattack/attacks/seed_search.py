@@ -212,7 +212,7 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
     cols = block.cols
     yv = y.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
     noise = float(yv.pow(2).sum()) / b
-    direction = probe_direction(victim, block, next(victim.model.parameters()), probes)
+    direction = probe_direction(victim, block, victim.reference_parameter(), probes)
     first = [seed_base, seed_base + 1][: total]
     fast = has_fast_reader(kind) and fast_reader_agrees(kind, d, b, params, yv, cols, first)
     read = head_reader(kind, d, b, params, yv, cols, fast=fast)

@@ -38,11 +38,12 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
             raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
                             f"elsewhere and point --data-root at a folder containing it") from exc
         present = (Path(root) / LAYOUT[name].split("/")[0]).exists()
-        if present:  # torchvision checks the files' MD5 sums: there, but not the official files
+        if present:  # CIFAR's files are checked by their MD5 sums, MNIST's by parsing them
+            why = ("their checksums are not the official files'" if "cifar" in name.lower() else
+                   "they could not be parsed as the official files")
             raise DataError(f"{name} files are under data root {root} ({root}/{LAYOUT[name].split('/')[0]}) but "
-                            f"torchvision finds them incomplete or corrupted (their checksums are not the official "
-                            f"files'): replace them with the official {name} files (--download would fetch them "
-                            "into that folder)") from exc
+                            f"torchvision finds them incomplete or corrupted ({why}): replace them with the official "
+                            f"{name} files (--download would fetch them into that folder)") from exc
         raise DataError(f"{name} not found under data root {root} (expected {root}/{LAYOUT[name]}): pass "
                         f"--download or point --data-root at a folder containing it") from exc
     except Exception as exc:  # garbage files fail inside torchvision's readers in many ways

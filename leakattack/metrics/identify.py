@@ -169,14 +169,13 @@ def features(victim, images: torch.Tensor) -> torch.Tensor | None:
     if getattr(victim, "head", None) is None:
         return None
     model = victim.model
-    param = next(model.parameters())
     seen: list[torch.Tensor] = []
     modes = [(module, module.training) for module in model.modules()]  # a victim may mix modes (--bn eval)
     try:
         model.eval()
         with torch.no_grad():
             for start in range(0, images.shape[0], FEATURE_CHUNK):
-                seen.append(victim.head_inputs(images[start:start + FEATURE_CHUNK].to(param.device, param.dtype))[1])
+                seen.append(victim.head_inputs(images[start:start + FEATURE_CHUNK].to(victim.device, victim.dtype))[1])
     finally:
         for module, mode in modes:
             module.training = mode

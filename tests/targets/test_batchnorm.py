@@ -151,3 +151,26 @@ def test_test_accuracy_reads_the_running_statistics_whatever_the_chunk():
         out = net(images)
     assert whole[0] == pytest.approx(float(nn.functional.cross_entropy(out, labels)), rel=1e-5)
     assert whole[1] == int((out.argmax(1) == labels).sum()) / 20
+
+
+def test_a_gradient_that_overflows_under_initial_eval_statistics_names_bn_train():
+    """BatchNorm in eval mode at its initial statistics normalises nothing: a model whose activations then overflow
+    is told to run --bn train or load trained weights, not to look for broken weights."""
+    from leakattack import Channel, ThreatModel, observe
+    from leakattack.sketch import get_sketch
+
+    class Blowup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Linear(2, 3)
+
+        def forward(self, x):
+            h = self.bn(self.conv(x)) * 1e30
+            return self.fc((h * h).mean((2, 3)))
+
+    torch.manual_seed(0)
+    victim = targets.Victim.from_module(Blowup(), input_shape=(1, 8, 8), num_classes=3, bn_mode="eval")
+    x = torch.rand(1, 1, 8, 8)
+    with pytest.raises(UserError, match="its BatchNorm layers run in eval mode at their initial statistics .* give "
+                                        "--bn train or trained weights"):
+        observe(victim, x, torch.tensor([0]), Channel(get_sketch("none", victim.d, victim.d)), ThreatModel())

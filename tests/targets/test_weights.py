@@ -228,3 +228,49 @@ def test_integer_weights_are_cast_with_one_warning_and_integer_buffers_without(t
             assert said == [f"weights file '{tmp_path / file}' gives integers ({dtype}) for {what}, floating-point "
                             "weights of the model: they are cast as they are (a quantised checkpoint's integer codes "
                             "need their scales applied first)"], said
+
+
+def test_tensors_without_dense_values_are_refused_naming_the_tensor(tmp_path):
+    v = targets.get_model("lenet", seed=0)
+    state = v.model.state_dict()
+    first = next(iter(state))
+    sparse = {**state, first: state[first].to_sparse()}
+    torch.save(sparse, tmp_path / "sparse.pt")
+    with pytest.raises(UserError, match=f"'{first}' is a sparse_coo tensor; weights must be a dense tensor"):
+        targets.load_weights(v, tmp_path / "sparse.pt")
+    torch.save({k: torch.empty_like(t, device="meta") for k, t in state.items()}, tmp_path / "meta.pt")
+    with pytest.raises(UserError, match=f"'{first}' is a meta tensor \\(a shape without values\\)"):
+        targets.load_weights(v, tmp_path / "meta.pt")
+
+
+@pytest.mark.parametrize("poison,needle", [(float("nan"), "holds a non-finite number \\(nan\\) at index 0"),
+                                           (1j, "holds complex numbers")])
+def test_a_checkpoints_buffers_are_checked_as_its_weights_are(tmp_path, poison, needle):
+    v = targets.get_model("resnet20", seed=0)
+    buffers = {k: b.clone() for k, b in v.model.named_buffers()}
+    buffers["bn1.running_var"] = buffers["bn1.running_var"] + poison * torch.ones(16)
+    torch.save({"weights": targets.flat_params(v), "buffers": buffers}, tmp_path / "ckpt.pt")
+    with pytest.raises(UserError, match=f"'bn1.running_var' {needle}"):
+        targets.load_weights(targets.get_model("resnet20", seed=1), tmp_path / "ckpt.pt")
+
+
+class _FrozenCountFirst(torch.nn.Module):
+    """A frozen integer parameter registered before the float layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = torch.nn.Parameter(torch.tensor([3]), requires_grad=False)
+        self.fc = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def test_a_frozen_integer_parameter_first_says_nothing_of_the_victims_precision(tmp_path):
+    victim = targets.Victim.from_module(_FrozenCountFirst(), input_shape=(3, 2, 2), num_classes=3)
+    assert victim.dtype == torch.float32 and victim.device.type == "cpu"
+    weights = torch.arange(39, dtype=torch.float64) / 39
+    torch.save(weights, tmp_path / "flat.pt")
+    targets.load_weights(victim, tmp_path / "flat.pt")
+    assert victim.model.fc.weight.dtype == torch.float32 and victim.model.steps.dtype == torch.int64
+    assert torch.equal(targets.flat_params(victim), weights.float())
