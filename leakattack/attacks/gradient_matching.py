@@ -789,7 +789,7 @@ class GradientMatching(Attack):
                     run.record(step, Z[i], fits[i], finite[i])
                 if run.stop is None:
                     run.check(step, iterations, self.tol, problem.scale, self.stall_window, self.stall_gain,
-                              r in getattr(opt, "stalled", ()), self.stated_limit if late else None,
+                              _no_descent(opt, r), (self.stated_limit or self.time_limit) if late else None,
                               since=milestones[-1] if milestones else 0, interrupted=interrupted)
                 if monitor is not None and run.stop != "diverged" and \
                         (step % monitor_every == 0 or run.stop is not None):
@@ -1136,6 +1136,17 @@ def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((err <= KINK).all()) and 2 * int((err <= tol).sum()) >= len(err)
 
 
+def _no_descent(opt, row: int) -> str | None:
+    """Why the optimiser ``opt`` cannot move start ``row`` any more (an L-BFGS's ``stalled`` and ``stuck``), or
+    None."""
+    if row in getattr(opt, "stalled", ()):
+        return "L-BFGS found no descent direction"
+    if row in getattr(opt, "stuck", ()):
+        return ("L-BFGS's line search found no lower point along its direction twice at one step size (it keeps no "
+                "new curvature pair, so every later step repeats it)")
+    return None
+
+
 def _boxed_start(problem: "_Problem", rows: list, Z: torch.Tensor) -> tuple[torch.Tensor, list] | None:
     """(the starts clamped to the box [0, 1], their fits) where a start lies outside it; None where none does."""
     data = Z[:, :problem.nx]
@@ -1173,8 +1184,10 @@ class _Run:
         self.lowest.append(self.best_loss)
 
     def check(self, step: int, iterations: int, tol: float, scale: float, window: int, gain: float,
-              no_descent: bool, time_limit: float | None = None, since: int = 0, interrupted: bool = False) -> None:
-        """Whether the start stops at ``step``; ``time_limit``: the budget in seconds, given once it has run out;
+              no_descent: str | None, time_limit: float | None = None, since: int = 0,
+              interrupted: bool = False) -> None:
+        """Whether the start stops at ``step``; ``no_descent``: why the optimiser cannot move it (None: it can);
+        ``time_limit``: the budget in seconds, given once it has run out;
         ``since``: the step from which the stall window may start (the step schedule's last decay);
         ``interrupted``: Ctrl-C asked the attack to stop (:func:`.base.stop_on_interrupt`)."""
         loss = self.losses[-1]
@@ -1184,7 +1197,7 @@ class _Run:
             self.message = f"converged at step {step}: {fit} = {loss / scale:.2e} <= tol"
         elif no_descent:
             self.stop = "stalled"
-            self.message = f"stopped at step {step}: L-BFGS found no descent direction"
+            self.message = f"stopped at step {step}: {no_descent}"
         elif window and step >= window + since and self.lowest[step] > (1 - gain) * self.lowest[step - window]:
             self.stop = "stalled"
             self.message = (f"stopped at step {step}: the lowest {self.problem.fit_name} fell by less than {gain:.0%} "

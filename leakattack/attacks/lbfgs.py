@@ -73,7 +73,10 @@ def strong_wolfe(x: torch.Tensor, t: float, d: torch.Tensor, f: float, g: torch.
     A generator: it yields trial points ``x + t d`` and is sent their evaluations
     (f, g, aux); it returns ``(f, g, aux, t, evaluations)`` of the accepted step,
     which is always one of the evaluated points (or t = 0, the start).  The
-    branches are torch's ``_strong_wolfe``, step for step.
+    branches are torch's ``_strong_wolfe``, step for step, where every trial is finite;
+    a trial whose value is not finite fails Armijo's condition, is never the lowest
+    point, and is bisected towards the finite end (minFunc's backtracking), where torch
+    extrapolates past it and can return it.
     """
     d_norm = float(d.abs().max())
     f_new, g_new, aux_new = yield x.add(d, alpha=t)
@@ -84,7 +87,7 @@ def strong_wolfe(x: torch.Tensor, t: float, d: torch.Tensor, f: float, g: torch.
     done = False
     ls_iter = 0
     while ls_iter < max_ls:
-        if f_new > (f + c1 * t * gtd) or (ls_iter > 1 and f_new >= f_prev):
+        if not math.isfinite(f_new) or f_new > (f + c1 * t * gtd) or (ls_iter > 1 and f_new >= f_prev):
             bracket, bracket_f = [t_prev, t], [f_prev, f_new]
             bracket_g, bracket_aux, bracket_gtd = [g_prev, g_new], [aux_prev, aux_new], [gtd_prev, gtd_new]
             break
@@ -113,11 +116,14 @@ def strong_wolfe(x: torch.Tensor, t: float, d: torch.Tensor, f: float, g: torch.
 
     # zoom: refine the bracket until a point satisfies the conditions
     insuf_progress = False
-    low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    low_pos, high_pos = (0, 1) if _rank(bracket_f[0]) <= _rank(bracket_f[-1]) else (1, 0)
     while not done and ls_iter < max_ls:
         if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
             break
-        t = cubic_minimizer(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        if all(map(math.isfinite, [*bracket_f, *bracket_gtd])):
+            t = cubic_minimizer(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        else:  # a trial that was not finite: halve the bracket towards the finite end (minFunc's backtracking)
+            t = (bracket[0] + bracket[1]) / 2
         # an interpolate too close to an end of the bracket is moved 0.1 of its length inside
         eps = 0.1 * (max(bracket) - min(bracket))
         if min(max(bracket) - t, t - min(bracket)) < eps:
@@ -137,11 +143,11 @@ def strong_wolfe(x: torch.Tensor, t: float, d: torch.Tensor, f: float, g: torch.
         gtd_new = float(g_new.dot(d))
         ls_iter += 1
 
-        if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
+        if not math.isfinite(f_new) or f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
             # Armijo not satisfied, or not below the lowest point: the new point is the high end
             bracket[high_pos], bracket_f[high_pos] = t, f_new
             bracket_g[high_pos], bracket_aux[high_pos], bracket_gtd[high_pos] = g_new, aux_new, gtd_new
-            low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+            low_pos, high_pos = (0, 1) if _rank(bracket_f[0]) <= _rank(bracket_f[1]) else (1, 0)
         else:
             if abs(gtd_new) <= -c2 * gtd:
                 done = True
@@ -154,6 +160,11 @@ def strong_wolfe(x: torch.Tensor, t: float, d: torch.Tensor, f: float, g: torch.
             bracket_g[low_pos], bracket_aux[low_pos], bracket_gtd[low_pos] = g_new, aux_new, gtd_new
 
     return bracket_f[low_pos], bracket_g[low_pos], bracket_aux[low_pos], bracket[low_pos], evals
+
+
+def _rank(f: float) -> float:
+    """An objective value as the line search orders its points: a value that is not finite above every other."""
+    return f if math.isfinite(f) else math.inf
 
 
 def two_loop_direction(g: torch.Tensor, s: Sequence[torch.Tensor], y: Sequence[torch.Tensor], gamma: float
@@ -259,6 +270,7 @@ class _Problem:
         self.d: torch.Tensor | None = None
         self.t = 0.0
         self.g_prev: torch.Tensor | None = None
+        self.kept_at: float | None = None  #: the lr of the last step whose line search kept its start
 
 
 class LBFGS:
@@ -268,7 +280,9 @@ class LBFGS:
     points with theirs: the line search evaluated them, nothing is evaluated twice.
     ``lr`` may be changed between steps (a schedule); ``evaluations`` counts the
     objective evaluations; a problem with no descent direction left (its gradient
-    zero, or not a descent direction) is added to ``stalled`` and stays in place.
+    zero, or not a descent direction) is added to ``stalled`` and stays in place; one whose
+    line search kept its start (t = 0) twice at the same ``lr`` is added to ``stuck``: it
+    stores no curvature pair, so every later step at that ``lr`` repeats the same search.
     """
 
     evaluates = True
@@ -282,6 +296,7 @@ class LBFGS:
         self.problems: dict[int, _Problem] = {}
         self.evaluations = 0
         self.stalled: set[int] = set()
+        self.stuck: set[int] = set()
 
     def _direction(self, p: _Problem, g: torch.Tensor) -> torch.Tensor:
         if self.direction == "compact":
@@ -317,6 +332,12 @@ class LBFGS:
         f_new, g_new, aux_new, t, evals = yield from strong_wolfe(x, t, d, f, g, aux, gtd,
                                                                   max_ls=self.max_line_search)
         p.t = t
+        if t == 0.0:  # the search kept its start: the same lr next time repeats it exactly
+            if p.kept_at == self.lr:
+                self.stuck.add(row)
+            p.kept_at = self.lr
+        else:
+            p.kept_at = None
         return x.add(d, alpha=t), f_new, g_new, aux_new
 
     def step(self, rows: list, X: torch.Tensor, F: list, G: torch.Tensor, aux: list, evaluate: BatchEvaluate):

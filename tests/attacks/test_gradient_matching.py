@@ -222,3 +222,11 @@ def test_with_the_box_a_start_that_stays_best_is_returned_inside_it():
     fit = GradientMatching(objective="cosine", labels="given").objective_terms(obs, x0.clamp(0, 1), obs.labels)
     assert result.losses[0] == pytest.approx(fit["match"], rel=1e-5)
     assert min(result.losses[1:]) > result.losses[0]
+
+
+def test_a_time_limit_set_after_the_attack_was_built_stops_it():
+    _, obs, x, labels = _problem()
+    attack = _gm(optimizer="adam", iterations=20000, lr=0.01, tol=0, stall_window=0)
+    attack.time_limit = 0.3
+    result = attack.run(obs, init_dummy(x.shape, "gaussian", 2), labels)
+    assert result.stop_reason == "time-limit" and result.iterations < 20000

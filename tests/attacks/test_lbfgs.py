@@ -1,5 +1,7 @@
 """Our L-BFGS against torch.optim.LBFGS: the same iterates, fewer evaluations, the same direction."""
 
+import math
+
 import pytest
 import torch
 
@@ -169,3 +171,36 @@ def test_cubic_minimizer_finds_the_minimum_of_a_cubic():
     df = lambda t: 3 * (t - 1) ** 2 - 3  # noqa: E731
     assert cubic_minimizer(1.5, f(1.5), df(1.5), 3.0, f(3.0), df(3.0)) == pytest.approx(2.0)
     assert cubic_minimizer(1.5, f(1.5), df(1.5), 3.0, f(3.0), df(3.0), bounds=(2.5, 3.0)) == 2.5
+
+
+def test_a_line_search_that_keeps_its_start_twice_at_one_step_size_marks_the_problem_stuck():
+    """In float32 least squares the search ends at t = 0 once round-off hides every decrease; it stores no
+    curvature pair, so the next step repeats it exactly: the problem is marked stuck, not stepped in place."""
+    torch.manual_seed(0)
+    A, c = torch.randn(80, 50), torch.randn(80)
+    loss = lambda z: ((A @ z - c) ** 2).sum()  # noqa: E731
+    opt, evaluate = LBFGS(1.0), _Counted(loss)
+    X = torch.randn(1, 50)
+    F, G, aux = evaluate([0], X)
+    for _ in range(300):
+        if 0 in opt.stuck:
+            break
+        X2, F2, G, aux = opt.step([0], X, F, G, aux, evaluate)
+        moved, X, F = not torch.equal(X2, X), X2, F2
+    assert opt.stuck == {0} and not moved and opt.problems[0].t == 0.0
+    assert not opt.stalled  # a descent direction, only no decrease along it
+
+
+def test_a_trial_that_is_not_finite_is_backtracked_from_never_returned():
+    """log(3 - |z|^2) is NaN beyond |z|^2 = 3: where torch's search extrapolates there and returns the NaN point,
+    ours bisects back towards the last finite one."""
+    loss = lambda z: (z - 0.5).pow(2).sum() + torch.log(3.0 - z.pow(2).sum())  # noqa: E731
+    opt, evaluate = LBFGS(1.0), _Counted(loss)
+    X = torch.zeros(1, 3, dtype=torch.float64)
+    F, G, aux = evaluate([0], X)
+    seen = [F[0]]
+    for _ in range(5):
+        X, F, G, aux = opt.step([0], X, F, G, aux, evaluate)
+        seen.append(F[0])
+    assert all(math.isfinite(v) for v in seen) and all(b <= a for a, b in zip(seen, seen[1:]))
+    assert float(X.pow(2).sum()) < 3.0
