@@ -12,6 +12,7 @@ from defenses import build as build_defense
 from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import next_settings
 from ..config.arguments import config_from_args
+from ..errors import listed
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import (
@@ -131,7 +132,7 @@ SOME_NONFINITE_NOTE = ("{n} of the message's {b} values are NaN or infinite; an 
 
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
-    with _note_first(_unused_note(cfg)) as noted:
+    with _note_first(_unused_flags_warning(cfg)) as noted:
         m, folder = run_attack(cfg, out=a.out, progress=not a.quiet, with_lpips=not a.no_lpips, interruptible=True,
                                prepared=noted)
     config = _config(folder)
@@ -176,13 +177,15 @@ def cmd_run(a) -> int:
     return 0
 
 
-def _unused_note(cfg) -> str | None:
-    """The note naming the flags given that the configured attack does not read, or None."""
+def _unused_flags_warning(cfg) -> str | None:
+    """The warning line naming the flags given that the configured attack does not read, or None."""
     unused = cfg.unused_options()
     if not unused:
         return None
     how = " solves in closed form and" if cfg.attack_class.closed_form else ""
-    return f"note: the {cfg.attack} attack{how} does not read {', '.join(unused)}"
+    one = len(unused) == 1
+    return (f"leakattack: warning: {listed(unused)} change{'s' if one else ''} nothing for the {cfg.attack} attack, "
+            f"which{how} does not read {'it' if one else 'them'}")
 
 
 @contextlib.contextmanager

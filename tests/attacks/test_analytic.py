@@ -328,7 +328,8 @@ def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_fr
                    "--out", str(out)])
     assert rc == 0
     captured = capsys.readouterr()
-    assert "note: the analytic attack solves in closed form and does not read --iterations, --labels dlg" in \
+    assert ("leakattack: warning: --iterations and --labels dlg change nothing for the analytic attack, which solves "
+            "in closed form and does not read them") in \
         captured.err
     assert "labels 1/1 (idlg)" in captured.out
     assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"

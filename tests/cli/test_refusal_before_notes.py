@@ -1,4 +1,4 @@
-"""A refused ``leakattack run`` prints its refusal alone (exit 2): the note on flags the attack does not read comes
+"""A refused ``leakattack run`` prints its refusal alone (exit 2): the warning on flags the attack does not read comes
 only once the configuration has passed its checks, and then with each run warning printed once."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 from leakattack import cli
 
 RUN = ["run", "--no-lpips", "--quiet", "--threads", "1", "--attack", "imprint", "--iterations", "5"]
-NOTE = "note: the imprint attack solves in closed form and does not read --iterations"
+NOTE = ("leakattack: warning: --iterations changes nothing for the imprint attack, which solves in closed form and "
+        "does not read it")
 
 
 def test_a_refused_closed_form_run_prints_its_refusal_without_the_note(tmp_path, capsys):
@@ -40,6 +41,7 @@ def test_the_warnings_of_a_run_that_goes_ahead_follow_its_note(tmp_path, capsys)
     """The note waits for the case to be built; the warnings the checks gave meanwhile come after it, once each."""
     assert cli.main([*RUN, "--noise-seed", "3", "--restarts", "2", "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err.splitlines()
-    note = "note: the imprint attack solves in closed form and does not read --iterations, --restarts"
+    note = ("leakattack: warning: --iterations and --restarts change nothing for the imprint attack, which solves in "
+            "closed form and does not read them")
     assert err.index(note) == 0 and err.count(note) == 1, err
     assert sum("--noise-seed 3 changes nothing" in line for line in err) == 1, err
