@@ -159,9 +159,42 @@ def noisy_message_note(share: float) -> str:
             "before reading the result as the defense's")
 
 
+#: Adam moves a coordinate by at most lr * (1 - beta1) / sqrt(1 - beta2) a step where 1 - beta1 > sqrt(1 - beta2)
+#: (Kingma and Ba 2015, section 2.1): 3.16 lr at the betas (0.9, 0.999); on signed gradients, whose squares are 1, by
+#: at most lr
+ADAM_STEP_BOUND = 0.1 / 0.001 ** 0.5
+
+
+def adam_cannot_move(cfg: RunConfig, case, derived) -> str | None:
+    """Why the run's Adam steps cannot change the image, or None: their whole budget moves no pixel by half an 8-bit
+    grey level of the images' range, or each step is below half the spacing of the precision's numbers at half that
+    range (rounded away).  Only Adam's steps have such a bound (gd's and L-BFGS's scale with the gradient), and only
+    where they move the image itself (not a prior's re-parametrisation)."""
+    if derived.optimizer != "adam" or cfg.attack_class.closed_form or cfg._reparametrising():
+        return None
+    span = 1.0
+    if case.x is not None and case.x.numel() and bool(torch.isfinite(case.x).all()):
+        span = float(case.x.max() - case.x.min()) or 1.0
+    step = derived.lr * (1.0 if derived.signed else ADAM_STEP_BOUND)
+    total = step * derived.iterations
+    if total < span / 510:
+        return (f"--lr {derived.lr:g} cannot move the image: Adam moves a pixel by at most {step:.3g} a step, so "
+                f"{derived.iterations} steps move none by more than {total:.3g}, under half an 8-bit grey level of the "
+                f"images' range ({span / 510:.3g}): the attack will end where it starts")
+    eps = torch.finfo(getattr(torch, derived.dtype)).eps
+    if step < eps * span / 4:
+        return (f"--lr {derived.lr:g} cannot move the image: each Adam step of at most {step:.3g} is below half the "
+                f"spacing of {derived.dtype} numbers at half the images' range ({eps * span / 4:.3g}), and rounds "
+                "away: the attack will end where it starts")
+    return None
+
+
 def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:
     """Warn of the attack's settings that change nothing or cannot work here (the ReLU surrogate, the priors and
-    their weights, TV given twice, a noisy message without a prior); returns each prior's weight as used."""
+    their weights, TV given twice, a noisy message without a prior, a step size that cannot move the image);
+    returns each prior's weight as used."""
+    if (stuck := adam_cannot_move(cfg, case, derived)) is not None:
+        warnings.warn(stuck, SettingWarning, stacklevel=3)
     if derived.surrogate and not relu_modules(case.victim.model):
         warnings.warn(f"--relu-surrogate changes nothing here: model '{cfg.model}' has no nn.ReLU modules",
                       SettingWarning, stacklevel=3)
