@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import UserError
+from ..errors import UserError, signals_held
 from .io import directory_mode
 
 #: defense names shortened in folder names; others are kept as written
@@ -157,14 +157,23 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) 
                 folder.rmdir()
                 raise
         elif folder.exists():
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
-            try:
-                os.replace(folder, old / folder.name)
-            except OSError:
-                old.rmdir()  # the earlier run stays where it was
-                raise
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
+            # Ctrl-C or SIGTERM between the two renames would leave neither run in the folder: both are held until
+            # the new run stands there and the earlier one is gone
+            with signals_held():
+                old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+                try:
+                    os.replace(folder, old / folder.name)
+                except OSError:
+                    old.rmdir()  # the earlier run stays where it was
+                    raise
+                try:
+                    os.replace(tmp, folder)
+                except OSError:
+                    os.replace(old / folder.name, folder)  # the earlier run back in its place
+                    old.rmdir()
+                    raise
+                written = True
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, folder)
         written = True

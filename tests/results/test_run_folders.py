@@ -91,6 +91,33 @@ def test_a_run_folder_is_written_whole_or_not_at_all(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left behind
 
 
+def test_ctrl_c_between_the_renames_that_replace_an_earlier_run_leaves_the_new_run_whole(tmp_path, monkeypatch):
+    """The earlier run is moved aside, then the new one moved in: a signal between the two is held until both are
+    done (it left the folder missing, the earlier run in a hidden .old folder nothing removed)."""
+    import os
+    import signal
+
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / "run"
+    write_run_folder(folder, lambda p: (p / "a.txt").write_text("first"))
+    real = os.replace
+    calls = []
+
+    def replace_then_interrupt(src, dst):
+        real(src, dst)
+        calls.append(dst)
+        if len(calls) == 1:  # the earlier run just moved aside
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(runs.os, "replace", replace_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        write_run_folder(folder, lambda p: (p / "b.txt").write_text("second"))
+    assert len(calls) == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["b.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # the earlier run's .old folder removed
+
+
 def test_an_out_that_is_a_symlink_stays_one_and_its_target_is_written(tmp_path):
     """A link to a folder on another disk: the run lands in the target, and the link is not replaced by a folder."""
     from leakattack.results import write_run_folder
