@@ -73,6 +73,9 @@ from .results import (
 from .results.reference import machine, machine_text
 from .torchfile import load_torch_file
 
+#: the lock file of a training's run folder, held while it trains (one training per folder)
+TRAIN_LOCK = "train.lock"
+
 #: model settings that train (the DLG sigmoid LeNet does not leave the 10 % plateau under SGD)
 MODEL_DEFAULTS = {"model": "lenet", "init": "default", "act": "tanh", "dataset": "digits",
                   "data_root": None, "test_fraction": 0.2}
@@ -412,7 +415,41 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__, "machine": machine()}
-    rows = resume_point(folder, record, proto)
+    from .sweep.lock import FolderLock  # here: leakattack.sweep imports the run's modules, which import this one
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    try:  # one training per folder: a second one would read the first's files as a stopped run and append to them
+        lock = FolderLock(folder, TRAIN_LOCK, "training run").acquire()
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        return _train_locked(folder, record, proto, victim, testset, rounds, out, progress, checkpoints,
+                             checkpoint_every, on_resume, made)
+    finally:
+        lock.release()
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders ``made`` (deepest first) where they are still empty: a refused training leaves none."""
+    for p in made:
+        try:
+            p.rmdir()
+        except OSError:
+            break
+
+
+def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.Victim, testset: ImageSet,
+                  rounds: int, out: Path, progress: bool, checkpoints: bool, checkpoint_every: int,
+                  on_resume: Callable[[Path, int], None] | None, made: list[Path]) -> Path:
+    """:func:`train` in its folder, whose lock this process holds."""
+    name = record["protocol"]
+    try:
+        rows = resume_point(folder, record, proto)
+    except BaseException:
+        (folder / TRAIN_LOCK).unlink(missing_ok=True)
+        _remove_empty(made)
+        raise
     w: torch.Tensor | None
     server: dict | None = None
     if not rows:
@@ -429,7 +466,6 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
         w = None
     if rows and on_resume is not None:
         on_resume(folder, len(rows))
-    folder.mkdir(parents=True, exist_ok=True)
     _write_log(folder, rows)
     write_json(folder / "protocol.json", record)
     # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one

@@ -46,7 +46,8 @@ def _resuming(folder: Path, done: int, rounds: int) -> None:
 #: what a training writes into its --out folder: one folder per training (``--name``, default the protocol) and the
 #: accuracy figure over them; an existing folder holding anything else is refused
 TRAIN_FILES = {"accuracy_vs_floats.png": None,
-               "*": {"protocol.json": None, "train.jsonl": None, "checkpoints": {"round_*.pt": None}}}
+               "*": {"protocol.json": None, "train.jsonl": None, "train.lock": None,
+                     "checkpoints": {"round_*.pt": None}}}
 
 
 def _warn_data(a) -> None:

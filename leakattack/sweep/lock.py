@@ -50,10 +50,12 @@ def _alive(pid: int) -> bool:
 
 
 class FolderLock:
-    """``with FolderLock(folder):`` holds ``folder/sweep.lock`` for this process, or raises :class:`SweepLocked`."""
+    """``with FolderLock(folder):`` holds ``folder/sweep.lock`` for this process, or raises :class:`SweepLocked`.
+    ``name`` and ``kind`` give another lock file and what holds it (``leakattack train``'s run folders)."""
 
-    def __init__(self, folder):
-        self.path = Path(folder) / LOCK_NAME
+    def __init__(self, folder, name: str = LOCK_NAME, kind: str = "sweep"):
+        self.path = Path(folder) / name
+        self.kind = kind
         self.held = False
 
     def acquire(self) -> "FolderLock":
@@ -72,8 +74,8 @@ class FolderLock:
                 os.close(fd)
             self.held = True
             return self
-        raise SweepLocked(f"sweep folder '{self.path.parent}' changed hands while this sweep tried to lock it: "
-                          "start it again")
+        raise SweepLocked(f"{self.kind} folder '{self.path.parent}' changed hands while this {self.kind} tried to "
+                          "lock it: start it again")
 
     def check(self) -> None:
         """Refuse (:class:`SweepLocked`) where another live sweep holds the folder now, as :meth:`acquire` would;
@@ -85,8 +87,8 @@ class FolderLock:
     def _in_use(self) -> SweepLocked:
         pid, host = _owner(self.path)
         who = f"process {pid} on {host}" if pid is not None else "its lock file is still being written"
-        return SweepLocked(f"sweep folder '{self.path.parent}' is in use by another sweep ({who}): wait for it to "
-                           f"finish, or remove '{self.path}' if no sweep is running there")
+        return SweepLocked(f"{self.kind} folder '{self.path.parent}' is in use by another {self.kind} ({who}): wait "
+                           f"for it to finish, or remove '{self.path}' if no {self.kind} is running there")
 
     def _stale(self) -> bool:
         """Whether the lock file names a dead process on this host, or has named no owner for
