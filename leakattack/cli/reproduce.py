@@ -3,8 +3,9 @@
 Every number the README and docs/ quote from results/ comes from one of these steps, run
 from the repository root.  ``--list`` names the steps, ``--dry-run`` prints their
 commands.  Sweeps are re-run from scratch (their old results.jsonl and points are
-removed first, otherwise the sweep would resume and skip every point), and so are the
-protocol training runs (training into a folder that holds a run resumes it).
+moved aside first, otherwise the sweep would resume and skip every point), and so are the
+protocol training runs (training into a folder that holds a run resumes it); what was moved
+aside is put back where the step fails or is interrupted, and removed once it succeeds.
 
 The ``reference`` step compares each regenerated run with the committed one by
 the quality it reaches (:mod:`leakattack.results.reference`): it prints both,
@@ -15,13 +16,16 @@ tolerances; another CPU gives another trajectory, not a failure.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from ..errors import UserError as ConfigError
+from ..errors import signals_held
 from ..metrics import RunMetrics
 from ..results import read_json
 from ..results.reference import compare, machine_text
@@ -64,19 +68,60 @@ def _committed(folder: Path) -> tuple[RunMetrics, dict] | None:
     return RunMetrics.from_dict(metrics), config.get("environment", {}).get("machine")
 
 
-def _prepare(what: str):
-    """Clear what a step regenerates; returns what its check needs afterwards (the committed reference)."""
+#: what a sweep step regenerates in its folder, moved aside before it runs (the sweep would resume from them)
+SWEEP_OUTPUTS = ("results.jsonl", "summary.csv", "sweep.json", "points", "figures")
+
+
+class _Kept:
+    """What a step regenerates, moved aside into a hidden folder beside it while the step runs: put back where the
+    step fails or is interrupted (the committed results were deleted before the step ran, and Ctrl-C lost them),
+    removed once it has succeeded."""
+
+    def __init__(self, folder: Path, names: list[str]):
+        self.folder, self.names, self.aside = folder, [], None
+        present = [n for n in names if (folder / n).exists() or (folder / n).is_symlink()]
+        if not present:
+            return
+        self.aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".reproduce"))
+        with signals_held():
+            for n in present:
+                os.replace(folder / n, self.aside / n)
+                self.names.append(n)
+
+    def restore(self) -> None:
+        if self.aside is None:
+            return
+        with signals_held():
+            for n in self.names:
+                _remove(self.folder / n)  # what the stopped step wrote in its place
+                os.replace(self.aside / n, self.folder / n)
+            shutil.rmtree(self.aside, ignore_errors=True)
+        self.aside = None
+
+    def drop(self) -> None:
+        if self.aside is not None:
+            shutil.rmtree(self.aside, ignore_errors=True)
+            self.aside = None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _prepare(what: str) -> tuple[object, _Kept | None]:
+    """Move aside what a step regenerates; returns what its check needs afterwards (the committed reference) and
+    what was moved aside."""
     if what.startswith("reference:"):
-        return _committed(Path(what.split(":", 1)[1]))
+        return _committed(Path(what.split(":", 1)[1])), None
     if what.startswith("train:"):  # a training folder resumes or refuses: the runs are trained from scratch
-        for run in Path(what.split(":", 1)[1]).glob("*/protocol.json"):
-            shutil.rmtree(run.parent)
-    if what.startswith("sweep:"):
         folder = Path(what.split(":", 1)[1])
-        for name in ("results.jsonl", "summary.csv"):
-            (folder / name).unlink(missing_ok=True)
-        for sub in ("points", "figures"):
-            shutil.rmtree(folder / sub, ignore_errors=True)
+        return None, _Kept(folder, sorted(run.parent.name for run in folder.glob("*/protocol.json")))
+    if what.startswith("sweep:"):
+        return None, _Kept(Path(what.split(":", 1)[1]), list(SWEEP_OUTPUTS))
+    return None, None
 
 
 def _finish(what: str, argv: list[str], before) -> bool:
@@ -120,12 +165,23 @@ def cmd_reproduce(a) -> int:
             print(f"[{n}] {' '.join(argv)}", flush=True)
             if a.dry_run:
                 continue
-            before = _prepare(what)
+            before, kept = _prepare(what)
             t0 = time.perf_counter()
-            rc = subprocess.call(argv)
+            try:
+                rc = subprocess.call(argv)
+            except BaseException:  # Ctrl-C: the step's child stops too; the committed results go back in place
+                if kept is not None:
+                    kept.restore()
+                raise
             if rc != 0:
-                print(f"leakattack: error: step '{n}' failed (exit code {rc}): {' '.join(argv)}", file=sys.stderr)
+                back = ""
+                if kept is not None and kept.names:
+                    kept.restore()
+                    back = f"; the results it was regenerating are back in '{kept.folder}'"
+                print(f"leakattack: error: step '{n}' failed (exit code {rc}): {' '.join(argv)}{back}", file=sys.stderr)
                 return 1
+            if kept is not None:
+                kept.drop()
             agrees = _finish(what, argv, before)
             print(f"[{n}] done in {time.perf_counter() - t0:.0f} s", flush=True)
             if not agrees:

@@ -95,5 +95,58 @@ def test_protocol_training_runs_are_cleared_before_they_are_trained_again(tmp_pa
     (train / "accuracy_vs_floats.png").write_bytes(b"png")
     what = [w for w, _ in reproduce.steps()["protocols"] if w.startswith("train:")]
     assert what == ["train:results/protocols/train"]
-    reproduce._prepare(what[0])
+    _, kept = reproduce._prepare(what[0])
+    assert sorted(p.name for p in train.iterdir() if not p.name.startswith(".")) == ["accuracy_vs_floats.png", "notes"]
+    kept.drop()
     assert sorted(p.name for p in train.iterdir()) == ["accuracy_vs_floats.png", "notes"]
+
+
+def _committed_sweep(root: Path) -> Path:
+    folder = root / "results" / "sweeps" / "defense_sweep"
+    (folder / "points" / "abc").mkdir(parents=True)
+    (folder / "points" / "abc" / "metrics.json").write_text("{}")
+    for name in ("results.jsonl", "summary.csv", "sweep.json"):
+        (folder / name).write_text(f"committed {name}")
+    (root / "examples").mkdir()
+    return folder
+
+
+@pytest.mark.parametrize("stop", ["fails", "interrupted"])
+def test_a_sweep_step_that_fails_or_is_interrupted_puts_the_committed_results_back(tmp_path, monkeypatch, capsys,
+                                                                                 stop):
+    """The committed results.jsonl, points and summary were deleted before the sweep ran again: Ctrl-C left an
+    empty results.jsonl and no summary, and the interrupt line said what had finished was kept."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    folder = _committed_sweep(tmp_path)
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    monkeypatch.setattr(reproduce, "steps", lambda: {"sweeps": [("sweep:results/sweeps/defense_sweep", ["x"])]})
+
+    def half_written(argv):
+        assert not (folder / "results.jsonl").exists()  # the sweep starts afresh
+        (folder / "results.jsonl").write_text("half")
+        (folder / "points").mkdir()
+        if stop == "interrupted":
+            raise KeyboardInterrupt
+        return 1
+
+    monkeypatch.setattr(reproduce.subprocess, "call", half_written)
+    assert cli.main(["reproduce", "sweeps"]) == (130 if stop == "interrupted" else 1)
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["defense_sweep"]  # nothing left aside
+    if stop == "fails":
+        assert "the results it was regenerating are back in" in capsys.readouterr().err
+
+
+def test_a_sweep_step_that_succeeds_leaves_only_its_new_results(tmp_path, monkeypatch):
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    folder = _committed_sweep(tmp_path)
+    monkeypatch.setattr(reproduce, "steps", lambda: {"sweeps": [("sweep:results/sweeps/defense_sweep", ["x"])]})
+    monkeypatch.setattr(reproduce.subprocess, "call", lambda argv: (folder / "results.jsonl").write_text("new") and 0)
+    assert cli.main(["reproduce", "sweeps"]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["results.jsonl"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["defense_sweep"]
