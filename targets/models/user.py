@@ -35,14 +35,34 @@ def is_user_spec(name: str) -> bool:
     return isinstance(name, str) and ":" in name
 
 
+#: model files imported by this process: resolved path -> ((mtime_ns, size) when imported, module)
+_IMPORTED: dict[str, tuple[tuple[int, int], object]] = {}
+
+
+def _model_file(path: Path):
+    """The module of model file ``path``, imported once per process while the file is unchanged: a run asks for its
+    class dozens of times, and each import ran the file's top level again (a register_model there found its own
+    name taken); an edited file is imported again."""
+    try:
+        st = path.stat()
+        key, stamp = str(path.resolve()), (st.st_mtime_ns, st.st_size)
+    except OSError:  # missing: import_file says so in one sentence
+        return import_file(path, f"model file '{path}'", "leakattack_user_model_")
+    known = _IMPORTED.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    module = import_file(path, f"model file '{path}'", "leakattack_user_model_")
+    _IMPORTED[key] = (stamp, module)
+    return module
+
+
 def user_class(spec: str) -> type:
     """The ``nn.Module`` subclass named by ``path/to/file.py:Name`` or ``package.module:Name``."""
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise UserError(f"model '{spec}' is not of the form path/to/file.py:Name or package.module:Name")
     if where.endswith(".py"):
-        module, place = import_file(Path(where), f"model file '{where}'", "leakattack_user_model_"), \
-            f"model file '{where}'"
+        module, place = _model_file(Path(where)), f"model file '{where}'"
     elif "/" in where or "\\" in where:
         raise UserError(f"model file '{where}' is not a .py file")
     else:

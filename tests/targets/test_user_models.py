@@ -292,3 +292,43 @@ def test_frozen_layers_leave_the_message_and_a_frozen_head_reads_no_labels(model
     granted = observe(head, x, y, Channel(get_sketch("none", head.d, head.d, seed=0)), ThreatModel(knows_labels=True))
     assert get_attack("gradient-matching", iterations=2, labels="given").supports(granted) is None
     assert get_attack("gradient-matching", iterations=2, labels="dlg").supports(obs) is None
+
+
+def test_a_model_file_runs_once_per_process_while_it_is_unchanged(tmp_path, capsys, fresh_registries):
+    """A run asks for the class many times; each import ran the file's top level again, 46 times in one run, and a
+    register_model there found its own name taken."""
+    import os
+
+    from leakattack import cli
+
+    name = f"tiny_once_{os.getpid()}"
+    path = tmp_path / "once.py"
+    path.write_text(textwrap.dedent(f"""
+        import pathlib
+        from torch import nn
+        from targets import register_model
+
+        pathlib.Path(__file__).with_suffix(".log").open("a").write("x")
+
+
+        class Tiny(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3 * 32 * 32, 10)
+
+            def forward(self, x):
+                return self.fc(x.flatten(1))
+
+
+        register_model("{name}", Tiny)
+    """))
+    assert cli.main(["run", "--model", f"{path}:Tiny", "--iterations", "3", "--no-lpips", "--quiet", "--threads", "1",
+                     "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "once.log").read_text() == "x"
+    assert "registered twice" not in capsys.readouterr().err
+    source = path.read_text().replace('register_model("', 'register_model("edited_')
+    path.write_text(source + "\n# edited\n")  # another size: imported again
+    from targets.models.user import user_class
+
+    user_class(f"{path}:Tiny")
+    assert (tmp_path / "once.log").read_text() == "xx"
