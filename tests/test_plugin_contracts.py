@@ -232,3 +232,22 @@ def test_sweep_json_records_the_plugins_the_sweep_ran_with(plugin):
     entry = next(e for e in recorded if e.get("path") == str(path.resolve()))
     assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and f"model '{names['MODEL']}'" \
         in entry["registers"]
+
+
+def test_run_help_names_a_prior_registered_at_run_time(fresh_registries, capsys, monkeypatch):
+    """--prior's help printed the built-in names alone, where --sketch, --attack and --model named a plugin's too."""
+    from leakattack.attacks.priors import register_prior
+
+    class GreyWorld:
+        def __init__(self, weight: float, *, obs=None):
+            self.weight = weight
+
+        def __call__(self, x):
+            return self.weight * (x.mean() - 0.5) ** 2
+
+    register_prior("grey-world-help", GreyWorld, weight=1e-3)
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "image prior added to the matching objective, one of bn, dip, grey-world-help, tv (tv: total" in shown

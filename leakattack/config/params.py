@@ -173,7 +173,7 @@ RUN_PARAMS: tuple[Param, ...] = (
           "(nn.ReLU modules; forward exact, L_R exact), divided by 10 at each decay of the step schedule "
           "(0: exact) (default: from the recipe)", flag="--relu-surrogate"),
     Param("priors", [], Items(names.checked_by("leakattack.attacks:prior_error"), "NAME[:WEIGHT]"), "priors",
-          "image prior added to the matching objective, one of " + ", ".join(names.PRIORS.shown) + " (tv: total "
+          "image prior added to the matching objective, one of {priors} (tv: total "
           "variation; bn: BatchNorm statistics against the granted ones, Yin et al. 2021; dip: the deep image prior, "
           "an untrained generator whose weights are optimised, WEIGHT = its width multiplier), e.g. tv:0.1 "
           "(repeatable; tv:W overrides --tv; a missing weight takes the prior's default, but a bare tv keeps the "
@@ -342,6 +342,7 @@ def help_text(p: Param) -> str:
     choice = p.constraint.inner if isinstance(p.constraint, Optional) else p.constraint
     text = p.help.replace("{choices}", ", ".join(map(str, choice.shown if isinstance(choice, Choice) else [])))
     text = text.replace("{protocols}", ", ".join(names.PROTOCOLS.shown))
+    text = text.replace("{priors}", ", ".join(names.PRIORS.current()))  # with a plugin's, where it registered some
     if isinstance(p.constraint, Flag) or "default" in text or p.default in (None, {}, ""):
         return text
     return f"{text} (default: {p.default})"
