@@ -111,6 +111,44 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _tf32_switches() -> list[tuple[object, str, object]]:
+    """(object, attribute, value meaning IEEE float32) of each switch that lets CUDA round float32 to TF32: torch's
+    per-backend ``fp32_precision`` where it has one (2.9 on), else the older ``allow_tf32`` flags (the two APIs are
+    not mixed: torch refuses to read a mix)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    matmul = torch.backends.cuda.matmul
+    if conv is not None and hasattr(conv, "fp32_precision") and hasattr(matmul, "fp32_precision"):
+        return [(conv, "fp32_precision", "ieee"), (matmul, "fp32_precision", "ieee")]
+    return [(torch.backends.cudnn, "allow_tf32", False), (matmul, "allow_tf32", False)]
+
+
+def ieee_float32(device: torch.device) -> list[tuple[object, str, object]]:
+    """On a GPU, run float32 convolutions and matrix products in IEEE float32 and return the settings before (for
+    :func:`restore_float32`); elsewhere change nothing and return [].  torch lets cuDNN run float32 convolutions in
+    TF32 by default (10 mantissa bits, about 1e-3 relative), so a `--dtype float32` run on a GPU computed the
+    victim's gradient and the attack's derivatives at another precision than on a CPU."""
+    if device.type != "cuda":
+        return []
+    before = float32_settings()
+    for obj, name, value in _tf32_switches():
+        setattr(obj, name, value)
+    return before
+
+
+def float32_settings() -> list[tuple[object, str, object]]:
+    """The TF32 switches as they are now, for :func:`restore_float32` ([] where torch cannot read them: a mix of its
+    two APIs set by the caller)."""
+    try:
+        return [(obj, name, getattr(obj, name)) for obj, name, _ in _tf32_switches()]
+    except RuntimeError:
+        return []
+
+
+def restore_float32(before: list[tuple[object, str, object]]) -> None:
+    for obj, name, value in before:
+        setattr(obj, name, value)
+
+
 def attack_of(cfg: RunConfig) -> Attack:
     """The configured attack, with its own ``options``: a closed-form one takes besides them at most where its
     labels come from (the analytic attack; R-GAP and APRIL use granted labels when there are); gradient matching
@@ -316,6 +354,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     cfg.validate()
     torch.set_num_threads(cfg.threads or 1)  # auto (None): one thread until the victim is built
     device = resolve_device(cfg.device)
+    ieee_float32(device)  # run_attack gives the caller's settings back, as it does the thread count
     case = build_case(cfg, device, getattr(torch, cfg.derived().dtype), progress=progress)
     torch.set_num_threads(cfg.threads or case.victim.threads)  # auto: every core for deep victims, else one
     cfg = replace(cfg, **case.settings)  # a message file fixes its sketch, batch size and labels
@@ -742,6 +781,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     if out is not None:
         check_out(out)
     threads = torch.get_num_threads()
+    precision = float32_settings()
     try:
         p = prepare(cfg, progress=progress)
         if prepared is not None:
@@ -753,6 +793,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
         folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
     finally:
         torch.set_num_threads(threads)
+        restore_float32(precision)
     return outcome.metrics, folder
 
 
