@@ -8,8 +8,9 @@ a cache miss per entry once the output outgrows the caches, which makes these ma
 slower than reading their inputs.  With the compiled kernels (:mod:`.kernels`) the plan
 keeps the entries sorted by output bucket (at most ``MAX_BUCKETS`` stretches of >= 2^12
 outputs), so both passes of a call stay within cache-sized stretches; the torch twin
-(GPUs, other dtypes, no kernel) runs ``index_add_`` / ``index_select`` on ``dest``.  Both add
-the entries of one output in the order of j, so they agree to the last bit.
+(GPUs, other dtypes, no kernel) runs ``index_add_`` / ``index_select`` on ``dest``.  On a CPU both add
+the entries of one output in the order of j, so they agree to the last bit; on a GPU ``index_add_`` adds colliding
+entries with atomics in no fixed order, so its last bits may differ from run to run.
 """
 
 from __future__ import annotations
