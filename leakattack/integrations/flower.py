@@ -53,6 +53,7 @@ from targets.protocols import round_seed
 from ..constraints import MAX_SEED
 from ..errors import UserError
 from ..results import write_tensors
+from ..results.io import atomic_write_text
 from ..results.message import (
     MAX_CLASSES,
     MAX_INPUT_NUMBERS,
@@ -407,7 +408,7 @@ class RecordingStrategy(Strategy):
         rows = [{**r, "message": _relative(r["message"], self.out), "weights": _relative(r["weights"], self.out)}
                 for r in self.records]
         self.out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(rows, indent=2) + "\n")  # an interrupt leaves the earlier list whole
         return path
 
 
