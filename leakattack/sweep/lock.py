@@ -2,7 +2,8 @@
 
 The lock is created with ``O_CREAT | O_EXCL`` (atomic: of two sweeps started
 together, one gets it) and removed when the sweep ends, also on Ctrl-C or an
-error.  A lock left by a process that died (kill -9) is taken over, as is one left
+error.  A lock left by a process that died (kill -9) is taken over, also where a new process
+has its id by now (the lock records its owner's start time), as is one left
 empty for a minute (its writer died between creating and writing it); taking it
 over happens under an ``flock`` on the folder, so two sweeps finding the same
 stale lock cannot both take it.  The second sweep on a folder is refused in one
@@ -32,11 +33,28 @@ class SweepLocked(UserError):
 
 def _owner(path: Path) -> tuple[int | None, str]:
     """(pid, host) written in a lock file; (None, "") if it is unreadable or not yet written."""
+    pid, host, _ = _written(path)
+    return pid, host
+
+
+def _written(path: Path) -> tuple[int | None, str, int | None]:
+    """(pid, host, start) written in a lock file: ``start`` is the process's start time in clock ticks since boot
+    (``/proc/PID/stat``), None in a lock written without it; (None, "", None) if unreadable or not yet written."""
     try:
-        pid, host = path.read_text(encoding="utf-8").split(maxsplit=1)
-        return int(pid), host.strip()
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None, ""
+        fields = path.read_text(encoding="utf-8").split()
+        pid, host = int(fields[0]), fields[1]
+        return pid, host, int(fields[2]) if len(fields) > 2 else None
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None, "", None
+
+
+def _started(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot, from ``/proc/PID/stat`` (None where there is none)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22; the name in parentheses may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +77,8 @@ class FolderLock:
         self.held = False
 
     def acquire(self) -> "FolderLock":
-        me = f"{os.getpid()} {socket.gethostname()}\n"
+        started = _started(os.getpid())
+        me = f"{os.getpid()} {socket.gethostname()}" + (f" {started}" if started is not None else "") + "\n"
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -97,10 +116,14 @@ class FolderLock:
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
             return True
-        pid, host = _owner(self.path)
+        pid, host, started = _written(self.path)
         if pid is None:  # not written yet, or never: a writer fills it right after creating it
             return time.time() - mtime >= UNWRITTEN_SECONDS
-        return host == socket.gethostname() and not _alive(pid)
+        if host != socket.gethostname():
+            return False
+        # a live process of that id that started at another time took the id over after the owner died (a container
+        # restarted or requeued reuses ids soon)
+        return not _alive(pid) or (started is not None and _started(pid) not in (None, started))
 
     def _take_over_if_stale(self) -> bool:
         """Remove the lock if its owner is a dead process on this host, or if it has named no owner for
