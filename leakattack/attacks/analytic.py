@@ -104,8 +104,8 @@ def leaf_calls(victim, batch: int = 1) -> tuple[torch.Tensor, list[Call], torch.
     (module, inputs, output; a module called twice appears twice) and the model's output."""
     leaves = [m for m in victim.model.modules() if not any(True for _ in m.children())]
     calls: list[Call] = []
-    gen = torch.Generator(device=victim.device).manual_seed(0)
-    x = torch.rand((batch, *victim.input_shape), generator=gen, dtype=victim.dtype, device=victim.device)
+    gen = torch.Generator().manual_seed(0)  # drawn on the CPU and moved: the same probe on every device
+    x = torch.rand((batch, *victim.input_shape), generator=gen, dtype=victim.dtype).to(victim.device)
     out = targets.probe(victim, x, leaves, lambda m, inp, res: calls.append((m, inp, res)))
     return x, calls, out
 
