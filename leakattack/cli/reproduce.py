@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,27 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+#: seconds a step is given to stop on its own (it keeps what it finished) once this command is interrupted
+STOP_WAIT = 60.0
+
+
+def _call(argv: list[str]) -> int:
+    """Run a step and return its exit code.  Interrupted (Ctrl-C reaches the step too; SIGTERM is passed on to it), it
+    is waited for while it stops, at most :data:`STOP_WAIT` s, and killed after that or at a second interrupt, so
+    that nothing it runs still writes once this command moves the committed results back."""
+    proc = subprocess.Popen(argv)
+    try:
+        return proc.wait()
+    except BaseException:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=STOP_WAIT)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+        raise
+
+
 def _prepare(what: str) -> tuple[object, _Kept | None]:
     """Move aside what a step regenerates; returns what its check needs afterwards (the committed reference) and
     what was moved aside."""
@@ -168,8 +190,8 @@ def cmd_reproduce(a) -> int:
             before, kept = _prepare(what)
             t0 = time.perf_counter()
             try:
-                rc = subprocess.call(argv)
-            except BaseException:  # Ctrl-C: the step's child stops too; the committed results go back in place
+                rc = _call(argv)
+            except BaseException:  # Ctrl-C or SIGTERM: the step has stopped; the committed results go back in place
                 if kept is not None:
                     kept.restore()
                 raise

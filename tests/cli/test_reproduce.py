@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -131,7 +133,7 @@ def test_a_sweep_step_that_fails_or_is_interrupted_puts_the_committed_results_ba
             raise KeyboardInterrupt
         return 1
 
-    monkeypatch.setattr(reproduce.subprocess, "call", half_written)
+    monkeypatch.setattr(reproduce, "_call", half_written)
     assert cli.main(["reproduce", "sweeps"]) == (130 if stop == "interrupted" else 1)
     after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert after == before
@@ -146,7 +148,36 @@ def test_a_sweep_step_that_succeeds_leaves_only_its_new_results(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     folder = _committed_sweep(tmp_path)
     monkeypatch.setattr(reproduce, "steps", lambda: {"sweeps": [("sweep:results/sweeps/defense_sweep", ["x"])]})
-    monkeypatch.setattr(reproduce.subprocess, "call", lambda argv: (folder / "results.jsonl").write_text("new") and 0)
+    monkeypatch.setattr(reproduce, "_call", lambda argv: (folder / "results.jsonl").write_text("new") and 0)
     assert cli.main(["reproduce", "sweeps"]) == 0
     assert sorted(p.name for p in folder.iterdir()) == ["results.jsonl"]
     assert sorted(p.name for p in folder.parent.iterdir()) == ["defense_sweep"]
+
+
+def test_an_interrupted_step_is_waited_for_while_it_stops_before_the_results_go_back(tmp_path, monkeypatch):
+    """The step is sent SIGTERM and given time to stop, so nothing it runs writes once the committed results are back
+    in place (the step's process was killed at once, its own workers left to run on)."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    folder = _committed_sweep(tmp_path)
+    before = (folder / "results.jsonl").read_bytes()
+    step = tmp_path / "step.py"
+    step.write_text(textwrap.dedent(f"""
+        import os, signal, sys, time
+        def stop(signum, frame):
+            time.sleep(0.5)  # a sweep writing its last finished point
+            open({str(folder / "results.jsonl")!r}, "a").write("last point")
+            open({str(tmp_path / "stopped")!r}, "w").write(str(signum))
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        open({str(folder / "results.jsonl")!r}, "w").write("first point")
+        os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C at the command
+        time.sleep(30)
+    """))
+    monkeypatch.setattr(reproduce, "steps", lambda: {
+        "sweeps": [("sweep:results/sweeps/defense_sweep", [sys.executable, str(step)])]})
+    assert cli.main(["reproduce", "sweeps"]) == 130
+    assert (tmp_path / "stopped").read_text() == str(int(signal.SIGTERM))
+    assert (folder / "results.jsonl").read_bytes() == before
