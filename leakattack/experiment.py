@@ -125,7 +125,7 @@ def _tf32_switches() -> list[tuple[object, str, object]]:
 def ieee_float32(device: torch.device) -> list[tuple[object, str, object]]:
     """On a GPU, run float32 convolutions and matrix products in IEEE float32 and return the settings before (for
     :func:`restore_float32`); elsewhere change nothing and return [].  torch lets cuDNN run float32 convolutions in
-    TF32 by default (10 mantissa bits, about 1e-3 relative), so a `--dtype float32` run on a GPU computed the
+    TF32 by default (10 mantissa bits, about 1e-3 relative), so a `--dtype float32` run on a GPU would compute the
     victim's gradient and the attack's derivatives at another precision than on a CPU."""
     if device.type != "cuda":
         return []
@@ -642,9 +642,9 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
 
 def _not_rebuilt_images(wrong: list[int], n: int) -> str:
     """``; images 3, 7 of 8 not rebuilt on their own`` (the first five numbered)."""
-    listed = ", ".join(map(str, wrong[:5])) + (", ..." if len(wrong) > 5 else "")
+    shown = ", ".join(map(str, wrong[:5])) + (", ..." if len(wrong) > 5 else "")
     many = len(wrong) > 1
-    return f"; image{'s' if many else ''} {listed} of {n} not rebuilt on {'their' if many else 'its'} own"
+    return f"; image{'s' if many else ''} {shown} of {n} not rebuilt on {'their' if many else 'its'} own"
 
 
 def _number(v) -> str:

@@ -418,20 +418,19 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     from .sweep.lock import FolderLock  # here: leakattack.sweep imports the run's modules, which import this one
     made = [p for p in (folder, *folder.parents) if not p.exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    try:  # one training per folder: a second one would read the first's files as a stopped run and append to them
-        lock = FolderLock(folder, TRAIN_LOCK, "training run").acquire()
-    except BaseException:
-        _remove_empty(made)
-        raise
+    # one training per folder: a second one would read the first's files as a stopped run and append to them
+    lock = FolderLock(folder, TRAIN_LOCK, "training run")
     try:
+        lock.acquire()
         return _train_locked(folder, record, proto, victim, testset, rounds, out, progress, checkpoints,
-                             checkpoint_every, on_resume, made)
+                             checkpoint_every, on_resume)
     finally:
         lock.release()
+        _remove_empty(made)  # a training refused before it wrote anything leaves no folder
 
 
 def _remove_empty(made: list[Path]) -> None:
-    """Remove the folders ``made`` (deepest first) where they are still empty: a refused training leaves none."""
+    """Remove the folders ``made`` (deepest first) that are still empty; stop at the first that is not."""
     for p in made:
         try:
             p.rmdir()
@@ -441,15 +440,10 @@ def _remove_empty(made: list[Path]) -> None:
 
 def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.Victim, testset: ImageSet,
                   rounds: int, out: Path, progress: bool, checkpoints: bool, checkpoint_every: int,
-                  on_resume: Callable[[Path, int], None] | None, made: list[Path]) -> Path:
+                  on_resume: Callable[[Path, int], None] | None) -> Path:
     """:func:`train` in its folder, whose lock this process holds."""
     name = record["protocol"]
-    try:
-        rows = resume_point(folder, record, proto)
-    except BaseException:
-        (folder / TRAIN_LOCK).unlink(missing_ok=True)
-        _remove_empty(made)
-        raise
+    rows = resume_point(folder, record, proto)
     w: torch.Tensor | None
     server: dict | None = None
     if not rows:

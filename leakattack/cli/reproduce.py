@@ -75,8 +75,8 @@ SWEEP_OUTPUTS = ("results.jsonl", "summary.csv", "sweep.json", "points", "figure
 
 class _Kept:
     """What a step regenerates, moved aside into a hidden folder beside it while the step runs: put back where the
-    step fails or is interrupted (the committed results were deleted before the step ran, and Ctrl-C lost them),
-    removed once it has succeeded."""
+    step fails or is interrupted, so that the committed results outlive a step that does not finish, and removed
+    once it has succeeded."""
 
     def __init__(self, folder: Path, names: list[str]):
         self.folder, self.names, self.aside = folder, [], None

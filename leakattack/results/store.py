@@ -110,7 +110,8 @@ def load_records(out: Path, plan=None, key_of: Callable[[dict], str] | None = No
     """
     stored = read_results(Path(out) / "results.jsonl")
     if plan is None:
-        keys, grids = planned_keys(out), _planned_grids(out)
+        meta = _recorded_plan(out)
+        keys, grids = planned_keys(out, meta), _planned_grids(meta)
     else:
         keys, grids = [p["key"] for p in plan.points], [p.get("grid") for p in plan.points]
     if keys is None:
@@ -152,26 +153,28 @@ def quoted(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def planned_keys(out: Path) -> list[str] | None:
-    """The point keys of the plan a sweep folder last ran (``sweep.json``'s ``keys``, in grid order); None where
-    the folder records none (a sweep written before they were recorded: all its stored points count)."""
-    path = Path(out) / "sweep.json"
+def _recorded_plan(out: Path) -> dict:
+    """The folder's ``sweep.json`` as an object ({} where it is missing or unreadable)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            keys = json.load(fh).get("keys")
-    except (OSError, ValueError, AttributeError):
-        return None
+        with open(Path(out) / "sweep.json", encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def planned_keys(out: Path, meta: dict | None = None) -> list[str] | None:
+    """The point keys of the plan a sweep folder last ran (``sweep.json``'s ``keys``, in grid order; ``meta``: that
+    file already read); None where the folder records none (a sweep written before they were recorded: all its
+    stored points count)."""
+    keys = (_recorded_plan(out) if meta is None else meta).get("keys")
     return [str(k) for k in keys] if isinstance(keys, list) else None
 
 
-def _planned_grids(out: Path) -> list | None:
-    """Each planned point's grid values (``sweep.json``'s ``grids``, in the order of its ``keys``); None where the
-    folder records none."""
-    try:
-        with open(Path(out) / "sweep.json", encoding="utf-8") as fh:
-            grids = json.load(fh).get("grids")
-    except (OSError, ValueError, AttributeError):
-        return None
+def _planned_grids(meta: dict) -> list | None:
+    """Each planned point's grid values (``sweep.json``'s ``grids``, read as ``meta``, in the order of its
+    ``keys``); None where the folder records none."""
+    grids = meta.get("grids")
     return grids if isinstance(grids, list) else None
 
 

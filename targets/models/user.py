@@ -41,8 +41,8 @@ _IMPORTED: dict[str, tuple[tuple[int, int], object]] = {}
 
 def _model_file(path: Path):
     """The module of model file ``path``, imported once per process while the file is unchanged: a run asks for its
-    class dozens of times, and each import ran the file's top level again (a register_model there found its own
-    name taken); an edited file is imported again."""
+    class dozens of times, and each import would run the file's top level again (a register_model there would find
+    its own name taken); an edited file is imported again."""
     try:
         st = path.stat()
         key, stamp = str(path.resolve()), (st.st_mtime_ns, st.st_size)

@@ -20,7 +20,7 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
         raise _one_axis(f"a batch of shape {tuple(x.shape)} holds inputs of one axis")
     terms = [(x[..., 1:, :] - x[..., :-1, :]).abs().mean()] if x.shape[-2] > 1 else []
     terms += [(x[..., :, 1:] - x[..., :, :-1]).abs().mean()] if x.shape[-1] > 1 else []
-    return terms[0] + terms[1] if len(terms) == 2 else terms[0] if terms else x.new_zeros(())
+    return sum(terms[1:], terms[0]) if terms else x.new_zeros(())
 
 
 class TotalVariation:
