@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import allocation_failed
 from .base import halt_reason, stop_requested, torch_threads
 
 #: Gauss-Newton runs only where n = m*B, the unknowns, is at most this (its normal equations are n x n) ...
@@ -123,29 +124,33 @@ def _by_columns(column: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tens
                 after: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
     """rows[k] = column(e_k) for the n unit vectors e_k (n = rows.shape[0]), :data:`CHUNK` at a time as
     one batched pass (``torch.func.vmap``; ``chunk`` another number), one at a time from the first batch where an
-    operation has no batching rule (or ``chunk=1``); ``after`` maps each block of columns (k, ...) to what its rows
+    operation has no batching rule (or ``chunk=1``); a batch that does not fit in memory is tried again at half its
+    size (one column at a time holds the least); ``after`` maps each block of columns (k, ...) to what its rows
     hold (a sketch of them); raises :class:`Stopped` when ``stop()`` turns true between two batches; ``done(k)``
     after each batch with the number of rows written."""
     n = rows.shape[0]
     keep = (lambda block: block) if after is None else after
     step = CHUNK if chunk is None else chunk
     first = 0
-    if step > 1:
+    while step > 1 and first < n:
         try:
             with warnings.catch_warnings():  # an operation vmap runs one slice at a time is still right
                 warnings.filterwarnings("ignore", message=".*performance drop.*")
-                for first in range(0, n, step):
+                while first < n:
                     if stop is not None and stop():
                         raise Stopped
                     k = min(step, n - first)
                     e = torch.zeros(k, n, dtype=rows.dtype, device=rows.device)
                     e[torch.arange(k), torch.arange(first, first + k)] = 1
                     rows[first:first + k] = keep(torch.func.vmap(column)(e))
+                    first += k
                     if done is not None:
-                        done(first + k)
+                        done(first)
             return
-        except (RuntimeError, NotImplementedError):  # an operation of the graph that vmap cannot batch
-            pass
+        except (RuntimeError, NotImplementedError, MemoryError) as err:
+            if not allocation_failed(err):  # an operation of the graph that vmap cannot batch
+                break
+            step //= 2  # the batch's temporaries did not fit: half as many columns a pass
     e = torch.zeros(n, dtype=rows.dtype, device=rows.device)
     for k in range(first, n):
         if stop is not None and k % CHUNK == 0 and stop():

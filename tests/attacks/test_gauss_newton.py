@@ -428,6 +428,54 @@ def test_the_normal_equations_go_on_one_column_at_a_time_where_a_batched_pass_fa
     torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
 
 
+@pytest.mark.parametrize("fails", [
+    lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
+    lambda: MemoryError(),
+], ids=["cuda", "cpu-allocator", "python"])
+def test_a_batch_of_columns_that_does_not_fit_is_formed_again_at_half_its_size(monkeypatch, fails):
+    obs, x = _obs()
+    full = jacobian(obs.forward, x, obs.labels, chunk=1)
+    batched = torch.func.vmap
+    sizes: list[int] = []
+
+    def above_four_fails(f):
+        def run(e):
+            sizes.append(e.shape[0])
+            if e.shape[0] > 4:  # a batch's temporaries that do not fit in memory
+                raise fails()
+            return batched(f)(e)
+        return run
+
+    monkeypatch.setattr(torch.func, "vmap", above_four_fails)
+    J = jacobian(obs.forward, x, obs.labels, chunk=16)
+    assert sizes[:3] == [16, 8, 4] and max(sizes[3:]) == 4 and sum(s for s in sizes if s <= 4) == x.numel()
+    torch.testing.assert_close(J, full, rtol=0, atol=1e-12 * float(full.abs().max()))
+
+
+def test_a_single_column_that_does_not_fit_is_the_caller_s_allocation_failure(monkeypatch):
+    obs, x = _obs()
+    exact = gauss_newton.products
+    columns: list[int] = []
+
+    def failing_columns(*args):
+        y, _, jt = exact(*args)
+
+        def column(e):
+            columns.append(1)
+            raise MemoryError
+        return y, column, jt
+
+    def never_fits(f):
+        raise MemoryError
+
+    monkeypatch.setattr(gauss_newton, "products", failing_columns)
+    monkeypatch.setattr(torch.func, "vmap", never_fits)
+    with pytest.raises(MemoryError):
+        jacobian(obs.forward, x, obs.labels, chunk=16)
+    assert columns == [1]  # halving ends at one column a pass, whose failure is the caller's to report
+
+
 def test_steps_without_j_held_reach_the_input_as_those_with_it(monkeypatch):
     # above MAX_HELD numbers J is not formed: J^T J and J^T r come from products, and the steps are the same
     obs, x = _obs()
