@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from targets.victim import cpu_cores, whole
 
 from ..constraints import MAX_RESTARTS
-from ..errors import SettingWarning, UserError, size_text
+from ..errors import SettingWarning, UserError, allocation_failed, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
@@ -652,10 +652,14 @@ class GradientMatching(Attack):
                                           threads=self.threads or cpu_cores(), on_step=step, on_columns=columns,
                                           chunk=columns_per_pass(obs.b, obs.d, obs.y.element_size()),
                                           ahead=ahead)
-        except (RuntimeError, NotImplementedError) as err:  # a model of the client that J cannot go through
-            best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": str(err)[:200]}
-            best.message = add_note(best.message, "no Gauss-Newton steps: the message could not be differentiated "
-                                                  f"twice in x ({str(err)[:120]})")
+        except (RuntimeError, NotImplementedError, MemoryError) as err:
+            # a model of the client that J cannot go through, or J's passes and normal equations that did not fit
+            # in memory: the first phase's iterate stands either way
+            text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            cause = ("their J did not fit in memory" if allocation_failed(err)
+                     else "the message could not be differentiated twice in x")
+            best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": text[:200]}
+            best.message = add_note(best.message, f"no Gauss-Newton steps: {cause} ({text[:120]})")
             return False
         finally:
             bar.close()

@@ -681,6 +681,26 @@ def test_a_model_of_the_client_that_j_cannot_go_through_leaves_the_first_phase_a
     assert "could not be differentiated twice" in result.message
 
 
+@pytest.mark.parametrize("error", [
+    lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
+    lambda: MemoryError(),
+], ids=["cuda", "cpu-allocator", "python"])
+def test_steps_that_do_not_fit_in_memory_leave_the_first_phase_and_say_so(monkeypatch, error):
+    obs, _ = _obs()
+    plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
+
+    def fails(*args, **kw):
+        raise error()
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", fails)
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    assert torch.equal(result.x, plain.x) and result.losses == plain.losses
+    assert result.gauss_newton["kept"] is False and result.gauss_newton["error"]
+    assert "no Gauss-Newton steps: their J did not fit in memory" in result.message
+    assert "differentiated" not in result.message
+
+
 def test_no_normal_equations_are_begun_when_the_time_left_is_under_their_share_of_js(monkeypatch):
     """J took 10 s (a fake clock) and 4 s are left: J^T J and its factor (0.3-0.75 of J's time measured) would
     overrun the limit, so the steps stop there; with 6 s left they are taken."""

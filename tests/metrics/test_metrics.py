@@ -395,6 +395,17 @@ def test_jacobian_rank_of_a_linear_and_a_rank_deficient_map():
     assert metrics.jacobian_rank(lambda z, labels: z.sum(1), wide, None, d=1)[0] is None  # too many columns
 
 
+def test_a_jacobian_rank_whose_j_does_not_fit_in_memory_is_not_measured_and_says_why(monkeypatch):
+    from leakattack.metrics import uniqueness
+
+    def too_big(*args, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(uniqueness, "jacobian", too_big)
+    rank, note = metrics.jacobian_rank(lambda z, labels: z.sum(), torch.zeros(1, 3), None, d=1)
+    assert rank is None and note.startswith("not measured: J did not fit in memory (CUDA out of memory")
+
+
 def test_assess_judges_a_result_against_its_start_and_the_mean_image():
     """assess: the scores, both baselines and the verdict of metrics.json; a closed form has no start to score."""
     import pytest
