@@ -57,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -444,10 +445,11 @@ def sketch_section(a) -> None:
 
 #: (label, run settings) of the oneDNN comparison: float32 attacks of small victims on one image and on batched
 #: starts, and a deep victim
+RELU_MODELS = Path(__file__).resolve().parents[1] / "examples" / "relu_models.py"  # from any working folder
 ONEDNN_CASES = [
     ("lenet act=relu, ig, 600 steps", dict(model="lenet", model_params={"act": "relu"}, iterations=600)),
-    ("ReluCNN, ig, 600 steps", dict(model="examples/relu_models.py:ReluCNN", iterations=600)),
-    ("PooledCNN, ig, 600 steps", dict(model="examples/relu_models.py:PooledCNN", iterations=600)),
+    ("ReluCNN, ig, 600 steps", dict(model=f"{RELU_MODELS}:ReluCNN", iterations=600)),
+    ("PooledCNN, ig, 600 steps", dict(model=f"{RELU_MODELS}:PooledCNN", iterations=600)),
     ("lenet, adam float32, 200 steps", dict(model="lenet", optimizer="adam", dtype="float32", iterations=200)),
     ("lenet, adam float32, 200 steps, 8 starts", dict(model="lenet", optimizer="adam", dtype="float32",
                                                       iterations=200, restarts=8)),

@@ -61,7 +61,7 @@ def main() -> None:
     d = model.d
     b = round(a.ratio * d)
     kinds = ["none"] + [k for k in a.kinds.split(",") if k != "none"]
-    sketches = {k: get_sketch(k, d, b, seed=1) for k in kinds}
+    sketches = {k: get_sketch(k, d, d if k == "none" else b, seed=1) for k in kinds}  # none sends all d
     times = {k: [] for k in kinds}
     for _ in range(a.rounds):
         for k in kinds:

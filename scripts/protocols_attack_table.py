@@ -1,15 +1,17 @@
 """Attack table of results/protocols/: PSNR/SSIM of inverting one client message per setting.
 
-Run from the repository root:  python scripts/protocols_attack_table.py [ITERATIONS [PROTOCOL ...]]
-Writes results/protocols/attacks.md and attacks.json.  Each row is one `leakattack run
---protocol ...` (same RunConfig); grad_rel_err = ||g(x^) - g(x)|| / ||g(x)|| with g the
-client's true, unsketched gradient at w^t (Kasiviswanathan's footnote 4 says g cannot be
-recovered from its projection).  Naming protocols re-runs only their rows and keeps the
-stored rows of the others (e.g. `python scripts/protocols_attack_table.py 1000 safl sacfl`).
+python scripts/protocols_attack_table.py [ITERATIONS [PROTOCOL ...]]
+Writes results/protocols/attacks.md and attacks.json of the repository it is in, from any
+working folder.  Each row is one `leakattack run --protocol ...` (same RunConfig);
+grad_rel_err = ||g(x^) - g(x)|| / ||g(x)|| with g the client's true, unsketched gradient at
+w^t (Kasiviswanathan's footnote 4 says g cannot be recovered from its projection).  Naming
+protocols re-runs only their rows and keeps the stored rows of the others (e.g.
+`python scripts/protocols_attack_table.py 1000 safl sacfl`).
 """
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from leakattack.config import RunConfig
 from leakattack.results import atomic_write_text, write_json
 from leakattack.training import stored_protocol, train
 
+os.chdir(Path(__file__).resolve().parents[1])  # the repository's results/, whatever the working folder
 HERE = Path("results/protocols")
 _args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 _args.add_argument("iterations", nargs="?", type=int, default=1000, help="attack iterations per row (default 1000)")

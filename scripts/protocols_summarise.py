@@ -1,6 +1,8 @@
-"""Training table of results/protocols/: python scripts/protocols_summarise.py -> results/protocols/training.md."""
+"""Training table of results/protocols/: python scripts/protocols_summarise.py -> results/protocols/training.md (the
+repository's, from any working folder)."""
 
 import argparse
+import sys
 from pathlib import Path
 
 from leakattack.figures import accuracy_figure
@@ -8,9 +10,13 @@ from leakattack.figures.training import mean_floats, run_clients
 from leakattack.results import atomic_write_text, read_jsonl
 
 argparse.ArgumentParser(description=__doc__).parse_args()  # --help says what it writes, before it writes anything
-HERE = Path("results/protocols")
+HERE = Path(__file__).resolve().parents[1] / "results" / "protocols"  # the repository's, whatever the working folder
 ROOT = HERE / "train"
 runs = {f.parent.name: read_jsonl(f) for f in sorted(ROOT.glob("*/train.jsonl"))}
+if not runs:
+    print(f"protocols_summarise.py: error: no training runs under {ROOT} (sh scripts/protocols_train.sh makes them)",
+          file=sys.stderr)
+    sys.exit(2)
 for name, rows in runs.items():  # the average client's cumulative uplink (a sampled-half protocol sends half)
     for r, mean in zip(rows, mean_floats(rows, run_clients(ROOT / name))):
         r["mean_cum"] = mean

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Reference training runs of results/protocols/ (LeNet-tanh, default init, embedded digits, 10 clients, iid).
 #
-#   [OUT=DIR] scripts/protocols_train.sh      (OUT: results/protocols/train unless given)
+#   [OUT=DIR] scripts/protocols_train.sh      (OUT: the repository's results/protocols/train unless given)
 case "${1:-}" in -h|--help) sed -n "2,/^[^#]/p" "$0" | sed "/^[^#]/d; s/^# \{0,1\}//"; exit 0;; esac
 set -e
-OUT=${OUT:-results/protocols/train}
+OUT=${OUT:-$(dirname "$0")/../results/protocols/train}  # the repository's, whatever the working folder
 L="python -m leakattack.cli train --quiet --out $OUT --seed 0"
 $L --protocol fedavg --rounds 100 --no-checkpoints
 $L --protocol sketched --sketch srht --sketch-ratio 0.1 --rounds 1000 --name sketched-srht-0.1

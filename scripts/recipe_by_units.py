@@ -17,11 +17,12 @@ from pathlib import Path
 from _runs import grid_arguments, print_table, run_grid
 
 #: name -> the run's victim flags
+RELU_MODELS = Path(__file__).resolve().parents[1] / "examples" / "relu_models.py"  # from any working folder
 VICTIMS = {
     "lenet, act=relu": ["--model", "lenet", "--model-param", "act=relu"],
     "mlp, act=relu (digits)": ["--model", "mlp", "--model-param", "act=relu", "--dataset", "digits"],
-    "ReluCNN": ["--model", "examples/relu_models.py:ReluCNN"],
-    "PooledCNN": ["--model", "examples/relu_models.py:PooledCNN"],
+    "ReluCNN": ["--model", f"{RELU_MODELS}:ReluCNN"],
+    "PooledCNN": ["--model", f"{RELU_MODELS}:PooledCNN"],
 }
 RECIPES = ("dlg", "ig")
 

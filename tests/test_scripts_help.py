@@ -80,3 +80,42 @@ def test_breaching_script_refuses_a_prior_scale_without_the_attack_that_has_the_
     assert "--deep-inversion sets the prior of --attack seethroughgradients" in done.stderr
     assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _repository_paths(path: Path) -> list[str]:
+    """String constants of a script (docstrings left out) that name a file or folder of the repository relative to
+    the working folder: ``examples/...``, ``results/...``, ``docs/...``, ``scripts/...``, ``benchmarks/...``."""
+    import ast
+    import re
+
+    tree = ast.parse(path.read_text())
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    named = re.compile(r"^(examples|results|docs|scripts|benchmarks)/")
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and named.match(node.value)]
+
+
+def test_scripts_find_the_repository_s_files_from_any_working_folder():
+    """A script that names the repository's files by relative paths moves to the repository first: run from another
+    folder it would miss them (``examples/relu_models.py``) or write an empty table beside the user's files."""
+    relative = {p.name: found for p in SCRIPTS if (found := _repository_paths(p))
+                and "os.chdir(Path(__file__).resolve().parents[1])" not in p.read_text()}
+    assert not relative, relative
+
+
+def test_the_protocols_summary_from_another_folder_reads_the_repository_s_runs(tmp_path):
+    """Run from an empty folder, the summary reads and writes the repository's results/protocols/: a copy of the
+    script in a repository without training runs says so in one line and writes nothing."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "protocols_summarise.py").write_text((ROOT / "scripts" / "protocols_summarise.py").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, str(repo / "scripts" / "protocols_summarise.py")], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"protocols_summarise.py: error: no training runs under {repo / 'results' / 'protocols' / 'train'} "
+        "(sh scripts/protocols_train.sh makes them)"]
+    assert list(elsewhere.iterdir()) == [] and not (repo / "results").exists()
