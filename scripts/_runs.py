@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from _main import count
+
 
 def cli_run(folder: Path, args: list[str]) -> dict:
     """``leakattack run ARGS --no-lpips --quiet --out FOLDER`` unless FOLDER holds a metrics.json; its metrics."""
@@ -29,8 +31,8 @@ def grid_arguments(doc: str, images: str = "images 0..N-1", figure: bool = False
     """The table scripts' command line: ``--out DIR [--images 3] [--jobs 1]`` (and ``[--figure FILE]``)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--images", type=int, default=3, help=images)
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    ap.add_argument("--images", type=count, default=3, help=images)
+    ap.add_argument("--jobs", type=count, default=1, help="runs at once, one thread each")
     if figure:
         ap.add_argument("--figure", help="a .png of the reconstructions")
     return ap.parse_args()

@@ -21,6 +21,7 @@ import argparse
 import time
 
 import torch
+from _main import count, script_main
 
 import targets
 from leakattack import metrics
@@ -69,13 +70,21 @@ def wrong_label(data, B, H, act) -> str:
     return f"{result.stop_reason}, relative residual {result.row_space_solve['residual']:.2f}"
 
 
+def batch_by_width(text: str) -> tuple[int, int]:
+    """An argparse type: ``BxH``, a batch size and a hidden width, both at least 1."""
+    b, x, h = text.partition("x")
+    if not x:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BxH (a batch size and a width, e.g. 64x256)")
+    return count(b), count(h)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--act", default="relu", choices=["relu", "sigmoid", "tanh", "softplus", "gelu"],
                     help="mlp's hidden activation")
     ap.add_argument("--quick", action="store_true", help="one batch per setting, fewer settings")
     ap.add_argument("--only-sketched", action="store_true", help="the rows through srht alone")
-    ap.add_argument("--unsketched", metavar="BxH", nargs="+",
+    ap.add_argument("--unsketched", metavar="BxH", nargs="+", type=batch_by_width,
                     help="instead of the table: unsketched rows of these batch sizes and widths, e.g. 64x256")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -91,7 +100,7 @@ def main() -> None:
     if args.quick:
         settings = [(4, 64, "none"), (8, 256, "none"), (2, 64, "srht")]
     if args.unsketched:
-        settings = [(int(b), int(h), "none") for b, h in (v.split("x") for v in args.unsketched)]
+        settings = [(b, h, "none") for b, h in args.unsketched]
     print(f"act = {args.act}")
     print("| sketch | B | H | b / d | exact (PSNR > 80 dB) | lowest PSNR (dB) | recovered (attack's count) "
           "| labels right | wall s | solve / fit residual |")
@@ -112,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

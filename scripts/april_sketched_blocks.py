@@ -23,6 +23,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from _main import script_main
 
 import targets
 from leakattack import metrics
@@ -160,4 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

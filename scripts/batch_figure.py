@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 
 from leakattack import get_batch, get_dataset
 from leakattack.data import BATCH_DRAWS, batch_positions
@@ -33,7 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", nargs="+", metavar="LABEL=FILE")
     ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--batch-size", type=count, default=4)
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS, help="as leakattack run's")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
@@ -72,4 +73,4 @@ def figure(rows: list, names: list, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

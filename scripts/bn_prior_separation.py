@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _main import count, script_main
 
 import targets
 from leakattack.attacks.priors import bn_statistics_distance
@@ -33,7 +34,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", required=True, help="state_dict with BatchNorm running statistics")
     ap.add_argument("--model", default="resnet20")
-    ap.add_argument("--draws", type=int, default=10, help="batches per size and kind")
+    ap.add_argument("--draws", type=count, default=10, help="batches per size and kind")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = get_dataset("photos")
@@ -68,4 +69,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -37,6 +37,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _main import count, script_main
+
 MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
 
@@ -93,16 +95,16 @@ def pm(values: list[float], fmt: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the checkpoint and the attack runs")
-    ap.add_argument("--iterations", type=int, default=None,
+    ap.add_argument("--iterations", type=count, default=None,
                     help="attack steps of every run (default: the recipe's budget, 24,000 steps or 8 minutes)")
-    ap.add_argument("--images", type=int, default=3, help="photos 0..N-1 attacked per setting")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each with --threads 1 when more than one)")
+    ap.add_argument("--images", type=count, default=3, help="photos 0..N-1 attacked per setting")
+    ap.add_argument("--jobs", type=count, default=2, help="runs at once (each with --threads 1 when more than one)")
     ap.add_argument("--prior-weight", default=None, help="weight of the bn prior (default: the prior's own)")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
     ap.add_argument("--threads", default=None,
                     help="torch threads of every run (default: 1 when several run at once, else the victim's own)")
     ap.add_argument("--rows", default=".", help="only the settings whose label matches this regular expression")
-    ap.add_argument("--train-steps", type=int, default=None, help="training steps (default: the recipe's)")
+    ap.add_argument("--train-steps", type=count, default=None, help="training steps (default: the recipe's)")
     ap.add_argument("--tv", default=None,
                     help="TV weight of every run (default: the recipe's, 0.2 at the trained weights, 0.02 untrained)")
     a = ap.parse_args()
@@ -182,4 +184,4 @@ def draw_grid(grid: list[list[tuple[str, object]]], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _main import script_main
 
 import targets
 from leakattack.data import get_dataset
@@ -28,6 +29,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="model seed (leakattack run's --seed)")
     a = ap.parse_args()
     ds = get_dataset("photos")
+    if not 0 <= a.first < a.last <= len(ds.images):
+        ap.error(f"--first {a.first} --last {a.last}: give 0 <= first < last <= {len(ds.images)} "
+                 "(photos first..last-1)")
     victim = targets.get_model(a.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=a.seed,
                                bn_mode="eval")
     model = victim.model
@@ -44,4 +48,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from _main import script_main
 from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import gram_rank, normal_equations, products, residual
@@ -93,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
@@ -45,8 +46,8 @@ def main() -> None:
     ap.add_argument("--run", help="a run folder whose reconstruction.pt is a start")
     ap.add_argument("--hops", type=float, nargs="*", default=[],
                     help="standard deviations of the noise added to the run's reconstruction")
-    ap.add_argument("--draws", type=int, default=2, help="draws of each hop's noise (default 2)")
-    ap.add_argument("--steps", type=int, default=12, help="Gauss-Newton steps from each start (default 12)")
+    ap.add_argument("--draws", type=count, default=2, help="draws of each hop's noise (default 2)")
+    ap.add_argument("--steps", type=count, default=12, help="Gauss-Newton steps from each start (default 12)")
     a = ap.parse_args()
     start_file = Path(a.run) / "reconstruction.pt" if a.run else None
     if start_file is not None and not start_file.is_file():
@@ -113,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

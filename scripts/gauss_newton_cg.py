@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 
 from leakattack.attacks.gauss_newton import halved_step, products, residual
 from leakattack.config import RunConfig
@@ -49,8 +50,8 @@ def main() -> None:
     ap.add_argument("--image-index", type=int, default=0)
     ap.add_argument("--sketch", default="srht")
     ap.add_argument("--sketch-ratio", type=float, default=0.5)
-    ap.add_argument("--cg-steps", type=int, default=100, help="CGLS iterations per Gauss-Newton step")
-    ap.add_argument("--steps", type=int, default=5, help="Gauss-Newton steps")
+    ap.add_argument("--cg-steps", type=count, default=100, help="CGLS iterations per Gauss-Newton step")
+    ap.add_argument("--steps", type=count, default=5, help="Gauss-Newton steps")
     ap.add_argument("--damping", type=float, default=1e-6, help="lam, relative to ||J^T r|| (Tikhonov)")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
@@ -101,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
 
 from leakattack.attacks.gauss_newton import steps_note
@@ -56,4 +57,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _main import script_main
 
 from leakattack.attacks.gradient_matching import init_dummy
 from leakattack.config import RunConfig
@@ -96,4 +97,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _main import script_main
 
 import targets
 from leakattack.attacks import get_attack
@@ -56,4 +57,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    main()
+    script_main(main)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from _main import count, script_main
 from _runs import cli_run, print_table, run_jobs
 
 #: (data set, model, batch size, bins, query, sketch, defense)
@@ -47,7 +48,7 @@ def slug(run: tuple) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each")
+    ap.add_argument("--jobs", type=count, default=1, help="runs at once, one thread each")
     a = ap.parse_args()
     out = Path(a.out)
     done = run_jobs(RUNS, lambda r: cli_run(out / slug(r), args_of(r)), a.jobs)
@@ -67,4 +68,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 
 from leakattack.attacks import gradient_matching
 from leakattack.attacks.labels import head_and_probes, one_example_classes, readings_to_compare
@@ -61,13 +62,13 @@ def main() -> None:
     ap.add_argument("--model", default="lenet")
     ap.add_argument("--dataset", default="digits")
     ap.add_argument("--weights", help="a trained state_dict or checkpoint (default: train one here)")
-    ap.add_argument("--train-steps", type=int, default=120)
-    ap.add_argument("--train-images", type=int, default=128)
+    ap.add_argument("--train-steps", type=count, default=120)
+    ap.add_argument("--train-images", type=count, default=128)
     ap.add_argument("--sketches", default="srht", help="comma-separated sketch kinds")
     ap.add_argument("--ratios", default="0.02", help="comma-separated b/d")
-    ap.add_argument("--images", type=int, default=12, help="messages: from images 0, S, ..., (N-1) S on")
-    ap.add_argument("--batch-size", type=int, default=1, help="images per message (from each image on)")
-    ap.add_argument("--stride", type=int, default=1, help="S: images between the first images of two messages")
+    ap.add_argument("--images", type=count, default=12, help="messages: from images 0, S, ..., (N-1) S on")
+    ap.add_argument("--batch-size", type=count, default=1, help="images per message (from each image on)")
+    ap.add_argument("--stride", type=count, default=1, help="S: images between the first images of two messages")
     ap.add_argument("--start", type=int, default=0, help="the first image of the first message")
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS)
     ap.add_argument("--probe-steps", type=int, default=gradient_matching.LABEL_PROBE_STEPS,
@@ -139,4 +140,4 @@ def compare(model: str, dataset: str, weights: str | None, kind: str, ratio: flo
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -18,6 +18,7 @@ import collections
 import statistics
 
 import torch
+from _main import count, counts, positives, script_main
 
 import defenses
 import targets
@@ -34,9 +35,10 @@ def share(read: list[int], true: list[int]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch-sizes", default="1,4,8,16")
-    ap.add_argument("--clips", default="1,1e-3", help="clip thresholds C (the default victim's ||g|| is about 24)")
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--batch-sizes", type=counts, default="1,4,8,16")
+    ap.add_argument("--clips", type=positives, default="1,1e-3",
+                    help="clip thresholds C (the default victim's ||g|| is about 24)")
+    ap.add_argument("--trials", type=count, default=5)
     ap.add_argument("--ratio", type=float, default=1.0, help="SRHT b/d (1: unsketched)")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -49,8 +51,8 @@ def main() -> int:
           "labels read right, as the gradient / at the fitted scale; the fitted factor against the true one")
     print("| B | clip C | " + " | ".join(RULES) + " | factor fitted / true (median) |")
     print("|---|---|" + "---|" * len(RULES) + "---|")
-    for B in (int(v) for v in a.batch_sizes.split(",")):
-        for C in (float(v) for v in a.clips.split(",")):
+    for B in a.batch_sizes:
+        for C in a.clips:
             plain: dict[str, list[float]] = {r: [] for r in RULES}
             fitted: dict[str, list[float]] = {r: [] for r in RULES}
             ratios = []
@@ -75,4 +77,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

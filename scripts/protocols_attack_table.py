@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 
 import targets
 from leakattack import experiment
@@ -23,12 +24,12 @@ from leakattack.config import RunConfig
 from leakattack.results import atomic_write_text, write_json
 from leakattack.training import stored_protocol, train
 
-os.chdir(Path(__file__).resolve().parents[1])  # the repository's results/, whatever the working folder
 HERE = Path("results/protocols")
 _args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-_args.add_argument("iterations", nargs="?", type=int, default=1000, help="attack iterations per row (default 1000)")
+_args.add_argument("iterations", nargs="?", type=count, default=1000, help="attack iterations per row (default 1000)")
 _args.add_argument("protocols", nargs="*", help="re-run only these protocols' rows (default: all)")
 _a = _args.parse_args()
+os.chdir(Path(__file__).resolve().parents[1])  # the repository's results/, whatever the working folder
 ITER = _a.iterations
 ONLY = set(_a.protocols)  #: protocols whose rows are re-run (empty: all)
 BASE = dict(model="lenet", dataset="digits", batch_size=1, iterations=ITER, label_mode="idlg", seed=0,
@@ -157,4 +158,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

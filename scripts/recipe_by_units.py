@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
 
-#: name -> the run's victim flags
 RELU_MODELS = Path(__file__).resolve().parents[1] / "examples" / "relu_models.py"  # from any working folder
+#: name -> the run's victim flags
 VICTIMS = {
     "lenet, act=relu": ["--model", "lenet", "--model-param", "act=relu"],
     "mlp, act=relu (digits)": ["--model", "mlp", "--model-param", "act=relu", "--dataset", "digits"],
@@ -46,4 +47,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _main import count, script_main
 
 from leakattack.attacks.gradient_matching import distance_to_unit, unit
 from leakattack.attacks.surrogate import relu_surrogate
@@ -35,7 +36,7 @@ def main() -> int:
     ap.add_argument("--sketch", default="srht")
     ap.add_argument("--sketch-ratio", type=float, default=0.01)
     ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=count, default=400)
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
     common = dict(model=a.model, dataset=a.dataset, weights=a.weights, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
@@ -75,4 +76,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

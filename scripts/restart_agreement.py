@@ -14,15 +14,16 @@ sets ``KINK`` in leakattack/attacks/gradient_matching.py.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from _main import count, script_main
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--victims", default="resnet20,resnet18", help="models attacked on photo 0 (srht b/d = 0.01)")
     ap.add_argument("--weights", default=None, help="a checkpoint for the first victim (e.g. resnet20_photos.pt)")
-    ap.add_argument("--starts", type=int, default=8, help="starts per batch")
-    ap.add_argument("--draws", type=int, default=2, help="batches of starts (seeds 0..N-1)")
+    ap.add_argument("--starts", type=count, default=8, help="starts per batch")
+    ap.add_argument("--draws", type=count, default=2, help="batches of starts (seeds 0..N-1)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     a = ap.parse_args()
 
@@ -51,4 +52,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main(main)

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _main import count, script_main
+
 CASES = {
     "lenet-adam": [(f"photo {i}", ["--model", "lenet", "--dataset", "photos", "--image-index", str(i),
                                    "--sketch", "srht", "--sketch-ratio", "0.5", "--optimizer", "adam",
@@ -55,7 +57,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    ap.add_argument("--restarts", type=int, default=8, help="R")
+    ap.add_argument("--restarts", type=count, default=8, help="R")
     a = ap.parse_args()
     out = Path(a.out)
     print("| case | input | starts | attack s | × one start | kept start | its L_R | PSNR / SSIM | verdict |")
@@ -80,4 +82,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -18,6 +18,7 @@ import argparse
 from unittest import mock
 
 import torch
+from _main import count, script_main
 
 from leakattack.attacks import rgap
 from leakattack.config import RunConfig
@@ -66,7 +67,7 @@ def margins(index: int, dtype: str) -> list[list]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=3, help="photos 0..N-1")
+    ap.add_argument("--images", type=count, default=3, help="photos 0..N-1")
     a = ap.parse_args()
     print(f"| photo | dtype | layer | active | inactive: max abs(a) / se | active: min a / se | inactive: max abs(a) "
           f"| active: min a | wrong by {rgap.SE_MARGIN:g} se | wrong by {rgap.NOISE_MARGIN:g} x max(-a) | run |")
@@ -79,4 +80,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
 from batch_figure import figure, load
 
@@ -57,4 +58,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

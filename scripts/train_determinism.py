@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from _main import count, script_main
 
 
 def _leaves(obj, prefix=""):
@@ -42,7 +43,7 @@ def _largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet18")
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=count, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--other-threads", type=int, default=1)
     a = ap.parse_args()
@@ -56,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

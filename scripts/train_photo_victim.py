@@ -32,6 +32,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _main import count, script_main
 
 import targets
 from leakattack.data import get_dataset
@@ -112,8 +113,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="state_dict file to write")
     ap.add_argument("--model", default="resnet20")
-    ap.add_argument("--steps", type=int, default=STEPS)
-    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--steps", type=count, default=STEPS)
+    ap.add_argument("--batch", type=count, default=BATCH)
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--seed", type=int, default=0, help="model and crop seed (leakattack run's --seed)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -128,4 +129,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _main import count, script_main
+
 #: rounds of federated training per model and the attack settings left to the model's recipe otherwise
 SETTINGS = {
     "lenet": {"rounds": 100, "run": ["--model-param", "act=tanh", "--weight-init", "default"]},
@@ -33,7 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the training and attack runs")
     ap.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    ap.add_argument("--images", type=int, default=3, help="digit images attacked per setting")
+    ap.add_argument("--images", type=count, default=3, help="digit images attacked per setting")
     a = ap.parse_args()
     out = Path(a.out)
     print("| model | test acc | sketch | weights | PSNR (dB) per image | mean | SSIM mean | steps |")
@@ -71,4 +73,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

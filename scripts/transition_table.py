@@ -18,6 +18,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from _main import script_main
+
 
 def series_of(record: dict) -> tuple:
     g, p = record["grid"], record["params"]
@@ -65,4 +67,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -18,6 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _main import count, script_main
 from bn_prior_table import draw_grid
 
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.5": ["--sketch", "srht", "--sketch-ratio", "0.5"],
@@ -42,8 +43,8 @@ def folder_of(out: Path, recipe: str, sketch: str, image: int) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--images", type=int, default=3, help="photos 0..N-1")
-    ap.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
+    ap.add_argument("--images", type=count, default=3, help="photos 0..N-1")
+    ap.add_argument("--jobs", type=count, default=2, help="runs at once, one thread each")
     ap.add_argument("--time-limit", default="5m", help="the dlg runs' --time-limit")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
     a = ap.parse_args()
@@ -85,4 +86,4 @@ def figure(out: Path, images: int, results: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main)

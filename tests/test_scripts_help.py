@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for folder in ("scripts", "benchmarks") for p in (ROOT / folder).glob("*.py")
                  if not p.name.startswith("_"))
@@ -119,3 +121,31 @@ def test_the_protocols_summary_from_another_folder_reads_the_repository_s_runs(t
         f"protocols_summarise.py: error: no training runs under {repo / 'results' / 'protocols' / 'train'} "
         "(sh scripts/protocols_train.sh makes them)"]
     assert list(elsewhere.iterdir()) == [] and not (repo / "results").exists()
+
+
+def test_every_script_ends_in_one_sentence_on_bad_input():
+    """Each script's entry point is :func:`scripts._main.script_main` (a leakattack refusal, a missing file or a
+    failed run: one line and exit status 2); the modules the scripts share have none."""
+    without = [p.name for p in SCRIPTS if p.parent.name == "scripts" and "script_main(main)" not in p.read_text()
+               and p.name not in ("breaching_ig.py", "protocols_summarise.py")]  # top-level scripts with their own
+    assert not without, without
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["transition_table.py", "NOWHERE"], "NOWHERE/results.jsonl does not exist"),
+    (["april_sketched_blocks.py", "--run", "NOWHERE"], "NOWHERE/config.json does not exist"),
+    (["relu_jumps.py", "--weights", "NOWHERE/w.pt"], "weights file 'NOWHERE/w.pt' does not exist"),
+    (["label_scale.py", "--batch-sizes", "4,0"], "argument --batch-sizes: 0 is below 1"),
+    (["label_scale.py", "--clips", "1,-1"], "argument --clips: -1 is not a positive finite number"),
+    (["rgap_margins.py", "--images", "0"], "argument --images: 0 is below 1"),
+    (["analytic_batches.py", "--unsketched", "4y"], "argument --unsketched: '4y' is not BxH"),
+    (["bn_running_stats.py", "--out", "NOWHERE/s.pt", "--first", "5", "--last", "2"], "--first 5 --last 2: give"),
+])
+def test_a_script_given_bad_input_says_so_in_one_line_with_exit_status_2(tmp_path, argv, said):
+    nowhere = str(tmp_path / "nowhere")
+    args = [a.replace("NOWHERE", nowhere) for a in argv]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / args[0]), *args[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and last.startswith(f"{argv[0]}: error: ") and said.replace("NOWHERE", nowhere) in last
+    assert "Traceback" not in done.stderr and done.stdout == ""

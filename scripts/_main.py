@@ -1,0 +1,64 @@
+"""The scripts' entry point: bad input (a missing file, a value leakattack refuses, a run that failed) ends in one
+sentence on stderr and exit status 2, as the command line's does, not in a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn
+
+from leakattack.errors import UserError
+
+
+def script_main(main: Callable[[], int | None]) -> NoReturn:
+    """Exit with ``main()``'s status (0 for None), or with 2 and ``NAME: error: SENTENCE`` where it fails on its
+    input."""
+    name = Path(sys.argv[0]).name
+    try:
+        code = main()
+    except UserError as err:
+        sentence = str(err)
+    except FileNotFoundError as err:
+        sentence = f"{err.filename} does not exist"
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as err:
+        sentence = f"{err.filename}: {err.strerror}"
+    except subprocess.CalledProcessError as err:
+        command = err.cmd if isinstance(err.cmd, str) else shlex.join(map(str, err.cmd))
+        sentence = f"a command it ran failed with exit status {err.returncode}: {command}"
+    else:
+        raise SystemExit(code or 0)
+    print(f"{name}: error: {sentence}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+def counts(text: str) -> list[int]:
+    """An argparse type: comma-separated integers of at least 1 (``1,4,8``)."""
+    return [count(v) for v in text.split(",")]
+
+
+def positives(text: str) -> list[float]:
+    """An argparse type: comma-separated positive numbers (``1,1e-3``)."""
+    out = []
+    for v in text.split(","):
+        try:
+            value = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{v} is not a positive finite number")
+        out.append(value)
+    return out
