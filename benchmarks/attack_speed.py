@@ -68,6 +68,7 @@ from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
+from leakattack.script import count, script_main
 from targets.oracle import restart_gradients
 from targets.victim import cpu_cores
 
@@ -685,20 +686,21 @@ SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": rest
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=300, help="L-BFGS steps per round")
-    ap.add_argument("--restarts", type=int, default=8)
-    ap.add_argument("--restart-steps", type=int, default=200, help="Adam steps of the restarts and sketch comparisons")
+    ap.add_argument("--steps", type=count, default=300, help="L-BFGS steps per round")
+    ap.add_argument("--restarts", type=count, default=8)
+    ap.add_argument("--restart-steps", type=count, default=200,
+                    help="Adam steps of the restarts and sketch comparisons")
     ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
-    ap.add_argument("--restart-threads", type=int, default=1,
+    ap.add_argument("--restart-threads", type=count, default=1,
                     help="torch threads of the restarts and convgrad comparisons")
     ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
                     "restarts' evaluations, and the largest items of J^T J's columns (products)")
     ap.add_argument("--products-model", default="vit_small", help="victim of the products comparison")
-    ap.add_argument("--columns", type=int, default=64, help="columns of J^T J the products comparison times")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--columns", type=count, default=64, help="columns of J^T J the products comparison times")
+    ap.add_argument("--rounds", type=count, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this part only (repeatable; default: all; lbfgs also times the direction)")
     a = ap.parse_args()
@@ -711,4 +713,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -42,11 +42,13 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import targets
 from leakattack.attacks import gradient_matching, init_dummy
 from leakattack.attacks.priors.tv import total_variation
 from leakattack.config import RunConfig
 from leakattack.config.constraints import available_cores
 from leakattack.experiment import prepare
+from leakattack.script import count, one_of, script_main
 
 
 def cases(models: list[str]) -> list[tuple[str, dict]]:
@@ -146,10 +148,11 @@ def measure(label: str, fields: dict, threads: int, a) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet20", "resnet18", "vit_small", "resnet50"])
-    ap.add_argument("--steps", type=int, default=6, help="timed steps per round and loop")
+    ap.add_argument("--models", nargs="+", type=one_of(targets.list_models, "model", files=True),
+                    default=["resnet20", "resnet18", "vit_small", "resnet50"])
+    ap.add_argument("--steps", type=count, default=6, help="timed steps per round and loop")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=count, default=3)
     ap.add_argument("--threads", nargs="+", default=["1", "all"], help="thread counts: integers or 'all'")
     ap.add_argument("--only", help="only the cases whose label contains this text")
     ap.add_argument("--glibc-default", action="store_true",
@@ -174,4 +177,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -27,6 +27,7 @@ import targets
 from leakattack.data import get_dataset
 from leakattack.metrics import feature_identification, identification
 from leakattack.metrics.identify import FEATURE_CHUNK
+from leakattack.script import count, one_of, script_main
 
 
 def floor(model, images: torch.Tensor, others: torch.Tensor) -> None:
@@ -41,9 +42,9 @@ def floor(model, images: torch.Tensor, others: torch.Tensor) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["resnet101", "vit_b_16"])
-    ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", nargs="+", type=one_of(targets.list_models, "model"), default=["resnet101", "vit_b_16"])
+    ap.add_argument("--image-size", type=count, default=224)
+    ap.add_argument("--rounds", type=count, default=3)
     a = ap.parse_args()
     photos = get_dataset("photos", image_size=a.image_size)
     g = torch.Generator().manual_seed(0)
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -42,6 +42,7 @@ import targets
 from leakattack import data
 from leakattack.attacks.labels import LABEL_RULES, recover_labels_by_rule
 from leakattack.metrics import label_accuracy
+from leakattack.script import count, script_main
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
 
@@ -95,7 +96,7 @@ def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--trials", type=count, default=10)
     ap.add_argument("--batch-sizes", default="2,4,8,16")
     ap.add_argument("--ratios", default="1,0.5,0.1", help="b/d of the SRHT; 1 means unsketched")
     ap.add_argument("--datasets", default="digits,photos")
@@ -103,9 +104,9 @@ def main() -> None:
     ap.add_argument("--rules", default=",".join(LABEL_RULES))
     ap.add_argument("--distinct", action="store_true", help="batches without repeated labels")
     ap.add_argument("--sketch-dims", default="", help="SRHT sizes b (in place of --ratios when given)")
-    ap.add_argument("--image-size", type=int, default=None, help="side of the photos (default: 32)")
+    ap.add_argument("--image-size", type=count, default=None, help="side of the photos (default: 32)")
     ap.add_argument("--weight-init", default=None, help="initialisation of a leakattack model (default: its own)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=count, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rules = a.rules.split(",")
@@ -152,4 +153,4 @@ def overlap(rec: torch.Tensor, true: torch.Tensor, C: int) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -42,7 +42,8 @@ import targets
 from leakattack import data
 from leakattack.attacks import seed_search as ss
 from leakattack.errors import duration_text
-from leakattack.sketch import get_sketch, sketch_dim
+from leakattack.script import count, one_of, script_main, some_of
+from leakattack.sketch import get_sketch, list_sketches, sketch_dim
 
 RATIOS = (0.05, 0.2, 0.5)
 #: the dense family is measured on small victims only, and on fewer wrong seeds
@@ -75,8 +76,8 @@ def scorer(victim, y, kind, b):
 def separation(a) -> None:
     print("| victim | d | sketch | b/d | true | wrong mean ± std | wrong max | z | rank of true |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for model in a.models.split(","):
-        for kind in a.kinds.split(","):
+    for model in a.models:
+        for kind in a.kinds:
             small = kind in SMALL
             wrong = min(a.wrong, SMALL_WRONG) if small else a.wrong
             for ratio in map(float, a.ratios.split(",")):
@@ -101,7 +102,7 @@ def success(a) -> None:
     print("| victim | sketch | b/d | bits | found | statistic of the winner (min) | best wrong (max) | "
           "ms per candidate |")
     print("|---|---|---|---|---|---|---|---|")
-    for kind in a.kinds.split(","):
+    for kind in a.kinds:
         found, best, wrong, per = 0, [], [], []
         for pair in range(a.pairs):
             image = pair % 50
@@ -124,8 +125,8 @@ def success(a) -> None:
 def cost(a) -> None:
     print("| victim | d | sketch | b/d | reader | ms per candidate | 2^16 | 2^20 | 2^24 | > 10 min from | > 1 h from |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for model in a.models.split(","):
-        for kind in a.kinds.split(","):
+    for model in a.models:
+        for kind in a.kinds:
             small = kind in SMALL
             victim, g = victim_of(model, 0, small)
             b = sketch_dim(a.ratio, victim.d)
@@ -150,21 +151,22 @@ def _timed(fn, arg) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("what", choices=("separation", "success", "cost"))
-    p.add_argument("--models", default="lenet,mlp")
-    p.add_argument("--model", default="lenet", help="success: the victim")
-    p.add_argument("--kinds", default=None)
-    p.add_argument("--wrong", type=int, default=1000)
-    p.add_argument("--images", type=int, default=2)
-    p.add_argument("--bits", type=int, default=12)
-    p.add_argument("--pairs", type=int, default=10)
+    p.add_argument("--models", type=some_of(targets.list_models, "model"), default="lenet,mlp")
+    p.add_argument("--model", type=one_of(targets.list_models, "model"), default="lenet", help="success: the victim")
+    p.add_argument("--kinds", type=some_of(list_sketches, "sketch"), default=None)
+    p.add_argument("--wrong", type=count, default=1000)
+    p.add_argument("--images", type=count, default=2)
+    p.add_argument("--bits", type=count, default=12)
+    p.add_argument("--pairs", type=count, default=10)
     p.add_argument("--ratio", type=float, default=0.5, help="success, cost: b/d (the run default)")
     p.add_argument("--ratios", default=",".join(map(str, RATIOS)), help="separation: the b/d values")
     p.add_argument("--seed", type=int, default=0, help="success: seed of the client seeds")
     a = p.parse_args()
-    a.kinds = a.kinds or ("srht,countsketch" if a.what == "success" else "srht,countsketch,sparse,uniform,gaussian")
+    a.kinds = a.kinds or (["srht", "countsketch"] if a.what == "success"
+                          else ["srht", "countsketch", "sparse", "uniform", "gaussian"])
     torch.set_num_threads(1)
     {"separation": separation, "success": success, "cost": cost}[a.what](a)
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

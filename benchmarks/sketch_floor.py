@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from leakattack.script import count, script_main
 from leakattack.sketch import get_sketch, kernels
 from leakattack.sketch.hadamard import hadamard_torch
 
@@ -197,7 +198,7 @@ def _load() -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5, help="timed calls per row; the fastest counts")
+    ap.add_argument("--reps", type=count, default=5, help="timed calls per row; the fastest counts")
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this section only (repeatable; default: all)")
     a = ap.parse_args()
@@ -218,4 +219,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -28,6 +28,7 @@ from leakattack import data
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.channel import Channel
 from leakattack.observation import observe
+from leakattack.script import count, script_main, some_of
 from leakattack.sketch import get_sketch, list_sketches
 
 
@@ -44,11 +45,11 @@ def time_per_iteration(victim, sketch, x, labels, iters: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ratio", type=float, default=0.5)
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--slow-iters", type=int, default=3, help="iterations per round for gaussian and ams")
-    ap.add_argument("--kinds", default=",".join(list_sketches()))
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (the attack's default is 1)")
+    ap.add_argument("--iters", type=count, default=30)
+    ap.add_argument("--rounds", type=count, default=5)
+    ap.add_argument("--slow-iters", type=count, default=3, help="iterations per round for gaussian and ams")
+    ap.add_argument("--kinds", type=some_of(list_sketches, "sketch"), default=",".join(list_sketches()))
+    ap.add_argument("--threads", type=count, default=1, help="torch CPU threads (the attack's default is 1)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="precision (the attack's default is float64)")
     a = ap.parse_args()
@@ -60,7 +61,7 @@ def main() -> None:
     model = targets.get_model("lenet", num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0).to(dtype=dtype)
     d = model.d
     b = round(a.ratio * d)
-    kinds = ["none"] + [k for k in a.kinds.split(",") if k != "none"]
+    kinds = ["none"] + [k for k in a.kinds if k != "none"]
     sketches = {k: get_sketch(k, d, d if k == "none" else b, seed=1) for k in kinds}  # none sends all d
     times = {k: [] for k in kinds}
     for _ in range(a.rounds):
@@ -78,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from _main import count
+from leakattack.script import count
 
 
 def cli_run(folder: Path, args: list[str]) -> dict:

@@ -21,7 +21,6 @@ import argparse
 import time
 
 import torch
-from _main import count, script_main
 
 import targets
 from leakattack import metrics
@@ -29,6 +28,7 @@ from leakattack.attacks import get_attack
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
+from leakattack.script import count, script_main
 from leakattack.sketch import make_sketch
 
 EXACT_DB = 80.0

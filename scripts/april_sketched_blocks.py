@@ -23,7 +23,6 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from _main import script_main
 
 import targets
 from leakattack import metrics
@@ -33,6 +32,7 @@ from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
 from leakattack.results import read_json
+from leakattack.script import script_main
 from leakattack.sketch import make_sketch
 
 #: Tikhonov weights tried by ``--run`` (G's squared singular values span about 3e-10 to 2e-2 on vit_small)

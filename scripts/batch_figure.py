@@ -15,13 +15,13 @@ import argparse
 from pathlib import Path
 
 import torch
-from _main import count, script_main
 
 from leakattack import get_batch, get_dataset
 from leakattack.data import BATCH_DRAWS, batch_positions
 from leakattack.figures.common import plt, save, to_hwc
 from leakattack.metrics import match
 from leakattack.metrics.image import psnr
+from leakattack.script import count, script_main
 
 
 def load(path: str) -> torch.Tensor:

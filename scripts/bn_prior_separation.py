@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _main import count, script_main
 
 import targets
 from leakattack.attacks.priors import bn_statistics_distance
 from leakattack.data import get_dataset
+from leakattack.script import count, script_main
 from targets.victim import batchnorm_input_moments, batchnorm_layers
 from targets.weights import load_weights
 

@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _main import count, script_main
+from leakattack.script import count, script_main
 
 MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _main import script_main
 
 import targets
 from leakattack.data import get_dataset
+from leakattack.script import script_main
 
 
 def main() -> int:

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 import torch
-from _main import script_main
 from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import gram_rank, normal_equations, products, residual
+from leakattack.script import script_main
 
 
 def main() -> None:

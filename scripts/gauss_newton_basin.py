@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 import torch
-from _main import count, script_main
 from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
 from leakattack.metrics.uniqueness import rank_of
+from leakattack.script import count, script_main
 
 #: J is formed only up to this many numbers (8 bytes each: 1.6 GB)
 MAX_ENTRIES = 2 * 10**8

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 import torch
-from _main import count, script_main
 
 from leakattack.attacks.gauss_newton import halved_step, products, residual
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
+from leakattack.script import count, script_main
 
 
 def linearised(forward, x: torch.Tensor, labels, y: torch.Tensor):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
 
 from leakattack.attacks.gauss_newton import steps_note
+from leakattack.script import script_main
 
 #: name -> the run's victim and sketch flags
 CASES = {

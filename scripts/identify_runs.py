@@ -24,7 +24,6 @@ import warnings
 from pathlib import Path
 
 import torch
-from _main import script_main
 
 from leakattack.attacks.gradient_matching import init_dummy
 from leakattack.config import RunConfig
@@ -32,6 +31,7 @@ from leakattack.data import get_dataset
 from leakattack.errors import UserError
 from leakattack.experiment import prepare
 from leakattack.metrics import feature_identification, identification, in_range, match, mean_image
+from leakattack.script import script_main
 
 
 def identified(folder: Path) -> str:

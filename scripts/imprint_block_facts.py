@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _main import script_main
 
 import targets
 from leakattack.attacks import get_attack
 from leakattack.attacks.imprint import _block_slices
 from leakattack.data import get_dataset
+from leakattack.script import script_main
 from leakattack.sketch.srht import prefix_rows
 from targets.models.imprint import imprint_block
 

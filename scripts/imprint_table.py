@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _main import count, script_main
 from _runs import cli_run, print_table, run_jobs
+
+from leakattack.script import count, script_main
 
 #: (data set, model, batch size, bins, query, sketch, defense)
 RUNS = [("photos", "resnet18", b, k, "random", "none", "") for b in (8, 16, 32, 48) for k in (64, 256)] + \

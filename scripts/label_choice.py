@@ -31,7 +31,6 @@ import warnings
 from pathlib import Path
 
 import torch
-from _main import count, script_main
 
 from leakattack.attacks import gradient_matching
 from leakattack.attacks.labels import head_and_probes, one_example_classes, readings_to_compare
@@ -39,6 +38,7 @@ from leakattack.config import RunConfig
 from leakattack.data import BATCH_DRAWS, get_dataset
 from leakattack.experiment import prepare
 from leakattack.metrics import label_overlap
+from leakattack.script import count, script_main
 
 
 def train(model: str, dataset: str, steps: int, images: int, out: Path, params: dict | None = None) -> float:

@@ -18,12 +18,12 @@ import collections
 import statistics
 
 import torch
-from _main import count, counts, positives, script_main
 
 import defenses
 import targets
 from leakattack import Channel, ThreatModel, get_batch, get_dataset, get_sketch, observe
 from leakattack.attacks import labels
+from leakattack.script import count, counts, positives, script_main
 
 RULES = ("pooled", "llg-star", "bias", "ilrg")
 

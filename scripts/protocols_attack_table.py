@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import torch
-from _main import count, script_main
 
 import targets
 from leakattack import experiment
 from leakattack.config import RunConfig
 from leakattack.results import atomic_write_text, write_json
+from leakattack.script import count, script_main
 from leakattack.training import stored_protocol, train
 
 HERE = Path("results/protocols")

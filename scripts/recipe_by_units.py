@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
+
+from leakattack.script import script_main
 
 RELU_MODELS = Path(__file__).resolve().parents[1] / "examples" / "relu_models.py"  # from any working folder
 #: name -> the run's victim flags

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _main import count, script_main
 
 from leakattack.attacks.gradient_matching import distance_to_unit, unit
 from leakattack.attacks.surrogate import relu_surrogate
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
+from leakattack.script import count, script_main
 
 LENGTHS = (1e-4, 1e-3, 1e-2, 1e-1, 0.3, 1.0)
 WIDTHS = (1e-3, 1e-2, 1e-1, 1.0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from _main import count, script_main
+from leakattack.script import count, script_main
 
 
 def main() -> int:

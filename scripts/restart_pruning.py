@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _main import count, script_main
+from leakattack.script import count, script_main
 
 CASES = {
     "lenet-adam": [(f"photo {i}", ["--model", "lenet", "--dataset", "photos", "--image-index", str(i),

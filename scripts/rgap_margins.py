@@ -18,12 +18,12 @@ import argparse
 from unittest import mock
 
 import torch
-from _main import count, script_main
 
 from leakattack.attacks import rgap
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
+from leakattack.script import count, script_main
 
 
 def margins(index: int, dtype: str) -> list[list]:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from _main import script_main
 from _runs import grid_arguments, print_table, run_grid
 from batch_figure import figure, load
 
 from leakattack import get_batch, get_dataset
+from leakattack.script import script_main
 
 #: setting -> its flags (``ig``: the victim's own recipe)
 SETTINGS = {

@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _main import count, script_main
+
+from leakattack.script import count, script_main
 
 
 def _leaves(obj, prefix=""):

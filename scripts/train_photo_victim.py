@@ -32,11 +32,11 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _main import count, script_main
 
 import targets
 from leakattack.data import get_dataset
 from leakattack.data.embedded import PHOTO_NAMES
+from leakattack.script import count, script_main
 
 #: defaults of the recipe (a few minutes on a 2-core CPU for resnet20)
 STEPS, BATCH, LR, SIZE = 200, 32, 0.05, 32

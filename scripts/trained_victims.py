@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _main import count, script_main
+from leakattack.script import count, script_main
 
 #: rounds of federated training per model and the attack settings left to the model's recipe otherwise
 SETTINGS = {

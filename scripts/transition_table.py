@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from _main import script_main
+from leakattack.script import script_main
 
 
 def series_of(record: dict) -> tuple:

@@ -18,8 +18,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _main import count, script_main
 from bn_prior_table import draw_grid
+
+from leakattack.script import count, script_main
 
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.5": ["--sketch", "srht", "--sketch-ratio", "0.5"],
             "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}

@@ -36,7 +36,8 @@ STATIONS = [
     ["leakattack.experiment"],
     ["leakattack.sweep"],
     ["leakattack.theory"],
-    ["leakattack.cli", "leakattack.__main__"],  # the command line, and `python -m leakattack` that runs it
+    ["leakattack.cli", "leakattack.__main__", "leakattack.script"],  # the command line, `python -m leakattack`,
+    # and the entry point of the repository's scripts and benchmarks
     ["leakattack.integrations"],  # optional framework integrations: nothing of the core imports them
 ]
 #: the package root holds only the version and lazy re-exports of the entry points

@@ -124,9 +124,9 @@ def test_the_protocols_summary_from_another_folder_reads_the_repository_s_runs(t
 
 
 def test_every_script_ends_in_one_sentence_on_bad_input():
-    """Each script's entry point is :func:`scripts._main.script_main` (a leakattack refusal, a missing file or a
-    failed run: one line and exit status 2); the modules the scripts share have none."""
-    without = [p.name for p in SCRIPTS if p.parent.name == "scripts" and "script_main(main)" not in p.read_text()
+    """Each script's and benchmark's entry point is :func:`leakattack.script.script_main` (a leakattack refusal, a
+    missing file or a failed run: one line and exit status 2); the modules the scripts share have none."""
+    without = [p.name for p in SCRIPTS if "script_main(main)" not in p.read_text()
                and p.name not in ("breaching_ig.py", "protocols_summarise.py")]  # top-level scripts with their own
     assert not without, without
 
@@ -140,6 +140,8 @@ def test_every_script_ends_in_one_sentence_on_bad_input():
     (["rgap_margins.py", "--images", "0"], "argument --images: 0 is below 1"),
     (["analytic_batches.py", "--unsketched", "4y"], "argument --unsketched: '4y' is not BxH"),
     (["bn_running_stats.py", "--out", "NOWHERE/s.pt", "--first", "5", "--last", "2"], "--first 5 --last 2: give"),
+    (["../benchmarks/deep_step.py", "--models", "lenet", "bogus", "--steps", "1"], "unknown model 'bogus'"),
+    (["../benchmarks/attack_speed.py", "--only", "lbfgs", "--rounds", "0"], "argument --rounds: 0 is below 1"),
 ])
 def test_a_script_given_bad_input_says_so_in_one_line_with_exit_status_2(tmp_path, argv, said):
     nowhere = str(tmp_path / "nowhere")
@@ -147,5 +149,6 @@ def test_a_script_given_bad_input_says_so_in_one_line_with_exit_status_2(tmp_pat
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / args[0]), *args[1:]], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2 and last.startswith(f"{argv[0]}: error: ") and said.replace("NOWHERE", nowhere) in last
+    assert done.returncode == 2 and last.startswith(f"{Path(argv[0]).name}: error: ")
+    assert said.replace("NOWHERE", nowhere) in last
     assert "Traceback" not in done.stderr and done.stdout == ""

@@ -1,5 +1,6 @@
-"""The scripts' entry point: bad input (a missing file, a value leakattack refuses, a run that failed) ends in one
-sentence on stderr and exit status 2, as the command line's does, not in a traceback."""
+"""The entry point of the repository's scripts and benchmarks: bad input (a missing file, a value leakattack
+refuses, a run that failed) ends in one sentence on stderr and exit status 2, as the command line's does, not in a
+traceback; and argparse types for counts and lists of them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, Iterable, NoReturn
 
 from leakattack.errors import UserError
 
@@ -62,3 +63,24 @@ def positives(text: str) -> list[float]:
             raise argparse.ArgumentTypeError(f"{v} is not a positive finite number")
         out.append(value)
     return out
+
+
+def one_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False) -> Callable[[str], str]:
+    """An argparse type: one of the names ``choices()`` gives (a registry's), or with ``files`` a model of the
+    user's (``file.py:Name``)."""
+    def parse(text: str) -> str:
+        known = list(choices())
+        if text not in known and not (files and ":" in text):
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; choose among {', '.join(known)}"
+                                             + (" or file.py:Name" if files else ""))
+        return text
+    return parse
+
+
+def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each as :func:`one_of` takes it."""
+    one = one_of(choices, what, files)
+    return lambda text: [one(v) for v in text.split(",")]
+
+
+__all__ = ["count", "counts", "one_of", "positives", "script_main", "some_of"]

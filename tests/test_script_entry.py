@@ -1,0 +1,58 @@
+"""leakattack.script: the scripts' and benchmarks' entry point and argument types."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from leakattack.errors import UserError
+from leakattack.script import count, counts, one_of, positives, script_main, some_of
+
+
+def _exit(main, monkeypatch, capsys) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["/somewhere/tool.py"])
+    with pytest.raises(SystemExit) as stop:
+        script_main(main)
+    return stop.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("error, said", [
+    (UserError("unknown model 'x'; choose one of: lenet"), "tool.py: error: unknown model 'x'; choose one of: lenet\n"),
+    (FileNotFoundError(2, "No such file or directory", "/run/metrics.json"),
+     "tool.py: error: /run/metrics.json does not exist\n"),
+    (subprocess.CalledProcessError(2, ["leakattack", "run", "--model", "a b"]),
+     "tool.py: error: a command it ran failed with exit status 2: leakattack run --model 'a b'\n"),
+])
+def test_bad_input_ends_in_one_line_and_exit_status_2(monkeypatch, capsys, error, said):
+    def main():
+        raise error
+    assert _exit(main, monkeypatch, capsys) == (2, said)
+
+
+def test_the_script_s_own_status_is_its_exit_status_and_other_faults_stay_tracebacks(monkeypatch, capsys):
+    assert _exit(lambda: None, monkeypatch, capsys) == (0, "")
+    assert _exit(lambda: 3, monkeypatch, capsys) == (3, "")
+
+    def broken():
+        raise KeyError("a fault of the script, not of its input")
+    with pytest.raises(KeyError):
+        script_main(broken)
+
+
+def test_the_argument_types_refuse_what_they_cannot_take():
+    assert count("3") == 3 and counts("1,4,8") == [1, 4, 8] and positives("1,1e-3") == [1.0, 1e-3]
+    for bad, parse in (("0", count), ("x", count), ("4,-1", counts), ("1,0", positives), ("inf", positives),
+                       ("nan", positives), ("a", positives)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
+    models = one_of(lambda: ["lenet", "mlp"], "model", files=True)
+    assert models("mlp") == "mlp" and models("net.py:Net") == "net.py:Net"
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown model 'resnet'; choose among lenet, mlp or file"):
+        models("resnet")
+    sketches = some_of(lambda: ["srht", "none"], "sketch")
+    assert sketches("srht,none") == ["srht", "none"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown sketch 'x.py:S'"):
+        sketches("srht,x.py:S")
