@@ -4,6 +4,7 @@ a run's saved reconstruction as a start."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ class Problem:
     y: torch.Tensor
     yy: float
     truth: torch.Tensor
+    #: what a run folder's config.json must record for its reconstruction to be a start of this problem
+    facts: dict
 
     def score(self, z: torch.Tensor) -> float:
         """PSNR of z clamped to [0, 1] against the input."""
@@ -48,12 +51,36 @@ class Problem:
         """The run's saved reconstruction in float64, of the input's shape; one sentence and exit 2 where it holds
         another number of values."""
         path = folder / "reconstruction.pt"
+        if not path.is_file():
+            raise UserError(f"{path} does not exist: give the folder of a finished run")
+        self.check(folder)
         x = torch.load(path, weights_only=True)["images"].to(self.truth.dtype)
         if x.numel() != self.truth.numel():
             print(f"{path} holds {x.numel()} numbers where this input has {self.truth.numel()}: give the run's own "
                   "--model, --model-param, --image-size, --dataset and --image-index", file=sys.stderr)
             raise SystemExit(2)
         return x.reshape(self.truth.shape)
+
+
+    def check(self, folder: Path) -> None:
+        """Refuse, in one sentence, a run whose config.json records another problem (another model, data, image,
+        sketch or seed) than this one; a run without one is taken at its word."""
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            run, derived = config["run"], config["derived"]
+            made = {"model": run["model"], "model_params": run.get("model_params") or {},
+                    "dataset": derived["dataset"], "image_indices": derived["image_indices"],
+                    "in_shape": derived["in_shape"], "d": derived["d"], "b": derived["b"],
+                    "sketch": derived["sketch"]["kind"], "sketch_seed": derived["sketch"]["seed"],
+                    "model_seed": derived["model_seed"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        other = {k: v for k, v in made.items() if self.facts.get(k) != v}
+        if other:
+            said = ", ".join(f"{k} {v!r} (here {self.facts.get(k)!r})" for k, v in other.items())
+            raise UserError(f"{folder} attacked another problem than this one: its {said}; give the run's own "
+                            "--model, --model-param, --image-size, --dataset, --image-index, --sketch and "
+                            "--sketch-ratio")
 
 
 def prepared(a: argparse.Namespace) -> Problem:
@@ -69,4 +96,8 @@ def prepared(a: argparse.Namespace) -> Problem:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
     y = p.obs.y.detach().reshape(-1)
-    return Problem(obs=p.obs, labels=p.labels, y=y, yy=float(y @ y), truth=p.x.to(y.dtype))
+    derived = p.cfg.derived()
+    facts = {"model": a.model, "model_params": params, "dataset": p.dataset.name,
+             "image_indices": [a.image_index], "in_shape": list(p.x.shape[1:]), "d": p.obs.d, "b": p.obs.b,
+             "sketch": a.sketch, "sketch_seed": derived.sketch_seed, "model_seed": derived.model_seed}
+    return Problem(obs=p.obs, labels=p.labels, y=y, yy=float(y @ y), truth=p.x.to(y.dtype), facts=facts)

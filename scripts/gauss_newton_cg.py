@@ -25,11 +25,9 @@ import time
 from pathlib import Path
 
 import torch
+from _problem import prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, products, residual
-from leakattack.config import RunConfig
-from leakattack.experiment import prepare
-from leakattack.metrics.image import psnr
 from leakattack.script import count, script_main
 
 
@@ -45,30 +43,17 @@ def linearised(forward, x: torch.Tensor, labels, y: torch.Tensor):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a run folder whose reconstruction.pt is the start")
-    ap.add_argument("--model", default="vit_small")
-    ap.add_argument("--dataset", default="photos")
-    ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--sketch", default="srht")
-    ap.add_argument("--sketch-ratio", type=float, default=0.5)
+    problem_flags(ap, "vit_small")
     ap.add_argument("--cg-steps", type=count, default=100, help="CGLS iterations per Gauss-Newton step")
     ap.add_argument("--steps", type=count, default=5, help="Gauss-Newton steps")
     ap.add_argument("--damping", type=float, default=1e-6, help="lam, relative to ||J^T r|| (Tikhonov)")
-    ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    start = Path(a.run) / "reconstruction.pt"
-    if not start.is_file():
-        ap.error(f"{start} does not exist: give the folder of a finished run")
-    torch.set_num_threads(a.threads)
-    p = prepare(RunConfig(model=a.model, dataset=a.dataset, image_index=a.image_index, sketch=a.sketch,
-                          sketch_ratio=a.sketch_ratio, dtype="float64", threads=a.threads))
-    obs, labels = p.obs, p.labels
-    y = obs.y.detach().reshape(-1)
-    yy = float(y @ y)
-    truth = p.x.to(y.dtype)
-    x = torch.load(start, weights_only=True)["images"].to(y.dtype).reshape(truth.shape)
-
-    def score(z: torch.Tensor) -> float:
-        return float(psnr(z.clamp(0, 1), truth).mean())
+    if not (Path(a.run) / "reconstruction.pt").is_file():
+        ap.error(f"{Path(a.run) / 'reconstruction.pt'} does not exist: give the folder of a finished run")
+    pb = prepared(a)
+    obs, labels, y, yy = pb.obs, pb.labels, pb.y, pb.yy
+    x = pb.start(Path(a.run))
+    score = pb.score
 
     r = residual(obs.forward, y, x, labels)
     loss = float(r @ r)

@@ -33,3 +33,21 @@ def test_matrix_free_steps_converge_on_lenet_through_a_sketch(tmp_path):
 def test_a_folder_without_a_reconstruction_is_refused_in_one_sentence(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "reconstruction.pt does not exist" in proc.stderr
+
+
+def test_a_run_of_another_problem_is_refused_in_one_sentence(tmp_path):
+    """A run folder records its problem (config.json): a start from another image than the one asked for would
+    measure steps towards the wrong truth, so the script names what differs and stops."""
+    run = tmp_path / "run"
+    made = subprocess.run([sys.executable, "-m", "leakattack.cli", "run", "--model", "lenet", "--dataset", "digits",
+                           "--iterations", "2", "--refine", "none", "--threads", "1", "--no-lpips", "--quiet",
+                           "--out", str(run)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(run), "--model", "lenet", "--dataset", "digits",
+                           "--image-index", "1", "--steps", "1", "--threads", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        f"gauss_newton_cg.py: error: {run} attacked another problem than this one: its image_indices [0] (here [1]); "
+        "give the run's own --model, --model-param, --image-size, --dataset, --image-index, --sketch and "
+        "--sketch-ratio"]
