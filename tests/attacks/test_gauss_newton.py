@@ -32,6 +32,13 @@ from leakattack.progress import FORCE_ENV
 from leakattack.sketch import make_sketch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+#: an allocation that did not fit, as a GPU, torch's CPU allocator and Python report it
+ALLOCATION_FAILURES = [
+    lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
+    lambda: MemoryError(),
+]
+ALLOCATION_FAILURE_IDS = ["cuda", "cpu-allocator", "python"]
 
 
 def _obs(dtype=torch.float64, ratio=0.5, shape=(1, 8, 8), seed=5):
@@ -428,11 +435,7 @@ def test_the_normal_equations_go_on_one_column_at_a_time_where_a_batched_pass_fa
     torch.testing.assert_close(A, full, rtol=0, atol=1e-12 * float(full.abs().max()))
 
 
-@pytest.mark.parametrize("fails", [
-    lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
-    lambda: MemoryError(),
-], ids=["cuda", "cpu-allocator", "python"])
+@pytest.mark.parametrize("fails", ALLOCATION_FAILURES, ids=ALLOCATION_FAILURE_IDS)
 def test_a_batch_of_columns_that_does_not_fit_is_formed_again_at_half_its_size(monkeypatch, fails):
     obs, x = _obs()
     full = jacobian(obs.forward, x, obs.labels, chunk=1)
@@ -681,11 +684,7 @@ def test_a_model_of_the_client_that_j_cannot_go_through_leaves_the_first_phase_a
     assert "could not be differentiated twice" in result.message
 
 
-@pytest.mark.parametrize("error", [
-    lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-    lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
-    lambda: MemoryError(),
-], ids=["cuda", "cpu-allocator", "python"])
+@pytest.mark.parametrize("error", ALLOCATION_FAILURES, ids=ALLOCATION_FAILURE_IDS)
 def test_steps_that_do_not_fit_in_memory_leave_the_first_phase_and_say_so(monkeypatch, error):
     obs, _ = _obs()
     plain = GradientMatching(iterations=10, init_seed=2, labels="given", refine="none").reconstruct(obs)
