@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
-from leakattack.errors import UserError
+from .errors import UserError
 
 
 def script_main(main: Callable[[], int | None]) -> NoReturn:

@@ -236,6 +236,20 @@ def normal_equations(forward, x: torch.Tensor, labels, *, chunk: int | None = No
     return (A + A.T) / 2, jt  # symmetric up to the round-off of the two passes
 
 
+#: what :func:`jacobian`, :func:`normal_equations` and the steps raise where they cannot run: an operation whose
+#: derivative autograd lacks, or an allocation that did not fit
+CANNOT_FORM = (RuntimeError, NotImplementedError, MemoryError)
+
+
+def why_not_formed(err: BaseException) -> str:
+    """Why J (or its normal equations) could not be formed, from what forming it raised (one of
+    :data:`CANNOT_FORM`), with the first line of the error."""
+    lines = str(err).strip().splitlines()
+    cause = ("J did not fit in memory" if allocation_failed(err)
+             else "the message could not be differentiated twice in x")
+    return f"{cause} ({(lines[0] if lines else type(err).__name__)[:120]})"
+
+
 def count_sketch(b: int, s: int, dtype: torch.dtype, device, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
     """u (k, b) -> S u^T as rows (k, s): each of the b coordinates added, with a random sign, into one of s buckets
     drawn at random (Clarkson and Woodruff's CountSketch; the generator seeded with ``seed``, on the CPU, so every
@@ -680,4 +694,4 @@ __all__ = ["jacobian", "products", "normal_equations", "sketched_normal_equation
            "halved_step", "Stopped", "CHUNK",
            "too_large", "levenberg_marquardt", "steps_note", "gram_rank", "Refined",
            "MAX_UNKNOWNS", "MAX_ENTRIES", "MAX_WORK", "MAX_HELD", "STEPS", "CHORD_GAIN", "DAMPING", "TRIALS", "WATCH",
-           "FLOOR", "SLOW", "PACE_BATCHES", "PACE_SHARE"]
+           "FLOOR", "SLOW", "PACE_BATCHES", "PACE_SHARE", "CANNOT_FORM", "why_not_formed"]

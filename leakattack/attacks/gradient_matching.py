@@ -39,14 +39,22 @@ import torch.nn.functional as F
 from targets.victim import cpu_cores, whole
 
 from ..constraints import MAX_RESTARTS
-from ..errors import SettingWarning, UserError, allocation_failed, size_text
+from ..errors import SettingWarning, UserError, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
 from . import gauss_newton
 from .base import Attack, AttackResult, Monitor, add_note, stop_requested, torch_threads
-from .gauss_newton import STEPS, columns_per_pass, levenberg_marquardt, steps_note, too_large
+from .gauss_newton import (
+    CANNOT_FORM,
+    STEPS,
+    columns_per_pass,
+    levenberg_marquardt,
+    steps_note,
+    too_large,
+    why_not_formed,
+)
 from .labels import (
     GIVEN_LABELS,
     head_and_probes,
@@ -652,14 +660,12 @@ class GradientMatching(Attack):
                                           threads=self.threads or cpu_cores(), on_step=step, on_columns=columns,
                                           chunk=columns_per_pass(obs.b, obs.d, obs.y.element_size()),
                                           ahead=ahead)
-        except (RuntimeError, NotImplementedError, MemoryError) as err:
+        except CANNOT_FORM as err:
             # a model of the client that J cannot go through, or J's passes and normal equations that did not fit
             # in memory: the first phase's iterate stands either way
-            text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            cause = ("their J did not fit in memory" if allocation_failed(err)
-                     else "the message could not be differentiated twice in x")
-            best.gauss_newton = {"after_step": best.iterations, "kept": False, "error": text[:200]}
-            best.message = add_note(best.message, f"no Gauss-Newton steps: {cause} ({text[:120]})")
+            best.gauss_newton = {"after_step": best.iterations, "kept": False,
+                                 "error": str(err).strip()[:200] or type(err).__name__}
+            best.message = add_note(best.message, f"no Gauss-Newton steps: {why_not_formed(err)}")
             return False
         finally:
             bar.close()

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attacks.gauss_newton import jacobian
-from ..errors import allocation_failed
+from ..attacks.gauss_newton import CANNOT_FORM, jacobian, why_not_formed
 
 #: the Jacobian is measured only when d x m*B is at most this: each of its m*B columns is one backward pass through
 #: the graph of the d weights' gradient, and J (b x m*B, b <= d) takes at most 160 MB in float64 ...
@@ -51,11 +50,8 @@ def jacobian_rank(forward, x: torch.Tensor, labels, d: int) -> tuple[int | None,
                       f"{JACOBIAN_MAX_UNKNOWNS} unknowns)")
     try:
         J = jacobian(forward, x, labels)
-    except (RuntimeError, NotImplementedError, MemoryError) as err:
-        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        why = ("J did not fit in memory" if allocation_failed(err)
-               else "the message could not be differentiated twice in x")
-        return None, f"not measured: {why} ({text[:120]})"
+    except CANNOT_FORM as err:
+        return None, f"not measured: {why_not_formed(err)}"
     rank = numerical_rank(J if J.dtype in (torch.float32, torch.float64) else J.double())
     return rank, f"rank {rank} of m*B = {n} at the reconstruction"
 
