@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -173,15 +174,24 @@ def available_cores() -> int:
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+#: a duration of several units, largest first, each at most once: ``1h30m``, ``10m30s``, ``1h5m10s``
+_COMPOUND = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?")
+
+
 def duration_seconds(v) -> float | None:
-    """The seconds a duration stands for (``90s``, ``10m``, ``1h``, or a plain number of seconds, as text or a
-    number); None when ``v`` is not a positive finite duration."""
+    """The seconds a duration stands for (``90s``, ``10m``, ``1h``, units together largest first as ``1h30m``, or
+    a plain number of seconds, as text or a number); None when ``v`` is not a positive finite duration."""
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
         seconds = float(v)
     elif isinstance(v, str):
         text = v.strip().lower()
+        parts = _COMPOUND.fullmatch(text)
+        if parts is not None and sum(value is not None for value in parts.groupdict().values()) > 1:
+            seconds = sum(float(value) * DURATION_UNITS[unit] for unit, value in parts.groupdict().items()
+                          if value is not None)
+            return seconds if math.isfinite(seconds) and seconds > 0 else None
         unit = DURATION_UNITS.get(text[-1:], 1.0)
         number = text[:-1] if text[-1:] in DURATION_UNITS else text
         try:

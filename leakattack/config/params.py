@@ -68,10 +68,10 @@ class Round(Index):
 
 
 class Duration(Constraint):
-    """A positive wall-clock duration: ``90s``, ``10m``, ``1h`` or a number of seconds (read by
+    """A positive wall-clock duration: ``90s``, ``10m``, ``1h``, ``1h30m`` or a number of seconds (read by
     :func:`duration_seconds`)."""
 
-    what = "be a positive duration such as 90s, 10m, 1h or a number of seconds"
+    what = "be a positive duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
 
     def ok(self, v) -> bool:
         return duration_seconds(v) is not None
@@ -210,7 +210,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "--time-limit that leaves room for two J at the pace of the first one's columns; gauss-newton: wherever "
           "L_R alone is the objective; none)"),
     Param("time_limit", None, Optional(Duration()), "time limit",
-          "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h or a number of seconds: at the deadline "
+          "wall-clock budget of the attack's optimisation, e.g. 90s, 10m, 1h, 1h30m or a number of seconds: at the "
+          "deadline "
           "every start still running stops with its best iterate (stop reason time-limit; the analytic attack: its "
           "best sweep, no further solve step or label set); with a step schedule its "
           "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: "

@@ -121,8 +121,8 @@ def test_the_shared_reader_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("args,said", [
-    (["run", "--time-limit", "-1m"], "time limit must be a positive duration such as 90s, 10m, 1h or a number of "
-                                     "seconds, got '-1m'"),
+    (["run", "--time-limit", "-1m"], "time limit must be a positive duration such as 90s, 10m, 1h, 1h30m or a "
+                                     "number of seconds, got '-1m'"),
     (["run", "--tv", "-1e-3"], "TV weight must be non-negative, got -0.001"),
     (["run", "--lr", "-.5"], "learning rate must be a positive number, got -0.5"),
 ])

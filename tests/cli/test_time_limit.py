@@ -13,9 +13,15 @@ RUN = ["run", "--model", "lenet", "--dataset", "digits", "--quiet", "--no-lpips"
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("2.5", 2.5), (" 3M ", 180),
-                                          (7, 7), (0.25, 0.25)])
+                                          (7, 7), (0.25, 0.25), ("1h30m", 5400), ("10m30s", 630),
+                                          ("1h5m10s", 3910), ("1h0.5m", 3630), ("2h30s", 7230)])
 def test_a_duration_reads_as_seconds(text, seconds):
     assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["30m1h", "1h1h", "1h-5m", "1h30", "h30m", "0h0m", "1hm", "", "2d", "1h 30m"])
+def test_a_duration_of_several_units_takes_each_once_largest_first(text):
+    assert duration_seconds(text) is None
 
 
 def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_path, capsys, monkeypatch):
@@ -58,8 +64,8 @@ def test_a_run_that_ends_first_keeps_its_own_stop_reason(tmp_path):
 def test_a_bad_time_limit_is_refused_in_one_sentence_before_any_work(tmp_path, capsys, value):
     assert cli.main(RUN + ["--iterations", "2", "--time-limit", value, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"leakattack: error: time limit must be a positive duration such as 90s, 10m, 1h or a number of "
-                   f"seconds, got {value!r}"]
+    assert err == [f"leakattack: error: time limit must be a positive duration such as 90s, 10m, 1h, 1h30m or a "
+                   f"number of seconds, got {value!r}"]
     assert not any(tmp_path.iterdir())
 
 
