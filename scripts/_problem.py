@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from leakattack.config.flags import pairs_table, parse_pair
 from leakattack.errors import UserError
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
+from leakattack.script import count
 
 
 def problem_flags(ap: argparse.ArgumentParser, model: str) -> None:
@@ -28,7 +28,7 @@ def problem_flags(ap: argparse.ArgumentParser, model: str) -> None:
     ap.add_argument("--image-index", type=int, default=0)
     ap.add_argument("--sketch", default="srht")
     ap.add_argument("--sketch-ratio", type=float, default=0.5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=count, default=2)
 
 
 @dataclass
@@ -50,15 +50,12 @@ class Problem:
     def start(self, folder: Path) -> torch.Tensor:
         """The run's saved reconstruction in float64, of the input's shape; one sentence and exit 2 where it holds
         another number of values."""
-        path = folder / "reconstruction.pt"
-        if not path.is_file():
-            raise UserError(f"{path} does not exist: give the folder of a finished run")
+        path = finished_run(folder)
         self.check(folder)
         x = torch.load(path, weights_only=True)["images"].to(self.truth.dtype)
         if x.numel() != self.truth.numel():
-            print(f"{path} holds {x.numel()} numbers where this input has {self.truth.numel()}: give the run's own "
-                  "--model, --model-param, --image-size, --dataset and --image-index", file=sys.stderr)
-            raise SystemExit(2)
+            raise UserError(f"{path} holds {x.numel()} numbers where this input has {self.truth.numel()}: give the "
+                            "run's own --model, --model-param, --image-size, --dataset and --image-index")
         return x.reshape(self.truth.shape)
 
 
@@ -83,18 +80,23 @@ class Problem:
                             "--sketch-ratio")
 
 
+def finished_run(folder: Path) -> Path:
+    """A run folder's reconstruction.pt; one sentence (a :class:`UserError`, which ``script_main`` says) where the
+    folder holds none.  Called before the problem is prepared, it refuses a wrong folder at once."""
+    path = Path(folder) / "reconstruction.pt"
+    if not path.is_file():
+        raise UserError(f"{path} does not exist: give the folder of a finished run")
+    return path
+
+
 def prepared(a: argparse.Namespace) -> Problem:
     """The problem of the flags of :func:`problem_flags` in float64 on ``--threads`` threads; a setting the run
     itself refuses gives its one sentence and exit 2."""
     torch.set_num_threads(a.threads)
-    try:
-        params = pairs_table("--model-param", a.model_param)
-        p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
-                              image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
-                              dtype="float64", threads=a.threads))
-    except UserError as err:
-        print(err, file=sys.stderr)
-        raise SystemExit(2) from None
+    params = pairs_table("--model-param", a.model_param)
+    p = prepare(RunConfig(model=a.model, model_params=params, image_size=a.image_size, dataset=a.dataset,
+                          image_index=a.image_index, sketch=a.sketch, sketch_ratio=a.sketch_ratio,
+                          dtype="float64", threads=a.threads))
     y = p.obs.y.detach().reshape(-1)
     derived = p.cfg.derived()
     facts = {"model": a.model, "model_params": params, "dataset": p.dataset.name,

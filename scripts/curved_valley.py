@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from _problem import prepared, problem_flags
+from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import gram_rank, normal_equations, products, residual
 from leakattack.script import script_main
@@ -39,10 +39,9 @@ def main() -> None:
                     help="mu of each Gauss-Newton step, absolute (default 0 1e-8 1e-7 1e-6)")
     ap.add_argument("--chords", type=int, default=8, help="chord steps after the undamped step (default 8)")
     a = ap.parse_args()
-    if not (Path(a.run) / "reconstruction.pt").is_file():
-        ap.error(f"{Path(a.run) / 'reconstruction.pt'} does not exist: give the folder of a finished run")
-    if min(a.damping, default=0) < 0 or a.chords < 0 or a.threads < 1:
-        ap.error("--damping values and --chords must be >= 0 and --threads at least 1")
+    finished_run(a.run)
+    if min(a.damping, default=0) < 0 or a.chords < 0:
+        ap.error("--damping values and --chords must be >= 0")
     pb = prepared(a)
     obs, labels, y, yy, truth, score = pb.obs, pb.labels, pb.y, pb.yy, pb.truth, pb.score
     n = truth.numel()

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
-from _problem import prepared, problem_flags
+from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
 from leakattack.metrics.uniqueness import rank_of
@@ -49,13 +49,12 @@ def main() -> None:
     ap.add_argument("--draws", type=count, default=2, help="draws of each hop's noise (default 2)")
     ap.add_argument("--steps", type=count, default=12, help="Gauss-Newton steps from each start (default 12)")
     a = ap.parse_args()
-    start_file = Path(a.run) / "reconstruction.pt" if a.run else None
-    if start_file is not None and not start_file.is_file():
-        ap.error(f"{start_file} does not exist: give the folder of a finished run")
-    if a.hops and start_file is None:
+    if a.hops and not a.run:
         ap.error("--hops perturbs a run's reconstruction: give --run DIR")
-    if min([*a.noise, *a.hops], default=0) < 0 or a.steps < 1 or a.draws < 1 or a.threads < 1:
-        ap.error("noise levels must be >= 0 and --steps, --draws and --threads at least 1")
+    if a.run:
+        finished_run(a.run)
+    if min([*a.noise, *a.hops], default=0) < 0:
+        ap.error("noise levels must be >= 0")
     pb = prepared(a)
     obs, labels, y, yy, truth, score = pb.obs, pb.labels, pb.y, pb.yy, pb.truth, pb.score
     n = truth.numel()
@@ -95,7 +94,7 @@ def main() -> None:
         x0 = truth + sigma * torch.randn(truth.shape, generator=gen, dtype=truth.dtype)
         x, loss, how = steps(x0)
         print(f"input + N(0, {sigma:g}^2): {score(x0):.2f} dB -> {score(x):.2f} dB, L_R/||y||^2 {loss:.2e}, {how}")
-    if start_file is None:
+    if not a.run:
         return
     x0 = pb.start(Path(a.run))
     err = (x0 - truth).reshape(-1)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from _problem import prepared, problem_flags
+from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, products, residual
 from leakattack.script import count, script_main
@@ -48,8 +48,7 @@ def main() -> None:
     ap.add_argument("--steps", type=count, default=5, help="Gauss-Newton steps")
     ap.add_argument("--damping", type=float, default=1e-6, help="lam, relative to ||J^T r|| (Tikhonov)")
     a = ap.parse_args()
-    if not (Path(a.run) / "reconstruction.pt").is_file():
-        ap.error(f"{Path(a.run) / 'reconstruction.pt'} does not exist: give the folder of a finished run")
+    finished_run(a.run)
     pb = prepared(a)
     obs, labels, y, yy = pb.obs, pb.labels, pb.y, pb.yy
     x = pb.start(Path(a.run))
