@@ -424,6 +424,20 @@ def tokens_hint(model: nn.Module, err: BaseException) -> str:
             "embedding, whose input is the embedded tokens (input_shape=(length, embedding dim))")
 
 
+def head_readable(model: nn.Module, head: nn.Linear) -> str | None:
+    """Why the label rules cannot read ``head``'s weight gradient in the message (the rest of a sentence), or None:
+    its weight must be one of the model's own trainable parameters.  A frozen head sends no weight gradient; a
+    parametrized one (``torch.nn.utils.parametrizations.weight_norm``, ``spectral_norm``, ``orthogonal``, or the
+    older ``torch.nn.utils.weight_norm``) computes its weight from parameters of its own, whose gradients are what
+    the message holds."""
+    if not any(p is head.weight for p in model.parameters()):
+        return ("computes its weight from parameters of its own (a parametrization such as weight_norm or "
+                "spectral_norm), so the message holds their gradients, not the weight gradient the label rules read")
+    if not head.weight.requires_grad:
+        return "is frozen, so the message holds no weight gradient of it for the label rules to read"
+    return None
+
+
 def head_problem(model: nn.Module, head, num_classes: int, task: str) -> str | None:
     """What is wrong with ``head`` as the classifier head of ``model`` (the rest of a sentence), or None: it is
     None, or an ``nn.Linear`` among the model's own modules scoring the ``num_classes`` classes of a classifier."""
@@ -493,8 +507,7 @@ class Victim:
         problem = head_problem(self.model, self.head, self.num_classes, self.task)
         if problem:
             raise UserError(f"the classifier head of model '{self.name}' {problem}")
-        if self.head is not None and not self.head.weight.requires_grad:
-            self.head = None  # a frozen head sends no weight gradient: no label rule reads it
+        self.head = self._readable(self.head)
         self.set_mode()
 
     @classmethod
@@ -551,14 +564,27 @@ class Victim:
             return None
         if head.out_features != self.num_classes:
             raise UserError(f"{which} has {head.out_features} outputs, and num_classes is {self.num_classes}: give "
-                            f"the number of classes it scores, or its classifier as head={forward_at(self.model)}")
+                            "it num_classes outputs (a model file's class may take a num_classes argument), or name "
+                            "the layer that scores the classes (leakattack_head in a model file, head= from Python)"
+                            f"{forward_at(self.model)}")
         if seen is False:
             where = next(n for n, m in self.model.named_modules() if m is head)
             warnings.warn(f"no nn.Linear of model '{self.name}' computes its output: its last registered nn.Linear "
                           f"'{where}' is taken as the classifier head, whose gradient the label rules read; give "
                           "head= (leakattack_head in a model file) to name the layer that scores the classes, or None",
                           SettingWarning, stacklevel=4)
-        return head if head.weight.requires_grad else None
+        return self._readable(head)
+
+    def _readable(self, head: nn.Linear | None) -> nn.Linear | None:
+        """``head``, or None where the label rules cannot read its weight gradient (:func:`head_readable`): silently
+        for a frozen head, which sends none, with a one-line warning for a parametrized one."""
+        if head is None:
+            return None
+        unread = head_readable(self.model, head)
+        if unread and not any(p is head.weight for p in self.model.parameters()):
+            warnings.warn(f"the classifier head of model '{self.name}' {unread}: no label rule reads it",
+                          SettingWarning, stacklevel=5)
+        return None if unread else head
 
     def check_output(self) -> None:
         """One forward pass of a batch of 2 zeros (buffers restored): a module that cannot take ``input_shape``, or

@@ -133,6 +133,13 @@ def outside_before(name: str) -> str:
             "activation, or arithmetic such as a normalisation)")
 
 
+def computed_weight(module: nn.Module) -> bool:
+    """Whether ``module``'s weight is a tensor computed from parameters of its own, not a parameter: a
+    parametrization (``torch.nn.utils.parametrizations``) or the older ``torch.nn.utils.weight_norm``."""
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and not isinstance(weight, nn.Parameter)
+
+
 def input_problem(victim) -> str | None:
     """What stands between the example and the first layer's input, as the end of a sentence ("... has ..."), or None
     where the first layer sees the example itself, up to a reshape: only :data:`PASS_THROUGH` modules come before it,
@@ -263,6 +270,12 @@ class Analytic(Attack):
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim
         layer = first_layer(victim.model)
+        owner = next((n or type(m).__name__ for n, m in victim.model.named_modules()
+                      if layer is not None and any(sub is layer for sub in m.modules()) and computed_weight(m)), None)
+        if owner is not None:
+            return (f"{victim.name}'s first layer ({owner}) is parametrized (weight_norm, spectral_norm or the like): "
+                    "its weight is computed from parameters of its own, so the message holds no gradient of the "
+                    "weight to read the example from; use gradient-matching")
         if not isinstance(layer, nn.Linear):
             kind = "no trainable layer" if layer is None else f"a {type(layer).__name__}"
             return (f"the analytic attack inverts a fully connected first layer, and {victim.name}'s first "

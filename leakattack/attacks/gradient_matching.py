@@ -36,7 +36,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from targets.victim import cpu_cores, whole
+from targets.victim import cpu_cores, head_readable, whole
 
 from ..constraints import MAX_RESTARTS
 from ..errors import SettingWarning, UserError, size_text
@@ -307,7 +307,7 @@ class GradientMatching(Attack):
             return ("labels 'dlg' optimises soft class labels (a softmax over the outputs) with the images, and the "
                     f"victim is a regression, whose real targets they cannot be: {GIVEN_LABELS}")
         head = obs.victim.head
-        if self.label_mode == "idlg" and (head is None or not head.weight.requires_grad):  # frozen after wrapping
+        if self.label_mode == "idlg" and (head is None or head_readable(obs.victim.model, head)):  # changed since
             return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
                     f"holds) to read labels from; {other_labels(obs.victim)}")
         if self.label_mode == "idlg" and obs.victim.task == "classification":
