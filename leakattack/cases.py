@@ -238,7 +238,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         check_unchanged(cfg.protocol_dir, proto.describe())
     # w^t from the run's checkpoint (or the latest one before it), else re-simulated from the seeds
     w, w_source = weights_at(proto, t, cfg.protocol_dir if rounds is not None else None, progress)
-    torch.nn.utils.vector_to_parameters(w, victim.model.parameters())
+    with torch.no_grad():  # w^t holds the trainable weights only: a frozen layer keeps the victim's own
+        for name, value in targets.unflatten(victim, w).items():
+            victim.model.get_parameter(name).copy_(value)
     msg = proto.observe(w, t, c, batch_size=cfg.batch_size, sketch_known=cfg.sketch_known,
                         decoded=cfg.match_space == "unsketched")
     msg.info.update(protocol_spec=spec, model_spec=model_spec, w_source=w_source)

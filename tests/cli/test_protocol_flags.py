@@ -165,3 +165,32 @@ def test_the_recipe_is_chosen_for_the_protocol_s_model(tmp_path):
     assert cli.main(["train", "--protocol", "fedavg", "--act", "relu", "--rounds", "1", "--clients", "2",
                      "--out", str(tmp_path), "--quiet", "--threads", "1"]) == 0
     assert recipe(protocol="fedavg", protocol_dir=str(tmp_path / "fedavg")) == "ig"
+
+
+FROZEN = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, in_shape):
+        super().__init__()
+        self.conv = nn.Conv2d(in_shape[0], 2, 3, stride=2, padding=1)
+        self.conv.requires_grad_(False)
+        self.fc = nn.Linear(2 * ((in_shape[1] + 1) // 2) * ((in_shape[2] + 1) // 2), num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.sigmoid(self.conv(x)).flatten(1))
+"""
+
+
+def test_a_model_with_a_frozen_layer_is_attacked_at_the_protocols_weights(tmp_path):
+    """w^t (re-simulated from the seeds) holds the trainable weights only: it was written over every parameter,
+    frozen ones first, and the run failed with a shape error."""
+    path = tmp_path / "frozen.py"
+    path.write_text(FROZEN)
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", f"{path}:Net", "--dataset", "digits", "--quiet", "--threads", "1",
+                     "--iterations", "2", "--no-lpips", "--protocol", "fedavg", "--round", "2",
+                     "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["psnr"] > 0
