@@ -817,8 +817,41 @@ class Victim:
         narrow = precision_problem(self.model, self.name, dtype)
         if narrow:
             raise UserError(narrow)
+        before = (self.dtype, self.device)
+        # each parameter's and buffer's tensor as it was, to give the model back where a move fails
+        kept = [(m, name, t.data if isinstance(t, nn.Parameter) else t) for m in self.model.modules()
+                for name, t in [*m._parameters.items(), *m._buffers.items()] if t is not None]
         self.model.to(device=device, dtype=dtype)
+        if (self.dtype, self.device) != before:
+            try:
+                self._check_moved(*before)
+            except UserError:
+                for m, name, t in kept:
+                    if name in m._parameters:
+                        m._parameters[name].data = t  # type: ignore[union-attr]
+                    else:
+                        m._buffers[name] = t
+                raise
         return self
+
+    def _check_moved(self, dtype: torch.dtype, device: torch.device) -> None:
+        """One forward pass of 2 zeros after a move from ``dtype`` on ``device`` (buffers restored): a model that
+        fails there holds a tensor outside its parameters and buffers (which ``nn.Module.to`` leaves where it was) or
+        sets a dtype or device in its forward; refused in one sentence (:meth:`to` gives the model back as it
+        was)."""
+        x = torch.zeros(2, *self.input_shape, dtype=self.dtype, device=self.device)
+        try:
+            with kept_buffers(self.model), torch.no_grad(), self.running():
+                self.model(x)
+        except Exception as err:  # noqa: BLE001 -- the module's own complaint, in one line
+            if allocation_failed(err):
+                raise
+            now = f"{str(self.dtype).removeprefix('torch.')} on {self.device}"
+            raise UserError(f"model '{self.name}' fails once moved to {now} ({first_line(err)})"
+                            f"{raised_at(err, module_files(self.model))}: a tensor it holds outside its parameters "
+                            "and buffers stays where it was (register it with register_buffer), or its forward sets "
+                            "a dtype or device of its own; keep it where it was (--dtype "
+                            f"{str(dtype).removeprefix('torch.')}, --device {device.type})") from None
 
     def target(self, labels: torch.Tensor) -> torch.Tensor:
         """What the loss compares the output with: class indices (any integer dtype becomes torch.long; class
