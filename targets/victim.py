@@ -390,6 +390,10 @@ def not_module(model) -> None:
     """Refuse a model that is not an ``nn.Module``, in one sentence."""
     if not isinstance(model, nn.Module):
         raise UserError(f"a victim's model must be a torch.nn.Module, got {type(model).__name__}")
+    if "_modules" not in vars(model):  # nn.Module.__init__ never ran: no parameter, buffer or submodule is held
+        init = defined_at(type(model).__init__)
+        raise UserError(f"model {type(model).__name__} is an nn.Module whose __init__{init} does not call "
+                        "super().__init__() first, so it holds no parameters or submodules")
 
 
 #: precisions whose digits an attack cannot optimise in: float16 (3 significant digits, largest number 65504) and

@@ -178,3 +178,13 @@ def test_the_metrics_refuse_probabilities_as_labels_and_assess_names_what_it_tak
     with pytest.raises(metrics.MetricsError, match=r"^dataset must be the image set the truth comes from \(leakattack"
                                                    r"\.get_dataset\(name\)\) or None, got str 'photos'"):
         metrics.assess(Result(), x, dataset="photos")
+
+
+def test_a_module_whose_init_skips_super_init_is_one_sentence():
+    class Bare(nn.Module):
+        def __init__(self):
+            self.width = 3
+
+    with pytest.raises(UserError, match=r"^model Bare is an nn.Module whose __init__ at .*test_api_misuse.py:\d+ does "
+                                        r"not call super\(\).__init__\(\) first"):
+        targets.Victim.from_module(Bare(), input_shape=(3,), num_classes=2)

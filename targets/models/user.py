@@ -134,7 +134,7 @@ def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, p
         module = cls(**kwargs)
     except UserError:
         raise
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # sys.exit() in __init__ is a failure to build, said in one sentence
         raise not_built(spec, params, err, cls) from None
     if not isinstance(module, nn.Module):
         raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")

@@ -134,6 +134,19 @@ class Refuses(Net):
         raise RuntimeError("no GPU here")
 
 
+class Exits(Net):
+    def __init__(self, num_classes):
+        raise SystemExit("no GPU here")
+
+
+class NoSuper(nn.Module):
+    def __init__(self, num_classes):
+        self.k = num_classes
+
+    def forward(self, x):
+        return x
+
+
 def helper():
     return 1
 
@@ -234,6 +247,9 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
                                             "\\(ModuleNotFoundError: No module named 'no_such_dependency_xyz'\\)"),
     (lambda f, p: "torch.nn:Linear", "could not be built with no parameters \\(TypeError: "),
     (lambda f, p: f"{f}:Refuses", "could not be built with no parameters \\(RuntimeError: no GPU here\\)"),
+    (lambda f, p: f"{f}:Exits", "could not be built with no parameters \\(SystemExit: no GPU here\\) in __init__ at "),
+    (lambda f, p: f"{f}:NoSuper", "model NoSuper is an nn.Module whose __init__ at .*my_models.py:\\d+ does not call "
+                                  "super\\(\\).__init__\\(\\) first"),
     (lambda f, p: f"{f}:BadHead", "leakattack_head of .* names a Tanh, not an nn.Linear"),
     (lambda f, p: f"{f}:Headed", "the classifier head of model .* scores the classes, and Linear\\(in_features=16, "
                                  "out_features=8, bias=True\\) has 8 outputs for num_classes = 3"),
