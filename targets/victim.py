@@ -513,6 +513,14 @@ class Victim:
             raise UserError(f"the classifier head of model '{self.name}' {problem}")
         self.head = self._readable(self.head)
         self.set_mode()
+        tracked = [n for n, m in self.model.named_modules()
+                   if isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.running_mean is not None]
+        if tracked and self.bn_mode == "train":
+            warnings.warn(f"model '{self.name}' has an InstanceNorm that tracks running statistics ({tracked[0]}): the "
+                          "victim runs it in eval mode, normalising by them, where a training client normalises each "
+                          "example by its own (torch updates the running ones in every forward pass in train mode, "
+                          "which would make the gradient depend on the passes before it); give it "
+                          "track_running_stats=False to attack the client's forward pass", SettingWarning, stacklevel=3)
 
     @classmethod
     def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,

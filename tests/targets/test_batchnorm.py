@@ -1,13 +1,14 @@
 """BatchNorm modes: batch statistics (train) or running ones (eval), buffers never moved, per-example gradients."""
 
 import copy
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 import targets
-from leakattack.errors import UserError
+from leakattack.errors import SettingWarning, UserError
 
 SMALL = dict(in_shape=(3, 8, 8), width=4)  # a ResNet-20 small enough for float64 per-example checks
 
@@ -174,3 +175,24 @@ def test_a_gradient_that_overflows_under_initial_eval_statistics_names_bn_train(
     with pytest.raises(UserError, match="its BatchNorm layers run in eval mode at their initial statistics .* give "
                                         "--bn train or trained weights"):
         observe(victim, x, torch.tensor([0]), Channel(get_sketch("none", victim.d, victim.d)), ThreatModel())
+
+
+@pytest.mark.parametrize("bn_mode", ["train", "eval"])
+def test_an_instancenorm_tracking_running_statistics_is_warned_of_in_train_mode(bn_mode):
+    """It normalises by its running statistics in eval mode, where a training client uses each example's own; the
+    victim cannot run it in train mode (torch updates its running statistics in every such pass), so it says so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.InstanceNorm2d(2, affine=True, track_running_stats=True),
+                          nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        victim = targets.Victim.from_module(model, input_shape=(1, 6, 6), num_classes=3, bn_mode=bn_mode)
+    said = [str(w.message) for w in seen if issubclass(w.category, SettingWarning)]
+    assert len(said) == (bn_mode == "train")
+    if said:
+        assert "InstanceNorm that tracks running statistics (1)" in said[0] and "track_running_stats=False" in said[0]
+    assert not victim.model[1].training
+    untracked = nn.Sequential(nn.Conv2d(1, 2, 3), nn.InstanceNorm2d(2, affine=True), nn.Flatten(), nn.Linear(32, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        targets.Victim.from_module(untracked, input_shape=(1, 6, 6), num_classes=3, bn_mode=bn_mode)
