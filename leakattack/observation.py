@@ -93,14 +93,27 @@ class Observation:
         they were not recorded)."""
         if self.weights is None or self.weights[0] != id(self.victim):  # None, or another victim put in on purpose
             return None
-        now, then = weights_state(self.victim)[1], self.weights[1]
+        state = weights_state(self.victim)
+        now, then = state[1], self.weights[1]
         if now == then:
-            return None
+            return self._buffers_changed(state[2], self.weights[2])
         if len(now) != len(then) or any(a[2] != b[2] for a, b in zip(now, then)):
             return "which weights are trainable changed"
         if any(a[3:] != b[3:] for a, b in zip(now, then)):
             return "they moved to another dtype or device"
         return "they were changed in place (an optimiser step, load_state_dict)"
+
+    @staticmethod
+    def _buffers_changed(now: tuple, then: tuple) -> str | None:
+        """The words for buffers whose values differ from those the message was made with (None: none do)."""
+        before = dict(then)
+        changed = [name for name, b in now if name not in before or not _equal(b, before[name])]
+        changed += [name for name in before if name not in dict(now)]
+        if not changed:
+            return None
+        return (f"its buffer{'s' if len(changed) > 1 else ''} {', '.join(repr(n) for n in changed[:3])}"
+                f"{' and more' if len(changed) > 3 else ''} changed in place (BatchNorm's running statistics "
+                "moved by a forward pass in train mode, load_state_dict)")
 
     @property
     def d(self) -> int:
@@ -126,11 +139,21 @@ class Observation:
         return (self.batch_size, *self.victim.input_shape)
 
 
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values, NaN equal to NaN, on any device and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all()))
+
+
 def weights_state(victim: Victim) -> tuple:
-    """The victim's identity and, per parameter: its storage, its in-place version counter (which every in-place
-    change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device."""
-    return id(victim), tuple((p.data_ptr(), p._version, p.requires_grad, p.dtype, p.device)
-                             for p in victim.model.parameters())
+    """The victim's identity; per parameter: its storage, its in-place version counter (which every in-place
+    change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device; and a copy of
+    each buffer's values (a BatchNorm's running statistics, which the gradient reads in eval mode: a probe that
+    restores them advances their version counter, not their values)."""
+    return (id(victim), tuple((p.data_ptr(), p._version, p.requires_grad, p.dtype, p.device)
+                              for p in victim.model.parameters()),
+            tuple((name, b.detach().clone()) for name, b in victim.model.named_buffers()))
 
 
 def gradient_of(victim: Victim, x: torch.Tensor, labels: torch.Tensor, per_example: bool,

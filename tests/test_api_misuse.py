@@ -188,3 +188,31 @@ def test_a_module_whose_init_skips_super_init_is_one_sentence():
     with pytest.raises(UserError, match=r"^model Bare is an nn.Module whose __init__ at .*test_api_misuse.py:\d+ does "
                                         r"not call super\(\).__init__\(\) first"):
         targets.Victim.from_module(Bare(), input_shape=(3,), num_classes=2)
+
+
+def test_running_statistics_changed_since_observe_are_refused_and_a_probe_that_restores_them_is_not():
+    """The gradient of a BatchNorm in eval mode reads its running statistics: the message was made with those."""
+    from leakattack import get_attack
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    victim = targets.Victim.from_module(model, input_shape=(3, 8, 8), num_classes=3, bn_mode="eval")
+    channel = Channel(get_sketch("none", victim.d, victim.d, seed=0))
+    obs = observe(victim, torch.rand(1, 3, 8, 8), torch.tensor([1]), channel)
+    attack = get_attack("gradient-matching", iterations=2, threads=1)
+    attack.reconstruct(obs)
+    attack.reconstruct(obs)  # its probes restore the buffers they move
+    model.train()
+    model(torch.rand(4, 3, 8, 8))  # a training step's forward pass moves the running statistics
+    with pytest.raises(UserError, match=r"^the victim's weights are not those this observation's message was made at "
+                                        r"\(its buffers .1\.running_mean., .1\.running_var., .1\.num_batches_tracked. "
+                                        r"changed in place \(BatchNorm's running statistics"):
+        attack.reconstruct(obs)
+    assert attack.reconstruct(observe(victim, torch.rand(1, 3, 8, 8), torch.tensor([1]), channel)) is not None
+
+
+@pytest.mark.parametrize("given,words", [(nn.Linear(3, 2), "the module Linear"), (nn.Linear, "the class Linear")])
+def test_get_model_given_a_module_points_to_from_module(given, words):
+    with pytest.raises(UserError, match=rf"^get_model takes a model's name, got {words}: wrap a module you built with "
+                                        r"Victim\.from_module\(module, input_shape=\.\.\., num_classes=\.\.\.\)$"):
+        targets.get_model(given)

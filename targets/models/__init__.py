@@ -180,6 +180,10 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     model takes (its ``in_rank``), and ``num_classes`` an integer of at least 1: anything else is one
     :class:`~leakattack.errors.UserError` sentence before the model is built.
     """
+    if isinstance(name, torch.nn.Module) or isinstance(name, type) and issubclass(name, torch.nn.Module):
+        raise UserError(f"get_model takes a model's name, got the {'class' if isinstance(name, type) else 'module'}"
+                        f" {getattr(name, '__name__', type(name).__name__)}: wrap a module you built with "
+                        "Victim.from_module(module, input_shape=..., num_classes=...)")
     if not _is_user(name):
         _MODELS.get(name)  # an unknown name is named before its arguments
     in_shape = _checked_in_shape(name, in_shape)
