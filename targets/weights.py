@@ -108,7 +108,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
 
     ``drawn_by`` names the settings that drew the model's initial weights (``"--model-seed 5"``): where the file
     sets every parameter and buffer, a one-line warning says they change nothing.  A flat vector sets the trainable
-    weights only; on a model with BatchNorm a one-line warning says its running statistics stay as initialised.
+    weights only; on a model with BatchNorm a one-line warning says its running statistics stay as initialised, and
+    on one with frozen parameters that those do.
     """
     path = Path(path)
     state = load_torch_file(path, f"weights file '{path}'", objects_hint=(
@@ -151,7 +152,13 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
             warnings.warn(f"weights file '{path}' is a flat vector of the trainable weights: the model's BatchNorm "
                           "running statistics stay as initialised (mean 0, variance 1), and eval mode (--bn eval) "
                           "normalises with them; a state_dict carries them", SettingWarning, stacklevel=2)
-        frozen = any(not p.requires_grad for p in model.parameters())
+        frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+        if frozen:  # the vector holds none of them
+            warnings.warn(f"weights file '{path}' is a vector of the trainable weights: the model's frozen "
+                          f"parameter{'s' if len(frozen) > 1 else ''} ({', '.join(frozen[:3])}"
+                          f"{' and more' if len(frozen) > 3 else ''}) stay as this run initialises them"
+                          f"{' (' + drawn_by + ')' if drawn_by else ''}; a state_dict carries them", SettingWarning,
+                          stacklevel=2)
         if drawn_by and not frozen and (buffers is not None or not list(model.buffers())):
             _warn_drawn(drawn_by, path)
         return victim

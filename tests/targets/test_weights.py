@@ -168,6 +168,23 @@ def test_a_flat_vector_on_a_batchnorm_model_warns_of_its_initial_statistics(tmp_
         targets.load_weights(targets.get_model("lenet", seed=0), tmp_path / "lenet.pt")
 
 
+def test_a_flat_vector_on_a_model_with_frozen_parameters_warns_that_they_keep_the_runs_init(tmp_path):
+    def frozen(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        model[1].requires_grad_(False)
+        return targets.Victim.from_module(model, input_shape=(1, 4, 4), num_classes=3)
+
+    source, victim = frozen(3), frozen(0)
+    torch.save(targets.flat_params(source), tmp_path / "flat.pt")
+    with pytest.warns(UserWarning, match=r"a vector of the trainable weights: the model's frozen parameters "
+                                         r"\(1\.weight, 1\.bias\) stay as this run initialises them "
+                                         r"\(--model-seed 5\); a state_dict"):
+        targets.load_weights(victim, tmp_path / "flat.pt", drawn_by="--model-seed 5")
+    assert torch.equal(victim.model[3].weight, source.model[3].weight)
+    assert not torch.equal(victim.model[1].weight, source.model[1].weight)
+
+
 def test_seed_and_init_settings_are_warned_of_where_the_file_sets_every_weight(tmp_path):
     torch.save(targets.get_model("resnet20", seed=3).model.state_dict(), tmp_path / "w.pt")
     with pytest.warns(UserWarning, match="--model-seed 5 changes nothing: weights file .* sets every weight"):
