@@ -602,7 +602,7 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     if case.obs.b < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
         return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}"}
     # a batch's images one by one: one exact image can carry the means past another that is not its truth
-    wrong = [i + 1 for i, (v, s) in enumerate(zip(m.get("verdict_each") or [], m.get("ssim_each") or []))
+    wrong = [i for i, (v, s) in enumerate(zip(m.get("verdict_each") or [], m.get("ssim_each") or []))
              if v != metrics.REBUILT or (s if s is not None else 0.0) < metrics.SAME_IMAGE_SSIM]
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM
                                or wrong):
@@ -641,7 +641,7 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
 
 
 def _not_rebuilt_images(wrong: list[int], n: int) -> str:
-    """``; images 3, 7 of 8 not rebuilt on their own`` (the first five numbered)."""
+    """``; images 3, 7 of 8 not rebuilt on their own`` (the first five, by index from 0)."""
     shown = ", ".join(map(str, wrong[:5])) + (", ..." if len(wrong) > 5 else "")
     many = len(wrong) > 1
     return f"; image{'s' if many else ''} {shown} of {n} not rebuilt on {'their' if many else 'its'} own"
