@@ -678,12 +678,15 @@ class Victim:
             one = len(changed) == 1
             names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")
             raise UserError(f"model '{self.name}' changes its buffer{'' if one else 's'} {names} in a forward "
-                            "pass, so its gradient depends on how many passes ran before (the client's one and the "
-                            f"attack's thousands); update {'it' if one else 'them'} only while self.training is true "
-                            "(a victim runs in eval mode, BatchNorm's batch statistics aside)")
+                            "pass, so where the forward pass reads it its gradient depends on how many passes ran "
+                            "before (the client's one and the attack's thousands); update "
+                            f"{'it' if one else 'them'} only while self.training is true (a victim runs in eval mode, "
+                            "BatchNorm's batch statistics aside), or keep a counter the forward pass never reads as a "
+                            "plain attribute")
         if g is None:
             raise UserError(f"the output of model '{self.name}' does not depend on its input through operations "
-                            "autograd differentiates (an integer cast, argmax or indexing by the input?), and an "
+                            "autograd differentiates (.detach(), torch.no_grad(), an integer cast, argmax or "
+                            "indexing by the input?), and an "
                             "attack on its gradient needs the gradient's derivative in the input: give the model "
                             "real-valued input")
         if gx is None or not bool(gx.any()):  # a zero-initialised head's output is constant, and its gradient is not

@@ -62,9 +62,22 @@ def test_a_forward_that_updates_a_buffer_is_refused_naming_it():
 
 def test_an_output_autograd_cannot_follow_to_the_input_is_refused_and_a_zero_derivative_warned_of():
     with pytest.raises(UserError, match=r"^the output of model 'custom' does not depend on its input through "
-                                        r"operations autograd differentiates \(an integer cast") as err:
+                                        r"operations autograd differentiates \(\.detach\(\), torch\.no_grad\(\), "
+                                        r"an integer cast") as err:
         targets.Victim.from_module(Tokens(), input_shape=(12,), num_classes=3)
     assert str(err.value).count(". ") == 0
+
+    class Detached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.fc = nn.Linear(12, 4), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(self.first(x).detach())
+
+    with pytest.raises(UserError, match=r"does not depend on its input through operations autograd differentiates "
+                                        r"\(\.detach\(\)"):
+        targets.Victim.from_module(Detached(), input_shape=(12,), num_classes=3)
     with pytest.warns(SettingWarning, match="has a derivative of zero in its input at a random input"):
         targets.Victim.from_module(Rounded(), input_shape=(12,), num_classes=3)
 
