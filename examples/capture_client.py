@@ -24,21 +24,45 @@ from client_model import ClientNet  # examples/ is on sys.path when this file is
 
 from leakattack.data import get_batch, get_dataset
 from leakattack.results.message import write_message
-from leakattack.sketch import make_sketch
+from leakattack.script import count, one_of, script_main
+from leakattack.sketch import list_sketches, make_sketch
+
+
+def ratio(text: str) -> float:
+    """An argparse type: b/d in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return value
+
+
+def index(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="captured", help="folder for message.pt, weights.pt, truth.pt")
-    p.add_argument("--image-size", type=int, default=32, help="side of the embedded photo crop (default 32)")
-    p.add_argument("--index", type=int, default=0, help="first photo of the batch (default 0)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--sketch", default="srht", help="sketch kind, or none (default srht)")
-    p.add_argument("--ratio", type=float, default=0.5, help="b/d (default 0.5)")
+    p.add_argument("--image-size", type=count, default=32, help="side of the embedded photo crop (default 32)")
+    p.add_argument("--index", type=index, default=0, help="first photo of the batch (default 0)")
+    p.add_argument("--batch-size", type=count, default=1)
+    p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default="srht",
+                   help="sketch kind, or none (default srht)")
+    p.add_argument("--ratio", type=ratio, default=0.5, help="b/d (default 0.5)")
     p.add_argument("--sketch-seed", type=int, default=1, help="seed of R, shared with the server")
     p.add_argument("--kind", choices=("gradient", "update"), default="gradient")
     p.add_argument("--lr", type=float, default=0.1, help="local learning rate (update)")
-    p.add_argument("--local-steps", type=int, default=1, help="local SGD steps (update)")
+    p.add_argument("--local-steps", type=count, default=1, help="local SGD steps (update)")
     p.add_argument("--send-labels", action="store_true", help="record the labels in the message (the attacker "
                    "knows them); by default it recovers them")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's weights")
@@ -81,4 +105,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)  # bad input ends in one sentence and exit status 2

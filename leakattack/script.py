@@ -5,6 +5,7 @@ traceback; and argparse types for counts and lists of them."""
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -65,6 +66,14 @@ def positives(text: str) -> list[float]:
     return out
 
 
+def pattern(text: str) -> re.Pattern:
+    """An argparse type: a regular expression, compiled."""
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression ({err})") from None
+
+
 def one_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False) -> Callable[[str], str]:
     """An argparse type: one of the names ``choices()`` gives (a registry's), or with ``files`` a model of the
     user's (``file.py:Name``)."""
@@ -83,4 +92,4 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "one_of", "positives", "script_main", "some_of"]
+__all__ = ["count", "counts", "one_of", "pattern", "positives", "script_main", "some_of"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from leakattack.script import count, script_main
+from leakattack.script import count, pattern, script_main
 
 MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
@@ -103,7 +102,8 @@ def main() -> int:
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
     ap.add_argument("--threads", default=None,
                     help="torch threads of every run (default: 1 when several run at once, else the victim's own)")
-    ap.add_argument("--rows", default=".", help="only the settings whose label matches this regular expression")
+    ap.add_argument("--rows", type=pattern, default=".",
+                    help="only the settings whose label matches this regular expression")
     ap.add_argument("--train-steps", type=count, default=None, help="training steps (default: the recipe's)")
     ap.add_argument("--tv", default=None,
                     help="TV weight of every run (default: the recipe's, 0.2 at the trained weights, 0.02 untrained)")
@@ -118,7 +118,7 @@ def main() -> int:
             cmd += ["--steps", str(a.train_steps)]
         subprocess.run(cmd, check=True)
     threads = a.threads or ("1" if a.jobs > 1 else "auto")
-    rows = [row for row in settings(weights, a.prior_weight, a.tv) if re.search(a.rows, row[0])]
+    rows = [row for row in settings(weights, a.prior_weight, a.tv) if a.rows.search(row[0])]
     jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
 
     def one(job):

@@ -142,6 +142,10 @@ def test_every_script_ends_in_one_sentence_on_bad_input():
     (["bn_running_stats.py", "--out", "NOWHERE/s.pt", "--first", "5", "--last", "2"], "--first 5 --last 2: give"),
     (["../benchmarks/deep_step.py", "--models", "lenet", "bogus", "--steps", "1"], "unknown model 'bogus'"),
     (["../benchmarks/attack_speed.py", "--only", "lbfgs", "--rounds", "0"], "argument --rounds: 0 is below 1"),
+    (["bn_prior_table.py", "--out", "NOWHERE", "--rows", "("], "argument --rows: '(' is not a regular expression"),
+    (["../examples/attack_from_python.py", "0"], "argument iterations: 0 is below 1"),
+    (["../examples/capture_client.py", "--sketch", "bogus", "--out", "NOWHERE"], "unknown sketch 'bogus'"),
+    (["../examples/capture_client.py", "--index", "999", "--out", "NOWHERE"], "image index 999 out of range"),
 ])
 def test_a_script_given_bad_input_says_so_in_one_line_with_exit_status_2(tmp_path, argv, said):
     nowhere = str(tmp_path / "nowhere")
