@@ -6,7 +6,8 @@ with step decay, box, float32): a monitor called at every step records the clock
 a step's time is the gap between two calls (evaluation, optimiser step, clamp,
 bookkeeping; the monitor itself returns an empty dict).  The floor is a bare loop
 written here with the same weights, the same sketch object's ``apply``, the same
-labels and start: forward in train mode, ``torch.autograd.grad(create_graph=True)``
+labels and start: forward in the victim's mode (``--bn auto``: the running statistics for
+one image), ``torch.autograd.grad(create_graph=True)``
 over the weights, ``torch.cat`` to one flat gradient, the sketch, cosine against the
 message (half the squared distance of the unit vectors) plus weight * TV, the gradient
 with respect to x, a signed ``torch.optim.Adam``

@@ -2,7 +2,7 @@
 
 mlp with a hidden layer of width H on the embedded digits (m = 784 pixels per image), float64,
 one thread.  For each (B, H), three disjoint batches (images 0..3B-1); unsketched (b = d) and
-through srht with b = 1.5x the low-rank unknowns B (H + 785 + 10 + H + 1 - 2) where that fits in a
+through srht with b = 1.5x the low-rank unknowns B (H + 785 + 10 + H) = B (2H + 795) where that fits in a
 few seconds.  ``--act relu`` (the default) measures the one-active-unit separation; a smooth
 activation (``--act sigmoid``, mlp's own, ``tanh``, ``softplus``, ``gelu``) the model's solve in the
 first block's row space.  Prints one markdown row per setting: examples recovered exactly (PSNR > 80 dB after

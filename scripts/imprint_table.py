@@ -63,7 +63,7 @@ def main() -> None:
                      (defense or "none") + ("" if eps is None else f" (ε {eps:.3g})"),
                      f"{sum(p >= 60 for p in each)} of {batch}", sum(p >= 20 for p in each),
                      f"{m['psnr']:.2f} / {m['ssim']:.3f}", f"{m['baseline_psnr']:.2f}",
-                     f"{(1 - 1 / bins) ** (batch - 1):.2f}", f"{m['wall_s']:.1f}", m["message"]])
+                     f"{(1 - 1 / bins) ** (batch - 1):.2f}", f"{m['attack_s']:.1f}", m["message"]])
     print_table(["victim", "B", "bins", "query", "sketch", "defense", ">= 60 dB", ">= 20 dB", "PSNR / SSIM",
                  "baseline PSNR", "alone if equal bins", "attack s", "message"], rows)
 

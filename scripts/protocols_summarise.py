@@ -1,5 +1,6 @@
-"""Training table of results/protocols/: python scripts/protocols_summarise.py -> results/protocols/training.md (the
-repository's, from any working folder)."""
+"""Training table of results/protocols/: python scripts/protocols_summarise.py -> results/protocols/training.md and
+its figure results/protocols/train/accuracy_vs_floats.png (the repository's, from any working folder; both
+rewritten)."""
 
 import argparse
 import sys

@@ -6,7 +6,7 @@
 case "${1:-}" in -h|--help) sed -n "2,/^[^#]/p" "$0" | sed "/^[^#]/d; s/^# \{0,1\}//"; exit 0;; esac
 set -e
 OUT=${OUT:-results/runs/recipe_choice}
-R="python -m leakattack.cli run --model resnet20 --sketch none --image-index 0 --iterations 300 --no-lpips --quiet"
+R="python -m leakattack.cli run --model resnet20 --sketch none --image-index 0 --iterations 300 --bn train --no-lpips --quiet"
 $R --out $OUT/dlg --recipe dlg
 $R --out $OUT/ig-lr0.1 --lr 0.1
 $R --out $OUT/ig-lr0.01-unsigned --lr 0.01 --no-signed
