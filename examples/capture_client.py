@@ -24,7 +24,7 @@ from client_model import ClientNet  # examples/ is on sys.path when this file is
 
 from leakattack.data import get_batch, get_dataset
 from leakattack.results.message import write_message
-from leakattack.script import count, one_of, script_main
+from leakattack.script import count, index, one_of, script_main
 from leakattack.sketch import list_sketches, make_sketch
 
 
@@ -36,17 +36,6 @@ def ratio(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
-    return value
-
-
-def index(text: str) -> int:
-    """An argparse type: an integer of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
     return value
 
 

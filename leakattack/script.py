@@ -36,15 +36,25 @@ def script_main(main: Callable[[], int | None]) -> NoReturn:
     raise SystemExit(2)
 
 
-def count(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def _integer(text: str, low: int) -> int:
+    """``text`` as an integer of at least ``low``, else argparse's error naming the problem."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{value} is below {low}")
     return value
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    return _integer(text, 1)
+
+
+def index(text: str) -> int:
+    """An argparse type: an integer of at least 0 (an index)."""
+    return _integer(text, 0)
 
 
 def counts(text: str) -> list[int]:
@@ -92,4 +102,4 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "one_of", "pattern", "positives", "script_main", "some_of"]
+__all__ = ["count", "counts", "index", "one_of", "pattern", "positives", "script_main", "some_of"]
