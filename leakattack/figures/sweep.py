@@ -395,6 +395,19 @@ def with_grid_values(records: list[dict]) -> list[dict]:
     return filled
 
 
+def strength_level(record: dict, strength: str) -> str:
+    """The JSON text of the strength a point ran at, its row in a reconstruction grid: its grid value, but for
+    ``sketch_ratio`` and ``sketch_dim`` of an identity sketch, which keeps every coordinate whatever they say, b/d = 1
+    and b = d (the message's size)."""
+    if strength in IDENTITY_IGNORES and record.get("params", {}).get("sketch", record["grid"].get("sketch")) == "none":
+        b = record.get("metrics", {}).get("b")
+        if strength == "sketch_ratio":
+            return json.dumps(1)
+        if b is not None:
+            return json.dumps(b)
+    return json.dumps(record["grid"].get(strength))
+
+
 def grid_series(records: list[dict], strength: str) -> tuple[list[str], list[tuple], list[tuple]]:
     """(series keys, series drawn, series left out) of the reconstruction grid, in grid order."""
     keys = series_keys(records, exclude=(strength,))
@@ -434,7 +447,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
         cell = {}
         for r in recs:
             pt = Path(folder) / "points" / f"{r['key']}.pt"
-            lv, img = json.dumps(r["grid"].get(strength)), r["params"].get("image_index", 0)
+            lv, img = strength_level(r, strength), r["params"].get("image_index", 0)
             if pt.exists() and (lv, img) not in cell:
                 cell[(lv, img)] = (load_tensors(pt), r["metrics"], r["params"].get("batch_size", 1))
         if cell:

@@ -375,3 +375,20 @@ def test_an_empty_grid_value_is_named_none_in_legends_and_ticks():
 
     assert series_label((("defense", '""'), ("sketch", '"srht"'))) == "defense=none, sketch=srht"
     assert sweep_figures_module._num("") == "none" and sweep_figures_module._num(0.5) == "0.5"
+
+
+def test_an_identity_sketchs_row_in_the_reconstruction_grid_reads_b_over_d_1_in_the_figure_and_the_report(
+        tmp_path, drawn):
+    """sketch = "none" keeps every coordinate whatever sketch_ratio says: its rows read the b/d it ran at, once."""
+    from leakattack.figures.report.sweep_section import _recon_grid
+
+    fake_sweep(tmp_path, [{"sketch": k, "sketch_ratio": r, "image_index": 0} for k in ("srht", "none")
+                          for r in (0.1, 0.5)], strength="sketch_ratio")
+    sweep_figures(tmp_path)
+    rows = {sub._suptitle.get_text(): [ax.get_ylabel() for ax in sub.axes if ax.get_ylabel()]
+            for sub in drawn["reconstruction_grid"].subfigs}
+    assert rows == {"sketch=srht": ["truth", "b/d = 0.1", "b/d = 0.5"], "sketch=none": ["truth", "b/d = 1"]}
+    html = _recon_grid(tmp_path, [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()],
+                       {"strength": "sketch_ratio"})
+    none = html[html.index("sketch=none"):]
+    assert none.count("<tr><th>sketch_ratio = ") == 1 and "<tr><th>sketch_ratio = 1</th>" in none

@@ -38,7 +38,15 @@ from ...results import (
     unplanned,
 )
 from ...results.io import csv_cell
-from ..sweep import MAX_GRID_BLOCKS, SWEEP_FIGURES, context, first_image, grid_series, with_grid_values
+from ..sweep import (
+    MAX_GRID_BLOCKS,
+    SWEEP_FIGURES,
+    context,
+    first_image,
+    grid_series,
+    strength_level,
+    with_grid_values,
+)
 from .shared import (
     _SKETCH_WORDS,
     FAILURE_NOTE,
@@ -435,13 +443,13 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
         first = {k: json.dumps(recs[0]["grid"].get(k)) for k in REPEAT_KEYS if k != "image_index"}
         recs = [r for r in recs if all(json.dumps(r["grid"].get(k)) == v for k, v in first.items())]
         images = list(dict.fromkeys(_index(r) for r in recs))[:MAX_GRID_COLUMNS]
-        levels = sorted(dict.fromkeys(json.dumps(r["grid"].get(strength)) for r in recs), key=_level_key)
+        levels = sorted(dict.fromkeys(strength_level(r, strength) for r in recs), key=_level_key)
         cut = len(levels) > MAX_GRID_ROWS
         levels = levels[:MAX_GRID_ROWS]
         cell: dict = {}
         truth: dict = {}
         for r in recs:
-            key = (json.dumps(r["grid"].get(strength)), _index(r))
+            key = (strength_level(r, strength), _index(r))
             pt = folder / "points" / f"{r['key']}.pt"
             if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
                 t = load_tensors(pt)
