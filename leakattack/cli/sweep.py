@@ -19,6 +19,7 @@ from ..errors import UserError, listed
 from ..results import writable_out
 from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
+from ..results.store import checked_points, load_records
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.backends.base import WorkerLost
 from ..sweep.lock import FolderLock
@@ -50,13 +51,14 @@ def _backend_options(a) -> dict:
     return {SLURM_OPTIONS[flag]: v for flag, v in given.items()}
 
 
-def resume_command(a, out: Path) -> str:
-    """The command that resumes this sweep into ``out``: the options the user gave, shell-quoted."""
+def resume_command(a, out: Path, jobs: int | None = None) -> str:
+    """The command that resumes this sweep into ``out``: the options the user gave (``jobs`` in place of theirs),
+    shell-quoted."""
     words = ["leakattack", "sweep", str(a.config), "--out", str(out)]
     if a.backend != "local":
         words += ["--backend", a.backend]
-    if a.jobs is not None:
-        words += ["--jobs", str(a.jobs)]
+    if jobs is not None or a.jobs is not None:
+        words += ["--jobs", str(jobs if jobs is not None else a.jobs)]
     words += [w for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None
               for w in (flag, f"{getattr(a, kw):g}" if isinstance(getattr(a, kw), float) else str(getattr(a, kw)))]
     if a.quiet:
@@ -97,6 +99,8 @@ def dry_run(a, plan: Plan, out: Path | None) -> int:
     """``--dry-run``: the plan's points, each checked, one line each; with ``--out``, which of them are finished
     there already (results.jsonl is read, not repaired)."""
     finished = set() if out is None else {point_key(r["params"]) for r in read_results(out / "results.jsonl")}
+    if out is not None:  # a bad stored metric is refused as the run refuses it, before any point
+        checked_points(out, load_records(out, plan, key_of=point_key))
     finished &= {pt["key"] for pt in plan.points}
     n = len(plan.points)
     head = [f"{a.config}: {n} point{'s' if n != 1 else ''}, each checked as a run checks it; nothing run or written"]
@@ -174,7 +178,7 @@ def cmd_sweep(a) -> int:
 
 
 def _sweep(a, held: HeldWarnings) -> int:
-    planned, out = False, None
+    planned, out, jobs = False, None, None
     try:
         options = _backend_options(a)
         if a.jobs is not None and a.jobs < 1:
@@ -197,12 +201,14 @@ def _sweep(a, held: HeldWarnings) -> int:
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options,
                         ready=held.show)
     except (WorkerLost, OSError) as err:  # a killed worker, a disk that fills: the finished points stay
-        if out is None or not out.is_dir():
+        if out is None or not out.is_dir() or isinstance(err, BrokenPipeError):  # a closed stdout is no disk's fault
             raise
         what = str(err) if isinstance(err, WorkerLost) else \
             f"cannot write into '{out}' ({err.strerror or err}); the points finished are kept"
-        fewer = " fewer --jobs" if isinstance(err, WorkerLost) else ""
-        raise UserError(f"{what}: resume with{fewer}: {resume_command(a, out)}") from None
+        # a killed worker is most often the memory of too many at once: half as many
+        fewer = jobs // 2 if isinstance(err, WorkerLost) and isinstance(jobs, int) and jobs > 1 else None
+        raise UserError(f"{what}: resume with{' fewer --jobs' if fewer else ''}: "
+                        f"{resume_command(a, out, fewer)}") from None
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():

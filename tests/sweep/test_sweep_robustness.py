@@ -76,11 +76,15 @@ def test_a_killed_worker_is_one_sentence_that_names_how_to_resume(tmp_path, monk
 
     monkeypatch.setattr(runner, "get_backend", lambda name, **options: Lost())
     out = tmp_path / "out"
-    assert cli.main(["sweep", str(write(tmp_path, SMALL)), "--out", str(out), "--quiet"]) == 2
+    assert cli.main(["sweep", str(write(tmp_path, SMALL)), "--out", str(out), "--quiet", "--jobs", "5"]) == 2
     lines = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("leakattack: warning:")]
     assert len(lines) == 1 and lines[0].endswith(f"resume with fewer --jobs: leakattack sweep {tmp_path / 's.toml'} "
-                                                 f"--out {out} --quiet"), lines
+                                                 f"--out {out} --jobs 2 --quiet"), lines
     assert len(read_results(out / "results.jsonl")) == 1
+    assert cli.main(["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "one"), "--quiet"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("leakattack: warning:")]
+    assert lines[0].endswith(f"are kept: resume with: leakattack sweep {tmp_path / 's.toml'} --out "
+                             f"{tmp_path / 'one'} --quiet"), lines  # one job already: no fewer to give
 
 
 def test_a_bad_stored_metric_is_refused_before_any_point_runs(tmp_path):
@@ -93,6 +97,8 @@ def test_a_bad_stored_metric_is_refused_before_any_point_runs(tmp_path):
     with pytest.raises(UserError, match='whose psnr is "abc", not a number'):
         run_sweep(grown, out, progress=False)
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    # --dry-run --out checks the folder as the run does: the same sentence, not "2 already finished"
+    assert cli.main(["sweep", str(tmp_path / "g.toml"), "--out", str(out), "--dry-run", "--quiet"]) == 2
 
 
 def test_a_grown_grid_summarises_as_a_fresh_run_of_it(tmp_path):
@@ -119,3 +125,18 @@ def test_a_message_file_without_its_truth_is_refused_when_the_sweep_is_read(tmp_
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "a sweep scores each point against its images" in err and "give truth = FILE" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_into_a_closed_pipe_ends_quietly_not_as_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+    """`leakattack sweep F --out D --dry-run | head -2`: the reader stopped, no disk failed."""
+    from leakattack.cli import sweep as sweep_cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def closed(*args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sweep_cli, "dry_run", closed)
+    assert cli.main(["sweep", str(write(tmp_path, SMALL)), "--out", str(out), "--dry-run", "--quiet"]) == 0
+    assert "cannot write" not in capsys.readouterr().err
