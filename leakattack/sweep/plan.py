@@ -293,8 +293,8 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
             cfg = RunConfig.from_dict(values).validate()
         except TypeError as err:
             raise ConfigError(f"bad run parameter in sweep point {combo}: {err}") from None
-        except ConfigError as err:
-            raise ConfigError(f"{err} ({_where(values, combo, base)})") from None
+        except UserError as err:  # a constraint's refusal, or a check of the value's own (a model file not there)
+            raise ConfigError(f"{err} ({_where(values, combo, base, str(err))})") from None
         if cfg.message and not cfg.truth:  # a sweep's points are scored, summarised and drawn against their images
             raise ConfigError(f"a sweep scores each point against its images, and message = {cfg.message!r} comes "
                               f"without them: give truth = FILE beside it ({_where(values, combo, base)})")
@@ -305,11 +305,12 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
             points.append({"key": key, "grid": combo, "params": params})
             cfgs.append(cfg)
     if check:
-        check_runnable(points, cfgs, progress=progress)
+        check_runnable(points, cfgs, progress=progress, base=base)
     return points
 
 
-def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool = False) -> None:
+def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool = False,
+                   base: dict | None = None) -> None:
     """Refuse, before anything runs, a point that could only fail at run time (ConfigError, one sentence naming
     the point).
 
@@ -350,8 +351,9 @@ def check_runnable(points: list[dict], cfgs: list | None = None, progress: bool 
                         experiment.attack_of(replace(cfg, **prepared.case.settings)).check(prepared.obs)
                         checked.add(settings)
                 except UserError as err:
-                    raise ConfigError(f"{err} (sweep point {value_text(pt['grid'])}{_keys_of_flags(str(err))})") \
-                        from None
+                    named = _base_named(str(err), pt["grid"], base or {})
+                    where = f"sweep point {value_text(pt['grid'])}" + (f", with [base] {named}" if named else "")
+                    raise ConfigError(f"{err} ({where}{_keys_of_flags(str(err))})") from None
             bar.update(1)
     finally:
         bar.close()
@@ -367,14 +369,45 @@ def _case_of(params: dict, attack: bool = False) -> str:
     return json.dumps({k: v for k, v in params.items() if k not in left_out}, sort_keys=True, default=str)
 
 
-def _where(values: dict, combo: dict, base: dict) -> str:
+def _where(values: dict, combo: dict, base: dict, message: str = "") -> str:
     """Where a refused point is: the run parameter whose declared constraint refuses its value (``[base] KEY``,
-    which every point takes, where the value is [base]'s own), and the grid values."""
+    which every point takes, where the value is [base]'s own), and the grid values, with the [base] value the
+    refusal names (:func:`_base_named`)."""
     bad = next((p.name for p in RUN_PARAMS if p.name in values and not p.constraint.ok(values[p.name])), None)
     if bad is not None and bad not in combo and not (isinstance(base.get(bad), str) and
                                                      _PLACEHOLDER.search(base[bad])):
         return f"[base] {bad}, which every sweep point takes"
-    return (f"key {bad}, " if bad else "") + f"sweep point {value_text(combo)}"
+    named = _base_named(message, combo, base) if bad is None else None
+    return (f"key {bad}, " if bad else "") + f"sweep point {value_text(combo)}" + (
+        f", with [base] {named}" if named else "")
+
+
+def _base_named(message: str, combo: dict, base: dict) -> str | None:
+    """The [base] key whose own value (not the grid's, no placeholder) a refusal of a point names (which may hold
+    at this point's grid values only: an attack that refuses its sketch): its value as the sweep file
+    gives it, or a spec's kind (``nosuch`` of ``nosuch:x=1``) or a file's name, at least three characters long and
+    quoted or standing as a word; None where none is named, or where the refusal names a grid value of the point.
+    The model and the data set, which many refusals name as their context, are taken only where no other key is
+    named."""
+    if any(_names(message, {value_text(v)}, 1) for v in combo.values()):  # a grid value's refusal is the point's
+        return None
+    context = ("model", "dataset")
+    for key in [k for k in base if k not in context] + [k for k in context if k in base]:
+        value = base[key]
+        if key in combo or isinstance(value, (bool, dict, list)) or value is None:
+            continue
+        text = value if isinstance(value, str) else value_text(value)
+        if isinstance(value, str) and _PLACEHOLDER.search(value):
+            continue
+        pieces = {text, text.split(":")[0].split("@")[0], Path(text).name} if isinstance(value, str) else {text}
+        if _names(message, pieces, 3):
+            return key
+    return None
+
+
+def _names(message: str, pieces: set[str], shortest: int) -> bool:
+    """Whether ``message`` holds one of ``pieces`` at least ``shortest`` characters long as a word of its own."""
+    return any(len(p) >= shortest and re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", message) for p in pieces)
 
 
 #: a run's command-line flag -> the run parameter (sweep key) it sets, for refusals that name flags

@@ -267,7 +267,7 @@ def test_a_sweep_started_while_another_runs_in_its_folder_is_refused_and_every_p
 def test_a_point_its_attack_refuses_is_refused_naming_it_before_any_point_runs(tmp_path, capsys, monkeypatch,
                                                                                  no_attack, base, grid, point):
     monkeypatch.chdir(tmp_path)
-    refuse(tmp_path, capsys, BASE + base + f"[grid]\n{grid}\n", "cannot run here", f"(sweep point {point})",
+    refuse(tmp_path, capsys, BASE + base + f"[grid]\n{grid}\n", "cannot run here", f"(sweep point {point}",
            extra=["--out", str(tmp_path / "out")])
 
 
@@ -275,7 +275,8 @@ def test_points_of_another_victim_are_checked_against_their_own_victim(tmp_path,
     """mlp with 8 hidden units has d = 6370: b = 20000 fits its 256-unit sibling (d = 203530), not it."""
     monkeypatch.chdir(tmp_path)
     text = BASE.replace("lenet", "mlp") + "sketch_dim = 20000\n[grid]\nmodel_params = [{hidden = 256}, {hidden = 8}]\n"
-    refuse(tmp_path, capsys, text, "sketch dimension b = 20000", "(sweep point {'model_params': {'hidden': 8}})")
+    refuse(tmp_path, capsys, text, "sketch dimension b = 20000",
+           "(sweep point {'model_params': {'hidden': 8}}, with [base] sketch_dim)")
 
 
 def test_points_that_differ_in_images_seeds_or_optimisation_share_one_prepared_case(tmp_path, monkeypatch):
@@ -318,7 +319,7 @@ def test_a_dry_run_checks_and_lists_every_point_and_writes_nothing(tmp_path, cap
 def test_a_dry_run_refuses_a_bad_point_with_the_sentence_a_run_gives(tmp_path, capsys, monkeypatch, no_attack):
     monkeypatch.chdir(tmp_path)
     text = BASE + "attack = 'rgap'\n[grid]\nsketch = ['none', 'srht']\n"
-    ran = refuse(tmp_path, capsys, text, "(sweep point {'sketch': 'srht'})")
+    ran = refuse(tmp_path, capsys, text, "(sweep point {'sketch': 'srht'}, with [base] attack)")
     assert refuse(tmp_path, capsys, text, extra=["--dry-run"]) == ran
 
 
@@ -349,6 +350,27 @@ def test_a_bad_base_value_is_named_as_bases_and_a_refusal_naming_a_flag_gives_it
     assert "seed" not in line
     text = BASE.replace("digits", "photos") + "sketch = 'uniform'\nsketch_dim = 1\n[grid]\nseed = [1]\n"
     refuse(tmp_path, capsys, text, "--labels given", "; in a sweep file --labels is label_mode)")
+
+
+
+@pytest.mark.parametrize("line,key", [
+    ('weights = "nowhere.pt"', "weights"),
+    ('defense = "nosuch:x=1"', "defense"),
+    ("image_index = 100000", "image_index"),
+    ("sketch_dim = 100000000", "sketch_dim"),
+])
+def test_a_base_value_refused_when_its_case_is_checked_is_named_as_bases(tmp_path, capsys, monkeypatch, no_attack,
+                                                                         line, key):
+    """Checks made while a point's case is prepared (a file, a defense, an image, b against d) named the grid point
+    alone, not the [base] value they refuse; a value of the grid's own that is refused stays the point's alone."""
+    monkeypatch.chdir(tmp_path)
+    bad = refuse(tmp_path, capsys, BASE + line + "\n[grid]\nseed = [0, 1]\n")
+    assert bad.endswith(f"(sweep point {{'seed': 0}}, with [base] {key})"), bad
+    grid = refuse(tmp_path, capsys, BASE + "[grid]\nimage_index = [0, 5000]\n", "image index 5000 out of range")
+    assert grid.endswith("(sweep point {'image_index': 5000})")
+    model = refuse(tmp_path, capsys, BASE.replace('model = "lenet"', 'model = "nofile.py:Net"') +
+                   "[grid]\nseed = [0, 1]\n", "model file 'nofile.py' does not exist")
+    assert model.endswith("(sweep point {'seed': 0}, with [base] model)")
 
 # A sweep refused after its points were checked (a bad --jobs, a bad SLURM option, a folder another sweep holds)
 # prints its refusal alone, without the run warnings of its points (``refuse`` wants one line); a [grid]
