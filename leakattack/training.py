@@ -582,6 +582,7 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         key, theirs, mine = change
         raise ConfigError(f"'{folder}' holds {held} with other settings (its {key} is {theirs!r}, this training's "
                           f"{mine!r}): {elsewhere}")
+    check_unchanged(folder, record["describe"])  # its settings edited after it trained: they are not what ran
     if not done:
         return []
     if done > record["rounds"]:

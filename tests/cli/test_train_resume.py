@@ -125,6 +125,18 @@ def test_a_diverged_training_is_not_continued(interrupted, capsys):
              ["whose loss diverged in round 4", "lower the learning rates"], interrupted.parent, capsys)
 
 
+def test_a_training_whose_protocol_json_was_edited_is_not_continued_under_the_edited_setting(interrupted, capsys):
+    """Its spec edited to another step size (describe, what ran, left as it was), then continued with that step: the
+    rounds after would have run under another setting than those before, and the rewritten file hidden the edit."""
+    pj = interrupted / "protocol.json"
+    stored = json.loads(pj.read_text())
+    stored["spec"]["local_lr"] = 0.3
+    pj.write_text(json.dumps(stored))
+    _refused(TRAIN + ["--rounds", "5", "--local-lr", "0.3", "--out", str(interrupted.parent)],
+             ["protocol.json' was changed after training: it says local_lr = 0.3 where the run trained with"],
+             interrupted.parent, capsys)
+
+
 def test_a_training_without_the_checkpoint_to_continue_from_is_refused(tmp_path, capsys):
     assert cli.main(TRAIN + ["--rounds", "1", "--no-checkpoints", "--out", str(tmp_path)]) == 0
     _refused(TRAIN + ["--rounds", "2", "--out", str(tmp_path)],
