@@ -194,3 +194,13 @@ def test_a_model_with_a_frozen_layer_is_attacked_at_the_protocols_weights(tmp_pa
                      "--iterations", "2", "--no-lpips", "--protocol", "fedavg", "--round", "2",
                      "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["psnr"] > 0
+
+
+def test_a_batch_larger_than_the_clients_shard_is_said_with_the_count_the_message_covers(tmp_path, capsys):
+    """The warning named the asked 1000 images where the message covers the client's 480."""
+    assert cli.main([*RUN, "--protocol", "fedavg", "--clients", "3", "--batch-size", "1000",
+                     "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert ("--batch-size 1000 is more than the 480 images client 0 holds: the attacked message is computed on those "
+            "480, while the protocol's clients train on batches of 32") in err
+    assert "computed on 1000 image(s)" not in err
