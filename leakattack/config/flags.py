@@ -135,7 +135,14 @@ def add_protocol_arguments(group) -> None:
 
 
 def protocol_spec_from_args(a: argparse.Namespace) -> dict:
-    return {p.name: getattr(a, SPEC_DEST + p.name) for p in PROTOCOL_PARAMS}
+    """The protocol settings the command line gives; --local-epochs with --local-steps given at any value (1, the
+    default, included: a flag given counts as given) is refused in one sentence."""
+    spec = {p.name: getattr(a, SPEC_DEST + p.name) for p in PROTOCOL_PARAMS}
+    if spec.get("local_epochs") and SPEC_DEST + "local_steps" in getattr(a, "given_flags", frozenset()):
+        raise UserError(f"give --local-epochs or --local-steps, not both: with --local-epochs {spec['local_epochs']} "
+                        "the local steps are E ceil(n_c/B), one per mini-batch (got --local-steps "
+                        f"{spec['local_steps']})")
+    return spec
 
 
 __all__ = ["GROUP_TITLES", "SPEC_DEST", "ATTACK_DEST", "add_arguments", "add_attack_arguments", "add_flag",

@@ -204,3 +204,12 @@ def test_a_batch_larger_than_the_clients_shard_is_said_with_the_count_the_messag
     assert ("--batch-size 1000 is more than the 480 images client 0 holds: the attacked message is computed on those "
             "480, while the protocol's clients train on batches of 32") in err
     assert "computed on 1000 image(s)" not in err
+
+
+@pytest.mark.parametrize("command", ["train", "run"])
+def test_local_epochs_with_local_steps_given_at_its_default_is_refused(tmp_path, capsys, command):
+    """--local-steps 2 was refused beside --local-epochs, --local-steps 1 (the default, given) passed in silence."""
+    argv = (["train", "--protocol", "fedavg", "--rounds", "1", "--clients", "3", "--dataset", "digits", "--quiet"]
+            if command == "train" else [*RUN, "--protocol", "fedavg"])
+    _refused(argv + ["--local-epochs", "1", "--local-steps", "1", "--out", str(tmp_path / "out")],
+             "give --local-epochs or --local-steps, not both", tmp_path, capsys)
