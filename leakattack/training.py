@@ -461,7 +461,11 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
     if rows and on_resume is not None:
         on_resume(folder, len(rows))
     _write_log(folder, rows)
-    write_json(folder / "protocol.json", record)
+    kept = {}
+    if rows and len(rows) == rounds:  # nothing left to train: how the training stopped stays recorded
+        stored = read_json(folder / "protocol.json")
+        kept = {k: stored[k] for k in ("rounds_planned", "stopped") if k in stored}
+    write_json(folder / "protocol.json", {**record, **kept})
     # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one
     # assignment, so that an interrupt leaves them consistent
     finished: tuple[list[dict], torch.Tensor | None, dict, dict | None] = (rows, w, model_buffers(victim), server)

@@ -125,6 +125,18 @@ def test_a_diverged_training_is_not_continued(interrupted, capsys):
              ["whose loss diverged in round 4", "lower the learning rates"], interrupted.parent, capsys)
 
 
+def test_a_diverged_training_asked_for_its_finished_rounds_keeps_its_record_of_how_it_stopped(interrupted, capsys):
+    """`--rounds N` of a folder whose training diverged after round N trains nothing, and rewrote protocol.json
+    without `stopped`: the next `--rounds 5` then trained the diverging round again."""
+    pj = interrupted / "protocol.json"
+    pj.write_text(json.dumps({**json.loads(pj.read_text()), "stopped": "diverged"}))
+    assert cli.main(TRAIN + ["--rounds", "3", "--out", str(interrupted.parent)]) == 0
+    stored = json.loads(pj.read_text())
+    assert (stored["rounds"], stored["rounds_planned"], stored["stopped"]) == (3, 50, "diverged")
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)], ["whose loss diverged in round 4"],
+             interrupted.parent, capsys)
+
+
 def test_a_training_whose_protocol_json_was_edited_is_not_continued_under_the_edited_setting(interrupted, capsys):
     """Its spec edited to another step size (describe, what ran, left as it was), then continued with that step: the
     rounds after would have run under another setting than those before, and the rewritten file hidden the edit."""
