@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol
+from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol, protocol_class, unread_settings
 from targets.protocols.base import split_clients
 from targets.victim import batchnorm_layers
 
@@ -540,15 +540,17 @@ def _continues(folder: Path, t: int, proto: Protocol) -> bool:
 def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:
     """(setting, stored value, this training's value) of the first setting a stored protocol.json trained with
     otherwise than ``record`` asks; None when they agree.  A spec setting the stored run does not name took its
-    default; the values are compared as protocol.json writes them."""
+    default, and one the protocol does not read changes nothing; the values are compared as protocol.json writes
+    them."""
     mine = json.loads(json.dumps(to_jsonable(record)))
     theirs = {"protocol": stored.get("protocol"), "spec": {**to_jsonable(SPEC_DEFAULTS), **stored["spec"]},
               "model": stored["model"]}
     if theirs["protocol"] != mine["protocol"]:
         return "protocol", theirs["protocol"], mine["protocol"]
+    unread = set(unread_settings(protocol_class(mine["protocol"]), SPEC_DEFAULTS))  # change nothing (warned)
     for part in ("model", "spec"):
         for key in sorted(set(theirs[part]) | set(mine[part])):
-            if theirs[part].get(key) != mine[part].get(key):
+            if theirs[part].get(key) != mine[part].get(key) and not (part == "spec" and key in unread):
                 return key, theirs[part].get(key), mine[part].get(key)
     return None
 
@@ -586,7 +588,9 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         key, theirs, mine = change
         raise ConfigError(f"'{folder}' holds {held} with other settings (its {key} is {theirs!r}, this training's "
                           f"{mine!r}): {elsewhere}")
-    check_unchanged(folder, record["describe"])  # its settings edited after it trained: they are not what ran
+    unread = set(unread_settings(protocol_class(record["protocol"]), SPEC_DEFAULTS))  # what changes nothing
+    # its settings edited after it trained: they are not what ran
+    check_unchanged(folder, {k: v for k, v in record["describe"].items() if k not in unread})
     if not done:
         return []
     if done > record["rounds"]:

@@ -265,6 +265,18 @@ def test_an_act_that_changes_nothing_does_not_stop_the_training_from_continuing(
     assert [r["round"] for r in _rows(tmp_path / "fedavg")] == [1, 2]
 
 
+def test_settings_the_protocol_does_not_read_do_not_stop_the_training_from_continuing(tmp_path, capsys):
+    """fedavg reads no sketch: --sketch warns that it changes nothing, and then kept the folder from continuing
+    without it; a setting it reads (--local-lr) still does."""
+    argv = ["train", "--protocol", "fedavg", "--clients", "3", "--quiet", "--threads", "1", "--out", str(tmp_path)]
+    assert cli.main(argv + ["--sketch", "gaussian", "--sketch-ratio", "0.3", "--rounds", "1"]) == 0
+    assert "--sketch, --sketch-ratio change nothing for protocol 'fedavg'" in capsys.readouterr().err
+    assert cli.main(argv + ["--rounds", "2"]) == 0
+    assert [r["round"] for r in _rows(tmp_path / "fedavg")] == [1, 2]
+    _refused(argv + ["--rounds", "3", "--local-lr", "0.2"], ["its local_lr is 0.1, this training's 0.2"], tmp_path,
+             capsys)
+
+
 def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_differ(tmp_path, capsys):
     """protocol.json records the machine (CPU, SIMD capability, threads); a continuation on another one is not refused,
     and says in one line that the rounds after the stored ones need not agree bit for bit."""
