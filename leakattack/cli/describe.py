@@ -82,7 +82,10 @@ def protocol_lines(name: str) -> list[str]:
         option = params[key].option if key in params else None
         return option or "--" + key.replace("_", "-")
 
-    flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}" for k in cls.reads if k in SPEC_DEFAULTS]
+    # train draws every sketch with its own parameters' defaults: --sketch-param is run's alone
+    flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}"
+             + (" (leakattack run only: train takes the sketch's defaults)" if k == "sketch_params" else "")
+             for k in cls.reads if k in SPEC_DEFAULTS]
     common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params)
     return [f"{name}: {_summary(cls)}",
             f"  reads every protocol's {common}" + (", and (defaults of leakattack train):" if flags

@@ -155,6 +155,12 @@ def test_list_names_what_a_recipe_fills_and_what_a_defense_takes(capsys):
         assert [ln.split()[0] for ln in lines[2:]] == ["--" + k.replace("_", "-").replace("sketch-params",
                                                                                            "sketch-param")
                                                        for k in reads]
+        # every flag listed is train's, but --sketch-param, which says it is run's alone
+        train_flags = {o for act in cli.parser.build_parser()._subparsers._group_actions[0].choices["train"]._actions
+                       for o in act.option_strings}
+        for ln in lines[2:]:
+            assert ln.split()[0] in train_flags or ln.endswith("(leakattack run only: train takes the sketch's "
+                                                               "defaults)"), ln
     for flag, name in (("--recipe", "nope"), ("--defense", "nope"), ("--protocol", "nope")):
         assert cli.main(["list", flag, name]) == 2
         assert capsys.readouterr().err.strip().startswith("leakattack: error: unknown ")
