@@ -207,7 +207,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                       "seed": cfg.seed}
         rounds = None
         warn_unread(cfg.protocol, [k for k in ("sketch", "sketch_ratio", "sketch_params") if cfg.set_by_user(k)]
-                    + [k for k, v in cfg.protocol_spec.items() if spec_set_by_user(cfg, k)])
+                    + [k for k, v in cfg.protocol_spec.items() if spec_set_by_user(cfg, k)], spec)
     if cfg.set_by_user("protocol_act") and "act" not in targets.model_params(model_spec["model"]):
         warnings.warn(f"--act changes nothing for model '{model_spec['model']}', which has no activation parameter",
                       SettingWarning, stacklevel=2)

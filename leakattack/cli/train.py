@@ -84,7 +84,7 @@ def cmd_train(a) -> int:
     validate_protocol(a.protocol, spec)
     given: frozenset[str] = getattr(a, "given_flags", frozenset())  # the flags the command line gave, at any value
     warn_unread(a.protocol, [k for k, v in spec.items()
-                             if k in given or SPEC_DEST + k in given or v != SPEC_DEFAULTS[k]])
+                             if k in given or SPEC_DEST + k in given or v != SPEC_DEFAULTS[k]], spec)
     check_value("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
     if a.no_checkpoints and ("checkpoint_every" in given or a.checkpoint_every != 1):
         warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",

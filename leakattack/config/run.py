@@ -528,9 +528,14 @@ def check_protocol_spec(spec: dict, partial: bool = False, protocol: str = "") -
             raise ConfigError(f"protocol parameter '{missing[0]}' is missing")
 
 
-def warn_unread(name: str, given) -> None:
+#: the server optimiser's settings each optimiser leaves unused: sgd keeps no moment, sgdm a first one alone
+SERVER_OPT_UNUSED = {"sgd": ("server_beta1", "server_beta2", "server_eps", "second_moment"),
+                     "sgdm": ("server_beta2", "server_eps", "second_moment")}
+
+
+def warn_unread(name: str, given, spec: dict | None = None) -> None:
     """One warning naming the settings among ``given`` (spec names a user set) that protocol ``name`` does not
-    read."""
+    read, and one naming those its server optimiser (``spec``'s ``server_opt``) leaves unused."""
     unread = unread_settings(protocol_class(name), given)
     if unread:
         flags = ", ".join("--sketch-param" if k == "sketch_params" else "--" + k.replace("_", "-") for k in unread)
@@ -538,6 +543,13 @@ def warn_unread(name: str, given) -> None:
         warnings.warn(f"{flags} change{'s' if one else ''} nothing for protocol '{name}', which does not read "
                       f"{'it' if one else 'them'} (`leakattack train --help` says which protocols do)", SettingWarning,
                       stacklevel=3)
+    opt = (spec or {}).get("server_opt")
+    idle = [k for k in SERVER_OPT_UNUSED.get(str(opt), ()) if k in given and k not in unread]
+    if idle:
+        one = len(idle) == 1
+        warnings.warn(f"{', '.join('--' + k.replace('_', '-') for k in idle)} change{'s' if one else ''} nothing "
+                      f"with --server-opt {opt}, which keeps {'no moment' if opt == 'sgd' else 'a first moment alone'}",
+                      SettingWarning, stacklevel=3)
 
 
 def protocol_json(folder: str | Path) -> Path:

@@ -213,3 +213,15 @@ def test_local_epochs_with_local_steps_given_at_its_default_is_refused(tmp_path,
             if command == "train" else [*RUN, "--protocol", "fedavg"])
     _refused(argv + ["--local-epochs", "1", "--local-steps", "1", "--out", str(tmp_path / "out")],
              "give --local-epochs or --local-steps, not both", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("command", ["train", "run"])
+def test_server_optimiser_settings_its_optimiser_leaves_unused_are_warned_of(tmp_path, capsys, command):
+    argv = (["train", "--protocol", "safl", "--rounds", "1", "--clients", "3", "--dataset", "digits", "--quiet"]
+            if command == "train" else [*RUN, "--protocol", "safl"])
+    assert cli.main(argv + ["--server-opt", "sgd", "--server-eps", "0.1", "--second-moment", "desketched",
+                            "--out", str(tmp_path / "sgd")]) == 0
+    assert ("--server-eps, --second-moment change nothing with --server-opt sgd, which keeps no moment"
+            in capsys.readouterr().err)
+    assert cli.main(argv + ["--server-opt", "sgdm", "--server-beta1", "0.5", "--out", str(tmp_path / "sgdm")]) == 0
+    assert "change nothing with" not in capsys.readouterr().err  # sgdm's momentum is its beta1
