@@ -332,13 +332,23 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     return w, source
 
 
+def _rounds_unrecorded(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint of w^t for some t >= 2, which round t - 1 wrote after it finished (a
+    training without train.jsonl has finished no round, unless its file was lost)."""
+    return any(p.stem.removeprefix("round_").isdigit() and int(p.stem.removeprefix("round_")) >= 2
+               for p in checkpoint_path(folder, 1).parent.glob("round_*.pt"))
+
+
 def rounds_logged(folder: str | Path) -> int | None:
     """The last round train.jsonl in ``folder`` records (0: none), when training stopped before the rounds
     protocol.json plans; None when it did not, or the files do not say."""
     try:
         planned = read_json(Path(folder) / "protocol.json")
         planned = planned.get("rounds_planned", planned.get("rounds"))
-        rows = read_jsonl(Path(folder) / "train.jsonl") if (Path(folder) / "train.jsonl").is_file() else []
+        log = Path(folder) / "train.jsonl"
+        if not log.is_file() and _rounds_unrecorded(Path(folder)):  # rounds finished, their record gone
+            return None
+        rows = read_jsonl(log) if log.is_file() else []  # none: no round finished
         done = int(rows[-1]["round"]) if rows else 0
     except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -568,9 +578,12 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
             raise ConfigError(f"'{folder}' holds training files ({'train.jsonl' if log.is_file() else 'checkpoints'}) "
                               f"without the protocol.json that says how they were trained: {elsewhere}")
         return []
+    if not log.is_file() and _rounds_unrecorded(folder):
+        raise ConfigError(f"'{folder}' holds checkpoints after round 1 without the train.jsonl that records the "
+                          f"rounds they come from: {elsewhere}")
     try:
         stored = read_json(pj)
-        rows = read_jsonl(log) if log.is_file() else []
+        rows = read_jsonl(log) if log.is_file() else []  # none: no round finished
         if not (isinstance(stored, dict) and isinstance(stored.get("spec"), dict)
                 and isinstance(stored.get("model"), dict) and isinstance(stored.get("rounds"), int)):
             raise ValueError

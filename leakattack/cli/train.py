@@ -114,6 +114,9 @@ def cmd_train(a) -> int:
     _warn_data(a)
     _warn_dp_rounds(a.protocol, spec, a.rounds)
     out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
+    if (out / "protocol.json").is_file():  # a training's own run folder, one below the --out that wrote it
+        raise ConfigError(f"--out '{a.out}' is the run folder of a training (it holds protocol.json): give the folder "
+                          f"above it, --out {out.parent} --name {out.name}, to continue that training")
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
     warn_client_batch(spec, load_split(model_spec, a.download)[0])
     try:

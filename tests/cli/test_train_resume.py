@@ -231,6 +231,20 @@ def test_a_safl_checkpoint_without_the_server_state_is_not_continued_from_its_we
     assert isinstance(torch.load(last), torch.Tensor)
 
 
+def test_a_protocol_json_without_its_train_jsonl_is_refused_not_trained_over(interrupted, capsys):
+    """The folder was taken for one that finished no round: its checkpoints were deleted and training began again."""
+    (interrupted / "train.jsonl").unlink()
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)],
+             ["holds checkpoints after round 1 without the train.jsonl that records the rounds"], interrupted.parent,
+             capsys)
+
+
+def test_out_given_as_a_trainings_own_run_folder_names_the_folder_above_it(interrupted, capsys):
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted)],
+             [f"is the run folder of a training (it holds protocol.json): give the folder above it, --out "
+              f"{interrupted.parent} --name sketched"], interrupted.parent, capsys)
+
+
 def test_training_files_without_their_protocol_json_are_refused(interrupted, capsys):
     (interrupted / "protocol.json").unlink()
     _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)],
