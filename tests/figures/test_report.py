@@ -892,3 +892,13 @@ def test_a_match_that_is_not_a_permutation_reads_the_images_in_their_order(tmp_p
     metrics = json.loads((run / "metrics.json").read_text())
     (run / "metrics.json").write_text(json.dumps({**metrics, "match": [0, 5]}))
     assert "<h4>Per image (in ground-truth order)</h4>" in build_report([run])
+
+
+def test_a_run_without_its_reconstruction_png_says_so_beside_its_loss_curve(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "reconstruction.png").unlink()
+    text = build_report([run])
+    assert "reconstruction.png not found: the images are not shown." in text
+    assert "the minimised loss against the step" in text  # the curve that is there is still shown
+    assert "reconstruction.png not found" not in build_report([RUN])

@@ -392,3 +392,15 @@ def test_an_identity_sketchs_row_in_the_reconstruction_grid_reads_b_over_d_1_in_
                        {"strength": "sketch_ratio"})
     none = html[html.index("sketch=none"):]
     assert none.count("<tr><th>sketch_ratio = ") == 1 and "<tr><th>sketch_ratio = 1</th>" in none
+
+
+def test_the_reports_points_row_reads_as_a_sentence_without_a_planned_count(tmp_path):
+    """'4 finished of not recorded planned' where sweep.json names no count."""
+    from leakattack.figures.report.sweep_section import _sweep_setting
+
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": 0} for s in SIGMAS])
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    rows = dict(_sweep_setting(tmp_path, records, {"strength": "sigma"}))
+    assert rows["points"] == "3 finished (the number planned is not recorded)"
+    assert dict(_sweep_setting(tmp_path, records, {"strength": "sigma", "points": 4}))["points"] == \
+        "3 finished of 4 planned"

@@ -114,8 +114,10 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     if (folder / "convergence.png").is_file() and not unstepped:
         figs.append(_figure(folder / "convergence.png", "the closed-form attack's residual at each of its "
                             "iterations" if closed else "the minimised loss against the step", width=420))
-    parts.append(f'<div class="pair">{"".join(figs)}</div>' if figs else
-                 '<p class="note">reconstruction.png not found.</p>')
+    if figs:
+        parts.append(f'<div class="pair">{"".join(figs)}</div>')
+    if not (folder / "reconstruction.png").is_file():  # said also beside a loss curve that is there
+        parts.append('<p class="note">reconstruction.png not found: the images are not shown.</p>')
     if unstepped:
         parts.append('<p class="note">No loss curve: the closed-form attack took no iterative step.</p>')
     parts.append(_per_image(metrics))

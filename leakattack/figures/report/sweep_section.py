@@ -228,8 +228,11 @@ def _sweep_setting(folder: Path, records: list[dict], meta: dict) -> list[tuple[
         if sizes:
             rows.append(("d, b", " | ".join(f"d = {_int(d)}, b {_values(sizes[d])}" for d in sorted(sizes))))
     extra = unplanned(folder, records)
-    rows.append(("points", f"{len(records)} finished of {meta.get('points', NOT_RECORDED)} planned"
-                 + (f"; {extra} more stored by an earlier plan of this folder are left out" if extra else "")))
+    planned = meta.get("points")
+    rows.append(("points", f"{len(records)} finished" + (f" of {planned} planned" if planned is not None else
+                                                         " (the number planned is not recorded)")
+                 + (f"; {extra} more stored by an earlier plan of this folder "
+                    f"{'is' if extra == 1 else 'are'} left out" if extra else "")))
     return rows
 
 
