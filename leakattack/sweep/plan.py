@@ -142,6 +142,18 @@ def point_key(params: dict) -> str:
     return hashlib.sha1(json.dumps(own, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _same_run(params: dict) -> str:
+    """What tells two points' runs apart: their parameters with every integer written as the float it equals, so
+    that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before)."""
+    def floats(v):
+        if isinstance(v, dict):
+            return {k: floats(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [floats(x) for x in v]
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    return json.dumps(floats(params), sort_keys=True, default=str)
+
+
 def check_name(name: str) -> str:
     """A sweep's name, part of its default folder's name; a path (``..``, ``/``, absolute) is refused."""
     if (not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0")
@@ -300,8 +312,9 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
                               f"without them: give truth = FILE beside it ({_where(values, combo, base)})")
         params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
-        if key not in seen:
-            seen.add(key)
+        same = _same_run(params)  # lr = 1 and lr = 1.0 run the same attack: one point
+        if same not in seen:
+            seen.add(same)
             points.append({"key": key, "grid": combo, "params": params})
             cfgs.append(cfg)
     if check:

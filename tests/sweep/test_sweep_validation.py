@@ -430,3 +430,12 @@ def test_a_placeholder_value_that_is_a_list_or_table_is_refused_naming_it(tmp_pa
     monkeypatch.chdir(tmp_path)
     text = WARNS.replace("sigma=0.0", "sigma={s}").replace("image_index = [0]", f"s = [0.1, {value}]")
     refuse(tmp_path, capsys, text, "[grid] s", "placeholder", extra=("--out", str(tmp_path / "out")))
+
+
+def test_a_number_written_as_an_integer_and_as_a_float_is_one_point(tmp_path, capsys, no_attack):
+    """lr = 1 and lr = 1.0 ran the same attack twice, as two points of the summary."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "optimizer = 'adam'\n[grid]\nlr = [1, 1.0, 0.5]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2 points" in out and "1 duplicate grid point left out" in out and "lr=1.0" not in out
