@@ -73,6 +73,9 @@ def build(spec) -> Pipeline:
         if "none" in items:
             raise DefenseError(f"defense 'none' stands alone (no defense), got it among the steps of {text!r}: leave "
                                "it out")
+        if "" in items:  # "clip:C=1,,gaussian:sigma=1" or a trailing comma
+            raise DefenseError(f"defense {text!r} has an empty step (two commas in a row, or one at an end): give "
+                               "the steps as name:key=value, separated by one comma")
     elif isinstance(spec, dict):
         items = [spec]
     elif isinstance(spec, (list, tuple)):

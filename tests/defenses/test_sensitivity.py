@@ -3,6 +3,7 @@ them."""
 
 import json
 import math
+import re
 
 import pytest
 
@@ -305,6 +306,14 @@ def test_none_among_steps_is_refused_as_standing_alone():
                                                     "steps of 'none,clip:C=1': leave it out"):
         defenses.build("none,clip:C=1")
     assert not defenses.build("none")
+
+
+@pytest.mark.parametrize("spec", ["clip:C=1,,gaussian:sigma=1", "clip:C=1,", ",clip:C=1"])
+def test_an_empty_step_is_named_as_one_not_as_an_unknown_defense(spec):
+    """It read as "unknown defense ''"."""
+    with pytest.raises(defenses.DefenseError, match=f"^defense '{re.escape(spec)}' has an empty step \\(two commas "
+                                                    "in a row, or one at an end\\)"):
+        defenses.build(spec)
 
 
 def test_per_example_noise_after_the_sketch_is_added_to_the_mean_and_its_bound_is_divided_by_the_batch():
