@@ -57,6 +57,7 @@ from targets.victim import batchnorm_layers
 
 from .config import ConfigError, check_value, protocol_json, validate_protocol
 from .config.params import MAX_ITERATIONS, ROUNDS
+from .config.run import SERVER_OPT_UNUSED
 from .data import DataError, ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, UserError, duration_text
 from .figures import accuracy_figure
@@ -547,6 +548,13 @@ def _continues(folder: Path, t: int, proto: Protocol) -> bool:
     return not _needs_state(t, proto) or read_checkpoint(folder, t, proto.d)[2] is not None
 
 
+def _idle_settings(protocol: str, spec: dict) -> set[str]:
+    """The settings that change nothing for ``protocol`` (it does not read them, or ``spec``'s server optimiser
+    leaves them unused), which a training may be continued with otherwise (both are warned of when given)."""
+    return (set(unread_settings(protocol_class(protocol), SPEC_DEFAULTS))
+            | set(SERVER_OPT_UNUSED.get(str(spec.get("server_opt")), ())))
+
+
 def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:
     """(setting, stored value, this training's value) of the first setting a stored protocol.json trained with
     otherwise than ``record`` asks; None when they agree.  A spec setting the stored run does not name took its
@@ -557,7 +565,8 @@ def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | 
               "model": stored["model"]}
     if theirs["protocol"] != mine["protocol"]:
         return "protocol", theirs["protocol"], mine["protocol"]
-    unread = set(unread_settings(protocol_class(mine["protocol"]), SPEC_DEFAULTS))  # change nothing (warned)
+    unread = _idle_settings(mine["protocol"], mine["spec"]) if theirs["spec"].get("server_opt") == \
+        mine["spec"].get("server_opt") else _idle_settings(mine["protocol"], {})
     for part in ("model", "spec"):
         for key in sorted(set(theirs[part]) | set(mine[part])):
             if theirs[part].get(key) != mine[part].get(key) and not (part == "spec" and key in unread):
@@ -601,7 +610,7 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         key, theirs, mine = change
         raise ConfigError(f"'{folder}' holds {held} with other settings (its {key} is {theirs!r}, this training's "
                           f"{mine!r}): {elsewhere}")
-    unread = set(unread_settings(protocol_class(record["protocol"]), SPEC_DEFAULTS))  # what changes nothing
+    unread = _idle_settings(record["protocol"], record["spec"])  # what changes nothing
     # its settings edited after it trained: they are not what ran
     check_unchanged(folder, {k: v for k, v in record["describe"].items() if k not in unread})
     if not done:

@@ -291,6 +291,19 @@ def test_settings_the_protocol_does_not_read_do_not_stop_the_training_from_conti
              capsys)
 
 
+def test_server_settings_its_optimiser_leaves_unused_do_not_stop_the_training_from_continuing(tmp_path, capsys):
+    """safl with --server-opt sgd reads no epsilon: given once and left out the next time, the folder still
+    continues; another optimiser is another training."""
+    argv = ["train", "--protocol", "safl", "--server-opt", "sgd", "--clients", "3", "--quiet", "--threads", "1",
+            "--out", str(tmp_path)]
+    assert cli.main(argv + ["--server-eps", "0.1", "--rounds", "1"]) == 0
+    assert "--server-eps changes nothing with --server-opt sgd" in capsys.readouterr().err
+    assert cli.main(argv + ["--rounds", "2"]) == 0
+    assert [r["round"] for r in _rows(tmp_path / "safl")] == [1, 2]
+    _refused(argv[:3] + argv[5:] + ["--rounds", "3"], ["its server_opt is 'sgd', this training's 'adam'"], tmp_path,
+             capsys)
+
+
 def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_differ(tmp_path, capsys):
     """protocol.json records the machine (CPU, SIMD capability, threads); a continuation on another one is not refused,
     and says in one line that the rounds after the stored ones need not agree bit for bit."""
