@@ -473,9 +473,16 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
         on_resume(folder, len(rows))
     _write_log(folder, rows)
     kept = {}
-    if rows and len(rows) == rounds:  # nothing left to train: how the training stopped stays recorded
+    if rows:  # rounds of an earlier run of this training: what it recorded of them stays
         stored = read_json(folder / "protocol.json")
-        kept = {k: stored[k] for k in ("rounds_planned", "stopped") if k in stored}
+        if len(rows) == rounds:  # nothing left to train: how the training stopped stays recorded
+            kept = {k: stored[k] for k in ("rounds_planned", "stopped") if k in stored}
+        # the machines its earlier rounds ran on, where this one is another (warned by resume_point)
+        before = [m for m in [*stored.get("machines_before", []), stored.get("machine")] if isinstance(m, dict)]
+        if before and before[-1] != record["machine"]:
+            kept["machines_before"] = before
+        elif stored.get("machines_before"):
+            kept["machines_before"] = stored["machines_before"]
     write_json(folder / "protocol.json", {**record, **kept})
     # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one
     # assignment, so that an interrupt leaves them consistent

@@ -306,7 +306,8 @@ def test_server_settings_its_optimiser_leaves_unused_do_not_stop_the_training_fr
 
 def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_differ(tmp_path, capsys):
     """protocol.json records the machine (CPU, SIMD capability, threads); a continuation on another one is not refused,
-    and says in one line that the rounds after the stored ones need not agree bit for bit."""
+    says in one line that the rounds after the stored ones need not agree bit for bit, and keeps the earlier machine
+    (machines_before)."""
     assert cli.main(TRAIN + ["--rounds", "1", "--out", str(tmp_path)]) == 0
     stored = json.loads((tmp_path / "sketched" / "protocol.json").read_text())
     assert stored["machine"]["threads"] == 1 and stored["machine"]["cpu_capability"]
@@ -316,7 +317,11 @@ def test_a_training_continued_on_another_thread_count_says_its_last_bits_may_dif
     assert len(warned) == 1 and "holds rounds 1..1 trained on" in warned[0] and "1 thread(s)" in warned[0]
     assert "2 thread(s)" in warned[0]
     assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
-    assert json.loads((tmp_path / "sketched" / "protocol.json").read_text())["machine"]["threads"] == 2
+    now = json.loads((tmp_path / "sketched" / "protocol.json").read_text())
+    assert now["machine"]["threads"] == 2 and [m["threads"] for m in now["machines_before"]] == [1]
+    assert cli.main([*TRAIN[:-1], "2", "--rounds", "3", "--out", str(tmp_path)]) == 0  # the same machine again
+    assert [m["threads"] for m in json.loads((tmp_path / "sketched" / "protocol.json").read_text())[
+        "machines_before"]] == [1]
 
 
 def test_each_round_appends_its_row_rather_than_rewriting_the_log(tmp_path, straight, monkeypatch):
