@@ -404,3 +404,14 @@ def test_the_reports_points_row_reads_as_a_sentence_without_a_planned_count(tmp_
     assert rows["points"] == "3 finished (the number planned is not recorded)"
     assert dict(_sweep_setting(tmp_path, records, {"strength": "sigma", "points": 4}))["points"] == \
         "3 finished of 4 planned"
+
+
+def test_a_report_of_a_sweep_whose_plan_names_none_of_its_stored_points_says_they_are_another_plans(tmp_path):
+    """It read 'results.jsonl holds no finished point' beside a results.jsonl of three finished points."""
+    from leakattack.figures.report import build_report
+
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": 0} for s in SIGMAS])
+    (tmp_path / "sweep.json").write_text(json.dumps({"strength": "sigma", "keys": ["0123456789ab"], "points": 1}))
+    text = build_report([tmp_path])
+    assert ("No summary: results.jsonl holds no finished point of the plan sweep.json names (3 of another plan are "
+            "left out).") in text

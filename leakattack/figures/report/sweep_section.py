@@ -122,8 +122,9 @@ def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     parts = [f'<section class="item sweep" id="{anchor}"><h2>Sweep: {_e(_name(folder))}</h2>',
              f'<p class="path">{_e(folder)}</p>', f'<p class="headline {cls}">{_e(sentence)}</p>']
     parts.append("<h3>Setting</h3>" + _kv(_sweep_setting(folder, records, meta)))
+    elsewhere = unplanned(folder, records) if not records else 0  # stored points of another plan
     parts.append("<h3>Summary</h3>" + _summary_table(records, meta, stored if current else None,
-                                                     _summary_note(stored, records, current)))
+                                                     _summary_note(stored, records, current, elsewhere), elsewhere))
     grid = _recon_grid(folder, records, meta)
     drawn = sorted((folder / "figures").glob("*.png")) if (folder / "figures").is_dir() else []
     shown = [n for n in SWEEP_FIGURES if (folder / "figures" / f"{n}.png").is_file()
@@ -302,10 +303,14 @@ def _as_stored(value_json: str):
     return _cell(str(csv_cell(json.loads(value_json))))
 
 
-def _summary_note(stored: list[dict] | None, records: list[dict], current: bool) -> str:
-    """What the summary table is made from, where it is not the sweep's own summary.csv."""
+def _summary_note(stored: list[dict] | None, records: list[dict], current: bool, others: int = 0) -> str:
+    """What the summary table is made from, where it is not the sweep's own summary.csv (``others``: the points
+    results.jsonl stores of another plan than sweep.json's)."""
     if not records:
-        return "summary.csv, written from points it no longer holds, is left out." if stored else ""
+        if not stored:
+            return ""
+        return ("summary.csv, written from points of another plan than sweep.json's, is left out." if others else
+                "summary.csv, written from points it no longer holds, is left out.")
     if current:
         return ""
     if stored is None:
@@ -319,11 +324,16 @@ def _summary_note(stored: list[dict] | None, records: list[dict], current: bool)
             "the table summarises results.jsonl.")
 
 
-def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, told: str = "") -> str:
+def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, told: str = "",
+                   others: int = 0) -> str:
     """The summary table: ``stored`` (summary.csv's rows, where they match the records), else the records'
-    own :func:`summarize`, with ``told`` (what it is made from) before it."""
+    own :func:`summarize`, with ``told`` (what it is made from) before it (``others``: the points results.jsonl
+    stores of another plan than sweep.json's)."""
     if not records:
-        return f'<p class="note">No summary: results.jsonl holds no finished point.{" " + _e(told) if told else ""}</p>'
+        held = (f"no finished point of the plan sweep.json names ({others} of another plan are left out)" if others
+                else "no finished point")
+        return f'<p class="note">No summary: results.jsonl holds {held}.{" " + _e(told) if told else ""}</p>'
+
     rows = stored if stored is not None else summarize(records)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
