@@ -62,6 +62,15 @@ class Transform:
         return f"{self.name}{':' + body if body else ''}@{self.placement}"
 
 
+def norm_bound(step: Transform) -> float | None:
+    """The l2 norm a norm-bounding step (``bounds_norm``) bounds its output to: its ``C`` (a clip's), or None for a
+    step that names no such number (the accounting then tracks no bound across it)."""
+    if not step.bounds_norm:
+        return None
+    bound = getattr(step, "C", None)
+    return bound if isinstance(bound, (int, float)) and not isinstance(bound, bool) else None
+
+
 def _fmt(v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 

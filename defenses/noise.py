@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import BEFORE, DefenseError, Transform, noise_like
+from .base import BEFORE, DefenseError, Transform, noise_like, norm_bound
 
 _nonneg = (float, "a non-negative number", lambda s: s >= 0)
 
@@ -24,8 +24,8 @@ class Gaussian(Transform):
     def check(self, context):
         if len(self.params) != 1:
             raise DefenseError(f"defense 'gaussian' takes exactly one of sigma= or z=, got '{self.spec()}'")
-        clips = [t for t in context if hasattr(t, "C")]
-        self.clip_C = clips[-1].C if clips else None
+        clips = [t for t in context if norm_bound(t) is not None]
+        self.clip_C = norm_bound(clips[-1]) if clips else None
         self.clip_placement = clips[-1].placement if clips else None
         if "z" in self.params and self.clip_C is None:
             raise DefenseError(f"defense 'gaussian' with z={self.params['z']} needs a clip (clip:C=... or "

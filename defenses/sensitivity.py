@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .accounting.analysis import clip_sensitivity, l1_from_l2_sensitivity, linear_map_sensitivity
-from .base import BEFORE
+from .base import BEFORE, norm_bound
 from .noise import Gaussian, Laplace
 from .pruning import Prune
 
@@ -167,13 +167,16 @@ def _walk(pipeline, sketch_norm: float | None, batch_size: int | None,
                 noisy, noised = noisy + run, True
             i = j  # noise drawn without the data: Delta unchanged for the steps after it
             continue
-        elif step.bounds_norm:
+        elif (bound_c := norm_bound(step)) is not None:
             # per_example bounds one example's gradient; a later clip acts on the sum one example changes, and one
             # after noise on a vector the neighbour's noise made nonzero: both bound the difference by the diameter
-            new = clip_sensitivity(step.C, delta, inside_sum=(per_ex and not step.per_example) or noised)
+            new = clip_sensitivity(bound_c, delta, inside_sum=(per_ex and not step.per_example) or noised)
             if delta is None or new < delta:
                 delta, clip, crossed = new, step, False
-                sym, val = ("C", f"{step.C}") if new == step.C else ("2 * C", f"2 * {step.C}")
+                sym, val = ("C", f"{bound_c}") if new == bound_c else ("2 * C", f"2 * {bound_c}")
+        elif step.bounds_norm:  # a norm bound the step does not name (no C): nothing to count across it
+            delta, clip, crossed = None, None, False
+            reason = f"'{step.spec()}' bounds the norm but names no bound C: sensitivity not tracked"
         elif isinstance(step, Laplace):
             if step.params["b"] > 0:
                 laplace.append(_laplace_at(step, delta, f"{sym} = {val}", clip, crossed, reason, per_ex, lengths))
