@@ -234,6 +234,13 @@ class Text(Constraint):
         return isinstance(v, str)
 
 
+class Steps(Text):
+    """Steps joined by ``sep`` in one string (a defense spec): its flag is given once, the steps joined there."""
+
+    def __init__(self, sep: str = ","):
+        self.sep = sep
+
+
 class PathName(Text):
     """A path given by its name: a non-empty string (an empty one names nothing, and is not "none")."""
 

@@ -14,10 +14,11 @@ from ..constraints import (
     Number,
     Optional,
     PathName,
+    Steps,
     Table,
     Text,
     available_cores,
 )
 
 __all__ = ["Constraint", "Choice", "DatasetName", "ModelName", "Number", "Index", "Cores", "available_cores", "Flag",
-           "Text", "PathName", "Table", "Items", "Optional"]
+           "Text", "PathName", "Steps", "Table", "Items", "Optional"]

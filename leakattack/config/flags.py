@@ -13,7 +13,7 @@ import dataclasses
 import json
 
 from ..errors import UserError
-from .constraints import Cores, Flag, Items, Number, Optional, Table
+from .constraints import Cores, Flag, Items, Number, Optional, Steps, Table
 from .params import PROTOCOL_PARAMS, RUN_PARAMS, Param, help_text
 
 GROUP_TITLES = {"victim": "victim", "sketch": "sketch (what the client sends)", "attacker": "attacker",
@@ -67,6 +67,20 @@ def _value_type(c):
     return str
 
 
+class _StepsOnce(argparse.Action):
+    """Stores the flag's value, and refuses a second, different one: its steps are joined in one value, and the
+    second would replace the first unseen (``--defense clip:C=1 --defense gaussian:z=1``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "_given_once", {})
+        if self.dest in given and given[self.dest] != values:  # the same value again changes nothing
+            sep = self.sep
+            parser.error(f"{option_string} is given twice ({given[self.dest]!r} and {values!r}): give the steps "
+                         f"once, joined by '{sep}' ({option_string} '{given[self.dest]}{sep}{values}')")
+        setattr(namespace, "_given_once", {**given, self.dest: values})
+        setattr(namespace, self.dest, values)
+
+
 def add_flag(group, p: Param, dest: str | None = None) -> argparse.Action:
     """One parameter's flag in ``group``."""
     dest, text = dest or p.name, help_text(p)
@@ -82,6 +96,10 @@ def add_flag(group, p: Param, dest: str | None = None) -> argparse.Action:
     if isinstance(p.constraint, Items):
         return group.add_argument(p.option, dest=dest, action="append", default=[], metavar=p.constraint.metavar,
                                   help=text)
+    if isinstance(p.constraint, Steps):
+        action = group.add_argument(p.option, dest=dest, action=_StepsOnce, default=p.default, help=text)
+        action.sep = p.constraint.sep
+        return action
     return group.add_argument(p.option, dest=dest, type=_value_type(p.constraint), default=p.default, help=text)
 
 

@@ -34,8 +34,8 @@ from .constraints import (
     Number,
     Optional,
     PathName,
+    Steps,
     Table,
-    Text,
 )
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -127,7 +127,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("sketch_memory", None, Optional(Number(0)), "sketch memory",
           "GB a dense sketch (gaussian, ams) may hold as one matrix; beyond it R is regenerated every call "
           "(default: 1/4 of the available RAM)", "sketch"),
-    Param("defense", "", Text(), "defense",
+    Param("defense", "", Steps(), "defense",
           "defense spec applied by the client, e.g. 'clip:C=1,gaussian:sigma=1e-3@after_sketch' (default: none)",
           "sketch"),
     Param("delta", 1e-5, Number(0, 1, low_open=True, high_open=True), "delta",

@@ -9,6 +9,8 @@ import pytest
 from test_bad_input import _refused  # tests/cli is on the path
 from test_read_commands_input import POINT, _sweep
 
+from leakattack import cli
+
 GRID = '[grid]\nseed = [0]\n'
 
 
@@ -130,3 +132,15 @@ def test_a_negative_value_that_is_no_plain_number_is_refused_for_what_it_is(tmp_
     """argparse takes only plain numbers (-2, -0.5) as values after a flag: '-1m' and '-1e-3' were read as unknown
     flags, and the refusal said only 'expected one argument'."""
     _refused([*args, "--quiet", "--no-lpips", "--out", str(tmp_path / "run")], said, tmp_path, capsys)
+
+
+def test_a_defense_given_twice_is_one_sentence_that_joins_its_steps(tmp_path, capsys):
+    """The second --defense replaced the first unseen: clip:C=1 then gaussian:z=1 was refused as 'z needs a clip',
+    and two noises ran as the last alone."""
+    _refused(["run", "--defense", "clip:C=1", "--defense", "gaussian:z=1", "--out", str(tmp_path / "r")],
+             "--defense is given twice ('clip:C=1' and 'gaussian:z=1'): give the steps once, joined by ',' (--defense "
+             "'clip:C=1,gaussian:z=1')", tmp_path, capsys)
+    out = tmp_path / "same"  # the same spec twice says one thing
+    assert cli.main(["run", "--defense", "clip:C=1", "--defense", "clip:C=1", "--iterations", "1", "--no-lpips",
+                     "--quiet", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["defense"] == "clip:C=1.0@before_sketch"
