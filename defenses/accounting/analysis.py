@@ -60,7 +60,12 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     epsilon = check_number("epsilon", epsilon)
     delta = check_delta(delta)
     sensitivity = check_number("sensitivity", sensitivity, low_open=False)
-    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+    return math.sqrt(2.0 * _log_125_over(delta)) * sensitivity / epsilon
+
+
+def _log_125_over(delta: float) -> float:
+    """ln(1.25 / delta) as ln 1.25 - ln delta: 1.25 / delta overflows to inf for a subnormal delta (1e-320)."""
+    return math.log(1.25) - math.log(delta)
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
@@ -73,7 +78,7 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
         raise UserError(f"sigma must be a non-negative number, got {type(sigma).__name__} {sigma!r}")
     if sigma == 0:
         return math.inf
-    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / sigma
+    return math.sqrt(2.0 * _log_125_over(delta)) * sensitivity / sigma
 
 
 def clip_sensitivity(C: float, before: float | None, *, inside_sum: bool) -> float:

@@ -89,3 +89,11 @@ def test_the_gaussian_formulas_still_take_valid_arguments():
     assert gaussian_sigma(1.0, 1e-5, 1.0) == pytest.approx(4.844805, abs=1e-5)
     assert gaussian_epsilon(0.0, 1e-5, 1.0) == math.inf
     assert gaussian_epsilon(gaussian_sigma(0.5, 1e-3, 2.0), 1e-3, 2.0) == pytest.approx(0.5)
+
+
+def test_a_subnormal_delta_gives_a_finite_epsilon_and_sigma():
+    """1.25 / 1e-320 overflowed to inf: epsilon inf and sigma inf for a delta the flags accept."""
+    eps = gaussian_epsilon(1.0, 1e-320, 1.0)
+    assert math.isfinite(eps) and eps == pytest.approx(math.sqrt(2 * (math.log(1.25) - math.log(1e-320))), rel=1e-9)
+    assert gaussian_sigma(eps, 1e-320, 1.0) == pytest.approx(1.0, rel=1e-12)
+    assert gaussian_epsilon(1.0, 1e-5, 1.0) == pytest.approx(math.sqrt(2 * math.log(1.25e5)), rel=1e-12)
