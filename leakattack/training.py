@@ -479,10 +479,10 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
             kept = {k: stored[k] for k in ("rounds_planned", "stopped") if k in stored}
         # the machines its earlier rounds ran on, where this one is another (warned by resume_point)
         before = [m for m in [*stored.get("machines_before", []), stored.get("machine")] if isinstance(m, dict)]
-        if before and before[-1] != record["machine"]:
+        if before and before[-1] == record["machine"]:  # the latest is this machine: recorded as "machine"
+            before.pop()
+        if before:
             kept["machines_before"] = before
-        elif stored.get("machines_before"):
-            kept["machines_before"] = stored["machines_before"]
     write_json(folder / "protocol.json", {**record, **kept})
     # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one
     # assignment, so that an interrupt leaves them consistent

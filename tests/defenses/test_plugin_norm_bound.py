@@ -31,27 +31,22 @@ register_defense(Unit)
 '''
 
 
-class _Unit(Transform):
-    name = "unit_nameless_bound"
-    schema = {}
-    bounds_norm = True
-
-    def __call__(self, v, gen):
-        return v / v.norm().clamp_min(1e-30)
-
-
-class _UnitC(_Unit):
-    name = "unit_with_bound"
-
-    @property
-    def C(self) -> float:
-        return 1.0
+def _plugin_class(name: str) -> type[Transform]:
+    """The plugin's step class, defined from its text under ``name`` (and registered, as the plugin does)."""
+    space: dict = {}
+    exec(textwrap.dedent(PLUGIN).replace("unit_norm_test", name), space)
+    return space["Unit"]
 
 
 @pytest.fixture
 def units(fresh_registries):
-    register_defense(_Unit)
-    register_defense(_UnitC)
+    unit = _plugin_class("unit_nameless_bound")
+
+    class UnitC(unit):  # type: ignore[valid-type,misc]
+        name = "unit_with_bound"
+        C = 1.0
+
+    register_defense(UnitC)
 
 
 @pytest.mark.parametrize("spec", ["unit_nameless_bound,gaussian:sigma=1",
