@@ -27,11 +27,11 @@ the message on the wire).  ``per_example`` must come first and before the sketch
 
 from __future__ import annotations
 
-from .base import AFTER, BEFORE, DefenseError, Transform
+from .base import AFTER, BEFORE, DefenseError, Transform, seeded
 from .pipeline import Pipeline, build
 from .registry import get_defense, list_defenses, register_defense
 from .sensitivity import LaplaceBound, NoiseBound
 
 __all__ = ["build", "get_defense", "list_defenses", "register_defense", "Pipeline", "NoiseBound", "LaplaceBound",
-           "Transform",
+           "Transform", "seeded",
            "DefenseError", "BEFORE", "AFTER"]

@@ -75,8 +75,19 @@ def _fmt(v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def noise_like(v: torch.Tensor, gen: torch.Generator, kind: str) -> torch.Tensor:
-    """A standard normal or standard Laplace sample shaped like v, drawn on the CPU in float64 from ``gen``."""
+def seeded(gen: torch.Generator | None, step: str) -> torch.Generator:
+    """``gen``, or one UserError sentence where a step that draws (``step``, its spec) was given none: its draws
+    would come from torch's global state, neither seeded by the run nor reproducible."""
+    if not isinstance(gen, torch.Generator):
+        raise UserError(f"defense step '{step}' draws random numbers and was given no torch.Generator: pass one, "
+                        "as in channel.send(g, torch.Generator().manual_seed(0))")
+    return gen
+
+
+def noise_like(v: torch.Tensor, gen: torch.Generator | None, kind: str) -> torch.Tensor:
+    """A standard normal or standard Laplace sample shaped like v, drawn on the CPU in float64 from ``gen`` (one
+    UserError sentence without one: :func:`seeded`)."""
+    gen = seeded(gen, kind)
     if kind == "gaussian":
         z = torch.randn(v.shape, generator=gen, dtype=torch.float64)
     else:  # Laplace(0, 1) as the difference of two Exp(1) samples

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import BEFORE, DefenseError, Transform, noise_like, norm_bound
+from .base import BEFORE, DefenseError, Transform, noise_like, norm_bound, seeded
 
 _nonneg = (float, "a non-negative number", lambda s: s >= 0)
 
@@ -21,9 +21,12 @@ class Gaussian(Transform):
     clip_C: float | None = None  #: C of the last clip before this step (set by check)
     clip_placement: str | None = None
 
-    def check(self, context):
-        if len(self.params) != 1:
+    def __init__(self, params: dict, placement: str):
+        super().__init__(params, placement)
+        if len(self.params) != 1:  # refused where the step is made, alone (get_defense) or in a pipeline
             raise DefenseError(f"defense 'gaussian' takes exactly one of sigma= or z=, got '{self.spec()}'")
+
+    def check(self, context):
         clips = [t for t in context if norm_bound(t) is not None]
         self.clip_C = norm_bound(clips[-1]) if clips else None
         self.clip_placement = clips[-1].placement if clips else None
@@ -44,7 +47,7 @@ class Gaussian(Transform):
         return self.params["z"] * self.clip_C
 
     def __call__(self, v, gen):
-        return v + self.sigma * noise_like(v, gen, "gaussian") if self.sigma > 0 else v
+        return v + self.sigma * noise_like(v, seeded(gen, self.spec()), "gaussian") if self.sigma > 0 else v
 
 
 class Laplace(Transform):
@@ -58,4 +61,4 @@ class Laplace(Transform):
 
     def __call__(self, v, gen):
         b = self.params["b"]
-        return v + b * noise_like(v, gen, "laplace") if b > 0 else v
+        return v + b * noise_like(v, seeded(gen, self.spec()), "laplace") if b > 0 else v

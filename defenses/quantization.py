@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import AFTER, Transform
+from .base import AFTER, Transform, seeded
 
 
 def stochastic_round(v: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tensor:
@@ -31,5 +31,6 @@ class Quantize(Transform):
     default_placement = AFTER  # quantisation compresses what is sent: the sketch
 
     def __call__(self, v, gen):
-        u = torch.rand(v.shape, generator=gen, dtype=torch.float64).to(device=v.device, dtype=v.dtype)
+        u = torch.rand(v.shape, generator=seeded(gen, self.spec()), dtype=torch.float64)
+        u = u.to(device=v.device, dtype=v.dtype)
         return stochastic_round(v, self.params["bits"], u)

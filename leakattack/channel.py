@@ -83,7 +83,9 @@ class Channel:
         return self.pipeline.spec
 
     def send(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
-        """The message the client puts on the wire for its gradient g (rows of g with a per-example step)."""
+        """The message the client puts on the wire for its gradient g (rows of g with a per-example step).  A step
+        that draws (noise, stochastic rounding) draws from ``rng`` and refuses in one UserError sentence to run
+        without one (:func:`defenses.seeded`)."""
         return self._client(g, rng)
 
     def attacker_view(self, threat) -> Transmission:

@@ -99,3 +99,28 @@ def test_bad_spec_is_one_sentence_naming_key_and_value(spec, needle):
     with pytest.raises(DefenseError) as err:
         defenses.build(spec)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["gaussian:sigma=0.5", "laplace:b=0.5", "quantize:bits=4", "clip:C=1,gaussian:z=1"])
+def test_a_step_that_draws_refuses_to_run_without_a_generator(spec):
+    """Channel.send(g) without its rng drew the noise from torch's global state (unseeded, and moved by every other
+    draw in the process); now the step says in one sentence that it needs a torch.Generator."""
+    from leakattack.channel import Channel
+    from leakattack.errors import UserError
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("none", 50, 50), spec)
+    g = torch.ones(50, dtype=torch.float64)
+    state = torch.get_rng_state()
+    with pytest.raises(UserError, match="draws random numbers and was given no torch.Generator") as err:
+        channel.send(g)
+    assert "\n" not in str(err.value) and torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(channel.send(g, gen(1)), channel.send(g, gen(1)))
+
+
+def test_a_step_that_draws_nothing_runs_without_a_generator():
+    from leakattack.channel import Channel
+    from leakattack.sketch import get_sketch
+
+    sent = Channel(get_sketch("none", 4, 4), "clip:C=1,prune:p=0.5").send(torch.ones(4, dtype=torch.float64))
+    assert sent.norm().item() == pytest.approx(1 / 2 ** 0.5)
