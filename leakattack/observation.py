@@ -26,7 +26,7 @@ import targets
 from targets import Victim
 from targets.oracle import restart_gradients
 from targets.protocols import ClientMessage
-from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem
+from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem, same_values
 
 from .channel import Channel
 from .data.base import outside_unit_range
@@ -107,7 +107,7 @@ class Observation:
     def _buffers_changed(now: tuple, then: tuple) -> str | None:
         """The words for buffers whose values differ from those the message was made with (None: none do)."""
         before = dict(then)
-        changed = [name for name, b in now if name not in before or not _equal(b, before[name])]
+        changed = [name for name, b in now if name not in before or not same_values(b, before[name])]
         changed += [name for name in before if name not in dict(now)]
         if not changed:
             return None
@@ -137,13 +137,6 @@ class Observation:
     def input_shape(self) -> tuple:
         """Shape of the data the attacker reconstructs: (B, *victim.input_shape)."""
         return (self.batch_size, *self.victim.input_shape)
-
-
-def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors hold the same values, NaN equal to NaN, on any device and dtype."""
-    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
-        return False
-    return torch.equal(a, b) or (a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
 def weights_state(victim: Victim) -> tuple:

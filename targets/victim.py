@@ -349,10 +349,12 @@ def kept_buffers(model: nn.Module) -> Iterator[None]:
                 b.copy_(v)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors hold the same values, NaN equal to NaN (a buffer only read keeps its NaN)."""
-    return torch.equal(a, b) or (a.is_floating_point() and a.shape == b.shape
-                                 and bool(((a == b) | (a.isnan() & b.isnan())).all()))
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values, NaN equal to NaN (a buffer only read keeps its NaN): False for
+    another shape, dtype or device, which ``torch.equal`` would compare by promotion or refuse."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
 #: each module a victim holds in the client's mode -> the modes it came in before any victim held it (the first
@@ -370,7 +372,7 @@ def batch_in_shape(shape: tuple) -> bool:
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two outputs of the same input agree up to a kernel's round-off (1e-5 of the largest, NaN equal)."""
     if a.shape != b.shape or not a.is_floating_point():
-        return _same(a, b)
+        return same_values(a, b)
     scale = float(torch.nan_to_num(b.abs(), posinf=0.0).max()) if b.numel() else 0.0
     return bool(torch.isclose(a, b, rtol=1e-5, atol=1e-5 * scale, equal_nan=True).all())
 
@@ -642,7 +644,7 @@ class Victim:
                 before = {name: b.detach().clone() for name, b in self.model.named_buffers()}
                 out = self.model(probe)
                 changed = [name for name, b in self.model.named_buffers()
-                           if name in before and not _same(b, before[name])]
+                           if name in before and not same_values(b, before[name])]
                 g = gx = None
                 if isinstance(out, torch.Tensor) and out.requires_grad:  # a random functional: a plain sum of scores
                     weights = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)  # can be constant
@@ -905,4 +907,5 @@ __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "last_linear", "output_linear", "first_line", "output_problem",
            "code_files", "module_files", "defined_at", "forward_at",
-           "kept_buffers", "NARROW", "precision_problem", "TwiceDifferentiable", "needs_composite", "not_twice"]
+           "kept_buffers", "NARROW", "precision_problem", "TwiceDifferentiable", "needs_composite", "not_twice",
+           "same_values"]
