@@ -44,6 +44,23 @@ def measure_embedding(kind: str, d: int = 64, b: int = 16, trials: int = 2000, s
     return {"kind": kind, "d": d, "b": b, "trials": trials, "rows": rows, "a_max": max(r["a"] for r in rows)}
 
 
+def _worst_deviation(rows: list[dict], trials: int) -> str:
+    """The largest |mean - h^T g| / s.e. over the cases whose standard error is positive (0 for a case whose every
+    sample is h^T g itself, up to round-off: a sketch that keeps it exactly); the others without one (every sample
+    the same other value, or a single sample) are counted, not divided by zero."""
+    def exact(row: dict) -> bool:
+        return abs(row["mean"] - row["hg"]) <= 1e-12 * max(1.0, abs(row["hg"]))
+
+    judged = [0.0 if exact(row) else abs(row["mean"] - row["hg"]) / row["mean_se"] for row in rows
+              if exact(row) or (math.isfinite(row["mean_se"]) and row["mean_se"] > 0)]
+    text = f"{max(judged):.2f}" if judged else "n/a"
+    unjudged = len(rows) - len(judged)
+    if unjudged:
+        why = "one sample has none" if trials < 2 else f"the {trials} samples were equal"
+        text += f" ({unjudged} case{'s' if unjudged != 1 else ''} without a standard error: {why})"
+    return text
+
+
 def embedding_markdown(trials: int = 2000, seed: int = 0, d: int = 64, b: int = 16, out="results/theory") -> str:
     """Markdown report of the measured coordinate-wise embedding parameter for every sketch kind but the identity.
 
@@ -64,9 +81,9 @@ def embedding_markdown(trials: int = 2000, seed: int = 0, d: int = 64, b: int = 
         if is_identity(kind):
             continue
         r = measure_embedding(kind, d, b, trials, seed)
-        z = max(abs(row["mean"] - row["hg"]) / max(row["mean_se"], 1e-300) for row in r["rows"])
         per = "; ".join(f"{row['case']}: {row['a']:.2f}" for row in r["rows"])
-        lines.append(f"| {kind} | {TABLE1_A.get(kind, '— (not in Table 1)')} | {r['a_max']:.3f} | {z:.2f} | {per} |")
+        lines.append(f"| {kind} | {TABLE1_A.get(kind, '— (not in Table 1)')} | {r['a_max']:.3f} | "
+                     f"{_worst_deviation(r['rows'], trials)} | {per} |")
     lines += ["", "An unbiased sketch has |mean − hᵀg|/s.e. of order 1–3; a value far above that means E[RᵀR] ≠ I."]
     return "\n".join(lines) + "\n"
 

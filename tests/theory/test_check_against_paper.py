@@ -133,3 +133,14 @@ def test_a_semismooth_trajectory_fraction_below_one_says_the_trajectory_leaves_t
     below = {**sketched, "semismooth_fraction_trajectory": 0.985}
     assert "trajectory 0.985 (the trajectory leaves the sampled points, from which β and θ₂ are taken)" in line(below)
     assert "leaves the sampled points" not in line({**sketched, "semismooth_fraction_trajectory": 1.0})
+
+
+def test_embedding_table_divides_by_no_zero_standard_error():
+    """With few samples a sketch can give the same hᵀRᵀRg every time (uniform sampling never drawing e₁): its
+    standard error is 0, and the deviation column printed a 300-digit number (|mean − hᵀg| / 1e-300) that read as a
+    biased sketch; such cases are now counted, not divided by zero."""
+    text = theory.embedding_markdown(trials=3, seed=0)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| uniform |"))
+    deviation = row.split("|")[4].strip()
+    assert re.fullmatch(r"\d+\.\d\d \(\d cases? without a standard error: the 3 samples were equal\)", deviation)
+    assert float(deviation.split()[0]) < 10
