@@ -314,6 +314,9 @@ class GradientMatching(Attack):
             hidden = hidden_head(obs.victim, obs.linear_map, obs.y)
             if hidden:
                 return hidden
+        unfit = self._beyond_dtype(obs.victim.dtype)
+        if unfit:
+            return unfit
         try:
             self.build_priors(obs)
         except UserError as err:
@@ -322,6 +325,22 @@ class GradientMatching(Attack):
             reason = self._unrefinable(obs)
             if reason:
                 return f"Gauss-Newton steps need L_R itself as the objective: {reason}"
+        return None
+
+    def _beyond_dtype(self, dtype: torch.dtype) -> str | None:
+        """Why the step size or a prior's weight cannot be a number of the attack's ``dtype`` (the victim's): beyond
+        its largest finite value it is inf there, and the first step makes the image inf or NaN (None: they fit)."""
+        if not dtype.is_floating_point:
+            return None
+        big = torch.finfo(dtype).max
+        named = ([("the learning rate", self.lr, "--lr")] if self.lr is not None else []) + [
+            (f"the weight of prior '{name}'", w, "--tv" if name == "tv" else "--prior")
+            for name, w in self.priors.items()]
+        for what, value, flag in named:
+            if isinstance(value, (int, float)) and value > big:
+                kind = str(dtype).removeprefix("torch.")
+                return (f"{what}, {value:g}, is beyond the largest {kind} number ({big:.3g}), and the attack runs in "
+                        f"{kind}: give a smaller {flag}" + (", or --dtype float64" if dtype != torch.float64 else ""))
         return None
 
     def _unrefinable(self, obs: Observation) -> str | None:

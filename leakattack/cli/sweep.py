@@ -209,6 +209,11 @@ def _sweep(a, held: HeldWarnings) -> int:
         fewer = jobs // 2 if isinstance(err, WorkerLost) and isinstance(jobs, int) and jobs > 1 else None
         raise UserError(f"{what}: resume with{' fewer --jobs' if fewer else ''}: "
                         f"{resume_command(a, out, fewer)}") from None
+    except UserError as err:  # a point its run refused: the points finished stay, the rest wait for the mended file
+        if getattr(err, "point", None) is None or out is None or not out.is_dir():
+            raise
+        raise UserError(f"{err}; the points finished are kept: mend or drop that point in {a.config}, then resume "
+                        f"with: {resume_command(a, out)}") from None
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():

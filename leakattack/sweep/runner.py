@@ -50,7 +50,7 @@ from ..results import (
 from .backends import SlurmBackend, get_backend
 from .backends.slurm import listed_jobs
 from .lock import FolderLock
-from .plan import Plan, point_key, sweep_warnings
+from .plan import Plan, point_key, sweep_warnings, value_text
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -113,8 +113,14 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
 
 def _run_indexed(with_lpips: bool, warned: frozenset[str], modules: tuple, item: tuple[int, dict]):
     """A backend job: ``item`` is (index, point); ``warned``: the plan's run warnings, printed already; ``modules``:
-    as :func:`run_point` takes them."""
-    return run_point(item[1]["params"], with_lpips, warned, modules)
+    as :func:`run_point` takes them.  A point its run refuses (a check only the attack itself can make, such as a
+    prior that is inf at its start) raises the run's sentence with the point's grid values, ``point`` set to them."""
+    try:
+        return run_point(item[1]["params"], with_lpips, warned, modules)
+    except UserError as err:
+        err.args = (f"{err} (sweep point {value_text(item[1]['grid'])})",)
+        err.point = item[1]["grid"]  # type: ignore[attr-defined]  # pickled with the error from a worker process
+        raise
 
 
 def _point_of(item: tuple[int, dict]) -> str:

@@ -144,3 +144,14 @@ def test_a_defense_given_twice_is_one_sentence_that_joins_its_steps(tmp_path, ca
     assert cli.main(["run", "--defense", "clip:C=1", "--defense", "clip:C=1", "--iterations", "1", "--no-lpips",
                      "--quiet", "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["defense"] == "clip:C=1.0@before_sketch"
+
+
+def test_a_learning_rate_beyond_the_attack_dtype_is_one_sentence(tmp_path, capsys):
+    """--lr 1e39 in float32 was a RuntimeError traceback from the optimiser's first step (it cannot be a float32)."""
+    out = tmp_path / "run"
+    code = cli.main(["run", "--dataset", "digits", "--optimizer", "gd", "--lr", "1e39", "--dtype", "float32",
+                 "--iterations", "2", "--quiet", "--no-lpips", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and not out.exists()
+    assert err.endswith("the learning rate, 1e+39, is beyond the largest float32 number (3.4e+38), and the attack "
+                        "runs in float32: give a smaller --lr, or --dtype float64")

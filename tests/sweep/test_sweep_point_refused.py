@@ -1,0 +1,53 @@
+"""A sweep point that only its run can refuse stops the sweep in one sentence naming the point, keeps the points
+finished before it, and says how to resume; a value that cannot be a number of the attack's dtype is refused by the
+checking of every point before anything runs (`--dry-run` included)."""
+
+import json
+
+import torch
+
+from leakattack import cli
+from leakattack.attacks.priors import register_prior
+
+SWEEP = """
+[sweep]
+lpips = false
+[base]
+model = "lenet"
+dataset = "digits"
+iterations = 2
+[grid]
+priors = [["late:1"], ["late:2"], ["late:3"]]
+"""
+
+
+def late(weight, obs=None):
+    """A penalty that is finite at weight 1 and NaN at weight 2: only the run at its start can tell."""
+    return lambda x: x.sum() * (float("nan") if weight == 2 else 0.0)
+
+
+def test_a_point_its_run_refuses_is_named_and_the_points_before_it_are_kept(tmp_path, capsys, fresh_registries):
+    register_prior("late", late, weight=1.0)
+    (tmp_path / "late.toml").write_text(SWEEP)
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(tmp_path / "late.toml"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "the prior named 'late' returned nan at the attack's start" in err
+    assert "(sweep point {'priors': ['late:2']})" in err
+    assert f"resume with: leakattack sweep {tmp_path / 'late.toml'} --out {out} --quiet" in err
+    kept = [json.loads(line)["grid"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert kept == [{"priors": ["late:1"]}]
+
+
+def test_a_learning_rate_beyond_float32_is_refused_before_any_point_runs(tmp_path, capsys):
+    big = float(torch.finfo(torch.float32).max) * 10
+    (tmp_path / "big.toml").write_text(SWEEP.replace('priors = [["late:1"], ["late:2"], ["late:3"]]',
+                                                     f"lr = [0.1, {big!r}]").replace(
+        'iterations = 2', 'iterations = 2\noptimizer = "adam"\ndtype = "float32"'))
+    for extra in (["--dry-run"], ["--out", str(tmp_path / "out")]):
+        assert cli.main(["sweep", str(tmp_path / "big.toml"), "--quiet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the learning rate, 3.40282e+39, is beyond the largest float32 number (3.4e+38)" in err
+        assert f"(sweep point {{'lr': {big!r}}}, with [base] dtype)" in err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
