@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 import targets
-from targets.protocols import SPEC_DEFAULTS, UNKNOWN_SEED_OFFSET, MessageMap, forward_seconds, get_protocol, local_sgd
+from targets.protocols import SPEC_DEFAULTS, MessageMap, forward_seconds, get_protocol, local_sgd
 
 from .attacks import sign_rule_snr
 from .attacks.seed_search import candidate_base, search_seed
@@ -32,10 +32,9 @@ from .channel import Channel
 from .config import PROTOCOL_PARAMS, RUN_PARAMS, ConfigError, RunConfig, validate_protocol, warn_unread
 from .config.params import duration_seconds
 from .config.run import RUN_DEFAULTS
-from .constraints import MAX_SEED
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
-from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe
+from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe, unknown_seed
 from .registry import Registry
 from .results.message import Message, first_label_outside, read_message, read_truth
 from .sketch import (
@@ -98,7 +97,7 @@ def attacker_seed(cfg: RunConfig, desc: dict, victim: targets.Victim, y: torch.T
     if cfg.sketch_known:
         return desc["seed"], {}
     if not cfg.sketch_seed_search:
-        return (desc["seed"] + UNKNOWN_SEED_OFFSET) % (MAX_SEED + 1), {}  # kept a valid seed near 2^63 - 1
+        return unknown_seed(desc["seed"]), {}
     bits = cfg.sketch_seed_search
     params = {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}
     found = search_seed(victim, y, desc["kind"], desc["b"], params, seed_base=candidate_base(desc["seed"], bits),
@@ -184,9 +183,13 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if note:
         warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
-    obs = observe(victim, x, labels, Channel(sketch, cfg.defense), threat_of(cfg), noise_seed=seeds.noise_seed)
-    if not cfg.sketch_known and not sketch.identity:
-        obs = unknown_seed_view(cfg, obs, sketch, progress)
+    threat = threat_of(cfg)
+    unknown = not cfg.sketch_known and not sketch.identity  # the attacker's R: drawn below, with --sketch-memory and
+    # the seed search, where observe would draw it from another seed alone
+    obs = observe(victim, x, labels, Channel(sketch, cfg.defense), replace(threat, knows_sketch=True) if unknown
+                  else threat, noise_seed=seeds.noise_seed)
+    if unknown:
+        obs = replace(unknown_seed_view(cfg, obs, sketch, progress), threat=threat)
     return Case(ds, victim, x, labels, obs, sketch.describe(), f"{cfg.model} / {cfg.sketch}", cfg.sketch,
                 settings=settings)
 

@@ -25,13 +25,15 @@ from torch import nn
 import targets
 from targets import Victim
 from targets.oracle import restart_gradients
-from targets.protocols import ClientMessage
+from targets.protocols import UNKNOWN_SEED_OFFSET, ClientMessage
 from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem, same_values
 
 from .channel import Channel
+from .constraints import MAX_SEED
 from .data.base import outside_unit_range
 from .errors import SettingWarning, UserError
 from .seeds import check_seed, torch_generator
+from .sketch import sketch_from_description
 
 
 class LinearMap(Protocol):
@@ -338,12 +340,20 @@ def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> fl
     return (n2 / rest) ** 0.5 if rest > 3 * spread and rest > 0 else float("inf")
 
 
+def unknown_seed(seed: int) -> int:
+    """The seed of the attacker's R where the threat model withholds the client's (``knows_sketch=False``): another
+    seed, kept in [0, 2^63 - 1]."""
+    return (seed + UNKNOWN_SEED_OFFSET) % (MAX_SEED + 1)
+
+
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
     channel that do not fit the victim are one UserError sentence, as is a ``noise_seed`` that is not an integer in
     [0, 2^63 - 1] (the range ``--noise-seed`` takes); images with values outside [0, 1] are observed with a
-    SettingWarning (the attack's box, priors and metrics take [0, 1])."""
+    SettingWarning (the attack's box, priors and metrics take [0, 1]).  Without the sketch seed
+    (``threat.knows_sketch=False``) the attacker models the client with the same family's R drawn from another seed
+    (:func:`unknown_seed`); the client's own R stays the observation's ``client_map``."""
     check_seed(noise_seed, "noise seed")
     why = _mismatch(victim, x, labels, channel, threat)
     if why:
@@ -388,11 +398,17 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
                       f"infinite after its defense '{channel.spec}': nothing can be read from them, and the attack's "
                       "labels and images are not evidence of anything", SettingWarning, stacklevel=2)
+    mine, client_map = channel, None
+    if not threat.knows_sketch and not channel.sketch.identity:
+        sketch = channel.sketch
+        drawn = sketch_from_description({**sketch.describe(), "seed": unknown_seed(sketch.seed)}).to(y.device)
+        mine, client_map = Channel(drawn, channel.spec), sketch
     return Observation(
-        y=y, victim=victim, forward=attacker_forward(victim, channel, threat), linear_map=channel.sketch,
+        y=y, victim=victim, forward=attacker_forward(victim, mine, threat), linear_map=mine.sketch,
         batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
         g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
         extra=extra, bn_stats=granted_bn_stats(victim, x, threat), weights=weights_state(victim),
+        client_map=client_map,
     )
 
 
@@ -406,5 +422,6 @@ def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -
     )
 
 
-__all__ = ["LinearMap", "ThreatModel", "Observation", "observe", "noise_share", "NOISE_SHARE_SEED", "NOISE_SHARE_DRAWS",
+__all__ = ["LinearMap", "ThreatModel", "Observation", "observe", "unknown_seed",
+           "noise_share", "NOISE_SHARE_SEED", "NOISE_SHARE_DRAWS",
            "granted_bn_stats", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]

@@ -115,3 +115,20 @@ def test_data_or_a_channel_that_do_not_fit_the_victim_are_one_sentence():
         with pytest.raises(UserError) as err:
             observe(victim, *args)
         assert str(err.value).startswith(needle), str(err.value)
+
+
+def test_an_attacker_without_the_sketch_seed_models_the_client_with_another_r(victim):
+    """ThreatModel(knows_sketch=False) was read only by the command line: from Python the attacker got the client's
+    own R, an attacker of full knowledge. Now observe draws the attacker's R from another seed of the same family."""
+    model, x, labels, sketch = victim
+    known, blind = _obs(model, x, labels, sketch), _obs(model, x, labels, sketch, knows_sketch=False)
+    assert torch.equal(known.y, blind.y)  # the client sends the same message
+    assert known.linear_map is sketch and known.client_map is None
+    assert blind.client_map is sketch and blind.sent_map is sketch
+    assert blind.linear_map.kind == "srht" and (blind.linear_map.d, blind.linear_map.b) == (sketch.d, sketch.b)
+    assert blind.linear_map.seed != sketch.seed
+    target = model.target(labels)
+    at_truth = [float((o.forward(x, target).detach() - o.y).norm() / o.y.norm()) for o in (known, blind)]
+    assert at_truth[0] < 1e-12 and at_truth[1] > 0.5  # the truth matches only the client's own R
+    identity = make_sketch("none", model.d, model.d)
+    assert _obs(model, x, labels, identity, knows_sketch=False).linear_map is identity  # nothing drawn to withhold
