@@ -45,11 +45,21 @@ class Parser(argparse.ArgumentParser):
             add(self)
 
     def parse_known_args(self, args=None, namespace=None):
+        if self.late_flags is not None and self._names_other_flag(sys.argv[1:] if args is None else args):
+            # before argparse reads it as an abbreviation of a flag so far (--time of --time-limit), or refuses it
+            # as an ambiguous one (--mode of --model, --model-param, ...)
+            self._add_late_flags()
         a, rest = super().parse_known_args(args, namespace)
         if rest and self.late_flags is not None:
             self._add_late_flags()
             return super().parse_known_args(args, namespace)
         return a, rest
+
+    def _names_other_flag(self, args) -> bool:
+        """Whether ``args`` give a long flag that is none of this parser's flags so far, written out in full (a late
+        flag, or an abbreviation)."""
+        return any(isinstance(arg, str) and arg.startswith("--") and len(arg) > 2
+                   and arg.split("=", 1)[0] not in self._option_string_actions for arg in args)
 
     def format_help(self) -> str:
         if self.late_module in sys.modules:

@@ -138,3 +138,24 @@ def test_a_module_not_on_the_worker_s_path_is_imported_from_its_file(tmp_path, m
     with pytest.raises(plugins.UserError, match=rf"^module '{name}', which registered names the sweep uses .* could "
                                                 r"not be imported \(ValueError: broken\) at .*:1$"):
         plugins.import_modules([(name, str(tmp_path / f"{name}.py"))])
+
+
+@pytest.mark.parametrize("option, flag", [("time", "--time"), ("mode", "--mode")])
+def test_a_plugin_option_whose_flag_begins_a_run_flag_reaches_the_attack(tmp_path, monkeypatch, capsys,
+                                                                         fresh_registries, option, flag):
+    """--time was read as an abbreviation of --time-limit (the attack got its default, unseen) and --mode was
+    refused as ambiguous (--model, --model-param, ...), both listed by --help: the run flags argparse matched
+    before the attacks' own flags were added."""
+    name = f"plugin-{option}"
+    text = PLUGIN.replace("from plugin_neighbour_for_leakattack import LEVEL", "LEVEL = 0.5").replace(
+        "flat_level", option).replace("NAME", name)
+    (tmp_path / "optplugin.py").write_text(textwrap.dedent(text))
+    monkeypatch.setenv(plugins.ENV, str(tmp_path / "optplugin.py"))
+    out = tmp_path / "run"
+    assert cli.main(["run", "--attack", name, flag, "0.25", "--dataset", "digits", "--no-lpips", "--quiet",
+                     "--out", str(out)]) == 0
+    run = json.loads((out / "config.json").read_text())["run"]
+    assert run["attack_params"] == {option: 0.25} and run.get("time_limit") is None
+    assert cli.main(["run", "--dataset", "digits", "--iter", "2", "--no-lpips", "--quiet", "--out",
+                     str(tmp_path / "abbreviated")]) == 0  # a run flag's own abbreviation still reads
+    assert json.loads((tmp_path / "abbreviated" / "config.json").read_text())["run"]["iterations"] == 2
