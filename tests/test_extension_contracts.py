@@ -49,6 +49,33 @@ def test_a_sketch_from_outside_is_held_to_its_shapes_and_its_adjoint(fresh_regis
         get_sketch("short-adjoint", 50, 20, seed=1)
 
 
+def test_a_sketch_that_returns_another_dtype_or_takes_an_undeclared_parameter_is_one_sentence(fresh_registries):
+    """An _apply that returned float32 for float64 input crashed in the adjoint check with torch's 'dot: expected
+    both vectors to have same dtype'; a constructor's own keyword, undeclared, was refused without saying where
+    a family declares its parameters."""
+    Sub = subsample("single-sub")
+
+    class Single(Sub):
+        def _apply(self, v):
+            return super()._apply(v).float()
+
+    class Scaled(Sub):
+        kind = "scaled-sub"
+
+        def __init__(self, d, b, seed=0, scale=1.0):
+            super().__init__(d, b, seed)
+
+    register_sketch(Single)
+    with pytest.raises(UserError, match=r"^single-sub sketch _apply returned a float32 tensor on cpu for a float64 "
+                                        r"input on cpu; it must return its input's dtype and device$"):
+        get_sketch("single-sub", 50, 20, seed=1)
+    register_sketch(Scaled)
+    with pytest.raises(UserError, match=r"^sketch 'scaled-sub' has no parameter 'scale'; allowed: none \(its "
+                                        r"constructor takes scale=, and a family's parameters are declared in its "
+                                        r"param_rules"):
+        get_sketch("scaled-sub", 50, 20, seed=1, scale=2.0)
+
+
 def test_registered_names_that_clash_or_read_as_flags_are_refused(fresh_registries):
     with pytest.raises(ValueError, match=r"sketch 'srht' is registered twice \(the name is taken by "
                                          r"leakattack\.sketch\.srht\.SRHTSketch\): choose another name"):

@@ -7,6 +7,7 @@ both batched over leading dimensions and differentiable with autograd.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import numpy as np
@@ -109,7 +110,11 @@ class Sketch:
         for name, value in params.items():
             if name not in cls.param_rules:
                 allowed = ", ".join(cls.param_rules) or "none"
-                raise UserError(f"sketch '{cls.kind}' has no parameter '{name}'; allowed: {allowed}")
+                hint = ""
+                if name in inspect.signature(cls.__init__).parameters:  # taken by the constructor, not declared
+                    hint = (f" (its constructor takes {name}=, and a family's parameters are declared in its "
+                            f"param_rules: {{'{name}': (description, check(value, b) -> bool)}})")
+                raise UserError(f"sketch '{cls.kind}' has no parameter '{name}'; allowed: {allowed}{hint}")
             what, ok = cls.param_rules[name]
             if not ok(value, b):
                 raise UserError(f"sketch '{cls.kind}': {name} must be {what}, got {value!r}")
@@ -162,13 +167,17 @@ class Sketch:
         return self._returned(self._adjoint(u), u, "_adjoint", self.d, "d")
 
     def _returned(self, out, t: torch.Tensor, method: str, n: int, dim: str) -> torch.Tensor:
-        """``out`` if it is a tensor of ``t``'s shape with its last dimension ``n``, else one UserError sentence
-        naming the family's method (a shape comparison: no device sync)."""
+        """``out`` if it is a tensor of ``t``'s shape with its last dimension ``n``, dtype and device, else one
+        UserError sentence naming the family's method (a shape, dtype and device comparison: no device sync)."""
         want = (*t.shape[:-1], n)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
             got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             raise UserError(f"{self.kind} sketch {method} returned {got} for an input of shape {tuple(t.shape)}; it "
                             f"must return shape {want} (last dimension {dim} = {n})")
+        if out.dtype != t.dtype or out.device != t.device:
+            raise UserError(f"{self.kind} sketch {method} returned a {str(out.dtype).removeprefix('torch.')} tensor "
+                            f"on {out.device} for a {str(t.dtype).removeprefix('torch.')} input on {t.device}; it "
+                            "must return its input's dtype and device")
         return out
 
     def _check(self, t, method: str, arg: str, n: int, dim: str) -> None:
