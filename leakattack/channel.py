@@ -38,6 +38,10 @@ class Transmission:
         return self.pipeline.per_example
 
     def __call__(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
+        if self.per_example and (not isinstance(g, torch.Tensor) or g.ndim != 2):
+            got = f"shape {tuple(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+            raise UserError(f"a channel with a per_example step ('{self.pipeline.spec}') takes the (B, d) matrix of "
+                            f"per-example gradients, one row per example, got {got}")
         batch = g.shape[0] if self.per_example else None
         for step in self.pipeline.before:
             g = _stepped(step, g, rng)
@@ -90,6 +94,9 @@ class Channel:
 
     def attacker_view(self, threat) -> Transmission:
         """The attacker's differentiable model of the channel: the clips if ``threat.knows_clip``, and R."""
+        if not isinstance(getattr(threat, "knows_clip", None), bool):
+            raise UserError(f"attacker_view takes a ThreatModel (leakattack.ThreatModel(knows_clip=...)), got "
+                            f"{type(threat).__name__} {threat!r:.60}")
         return Transmission(self.sketch, self.pipeline.clips() if threat.knows_clip else defenses.build(""))
 
     def describe(self) -> dict:

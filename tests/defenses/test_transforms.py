@@ -124,3 +124,22 @@ def test_a_step_that_draws_nothing_runs_without_a_generator():
 
     sent = Channel(get_sketch("none", 4, 4), "clip:C=1,prune:p=0.5").send(torch.ones(4, dtype=torch.float64))
     assert sent.norm().item() == pytest.approx(1 / 2 ** 0.5)
+
+
+def test_a_per_example_channel_given_one_vector_or_a_threat_of_another_type_is_one_sentence():
+    """A 1-D gradient through a per_example step was clipped and summed to a number, and the sketch then refused
+    'shape ()'; attacker_view('x') was an AttributeError."""
+    from leakattack.channel import Channel
+    from leakattack.errors import UserError
+    from leakattack.observation import ThreatModel
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("srht", 100, 50, seed=1), "per_example:C=1")
+    with pytest.raises(UserError, match=r"^a channel with a per_example step \('per_example:C=1.0@before_sketch'\) "
+                                        r"takes the \(B, d\) matrix of per-example gradients, one row per example, "
+                                        r"got shape \(100,\)$"):
+        channel.send(torch.ones(100, dtype=torch.float64), gen())
+    assert channel.send(torch.ones(3, 100, dtype=torch.float64), gen()).shape == (50,)
+    with pytest.raises(UserError, match=r"^attacker_view takes a ThreatModel .* got str 'x'$"):
+        channel.attacker_view("x")
+    assert channel.attacker_view(ThreatModel(knows_clip=True)).pipeline.spec == "per_example:C=1.0@before_sketch"
