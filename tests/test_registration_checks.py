@@ -198,3 +198,21 @@ def test_a_function_that_builds_a_reparametrisation_says_so_or_is_named(fresh_re
                                         r"re-parametrisation: register it with reparametrises=True"):
         get_attack("gradient-matching", iterations=2, priors={"unsaid": 1.0}, labels="given").reconstruct(
             tiny_observation())
+
+
+def test_a_prior_named_twice_in_a_list_of_specs_is_said_as_the_command_line_says_it():
+    """get_attack(priors=['tv:0.1', 'tv']) kept the last weight (TV's default 1e-4) without a word, where --prior
+    given twice warns."""
+    import warnings as _warnings
+
+    from leakattack.errors import SettingWarning
+
+    with _warnings.catch_warnings(record=True) as said:
+        _warnings.simplefilter("always")
+        attack = get_attack("gradient-matching", priors=["tv:0.1", "bn", "tv"])
+    assert attack.priors["tv"] == 1e-4
+    texts = [str(w.message) for w in said if issubclass(w.category, SettingWarning)]
+    assert texts == ["priors give tv 2 times (tv:0.1, tv): tv:0.0001 is used"]
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error")
+        get_attack("gradient-matching", priors=["tv:0.1", "bn"])  # each once: nothing said

@@ -232,7 +232,13 @@ class GradientMatching(Attack):
                 raise UserError(f"unknown {setting} {choice!r}; choose one of: {', '.join(names)}")
         get_optimizer(optimizer, lr)  # an unknown name is refused here, not at the first reconstruct
         if isinstance(priors, (list, tuple)):  # NAME[:WEIGHT] specs, as --prior and sweep files give them
-            priors = dict(parse_prior(spec) for spec in priors)
+            specs, named = list(priors), [parse_prior(spec) for spec in priors]
+            priors = dict(named)  # a name given twice: its last weight, as --prior takes it, and said as it says it
+            for name in dict.fromkeys(n for n, _ in named):
+                given = [str(spec) for spec, (n, _) in zip(specs, named) if n == name]
+                if len(given) > 1:
+                    warnings.warn(f"priors give {name} {len(given)} times ({', '.join(given)}): {name}:"
+                                  f"{priors[name]:g} is used", SettingWarning, stacklevel=2)
         elif priors is not None and not isinstance(priors, dict):
             raise UserError(f"priors must be a dict name -> weight such as {{'tv': 1e-4}} or a list of NAME[:WEIGHT] "
                             f"specs such as ['tv:1e-4'], got {type(priors).__name__} {priors!r}")
