@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -178,6 +179,13 @@ def test_the_metrics_refuse_probabilities_as_labels_and_assess_names_what_it_tak
     with pytest.raises(metrics.MetricsError, match=r"^dataset must be the image set the truth comes from \(leakattack"
                                                    r"\.get_dataset\(name\)\) or None, got str 'photos'"):
         metrics.assess(Result(), x, dataset="photos")
+
+    class NumpyResult:  # the reconstruction as a numpy array was an AttributeError ('detach') deep in scoring
+        x, x0, labels = np.random.default_rng(0).random((2, 3, 16, 16)), torch.rand(2, 3, 16, 16), None
+
+    with pytest.raises(metrics.MetricsError, match=r"^assess takes the result's x as a torch tensor of the truth's "
+                                                   r"shape \(2, 3, 16, 16\), got ndarray$"):
+        metrics.assess(NumpyResult(), x, with_lpips=False)
 
 
 def test_a_module_whose_init_skips_super_init_is_one_sentence():

@@ -144,6 +144,10 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
     truth = x.detach()
     if closed_form is None:
         closed_form = bool(getattr(result, "closed_form", False))
+    for name in ("x",) if closed_form else ("x", "x0"):  # a closed form has no start to score
+        if not isinstance(getattr(result, name), torch.Tensor):
+            raise MetricsError(f"assess takes the result's {name} as a torch tensor of the truth's shape "
+                               f"{tuple(x.shape)}, got {type(getattr(result, name)).__name__}")
 
     def scored(images, labels_hat=None):
         return score(in_range(images.detach().to(truth)), truth, labels_hat=labels_hat,
