@@ -51,3 +51,17 @@ def test_a_learning_rate_beyond_float32_is_refused_before_any_point_runs(tmp_pat
         assert "the learning rate, 3.40282e+39, is beyond the largest float32 number (3.4e+38)" in err
         assert f"(sweep point {{'lr': {big!r}}}, with [base] dtype)" in err
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_more_local_jobs_than_cores_is_said_in_one_warning(tmp_path, capsys):
+    from targets.victim import cpu_cores
+
+    (tmp_path / "s.toml").write_text(SWEEP.replace('priors = [["late:1"], ["late:2"], ["late:3"]]', "seed = [0, 1]"))
+    cores = cpu_cores()
+    assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", str(cores + 1)]) == 0
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("leakattack: warning:")]
+    assert said == [f"leakattack: warning: --jobs {cores + 1} on {cores} core{'s' if cores != 1 else ''}: up to "
+                    f"{cores + 1} worker processes at once (one per point still to run), each with one thread and its "
+                    f"own torch, model and attack in memory; no point finishes sooner than with --jobs {cores}"]
+    assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", str(cores)]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -23,7 +24,7 @@ from tqdm.std import tqdm
 
 from targets.victim import cpu_cores, share_cores
 
-from ...errors import one_line_warnings
+from ...errors import SettingWarning, one_line_warnings
 from .base import Backend, WorkerLost
 
 
@@ -92,6 +93,12 @@ class LocalBackend(Backend):
     def __init__(self, jobs: int = 1):
         self.jobs = jobs
         self._pool: ProcessPoolExecutor | None = None
+        cores = cpu_cores()
+        if isinstance(jobs, int) and jobs > cores:
+            warnings.warn(f"--jobs {jobs} on {cores} core{'s' if cores != 1 else ''}: up to {jobs} worker processes "
+                          "at once (one per point still to run), each with one thread and its own torch, model and "
+                          f"attack in memory; no point finishes sooner than with --jobs {cores}", SettingWarning,
+                          stacklevel=3)
 
     def map_unordered(self, fn, items, key=None):  # nothing outlives this process: keys are not needed
         items = list(items)
