@@ -6,6 +6,7 @@ float32 tensors (N, C, H, W) in [0, 1].  Nothing is downloaded unless asked.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,23 @@ LAYOUT = {"mnist": "MNIST/raw/train-images-idx3-ubyte (and the other idx files)"
           "cifar100": "cifar-100-python/train and test"}
 
 
+def _paths_under(root: Path) -> set[Path]:
+    """``root`` and every path under it that exists now (none where ``root`` does not)."""
+    return {root, *root.rglob("*")} if root.exists() else set()
+
+
+def _remove_new(root: Path, before: set[Path]) -> None:
+    """Remove what a failed download made under ``root`` (``before``: the paths there before it): its partial files,
+    then its folders, deepest first, where they are empty; what was there before stays."""
+    new = sorted(_paths_under(root) - before, key=lambda p: len(p.parts), reverse=True)
+    for path in new:
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()  # only an empty one
+            else:
+                path.unlink()
+
+
 def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
     """A torchvision data set from ``root``, converted to float tensors in [0, 1]."""
     # torchvision.datasets is an optional heavy import: only when such a set is loaded.
@@ -30,10 +48,12 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
         raise DataError(f"no data root given for {name}: pass --download with --data-root DIR, "
                         f"or point --data-root at a folder containing {name}")
     cls = getattr(torchvision.datasets, TORCHVISION_CLASSES[name])
+    before = _paths_under(Path(root)) if download else set()
     try:
         ds = cls(root=str(root), train=train, download=download)
     except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found ..."; network errors
         if download:
+            _remove_new(Path(root), before)
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
                             f"elsewhere and point --data-root at a folder containing it") from exc

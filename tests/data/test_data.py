@@ -263,3 +263,24 @@ def test_a_batch_larger_than_the_set_or_running_past_its_end_says_so():
     with pytest.raises(DataError, match=r"images 48\.\.51 out of range: dataset photos has 50 images \(the last "
                                         r"batch of 4 starts at image 46\)"):
         get_batch(ds, 48, 4)
+
+
+def test_a_failed_download_removes_what_it_made_and_keeps_what_was_there(tmp_path, monkeypatch):
+    """torchvision makes MNIST/raw/ (and partial files) before its download fails offline: they were left behind."""
+    import torchvision
+
+    def failing(root, train, download):
+        raw = Path(root) / "MNIST" / "raw"
+        raw.mkdir(parents=True)
+        (raw / "train-images-idx3-ubyte.gz").write_bytes(b"partial")
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", failing)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    with pytest.raises(DataError, match="could not download mnist into data root"):
+        get_dataset("mnist", root=tmp_path, download=True)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["mine", "mine/notes.txt"]
+    with pytest.raises(DataError, match="could not download mnist"):
+        get_dataset("mnist", root=tmp_path / "new", download=True)
+    assert not (tmp_path / "new").exists()
