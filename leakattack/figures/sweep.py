@@ -182,8 +182,11 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     parts = []
     model, dataset = shared("model"), shared("dataset")
     victim = [] if model is _VARIES else [str(model)]
+    if dataset is None:  # the default: photos for a run, digits for a protocol's clients (their training folder's
+        protocol = shared("protocol")  # own set where one is given: not in the records, so not named)
+        dataset = "photos" if not protocol else "digits" if shared("protocol_dir") is None else _VARIES
     if dataset is not _VARIES:
-        victim.append(f"on {dataset or 'photos'}")
+        victim.append(f"on {dataset}")
     if victim:
         parts.append(" ".join(victim))
     sketch = shared("sketch")

@@ -188,3 +188,16 @@ def test_the_identifiability_panels_draw_the_share_identified_beside_the_baselin
     plain = [{**rec(0, 0.01, 1.0), "metrics": {"psnr": 10.0, "ssim": 0.1, "d": 10, "b": 5}}]
     sweep_module.metrics_vs_strength(tmp_path, plain, "sigma")
     assert not any(ax.get_ylabel().startswith("identified") for ax in drawn["metrics_vs_strength"].axes)
+
+
+@pytest.mark.parametrize("params, said", [
+    ({"model": "lenet", "dataset": None}, "lenet on photos"),
+    ({"model": "lenet", "dataset": None, "protocol": "fedavg", "protocol_dir": None}, "lenet on digits"),
+    ({"model": "lenet", "dataset": None, "protocol": "fedavg", "protocol_dir": "runs/fedavg"}, "lenet"),
+    ({"model": "lenet", "dataset": "mnist", "protocol": "fedavg", "protocol_dir": "runs/fedavg"}, "lenet on mnist"),
+])
+def test_the_shared_setting_names_the_data_set_the_points_attacked(params, said):
+    """A protocol's points (dataset null) were titled 'on photos', where the protocol's clients hold digits, or the
+    set their training folder names."""
+    records = [{"params": {**params, "protocol_round": t}, "metrics": {}} for t in (1, 2)]
+    assert sweep_module.context(records).split(" · ")[0] == said
