@@ -146,3 +146,18 @@ def test_a_protocol_that_samples_half_the_clients_counts_half_the_uplink_per_cli
     assert rows[-1]["floats_mean_cum"] == rows[-1]["floats_cum"] / 2 == rows[0]["floats_sent"]
     assert (f"floats/client {rows[-1]['floats_mean_cum']:.0f} in all on average, {rows[-1]['floats_cum']} per client "
             "sampled every round") in capsys.readouterr().out
+
+
+def test_image_flags_a_protocol_does_not_read_are_said_in_one_warning(tmp_path, capsys):
+    """--image-index and --image-size ran with --protocol without a word, the reconstruction the same as without
+    them, while config.json recorded the values."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--protocol", "fedavg", "--round", "1", "--client", "0", "--image-index", "3",
+                     "--image-size", "16", "--iterations", "2", "--no-lpips", "--quiet", "--out", str(out)]) == 0
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "not read with --protocol" in ln]
+    assert said == ["leakattack: warning: --image-index 3 and --image-size 16 are not read with --protocol: the "
+                    "attacked message holds the images the client's round draws from its own shard, at the size its "
+                    "training read them"]
+    assert cli.main(["run", "--protocol", "fedavg", "--round", "1", "--client", "0", "--iterations", "2",
+                     "--no-lpips", "--quiet", "--out", str(tmp_path / "plain")]) == 0
+    assert "not read with --protocol" not in capsys.readouterr().err
