@@ -24,19 +24,8 @@ from client_model import ClientNet  # examples/ is on sys.path when this file is
 
 from leakattack.data import get_batch, get_dataset
 from leakattack.results.message import write_message
-from leakattack.script import count, index, one_of, script_main
+from leakattack.script import count, fraction, index, one_of, script_main
 from leakattack.sketch import list_sketches, make_sketch
-
-
-def ratio(text: str) -> float:
-    """An argparse type: b/d in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
-    return value
 
 
 def main() -> None:
@@ -47,7 +36,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=count, default=1)
     p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default="srht",
                    help="sketch kind, or none (default srht)")
-    p.add_argument("--ratio", type=ratio, default=0.5, help="b/d (default 0.5)")
+    p.add_argument("--ratio", type=fraction, default=0.5, help="b/d (default 0.5)")
     p.add_argument("--sketch-seed", type=int, default=1, help="seed of R, shared with the server")
     p.add_argument("--kind", choices=("gradient", "update"), default="gradient")
     p.add_argument("--lr", type=float, default=0.1, help="local learning rate (update)")

@@ -26,6 +26,7 @@ from leakattack.data import get_batch, get_dataset
 from leakattack.errors import UserError
 from leakattack.integrations.flower import CLIENT_ID_KEY, SketchingClient, load_arrays, model_arrays
 from leakattack.results.message import read_truth
+from leakattack.script import count, index, script_main
 
 
 class PhotoClient(NumPyClient):
@@ -63,9 +64,9 @@ class _SaidOnce(logging.Filter):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--server", default="127.0.0.1:8080", help="the server's address HOST:PORT")
-    p.add_argument("--client-id", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--image-size", type=int, default=32, help="side of the photo crops (the server's model takes it)")
+    p.add_argument("--client-id", type=index, default=0)
+    p.add_argument("--batch-size", type=count, default=1)
+    p.add_argument("--image-size", type=count, default=32, help="side of the photo crops (the server's model takes it)")
     p.add_argument("--data", default=None, help="the client's batch as a file {images, labels} instead of photos")
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -88,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)  # bad input ends in one sentence and exit status 2

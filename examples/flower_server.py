@@ -23,24 +23,30 @@ from flwr.server import ServerConfig, start_server
 from flwr.server.strategy import FedAvg
 
 from leakattack.integrations.flower import RecordingStrategy, SketchedFedAvg, model_arrays
+from leakattack.script import count, fraction, index, one_of, positive, script_main
+from leakattack.sketch import list_sketches
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--clients", type=int, default=2, help="clients per round (the server waits for them)")
-    p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.1, help="the clients' local learning rate")
-    p.add_argument("--local-steps", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--sketch", default=None, help="run Algorithm 1 with this sketch kind (default: plain FedAvg)")
-    p.add_argument("--ratio", type=float, default=0.5, help="b/d of the sketch")
-    p.add_argument("--sketch-seed", type=int, default=1, help="the seed shared by server and clients")
-    p.add_argument("--image-size", type=int, default=32, help="side of the clients' images")
-    p.add_argument("--channels", type=int, default=3, help="channels of the clients' images (3: photos)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    p.add_argument("--port", type=index, default=8080)
+    p.add_argument("--clients", type=count, default=2, help="clients per round (the server waits for them)")
+    p.add_argument("--rounds", type=count, default=1)
+    p.add_argument("--lr", type=positive, default=0.1, help="the clients' local learning rate")
+    p.add_argument("--local-steps", type=count, default=1)
+    p.add_argument("--batch-size", type=count, default=1)
+    p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default=None,
+                   help="run Algorithm 1 with this sketch kind (default: plain FedAvg)")
+    p.add_argument("--ratio", type=fraction, default=None, help="b/d of the sketch (default 0.5)")
+    p.add_argument("--sketch-seed", type=index, default=1, help="the seed shared by server and clients")
+    p.add_argument("--image-size", type=count, default=32, help="side of the clients' images")
+    p.add_argument("--channels", type=count, default=3, help="channels of the clients' images (3: photos)")
+    p.add_argument("--seed", type=index, default=0, help="seed of the initial weights")
     p.add_argument("--out", default="flower-messages")
     a = p.parse_args()
+    if a.ratio is not None and not a.sketch:
+        p.error("--ratio is the b/d of --sketch: give --sketch KIND with it (without one the clients send FedAvg's "
+                "whole update)")
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     shape = (a.channels, a.image_size, a.image_size)
@@ -48,7 +54,7 @@ def main() -> None:
     options = dict(min_fit_clients=a.clients, min_available_clients=a.clients, fraction_evaluate=0.0,
                    initial_parameters=ndarrays_to_parameters(model_arrays(model)),
                    on_fit_config_fn=lambda t: {"lr": a.lr, "local_steps": a.local_steps, "batch_size": a.batch_size})
-    strategy = SketchedFedAvg(sketch=a.sketch, ratio=a.ratio, seed=a.sketch_seed, **options) if a.sketch \
+    strategy = SketchedFedAvg(sketch=a.sketch, ratio=a.ratio or 0.5, seed=a.sketch_seed, **options) if a.sketch \
         else FedAvg(**options)
     recorder = RecordingStrategy(strategy, a.out, input_shape=shape, num_classes=10)
     start_server(server_address=f"127.0.0.1:{a.port}", config=ServerConfig(num_rounds=a.rounds), strategy=recorder)
@@ -57,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)  # bad input ends in one sentence and exit status 2

@@ -62,18 +62,28 @@ def counts(text: str) -> list[int]:
     return [count(v) for v in text.split(",")]
 
 
+def positive(text: str) -> float:
+    """An argparse type: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive finite number")
+    return value
+
+
 def positives(text: str) -> list[float]:
     """An argparse type: comma-separated positive numbers (``1,1e-3``)."""
-    out = []
-    for v in text.split(","):
-        try:
-            value = float(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{v} is not a positive finite number")
-        out.append(value)
-    return out
+    return [positive(v) for v in text.split(",")]
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1] (a sketch's b/d)."""
+    value = positive(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return value
 
 
 def pattern(text: str) -> re.Pattern:
@@ -102,4 +112,5 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "index", "one_of", "pattern", "positives", "script_main", "some_of"]
+__all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "positive", "positives", "script_main",
+           "some_of"]

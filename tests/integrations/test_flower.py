@@ -315,3 +315,21 @@ def test_the_saved_records_name_their_files_relative_to_the_folder_they_lie_in(t
     assert [(r["round"], r["client"], r["message"], r["weights"]) for r in rows] == \
         [(1, "7", "round001-client7.pt", "round001-weights.pt")]
     assert read_message(tmp_path / "moved" / rows[0]["message"]).ids["client"] == "7"
+
+
+@pytest.mark.parametrize("script, args, said", [
+    ("flower_server.py", ["--sketch", "bogus"], "argument --sketch: unknown sketch 'bogus'; choose among"),
+    ("flower_server.py", ["--sketch", "srht", "--ratio", "0"], "argument --ratio: 0 is not a positive finite number"),
+    ("flower_server.py", ["--local-steps", "0"], "argument --local-steps: 0 is below 1"),
+    ("flower_server.py", ["--ratio", "0.3"], "--ratio is the b/d of --sketch: give --sketch KIND with it"),
+    ("flower_client.py", ["--data", "no-such-file.pt"], "truth file 'no-such-file.pt' does not exist"),
+    ("flower_client.py", ["--batch-size", "100"], "a batch of 100 images does not fit in dataset photos of 50 images"),
+])
+def test_the_flower_examples_refuse_bad_input_in_one_sentence(tmp_path, script, args, said):
+    """Each was a traceback (exit status 1), or --ratio without --sketch ran FedAvg without a word."""
+    where = ["--out", str(tmp_path / "out")] if script == "flower_server.py" else ["--server", "127.0.0.1:9"]
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), *where, *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"{script}: error: ")
+    assert said in done.stderr and not (tmp_path / "out").exists()
