@@ -247,6 +247,9 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     msg = proto.observe(w, t, c, batch_size=cfg.batch_size, sketch_known=cfg.sketch_known,
                         decoded=cfg.match_space == "unsketched")
     msg.info.update(protocol_spec=spec, model_spec=model_spec, w_source=w_source)
+    noise = proto.privacy(t)  # a DP protocol's noise, and its epsilon over rounds 1..t: the messages up to this one
+    if noise:
+        msg.info["privacy"] = noise
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
     n, K = msg.x.shape[0], msg.info["local_steps"]

@@ -902,3 +902,28 @@ def test_a_run_without_its_reconstruction_png_says_so_beside_its_loss_curve(tmp_
     assert "reconstruction.png not found: the images are not shown." in text
     assert "the minimised loss against the step" in text  # the curve that is there is still shown
     assert "reconstruction.png not found" not in build_report([RUN])
+
+
+def test_a_dp_protocol_run_is_reported_with_its_weights_noise_and_epsilon(tmp_path):
+    """A sketched-dp message read 'defense none' with no ε, and its w^t 'random initial weights', in the report."""
+    import html as _html
+    import re
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--protocol", "sketched-dp", "--round", "2", "--client", "0", "--iterations", "2",
+                     "--no-lpips", "--quiet", "--out", str(out)]) == 0
+    page = tmp_path / "report.html"
+    assert cli.main(["report", str(out), "--out", str(page)]) == 0
+    text = page.read_text()
+
+    def row(key):
+        found = re.search(rf"<t[hd][^>]*>{key}</t[hd]>\s*<td[^>]*>(.*?)</td>", text, re.S)
+        assert found, key
+        return _html.unescape(re.sub("<[^>]+>", "", found.group(1)))
+
+    assert row("victim").endswith("; w^t of round 2, re-simulated")
+    assert re.fullmatch(r"the protocol's own Gaussian noise, σ = [\d.]+", row("defense"))
+    assert re.fullmatch(r"ε = [\d.e+-]+ \(RDP accountant\) at δ = 2e-05 over rounds 1\.\.2; the paper's ε = 0\.707",
+                        row("ε"))
+    privacy = json.loads((out / "config.json").read_text())["derived"]["sketch"]["privacy"]
+    assert privacy["epsilon_paper"] == pytest.approx(0.5 * 2 ** 0.5) and privacy["delta_paper"] == pytest.approx(2e-5)

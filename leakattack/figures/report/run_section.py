@@ -221,8 +221,13 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         victim += f", {derived['num_classes']} classes)" if derived.get("num_classes") else ")"
     if run.get("data_root") and not run.get("message"):
         victim += f" from {run['data_root']}"
+    described = derived.get("sketch") or {}
     weights = run.get("weights") or (f"random initial weights (model seed {derived.get('model_seed')})"
                                      if derived.get("model_seed") is not None else "random initial weights")
+    if run.get("protocol"):  # the protocol's w^t: its training folder's checkpoint, or rounds 1..t-1 re-simulated
+        source = described.get("w_source") or NOT_RECORDED
+        weights = (f"w^t of round {run.get('protocol_round', NOT_RECORDED)}, "
+                   + (f"the checkpoint of {run.get('protocol_dir')}" if source == "checkpoint" else source))
     rows = [("victim", f"{victim}; {weights}")]
     if run.get("protocol"):
         message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
@@ -238,17 +243,20 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
                  (f" (b/d = {ratio_text(b, d)})" if isinstance(d, int) and isinstance(b, int) and d else "")))
-    described = derived.get("sketch") or {}
     # a captured message describes itself (its kind: gradient or update) and its sketch under ``encoder``
     sketch = (described.get("encoder") or described).get("kind") or run.get("sketch") or NOT_RECORDED
     seed = f"seed {derived.get('sketch_seed', NOT_RECORDED)}"
     if run.get("protocol"):  # each protocol draws round t's R_t from its shared seed in its own way
         seed = f"R_t of round {run.get('protocol_round', NOT_RECORDED)} from the protocol's shared seed"
     rows.append(("sketch", "none (the true gradient)" if sketch == "none" else f"{sketch}, {seed}"))
-    rows.append(("defense", run.get("defense") or m.defense or "none"))
+    noise = described.get("privacy") if run.get("protocol") else None  # a DP protocol's own noise
+    rows.append(("defense", f"the protocol's own Gaussian noise, σ = {_num(noise.get('sigma'), 3, 'g')}" if noise
+                 else run.get("defense") or m.defense or "none"))
     rows.append(("threat model", _threat(run, sketch)))
     if m.recorded("epsilon"):
         rows.append(("ε", _run_epsilon(m)))
+    elif noise:
+        rows.append(("ε", _protocol_epsilon(noise, run.get("protocol_round"))))
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
@@ -276,6 +284,21 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         stop += f": {m.message}"
     rows.append(("stopped", stop))
     return rows
+
+
+def _protocol_epsilon(noise: dict, rounds) -> str:
+    """The ε row of a DP protocol's message: its accountant's ε over the rounds up to it, at the paper's δ, and the
+    paper's own ε (``Protocol.privacy``), marked where it lies outside the paper's conditions."""
+    over = f" over rounds 1..{rounds}" if isinstance(rounds, int) else ""
+    paper, delta = noise.get("epsilon_paper"), noise.get("delta_paper")
+    rdp = noise.get("epsilon_rdp")
+    text = (f"ε = {_num(rdp, 3, 'g')} (RDP accountant) at δ = {_num(delta, 3, 'g')}{over}" if is_number(rdp)
+            else f"no accountant's ε{over} (its δ reaches 1: nothing is bounded)")
+    if isinstance(paper, (int, float)) and is_number(paper) and math.isfinite(paper):
+        text += f"; the paper's ε = {_num(paper, 3, 'g')}"
+        if not paper_epsilon_holds(paper):
+            text += f" {NOT_A_BOUND_NOTE}"
+    return text
 
 
 def _run_epsilon(m: RunMetrics) -> str:
