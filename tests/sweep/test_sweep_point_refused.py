@@ -61,7 +61,7 @@ def test_more_local_jobs_than_cores_is_said_in_one_warning(tmp_path, capsys):
     assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", str(cores + 1)]) == 0
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("leakattack: warning:")]
     assert said == [f"leakattack: warning: --jobs {cores + 1} on {cores} core{'s' if cores != 1 else ''}: up to "
-                    f"{cores + 1} worker processes at once (one per point still to run), each with one thread and its "
-                    f"own torch, model and attack in memory; no point finishes sooner than with --jobs {cores}"]
+                    f"{cores + 1} worker processes at once (at most one per point still to run) share the cores, each "
+                    "holding its own torch, model and attack in memory"]
     assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", str(cores)]) == 0
     assert "warning" not in capsys.readouterr().err

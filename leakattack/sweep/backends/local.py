@@ -96,9 +96,8 @@ class LocalBackend(Backend):
         cores = cpu_cores()
         if isinstance(jobs, int) and jobs > cores:
             warnings.warn(f"--jobs {jobs} on {cores} core{'s' if cores != 1 else ''}: up to {jobs} worker processes "
-                          "at once (one per point still to run), each with one thread and its own torch, model and "
-                          f"attack in memory; no point finishes sooner than with --jobs {cores}", SettingWarning,
-                          stacklevel=3)
+                          "at once (at most one per point still to run) share the cores, each holding its own torch, "
+                          "model and attack in memory", SettingWarning, stacklevel=3)
 
     def map_unordered(self, fn, items, key=None):  # nothing outlives this process: keys are not needed
         items = list(items)
