@@ -161,3 +161,27 @@ def test_image_flags_a_protocol_does_not_read_are_said_in_one_warning(tmp_path, 
     assert cli.main(["run", "--protocol", "fedavg", "--round", "1", "--client", "0", "--iterations", "2",
                      "--no-lpips", "--quiet", "--out", str(tmp_path / "plain")]) == 0
     assert "not read with --protocol" not in capsys.readouterr().err
+
+
+def test_a_training_checkpoint_away_from_its_folder_says_it_names_no_activation(tmp_path, capsys):
+    """A round_TTTT.pt copied out of its training folder was attacked with LeNet's default sigmoid, where the
+    training used tanh, without a word."""
+    import shutil
+
+    trained = tmp_path / "trained"
+    assert cli.main(["train", "--quiet", "--threads", "1", "--rounds", "1", "--clients", "2", "--protocol", "fedavg",
+                     "--out", str(trained)]) == 0
+    lone = tmp_path / "lone.pt"
+    shutil.copy(trained / "fedavg" / "checkpoints" / "round_0001.pt", lone)
+    run = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "1", "--no-lpips", "--quiet"]
+    capsys.readouterr()
+    assert cli.main(run + ["--weights", str(lone), "--out", str(tmp_path / "a")]) == 0
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "flat weight vector" in ln]
+    assert said == [f"leakattack: warning: weights file '{lone}' is a flat weight vector, which does not say which "
+                    "activation it was trained with: lenet is built with its default act=sigmoid (a `leakattack "
+                    "train` checkpoint gives its training's only where it lies in its folder, beside protocol.json; "
+                    "`leakattack train` uses tanh): give --model-param act=... as trained"]
+    for extra in (["--weights", str(lone), "--model-param", "act=tanh"],
+                  ["--weights", str(trained / "fedavg" / "checkpoints" / "round_0001.pt")]):
+        assert cli.main(run + extra + ["--out", str(tmp_path / f"b{len(extra)}")]) == 0
+        assert "flat weight vector" not in capsys.readouterr().err
