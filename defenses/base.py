@@ -84,10 +84,10 @@ def seeded(gen: torch.Generator | None, step: str) -> torch.Generator:
     return gen
 
 
-def noise_like(v: torch.Tensor, gen: torch.Generator | None, kind: str) -> torch.Tensor:
+def noise_like(v: torch.Tensor, gen: torch.Generator | None, kind: str, step: str) -> torch.Tensor:
     """A standard normal or standard Laplace sample shaped like v, drawn on the CPU in float64 from ``gen`` (one
-    UserError sentence without one: :func:`seeded`)."""
-    gen = seeded(gen, kind)
+    UserError sentence naming ``step``, the drawing step's spec, without one: :func:`seeded`)."""
+    gen = seeded(gen, step)
     if kind == "gaussian":
         z = torch.randn(v.shape, generator=gen, dtype=torch.float64)
     else:  # Laplace(0, 1) as the difference of two Exp(1) samples

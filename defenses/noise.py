@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import BEFORE, DefenseError, Transform, noise_like, norm_bound, seeded
+from .base import BEFORE, DefenseError, Transform, noise_like, norm_bound
 
 _nonneg = (float, "a non-negative number", lambda s: s >= 0)
 
@@ -47,7 +47,7 @@ class Gaussian(Transform):
         return self.params["z"] * self.clip_C
 
     def __call__(self, v, gen):
-        return v + self.sigma * noise_like(v, seeded(gen, self.spec()), "gaussian") if self.sigma > 0 else v
+        return v + self.sigma * noise_like(v, gen, "gaussian", self.spec()) if self.sigma > 0 else v
 
 
 class Laplace(Transform):
@@ -61,4 +61,4 @@ class Laplace(Transform):
 
     def __call__(self, v, gen):
         b = self.params["b"]
-        return v + b * noise_like(v, seeded(gen, self.spec()), "laplace") if b > 0 else v
+        return v + b * noise_like(v, gen, "laplace", self.spec()) if b > 0 else v

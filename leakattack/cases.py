@@ -48,7 +48,6 @@ from .sketch import (
     sketch_from_description,
 )
 from .sketch.gaussian import available_bytes
-from .torchfile import load_torch_file
 from .training import (
     MODEL_DEFAULTS,
     build_victim,
@@ -151,26 +150,13 @@ def trained_params(cfg: RunConfig, spec: dict | None) -> tuple[dict, dict]:
     return params, {"model_params": params}
 
 
-def _warn_flat_without_act(cfg: RunConfig, spec: dict | None) -> None:
-    """One line where ``--weights`` is a flat weight vector (a `leakattack train` checkpoint's form) away from a
-    training's protocol.json, for a model with activations the run does not name: the vector says nothing of them,
-    and the model is built with its own default, which need not be what the weights were trained with."""
+def _default_act(cfg: RunConfig, spec: dict | None) -> tuple[str, str] | None:
+    """(model, the activation it is built with by default) for a model of the registry where neither the run nor a
+    training's protocol.json (``spec``) names one (None where one does, or where the model has no ``act``)."""
     if spec is not None or cfg.model not in targets.list_models() or "act" not in targets.model_params(cfg.model) \
             or "act" in cfg.model_params:
-        return
-    try:
-        state = load_torch_file(cfg.weights, f"weights file '{cfg.weights}'")
-    except UserError:
-        return  # load_weights says what is wrong with the file
-    if isinstance(state, dict) and "weights" in state and set(state) <= {"weights", "buffers", "server"}:
-        state = state["weights"]
-    if isinstance(state, torch.Tensor) and state.dim() == 1:
-        act = targets.models.param_default(cfg.model, "act")
-        warnings.warn(f"weights file '{cfg.weights}' is a flat weight vector, which does not say which activation "
-                      f"it was trained with: {cfg.model} is built with its default act={act} (a `leakattack train` "
-                      "checkpoint gives its training's only where it lies in its folder, beside protocol.json; "
-                      "`leakattack train` uses tanh): give --model-param act=... as trained", SettingWarning,
-                      stacklevel=3)
+        return None
+    return cfg.model, str(targets.models.param_default(cfg.model, "act"))
 
 
 def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
@@ -185,14 +171,13 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                                **params)
     if cfg.weights:
         try:
-            targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg))
+            targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg), unnamed_act=_default_act(cfg, spec))
         except UserError as err:  # a training's checkpoint names the model and data it was trained on
             if not spec or (spec.get("model"), spec.get("dataset")) == (cfg.model, cfg.dataset or "photos"):
                 raise
             raise ConfigError(f"{err} (its protocol.json: a training of {spec.get('model')} on "
                               f"{spec.get('dataset')}; give --model {spec.get('model')} --dataset "
                               f"{spec.get('dataset')})") from None
-        _warn_flat_without_act(cfg, spec)  # once the file is read: a bad one is refused alone
     if cfg.attack_class.modifies_model:  # the server sends its own model, built from images it holds
         cfg.attack_class(**cfg.attack_options()).modify(victim, ds)
     victim.to(device=device, dtype=dtype)
@@ -461,10 +446,10 @@ def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.de
     named = named if isinstance(named, str) and named else None
     if cfg.weights:
         try:
-            targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg))
+            targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg),
+                                 unnamed_act=_default_act(cfg, trained_model_spec(cfg.weights)))
         except UserError as err:
             raise ConfigError(f"{err} ({built})") from None
-        _warn_flat_without_act(cfg, trained_model_spec(cfg.weights))
         if named is not None and Path(cfg.weights).name != Path(named).name:
             warnings.warn(f"message file '{msg.path}' names its weights file '{named}', and --weights is "
                           f"'{cfg.weights}': the message is attacked at the weights given, which must be the weights "

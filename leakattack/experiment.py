@@ -304,8 +304,9 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
     if cfg.message and unread:
         warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --message: the message "
                       "file says what the images are, and --truth gives them", SettingWarning, stacklevel=3)
-    unread = [f"{flag} {getattr(cfg, key)}" for key, flag in (*picks[1:], ("image_size", "--image-size"))
-              if cfg.set_by_user(key)]
+    unread = [f"{flag} {getattr(cfg, key)}" for key, flag in (("image_index", "--image-index"),
+                                                              ("batch_draw", "--batch-draw"),
+                                                              ("image_size", "--image-size")) if cfg.set_by_user(key)]
     if cfg.protocol and unread:
         warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --protocol: the attacked "
                       "message holds the images the client's round draws from its own shard, at the size its "

@@ -103,13 +103,16 @@ def _bn_counters(keys: list[str]) -> bool:
     return bool(keys) and all(k.rsplit(".", 1)[-1] == "num_batches_tracked" for k in keys)
 
 
-def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) -> Victim:
+def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None,
+                 unnamed_act: tuple[str, str] | None = None) -> Victim:
     """Load a state_dict (or a flat weight vector) from ``path`` into ``victim``; one-sentence errors.
 
     ``drawn_by`` names the settings that drew the model's initial weights (``"--model-seed 5"``): where the file
     sets every parameter and buffer, a one-line warning says they change nothing.  A flat vector sets the trainable
     weights only; on a model with BatchNorm a one-line warning says its running statistics stay as initialised, and
-    on one with frozen parameters that those do.
+    on one with frozen parameters that those do.  ``unnamed_act``: (model name, the activation it was built with
+    by default) where nothing named one (``("lenet", "sigmoid")``): a flat vector does not say which it was trained
+    with, and a one-line warning says so.
     """
     path = Path(path)
     state = load_torch_file(path, f"weights file '{path}'", objects_hint=(
@@ -147,6 +150,12 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None) 
                 own[n].copy_(b)
         _warn_half(path, [state, *(buffers or {}).values()], victim.dtype)
         _warn_integers(path, [(None, state)])
+        if unnamed_act is not None:
+            warnings.warn(f"weights file '{path}' is a flat weight vector, which does not say which activation it "
+                          f"was trained with: {unnamed_act[0]} is built with its default act={unnamed_act[1]} (a "
+                          "`leakattack train` checkpoint gives its training's only where it lies in its folder, "
+                          "beside protocol.json; `leakattack train` uses tanh): give --model-param act=... as "
+                          "trained", SettingWarning, stacklevel=2)
         statistics = [n for n, _ in model.named_buffers() if n.rsplit(".", 1)[-1] == "running_mean"]
         if buffers is None and statistics:
             warnings.warn(f"weights file '{path}' is a flat vector of the trainable weights: the model's BatchNorm "
