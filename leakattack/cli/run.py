@@ -26,7 +26,8 @@ from ..rebuilt import (
 )
 
 
-def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None) -> str:
+def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None,
+                 protocol_noise: dict | None = None, protocol_round: int | None = None) -> str:
     """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
 
     A run that attacked nothing (its objective was not finite at the start, or
@@ -42,12 +43,14 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     for ``cosine``, the relative residual of a closed-form attack's solve for
     ``residual``); a defended run adds its defense, ε and, with ``--utility``,
     the test accuracy of training under it (said to be below chance when it is
-    under 1/``num_classes``).
+    under 1/``num_classes``).  A DP protocol's message adds its own noise
+    (``protocol_noise``: ``Protocol.privacy`` over rounds 1..``protocol_round``,
+    which config.json records) with the accountant's ε over those rounds.
     """
     name = {"cosine": "cosine distance", "residual": "residual"}.get(objective, "L_R")
     record = m.to_dict()
     tail = (f"{name} {_loss(m.final_loss)} | {_labels(m, record)} | {_steps(m)} | "
-            f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes)}")
+            f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes, protocol_noise, protocol_round)}")
     if m.attacked is False:
         return f"nothing was attacked: {m.nothing_attacked} | {tail}{folder}"
     if m.truth is False:  # a message attacked without a truth file
@@ -85,11 +88,18 @@ def _labels(m: RunMetrics, record: dict | None = None) -> str:
     return lab
 
 
-def _defense(m: RunMetrics, num_classes: int | None) -> str:
+def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, rounds: int | None = None) -> str:
     """``defense SPEC, ε E (δ D; pure DP, δ 0 for Laplace noise) | utility ... | `` for a defended run (ε ∞ where
     noise has no bound on what it is added to), ``utility ... | `` for an undefended one with ``--utility``, empty
-    otherwise."""
+    otherwise; a DP protocol's own noise (``noise``, with its ε over rounds 1..``rounds``) as
+    ``protocol noise σ S, ε E (δ D) over rounds 1..T | ``."""
     out = ""
+    if noise and noise.get("sigma") is not None:
+        over = f" over rounds 1..{rounds}" if isinstance(rounds, int) else ""
+        eps, delta = noise.get("epsilon_rdp"), noise.get("delta_paper")
+        bound = f"ε {eps:.3g} (δ {delta:.0e}){over}" if isinstance(eps, (int, float)) and isinstance(
+            delta, (int, float)) else f"no ε{over} (its δ reaches 1)"
+        out += f"protocol noise σ {noise['sigma']:.3g}, {bound} | "
     if m.defense:
         out = f"defense {m.defense}"
         if m.epsilon is not None:
@@ -139,7 +149,9 @@ def cmd_run(a) -> int:
     derived = config.get("derived", {})
     closed = cfg.attack_class.closed_form
     print(summary_line(m, folder, objective="residual" if closed else derived.get("objective", "l2"),
-                       num_classes=derived.get("num_classes")))
+                       num_classes=derived.get("num_classes"),
+                       protocol_noise=(derived.get("sketch") or {}).get("privacy") if cfg.protocol else None,
+                       protocol_round=cfg.protocol_round))
     # a note when the run diverged, its loss rose, or a match is not unique; not for an optimiser's ordinary stops,
     # unless Gauss-Newton steps were tried after them and not kept (the line says so, the note why); always for a
     # closed-form attack, whose message says what it solved

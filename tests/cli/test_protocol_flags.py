@@ -225,3 +225,20 @@ def test_server_optimiser_settings_its_optimiser_leaves_unused_are_warned_of(tmp
             in capsys.readouterr().err)
     assert cli.main(argv + ["--server-opt", "sgdm", "--server-beta1", "0.5", "--out", str(tmp_path / "sgdm")]) == 0
     assert "change nothing with" not in capsys.readouterr().err  # sgdm's momentum is its beta1
+
+
+@pytest.mark.parametrize("protocol,rounds", [("privsgd", 1), ("sketched-dp", 2)])
+def test_a_dp_protocols_summary_line_names_its_noise_and_epsilon(tmp_path, capsys, protocol, rounds):
+    """A DP protocol's run printed no noise and no ε on its summary line (the report and config.json had them): the
+    line now says the protocol's σ and its accountant's ε over the rounds up to the attacked one."""
+    argv = RUN + ["--protocol", protocol, "--round", str(rounds), "--out", str(tmp_path / "run")]
+    assert cli.main(argv) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    noise = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["sketch"]["privacy"]
+    assert f"protocol noise σ {noise['sigma']:.3g}, ε {noise['epsilon_rdp']:.3g}" in line
+    assert f"over rounds 1..{rounds}" in line
+
+
+def test_a_protocol_without_noise_says_no_protocol_noise(tmp_path, capsys):
+    assert cli.main(RUN + ["--protocol", "fedavg", "--out", str(tmp_path / "run")]) == 0
+    assert "protocol noise" not in capsys.readouterr().out
