@@ -113,10 +113,11 @@ def cmd_train(a) -> int:
         raise ConfigError(f"--name {a.name} is the file a training draws its figure into in --out: give another name")
     _warn_data(a)
     _warn_dp_rounds(a.protocol, spec, a.rounds)
-    out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
-    if (out / "protocol.json").is_file():  # a training's own run folder, one below the --out that wrote it
+    if a.out is not None and (Path(a.out) / "protocol.json").is_file():  # a training's own run folder, one below
+        out = Path(a.out)                                                 # the --out that wrote it
         raise ConfigError(f"--out '{a.out}' is the run folder of a training (it holds protocol.json): give the folder "
                           f"above it, --out {out.parent} --name {out.name}, to continue that training")
+    out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
     warn_client_batch(spec, load_split(model_spec, a.download)[0])
     try:

@@ -62,6 +62,28 @@ def folder_kind(path) -> str | None:
     return None
 
 
+def training_folder(path) -> bool:
+    """Whether ``path`` is a training's run folder (holding protocol.json and train.jsonl) or the
+    ``leakattack train --out`` folder one above it (holding the accuracy_vs_floats.png a training draws there beside
+    such a folder), in which a training refuses to continue once other files are there.  A training's run folder
+    copied elsewhere does not make the folder it was copied into a training's."""
+    p = Path(path)
+    if _trained_here(p):
+        return True
+    if not (p / "accuracy_vs_floats.png").is_file():
+        return False
+    try:
+        with os.scandir(p) as entries:
+            return any(e.is_dir(follow_symlinks=False) and _trained_here(Path(e.path)) for e in entries)
+    except OSError:  # not a folder, or not readable: nothing of a training's is known there
+        return False
+
+
+def _trained_here(p: Path) -> bool:
+    """Whether ``p`` is the run folder of a ``leakattack train`` (its protocol.json beside its train.jsonl)."""
+    return (p / "protocol.json").is_file() and (p / "train.jsonl").is_file()
+
+
 #: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``)
 TEMPORARY_NAME_EXTRA = 16
 
@@ -87,7 +109,8 @@ def _name_max(path: Path) -> int:
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
     filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
-    the current folder, a folder that holds it or one inside a run or sweep folder (:func:`folder_kind`); or a file
+    the current folder, a folder that holds it or one inside a run, sweep or training folder (:func:`folder_kind`,
+    :func:`training_folder`: a training refuses to continue in a folder holding what it does not write); or a file
     of that kind (``file=".csv"``), which is always written beside itself.  What an existing folder may hold is the
     command's to say (:func:`own_folder`)."""
     noun = "a folder" if file is None else f"a {file} file"
@@ -112,11 +135,12 @@ def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: boo
         if target == here or target in here.parents:
             done = "it would be replaced whole" if beside else "the command would fill it"
             raise UserError(f"--out '{out}' is the current folder or holds it, and {done}: name a new folder")
-    for folder in path.resolve().parents:  # a run's or sweep's files are its own: nothing is written among them
-        kind = folder_kind(folder)
+    for folder in path.resolve().parents:  # a run's, sweep's or training's files are its own
+        kind = folder_kind(folder) or ("training" if training_folder(folder) else None)
         if kind is not None:
             raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
-                            f"own: name a {'folder' if file is None else 'file'} outside run and sweep folders")
+                            f"own: name a {'folder' if file is None else 'file'} outside run, sweep and training "
+                            "folders")
     if file is None and beside and path.is_dir() and os.path.ismount(path):  # a volume: it cannot be renamed
         raise UserError(f"--out '{out}' is a mount point, which a run cannot replace (it writes its folder beside it "
                         f"and renames it into place): name a folder inside it, such as '{path / 'run'}'")

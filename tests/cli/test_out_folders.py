@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from test_bad_input import _refused  # tests/cli is on the path
 
+from leakattack import cli
 from leakattack.cli.check import CHECK_FILES
 from leakattack.cli.sweep import SWEEP_FILES
 from leakattack.cli.train import TRAIN_FILES, _warn_data
@@ -85,16 +86,52 @@ def test_a_run_folder_holding_one_of_its_files_as_a_folder_says_so(tmp_path, cap
 
 
 @pytest.mark.parametrize("command", ["run", "check", "train", "sweep"])
-@pytest.mark.parametrize("kind,marker", [("run", "metrics.json"), ("sweep", "results.jsonl")])
-def test_an_out_inside_a_run_or_sweep_folder_is_refused(command, kind, marker, tmp_path, capsys):
-    """A folder written among a run's or a sweep's files would make that folder a stranger's: it could no longer be
-    run again into (a run replaces its folder whole) and its reader would meet foreign files."""
+@pytest.mark.parametrize("kind,markers,home", [
+    ("run", ["metrics.json"], ""), ("sweep", ["results.jsonl"], ""),
+    # a training's run folder, and the train --out folder above it: a training refuses to continue in either once
+    # another command wrote there
+    ("training", ["protocol.json", "train.jsonl"], ""),
+    ("training", ["accuracy_vs_floats.png", "fedavg/protocol.json", "fedavg/train.jsonl"], ""),
+    ("training", ["accuracy_vs_floats.png", "fedavg/protocol.json", "fedavg/train.jsonl"], "fedavg"),
+])
+def test_an_out_inside_a_run_sweep_or_training_folder_is_refused(command, kind, markers, home, tmp_path, capsys):
+    """A folder written among a run's, a sweep's or a training's files would make that folder a stranger's: it could
+    no longer be run again into (a run replaces its folder whole; a training refuses to continue beside files it does
+    not write) and its reader would meet foreign files."""
     argv = {**_commands(tmp_path), "run": ["run", "--quiet", "--threads", "1", "--iterations", "1"]}[command]
-    home = tmp_path / "earlier"
-    home.mkdir()
-    (home / marker).write_text("{}")
-    _refused(argv + ["--out", str(home / "sub" / "deeper")], f"is inside the {kind} folder '{home}', whose files are "
-             f"the {kind}'s own: name a folder outside run and sweep folders", tmp_path, capsys)
+    top = tmp_path / "earlier"
+    for marker in markers:
+        (top / marker).parent.mkdir(parents=True, exist_ok=True)
+        (top / marker).write_text("{}")
+    holder = top / home if home else top
+    _refused(argv + ["--out", str(holder / "sub" / "deeper")], f"is inside the {kind} folder '{holder}', whose files "
+             f"are the {kind}'s own: name a folder outside run, sweep and training folders", tmp_path, capsys)
+
+
+def test_a_folder_beside_unrelated_protocol_json_or_a_copied_training_is_not_a_training(tmp_path):
+    """Only protocol.json beside train.jsonl marks a training: a protocol.json of one's own is no training folder,
+    and a training's run folder copied in does not make the folder it was copied into a train --out folder (that
+    holds the figure a training draws)."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "protocol.json").write_text("{}")
+    assert writable_out(tmp_path / "mine" / "out") == tmp_path / "mine" / "out"
+    (tmp_path / "copy").mkdir()
+    for name in ("protocol.json", "train.jsonl"):
+        (tmp_path / "copy" / name).write_text("{}")
+    assert writable_out(tmp_path / "out") == tmp_path / "out"
+
+
+def test_a_report_written_into_a_training_folder_is_refused_and_the_training_continues(tmp_path, capsys):
+    """`report --out` into a train --out folder made continuing that training refuse ("holds rep.html, which a
+    training does not write"): the report is now refused, and the training continues."""
+    train = tmp_path / "train"
+    assert cli.main(TRAIN + ["--out", str(train)]) == 0
+    run = tmp_path / "run"
+    assert cli.main(["run", "--quiet", "--threads", "1", "--iterations", "1", "--no-lpips", "--out", str(run)]) == 0
+    capsys.readouterr()
+    for place in (train / "rep.html", train / "fedavg" / "rep.html"):
+        _refused(["report", str(run), "--out", str(place)], "is inside the training folder", tmp_path, capsys)
+    assert cli.main(TRAIN[:-4] + ["--rounds", "2", "--clients", "2", "--protocol", "fedavg", "--out", str(train)]) == 0
 
 
 def test_a_run_folder_is_not_a_training_folder(tmp_path, capsys):

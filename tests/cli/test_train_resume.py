@@ -261,9 +261,9 @@ def test_a_training_of_the_same_settings_that_finished_no_round_starts_again(tmp
     assert [r["round"] for r in _rows(tmp_path / "sketched")] == [1, 2]
 
 
-def test_a_copied_folder_continues_where_it_was_copied(interrupted, tmp_path, straight):
+def test_a_copied_folder_continues_where_it_was_copied(interrupted, tmp_path_factory, straight):
     """Nothing but the folder's own files is read: a copy under another --out continues alike."""
-    copy = tmp_path / "copy"
+    copy = tmp_path_factory.mktemp("elsewhere") / "copy"
     shutil.copytree(interrupted, copy / "sketched")
     assert cli.main(TRAIN + ["--rounds", "5", "--out", str(copy)]) == 0
     assert _rows(copy / "sketched") == _rows(straight)
