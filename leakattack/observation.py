@@ -22,13 +22,14 @@ from typing import Callable, Protocol
 import torch
 from torch import nn
 
+import defenses
 import targets
 from targets import Victim
 from targets.oracle import restart_gradients
 from targets.protocols import UNKNOWN_SEED_OFFSET, ClientMessage
 from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem, same_values
 
-from .channel import Channel
+from .channel import Channel, Transmission
 from .constraints import MAX_SEED
 from .data.base import outside_unit_range
 from .errors import SettingWarning, UserError
@@ -322,6 +323,20 @@ NOISE_SHARE_SEED = 0x5EED
 NOISE_SHARE_DRAWS = 8
 
 
+def _adds_noise(step) -> bool:
+    """Whether a defense step adds noise (Gaussian or Laplace at a positive scale)."""
+    return step.name in ("gaussian", "laplace") and not step.changes_nothing()
+
+
+def _noiseless(channel: Channel) -> Transmission | None:
+    """The channel without its noise steps (its clips, pruning and quantisation kept): what the message is apart
+    from the noise; None where no step adds noise."""
+    steps = channel.pipeline.steps
+    if not any(_adds_noise(step) for step in steps):
+        return None
+    return Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not _adds_noise(step)]))
+
+
 def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> float | None:
     """What an attacker who knows the defense (not its noise) estimates of the noise in message ``y``: the
     root-mean-square norm of the channel's message for a zero gradient shaped like ``gradient`` (its additive noise
@@ -330,7 +345,7 @@ def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> fl
     ||y||^2 - mean ||n||^2 is below three standard deviations of the draws' ||n||^2, so that the message's norm
     cannot tell the rest from the noise's own spread (on digits with a per-example clip of 1, from a noise share of
     about 10 on: z = 0.1)."""
-    if not any(step.name in ("gaussian", "laplace") and not step.changes_nothing() for step in channel.pipeline.steps):
+    if not any(_adds_noise(step) for step in channel.pipeline.steps):
         return None
     rng, zero = torch_generator(NOISE_SHARE_SEED), torch.zeros_like(gradient)
     squares = torch.tensor([float(channel.send(zero, rng).detach().double().norm() ** 2)
@@ -386,6 +401,10 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         y = channel.send(sent, rng).detach()
         clean = channel.sketch.apply(g).detach()
         extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
+        noiseless = _noiseless(channel)
+        if noiseless is not None:  # the noise against the rest of the message, which noise_share estimates
+            rest = noiseless(sent, torch_generator(noise_seed)).detach()
+            extra["noise_distortion"] = float((y - rest).norm() / rest.norm().clamp_min(1e-300))
     else:
         y = channel.send(g).detach()
     nonfinite = int((~torch.isfinite(y)).sum())

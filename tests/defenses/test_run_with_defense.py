@@ -140,7 +140,20 @@ def test_a_noisy_message_is_measured_and_its_attack_without_a_prior_is_warned(tm
     # a clip alone adds no noise: nothing to estimate
     out = tmp_path / "clip"
     assert cli.main([*base, "--defense", "clip:C=1", "--out", str(out)]) == 0
-    assert "noise_share" not in json.loads((out / "metrics.json").read_text())
+    assert not {"noise_share", "noise_distortion"} & set(json.loads((out / "metrics.json").read_text()))
+
+
+def test_the_noise_share_is_checked_against_the_noise_alone_where_a_clip_shrinks_the_message(tmp_path):
+    """message_distortion (||y - R g|| / ||R g||) counts a clip's shrinkage too: 0.93 where the attacker's
+    noise_share read 0.027; noise_distortion, the noise against the message its other steps send, is what the
+    estimate is of."""
+    out = tmp_path / "clipped"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "photos", "--sketch", "srht", "--iterations", "2",
+                     "--quiet", "--no-lpips", "--threads", "1", "--attacker-knows-clip",
+                     "--defense", "clip:C=1,gaussian:sigma=3e-4@after_sketch", "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["noise_share"] == pytest.approx(m["noise_distortion"], rel=0.05), m
+    assert m["message_distortion"] > 10 * m["noise_distortion"], m  # ||g|| about 15 clipped to 1
 
 
 def test_the_noisy_note_reads_the_share_the_prior_and_a_hand_written_config_without_trusting_it():
