@@ -70,15 +70,21 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
 
     ``label_acc`` counts the recovered labels as a multiset (what label-recovery
     rules are judged by); ``label_acc_matched`` compares each reconstructed
-    image's label with the true label of the image it was matched to.
+    image's label with the true label of the image it was matched to.  The
+    reconstruction is scored clamped to [0, 1] (:func:`in_range`: a value that
+    is not finite scores as not a number); a truth with a value that is not
+    finite is refused.
     """
     check_pair(x_hat, x)
+    if not bool(torch.isfinite(x.detach()).all()):
+        raise MetricsError(f"the truth holds {int((~torch.isfinite(x.detach())).sum())} value(s) that are NaN or "
+                           "infinite: there is no image to score against")
     outside = outside_unit_range(x)  # the scale of PSNR's peak of 1, SSIM's constants and LPIPS
     if outside:
         raise MetricsError(f"the truth holds values from {outside[0]:.4g} to {outside[1]:.4g}, and the metrics take "
                            "images in [0, 1] (pixels 0-255: divide by 255; normalised data: score the images before "
                            "normalising)")
-    x_hat = x_hat.detach()
+    x_hat = in_range(x_hat.detach())
     x = x.detach().to(x_hat.device)
     b = x.shape[0]
     cost = mse_matrix(x_hat, x) if b > 1 else None  # the matching's costs, which also tell the nearer truths

@@ -1,6 +1,7 @@
 """Tests for leakattack.metrics: PSNR/SSIM against references, matching, LPIPS wiring, score."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -428,3 +429,22 @@ def test_assess_judges_a_result_against_its_start_and_the_mean_image():
     assert assess(exact, x, closed_form=True, with_lpips=False)["baseline_start_psnr"] is None
     with pytest.raises(MetricsError, match="AttackResult"):
         assess(x, x)
+
+
+def test_score_clamps_the_reconstruction_as_assess_and_a_run_do():
+    """score() took a reconstruction outside [0, 1] as it was (10.46 dB) where assess() and metrics.json clamp it
+    (11.43 dB); the docs say reconstructions are clamped for scoring."""
+    x = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = metrics.score(x + 0.3, x, with_lpips=False)
+    assert out["psnr"] == pytest.approx(metrics.score((x + 0.3).clamp(0, 1), x, with_lpips=False)["psnr"], abs=1e-12)
+    assert out["psnr"] > float(metrics.psnr(x + 0.3, x)[0]) + 0.1
+    assert metrics.score(torch.full_like(x, math.nan), x, with_lpips=False)["psnr"] is None  # still n/a, not 0 dB
+
+
+@pytest.mark.parametrize("truth,needle", [
+    (torch.full((1, 1, 8, 8), math.nan), "the truth holds 64 value(s) that are NaN or infinite"),
+    (torch.zeros(0, 1, 8, 8), "the images are empty (shape (0, 1, 8, 8))"),
+])
+def test_a_truth_with_nothing_to_score_against_is_one_sentence(truth, needle):
+    with pytest.raises(metrics.MetricsError, match=re.escape(needle)):
+        metrics.score(torch.zeros_like(truth), truth, with_lpips=False)
