@@ -500,6 +500,11 @@ class Victim:
         self.num_classes = int(self.num_classes)
         if self.task not in TASKS:
             raise UserError(f"unknown task '{self.task}'; choose one of: {', '.join(TASKS)}")
+        if self.task == "classification" and self.num_classes == 1 and (
+                self.loss is cross_entropy or isinstance(self.loss, nn.CrossEntropyLoss)):
+            raise UserError(f"model '{self.name}' is a classifier of num_classes = 1 under cross-entropy, whose loss "
+                            "is 0 whatever the weights: its gradient, and every message, is all zeros; give at least "
+                            "2 classes (or a loss of one score, such as nn.BCEWithLogitsLoss())")
         if self.bn_mode not in BN_MODES:
             raise UserError(f"unknown BatchNorm mode '{self.bn_mode}'; choose one of: {', '.join(BN_MODES)}")
         if isinstance(self.loss, type):

@@ -177,7 +177,8 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
 
     ``name`` is a registered model or the user's own class, ``path/to/file.py:Name`` or ``package.module:Name``.
     ``in_shape`` (one example's shape) must be a tuple of positive integers, with as many entries as a registered
-    model takes (its ``in_rank``), and ``num_classes`` an integer of at least 1: anything else is one
+    model takes (its ``in_rank``), and ``num_classes`` an integer of at least 1 (2 for a classifier under
+    cross-entropy, whose one-class loss has no gradient): anything else is one
     :class:`~leakattack.errors.UserError` sentence before the model is built.
     """
     if isinstance(name, torch.nn.Module) or isinstance(name, type) and issubclass(name, torch.nn.Module):

@@ -60,3 +60,16 @@ def test_register_model_declares_the_rank_its_model_takes(fresh_models):
         targets.get_model("flat2d", num_classes=2, in_shape=(1, 2, 3))
     with pytest.raises(ValueError, match="in_rank of model 'bad' must be a positive integer or None, got 0"):
         targets.register_model("bad", lambda in_shape, num_classes: None, in_rank=0)
+
+
+def test_a_one_class_classifier_under_cross_entropy_is_refused_as_sending_zeros():
+    """Cross-entropy over one class is 0 at any weights: the message was all zeros and the attack said 'converged'."""
+    with pytest.raises(UserError, match="classifier of num_classes = 1 under cross-entropy"):
+        targets.get_model("lenet", num_classes=1)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 1))
+    with pytest.raises(UserError, match="its gradient, and every message, is all zeros"):
+        targets.Victim.from_module(net, input_shape=(3, 2, 2), num_classes=1, loss=torch.nn.CrossEntropyLoss())
+    # one score under a loss of one score (here as a regression on real targets) has a gradient: it is taken
+    victim = targets.Victim.from_module(net, input_shape=(3, 2, 2), num_classes=1, task="regression",
+                                        loss=torch.nn.BCEWithLogitsLoss())
+    assert victim.num_classes == 1
