@@ -79,7 +79,8 @@ def seeded(gen: torch.Generator | None, step: str) -> torch.Generator:
     """``gen``, or one UserError sentence where a step that draws (``step``, its spec) was given none: its draws
     would come from torch's global state, neither seeded by the run nor reproducible."""
     if not isinstance(gen, torch.Generator):
-        raise UserError(f"defense step '{step}' draws random numbers and was given no torch.Generator: pass one, "
+        given = "no torch.Generator" if gen is None else f"{type(gen).__name__} {gen!r:.40}, not a torch.Generator"
+        raise UserError(f"defense step '{step}' draws random numbers and was given {given}: pass one, "
                         "as in channel.send(g, torch.Generator().manual_seed(0))")
     return gen
 

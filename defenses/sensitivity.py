@@ -12,7 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .accounting.analysis import clip_sensitivity, l1_from_l2_sensitivity, linear_map_sensitivity
+from .accounting.analysis import (
+    check_count,
+    check_number,
+    clip_sensitivity,
+    l1_from_l2_sensitivity,
+    linear_map_sensitivity,
+)
 from .base import BEFORE, norm_bound
 from .noise import Gaussian, Laplace
 from .pruning import Prune
@@ -135,7 +141,12 @@ def sketch_norm_needed(pipeline) -> bool:
 def _walk(pipeline, sketch_norm: float | None, batch_size: int | None,
           lengths: tuple[int | None, int | None] | None = None) -> tuple[list[NoiseBound], list[LaplaceBound]]:
     """The bounds of :func:`noise_bounds` (each run of Gaussian steps) and of each Laplace step of positive scale,
-    from one walk of the steps in channel order (see :func:`noise_bounds`)."""
+    from one walk of the steps in channel order (see :func:`noise_bounds`).  ``sketch_norm`` is a finite positive
+    number or None, ``batch_size`` an integer of at least 1 or None: anything else is one UserError sentence."""
+    if sketch_norm is not None:
+        sketch_norm = check_number("sketch_norm", sketch_norm)
+    if batch_size is not None:
+        batch_size = check_count("batch_size", batch_size)
     per_ex = pipeline.per_example
     delta, sym, val, clip, crossed = None, "", "", None, False
     reason = "no clip before the noise: sensitivity unbounded"

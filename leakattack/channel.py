@@ -38,8 +38,13 @@ class Transmission:
         return self.pipeline.per_example
 
     def __call__(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
-        if self.per_example and (not isinstance(g, torch.Tensor) or g.ndim != 2):
-            got = f"shape {tuple(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+        if not isinstance(g, torch.Tensor) or not g.is_floating_point():  # before a defense step reads it
+            got = f"a tensor of dtype {str(g.dtype).removeprefix('torch.')}" if isinstance(g, torch.Tensor) else \
+                type(g).__name__
+            raise UserError(f"the channel takes the gradient as a floating-point torch tensor, got {got} (convert it "
+                            "with torch.as_tensor(g, dtype=torch.float64))")
+        if self.per_example and g.ndim != 2:
+            got = f"shape {tuple(g.shape)}"
             raise UserError(f"a channel with a per_example step ('{self.pipeline.spec}') takes the (B, d) matrix of "
                             f"per-example gradients, one row per example, got {got}")
         batch = g.shape[0] if self.per_example else None

@@ -1,5 +1,7 @@
 """Defense transforms: each does what its paper says, specs parse and bad specs are one sentence."""
 
+import re
+
 import pytest
 import torch
 
@@ -143,3 +145,44 @@ def test_a_per_example_channel_given_one_vector_or_a_threat_of_another_type_is_o
     with pytest.raises(UserError, match=r"^attacker_view takes a ThreatModel .* got str 'x'$"):
         channel.attacker_view("x")
     assert channel.attacker_view(ThreatModel(knows_clip=True)).pipeline.spec == "per_example:C=1.0@before_sketch"
+
+
+@pytest.mark.parametrize("g,needle", [
+    (torch.arange(100), "got a tensor of dtype int64"),
+    ([1.0] * 100, "got list"),
+])
+def test_a_gradient_that_is_not_a_float_tensor_is_refused_before_a_defense_step_reads_it(g, needle):
+    """A clip read an integer tensor or a list first: torch's vector_norm error, or 'list' has no attribute 'norm'."""
+    from leakattack.channel import Channel
+    from leakattack.errors import UserError
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("srht", 100, 50, seed=1), "clip:C=1,gaussian:sigma=0.1@after_sketch")
+    with pytest.raises(UserError, match=f"^the channel takes the gradient as a floating-point torch tensor, {needle}"):
+        channel.send(g, gen())
+
+
+def test_a_generator_of_another_type_is_named_as_given():
+    from leakattack.channel import Channel
+    from leakattack.errors import UserError
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("none", 4, 4), "gaussian:sigma=0.1")
+    with pytest.raises(UserError, match="was given int 5, not a torch.Generator"):
+        channel.send(torch.ones(4, dtype=torch.float64), 5)
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((2.0, 0), "batch_size must be an integer of at least 1, got int 0"),
+    ((1.0, 2.5), "batch_size must be an integer of at least 1, got float 2.5"),
+    ((1.0, True), "batch_size must be an integer of at least 1, got bool True"),
+    ((-1.0, 2), "sketch_norm must be a finite positive number, got -1.0"),
+])
+def test_the_sensitivity_refuses_a_batch_size_or_sketch_norm_message_privacy_refuses(args, needle):
+    """Pipeline.sensitivity(2.0, 0) returned 2.0 (a batch of 0 read as no batch), 2.5 and True were taken."""
+    from leakattack.errors import UserError
+
+    pipeline = defenses.build("per_example:C=1,gaussian:z=1@after_sketch")
+    with pytest.raises(UserError, match=re.escape(needle)):
+        pipeline.sensitivity(*args)
+    assert pipeline.sensitivity(2.0, 4) == 0.5
