@@ -784,7 +784,11 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`.
     ``prepared`` is called with the prepared run once every check before the attack has passed (the command line
     prints its notes there, so that a refused run prints its refusal alone).  The run takes its own torch thread
-    count (:func:`prepare`) and gives the caller's back."""
+    count (:func:`prepare`) and gives the caller's back.  ``cfg`` is a RunConfig (anything else is one UserError
+    sentence)."""
+    if not isinstance(cfg, RunConfig):
+        hint = ": make one with RunConfig(**settings)" if isinstance(cfg, dict) else ""
+        raise UserError(f"run_attack takes a RunConfig, got {type(cfg).__name__} {cfg!r:.40}{hint}")
     if out is not None:
         check_out(out)
     threads = torch.get_num_threads()

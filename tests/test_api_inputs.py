@@ -161,3 +161,20 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     with pytest.raises(UserError, match="^attack 'grey' returned no losses"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[]), shape)
     check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0]), shape)
+
+
+def test_a_name_where_a_built_object_belongs_is_one_sentence_naming_what_to_build():
+    """get_batch('photos', 0), victim_recipe('lenet') and run_attack({...}) were AttributeErrors deep inside."""
+    from leakattack.data import get_dataset
+    from leakattack.data.base import get_batch
+    from leakattack.experiment import run_attack
+
+    with pytest.raises(UserError, match=re.escape("get_batch takes an ImageSet, got str 'photos': load it first, "
+                                                  "get_batch(get_dataset('photos'), ...)")):
+        get_batch("photos", 0)
+    with pytest.raises(UserError, match="victim_recipe takes a built victim, .* got str 'lenet'$"):
+        targets.victim_recipe("lenet")
+    with pytest.raises(UserError, match=re.escape("run_attack takes a RunConfig, got dict {'iterations': 1}: make one "
+                                                  "with RunConfig(**settings)")):
+        run_attack({"iterations": 1})
+    assert get_batch(get_dataset("photos"), 0)[0].shape == (1, 3, 32, 32)

@@ -89,7 +89,11 @@ def batch_positions(ds: ImageSet, index: int, batch_size: int, draw: str = "cons
 
 def get_batch(ds: ImageSet, index: int, batch_size: int = 1, draw: str = "consecutive"):
     """Images and labels of the batch of ``batch_size`` images with image ``index`` in it (:func:`batch_positions`;
-    by default images index .. index+batch_size-1), as clones."""
+    by default images index .. index+batch_size-1), as clones.  ``ds`` is an ImageSet (a data set's name is one
+    DataError sentence naming get_dataset)."""
+    if not isinstance(ds, ImageSet):
+        hint = f": load it first, get_batch(get_dataset({ds!r}), ...)" if isinstance(ds, str) else ""
+        raise DataError(f"get_batch takes an ImageSet, got {type(ds).__name__} {ds!r:.40}{hint}")
     n = len(ds)
     if isinstance(index, bool) or not isinstance(index, numbers.Integral):
         raise DataError(f"image index must be an integer, got {index!r}")

@@ -340,7 +340,11 @@ def recipe_of(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), *
 def victim_recipe(victim: Victim) -> str:
     """The attack recipe for a built victim, as ``--recipe auto`` chooses it for its model: the one a registered
     model is registered with or the module's class names, else by the units of the module itself (a registered
-    model's modules; another's modules, or the calls of one forward pass of two zero inputs)."""
+    model's modules; another's modules, or the calls of one forward pass of two zero inputs).  Anything but a
+    Victim is one UserError sentence."""
+    if not isinstance(victim, Victim):
+        raise UserError(f"victim_recipe takes a built victim, such as targets.get_model('lenet'), got "
+                        f"{type(victim).__name__} {victim!r:.40}")
     name = str(victim.meta.get("name"))
     registered = name in _MODELS
     fixed = _MODELS.meta(name)["recipe"] if registered else user_recipe(type(victim.model))
