@@ -138,7 +138,9 @@ def paper_epsilon_holds(epsilon_paper: float) -> bool:
 def paper_composition(eps_hat: float, delta_hat: float, T: int, K: int) -> tuple[float, float]:
     """(eps_DP, delta_DP) = (sqrt(TK) eps_hat, TK delta_hat) over T rounds of K local steps (Song et al. 2023,
     Theorem 6.2 / H.11).  ``eps_hat`` must be a non-negative number or inf, ``delta_hat`` in (0, 1), ``T`` and
-    ``K`` integers of at least 1 (one UserError sentence otherwise)."""
+    ``K`` integers of at least 1 (one UserError sentence otherwise).  delta_DP is the theorem's TK delta_hat as it
+    stands, which reaches 1 or more over many steps: such a pair bounds nothing, and its callers say so (a protocol's
+    ``privacy`` records no accountant's epsilon there)."""
     eps_hat = check_number("eps_hat", eps_hat, low_open=False, infinite=True)
     delta_hat = check_number("delta_hat", delta_hat, low=0.0, high=1.0)
     T, K = check_count("T", T), check_count("K", K)
