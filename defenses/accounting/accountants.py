@@ -30,6 +30,9 @@ ACCOUNTANTS = ("rdp", "prv")
 
 #: noise multipliers above this give the accountant's floor epsilon (see accountant_epsilon)
 Z_MAX = 1e6
+#: the PRV accountant's epsilon reaches no higher than about log of the largest float (709.78): a value from here on
+#: is its grid's cap, not the mechanism's epsilon (at z = 0.005 the exact one is 20,852)
+PRV_CAP = 709.0
 
 
 def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
@@ -38,7 +41,10 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     ``prv`` accountant.
 
     ``noise_multiplier`` is a finite non-negative number (0, no noise: epsilon inf), ``sample_rate`` in (0, 1],
-    ``steps`` an integer of at least 1 and ``delta`` in (0, 1); anything else is one UserError sentence.
+    ``steps`` an integer of at least 1 and ``delta`` in (0, 1); anything else is one UserError sentence.  Where
+    ``prv``'s grid cannot span the privacy loss (small z: Opacus raises, or caps epsilon at about 709.8,
+    :data:`PRV_CAP`, which under-reports it up to 80-fold), the ``rdp`` epsilon of the same mechanism is returned,
+    an upper bound; so it is, without asking PRV, where it is twice that cap or more.
     """
     if accountant not in ACCOUNTANTS:
         raise UserError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
@@ -51,6 +57,10 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     # beyond Z_MAX the epsilon sits at the accountant's floor (RDP: log(1/delta)/(alpha_max - 1)); Opacus
     # overflows on astronomically large z, so the floor is computed at Z_MAX
     noise_multiplier = min(float(noise_multiplier), Z_MAX)
+    if accountant == "prv":  # the RDP bound first: where it lies far past PRV's cap, PRV cannot answer (and takes
+        rdp = accountant_epsilon(noise_multiplier, sample_rate, steps, delta)  # 10-30 s to say so at z < 0.005)
+        if rdp >= 2 * PRV_CAP:
+            return rdp
     # Opacus is a heavy import (it pulls in its whole training stack): only when an epsilon is asked for.
     if accountant == "rdp":
         from opacus.accountants import RDPAccountant
@@ -65,11 +75,16 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return float(acc.get_epsilon(delta=delta))
+            epsilon = float(acc.get_epsilon(delta=delta))
+        except RuntimeError:  # PRV: "Discrete mean differs significantly from continuous mean" (z of about 0.01)
+            epsilon = math.inf if accountant == "rdp" else PRV_CAP
         except (MemoryError, OverflowError, ValueError, ZeroDivisionError):
             # PRV's grid cannot span tiny z, and below about 1e-154 z**2 is 0.0 in Opacus' RDP orders (a division
             # by zero): epsilon is astronomically large
-            return math.inf
+            epsilon = math.inf
+    if accountant == "prv" and epsilon >= PRV_CAP:  # the grid's cap, not the mechanism's epsilon
+        return rdp
+    return epsilon
 
 
 def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,

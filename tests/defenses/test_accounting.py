@@ -118,3 +118,16 @@ def test_astronomical_noise_gives_the_accountants_floor_not_an_overflow():
     assert 0 < floor < 0.2 and accountant_epsilon(1e200, 1.0, 1, 1e-5) == floor
     m = message_privacy(defenses.build("clip:C=1,gaussian:sigma=1e200"), 1e-5)
     assert m["epsilon"] == floor and m["noise_multiplier"] == 1e200
+
+
+def test_prv_never_reports_its_grids_cap_or_raises_where_the_loss_is_beyond_it():
+    """PRV gave 709.79 (about log of the largest float) for any z <= 0.005, where the exact Gaussian mechanism's
+    epsilon at one release is 20,852 (z = 0.005), and raised a RuntimeError at z = 0.01-0.02; it now answers the RDP
+    bound there, which is at or above the exact epsilon."""
+    zs = [0.003, 0.005, 0.01, 0.015, 0.02, 0.025, 0.028, 0.03, 0.05, 0.1]
+    prv = [accountant_epsilon(z, 1.0, 1, 1e-5, accountant="prv") for z in zs]
+    assert all(a > b for a, b in zip(prv, prv[1:])), prv  # less noise never reads as more private
+    assert prv[1] > 20_000  # above the exact 20,852 up to the RDP bound's slack
+    for z, eps in zip(zs, prv):
+        rdp = accountant_epsilon(z, 1.0, 1, 1e-5, accountant="rdp")
+        assert eps <= rdp and (eps == rdp or eps < 709.0), (z, eps, rdp)
