@@ -186,3 +186,10 @@ def test_the_sensitivity_refuses_a_batch_size_or_sketch_norm_message_privacy_ref
     with pytest.raises(UserError, match=re.escape(needle)):
         pipeline.sensitivity(*args)
     assert pipeline.sensitivity(2.0, 4) == 0.5
+
+
+@pytest.mark.parametrize("p", [0.29, 0.57, 0.58, 0.5, 0.999])
+def test_prune_zeroes_floor_p_n_entries_of_the_fraction_as_written(p):
+    """0.29 * 100 is 28.999999999999996 as floats: 28 entries were zeroed where floor(0.29 * 100) = 29."""
+    step = defenses.build(f"prune:p={p}").steps[0]
+    assert int((step(torch.arange(1.0, 101.0), None) == 0).sum()) == round(p * 1000) // 10
