@@ -149,7 +149,7 @@ class ScatterPlan:
         flat = x.detach().reshape(-1, self.src_len)
         rows = flat.shape[0]
         if self._kernel(flat):
-            flat = flat.contiguous()
+            flat = flat.resolve_neg().contiguous()  # a lazily negated view (torch._neg_view) as its values
             out = empty((rows, self.m), x.dtype, zero=not self.covers)
             assert ext is not None  # _kernel(): the kernels are compiled
             ext.scatter(buffer(flat), self.src_len, buffer(out), self.m, *self._plan_buffers(x.dtype),
@@ -173,7 +173,7 @@ class ScatterPlan:
         flat = y.detach().reshape(-1, self.m)
         rows = flat.shape[0]
         if self._kernel(flat):
-            flat = flat.contiguous()
+            flat = flat.resolve_neg().contiguous()  # a lazily negated view (torch._neg_view) as its values
             partial = self.src_index is not None and self.E < self.src_len  # outputs no entry reaches stay 0
             if out is None:
                 out = empty((rows, self.src_len), y.dtype, zero=partial)

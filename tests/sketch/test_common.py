@@ -247,3 +247,13 @@ def test_titles_print_b_over_d_to_two_significant_digits():
 
     assert [ratio_text(b, d) for b, d in [(7913, 15826), (80000, 85806346), (2697, 269722), (5, 5)]] == \
         ["0.5", "0.00093", "0.01", "1"]
+
+
+def test_a_lazily_negated_view_is_mapped_as_its_values(kind):
+    """countsketch and sparse handed a tensor with torch's negative bit to NumPy: "Can't call numpy() on Tensor that
+    has negative bit set"."""
+    S = make_sketch(kind, 64, 16, seed=3)
+    v = torch.randn(64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(S.apply(torch._neg_view(v)), S.apply(-v))
+    u = S.apply(v)
+    assert torch.equal(S.adjoint(torch._neg_view(u)), S.adjoint(-u))
