@@ -191,7 +191,8 @@ def output_linear(model: nn.Module, input_shape,
     the ``nn.Linear`` whose output the model returns, or else the last one run whose output, as many numbers as the
     model's, the output is computed from (a softmax, a scaling or a reshape after the head): ``(layer, True)``.
     Where no ``nn.Linear`` computes the output (a convolutional head, ``F.linear`` on a layer's weight), the last
-    registered one, :func:`last_linear`: ``(layer, False)``; where the pass cannot tell (the module fails on the
+    registered one that runs, :func:`last_linear` (else the last that ran, or None where none ran): ``(layer,
+    False)``; where the pass cannot tell (the module fails on the
     batch, or answers with other than (2, ``num_classes``) real scores, which :meth:`Victim.check_output` refuses),
     ``(last_linear, None)``."""
     last = last_linear(model)
@@ -232,7 +233,8 @@ def output_linear(model: nn.Module, input_shape,
         return feeding[-1], True
     if output_problem(out, "classification", num_classes or (out.shape[-1] if out.dim() else 0), 2):
         return last, None  # no class scores to find the layer of
-    return last, False
+    runs = [m for m, _ in ran]  # a registered nn.Linear that never runs has no inputs for the label rules to read
+    return (last if any(m is last for m in runs) else runs[-1] if runs else None), False
 
 
 def first_line(err: BaseException) -> str:
@@ -572,6 +574,11 @@ class Victim:
         where that one does not score the classes (a convolutional head behind linear gates)."""
         head, seen = output_linear(self.model, self.input_shape, self.num_classes)
         if head is None:
+            if seen is False:
+                warnings.warn(f"no nn.Linear of model '{self.name}' runs in its forward pass: it has no classifier "
+                              "head for the label rules to read (give --labels given or dlg, or name the layer that "
+                              "scores the classes as leakattack_head in a model file, head= from Python)",
+                              SettingWarning, stacklevel=4)
             return None
         which = "the nn.Linear that computes the module's output" if seen else "the module's last linear layer"
         if head.out_features != self.num_classes and seen is False:
@@ -904,6 +911,11 @@ class Victim:
                 out = self.model(x)
         finally:
             handle.remove()
+        if not seen:  # named as the head (head=, leakattack_head) while its weight is used without calling it
+            where = next((n for n, m in self.model.named_modules() if m is self.head), repr(self.head))
+            raise UserError(f"the classifier head '{where}' of model '{self.name}' does not run in its forward pass "
+                            "(its weight used through F.linear, or the layer never called), and the label rules read "
+                            "the inputs it is called on: name a layer the forward pass calls, or give --labels given")
         return out, seen[0].reshape(x.shape[0], -1)
 
 

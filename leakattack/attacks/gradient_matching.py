@@ -314,7 +314,7 @@ class GradientMatching(Attack):
                     f"victim is a regression, whose real targets they cannot be: {GIVEN_LABELS}")
         head = obs.victim.head
         if self.label_mode == "idlg" and (head is None or head_readable(obs.victim.model, head)):  # changed since
-            return ("the victim has no trained classifier head (a last nn.Linear whose weight gradient the message "
+            return ("the victim has no trainable classifier head (a last nn.Linear whose weight gradient the message "
                     f"holds) to read labels from; {other_labels(obs.victim)}")
         if self.label_mode == "idlg" and obs.victim.task == "classification":
             hidden = hidden_head(obs.victim, obs.linear_map, obs.y)

@@ -281,3 +281,29 @@ def test_a_module_whose_output_no_linear_layer_computes_takes_the_last_registere
         v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
     assert v.head is net.proj
     assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=net.fc).head is net.fc
+
+
+class _LinearNeverRun(nn.Module):
+    """A registered nn.Linear the forward pass never calls, and a convolutional head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.emb = nn.Linear(16, 3)  # registered, never called
+        self.head = nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.c1(x))).mean((2, 3))
+
+
+def test_a_linear_layer_that_never_runs_is_no_head_and_a_named_one_is_one_sentence():
+    """emb was taken as the head, and the label rules' hook on it never fired: IndexError in head_inputs."""
+    from leakattack.errors import SettingWarning, UserError
+
+    with pytest.warns(SettingWarning, match="no nn.Linear of model 'custom' runs in its forward pass"):
+        v = targets.Victim.from_module(_LinearNeverRun(), input_shape=(1, 4, 4), num_classes=3)
+    assert v.head is None
+    net = _AuxAfterHead("functional")  # fc's weight used through F.linear: named as the head, it never runs
+    v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=net.fc)
+    with pytest.raises(UserError, match="the classifier head 'fc' of model 'custom' does not run in its forward pass"):
+        v.head_inputs(torch.zeros(2, 1, 4, 4))

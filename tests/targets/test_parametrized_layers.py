@@ -41,7 +41,7 @@ def test_a_parametrized_head_is_no_head_for_the_label_rules_with_a_warning(kind)
     x, y = torch.rand(1, 1, 4, 4, generator=torch.Generator().manual_seed(1)), torch.tensor([2])
     obs = observe(victim, x, y, Channel(get_sketch("srht", victim.d, victim.d // 2, seed=0)), ThreatModel())
     reason = get_attack("gradient-matching", iterations=2).supports(obs)
-    assert reason is not None and "no trained classifier head" in reason and "--labels given" in reason
+    assert reason is not None and "no trainable classifier head" in reason and "--labels given" in reason
     attack = get_attack("gradient-matching", iterations=2, labels="dlg")
     assert attack.supports(obs) is None
     assert torch.isfinite(attack.reconstruct(obs).x).all()
@@ -54,7 +54,7 @@ def test_a_head_parametrized_after_wrapping_is_refused_at_the_attack():
     x, y = torch.rand(1, 1, 4, 4), torch.tensor([0])
     obs = observe(victim, x, y, Channel(get_sketch("none", victim.d, victim.d, seed=0)), ThreatModel())
     parametrizations.weight_norm(victim.model[3])
-    assert "no trained classifier head" in get_attack("gradient-matching", iterations=2).supports(obs)
+    assert "no trainable classifier head" in get_attack("gradient-matching", iterations=2).supports(obs)
 
 
 @pytest.mark.parametrize("kind", WRAPS)
@@ -93,7 +93,7 @@ def test_the_command_line_says_one_sentence_for_a_parametrized_head_and_runs_wit
         warnings.simplefilter("ignore", SettingWarning)
         assert cli.main([*run, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "no trained classifier head" in err and "--labels dlg" in err
+    assert "Traceback" not in err and "no trainable classifier head" in err and "--labels dlg" in err
     assert not (tmp_path / "a" / "metrics.json").exists()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SettingWarning)

@@ -304,7 +304,7 @@ def test_frozen_layers_leave_the_message_and_a_frozen_head_reads_no_labels(model
     x, y = torch.rand(1, 1, 4, 4), torch.tensor([2])
     obs = observe(head, x, y, Channel(get_sketch("none", head.d, head.d, seed=0)), ThreatModel())
     reason = get_attack("gradient-matching", iterations=2).supports(obs)
-    assert reason is not None and "no trained classifier head" in reason and "--labels given" in reason
+    assert reason is not None and "no trainable classifier head" in reason and "--labels given" in reason
     granted = observe(head, x, y, Channel(get_sketch("none", head.d, head.d, seed=0)), ThreatModel(knows_labels=True))
     assert get_attack("gradient-matching", iterations=2, labels="given").supports(granted) is None
     assert get_attack("gradient-matching", iterations=2, labels="dlg").supports(obs) is None
