@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +25,7 @@ import torch
 import defenses
 import targets
 
-from ..errors import UserError
+from ..errors import SettingWarning, UserError
 from ..seeds import torch_generator
 from ..sketch import readout_variance
 
@@ -125,7 +126,26 @@ def probe(victim, n: int, like: torch.Tensor) -> ProbeStats:
     x = (0.5 + 0.25 * noise).clamp(0, 1).to(like)
     with targets.kept_buffers(victim.model), torch.no_grad():
         out, feats = victim.head_inputs(x)
+        _warn_unlike_head(victim, out, feats)
     return ProbeStats(feats=feats, probs=torch.softmax(out, dim=-1).mean(0))
+
+
+def _warn_unlike_head(victim, out: torch.Tensor, feats: torch.Tensor) -> None:
+    """One warning where the model's class probabilities on the probes are not the softmax of its head's scores
+    (a temperature or another map after the head): the count rules read the head's bias and weight gradients as
+    those of cross-entropy on the head's own scores, and miscount otherwise (a temperature of 0.2 read half of a
+    batch of 8 wrong).  A softmax or log-softmax after the head keeps them."""
+    head = victim.head
+    scores = feats @ head.weight.detach().T + (head.bias.detach() if head.bias is not None else 0.0)
+    if out.shape != scores.shape:
+        return
+    gap = float((torch.softmax(out, dim=-1) - torch.softmax(scores, dim=-1)).abs().max())
+    if gap > 1e-3:
+        warnings.warn(f"the class probabilities of model '{victim.name}' are not the softmax of its head's scores "
+                      f"(they differ by up to {gap:.2g} on the probe images: a temperature or another map after the "
+                      "head), and the label rules read the head's gradients as those of cross-entropy on its own "
+                      "scores: the labels read may be wrong (--labels given, or dlg, does without them)",
+                      SettingWarning, stacklevel=2)
 
 
 def allocate(counts: torch.Tensor, batch_size: int) -> torch.Tensor:

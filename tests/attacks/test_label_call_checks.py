@@ -64,3 +64,39 @@ def test_the_bias_rules_refuse_a_head_without_bias_in_one_sentence_and_the_other
         with pytest.raises(UserError, match="head has no bias"):
             labels.recover_labels(victim, sk, g, 2, rule=rule)
     assert labels.recover_labels(victim, sk, g, 2, rule="pooled").tolist() == [3, 5]
+
+
+class _Tempered(torch.nn.Module):
+    """A classifier whose scores are its head's divided by a temperature (``scores``: or its log-softmax)."""
+
+    def __init__(self, scores="temperature"):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(64, 10)
+        self.scores = scores
+
+    def forward(self, x):
+        z = self.fc(torch.tanh(self.c1(x)).flatten(1))
+        return z / 0.2 if self.scores == "temperature" else torch.log_softmax(z, 1) if self.scores == "log" else z
+
+
+@pytest.mark.parametrize("scores", ["temperature", "log", "plain"])
+def test_scores_that_are_not_the_heads_own_are_warned_before_the_labels_are_read(scores):
+    """A temperature after the head read half of a batch of 8 wrong, unwarned: the count rules take the head's
+    gradients as cross-entropy's on its own scores.  A log-softmax after it changes nothing, and is not warned."""
+    import warnings
+
+    from leakattack.attacks import recover_labels
+    from leakattack.errors import SettingWarning
+    from leakattack.sketch import get_sketch
+
+    torch.manual_seed(0)
+    victim = targets.Victim.from_module(_Tempered(scores), input_shape=(3, 8, 8), num_classes=10)
+    y = torch.randn(victim.d)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        recover_labels(victim, get_sketch("none", victim.d, victim.d), y, 4)
+    said = [str(w.message) for w in seen if issubclass(w.category, SettingWarning)]
+    assert (len(said) == 1 and "are not the softmax of its head's scores" in said[0]) == (scores == "temperature"), said
+    if scores != "temperature":
+        assert not said
