@@ -15,6 +15,10 @@ def check_pair(x_hat: torch.Tensor, x: torch.Tensor) -> None:
     """Raise MetricsError unless both are 4-D floating-point tensors of the same, non-empty shape."""
     if not isinstance(x_hat, torch.Tensor) or not isinstance(x, torch.Tensor):
         raise MetricsError("images must be torch tensors of shape (B, C, H, W)")
+    if x_hat.shape == x.shape and x.ndim != 4:  # a victim of other inputs (tabular rows, sequences)
+        raise MetricsError(f"the metrics score images of shape (B, C, H, W), and these inputs have shape "
+                           f"{tuple(x.shape)}: compare such inputs directly, e.g. by the relative error "
+                           "(x_hat - x).norm() / x.norm()")
     if x.ndim != 4 or x_hat.shape != x.shape:
         raise MetricsError(f"images must share one shape (B, C, H, W); got "
                            f"{tuple(x_hat.shape)} and {tuple(x.shape)}")

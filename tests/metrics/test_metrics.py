@@ -448,3 +448,11 @@ def test_score_clamps_the_reconstruction_as_assess_and_a_run_do():
 def test_a_truth_with_nothing_to_score_against_is_one_sentence(truth, needle):
     with pytest.raises(metrics.MetricsError, match=re.escape(needle)):
         metrics.score(torch.zeros_like(truth), truth, with_lpips=False)
+
+
+def test_inputs_that_are_not_images_are_named_as_such_not_as_two_different_shapes():
+    """assess on a tabular victim said 'images must share one shape (B, C, H, W); got (1, 20) and (1, 20)'."""
+    x = torch.rand(1, 20)
+    with pytest.raises(metrics.MetricsError, match=re.escape("the metrics score images of shape (B, C, H, W), and "
+                                                             "these inputs have shape (1, 20)")):
+        metrics.score(x, x, with_lpips=False)
