@@ -701,8 +701,9 @@ class Victim:
             raise UserError(f"the output of model '{self.name}' does not depend on its input through operations "
                             "autograd differentiates (.detach(), torch.no_grad(), an integer cast, argmax or "
                             "indexing by the input?), and an "
-                            "attack on its gradient needs the gradient's derivative in the input: give the model "
-                            "real-valued input")
+                            "attack on its gradient needs the gradient's derivative in the input: freeze a "
+                            "backbone with requires_grad_(False), not torch.no_grad() or .detach(), and give the "
+                            "model real-valued input")
         if gx is None or not bool(gx.any()):  # a zero-initialised head's output is constant, and its gradient is not
             warnings.warn(f"the gradient of model '{self.name}' has a derivative of zero in its input at a random "
                           "input (rounding or quantising it?): no attack can follow the message back to the input",

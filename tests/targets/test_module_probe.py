@@ -78,6 +78,16 @@ def test_an_output_autograd_cannot_follow_to_the_input_is_refused_and_a_zero_der
     with pytest.raises(UserError, match=r"does not depend on its input through operations autograd differentiates "
                                         r"\(\.detach\(\)"):
         targets.Victim.from_module(Detached(), input_shape=(12,), num_classes=3)
+
+    class NoGradBackbone(Detached):
+        def forward(self, x):
+            with torch.no_grad():
+                f = self.first(x)
+            return self.fc(f)
+
+    # the usual frozen backbone: the fix named is requires_grad_(False), where it said only "real-valued input"
+    with pytest.raises(UserError, match=r"freeze a backbone with requires_grad_\(False\), not torch\.no_grad\(\)"):
+        targets.Victim.from_module(NoGradBackbone(), input_shape=(12,), num_classes=3)
     with pytest.warns(SettingWarning, match="has a derivative of zero in its input at a random input"):
         targets.Victim.from_module(Rounded(), input_shape=(12,), num_classes=3)
 
