@@ -553,6 +553,15 @@ class Victim:
         modes it had before the first victim took it.  A module refused here is given back at once.  Observing and
         attacking change no weight or buffer of it."""
         not_module(model)
+        unread = [f"{attr} (give {arg})" for attr, arg, read in (
+            ("leakattack_loss", "loss=", loss is not None),
+            ("leakattack_task", "task=", getattr(model, "leakattack_task", task) == task),
+            ("leakattack_head", "head=", not (isinstance(head, str) and head == "auto"))) if hasattr(model, attr)
+            and not read]
+        if unread:  # the class attributes of a model file, which the command line and get_model read
+            warnings.warn(f"model '{name}' defines {', '.join(unread)}, which Victim.from_module does not read: "
+                          "targets.get_model('file.py:Class') and the command line read a model file's class "
+                          "attributes; from_module takes its arguments", SettingWarning, stacklevel=2)
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
         auto = isinstance(head, str) and head == "auto"

@@ -152,3 +152,27 @@ def test_the_clients_mode_holds_after_the_module_is_switched_to_training():
     net.train()
     result = get_attack("gradient-matching", iterations=5, threads=1).reconstruct(first)
     assert not net.training and math.isfinite(result.final_loss)
+
+
+def test_a_model_files_class_attributes_from_module_does_not_read_are_warned_of():
+    """leakattack_loss = CrossEntropyLoss(label_smoothing=0.2) on the class was read by the command line and
+    silently not by Victim.from_module, whose message came from plain cross-entropy."""
+
+    class Smoothed(nn.Module):
+        leakattack_loss = nn.CrossEntropyLoss(label_smoothing=0.2)
+        leakattack_head = "fc"
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(12, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    net = Smoothed()
+    with pytest.warns(SettingWarning, match=r"model 'custom' defines leakattack_loss \(give loss=\), leakattack_head "
+                                            r"\(give head=\), which Victim\.from_module does not read"):
+        targets.Victim.from_module(net, input_shape=(12,), num_classes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        targets.Victim.from_module(net, input_shape=(12,), num_classes=3, loss=net.leakattack_loss, head=net.fc)
