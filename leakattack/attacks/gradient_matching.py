@@ -99,6 +99,10 @@ STALL_GAIN = 0.02
 
 #: steps of the short run that scores each differing label reading (at most a quarter of the attack's budget)
 LABEL_PROBE_STEPS = 150
+#: and at least these (or the whole budget, where it is smaller): on logreg, digits of one class, unsketched, 5-step
+#: runs kept the sign rule's distinct reading over three rules that read the repeats right (1 of 2, 3 of 4 labels),
+#: 10-step runs the truth (2 of 2, 4 of 4)
+LABEL_PROBE_MIN = 10
 #: where one example's head gradient stands out of the sketch noise by less than this factor (its largest singular
 #: value against the noise's, ``labels.one_example_classes``) and its features take both signs (no row-sum rule
 #: applies), the short runs score the first classes in ``magnitude``'s order beside the readings, up to
@@ -470,7 +474,8 @@ class GradientMatching(Attack):
             return distinct[0], None
         probe = copy.copy(self)
         probe.label_mode, probe.restarts = "given", 1
-        probe.iterations = max(1, min(LABEL_PROBE_STEPS, self.iterations // 4))
+        probe.iterations = max(1, min(LABEL_PROBE_STEPS, max(min(LABEL_PROBE_MIN, self.iterations),
+                                                             self.iterations // 4)))
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)

@@ -157,3 +157,14 @@ def test_label_runs_that_match_the_message_equally_well_keep_the_reading_of_the_
     assert choice["tied"] == 2 and labels.tolist() == choice["readings"]["sign"] == p.labels.tolist()
     assert f"matched the message equally well with 2 of them (loss {min(choice['probe_compared']):.3g}), so " \
            f"{labels.tolist()}, the reading of the most rules among those, was kept" in label_choice_line(choice)
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_a_small_budgets_label_runs_take_enough_steps_to_tell_repeats(batch):
+    """At --iterations 20 the runs took 5 steps and kept the sign rule's distinct reading of a batch of one class
+    over the three rules that read it right."""
+    p = prepare(RunConfig(model="logreg", dataset="digits", sketch="none", batch_size=batch, batch_draw="class",
+                          image_index=3, threads=1, iterations=20))
+    labels, choice = p.attack.choose_labels(p.obs)
+    assert choice["probe_steps"] == 10
+    assert labels.tolist() == p.labels.tolist() == [3] * batch
