@@ -243,14 +243,18 @@ def _config(folder) -> dict:
 
 
 def _steps(m) -> str:
-    """The steps and the stop reason, with the Gauss-Newton steps among them: ``1004 it (tolerance, 4 Gauss-Newton)``.
-    """
+    """The steps and the stop reason, with the Gauss-Newton steps among them: ``1004 it (tolerance, 4 Gauss-Newton)``,
+    and the starts that successive halving pruned (``--prune-restarts``: ``200 it (iterations, 7 of 8 starts
+    pruned)``)."""
     gn, note = m.gauss_newton, ""
     if gn and gn.get("kept"):
         note = f", {steps_note(gn)}"
     elif gn:
         note = (", no Gauss-Newton" if "error" in gn else ", no Gauss-Newton step" if not gn.get("accepted")
                 else ", Gauss-Newton not converged")
+    stops = m.restart_stops or []
+    if stops.count("pruned"):  # --prune-restarts: how many starts halving stopped early
+        note += f", {stops.count('pruned')} of {len(stops)} starts pruned"
     return f"{m.iterations} it ({m.stop_reason}{note})"
 
 

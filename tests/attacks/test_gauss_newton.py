@@ -646,9 +646,12 @@ def test_steps_stopped_before_their_first_jacobian_say_so(monkeypatch):
 
 
 def test_the_summary_line_names_the_steps_and_whether_they_were_kept():
-    from types import SimpleNamespace
+    from types import SimpleNamespace as Namespace
 
     from leakattack.cli.run import _steps
+
+    def SimpleNamespace(**fields):  # noqa: N802 -- a run's metrics as _steps reads them, of one start
+        return Namespace(restart_stops=None, **fields)
 
     plain = SimpleNamespace(iterations=5686, stop_reason="stalled", gauss_newton=None)
     assert _steps(plain) == "5686 it (stalled)"

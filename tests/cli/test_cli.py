@@ -42,12 +42,14 @@ def test_run_writes_every_file_of_the_run_folder(tmp_path, capsys):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_a_pruned_run_records_each_start_s_stop_and_the_report_counts_the_pruned(tmp_path):
+def test_a_pruned_run_records_each_start_s_stop_and_the_report_counts_the_pruned(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--optimizer", "adam", "--iterations", "16",
                      "--restarts", "4", "--prune-restarts", "--out", str(out), "--quiet", "--no-lpips"]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert sorted(m["restart_stops"]) == ["iterations", "pruned", "pruned", "pruned"]
+    # the summary line says so too, where only metrics.json had
+    assert "16 it (iterations, 3 of 4 starts pruned)" in capsys.readouterr().out
     # LeNet's batch agrees with the starts one by one; on a busy machine it may time slower than them
     assert m["restart_path"] == "batched" or m["restart_path"].startswith("one by one: the batched pass took ")
     assert json.loads((out / "config.json").read_text())["run"]["prune_restarts"] is True
