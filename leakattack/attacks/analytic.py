@@ -63,6 +63,10 @@ KINKED = (nn.LeakyReLU,)
 ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.Sigmoid, nn.Tanh, nn.GELU, nn.ELU, nn.SiLU, nn.Softplus)
 #: ``als``: alternating least squares; ``gn``: Gauss-Newton; ``als+gn``: one of each per sweep (module docstring)
 SOLVERS = ("als+gn", "als", "gn")
+#: the relative residual of the normal equations, ||M^T (M g - y)|| / ||M^T y||, above which g read by CGLS from a
+#: message of b >= d numbers is said not to be the least-squares solution (a converged solve meets them to round-off;
+#: float32's: 100 of its eps)
+SOLVE_RESIDUAL = 1e-8
 
 
 @dataclass
@@ -646,7 +650,19 @@ class Analytic(Attack):
             R = M.apply(torch.eye(M.d, dtype=y.dtype, device=y.device)).T  # b x d
             return torch.linalg.lstsq(R, y.unsqueeze(1), driver="gelsd" if R.device.type == "cpu" else None
                                       ).solution.squeeze(1)
-        return cgls(M.apply, M.adjoint, y, M.adjoint(y), max(self.cgls_steps, 10 * self.sweeps), tol=1e-14)
+        steps = max(self.cgls_steps, 10 * self.sweeps)
+        g = cgls(M.apply, M.adjoint, y, M.adjoint(y), steps, tol=1e-14)
+        # least squares' optimality, M^T (M g - y) = 0, which a noisy message of b > d numbers meets too
+        start = M.adjoint(y).norm().clamp_min(torch.finfo(y.dtype).tiny)
+        residual = float(M.adjoint(M.apply(g) - y).norm() / start)
+        if residual > max(SOLVE_RESIDUAL, 100 * torch.finfo(y.dtype).eps):  # an ill-conditioned R: g is not y's
+            warnings.warn(f"reading g from the message stopped at a relative residual of {residual:.2g} (of the "
+                          f"normal equations) after "
+                          f"{steps} CGLS steps (an ill-conditioned sketch, such as a square gaussian one, of "
+                          f"{M.b} x {M.d}, beyond the {DENSE_LIMIT} entries solved densely): the g read is not the "
+                          "message's gradient, and what the attack rebuilds from it reflects this solve, not noise or "
+                          "a null space of the sketch", SettingWarning, stacklevel=2)
+        return g
 
     def _fit_deltas(self, M, y, blocks, free_idx, deltas, factors, free):
         """With every a_l fixed, (delta_l, free) by least squares on y (columns scaled by ||a_l||)."""

@@ -184,3 +184,24 @@ def test_wrong_labels_do_not_explain_a_failed_run_of_an_attack_that_does_not_use
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["labels_unused"] is True and metrics["verdict"] == "not rebuilt" and metrics["label_acc"] < 1
     assert "the label reading failed" not in said.out + said.err
+
+
+def test_a_solve_for_g_that_does_not_converge_is_warned_of_not_blamed_on_the_sketch(monkeypatch):
+    """rgap through a square gaussian sketch of lenet stopped after 4.5 min with a note blaming noise or a null
+    space, where the CGLS solve for g had stopped short on the ill-conditioned R; it now says so in one line."""
+    import warnings
+
+    import leakattack.attacks.analytic as analytic
+    from leakattack.errors import SettingWarning
+    from leakattack.sketch import get_sketch
+
+    monkeypatch.setattr(analytic, "DENSE_LIMIT", 0)  # the CGLS path of a large message, on a small one
+    M = get_sketch("gaussian", 300, 300, seed=1)
+    g = torch.randn(300, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(SettingWarning, match=r"reading g from the message stopped at a relative residual of .* after "
+                                            r"10 CGLS steps"):
+        Analytic(cgls_steps=10, sweeps=1)._solve_square(M, M.apply(g))
+    with warnings.catch_warnings():  # a well-conditioned R solves to round-off, unwarned
+        warnings.simplefilter("error")
+        srht, g = get_sketch("srht", 256, 256, seed=1), g[:256]  # d a power of two: an orthogonal R
+        assert torch.allclose(Analytic()._solve_square(srht, srht.apply(g)), g, atol=1e-10)
