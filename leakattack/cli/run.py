@@ -101,7 +101,7 @@ def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, 
             delta, (int, float)) else f"no ε{over} (its δ reaches 1)"
         out += f"protocol noise σ {noise['sigma']:.3g}, {bound} | "
     if m.defense:
-        out = f"defense {m.defense}"
+        out += f"defense {m.defense}"
         if m.epsilon is not None:
             out += f", ε {m.epsilon:.3g} ({'pure DP, δ 0' if m.delta == 0 else f'δ {m.delta:.0e}'})"
         elif m.delta is not None:  # noise with no bound on what it is added to: delta is set, epsilon is not

@@ -242,3 +242,16 @@ def test_a_dp_protocols_summary_line_names_its_noise_and_epsilon(tmp_path, capsy
 def test_a_protocol_without_noise_says_no_protocol_noise(tmp_path, capsys):
     assert cli.main(RUN + ["--protocol", "fedavg", "--out", str(tmp_path / "run")]) == 0
     assert "protocol noise" not in capsys.readouterr().out
+
+
+def test_the_defense_part_keeps_the_protocols_noise_beside_a_defense():
+    """The defense's words replaced the protocol's noise in the same part of the line (no command gives both today:
+    a protocol's message refuses --defense; the line's parts must not depend on that)."""
+    from types import SimpleNamespace
+
+    from leakattack.cli.run import _defense
+
+    m = SimpleNamespace(defense="clip:C=1.0@before_sketch", epsilon=None, delta=None, utility_acc=None)
+    noise = {"sigma": 12.0, "epsilon_rdp": 0.103, "delta_paper": 1e-5}
+    part = _defense(m, 10, noise, 3)
+    assert part.startswith("protocol noise σ 12, ε 0.103 (δ 1e-05) over rounds 1..3 | defense clip:C=1.0"), part
