@@ -258,6 +258,15 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
                       true_rank=above if true_seed is not None else None, true_statistic=true_stat)
 
 
-__all__ = ["HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees", "probe_direction",
-           "match_statistic", "search_seconds", "hopeless_bits", "search_note", "candidate_base", "search_seed",
-           "MAX_BITS", "has_fast_reader"]
+def found_text(s: dict) -> str:
+    """What a seed search's record (metrics.json's ``seed_search``) says it found, in words: ``seed 1 of 256
+    candidates, the client's seed, statistic 533 against 2.87 for the runner-up (about 1 for a wrong seed)``."""
+    truth = "" if "found" not in s else \
+        ", the client's seed" if s["found"] else f", not the client's seed (which ranked {s['true_seed_rank'] + 1})"
+    return (f"seed {s['found_seed']} of {s['candidates']} candidates{truth}, statistic {s['statistic_best']:.3g} "
+            f"against {s['statistic_runner_up']:.3g} for the runner-up (about 1 for a wrong seed)")
+
+
+__all__ = ["found_text", "HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees",
+           "probe_direction", "match_statistic", "search_seconds", "hopeless_bits", "search_note", "candidate_base",
+           "search_seed", "MAX_BITS", "has_fast_reader"]

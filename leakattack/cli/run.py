@@ -11,6 +11,7 @@ from defenses import build as build_defense
 
 from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import next_settings
+from ..attacks.seed_search import found_text
 from ..config.arguments import config_from_args
 from ..errors import listed
 from ..experiment import loose_tolerance, run_attack
@@ -296,8 +297,4 @@ def label_choice_line(c: dict) -> str:
 
 def seed_search_line(s: dict) -> str:
     """What a seed search found, in one line."""
-    truth = "" if "found" not in s else \
-        ", the client's seed" if s["found"] else f", not the client's seed (which ranked {s['true_seed_rank'] + 1})"
-    return (f"seed search: seed {s['found_seed']} of {s['candidates']} candidates{truth}, statistic "
-            f"{s['statistic_best']:.3g} against {s['statistic_runner_up']:.3g} for the runner-up (about 1 for a wrong "
-            f"seed), {s['wall_s']:.1f} s")
+    return f"seed search: {found_text(s)}, {s['wall_s']:.1f} s"

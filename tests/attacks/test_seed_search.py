@@ -124,6 +124,15 @@ def test_the_run_recovers_the_seed_and_the_image(tmp_path, capsys):
     assert "seed search: seed 1 of 256 candidates, the client's seed" in note
     # measured: 76.9 dB with the recovered seed, 4.4 dB with another seed
     assert m["psnr"] > 40 and base["psnr"] < 12 and "seed_search" not in base
+    # the report said "the attacker draws R from another seed; seed searched among 8" (the bits) and not what the
+    # search found, with which the attack ran
+    from leakattack.figures.report import build_report
+
+    page = build_report([found])
+    assert "seed searched among 256 candidates (8 bits)" in page and "draws R from another seed" not in page
+    assert "seed 1 of 256 candidates, the client&#x27;s seed" in page or "seed 1 of 256 candidates, the client's seed" \
+        in page
+    assert "draws R from another seed" in build_report([unknown])
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -11,6 +11,7 @@ from pathlib import Path
 from defenses.accounting.analysis import paper_epsilon_holds
 
 from ...attacks.recipes import next_settings
+from ...attacks.seed_search import found_text
 from ...constraints import duration_seconds
 from ...errors import UserError, ratio_text
 from ...metrics import (
@@ -253,6 +254,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("defense", f"the protocol's own Gaussian noise, σ = {_num(noise.get('sigma'), 3, 'g')}" if noise
                  else run.get("defense") or m.defense or "none"))
     rows.append(("threat model", _threat(run, sketch)))
+    if m.seed_search:  # what the search found, which the attack then ran with
+        rows.append(("seed search", found_text(m.seed_search)))
     if m.recorded("epsilon"):
         rows.append(("ε", _run_epsilon(m)))
     elif noise:

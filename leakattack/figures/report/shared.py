@@ -53,12 +53,15 @@ def _threat(run: dict, sketch: str) -> str:
     if cls is not None and cls.modifies_model:
         words.insert(0, "a malicious server: it changed the model it sent before the client computed its gradient")
     if sketch != "none":
+        bits = run.get("sketch_seed_search")
         if run.get("sketch_known", True):
             words.append("sketch seed known")
-        else:
+        elif not bits:
             words.append("sketch seed not known (the attacker draws R from another seed)")
-        if run.get("sketch_seed_search"):
-            words.append(f"seed searched among {run['sketch_seed_search']}")
+        else:  # the attack ran with the seed the search found (the run's section says which)
+            words.append("sketch seed not known")
+        if bits:
+            words.append(f"seed searched among {2 ** int(bits)} candidates ({bits} bits)")
     if _clips(run.get("defense")):
         words.append("clip threshold known" if run.get("attacker_knows_clip") else "clip threshold not known")
     return "; ".join(words)
