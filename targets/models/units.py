@@ -2,7 +2,7 @@
 
 Gradient matching differentiates the model's gradient in its input.  Where a unit's
 derivative is a step (ReLU, its clipped and leaky variants, the hard sigmoid and swish,
-shrinkage) or a selection (max pooling), that derivative of the matching objective sees
+shrinkage, a clamp) or a selection (max pooling), that derivative of the matching objective sees
 none of the jumps (docs/ig_recipe.md#relus-jumps-and-the-surrogate), and float64 L-BFGS,
 which trusts its curvature pairs, stalls near its start; signed Adam (the ``ig`` recipe)
 walks through them.  Measured on small convolutional networks of a user's own
@@ -34,6 +34,8 @@ PIECEWISE_MODULES = (
 PIECEWISE_CALLS = frozenset({
     "relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "prelu", "rrelu", "rrelu_", "hardtanh", "hardtanh_",
     "hardswish", "hardswish_", "hardsigmoid", "hardsigmoid_", "hardshrink", "softshrink", "threshold", "threshold_",
+    # a clamp is a ReLU (x.clamp(min=0)) or a hard tanh written out
+    "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "clip", "clip_",
 })
 
 

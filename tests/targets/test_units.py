@@ -66,6 +66,11 @@ class OpaqueModule(Opaque):
 
 class Named(Functional):
     leakattack_recipe = "dlg"
+
+
+class Clamped(Smooth):
+    def forward(self, x):  # a ReLU written as a clamp
+        return self.fc(self.conv(x).clamp(min=0).flatten(1))
 '''
 
 
@@ -95,6 +100,7 @@ def test_a_forward_pass_on_the_meta_device_sees_calls_that_no_module_shows(nets)
     assert targets.units_of(nets("Smooth")) == []
     assert targets.units_of(nets("Functional")) == ["relu"]
     assert targets.units_of(nets("Pooled")) == ["max_pool2d"]
+    assert targets.units_of(nets("Clamped")) == ["clamp"]  # was [], and the model took dlg
     # a forward that needs real values leaves the modules' answer
     assert targets.units_of(nets("Opaque")) == []
     assert targets.units_of(nets("OpaqueModule")) == ["ReLU"]
@@ -116,6 +122,7 @@ def test_a_model_without_a_recipe_of_its_own_takes_ig_for_jumping_units_and_dlg_
     assert targets.recipe_of("mlp", act="relu") == "dlg"  # measured: dlg beats ig on the ReLU MLP (docs)
     assert targets.recipe_of(nets("Smooth")) == "dlg"
     assert targets.recipe_of(nets("Functional")) == "ig" and targets.recipe_of(nets("Pooled")) == "ig"
+    assert targets.recipe_of(nets("Clamped")) == "ig"
     assert targets.recipe_of(nets("Named")) == "dlg"  # the class's own recipe wins
     assert targets.recipe_of(nets("Opaque")) == "dlg"  # nothing seen: the smooth models' recipe
     # measured recipes stay: resnet18 with a smooth activation is still ig, vit_small (GELU) dlg
