@@ -159,6 +159,22 @@ def _default_act(cfg: RunConfig, spec: dict | None) -> tuple[str, str] | None:
     return cfg.model, str(targets.models.param_default(cfg.model, "act"))
 
 
+def _check_regression_outputs(cfg: RunConfig, victim: targets.Victim, ds) -> None:
+    """One sentence where a regression answers with other than one number per example: a run's targets are the data
+    set's labels, one number per image (a class of the user's that takes ``num_classes`` is built with the data set's
+    classes)."""
+    if victim.task != "regression":
+        return
+    with torch.no_grad(), targets.kept_buffers(victim.model):
+        each = victim(torch.zeros(2, *victim.input_shape, dtype=victim.dtype, device=victim.device)).numel() // 2
+    if each != 1:
+        takes = " (its class takes num_classes, which a run sets to the data set's " \
+            f"{ds.num_classes} classes: leave it out of __init__)" if each == ds.num_classes else ""
+        raise ConfigError(f"model '{cfg.model}' is a regression that answers {each} numbers per example"
+                          f"{takes}, and a run's targets are the data set's labels, one number per image: give it one "
+                          "output per example")
+
+
 def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progress: bool = False) -> Case:
     """One client's gradient on a batch of the data set, through the defense and the sketch."""
     seeds = cfg.derived()
@@ -169,6 +185,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
                                init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
                                **params)
+    _check_regression_outputs(cfg, victim, ds)
     if cfg.weights:
         try:
             targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg), unnamed_act=_default_act(cfg, spec))

@@ -507,3 +507,33 @@ def test_an_empty_folder_argument_is_refused_not_read_as_the_current_folder(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
     assert not any(tmp_path.iterdir())
+
+
+REGRESSION = '''
+import torch.nn as nn
+
+
+class Reg(nn.Module):
+    leakattack_task = "regression"
+
+    def __init__(self, num_classes=1, in_shape=(1, 28, 28), outputs=None):
+        super().__init__()
+        self.fc = nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], outputs or num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+def test_a_regression_of_more_than_one_output_per_example_is_one_sentence_naming_num_classes(tmp_path, capsys):
+    """The class's num_classes was set to the data set's 10 classes and the run failed at the message with "the
+    regression targets have shape (1,) and the model's outputs (1, 10): give one target per output", which a
+    command-line user cannot do."""
+    net = tmp_path / "reg.py"
+    net.write_text(REGRESSION)
+    base = ["run", "--model", f"{net}:Reg"] + RUN[3:] + ["--out", str(tmp_path / "run")]
+    _refused(base, "is a regression that answers 10 numbers per example (its class takes num_classes, which a run "
+             "sets to the data set's 10 classes: leave it out of __init__)", tmp_path, capsys)
+    _refused(base + ["--model-param", "outputs=3"], "is a regression that answers 3 numbers per example, and a run's "
+             "targets are the data set's labels", tmp_path, capsys)
+    assert cli.main(base + ["--model-param", "outputs=1"]) == 0
