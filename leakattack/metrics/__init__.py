@@ -76,6 +76,12 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     finite is refused.
     """
     check_pair(x_hat, x)
+    if not isinstance(with_lpips, bool):
+        raise MetricsError(f"with_lpips must be True or False, got {type(with_lpips).__name__} {with_lpips!r:.40}")
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise MetricsError(f"device must name a torch device, such as 'cpu' or 'cuda', got {device!r:.40}") from None
     if not bool(torch.isfinite(x.detach()).all()):
         raise MetricsError(f"the truth holds {int((~torch.isfinite(x.detach())).sum())} value(s) that are NaN or "
                            "infinite: there is no image to score against")

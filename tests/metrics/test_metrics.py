@@ -456,3 +456,14 @@ def test_inputs_that_are_not_images_are_named_as_such_not_as_two_different_shape
     with pytest.raises(metrics.MetricsError, match=re.escape("the metrics score images of shape (B, C, H, W), and "
                                                              "these inputs have shape (1, 20)")):
         metrics.score(x, x, with_lpips=False)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"device": "bogus"}, "device must name a torch device, such as 'cpu' or 'cuda', got 'bogus'"),
+    ({"with_lpips": "no"}, "with_lpips must be True or False, got str 'no'"),
+])
+def test_scores_settings_that_are_not_what_they_name_are_one_sentence(kwargs, needle):
+    """device='bogus' was taken unchecked where LPIPS was off, and with_lpips='no' read as True."""
+    x = torch.rand(1, 1, 8, 8)
+    with pytest.raises(metrics.MetricsError, match=re.escape(needle)):
+        metrics.score(x, x, **{"with_lpips": False, **kwargs})
