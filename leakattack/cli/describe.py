@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import targets
 from defenses.registry import defense_class
+from targets.models.user import required_params, user_class
 from targets.protocols import protocol_class
 from targets.protocols.base import COMMON_SETTINGS, SPEC_DEFAULTS
 
@@ -18,7 +19,12 @@ def model_lines(name: str) -> list[str]:
     recipe = targets.recipe_of(name)
     if targets.own_recipe(name) is None:  # its units decide (for 3x32x32 images here)
         units = targets.units_of(name)
-        if units is None:
+        needs = required_params(user_class(name)) if units is None and targets.models.is_user_spec(name) else []
+        if needs:  # built without them it fails: its units, and so its recipe, are seen once a run gives them
+            recipe = ("by its units, seen once it is built with its parameters (a run giving --model-param "
+                      f"{' '.join(f'{p}=...' for p in needs)} takes ig for units whose derivative jumps, dlg for "
+                      "smooth ones)")
+        elif units is None:
             recipe += " (its class cannot be built on the meta device)"
         else:
             recipe += f" (by its units: {', '.join(units) or 'none whose derivative jumps'})"

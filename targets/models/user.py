@@ -87,6 +87,14 @@ def _signature(cls: type) -> inspect.Signature | None:
         return None
 
 
+def required_params(cls: type) -> list[str]:
+    """The keyword parameters of :func:`user_params` that have no default: a build without them fails."""
+    sig = _signature(cls)
+    if sig is None:
+        return []
+    return [n for n in user_params(cls) if sig.parameters[n].default is inspect.Parameter.empty]
+
+
 def user_params(cls: type) -> list[str]:
     """The keyword parameters the class takes beyond ``in_shape`` and ``num_classes``."""
     sig = _signature(cls)
@@ -191,5 +199,5 @@ def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int,
 
 
 __all__ = ["is_user_spec", "not_built", "first_line",
-           "user_class", "user_params", "user_task", "user_recipe", "build_user_module", "user_victim",
-           "output_problem"]
+           "user_class", "user_params", "required_params", "user_task", "user_recipe", "build_user_module",
+           "user_victim", "output_problem"]

@@ -206,3 +206,22 @@ def test_recipe_options_refuse_a_batch_size_or_victim_they_cannot_read_in_one_se
     victim = targets.get_model("resnet20", num_classes=10, in_shape=(3, 32, 32), seed=0, bn_mode="train")
     with pytest.raises(UserError, match=said):
         recipe_options("ig", **{"batch_size": 4, "victim": victim, **kwargs})
+
+
+def test_list_says_a_class_needing_parameters_takes_its_recipe_once_built(tmp_path, capsys):
+    """`list --model file.py:Args` said "recipe dlg (its class cannot be built on the meta device)" for a ReLU class
+    that needs --model-param width, which a run with it attacks with ig."""
+    from leakattack import cli
+
+    path = tmp_path / "args.py"
+    path.write_text(NETS + '''
+
+class Args(Functional):
+    def __init__(self, width, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__(num_classes, in_shape)
+''')
+    assert cli.main(["list", "--model", f"{path}:Args"]) == 0
+    out = capsys.readouterr().out
+    assert "recipe by its units, seen once it is built with its parameters (a run giving --model-param width=..." \
+        in out and "recipe dlg" not in out, out
+    assert RunConfig(model=f"{path}:Args", model_params={"width": 4}).derived().recipe == "ig"
