@@ -474,8 +474,7 @@ class GradientMatching(Attack):
             return distinct[0], None
         probe = copy.copy(self)
         probe.label_mode, probe.restarts = "given", 1
-        probe.iterations = max(1, min(LABEL_PROBE_STEPS, max(min(LABEL_PROBE_MIN, self.iterations),
-                                                             self.iterations // 4)))
+        probe.iterations = min(LABEL_PROBE_STEPS, max(self.iterations // 4, min(LABEL_PROBE_MIN, self.iterations), 1))
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)

@@ -133,8 +133,8 @@ def probe(victim, n: int, like: torch.Tensor) -> ProbeStats:
 def _warn_unlike_head(victim, out: torch.Tensor, feats: torch.Tensor) -> None:
     """One warning where the model's class probabilities on the probes are not the softmax of its head's scores
     (a temperature or another map after the head): the count rules read the head's bias and weight gradients as
-    those of cross-entropy on the head's own scores, and miscount otherwise (a temperature of 0.2 read half of a
-    batch of 8 wrong).  A softmax or log-softmax after the head keeps them."""
+    those of cross-entropy on the head's own scores, and may miscount otherwise.  A softmax or log-softmax after the
+    head keeps them."""
     head = victim.head
     scores = feats @ head.weight.detach().T + (head.bias.detach() if head.bias is not None else 0.0)
     if out.shape != scores.shape:
