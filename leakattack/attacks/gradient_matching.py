@@ -478,18 +478,20 @@ class GradientMatching(Attack):
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
         x0 = init_dummy(obs.input_shape, self.dummy_init, self.init_seed, obs.y.device, obs.victim.dtype)
-        losses, steps, traces = [], [], []
+        losses, steps, traces, met = [], [], [], []
         for i, labels in enumerate(distinct):
             if stop_requested():  # Ctrl-C: the readings not yet tried lose
                 losses.append(math.inf)
                 steps.append(0)
                 traces.append([math.inf])
+                met.append(False)
                 continue
             probe.bar_label = f"label reading {i + 1}/{len(distinct)}"
             ran = probe.run(obs, x0, labels, progress=progress)
             losses.append(ran.final_loss)
             steps.append(ran.iterations)
             traces.append(list(ran.losses))
+            met.append(ran.stop_reason == "tolerance")
         # the runs are compared after the steps all of them took (a time limit's shares end at different steps);
         # where one took none, the start's losses tell nothing and the reading most rules gave is kept
         common = min(steps)
@@ -501,12 +503,15 @@ class GradientMatching(Attack):
             chosen = distinct[finite.index(min(finite))]
         else:
             votes = [sum(torch.equal(labels, r) for r in readings.values()) for labels in distinct]
-            if common > 0:  # runs that end within round-off of the best (a message of one number, which every
+            if any(met):  # a run that met the attack's tolerance found an input with its reading that sends the
+                # message; the message does not tell such readings apart, however fast each run got there
+                tied = [i for i, m in enumerate(met) if m]
+            elif common > 0:  # runs that end within round-off of the best (a message of one number, which every
                 # reading can match) do not tell their readings apart
                 best = min(at)
                 tied = [i for i, v in enumerate(at) if v <= best + LABEL_TIE * abs(best)]
             # of the readings the runs cannot tell apart (all where no run took a step), the one the most rules gave
-            pick = tied if common > 0 else range(len(distinct))
+            pick = tied if tied else range(len(distinct))
             chosen = distinct[max(pick, key=lambda i: (votes[i], -i))]
             ranked = sorted(at)
             if doubt and common > 0 and not ranked[0] * LABEL_DECISIVE <= ranked[1]:
@@ -520,6 +525,7 @@ class GradientMatching(Attack):
                         "probe_steps": probe.iterations, "probe_steps_run": steps, "probe_losses": losses,
                         "probe_compared": at, "compared_at": common, "chosen": chosen.tolist(),
                         "interrupted": stop_requested(), **({"tied": len(tied)} if len(tied) > 1 else {}),
+                        **({"matched": sum(met)} if any(met) and not stop_requested() else {}),
                         **({"candidates": [labels.tolist() for labels in distinct], "head_signal": signal,
                             "undecided": undecided, "decisive": LABEL_DECISIVE, "probes_class": prior}
                            if doubt else {})}

@@ -287,6 +287,17 @@ def label_choice_line(c: dict) -> str:
                  if c["readings"]["pooled"] == [c["probes_class"]] else "pooled's reading")
         return (f"labels: {read}; {runs} matched the message with no class {c['decisive']:g} times as well as with "
                 f"every other (loss {losses[0]:.3g} against {losses[1]:.3g}), so {which}, {c['chosen']}, was kept")
+    if c.get("matched"):  # runs that met the attack's tolerance: each found an input that sends the message
+        n, each = c["matched"], runs.partition(", compared after")[0]  # compared by the tolerance, not at a step
+        if n == 1:
+            return (f"labels: {read}; of {each}, only the run with {c['chosen']} matched the message to the attack's "
+                    "tolerance, so it was kept")
+        gave = [rule for rule, labels in c["readings"].items() if labels == c["chosen"]]
+        why = ("the reading of the most rules among those" if len(gave) > 1 else
+               f"{gave[0]}'s, the first rule's reading among those, as no two rules gave the same")
+        some = f"{'all ' if n == len(c['probe_losses']) else ''}{n} of them"
+        return (f"labels: {read}; {each} matched the message to the attack's tolerance with {some} (an input with "
+                f"each of those readings sends it), so {c['chosen']}, {why}, was kept")
     if c.get("tied"):
         return (f"labels: {read}; {runs} matched the message equally well with "
                 f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
