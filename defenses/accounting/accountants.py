@@ -45,7 +45,8 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
     ``steps`` an integer of at least 1 and ``delta`` in (0, 1); anything else is one UserError sentence.  Where
     ``prv``'s grid cannot span the privacy loss (small z: Opacus raises, or caps epsilon at about 709.8,
     :data:`PRV_CAP`, which under-reports it up to 80-fold), the ``rdp`` epsilon of the same mechanism is returned,
-    an upper bound; so it is, without asking PRV, where it is twice that cap or more.
+    an upper bound; so it is, without asking PRV, where it is twice that cap or more.  Never below 0: where a large
+    ``delta`` takes the accountant's conversion below 0, the mechanism is (0, delta)-DP and 0 is returned.
     """
     if accountant not in ACCOUNTANTS:
         raise UserError(f"unknown accountant '{accountant}'; choose one of: {', '.join(ACCOUNTANTS)}")
@@ -85,7 +86,9 @@ def accountant_epsilon(noise_multiplier: float, sample_rate: float, steps: int, 
             epsilon = math.inf
     if accountant == "prv" and epsilon >= PRV_CAP:  # the grid's cap, not the mechanism's epsilon
         return rdp
-    return epsilon
+    # a large delta can take the accountant's conversion below 0 (Opacus' RDP and PRV alike: -0.69 at z = 5, q = 0.1,
+    # 10 steps, delta = 0.5); (epsilon, delta)-DP with epsilon < 0 is (0, delta)-DP, the strongest epsilon there is
+    return max(epsilon, 0.0)
 
 
 def message_privacy(pipeline, delta: float, *, steps: int = 1, sample_rate: float = 1.0,

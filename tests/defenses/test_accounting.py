@@ -145,3 +145,12 @@ def _exact_gaussian_epsilon(z: float, delta: float) -> float:
         return first + math.log1p(-math.exp(second - first)) if second < first else -math.inf
 
     return brentq(lambda eps: log_delta(eps) - math.log(delta), 1e-6, 1e7)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_a_large_delta_gives_epsilon_zero_not_a_negative_one(accountant):
+    """Opacus' conversion answered -0.69 (RDP) and -0.68 (PRV) at z = 5, q = 0.1, 10 steps, delta = 0.5: the
+    mechanism is (0, delta)-DP there, and epsilon never lies below 0."""
+    assert accountant_epsilon(5.0, 0.1, 10, 0.5, accountant=accountant) == 0.0
+    assert accountant_epsilon(100.0, 1.0, 1, 0.3, accountant=accountant) == 0.0
+    assert accountant_epsilon(5.0, 0.1, 10, 1e-5, accountant=accountant) > 0  # a small delta keeps its epsilon
