@@ -317,6 +317,14 @@ class Protocol:
             return [None] * self.local_steps
         return epoch_schedule(self.batch_size, self.epoch_orders(t, c))
 
+    def smallest_batch(self) -> int:
+        """The fewest examples a local step of any client averages: B, cut to a shard smaller than B
+        (:meth:`client_batch`), or with ``local_epochs`` an epoch's last mini-batch, n_c mod B where that is not 0
+        (:func:`epoch_schedule`).  A DP protocol's noise on that mean stands for the least noise per example."""
+        B = int(self.batch_size)
+        return min(min(B, n % B or B) if self.local_epochs else min(B, n)
+                   for n in (int(s.numel()) for s in self.shards))
+
     def step_count(self, c: int) -> int:
         """K of client c: ``local_steps``, or E ceil(n_c/B) with ``local_epochs``."""
         if not self.local_epochs:

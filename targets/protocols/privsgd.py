@@ -8,7 +8,8 @@ COMPSGD (:mod:`.compsgd`) with Gaussian noise in the projected space.  Client c,
 
 with L = ``dp_clip``, T = ``dp_rounds``, (eps, delta) = (``dp_epsilon``, ``dp_delta``) the guarantee over T
 rounds, and n = B, the records the released gradient averages (the paper runs full-batch gradient
-descent on its n records; a client here releases the mean over its batch of B).  The server steps
+descent on its n records; a client here releases the mean over its batch of B, or over all its images where
+its shard holds fewer than B: n is then the smallest shard's, ``Protocol.smallest_batch``).  The server steps
 and lifts as COMPSGD.
 
 epsilon after t rounds is reported two ways:
@@ -17,11 +18,11 @@ epsilon after t rounds is reported two ways:
   (Claim C.1: Gaussian mechanism with sensitivity 2L/n and strong composition); it equals ``dp_epsilon``
   at t = T;
 * ``epsilon_rdp``: Opacus' RDP accountant for the same noise with the same per-record sensitivity
-  (noise multiplier sigma B / L on the sum of clipped gradients, sampling rate B / n_c, t steps).
+  (noise multiplier sigma n / L on the sum of clipped gradients, sampling rate B / n_c, at most 1, t steps).
 
 Both take the per-record sensitivity of the mean, as the paper does.  The normalisation s_t depends on the
 data, so s_t Phi_t g is not linear in the records; the bound the normalisation guarantees by itself is
-||s_t Phi_t g(D) - s'_t Phi_t g(D')|| <= 2L, B times larger (``epsilon_rdp_normalised``: Opacus at noise
+||s_t Phi_t g(D) - s'_t Phi_t g(D')|| <= 2L, n times larger (``epsilon_rdp_normalised``: Opacus at noise
 multiplier sigma / (2L)).
 """
 
@@ -62,7 +63,8 @@ class PrivSGD(CompSGD):
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)
-        self.sigma = privsgd_sigma(self.dp_clip, self.dp_rounds, self.dp_delta, self.batch_size, self.dp_epsilon)
+        # n of the paper's formula: the examples a step averages, B or all of a shard smaller than B (the fewest)
+        self.sigma = privsgd_sigma(self.dp_clip, self.dp_rounds, self.dp_delta, self.smallest_batch(), self.dp_epsilon)
 
     def gradient(self, u, x, y, t, c, k, create_graph=False):
         return per_example_clipped_mean(self.victim, u, x, y, self.dp_clip, create_graph=create_graph)
@@ -82,11 +84,11 @@ class PrivSGD(CompSGD):
 
     def privacy(self, rounds: int) -> dict:
         n_c = min(s.numel() for s in self.shards)
-        q = min(1.0, self.batch_size / n_c)
+        q, n = min(1.0, self.batch_size / n_c), self.smallest_batch()
         return {"sigma": self.sigma,
-                "epsilon_paper": privsgd_epsilon(self.dp_clip, rounds, self.dp_delta, self.batch_size, self.sigma),
+                "epsilon_paper": privsgd_epsilon(self.dp_clip, rounds, self.dp_delta, n, self.sigma),
                 "delta_paper": self.dp_delta,
-                "epsilon_rdp": accountant_epsilon(self.sigma * self.batch_size / self.dp_clip, q, rounds,
+                "epsilon_rdp": accountant_epsilon(self.sigma * n / self.dp_clip, q, rounds,
                                                   self.dp_delta, accountant="rdp"),
                 "epsilon_rdp_normalised": accountant_epsilon(self.sigma / (2 * self.dp_clip), q, rounds,
                                                              self.dp_delta, accountant="rdp")}

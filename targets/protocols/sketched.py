@@ -94,8 +94,9 @@ class SketchedDP(Sketched):
         eps_paper, delta_paper = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)
         n_c = min(s.numel() for s in self.shards)
         q = min(1.0, self.batch_size / n_c)
-        # noise on the mean with sensitivity C is noise multiplier sigma*B/C on the sum of clipped gradients
-        multiplier = self.sigma * self.batch_size / self.dp_clip
+        # noise on the mean of n clipped gradients is noise multiplier sigma*n/C on their sum: n the fewest a step
+        # averages (B, or a shard or an epoch's last mini-batch smaller than B: the least noise per example)
+        multiplier = self.sigma * self.smallest_batch() / self.dp_clip
         z, releases = (multiplier, rounds * K) if self.local_epochs else (multiplier / math.sqrt(K), rounds)
         # at delta_paper >= 1 the composition bounds nothing, and no epsilon answers that delta (null)
         eps_rdp = accountant_epsilon(z, q, releases, delta_paper, accountant="rdp") if delta_paper < 1 else None

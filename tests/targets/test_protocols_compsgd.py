@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import targets
+from defenses.accounting import accountant_epsilon
 from leakattack import data, experiment
 from leakattack.config import RunConfig
 from leakattack.sketch import get_sketch
@@ -162,6 +163,21 @@ def test_privsgd_sigma_is_the_papers_formula_and_epsilon_returns_to_it(digits_tr
     priv = p.privacy(25)
     assert priv["epsilon_paper"] == pytest.approx(2.0)
     assert priv["epsilon_paper"] > priv["epsilon_rdp"] > 0 and priv["epsilon_rdp_normalised"] > priv["epsilon_rdp"]
+
+
+def test_privsgd_calibrates_its_noise_to_the_images_a_client_holds_where_its_shard_is_smaller_than_the_batch(
+        digits_train):
+    """100 clients hold 11-15 images each, so a batch of 32 is cut to them: n of the paper's formula is the images the
+    released mean averages, the fewest (sigma with n = 32 gave epsilon_paper 2.29 where 1 was asked)."""
+    v = small_victim(digits_train)
+    p = get_protocol("privsgd", v, digits_train, clients=100, sketch="gaussian", sketch_ratio=0.5, dp_epsilon=1.0,
+                     dp_rounds=2)
+    fewest = min(s.numel() for s in p.shards)
+    assert p.smallest_batch() == fewest < p.batch_size
+    assert p.sigma == pytest.approx(privsgd_sigma(p.dp_clip, 2, p.dp_delta, fewest, 1.0))
+    priv = p.privacy(2)
+    assert priv["epsilon_paper"] == pytest.approx(1.0)
+    assert priv["epsilon_rdp"] == pytest.approx(accountant_epsilon(p.sigma * fewest / p.dp_clip, 1.0, 2, p.dp_delta))
 
 
 def test_privsgd_message_is_the_rescaled_projection_of_the_clipped_gradient_plus_sigma_noise(digits_train):
