@@ -625,8 +625,11 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     if done > record["rounds"]:
         raise ConfigError(f"'{folder}' holds {held}, more than --rounds {record['rounds']}: give --rounds {done} or "
                           f"more to continue it, or {elsewhere.removeprefix('give ')}")
-    if done == record["rounds"]:
-        return rows  # every round asked for is there: nothing to train
+    if done == record["rounds"] and (checkpoint_path(folder, done + 1).is_file()
+                                     or not any(checkpoint_path(folder, 1).parent.glob("round_*.pt"))):
+        return rows  # every round asked for is there, with the weights after them or trained without checkpoints
+    # otherwise rounds remain, or the last were trained and their weights not written (a training stopped while it
+    # wrote them): the rounds from the latest checkpoint are trained again, as below
     if stored.get("torch", record["torch"]) != record["torch"]:
         raise ConfigError(f"'{folder}' holds {held} made with torch {stored['torch']}, and this is torch "
                           f"{record['torch']}, whose rounds need not agree with them bit for bit: {elsewhere}")
@@ -648,7 +651,8 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
         _refuse_without_server_state(folder, latest, proto, held, elsewhere)
         warnings.warn(f"'{folder}' holds rounds 1..{done} and no checkpoint after round {done} (the training was "
                       f"stopped without writing one): rounds {latest}..{done} are trained again from the checkpoint of "
-                      f"w^{latest}", SettingWarning, stacklevel=3)
+                      f"w^{latest}" + (f" to write w^{done + 1}" if done == record["rounds"] else ""),
+                      SettingWarning, stacklevel=3)
         return rows[:latest - 1]
     _refuse_without_server_state(folder, done + 1, proto, held, elsewhere)
     return rows

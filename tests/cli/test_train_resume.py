@@ -354,3 +354,24 @@ def test_a_row_cut_short_by_a_kill_is_dropped_and_its_round_trained_again(tmp_pa
     assert _rows(folder) == _rows(straight)
     final = "checkpoints/round_0006.pt"
     assert torch.equal(torch.load(folder / final), torch.load(straight / final))
+
+
+def test_a_finished_training_whose_last_checkpoint_was_not_written_writes_it_again(straight, tmp_path, capsys):
+    """Stopped while it wrote w^(T+1) (kill -9 or Ctrl-C in the last save), a training had every round recorded and
+    said 'nothing is left to train', and w^(T+1) stayed missing; the same command now trains round T again from
+    w^T and writes it, equal to the straight run's."""
+    folder = tmp_path / "sketched"
+    shutil.copytree(straight, folder)
+    (folder / "checkpoints" / "round_0006.pt").unlink()
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
+    assert "rounds 5..5 are trained again from the checkpoint of w^5 to write w^6" in capsys.readouterr().err
+    assert _rows(folder) == _rows(straight)
+    assert _snapshot(folder / "checkpoints") == _snapshot(straight / "checkpoints")
+
+
+def test_a_finished_training_without_checkpoints_has_nothing_left_to_train(tmp_path, capsys):
+    assert cli.main(TRAIN + ["--rounds", "2", "--no-checkpoints", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert cli.main(TRAIN + ["--rounds", "2", "--no-checkpoints", "--out", str(tmp_path)]) == 0
+    assert "nothing is left to train" in capsys.readouterr().err
