@@ -50,14 +50,17 @@ LIFT_TOL, LIFT_MAX_ITER = 1e-7, 500
 def project_l1_ball(v: torch.Tensor, radius: float) -> torch.Tensor:
     """Euclidean projection of v onto {x : ||x||_1 <= radius} (Duchi, Shalev-Shwartz, Singer, Chandra, ICML 2008,
     Fig. 1)."""
-    if float(v.abs().sum()) <= radius:
-        return v
+    norm = float(v.abs().sum())
+    if norm <= radius or not math.isfinite(norm):  # a non-finite v has no projection: it is left for the caller
+        return v  # to find (training stops as diverged where the weights are not finite)
     if radius <= 0:
         return torch.zeros_like(v)
     u = v.abs().flatten().sort(descending=True).values
     css = u.cumsum(0)
     j = torch.arange(1, u.numel() + 1, dtype=v.dtype, device=v.device)
-    rho = int(torch.nonzero(u - (css - radius) / j > 0).max())
+    above = torch.nonzero(u - (css - radius) / j > 0)
+    # rho = 0 always qualifies (u_1 - (u_1 - radius) = radius > 0), though a radius below u_1's round-off rounds it to 0
+    rho = int(above.max()) if above.numel() else 0
     theta = (css[rho] - radius) / (rho + 1)
     return v.sign() * (v.abs() - theta).clamp_min(0)
 

@@ -1,6 +1,7 @@
 """COMPSGD and PRIVSGD: l1 projection and lift against brute-force optimality checks, the server step, sigma, seeds,
 attacks."""
 
+import json
 import math
 
 import pytest
@@ -228,3 +229,23 @@ def test_attack_on_the_round_1_projected_gradient_recovers_image_and_gradient(pr
     g, gh = (targets.flat_gradient(p.victim, xx, p.labels) for xx in (p.x, xh))
     rel = float((gh - g).norm() / g.norm())
     assert out.metrics.psnr >= 45 and rel <= 5e-3 and out.metrics.label_acc == 1.0, (out.metrics.psnr, rel)
+
+
+def test_l1_projection_takes_a_radius_below_round_off_and_leaves_a_non_finite_vector_to_the_caller():
+    """`--l1-scale 1e-300` and `--global-lr 1e300` raised torch's "max(): Expected reduction dim" from an empty
+    set of indices: the radius is below the largest entry's round-off, or the vector is not finite."""
+    v = torch.tensor([3.0, -2.0, 1.0], dtype=torch.float64)
+    p = project_l1_ball(v, 1e-300)
+    assert float(p.abs().sum()) <= 1e-299 and torch.isfinite(p).all()
+    bad = torch.tensor([float("inf"), 1.0], dtype=torch.float64)
+    assert project_l1_ball(bad, 1.0) is bad
+    assert project_l1_ball(torch.tensor([float("nan"), 1.0]), 1.0).isnan().any()
+
+
+def test_compsgd_with_weights_that_overflow_stops_as_diverged(tmp_path, capsys):
+    from leakattack import cli
+
+    assert cli.main(["train", "--protocol", "compsgd", "--rounds", "2", "--global-lr", "1e300", "--quiet",
+                     "--threads", "1", "--out", str(tmp_path)]) == 2
+    assert "training diverged in round 1" in capsys.readouterr().err
+    assert json.loads((tmp_path / "compsgd" / "protocol.json").read_text())["stopped"] == "diverged"
