@@ -190,8 +190,9 @@ def default_strength(grid_keys) -> str | None:
 
 
 def setting_of(rec: dict) -> tuple:
-    """The grid values that define a setting (repetition keys left out)."""
-    return tuple((k, json.dumps(v)) for k, v in rec["grid"].items() if k not in REPEAT_KEYS)
+    """The grid values that define a setting (repetition keys left out), in the keys' order, so that ``[[grid]]``
+    tables that list the same keys in another order give one setting."""
+    return tuple(sorted((k, json.dumps(v)) for k, v in rec["grid"].items() if k not in REPEAT_KEYS))
 
 
 def group_settings(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -250,13 +251,16 @@ def summarize(records: list[dict]) -> list[dict]:
     unscored = any(_unscored(r["metrics"]) for r in records)
     for setting, recs in group_settings(records).items():
         first = recs[0]
-        row = {k: first["grid"][k] for k, _ in setting}
-        row.update(model=first["params"]["model"], sketch=first["params"]["sketch"],
-                   defense=first["metrics"].get("defense", first["params"].get("defense", "")),
-                   d=first["metrics"].get("d"), b=first["metrics"].get("b"), m=first["metrics"].get("m"),
-                   b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
-                   if first["metrics"].get("m") and first["metrics"].get("b") is not None else None,
-                   n=len(recs))
+        row = {k: v for k, v in first["grid"].items() if k not in REPEAT_KEYS}  # in the first point's grid order
+        # the run's own words beside them; a grid key keeps its value as the grid gives it (a defense written
+        # otherwise than the run records it, "clip:C=1" against "clip:C=1.0@before_sketch")
+        row.update({k: v for k, v in dict(
+            model=first["params"]["model"], sketch=first["params"]["sketch"],
+            defense=first["metrics"].get("defense", first["params"].get("defense", "")),
+            d=first["metrics"].get("d"), b=first["metrics"].get("b"), m=first["metrics"].get("m"),
+            b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
+            if first["metrics"].get("m") and first["metrics"].get("b") is not None else None).items()
+            if k not in row}, n=len(recs))
         if unscored:
             row["psnr_unscored"] = sum(_unscored(r["metrics"]) for r in recs)
         for name in SUMMARY_METRICS:

@@ -244,3 +244,29 @@ def test_a_laplace_settings_pure_epsilon_is_summarised_and_its_paper_epsilon_lef
     rows = summarize(laplace + unbounded)
     assert rows[0]["epsilon_mean"] == 40.0 and rows[0]["epsilon_paper_mean"] is None
     assert rows[1]["epsilon_mean"] == float("inf") and rows[1]["epsilon_paper_mean"] == float("inf")
+
+
+def test_grid_tables_that_list_the_same_keys_in_another_order_give_one_setting():
+    """Two [[grid]] tables of sketch and sigma in either order: one setting of n = 4 (two rows of n = 2 each,
+    alike to the eye, with their own means), its columns in the first point's order."""
+    a = [rec(i, 0.1, i, 10.0 + i) for i in range(2)]
+    b = [{**r, "key": f"k1{i}", "grid": {"sigma": 0.1, "sketch": "srht", "image_index": 2 + i}}
+         for i, r in enumerate([rec(2, 0.1, 2, 12.0), rec(3, 0.1, 3, 13.0)])]
+    assert setting_of(a[0]) == setting_of(b[0])
+    rows = summarize(a + b)
+    assert len(rows) == 1 and rows[0]["n"] == 4 and rows[0]["psnr_mean"] == 11.5
+    assert list(rows[0])[:2] == ["sketch", "sigma"]
+
+
+def test_a_grid_defense_keeps_the_words_the_grid_gives():
+    """The run records its defense normalised ("clip:C=1.0@before_sketch"): a grid's "clip:C=1" stays in the
+    summary's defense column, which the report matches to results.jsonl (it had left summary.csv and the figures
+    out as an earlier grid's)."""
+    r = rec(0, 0.0, 0, 10.0)
+    r = {**r, "grid": {"defense": "clip:C=1", "image_index": 0}, "metrics": {**r["metrics"],
+                                                                           "defense": "clip:C=1.0@before_sketch"}}
+    assert summarize([r])[0]["defense"] == "clip:C=1"
+    from leakattack.figures.report.sweep_section import summary_matches
+
+    assert summary_matches(summarize([r]), [r])
+    assert summarize([{**r, "grid": {"image_index": 0}}])[0]["defense"] == "clip:C=1.0@before_sketch"
