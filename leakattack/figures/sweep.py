@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import warnings
 from pathlib import Path
 
-from ..errors import ratio_text
+from ..errors import SettingWarning, ratio_text
 from ..rebuilt import (
     NOT_REBUILT,
     REBUILT,
@@ -101,10 +102,18 @@ ROW_LABEL_CHARS = 24
 
 
 def _strength_key(records: list[dict], meta: dict) -> str | None:
+    """sweep.json's ``strength``, where it names a grid key of the points; else the default (:func:`default_strength`),
+    with a one-line warning where sweep.json names something else (an edited file: a number, a key no point has)."""
     key = meta.get("strength")
-    if key:
+    keys = list(dict.fromkeys(k for r in records for k in r["grid"]))
+    if isinstance(key, str) and key in keys:
         return key
-    return default_strength(list(records[0]["grid"]) if records else [])
+    fallback = default_strength(list(records[0]["grid"]) if records else [])
+    if key not in (None, ""):
+        warnings.warn(f"sweep.json's strength {json.dumps(key)} is not a grid key of the sweep's points "
+                      f"({', '.join(keys) or 'none'}): the figures draw "
+                      f"{'against ' + fallback if fallback else 'no strength axis'}", SettingWarning, stacklevel=2)
+    return fallback
 
 
 def _axis(v):

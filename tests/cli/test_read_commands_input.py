@@ -96,3 +96,22 @@ def test_collect_refuses_an_empty_name_and_a_file(tmp_path, capsys, monkeypatch)
     _refused(["collect", "", "--out", "x.csv"], "a folder to collect must be named, got an empty string", tmp_path,
              capsys)
     _refused(["collect", "afile", "--out", "x.csv"], "'afile' is a file, not a folder of runs", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("strength", [5, "nosuch", ["sigma"]])
+def test_figures_warn_of_a_sweep_json_strength_that_names_no_grid_key(strength):
+    """An edited sweep.json's strength of 5 raised AttributeError ('int' object has no attribute 'replace'), and
+    "nosuch" drew every point at a strength of null; the default key is drawn, in one warning."""
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.figures.sweep import _strength_key
+
+    records = [{**POINT, "grid": {"sigma": s, "image_index": 0}} for s in (0.1, 1.0)]
+    with pytest.warns(SettingWarning, match="strength .* is not a grid key of the sweep's points .*: the figures "
+                                            "draw against sigma"):
+        assert _strength_key(records, {"strength": strength}) == "sigma"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _strength_key(records, {"strength": "image_index"}) == "image_index"
+        assert _strength_key(records, {}) == "sigma"
