@@ -72,6 +72,7 @@ from .results import (
     write_json,
 )
 from .results.reference import machine, machine_text
+from .sketch import is_identity, list_sketches
 from .torchfile import load_torch_file
 
 #: the lock file of a training's run folder, held while it trains (one training per folder)
@@ -557,9 +558,12 @@ def _continues(folder: Path, t: int, proto: Protocol) -> bool:
 
 def _idle_settings(protocol: str, spec: dict) -> set[str]:
     """The settings that change nothing for ``protocol`` (it does not read them, or ``spec``'s server optimiser
-    leaves them unused), which a training may be continued with otherwise (both are warned of when given)."""
+    leaves them unused, or its sketch sends the whole update), which a training may be continued with otherwise
+    (all are warned of when given)."""
+    whole = spec.get("sketch") in list_sketches() and is_identity(str(spec["sketch"]))
     return (set(unread_settings(protocol_class(protocol), SPEC_DEFAULTS))
-            | set(SERVER_OPT_UNUSED.get(str(spec.get("server_opt")), ())))
+            | set(SERVER_OPT_UNUSED.get(str(spec.get("server_opt")), ()))
+            | ({"sketch_ratio"} if whole else set()))
 
 
 def _setting_change(stored: dict, record: dict) -> tuple[str, object, object] | None:

@@ -21,7 +21,7 @@ from ..data import list_datasets, reads_root
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
 from ..results.io import own_folder
-from ..sketch import list_sketches
+from ..sketch import is_identity, list_sketches
 from ..training import MODEL_DEFAULTS, TrainingInterrupted, load_split, train, warn_client_batch
 from . import interrupted_exit
 
@@ -85,6 +85,10 @@ def cmd_train(a) -> int:
     given: frozenset[str] = getattr(a, "given_flags", frozenset())  # the flags the command line gave, at any value
     warn_unread(a.protocol, [k for k, v in spec.items()
                              if k in given or SPEC_DEST + k in given or v != SPEC_DEFAULTS[k]], spec)
+    if "sketch" in protocol_class(a.protocol).reads and is_identity(a.sketch) and (
+            "sketch_ratio" in given or spec["sketch_ratio"] != SPEC_DEFAULTS["sketch_ratio"]):
+        warnings.warn(f"--sketch {a.sketch} sends the whole update (b = d): --sketch-ratio {spec['sketch_ratio']:g} "
+                      "changes nothing", SettingWarning, stacklevel=1)
     check_value("checkpoint interval", Number(1, integer=True), a.checkpoint_every)
     if a.no_checkpoints and ("checkpoint_every" in given or a.checkpoint_every != 1):
         warnings.warn("--checkpoint-every has no effect with --no-checkpoints: no checkpoint is written",

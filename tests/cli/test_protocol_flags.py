@@ -255,3 +255,15 @@ def test_the_defense_part_keeps_the_protocols_noise_beside_a_defense():
     noise = {"sigma": 12.0, "epsilon_rdp": 0.103, "delta_paper": 1e-5}
     part = _defense(m, 10, noise, 3)
     assert part.startswith("protocol noise σ 12, ε 0.103 (δ 1e-05) over rounds 1..3 | defense clip:C=1.0"), part
+
+
+def test_train_warns_of_a_sketch_ratio_that_an_unsketched_protocol_ignores_and_continues_without_it(tmp_path, capsys):
+    """`train --protocol sketched --sketch none --sketch-ratio 0.5` sent b = d in silence (run warns of the same
+    flags), and continuing that training at another ratio was refused as another setting."""
+    argv = ["train", "--protocol", "sketched", "--sketch", "none", "--quiet", "--threads", "1", "--out", str(tmp_path)]
+    assert cli.main(argv + ["--sketch-ratio", "0.5", "--rounds", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "--sketch none sends the whole update (b = d): --sketch-ratio 0.5 changes nothing" in err
+    assert cli.main(argv + ["--rounds", "2"]) == 0  # the default ratio continues it
+    err = capsys.readouterr().err
+    assert "changes nothing" not in err and "training continues from round 2 of 2" in err
