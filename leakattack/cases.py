@@ -276,6 +276,8 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     noise = proto.privacy(t)  # a DP protocol's noise, and its epsilon over rounds 1..t: the messages up to this one
     if noise:
         msg.info["privacy"] = noise
+    if (note := proto.paper_bound_note(t)) is not None:  # the paper's epsilon past its conditions, as train says
+        warnings.warn(note, SettingWarning, stacklevel=2)
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
     n, K = msg.x.shape[0], msg.info["local_steps"]

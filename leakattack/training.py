@@ -424,6 +424,8 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     proto = get_protocol(name, victim, trainset, **spec)
     refuse_empty_clients(proto.shards, len(trainset))
     refuse_long_rounds(proto)
+    if (note := proto.paper_bound_note(rounds)) is not None:  # the paper's epsilon past its conditions
+        warnings.warn(note, SettingWarning, stacklevel=2)
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__, "machine": machine()}

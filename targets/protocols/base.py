@@ -485,6 +485,11 @@ class Protocol:
         """(epsilon, delta) after ``rounds`` rounds; empty for protocols without noise."""
         return {}
 
+    def paper_bound_note(self, rounds: int) -> str | None:
+        """One sentence where the paper's epsilon that :meth:`privacy` reports over rounds 1..``rounds`` lies outside
+        the paper's conditions (it is no DP bound there), else None (always, for a protocol without one)."""
+        return None
+
     # -- the attacker's view -------------------------------------------------
     def observe(self, w: torch.Tensor, t: int, c: int, *, batch_size: int | None = None,
                 sketch_known: bool = True, decoded: bool = False) -> ClientMessage:

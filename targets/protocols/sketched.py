@@ -16,6 +16,7 @@ import math
 import torch
 
 from defenses.accounting import accountant_epsilon, gaussian_sigma, paper_composition
+from defenses.accounting.analysis import paper_epsilon_holds
 from defenses.clipping import clip_by_norm
 from leakattack.seeds import DP_NOISE, torch_stream
 from leakattack.sketch import get_sketch, is_identity, sketch_dim
@@ -77,6 +78,21 @@ class SketchedDP(Sketched):
     def attacker_gradient(self, u, x, y):
         # the attacker knows the clip norm, never the noise
         return per_example_clipped_mean(self.victim, u, x, y, self.dp_clip, create_graph=True)
+
+    def paper_bound_note(self, rounds: int) -> str | None:
+        """Where Theorem 6.2's sqrt(t K) eps_hat reaches 1 by round ``rounds``: outside Lemma H.7's and the theorem's
+        conditions (``defenses.accounting.paper_epsilon_holds``) it bounds nothing, from the first round t with
+        t K eps_hat^2 >= 1 on."""
+        K = max(self.step_count(c) for c in range(self.clients))
+        eps = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)[0]
+        if paper_epsilon_holds(eps):
+            return None
+        first = next(t for t in range(1, rounds + 1)
+                     if not paper_epsilon_holds(paper_composition(self.dp_epsilon, self.dp_delta, t, K)[0]))
+        return (f"the paper's epsilon of sketched-dp, sqrt(t K) eps_hat (epsilon_paper), is a DP bound only below 1 "
+                f"(Lemma H.7, Theorem 6.2), and with eps_hat {self.dp_epsilon:g} and K = {K} it is "
+                f"{eps:.3g} by round {rounds}: from round {first} on it bounds nothing (epsilon_rdp is the "
+                "accountant's bound)")
 
     def privacy(self, rounds: int) -> dict:
         """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel
