@@ -55,6 +55,8 @@ LABEL_SEARCH_S = 120.0
 SCALE_RTOL = 1e-6
 #: rows of a batch's first-layer block are the same example when their quotients agree to this (relative)
 GROUP_TOL = 1e-4
+#: how a note says that some of a batch's examples were guessed, not separated (:meth:`Analytic._examples`)
+GUESSES = "the others are guesses"
 #: activations with exact zeros (inactive units), which separate a batch's examples
 PIECEWISE_LINEAR = (nn.ReLU,)
 #: activations with kinks but no zeros: neither separable by inactive units nor solvable in the row space
@@ -377,6 +379,8 @@ class Analytic(Attack):
             losses = _with_failed_solve(_relative([loss], y), record)
             if stop == "stalled" and record is None:  # the final loss is the block's distance from rank B, not 0
                 losses = [*losses, beyond]
+            if record is None:  # a separated batch: its guessed examples are no batch that sends the message
+                stop, losses, note = self._guessed(obs, x, labels, note, stop, losses)
             # iterations: the row-space solve's Levenberg-Marquardt steps where a batch took them (g itself is one
             # linear solve)
             return AttackResult(x=x, labels=labels, x0=x.clone(), losses=losses, extra=extra,
@@ -419,6 +423,9 @@ class Analytic(Attack):
         else:
             labels = self._assign_labels(obs, labels, blocks, x, lambda bl: fitted[id(bl)],
                                          exact=run["stop"] == "tolerance")
+        guessed: list[float] = []
+        if record is None and note:  # a separated batch: its guessed examples are no batch that sends the message
+            stop, guessed, note = self._guessed(obs, x, labels, note, stop, guessed)
         said = run["message"] or message or note
         if not said and stop == "tolerance":
             ynorm2 = max(float(y @ y), 1e-300)
@@ -434,10 +441,10 @@ class Analytic(Attack):
                     "in the message (the sketch samples none): they cannot be read and come back as 0"
                     + ("; " + said if said else ""))
         fit_losses = _relative(run["losses"], y)
-        losses = _with_failed_solve(fit_losses, record)
+        losses = [*_with_failed_solve(fit_losses, record), *guessed]
         return AttackResult(x=x.detach(), labels=labels, x0=x0.detach(), losses=losses,
                             extra=run["extra"], iterations=len(run["losses"]) - 1,
-                            best_step=run["best"] if losses is fit_losses else len(losses) - 1,
+                            best_step=run["best"] if len(losses) == len(fit_losses) else len(losses) - 1,
                             stop_reason=stop, message=said, wall_s=time.perf_counter() - t0,
                             row_space_solve=record)
 
@@ -638,8 +645,24 @@ class Analytic(Attack):
             xs.append(torch.full_like(blk[0, :-1], 0.5))
         note = "" if found == B else (
             f"{found} of the batch's {B} examples were separated by rows with one active unit "
-            "(a wider first layer or a smaller batch gives more such rows); the others are guesses")
+            f"(a wider first layer or a smaller batch gives more such rows); {GUESSES}")
         return torch.stack(xs), note
+
+    @staticmethod
+    def _guessed(obs: Observation, x: torch.Tensor, labels, note: str, stop: str,
+                 losses: list[float]) -> tuple[str, list[float], str]:
+        """Where some of a batch's examples are guesses (``note``, :meth:`_examples`), the batch returned was not read
+        from the message, however exactly its block was: the run stops ``stalled`` and its final loss is the
+        message's relative residual at that batch, ||model(x) - y|| / ||y|| (the attacker's model of the client)."""
+        if GUESSES not in note:
+            return stop, losses, note
+        y = obs.y.detach().reshape(-1)
+        with torch.enable_grad():
+            sent = obs.forward(x.detach(), labels).detach().reshape(-1)
+        residual = float((sent - y).norm()) / max(float(y.norm()), 1e-300)
+        note += (f": the message's relative residual at the batch returned is {residual:.3g}, so it is not a batch "
+                 "that sends the message")
+        return ("stalled" if stop == "tolerance" else stop), [*losses, residual], note
 
     def _solve_square(self, M, y: torch.Tensor) -> torch.Tensor:
         """g from y = M g when b >= d: M^T y for the identity, a dense least-squares solve while M fits

@@ -51,3 +51,26 @@ def test_one_example_s_label_is_read_from_the_fitted_head_block(index):
     result = Analytic().reconstruct(obs)
     assert result.stop_reason == "tolerance"
     assert result.labels.tolist() == labels.tolist()
+
+
+def _relu_batch(B: int, sketch: str, b: int | None = None):
+    data = get_dataset("digits")
+    x, labels = data.images[:B].double(), data.labels[:B]
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0, act="relu").to(dtype=torch.float64)
+    sk = make_sketch(sketch, victim.d, b or victim.d, seed=1)
+    return observe(victim, x, labels, Channel(sk), ThreatModel(knows_labels=True))
+
+
+@pytest.mark.parametrize("sketch", ["none", "srht"])
+def test_a_batch_with_guessed_examples_stops_stalled_at_the_message_residual_of_the_batch_returned(sketch):
+    """ReLU mlp, 4 digits: 3 were separated and 1 guessed; the run said `tolerance` with residual 0 (the block's
+    reading) and the report then took the wrong image for a second input that sends the message, where the message's
+    relative residual at the batch returned is 0.246."""
+    obs = _relu_batch(4, sketch, None if sketch == "none" else 30000)
+    result = Analytic(labels="given").reconstruct(obs)
+    assert "the others are guesses" in result.message
+    assert result.stop_reason == "stalled" and result.final_loss > 0.05
+    sent = obs.forward(result.x, result.labels).detach().reshape(-1)
+    y = obs.y.reshape(-1)
+    assert result.final_loss == pytest.approx(float((sent - y).norm() / y.norm()), rel=1e-6)
+    assert f"relative residual at the batch returned is {result.final_loss:.3g}" in result.message
