@@ -228,7 +228,9 @@ def sample_points(prob: Problem, n: int, generator: torch.Generator) -> list[tor
 
 
 def gradient_descent(prob: Problem, x0: torch.Tensor, eta: float, iterations: int):
-    """Plain GD x_{t+1} = x_t − η ∇L_R(x_t) (Theorem 7.5); returns losses, ratios ‖∇L‖²/L and iterates' pairs data."""
+    """Plain GD x_{t+1} = x_t − η ∇L_R(x_t) (Theorem 7.5); returns losses, ratios ‖∇L‖²/L and iterates' pairs data.
+    Ratios and pairs are kept while L(x_t) > floor·L(x_0): below it L is round-off, and a pair's
+    (L_y − L_x − <∇L, y − x>)/‖y − x‖² at a step of 1e-16 is round-off divided by 1e-32."""
     floor = 1e-20 if prob.dtype == torch.float64 else 1e-8  # below floor·L(x_0) the ratio is round-off
     x = x0.clone()
     losses, ratios, pairs = [], [], []
@@ -236,7 +238,7 @@ def gradient_descent(prob: Problem, x0: torch.Tensor, eta: float, iterations: in
     prev = None
     for _ in range(iterations + 1):
         Lx, gx = prob.L_and_grad(x)
-        if prev is not None:
+        if prev is not None and L0 is not None and prev[1] > floor * L0:
             pairs.append((prev[0], prev[1], Lx, -eta * float(prev[2].pow(2).sum()), eta * float(prev[2].norm())))
         losses.append(Lx)
         if not math.isfinite(Lx) or (L0 is not None and Lx > 1e6 * L0):
@@ -446,6 +448,7 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
         "model": model_name, "sketch": sketch_kind, "sketch_ratio": None if is_identity(sketch_kind) else ratio,
         "sketch_params": dict(sketch_params or {}),
         "seed": seed, "samples": samples, "pairs": len(pair_rows), "trajectory_points": len(traj_ratios),
+        "trajectory_pairs": len(traj_pairs),
         "kernel_points": len(keig), "kernel_method": keig[0]["method"], "sketch_method": sk["sketch_method"],
         "dataset": CHECK_TARGETS[model_name][0], "in_shape": list(CHECK_TARGETS[model_name][1]),
         "batch_size": CHECK_TARGETS[model_name][2], "dtype": str(prob.dtype).replace("torch.", ""),
