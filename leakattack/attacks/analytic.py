@@ -820,10 +820,11 @@ def _not_exact(beyond: float, B: int) -> str:
 
 
 def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:
-    """``losses`` (the block's fit to the message), with the row-space solve's relative residual appended where that
-    solve failed: the run's final loss is then the solve's, not the fit's (a block read exactly fits at 0 while the
-    examples returned do not solve it)."""
-    if record is None or record["solved"]:
+    """``losses`` (the block's fit to the message), with the row-space solve's relative residual appended where a
+    batch took that solve: the run's final loss is then the solve's, not the fit's (a block read exactly fits at 0,
+    while the examples returned solve it to their own residual, 3e-14 for a sigmoid batch of 4 solved, far more
+    for one whose solve failed)."""
+    if record is None:
         return losses
     return [*losses, float(record["residual"])]
 

@@ -74,3 +74,14 @@ def test_a_batch_with_guessed_examples_stops_stalled_at_the_message_residual_of_
     y = obs.y.reshape(-1)
     assert result.final_loss == pytest.approx(float((sent - y).norm() / y.norm()), rel=1e-6)
     assert f"relative residual at the batch returned is {result.final_loss:.3g}" in result.message
+
+
+def test_a_solved_sigmoid_batch_reports_the_row_space_solves_residual_not_the_blocks_zero():
+    """The summary line printed residual 0 (the block's exact reading) where the solve's record said 3.3e-14."""
+    data = get_dataset("digits")
+    x, labels = data.images[:4].double(), data.labels[:4]
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d)), ThreatModel(knows_labels=True))
+    result = Analytic(labels="given").reconstruct(obs)
+    assert result.row_space_solve["solved"] and result.stop_reason == "tolerance"
+    assert result.final_loss == result.row_space_solve["residual"] and 0 < result.final_loss < 1e-8
