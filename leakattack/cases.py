@@ -205,7 +205,8 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if refusal:
         raise ConfigError(refusal)
     note = regeneration_note(sketch, seeds.iterations * cfg.restarts, dtype,
-                             time_limit=duration_seconds(seeds.time_limit), optimizer=seeds.optimizer)
+                             time_limit=duration_seconds(seeds.time_limit), optimizer=seeds.optimizer,
+                             closed_form=bool(getattr(cfg.attack_class, "closed_form", False)))
     if note:
         warnings.warn(note, SettingWarning, stacklevel=2)
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))

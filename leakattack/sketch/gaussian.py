@@ -281,13 +281,24 @@ def _too_large(sketch: RowBlockSketch, dtype) -> str:
 
 
 def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = SLOW_SKETCH_SECONDS,
-                      time_limit: float | None = None, optimizer: str | None = None) -> str | None:
+                      time_limit: float | None = None, optimizer: str | None = None,
+                      closed_form: bool = False) -> str | None:
     """One sentence when ``sketch`` regenerates its dense R and ``evaluations`` iterations' apply+adjoint pairs, with
     the :data:`RUN_EVALUATIONS` pairs every run adds, are estimated to take longer than ``limit_s`` seconds (None
-    otherwise): the estimate, where the attack's ``time_limit`` (seconds) cuts it, and the cheaper choices."""
+    otherwise): the estimate, where the attack's ``time_limit`` (seconds) cuts it, and the cheaper choices.  A
+    ``closed_form`` attack has no iterations: its solve takes a pair per step of its own (CGLS, the low-rank fit's
+    sweeps), as many as its system needs, so the sentence gives the cost of a pair where the run's own passes
+    alone pass ``limit_s``."""
     if not isinstance(sketch, RowBlockSketch) or sketch.fits(dtype) or evaluations < 1:
         return None
     per = sketch.regeneration_seconds()
+    if closed_form:
+        if per * RUN_EVALUATIONS <= limit_s:
+            return None
+        return (f"{_too_large(sketch, dtype)}, so it regenerates them twice per product pair: about {per:.2g} s each; "
+                f"the run's own passes (the message, the label reading, the verdict) take about "
+                f"{duration_text(per * RUN_EVALUATIONS)}, and the closed-form solve a pair per step of its iterative "
+                "solve, as many as its system needs; use --sketch srht or countsketch, or a larger --sketch-memory")
     total = per * (evaluations + RUN_EVALUATIONS)
     if total <= limit_s:
         return None
