@@ -201,7 +201,9 @@ class April(OneExampleAttack):
             which = "patch-embedding weight" if losses[0] >= max(losses) else "patch-embedding bias"
             notes.append(f"the {which} gradient does not match the position-embedding gradient (relative residual "
                          f"{max(losses):.2g}): the g read from the message is not the exact gradient of one example "
-                         "at these weights (noise, or several local steps)")
+                         f"at these weights (noise or another defense that changes the gradient, "
+                         f"{'' if getattr(obs.linear_map, 'identity', False) else 'a sketch with a null space, '}"
+                         "or several local steps)")
         return closed_form_result(
             x, labels, losses, notes, step=0, monitor=monitor, wall_s=time.perf_counter() - t0,
             solved=(f"{n} patches from the {emb.pos_name} and patch-embedding gradients by least squares, "

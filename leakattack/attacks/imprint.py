@@ -95,6 +95,14 @@ def _noise_steps(spec: str) -> list[str]:
     return [t.spec() for t in defenses.build(spec).steps if isinstance(t, (Gaussian, Laplace))]
 
 
+def _other_steps(spec: str) -> list[str]:
+    """The steps of the defense ``spec`` that change the gradient without noise (a clip, pruning, quantization), as
+    their specs."""
+    if not spec:
+        return []
+    return [t.spec() for t in defenses.build(spec).steps if not isinstance(t, (Gaussian, Laplace))]
+
+
 def _block_size(block) -> int:
     """The block's gradient numbers, K (m + 1)."""
     return int(block.linear.weight.numel() + block.linear.bias.numel())
@@ -322,12 +330,18 @@ class Imprint(Attack):
             notes.append(f"{n} of {block.bins} bins stood out of the noise of the other bins for a batch of {B}: "
                          f"fewer bins than images, which images sharing a bin or bins hidden by the noise explain "
                          f"({cause}); each bin read gave back one image or a blend (repeated to fill the batch)")
+        elif n < B and _other_steps(obs.defense):  # a defense that changes the bins' gradients without noise
+            notes.append(f"{held}: fewer bins than images, which images sharing a bin or the defense's "
+                         f"{', '.join(_other_steps(obs.defense))} (it changes the bins' gradients) explain; each bin "
+                         "read gave back one image or a blend (repeated to fill the batch)")
         elif n < B:
             notes.append(f"{held}: at least {B - n} of its images shared a bin with another, and each such bin gave "
                          "back one blend of its images (repeated to fill the batch)")
         elif n > B:
+            sketched = "" if getattr(M, "identity", False) else ", a sketch with a null space"
             why = ("the block was read through the sketch, with the rest of the gradient as noise" if M.b < M.d else
-                   "the message is not the exact gradient at the server's model (noise, several local steps)")
+                   f"the message is not the exact gradient at the server's model (noise{sketched}, several local "
+                   "steps)")
             notes.append(f"{held}: more bins than images, as {why}; the {B} with the largest bias differences were "
                          "kept")
         if outside:

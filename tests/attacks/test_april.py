@@ -130,6 +130,19 @@ def test_a_noisy_message_is_rebuilt_roughly_and_reported_inconsistent():
     assert 20 < _psnr(result, x) < 150
 
 
+def test_a_square_sketch_with_a_null_space_is_named_among_the_causes():
+    """A countsketch of b = d with empty buckets loses part of g: the note said "(noise, or several local steps)"
+    of a run with neither; an unsketched noisy message does not name a sketch."""
+    x, _ = _photos(0, shape=(8, 12))
+    victim = _tiny_vit()
+    result = get_attack("april").reconstruct(_observe(victim, x, torch.tensor([0]), "countsketch", b=victim.d))
+    assert result.stop_reason == "stalled" and "a sketch with a null space" in result.message
+    obs = _observe(_tiny_vit(), x, torch.tensor([0]))
+    obs.y = obs.y * (1 + 1e-3 * torch.randn(obs.y.shape, generator=torch.Generator().manual_seed(1),
+                                            dtype=obs.y.dtype))
+    assert "null space" not in get_attack("april").reconstruct(obs).message
+
+
 def _reason(obs):
     reason = April().supports(obs)
     assert reason is not None and reason.count(". ") == 0 and "gradient-matching" in reason

@@ -175,6 +175,16 @@ def test_the_command_line_rebuilds_a_batch_and_records_the_bins(tmp_path, capsys
     assert config["run"]["attack_params"]["bins"] == 64
 
 
+def test_a_pruned_batch_names_the_defense_among_the_causes_of_fewer_bins(tmp_path, capsys):
+    """prune:p=0.999 left 2 of 128 bins for 4 images, each alone in its bin without it: the note blamed images
+    sharing bins alone."""
+    rc = cli.main(["run", "--model", "lenet", "--dataset", "digits", "--attack", "imprint", "--sketch", "none",
+                   "--batch-size", "4", "--defense", "prune:p=0.999", "--no-lpips", "--quiet",
+                   "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 0 and "fewer bins than images, which images sharing a bin or the defense's prune:p=0.999" in err
+
+
 @pytest.mark.parametrize("args,words", [
     (["--protocol", "fedavg"], "changes the model the server sends"),
     (["--sketch", "srht", "--sketch-ratio", "0.005", "--batch-size", "2"], "holds fewer"),
