@@ -224,13 +224,26 @@ def read_checkpoint(folder: Path, t: int, d: int) -> tuple[torch.Tensor, dict[st
 
 
 def _refuse_unreached(folder: Path, t: int) -> None:
-    """ConfigError where the run in ``folder`` stopped before it reached round t (so w^t does not exist)."""
+    """ConfigError where the run in ``folder`` has not finished round t: it stopped before (a training killed
+    outright, whose protocol.json still plans more rounds), or it is training now.  The rounds a run can attack are
+    those its training finished, 1..N, as for a training that stopped on its own (:func:`check_round`)."""
     done = rounds_logged(folder)
-    if done is not None and t > done + 1:  # w^t comes from round t - 1, which training never finished
-        when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
-            ("before round 1 finished", "")
-        raise ConfigError(f"checkpoint '{checkpoint_path(folder, t)}' does not exist: training stopped {when}, so "
-                          f"round {t} was never reached{which}")
+    if done is None or t <= done:
+        return
+    from .sweep.lock import FolderLock, SweepLocked  # here: leakattack.sweep imports the run's modules
+
+    try:
+        FolderLock(folder, TRAIN_LOCK, "training run").check()
+    except SweepLocked:  # a live training holds the folder
+        finished = f"has finished rounds 1..{done}" if done else "has finished no round yet"
+        raise ConfigError(f"round {t} does not exist yet: a training is running in '{folder}' and {finished}"
+                          + (f" (attack a round of 1..{done}, or wait for it)" if done else " (wait for it)")) from None
+    when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
+        ("before round 1 finished", "")
+    held = f"rounds 1..{done}" if done else "no round"
+    raise ConfigError(f"round {t} does not exist: training stopped {when} without recording its stop (killed "
+                      f"outright: '{folder}' holds {held} of the rounds its protocol.json plans), so round {t} was "
+                      f"never finished{which}")
 
 
 def load_server_state(proto: Protocol, server: dict | None, t: int, source: str | Path) -> None:

@@ -83,7 +83,34 @@ def test_a_folder_written_before_stops_were_recorded_says_where_training_stopped
     (old / "protocol.json").write_text(json.dumps({**stored, "rounds": 50}))
     assert cli.main(RUN + ["--protocol-dir", str(old), "--round", "20", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "training stopped after round 3, so round 20 was never reached" in err[0], err
+    assert len(err) == 1 and "round 20 does not exist: training stopped after round 3 without recording its stop" \
+        in err[0] and "so round 20 was never finished (attack a round of 1..3)" in err[0], err
+    # round 4, whose weights w^4 the interrupt wrote, was never finished either, as a run that recorded its stop says
+    assert cli.main(RUN + ["--protocol-dir", str(old), "--round", "4", "--out", str(tmp_path / "run")]) == 2
+    assert "so round 4 was never finished (attack a round of 1..3)" in capsys.readouterr().err
+    assert cli.main(RUN + ["--protocol-dir", str(folder), "--round", "4", "--out", str(tmp_path / "run")]) == 2
+    assert "round 4 does not exist: training stopped after round 3 of 50 (interrupted)" in capsys.readouterr().err
+
+
+def test_a_round_a_running_training_has_not_finished_is_refused_saying_it_runs(stopped, tmp_path, capsys):
+    """A later round of a training in progress read "training stopped after round N"."""
+    import shutil
+
+    from leakattack.sweep.lock import FolderLock
+    from leakattack.training import TRAIN_LOCK
+
+    _, folder, _ = stopped
+    live = tmp_path / "live"
+    shutil.copytree(folder, live)
+    stored = json.loads((live / "protocol.json").read_text())
+    for key in ("rounds_planned", "stopped"):
+        del stored[key]
+    (live / "protocol.json").write_text(json.dumps({**stored, "rounds": 50}))  # as a running training writes it
+    with FolderLock(live, TRAIN_LOCK, "training run"):  # held by this live process
+        assert cli.main(RUN + ["--protocol-dir", str(live), "--round", "5", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "round 5 does not exist yet: a training is running in" in err and "has finished rounds 1..3 (attack a " \
+        "round of 1..3, or wait for it)" in err
 
 
 def test_an_interrupt_before_the_first_round_finished_keeps_no_round(tmp_path, capsys, monkeypatch):
