@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from defenses import build as build_defense
+
 from .. import experiment, metrics
 from ..cases import check_case_options
 from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
@@ -144,7 +146,15 @@ def point_key(params: dict) -> str:
 
 def _same_run(params: dict) -> str:
     """What tells two points' runs apart: their parameters with every integer written as the float it equals, so
-    that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before)."""
+    that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before); the
+    defense as the run records it (``"gaussian:sigma=1e-3"`` and ``"gaussian:sigma=0.001@before_sketch"`` are one
+    point, as are ``""`` and ``"none"``); and with a ``sketch_dim``, which sets b, no ``sketch_ratio``."""
+    params = dict(params)
+    with contextlib.suppress(Exception):  # a defense the point's validation refused never gets here
+        params["defense"] = build_defense(params.get("defense")).spec
+    if params.get("sketch_dim") is not None:
+        params["sketch_ratio"] = None
+
     def floats(v):
         if isinstance(v, dict):
             return {k: floats(x) for k, x in v.items()}

@@ -439,3 +439,18 @@ def test_a_number_written_as_an_integer_and_as_a_float_is_one_point(tmp_path, ca
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "2 points" in out and "1 duplicate grid point left out" in out and "lr=1.0" not in out
+
+
+def test_a_defense_written_in_other_words_and_a_ratio_beside_a_dimension_are_one_point(tmp_path, capsys, no_attack):
+    """Four spellings of one Gaussian noise, and "" beside "none", ran 6 identical attacks as 6 points; a
+    sketch_dim beside two ratios ran b = sketch_dim twice."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "[grid]\ndefense = ['gaussian:sigma=0.001', 'gaussian:sigma=1e-3', "
+                          "'gaussian:sigma=0.001@before_sketch', 'gaussian:sigma=0.0010', '', 'none']\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2 points" in out and "4 duplicate grid points left out" in out
+    cfg.write_text(BASE + "sketch_dim = 100\n[grid]\nsketch_ratio = [0.25, 0.5]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "1 point," in out and "1 duplicate grid point left out" in out
