@@ -476,9 +476,13 @@ class RunConfig:
     @classmethod
     def from_dict(cls, values: dict) -> RunConfig:
         """Build from a plain dict, whose keys may also name attack options (gathered into ``attack_params``);
-        an unknown key is a ConfigError naming it."""
+        an unknown key is a ConfigError naming it.  ``threads = "auto"`` is the default choice, as ``--threads
+        auto`` is."""
         known, options = {f.name for f in recorded_fields()}, attack_option_names()
         values, extra = dict(values), {}
+        threads = values.get("threads")
+        if isinstance(threads, str) and threads.strip().lower() == "auto":  # as --threads auto: the run's own choice
+            values["threads"] = None
         for key in list(values):
             if key not in known:
                 if key not in options:

@@ -454,3 +454,14 @@ def test_a_defense_written_in_other_words_and_a_ratio_beside_a_dimension_are_one
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "1 point," in out and "1 duplicate grid point left out" in out
+
+
+def test_threads_auto_in_a_sweep_file_is_the_runs_own_choice_as_on_the_command_line(tmp_path, capsys, no_attack):
+    """`threads = "auto"` was refused ("must be an integer of at least 1"), where --threads auto is the default."""
+    from leakattack.config import RunConfig
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + "threads = 'auto'\n[grid]\nimage_index = [0]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    assert "1 point" in capsys.readouterr().out
+    assert RunConfig.from_dict({"threads": "AUTO"}).threads is None
