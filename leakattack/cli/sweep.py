@@ -23,7 +23,7 @@ from ..results.store import checked_points, load_records
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.backends.base import WorkerLost
 from ..sweep.lock import FolderLock
-from ..sweep.plan import value_text
+from ..sweep.plan import check_name_length, value_text
 from . import interrupted_exit
 from .figures import figures_said, verdicts_text
 
@@ -38,7 +38,7 @@ DEFAULT_ROOT = "results/runs"
 
 def default_sweep_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
     """``<root>/sweep-<name>-<YYYYmmdd-HHMMSS>/``, a suffix -2, -3, ... keeping it unique (nothing is created)."""
-    return unused_path(Path(root) / f"sweep-{check_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return unused_path(Path(root) / f"sweep-{check_name_length(check_name(name))}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def _backend_options(a) -> dict:

@@ -164,12 +164,27 @@ def _same_run(params: dict) -> str:
     return json.dumps(floats(params), sort_keys=True, default=str)
 
 
+#: the longest sweep name in bytes: its default folder, sweep-NAME-YYYYmmdd-HHMMSS (and a -N that keeps it unique),
+#: is written beside itself under a temporary name, within the 255 bytes most file systems allow a name
+SWEEP_NAME_MAX = 160
+
+
 def check_name(name: str) -> str:
     """A sweep's name, part of its default folder's name; a path (``..``, ``/``, absolute) is refused."""
     if (not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0")
             or Path(name).is_absolute()):
         raise ConfigError(f"sweep name {name!r} must be a plain folder name, not a path: use --out to choose "
                           "where the sweep is written")
+    return name
+
+
+def check_name_length(name: str) -> str:
+    """A sweep name its default folder can hold: at most :data:`SWEEP_NAME_MAX` bytes (ConfigError otherwise)."""
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > SWEEP_NAME_MAX:
+        raise ConfigError(f"sweep name '{name[:24]}...' has {size} bytes, and its default folder "
+                          f"(sweep-NAME-date-time) takes a name of at most {SWEEP_NAME_MAX}: give a shorter [sweep] "
+                          "name, or choose the folder with --out")
     return name
 
 

@@ -465,3 +465,14 @@ def test_threads_auto_in_a_sweep_file_is_the_runs_own_choice_as_on_the_command_l
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
     assert "1 point" in capsys.readouterr().out
     assert RunConfig.from_dict({"threads": "AUTO"}).threads is None
+
+
+def test_a_sweep_name_too_long_for_its_default_folder_names_the_name_not_out(tmp_path, capsys, no_attack, monkeypatch):
+    """A 300-byte [sweep] name was refused as "--out names 'sweep-aaaa...'" though no --out was given."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f"[sweep]\nname = '{'a' * 300}'\n" + BASE + "[grid]\nimage_index = [0]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep name 'aaaa" in err and "has 300 bytes" in err and "--out names" not in err
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet", "--out", str(tmp_path / "out")]) == 0
