@@ -424,7 +424,8 @@ def _base_named(message: str, combo: dict, base: dict) -> str | None:
     """The [base] key whose own value (not the grid's, no placeholder) a refusal of a point names (which may hold
     at this point's grid values only: an attack that refuses its sketch): its value as the sweep file
     gives it, or a spec's kind (``nosuch`` of ``nosuch:x=1``) or a file's name, at least three characters long and
-    quoted or standing as a word; None where none is named, or where the refusal names a grid value of the point.
+    quoted or standing as a word, or for a table (``model_params``) one of its keys or texts; None where none is
+    named, or where the refusal names a grid value of the point.
     The model and the data set, which many refusals name as their context, are taken only where no other key is
     named."""
     if any(_names(message, {value_text(v)}, 1) for v in combo.values()):  # a grid value's refusal is the point's
@@ -432,6 +433,11 @@ def _base_named(message: str, combo: dict, base: dict) -> str | None:
     context = ("model", "dataset")
     for key in [k for k in base if k not in context] + [k for k in context if k in base]:
         value = base[key]
+        if key not in combo and isinstance(value, dict) and not any(  # a table (model_params): a key or text in it
+                isinstance(v, str) and _PLACEHOLDER.search(v) for v in value.values()):
+            if _names(message, {str(k) for k in value} | {v for v in value.values() if isinstance(v, str)}, 2):
+                return key
+            continue
         if key in combo or isinstance(value, (bool, dict, list)) or value is None:
             continue
         text = value if isinstance(value, str) else value_text(value)

@@ -476,3 +476,15 @@ def test_a_sweep_name_too_long_for_its_default_folder_names_the_name_not_out(tmp
     err = capsys.readouterr().err
     assert "sweep name 'aaaa" in err and "has 300 bytes" in err and "--out names" not in err
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet", "--out", str(tmp_path / "out")]) == 0
+
+
+@pytest.mark.parametrize("table,named", [("model_params = {width = 'abc'}", "[base] model_params"),
+                                         ("sketch_params = {nonsense = 1}", "[base] sketch_params"),
+                                         ("attack_params = {nonsense = 1}", "[base] attack_params")])
+def test_a_refused_base_table_is_named(tmp_path, capsys, no_attack, table, named):
+    """model_params = {width = ...} was blamed on [base] model, the others on the point alone."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + table + "\n[grid]\nseed = [0]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"with {named})" in err and "[base] model)" not in err
