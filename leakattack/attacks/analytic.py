@@ -374,7 +374,7 @@ class Analytic(Attack):
                 beyond = _off_reading(first, x.reshape(1, -1)) if B == 1 else _beyond_rank(first, B)
                 if beyond > torch.finfo(obs.victim.dtype).eps ** 0.5:  # as APRIL and R-GAP hold their systems
                     stop = "stalled"
-                    note = "; ".join(filter(None, [note, _not_exact(beyond, B)]))
+                    note = "; ".join(filter(None, [note, _not_exact(beyond, B, getattr(self, "_short_solve", None))]))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             losses = _with_failed_solve(_relative([loss], y), record)
             if stop == "stalled" and record is None:  # the final loss is the block's distance from rank B, not 0
@@ -667,6 +667,7 @@ class Analytic(Attack):
     def _solve_square(self, M, y: torch.Tensor) -> torch.Tensor:
         """g from y = M g when b >= d: M^T y for the identity, a dense least-squares solve while M fits
         ``DENSE_LIMIT`` (a square Gaussian R is too ill-conditioned for CGLS), else CGLS."""
+        self._short_solve: float | None = None  # the CGLS residual where the solve stopped short of its bar
         if getattr(M, "identity", False):
             return M.adjoint(y)
         if M.b * M.d <= DENSE_LIMIT:
@@ -678,7 +679,8 @@ class Analytic(Attack):
         # least squares' optimality, M^T (M g - y) = 0, which a noisy message of b > d numbers meets too
         start = M.adjoint(y).norm().clamp_min(torch.finfo(y.dtype).tiny)
         residual = float(M.adjoint(M.apply(g) - y).norm() / start)
-        if residual > max(SOLVE_RESIDUAL, 100 * torch.finfo(y.dtype).eps):  # an ill-conditioned R: g is not y's
+        self._short_solve = residual if residual > max(SOLVE_RESIDUAL, 100 * torch.finfo(y.dtype).eps) else None
+        if self._short_solve is not None:  # an ill-conditioned R: g is not y's
             warnings.warn(f"reading g from the message stopped at a relative residual of {residual:.2g} (of the "
                           f"normal equations) after "
                           f"{steps} CGLS steps (an ill-conditioned sketch, such as a square gaussian one, of "
@@ -808,15 +810,20 @@ def _off_reading(blk: torch.Tensor, x: torch.Tensor) -> float:
     return float((blk - delta @ a).norm()) / total
 
 
-def _not_exact(beyond: float, B: int) -> str:
+def _not_exact(beyond: float, B: int, short_solve: float | None = None) -> str:
     """The note for a first-layer block that is not one example's delta [x; 1]^T (:func:`_off_reading`) or not of
-    rank B (:func:`_beyond_rank`)."""
+    rank B (:func:`_beyond_rank`); ``short_solve``: the relative residual at which reading g from the message stopped
+    short (:meth:`Analytic._solve_square`), which then comes first among the causes."""
     what = ("is not delta [x; 1]^T for any x (relative residual " if B == 1 else
             f"is not of rank {B} (relative residual beyond its top {B} singular values ")
     whose = "one example" if B == 1 else f"a batch of {B}"
+    causes = ("noise or another defense that changes the gradient, a sketch with a null space, or several local "
+              "steps")
+    if short_solve is not None:
+        causes = (f"first, reading g from the message stopped short, at a relative residual of {short_solve:.2g}; "
+                  f"else {causes}")
     return (f"the first layer's block {what}{beyond:.2g}): the g read from the message is not the exact gradient of "
-            f"{whose} at these weights (noise or another defense that changes the gradient, a sketch with a null "
-            "space, or several local steps), so the division gives an approximation")
+            f"{whose} at these weights ({causes}), so the division gives an approximation")
 
 
 def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:

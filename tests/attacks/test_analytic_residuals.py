@@ -85,3 +85,27 @@ def test_a_solved_sigmoid_batch_reports_the_row_space_solves_residual_not_the_bl
     result = Analytic(labels="given").reconstruct(obs)
     assert result.row_space_solve["solved"] and result.stop_reason == "tolerance"
     assert result.final_loss == result.row_space_solve["residual"] and 0 < result.final_loss < 1e-8
+
+
+def test_a_fit_that_says_it_is_not_unique_is_not_told_so_twice():
+    """logreg through srht b = 500 (794 unknowns) read "... the fit is not unique, but with b = 500 numbers ...
+    another input matches as well: the match is not unique"."""
+    from leakattack.attacks.base import not_unique_message
+
+    data = get_dataset("digits")
+    x, labels = data.images[2:3].double(), data.labels[2:3]
+    victim = targets.get_model("logreg", in_shape=tuple(x.shape[1:]), seed=0).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("srht", victim.d, 500, seed=1)),
+                  ThreatModel(knows_labels=True))
+    with pytest.warns(UserWarning, match="the fit is not unique"):
+        result = Analytic(labels="given").reconstruct(obs)
+    said = not_unique_message(result, obs)
+    assert said.count("not unique") == 1 and ", but with b" not in said
+
+
+def test_a_square_solve_that_stopped_short_comes_first_among_the_causes():
+    from leakattack.attacks.analytic import _not_exact
+
+    assert "first, reading g from the message stopped short, at a relative residual of 0.003; else noise" in \
+        _not_exact(0.1, 1, 3e-3)
+    assert "stopped short" not in _not_exact(0.1, 1)
