@@ -23,13 +23,13 @@ from flwr.server import ServerConfig, start_server
 from flwr.server.strategy import FedAvg
 
 from leakattack.integrations.flower import RecordingStrategy, SketchedFedAvg, model_arrays
-from leakattack.script import count, fraction, index, one_of, positive, script_main
+from leakattack.script import count, fraction, index, one_of, port, positive, script_main
 from leakattack.sketch import list_sketches
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=index, default=8080)
+    p.add_argument("--port", type=port, default=8080)
     p.add_argument("--clients", type=count, default=2, help="clients per round (the server waits for them)")
     p.add_argument("--rounds", type=count, default=1)
     p.add_argument("--lr", type=positive, default=0.1, help="the clients' local learning rate")

@@ -57,6 +57,14 @@ def index(text: str) -> int:
     return _integer(text, 0)
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, an integer from 1 to 65535."""
+    value = _integer(text, 1)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1 to 65535)")
+    return value
+
+
 def counts(text: str) -> list[int]:
     """An argparse type: comma-separated integers of at least 1 (``1,4,8``)."""
     return [count(v) for v in text.split(",")]
@@ -112,5 +120,5 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "positive", "positives", "script_main",
+__all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "port", "positive", "positives", "script_main",
            "some_of"]

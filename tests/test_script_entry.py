@@ -56,3 +56,17 @@ def test_the_argument_types_refuse_what_they_cannot_take():
     assert sketches("srht,none") == ["srht", "none"]
     with pytest.raises(argparse.ArgumentTypeError, match="unknown sketch 'x.py:S'"):
         sketches("srht,x.py:S")
+
+
+def test_a_port_beyond_65535_is_refused_by_the_scripts_port_type():
+    """examples/flower_server.py --port 99999 ended in Flower's own error and exit 1."""
+    import argparse
+
+    import pytest
+
+    from leakattack.script import port
+
+    assert port("8080") == 8080
+    for bad in ("99999", "0", "-1", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            port(bad)
