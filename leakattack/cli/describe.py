@@ -92,10 +92,24 @@ def protocol_lines(name: str) -> list[str]:
     flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}"
              + (" (leakattack run only: train takes the sketch's defaults)" if k == "sketch_params" else "")
              for k in cls.reads if k in SPEC_DEFAULTS]
-    common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params)
+    fixed = [k for k in COMMON_SETTINGS if k in params and _fixed(cls, k)]
+    common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params and k not in fixed)
+    held = "".join(f"; {flag(k)} at its default {SPEC_DEFAULTS[k]!r} only" for k in fixed)
     return [f"{name}: {_summary(cls)}",
-            f"  reads every protocol's {common}" + (", and (defaults of leakattack train):" if flags
-                                                   else "; no other setting"), *flags]
+            f"  reads every protocol's {common}{held}" + (", and (defaults of leakattack train):" if flags
+                                                         else "; no other setting"), *flags]
+
+
+def _fixed(cls, key: str) -> bool:
+    """Whether protocol class ``cls`` refuses every protocol's setting ``key`` away from its default (safl's
+    --global-lr, compsgd's --local-steps): tried at one other value, as its own check refuses it."""
+    v = SPEC_DEFAULTS[key]
+    other = (not v if isinstance(v, bool) else v + 1 if isinstance(v, int) else v * 0.5 if isinstance(v, float)
+             else 1 if v is None else v)
+    try:
+        return bool(cls.spec_error({**SPEC_DEFAULTS, key: other}))
+    except Exception:  # a check that cannot read the value at all: not a setting it holds fixed
+        return False
 
 
 __all__ = ["model_lines", "attack_lines", "recipe_lines", "defense_lines", "protocol_lines"]

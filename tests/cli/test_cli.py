@@ -179,3 +179,16 @@ def test_a_stalled_run_whose_gauss_newton_steps_were_not_kept_says_why(tmp_path,
     assert m["stop_reason"] == "stalled" and m["gauss_newton"] and not m["gauss_newton"].get("kept"), m["message"]
     assert "Gauss-Newton not converged" in text.out
     assert f"note: {m['message']}" in text.err
+
+
+def test_list_protocol_says_which_common_settings_a_protocol_holds_at_their_defaults(capsys):
+    """safl refuses --global-lr away from 1 and compsgd --local-steps away from 1, where list said each read them."""
+    assert cli.main(["list", "--protocol", "safl"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "--global-lr at its default 1.0 only" in line and "--local-lr, --client-batch" in line
+    assert "--global-lr," not in line
+    assert cli.main(["list", "--protocol", "compsgd"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "--local-steps at its default 1 only" in line and "--local-epochs at its default 0 only" in line
+    assert cli.main(["list", "--protocol", "fedavg"]) == 0
+    assert "only" not in capsys.readouterr().out.splitlines()[1]
