@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from defenses import build as build_defense
+from targets.protocols import SPEC_DEFAULTS
 
 from .. import experiment, metrics
 from ..cases import check_case_options
@@ -259,7 +260,7 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
         for k, v in g.items():
             if k not in fields and k not in holders:
                 raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a "
-                                  f"{{placeholder}} in [base]{_nearest(k, fields)}")
+                                  f"{{placeholder}} in [base]{_unknown_hint(k, fields, base)}")
             if not isinstance(v, list) or not v:
                 raise ConfigError(f"[grid] {k} = {v!r} must be a non-empty list")
             if _nonfinite(v) is not None:
@@ -302,6 +303,20 @@ def _nearest(key: str, fields: set[str]) -> str:
         return f"; did you mean '{_FLAG_KEYS[flag].split(' = ')[0]}'? (in a sweep file {flag} is {_FLAG_KEYS[flag]})"
     near = [spelled] if spelled in fields else difflib.get_close_matches(spelled, sorted(fields), n=1, cutoff=0.75)
     return f"; did you mean '{near[0]}'?" if near else ""
+
+
+def _unknown_hint(key: str, fields, base: dict) -> str:
+    """What an unknown [grid] key may have meant: a {placeholder} written inside a [base] table (filled in strings
+    and lists only), a protocol's setting (set in ``protocol_spec``), else the nearest run parameter."""
+    mark = "{" + key + "}"
+    table = next((k for k, v in base.items() if isinstance(v, dict) and mark in json.dumps(v)), None)
+    if table is not None:
+        return (f" ([base] {table} writes {mark} inside a table, and placeholders are filled in strings and lists "
+                f"only: give the tables as [grid] values, {table} = [{{...}}, {{...}}])")
+    if key in SPEC_DEFAULTS:
+        return (f" ({key} is a protocol's setting: give it in protocol_spec = {{{key} = ...}}, in [base] or as a "
+                "[grid] list of such tables)")
+    return _nearest(key, fields)
 
 
 def _texts(value) -> list[str]:

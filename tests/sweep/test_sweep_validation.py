@@ -488,3 +488,18 @@ def test_a_refused_base_table_is_named(tmp_path, capsys, no_attack, table, named
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"with {named})" in err and "[base] model)" not in err
+
+
+@pytest.mark.parametrize("text,said", [
+    ("model_params = {act = '{a}'}\n[grid]\na = ['relu']\n",
+     "[base] model_params writes {a} inside a table, and placeholders are filled in strings and lists only: give the "
+     "tables as [grid] values, model_params = [{...}, {...}]"),
+    ("protocol = 'fedavg'\n[grid]\nclients = [3]\n",
+     "clients is a protocol's setting: give it in protocol_spec = {clients = ...}, in [base] or as a [grid] list"),
+])
+def test_an_unknown_grid_key_says_what_it_may_have_meant(tmp_path, capsys, no_attack, text, said):
+    """A placeholder inside a table and a protocol's setting were refused with no hint of either."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(BASE + text)
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 2
+    assert said in capsys.readouterr().err
