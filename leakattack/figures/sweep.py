@@ -42,6 +42,7 @@ from ..rebuilt import (
 from ..results import (
     REPEAT_KEYS,
     aggregate,
+    as_ran,
     default_strength,
     group_settings,
     load_records,
@@ -184,8 +185,10 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     """
     base = (meta or {}).get("base", {})
 
+    ran = [as_ran(r) for r in records]  # a protocol's point: the protocol's sketch and noise
+
     def shared(name, default=None):
-        values = {json.dumps(r["params"].get(name, default), sort_keys=True) for r in records}
+        values = {json.dumps(p.get(name, default), sort_keys=True) for p in ran}
         return json.loads(values.pop()) if len(values) == 1 else _VARIES
 
     parts = []

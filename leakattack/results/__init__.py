@@ -30,6 +30,7 @@ from .store import (
                  aggregate,
                  append_line,
                  append_text,
+                 as_ran,
                  checked_points,
                  default_strength,
                  group_settings,
@@ -52,7 +53,7 @@ __all__ = [
     "to_jsonable",
     "folder_kind", "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "append_text", "load_records",
-    "setting_of",
+    "setting_of", "as_ran",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",
     "series_label", "planned_keys", "unplanned", "POINT_NUMBERS", "checked_points", "is_number", "quoted",
 ]

@@ -189,6 +189,31 @@ def default_strength(grid_keys) -> str | None:
     return next((k for k in grid_keys if k not in REPEAT_KEYS + ("sketch", "model")), None)
 
 
+def as_ran(rec: dict) -> dict:
+    """A point's parameters as its run ran them: a protocol's point sends the protocol's message, so its ``sketch`` is
+    the run's only where the protocol reads one (fedavg sends the whole update: ``none``; a protocol with a sketch of
+    its own, such as FedSKETCH's count sketch, ``<protocol>'s own``), and its ``defense`` names the protocol's own
+    Gaussian noise where it adds some (sketched-dp, privsgd).  Other points' parameters as they are."""
+    params = rec.get("params", {})
+    name = params.get("protocol")
+    if not name:
+        return params
+    from targets.protocols import protocol_class  # here: the protocols import the run's modules, which import this
+
+    try:
+        cls = protocol_class(name)
+    except (ValueError, KeyError):
+        return params
+    out = dict(params)
+    if "sketch" not in cls.reads:
+        m = rec.get("metrics", {})
+        out["sketch"] = "none" if m.get("b") is not None and m.get("b") == m.get("d") else f"{name}'s own"
+    if "dp_epsilon" in cls.reads:
+        noise = f"{name}'s own Gaussian noise"
+        out["defense"] = f"{params['defense']} + {noise}" if params.get("defense") else noise
+    return out
+
+
 def setting_of(rec: dict) -> tuple:
     """The grid values that define a setting (repetition keys left out), in the keys' order, so that ``[[grid]]``
     tables that list the same keys in another order give one setting."""
@@ -254,9 +279,11 @@ def summarize(records: list[dict]) -> list[dict]:
         row = {k: v for k, v in first["grid"].items() if k not in REPEAT_KEYS}  # in the first point's grid order
         # the run's own words beside them; a grid key keeps its value as the grid gives it (a defense written
         # otherwise than the run records it, "clip:C=1" against "clip:C=1.0@before_sketch")
+        ran = as_ran(first)  # a protocol's point: the protocol's sketch and noise
         row.update({k: v for k, v in dict(
-            model=first["params"]["model"], sketch=first["params"]["sketch"],
-            defense=first["metrics"].get("defense", first["params"].get("defense", "")),
+            model=first["params"]["model"], sketch=ran["sketch"],
+            defense=ran["defense"] if ran is not first["params"] and ran.get("defense") != first["params"].get(
+                "defense") else first["metrics"].get("defense", first["params"].get("defense", "")),
             d=first["metrics"].get("d"), b=first["metrics"].get("b"), m=first["metrics"].get("m"),
             b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
             if first["metrics"].get("m") and first["metrics"].get("b") is not None else None).items()

@@ -270,3 +270,23 @@ def test_a_grid_defense_keeps_the_words_the_grid_gives():
 
     assert summary_matches(summarize([r]), [r])
     assert summarize([{**r, "grid": {"image_index": 0}}])[0]["defense"] == "clip:C=1.0@before_sketch"
+
+
+def test_a_protocols_points_are_summarised_with_the_protocols_sketch_and_noise():
+    """A sweep over protocol = fedavg, sketched-dp said "sketch srht, no defense" of both: fedavg sends the whole
+    update, and sketched-dp adds its own Gaussian noise."""
+    from leakattack.results import as_ran
+
+    def point(i, protocol, b):
+        r = rec(i, 0.0, 0, 10.0)
+        return {**r, "grid": {"protocol": protocol, "image_index": 0},
+                "params": {**r["params"], "protocol": protocol, "sketch": "srht", "defense": ""},
+                "metrics": {**r["metrics"], "d": 100, "b": b}}
+
+    fedavg, dp = point(0, "fedavg", 100), point(1, "sketched-dp", 50)
+    assert as_ran(fedavg)["sketch"] == "none" and as_ran(dp)["sketch"] == "srht"
+    assert as_ran(dp)["defense"] == "sketched-dp's own Gaussian noise" and not as_ran(fedavg)["defense"]
+    rows = summarize([fedavg, dp])
+    assert [(r["sketch"], r["defense"]) for r in rows] == [("none", ""), ("srht", "sketched-dp's own Gaussian noise")]
+    plain = rec(2, 0.0, 0, 10.0)
+    assert as_ran(plain) is plain["params"]

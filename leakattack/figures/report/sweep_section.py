@@ -25,6 +25,7 @@ from ...rebuilt import (
 from ...results import (
     FAILED_COLUMNS,
     REPEAT_KEYS,
+    as_ran,
     checked_points,
     default_strength,
     group_settings,
@@ -97,9 +98,10 @@ WIDE_COLUMNS = 17
 
 def _sweep_threat(records: list[dict]) -> str:
     """The threat model of a sweep's points: what all share, then what varies from point to point."""
-    each = [_threat(r["params"], str(r["params"].get("sketch"))).split("; ") for r in records]
+    ran = [as_ran(r) for r in records]  # a protocol's point: the protocol's sketch
+    each = [_threat(p, str(p.get("sketch"))).split("; ") for p in ran]
     # what the attacker knows of a sketch is said of the points that have one: an unsketched point has no seed
-    sketched = [e for r, e in zip(records, each) if str(r["params"].get("sketch")) != "none"]
+    sketched = [e for p, e in zip(ran, each) if str(p.get("sketch")) != "none"]
     of_sketch = [w for w in dict.fromkeys(w for e in sketched for w in e) if w.startswith(_SKETCH_WORDS)]
     shared = [w for w in each[0] if all(w in e for e in each)]
     if len(sketched) < len(each):
