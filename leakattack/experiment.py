@@ -774,7 +774,8 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_tensors(folder / "reconstruction.pt", {
         "images": r.x.clamp(0, 1)[order].detach().float().cpu(),
         "labels": None if r.labels is None else r.labels[order].detach().cpu()})
-    convergence_figure(folder / "convergence.png", r.losses, title, objective=seeds.objective)
+    convergence_figure(folder / "convergence.png", r.losses, title,
+                       objective="closed-form" if p.attack.closed_form else seeds.objective)
     write_json(folder / "metrics.json", m.to_dict())  # last: its presence marks a finished run
 
 

@@ -12,7 +12,8 @@ from ..rebuilt import NOT_REBUILT, REBUILT, images_words, why_not_rebuilt
 from .common import plt, save, to_hwc
 
 #: the y label of the convergence figure: the quantity the attack minimised, by objective
-LOSS_LABELS = {"l2": r"$L_R(x_t) = \|R\nabla_w F(x_t) - y\|^2$", "cosine": r"$1 - \cos(R\nabla_w F(x_t),\, y)$"}
+LOSS_LABELS = {"l2": r"$L_R(x_t) = \|R\nabla_w F(x_t) - y\|^2$", "cosine": r"$1 - \cos(R\nabla_w F(x_t),\, y)$",
+               "closed-form": "relative residual (closed-form solve)"}
 #: batches up to this size are drawn one row per image (truth | start | reconstruction); larger ones as a grid of pairs
 MAX_ROWS = 4
 #: resolution figures are saved at (common.save), used to size images in saved pixels
@@ -144,12 +145,20 @@ def _pairs_figure(truth, recon, psnr_each, ssim_each, title: str, verdict: str =
 
 
 def convergence_figure(path, losses, title: str = "", objective: str = "l2") -> None:
-    """The minimised loss against step t, log scale: L_R for the ``l2`` objective, 1 − cos for ``cosine``."""
+    """The minimised loss against step t, log scale: L_R for the ``l2`` objective, 1 − cos for ``cosine``, the
+    relative residuals of a ``closed-form`` attack's steps.  A loss of exactly 0, which a log scale cannot place, is
+    marked at the axis' foot (a triangle) and counted in the title, not left out."""
     y = np.asarray(losses, dtype=float)
     # no constrained layout: one axes needs none (the saved bounding box is fitted to its labels anyway), and
     # it would lay the figure out again on each of the two draws of the save
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.semilogy(np.arange(len(y)), np.where(y > 0, y, np.nan), lw=1.2, marker="o" if len(y) == 1 else None)
+    zeros = np.flatnonzero(y == 0)
+    if zeros.size:  # exact zeros: at the foot of the axis, where the curve cannot reach them
+        ax.plot(zeros, np.zeros_like(zeros, dtype=float), "v", color="C3", transform=ax.get_xaxis_transform(),
+                clip_on=False, ms=6)
+        title = f"{title}\n" if title else ""
+        title += f"{zeros.size} step(s) at exactly 0 (marked at the foot: a log scale has no 0)"
     if len(y) < 2:  # a closed-form attack, or a run that took no step: no curve to draw
         value = f"{y[0]:.3e}" if len(y) and np.isfinite(y[0]) else "not finite"
         ax.text(0.5, 0.5, f"one value ({value}): no iterations to draw", transform=ax.transAxes, ha="center",

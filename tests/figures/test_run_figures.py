@@ -215,3 +215,15 @@ def test_a_convergence_figure_of_one_value_says_there_were_no_iterations(tmp_pat
     assert texts == ["one value (0.000e+00): no iterations to draw"]
     run_figures.convergence_figure(tmp_path / "curve.png", [1.0, 0.5], "t")
     assert not drawn["curve"].axes[0].texts
+
+
+def test_a_convergence_figure_marks_exact_zeros_and_names_a_closed_form_residual(tmp_path, drawn):
+    """R-GAP's trace 1.66e-16, 8.3e-15, 0.0 was drawn as a curve that ends rising (the 0 dropped from the log axis),
+    and labelled 1 - cos from its recipe's objective."""
+    run_figures.convergence_figure(tmp_path / "rgap.png", [1.66e-16, 8.3e-15, 0.0], "rgap", objective="closed-form")
+    ax = drawn["rgap"].axes[0]
+    assert ax.get_ylabel() == run_figures.LOSS_LABELS["closed-form"] and "residual" in ax.get_ylabel()
+    assert "1 step(s) at exactly 0" in ax.get_title()
+    assert any(list(line.get_xdata()) == [2] for line in ax.get_lines())  # the zero's marker
+    run_figures.convergence_figure(tmp_path / "plain.png", [1.0, 0.5], "t")
+    assert "exactly 0" not in drawn["plain"].axes[0].get_title()
