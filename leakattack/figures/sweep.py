@@ -45,8 +45,8 @@ from ..results import (
     as_ran,
     default_strength,
     group_settings,
+    load_point_images,
     load_records,
-    load_tensors,
     mean_std,
     read_object,
     series_keys,
@@ -464,7 +464,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
             pt = Path(folder) / "points" / f"{r['key']}.pt"
             lv, img = strength_level(r, strength), r["params"].get("image_index", 0)
             if pt.exists() and (lv, img) not in cell:
-                cell[(lv, img)] = (load_tensors(pt), r["metrics"], r["params"].get("batch_size", 1))
+                cell[(lv, img)] = (load_point_images(pt), r["metrics"], r["params"].get("batch_size", 1))
         if cell:
             levels = sorted({lv for lv, _ in cell}, key=_level_order)
             blocks.append((series, levels, sorted({im for _, im in cell}), cell, rep_note))

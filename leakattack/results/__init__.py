@@ -11,6 +11,7 @@ from .io import (
                  atomic_write_text,
                  directory_mode,
                  folder_kind,
+                 load_point_images,
                  load_tensors,
                  read_json,
                  read_jsonl,
@@ -51,7 +52,8 @@ from .store import (
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "read_object", "write_csv",
     "to_jsonable",
-    "folder_kind", "read_jsonl", "write_tensors", "load_tensors", "default_run_dir", "write_run_folder", "writable_out",
+    "folder_kind", "read_jsonl", "write_tensors", "load_tensors",
+    "load_point_images", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "append_text", "load_records",
     "setting_of", "as_ran",
     "group_settings", "mean_std", "summarize", "aggregate", "default_strength", "series_keys", "series_of",

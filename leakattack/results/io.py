@@ -304,6 +304,20 @@ def write_tensors(path, obj) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def load_point_images(path) -> dict:
+    """A sweep point's images file (``points/<key>.pt``): ``recon``, a (B, C, H, W) tensor, and ``truth``, one of
+    that shape or None; anything else (a damaged or hand-made file) is refused in one sentence."""
+    t = load_tensors(path)
+    recon = t.get("recon") if isinstance(t, dict) else None
+    truth = t.get("truth") if isinstance(t, dict) else None
+    if not (isinstance(recon, torch.Tensor) and recon.dim() == 4 and recon.shape[0] >= 1
+            and (truth is None or isinstance(truth, torch.Tensor) and truth.shape[1:] == recon.shape[1:])):
+        raise UserError(f"'{path}' is not a sweep point's images (a 'recon' tensor of B images, C x H x W, and a "
+                        "'truth' of the same image shape): a damaged file; remove it to draw the sweep without that "
+                        "point's images")
+    return t
+
+
 def load_tensors(path):
     """A torch file read on the CPU with ``weights_only=True``; anything but tensors and plain containers, and a file
     torch cannot read, is refused in one sentence."""

@@ -115,3 +115,27 @@ def test_figures_warn_of_a_sweep_json_strength_that_names_no_grid_key(strength):
         warnings.simplefilter("error")
         assert _strength_key(records, {"strength": "image_index"}) == "image_index"
         assert _strength_key(records, {}) == "sigma"
+
+
+@pytest.mark.parametrize("damage", [{"truth": None}, {"recon": "zeros5"}])
+def test_a_damaged_point_images_file_is_refused_in_one_sentence_by_report_and_figures(tmp_path, capsys, damage):
+    """A point file without 'recon' raised KeyError in the report, one of the wrong shape ValueError."""
+    import torch
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text("[sweep]\nlpips = false\n[base]\nmodel = 'lenet'\ndataset = 'digits'\niterations = 2\n"
+                   "[grid]\nsketch_ratio = [0.25, 0.5]\nimage_index = [0]\n")
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    pt = next((out / "points").glob("*.pt"))
+    t = torch.load(pt, weights_only=True)
+    if damage.get("recon") == "zeros5":
+        t = {"recon": torch.zeros(5), "truth": torch.zeros(5)}
+    else:
+        t = {"truth": t["truth"]}
+    torch.save(t, pt)
+    capsys.readouterr()
+    for argv in (["report", str(out), "--out", str(tmp_path / "r.html")], ["figures", str(out)]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not a sweep point's images" in err[0] and "remove it" in err[0], err

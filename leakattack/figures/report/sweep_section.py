@@ -30,8 +30,8 @@ from ...results import (
     default_strength,
     group_settings,
     is_number,
+    load_point_images,
     load_records,
-    load_tensors,
     read_object,
     series_label,
     series_of,
@@ -467,7 +467,7 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
             key = (strength_level(r, strength), _index(r))
             pt = folder / "points" / f"{r['key']}.pt"
             if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
-                t = load_tensors(pt)
+                t = load_point_images(pt)
                 cell[key] = (t["recon"][0], r["metrics"], int(t["recon"].shape[0]))
                 truth.setdefault(key[1], t["truth"][0] if t.get("truth") is not None else None)
         if not cell:
