@@ -139,3 +139,19 @@ def test_a_damaged_point_images_file_is_refused_in_one_sentence_by_report_and_fi
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "is not a sweep point's images" in err[0] and "remove it" in err[0], err
+
+
+@pytest.mark.parametrize("part,key,value", [("run", "model_params", [1, 2]), ("derived", "in_shape", 5),
+                                            ("environment", "machine", "x"), ("derived", "sketch", "srht")])
+def test_a_value_edited_inside_config_json_is_refused_in_one_sentence_by_report(tmp_path, capsys, part, key, value):
+    """Each of these raised AttributeError or TypeError from the run section."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    config = json.loads((run / "config.json").read_text())
+    config[part][key] = value
+    (run / "config.json").write_text(json.dumps(config))
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a value in its config.json or metrics.json that is not what a run writes" in \
+        err[0], err
+    assert not (tmp_path / "r.html").exists()

@@ -86,6 +86,18 @@ _STAMP = re.compile(r"(?:^|-)(\d{8})-(\d{6})(?:-|$)")
 # ---------------------------------------------------------------- run folders
 
 def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
+    """The run folder's section of the report; a value inside its config.json or metrics.json of another type than a
+    run writes (a hand-edited file: a list for model_params, a string for the machine) is one sentence naming the
+    folder, not a traceback."""
+    try:
+        return _run_section_of(folder, anchor)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+        raise UserError(f"'{folder}' holds a value in its config.json or metrics.json that is not what a run writes "
+                        f"({type(err).__name__}: {err}): a hand-edited file; run it again to write the folder anew"
+                        ) from None
+
+
+def _run_section_of(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
     config = read_object(folder / "config.json") if (folder / "config.json").is_file() else {}
     for part in ("run", "derived", "environment"):  # a hand-edited file: one sentence, not a traceback
