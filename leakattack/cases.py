@@ -344,8 +344,9 @@ def message_settings(cfg: RunConfig, msg: Message) -> dict:
     settings = {"sketch": desc["kind"], "sketch_params": params, "batch_size": msg.batch_size,
                 "defense": msg.defense or ""}
     if msg.sketch is not None:
-        settings.update(sketch_dim=desc["b"], sketch_seed=desc["seed"])
-        if not is_identity(desc["kind"]):  # a ratio that gives the file's b (the user's, the default, else b/d)
+        settings.update(sketch_seed=desc["seed"])
+        if not is_identity(desc["kind"]):  # b, and a ratio that gives it (the user's, the default, else b/d); the
+            settings["sketch_dim"] = desc["b"]  # identity sends b = d whatever they say, and they stay unset
             settings["sketch_ratio"] = next((r for r in (cfg.sketch_ratio, RUN_DEFAULTS["sketch_ratio"])
                                              if sketch_dim(r, desc["d"]) == desc["b"]), desc["b"] / desc["d"])
     if msg.labels is not None:

@@ -36,6 +36,18 @@ def captured(tmp_path_factory):
     return out
 
 
+def test_an_unsketched_message_file_gives_no_sketch_warning(tmp_path, capsys):
+    """examples/capture_client.py --sketch none: its run warned that --sketch-ratio and --sketch-dim change nothing,
+    though neither was given (the file's b = d had been set as a --sketch-dim)."""
+    out = tmp_path / "cap"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "capture_client.py"), "--out", str(out),
+                    "--image-size", "16", "--sketch", "none"], check=True, capture_output=True, timeout=300)
+    rc, _, err = _run(["--model", CLIENT_MODEL, "--weights", str(out / "weights.pt"), "--message",
+                       str(out / "message.pt"), "--truth", str(out / "truth.pt"), "--iterations", "5",
+                       "--out", str(tmp_path / "run")], capsys)
+    assert rc == 0 and not any("change nothing" in line for line in err), err
+
+
 def _run(argv, capsys):
     rc = cli.main(["run", *argv, "--quiet", "--no-lpips"])
     io = capsys.readouterr()
