@@ -80,6 +80,11 @@ def test_without_truth_the_run_saves_the_reconstruction_and_says_there_are_no_im
     assert saved["images"].shape == (1, 3, 16, 16) and 0 <= saved["images"].min() <= saved["images"].max() <= 1
     assert {"reconstruction.png", "convergence.png", "trace.csv", "config.json"} <= {p.name for p in out.iterdir()}
     assert lines[-1].startswith("no image metrics (no --truth)")
+    # its report says why there is no verdict, where it said "Verdict: not recorded" over a table of dashes
+    assert cli.main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "Verdict: not recorded" not in page and "No verdict: the run has no true images to compare" in page
+    assert "better baseline" not in page
 
 
 def _client(tmp_path, *, kind, batch, steps=1, sketch="srht", labels_in_file=False, defense=None):

@@ -437,6 +437,12 @@ def _run_verdict(m: RunMetrics) -> str:
         lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(note)}): '
                      f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
                      "what it returned: no reconstruction was made to score.</p>")
+    elif m.truth is False:  # a message without its images: nothing to score, no baseline
+        lines.append('<p class="verdict">No verdict: the run has no true images to compare its reconstruction '
+                     "with (a message file without --truth), so it has no scores and no baselines.</p>")
+        if m.unique is not None or m.unknowns:
+            lines.append(f'<p class="note">{_e(_uniqueness(m))}</p>')
+        return "".join(lines)
     elif verdict is None:
         lines.append(f'<p class="verdict">Verdict: {NOT_RECORDED}.</p>')
     else:
