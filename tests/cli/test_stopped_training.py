@@ -69,18 +69,24 @@ def test_a_round_after_the_interruption_is_refused_saying_where_training_stopped
     assert cli.main(RUN + ["--protocol-dir", str(folder), "--round", "3", "--out", str(out)]) == 0
 
 
+def _unrecorded_stop(folder, dest):
+    """A copy of the stopped training's folder whose protocol.json plans its 50 rounds and records no stop (a
+    training killed outright, one written before stops were recorded, or one still running)."""
+    import shutil
+
+    shutil.copytree(folder, dest)
+    stored = json.loads((dest / "protocol.json").read_text())
+    for key in ("rounds_planned", "stopped"):
+        del stored[key]
+    (dest / "protocol.json").write_text(json.dumps({**stored, "rounds": 50}))
+    return dest
+
+
 def test_a_folder_written_before_stops_were_recorded_says_where_training_stopped(stopped, tmp_path, capsys):
     """A protocol.json that plans 50 rounds over a train.jsonl of 3: the missing checkpoint is not a matter of
     --checkpoint-every."""
-    import shutil
-
     _, folder, _ = stopped
-    old = tmp_path / "old"
-    shutil.copytree(folder, old)
-    stored = json.loads((old / "protocol.json").read_text())
-    for key in ("rounds_planned", "stopped"):
-        del stored[key]
-    (old / "protocol.json").write_text(json.dumps({**stored, "rounds": 50}))
+    old = _unrecorded_stop(folder, tmp_path / "old")
     assert cli.main(RUN + ["--protocol-dir", str(old), "--round", "20", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "round 20 does not exist: training stopped after round 3 without recording its stop" \
@@ -94,18 +100,11 @@ def test_a_folder_written_before_stops_were_recorded_says_where_training_stopped
 
 def test_a_round_a_running_training_has_not_finished_is_refused_saying_it_runs(stopped, tmp_path, capsys):
     """A later round of a training in progress read "training stopped after round N"."""
-    import shutil
-
     from leakattack.sweep.lock import FolderLock
     from leakattack.training import TRAIN_LOCK
 
     _, folder, _ = stopped
-    live = tmp_path / "live"
-    shutil.copytree(folder, live)
-    stored = json.loads((live / "protocol.json").read_text())
-    for key in ("rounds_planned", "stopped"):
-        del stored[key]
-    (live / "protocol.json").write_text(json.dumps({**stored, "rounds": 50}))  # as a running training writes it
+    live = _unrecorded_stop(folder, tmp_path / "live")  # as a running training writes its protocol.json
     with FolderLock(live, TRAIN_LOCK, "training run"):  # held by this live process
         assert cli.main(RUN + ["--protocol-dir", str(live), "--round", "5", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
