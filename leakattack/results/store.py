@@ -215,8 +215,8 @@ def as_ran(rec: dict) -> dict:
 
 
 def setting_of(rec: dict) -> tuple:
-    """The grid values that define a setting (repetition keys left out), in the keys' order, so that ``[[grid]]``
-    tables that list the same keys in another order give one setting."""
+    """The grid values that define a setting (repetition keys left out), sorted by key, so that ``[[grid]]`` tables
+    that list the same keys in another order give one setting."""
     return tuple(sorted((k, json.dumps(v)) for k, v in rec["grid"].items() if k not in REPEAT_KEYS))
 
 
