@@ -241,9 +241,9 @@ def _refuse_unreached(folder: Path, t: int) -> None:
     when, which = (f"after round {done}", f" (attack a round of 1..{done})") if done else \
         ("before round 1 finished", "")
     held = f"rounds 1..{done}" if done else "no round"
-    raise ConfigError(f"round {t} does not exist: training stopped {when} without recording its stop (killed "
-                      f"outright: '{folder}' holds {held} of the rounds its protocol.json plans), so round {t} was "
-                      f"never finished{which}")
+    raise ConfigError(f"round {t} does not exist: training stopped {when} without recording its stop ('{folder}' "
+                      f"holds {held} of the rounds its protocol.json plans, as a training killed outright leaves "
+                      f"it), so round {t} was never finished{which}")
 
 
 def load_server_state(proto: Protocol, server: dict | None, t: int, source: str | Path) -> None:
