@@ -36,6 +36,7 @@ import torch
 
 from defenses import build as build_defense
 
+from ..data.base import outside_unit_range
 from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
 from ..torchfile import load_torch_file
@@ -283,8 +284,15 @@ def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
         shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
         raise MessageError(f"{where} must hold floating-point images (B, C, H, W), got {shape}")
     images = images.detach() if images.dim() == 4 else images.detach().unsqueeze(0)
-    if not bool(torch.isfinite(images).all()) or float(images.min()) < 0 or float(images.max()) > 1:
-        raise MessageError(f"{where}: the images must lie in [0, 1] (unnormalised pixels)")
+    if not bool(torch.isfinite(images).all()):
+        bad = int((~torch.isfinite(images)).sum())
+        raise MessageError(f"{where}: {bad} of the images' values {'is' if bad == 1 else 'are'} not finite (NaN or "
+                           "inf); the truth must hold images in [0, 1]")
+    outside = outside_unit_range(images)
+    if outside is not None:
+        raise MessageError(f"{where}: the images must lie in [0, 1] (unnormalised pixels), and they reach "
+                           f"{outside[0]:.4g} to {outside[1]:.4g}")
+    images = images.clamp(0, 1)  # round-off within RANGE_SLACK of the range (a resize, a colour conversion)
     if labels is not None:
         if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
             raise MessageError(f"{where}: 'labels' must be an integer tensor")

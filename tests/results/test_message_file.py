@@ -168,3 +168,25 @@ def test_numpy_scalars_are_written_as_plain_values_that_read_back(tmp_path):
     m = read_message(path)
     assert (m.num_classes, m.batch_size, m.local_steps) == (10, 2, 3)
     assert m.ids == {"round": 3, "client": "a"} and type(m.ids["round"]) is int and type(m.ids["client"]) is str
+
+
+def test_a_truth_within_round_off_of_the_pixel_range_is_taken_and_a_nan_is_named(tmp_path):
+    """1 + 1e-6 (round-off) was refused as not unnormalised pixels, and a NaN got the same sentence."""
+    import pytest as _pytest
+    import torch as _torch
+
+    from leakattack.results.message import MessageError, read_truth
+
+    x = _torch.rand(1, 1, 4, 4, generator=_torch.Generator().manual_seed(0))
+    x[0, 0, 0, 0] = 1 + 1e-6
+    _torch.save({"images": x, "labels": _torch.tensor([1])}, tmp_path / "t.pt")
+    images, labels = read_truth(tmp_path / "t.pt")
+    assert float(images.max()) == 1.0 and labels.tolist() == [1]
+    x[0, 0, 0, 0] = float("nan")
+    _torch.save(x, tmp_path / "n.pt")
+    with _pytest.raises(MessageError, match="1 of the images' values is not finite"):
+        read_truth(tmp_path / "n.pt")
+    x[0, 0, 0, 0] = 2.0
+    _torch.save(x, tmp_path / "b.pt")
+    with _pytest.raises(MessageError, match=r"must lie in \[0, 1\] \(unnormalised pixels\), and they reach .* to 2"):
+        read_truth(tmp_path / "b.pt")
