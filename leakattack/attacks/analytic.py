@@ -360,7 +360,7 @@ class Analytic(Attack):
         shape, B = obs.input_shape, obs.batch_size
 
         if M.b >= M.d:  # g itself is determined: solve it, then divide
-            g = self._solve_square(M, y)
+            g, short = self._solve_square_checked(M, y)
             loss = float((M.apply(g) - y).pow(2).sum())
             stop, record = "tolerance", None
             if B > 1 and not self._separates(obs.victim):
@@ -374,7 +374,7 @@ class Analytic(Attack):
                 beyond = _off_reading(first, x.reshape(1, -1)) if B == 1 else _beyond_rank(first, B)
                 if beyond > torch.finfo(obs.victim.dtype).eps ** 0.5:  # as APRIL and R-GAP hold their systems
                     stop = "stalled"
-                    note = "; ".join(filter(None, [note, _not_exact(beyond, B, getattr(self, "_short_solve", None))]))
+                    note = "; ".join(filter(None, [note, _not_exact(beyond, B, short)]))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             losses = _with_failed_solve(_relative([loss], y), record)
             if stop == "stalled" and record is None:  # the final loss is the block's distance from rank B, not 0
@@ -665,29 +665,33 @@ class Analytic(Attack):
         return ("stalled" if stop == "tolerance" else stop), [*losses, residual], note
 
     def _solve_square(self, M, y: torch.Tensor) -> torch.Tensor:
-        """g from y = M g when b >= d: M^T y for the identity, a dense least-squares solve while M fits
+        """g from y = M g when b >= d (:meth:`_solve_square_checked`)."""
+        return self._solve_square_checked(M, y)[0]
+
+    def _solve_square_checked(self, M, y: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+        """(g from y = M g when b >= d, the relative residual of the normal equations where CGLS stopped short of
+        :data:`SOLVE_RESIDUAL`, else None): M^T y for the identity, a dense least-squares solve while M fits
         ``DENSE_LIMIT`` (a square Gaussian R is too ill-conditioned for CGLS), else CGLS."""
-        self._short_solve: float | None = None  # the CGLS residual where the solve stopped short of its bar
         if getattr(M, "identity", False):
-            return M.adjoint(y)
+            return M.adjoint(y), None
         if M.b * M.d <= DENSE_LIMIT:
             R = M.apply(torch.eye(M.d, dtype=y.dtype, device=y.device)).T  # b x d
             return torch.linalg.lstsq(R, y.unsqueeze(1), driver="gelsd" if R.device.type == "cpu" else None
-                                      ).solution.squeeze(1)
+                                      ).solution.squeeze(1), None
         steps = max(self.cgls_steps, 10 * self.sweeps)
         g = cgls(M.apply, M.adjoint, y, M.adjoint(y), steps, tol=1e-14)
         # least squares' optimality, M^T (M g - y) = 0, which a noisy message of b > d numbers meets too
         start = M.adjoint(y).norm().clamp_min(torch.finfo(y.dtype).tiny)
         residual = float(M.adjoint(M.apply(g) - y).norm() / start)
-        self._short_solve = residual if residual > max(SOLVE_RESIDUAL, 100 * torch.finfo(y.dtype).eps) else None
-        if self._short_solve is not None:  # an ill-conditioned R: g is not y's
+        short = residual if residual > max(SOLVE_RESIDUAL, 100 * torch.finfo(y.dtype).eps) else None
+        if short is not None:  # an ill-conditioned R: g is not y's
             warnings.warn(f"reading g from the message stopped at a relative residual of {residual:.2g} (of the "
                           f"normal equations) after "
                           f"{steps} CGLS steps (an ill-conditioned sketch, such as a square gaussian one, of "
                           f"{M.b} x {M.d}, beyond the {DENSE_LIMIT} entries solved densely): the g read is not the "
                           "message's gradient, and what the attack rebuilds from it reflects this solve, not noise or "
                           "a null space of the sketch", SettingWarning, stacklevel=2)
-        return g
+        return g, short
 
     def _fit_deltas(self, M, y, blocks, free_idx, deltas, factors, free):
         """With every a_l fixed, (delta_l, free) by least squares on y (columns scaled by ||a_l||)."""

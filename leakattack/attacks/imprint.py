@@ -88,19 +88,12 @@ def noisy_bins(db: torch.Tensor, batch: int) -> bool:
     return _floor(_differences(db).abs(), batch)[1]
 
 
-def _noise_steps(spec: str) -> list[str]:
-    """The steps of the defense ``spec`` that add noise, as their specs."""
+def _noise_steps(spec: str, noise: bool = True) -> list[str]:
+    """The steps of the defense ``spec`` that add noise, as their specs; with ``noise=False`` those that change the
+    gradient without noise (a clip, pruning, quantization)."""
     if not spec:
         return []
-    return [t.spec() for t in defenses.build(spec).steps if isinstance(t, (Gaussian, Laplace))]
-
-
-def _other_steps(spec: str) -> list[str]:
-    """The steps of the defense ``spec`` that change the gradient without noise (a clip, pruning, quantization), as
-    their specs."""
-    if not spec:
-        return []
-    return [t.spec() for t in defenses.build(spec).steps if not isinstance(t, (Gaussian, Laplace))]
+    return [t.spec() for t in defenses.build(spec).steps if isinstance(t, (Gaussian, Laplace)) == noise]
 
 
 def _block_size(block) -> int:
@@ -330,10 +323,10 @@ class Imprint(Attack):
             notes.append(f"{n} of {block.bins} bins stood out of the noise of the other bins for a batch of {B}: "
                          f"fewer bins than images, which images sharing a bin or bins hidden by the noise explain "
                          f"({cause}); each bin read gave back one image or a blend (repeated to fill the batch)")
-        elif n < B and _other_steps(obs.defense):  # a defense that changes the bins' gradients without noise
+        elif n < B and (other := _noise_steps(obs.defense, noise=False)):  # it changes the bins without noise
             notes.append(f"{held}: fewer bins than images, which images sharing a bin or the defense's "
-                         f"{', '.join(_other_steps(obs.defense))} (it changes the bins' gradients) explain; each bin "
-                         "read gave back one image or a blend (repeated to fill the batch)")
+                         f"{', '.join(other)} (it changes the bins' gradients) explain; each bin read gave back one "
+                         "image or a blend (repeated to fill the batch)")
         elif n < B:
             notes.append(f"{held}: at least {B - n} of its images shared a bin with another, and each such bin gave "
                          "back one blend of its images (repeated to fill the batch)")

@@ -276,11 +276,11 @@ def label_choice_line(c: dict) -> str:
                 f"within their shares of the time limit, so {c['chosen']}, the reading of the most rules, was kept")
     uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
     if all(n == c["probe_steps"] for n in ran):
-        runs = f"a {c['probe_steps']}-step run with each"
+        each = f"a {c['probe_steps']}-step run with each"
     else:
-        runs = f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
-        if uneven:
-            runs += f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''},"
+        each = f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
+    runs = each + (f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''}," if uneven
+                   else "")
     losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
     if c.get("undecided"):
         which = ("magnitude's reading, as pooled's is the class the model gives random probes"
@@ -288,7 +288,7 @@ def label_choice_line(c: dict) -> str:
         return (f"labels: {read}; {runs} matched the message with no class {c['decisive']:g} times as well as with "
                 f"every other (loss {losses[0]:.3g} against {losses[1]:.3g}), so {which}, {c['chosen']}, was kept")
     if c.get("matched"):  # runs that met the attack's tolerance: each found an input that sends the message
-        n, each = c["matched"], runs.partition(", compared after")[0]  # compared by the tolerance, not at a step
+        n = c["matched"]  # compared by the tolerance, not at a step: ``each`` without the step compared at
         if n == 1:
             return (f"labels: {read}; of {each}, only the run with {c['chosen']} matched the message to the attack's "
                     "tolerance, so it was kept")

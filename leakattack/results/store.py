@@ -282,8 +282,8 @@ def summarize(records: list[dict]) -> list[dict]:
         ran = as_ran(first)  # a protocol's point: the protocol's sketch and noise
         row.update({k: v for k, v in dict(
             model=first["params"]["model"], sketch=ran["sketch"],
-            defense=ran["defense"] if ran is not first["params"] and ran.get("defense") != first["params"].get(
-                "defense") else first["metrics"].get("defense", first["params"].get("defense", "")),
+            defense=ran["defense"] if ran.get("defense") != first["params"].get("defense")  # the protocol's noise
+            else first["metrics"].get("defense", first["params"].get("defense", "")),
             d=first["metrics"].get("d"), b=first["metrics"].get("b"), m=first["metrics"].get("m"),
             b_over_m=(first["metrics"]["b"] / first["metrics"]["m"])
             if first["metrics"].get("m") and first["metrics"].get("b") is not None else None).items()

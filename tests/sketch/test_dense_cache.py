@@ -120,7 +120,7 @@ def test_regeneration_note_names_the_estimate_and_the_cheaper_choices(monkeypatc
     assert "time limit" not in regeneration_note(sk, 4000, torch.float64, time_limit=10 ** 4)
     # a closed-form attack has no iterations: "3.08 days for 6000 iterations (L-BFGS's line search ...)" had been
     # said of the analytic attack; its note gives the cost of a pair and of the run's own passes
-    monkeypatch.setattr(sk, "regeneration_seconds", lambda: 43.0)  # measured on a gaussian of b = d = 50890
+    monkeypatch.setattr(sk, "regeneration_seconds", lambda: 43.0)  # as a run of mlp/digits, gaussian b = d, printed it
     closed = regeneration_note(sk, 6000, torch.float64, optimizer="lbfgs", closed_form=True)
     assert closed is not None and "iterations" not in closed and "L-BFGS" not in closed and "43 s each" in closed
     assert "closed-form solve" in closed and "srht" in closed
