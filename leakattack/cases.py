@@ -79,6 +79,8 @@ class Case:
     label: str  #: "model / encoder" for titles
     folder_tag: str  #: the encoder's name in default run-folder names
     settings: dict = field(default_factory=dict)  #: run parameters the case fixes (a message file's sketch, batch)
+    #: the data-set settings the case read (a message file that states its input shape and classes reads neither)
+    reads_data: tuple = ("dataset", "image_size")
 
 
 def threat_of(cfg: RunConfig) -> ThreatModel:
@@ -434,6 +436,27 @@ def _check_message_labels(cfg: RunConfig, msg: Message, truth, num_classes: int)
         if i is not None:
             raise ConfigError(f"{where}: 'labels' must be class indices in [0, {num_classes}) (model '{cfg.model}' "
                               f"has {num_classes} classes), got {int(labels[i])} at position {i}")
+    if msg.labels is not None and truth is not None and truth[1] is not None \
+            and sorted(msg.labels.reshape(-1).tolist()) != sorted(truth[1].reshape(-1).tolist()):
+        warnings.warn(f"message file '{msg.path}' holds labels {_label_text(msg.labels)} and truth file "
+                      f"'{cfg.truth}' {_label_text(truth[1])}: the attack is granted the message file's, and label "
+                      "accuracy is scored against the truth file's", SettingWarning, stacklevel=4)
+
+
+def _label_text(labels: torch.Tensor) -> str:
+    """A batch's labels as a short list (the first 8 and how many more)."""
+    values = labels.reshape(-1).tolist()
+    more = f", ... ({len(values)} in all)" if len(values) > 8 else ""
+    return "[" + ", ".join(str(int(v)) for v in values[:8]) + more + "]"
+
+
+def message_reads_data(msg: Message, has_truth: bool) -> tuple:
+    """The data-set settings a message run reads: ``dataset`` where the file leaves its input shape or classes open,
+    ``image_size`` where the input shape then comes from the data set (neither the file nor a truth file gives it)."""
+    shape_from_data = msg.input_shape is None and not has_truth
+    if shape_from_data:
+        return ("dataset", "image_size")
+    return ("dataset",) if msg.num_classes is None else ()
 
 
 def _message_victim(cfg: RunConfig, msg: Message, truth, seeds, device: torch.device,
@@ -590,7 +613,8 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     x = None if truth is None else truth[0].to(device=device, dtype=dtype)
     tag = "" if sketch.identity else f" {sketch.kind} b={sketch.b}"
     return Case(dataset, victim, x, target(score_labels), obs, msg.describe(),
-                f"{cfg.model} / message ({msg.kind}{tag})", sketch.kind, settings)
+                f"{cfg.model} / message ({msg.kind}{tag})", sketch.kind, settings,
+                message_reads_data(msg, truth is not None))
 
 
 _CASES = Registry("case")

@@ -298,9 +298,11 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
         warnings.warn(f"--bn-stats {cfg.bn_stats} changes nothing without --prior bn, the prior that reads them",
                       SettingWarning, stacklevel=3)
     # the flags that choose the attacked images from a data set: a message file's images are its own
-    picks = (("dataset", "--dataset"), ("image_index", "--image-index"), ("batch_draw", "--batch-draw"))
+    # and the data-set settings where the file (with the truth file) states the input shape and classes
+    picks = (("dataset", "--dataset"), ("image_index", "--image-index"), ("batch_draw", "--batch-draw"),
+             ("image_size", "--image-size"))
     unread = [f"{flag} {getattr(cfg, key)}" for key, flag in picks
-              if (cfg.dataset if key == "dataset" else cfg.set_by_user(key))]
+              if (cfg.dataset if key == "dataset" else cfg.set_by_user(key)) and key not in case.reads_data]
     if cfg.message and unread:
         warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --message: the message "
                       "file says what the images are, and --truth gives them", SettingWarning, stacklevel=3)

@@ -262,3 +262,41 @@ def test_a_rebuilt_run_below_ssim_0_3_is_called_faint_in_its_line_and_its_report
     clear = RunMetrics.from_dict({**m, **base, "ssim": 0.8})
     assert summary_line(clear, tmp_path).startswith("rebuilt | PSNR") and "Faint" not in _run_headline(clear)[2]
     assert "<strong>Verdict: rebuilt</strong>" in _run_verdict(clear)
+
+
+def test_data_set_flags_are_read_where_the_message_file_leaves_its_shape_and_classes_open(tmp_path, capsys):
+    """--dataset was warned 'not read' where the file left the input shape and classes open and the data set gave
+    them, and --image-size went unmentioned where nothing read it."""
+    shape = (3, 12, 12)
+    victim = targets.get_model("lenet", in_shape=shape, num_classes=10, seed=0)
+    x, labels = torch.rand(1, *shape, generator=torch.Generator().manual_seed(3)), torch.tensor([4])
+    params = list(victim.model.parameters())
+    g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(F.cross_entropy(victim.model(x), labels), params)])
+    write_message(tmp_path / "open.pt", g)  # neither input_shape nor num_classes
+    torch.save(victim.model.state_dict(), tmp_path / "w.pt")
+    argv = ["--model", "lenet", "--weights", str(tmp_path / "w.pt"), "--message", str(tmp_path / "open.pt"),
+            "--iterations", "2"]
+    rc, _, err, _ = _run([*argv, "--dataset", "photos", "--image-size", "12"], tmp_path / "read", capsys)
+    assert rc == 0 and "not read with --message" not in err, err
+    # a stated file reads neither
+    rc, _, err, _ = _run([*_message(tmp_path), "--dataset", "photos", "--image-size", "12"], tmp_path / "st", capsys)
+    warned = [line for line in err.splitlines() if "not read with --message" in line]
+    assert rc == 0 and len(warned) == 1 and "--dataset photos and --image-size 12 are not read" in warned[0], err
+
+
+def test_labels_the_message_file_and_the_truth_file_disagree_on_are_warned_of(tmp_path, capsys):
+    shape = (3, 12, 12)
+    victim = targets.get_model("lenet", in_shape=shape, num_classes=10, seed=0)
+    x = torch.rand(1, *shape, generator=torch.Generator().manual_seed(3))
+    params = list(victim.model.parameters())
+    g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(F.cross_entropy(victim.model(x), torch.tensor([4])),
+                                                              params)])
+    write_message(tmp_path / "m.pt", g, labels=torch.tensor([4]), input_shape=shape, num_classes=10)
+    torch.save(victim.model.state_dict(), tmp_path / "w.pt")
+    argv = ["--model", "lenet", "--weights", str(tmp_path / "w.pt"), "--message", str(tmp_path / "m.pt"),
+            "--iterations", "2"]
+    for true, said in ((4, False), (7, True)):
+        torch.save({"images": x, "labels": torch.tensor([true])}, tmp_path / f"x{true}.pt")
+        rc, _, err, m = _run([*argv, "--truth", str(tmp_path / f"x{true}.pt")], tmp_path / f"t{true}", capsys)
+        assert rc == 0 and ("holds labels [4] and truth file" in err) is said, err
+        assert m["label_acc"] == (0.0 if said else 1.0) and m["labels_attack"] == [4]
