@@ -253,6 +253,7 @@ class ImageFolderSet(ImageSet):
     def subset(self, index: torch.Tensor, source: str) -> ImageFolderSet:
         picked = [self.files[i] for i in index.tolist()]
         out = ImageFolderSet(self.name, picked, self.labels[index], self.class_names, self.size, source)
+        object.__setattr__(out, "_noted", self._noted)  # one warning per kind for the set and its parts (a split)
         if self._loaded is not None:
             object.__setattr__(out, "_loaded", self._loaded[index])
         return out
@@ -280,7 +281,8 @@ class ImageFolderSet(ImageSet):
             first, value = noted[kind][0]
             if kind == "upscaled":
                 short = min(min(v) for _, v in noted[kind])
-                keep = f"; --image-size {short} keeps their pixels" if short >= 11 else ""  # 11: SSIM's window
+                # 11: SSIM's window
+                keep = f"; leakattack run --image-size {short} keeps their pixels" if short >= 11 else ""
                 text = (f"images smaller than {self.size} px on the shorter side are upscaled (bilinear), which adds "
                         f"unknowns but no detail: e.g. {first} ({value[0]}x{value[1]} px){keep}")
             elif kind == "exif":

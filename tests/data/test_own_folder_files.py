@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from leakattack import data
-from leakattack.data import DataError, get_batch, get_dataset
+from leakattack.data import DataError, get_batch, get_dataset, train_test_split
 from leakattack.data import folder as folder_module
 from leakattack.errors import SettingWarning
 
@@ -67,10 +67,19 @@ def test_upscaled_images_are_warned_of_once_per_set_with_the_size_that_keeps_the
     ds = get_dataset("imagefolder", root=root, image_size=32)
     lines = said(lambda: get_batch(ds, 0, 2))
     assert lines == [f"images smaller than 32 px on the shorter side are upscaled (bilinear), which adds unknowns but "
-                     f"no detail: e.g. {root / 'a' / 'x.png'} (20x20 px); --image-size 20 keeps their pixels"]
+                     f"no detail: e.g. {root / 'a' / 'x.png'} (20x20 px); leakattack run --image-size 20 keeps "
+                     f"their pixels"]
     assert said(lambda: get_batch(ds, 1, 1)) == []  # once per set: the baseline and the batch read the same files
     data._load_cached.cache_clear()
     assert said(lambda: get_batch(get_dataset("imagefolder", root=root, image_size=16), 0, 2)) == []  # shrunk
+
+
+def test_a_split_of_a_folder_warns_of_upscaling_once(tmp_path):
+    """leakattack train read the train and the test part of a split and warned of the same upscaling twice."""
+    root = two_classes(tmp_path, size=20)
+    train, test = train_test_split(get_dataset("imagefolder", root=root, image_size=32), 0.5, seed=0)
+    lines = said(lambda: (train.images, test.images))
+    assert len(lines) == 1 and "are upscaled (bilinear)" in lines[0], lines
 
 
 def test_an_exif_orientation_is_warned_of_and_not_applied(tmp_path):
