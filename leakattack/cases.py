@@ -17,6 +17,7 @@ sense of a *case* apart from the *attack*:
 from __future__ import annotations
 
 import math
+import shlex
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -183,6 +184,10 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     ds = get_dataset(cfg.dataset or "photos", root=cfg.data_root, download=cfg.download, image_size=cfg.image_size)
     x, labels = get_batch(ds, cfg.image_index, cfg.batch_size, cfg.batch_draw)
     spec = trained_model_spec(cfg.weights) if cfg.weights else None  # a training's checkpoint: its model spec
+    if spec is not None and not Path(cfg.weights).exists():  # before the notes a checkpoint's training gives
+        held = sorted(p.name for p in Path(cfg.weights).parent.glob("round_*.pt"))
+        where = f"its folder holds {held[0]} to {held[-1]}" if held else "its folder holds no checkpoint"
+        raise ConfigError(f"weights file '{cfg.weights}' does not exist ({where})")
     params, settings = trained_params(cfg, spec)
     victim = targets.get_model(cfg.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=seeds.model_seed,
                                init=cfg.weight_init, bn_mode=targets.resolve_bn_mode(cfg.bn, cfg.batch_size),
@@ -194,9 +199,10 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         except UserError as err:  # a training's checkpoint names the model and data it was trained on
             if not spec or (spec.get("model"), spec.get("dataset")) == (cfg.model, cfg.dataset or "photos"):
                 raise
+            root = f" --data-root {shlex.quote(str(spec['data_root']))}" if spec.get("data_root") else ""
             raise ConfigError(f"{err} (its protocol.json: a training of {spec.get('model')} on "
                               f"{spec.get('dataset')}; give --model {spec.get('model')} --dataset "
-                              f"{spec.get('dataset')})") from None
+                              f"{spec.get('dataset')}{root})") from None
     if cfg.attack_class.modifies_model:  # the server sends its own model, built from images it holds
         cfg.attack_class(**cfg.attack_options()).modify(victim, ds)
     victim.to(device=device, dtype=dtype)

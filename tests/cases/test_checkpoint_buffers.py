@@ -130,3 +130,29 @@ def test_a_checkpoint_that_does_not_fit_names_the_model_and_data_it_was_trained_
                                           r"resnet20 on photos; give --model resnet20 --dataset photos\)$"):
         experiment.prepare(RunConfig(model="resnet20", dataset="digits", weights=str(checkpoint_path(trained, 3)),
                                      iterations=2))
+
+
+def test_a_checkpoint_round_that_was_never_written_is_refused_before_any_note_naming_the_rounds_held(trained,
+                                                                                                   recwarn):
+    """A mistyped round (round_1.pt for round_0001.pt) was refused after the training's activation note, as a
+    model and data set to give that were the ones given."""
+    missing = str(checkpoint_path(trained, 3).parent / "round_1.pt")
+    with pytest.raises(ConfigError, match=r"weights file '.*round_1.pt' does not exist \(its folder holds "
+                                          r"round_0001.pt to round_0003.pt\)$"):
+        experiment.prepare(RunConfig(model="resnet20", dataset="photos", weights=missing, iterations=2))
+    assert not [w for w in recwarn if "leakattack train" in str(w.message)]
+
+
+def test_the_hint_for_a_checkpoint_of_an_image_folder_names_its_root(tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "my images"
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (24, 24), (40 * i, 100 if c == "a" else 200, 0)).save(root / c / f"{i}.png")
+    assert cli.main(["train", "--protocol", "fedavg", "--model", "lenet", "--dataset", "imagefolder", "--data-root",
+                     str(root), "--rounds", "1", "--clients", "2", "--out", str(tmp_path / "t"), "--quiet"]) == 0
+    weights = str(tmp_path / "t" / "fedavg" / "checkpoints" / "round_0001.pt")
+    with pytest.raises(ConfigError, match=r"give --model lenet --dataset imagefolder --data-root '.*my images'\)$"):
+        experiment.prepare(RunConfig(model="lenet", dataset="digits", weights=weights, iterations=2))
