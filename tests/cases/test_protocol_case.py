@@ -185,3 +185,21 @@ def test_a_training_checkpoint_away_from_its_folder_says_it_names_no_activation(
                   ["--weights", str(trained / "fedavg" / "checkpoints" / "round_0001.pt")]):
         assert cli.main(run + extra + ["--out", str(tmp_path / f"b{len(extra)}")]) == 0
         assert "flat weight vector" not in capsys.readouterr().err
+
+
+def test_the_report_says_a_protocol_run_attacked_another_batch_than_the_protocols_clients_send(tmp_path):
+    """run --protocol at a --batch-size other than the protocol's clients' warned of it, and the report's message row
+    read as the protocol's own message."""
+    from leakattack.figures.report import build_report
+
+    rows = {}
+    for batch in (2, 32):
+        out = tmp_path / f"b{batch}"
+        assert cli.main(["run", "--protocol", "fedavg", "--model", "lenet", "--dataset", "digits", "--batch-size",
+                         str(batch), "--iterations", "1", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+        text = build_report([out])
+        start = text.index("protocol fedavg, round 1, client 0")
+        rows[batch] = text[start:text.index("</td>", start)]
+    assert rows[2] == ("protocol fedavg, round 1, client 0, a batch of 2 where the protocol&#x27;s clients train on "
+                       "batches of 32 (--batch-size 2)")
+    assert rows[32] == "protocol fedavg, round 1, client 0, a batch of 32"

@@ -415,3 +415,14 @@ def test_a_report_of_a_sweep_whose_plan_names_none_of_its_stored_points_says_the
     text = build_report([tmp_path])
     assert ("No summary: results.jsonl holds no finished point of the plan sweep.json names (3 of another plan are "
             "left out).") in text
+
+
+def test_a_point_whose_psnr_is_not_a_number_reads_so_in_the_reports_reconstruction_grid(tmp_path):
+    """A null PSNR (how a run stores a score that is not finite) read "–" in the grid, as a score never taken."""
+    from leakattack.figures.report.sweep_section import _recon_grid
+
+    fake_sweep(tmp_path, [{"sigma": s, "image_index": 0} for s in (0.0, 0.1)],
+               psnr_of=lambda g: None if g["sigma"] else 25.0)
+    html = _recon_grid(tmp_path, [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()],
+                       {"strength": "sigma"})
+    assert "25.0 dB · SSIM 0.50" in html and "not a number dB · SSIM 0.50" in html and "– dB" not in html

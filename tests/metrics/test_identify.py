@@ -203,3 +203,12 @@ def test_the_sweep_line_counts_the_points_not_rebuilt_that_still_single_out_imag
     assert line.endswith("66 of 84 points rebuilt: a point not rebuilt is a failure of the attack at its budget, not "
                          "evidence of privacy | 12 of the 18 not rebuilt still single out images "
                          "(image identifiability)")
+
+
+def test_the_reports_identifiability_sentence_never_rounds_a_baseline_share_up_to_all():
+    from leakattack.figures.report.run_section import _identifiability
+
+    m = {"iip": 0.5, "identified_each": [1, 3], "identified_among": 1000, "baseline_start_iip": 0.999,
+         "baseline_mean_iip": 0.125}
+    text = _identifiability(m)  # type: ignore[arg-type]
+    assert "baselines: the start 99.9%, the mean image 12.5%" in text and "among 1,000 images" in text, text

@@ -223,6 +223,18 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         "with the baselines of newer runs).")
 
 
+def _protocol_batch(run: dict, m: RunMetrics) -> str:
+    """The batch a protocol run's message was computed on, and where the run's --batch-size made it another than
+    the protocol's clients send (run --protocol warned of it): a client holding fewer images sends them all."""
+    spec = run.get("protocol_spec") or {}
+    n, asked, own = len(m.get("labels_true") or []), run.get("batch_size"), spec.get("batch_size")
+    if not n or spec.get("local_epochs"):  # local epochs run over the client's whole shard
+        return ""
+    if not isinstance(own, int) or n == own or (isinstance(asked, int) and n < asked and n <= own):
+        return f", a batch of {n}"
+    return f", a batch of {n} where the protocol's clients train on batches of {own} (--batch-size {asked})"
+
+
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
     model = str(run.get("model", NOT_RECORDED))
     if run.get("model_params"):
@@ -244,7 +256,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows = [("victim", f"{victim}; {weights}")]
     if run.get("protocol"):
         message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
-                   f"{run.get('protocol_client')}")
+                   f"{run.get('protocol_client')}") + _protocol_batch(run, m)
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
@@ -497,7 +509,7 @@ def _identifiability(m: RunMetrics) -> str:
             continue
         each = [r for r in (m.get(f"identified{suffix}_each") or []) if r is not None]
         found = sum(r == 1 for r in each)
-        base = ", ".join(f"{label} {v:.0%}" for label, v in (("the start", m.get(f"baseline_start_iip{suffix}")),
+        base = ", ".join(f"{label} {_percent(v)}" for label, v in (("the start", m.get(f"baseline_start_iip{suffix}")),
                                                             ("the mean image", m.get(f"baseline_mean_iip{suffix}")))
                          if v is not None)
         ranked = (f"the truth's rank: {each[0]}" if len(each) == 1 else

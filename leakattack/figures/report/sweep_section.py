@@ -64,6 +64,7 @@ from .shared import (
     _name,
     _num,
     _percent,
+    _score,
     _seconds,
     _threat,
     _uri,
@@ -487,8 +488,8 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                        if verdict else "")
                 ahead = ahead_words(m)  # one metric short, the other clearly above its baseline: look at the image
                 tag += f'<div class=cap>{_e(ahead.lstrip())}</div>' if ahead else ""
-                tds.append(f"<td>{_img_cell(x)}<div class=cap>{_num(m.get('psnr'), 1)} dB · SSIM "
-                           f"{_num(m.get('ssim'), 2)}</div>{tag}</td>")
+                tds.append(f"<td>{_img_cell(x)}<div class=cap>{_score(m.get('psnr'), 1, 'psnr' in m)} dB · SSIM "
+                           f"{_score(m.get('ssim'), 2, 'ssim' in m)}</div>{tag}</td>")
             rows.append(f"<tr><th>{_e(strength)} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
         title = series_label(series) or "all points"
         batch = max(c[2] for c in cell.values())
