@@ -149,10 +149,17 @@ def _same_run(params: dict) -> str:
     """What tells two points' runs apart: their parameters with every integer written as the float it equals, so
     that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before); the
     defense as the run records it (``"gaussian:sigma=1e-3"`` and ``"gaussian:sigma=0.001@before_sketch"`` are one
-    point, as are ``""`` and ``"none"``); and with a ``sketch_dim``, which sets b, no ``sketch_ratio``."""
+    point, as are ``""`` and ``"none"``); with a ``sketch_dim``, which sets b, no ``sketch_ratio``; the step size
+    the run takes (``lr`` unset and the optimiser's default, ``lr = 1.0`` for L-BFGS, are one point); and for a
+    protocol, whose client's round draws its own images, no image index, batch draw or image size."""
     params = dict(params)
     with contextlib.suppress(Exception):  # a defense the point's validation refused never gets here
         params["defense"] = build_defense(params.get("defense")).spec
+    with contextlib.suppress(Exception):
+        params["lr"] = RunConfig.from_dict(params).derived().lr
+    if params.get("protocol"):
+        defaults = _defaults()
+        params.update({k: defaults[k] for k in ("image_index", "batch_draw", "image_size")})
     if params.get("sketch_dim") is not None:
         params["sketch_ratio"] = None
 
@@ -338,6 +345,7 @@ def _filled(value, combo: dict):
 def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progress: bool) -> list[dict]:
     """The distinct points of the grids, each validated (and, with ``check``, checked by :func:`check_runnable`)."""
     points, cfgs, seen = [], [], set()
+    unread: set[str] = set()  # grid keys a protocol's points do not read
     for combo in (c for g in grids for c in _product(g)):
         values = {k: _filled(v, combo) for k, v in base.items()}
         values.update({k: v for k, v in combo.items() if k in fields})
@@ -353,10 +361,18 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
         params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
         same = _same_run(params)  # lr = 1 and lr = 1.0 run the same attack: one point
+        if cfg.protocol:
+            unread.update(k for k in ("image_index", "batch_draw", "image_size") if k in combo)
         if same not in seen:
             seen.add(same)
             points.append({"key": key, "grid": combo, "params": params})
             cfgs.append(cfg)
+    if unread:
+        keys = sorted(unread)
+        warnings.warn(f"grid key{'s' if len(keys) > 1 else ''} {', '.join(keys)} {'are' if len(keys) > 1 else 'is'} "
+                      "not read by a protocol's points: the attacked message holds the images the client's round "
+                      "draws from its own shard, so points that differ only there are one run", SettingWarning,
+                      stacklevel=2)
     if check:
         check_runnable(points, cfgs, progress=progress, base=base)
     return points
