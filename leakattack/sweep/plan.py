@@ -53,7 +53,7 @@ from targets.protocols import SPEC_DEFAULTS
 
 from .. import experiment, metrics
 from ..cases import check_case_options
-from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names
+from ..config import RUN_PARAMS, ConfigError, RunConfig, attack_option_names, check_protocol_spec
 from ..constraints import duration_seconds
 from ..data import get_batch
 from ..errors import SettingWarning, UserError
@@ -443,6 +443,11 @@ def _where(values: dict, combo: dict, base: dict, message: str = "") -> str:
     which every point takes, where the value is [base]'s own), and the grid values, with the [base] value the
     refusal names (:func:`_base_named`)."""
     bad = next((p.name for p in RUN_PARAMS if p.name in values and not p.constraint.ok(values[p.name])), None)
+    if bad is None and isinstance(values.get("protocol_spec"), dict):  # a table whose values have constraints
+        try:
+            check_protocol_spec(values["protocol_spec"], partial=True, protocol=str(values.get("protocol") or ""))
+        except UserError:
+            bad = "protocol_spec"
     if bad is not None and bad not in combo and not (isinstance(base.get(bad), str) and
                                                      _PLACEHOLDER.search(base[bad])):
         return f"[base] {bad}, which every sweep point takes"

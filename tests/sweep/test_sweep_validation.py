@@ -476,6 +476,15 @@ def test_a_protocols_points_that_differ_only_in_their_images_are_one_run_with_a_
     assert "grid keys batch_draw, image_index are not read by a protocol's points" in io.err, io.err
 
 
+def test_a_bad_protocol_setting_is_named_as_the_protocol_spec_table_that_holds_it(tmp_path, capsys, no_attack):
+    """protocol_spec = {batch_size = 0} in [base] was named as the first grid point only."""
+    text = BASE + "protocol = 'fedavg'\nprotocol_spec = {batch_size = 0}\n[grid]\nseed = [0, 1]\n"
+    refuse(tmp_path, capsys, text, "client batch size must be an integer of at least 1, got 0 ([base] protocol_spec, "
+                                   "which every sweep point takes)")
+    text = BASE + "protocol = 'fedavg'\n[grid]\nprotocol_spec = [{batch_size = 4}, {batch_size = 0}]\n"
+    refuse(tmp_path, capsys, text, "(key protocol_spec, sweep point {'protocol_spec': {'batch_size': 0}})")
+
+
 def test_threads_auto_in_a_sweep_file_is_the_runs_own_choice_as_on_the_command_line(tmp_path, capsys, no_attack):
     """`threads = "auto"` was refused ("must be an integer of at least 1"), where --threads auto is the default."""
     from leakattack.config import RunConfig
