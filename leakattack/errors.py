@@ -44,7 +44,9 @@ def duration_text(seconds: float) -> str:
         return f"{seconds / 3600:.3g} h"
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+    if seconds >= 9.5:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.2g} s"  # 0.4 s, 2.5 s: a time limit under a second does not read 0 s
 
 
 def size_text(n_bytes: float) -> str:

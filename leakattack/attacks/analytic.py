@@ -543,8 +543,9 @@ class Analytic(Attack):
             halted = halt_reason(self._deadline)
             if halted:
                 done = f"{sweep - 1} sweep" + ("" if sweep == 2 else "s")
-                stop, message = halted, (f"{self._halt_note(halted)} after {done} of the low-rank fit; the best "
-                                         "sweep's examples are returned")
+                kept = "the best sweep's examples are returned" if sweep > 1 else \
+                    "the examples of its start are returned"
+                stop, message = halted, f"{self._halt_note(halted)} after {done} of the low-rank fit; {kept}"
                 break
             if self.solver in ("als", "als+gn"):
                 deltas, free = self._fit_deltas(M, y, blocks, free_idx, deltas, factors, free)

@@ -308,7 +308,8 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
             + (" (L-BFGS's line search may evaluate more than once an iteration)" if more else "") + " and "
             f"{RUN_EVALUATIONS} iterations' worth of the run's other passes (the message, the label reading, the "
             "verdict)" + (f"; the attack's time limit of {duration_text(time_limit)} stops it after "
-                          + (f"at most {int(time_limit / per)} of them" if time_limit >= per else "its first")
+                          + (f"at most {int(time_limit / per)} of them" if time_limit >= per else
+                             "its first evaluation")
                           if time_limit is not None and time_limit < per * evaluations else "")
             + "; use --sketch srht or countsketch, or a larger --sketch-memory")
 

@@ -135,3 +135,19 @@ def test_a_step_that_runs_past_the_limit_is_noted(monkeypatch):
     assert m.stop_reason == "time-limit" and m.attack_s > 3.5, (m.stop_reason, m.attack_s)
     assert "time limit, which is checked between steps and cuts none short" in m.message, m.message
     assert f"the attack took {m.attack_s:.1f} s for a 1 s" in m.message, m.message
+
+
+@pytest.mark.parametrize("seconds,text", [(0.004, "0.004 s"), (0.4, "0.4 s"), (2.5, "2.5 s"), (9.6, "10 s"),
+                                          (59, "59 s"), (90, "2 min")])
+def test_a_duration_under_a_second_does_not_read_zero(seconds, text):
+    """A time limit of 0.4 s read "the attack's time limit of 0 s" in the dense sketch's warning."""
+    from leakattack.errors import duration_text
+
+    assert duration_text(seconds) == text
+
+
+def test_an_analytic_attack_stopped_before_its_first_sweep_says_it_returns_its_start(tmp_path, capsys):
+    rc = cli.main(["run", "--model", "mlp", "--attack", "analytic", "--sketch", "srht", "--time-limit", "0.001",
+                   "--quiet", "--no-lpips", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert rc == 0 and "after 0 sweeps of the low-rank fit; the examples of its start are returned" in err, err

@@ -115,7 +115,7 @@ def test_regeneration_note_names_the_estimate_and_the_cheaper_choices(monkeypatc
     assert "at least" not in note
     assert "time limit of 10 min stops it after at most 1200 of them" in regeneration_note(sk, 4000, torch.float64,
                                                                                          time_limit=600)
-    assert "stops it after its first;" in regeneration_note(sk, 4000, torch.float64,
+    assert "stops it after its first evaluation;" in regeneration_note(sk, 4000, torch.float64,
                                                                                 time_limit=0.2)
     assert "time limit" not in regeneration_note(sk, 4000, torch.float64, time_limit=10 ** 4)
     # a closed-form attack has no iterations: "3.08 days for 6000 iterations (L-BFGS's line search ...)" had been
