@@ -30,7 +30,7 @@ import defenses
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
-from .attacks.base import stop_on_interrupt
+from .attacks.base import stop_on_interrupt, threads_seen
 from .attacks.gauss_newton import steps_note
 from .attacks.recipes import NOISY_EVIDENCE, noisy_without_prior
 from .attacks.surrogate import relu_modules
@@ -87,6 +87,7 @@ class Outcome:
     result: AttackResult
     metrics: metrics.RunMetrics
     trace: list[dict]
+    threads: int | None = None  #: the most threads the attack ran torch on (config.json's environment)
 
 
 def unknowns(case: Case) -> int:
@@ -436,6 +437,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     # the data set's mean image, a baseline, read before the attack: an unreadable image among those it averages
     # is then one sentence before the attack's minutes, not after them
     mean = None if case.x is None else metrics.mean_image(case.dataset, case.x)
+    threads_seen(reset=True)
     with stop_on_interrupt() if interruptible else contextlib.nullcontext():
         result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
                                       monitor_every=cfg.trace_every, progress=progress)
@@ -487,7 +489,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     by_step = {e["step"]: e for e in result.extra}
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]
-    return Outcome(p, result, m, trace)
+    return Outcome(p, result, m, trace, max(threads_seen() or 0, torch.get_num_threads()))
 
 
 def check_result(name: str, result, shape: tuple, num_classes: int | None = None) -> None:
@@ -688,15 +690,18 @@ def _version(package: str) -> str:
     return importlib.metadata.version(package)
 
 
-def environment(device: torch.device) -> dict:
-    """Versions and machine, recorded in config.json."""
+def environment(device: torch.device, threads: int | None = None) -> dict:
+    """Versions and machine, recorded in config.json; ``threads``: the count the attack ran torch on, where it
+    chose its own (else torch's count now)."""
+    threads = threads or torch.get_num_threads()
     return {
         "leakattack": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
         "torchvision": _version("torchvision"), "numpy": np.__version__, "scipy": _version("scipy"),
         "platform": platform.platform(), "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
-        "threads": torch.get_num_threads(),
-        "machine": machine(),  # what changes the last bits of a CPU run: CPU model, SIMD capability, threads
+        "threads": threads,
+        # what changes the last bits of a CPU run: CPU model, SIMD capability, threads
+        "machine": {**machine(), "threads": threads},
     }
 
 
@@ -750,7 +755,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
         **({"files": p.files} if p.files else {}),
         # the user's code behind registered names (plugins): module, how it came in, file and SHA-256
         **({"plugins": code} if (code := provenance()) else {}),
-        "environment": environment(p.device),
+        "environment": environment(p.device, out.threads),
     }
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])

@@ -114,3 +114,19 @@ def test_a_float32_attack_on_one_image_of_a_small_victim_runs_its_convolutions_w
     assert setting(small, R=2) is True and setting(small, B=2) is True  # batched: oneDNN
     assert setting(targets.get_model("lenet", in_shape=(1, 8, 8), seed=0).to(dtype=torch.float64)) is True
     assert setting(targets.get_model("resnet20", seed=0)) is True  # deep: oneDNN
+
+
+def test_config_json_records_the_threads_the_attack_ran_on(tmp_path):
+    """--threads auto on a batch of 4 images of LeNet ran the attack on every core, and config.json recorded the one
+    thread the run held before it."""
+    import json
+
+    from leakattack import cli
+
+    small = targets.get_model("lenet", in_shape=(1, 8, 8), seed=0)
+    for batch in (1, 4):
+        out = tmp_path / f"b{batch}"
+        assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--batch-size", str(batch),
+                         "--iterations", "2", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+        env = json.loads((out / "config.json").read_text())["environment"]
+        assert env["threads"] == env["machine"]["threads"] == small.threads_for(batch), env
