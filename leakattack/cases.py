@@ -290,15 +290,19 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     msg.info["label_snr"] = sign_rule_snr(victim, msg.linear_map, msg.y)
     obs = from_protocol(msg, victim, threat_of(cfg))
     n, K = msg.x.shape[0], msg.info["local_steps"]
+    own = min(spec["batch_size"], proto.shards[c].numel())  # the batch client c's round trains on
+    msg.info["client_batch"] = own
     if not spec["local_epochs"] and n < cfg.batch_size:  # the client holds fewer: its whole shard
         warnings.warn(f"--batch-size {cfg.batch_size} is more than the {n} images client {c} holds: the attacked "
                       f"message is computed on those {n}"
                       + (f", while the protocol's clients train on batches of {spec['batch_size']}" if
-                         n != spec["batch_size"] else ""), SettingWarning, stacklevel=2)
-    elif not spec["local_epochs"] and n != spec["batch_size"]:
-        warnings.warn(f"the attacked message is computed on {n} image(s) while the protocol's clients "
-                      f"train on batches of {spec['batch_size']}; --batch-size {spec['batch_size']} attacks the "
-                      "protocol's own message", SettingWarning, stacklevel=2)
+                         n != own else ""), SettingWarning, stacklevel=2)
+    elif not spec["local_epochs"] and n != own:
+        cut = "" if own == spec["batch_size"] else \
+            f" (--client-batch {spec['batch_size']} cut to the {own} images client {c} holds)"
+        warnings.warn(f"the attacked message is computed on {n} image(s) while the protocol's client {c} trains on "
+                      f"batches of {own}{cut}; --batch-size {own} attacks the protocol's own message", SettingWarning,
+                      stacklevel=2)
     # a stored run's sketch is what ran: config.json records it (a sketch of b = d keeps the run's ratio)
     settings = {} if rounds is None else {
         "sketch": spec["sketch"], "sketch_params": dict(spec["sketch_params"]),

@@ -321,7 +321,11 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
 
 
 def _warn_defense_settings(cfg: RunConfig, case) -> None:
-    """Warn of defense steps that send every vector as it is, and of --attacker-knows-clip without a clip."""
+    """Warn of defense steps that send every vector as it is, of --attacker-knows-clip without a clip, and of
+    --delta where a message file's defense adds no Gaussian noise its epsilon would be at."""
+    if cfg.message and cfg.set_by_user("delta") and defenses.build(cfg.defense or "").noise_bound(1.0) is None:
+        warnings.warn(f"--delta {cfg.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, and "
+                      f"the defense of message file '{cfg.message}' adds none", SettingWarning, stacklevel=3)
     pipeline = defenses.build("" if cfg.message else cfg.defense or "")  # a message file's defense is its own
     for step in pipeline.steps:
         n = case.victim.d if step.placement == defenses.BEFORE else case.obs.b  # the length of its vectors

@@ -223,7 +223,19 @@ class RunConfig:
         """One warning line for each client setting the run does not read: the noise seed and delta without the
         noise they are for (``pipeline``: the defense built from :attr:`defense`), --download for an embedded data
         set (a message file fixes its own defense and data)."""
-        if self.message or self.protocol:
+        if self.protocol:  # its noise is drawn from its shared seed by round and client, at its own --dp-delta
+            unread = [f"{flag} {v:g}" for flag, key, v in (("--noise-seed", "noise_seed", self.noise_seed),
+                                                             ("--delta", "delta", self.delta))
+                      if self.set_by_user(key) and v is not None]
+            if unread:
+                warnings.warn(f"{' and '.join(unread)} change{'s' if len(unread) == 1 else ''} nothing with "
+                              "--protocol: a protocol's own noise is drawn from its shared seed (--seed) by round and "
+                              "client, and its epsilon is at --dp-delta", SettingWarning, stacklevel=3)
+            return
+        if self.message:  # the file's noise is in the message; --delta is read where its defense adds Gaussian noise
+            if self.set_by_user("noise_seed") and not self.utility:
+                warnings.warn(f"--noise-seed {self.noise_seed} changes nothing with --message: the noise of the file's "
+                              "defense is in the message it holds", SettingWarning, stacklevel=3)
             return
         # a clip or a pruning draws no random numbers; --utility draws its batches from the noise seed too
         if self.set_by_user("noise_seed") and not self.utility and all(
@@ -284,6 +296,10 @@ class RunConfig:
             raise ConfigError(f"--model-param {', '.join(f'{k}={v}' for k, v in self.model_params.items())} changes "
                               "nothing for a protocol's message, whose model is built from --model, --act and "
                               f"--weight-init alone{instead}")
+        if self.utility:
+            raise ConfigError(f"--utility trains under the run's own --sketch and --defense, which protocol "
+                              f"'{self.protocol}' does not send: leakattack train --protocol {self.protocol} records "
+                              "the protocol's test accuracy each round (train.jsonl)")
         given = [flag for flag, v in (("--sketch-dim", self.sketch_dim), ("--sketch-seed", self.sketch_seed),
                                       ("--model-seed", self.model_seed), ("--weights", self.weights))
                  if v is not None]

@@ -200,6 +200,6 @@ def test_the_report_says_a_protocol_run_attacked_another_batch_than_the_protocol
         text = build_report([out])
         start = text.index("protocol fedavg, round 1, client 0")
         rows[batch] = text[start:text.index("</td>", start)]
-    assert rows[2] == ("protocol fedavg, round 1, client 0, a batch of 2 where the protocol&#x27;s clients train on "
+    assert rows[2] == ("protocol fedavg, round 1, client 0, a batch of 2 where the client&#x27;s round trains on "
                        "batches of 32 (--batch-size 2)")
     assert rows[32] == "protocol fedavg, round 1, client 0, a batch of 32"

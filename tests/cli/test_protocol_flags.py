@@ -267,3 +267,35 @@ def test_train_warns_of_a_sketch_ratio_that_an_unsketched_protocol_ignores_and_c
     assert cli.main(argv + ["--rounds", "2"]) == 0  # the default ratio continues it
     err = capsys.readouterr().err
     assert "changes nothing" not in err and "training continues from round 2 of 2" in err
+
+
+def test_utility_with_a_protocol_is_refused_naming_the_protocols_own_accuracy(tmp_path, capsys):
+    """--utility trained the run's default srht sketch beside a fedavg message, which sends the whole update."""
+    _refused(RUN + ["--protocol", "fedavg", "--utility", "--out", str(tmp_path / "run")],
+             "--utility trains under the run's own --sketch and --defense, which protocol 'fedavg' does not send",
+             tmp_path, capsys)
+
+
+def test_a_noise_seed_and_delta_with_a_protocol_are_warned_of_as_changing_nothing(tmp_path, capsys):
+    """sketched-dp draws its noise from its shared seed and states epsilon at --dp-delta: both flags ran silently and
+    config.json recorded the noise seed as used."""
+    assert cli.main(RUN + ["--protocol", "sketched-dp", "--out", str(tmp_path / "run"), "--noise-seed", "5",
+                           "--delta", "1e-6"]) == 0
+    err = capsys.readouterr().err
+    assert "--noise-seed 5 and --delta 1e-06 change nothing with --protocol" in err, err
+
+
+def test_the_advice_on_the_protocols_own_batch_names_the_batch_a_small_shard_cuts_it_to(tmp_path, capsys):
+    """Clients of 4 photos train on all 4 of them: the run advised --batch-size 32 (--client-batch), which then
+    warned that client 0 holds 4."""
+    assert cli.main(["run", "--protocol", "sketched", "--dataset", "photos", "--model", "lenet", "--iterations", "1",
+                     "--quiet", "--no-lpips", "--threads", "1", "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert ("the attacked message is computed on 1 image(s) while the protocol's client 0 trains on batches of 4 "
+            "(--client-batch 32 cut to the 4 images client 0 holds); --batch-size 4 attacks the protocol's own "
+            "message") in err, err
+    capsys.readouterr()
+    assert cli.main(["run", "--protocol", "sketched", "--dataset", "photos", "--model", "lenet", "--iterations", "1",
+                     "--quiet", "--no-lpips", "--threads", "1", "--batch-size", "4",
+                     "--out", str(tmp_path / "own")]) == 0
+    assert "attacks the protocol's own message" not in capsys.readouterr().err

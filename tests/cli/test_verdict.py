@@ -300,3 +300,11 @@ def test_labels_the_message_file_and_the_truth_file_disagree_on_are_warned_of(tm
         rc, _, err, m = _run([*argv, "--truth", str(tmp_path / f"x{true}.pt")], tmp_path / f"t{true}", capsys)
         assert rc == 0 and ("holds labels [4] and truth file" in err) is said, err
         assert m["label_acc"] == (0.0 if said else 1.0) and m["labels_attack"] == [4]
+
+
+def test_a_noise_seed_and_a_delta_a_message_file_does_not_read_are_warned_of(tmp_path, capsys):
+    """The file's noise is in its message, and its defense (none here) adds no Gaussian noise for --delta."""
+    rc, _, err, _ = _run([*_message(tmp_path), "--noise-seed", "5", "--delta", "1e-6"], tmp_path / "run", capsys)
+    assert rc == 0 and "--noise-seed 5 changes nothing with --message" in err, err
+    assert "--delta 1e-06 changes nothing: it is the delta of the epsilon of Gaussian noise, and the defense of " \
+           "message file" in err, err

@@ -223,16 +223,18 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         "with the baselines of newer runs).")
 
 
-def _protocol_batch(run: dict, m: RunMetrics) -> str:
+def _protocol_batch(run: dict, m: RunMetrics, described: dict) -> str:
     """The batch a protocol run's message was computed on, and where the run's --batch-size made it another than
-    the protocol's clients send (run --protocol warned of it): a client holding fewer images sends them all."""
+    the client's round trains on (run --protocol warned of it): ``client_batch``, recorded with the message, else
+    (a run recorded before it) the protocol's --client-batch, where a client holding fewer images sends them all."""
     spec = run.get("protocol_spec") or {}
-    n, asked, own = len(m.get("labels_true") or []), run.get("batch_size"), spec.get("batch_size")
+    n, asked = len(m.get("labels_true") or []), run.get("batch_size")
+    own = described.get("client_batch", spec.get("batch_size"))
     if not n or spec.get("local_epochs"):  # local epochs run over the client's whole shard
         return ""
     if not isinstance(own, int) or n == own or (isinstance(asked, int) and n < asked and n <= own):
         return f", a batch of {n}"
-    return f", a batch of {n} where the protocol's clients train on batches of {own} (--batch-size {asked})"
+    return f", a batch of {n} where the client's round trains on batches of {own} (--batch-size {asked})"
 
 
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
@@ -256,7 +258,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows = [("victim", f"{victim}; {weights}")]
     if run.get("protocol"):
         message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
-                   f"{run.get('protocol_client')}") + _protocol_batch(run, m)
+                   f"{run.get('protocol_client')}") + _protocol_batch(run, m, described)
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
