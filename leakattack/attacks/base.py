@@ -72,8 +72,8 @@ class Attack:
     Class attributes state what an attack can do, so that callers ask them instead of testing names:
     ``closed_form`` (it solves for x directly: no optimiser, no data-free start to score as a baseline, and its
     labels are recovered from the message or granted, never optimised), ``reads_labels`` (it takes a ``labels``
-    option: ``"given"`` uses the granted labels) and ``settings`` (the run settings only it reads, which
-    ``leakattack run`` reports as unused under another attack).
+    option: ``"given"`` uses the granted labels) and ``settings`` (the run settings it reads that not every attack
+    reads, which ``leakattack run`` reports as unused under another attack).
 
     ``uses_labels`` (True unless set otherwise) says that its reconstruction depends on the labels it reads or is
     granted: labels read wrong can then explain a failed run (:func:`leakattack.rebuilt.failed_part`); imprint reads

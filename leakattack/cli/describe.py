@@ -35,18 +35,29 @@ def model_lines(name: str) -> list[str]:
 
 
 def attack_lines(name: str) -> list[str]:
-    """What the attack is, the run flags only it reads, and its own options with their flags."""
+    """What the attack is, the run flags it reads that not every attack reads, and its own options with their
+    flags."""
     cls = attacks.attack_class(name)
     can = [what for what, yes in (("closed form", cls.closed_form), ("reads labels", cls.reads_labels)) if yes]
     owned = [p.option for p in RUN_PARAMS if p.name in cls.settings and p.option]
     return [f"{name}: {', '.join(can) or 'optimises the input'}; "
-            f"{'run flags only it reads: ' + ', '.join(owned) + '; ' if owned else ''}"
+            f"{'run flags it reads that not every attack does: ' + ', '.join(owned) + '; ' if owned else ''}"
             f"own options: {'none' if not cls.options else ''}",
             *(f"  {p.option:<24}{help_text(p)}" for p in cls.options)]
 
 
 def recipe_lines(name: str) -> list[str]:
-    """What the recipe is, and every setting it fills where the run gives none."""
+    """What the recipe is, and every setting it fills where the run gives none; ``auto`` (run's default) names the
+    recipe each built-in model takes."""
+    if name == "auto":
+        chosen: dict[str, list[str]] = {}
+        for model in targets.list_models():
+            try:
+                chosen.setdefault(targets.recipe_of(model), []).append(model)
+            except Exception:  # noqa: BLE001 -- a model whose recipe needs its built units: listed by --model M
+                continue
+        return ["auto (run's default): each model's own recipe, else one chosen by its units "
+                "(leakattack list --model M names it)"] + [f"  {r}: {', '.join(ms)}" for r, ms in chosen.items()]
     r = attacks.get_recipe(name)
     step = f" (step {r.lr:g})" if r.lr is not None else ""
     budget = f"{r.iterations:,} steps" + (f" or {r.time_limit / 60:g} minutes, whichever comes first"
@@ -89,8 +100,11 @@ def protocol_lines(name: str) -> list[str]:
         return option or "--" + key.replace("_", "-")
 
     # train draws every sketch with its own parameters' defaults: --sketch-param is run's alone
+    run_default = {p.name: p.default for p in RUN_PARAMS}
     flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}"
-             + (" (leakattack run only: train takes the sketch's defaults)" if k == "sketch_params" else "")
+             + (" (leakattack run only: train takes the sketch's defaults)" if k == "sketch_params" else
+                f" (run --protocol without --protocol-dir: run's own default, {run_default[k]!r})"
+                if k in run_default and run_default[k] != SPEC_DEFAULTS[k] else "")
              for k in cls.reads if k in SPEC_DEFAULTS]
     fixed = [k for k in COMMON_SETTINGS if k in params and _fixed(cls, k)]
     common = ", ".join(flag(k) for k in COMMON_SETTINGS if k in params and k not in fixed)

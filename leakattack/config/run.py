@@ -203,7 +203,7 @@ class RunConfig:
             warnings.warn(f"--match-space {self.match_space} changes nothing{where}: it chooses between the sketch and "
                           f"the server's un-sketch, which only {' and '.join(decodable)} have", SettingWarning,
                           stacklevel=2)
-        if self.set_by_user("batch_draw") and self.batch_size == 1 and not self.message:
+        if self.set_by_user("batch_draw") and self.batch_size == 1 and not (self.message or self.protocol):
             warnings.warn(f"--batch-draw {self.batch_draw} changes nothing with one image: it chooses how a batch's "
                           "images are drawn", SettingWarning, stacklevel=2)
         steps = self._settings()["iterations"]

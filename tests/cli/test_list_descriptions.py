@@ -1,0 +1,39 @@
+"""`leakattack list --attack/--recipe/--protocol` say what a run does with them."""
+
+from leakattack import cli
+
+RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "1", "--quiet", "--no-lpips", "--threads", "1"]
+
+
+def _listed(capsys, *args) -> str:
+    assert cli.main(["list", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_run_flag_two_attacks_read_is_not_said_to_be_read_by_one_only(capsys):
+    """analytic's --time-limit was listed as a flag "only it reads", which gradient-matching reads too."""
+    for attack in ("analytic", "gradient-matching"):
+        text = _listed(capsys, "--attack", attack)
+        assert "only it reads" not in text and "run flags it reads that not every attack does: " in text
+        assert "--time-limit" in text.splitlines()[0]
+
+
+def test_the_auto_recipe_that_run_takes_by_default_is_described(capsys):
+    """list --recipe auto was refused as an unknown recipe where run --recipe auto is the default."""
+    text = _listed(capsys, "--recipe", "auto")
+    assert text.startswith("auto (run's default): each model's own recipe")
+    lines = {line.split(":")[0].strip(): line.split(":")[1] for line in text.splitlines()[1:]}
+    assert "lenet" in lines["dlg"] and "resnet18" in lines["ig"]
+
+
+def test_a_protocols_default_that_run_replaces_by_its_own_is_said(capsys):
+    """run --protocol sketched ran at b/d = 0.5 (run's --sketch-ratio), where list named train's 0.1 alone."""
+    text = _listed(capsys, "--protocol", "sketched")
+    assert "--sketch-ratio          default 0.1 (run --protocol without --protocol-dir: run's own default, 0.5)" in text
+
+
+def test_a_batch_draw_with_a_protocol_is_one_warning(tmp_path, capsys):
+    """--batch-draw random with --protocol was warned of twice, as changing nothing with one image and as not read."""
+    assert cli.main(RUN + ["--protocol", "fedavg", "--batch-draw", "random", "--out", str(tmp_path / "run")]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "--batch-draw random" in line]
+    assert len(warned) == 1 and "not read with --protocol" in warned[0], warned
