@@ -61,6 +61,7 @@ from pathlib import Path
 
 import torch
 
+import targets
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.attacks.base import torch_threads
 from leakattack.attacks.gauss_newton import CHUNK, PACE_BATCHES, PACE_SHARE, gram, jacobian, levenberg_marquardt
@@ -68,7 +69,7 @@ from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
-from leakattack.script import count, script_main
+from leakattack.script import count, fraction, one_of, script_main
 from targets.oracle import restart_gradients
 from targets.victim import cpu_cores
 
@@ -338,6 +339,12 @@ def restart_scaling(problem, R: int, steps: int, rounds: int) -> str:
             f"{marginal / one:.0%} of one start's evaluation, so {R} starts cost x{(fixed + R * marginal) / one:.2f}")
 
 
+def against(many: list[float], one: list[float]) -> str:
+    """``A s against B s``: the least of the times ``many`` (R starts), then the least of ``one`` (one start), in the
+    order of the ratio beside them (``min(many) / min(one)``)."""
+    return f"{min(many):.2f} s against {min(one):.2f} s"
+
+
 def restarts_section(a) -> None:
     th, before = a.restart_threads, torch.get_num_threads()
     torch.set_num_threads(th)  # the evaluations and floors below too
@@ -381,7 +388,7 @@ def restarts_section(a) -> None:
     print(f"restarts   {a.restart_model}, srht b/d = {a.restart_ratio}, {th} thread(s), "
           f"{str(obs.victim.dtype)[6:]}, Adam, "
           f"{steps} steps, {R} starts against 1 ({path} batched path): attack x{ratio(tR, t1, 0):.2f} "
-          f"wall ({min(x[0] for x in t1):.2f} s against {min(x[0] for x in tR):.2f} s), x{ratio(tR, t1, 1):.2f} CPU; "
+          f"wall ({against([x[0] for x in tR], [x[0] for x in t1])}), x{ratio(tR, t1, 1):.2f} CPU; "
           f"evaluations alone x{ratio(fR, f1, 0):.2f} wall, x{ratio(fR, f1, 1):.2f} CPU; floor of a batch of {R} "
           "images against one: " + ", ".join(f"x{v:.2f} CPU in {k}" for k, v in floors.items()))
     wall, th_R, th_1 = batch_floor_wall(obs.victim, R, obs.victim.dtype, 20 if obs.d < 10 ** 6 else 2, a.rounds)
@@ -409,9 +416,9 @@ def restarts_section(a) -> None:
                         summary[r].append(json.load(f)["wall_s"])
         print(f"           leakattack run --model {a.restart_model} --sketch-ratio {a.restart_ratio}{dtype} "
               f"--optimizer adam --iterations {steps} --restarts {R} --threads {threads or 'auto'}: "
-              f"{min(cmd[R]):.2f} s against {min(cmd[1]):.2f} s with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the "
+              f"{against(cmd[R], cmd[1])} with 1: x{min(cmd[R]) / min(cmd[1]):.2f} of the "
               f"command's wall time; x{min(summary[R]) / min(summary[1]):.2f} of the wall time its summary line "
-              f"prints ({min(summary[1]):.2f} s against {min(summary[R]):.2f} s"
+              f"prints ({against(summary[R], summary[1])}"
               + ("; wanted: at most x2.67)" if R == 8 else ")"))
     torch.set_num_threads(before)
 
@@ -690,15 +697,17 @@ def main() -> None:
     ap.add_argument("--restarts", type=count, default=8)
     ap.add_argument("--restart-steps", type=count, default=200,
                     help="Adam steps of the restarts and sketch comparisons")
-    ap.add_argument("--restart-model", default="lenet", help="victim of the restarts comparison (e.g. resnet18)")
-    ap.add_argument("--restart-ratio", type=float, default=0.5, help="srht b/d of the restarts comparison")
+    ap.add_argument("--restart-model", type=one_of(targets.list_models, "model", files=True), default="lenet",
+                    help="victim of the restarts comparison (e.g. resnet18)")
+    ap.add_argument("--restart-ratio", type=fraction, default=0.5, help="srht b/d of the restarts comparison")
     ap.add_argument("--restart-threads", type=count, default=1,
                     help="torch threads of the restarts and convgrad comparisons")
     ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "
                     "restarts' evaluations, and the largest items of J^T J's columns (products)")
-    ap.add_argument("--products-model", default="vit_small", help="victim of the products comparison")
+    ap.add_argument("--products-model", type=one_of(targets.list_models, "model", files=True), default="vit_small",
+                    help="victim of the products comparison")
     ap.add_argument("--columns", type=count, default=64, help="columns of J^T J the products comparison times")
     ap.add_argument("--rounds", type=count, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",

@@ -47,9 +47,9 @@ import targets
 from leakattack.attacks import gradient_matching, init_dummy
 from leakattack.attacks.priors.tv import total_variation
 from leakattack.config import RunConfig
-from leakattack.config.constraints import available_cores
+from leakattack.config.constraints import Cores, available_cores
 from leakattack.experiment import prepare
-from leakattack.script import count, one_of, script_main
+from leakattack.script import count, index, one_of, script_main
 
 
 def cases(models: list[str]) -> list[tuple[str, dict]]:
@@ -147,14 +147,30 @@ def measure(label: str, fields: dict, threads: int, a) -> str:
             f"x{cl / cb:.2f} (system {sl:.3f} / {sb:.3f})  load {os.getloadavg()[0]:.1f}")
 
 
+def thread_count(text: str) -> int:
+    """An argparse type: ``all`` (every core this process may use) or a count of threads from 1 to that."""
+    if text == "all":
+        return available_cores()
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'all'") from None
+    cores = Cores()
+    if not cores.ok(value):
+        raise argparse.ArgumentTypeError(cores.error("thread count", value))
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", type=one_of(targets.list_models, "model", files=True),
                     default=["resnet20", "resnet18", "vit_small", "resnet50"])
     ap.add_argument("--steps", type=count, default=6, help="timed steps per round and loop")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
+    ap.add_argument("--warmup", type=index, default=2, help="untimed steps before them")
     ap.add_argument("--rounds", type=count, default=3)
-    ap.add_argument("--threads", nargs="+", default=["1", "all"], help="thread counts: integers or 'all'")
+    ap.add_argument("--threads", nargs="+", type=thread_count, default=[1, available_cores()],
+                    help="thread counts: integers from 1 to the cores this process may use, or 'all' (those cores; "
+                         "default: 1 all)")
     ap.add_argument("--only", help="only the cases whose label contains this text")
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc returning freed blocks to the system (the attack keeps them by default, "
@@ -165,7 +181,6 @@ def main() -> None:
     DEVICE = torch.device(a.device)
     if a.glibc_default:
         gradient_matching.keep_freed_memory = lambda: None
-    counts = [available_cores() if t == "all" else int(t) for t in a.threads]
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "CPU"
     print(f"# torch {torch.__version__}, {platform.machine()}, {where}, {available_cores()} cores, load "
           f"{os.getloadavg()[0]:.1f}; medians of {a.rounds} x {a.steps} steps after {a.warmup} warm-up steps, "
@@ -173,7 +188,7 @@ def main() -> None:
     for label, fields in cases(a.models):
         if a.only and a.only not in label:
             continue
-        for t in counts:
+        for t in a.threads:
             print(measure(label, fields, t, a), flush=True)
 
 

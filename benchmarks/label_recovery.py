@@ -26,7 +26,10 @@ statistics; any other name is a leakattack model (e.g. ``resnet101``,
 ResNet-101, 8e4 for ViT-Base); ``--image-size`` cuts the photos at that size.
 All rules read one readout of the head and one probe pass
 (``recover_labels_by_rule``).  ``--distinct`` draws batches without repeated
-labels instead (B <= 10).
+labels instead (B at most the data set's classes, 10 for digits and photos): the
+default batch sizes leave out those above it, with a note on stderr; a given one
+above it is refused.  Every batch is drawn before anything is measured, and a
+batch size the images of a data set's classes cannot fill is refused.
 """
 
 from __future__ import annotations
@@ -41,10 +44,29 @@ from torch import nn
 import targets
 from leakattack import data
 from leakattack.attacks.labels import LABEL_RULES, recover_labels_by_rule
+from leakattack.errors import UserError
 from leakattack.metrics import label_accuracy
-from leakattack.script import count, script_main
+from leakattack.script import count, counts, one_of, positive, positives, script_main, some_of
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
+
+#: the batch sizes B without --batch-sizes (with --distinct, those up to a data set's number of classes)
+BATCH_SIZES = (2, 4, 8, 16)
+#: the victims built here; any other name is a leakattack model
+OWN_VICTIMS = ("bn-eval", "bn-train")
+#: the draws of one batch's labels tried before a batch size that rarely fits the classes' images is refused
+DRAW_TRIES = 100_000
+
+
+def sketch_sizes(text: str) -> list[int]:
+    """An argparse type: comma-separated SRHT sizes b, whole numbers of at least 1 (``400000`` or ``4e5``)."""
+    sizes = []
+    for v in text.split(","):
+        b = positive(v)
+        if b != int(b):
+            raise argparse.ArgumentTypeError(f"{v} is not a whole number")
+        sizes.append(int(b))
+    return sizes
 
 
 class SmallBNNet(nn.Module):
@@ -63,7 +85,7 @@ class SmallBNNet(nn.Module):
 
 
 def make_victim(name: str, ds, weight_init: str | None = None) -> targets.Victim:
-    if name not in ("bn-eval", "bn-train"):
+    if name not in OWN_VICTIMS:
         return targets.get_model(name, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=0, init=weight_init)
     module = SmallBNNet(ds.in_shape, ds.num_classes)
     targets.models.initialise(module, "default", torch_generator(0))
@@ -71,15 +93,40 @@ def make_victim(name: str, ds, weight_init: str | None = None) -> targets.Victim
                                       bn_mode=name.split("-")[1], name=name)
 
 
+def check_fits(ds, B: int, distinct: bool) -> None:
+    """Refuse (UserError) a batch size B whose labels no draw of :func:`draw_batches` can give images of ``ds`` to:
+    with ``distinct``, more than the classes that have an image; else more than the images of the ceil(B/2)
+    fullest classes (or a class among them without one)."""
+    room = np.sort(np.bincount(ds.labels.numpy(), minlength=ds.num_classes))[::-1]
+    if distinct:
+        filled = int((room > 0).sum())
+        if B > filled:
+            raise UserError(f"--distinct draws one image of each of B classes: batch size {B} exceeds the {filled} "
+                            f"classes of {ds.name}")
+        return
+    k = min(ds.num_classes, (B + 1) // 2)
+    classes = f"{k} of its classes" if k > 1 else "one of its classes"
+    if room[k - 1] < 1:
+        raise UserError(f"batch size {B} does not fit in {ds.name}: a batch's labels are {classes}, and only "
+                        f"{int((room > 0).sum())} have an image")
+    if room[:k].sum() < B:
+        held = int(room[:k].sum())
+        raise UserError(f"batch size {B} does not fit in {ds.name}: a batch's labels are {classes}, and the "
+                        f"{f'{k} fullest hold' if k > 1 else 'fullest holds'} {held} image{'s' if held != 1 else ''}")
+
+
 def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list[torch.Tensor]:
-    """Image indices of ``trials`` batches: repeated labels (ceil(B/2) classes), or distinct ones."""
+    """Image indices of ``trials`` batches: repeated labels (ceil(B/2) classes), or distinct ones.  A batch size
+    that cannot fit (:func:`check_fits`), or whose labels fit the classes' images in none of DRAW_TRIES draws, is
+    refused (UserError)."""
+    check_fits(ds, B, distinct)
     rng = np.random.default_rng(seed)
     labels = ds.labels.numpy()
     C = ds.num_classes
     room = np.bincount(labels, minlength=C)
     out = []
     for _ in range(trials):
-        while True:
+        for _ in range(DRAW_TRIES):
             if distinct:
                 ys = rng.choice(C, size=B, replace=False)
             else:
@@ -87,6 +134,9 @@ def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list
                 ys = np.concatenate([classes, rng.choice(classes, size=B - len(classes))])
             if (np.bincount(ys, minlength=C) <= room).all():
                 break
+        else:
+            raise UserError(f"batch size {B}: none of {DRAW_TRIES:,} draws of its labels fitted the images of the "
+                            f"classes of {ds.name}; give a smaller one")
         idx: list[int] = []
         for c in ys:
             idx.append(int(rng.choice([i for i in np.flatnonzero(labels == c) if i not in idx])))
@@ -97,36 +147,50 @@ def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=count, default=10)
-    ap.add_argument("--batch-sizes", default="2,4,8,16")
-    ap.add_argument("--ratios", default="1,0.5,0.1", help="b/d of the SRHT; 1 means unsketched")
-    ap.add_argument("--datasets", default="digits,photos")
-    ap.add_argument("--victims", default="lenet,bn-eval,bn-train")
-    ap.add_argument("--rules", default=",".join(LABEL_RULES))
+    ap.add_argument("--batch-sizes", type=counts, default=None,
+                    help=f"comma-separated batch sizes B (default: {','.join(map(str, BATCH_SIZES))}; with "
+                         "--distinct the default leaves out those above a data set's number of classes, with a note "
+                         "on stderr, and a given one above it is refused)")
+    ap.add_argument("--ratios", type=positives, default="1,0.5,0.1", help="b/d of the SRHT; 1 means unsketched")
+    ap.add_argument("--datasets", type=some_of(data.list_datasets, "dataset"), default="digits,photos")
+    ap.add_argument("--victims", type=some_of(lambda: [*OWN_VICTIMS, *targets.list_models()], "victim", files=True),
+                    default="lenet,bn-eval,bn-train")
+    ap.add_argument("--rules", type=some_of(lambda: LABEL_RULES, "label rule"), default=",".join(LABEL_RULES))
     ap.add_argument("--distinct", action="store_true", help="batches without repeated labels")
-    ap.add_argument("--sketch-dims", default="", help="SRHT sizes b (in place of --ratios when given)")
+    ap.add_argument("--sketch-dims", type=sketch_sizes, default=None,
+                    help="SRHT sizes b (in place of --ratios when given)")
     ap.add_argument("--image-size", type=count, default=None, help="side of the photos (default: 32)")
-    ap.add_argument("--weight-init", default=None, help="initialisation of a leakattack model (default: its own)")
+    ap.add_argument("--weight-init", type=one_of(lambda: targets.INITS, "weight init"), default=None,
+                    help="initialisation of a leakattack model (default: its own)")
     ap.add_argument("--threads", type=count, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    rules = a.rules.split(",")
+    rules = a.rules
+    sets = {dname: data.get_dataset(dname, image_size=a.image_size if dname == "photos" else None)
+            for dname in dict.fromkeys(a.datasets)}
+    drawn: dict[tuple[str, int], list[torch.Tensor]] = {}  # (data set, B) -> the trials' batches, drawn up front
+    for dname, ds in sets.items():
+        for B in a.batch_sizes or BATCH_SIZES:
+            if a.batch_sizes is None and a.distinct and B > ds.num_classes:
+                print(f"# --distinct: batch size {B} left out on {dname}, which has {ds.num_classes} classes",
+                      file=sys.stderr)
+                continue
+            drawn[dname, B] = draw_batches(ds, B, a.trials, a.distinct)
     rows = []
-    for dname in a.datasets.split(","):
-        ds = data.get_dataset(dname, image_size=a.image_size if dname == "photos" else None)
-        for vname in a.victims.split(","):
+    for dname, ds in sets.items():
+        for vname in a.victims:
             victim = make_victim(vname, ds, a.weight_init)
-            sizes = ([("b = " + b, int(float(b))) for b in a.sketch_dims.split(",")] if a.sketch_dims else
-                     [("none", victim.d) if r >= 1 else (str(r), sketch_dim(r, victim.d))
-                      for r in map(float, a.ratios.split(","))])
-            for B in map(int, a.batch_sizes.split(",")):
-                batches = draw_batches(ds, B, a.trials, a.distinct)
+            sizes = ([(f"b = {b}", b) for b in a.sketch_dims] if a.sketch_dims else
+                     [("none", victim.d) if r >= 1 else (str(r), sketch_dim(r, victim.d)) for r in a.ratios])
+            for B in [B for d, B in drawn if d == dname]:
+                batches = drawn[dname, B]
                 acc = {(label, r): [] for label, _ in sizes for r in rules}
                 over = {(label, r): [] for label, _ in sizes for r in rules}
                 for t, idx in enumerate(batches):  # one gradient per batch, sketched at every size
                     x, y = ds.images[idx].to(victim.dtype), ds.labels[idx]
                     g = targets.flat_gradient(victim, x, y).detach()
                     for label, b in sizes:
-                        sk = (get_sketch("none", victim.d, 0) if b >= victim.d
+                        sk = (get_sketch("none", victim.d, victim.d) if b >= victim.d
                               else get_sketch("srht", victim.d, b, seed=t + 1))
                         for r, rec in recover_labels_by_rule(victim, sk, sk.apply(g), B, rules).items():
                             acc[label, r].append(label_accuracy(rec, y.sort().values))

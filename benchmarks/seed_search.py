@@ -42,13 +42,28 @@ import targets
 from leakattack import data
 from leakattack.attacks import seed_search as ss
 from leakattack.errors import duration_text
-from leakattack.script import count, one_of, script_main, some_of
+from leakattack.script import count, fraction, index, one_of, script_main, some_of
 from leakattack.sketch import get_sketch, list_sketches, sketch_dim
 
 RATIOS = (0.05, 0.2, 0.5)
 #: the dense family is measured on small victims only, and on fewer wrong seeds
 SMALL = {"gaussian", "ams"}
 SMALL_WRONG = 200
+
+
+def bits(text: str) -> int:
+    """An argparse type: a number of bits from 1 to ``seed_search.MAX_BITS``, the most ``--sketch-seed-search``
+    accepts."""
+    value = count(text)
+    if value > ss.MAX_BITS:
+        raise argparse.ArgumentTypeError(f"{value} is above {ss.MAX_BITS}, the most bits --sketch-seed-search "
+                                         "searches")
+    return value
+
+
+def fractions(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers in (0, 1] (b/d values)."""
+    return [fraction(v) for v in text.split(",")]
 
 
 def victim_of(model: str, image: int, small: bool):
@@ -80,7 +95,7 @@ def separation(a) -> None:
         for kind in a.kinds:
             small = kind in SMALL
             wrong = min(a.wrong, SMALL_WRONG) if small else a.wrong
-            for ratio in map(float, a.ratios.split(",")):
+            for ratio in a.ratios:
                 for image in range(a.images):
                     victim, g = victim_of(model, image, small)
                     b = sketch_dim(ratio, victim.d)
@@ -156,11 +171,12 @@ def main() -> None:
     p.add_argument("--kinds", type=some_of(list_sketches, "sketch"), default=None)
     p.add_argument("--wrong", type=count, default=1000)
     p.add_argument("--images", type=count, default=2)
-    p.add_argument("--bits", type=count, default=12)
+    p.add_argument("--bits", type=bits, default=12, help=f"success: bits searched, at most {ss.MAX_BITS}")
     p.add_argument("--pairs", type=count, default=10)
-    p.add_argument("--ratio", type=float, default=0.5, help="success, cost: b/d (the run default)")
-    p.add_argument("--ratios", default=",".join(map(str, RATIOS)), help="separation: the b/d values")
-    p.add_argument("--seed", type=int, default=0, help="success: seed of the client seeds")
+    p.add_argument("--ratio", type=fraction, default=0.5, help="success, cost: b/d, in (0, 1] (the run default)")
+    p.add_argument("--ratios", type=fractions, default=",".join(map(str, RATIOS)),
+                   help="separation: the b/d values, each in (0, 1]")
+    p.add_argument("--seed", type=index, default=0, help="success: seed of the client seeds, at least 0")
     a = p.parse_args()
     a.kinds = a.kinds or (["srht", "countsketch"] if a.what == "success"
                           else ["srht", "countsketch", "sparse", "uniform", "gaussian"])

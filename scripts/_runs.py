@@ -6,7 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable
 
@@ -22,9 +22,17 @@ def cli_run(folder: Path, args: list[str]) -> dict:
 
 
 def run_jobs(jobs: list, one: Callable, workers: int) -> dict:
-    """{job: one(job)} for every job, ``workers`` at a time."""
+    """{job: one(job)} for every job, ``workers`` at a time.  The first job that fails stops the rest: the jobs not
+    yet started are cancelled, and its error is raised once the running ones have ended."""
     with ThreadPoolExecutor(workers) as pool:
-        return dict(zip(jobs, pool.map(one, jobs)))
+        futures = [pool.submit(one, job) for job in jobs]
+        try:
+            for future in as_completed(futures):
+                future.result()  # the first failure raises here
+        except BaseException:  # a failed job, or an interrupt while they run
+            pool.shutdown(cancel_futures=True)
+            raise
+        return {job: f.result() for job, f in zip(jobs, futures)}
 
 
 def grid_arguments(doc: str, images: str = "images 0..N-1", figure: bool = False) -> argparse.Namespace:

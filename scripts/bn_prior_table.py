@@ -33,8 +33,9 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from _runs import run_jobs
 
 from leakattack.script import count, pattern, script_main
 
@@ -119,18 +120,18 @@ def main() -> int:
         subprocess.run(cmd, check=True)
     threads = a.threads or ("1" if a.jobs > 1 else "auto")
     rows = [row for row in settings(weights, a.prior_weight, a.tv) if a.rows.search(row[0])]
-    jobs = [(label, i, extra) for label, _, _, _, extra in rows for i in range(a.images)]
+    extras = {label: extra for label, _, _, _, extra in rows}
+    jobs = [(label, i) for label in extras for i in range(a.images)]
 
     def one(job):
-        label, i, extra = job
+        label, i = job
         t0 = time.perf_counter()
-        m = run(out / "runs" / f"{label}-{i}", i, a.iterations, threads, extra)
+        m = run(out / "runs" / f"{label}-{i}", i, a.iterations, threads, extras[label])
         print(f"{label} photo {i}: {m['psnr']:.2f} dB ({time.perf_counter() - t0:.0f} s)", file=sys.stderr,
               flush=True)
-        return (label, i), m
+        return m
 
-    with ThreadPoolExecutor(a.jobs) as pool:
-        results = dict(pool.map(one, jobs))
+    results = run_jobs(jobs, one, a.jobs)
     print("| weights | prior | sketch | PSNR (dB) | SSIM | baseline PSNR (dB) | verdicts | failed | identified | "
           "min per run |")
     print("|---|---|---|---|---|---|---|---|---|---|")

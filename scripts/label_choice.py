@@ -32,13 +32,20 @@ from pathlib import Path
 
 import torch
 
+import targets
 from leakattack.attacks import gradient_matching
 from leakattack.attacks.labels import head_and_probes, one_example_classes, readings_to_compare
 from leakattack.config import RunConfig
-from leakattack.data import BATCH_DRAWS, get_dataset
+from leakattack.data import BATCH_DRAWS, get_dataset, list_datasets
 from leakattack.experiment import prepare
 from leakattack.metrics import label_overlap
-from leakattack.script import count, script_main
+from leakattack.script import count, fraction, index, one_of, script_main, some_of
+from leakattack.sketch import list_sketches
+
+
+def fractions(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers in (0, 1] (b/d values)."""
+    return [fraction(v) for v in text.split(",")]
 
 
 def train(model: str, dataset: str, steps: int, images: int, out: Path, params: dict | None = None) -> float:
@@ -59,19 +66,20 @@ def train(model: str, dataset: str, steps: int, images: int, out: Path, params: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="lenet")
-    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--model", type=one_of(targets.list_models, "model", files=True), default="lenet")
+    ap.add_argument("--dataset", type=one_of(list_datasets, "dataset"), default="digits")
     ap.add_argument("--weights", help="a trained state_dict or checkpoint (default: train one here)")
-    ap.add_argument("--train-steps", type=count, default=120)
+    ap.add_argument("--train-steps", type=index, default=120, help="0 keeps the random weights")
     ap.add_argument("--train-images", type=count, default=128)
-    ap.add_argument("--sketches", default="srht", help="comma-separated sketch kinds")
-    ap.add_argument("--ratios", default="0.02", help="comma-separated b/d")
+    ap.add_argument("--sketches", type=some_of(list_sketches, "sketch"), default="srht",
+                    help="comma-separated sketch kinds")
+    ap.add_argument("--ratios", type=fractions, default="0.02", help="comma-separated b/d, each in (0, 1]")
     ap.add_argument("--images", type=count, default=12, help="messages: from images 0, S, ..., (N-1) S on")
     ap.add_argument("--batch-size", type=count, default=1, help="images per message (from each image on)")
     ap.add_argument("--stride", type=count, default=1, help="S: images between the first images of two messages")
-    ap.add_argument("--start", type=int, default=0, help="the first image of the first message")
+    ap.add_argument("--start", type=index, default=0, help="the first image of the first message")
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS)
-    ap.add_argument("--probe-steps", type=int, default=gradient_matching.LABEL_PROBE_STEPS,
+    ap.add_argument("--probe-steps", type=count, default=gradient_matching.LABEL_PROBE_STEPS,
                     help="steps of each short run that scores a reading")
     ap.add_argument("--no-choice", action="store_true", help="the readings only, without the short runs")
     ap.add_argument("--model-param", action="append", default=[], metavar="KEY=VALUE",
@@ -80,8 +88,6 @@ def main() -> None:
     if any("=" not in kv for kv in a.model_param):
         ap.error("--model-param takes KEY=VALUE")
     params = dict(kv.split("=", 1) for kv in a.model_param)
-    if min(a.images, a.batch_size, a.stride, a.probe_steps) < 1 or a.start < 0:
-        ap.error("--images, --batch-size, --stride and --probe-steps must be at least 1, --start at least 0")
     gradient_matching.LABEL_PROBE_STEPS = a.probe_steps
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the per-run uniqueness warning
@@ -91,8 +97,8 @@ def main() -> None:
             weights = str(Path(tmp) / "weights.pt")
             loss = train(a.model, a.dataset, a.train_steps, a.train_images, Path(weights), params)
             print(f"# {a.model} trained on {a.dataset}[:{a.train_images}], {a.train_steps} Adam steps: loss {loss:.4f}")
-        for kind in a.sketches.split(","):
-            for ratio in (float(r) for r in a.ratios.split(",")):
+        for kind in a.sketches:
+            for ratio in a.ratios:
                 compare(a.model, a.dataset, weights, kind, ratio, a.images, a.batch_size, a.stride, a.batch_draw,
                         not a.no_choice, params, a.start)
 

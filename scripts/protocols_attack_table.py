@@ -6,7 +6,8 @@ working folder.  Each row is one `leakattack run --protocol ...` (same RunConfig
 grad_rel_err = ||g(x^) - g(x)|| / ||g(x)|| with g the client's true, unsketched gradient at
 w^t (Kasiviswanathan's footnote 4 says g cannot be recovered from its projection).  Naming
 protocols re-runs only their rows and keeps the stored rows of the others (e.g.
-`python scripts/protocols_attack_table.py 1000 safl sacfl`).
+`python scripts/protocols_attack_table.py 1000 safl sacfl`); a name that no row attacks is refused
+before anything runs or is written.
 """
 
 import argparse
@@ -21,13 +22,15 @@ import targets
 from leakattack import experiment
 from leakattack.config import RunConfig
 from leakattack.results import atomic_write_text, write_json
-from leakattack.script import count, script_main
+from leakattack.script import count, one_of, script_main
 from leakattack.training import stored_protocol, train
+from targets.protocols import list_protocols
 
 HERE = Path("results/protocols")
 _args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 _args.add_argument("iterations", nargs="?", type=count, default=1000, help="attack iterations per row (default 1000)")
-_args.add_argument("protocols", nargs="*", help="re-run only these protocols' rows (default: all)")
+_args.add_argument("protocols", nargs="*", type=one_of(list_protocols, "protocol"),
+                   help="re-run only these protocols' rows (default: all)")
 _a = _args.parse_args()
 os.chdir(Path(__file__).resolve().parents[1])  # the repository's results/, whatever the working folder
 ITER = _a.iterations
@@ -78,6 +81,10 @@ ROWS.append(("sketched srht b/d=0.1 K=1, round 1 of the trained run", "known", {
 for mode, obj in (("idlg", "l2"), ("given", "l2"), ("given", "cosine")):
     ROWS.append((f"sketched srht b/d=0.1 K=1, round 500 of the trained run, labels {mode}, {obj}", "known",
                  {**TRAINED, "protocol_round": 500, "label_mode": mode, "objective": obj}))
+_rowless = sorted(ONLY - {kw["protocol"] for _, _, kw in ROWS})
+if _rowless:  # a protocol of leakattack's that no row attacks: nothing to re-run, before anything is written
+    _args.error(f"no row attacks protocol {', '.join(_rowless)}; the rows attack "
+                f"{', '.join(dict.fromkeys(kw['protocol'] for _, _, kw in ROWS))}")
 
 
 def with_checkpoints(kw):

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from leakattack.script import count, script_main
+from leakattack.script import count, script_main, some_of
 
 CASES = {
     "lenet-adam": [(f"photo {i}", ["--model", "lenet", "--dataset", "photos", "--image-index", str(i),
@@ -56,14 +56,15 @@ def kept(m: dict) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the attack runs")
-    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    ap.add_argument("--cases", type=some_of(lambda: CASES, "case"), default=",".join(CASES),
+                    help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--restarts", type=count, default=8, help="R")
     a = ap.parse_args()
     out = Path(a.out)
     print("| case | input | starts | attack s | × one start | kept start | its L_R | PSNR / SSIM | verdict |")
     print("|---|---|---|---|---|---|---|---|---|")
     agree = []
-    for case in a.cases.split(","):
+    for case in a.cases:
         same = 0
         for label, args in CASES[case]:
             ms = {mode: run(out / case / f"{label.replace(' ', '_')}-{i}", args, mode, a.restarts)

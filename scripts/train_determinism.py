@@ -17,7 +17,25 @@ from pathlib import Path
 
 import torch
 
-from leakattack.script import count, script_main
+import targets
+from leakattack.config.constraints import Cores
+from leakattack.config.params import ROUNDS
+from leakattack.script import count, one_of, script_main
+
+
+def _trainable() -> list[str]:
+    """The models `leakattack train` trains (the classifiers)."""
+    return [m for m in targets.list_models() if targets.task_of(m) == "classification"]
+
+
+def _checked(constraint, label: str):
+    """An argparse type: an integer that ``constraint`` (of leakattack's, as `leakattack train` checks it) holds."""
+    def parse(text: str) -> int:
+        value = count(text)
+        if not constraint.ok(value):
+            raise argparse.ArgumentTypeError(constraint.error(label, value))
+        return value
+    return parse
 
 
 def _leaves(obj, prefix=""):
@@ -43,10 +61,10 @@ def _largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="resnet18")
-    ap.add_argument("--rounds", type=count, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--other-threads", type=int, default=1)
+    ap.add_argument("--model", type=one_of(_trainable, "trainable model"), default="resnet18")
+    ap.add_argument("--rounds", type=_checked(ROUNDS, "rounds"), default=10)
+    ap.add_argument("--threads", type=_checked(Cores(), "thread count"), default=2)
+    ap.add_argument("--other-threads", type=_checked(Cores(), "thread count"), default=1)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         first = _train(a.model, a.rounds, a.threads, Path(tmp) / "a")

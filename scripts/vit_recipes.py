@@ -15,17 +15,26 @@ import argparse
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _runs import run_jobs
 from bn_prior_table import draw_grid
 
+from leakattack.config.params import Duration
 from leakattack.script import count, script_main
 
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.5": ["--sketch", "srht", "--sketch-ratio", "0.5"],
             "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
 #: (recipe, sketch) of every setting
 SETTINGS = [("dlg", "none"), ("dlg", "srht 0.5"), ("dlg", "srht 0.01"), ("ig", "none"), ("ig", "srht 0.01")]
+
+
+def duration(text: str) -> str:
+    """An argparse type: a duration as ``leakattack run --time-limit`` takes it (90s, 10m, 1h30m, seconds)."""
+    limit = Duration()
+    if not limit.ok(text):
+        raise argparse.ArgumentTypeError(limit.error("time limit", text))
+    return text
 
 
 def run(folder: Path, image: int, recipe: str, sketch: str, time_limit: str) -> dict:
@@ -46,7 +55,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="folder for the attack runs")
     ap.add_argument("--images", type=count, default=3, help="photos 0..N-1")
     ap.add_argument("--jobs", type=count, default=2, help="runs at once, one thread each")
-    ap.add_argument("--time-limit", default="5m", help="the dlg runs' --time-limit")
+    ap.add_argument("--time-limit", type=duration, default="5m", help="the dlg runs' --time-limit")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
     a = ap.parse_args()
     out = Path(a.out)
@@ -54,10 +63,9 @@ def main() -> int:
 
     def one(job):
         r, s, i = job
-        return job, run(folder_of(out, r, s, i), i, r, s, a.time_limit)
+        return run(folder_of(out, r, s, i), i, r, s, a.time_limit)
 
-    with ThreadPoolExecutor(a.jobs) as pool:
-        results = dict(pool.map(one, jobs))
+    results = run_jobs(jobs, one, a.jobs)
     print("| photo | recipe | sketch | PSNR / SSIM | steps | wall | verdict | baseline PSNR / SSIM |")
     print("|---|---|---|---|---|---|---|---|")
     for (r, s, i), m in results.items():
