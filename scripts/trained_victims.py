@@ -22,7 +22,7 @@ from leakattack.script import count, script_main
 
 #: rounds of federated training per model and the attack settings left to the model's recipe otherwise
 SETTINGS = {
-    "lenet": {"rounds": 100, "run": ["--model-param", "act=tanh", "--weight-init", "default"]},
+    "lenet": {"rounds": 100, "run": ["--model-param", "act=tanh"]},
     "resnet20": {"rounds": 30, "run": []},
 }
 
