@@ -81,6 +81,35 @@ def positive(text: str) -> float:
     return value
 
 
+def weight_text(text: str) -> str:
+    """An argparse type: a finite number of at least 0 (a prior's weight), kept as written for the runs it is
+    passed to."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of at least 0")
+    return text
+
+
+def threads_text(text: str) -> str:
+    """An argparse type: ``auto`` or a count of threads from 1 to the cores this process may use (what ``leakattack
+    run --threads`` takes), kept as written for the runs it is passed to."""
+    if text == "auto":
+        return text
+    from .config.constraints import Cores
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'auto'") from None
+    cores = Cores()
+    if not cores.ok(value):
+        raise argparse.ArgumentTypeError(cores.error("thread count", value))
+    return text
+
+
 def positives(text: str) -> list[float]:
     """An argparse type: comma-separated positive numbers (``1,1e-3``)."""
     return [positive(v) for v in text.split(",")]
@@ -121,4 +150,4 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
 
 
 __all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "port", "positive", "positives", "script_main",
-           "some_of"]
+           "some_of", "threads_text", "weight_text"]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from _runs import run_jobs
 
-from leakattack.script import count, pattern, script_main
+from leakattack.script import count, pattern, script_main, threads_text, weight_text
 
 MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
@@ -99,14 +99,15 @@ def main() -> int:
                     help="attack steps of every run (default: the recipe's budget, 24,000 steps or 8 minutes)")
     ap.add_argument("--images", type=count, default=3, help="photos 0..N-1 attacked per setting")
     ap.add_argument("--jobs", type=count, default=2, help="runs at once (each with --threads 1 when more than one)")
-    ap.add_argument("--prior-weight", default=None, help="weight of the bn prior (default: the prior's own)")
+    ap.add_argument("--prior-weight", type=weight_text, default=None,
+                    help="weight of the bn prior (default: the prior's own)")
     ap.add_argument("--figure", default=None, help="also draw the truths and reconstructions into this png")
-    ap.add_argument("--threads", default=None,
+    ap.add_argument("--threads", type=threads_text, default=None,
                     help="torch threads of every run (default: 1 when several run at once, else the victim's own)")
     ap.add_argument("--rows", type=pattern, default=".",
                     help="only the settings whose label matches this regular expression")
     ap.add_argument("--train-steps", type=count, default=None, help="training steps (default: the recipe's)")
-    ap.add_argument("--tv", default=None,
+    ap.add_argument("--tv", type=weight_text, default=None,
                     help="TV weight of every run (default: the recipe's, 0.2 at the trained weights, 0.02 untrained)")
     a = ap.parse_args()
     out = Path(a.out)

@@ -105,6 +105,12 @@ REFUSED = [
     ("scripts/train_determinism.py", ["--other-threads", "100000"],
      "argument --other-threads: thread count 100000 exceeds the"),
     ("scripts/train_determinism.py", ["--rounds", "1000000"], "argument --rounds: rounds must lie in [1, 100000]"),
+    ("scripts/bn_prior_table.py", ["--out", "OUT", "--threads", "0"],
+     "argument --threads: thread count must be an integer of at least 1, got 0"),
+    ("scripts/bn_prior_table.py", ["--out", "OUT", "--tv", "-1"],
+     "argument --tv: -1 is not a finite number of at least 0"),
+    ("scripts/bn_prior_table.py", ["--out", "OUT", "--prior-weight", "x"],
+     "argument --prior-weight: 'x' is not a number"),
 ]
 
 
