@@ -47,9 +47,9 @@ import targets
 from leakattack.attacks import gradient_matching, init_dummy
 from leakattack.attacks.priors.tv import total_variation
 from leakattack.config import RunConfig
-from leakattack.config.constraints import Cores, available_cores
+from leakattack.config.constraints import available_cores
 from leakattack.experiment import prepare
-from leakattack.script import count, index, one_of, script_main
+from leakattack.script import count, index, one_of, script_main, thread_count
 
 
 def cases(models: list[str]) -> list[tuple[str, dict]]:
@@ -145,20 +145,6 @@ def measure(label: str, fields: dict, threads: int, a) -> str:
     return (f"{label:<24} {threads:>2} thr  b={p.obs.b:>10,}  leakattack {ml:6.3f} s [{lo(lib):.3f}-{hi(lib):.3f}]"
             f"  bare {mb:6.3f} s [{lo(bare):.3f}-{hi(bare):.3f}]  x{ml / mb:.2f}  | CPU s/step {cl:.3f} / {cb:.3f} "
             f"x{cl / cb:.2f} (system {sl:.3f} / {sb:.3f})  load {os.getloadavg()[0]:.1f}")
-
-
-def thread_count(text: str) -> int:
-    """An argparse type: ``all`` (every core this process may use) or a count of threads from 1 to that."""
-    if text == "all":
-        return available_cores()
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'all'") from None
-    cores = Cores()
-    if not cores.ok(value):
-        raise argparse.ArgumentTypeError(cores.error("thread count", value))
-    return value
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
+from .config.constraints import Cores, available_cores
 from .errors import UserError
 
 
@@ -93,21 +94,32 @@ def weight_text(text: str) -> str:
     return text
 
 
-def threads_text(text: str) -> str:
-    """An argparse type: ``auto`` or a count of threads from 1 to the cores this process may use (what ``leakattack
-    run --threads`` takes), kept as written for the runs it is passed to."""
-    if text == "auto":
-        return text
-    from .config.constraints import Cores
-
+def _threads(text: str, word: str) -> int | None:
+    """``text`` as a count of threads from 1 to the cores this process may use, or None for ``word``; argparse's
+    error otherwise."""
+    if text == word:
+        return None
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'auto'") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor {word!r}") from None
     cores = Cores()
     if not cores.ok(value):
         raise argparse.ArgumentTypeError(cores.error("thread count", value))
+    return value
+
+
+def threads_text(text: str) -> str:
+    """An argparse type: ``auto`` or a count of threads from 1 to the cores this process may use (what ``leakattack
+    run --threads`` takes), kept as written for the runs it is passed to."""
+    _threads(text, "auto")
     return text
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: ``all`` (every core this process may use) or a count of threads from 1 to that."""
+    value = _threads(text, "all")
+    return available_cores() if value is None else value
 
 
 def positives(text: str) -> list[float]:
@@ -150,4 +162,4 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
 
 
 __all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "port", "positive", "positives", "script_main",
-           "some_of", "threads_text", "weight_text"]
+           "some_of", "thread_count", "threads_text", "weight_text"]

@@ -458,20 +458,23 @@ def test_a_defense_written_in_other_words_and_a_ratio_beside_a_dimension_are_one
 
 def test_the_optimisers_default_step_size_written_out_is_one_point(tmp_path, capsys, no_attack):
     """lr unset (L-BFGS's default 1.0) and lr = 1.0 ran the same attack twice."""
-    cfg = tmp_path / "s.toml"
-    cfg.write_text(BASE + "optimizer = 'lbfgs'\n[[grid]]\nlr = [1.0, 0.5]\n[[grid]]\nseed = [0]\n")
-    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
-    out = capsys.readouterr().out
+    text = BASE + "optimizer = 'lbfgs'\n[[grid]]\nlr = [1.0, 0.5]\n[[grid]]\nseed = [0]\n"
+    out = _dry_run(tmp_path, capsys, text).out
     assert "2 points" in out and "1 duplicate grid point left out" in out
+
+
+def _dry_run(tmp_path, capsys, text: str):
+    """``leakattack sweep FILE --dry-run --quiet`` of a sweep file holding ``text``: its captured output."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(text)
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
+    return capsys.readouterr()
 
 
 def test_a_protocols_points_that_differ_only_in_their_images_are_one_run_with_a_warning(tmp_path, capsys, no_attack):
     """A protocol's client draws its own images: image_index = [0, 1, 2] attacked the same message three times."""
-    cfg = tmp_path / "s.toml"
-    cfg.write_text("[base]\nmodel = 'lenet'\ndataset = 'digits'\nprotocol = 'fedavg'\niterations = 2\n"
-                   "[grid]\nimage_index = [0, 1, 2]\nbatch_draw = ['consecutive', 'random']\n")
-    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
-    io = capsys.readouterr()
+    io = _dry_run(tmp_path, capsys, "[base]\nmodel = 'lenet'\ndataset = 'digits'\nprotocol = 'fedavg'\niterations = 2\n"
+                                    "[grid]\nimage_index = [0, 1, 2]\nbatch_draw = ['consecutive', 'random']\n")
     assert "1 point," in io.out and "5 duplicate grid points left out" in io.out
     assert "grid keys batch_draw, image_index are not read by a protocol's points" in io.err, io.err
 
