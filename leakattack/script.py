@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable, NoReturn
 
 from .config.constraints import Cores, available_cores
+from .config.flags import threads_value
 from .errors import UserError
 
 
@@ -71,12 +72,17 @@ def counts(text: str) -> list[int]:
     return [count(v) for v in text.split(",")]
 
 
-def positive(text: str) -> float:
-    """An argparse type: a positive finite number."""
+def _number(text: str) -> float:
+    """``text`` as a float, else argparse's error naming it."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive(text: str) -> float:
+    """An argparse type: a positive finite number."""
+    value = _number(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} is not a positive finite number")
     return value
@@ -85,24 +91,13 @@ def positive(text: str) -> float:
 def weight_text(text: str) -> str:
     """An argparse type: a finite number of at least 0 (a prior's weight), kept as written for the runs it is
     passed to."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
+    if not 0 <= _number(text) < float("inf"):
         raise argparse.ArgumentTypeError(f"{text} is not a finite number of at least 0")
     return text
 
 
-def _threads(text: str, word: str) -> int | None:
-    """``text`` as a count of threads from 1 to the cores this process may use, or None for ``word``; argparse's
-    error otherwise."""
-    if text == word:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor {word!r}") from None
+def _cores(value: int) -> int:
+    """``value`` where it is a count of threads from 1 to the cores this process may use, else argparse's error."""
     cores = Cores()
     if not cores.ok(value):
         raise argparse.ArgumentTypeError(cores.error("thread count", value))
@@ -110,16 +105,22 @@ def _threads(text: str, word: str) -> int | None:
 
 
 def threads_text(text: str) -> str:
-    """An argparse type: ``auto`` or a count of threads from 1 to the cores this process may use (what ``leakattack
-    run --threads`` takes), kept as written for the runs it is passed to."""
-    _threads(text, "auto")
+    """An argparse type: what ``leakattack run --threads`` takes (``auto`` or a count of threads, read as it reads
+    them), within the cores this process may use, kept as written for the runs it is passed to."""
+    value = threads_value(text)
+    if value is not None:
+        _cores(value)
     return text
 
 
 def thread_count(text: str) -> int:
     """An argparse type: ``all`` (every core this process may use) or a count of threads from 1 to that."""
-    value = _threads(text, "all")
-    return available_cores() if value is None else value
+    if text == "all":
+        return available_cores()
+    try:
+        return _cores(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'all'") from None
 
 
 def positives(text: str) -> list[float]:

@@ -149,25 +149,27 @@ def _checking_observation(reconstruct):
 def torch_threads(n: int) -> Iterator[None]:
     """torch on ``n`` threads inside the block; its own count is given back afterwards (:func:`threads_seen`
     remembers the most set)."""
+    global _most_threads
     own = torch.get_num_threads()
     torch.set_num_threads(n)
-    _SEEN.append(int(n))
+    _most_threads = max(_most_threads, int(n))
     try:
         yield
     finally:
         torch.set_num_threads(own)
 
 
-#: the thread counts :func:`torch_threads` set since :func:`threads_seen` last reset them
-_SEEN: list[int] = []
+#: the most threads :func:`torch_threads` set since :func:`threads_seen` last reset it (0: none)
+_most_threads = 0
 
 
 def threads_seen(reset: bool = False) -> int | None:
     """The most threads an attack's blocks ran torch on since the last reset (None: none set one), which a run
     records as its thread count (the count changes a CPU run's last bits); ``reset`` starts a new count."""
-    most = max(_SEEN, default=None)
+    global _most_threads
+    most = _most_threads or None
     if reset:
-        _SEEN.clear()
+        _most_threads = 0
     return most
 
 

@@ -145,18 +145,17 @@ def point_key(params: dict) -> str:
     return hashlib.sha1(json.dumps(own, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _same_run(params: dict) -> str:
+def _same_run(params: dict, lr: float) -> str:
     """What tells two points' runs apart: their parameters with every integer written as the float it equals, so
     that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before); the
     defense as the run records it (``"gaussian:sigma=1e-3"`` and ``"gaussian:sigma=0.001@before_sketch"`` are one
     point, as are ``""`` and ``"none"``); with a ``sketch_dim``, which sets b, no ``sketch_ratio``; the step size
-    the run takes (``lr`` unset and the optimiser's default, ``lr = 1.0`` for L-BFGS, are one point); and for a
+    the run takes, ``lr`` (unset and the optimiser's default, ``lr = 1.0`` for L-BFGS, are one point); and for a
     protocol, whose client's round draws its own images, no image index, batch draw or image size."""
     params = dict(params)
     with contextlib.suppress(Exception):  # a defense the point's validation refused never gets here
         params["defense"] = build_defense(params.get("defense")).spec
-    with contextlib.suppress(Exception):
-        params["lr"] = RunConfig.from_dict(params).derived().lr
+    params["lr"] = lr
     if params.get("protocol"):
         defaults = _defaults()
         params.update({k: defaults[k] for k in ("image_index", "batch_draw", "image_size")})
@@ -360,7 +359,7 @@ def _points(grids: list[dict], base: dict, fields: set[str], check: bool, progre
                               f"without them: give truth = FILE beside it ({_where(values, combo, base)})")
         params = effective_params(cfg.resolved().to_dict())
         key = point_key(params)
-        same = _same_run(params)  # lr = 1 and lr = 1.0 run the same attack: one point
+        same = _same_run(params, cfg.derived().lr)  # lr = 1 and lr = 1.0 run the same attack: one point
         if cfg.protocol:
             unread.update(k for k in ("image_index", "batch_draw", "image_size") if k in combo)
         if same not in seen:
