@@ -69,7 +69,7 @@ from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
-from leakattack.script import count, fraction, one_of, script_main
+from leakattack.script import count, fraction, one_of, script_main, thread_count
 from targets.oracle import restart_gradients
 from targets.victim import cpu_cores
 
@@ -700,8 +700,8 @@ def main() -> None:
     ap.add_argument("--restart-model", type=one_of(targets.list_models, "model", files=True), default="lenet",
                     help="victim of the restarts comparison (e.g. resnet18)")
     ap.add_argument("--restart-ratio", type=fraction, default=0.5, help="srht b/d of the restarts comparison")
-    ap.add_argument("--restart-threads", type=count, default=1,
-                    help="torch threads of the restarts and convgrad comparisons")
+    ap.add_argument("--restart-threads", type=thread_count, default=1,
+                    help="torch threads of the restarts and convgrad comparisons (a count up to the cores, or all)")
     ap.add_argument("--restart-dtype", choices=("float64", "float32"), default=None,
                     help="precision of the restarts comparison (default: the victim's recipe's)")
     ap.add_argument("--profile", action="store_true", help="also print torch.profiler's table of the batched "

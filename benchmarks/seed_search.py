@@ -49,6 +49,8 @@ RATIOS = (0.05, 0.2, 0.5)
 #: the dense family is measured on small victims only, and on fewer wrong seeds
 SMALL = {"gaussian", "ams"}
 SMALL_WRONG = 200
+#: the embedded photos (``data.get_dataset("photos")``)
+PHOTOS = 50
 
 
 def bits(text: str) -> int:
@@ -64,6 +66,14 @@ def bits(text: str) -> int:
 def fractions(text: str) -> list[float]:
     """An argparse type: comma-separated numbers in (0, 1] (b/d values)."""
     return [fraction(v) for v in text.split(",")]
+
+
+def photo_count(text: str) -> int:
+    """An argparse type: a number of embedded photos, from 1 to the 50 the data set holds."""
+    value = count(text)
+    if value > PHOTOS:
+        raise argparse.ArgumentTypeError(f"{value} is above {PHOTOS}, the photos of the embedded data set")
+    return value
 
 
 def victim_of(model: str, image: int, small: bool):
@@ -120,7 +130,7 @@ def success(a) -> None:
     for kind in a.kinds:
         found, best, wrong, per = 0, [], [], []
         for pair in range(a.pairs):
-            image = pair % 50
+            image = pair % PHOTOS
             victim, g = victim_of(a.model, image, False)
             b = sketch_dim(a.ratio, victim.d)
             true_seed = int(rng.integers(0, 2 ** 62))
@@ -170,7 +180,7 @@ def main() -> None:
     p.add_argument("--model", type=one_of(targets.list_models, "model"), default="lenet", help="success: the victim")
     p.add_argument("--kinds", type=some_of(list_sketches, "sketch"), default=None)
     p.add_argument("--wrong", type=count, default=1000)
-    p.add_argument("--images", type=count, default=2)
+    p.add_argument("--images", type=photo_count, default=2, help=f"separation: photos 0 to N-1, N at most {PHOTOS}")
     p.add_argument("--bits", type=bits, default=12, help=f"success: bits searched, at most {ss.MAX_BITS}")
     p.add_argument("--pairs", type=count, default=10)
     p.add_argument("--ratio", type=fraction, default=0.5, help="success, cost: b/d, in (0, 1] (the run default)")

@@ -86,6 +86,10 @@ REFUSED = [
      f"argument --bits: {MAX_BITS + 1} is above {MAX_BITS}, the most bits --sketch-seed-search searches"),
     ("benchmarks/seed_search.py", ["success", "--bits", "40"], f"40 is above {MAX_BITS}"),
     ("benchmarks/seed_search.py", ["separation", "--ratios", "x"], "argument --ratios: 'x' is not a number"),
+    ("benchmarks/seed_search.py", ["separation", "--images", "51"],
+     "argument --images: 51 is above 50, the photos of the embedded data set"),
+    ("benchmarks/attack_speed.py", ["--only", "restarts", "--restart-threads", "100000"],
+     "argument --restart-threads: thread count 100000 exceeds the"),
     ("benchmarks/attack_speed.py", ["--only", "restarts", "--restart-model", "nosuch"],
      "argument --restart-model: unknown model 'nosuch'"),
     ("scripts/vit_recipes.py", ["--out", "OUT", "--time-limit", "0"],
@@ -122,6 +126,12 @@ def test_a_bad_argument_is_refused_in_one_line_before_any_work(tmp_path, script,
     line = _refused(folder, script, [str(tmp_path / "out") if a == "OUT" else a for a in args])
     assert said in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_seed_search_benchmark_counts_the_embedded_photos_it_draws():
+    from leakattack import data
+
+    assert _load("benchmarks/seed_search.py").PHOTOS == len(data.get_dataset("photos", image_size=32))
 
 
 def _fingerprint(paths: list[Path]) -> list:
