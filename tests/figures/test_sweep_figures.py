@@ -182,6 +182,27 @@ def test_a_batch_size_grid_draws_psnr_against_b_with_numbers_per_unknown_marked(
     assert marks == sorted([f"{50 / (64 * b):.2g}" for b in (1, 2, 4, 8)] * 2)
 
 
+def test_series_that_each_hold_one_batch_size_are_not_drawn_against_it(tmp_path, drawn):
+    """A table of batches of four beside tables of one image (examples/attack_families.toml): no series varies B, so
+    no figure against it, and a note says why; beside a series that does vary it, only that one is drawn."""
+    alone = [{"model": m, "batch_size": b, "sketch_dim": k} for m, b in (("mlp", 1), ("lenet", 1), ("relu", 4))
+             for k in (50, 100, 200)]
+    fake_sweep(tmp_path, alone, strength="sketch_dim")
+    notes: list = []
+    sweep_figures(tmp_path, notes=notes)
+    assert "metrics_vs_batch" not in drawn and "phase_transition" in drawn
+    assert "no figure against the batch size: each series holds one batch size" in notes
+    drawn.clear()
+    fake_sweep(tmp_path, alone + [{"model": "wide", "batch_size": b, "sketch_dim": 50} for b in (1, 2, 4)],
+               strength="sketch_dim")
+    notes.clear()
+    sweep_figures(tmp_path, notes=notes)
+    ax = drawn["metrics_vs_batch"].axes[0]
+    solid = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
+    assert [list(ln.get_xdata()) for ln in solid] == [[1, 2, 4]]
+    assert "the figure against the batch size leaves out 9 series that each hold one batch size" in notes
+
+
 def _add_baselines(folder: Path, baseline_of, verdict_of=lambda g: "not rebuilt"):
     """Give the stored points of a fake sweep the baseline keys a run writes today (baseline_of(grid) -> PSNR)."""
     recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
