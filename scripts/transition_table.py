@@ -2,9 +2,10 @@
 
 Reads a sweep folder's results.jsonl (e.g. results/sweeps/attack_families, made by
 ``leakattack sweep examples/attack_families.toml``) and prints one markdown row per series
-(model and its parameters, batch size, data set, attack, priors): the smallest measured b/m from which every larger
-measured b/m has mean SSIM >= the threshold (over the images of each point), the mean SSIM and PSNR there,
-the mean SSIM at the smallest b/m measured, and the median attack wall time of the series.  For a batch,
+(model and its parameters, batch size, data set, attack with the recipe its grid names, priors): the smallest
+measured b/m from which every larger measured b/m has mean SSIM >= the threshold (over the images of each point),
+the mean SSIM and PSNR there, the mean SSIM at the smallest b/m measured, and the median attack wall time of the
+series.  For a batch,
 m counts the unknowns of every image, so b/m is b/(m B).
 
     python scripts/transition_table.py results/sweeps/attack_families [--ssim 0.9]
@@ -26,8 +27,8 @@ def series_of(record: dict) -> tuple:
     priors = g.get("priors", p.get("priors")) or []
     model = p.get("model") + "".join(f" {k}={v}" for k, v in sorted((p.get("model_params") or {}).items()))
     batch = p.get("batch_size") or 1
-    return (model if batch == 1 else f"{model}, B = {batch}", p.get("dataset"), p.get("attack"),
-            ", ".join(priors) or "none")
+    attack = p.get("attack") + (f" ({g['recipe']} recipe)" if g.get("recipe") else "")  # where the grid names one
+    return (model if batch == 1 else f"{model}, B = {batch}", p.get("dataset"), attack, ", ".join(priors) or "none")
 
 
 def main() -> None:

@@ -156,3 +156,21 @@ def test_a_script_given_bad_input_says_so_in_one_line_with_exit_status_2(tmp_pat
     assert done.returncode == 2 and last.startswith(f"{Path(argv[0]).name}: error: ")
     assert said.replace("NOWHERE", nowhere) in last
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_the_transition_table_tells_apart_the_recipes_a_grid_names(tmp_path):
+    """Points that differ only in the recipe their grid names (examples/attack_families.toml's batches of four) are
+    two rows, each named by it; a grid that names none keeps the attack's name alone."""
+    records = []
+    for recipe, ssim in ((None, 0.5), ("ig", 0.95)):
+        for b in (100, 200):
+            grid = {"model": "mlp", "sketch_dim": b, **({"recipe": recipe} if recipe else {})}
+            records.append({"grid": grid, "params": {"model": "mlp", "dataset": "digits", "attack": "gradient-matching",
+                                                     "batch_size": 4, "priors": []},
+                            "metrics": {"ssim": ssim, "psnr": 20.0, "b": b, "m": 100, "wall_s": 1.0}})
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "transition_table.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| mlp")]
+    assert [r.split(" | ")[1] for r in rows] == ["gradient-matching", "gradient-matching (ig recipe)"]
+    assert "| none ≤ 2 |" in rows[0] and "| 1 | 0.950 / 20.0 dB |" in rows[1]
