@@ -36,6 +36,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
+import targets
 from targets.models.units import piecewise_units
 from targets.victim import cpu_cores, head_readable, whole
 
@@ -542,6 +543,7 @@ class GradientMatching(Attack):
             main = copy.copy(self)
             main.time_limit = max(self.time_limit - probes_s, 1e-3)
         best = self._search(obs, main, labels, choice, probes_s, t0, monitor, monitor_every, progress)
+        _warn_kink(best, self.iterations, obs.victim)
         if self.time_limit is not None and probes_s >= LABEL_SHARE_NOTED * self.time_limit:
             runs = "" if not choice else f", and a short run of each {'class' if 'candidates' in choice else 'reading'}"
             share = (f" of the {self.time_limit:g} s time limit" if probes_s < self.time_limit else
@@ -885,7 +887,6 @@ class GradientMatching(Attack):
                 bar.set_postfix_str(f"L_R={min(fits):.3e}")
         if bar is not None:
             bar.close()
-        _warn_kink(runs, iterations, obs.victim.model)
         wall = time.perf_counter() - t0
         return [run.result(wall) for run in runs]
 
@@ -1187,26 +1188,40 @@ def _no_descent(opt, row: int) -> str | None:
     """Why the optimiser ``opt`` cannot move start ``row`` any more (an L-BFGS's ``stalled`` and ``stuck``), or
     None."""
     if row in getattr(opt, "stalled", ()):
-        return "L-BFGS found no descent direction"
+        return NO_DESCENT[0]
     if row in getattr(opt, "stuck", ()):
-        return ("L-BFGS's line search found no lower point along its direction twice at one step size (it keeps no "
-                "new curvature pair, so every later step repeats it)")
+        return (f"{NO_DESCENT[1]} twice at one step size (it keeps no new curvature pair, so every later step "
+                "repeats it)")
     return None
 
 
-def _warn_kink(runs: list, iterations: int, model) -> None:
-    """One warning where L-BFGS stopped a start early for want of descent (``_no_descent``) on a victim with units
-    whose derivative jumps (ReLU, max pooling: its modules): there L-BFGS's curvature pairs mislead it, and the
-    ``ig`` recipe's signed Adam steps through such kinks. On batches of four digits behind a ReLU it did better
+#: the reasons :func:`_no_descent` gives, as the stop message carries them
+NO_DESCENT = ("L-BFGS found no descent direction", "L-BFGS's line search found no lower point along its direction")
+
+
+def jumping_units(victim) -> list[str]:
+    """The victim's units whose derivative jumps, as ``--recipe auto`` finds them (``targets.victim_recipe``): a
+    registered model's modules; another's modules, or the calls of one forward pass of two zero inputs."""
+    registered = str(victim.meta.get("name")) in targets.list_models()
+    return piecewise_units(victim.model, None if registered else tuple(victim.input_shape))
+
+
+def _warn_kink(result: AttackResult, budget: int, victim) -> None:
+    """One warning where the run returned a start that L-BFGS stopped before its ``budget`` for want of descent
+    (:data:`NO_DESCENT`; Gauss-Newton steps that converged after it leave ``tolerance``), on a victim with units
+    whose derivative jumps (ReLU, max pooling): there L-BFGS's curvature pairs mislead it, and signed Adam (the
+    ``ig`` recipe's optimiser) steps through such kinks.  On batches of four digits behind a ReLU Adam did better
     through SRHT (SSIM 0.92 against 0.77 at b/(m B) = 3) and worse unsketched (30.2 against 54.5 dB):
     docs/attack.md#the-phase-transition-per-attack-family, so the warning proposes a second run, not a switch."""
-    early = [run for run in runs if run.stop == "stalled" and "L-BFGS" in run.message and run.steps < iterations]
-    units = piecewise_units(model) if early else []
+    if result.stop_reason != "stalled" or result.iterations >= budget or \
+            not any(reason in (result.message or "") for reason in NO_DESCENT):
+        return
+    units = jumping_units(victim)
     if units:
-        first = min(run.steps for run in early)
-        warnings.warn(f"L-BFGS stopped at step {first} of {iterations} with no descent left, on a victim whose "
-                      f"{', '.join(sorted(units))} units' derivative jumps; --recipe ig (signed Adam, which steps "
-                      "through such kinks) is worth a run beside this one", SettingWarning, stacklevel=3)
+        warnings.warn(f"L-BFGS stopped at step {result.iterations} of {budget} with no descent left, on a victim "
+                      f"whose {', '.join(sorted(units))} units' derivative jumps; signed Adam steps through such "
+                      "kinks and is worth a second run (--recipe ig, or --optimizer adam --signed)", SettingWarning,
+                      stacklevel=3)
 
 
 def _boxed_start(problem: "_Problem", rows: list, Z: torch.Tensor) -> tuple[torch.Tensor, list] | None:

@@ -683,13 +683,18 @@ def phase_transition(folder, records: list[dict], meta: dict | None = None) -> l
     return save_both(fig, Path(folder) / "figures", "phase_transition")
 
 
+def _batch_of(record: dict) -> int:
+    """A record's batch size: its run's, 1 where a record stored before the setting existed names none."""
+    return record["params"].get("batch_size") or 1
+
+
 def _series_of_batch(records: list[dict]) -> dict:
     """The records' series as :func:`metrics_vs_batch` tells them apart (every grid key but the batch size), each
     with the batch sizes it holds."""
     keys = series_keys(records, exclude=("batch_size",))
     sizes: dict = {}
     for r in records:
-        sizes.setdefault(series_of(r, keys), set()).add(r["params"].get("batch_size", 1))
+        sizes.setdefault(series_of(r, keys), set()).add(_batch_of(r))
     return sizes
 
 
@@ -705,7 +710,7 @@ def batch_series_records(records: list[dict]) -> list[dict]:
 def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> list:
     """PSNR and label accuracy against the batch size B (log2 axis), one line per series, each point marked with
     b/(m·B): the message's numbers per unknown (below 1 the reconstruction cannot be unique)."""
-    x_of = lambda r: _axis(r["params"].get("batch_size"))  # noqa: E731
+    x_of = lambda r: float(_batch_of(r))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, "batch_size", ("psnr", "label_acc"), 4.2, 3.6)
     baselines, marked = False, set[str]()
     for ax, name in zip(axes[0], names):

@@ -1,58 +1,99 @@
-"""L-BFGS that stops early for want of descent on a victim with units whose derivative jumps says so in one warning
-and names the ig recipe, whose signed Adam steps through such kinks; a smooth victim, or a start that ran its
-budget, gets none."""
+"""The run's returned start, stopped by L-BFGS for want of descent before its budget on a victim with units whose
+derivative jumps, gets one warning proposing signed Adam; a smooth victim, a start that converged (Gauss-Newton
+steps included), ran its budget or stalled by the stall window, and the other starts and label probes, get none."""
 
 from __future__ import annotations
 
 import warnings
-from types import SimpleNamespace
 
 import pytest
+import torch
 from torch import nn
 
-from leakattack import experiment
-from leakattack.attacks.gradient_matching import _warn_kink
-from leakattack.config import RunConfig
+import targets
+from leakattack.attacks import gradient_matching as gm
+from leakattack.attacks.base import AttackResult
+from leakattack.channel import Channel
 from leakattack.errors import SettingWarning
+from leakattack.observation import ThreatModel, observe
+from leakattack.sketch import get_sketch
 
-STUCK = "stopped at step 28: L-BFGS's line search found no lower point along its direction twice at one step size"
+STUCK = f"stopped at step 28: {gm.NO_DESCENT[1]} twice at one step size"
+SAID = ("L-BFGS stopped at step 28 of 2000 with no descent left, on a victim whose ReLU units' derivative jumps; "
+        "signed Adam steps through such kinks and is worth a second run (--recipe ig, or --optimizer adam --signed)")
 
 
-def _run(stop: str, steps: int, message: str = STUCK):
-    return SimpleNamespace(stop=stop, steps=steps, message=message)
+class FunctionalRelu(nn.Module):
+    """A ReLU called as a function: no module says so, one forward pass does."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-def test_an_early_lbfgs_stop_on_a_relu_victim_names_the_ig_recipe():
-    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+def _mlp(act: str):
+    return targets.get_model("mlp", num_classes=3, in_shape=(1, 4, 4), hidden=8, act=act, seed=0)
+
+
+def _result(stop: str = "stalled", steps: int = 28, message: str = STUCK) -> AttackResult:
+    x = torch.zeros(1, 1, 4, 4)
+    return AttackResult(x=x, labels=torch.zeros(1, dtype=torch.long), x0=x, losses=[1.0], iterations=steps,
+                        stop_reason=stop, message=message)
+
+
+@pytest.mark.parametrize("victim", [lambda: _mlp("relu"), lambda: targets.Victim.from_module(
+    FunctionalRelu(), input_shape=(1, 4, 4), num_classes=3)], ids=["module", "function"])
+def test_an_early_lbfgs_stop_on_a_relu_victim_proposes_signed_adam(victim):
     with pytest.warns(SettingWarning) as caught:
-        _warn_kink([_run("stalled", 40), _run("stalled", 28)], 2000, model)
-    assert len(caught) == 1
-    assert str(caught[0].message) == (
-        "L-BFGS stopped at step 28 of 2000 with no descent left, on a victim whose ReLU units' derivative jumps; "
-        "--recipe ig (signed Adam, which steps through such kinks) is worth a run beside this one")
+        gm._warn_kink(_result(), 2000, victim())
+    assert [str(w.message).lower() for w in caught] == [SAID.lower()]  # the module's ReLU, or the call's relu
 
 
-@pytest.mark.parametrize("model, runs", [
-    (nn.Sequential(nn.Linear(4, 3), nn.Sigmoid(), nn.Linear(3, 2)), [_run("stalled", 28)]),  # smooth units
-    (nn.Sequential(nn.Linear(4, 3), nn.ReLU()), [_run("stalled", 600, "stopped at step 600: the lowest L_R fell "
-                                                                      "by less than 2% over the last 500 steps")]),
-    (nn.Sequential(nn.Linear(4, 3), nn.ReLU()), [_run("tolerance", 28, "converged at step 28")]),
-    (nn.Sequential(nn.Linear(4, 3), nn.ReLU()), [_run("stalled", 2000)]),  # the whole budget
+@pytest.mark.parametrize("act, result", [
+    ("sigmoid", _result()),
+    ("relu", _result(message="stopped at step 28: the lowest L_R fell by less than 2% over the last 500 steps")),
+    ("relu", _result(stop="tolerance", message=f"{STUCK}; then 2 Gauss-Newton steps converged")),
+    ("relu", _result(steps=2000)),
 ], ids=["smooth", "stall-window", "converged", "whole-budget"])
-def test_no_warning_where_the_victim_is_smooth_or_lbfgs_did_not_stop_early(model, runs):
+def test_no_warning_where_the_victim_is_smooth_or_lbfgs_did_not_stop_the_run_early(act, result):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_kink(runs, 2000, model)
+        gm._warn_kink(result, 2000, _mlp(act))
 
 
-def test_a_batch_of_four_digits_behind_a_relu_through_srht_warns_where_lbfgs_stops_early():
-    """The attack-family sweep's batches of four (docs/attack.md): L-BFGS stops well before its 2000 steps."""
-    p = experiment.prepare(RunConfig(model="mlp", dataset="digits", model_params={"act": "relu", "hidden": 256},
-                                     batch_size=4, sketch="srht", sketch_dim=9408, iterations=2000))
+def _observed(act: str):
+    victim = _mlp(act).to(dtype=torch.float64)
+    x = torch.rand(1, 1, 4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return observe(victim, x, torch.tensor([1]), Channel(get_sketch("none", victim.d, victim.d), defense=""),
+                   ThreatModel(knows_labels=True))
+
+
+def _kink_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if str(w.message).startswith("L-BFGS stopped at step")]
+
+
+def test_reconstruct_warns_of_the_start_it_returns_with_the_runs_own_budget(monkeypatch):
+    """L-BFGS told it has no descent from the start (the stop L-BFGS makes at a kink): the run stops at step 0 of its
+    50, and says so once."""
+    monkeypatch.setattr(gm, "_no_descent", lambda opt, row: gm.NO_DESCENT[0])
+    attack = gm.GradientMatching(iterations=50, refine="none", labels="given")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = p.attack.reconstruct(p.obs)
-    said = [str(w.message) for w in caught if issubclass(w.category, SettingWarning)]
-    early = result.stop_reason == "stalled" and "L-BFGS" in (result.message or "") and len(result.losses) < 2000
-    assert [s for s in said if s.startswith("L-BFGS stopped at step")] == ([said[-1]] if early else [])
-    assert not early or "--recipe ig" in said[-1]
+        result = attack.reconstruct(_observed("relu"))
+    assert result.stop_reason == "stalled" and result.iterations == 0
+    assert _kink_warnings(caught) == ["L-BFGS stopped at step 0 of 50 with no descent left, on a victim whose ReLU "
+                                      "units' derivative jumps; signed Adam steps through such kinks and is worth a "
+                                      "second run (--recipe ig, or --optimizer adam --signed)"]
+
+
+def test_a_start_stopped_early_beside_one_that_ran_its_budget_and_was_kept_gives_no_warning(monkeypatch):
+    monkeypatch.setattr(gm, "_no_descent", lambda opt, row: gm.NO_DESCENT[0] if row == 0 else None)
+    attack = gm.GradientMatching(iterations=30, refine="none", labels="given", restarts=2, tol=0.0, stall_window=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = attack.reconstruct(_observed("relu"))
+    assert result.stop_reason == "iterations" and result.restart_stops == ["stalled", "iterations"]
+    assert _kink_warnings(caught) == []

@@ -203,6 +203,18 @@ def test_series_that_each_hold_one_batch_size_are_not_drawn_against_it(tmp_path,
     assert "the figure against the batch size leaves out 9 series that each hold one batch size" in notes
 
 
+def test_a_point_stored_without_a_batch_size_is_drawn_at_one(tmp_path, drawn):
+    """A record from before the batch size was stored counts as B = 1 both where series are told apart and on the
+    axis: with a batch of four in the same series it is a line of two points, not one lone point."""
+    fake_sweep(tmp_path, [{"batch_size": 4}, {"batch_size": 1}], strength="batch_size")
+    recs = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    del recs[1]["params"]["batch_size"], recs[1]["grid"]["batch_size"]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    sweep_figures(tmp_path)
+    solid = [ln for ln in drawn["metrics_vs_batch"].axes[0].get_lines() if ln.get_linestyle() == "-"]
+    assert [sorted(ln.get_xdata()) for ln in solid] == [[1, 4]]
+
+
 def _add_baselines(folder: Path, baseline_of, verdict_of=lambda g: "not rebuilt"):
     """Give the stored points of a fake sweep the baseline keys a run writes today (baseline_of(grid) -> PSNR)."""
     recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
