@@ -1221,7 +1221,7 @@ def _warn_kink(result: AttackResult, budget: int, victim) -> None:
         warnings.warn(f"L-BFGS stopped at step {result.iterations} of {budget} with no descent left, on a victim "
                       f"whose {', '.join(sorted(units))} units' derivative jumps; signed Adam steps through such "
                       "kinks and is worth a second run (--recipe ig, or --optimizer adam --signed)", SettingWarning,
-                      stacklevel=3)
+                      stacklevel=4)  # the caller of reconstruct, past base's observation check
 
 
 def _boxed_start(problem: "_Problem", rows: list, Z: torch.Tensor) -> tuple[torch.Tensor, list] | None:

@@ -33,6 +33,7 @@ import torch
 from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError, listed
+from ..figures.sweep import with_grid_values
 from ..metrics import identified_line, lpips_missing
 from ..plugins import import_modules, load_plugins, provenance, used_outside
 from ..progress import progress_bar
@@ -269,7 +270,8 @@ def finalize(out: Path, plan: Plan | None = None) -> dict:
     if not records:
         raise UserError(f"'{out / 'results.jsonl'}' holds no finished point of the grid '{out / 'sweep.json'}' names: "
                         "nothing to draw, and summary.csv and figures/ are left as they are")
-    rows = summarize(records)
+    # a key one [[grid]] table leaves out: the value its points ran with, as the figures' legends name it
+    rows = summarize(with_grid_values(records))
     notes: list[str] = []
     paths = figures.sweep_figures(out, records, notes=notes)
     # last: a summary.csv that counts the points of results.jsonl vouches for the figures beside it (the report shows

@@ -36,6 +36,8 @@ PIECEWISE_CALLS = frozenset({
     "hardswish", "hardswish_", "hardsigmoid", "hardsigmoid_", "hardshrink", "softshrink", "threshold", "threshold_",
     # a clamp is a ReLU (x.clamp(min=0)) or a hard tanh written out
     "clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "clip", "clip_",
+    # so is an elementwise maximum or minimum (torch.maximum(h, zeros)), and abs has its kink at 0
+    "maximum", "minimum", "fmax", "fmin", "abs", "abs_", "absolute", "absolute_", "__abs__",
 })
 
 

@@ -84,6 +84,7 @@ def test_reconstruct_warns_of_the_start_it_returns_with_the_runs_own_budget(monk
         warnings.simplefilter("always")
         result = attack.reconstruct(_observed("relu"))
     assert result.stop_reason == "stalled" and result.iterations == 0
+    assert [w.filename for w in caught if str(w.message).startswith("L-BFGS")] == [__file__]  # the caller's line
     assert _kink_warnings(caught) == ["L-BFGS stopped at step 0 of 50 with no descent left, on a victim whose ReLU "
                                       "units' derivative jumps; signed Adam steps through such kinks and is worth a "
                                       "second run (--recipe ig, or --optimizer adam --signed)"]

@@ -215,6 +215,23 @@ def test_a_point_stored_without_a_batch_size_is_drawn_at_one(tmp_path, drawn):
     assert [sorted(ln.get_xdata()) for ln in solid] == [[1, 4]]
 
 
+def test_summary_csv_names_a_key_one_grid_table_leaves_out_as_the_value_its_points_ran_with(tmp_path):
+    """Beside a [[grid]] table that names recipe = ["ig"], the points of a table that does not name it ran the
+    recipe they record (auto): summary.csv says so, as the figures' legends do, not an empty cell."""
+    import csv
+
+    from leakattack.sweep.runner import finalize
+
+    fake_sweep(tmp_path, [{"sketch_dim": 10}, {"sketch_dim": 10, "recipe": "ig"}], strength="sketch_dim")
+    recs = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        r["params"]["recipe"] = r["grid"].get("recipe", "auto")
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    finalize(tmp_path)
+    with open(tmp_path / "summary.csv", newline="") as f:
+        assert [row["recipe"] for row in csv.DictReader(f)] == ["auto", "ig"]
+
+
 def _add_baselines(folder: Path, baseline_of, verdict_of=lambda g: "not rebuilt"):
     """Give the stored points of a fake sweep the baseline keys a run writes today (baseline_of(grid) -> PSNR)."""
     recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]

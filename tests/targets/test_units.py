@@ -71,6 +71,17 @@ class Named(Functional):
 class Clamped(Smooth):
     def forward(self, x):  # a ReLU written as a clamp
         return self.fc(self.conv(x).clamp(min=0).flatten(1))
+
+
+class Maximum(Smooth):
+    def forward(self, x):  # a ReLU written as an elementwise maximum
+        h = self.conv(x)
+        return self.fc(torch.maximum(h, torch.zeros_like(h)).flatten(1))
+
+
+class Absolute(Smooth):
+    def forward(self, x):  # abs: its derivative jumps at 0
+        return self.fc(self.conv(x).abs().flatten(1))
 '''
 
 
@@ -101,6 +112,7 @@ def test_a_forward_pass_on_the_meta_device_sees_calls_that_no_module_shows(nets)
     assert targets.units_of(nets("Functional")) == ["relu"]
     assert targets.units_of(nets("Pooled")) == ["max_pool2d"]
     assert targets.units_of(nets("Clamped")) == ["clamp"]  # was [], and the model took dlg
+    assert targets.units_of(nets("Maximum")) == ["maximum"] and targets.units_of(nets("Absolute")) == ["abs"]
     # a forward that needs real values leaves the modules' answer
     assert targets.units_of(nets("Opaque")) == []
     assert targets.units_of(nets("OpaqueModule")) == ["ReLU"]

@@ -337,7 +337,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                 else "no finished point")
         return f'<p class="note">No summary: results.jsonl holds {held}.{" " + _e(told) if told else ""}</p>'
 
-    rows = stored if stored is not None else summarize(records)
+    rows = stored if stored is not None else summarize(with_grid_values(records))
     columns = list(dict.fromkeys(k for r in rows for k in r))
     stems = list(dict.fromkeys(c[:-5] for c in columns if c.endswith("_mean")))
     shares = ("rebuilt", "rebuilt_images", "one_metric_ahead") + FAILED_COLUMNS
