@@ -155,3 +155,19 @@ def test_a_learning_rate_beyond_the_attack_dtype_is_one_sentence(tmp_path, capsy
     assert code == 2 and err.count("\n") == 0 and not out.exists()
     assert err.endswith("the learning rate, 1e+39, is beyond the largest float32 number (3.4e+38), and the attack "
                         "runs in float32: give a smaller --lr, or --dtype float64")
+
+
+def test_list_refuses_a_class_that_names_an_unknown_recipe_as_run_does(tmp_path, capsys):
+    """`leakattack list --model file.py:Net` printed "recipe fast" with exit code 0 where run refuses the class."""
+    net = tmp_path / "models" / "net.py"
+    net.parent.mkdir()
+    net.write_text("import torch.nn as nn\n\n\nclass Net(nn.Module):\n    leakattack_recipe = 'fast'\n\n"
+                   "    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):\n        super().__init__()\n"
+                   "        self.fc = nn.Linear(3 * 32 * 32, num_classes)\n\n"
+                   "    def forward(self, x):\n        return self.fc(x.flatten(1))\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    said = f"model '{net}:Net' names the attack recipe 'fast'; choose one of: dlg, ig"
+    _refused(["list", "--model", f"{net}:Net"], said, work, capsys)
+    _refused(["run", "--model", f"{net}:Net", "--iterations", "2", "--quiet", "--no-lpips",
+              "--out", str(work / "run")], said, work, capsys)
