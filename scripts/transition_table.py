@@ -5,8 +5,7 @@ Reads a sweep folder's results.jsonl (e.g. results/sweeps/attack_families, made 
 (model and its parameters, batch size, data set, attack with the recipe its grid names, priors): the smallest
 measured b/m from which every larger measured b/m has mean SSIM >= the threshold (over the images of each point),
 the mean SSIM and PSNR there, the mean SSIM at the smallest b/m measured, and the median attack wall time of the
-series.  For a batch,
-m counts the unknowns of every image, so b/m is b/(m B).
+series.  For a batch, m counts the unknowns of every image, so b/m is b/(m B).
 
     python scripts/transition_table.py results/sweeps/attack_families [--ssim 0.9]
 """

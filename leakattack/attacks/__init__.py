@@ -42,7 +42,7 @@ from .imprint import Imprint
 from .labels import recover_labels, sign_rule_snr
 from .optimizers import DEFAULT_LR, get_optimizer, list_optimizers, sees_normalised_loss
 from .priors import get_prior, list_priors, parse_prior, penalty_label, prior_error
-from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, recipe_help, recipe_options
+from .recipes import RECIPE_FIELDS, Recipe, get_recipe, list_recipes, model_recipe, recipe_help, recipe_options
 from .rgap import Rgap
 
 _ATTACKS = Registry("attack")
@@ -171,6 +171,6 @@ __all__ = [
     "DUMMY_INITS", "SCHEDULES", "REFINES", "STALL_WINDOW", "STALL_GAIN",
     "recover_labels", "sign_rule_snr", "get_optimizer", "list_optimizers", "DEFAULT_LR", "sees_normalised_loss",
     "get_prior", "list_priors", "parse_prior", "penalty_label", "prior_error",
-    "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes",
+    "Recipe", "RECIPE_FIELDS", "get_recipe", "list_recipes", "model_recipe",
     "recipe_help", "recipe_options",
 ]

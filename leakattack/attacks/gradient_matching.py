@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 
 import targets
-from targets.models.units import piecewise_units
 from targets.victim import cpu_cores, head_readable, whole
 
 from ..constraints import MAX_RESTARTS
@@ -1184,6 +1183,10 @@ def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((err <= KINK).all()) and 2 * int((err <= tol).sum()) >= len(err)
 
 
+#: the reasons :func:`_no_descent` gives, as the stop message carries them
+NO_DESCENT = ("L-BFGS found no descent direction", "L-BFGS's line search found no lower point along its direction")
+
+
 def _no_descent(opt, row: int) -> str | None:
     """Why the optimiser ``opt`` cannot move start ``row`` any more (an L-BFGS's ``stalled`` and ``stuck``), or
     None."""
@@ -1193,17 +1196,6 @@ def _no_descent(opt, row: int) -> str | None:
         return (f"{NO_DESCENT[1]} twice at one step size (it keeps no new curvature pair, so every later step "
                 "repeats it)")
     return None
-
-
-#: the reasons :func:`_no_descent` gives, as the stop message carries them
-NO_DESCENT = ("L-BFGS found no descent direction", "L-BFGS's line search found no lower point along its direction")
-
-
-def jumping_units(victim) -> list[str]:
-    """The victim's units whose derivative jumps, as ``--recipe auto`` finds them (``targets.victim_recipe``): a
-    registered model's modules; another's modules, or the calls of one forward pass of two zero inputs."""
-    registered = str(victim.meta.get("name")) in targets.list_models()
-    return piecewise_units(victim.model, None if registered else tuple(victim.input_shape))
 
 
 def _warn_kink(result: AttackResult, budget: int, victim) -> None:
@@ -1216,7 +1208,7 @@ def _warn_kink(result: AttackResult, budget: int, victim) -> None:
     if result.stop_reason != "stalled" or result.iterations >= budget or \
             not any(reason in (result.message or "") for reason in NO_DESCENT):
         return
-    units = jumping_units(victim)
+    units = targets.victim_units(victim)  # as --recipe auto finds them
     if units:
         warnings.warn(f"L-BFGS stopped at step {result.iterations} of {budget} with no descent left, on a victim "
                       f"whose {', '.join(sorted(units))} units' derivative jumps; signed Adam steps through such "

@@ -155,6 +155,15 @@ def recipe_options(name: str, batch_size: int = 1, victim=None, trained: bool = 
             "priors": {"tv": tv}, "box": r.box, "time_limit": r.time_limit, "surrogate": r.surrogate}
 
 
+def model_recipe(model: str, name: str) -> str:
+    """``name``, the recipe model ``model`` takes (a class's ``leakattack_recipe`` among them), where it is a
+    registered recipe; else the one sentence that refuses the model."""
+    if name not in list_recipes():
+        raise UserError(f"model '{model}' names the attack recipe {name!r}; choose one of: "
+                        f"{', '.join(list_recipes())}")
+    return name
+
+
 def list_recipes() -> list[str]:
     """Names accepted by :func:`get_recipe`."""
     return _RECIPES.names()
@@ -250,6 +259,7 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     return noisy + out
 
 
-__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "get_recipe", "recipe_help", "recipe_options", "next_settings",
+__all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recipe", "recipe_help", "recipe_options",
+           "next_settings",
            "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "noisy_without_prior"]

@@ -11,16 +11,12 @@ from targets.protocols.base import COMMON_SETTINGS, SPEC_DEFAULTS
 
 from .. import attacks
 from ..config.params import PROTOCOL_PARAMS, RUN_PARAMS, help_text
-from ..errors import UserError
 
 
 def model_lines(name: str) -> list[str]:
     """The model's task, the recipe it takes (and why, where its units decide) and its --model-param names."""
     params = targets.model_params(name)
-    recipe = targets.recipe_of(name)
-    if recipe not in attacks.list_recipes():  # a class's leakattack_recipe, refused as a run refuses it
-        raise UserError(f"model '{name}' names the attack recipe {recipe!r}; choose one of: "
-                        f"{', '.join(attacks.list_recipes())}")
+    recipe = attacks.model_recipe(name, targets.recipe_of(name))  # a class's unknown recipe: refused as run does
     if targets.own_recipe(name) is None:  # its units decide (for 3x32x32 images here)
         units = targets.units_of(name)
         needs = required_params(user_class(name)) if units is None and targets.models.is_user_spec(name) else []

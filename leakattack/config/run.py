@@ -348,11 +348,10 @@ class RunConfig:
             return self.recipe
         # a model without a recipe of its own takes one by its units, built for the data set's images
         model, params = self._built_model()
-        name = targets.recipe_of(model, in_shape=self._input_shape(), **params)
-        if name not in attacks.list_recipes():  # a user class's leakattack_recipe
-            raise ConfigError(f"model '{self.model}' names the attack recipe {name!r}; choose one of: "
-                              f"{', '.join(attacks.list_recipes())}")
-        return name
+        try:
+            return attacks.model_recipe(self.model, targets.recipe_of(model, in_shape=self._input_shape(), **params))
+        except UserError as err:  # a user class's leakattack_recipe that names no recipe
+            raise ConfigError(str(err)) from None
 
     def _batch_statistics(self) -> bool:
         """Whether the victim's BatchNorm normalises by the batch's own statistics (train mode, a batch under

@@ -688,23 +688,16 @@ def _batch_of(record: dict) -> int:
     return record["params"].get("batch_size") or 1
 
 
-def _series_of_batch(records: list[dict]) -> dict:
-    """The records' series as :func:`metrics_vs_batch` tells them apart (every grid key but the batch size), each
-    with the batch sizes it holds."""
+def batch_series_records(records: list[dict]) -> tuple[list[dict], int]:
+    """(the records of the series that hold two batch sizes or more, how many series hold one), the series told
+    apart as :func:`metrics_vs_batch` tells them (every grid key but the batch size): a series of one batch size is
+    a lone point against B, and a grid whose batch size is one table's setting (a table of batches of four beside
+    tables of one image) would otherwise draw every other series there, one legend entry each."""
     keys = series_keys(records, exclude=("batch_size",))
     sizes: dict = {}
     for r in records:
         sizes.setdefault(series_of(r, keys), set()).add(_batch_of(r))
-    return sizes
-
-
-def batch_series_records(records: list[dict]) -> list[dict]:
-    """The records of the series that hold two batch sizes or more: a series of one batch size is a lone point
-    against B, and a grid whose batch size is one table's setting (a table of batches of four beside tables of
-    one image) would otherwise draw every other series there, one legend entry each."""
-    sizes = _series_of_batch(records)
-    keys = series_keys(records, exclude=("batch_size",))
-    return [r for r in records if len(sizes[series_of(r, keys)]) > 1]
+    return [r for r in records if len(sizes[series_of(r, keys)]) > 1], sum(len(s) == 1 for s in sizes.values())
 
 
 def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> list:
@@ -790,10 +783,9 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
     if utility:
         paths += privacy_utility_frontier(folder, records, strength, meta)
     if "batch_size" in grid_keys:
-        spanning = batch_series_records(records)
+        spanning, left = batch_series_records(records)
         if spanning:
             paths += metrics_vs_batch(folder, spanning, meta)
-        left = len(_series_of_batch(records)) - len(_series_of_batch(spanning))
         if notes is not None and left:
             notes.append(f"the figure against the batch size leaves out {left} series that each hold one batch size"
                          if spanning else "no figure against the batch size: each series holds one batch size")

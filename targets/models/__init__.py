@@ -346,9 +346,15 @@ def victim_recipe(victim: Victim) -> str:
         raise UserError(f"victim_recipe takes a built victim, such as targets.get_model('lenet'), got "
                         f"{type(victim).__name__} {victim!r:.40}")
     name = str(victim.meta.get("name"))
-    registered = name in _MODELS
-    fixed = _MODELS.meta(name)["recipe"] if registered else user_recipe(type(victim.model))
-    return _by_units(fixed, lambda: piecewise_units(victim.model, None if registered else tuple(victim.input_shape)))
+    fixed = _MODELS.meta(name)["recipe"] if name in _MODELS else user_recipe(type(victim.model))
+    return _by_units(fixed, lambda: victim_units(victim))
+
+
+def victim_units(victim: Victim) -> list[str]:
+    """The built victim's units whose derivative jumps, as :func:`victim_recipe` finds them: a registered model's
+    modules; another's modules, or the calls of one forward pass of two zero inputs."""
+    registered = str(victim.meta.get("name")) in _MODELS
+    return piecewise_units(victim.model, None if registered else tuple(victim.input_shape))
 
 
 def _by_units(fixed: str | None, units) -> str:
@@ -370,7 +376,8 @@ __all__ = ["get_model", "list_models", "register_model", "model_params", "param_
            "RESERVED_MODEL_PARAMS",
            "parameter_count",
            "default_init",
-           "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "piecewise_units",
+           "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "victim_units",
+           "piecewise_units",
            "BY_UNITS",
            "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP",
            "LogReg", "LinReg"]
