@@ -13,6 +13,7 @@ from __future__ import annotations
 from .models import (
                      INITS,
                      RESERVED_MODEL_PARAMS,
+                     check_class,
                      default_init,
                      get_model,
                      has_batchnorm_of,
@@ -46,7 +47,8 @@ from .weights import load_weights
 __all__ = ["RESERVED_MODEL_PARAMS",
     "Victim", "TASKS", "BN_MODES", "resolve_bn_mode", "cross_entropy", "squared_error",
     "INITS", "get_model", "list_models", "register_model", "model_params", "default_init", "task_of", "recipe_of",
-    "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "victim_units", "parameter_count", "output_problem",
+    "check_class", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "victim_units", "parameter_count",
+    "output_problem",
     "flat_gradient", "flat_params", "loss_at", "num_params", "param_names", "param_slices",
     "per_example_gradients", "unflatten", "load_weights", "probe", "kept_buffers",
 ]

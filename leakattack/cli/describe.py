@@ -16,6 +16,7 @@ from ..config.params import PROTOCOL_PARAMS, RUN_PARAMS, help_text
 def model_lines(name: str) -> list[str]:
     """The model's task, the recipe it takes (and why, where its units decide) and its --model-param names."""
     params = targets.model_params(name)
+    targets.check_class(name)  # a class attribute a run refuses (its loss, its head) is refused here too
     recipe = attacks.model_recipe(name, targets.recipe_of(name))  # a class's unknown recipe: refused as run does
     if targets.own_recipe(name) is None:  # its units decide (for 3x32x32 images here)
         units = targets.units_of(name)

@@ -44,6 +44,7 @@ from .torchvision_models import resnet50, resnet101, vit_b_16
 from .units import piecewise_units
 from .user import (
     build_user_module,
+    check_attributes,
     is_user_spec,
     not_built,
     output_problem,
@@ -372,11 +373,25 @@ def task_of(name: str) -> str:
     return _MODELS.meta(name)["task"]
 
 
+def check_class(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), **params) -> None:
+    """For the user's class ``name``, refuse in one UserError sentence the class attributes a run refuses (task,
+    loss, head: :func:`~targets.models.user.check_attributes`), asked of the class built on the meta device;
+    nothing where ``name`` is a registered model or its class cannot be built there (a run then says why)."""
+    if not _is_user(name):
+        return
+    try:
+        module = _on_meta(name, num_classes, tuple(int(s) for s in in_shape), params)
+    except Exception:  # noqa: BLE001 -- building it for a run gives the one-sentence error
+        return
+    check_attributes(name, module)
+
+
 __all__ = ["get_model", "list_models", "register_model", "model_params", "param_default", "takes_any_param",
            "RESERVED_MODEL_PARAMS",
            "parameter_count",
            "default_init",
-           "task_of", "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "victim_units",
+           "task_of", "check_class",
+           "recipe_of", "own_recipe", "units_of", "has_batchnorm_of", "victim_recipe", "victim_units",
            "piecewise_units",
            "BY_UNITS",
            "seeded_build", "output_problem", "INITS", "ACTIVATIONS", "activation", "initialise", "LeNet", "MLP",

@@ -189,6 +189,16 @@ def _class_at(cls: type) -> str:
     return f" (class {cls.__name__} at {file}:{line})" if file else ""
 
 
+def check_attributes(spec: str, module: nn.Module) -> None:
+    """Refuse, in the sentence a run gives, a built module whose class attributes cannot work: an unknown
+    ``leakattack_task``, a ``leakattack_loss`` that does not take (output, target), a ``leakattack_head`` that
+    names no ``nn.Linear`` submodule.  ``leakattack list --model`` asks this of the class built on the meta
+    device, so that it refuses what ``run`` refuses."""
+    task = user_task(type(module))
+    _loss(spec, module, task)
+    _head(spec, module, task)
+
+
 def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int, bn_mode: str) -> Victim:
     """Wrap the built module: its loss, task and head from the class attributes (``Victim.from_module`` checks
     it on one small batch)."""
@@ -200,4 +210,4 @@ def user_victim(spec: str, module: nn.Module, in_shape: tuple, num_classes: int,
 
 __all__ = ["is_user_spec", "not_built", "first_line",
            "user_class", "user_params", "required_params", "user_task", "user_recipe", "build_user_module",
-           "user_victim", "output_problem"]
+           "check_attributes", "user_victim", "output_problem"]

@@ -171,3 +171,28 @@ def test_list_refuses_a_class_that_names_an_unknown_recipe_as_run_does(tmp_path,
     _refused(["list", "--model", f"{net}:Net"], said, work, capsys)
     _refused(["run", "--model", f"{net}:Net", "--iterations", "2", "--quiet", "--no-lpips",
               "--out", str(work / "run")], said, work, capsys)
+
+
+@pytest.mark.parametrize("attribute, said", [
+    ("leakattack_head = 'nope'", "leakattack_head of '{spec}' (class Net at {net}:4) names no submodule 'nope'; "
+                                 "its nn.Linear layers: fc"),
+    ("leakattack_head = 'conv'", "leakattack_head of '{spec}' names a Conv2d, not an nn.Linear"),
+    ("leakattack_loss = 3", "leakattack_loss of '{spec}' must take (output, target)"),
+    ("leakattack_loss = staticmethod(lambda out: out.sum())", "leakattack_loss of '{spec}' must take (output, target)"),
+])
+def test_list_refuses_a_class_whose_head_or_loss_run_refuses(tmp_path, capsys, attribute, said):
+    """`leakattack list --model file.py:Net` printed a class whose head or loss cannot work with exit code 0,
+    where run refuses it in one sentence."""
+    net = tmp_path / "models" / "net.py"
+    net.parent.mkdir()
+    net.write_text("import torch\nimport torch.nn as nn\n\nclass Net(nn.Module):\n"
+                   f"    {attribute}\n\n"
+                   "    def __init__(self, num_classes=10):\n        super().__init__()\n"
+                   "        self.conv = nn.Conv2d(3, 2, 3)\n        self.fc = nn.Linear(2 * 30 * 30, num_classes)\n\n"
+                   "    def forward(self, x):\n        return self.fc(torch.sigmoid(self.conv(x)).flatten(1))\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    said = said.format(spec=f"{net}:Net", net=net)
+    _refused(["list", "--model", f"{net}:Net"], said, work, capsys)
+    _refused(["run", "--model", f"{net}:Net", "--iterations", "2", "--quiet", "--no-lpips",
+              "--out", str(work / "run")], said, work, capsys)
