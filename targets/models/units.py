@@ -16,6 +16,8 @@ through a ``TorchFunctionMode``, which catches ``F.relu`` and ``x.relu()`` in a 
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -41,19 +43,40 @@ PIECEWISE_CALLS = frozenset({
 })
 
 
+#: names of calls that make a unit whose derivative jumps where they act on a value that depends on the input or
+#: the weights (a comparison that gates an activation, ``torch.where(h > 0, h, 0)`` or ``h * (h > 0)``; a step
+#: function; a selection such as a global max pooling written ``h.amax((2, 3))``), and not on a fixed mask or shape
+GATED_CALLS = frozenset({
+    "gt", "ge", "lt", "le", "greater", "greater_equal", "less", "less_equal",
+    "__gt__", "__ge__", "__lt__", "__le__",
+    "sign", "sgn", "heaviside", "floor", "ceil", "round", "trunc", "fix",
+    "max", "min", "amax", "amin", "topk", "sort", "argmax", "argmin", "argsort", "kthvalue", "median", "mode",
+})
+
+
 def _piecewise_call(name: str) -> bool:
-    return name in PIECEWISE_CALLS or "max_pool" in name
+    return name in PIECEWISE_CALLS or name in GATED_CALLS or "max_pool" in name
+
+
+def _depends(value) -> bool:
+    """Whether ``value`` (or a tensor inside a list or tuple of it) depends on the input or the weights."""
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    return isinstance(value, (list, tuple)) and any(_depends(v) for v in value)
 
 
 class _Calls(TorchFunctionMode):
-    """Records the names of the torch functions and tensor methods called within it."""
+    """Records the names of the torch functions and tensor methods called within it; a call of
+    :data:`GATED_CALLS` only where an argument depends on the input or the weights."""
 
     def __init__(self):
         super().__init__()
         self.names: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.add(getattr(func, "__name__", ""))
+        name = getattr(func, "__name__", "")
+        if name not in GATED_CALLS or _depends(args) or _depends(list((kwargs or {}).values())):
+            self.names.add(name)
         return func(*args, **(kwargs or {}))
 
 
@@ -69,13 +92,16 @@ def piecewise_units(module: nn.Module, in_shape: tuple | None = None) -> list[st
         first = next(module.parameters(), None)
         device, dtype = (first.device, first.dtype) if first is not None else (torch.device("meta"), None)
         calls = _Calls()
-        try:
-            with kept_buffers(module), torch.no_grad(), calls:
-                module(torch.zeros(2, *in_shape, device=device, dtype=dtype))
+        try:  # with autograd on, so that a comparison of an activation is told from one of a fixed mask
+            x = torch.zeros(2, *in_shape, device=device, dtype=dtype)
+            x.requires_grad_(x.is_floating_point())
+            with kept_buffers(module), torch.enable_grad(), warnings.catch_warnings(), calls:
+                warnings.simplefilter("ignore")  # the user's forward warns, if it does, when the run calls it
+                module(x)
         except Exception:  # noqa: BLE001 - any failure of the user's forward (on meta tensors): the calls made so far
             pass
         found |= {name for name in calls.names if _piecewise_call(name)}
     return sorted(found)
 
 
-__all__ = ["piecewise_units", "PIECEWISE_MODULES", "PIECEWISE_CALLS"]
+__all__ = ["piecewise_units", "PIECEWISE_MODULES", "PIECEWISE_CALLS", "GATED_CALLS"]

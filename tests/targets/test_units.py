@@ -82,6 +82,36 @@ class Maximum(Smooth):
 class Absolute(Smooth):
     def forward(self, x):  # abs: its derivative jumps at 0
         return self.fc(self.conv(x).abs().flatten(1))
+
+
+class Gated(Smooth):
+    def forward(self, x):  # a ReLU written as a gate
+        h = self.conv(x)
+        return self.fc(torch.where(h > 0, h, 0.0).flatten(1))
+
+
+class Masked(Smooth):
+    def forward(self, x):  # a ReLU written as a product with its own mask
+        h = self.conv(x)
+        return self.fc((h * (h >= 0)).flatten(1))
+
+
+class GlobalMax(Smooth):
+    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__(num_classes, (in_shape[0], 1, 1))
+
+    def forward(self, x):  # a global max pooling written out
+        return self.fc(torch.sigmoid(self.conv(x)).amax(dim=(2, 3)))
+
+
+class FixedMask(Smooth):
+    def __init__(self, num_classes=10, in_shape=(3, 32, 32)):
+        super().__init__(num_classes, in_shape)
+        self.register_buffer("keep", torch.ones(4, in_shape[1], in_shape[2]))
+
+    def forward(self, x):  # comparisons of a fixed mask, not of an activation: smooth
+        h = torch.tanh(self.conv(x)).masked_fill(self.keep == 0, 0.0) * (self.keep > 0.5)
+        return self.fc(h.flatten(1))
 '''
 
 
@@ -113,6 +143,9 @@ def test_a_forward_pass_on_the_meta_device_sees_calls_that_no_module_shows(nets)
     assert targets.units_of(nets("Pooled")) == ["max_pool2d"]
     assert targets.units_of(nets("Clamped")) == ["clamp"]  # was [], and the model took dlg
     assert targets.units_of(nets("Maximum")) == ["maximum"] and targets.units_of(nets("Absolute")) == ["abs"]
+    # a comparison or selection of an activation (were: [], and the model took dlg), not one of a fixed mask
+    assert targets.units_of(nets("Gated")) == ["gt"] and targets.units_of(nets("Masked")) == ["ge"]
+    assert targets.units_of(nets("GlobalMax")) == ["amax"] and targets.units_of(nets("FixedMask")) == []
     # a forward that needs real values leaves the modules' answer
     assert targets.units_of(nets("Opaque")) == []
     assert targets.units_of(nets("OpaqueModule")) == ["ReLU"]
