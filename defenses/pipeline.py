@@ -93,8 +93,9 @@ def build(spec) -> Pipeline:
             raise DefenseError(f"defense step '{step.spec()}' runs before the sketch, and '{steps[-1].spec()}' written "
                                "before it runs after the sketch: write the steps in the order they run (those "
                                "@before_sketch first)")
-        step.check(steps)
         steps.append(step)
+    for i, step in enumerate(steps):  # once the order holds: a z= then reads the clips before it as they run
+        step.check(steps[:i])
     return Pipeline(steps)
 
 

@@ -47,6 +47,7 @@ class NoiseBound:
     reason: str = ""  #: why ``sensitivity`` is None
     later_noise: int = 0  #: Gaussian steps after the counted ones
     earlier_noise: int = 0  #: Gaussian steps before the counted ones
+    noise: str = ""  #: the spec of the Gaussian steps that run together here
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class LaplaceBound:
     reason: str = ""  #: why ``sensitivity`` is None
     later_noise: int = 0  #: Laplace steps of positive scale after the counted one
     earlier_noise: int = 0  #: Laplace steps of positive scale before the counted one
+    noise: str = ""  #: the spec of the Laplace step
 
 
 def laplace_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None,
@@ -87,7 +89,8 @@ def laplace_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | N
     bounded = [b for b in bounds if b.sensitivity is not None]
     # the first of equal ones: ties keep the noise the channel adds first
     i = bounds.index(max(bounded, key=lambda b: _ratio(b.scale, b.sensitivity))) if bounded else 0
-    return replace(bounds[i], earlier_noise=i, later_noise=len(bounds) - 1 - i)
+    return replace(bounds[i], earlier_noise=i, later_noise=len(bounds) - 1 - i,
+                   reason=bounds[i].reason if bounded else _reasons(bounds))
 
 
 def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | None = None) -> NoiseBound | None:
@@ -99,7 +102,16 @@ def noise_bound(pipeline, sketch_norm: float | None = 1.0, batch_size: int | Non
         return None
     bounded = [b for b in bounds if b.sensitivity is not None]
     # the first of equal ones: ties keep the noise the channel adds first
-    return max(bounded, key=lambda b: _ratio(b.sigma, b.sensitivity)) if bounded else bounds[0]
+    if bounded:
+        return max(bounded, key=lambda b: _ratio(b.sigma, b.sensitivity))
+    return replace(bounds[0], reason=_reasons(bounds))
+
+
+def _reasons(bounds: list) -> str:
+    """Why no noise of ``bounds`` (none bounded) has a sensitivity: its one reason, or each noise's, named."""
+    if len(bounds) == 1:
+        return bounds[0].reason
+    return "no noise step has a bounded sensitivity: " + "; ".join(f"'{b.noise}': {b.reason}" for b in bounds)
 
 
 def _ratio(scale: float, sensitivity: float | None) -> float:
@@ -218,11 +230,11 @@ def _laplace_at(step, delta, formula, clip, crossed, reason, per_example, length
     """The LaplaceBound of Laplace ``step``, added to a vector of L2 sensitivity ``delta`` (None: unbounded)."""
     b = step.params["b"]
     if delta is None:
-        return LaplaceBound(b, None, reason=reason)
+        return LaplaceBound(b, None, reason=reason, noise=step.spec())
     k = None if lengths is None else lengths[0] if step.placement == BEFORE else lengths[1]
     if k is None:
         return LaplaceBound(b, None, delta, reason="the length of the vector the Laplace noise is added to is not "
-                                                   "known: its L1 sensitivity is not bounded")
+                                                   "known: its L1 sensitivity is not bounded", noise=step.spec())
     l1 = l1_from_l2_sensitivity(delta, k)
     if formula.split(" = ")[0] != "C":
         formula = f"{formula} = {delta:.4g}"
@@ -239,7 +251,8 @@ def _bound_at(order, i, delta, formula, clip, crossed, reason, per_example) -> N
     later = sum(1 for t in order[j:] if isinstance(t, Gaussian) and t.sigma > 0)
     sigma = math.hypot(*sigmas)  # sqrt of the sum of squares without overflow for huge sigmas
     if delta is None:
-        return NoiseBound(sigma, None, reason=reason, later_noise=later)
+        return NoiseBound(sigma, None, reason=reason, later_noise=later,
+                          noise=",".join(t.spec() for t in order[i:j]))
     if formula.split(" = ")[0] != "C":
         formula = f"{formula} = {delta:.4g}"
     return NoiseBound(sigma, delta, formula, _where(clip, order[i]), _neighbours(per_example), crossed,

@@ -98,13 +98,13 @@ def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, 
     if noise and noise.get("sigma") is not None:
         over = f" over rounds 1..{rounds}" if isinstance(rounds, int) else ""
         eps, delta = noise.get("epsilon_rdp"), noise.get("delta_paper")
-        bound = f"ε {eps:.3g} (δ {delta:.0e}){over}" if isinstance(eps, (int, float)) and isinstance(
+        bound = f"ε {eps:.3g} (δ {delta:.3g}){over}" if isinstance(eps, (int, float)) and isinstance(
             delta, (int, float)) else f"no ε{over} (its δ reaches 1)"
         out += f"protocol noise σ {noise['sigma']:.3g}, {bound} | "
     if m.defense:
         out += f"defense {m.defense}"
         if m.epsilon is not None:
-            out += f", ε {m.epsilon:.3g} ({'pure DP, δ 0' if m.delta == 0 else f'δ {m.delta:.0e}'})"
+            out += f", ε {m.epsilon:.3g} ({'pure DP, δ 0' if m.delta == 0 else f'δ {m.delta:.3g}'})"
         elif m.delta is not None:  # noise with no bound on what it is added to: delta is set, epsilon is not
             out += ", ε ∞ (see privacy_note)"
         out += " | "

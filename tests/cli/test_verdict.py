@@ -226,9 +226,10 @@ def test_the_summary_names_the_objective_it_reports(tmp_path, capsys):
 
 def test_a_defended_run_states_its_defense_epsilon_and_utility(tmp_path, capsys):
     spec = "clip:C=1,gaussian:z=1.1@after_sketch"
-    _, line, _, m = _run([*LENET, "--iterations", "2", "--defense", spec, "--utility", "--utility-steps", "20"],
-                         tmp_path / "d", capsys)
-    assert f"defense {m['defense']}, ε {m['epsilon']:.3g} (δ {m['delta']:.0e})" in line
+    _, line, _, m = _run([*LENET, "--iterations", "2", "--defense", spec, "--utility", "--utility-steps", "20",
+                          "--delta", "1.5e-5"], tmp_path / "d", capsys)
+    # δ as metrics.json and the report give it (it read 2e-05, rounded to one digit)
+    assert m["delta"] == 1.5e-5 and f"defense {m['defense']}, ε {m['epsilon']:.3g} (δ 1.5e-05)" in line
     acc = f"utility: test accuracy {m['utility_acc']:.3f}"
     assert acc in line
     # below 1/10 the line says so; at or above it, it does not

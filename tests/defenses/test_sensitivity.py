@@ -291,6 +291,17 @@ def test_steps_written_out_of_the_order_they_run_are_refused(spec):
         defenses.build(spec)
 
 
+def test_a_noise_written_before_its_clip_out_of_order_is_refused_for_the_order():
+    """A z= noise written @after_sketch before its clip was refused as needing a clip, where the spec writes one:
+    the order is the fault, as for sigma=."""
+    for noise in ("gaussian:z=1@after_sketch", "gaussian:sigma=1@after_sketch"):
+        with pytest.raises(defenses.DefenseError, match=f"'{noise.replace('=1', '=1.0')}' written before it runs "
+                                                        "after the sketch: write the steps in the order they run"):
+            defenses.build(f"{noise},clip:C=1")
+    with pytest.raises(defenses.DefenseError, match="needs a clip"):  # no clip at all: that is the fault
+        defenses.build("gaussian:z=1@after_sketch")
+
+
 def test_a_step_between_the_clip_and_the_noise_is_named_even_past_a_sketch_of_unknown_norm():
     """quantize runs after the sketch by default: the bound is lost there whatever ||R||_op, which the channel then
     does not compute; the note named the unknown norm instead of the step."""
@@ -328,3 +339,19 @@ def test_per_example_noise_after_the_sketch_is_added_to_the_mean_and_its_bound_i
     p = message_privacy(after, 1e-5, sketch_norm=1.5, batch_size=4)
     assert p["noise_multiplier"] == pytest.approx(4 / 1.5) and "||R||_op * C / B = 1.5 * 1.0 / 4" in p["privacy_note"]
     assert p["epsilon"] < message_privacy(after, 1e-5, sketch_norm=1.5)["epsilon"]
+
+
+def test_where_no_noise_is_bounded_each_ones_reason_is_named():
+    """With a noise before any clip and another after a prune that follows noise, the note gave the first one's
+    reason alone ("no clip before the noise") though the spec has a clip before the second."""
+    spec = "gaussian:sigma=1e-3,clip:C=1,prune:p=0.1,gaussian:z=1"
+    note = message_privacy(defenses.build(spec), 1e-5)["privacy_note"]
+    assert note == ("no noise step has a bounded sensitivity: 'gaussian:sigma=0.001@before_sketch': no clip before "
+                    "the noise: sensitivity unbounded; 'gaussian:z=1.0@before_sketch': 'prune:p=0.1@before_sketch' "
+                    "runs after noise, between the clip and the noise: sensitivity not tracked, epsilon = inf")
+    note = message_privacy(defenses.build("laplace:b=1,clip:C=1,prune:p=0.1,laplace:b=2"), 1e-5, d=10, b=5)
+    assert "'laplace:b=1.0@before_sketch': no clip" in note["privacy_note"]
+    assert "'laplace:b=2.0@before_sketch': 'prune:p=0.1@before_sketch' runs after noise" in note["privacy_note"]
+    # one noise: its reason alone, as before
+    assert message_privacy(defenses.build("gaussian:sigma=1"), 1e-5)["privacy_note"] == (
+        "no clip before the noise: sensitivity unbounded, epsilon = inf")
