@@ -33,6 +33,9 @@ from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
 from . import names
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
 
+#: a --delta at or above this gets a one-line warning: an (epsilon, delta) guarantee is weak there whatever epsilon
+WEAK_DELTA = 0.1
+
 
 class ConfigError(UserError):
     """A user-facing configuration error: its message is one sentence."""
@@ -245,6 +248,11 @@ class RunConfig:
         if self.set_by_user("delta") and pipeline.noise_bound(1.0) is None:
             warnings.warn(f"--delta {self.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, "
                           "and the defense adds none", SettingWarning, stacklevel=3)
+        elif self.delta >= WEAK_DELTA:
+            warnings.warn(f"--delta {self.delta:g}: an (epsilon, delta) guarantee allows a release that gives the data "
+                          "away outright with probability delta, so the epsilon at this delta (near 0 as delta nears "
+                          "1) says little; delta is taken far below one over the number of examples (1e-05 by "
+                          "default)", SettingWarning, stacklevel=3)
         remaps = self._reparametrising()
         if remaps and not self.attack_class.closed_form:  # the images are a generator's output (dip)
             unread = ([f"--dummy-init {self.dummy_init}"] if self.set_by_user("dummy_init") else []) + (

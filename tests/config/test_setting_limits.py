@@ -97,6 +97,10 @@ def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_pat
     (RunConfig(noise_seed=5), "--noise-seed 5 changes nothing: the defense draws no noise"),
     (RunConfig(noise_seed=5, defense="clip:C=1"), "--noise-seed 5 changes nothing"),
     (RunConfig(delta=0.01), "--delta 0.01 changes nothing: it is the delta of the epsilon of Gaussian noise"),
+    # ε read at a δ that gives the data away with that probability: near 0, and no guarantee (it said ε 0 silently)
+    (RunConfig(delta=0.7, defense="clip:C=1,gaussian:z=1"), "--delta 0.7: an (epsilon, delta) guarantee allows a "
+     "release that gives the data away outright with probability delta"),
+    (RunConfig(delta=0.1, defense="gaussian:sigma=1e-3"), "--delta 0.1: an (epsilon, delta) guarantee"),
     (RunConfig(download=True), "--download is not read: the embedded data set photos reads no files"),
     (RunConfig(download=True, dataset="digits"), "--download is not read: the embedded data set digits"),
     (RunConfig(priors=["dip"], box=True), "--box changes nothing with --prior dip: the images are its generator's"),
