@@ -314,9 +314,11 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
         warnings.warn(f"{listed(unread)} {'is' if len(unread) == 1 else 'are'} not read with --protocol: the attacked "
                       "message holds the images the client's round draws from its own shard, at the size its "
                       "training read them", SettingWarning, stacklevel=3)
-    if cfg.set_by_user("utility_steps") and not cfg.utility:
-        warnings.warn(f"--utility-steps {cfg.utility_steps} changes nothing without --utility, the training it sets",
-                      SettingWarning, stacklevel=3)
+    unread = [f"{flag} {getattr(cfg, key):g}" for key, flag in (("utility_steps", "--utility-steps"),
+                                                                ("utility_lr", "--utility-lr")) if cfg.set_by_user(key)]
+    if unread and not cfg.utility:
+        warnings.warn(f"{listed(unread)} change{'s' if len(unread) == 1 else ''} nothing without --utility, the "
+                      "training it sets", SettingWarning, stacklevel=3)
     return cfg
 
 

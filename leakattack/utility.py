@@ -148,6 +148,25 @@ def training_sample_rate(pipeline, batch: int, n: int) -> float:
     return min(1.0, batch / n) if pipeline.per_example else 1.0
 
 
+#: a training whose test accuracy ends below this many times chance is said not to have learned
+NOT_LEARNED = 2.0
+
+
+def _not_learned(s: UtilitySettings, acc: float, classes: int, start: float, end: float) -> str | None:
+    """The one-line warning (also the run's ``utility_note``) for a training that ended near chance: its accuracy
+    then measures the training's settings (a step so large that the first rounds saturate the units) more than
+    the defense; None where it learned."""
+    chance = 1 / classes
+    if not acc < NOT_LEARNED * chance:
+        return None
+    said = (f"--utility's training did not learn: test accuracy {acc:.3f} after {s.steps} steps of size {s.lr:g} "
+            f"(chance {chance:.2f}; test loss {start:.3g} at its start, {end:.3g} at its end), so utility_acc "
+            "measures the training's step size or length more than the defense (a clip bounds the steps and may "
+            "read higher); a smaller --utility-lr or more --utility-steps tells them apart (docs/defenses.md#utility)")
+    warnings.warn(said, SettingWarning, stacklevel=2)
+    return said
+
+
 def train_under_defense(s: UtilitySettings) -> dict:
     """Train a fresh target on digits under ``s.defense`` (see the module docstring); returns utility_* keys."""
     t0 = time.perf_counter()
@@ -157,8 +176,10 @@ def train_under_defense(s: UtilitySettings) -> dict:
     train, test = train_test_split(ds, 0.2, seed=s.split_seed)
     victim = targets.get_model(s.model, num_classes=ds.num_classes, in_shape=ds.in_shape, seed=s.model_seed,
                                init=s.weight_init)
+    start = evaluate(victim, targets.flat_params(victim), test.images, test.labels)[0]
     w, norm = sketched_training(s, victim, train, torch_generator(s.noise_seed + 1))
-    acc = evaluate(victim, w, test.images, test.labels)[1]
+    loss, acc = evaluate(victim, w, test.images, test.labels)
+    learned = _not_learned(s, acc, ds.num_classes, start, loss)
     pipeline = build_defense(s.defense)
     q = training_sample_rate(pipeline, s.batch, len(train))
     b = sketched_protocol(s, victim, train, torch_generator(0)).floats_per_client()  # the length of y = R_t g
@@ -169,7 +190,8 @@ def train_under_defense(s: UtilitySettings) -> dict:
         note += (f"; batches sample each example at rate {q:.4g}" if q < 1 else
                  "; the client's update is released every round (sample rate 1: the batch's sampling amplifies only "
                  "an example-level bound, a per_example clip)")
-    return {"utility_acc": acc, "utility_steps": s.steps, "utility_batch": s.batch,
+    out = {} if learned is None else {"utility_note": learned}
+    return out | {"utility_acc": acc, "utility_steps": s.steps, "utility_batch": s.batch,
             "utility_lr": s.lr, "utility_sample_rate": q, "utility_privacy_note": note,
             "utility_epsilon": priv["epsilon"], "utility_epsilon_paper": priv["epsilon_paper"],
             "utility_sensitivity": priv["sensitivity"], "utility_sketch_norm": priv["sketch_norm"],

@@ -139,7 +139,8 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("utility_steps", 300, Number(1, MAX_ITERATIONS, integer=True), "utility steps", "training steps of --utility",
           "sketch"),
     Param("utility_batch", 64, POS_INT, "utility batch", "", "sketch", flag=NOTHING),
-    Param("utility_lr", 0.5, Number(0, low_open=True), "utility learning rate", "", "sketch", flag=NOTHING),
+    Param("utility_lr", 0.5, Number(0, low_open=True), "utility learning rate",
+          "step size of --utility's training (the server steps to w - lr R^T y)", "sketch"),
     Param("attacker_knows_clip", False, Flag(), "attacker knows clip",
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
     # attacker

@@ -2,6 +2,7 @@
 seed, the defense where the channel puts it."""
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -110,3 +111,20 @@ def test_a_utility_round_sends_what_the_channel_sends(digits_split, defense):
     expect = w1 - s.lr * channel.sketch.adjoint(channel.send(g, gen))
     torch.testing.assert_close(w2, expect, rtol=0, atol=1e-12)
     assert norm == (channel.sketch.operator_norm() if channel.pipeline.needs_sketch_norm else None)
+
+
+def test_a_training_that_ends_near_chance_says_it_did_not_learn_and_one_that_learns_does_not():
+    """lenet at the default step size 0.5 through srht b/d = 0.5 without a defense ended at 0.136 on digits (its
+    first steps saturate the sigmoids), where a clip read 0.944: the undefended point read as the worst, silently."""
+    from leakattack.errors import SettingWarning
+    from leakattack.utility import train_under_defense
+    said = (r"--utility's training did not learn: test accuracy 0\.100 after 3 steps of size 1e-06 \(chance 0\.10; "
+            r"test loss .* at its start, .* at its end\)")
+    with pytest.warns(SettingWarning, match=said):
+        out = train_under_defense(UtilitySettings.of(RunConfig(model="logreg", utility=True, utility_steps=3,
+                                                               utility_lr=1e-6)))
+    assert out["utility_acc"] < 0.2 and out["utility_note"].startswith("--utility's training did not learn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        out = train_under_defense(UtilitySettings.of(RunConfig(model="logreg", utility=True, utility_steps=30)))
+    assert out["utility_acc"] > 0.5 and "utility_note" not in out
