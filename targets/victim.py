@@ -717,26 +717,37 @@ class Victim:
             warnings.warn(f"the gradient of model '{self.name}' has a derivative of zero in its input at a random "
                           "input (rounding or quantising it?): no attack can follow the message back to the input",
                           SettingWarning, stacklevel=4)
-        if self.task == "classification":  # a loss that cannot score two examples fails here, not inside torch
-            labels = torch.randint(0, self.num_classes, (2,), generator=gen).to(out.device)
-            try:
-                with warnings.catch_warnings():  # torch's own broadcasting warnings: the sentence below says it
-                    warnings.simplefilter("ignore")
-                    value = self.loss(out.detach(), self.target(labels))
-            except Exception as err:  # noqa: BLE001 -- the loss's own complaint, in one line
-                raise UserError(f"the loss of model '{self.name}' fails on its scores and integer class labels "
-                                f"({first_line(err)}): give F(output, labels) returning one number, such as "
-                                "nn.CrossEntropyLoss()") from None
-            if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point()):
-                got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
-                       else type(value).__name__)
-                raise UserError(f"the loss of model '{self.name}' returns {got} for a batch of 2, not one real "
-                                "number: reduce it over the batch (reduction='mean' or 'sum')")
+        if isinstance(out, torch.Tensor):  # a loss that cannot score two examples fails here, not inside torch
+            self._check_loss(out.detach(), gen)
         if isinstance(again, torch.Tensor) and not _close(again.detach(), out.detach()):
             warnings.warn(f"model '{self.name}' gives two different outputs for the same input in eval mode (random "
                           "noise or sampling in forward?): no attacker's copy of it can reproduce the client's "
                           "message exactly, and a run measures that noise along with what leaks", SettingWarning,
                           stacklevel=4)
+
+    def _check_loss(self, out: torch.Tensor, gen: torch.Generator) -> None:
+        """Refuse in one sentence a loss that fails on the output of two examples and their labels (integer classes,
+        or real targets of the output's shape for a regression), or that does not return one real number."""
+        if self.task == "classification":
+            labels = torch.randint(0, self.num_classes, (2,), generator=gen).to(out.device)
+            given, example = "its scores and integer class labels", "F(output, labels) returning one number, such as " \
+                "nn.CrossEntropyLoss()"
+        else:
+            labels = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+            given, example = "its outputs and real targets of their shape", "F(output, target) returning one " \
+                "number, such as nn.MSELoss()"
+        try:
+            with warnings.catch_warnings():  # torch's own broadcasting warnings: the sentence below says it
+                warnings.simplefilter("ignore")
+                value = self.loss(out, self.target(labels))
+        except Exception as err:  # noqa: BLE001 -- the loss's own complaint, in one line
+            raise UserError(f"the loss of model '{self.name}' fails on {given} ({first_line(err)}): give "
+                            f"{example}") from None
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point()):
+            got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+                   else type(value).__name__)
+            raise UserError(f"the loss of model '{self.name}' returns {got} for a batch of 2, not one real "
+                            "number: reduce it over the batch (reduction='mean' or 'sum')")
 
     # -- capabilities --------------------------------------------------------
     @property

@@ -7,7 +7,8 @@ initialisation is reproducible).  Optional class attributes say what the victim
 is, where the defaults do not fit:
 
 * ``leakattack_loss`` — F(output, target), a scalar averaged over the batch:
-  a ``@staticmethod``, a method, or a loss module (``nn.MSELoss()``).
+  a ``@staticmethod``, a method (its first parameter ``self``), a function
+  (``F.mse_loss``, a lambda: called as it is) or a loss module (``nn.MSELoss()``).
   Default: cross-entropy (classification), 1/2 squared error (regression).
 * ``leakattack_task`` — ``"classification"`` (integer labels, the default) or
   ``"regression"`` (real targets).
@@ -19,6 +20,7 @@ is, where the defaults do not fit:
 from __future__ import annotations
 
 import inspect
+import types
 from pathlib import Path
 from typing import Literal
 
@@ -153,6 +155,9 @@ def _loss(spec: str, module: nn.Module, task: str):
     loss = getattr(module, "leakattack_loss", None)
     if loss is None:
         return cross_entropy if task == "classification" else squared_error
+    raw = inspect.getattr_static(module, "leakattack_loss", None)
+    if isinstance(raw, types.FunctionType) and _first_parameter(raw) != "self":
+        loss = raw  # a function set as the attribute (F.mse_loss, a lambda): F(output, target), not a method
     try:
         inspect.signature(loss).bind(None, None)
     except TypeError:
@@ -160,6 +165,13 @@ def _loss(spec: str, module: nn.Module, task: str):
     except ValueError:  # no signature to inspect (some builtins): trust it
         pass
     return loss
+
+
+def _first_parameter(fn) -> str | None:
+    try:
+        return next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        return None
 
 
 def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None | Literal["auto"]:

@@ -71,6 +71,34 @@ class ModuleLoss(Net):
     leakattack_loss = nn.CrossEntropyLoss(label_smoothing=0.1)
 
 
+def summed(output, target):
+    return nn.functional.cross_entropy(output, target, reduction="sum")
+
+
+class FunctionLoss(Net):  # a function set as the attribute: F(output, target), not a method of the model
+    leakattack_loss = summed
+
+
+class LambdaLoss(Net):
+    leakattack_loss = lambda output, target: nn.functional.cross_entropy(output, target, reduction="sum")  # noqa: E731
+
+
+class TorchFunctionLoss(Net):
+    leakattack_loss = nn.functional.cross_entropy
+
+
+class FunctionRegressor(Regressor):
+    leakattack_loss = nn.functional.mse_loss
+
+
+class NllRegressor(Regressor):
+    leakattack_loss = nn.NLLLoss()
+
+
+class UnreducedRegressor(Regressor):
+    leakattack_loss = nn.MSELoss(reduction="none")
+
+
 class BadHead(Net):
     leakattack_head = "body.2"
 
@@ -234,6 +262,14 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
     assert torch.allclose(s.loss(s.model(x), y), nn.functional.cross_entropy(s.model(x), y, reduction="sum"))
     m = targets.get_model(f"{model_file}:ModuleLoss", num_classes=3, in_shape=(1, 4, 4))
     assert torch.allclose(m.loss(m.model(x), y), nn.functional.cross_entropy(m.model(x), y, label_smoothing=0.1))
+    # a function set as the attribute is called as F(output, target): it was bound as a method and given the model
+    # as its output (a traceback from F.mse_loss, a refusal of a function that takes (output, target))
+    for name, reduction in (("FunctionLoss", "sum"), ("LambdaLoss", "sum"), ("TorchFunctionLoss", "mean")):
+        f = targets.get_model(f"{model_file}:{name}", num_classes=3, in_shape=(1, 4, 4))
+        assert torch.allclose(f.loss(f.model(x), y), nn.functional.cross_entropy(f.model(x), y, reduction=reduction))
+    f = targets.get_model(f"{model_file}:FunctionRegressor", in_shape=(1, 4, 4))
+    t = torch.tensor([1.0, 2.0])
+    assert torch.allclose(f.loss(f.model(x), t), nn.functional.mse_loss(f.model(x), t))
 
 
 @pytest.mark.parametrize("make_spec,message", [
@@ -255,6 +291,11 @@ def test_class_attributes_set_the_loss_task_and_head(model_file):
                                  "out_features=8, bias=True\\) has 8 outputs for num_classes = 3"),
     (lambda f, p: f"{f}:BadLoss", "leakattack_loss of .* must take \\(output, target\\)"),
     (lambda f, p: f"{f}:BadTask", "leakattack_task is 'ranking'; choose one of: classification, regression"),
+    # a regression's loss is tried on two outputs and real targets, as a classifier's is (a traceback in the run)
+    (lambda f, p: f"{f}:NllRegressor", "the loss of model .* fails on its outputs and real targets of their shape "
+                                       "\\(RuntimeError: .*\\): give F\\(output, target\\) returning one number"),
+    (lambda f, p: f"{f}:UnreducedRegressor", "the loss of model .* returns a tensor of shape \\(2,\\) for a batch "
+                                             "of 2, not one real number: reduce it over the batch"),
     (lambda f, p: f"{f}:WrongOutput", "returns \\(2, 1\\) for a batch of 2, not the \\(2, 3\\) class scores"),
     (lambda f, p: f"{f}:RoundedOutput", "returns int64 outputs for a batch of 2; the loss and its gradient need real "
                                         "floating-point outputs"),
