@@ -386,6 +386,15 @@ CLIP_NOT_MODELLED = ("; the defense clips the update and the attacker did not mo
                      "a single image --objective cosine ignores a clip that only rescales its gradient")
 
 
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with three significant digits, or as many more (up to 12) as they need to read apart."""
+    for digits in range(3, 13):
+        x, y = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if x != y or a == b:
+            return x, y
+    return x, y
+
+
 def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
     """The sentence that says which part of a run (a metrics.json dict) that rebuilt nothing failed
     (:func:`failed_kind`), with the numbers that show it; None when nothing tells.
@@ -394,7 +403,8 @@ def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
     the truth does not satisfy): a longer search for its minimum is not a search for the truth.  ``clip_blind``:
     the run's defense clips and the attacker was not told (``attacker_knows_clip`` false), so its model of the
     message is not the client's; such an objective failure names the clip and the options that model it
-    (:data:`CLIP_NOT_MODELLED`).
+    (:data:`CLIP_NOT_MODELLED`); where the defense also adds noise (``noise_distortion``), the noise is named first
+    and the clip as a cause too.  The two scores carry the digits they need to read apart.
     """
     kind = failed_kind(m)
     if kind == "labels":
@@ -405,10 +415,19 @@ def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
         return None
     t, r = m["objective_at"]["truth"], m["objective_at"]["reconstruction"]
     if kind == "objective":
-        why = [f"{name} {r[name]:.3g} against {t[name]:.3g}" for name in t if name != "total" and r[name] < t[name]]
-        return (f"the attack's own objective scores this reconstruction below the truth ({r['total']:.3g} against "
-                f"{t['total']:.3g}; {', '.join(why)}): it prefers an image other than the truth, so a longer search "
-                "for its minimum is not a search for the truth" + (CLIP_NOT_MODELLED if clip_blind else ""))
+        why = ["{} {} against {}".format(name, *_apart(r[name], t[name])) for name in t
+               if name != "total" and r[name] < t[name]]
+        noise = m.get("noise_distortion")
+        noisy = isinstance(noise, (int, float)) and noise > 0
+        said = ("the attack's own objective scores this reconstruction below the truth ({} against {}; {}): it "
+                "prefers an image other than the truth, so a longer search for its minimum is not a search for the "
+                "truth").format(*_apart(r["total"], t["total"]), ", ".join(why))
+        if noisy:
+            said += (f"; the defense's noise is {noise:.3g} times the norm of the message it is added to, and the "
+                     "truth's score holds all of it where an image whose message fits part of it scores lower")
+        if clip_blind:
+            said += CLIP_NOT_MODELLED.replace("the likely cause", "a cause too") if noisy else CLIP_NOT_MODELLED
+        return said
     added = [name for name in t if name not in ("total", "match")]
     # the summary line prints the matching term alone: where the objective adds terms, both are said
     parts = (f"; the matching term plus {' and '.join(added)}, the matching term alone {t['match']:.3g} against "

@@ -68,6 +68,19 @@ def test_an_objective_that_failed_under_a_clip_the_attacker_did_not_model_names_
     assert CLIP_NOT_MODELLED not in failed_part(searched, clip_blind=True)  # only the objective's failure
 
 
+def test_an_objective_that_failed_under_noise_names_the_noise_and_scores_that_read_apart():
+    """Under noise 586 times the message the note read "3.43e+05 against 3.43e+05" and named the clip, which the
+    attacker then modelled to no avail, as the likely cause."""
+    at = {"truth": {"match": 343214.9, "total": 343214.9}, "reconstruction": {"match": 343177.8, "total": 343177.8}}
+    m = {**DIGIT, "objective_at": at, "noise_distortion": 586.0}
+    said = failed_part(m, clip_blind=True)
+    assert "(3.4318e+05 against 3.4321e+05; match 3.4318e+05 against 3.4321e+05)" in said
+    assert "the defense's noise is 586 times the norm of the message it is added to" in said
+    assert "did not model the clip, a cause too: --attacker-knows-clip" in said and "the likely cause" not in said
+    assert "the defense's noise" not in failed_part({**m, "noise_distortion": None})
+    assert failed_part({**DIGIT, "objective_at": at}, clip_blind=True).endswith(CLIP_NOT_MODELLED)
+
+
 def test_a_clip_is_not_modelled_only_when_the_defense_clips_and_the_attacker_was_not_told():
     assert clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1"))
     assert clip_not_modelled(RunConfig(model="lenet", defense="per_example:C=1,gaussian:sigma=0.1"))
