@@ -28,7 +28,7 @@ import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, cast
+from typing import Callable, Iterator, cast
 
 import torch
 import torch.nn.functional as F
@@ -446,6 +446,16 @@ def head_readable(model: nn.Module, head: nn.Linear) -> str | None:
     return None
 
 
+def _named_layer(model: nn.Module, path: str, name: str) -> nn.Module:
+    """The submodule of ``model`` at ``path`` (``head="fc"``), refused in one sentence naming its nn.Linear layers."""
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        raise UserError(f"head= of model '{name}' names no submodule '{path}'"
+                        + (f"; its nn.Linear layers: {', '.join(linear)}" if linear else "")) from None
+
+
 def head_problem(model: nn.Module, head, num_classes: int, task: str) -> str | None:
     """What is wrong with ``head`` as the classifier head of ``model`` (the rest of a sentence), or None: it is
     None, or an ``nn.Linear`` among the model's own modules scoring the ``num_classes`` classes of a classifier."""
@@ -533,14 +543,15 @@ class Victim:
 
     @classmethod
     def from_module(cls, model: nn.Module, *, input_shape, num_classes: int, loss=None,
-                    task: str = "classification", head: nn.Linear | None | Literal["auto"] = "auto",
+                    task: str = "classification", head: nn.Module | str | None = "auto",
                     bn_mode: str = "train", name: str = "custom") -> "Victim":
         """Wrap any ``nn.Module``: cross-entropy classification with its classifier head found by default.
 
         ``head="auto"``: for a classifier, the ``nn.Linear`` that computes the module's output, found by one forward
         pass of two zero inputs (:func:`output_linear`: the layer whose output the module returns, or the last one
         whose output it computes its scores from, through a softmax or a scaling); where no ``nn.Linear`` does,
-        the last one registered, with a one-line warning.  ``head=`` names another, or None (no label rule).
+        the last one registered, with a one-line warning.  ``head=`` gives another (the layer, or its name in
+        the module, ``"fc"`` or ``"classifier.1"``, as ``leakattack_head`` names it), or None (no label rule).
 
         ``bn_mode``: ``train`` (the default) normalises by the batch's own statistics, as a training client does;
         ``eval`` by the running ones, which the command line's ``--bn auto`` takes for a single image
@@ -565,6 +576,8 @@ class Victim:
         if loss is None:
             loss = cross_entropy if task == "classification" else squared_error
         auto = isinstance(head, str) and head == "auto"
+        if isinstance(head, str) and not auto:  # a layer's name, as leakattack_head gives it
+            head = _named_layer(model, head, name)
         victim = cls(model=model, input_shape=input_shape, num_classes=num_classes, loss=loss, task=task,
                      head=None if auto else cast("nn.Linear | None", head), bn_mode=bn_mode, name=name)
         try:

@@ -344,3 +344,15 @@ def test_linear_gates_behind_a_convolutional_head_are_no_head_and_a_warning():
                                             "classifier head for the label rules to read"):
         victim = targets.Victim.from_module(_GatedConv(), input_shape=(1, 8, 8), num_classes=10)
     assert victim.head is None
+
+
+def test_head_takes_a_layers_name_as_leakattack_head_does():
+    """Victim.from_module warned "(give head=)" for a class's leakattack_head = "fc", then refused head="fc" as not
+    an nn.Linear: the name is read as the module's submodule."""
+    net = Unused()
+    assert targets.Victim.from_module(net, input_shape=(3, 4, 4), num_classes=4, head="fc").head is net.fc
+    with pytest.raises(UserError, match="^head= of model 'custom' names no submodule 'nope'; its nn.Linear layers: "
+                                        "fc, extra$"):
+        targets.Victim.from_module(Unused(), input_shape=(3, 4, 4), num_classes=4, head="nope")
+    with pytest.raises(UserError, match="scores the classes, and Linear\\(in_features=5, out_features=5"):
+        targets.Victim.from_module(Unused(), input_shape=(3, 4, 4), num_classes=4, head="extra")
