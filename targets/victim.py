@@ -603,11 +603,14 @@ class Victim:
                               SettingWarning, stacklevel=4)
             return None
         which = "the nn.Linear that computes the module's output" if seen else "the module's last linear layer"
+        where = next((n for n, m in self.model.named_modules() if m is head), "?")
         if head.out_features != self.num_classes and seen is False:
-            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output, and its last registered one has "
-                          f"{head.out_features} outputs, not the {self.num_classes} classes: it has no classifier head "
-                          "for the label rules to read (give --labels given or dlg, or name the layer that scores the "
-                          "classes as leakattack_head in a model file, head= from Python)", SettingWarning,
+            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output, and the last registered one its "
+                          f"forward pass calls, '{where}', has {head.out_features} outputs, not the "
+                          f"{self.num_classes} classes: it has no classifier head for the label rules to read (give "
+                          "--labels given or dlg, or name the layer that scores the classes as leakattack_head in a "
+                          "model file, head= from Python; a layer whose weight the forward pass uses through F.linear "
+                          "is not called, and can be named once the forward pass calls it)", SettingWarning,
                           stacklevel=4)
             return None
         if head.out_features != self.num_classes:
@@ -616,10 +619,10 @@ class Victim:
                             "the layer that scores the classes (leakattack_head in a model file, head= from Python)"
                             f"{forward_at(self.model)}")
         if seen is False:
-            where = next(n for n, m in self.model.named_modules() if m is head)
-            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output: its last registered nn.Linear "
-                          f"'{where}' is taken as the classifier head, whose gradient the label rules read; give "
-                          "head= (leakattack_head in a model file) to name the layer that scores the classes, or None",
+            warnings.warn(f"no nn.Linear of model '{self.name}' computes its output: the last registered nn.Linear its "
+                          f"forward pass calls, '{where}', is taken as the classifier head, whose gradient the "
+                          "label rules read; give head= (leakattack_head in a model file) to name the layer that "
+                          "scores the classes, or None",
                           SettingWarning, stacklevel=4)
         return self._readable(head)
 

@@ -340,8 +340,9 @@ class _GatedConv(torch.nn.Module):
 def test_linear_gates_behind_a_convolutional_head_are_no_head_and_a_warning():
     from leakattack.errors import SettingWarning
 
-    with pytest.warns(SettingWarning, match="its last registered one has 16 outputs, not the 10 classes: it has no "
-                                            "classifier head for the label rules to read"):
+    with pytest.warns(SettingWarning, match="the last registered one its forward pass calls, 'se2', has 16 outputs, "
+                                            "not the 10 classes: it has no classifier head for the label rules to "
+                                            "read"):
         victim = targets.Victim.from_module(_GatedConv(), input_shape=(1, 8, 8), num_classes=10)
     assert victim.head is None
 

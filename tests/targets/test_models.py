@@ -276,8 +276,9 @@ def test_a_module_whose_output_no_linear_layer_computes_takes_the_last_registere
     from leakattack.errors import SettingWarning
 
     net = _AuxAfterHead("functional")
-    with pytest.warns(SettingWarning, match="no nn.Linear of model 'custom' computes its output: its last registered "
-                                            "nn.Linear 'proj' is taken as the classifier head"):
+    with pytest.warns(SettingWarning, match="no nn.Linear of model 'custom' computes its output: the last registered "
+                                            "nn.Linear its forward pass calls, 'proj', is taken as the classifier "
+                                            "head"):
         v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3)
     assert v.head is net.proj
     assert targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=3, head=net.fc).head is net.fc
