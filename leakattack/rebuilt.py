@@ -428,6 +428,11 @@ def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
         if clip_blind:
             said += CLIP_NOT_MODELLED.replace("the likely cause", "a cause too") if noisy else CLIP_NOT_MODELLED
         return said
+    if m.get("stop_reason") == "tolerance" and m.get("unique") is False:  # matched, and so does another image
+        return (f"the reconstruction matches the message to the attack's tolerance ({r['total']:.3g}, the truth "
+                f"{t['total']:.3g}) and is not the only input that does (not unique): the message does not single out "
+                "the truth, so more steps or starts look for a match, not for it; an image prior (--prior tv) chooses "
+                "among the matches")
     added = [name for name in t if name not in ("total", "match")]
     # the summary line prints the matching term alone: where the objective adds terms, both are said
     parts = (f"; the matching term plus {' and '.join(added)}, the matching term alone {t['match']:.3g} against "

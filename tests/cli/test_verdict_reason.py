@@ -81,6 +81,18 @@ def test_an_objective_that_failed_under_noise_names_the_noise_and_scores_that_re
     assert failed_part({**DIGIT, "objective_at": at}, clip_blind=True).endswith(CLIP_NOT_MODELLED)
 
 
+def test_a_match_within_tolerance_that_is_not_unique_is_not_called_a_search_that_stopped_short():
+    """A converged fit of a message with fewer numbers than unknowns (L_R 2.99e-10 against the truth's 0) was told
+    that "more steps or starts may get closer", beside the note that the match is not unique."""
+    at = {"truth": {"match": 0.0, "total": 0.0}, "reconstruction": {"match": 2.99e-10, "total": 2.99e-10}}
+    m = {**DIGIT, "objective_at": at, "stop_reason": "tolerance", "unique": False}
+    said = failed_part(m)
+    assert said.startswith("the reconstruction matches the message to the attack's tolerance (2.99e-10, the truth 0) "
+                           "and is not the only input that does (not unique)") and "may get closer" not in said
+    for other in ({"unique": True}, {"unique": None}, {"stop_reason": "iterations"}):  # a search that stopped short
+        assert failed_part({**m, **other}).endswith("the search stopped short, and more steps or starts may get closer")
+
+
 def test_a_clip_is_not_modelled_only_when_the_defense_clips_and_the_attacker_was_not_told():
     assert clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1"))
     assert clip_not_modelled(RunConfig(model="lenet", defense="per_example:C=1,gaussian:sigma=0.1"))
