@@ -743,9 +743,13 @@ class GradientMatching(Attack):
                "time-limit": "the time limit was reached, or too little of it was left for a step",
                "interrupted": "Ctrl-C stopped them",
                "iterations": "their step limit was reached", "diverged": "the residual was not finite"}
-        said = f"{did} without converging" if out.steps else \
-            f"Gauss-Newton steps from {where} stopped before their first step"
+        jacobians = f"{out.steps} Jacobian{'s' if out.steps != 1 else ''}"
+        said = (f"{did} without converging" if out.losses else
+                f"Gauss-Newton steps from {where}, at L_R {began}, formed {jacobians} and took no step"
+                if out.steps else f"Gauss-Newton steps from {where} stopped before their first step")
         reason = why[out.stop]
+        if out.stop == "stalled" and out.steps and not out.losses:  # every damping of J rose
+            reason = "no damping of the Jacobian lowered L_R"
         if out.foreseen is not None:  # a J stopped at its columns' pace rather than at the deadline
             room = " and one more J" if ahead > 1 and not out.steps else ""
             reason = (f"at the pace of its first columns one J takes about {out.foreseen:.0f} s, and the time limit "

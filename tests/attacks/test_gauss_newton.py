@@ -610,6 +610,17 @@ def test_steps_that_do_not_converge_leave_the_first_phase_as_it_was(monkeypatch)
     assert gn["kept"] is False and gn["stop"] == "stalled" and gn["loss_after"] == plain.final_loss / 3
     assert result.message.endswith("without converging (they stopped converging): the first phase's iterate is kept")
 
+    def no_step(forward, y, x, labels, **kw):  # one J formed, and none of its dampings lowered L_R
+        return Refined(x=x, losses=[], steps=1, stop="stalled", rank=64, singular=(1.0, 0.1))
+
+    monkeypatch.setattr(gradient_matching, "levenberg_marquardt", no_step)
+    result = GradientMatching(iterations=10, init_seed=2, labels="given", refine="gauss-newton").reconstruct(obs)
+    # it read "then 0 Gauss-Newton steps on 1 Jacobian ... took L_R from A to A without converging"
+    assert result.gauss_newton["accepted"] == 0 and "0 Gauss-Newton steps" not in result.message
+    assert f"at L_R {plain.final_loss:.2e}" in result.message
+    assert result.message.endswith("formed 1 Jacobian and took no step (no damping of the Jacobian lowered L_R): the "
+                                   "first phase's iterate is kept")
+
 
 def test_steps_start_from_the_iterate_clamped_to_the_images_box(monkeypatch):
     # the projection onto [0, 1], which holds the input, is never farther from it; the record counts the values it
