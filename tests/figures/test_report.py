@@ -543,6 +543,11 @@ def test_the_utility_row_gives_the_trainings_epsilon(tmp_path):
                               utility_epsilon=None, utility_steps=300)
     assert "test accuracy 0.500 when training under the defense; no DP guarantee for the training" in build_report(
         [unbounded])
+    assert "did not learn" not in text
+    stuck = _with_metrics(tmp_path, "stuck", utility_acc=0.136, utility_steps=300,
+                          utility_note="--utility's training did not learn: test accuracy 0.136 after 300 steps")
+    assert ("test accuracy 0.136 when training under the defense — the training did not learn (test accuracy below "
+            "twice chance), so this measures its step size or length more than the defense") in build_report([stuck])
 
 
 def test_a_folder_given_twice_is_reported_once(tmp_path, monkeypatch):

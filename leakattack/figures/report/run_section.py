@@ -291,7 +291,12 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         over = f" over its {steps} training steps" if steps else ""
         spent = f"; ε = {_num(eps, 3, 'g')} at δ = {_num(m.delta, 3, 'g')}{over}" if eps is not None else \
             ("; no DP guarantee for the training" if m.defense else "")
-        rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"))
+        note = m.extra.get("utility_note")
+        unlearned = (" — the training did not learn (test accuracy below twice chance), so this measures its step "
+                     "size or length more than the defense" if isinstance(note, str) and "did not learn" in note
+                     else "")
+        rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"
+                     f"{unlearned}"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
            _budget(run, derived),
