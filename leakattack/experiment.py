@@ -630,6 +630,13 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                     "message": (f"{said}at an image that is not the truth ({which}): --tol "
                                 f"{p.cfg.tol:g}, looser than its default {TIGHT_TOL:g}, lets an image near the message "
                                 "stop the run, so this does not tell whether another image gives the message")}
+        off = _message_residual(case, result) if p.attack.closed_form else None
+        if off is not None and off ** 2 > max(p.cfg.tol, TIGHT_TOL):  # the closed form fitted its model, not y
+            return {**out, "jacobian_note": "not measured: the reconstruction does not give the message",
+                    "message": (f"{said}yet the image is not the truth ({which}), and the message its own gradient "
+                                f"sends lies {off:.3g} of the message's norm from it: the closed form's tolerance is "
+                                "of its model of the gradient, not of an image that gives the message, so this does "
+                                "not tell whether another image gives it")}
         out.update(unique=False, message=(
             f"{said}yet the image is not the truth ({which}): a different image "
             "matches the message to the tolerance, so the message does not determine the input here; this is a "
@@ -655,6 +662,18 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     if out["unique"] is None and rank is not None:
         out["unique"] = rank == mB
     return out
+
+
+def _message_residual(case, result: AttackResult) -> float | None:
+    """||message of the reconstruction - y|| / ||y||, through the attacker's model of the client (None where the
+    result holds no labels or the message is zero)."""
+    if result.labels is None:
+        return None
+    y = case.obs.y
+    with torch.enable_grad():
+        sent = case.obs.forward(result.x.to(y.dtype), result.labels).detach()
+    norm = float(y.norm())
+    return float((sent.reshape(-1) - y.reshape(-1)).norm()) / norm if norm > 0 else None
 
 
 def _not_rebuilt_images(wrong: list[int], n: int) -> str:

@@ -205,3 +205,17 @@ def test_a_solve_for_g_that_does_not_converge_is_warned_of_not_blamed_on_the_ske
         warnings.simplefilter("error")
         srht, g = get_sketch("srht", 256, 256, seed=1), g[:256]  # d a power of two: an orthogonal R
         assert torch.allclose(Analytic()._solve_square(srht, srht.apply(g)), g, atol=1e-10)
+
+
+def test_a_closed_form_fit_of_its_own_model_is_not_called_an_image_that_gives_the_message(tmp_path, capsys):
+    """mlp through srht b = 800 (922 unknowns of the low-rank model) fits its model to 1.8e-11 at an image that is not
+    the truth, whose own message is far from y: the run said "a different image matches the message to the
+    tolerance ... this is a finding in itself" and recorded unique: false."""
+    out = tmp_path / "a4"
+    assert cli.main(["run", "--model", "mlp", "--dataset", "digits", "--attack", "analytic", "--sketch", "srht",
+                     "--sketch-dim", "800", "--no-lpips", "--quiet", "--out", str(out)]) == 0
+    said = "".join(capsys.readouterr())
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["verdict"] == "not rebuilt" and m["stop_reason"] == "tolerance" and m["final_loss"] < 1e-8
+    assert m["unique"] is None and m["jacobian_note"] == "not measured: the reconstruction does not give the message"
+    assert "finding in itself" not in said and "the message its own gradient sends lies" in said
