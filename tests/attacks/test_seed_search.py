@@ -101,6 +101,22 @@ def test_a_long_search_warns_once_after_its_first_chunk(client):
     assert len(notes) == 1 and "sketch seeds takes about" in str(notes[0].message)
 
 
+def test_a_winner_that_does_not_stand_out_is_warned_of_and_one_that_does_is_not(client):
+    """A search whose range does not hold the client's seed picked the highest of the wrong ones (2.38 against 2.04
+    for the runner-up, through imprint's block) and the attack ran through that R without a word."""
+    victim, g = client
+    b = victim.d // 2
+    y = get_sketch("srht", victim.d, b, seed=2 ** 40).apply(g)  # far outside the 256 candidates from 0
+    with pytest.warns(SettingWarning, match="seed search: the winning seed's statistic, .*, does not stand out from "
+                                            "the runner-up's, .*: the search may have found no seed"):
+        found = ss.search_seed(victim, y, "srht", b, {}, seed_base=0, bits=8)
+    assert found.best < ss.STANDS_OUT * found.runner_up
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        found = ss.search_seed(victim, y, "srht", b, {}, seed_base=2 ** 40 - 3, bits=3)
+    assert found.found_seed == 2 ** 40
+
+
 def test_the_declared_bound_is_the_module_bound():
     param = next(p for p in RUN_PARAMS if p.name == "sketch_seed_search")
     assert param.constraint.ok(ss.MAX_BITS) and not param.constraint.ok(ss.MAX_BITS + 1)
