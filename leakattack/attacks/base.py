@@ -89,6 +89,8 @@ class Attack:
 
     name = "base"
     closed_form: bool = False
+    #: what a closed form's final loss is, as the summary line names it
+    residual_name: str = "residual"
     reads_labels: bool = False
     uses_labels: bool = True
     modifies_model: bool = False

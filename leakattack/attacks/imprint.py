@@ -231,6 +231,8 @@ class Imprint(Attack):
 
     name = "imprint"
     closed_form = True
+    #: its final loss is the share of the bins' bias signal left out of the batch it returns, not a fit to y
+    residual_name = "bin signal left out"
     uses_labels = False  # the images are the bins' quotients, whatever the labels read beside them
     modifies_model = True
     options = (Param("bins", DEFAULT_BINS, Number(2, MAX_BINS, integer=True), "imprint bins",

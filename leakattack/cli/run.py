@@ -28,7 +28,8 @@ from ..rebuilt import (
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None,
-                 protocol_noise: dict | None = None, protocol_round: int | None = None) -> str:
+                 protocol_noise: dict | None = None, protocol_round: int | None = None,
+                 residual_name: str = "residual") -> str:
     """The one line a run ends with: what the attack rebuilt, beside its baselines, or that it attacked nothing.
 
     A run that attacked nothing (its objective was not finite at the start, or
@@ -42,13 +43,13 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
     images rebuilt)``: :func:`leakattack.rebuilt.images_words`).  The final loss is named after the
     ``objective`` it is (``L_R`` for the squared distance, the cosine distance
     for ``cosine``, the relative residual of a closed-form attack's solve for
-    ``residual``); a defended run adds its defense, ε and, with ``--utility``,
-    the test accuracy of training under it (said to be below chance when it is
-    under 1/``num_classes``).  A DP protocol's message adds its own noise
+    ``residual``, named by the attack's ``residual_name``: imprint's is the share of its bins' signal left
+    out); a defended run adds its defense, ε and, with ``--utility``, the test accuracy of training under it
+    (said to be below chance when it is under 1/``num_classes``).  A DP protocol's message adds its own noise
     (``protocol_noise``: ``Protocol.privacy`` over rounds 1..``protocol_round``,
     which config.json records) with the accountant's ε over those rounds.
     """
-    name = {"cosine": "cosine distance", "residual": "residual"}.get(objective, "L_R")
+    name = {"cosine": "cosine distance", "residual": residual_name}.get(objective, "L_R")
     record = m.to_dict()
     tail = (f"{name} {_loss(m.final_loss)} | {_labels(m, record)} | {_steps(m)} | "
             f"{m.wall_s:.1f} s | d={m.d} b={m.b} | {_defense(m, num_classes, protocol_noise, protocol_round)}")
@@ -152,7 +153,7 @@ def cmd_run(a) -> int:
     print(summary_line(m, folder, objective="residual" if closed else derived.get("objective", "l2"),
                        num_classes=derived.get("num_classes"),
                        protocol_noise=(derived.get("sketch") or {}).get("privacy") if cfg.protocol else None,
-                       protocol_round=cfg.protocol_round))
+                       protocol_round=cfg.protocol_round, residual_name=cfg.attack_class.residual_name))
     # a note when the run diverged, its loss rose, or a match is not unique; not for an optimiser's ordinary stops,
     # unless Gauss-Newton steps were tried after them and not kept (the line says so, the note why); always for a
     # closed-form attack, whose message says what it solved

@@ -184,6 +184,8 @@ def test_wrong_labels_do_not_explain_a_failed_run_of_an_attack_that_does_not_use
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["labels_unused"] is True and metrics["verdict"] == "not rebuilt" and metrics["label_acc"] < 1
     assert "the label reading failed" not in said.out + said.err
+    # its final loss is the bins' signal it leaves out, not a fit to the message: it was called the residual
+    assert "| bin signal left out " in said.out and "| residual " not in said.out
 
 
 def test_a_solve_for_g_that_does_not_converge_is_warned_of_not_blamed_on_the_sketch(monkeypatch):
