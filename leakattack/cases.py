@@ -596,7 +596,9 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         raise ConfigError(f"{why} needs the labels, and neither message file '{msg.path}' nor a truth file holds any")
     threat = ThreatModel(knows_labels=known is not None, knows_sketch=cfg.sketch_known,
                          knows_clip=cfg.attacker_knows_clip)
-    score_labels = truth[1] if truth is not None and truth[1] is not None else msg.labels
+    # the truth's labels score the run; the message file's are the client's claim, granted to the attack, and
+    # scoring them against themselves would read 1 whatever they are
+    score_labels = truth[1] if truth is not None and truth[1] is not None else None
     def target(t):
         return None if t is None else victim.target(t.to(device))
     view = channel.attacker_view(threat)

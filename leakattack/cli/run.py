@@ -78,7 +78,8 @@ def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int 
 def _labels(m: RunMetrics, record: dict | None = None) -> str:
     """The summary line's label part (``record``: ``m.to_dict()`` where the caller has it)."""
     if m.label_acc is None:  # a regression's given targets, or no true labels to score against
-        if m.label_mode == "given" or m.labels_attack is None:
+        classes = isinstance(m.labels_attack, list) and all(type(v) is int for v in m.labels_attack)
+        if m.labels_attack is None or (m.label_mode == "given" and not classes):
             return "label given"
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
     n = len(m.labels_true or ())

@@ -365,6 +365,31 @@ def test_labels_read_from_a_message_whose_truth_has_no_labels_are_shown_not_call
     assert _labels(SimpleNamespace(**{**vars(read), "truth": False})) == "labels [0, 1] (idlg)"
     regression = SimpleNamespace(label_acc=None, label_mode="given", labels_attack=[[0.5]], truth=True)
     assert _labels(regression) == "label given"
+    # a message file's class labels, granted and not scored against themselves (they read 1/1 whatever they were)
+    given = SimpleNamespace(label_acc=None, label_mode="given", labels_attack=[1], truth=True)
+    assert _labels(given) == "labels [1] (given, not scored)"
+
+
+def test_a_message_files_labels_are_not_scored_against_themselves(tmp_path, capsys):
+    """A message file that holds label 1 for a digit of class 0, and a truth file of images alone: the run scored
+    label accuracy 1.0 against the file's own labels and recorded them as labels_true."""
+    from leakattack import data
+
+    ds = data.get_dataset("digits")
+    x, labels = data.get_batch(ds, 0, 1)
+    victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
+    R = get_sketch("srht", victim.d, victim.d // 2, seed=1)
+    wrong = (labels + 1) % 10
+    write_message(tmp_path / "m.pt", R.apply(targets.flat_gradient(victim, x, labels).detach()), sketch=R,
+                  batch_size=1, labels=wrong, input_shape=ds.in_shape, num_classes=10)
+    torch.save(x, tmp_path / "x.pt")
+    assert cli.main(["run", "--model", "lenet", "--message", str(tmp_path / "m.pt"), "--truth", str(tmp_path / "x.pt"),
+                     "--iterations", "2", "--refine", "none", "--no-lpips", "--quiet",
+                     "--out", str(tmp_path / "run")]) == 0
+    line = capsys.readouterr().out
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["label_acc"] is None and m["labels_true"] is None and m["labels_attack"] == wrong.tolist()
+    assert f"| labels {wrong.tolist()} (given, not scored) |" in line
 
 
 def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilon():
