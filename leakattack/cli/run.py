@@ -178,7 +178,7 @@ def cmd_run(a) -> int:
         identified = identified_line(record)
         if identified:
             print(f"note: {identified}", file=sys.stderr)
-        part = failed_part(record, clip_blind=clip_not_modelled(cfg))
+        part = failed_part(record, clip_blind=clip_not_modelled(cfg, config.get("run", {}).get("defense")))
         if part:
             print(f"note: {part}", file=sys.stderr)
         for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):
@@ -228,10 +228,12 @@ def _note_first(note: str | None) -> Iterator[Callable[[object], None]]:
         warnings.showwarning = shown
 
 
-def clip_not_modelled(cfg) -> bool:
+def clip_not_modelled(cfg, defense: str | None = None) -> bool:
     """Whether the run's defense clips and the attacker was not told (no ``--attacker-knows-clip``): its model of
-    the client then sends an unclipped gradient the message does not hold."""
-    return bool(cfg.defense) and not cfg.attacker_knows_clip and bool(build_defense(cfg.defense).clips())
+    the client then sends an unclipped gradient the message does not hold.  ``defense``: the one the run recorded
+    (a message file's own, which config.json's ``run.defense`` holds), else ``cfg.defense``."""
+    spec = defense if defense is not None else cfg.defense
+    return bool(spec) and not cfg.attacker_knows_clip and bool(build_defense(spec).clips())
 
 
 def _config(folder) -> dict:

@@ -460,3 +460,30 @@ def test_weights_of_another_name_than_the_message_file_names_are_a_one_line_warn
     assert not [w for w in seen if "weights" in str(w.message)], [str(w.message) for w in seen]
     with pytest.warns(SettingWarning, match=r"no --weights \(the message file names 'round001-weights.pt'\)"):
         prepare(RunConfig(**cfg))
+
+
+def test_a_clip_in_the_message_file_is_named_when_the_attacker_did_not_model_it(tmp_path, capsys, monkeypatch):
+    """The note that names a clip the attacker did not model read the command line's --defense, which a message run
+    leaves empty: the file's clip:C=0.1 went unnamed where a simulated client's is named."""
+    from leakattack import data
+    from leakattack.cli import run as run_cli
+
+    ds = data.get_dataset("digits")
+    x, labels = data.get_batch(ds, 0, 1)
+    victim = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0)
+    g = targets.flat_gradient(victim, x, labels).detach()
+    R = get_sketch("srht", victim.d, victim.d // 2, seed=1)
+    write_message(tmp_path / "m.pt", R.apply(g * min(1.0, 0.1 / float(g.norm()))), sketch=R, batch_size=1,
+                  input_shape=ds.in_shape, num_classes=10, defense="clip:C=0.1")
+    torch.save(x, tmp_path / "x.pt")
+    seen = []
+    monkeypatch.setattr(run_cli, "failed_part", lambda record, clip_blind=False: seen.append(clip_blind))
+    for flags, blind in (([], True), (["--attacker-knows-clip"], False)):
+        out = tmp_path / f"run{len(seen)}"
+        assert cli.main(["run", "--model", "lenet", "--message", str(tmp_path / "m.pt"), "--truth",
+                         str(tmp_path / "x.pt"), "--iterations", "2", "--refine", "none", "--no-lpips", "--quiet",
+                         *flags, "--out", str(out)]) == 0
+        assert seen[-1] is blind, flags
+    capsys.readouterr()
+    cfg = RunConfig(model="lenet")
+    assert run_cli.clip_not_modelled(cfg, "clip:C=0.1") and not run_cli.clip_not_modelled(cfg)
