@@ -156,7 +156,10 @@ def sent_sketch(config: dict) -> str | None:
     run, described = config.get("run", {}), config.get("derived", {}).get("sketch")
     described = described if isinstance(described, dict) else {}
     encoder = described.get("encoder")
-    kind = (encoder if isinstance(encoder, dict) else described).get("kind")
+    if "encoder" in described:  # a protocol's or a message file's description: its kind is the message's, not R's
+        kind = encoder.get("kind") if isinstance(encoder, dict) else None  # None: an unsketched message
+    else:
+        kind = described.get("kind")
     return kind if isinstance(kind, str) and kind else run.get("sketch")
 
 

@@ -88,6 +88,18 @@ def test_collect_names_the_sketch_a_protocol_really_sent_and_its_round_and_clien
         ("gaussian", "", "", "")
 
 
+def test_collect_names_an_unsketched_message_files_sketch_none_not_its_kind(tmp_path):
+    """A message file's description holds its kind (gradient or update) and its encoder: an unsketched file (encoder
+    None) read 'gradient' in the sketch column."""
+    from leakattack.cli.collect import sent_sketch
+
+    message = {"file": "plain.pt", "kind": "gradient", "numbers": 10066, "batch_size": 1, "encoder": None}
+    assert sent_sketch({"run": {"sketch": "none"}, "derived": {"sketch": message}}) == "none"
+    sketched = {**message, "encoder": {"kind": "srht", "d": 10066, "b": 5033, "seed": 1}}
+    assert sent_sketch({"run": {"sketch": "srht"}, "derived": {"sketch": sketched}}) == "srht"
+    assert sent_sketch({"run": {"sketch": "srht"}, "derived": {"sketch": {"kind": "gaussian"}}}) == "gaussian"
+
+
 def test_collect_says_which_part_of_a_failed_run_failed(tmp_path):
     runs = tmp_path / "runs"
     for name, verdict, truth, acc in [("search", "not rebuilt", 0.002, 1.0), ("objective", "not rebuilt", 6.0, 1.0),
