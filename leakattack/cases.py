@@ -35,7 +35,16 @@ from .config.params import duration_seconds
 from .config.run import RUN_DEFAULTS
 from .data import ImageSet, get_batch, get_dataset
 from .errors import SettingWarning, UserError, duration_text, size_text
-from .observation import LinearMap, Observation, ThreatModel, attacker_forward, from_protocol, observe, unknown_seed
+from .observation import (
+    LinearMap,
+    Observation,
+    ThreatModel,
+    attacker_forward,
+    from_protocol,
+    observe,
+    unknown_seed,
+    zero_message,
+)
 from .registry import Registry
 from .results.message import Message, first_label_outside, read_message, read_truth
 from .sketch import (
@@ -567,6 +576,9 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         if cfg.sketch_seed_search:
             raise ConfigError(f"--sketch-seed-search needs a sketched message, and message file '{msg.path}' is not "
                               "sketched")
+        if not cfg.sketch_known:
+            warnings.warn(f"message file '{msg.path}' is not sketched: --sketch-unknown changes nothing",
+                          SettingWarning, stacklevel=4)
         sketch = get_sketch("none", victim.d, victim.d)
     elif msg.sketch["d"] != victim.d:
         raise ConfigError(f"message file '{msg.path}' was sketched from d = {msg.sketch['d']} numbers, but model "
@@ -618,10 +630,12 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         if client_sketch is not None:
             client_map = MessageMap(client_sketch, msg.lr * msg.local_steps, kind)
     y = msg.y.to(device=device, dtype=dtype)
+    extra = {"message_ids": dict(msg.ids), **found}
+    zero_message(y, extra, f"message file '{msg.path}'")
     obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
                       client_map=client_map, threat=threat, labels=target(known), defense=channel.spec,
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch
-                      extra={"message_ids": dict(msg.ids), **found})
+                      extra=extra)
     x = None if truth is None else truth[0].to(device=device, dtype=dtype)
     tag = "" if sketch.identity else f" {sketch.kind} b={sketch.b}"
     return Case(dataset, victim, x, target(score_labels), obs, msg.describe(),

@@ -468,6 +468,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     # epsilon/delta of the message, test accuracy under the defense
     privacy = privacy_metrics(cfg, case.obs) if cfg.defense or cfg.utility else {}
     privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
+    if case.obs.extra.get("message_zero"):  # with or without a defense: every value of the message is 0
+        privacy["message_zero"] = True
     # the closed-form attacks that accept the message of a run that rebuilt nothing (its note names them)
     readers = closed_forms_for(case.obs) if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form \
         else []

@@ -337,6 +337,16 @@ def _noiseless(channel: Channel) -> Transmission | None:
     return Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not _adds_noise(step)]))
 
 
+def zero_message(y: torch.Tensor, extra: dict, what: str) -> None:
+    """Record (``message_zero``) and warn in one line where every value of the message ``y`` is 0: it then says
+    only that the gradient it was made from is zero or was removed, and holds no image to rebuild."""
+    if y.numel() and not bool(y.any()):
+        extra["message_zero"] = True
+        warnings.warn(f"every value of {what} is 0: it says only that the gradient it was made from is zero or was "
+                      "removed (a capture that recorded nothing, a defense that keeps nothing), and holds no image "
+                      "for an attack to rebuild", SettingWarning, stacklevel=3)
+
+
 def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> float | None:
     """What an attacker who knows the defense (not its noise) estimates of the noise in message ``y``: the
     root-mean-square norm of the channel's message for a zero gradient shaped like ``gradient`` (its additive noise
@@ -417,6 +427,9 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
                       f"infinite after its defense '{channel.spec}': nothing can be read from them, and the attack's "
                       "labels and images are not evidence of anything", SettingWarning, stacklevel=2)
+    else:
+        zero_message(y, extra, f"the client's message (after its defense '{channel.spec}')" if channel.pipeline
+                     else "the client's message")
     mine, client_map = channel, None
     if not threat.knows_sketch and not channel.sketch.identity:
         sketch = channel.sketch

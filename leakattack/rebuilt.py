@@ -329,9 +329,16 @@ def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", oth
 
 def message_unreadable(m: Mapping) -> bool:
     """Whether every value of a run's message is NaN or infinite (metrics.json's ``message_nonfinite`` reaches its
-    ``b``): no attack can read anything from it, so neither a stronger attack nor other settings would do better."""
+    ``b``) or 0 (``message_zero``): no attack can read an image from it, so neither a stronger attack nor other
+    settings would do better."""
     n, b = m.get("message_nonfinite") or 0, m.get("b") or 0
-    return bool(n) and n >= b
+    return (bool(n) and n >= b) or m.get("message_zero") is True
+
+
+#: the note in place of the failure note where every value of the message is 0 (``message_zero``)
+ZERO_NOTE = ("every value of the message is 0, so it holds no image to rebuild: this run shows that the message "
+             "carried nothing (how it was captured, or what the defense removed), not what an attack reads from one "
+             "that carries the gradient")
 
 
 def objective_failed(objective_at: dict) -> bool:
@@ -453,6 +460,7 @@ __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "
            "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",
            "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
-           "nothing_attacked", "failed_part", "message_unreadable", "objective_failed", "failed_kind", "failed_counts",
+           "nothing_attacked", "failed_part", "message_unreadable", "ZERO_NOTE",
+           "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line",
            "FAILED_PARTS"]

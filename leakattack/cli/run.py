@@ -18,6 +18,7 @@ from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import (
     REBUILT,
+    ZERO_NOTE,
     faint_words,
     image_verdicts,
     images_note,
@@ -172,7 +173,8 @@ def cmd_run(a) -> int:
             print(f"note: {ahead}", file=sys.stderr)
         nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
         unreadable = message_unreadable(record)
-        print(f"note: {NONFINITE_NOTE.format(n=nonfinite) if unreadable else FAILURE_NOTE}", file=sys.stderr)
+        said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
+        print(f"note: {said if unreadable else FAILURE_NOTE}", file=sys.stderr)
         if nonfinite and not unreadable:
             print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
         identified = identified_line(record)

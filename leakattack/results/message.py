@@ -250,6 +250,8 @@ def read_message(path) -> Message:
     data = load_torch_file(path, where, error=MessageError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise MessageError(f"{where} is not a message file (no format '{FORMAT}'; write one with write_message)")
+    if "version" not in data:
+        raise MessageError(f"{where} has no 'version'")
     if not is_int(data.get("version"), 1) or data["version"] > VERSION:
         raise MessageError(f"{where} has format version {data.get('version')!r}; this leakattack reads "
                            f"versions up to {VERSION}")

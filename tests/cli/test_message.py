@@ -164,6 +164,7 @@ BAD = [
     (lambda t: _save(t / "m.pt", message=torch.zeros(10), sketch={"kind": "srht", "d": D, "b": D // 2, "seed": 1}),
      f"message file '{{m}}': the message has 10 numbers but its sketch (srht, d = {D}) sends b = {D // 2}"),
     (lambda t: _save(t / "m.pt", batch_size=None), "message file '{m}' has no 'batch_size'"),
+    (lambda t: _save(t / "m.pt", version=None), "message file '{m}' has no 'version'"),  # read "version None"
     (lambda t: _save(t / "m.pt", message=torch.zeros(50), sketch={"kind": "srht", "d": 100, "b": 50, "seed": 1}),
      f"message file '{{m}}' was sketched from d = 100 numbers, but model 'lenet' has d = {D} parameters"),
     (lambda t: _save(t / "m.pt", sketch={"kind": "fourier", "d": 4, "b": 2, "seed": 1}),
@@ -444,8 +445,8 @@ def test_a_file_whose_pickle_calls_os_system_is_refused_as_holding_code_without_
 
 def test_weights_of_another_name_than_the_message_file_names_are_a_one_line_warning(tmp_path, lenet_weights):
     """A Flower message file names the weights file written beside it (ids.weights); another one passed silently."""
-    write_message(tmp_path / "round001-client0.pt", torch.zeros(D), input_shape=SHAPE, num_classes=10, round=1,
-                  client="0", weights="round001-weights.pt")
+    write_message(tmp_path / "round001-client0.pt", torch.full((D,), 1e-3), input_shape=SHAPE, num_classes=10,
+                  round=1, client="0", weights="round001-weights.pt")  # not zeros: a message of zeros is warned of
     named = tmp_path / "round001-weights.pt"
     shutil.copy(lenet_weights, named)
     cfg = dict(model="lenet", message=str(tmp_path / "round001-client0.pt"), iterations=1)
@@ -487,3 +488,28 @@ def test_a_clip_in_the_message_file_is_named_when_the_attacker_did_not_model_it(
     capsys.readouterr()
     cfg = RunConfig(model="lenet")
     assert run_cli.clip_not_modelled(cfg, "clip:C=0.1") and not run_cli.clip_not_modelled(cfg)
+
+
+def test_a_message_of_zeros_is_said_to_carry_nothing_and_sketch_unknown_on_an_unsketched_one_is_warned_of(
+        tmp_path, capsys):
+    """A message file of zeros was attacked with the note that a stronger attack may still rebuild the input; an
+    unsketched file beside --sketch-unknown ran without a word."""
+    from leakattack import data
+    from leakattack.figures.report import build_report
+
+    ds = data.get_dataset("digits")
+    x, _ = data.get_batch(ds, 0, 1)
+    d = targets.get_model("lenet", num_classes=10, in_shape=ds.in_shape, seed=0).d
+    write_message(tmp_path / "zero.pt", torch.zeros(d), batch_size=1, input_shape=ds.in_shape, num_classes=10)
+    torch.save(x, tmp_path / "x.pt")
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "lenet", "--message", str(tmp_path / "zero.pt"), "--truth",
+                     str(tmp_path / "x.pt"), "--iterations", "2", "--refine", "none", "--no-lpips", "--quiet",
+                     "--sketch-unknown", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: every value of message file '{tmp_path / 'zero.pt'}' is 0: it says only" in err
+    assert f"warning: message file '{tmp_path / 'zero.pt'}' is not sketched: --sketch-unknown changes nothing" in err
+    assert "note: every value of the message is 0, so it holds no image to rebuild" in err
+    assert "a stronger attack may still rebuild the input" not in err
+    assert json.loads((out / "metrics.json").read_text())["message_zero"] is True
+    assert "every value of the message is 0" in build_report([out])

@@ -27,6 +27,7 @@ from ...metrics import (
 from ...metrics.identify import SCORES
 from ...rebuilt import (
     FAINT_SSIM,
+    ZERO_NOTE,
     faint_words,
     image_scores,
     image_verdicts,
@@ -66,6 +67,13 @@ from .shared import (
 MAX_IMAGE_ROWS = 64
 #: in its place where every value of the message is NaN or infinite (:func:`leakattack.rebuilt.message_unreadable`)
 UNREADABLE_NOTE = "every value of the message is NaN or infinite, and no attack can read anything from it"
+
+
+def _unreadable(record: dict) -> str:
+    """Why no attack can read the message: every value NaN or infinite, or every value 0."""
+    return ZERO_NOTE if record.get("message_zero") is True else UNREADABLE_NOTE
+
+
 #: the start baseline's row of a run whose attack has no start (a closed-form attack)
 NO_START = "none: a closed-form attack has no start"
 #: the keys every run's metrics.json has held since the first one: a file without one of them is not a run's metrics
@@ -211,12 +219,13 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
-            note = UNREADABLE_NOTE if message_unreadable(record) else FAILURE_NOTE
+            note = _unreadable(record) if message_unreadable(record) else FAILURE_NOTE
             return "nothing attacked", "failed", (f"Nothing was attacked ({note}): "
                                                   f"{m.nothing_attacked or NOT_RECORDED}.{which}")
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
-        return f"not rebuilt{counted}", "failed", (f"Not rebuilt at this budget ({FAILURE_NOTE}): "
+        note = _unreadable(record) if message_unreadable(record) else FAILURE_NOTE
+        return f"not rebuilt{counted}", "failed", (f"Not rebuilt at this budget ({note}): "
                                                    f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
         f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "
@@ -452,7 +461,7 @@ def _run_verdict(m: RunMetrics) -> str:
     lines = []
     idle = m.attacked is False or bool(m.nothing_attacked)
     if idle:
-        note = UNREADABLE_NOTE if message_unreadable(m.to_dict()) else FAILURE_NOTE
+        note = _unreadable(m.to_dict()) if message_unreadable(m.to_dict()) else FAILURE_NOTE
         lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(note)}): '
                      f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
                      "what it returned: no reconstruction was made to score.</p>")
