@@ -287,15 +287,16 @@ def _sampled(prob: Problem, pts: list, gen: torch.Generator) -> tuple[list, list
     return Ls, grads, ratios, keig
 
 
-def _beta_pairs(prob: Problem, pts: list, gen: torch.Generator) -> float:
-    """The largest ||G(x_i) - G(x_j)|| / ||x_i - x_j|| over each point and one other drawn at random."""
+def _beta_pairs(prob: Problem, pts: list, gen: torch.Generator) -> float | None:
+    """The largest ||G(x_i) - G(x_j)|| / ||x_i - x_j|| over each point and one other drawn at random; None for one
+    point, which makes no pair (its draw is still taken, so the rest of the check draws as it did)."""
     gvals = [prob.G(x).detach() for x in pts]
     beta = 0.0
     for i in range(len(pts)):
         j = (i + 1 + int(torch.randint(0, max(1, len(pts) - 1), (1,), generator=gen))) % len(pts)
         if j != i:
             beta = max(beta, float((gvals[i] - gvals[j]).norm() / (pts[i] - pts[j]).norm()))
-    return beta
+    return beta if len(pts) > 1 else None
 
 
 def _probe_pairs(prob: Problem, pts: list, Ls: list, grads: list, gen: torch.Generator) -> list:
@@ -364,7 +365,7 @@ def check(model_name: str, sketch_kind: str, ratio: float = 0.5, samples: int | 
     # β: sampled pairs and the spectral norm of J (θ₂ is the largest ‖J(x)‖ seen)
     beta_pairs = _beta_pairs(prob, pts, gen)
     beta_power = math.sqrt(theta2_sq)
-    beta = max(beta_pairs, beta_power)
+    beta = beta_power if beta_pairs is None else max(beta_pairs, beta_power)
 
     # non-critical point (Def. 7.3) at the sampled points
     r = np.array(ratios)

@@ -116,7 +116,10 @@ def test_a_prediction_its_own_run_breaks_says_so_and_names_the_premise_it_broke(
     read b = 6.3, round-off over steps of 1e-16, where those above need 1.57 < 1.98."""
     assert main(["check", "--model", "linreg", "--samples", "1", "--out", str(tmp_path / "one"), "--quiet"]) == 0
     data = json.loads((tmp_path / "one" / "check.json").read_text())
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("GD rate, L.1 step"))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("GD rate, L.1 step"))
+    # one sample makes no pair: its beta_pairs read 0, as if measured
+    assert data["beta_pairs"] is None and data["beta"] == data["beta_power"] and "(pairs —, " in out
     assert data["observed_rate"] > data["predicted_rate"] and data["predicted_rate_holds"] is False
     assert data["l1_trajectory_b"] < 1.1 * data["b_used_for_eta"]  # measured 1.57 against 1.98
     assert data["l1_trajectory_ratios_inside"] < 0.5  # measured 0: the premise the run broke
