@@ -447,8 +447,6 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     with stop_on_interrupt() if interruptible else contextlib.nullcontext():
         result = p.attack.reconstruct(case.obs, monitor=monitor if case.x is not None else None,
                                       monitor_every=cfg.trace_every, progress=progress)
-    check_result(cfg.attack, result, case.obs.input_shape,
-                 case.victim.num_classes if case.victim.task == "classification" else None)
     if not bool(torch.isfinite(result.x).all()):
         warnings.warn(f"attack '{cfg.attack}' returned a reconstruction with {int((~torch.isfinite(result.x)).sum())} "
                       "value(s) that are NaN or infinite: its scores are n/a and it counts as not rebuilt",
@@ -498,34 +496,6 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     trace = [{"step": t, "loss": loss, "psnr": by_step.get(t, {}).get("psnr")}
              for t, loss in enumerate(result.losses)]
     return Outcome(p, result, m, trace, max(threads_seen() or 0, torch.get_num_threads()))
-
-
-def check_result(name: str, result, shape: tuple, num_classes: int | None = None) -> None:
-    """Refuse, in one sentence naming attack ``name``, what its ``reconstruct`` returned when that is not an
-    AttackResult holding a batch of ``shape``, at least the loss at its start and (a classifier's, ``num_classes``
-    given) labels that are one class index per image, or none."""
-    if not isinstance(result, AttackResult):
-        got = "None" if result is None else f"a {type(result).__name__}"
-        raise UserError(f"attack '{name}' returned {got} from reconstruct, not the leakattack.attacks.AttackResult "
-                        "every attack returns")
-    if not isinstance(result.x, torch.Tensor) or tuple(result.x.shape) != tuple(shape):
-        got = f"shape {tuple(result.x.shape)}" if isinstance(result.x, torch.Tensor) else type(result.x).__name__
-        raise UserError(f"attack '{name}' returned a reconstruction x of {got}, not the batch of shape "
-                        f"{tuple(shape)} it attacks")
-    if not result.losses:
-        raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "
-                        "step, at least at its start)")
-    labels = result.labels
-    if num_classes is not None and labels is not None:
-        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() \
-                or labels.dtype == torch.bool or tuple(labels.shape) != (shape[0],):
-            got = f"{tuple(labels.shape)} {labels.dtype}" if isinstance(labels, torch.Tensor) else type(labels).__name__
-            raise UserError(f"attack '{name}' returned labels of {got}, not one integer class index per image "
-                            f"({shape[0]},) (or None)")
-        low, high = (int(labels.min()), int(labels.max())) if labels.numel() else (0, 0)
-        if not 0 <= low <= high < num_classes:
-            raise UserError(f"attack '{name}' returned label {high if high >= num_classes else low}, outside the "
-                            f"classes 0..{num_classes - 1}")
 
 
 def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,

@@ -10,8 +10,8 @@ from torch import nn
 import targets
 from leakattack import Channel, ThreatModel, observe
 from leakattack.attacks import AttackResult
+from leakattack.attacks.base import check_result
 from leakattack.errors import UserError
-from leakattack.experiment import check_result
 from leakattack.sketch import get_sketch
 
 
@@ -161,6 +161,32 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     with pytest.raises(UserError, match="^attack 'grey' returned no losses"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[]), shape)
     check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0]), shape)
+
+
+def test_an_attacks_result_is_checked_when_called_from_python_as_the_run_checks_it():
+    """From Python, reconstruct returned a label outside the classes or a reconstruction of another shape, and assess
+    scored it; leakattack run refused it in one sentence."""
+    from leakattack.attacks.base import Attack
+
+    class Wrong(Attack):
+        name = "wrong"
+        closed_form = True
+
+        def __init__(self, label=42, shape=None):
+            self.label, self.shape = label, shape
+
+        def reconstruct(self, obs, **kwargs):
+            x = torch.zeros(self.shape or obs.input_shape, dtype=obs.y.dtype)
+            return AttackResult(x=x, labels=torch.tensor([self.label]), x0=None, losses=[0.0])
+
+    victim = targets.get_model("logreg", num_classes=10, in_shape=(1, 4, 4), seed=0)
+    obs = observe(victim, torch.rand(1, 1, 4, 4), torch.tensor([3]), Channel(get_sketch("none", victim.d, victim.d)))
+    with pytest.raises(UserError, match="^attack 'wrong' returned label 42, outside the classes 0..9$"):
+        Wrong().reconstruct(obs)
+    with pytest.raises(UserError, match=re.escape("attack 'wrong' returned a reconstruction x of shape (3, 5), not "
+                                                  "the batch of shape (1, 1, 4, 4) it attacks")):
+        Wrong(label=1, shape=(3, 5)).reconstruct(obs)
+    assert Wrong(label=1).reconstruct(obs).labels.tolist() == [1]
 
 
 def test_a_name_where_a_built_object_belongs_is_one_sentence_naming_what_to_build():

@@ -124,8 +124,37 @@ class Attack:
         raise NotImplementedError
 
 
+def check_result(name: str, result, shape: tuple, num_classes: int | None = None) -> None:
+    """Refuse, in one sentence naming attack ``name``, what its ``reconstruct`` returned when that is not an
+    AttackResult holding a batch of ``shape``, at least the loss at its start and (a classifier's, ``num_classes``
+    given) labels that are one class index per image, or none."""
+    if not isinstance(result, AttackResult):
+        got = "None" if result is None else f"a {type(result).__name__}"
+        raise UserError(f"attack '{name}' returned {got} from reconstruct, not the leakattack.attacks.AttackResult "
+                        "every attack returns")
+    if not isinstance(result.x, torch.Tensor) or tuple(result.x.shape) != tuple(shape):
+        got = f"shape {tuple(result.x.shape)}" if isinstance(result.x, torch.Tensor) else type(result.x).__name__
+        raise UserError(f"attack '{name}' returned a reconstruction x of {got}, not the batch of shape "
+                        f"{tuple(shape)} it attacks")
+    if not result.losses:
+        raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "
+                        "step, at least at its start)")
+    labels = result.labels
+    if num_classes is not None and labels is not None:
+        if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() \
+                or labels.dtype == torch.bool or tuple(labels.shape) != (shape[0],):
+            got = f"{tuple(labels.shape)} {labels.dtype}" if isinstance(labels, torch.Tensor) else type(labels).__name__
+            raise UserError(f"attack '{name}' returned labels of {got}, not one integer class index per image "
+                            f"({shape[0]},) (or None)")
+        low, high = (int(labels.min()), int(labels.max())) if labels.numel() else (0, 0)
+        if not 0 <= low <= high < num_classes:
+            raise UserError(f"attack '{name}' returned label {high if high >= num_classes else low}, outside the "
+                            f"classes 0..{num_classes - 1}")
+
+
 def _checking_observation(reconstruct):
-    """``reconstruct`` preceded by the check that its ``obs`` is an :class:`Observation` (one UserError sentence)."""
+    """``reconstruct`` preceded by the check that its ``obs`` is an :class:`Observation` and followed by the check of
+    what it returned (:func:`check_result`), each one UserError sentence."""
 
     @functools.wraps(reconstruct)
     def checked(self, obs, *args, **kwargs):
@@ -138,6 +167,9 @@ def _checking_observation(reconstruct):
                             "since observe): observe the client again at the weights to attack")
         obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
         result = reconstruct(self, obs, *args, **kwargs)
+        victim = obs.victim  # what it returned, refused as leakattack run refuses it, from Python too
+        check_result(self.name, result, obs.input_shape,
+                     victim.num_classes if victim.task == "classification" else None)
         if isinstance(result, AttackResult):
             result.closed_form = bool(self.closed_form)
             result.message = not_unique_message(result, obs)
@@ -249,4 +281,4 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
 
 
 __all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note",
-           "stop_requested", "stop_on_interrupt", "halt_reason"]
+           "stop_requested", "stop_on_interrupt", "halt_reason", "check_result"]
