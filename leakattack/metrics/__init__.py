@@ -154,6 +154,9 @@ def assess(result, x: torch.Tensor, labels=None, *, dataset=None, closed_form: b
                            f"{'x'.join(map(str, x.shape[1:]))}: give the data set the truth comes from (its mean image "
                            "is a baseline), or None for a constant grey baseline")
     truth = x.detach()
+    if closed_form is not None and not isinstance(closed_form, bool):  # "no" read as yes
+        raise MetricsError(f"closed_form must be True, False or None (from the result), got "
+                           f"{type(closed_form).__name__} {closed_form!r:.40}")
     if closed_form is None:
         closed_form = bool(getattr(result, "closed_form", False))
     for name in ("x",) if closed_form else ("x", "x0"):  # a closed form has no start to score

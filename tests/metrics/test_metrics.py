@@ -429,6 +429,9 @@ def test_assess_judges_a_result_against_its_start_and_the_mean_image():
     assert assess(exact, x, closed_form=True, with_lpips=False)["baseline_start_psnr"] is None
     with pytest.raises(MetricsError, match="AttackResult"):
         assess(x, x)
+    for wrong in ("no", 0, [1]):  # "no" dropped the start's baseline, read as yes
+        with pytest.raises(MetricsError, match="^closed_form must be True, False or None"):
+            assess(exact, x, closed_form=wrong, with_lpips=False)
 
 
 def test_score_clamps_the_reconstruction_as_assess_and_a_run_do():
