@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 from defenses import build as build_defense
+from targets.protocols import privacy_caveats
 
 from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import next_settings
@@ -103,7 +104,7 @@ def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, 
         eps, delta = noise.get("epsilon_rdp"), noise.get("delta_paper")
         bound = f"ε {eps:.3g} (δ {delta:.3g}){over}" if isinstance(eps, (int, float)) and isinstance(
             delta, (int, float)) else f"no ε{over} (its δ reaches 1)"
-        out += f"protocol noise σ {noise['sigma']:.3g}, {bound} | "
+        out += f"protocol noise σ {noise['sigma']:.3g}, {bound}{privacy_caveats(noise, rounds)} | "
     if m.defense:
         out += f"defense {m.defense}"
         if m.epsilon is not None:

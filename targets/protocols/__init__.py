@@ -87,7 +87,23 @@ def get_protocol(name: str, victim, train_set, *, defense=None, noise_rng=None, 
     return cls(victim, train_set, defense=defense, noise_rng=noise_rng, **{**SPEC_DEFAULTS, **spec})
 
 
+def privacy_caveats(noise: dict, rounds) -> str:
+    """What a DP protocol's ε over rounds 1..``rounds`` (its ``Protocol.privacy`` dict ``noise``) leaves out, for the
+    words beside it: privsgd's ε at the sensitivity its rescaling guarantees (2L, ``epsilon_rdp_normalised``: the
+    per-record ε assumes a rescale the data do not move), and rounds past those its noise was set for
+    (``rounds_covered``), where no guarantee holds."""
+    said = ""
+    wide = noise.get("epsilon_rdp_normalised")
+    if isinstance(wide, (int, float)) and not isinstance(wide, bool):
+        said += f"; ε {wide:.3g} at the rescaling's sensitivity 2L"
+    covered = noise.get("rounds_covered")
+    if isinstance(covered, int) and isinstance(rounds, int) and rounds > covered:
+        said += f"; its noise was set for rounds 1..{covered}, and past them no guarantee holds"
+    return said
+
+
 __all__ = [
+    "privacy_caveats",
     "get_protocol", "list_protocols", "register_protocol", "protocol_class", "Protocol", "ClientMessage",
     "MessageMap", "SPEC_DEFAULTS", "COMMON_SETTINGS", "unread_settings",
     "UNKNOWN_SEED_OFFSET", "evaluate", "local_sgd", "round_seed", "split_clients",

@@ -91,4 +91,5 @@ class PrivSGD(CompSGD):
                 "epsilon_rdp": accountant_epsilon(self.sigma * n / self.dp_clip, q, rounds,
                                                   self.dp_delta, accountant="rdp"),
                 "epsilon_rdp_normalised": accountant_epsilon(self.sigma / (2 * self.dp_clip), q, rounds,
-                                                             self.dp_delta, accountant="rdp")}
+                                                             self.dp_delta, accountant="rdp"),
+                "rounds_covered": int(self.dp_rounds)}  # the rounds sigma was set for (T)

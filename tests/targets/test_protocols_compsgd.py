@@ -164,6 +164,13 @@ def test_privsgd_sigma_is_the_papers_formula_and_epsilon_returns_to_it(digits_tr
     priv = p.privacy(25)
     assert priv["epsilon_paper"] == pytest.approx(2.0)
     assert priv["epsilon_paper"] > priv["epsilon_rdp"] > 0 and priv["epsilon_rdp_normalised"] > priv["epsilon_rdp"]
+    # the words beside the per-record ε: the rescaling's 2L bound, and rounds past T (the run's line had neither)
+    from targets.protocols import privacy_caveats
+    assert priv["rounds_covered"] == 25
+    assert privacy_caveats(priv, 25) == f"; ε {priv['epsilon_rdp_normalised']:.3g} at the rescaling's sensitivity 2L"
+    assert privacy_caveats(p.privacy(30), 30).endswith("; its noise was set for rounds 1..25, and past them no "
+                                                       "guarantee holds")
+    assert privacy_caveats({"sigma": 1.0, "epsilon_rdp": 0.1}, 30) == ""  # sketched-dp's: nothing to add
 
 
 def test_privsgd_calibrates_its_noise_to_the_images_a_client_holds_where_its_shard_is_smaller_than_the_batch(

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
+from targets.protocols import privacy_caveats
 
 from ...attacks.recipes import next_settings
 from ...attacks.seed_search import found_text
@@ -341,7 +342,7 @@ def _protocol_epsilon(noise: dict, rounds) -> str:
         text += f"; the paper's ε = {_num(paper, 3, 'g')}"
         if not paper_epsilon_holds(paper):
             text += f" {NOT_A_BOUND_NOTE}"
-    return text
+    return text + privacy_caveats(noise, rounds)
 
 
 def _run_epsilon(m: RunMetrics) -> str:
