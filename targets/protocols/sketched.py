@@ -82,17 +82,26 @@ class SketchedDP(Sketched):
     def paper_bound_note(self, rounds: int) -> str | None:
         """Where Theorem 6.2's sqrt(t K) eps_hat reaches 1 by round ``rounds``: outside Lemma H.7's and the theorem's
         conditions (``defenses.accounting.paper_epsilon_holds``) it bounds nothing, from the first round t with
-        t K eps_hat^2 >= 1 on."""
+        t K eps_hat^2 >= 1 on; and where its delta, t K delta_hat, reaches 1, from which round no epsilon bounds
+        anything (the accountant's epsilon_rdp is null there)."""
         K = max(self.step_count(c) for c in range(self.clients))
         eps = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)[0]
-        if paper_epsilon_holds(eps):
-            return None
-        first = next(t for t in range(1, rounds + 1)
-                     if not paper_epsilon_holds(paper_composition(self.dp_epsilon, self.dp_delta, t, K)[0]))
-        return (f"the paper's epsilon of sketched-dp, sqrt(t K) eps_hat (epsilon_paper), is a DP bound only below 1 "
-                f"(Lemma H.7, Theorem 6.2), and with eps_hat {self.dp_epsilon:g} and K = {K} it is "
-                f"{eps:.3g} by round {rounds}: from round {first} on it bounds nothing (epsilon_rdp is the "
-                "accountant's bound)")
+        # from this round on the theorem's delta, t K delta_hat, reaches 1: no epsilon bounds anything (null)
+        spent = next((t for t in range(1, rounds + 1)
+                      if paper_composition(self.dp_epsilon, self.dp_delta, t, K)[1] >= 1), None)
+        said = []
+        if not paper_epsilon_holds(eps):
+            first = next(t for t in range(1, rounds + 1)
+                         if not paper_epsilon_holds(paper_composition(self.dp_epsilon, self.dp_delta, t, K)[0]))
+            bound = "epsilon_rdp is the accountant's bound" + ("" if spent is None else
+                                                                f" up to round {spent - 1}")
+            said.append(f"the paper's epsilon of sketched-dp, sqrt(t K) eps_hat (epsilon_paper), is a DP bound only "
+                        f"below 1 (Lemma H.7, Theorem 6.2), and with eps_hat {self.dp_epsilon:g} and K = {K} it is "
+                        f"{eps:.3g} by round {rounds}: from round {first} on it bounds nothing ({bound})")
+        if spent is not None:
+            said.append(f"from round {spent} on the theorem's delta, t K delta_hat with delta_hat {self.dp_delta:g} "
+                        f"and K = {K}, reaches 1, and no epsilon bounds the training (epsilon_rdp is null)")
+        return "; ".join(said) or None
 
     def privacy(self, rounds: int) -> dict:
         """(eps, delta) after ``rounds`` rounds: Theorem 6.2 and an RDP accountant (per client: parallel

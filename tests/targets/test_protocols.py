@@ -281,3 +281,9 @@ def test_sketched_dp_says_from_which_round_the_papers_epsilon_bounds_nothing(dig
     assert "from round 1 on" in get_protocol("sketched-dp", lenet(train), train, clients=2,
                                              dp_epsilon=0.3, local_steps=12).paper_bound_note(1)
     assert get_protocol("fedavg", lenet(train), train, clients=2).paper_bound_note(100) is None
+    # where t K delta_hat reaches 1 (round 10 at delta_hat 0.1) epsilon_rdp is null: the note said it was the bound
+    spent = get_protocol("sketched-dp", lenet(train), train, clients=2, dp_epsilon=0.5, dp_delta=0.1)
+    assert spent.privacy(10)["epsilon_rdp"] is None and spent.privacy(9)["epsilon_rdp"] is not None
+    note = spent.paper_bound_note(12)
+    assert "(epsilon_rdp is the accountant's bound up to round 9); from round 10 on the theorem's delta" in note
+    assert note.endswith("reaches 1, and no epsilon bounds the training (epsilon_rdp is null)")
