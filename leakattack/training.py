@@ -634,6 +634,10 @@ def resume_point(folder: Path, record: dict, proto: Protocol) -> list[dict]:
     change = _setting_change(stored, record)
     if change is not None:
         key, theirs, mine = change
+        trained = stored.get("describe")
+        if isinstance(trained, dict) and key in trained and trained[key] != theirs:  # edited after it trained
+            raise ConfigError(f"'{pj}' was changed after training: it says {key} = {theirs!r} where the run trained "
+                              f"with {trained[key]!r}")
         raise ConfigError(f"'{folder}' holds {held} with other settings (its {key} is {theirs!r}, this training's "
                           f"{mine!r}): {elsewhere}")
     unread = _idle_settings(record["protocol"], record["spec"])  # what changes nothing

@@ -147,6 +147,10 @@ def test_a_training_whose_protocol_json_was_edited_is_not_continued_under_the_ed
     _refused(TRAIN + ["--rounds", "5", "--local-lr", "0.3", "--out", str(interrupted.parent)],
              ["protocol.json' was changed after training: it says local_lr = 0.3 where the run trained with"],
              interrupted.parent, capsys)
+    # continued at the setting it trained with: the same sentence, where it said the folder trained with 0.3
+    _refused(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)],
+             ["protocol.json' was changed after training: it says local_lr = 0.3 where the run trained with"],
+             interrupted.parent, capsys)
 
 
 def test_a_training_without_the_checkpoint_to_continue_from_is_refused(tmp_path, capsys):
