@@ -399,14 +399,18 @@ def with_grid_values(records: list[dict]) -> list[dict]:
     ``[[grid]]`` table that leaves it out, or a point an earlier sweep file stored before the key joined its grid)
     takes the value it ran with (``params``), so that series are told apart by what the points ran with, not by which
     table named them.  A placeholder (not a run parameter), and ``sketch_ratio`` and ``sketch_dim`` of an identity
-    sketch, stay unnamed."""
+    sketch that its grid leaves out, stay unnamed; where its grid names them, they read as it ran, b/d = 1 and
+    b = d (:func:`strength_level`), not the grid's value, which it ignored."""
     keys = list(dict.fromkeys(k for r in records for k in r["grid"]))
     filled = []
     for r in records:
         params = r.get("params", {})
+        identity = params.get("sketch", r["grid"].get("sketch")) == "none"
         missing = {k: params[k] for k in keys if k not in r["grid"] and k in params
-                   and not (k in IDENTITY_IGNORES and params.get("sketch") == "none")}
-        filled.append({**r, "grid": {**r["grid"], **missing}} if missing else r)
+                   and not (k in IDENTITY_IGNORES and identity)}
+        # an identity sketch's grid ratio or dimension is not what it ran with: b/d = 1, b = d (the message's size)
+        ran = {k: json.loads(strength_level(r, k)) for k in IDENTITY_IGNORES if identity and k in r["grid"]}
+        filled.append({**r, "grid": {**r["grid"], **missing, **ran}} if missing or ran else r)
     return filled
 
 

@@ -476,3 +476,25 @@ def test_a_point_whose_psnr_is_not_a_number_reads_so_in_the_reports_reconstructi
     html = _recon_grid(tmp_path, [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()],
                        {"strength": "sigma"})
     assert "25.0 dB · SSIM 0.50" in html and "not a number dB · SSIM 0.50" in html and "– dB" not in html
+
+
+def test_an_identity_sketchs_grid_ratio_reads_as_it_ran_in_the_summary_and_the_legends(tmp_path, drawn):
+    """sketch = "none" beside a grid of sketch_ratio ran once at b = d, and summary.csv, the report's table and the
+    batch figure's legend named it by the first ratio of the grid (0.25), where the reconstruction grid read b/d = 1."""
+    from leakattack.figures.sweep import with_grid_values
+    from leakattack.results import summarize
+
+    fake_sweep(tmp_path, [{"sketch": "srht", "sketch_ratio": 0.25, "batch_size": 1},
+                          {"sketch": "srht", "sketch_ratio": 0.25, "batch_size": 2},
+                          {"sketch": "none", "sketch_ratio": 0.25, "batch_size": 1},
+                          {"sketch": "none", "sketch_ratio": 0.25, "batch_size": 2}], strength=None)
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for r in records[2:]:
+        r["params"]["sketch"] = "none"
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = summarize(with_grid_values(records))
+    assert sorted((r["sketch"], r["sketch_ratio"]) for r in rows) == [("none", 1), ("none", 1), ("srht", 0.25),
+                                                                       ("srht", 0.25)]
+    sweep_figures(tmp_path)
+    labels = drawn["metrics_vs_batch"].axes[0].get_legend_handles_labels()[1]
+    assert "sketch=none, sketch_ratio=1" in labels and not any("none, sketch_ratio=0.25" in t for t in labels)
