@@ -197,6 +197,10 @@ def chunk_size(kind: str, d: int) -> int:
     return CHUNK if n is None else max(1, min(CHUNK, (1 << 21) // n))
 
 
+#: a winning statistic below this many times the runner-up's is warned of as not standing out
+STANDS_OUT = 2.0
+
+
 def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, seed_base: int, bits: int,
                 true_seed: int | None = None, progress: bool = False, warn_after_s: float = SLOW_SEARCH_S,
                 probes: int = PROBES) -> SeedSearch:
@@ -251,9 +255,9 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
     assert best[1] is not None  # every search scores at least one candidate
     if math.isfinite(second) and best[0] < STANDS_OUT * second:
         warnings.warn(f"seed search: the winning seed's statistic, {best[0]:.3g}, does not stand out from the "
-                      f"runner-up's, {second:.3g} (a wrong seed scores about 1 and the largest of many wrong ones 3-5; "
-                      "the client's scored 7.6 or more at b/d >= 0.01 on lenet, docs/attacks/seed-search.md): the "
-                      "search may have found no seed, and the attack then runs through a sketch that is not the "
+                      f"runner-up's, {second:.3g} (a wrong seed scores about 1; on lenet the largest wrong ones "
+                      "scored 2.9-4.9 and the client's 7.6 or more from b/d = 0.01, docs/attacks/seed-search.md): "
+                      "the search may have found no seed, and the attack then runs through a sketch that is not the "
                       "client's", SettingWarning, stacklevel=2)
     rest = max(1, total - 1)
     mean = (s1 - best[0]) / rest
@@ -262,10 +266,6 @@ def search_seed(victim, y: torch.Tensor, kind: str, b: int, params: dict, *, see
                       runner_up=second, null_mean=mean, null_std=math.sqrt(var), per_candidate_ms=wall / total * 1e3,
                       wall_s=wall, reader="head" if fast else "adjoint", true_seed=true_seed,
                       true_rank=above if true_seed is not None else None, true_statistic=true_stat)
-
-
-#: a winning statistic below this many times the runner-up's is warned of as not standing out
-STANDS_OUT = 2.0
 
 
 def found_text(s: dict) -> str:

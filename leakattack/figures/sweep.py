@@ -409,21 +409,27 @@ def with_grid_values(records: list[dict]) -> list[dict]:
         missing = {k: params[k] for k in keys if k not in r["grid"] and k in params
                    and not (k in IDENTITY_IGNORES and identity)}
         # an identity sketch's grid ratio or dimension is not what it ran with: b/d = 1, b = d (the message's size)
-        ran = {k: json.loads(strength_level(r, k)) for k in IDENTITY_IGNORES if identity and k in r["grid"]}
+        ran = {k: identity_value(r, k) for k in IDENTITY_IGNORES if identity and k in r["grid"]}
         filled.append({**r, "grid": {**r["grid"], **missing, **ran}} if missing or ran else r)
     return filled
 
 
+def identity_value(record: dict, key: str):
+    """What an identity sketch's point ran with for ``key`` of :data:`IDENTITY_IGNORES`, whatever its grid says:
+    b/d = 1 for ``sketch_ratio``, b = d (the message's size) for ``sketch_dim``, its grid value where it stored no
+    b."""
+    if key == "sketch_ratio":
+        return 1
+    b = record.get("metrics", {}).get("b")
+    return b if b is not None else record["grid"].get(key)
+
+
 def strength_level(record: dict, strength: str) -> str:
     """The JSON text of the strength a point ran at, its row in a reconstruction grid: its grid value, but for
-    ``sketch_ratio`` and ``sketch_dim`` of an identity sketch, which keeps every coordinate whatever they say, b/d = 1
-    and b = d (the message's size)."""
+    ``sketch_ratio`` and ``sketch_dim`` of an identity sketch, which keeps every coordinate whatever they say, what it
+    ran with (:func:`identity_value`)."""
     if strength in IDENTITY_IGNORES and record.get("params", {}).get("sketch", record["grid"].get("sketch")) == "none":
-        b = record.get("metrics", {}).get("b")
-        if strength == "sketch_ratio":
-            return json.dumps(1)
-        if b is not None:
-            return json.dumps(b)
+        return json.dumps(identity_value(record, strength))
     return json.dumps(record["grid"].get(strength))
 
 

@@ -85,14 +85,13 @@ class SketchedDP(Sketched):
         t K eps_hat^2 >= 1 on; and where its delta, t K delta_hat, reaches 1, from which round no epsilon bounds
         anything (the accountant's epsilon_rdp is null there)."""
         K = max(self.step_count(c) for c in range(self.clients))
-        eps = paper_composition(self.dp_epsilon, self.dp_delta, rounds, K)[0]
+        composed = {t: paper_composition(self.dp_epsilon, self.dp_delta, t, K) for t in range(1, rounds + 1)}
+        eps = composed[rounds][0]
         # from this round on the theorem's delta, t K delta_hat, reaches 1: no epsilon bounds anything (null)
-        spent = next((t for t in range(1, rounds + 1)
-                      if paper_composition(self.dp_epsilon, self.dp_delta, t, K)[1] >= 1), None)
+        spent = next((t for t, (_, delta) in composed.items() if delta >= 1), None)
         said = []
         if not paper_epsilon_holds(eps):
-            first = next(t for t in range(1, rounds + 1)
-                         if not paper_epsilon_holds(paper_composition(self.dp_epsilon, self.dp_delta, t, K)[0]))
+            first = next(t for t, (e, _) in composed.items() if not paper_epsilon_holds(e))
             bound = "epsilon_rdp is the accountant's bound" + ("" if spent is None else
                                                                 f" up to round {spent - 1}")
             said.append(f"the paper's epsilon of sketched-dp, sqrt(t K) eps_hat (epsilon_paper), is a DP bound only "

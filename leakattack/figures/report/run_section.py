@@ -70,8 +70,11 @@ MAX_IMAGE_ROWS = 64
 UNREADABLE_NOTE = "every value of the message is NaN or infinite, and no attack can read anything from it"
 
 
-def _unreadable(record: dict) -> str:
-    """Why no attack can read the message: every value NaN or infinite, or every value 0."""
+def _failure_note(record: dict) -> str:
+    """The words beside a run that rebuilt nothing: a failure of the attack, or, where no attack can read the
+    message (:func:`leakattack.rebuilt.message_unreadable`), why: every value 0, or NaN or infinite."""
+    if not message_unreadable(record):
+        return FAILURE_NOTE
     return ZERO_NOTE if record.get("message_zero") is True else UNREADABLE_NOTE
 
 
@@ -220,12 +223,12 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
-            note = _unreadable(record) if message_unreadable(record) else FAILURE_NOTE
+            note = _failure_note(record)
             return "nothing attacked", "failed", (f"Nothing was attacked ({note}): "
                                                   f"{m.nothing_attacked or NOT_RECORDED}.{which}")
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
-        note = _unreadable(record) if message_unreadable(record) else FAILURE_NOTE
+        note = _failure_note(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt at this budget ({note}): "
                                                    f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
@@ -301,10 +304,9 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         over = f" over its {steps} training steps" if steps else ""
         spent = f"; ε = {_num(eps, 3, 'g')} at δ = {_num(m.delta, 3, 'g')}{over}" if eps is not None else \
             ("; no DP guarantee for the training" if m.defense else "")
-        note = m.extra.get("utility_note")
+        # a training that scored an accuracy carries a note only where it did not learn
         unlearned = (" — the training did not learn (test accuracy below twice chance), so this measures its step "
-                     "size or length more than the defense" if isinstance(note, str) and "did not learn" in note
-                     else "")
+                     "size or length more than the defense" if m.extra.get("utility_note") else "")
         rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"
                      f"{unlearned}"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
@@ -462,7 +464,7 @@ def _run_verdict(m: RunMetrics) -> str:
     lines = []
     idle = m.attacked is False or bool(m.nothing_attacked)
     if idle:
-        note = _unreadable(m.to_dict()) if message_unreadable(m.to_dict()) else FAILURE_NOTE
+        note = _failure_note(m.to_dict())
         lines.append(f'<p class="verdict"><strong>Nothing was attacked</strong> ({_e(note)}): '
                      f"{_e(m.nothing_attacked or NOT_RECORDED)}. The attack returned its start, scored below as "
                      "what it returned: no reconstruction was made to score.</p>")
