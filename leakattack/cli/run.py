@@ -210,16 +210,14 @@ def _unused_flags_warning(cfg) -> str | None:
 def _note_first(note: str | None) -> Iterator[Callable[[object], None]]:
     """A callback for :func:`run_attack`'s ``prepared`` that prints ``note`` once the run has passed every check
     before its attack, and the warnings its checks gave after it: a refused run prints its refusal alone, one that
-    goes ahead its note first, then each warning once."""
-    if note is None:
-        yield lambda p: None
-        return
+    goes ahead its note first (where there is one), then each warning once."""
     shown = warnings.showwarning
     held: list[tuple[tuple, dict]] = []
 
     def noted(p) -> None:
         warnings.showwarning = shown
-        print(note, file=sys.stderr)
+        if note is not None:
+            print(note, file=sys.stderr)
         for args, kwargs in held:
             shown(*args, **kwargs)
         held.clear()

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from leakattack.errors import SettingWarning
 
 from .base import ImageSet
 
@@ -119,7 +122,7 @@ def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
     # scikit-image is an optional heavy dependency: imported only when the set is loaded.
     import skimage.data
 
-    per_photo = []
+    per_photo, sides = [], []
     for name in PHOTO_NAMES:
         img = np.asarray(getattr(skimage.data, name)(), dtype=np.float64) / 255.0
         if img.ndim == 2:
@@ -130,6 +133,7 @@ def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
             patch = img[top:top + side, left:left + side]
             crops.append(np.clip(_resize(patch, size), 0.0, 1.0))
         per_photo.append(crops)
+        sides.append([box[2] for box in _photo_boxes(name, *img.shape[:2])])
     # Interleave: index = crop * 10 + class, so consecutive indices are distinct photos.
     images, labels = [], []
     for crop in range(_CROPS_PER_PHOTO):
@@ -137,10 +141,20 @@ def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
             images.append(per_photo[cls][crop])
             labels.append(cls)
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous().float()
+    source = "scikit-image sample photographs (skimage.data); see leakattack/data/embedded.py for licences"
+    # Index crop * 10 + class (as interleaved above) of each crop smaller than the size asked for.
+    small = [(crop * len(PHOTO_NAMES) + cls, sides[cls][crop]) for crop in range(_CROPS_PER_PHOTO)
+             for cls in range(len(PHOTO_NAMES)) if sides[cls][crop] < size]
+    if small:
+        first, side = small[0]
+        smallest = min(s for _, s in small)
+        source += f"; {len(small)} of the {len(images)} crops are smaller than {size} px and upscaled (bilinear)"
+        warnings.warn(f"at {size} px, {len(small)} of the {len(images)} photos are crops smaller than that, upscaled "
+                      f"(bilinear), which adds unknowns but no detail: e.g. photo {first} ({PHOTO_NAMES[first % 10]}, "
+                      f"{side} px); --image-size {smallest} keeps every crop's pixels", SettingWarning, stacklevel=2)
     return ImageSet(
         name="photos", images=x, labels=torch.tensor(labels, dtype=torch.long),
-        num_classes=len(PHOTO_NAMES), class_names=list(PHOTO_NAMES),
-        source="scikit-image sample photographs (skimage.data); see leakattack/data/embedded.py for licences",
+        num_classes=len(PHOTO_NAMES), class_names=list(PHOTO_NAMES), source=source,
     )
 
 

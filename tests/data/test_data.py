@@ -91,6 +91,26 @@ def test_photos_source_names_the_file_that_states_their_licences():
     assert all(name in text for name in ds.class_names) and "BSD-3-Clause" in text
 
 
+def test_photos_above_their_smallest_crop_say_which_are_upscaled():
+    """At 224 px nine crops (180-200 px in their photographs, photo 0's face among them) are upscaled: one
+    warning names the count, an example and the size that keeps every crop's pixels, and the source says so too;
+    at 180 px none is, and nothing is said."""
+    import warnings
+
+    from leakattack.data.embedded import load_photos
+    from leakattack.errors import SettingWarning
+
+    with pytest.warns(SettingWarning) as caught:
+        ds = load_photos(224)
+    text = " ".join(str(w.message) for w in caught if issubclass(w.category, SettingWarning))
+    assert "9 of the 50 photos" in text and "photo 0 (astronaut, 200 px)" in text and "--image-size 180" in text
+    assert "9 of the 50 crops are smaller than 224 px and upscaled" in ds.source
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        ds = load_photos(180)
+    assert "upscaled" not in ds.source
+
+
 def test_digits_shape_range_and_labels():
     """digits: 1797 greyscale 28x28 images in [0, 1], labels 0..9, deterministic."""
     ds = get_dataset("digits")
