@@ -370,6 +370,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     cfg.validate()
     torch.set_num_threads(cfg.threads or 1)  # auto (None): one thread until the victim is built
     device = resolve_device(cfg.device)
+    reset_peak_memory(device)  # a sweep's points share a process: each records its own peak
     ieee_float32(device)  # run_attack gives the caller's settings back, as it does the thread count
     case = build_case(cfg, device, getattr(torch, cfg.derived().dtype), progress=progress)
     torch.set_num_threads(cfg.threads or case.victim.threads)  # auto: every core for deep victims, else one
@@ -666,10 +667,30 @@ def unscored(batch_size: int) -> dict:
             "psnr_each": [None] * batch_size, "ssim_each": [None] * batch_size, "match": list(range(batch_size))}
 
 
-def peak_memory(device: torch.device) -> dict[str, float] | None:
-    """The process's peak resident memory so far (``rss_gb``, from ``getrusage``) and, on a GPU, the most device
-    memory torch has held (``device_gb``), in GB; None where the platform reports neither."""
-    out = {}
+#: whether :func:`reset_peak_memory` last lowered the process's resident high-water mark (Linux)
+_RSS_RESET = False
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start the peaks :func:`peak_memory` reads from now: the process's resident high-water mark (Linux:
+    ``/proc/self/clear_refs``, which ``getrusage`` reads too) and torch's device-memory peak on a GPU. A sweep runs
+    its points one after another in one process (or in reused workers), and each point's peak is its own."""
+    global _RSS_RESET
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _RSS_RESET = True
+    except OSError:  # not Linux, or the file is not writable here: the peak counts from the process's start
+        _RSS_RESET = False
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> dict[str, float | str] | None:
+    """The peak resident memory (``rss_gb``, from ``getrusage``) since the run began where the platform can reset
+    it (``rss_from``: ``"run"``; else ``"process"``, since the process started) and, on a GPU, the most device
+    memory torch has held during the run (``device_gb``), in GB; None where the platform reports neither."""
+    out: dict[str, float | str] = {}
     try:
         import resource
     except ImportError:  # Windows has no getrusage
@@ -677,6 +698,7 @@ def peak_memory(device: torch.device) -> dict[str, float] | None:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, kibibytes on Linux
         out["rss_gb"] = round(peak * (1 if sys.platform == "darwin" else 1024) / 1e9, 4)
+        out["rss_from"] = "run" if _RSS_RESET else "process"
     if device.type == "cuda":
         out["device_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 4)
     return out or None

@@ -1,6 +1,8 @@
 """One attack end to end through the API: restarts, reproducibility from config.json."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +31,25 @@ def test_a_run_records_the_process_peak_memory(tmp_path):
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: kibibytes
     assert 0.05 < m.peak_memory["rss_gb"] <= peak_gb + 1e-3 and "device_gb" not in m.peak_memory
     assert json.loads((folder / "metrics.json").read_text())["peak_memory"] == m.peak_memory
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="only Linux resets a process's peak memory")
+def test_each_run_records_its_own_peak_not_the_processs(tmp_path):
+    """A sweep runs its points in one process: a run after 2 GB held and handed back records its own peak, below
+    that (the block is mapped and unmapped directly: the C allocator may keep a freed array's pages)."""
+    import mmap
+
+    def resident_gb() -> float:  # the process's resident memory now (a worker may keep freed heap: it counts)
+        status = Path("/proc/self/status").read_text()
+        return next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:")) * 1024 / 1e9
+
+    held = mmap.mmap(-1, 2 * 10**9)
+    for i in range(0, len(held), 4096):  # touched, so resident
+        held[i] = 1
+    held.close()
+    before = resident_gb()
+    m, _ = run_attack(_cfg(), out=tmp_path / "m", with_lpips=False)
+    assert m.peak_memory["rss_from"] == "run" and before <= m.peak_memory["rss_gb"] + 0.01 < before + 1.5, before
 
 
 def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):

@@ -139,7 +139,7 @@ class RunMetrics:
     objective_at: dict[str, Any] | None = None
     #: the process's peak resident memory by the end of the run (``rss_gb``) and, on a GPU, the most device memory
     #: torch held (``device_gb``), in GB (10^9 bytes); written where the platform reports them
-    peak_memory: dict[str, float] | None = None
+    peak_memory: dict[str, float | str] | None = None
 
     #: the keys whose set varies (a defended run's privacy keys, keys of other versions), in the file's order
     extra: dict[str, Any] = field(default_factory=dict)
