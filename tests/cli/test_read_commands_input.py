@@ -155,3 +155,18 @@ def test_a_value_edited_inside_config_json_is_refused_in_one_sentence_by_report(
     assert len(err) == 1 and "holds a value in its config.json or metrics.json that is not what a run writes" in \
         err[0], err
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("text,said", [('{"psnr": 1', "metrics.json' is not JSON"),
+                                       ("", "metrics.json' is not JSON"),
+                                       ("[1, 2]", "metrics.json' holds a JSON list, not the object")])
+def test_a_metrics_file_cut_short_or_of_another_kind_is_said_as_the_reader_says_it(tmp_path, capsys, text, said):
+    """report wrapped the reader's own sentence in 'a value ... not what a run writes (UserError: ...): a
+    hand-edited file', naming the exception's class; it now says what collect says."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "metrics.json").write_text(text)
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "UserError" not in err[0] and "hand-edited" not in err[0], err
+    assert not (tmp_path / "r.html").exists()

@@ -103,6 +103,8 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     folder, not a traceback."""
     try:
         return _run_section_of(folder, anchor)
+    except UserError:  # the reader's own sentence (a file that is not JSON, cut short): said as it is
+        raise
     except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
         raise UserError(f"'{folder}' holds a value in its config.json or metrics.json that is not what a run writes "
                         f"({type(err).__name__}: {err}): a hand-edited file; run it again to write the folder anew"
