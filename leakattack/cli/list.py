@@ -21,13 +21,14 @@ SECTIONS = (("models", names.MODELS), ("sketches", names.SKETCHES), ("datasets",
 
 
 def cmd_list(a) -> int:
-    if a.model or a.attack or a.recipe or a.defense or a.protocol:  # a registry asked itself: torch is imported
+    asked = (a.model, a.attack, a.recipe, a.defense, a.protocol)
+    if any(name is not None for name in asked):  # a registry asked itself: torch is imported
         from . import describe
 
         for name, lines in ((a.recipe, describe.recipe_lines), (a.defense, describe.defense_lines),
                             (a.protocol, describe.protocol_lines), (a.model, describe.model_lines),
                             (a.attack, describe.attack_lines)):
-            if name:
+            if name is not None:  # '' too: refused as an unknown name, as run refuses it
                 print("\n".join(lines(name)))
         return 0
     for heading, listed in SECTIONS:

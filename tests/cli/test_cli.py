@@ -168,6 +168,14 @@ def test_list_names_what_a_recipe_fills_and_what_a_defense_takes(capsys):
         assert capsys.readouterr().err.strip().startswith("leakattack: error: unknown ")
 
 
+@pytest.mark.parametrize("flag", ["--model", "--attack", "--recipe", "--defense", "--protocol"])
+def test_list_refuses_an_empty_name_as_run_does(flag, capsys):
+    """list --model '' printed the whole overview with exit 0, as if the flag were not given."""
+    assert cli.main(["list", flag, ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakattack: error: unknown ") and "''" in err[0], err
+
+
 def test_a_stalled_run_whose_gauss_newton_steps_were_not_kept_says_why(tmp_path, capsys):
     """The line said 'stalled, Gauss-Newton not converged' and the note explaining it was in metrics.json only."""
     out = tmp_path / "run"
