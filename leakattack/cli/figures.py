@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-from ..errors import SettingWarning, UserError
+from ..errors import UserError
 from ..figures.sweep import points_rebuilt
 from ..rebuilt import batch_images_words
-from ..results.store import read_results
+from ..results.store import read_results, stored_lines, warn_torn
 from ..sweep import finalize
 from ..sweep.lock import FolderLock
 
@@ -55,18 +54,15 @@ def cmd_figures(a) -> int:
         raise UserError(f"'{out}' is a file, not a sweep folder")
     if not (out / "results.jsonl").exists():
         raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
-    stored = [ln for ln in (out / "results.jsonl").read_bytes().split(b"\n") if ln.strip()]
+    stored = stored_lines(out / "results.jsonl")
     if not stored:
         raise UserError(f"'{out / 'results.jsonl'}' is empty: nothing to draw, and summary.csv and figures/ are left "
                         "as they are")
-    torn = len(stored) - len(read_results(out / "results.jsonl"))
-    if torn == len(stored):
-        raise UserError(f"'{out / 'results.jsonl'}' holds {len(stored)} line{'s' if len(stored) != 1 else ''} and "
+    if not read_results(out / "results.jsonl"):
+        raise UserError(f"'{out / 'results.jsonl'}' holds {stored} line{'s' if stored != 1 else ''} and "
                         "none is a finished point of a sweep (a JSON object with its key, grid, parameters and "
                         "metrics): nothing to draw, and summary.csv and figures/ are left as they are")
-    if torn:
-        warnings.warn(f"{torn} torn line{'s' if torn != 1 else ''} of '{out / 'results.jsonl'}' (not a finished "
-                      f"point) {'were' if torn != 1 else 'was'} left out", SettingWarning, stacklevel=1)
+    warn_torn(out / "results.jsonl", stacklevel=1)
     for folder in (out, out / "figures"):
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"'{folder}' is not a writable folder: figures rewrites the sweep's summary.csv and "

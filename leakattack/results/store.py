@@ -83,6 +83,21 @@ def read_results(path: Path, repair: bool = False) -> list[dict]:
     return good
 
 
+def stored_lines(path: Path) -> int:
+    """How many lines of results.jsonl hold anything (finished points, and lines that are not: torn, edited)."""
+    path = Path(path)
+    return sum(1 for ln in path.read_bytes().split(b"\n") if ln.strip()) if path.exists() else 0
+
+
+def warn_torn(path: Path, stacklevel: int = 2) -> None:
+    """One SettingWarning counting the lines of results.jsonl that are not a finished point (:func:`read_results`
+    drops them), where there are any: what reads the sweep (its figures, a report) left them out."""
+    torn = stored_lines(path) - len(read_results(path))
+    if torn:
+        warnings.warn(f"{torn} torn line{'s' if torn != 1 else ''} of '{path}' (not a finished point) "
+                      f"{'were' if torn != 1 else 'was'} left out", SettingWarning, stacklevel=stacklevel + 1)
+
+
 def append_text(fd: int, line: str) -> None:
     """One line (ending in its newline), written whole (a short write() is followed by one for the rest; a disk
     that fills raises OSError), then fsync: a kill or a full disk leaves at most one torn last line."""

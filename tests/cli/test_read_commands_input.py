@@ -170,3 +170,21 @@ def test_a_metrics_file_cut_short_or_of_another_kind_is_said_as_the_reader_says_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0] and "UserError" not in err[0] and "hand-edited" not in err[0], err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_report_names_torn_sweep_lines_and_a_run_without_config_as_figures_and_collect_do(tmp_path, capsys):
+    """report left a line of results.jsonl that is no point out, and read a run without config.json, silently."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(ROOT / "results" / "sweeps" / "analytic_threshold", sweep)
+    lines = (sweep / "results.jsonl").read_text().splitlines(keepends=True)
+    (sweep / "results.jsonl").write_text("".join([lines[0], "garbage{\n", *lines[1:]]))
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "config.json").unlink()
+    capsys.readouterr()
+    assert cli.main(["report", str(sweep), str(run), "--out", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: warning: 1 torn line of '{sweep / 'results.jsonl'}' (not a finished point) was left "
+                   "out", f"leakattack: warning: '{run}' holds no config.json: its section shows the scores without "
+                   "the setting"], err
+    assert (tmp_path / "r.html").is_file()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
@@ -14,7 +15,7 @@ from targets.protocols import privacy_caveats
 from ...attacks.recipes import next_settings
 from ...attacks.seed_search import found_text
 from ...constraints import duration_seconds
-from ...errors import UserError, ratio_text
+from ...errors import SettingWarning, UserError, ratio_text
 from ...metrics import (
     NOT_REBUILT,
     REBUILT,
@@ -114,6 +115,9 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
 def _run_section_of(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
     config = read_object(folder / "config.json") if (folder / "config.json").is_file() else {}
+    if not (folder / "config.json").is_file():  # the section says so too; collect warns alike
+        warnings.warn(f"'{folder}' holds no config.json: its section shows the scores without the setting",
+                      SettingWarning, stacklevel=3)
     for part in ("run", "derived", "environment"):  # a hand-edited file: one sentence, not a traceback
         if not isinstance(config.get(part, {}), dict):
             raise UserError(f"'{folder / 'config.json'}' is unreadable: its {part} is "

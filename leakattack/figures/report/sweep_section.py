@@ -39,6 +39,7 @@ from ...results import (
     unplanned,
 )
 from ...results.io import csv_cell
+from ...results.store import read_results, warn_torn
 from ..sweep import (
     MAX_GRID_BLOCKS,
     SWEEP_FIGURES,
@@ -117,6 +118,8 @@ def _sweep_threat(records: list[dict]) -> str:
 # -------------------------------------------------------------- sweep folders
 
 def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
+    if read_results(folder / "results.jsonl"):  # beside finished points (none at all has its own warning)
+        warn_torn(folder / "results.jsonl", stacklevel=2)  # as figures says it: the report leaves them out too
     records = checked_points(folder, load_records(folder))
     meta = read_object(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
     stored = stored_summary(folder)
