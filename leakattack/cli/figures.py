@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..figures.sweep import points_rebuilt
 from ..rebuilt import batch_images_words
+from ..results import read_object
 from ..results.store import read_results, stored_lines, warn_torn
 from ..sweep import finalize
 from ..sweep.lock import FolderLock
@@ -73,6 +74,16 @@ def cmd_figures(a) -> int:
         except OSError as err:  # a disk that fills, a file made read-only
             raise UserError(f"cannot write the summary and figures into '{out}' ({err.strerror or err}): the "
                             "stored results are untouched") from None
-    print(" | ".join([f"{res['points']} point{'s' if res['points'] != 1 else ''}", figures_said(res, out),
-                      *verdicts_text(res), *res["notes"]]))
+    print(" | ".join([points_text(res["points"], out), figures_said(res, out), *verdicts_text(res), *res["notes"]]))
     return 0
+
+
+def points_text(n: int, out: Path) -> str:
+    """``8 points``, or, for a sweep whose plan (sweep.json's count) has more, ``4 of 8 planned points``."""
+    try:
+        planned = read_object(out / "sweep.json").get("points") if (out / "sweep.json").is_file() else None
+    except UserError:  # an unreadable sweep.json: the count of points drawn stands alone
+        planned = None
+    if isinstance(planned, int) and not isinstance(planned, bool) and planned > n:
+        return f"{n} of {planned} planned points (the sweep was not finished)"
+    return f"{n} point{'s' if n != 1 else ''}"

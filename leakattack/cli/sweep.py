@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import UserError, listed
+from ..figures.report.sweep_section import stored_summary, summary_matches
 from ..results import writable_out
 from ..results.io import ANY, own_folder
 from ..results.runs import unused_path
@@ -87,6 +88,22 @@ def interrupted_line(err: KeyboardInterrupt, planned: bool) -> str:
     if swept.drawing:
         line += "; summary.csv and the figures were being drawn and may be those of fewer points"
     return line
+
+
+def stale_summary(out: Path) -> str | None:
+    """Where an interrupted sweep leaves a summary.csv (an earlier sweep's or ``leakattack figures``') that does not
+    count the points finished now: what it and figures/ hold, and the command that redraws them; else None."""
+    if not (out / "summary.csv").is_file():
+        return None
+    try:
+        rows, records = stored_summary(out), load_records(out)
+    except (UserError, OSError):  # a summary that is not a sweep's table: the report says so when it reads it
+        return None
+    if rows is None or summary_matches(rows, records):
+        return None
+    drawn = sum(int(r["n"]) for r in rows)
+    return (f"summary.csv and figures/ are of {drawn} point{'s' if drawn != 1 else ''}, drawn before, not of the "
+            f"{len(records)} finished now: leakattack figures {shlex.quote(str(out))} redraws them")
 
 
 def point_line(index: int, point: dict, width: int) -> str:
@@ -217,6 +234,9 @@ def _sweep(a, held: HeldWarnings) -> int:
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
         if out is not None and out.is_dir():
+            stale = None if isinstance(err, SweepInterrupted) and err.drawing else stale_summary(out)
+            if stale:
+                print(f"leakattack: {stale}", file=sys.stderr)
             print(f"leakattack: resume with: {resume_command(a, out)}", file=sys.stderr)
         return interrupted_exit()
     extra = [f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} run once"] \

@@ -140,3 +140,30 @@ def test_a_dry_run_into_a_closed_pipe_ends_quietly_not_as_a_folder_it_cannot_wri
     monkeypatch.setattr(sweep_cli, "dry_run", closed)
     assert cli.main(["sweep", str(write(tmp_path, SMALL)), "--out", str(out), "--dry-run", "--quiet"]) == 0
     assert "cannot write" not in capsys.readouterr().err
+
+
+def test_an_interrupted_sweep_says_a_summary_it_left_stale_and_figures_counts_the_planned_points(
+        tmp_path, monkeypatch, capsys):
+    """After Ctrl-C, figures printed '2 points' without the 10 planned ones left, and a resumed sweep stopped again
+    left that summary.csv of 2 points beside 4 finished, without a word."""
+    from leakattack.cli import sweep as sweep_cli
+
+    config = write(tmp_path, TINY)
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: InterruptedBackend(2))
+    assert cli.main(["sweep", str(config), "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "summary.csv" not in err  # none yet
+    monkeypatch.undo()
+    assert cli.main(["figures", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("2 of 12 planned points (the sweep was not finished) | ")
+    monkeypatch.setattr(runner, "get_backend", lambda name, **options: InterruptedBackend(2))
+    assert cli.main(["sweep", str(config), "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert f"leakattack: summary.csv and figures/ are of 2 points, drawn before, not of the 4 finished now: " \
+           f"leakattack figures {out} redraws them" in err, err
+    assert sweep_cli.stale_summary(out) is not None
+    monkeypatch.undo()
+    assert cli.main(["figures", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("4 of 12 planned points")
+    assert sweep_cli.stale_summary(out) is None
