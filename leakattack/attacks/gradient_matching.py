@@ -297,6 +297,9 @@ class GradientMatching(Attack):
         #: phase) took their time out of the optimisation's ``time_limit``
         self.stated_limit = self.time_limit
         self.bar_label = "attack"  #: what the progress bar of an optimisation calls it (label probes name theirs)
+        #: whether ``time_limit`` counts from the start's fit rather than from the call: a label probe's share times
+        #: its steps alone, so the first probe's one-time costs (the first passes through a model) do not use it up
+        self.clock_from_start = False
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
         #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
@@ -440,8 +443,9 @@ class GradientMatching(Attack):
 
         Each differing reading gets a short run of this attack (:data:`LABEL_PROBE_STEPS` steps, at most a quarter
         of the budget, one start from the attack's own first start, a quarter of any time limit shared among
-        them); the reading whose run matched the message best after the steps every run took is kept (where one took
-        none within its share of a time limit, the reading the most rules gave).  A wrong label changes the gradient of
+        them, each share timing its run's steps from the start's fit); the reading whose run matched the message
+        best after the steps every run took is kept (where one took none within its share of a time limit, the
+        reading the most rules gave).  A wrong label changes the gradient of
         every layer (the output error p - onehot), so the matching loss tells readings apart where the head's
         share of a sketched message does not.  Where one example's head gradient is within the sketch noise
         (:data:`HEAD_SIGNAL_DOUBT`; features of both signs), the first classes in ``magnitude``'s order join the
@@ -474,7 +478,7 @@ class GradientMatching(Attack):
         if len(distinct) == 1:
             return distinct[0], None
         probe = copy.copy(self)
-        probe.label_mode, probe.restarts = "given", 1
+        probe.label_mode, probe.restarts, probe.clock_from_start = "given", 1, True
         probe.iterations = min(LABEL_PROBE_STEPS, max(self.iterations // 4, min(LABEL_PROBE_MIN, self.iterations), 1))
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
@@ -822,6 +826,8 @@ class GradientMatching(Attack):
         since = (0, t0, SCHEDULE_PROBE) if fits_time else None
         Z = problem.z0
         values, G, fits = problem.evaluate(rows, Z)
+        if self.clock_from_start and self.time_limit is not None:
+            deadline = time.perf_counter() + self.time_limit
         # the steps leave the start as it is drawn, as Inverting Gradients' do; with the box on the best iterate is
         # the start's projection onto it, at its own fit, so that no run returns an image outside [0, 1]
         kept = _boxed_start(problem, rows, Z) if box else None

@@ -277,8 +277,12 @@ def label_choice_line(c: dict) -> str:
                 f"them, so {c['chosen']} was kept from unfinished runs")
     ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
     if c.get("compared_at") == 0:
-        return (f"labels: {read}; the short runs that compare them took no step "
-                f"within their shares of the time limit, so {c['chosen']}, the reading of the most rules, was kept")
+        idle = sum(n == 0 for n in ran)
+        who = ("the short runs that compare them took no step" if idle == len(ran) else
+               f"{idle} of the {len(ran)} short runs that compare them took no step "
+               f"({', '.join(map(str, ran))} steps run)")
+        return (f"labels: {read}; {who} within their shares of the time limit, so {c['chosen']}, the reading of the "
+                "most rules, was kept")
     uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
     if all(n == c["probe_steps"] for n in ran):
         each = f"a {c['probe_steps']}-step run with each"

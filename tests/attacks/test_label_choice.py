@@ -128,8 +128,11 @@ def test_the_label_line_says_how_many_steps_each_reading_ran():
     assert ("(41, 6 steps run), compared after 6 steps, matched the message best with [0] (loss 0.3 against 0.5)"
             in label_choice_line(c))
     c.update(probe_steps_run=[0, 0], compared_at=0, probe_compared=[0.9, 0.8])
-    assert ("took no step within their shares of the time limit, so [0], the reading of the most rules, was kept"
-            in label_choice_line(c))
+    assert ("; the short runs that compare them took no step within their shares of the time limit, so [0], the "
+            "reading of the most rules, was kept" in label_choice_line(c))
+    c.update(probe_steps_run=[0, 36], compared_at=0, probe_compared=[0.9, 0.8])  # one run only: said so
+    assert ("; 1 of the 2 short runs that compare them took no step (0, 36 steps run) within their shares of the time "
+            "limit, so [0]" in label_choice_line(c))
     for key in ("probe_steps_run", "compared_at", "probe_compared"):  # a run folder written before they were
         del c[key]
     assert "a 150-step run with each" in label_choice_line(c)
@@ -146,6 +149,29 @@ def test_label_runs_that_took_no_step_within_a_time_limit_keep_the_reading_of_th
     labels, choice = p.attack.choose_labels(p.obs)
     assert choice["probe_steps_run"] == [0, 0] and choice["compared_at"] == 0
     assert labels.tolist() == [4, 5, 6, 7]
+
+
+def test_a_label_runs_share_of_a_time_limit_times_its_steps_not_the_first_fit(monkeypatch):
+    """The first run's first pass through the model (one-time costs) used up its share: it took no step, so no run was
+    compared (a batch of 8 on resnet20 under 30-45 s). Each share now counts from its run's start fit."""
+    import time
+
+    p = prepare(RunConfig(model="lenet", dataset="digits", batch_size=4, image_index=4, sketch="none", threads=1,
+                          iterations=600))
+    readings = {"pooled": torch.tensor([0, 1, 1, 2]), "sign": torch.tensor([4, 5, 6, 7])}
+    monkeypatch.setattr(gm, "readings_to_compare", lambda *a, **k: readings)
+    evaluate, first = gm._Problem.evaluate, []
+
+    def slow_first(self, *args, **kwargs):
+        if not first:  # the first fit of the first run: longer than its whole share
+            first.append(True)
+            time.sleep(1.5)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(gm._Problem, "evaluate", slow_first)
+    p.attack.time_limit = 8.0  # shares of 8 / (4 * 2) = 1 s
+    labels, choice = p.attack.choose_labels(p.obs)
+    assert min(choice["probe_steps_run"]) > 0 and choice["compared_at"] > 0, choice
 
 
 def test_label_runs_that_match_the_message_equally_well_keep_the_reading_of_the_most_rules(capsys):
