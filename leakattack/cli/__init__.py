@@ -67,11 +67,20 @@ def interrupted_exit() -> int:
     return 128 + int(_stopped_by[0])
 
 
+def _interrupted_note(a) -> str | None:
+    """What the command's module adds to a signal that stopped it before its own handling began (its
+    ``interrupted_note(a)``, where it has one and was imported): a sweep's earlier SLURM jobs still running."""
+    module = sys.modules.get(f"{__name__}.{str(getattr(a, 'target', '')).partition(':')[0]}")
+    hook = getattr(module, "interrupted_note", None)
+    return hook(a) if callable(hook) else None
+
+
 def main(argv=None) -> int:
     one_line_warnings()
     _stopped_by[0] = signal.SIGINT
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
+    a = None
     try:
         load_plugins()  # before the flags: their names and options are the registries'
         parser = build_parser()
@@ -95,6 +104,9 @@ def main(argv=None) -> int:
         return 0
     except KeyboardInterrupt:
         print("leakattack: interrupted; what had finished is kept, nothing unfinished was written", file=sys.stderr)
+        note = _interrupted_note(a) if a is not None else None
+        if note:
+            print(f"leakattack: {note}", file=sys.stderr)
         return interrupted_exit()
 
 

@@ -23,6 +23,7 @@ from ..results.runs import unused_path
 from ..results.store import checked_points, load_records
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.backends.base import WorkerLost
+from ..sweep.backends.slurm import listed_jobs
 from ..sweep.lock import FolderLock
 from ..sweep.plan import check_name_length, value_text
 from . import interrupted_exit
@@ -104,6 +105,22 @@ def stale_summary(out: Path) -> str | None:
     drawn = sum(int(r["n"]) for r in rows)
     return (f"summary.csv and figures/ are of {drawn} point{'s' if drawn != 1 else ''}, drawn before, not of the "
             f"{len(records)} finished now: leakattack figures {shlex.quote(str(out))} redraws them")
+
+
+def interrupted_note(a) -> str | None:
+    """Where a signal stops a sweep before its backend took up the SLURM jobs an earlier run of it left in
+    ``--out``'s ``slurm/jobs.json`` (a resumed sweep's first seconds), that they still run and how to resume; else
+    None.  A signal later, once the backend holds them, cancels them with the sweep's own."""
+    if getattr(a, "out", None) is None or not str(a.out).strip():
+        return None
+    out = Path(a.out)
+    n = listed_jobs(out)
+    if not n:
+        return None
+    return (f"{n} SLURM job{'s' if n != 1 else ''} of an earlier run of this sweep, listed in "
+            f"{out / 'slurm' / 'jobs.json'}, {'is' if n == 1 else 'are'} still queued or running: resume with: "
+            f"{resume_command(a, out)} (which takes {'it' if n == 1 else 'them'} up), or stop "
+            f"{'it' if n == 1 else 'them'} with scancel")
 
 
 def point_line(index: int, point: dict, width: int) -> str:
@@ -233,7 +250,10 @@ def _sweep(a, held: HeldWarnings) -> int:
                         f"with: {resume_command(a, out)}") from None
     except KeyboardInterrupt as err:
         print(interrupted_line(err, planned), file=sys.stderr)
-        if out is not None and out.is_dir():
+        early = interrupted_note(a) if not (isinstance(err, SweepInterrupted) and err.started) else None
+        if early:  # before the backend took up an earlier run's jobs: they run on
+            print(f"leakattack: {early}", file=sys.stderr)
+        elif out is not None and out.is_dir():
             stale = None if isinstance(err, SweepInterrupted) and err.drawing else stale_summary(out)
             if stale:
                 print(f"leakattack: {stale}", file=sys.stderr)

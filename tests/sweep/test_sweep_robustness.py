@@ -167,3 +167,30 @@ def test_an_interrupted_sweep_says_a_summary_it_left_stale_and_figures_counts_th
     assert cli.main(["figures", str(out)]) == 0
     assert capsys.readouterr().out.startswith("4 of 12 planned points")
     assert sweep_cli.stale_summary(out) is None
+
+
+@pytest.mark.parametrize("where", ["before the command", "while the plan is read"])
+def test_a_signal_before_the_backend_takes_up_an_earlier_runs_jobs_says_they_still_run(tmp_path, monkeypatch, capsys,
+                                                                                     where):
+    """A resumed SLURM sweep stopped in its first seconds said 'nothing unfinished was written' and no resume
+    command, while the jobs its earlier run had submitted (slurm/jobs.json) still ran."""
+    import leakattack.cli as cli_package
+    from leakattack.cli import sweep as sweep_cli
+
+    config = write(tmp_path, TINY)
+    out = tmp_path / "out"
+    (out / "slurm").mkdir(parents=True)
+    (out / "slurm" / "jobs.json").write_text(json.dumps({"jobs": {"k1": {"name": "100_0"}, "k2": {"name": "100_1"}}}))
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "before the command":  # the held signal lands as the command's module has been imported
+        monkeypatch.setattr(sweep_cli, "cmd_sweep", stopped)
+    else:
+        monkeypatch.setattr(sweep_cli, "load_plan", stopped)
+    assert cli_package.main(["sweep", str(config), "--out", str(out), "--backend", "slurm", "--quiet"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert f"leakattack: 2 SLURM jobs of an earlier run of this sweep, listed in {out / 'slurm' / 'jobs.json'}, are " \
+           f"still queued or running: resume with: leakattack sweep {config} --out {out} --backend slurm --quiet " \
+           "(which takes them up), or stop them with scancel" in err, err
