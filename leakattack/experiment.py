@@ -667,28 +667,35 @@ def unscored(batch_size: int) -> dict:
             "psnr_each": [None] * batch_size, "ssim_each": [None] * batch_size, "match": list(range(batch_size))}
 
 
-#: whether :func:`reset_peak_memory` last lowered the process's resident high-water mark (Linux)
-_RSS_RESET = False
+#: whether :func:`reset_peak_memory` last lowered the process's resident high-water mark (Linux), and how many runs
+#: this process has prepared
+_RSS_RESET, _RUNS = False, 0
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    """Start the peaks :func:`peak_memory` reads from now: the process's resident high-water mark (Linux:
-    ``/proc/self/clear_refs``, which ``getrusage`` reads too) and torch's device-memory peak on a GPU. A sweep runs
-    its points one after another in one process (or in reused workers), and each point's peak is its own."""
-    global _RSS_RESET
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        _RSS_RESET = True
-    except OSError:  # not Linux, or the file is not writable here: the peak counts from the process's start
-        _RSS_RESET = False
+    """Start the peaks :func:`peak_memory` reads from now: torch's device-memory peak on a GPU, and, from a process's
+    second run on, its resident high-water mark (Linux: ``/proc/self/clear_refs``, which ``getrusage`` reads too).
+    A sweep runs its points one after another in one process (or in reused workers), and each point's peak is its
+    own.  The first run leaves the mark as it is, so that ``/usr/bin/time`` reports a single run's whole peak; from
+    the second on, a tool that reads it reports the peak since the last run began."""
+    global _RSS_RESET, _RUNS
+    _RSS_RESET = False
+    if _RUNS:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            _RSS_RESET = True
+        except OSError:  # not Linux, or the file is not writable here: the peak counts from the process's start
+            pass
+    _RUNS += 1
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
 
 def peak_memory(device: torch.device) -> dict[str, float | str] | None:
-    """The peak resident memory (``rss_gb``, from ``getrusage``) since the run began where the platform can reset
-    it (``rss_from``: ``"run"``; else ``"process"``, since the process started) and, on a GPU, the most device
+    """The peak resident memory (``rss_gb``, from ``getrusage``) since the run began where it is a process's second
+    run or later and the platform can reset it (``rss_from``: ``"run"``; else ``"process"``, since the process
+    started) and, on a GPU, the most device
     memory torch has held during the run (``device_gb``), in GB; None where the platform reports neither."""
     out: dict[str, float | str] = {}
     try:
