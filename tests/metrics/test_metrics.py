@@ -69,6 +69,17 @@ def test_psnr_of_identical_images_is_finite_200db():
     torch.testing.assert_close(p, torch.full((2,), 200.0, dtype=p.dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_psnr_of_half_precision_images_is_scored_in_float32(dtype):
+    """float16 gave inf for identical images (its floor 1e-20 is 0 there) and above 48 dB (1 / mse overflows), which
+    the score then stored as null and judged not rebuilt; the differences are squared in float32 now."""
+    x = torch.rand(2, 1, 12, 12, generator=torch.Generator().manual_seed(0))
+    same = psnr(x.to(dtype), x.to(dtype))
+    torch.testing.assert_close(same, torch.full((2,), 200.0))
+    close = psnr((x + 1e-3).to(dtype), x.to(dtype))
+    assert torch.isfinite(close).all() and (close > 50).all(), close
+
+
 @pytest.mark.parametrize("size", [32, 28])
 @pytest.mark.parametrize("channels", [3, 1])
 @pytest.mark.parametrize("level", [0.02, 0.1, 0.3])
