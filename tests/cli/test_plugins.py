@@ -159,3 +159,39 @@ def test_a_plugin_option_whose_flag_begins_a_run_flag_reaches_the_attack(tmp_pat
     assert cli.main(["run", "--dataset", "digits", "--iter", "2", "--no-lpips", "--quiet", "--out",
                      str(tmp_path / "abbreviated")]) == 0  # a run flag's own abbreviation still reads
     assert json.loads((tmp_path / "abbreviated" / "config.json").read_text())["run"]["iterations"] == 2
+
+
+NEEDS_OPTION = '''
+from leakattack.attacks import Attack, register_attack
+
+
+class NeedsLevel(Attack):
+    """A closed-form attack with an option that has no default; never run below."""
+
+    name = "plugin-needs-level"
+    closed_form = True
+
+    def __init__(self, *, level):
+        self.level = level
+
+    def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+        raise NotImplementedError
+
+
+register_attack("plugin-needs-level", NeedsLevel)
+'''
+
+
+def test_a_plugin_closed_form_that_cannot_be_built_unasked_does_not_stop_another_attacks_run(
+        tmp_path, monkeypatch, capsys, fresh_registries):
+    """A run that rebuilt nothing asks every closed form whether it reads the message: one needing an option raised
+    TypeError there, after the run's attack, and the run ended in a traceback without its folder."""
+    (tmp_path / "needs.py").write_text(NEEDS_OPTION)
+    monkeypatch.setenv(plugins.ENV, str(tmp_path / "needs.py"))
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "2", "--no-lpips", "--quiet",
+                     "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "attack 'plugin-needs-level' (" in err and "could not be asked whether it reads this message (TypeError: " \
+        in err and "left out of the closed forms named" in err, err
+    assert json.loads((out / "metrics.json").read_text())["verdict"] == "not rebuilt"
