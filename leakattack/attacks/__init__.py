@@ -157,7 +157,7 @@ ATTACK_OPTION_FLAGS = {name: tuple(p.option for p in attack_class(name).options)
 
 def closed_forms_for(obs) -> list[str]:
     """The registered closed-form attacks, a malicious server's left out, that accept the message of ``obs`` as it
-    is (their ``supports`` finds nothing to refuse; whether they then solve it is their run's to say), in the order
+    is (their ``refusal`` finds nothing to refuse; whether they then solve it is their run's to say), in the order
     of :func:`list_attacks`.  A plugin's attack that cannot be built with its defaults or asked (it needs an option,
     or raises) is left out with a one-line warning: the run that asks has finished its own attack."""
     found = []
@@ -166,10 +166,10 @@ def closed_forms_for(obs) -> list[str]:
         if not cls.closed_form or cls.modifies_model:
             continue
         if cls.__module__.split(".")[0] == "leakattack":  # a built-in attack: a failure here is a bug to see
-            accepts = cls().supports(obs) is None
+            accepts = cls().refusal(obs) is None
         else:
             try:
-                accepts = cls().supports(obs) is None
+                accepts = cls().refusal(obs) is None
             except Exception as err:  # noqa: BLE001 - any failure of a plugin's constructor or supports()
                 warnings.warn(f"attack '{name}' ({cls.__module__}) could not be asked whether it reads this message "
                               f"({type(err).__name__}: {err}), so it is left out of the closed forms named",

@@ -255,6 +255,7 @@ class Analytic(Attack):
 
     name = "analytic"
     closed_form = True
+    refuses_nonfinite = True  # its SVD fails on them
     reads_labels = True
     #: ``--time-limit``: the low-rank fit, the batch's solve and its label search stop at the deadline
     settings = ("time_limit",)

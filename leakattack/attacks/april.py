@@ -136,6 +136,7 @@ class April(OneExampleAttack):
 
     name = "april"
     title = "APRIL"
+    refuses_nonfinite = True  # its SVD fails on them
 
     def supports(self, obs: Observation) -> str | None:
         victim = obs.victim

@@ -94,6 +94,9 @@ class Attack:
     reads_labels: bool = False
     uses_labels: bool = True
     modifies_model: bool = False
+    #: whether a message holding NaN or infinite values is refused before the attack runs (a closed form whose
+    #: factorisation fails on them); else the attack runs and the run records what such a message gives
+    refuses_nonfinite: bool = False
     settings: tuple[str, ...] = ()
     options: tuple[Param, ...] = ()
 
@@ -113,9 +116,20 @@ class Attack:
         """None when the attack can run on ``obs``, else one sentence saying why not."""
         return None
 
+    def refusal(self, obs: Observation) -> str | None:
+        """Why the attack cannot run on ``obs`` (one sentence), or None: where it :attr:`refuses_nonfinite`, a
+        message that holds NaN or infinite values (a defense's noise beyond the dtype's range), through which it
+        solves no system, else what :meth:`supports` says."""
+        if self.refuses_nonfinite and isinstance(obs.y, torch.Tensor):
+            bad = int((~torch.isfinite(obs.y)).sum())
+            if bad:
+                return (f"{bad} of the message's {obs.y.numel()} values are NaN or infinite, and this closed form "
+                        "solves nothing through them; gradient-matching runs and records what such a message gives")
+        return self.supports(obs)
+
     def check(self, obs: Observation) -> None:
         """Raise AttackError when the attack cannot run on ``obs``."""
-        reason = self.supports(obs)
+        reason = self.refusal(obs)
         if reason:
             raise AttackError(f"attack '{self.name}' cannot run here: {reason}")
 

@@ -123,3 +123,32 @@ def test_a_batch_through_a_classifier_whose_head_is_frozen_is_refused_for_its_he
     reason = Analytic().supports(_obs(model, x, labels))
     assert reason is not None and "has no head whose gradient the solve reads each example's label from" in reason
     assert "not a classifier" not in reason
+
+
+def test_a_closed_form_refuses_a_message_of_nan_or_infinite_values_in_one_sentence(tmp_path, capsys):
+    """Noise beyond float32's range makes every value of the message infinite: the analytic attack ended in a
+    LinAlgError traceback from its SVD; it is now refused before it runs, and names gradient-matching."""
+    out = tmp_path / "run"
+    assert cli.main(["run", "--attack", "analytic", "--model", "logreg", "--dataset", "digits", "--defense",
+                     "gaussian:sigma=1e300", "--dtype", "float32", "--no-lpips", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["leakattack: error: attack 'analytic' cannot run here: 3925 of the message's 3925 values are NaN or "
+                   "infinite, and this closed form solves nothing through them; gradient-matching runs and records "
+                   "what such a message gives"], err
+    assert not out.exists()
+
+
+def test_april_refuses_a_message_of_infinite_values_and_rgap_records_it(tmp_path, capsys):
+    """APRIL's SVD ended in a LinAlgError traceback there too; R-GAP runs and records what the message gives."""
+    out = tmp_path / "april"
+    assert cli.main(["run", "--attack", "april", "--model", "vit_small", "--sketch", "none", "--defense",
+                     "gaussian:sigma=1e300", "--dtype", "float32", "--no-lpips", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakattack: error: attack 'april' cannot run here: ") and \
+        "values are NaN or infinite, and this closed form solves nothing through them" in err[0], err
+    assert not out.exists()
+    out = tmp_path / "rgap"
+    assert cli.main(["run", "--attack", "rgap", "--model", "logreg", "--dataset", "digits", "--sketch", "none",
+                     "--defense", "gaussian:sigma=1e300", "--dtype", "float32", "--no-lpips", "--quiet", "--out",
+                     str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["message_nonfinite"] == 7850
