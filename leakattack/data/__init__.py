@@ -46,7 +46,12 @@ def register_dataset(name: str, loader, *, offline: bool, sizable: bool = False,
     """Add a loader under ``name``: ``loader()`` when ``offline``, else ``loader(root, download, train)``;
     ``sizable`` loaders also take an image size last (``loader(size)``, ``loader(root, download, train, size)``).
     ``shape``: the (channels, side) of its images (the default side where ``sizable``), when known without
-    loading it."""
+    loading it.  A name the command line cannot write or one taken, and a loader that is not callable
+    (``TypeError``), are refused in one sentence before anything is kept."""
+    _REGISTRY.check_name(name)
+    if not callable(loader):
+        raise TypeError(f"the loader of data set '{name}' must be a callable that returns an ImageSet, got "
+                        f"{type(loader).__name__} {loader!r:.60}")
     _REGISTRY.register(name, loader, offline=offline, sizable=sizable, shape=shape)
     _ORDER.append(name)
 
@@ -69,7 +74,12 @@ def _load_cached(name: str, root, download: bool, train: bool, image_size: int |
     """Cached loader behind :func:`get_dataset` (arguments already normalised)."""
     loader = _REGISTRY.get(name)
     args = () if _REGISTRY.meta(name)["offline"] else (root, download, train)
-    return loader(*args) if image_size is None else loader(*args, image_size)
+    out = loader(*args) if image_size is None else loader(*args, image_size)
+    if not isinstance(out, ImageSet):  # a registered loader of one's own that returns something else
+        raise DataError(f"the loader of data set '{name}' ({getattr(loader, '__module__', '?')}."
+                        f"{getattr(loader, '__qualname__', loader)}) returned {type(out).__name__} {out!r:.40}, not "
+                        "the leakattack.data.ImageSet a loader returns")
+    return out
 
 
 def get_dataset(name: str, root=None, download: bool = False, train: bool = True,

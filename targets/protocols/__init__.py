@@ -50,7 +50,15 @@ _PROTOCOLS = Registry("protocol")
 
 
 def register_protocol(name: str, cls: type[Protocol]) -> type[Protocol]:
-    """Add a protocol class to the registry under ``name``."""
+    """Add a protocol class to the registry under ``name``; a name the command line cannot write or one taken, and
+    anything but a :class:`Protocol` subclass (an instance, a function, another class: ``TypeError``), are refused
+    in one sentence before anything is kept."""
+    _PROTOCOLS.check_name(name)
+    if name in _PROTOCOLS:  # the taken name's sentence first
+        _PROTOCOLS.register(name, cls)
+    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise TypeError(f"protocol '{name}' must be a subclass of targets.protocols.Protocol, got "
+                        f"{cls.__name__ if isinstance(cls, type) else type(cls).__name__} {cls!r:.60}")
     _PROTOCOLS.register(name, cls)
     cls.name = name
     return cls

@@ -212,6 +212,26 @@ def test_registering_a_name_twice_is_an_error():
     assert list_datasets() == ["photos", "digits", "mnist", "cifar10", "cifar100", "imagefolder"]
 
 
+def test_a_loader_that_cannot_be_called_or_returns_no_image_set_is_named(monkeypatch):
+    """A loader of 3 was kept and the run ended in "'int' object is not callable"; one that returned a list was refused
+    as 'get_batch takes an ImageSet', naming neither the set nor its loader."""
+    from leakattack import data as data_module
+
+    monkeypatch.setattr(data_module._REGISTRY, "_items", dict(data_module._REGISTRY._items))
+    monkeypatch.setattr(data_module._REGISTRY, "_meta", dict(data_module._REGISTRY._meta))
+    monkeypatch.setattr(data_module, "_ORDER", list(data_module._ORDER))
+    with pytest.raises(TypeError, match="^the loader of data set 'three' must be a callable that returns an ImageSet"):
+        register_dataset("three", 3, offline=True)
+    assert "three" not in list_datasets()
+
+    def listing():
+        return [1, 2, 3]
+
+    register_dataset("listing", listing, offline=True)
+    with pytest.raises(UserError, match=r"^the loader of data set 'listing' \(.*listing\) returned list \[1, 2, 3\], "):
+        get_dataset("listing")
+
+
 def test_train_test_split_is_seeded_stratified_and_disjoint():
     """Split 0.2 of digits: 20% in total, each class within one image of 20%, same seed -> same split."""
     ds = get_dataset("digits")

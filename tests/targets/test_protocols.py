@@ -38,6 +38,20 @@ def test_registry_refuses_unknown_or_duplicate_names():
         register_protocol("fedavg", object)
 
 
+@pytest.mark.parametrize("obj, said", [(int, "got int <class 'int'>"), (object(), "got object <object object"),
+                                       (lambda: None, "got function <function")])
+def test_register_protocol_refuses_what_is_no_protocol_class_before_keeping_the_name(obj, said, monkeypatch):
+    """A function was kept and its run ended in AttributeError ('reads'); int raised from setting its name after the
+    name was kept, and the refused names were listed."""
+    from targets import protocols
+
+    monkeypatch.setattr(protocols._PROTOCOLS, "_items", dict(protocols._PROTOCOLS._items))
+    monkeypatch.setattr(protocols._PROTOCOLS, "_meta", dict(protocols._PROTOCOLS._meta))
+    with pytest.raises(TypeError, match=r"^protocol 'mine' must be a subclass of targets.protocols.Protocol, ") as err:
+        register_protocol("mine", obj)
+    assert said in str(err.value) and "mine" not in protocols.list_protocols()
+
+
 def test_iid_split_is_a_partition_of_equal_shards():
     labels = torch.arange(100) % 10
     parts = split_clients(labels, 7, noniid=False, seed=3)
