@@ -166,7 +166,7 @@ def _check(sub) -> None:
 
 
 def _train(sub) -> None:
-    protocols = ", ".join(names.PROTOCOLS.shown)
+    protocols = ", ".join(names.PROTOCOLS.current())  # with a plugin's, where one registered some
     md, spec = names.MODEL_DEFAULTS, names.SPEC_DEFAULTS
     p = sub.add_parser("train", help="run a federated protocol; write train.jsonl, checkpoints and the accuracy figure",
                        description=f"Train with a federated protocol ({protocols}) and record "

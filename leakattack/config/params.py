@@ -343,7 +343,7 @@ def help_text(p: Param) -> str:
     """The flag's help with its choices filled in and its default stated."""
     choice = p.constraint.inner if isinstance(p.constraint, Optional) else p.constraint
     text = p.help.replace("{choices}", ", ".join(map(str, choice.shown if isinstance(choice, Choice) else [])))
-    text = text.replace("{protocols}", ", ".join(names.PROTOCOLS.shown))
+    text = text.replace("{protocols}", ", ".join(names.PROTOCOLS.current()))  # a plugin's too
     text = text.replace("{priors}", ", ".join(names.PRIORS.current()))  # with a plugin's, where it registered some
     if isinstance(p.constraint, Flag) or "default" in text or p.default in (None, {}, ""):
         return text

@@ -195,3 +195,21 @@ def test_a_plugin_closed_form_that_cannot_be_built_unasked_does_not_stop_another
     assert "attack 'plugin-needs-level' (" in err and "could not be asked whether it reads this message (TypeError: " \
         in err and "left out of the closed forms named" in err, err
     assert json.loads((out / "metrics.json").read_text())["verdict"] == "not rebuilt"
+
+
+def test_run_and_train_help_name_a_plugins_protocol(monkeypatch):
+    """run --help listed the built-in protocols alone beside a plugin's (--attack, --model named theirs)."""
+    from leakattack.cli.parser import build_parser
+    from targets import protocols
+
+    monkeypatch.setattr(protocols._PROTOCOLS, "_items", dict(protocols._PROTOCOLS._items))
+    monkeypatch.setattr(protocols._PROTOCOLS, "_meta", dict(protocols._PROTOCOLS._meta))
+
+    class Mine(protocols.FedAvg):
+        """FedAvg under another name."""
+
+    protocols.register_protocol("plugin-proto", Mine)
+    for command in ("run", "train"):
+        sub = build_parser()._subparsers._group_actions[0].choices[command]
+        flag = next(a for a in sub._actions if "--protocol" in a.option_strings)
+        assert "plugin-proto" in sub._get_formatter()._expand_help(flag), command
