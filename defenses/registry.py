@@ -24,7 +24,7 @@ def register_defense(cls: type[Transform]) -> type[Transform]:
     """Add a transform class to the registry under ``cls.name``.  Anything but a ``Transform`` subclass (a function,
     an instance) is a ``TypeError``; a ``name`` left at the base's, or one a spec cannot write
     (:func:`~leakattack.registry.name_error`), no ``__call__`` of its own or one that cannot be called as
-    ``step(v, gen)``, a ``ValueError``."""
+    ``step(v, gen)`` or a constructor that cannot be called as ``cls(params, placement)``, a ``ValueError``."""
     if not (isinstance(cls, type) and issubclass(cls, Transform)):
         what = "an instance of one" if isinstance(cls, Transform) else f"{type(cls).__name__} {cls!r}"
         raise TypeError(f"register_defense takes a Transform subclass (the class itself, with name, schema and "
@@ -43,6 +43,14 @@ def register_defense(cls: type[Transform]) -> type[Transform]:
     except TypeError as err:
         raise ValueError(f"defense class {cls.__name__}: its __call__ cannot be called as step(v, gen), as the channel "
                          f"calls it ({err}): define __call__(self, v, gen)") from None
+    except ValueError:  # no signature to read: the call decides
+        pass
+    try:  # a spec builds it as cls(params, placement)
+        inspect.signature(cls).bind({}, None)
+    except TypeError as err:
+        raise ValueError(f"defense class {cls.__name__}: its constructor cannot be called as {cls.__name__}(params, "
+                         f"placement), as a spec builds it ({err}): keep Transform's __init__ or take those two") \
+            from None
     except ValueError:  # no signature to read: the call decides
         pass
     return _REGISTRY.register(cls.name, cls)

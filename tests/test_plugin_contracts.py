@@ -39,6 +39,22 @@ def test_a_defense_without_its_own_call_or_with_another_signature_is_refused_at_
         register_defense(OneArgument)
 
 
+def test_a_defense_whose_constructor_cannot_take_params_and_placement_is_refused_at_registration(fresh_registries):
+    """Such a class was kept, and the run that named it ended in a TypeError traceback from parse_step."""
+    class KeywordsOnly(Transform):
+        name = "keywords-only"
+
+        def __init__(self, **kw):
+            super().__init__({}, None)
+
+        def __call__(self, v, gen):
+            return v
+
+    with pytest.raises(ValueError, match=r"^defense class KeywordsOnly: its constructor cannot be called as "
+                                         r"KeywordsOnly\(params, placement\), as a spec builds it"):
+        register_defense(KeywordsOnly)
+
+
 def test_an_attack_whose_reconstruct_cannot_take_the_run_s_keywords_is_refused_at_registration(fresh_registries):
     class ObsOnly(Attack):
         name = "obs-only"
