@@ -12,7 +12,7 @@ from defenses.base import Transform
 from defenses.registry import register_defense
 from leakattack.channel import Channel
 from leakattack.errors import UserError
-from leakattack.sketch import Sketch, get_sketch, register_sketch
+from leakattack.sketch import Sketch, get_sketch, register_sketch, sketch_class
 
 
 def subsample(kind: str, scale_adjoint: float = 1.0, extra_out: int = 0, short_adjoint: int = 0):
@@ -40,6 +40,13 @@ def test_a_sketch_from_outside_is_held_to_its_shapes_and_its_adjoint(fresh_regis
     register_sketch(subsample("twice-adjoint", scale_adjoint=2.0))
     with pytest.raises(UserError, match="its _adjoint is not the transpose of its _apply"):
         get_sketch("twice-adjoint", 50, 20, seed=1)
+    register_sketch(subsample("nan-apply", scale_adjoint=1.0))  # then made to send NaN
+    nan_class = sketch_class("nan-apply")
+    monkey = nan_class._apply
+    nan_class._apply = lambda self, v: monkey(self, v) * float("nan")
+    with pytest.raises(UserError, match=r"^sketch 'nan-apply': its _apply returned 20 NaN or infinite value\(s\) of "
+                                        r"20 for a random finite vector$"):
+        get_sketch("nan-apply", 50, 20, seed=1)  # it blamed _adjoint, as not the transpose
     register_sketch(subsample("long-apply", extra_out=1))
     with pytest.raises(UserError, match=r"long-apply sketch _apply returned shape \(21,\) for an input of shape "
                                         r"\(50,\); it must return shape \(20,\)"):

@@ -138,6 +138,11 @@ def _check_adjoint(sketch: Sketch) -> None:
         rv, rtu = sketch.apply(v), sketch.adjoint(u)
         left, right = float(rv @ u), float(v @ rtu)
         scale = float(rv.norm() * u.norm()) + float(v.norm() * rtu.norm())
+    for method, out in (("_apply", rv), ("_adjoint", rtu)):  # the method at fault where one returns no numbers
+        bad = int((~torch.isfinite(out)).sum())
+        if bad:
+            raise UserError(f"sketch '{sketch.kind}': its {method} returned {bad} NaN or infinite value(s) of "
+                            f"{out.numel()} for a random finite vector")
     if not abs(left - right) <= ADJOINT_TOLERANCE * max(scale, 1e-300):
         raise UserError(f"sketch '{sketch.kind}': its _adjoint is not the transpose of its _apply (<R v, u> = "
                         f"{left:.6g} against <v, R^T u> = {right:.6g} for random v and u)")
