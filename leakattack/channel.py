@@ -60,13 +60,17 @@ class Transmission:
 
 def _stepped(step, v: torch.Tensor, rng: torch.Generator | None) -> torch.Tensor:
     """``step(v, rng)``, or one UserError sentence where it does not return a tensor of the shape the next stage
-    takes: ``v``'s (a per-example step: one row of it).  A shape comparison, no device sync."""
+    takes: ``v``'s (a per-example step: one row of it), of its dtype and device.  No device sync."""
     out = step(v, rng)
     want = tuple(v.shape[1:]) if step.per_example else tuple(v.shape)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise UserError(f"defense step '{step.spec()}' returned {got} for a vector of shape {tuple(v.shape)}; a "
                         f"defense keeps the vector's shape, {want}")
+    if out.dtype != v.dtype or out.device != v.device:
+        got, had = str(out.dtype).removeprefix("torch."), str(v.dtype).removeprefix("torch.")
+        raise UserError(f"defense step '{step.spec()}' returned a {got} tensor on {out.device} for a {had} vector on "
+                        f"{v.device}; a defense keeps the vector's dtype and device")
     return out
 
 

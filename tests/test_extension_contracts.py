@@ -124,6 +124,22 @@ def test_a_defense_takes_str_and_bool_parameters_and_keeps_the_vector_shape(fres
         channel.send(torch.ones(10))
 
 
+class Half(Transform):
+    name = "test-half"
+
+    def __call__(self, v, gen):
+        return v.to(torch.float16)
+
+
+def test_a_defense_that_changes_the_vectors_dtype_is_refused_in_one_sentence(fresh_registries):
+    """Its float16 vector ended in a traceback inside torch's conv2d (or linalg.svd) with nothing naming the step."""
+    register_defense(Half)
+    channel = Channel(get_sketch("none", 10, 10), "test-half")
+    with pytest.raises(UserError, match=r"^defense step 'test-half@before_sketch' returned a float16 tensor on cpu "
+                                        r"for a float64 vector on cpu; a defense keeps the vector's dtype and device$"):
+        channel.send(torch.ones(10, dtype=torch.float64))
+
+
 def test_a_defense_schema_of_another_type_is_refused_at_registration(fresh_registries):
     class Listy(Transform):
         name = "test-listy"
