@@ -58,6 +58,8 @@ class Prepared:
     #: the files the run read that a name alone does not pin down (the model's .py file, --weights): their
     #: absolute path and SHA-256 as read, in config.json's "files"
     files: dict = field(default_factory=dict)
+    #: where the peak resident memory counts from (:func:`reset_peak_memory`): ``"run"`` or ``"process"``
+    rss_from: str = "process"
 
     # the case's parts, by the names callers use
     @property
@@ -370,7 +372,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     cfg.validate()
     torch.set_num_threads(cfg.threads or 1)  # auto (None): one thread until the victim is built
     device = resolve_device(cfg.device)
-    reset_peak_memory(device)  # a sweep's points share a process: each records its own peak
+    rss_from = reset_peak_memory(device)  # a sweep's points share a process: each records its own peak
     ieee_float32(device)  # run_attack gives the caller's settings back, as it does the thread count
     case = build_case(cfg, device, getattr(torch, cfg.derived().dtype), progress=progress)
     torch.set_num_threads(cfg.threads or case.victim.threads)  # auto: every core for deep victims, else one
@@ -388,7 +390,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
-    return Prepared(cfg, device, case, attack, input_files(cfg))
+    return Prepared(cfg, device, case, attack, input_files(cfg), rss_from)
 
 
 def _file_record(path: Path) -> dict:
@@ -490,7 +492,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
         closed_forms=readers or None, labels_unused=None if cfg.attack_class.uses_labels else True,
-        objective_at=objective_at(p, result), peak_memory=peak_memory(p.device),
+        objective_at=objective_at(p, result), peak_memory=peak_memory(p.device, p.rss_from),
         extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
@@ -667,35 +669,34 @@ def unscored(batch_size: int) -> dict:
             "psnr_each": [None] * batch_size, "ssim_each": [None] * batch_size, "match": list(range(batch_size))}
 
 
-#: whether :func:`reset_peak_memory` last lowered the process's resident high-water mark (Linux), and how many runs
-#: this process has prepared
-_RSS_RESET, _RUNS = False, 0
+#: how many runs this process has prepared
+_RUNS = 0
 
 
-def reset_peak_memory(device: torch.device) -> None:
+def reset_peak_memory(device: torch.device) -> str:
     """Start the peaks :func:`peak_memory` reads from now: torch's device-memory peak on a GPU, and, from a process's
     second run on, its resident high-water mark (Linux: ``/proc/self/clear_refs``, which ``getrusage`` reads too).
     A sweep runs its points one after another in one process (or in reused workers), and each point's peak is its
     own.  The first run leaves the mark as it is, so that ``/usr/bin/time`` reports a single run's whole peak; from
-    the second on, a tool that reads it reports the peak since the last run began."""
-    global _RSS_RESET, _RUNS
-    _RSS_RESET = False
-    if _RUNS:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            _RSS_RESET = True
-        except OSError:  # not Linux, or the file is not writable here: the peak counts from the process's start
-            pass
+    the second on, a tool that reads it reports the peak since the last run began.  Returns where the resident peak
+    now counts from: ``"run"``, or ``"process"`` where it was left (a first run, not Linux, the file not writable)."""
+    global _RUNS
     _RUNS += 1
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    if _RUNS == 1:
+        return "process"
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux, or the file is not writable here: the peak counts from the process's start
+        return "process"
+    return "run"
 
 
-def peak_memory(device: torch.device) -> dict[str, float | str] | None:
-    """The peak resident memory (``rss_gb``, from ``getrusage``) since the run began where it is a process's second
-    run or later and the platform can reset it (``rss_from``: ``"run"``; else ``"process"``, since the process
-    started) and, on a GPU, the most device
+def peak_memory(device: torch.device, rss_from: str = "process") -> dict[str, float | str] | None:
+    """The peak resident memory (``rss_gb``, from ``getrusage``) since the run began where :func:`reset_peak_memory`
+    reset it (``rss_from``: ``"run"``; else ``"process"``, since the process started) and, on a GPU, the most device
     memory torch has held during the run (``device_gb``), in GB; None where the platform reports neither."""
     out: dict[str, float | str] = {}
     try:
@@ -705,7 +706,7 @@ def peak_memory(device: torch.device) -> dict[str, float | str] | None:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, kibibytes on Linux
         out["rss_gb"] = round(peak * (1 if sys.platform == "darwin" else 1024) / 1e9, 4)
-        out["rss_from"] = "run" if _RSS_RESET else "process"
+        out["rss_from"] = rss_from
     if device.type == "cuda":
         out["device_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 4)
     return out or None

@@ -23,7 +23,7 @@ import warnings
 
 from ..constraints import Param
 from ..errors import SettingWarning, UserError
-from ..registry import Registry
+from ..registry import Registry, is_built_in
 from .analytic import Analytic
 from .april import April
 from .base import Attack, AttackError, AttackResult, Monitor
@@ -165,18 +165,15 @@ def closed_forms_for(obs) -> list[str]:
         cls = attack_class(name)
         if not cls.closed_form or cls.modifies_model:
             continue
-        if cls.__module__.split(".")[0] == "leakattack":  # a built-in attack: a failure here is a bug to see
-            accepts = cls().refusal(obs) is None
-        else:
-            try:
-                accepts = cls().refusal(obs) is None
-            except Exception as err:  # noqa: BLE001 - any failure of a plugin's constructor or supports()
-                warnings.warn(f"attack '{name}' ({cls.__module__}) could not be asked whether it reads this message "
-                              f"({type(err).__name__}: {err}), so it is left out of the closed forms named",
-                              SettingWarning, stacklevel=2)
-                continue
-        if accepts:
-            found.append(name)
+        try:
+            if cls().refusal(obs) is None:
+                found.append(name)
+        except Exception as err:  # noqa: BLE001 - any failure of a plugin's constructor or supports()
+            if is_built_in(cls.__module__):  # a built-in attack's failure here is a bug to see
+                raise
+            warnings.warn(f"attack '{name}' ({cls.__module__}) could not be asked whether it reads this message "
+                          f"({type(err).__name__}: {err}), so it is left out of the closed forms named",
+                          SettingWarning, stacklevel=2)
     return found
 
 

@@ -298,7 +298,7 @@ class GradientMatching(Attack):
         self.stated_limit = self.time_limit
         self.bar_label = "attack"  #: what the progress bar of an optimisation calls it (label probes name theirs)
         #: whether ``time_limit`` counts from the start's fit rather than from the call: a label probe's share times
-        #: its steps alone, so the first probe's one-time costs (the first passes through a model) do not use it up
+        #: its steps alone, so what comes before them (the first pass through the model) does not count against it
         self.clock_from_start = False
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)

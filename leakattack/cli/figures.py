@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
+from ..figures.report.sweep_section import beyond_finished
 from ..figures.sweep import points_rebuilt
 from ..rebuilt import batch_images_words
 from ..results import read_object
@@ -59,11 +60,12 @@ def cmd_figures(a) -> int:
     if not stored:
         raise UserError(f"'{out / 'results.jsonl'}' is empty: nothing to draw, and summary.csv and figures/ are left "
                         "as they are")
-    if not read_results(out / "results.jsonl"):
+    finished = len(read_results(out / "results.jsonl"))
+    if not finished:
         raise UserError(f"'{out / 'results.jsonl'}' holds {stored} line{'s' if stored != 1 else ''} and "
                         "none is a finished point of a sweep (a JSON object with its key, grid, parameters and "
                         "metrics): nothing to draw, and summary.csv and figures/ are left as they are")
-    warn_torn(out / "results.jsonl", stacklevel=1)
+    warn_torn(out / "results.jsonl", finished, stacklevel=1)
     for folder in (out, out / "figures"):
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"'{folder}' is not a writable folder: figures rewrites the sweep's summary.csv and "
@@ -84,6 +86,6 @@ def points_text(n: int, out: Path) -> str:
         planned = read_object(out / "sweep.json").get("points") if (out / "sweep.json").is_file() else None
     except UserError:  # an unreadable sweep.json: the count of points drawn stands alone
         planned = None
-    if isinstance(planned, int) and not isinstance(planned, bool) and planned > n:
+    if beyond_finished(planned, n):
         return f"{n} of {planned} planned points (the sweep was not finished)"
     return f"{n} point{'s' if n != 1 else ''}"

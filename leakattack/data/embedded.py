@@ -129,11 +129,12 @@ def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
             img = np.repeat(img[:, :, None], 3, axis=2)
         img = img[:, :, :3]
         crops = []
-        for top, left, side in _photo_boxes(name, *img.shape[:2]):
+        boxes = _photo_boxes(name, *img.shape[:2])
+        for top, left, side in boxes:
             patch = img[top:top + side, left:left + side]
             crops.append(np.clip(_resize(patch, size), 0.0, 1.0))
         per_photo.append(crops)
-        sides.append([box[2] for box in _photo_boxes(name, *img.shape[:2])])
+        sides.append([side for _, _, side in boxes])
     # Interleave: index = crop * 10 + class, so consecutive indices are distinct photos.
     images, labels = [], []
     for crop in range(_CROPS_PER_PHOTO):
@@ -143,14 +144,14 @@ def load_photos(size: int = PHOTO_SIZE) -> ImageSet:
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous().float()
     source = "scikit-image sample photographs (skimage.data); see leakattack/data/embedded.py for licences"
     # Index crop * 10 + class (as interleaved above) of each crop smaller than the size asked for.
-    small = [(crop * len(PHOTO_NAMES) + cls, sides[cls][crop]) for crop in range(_CROPS_PER_PHOTO)
+    small = [(crop * len(PHOTO_NAMES) + cls, PHOTO_NAMES[cls], sides[cls][crop]) for crop in range(_CROPS_PER_PHOTO)
              for cls in range(len(PHOTO_NAMES)) if sides[cls][crop] < size]
     if small:
-        first, side = small[0]
-        smallest = min(s for _, s in small)
+        first, photo, side = small[0]
+        smallest = min(s for _, _, s in small)
         source += f"; {len(small)} of the {len(images)} crops are smaller than {size} px and upscaled (bilinear)"
         warnings.warn(f"at {size} px, {len(small)} of the {len(images)} photos are crops smaller than that, upscaled "
-                      f"(bilinear), which adds unknowns but no detail: e.g. photo {first} ({PHOTO_NAMES[first % 10]}, "
+                      f"(bilinear), which adds unknowns but no detail: e.g. photo {first} ({photo}, "
                       f"{side} px); --image-size {smallest} keeps every crop's pixels", SettingWarning, stacklevel=2)
     return ImageSet(
         name="photos", images=x, labels=torch.tensor(labels, dtype=torch.long),

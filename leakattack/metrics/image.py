@@ -29,8 +29,13 @@ def mse(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Mean squared error per image, mean over C, H, W; shape (B,); in float32 at least (float16's squares of
     differences below 2.4e-4 would be 0, and its PSNR overflow above 48 dB), float64 for float64 images."""
     check_pair(x_hat, x)
-    dtype = torch.promote_types(torch.promote_types(x_hat.dtype, x.dtype), torch.float32)
+    dtype = scoring_dtype(x_hat, x)
     return (x_hat.to(dtype) - x.to(dtype)).pow(2).flatten(1).mean(1)
+
+
+def scoring_dtype(x_hat: torch.Tensor, x: torch.Tensor) -> torch.dtype:
+    """The dtype the scores are computed in: the pair's, at least float32."""
+    return torch.promote_types(torch.promote_types(x_hat.dtype, x.dtype), torch.float32)
 
 
 def psnr(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch.Tensor:
@@ -57,7 +62,7 @@ def ssim(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch
     b, c, h, w = x.shape
     if h < SSIM_WIN or w < SSIM_WIN:
         raise MetricsError(f"SSIM needs images of at least {SSIM_WIN}x{SSIM_WIN} pixels, got {h}x{w}")
-    dtype = torch.promote_types(torch.promote_types(x_hat.dtype, x.dtype), torch.float32)
+    dtype = scoring_dtype(x_hat, x)
     a, y = x_hat.to(dtype), x.to(dtype)
     g = gaussian_window(dtype, x.device)
     # Separable filter on the 5 statistics, each channel separately; "valid" convolution

@@ -89,10 +89,11 @@ def stored_lines(path: Path) -> int:
     return sum(1 for ln in path.read_bytes().split(b"\n") if ln.strip()) if path.exists() else 0
 
 
-def warn_torn(path: Path, stacklevel: int = 2) -> None:
-    """One SettingWarning counting the lines of results.jsonl that are not a finished point (:func:`read_results`
-    drops them), where there are any: what reads the sweep (its figures, a report) left them out."""
-    torn = stored_lines(path) - len(read_results(path))
+def warn_torn(path: Path, finished: int, stacklevel: int = 2) -> None:
+    """One SettingWarning counting the lines of results.jsonl that are not one of its ``finished`` points
+    (:func:`read_results` drops them), where there are any: what reads the sweep (its figures, a report) left them
+    out."""
+    torn = stored_lines(path) - finished
     if torn:
         warnings.warn(f"{torn} torn line{'s' if torn != 1 else ''} of '{path}' (not a finished point) "
                       f"{'were' if torn != 1 else 'was'} left out", SettingWarning, stacklevel=stacklevel + 1)

@@ -114,8 +114,9 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
 
 def _run_section_of(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
-    config = read_object(folder / "config.json") if (folder / "config.json").is_file() else {}
-    if not (folder / "config.json").is_file():  # the section says so too; collect warns alike
+    recorded = (folder / "config.json").is_file()
+    config = read_object(folder / "config.json") if recorded else {}
+    if not recorded:  # the section says so too; collect warns alike
         warnings.warn(f"'{folder}' holds no config.json: its section shows the scores without the setting",
                       SettingWarning, stacklevel=3)
     for part in ("run", "derived", "environment"):  # a hand-edited file: one sentence, not a traceback

@@ -118,8 +118,9 @@ def _sweep_threat(records: list[dict]) -> str:
 # -------------------------------------------------------------- sweep folders
 
 def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
-    if read_results(folder / "results.jsonl"):  # beside finished points (none at all has its own warning)
-        warn_torn(folder / "results.jsonl", stacklevel=2)  # as figures says it: the report leaves them out too
+    finished = len(read_results(folder / "results.jsonl"))
+    if finished:  # beside finished points (none at all has its own warning), as figures says it
+        warn_torn(folder / "results.jsonl", finished, stacklevel=2)
     records = checked_points(folder, load_records(folder))
     meta = read_object(folder / "sweep.json") if (folder / "sweep.json").is_file() else {}
     stored = stored_summary(folder)
@@ -155,12 +156,17 @@ def _sweep_section(folder: Path, anchor: str) -> tuple[str, str, str]:
     return "\n".join(parts), head, cls
 
 
+def beyond_finished(planned, n: int) -> int | None:
+    """sweep.json's count of planned points where it is one and holds more than the ``n`` finished, else None."""
+    return planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > n else None
+
+
 def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
     """(short tag, CSS class, the headline sentence) of a sweep of ``planned`` points (sweep.json's count), which
     says so when some of them have no result."""
     verdicts = [r["metrics"].get("verdict") for r in records if r["metrics"].get("verdict") is not None]
     n = len(records)
-    planned = planned if isinstance(planned, int) and not isinstance(planned, bool) and planned > n else None
+    planned = beyond_finished(planned, n)
     left = f"{planned - n} of {planned} planned points not finished" if planned else ""
     tag = " (unfinished)" if planned else ""
     if not records:
