@@ -158,6 +158,11 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     with pytest.raises(UserError, match=re.escape("attack 'grey' returned a reconstruction x of shape (3, 2, 2), not "
                                                   "the batch of shape (1, 3, 2, 2) it attacks")):
         check_result("grey", AttackResult(x=x[0], labels=None, x0=x, losses=[1.0]), shape)
+    for dtype in (torch.int64, torch.uint8, torch.bool):  # an int64 x of 0.6s was scored as an image of zeros
+        with pytest.raises(UserError, match=f"^attack 'grey' returned a reconstruction x of {str(dtype)[6:]} values, "
+                                            "not floating-point images like the batch it attacks$"):
+            check_result("grey", AttackResult(x=x.to(dtype), labels=None, x0=x, losses=[1.0]), shape)
+    check_result("grey", AttackResult(x=x.half(), labels=None, x0=x, losses=[1.0]), shape)  # scored in float32
     with pytest.raises(UserError, match="^attack 'grey' returned no losses"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[]), shape)
     check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0]), shape)

@@ -140,8 +140,8 @@ class Attack:
 
 def check_result(name: str, result, shape: tuple, num_classes: int | None = None) -> None:
     """Refuse, in one sentence naming attack ``name``, what its ``reconstruct`` returned when that is not an
-    AttackResult holding a batch of ``shape``, at least the loss at its start and (a classifier's, ``num_classes``
-    given) labels that are one class index per image, or none."""
+    AttackResult holding a floating-point batch of ``shape``, at least the loss at its start and (a classifier's,
+    ``num_classes`` given) labels that are one class index per image, or none."""
     if not isinstance(result, AttackResult):
         got = "None" if result is None else f"a {type(result).__name__}"
         raise UserError(f"attack '{name}' returned {got} from reconstruct, not the leakattack.attacks.AttackResult "
@@ -150,6 +150,9 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
         got = f"shape {tuple(result.x.shape)}" if isinstance(result.x, torch.Tensor) else type(result.x).__name__
         raise UserError(f"attack '{name}' returned a reconstruction x of {got}, not the batch of shape "
                         f"{tuple(shape)} it attacks")
+    if not result.x.is_floating_point():  # an integer x scores 0.6 as 0; a bool one is no image at all
+        raise UserError(f"attack '{name}' returned a reconstruction x of {str(result.x.dtype)[6:]} values, not "
+                        "floating-point images like the batch it attacks")
     if not result.losses:
         raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "
                         "step, at least at its start)")
