@@ -118,6 +118,17 @@ def test_ssim_of_identical_images_is_one():
     torch.testing.assert_close(ssim(x, x.clone()), torch.ones(2), atol=1e-6, rtol=0)
 
 
+def test_ssim_of_near_identical_float32_images_is_at_most_one():
+    """Photographs 1e-7 to 1e-5 apart in float32 scored up to 1.000002 when the statistics were float32 (the variances'
+    E[a^2] - mu^2 cancel); SSIM cannot exceed 1, and the score keeps the images' float32."""
+    x = _real_images(32, 3).float()
+    g = torch.Generator().manual_seed(0)
+    for eps in (1e-7, 1e-6, 1e-5):
+        s = ssim(x + eps * torch.randn(x.shape, generator=g), x)
+        assert s.dtype == torch.float32 and bool((s <= 1).all()) and bool((s > 0.999).all()), (eps, s)
+    assert ssim(x.half(), x).dtype == torch.float32 and bool((ssim(x.half(), x) <= 1).all())
+
+
 def test_ssim_is_differentiable():
     """Gradients flow through SSIM to the reconstruction."""
     x = _real_images(28, 1).float()
