@@ -23,12 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
+from ..errors import SettingWarning, signals_held
 from ..errors import UserError as ConfigError
-from ..errors import signals_held
+from ..figures.report import run_metrics
 from ..metrics import RunMetrics
-from ..results import read_json
+from ..results import read_object
 from ..results.reference import compare, machine_text
 
 PY = [sys.executable]
@@ -60,13 +62,18 @@ def steps() -> dict[str, list[tuple[str, list[str]]]]:
     return out
 
 
-def _committed(folder: Path) -> tuple[RunMetrics, dict] | None:
-    """(metrics, machine record) of a committed reference run, or None when there is none to compare with."""
-    try:
-        metrics, config = read_json(folder / "metrics.json"), read_json(folder / "config.json")
-    except (OSError, ValueError):
+def _committed(folder: Path) -> tuple[RunMetrics, dict | None] | None:
+    """(metrics, machine record or None) of a committed reference run, or None where the folder holds no metrics.json
+    (nothing to compare with).  A metrics.json or config.json that is damaged or not a run's is one UserError sentence
+    naming the file, as ``leakattack collect`` and ``report`` refuse it: a reference that cannot be read is not
+    "no committed run"."""
+    if not (folder / "metrics.json").exists():
         return None
-    return RunMetrics.from_dict(metrics), config.get("environment", {}).get("machine")
+    metrics = run_metrics(folder / "metrics.json")
+    config = read_object(folder / "config.json") if (folder / "config.json").exists() else {}
+    environment = config.get("environment")
+    machine = environment.get("machine") if isinstance(environment, dict) else None
+    return metrics, machine if isinstance(machine, dict) else None
 
 
 #: what a sweep step regenerates in its folder, moved aside before it runs (the sweep would resume from them)
@@ -169,18 +176,38 @@ def _finish(what: str, argv: list[str], before) -> bool:
     return True
 
 
+def _stopped_text(name: str, what: str, kept: _Kept | None) -> str:
+    """What an interrupted step leaves: the step's own last lines may say that it kept what it finished and how to
+    resume it, which is not so here (the committed results go back, or a reference run is not written)."""
+    if kept is not None and kept.names:
+        left = f"; what it had written is not kept, and the committed results are back in '{kept.folder}'"
+    elif what.startswith("reference:"):
+        left = f"; the committed run in '{what.split(':', 1)[1]}' is as it was"
+    else:
+        left = ""
+    return (f"leakattack: reproduce stopped step '{name}'{left} (`leakattack reproduce {name}` runs it again from the "
+            "start)")
+
+
 def cmd_reproduce(a) -> int:
     table = steps()
     names = a.names or list(table)
     for n in names:
         if n not in table:
             raise ConfigError(f"unknown reproduce step '{n}'; choose one of: {', '.join(table)}")
+    if len(set(names)) < len(names):  # a second pass would compare with the first's output as if it were committed
+        twice = sorted({n for n in names if names.count(n) > 1})
+        warnings.warn(f"step {', '.join(twice)} named more than once runs once", SettingWarning, stacklevel=2)
+        names = list(dict.fromkeys(names))
     if a.list:  # the steps named, or all
         for name in names:
             print(f"{name}: {len(table[name])} command(s)")
         return 0
     if not a.dry_run and (not Path("examples").is_dir() or not Path("results").is_dir()):  # printing needs neither
         raise ConfigError("run `leakattack reproduce` from the repository root (it needs examples/ and results/)")
+    if not a.dry_run:  # every committed reference is read before any step rewrites one
+        for what in (w for n in names for w, _ in table[n] if w.startswith("reference:")):
+            _committed(Path(what.split(":", 1)[1]))
     failed = False
     for n in names:
         for what, argv in table[n]:
@@ -194,6 +221,7 @@ def cmd_reproduce(a) -> int:
             except BaseException:  # Ctrl-C or SIGTERM: the step has stopped; the committed results go back in place
                 if kept is not None:
                     kept.restore()
+                print(_stopped_text(n, what, kept), file=sys.stderr)
                 raise
             if rc != 0:
                 back = ""
@@ -201,7 +229,7 @@ def cmd_reproduce(a) -> int:
                     kept.restore()
                     back = f"; the results it was regenerating are back in '{kept.folder}'"
                 print(f"leakattack: error: step '{n}' failed (exit code {rc}): {' '.join(argv)}{back}", file=sys.stderr)
-                return 1
+                return 2 if rc == 2 else 1  # a step that refused its input (exit code 2) is bad input here too
             if kept is not None:
                 kept.drop()
             agrees = _finish(what, argv, before)

@@ -138,8 +138,68 @@ def test_a_sweep_step_that_fails_or_is_interrupted_puts_the_committed_results_ba
     after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert after == before
     assert sorted(p.name for p in folder.parent.iterdir()) == ["defense_sweep"]  # nothing left aside
+    err = capsys.readouterr().err
     if stop == "fails":
-        assert "the results it was regenerating are back in" in capsys.readouterr().err
+        assert "the results it was regenerating are back in" in err
+    else:  # the sweep's own lines say it kept its finished points and how to resume: reproduce says they went
+        assert ("leakattack: reproduce stopped step 'sweeps'; what it had written is not kept, and the committed "
+                "results are back in 'results/sweeps/defense_sweep' (`leakattack reproduce sweeps` runs it again "
+                "from the start)") in err
+
+
+def _reference(root: Path) -> Path:
+    """A committed reference run's folder under ``root`` (a copy of the repository's) and the examples/ folder the
+    command needs."""
+    shutil.copytree(ROOT / "results" / "reference", root / "results" / "reference")
+    (root / "examples").mkdir()
+    return root / "results" / "reference"
+
+
+@pytest.mark.parametrize("damage", ["config list", "metrics text", "metrics psnr"])
+def test_a_damaged_committed_reference_is_one_sentence_before_any_step_runs(tmp_path, monkeypatch, capsys, damage):
+    """A config.json holding a list ended in an AttributeError traceback; a psnr of "high" in a ValueError after the
+    first run had rewritten its folder; a metrics.json that is not JSON read as "no committed run" and was replaced,
+    exit code 0."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    ref = _reference(tmp_path)
+    path = {"config list": ref / "lenet-srht" / "config.json", "metrics text": ref / "lenet-none" / "metrics.json",
+            "metrics psnr": ref / "lenet-none" / "metrics.json"}[damage]
+    if damage == "metrics psnr":
+        path.write_text(json.dumps({**json.loads(path.read_text()), "psnr": "high"}))
+    else:
+        path.write_text("[1]" if damage == "config list" else "{corrupt")
+    ran = []
+    monkeypatch.setattr(reproduce, "_call", lambda argv: ran.append(argv) or 0)
+    assert cli.main(["reproduce", "reference"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = {"config list": "holds a JSON list, not the object leakattack writes there",
+            "metrics text": "is not JSON", "metrics psnr": 'holds psnr = "high", not a number'}[damage]
+    assert err == [f"leakattack: error: '{path.relative_to(tmp_path)}' {said}"] and ran == []
+
+
+def test_a_step_named_twice_runs_once(tmp_path, monkeypatch, capsys):
+    """`reproduce reference reference` compared the second run with the first's output, labelled "committed"."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    _reference(tmp_path)
+    ran = []
+    monkeypatch.setattr(reproduce, "_call", lambda argv: ran.append(argv) or 0)
+    assert cli.main(["reproduce", "reference", "reference"]) == 0
+    assert len(ran) == 2  # its two runs, once
+    assert "leakattack: warning: step reference named more than once runs once" in capsys.readouterr().err
+
+
+def test_a_step_that_refuses_its_input_exits_2(tmp_path, monkeypatch, capsys):
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    _reference(tmp_path)
+    monkeypatch.setattr(reproduce, "_call", lambda argv: 2)
+    assert cli.main(["reproduce", "reference"]) == 2
+    assert "step 'reference' failed (exit code 2)" in capsys.readouterr().err
 
 
 def test_a_sweep_step_that_succeeds_leaves_only_its_new_results(tmp_path, monkeypatch):
