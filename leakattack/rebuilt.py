@@ -402,7 +402,14 @@ def _apart(a: float, b: float) -> tuple[str, str]:
     return x, y
 
 
-def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
+#: what a run whose attacker did not hold the client's sketch says of its failure in place of the part that failed
+SKETCH_NOT_HELD = ("the attacker did not hold the client's sketch (--sketch-unknown, without --sketch-seed-search): "
+                   "it reads the message through R of another seed, so the labels it reads and the input it fits are "
+                   "both of a message the client did not send, whatever the search does (--sketch-seed-search BITS "
+                   "looks for the client's seed among 2^BITS)")
+
+
+def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False) -> str | None:
     """The sentence that says which part of a run (a metrics.json dict) that rebuilt nothing failed
     (:func:`failed_kind`), with the numbers that show it; None when nothing tells.
 
@@ -411,9 +418,13 @@ def failed_part(m: Mapping, clip_blind: bool = False) -> str | None:
     the run's defense clips and the attacker was not told (``attacker_knows_clip`` false), so its model of the
     message is not the client's; such an objective failure names the clip and the options that model it
     (:data:`CLIP_NOT_MODELLED`); where the defense also adds noise (``noise_distortion``), the noise is named first
-    and the clip as a cause too.  The two scores carry the digits they need to read apart.
+    and the clip as a cause too.  The two scores carry the digits they need to read apart.  ``sketch_blind``: the
+    attacker did not hold the client's sketch (:func:`leakattack.attacks.seed_search.sketch_not_held`), which is then
+    the cause named (:data:`SKETCH_NOT_HELD`), not the labels or the search it led astray.
     """
     kind = failed_kind(m)
+    if sketch_blind and kind is not None:
+        return SKETCH_NOT_HELD
     if kind == "labels":
         return (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "

@@ -30,7 +30,7 @@ import targets
 
 from ..errors import SettingWarning, UserError, duration_text
 from ..progress import progress_bar
-from ..sketch import Sketch, sketch_class
+from ..sketch import Sketch, is_identity, sketch_class
 from .labels import probe
 
 #: the most bits ``--sketch-seed-search`` accepts: 2^32 candidates are months at a millisecond each
@@ -277,6 +277,19 @@ def found_text(s: dict) -> str:
             f"against {s['statistic_runner_up']:.3g} for the runner-up (about 1 for a wrong seed)")
 
 
-__all__ = ["found_text", "HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees",
+def sketch_not_held(run) -> bool:
+    """Whether a run's attacker used another sketch than the client's (a run's config.json ``run`` section):
+    ``--sketch-unknown`` without a seed search, on a sketch that is not the identity (a plugin's sketch that is not
+    registered here counts as one that is not)."""
+    if run.get("sketch_known") is not False or run.get("sketch_seed_search"):
+        return False
+    try:
+        return not is_identity(str(run.get("sketch")))
+    except UserError:
+        return True
+
+
+__all__ = ["sketch_not_held", "found_text",
+           "HeadBlock", "SeedSearch", "head_block", "head_reader", "fast_reader_agrees",
            "probe_direction", "match_statistic", "search_seconds", "hopeless_bits", "search_note", "candidate_base",
            "search_seed", "MAX_BITS", "has_fast_reader"]

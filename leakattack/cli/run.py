@@ -12,7 +12,7 @@ from targets.protocols import privacy_caveats
 
 from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import next_settings
-from ..attacks.seed_search import found_text
+from ..attacks.seed_search import found_text, sketch_not_held
 from ..config.arguments import config_from_args
 from ..errors import listed
 from ..experiment import loose_tolerance, run_attack
@@ -181,7 +181,8 @@ def cmd_run(a) -> int:
         identified = identified_line(record)
         if identified:
             print(f"note: {identified}", file=sys.stderr)
-        part = failed_part(record, clip_blind=clip_not_modelled(cfg, config.get("run", {}).get("defense")))
+        part = failed_part(record, clip_blind=clip_not_modelled(cfg, config.get("run", {}).get("defense")),
+                           sketch_blind=sketch_not_held(config.get("run", {})))
         if part:
             print(f"note: {part}", file=sys.stderr)
         for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):

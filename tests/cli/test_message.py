@@ -478,7 +478,7 @@ def test_a_clip_in_the_message_file_is_named_when_the_attacker_did_not_model_it(
                   input_shape=ds.in_shape, num_classes=10, defense="clip:C=0.1")
     torch.save(x, tmp_path / "x.pt")
     seen = []
-    monkeypatch.setattr(run_cli, "failed_part", lambda record, clip_blind=False: seen.append(clip_blind))
+    monkeypatch.setattr(run_cli, "failed_part", lambda record, clip_blind=False, **_: seen.append(clip_blind))
     for flags, blind in (([], True), (["--attacker-knows-clip"], False)):
         out = tmp_path / f"run{len(seen)}"
         assert cli.main(["run", "--model", "lenet", "--message", str(tmp_path / "m.pt"), "--truth",

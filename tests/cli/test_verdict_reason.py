@@ -117,3 +117,26 @@ def test_the_run_command_notes_the_metric_clearly_above_and_the_clip_it_did_not_
     assert any("--attacker-knows-clip applies the clip" in n for n in notes)
     assert cli.main(["run", "--model", "lenet", "--defense", "clip:C=1", "--attacker-knows-clip", "--quiet"]) == 0
     assert "--attacker-knows-clip applies the clip" not in capsys.readouterr().err
+
+
+def test_an_attacker_without_the_clients_sketch_is_named_as_the_cause_not_the_labels(tmp_path, capsys):
+    """With --sketch-unknown and no seed search the note said the label reading failed before the search did and
+    pointed to --labels given, which reads the same wrong R; the run and the report now name the sketch."""
+    from leakattack import cli
+    from leakattack.attacks.seed_search import sketch_not_held
+    from leakattack.rebuilt import SKETCH_NOT_HELD
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "20", "--sketch-unknown",
+                     "--sketch", "srht", "--no-lpips", "--quiet", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {SKETCH_NOT_HELD}" in err and "label reading failed" not in err
+    config = json.loads((out / "config.json").read_text())
+    assert sketch_not_held(config["run"])
+    assert not sketch_not_held({**config["run"], "sketch_seed_search": 4})
+    assert not sketch_not_held({**config["run"], "sketch": "none"})
+    assert not sketch_not_held({**config["run"], "sketch_known": True})
+    assert cli.main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    assert "did not hold the client&#x27;s sketch" in (tmp_path / "r.html").read_text()
+    m = json.loads((out / "metrics.json").read_text())
+    assert failed_part(m) is not None and failed_part(m, sketch_blind=True) == SKETCH_NOT_HELD

@@ -13,7 +13,7 @@ from defenses.accounting.analysis import paper_epsilon_holds
 from targets.protocols import privacy_caveats
 
 from ...attacks.recipes import next_settings
-from ...attacks.seed_search import found_text
+from ...attacks.seed_search import found_text, sketch_not_held
 from ...constraints import duration_seconds
 from ...errors import SettingWarning, UserError, ratio_text
 from ...metrics import (
@@ -225,7 +225,7 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
                                                 f"image{'' if one else 's'} from the message ({_run_scores(m)})."
                                                 f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
-        part = failed_part(record, clip_blind=clip_blind)
+        part = failed_part(record, clip_blind=clip_blind, sketch_blind=sketch_not_held(run or {}))
         tips = next_settings(failed_kind(record), run or {}, derived or {}, record)
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
