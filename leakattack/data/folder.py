@@ -59,8 +59,10 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
     if not root.exists():
         raise DataError(f"no image folder at {root}: expected {_layout(root)}")
     if not root.is_dir():
-        raise DataError(f"{root} is a file, not a folder: --data-root names the folder above the class folders, "
-                        f"laid out as {_layout(root.parent / '<root>')}")
+        own = (f" (for this image, {root.parent.parent}, where its class folder is {root.parent.name})"
+               if root.name.lower().endswith(IMG_EXTENSIONS) else "")
+        raise DataError(f"{root} is a file, not a folder: --data-root names the folder above the class "
+                        f"folders{own}, laid out as {_layout('<root>')}")
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -71,6 +73,11 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
         loose = sum(1 for e in entries if e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS))
         what = f"it has {loose} image(s) directly inside, not in class folders" if loose else "it has none"
         raise DataError(f"{root} holds no class sub-folders ({what}): expected {_layout(root)}")
+    stray = [e.name for e in entries if e.is_file() and _visible(e.name) and e.name.lower().endswith(IMG_EXTENSIONS)]
+    if stray:  # torchvision's ImageFolder reads the class folders alone: these would be lost without a word
+        warnings.warn(f"image folder: {len(stray)} image file(s) directly in {root} (e.g. {stray[0]}) are not read: "
+                      "only the images in its class sub-folders are, one sub-folder per class", SettingWarning,
+                      stacklevel=2)
     if len(classes) == 1:
         raise DataError(f"{root} holds one class sub-folder ({classes[0]}): a classifier of one class has a zero "
                         f"loss and a zero gradient, so give two or more: expected {_layout(root)}")
@@ -149,7 +156,11 @@ def read_image(path: Path, size: int, notes: dict | None = None) -> torch.Tensor
                 im = _as_rgb(im)
     except _Unsupported as exc:
         raise DataError(str(exc).replace("{path}", str(path))) from None
-    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # an image, only larger than Pillow opens (its bomb guard)
+        pillow = str(exc).strip().splitlines()[0]
+        raise DataError(f"image {path} has more pixels than Pillow opens ({pillow}; PIL.Image.MAX_IMAGE_PIXELS sets "
+                        "the limit): shrink it, or leave it out of the data root") from None
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"image {path} is not readable ({reason}): in a data root laid out as "
                         f"<root>/<class>/<image files> every file with an image ending must be an image") from None

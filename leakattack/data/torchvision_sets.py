@@ -54,7 +54,10 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
     except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found ..."; network errors
         if download:
             _remove_new(Path(root), before)
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+            reason = lines[0] if lines else type(exc).__name__
+            if reason.endswith(":") and len(lines) > 1:  # MNIST's "Error downloading x.gz:", its cause lines below
+                reason = f"{reason} {lines[-1]}"
             raise DataError(f"could not download {name} into data root {root} ({reason}): fetch it "
                             f"elsewhere and point --data-root at a folder containing it") from exc
         present = (Path(root) / LAYOUT[name].split("/")[0]).exists()

@@ -313,12 +313,16 @@ def test_a_failed_download_removes_what_it_made_and_keeps_what_was_there(tmp_pat
         raw = Path(root) / "MNIST" / "raw"
         raw.mkdir(parents=True)
         (raw / "train-images-idx3-ubyte.gz").write_bytes(b"partial")
-        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:")
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a.example/, got:\n"
+                           "<urlopen error [Errno -2] Name or service not known>\n")
 
     monkeypatch.setattr(torchvision.datasets, "MNIST", failing)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("kept")
-    with pytest.raises(DataError, match="could not download mnist into data root"):
+    # its first line ends in a colon: the cause, on its last, is named with it
+    with pytest.raises(DataError, match=r"could not download mnist into data root .* \(Error downloading "
+                                        r"train-images-idx3-ubyte\.gz: <urlopen error \[Errno -2\] Name or service "
+                                        r"not known>\)"):
         get_dataset("mnist", root=tmp_path, download=True)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["mine", "mine/notes.txt"]
     with pytest.raises(DataError, match="could not download mnist"):

@@ -149,6 +149,28 @@ def test_a_file_as_root_names_the_layout(tmp_path):
     (tmp_path / "a.png").write_bytes(b"")
     msg = error_of(root=tmp_path / "a.png")
     assert "is a file, not a folder" in msg and LAYOUT in msg
+    # an image in a class folder: the root it belongs to, where the layout read <image's folder>/<root>/<class>/...
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "red.png").write_bytes(b"")
+    msg = error_of(root=tmp_path / "cats" / "red.png")
+    assert (f"names the folder above the class folders (for this image, {tmp_path.resolve()}, where its class folder "
+            "is cats), laid out as <root>/<class>/<image files>") in msg
+    assert "cats/<root>" not in msg
+
+
+def test_images_beside_the_class_folders_are_warned_of(tmp_path):
+    """They are not read (torchvision's ImageFolder layout), and were left out without a word."""
+    from leakattack.errors import SettingWarning
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(pixels(8, 8, 3, 0)).save(tmp_path / name / "x.png")
+    Image.fromarray(pixels(8, 8, 3, 1)).save(tmp_path / "loose1.png")
+    Image.fromarray(pixels(8, 8, 3, 2)).save(tmp_path / "loose2.jpg")
+    with pytest.warns(SettingWarning, match=r"image folder: 2 image file\(s\) directly in .* \(e\.g\. loose1\.png\) "
+                                            "are not read: only the images in its class sub-folders are"):
+        classes, files, _ = folder_module.scan_folder(tmp_path)
+    assert classes == ["a", "b"] and len(files) == 2
 
 
 def test_images_directly_in_the_root_are_pointed_out(tmp_path):
@@ -211,9 +233,11 @@ def test_float_pixels_and_a_decompression_bomb_are_one_sentence(tmp_path, monkey
         folder_module.read_image(tmp_path / "f.tiff", 4)
     Image.fromarray(pixels(40, 40, 3, 6)).save(tmp_path / "big.png")
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # 1600 pixels: past twice the limit, Pillow's error
-    with pytest.raises(DataError, match=r"big\.png is not readable \(Image size \(1600 pixels\) exceeds") as err:
+    # an image, only larger than Pillow opens: "not readable ... must be an image" named the wrong fix
+    with pytest.raises(DataError, match=r"big\.png has more pixels than Pillow opens \(Image size \(1600 pixels\) "
+                                        r"exceeds .*PIL\.Image\.MAX_IMAGE_PIXELS sets the limit\): shrink it") as err:
         folder_module.read_image(tmp_path / "big.png", 8)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "must be an image" not in str(err.value)
 
 
 def test_pillows_warnings_name_the_file_once(tmp_path, monkeypatch):
