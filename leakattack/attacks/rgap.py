@@ -411,6 +411,10 @@ class Rgap(OneExampleAttack):
                          + ")")
         if deficient:
             notes.append("; ".join(deficient) + ": the minimum-norm solution was taken")
+        if input_rank == 0:  # its residual of 0 is that of no equation, not of an exact fit
+            notes.append(f"the input layer's system holds no equation in the input (rank 0 of {A.shape[1]} unknowns), "
+                         "so its residual of 0 fits nothing and the input returned is "
+                         "the smoothest image in the box, not read from the message")
         result = closed_form_result(
             x, labels, losses, notes, step=last, monitor=monitor, wall_s=time.perf_counter() - t0,
             solved="the head's input by division" + (

@@ -138,6 +138,10 @@ def test_a_rank_deficient_hidden_layer_is_reported_with_its_rank():
     assert result.stop_reason == "stalled" and result.input_rank is not None
     assert "layer 2: rank" in result.message and "of 1024 unknowns" in result.message
     assert "minimum-norm" in result.message
+    # that layer left the input layer no equation: its residual of 0 fits nothing, which the message says
+    assert result.input_rank == 0 and result.final_loss == 0
+    assert ("the input layer's system holds no equation in the input (rank 0 of 192 unknowns), so its residual of 0 "
+            "fits nothing") in result.message
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
