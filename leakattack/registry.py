@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 import weakref
 from typing import Any
 
@@ -70,13 +71,29 @@ def where(obj: Any) -> str:
 _ALL: "weakref.WeakSet[Registry]" = weakref.WeakSet()
 
 
+def _registering_module() -> str | None:
+    """The module whose code registers a name now: the first frame, outward from the registry's, that runs outside
+    the :data:`BUILT_IN` packages; None where the top level of a built-in module (its import) comes first."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if not isinstance(module, str) or not is_built_in(module):
+            return module if isinstance(module, str) else None
+        if frame.f_code.co_name == "<module>":
+            return None
+        frame = frame.f_back
+    return None
+
+
 def members_outside() -> list[tuple[str, str, str]]:
-    """(module, family, name) of every name registered now, in every registry, with a class or builder defined
-    outside the :data:`BUILT_IN` packages (the user's own code, a plugin), by family and in registration order."""
+    """(module, family, name) of every name registered now, in every registry, by code outside the :data:`BUILT_IN`
+    packages (the user's own code, a plugin), by family and in registration order.  The module is the one whose code
+    registered the name (importing it registers the name again), else where its class or builder is defined: a
+    plugin's ``register_dataset("my-digits", load_digits)`` of a built-in loader is the plugin's."""
     out = []
     for registry in sorted(_ALL, key=lambda r: r.family):
         for name in registry.names():
-            module = defined_in(registry._items[name])
+            module = registry._by.get(name) or defined_in(registry._items[name])
             if module is not None and not is_built_in(module):
                 out.append((module, registry.family, name))
     return out
@@ -99,6 +116,7 @@ class Registry:
         self.error = error
         self._items: dict[str, Any] = {}
         self._meta: dict[str, dict] = {}
+        self._by: dict[str, str] = {}  #: name -> the module outside leakattack whose code registered it
         _ALL.add(self)
 
     def register(self, name: str, obj: Any = None, **meta) -> Any:
@@ -116,6 +134,9 @@ class Registry:
                                  f"{where(self._items[name])}): choose another name")
             self._items[name] = o
             self._meta[name] = dict(meta)
+            by = _registering_module()
+            if by is not None:
+                self._by[name] = by
             return o
 
         return deco if obj is None else deco(obj)

@@ -90,14 +90,15 @@ def fresh_registries(monkeypatch):
     registers is gone for the next one."""
     import defenses.registry
     import targets.models
-    from leakattack import attacks
+    from leakattack import attacks, data
     from leakattack import sketch as sketches
     from leakattack.attacks import priors
 
     for registry in (targets.models._MODELS, sketches._REGISTRY, attacks._ATTACKS, priors._PRIORS,
-                     defenses.registry._REGISTRY):
+                     defenses.registry._REGISTRY, data._REGISTRY):
         monkeypatch.setattr(registry, "_items", dict(registry._items))
         monkeypatch.setattr(registry, "_meta", dict(registry._meta))
+        monkeypatch.setattr(registry, "_by", dict(registry._by))
 
 
 @pytest.fixture

@@ -206,6 +206,25 @@ def test_config_json_records_the_plugin_s_file_and_digest(plugin):
         <= set(entry["registers"])
 
 
+def test_a_name_a_plugin_registers_for_a_built_in_loader_is_the_plugin_s(fresh_registries, tmp_path, monkeypatch):
+    """register_dataset("my-digits", load_digits) was recorded by where load_digits is defined, leakattack: config.json
+    did not list it under the plugin, and a sweep's other processes were not told to import the plugin for it."""
+    from leakattack.registry import members_outside, registered_outside
+
+    (tmp_path / "digits_alias.py").write_text(
+        "from leakattack.data import register_dataset\n"
+        "from leakattack.data.embedded import load_digits\n\n"
+        "register_dataset('my-digits', load_digits, offline=True, shape=(1, 28))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "digits_alias", raising=False)
+    try:
+        __import__("digits_alias")
+        assert registered_outside()["digits_alias"] == ["dataset 'my-digits'"]
+        assert ("digits_alias", "dataset", "digits") not in members_outside()  # the built-in name stays built-in
+    finally:
+        sys.modules.pop("digits_alias", None)
+
+
 def test_a_plugin_file_the_caller_imported_already_is_not_imported_twice(plugin, monkeypatch, capsys):
     path, names = plugin
     monkeypatch.syspath_prepend(str(path.parent))
