@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import warnings
 from pathlib import Path
 
@@ -60,9 +61,14 @@ def _warn_empty_sweeps(items) -> None:
 
 
 def cmd_report(a) -> int:
+    if not a.title.strip():
+        raise UserError(f"--title must name the report, got {a.title!r}")
     out = report_out(a.out)
     items = check_folders(a.paths)  # every path refused before anything is read or written
-    built = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()  # reproducible builds' fixed time, where one is set
+    when = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch.isdigit()
+            else _dt.datetime.now().astimezone())
+    built = when.strftime("%Y-%m-%d %H:%M %Z")
     _warn_empty_sweeps(items)
     text = build_report([p for _, p in items], title=a.title, generator=f"leakattack {__version__}", built=built)
     text = text.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + MARK, 1)

@@ -247,6 +247,28 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys):
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["broken", "file.txt"]
 
 
+def test_a_png_cut_short_a_blank_title_and_a_fixed_build_time(tmp_path, capsys, monkeypatch):
+    """A reconstruction.png cut to 3000 bytes kept its header, was inlined and showed as a blank box (exit 0); a
+    title of spaces gave an untitled page; two reports of the same inputs differed in the minute they were built."""
+    out = tmp_path / "r.html"
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    whole = (run / "reconstruction.png").read_bytes()
+    (run / "reconstruction.png").write_bytes(whole[:3000])
+    assert "reconstruction.png' is not a readable PNG image" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    (run / "reconstruction.png").write_bytes(whole)
+    for title in ("", "   "):
+        assert "--title must name the report" in _fails(capsys, ["report", str(run), "--title", title,
+                                                                 "--out", str(out)])
+    assert not out.exists()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764979200")
+    pages = []
+    for name in ("a.html", "b.html"):
+        assert cli.main(["report", str(run), "--out", str(tmp_path / name)]) == 0
+        pages.append((tmp_path / name).read_bytes())
+    assert pages[0] == pages[1] and b"built 2025-12-06 00:00 UTC" in pages[0]
+
+
 def _chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                            "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000", *args],

@@ -129,6 +129,7 @@ def _figure(path: Path, caption: str, width: int | None = None) -> str:
     try:
         with Image.open(path) as im:
             w, h = im.size
+            im.load()  # the whole image: a file cut short has an intact header and shows as a blank box
         shown = min(w, width or 1000)
         size = f' width="{shown}" height="{round(shown * h / w)}"'
     except OSError:
