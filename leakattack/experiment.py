@@ -758,6 +758,23 @@ def check_out(folder: str | Path) -> Path:
     return path
 
 
+#: where a run without --out writes its folder (:func:`leakattack.results.default_run_dir`)
+DEFAULT_RUNS = Path("results") / "runs"
+
+
+def check_default_out() -> None:
+    """The place of the run folder a run without ``--out`` writes (``results/runs/<stamp>-...`` under the current
+    folder), refused in one sentence before any work as ``--out`` is (:func:`leakattack.results.writable_out`): the
+    current folder an earlier run's, one that cannot be written, a file named ``results``."""
+    probe = DEFAULT_RUNS / "new"
+    try:
+        writable_out(probe, beside=True)
+    except UserError as err:
+        said = str(err).replace(f"--out '{probe}'", f"the run folder under '{DEFAULT_RUNS}', where a run without --out "
+                                                     "writes,", 1)
+        raise UserError(f"{said} (--out names another)") from None
+
+
 def write_run(out: Outcome, folder: Path, fresh: bool = False) -> Path:
     """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
     nothing (:func:`leakattack.results.write_run_folder`; ``fresh``: a new folder, never an earlier run's);
@@ -826,6 +843,8 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
         raise UserError(f"run_attack takes a RunConfig, got {type(cfg).__name__} {cfg!r:.40}{hint}")
     if out is not None:
         check_out(out)
+    else:
+        check_default_out()
     threads = torch.get_num_threads()
     precision = float32_settings()
     try:
@@ -844,4 +863,4 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
 
 
 __all__ = ["Prepared", "Outcome", "prepare", "execute", "write_run", "run_attack", "resolve_device", "attack_of",
-           "environment", "check_out"]
+           "environment", "check_out", "check_default_out"]

@@ -83,11 +83,16 @@ def share_cores(n: int | None) -> None:
 
 def cpu_cores() -> int:
     """The CPU cores this process may run on: its affinity where the system states one, else the machine's count;
-    at most its share of them in a pool of workers (:func:`share_cores`)."""
+    at most ``OMP_NUM_THREADS`` where that holds a positive whole number (the usual cap on a shared machine or in a
+    cluster job, which torch's own thread count follows); at most its share of them in a pool of workers
+    (:func:`share_cores`)."""
     try:
         n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
         n = max(1, os.cpu_count() or 1)
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if cap.isdigit() and int(cap) > 0:
+        n = min(n, int(cap))
     return n if _share is None else min(n, _share)
 
 

@@ -77,6 +77,14 @@ def _interrupted_note(a) -> str | None:
 
 def main(argv=None) -> int:
     one_line_warnings()
+    if hasattr(sys.stdout, "reconfigure"):  # a path the output's encoding cannot spell is escaped, not a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # before torch, whose import fails there with a fatal error of MKL's
+        print("leakattack: error: the current folder no longer exists: change to a folder that does",
+              file=sys.stderr)
+        return EXIT_USAGE
     _stopped_by[0] = signal.SIGINT
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)

@@ -107,6 +107,24 @@ def _name_max(path: Path) -> int:
 
 
 def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
+    """:func:`_writable_out`, where a path the system cannot look up (longer than it takes as a whole, a loop of
+    symbolic links) is one sentence too."""
+    try:
+        return _writable_out(out, file, beside=beside)
+    except RuntimeError:  # Path.resolve: "Symlink loop from ..."
+        raise UserError(f"--out '{_short(out)}' leads into a loop of symbolic links") from None
+    except OSError as err:  # a path longer than PATH_MAX (File name too long), a loop (Too many levels of links)
+        raise UserError(f"--out '{_short(out)}' cannot be looked up ({err.strerror or type(err).__name__}): "
+                        f"name {'a folder' if file is None else f'a {file} file'} by another path") from None
+
+
+def _short(out: str | os.PathLike) -> str:
+    """``out`` as a message shows it: a path of thousands of characters, cut to its first and last 40."""
+    text = str(out)
+    return text if len(text) <= 100 else f"{text[:40]}...{text[-40:]}"
+
+
+def _writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
     filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
     the current folder, a folder that holds it or one inside a run, sweep or training folder (:func:`folder_kind`,
