@@ -766,13 +766,11 @@ def check_default_out() -> None:
     """The place of the run folder a run without ``--out`` writes (``results/runs/<stamp>-...`` under the current
     folder), refused in one sentence before any work as ``--out`` is (:func:`leakattack.results.writable_out`): the
     current folder an earlier run's, one that cannot be written, a file named ``results``."""
-    probe = DEFAULT_RUNS / "new"
     try:
-        writable_out(probe, beside=True)
+        writable_out(DEFAULT_RUNS / "new", beside=True,
+                     said=f"the run folder under '{DEFAULT_RUNS}', where a run without --out writes,")
     except UserError as err:
-        said = str(err).replace(f"--out '{probe}'", f"the run folder under '{DEFAULT_RUNS}', where a run without --out "
-                                                     "writes,", 1)
-        raise UserError(f"{said} (--out names another)") from None
+        raise UserError(f"{err} (--out names another)") from None
 
 
 def write_run(out: Outcome, folder: Path, fresh: bool = False) -> Path:

@@ -40,9 +40,8 @@ from .span import SPAN_STARTS, accepted, solve_span
 ANALYTIC_LABELS = ("recovered", "given")
 #: ALS stops when the relative residual ||M g - y|| / ||y|| falls below this ...
 RESIDUAL_TOL = 1e-9
-#: ... or, for a message of lower precision, this many times its dtype's machine epsilon (float32: 1.2e-7), where
-#: the sweeps also stopped gaining ...
-MESSAGE_EPS = 1
+#: ... or, for a message of lower precision, its dtype's machine epsilon (float32: 1.2e-7), where the sweeps also
+#: stopped gaining ...
 #: ... or improves by less than this factor over one sweep
 STALL_GAIN = 1e-4
 #: CGLS steps per half-step (warm-started, so later half-steps need few)
@@ -422,7 +421,7 @@ class Analytic(Attack):
         x0 = self._examples(blocks[0], deltas[0] @ factors[0].T, B)[0].reshape(shape)
         # a message of float32 numbers holds a rank-B gradient only to its own round-off (relative 5.6e-8 on the
         # digits MLP), short of RESIDUAL_TOL: the fit counts as read to the tolerance at the message's epsilon
-        tol = max(self.tol, MESSAGE_EPS * torch.finfo(obs.y.dtype).eps)
+        tol = max(self.tol, torch.finfo(obs.y.dtype).eps)
         run = self._fit(M, y, blocks, free_idx, deltas, factors, back[free_idx], shape, monitor, monitor_every, tol)
         fitted = {id(bl): dl @ a.T for bl, dl, a in zip(blocks, run["deltas"], run["factors"])}
         x, stop, note, record = run["x"], run["stop"], run["note"], None
@@ -437,15 +436,13 @@ class Analytic(Attack):
         if record is None and note:  # a separated batch: its guessed examples are no batch that sends the message
             stop, guessed, note = self._guessed(obs, x, labels, note, stop, guessed)
         said = run["message"] or message or note
+        sweeps, rel = len(run["losses"]) - 1, (run["losses"][run["best"]] / max(float(y @ y), 1e-300)) ** 0.5
         if not said and stop == "tolerance":
-            ynorm2 = max(float(y @ y), 1e-300)
-            said = (f"the low-rank fit read the message in {len(run['losses']) - 1} sweeps (relative residual "
-                    f"{(run['losses'][run['best']] / ynorm2) ** 0.5:.1e}), then its first block was divided")
+            said = (f"the low-rank fit read the message in {sweeps} sweeps (relative residual {rel:.1e}), then its "
+                    "first block was divided")
         if run["stop"] == "stalled":  # why the run stopped short, beside what the examples' note says
-            rel = (run["losses"][run["best"]] / max(float(y @ y), 1e-300)) ** 0.5
-            said += ("; " if said else "") + (f"the low-rank fit stopped gaining after {len(run['losses']) - 1} "
-                                              f"sweeps at a relative residual of {rel:.1e}, above its tolerance "
-                                              f"{tol:.0e}")
+            said += ("; " if said else "") + (f"the low-rank fit stopped gaining after {sweeps} sweeps at a relative "
+                                              f"residual of {rel:.1e}, above its tolerance {tol:.0e}")
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
                                               "tolerance (--sweeps gives it more)")

@@ -140,17 +140,14 @@ def _call(argv: list[str]) -> int:
         raise
 
 
-def _prepare(what: str) -> tuple[object, _Kept | None]:
-    """Move aside what a step regenerates; returns what its check needs afterwards (the committed reference) and
-    what was moved aside."""
-    if what.startswith("reference:"):
-        return _committed(Path(what.split(":", 1)[1])), None
+def _prepare(what: str) -> _Kept | None:
+    """Move aside what a step regenerates (a training's runs, a sweep's results); returns what was moved aside."""
     if what.startswith("train:"):  # a training folder resumes or refuses: the runs are trained from scratch
         folder = Path(what.split(":", 1)[1])
-        return None, _Kept(folder, sorted(run.parent.name for run in folder.glob("*/protocol.json")))
+        return _Kept(folder, sorted(run.parent.name for run in folder.glob("*/protocol.json")))
     if what.startswith("sweep:"):
-        return None, _Kept(Path(what.split(":", 1)[1]), list(SWEEP_OUTPUTS))
-    return None, None
+        return _Kept(Path(what.split(":", 1)[1]), list(SWEEP_OUTPUTS))
+    return None
 
 
 def _finish(what: str, argv: list[str], before) -> bool:
@@ -205,16 +202,16 @@ def cmd_reproduce(a) -> int:
         return 0
     if not a.dry_run and (not Path("examples").is_dir() or not Path("results").is_dir()):  # printing needs neither
         raise ConfigError("run `leakattack reproduce` from the repository root (it needs examples/ and results/)")
-    if not a.dry_run:  # every committed reference is read before any step rewrites one
-        for what in (w for n in names for w, _ in table[n] if w.startswith("reference:")):
-            _committed(Path(what.split(":", 1)[1]))
+    # every committed reference is read (and a damaged one refused) before any step rewrites one
+    committed = {} if a.dry_run else {w: _committed(Path(w.split(":", 1)[1])) for n in names for w, _ in table[n]
+                                      if w.startswith("reference:")}
     failed = False
     for n in names:
         for what, argv in table[n]:
             print(f"[{n}] {' '.join(argv)}", flush=True)
             if a.dry_run:
                 continue
-            before, kept = _prepare(what)
+            before, kept = committed.get(what), _prepare(what)
             t0 = time.perf_counter()
             try:
                 rc = _call(argv)

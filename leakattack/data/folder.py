@@ -69,11 +69,11 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
         raise DataError(f"cannot list image folder {root} ({exc.strerror or type(exc).__name__}): expected "
                         f"{_layout(root)}") from None
     classes = [e.name for e in entries if e.is_dir() and _visible(e.name)]
-    if not classes:
-        loose = sum(1 for e in entries if e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS))
-        what = f"it has {loose} image(s) directly inside, not in class folders" if loose else "it has none"
-        raise DataError(f"{root} holds no class sub-folders ({what}): expected {_layout(root)}")
+    #: image files directly in the root, beside (or without) its class folders
     stray = [e.name for e in entries if e.is_file() and _visible(e.name) and e.name.lower().endswith(IMG_EXTENSIONS)]
+    if not classes:
+        what = f"it has {len(stray)} image(s) directly inside, not in class folders" if stray else "it has none"
+        raise DataError(f"{root} holds no class sub-folders ({what}): expected {_layout(root)}")
     if stray:  # torchvision's ImageFolder reads the class folders alone: these would be lost without a word
         warnings.warn(f"image folder: {len(stray)} image file(s) directly in {root} (e.g. {stray[0]}) are not read: "
                       "only the images in its class sub-folders are, one sub-folder per class", SettingWarning,
@@ -156,12 +156,11 @@ def read_image(path: Path, size: int, notes: dict | None = None) -> torch.Tensor
                 im = _as_rgb(im)
     except _Unsupported as exc:
         raise DataError(str(exc).replace("{path}", str(path))) from None
-    except Image.DecompressionBombError as exc:  # an image, only larger than Pillow opens (its bomb guard)
-        pillow = str(exc).strip().splitlines()[0]
-        raise DataError(f"image {path} has more pixels than Pillow opens ({pillow}; PIL.Image.MAX_IMAGE_PIXELS sets "
-                        "the limit): shrink it, or leave it out of the data root") from None
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, Image.DecompressionBombError):  # an image, only larger than Pillow opens (its bomb guard)
+            raise DataError(f"image {path} has more pixels than Pillow opens ({reason}; PIL.Image.MAX_IMAGE_PIXELS "
+                            "sets the limit): shrink it, or leave it out of the data root") from None
         raise DataError(f"image {path} is not readable ({reason}): in a data root laid out as "
                         f"<root>/<class>/<image files> every file with an image ending must be an image") from None
     for w in said:  # Pillow's own warnings (a very large image, a palette's transparency), naming the file, once

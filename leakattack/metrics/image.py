@@ -59,7 +59,7 @@ def ssim(x_hat: torch.Tensor, x: torch.Tensor, data_range: float = 1.0) -> torch
     population covariances, mean over the valid (border-cropped) map and channels, as
     skimage.metrics.structural_similarity.  The statistics are computed in float64 whatever the images' dtype (as
     skimage does): in float32 the variances' E[a^2] - mu^2 cancel, and near-identical photographs (float32 values 1e-7
-    to 1e-5 apart) scored up to 1.000002, above SSIM's maximum of 1.  The result has :func:`scoring_dtype`."""
+    to 1e-5 apart) scored above SSIM's maximum of 1.  The result has :func:`scoring_dtype`."""
     check_pair(x_hat, x)
     b, c, h, w = x.shape
     if h < SSIM_WIN or w < SSIM_WIN:

@@ -106,15 +106,18 @@ def _name_max(path: Path) -> int:
         return 255
 
 
-def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
+def writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False,
+                 said: str | None = None) -> Path:
     """:func:`_writable_out`, where a path the system cannot look up (longer than it takes as a whole, a loop of
-    symbolic links) is one sentence too."""
+    symbolic links) is one sentence too.  ``said``: how the sentences name the path (default ``--out 'PATH'``; a run
+    without ``--out`` names the place it writes to)."""
+    short = said or f"--out '{_short(out)}'"  # a path the system cannot look up may be thousands of characters
     try:
-        return _writable_out(out, file, beside=beside)
+        return _writable_out(out, file, beside=beside, said=said or f"--out '{out}'")
     except RuntimeError:  # Path.resolve: "Symlink loop from ..."
-        raise UserError(f"--out '{_short(out)}' leads into a loop of symbolic links") from None
+        raise UserError(f"{short} leads into a loop of symbolic links") from None
     except OSError as err:  # a path longer than PATH_MAX (File name too long), a loop (Too many levels of links)
-        raise UserError(f"--out '{_short(out)}' cannot be looked up ({err.strerror or type(err).__name__}): "
+        raise UserError(f"{short} cannot be looked up ({err.strerror or type(err).__name__}): "
                         f"name {'a folder' if file is None else f'a {file} file'} by another path") from None
 
 
@@ -124,7 +127,7 @@ def _short(out: str | os.PathLike) -> str:
     return text if len(text) <= 100 else f"{text[:40]}...{text[-40:]}"
 
 
-def _writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bool = False) -> Path:
+def _writable_out(out: str | os.PathLike, file: str | None, *, beside: bool, said: str) -> Path:
     """``--out`` as a path, refused in one sentence before any work when it cannot be written: a folder that is
     filled in place (``file`` None), or written beside itself and renamed into place (``beside``), never the root,
     the current folder, a folder that holds it or one inside a run, sweep or training folder (:func:`folder_kind`,
@@ -142,31 +145,31 @@ def _writable_out(out: str | os.PathLike, file: str | None = None, *, beside: bo
                         f"system takes {limit} at most here (its limit less the temporary name written beside it): "
                         "name a shorter one")
     if file is None and path.resolve() == Path(path.resolve().anchor):
-        raise UserError(f"--out '{out}' is the root folder, which a command never fills or replaces: name a folder "
+        raise UserError(f"{said} is the root folder, which a command never fills or replaces: name a folder "
                         "under it")
     if file is None and path.exists() and not path.is_dir():
-        raise UserError(f"--out '{out}' is a file, not a folder")
+        raise UserError(f"{said} is a file, not a folder")
     if file is not None and path.is_dir():
-        raise UserError(f"--out '{out}' is a folder; name {noun}")
+        raise UserError(f"{said} is a folder; name {noun}")
     if file is None and path.is_dir():  # filled in place or replaced whole: never the folder the command runs in
         here, target = Path.cwd().resolve(), path.resolve()
         if target == here or target in here.parents:
             done = "it would be replaced whole" if beside else "the command would fill it"
-            raise UserError(f"--out '{out}' is the current folder or holds it, and {done}: name a new folder")
+            raise UserError(f"{said} is the current folder or holds it, and {done}: name a new folder")
     for folder in path.resolve().parents:  # a run's, sweep's or training's files are its own
         kind = folder_kind(folder) or ("training" if training_folder(folder) else None)
         if kind is not None:
-            raise UserError(f"--out '{out}' is inside the {kind} folder '{folder}', whose files are the {kind}'s "
+            raise UserError(f"{said} is inside the {kind} folder '{folder}', whose files are the {kind}'s "
                             f"own: name a {'folder' if file is None else 'file'} outside run, sweep and training "
                             "folders")
     if file is None and beside and path.is_dir() and os.path.ismount(path):  # a volume: it cannot be renamed
-        raise UserError(f"--out '{out}' is a mount point, which a run cannot replace (it writes its folder beside it "
+        raise UserError(f"{said} is a mount point, which a run cannot replace (it writes its folder beside it "
                         f"and renames it into place): name a folder inside it, such as '{path / 'run'}'")
     parent = _unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
-        raise UserError(f"--out '{out}' cannot be written: '{parent}' is not a writable folder")
+        raise UserError(f"{said} cannot be written: '{parent}' is not a writable folder")
     if file is not None and path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"--out '{out}' cannot be written: the file is read-only")
+        raise UserError(f"{said} cannot be written: the file is read-only")
     return path
 
 

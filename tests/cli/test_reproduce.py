@@ -97,7 +97,7 @@ def test_protocol_training_runs_are_cleared_before_they_are_trained_again(tmp_pa
     (train / "accuracy_vs_floats.png").write_bytes(b"png")
     what = [w for w, _ in reproduce.steps()["protocols"] if w.startswith("train:")]
     assert what == ["train:results/protocols/train"]
-    _, kept = reproduce._prepare(what[0])
+    kept = reproduce._prepare(what[0])
     assert sorted(p.name for p in train.iterdir() if not p.name.startswith(".")) == ["accuracy_vs_floats.png", "notes"]
     kept.drop()
     assert sorted(p.name for p in train.iterdir()) == ["accuracy_vs_floats.png", "notes"]
