@@ -852,7 +852,7 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
         warn_if_not_unique(p.case)
         outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
         folder = Path(out) if out is not None else \
-            default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense)
+            default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense, unique=False)
         folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
     finally:
         torch.set_num_threads(threads)

@@ -80,10 +80,13 @@ def run_folder_name(model: str, sketch: str, dataset: str | None = None, defense
 
 
 def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense=None,
-                    root: str | os.PathLike = "results/runs") -> Path:
-    """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>-<dataset>[-<defense>]/ (a suffix -2, -3, ... keeps it unique)."""
+                    root: str | os.PathLike = "results/runs", unique: bool = True) -> Path:
+    """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>-<dataset>[-<defense>]/ (a suffix -2, -3, ... keeps it unique).
+    ``unique`` False: the name without the suffix, for :func:`write_run_folder` with ``fresh``, which adds the suffix
+    when it writes (a suffix chosen before would be suffixed again where another process took it meanwhile)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return unused_path(Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}")
+    base = Path(root) / f"{stamp}-{run_folder_name(model, sketch, dataset, defense)}"
+    return unused_path(base) if unique else base
 
 
 def _names(base: Path) -> Iterator[Path]:

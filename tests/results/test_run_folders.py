@@ -159,3 +159,25 @@ def test_runs_ending_in_the_same_second_keep_both_folders(tmp_path, monkeypatch)
                                     with_lpips=False)[1] for i in (0, 1)]
     assert [f.name for f in firsts] == [taken.name, f"{taken.name}-2"]
     assert [json.loads((f / "config.json").read_text())["run"]["image_index"] for f in firsts] == [0, 1]
+
+
+def test_a_default_name_taken_during_the_write_takes_the_next_number(tmp_path, monkeypatch):
+    """A run without --out whose default name's -2 is taken by another process while it writes becomes -3, not
+    -2-2: the suffix is chosen when the folder is made."""
+    from leakattack import experiment
+    from leakattack.config import RunConfig
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt, *args: STAMP)
+    base = tmp_path / "results" / "runs" / f"{STAMP}-lenet-srht-digits"
+    base.mkdir(parents=True)
+    write = experiment.write_run
+
+    def another_process_first(outcome, folder, **kwargs):
+        base.with_name(f"{base.name}-2").mkdir()
+        return write(outcome, folder, **kwargs)
+
+    monkeypatch.setattr(experiment, "write_run", another_process_first)
+    folder = experiment.run_attack(RunConfig(model="lenet", dataset="digits", iterations=2), with_lpips=False)[1]
+    assert folder.resolve() == base.with_name(f"{base.name}-3")
+    assert (folder / "metrics.json").is_file()
