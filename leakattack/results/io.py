@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import torch
@@ -137,6 +138,10 @@ def _writable_out(out: str | os.PathLike, file: str | None, *, beside: bool, sai
     noun = "a folder" if file is None else f"a {file} file"
     if not str(out).strip():
         raise UserError(f"--out must name {noun}, got an empty string")
+    control = next((c for c in str(out) if unicodedata.category(c) == "Cc"), None)
+    if control is not None:  # every command's summary is one line ending in the path it wrote
+        raise UserError(f"--out holds the control character {control!r}, which would break the one-line summary "
+                        "that names it: name a path without control characters")
     path = Path(out)
     longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
     limit = _name_max(path) - TEMPORARY_NAME_EXTRA

@@ -44,6 +44,8 @@ def test_an_empty_root_or_current_out_is_refused(command, tmp_path, capsys, monk
     _refused(argv + ["--out", ""], "--out must name a folder, got an empty string", tmp_path, capsys)
     _refused(argv + ["--out", "/"], "--out '/' is the root folder", tmp_path, capsys)
     _refused(argv + ["--out", "."], "--out '.' is the current folder or holds it", tmp_path, capsys)
+    _refused(argv + ["--out", str(tmp_path / "a\nb")], "--out holds the control character '\\n'", tmp_path, capsys)
+    assert not (tmp_path / "a\nb").exists()
 
 
 @pytest.mark.parametrize("command,what", [("check", "a check"), ("train", "a training"), ("sweep", "a sweep")])
