@@ -477,6 +477,19 @@ def head_problem(model: nn.Module, head, num_classes: int, task: str) -> str | N
     return None
 
 
+def _mover(device, dtype):
+    """What ``nn.Module.to(device, dtype)`` does to each parameter and buffer, except that a complex tensor takes the
+    complex dtype of ``dtype`` (float64: complex128): ``nn.Module.to`` casts it to the real ``dtype`` and drops its
+    imaginary part, which would change the user's network."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if dtype is None or not (t.is_floating_point() or t.is_complex()):
+            return t.to(device=device)
+        return t.to(device=device, dtype=dtype.to_complex() if t.is_complex() else dtype)
+    if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):  # as nn.Module.to says it
+        raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+    return move
+
+
 @dataclass(eq=False)
 class Victim:
     """A model at weights w with its loss F, task, classifier head, input shape and BatchNorm mode."""
@@ -892,7 +905,7 @@ class Victim:
         # each parameter's and buffer's tensor as it was, to give the model back where a move fails
         kept = [(m, name, t.data if isinstance(t, nn.Parameter) else t) for m in self.model.modules()
                 for name, t in [*m._parameters.items(), *m._buffers.items()] if t is not None]
-        self.model.to(device=device, dtype=dtype)
+        self.model._apply(_mover(device, dtype))
         if (self.dtype, self.device) != before:
             try:
                 self._check_moved(*before)

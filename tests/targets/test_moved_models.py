@@ -43,6 +43,18 @@ class Buffer(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.sigmoid(x.flatten(1) @ self.proj))
+
+
+class Filter(nn.Module):
+    def __init__(self, num_classes, in_shape):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("filt", torch.complex(torch.randn(in_shape[1:], generator=g),
+                                                   torch.randn(in_shape[1:], generator=g)))
+        self.fc = nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.tanh(torch.fft.ifft2(torch.fft.fft2(x) * self.filt).real).flatten(1))
 """
 
 
@@ -94,3 +106,17 @@ def test_a_move_that_changes_nothing_runs_no_forward_pass():
     assert not calls
     victim.to(torch.float64)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype,complex_dtype", [(torch.float64, torch.complex128), (torch.float32, torch.complex64)])
+def test_a_complex_buffer_stays_complex(models, dtype, complex_dtype):
+    """nn.Module.to casts a complex buffer to the real dtype and drops its imaginary part: a different network from
+    the user's would send the message and be attacked."""
+    victim = targets.get_model(f"{models}:Filter", num_classes=3, in_shape=(1, 4, 4))
+    before = victim.model.filt.clone()
+    assert before.dtype == torch.complex64
+    victim.to(dtype)
+    assert victim.model.filt.dtype == complex_dtype and victim.model.fc.weight.dtype == dtype
+    assert torch.equal(victim.model.filt.to(torch.complex128), before.to(torch.complex128))
+    with pytest.raises(TypeError, match="only accepts floating point or complex dtypes"):
+        victim.to(torch.int64)
