@@ -40,7 +40,7 @@ import targets
 from targets.victim import cpu_cores, head_readable, whole
 
 from ..constraints import MAX_RESTARTS
-from ..errors import SettingWarning, UserError, size_text
+from ..errors import SettingWarning, UserError, duration_text, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..seeds import torch_generator
@@ -97,6 +97,12 @@ LOSS_UNIT = 1e3
 #: larger step is what the schedule's decays are there to leave.
 STALL_WINDOW = 500
 STALL_GAIN = 0.02
+
+#: an optimisation whose steps left would take longer than this, at the pace of its first steps, is warned of once
+#: (with what shortens it), where no time limit stops it sooner: a large victim of one's own at its recipe's budget
+LONG_ATTACK_SECONDS = 3600.0
+#: the steps timed for that pace, after the first (which also sets up the kernels)
+PACE_STEPS = 3
 
 #: steps of the short run that scores each differing label reading (at most a quarter of the attack's budget)
 LABEL_PROBE_STEPS = 150
@@ -300,6 +306,9 @@ class GradientMatching(Attack):
         #: whether ``time_limit`` counts from the start's fit rather than from the call: a label probe's share times
         #: its steps alone, so what comes before them (the first pass through the model) does not count against it
         self.clock_from_start = False
+        #: whether an optimisation foreseen to last longer than LONG_ATTACK_SECONDS is warned of (a label probe's
+        #: steps are few, and the attack's own are foreseen after them)
+        self.foresee = True
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
         #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
@@ -478,7 +487,7 @@ class GradientMatching(Attack):
         if len(distinct) == 1:
             return distinct[0], None
         probe = copy.copy(self)
-        probe.label_mode, probe.restarts, probe.clock_from_start = "given", 1, True
+        probe.label_mode, probe.restarts, probe.clock_from_start, probe.foresee = "given", 1, True, False
         probe.iterations = min(LABEL_PROBE_STEPS, max(self.iterations // 4, min(LABEL_PROBE_MIN, self.iterations), 1))
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
@@ -891,6 +900,10 @@ class GradientMatching(Attack):
             if not opt.evaluates or box:
                 values, G, fits = problem.evaluate(rows, Z)
             step += 1
+            if step == 1:
+                paced = time.perf_counter()
+            elif step == 1 + PACE_STEPS and self.foresee:
+                _warn_long(time.perf_counter(), paced, horizon - step, deadline, bar)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"L_R={min(fits):.3e}")
@@ -898,6 +911,23 @@ class GradientMatching(Attack):
             bar.close()
         wall = time.perf_counter() - t0
         return [run.result(wall) for run in runs]
+
+
+def _warn_long(now: float, paced: float, left: int, deadline: float, bar) -> None:
+    """One warning where the ``left`` steps, at the pace of the :data:`PACE_STEPS` steps timed since ``paced``,
+    would take longer than :data:`LONG_ATTACK_SECONDS` and the ``deadline`` (``time.perf_counter()`` seconds) does
+    not come within that; the progress ``bar`` (or None) is drawn again under it."""
+    per = (now - paced) / PACE_STEPS
+    if per * left <= LONG_ATTACK_SECONDS or deadline - now <= LONG_ATTACK_SECONDS:
+        return
+    if bar is not None:
+        bar.clear()
+    warnings.warn(f"at about {duration_text(per)} a step, the attack's {left} steps left take about "
+                  f"{duration_text(per * left)}: --time-limit (such as --time-limit 30m) stops it at the deadline "
+                  "with its best image, as Ctrl-C does, and fewer --iterations shorten it", SettingWarning,
+                  stacklevel=3)
+    if bar is not None:
+        bar.refresh()
 
 
 @contextlib.contextmanager
