@@ -51,9 +51,24 @@ def torch_stream(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(h)
 
 
+#: torch's CPU generator (MT19937) is seeded by the low 32 bits of a seed alone
+TORCH_SEEDS = 2 ** 32
+
+
+def torch_seed(seed: int) -> int:
+    """The seed torch's CPU generator is given for ``seed``: ``seed`` itself below 2^32, and from 2^32 on 32 bits
+    mixed from the whole of it (``SeedSequence``).  The generator reads only a seed's low 32 bits, so ``seed`` and
+    ``seed + 2^32`` given as they are would draw the same weights, starts and noise, two seeds a run records as
+    different."""
+    seed = int(seed)
+    if 0 <= seed < TORCH_SEEDS:
+        return seed
+    return int(np.random.SeedSequence(seed % 2 ** 63 if seed < 0 else seed).generate_state(1, np.uint32)[0])
+
+
 def torch_generator(seed: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with ``seed`` itself (weights, dummy starts, client noise)."""
-    return torch.Generator().manual_seed(int(seed))
+    """A CPU ``torch.Generator`` seeded by ``seed`` (weights, dummy starts, client noise): :func:`torch_seed`."""
+    return torch.Generator().manual_seed(torch_seed(seed))
 
 
-__all__ = ["numpy_stream", "seed_sequence", "torch_stream", "torch_generator"]
+__all__ = ["numpy_stream", "seed_sequence", "torch_seed", "torch_stream", "torch_generator"]

@@ -345,7 +345,7 @@ class GaussianSketch(RowBlockSketch):
     def _make_block(self, k: int, device=None) -> torch.Tensor:
         r0, r1 = self._block_range(k)
         seed = int(block_seed(self.seed, k, self._tag).generate_state(1, np.uint64)[0] >> 1)
-        gen = seeds.torch_generator(seed)
+        gen = seeds.torch_generator(seed % seeds.TORCH_SEEDS)  # a hash already: its low 32 bits, as torch reads it
         blk = torch.randn(r1 - r0, self.d, generator=gen, dtype=torch.float32)
         blk.mul_(1.0 / math.sqrt(self.b))
         return blk if device is None else blk.to(device)
