@@ -24,6 +24,7 @@ import contextlib
 import math
 import operator
 import os
+import re
 import sys
 import warnings
 import weakref
@@ -240,6 +241,12 @@ def output_linear(model: nn.Module, input_shape,
         return last, None  # no class scores to find the layer of
     runs = [m for m, _ in ran]  # a registered nn.Linear that never runs has no inputs for the label rules to read
     return (last if any(m is last for m in runs) else runs[-1] if runs else None), False
+
+
+#: torch's advice at the end of a backward that failed, which a refusal replaces by the line it names
+ANOMALY_HINT = re.compile(r"\s*Hint: enable anomaly detection.*$")
+#: a frame of a traceback as text: file, line, function
+FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 def first_line(err: BaseException) -> str:
@@ -520,6 +527,11 @@ class Victim:
         narrow = precision_problem(self.model, self.name)
         if narrow:
             raise UserError(narrow)
+        complex_weight = next((n for n, p in self.model.named_parameters() if p.requires_grad and p.is_complex()), None)
+        if complex_weight is not None:
+            raise UserError(f"model '{self.name}' holds a complex trainable weight ('{complex_weight}'), and the "
+                            "message an attack reads is the gradient of real weights: give it as two real "
+                            "parameters (its real and imaginary parts), or as a buffer where it is not trained")
         shape = self.input_shape
         if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all((whole(s) or 0) > 0 for s in shape):
             raise UserError(f"input_shape must be the shape of one example, a tuple of positive integers such as "
@@ -679,6 +691,26 @@ class Victim:
             raise UserError(f"model '{self.name}' {problem}{forward_at(self.model)}{batched}")
         self.check_probe()
 
+    def _backward_made_at(self, probe: torch.Tensor, files: set[str]) -> str:
+        """``: the backward of the operation in forward at /abs/net.py:12 fails``: the line of the user's code whose
+        operation's backward fails (a tensor it needs was changed in place after it), from the forward traceback
+        autograd's anomaly mode records for it; empty where the failure does not recur there or names no line of
+        ``files``."""
+        with warnings.catch_warnings(record=True) as caught, contextlib.suppress(Exception):
+            warnings.simplefilter("always")
+            with kept_buffers(self.model), torch.enable_grad(), self.running(), \
+                    torch.autograd.detect_anomaly(check_nan=False):
+                x = probe.clone().requires_grad_(True)
+                out = self.model(x)
+                torch.autograd.grad(out.float().sum(), x, allow_unused=True)
+        for w in reversed(caught):
+            frames = [f for f in FRAME.findall(str(w.message)) if f[0] in files]
+            if "Traceback of forward call" in str(w.message) and frames:
+                path, line, name = frames[-1]
+                return (f": the backward of the operation{'' if name.startswith('<') else f' in {name}'} at "
+                        f"{os.path.abspath(path)}:{line} fails")
+        return ""
+
     def check_probe(self) -> None:
         """One forward and backward pass of a seeded random batch of 2 (buffers restored), and the derivative in the
         input of the squared norm of a gradient in the weights, as an attack takes it.  Refused in one sentence:
@@ -729,8 +761,10 @@ class Victim:
                                 "build the model from operations autograd differentiates twice (a custom "
                                 "autograd.Function without @once_differentiable, no reentrant checkpointing, "
                                 "no torch.compile)") from None
+            files = module_files(self.model)
+            where = raised_at(err, files) or self._backward_made_at(probe.detach(), files)
             raise UserError(f"model '{self.name}' fails on a random batch of shape {tuple(probe.shape)}, forward "
-                            f"and backward ({first_line(err)}){raised_at(err, module_files(self.model))}") from None
+                            f"and backward ({ANOMALY_HINT.sub('', first_line(err))}){where}") from None
         if changed:
             one = len(changed) == 1
             names = ", ".join(repr(n) for n in changed[:3]) + (" ..." if len(changed) > 3 else "")

@@ -80,6 +80,30 @@ class Net(nn.Module):
         return self.fc(x.flatten(1))
 """, r"model '{path}:Net' fails on a random batch of shape \(2, 3, 4, 4\), forward and backward \(RuntimeError: "
      r"only zeros please\) in forward at {path}:{line}$"),
+    "backward after an in-place change": (HEAD + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 10)
+
+    def forward(self, x):
+        h = torch.sigmoid(x.flatten(1))  # HERE
+        h.mul_(0.5)
+        return self.fc(h)
+""", r"model '{path}:Net' fails on a random batch of shape \(2, 3, 4, 4\), forward and backward \(RuntimeError: "
+     r"one of the variables needed for gradient computation has been modified by an inplace operation: .*expected "
+     r"version 0 instead\.\): the backward of the operation in forward at {path}:{line} fails$"),
+    "a complex weight": (HEAD + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.z = nn.Parameter(torch.ones(10, dtype=torch.complex64))
+        self.fc = nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)) * self.z.real
+""", r"model '{path}:Net' holds a complex trainable weight \('z'\), and the message an attack reads is the "
+     r"gradient of real weights: give it as two real parameters .*$"),
     "head of the wrong width": (HEAD + """
 class Net(nn.Module):
     def __init__(self):
