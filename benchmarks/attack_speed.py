@@ -618,6 +618,14 @@ def products_section(a) -> None:
           f"{n * min(best[f'(S J)^T, {CHUNK} columns a pass'], best['(S J)^T, one a pass']) / 60:.1f} min")
 
 
+def columns(text: str) -> int:
+    """An argparse type: the columns the products comparison times, at least a batched pass's CHUNK."""
+    value = count(text)
+    if value < CHUNK:
+        raise argparse.ArgumentTypeError(f"{value} is below {CHUNK}, the columns one batched pass forms")
+    return value
+
+
 def chord_section(a) -> None:
     """Gauss-Newton from the default attack's 1000-step L-BFGS iterate, chord steps against one step a J."""
     p = prepare(RunConfig(model="lenet", sketch="srht", threads=1))
@@ -708,7 +716,9 @@ def main() -> None:
                     "restarts' evaluations, and the largest items of J^T J's columns (products)")
     ap.add_argument("--products-model", type=one_of(targets.list_models, "model", files=True), default="vit_small",
                     help="victim of the products comparison")
-    ap.add_argument("--columns", type=count, default=64, help="columns of J^T J the products comparison times")
+    ap.add_argument("--columns", type=columns, default=64,
+                    help=f"columns of J^T J the products comparison times, at least {CHUNK} (its batched ways form "
+                         f"{CHUNK} a pass)")
     ap.add_argument("--rounds", type=count, default=3)
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this part only (repeatable; default: all; lbfgs also times the direction)")

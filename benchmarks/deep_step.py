@@ -163,6 +163,12 @@ def main() -> None:
                          "gradient_matching.keep_freed_memory; both loops share the process's setting)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both loops run")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda needs a CUDA GPU, and torch finds none on this machine")
+    chosen = [(label, fields) for label, fields in cases(a.models) if not a.only or a.only in label]
+    if not chosen:
+        ap.error(f"--only {a.only!r} matches no case of {', '.join(a.models)}: the cases are "
+                 f"{', '.join(label for label, _ in cases(a.models))}")
     global DEVICE
     DEVICE = torch.device(a.device)
     if a.glibc_default:
@@ -171,9 +177,7 @@ def main() -> None:
     print(f"# torch {torch.__version__}, {platform.machine()}, {where}, {available_cores()} cores, load "
           f"{os.getloadavg()[0]:.1f}; medians of {a.rounds} x {a.steps} steps after {a.warmup} warm-up steps, "
           "[min-max]; ratio leakattack / bare")
-    for label, fields in cases(a.models):
-        if a.only and a.only not in label:
-            continue
+    for label, fields in chosen:
         for t in a.threads:
             print(measure(label, fields, t, a), flush=True)
 

@@ -50,10 +50,11 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     recon, start, mean = (torch.rand((1, *photos.in_shape), generator=g) for _ in range(3))
     truth = photos.images[:1]
+    # every model is built before any is timed: one that refuses the image size does so before the measurements
+    victims = {name: targets.get_model(name, num_classes=10, in_shape=photos.in_shape, seed=0) for name in a.models}
     print(f"{torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.1f}; {len(photos)} photos at "
           f"{a.image_size} px; medians over {a.rounds} rounds")
-    for name in a.models:
-        victim = targets.get_model(name, num_classes=10, in_shape=photos.in_shape, seed=0)
+    for name, victim in victims.items():
 
         def ours():
             identification(recon, {"start": start, "mean": mean}, truth, photos, [0])

@@ -46,7 +46,7 @@ from leakattack import data
 from leakattack.attacks.labels import LABEL_RULES, recover_labels_by_rule
 from leakattack.errors import UserError
 from leakattack.metrics import label_accuracy
-from leakattack.script import count, counts, one_of, positive, positives, script_main, some_of
+from leakattack.script import count, counts, fractions, one_of, positive, script_main, some_of, thread_count
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
 
@@ -151,7 +151,8 @@ def main() -> None:
                     help=f"comma-separated batch sizes B (default: {','.join(map(str, BATCH_SIZES))}; with "
                          "--distinct the default leaves out those above a data set's number of classes, with a note "
                          "on stderr, and a given one above it is refused)")
-    ap.add_argument("--ratios", type=positives, default="1,0.5,0.1", help="b/d of the SRHT; 1 means unsketched")
+    ap.add_argument("--ratios", type=fractions, default="1,0.5,0.1",
+                    help="b/d of the SRHT, in (0, 1]; 1 means unsketched")
     ap.add_argument("--datasets", type=some_of(data.list_datasets, "dataset"), default="digits,photos")
     ap.add_argument("--victims", type=some_of(lambda: [*OWN_VICTIMS, *targets.list_models()], "victim", files=True),
                     default="lenet,bn-eval,bn-train")
@@ -162,7 +163,7 @@ def main() -> None:
     ap.add_argument("--image-size", type=count, default=None, help="side of the photos (default: 32)")
     ap.add_argument("--weight-init", type=one_of(lambda: targets.INITS, "weight init"), default=None,
                     help="initialisation of a leakattack model (default: its own)")
-    ap.add_argument("--threads", type=count, default=1)
+    ap.add_argument("--threads", type=thread_count, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rules = a.rules
@@ -180,6 +181,9 @@ def main() -> None:
     for dname, ds in sets.items():
         for vname in a.victims:
             victim = make_victim(vname, ds, a.weight_init)
+            if a.sketch_dims and max(a.sketch_dims) > victim.d:
+                raise UserError(f"--sketch-dims {max(a.sketch_dims)} is more than the d = {victim.d} weights of "
+                                f"{vname} on {dname}: b = d is the unsketched message, and a sketch has b <= d")
             sizes = ([(f"b = {b}", b) for b in a.sketch_dims] if a.sketch_dims else
                      [("none", victim.d) if r >= 1 else (str(r), sketch_dim(r, victim.d)) for r in a.ratios])
             for B in [B for d, B in drawn if d == dname]:

@@ -28,7 +28,7 @@ from leakattack import data
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.channel import Channel
 from leakattack.observation import observe
-from leakattack.script import count, script_main, some_of
+from leakattack.script import count, fraction, script_main, some_of, thread_count
 from leakattack.sketch import get_sketch, list_sketches
 
 
@@ -44,12 +44,12 @@ def time_per_iteration(victim, sketch, x, labels, iters: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ratio", type=float, default=0.5)
+    ap.add_argument("--ratio", type=fraction, default=0.5, help="b/d of every sketch, in (0, 1]")
     ap.add_argument("--iters", type=count, default=30)
     ap.add_argument("--rounds", type=count, default=5)
     ap.add_argument("--slow-iters", type=count, default=3, help="iterations per round for gaussian and ams")
     ap.add_argument("--kinds", type=some_of(list_sketches, "sketch"), default=",".join(list_sketches()))
-    ap.add_argument("--threads", type=count, default=1, help="torch CPU threads (the attack's default is 1)")
+    ap.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (the attack's default is 1)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="precision (the attack's default is float64)")
     a = ap.parse_args()

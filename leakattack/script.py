@@ -136,6 +136,11 @@ def fraction(text: str) -> float:
     return value
 
 
+def fractions(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers in (0, 1] (sketches' b/d: ``1,0.5,0.1``)."""
+    return [fraction(v) for v in text.split(",")]
+
+
 def pattern(text: str) -> re.Pattern:
     """An argparse type: a regular expression, compiled."""
     try:
@@ -162,5 +167,5 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "fraction", "index", "one_of", "pattern", "port", "positive", "positives", "script_main",
-           "some_of", "thread_count", "threads_text", "weight_text"]
+__all__ = ["count", "counts", "fraction", "fractions", "index", "one_of", "pattern", "port", "positive", "positives",
+           "script_main", "some_of", "thread_count", "threads_text", "weight_text"]
