@@ -617,7 +617,8 @@ class GradientMatching(Attack):
             best.wall_s += spent  # the shorter first phase and its steps, whose iterate was not kept
             reached = f" (L_R {tried['loss_before']:.2e} to {tried['loss_after']:.2e})" if "loss_after" in tried else ""
             best.message = add_note(best.message, f"Gauss-Newton steps after step {GAUSS_NEWTON_AFTER} had not "
-                                                  f"converged{reached}, so the whole budget ran")
+                                                  f"converged{reached}, so the attack ran again from its start, "
+                                                  f"given its whole budget of {main.iterations} steps")
             best.gauss_newton = {**best.gauss_newton, "first_attempt": tried} if best.gauss_newton else tried
         return best
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -277,6 +278,10 @@ def label_choice_line(c: dict) -> str:
         return (f"labels: {read}; Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
     ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
+    if c.get("compared_at") == 0 and not any(isinstance(v, (int, float)) and math.isfinite(v)
+                                             for v in c["probe_losses"]):  # NaN, or null as metrics.json stores it
+        return (f"labels: {read}; the short runs that compare them found no finite objective to step on (a message "
+                f"of NaN or infinite values), so {c['chosen']}, the reading of the most rules, was kept")
     if c.get("compared_at") == 0:
         idle = sum(n == 0 for n in ran)
         who = ("the short runs that compare them took no step" if idle == len(ran) else

@@ -130,6 +130,10 @@ def test_the_label_line_says_how_many_steps_each_reading_ran():
     c.update(probe_steps_run=[0, 0], compared_at=0, probe_compared=[0.9, 0.8])
     assert ("; the short runs that compare them took no step within their shares of the time limit, so [0], the "
             "reading of the most rules, was kept" in label_choice_line(c))
+    nonfinite = {**c, "probe_losses": [None, None]}  # a message of NaN: no step anywhere, and no time limit
+    assert ("; the short runs that compare them found no finite objective to step on (a message of NaN or infinite "
+            "values), so [0], the reading of the most rules, was kept" in label_choice_line(nonfinite))
+    assert "found no finite objective" in label_choice_line({**c, "probe_losses": [float("nan"), float("inf")]})
     c.update(probe_steps_run=[0, 36], compared_at=0, probe_compared=[0.9, 0.8])  # one run only: said so
     assert ("; 1 of the 2 short runs that compare them took no step (0, 36 steps run) within their shares of the time "
             "limit, so [0]" in label_choice_line(c))
