@@ -45,6 +45,7 @@ from .plugins import provenance
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.io import wrong_kind_text
 from .results.reference import cpu_model, machine
+from .results.runs import RUNS_ROOT
 from .sketch import is_identity, sketch_class
 from .utility import privacy_metrics
 
@@ -758,17 +759,13 @@ def check_out(folder: str | Path) -> Path:
     return path
 
 
-#: where a run without --out writes its folder (:func:`leakattack.results.default_run_dir`)
-DEFAULT_RUNS = Path("results") / "runs"
-
-
 def check_default_out() -> None:
     """The place of the run folder a run without ``--out`` writes (``results/runs/<stamp>-...`` under the current
     folder), refused in one sentence before any work as ``--out`` is (:func:`leakattack.results.writable_out`): the
     current folder an earlier run's, one that cannot be written, a file named ``results``."""
     try:
-        writable_out(DEFAULT_RUNS / "new", beside=True,
-                     said=f"the run folder under '{DEFAULT_RUNS}', where a run without --out writes,")
+        writable_out(RUNS_ROOT / "new", beside=True,
+                     said=f"the run folder under '{RUNS_ROOT}', where a run without --out writes,")
     except UserError as err:
         raise UserError(f"{err} (--out names another)") from None
 

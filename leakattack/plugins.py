@@ -65,8 +65,13 @@ def raised_at(err: BaseException, files) -> str:
     if found is None:
         return ""
     code = found.tb_frame.f_code
-    name = "" if code.co_name.startswith("<") else f" in {code.co_name}"
-    return f"{name} at {os.path.abspath(code.co_filename)}:{found.tb_lineno}"
+    return place_text(code.co_name, code.co_filename, found.tb_lineno)
+
+
+def place_text(function: str, file: str, line: int | str) -> str:
+    """`` in forward at /abs/net.py:12``, or `` at /abs/net.py:5`` for a module's top level (``<module>``)."""
+    name = "" if function.startswith("<") else f" in {function}"
+    return f"{name} at {os.path.abspath(file)}:{line}"
 
 
 def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False, name: str | None = None):
@@ -250,4 +255,4 @@ def provenance() -> list[dict]:
 
 
 __all__ = ["ENV", "GROUP", "import_file", "import_module_named", "import_modules", "load_plugins", "named",
-           "provenance", "raised_at", "used_outside"]
+           "place_text", "provenance", "raised_at", "used_outside"]

@@ -61,9 +61,7 @@ def torch_seed(seed: int) -> int:
     ``seed + 2^32`` given as they are would draw the same weights, starts and noise, two seeds a run records as
     different."""
     seed = int(seed)
-    if 0 <= seed < TORCH_SEEDS:
-        return seed
-    return int(np.random.SeedSequence(seed % 2 ** 63 if seed < 0 else seed).generate_state(1, np.uint32)[0])
+    return seed if seed < TORCH_SEEDS else int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
 
 
 def torch_generator(seed: int) -> torch.Generator:

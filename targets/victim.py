@@ -38,7 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 from leakattack.errors import SettingWarning, UserError, allocation_failed
-from leakattack.plugins import raised_at
+from leakattack.plugins import place_text, raised_at
 
 TASKS = ("classification", "regression")
 BN_MODES = ("train", "eval")
@@ -707,8 +707,7 @@ class Victim:
             frames = [f for f in FRAME.findall(str(w.message)) if f[0] in files]
             if "Traceback of forward call" in str(w.message) and frames:
                 path, line, name = frames[-1]
-                return (f": the backward of the operation{'' if name.startswith('<') else f' in {name}'} at "
-                        f"{os.path.abspath(path)}:{line} fails")
+                return f": the backward of the operation{place_text(name, path, line)} fails"
         return ""
 
     def check_probe(self) -> None:

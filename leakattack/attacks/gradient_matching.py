@@ -304,11 +304,9 @@ class GradientMatching(Attack):
         self.stated_limit = self.time_limit
         self.bar_label = "attack"  #: what the progress bar of an optimisation calls it (label probes name theirs)
         #: whether ``time_limit`` counts from the start's fit rather than from the call: a label probe's share times
-        #: its steps alone, so what comes before them (the first pass through the model) does not count against it
+        #: its steps alone, so what comes before them (the first pass through the model) does not count against it;
+        #: a label probe's few steps are not foreseen either (:func:`_warn_long`: the attack's own are, after them)
         self.clock_from_start = False
-        #: whether an optimisation foreseen to last longer than LONG_ATTACK_SECONDS is warned of (a label probe's
-        #: steps are few, and the attack's own are foreseen after them)
-        self.foresee = True
         #: torch threads the optimisation runs on (None: the victim's choice, ``Victim.threads``)
         self.threads = None if threads is None else int(threads)
         #: width tau of the ReLU surrogate at the start (0: exact derivatives; :mod:`.surrogate`), multiplied by
@@ -487,7 +485,7 @@ class GradientMatching(Attack):
         if len(distinct) == 1:
             return distinct[0], None
         probe = copy.copy(self)
-        probe.label_mode, probe.restarts, probe.clock_from_start, probe.foresee = "given", 1, True, False
+        probe.label_mode, probe.restarts, probe.clock_from_start = "given", 1, True
         probe.iterations = min(LABEL_PROBE_STEPS, max(self.iterations // 4, min(LABEL_PROBE_MIN, self.iterations), 1))
         if self.time_limit is not None:
             probe.time_limit = probe.stated_limit = self.time_limit / (4 * len(distinct))
@@ -903,7 +901,7 @@ class GradientMatching(Attack):
             step += 1
             if step == 1:
                 paced = time.perf_counter()
-            elif step == 1 + PACE_STEPS and self.foresee:
+            elif step == 1 + PACE_STEPS and not self.clock_from_start:  # a label probe's few steps: not foreseen
                 _warn_long(time.perf_counter(), paced, horizon - step, deadline, bar)
             if bar is not None:
                 bar.update(1)

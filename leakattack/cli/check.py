@@ -19,6 +19,7 @@ from ..errors import SettingWarning, signals_held
 from ..figures.theory import CHECK_FIGURES, check_figures
 from ..results import writable_out
 from ..results.io import own_folder
+from ..results.runs import RUNS_ROOT
 from ..sketch import check_sketch_params, is_identity, list_sketches
 from ..theory import (
     CHECK_JSON,
@@ -33,7 +34,7 @@ from ..theory import (
 
 
 def _default_out() -> Path:
-    return Path("results/runs") / f"check-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return RUNS_ROOT / f"check-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 #: the most sampled points one check draws (as a sweep holds at most 100,000 points): lenet's default 24 take

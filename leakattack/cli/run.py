@@ -28,6 +28,7 @@ from ..rebuilt import (
     message_unreadable,
     why_not_rebuilt,
 )
+from ..results.store import is_number
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None,
@@ -278,7 +279,7 @@ def label_choice_line(c: dict) -> str:
         return (f"labels: {read}; Ctrl-C stopped the short runs that compare "
                 f"them, so {c['chosen']} was kept from unfinished runs")
     ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
-    if c.get("compared_at") == 0 and not any(isinstance(v, (int, float)) and math.isfinite(v)
+    if c.get("compared_at") == 0 and not any(is_number(v) and math.isfinite(v)
                                              for v in c["probe_losses"]):  # NaN, or null as metrics.json stores it
         return (f"labels: {read}; the short runs that compare them found no finite objective to step on (a message "
                 f"of NaN or infinite values), so {c['chosen']}, the reading of the most rules, was kept")

@@ -19,7 +19,7 @@ from ..errors import UserError, listed
 from ..figures.report.sweep_section import stored_summary, summary_matches
 from ..results import writable_out
 from ..results.io import ANY, own_folder
-from ..results.runs import unused_path
+from ..results.runs import RUNS_ROOT, unused_path
 from ..results.store import checked_points, load_records
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
 from ..sweep.backends.base import WorkerLost
@@ -34,11 +34,7 @@ SLURM_OPTIONS = {"--partition": "partition", "--time": "time", "--mem": "mem", "
                  "--cpus-per-task": "cpus_per_task", "--retries": "retries"}
 
 
-#: where a sweep without --out writes its folder (ignored by git, like every user run)
-DEFAULT_ROOT = "results/runs"
-
-
-def default_sweep_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
+def default_sweep_dir(name: str, root: str | Path = RUNS_ROOT) -> Path:
     """``<root>/sweep-<name>-<YYYYmmdd-HHMMSS>/``, a suffix -2, -3, ... keeping it unique (nothing is created)."""
     return unused_path(Path(root) / f"sweep-{check_name_length(check_name(name))}-{time.strftime('%Y%m%d-%H%M%S')}")
 

@@ -21,6 +21,7 @@ from ..data import list_datasets, reads_root
 from ..errors import SettingWarning
 from ..results import read_jsonl, writable_out
 from ..results.io import own_folder
+from ..results.runs import RUNS_ROOT
 from ..sketch import is_identity, list_sketches
 from ..training import MODEL_DEFAULTS, TrainingInterrupted, load_split, train, warn_client_batch
 from . import interrupted_exit
@@ -121,7 +122,7 @@ def cmd_train(a) -> int:
         out = Path(a.out)                                                 # the --out that wrote it
         raise ConfigError(f"--out '{a.out}' is the run folder of a training (it holds protocol.json): give the folder "
                           f"above it, --out {out.parent} --name {out.name}, to continue that training")
-    out = writable_out(a.out if a.out is not None else Path("results/runs") / time.strftime("train-%Y%m%d-%H%M%S"))
+    out = writable_out(a.out if a.out is not None else RUNS_ROOT / time.strftime("train-%Y%m%d-%H%M%S"))
     own_folder(out, a.out if a.out is not None else out, TRAIN_FILES, "a training")
     warn_client_batch(spec, load_split(model_spec, a.download)[0])
     try:

@@ -79,8 +79,12 @@ def run_folder_name(model: str, sketch: str, dataset: str | None = None, defense
     return "-".join(parts)
 
 
+#: where a command without --out writes its folder, under the current folder
+RUNS_ROOT = Path("results") / "runs"
+
+
 def default_run_dir(model: str, sketch: str, dataset: str | None = None, defense=None,
-                    root: str | os.PathLike = "results/runs", unique: bool = True) -> Path:
+                    root: str | os.PathLike = RUNS_ROOT, unique: bool = True) -> Path:
     """results/runs/<YYYYmmdd-HHMMSS>-<model>-<sketch>-<dataset>[-<defense>]/ (a suffix -2, -3, ... keeps it unique).
     ``unique`` False: the name without the suffix, for :func:`write_run_folder` with ``fresh``, which adds the suffix
     when it writes (a suffix chosen before would be suffixed again where another process took it meanwhile)."""
@@ -113,7 +117,7 @@ def _reserved(base: Path) -> Path:
     raise AssertionError("unreachable: _names never ends")
 
 
-__all__ = ["default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
+__all__ = ["RUNS_ROOT", "default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
 
 
 def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False) -> Path:
