@@ -328,13 +328,48 @@ def _adds_noise(step) -> bool:
     return step.name in ("gaussian", "laplace") and not step.changes_nothing()
 
 
+def _rounds(step) -> bool:
+    """Whether a defense step rounds stochastically (``quantize``, unbiased: an error of mean 0, like noise)."""
+    return step.name == "quantize"
+
+
+def _last_rounding(channel: Channel):
+    """The stochastic rounding step whose output is the message itself (the last step after the sketch, or the last
+    before an identity sketch with none after it), or None: only its grid can be read from the message, whose
+    largest magnitude is the grid's end."""
+    pipeline = channel.pipeline
+    last = pipeline.after[-1] if pipeline.after else (
+        pipeline.before[-1] if pipeline.before and channel.sketch.identity else None)
+    return last if last is not None and _rounds(last) else None
+
+
 def _noiseless(channel: Channel) -> Transmission | None:
-    """The channel without its noise steps (its clips, pruning and quantisation kept): what the message is apart
-    from the noise; None where no step adds noise."""
+    """The channel without its noise steps and its stochastic rounding (its clips and pruning kept): what the
+    message is apart from the errors of mean 0 that a defense adds; None where no step adds noise or rounds."""
     steps = channel.pipeline.steps
-    if not any(_adds_noise(step) for step in steps):
+    if not any(_adds_noise(step) or _rounds(step) for step in steps):
         return None
-    return Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not _adds_noise(step)]))
+    kept = [step for step in steps if not (_adds_noise(step) or _rounds(step))]
+    return Transmission(channel.sketch, defenses.Pipeline(kept))
+
+
+def share_sources(channel: Channel) -> str | None:
+    """What :func:`noise_share` estimates on this channel: ``"noise"``, ``"rounding"`` (a stochastic rounding that
+    ends it), ``"noise and rounding"``, or None (neither)."""
+    named = [name for name, there in (("noise", any(_adds_noise(step) for step in channel.pipeline.steps)),
+                                      ("rounding", _last_rounding(channel) is not None)) if there]
+    return " and ".join(named) or None
+
+
+def rounding_error_bound(bits: int, y: torch.Tensor) -> float:
+    """The bound on the expected squared norm of the error that unbiased stochastic rounding onto 2^bits - 1
+    intervals of [-s, s] adds to the vector that became ``y``, read from ``y`` alone: s = max|y| (the largest
+    magnitude rounds onto the grid's end exactly), an interval of width h = 2s / (2^bits - 1), and an entry a share p
+    of the way along its interval is rounded with variance h^2 p (1 - p) <= h^2 / 4.  It is tight where most entries
+    lie well inside an interval (a gradient's many small entries, in the interval around 0, at few bits); entries
+    spread evenly along their intervals give 2/3 of it."""
+    h = 2 * float(y.detach().abs().max().double()) / (2 ** bits - 1)
+    return y.numel() * h * h / 4
 
 
 def zero_message(y: torch.Tensor, extra: dict, what: str) -> None:
@@ -348,19 +383,29 @@ def zero_message(y: torch.Tensor, extra: dict, what: str) -> None:
 
 
 def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> float | None:
-    """What an attacker who knows the defense (not its noise) estimates of the noise in message ``y``: the
-    root-mean-square norm of the channel's message for a zero gradient shaped like ``gradient`` (its additive noise
-    alone, :data:`NOISE_SHARE_DRAWS` draws from :data:`NOISE_SHARE_SEED`) over that of the rest,
-    sqrt(||y||^2 - mean ||n||^2).  None where no step adds noise (Gaussian or Laplace at a positive scale); inf where
-    ||y||^2 - mean ||n||^2 is below three standard deviations of the draws' ||n||^2, so that the message's norm
-    cannot tell the rest from the noise's own spread (on digits with a per-example clip of 1, from a noise share of
-    about 10 on: z = 0.1)."""
-    if not any(_adds_noise(step) for step in channel.pipeline.steps):
+    """What an attacker who knows the defense (not its draws) estimates of the errors of mean 0 in message ``y``
+    against the rest of it: sqrt(n / (||y||^2 - n)), where n is the mean squared norm of the channel's message for a
+    zero gradient shaped like ``gradient`` (its additive noise alone, :data:`NOISE_SHARE_DRAWS` draws from
+    :data:`NOISE_SHARE_SEED`, its stochastic rounding left out) plus, where the message is a stochastic rounding's
+    output (:func:`_last_rounding`), :func:`rounding_error_bound`.  None where no step adds noise (Gaussian or Laplace
+    at a positive scale) and no such rounding ends the channel; inf where ||y||^2 - n is below three standard deviations
+    of the draws' squared norms (or not above 0), so that the message's norm cannot tell the rest from the noise's
+    own spread (on digits with a per-example clip of 1, from a noise share of about 10 on: z = 0.1)."""
+    sources = share_sources(channel)
+    if sources is None:
         return None
-    rng, zero = torch_generator(NOISE_SHARE_SEED), torch.zeros_like(gradient)
-    squares = torch.tensor([float(channel.send(zero, rng).detach().double().norm() ** 2)
-                            for _ in range(NOISE_SHARE_DRAWS)], dtype=torch.float64)
-    n2, spread = float(squares.mean()), float(squares.std())
+    steps, rounding, noisy = channel.pipeline.steps, _last_rounding(channel), "noise" in sources
+    n2 = spread = 0.0
+    if noisy:
+        draw = Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not _rounds(step)]))
+        rng, zero = torch_generator(NOISE_SHARE_SEED), torch.zeros_like(gradient)
+        squares = torch.tensor([float(draw(zero, rng).detach().double().norm() ** 2)
+                                for _ in range(NOISE_SHARE_DRAWS)], dtype=torch.float64)
+        n2, spread = float(squares.mean()), float(squares.std())
+    if rounding is not None:
+        n2 += rounding_error_bound(rounding.params["bits"], y)
+    if n2 == 0:  # a message of zeros that only a rounding made: rounding leaves 0 as it is
+        return 0.0
     rest = float(y.detach().double().norm() ** 2) - n2
     return (n2 / rest) ** 0.5 if rest > 3 * spread and rest > 0 else float("inf")
 
@@ -404,7 +449,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
         raise UserError(f"the client's gradient holds {int((~torch.isfinite(g)).sum())} value(s) that are NaN or "
                         f"infinite at this input: the model itself does not compute{hint}, so there is no message to "
                         "attack")
-    extra = {}
+    extra: dict = {}
     if channel.pipeline:
         rng = torch_generator(noise_seed)
         sent = gradient_of(victim, x, target, channel.per_example).detach()
@@ -421,7 +466,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     if channel.pipeline and not nonfinite:  # a message with NaN or infinite values has no noise share to estimate
         share = noise_share(channel, y, sent)
         if share is not None:
-            extra["noise_share"] = share
+            extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
     if nonfinite:  # the gradient is finite: the defense (its noise's scale) made them
         extra["message_nonfinite"] = nonfinite
         warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
@@ -455,5 +500,5 @@ def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -
 
 
 __all__ = ["LinearMap", "ThreatModel", "Observation", "observe", "unknown_seed",
-           "noise_share", "NOISE_SHARE_SEED", "NOISE_SHARE_DRAWS",
+           "noise_share", "share_sources", "rounding_error_bound", "NOISE_SHARE_SEED", "NOISE_SHARE_DRAWS",
            "granted_bn_stats", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]

@@ -409,6 +409,16 @@ SKETCH_NOT_HELD = ("the attacker did not hold the client's sketch (--sketch-unkn
                    "looks for the client's seed among 2^BITS)")
 
 
+def _error_words(m: Mapping) -> str:
+    """What a run's ``noise_distortion`` measures, by the names of the steps of its ``defense`` spec: its noise, its
+    stochastic rounding's error (``quantize``), or both."""
+    names = {piece.split(":")[0].split("@")[0].strip() for piece in str(m.get("defense") or "").split(",")}
+    noise, rounding = bool(names & {"gaussian", "laplace"}), "quantize" in names
+    if rounding:
+        return "noise and stochastic rounding's error are" if noise else "stochastic rounding's error is"
+    return "noise is"
+
+
 def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False) -> str | None:
     """The sentence that says which part of a run (a metrics.json dict) that rebuilt nothing failed
     (:func:`failed_kind`), with the numbers that show it; None when nothing tells.
@@ -441,8 +451,8 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
                 "prefers an image other than the truth, so a longer search for its minimum is not a search for the "
                 "truth").format(*_apart(r["total"], t["total"]), ", ".join(why))
         if noisy:
-            said += (f"; the defense's noise is {noise:.3g} times the norm of the message it is added to, and the "
-                     "truth's score holds all of it where an image whose message fits part of it scores lower")
+            said += (f"; the defense's {_error_words(m)} {noise:.3g} times the norm of the message it is added to, "
+                     "and the truth's score holds all of it where an image whose message fits part of it scores lower")
         if clip_blind:
             said += CLIP_NOT_MODELLED.replace("the likely cause", "a cause too") if noisy else CLIP_NOT_MODELLED
         return said

@@ -79,6 +79,11 @@ def test_an_objective_that_failed_under_noise_names_the_noise_and_scores_that_re
     assert "did not model the clip, a cause too: --attacker-knows-clip" in said and "the likely cause" not in said
     assert "the defense's noise" not in failed_part({**m, "noise_distortion": None})
     assert failed_part({**DIGIT, "objective_at": at}, clip_blind=True).endswith(CLIP_NOT_MODELLED)
+    # a stochastic rounding's error is of mean 0 too, and named as what it is
+    rounded = {**m, "noise_distortion": 0.0455, "defense": "quantize:bits=6@after_sketch"}
+    assert "the defense's stochastic rounding's error is 0.0455 times the norm" in failed_part(rounded)
+    both = {**rounded, "defense": "clip:C=1,gaussian:sigma=0.01@after_sketch,quantize:bits=6@after_sketch"}
+    assert "the defense's noise and stochastic rounding's error are 0.0455 times" in failed_part(both)
 
 
 def test_a_match_within_tolerance_that_is_not_unique_is_not_called_a_search_that_stopped_short():

@@ -172,3 +172,79 @@ def test_the_noisy_note_reads_the_share_the_prior_and_a_hand_written_config_with
     assert next_settings("objective", {}, plain, {"noise_share": 0.5}) == [NOISY_RECIPE_NOTE]
     assert next_settings("labels", {}, plain, {"noise_share": 0.5}) == []  # wrong labels come first
     assert next_settings("search", {}, plain) == []
+    # a rounding's error: its own, lower share and its own measurements
+    from leakattack.attacks.recipes import ROUNDING_RECIPE_NOTE, ROUNDING_SHARE
+
+    rounding = {"noise_share": ROUNDING_SHARE, "noise_share_of": "rounding"}
+    assert ROUNDING_SHARE < NOISY_SHARE and next_settings("objective", {}, plain, rounding) == [ROUNDING_RECIPE_NOTE]
+    assert not noisy_without_prior({**rounding, "noise_share": ROUNDING_SHARE / 2}, {}, plain)
+    assert not noisy_without_prior({"noise_share": ROUNDING_SHARE, "noise_share_of": "noise"}, {}, plain)
+
+
+def test_a_rounding_error_bound_holds_the_exact_expectation_and_is_read_from_the_message_alone():
+    """Stochastic rounding onto intervals of width h adds an error of variance h^2 p (1 - p) to an entry a share p
+    along its interval: the bound h^2 / 4 per entry, with h from the message's largest magnitude, is at least the
+    draws' mean squared error and not far above it for entries spread along their intervals."""
+    import torch
+
+    from defenses.quantization import stochastic_round
+    from leakattack.observation import rounding_error_bound
+
+    gen = torch.Generator().manual_seed(3)
+    v = torch.randn(4000, generator=gen, dtype=torch.float64)
+    for bits in (2, 4, 8):
+        draws = [stochastic_round(v, bits, torch.rand(v.shape, generator=gen, dtype=torch.float64))
+                 for _ in range(20)]
+        assert all(float(y.abs().max()) == float(v.abs().max()) for y in draws)  # the grid's end is the message's
+        mean = sum(float((y - v).norm() ** 2) for y in draws) / len(draws)
+        bound = rounding_error_bound(bits, draws[0])
+        assert mean <= bound <= 2 * mean, (bits, mean, bound)
+        if bits == 8:  # entries spread evenly along their intervals: E p (1 - p) = 1/6 of the bound's 1/4
+            assert bound == pytest.approx(1.5 * mean, rel=0.05)
+
+
+def test_a_quantised_message_is_measured_and_its_attack_without_a_prior_is_warned(tmp_path, capsys):
+    """Unbiased stochastic rounding adds an error of mean 0, as noise does: where it ends the channel the attacker
+    reads its bound from the message (noise_share_of "rounding"), at least the truth and within a quarter of it; at 6
+    bits (a rounding error of 4.5 % on digit 0 through srht b/d = 0.5, its bound 5.5 %) the attack without a prior
+    is warned and, not rebuilt, told to run --recipe ig; at 12 bits neither."""
+    from leakattack.attacks.recipes import ROUNDING_RECIPE_NOTE, ROUNDING_SHARE
+
+    base = ["run", "--model", "lenet", "--dataset", "digits", "--sketch-ratio", "0.5", "--iterations", "2",
+            "--quiet", "--no-lpips"]
+    shares = {}
+    for bits in (6, 12):
+        out = tmp_path / f"q{bits}"
+        assert cli.main([*base, "--defense", f"quantize:bits={bits}", "--out", str(out)]) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["noise_share_of"] == "rounding" and m["noise_distortion"] == m["message_distortion"], m
+        assert m["noise_distortion"] <= m["noise_share"] <= 1.25 * m["noise_distortion"], m
+        shares[bits] = m["noise_share"]
+        err = capsys.readouterr().err
+        warned = [line for line in err.splitlines() if "an attack without an image prior" in line]
+        assert len(warned) == (bits == 6), warned
+        assert (f"note: {ROUNDING_RECIPE_NOTE}" in err) == (bits == 6), err
+        if warned:
+            assert warned[0].startswith("leakattack: warning: the defense's stochastic rounding's error is up to ") \
+                and "read from the message's largest value" in warned[0] and "--recipe ig" in warned[0], warned
+    assert shares[6] >= ROUNDING_SHARE > shares[12]
+    # noise after the rounding: the message is no longer on the rounding's grid, and only the noise is estimated
+    out = tmp_path / "q-noise"
+    assert cli.main([*base, "--defense", "quantize:bits=6,gaussian:sigma=3e-2@after_sketch", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["noise_share_of"] == "noise"
+    # rounding before a sketch: its grid is not the message's, and nothing is estimated
+    out = tmp_path / "q-before"
+    assert cli.main([*base, "--defense", "quantize:bits=6@before_sketch", "--out", str(out)]) == 0
+    assert "noise_share" not in json.loads((out / "metrics.json").read_text())
+
+
+def test_a_message_of_zeros_from_a_rounding_has_no_error_to_share():
+    import torch
+
+    from leakattack.channel import Channel
+    from leakattack.observation import noise_share
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("none", 10, 10), "quantize:bits=4")
+    zero = torch.zeros(10, dtype=torch.float64)
+    assert noise_share(channel, channel.send(zero, torch.Generator().manual_seed(0)), zero) == 0.0
