@@ -34,6 +34,9 @@ class Transform:
     placements: tuple[str, ...] = PLACEMENTS
     #: deterministic and differentiable, bounding the norm: an attacker granted the clips models this step
     bounds_norm = False
+    #: deterministic, zeroing the entries it selects and keeping the rest as they are: an attacker granted the
+    #: pruning models this step
+    prunes = False
     #: takes the (B, d) per-example gradients and returns one vector
     per_example = False
 

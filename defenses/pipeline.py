@@ -34,6 +34,15 @@ class Pipeline:
         """The deterministic norm bounds alone (what an attacker granted the clips can model)."""
         return Pipeline([t for t in self.steps if t.bounds_norm])
 
+    def prunes(self) -> "Pipeline":
+        """The pruning steps alone (what an attacker granted the pruning can model)."""
+        return Pipeline([t for t in self.steps if t.prunes])
+
+    def modelled(self, clips: bool, prunes: bool) -> "Pipeline":
+        """The steps an attacker granted the clips (``clips``) and the pruning (``prunes``) models, in their order;
+        never noise or rounding, whose draws it does not hold."""
+        return Pipeline([t for t in self.steps if (clips and t.bounds_norm) or (prunes and t.prunes)])
+
     def describe(self) -> list[dict]:
         return [{"name": t.name, **t.params, "placement": t.placement} for t in self.steps]
 

@@ -32,6 +32,7 @@ class Prune(Transform):
     """Zero the fraction p of entries of smallest magnitude (DLG's gradient compression)."""
 
     name = "prune"
+    prunes = True
     schema = {"p": (float, "a fraction in [0, 1)", lambda p: 0 <= p < 1)}
 
     def changes_nothing(self) -> bool:

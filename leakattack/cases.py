@@ -95,7 +95,8 @@ class Case:
 
 def threat_of(cfg: RunConfig) -> ThreatModel:
     return ThreatModel(knows_labels=cfg.labels_given, knows_sketch=cfg.sketch_known,
-                       knows_clip=cfg.attacker_knows_clip, knows_bn_stats=cfg.bn_stats == "client")
+                       knows_clip=cfg.attacker_knows_clip, knows_prune=cfg.attacker_knows_prune,
+                       knows_bn_stats=cfg.bn_stats == "client")
 
 
 def attacker_seed(cfg: RunConfig, desc: dict, victim: targets.Victim, y: torch.Tensor,
@@ -607,7 +608,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
         why = "--labels given" if cfg.label_mode == "given" else f"model '{cfg.model}' (a regression)"
         raise ConfigError(f"{why} needs the labels, and neither message file '{msg.path}' nor a truth file holds any")
     threat = ThreatModel(knows_labels=known is not None, knows_sketch=cfg.sketch_known,
-                         knows_clip=cfg.attacker_knows_clip)
+                         knows_clip=cfg.attacker_knows_clip, knows_prune=cfg.attacker_knows_prune)
     # the truth's labels score the run; the message file's are the client's claim, granted to the attack, and
     # scoring them against themselves would read 1 whatever they are
     score_labels = truth[1] if truth is not None and truth[1] is not None else None

@@ -102,11 +102,13 @@ class Channel:
         return self._client(g, rng)
 
     def attacker_view(self, threat) -> Transmission:
-        """The attacker's differentiable model of the channel: the clips if ``threat.knows_clip``, and R."""
+        """The attacker's differentiable model of the channel: the clips if ``threat.knows_clip``, the pruning if
+        ``threat.knows_prune``, and R."""
         if not isinstance(getattr(threat, "knows_clip", None), bool):
             raise UserError(f"attacker_view takes a ThreatModel (leakattack.ThreatModel(knows_clip=...)), got "
                             f"{type(threat).__name__} {threat!r:.60}")
-        return Transmission(self.sketch, self.pipeline.clips() if threat.knows_clip else defenses.build(""))
+        prunes = getattr(threat, "knows_prune", False) is True
+        return Transmission(self.sketch, self.pipeline.modelled(threat.knows_clip, prunes))
 
     def describe(self) -> dict:
         return {"sketch": self.sketch.describe(), "defense": self.pipeline.describe()}

@@ -361,6 +361,9 @@ def _warn_defense_settings(cfg: RunConfig, case) -> None:
                           f"of {n:,} entries as it is", SettingWarning, stacklevel=3)
     if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
         warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=3)
+    if cfg.attacker_knows_prune and not cfg.message and not pipeline.prunes():
+        warnings.warn("--attacker-knows-prune changes nothing: the defense has no prune", SettingWarning,
+                      stacklevel=3)
 
 
 def _warn_sketch_settings(cfg: RunConfig) -> None:

@@ -58,6 +58,7 @@ class ThreatModel:
     knows_labels: bool = False  #: the true labels (else they are recovered or optimised)
     knows_sketch: bool = True  #: the sketch seed (else R is drawn from another seed)
     knows_clip: bool = False  #: the defense's deterministic norm clips
+    knows_prune: bool = False  #: the defense's pruning (its fraction p; the entries it zeroes follow from the input)
     knows_bn_stats: bool = False  #: the client's batch statistics at every BatchNorm input (the bn prior's target)
 
     def __post_init__(self):

@@ -56,9 +56,9 @@ _ATTACKS.register("imprint", Imprint)
 #: the names of the run parameters (a copy of those of ``leakattack.config.params.RUN_PARAMS``, declared in a later
 #: station; tests/attacks/test_attack_options.py compares the two): no attack's option may take one
 RUN_PARAMETER_NAMES = frozenset({
-    "attack", "attack_params", "attacker_knows_clip", "batch_draw", "batch_size", "bn", "bn_stats", "box",
-    "data_root", "dataset", "defense", "delta", "device", "download", "dtype", "dummy_init", "image_index",
-    "image_size", "iterations", "label_mode", "lr", "match_space", "message", "model", "model_params",
+    "attack", "attack_params", "attacker_knows_clip", "attacker_knows_prune", "batch_draw", "batch_size", "bn",
+    "bn_stats", "box", "data_root", "dataset", "defense", "delta", "device", "download", "dtype", "dummy_init",
+    "image_index", "image_size", "iterations", "label_mode", "lr", "match_space", "message", "model", "model_params",
     "model_seed", "noise_seed", "objective", "optimizer", "priors", "protocol", "protocol_act", "protocol_client",
     "protocol_dir", "protocol_round", "protocol_spec", "prune_restarts", "recipe", "refine", "restarts",
     "schedule", "seed", "signed", "sketch", "sketch_dim", "sketch_known", "sketch_memory", "sketch_params",

@@ -50,6 +50,8 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import defenses
+
 from ..errors import UserError
 from ..rebuilt import message_unreadable
 from ..registry import Registry
@@ -239,16 +241,37 @@ def rounded(metrics: Mapping) -> bool:
     return "rounding" in str(metrics.get("noise_share_of") or "")
 
 
+def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
+    """Whether a run's defense (``run``'s ``defense`` spec) rounds stochastically where the attacker cannot read the
+    rounding's grid from the message (before the sketch, or followed by another step: no ``noise_share``), on a
+    message of finite values; a spec this version cannot read: False."""
+    spec = run.get("defense")
+    if not spec or "noise_share" in metrics or "message_nonfinite" in metrics:
+        return False
+    try:
+        return any(step.name == "quantize" for step in defenses.build(spec).steps)
+    except (UserError, TypeError, ValueError):  # a config.json written by hand or by another version: read, not trusted
+        return False
+
+
 def noisy_without_prior(metrics: Mapping, run: Mapping, derived: Mapping) -> bool:
     """Whether a run's message is noisy (its ``noise_share`` at least :data:`NOISY_SHARE`, or :data:`ROUNDING_SHARE`
     where it counts a stochastic rounding's error (:func:`rounded`): inf, or null as metrics.json records it, where
     the message's norm lies within the noise's own spread) while its attack had no image prior (``derived`` tv 0, no
-    prior of ``run`` with a positive weight).  ``metrics``, ``run`` and ``derived`` are a run's metrics and
-    config.json's sections, or the same keys as a run prepares them; a config.json written by hand is read, not
-    trusted."""
-    if "noise_share" not in metrics or derived.get("tv") != 0:
+    prior of ``run`` with a positive weight).  A rounding the attacker cannot read from the message
+    (:func:`_rounds_unread`) has no ``noise_share``: after the run its ``noise_distortion``, the truth's, stands in,
+    against :data:`ROUNDING_SHARE`.  ``metrics``, ``run`` and ``derived`` are a run's metrics and config.json's
+    sections, or the same keys as a run prepares them; a config.json written by hand is read, not trusted."""
+    if derived.get("tv") != 0:
         return False
-    share, least = metrics["noise_share"], ROUNDING_SHARE if rounded(metrics) else NOISY_SHARE
+    if "noise_share" in metrics:
+        share, least = metrics["noise_share"], ROUNDING_SHARE if rounded(metrics) else NOISY_SHARE
+    elif _rounds_unread(metrics, run):
+        share, least = metrics.get("noise_distortion"), ROUNDING_SHARE
+        if share is None:
+            return False
+    else:
+        return False
     if share is not None and not (isinstance(share, (int, float)) and share >= least):
         return False
     try:
@@ -257,10 +280,35 @@ def noisy_without_prior(metrics: Mapping, run: Mapping, derived: Mapping) -> boo
         return False
 
 
+#: the next setting of a run not rebuilt whose defense prunes, with an attacker that did not model the pruning
+#: (:func:`prune_not_modelled`)
+PRUNE_NOT_MODELLED_NOTE = ("the defense prunes the message and the attacker did not model the pruning: "
+                           "--attacker-knows-prune zeroes the same share of its own simulated message, so that the "
+                           "truth matches the message exactly; with --recipe ig it rebuilt photo 0 through srht "
+                           "b/d = 0.5 at 17.1 and 13.8 dB under prune:p=0.75 and 0.9, where ig without it gave 14.0 "
+                           "and 8.0 dB and the default attack 5.7 and 5.2 dB (photos 1 and 2 were rebuilt by none; "
+                           "docs/defenses.md#pruning-and-the-attackers-model)")
+
+
+def prune_not_modelled(run: Mapping) -> bool:
+    """Whether a run's defense (``run``: config.json's section of the settings given, ``defense`` its spec) holds a
+    pruning step that changes something, and its attacker did not model it (``attacker_knows_prune`` not true).  A
+    spec this version cannot read: False."""
+    spec = run.get("defense")
+    if not spec or run.get("attacker_knows_prune") is True:
+        return False
+    try:
+        steps = defenses.build(spec).prunes().steps
+    except (UserError, TypeError, ValueError):  # a config.json written by hand or by another version: read, not trusted
+        return False
+    return any(not step.changes_nothing() for step in steps)
+
+
 def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None) -> list[str]:
     """The measured settings to try next on a run that was not rebuilt: :data:`NOISY_RECIPE_NOTE` (or
     :data:`ROUNDING_RECIPE_NOTE`, :func:`rounded`) where its ``metrics`` (its metrics.json) show a noisy message
-    attacked without an image prior (:func:`noisy_without_prior`)
+    attacked without an image prior (:func:`noisy_without_prior`), and :data:`PRUNE_NOT_MODELLED_NOTE` where its
+    defense prunes and the attacker did not model it (:func:`prune_not_modelled`)
     and its labels did not fail (``kind``, :func:`leakattack.rebuilt.failed_kind` of its metrics.json); where its
     search stopped short (``kind`` ``search``) the following.  ``run`` and ``derived`` are its
     config.json's sections (the settings given, and those the run resolved).  :data:`OTHER_RECIPE_NOTE` for a
@@ -271,8 +319,10 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     which no setting reads anything."""
     if metrics is not None and message_unreadable(metrics):
         return []
-    note = ROUNDING_RECIPE_NOTE if rounded(metrics or {}) else NOISY_RECIPE_NOTE
+    note = ROUNDING_RECIPE_NOTE if rounded(metrics or {}) or _rounds_unread(metrics or {}, run) else NOISY_RECIPE_NOTE
     noisy = [note] if kind != "labels" and noisy_without_prior(metrics or {}, run, derived) else []
+    if kind != "labels" and prune_not_modelled(run):
+        noisy.append(PRUNE_NOT_MODELLED_NOTE)
     if kind != "search":
         return noisy
     batch, recipe, tv = run.get("batch_size"), derived.get("recipe"), derived.get("tv") or 0.0
@@ -291,4 +341,5 @@ __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recip
            "next_settings",
            "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "ROUNDING_SHARE", "ROUNDING_EVIDENCE", "ROUNDING_RECIPE_NOTE", "rounded",
+           "PRUNE_NOT_MODELLED_NOTE", "prune_not_modelled",
            "noisy_without_prior"]

@@ -143,6 +143,9 @@ RUN_PARAMS: tuple[Param, ...] = (
           "step size of --utility's training (the server steps to w - lr R^T y)", "sketch"),
     Param("attacker_knows_clip", False, Flag(), "attacker knows clip",
           "the attacker models the defense's deterministic clips (never its noise)", "sketch"),
+    Param("attacker_knows_prune", False, Flag(), "attacker knows prune",
+          "the attacker models the defense's pruning: it zeroes the same share of its own simulated message's "
+          "smallest entries", "sketch"),
     # attacker
     Param("attack", names.DEFAULT_ATTACK, _choices(names.ATTACKS), "attack", "attack, one of {choices}"),
     # the options the attack declares (Attack.options): each has its own flag, added by add_attack_arguments

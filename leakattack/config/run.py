@@ -90,6 +90,7 @@ class RunConfig:
     utility_batch: int = 64
     utility_lr: float = 0.5
     attacker_knows_clip: bool = False
+    attacker_knows_prune: bool = False
     # attacker
     attack: str = names.DEFAULT_ATTACK
     attack_params: dict[str, Any] = field(default_factory=dict)  #: values of the attack's own ``options``

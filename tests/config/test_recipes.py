@@ -193,6 +193,7 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
     (dict(sketch_memory=2.0), "--sketch-memory changes nothing: sketch 'srht' holds no b x d matrix"),
     (dict(utility_steps=5), "--utility-steps 5 changes nothing without --utility"),
     (dict(attacker_knows_clip=True, defense="gaussian:sigma=0.01"), "--attacker-knows-clip changes nothing: the"),
+    (dict(attacker_knows_prune=True, defense="clip:C=1"), "--attacker-knows-prune changes nothing: the defense has no"),
     (dict(sketch_dim=100, sketch_ratio=0.9), "--sketch-dim 100 and --sketch-ratio 0.9 are both given: the dimension"),
     (dict(model="linreg", given=frozenset({"label_mode"})), "--labels idlg changes nothing: model 'linreg' is a"),
     (dict(model="resnet20", priors=["tv"]), "--prior tv changes nothing: TV is already on at weight 0.02"),

@@ -232,10 +232,14 @@ def test_a_quantised_message_is_measured_and_its_attack_without_a_prior_is_warne
     out = tmp_path / "q-noise"
     assert cli.main([*base, "--defense", "quantize:bits=6,gaussian:sigma=3e-2@after_sketch", "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["noise_share_of"] == "noise"
-    # rounding before a sketch: its grid is not the message's, and nothing is estimated
+    # rounding before a sketch: its grid is not the message's, and the attacker estimates nothing, so nothing warns
+    # before the attack; after it, the truth's noise_distortion names the stronger attack
     out = tmp_path / "q-before"
+    capsys.readouterr()
     assert cli.main([*base, "--defense", "quantize:bits=6@before_sketch", "--out", str(out)]) == 0
-    assert "noise_share" not in json.loads((out / "metrics.json").read_text())
+    m, err = json.loads((out / "metrics.json").read_text()), capsys.readouterr().err
+    assert "noise_share" not in m and m["noise_distortion"] >= ROUNDING_SHARE and m["verdict"] == "not rebuilt", m
+    assert "an attack without an image prior" not in err and f"note: {ROUNDING_RECIPE_NOTE}" in err, err
 
 
 def test_a_message_of_zeros_from_a_rounding_has_no_error_to_share():
@@ -248,3 +252,50 @@ def test_a_message_of_zeros_from_a_rounding_has_no_error_to_share():
     channel = Channel(get_sketch("none", 10, 10), "quantize:bits=4")
     zero = torch.zeros(10, dtype=torch.float64)
     assert noise_share(channel, channel.send(zero, torch.Generator().manual_seed(0)), zero) == 0.0
+
+
+def test_an_attacker_granted_the_pruning_models_it_in_order_and_never_the_noise():
+    import torch
+
+    from leakattack.channel import Channel
+    from leakattack.observation import ThreatModel
+    from leakattack.sketch import get_sketch
+
+    channel = Channel(get_sketch("srht", 64, 32, seed=1),
+                      "clip:C=1,prune:p=0.5,gaussian:sigma=1,prune:p=0.25@after_sketch")
+    views = {(clip, prune): channel.attacker_view(ThreatModel(knows_clip=clip, knows_prune=prune)).pipeline.spec
+             for clip in (False, True) for prune in (False, True)}
+    assert views == {(False, False): "", (True, False): "clip:C=1.0@before_sketch",
+                     (False, True): "prune:p=0.5@before_sketch,prune:p=0.25@after_sketch",
+                     (True, True): "clip:C=1.0@before_sketch,prune:p=0.5@before_sketch,prune:p=0.25@after_sketch"}
+    g = torch.randn(64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    modelled = Channel(get_sketch("none", 64, 64), "prune:p=0.5").attacker_view(ThreatModel(knows_prune=True))
+    x = g.clone().requires_grad_()
+    sent = modelled(x)
+    sent.sum().backward()  # differentiable through the entries it keeps
+    assert int((x.grad != 0).sum()) == 32 and torch.equal(sent.detach(), modelled(g))
+    with pytest.raises(Exception, match="knows_prune must be True or False"):
+        ThreatModel(knows_prune="yes")
+
+
+def test_an_attacker_who_knows_the_pruning_scores_the_truth_at_zero_and_one_who_does_not_is_told(tmp_path, capsys):
+    """Blind to the pruning, the attacker's model sends the whole gradient, and the truth does not send the message
+    (its L_R above 0); granted it, the truth's simulated message is the message.  A blind run not rebuilt names
+    --attacker-knows-prune among its next settings; the report says whether the pruning was known."""
+    from leakattack.attacks.recipes import PRUNE_NOT_MODELLED_NOTE
+    from leakattack.figures.report import build_report
+
+    base = ["run", "--model", "lenet", "--dataset", "digits", "--sketch-ratio", "0.5", "--iterations", "2",
+            "--quiet", "--no-lpips", "--defense", "prune:p=0.75"]
+    at, said = {}, {}
+    for known in (False, True):
+        out = tmp_path / f"known-{known}"
+        assert cli.main([*base, *(["--attacker-knows-prune"] if known else []), "--out", str(out)]) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["verdict"] == "not rebuilt"
+        at[known] = m["objective_at"]["truth"]["match"]
+        said[known] = capsys.readouterr().err
+        assert json.loads((out / "config.json").read_text())["run"]["attacker_knows_prune"] is known
+        assert ("pruning known" if known else "pruning not known") in build_report([out])
+    assert at[True] <= 1e-20 < at[False], at
+    assert f"note: {PRUNE_NOT_MODELLED_NOTE}" in said[False] and PRUNE_NOT_MODELLED_NOTE not in said[True]
