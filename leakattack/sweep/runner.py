@@ -98,6 +98,12 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
     registered names the sweep uses in the process that started it (:func:`leakattack.plugins.used_outside`),
     imported here first where they are not yet (a worker process).
     """
+    m, recon, truth, _ = _point(params, with_lpips, warned, modules)
+    return m, recon, truth
+
+
+def _point(params: dict, with_lpips: bool, warned: frozenset[str], modules: tuple):
+    """:func:`run_point`'s three, and the most threads the attack ran torch on (what its last bits depend on)."""
     _warned.update(warned)
     load_plugins()  # a worker process's first point: the names the coordinator's plugins registered
     import_modules(modules)  # ... and those its own modules registered (a notebook's `import mymodels`)
@@ -109,15 +115,16 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
     m["m"] = int(p.x.numel())
     order = torch.as_tensor(out.metrics.match)
     recon = out.result.x.clamp(0, 1)[order]
-    return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy()
+    return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy(), out.threads
 
 
 def _run_indexed(with_lpips: bool, warned: frozenset[str], modules: tuple, item: tuple[int, dict]):
     """A backend job: ``item`` is (index, point); ``warned``: the plan's run warnings, printed already; ``modules``:
-    as :func:`run_point` takes them.  A point its run refuses (a check only the attack itself can make, such as a
-    prior that is inf at its start) raises the run's sentence with the point's grid values, ``point`` set to them."""
+    as :func:`run_point` takes them.  Returns :func:`_point`'s four.  A point its run refuses (a check only the attack
+    itself can make, such as a prior that is inf at its start) raises the run's sentence with the point's grid values,
+    ``point`` set to them."""
     try:
-        return run_point(item[1]["params"], with_lpips, warned, modules)
+        return _point(item[1]["params"], with_lpips, warned, modules)
     except UserError as err:
         err.args = (f"{err} (sweep point {value_text(item[1]['grid'])})",)
         err.point = item[1]["grid"]  # type: ignore[attr-defined]  # pickled with the error from a worker process
@@ -201,13 +208,16 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 
     def keep(i: int, pt: dict, result) -> None:
         nonlocal written, plan_written
-        m, recon, truth = result
+        # a job's three of an earlier version (a SLURM result written before the thread count was kept) has none
+        m, recon, truth, *rest = result
+        threads = rest[0] if rest else None
         if not plan_written:
             write_json(out / "sweep.json", meta)
             plan_written = True
         write_tensors(out / "points" / f"{pt['key']}.pt",
                       {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
-        append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"], "metrics": m})
+        append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"], "metrics": m,
+                         **({"threads": threads} if isinstance(threads, int) else {})})
         written += 1
         bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
         bar.update(1)
@@ -241,6 +251,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
         bar.close()
         os.close(fd)
     reattached = getattr(workers, "reattached", 0)
+    if written:
+        _warn_mixed_threads(results, plan)
     if not plan_written:  # every point was finished already: this plan is the folder's now
         write_json(out / "sweep.json", meta)
     try:
@@ -250,6 +262,21 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                                drawing=True) from None
     return {**drawn, "skipped": len(plan.points) - len(todo), "reattached": reattached,
             "ran": len(todo) - reattached}
+
+
+def _warn_mixed_threads(results: Path, plan: Plan) -> None:
+    """Warn once where the plan's points in ``results`` ran their attacks on different thread counts (each record's
+    ``threads``; records written before it was kept count as unknown): the last bits of a point's numbers depend on
+    its thread count, so a sweep resumed with another ``--jobs`` (or on another machine) mixes points that an
+    uninterrupted run would have computed alike."""
+    keys = {pt["key"] for pt in plan.points}
+    counts = sorted({int(r["threads"]) for r in read_results(results) if "params" in r
+                     and point_key(r["params"]) in keys and isinstance(r.get("threads"), int)})
+    if len(counts) > 1:
+        warnings.warn(f"this sweep's points ran their attacks on {listed([str(n) for n in counts])} threads: a "
+                      "point's last bits depend on its thread count, so points run at different counts may differ "
+                      "in them from an uninterrupted run (resume with the --jobs the sweep started with, on the same "
+                      "machine, to keep them alike)", SettingWarning, stacklevel=3)
 
 
 def _finished(results: Path, plan: Plan) -> set[str]:
