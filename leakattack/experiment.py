@@ -344,6 +344,20 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
     return cfg
 
 
+def _pair_sends_one(before, after):
+    """The one of two steps that follow each other on the same side of the sketch that sends what the pair sends, or
+    None: of two prunes the larger share (the second zeroes the zeros first), of two whole-update clips the smaller
+    norm (a vector clipped to one norm is within the larger)."""
+    if before.placement != after.placement or type(before) is not type(after):
+        return None
+    if before.prunes:
+        key = "p"
+        return max((before, after), key=lambda step: step.params[key])
+    if before.bounds_norm and not before.per_example and "C" in before.params and "C" in after.params:
+        return min((before, after), key=lambda step: step.params["C"])
+    return None
+
+
 def _warn_defense_settings(cfg: RunConfig, case) -> None:
     """Warn of defense steps that send every vector as it is, of --attacker-knows-clip without a clip, and of
     --delta where a message file's defense adds no Gaussian noise its epsilon would be at."""
@@ -359,6 +373,11 @@ def _warn_defense_settings(cfg: RunConfig, case) -> None:
         elif step.changes_nothing_at(n):
             warnings.warn(f"defense step '{step.spec()}' changes nothing: at these parameters it sends every vector "
                           f"of {n:,} entries as it is", SettingWarning, stacklevel=3)
+    for before, after in zip(pipeline.steps, pipeline.steps[1:]):
+        alone = _pair_sends_one(before, after)
+        if alone is not None:
+            warnings.warn(f"defense steps '{before.spec()}' and '{after.spec()}' follow each other, and together send "
+                          f"what '{alone.spec()}' alone sends", SettingWarning, stacklevel=3)
     if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
         warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=3)
     if cfg.attacker_knows_prune and not cfg.message and not pipeline.prunes():

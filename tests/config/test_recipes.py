@@ -194,6 +194,8 @@ def test_prune_restarts_reaches_the_attack_and_warns_with_one_start():
     (dict(utility_steps=5), "--utility-steps 5 changes nothing without --utility"),
     (dict(attacker_knows_clip=True, defense="gaussian:sigma=0.01"), "--attacker-knows-clip changes nothing: the"),
     (dict(attacker_knows_prune=True, defense="clip:C=1"), "--attacker-knows-prune changes nothing: the defense has no"),
+    (dict(defense="prune:p=0.5,prune:p=0.9"), "together send what 'prune:p=0.9@before_sketch' alone sends"),
+    (dict(defense="clip:C=2,clip:C=1"), "together send what 'clip:C=1.0@before_sketch' alone sends"),
     (dict(sketch_dim=100, sketch_ratio=0.9), "--sketch-dim 100 and --sketch-ratio 0.9 are both given: the dimension"),
     (dict(model="linreg", given=frozenset({"label_mode"})), "--labels idlg changes nothing: model 'linreg' is a"),
     (dict(model="resnet20", priors=["tv"]), "--prior tv changes nothing: TV is already on at weight 0.02"),
@@ -251,3 +253,16 @@ def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_meas
         prepare(RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1))
     assert [str(w.message).split(":")[0] for w in said] == ["--prior bn"]
     assert "changes nothing" in str(said[0].message)
+
+
+def test_steps_that_follow_each_other_are_warned_of_only_where_one_of_them_sends_what_both_do():
+    import warnings
+
+    from leakattack.experiment import prepare
+
+    for spec in ("clip:C=1,prune:p=0.5,clip:C=1", "prune:p=0.5,prune:p=0.5@after_sketch", "per_example:C=1,clip:C=1",
+                 "clip:C=1,gaussian:sigma=0.1,clip:C=1"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            prepare(RunConfig(model="lenet", device="cpu", iterations=1, defense=spec))
+        assert not [w for w in caught if "follow each other" in str(w.message)], spec
