@@ -213,7 +213,8 @@ def noisy_message_note(share: float, sources: str = "noise") -> str:
     # 1.12-1.23 times the truth's noise_distortion at 4-12 bits and 1.4-1.7 times at 2 bits
     near = "up to" if "rounding" in sources else "about"
     said = ("so large that the message's norm cannot tell the rest of it from the noise's own spread"
-            if math.isinf(share) else f"{near} {share:.0%} of the rest of this message")
+            if math.isinf(share) else f"{near} {share:.1%} of the rest of this message" if share < 0.1 else
+            f"{near} {share:.0%} of the rest of this message")  # 1.4 %, not the 1 % of ROUNDING_SHARE itself
     evidence = ROUNDING_EVIDENCE if "rounding" in sources else NOISY_EVIDENCE
     return (f"the defense's {what} {said} ({how}), and an attack without an image prior can fit it: {evidence}; "
             "run --recipe ig (or --prior tv) beside it before reading the result as the defense's")

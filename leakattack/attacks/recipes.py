@@ -243,10 +243,10 @@ def rounded(metrics: Mapping) -> bool:
 
 def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
     """Whether a run's defense (``run``'s ``defense`` spec) rounds stochastically where the attacker cannot read the
-    rounding's grid from the message (before the sketch, or followed by another step: no ``noise_share``), on a
-    message of finite values; a spec this version cannot read: False."""
+    rounding's grid from the message (before the sketch, or followed by another step: its ``noise_share``, if any,
+    does not count the rounding), on a message of finite values; a spec this version cannot read: False."""
     spec = run.get("defense")
-    if not spec or "noise_share" in metrics or "message_nonfinite" in metrics:
+    if not spec or rounded(metrics) or "message_nonfinite" in metrics:
         return False
     try:
         return any(step.name == "quantize" for step in defenses.build(spec).steps)
@@ -254,30 +254,37 @@ def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
         return False
 
 
-def noisy_without_prior(metrics: Mapping, run: Mapping, derived: Mapping) -> bool:
-    """Whether a run's message is noisy (its ``noise_share`` at least :data:`NOISY_SHARE`, or :data:`ROUNDING_SHARE`
-    where it counts a stochastic rounding's error (:func:`rounded`): inf, or null as metrics.json records it, where
-    the message's norm lies within the noise's own spread) while its attack had no image prior (``derived`` tv 0, no
-    prior of ``run`` with a positive weight).  A rounding the attacker cannot read from the message
-    (:func:`_rounds_unread`) has no ``noise_share``: after the run its ``noise_distortion``, the truth's, stands in,
-    against :data:`ROUNDING_SHARE`.  ``metrics``, ``run`` and ``derived`` are a run's metrics and config.json's
-    sections, or the same keys as a run prepares them; a config.json written by hand is read, not trusted."""
+def noisy_kind(metrics: Mapping, run: Mapping, derived: Mapping) -> str | None:
+    """``"noise"`` or ``"rounding"`` where a run's message is noisy, None where it is not or its attack had an image
+    prior (``derived`` tv above 0, a prior of ``run`` with a positive weight).  Noisy: its ``noise_share`` at least
+    :data:`NOISY_SHARE`, or :data:`ROUNDING_SHARE` where it counts a stochastic rounding's error (:func:`rounded`;
+    inf, or null as metrics.json records it, where the message's norm lies within the noise's own spread); else a
+    rounding the attacker cannot read from the message (:func:`_rounds_unread`), whose truth, ``noise_distortion``,
+    stands in after the run against :data:`ROUNDING_SHARE`.  ``metrics``, ``run`` and ``derived`` are a run's
+    metrics and config.json's sections, or the same keys as a run prepares them; a config.json written by hand is
+    read, not trusted."""
     if derived.get("tv") != 0:
-        return False
+        return None
+    kind = None
     if "noise_share" in metrics:
         share, least = metrics["noise_share"], ROUNDING_SHARE if rounded(metrics) else NOISY_SHARE
-    elif _rounds_unread(metrics, run):
-        share, least = metrics.get("noise_distortion"), ROUNDING_SHARE
-        if share is None:
-            return False
-    else:
-        return False
-    if share is not None and not (isinstance(share, (int, float)) and share >= least):
-        return False
+        if share is None or (isinstance(share, (int, float)) and share >= least):
+            kind = "rounding" if rounded(metrics) else "noise"
+    if kind is None and _rounds_unread(metrics, run):
+        truth = metrics.get("noise_distortion")
+        if isinstance(truth, (int, float)) and truth >= ROUNDING_SHARE:
+            kind = "rounding"
+    if kind is None:
+        return None
     try:
-        return not any(parse_prior(str(text))[1] > 0 for text in run.get("priors") or ())
+        return None if any(parse_prior(str(text))[1] > 0 for text in run.get("priors") or ()) else kind
     except UserError:
-        return False
+        return None
+
+
+def noisy_without_prior(metrics: Mapping, run: Mapping, derived: Mapping) -> bool:
+    """Whether :func:`noisy_kind` finds the run's message noisy and its attack without an image prior."""
+    return noisy_kind(metrics, run, derived) is not None
 
 
 #: the next setting of a run not rebuilt whose defense prunes, with an attacker that did not model the pruning
@@ -290,10 +297,12 @@ PRUNE_NOT_MODELLED_NOTE = ("the defense prunes the message and the attacker did 
                            "docs/defenses.md#pruning-and-the-attackers-model)")
 
 
-def prune_not_modelled(run: Mapping) -> bool:
+def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
     """Whether a run's defense (``run``: config.json's section of the settings given, ``defense`` its spec) holds a
-    pruning step that changes something, and its attacker did not model it (``attacker_knows_prune`` not true).  A
-    spec this version cannot read: False."""
+    pruning step that changes something, and its attacker did not model it (``attacker_knows_prune`` not true).
+    ``metrics`` (its metrics.json) gives the lengths of the vectors pruned, ``d`` before the sketch and ``b`` after
+    it, at which a small share prunes no entry; without them a share above 0 counts.  A spec this version cannot
+    read: False."""
     spec = run.get("defense")
     if not spec or run.get("attacker_knows_prune") is True:
         return False
@@ -301,14 +310,22 @@ def prune_not_modelled(run: Mapping) -> bool:
         steps = defenses.build(spec).prunes().steps
     except (UserError, TypeError, ValueError):  # a config.json written by hand or by another version: read, not trusted
         return False
-    return any(not step.changes_nothing() for step in steps)
+    sizes = {defenses.BEFORE: (metrics or {}).get("d"), defenses.AFTER: (metrics or {}).get("b")}
+
+    def prunes_some(step) -> bool:
+        n = sizes[step.placement]
+        return not (step.changes_nothing_at(n) if isinstance(n, int) else step.changes_nothing())
+
+    return any(prunes_some(step) for step in steps)
 
 
-def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None) -> list[str]:
+def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None,
+                  closed_form: bool = False) -> list[str]:
     """The measured settings to try next on a run that was not rebuilt: :data:`NOISY_RECIPE_NOTE` (or
     :data:`ROUNDING_RECIPE_NOTE`, :func:`rounded`) where its ``metrics`` (its metrics.json) show a noisy message
-    attacked without an image prior (:func:`noisy_without_prior`), and :data:`PRUNE_NOT_MODELLED_NOTE` where its
-    defense prunes and the attacker did not model it (:func:`prune_not_modelled`)
+    attacked without an image prior (:func:`noisy_kind`), and :data:`PRUNE_NOT_MODELLED_NOTE` where its defense
+    prunes, the attacker did not model it (:func:`prune_not_modelled`) and its attack is not ``closed_form`` (one
+    that models no channel)
     and its labels did not fail (``kind``, :func:`leakattack.rebuilt.failed_kind` of its metrics.json); where its
     search stopped short (``kind`` ``search``) the following.  ``run`` and ``derived`` are its
     config.json's sections (the settings given, and those the run resolved).  :data:`OTHER_RECIPE_NOTE` for a
@@ -319,9 +336,9 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     which no setting reads anything."""
     if metrics is not None and message_unreadable(metrics):
         return []
-    note = ROUNDING_RECIPE_NOTE if rounded(metrics or {}) or _rounds_unread(metrics or {}, run) else NOISY_RECIPE_NOTE
-    noisy = [note] if kind != "labels" and noisy_without_prior(metrics or {}, run, derived) else []
-    if kind != "labels" and prune_not_modelled(run):
+    noise = noisy_kind(metrics or {}, run, derived) if kind != "labels" else None
+    noisy = [ROUNDING_RECIPE_NOTE if noise == "rounding" else NOISY_RECIPE_NOTE] if noise else []
+    if kind != "labels" and not closed_form and prune_not_modelled(run, metrics):  # a closed form models no channel
         noisy.append(PRUNE_NOT_MODELLED_NOTE)
     if kind != "search":
         return noisy
@@ -341,5 +358,5 @@ __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recip
            "next_settings",
            "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "ROUNDING_SHARE", "ROUNDING_EVIDENCE", "ROUNDING_RECIPE_NOTE", "rounded",
-           "PRUNE_NOT_MODELLED_NOTE", "prune_not_modelled",
+           "PRUNE_NOT_MODELLED_NOTE", "prune_not_modelled", "noisy_kind",
            "noisy_without_prior"]

@@ -187,7 +187,8 @@ def cmd_run(a) -> int:
                            sketch_blind=sketch_not_held(config.get("run", {})))
         if part:
             print(f"note: {part}", file=sys.stderr)
-        for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record):
+        for tip in next_settings(failed_kind(record), config.get("run", {}), derived, record,
+                                 closed_form=cfg.attack_class.closed_form):
             print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
             print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)

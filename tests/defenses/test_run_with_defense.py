@@ -299,3 +299,23 @@ def test_an_attacker_who_knows_the_pruning_scores_the_truth_at_zero_and_one_who_
         assert ("pruning known" if known else "pruning not known") in build_report([out])
     assert at[True] <= 1e-20 < at[False], at
     assert f"note: {PRUNE_NOT_MODELLED_NOTE}" in said[False] and PRUNE_NOT_MODELLED_NOTE not in said[True]
+
+
+def test_the_notes_after_a_pruned_or_rounded_run_name_only_what_would_change_something(tmp_path, capsys):
+    """A prune of a share that zeroes no entry of its vector, and a closed-form attack (which models no channel), get
+    no note naming --attacker-knows-prune; a rounding followed by noise, whose noise_share counts the noise alone,
+    is read after the run from the truth's noise_distortion and names --recipe ig."""
+    from leakattack.attacks.recipes import PRUNE_NOT_MODELLED_NOTE, ROUNDING_RECIPE_NOTE
+
+    base = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "3", "--quiet", "--no-lpips"]
+    for extra in (["--defense", "prune:p=0.00001"], ["--defense", "prune:p=0.0001@after_sketch"],
+                  ["--sketch", "none", "--defense", "prune:p=0.5", "--attack", "rgap"]):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        assert cli.main([*base, *extra, "--out", str(out)]) == 0
+        assert json.loads((out / "metrics.json").read_text())["verdict"] == "not rebuilt"
+        assert PRUNE_NOT_MODELLED_NOTE not in capsys.readouterr().err, extra
+    out = tmp_path / "qn"
+    assert cli.main([*base, "--defense", "quantize:bits=6,gaussian:sigma=1e-4@after_sketch", "--out", str(out)]) == 0
+    m, err = json.loads((out / "metrics.json").read_text()), capsys.readouterr().err
+    assert m["noise_share_of"] == "noise" and m["noise_share"] < 0.01 <= m["noise_distortion"], m
+    assert f"note: {ROUNDING_RECIPE_NOTE}" in err, err

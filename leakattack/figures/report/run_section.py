@@ -226,7 +226,9 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
                                                 f"{named}{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind, sketch_blind=sketch_not_held(run or {}))
-        tips = next_settings(failed_kind(record), run or {}, derived or {}, record)
+        attack_cls = _attack_class((run or {}).get("attack"))
+        tips = next_settings(failed_kind(record), run or {}, derived or {}, record,
+                             closed_form=attack_cls is not None and attack_cls.closed_form)
         told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
