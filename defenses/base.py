@@ -37,6 +37,8 @@ class Transform:
     #: deterministic, zeroing the entries it selects and keeping the rest as they are: an attacker granted the
     #: pruning models this step
     prunes = False
+    #: rounds stochastically and without bias (an error of mean 0, like noise) onto a grid ``params["bits"]`` wide
+    rounds = False
     #: takes the (B, d) per-example gradients and returns one vector
     per_example = False
 

@@ -32,11 +32,11 @@ class Pipeline:
 
     def clips(self) -> "Pipeline":
         """The deterministic norm bounds alone (what an attacker granted the clips can model)."""
-        return Pipeline([t for t in self.steps if t.bounds_norm])
+        return self.modelled(clips=True, prunes=False)
 
     def prunes(self) -> "Pipeline":
         """The pruning steps alone (what an attacker granted the pruning can model)."""
-        return Pipeline([t for t in self.steps if t.prunes])
+        return self.modelled(clips=False, prunes=True)
 
     def modelled(self, clips: bool, prunes: bool) -> "Pipeline":
         """The steps an attacker granted the clips (``clips``) and the pruning (``prunes``) models, in their order;

@@ -26,6 +26,7 @@ class Quantize(Transform):
     unbiased (QSGD)."""
 
     name = "quantize"
+    rounds = True
     # beyond 32 bits the levels are finer than float32 resolution: nothing is quantised any more
     schema = {"bits": (int, "an integer in [1, 32]", lambda k: 1 <= k <= 32)}
     default_placement = AFTER  # quantisation compresses what is sent: the sketch

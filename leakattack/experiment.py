@@ -212,9 +212,9 @@ def noisy_message_note(share: float, sources: str = "noise") -> str:
     # a rounding's error is estimated by its bound, never below it: on LeNet's messages of photo 0 the estimate was
     # 1.12-1.23 times the truth's noise_distortion at 4-12 bits and 1.4-1.7 times at 2 bits
     near = "up to" if "rounding" in sources else "about"
+    shown = f"{share:.1%}" if share < 0.1 else f"{share:.0%}"  # 1.4 %, not the 1 % of ROUNDING_SHARE itself
     said = ("so large that the message's norm cannot tell the rest of it from the noise's own spread"
-            if math.isinf(share) else f"{near} {share:.1%} of the rest of this message" if share < 0.1 else
-            f"{near} {share:.0%} of the rest of this message")  # 1.4 %, not the 1 % of ROUNDING_SHARE itself
+            if math.isinf(share) else f"{near} {shown} of the rest of this message")
     evidence = ROUNDING_EVIDENCE if "rounding" in sources else NOISY_EVIDENCE
     return (f"the defense's {what} {said} ({how}), and an attack without an image prior can fit it: {evidence}; "
             "run --recipe ig (or --prior tv) beside it before reading the result as the defense's")
@@ -352,8 +352,7 @@ def _pair_sends_one(before, after):
     if before.placement != after.placement or type(before) is not type(after):
         return None
     if before.prunes:
-        key = "p"
-        return max((before, after), key=lambda step: step.params[key])
+        return max((before, after), key=lambda step: step.params["p"])
     if before.bounds_norm and not before.per_example and "C" in before.params and "C" in after.params:
         return min((before, after), key=lambda step: step.params["C"])
     return None

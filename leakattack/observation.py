@@ -329,11 +329,6 @@ def _adds_noise(step) -> bool:
     return step.name in ("gaussian", "laplace") and not step.changes_nothing()
 
 
-def _rounds(step) -> bool:
-    """Whether a defense step rounds stochastically (``quantize``, unbiased: an error of mean 0, like noise)."""
-    return step.name == "quantize"
-
-
 def _last_rounding(channel: Channel):
     """The stochastic rounding step whose output is the message itself (the last step after the sketch, or the last
     before an identity sketch with none after it), or None: only its grid can be read from the message, whose
@@ -341,16 +336,16 @@ def _last_rounding(channel: Channel):
     pipeline = channel.pipeline
     last = pipeline.after[-1] if pipeline.after else (
         pipeline.before[-1] if pipeline.before and channel.sketch.identity else None)
-    return last if last is not None and _rounds(last) else None
+    return last if last is not None and last.rounds else None
 
 
 def _noiseless(channel: Channel) -> Transmission | None:
     """The channel without its noise steps and its stochastic rounding (its clips and pruning kept): what the
     message is apart from the errors of mean 0 that a defense adds; None where no step adds noise or rounds."""
     steps = channel.pipeline.steps
-    if not any(_adds_noise(step) or _rounds(step) for step in steps):
+    if not any(_adds_noise(step) or step.rounds for step in steps):
         return None
-    kept = [step for step in steps if not (_adds_noise(step) or _rounds(step))]
+    kept = [step for step in steps if not (_adds_noise(step) or step.rounds)]
     return Transmission(channel.sketch, defenses.Pipeline(kept))
 
 
@@ -398,7 +393,7 @@ def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> fl
     steps, rounding, noisy = channel.pipeline.steps, _last_rounding(channel), "noise" in sources
     n2 = spread = 0.0
     if noisy:
-        draw = Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not _rounds(step)]))
+        draw = Transmission(channel.sketch, defenses.Pipeline([step for step in steps if not step.rounds]))
         rng, zero = torch_generator(NOISE_SHARE_SEED), torch.zeros_like(gradient)
         squares = torch.tensor([float(draw(zero, rng).detach().double().norm() ** 2)
                                 for _ in range(NOISE_SHARE_DRAWS)], dtype=torch.float64)

@@ -241,17 +241,24 @@ def rounded(metrics: Mapping) -> bool:
     return "rounding" in str(metrics.get("noise_share_of") or "")
 
 
+def _stored_steps(spec) -> list:
+    """The steps of a stored defense spec (config.json's ``run.defense``), none for an empty one or one this version
+    cannot read (a config.json written by hand or by another version: read, not trusted)."""
+    if not spec:
+        return []
+    try:
+        return defenses.build(spec).steps
+    except (UserError, TypeError, ValueError):
+        return []
+
+
 def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
     """Whether a run's defense (``run``'s ``defense`` spec) rounds stochastically where the attacker cannot read the
     rounding's grid from the message (before the sketch, or followed by another step: its ``noise_share``, if any,
-    does not count the rounding), on a message of finite values; a spec this version cannot read: False."""
-    spec = run.get("defense")
-    if not spec or rounded(metrics) or "message_nonfinite" in metrics:
+    does not count the rounding), on a message of finite values."""
+    if rounded(metrics) or "message_nonfinite" in metrics:
         return False
-    try:
-        return any(step.name == "quantize" for step in defenses.build(spec).steps)
-    except (UserError, TypeError, ValueError):  # a config.json written by hand or by another version: read, not trusted
-        return False
+    return any(step.rounds for step in _stored_steps(run.get("defense")))
 
 
 def noisy_kind(metrics: Mapping, run: Mapping, derived: Mapping) -> str | None:
@@ -297,26 +304,24 @@ PRUNE_NOT_MODELLED_NOTE = ("the defense prunes the message and the attacker did 
                            "docs/defenses.md#pruning-and-the-attackers-model)")
 
 
-def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
-    """Whether a run's defense (``run``: config.json's section of the settings given, ``defense`` its spec) holds a
-    pruning step that changes something, and its attacker did not model it (``attacker_knows_prune`` not true).
+def defense_prunes(spec, metrics: Mapping | None = None) -> bool:
+    """Whether a stored defense spec (config.json's ``run.defense``) holds a pruning step that changes something.
     ``metrics`` (its metrics.json) gives the lengths of the vectors pruned, ``d`` before the sketch and ``b`` after
-    it, at which a small share prunes no entry; without them a share above 0 counts.  A spec this version cannot
-    read: False."""
-    spec = run.get("defense")
-    if not spec or run.get("attacker_knows_prune") is True:
-        return False
-    try:
-        steps = defenses.build(spec).prunes().steps
-    except (UserError, TypeError, ValueError):  # a config.json written by hand or by another version: read, not trusted
-        return False
+    it, at which a small share prunes no entry; without them a share above 0 counts."""
     sizes = {defenses.BEFORE: (metrics or {}).get("d"), defenses.AFTER: (metrics or {}).get("b")}
 
     def prunes_some(step) -> bool:
         n = sizes[step.placement]
         return not (step.changes_nothing_at(n) if isinstance(n, int) else step.changes_nothing())
 
-    return any(prunes_some(step) for step in steps)
+    return any(step.prunes and prunes_some(step) for step in _stored_steps(spec))
+
+
+def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
+    """Whether a run's defense (``run``: config.json's section of the settings given) prunes
+    (:func:`defense_prunes`, with ``metrics``) and its attacker did not model it (``attacker_knows_prune`` not
+    true)."""
+    return run.get("attacker_knows_prune") is not True and defense_prunes(run.get("defense"), metrics)
 
 
 def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None,
@@ -358,5 +363,5 @@ __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recip
            "next_settings",
            "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "ROUNDING_SHARE", "ROUNDING_EVIDENCE", "ROUNDING_RECIPE_NOTE", "rounded",
-           "PRUNE_NOT_MODELLED_NOTE", "prune_not_modelled", "noisy_kind",
+           "PRUNE_NOT_MODELLED_NOTE", "defense_prunes", "prune_not_modelled", "noisy_kind",
            "noisy_without_prior"]

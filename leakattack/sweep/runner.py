@@ -269,9 +269,7 @@ def _warn_mixed_threads(results: Path, plan: Plan) -> None:
     ``threads``; records written before it was kept count as unknown): the last bits of a point's numbers depend on
     its thread count, so a sweep resumed with another ``--jobs`` (or on another machine) mixes points that an
     uninterrupted run would have computed alike."""
-    keys = {pt["key"] for pt in plan.points}
-    counts = sorted({int(r["threads"]) for r in read_results(results) if "params" in r
-                     and point_key(r["params"]) in keys and isinstance(r.get("threads"), int)})
+    counts = sorted({r["threads"] for r in _plan_records(results, plan) if isinstance(r.get("threads"), int)})
     if len(counts) > 1:
         warnings.warn(f"this sweep's points ran their attacks on {listed([str(n) for n in counts])} threads: a "
                       "point's last bits depend on its thread count, so points run at different counts may differ "
@@ -279,10 +277,15 @@ def _warn_mixed_threads(results: Path, plan: Plan) -> None:
                       "machine, to keep them alike)", SettingWarning, stacklevel=3)
 
 
+def _plan_records(results: Path, plan: Plan) -> list[dict]:
+    """The records of ``results`` (results.jsonl) of the plan's points."""
+    keys = {pt["key"] for pt in plan.points}
+    return [r for r in read_results(results) if "params" in r and point_key(r["params"]) in keys]
+
+
 def _finished(results: Path, plan: Plan) -> set[str]:
     """The keys of the plan's points that ``results`` (results.jsonl) holds."""
-    keys = {pt["key"] for pt in plan.points}
-    return {point_key(r["params"]) for r in read_results(results) if "params" in r} & keys
+    return {point_key(r["params"]) for r in _plan_records(results, plan)}
 
 
 def finalize(out: Path, plan: Plan | None = None) -> dict:

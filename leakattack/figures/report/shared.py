@@ -18,7 +18,7 @@ from defenses import DefenseError
 from defenses import build as build_defense
 
 from ...attacks import attack_class, list_attacks
-from ...attacks.recipes import prune_not_modelled
+from ...attacks.recipes import defense_prunes
 from ...errors import UserError
 from ...results import is_number
 from ..common import to_hwc
@@ -65,7 +65,7 @@ def _threat(run: dict, sketch: str) -> str:
             words.append(f"seed searched among {2 ** int(bits)} candidates ({bits} bits)")
     if _clips(run.get("defense")):
         words.append("clip threshold known" if run.get("attacker_knows_clip") else "clip threshold not known")
-    if prune_not_modelled({**run, "attacker_knows_prune": False}):  # the defense prunes
+    if defense_prunes(run.get("defense")):
         words.append("pruning known" if run.get("attacker_knows_prune") is True else "pruning not known")
     return "; ".join(words)
 
