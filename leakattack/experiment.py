@@ -822,12 +822,15 @@ def _write_files(out: Outcome, folder: Path) -> None:
     p, r, m = out.prepared, out.result, out.metrics
     cfg, case, seeds = p.cfg, p.case, p.cfg.derived()
     attacked = attacked_files(cfg, case)
+    closed = p.attack.closed_form  # no optimiser, no iterations of one, no start
+    # a closed form runs no recipe: its settings are recorded as null, not as the search it did not make
+    unused = {"recipe", "lr", *RECIPE_FIELDS} - {"dtype"} if closed else set()
     config = {
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
                     "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "noise_seed": seeds.noise_seed,
-                    "lr": seeds.lr, "time_limit": seeds.time_limit,
-                    **{k: getattr(seeds, k) for k in ("recipe",) + RECIPE_FIELDS},
+                    "time_limit": seeds.time_limit,
+                    **{k: None if k in unused else getattr(seeds, k) for k in ("lr", "recipe") + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,
                     "dataset": case.dataset.name, **attacked, "in_shape": list(case.dataset.in_shape),
@@ -840,10 +843,14 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
     gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
-    closed = p.attack.closed_form  # no optimiser, no iterations of one, no start
+    # a figure copied on its own still says under which defense (and at what epsilon) the message was sent
+    eps = m.epsilon
+    defended = (f", defense {m.defense}" + (f", ε {eps:.3g} at δ {m.delta:g}" if isinstance(eps, (int, float))
+                                            and math.isfinite(eps) and m.delta is not None else "")
+                if m.defense else "")
     title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
              + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"
-                + (f" ({r.stop_reason})" if r.stop_reason in ("time-limit", "interrupted") else "")))
+                + (f" ({r.stop_reason})" if r.stop_reason in ("time-limit", "interrupted") else "")) + defended)
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid

@@ -436,9 +436,14 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     if sketch_blind and kind is not None:
         return SKETCH_NOT_HELD
     if kind == "labels":
-        return (f"the labels the attack read from the message are not the truth's (label accuracy "
+        said = (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
                 "before the search did (--labels given runs the attack with the true labels)")
+        if clip_blind:  # the label rules fit a clip's unknown factor only where they are told of the clip
+            said += ("; the defense clips the update and the attacker did not model the clip: with "
+                     "--attacker-knows-clip the label rules fit the factor by which it shrank the message "
+                     "(docs/attacks/labels.md#a-clipped-message)")
+        return said
     if kind is None:
         return None
     t, r = m["objective_at"]["truth"], m["objective_at"]["reconstruction"]
@@ -465,14 +470,27 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     # the summary line prints the matching term alone: where the objective adds terms, both are said
     parts = (f"; the matching term plus {' and '.join(added)}, the matching term alone {t['match']:.3g} against "
              f"{r['match']:.3g}") if added and "match" in t and "match" in r else ""
-    return (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
-            f"{r['total']:.3g}{parts}): the search stopped short, and more steps or starts may get closer")
+    scores = (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
+              f"{r['total']:.3g}{parts})")
+    if m.get("stop_reason") == "diverged":  # more steps from where it diverged diverge again
+        return (f"{scores}: the search stopped short where it diverged (its objective turned NaN or infinite), so "
+                "more steps at this step size diverge again; a smaller --lr may get closer")
+    if m.get("attacked") is False and m.get("stop_reason") not in ("time-limit", "interrupted"):
+        # it took its steps and never went below its start: more of the same steps stay there
+        return (f"{scores}: the search stopped short without going below its start; a smaller --lr, or more steps "
+                "or starts, may get closer")
+    return f"{scores}: the search stopped short, and more steps or starts may get closer"
 
 
-def closed_forms_line(names: list[str]) -> str:
-    """The sentence that names the closed-form attacks that accept a failed run's message (``closed_forms``)."""
-    return (("closed-form attacks also accept" if len(names) > 1 else "a closed-form attack also accepts")
-            + " this message: " + ", ".join(f"--attack {n}" for n in names) + " (docs/attack.md)")
+def closed_forms_line(names: list[str], changed: str = "") -> str:
+    """The sentence that names the closed-form attacks that accept a failed run's message (``closed_forms``);
+    ``changed``: what keeps the message from being the exact gradient of one step, which such an attack reads it as
+    (:func:`leakattack.attacks.recipes.inexact_words`; "" for nothing)."""
+    many = len(names) > 1
+    caveat = (f"; {'they read' if many else 'it reads'} the message as the exact gradient of one step, which it is "
+              f"not here ({changed}), so what comes back may be only approximate") if changed else ""
+    return (("closed-form attacks also accept" if many else "a closed-form attack also accepts")
+            + " this message: " + ", ".join(f"--attack {n}" for n in names) + f" (docs/attack.md){caveat}")
 
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",

@@ -31,7 +31,7 @@ from ..constraints import Number, Param
 from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
-from .base import Attack, AttackResult, Monitor, halt_reason, stop_requested
+from .base import NO_CAUSE, Attack, AttackResult, Monitor, halt_reason, inexact_causes, stop_requested
 from .labels import readings_to_compare, recover_labels, scale_unknown
 from .span import SPAN_STARTS, accepted, solve_span
 
@@ -379,7 +379,7 @@ class Analytic(Attack):
                 beyond = _off_reading(first, x.reshape(1, -1)) if B == 1 else _beyond_rank(first, B)
                 if beyond > torch.finfo(obs.victim.dtype).eps ** 0.5:  # as APRIL and R-GAP hold their systems
                     stop = "stalled"
-                    note = "; ".join(filter(None, [note, _not_exact(beyond, B, short)]))
+                    note = "; ".join(filter(None, [note, _not_exact(beyond, B, short, inexact_causes(obs))]))
             extra = [{"step": 0, **monitor(0, x)}] if monitor is not None else []
             losses = _with_failed_solve(_relative([loss], y), record)
             if stop == "stalled" and record is None:  # the final loss is the block's distance from rank B, not 0
@@ -510,11 +510,14 @@ class Analytic(Attack):
         why = f" ({self._halt_note(halted)})" if halted else \
             f" (the label search stopped at its {LABEL_SEARCH_S:g} s)" if out_of_time else ""
         searched = (f", and {tried - 1} other label sets did not solve it either" if tried > 1 else "") + why
+        causes = inexact_causes(obs)
+        because = ["the labels read from the message may be wrong"] if self.label_mode == "recovered" else []
+        if causes:
+            because.append(f"the message is not the batch's gradient up to one scale: {causes}")
         return x, labels, halted or "stalled", (
             f"the model's solve in the first layer's row space stopped at relative residual {solved.residual:.1e} "
-            f"after {solved.steps} steps from {solved.starts} starts{searched}: these are not the batch's examples "
-            "(the labels read from the message may be wrong, or the message is not the batch's gradient up to one "
-            "scale: noise, a clip of each example's gradient, several local steps)"), record
+            f"after {solved.steps} steps from {solved.starts} starts{searched}: the examples returned do not send "
+            f"the message to the solve's threshold of {bar:.1e} ({', or '.join(because) or NO_CAUSE})"), record
 
     def _halt_note(self, halted: str) -> str:
         return f"the time limit of {self.time_limit:g} s was reached" if halted == "time-limit" else \
@@ -832,15 +835,15 @@ def _off_reading(blk: torch.Tensor, x: torch.Tensor) -> float:
     return float((blk - delta @ a).norm()) / total
 
 
-def _not_exact(beyond: float, B: int, short_solve: float | None = None) -> str:
+def _not_exact(beyond: float, B: int, short_solve: float | None = None, causes: str | None = None) -> str:
     """The note for a first-layer block that is not one example's delta [x; 1]^T (:func:`_off_reading`) or not of
     rank B (:func:`_beyond_rank`); ``short_solve``: the relative residual at which reading g from the message stopped
-    short (:meth:`Analytic._solve_square`), which then comes first among the causes."""
+    short (:meth:`Analytic._solve_square`), which then comes first among the causes; ``causes``: what in the channel
+    changes the gradient (:func:`inexact_causes`; None: nothing does)."""
     what = ("is not delta [x; 1]^T for any x (relative residual " if B == 1 else
             f"is not of rank {B} (relative residual beyond its top {B} singular values ")
     whose = "one example" if B == 1 else f"a batch of {B}"
-    causes = ("noise or another defense that changes the gradient, a sketch with a null space, or several local "
-              "steps")
+    causes = causes or NO_CAUSE
     if short_solve is not None:
         causes = (f"first, reading g from the message stopped short, at a relative residual of {short_solve:.2g}; "
                   f"else {causes}")
@@ -930,6 +933,10 @@ class OneExampleAttack(Attack):
     def one_example(self, obs: Observation) -> str | None:
         """The sentence refusing a message of a batch, or None."""
         if obs.batch_size > 1:
+            if (obs.extra.get("protocol_spec") or {}).get("local_epochs"):  # the client's whole shard, not one batch
+                return (f"{self.title} inverts the gradient of one example and the message holds the client's whole "
+                        f"shard of {obs.batch_size}, over which --local-epochs trains; use gradient-matching, or "
+                        "--local-epochs 0 with a batch size of 1")
             return (f"{self.title} inverts the gradient of one example and the message holds a batch of "
                     f"{obs.batch_size}; use gradient-matching or a batch size of 1")
         return None

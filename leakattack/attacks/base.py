@@ -280,6 +280,31 @@ def not_unique_message(result: AttackResult, obs: Observation) -> str:
             "match is not unique")
 
 
+#: a closed form's words where :func:`inexact_causes` finds nothing in the channel that changes the gradient
+NO_CAUSE = ("the arithmetic's round-off, or a model beyond the attack's assumptions: this channel has no defense, no "
+            "sketch and one local step")
+
+
+def inexact_causes(obs: Observation) -> str | None:
+    """What in the channel of ``obs`` keeps the g a closed form reads from its message from being the exact gradient
+    of the batch at these weights, in words for its note: the client's defense (by its spec), a sketch with a null
+    space (b < d) and a protocol's several local steps, those present; None where none is (nothing in the channel
+    changes the gradient: what is left is the arithmetic's round-off or the attack's own assumptions, which its
+    note names)."""
+    causes = [f"the defense {obs.defense}"] if obs.defense else []
+    steps = obs.extra.get("local_steps")
+    if isinstance(steps, int) and steps > 1:
+        causes.append(f"{steps} local steps")
+    M = obs.linear_map  # a protocol's map scales its encoder's: the encoder says whether anything is sketched
+    if not (getattr(M, "identity", False) or getattr(getattr(M, "inner", None), "identity", False)):
+        # b >= d does not rule a null space out (a countsketch's empty buckets, an SRHT's padding)
+        causes.append(f"a sketch with a null space (b = {obs.b} < d = {obs.d})" if obs.b < obs.d else
+                      f"a sketch with a null space, if this {obs.b} x {obs.d} one has one")
+    if not causes:
+        return None
+    return causes[0] if len(causes) == 1 else ", ".join(causes[:-1]) + " and " + causes[-1]
+
+
 def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: list[float], notes: list[str], *,
                        solved: str, non_finite: str, step: int, monitor: Monitor | None, wall_s: float
                        ) -> AttackResult:
@@ -297,5 +322,6 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
                         iterations=step, best_step=step, stop_reason=stop, message=message, wall_s=wall_s)
 
 
-__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "torch_threads", "add_note",
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "inexact_causes", "NO_CAUSE",
+           "torch_threads", "add_note",
            "stop_requested", "stop_on_interrupt", "halt_reason", "check_result"]

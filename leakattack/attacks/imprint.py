@@ -27,7 +27,7 @@ from targets.models.imprint import QUERIES, add_imprint, imprint_block
 from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
-from .base import Attack, AttackResult, Monitor, closed_form_result
+from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
 from .labels import recover_labels, scale_unknown
 
 #: the default number of bins (units of the block): were the bins equally likely, an image of a batch of 8 would be
@@ -333,10 +333,9 @@ class Imprint(Attack):
             notes.append(f"{held}: at least {B - n} of its images shared a bin with another, and each such bin gave "
                          "back one blend of its images (repeated to fill the batch)")
         elif n > B:
-            sketched = "" if getattr(M, "identity", False) else ", a sketch with a null space"
             why = ("the block was read through the sketch, with the rest of the gradient as noise" if M.b < M.d else
-                   f"the message is not the exact gradient at the server's model (noise{sketched}, several local "
-                   "steps)")
+                   "the message is not the exact gradient at the server's model "
+                   f"({inexact_causes(obs) or NO_CAUSE})")
             notes.append(f"{held}: more bins than images, as {why}; the {B} with the largest bias differences were "
                          "kept")
         if outside:

@@ -308,13 +308,17 @@ def defense_prunes(spec, metrics: Mapping | None = None) -> bool:
     """Whether a stored defense spec (config.json's ``run.defense``) holds a pruning step that changes something.
     ``metrics`` (its metrics.json) gives the lengths of the vectors pruned, ``d`` before the sketch and ``b`` after
     it, at which a small share prunes no entry; without them a share above 0 counts."""
+    return any(step.prunes for step in _changing(spec, metrics))
+
+
+def _changing(spec, metrics: Mapping | None) -> list:
+    """The steps of a stored defense spec that change the message: each but those that change nothing at the length
+    of the vector they get (``metrics``' ``d`` before the sketch and ``b`` after it; without them, nothing at any
+    length)."""
     sizes = {defenses.BEFORE: (metrics or {}).get("d"), defenses.AFTER: (metrics or {}).get("b")}
-
-    def prunes_some(step) -> bool:
-        n = sizes[step.placement]
-        return not (step.changes_nothing_at(n) if isinstance(n, int) else step.changes_nothing())
-
-    return any(step.prunes and prunes_some(step) for step in _stored_steps(spec))
+    return [step for step in _stored_steps(spec)
+            if not (step.changes_nothing_at(n) if isinstance(n := sizes.get(step.placement), int)
+                    else step.changes_nothing())]
 
 
 def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
@@ -322,6 +326,50 @@ def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
     (:func:`defense_prunes`, with ``metrics``) and its attacker did not model it (``attacker_knows_prune`` not
     true)."""
     return run.get("attacker_knows_prune") is not True and defense_prunes(run.get("defense"), metrics)
+
+
+def changing_steps(run: Mapping, metrics: Mapping | None = None) -> list:
+    """The steps of a run's defense (``run``: config.json's section of the settings given) that change the message
+    (:func:`_changing`, with its ``metrics``)."""
+    return _changing(run.get("defense"), metrics)
+
+
+def changing_spec(run: Mapping, metrics: Mapping | None = None) -> str:
+    """The spec of a run's defense steps that change the message (:func:`changing_steps`), "" for none."""
+    return ",".join(step.spec() for step in changing_steps(run, metrics))
+
+
+def inexact_words(run: Mapping, derived: Mapping, metrics: Mapping | None = None) -> str:
+    """What keeps a run's message from being the exact gradient of one step at the weights, in words: its defense's
+    steps that change it (:func:`changing_spec`) and a protocol's several local steps (``derived``'s ``sketch``, the
+    message map config.json describes); "" for neither.  ``run``, ``derived``: config.json's sections."""
+    spec = changing_spec(run, metrics)
+    steps = (derived.get("sketch") or {}).get("local_steps")
+    parts = ([f"the defense {spec}"] if spec else []) + (
+        [f"{steps} local steps"] if isinstance(steps, int) and steps > 1 else [])
+    return " and ".join(parts)
+
+
+#: the words of :func:`closed_form_defense_note` after the settings it names: what they did where it was measured
+#: (photo 0 through unsketched LeNet, one run each; docs/defenses.md)
+CLOSED_FORM_DEFENSE_EVIDENCE = ("on photo 0 through unsketched LeNet, --attack rgap gave 5.5, 5.8 and 9.5 dB under "
+                                "prune:p=0.5, quantize:bits=8 and gaussian:sigma=1e-3, where gradient matching with "
+                                "--recipe ig rebuilt it at 18.5 (told the pruning), 19.8 and 19.2 dB; "
+                                "docs/defenses.md#closed-form-attacks-under-a-defense")
+
+
+def closed_form_defense_note(run: Mapping, metrics: Mapping | None = None) -> str | None:
+    """The next setting of a closed-form run not rebuilt whose defense changes the message (:func:`changing_steps`):
+    gradient matching with the ``ig`` recipe, told the steps an attacker can model (clips, pruning); None where no
+    step changes it."""
+    steps = changing_steps(run, metrics)
+    if not steps:
+        return None
+    told = ((" --attacker-knows-clip" if any(step.bounds_norm for step in steps) else "")
+            + (" --attacker-knows-prune" if any(step.prunes for step in steps) else ""))
+    return (f"a closed form reads the message as the exact gradient, which the defense "
+            f"{','.join(step.spec() for step in steps)} changes; gradient matching fits the message instead: "
+            f"--attack gradient-matching --recipe ig{told} ({CLOSED_FORM_DEFENSE_EVIDENCE})")
 
 
 def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Mapping | None = None,
@@ -341,10 +389,13 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     which no setting reads anything."""
     if metrics is not None and message_unreadable(metrics):
         return []
-    noise = noisy_kind(metrics or {}, run, derived) if kind != "labels" else None
+    # a closed form fits no image to the noise: its note on a defense that changes the message says what to run
+    noise = noisy_kind(metrics or {}, run, derived) if kind != "labels" and not closed_form else None
     noisy = [ROUNDING_RECIPE_NOTE if noise == "rounding" else NOISY_RECIPE_NOTE] if noise else []
     if kind != "labels" and not closed_form and prune_not_modelled(run, metrics):  # a closed form models no channel
         noisy.append(PRUNE_NOT_MODELLED_NOTE)
+    if kind != "labels" and closed_form and (changed := closed_form_defense_note(run, metrics)):
+        noisy.append(changed)
     if kind != "search":
         return noisy
     batch, recipe, tv = run.get("batch_size"), derived.get("recipe"), derived.get("tv") or 0.0
@@ -363,5 +414,7 @@ __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recip
            "next_settings",
            "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "ROUNDING_SHARE", "ROUNDING_EVIDENCE", "ROUNDING_RECIPE_NOTE", "rounded",
-           "PRUNE_NOT_MODELLED_NOTE", "defense_prunes", "prune_not_modelled", "noisy_kind",
+           "PRUNE_NOT_MODELLED_NOTE", "defense_prunes", "changing_steps", "changing_spec", "inexact_words",
+           "closed_form_defense_note",
+           "CLOSED_FORM_DEFENSE_EVIDENCE", "prune_not_modelled", "noisy_kind",
            "noisy_without_prior"]

@@ -12,7 +12,7 @@ from defenses import build as build_defense
 from targets.protocols import privacy_caveats
 
 from ..attacks.gauss_newton import steps_note
-from ..attacks.recipes import next_settings
+from ..attacks.recipes import inexact_words, next_settings
 from ..attacks.seed_search import found_text, sketch_not_held
 from ..config.arguments import config_from_args
 from ..errors import listed
@@ -137,6 +137,9 @@ def _ssim(v) -> str:
 #: the note under a run that rebuilt nothing: a failed attack is not a measurement of privacy
 FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings and iterations), not evidence that "
                 "the message is private: a stronger attack may still rebuild the input")
+#: :data:`FAILURE_NOTE` of a closed-form attack, which has no budget of steps: one solve of this message failed
+CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack on this message, not evidence that the message is "
+                       "private: a stronger attack may still rebuild the input")
 #: the note in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite``
 #: equals b): no attack can read anything there, so a stronger one would not do better
 NONFINITE_NOTE = ("all {n} values of the message are NaN or infinite, and no attack can read anything from them: this "
@@ -177,7 +180,8 @@ def cmd_run(a) -> int:
         nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
-        print(f"note: {said if unreadable else FAILURE_NOTE}", file=sys.stderr)
+        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else FAILURE_NOTE
+        print(f"note: {said if unreadable else failure}", file=sys.stderr)
         if nonfinite and not unreadable:
             print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
         identified = identified_line(record)
@@ -191,7 +195,8 @@ def cmd_run(a) -> int:
                                  closed_form=cfg.attack_class.closed_form):
             print(f"note: {tip}", file=sys.stderr)
         if m.closed_forms:
-            print(f"note: {closed_forms_line(m.closed_forms)}", file=sys.stderr)
+            print(f"note: {closed_forms_line(m.closed_forms, inexact_words(config.get('run', {}), derived, record))}",
+                  file=sys.stderr)
     if m.seed_search is not None:
         print(f"note: {seed_search_line(m.seed_search)}", file=sys.stderr)
     if m.label_choice is not None:

@@ -182,7 +182,8 @@ def test_a_wrong_label_leaves_the_solve_short_and_it_says_so():
     obs = _observe("mlp", x, labels, hidden=32, threat=ThreatModel(knows_labels=True))
     obs.labels = (labels + 1) % 10
     result = Analytic(labels="given").reconstruct(obs)
-    assert result.stop_reason == "stalled" and "not the batch's examples" in result.message
+    assert result.stop_reason == "stalled"
+    assert "the examples returned do not send the message to the solve's threshold" in result.message
 
 
 class _Coupled(torch.nn.Module):

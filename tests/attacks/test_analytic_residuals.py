@@ -106,6 +106,6 @@ def test_a_fit_that_says_it_is_not_unique_is_not_told_so_twice():
 def test_a_square_solve_that_stopped_short_comes_first_among_the_causes():
     from leakattack.attacks.analytic import _not_exact
 
-    assert "first, reading g from the message stopped short, at a relative residual of 0.003; else noise" in \
-        _not_exact(0.1, 1, 3e-3)
+    assert "first, reading g from the message stopped short, at a relative residual of 0.003; else the defense " \
+        "gaussian:sigma=0.01@before_sketch" in _not_exact(0.1, 1, 3e-3, "the defense gaussian:sigma=0.01@before_sketch")
     assert "stopped short" not in _not_exact(0.1, 1)

@@ -9,7 +9,7 @@ import pytest
 
 from leakattack.cli.run import clip_not_modelled, summary_line
 from leakattack.config import RunConfig
-from leakattack.metrics import RunMetrics, failed_part
+from leakattack.metrics import RunMetrics, failed_kind, failed_part
 from leakattack.rebuilt import CLIP_NOT_MODELLED, why_not_rebuilt
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference" / "lenet-srht" / "metrics.json"
@@ -98,6 +98,30 @@ def test_a_match_within_tolerance_that_is_not_unique_is_not_called_a_search_that
         assert failed_part({**m, **other}).endswith("the search stopped short, and more steps or starts may get closer")
 
 
+def test_a_search_that_diverged_or_never_left_its_start_is_not_told_that_more_steps_may_get_closer(tmp_path, capsys):
+    """Plain gradient descent at --lr 1e308 diverged at step 1, and Adam at --lr 1e3 never went below its start in
+    50 steps; each was told only "the search stopped short, and more steps or starts may get closer", where more
+    steps at that step size diverge again, or a smaller one is the first thing to try."""
+    from leakattack import cli
+
+    base = ["run", "--dataset", "digits", "--quiet", "--no-lpips"]
+    for flags, said in ((["--optimizer", "gd", "--lr", "1e308", "--iterations", "5"],
+                         "where it diverged (its objective turned NaN or infinite), so more steps at this step size "
+                         "diverge again; a smaller --lr may get closer"),
+                        (["--optimizer", "adam", "--lr", "1e3", "--iterations", "30"],
+                         "without going below its start; a smaller --lr, or more steps or starts, may get closer")):
+        out = tmp_path / flags[1]
+        assert cli.main([*base, *flags, "--out", str(out)]) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["attacked"] is False and failed_kind(m) == "search", m
+        err = capsys.readouterr().err
+        assert said in err and "and more steps or starts may get closer" not in err, err
+    at = {"truth": {"match": 0.0, "total": 0.0}, "reconstruction": {"match": 1.0, "total": 1.0}}
+    for stop in ("time-limit", "interrupted"):  # stopped from outside: more steps may still get closer
+        m = {**DIGIT, "objective_at": at, "attacked": False, "stop_reason": stop}
+        assert failed_part(m).endswith("the search stopped short, and more steps or starts may get closer")
+
+
 def test_a_clip_is_not_modelled_only_when_the_defense_clips_and_the_attacker_was_not_told():
     assert clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1"))
     assert clip_not_modelled(RunConfig(model="lenet", defense="per_example:C=1,gaussian:sigma=0.1"))
@@ -145,3 +169,18 @@ def test_an_attacker_without_the_clients_sketch_is_named_as_the_cause_not_the_la
     assert "did not hold the client&#x27;s sketch" in (tmp_path / "r.html").read_text()
     m = json.loads((out / "metrics.json").read_text())
     assert failed_part(m) is not None and failed_part(m, sketch_blind=True) == SKETCH_NOT_HELD
+
+
+def test_labels_misread_under_a_clip_the_attacker_did_not_model_name_the_flag_that_models_it(tmp_path, capsys):
+    """A batch of 4 under clip:C=1e-3 read 1 of 4 labels, and the note offered only --labels given; told of the clip,
+    the label rules fit its factor and read all 4."""
+    from leakattack import cli
+
+    base = ["run", "--dataset", "digits", "--sketch", "none", "--batch-size", "4", "--defense", "clip:C=1e-3",
+            "--iterations", "2", "--quiet", "--no-lpips"]
+    assert cli.main([*base, "--out", str(tmp_path / "blind")]) == 0
+    m, err = json.loads((tmp_path / "blind" / "metrics.json").read_text()), capsys.readouterr().err
+    assert failed_kind(m) == "labels" and "with --attacker-knows-clip the label rules fit the factor" in err, err
+    assert cli.main([*base, "--attacker-knows-clip", "--out", str(tmp_path / "told")]) == 0
+    m = json.loads((tmp_path / "told" / "metrics.json").read_text())
+    assert m["label_acc"] == 1.0 and "--attacker-knows-clip the label rules" not in capsys.readouterr().err

@@ -954,3 +954,15 @@ def test_a_dp_protocol_run_is_reported_with_its_weights_noise_and_epsilon(tmp_pa
                         row("ε"))
     privacy = json.loads((out / "config.json").read_text())["derived"]["sketch"]["privacy"]
     assert privacy["epsilon_paper"] == pytest.approx(0.5 * 2 ** 0.5) and privacy["delta_paper"] == pytest.approx(2e-5)
+
+
+def test_the_defense_row_shows_the_spec_as_the_run_resolved_it(tmp_path):
+    """The report's defense row showed the spec as typed (clip:C=1,gaussian:sigma=0.5), without the placements that
+    the summary line, metrics.json and collect's column show."""
+    folder = _with_config(tmp_path, "typed", run={"defense": "clip:C=1,gaussian:sigma=0.5"})
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["defense"] = "clip:C=1.0@before_sketch,gaussian:sigma=0.5@before_sketch"
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    text = build_report([folder])
+    assert "clip:C=1.0@before_sketch,gaussian:sigma=0.5@before_sketch" in text
+    assert "<td>clip:C=1,gaussian:sigma=0.5</td>" not in text

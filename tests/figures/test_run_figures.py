@@ -227,3 +227,22 @@ def test_a_convergence_figure_marks_exact_zeros_and_names_a_closed_form_residual
     assert any(list(line.get_xdata()) == [2] for line in ax.get_lines())  # the zero's marker
     run_figures.convergence_figure(tmp_path / "plain.png", [1.0, 0.5], "t")
     assert "exactly 0" not in drawn["plain"].axes[0].get_title()
+
+
+def test_a_defended_runs_figure_title_names_the_defense_and_its_epsilon(tmp_path, monkeypatch):
+    """reconstruction.png's title said nothing of the defense, so a figure copied on its own read as undefended."""
+    import json
+
+    from leakattack import cli, experiment
+
+    titles = []
+    drawn_by_run = experiment.reconstruction_figure
+    monkeypatch.setattr(experiment, "reconstruction_figure",
+                        lambda *a, **k: titles.append(a[6]) or drawn_by_run(*a, **k))
+    base = ["run", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips"]
+    assert cli.main([*base, "--defense", "clip:C=1,gaussian:sigma=0.5", "--out", str(tmp_path / "dp")]) == 0
+    eps = json.loads((tmp_path / "dp" / "metrics.json").read_text())["epsilon"]
+    assert titles[-1].endswith(f", defense clip:C=1.0@before_sketch,gaussian:sigma=0.5@before_sketch, ε {eps:.3g} "
+                               "at δ 1e-05"), titles
+    assert cli.main([*base, "--out", str(tmp_path / "plain")]) == 0
+    assert "defense" not in titles[-1] and titles[-1].endswith("2 it"), titles

@@ -12,7 +12,7 @@ from pathlib import Path
 from defenses.accounting.analysis import paper_epsilon_holds
 from targets.protocols import privacy_caveats
 
-from ...attacks.recipes import next_settings
+from ...attacks.recipes import inexact_words, next_settings
 from ...attacks.seed_search import found_text, sketch_not_held
 from ...constraints import duration_seconds
 from ...errors import SettingWarning, UserError, ratio_text
@@ -229,7 +229,9 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         attack_cls = _attack_class((run or {}).get("attack"))
         tips = next_settings(failed_kind(record), run or {}, derived or {}, record,
                              closed_form=attack_cls is not None and attack_cls.closed_form)
-        told = [identified_line(record), part, *tips, closed_forms_line(m.closed_forms) if m.closed_forms else None]
+        readers = closed_forms_line(m.closed_forms, inexact_words(run or {}, derived or {}, record)) \
+            if m.closed_forms else None
+        told = [identified_line(record), part, *tips, readers]
         which = "".join(f" {t[:1].upper()}{t[1:]}." for t in told if t)
         if m.nothing_attacked or m.attacked is False:
             note = _failure_note(record)
@@ -300,7 +302,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("sketch", "none (the true gradient)" if sketch == "none" else f"{sketch}, {seed}"))
     noise = described.get("privacy") if run.get("protocol") else None  # a DP protocol's own noise
     rows.append(("defense", f"the protocol's own Gaussian noise, σ = {_num(noise.get('sigma'), 3, 'g')}" if noise
-                 else run.get("defense") or m.defense or "none"))
+                 else m.defense or run.get("defense") or "none"))
     rows.append(("threat model", _threat(run, sketch)))
     if m.seed_search:  # what the search found, which the attack then ran with
         rows.append(("seed search", found_text(m.seed_search)))
