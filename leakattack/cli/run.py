@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,10 +24,10 @@ from ..rebuilt import (
     image_verdicts,
     images_note,
     images_words,
+    label_choice_line,
     message_unreadable,
     why_not_rebuilt,
 )
-from ..results.store import is_number
 
 
 def summary_line(m: RunMetrics, folder, objective: str = "l2", num_classes: int | None = None,
@@ -271,61 +270,6 @@ def _steps(m) -> str:
     if stops.count("pruned"):  # --prune-restarts: how many starts halving stopped early
         note += f", {stops.count('pruned')} of {len(stops)} starts pruned"
     return f"{m.iterations} it ({m.stop_reason}{note})"
-
-
-def label_choice_line(c: dict) -> str:
-    """How the labels were chosen between differing readings, in one line."""
-    readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())
-    read = f"the rules read different labels ({readings})"
-    if "candidates" in c:  # one example's head gradient within the sketch noise: the first classes were run too
-        read = (f"the head's gradient is within the sketch noise (its signal {c['head_signal']:.2g} times the "
-                f"noise's) and the rules read {readings}, so {len(c['candidates'])} classes in magnitude's order were "
-                "compared")
-    if c.get("interrupted"):
-        return (f"labels: {read}; Ctrl-C stopped the short runs that compare "
-                f"them, so {c['chosen']} was kept from unfinished runs")
-    ran = c.get("probe_steps_run") or [c["probe_steps"]] * len(c["probe_losses"])
-    if c.get("compared_at") == 0 and not any(is_number(v) and math.isfinite(v)
-                                             for v in c["probe_losses"]):  # NaN, or null as metrics.json stores it
-        return (f"labels: {read}; the short runs that compare them found no finite objective to step on (a message "
-                f"of NaN or infinite values), so {c['chosen']}, the reading of the most rules, was kept")
-    if c.get("compared_at") == 0:
-        idle = sum(n == 0 for n in ran)
-        who = ("the short runs that compare them took no step" if idle == len(ran) else
-               f"{idle} of the {len(ran)} short runs that compare them took no step "
-               f"({', '.join(map(str, ran))} steps run)")
-        return (f"labels: {read}; {who} within their shares of the time limit, so {c['chosen']}, the reading of the "
-                "most rules, was kept")
-    uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
-    if all(n == c["probe_steps"] for n in ran):
-        each = f"a {c['probe_steps']}-step run with each"
-    else:
-        each = f"a run of at most {c['probe_steps']} steps with each ({', '.join(map(str, ran))} steps run)"
-    runs = each + (f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''}," if uneven
-                   else "")
-    losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
-    if c.get("undecided"):
-        which = ("magnitude's reading, as pooled's is the class the model gives random probes"
-                 if c["readings"]["pooled"] == [c["probes_class"]] else "pooled's reading")
-        return (f"labels: {read}; {runs} matched the message with no class {c['decisive']:g} times as well as with "
-                f"every other (loss {losses[0]:.3g} against {losses[1]:.3g}), so {which}, {c['chosen']}, was kept")
-    if c.get("matched"):  # runs that met the attack's tolerance: each found an input that sends the message
-        n = c["matched"]  # compared by the tolerance, not at a step: ``each`` without the step compared at
-        if n == 1:
-            return (f"labels: {read}; of {each}, only the run with {c['chosen']} matched the message to the attack's "
-                    "tolerance, so it was kept")
-        gave = [rule for rule, labels in c["readings"].items() if labels == c["chosen"]]
-        why = ("the reading of the most rules among those" if len(gave) > 1 else
-               f"{gave[0]}'s, the first rule's reading among those, as no two rules gave the same")
-        some = f"{'all ' if n == len(c['probe_losses']) else ''}{n} of them"
-        return (f"labels: {read}; {each} matched the message to the attack's tolerance with {some} (an input with "
-                f"each of those readings sends it), so {c['chosen']}, {why}, was kept")
-    if c.get("tied"):
-        return (f"labels: {read}; {runs} matched the message equally well with "
-                f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
-                "those, was kept")
-    return (f"labels: {read}; {runs} matched the message best with "
-            f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
 
 
 def seed_search_line(s: dict) -> str:

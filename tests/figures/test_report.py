@@ -966,3 +966,18 @@ def test_the_defense_row_shows_the_spec_as_the_run_resolved_it(tmp_path):
     text = build_report([folder])
     assert "clip:C=1.0@before_sketch,gaussian:sigma=0.5@before_sketch" in text
     assert "<td>clip:C=1,gaussian:sigma=0.5</td>" not in text
+
+
+def test_a_runs_label_choice_is_in_its_report_as_the_run_noted_it(tmp_path):
+    """How the labels were chosen between the rules' readings was a note of the run command alone: its report said
+    nothing of it."""
+    from leakattack.figures.report.shared import _e
+    from leakattack.rebuilt import label_choice_line
+
+    choice = {"readings": {"pooled": [3], "sign": [0]}, "probe_steps": 150, "probe_losses": [0.2, 0.01],
+              "chosen": [0], "probe_steps_run": [150, 150]}
+    text = build_report([_with_metrics(tmp_path, "chosen", label_choice=choice)])
+    plain = build_report([_with_metrics(tmp_path, "plain")])
+    said = label_choice_line(choice).removeprefix("labels: ")
+    assert said.startswith("the rules read different labels (pooled [3], sign [0])")
+    assert f"<td>{_e(said)}</td>" in text and "label choice" in text and "label choice" not in plain

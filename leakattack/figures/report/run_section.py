@@ -35,6 +35,7 @@ from ...rebuilt import (
     image_verdicts,
     images_note,
     images_words,
+    label_choice_line,
     message_unreadable,
     why_not_rebuilt,
 )
@@ -306,6 +307,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows.append(("threat model", _threat(run, sketch)))
     if m.seed_search:  # what the search found, which the attack then ran with
         rows.append(("seed search", found_text(m.seed_search)))
+    if m.label_choice:  # how the labels were chosen where the rules read different ones, as the run's note says
+        rows.append(("label choice", label_choice_line(m.label_choice).removeprefix("labels: ")))
     if m.recorded("epsilon"):
         rows.append(("ε", _run_epsilon(m)))
     elif noise:
