@@ -58,6 +58,12 @@ class Transform:
         pruning a fraction that rounds to no entry of n changes nothing too)."""
         return self.changes_nothing()
 
+    def only_rescales(self, batch_size: int) -> bool:
+        """Whether this step sends, for a batch of ``batch_size`` examples, the vector it gets times a positive
+        factor (a clip of the whole update; each example's clip for one example), which a closed form that fits the
+        gradient's scale reads through."""
+        return False
+
     def check(self, context: list["Transform"]) -> None:
         """Checks that need the steps before this one (e.g. z needs a clip); raise DefenseError."""
 

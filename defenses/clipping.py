@@ -27,6 +27,9 @@ class Clip(Transform):
     def __call__(self, v, gen):
         return clip_by_norm(v, self.params["C"])
 
+    def only_rescales(self, batch_size: int) -> bool:
+        return True  # the whole vector to norm C: a positive factor
+
     @property
     def C(self) -> float:
         return self.params["C"]
@@ -41,3 +44,6 @@ class PerExample(Clip):
 
     def __call__(self, v, gen):  # v: (B, d) per-example gradients
         return clip_by_norm(v, self.params["C"]).sum(dim=0)
+
+    def only_rescales(self, batch_size: int) -> bool:
+        return batch_size == 1  # a batch's examples shrink by different factors

@@ -843,11 +843,17 @@ def _write_files(out: Outcome, folder: Path) -> None:
     write_json(folder / "config.json", config)
     write_csv(folder / "trace.csv", out.trace, ["step", "loss", "psnr"])
     gn = f" + {steps_note(r.gauss_newton)}" if r.gauss_newton and r.gauss_newton["kept"] else ""
-    # a figure copied on its own still says under which defense (and at what epsilon) the message was sent
-    eps = m.epsilon
-    defended = (f", defense {m.defense}" + (f", ε {eps:.3g} at δ {m.delta:g}" if isinstance(eps, (int, float))
-                                            and math.isfinite(eps) and m.delta is not None else "")
-                if m.defense else "")
+    # a figure copied on its own still says under which defense (and at what epsilon) the message was sent; its
+    # steps apart, so that the title breaks between them, not inside one
+    eps, noise = m.epsilon, (case.encoder or {}).get("privacy") if cfg.protocol else None
+    defended = (f", defense {m.defense.replace(',', ', ')}" + (
+        f", ε {eps:.3g} at δ {m.delta:g}" if isinstance(eps, (int, float)) and math.isfinite(eps)
+        and m.delta is not None else "") if m.defense else "")
+    if noise and isinstance(noise.get("sigma"), (int, float)):  # a DP protocol's own noise, as the summary line says
+        bound, delta = noise.get("epsilon_rdp"), noise.get("delta_paper")
+        defended += f", protocol noise σ {noise['sigma']:.3g}" + (
+            f", ε {bound:.3g} at δ {delta:g} over rounds 1..{cfg.protocol_round}"
+            if isinstance(bound, (int, float)) and isinstance(delta, (int, float)) else "")
     title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
              + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"
                 + (f" ({r.stop_reason})" if r.stop_reason in ("time-limit", "interrupted") else "")) + defended)

@@ -439,7 +439,10 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
         said = (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
                 "before the search did (--labels given runs the attack with the true labels)")
-        if clip_blind:  # the label rules fit a clip's unknown factor only where they are told of the clip
+        noise = m.get("noise_distortion")
+        if clip_blind and not (isinstance(noise, (int, float)) and noise > 0):
+            # the label rules fit a clip's unknown factor only where they are told of the clip; under noise, the
+            # noise reads the labels wrong whether the clip is told or not
             said += ("; the defense clips the update and the attacker did not model the clip: with "
                      "--attacker-knows-clip the label rules fit the factor by which it shrank the message "
                      "(docs/attacks/labels.md#a-clipped-message)")
@@ -526,11 +529,12 @@ def label_choice_line(c: dict) -> str:
     runs = each + (f", compared after {c['compared_at']} step{'s' if c['compared_at'] > 1 else ''}," if uneven
                    else "")
     losses = sorted(c["probe_compared"] if uneven else c["probe_losses"])
+    low, high = _apart(losses[0], losses[1]) if len(losses) > 1 else (f"{losses[0]:.3g}", "")  # read apart
     if c.get("undecided"):
         which = ("magnitude's reading, as pooled's is the class the model gives random probes"
                  if c["readings"]["pooled"] == [c["probes_class"]] else "pooled's reading")
         return (f"labels: {read}; {runs} matched the message with no class {c['decisive']:g} times as well as with "
-                f"every other (loss {losses[0]:.3g} against {losses[1]:.3g}), so {which}, {c['chosen']}, was kept")
+                f"every other (loss {low} against {high}), so {which}, {c['chosen']}, was kept")
     if c.get("matched"):  # runs that met the attack's tolerance: each found an input that sends the message
         n = c["matched"]  # compared by the tolerance, not at a step: ``each`` without the step compared at
         if n == 1:
@@ -546,8 +550,8 @@ def label_choice_line(c: dict) -> str:
         return (f"labels: {read}; {runs} matched the message equally well with "
                 f"{c['tied']} of them (loss {losses[0]:.3g}), so {c['chosen']}, the reading of the most rules among "
                 "those, was kept")
-    return (f"labels: {read}; {runs} matched the message best with "
-            f"{c['chosen']} (loss {losses[0]:.3g} against {losses[1]:.3g})")
+    return f"labels: {read}; {runs} matched the message best with {c['chosen']} (loss {low} against {high})"
+
 
 __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",
            "BASELINES", "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images",

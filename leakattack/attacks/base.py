@@ -20,6 +20,8 @@ from typing import Callable, Iterator
 
 import torch
 
+import defenses
+
 from ..constraints import Param
 from ..errors import UserError
 from ..observation import Observation
@@ -281,25 +283,47 @@ def not_unique_message(result: AttackResult, obs: Observation) -> str:
 
 
 #: a closed form's words where :func:`inexact_causes` finds nothing in the channel that changes the gradient
-NO_CAUSE = ("the arithmetic's round-off, or a model beyond the attack's assumptions: this channel has no defense, no "
-            "sketch and one local step")
+NO_CAUSE = ("the arithmetic's round-off, or a model beyond the attack's assumptions: nothing in this channel changes "
+            "the gradient by more than a factor (no noise, pruning or rounding, no sketch, one local step)")
 
 
 def inexact_causes(obs: Observation) -> str | None:
     """What in the channel of ``obs`` keeps the g a closed form reads from its message from being the exact gradient
-    of the batch at these weights, in words for its note: the client's defense (by its spec), a sketch with a null
-    space (b < d) and a protocol's several local steps, those present; None where none is (nothing in the channel
-    changes the gradient: what is left is the arithmetic's round-off or the attack's own assumptions, which its
-    note names)."""
-    causes = [f"the defense {obs.defense}"] if obs.defense else []
-    steps = obs.extra.get("local_steps")
-    if isinstance(steps, int) and steps > 1:
-        causes.append(f"{steps} local steps")
-    M = obs.linear_map  # a protocol's map scales its encoder's: the encoder says whether anything is sketched
-    if not (getattr(M, "identity", False) or getattr(getattr(M, "inner", None), "identity", False)):
+    of the batch at these weights, up to a positive factor, in words for its note, those present: the client's
+    defense steps that change the message by more than a factor (by their spec; a clip of the whole update only
+    rescales it, :meth:`defenses.base.Transform.only_rescales`), a protocol's own noise, several local steps (of a
+    protocol or an update message file, as its map records them) and a sketch or protocol map with a null space
+    (b < d, or not ruled out at b >= d); None where none is (what is left is the arithmetic's round-off or the
+    attack's own assumptions, :data:`NO_CAUSE`)."""
+    causes = []
+    if obs.defense:
+        try:
+            steps = defenses.build(obs.defense).steps
+        except (UserError, TypeError, ValueError):  # a spec this version cannot read: named as it is
+            causes.append(f"the defense {obs.defense}")
+        else:
+            sizes = {defenses.BEFORE: obs.d, defenses.AFTER: obs.b}
+            kept = [t.spec() for t in steps if not t.only_rescales(obs.batch_size)
+                    and not t.changes_nothing_at(sizes.get(t.placement, obs.d))]
+            if kept:
+                causes.append(f"the defense {','.join(kept)}")
+    M = obs.linear_map
+    info = getattr(M, "info", None) or {}  # a protocol's or an update message file's map (MessageMap)
+    kind = str(info.get("kind", ""))
+    protocol = kind.split(":", 1)[1] if kind.startswith("protocol:") else None
+    sigma = (obs.extra.get("privacy") or {}).get("sigma")
+    if isinstance(sigma, (int, float)) and sigma > 0:
+        causes.append(f"the {protocol} protocol's own noise, σ {sigma:.3g}" if protocol else
+                      f"the protocol's own noise, σ {sigma:.3g}")
+    local = info.get("local_steps", obs.extra.get("local_steps"))
+    if isinstance(local, int) and local > 1:
+        causes.append(f"{local} local steps")
+    inner = getattr(M, "inner", None)  # a protocol's map scales its encoder's: the encoder says what is sketched
+    if not (getattr(M, "identity", False) or getattr(inner, "identity", False)):
         # b >= d does not rule a null space out (a countsketch's empty buckets, an SRHT's padding)
-        causes.append(f"a sketch with a null space (b = {obs.b} < d = {obs.d})" if obs.b < obs.d else
-                      f"a sketch with a null space, if this {obs.b} x {obs.d} one has one")
+        which = f"the {protocol} protocol's map" if protocol else "a sketch"
+        causes.append(f"{which} with a null space (b = {obs.b} < d = {obs.d})" if obs.b < obs.d else
+                      f"{which} with a null space, if this {obs.b} x {obs.d} one has one")
     if not causes:
         return None
     return causes[0] if len(causes) == 1 else ", ".join(causes[:-1]) + " and " + causes[-1]

@@ -330,8 +330,11 @@ def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
 
 def changing_steps(run: Mapping, metrics: Mapping | None = None) -> list:
     """The steps of a run's defense (``run``: config.json's section of the settings given) that change the message
-    (:func:`_changing`, with its ``metrics``)."""
-    return _changing(run.get("defense"), metrics)
+    by more than a positive factor (:func:`_changing`, with its ``metrics``; a clip of the whole update, or of each
+    example's gradient in a batch of one, only rescales it: :meth:`defenses.base.Transform.only_rescales`)."""
+    batch = run.get("batch_size")
+    batch = batch if isinstance(batch, int) else 1  # a config.json written by hand or by older code: read, not trusted
+    return [step for step in _changing(run.get("defense"), metrics) if not step.only_rescales(batch)]
 
 
 def changing_spec(run: Mapping, metrics: Mapping | None = None) -> str:
@@ -340,14 +343,18 @@ def changing_spec(run: Mapping, metrics: Mapping | None = None) -> str:
 
 
 def inexact_words(run: Mapping, derived: Mapping, metrics: Mapping | None = None) -> str:
-    """What keeps a run's message from being the exact gradient of one step at the weights, in words: its defense's
-    steps that change it (:func:`changing_spec`) and a protocol's several local steps (``derived``'s ``sketch``, the
-    message map config.json describes); "" for neither.  ``run``, ``derived``: config.json's sections."""
+    """What keeps a run's message from being the exact gradient of one step at the weights, up to a positive factor,
+    in words: its defense's steps that change it (:func:`changing_spec`), a protocol's own noise and several local
+    steps (``derived``'s ``sketch``, the message map config.json describes); "" for none.  ``run``, ``derived``:
+    config.json's sections."""
     spec = changing_spec(run, metrics)
-    steps = (derived.get("sketch") or {}).get("local_steps")
+    described = derived.get("sketch") or {}
+    sigma = (described.get("privacy") or {}).get("sigma")
+    steps = described.get("local_steps")
     parts = ([f"the defense {spec}"] if spec else []) + (
+        [f"the protocol's own noise, σ {sigma:.3g}"] if isinstance(sigma, (int, float)) and sigma > 0 else []) + (
         [f"{steps} local steps"] if isinstance(steps, int) and steps > 1 else [])
-    return " and ".join(parts)
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
 #: the words of :func:`closed_form_defense_note` after the settings it names: what they did where it was measured
@@ -359,16 +366,17 @@ CLOSED_FORM_DEFENSE_EVIDENCE = ("on photo 0 through unsketched LeNet, --attack r
 
 
 def closed_form_defense_note(run: Mapping, metrics: Mapping | None = None) -> str | None:
-    """The next setting of a closed-form run not rebuilt whose defense changes the message (:func:`changing_steps`):
-    gradient matching with the ``ig`` recipe, told the steps an attacker can model (clips, pruning); None where no
-    step changes it."""
+    """The next setting of a closed-form run not rebuilt whose defense changes the message by more than a factor
+    (:func:`changing_steps`): gradient matching with the ``ig`` recipe, told the steps an attacker can model (clips,
+    pruning); None where no step changes it so."""
     steps = changing_steps(run, metrics)
     if not steps:
         return None
-    told = ((" --attacker-knows-clip" if any(step.bounds_norm for step in steps) else "")
-            + (" --attacker-knows-prune" if any(step.prunes for step in steps) else ""))
-    return (f"a closed form reads the message as the exact gradient, which the defense "
-            f"{','.join(step.spec() for step in steps)} changes; gradient matching fits the message instead: "
+    every = _changing(run.get("defense"), metrics)  # a clip that only rescales still misleads gradient matching
+    told = ((" --attacker-knows-clip" if any(step.bounds_norm for step in every) else "")
+            + (" --attacker-knows-prune" if any(step.prunes for step in every) else ""))
+    return (f"a closed form reads the message as the exact gradient up to a factor, which the defense "
+            f"{','.join(step.spec() for step in steps)} changes by more; gradient matching fits the message instead: "
             f"--attack gradient-matching --recipe ig{told} ({CLOSED_FORM_DEFENSE_EVIDENCE})")
 
 

@@ -74,3 +74,21 @@ def test_a_square_srht_with_padding_still_names_the_sketch_and_no_defense():
     result = get_attack("rgap").reconstruct(obs)
     assert result.stop_reason == "stalled" and "a sketch with a null space, if this" in result.message
     assert "defense" not in result.message and NO_CAUSE not in result.message
+
+
+def test_a_clip_that_only_rescales_is_no_cause_and_an_update_files_local_steps_are():
+    """A closed form reads the gradient up to a positive factor: clip:C=1e9 (which changes nothing) and clip:C=0.01
+    were named as causes.  An update message file of 3 local steps keeps its count in its map, not in the
+    observation's extra: its note said "one local step"."""
+    from targets.protocols.base import MessageMap
+
+    x, labels = _example()
+    lenet = _lenet(x)
+    for spec in ("clip:C=1e9", "clip:C=0.01", "per_example:C=0.01"):
+        assert inexact_causes(_observe(lenet, x, labels, spec)) is None, spec
+    said = inexact_causes(_observe(lenet, x, labels, "clip:C=0.01,gaussian:sigma=1e-3"))
+    assert said == "the defense gaussian:sigma=0.001@before_sketch", said
+    obs = _observe(lenet, x, labels)
+    obs.linear_map = MessageMap(obs.linear_map, 0.1, {"kind": "message:update", "local_steps": 3, "local_lr": 0.1})
+    assert inexact_causes(obs) == "3 local steps"
+    assert "no noise, pruning or rounding, no sketch, one local step" in NO_CAUSE

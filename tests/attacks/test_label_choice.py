@@ -226,3 +226,12 @@ def test_label_runs_that_all_meet_the_tolerance_keep_the_reading_of_the_most_rul
     assert right >= 4  # measured 5 of 8 (pooled); the sign rule reads 1 of 8
     line = label_choice_line(choice)
     assert "matched the message to the attack's tolerance with" in line and "compared after" not in line
+
+
+def test_the_label_line_prints_the_compared_losses_with_the_digits_that_tell_them_apart():
+    """Two losses of 1.0003 and 1.0011 were printed "(loss 1 against 1)": as many digits as read them apart."""
+    from leakattack.rebuilt import label_choice_line
+
+    c = {"readings": {"pooled": [4], "magnitude": [9]}, "probe_steps": 2, "probe_losses": [1.0011, 1.0003],
+         "chosen": [9], "probe_steps_run": [2, 2]}
+    assert label_choice_line(c).endswith("matched the message best with [9] (loss 1 against 1.001)")

@@ -184,3 +184,11 @@ def test_labels_misread_under_a_clip_the_attacker_did_not_model_name_the_flag_th
     assert cli.main([*base, "--attacker-knows-clip", "--out", str(tmp_path / "told")]) == 0
     m = json.loads((tmp_path / "told" / "metrics.json").read_text())
     assert m["label_acc"] == 1.0 and "--attacker-knows-clip the label rules" not in capsys.readouterr().err
+
+
+def test_labels_misread_under_noise_do_not_blame_a_clip_the_attacker_was_not_told_of():
+    """Under per_example:C=0.01 with noise of about 0.12 against the clipped norm 0.01, the note named
+    --attacker-knows-clip, and the run with it read the same wrong labels: the noise misreads them."""
+    wrong = {**DIGIT, "label_acc": 0.0, "label_mode": "idlg"}
+    assert "--attacker-knows-clip" in failed_part(wrong, clip_blind=True)
+    assert "--attacker-knows-clip" not in failed_part({**wrong, "noise_distortion": 12.0}, clip_blind=True)

@@ -52,7 +52,11 @@ def test_the_note_names_only_steps_that_change_the_message_and_the_flags_that_mo
     assert closed_form_defense_note({}) is None and closed_form_defense_note({"defense": "no such step"}) is None
     clipped = closed_form_defense_note({"defense": "clip:C=1,gaussian:sigma=1e-3"})
     assert clipped is not None and "--recipe ig --attacker-knows-clip (" in clipped
-    assert "clip:C=1.0@before_sketch,gaussian:sigma=0.001@before_sketch changes" in clipped
+    assert "which the defense gaussian:sigma=0.001@before_sketch changes by more" in clipped
+    # a clip of the whole update, or of one example's gradient, only rescales the message, which a closed form reads
+    assert closed_form_defense_note({"defense": "clip:C=1"}) is None
+    assert closed_form_defense_note({"defense": "per_example:C=1", "batch_size": 1}) is None
+    assert closed_form_defense_note({"defense": "per_example:C=1", "batch_size": 2}) is not None
     noisy = closed_form_defense_note({"defense": "quantize:bits=8"})
     assert noisy is not None and "--recipe ig (" in noisy and "knows" not in noisy.split("(")[0]
     assert changing_spec({"defense": "prune:p=0.00001,gaussian:sigma=1e-3"}, {"d": 100}) == \
@@ -90,3 +94,16 @@ def test_a_closed_form_refusing_a_clients_whole_shard_names_local_epochs_not_the
                      "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "whole shard of" in err and "--local-epochs 0 with a batch size of 1" in err and not out.exists(), err
+
+
+def test_a_dp_protocols_own_noise_is_named_where_no_defense_is_given(tmp_path, capsys):
+    """sketched-dp adds its own noise: R-GAP's note said that the channel had "no defense, no sketch and one local
+    step", and a gradient-matching run naming --attack rgap said nothing of the noise."""
+    base = ["run", "--model", "lenet", "--dataset", "digits", "--protocol", "sketched-dp", "--sketch", "none",
+            "--client-batch", "1", "--batch-size", "1", "--quiet", "--no-lpips"]
+    assert cli.main([*base, "--attack", "rgap", "--out", str(tmp_path / "rgap")]) == 0
+    said = next(line for line in capsys.readouterr().err.splitlines() if "not the exact gradient" in line)
+    assert "the sketched-dp protocol's own noise, σ " in said and "round-off" not in said, said
+    assert cli.main([*base, "--iterations", "2", "--out", str(tmp_path / "gm")]) == 0
+    m, err = json.loads((tmp_path / "gm" / "metrics.json").read_text()), capsys.readouterr().err
+    assert m.get("closed_forms") == ["rgap"] and "which it is not here (the protocol's own noise, σ " in err, err

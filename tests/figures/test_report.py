@@ -323,6 +323,16 @@ def test_a_closed_form_attack_reads_without_a_budget_and_a_malicious_server_is_n
     plain = build_report([RUN])
     assert "gradient-matching, recipe dlg: lbfgs" in plain and "malicious" not in plain
     assert "truth | attack&#x27;s start | reconstruction" in plain
+    # one solve has no budget: a closed form not rebuilt is not "not rebuilt at this budget"
+    for attack in ("rgap", "gradient-matching"):
+        folder = _with_config(tmp_path, attack, run=dict(attack=attack))
+        metrics = json.loads((folder / "metrics.json").read_text())
+        metrics.update(verdict="not rebuilt", verdict_baseline="mean", psnr=11.5, ssim=0.06, baseline_psnr=11.2,
+                       baseline_ssim=0.05, baseline_mean_psnr=11.2, baseline_mean_ssim=0.05)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        text = build_report([folder])
+        assert ('class="headline failed">Not rebuilt at this budget (' in text) is (attack != "rgap"), attack
+        assert 'class="headline failed">Not rebuilt' in text
 
 
 def test_a_captured_message_run_names_its_sketch_not_the_message_kind(tmp_path):

@@ -242,7 +242,7 @@ def test_a_defended_runs_figure_title_names_the_defense_and_its_epsilon(tmp_path
     base = ["run", "--dataset", "digits", "--iterations", "2", "--quiet", "--no-lpips"]
     assert cli.main([*base, "--defense", "clip:C=1,gaussian:sigma=0.5", "--out", str(tmp_path / "dp")]) == 0
     eps = json.loads((tmp_path / "dp" / "metrics.json").read_text())["epsilon"]
-    assert titles[-1].endswith(f", defense clip:C=1.0@before_sketch,gaussian:sigma=0.5@before_sketch, ε {eps:.3g} "
-                               "at δ 1e-05"), titles
+    assert titles[-1].endswith(f", defense clip:C=1.0@before_sketch, gaussian:sigma=0.5@before_sketch, ε {eps:.3g} "
+                               "at δ 1e-05"), titles  # the steps apart: the title breaks between them
     assert cli.main([*base, "--out", str(tmp_path / "plain")]) == 0
     assert "defense" not in titles[-1] and titles[-1].endswith("2 it"), titles

@@ -241,7 +241,8 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
         note = _failure_note(record)
-        return f"not rebuilt{counted}", "failed", (f"Not rebuilt at this budget ({note}): "
+        closed = attack_cls is not None and attack_cls.closed_form  # one solve, no budget of steps
+        return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} ({note}): "
                                                    f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
         f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "
