@@ -339,8 +339,10 @@ class Imprint(Attack):
             notes.append(f"{held}: more bins than images, as {why}; the {B} with the largest bias differences were "
                          "kept")
         if outside:
-            notes.append(f"{outside} of the {n} images read lie outside their bins (noise, or a blend of two images "
-                         "whose weights differ in sign)")
+            causes = inexact_causes(obs)  # what in the channel moves the bins' gradients, where anything does
+            notes.append(f"{outside} of the {n} images read lie outside their bins ("
+                         + (f"{causes}, " if causes else "")
+                         + "or a blend of two images whose weights differ in sign)")
         return closed_form_result(
             x.to(victim.dtype), labels, [residual], notes, step=0, monitor=monitor,
             wall_s=time.perf_counter() - t0, solved=f"{held}, each image alone in its bin",

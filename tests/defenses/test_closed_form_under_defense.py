@@ -107,3 +107,13 @@ def test_a_dp_protocols_own_noise_is_named_where_no_defense_is_given(tmp_path, c
     assert cli.main([*base, "--iterations", "2", "--out", str(tmp_path / "gm")]) == 0
     m, err = json.loads((tmp_path / "gm" / "metrics.json").read_text()), capsys.readouterr().err
     assert m.get("closed_forms") == ["rgap"] and "which it is not here (the protocol's own noise, σ " in err, err
+
+
+def test_imprint_names_the_pruning_where_its_images_lie_outside_their_bins(tmp_path, capsys):
+    """Under prune:p=0.5 imprint said its images outside their bins came from "noise, or a blend of two images",
+    with no noise in the run."""
+    assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--attack", "imprint", "--sketch", "none",
+                     "--batch-size", "4", "--bins", "32", "--defense", "prune:p=0.5", "--quiet", "--no-lpips",
+                     "--out", str(tmp_path / "o")]) == 0
+    said = next(line for line in capsys.readouterr().err.splitlines() if "outside their bins" in line)
+    assert "(the defense prune:p=0.5@before_sketch, or a blend of two images" in said and "noise" not in said, said
