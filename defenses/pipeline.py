@@ -38,6 +38,19 @@ class Pipeline:
         """The pruning steps alone (what an attacker granted the pruning can model)."""
         return self.modelled(clips=False, prunes=True)
 
+    def changing(self, d: int | None = None, b: int | None = None, batch_size: int | None = None
+                 ) -> list[Transform]:
+        """The steps that change the vector they get: each but those that change nothing at its length (``d``
+        before the sketch, ``b`` after it; where not given, at any length); with ``batch_size``, also each but
+        those that only rescale it for a batch of that size (:meth:`Transform.only_rescales`)."""
+        sizes = {BEFORE: d, AFTER: b}
+
+        def changes(t: Transform) -> bool:
+            n = sizes.get(t.placement)
+            return not (t.changes_nothing_at(n) if n is not None else t.changes_nothing())
+
+        return [t for t in self.steps if changes(t) and not (batch_size is not None and t.only_rescales(batch_size))]
+
     def modelled(self, clips: bool, prunes: bool) -> "Pipeline":
         """The steps an attacker granted the clips (``clips``) and the pruning (``prunes``) models, in their order;
         never noise or rounding, whose draws it does not hold."""

@@ -332,7 +332,7 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                           "how well, and --labels given or --labels dlg replace them", SettingWarning, stacklevel=2)
     budget = cfg.derived()
     iterations = budget.iterations
-    closed = bool(getattr(cfg.attack_class, "closed_form", False))  # it solves once: it unrolls nothing per step
+    closed = cfg.attack_class.closed_form  # it solves once: it unrolls nothing per step
     seconds = 0.0 if closed else forward_seconds(msg, victim.target(msg.labels)) * iterations * cfg.restarts
     limit = duration_seconds(budget.time_limit)  # the attack stops there, whatever its budget of steps
     if seconds > SLOW_UNROLL_SECONDS and (limit is None or limit > SLOW_UNROLL_SECONDS):

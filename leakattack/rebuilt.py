@@ -496,7 +496,6 @@ def closed_forms_line(names: list[str], changed: str = "") -> str:
             + " this message: " + ", ".join(f"--attack {n}" for n in names) + f" (docs/attack.md){caveat}")
 
 
-
 def label_choice_line(c: dict) -> str:
     """How the labels were chosen between differing readings, in one line."""
     readings = ", ".join(f"{rule} {labels}" for rule, labels in c["readings"].items())

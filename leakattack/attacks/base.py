@@ -23,7 +23,7 @@ import torch
 import defenses
 
 from ..constraints import Param
-from ..errors import UserError
+from ..errors import UserError, listed
 from ..observation import Observation
 
 Monitor = Callable[[int, torch.Tensor], dict]
@@ -287,6 +287,19 @@ NO_CAUSE = ("the arithmetic's round-off, or a model beyond the attack's assumpti
             "the gradient by more than a factor (no noise, pruning or rounding, no sketch, one local step)")
 
 
+def channel_words(spec: str, sigma, local_steps, protocol: str | None = None) -> list[str]:
+    """The words, those present, for what a closed form's message holds besides one step's gradient up to a factor:
+    the defense steps of ``spec`` that change it by more (:meth:`defenses.Pipeline.changing`; "" for none), a DP
+    protocol's own noise of ``sigma`` (named for ``protocol`` where given) and ``local_steps`` above one; values that
+    are not such numbers (a config.json written by hand) say nothing."""
+    words = [f"the defense {spec}"] if spec else []
+    if isinstance(sigma, (int, float)) and sigma > 0:
+        words.append(f"the {protocol + ' ' if protocol else ''}protocol's own noise, σ {sigma:.3g}")
+    if isinstance(local_steps, int) and local_steps > 1:
+        words.append(f"{local_steps} local steps")
+    return words
+
+
 def inexact_causes(obs: Observation) -> str | None:
     """What in the channel of ``obs`` keeps the g a closed form reads from its message from being the exact gradient
     of the batch at these weights, up to a positive factor, in words for its note, those present: the client's
@@ -295,38 +308,25 @@ def inexact_causes(obs: Observation) -> str | None:
     protocol or an update message file, as its map records them) and a sketch or protocol map with a null space
     (b < d, or not ruled out at b >= d); None where none is (what is left is the arithmetic's round-off or the
     attack's own assumptions, :data:`NO_CAUSE`)."""
-    causes = []
+    spec = ""
     if obs.defense:
         try:
-            steps = defenses.build(obs.defense).steps
+            spec = ",".join(t.spec() for t in defenses.build(obs.defense).changing(obs.d, obs.b, obs.batch_size))
         except (UserError, TypeError, ValueError):  # a spec this version cannot read: named as it is
-            causes.append(f"the defense {obs.defense}")
-        else:
-            sizes = {defenses.BEFORE: obs.d, defenses.AFTER: obs.b}
-            kept = [t.spec() for t in steps if not t.only_rescales(obs.batch_size)
-                    and not t.changes_nothing_at(sizes.get(t.placement, obs.d))]
-            if kept:
-                causes.append(f"the defense {','.join(kept)}")
+            spec = obs.defense
     M = obs.linear_map
     info = getattr(M, "info", None) or {}  # a protocol's or an update message file's map (MessageMap)
     kind = str(info.get("kind", ""))
     protocol = kind.split(":", 1)[1] if kind.startswith("protocol:") else None
-    sigma = (obs.extra.get("privacy") or {}).get("sigma")
-    if isinstance(sigma, (int, float)) and sigma > 0:
-        causes.append(f"the {protocol} protocol's own noise, σ {sigma:.3g}" if protocol else
-                      f"the protocol's own noise, σ {sigma:.3g}")
-    local = info.get("local_steps", obs.extra.get("local_steps"))
-    if isinstance(local, int) and local > 1:
-        causes.append(f"{local} local steps")
+    causes = channel_words(spec, (obs.extra.get("privacy") or {}).get("sigma"),
+                           info.get("local_steps", obs.extra.get("local_steps")), protocol)
     inner = getattr(M, "inner", None)  # a protocol's map scales its encoder's: the encoder says what is sketched
     if not (getattr(M, "identity", False) or getattr(inner, "identity", False)):
         # b >= d does not rule a null space out (a countsketch's empty buckets, an SRHT's padding)
         which = f"the {protocol} protocol's map" if protocol else "a sketch"
         causes.append(f"{which} with a null space (b = {obs.b} < d = {obs.d})" if obs.b < obs.d else
                       f"{which} with a null space, if this {obs.b} x {obs.d} one has one")
-    if not causes:
-        return None
-    return causes[0] if len(causes) == 1 else ", ".join(causes[:-1]) + " and " + causes[-1]
+    return listed(causes) if causes else None
 
 
 def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: list[float], notes: list[str], *,
@@ -346,6 +346,6 @@ def closed_form_result(x: torch.Tensor, labels: torch.Tensor | None, losses: lis
                         iterations=step, best_step=step, stop_reason=stop, message=message, wall_s=wall_s)
 
 
-__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "inexact_causes", "NO_CAUSE",
-           "torch_threads", "add_note",
+__all__ = ["Attack", "AttackError", "AttackResult", "Monitor", "closed_form_result", "inexact_causes",
+           "channel_words", "NO_CAUSE", "torch_threads", "add_note",
            "stop_requested", "stop_on_interrupt", "halt_reason", "check_result"]

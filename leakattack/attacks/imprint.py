@@ -286,15 +286,15 @@ class Imprint(Attack):
             return found, images, diffs, int((block.bins_of(images).to(found) != found).sum()), \
                 noisy_bins(z[n_w:], B)
 
-        square = M.b >= M.d
-        if square:  # g itself
+        from_g = M.b >= M.d
+        if from_g:  # g itself
             g = self._square._solve_square(M, y).to(torch.float64)
             found, images, diffs, outside, noisy = read(torch.cat([g[w], g[b]]))
             # a square sketch that is ill-conditioned on g (an SRHT's padding) can still hold the block well: its
             # images outside their bins, or more bins than images without noise, say g was not read; the block is
             # then read by least squares on y, as below
-            square = getattr(M, "identity", False) or not (outside or (found.numel() > B and not noisy))
-        if not square:  # the block by least squares on y, the rest of g taken as noise
+            from_g = getattr(M, "identity", False) or not (outside or (found.numel() > B and not noisy))
+        if not from_g:  # the block by least squares on y, the rest of g taken as noise
             y64 = y.to(torch.float64)
             fitted = None
             if M.b >= LEAST_SQUARES_MARGIN * _block_size(block):

@@ -52,9 +52,10 @@ from dataclasses import dataclass
 
 import defenses
 
-from ..errors import UserError
+from ..errors import UserError, listed
 from ..rebuilt import message_unreadable
 from ..registry import Registry
+from .base import channel_words
 from .priors import parse_prior
 
 
@@ -241,15 +242,15 @@ def rounded(metrics: Mapping) -> bool:
     return "rounding" in str(metrics.get("noise_share_of") or "")
 
 
-def _stored_steps(spec) -> list:
-    """The steps of a stored defense spec (config.json's ``run.defense``), none for an empty one or one this version
-    cannot read (a config.json written by hand or by another version: read, not trusted)."""
+def _stored(spec) -> defenses.Pipeline:
+    """The pipeline of a stored defense spec (config.json's ``run.defense``), of no step for an empty one or one this
+    version cannot read (a config.json written by hand or by another version: read, not trusted)."""
     if not spec:
-        return []
+        return defenses.Pipeline([])
     try:
-        return defenses.build(spec).steps
+        return defenses.build(spec)
     except (UserError, TypeError, ValueError):
-        return []
+        return defenses.Pipeline([])
 
 
 def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
@@ -258,7 +259,7 @@ def _rounds_unread(metrics: Mapping, run: Mapping) -> bool:
     does not count the rounding), on a message of finite values."""
     if rounded(metrics) or "message_nonfinite" in metrics:
         return False
-    return any(step.rounds for step in _stored_steps(run.get("defense")))
+    return any(step.rounds for step in _stored(run.get("defense")).steps)
 
 
 def noisy_kind(metrics: Mapping, run: Mapping, derived: Mapping) -> str | None:
@@ -311,14 +312,12 @@ def defense_prunes(spec, metrics: Mapping | None = None) -> bool:
     return any(step.prunes for step in _changing(spec, metrics))
 
 
-def _changing(spec, metrics: Mapping | None) -> list:
-    """The steps of a stored defense spec that change the message: each but those that change nothing at the length
-    of the vector they get (``metrics``' ``d`` before the sketch and ``b`` after it; without them, nothing at any
-    length)."""
-    sizes = {defenses.BEFORE: (metrics or {}).get("d"), defenses.AFTER: (metrics or {}).get("b")}
-    return [step for step in _stored_steps(spec)
-            if not (step.changes_nothing_at(n) if isinstance(n := sizes.get(step.placement), int)
-                    else step.changes_nothing())]
+def _changing(spec, metrics: Mapping | None, batch_size: int | None = None) -> list:
+    """The steps of a stored defense spec that change the message (:meth:`defenses.Pipeline.changing` at the lengths
+    ``metrics``, its metrics.json, records: ``d`` before the sketch and ``b`` after it), with ``batch_size`` by more
+    than a positive factor."""
+    d, b = ((metrics or {}).get(k) for k in ("d", "b"))
+    return _stored(spec).changing(d if isinstance(d, int) else None, b if isinstance(b, int) else None, batch_size)
 
 
 def prune_not_modelled(run: Mapping, metrics: Mapping | None = None) -> bool:
@@ -332,9 +331,14 @@ def changing_steps(run: Mapping, metrics: Mapping | None = None) -> list:
     """The steps of a run's defense (``run``: config.json's section of the settings given) that change the message
     by more than a positive factor (:func:`_changing`, with its ``metrics``; a clip of the whole update, or of each
     example's gradient in a batch of one, only rescales it: :meth:`defenses.base.Transform.only_rescales`)."""
+    return _changing(run.get("defense"), metrics, _batch_of(run))
+
+
+def _batch_of(run: Mapping) -> int:
+    """A run's batch size (config.json's ``run.batch_size``; 1 where a file written by hand or by older code holds
+    none that is a whole number: read, not trusted)."""
     batch = run.get("batch_size")
-    batch = batch if isinstance(batch, int) else 1  # a config.json written by hand or by older code: read, not trusted
-    return [step for step in _changing(run.get("defense"), metrics) if not step.only_rescales(batch)]
+    return batch if isinstance(batch, int) else 1
 
 
 def changing_spec(run: Mapping, metrics: Mapping | None = None) -> str:
@@ -347,14 +351,10 @@ def inexact_words(run: Mapping, derived: Mapping, metrics: Mapping | None = None
     in words: its defense's steps that change it (:func:`changing_spec`), a protocol's own noise and several local
     steps (``derived``'s ``sketch``, the message map config.json describes); "" for none.  ``run``, ``derived``:
     config.json's sections."""
-    spec = changing_spec(run, metrics)
     described = derived.get("sketch") or {}
-    sigma = (described.get("privacy") or {}).get("sigma")
-    steps = described.get("local_steps")
-    parts = ([f"the defense {spec}"] if spec else []) + (
-        [f"the protocol's own noise, σ {sigma:.3g}"] if isinstance(sigma, (int, float)) and sigma > 0 else []) + (
-        [f"{steps} local steps"] if isinstance(steps, int) and steps > 1 else [])
-    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+    parts = channel_words(changing_spec(run, metrics), (described.get("privacy") or {}).get("sigma"),
+                          described.get("local_steps"))
+    return listed(parts) if parts else ""
 
 
 #: the words of :func:`closed_form_defense_note` after the settings it names: what they did where it was measured
@@ -369,10 +369,10 @@ def closed_form_defense_note(run: Mapping, metrics: Mapping | None = None) -> st
     """The next setting of a closed-form run not rebuilt whose defense changes the message by more than a factor
     (:func:`changing_steps`): gradient matching with the ``ig`` recipe, told the steps an attacker can model (clips,
     pruning); None where no step changes it so."""
-    steps = changing_steps(run, metrics)
+    every = _changing(run.get("defense"), metrics)  # a clip that only rescales still misleads gradient matching
+    steps = [step for step in every if not step.only_rescales(_batch_of(run))]
     if not steps:
         return None
-    every = _changing(run.get("defense"), metrics)  # a clip that only rescales still misleads gradient matching
     told = ((" --attacker-knows-clip" if any(step.bounds_norm for step in every) else "")
             + (" --attacker-knows-prune" if any(step.prunes for step in every) else ""))
     return (f"a closed form reads the message as the exact gradient up to a factor, which the defense "
