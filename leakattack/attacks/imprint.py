@@ -28,7 +28,7 @@ from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
 from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
-from .labels import recover_labels, scale_unknown
+from .labels import head_from_gradient, labels_at_images, read_head, recover_labels, scale_unknown
 
 #: the default number of bins (units of the block): were the bins equally likely, an image of a batch of 8 would be
 #: alone in its bin with probability (1 - 1/128)^7 = 0.95
@@ -319,6 +319,13 @@ class Imprint(Attack):
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs))
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
             labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
+        if obs.labels is None and victim.task == "classification" and found.numel() >= B:
+            # the batch's images read, the head's gradient gives their labels at any scale (a clip's); the reading
+            # that fits the head's gradient better is kept
+            head = head_from_gradient(victim, g) if from_g else read_head(victim, M, rest)
+            best = labels_at_images(victim, head, x, others=[labels])
+            assert best is not None  # one of the others at least
+            labels = best.to(dtype=labels.dtype, device=labels.device).reshape(labels.shape)
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []

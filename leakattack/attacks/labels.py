@@ -522,3 +522,70 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
     if sigma > 0:
         return gap / sigma
     return float("inf") if gap > 0 else 0.0  # no noise: certain where a score stands out; none read nothing
+
+
+def head_from_gradient(victim, g: torch.Tensor) -> HeadReadout:
+    """The head's weight and bias gradient taken from a gradient ``g`` read whole (no sketch noise)."""
+    ws, bs = _head_slices(victim)
+    return HeadReadout(U=g[ws].reshape(victim.head.weight.shape), beta=None if bs is None else g[bs], sigma=0.0)
+
+
+def _at_images(victim, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(softmax P (B, C), head inputs with a column of ones for the bias, H (B, h + 1)) of the batch ``x`` in the
+    victim's own mode (BatchNorm statistics restored), in float64."""
+    with targets.kept_buffers(victim.model), torch.no_grad():
+        out, feats = victim.head_inputs(x.to(device=victim.device, dtype=victim.dtype))
+    H = feats.to(torch.float64).cpu()
+    P = torch.softmax(out.detach().to(torch.float64).cpu(), -1)
+    return P, torch.cat([H, torch.ones(len(H), 1, dtype=H.dtype)], 1)
+
+
+def _stacked(read: HeadReadout) -> torch.Tensor:
+    """[U | beta] (C, h + 1) in float64, the bias column 0 where the head has none."""
+    U = read.U.detach().to(torch.float64).cpu()
+    beta = read.beta.detach().to(torch.float64).cpu() if read.beta is not None else torch.zeros(len(U), dtype=U.dtype)
+    return torch.cat([U, beta[:, None]], 1)
+
+
+def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> float:
+    """:func:`head_misfit` from the softmax P, the rows H and the stacked head gradient Y."""
+    E = torch.nn.functional.one_hot(labels.reshape(-1).long().cpu(), P.shape[1]).to(P)
+    A = (P - E).T @ H
+    s = float((Y * A).sum() / (A * A).sum().clamp_min(1e-300))
+    if not math.isfinite(s) or s <= 0:
+        return 1.0
+    return float((Y - s * A).norm() / Y.norm().clamp_min(1e-300))
+
+
+def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(P, H, Y) of :func:`_misfit`, the bias column of H and Y left out where the head has no bias."""
+    P, H = _at_images(victim, x)
+    Y = _stacked(read)
+    return (P, H, Y) if read.beta is not None else (P, H[:, :-1], Y[:, :-1])
+
+
+def head_misfit(victim, read: HeadReadout, x: torch.Tensor, labels: torch.Tensor) -> float:
+    """How far the head's gradient ``read`` is from that of the batch ``x`` with ``labels`` (in x's order) at the
+    best positive scale s: ||[U | beta] - s (P - E)^T H|| / ||[U | beta]||, with P the softmax, E the labels' one-hot
+    rows and H the head inputs with a column of ones (1 where no positive s brings it closer)."""
+    return _misfit(*_rows_of(victim, read, x), labels)
+
+
+def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=()) -> torch.Tensor | None:
+    """The labels of the images ``x`` (the batch, in its order) that the head's gradient ``read`` gives, whatever
+    the message's positive scale (a mean over the batch, a clip's C / ||g||): the head's gradient [U | beta] is
+    sum_i delta_i [h_i, 1]^T with h_i image i's head input and delta_i = s (p_i - e_{y_i}), so least squares of
+    [U | beta] on the rows [h_i, 1] gives each delta_i, whose one negative entry, its smallest, is at y_i.
+
+    ``others``: labels read otherwise (in x's order); of them and this reading the one with the least
+    :func:`head_misfit` is returned, the first of ``others`` on a tie.  None where the B rows cannot be told apart
+    (more images than head inputs, or rows that repeat) and no ``others`` are given."""
+    P, H, Y = _rows_of(victim, read, x)
+    readings = [torch.as_tensor(o).reshape(-1).long().cpu() for o in others]
+    if H.shape[0] <= H.shape[1] and int(torch.linalg.matrix_rank(H)) == H.shape[0]:
+        delta = torch.linalg.lstsq(H.T, Y.T).solution  # (B, C): delta_i
+        if bool(torch.isfinite(delta).all()):
+            readings.append(delta.argmin(1))
+    if not readings:
+        return None
+    return min(readings, key=lambda labels: _misfit(P, H, Y, labels))

@@ -263,3 +263,54 @@ def test_a_square_srht_whose_padding_spoils_g_reads_the_block_by_least_squares(t
                      "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["verdict"] == "rebuilt" and min(m["psnr_each"]) > 60 and m["label_acc"] == 1.0, m
+
+
+def test_recovered_labels_follow_their_images_under_a_clip_of_the_whole_update(tmp_path):
+    # the label rules read the clipped head at the wrong scale (1 of 4 digits' labels, with or without
+    # --attacker-knows-clip); with the images read, the head's gradient gives their labels at any scale
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "lenet", "--dataset", "digits", "--attack", "imprint", "--sketch", "none",
+                   "--batch-size", "4", "--defense", "clip:C=1e-3", "--no-lpips", "--quiet", "--out", str(out)])
+    m = json.loads((out / "metrics.json").read_text())
+    assert rc == 0 and m["psnr"] > 100 and m["label_acc"] == 1.0 and m["label_acc_matched"] == 1.0
+
+
+def _bn_case():
+    gen = torch.Generator().manual_seed(0)
+    public = torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64)
+    x = torch.rand(6, 1, 8, 8, generator=gen, dtype=torch.float64)
+    labels = torch.tensor([3, 1, 4, 1, 5, 9])
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(512, 10))
+    victim = targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=10)
+    attack = get_attack("imprint", bins=256)
+    attack.modify(victim, public)
+    victim.to(dtype=torch.float64)
+    return attack, victim, x, labels
+
+
+def test_recovered_labels_follow_their_images_under_batchnorm_on_batch_statistics():
+    # each bin's bias difference depends on every label of such a batch, so the multiset cannot be matched to the
+    # images by it; the head's gradient, read at the images, gives each image its own label
+    attack, victim, x, labels = _bn_case()
+    assert victim.batch_statistics and int(_alone(victim, x).sum()) == 6
+    result = attack.reconstruct(observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d)),
+                                        ThreatModel()))
+    dist = torch.cdist(x.reshape(6, -1), result.x.reshape(6, -1))
+    assert dist.min(1).values.max() < 1e-8
+    assert result.labels[dist.argmin(1)].tolist() == labels.tolist()
+
+
+def test_labels_at_images_do_not_depend_on_the_message_scale_and_need_rows_apart():
+    from leakattack.attacks.labels import head_from_gradient, head_misfit, labels_at_images
+
+    _, victim, x, labels = _bn_case()
+    g = observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d)), ThreatModel()).y
+    for scale in (1.0, 1e-4, 37.0):
+        head = head_from_gradient(victim, scale * g)
+        assert labels_at_images(victim, head, x).tolist() == labels.tolist()
+        assert head_misfit(victim, head, x, labels) < 1e-9
+        assert head_misfit(victim, head, x, labels.roll(1)) > 0.1
+    assert head_misfit(victim, head_from_gradient(victim, -g), x, labels) == 1.0  # no positive scale fits
+    assert labels_at_images(victim, head_from_gradient(victim, g), torch.cat([x, x[:1]])) is None  # a repeated row
