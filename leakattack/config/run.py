@@ -564,7 +564,7 @@ SERVER_OPT_UNUSED = {"sgd": ("server_beta1", "server_beta2", "server_eps", "seco
 def warn_unread(name: str, given, spec: dict | None = None) -> None:
     """One warning naming the settings among ``given`` (spec names a user set) that protocol ``name`` does not
     read, and one naming those its server optimiser (``spec``'s ``server_opt``) leaves unused."""
-    unread = unread_settings(protocol_class(name), given)
+    unread = unread_settings(protocol_class(name), given, spec)
     if unread:
         flags = ", ".join("--sketch-param" if k == "sketch_params" else "--" + k.replace("_", "-") for k in unread)
         one = len(unread) == 1

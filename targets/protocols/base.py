@@ -51,7 +51,7 @@ from torch.func import functional_call
 
 import defenses
 from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, DEFENSE_NOISE, torch_stream
-from leakattack.sketch import get_sketch, readout_variance
+from leakattack.sketch import get_sketch, is_identity, list_sketches, readout_variance
 
 from ..oracle import flat_gradient, flat_params, loss_at, per_example_gradients, unflatten
 from ..victim import Victim, batchnorm_layers
@@ -77,9 +77,13 @@ COMMON_SETTINGS = ("clients", "local_steps", "local_epochs", "local_lr", "global
                    "client_fraction", "seed")
 
 
-def unread_settings(cls, given) -> list[str]:
-    """The settings among ``given`` (names of the spec a user set) that protocol class ``cls`` does not read."""
-    return [k for k in given if k in SPEC_DEFAULTS and k not in COMMON_SETTINGS and k not in cls.reads]
+def unread_settings(cls, given, spec: dict | None = None) -> list[str]:
+    """The settings among ``given`` (names of the spec a user set) that protocol class ``cls`` does not read; an
+    unsketched ``sketch`` in ``spec`` (the values) is not among them where the protocol sends the whole update."""
+    kind = (spec or {}).get("sketch")
+    whole = cls.sends_whole_update and kind in list_sketches() and is_identity(kind)
+    return [k for k in given if k in SPEC_DEFAULTS and k not in COMMON_SETTINGS and k not in cls.reads
+            and not (whole and k == "sketch")]
 
 
 def round_seed(seed: int, t: int) -> int:
@@ -229,6 +233,9 @@ class Protocol:
     decodable = False
     #: clients compress with a sketch of leakattack.sketch (``sketch``, ``sketch_ratio`` in the spec)
     uses_sketch = False
+    #: clients send their whole update, compressed by nothing (FedAvg), which is what an unsketched ``sketch``
+    #: (none) says: that setting is then not named among the unread ones (:func:`unread_settings`)
+    sends_whole_update = False
     #: the server carries state between rounds besides w (:meth:`server_state`; SAFL's optimiser moments)
     keeps_server_state = False
     #: the settings of the spec this protocol reads beyond the ones every protocol does (clients, local steps and

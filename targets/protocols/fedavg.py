@@ -11,6 +11,8 @@ class FedAvg(Protocol):
     """McMahan et al. 2017: K local SGD steps, the server averages dw weighted by the examples each client trained
     on (Algorithm 1: w^{t+1} = sum_k n_k / n w^k_{t+1})."""
 
+    sends_whole_update = True
+
     def examples(self, c: int) -> int:
         """n_c: the examples client c trains on in a round, its whole shard with ``local_epochs``, else its batch
         (B images of its shard, fewer where the shard is smaller)."""

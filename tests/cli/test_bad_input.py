@@ -384,6 +384,20 @@ def test_a_setting_the_protocol_does_not_read_is_warned_of(tmp_path, capsys):
     assert "--sketch changes nothing for protocol 'fedavg', which does not read it" in capsys.readouterr().err
 
 
+def test_an_unsketched_message_asked_of_fedavg_is_not_warned_of(tmp_path, capsys):
+    """fedavg sends the whole update: --sketch none says what it does, and was named as a setting it does not read;
+    --sketch-ratio beside it still changes nothing and is named."""
+    assert cli.main(["run", "--protocol", "fedavg", "--sketch", "none", "--iterations", "2", "--quiet",
+                     "--no-lpips", "--out", str(tmp_path / "r")]) == 0
+    assert "change" not in capsys.readouterr().err
+    assert cli.main(["train", "--protocol", "fedavg", "--sketch", "none", "--sketch-ratio", "0.5", "--rounds", "1",
+                     "--clients", "2", "--quiet", "--out", str(tmp_path / "t")]) == 0
+    assert "--sketch-ratio changes nothing for protocol 'fedavg'" in capsys.readouterr().err
+    assert cli.main(["train", "--protocol", "fedsketch-privix", "--sketch", "none", "--rounds", "1",
+                     "--clients", "2", "--quiet", "--out", str(tmp_path / "f")]) == 0
+    assert "--sketch changes nothing for protocol 'fedsketch-privix'" in capsys.readouterr().err
+
+
 def test_sacfl_warns_of_the_server_optimiser_settings_it_does_not_read(tmp_path, capsys):
     """SACFL's server takes Algorithm 3's clipped step (kappa, tau) and runs no adaptive optimiser: SAFL's optimiser
     settings change nothing there and are named (they were taken silently), while --server-lr, its kappa, is read."""
