@@ -75,6 +75,9 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     is not finite scores as not a number); a truth with a value that is not
     finite is refused.
     """
+    if hasattr(x_hat, "x") and hasattr(x_hat, "x0"):  # an AttackResult, which assess takes
+        raise MetricsError("score takes the reconstructed images (result.x) and the truth; for an attack's result "
+                           "use assess(result, x, labels), which adds the baselines and the verdict")
     check_pair(x_hat, x)
     if not isinstance(with_lpips, bool):
         raise MetricsError(f"with_lpips must be True or False, got {type(with_lpips).__name__} {with_lpips!r:.40}")

@@ -492,3 +492,14 @@ def test_scores_settings_that_are_not_what_they_name_are_one_sentence(kwargs, ne
     x = torch.rand(1, 1, 8, 8)
     with pytest.raises(metrics.MetricsError, match=re.escape(needle)):
         metrics.score(x, x, **{"with_lpips": False, **kwargs})
+
+
+def test_score_given_an_attack_result_names_assess():
+    """score(result, x, labels), as one calls assess, said the images were not tensors of shape (B, C, H, W)."""
+    from leakattack.attacks import AttackResult
+
+    x = torch.rand(1, 1, 16, 16)
+    result = AttackResult(x=x.clone(), labels=None, x0=torch.zeros_like(x), losses=[1.0])
+    with pytest.raises(metrics.MetricsError, match=re.escape("score takes the reconstructed images (result.x)")):
+        metrics.score(result, x)
+    assert metrics.score(result.x, x, with_lpips=False)["psnr"] > 100
