@@ -41,6 +41,7 @@ from .data import batch_positions, reads_root
 from .errors import SettingWarning, UserError, listed, ratio_text
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
+from .observation import ONE_IMAGE_IN_TRAIN_MODE
 from .plugins import provenance
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.io import wrong_kind_text
@@ -305,13 +306,10 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
     if cfg.set_by_user("bn") and not case.victim.has_batchnorm:
         warnings.warn(f"--bn {cfg.bn} changes nothing: model '{cfg.model}' has no BatchNorm", SettingWarning,
                       stacklevel=3)
-    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 \
-            and not cfg.protocol:  # a protocol's client trains in train mode on the batch it is given
-        warnings.warn("--bn train on one image normalises it by its own statistics, which no training client does, "
-                      "and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
-                      "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image) normalises by the "
-                      "running statistics the server holds, as the field's single-image case does", SettingWarning,
-                      stacklevel=3)
+    # observe warns of it where it computes the message; a protocol's client trains in train mode on the batch it is
+    # given
+    if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 and cfg.message:
+        warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=3)
     if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
         warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
                       "targets the attack takes as given (no rule reads them from the message)", SettingWarning,

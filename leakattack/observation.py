@@ -412,6 +412,15 @@ def unknown_seed(seed: int) -> int:
     return (seed + UNKNOWN_SEED_OFFSET) % (MAX_SEED + 1)
 
 
+#: the warning for one image through BatchNorm in train mode, by :func:`observe` and by a run on a message file
+ONE_IMAGE_IN_TRAIN_MODE = (
+    "BatchNorm in train mode (--bn train; bn_mode='train' in Python, the default of targets.get_model and "
+    "Victim.from_module, whatever mode the module was in) on one image normalises it by its own statistics, which no "
+    "training client does, and there neither leakattack's Inverting Gradients nor breaching's rebuilds it "
+    "(docs/ig_recipe.md): expect 'not rebuilt'; --bn auto (eval for one image; bn_mode='eval') normalises by the "
+    "running statistics the server holds, as the field's single-image case does")
+
+
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
@@ -431,6 +440,8 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
                       "themselves and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning,
                       stacklevel=2)
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
+    if x.shape[0] == 1 and victim.bn_mode == "train" and victim.has_batchnorm:
+        warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=2)
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
     if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)

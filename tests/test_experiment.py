@@ -313,9 +313,9 @@ def _setting_warnings(cfg) -> list[str]:
 
 
 def test_batchnorm_in_train_mode_on_one_image_is_warned_of_before_the_attack():
-    said = "--bn train on one image normalises it by its own statistics, which no training client does"
+    said = "on one image normalises it by its own statistics, which no training client does"
     one = [m for m in _setting_warnings(RunConfig(model="resnet20", bn="train", iterations=1, threads=1)) if said in m]
-    assert len(one) == 1 and "expect 'not rebuilt'" in one[0] and "--bn auto (eval for one image)" in one[0]
+    assert len(one) == 1 and "expect 'not rebuilt'" in one[0] and "--bn auto (eval for one image" in one[0]
     for quiet in (RunConfig(model="resnet20", bn="train", batch_size=2, iterations=1, threads=1),  # a batch
                   RunConfig(model="resnet20", iterations=1, threads=1),  # --bn auto: eval for one image
                   RunConfig(model="lenet", bn="train", iterations=1, threads=1),  # no BatchNorm

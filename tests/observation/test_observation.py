@@ -132,3 +132,22 @@ def test_an_attacker_without_the_sketch_seed_models_the_client_with_another_r(vi
     assert at_truth[0] < 1e-12 and at_truth[1] > 0.5  # the truth matches only the client's own R
     identity = make_sketch("none", model.d, model.d)
     assert _obs(model, x, labels, identity, knows_sketch=False).linear_map is identity  # nothing drawn to withhold
+
+
+def test_one_image_through_batchnorm_in_train_mode_is_warned_of_from_python():
+    """The command line warned of it; a module wrapped after its own .eval() runs in train mode silently."""
+    import warnings
+
+    from leakattack.errors import SettingWarning
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 10)).eval()
+    said = "on one image normalises it by its own statistics"
+    for bn_mode, batch, warned in (("train", 1, True), ("train", 2, False), ("eval", 1, False)):
+        v = targets.Victim.from_module(net, input_shape=(3, 8, 8), num_classes=10, bn_mode=bn_mode)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            observe(v, torch.rand(batch, 3, 8, 8), torch.arange(batch), Channel(make_sketch("none", v.d, v.d)))
+        lines = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and said in str(w.message)]
+        assert len(lines) == int(warned), (bn_mode, batch, lines)
