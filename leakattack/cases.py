@@ -227,6 +227,7 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
                              closed_form=bool(getattr(cfg.attack_class, "closed_form", False)))
     if note:
         warnings.warn(note, SettingWarning, stacklevel=2)
+    sketch.cost_told = True  # the run's own words, with its iterations, stand for observe's
     x, labels = x.to(device=device, dtype=dtype), victim.target(labels.to(device))
     threat = threat_of(cfg)
     unknown = not cfg.sketch_known and not sketch.identity  # the attacker's R: drawn below, with --sketch-memory and

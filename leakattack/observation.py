@@ -34,7 +34,7 @@ from .constraints import MAX_SEED
 from .data.base import outside_unit_range
 from .errors import SettingWarning, UserError
 from .seeds import check_seed, torch_generator
-from .sketch import sketch_from_description
+from .sketch import regeneration_warning, sketch_from_description
 
 
 class LinearMap(Protocol):
@@ -442,6 +442,9 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     if x.shape[0] == 1 and victim.bn_mode == "train" and victim.has_batchnorm:
         warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=2)
+    slow = regeneration_warning(channel.sketch, victim.dtype)
+    if slow:
+        warnings.warn(slow, SettingWarning, stacklevel=2)
     target = victim.target(labels)
     g = targets.flat_gradient(victim, x, target).detach()
     if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)

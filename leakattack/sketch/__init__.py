@@ -25,7 +25,7 @@ from ..seeds import check_seed
 from .ams import AMSSketch
 from .base import DENSE_LIMIT, Sketch, readout_variance
 from .countsketch import CountSketch
-from .gaussian import GaussianSketch, default_memory_gb, regeneration_note, regeneration_refusal
+from .gaussian import GaussianSketch, default_memory_gb, regeneration_note, regeneration_refusal, regeneration_warning
 from .identity import Identity
 from .sparse import SparseSketch
 from .srht import SRHTSketch
@@ -200,6 +200,7 @@ def sketch_from_description(desc: dict) -> Sketch:
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "regeneration_refusal", "get_sketch",
+__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "regeneration_refusal",
+           "regeneration_warning", "get_sketch",
            "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch",
            "sketch_class", "is_identity", "check_sketch_params", "sketch_dim", "readout_variance"]

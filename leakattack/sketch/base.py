@@ -99,6 +99,9 @@ class Sketch:
 
     kind: str = "base"
     identity: bool = False  #: R = I (b = d): nothing is compressed
+    #: a run has worded what this sketch's products cost (a regenerated dense R's note), which observe then does not
+    #: repeat
+    cost_told: bool = False
 
     #: parameter name -> (description of the valid values, check(value, b) -> bool); none by default
     param_rules: dict = {}

@@ -314,6 +314,27 @@ def regeneration_note(sketch: Sketch, evaluations: int, dtype, limit_s: float = 
             + "; use --sketch srht or countsketch, or a larger --sketch-memory")
 
 
+#: a sketch whose regenerated apply and adjoint together take longer than this (seconds) is warned of by observe,
+#: where no run warned of it: a hundred iterations of gradient matching then pass SLOW_SKETCH_SECONDS
+SLOW_PASS_SECONDS = SLOW_SKETCH_SECONDS / 100
+
+
+def regeneration_warning(sketch: Sketch, dtype) -> str | None:
+    """One sentence for :func:`leakattack.observation.observe` (the Python path, which gives no iteration count) when
+    ``sketch`` regenerates its dense R and an apply and an adjoint take longer than :data:`SLOW_PASS_SECONDS`: the
+    cost of the pair, which gradient matching takes once an iteration, and the cheaper choices; None otherwise, and
+    where a run has worded the cost already (``sketch.cost_told``, :func:`regeneration_note`)."""
+    if not isinstance(sketch, RowBlockSketch) or sketch.cost_told or sketch.fits(dtype):
+        return None
+    per = sketch.regeneration_seconds()
+    if per <= SLOW_PASS_SECONDS:
+        return None
+    return (f"{_too_large(sketch, dtype)}, so every product regenerates them: about {duration_text(per)} for an "
+            f"apply and an adjoint, which gradient matching takes once an iteration ({duration_text(100 * per)} for "
+            f"100); get_sketch('srht', d, b) or get_sketch('countsketch', d, b) sends the same b without a stored "
+            "matrix, and get_sketch(..., memory_gb=...) holds R where the RAM allows")
+
+
 def regeneration_refusal(sketch: Sketch, dtype, time_limit: float | None = None) -> str | None:
     """One sentence when a regenerated dense R makes the passes every run needs outside its iterations (the message,
     the label reading, the verdict: :data:`RUN_EVALUATIONS`) and its first iteration take longer than

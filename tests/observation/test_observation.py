@@ -151,3 +151,30 @@ def test_one_image_through_batchnorm_in_train_mode_is_warned_of_from_python():
             observe(v, torch.rand(batch, 3, 8, 8), torch.arange(batch), Channel(make_sketch("none", v.d, v.d)))
         lines = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and said in str(w.message)]
         assert len(lines) == int(warned), (bn_mode, batch, lines)
+
+
+def test_a_regenerated_dense_sketch_is_warned_of_from_python_once():
+    """From Python a Gaussian R too large to hold ran minutes per iteration without a word; a run words it itself
+    (with its iterations) and marks the sketch, which observe then does not repeat."""
+    import warnings
+
+    from leakattack.errors import SettingWarning
+    from leakattack.sketch import get_sketch
+
+    torch.manual_seed(0)
+    v = targets.Victim.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)),
+                                   input_shape=(1, 3, 4), num_classes=3)
+    said = "so every product regenerates them: about 10 s for an apply and an adjoint"
+
+    def lines(per, told=False):
+        sketch = get_sketch("gaussian", v.d, v.d // 2, seed=1, memory_gb=0)
+        sketch._regeneration_s, sketch.cost_told = per, told  # the measured estimate, as a large R would give
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            observe(v, torch.rand(1, 1, 3, 4), torch.tensor([1]), Channel(sketch))
+        return [str(w.message) for w in caught if issubclass(w.category, SettingWarning)]
+
+    warned = [m for m in lines(10.0) if said in m]
+    assert len(warned) == 1 and "get_sketch('srht', d, b)" in warned[0], lines(10.0)
+    assert not [m for m in lines(10.0, told=True) if "regenerates" in m]
+    assert not [m for m in lines(1e-3) if "regenerates" in m]
