@@ -319,9 +319,9 @@ class Imprint(Attack):
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs))
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
             labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
-        if obs.labels is None and victim.task == "classification" and found.numel() >= B:
-            # the batch's images read, the head's gradient gives their labels at any scale (a clip's); the reading
-            # that fits the head's gradient better is kept
+        if obs.labels is None and victim.task == "classification" and found.numel() >= B and not outside:
+            # the batch's images read, each in its bin, the head's gradient gives their labels at any scale (a
+            # clip's); the reading that fits the head's gradient better is kept
             head = head_from_gradient(victim, g) if from_g else read_head(victim, M, rest)
             best = labels_at_images(victim, head, x, others=[labels])
             assert best is not None  # one of the others at least

@@ -548,13 +548,26 @@ def _stacked(read: HeadReadout) -> torch.Tensor:
 
 
 def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> float:
-    """:func:`head_misfit` from the softmax P, the rows H and the stacked head gradient Y."""
+    """:func:`head_misfit` from the softmax P, the rows H and the stacked head gradient Y: the least squares of Y on
+    the B terms A_i = (p_i - e_{y_i}) h_i^T at scales s_i >= 0, one per example (a per-example clip scales each
+    apart; a clip of the whole update, or none, scales them alike), from their Gram matrix, which factorises:
+    <A_i, A_j> = <p_i - e_{y_i}, p_j - e_{y_j}> <h_i, h_j>."""
+    from scipy.optimize import nnls
+
     E = torch.nn.functional.one_hot(labels.reshape(-1).long().cpu(), P.shape[1]).to(P)
-    A = (P - E).T @ H
-    s = float((Y * A).sum() / (A * A).sum().clamp_min(1e-300))
-    if not math.isfinite(s) or s <= 0:
+    a = P - E  # (B, C)
+    G = (a @ a.T) * (H @ H.T)
+    r = ((a @ Y) * H).sum(1)  # <Y, A_i>
+    yy = float((Y * Y).sum())
+    if yy <= 0 or not bool(torch.isfinite(G).all() and torch.isfinite(r).all()):
         return 1.0
-    return float((Y - s * A).norm() / Y.norm().clamp_min(1e-300))
+    ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
+    L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
+    target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
+    scales, _ = nnls(L.T.numpy(), target.numpy())
+    sv = torch.as_tensor(scales, dtype=G.dtype)
+    left = yy - 2 * float(sv @ r) + float(sv @ G @ sv)
+    return math.sqrt(max(left, 0.0) / yy)
 
 
 def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -566,8 +579,9 @@ def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, 
 
 def head_misfit(victim, read: HeadReadout, x: torch.Tensor, labels: torch.Tensor) -> float:
     """How far the head's gradient ``read`` is from that of the batch ``x`` with ``labels`` (in x's order) at the
-    best positive scale s: ||[U | beta] - s (P - E)^T H|| / ||[U | beta]||, with P the softmax, E the labels' one-hot
-    rows and H the head inputs with a column of ones (1 where no positive s brings it closer)."""
+    best scales s_i >= 0, one per example: ||[U | beta] - sum_i s_i (p_i - e_{y_i}) [h_i, 1]^T|| / ||[U | beta]||,
+    with p_i the softmax, e_{y_i} the label's one-hot row and h_i the head input (1 where no such scales bring it
+    closer than 0)."""
     return _misfit(*_rows_of(victim, read, x), labels)
 
 
@@ -575,7 +589,8 @@ def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=()) -> t
     """The labels of the images ``x`` (the batch, in its order) that the head's gradient ``read`` gives, whatever
     the message's positive scale (a mean over the batch, a clip's C / ||g||): the head's gradient [U | beta] is
     sum_i delta_i [h_i, 1]^T with h_i image i's head input and delta_i = s (p_i - e_{y_i}), so least squares of
-    [U | beta] on the rows [h_i, 1] gives each delta_i, whose one negative entry, its smallest, is at y_i.
+    [U | beta] on the rows [h_i, 1] gives each delta_i, whose one negative entry, its smallest, is at y_i (so a
+    per-example clip, which scales each delta_i apart, changes nothing either).
 
     ``others``: labels read otherwise (in x's order); of them and this reading the one with the least
     :func:`head_misfit` is returned, the first of ``others`` on a tie.  None where the B rows cannot be told apart
