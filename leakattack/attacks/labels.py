@@ -10,7 +10,9 @@ batch's mean embedding recovered as in iLRG), ``sign`` (iDLG; Yin et al. 2021),
 2023), ``magnitude`` (the largest rows of the head's gradient: for one example
 exact whatever the sign of the features).  The derivation, every rule's
 estimator and its limits (BatchNorm modes, non-negative head inputs):
-docs/attacks/labels.md.
+docs/attacks/labels.md.  An attack that has rebuilt the batch's images reads
+their labels from the head's gradient at them (``labels_at_images``: at any
+positive scale per example, so a clip does not mislead it; docs/attacks/imprint.md).
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def test_settings_the_run_does_not_read_are_warned_of(settings, said):
     assert [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and said in str(w.message)]
     with warnings.catch_warnings():  # the same settings where they are read: no warning
         warnings.simplefilter("error", SettingWarning)
-        warnings.filterwarnings("ignore", "--bn train on one image", SettingWarning)  # said of the mode, not of these
+        warnings.filterwarnings("ignore", "BatchNorm in train mode", SettingWarning)  # said of the mode, not of these
         prepare(RunConfig(model="resnet20", device="cpu", iterations=1, bn="train", bn_stats="client", priors=["bn"]))
         prepare(RunConfig(model="lenet", device="cpu", iterations=1, priors=["tv"]))  # no TV before: it adds TV
 
@@ -247,7 +247,7 @@ def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_meas
                   RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1)):
         with warnings.catch_warnings():
             warnings.simplefilter("error", SettingWarning)
-            warnings.filterwarnings("ignore", "--bn train on one image", SettingWarning)  # of the mode, not the prior
+            warnings.filterwarnings("ignore", "BatchNorm in train mode", SettingWarning)  # of the mode, not the prior
             prepare(quiet)
     with pytest.warns(SettingWarning) as said:  # a weight of 0: only that it changes nothing
         prepare(RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1))
