@@ -314,15 +314,18 @@ class Imprint(Attack):
             x = images[picked].reshape(B, *victim.input_shape)
         # the share of the bins' bias signal that the returned batch leaves out (hits beyond B)
         residual = float(diffs[order[B:]].norm() / diffs.norm()) if found.numel() > B else 0.0
-        labels = obs.labels
+        labels, head = obs.labels, None
         if labels is None:
-            labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs))
+            if not from_g and victim.head is not None and victim.task == "classification":
+                head = read_head(victim, M, rest)  # one adjoint, for the rules and the reading at the images
+            labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs), read=head)
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
             labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
         if obs.labels is None and victim.task == "classification" and found.numel() >= B and not outside:
             # the batch's images read, each in its bin, the head's gradient gives their labels at any scale (a
             # clip's); the reading that fits the head's gradient better is kept
-            head = head_from_gradient(victim, g) if from_g else read_head(victim, M, rest)
+            head = head_from_gradient(victim, g) if from_g else head
+            assert head is not None  # read above for the rules where g was not
             best = labels_at_images(victim, head, x, others=[labels])
             assert best is not None  # one of the others at least
             labels = best.to(dtype=labels.dtype, device=labels.device).reshape(labels.shape)

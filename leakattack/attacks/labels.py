@@ -396,26 +396,29 @@ def _check_call(victim, linear_map, y, batch_size) -> None:
 
 
 def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
-                   rule: str = DEFAULT_RULE, scale_unknown: bool = False) -> torch.Tensor:
+                   rule: str = DEFAULT_RULE, scale_unknown: bool = False,
+                   read: HeadReadout | None = None) -> torch.Tensor:
     """The B labels of the batch behind message y, sorted, by ``rule`` (one of ``LABEL_RULES``; module docstring);
     ``scale_unknown``: y is the gradient times an unknown factor (a clip, :func:`scale_unknown`), which is fitted
-    first (:func:`fitted_scale`; the sign rules do not depend on it, the count rules do)."""
+    first (:func:`fitted_scale`; the sign rules do not depend on it, the count rules do); ``read``: y's
+    :func:`read_head` where the caller has it already."""
     if rule not in _RULES:
         raise ValueError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
-    return recover_labels_by_rule(victim, sketch, y, batch_size, (rule,), probes, scale_unknown)[rule]
+    return recover_labels_by_rule(victim, sketch, y, batch_size, (rule,), probes, scale_unknown, read)[rule]
 
 
 def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rules=LABEL_RULES,
-                           probes: int = 64, scale_unknown: bool = False) -> dict[str, torch.Tensor]:
-    """rule -> the B sorted labels :func:`recover_labels` gives by it, from one readout of the head and one probe
-    pass shared by every rule."""
+                           probes: int = 64, scale_unknown: bool = False,
+                           read: HeadReadout | None = None) -> dict[str, torch.Tensor]:
+    """rule -> the B sorted labels :func:`recover_labels` gives by it, from one readout of the head (``read``, or
+    :func:`read_head` of y) and one probe pass shared by every rule."""
     unknown = [r for r in rules if r not in _RULES]
     if unknown:
         raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
     _check_call(victim, sketch, y, batch_size)
     stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) or scale_unknown else None
-    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown), batch_size, rules,
-                    stats)
+    return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown, read), batch_size,
+                    rules, stats)
 
 
 def _readout(victim, sketch, y: torch.Tensor, batch_size: int, stats: ProbeStats | None, probes: int,
@@ -532,21 +535,18 @@ def head_from_gradient(victim, g: torch.Tensor) -> HeadReadout:
     return HeadReadout(U=g[ws].reshape(victim.head.weight.shape), beta=None if bs is None else g[bs], sigma=0.0)
 
 
-def _at_images(victim, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(softmax P (B, C), head inputs with a column of ones for the bias, H (B, h + 1)) of the batch ``x`` in the
-    victim's own mode (BatchNorm statistics restored), in float64."""
+def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the softmax P (B, C), the head inputs H (B, h), with a column of ones where the head has a bias, and the head's
+    gradient Y = [U | beta] (C, h + 1), or U alone) of the batch ``x`` in the victim's own mode (BatchNorm statistics
+    restored), in float64: what :func:`_misfit` and :func:`labels_at_images` fit."""
     with targets.kept_buffers(victim.model), torch.no_grad():
         out, feats = victim.head_inputs(x.to(device=victim.device, dtype=victim.dtype))
-    H = feats.to(torch.float64).cpu()
     P = torch.softmax(out.detach().to(torch.float64).cpu(), -1)
-    return P, torch.cat([H, torch.ones(len(H), 1, dtype=H.dtype)], 1)
-
-
-def _stacked(read: HeadReadout) -> torch.Tensor:
-    """[U | beta] (C, h + 1) in float64, the bias column 0 where the head has none."""
-    U = read.U.detach().to(torch.float64).cpu()
-    beta = read.beta.detach().to(torch.float64).cpu() if read.beta is not None else torch.zeros(len(U), dtype=U.dtype)
-    return torch.cat([U, beta[:, None]], 1)
+    H, Y = feats.to(torch.float64).cpu(), read.U.detach().to(torch.float64).cpu()
+    if read.beta is None:
+        return P, H, Y
+    beta = read.beta.detach().to(torch.float64).cpu()
+    return P, torch.cat([H, torch.ones(len(H), 1, dtype=H.dtype)], 1), torch.cat([Y, beta[:, None]], 1)
 
 
 def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> float:
@@ -572,13 +572,6 @@ def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Ten
     return math.sqrt(max(left, 0.0) / yy)
 
 
-def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(P, H, Y) of :func:`_misfit`, the bias column of H and Y left out where the head has no bias."""
-    P, H = _at_images(victim, x)
-    Y = _stacked(read)
-    return (P, H, Y) if read.beta is not None else (P, H[:, :-1], Y[:, :-1])
-
-
 def head_misfit(victim, read: HeadReadout, x: torch.Tensor, labels: torch.Tensor) -> float:
     """How far the head's gradient ``read`` is from that of the batch ``x`` with ``labels`` (in x's order) at the
     best scales s_i >= 0, one per example: ||[U | beta] - sum_i s_i (p_i - e_{y_i}) [h_i, 1]^T|| / ||[U | beta]||,
@@ -599,10 +592,9 @@ def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=()) -> t
     (more images than head inputs, or rows that repeat) and no ``others`` are given."""
     P, H, Y = _rows_of(victim, read, x)
     readings = [torch.as_tensor(o).reshape(-1).long().cpu() for o in others]
-    if H.shape[0] <= H.shape[1] and int(torch.linalg.matrix_rank(H)) == H.shape[0]:
-        delta = torch.linalg.lstsq(H.T, Y.T).solution  # (B, C): delta_i
-        if bool(torch.isfinite(delta).all()):
-            readings.append(delta.argmin(1))
+    fit = torch.linalg.lstsq(H.T, Y.T, driver="gelsd")  # (B, C): delta_i, and the rank of the B rows
+    if int(fit.rank) == H.shape[0] and bool(torch.isfinite(fit.solution).all()):
+        readings.append(fit.solution.argmin(1))
     if not readings:
         return None
     return min(readings, key=lambda labels: _misfit(P, H, Y, labels))

@@ -370,7 +370,7 @@ def closed_form_defense_note(run: Mapping, metrics: Mapping | None = None) -> st
     (:func:`changing_steps`): gradient matching with the ``ig`` recipe, told the steps an attacker can model (clips,
     pruning); None where no step changes it so."""
     every = _changing(run.get("defense"), metrics)  # a clip that only rescales still misleads gradient matching
-    steps = [step for step in every if not step.only_rescales(_batch_of(run))]
+    steps = changing_steps(run, metrics)
     if not steps:
         return None
     told = ((" --attacker-knows-clip" if any(step.bounds_norm for step in every) else "")
