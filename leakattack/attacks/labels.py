@@ -113,8 +113,9 @@ def read_head(victim, sketch, y: torch.Tensor) -> HeadReadout:
         raise UserError(kept)
     u = sketch.adjoint(y) / gain
     sigma = float(y.norm()) / math.sqrt(gain) * math.sqrt(readout_variance(sketch))
-    U = u[ws].reshape(victim.head.weight.shape)
-    return HeadReadout(U=U, beta=None if bs is None else u[bs], sigma=sigma)
+    # copies, so that a readout kept does not hold the whole adjoint (d numbers) alive
+    U = u[ws].reshape(victim.head.weight.shape).clone()
+    return HeadReadout(U=U, beta=None if bs is None else u[bs].clone(), sigma=sigma)
 
 
 def probe(victim, n: int, like: torch.Tensor) -> ProbeStats:
