@@ -882,9 +882,10 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
                prepared: Callable[[Prepared], None] | None = None) -> tuple[metrics.RunMetrics, Path]:
     """Prepare, attack, score and write; returns (metrics, run folder).  ``interruptible``: see :func:`execute`.
     ``prepared`` is called with the prepared run once every check before the attack has passed (the command line
-    prints its notes there, so that a refused run prints its refusal alone).  The run takes its own torch thread
-    count (:func:`prepare`) and gives the caller's back.  ``cfg`` is a RunConfig (anything else is one UserError
-    sentence)."""
+    prints its notes there, so that a refused run prints its refusal alone); without it, the settings given that the
+    attack does not read are warned of there by their field names (:meth:`RunConfig.unused_note`).  The run takes
+    its own torch thread count (:func:`prepare`) and gives the caller's back.  ``cfg`` is a RunConfig (anything else
+    is one UserError sentence)."""
     if not isinstance(cfg, RunConfig):
         hint = ": make one with RunConfig(**settings)" if isinstance(cfg, dict) else ""
         raise UserError(f"run_attack takes a RunConfig, got {type(cfg).__name__} {cfg!r:.40}{hint}")
@@ -898,6 +899,8 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
         p = prepare(cfg, progress=progress)
         if prepared is not None:
             prepared(p)
+        elif (unused := cfg.unused_note(python=True)) is not None:
+            warnings.warn(unused, SettingWarning, stacklevel=2)
         warn_if_not_unique(p.case)
         outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
         folder = Path(out) if out is not None else \

@@ -14,7 +14,6 @@ from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import inexact_words, next_settings
 from ..attacks.seed_search import found_text, sketch_not_held
 from ..config.arguments import config_from_args
-from ..errors import listed
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import (
@@ -205,13 +204,8 @@ def cmd_run(a) -> int:
 
 def _unused_flags_warning(cfg) -> str | None:
     """The warning line naming the flags given that the configured attack does not read, or None."""
-    unused = cfg.unused_options()
-    if not unused:
-        return None
-    how = " solves in closed form and" if cfg.attack_class.closed_form else ""
-    one = len(unused) == 1
-    return (f"leakattack: warning: {listed(unused)} change{'s' if one else ''} nothing for the {cfg.attack} attack, "
-            f"which{how} does not read {'it' if one else 'them'}")
+    note = cfg.unused_note()
+    return None if note is None else f"leakattack: warning: {note}"
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from targets.protocols import list_protocols, protocol_class, unread_settings
 
 from .. import attacks
 from ..data import reads_root
-from ..errors import SettingWarning, UserError
+from ..errors import SettingWarning, UserError, listed
 from ..sketch import check_sketch_params, is_identity, list_sketches, sketch_dim
 from . import names
 from .params import PROTOCOL_PARAMS, RUN_PARAMS
@@ -463,14 +463,33 @@ class RunConfig:
         """The flags set away from their defaults that the configured attack does not read: the settings other
         attacks own (gradient matching's under a closed-form attack), and ``--labels dlg`` (soft labels optimised
         with x), which a closed-form attack replaces by the labels it recovers."""
+        return [flag for flag, _ in self._unused()]
+
+    def unused_fields(self) -> list[str]:
+        """:meth:`unused_options` in the words of Python: the fields of this configuration (``label_mode='dlg'``)."""
+        return [field for _, field in self._unused()]
+
+    def _unused(self) -> list[tuple[str, str]]:
+        """(flag, field) of each setting :meth:`unused_options` names."""
         cls = self.attack_class
         others = {n for name in attacks.list_attacks() for n in attacks.attack_class(name).settings}
         others -= set(cls.settings)
         if not cls.closed_form:  # an optimising attack is passed gradient matching's settings (experiment.attack_of)
             others -= set(attacks.attack_class(attacks.DEFAULT_ATTACK).settings)
-        out = [opt for p in RUN_PARAMS
+        out = [(opt, p.name) for p in RUN_PARAMS
                if p.name in others and getattr(self, p.name) != p.default and (opt := p.option) is not None]
-        return out + (["--labels dlg"] if cls.closed_form and self.label_mode == "dlg" else [])
+        return out + ([("--labels dlg", "label_mode='dlg'")] if cls.closed_form and self.label_mode == "dlg" else [])
+
+    def unused_note(self, python: bool = False) -> str | None:
+        """One sentence naming the settings given that the configured attack does not read (:meth:`unused_options`;
+        their fields where ``python``), or None."""
+        unused = self.unused_fields() if python else self.unused_options()
+        if not unused:
+            return None
+        how = " solves in closed form and" if self.attack_class.closed_form else ""
+        one = len(unused) == 1
+        return (f"{listed(unused)} change{'s' if one else ''} nothing for the {self.attack} attack, which{how} does "
+                f"not read {'it' if one else 'them'}")
 
     @property
     def label_source(self) -> str:

@@ -321,6 +321,21 @@ def test_gradient_matching_settings_given_to_a_closed_form_attack_are_named_as_u
     assert RunConfig(model="mlp", label_mode="dlg").label_source == "dlg"
 
 
+def test_run_attack_from_python_warns_of_the_settings_the_attack_does_not_read_by_their_field_names(tmp_path):
+    from leakattack import run_attack
+    from leakattack.config import RunConfig
+
+    cfg = RunConfig(model="mlp", dataset="digits", attack="analytic", sketch="none", iterations=5, priors=["tv:0.1"])
+    with pytest.warns(SettingWarning) as caught:
+        m, _ = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
+    said = [str(w.message) for w in caught if "change nothing" in str(w.message)]
+    assert said == ["iterations and priors change nothing for the analytic attack, which solves in closed form and "
+                    "does not read them"]
+    assert m.psnr > 80  # the run itself goes ahead
+    assert RunConfig(model="mlp", attack="rgap", label_mode="dlg").unused_fields() == ["label_mode='dlg'"]
+    assert RunConfig(model="mlp", attack="analytic").unused_note(python=True) is None
+
+
 def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_from(tmp_path, capsys):
     from leakattack import cli
 
