@@ -550,11 +550,12 @@ def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, 
     return P, torch.cat([H, torch.ones(len(H), 1, dtype=H.dtype)], 1), torch.cat([Y, beta[:, None]], 1)
 
 
-def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> float:
+def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
+            per_example: bool = False) -> float:
     """:func:`head_misfit` from the softmax P, the rows H and the stacked head gradient Y: the least squares of Y on
-    the B terms A_i = (p_i - e_{y_i}) h_i^T at scales s_i >= 0, one per example (a per-example clip scales each
-    apart; a clip of the whole update, or none, scales them alike), from their Gram matrix, which factorises:
-    <A_i, A_j> = <p_i - e_{y_i}, p_j - e_{y_j}> <h_i, h_j>."""
+    the B terms A_i = (p_i - e_{y_i}) h_i^T at one scale s >= 0 for the batch (a clip of the whole update, or none,
+    scales them alike) or, ``per_example``, at scales s_i >= 0, one per example (a per-example clip scales each
+    apart), from their Gram matrix, which factorises: <A_i, A_j> = <p_i - e_{y_i}, p_j - e_{y_j}> <h_i, h_j>."""
     from scipy.optimize import nnls
 
     E = torch.nn.functional.one_hot(labels.reshape(-1).long().cpu(), P.shape[1]).to(P)
@@ -564,6 +565,10 @@ def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Ten
     yy = float((Y * Y).sum())
     if yy <= 0 or not bool(torch.isfinite(G).all() and torch.isfinite(r).all()):
         return 1.0
+    if not per_example:  # the one scale of the sum A = sum_i A_i: <Y, A> / <A, A>, at least 0
+        rr, gg = float(r.sum()), float(G.sum())
+        s = max(rr, 0.0) / gg if gg > 0 else 0.0
+        return math.sqrt(max(yy - 2 * s * rr + s * s * gg, 0.0) / yy)
     ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
     L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
     target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
@@ -573,15 +578,16 @@ def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Ten
     return math.sqrt(max(left, 0.0) / yy)
 
 
-def head_misfit(victim, read: HeadReadout, x: torch.Tensor, labels: torch.Tensor) -> float:
+def head_misfit(victim, read: HeadReadout, x: torch.Tensor, labels: torch.Tensor, per_example: bool = False) -> float:
     """How far the head's gradient ``read`` is from that of the batch ``x`` with ``labels`` (in x's order) at the
-    best scales s_i >= 0, one per example: ||[U | beta] - sum_i s_i (p_i - e_{y_i}) [h_i, 1]^T|| / ||[U | beta]||,
-    with p_i the softmax, e_{y_i} the label's one-hot row and h_i the head input (1 where no such scales bring it
-    closer than 0)."""
-    return _misfit(*_rows_of(victim, read, x), labels)
+    best scale s >= 0 for the batch, or, ``per_example`` (a per-example clip), the best scales s_i >= 0, one per
+    example: ||[U | beta] - sum_i s_i (p_i - e_{y_i}) [h_i, 1]^T|| / ||[U | beta]||, with p_i the softmax, e_{y_i}
+    the label's one-hot row and h_i the head input (1 where no such scales bring it closer than 0)."""
+    return _misfit(*_rows_of(victim, read, x), labels, per_example)
 
 
-def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=()) -> torch.Tensor | None:
+def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=(),
+                     per_example: bool = False) -> torch.Tensor | None:
     """The labels of the images ``x`` (the batch, in its order) that the head's gradient ``read`` gives, whatever
     the message's positive scale (a mean over the batch, a clip's C / ||g||): the head's gradient [U | beta] is
     sum_i delta_i [h_i, 1]^T with h_i image i's head input and delta_i = s (p_i - e_{y_i}), so least squares of
@@ -589,13 +595,197 @@ def labels_at_images(victim, read: HeadReadout, x: torch.Tensor, others=()) -> t
     per-example clip, which scales each delta_i apart, changes nothing either).
 
     ``others``: labels read otherwise (in x's order); of them and this reading the one with the least
-    :func:`head_misfit` is returned, the first of ``others`` on a tie.  None where the B rows cannot be told apart
+    :func:`head_misfit` (``per_example``: at one scale per example, for a message whose examples were clipped
+    apart) is the start, the first of ``others`` on a tie.  Where the rows are apart, labels are then changed one at
+    a time while that lowers the misfit (:func:`_descend`): through a sketch the head's gradient is read with noise,
+    and the least squares' smallest entry of delta_i may lie elsewhere.  None where the B rows cannot be told apart
     (more images than head inputs, or rows that repeat) and no ``others`` are given."""
     P, H, Y = _rows_of(victim, read, x)
     readings = [torch.as_tensor(o).reshape(-1).long().cpu() for o in others]
     fit = torch.linalg.lstsq(H.T, Y.T, driver="gelsd")  # (B, C): delta_i, and the rank of the B rows
-    if int(fit.rank) == H.shape[0] and bool(torch.isfinite(fit.solution).all()):
+    apart = int(fit.rank) == H.shape[0] and bool(torch.isfinite(fit.solution).all())
+    if apart:
         readings.append(fit.solution.argmin(1))
     if not readings:
         return None
-    return min(readings, key=lambda labels: _misfit(P, H, Y, labels))
+    start = min(readings, key=lambda labels: _misfit(P, H, Y, labels, per_example))
+    if not apart:
+        return start
+    # the labels are a discrete choice, each delta_i a non-negative multiple of p_i - e_{y_i}: one label at a time,
+    # among each image's most negative entries of its delta_i and the readings'
+    k = min(P.shape[1], DESCENT_CLASSES)
+    ranked = fit.solution.argsort(1)[:, :k]
+    candidates = [sorted({int(c) for c in ranked[i]} | {int(r[i]) for r in readings}) for i in range(len(start))]
+    return _descend(P, H, Y, start, candidates, per_example)
+
+
+#: the classes per image :func:`labels_at_images` tries beyond the readings it starts from: its least squares'
+#: most negative entries of delta_i (every class of a head with up to this many)
+DESCENT_CLASSES = 16
+#: the passes over the batch :func:`_descend` makes at most (it stops at the first that changes nothing)
+DESCENT_PASSES = 8
+
+
+def _descend(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
+             candidates: list[list[int]], per_example: bool = False) -> torch.Tensor:
+    """From ``labels``, the labels of less :func:`_misfit` that changing one label at a time to one of its
+    ``candidates``, or swapping two images' labels, reaches: each pass takes, image by image, the candidate that
+    lowers the misfit most, then the swap with another image that lowers it most (one label at a time cannot swap
+    two: the labels between hold a class twice and fit worse).  Each move's misfit is updated, not recomputed: at one
+    scale for the batch exactly (its sums <Y, A> and ||A||^2 change by a rank-one term), at one scale per example
+    with the moved images' scales fitted and the others' held, all of them fitted again after each pass
+    (:func:`_each`)."""
+    step = _each if per_example else _one
+    labels = labels.clone()
+    for _ in range(DESCENT_PASSES):
+        labels, moved = step(P, H, Y, labels, candidates)
+        if not moved:
+            break
+    return labels
+
+
+def _one(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
+         candidates: list[list[int]]) -> tuple[torch.Tensor, bool]:
+    """One pass of :func:`_descend` at one scale s >= 0 for the batch: A = Q - S with Q = P^T H and S = E^T H (row c
+    the sum of the head inputs labelled c), misfit^2 = 1 - max(<Y, A>, 0)^2 / (||A||^2 ||Y||^2)."""
+    yy = float((Y * Y).sum())
+    Q = P.T @ H
+    QH, YH, HH = Q @ H.T, Y @ H.T, H @ H.T  # (C, B), (C, B), (B, B)
+    moved = False
+
+    def sums(labels):
+        S = torch.zeros_like(Q).index_add_(0, labels, H)
+        A = Q - S
+        return S, S @ H.T, float((Y * A).sum()), float((A * A).sum())
+
+    def score(rr, gg):  # misfit^2, elementwise
+        return 1 - rr.clamp_min(0) ** 2 / (gg.clamp_min(1e-300) * yy)
+
+    S, SH, rr, gg = sums(labels)
+    best = float(score(torch.tensor(rr), torch.tensor(gg)))
+    B = len(labels)
+    for i in range(B):
+        a = int(labels[i])
+        b = torch.as_tensor([c for c in candidates[i] if c != a], dtype=torch.long)
+        if len(b):  # label a -> b: S[a] -= h_i, S[b] += h_i
+            r2 = rr - (YH[b, i] - YH[a, i])
+            g2 = gg - 2 * (QH[b, i] - QH[a, i]) + 2 * (SH[b, i] - SH[a, i]) + 2 * HH[i, i]
+            m = score(r2, g2)
+            k = int(m.argmin())
+            if float(m[k]) < best * (1 - 1e-9):
+                labels[i] = b[k]
+                S, SH, rr, gg = sums(labels)
+                best, moved = float(score(torch.tensor(rr), torch.tensor(gg))), True
+        a = int(labels[i])
+        js = torch.nonzero(labels != a).reshape(-1)
+        if len(js):  # swap with j (label b): S[a] += h_j - h_i, S[b] -= h_j - h_i
+            b = labels[js]
+
+            def along(X):  # (X[a] - X[b]) . (h_j - h_i) for X's products with the rows, X (C, B)
+                return (X[a, js] - X[b, js]) - (X[a, i] - X[b, i])
+
+            dl2 = HH[js, js] - 2 * HH[i, js] + HH[i, i]
+            r2 = rr - along(YH)
+            g2 = gg - 2 * along(QH) + 2 * along(SH) + 2 * dl2
+            m = score(r2, g2)
+            k = int(m.argmin())
+            if float(m[k]) < best * (1 - 1e-9):
+                j = int(js[k])
+                labels[i], labels[j] = labels[j].clone(), labels[i].clone()
+                S, SH, rr, gg = sums(labels)
+                best, moved = float(score(torch.tensor(rr), torch.tensor(gg))), True
+    return labels, moved
+
+
+def _scales(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The scales s_i >= 0, one per example, that bring sum_i s_i (p_i - e_{y_i}) h_i^T nearest to Y (the
+    non-negative least squares of :func:`_misfit`)."""
+    from scipy.optimize import nnls
+
+    a = P - torch.nn.functional.one_hot(labels, P.shape[1]).to(P)
+    G = (a @ a.T) * (H @ H.T)
+    r = ((a @ Y) * H).sum(1)
+    if not bool(torch.isfinite(G).all() and torch.isfinite(r).all()):
+        return torch.zeros(len(labels), dtype=P.dtype)
+    ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
+    L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
+    target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
+    return torch.as_tensor(nnls(L.T.numpy(), target.numpy())[0], dtype=P.dtype)
+
+
+def _each(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
+          candidates: list[list[int]]) -> tuple[torch.Tensor, bool]:
+    """One pass of :func:`_descend` at one scale s_i >= 0 per example: with the residual R = Y - sum_i s_i a_i h_i^T
+    (a_i = p_i - e_{y_i}), a move refits the scales of the images it moves (one, or two by a 2 x 2 non-negative
+    least squares) and holds the others'."""
+    C = P.shape[1]
+    sv = _scales(P, H, Y, labels)
+    a = P - torch.nn.functional.one_hot(labels, C).to(P)
+    R = Y - (sv[:, None] * a).T @ H
+    HH, pp = H @ H.T, (P * P).sum(1)
+    rss = float((R * R).sum())
+    moved = False
+
+    def residual():
+        return Y - (sv[:, None] * a).T @ H
+
+    for i in range(len(labels)):
+        hh = HH[i, i]
+        Rh = R @ H[i]  # (C,)
+        z = Rh + sv[i] * a[i] * hh  # R_{-i} h_i, R_{-i} = R + s_i a_i h_i^T
+        base = rss + 2 * sv[i] * float(a[i] @ Rh) + float(sv[i] ** 2 * (a[i] @ a[i]) * hh)  # ||R_{-i}||^2
+        b = torch.as_tensor([c for c in candidates[i] if c != int(labels[i])], dtype=torch.long)
+        if len(b):
+            num = float(P[i] @ z) - z[b]  # <R_{-i}, (p_i - e_b) h_i^T>
+            den = (pp[i] - 2 * P[i, b] + 1) * hh
+            m = base - num.clamp_min(0) ** 2 / den.clamp_min(1e-300)
+            k = int(m.argmin())
+            if float(m[k]) < rss * (1 - 1e-9):
+                labels[i] = b[k]
+                a[i] = P[i] - torch.nn.functional.one_hot(b[k], C).to(P)
+                sv[i] = max(float(num[k]), 0.0) / max(float(den[k]), 1e-300)
+                R = residual()
+                rss, moved = float((R * R).sum()), True
+        js = torch.nonzero(labels != labels[i]).reshape(-1)
+        if not len(js):
+            continue
+        RH = R @ H.T  # (C, B)
+        ai2 = P[i][None, :] - torch.nn.functional.one_hot(labels[js], C).to(P)  # image i with j's label
+        aj2 = P[js] - torch.nn.functional.one_hot(labels[i], C).to(P)[None, :]  # image j with i's label
+        # R0 = R + s_i A_i + s_j A_j; R0 h_i and R0 h_j, (n, C)
+        R0hi = RH[:, i][None, :] + sv[i] * a[i][None, :] * HH[i, i] + sv[js, None] * a[js] * HH[i, js, None]
+        R0hj = RH[:, js].T + sv[i] * a[i][None, :] * HH[i, js, None] + sv[js, None] * a[js] * HH[js, js, None]
+        base = (rss + 2 * sv[i] * (a[i] @ RH[:, i]) + 2 * sv[js] * (a[js] * RH[:, js].T).sum(1)
+                + sv[i] ** 2 * (a[i] @ a[i]) * HH[i, i] + sv[js] ** 2 * (a[js] * a[js]).sum(1) * HH[js, js]
+                + 2 * sv[i] * sv[js] * (a[js] @ a[i]) * HH[i, js])
+        r1, r2 = (ai2 * R0hi).sum(1), (aj2 * R0hj).sum(1)
+        g11, g22 = (ai2 * ai2).sum(1) * HH[i, i], (aj2 * aj2).sum(1) * HH[js, js]
+        g12 = (ai2 * aj2).sum(1) * HH[i, js]
+        u, v = _nonneg_pair(r1, r2, g11, g22, g12)
+        m = base - 2 * (u * r1 + v * r2) + u * u * g11 + 2 * u * v * g12 + v * v * g22
+        k = int(m.argmin())
+        if float(m[k]) < rss * (1 - 1e-9):
+            j = int(js[k])
+            labels[i], labels[j] = labels[j].clone(), labels[i].clone()
+            a[i], a[j] = ai2[k], aj2[k]
+            sv[i], sv[j] = u[k], v[k]
+            R = residual()
+            rss, moved = float((R * R).sum()), True
+    return labels, moved
+
+
+def _nonneg_pair(r1, r2, g11, g22, g12):
+    """Elementwise min over u, v >= 0 of -2 (u r1 + v r2) + u^2 g11 + 2 u v g12 + v^2 g22: the unconstrained
+    solution where both are non-negative, else the better of u alone and v alone."""
+    tiny = 1e-300
+    det = g11 * g22 - g12 * g12
+    u0 = (r1 * g22 - r2 * g12) / det.clamp_min(tiny)
+    v0 = (r2 * g11 - r1 * g12) / det.clamp_min(tiny)
+    inside = (u0 >= 0) & (v0 >= 0) & (det > tiny)
+    ua, va = r1.clamp_min(0) / g11.clamp_min(tiny), torch.zeros_like(r1)
+    ub, vb = torch.zeros_like(r2), r2.clamp_min(0) / g22.clamp_min(tiny)
+    fa = -2 * ua * r1 + ua * ua * g11
+    fb = -2 * vb * r2 + vb * vb * g22
+    u = torch.where(inside, u0, torch.where(fa <= fb, ua, ub))
+    v = torch.where(inside, v0, torch.where(fa <= fb, va, vb))
+    return u, v
