@@ -31,7 +31,7 @@ from ..constraints import Number, Param
 from ..errors import SettingWarning
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
-from .base import NO_CAUSE, Attack, AttackResult, Monitor, halt_reason, inexact_causes, stop_requested
+from .base import NO_CAUSE, Attack, AttackError, AttackResult, Monitor, halt_reason, inexact_causes, stop_requested
 from .labels import readings_to_compare, recover_labels, scale_unknown
 from .span import SPAN_STARTS, accepted, solve_span
 
@@ -268,9 +268,9 @@ class Analytic(Attack):
     def __init__(self, *, labels: str = "recovered", sweeps: int = SWEEPS, cgls_steps: int = CGLS_STEPS,
                  tol: float = RESIDUAL_TOL, solver: str = SOLVERS[0], time_limit: float | None = None):
         if labels not in ANALYTIC_LABELS:
-            raise ValueError(f"labels must be one of {ANALYTIC_LABELS}, got {labels!r}")
+            raise AttackError(f"analytic's labels must be one of {', '.join(ANALYTIC_LABELS)}, got {labels!r}")
         if solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+            raise AttackError(f"analytic's solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
         self.label_mode, self.sweeps, self.cgls_steps, self.tol = labels, int(sweeps), int(cgls_steps), float(tol)
         self.solver = solver
         #: seconds of attack after which no sweep, solve step or label set begins (None: no limit)

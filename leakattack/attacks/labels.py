@@ -404,7 +404,7 @@ def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int
     first (:func:`fitted_scale`; the sign rules do not depend on it, the count rules do); ``read``: y's
     :func:`read_head` where the caller has it already."""
     if rule not in _RULES:
-        raise ValueError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
+        raise UserError(f"unknown label rule '{rule}'; choose one of: {', '.join(LABEL_RULES)}")
     return recover_labels_by_rule(victim, sketch, y, batch_size, (rule,), probes, scale_unknown, read)[rule]
 
 
@@ -415,7 +415,7 @@ def recover_labels_by_rule(victim, sketch, y: torch.Tensor, batch_size: int, rul
     :func:`read_head` of y) and one probe pass shared by every rule."""
     unknown = [r for r in rules if r not in _RULES]
     if unknown:
-        raise ValueError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
+        raise UserError(f"unknown label rule '{unknown[0]}'; choose one of: {', '.join(LABEL_RULES)}")
     _check_call(victim, sketch, y, batch_size)
     stats = probe(victim, probes, y) if any(r in _NEEDS_PROBES for r in rules) or scale_unknown else None
     return _by_rule(victim, _readout(victim, sketch, y, batch_size, stats, probes, scale_unknown, read), batch_size,

@@ -220,9 +220,10 @@ def test_given_labels_are_returned_as_given():
 
 
 def test_bad_options_are_refused():
-    with pytest.raises(ValueError, match="solver"):
+    # one sentence of the family users see (a UserError), naming the attack and its choices
+    with pytest.raises(AttackError, match="analytic's solver must be one of .*got 'newton'"):
         Analytic(solver="newton")
-    with pytest.raises(ValueError, match="labels"):
+    with pytest.raises(AttackError, match="analytic's labels must be one of recovered, given, got 'dlg'"):
         Analytic(labels="dlg")
 
 

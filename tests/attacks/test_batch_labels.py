@@ -8,6 +8,7 @@ from torch import nn
 import targets
 from leakattack import data
 from leakattack.attacks import labels
+from leakattack.errors import UserError
 from leakattack.metrics import label_accuracy
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
@@ -79,7 +80,7 @@ def digits():
 def test_rule_names_are_listed_with_the_default_first_and_unknown_names_are_refused(digits):
     assert labels.LABEL_RULES[0] == labels.DEFAULT_RULE == "pooled"
     assert len(set(labels.LABEL_RULES)) == len(labels.LABEL_RULES) == 7
-    with pytest.raises(ValueError, match="unknown label rule"):
+    with pytest.raises(UserError, match="unknown label rule"):
         recovered(lenet(digits), digits, torch.arange(2), "nope")
 
 
