@@ -256,8 +256,8 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
             raise ConfigError(f"[base] {k} holds {_nonfinite(v)!r}, which is not a finite number")
     holders = {h for v in base.values() for text in _texts(v) for h in _PLACEHOLDER.findall(text)}
     for g in grids:
-        if not isinstance(g, dict):
-            raise ConfigError(f"[grid] must be a table of lists, got {g!r}")
+        if not isinstance(g, dict):  # grid = [...]: a list of tables ([[grid]]) or a list of values
+            raise ConfigError(f"[grid] must be a table of lists (or [[grid]] tables), got grid = {grid!r}")
     if not any(grids):  # no grid would run RunConfig's defaults: a 4000-step attack nobody asked for
         raise ConfigError(f"sweep file '{path}' has no [grid]: name at least one key and its list of values")
     for g in grids:

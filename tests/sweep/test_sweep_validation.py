@@ -85,6 +85,12 @@ def test_a_sweep_file_without_grid_values_is_refused_instead_of_running_the_defa
     refuse(tmp_path, capsys, text, "grid")
 
 
+def test_a_grid_given_as_a_list_is_refused_naming_the_list(tmp_path, capsys, monkeypatch, no_attack):
+    # it named the list's first element ("got 1"), which reads as a value of some key
+    monkeypatch.chdir(tmp_path)
+    refuse(tmp_path, capsys, "grid = [0, 1]\n" + BASE, "[grid] must be a table of lists", "got grid = [0, 1]")
+
+
 @pytest.mark.parametrize("text,key", [
     (BASE + "[grid]\nlr = [1.0, inf]\n", "lr"),
     (BASE + "tv = nan\n[grid]\nimage_index = [0]\n", "tv"),
