@@ -11,6 +11,7 @@ RecordingStrategy: every round's weights and every client's update land in --out
 """
 
 import argparse
+import sys
 
 import torch
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
@@ -59,6 +60,10 @@ def main() -> None:
     recorder = RecordingStrategy(strategy, a.out, input_shape=shape, num_classes=10)
     start_server(server_address=f"127.0.0.1:{a.port}", config=ServerConfig(num_rounds=a.rounds), strategy=recorder)
     recorder.save_records()  # records.json: the files' names relative to --out
+    if not recorder.records:  # every client failed or none sent an update: nothing to attack
+        print(f"flower_server: error: no client's update was recorded in {a.out} (each client's own output says why),"
+              " so there is no message to attack", file=sys.stderr)
+        raise SystemExit(1)
     print(f"{len(recorder.records)} messages recorded in {a.out}")
 
 

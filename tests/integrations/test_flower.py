@@ -183,6 +183,7 @@ def test_a_client_whose_model_differs_from_the_servers_says_so_in_one_sentence(t
         client = subprocess.run([sys.executable, str(EXAMPLES / "flower_client.py"), "--server", f"127.0.0.1:{port}",
                                  "--data", str(tmp_path / "client.pt")], capture_output=True, text=True, env=env,
                                 cwd=tmp_path, timeout=180)
+        server.wait(timeout=180)  # its one round ends with the client's failure
     finally:
         server.kill()
         server.wait()
@@ -190,6 +191,9 @@ def test_a_client_whose_model_differs_from_the_servers_says_so_in_one_sentence(t
     assert "Traceback" not in client.stderr + client.stdout
     assert "flower_client: error: the server's model does not fit this client's" in client.stderr
     assert "start both with the same --image-size" in client.stderr
+    # the server says that it recorded nothing, with a failing status (it said "0 messages recorded" and exited 0)
+    said = logs[0].read_text()
+    assert server.returncode == 1 and "flower_server: error: no client's update was recorded" in said, said[-2000:]
 
 
 def test_the_recorder_writes_the_update_of_the_chosen_clients_around_plain_fedavg(tmp_path):
