@@ -28,7 +28,14 @@ from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
 from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
-from .labels import head_from_gradient, labels_at_images, read_head, recover_labels, scale_unknown
+from .labels import (
+    head_from_gradient,
+    labels_at_images,
+    read_head,
+    recover_labels,
+    scale_unknown,
+    scaled_per_example,
+)
 
 #: the default number of bins (units of the block): were the bins equally likely, an image of a batch of 8 would be
 #: alone in its bin with probability (1 - 1/128)^7 = 0.95
@@ -178,22 +185,9 @@ def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> 
     return rows_to_z(D), r
 
 
-def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """The multiset ``labels`` put in the order of the images ``x`` (B images read from the block, in bins whose
-    measured bias differences are ``delta``), for a victim that treats the examples of a batch apart (no BatchNorm
-    on batch statistics; ``labels`` unchanged otherwise).
-
-    The bias difference of image i's bin is delta_i = t kappa w_i . (p_i - e_{y_i}), kappa = (a / s) / (K B) (a / s
-    / K where the victim's loss sums over the batch), with w_i = d logits_i / d x'_i along the all-ones direction
-    (two backward passes for the batch), p_i the softmax at the image and t the message's scale against the
-    gradient (1, or C / ||g|| under a clip of the whole update, which no attacker needs to know).  For each t that
-    makes the clearest bin's reading exact with one of the labels (and t = 1) the Hungarian method matches the
-    multiset to the images by the relative misfit |t pred_ij - delta_i| / |delta_i|; the cheapest match wins."""
-    from scipy.optimize import linear_sum_assignment
-
-    if victim.batch_statistics:
-        return labels
-    B = x.shape[0]
+def label_slopes(victim, block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w, p) of :func:`assign_labels` for the images ``x``: w_i = d logits_i / d x'_i along the all-ones direction
+    (two backward passes for the batch) and p_i the softmax at the image, in float64 on the CPU."""
     model = victim.model.model  # what comes after the block
     with torch.no_grad():
         xp = block(x.to(device=victim.device, dtype=victim.dtype))
@@ -203,7 +197,28 @@ def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: t
         u = torch.zeros_like(logits, requires_grad=True)
         (back,) = torch.autograd.grad(logits, xp, u, create_graph=True)
         (w,) = torch.autograd.grad(back, u, torch.ones_like(xp))
-    w, p = w.detach().to(torch.float64).cpu(), torch.softmax(logits.detach().to(torch.float64), 1).cpu()
+    return w.detach().to(torch.float64).cpu(), torch.softmax(logits.detach().to(torch.float64), 1).cpu()
+
+
+def assign_labels(victim, block, x: torch.Tensor, labels: torch.Tensor, delta: torch.Tensor,
+                  slopes: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The multiset ``labels`` put in the order of the images ``x`` (B images read from the block, in bins whose
+    measured bias differences are ``delta``), for a victim that treats the examples of a batch apart (no BatchNorm
+    on batch statistics; ``labels`` unchanged otherwise).
+
+    The bias difference of image i's bin is delta_i = t kappa w_i . (p_i - e_{y_i}), kappa = (a / s) / (K B) (a / s
+    / K where the victim's loss sums over the batch), with w_i = d logits_i / d x'_i along the all-ones direction
+    (two backward passes for the batch), p_i the softmax at the image and t the message's scale against the
+    gradient (1, or C / ||g|| under a clip of the whole update, which no attacker needs to know).  For each t that
+    makes the clearest bin's reading exact with one of the labels (and t = 1) the Hungarian method matches the
+    multiset to the images by the relative misfit |t pred_ij - delta_i| / |delta_i|; the cheapest match wins.
+    ``slopes``: :func:`label_slopes` of x where the caller has them already."""
+    from scipy.optimize import linear_sum_assignment
+
+    if victim.batch_statistics:
+        return labels
+    B = x.shape[0]
+    w, p = slopes if slopes is not None else label_slopes(victim, block, x)
     kappa = block.out_weight / (block.bins * (1 if victim.loss_reduction == "sum" else B))
     measured = delta.to(torch.float64).cpu()
     pool = torch.as_tensor([int(c) for c in labels.tolist()])
@@ -319,14 +334,16 @@ class Imprint(Attack):
             if not from_g and victim.head is not None and victim.task == "classification":
                 head = read_head(victim, M, rest)  # one adjoint, for the rules and the reading at the images
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs), read=head)
+        slopes = None
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
-            labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked])
+            slopes = None if victim.batch_statistics else label_slopes(victim, block, x)
+            labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked], slopes)
         if obs.labels is None and victim.task == "classification" and found.numel() >= B and not outside:
             # the batch's images read, each in its bin, the head's gradient gives their labels at any scale (a
             # clip's); the reading that fits the head's gradient better is kept
             head = head_from_gradient(victim, g) if from_g else head
             assert head is not None  # read above for the rules where g was not
-            apart = bool(obs.defense) and defenses.build(obs.defense).per_example  # one scale per example
+            apart = scaled_per_example(obs)
             best = labels_at_images(victim, head, x, others=[labels], per_example=apart)
             assert best is not None  # one of the others at least
             labels = best.to(dtype=labels.dtype, device=labels.device).reshape(labels.shape)
@@ -334,7 +351,8 @@ class Imprint(Attack):
                 # the head's gradient, read through a sketch with noise, tells two images' labels apart less surely
                 # than the bins' differences, read exactly (a swap of two of 8 digits' labels fitted it closer);
                 # its multiset is put in the images' order by them, as the rules' is (at one scale for the batch)
-                labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked]).reshape(labels.shape)
+                labels = assign_labels(victim, block, x, labels.reshape(-1), diffs[picked],
+                                       slopes).reshape(labels.shape)
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
@@ -370,5 +388,5 @@ class Imprint(Attack):
             non_finite="the bins' quotients came out non-finite")
 
 
-__all__ = ["Imprint", "assign_labels", "DEFAULT_BINS", "MAX_BINS", "HIT_RTOL", "NOISE_FACTOR", "PUBLIC_IMAGES",
-           "BLOCK_CGLS_STEPS", "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits", "noisy_bins"]
+__all__ = ["Imprint", "assign_labels", "label_slopes", "DEFAULT_BINS", "MAX_BINS", "HIT_RTOL", "NOISE_FACTOR",
+           "PUBLIC_IMAGES", "BLOCK_CGLS_STEPS", "LEAST_SQUARES_MARGIN", "ROW_CGLS_STEPS", "hits", "noisy_bins"]

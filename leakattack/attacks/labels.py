@@ -12,7 +12,8 @@ exact whatever the sign of the features).  The derivation, every rule's
 estimator and its limits (BatchNorm modes, non-negative head inputs):
 docs/attacks/labels.md.  An attack that has rebuilt the batch's images reads
 their labels from the head's gradient at them (``labels_at_images``: at any
-positive scale per example, so a clip does not mislead it; docs/attacks/imprint.md).
+positive scale, one per example under a per-example clip, so a clip does not
+mislead it; docs/attacks/imprint.md).
 """
 
 from __future__ import annotations
@@ -367,16 +368,29 @@ def _at_scale(victim, read: HeadReadout, B: int, stats: ProbeStats | None, probe
     return scaled(read, t) if t != 1.0 else read
 
 
+def _defense_of(obs) -> defenses.Pipeline | None:
+    """The message's defense as a pipeline; None without one, or where this process cannot build its spec."""
+    if not obs.defense:
+        return None
+    try:
+        return defenses.build(obs.defense)
+    except (defenses.DefenseError, ValueError):  # a spec this process cannot build claims no step
+        return None
+
+
 def scale_unknown(obs) -> bool:
     """Whether the attacker knows that the message's defense clips it (``ThreatModel.knows_clip`` and a clip in the
     defense), so that its scale, min(1, C / ||g||), is unknown: the count rules then fit it
     (:func:`fitted_scale`).  An attacker not told of the clip reads the message as the gradient itself."""
-    if not (obs.threat.knows_clip and obs.defense):
-        return False
-    try:
-        return bool(defenses.build(obs.defense).clips().steps)
-    except (defenses.DefenseError, ValueError):  # a spec this process cannot build claims no clip
-        return False
+    built = _defense_of(obs) if obs.threat.knows_clip else None
+    return built is not None and bool(built.clips().steps)
+
+
+def scaled_per_example(obs) -> bool:
+    """Whether the message's defense clips each example apart (a ``per_example`` step), so that each example's part
+    of the head's gradient has a scale of its own (:func:`labels_at_images`' ``per_example``)."""
+    built = _defense_of(obs)
+    return built is not None and built.per_example
 
 
 def _check_call(victim, linear_map, y, batch_size) -> None:
@@ -550,18 +564,31 @@ def _rows_of(victim, read: HeadReadout, x: torch.Tensor) -> tuple[torch.Tensor, 
     return P, torch.cat([H, torch.ones(len(H), 1, dtype=H.dtype)], 1), torch.cat([Y, beta[:, None]], 1)
 
 
+def _gram(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor,
+          labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a = P - E (B, C), the Gram matrix G (B, B) of the terms A_i = a_i h_i^T, which factorises: <A_i, A_j> =
+    <a_i, a_j> <h_i, h_j>, and r_i = <Y, A_i>) for ``labels``."""
+    a = P - torch.nn.functional.one_hot(labels.reshape(-1).long().cpu(), P.shape[1]).to(P)
+    return a, (a @ a.T) * (H @ H.T), ((a @ Y) * H).sum(1)
+
+
+def _nnls_scales(G: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The s >= 0 that minimise s^T G s - 2 s^T r (non-negative least squares on G's Cholesky factor)."""
+    from scipy.optimize import nnls
+
+    ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
+    L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
+    target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
+    return torch.as_tensor(nnls(L.T.numpy(), target.numpy())[0], dtype=G.dtype)
+
+
 def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
             per_example: bool = False) -> float:
     """:func:`head_misfit` from the softmax P, the rows H and the stacked head gradient Y: the least squares of Y on
     the B terms A_i = (p_i - e_{y_i}) h_i^T at one scale s >= 0 for the batch (a clip of the whole update, or none,
     scales them alike) or, ``per_example``, at scales s_i >= 0, one per example (a per-example clip scales each
-    apart), from their Gram matrix, which factorises: <A_i, A_j> = <p_i - e_{y_i}, p_j - e_{y_j}> <h_i, h_j>."""
-    from scipy.optimize import nnls
-
-    E = torch.nn.functional.one_hot(labels.reshape(-1).long().cpu(), P.shape[1]).to(P)
-    a = P - E  # (B, C)
-    G = (a @ a.T) * (H @ H.T)
-    r = ((a @ Y) * H).sum(1)  # <Y, A_i>
+    apart), from their Gram matrix (:func:`_gram`)."""
+    _, G, r = _gram(P, H, Y, labels)
     yy = float((Y * Y).sum())
     if yy <= 0 or not bool(torch.isfinite(G).all() and torch.isfinite(r).all()):
         return 1.0
@@ -569,11 +596,7 @@ def _misfit(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Ten
         rr, gg = float(r.sum()), float(G.sum())
         s = max(rr, 0.0) / gg if gg > 0 else 0.0
         return math.sqrt(max(yy - 2 * s * rr + s * s * gg, 0.0) / yy)
-    ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
-    L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
-    target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
-    scales, _ = nnls(L.T.numpy(), target.numpy())
-    sv = torch.as_tensor(scales, dtype=G.dtype)
+    sv = _nnls_scales(G, r)
     left = yy - 2 * float(sv @ r) + float(sv @ G @ sv)
     return math.sqrt(max(left, 0.0) / yy)
 
@@ -653,16 +676,16 @@ def _one(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor
     QH, YH, HH = Q @ H.T, Y @ H.T, H @ H.T  # (C, B), (C, B), (B, B)
     moved = False
 
-    def sums(labels):
+    def sums(labels):  # S @ H^T, <Y, A> and ||A||^2
         S = torch.zeros_like(Q).index_add_(0, labels, H)
         A = Q - S
-        return S, S @ H.T, float((Y * A).sum()), float((A * A).sum())
+        return S @ H.T, (Y * A).sum(), (A * A).sum()
 
     def score(rr, gg):  # misfit^2, elementwise
         return 1 - rr.clamp_min(0) ** 2 / (gg.clamp_min(1e-300) * yy)
 
-    S, SH, rr, gg = sums(labels)
-    best = float(score(torch.tensor(rr), torch.tensor(gg)))
+    SH, rr, gg = sums(labels)
+    best = float(score(rr, gg))
     B = len(labels)
     for i in range(B):
         a = int(labels[i])
@@ -674,8 +697,8 @@ def _one(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor
             k = int(m.argmin())
             if float(m[k]) < best * (1 - 1e-9):
                 labels[i] = b[k]
-                S, SH, rr, gg = sums(labels)
-                best, moved = float(score(torch.tensor(rr), torch.tensor(gg))), True
+                SH, rr, gg = sums(labels)
+                best, moved = float(score(rr, gg)), True
         a = int(labels[i])
         js = torch.nonzero(labels != a).reshape(-1)
         if len(js):  # swap with j (label b): S[a] += h_j - h_i, S[b] -= h_j - h_i
@@ -692,25 +715,9 @@ def _one(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor
             if float(m[k]) < best * (1 - 1e-9):
                 j = int(js[k])
                 labels[i], labels[j] = labels[j].clone(), labels[i].clone()
-                S, SH, rr, gg = sums(labels)
-                best, moved = float(score(torch.tensor(rr), torch.tensor(gg))), True
+                SH, rr, gg = sums(labels)
+                best, moved = float(score(rr, gg)), True
     return labels, moved
-
-
-def _scales(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The scales s_i >= 0, one per example, that bring sum_i s_i (p_i - e_{y_i}) h_i^T nearest to Y (the
-    non-negative least squares of :func:`_misfit`)."""
-    from scipy.optimize import nnls
-
-    a = P - torch.nn.functional.one_hot(labels, P.shape[1]).to(P)
-    G = (a @ a.T) * (H @ H.T)
-    r = ((a @ Y) * H).sum(1)
-    if not bool(torch.isfinite(G).all() and torch.isfinite(r).all()):
-        return torch.zeros(len(labels), dtype=P.dtype)
-    ridge = 1e-12 * float(G.diagonal().max().clamp_min(1e-300))
-    L = torch.linalg.cholesky(G + ridge * torch.eye(len(G), dtype=G.dtype))
-    target = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
-    return torch.as_tensor(nnls(L.T.numpy(), target.numpy())[0], dtype=P.dtype)
 
 
 def _each(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tensor,
@@ -719,8 +726,9 @@ def _each(P: torch.Tensor, H: torch.Tensor, Y: torch.Tensor, labels: torch.Tenso
     (a_i = p_i - e_{y_i}), a move refits the scales of the images it moves (one, or two by a 2 x 2 non-negative
     least squares) and holds the others'."""
     C = P.shape[1]
-    sv = _scales(P, H, Y, labels)
-    a = P - torch.nn.functional.one_hot(labels, C).to(P)
+    a, G, r = _gram(P, H, Y, labels)
+    finite = bool(torch.isfinite(G).all() and torch.isfinite(r).all())
+    sv = _nnls_scales(G, r) if finite else torch.zeros(len(labels), dtype=P.dtype)
     R = Y - (sv[:, None] * a).T @ H
     HH, pp = H @ H.T, (P * P).sum(1)
     rss = float((R * R).sum())
