@@ -242,6 +242,12 @@ class Protocol:
     #: epochs, learning rates, batch size, data split, client fraction, seed): a value given for another changes
     #: nothing (:func:`unread_settings`)
     reads: tuple[str, ...] = ()
+    #: a DP protocol's own epsilon (``privacy()``'s ``epsilon_paper``): its formula and where the paper takes it
+    #: from, in the words the report puts beside the number; None for a protocol that records none
+    paper_epsilon: str | None = None
+    #: whether that epsilon is a DP bound only below 1 (Song et al.'s Lemma H.7 and Theorem 6.2:
+    #: :func:`defenses.accounting.analysis.paper_epsilon_holds`), which the report then marks
+    paper_epsilon_below_one = False
 
     # the spec's parameters (SPEC_DEFAULTS), set as attributes by __init__
     clients: int

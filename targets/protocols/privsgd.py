@@ -60,6 +60,8 @@ class PrivSGD(CompSGD):
     space."""
 
     reads = CompSGD.reads + ("dp_epsilon", "dp_delta", "dp_clip", "dp_rounds")
+    paper_epsilon = ("√(32 L² t log(1/δ))/(nσ) at t rounds, ε·√(t/T) for the ε asked over T: Claim C.1, the "
+                     "Gaussian mechanism at the mean's per-record sensitivity 2L/n and strong composition")
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

@@ -65,6 +65,8 @@ class SketchedDP(Sketched):
     """Song et al. 2023, Algorithm 2: Gaussian noise N(0, sigma^2 I) at every local step, sigma by Lemma H.7."""
 
     reads = Sketched.reads + ("dp_epsilon", "dp_delta", "dp_clip")
+    paper_epsilon = "√(tK)·ε̂ over t rounds of K steps: Lemma H.7, then Theorem 6.2"
+    paper_epsilon_below_one = True
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

@@ -960,10 +960,34 @@ def test_a_dp_protocol_run_is_reported_with_its_weights_noise_and_epsilon(tmp_pa
 
     assert row("victim").endswith("; w^t of round 2, re-simulated")
     assert re.fullmatch(r"the protocol's own Gaussian noise, σ = [\d.]+", row("defense"))
-    assert re.fullmatch(r"ε = [\d.e+-]+ \(RDP accountant\) at δ = 2e-05 over rounds 1\.\.2; the paper's ε = 0\.707",
-                        row("ε"))
+    assert re.fullmatch(r"ε = [\d.e+-]+ \(RDP accountant\) at δ = 2e-05 over rounds 1\.\.2; the paper's ε = 0\.707 "
+                        r"\(√\(tK\)·ε̂ over t rounds of K steps: Lemma H\.7, then Theorem 6\.2\)", row("ε"))
     privacy = json.loads((out / "config.json").read_text())["derived"]["sketch"]["privacy"]
     assert privacy["epsilon_paper"] == pytest.approx(0.5 * 2 ** 0.5) and privacy["delta_paper"] == pytest.approx(2e-5)
+
+
+def test_a_privsgd_run_names_its_own_paper_epsilon_not_song_et_al_s(tmp_path):
+    """A privsgd message's paper ε (Kasiviswanathan's Claim C.1, ε·√(t/T)) was explained in the report by Song et
+    al.'s Lemma H.7 and Theorem 6.2, and marked as no DP bound by their condition (below 1)."""
+    from leakattack.figures.report.run_section import _protocol_epsilon
+    from leakattack.figures.report.shared import NOT_A_BOUND_MARK, _e
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--protocol", "privsgd", "--sketch", "gaussian", "--sketch-ratio", "0.1", "--dp-epsilon",
+                     "1", "--dp-rounds", "2", "--round", "4", "--client", "0", "--iterations", "1", "--no-lpips",
+                     "--quiet", "--out", str(out)]) == 0
+    text = build_report([out])
+    privacy = json.loads((out / "config.json").read_text())["derived"]["sketch"]["privacy"]
+    assert privacy["epsilon_paper"] == pytest.approx(2 ** 0.5)  # ε·√(t/T) = 1·√(4/2)
+    row = _protocol_epsilon(privacy, 4, "privsgd")
+    assert "the paper's ε = 1.41 (√(32 L² t log(1/δ))/(nσ) at t rounds" in row and "Claim C.1" in row
+    assert "Lemma H.7" not in row and NOT_A_BOUND_MARK not in row
+    assert row.endswith("its noise was set for rounds 1..2, and past them no guarantee holds")
+    assert _e(row) in text
+    # sketched-dp's paper ε above 1 keeps its mark; a protocol this process does not register gives the number alone
+    assert NOT_A_BOUND_MARK in _protocol_epsilon({"epsilon_paper": 1.5, "delta_paper": 1e-5}, 9, "sketched-dp")
+    bare = _protocol_epsilon({"epsilon_paper": 1.5, "delta_paper": 1e-5}, 9, "someone-elses")
+    assert bare.endswith("the paper's ε = 1.5")
 
 
 def test_the_defense_row_shows_the_spec_as_the_run_resolved_it(tmp_path):

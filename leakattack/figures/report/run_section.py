@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
-from targets.protocols import privacy_caveats
+from targets.protocols import list_protocols, privacy_caveats, protocol_class
 
 from ...attacks.recipes import inexact_words, next_settings
 from ...attacks.seed_search import found_text, sketch_not_held
@@ -313,7 +313,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     if m.recorded("epsilon"):
         rows.append(("ε", _run_epsilon(m)))
     elif noise:
-        rows.append(("ε", _protocol_epsilon(noise, run.get("protocol_round"))))
+        rows.append(("ε", _protocol_epsilon(noise, run.get("protocol_round"), run.get("protocol"))))
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
@@ -347,17 +347,22 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     return rows
 
 
-def _protocol_epsilon(noise: dict, rounds) -> str:
+def _protocol_epsilon(noise: dict, rounds, protocol=None) -> str:
     """The ε row of a DP protocol's message: its accountant's ε over the rounds up to it, at the paper's δ, and the
-    paper's own ε (``Protocol.privacy``), marked where it lies outside the paper's conditions."""
+    paper's own ε (``Protocol.privacy``) with the formula its protocol takes it from (``Protocol.paper_epsilon``),
+    marked where it lies outside the paper's conditions (a protocol whose ε bounds only below 1,
+    ``Protocol.paper_epsilon_below_one``); a protocol not registered in this process gives the number alone."""
     over = f" over rounds 1..{rounds}" if isinstance(rounds, int) else ""
     paper, delta = noise.get("epsilon_paper"), noise.get("delta_paper")
     rdp = noise.get("epsilon_rdp")
     text = (f"ε = {_num(rdp, 3, 'g')} (RDP accountant) at δ = {_num(delta, 3, 'g')}{over}" if is_number(rdp)
             else f"no accountant's ε{over} (its δ reaches 1: nothing is bounded)")
+    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
     if isinstance(paper, (int, float)) and is_number(paper) and math.isfinite(paper):
         text += f"; the paper's ε = {_num(paper, 3, 'g')}"
-        if not paper_epsilon_holds(paper):
+        if cls is not None and cls.paper_epsilon:
+            text += f" ({cls.paper_epsilon})"
+        if cls is not None and cls.paper_epsilon_below_one and not paper_epsilon_holds(paper):
             text += f" {NOT_A_BOUND_NOTE}"
     return text + privacy_caveats(noise, rounds)
 
