@@ -194,6 +194,19 @@ def column_order(names) -> list[str]:
     return sorted(set(names), key=key)
 
 
+def _without_runs(given: list[str], found: list[Path]) -> list[str]:
+    """The folders of ``given`` at or below which none of the ``found`` run or sweep folders lies, each once under
+    its first spelling, in the order given (compared resolved: a folder spelt two ways, or a link beside its
+    target, is the same)."""
+    reached = [f.resolve() for f in found]
+    empty: dict[Path, str] = {}
+    for name in given:
+        top = Path(name).resolve()
+        if top not in empty and not any(f == top or top in f.parents for f in reached):
+            empty[top] = name
+    return list(empty.values())
+
+
 def cmd_collect(a) -> int:
     out = collect_out(a.out)
     folders, sweeps = found_folders(a.dirs)
@@ -201,6 +214,9 @@ def cmd_collect(a) -> int:
         where = f"no run folder (a folder holding metrics.json) under {', '.join(a.dirs)}"
         raise UserError(f"{where}: only {_sweeps_said(sweeps)}" if sweeps else where)
     rows = [row_of(f) for f in folders]  # every run read, and refused, before the table is written
+    for given in _without_runs(a.dirs, folders + sweeps):
+        warnings.warn(f"'{given}' holds no run folder (a folder holding metrics.json) at or below it: nothing of it "
+                      "is in the table", SettingWarning, stacklevel=1)
     columns = column_order({c for r in rows for c in r})
     try:
         write_csv(out, rows, columns)

@@ -279,6 +279,22 @@ def test_collect_counts_a_run_reached_more_than_once_once_under_its_first_spelli
     assert [r["run"] for r in csv.DictReader(out.open())] == ["runs/r1", "tree/a/r2"]
 
 
+def test_collect_warns_of_a_named_folder_that_holds_no_run(tmp_path, capsys, monkeypatch):
+    """A folder named beside others that holds no run folder (a run whose metrics.json was lost) was left out of the
+    table without a word."""
+    monkeypatch.chdir(tmp_path)
+    _run_folder(tmp_path / "runs" / "a", "srht", 7913, 10.0)
+    (tmp_path / "lost" / "run").mkdir(parents=True)
+    (tmp_path / "lost" / "run" / "config.json").write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "runs" / "a")
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", "runs/a", "lost", "lost/", "link", "./runs", "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert said.err.strip() == ("leakattack: warning: 'lost' holds no run folder (a folder holding metrics.json) at "
+                                "or below it: nothing of it is in the table")  # once, under its first spelling
+    assert said.out.startswith("1 run | ") and [r["run"] for r in csv.DictReader(out.open())] == ["runs/a"]
+
+
 @pytest.mark.parametrize("metrics, said", [
     ({"psnr": "high"}, "has no ssim, iterations, stop_reason, d or b, which every run's metrics.json holds"),
     ({"psnr": "high", "ssim": 0.5, "iterations": 5, "stop_reason": "stalled", "d": 10, "b": 5},
