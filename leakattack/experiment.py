@@ -101,9 +101,9 @@ def unknowns(case: Case) -> int:
 
 def warn_if_not_unique(case: Case) -> None:
     """One warning line when the message has fewer numbers than there are unknowns."""
-    b, mB = case.obs.b, unknowns(case)
-    if b < mB:
-        warnings.warn(f"the message has b = {b} numbers for m*B = {mB} unknowns "
+    mB = unknowns(case)
+    if case.obs.rank_bound < mB:
+        warnings.warn(f"the message has {case.obs.numbers_said()} for m*B = {mB} unknowns "
                       f"({case.victim.unknowns_per_example} per image x {case.obs.batch_size}): the reconstruction is "
                       "not unique, and a matched loss does not mean the images were found", SettingWarning,
                       stacklevel=2)
@@ -528,7 +528,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         labels_true=None if case.labels is None else case.labels.tolist(), truth=case.x is not None,
         labels_attack=None if result.labels is None else result.labels.tolist(),
         psnr_each=scores["psnr_each"], ssim_each=scores["ssim_each"], match=scores["match"],
-        unknowns=unknowns(case), unique_by_count=case.obs.b >= unknowns(case),
+        unknowns=unknowns(case), unique_by_count=case.obs.rank_bound >= unknowns(case),
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
         closed_forms=readers or None, labels_unused=None if cfg.attack_class.uses_labels else True,
@@ -631,8 +631,10 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                                     f"says why), so it does not tell whether the message determines the input{ranked}")
         return out
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
-    if case.obs.b < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
-        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= b = {case.obs.b} < m*B = {mB}"}
+    if case.obs.rank_bound < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
+        bound = (f"b = {case.obs.b}" if case.obs.rank_bound == case.obs.b else
+                 f"{case.obs.rank_bound}, the nonzero rows of the sketch's b = {case.obs.b}")
+        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= {bound} < m*B = {mB}"}
     # a batch's images one by one: one exact image can carry the means past another that is not its truth
     wrong = [i for i, (v, s) in enumerate(zip(m.get("verdict_each") or [], m.get("ssim_each") or []))
              if v != metrics.REBUILT or (s if s is not None else 0.0) < metrics.SAME_IMAGE_SSIM]

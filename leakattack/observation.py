@@ -133,6 +133,21 @@ class Observation:
         return int(self.y.numel())
 
     @property
+    def rank_bound(self) -> int:
+        """The independent numbers the message can hold: b, or fewer where the client's sketch has zero rows (a
+        count sketch's buckets no coordinate hashes to: ``Sketch.nonzero_rows``)."""
+        rows = getattr(self.sent_map, "nonzero_rows", None)
+        if rows is None or getattr(self.sent_map, "b", None) != self.b:
+            return self.b
+        return min(self.b, int(rows()))
+
+    def numbers_said(self) -> str:
+        """The message's b numbers in words, with the independent ones where the sketch's zero rows leave fewer."""
+        kept = self.rank_bound
+        return f"b = {self.b} numbers" + (f" ({kept} independent: its sketch R has {self.b - kept} zero rows)"
+                                           if kept < self.b else "")
+
+    @property
     def unknowns(self) -> int:
         """m*B: the numbers the attacker has to find (values of one example times the batch size)."""
         return self.victim.unknowns_per_example * int(self.batch_size)

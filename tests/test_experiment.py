@@ -148,6 +148,20 @@ def test_a_message_with_fewer_numbers_than_unknowns_warns_and_never_claims_a_uni
     assert m2.stop_reason != "tolerance" and m2.unique is None and m2.jacobian_rank is None
 
 
+def test_a_count_sketch_whose_empty_buckets_leave_fewer_numbers_than_unknowns_is_not_unique_by_count(tmp_path):
+    """A count sketch's seed whose linear hash leaves most buckets empty: b = 1000 >= m = 784, but R has 714 zero
+    rows, so the message holds 286 independent numbers. The run said nothing and counted it unique by count."""
+    from leakattack.errors import SettingWarning
+
+    cfg = _cfg(sketch_dim=1000, sketch_seed=208, iterations=3)
+    with pytest.warns(SettingWarning, match=r"b = 1000 numbers \(286 independent: its sketch R has 714 zero rows\) "
+                                            r"for m\*B = 784 unknowns"):
+        m, _ = run_attack(cfg, out=tmp_path / "few", with_lpips=False)
+    assert m.unique_by_count is False and m.b == 1000 and m.unknowns == 784
+    m2, _ = run_attack(_cfg(sketch_dim=1000, sketch_seed=0, iterations=3), out=tmp_path / "all", with_lpips=False)
+    assert m2.unique_by_count is True  # seed 0 leaves more than 784 buckets filled
+
+
 def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_matches():
     """Converged to the tolerance but not rebuilt (or SSIM < 0.9): the message does not determine the input there."""
     from types import SimpleNamespace as NS
@@ -156,7 +170,7 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
 
     from leakattack.experiment import uniqueness
 
-    case = NS(obs=NS(b=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
+    case = NS(obs=NS(b=1000, rank_bound=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
     p = NS(case=case, cfg=NS(label_source="dlg", tol=1e-10), attack=NS(closed_form=False))  # soft labels: no rank
     result = NS(stop_reason="tolerance", message="converged at step 40: L_R/||y||^2 = 1e-10 <= tol", labels=None)
     for verdict, ssim in (("not rebuilt", 0.62), ("rebuilt", 0.85)):
@@ -194,7 +208,7 @@ def test_a_batch_with_one_image_not_its_truth_is_not_unique_whatever_the_means()
                           iterations=100, best_step=1, gauss_newton=gn)
     judged = assess(result, x, y, dataset=data, with_lpips=False)
     assert judged["verdict"] == "rebuilt" and judged["ssim"] > 0.9 and judged["verdict_each"][15] == "not rebuilt"
-    case = NS(x=x, obs=NS(b=10 ** 6, batch_size=16), victim=NS(unknowns_per_example=784))
+    case = NS(x=x, obs=NS(b=10 ** 6, rank_bound=10 ** 6, batch_size=16), victim=NS(unknowns_per_example=784))
     p = NS(case=case, cfg=NS(tol=0.0, label_source="idlg"), attack=NS(closed_form=False))
     out = uniqueness(p, result, {key: judged[key] for key in ("verdict", "ssim", "verdict_each", "ssim_each")})
     assert out["unique"] is False and out["jacobian_rank"] == 16 * 784
@@ -208,7 +222,7 @@ def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_recon
 
     from leakattack.experiment import uniqueness
 
-    obs = NS(b=7913, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
+    obs = NS(b=7913, rank_bound=7913, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
     gn = {"kept": True, "jacobian_rank": None, "singular_values": None}
     result = NS(stop_reason="tolerance", message="converged", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
@@ -228,7 +242,7 @@ def test_a_closed_form_s_rank_of_its_equations_for_the_input_says_whether_the_ma
 
     from leakattack.experiment import uniqueness
 
-    obs = NS(b=15826, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
+    obs = NS(b=15826, rank_bound=15826, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
     result = NS(stop_reason="tolerance", message="solved", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
                 gauss_newton=None, input_rank=2639)
@@ -246,7 +260,7 @@ def test_a_closed_form_solve_that_stalled_says_so_rather_than_that_it_did_not_co
 
     from leakattack.experiment import uniqueness
 
-    obs = NS(b=15826, batch_size=1, d=15826, forward=None)
+    obs = NS(b=15826, rank_bound=15826, batch_size=1, d=15826, forward=None)
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"),
            attack=NS(closed_form=True))
     result = NS(stop_reason="stalled", message="the layers' systems are inconsistent", input_rank=3072)

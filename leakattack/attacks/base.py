@@ -273,12 +273,13 @@ def add_note(message: str, note: str, link: str = "") -> str:
 
 def not_unique_message(result: AttackResult, obs: Observation) -> str:
     """The result's message, which a run that met its tolerance with fewer numbers in the message than unknowns
-    (b < m*B) ends with the sentence that the match is not unique: another input matches as well."""
+    (b < m*B, or fewer independent ones: ``Observation.rank_bound``) ends with the sentence that the match is not
+    unique: another input matches as well."""
     unknowns = obs.unknowns
-    if result.stop_reason != "tolerance" or obs.b >= unknowns or "not unique" in result.message:
+    if result.stop_reason != "tolerance" or obs.rank_bound >= unknowns or "not unique" in result.message:
         return result.message  # a message that says it already (the analytic fit's count of its unknowns) stays
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
-    return (f"{said}but with b = {obs.b} numbers for m*B = {unknowns} unknowns another input matches as well: the "
+    return (f"{said}but with {obs.numbers_said()} for m*B = {unknowns} unknowns another input matches as well: the "
             "match is not unique")
 
 

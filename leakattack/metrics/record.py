@@ -65,7 +65,7 @@ class RunMetrics:
 
     # the count of unknowns
     unknowns: int  #: m*B
-    unique_by_count: bool  #: b >= m*B
+    unique_by_count: bool  #: b >= m*B, counting only the nonzero rows of a sketch that has zero rows
 
     # whether anything was attacked, the baselines (metrics.BASELINES: start, mean) and the verdict (metrics.judge)
     attacked: bool

@@ -207,6 +207,11 @@ class Sketch:
         few coordinates varies up to about d/b times more."""
         return 0.0 if self.identity else 1.0 / self.b
 
+    def nonzero_rows(self) -> int:
+        """The rows of R that are not all zero, a bound on its rank and so on the independent numbers the message
+        holds: b unless the family knows better (a count sketch leaves a bucket no column hashes to as a zero row)."""
+        return self.b
+
     def operator_norm(self) -> float:
         """||R||_2, the largest singular value of R (computed once, then cached on the object)."""
         if "_operator_norm_cache" not in self.__dict__:

@@ -100,5 +100,12 @@ class CountSketch(Sketch):
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         return LinearMap.apply(u, self._plan.transpose, self._plan.forward)
 
+    def nonzero_rows(self) -> int:
+        """The buckets at least one column hashes to: R's other rows are zero.  The linear hash leaves far more of
+        them empty on some seeds than a random hash would (docs/sketches.md).  Counted once, then cached."""
+        if "_nonzero_rows_cache" not in self.__dict__:
+            self._nonzero_rows_cache = int((torch.bincount(self.rows.cpu(), minlength=self.b) > 0).sum())
+        return self._nonzero_rows_cache
+
     def _operator_norm(self) -> float:
         return countsketch_operator_norm(self.rows, self.b)

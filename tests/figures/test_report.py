@@ -626,6 +626,10 @@ def test_the_uniqueness_sentence_sets_b_beside_the_unknowns(tmp_path):
     few = _with_metrics(tmp_path, "few", b=6713, unknowns=12288, unique_by_count=False, unique=False)
     assert ("b = 6,713 numbers sent for m·B = 12,288 unknowns: fewer numbers than unknowns: not unique by count"
             in build_report([few]))
+    zero_rows = _with_metrics(tmp_path, "zero-rows", b=7913, unknowns=3072, unique_by_count=False, unique=False)
+    from leakattack.figures.report.shared import _e
+    assert _e("b = 7,913 numbers sent for m·B = 3,072 unknowns: fewer independent numbers than unknowns (the "
+              "sketch's zero rows): not unique by count") in build_report([zero_rows])
     text = build_report([_with_metrics(tmp_path, "enough", unknowns=3072, unique=None,
                                        jacobian_note="not measured: the run did not converge")])
     assert ("b = 7,913 numbers sent for m·B = 3,072 unknowns; the match is of unknown uniqueness (not measured: the "

@@ -46,3 +46,12 @@ def test_bucket_collisions_are_pairwise_uniform_and_signs_four_wise_unbiased():
     assert np.all(np.abs(signs.mean(0)) <= 4.5 * se1)
     assert abs((signs[:, 0] * signs[:, 3] * signs[:, 7] * signs[:, 11]).mean()) <= 4.5 * se1
     assert abs((signs[:, 1] * signs[:, 2]).mean()) <= 4.5 * se1
+
+
+def test_nonzero_rows_counts_the_buckets_some_column_hashes_to():
+    """R's zero rows are the buckets no column hashes to; every other family keeps b rows by default."""
+    for seed in range(20):
+        sk = make_sketch("countsketch", 40, 16, seed)
+        assert sk.nonzero_rows() == int((sk.to_dense().abs().sum(1) > 0).sum())
+    assert make_sketch("countsketch", 13426, 1000, 208).nonzero_rows() == 286  # the linear hash's worst seeds
+    assert make_sketch("srht", 40, 16, 0).nonzero_rows() == 16

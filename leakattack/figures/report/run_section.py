@@ -560,10 +560,14 @@ def _identifiability(m: RunMetrics) -> str:
 
 def _uniqueness(m: RunMetrics) -> str:
     """Whether the match is unique, in one sentence: b numbers sent beside the m·B unknowns, "fewer numbers than
-    unknowns: not unique by count" where b < m·B, else what the Jacobian's rank says (``jacobian_note``)."""
+    unknowns: not unique by count" where b < m·B (or where the sketch's zero rows leave fewer independent numbers
+    than unknowns), else what the Jacobian's rank says (``jacobian_note``)."""
     count = f"b = {_int(m.b)} numbers sent for m·B = {_int(m.unknowns)} unknowns"
-    if m.unique_by_count is False or (isinstance(m.b, int) and isinstance(m.unknowns, int) and m.b < m.unknowns):
-        return f"{count}: fewer numbers than unknowns: not unique by count (another input matches as well)."
+    fewer = isinstance(m.b, int) and isinstance(m.unknowns, int) and m.b < m.unknowns
+    if m.unique_by_count is False or fewer:
+        why = ("fewer numbers than unknowns" if fewer or not isinstance(m.b, int) else
+               "fewer independent numbers than unknowns (the sketch's zero rows)")
+        return f"{count}: {why}: not unique by count (another input matches as well)."
     u = m.unique
     said = "unique" if u else "not unique" if u is False else "of unknown uniqueness"
     note = f" ({m.jacobian_note})" if m.jacobian_note and m.recorded("jacobian_note") else ""
