@@ -170,7 +170,8 @@ def test_a_run_that_matched_the_message_at_another_image_says_a_different_image_
 
     from leakattack.experiment import uniqueness
 
-    case = NS(obs=NS(b=1000, rank_bound=1000, batch_size=1), victim=NS(unknowns_per_example=64), x=torch.zeros(1, 1, 8, 8))
+    case = NS(obs=NS(b=1000, rank_bound=1000, batch_size=1), victim=NS(unknowns_per_example=64),
+              x=torch.zeros(1, 1, 8, 8))
     p = NS(case=case, cfg=NS(label_source="dlg", tol=1e-10), attack=NS(closed_form=False))  # soft labels: no rank
     result = NS(stop_reason="tolerance", message="converged at step 40: L_R/||y||^2 = 1e-10 <= tol", labels=None)
     for verdict, ssim in (("not rebuilt", 0.62), ("rebuilt", 0.85)):
@@ -222,7 +223,8 @@ def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_recon
 
     from leakattack.experiment import uniqueness
 
-    obs = NS(b=7913, rank_bound=7913, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
+    # 3072 unknowns: too many for the measurement itself
+    obs = NS(b=7913, rank_bound=7913, batch_size=1, d=15826, forward=None)
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
     gn = {"kept": True, "jacobian_rank": None, "singular_values": None}
     result = NS(stop_reason="tolerance", message="converged", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
@@ -242,7 +244,8 @@ def test_a_closed_form_s_rank_of_its_equations_for_the_input_says_whether_the_ma
 
     from leakattack.experiment import uniqueness
 
-    obs = NS(b=15826, rank_bound=15826, batch_size=1, d=15826, forward=None)  # 3072 unknowns: too many for the measurement itself
+    # 3072 unknowns: too many for the measurement itself
+    obs = NS(b=15826, rank_bound=15826, batch_size=1, d=15826, forward=None)
     p = NS(case=NS(obs=obs, victim=NS(unknowns_per_example=3072), x=None), cfg=NS(label_source="idlg"))
     result = NS(stop_reason="tolerance", message="solved", labels=torch.tensor([0]), x=torch.zeros(1, 3, 32, 32),
                 gauss_newton=None, input_rank=2639)
