@@ -24,6 +24,11 @@ class SettingWarning(UserWarning):
     """A setting that runs but will not give what the user probably wants (one sentence, naming the cheaper choice)."""
 
 
+class SlowWarning(SettingWarning):
+    """A setting whose work, measured on its first part, will take long (a seed search, rounds re-simulated): said
+    as soon as it is known, also while a run's checks still hold their other warnings until they end."""
+
+
 _show_warning = warnings.showwarning
 
 

@@ -59,7 +59,7 @@ from .config import ConfigError, check_value, protocol_json, validate_protocol
 from .config.params import MAX_ITERATIONS, ROUNDS
 from .config.run import SERVER_OPT_UNUSED
 from .data import DataError, ImageSet, get_dataset, train_test_split
-from .errors import SettingWarning, UserError, duration_text
+from .errors import SettingWarning, SlowWarning, UserError, duration_text
 from .figures import accuracy_figure
 from .progress import progress_bar
 from .results import (
@@ -339,7 +339,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
         if loud and s == start:
             took = time.perf_counter() - began
             warnings.warn(f"re-simulating the {count} rounds before round {t} takes about "
-                          f"{duration_text(took * count)} (measured on round {s})", SettingWarning, stacklevel=3)
+                          f"{duration_text(took * count)} (measured on round {s})", SlowWarning, stacklevel=3)
 
     with progress_bar(count, f"{proto.name} rounds before {t}", "round", requested=progress, leave=False) as bar, \
             tracking_running_statistics(victim) if folder is not None else contextlib.nullcontext():

@@ -14,6 +14,7 @@ from ..attacks.gauss_newton import steps_note
 from ..attacks.recipes import inexact_words, next_settings
 from ..attacks.seed_search import found_text, sketch_not_held
 from ..config.arguments import config_from_args
+from ..errors import SlowWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import (
@@ -212,19 +213,32 @@ def _unused_flags_warning(cfg) -> str | None:
 def _note_first(note: str | None) -> Iterator[Callable[[object], None]]:
     """A callback for :func:`run_attack`'s ``prepared`` that prints ``note`` once the run has passed every check
     before its attack, and the warnings its checks gave after it: a refused run prints its refusal alone, one that
-    goes ahead its note first (where there is one), then each warning once."""
+    goes ahead its note first (where there is one), then each warning once.  A :class:`SlowWarning` (long work under
+    way in the preparation: a seed search, rounds re-simulated) prints the note and the warnings held so far, and
+    itself, at once."""
     shown = warnings.showwarning
     held: list[tuple[tuple, dict]] = []
+    told: list[bool] = []
 
-    def noted(p) -> None:
-        warnings.showwarning = shown
-        if note is not None:
+    def flush() -> None:
+        if note is not None and not told:
             print(note, file=sys.stderr)
+        told.append(True)
         for args, kwargs in held:
             shown(*args, **kwargs)
         held.clear()
 
-    warnings.showwarning = lambda *args, **kwargs: held.append((args, kwargs))
+    def noted(p) -> None:
+        warnings.showwarning = shown
+        flush()
+
+    def hold(*args, **kwargs) -> None:
+        held.append((args, kwargs))
+        category = args[1] if len(args) > 1 else kwargs.get("category")
+        if isinstance(category, type) and issubclass(category, SlowWarning):  # long work under way: say it now
+            flush()
+
+    warnings.showwarning = hold
     try:
         yield noted
     finally:

@@ -101,6 +101,56 @@ def test_a_long_search_warns_once_after_its_first_chunk(client):
     assert len(notes) == 1 and "sketch seeds takes about" in str(notes[0].message)
 
 
+def test_the_estimate_counts_the_searchs_setup_once_not_per_candidate(client, monkeypatch):
+    """The first chunk's time per candidate included the probes and the reader's check, paid once: 1.3 ms per
+    candidate was estimated where the search took 0.21 ms, and 2^20 candidates read 23 min where they took 4."""
+    victim, g = client
+    b = victim.d // 2
+    y = get_sketch("countsketch", victim.d, b, seed=5).apply(g)
+    clock = [0.0]
+    monkeypatch.setattr(ss.time, "perf_counter", lambda: clock[0])
+    setup = ss.probe_direction
+
+    def slow_setup(*args, **kwargs):
+        clock[0] += 500.0  # work done once: 500 s, below the 600 s a search is warned of from
+        return setup(*args, **kwargs)
+
+    monkeypatch.setattr(ss, "probe_direction", slow_setup)
+    score = ss.match_statistic
+
+    def paced(M, *args):
+        clock[0] += 1e-4 * M.shape[0]  # 0.1 ms per candidate
+        return score(M, *args)
+
+    monkeypatch.setattr(ss, "match_statistic", paced)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ss.search_seed(victim, y, "countsketch", b, {}, seed_base=0, bits=10)  # 500 s + 0.1 s: no warning
+    assert not [w for w in caught if "sketch seeds takes about" in str(w.message)]
+    assert ss.search_note(1e-4, 20, once_s=500.0) is not None  # 500 s + 105 s
+    assert ss.search_note(1e-4, 20) is None and "0.1 ms per candidate" in ss.search_note(1e-4, 20, once_s=500.0)
+
+
+def test_a_slow_search_is_said_while_the_runs_checks_hold_their_warnings(capsys, monkeypatch):
+    """The search runs in the run's preparation, whose warnings the command line holds until its checks end: a
+    search estimated at days said so only when it was over, and not at all when Ctrl-C stopped it."""
+    from leakattack import errors
+    from leakattack.cli.run import _note_first
+
+    monkeypatch.setattr(warnings, "showwarning", errors._one_line_warning)  # the command line's one-line warnings
+    with warnings.catch_warnings(), _note_first("leakattack: warning: --iterations changes nothing") as noted:
+        warnings.simplefilter("always")
+        warnings.warn("a held setting", SettingWarning)
+        assert capsys.readouterr().err == ""  # held while the checks run
+        warnings.warn("searching 2^32 sketch seeds takes about 10 days", errors.SlowWarning)
+        said = capsys.readouterr().err.splitlines()
+        assert said == ["leakattack: warning: --iterations changes nothing", "leakattack: warning: a held setting",
+                        "leakattack: warning: searching 2^32 sketch seeds takes about 10 days"]
+        warnings.warn("another held one", SettingWarning)
+        noted(None)
+    assert capsys.readouterr().err.splitlines() == ["leakattack: warning: another held one"]  # the note once
+
+
 def test_a_winner_that_does_not_stand_out_is_warned_of_and_one_that_does_is_not(client):
     """A search whose range does not hold the client's seed picked the highest of the wrong ones (2.38 against 2.04
     for the runner-up, through imprint's block) and the attack ran through that R without a word."""
