@@ -16,6 +16,7 @@ import argparse
 
 import numpy as np
 
+from leakattack.script import count, fractions, script_main
 from leakattack.sketch import get_sketch
 from leakattack.sketch.countsketch import PRIME, poly_hash
 
@@ -28,14 +29,14 @@ def filled_degree3(d: int, b: int, seed: int) -> int:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--d", type=int, default=15826, help="columns (lenet at 32 px: 15826)")
-    ap.add_argument("--ratios", default="0.5,0.25,0.1", help="b/d, comma-separated")
-    ap.add_argument("--seeds", type=int, default=200, help="seeds 0..N-1")
-    ap.add_argument("--unknowns", type=int, default=3072, help="m*B (a 3x32x32 image: 3072)")
+    ap.add_argument("--d", type=count, default=15826, help="columns (lenet at 32 px: 15826)")
+    ap.add_argument("--ratios", type=fractions, default=[0.5, 0.25, 0.1], help="b/d, comma-separated")
+    ap.add_argument("--seeds", type=count, default=200, help="seeds 0..N-1")
+    ap.add_argument("--unknowns", type=count, default=3072, help="m*B (a 3x32x32 image: 3072)")
     a = ap.parse_args(argv)
     print(f"d = {a.d}, seeds 0..{a.seeds - 1}, filled buckets (R's nonzero rows): mean / min / seeds below "
           f"{a.unknowns} unknowns")
-    for ratio in (float(r) for r in a.ratios.split(",")):
+    for ratio in a.ratios:
         b = max(1, round(ratio * a.d))
         linear = np.array([get_sketch("countsketch", a.d, b, seed=s).nonzero_rows() for s in range(a.seeds)])
         cubic = np.array([filled_degree3(a.d, b, s) for s in range(a.seeds)])
@@ -46,4 +47,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main)
