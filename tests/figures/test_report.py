@@ -270,9 +270,14 @@ def test_a_png_cut_short_a_blank_title_and_a_fixed_build_time(tmp_path, capsys, 
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000", *args],
-                          capture_output=True, text=True, timeout=120)
+    """One headless chromium call; a browser that hangs (one did, past 120 s, beside the suite's other worker; the
+    same test passed in 9 s run again) is killed and started once more before the test fails."""
+    command = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000", *args]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)")
