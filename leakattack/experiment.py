@@ -632,9 +632,8 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
         return out
     said = f"{result.message}, " if result.message else "the attack met its tolerance, "  # an attack may say nothing
     if case.obs.rank_bound < mB:  # the result's message says that another input matches as well (Attack.reconstruct)
-        bound = (f"b = {case.obs.b}" if case.obs.rank_bound == case.obs.b else
-                 f"{case.obs.rank_bound}, the nonzero rows of the sketch's b = {case.obs.b}")
-        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= {bound} < m*B = {mB}"}
+        return {**out, "unique": False, "jacobian_note": f"not measured: rank <= {case.obs.rank_bound} < m*B = {mB} "
+                                                         f"({case.obs.numbers_said()})"}
     # a batch's images one by one: one exact image can carry the means past another that is not its truth
     wrong = [i for i, (v, s) in enumerate(zip(m.get("verdict_each") or [], m.get("ssim_each") or []))
              if v != metrics.REBUILT or (s if s is not None else 0.0) < metrics.SAME_IMAGE_SSIM]

@@ -218,12 +218,12 @@ def _note_first(note: str | None) -> Iterator[Callable[[object], None]]:
     itself, at once."""
     shown = warnings.showwarning
     held: list[tuple[tuple, dict]] = []
-    told: list[bool] = []
 
     def flush() -> None:
-        if note is not None and not told:
+        nonlocal note
+        if note is not None:  # said once
             print(note, file=sys.stderr)
-        told.append(True)
+            note = None
         for args, kwargs in held:
             shown(*args, **kwargs)
         held.clear()

@@ -33,9 +33,9 @@ def poly_hash(coeffs, x: np.ndarray, p: int = PRIME) -> np.ndarray:
     return acc
 
 
-def countsketch_operator_norm(rows: torch.Tensor, b: int) -> float:
+def countsketch_operator_norm(loads: torch.Tensor) -> float:
     """sqrt(max bucket load): one +-1 per column makes R R^T = diag(loads of the b buckets) (Charikar et al. 2002)."""
-    return float(torch.bincount(rows.cpu(), minlength=b).max()) ** 0.5
+    return float(loads.max()) ** 0.5
 
 
 def draw(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,12 +100,16 @@ class CountSketch(Sketch):
     def _adjoint(self, u: torch.Tensor) -> torch.Tensor:
         return LinearMap.apply(u, self._plan.transpose, self._plan.forward)
 
+    def loads(self) -> torch.Tensor:
+        """How many columns hash to each of the b buckets (counted once, then cached): R R^T = diag(loads)."""
+        if "_loads_cache" not in self.__dict__:
+            self._loads_cache = torch.bincount(self.rows.cpu(), minlength=self.b)
+        return self._loads_cache
+
     def nonzero_rows(self) -> int:
         """The buckets at least one column hashes to: R's other rows are zero.  The linear hash leaves far more of
-        them empty on some seeds than a random hash would (docs/sketches.md).  Counted once, then cached."""
-        if "_nonzero_rows_cache" not in self.__dict__:
-            self._nonzero_rows_cache = int((torch.bincount(self.rows.cpu(), minlength=self.b) > 0).sum())
-        return self._nonzero_rows_cache
+        them empty on some seeds than a random hash would (docs/sketches.md)."""
+        return int((self.loads() > 0).sum())
 
     def _operator_norm(self) -> float:
-        return countsketch_operator_norm(self.rows, self.b)
+        return countsketch_operator_norm(self.loads())
