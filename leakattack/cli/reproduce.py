@@ -67,10 +67,13 @@ def _committed(folder: Path) -> tuple[RunMetrics, dict | None] | None:
     (nothing to compare with).  A metrics.json or config.json that is damaged or not a run's is one UserError sentence
     naming the file, as ``leakattack collect`` and ``report`` refuse it: a reference that cannot be read is not
     "no committed run"."""
-    if not (folder / "metrics.json").exists():
+    def there(name: str) -> bool:  # a link to nothing is a damaged reference, not an absent one
+        return (folder / name).exists() or (folder / name).is_symlink()
+
+    if not there("metrics.json"):
         return None
     metrics = run_metrics(folder / "metrics.json")
-    config = read_object(folder / "config.json") if (folder / "config.json").exists() else {}
+    config = read_object(folder / "config.json") if there("config.json") else {}
     environment = config.get("environment")
     machine = environment.get("machine") if isinstance(environment, dict) else None
     return metrics, machine if isinstance(machine, dict) else None

@@ -284,6 +284,10 @@ def read_object(path) -> dict:
         data = read_json(path)
     except IsADirectoryError:
         raise UserError(f"'{path}' is a folder, not the file leakattack writes there") from None
+    except FileNotFoundError:
+        if not Path(path).is_symlink():
+            raise
+        raise UserError(f"'{path}' is a link to '{os.readlink(path)}', which does not exist") from None
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"'{path}' is not JSON") from None
     if not isinstance(data, dict):

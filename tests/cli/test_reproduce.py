@@ -179,6 +179,25 @@ def test_a_damaged_committed_reference_is_one_sentence_before_any_step_runs(tmp_
     assert err == [f"leakattack: error: '{path.relative_to(tmp_path)}' {said}"] and ran == []
 
 
+@pytest.mark.parametrize("name", ["metrics.json", "config.json"])
+def test_a_committed_reference_linked_to_nothing_is_one_sentence(tmp_path, monkeypatch, capsys, name):
+    """A metrics.json that is a link to a missing file read as "no committed run": the step then stopped on `run
+    --out`'s refusal of a folder that holds a run; a config.json linked to nothing was read as no machine record."""
+    from leakattack.cli import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    ref = _reference(tmp_path)
+    path = ref / "lenet-none" / name
+    path.unlink()
+    path.symlink_to("gone.json")
+    ran = []
+    monkeypatch.setattr(reproduce, "_call", lambda argv: ran.append(argv) or 0)
+    assert cli.main(["reproduce", "reference"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: error: '{path.relative_to(tmp_path)}' is a link to 'gone.json', which does not "
+                   "exist"] and ran == []
+
+
 def test_a_step_named_twice_runs_once(tmp_path, monkeypatch, capsys):
     """`reproduce reference reference` compared the second run with the first's output, labelled "committed"."""
     from leakattack.cli import reproduce
