@@ -8,7 +8,15 @@ from torch import nn
 import targets
 from leakattack import cli, metrics
 from leakattack.attacks import AttackError, Rgap, get_attack, list_attacks
-from leakattack.attacks.rgap import NOISE_MARGIN, SURPLUS_ROWS, _inverse, _solve, _standard_errors, _weighted
+from leakattack.attacks.rgap import (
+    NOISE_MARGIN,
+    SOFTPLUS_MIN_THRESHOLD,
+    SURPLUS_ROWS,
+    _inverse,
+    _solve,
+    _standard_errors,
+    _weighted,
+)
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
@@ -241,6 +249,23 @@ def test_refusals_name_what_is_not_supported_in_one_sentence():
     assert "BatchNorm2d" in _reason(_observe(targets.get_model("resnet20", in_shape=(1, 8, 8), seed=0), x, labels))
     lenet = _lenet(x)
     assert "b = 100 numbers for d = " in _reason(_observe(lenet, x, labels, "srht", b=100))
+
+
+def test_a_softplus_that_jumps_where_it_turns_linear_is_refused():
+    """Softplus(threshold=1) jumps by 0.31 where it turns linear, so that outputs just above 1 come from two inputs;
+    R-GAP took each for the linear branch's and ended "rebuilt" at 33.6 dB."""
+    x, labels = _example("digits", size=8)
+
+    def victim(threshold):
+        net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(threshold=threshold), nn.Flatten(),
+                            nn.Linear(128, 3))
+        return targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=3, name="soft")
+
+    reason = _reason(_observe(victim(1.0), x, labels))
+    assert "softplus of threshold 1 (1), which jumps by 0.31 where it turns linear" in reason
+    assert Rgap().supports(_observe(victim(20.0), x, labels)) is None  # torch's default: a jump of 2e-9
+    assert Rgap().supports(_observe(victim(SOFTPLUS_MIN_THRESHOLD), x, labels)) is None
+    assert "softplus" in _reason(_observe(victim(SOFTPLUS_MIN_THRESHOLD - 0.1), x, labels))
 
 
 def test_an_operation_between_modules_is_refused():
