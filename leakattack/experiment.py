@@ -639,7 +639,7 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
              if v != metrics.REBUILT or (s if s is not None else 0.0) < metrics.SAME_IMAGE_SSIM]
     if case.x is not None and (m["verdict"] != metrics.REBUILT or (m["ssim"] or 0.0) < metrics.SAME_IMAGE_SSIM
                                or wrong):
-        which = f"SSIM {_number(m['ssim'])}" + (_not_rebuilt_images(wrong, len(m["verdict_each"])) if wrong else "")
+        which = f"SSIM {_number(m['ssim'])}" + (_wrong_images(wrong, m["verdict_each"]) if wrong else "")
         if loose_tolerance(p.cfg):  # a loose match: another image near the message, not one that gives it
             looser = f"--tol {p.cfg.tol:g} is looser than its default {TIGHT_TOL:g}"
             return {**out, "jacobian_note": f"not measured: {looser}",
@@ -692,11 +692,22 @@ def _message_residual(case, result: AttackResult) -> float | None:
     return float((sent.reshape(-1) - y.reshape(-1)).norm()) / norm if norm > 0 else None
 
 
-def _not_rebuilt_images(wrong: list[int], n: int) -> str:
-    """``; images 3, 7 of 8 not rebuilt on their own`` (the first five, by index from 0)."""
-    shown = ", ".join(map(str, wrong[:5])) + (", ..." if len(wrong) > 5 else "")
-    many = len(wrong) > 1
-    return f"; image{'s' if many else ''} {shown} of {n} not rebuilt on {'their' if many else 'its'} own"
+def _wrong_images(wrong: list[int], verdicts: list[str]) -> str:
+    """Which images of a batch are not the truth, by cause: ``; images 3, 7 of 8 not rebuilt on their own; image 2
+    of 8 rebuilt, but below SSIM 0.9`` (the first five of each, by index from 0).  Nothing for one image, whose SSIM
+    the note names already."""
+    n = len(verdicts)
+    if n == 1:
+        return ""
+    out = ""
+    for group, said in (([i for i in wrong if verdicts[i] != metrics.REBUILT], "not rebuilt on {} own"),
+                        ([i for i in wrong if verdicts[i] == metrics.REBUILT],
+                         f"rebuilt, but below SSIM {metrics.SAME_IMAGE_SSIM:g}")):
+        if group:
+            many = len(group) > 1
+            shown = ", ".join(map(str, group[:5])) + (", ..." if len(group) > 5 else "")
+            out += f"; image{'s' if many else ''} {shown} of {n} " + said.format("their" if many else "its")
+    return out
 
 
 def _number(v) -> str:

@@ -216,6 +216,30 @@ def test_a_batch_with_one_image_not_its_truth_is_not_unique_whatever_the_means()
     assert "(SSIM 0.94; image 15 of 16 not rebuilt on its own): a different image matches" in out["message"]
 
 
+def test_the_note_of_an_image_that_is_not_its_truth_names_its_cause():
+    """One image rebuilt at SSIM 0.40 that met the tolerance read "image 0 of 1 not rebuilt on its own" under the
+    summary line's "rebuilt"; in a batch, an image rebuilt below SSIM 0.9 was called not rebuilt as well."""
+    from types import SimpleNamespace as NS
+
+    from leakattack.experiment import uniqueness
+
+    result = NS(stop_reason="tolerance", message="converged", labels=None, x=None, gauss_newton=None, input_rank=None)
+
+    def note(verdicts, ssims, ssim):
+        case = NS(x=torch.zeros(1), obs=NS(rank_bound=10 ** 6, batch_size=len(verdicts)),
+                  victim=NS(unknowns_per_example=10))
+        p = NS(case=case, cfg=NS(tol=0.0, label_source="idlg"), attack=NS(closed_form=False))
+        out = uniqueness(p, result, {"verdict": "rebuilt", "ssim": ssim, "verdict_each": verdicts,
+                                     "ssim_each": ssims})
+        assert out["unique"] is False
+        return out["message"]
+
+    assert "(SSIM 0.40): a different image matches" in note(["rebuilt"], [0.4], 0.4)
+    said = note(["rebuilt", "not rebuilt", "rebuilt", "not rebuilt"], [1.0, 0.1, 0.5, 0.2], 0.95)
+    assert ("(SSIM 0.95; images 1, 3 of 4 not rebuilt on their own; image 2 of 4 rebuilt, but below SSIM 0.9): a "
+            "different image matches") in said
+
+
 def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_reconstruction_say_so():
     from types import SimpleNamespace as NS
 
