@@ -30,6 +30,8 @@ from typing import Callable
 
 import torch
 
+from targets.victim import cpu_cores
+
 from .. import experiment, figures
 from ..config import RunConfig
 from ..errors import SettingWarning, UserError, listed
@@ -98,12 +100,14 @@ def run_point(params: dict, with_lpips: bool = False, warned: frozenset[str] = f
     registered names the sweep uses in the process that started it (:func:`leakattack.plugins.used_outside`),
     imported here first where they are not yet (a worker process).
     """
-    m, recon, truth, _ = _point(params, with_lpips, warned, modules)
+    m, recon, truth, *_ = _point(params, with_lpips, warned, modules)
     return m, recon, truth
 
 
 def _point(params: dict, with_lpips: bool, warned: frozenset[str], modules: tuple):
-    """:func:`run_point`'s three, and the most threads the attack ran torch on (what its last bits depend on)."""
+    """:func:`run_point`'s three, the most threads the attack ran torch on (what its last bits depend on) and the
+    cores the process counted as its own (what the thread rule chose those threads from: the sweep's share of the
+    machine per job)."""
     _warned.update(warned)
     load_plugins()  # a worker process's first point: the names the coordinator's plugins registered
     import_modules(modules)  # ... and those its own modules registered (a notebook's `import mymodels`)
@@ -115,7 +119,7 @@ def _point(params: dict, with_lpips: bool, warned: frozenset[str], modules: tupl
     m["m"] = int(p.x.numel())
     order = torch.as_tensor(out.metrics.match)
     recon = out.result.x.clamp(0, 1)[order]
-    return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy(), out.threads
+    return m, recon.detach().float().cpu().numpy(), p.x.detach().float().cpu().numpy(), out.threads, cpu_cores()
 
 
 def _run_indexed(with_lpips: bool, warned: frozenset[str], modules: tuple, item: tuple[int, dict]):
@@ -208,16 +212,18 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 
     def keep(i: int, pt: dict, result) -> None:
         nonlocal written, plan_written
-        # a job's three of an earlier version (a SLURM result written before the thread count was kept) has none
+        # a job's three of an earlier version (a SLURM result written before the thread count was kept) has none,
+        # its four (before the cores were kept) no cores
         m, recon, truth, *rest = result
-        threads = rest[0] if rest else None
+        threads, cores = (rest + [None, None])[:2]
         if not plan_written:
             write_json(out / "sweep.json", meta)
             plan_written = True
         write_tensors(out / "points" / f"{pt['key']}.pt",
                       {"recon": torch.from_numpy(recon), "truth": torch.from_numpy(truth)})
         append_line(fd, {"key": pt["key"], "index": i, "grid": pt["grid"], "params": pt["params"], "metrics": m,
-                         **({"threads": threads} if isinstance(threads, int) else {})})
+                         **({"threads": threads} if isinstance(threads, int) else {}),
+                         **({"cores": cores} if isinstance(cores, int) else {})})
         written += 1
         bar.set_postfix_str(f"PSNR {m['psnr']:.1f} dB")
         bar.update(1)
@@ -265,16 +271,19 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
 
 
 def _warn_mixed_threads(results: Path, plan: Plan) -> None:
-    """Warn once where the plan's points in ``results`` ran their attacks on different thread counts (each record's
-    ``threads``; records written before it was kept count as unknown): the last bits of a point's numbers depend on
-    its thread count, so a sweep resumed with another ``--jobs`` (or on another machine) mixes points that an
-    uninterrupted run would have computed alike."""
-    counts = sorted({r["threads"] for r in _plan_records(results, plan) if isinstance(r.get("threads"), int)})
+    """Warn once where the plan's points in ``results`` ran with different shares of the machine (each record's
+    ``cores``, the cores its process counted as its own; records written before it was kept count as unknown): a
+    point's threads follow its cores (a deep victim's attack takes every one, the Gauss-Newton algebra too), and
+    its last bits its threads, so a sweep resumed with another ``--jobs`` (or on another machine) mixes points that
+    an uninterrupted run would have computed alike.  The thread counts themselves differ within one uninterrupted
+    sweep (points that reach Gauss-Newton run its algebra on every core, the others one thread)."""
+    counts = sorted({r["cores"] for r in _plan_records(results, plan) if isinstance(r.get("cores"), int)})
     if len(counts) > 1:
-        warnings.warn(f"this sweep's points ran their attacks on {listed([str(n) for n in counts])} threads: a "
-                      "point's last bits depend on its thread count, so points run at different counts may differ "
-                      "in them from an uninterrupted run (resume with the --jobs the sweep started with, on the same "
-                      "machine, to keep them alike)", SettingWarning, stacklevel=3)
+        warnings.warn(f"this sweep's points ran with {listed([str(n) for n in counts])} cores each (resumed with "
+                      "another --jobs, or on another machine): a point's last bits depend on the threads its attack "
+                      "runs on, which follow its cores, so points run with different cores may differ in them from "
+                      "an uninterrupted run (resume with the --jobs the sweep started with, on the same machine, to "
+                      "keep them alike)", SettingWarning, stacklevel=3)
 
 
 def _plan_records(results: Path, plan: Plan) -> list[dict]:

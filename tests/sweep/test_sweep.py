@@ -14,6 +14,7 @@ import pytest
 from leakattack import cli
 from leakattack.errors import UserError
 from leakattack.sweep import Backend, load_plan, read_results, run_point, run_sweep, runner
+from targets.victim import cpu_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = """
@@ -252,22 +253,29 @@ def test_lpips_asked_for_without_its_weights_is_said_once_and_summarised_when_co
     assert row["lpips_mean"] == pytest.approx(0.3) and row["lpips_std"] == pytest.approx(0.1 / 2 ** 0.5)
 
 
-def test_each_point_records_its_thread_count_and_a_sweep_of_mixed_counts_is_warned(tmp_path, capsys):
-    """A point's last bits depend on the threads its attack ran on: each record keeps the count, and a sweep whose
-    points ran at different counts (resumed with another --jobs, or on another machine) says so once."""
+def test_each_point_records_its_threads_and_cores_and_a_sweep_of_mixed_cores_is_warned(tmp_path, capsys):
+    """A point's last bits depend on the threads its attack ran on, which follow the cores its process counted as its
+    own: each record keeps both, and a sweep whose points ran with different cores (resumed with another --jobs, or
+    on another machine) says so once.  Points of one uninterrupted sweep ran on 1 and 2 threads (those that reached
+    Gauss-Newton ran its algebra on both cores) and were warned of as if resumed."""
     cfg = write(tmp_path, TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]").replace(
         "image_index = [0, 1, 2, 3]", "image_index = [0]"))
     out = tmp_path / "out"
     assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert isinstance(rec["threads"], int) and rec["threads"] >= 1
-    assert "threads: a point's last bits" not in capsys.readouterr().err
-    rec["threads"] += 6  # as if run on another machine's cores
+    assert isinstance(rec["threads"], int) and rec["threads"] >= 1 and rec["cores"] == cpu_cores()
+    assert "cores each" not in capsys.readouterr().err
+    rec["threads"] += 6  # threads of its own, as a point that ran Gauss-Newton's algebra on more: not warned of
     (out / "results.jsonl").write_text(json.dumps(rec) + "\n")
     more = write(tmp_path, TINY.replace("sigma = [0.0, 1e-3, 1e-1]", "sigma = [0.0]").replace(
         "image_index = [0, 1, 2, 3]", "image_index = [0, 1]"))
     assert cli.main(["sweep", str(more), "--out", str(out), "--quiet"]) == 0
+    assert "cores each" not in capsys.readouterr().err
+    first, second = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    first["cores"] += 6  # as if run on another machine's cores
+    (out / "results.jsonl").write_text(json.dumps(first) + "\n")
+    assert cli.main(["sweep", str(more), "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert f"this sweep's points ran their attacks on {rec['threads'] - 6} and {rec['threads']} threads" in err, err
+    assert f"this sweep's points ran with {cpu_cores()} and {cpu_cores() + 6} cores each" in err, err
     assert cli.main(["sweep", str(more), "--out", str(out), "--quiet"]) == 0  # nothing run: nothing said again
-    assert "threads: a point's last bits" not in capsys.readouterr().err
+    assert "cores each" not in capsys.readouterr().err
