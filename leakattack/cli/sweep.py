@@ -127,7 +127,7 @@ def point_line(index: int, point: dict, width: int) -> str:
 
 def dry_run(a, plan: Plan, out: Path | None) -> int:
     """``--dry-run``: the plan's points, each checked, one line each; with ``--out``, which of them are finished
-    there already (results.jsonl is read, not repaired)."""
+    there already (results.jsonl is read, not repaired), and who runs in it where another sweep holds it."""
     finished = set() if out is None else {point_key(r["params"]) for r in read_results(out / "results.jsonl")}
     if out is not None:  # a bad stored metric is refused as the run refuses it, before any point
         checked_points(out, load_records(out, plan, key_of=point_key))
@@ -136,8 +136,10 @@ def dry_run(a, plan: Plan, out: Path | None) -> int:
     head = [f"{a.config}: {n} point{'s' if n != 1 else ''}, each checked as a run checks it; nothing run or written"]
     if plan.duplicates:
         head.append(f"{plan.duplicates} duplicate grid point{'s' if plan.duplicates != 1 else ''} left out")
-    if out is not None:
-        head.append(f"{len(finished)} already finished in {out}, {n - len(finished)} to run")
+    if out is not None:  # a folder another sweep runs in is read as it stands: its points go on finishing
+        busy = FolderLock(out).holder()
+        held = f" (in use by another sweep, {busy}: it may finish more while it runs)" if busy else ""
+        head.append(f"{len(finished)} already finished in {out}{held}, {n - len(finished)} to run")
     print(" | ".join(head))
     width = len(str(n))
     for i, pt in enumerate(plan.points, 1):

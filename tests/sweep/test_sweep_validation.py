@@ -201,9 +201,16 @@ def test_a_second_sweep_on_a_folder_in_use_is_refused_in_one_line_and_writes_not
         line = refuse(tmp_path, capsys, cfg.read_text(), f"in use by another sweep (process {owner.pid} on",
                       extra=["--out", str(out)])
         assert "sweep.lock" in line
+        # a dry run writes nothing and reads the folder as it stands, saying who runs in it (it said nothing of it)
+        assert cli.main(["sweep", str(cfg), "--dry-run", "--out", str(out)]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert (f"0 already finished in {out} (in use by another sweep, process {owner.pid} on "
+                f"{socket.gethostname()}: it may finish more while it runs), 1 to run") in head, head
     finally:
         owner.kill()
         owner.wait()
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--out", str(out)]) == 0  # its owner gone: nothing said of it
+    assert f"0 already finished in {out}, 1 to run" in capsys.readouterr().out
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over_and_released_at_the_end(tmp_path, capsys):
