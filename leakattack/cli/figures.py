@@ -54,6 +54,9 @@ def cmd_figures(a) -> int:
         raise UserError(f"'{out}' does not exist")
     if not out.is_dir():
         raise UserError(f"'{out}' is a file, not a sweep folder")
+    if not (out / "results.jsonl").exists() and (out / "metrics.json").is_file():
+        raise UserError(f"'{out}' is a run's folder (it holds metrics.json), not a sweep's: the run drew its figures "
+                        f"there; `leakattack report {out}` puts them on one page")
     if not (out / "results.jsonl").exists():
         raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
     stored = stored_lines(out / "results.jsonl")

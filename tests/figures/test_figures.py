@@ -65,6 +65,14 @@ def test_figures_on_a_folder_without_results_is_one_line_exit_2(tmp_path, capsys
     (tmp_path / "empty").mkdir()
     assert cli.main(["figures", str(tmp_path / "empty")]) == 2
     assert "no results.jsonl" in capsys.readouterr().err
+    run = tmp_path / "run"  # a run's folder was told to run a sweep into it
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    assert cli.main(["figures", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: error: '{run}' is a run's folder (it holds metrics.json), not a sweep's: the run drew "
+                   f"its figures there; `leakattack report {run}` puts them on one page"]
+    assert not (run / "figures").exists()
 
 
 def test_sweep_figures_read_the_store_themselves_when_given_no_records(tmp_path, no_attacks):
