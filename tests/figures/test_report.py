@@ -808,7 +808,7 @@ def test_the_epsilon_row_says_pure_dp_for_laplace_and_marks_the_papers_epsilon(t
     gauss = _with_metrics(tmp_path, "gauss", defense="clip:C=1,gaussian:z=1.1@after_sketch", epsilon=7.113,
                           delta=1e-5, epsilon_paper=6.881, delta_paper=1e-5, privacy_note="Delta = 1.562")
     text = build_report([gauss])
-    assert (f"<th>ε</th><td>ε = 7.11 at δ = 1e-05 for this one message; the paper&#x27;s ε = 6.88 at δ = 1e-05 "
+    assert (f"<th>privacy</th><td>ε = 7.11 at δ = 1e-05 for this one message; the paper&#x27;s ε = 6.88 at δ = 1e-05 "
             f"{html.escape(NOT_A_BOUND_NOTE)}</td>") in text
     tight = _with_metrics(tmp_path, "tight", defense="clip:C=1,gaussian:z=30", epsilon=0.2, delta=1e-5,
                           epsilon_paper=0.15, delta_paper=1e-5, privacy_note="Delta = 1")
@@ -816,8 +816,8 @@ def test_the_epsilon_row_says_pure_dp_for_laplace_and_marks_the_papers_epsilon(t
     laplace = _with_metrics(tmp_path, "laplace", defense="clip:C=1,laplace:b=0.1", epsilon=1158.7, delta=0.0,
                             epsilon_paper=None, delta_paper=None, privacy_note="Laplace noise, pure DP")
     text = build_report([laplace])
-    assert "<th>ε</th><td>ε = 1.16e+03, pure DP (δ = 0), for this one message</td>" in text
-    assert "at δ = 0" not in text and "paper" not in text.split("<th>ε</th>")[1].split("</tr>")[0]
+    assert "<th>privacy</th><td>ε = 1.16e+03, pure DP (δ = 0), for this one message</td>" in text
+    assert "at δ = 0" not in text and "paper" not in text.split("<th>privacy</th>")[1].split("</tr>")[0]
 
 
 def test_the_sweep_table_gives_the_delta_of_its_epsilon_and_no_spread_of_rounding_error():
@@ -970,7 +970,7 @@ def test_a_dp_protocol_run_is_reported_with_its_weights_noise_and_epsilon(tmp_pa
     assert row("victim").endswith("; w^t of round 2, re-simulated")
     assert re.fullmatch(r"the protocol's own Gaussian noise, σ = [\d.]+", row("defense"))
     assert re.fullmatch(r"ε = [\d.e+-]+ \(RDP accountant\) at δ = 2e-05 over rounds 1\.\.2; the paper's ε = 0\.707 "
-                        r"\(√\(tK\)·ε̂ over t rounds of K steps: Lemma H\.7, then Theorem 6\.2\)", row("ε"))
+                        r"\(√\(tK\)·ε̂ over t rounds of K steps: Lemma H\.7, then Theorem 6\.2\)", row("privacy"))
     privacy = json.loads((out / "config.json").read_text())["derived"]["sketch"]["privacy"]
     assert privacy["epsilon_paper"] == pytest.approx(0.5 * 2 ** 0.5) and privacy["delta_paper"] == pytest.approx(2e-5)
 

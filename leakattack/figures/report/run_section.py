@@ -311,9 +311,9 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     if m.label_choice:  # how the labels were chosen where the rules read different ones, as the run's note says
         rows.append(("label choice", label_choice_line(m.label_choice).removeprefix("labels: ")))
     if m.recorded("epsilon"):
-        rows.append(("ε", _run_epsilon(m)))
+        rows.append(("privacy", _run_epsilon(m)))  # its text names ε: a row named ε read "ε ε = ..."
     elif noise:
-        rows.append(("ε", _protocol_epsilon(noise, run.get("protocol_round"), run.get("protocol"))))
+        rows.append(("privacy", _protocol_epsilon(noise, run.get("protocol_round"), run.get("protocol"))))
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
