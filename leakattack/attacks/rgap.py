@@ -39,16 +39,17 @@ from .base import NO_CAUSE, AttackResult, Monitor, closed_form_result, inexact_c
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
-#: a softplus is inverted where its jump at ``threshold`` (torch's softplus is linear above it) is below this much of
-#: its output there, a float32 message's round-off: from threshold 13.4 up (:data:`SOFTPLUS_MIN_THRESHOLD`, where
-#: the two are equal); torch's default threshold 20 jumps by 2e-9/beta
-SOFTPLUS_JUMP = float(torch.finfo(torch.float32).eps)
+#: a softplus is inverted from this ``threshold`` up (torch's softplus is linear above it): there its jump,
+#: log(1 + exp(-threshold)) / beta (:func:`softplus_jump`), is below a float32 message's round-off of its output
+#: there, threshold / beta (equal at 13.35); torch's default threshold 20 jumps by 2e-9/beta
 SOFTPLUS_MIN_THRESHOLD = 13.4
 
 
 def softplus_jump(act: nn.Softplus) -> float:
-    """How far torch's softplus jumps where it turns linear: log(1 + exp(-threshold)) / beta."""
-    return math.log1p(math.exp(-act.threshold)) / abs(act.beta)
+    """How far torch's softplus jumps where it turns linear: log(1 + exp(-threshold)) / beta (computed without
+    overflow for any threshold)."""
+    t = float(act.threshold)
+    return (max(0.0, -t) + math.log1p(math.exp(-abs(t)))) / abs(act.beta)
 
 
 #: activations inverted where their unit is active (output > 0); an inactive unit says only that its input was at
@@ -106,7 +107,7 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
     for mod, _, _ in calls:  # the kind of module first: that names the problem best
         if isinstance(mod, nn.LeakyReLU) and mod.negative_slope <= 0:
             return None, f"a leaky ReLU of slope {mod.negative_slope} ({names[id(mod)]}), which is not invertible"
-        if isinstance(mod, nn.Softplus) and softplus_jump(mod) > SOFTPLUS_JUMP * mod.threshold / abs(mod.beta):
+        if isinstance(mod, nn.Softplus) and mod.threshold < SOFTPLUS_MIN_THRESHOLD:
             return None, (f"a softplus of threshold {mod.threshold:g} ({names[id(mod)]}), which jumps by "
                           f"{softplus_jump(mod):.2g} where it turns linear, so that one output comes from two inputs "
                           f"(R-GAP inverts softplus from threshold {SOFTPLUS_MIN_THRESHOLD:g} up)")

@@ -16,6 +16,7 @@ from leakattack.attacks.rgap import (
     _solve,
     _standard_errors,
     _weighted,
+    softplus_jump,
 )
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
@@ -266,6 +267,11 @@ def test_a_softplus_that_jumps_where_it_turns_linear_is_refused():
     assert Rgap().supports(_observe(victim(20.0), x, labels)) is None  # torch's default: a jump of 2e-9
     assert Rgap().supports(_observe(victim(SOFTPLUS_MIN_THRESHOLD), x, labels)) is None
     assert "softplus" in _reason(_observe(victim(SOFTPLUS_MIN_THRESHOLD - 0.1), x, labels))
+    assert "softplus of threshold -1000" in _reason(_observe(victim(-1000.0), x, labels))  # no overflow
+    # the bound: the jump below a float32 round-off of the output at the threshold, from SOFTPLUS_MIN_THRESHOLD up
+    eps = torch.finfo(torch.float32).eps
+    for t, below in ((SOFTPLUS_MIN_THRESHOLD, True), (SOFTPLUS_MIN_THRESHOLD - 0.1, False)):
+        assert (softplus_jump(nn.Softplus(beta=2.0, threshold=t)) < eps * t / 2.0) is below
 
 
 def test_an_operation_between_modules_is_refused():
