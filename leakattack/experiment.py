@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, pars
 from .attacks.base import stop_on_interrupt, threads_seen
 from .attacks.gauss_newton import steps_note
 from .attacks.recipes import NOISY_EVIDENCE, ROUNDING_EVIDENCE, noisy_without_prior
+from .attacks.seed_search import sketch_not_held
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, RunConfig
@@ -501,8 +503,10 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         with_lpips=with_lpips, device=p.device,
     )
     judged = judgement(p, result, scores, with_lpips, mean)
+    sent_off = truth_residual(p)
     found = uniqueness(p, result, {"verdict": judged["verdict"], "ssim": scores["ssim"],
-                                   "verdict_each": judged.get("verdict_each"), "ssim_each": scores.get("ssim_each")})
+                                   "verdict_each": judged.get("verdict_each"), "ssim_each": scores.get("ssim_each"),
+                                   "truth_residual": sent_off})
     message = found.pop("message", result.message)  # the attack's message, or what uniqueness says of the match
     wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
     seed_search = case.obs.extra.get("seed_search")  # the attacker's R came from a seed search
@@ -532,7 +536,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         **judged, **found, seed_search=seed_search, label_choice=result.label_choice,
         gauss_newton=result.gauss_newton, row_space_solve=result.row_space_solve,
         closed_forms=readers or None, labels_unused=None if cfg.attack_class.uses_labels else True,
-        objective_at=objective_at(p, result), peak_memory=peak_memory(p.device, p.rss_from),
+        objective_at=objective_at(p, result), truth_residual=sent_off,
+        peak_memory=peak_memory(p.device, p.rss_from),
         extra=privacy,
     )
     by_step = {e["step"]: e for e in result.extra}
@@ -647,16 +652,19 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                                 f"{p.cfg.tol:g}, looser than its default {TIGHT_TOL:g}, lets an image near the message "
                                 "stop the run, so this does not tell whether another image gives the message")}
         off = _message_residual(case, result) if p.attack.closed_form else None
-        if off is not None and off ** 2 > max(p.cfg.tol, TIGHT_TOL):  # the closed form fitted its model, not y
+        if metrics.truth_not_sent(m):  # a match of a message the truth does not send: J there says if it is unique
+            out["message"] = f"{said}at an image that is not the truth ({which}); {metrics.truth_not_sent_text(m)}"
+        elif off is not None and off ** 2 > max(p.cfg.tol, TIGHT_TOL):  # the closed form fitted its model, not y
             return {**out, "jacobian_note": "not measured: the reconstruction does not give the message",
                     "message": (f"{said}yet the image is not the truth ({which}), and the message its own gradient "
                                 f"sends lies {off:.3g} of the message's norm from it: the closed form's tolerance is "
                                 "of its model of the gradient, not of an image that gives the message, so this does "
                                 "not tell whether another image gives it")}
-        out.update(unique=False, message=(
-            f"{said}yet the image is not the truth ({which}): a different image "
-            "matches the message to the tolerance, so the message does not determine the input here; this is a "
-            "finding in itself"))
+        else:
+            out.update(unique=False, message=(
+                f"{said}yet the image is not the truth ({which}): a different image "
+                "matches the message to the tolerance, so the message does not determine the input here; this is a "
+                "finding in itself"))
     if p.cfg.label_source == "dlg" or result.labels is None:  # the unknowns include the soft labels
         out["jacobian_note"] = "not measured: the labels were optimised with the images"
         return out
@@ -680,7 +688,20 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
     return out
 
 
-def _message_residual(case, result: AttackResult) -> float | None:
+def truth_residual(p: Prepared) -> float | None:
+    """||message the truth sends - y|| / ||y||, with the truth's labels, through the attacker's model of the client:
+    measured for a message file's run with a truth file, where the file records no defense and the attacker holds the
+    client's sketch, so that the truth that sent the message gives it to round-off (a float16 message: about 3e-4);
+    None elsewhere (a data set's batch sends its message by construction; noise, a clip or a sketch the attacker does
+    not model would move it)."""
+    case, cfg = p.case, p.cfg
+    if cfg.message is None or case.x is None or case.labels is None or case.settings.get("defense") \
+            or cfg.defense or sketch_not_held({**vars(cfg), **case.settings}):
+        return None
+    return _message_residual(case, SimpleNamespace(x=case.x, labels=case.labels))
+
+
+def _message_residual(case, result: AttackResult | SimpleNamespace) -> float | None:
     """||message of the reconstruction - y|| / ||y||, through the attacker's model of the client (None where the
     result holds no labels or the message is zero)."""
     if result.labels is None:

@@ -350,18 +350,41 @@ def objective_failed(objective_at: dict) -> bool:
 #: the parts of an attack that can fail, in the order a run that rebuilt nothing is judged (:func:`failed_kind`)
 FAILED_PARTS = ("labels", "objective", "search")
 
+#: a truth whose own message lies farther than this share of the message's norm from it (``truth_residual``) did not
+#: send it: a float32 message lies about 2e-7 from the truth that sent it, a float16 one about 3e-4, a bfloat16 one
+#: about 2e-3
+TRUTH_MISFIT = 0.01
+
+
+def truth_not_sent(m: Mapping) -> bool:
+    """Whether a run's truth does not send its message through the attacker's model of the client (metrics.json's
+    ``truth_residual`` above :data:`TRUTH_MISFIT`): the truth file, the weights, the sketch or the labels are not
+    those the message was sent with, so no attack rebuilds that truth from it."""
+    r = m.get("truth_residual")
+    return isinstance(r, (int, float)) and not isinstance(r, bool) and r > TRUTH_MISFIT
+
+
+def truth_not_sent_text(m: Mapping) -> str:
+    """The sentence that says so, with the residual."""
+    return (f"the truth does not send this message: its own message, with its labels, through the attacker's model "
+            f"of the client lies {m['truth_residual']:.3g} of the message's norm from it, so the truth file, the "
+            "weights, the sketch or the labels are not those the message was sent with, and no attack rebuilds this "
+            "truth from it")
+
 
 def _wrong_labels(m: Mapping) -> bool:
-    """Whether the run used labels it read from the message (``label_mode`` idlg) and they are not the truth's; never
+    """Whether the run used labels it read from the message (``label_mode`` idlg), or was given with a message file
+    (``given``: a data set's are the truth's), and they are not the truth's; never
     where its images do not depend on them (``labels_unused``: imprint reads them from its block whatever the
     labels), since wrong labels do not explain those."""
     acc = m.get("label_acc")
-    return m.get("label_mode") == "idlg" and acc is not None and acc < 1 and not m.get("labels_unused")
+    return m.get("label_mode") in ("idlg", "given") and acc is not None and acc < 1 and not m.get("labels_unused")
 
 
 def failed_kind(m: Mapping) -> str | None:
     """Which part of a run (a metrics.json dict) that was not rebuilt failed, one of :data:`FAILED_PARTS`; None when
-    it was rebuilt or nothing tells.
+    it was rebuilt or nothing tells; ``truth`` where none did, since the truth does not send the message
+    (:func:`truth_not_sent`; not one of the parts, which a sweep of a data set's batches counts).
 
     ``labels``: the labels it read from the message are not the truth's (``label_acc`` < 1, as a multiset), so it
     minimised an objective in which the truth, sent with its own labels, is not what it looks for.  Otherwise, from its
@@ -371,6 +394,8 @@ def failed_kind(m: Mapping) -> str | None:
     """
     if m.get("verdict") != NOT_REBUILT:
         return None
+    if truth_not_sent(m):  # no part of the attack failed: the truth is not the message's
+        return "truth"
     if _wrong_labels(m):
         return "labels"
     at = m.get("objective_at")
@@ -435,6 +460,12 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     kind = failed_kind(m)
     if sketch_blind and kind is not None:
         return SKETCH_NOT_HELD
+    if kind == "truth":
+        return truth_not_sent_text(m)
+    if kind == "labels" and m.get("label_mode") == "given":
+        return (f"the labels the message file gives are not the truth file's (label accuracy {m['label_acc']:.2f}): "
+                "with them the truth does not send this message, so no search finds it; the message's labels or the "
+                "truth file are not the client's")
     if kind == "labels":
         said = (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
@@ -558,7 +589,8 @@ __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "
            "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",
            "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
-           "nothing_attacked", "failed_part", "message_unreadable", "ZERO_NOTE",
+           "nothing_attacked", "failed_part", "message_unreadable", "ZERO_NOTE", "TRUTH_MISFIT", "truth_not_sent",
+           "truth_not_sent_text",
            "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line", "label_choice_line",
            "FAILED_PARTS"]

@@ -240,6 +240,29 @@ def test_the_note_of_an_image_that_is_not_its_truth_names_its_cause():
             "different image matches") in said
 
 
+def test_a_match_of_a_message_the_truth_does_not_send_makes_no_claim_of_another_image():
+    """A converged run at an image that is not the truth said that a different image matches the message, "a finding
+    in itself", where the truth file was not the message's (its own message 1.22 of the message's norm from it)."""
+    from types import SimpleNamespace as NS
+
+    from leakattack.experiment import uniqueness
+
+    gn = {"kept": True, "jacobian_rank": 10, "singular_values": (1.0, 1e-3)}
+    result = NS(stop_reason="tolerance", message="converged", labels=torch.tensor([0]), x=None, gauss_newton=gn,
+                input_rank=None)
+    case = NS(x=torch.zeros(1), obs=NS(rank_bound=10 ** 6, batch_size=1), victim=NS(unknowns_per_example=10))
+    p = NS(case=case, cfg=NS(tol=0.0, label_source="idlg"), attack=NS(closed_form=False))
+    out = uniqueness(p, result, {"verdict": "not rebuilt", "ssim": -0.1, "truth_residual": 1.22})
+    assert out["message"] == ("converged, at an image that is not the truth (SSIM -0.10); the truth does not send this "
+                              "message: its own message, with its labels, through the attacker's model of the client "
+                              "lies 1.22 of the message's norm from it, so the truth file, the weights, the sketch or "
+                              "the labels are not those the message was sent with, and no attack rebuilds this truth "
+                              "from it")
+    assert out["unique"] is True and out["jacobian_rank"] == 10  # the match itself is isolated
+    out = uniqueness(p, result, {"verdict": "not rebuilt", "ssim": -0.1, "truth_residual": 2e-7})  # the truth's
+    assert out["unique"] is False and "a different image matches the message" in out["message"]
+
+
 def test_converged_gauss_newton_steps_that_ran_out_of_time_before_j_at_the_reconstruction_say_so():
     from types import SimpleNamespace as NS
 

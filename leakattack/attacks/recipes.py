@@ -394,8 +394,9 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     :data:`TRAINED_TV_NOTE` for an ``ig`` run of one image at weights the user loaded, with a TV weight below
     :data:`HEAVY_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``; a bare ``--prior tv`` keeps the
     recipe's weight).  None for a message whose every value is NaN or infinite (:func:`message_unreadable`), from
-    which no setting reads anything."""
-    if metrics is not None and message_unreadable(metrics):
+    which no setting reads anything, and for a truth that does not send the message (``kind`` ``truth``), which no
+    setting rebuilds."""
+    if (metrics is not None and message_unreadable(metrics)) or kind == "truth":
         return []
     # a closed form fits no image to the noise: its note on a defense that changes the message says what to run
     noise = noisy_kind(metrics or {}, run, derived) if kind != "labels" and not closed_form else None

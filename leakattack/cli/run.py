@@ -26,6 +26,7 @@ from ..rebuilt import (
     images_words,
     label_choice_line,
     message_unreadable,
+    truth_not_sent,
     why_not_rebuilt,
 )
 
@@ -180,7 +181,8 @@ def cmd_run(a) -> int:
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
         failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else FAILURE_NOTE
-        print(f"note: {said if unreadable else failure}", file=sys.stderr)
+        if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
+            print(f"note: {said if unreadable else failure}", file=sys.stderr)
         if nonfinite and not unreadable:
             print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
         identified = identified_line(record)

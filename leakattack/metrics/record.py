@@ -137,6 +137,10 @@ class RunMetrics:
     #: the attack's own objective at the truth and at the reconstruction, term by term (``match``, each prior by
     #: name, ``total``); written where it was measured (gradient matching with fixed labels, the truth known)
     objective_at: dict[str, Any] | None = None
+    #: ||message the truth sends, with its labels, through the attacker's model of the client - y|| / ||y||: far from
+    #: 0, the truth file, weights, sketch or labels are not those the message was sent with; written for a message
+    #: file's run with a truth file, no defense and the client's sketch held
+    truth_residual: float | None = None
     #: the process's peak resident memory by the end of the run (``rss_gb``) and, on a GPU, the most device memory
     #: torch held (``device_gb``), in GB (10^9 bytes); written where the platform reports them
     peak_memory: dict[str, float | str] | None = None
@@ -222,7 +226,8 @@ _ORDER = tuple(f.name for f in fields(RunMetrics) if f.name not in ("extra", "ab
 _KEYS = frozenset(_ORDER)
 #: the keys a run writes only when it has them
 _OPTIONAL = frozenset({"seed_search", "label_choice", "restart_stops", "restart_path", "gauss_newton",
-                       "row_space_solve", "closed_forms", "labels_unused", "objective_at", "peak_memory",
+                       "row_space_solve", "closed_forms", "labels_unused", "objective_at", "truth_residual",
+                       "peak_memory",
                        "baseline_psnr_each", "baseline_ssim_each", "verdict_each", "nearer_each",
                        "identified_each", "identified_among", "iip", "baseline_start_iip", "baseline_mean_iip",
                        "baseline_iip", "identified_features_each", "identified_features_among", "iip_features",

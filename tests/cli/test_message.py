@@ -393,6 +393,42 @@ def test_a_message_files_labels_are_not_scored_against_themselves(tmp_path, caps
     assert f"| labels {wrong.tolist()} (given, not scored) |" in line
 
 
+def test_a_truth_that_does_not_send_the_message_is_said_to_be_so_not_an_attack_that_failed(tmp_path, capsys):
+    """A truth file of another image than the message's: the run said that a different image matches the message
+    ("a finding in itself"), that the attack failed at its budget and that the label reading failed; a message file
+    whose labels are not the truth file's was told that more steps may get closer."""
+    spec = _client(tmp_path, kind="gradient", batch=1)
+    other = tmp_path / "other.pt"
+    torch.save({"images": torch.rand(1, *SHAPE, generator=torch.Generator().manual_seed(8)),
+                "labels": torch.tensor([0])}, other)
+    flags = ["--model", "lenet", "--weights", spec["weights"], "--message", spec["message"], "--iterations", "20",
+             "--refine", "none"]
+    rc, _, err = _run([*flags, "--truth", spec["truth"], "--out", str(tmp_path / "own")], capsys)
+    assert rc == 0 and json.loads((tmp_path / "own" / "metrics.json").read_text())["truth_residual"] < 1e-5
+    rc, lines, err = _run([*flags, "--truth", str(other), "--out", str(tmp_path / "other")], capsys)
+    m = json.loads((tmp_path / "other" / "metrics.json").read_text())
+    assert rc == 0 and m["verdict"] == "not rebuilt" and m["truth_residual"] > 0.1
+    said = [line for line in err if "the truth does not send this message" in line]
+    assert len(said) == 1 and f"lies {m['truth_residual']:.3g} of the message's norm" in said[0], err
+    assert not any("a failure of this attack" in line or "label reading failed" in line for line in err), err
+    assert cli.main(["report", str(tmp_path / "other"), "--out", str(tmp_path / "r.html")]) == 0
+    assert "Not rebuilt (the truth does not send this message)" in (tmp_path / "r.html").read_text()
+    # a message file whose labels are not those it was sent with, and a truth file with the true ones
+    victim = targets.get_model("lenet", in_shape=SHAPE, num_classes=10, seed=0)
+    truth = torch.load(spec["truth"])
+    R = get_sketch("srht", victim.d, victim.d // 2, seed=1)
+    write_message(tmp_path / "m3.pt", R.apply(targets.flat_gradient(victim, truth["images"], truth["labels"])),
+                  sketch=R, batch_size=1, labels=torch.tensor([3]), input_shape=SHAPE, num_classes=10)
+    rc, _, err = _run(["--model", "lenet", "--weights", spec["weights"], "--message", str(tmp_path / "m3.pt"),
+                       "--truth", spec["truth"], "--iterations", "20", "--refine", "none",
+                       "--out", str(tmp_path / "labels")], capsys)
+    m = json.loads((tmp_path / "labels" / "metrics.json").read_text())
+    assert rc == 0 and m["verdict"] == "not rebuilt" and m["truth_residual"] < 1e-5
+    assert any("the labels the message file gives are not the truth file's (label accuracy 0.00)" in line
+               for line in err), err
+    assert not any("more steps or starts may get closer" in line for line in err), err
+
+
 def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilon():
     from types import SimpleNamespace
 

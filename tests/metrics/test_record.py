@@ -57,12 +57,14 @@ def test_every_field_is_a_key_of_a_real_runs_metrics_json(plain, searched):
     # gauss_newton only where Gauss-Newton steps ran (tests/attacks/test_gauss_newton.py), row_space_solve only where
     # the analytic attack solved a batch in its first block's row space (tests/attacks/test_analytic.py),
     # closed_forms only where a run rebuilt nothing and a closed form accepts its message (tests/attacks/test_rgap.py),
-    # labels_unused only for an attack whose images do not depend on labels (tests/attacks/test_analytic_qa.py)
+    # labels_unused only for an attack whose images do not depend on labels (tests/attacks/test_analytic_qa.py),
+    # truth_residual only for a message file's run with a truth file (tests/cli/test_message.py)
     assert [k for k in keys if k not in stored] == ["label_choice", "restart_stops", "restart_path", "gauss_newton",
-                                                    "row_space_solve", "closed_forms", "labels_unused"]
+                                                    "row_space_solve", "closed_forms", "labels_unused",
+                                                    "truth_residual"]
     assert [k for k in keys if k not in _stored(plain[1])] == ["seed_search", "label_choice", "restart_stops",
                                                                "restart_path", "gauss_newton", "row_space_solve",
-                                                               "closed_forms", "labels_unused"]
+                                                               "closed_forms", "labels_unused", "truth_residual"]
     # a defended run's keys are flattened into the file beside the fields, in the order they were recorded
     m = searched[0]
     assert list(m.extra)[:3] == ["defense", "noise_seed", "g_norm"] and "seed_search" not in m.extra

@@ -37,6 +37,7 @@ from ...rebuilt import (
     images_words,
     label_choice_line,
     message_unreadable,
+    truth_not_sent,
     why_not_rebuilt,
 )
 from ...rebuilt import verdict as verdict_of
@@ -74,7 +75,10 @@ UNREADABLE_NOTE = "every value of the message is NaN or infinite, and no attack 
 
 def _failure_note(record: dict) -> str:
     """The words beside a run that rebuilt nothing: a failure of the attack, or, where no attack can read the
-    message (:func:`leakattack.rebuilt.message_unreadable`), why: every value 0, or NaN or infinite."""
+    message (:func:`leakattack.rebuilt.message_unreadable`), why: every value 0, or NaN or infinite; where the truth
+    does not send the message (:func:`leakattack.rebuilt.truth_not_sent`), that, which no attack's failure is."""
+    if truth_not_sent(record):
+        return "the truth does not send this message"
     if not message_unreadable(record):
         return FAILURE_NOTE
     return ZERO_NOTE if record.get("message_zero") is True else UNREADABLE_NOTE
@@ -241,7 +245,8 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
         note = _failure_note(record)
-        closed = attack_cls is not None and attack_cls.closed_form  # one solve, no budget of steps
+        # one solve has no budget of steps, and no budget rebuilds a truth that does not send the message
+        closed = (attack_cls is not None and attack_cls.closed_form) or truth_not_sent(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} ({note}): "
                                                    f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
