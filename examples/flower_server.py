@@ -23,7 +23,9 @@ from flwr.common import ndarrays_to_parameters
 from flwr.server import ServerConfig, start_server
 from flwr.server.strategy import FedAvg
 
+from leakattack.errors import UserError
 from leakattack.integrations.flower import RecordingStrategy, SketchedFedAvg, model_arrays
+from leakattack.results.io import writable_out
 from leakattack.script import count, fraction, index, one_of, port, positive, script_main
 from leakattack.sketch import list_sketches
 
@@ -48,11 +50,16 @@ def main() -> None:
     if a.ratio is not None and not a.sketch:
         p.error("--ratio is the b/d of --sketch: give --sketch KIND with it (without one the clients send FedAvg's "
                 "whole update)")
+    try:  # an --out it cannot write into (a file): one sentence before any client connects
+        writable_out(a.out)
+    except UserError as err:
+        p.error(str(err))
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     shape = (a.channels, a.image_size, a.image_size)
     model = ClientNet(in_shape=shape, num_classes=10)
     options = dict(min_fit_clients=a.clients, min_available_clients=a.clients, fraction_evaluate=0.0,
+                   min_evaluate_clients=a.clients,  # none evaluates (fraction 0); Flower warns of a minimum above
                    initial_parameters=ndarrays_to_parameters(model_arrays(model)),
                    on_fit_config_fn=lambda t: {"lr": a.lr, "local_steps": a.local_steps, "batch_size": a.batch_size})
     strategy = SketchedFedAvg(sketch=a.sketch, ratio=a.ratio or 0.5, seed=a.sketch_seed, **options) if a.sketch \

@@ -53,7 +53,7 @@ from targets.protocols import round_seed
 from ..constraints import MAX_SEED
 from ..errors import UserError
 from ..results import write_tensors
-from ..results.io import atomic_write_text
+from ..results.io import atomic_write_text, writable_out
 from ..results.message import (
     MAX_CLASSES,
     MAX_INPUT_NUMBERS,
@@ -275,7 +275,8 @@ class RecordingStrategy(Strategy):
                  lr: float | None = None, local_steps: int | None = None, batch_size: int | None = None,
                  input_shape=None, num_classes: int | None = None, defense: str | None = None):
         self.strategy = strategy
-        self.out = Path(out)
+        # a folder it can fill, refused now where it is a file (or beneath one), not at the first round's files
+        self.out = writable_out(out, said=f"RecordingStrategy: out '{out}'")
         # what the message files will hold is refused now, in one sentence, not at the first file a round writes
         where = "RecordingStrategy"
         self.clients = None if clients is None else {str(c) for c in _ids(where, "clients", clients)}

@@ -263,6 +263,19 @@ def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path)
         SketchedFedAvg(sketch="fft")
 
 
+def test_an_out_that_is_a_file_is_refused_before_any_client_connects(tmp_path):
+    """flower_server.py --out FILE waited for its clients and ended in a FileExistsError traceback at the first
+    round's files, leaving its client waiting."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UserError, match=r"^RecordingStrategy: out '.*afile' is a file, not a folder$"):
+        RecordingStrategy(FedAvg(), tmp_path / "afile")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "flower_server.py"), "--port", "9", "--out", "afile"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == \
+        "flower_server.py: error: --out 'afile' is a file, not a folder", done.stderr
+    assert "min_available_clients" not in done.stderr  # nor Flower's warning of a minimum no round asks for
+
+
 def test_the_recorder_refuses_a_defense_a_run_would_refuse_when_it_is_made(tmp_path):
     with pytest.raises(UserError, match=r"^RecordingStrategy: unknown defense 'bogus'"):
         RecordingStrategy(FedAvg(), tmp_path, defense="bogus:x=1")
