@@ -355,7 +355,7 @@ class GradientMatching(Attack):
             return None
         big = torch.finfo(dtype).max
         named = ([("the learning rate", self.lr, "--lr")] if self.lr is not None else []) + [
-            (f"the weight of prior '{name}'", w, "--tv" if name == "tv" else "--prior")
+            (f"the weight of prior '{name}'", w, "--tv (or --prior tv:W)" if name == "tv" else f"--prior {name}:W")
             for name, w in self.priors.items()]
         for what, value, flag in named:
             if isinstance(value, (int, float)) and value > big:
@@ -558,7 +558,8 @@ class GradientMatching(Attack):
             runs = "" if not choice else f", and a short run of each {'class' if 'candidates' in choice else 'reading'}"
             share = (f" of the {self.time_limit:g} s time limit" if probes_s < self.time_limit else
                      f", more than the whole {self.time_limit:g} s time limit")
-            best.message = add_note(best.message, f"reading the labels took {probes_s:.1f} s{share} (the model on "
+            took = f"{probes_s:.1f}" if probes_s >= 0.1 else f"{probes_s:.2g}"  # a tiny limit: digits that exceed it
+            best.message = add_note(best.message, f"reading the labels took {took} s{share} (the model on "
                                                   f"random probes{runs})")
         limit = self.time_limit
         if limit is not None and best.stop_reason == "time-limit" and probes_s < limit and \

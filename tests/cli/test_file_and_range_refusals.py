@@ -157,6 +157,16 @@ def test_a_learning_rate_beyond_the_attack_dtype_is_one_sentence(tmp_path, capsy
                         "runs in float32: give a smaller --lr, or --dtype float64")
 
 
+def test_a_prior_weight_beyond_the_attack_dtype_names_both_ways_to_give_it(tmp_path, capsys):
+    """--prior tv:1e39 in float32 was told to give a smaller --tv, a flag it had not given."""
+    code = cli.main(["run", "--prior", "tv:1e39", "--dtype", "float32", "--iterations", "2", "--quiet", "--no-lpips",
+                     "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.endswith("the weight of prior 'tv', 1e+39, is beyond the largest float32 number "
+                                      "(3.4e+38), and the attack runs in float32: give a smaller --tv (or --prior "
+                                      "tv:W), or --dtype float64"), err
+
+
 def test_list_refuses_a_class_that_names_an_unknown_recipe_as_run_does(tmp_path, capsys):
     """`leakattack list --model file.py:Net` printed "recipe fast" with exit code 0 where run refuses the class."""
     net = tmp_path / "models" / "net.py"

@@ -105,6 +105,15 @@ def test_labels_that_outlast_the_limit_are_not_called_a_share_of_it(monkeypatch)
     assert "of the 1 s time limit" not in m.message, m.message
 
 
+def test_labels_that_outlast_a_tiny_limit_are_said_with_the_digits_that_exceed_it(monkeypatch):
+    """--time-limit=1e-9: "reading the labels took 0.0 s, more than the whole 1e-09 s time limit"."""
+    import re
+
+    m = _slow_labels_run(monkeypatch, 0.02, 0.01)
+    took = re.search(r"reading the labels took ([\d.e-]+) s, more than the whole 0.01 s time limit", m.message)
+    assert took and float(took.group(1)) > 0.01, m.message
+
+
 def test_quick_labels_add_no_note(tmp_path):
     from leakattack.experiment import execute, prepare
 
