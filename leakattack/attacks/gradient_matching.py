@@ -965,8 +965,11 @@ def prune_points(R: int) -> list[float]:
 
 def _prune(runs: list, rows: list, keep: list, step: int, fraction: float) -> list:
     """The positions in ``keep`` (of rows still running) that survive a halving at ``step``: the better half by
-    lowest L_R so far (rounded up); the others stop with stop reason ``pruned``."""
-    order = sorted(keep, key=lambda i: runs[rows[i]].best_loss)
+    lowest L_R so far (rounded up), a start that has not gone below its own start value behind every one that has
+    (its lowest is its start's, which says nothing of how its search goes: with Adam, a start whose first steps
+    rose kept its low start value and outranked starts that had halved theirs); the others stop with stop reason
+    ``pruned``."""
+    order = sorted(keep, key=lambda i: (runs[rows[i]].best_step == 0, runs[rows[i]].best_loss))
     survivors = order[:(len(order) + 1) // 2]
     for i in order[len(survivors):]:
         run = runs[rows[i]]

@@ -417,6 +417,24 @@ def test_prune_points_halve_down_to_one_start_for_the_last_half(R, points):
     assert alive == 1
 
 
+def test_a_start_that_never_went_below_its_start_is_pruned_before_one_that_did():
+    """With Adam, a start whose first steps rose kept its low start value as its lowest L_R and outranked starts that
+    had halved theirs: the run kept it and ended "nothing was attacked"."""
+    from types import SimpleNamespace as NS
+
+    from leakattack.attacks.gradient_matching import _prune
+
+    problem = NS(fit_name="L_R")
+    runs = [NS(best_loss=30.0, best_step=12, stop=None, message="", problem=problem),  # from 60 to 30
+            NS(best_loss=52.6, best_step=0, stop=None, message="", problem=problem),  # never below its 52.6
+            NS(best_loss=40.0, best_step=3, stop=None, message="", problem=problem),
+            NS(best_loss=20.0, best_step=0, stop=None, message="", problem=problem)]
+    assert _prune(runs, [0, 1, 2, 3], [0, 1, 2, 3], 20, 0.25) == [0, 2]
+    assert [run.stop for run in runs] == [None, "pruned", None, "pruned"]
+    runs = [NS(best_loss=v, best_step=0, stop=None, message="", problem=problem) for v in (3.0, 1.0)]
+    assert _prune(runs, [0, 1], [0, 1], 20, 0.5) == [1]  # none moved: the lowest start value
+
+
 @pytest.mark.parametrize("optimizer, lr", [("adam", 0.05), ("lbfgs", None)])
 def test_pruning_stops_the_worse_half_at_each_point_and_the_survivor_runs_as_if_alone(optimizer, lr):
     obs, _ = _obs(_lenet())
@@ -428,7 +446,9 @@ def test_pruning_stops_the_worse_half_at_each_point_and_the_survivor_runs_as_if_
     assert stops.count("pruned") == 3 and stops.count("iterations") == 1
     assert sorted(run.iterations for run in pruned) == [10, 10, 20, 40]  # at 1/4 and 1/2 of the 40 steps
     for step, k in ((10, 4), (20, 2)):  # each cut keeps the starts whose lowest L_R up to it was lowest
-        at = [(min(run.losses[: step + 1]), run) for run in pruned if run.iterations >= step]
+        # (a start that never went below its start value behind those that did)
+        at = [((min(run.losses[1: step + 1]) >= run.losses[0], min(run.losses[: step + 1])), run) for run in pruned
+              if run.iterations >= step]
         assert len(at) == k
         ranked = sorted(at, key=lambda pair: pair[0])
         assert all(run.iterations > step for _, run in ranked[: k // 2])
