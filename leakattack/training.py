@@ -58,7 +58,7 @@ from targets.victim import batchnorm_layers
 from .config import ConfigError, check_value, protocol_json, validate_protocol
 from .config.params import MAX_ITERATIONS, ROUNDS
 from .config.run import SERVER_OPT_UNUSED
-from .data import DataError, ImageSet, get_dataset, train_test_split
+from .data import DataError, ImageFolderSet, ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, SlowWarning, UserError, duration_text
 from .figures import accuracy_figure
 from .progress import progress_bar
@@ -108,7 +108,9 @@ def load_split(model_spec: dict, download: bool = False):
     """(train, test) parts of the data set, split with the protocol seed; DataError -> ConfigError."""
     try:
         ds = get_dataset(model_spec["dataset"], root=model_spec["data_root"], download=download)
-        return train_test_split(ds, model_spec["test_fraction"], seed=model_spec["seed"])
+        parts = train_test_split(ds, model_spec["test_fraction"], seed=model_spec["seed"])
+        # a protocol reads an image folder at its default size, which neither train nor run --protocol takes
+        return tuple(p.size_fixed() if isinstance(p, ImageFolderSet) else p for p in parts)
     except DataError as err:
         raise ConfigError(str(err)) from None
 

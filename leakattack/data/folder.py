@@ -229,12 +229,15 @@ class ImageFolderSet(ImageSet):
     size: int
     _loaded: torch.Tensor | None
     _noted: set  # the kinds of read_image's notes already warned of for this set
+    #: read at a size the command does not let its user choose (a protocol's training split): no --image-size hint
+    _size_fixed: bool
 
     def __init__(self, name: str, files, labels: torch.Tensor, class_names: list, size: int, source: str):
         # the dataclass fields of ImageSet but ``images``, which is read on demand
         for key, value in (("name", name), ("labels", labels), ("num_classes", len(class_names)),
                            ("class_names", list(class_names)), ("source", source),
-                           ("files", tuple(files)), ("size", int(size)), ("_loaded", None), ("_noted", set())):
+                           ("files", tuple(files)), ("size", int(size)), ("_loaded", None), ("_noted", set()),
+                           ("_size_fixed", False)):
             object.__setattr__(self, key, value)
 
     @property
@@ -260,10 +263,17 @@ class ImageFolderSet(ImageSet):
             torch.as_tensor(index).reshape(-1).tolist()
         return self._read(positions), self.labels[index]
 
+    def size_fixed(self) -> ImageFolderSet:
+        """This set, marked as read at a size its command does not let the user choose (a protocol's training, which
+        reads its folder at the default 224 px): its upscaling warning then names no --image-size."""
+        object.__setattr__(self, "_size_fixed", True)
+        return self
+
     def subset(self, index: torch.Tensor, source: str) -> ImageFolderSet:
         picked = [self.files[i] for i in index.tolist()]
         out = ImageFolderSet(self.name, picked, self.labels[index], self.class_names, self.size, source)
         object.__setattr__(out, "_noted", self._noted)  # one warning per kind for the set and its parts (a split)
+        object.__setattr__(out, "_size_fixed", self._size_fixed)
         if self._loaded is not None:
             object.__setattr__(out, "_loaded", self._loaded[index])
         return out
@@ -292,7 +302,8 @@ class ImageFolderSet(ImageSet):
             if kind == "upscaled":
                 short = min(min(v) for _, v in noted[kind])
                 # 11: SSIM's window
-                keep = f"; leakattack run --image-size {short} keeps their pixels" if short >= 11 else ""
+                keep = f"; leakattack run --image-size {short} keeps their pixels" \
+                    if short >= 11 and not self._size_fixed else ""
                 text = (f"images smaller than {self.size} px on the shorter side are upscaled (bilinear), which adds "
                         f"unknowns but no detail: e.g. {first} ({value[0]}x{value[1]} px){keep}")
             elif kind == "exif":

@@ -82,6 +82,17 @@ def test_a_split_of_a_folder_warns_of_upscaling_once(tmp_path):
     assert len(lines) == 1 and "are upscaled (bilinear)" in lines[0], lines
 
 
+def test_a_protocols_split_warns_of_upscaling_without_naming_an_image_size_it_cannot_take(tmp_path):
+    """leakattack train, which reads an image folder at 224 px and has no --image-size, was told that `leakattack run
+    --image-size 20` keeps the images' pixels (and run --protocol, which does not read that flag, as well)."""
+    from leakattack.training import load_split
+
+    root = two_classes(tmp_path, size=20)
+    train, test = load_split({"dataset": "imagefolder", "data_root": str(root), "test_fraction": 0.5, "seed": 0})
+    lines = said(lambda: (train.images, test.images))
+    assert len(lines) == 1 and "are upscaled (bilinear)" in lines[0] and "--image-size" not in lines[0], lines
+
+
 def test_an_exif_orientation_is_warned_of_and_not_applied(tmp_path):
     root = two_classes(tmp_path)
     photo = rgb(20, 40, 5)  # landscape as stored; the tag says: turn 90 degrees to show it upright
