@@ -238,7 +238,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "random, seeded by I)", "data"),
     Param("image_size", None, Optional(Number(names.SSIM_WIN, names.MAX_IMAGE_SIZE, integer=True)), "image size",
           "image side in pixels: the embedded photos are cut at this size (real crops; default 32), image folders "
-          f"are resized and centre-cropped to it (default 224); at least {names.SSIM_WIN}, SSIM's window", "data"),
+          f"are resized and centre-cropped to it (default 224); from {names.SSIM_WIN}, SSIM's window, to "
+          f"{names.MAX_IMAGE_SIZE}", "data"),
     # output and machine
     Param("device", "auto", DeviceName(DEVICES), "device",
           "one of {choices} (auto: CUDA when present), or cuda:N for GPU N", "output"),

@@ -47,6 +47,9 @@ def load_torchvision(name: str, root, download: bool, train: bool) -> ImageSet:
     if root is None:
         raise DataError(f"no data root given for {name}: pass --download with --data-root DIR, "
                         f"or point --data-root at a folder containing {name}")
+    if Path(root).exists() and not Path(root).is_dir():  # nothing is found, or downloaded, into a file
+        raise DataError(f"data root {root} is a file, not a folder: point --data-root at the folder containing "
+                        f"{name} ({LAYOUT[name].split('/')[0]}/ inside it)")
     cls = getattr(torchvision.datasets, TORCHVISION_CLASSES[name])
     before = _paths_under(Path(root)) if download else set()
     try:

@@ -179,6 +179,16 @@ def test_missing_root_raises_data_error_with_path(name, tmp_path):
     assert str(tmp_path.resolve()) in msg and "--download" in msg and "--data-root" in msg
 
 
+@pytest.mark.parametrize("download", [False, True])
+def test_a_root_that_is_a_file_is_named_as_such(tmp_path, download):
+    """--data-root FILE was told the set is not found there and to pass --download, which cannot write into a file."""
+    (tmp_path / "t.sh").write_text("")
+    with pytest.raises(DataError) as info:
+        get_dataset("mnist", root=tmp_path / "t.sh", download=download)
+    assert str(info.value) == (f"data root {(tmp_path / 't.sh').resolve()} is a file, not a folder: point --data-root "
+                               "at the folder containing mnist (MNIST/ inside it)")
+
+
 def test_no_root_raises_data_error():
     """mnist without any root raises DataError pointing at --data-root."""
     with pytest.raises(DataError, match="--data-root"):
