@@ -207,6 +207,11 @@ def gradient_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
         try:
             targets.load_weights(victim, cfg.weights, drawn_by=drawn_by(cfg), unnamed_act=_default_act(cfg, spec))
         except UserError as err:  # a training's checkpoint names the model and data it was trained on
+            if spec and (spec.get("model"), spec.get("dataset")) == (cfg.model, cfg.dataset or "photos") \
+                    and cfg.image_size is not None:  # `leakattack train` reads its set at the set's default size
+                raise ConfigError(f"{err}; its protocol.json: a training of {cfg.model} on {spec.get('dataset')} at "
+                                  "the set's default image size, which `leakattack train` reads: leave out "
+                                  f"--image-size {cfg.image_size}") from None
             if not spec or (spec.get("model"), spec.get("dataset")) == (cfg.model, cfg.dataset or "photos"):
                 raise
             root = f" --data-root {shlex.quote(str(spec['data_root']))}" if spec.get("data_root") else ""

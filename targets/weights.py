@@ -24,6 +24,17 @@ from leakattack.torchfile import load_torch_file
 from .victim import Victim
 
 
+def _built_for(victim) -> str:
+    """What a model's weight count depends on besides its class: the input shape and classes it was built for (a
+    checkpoint trained on images of another size has another count)."""
+    shape = getattr(victim, "input_shape", None)
+    classes = getattr(victim, "num_classes", None)
+    if shape is None:
+        return ""
+    return (f" (built for inputs of shape {tuple(shape)}" + (f" and {classes} classes" if classes else "")
+            + ": its count depends on both)")
+
+
 def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dtype) -> str | None:
     """One sentence on a tensor of weights that are not real and finite in ``dtype``, the model's (complex, inf,
     nan, or beyond its range), or None; ``name`` None: the flat weight vector."""
@@ -130,14 +141,14 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None,
         own = dict(model.named_buffers())
         if isinstance(state, torch.Tensor) and state.dim() == 1 and state.numel() != victim.d:  # another model's
             raise UserError(f"weights file '{path}' is the checkpoint of another model: it holds {state.numel()} "
-                            f"weights, this model has {victim.d}")
+                            f"weights, this model has {victim.d}{_built_for(victim)}")
         if not isinstance(buffers, dict) or set(buffers) != set(own) or any(
                 not isinstance(b, torch.Tensor) or b.shape != own[n].shape for n, b in buffers.items()):
             raise UserError(f"weights file '{path}' holds buffers that do not fit this model")
     if isinstance(state, torch.Tensor):
         if state.dim() != 1 or state.numel() != victim.d:
             raise UserError(f"weights file '{path}' holds a tensor of shape {tuple(state.shape)}, "
-                            f"not the {victim.d} weights of this model")
+                            f"not the {victim.d} weights of this model{_built_for(victim)}")
         problem = _value_error(path, state, None, victim.dtype) or next(
             (e for n, b in (buffers or {}).items() if (e := _value_error(path, b, n, own[n].dtype))), None)
         if problem:

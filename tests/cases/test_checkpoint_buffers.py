@@ -63,7 +63,8 @@ def test_buffers_that_do_not_fit_are_one_sentence(trained, tmp_path):
     lenet = targets.get_model("lenet")  # another model's checkpoint is named so, before its buffers
     save_checkpoint(tmp_path, 1, w, buffers)
     with pytest.raises(UserError, match=rf"is the checkpoint of another model: it holds {w.numel()} weights, this "
-                                        rf"model has {lenet.d}$"):
+                                        rf"model has {lenet.d} \(built for inputs of shape \(3, 32, 32\) and 10 "
+                                        r"classes: its count depends on both\)$"):
         load_weights(lenet, checkpoint_path(tmp_path, 1))
     torch.save({"weights": w, "buffers": [1, 2]}, checkpoint_path(tmp_path, 1))
     with pytest.raises(ConfigError, match="holds buffers that are not a dict of tensors"):
@@ -156,3 +157,16 @@ def test_the_hint_for_a_checkpoint_of_an_image_folder_names_its_root(tmp_path):
     weights = str(tmp_path / "t" / "fedavg" / "checkpoints" / "round_0001.pt")
     with pytest.raises(ConfigError, match=r"give --model lenet --dataset imagefolder --data-root '.*my images'\)$"):
         experiment.prepare(RunConfig(model="lenet", dataset="digits", weights=weights, iterations=2))
+
+
+def test_a_checkpoint_read_at_another_image_size_names_the_size_its_training_read(tmp_path):
+    """lenet trained on the photos (at their default 32 px) and attacked with --image-size 40 was refused with the
+    weight counts alone, which did not say that the image size made them differ."""
+    assert cli.main(["train", "--protocol", "fedavg", "--model", "lenet", "--dataset", "photos", "--rounds", "1",
+                     "--clients", "2", "--out", str(tmp_path), "--quiet"]) == 0
+    with pytest.raises(ConfigError, match=r"not the \d+ weights of this model \(built for inputs of shape "
+                                          r"\(3, 40, 40\) and 10 classes: its count depends on both\); its "
+                                          r"protocol.json: a training of lenet on photos at the set's default image "
+                                          r"size, which `leakattack train` reads: leave out --image-size 40$"):
+        experiment.prepare(RunConfig(model="lenet", dataset="photos", image_size=40, iterations=2,
+                                     weights=str(checkpoint_path(tmp_path / "fedavg", 1))))
