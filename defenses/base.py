@@ -13,7 +13,10 @@ import torch
 
 from leakattack.errors import UserError
 
-BEFORE, AFTER = "before_sketch", "after_sketch"
+BEFORE = "before_sketch"
+"""A step's place before the sketch: it acts on the gradient (``@before_sketch``)."""
+AFTER = "after_sketch"
+"""A step's place after the sketch: it acts on the sketched message (``@after_sketch``)."""
 PLACEMENTS = (BEFORE, AFTER)
 
 #: parameter name -> (type, human description of the valid range, predicate)

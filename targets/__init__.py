@@ -1,6 +1,6 @@
 """Victims: models at weights w, their loss F, and the gradient oracle grad_w F(w, x).
 
-``get_model(name, num_classes, in_shape, seed, init, **params) -> Victim`` and
+``get_model(name, num_classes, in_shape, seed, init, bn_mode, **params) -> Victim`` and
 ``list_models()`` (torchvision style); any ``nn.Module`` becomes a victim with
 ``Victim.from_module``.  Federated protocols live in ``targets.protocols``.
 

@@ -41,7 +41,10 @@ from leakattack.errors import SettingWarning, UserError, allocation_failed
 from leakattack.plugins import place_text, raised_at
 
 TASKS = ("classification", "regression")
+"""What a victim's outputs are: class scores under cross-entropy, or a regression's values (``task=``)."""
 BN_MODES = ("train", "eval")
+"""How a victim's BatchNorm layers normalise: by the batch's own statistics (``train``, as a training client) or
+by their running ones (``eval``; ``bn_mode=``)."""
 
 
 def resolve_bn_mode(mode: str, batch_size: int) -> str:

@@ -154,6 +154,7 @@ def check_sketch_params(kind: str, params: dict, b: int | None = None) -> None:
 
 
 make_sketch = get_sketch
+"""The same function as :func:`get_sketch`, by the name the paper's notation suggests (a sketch R is made)."""
 
 #: the keys every ``Sketch.describe()`` holds; any other key is a parameter of the family
 DESCRIPTION_KEYS = ("kind", "d", "b", "seed")

@@ -15,8 +15,8 @@ import torch
 
 from ..errors import UserError
 
-#: Above this many entries (b*d) no operator may hold a dense b x d matrix.
 DENSE_LIMIT = 2 ** 24
+"""Above this many entries (b*d) no operator may hold a dense b x d matrix."""
 #: Lanczos stops when the top Ritz value changes by less than this (relative), or after LANCZOS_MAX_ITER steps.
 LANCZOS_TOL, LANCZOS_MAX_ITER = 1e-9, 500
 #: a Ritz value approaches the top eigenvalue from below, so ||R|| by Lanczos is raised by this (relative) to stay an

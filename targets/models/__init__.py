@@ -129,11 +129,11 @@ def _is_user(name: str) -> bool:
     return name not in _MODELS and is_user_spec(name)
 
 
-#: the keywords every model is built with, set by leakattack itself (-> what sets them): no model parameter of
-#: these names can be passed (``--model-param``), and :func:`model_params` does not list them
 RESERVED_MODEL_PARAMS = {"name": "the --model flag", "seed": "set by --model-seed", "init": "set by --weight-init",
                          "num_classes": "the data set's class count", "in_shape": "the data set's image shape",
                          "bn_mode": "set by --bn"}
+"""The keywords every model is built with, set by leakattack itself (-> what sets them): no model parameter of
+these names can be passed (``--model-param``), and :func:`model_params` does not list them."""
 
 
 def model_params(name: str) -> list[str]:

@@ -11,6 +11,8 @@ from leakattack.errors import UserError
 
 ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU, "softplus": nn.Softplus, "gelu": nn.GELU}
 INITS = ("uniform", "default", "xavier", "normal")
+"""The weight initialisations a registered model is built with (``init=``, ``--weight-init``; ``default`` is
+torch's own)."""
 
 
 def activation(name: str) -> nn.Module:
