@@ -368,8 +368,8 @@ def truth_not_sent_text(m: Mapping) -> str:
     """The sentence that says so, with the residual."""
     return (f"the truth does not send this message: its own message, with its labels, through the attacker's model "
             f"of the client lies {m['truth_residual']:.3g} of the message's norm from it, so the truth file, the "
-            "weights, the sketch or the labels are not those the message was sent with, and no attack rebuilds this "
-            "truth from it")
+            "weights, the sketch or the labels are not those the message was sent with (or the client applied a "
+            "defense the message file does not record), and no attack rebuilds this truth from it")
 
 
 def _wrong_labels(m: Mapping) -> bool:

@@ -256,8 +256,8 @@ def test_a_match_of_a_message_the_truth_does_not_send_makes_no_claim_of_another_
     assert out["message"] == ("converged, at an image that is not the truth (SSIM -0.10); the truth does not send this "
                               "message: its own message, with its labels, through the attacker's model of the client "
                               "lies 1.22 of the message's norm from it, so the truth file, the weights, the sketch or "
-                              "the labels are not those the message was sent with, and no attack rebuilds this truth "
-                              "from it")
+                              "the labels are not those the message was sent with (or the client applied a defense "
+                              "the message file does not record), and no attack rebuilds this truth from it")
     assert out["unique"] is True and out["jacobian_rank"] == 10  # the match itself is isolated
     out = uniqueness(p, result, {"verdict": "not rebuilt", "ssim": -0.1, "truth_residual": 2e-7})  # the truth's
     assert out["unique"] is False and "a different image matches the message" in out["message"]
