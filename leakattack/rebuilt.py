@@ -434,6 +434,12 @@ SKETCH_NOT_HELD = ("the attacker did not hold the client's sketch (--sketch-unkn
                    "looks for the client's seed among 2^BITS)")
 
 
+def adds_noise(defense: str | None) -> bool:
+    """Whether a defense spec has a noise step (gaussian, laplace), by its steps' names."""
+    names = {piece.split(":")[0].split("@")[0].strip() for piece in str(defense or "").split(",")}
+    return bool(names & {"gaussian", "laplace"})
+
+
 def _error_words(m: Mapping) -> str:
     """What a run's ``noise_distortion`` measures, by the names of the steps of its ``defense`` spec: its noise, its
     stochastic rounding's error (``quantize``), or both."""
@@ -467,11 +473,16 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
                 "with them the truth does not send this message, so no search finds it; the message's labels or the "
                 "truth file are not the client's")
     if kind == "labels":
+        noise = m.get("noise_distortion")
+        if isinstance(noise, (int, float)) and noise > 0:  # the rules read the labels through the noise
+            return (f"the labels the attack read from the message are not the truth's (label accuracy "
+                    f"{m['label_acc']:.2f}): the defense's {_error_words(m)} {noise:.3g} times the norm of the message "
+                    "it is added to, and the label rules read the labels through it, so the labels failed before the "
+                    "search did (--labels given runs the attack with the true labels, through the same noise)")
         said = (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
                 "before the search did (--labels given runs the attack with the true labels)")
-        noise = m.get("noise_distortion")
-        if clip_blind and not (isinstance(noise, (int, float)) and noise > 0):
+        if clip_blind:
             # the label rules fit a clip's unknown factor only where they are told of the clip; under noise, the
             # noise reads the labels wrong whether the clip is told or not
             said += ("; the defense clips the update and the attacker did not model the clip: with "
@@ -590,7 +601,7 @@ __all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "
            "ahead_words",
            "why_not_rebuilt", "baseline_words", "CLIP_NOT_MODELLED",
            "nothing_attacked", "failed_part", "message_unreadable", "ZERO_NOTE", "TRUTH_MISFIT", "truth_not_sent",
-           "truth_not_sent_text",
+           "truth_not_sent_text", "adds_noise",
            "objective_failed", "failed_kind", "failed_counts",
            "closed_forms_line", "label_choice_line",
            "FAILED_PARTS"]

@@ -38,6 +38,7 @@ from .config import RunConfig
 from .data import ImageSet, get_dataset, train_test_split
 from .errors import SettingWarning, duration_text
 from .observation import Observation
+from .rebuilt import adds_noise
 from .seeds import torch_generator
 from .sketch.gaussian import SLOW_SKETCH_SECONDS
 
@@ -159,10 +160,18 @@ def _not_learned(s: UtilitySettings, acc: float, classes: int, start: float, end
     chance = 1 / classes
     if not acc < NOT_LEARNED * chance:
         return None
+    if adds_noise(s.defense):  # the noise may be the cause: a step size does not tell it apart
+        why = ("so utility_acc measures the defense's noise or the training's step size or length: a smaller "
+               "--utility-lr or more --utility-steps tells the step apart, and the same run with the noise left out "
+               "of --defense the noise")
+    else:
+        clips = bool(s.defense) and bool(build_defense(s.defense).clips())
+        clip = "" if clips else " (a clip bounds the steps and may read higher)"
+        why = (f"so utility_acc measures the training's step size or length more than the defense{clip}; a smaller "
+               "--utility-lr or more --utility-steps tells them apart")
     said = (f"--utility's training did not learn: test accuracy {acc:.3f} after {s.steps} steps of size {s.lr:g} "
-            f"(chance {chance:.2f}; test loss {start:.3g} at its start, {end:.3g} at its end), so utility_acc "
-            "measures the training's step size or length more than the defense (a clip bounds the steps and may "
-            "read higher); a smaller --utility-lr or more --utility-steps tells them apart (docs/defenses.md#utility)")
+            f"(chance {chance:.2f}; test loss {start:.3g} at its start, {end:.3g} at its end), {why} "
+            "(docs/defenses.md#utility)")
     warnings.warn(said, SettingWarning, stacklevel=2)
     return said
 

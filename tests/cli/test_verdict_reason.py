@@ -192,3 +192,15 @@ def test_labels_misread_under_noise_do_not_blame_a_clip_the_attacker_was_not_tol
     wrong = {**DIGIT, "label_acc": 0.0, "label_mode": "idlg"}
     assert "--attacker-knows-clip" in failed_part(wrong, clip_blind=True)
     assert "--attacker-knows-clip" not in failed_part({**wrong, "noise_distortion": 12.0}, clip_blind=True)
+
+
+def test_labels_misread_under_noise_name_the_noise():
+    """clip:C=1,gaussian:z=1.1@after_sketch on digits (noise 89.9 times the message): the note said only that with
+    the labels read the truth does not send the message, which no truth does through that noise."""
+    said = failed_part({**DIGIT, "label_acc": 0.0, "label_mode": "idlg", "noise_distortion": 89.9,
+                        "defense": "clip:C=1.0@before_sketch,gaussian:z=1.1@after_sketch"}, clip_blind=True)
+    assert said == ("the labels the attack read from the message are not the truth's (label accuracy 0.00): the "
+                    "defense's noise is 89.9 times the norm of the message it is added to, and the label rules read "
+                    "the labels through it, so the labels failed before the search did (--labels given runs the "
+                    "attack with the true labels, through the same noise)")
+

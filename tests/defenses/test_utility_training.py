@@ -128,3 +128,23 @@ def test_a_training_that_ends_near_chance_says_it_did_not_learn_and_one_that_lea
         warnings.simplefilter("error", SettingWarning)
         out = train_under_defense(UtilitySettings.of(RunConfig(model="logreg", utility=True, utility_steps=30)))
     assert out["utility_acc"] > 0.5 and "utility_note" not in out
+
+
+@pytest.mark.parametrize("defense, said, unsaid", [
+    ("clip:C=1,gaussian:z=1.1@after_sketch", "measures the defense's noise or the training's step size or length",
+     "a clip bounds the steps"),
+    ("clip:C=1", "measures the training's step size or length more than the defense; a smaller", "noise"),
+    ("", "more than the defense (a clip bounds the steps and may read higher); a smaller", "noise"),
+])
+def test_a_training_that_did_not_learn_names_the_causes_its_defense_allows(defense, said, unsaid):
+    """clip:C=1,gaussian:z=1.1@after_sketch (noise 90 times the clipped message) was told that its step size or
+    length was the cause and that a clip, which it had, may read higher."""
+    from leakattack.errors import SettingWarning
+    from leakattack.utility import train_under_defense
+
+    with pytest.warns(SettingWarning, match="did not learn") as caught:
+        out = train_under_defense(UtilitySettings.of(RunConfig(model="logreg", utility=True, utility_steps=3,
+                                                               utility_lr=1e-6, defense=defense or None)))
+    note = out["utility_note"]
+    assert said in note and unsaid not in note.split("(chance")[1], note
+    assert any(str(w.message) == note for w in caught)

@@ -30,6 +30,7 @@ from ...metrics.identify import SCORES
 from ...rebuilt import (
     FAINT_SSIM,
     ZERO_NOTE,
+    adds_noise,
     faint_words,
     image_scores,
     image_verdicts,
@@ -325,8 +326,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         spent = f"; ε = {_num(eps, 3, 'g')} at δ = {_num(m.delta, 3, 'g')}{over}" if eps is not None else \
             ("; no DP guarantee for the training" if m.defense else "")
         # a training that scored an accuracy carries a note only where it did not learn
-        unlearned = (" — the training did not learn (test accuracy below twice chance), so this measures its step "
-                     "size or length more than the defense" if m.extra.get("utility_note") else "")
+        cause = ("the defense's noise or its step size or length" if adds_noise(m.defense) else
+                 "its step size or length more than the defense")
+        unlearned = (" — the training did not learn (test accuracy below twice chance), so this measures "
+                     f"{cause}" if m.extra.get("utility_note") else "")
         rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"
                      f"{unlearned}"))
     opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
