@@ -246,9 +246,14 @@ class RunConfig:
                 t.bounds_norm or isinstance(t, Prune) for t in pipeline.steps):
             warnings.warn(f"--noise-seed {self.noise_seed} changes nothing: the defense draws no noise",
                           SettingWarning, stacklevel=3)
-        if self.set_by_user("delta") and pipeline.noise_bound(1.0) is None:
+        bound = pipeline.noise_bound(1.0)
+        if self.set_by_user("delta") and bound is None:
             warnings.warn(f"--delta {self.delta:g} changes nothing: it is the delta of the epsilon of Gaussian noise, "
                           "and the defense adds none", SettingWarning, stacklevel=3)
+        elif self.set_by_user("delta") and bound.sensitivity is None:  # epsilon is infinite at every delta
+            warnings.warn(f"--delta {self.delta:g} changes nothing: the defense's Gaussian noise has no bound on what "
+                          f"it is added to ({bound.reason}), so its epsilon is infinite at any delta", SettingWarning,
+                          stacklevel=3)
         elif self.delta >= WEAK_DELTA:
             warnings.warn(f"--delta {self.delta:g}: an (epsilon, delta) guarantee allows a release that gives the data "
                           "away outright with probability delta, so the epsilon at this delta (near 0 as delta nears "

@@ -100,7 +100,11 @@ def test_a_protocol_folder_that_is_missing_or_a_file_is_named_so(capsys, tmp_pat
     # ε read at a δ that gives the data away with that probability: near 0, and no guarantee (it said ε 0 silently)
     (RunConfig(delta=0.7, defense="clip:C=1,gaussian:z=1"), "--delta 0.7: an (epsilon, delta) guarantee allows a "
      "release that gives the data away outright with probability delta"),
-    (RunConfig(delta=0.1, defense="gaussian:sigma=1e-3"), "--delta 0.1: an (epsilon, delta) guarantee"),
+    (RunConfig(delta=0.1, defense="clip:C=1,gaussian:sigma=1e-3"), "--delta 0.1: an (epsilon, delta) guarantee"),
+    # noise with no clip before it: epsilon is infinite at every delta (it said nothing)
+    (RunConfig(delta=1e-3, defense="gaussian:sigma=1e-3"), "--delta 0.001 changes nothing: the defense's Gaussian "
+     "noise has no bound on what it is added to (no clip before the noise: sensitivity unbounded), so its epsilon is "
+     "infinite at any delta"),
     (RunConfig(download=True), "--download is not read: the embedded data set photos reads no files"),
     (RunConfig(download=True, dataset="digits"), "--download is not read: the embedded data set digits"),
     (RunConfig(priors=["dip"], box=True), "--box changes nothing with --prior dip: the images are its generator's"),
@@ -121,7 +125,7 @@ def test_a_client_setting_that_is_not_read_is_named(cfg, line):
 
 
 @pytest.mark.parametrize("cfg", [RunConfig(noise_seed=5, defense="gaussian:sigma=1e-3"),
-                                 RunConfig(delta=0.01, defense="gaussian:sigma=1e-3"),
+                                 RunConfig(delta=0.01, defense="clip:C=1,gaussian:sigma=1e-3"),
                                  RunConfig(noise_seed=5, utility=True), RunConfig(priors=["dip"]),
                                  RunConfig(priors=["dip:0"], box=True), RunConfig(priors=["tv"], box=True),
                                  RunConfig(protocol="fedsketch-privix", match_space="sketch",
