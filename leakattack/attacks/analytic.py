@@ -494,7 +494,9 @@ class Analytic(Attack):
         x = solved.x.reshape(obs.input_shape)
         record = {"residual": solved.residual, "accepted": bar, "fit": fit, "steps": solved.steps,
                   "starts": solved.starts, "solved": solved.residual <= bar, "label_sets": tried,
-                  "scale": solved.scale}
+                  # the scale of a fit that did not solve it is no clip's (it came out negative under a per-example
+                  # clip, which no one scale models)
+                  "scale": solved.scale if solved.residual <= bar else None}
         if labels is not read:  # the labels kept came from the search: the ones the count rule read, beside them
             record["labels_read"] = read.tolist()
         changed = "" if labels is read else (f"; with labels {labels.tolist()} after the ones read from the message, "

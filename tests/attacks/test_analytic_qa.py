@@ -92,6 +92,16 @@ def test_a_clipped_sigmoid_batch_is_solved_with_the_scale_of_the_clip():
     assert "times" not in unclipped.message
 
 
+def test_a_solve_that_stops_short_records_no_scale():
+    """A per-example clip, which no one scale models, stopped the solve short with a scale of -1.2e-4 recorded."""
+    x, labels = _batch(4)
+    victim = targets.get_model("mlp", in_shape=tuple(x.shape[1:]), seed=0, hidden=32).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("none", victim.d, victim.d), "per_example:C=1e-3"),
+                  ThreatModel(knows_labels=True))
+    result = Analytic(labels="given", time_limit=20.0).reconstruct(obs)
+    assert not result.row_space_solve["solved"] and result.row_space_solve["scale"] is None, result.row_space_solve
+
+
 def test_the_scaled_solves_normal_equations_are_those_of_its_jacobian():
     # J^T J and J^T r for the unknowns (A, t) of r = t D^T U - G V, against the Jacobian by autograd
     from leakattack.attacks.span import _Batch
