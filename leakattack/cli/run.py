@@ -169,6 +169,11 @@ def cmd_run(a) -> int:
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed or tried
                       or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
         print(f"note: {m.message}", file=sys.stderr)
+    gn = m.gauss_newton or {}
+    if m.stop_reason == "tolerance" and gn.get("kept") and gn.get("jacobian_rank") is None and \
+            m.jacobian_rank is None and m.jacobian_note:
+        # converged, then Ctrl-C (or the time limit) came before J at the reconstruction: nothing else says so
+        print(f"note: uniqueness {m.jacobian_note}", file=sys.stderr)
     record = m.to_dict()
     images = images_note(record)
     if images:

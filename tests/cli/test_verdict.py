@@ -309,3 +309,27 @@ def test_a_noise_seed_and_a_delta_a_message_file_does_not_read_are_warned_of(tmp
     assert rc == 0 and "--noise-seed 5 changes nothing with --message" in err, err
     assert "--delta 1e-06 changes nothing: it is the delta of the epsilon of Gaussian noise, and the defense of " \
            "message file" in err, err
+
+
+def test_a_converged_run_whose_rank_was_cut_short_says_so(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the Gauss-Newton steps converged, before they formed J at the reconstruction: the run ended
+    "tolerance" with unique null, and only metrics.json's jacobian_note said why."""
+    import dataclasses
+
+    from leakattack.cli import run as run_cli
+
+    real = run_cli.run_attack
+    cut = "not measured: the time limit or Ctrl-C came before the Gauss-Newton steps formed J at the reconstruction"
+
+    def cut_short(*args, **kwargs):
+        m, folder = real(*args, **kwargs)
+        gn = {"after_step": 2, "from_step": 2, "jacobians": 1, "accepted": 3, "chord": 2, "watched": 0, "kept": True,
+              "loss_before": 1e-8, "loss_after": 1e-27, "stop": "tolerance", "jacobian_rank": None,
+              "singular_values": None}
+        return dataclasses.replace(m, stop_reason="tolerance", unique=None, jacobian_rank=None, jacobian_note=cut,
+                                   gauss_newton=gn), folder
+
+    monkeypatch.setattr(run_cli, "run_attack", cut_short)
+    assert cli.main(["run", "--dataset", "digits", "--iterations", "2", "--refine", "none", "--quiet", "--no-lpips",
+                     "--out", str(tmp_path / "run")]) == 0
+    assert f"note: uniqueness {cut}" in capsys.readouterr().err.splitlines()
