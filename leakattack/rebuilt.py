@@ -306,6 +306,13 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
                     "before reading it as nothing rebuilt")
 
 
+#: a search whose every step's L_R lies within this share of its start value barely moved (steps too small to
+#: change it: Adam at --lr 1e-12; a float32 run's L_R wanders by 2e-6 of its value from rounding alone), which
+#: :func:`nothing_attacked` says in :data:`STILL_WORDS`
+STILL_RTOL = 1e-4
+STILL_WORDS = "the search's steps barely moved it"
+
+
 def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", others: tuple[str, ...] = ()
                      ) -> str | None:
     """Why an iterative attack attacked nothing, in a few words, or None when it did attack.
@@ -321,6 +328,10 @@ def nothing_attacked(losses: list[float], best_step: int, name: str = "L_R", oth
     term = "the objective" if not others else "the matching term"
     if first is None or not math.isfinite(first):
         return f"{term} was not finite at the start ({name} = {first})"
+    steps = losses[1:]
+    if steps and all(v is not None and abs(v - first) <= STILL_RTOL * abs(first) for v in steps):
+        return (f"{STILL_WORDS}: {term} stayed within {STILL_RTOL:g} of its start value ({name} = {first:.3e}) in "
+                f"{len(steps)} step(s)")
     if len(losses) > 1 and best_step == 0:
         added = f" (the objective adds {' and '.join(others)} to it, whose pull its steps followed)" if others else ""
         return f"{term} never went below its start value ({name} = {first:.3e}) in {len(losses) - 1} step(s){added}"
@@ -520,6 +531,9 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     if m.get("stop_reason") == "diverged":  # more steps from where it diverged diverge again
         return (f"{scores}: the search stopped short where it diverged (its objective turned NaN or infinite), so "
                 "more steps at this step size diverge again; a smaller --lr may get closer")
+    if m.get("stop_reason") not in ("time-limit", "interrupted") and STILL_WORDS in str(m.get("nothing_attacked")):
+        # its steps were too small to move it (--lr 1e-12): more of them stay where it started
+        return f"{scores}: {STILL_WORDS}; a larger --lr may move it"
     if m.get("attacked") is False and m.get("stop_reason") not in ("time-limit", "interrupted"):
         # it took its steps and never went below its start: more of the same steps stay there
         return (f"{scores}: the search stopped short without going below its start; a smaller --lr, or more steps "

@@ -122,6 +122,27 @@ def test_a_search_that_diverged_or_never_left_its_start_is_not_told_that_more_st
         assert failed_part(m).endswith("the search stopped short, and more steps or starts may get closer")
 
 
+def test_a_search_whose_steps_could_not_move_the_image_names_a_larger_step(tmp_path, capsys):
+    """Adam at --lr 1e-12 (warned: it cannot move the image) was told that a smaller --lr may get closer; signed Adam
+    at --lr 1e-9, whose L_R rose in its last bits, that the matching term rose (step size too large?)."""
+    from leakattack import cli
+
+    base = ["run", "--quiet", "--no-lpips", "--dtype", "float32", "--optimizer", "adam"]
+    for flags in (["--lr", "1e-12", "--iterations", "3"], ["--signed", "--lr", "1e-9", "--iterations", "50"]):
+        out = tmp_path / flags[-3]
+        assert cli.main([*base, *flags, "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert "cannot move the image" in err and "step size too large" not in err and "smaller --lr" not in err, err
+        assert "the search's steps barely moved it; a larger --lr may move it" in err, err
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["attacked"] is False and m["nothing_attacked"].startswith(
+            "the search's steps barely moved it: the objective stayed within 0.0001 of its start value"), m
+    m = {**DIGIT, "objective_at": {"truth": {"match": 0.0, "total": 0.0}, "reconstruction": {"match": 1.0,
+                                                                                            "total": 1.0}},
+         "attacked": False, "nothing_attacked": "the search's steps barely moved it: ...", "stop_reason": "time-limit"}
+    assert "barely moved" not in failed_part(m)  # stopped from outside: more steps may still move it
+
+
 def test_a_clip_is_not_modelled_only_when_the_defense_clips_and_the_attacker_was_not_told():
     assert clip_not_modelled(RunConfig(model="lenet", defense="clip:C=1"))
     assert clip_not_modelled(RunConfig(model="lenet", defense="per_example:C=1,gaussian:sigma=0.1"))
