@@ -295,6 +295,8 @@ class Optional(Constraint):
         return v is None or self.inner.ok(v)
 
     def error(self, label, v):
+        if isinstance(self.inner, Cores) and (isinstance(v, bool) or not isinstance(v, int)):  # None is auto
+            return f"{label} must be a count of threads or auto, got {v!r}"
         return self.inner.error(label, v)
 
 

@@ -67,6 +67,15 @@ class Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _thread_count(text: str) -> int:
+    """``train --threads``: a count of threads (no auto: a training's small tensors run fastest on one)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a count of threads (training takes no auto: "
+                                         "its small tensors run fastest on one)") from None
+
+
 def given_dests(parser: argparse.ArgumentParser, argv: list[str] | None) -> frozenset[str]:
     """The dests of the arguments ``argv`` gives itself, a flag given at its default value included (``argv`` is
     parsed again with every default, the subcommands' included, suppressed; it parsed once already)."""
@@ -194,7 +203,8 @@ def _train(sub) -> None:
     p.add_argument("--no-checkpoints", action="store_true", help="do not write w^t per round")
     p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
                    help="write w^t for rounds 1, 1+K, 1+2K, ... and the final weights (default: 1, every round)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s; the tensors are small)")
+    p.add_argument("--threads", type=_thread_count, default=1,
+                   help="torch threads, a count (default: %(default)s; the tensors are small)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("protocol")
     add_protocol_arguments(g)

@@ -127,3 +127,15 @@ def test_the_recorder_takes_a_collection_of_ids_and_numpy_numbers_but_no_string_
     assert flower.SketchedFedAvg(b=10, seed=np.int64(3)).round_sketch(1, 100).b == 10
     with pytest.raises(UserError, match="'clients' must be a collection"):  # "03" was read as clients 0 and 3
         flower.RecordingStrategy(FedAvg(), tmp_path, clients="03")
+
+
+@pytest.mark.parametrize("value", ["auto", "abc"])
+def test_train_threads_that_are_no_count_are_one_sentence_as_run_says_them(tmp_path, capsys, value):
+    """`train --threads auto` read "argument --threads: invalid int value: 'auto'", Python's wording, where run and
+    check say what they take."""
+    code = cli.main(["train", "--protocol", "fedavg", "--threads", value, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == (f"leakattack: error: argument --threads: invalid value '{value}': give "
+                                                 "a count of threads (training takes no auto: its small tensors run "
+                                                 "fastest on one)"), err
+    assert not (tmp_path / "out").exists()

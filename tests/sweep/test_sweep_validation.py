@@ -510,6 +510,10 @@ def test_threads_auto_in_a_sweep_file_is_the_runs_own_choice_as_on_the_command_l
     assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 0
     assert "1 point" in capsys.readouterr().out
     assert RunConfig.from_dict({"threads": "AUTO"}).threads is None
+    # a value that is no count says that auto is taken too (it said "an integer of at least 1")
+    cfg.write_text(BASE + "threads = 'abc'\n[grid]\nimage_index = [0]\n")
+    assert cli.main(["sweep", str(cfg), "--dry-run", "--quiet"]) == 2
+    assert "threads must be a count of threads or auto, got 'abc'" in capsys.readouterr().err
 
 
 def test_a_sweep_name_too_long_for_its_default_folder_names_the_name_not_out(tmp_path, capsys, no_attack, monkeypatch):
