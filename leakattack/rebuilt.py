@@ -445,17 +445,20 @@ SKETCH_NOT_HELD = ("the attacker did not hold the client's sketch (--sketch-unkn
                    "looks for the client's seed among 2^BITS)")
 
 
+def _step_names(defense: str | None) -> set[str]:
+    """The names of a defense spec's steps (``clip:C=1,gaussian:z=1@after_sketch`` -> clip, gaussian)."""
+    return {piece.split(":")[0].split("@")[0].strip() for piece in str(defense or "").split(",")}
+
+
 def adds_noise(defense: str | None) -> bool:
     """Whether a defense spec has a noise step (gaussian, laplace), by its steps' names."""
-    names = {piece.split(":")[0].split("@")[0].strip() for piece in str(defense or "").split(",")}
-    return bool(names & {"gaussian", "laplace"})
+    return bool(_step_names(defense) & {"gaussian", "laplace"})
 
 
 def _error_words(m: Mapping) -> str:
     """What a run's ``noise_distortion`` measures, by the names of the steps of its ``defense`` spec: its noise, its
     stochastic rounding's error (``quantize``), or both."""
-    names = {piece.split(":")[0].split("@")[0].strip() for piece in str(m.get("defense") or "").split(",")}
-    noise, rounding = bool(names & {"gaussian", "laplace"}), "quantize" in names
+    noise, rounding = adds_noise(m.get("defense")), "quantize" in _step_names(m.get("defense"))
     if rounding:
         return "noise and stochastic rounding's error are" if noise else "stochastic rounding's error is"
     return "noise is"
@@ -485,7 +488,8 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
                 "truth file are not the client's")
     if kind == "labels":
         noise = m.get("noise_distortion")
-        if isinstance(noise, (int, float)) and noise > 0:  # the rules read the labels through the noise
+        # the rules read the labels through the noise, whether a clip before it is told or not
+        if isinstance(noise, (int, float)) and noise > 0:
             return (f"the labels the attack read from the message are not the truth's (label accuracy "
                     f"{m['label_acc']:.2f}): the defense's {_error_words(m)} {noise:.3g} times the norm of the message "
                     "it is added to, and the label rules read the labels through it, so the labels failed before the "
@@ -493,9 +497,7 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
         said = (f"the labels the attack read from the message are not the truth's (label accuracy "
                 f"{m['label_acc']:.2f}): with them the truth does not send this message, so the label reading failed "
                 "before the search did (--labels given runs the attack with the true labels)")
-        if clip_blind:
-            # the label rules fit a clip's unknown factor only where they are told of the clip; under noise, the
-            # noise reads the labels wrong whether the clip is told or not
+        if clip_blind:  # the label rules fit a clip's unknown factor only where they are told of the clip
             said += ("; the defense clips the update and the attacker did not model the clip: with "
                      "--attacker-knows-clip the label rules fit the factor by which it shrank the message "
                      "(docs/attacks/labels.md#a-clipped-message)")
