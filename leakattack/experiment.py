@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -651,16 +650,16 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
                     "message": (f"{said}at an image that is not the truth ({which}): --tol "
                                 f"{p.cfg.tol:g}, looser than its default {TIGHT_TOL:g}, lets an image near the message "
                                 "stop the run, so this does not tell whether another image gives the message")}
-        off = _message_residual(case, result) if p.attack.closed_form else None
         if metrics.truth_not_sent(m):  # a match of a message the truth does not send: J there says if it is unique
             out["message"] = f"{said}at an image that is not the truth ({which}); {metrics.truth_not_sent_text(m)}"
-        elif off is not None and off ** 2 > max(p.cfg.tol, TIGHT_TOL):  # the closed form fitted its model, not y
-            return {**out, "jacobian_note": "not measured: the reconstruction does not give the message",
-                    "message": (f"{said}yet the image is not the truth ({which}), and the message its own gradient "
-                                f"sends lies {off:.3g} of the message's norm from it: the closed form's tolerance is "
-                                "of its model of the gradient, not of an image that gives the message, so this does "
-                                "not tell whether another image gives it")}
         else:
+            off = _message_residual(case, result.x, result.labels) if p.attack.closed_form else None
+            if off is not None and off ** 2 > max(p.cfg.tol, TIGHT_TOL):  # the closed form fitted its model, not y
+                return {**out, "jacobian_note": "not measured: the reconstruction does not give the message",
+                        "message": (f"{said}yet the image is not the truth ({which}), and the message its own "
+                                    f"gradient sends lies {off:.3g} of the message's norm from it: the closed form's "
+                                    "tolerance is of its model of the gradient, not of an image that gives the "
+                                    "message, so this does not tell whether another image gives it")}
             out.update(unique=False, message=(
                 f"{said}yet the image is not the truth ({which}): a different image "
                 "matches the message to the tolerance, so the message does not determine the input here; this is a "
@@ -691,24 +690,25 @@ def uniqueness(p: Prepared, result: AttackResult, m: dict) -> dict:
 def truth_residual(p: Prepared) -> float | None:
     """||message the truth sends - y|| / ||y||, with the truth's labels, through the attacker's model of the client:
     measured for a message file's run with a truth file, where the file records no defense and the attacker holds the
-    client's sketch, so that the truth that sent the message gives it to round-off (a float16 message: about 3e-4);
+    client's sketch, so that the truth that sent the message gives it to round-off
+    (:data:`leakattack.rebuilt.TRUTH_MISFIT`);
     None elsewhere (a data set's batch sends its message by construction; noise, a clip or a sketch the attacker does
     not model would move it)."""
     case, cfg = p.case, p.cfg
     if cfg.message is None or case.x is None or case.labels is None or case.settings.get("defense") \
             or cfg.defense or sketch_not_held({**vars(cfg), **case.settings}):
         return None
-    return _message_residual(case, SimpleNamespace(x=case.x, labels=case.labels))
+    return _message_residual(case, case.x, case.labels)
 
 
-def _message_residual(case, result: AttackResult | SimpleNamespace) -> float | None:
-    """||message of the reconstruction - y|| / ||y||, through the attacker's model of the client (None where the
-    result holds no labels or the message is zero)."""
-    if result.labels is None:
+def _message_residual(case, x: torch.Tensor, labels: torch.Tensor | None) -> float | None:
+    """||message of the images ``x`` with ``labels`` - y|| / ||y||, through the attacker's model of the client (None
+    without labels or where the message is zero)."""
+    if labels is None:
         return None
     y = case.obs.y
     with torch.enable_grad():
-        sent = case.obs.forward(result.x.to(y.dtype), result.labels).detach()
+        sent = case.obs.forward(x.to(y.dtype), labels).detach()
     norm = float(y.norm())
     return float((sent.reshape(-1) - y.reshape(-1)).norm()) / norm if norm > 0 else None
 

@@ -307,8 +307,9 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
 
 
 #: a search whose every step's L_R lies within this share of its start value barely moved (steps too small to
-#: change it: Adam at --lr 1e-12; a float32 run's L_R wanders by 2e-6 of its value from rounding alone), which
-#: :func:`nothing_attacked` says in :data:`STILL_WORDS`
+#: change it: Adam at --lr 1e-12; `leakattack run --dtype float32 --optimizer adam --signed --lr 1e-9 --iterations
+#: 50` wanders by 2.0e-6 of its value in trace.csv, from rounding alone), which :func:`nothing_attacked` says in
+#: :data:`STILL_WORDS`; a run that ends its budget more than this share above its start says that it rose
 STILL_RTOL = 1e-4
 STILL_WORDS = "the search's steps barely moved it"
 
@@ -362,8 +363,8 @@ def objective_failed(objective_at: dict) -> bool:
 FAILED_PARTS = ("labels", "objective", "search")
 
 #: a truth whose own message lies farther than this share of the message's norm from it (``truth_residual``) did not
-#: send it: a float32 message lies about 2e-7 from the truth that sent it, a float16 one about 3e-4, a bfloat16 one
-#: about 2e-3
+#: send it: examples/capture_client.py's float32 message lies 2.4e-7 from its truth; rounding a message to float16
+#: (bfloat16) moves each value by at most 2^-11 (2^-8) of it, so the message by at most 4.9e-4 (3.9e-3) of its norm
 TRUTH_MISFIT = 0.01
 
 

@@ -24,15 +24,11 @@ from leakattack.torchfile import load_torch_file
 from .victim import Victim
 
 
-def _built_for(victim) -> str:
+def _built_for(victim: Victim) -> str:
     """What a model's weight count depends on besides its class: the input shape and classes it was built for (a
     checkpoint trained on images of another size has another count)."""
-    shape = getattr(victim, "input_shape", None)
-    classes = getattr(victim, "num_classes", None)
-    if shape is None:
-        return ""
-    return (f" (built for inputs of shape {tuple(shape)}" + (f" and {classes} classes" if classes else "")
-            + ": its count depends on both)")
+    return (f" (built for inputs of shape {tuple(victim.input_shape)} and {victim.num_classes} classes: its count "
+            "depends on both)")
 
 
 def _value_error(path: Path, t: torch.Tensor, name: str | None, dtype: torch.dtype) -> str | None:

@@ -492,16 +492,17 @@ class Analytic(Attack):
                     solved, labels = attempt, other
                     break
         x = solved.x.reshape(obs.input_shape)
+        met = solved.residual <= bar
         record = {"residual": solved.residual, "accepted": bar, "fit": fit, "steps": solved.steps,
-                  "starts": solved.starts, "solved": solved.residual <= bar, "label_sets": tried,
+                  "starts": solved.starts, "solved": met, "label_sets": tried,
                   # the scale of a fit that did not solve it is no clip's (it came out negative under a per-example
                   # clip, which no one scale models)
-                  "scale": solved.scale if solved.residual <= bar else None}
+                  "scale": solved.scale if met else None}
         if labels is not read:  # the labels kept came from the search: the ones the count rule read, beside them
             record["labels_read"] = read.tolist()
         changed = "" if labels is read else (f"; with labels {labels.tolist()} after the ones read from the message, "
                                              f"{read.tolist()}, left it short ({tried} label sets tried)")
-        if record["solved"]:
+        if met:
             scaled = "" if abs(solved.scale - 1) <= SCALE_RTOL else (
                 f"; the message is the model's gradient times {solved.scale:.3g}, a rescaled update (a clip), "
                 "which the solve fits")

@@ -43,6 +43,7 @@ from ..constraints import MAX_RESTARTS
 from ..errors import SettingWarning, UserError, duration_text, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
+from ..rebuilt import STILL_RTOL
 from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
 from . import gauss_newton
@@ -88,8 +89,6 @@ GAUSS_NEWTON_AFTER = 1000
 #: iteration budget (Geiping et al.'s MultiStepLR milestones, 3/8, 5/8, 7/8)
 STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
-#: a run that ends its budget more than this share above its start says that its matching term rose
-RISE_RTOL = 1e-6
 #: the l2 objective is optimised as LOSS_UNIT * L_R / ||y||^2 by L-BFGS (the choice of the unit: docs/attack.md)
 LOSS_UNIT = 1e3
 
@@ -1318,9 +1317,9 @@ class _Run:
                             f"over the last {window} steps")
         elif step == iterations:
             self.stop = "iterations"
-            if self.losses[-1] > self.losses[0] * (1 + RISE_RTOL):
-                # saturation: no non-finite value, but the objective ended above where it started (not a rounding's
-                # last bits, which a step size too small to move the image leaves)
+            if self.losses[-1] > self.losses[0] * (1 + STILL_RTOL):
+                # saturation: no non-finite value, but the objective ended above where it started (by more than the
+                # wander of a search whose steps barely move it, rebuilt.STILL_RTOL)
                 self.message = (f"the matching term rose from {self.losses[0]:.3e} to {self.losses[-1]:.3e} "
                                 f"({self.problem.rise_hint()}); returning the best iterate, from step {self.best_step}")
         elif time_limit is not None:

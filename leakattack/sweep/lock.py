@@ -100,8 +100,9 @@ class FolderLock:
         """Refuse (:class:`SweepLocked`) where another live sweep holds the folder now, as :meth:`acquire` would;
         nothing is created, removed or taken over (a sweep checks this before it reads its points, so that a folder
         in use is refused before the points are checked and their warnings printed)."""
-        if self.holder() is not None:
-            raise self._in_use()
+        who = self.holder()
+        if who is not None:
+            raise self._in_use(who)
 
     def holder(self) -> str | None:
         """Who holds the folder now (``process P on HOST``), or None where no live sweep does; nothing is created,
@@ -111,8 +112,8 @@ class FolderLock:
         pid, host = _owner(self.path)
         return f"process {pid} on {host}" if pid is not None else "its lock file is still being written"
 
-    def _in_use(self) -> SweepLocked:
-        who = self.holder() or "its lock file is still being written"
+    def _in_use(self, who: str | None = None) -> SweepLocked:
+        who = who or self.holder() or "its lock file is still being written"
         return SweepLocked(f"{self.kind} folder '{self.path.parent}' is in use by another {self.kind} ({who}): wait "
                            f"for it to finish, or remove '{self.path}' if no {self.kind} is running there")
 
