@@ -31,6 +31,13 @@ class _Pyplot:
 plt = _Pyplot()
 
 
+def fixed(v: float, spec: str) -> str:
+    """``format(v, spec)`` without a minus sign on a value that rounds to zero: an SSIM of -0.0003 at three digits
+    reads 0.000, not -0.000 (a sign with no digit to carry it)."""
+    text = format(v, spec)
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text.split("e")[0]) else text
+
+
 def save(fig, path) -> None:
     """Write a figure (format from the suffix: .png or .pdf) atomically and close it."""
     buf = io.BytesIO()

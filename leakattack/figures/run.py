@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..rebuilt import NOT_REBUILT, REBUILT, images_words, why_not_rebuilt
-from .common import plt, save, to_hwc
+from .common import fixed, plt, save, to_hwc
 
 #: the y label of the convergence figure: the quantity the attack minimised, by objective
 LOSS_LABELS = {"l2": r"$L_R(x_t) = \|R\nabla_w F(x_t) - y\|^2$", "cosine": r"$1 - \cos(R\nabla_w F(x_t),\, y)$",
@@ -18,6 +18,8 @@ LOSS_LABELS = {"l2": r"$L_R(x_t) = \|R\nabla_w F(x_t) - y\|^2$", "cosine": r"$1 
 MAX_ROWS = 4
 #: resolution figures are saved at (common.save), used to size images in saved pixels
 DPI = 150
+#: the convergence figure's title is wrapped to lines of at most this many characters (its 9 pt over a 5 in figure)
+TITLE_CHARS = 70
 #: widest grid of pairs, in inches (about 1800 px at DPI)
 MAX_WIDTH_IN = 12.0
 
@@ -34,7 +36,8 @@ def verdict_line(m: Mapping) -> str:
     if verdict is None:
         return ""
     bp, bs = m.get("baseline_psnr"), m.get("baseline_ssim")
-    base = f"better baseline {bp:.2f} dB / {bs:.3f}" if bp is not None and bs is not None else "no baseline scored"
+    base = (f"better baseline {fixed(bp, '.2f')} dB / {fixed(bs, '.3f')}" if bp is not None and bs is not None
+            else "no baseline scored")
     why = why_not_rebuilt(m)[0] if verdict == NOT_REBUILT else ""
     images = images_words(m)  # a batch whose images on their own disagree with its verdict on the means
     why = "; ".join(w for w in (why, images) if w)
@@ -71,7 +74,7 @@ def reconstruction_figure(path, truth, start, recon, psnr_each, ssim_each, title
 
 def _shown(v, spec: str, unit: str = "") -> str:
     """A score as the figure prints it: ``n/a`` for one that is not a number (a non-finite reconstruction's)."""
-    return "n/a" if v is None or not math.isfinite(v) else f"{v:{spec}}{unit}"
+    return "n/a" if v is None or not math.isfinite(v) else f"{fixed(v, spec)}{unit}"
 
 
 def _interpolation(image_px: int, shown_px: float) -> str:
@@ -161,11 +164,16 @@ def convergence_figure(path, losses, title: str = "", objective: str = "l2") -> 
         title += f"{zeros.size} step(s) at exactly 0 (marked at the foot: a log scale has no 0)"
     if len(y) < 2:  # a closed-form attack, or a run that took no step: no curve to draw
         value = f"{y[0]:.3e}" if len(y) and np.isfinite(y[0]) else "not finite"
-        ax.text(0.5, 0.5, f"one value ({value}): no iterations to draw", transform=ax.transAxes, ha="center",
+        ax.text(0.5, 0.75, f"one value ({value}): no iterations to draw", transform=ax.transAxes, ha="center",
                 va="center", fontsize=8, color="dimgrey")
+        ax.set_xlim(-1, 1)  # one step, 0, at the middle of whole steps
     ax.set_xlabel("step t")
+    from matplotlib.ticker import MaxNLocator  # imported with pyplot, above
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 0.5 or -0.04
     ax.set_ylabel(LOSS_LABELS.get(objective, f"{objective} loss"))
     ax.grid(True, which="both", alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=9)
+    if title:  # wrapped to the axes' width (a defense's spec and ε make one line wider than the figure)
+        ax.set_title("\n".join(part for line in title.split("\n") for part in textwrap.wrap(line, TITLE_CHARS)),
+                     fontsize=9)
     save(fig, path)

@@ -53,7 +53,7 @@ from ..results import (
     series_label,
     series_of,
 )
-from .common import plt, save_both, to_hwc
+from .common import fixed, plt, save_both, to_hwc
 
 #: at most this many series (blocks) in one reconstruction grid; the rest are named as left out
 MAX_GRID_BLOCKS = 6
@@ -94,10 +94,16 @@ NOT_REBUILT_LABEL = "not rebuilt (failure of the attack)"
 SOME_REBUILT_LABEL = "rebuilt in some repetitions or images only"
 #: the legend entry of the dotted b/m = 1 of the phase transition
 SIZE_BORDER_LABEL = "b = m: as many numbers as unknowns"
-#: how figures name grid keys that read badly as they are; any other key is named with its underscores as spaces
-KEY_NAMES = {"sketch_ratio": "b/d", "sketch_dim": "sketch size b", "batch_size": "batch size B"}
+#: how figures and the report name grid keys and summary columns that read badly as they are; any other key is
+#: named with its underscores as spaces
+KEY_NAMES = {"sketch_ratio": "b/d", "sketch_dim": "sketch size b", "batch_size": "batch size B", "b_over_m": "b/m"}
 #: the fields :func:`context` names itself, so a title does not repeat them as shared grid values
 CONTEXT_FIELDS = ("model", "dataset", "sketch", "objective", "tv", "defense")
+#: metric panels side by side in one row of a figure; more wrap into further rows
+PANELS_PER_ROW = 3
+#: a metric panel's y label is wrapped to lines of at most this many characters (one longer than the panel is tall
+#: runs past it into the panel beside it)
+Y_LABEL_CHARS = 26
 #: a reconstruction grid's row label is wrapped to lines of at most this many characters (a row is 1.55 in tall)
 ROW_LABEL_CHARS = 24
 
@@ -134,9 +140,9 @@ def _num(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _key_name(key: str) -> str:
-    """How a figure names a grid key: :data:`KEY_NAMES`, else the key with its underscores as spaces (an underscore
-    in a rotated two-line label runs into the line below it)."""
+def key_name(key: str) -> str:
+    """How figures and the report name a grid key or summary column: :data:`KEY_NAMES`, else the key with its
+    underscores as spaces (an underscore in a rotated two-line label runs into the line below it)."""
     return KEY_NAMES.get(key, key.replace("_", " "))
 
 
@@ -149,7 +155,7 @@ def _level_label(key: str, value_json: str) -> str:
     """A reconstruction grid's row label, ``name = value``, in lines of at most :data:`ROW_LABEL_CHARS` characters:
     a longer one puts the name on a line of its own and breaks the value after its commas and colons or before an
     ``@`` (a defense spec), a piece longer than a line wherever it must."""
-    name, value = _key_name(key), _value_text(value_json)
+    name, value = key_name(key), _value_text(value_json)
     if len(name) + len(value) + 3 <= ROW_LABEL_CHARS:
         return f"{name} = {value}"
     lines = textwrap.wrap(f"{name} =", ROW_LABEL_CHARS)
@@ -171,8 +177,8 @@ def _shared_grid(records: list[dict], context_text: str = "") -> list[str]:
         if k in REPEAT_KEYS or k in CONTEXT_FIELDS or not all(k in r["grid"] for r in records):
             continue
         values = {json.dumps(r["grid"][k], sort_keys=True) for r in records}
-        if len(values) == 1 and f"{_key_name(k)} = " not in context_text:
-            parts.append(f"{_key_name(k)} = {_value_text(values.pop())}")
+        if len(values) == 1 and f"{key_name(k)} = " not in context_text:
+            parts.append(f"{key_name(k)} = {_value_text(values.pop())}")
     return parts
 
 
@@ -482,7 +488,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
         return []
     width = 1.4 * max(len(b[2]) for b in blocks) + 1.4
     heights = [1.55 * (len(b[1]) + 1) + (0.3 if keys else 0.0) for b in blocks]
-    head = _with_count(f"reconstructions by {_key_name(strength)}", records)
+    head = _with_count(f"reconstructions by {key_name(strength)}", records)
     if left:
         head += (f"; {len(shown)} of {len(shown) + len(left)} series shown "
                  f"({len(left)} left out, from {series_label(left[0])})")
@@ -526,8 +532,8 @@ def cell_label(m: dict) -> str:
     """A reconstruction's caption in the grid: ``P dB, SSIM S`` and, on a line of its own, its verdict where it has
     one; a cell not rebuilt whose other metric is clearly above its baseline names the metric that fell short
     (:func:`leakattack.rebuilt.ahead_words`) and by how much the other is ahead (``not rebuilt (PSNR); SSIM +0.36``)."""
-    psnr = "n/a" if m.get("psnr") is None else f"{m['psnr']:.1f} dB"
-    ssim = "n/a" if m.get("ssim") is None else f"{m['ssim']:.2f}"
+    psnr = "n/a" if m.get("psnr") is None else f"{fixed(m['psnr'], '.1f')} dB"
+    ssim = "n/a" if m.get("ssim") is None else fixed(m["ssim"], ".2f")
     verdict = m.get("verdict")
     if verdict not in (REBUILT, NOT_REBUILT):
         return f"{psnr}, SSIM {ssim}"
@@ -564,10 +570,16 @@ def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width:
     keys = series_keys(records, exclude=(x_key,))
     labels = {series_of(r, keys): _line_label(series_of(r, keys)) for r in records}
     names = [n for n in metrics if any(r["metrics"].get(n) is not None for r in records)]
-    width = panel_width * len(names)
-    fig, axes = plt.subplots(1, len(names), figsize=(width, height + 0.25 * len(labels) / 3), squeeze=False,
+    # at most PANELS_PER_ROW side by side: six in one row made a figure 3,300 px wide that a page shows at a third
+    rows = -(-len(names) // PANELS_PER_ROW) or 1
+    cols = -(-len(names) // rows) or 1  # rows as full as each other: four panels in two rows of two
+    width = panel_width * cols
+    fig, grid = plt.subplots(rows, cols, figsize=(width, height * rows + 0.25 * len(labels) / 3), squeeze=False,
                              layout="constrained")
-    return fig, axes, names, keys, labels, width
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(names):]:  # the last row's empty places
+        ax.remove()
+    return fig, [axes[:len(names)]], names, keys, labels, width
 
 
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
@@ -599,21 +611,30 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
             ax.axhline(SSIM_BORDER, color="grey", lw=0.8, ls=":")
         if name == "epsilon":
             ax.set_yscale("log")
-        ax.set_xlabel(_key_name(strength))
+            # a log axis has no ∞: the points without a DP bound (no noise, or noise with no bound on what it is
+            # added to) are named, not left out unsaid
+            unbounded = list(dict.fromkeys(_num(r["grid"].get(strength)) for r in records
+                                           if r["metrics"].get("epsilon") is None and r["metrics"].get("privacy_note")))
+            if unbounded:
+                ax.text(0.03, 0.03, "\n".join(textwrap.wrap(f"not drawn: ε = ∞ (no DP bound) at {key_name(strength)} = "
+                                                             f"{', '.join(unbounded)}", 40)),
+                        transform=ax.transAxes, fontsize=6, color="dimgrey", va="bottom")
+        ax.set_xlabel(key_name(strength))
         # Laplace noise's ε is the Laplace mechanism's pure one (delta = 0), not the accountant's
         pure = name == "epsilon" and any(r["metrics"].get("delta") == 0 and r["metrics"].get("epsilon") is not None
                                          for r in records)
         if name.startswith("iip"):
             ax.set_ylim(-0.05, 1.05)
-        ax.set_ylabel({"psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy",
-                       "iip": "identified (IIP, pixels)", "iip_features": "identified (IIP, victim's features)",
-                       "epsilon": "ε (RDP; pure for Laplace)" if pure else "ε (RDP)"}[name])
+        ax.set_ylabel("\n".join(textwrap.wrap({
+            "psnr": "PSNR (dB)", "ssim": "SSIM", "utility_acc": "test accuracy", "iip": "identified (IIP, pixels)",
+            "iip_features": "identified (IIP, victim's features)",
+            "epsilon": "ε (RDP; pure for Laplace)" if pure else "ε (RDP)"}[name], Y_LABEL_CHARS)))
         ax.grid(True, alpha=0.3)
     if baselines:
         _baseline_entry(axes[0][0])
     _verdict_entries(axes[0][0], marked)
     _legend(fig, axes[0], keys, len(labels), (SSIM_BORDER_LABEL,) if "ssim" in names else ())
-    _title(fig, _with_count(f"attack against {_key_name(strength)}", records), records, meta, width)
+    _title(fig, _with_count(f"attack against {key_name(strength)}", records), records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
 
 
@@ -643,9 +664,24 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
         lines[series] = [(acc, ps, std, len(part), part) for acc, ps, std, _, part in pts]
     _draw_lines(ax, lines, {s: _line_label(s) for s in lines}, marked, metric="psnr")
     _verdict_entries(ax, marked)
+    accs = [p[0] for pts in by_line.values() for p in pts]
+    middle = (min(accs) + max(accs)) / 2
+    # series that share a setting's ε and accuracy (recipes attacking one defense) get one label, at the top point
+    top: dict = {}
     for pts in by_line.values():
         for acc, ps, _, label, _part in pts:
-            ax.annotate(label, (acc, ps), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            if (label, acc) not in top or (ps == ps and not ps <= top[(label, acc)]):  # NaN (no score) loses
+                top[(label, acc)] = ps
+    for (label, acc), ps in top.items():
+        if ps == ps:
+            # right of a point in the left half, left of one in the right half: the rightmost label stays inside
+            right = acc > middle
+            ax.annotate(label, (acc, ps), fontsize=6, xytext=(-3 if right else 3, 3), textcoords="offset points",
+                        ha="right" if right else "left")
+    from matplotlib.ticker import MaxNLocator  # imported with pyplot, above
+
+    ax.margins(x=0.08, y=0.12)  # room for the labels of the outermost points inside the frame
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # accuracies such as 0.1375 side by side overlap at 9
     ax.set_xlabel("test accuracy under the defense (utility)")
     ax.set_ylabel("attack PSNR (dB)")
     ax.grid(True, alpha=0.3)
@@ -812,5 +848,5 @@ def _draw(folder: Path, records: list[dict], notes: list | None) -> list:
 
 __all__ = ["sweep_figures", "SWEEP_FIGURES", "reconstruction_grid", "metrics_vs_strength", "privacy_utility_frontier",
            "phase_transition", "metrics_vs_batch", "grid_series", "context", "MAX_GRID_BLOCKS", "BASELINE_OF",
-           "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES", "NOT_REBUILT_LABEL",
-           "SOME_REBUILT_LABEL", "rebuilt_count", "cell_label", "with_grid_values"]
+           "BASELINE_LABEL", "SSIM_BORDER", "SSIM_BORDER_LABEL", "SIZE_BORDER_LABEL", "KEY_NAMES", "key_name",
+           "NOT_REBUILT_LABEL", "SOME_REBUILT_LABEL", "rebuilt_count", "cell_label", "with_grid_values"]

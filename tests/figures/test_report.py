@@ -7,6 +7,7 @@ import base64
 import html.parser
 import io
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -751,8 +752,10 @@ def test_each_images_own_verdict_is_a_column_and_a_batch_that_hides_images_says_
     unrecorded = _with_metrics(tmp_path, "unrecorded", verdict="rebuilt", verdict_each=each,
                                psnr_each=[200.0, 8.1, 200.0, 7.9], ssim_each=[1.0, 0.05, 1.0, 0.04])
     assert "<td>not recorded</td><td>not rebuilt</td>" in build_report([unrecorded])
-    assert ('class="headline rebuilt">Rebuilt: the attack reconstructed the private images from the message (PSNR '
-            in text and "On their own, images 0 and 2 of the batch (in the truth&#x27;s order) are rebuilt, images 1 "
+    # the headline counts the images rebuilt on their own and claims no more than the batch's means clear
+    assert ('class="headline rebuilt">Rebuilt (2 of 4 images): the batch&#x27;s mean scores clear its baselines (PSNR '
+            in text and "reconstructed the private images" not in text and
+            "On their own, images 0 and 2 of the batch (in the truth&#x27;s order) are rebuilt, images 1 "
             "and 3 are not; the batch&#x27;s verdict is taken on its mean PSNR and SSIM" in text)
     assert '<span class="tag rebuilt">rebuilt (2 of 4 images)</span>' in text
     assert "with its scores and baselines" in text and "(start-up and files not counted)" in text
@@ -1024,3 +1027,33 @@ def test_a_runs_label_choice_is_in_its_report_as_the_run_noted_it(tmp_path):
     said = label_choice_line(choice).removeprefix("labels: ")
     assert said.startswith("the rules read different labels (pooled [3], sign [0])")
     assert f"<td>{_e(said)}</td>" in text and "label choice" in text and "label choice" not in plain
+
+
+def test_a_batch_not_rebuilt_counts_its_images_inside_one_bracket_and_a_score_near_zero_has_no_minus(tmp_path):
+    """A batch not rebuilt with one of its two images rebuilt on its own: the headline counts it beside the failure
+    note in one bracket; an SSIM of -0.0003 reads 0.000 at three digits, not -0.000."""
+    each = ["rebuilt", "not rebuilt"]
+    folder = _with_metrics(tmp_path, "half", verdict="not rebuilt", verdict_baseline="mean", verdict_each=each,
+                           psnr=9.0, ssim=-0.0003, psnr_each=[40.0, 5.0], ssim_each=[0.95, -0.9506],
+                           baseline_psnr_each=[10.5, 12.25], baseline_ssim_each=[0.1, 0.2], labels_true=[0, 1],
+                           labels_attack=[0, 1], match=[0, 1])
+    text = build_report([folder])
+    headline = text.split('class="headline failed">')[1].split("</p>")[0]
+    assert headline.startswith(f"Not rebuilt at this budget ({html.escape(FAILURE_NOTE, quote=True)}; 1 of 2 images "
+                               "rebuilt): PSNR 9.0 dB, SSIM 0.000.")
+    assert ") (" not in headline.split(".")[0] and not re.search(r"-0\.0+(?!\d)", text)
+    assert "<td>-0.0003</td>" in text  # four digits carry the sign
+    from leakattack.figures.common import fixed
+
+    assert [fixed(v, s) for v, s in ((-0.0003, ".3f"), (-0.0003, ".4f"), (-0.0, ".2f"), (-2e-9, ".1e"),
+                                     (-0.4, ".0f"), (-12.05, ".1f"))] == ["0.000", "-0.0003", "0.00", "-2.0e-09",
+                                                                           "0", "-12.1"]
+
+
+def test_the_summary_table_and_the_reconstruction_grid_name_keys_as_the_figures_do(tmp_path):
+    """sketch_dim reads "sketch size b" and b_over_m "b/m" in the table's headings (summary.csv's name on hover) and in
+    the grid's row labels, as in the sweep's figures."""
+    text = build_report([ROOT / "results" / "sweeps" / "analytic_threshold"])
+    assert '<th title="sketch_dim">sketch size b</th>' in text and '<th title="b_over_m">b/m</th>' in text
+    grid = text.split("<h3>Reconstructions</h3>")[1]
+    assert "<th>sketch size b = " in grid and "sketch_dim" not in grid

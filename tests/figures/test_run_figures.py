@@ -246,3 +246,24 @@ def test_a_defended_runs_figure_title_names_the_defense_and_its_epsilon(tmp_path
                                "at δ 1e-05"), titles  # the steps apart: the title breaks between them
     assert cli.main([*base, "--out", str(tmp_path / "plain")]) == 0
     assert "defense" not in titles[-1] and titles[-1].endswith("2 it"), titles
+
+
+def test_a_convergence_figure_wraps_a_long_title_and_ticks_whole_steps(tmp_path, drawn):
+    """A defended run's title (its spec and ε) stayed on one line 1,166 px wide, so the report shrank the figure to
+    unreadable; three steps were ticked at 0.5, and one value at -0.04."""
+    title = ("lenet / srht (b/d = 0.5), lbfgs, 50 it, defense clip:C=1.0@before_sketch, "
+             "gaussian:z=1.0@after_sketch, ε 7.22 at δ 1e-05")
+    run_figures.convergence_figure(tmp_path / "long.png", [1.0, 0.5, 0.2, 0.1], title)
+    fig = drawn["long"]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    assert ax.title.get_window_extent(r).width <= fig.bbox.width
+    assert ax.get_title().replace("\n", " ") == title
+    for name, losses in (("long", None), ("one", [1.0])):
+        if losses is not None:
+            run_figures.convergence_figure(tmp_path / f"{name}.png", losses, "t")
+        a = drawn[name].axes[0]
+        drawn[name].canvas.draw()
+        ticks = [t for t in a.get_xticks() if a.get_xlim()[0] <= t <= a.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks

@@ -175,7 +175,7 @@ def test_the_identifiability_panels_draw_the_share_identified_beside_the_baselin
                             "baseline_iip": 0.0, "iip_features": 1.0, "baseline_iip_features": 0.0}}
 
     sweep_module.metrics_vs_strength(tmp_path, [rec(0, 0.01, 1.0), rec(1, 0.1, 0.0)], "sigma")
-    axes = {ax.get_ylabel(): ax for ax in drawn["metrics_vs_strength"].axes}
+    axes = {ax.get_ylabel().replace("\n", " "): ax for ax in drawn["metrics_vs_strength"].axes}  # labels wrap
     pixels, feats = axes["identified (IIP, pixels)"], axes["identified (IIP, victim's features)"]
     assert pixels.get_ylim() == pytest.approx((-0.05, 1.05))
     drawn_y = [list(line.get_ydata()) for line in pixels.get_lines() if line.get_linestyle() == "-"]

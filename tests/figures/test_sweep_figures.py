@@ -441,7 +441,7 @@ def test_an_identity_sketchs_row_in_the_reconstruction_grid_reads_b_over_d_1_in_
     html = _recon_grid(tmp_path, [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()],
                        {"strength": "sketch_ratio"})
     none = html[html.index("sketch=none"):]
-    assert none.count("<tr><th>sketch_ratio = ") == 1 and "<tr><th>sketch_ratio = 1</th>" in none
+    assert none.count("<tr><th>b/d = ") == 1 and "<tr><th>b/d = 1</th>" in none  # as the figure names the row
 
 
 def test_the_reports_points_row_reads_as_a_sentence_without_a_planned_count(tmp_path):
@@ -498,3 +498,66 @@ def test_an_identity_sketchs_grid_ratio_reads_as_it_ran_in_the_summary_and_the_l
     sweep_figures(tmp_path)
     labels = drawn["metrics_vs_batch"].axes[0].get_legend_handles_labels()[1]
     assert "sketch=none, sketch_ratio=1" in labels and not any("none, sketch_ratio=0.25" in t for t in labels)
+
+
+def _extents(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def test_six_metric_panels_wrap_into_rows_whose_labels_stay_clear_and_an_infinite_epsilon_is_named(tmp_path, drawn):
+    """Six panels drew one row 3,300 px wide, a page's third, and the features panel's y label ran past its panel
+    into the one beside it; the ε panel left its z = 0 point (ε = ∞) out unsaid."""
+    records = []
+    for i, (z, eps) in enumerate([(0.0, None), (0.1, 96.1), (1.0, 4.7)]):
+        m = {"d": 100, "b": 50, "m": 64, "psnr": 6.0 - i, "ssim": 0.02, "iip": 0.5, "iip_features": 0.0,
+             "utility_acc": 0.15, "epsilon": eps, "privacy_note": "note", "defense": "clip:C=1",
+             "verdict": "not rebuilt"}
+        records.append({"key": f"{i:012d}", "index": i, "grid": {"z": z}, "params": {**SHARED, "sketch": "srht"},
+                        "metrics": m})
+    sweep_figures_module.metrics_vs_strength(tmp_path, records, "z")
+    fig = drawn["metrics_vs_strength"]
+    assert len(fig.axes) == 6
+    rows = sorted({round(ax.get_position().y0, 3) for ax in fig.axes})
+    assert len(rows) == 2 and fig.get_size_inches()[0] <= 3 * 3.6 + 1e-9
+    r = _extents(fig)
+    for ax in fig.axes:  # each y label's box stays left of its own panel, clear of every other panel
+        label = ax.yaxis.label.get_window_extent(r)
+        assert label.x1 <= ax.get_window_extent(r).x0 + 1
+        assert label.height <= ax.get_window_extent(r).height + 1
+        assert not any(label.overlaps(other.get_window_extent(r)) for other in fig.axes if other is not ax)
+    (eps_ax,) = [ax for ax in fig.axes if ax.get_ylabel().startswith("ε")]
+    note = " ".join(t.get_text() for t in eps_ax.texts).replace("\n", " ")
+    assert "ε = ∞ (no DP bound) at z = 0" in note
+
+
+def test_the_frontier_labels_stay_inside_the_frame(tmp_path, drawn):
+    """The rightmost point's label ran across the right edge of the plot."""
+    records = []
+    for i, (z, eps, acc, psnr) in enumerate([(0.0, None, 0.156, 5.83), (0.1, 96.1, 0.1365, 4.35),
+                                             (1.0, 4.73, 0.1392, 4.12)]):
+        m = {"d": 100, "b": 50, "m": 64, "psnr": psnr, "ssim": 0.1, "utility_acc": acc, "epsilon": eps,
+             "utility_epsilon": 550.0 if eps else None, "privacy_note": "note", "defense": "clip:C=1"}
+        records.append({"key": f"{i:012d}", "index": i, "grid": {"z": z}, "params": {**SHARED, "sketch": "srht"},
+                        "metrics": m})
+    sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
+    fig = drawn["privacy_utility"]
+    r = _extents(fig)
+    (ax,) = fig.axes
+    frame = ax.get_window_extent(r)
+    for t in ax.texts:
+        box = t.get_window_extent(r)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, t.get_text()
+
+
+def test_two_series_at_one_setting_share_its_frontier_label(tmp_path, drawn):
+    """Two recipes attacking one defense share its ε and accuracy: their labels were drawn on top of each other."""
+    records = []
+    for i, (recipe, psnr) in enumerate([("dlg", 52.0), ("ig", 20.0)]):
+        m = {"d": 100, "b": 50, "m": 64, "psnr": psnr, "ssim": 0.1, "utility_acc": 0.855, "epsilon": 5.5e9,
+             "privacy_note": "note", "defense": "clip:C=1"}
+        records.append({"key": f"{i:012d}", "index": i, "grid": {"z": 1e-5, "recipe": recipe},
+                        "params": {**SHARED, "sketch": "srht"}, "metrics": m})
+    sweep_figures_module.privacy_utility_frontier(tmp_path, records, "z")
+    (ax,) = drawn["privacy_utility"].axes
+    assert [(t.get_text(), t.xy[1]) for t in ax.texts] == [("ε=5.5e+09", 52.0)]

@@ -151,8 +151,17 @@ def test_the_report_headline_of_a_sweep_of_batches_counts_their_images():
     each = {0.0: ["rebuilt", "rebuilt"], 1e-2: ["rebuilt", "not rebuilt"], 1.0: ["not rebuilt", "not rebuilt"]}
     records = [record(j, s, 0, "rebuilt", verdict_each=each[s]) for j, s in enumerate(each)]
     tag, cls, sentence = _sweep_headline(records)
-    assert tag == "rebuilt (3/6 images)" and cls == "mixed"
-    assert sentence == "Rebuilt at every judged point (3 of 3 judged) (3 of 6 images rebuilt on their own)."
+    assert tag == "rebuilt (3 of 6 images)" and cls == "mixed"
+    assert sentence == "Rebuilt at every judged point (3 of 3 judged; 3 of 6 images rebuilt on their own)."
+    # some points rebuilt: the tag counts points and images in words, not as two bare fractions
+    failed = record(3, 2.0, 0, "not rebuilt", verdict_each=["not rebuilt", "not rebuilt"])
+    tag, cls, sentence = _sweep_headline(records + [failed])
+    assert tag == "rebuilt at 3 of 4 points (3 of 8 images)" and cls == "mixed"
+    assert sentence.startswith("Rebuilt at 3 of 4 judged points; not rebuilt at 1 at this budget (a failure of this "
+                               "attack, not evidence of privacy; 3 of 8 images rebuilt on their own).")
+    # nothing rebuilt, neither a point nor an image: no count of images that says nothing more, no doubled brackets
+    tag, cls, sentence = _sweep_headline([failed, {**failed, "key": "other"}])
+    assert (tag, cls) == ("not rebuilt", "failed") and "images" not in sentence and ") (" not in sentence
     tag, cls, sentence = _sweep_headline([record(0, 0.0, 0, "rebuilt", verdict_each=["rebuilt", "rebuilt"])])
     assert (tag, cls) == ("rebuilt", "rebuilt") and "images" not in sentence
 

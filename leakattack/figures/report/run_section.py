@@ -227,9 +227,11 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         faint = (f" Faint: its SSIM is below {FAINT_SSIM:g}, about where images become barely visible; the "
                  "reconstruction shows how much of the image came back.") if faint_words(record) else ""
         one = len(m.psnr_each or m.labels_true or [0, 0]) == 1  # a batch of one image
-        return f"rebuilt{counted}", "rebuilt", (f"Rebuilt: the attack reconstructed the private "
-                                                f"image{'' if one else 's'} from the message ({_run_scores(m)})."
-                                                f"{named}{faint}")
+        if images:  # rebuilt on the batch's means while some of its images are not on their own
+            return f"rebuilt{counted}", "rebuilt", (f"Rebuilt{counted}: the batch's mean scores clear its baselines "
+                                                    f"({_run_scores(m)}).{named}{faint}")
+        return "rebuilt", "rebuilt", (f"Rebuilt: the attack reconstructed the private "
+                                      f"image{'' if one else 's'} from the message ({_run_scores(m)}).{faint}")
     if m.verdict == NOT_REBUILT:
         part = failed_part(record, clip_blind=clip_blind, sketch_blind=sketch_not_held(run or {}))
         attack_cls = _attack_class((run or {}).get("attack"))
@@ -248,7 +250,8 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         note = _failure_note(record)
         # one solve has no budget of steps, and no budget rebuilds a truth that does not send the message
         closed = (attack_cls is not None and attack_cls.closed_form) or truth_not_sent(record)
-        return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} ({note}): "
+        return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} "
+                                                   f"({note}{'; ' + images if images else ''}): "
                                                    f"{_run_scores(m)}.{named}{which}")
     return "verdict not recorded", "unjudged", (
         f"Verdict not recorded: this run folder was written before runs recorded one ({_run_scores(m)}; compare "

@@ -21,7 +21,7 @@ from ...attacks import attack_class, list_attacks
 from ...attacks.recipes import defense_prunes
 from ...errors import UserError
 from ...results import is_number
-from ..common import to_hwc
+from ..common import fixed, to_hwc
 
 #: what a reconstruction that is not rebuilt means, said wherever one is reported
 FAILURE_NOTE = "a failure of this attack, not evidence of privacy"
@@ -172,7 +172,7 @@ def _or(words: list[str]) -> str:
 def _num(v, digits: int = 2, kind: str = "f") -> str:
     if not is_number(v):
         return "–" if v is None else _e(v)
-    return f"{v:.{digits}{kind}}" if math.isfinite(v) else NOT_A_NUMBER
+    return fixed(v, f".{digits}{kind}") if math.isfinite(v) else NOT_A_NUMBER
 
 
 def _percent(share: float) -> str:

@@ -46,6 +46,7 @@ from ..sweep import (
     context,
     first_image,
     grid_series,
+    key_name,
     strength_level,
     with_grid_values,
 )
@@ -179,20 +180,20 @@ def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
     k, j = sum(v == REBUILT for v in verdicts), len(verdicts)
     counts = batch_images(r["metrics"] for r in records)  # batches: their images on their own
     images, share = "", ""
-    if counts is not None and counts[0] < counts[1]:
-        images, share = f" ({batch_images_words(counts)})", f" ({counts[0]}/{counts[1]} images)"
+    if counts is not None and 0 < counts[1] - counts[0] and (k or counts[0]):  # not where nothing was rebuilt at all
+        images, share = f"; {batch_images_words(counts)}", f" ({counts[0]} of {counts[1]} images)"
     tag = share + tag
     if k == j:
         return "rebuilt" + tag, "rebuilt" if not images else "mixed", (
-            f"Rebuilt at every judged point ({k} of {j} judged{'; ' + left if left else ''}){images}.")
+            f"Rebuilt at every judged point ({k} of {j} judged{'; ' + left if left else ''}{images}).")
     unfinished = f" Unfinished: {left}." if left else ""
     if k == 0:
         return "not rebuilt" + tag, "failed" if not counts or not counts[0] else "mixed", (
-            f"Not rebuilt at any of the {j} judged points at this budget ({FAILURE_NOTE}){images}."
+            f"Not rebuilt at any of the {j} judged points at this budget ({FAILURE_NOTE}{images})."
             f"{unfinished}{_failed_parts(records)}{_identified_points(records)}")
-    return f"rebuilt at {k}/{j}{tag}", "mixed", (
+    return f"rebuilt at {k} of {j} points{tag}", "mixed", (
         f"Rebuilt at {k} of {j} judged points; not rebuilt at {j - k} at this budget "
-        f"({FAILURE_NOTE}){images}.{unfinished}{_failed_parts(records)}{_identified_points(records)}")
+        f"({FAILURE_NOTE}{images}).{unfinished}{_failed_parts(records)}{_identified_points(records)}")
 
 
 def _identified_points(records: list[dict]) -> str:
@@ -361,7 +362,8 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         [False] * len(rows)
     if any(unbounded) and "epsilon" not in stems:  # every setting's ε infinite: an older summary has no ε column
         stems.append("epsilon")
-    head = "".join(f"<th>{_heading(c)}</th>" for c in varying) + "".join(
+    # a grid key or computed column as the figures name it (sketch size b, b/m), its summary.csv name on hover
+    head = "".join(f'<th title="{_e(c)}">{_heading(key_name(c))}</th>' for c in varying) + "".join(
         f"<th>{_heading(METRIC_NAMES.get(s, s))}</th>" for s in stems)
     if any("rebuilt" in r for r in rows):
         head += "<th>rebuilt</th>"
@@ -419,7 +421,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                "look at their reconstructions." if ahead else "") + "</p>")
     # from WIDE_COLUMNS on, a smaller type and padding keep the table within the page (18 columns: a sweep over two
     # recipes with their step budgets beside the defense's strength and the sketch)
-    wide = " wide" if head.count("<th>") >= WIDE_COLUMNS else ""
+    wide = " wide" if head.count("<th") >= WIDE_COLUMNS else ""
     return note + f'<div class="scroll"><table class="num{wide}"><tr>{head}</tr>' + "".join(body) + "</table></div>"
 
 
@@ -499,7 +501,7 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                 tag += f'<div class=cap>{_e(ahead.lstrip())}</div>' if ahead else ""
                 tds.append(f"<td>{_img_cell(x)}<div class=cap>{_score(m.get('psnr'), 1, 'psnr' in m)} dB · SSIM "
                            f"{_score(m.get('ssim'), 2, 'ssim' in m)}</div>{tag}</td>")
-            rows.append(f"<tr><th>{_e(strength)} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
+            rows.append(f"<tr><th>{_e(key_name(strength))} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
         title = series_label(series) or "all points"
         batch = max(c[2] for c in cell.values())
         notes = [f"first {MAX_GRID_ROWS} values of {strength} shown" if cut else "",
