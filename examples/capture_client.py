@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
 
 from leakattack.data import get_batch, get_dataset
+from leakattack.errors import UserError
 from leakattack.results.message import write_message
 from leakattack.script import count, fraction, index, one_of, script_main
 from leakattack.sketch import list_sketches, make_sketch
@@ -45,6 +46,10 @@ def main() -> None:
                    "knows them); by default it recovers them")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's weights")
     a = p.parse_args()
+
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():  # refused before any work, as a run's --out is
+        raise UserError(f"--out '{out}' is a file, not a folder for message.pt, weights.pt and truth.pt")
 
     photos = get_dataset("photos", image_size=a.image_size)
     x, labels = get_batch(photos, a.index, a.batch_size)
@@ -71,7 +76,6 @@ def main() -> None:
     sketch = make_sketch(a.sketch, d, b, seed=a.sketch_seed)
     y = sketch.apply(flat.detach())
 
-    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     write_message(out / "message.pt", y, sketch=sketch, kind=a.kind, batch_size=a.batch_size,
                   labels=labels if a.send_labels else None, lr=a.lr if a.kind == "update" else None,

@@ -27,7 +27,7 @@ def script_main(main: Callable[[], int | None]) -> NoReturn:
         sentence = str(err)
     except FileNotFoundError as err:
         sentence = f"{err.filename} does not exist"
-    except (IsADirectoryError, NotADirectoryError, PermissionError) as err:
+    except (IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError) as err:
         sentence = f"{err.filename}: {err.strerror}"
     except subprocess.CalledProcessError as err:
         command = err.cmd if isinstance(err.cmd, str) else shlex.join(map(str, err.cmd))

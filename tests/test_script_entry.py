@@ -23,6 +23,7 @@ def _exit(main, monkeypatch, capsys) -> tuple[int, str]:
     (UserError("unknown model 'x'; choose one of: lenet"), "tool.py: error: unknown model 'x'; choose one of: lenet\n"),
     (FileNotFoundError(2, "No such file or directory", "/run/metrics.json"),
      "tool.py: error: /run/metrics.json does not exist\n"),
+    (FileExistsError(17, "File exists", "/tmp/a_file"), "tool.py: error: /tmp/a_file: File exists\n"),
     (subprocess.CalledProcessError(2, ["leakattack", "run", "--model", "a b"]),
      "tool.py: error: a command it ran failed with exit status 2: leakattack run --model 'a b'\n"),
 ])

@@ -174,3 +174,13 @@ def test_the_transition_table_tells_apart_the_recipes_a_grid_names(tmp_path):
     rows = [line for line in done.stdout.splitlines() if line.startswith("| mlp")]
     assert [r.split(" | ")[1] for r in rows] == ["gradient-matching", "gradient-matching (ig recipe)"]
     assert "| none ≤ 2 |" in rows[0] and "| 1 | 0.950 / 20.0 dB |" in rows[1]
+
+
+def test_the_capture_example_refuses_an_out_that_is_a_file_before_any_work(tmp_path):
+    """--out naming a file ended in a FileExistsError traceback (exit 1) after the gradient was computed."""
+    (tmp_path / "afile").write_text("")
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "capture_client.py"), "--out",
+                           str(tmp_path / "afile")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    assert done.stderr.strip() == (f"capture_client.py: error: --out '{tmp_path / 'afile'}' is a file, not a folder "
+                                   "for message.pt, weights.pt and truth.pt")

@@ -40,7 +40,7 @@ from ..data.base import outside_unit_range
 from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
 from ..torchfile import load_torch_file
-from .io import write_tensors
+from .io import writable_out, write_tensors
 
 #: local SGD steps an update message may unroll: as many as --iterations may take (config.params.MAX_ITERATIONS);
 #: the attacker's model runs every one of them at each evaluation, so more is hours per step of the attack
@@ -239,7 +239,15 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
                       "which a gradient message does not read: give kind='update' for w_before - w_after",
                       SettingWarning, stacklevel=2)
     fields["batch_size"], fields["local_steps"] = int(batch_size), int(local_steps)
-    write_tensors(path, fields)
+    where = f"message file path '{path}'"
+    try:  # a folder, a parent that is a file or read-only: one sentence naming the path given, before writing
+        writable_out(path, ".pt", said=where)
+        write_tensors(path, fields)
+    except UserError as err:
+        raise MessageError(str(err)) from None
+    except OSError as err:  # what only the write finds (a full disk): the path given, not the temporary name
+        raise MessageError(f"{where} could not be written ({err.strerror or type(err).__name__}); nothing was "
+                           "written") from None
     return Path(path)
 
 

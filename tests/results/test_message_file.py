@@ -190,3 +190,14 @@ def test_a_truth_within_round_off_of_the_pixel_range_is_taken_and_a_nan_is_named
     _torch.save(x, tmp_path / "b.pt")
     with _pytest.raises(MessageError, match=r"must lie in \[0, 1\] \(unnormalised pixels\), and they reach .* to 2"):
         read_truth(tmp_path / "b.pt")
+
+
+def test_a_path_that_cannot_hold_the_message_file_is_one_sentence_naming_it(tmp_path):
+    """A folder gave IsADirectoryError naming the atomic write's temporary file ('/tmp/.x.q9eqp1a8.tmp'), a path
+    under a file FileExistsError: each is one MessageError naming the path given, and nothing is written."""
+    (tmp_path / "afile").write_text("")
+    for path, needle in ((tmp_path, "is a folder"), (tmp_path / "afile" / "m.pt", "is not a writable folder")):
+        with pytest.raises(MessageError, match=needle) as err:
+            write_message(path, torch.zeros(5))
+        assert str(err.value).startswith(f"message file path '{path}'") and ".tmp" not in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
