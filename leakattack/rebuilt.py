@@ -395,7 +395,9 @@ def _wrong_labels(m: Mapping) -> bool:
 
 def failed_kind(m: Mapping) -> str | None:
     """Which part of a run (a metrics.json dict) that was not rebuilt failed, one of :data:`FAILED_PARTS`; None when
-    it was rebuilt or nothing tells; ``truth`` where none did, since the truth does not send the message
+    it was rebuilt, where every value of its message is 0 or not finite (:func:`message_unreadable`: no part of an
+    attack can read anything from it) or nothing tells; ``truth`` where none did, since the truth does not send the
+    message
     (:func:`truth_not_sent`; not one of the parts, which a sweep of a data set's batches counts).
 
     ``labels``: the labels it read from the message are not the truth's (``label_acc`` < 1, as a multiset), so it
@@ -404,7 +406,7 @@ def failed_kind(m: Mapping) -> str | None:
     reconstruction lower (it prefers another image), ``search`` when it scores the truth lower (the search stopped
     short of a point the objective would have preferred).
     """
-    if m.get("verdict") != NOT_REBUILT:
+    if m.get("verdict") != NOT_REBUILT or message_unreadable(m):  # a message of zeros (or NaN) holds nothing to read
         return None
     if truth_not_sent(m):  # no part of the attack failed: the truth is not the message's
         return "truth"

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import targets
-from leakattack import cli
+from leakattack import cli, rebuilt
 from leakattack.config import RunConfig
 from leakattack.errors import SettingWarning, UserError
 from leakattack.experiment import prepare
@@ -547,5 +547,8 @@ def test_a_message_of_zeros_is_said_to_carry_nothing_and_sketch_unknown_on_an_un
     assert f"warning: message file '{tmp_path / 'zero.pt'}' is not sketched: --sketch-unknown changes nothing" in err
     assert "note: every value of the message is 0, so it holds no image to rebuild" in err
     assert "a stronger attack may still rebuild the input" not in err
+    # no part of the attack is blamed: a message of zeros holds no labels to misread either
+    assert "the labels the attack read" not in err and "failed before the search" not in err
     assert json.loads((out / "metrics.json").read_text())["message_zero"] is True
+    assert rebuilt.failed_kind(json.loads((out / "metrics.json").read_text())) is None
     assert "every value of the message is 0" in build_report([out])

@@ -326,6 +326,11 @@ def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
     assert metrics.failed_kind({**wrong, "label_mode": "dlg", "objective_at": None}) is None
     assert metrics.failed_kind({**wrong, "verdict": "rebuilt"}) is None
     assert metrics.failed_part({**base, "objective_at": None}) is None
+    # a message of zeros or of NaN holds nothing to read: its labels' misreading is no part that failed
+    for unreadable in ({"message_zero": True}, {"message_nonfinite": 50, "b": 50}):
+        assert metrics.failed_kind({**wrong, **unreadable}) is None and metrics.failed_part({**wrong, **unreadable}) \
+            is None
+    assert metrics.failed_kind({**wrong, "message_nonfinite": 3, "b": 50}) == "labels"  # some numbers still read
     # a tie: neither part is judged
     assert metrics.failed_kind({**base, "objective_at": {"truth": at["truth"], "reconstruction": at["truth"]}}) is None
     assert metrics.failed_counts([base, prefers, wrong, wrong, {**base, "verdict": "rebuilt"}]) == \
