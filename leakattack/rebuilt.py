@@ -393,6 +393,13 @@ def _wrong_labels(m: Mapping) -> bool:
     return m.get("label_mode") in ("idlg", "given") and acc is not None and acc < 1 and not m.get("labels_unused")
 
 
+def matched_not_unique(m: Mapping) -> bool:
+    """Whether a run (a metrics.json dict) that was not rebuilt matched its message to the tolerance with fewer
+    numbers than unknowns (``unique_by_count`` false: b < m·B), so that another input matches as well: no budget
+    of steps is what it lacked."""
+    return m.get("verdict") == NOT_REBUILT and m.get("stop_reason") == "tolerance" and m.get("unique_by_count") is False
+
+
 def failed_kind(m: Mapping) -> str | None:
     """Which part of a run (a metrics.json dict) that was not rebuilt failed, one of :data:`FAILED_PARTS`; None when
     it was rebuilt, where every value of its message is 0 or not finite (:func:`message_unreadable`: no part of an
@@ -441,6 +448,12 @@ def _apart(a: float, b: float) -> tuple[str, str]:
     return x, y
 
 
+#: what a run says of its failure in place of the part that failed where a seed search (--sketch-seed-search) took
+#: another seed than the client's (known where the run simulates the client)
+SEED_NOT_FOUND = ("the seed search did not find the client's seed: it took seed {seed} of {of} candidates{rank}, "
+                  "so the attack read the message through R of another seed, and the labels it reads and the input it "
+                  "fits are both of a message the client did not send, whatever its budget (docs/attacks/"
+                  "seed-search.md says where the search's statistic singles the client's seed out)")
 #: what a run whose attacker did not hold the client's sketch says of its failure in place of the part that failed
 SKETCH_NOT_HELD = ("the attacker did not hold the client's sketch (--sketch-unknown, without --sketch-seed-search): "
                    "it reads the message through R of another seed, so the labels it reads and the input it fits are "
@@ -483,6 +496,11 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     kind = failed_kind(m)
     if sketch_blind and kind is not None:
         return SKETCH_NOT_HELD
+    search = m.get("seed_search")
+    if kind is not None and isinstance(search, dict) and search.get("found") is False:
+        rank = search.get("true_seed_rank")
+        return SEED_NOT_FOUND.format(seed=search.get("found_seed"), of=search.get("candidates"),
+                                     rank=f" (the client's ranked {rank + 1})" if isinstance(rank, int) else "")
     if kind == "truth":
         return truth_not_sent_text(m)
     if kind == "labels" and m.get("label_mode") == "given":
@@ -613,7 +631,8 @@ def label_choice_line(c: dict) -> str:
     return f"labels: {read}; {runs} matched the message best with {c['chosen']} (loss {low} against {high})"
 
 
-__all__ = ["VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",
+__all__ = ["SEED_NOT_FOUND", "matched_not_unique",
+           "VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",
            "BASELINES", "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images",
            "images_words", "faint_words",
            "images_note", "image_verdicts", "batch_images", "batch_images_words", "short_metric", "one_metric_ahead",

@@ -25,6 +25,7 @@ from ..rebuilt import (
     images_note,
     images_words,
     label_choice_line,
+    matched_not_unique,
     message_unreadable,
     truth_not_sent,
     why_not_rebuilt,
@@ -140,6 +141,11 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
 #: :data:`FAILURE_NOTE` of a closed-form attack, which has no budget of steps: one solve of this message failed
 CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack on this message, not evidence that the message is "
                        "private: a stronger attack may still rebuild the input")
+#: :data:`FAILURE_NOTE` of a run that matched its message to the tolerance with fewer numbers than unknowns
+#: (:func:`leakattack.rebuilt.matched_not_unique`): its steps found an input that sends the message, not the client's
+UNDETERMINED_FAILURE_NOTE = ("this is a failure of this attack on a message with fewer numbers than unknowns, which "
+                             "another input matches as well, not of its budget and not evidence that the message is "
+                             "private: an image prior or a stronger attack may still rebuild the input")
 #: the note in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite``
 #: equals b): no attack can read anything there, so a stronger one would not do better
 NONFINITE_NOTE = ("all {n} values of the message are NaN or infinite, and no attack can read anything from them: this "
@@ -185,7 +191,8 @@ def cmd_run(a) -> int:
         nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
-        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else FAILURE_NOTE
+        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else \
+            UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else FAILURE_NOTE
         if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
             print(f"note: {said if unreadable else failure}", file=sys.stderr)
         if nonfinite and not unreadable:

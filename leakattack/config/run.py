@@ -493,8 +493,12 @@ class RunConfig:
             return None
         how = " solves in closed form and" if self.attack_class.closed_form else ""
         one = len(unused) == 1
-        return (f"{listed(unused)} change{'s' if one else ''} nothing for the {self.attack} attack, which{how} does "
+        said = (f"{listed(unused)} change{'s' if one else ''} nothing for the {self.attack} attack, which{how} does "
                 f"not read {'it' if one else 'them'}")
+        if self.attack_class.closed_form and self.label_mode == "dlg":  # it reads labels, but never optimises them
+            said += ("; it optimises no labels and reads them from the message as the default --labels idlg does "
+                     "(--labels given grants them)")
+        return said
 
     @property
     def label_source(self) -> str:

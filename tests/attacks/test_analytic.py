@@ -347,8 +347,8 @@ def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_fr
     assert rc == 0
     captured = capsys.readouterr()
     assert ("leakattack: warning: --iterations and --labels dlg change nothing for the analytic attack, which solves "
-            "in closed form and does not read them") in \
-        captured.err
+            "in closed form and does not read them; it optimises no labels and reads them from the message as the "
+            "default --labels idlg does (--labels given grants them)") in captured.err
     assert "labels 1/1 (idlg)" in captured.out
     assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"
 

@@ -225,3 +225,28 @@ def test_labels_misread_under_noise_name_the_noise():
                     "the labels through it, so the labels failed before the search did (--labels given runs the "
                     "attack with the true labels, through the same noise)")
 
+
+
+def test_a_match_of_fewer_numbers_than_unknowns_is_not_called_a_failure_of_its_budget(tmp_path, capsys):
+    """lenet on a digit through b = 8 numbers converged in 7 steps at another image (784 unknowns), and the note said
+    'a failure of this attack at this budget (its settings and iterations)', which the run itself ruled out."""
+    from leakattack import cli
+    from leakattack.cli.run import FAILURE_NOTE, UNDETERMINED_FAILURE_NOTE
+    from leakattack.figures.report import build_report
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--dataset", "digits", "--sketch-dim", "8", "--iterations", "30", "--labels", "given",
+                     "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["stop_reason"] == "tolerance" and record["unique_by_count"] is False
+    assert f"note: {UNDETERMINED_FAILURE_NOTE}" in err and FAILURE_NOTE not in err
+    assert "at this budget" not in build_report([out]).split('class="headline')[1].split("</p>")[0]
+    # the budget is named where the search stopped short of the tolerance
+    assert "at this budget" in FAILURE_NOTE and not rebuilt_matched({**record, "stop_reason": "iterations"})
+
+
+def rebuilt_matched(record: dict) -> bool:
+    from leakattack.rebuilt import matched_not_unique
+
+    return matched_not_unique(record)

@@ -326,6 +326,13 @@ def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
     assert metrics.failed_kind({**wrong, "label_mode": "dlg", "objective_at": None}) is None
     assert metrics.failed_kind({**wrong, "verdict": "rebuilt"}) is None
     assert metrics.failed_part({**base, "objective_at": None}) is None
+    # a seed search that took another seed than the client's: that is the cause, not the labels or the search
+    missed = {"found": False, "found_seed": 52, "candidates": 256, "true_seed_rank": 111}
+    for part in (wrong, base):
+        said = metrics.failed_part({**part, "seed_search": missed})
+        assert said.startswith("the seed search did not find the client's seed: it took seed 52 of 256 candidates "
+                               "(the client's ranked 112)")
+    assert metrics.failed_part({**base, "seed_search": {**missed, "found": True}}) == metrics.failed_part(base)
     # a message of zeros or of NaN holds nothing to read: its labels' misreading is no part that failed
     for unreadable in ({"message_zero": True}, {"message_nonfinite": 50, "b": 50}):
         assert metrics.failed_kind({**wrong, **unreadable}) is None and metrics.failed_part({**wrong, **unreadable}) \

@@ -37,6 +37,7 @@ from ...rebuilt import (
     images_note,
     images_words,
     label_choice_line,
+    matched_not_unique,
     message_unreadable,
     truth_not_sent,
     why_not_rebuilt,
@@ -248,8 +249,10 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         ahead = why_not_rebuilt(record)[1]
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
         note = _failure_note(record)
-        # one solve has no budget of steps, and no budget rebuilds a truth that does not send the message
-        closed = (attack_cls is not None and attack_cls.closed_form) or truth_not_sent(record)
+        # one solve has no budget of steps, no budget rebuilds a truth that does not send the message, and a match of
+        # fewer numbers than unknowns lacked no steps
+        closed = (attack_cls is not None and attack_cls.closed_form) or truth_not_sent(record) or \
+            matched_not_unique(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} "
                                                    f"({note}{'; ' + images if images else ''}): "
                                                    f"{_run_scores(m)}.{named}{which}")
