@@ -31,11 +31,19 @@ def register_defense(cls: type[Transform]) -> type[Transform]:
                         f"__call__(v, gen)), got {what}")
     if cls.name == Transform.name:
         raise ValueError(f"defense class {cls.__name__} sets no name (the name a spec gives it)")
-    odd = [k for k, entry in cls.schema.items() if not (isinstance(entry, tuple) and len(entry) == 3
-                                                         and entry[0] in SCHEMA_TYPES and callable(entry[2]))]
-    if odd:
-        raise ValueError(f"defense class {cls.__name__}: schema entry '{odd[0]}' must be (type, description, "
-                         f"predicate) with type one of float, int, str, bool")
+    if cls.name == "none":  # the spec "none" is no defense: it never reaches a step of that name
+        raise ValueError(f"defense class {cls.__name__} is named 'none', the spec that means no defense, so no spec "
+                         "could apply it: give it another name")
+    for k, entry in cls.schema.items():
+        if not (isinstance(entry, tuple) and len(entry) == 3):
+            raise ValueError(f"defense class {cls.__name__}: schema entry '{k}' must be a tuple (type, description, "
+                             f"predicate), got {entry!r:.60}")
+        if entry[0] not in SCHEMA_TYPES:
+            raise ValueError(f"defense class {cls.__name__}: schema entry '{k}' has type {entry[0]!r:.40}, not one of "
+                             "float, int, str, bool")
+        if not callable(entry[2]):
+            raise ValueError(f"defense class {cls.__name__}: schema entry '{k}' has predicate {entry[2]!r:.40}, not "
+                             "a callable that takes the value and returns whether it is allowed")
     if cls.__call__ is Transform.__call__:
         raise ValueError(f"defense class {cls.__name__} does not implement __call__(self, v, gen)")
     try:  # the channel calls step(v, gen)

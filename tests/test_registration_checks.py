@@ -98,6 +98,30 @@ def test_register_defense_and_register_sketch_take_their_classes(fresh_registrie
 
     with pytest.raises(ValueError, match="^defense class Nameless sets no name"):
         register_defense(Nameless)
+
+    class Zero(Transform):  # was listed, then never applied: the spec 'none' is no defense
+        name = "none"
+        schema: dict = {}
+
+        def __call__(self, v, gen):
+            return v * 0
+
+    with pytest.raises(ValueError, match="^defense class Zero is named 'none', the spec that means no defense"):
+        register_defense(Zero)
+    # each fault of a schema entry is named: the type bool was said to be wrong where the predicate was missing
+    for entry, said in (((bool, "flip", None), "has predicate None, not a callable"),
+                        ((list, "xs", bool), "has type <class 'list'>, not one of float, int, str, bool"),
+                        ((bool, "flip"), "must be a tuple (type, description, predicate), got (<class 'bool'>")):
+        class Flip(Transform):
+            name = "flip"
+            schema = {"flip": entry}
+
+            def __call__(self, v, gen):
+                return v
+
+        with pytest.raises(ValueError, match=r"^defense class Flip: schema entry 'flip' ") as err:
+            register_defense(Flip)
+        assert said in str(err.value)
     with pytest.raises(TypeError, match=r"^register_sketch takes a Sketch subclass .* got str 'x'$"):
         register_sketch("x")
 
