@@ -42,8 +42,10 @@ class AttackResult:
     x0: torch.Tensor  #: the dummy data it started from
     losses: list[float]  #: the matching loss L_R(x_t) at every step t = 0..T (without priors)
     extra: list[dict] = field(default_factory=list)  #: monitor outputs with their step
-    iterations: int = 0
-    best_step: int = 0
+    #: the steps taken; left out (-1), one per loss after the start: len(losses) - 1
+    iterations: int = -1
+    #: the step whose iterate x is; left out (-1), that of the lowest loss (the first of equals; 0 where none is finite)
+    best_step: int = -1
     #: iterations | tolerance | stalled | diverged | time-limit | pruned | interrupted
     stop_reason: str = "iterations"
     message: str = ""
@@ -62,6 +64,23 @@ class AttackResult:
     input_rank: int | None = None
     #: made by a closed-form attack (``Attack.closed_form``): it solved for x and has no start to score as a baseline
     closed_form: bool = False
+
+    def __post_init__(self) -> None:
+        # an attack of one's own that leaves these out is read from its losses, not as 0 steps (which a run reported
+        # as "nothing was attacked: the objective never went below its start value")
+        losses = list(self.losses) if isinstance(self.losses, (list, tuple)) else []
+        if self.iterations == -1:
+            self.iterations = max(len(losses) - 1, 0)
+        if self.best_step == -1:
+            finite = []
+            for t, v in enumerate(losses):
+                try:
+                    f = float(v)
+                except (TypeError, ValueError):  # the result's check names what is not a number
+                    continue
+                if math.isfinite(f):
+                    finite.append((f, t))
+            self.best_step = min(finite)[1] if finite else 0
 
     @property
     def final_loss(self) -> float:

@@ -1,0 +1,50 @@
+"""An attack of one's own that leaves AttackResult's ``iterations`` and ``best_step`` out is read from its losses:
+its run reported "nothing was attacked: the objective never went below its start value" beside a loss that fell from
+20 to 1 (both fields defaulted to 0, so its final loss was its start's)."""
+
+import json
+import math
+
+import torch
+
+from leakattack import cli
+from leakattack.attacks import Attack, AttackResult, register_attack
+
+
+def test_left_out_steps_are_read_from_the_losses():
+    x = torch.zeros(1, 1, 2, 2)
+    r = AttackResult(x=x, labels=None, x0=x, losses=[20.0, 3.0, 1.0, 1.0, 2.0])
+    assert (r.iterations, r.best_step, r.final_loss) == (4, 2, 1.0)
+    r = AttackResult(x=x, labels=None, x0=x, losses=[math.nan, 5.0, math.inf, 4.0])
+    assert (r.iterations, r.best_step) == (3, 3)
+    r = AttackResult(x=x, labels=None, x0=x, losses=[math.nan])
+    assert (r.iterations, r.best_step) == (0, 0)
+    # given, they are kept as they are
+    r = AttackResult(x=x, labels=None, x0=x, losses=[2.0, 1.0, 0.5], iterations=7, best_step=1)
+    assert (r.iterations, r.best_step) == (7, 1)
+
+
+class Descent(Attack):
+    """Steps from a grey start toward nothing in particular, its loss falling 20, 19, ..., 1."""
+
+    name = "descent"
+
+    def __init__(self, **settings):
+        pass
+
+    def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+        x0 = torch.full((obs.batch_size, *obs.victim.input_shape), 0.5, dtype=obs.y.dtype)
+        x = (x0 + 0.1).clone()
+        return AttackResult(x=x, labels=obs.labels, x0=x0, losses=[float(v) for v in range(20, 0, -1)],
+                            message="descent")
+
+
+def test_a_run_of_such_an_attack_reports_its_steps_and_lowest_loss(tmp_path, capsys, fresh_registries):
+    register_attack("descent", Descent)
+    out = tmp_path / "run"
+    assert cli.main(["run", "--attack", "descent", "--dataset", "digits", "--quiet", "--no-lpips",
+                     "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "nothing was attacked" not in said and "19 it" in said
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["iterations"] == 19 and m["final_loss"] == 1.0 and m.get("attacked") is not False
