@@ -84,6 +84,8 @@ def _labels(m: RunMetrics, record: dict | None = None) -> str:
     """The summary line's label part (``record``: ``m.to_dict()`` where the caller has it)."""
     if m.label_acc is None:  # a regression's given targets, or no true labels to score against
         classes = isinstance(m.labels_attack, list) and all(type(v) is int for v in m.labels_attack)
+        if m.labels_attack is None and m.label_mode != "given":  # an attack of one's own that returned none
+            return "no labels returned"
         if m.labels_attack is None or (m.label_mode == "given" and not classes):
             return "label given"
         return f"labels {m.labels_attack} ({m.label_mode}{', not scored' if m.truth is not False else ''})"
