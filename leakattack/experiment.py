@@ -514,6 +514,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
     if case.obs.extra.get("message_zero"):  # with or without a defense: every value of the message is 0
         privacy["message_zero"] = True
+    if result.prior_not_finite is not None:  # a prior turned NaN or infinite: the cause of a search that stopped
+        privacy["prior_not_finite"] = result.prior_not_finite
     # the closed-form attacks that accept the message of a run that rebuilt nothing (its note names them)
     readers = closed_forms_for(case.obs) if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form \
         else []

@@ -551,6 +551,10 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
              f"{r['match']:.3g}") if added and "match" in t and "match" in r else ""
     scores = (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
               f"{r['total']:.3g}{parts})")
+    if m.get("prior_not_finite"):  # no step size mends a prior that is not finite
+        return (f"{scores}: the search stopped short where the {m['prior_not_finite']} prior's value turned NaN or "
+                "infinite, which no step size or budget mends: that prior is not finite at every image the search "
+                "may reach (leave it out, or mend it)")
     if m.get("stop_reason") == "diverged":  # more steps from where it diverged diverge again
         return (f"{scores}: the search stopped short where it diverged (its objective turned NaN or infinite), so "
                 "more steps at this step size diverge again; a smaller --lr may get closer")

@@ -64,6 +64,8 @@ class AttackResult:
     input_rank: int | None = None
     #: made by a closed-form attack (``Attack.closed_form``): it solved for x and has no start to score as a baseline
     closed_form: bool = False
+    #: the first prior whose value was NaN or infinite at an iterate of the search, None where none was
+    prior_not_finite: str | None = None
 
     def __post_init__(self) -> None:
         # an attack of one's own that leaves these out is read from its losses, not as 0 steps (which a run reported

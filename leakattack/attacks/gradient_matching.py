@@ -1014,6 +1014,8 @@ class _Problem:
         #: the penalties' prior names; until the first evaluation has checked what each returns, ``unchecked``
         self.penalty_names = [n for n, p in zip(attack.priors, priors, strict=True) if not hasattr(p, "parametrise")]
         self.unchecked = bool(self.penalties)
+        #: the first prior whose value was NaN or infinite at an iterate (its gradient then sends the steps there)
+        self.prior_not_finite: str | None = None
         remaps = [p for p in priors if hasattr(p, "parametrise")]
         if len(remaps) > 1:
             raise UserError("at most one re-parametrising prior can run at a time")
@@ -1155,6 +1157,8 @@ class _Problem:
             values = [prior(x) for x in xs]
             if self.unchecked:  # once: what a registered prior returns is the same kind of thing at every step
                 _check_penalty(name, values[0])
+            if self.prior_not_finite is None and not all(bool(torch.isfinite(v.detach()).all()) for v in values):
+                self.prior_not_finite = name
             total = total + torch.stack(values)
         self.unchecked = False
         grad, = torch.autograd.grad(total.sum(), Z)
@@ -1334,10 +1338,15 @@ class _Run:
     def result(self, wall_s: float) -> AttackResult:
         p = self.problem
         logits = p.logits_of(self.best_z)
+        message = self.message
+        if p.prior_not_finite is not None:  # the matching term was finite: the prior's value and gradient were not
+            message = "; ".join(t for t in (message, f"the {p.prior_not_finite} prior's value was NaN or infinite at "
+                                            "an iterate, and the steps could not go on from there") if t)
         return AttackResult(
             x=p.x_of(self.best_z).clone(), labels=p.labels if logits is None else logits.argmax(-1), x0=self.x0,
             losses=self.losses, extra=self.extra, iterations=self.steps, best_step=self.best_step,
-            stop_reason=self.stop or "iterations", message=self.message, wall_s=wall_s, restart_path=p.path,
+            stop_reason=self.stop or "iterations", message=message, wall_s=wall_s, restart_path=p.path,
+            prior_not_finite=p.prior_not_finite,
         )
 
 

@@ -65,3 +65,30 @@ def test_an_attack_that_returns_no_labels_is_not_said_to_have_been_given_them(tm
     assert "| no labels returned |" in said and "label given" not in said
     m = json.loads((out / "metrics.json").read_text())
     assert m["labels_attack"] is None and m["label_mode"] != "given"
+
+
+class LateNaN:
+    """A prior of one's own that is finite for its first three calls and NaN after."""
+
+    def __init__(self, weight, *, obs=None):
+        self.w, self.calls = weight, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return self.w * x.mean() * (float("nan") if self.calls > 3 else 1.0)
+
+
+def test_a_prior_that_turns_nan_is_named_as_the_cause_not_the_step_size(tmp_path, capsys, fresh_registries):
+    """Adam read 'diverged ... (L_R = nan) ... a smaller --lr may get closer' and L-BFGS 'stalled' without a word of
+    NaN, where the matching term stayed finite and the prior's value turned NaN."""
+    from leakattack.attacks.priors import register_prior
+
+    register_prior("latenan", LateNaN, weight=1e-3)
+    for optimizer in ("adam", "lbfgs"):
+        out = tmp_path / optimizer
+        assert cli.main(["run", "--prior", "latenan", "--iterations", "8", "--optimizer", optimizer, "--quiet",
+                         "--no-lpips", "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert "where the latenan prior's value turned NaN or infinite, which no step size or budget mends" in err
+        assert "a smaller --lr" not in err
+        assert json.loads((out / "metrics.json").read_text())["prior_not_finite"] == "latenan"
