@@ -252,6 +252,15 @@ def adam_cannot_move(cfg: RunConfig, case, derived) -> str | None:
     return None
 
 
+def _initial_statistics(model: torch.nn.Module) -> bool:
+    """Whether every BatchNorm layer of ``model`` that keeps running statistics holds their initial values (mean 0,
+    variance 1): no weights loaded any gathered over data (False for a model without such layers)."""
+    stats = [(m.running_mean, m.running_var) for m in model.modules()
+             if isinstance(m, torch.nn.modules.batchnorm._NormBase)]
+    kept = [(mean, var) for mean, var in stats if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor)]
+    return bool(kept) and all(not bool(mean.any()) and bool(torch.all(var == 1)) for mean, var in kept)
+
+
 def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:
     """Warn of the attack's settings that change nothing or cannot work here (the ReLU surrogate, the priors and
     their weights, TV given twice, a noisy message without a prior, a step size that cannot move the image);
@@ -265,7 +274,13 @@ def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:
         warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
                       "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
                       "--schedule step, brings them together)", SettingWarning, stacklevel=3)
-    if cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and cfg.batch_size == 1 and cfg.bn != "train":
+    bn_prior = cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running"
+    if bn_prior and _initial_statistics(case.victim.model):
+        warnings.warn("--prior bn pulls the BatchNorm statistics of the images towards the model's running "
+                      "statistics, and these are still their initial values (mean 0, variance 1), gathered over no "
+                      "data: --weights of a trained model (or a protocol's checkpoint) carries statistics of its data",
+                      SettingWarning, stacklevel=3)
+    elif bn_prior and cfg.batch_size == 1 and cfg.bn != "train":
         warnings.warn("--prior bn pulls one image's BatchNorm statistics towards running statistics gathered over "
                       "batches, which one image does not share: on ResNet-20 in eval mode it lowered the mean PSNR at "
                       "every weight measured, and breaching's GradInversion lost with its own prior there too "

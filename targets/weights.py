@@ -194,7 +194,9 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None,
         state = {**state, **{k: torch.zeros_like(own[k]) for k in missing}}
         missing = []
     if missing or unexpected:
-        which = f"missing '{missing[0]}'" if missing else f"unexpected '{unexpected[0]}'"
+        # the key named is one that matters: BatchNorm's counters would be taken as 0 (above), its statistics not
+        counted = sorted(missing, key=lambda k: k.endswith(".num_batches_tracked"))
+        which = f"missing '{counted[0]}'" if missing else f"unexpected '{unexpected[0]}'"
         raise UserError(f"weights file '{path}' does not fit this model: {which} "
                         f"({len(missing)} missing, {len(unexpected)} unexpected keys){_fit_hint(missing, unexpected)}")
     wrong = [k for k in own if k in state and own[k].shape != state[k].shape]

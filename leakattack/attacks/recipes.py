@@ -195,6 +195,13 @@ TRAINED_TV_NOTE = (f"at trained weights --tv {HEAVY_TV} rebuilt a photo that the
                    "four of the five trained ResNets measured, at a lower mean PSNR on three of them "
                    "(docs/trained-victims.md#the-tv-weight-of-a-trained-victim)")
 
+#: the note under a run of one image through BatchNorm in train mode whose search stopped short: no setting of the
+#: recipe's grid rebuilt such an image (docs/ig_recipe.md), so no TV weight or budget is named
+TRAIN_MODE_NOTE = ("one image through BatchNorm in train mode is normalised by its own statistics, and no setting of "
+                   "the ig recipe's grid rebuilt a photo through ResNet-18 so (docs/ig_recipe.md): no step count or TV "
+                   "weight is named here; --bn auto (eval for one image) normalises by the running statistics the "
+                   "server holds, as the field's single-image case does")
+
 
 #: a message whose noise (``noise_share`` of its metrics.json, :func:`leakattack.observation.noise_share`) is at least
 #: this share of the rest is one where an attack without an image prior can fit the noise: the run warns
@@ -393,7 +400,8 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
     ``dlg`` run of LeNet on a batch (measured on LeNet; ``ig`` does not rebuild vit_small, docs/victims.md);
     :data:`TRAINED_TV_NOTE` for an ``ig`` run of one image at weights the user loaded, with a TV weight below
     :data:`HEAVY_TV` that the user did not choose (no ``--tv``, no ``--prior tv:W``; a bare ``--prior tv`` keeps the
-    recipe's weight).  None for a message whose every value is NaN or infinite (:func:`message_unreadable`), from
+    recipe's weight); in their place :data:`TRAIN_MODE_NOTE` for one image through BatchNorm in train mode.  None
+    for a message whose every value is NaN or infinite (:func:`message_unreadable`), from
     which no setting reads anything, and for a truth that does not send the message (``kind`` ``truth``), which no
     setting rebuilds."""
     if (metrics is not None and message_unreadable(metrics)) or kind == "truth":
@@ -409,6 +417,8 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
         return noisy
     batch, recipe, tv = run.get("batch_size"), derived.get("recipe"), derived.get("tv") or 0.0
     batch = batch if isinstance(batch, int) else 1  # a config.json written by hand or by older code: read, not trusted
+    if derived.get("bn_mode") == "train" and batch == 1:  # the objective, not the recipe's settings (ig_recipe.md)
+        return noisy + [TRAIN_MODE_NOTE]
     out = []
     if recipe == "dlg" and batch > 1 and run.get("model") == "lenet":
         out.append(OTHER_RECIPE_NOTE)
@@ -421,7 +431,8 @@ def next_settings(kind: str | None, run: Mapping, derived: Mapping, metrics: Map
 
 __all__ = ["Recipe", "RECIPE_FIELDS", "list_recipes", "model_recipe", "get_recipe", "recipe_help", "recipe_options",
            "next_settings",
-           "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "NOISY_SHARE", "NOISY_EVIDENCE",
+           "OTHER_RECIPE_NOTE", "TRAINED_TV", "HEAVY_TV", "TRAINED_TV_NOTE", "TRAIN_MODE_NOTE", "NOISY_SHARE",
+           "NOISY_EVIDENCE",
            "NOISY_RECIPE_NOTE", "ROUNDING_SHARE", "ROUNDING_EVIDENCE", "ROUNDING_RECIPE_NOTE", "rounded",
            "PRUNE_NOT_MODELLED_NOTE", "defense_prunes", "changing_steps", "changing_spec", "inexact_words",
            "closed_form_defense_note",

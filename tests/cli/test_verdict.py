@@ -333,3 +333,16 @@ def test_a_converged_run_whose_rank_was_cut_short_says_so(tmp_path, capsys, monk
     assert cli.main(["run", "--dataset", "digits", "--iterations", "2", "--refine", "none", "--quiet", "--no-lpips",
                      "--out", str(tmp_path / "run")]) == 0
     assert f"note: uniqueness {cut}" in capsys.readouterr().err.splitlines()
+
+
+def test_one_image_through_batchnorm_in_train_mode_names_the_mode_not_a_tv_weight_or_more_steps():
+    """--bn train on one image at loaded weights was told '--tv 0.8 rebuilt a photo ...', where no setting of the
+    recipe's grid rebuilds such an image (docs/ig_recipe.md)."""
+    from leakattack.attacks.recipes import TRAIN_MODE_NOTE, TRAINED_TV_NOTE, next_settings
+
+    run = {"batch_size": 1, "weights": "w.pt", "model": "resnet20"}
+    ig = {"recipe": "ig", "tv": 0.2}
+    assert next_settings("search", run, {**ig, "bn_mode": "eval"}) == [TRAINED_TV_NOTE]
+    assert next_settings("search", run, {**ig, "bn_mode": "train"}) == [TRAIN_MODE_NOTE]
+    assert next_settings("search", {**run, "batch_size": 4}, {**ig, "bn_mode": "train"}) == []
+    assert "--bn auto" in TRAIN_MODE_NOTE and "--tv" not in TRAIN_MODE_NOTE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import targets
 from leakattack.attacks import RECIPE_FIELDS, get_recipe, list_recipes, recipe_options
@@ -234,17 +235,31 @@ def test_a_ratio_given_to_the_identity_sketch_or_a_prior_given_twice_warns():
         prepare(RunConfig(model="lenet", dataset="digits", sketch="srht", sketch_ratio=0.3, device="cpu"))
 
 
-def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_measured():
+def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_measured(tmp_path):
     import warnings
 
     from leakattack.errors import SettingWarning
     from leakattack.experiment import prepare
 
+    # running statistics gathered over data (moved off their initial 0 and 1), as a trained model's are
+    model = targets.get_model("resnet20", num_classes=10, seed=0).model
+    state = {k: v + 0.1 if ".running_" in k else v for k, v in model.state_dict().items()}
+    torch.save(state, tmp_path / "w.pt")
+    w = str(tmp_path / "w.pt")
     with pytest.warns(SettingWarning, match="--prior bn pulls one image's BatchNorm statistics"):
-        prepare(RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1))
-    for quiet in (RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1),
+        prepare(RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1, weights=w))
+    # without weights the statistics are their initial values, gathered over no data: that is what is said, in every
+    # setting where the prior reads them
+    for initial in (RunConfig(model="resnet20", priors=["bn"], device="cpu", iterations=1),
+                    RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1)):
+        with pytest.warns(SettingWarning) as said:
+            prepare(initial)
+        texts = [str(w.message) for w in said]
+        assert any("these are still their initial values (mean 0, variance 1), gathered over no data" in t
+                   for t in texts) and not any("pulls one image's" in t for t in texts)
+    for quiet in (RunConfig(model="resnet20", priors=["bn"], batch_size=2, device="cpu", iterations=1, weights=w),
                   RunConfig(model="resnet20", priors=["bn"], bn_stats="client", device="cpu", iterations=1),
-                  RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1)):
+                  RunConfig(model="resnet20", priors=["bn"], bn="train", device="cpu", iterations=1, weights=w)):
         with warnings.catch_warnings():
             warnings.simplefilter("error", SettingWarning)
             warnings.filterwarnings("ignore", "BatchNorm in train mode", SettingWarning)  # of the mode, not the prior
