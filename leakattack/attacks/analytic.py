@@ -838,6 +838,15 @@ def _off_reading(blk: torch.Tensor, x: torch.Tensor) -> float:
     return float((blk - delta @ a).norm()) / total
 
 
+def _short_first(short_solve: float | None, causes: str) -> str:
+    """``causes`` of a g read that is not the exact gradient, with a solve that stopped short of reading g from the
+    message (its relative residual ``short_solve``; None: it did not) first among them."""
+    if short_solve is None:
+        return causes
+    return (f"first, reading g from the message stopped short, at a relative residual of {short_solve:.2g}; "
+            f"else {causes}")
+
+
 def _not_exact(beyond: float, B: int, short_solve: float | None = None, causes: str | None = None) -> str:
     """The note for a first-layer block that is not one example's delta [x; 1]^T (:func:`_off_reading`) or not of
     rank B (:func:`_beyond_rank`); ``short_solve``: the relative residual at which reading g from the message stopped
@@ -846,10 +855,7 @@ def _not_exact(beyond: float, B: int, short_solve: float | None = None, causes: 
     what = ("is not delta [x; 1]^T for any x (relative residual " if B == 1 else
             f"is not of rank {B} (relative residual beyond its top {B} singular values ")
     whose = "one example" if B == 1 else f"a batch of {B}"
-    causes = causes or NO_CAUSE
-    if short_solve is not None:
-        causes = (f"first, reading g from the message stopped short, at a relative residual of {short_solve:.2g}; "
-                  f"else {causes}")
+    causes = _short_first(short_solve, causes or NO_CAUSE)
     return (f"the first layer's block {what}{beyond:.2g}): the g read from the message is not the exact gradient of "
             f"{whose} at these weights ({causes}), so the division gives an approximation")
 
@@ -932,6 +938,7 @@ class OneExampleAttack(Attack):
 
     def __init__(self):
         self._square = Analytic()
+        self.short_solve: float | None = None
 
     def one_example(self, obs: Observation) -> str | None:
         """The sentence refusing a message of a batch, or None."""
@@ -945,8 +952,15 @@ class OneExampleAttack(Attack):
         return None
 
     def gradient(self, obs: Observation) -> torch.Tensor:
-        """g (float64) from the message y = M g, b >= d."""
-        return self._square._solve_square(obs.linear_map, obs.y.detach().reshape(-1)).to(torch.float64)
+        """g (float64) from the message y = M g, b >= d; :attr:`short_solve` keeps the relative residual where the
+        iterative solve stopped short of reading it (an ill-conditioned sketch), else None."""
+        g, self.short_solve = self._square._solve_square_checked(obs.linear_map, obs.y.detach().reshape(-1))
+        return g.to(torch.float64)
+
+    def inexact_words(self, obs: Observation) -> str:
+        """What keeps the g read from being one example's exact gradient, for a note: a solve that stopped short
+        (:meth:`gradient`) first, then what in the channel changes the message (:func:`inexact_causes`)."""
+        return _short_first(self.short_solve, inexact_causes(obs) or NO_CAUSE)
 
 
 __all__ = ["Analytic", "ANALYTIC_LABELS", "SOLVERS", "first_layer", "cgls", "OneExampleAttack", "PASS_THROUGH",

@@ -25,7 +25,7 @@ from targets.oracle import probe
 
 from ..observation import Observation
 from .analytic import OneExampleAttack
-from .base import NO_CAUSE, AttackResult, Monitor, closed_form_result, inexact_causes
+from .base import AttackResult, Monitor, closed_form_result
 from .labels import recover_labels, scale_unknown
 
 #: singular values of G below this fraction of the largest count as zero
@@ -202,7 +202,7 @@ class April(OneExampleAttack):
             which = "patch-embedding weight" if losses[0] >= max(losses) else "patch-embedding bias"
             notes.append(f"the {which} gradient does not match the position-embedding gradient (relative residual "
                          f"{max(losses):.2g}): the g read from the message is not the exact gradient of one example "
-                         f"at these weights ({inexact_causes(obs) or NO_CAUSE})")
+                         f"at these weights ({self.inexact_words(obs)})")
         return closed_form_result(
             x, labels, losses, notes, step=0, monitor=monitor, wall_s=time.perf_counter() - t0,
             solved=(f"{n} patches from the {emb.pos_name} and patch-embedding gradients by least squares, "

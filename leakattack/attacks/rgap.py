@@ -35,7 +35,7 @@ import targets
 from ..observation import Observation
 from ..progress import progress_bar
 from .analytic import PASS_THROUGH, Analytic, OneExampleAttack, first_outside, leaf_calls, outside_before, same_values
-from .base import NO_CAUSE, AttackResult, Monitor, closed_form_result, inexact_causes, stop_requested
+from .base import AttackResult, Monitor, closed_form_result, stop_requested
 
 #: the activations R-GAP inverts (leaky ReLU only with a positive slope)
 INVERTIBLE = (nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Softplus)
@@ -422,7 +422,7 @@ class Rgap(OneExampleAttack):
             precision = victim.dtype != torch.float64 and any(isinstance(st.act, RECTIFIERS) for st in steps)
             notes.append(f"the layers' systems are inconsistent (relative residual {losses[worst]:.2g} at layer "
                          f"{steps[len(steps) - 1 - worst].name}): the g read from the message is not the exact "
-                         f"gradient of one example at these weights ({inexact_causes(obs) or NO_CAUSE}"
+                         f"gradient of one example at these weights ({self.inexact_words(obs)}"
                          + (f"; or {str(victim.dtype)[6:]}'s round-off, which moves a unit's near-zero "
                             "output across its ReLU's threshold: --dtype float64" if precision else "")
                          + ")")

@@ -109,3 +109,26 @@ def test_a_square_solve_that_stopped_short_comes_first_among_the_causes():
     assert "first, reading g from the message stopped short, at a relative residual of 0.003; else the defense " \
         "gaussian:sigma=0.01@before_sketch" in _not_exact(0.1, 1, 3e-3, "the defense gaussian:sigma=0.01@before_sketch")
     assert "stopped short" not in _not_exact(0.1, 1)
+
+
+def test_rgap_names_a_square_solve_that_stopped_short_first(monkeypatch):
+    """R-GAP through a square Gaussian sketch warned that the solve reading g stopped short, 'not noise or a null
+    space of the sketch', then noted 'a sketch with a null space' as the only cause of its inconsistent layers."""
+    from leakattack.attacks.rgap import Rgap
+
+    data = get_dataset("digits")
+    x, labels = data.images[2:3].double(), data.labels[2:3]
+    victim = targets.get_model("logreg", in_shape=tuple(x.shape[1:]), seed=0).to(dtype=torch.float64)
+    obs = observe(victim, x, labels, Channel(make_sketch("srht", victim.d, victim.d, seed=1)),
+                  ThreatModel(knows_labels=True))
+    exact = Analytic._solve_square_checked
+
+    def stopped_short(self, M, y):  # as CGLS leaves an ill-conditioned square sketch: g off, its residual kept
+        g, _ = exact(self, M, y)
+        return g + 1e-3 * g.norm() / g.numel() ** 0.5 * torch.randn(g.shape, generator=torch.Generator().manual_seed(0),
+                                                                     dtype=g.dtype), 0.25
+
+    monkeypatch.setattr(Analytic, "_solve_square_checked", stopped_short)
+    result = Rgap().reconstruct(obs)
+    assert ("not the exact gradient of one example at these weights (first, reading g from the message stopped "
+            "short, at a relative residual of 0.25; else a sketch with a null space") in result.message
