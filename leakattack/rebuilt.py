@@ -361,6 +361,9 @@ def objective_failed(objective_at: dict) -> bool:
 
 #: the parts of an attack that can fail, in the order a run that rebuilt nothing is judged (:func:`failed_kind`)
 FAILED_PARTS = ("labels", "objective", "search")
+#: what :func:`failed_kind` names where no budget of steps was what the run lacked: the seed search took another
+#: seed, or a prior turned NaN or infinite where the search stopped
+NOT_BUDGET_KINDS = ("seed", "prior")
 
 #: a truth whose own message lies farther than this share of the message's norm from it (``truth_residual``) did not
 #: send it: examples/capture_client.py's float32 message lies 2.4e-7 from its truth; rounding a message to float16
@@ -393,6 +396,13 @@ def _wrong_labels(m: Mapping) -> bool:
     return m.get("label_mode") in ("idlg", "given") and acc is not None and acc < 1 and not m.get("labels_unused")
 
 
+def not_the_budget(m: Mapping) -> bool:
+    """Whether what a run (a metrics.json dict) that was not rebuilt lacked was no budget of steps: it matched its
+    message with fewer numbers than unknowns (:func:`matched_not_unique`), or :func:`failed_kind` names a cause of
+    :data:`NOT_BUDGET_KINDS`."""
+    return matched_not_unique(m) or failed_kind(m) in NOT_BUDGET_KINDS
+
+
 def matched_not_unique(m: Mapping) -> bool:
     """Whether a run (a metrics.json dict) that was not rebuilt matched its message to the tolerance with fewer
     numbers than unknowns (``unique_by_count`` false: b < m·B), so that another input matches as well: no budget
@@ -407,6 +417,10 @@ def failed_kind(m: Mapping) -> str | None:
     message
     (:func:`truth_not_sent`; not one of the parts, which a sweep of a data set's batches counts).
 
+    ``seed``: a seed search took another seed than the client's (where the run knows it), and ``prior``: the search
+    stopped where a prior's value turned NaN or infinite (``prior_not_finite``): no part of the attack at its budget
+    failed, and neither is one of the parts (:data:`NOT_BUDGET_KINDS`).
+
     ``labels``: the labels it read from the message are not the truth's (``label_acc`` < 1, as a multiset), so it
     minimised an objective in which the truth, sent with its own labels, is not what it looks for.  Otherwise, from its
     objective at the truth and at its reconstruction (``objective_at``): ``objective`` when the objective scores the
@@ -417,6 +431,11 @@ def failed_kind(m: Mapping) -> str | None:
         return None
     if truth_not_sent(m):  # no part of the attack failed: the truth is not the message's
         return "truth"
+    search = m.get("seed_search")
+    if isinstance(search, dict) and search.get("found") is False:  # it attacked through another seed's R
+        return "seed"
+    if m.get("prior_not_finite"):  # it stopped where a prior was not finite
+        return "prior"
     if _wrong_labels(m):
         return "labels"
     at = m.get("objective_at")
@@ -496,11 +515,15 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     kind = failed_kind(m)
     if sketch_blind and kind is not None:
         return SKETCH_NOT_HELD
-    search = m.get("seed_search")
-    if kind is not None and isinstance(search, dict) and search.get("found") is False:
+    if kind == "seed":
+        search = m["seed_search"]
         rank = search.get("true_seed_rank")
         return SEED_NOT_FOUND.format(seed=search.get("found_seed"), of=search.get("candidates"),
                                      rank=f" (the client's ranked {rank + 1})" if isinstance(rank, int) else "")
+    if kind == "prior":  # no step size mends a prior that is not finite
+        return (f"the search stopped where the {m['prior_not_finite']} prior's value turned NaN or infinite, which "
+                "no step size or budget mends: that prior is not finite at every image the search may reach (leave "
+                "it out, or mend it)")
     if kind == "truth":
         return truth_not_sent_text(m)
     if kind == "labels" and m.get("label_mode") == "given":
@@ -551,10 +574,6 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
              f"{r['match']:.3g}") if added and "match" in t and "match" in r else ""
     scores = (f"the attack's own objective scores the truth lower than this reconstruction ({t['total']:.3g} against "
               f"{r['total']:.3g}{parts})")
-    if m.get("prior_not_finite"):  # no step size mends a prior that is not finite
-        return (f"{scores}: the search stopped short where the {m['prior_not_finite']} prior's value turned NaN or "
-                "infinite, which no step size or budget mends: that prior is not finite at every image the search "
-                "may reach (leave it out, or mend it)")
     if m.get("stop_reason") == "diverged":  # more steps from where it diverged diverge again
         return (f"{scores}: the search stopped short where it diverged (its objective turned NaN or infinite), so "
                 "more steps at this step size diverge again; a smaller --lr may get closer")
@@ -635,7 +654,7 @@ def label_choice_line(c: dict) -> str:
     return f"labels: {read}; {runs} matched the message best with {c['chosen']} (loss {low} against {high})"
 
 
-__all__ = ["SEED_NOT_FOUND", "matched_not_unique",
+__all__ = ["SEED_NOT_FOUND", "matched_not_unique", "not_the_budget", "NOT_BUDGET_KINDS",
            "VERDICT_PSNR_MARGIN_DB", "VERDICT_SSIM_MARGIN", "SAME_IMAGE_SSIM", "FAINT_SSIM", "REBUILT", "NOT_REBUILT",
            "BASELINES", "verdict", "judge", "verdict_each", "baselines_each", "image_scores", "rebuilt_images",
            "images_words", "faint_words",

@@ -64,7 +64,7 @@ class AttackResult:
     input_rank: int | None = None
     #: made by a closed-form attack (``Attack.closed_form``): it solved for x and has no start to score as a baseline
     closed_form: bool = False
-    #: the first prior whose value was NaN or infinite at an iterate of the search, None where none was
+    #: the prior whose value was NaN or infinite where the search stopped (diverged or stalled there), else None
     prior_not_finite: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,7 +78,7 @@ class AttackResult:
             for t, v in enumerate(losses):
                 try:
                     f = float(v)
-                except (TypeError, ValueError):  # the result's check names what is not a number
+                except (TypeError, ValueError):  # a loss that is not a number is no step's to keep
                     continue
                 if math.isfinite(f):
                     finite.append((f, t))

@@ -1014,7 +1014,8 @@ class _Problem:
         #: the penalties' prior names; until the first evaluation has checked what each returns, ``unchecked``
         self.penalty_names = [n for n, p in zip(attack.priors, priors, strict=True) if not hasattr(p, "parametrise")]
         self.unchecked = bool(self.penalties)
-        #: the first prior whose value was NaN or infinite at an iterate (its gradient then sends the steps there)
+        #: a prior whose value was NaN or infinite at the latest evaluation at finite images (None where every
+        #: prior's was finite): a search that stopped there stopped on it
         self.prior_not_finite: str | None = None
         remaps = [p for p in priors if hasattr(p, "parametrise")]
         if len(remaps) > 1:
@@ -1153,13 +1154,19 @@ class _Problem:
         xs = self.images(Z)
         fit = self._fit(self._messages(xs, self._labels(Z, k), batched), batched)
         total = self.weight * fit
+        # at images that are finite, the first prior whose value is not (a NaN image makes every term NaN, whichever
+        # turned first: the flag keeps what the last finite images said)
+        judged = bool(self.penalties) and bool(torch.isfinite(xs.detach()).all())
+        turned = None
         for name, prior in zip(self.penalty_names, self.penalties, strict=True):
             values = [prior(x) for x in xs]
             if self.unchecked:  # once: what a registered prior returns is the same kind of thing at every step
                 _check_penalty(name, values[0])
-            if self.prior_not_finite is None and not all(bool(torch.isfinite(v.detach()).all()) for v in values):
-                self.prior_not_finite = name
+            if judged and turned is None and not all(bool(torch.isfinite(v.detach()).all()) for v in values):
+                turned = name
             total = total + torch.stack(values)
+        if judged:
+            self.prior_not_finite = turned
         self.unchecked = False
         grad, = torch.autograd.grad(total.sum(), Z)
         return total.detach().tolist(), grad, fit.detach().tolist()
@@ -1339,14 +1346,17 @@ class _Run:
         p = self.problem
         logits = p.logits_of(self.best_z)
         message = self.message
-        if p.prior_not_finite is not None:  # the matching term was finite: the prior's value and gradient were not
-            message = "; ".join(t for t in (message, f"the {p.prior_not_finite} prior's value was NaN or infinite at "
-                                            "an iterate, and the steps could not go on from there") if t)
+        # a search that stopped (diverged, or no step went on) where a prior's value was not finite stopped on it; one
+        # that went on past such a point (a line search's trial it backed away from) did not
+        stopped_on = p.prior_not_finite if self.stop in ("diverged", "stalled") else None
+        if stopped_on is not None:  # the matching term was finite: the prior's value and gradient were not
+            message = "; ".join(t for t in (message, f"the {stopped_on} prior's value was NaN or infinite where the "
+                                            "search stopped, and the steps could not go on from there") if t)
         return AttackResult(
             x=p.x_of(self.best_z).clone(), labels=p.labels if logits is None else logits.argmax(-1), x0=self.x0,
             losses=self.losses, extra=self.extra, iterations=self.steps, best_step=self.best_step,
             stop_reason=self.stop or "iterations", message=message, wall_s=wall_s, restart_path=p.path,
-            prior_not_finite=p.prior_not_finite,
+            prior_not_finite=stopped_on,
         )
 
 

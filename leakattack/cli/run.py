@@ -27,6 +27,7 @@ from ..rebuilt import (
     label_choice_line,
     matched_not_unique,
     message_unreadable,
+    not_the_budget,
     truth_not_sent,
     why_not_rebuilt,
 )
@@ -148,6 +149,11 @@ CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack on this mes
 UNDETERMINED_FAILURE_NOTE = ("this is a failure of this attack on a message with fewer numbers than unknowns, which "
                              "another input matches as well, not of its budget and not evidence that the message is "
                              "private: an image prior or a stronger attack may still rebuild the input")
+#: :data:`FAILURE_NOTE` of a run whose failure a note below names a cause of that no budget mends (a seed search that
+#: took another seed, a prior that turned NaN: :func:`leakattack.rebuilt.not_the_budget`)
+CAUSED_FAILURE_NOTE = ("this is a failure of this attack as it ran here, for the reason the note below gives, not of "
+                       "its budget and not evidence that the message is private: a stronger attack may still rebuild "
+                       "the input")
 #: the note in its place where every value of the message is NaN or infinite (metrics.json's ``message_nonfinite``
 #: equals b): no attack can read anything there, so a stronger one would not do better
 NONFINITE_NOTE = ("all {n} values of the message are NaN or infinite, and no attack can read anything from them: this "
@@ -194,7 +200,8 @@ def cmd_run(a) -> int:
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
         failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else \
-            UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else FAILURE_NOTE
+            UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
+            CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE
         if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
             print(f"note: {said if unreadable else failure}", file=sys.stderr)
         if nonfinite and not unreadable:

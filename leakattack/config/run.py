@@ -496,8 +496,9 @@ class RunConfig:
         said = (f"{listed(unused)} change{'s' if one else ''} nothing for the {self.attack} attack, which{how} does "
                 f"not read {'it' if one else 'them'}")
         if self.attack_class.closed_form and self.label_mode == "dlg":  # it reads labels, but never optimises them
-            said += ("; it optimises no labels and reads them from the message as the default --labels idlg does "
-                     "(--labels given grants them)")
+            idlg, given = ("label_mode='idlg'", "label_mode='given'") if python else ("--labels idlg", "--labels given")
+            said += f"; it optimises no labels and reads them from the message as the default {idlg} does ({given} " \
+                    "grants them)"
         return said
 
     @property

@@ -37,7 +37,7 @@ def directory_mode() -> int:
     return 0o777 & ~_UMASK
 
 
-def _unwritable_folder(path: str | os.PathLike) -> Path | None:
+def unwritable_folder(path: str | os.PathLike) -> Path | None:
     """The folder that stops ``path`` from being created, or None when it can be: its nearest existing
     ancestor, tried by making (and removing) a folder in it, since permission bits do not tell for root or on
     a read-only or virtual file system (/proc)."""
@@ -170,7 +170,7 @@ def _writable_out(out: str | os.PathLike, file: str | None, *, beside: bool, sai
     if file is None and beside and path.is_dir() and os.path.ismount(path):  # a volume: it cannot be renamed
         raise UserError(f"{said} is a mount point, which a run cannot replace (it writes its folder beside it "
                         f"and renames it into place): name a folder inside it, such as '{path / 'run'}'")
-    parent = _unwritable_folder(path / "_" if file is None and not beside else path)
+    parent = unwritable_folder(path / "_" if file is None and not beside else path)
     if parent is not None:
         raise UserError(f"{said} cannot be written: '{parent}' is not a writable folder")
     if file is not None and path.exists() and not os.access(path, os.W_OK):

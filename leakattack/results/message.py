@@ -40,7 +40,7 @@ from ..data.base import outside_unit_range
 from ..errors import SettingWarning, UserError
 from ..sketch import Sketch, check_description
 from ..torchfile import load_torch_file
-from .io import writable_out, write_tensors
+from .io import unwritable_folder, write_tensors
 
 #: local SGD steps an update message may unroll: as many as --iterations may take (config.params.MAX_ITERATIONS);
 #: the attacker's model runs every one of them at each evaluation, so more is hours per step of the attack
@@ -240,11 +240,17 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
                       SettingWarning, stacklevel=2)
     fields["batch_size"], fields["local_steps"] = int(batch_size), int(local_steps)
     where = f"message file path '{path}'"
-    try:  # a folder, a parent that is a file or read-only: one sentence naming the path given, before writing
-        writable_out(path, ".pt", said=where)
+    target = Path(path)
+    if not str(path).strip():
+        raise MessageError("the message file path is empty: name a file, such as 'message.pt'")
+    if target.is_dir():
+        raise MessageError(f"{where} is a folder: name a file in it, such as '{target / 'message.pt'}'")
+    blocked = unwritable_folder(target)  # a parent that is a file, or a folder it cannot write in
+    if blocked is not None:
+        what = "a file, not a folder" if blocked.exists() and not blocked.is_dir() else "not a writable folder"
+        raise MessageError(f"{where} cannot be written: '{blocked}' is {what}")
+    try:
         write_tensors(path, fields)
-    except UserError as err:
-        raise MessageError(str(err)) from None
     except OSError as err:  # what only the write finds (a full disk): the path given, not the temporary name
         raise MessageError(f"{where} could not be written ({err.strerror or type(err).__name__}); nothing was "
                            "written") from None

@@ -351,6 +351,10 @@ def test_the_run_command_notes_unused_flags_and_records_where_the_labels_came_fr
             "default --labels idlg does (--labels given grants them)") in captured.err
     assert "labels 1/1 (idlg)" in captured.out
     assert json.loads((out / "metrics.json").read_text())["label_mode"] == "idlg"
+    from leakattack.config import RunConfig
+
+    python = RunConfig(model="mlp", attack="analytic", label_mode="dlg").unused_note(python=True)
+    assert "the default label_mode='idlg' does (label_mode='given' grants them)" in python and "--" not in python
 
 
 def test_a_fit_that_runs_out_of_sweeps_says_so_and_sweeps_gives_it_more(tmp_path, capsys):

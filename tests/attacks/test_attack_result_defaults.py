@@ -70,6 +70,7 @@ def test_a_prior_that_turns_nan_is_named_as_the_cause_not_the_step_size(tmp_path
     """Adam read 'diverged ... (L_R = nan) ... a smaller --lr may get closer' and L-BFGS 'stalled' without a word of
     NaN, where the matching term stayed finite and the prior's value turned NaN."""
     from leakattack.attacks.priors import register_prior
+    from leakattack.cli.run import CAUSED_FAILURE_NOTE, FAILURE_NOTE
 
     register_prior("latenan", LateNaN, weight=1e-3)
     for optimizer in ("adam", "lbfgs"):
@@ -77,6 +78,27 @@ def test_a_prior_that_turns_nan_is_named_as_the_cause_not_the_step_size(tmp_path
         assert cli.main(["run", "--prior", "latenan", "--iterations", "8", "--optimizer", optimizer, "--quiet",
                          "--no-lpips", "--out", str(out)]) == 0
         err = capsys.readouterr().err
-        assert "where the latenan prior's value turned NaN or infinite, which no step size or budget mends" in err
-        assert "a smaller --lr" not in err
+        assert "the search stopped where the latenan prior's value turned NaN or infinite, which no step size or " \
+            "budget mends" in err
+        assert "a smaller --lr" not in err and FAILURE_NOTE not in err and CAUSED_FAILURE_NOTE in err
         assert json.loads((out / "metrics.json").read_text())["prior_not_finite"] == "latenan"
+
+
+class OnceNaN(LateNaN):
+    """NaN at its fifth call only: an L-BFGS line search's trial that the search backs away from."""
+
+    def __call__(self, x):
+        self.calls += 1
+        return self.w * x.mean() * (float("nan") if self.calls == 5 else 1.0)
+
+
+def test_a_prior_that_was_nan_at_one_point_the_search_went_on_from_is_not_named(tmp_path, capsys, fresh_registries):
+    from leakattack.attacks.priors import register_prior
+
+    register_prior("oncenan", OnceNaN, weight=1e-3)
+    out = tmp_path / "run"
+    assert cli.main(["run", "--prior", "oncenan", "--iterations", "30", "--quiet", "--no-lpips", "--out",
+                     str(out)]) == 0
+    err = capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["iterations"] == 30 and "prior_not_finite" not in m and "oncenan prior's value" not in err

@@ -332,7 +332,13 @@ def test_the_failed_part_is_the_labels_first_then_the_objective_or_the_search():
         said = metrics.failed_part({**part, "seed_search": missed})
         assert said.startswith("the seed search did not find the client's seed: it took seed 52 of 256 candidates "
                                "(the client's ranked 112)")
+        assert metrics.failed_kind({**part, "seed_search": missed}) == "seed"  # no part of the attack, no budget
     assert metrics.failed_part({**base, "seed_search": {**missed, "found": True}}) == metrics.failed_part(base)
+    from leakattack.rebuilt import not_the_budget
+
+    assert not_the_budget({**base, "seed_search": missed}) and not not_the_budget(base)
+    assert metrics.failed_counts([{**wrong, "seed_search": missed}, {**base, "prior_not_finite": "tv"}]) == \
+        {"labels": 0, "objective": 0, "search": 0}
     # a message of zeros or of NaN holds nothing to read: its labels' misreading is no part that failed
     for unreadable in ({"message_zero": True}, {"message_nonfinite": 50, "b": 50}):
         assert metrics.failed_kind({**wrong, **unreadable}) is None and metrics.failed_part({**wrong, **unreadable}) \

@@ -196,8 +196,12 @@ def test_a_path_that_cannot_hold_the_message_file_is_one_sentence_naming_it(tmp_
     """A folder gave IsADirectoryError naming the atomic write's temporary file ('/tmp/.x.q9eqp1a8.tmp'), a path
     under a file FileExistsError: each is one MessageError naming the path given, and nothing is written."""
     (tmp_path / "afile").write_text("")
-    for path, needle in ((tmp_path, "is a folder"), (tmp_path / "afile" / "m.pt", "is not a writable folder")):
+    for path, needle in ((tmp_path, "is a folder"), (tmp_path / "afile" / "m.pt", "afile' is a file, not a folder")):
         with pytest.raises(MessageError, match=needle) as err:
             write_message(path, torch.zeros(5))
         assert str(err.value).startswith(f"message file path '{path}'") and ".tmp" not in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    with pytest.raises(MessageError, match="^the message file path is empty"):
+        write_message("", torch.zeros(5))
+    # a path no command line names is no --out: a newline in a file name is the file system's to take
+    assert write_message(tmp_path / "a\nb.pt", torch.zeros(5)).is_file()

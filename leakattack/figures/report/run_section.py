@@ -37,8 +37,8 @@ from ...rebuilt import (
     images_note,
     images_words,
     label_choice_line,
-    matched_not_unique,
     message_unreadable,
+    not_the_budget,
     truth_not_sent,
     why_not_rebuilt,
 )
@@ -250,9 +250,9 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         which = (f" {ahead[:1].upper()}{ahead[1:]}." if ahead else "") + which
         note = _failure_note(record)
         # one solve has no budget of steps, no budget rebuilds a truth that does not send the message, and a match of
-        # fewer numbers than unknowns lacked no steps
+        # fewer numbers than unknowns, another seed's R or a prior that turned NaN lacked no steps
         closed = (attack_cls is not None and attack_cls.closed_form) or truth_not_sent(record) or \
-            matched_not_unique(record)
+            not_the_budget(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} "
                                                    f"({note}{'; ' + images if images else ''}): "
                                                    f"{_run_scores(m)}.{named}{which}")

@@ -504,7 +504,7 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
             rows.append(f"<tr><th>{_e(key_name(strength))} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
         title = series_label(series) or "all points"
         batch = max(c[2] for c in cell.values())
-        notes = [f"first {MAX_GRID_ROWS} values of {strength} shown" if cut else "",
+        notes = [f"first {MAX_GRID_ROWS} values of {key_name(strength)} shown" if cut else "",
                  f"the first image of each batch of up to {batch}, its scores its own where the point has them"
                  if batch > 1 else "",
                  ", ".join(f"{k} = {json.loads(v)}" for k, v in first.items()
