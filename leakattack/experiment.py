@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import defenses
+from targets.victim import batchnorm_layers
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
@@ -255,10 +256,9 @@ def adam_cannot_move(cfg: RunConfig, case, derived) -> str | None:
 def _initial_statistics(model: torch.nn.Module) -> bool:
     """Whether every BatchNorm layer of ``model`` that keeps running statistics holds their initial values (mean 0,
     variance 1): no weights loaded any gathered over data (False for a model without such layers)."""
-    stats = [(m.running_mean, m.running_var) for m in model.modules()
-             if isinstance(m, torch.nn.modules.batchnorm._NormBase)]
-    kept = [(mean, var) for mean, var in stats if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor)]
-    return bool(kept) and all(not bool(mean.any()) and bool(torch.all(var == 1)) for mean, var in kept)
+    kept = [(m.running_mean, m.running_var) for m in batchnorm_layers(model)
+            if isinstance(m.running_mean, torch.Tensor) and isinstance(m.running_var, torch.Tensor)]
+    return bool(kept) and all(not bool(mean.any()) and bool((var == 1).all()) for mean, var in kept)
 
 
 def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:

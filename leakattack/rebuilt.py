@@ -361,9 +361,9 @@ def objective_failed(objective_at: dict) -> bool:
 
 #: the parts of an attack that can fail, in the order a run that rebuilt nothing is judged (:func:`failed_kind`)
 FAILED_PARTS = ("labels", "objective", "search")
-#: what :func:`failed_kind` names where no budget of steps was what the run lacked: the seed search took another
-#: seed, or a prior turned NaN or infinite where the search stopped
-NOT_BUDGET_KINDS = ("seed", "prior")
+#: what :func:`failed_kind` names where no budget of steps was what the run lacked: the truth does not send the
+#: message, the seed search took another seed, or a prior turned NaN or infinite where the search stopped
+NOT_BUDGET_KINDS = ("truth", "seed", "prior")
 
 #: a truth whose own message lies farther than this share of the message's norm from it (``truth_residual``) did not
 #: send it: examples/capture_client.py's float32 message lies 2.4e-7 from its truth; rounding a message to float16
@@ -419,7 +419,7 @@ def failed_kind(m: Mapping) -> str | None:
 
     ``seed``: a seed search took another seed than the client's (where the run knows it), and ``prior``: the search
     stopped where a prior's value turned NaN or infinite (``prior_not_finite``): no part of the attack at its budget
-    failed, and neither is one of the parts (:data:`NOT_BUDGET_KINDS`).
+    failed, and neither is one of the parts (with ``truth``, :data:`NOT_BUDGET_KINDS`).
 
     ``labels``: the labels it read from the message are not the truth's (``label_acc`` < 1, as a multiset), so it
     minimised an objective in which the truth, sent with its own labels, is not what it looks for.  Otherwise, from its
@@ -485,15 +485,20 @@ def _step_names(defense: str | None) -> set[str]:
     return {piece.split(":")[0].split("@")[0].strip() for piece in str(defense or "").split(",")}
 
 
+#: the defense steps that add noise
+NOISE_STEPS = {"gaussian", "laplace"}
+
+
 def adds_noise(defense: str | None) -> bool:
-    """Whether a defense spec has a noise step (gaussian, laplace), by its steps' names."""
-    return bool(_step_names(defense) & {"gaussian", "laplace"})
+    """Whether a defense spec has a noise step (:data:`NOISE_STEPS`), by its steps' names."""
+    return bool(_step_names(defense) & NOISE_STEPS)
 
 
 def _error_words(m: Mapping) -> str:
     """What a run's ``noise_distortion`` measures, by the names of the steps of its ``defense`` spec: its noise, its
     stochastic rounding's error (``quantize``), or both."""
-    noise, rounding = adds_noise(m.get("defense")), "quantize" in _step_names(m.get("defense"))
+    names = _step_names(m.get("defense"))
+    noise, rounding = bool(names & NOISE_STEPS), "quantize" in names
     if rounding:
         return "noise and stochastic rounding's error are" if noise else "stochastic rounding's error is"
     return "noise is"

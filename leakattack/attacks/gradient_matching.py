@@ -1162,9 +1162,10 @@ class _Problem:
             values = [prior(x) for x in xs]
             if self.unchecked:  # once: what a registered prior returns is the same kind of thing at every step
                 _check_penalty(name, values[0])
-            if judged and turned is None and not all(bool(torch.isfinite(v.detach()).all()) for v in values):
+            stacked = torch.stack(values)
+            if judged and turned is None and not bool(torch.isfinite(stacked.detach()).all()):
                 turned = name
-            total = total + torch.stack(values)
+            total = total + stacked
         if judged:
             self.prior_not_finite = turned
         self.unchecked = False

@@ -24,6 +24,7 @@ each cell's verdict under its scores and frames a cell not rebuilt dashed.
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 import warnings
@@ -566,11 +567,12 @@ def _grid_block(fig, strength: str, levels: list[str], images: list, cell: dict)
 
 def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width: float, height: float):
     """One panel per metric the records hold, series told apart by every grid key but ``x_key``:
-    (fig, axes, metric names, series keys, line labels, figure width)."""
+    (fig, axes (one per metric, in rows of at most :data:`PANELS_PER_ROW`), metric names, series keys, line labels,
+    figure width)."""
     keys = series_keys(records, exclude=(x_key,))
     labels = {series_of(r, keys): _line_label(series_of(r, keys)) for r in records}
     names = [n for n in metrics if any(r["metrics"].get(n) is not None for r in records)]
-    # at most PANELS_PER_ROW side by side: six in one row made a figure 3,300 px wide that a page shows at a third
+    # at most PANELS_PER_ROW side by side: six in one row made a figure 3,257 px wide that the report showed at a third
     rows = -(-len(names) // PANELS_PER_ROW) or 1
     cols = -(-len(names) // rows) or 1  # rows as full as each other: four panels in two rows of two
     width = panel_width * cols
@@ -579,7 +581,7 @@ def _metric_panels(records: list[dict], x_key: str, metrics: tuple, panel_width:
     axes = [ax for row in grid for ax in row]
     for ax in axes[len(names):]:  # the last row's empty places
         ax.remove()
-    return fig, [axes[:len(names)]], names, keys, labels, width
+    return fig, axes[:len(names)], names, keys, labels, width
 
 
 def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict | None = None) -> list:
@@ -595,7 +597,7 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
     fig, axes, names, keys, labels, width = _metric_panels(
         records, strength, ("psnr", "ssim", "iip", "iip_features", "utility_acc", "epsilon"), 3.6, 3.4)
     baselines, marked = False, set[str]()
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes, names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
         colors = _draw_lines(ax, lines, labels, marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
@@ -631,9 +633,9 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
             "epsilon": "ε (RDP; pure for Laplace)" if pure else "ε (RDP)"}[name], Y_LABEL_CHARS)))
         ax.grid(True, alpha=0.3)
     if baselines:
-        _baseline_entry(axes[0][0])
-    _verdict_entries(axes[0][0], marked)
-    _legend(fig, axes[0], keys, len(labels), (SSIM_BORDER_LABEL,) if "ssim" in names else ())
+        _baseline_entry(axes[0])
+    _verdict_entries(axes[0], marked)
+    _legend(fig, axes, keys, len(labels), (SSIM_BORDER_LABEL,) if "ssim" in names else ())
     _title(fig, _with_count(f"attack against {key_name(strength)}", records), records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_strength")
 
@@ -666,18 +668,18 @@ def privacy_utility_frontier(folder, records: list[dict], strength: str | None, 
     _verdict_entries(ax, marked)
     accs = [p[0] for pts in by_line.values() for p in pts]
     middle = (min(accs) + max(accs)) / 2
-    # series that share a setting's ε and accuracy (recipes attacking one defense) get one label, at the top point
+    # series that share a setting's ε and accuracy (recipes attacking one defense) get one label, at the top point;
+    # a point with no score (NaN) is not drawn and gets none
     top: dict = {}
     for pts in by_line.values():
         for acc, ps, _, label, _part in pts:
-            if (label, acc) not in top or (ps == ps and not ps <= top[(label, acc)]):  # NaN (no score) loses
-                top[(label, acc)] = ps
+            if not math.isnan(ps):
+                top[(label, acc)] = max(top.get((label, acc), ps), ps)
     for (label, acc), ps in top.items():
-        if ps == ps:
-            # right of a point in the left half, left of one in the right half: the rightmost label stays inside
-            right = acc > middle
-            ax.annotate(label, (acc, ps), fontsize=6, xytext=(-3 if right else 3, 3), textcoords="offset points",
-                        ha="right" if right else "left")
+        # right of a point in the left half, left of one in the right half: the rightmost label stays inside
+        right = acc > middle
+        ax.annotate(label, (acc, ps), fontsize=6, xytext=(-3 if right else 3, 3), textcoords="offset points",
+                    ha="right" if right else "left")
     from matplotlib.ticker import MaxNLocator  # imported with pyplot, above
 
     ax.margins(x=0.08, y=0.12)  # room for the labels of the outermost points inside the frame
@@ -752,7 +754,7 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
     x_of = lambda r: float(_batch_of(r))  # noqa: E731
     fig, axes, names, keys, labels, width = _metric_panels(records, "batch_size", ("psnr", "label_acc"), 4.2, 3.6)
     baselines, marked = False, set[str]()
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes, names):
         lines = aggregate(records, x_of, name, line_of=lambda r: series_of(r, keys))
         colors = _draw_lines(ax, lines, labels, marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
@@ -775,9 +777,9 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
         ax.set_ylabel({"psnr": "PSNR (dB)", "label_acc": "label accuracy"}[name])
         ax.grid(True, which="both", alpha=0.3)
     if baselines:
-        _baseline_entry(axes[0][0])
-    _verdict_entries(axes[0][0], marked)
-    _legend(fig, axes[0], keys, len(labels))
+        _baseline_entry(axes[0])
+    _verdict_entries(axes[0], marked)
+    _legend(fig, axes, keys, len(labels))
     _title(fig, _with_count("attack against batch size", records), records, meta, width)
     return save_both(fig, Path(folder) / "figures", "metrics_vs_batch")
 

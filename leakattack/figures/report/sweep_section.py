@@ -180,7 +180,7 @@ def _sweep_headline(records: list[dict], planned=None) -> tuple[str, str, str]:
     k, j = sum(v == REBUILT for v in verdicts), len(verdicts)
     counts = batch_images(r["metrics"] for r in records)  # batches: their images on their own
     images, share = "", ""
-    if counts is not None and 0 < counts[1] - counts[0] and (k or counts[0]):  # not where nothing was rebuilt at all
+    if counts is not None and counts[0] < counts[1] and (k or counts[0]):  # not where nothing was rebuilt at all
         images, share = f"; {batch_images_words(counts)}", f" ({counts[0]} of {counts[1]} images)"
     tag = share + tag
     if k == j:
