@@ -26,6 +26,7 @@ from ..sweep.backends.base import WorkerLost
 from ..sweep.backends.slurm import listed_jobs
 from ..sweep.lock import FolderLock
 from ..sweep.plan import check_name_length, value_text
+from ..sweep.runner import warn_threads_over_share
 from . import interrupted_exit
 from .figures import figures_said, verdicts_text
 
@@ -125,7 +126,7 @@ def point_line(index: int, point: dict, width: int) -> str:
     return f"{index:>{width}}  {point['key']}  {values}"
 
 
-def dry_run(a, plan: Plan, out: Path | None) -> int:
+def dry_run(a, plan: Plan, out: Path | None, jobs: int | None = 1) -> int:
     """``--dry-run``: the plan's points, each checked, one line each; with ``--out``, which of them are finished
     there already (results.jsonl is read, not repaired), and who runs in it where another sweep holds it."""
     finished = set() if out is None else {point_key(r["params"]) for r in read_results(out / "results.jsonl")}
@@ -140,6 +141,8 @@ def dry_run(a, plan: Plan, out: Path | None) -> int:
         busy = FolderLock(out).holder()
         held = f" (in use by another sweep, {busy}: it may finish more while it runs)" if busy else ""
         head.append(f"{len(finished)} already finished in {out}{held}, {n - len(finished)} to run")
+    if a.backend == "local":  # as the run would warn, after the points' checks
+        warn_threads_over_share([(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in finished], jobs)
     print(" | ".join(head))
     width = len(str(n))
     for i, pt in enumerate(plan.points, 1):
@@ -227,7 +230,7 @@ def _sweep(a, held: HeldWarnings) -> int:
         if a.dry_run:
             get_backend(a.backend, jobs=jobs, **options)  # the slurm backend checks its request with sbatch --test-only
             held.show()
-            return dry_run(a, plan, out if a.out is not None else None)
+            return dry_run(a, plan, out if a.out is not None else None, jobs)
         t0 = time.perf_counter()
         # the points' warnings once the backend took its options and the folder is locked
         res = run_sweep(plan, out, jobs=jobs, progress=not a.quiet, backend=a.backend, options=options,

@@ -171,6 +171,29 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
         return _run_locked(plan, out, workers, progress)
 
 
+def warn_threads_over_share(todo: list, jobs: int | None) -> None:
+    """One warning where points to run set more threads than a worker's share of the cores under ``--jobs``.
+
+    A run refuses threads beyond its cores; a sweep's point is checked against the machine's, but its worker holds
+    only ``cores // jobs`` of them, so such points run more threads at once than there are cores.
+    """
+    if not jobs or jobs <= 1 or len(todo) <= 1:  # the points run one at a time, each on the cores a run checks against
+        return
+    cores = cpu_cores()
+    share = max(1, cores // jobs)
+    over = sorted({t for _, pt in todo if isinstance(t := pt["params"].get("threads"), int) and t > share})
+    if not over:
+        return
+    count = sum(1 for _, pt in todo if pt["params"].get("threads") in over)
+    at_once = min(jobs, len(todo))
+    one = len(over) == 1
+    warnings.warn(f"threads {listed([str(t) for t in over])} (at {count} of the {len(todo)} points to run) "
+                  f"{'is' if one else 'are'} more than a worker's share of the cores: --jobs {jobs} gives each of "
+                  f"its {at_once} workers at once {share} of the {cores} core{'s' if cores != 1 else ''}, so they run "
+                  f"up to {max(over) * at_once} threads on {cores} and wait on each other (threads = \"auto\" takes "
+                  "the share; or run fewer --jobs)", SettingWarning, stacklevel=3)
+
+
 def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
     code = provenance()  # the user's code behind registered names, as a run's config.json records it
     meta = {**plan.meta(), **({"plugins": code} if code else {})}
@@ -201,6 +224,8 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                         f"{'cluster jobs' if cluster else 'worker processes'} cannot import: define "
                         f"{'it' if len(lost) == 1 else 'them'} in a .py file and import that, or name the file in "
                         "LEAKATTACK_PLUGINS, or run the sweep with one job")
+    if not cluster:
+        warn_threads_over_share(todo, getattr(workers, "jobs", 1) or 1)
     lpips = bool(plan.settings.get("lpips", False))
     missing = lpips_missing() if lpips and todo else ""
     if missing:
