@@ -100,8 +100,10 @@ def test_the_attack_snippet_runs_through_the_command_line_with_its_option(fresh_
     snippet("class Grey(")
     out = tmp_path / "run"
     rc = cli.main(["run", "--attack", "grey", "--grey-level", "0.3", "--out", str(out), "--threads", "1", "--quiet",
-                   "--no-lpips"])
+                   "--no-lpips", "--dataset", "digits", "--image-index", "3"])
     assert rc == 0
     assert json.loads((out / "config.json").read_text())["run"]["attack_params"] == {"grey_level": 0.3}
     images = torch.load(out / "reconstruction.pt")["images"]
     assert torch.allclose(images, torch.full_like(images, 0.3))
+    metrics = json.loads((out / "metrics.json").read_text())  # its labels read from the message, as idlg's are
+    assert metrics["label_mode"] == "idlg" and metrics["labels_attack"] == metrics["labels_true"] == [3]
