@@ -170,3 +170,20 @@ def test_a_batch_whose_mean_clears_one_baseline_with_no_image_on_its_own_says_so
                             " though none of its images clears its own baselines")
     one = {**m, "verdict_each": ["not rebuilt", "rebuilt", "not rebuilt", "not rebuilt"]}
     assert why_not_rebuilt(one)[1].startswith("the reconstruction's PSNR is 1.80 dB above")
+
+
+def test_a_score_or_baseline_that_is_not_finite_neither_rebuilds_nor_decides():
+    from leakattack.metrics import judge
+
+    nan = float("nan")
+    assert verdict(nan, nan, 10.5, 0.11) == "not rebuilt"  # a NaN score compares false with the margin
+    assert verdict(float("inf"), 1.0, 10.5, 0.11) == "not rebuilt"
+    assert verdict(12.0, 0.5, nan, nan) == verdict(12.0, 0.5, None, None) == "rebuilt"
+    mean = {"psnr": 10.5, "ssim": 0.11, "lpips": None, "psnr_each": [10.5], "ssim_each": [0.11]}
+    start = {"psnr": nan, "ssim": nan, "lpips": None, "psnr_each": [nan], "ssim_each": [nan]}
+    scores = {"psnr": 10.2, "ssim": 0.12, "psnr_each": [10.2], "ssim_each": [0.12]}
+    for baselines in ({"start": start, "mean": mean}, {"mean": mean, "start": start}):  # whichever comes first
+        out = judge(scores, baselines)
+        assert (out["baseline_psnr"], out["baseline_ssim"]) == (10.5, 0.11)
+        assert out["verdict"] == "not rebuilt" and out["verdict_each"] == ["not rebuilt"]
+        assert out["verdict_baseline"] == "mean"
