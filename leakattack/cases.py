@@ -291,13 +291,15 @@ def protocol_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, prog
     if rounds is not None:
         check_unchanged(cfg.protocol_dir, proto.describe())
     # w^t from the run's checkpoint (or the latest one before it), else re-simulated from the seeds
-    w, w_source = weights_at(proto, t, cfg.protocol_dir if rounds is not None else None, progress)
+    w, w_source, read = weights_at(proto, t, cfg.protocol_dir if rounds is not None else None, progress)
     with torch.no_grad():  # w^t holds the trainable weights only: a frozen layer keeps the victim's own
         for name, value in targets.unflatten(victim, w).items():
             victim.model.get_parameter(name).copy_(value)
     msg = proto.observe(w, t, c, batch_size=cfg.batch_size, sketch_known=cfg.sketch_known,
                         decoded=cfg.match_space == "unsketched")
     msg.info.update(protocol_spec=spec, model_spec=model_spec, w_source=w_source)
+    if read is not None:  # the file w^t came from, which config.json fingerprints
+        msg.info["checkpoint_file"] = str(read)
     noise = proto.privacy(t)  # a DP protocol's noise, and its epsilon over rounds 1..t: the messages up to this one
     if noise:
         msg.info["privacy"] = noise

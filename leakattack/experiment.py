@@ -59,7 +59,7 @@ class Prepared:
     device: torch.device
     case: Case
     attack: Attack
-    #: the files the run read that a name alone does not pin down (the model's .py file, --weights): their
+    #: the files the run read that a name alone does not pin down (:func:`input_files`): their
     #: absolute path and SHA-256 as read, in config.json's "files"
     files: dict = field(default_factory=dict)
     #: where the peak resident memory counts from (:func:`reset_peak_memory`): ``"run"`` or ``"process"``
@@ -446,7 +446,7 @@ def prepare(cfg: RunConfig, progress: bool = False) -> Prepared:
     if cfg.prune_restarts and cfg.restarts < 2 and not attack.closed_form:
         warnings.warn("--prune-restarts changes nothing with one start: give --restarts 2 or more",
                       SettingWarning, stacklevel=2)
-    return Prepared(cfg, device, case, attack, input_files(cfg), rss_from)
+    return Prepared(cfg, device, case, attack, input_files(cfg, case), rss_from)
 
 
 def _file_record(path: Path) -> dict:
@@ -472,16 +472,23 @@ def attacked_files(cfg: RunConfig, case: Case) -> dict:
     return out
 
 
-def input_files(cfg: RunConfig) -> dict:
-    """Absolute path, SHA-256 and size of the model's .py file (``--model file.py:Name``) and of ``--weights``:
-    a run folder names what it read, so an edited or moved file is noticed."""
+def input_files(cfg: RunConfig, case: Case | None = None) -> dict:
+    """Absolute path, SHA-256 and size of the files a run read that its settings name but do not pin down: the
+    model's .py file (``--model file.py:Name``), ``--weights``, ``--message`` and ``--truth``, and the checkpoint
+    of a ``--protocol-dir`` that w^t came from (``case``'s): a run folder names what it read, so an edited, moved or
+    replaced file is noticed."""
     files = {}
     model = str(cfg.model or "")
     where = model.rpartition(":")[0] if ":" in model else ""
     if where.endswith(".py") and Path(where).is_file():
         files["model"] = _file_record(Path(where))
-    if cfg.weights and Path(cfg.weights).is_file():
-        files["weights"] = _file_record(Path(cfg.weights))
+    for key in ("weights", "message", "truth"):
+        given = getattr(cfg, key)
+        if given and Path(given).is_file():
+            files[key] = _file_record(Path(given))
+    read = None if case is None else case.obs.extra.get("checkpoint_file")
+    if read and Path(read).is_file():
+        files["checkpoint"] = _file_record(Path(read))
     return files
 
 

@@ -288,8 +288,9 @@ REPLAY_NOTE_ROUNDS = 20
 
 
 def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progress: bool = False,
-               ) -> tuple[torch.Tensor, str]:
-    """(w^t of ``proto``, where it came from), in the protocol's dtype and on its device.
+               ) -> tuple[torch.Tensor, str, Path | None]:
+    """(w^t of ``proto``, where it came from, the checkpoint file read or None), in the protocol's dtype and on its
+    device.
 
     With a run ``folder``: its checkpoint of w^t, the model's buffers loaded into the victim (``"checkpoint"``);
     where that checkpoint was not written, rounds s..t-1 re-simulated from the latest checkpoint of w^s before t,
@@ -324,7 +325,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
             load_buffers(victim, buffers, checkpoint_path(folder, start))
         w = w.to(device=proto.device, dtype=proto.dtype)
         if start == t:
-            return w, "checkpoint"
+            return w, "checkpoint", checkpoint_path(folder, t)
         load_server_state(proto, server, start, checkpoint_path(folder, start))
         source = f"re-simulated from the checkpoint of w^{start}"
     count = t - start
@@ -346,7 +347,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     with progress_bar(count, f"{proto.name} rounds before {t}", "round", requested=progress, leave=False) as bar, \
             tracking_running_statistics(victim) if folder is not None else contextlib.nullcontext():
         w = proto.replay(t, on_round=done, start=start, w=w, state=server)
-    return w, source
+    return w, source, None if folder is None else checkpoint_path(folder, start)
 
 
 def _rounds_unrecorded(folder: Path) -> bool:

@@ -2,6 +2,7 @@
 checkpoint before it (with the model's buffers and the server state it holds) or from the seeds, saying so first
 when that is many rounds."""
 
+import hashlib
 import json
 import re
 import shutil
@@ -63,14 +64,19 @@ def test_a_round_without_its_checkpoint_is_re_simulated_from_the_latest_one_with
     reads = []
     read = training.read_checkpoint
     monkeypatch.setattr(training, "read_checkpoint", lambda folder, t, d: reads.append(t) or read(folder, t, d))
-    w, source = weights_at(_protocol(sparse), 4, sparse)
+    w, source, _ = weights_at(_protocol(sparse), 4, sparse)
     assert reads == [2]  # the checkpoint it starts from is read once (it was read twice: to check it, then to use it)
     monkeypatch.undo()
     assert source == "re-simulated from the checkpoint of w^2"
     assert torch.equal(w, torch.load(training.checkpoint_path(safl_run, 4))["weights"])
-    assert weights_at(_protocol(sparse), 2, sparse)[1] == "checkpoint"
+    assert weights_at(_protocol(sparse), 2, sparse)[1:] == ("checkpoint", training.checkpoint_path(sparse, 2))
     assert cli.main(RUN + ["--protocol", "safl", "--protocol-dir", str(sparse), "--round", "4", "--out",
                            str(tmp_path / "run")]) == 0
+    # config.json fingerprints the checkpoint w^4 came from: one replaced by hand is noticed
+    read = training.checkpoint_path(sparse, 2)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["files"]["checkpoint"] == {
+        "path": str(read.resolve()), "sha256": hashlib.sha256(read.read_bytes()).hexdigest(),
+        "bytes": read.stat().st_size}
 
 
 def test_a_checkpoint_without_the_server_state_is_passed_over_for_an_earlier_one(safl_run, tmp_path):
@@ -78,7 +84,7 @@ def test_a_checkpoint_without_the_server_state_is_passed_over_for_an_earlier_one
     sparse = _without(safl_run, tmp_path / "sparse", 3)
     path = training.checkpoint_path(sparse, 2)
     torch.save(torch.load(path)["weights"], path)
-    w, source = weights_at(_protocol(sparse), 3, sparse)
+    w, source, _ = weights_at(_protocol(sparse), 3, sparse)
     assert source == "re-simulated from the checkpoint of w^1"
     assert torch.equal(w, torch.load(training.checkpoint_path(safl_run, 3))["weights"])
 
@@ -89,7 +95,7 @@ def test_the_re_simulation_carries_the_batchnorm_statistics_on_from_the_checkpoi
     full = tmp_path / "fedavg"
     sparse = _without(full, tmp_path / "sparse", 2)
     proto = _protocol(sparse)
-    w, source = weights_at(proto, 2, sparse)
+    w, source, _ = weights_at(proto, 2, sparse)
     expected = torch.load(training.checkpoint_path(full, 2))
     assert source == "re-simulated from the checkpoint of w^1" and torch.equal(w, expected["weights"])
     buffers = dict(proto.victim.model.named_buffers())

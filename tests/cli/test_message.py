@@ -1,5 +1,6 @@
 """`leakattack run --message`: a captured message file is attacked as the client sent it; bad files are one sentence."""
 
+import hashlib
 import json
 import os
 import pickle
@@ -66,6 +67,20 @@ def test_the_capture_client_example_is_attacked_to_30_db(captured, tmp_path, cap
     assert m["b"] * 2 == m["d"] and cfg["run"]["sketch"] == "srht" and cfg["run"]["sketch_dim"] == m["b"]
     assert cfg["derived"]["sketch"]["encoder"] == {"kind": "srht", "d": m["d"], "b": m["b"], "seed": 1}
     assert lines[-1].startswith("rebuilt | PSNR") and (out / "reconstruction.pt").is_file()
+
+
+def test_the_message_and_truth_files_are_fingerprinted_in_config_json(captured, tmp_path, capsys):
+    """A run of another message written to the same path recorded the same config.json, with relative paths."""
+    out = tmp_path / "run"
+    rc, _, _ = _run(["--model", CLIENT_MODEL, "--weights", str(captured / "weights.pt"), "--message",
+                     str(captured / "message.pt"), "--truth", str(captured / "truth.pt"), "--iterations", "2",
+                     "--out", str(out)], capsys)
+    assert rc == 0
+    files = json.loads((out / "config.json").read_text())["files"]
+    for key in ("message", "truth", "weights"):
+        data = (captured / f"{key}.pt").read_bytes()
+        assert files[key] == {"path": str((captured / f"{key}.pt").resolve()),
+                              "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def test_without_truth_the_run_saves_the_reconstruction_and_says_there_are_no_image_metrics(captured, tmp_path,
