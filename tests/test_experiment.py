@@ -402,3 +402,17 @@ def test_config_json_records_no_box_for_the_deep_image_prior_which_keeps_its_ima
     assert json.loads((folder / "config.json").read_text())["derived"]["box"] is False
     assert RunConfig(model="lenet", recipe="ig").derived().box is True  # the recipe's box, without the prior
     assert RunConfig(model="lenet", recipe="ig", priors=["dip:0"]).derived().box is True  # the prior off
+
+
+def test_config_json_records_whether_a_dense_r_was_held_or_regenerated(tmp_path):
+    """The two ways give the same R and other last bits; config.json could not tell them apart."""
+    held = {}
+    for memory in (None, 1e-4):  # 1e-4 GB: 100 kB, short of R's b x d = 791 x 15826 float64 numbers
+        cfg = RunConfig(model="lenet", sketch="gaussian", sketch_ratio=0.05, sketch_memory=memory, iterations=1,
+                        threads=1)
+        _, folder = run_attack(cfg, out=tmp_path / str(memory), with_lpips=False)
+        held[memory] = json.loads((folder / "config.json").read_text())["derived"]["sketch_held"]
+    assert held == {None: True, 1e-4: False}
+    cfg = RunConfig(model="lenet", sketch="srht", iterations=1, threads=1)  # a sketch with no matrix to hold
+    _, folder = run_attack(cfg, out=tmp_path / "srht", with_lpips=False)
+    assert "sketch_held" not in json.loads((folder / "config.json").read_text())["derived"]
