@@ -11,6 +11,7 @@ module here with the function that carries it out, plus its flags in :mod:`.pars
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import re
@@ -75,6 +76,25 @@ def _interrupted_note(a) -> str | None:
     return hook(a) if callable(hook) else None
 
 
+#: the file system's refusals that no command handles on its own path: one sentence each, not a traceback
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def file_system_refused(err: OSError) -> str | None:
+    """One sentence for a full disk, a name too long for the file system or a read-only file system, naming the
+    path; None for any other OSError (a fault of the program's, left as a traceback).  The commands write each file
+    whole or not at all, so what had finished is kept."""
+    where = f"'{err.filename}'" if err.filename is not None else "a file"
+    reason = err.strerror or os.strerror(err.errno or 0)
+    if err.errno in _FULL:
+        return f"{where} could not be written ({reason}); what had finished is kept: free space and run it again"
+    if err.errno == errno.ENAMETOOLONG:
+        return f"{where} is too long a name for the file system ({reason}): give a shorter one"
+    if err.errno == errno.EROFS:
+        return f"{where} could not be written ({reason}): give a folder on a writable file system"
+    return None
+
+
 def main(argv=None) -> int:
     one_line_warnings()
     if hasattr(sys.stdout, "reconfigure"):  # a path the output's encoding cannot spell is escaped, not a traceback
@@ -110,6 +130,12 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`): not an error
         sys.stdout = open(os.devnull, "w")
         return 0
+    except OSError as err:  # a file system that refuses what a command reads or writes, wherever it comes
+        said = file_system_refused(err)
+        if said is None:
+            raise
+        print(f"leakattack: error: {said}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("leakattack: interrupted; what had finished is kept, nothing unfinished was written", file=sys.stderr)
         note = _interrupted_note(a) if a is not None else None

@@ -1,0 +1,50 @@
+"""A full disk, a name too long for the file system and a read-only file system are one sentence, exit code 2, for
+every command: `leakattack train` ended in a traceback on a full disk, and `train`, `figures`, `report`, `collect`
+and a run's input paths on a name over 255 bytes."""
+
+import errno
+import os
+
+import pytest
+
+from leakattack import cli, training
+
+LONG = "c" * 300  # past the 255 bytes a file name may hold on the usual file systems
+
+
+@pytest.mark.parametrize("argv", [
+    ["figures", LONG],
+    ["report", LONG, "--out", "r.html"],
+    ["collect", LONG, "--out", "t.csv"],
+    ["train", "--protocol", "sketched", "--rounds", "1", "--quiet", "--out", LONG],
+    ["run", "--iterations", "1", "--quiet", "--no-lpips", "--weights", f"{LONG}.pt"],
+    ["run", "--iterations", "1", "--quiet", "--no-lpips", "--protocol", "fedavg", "--protocol-dir", LONG],
+])
+def test_a_name_too_long_for_the_file_system_is_one_sentence(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("leakattack: error: ") and LONG in err and "too long" in err
+
+
+def test_a_training_on_a_full_disk_is_one_sentence_and_keeps_what_it_finished(tmp_path, capsys, monkeypatch):
+    written = training.atomic_write_bytes
+
+    def full(path, data):  # the disk fills at the checkpoint of w^2, which round 1 writes when it finishes
+        if path.name == "round_0002.pt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return written(path, data)
+
+    monkeypatch.setattr(training, "atomic_write_bytes", full)
+    out = tmp_path / "t"
+    assert cli.main(["train", "--protocol", "sketched", "--rounds", "2", "--quiet", "--threads", "1",
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "round_0002.pt' could not be written (No space left on device); what had finished is kept" in err
+    assert training.checkpoint_path(out / "sketched", 1).is_file()
+    monkeypatch.undo()  # space freed: the training goes on from what it kept
+    assert cli.main(["train", "--protocol", "sketched", "--rounds", "2", "--quiet", "--threads", "1",
+                     "--out", str(out)]) == 0
+    assert training.checkpoint_path(out / "sketched", 2).is_file()
