@@ -12,6 +12,7 @@ import fnmatch
 import io
 import json
 import os
+import stat
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -156,6 +157,8 @@ def _writable_out(out: str | os.PathLike, file: str | None, *, beside: bool, sai
         raise UserError(f"{said} is a file, not a folder")
     if file is not None and path.is_dir():
         raise UserError(f"{said} is a folder; name {noun}")
+    if file is not None and path.exists() and not path.is_file():  # replaced by a file, a reader would wait on
+        raise UserError(f"{said} is {_special_kind(path)}, not a file; name {noun}")
     if file is None and path.is_dir():  # filled in place or replaced whole: never the folder the command runs in
         here, target = Path.cwd().resolve(), path.resolve()
         if target == here or target in here.parents:
@@ -246,9 +249,19 @@ def own_folder(path: Path, out, layout: dict, what: str) -> Path:
     return path
 
 
+def _special_kind(path: Path) -> str:
+    """What a path that exists and is neither a file nor a folder is, in words."""
+    mode = path.stat().st_mode
+    return ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "neither a file nor a folder")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace."""
+    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace.  A symbolic link at
+    ``path`` stays one: the file it points to is written (as a shell's ``>`` writes it), not the link replaced."""
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -48,3 +48,27 @@ def test_a_training_on_a_full_disk_is_one_sentence_and_keeps_what_it_finished(tm
     assert cli.main(["train", "--protocol", "sketched", "--rounds", "2", "--quiet", "--threads", "1",
                      "--out", str(out)]) == 0
     assert training.checkpoint_path(out / "sketched", 2).is_file()
+
+
+def test_a_report_or_table_written_to_a_link_writes_the_file_it_points_to_and_a_pipe_is_refused(tmp_path, capsys):
+    """The link was replaced by a file, and the file it pointed to kept the old page; a named pipe was replaced."""
+    run = tmp_path / "r1"
+    assert cli.main(["run", "--iterations", "1", "--quiet", "--no-lpips", "--threads", "1", "--out", str(run)]) == 0
+    (tmp_path / "share").mkdir()
+    for kind, name, extra in (("report", "page.html", ["--title", "SECOND"]), ("collect", "table.csv", [])):
+        target = tmp_path / "share" / name
+        assert cli.main([kind, str(run), "--out", str(target)]) == 0
+        link = tmp_path / f"link{target.suffix}"
+        link.symlink_to(target)
+        before = target.read_bytes()
+        assert cli.main([kind, str(run), str(run), "--out", str(link), *extra]) == 0
+        assert link.is_symlink() and link.resolve() == target.resolve()
+        if kind == "report":
+            assert target.read_bytes() != before and b"SECOND" in target.read_bytes()
+        pipe = tmp_path / f"pipe{target.suffix}"
+        os.mkfifo(pipe)
+        capsys.readouterr()
+        assert cli.main([kind, str(run), "--out", str(pipe)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"leakattack: error: --out '{pipe}' is a named pipe, not a file; name a {target.suffix} file\n"
+        assert not pipe.is_file()
