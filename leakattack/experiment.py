@@ -840,19 +840,36 @@ def check_out(folder: str | Path) -> Path:
     folder must be empty or an earlier run's, holding the files of :data:`RUN_FILES` and nothing else."""
     path = writable_out(folder, beside=True)
     if path.is_dir():
-        try:
-            entries = sorted(path.iterdir(), key=lambda e: e.name)
-            wrong = [e.name + "/" for e in entries if e.name in RUN_FILES and e.is_dir()]
-            other = [e.name for e in entries if e.name not in RUN_FILES or not (e.is_file() or e.is_dir())]
-        except OSError as err:  # unreadable: what it holds is unknown
-            wrong, other = [], [err.strerror or type(err).__name__]
+        wrong, other = _not_run_files(path)
         if wrong:
             raise UserError(wrong_kind_text(folder, wrong, "a run"))
         if other:
-            shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-            raise UserError(f"--out '{folder}' holds {shown}, which a run does not write, and a run replaces its "
-                            "--out folder whole: name a new folder or an earlier run's")
+            raise UserError(f"--out '{folder}' holds {_shown(other)}, which a run does not write, and a run replaces "
+                            "its --out folder whole: name a new folder or an earlier run's")
     return path
+
+
+def _not_run_files(path: Path) -> tuple[list[str], list[str]]:
+    """(the entries of folder ``path`` named as a run's files but of the other kind, the entries a run does not
+    write): a folder a run may replace has neither."""
+    try:
+        entries = sorted(path.iterdir(), key=lambda e: e.name)
+        wrong = [e.name + "/" for e in entries if e.name in RUN_FILES and e.is_dir()]
+        other = [e.name for e in entries if e.name not in RUN_FILES or not (e.is_file() or e.is_dir())]
+    except OSError as err:  # unreadable: what it holds is unknown
+        wrong, other = [], [err.strerror or type(err).__name__]
+    return wrong, other
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _foreign_now(path: Path) -> str | None:
+    """What run folder ``path`` holds now that a run does not write, in words (files put there while the run ran),
+    or None."""
+    wrong, other = _not_run_files(path)
+    return _shown(wrong + other) if wrong or other else None
 
 
 def check_default_out() -> None:
@@ -870,7 +887,7 @@ def write_run(out: Outcome, folder: Path, fresh: bool = False) -> Path:
     """Write config.json, metrics.json, trace.csv, the two figures and reconstruction.pt into ``folder``, all or
     nothing (:func:`leakattack.results.write_run_folder`; ``fresh``: a new folder, never an earlier run's);
     returns the folder written."""
-    return write_run_folder(folder, lambda tmp: _write_files(out, tmp), fresh=fresh)
+    return write_run_folder(folder, lambda tmp: _write_files(out, tmp), fresh=fresh, foreign=_foreign_now)
 
 
 def _write_files(out: Outcome, folder: Path) -> None:

@@ -16,10 +16,11 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import UserError, signals_held
+from ..errors import SettingWarning, UserError, signals_held
 from .io import directory_mode
 
 #: defense names shortened in folder names; others are kept as written
@@ -120,7 +121,8 @@ def _reserved(base: Path) -> Path:
 __all__ = ["RUNS_ROOT", "default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
 
 
-def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False) -> Path:
+def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False,
+                     foreign: Callable[[Path], str | None] | None = None) -> Path:
     """Fill ``folder`` by ``write(path)``, all or nothing; returns the folder written.
 
     ``write`` fills a temporary folder beside ``folder``, which is then renamed
@@ -129,20 +131,24 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
     stays one: the folder it points to is written so.  ``fresh``: a name chosen to be new
     (:func:`default_run_dir`) is never replaced; where another process took it
     since, the folder becomes ``folder-2``, ``folder-3``, ... (the first name
-    this process creates itself).
+    this process creates itself).  ``foreign(folder)``: what an existing folder holds that may not be replaced, in
+    words, or None; checked when the run is written (files put there while it ran), such a folder is left as it
+    is and the run written to ``folder-2``, ... as a fresh one, with a one-line warning.
     """
     folder = Path(folder)
     try:
         if folder.is_symlink():  # a link to a folder elsewhere (another disk) stays a link: its target is written
-            _write_run_folder(folder.resolve(), write, fresh)
-            return folder
-        return _write_run_folder(folder, write, fresh)
+            target = folder.resolve()
+            written = _write_run_folder(target, write, fresh, foreign)
+            return folder if written == target else written
+        return _write_run_folder(folder, write, fresh, foreign)
     except OSError as err:  # a full disk, a folder that cannot be renamed: one sentence, nothing half-written
         raise UserError(f"the run folder '{folder}' could not be written ({err.strerror or err}); nothing of it was "
                         "kept") from None
 
 
-def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) -> Path:
+def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
+                      foreign: Callable[[Path], str | None] | None = None) -> Path:
     """:func:`write_run_folder` itself.  The folders above ``folder`` that it makes are removed again when the write
     does not finish (an error, Ctrl-C), where they are still empty."""
     made = []  # the missing folders above, deepest first
@@ -156,6 +162,10 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) 
     try:
         write(tmp)
         os.chmod(tmp, directory_mode())
+        held = foreign(folder) if foreign is not None and not fresh and folder.is_dir() else None
+        if held is not None:  # put there while the run ran: kept, and the run goes beside it
+            fresh = True
+            asked = folder
         if fresh:
             folder = _reserved(folder)
             try:
@@ -163,6 +173,10 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool) 
             except OSError:
                 folder.rmdir()
                 raise
+            if held is not None:
+                warnings.warn(f"'{asked}' came to hold {held} while the run ran, which a run does not write and "
+                              f"would replace: it is left as it is, and the run is written to '{folder}'",
+                              SettingWarning, stacklevel=3)
         elif folder.exists():
             # Ctrl-C or SIGTERM between the two renames would leave neither run in the folder: both are held until
             # the new run stands there and the earlier one is gone

@@ -97,3 +97,37 @@ def test_an_allocation_that_does_not_fit_is_one_sentence_and_leaves_no_folder(tm
 def test_only_allocation_failures_are_read_as_out_of_memory(err, said):
     text = cli.out_of_memory(err)
     assert (text is None) if said is None else (said in text and "\n" not in text)
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_files_put_in_the_out_folder_while_the_run_ran_are_kept_and_the_run_goes_beside_them(tmp_path, link):
+    """The folder was checked before the attack only, then replaced whole: a note put there meanwhile, or a sweep
+    started in it, was deleted, and the run exited 0."""
+    import warnings
+
+    from leakattack.config import RunConfig
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import run_attack
+
+    real = tmp_path / "real"
+    out = tmp_path / "out"
+    if link:  # a link to a folder stays a link; the folder it points to is kept the same
+        real.mkdir()
+        out.symlink_to(real)
+    where = real if link else out
+    cfg = RunConfig(model="lenet", iterations=1, threads=1)
+
+    def meanwhile(prepared):  # after the checks, before the attack: a note put into the folder
+        where.mkdir(exist_ok=True)
+        (where / "notes.txt").write_text("mine")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, folder = run_attack(cfg, out=out, with_lpips=False, prepared=meanwhile)
+    assert sorted(e.name for e in where.iterdir()) == ["notes.txt"] and (where / "notes.txt").read_text() == "mine"
+    assert folder == where.with_name(f"{where.name}-2") and (folder / "metrics.json").is_file()
+    said = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and "came to" in str(w.message)]
+    assert said == [f"'{where}' came to hold notes.txt while the run ran, which a run does not write and would "
+                    f"replace: it is left as it is, and the run is written to '{folder}'"]
+    _, again = run_attack(cfg, out=folder, with_lpips=False)  # an earlier run's folder is replaced as before
+    assert again == folder and not folder.with_name(f"{folder.name}-2").exists()
