@@ -12,6 +12,7 @@ from ..errors import SettingWarning, UserError
 from ..figures.report import run_metrics
 from ..metrics import RunMetrics, failed_kind, rebuilt_images
 from ..results import folder_kind, read_json, writable_out, write_csv
+from ..results.io import absent_text
 from ..results.store import EPSILON_METRICS, summary_value
 
 #: the columns first in the table (then every other column in the order of :func:`column_order`)
@@ -69,7 +70,7 @@ def found_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
             raise UserError("a folder to collect must be named, got an empty string")
         top = Path(given)
         if not top.exists():
-            raise UserError(f"'{top}' does not exist")
+            raise UserError(absent_text(top))
         if not top.is_dir():
             raise UserError(f"'{top}' is a file, not a folder of runs")
         stack = [top]

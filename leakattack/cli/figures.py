@@ -10,6 +10,7 @@ from ..figures.report.sweep_section import beyond_finished
 from ..figures.sweep import points_rebuilt
 from ..rebuilt import batch_images_words
 from ..results import read_object
+from ..results.io import absent_text
 from ..results.store import read_results, stored_lines, warn_torn
 from ..sweep import finalize
 from ..sweep.lock import FolderLock
@@ -51,7 +52,7 @@ def cmd_figures(a) -> int:
         raise UserError("a sweep folder must be named, got an empty string")
     out = Path(a.dir)
     if not out.exists():
-        raise UserError(f"'{out}' does not exist")
+        raise UserError(absent_text(out))
     if not out.is_dir():
         raise UserError(f"'{out}' is a file, not a sweep folder")
     if not (out / "results.jsonl").exists() and (out / "metrics.json").is_file():

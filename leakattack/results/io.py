@@ -249,6 +249,15 @@ def own_folder(path: Path, out, layout: dict, what: str) -> Path:
     return path
 
 
+def absent_text(path: str | os.PathLike) -> str:
+    """Why ``path``, which does not exist as a file or folder, cannot be read, in words: a symbolic link that
+    leads nowhere (a missing target, a loop of links) is named as one."""
+    if os.path.islink(path):
+        return (f"'{path}' is a symbolic link that leads nowhere (its target does not exist, or the links form a "
+                "loop)")
+    return f"'{path}' does not exist"
+
+
 def _special_kind(path: Path) -> str:
     """What a path that exists and is neither a file nor a folder is, in words."""
     mode = path.stat().st_mode

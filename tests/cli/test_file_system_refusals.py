@@ -72,3 +72,19 @@ def test_a_report_or_table_written_to_a_link_writes_the_file_it_points_to_and_a_
         err = capsys.readouterr().err
         assert err == f"leakattack: error: --out '{pipe}' is a named pipe, not a file; name a {target.suffix} file\n"
         assert not pipe.is_file()
+
+
+@pytest.mark.parametrize("argv", [["figures", "{p}"], ["report", "{p}", "--out", "r.html"],
+                                  ["collect", "{p}", "--out", "t.csv"]])
+def test_a_link_that_leads_nowhere_is_named_as_one(argv, tmp_path, capsys, monkeypatch):
+    """A loop of links, or one whose target is gone, was called a path that does not exist."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loopB", "loopA")
+    os.symlink("loopA", "loopB")
+    os.symlink("gone", "dangling")
+    for p in ("loopA", "dangling"):
+        assert cli.main([a.format(p=p) for a in argv]) == 2
+        assert capsys.readouterr().err == (f"leakattack: error: '{p}' is a symbolic link that leads nowhere (its "
+                                           "target does not exist, or the links form a loop)\n")
+    assert cli.main([a.format(p="nothere") for a in argv]) == 2
+    assert capsys.readouterr().err == "leakattack: error: 'nothere' does not exist\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...errors import UserError
 from ...results import folder_kind
+from ...results.io import absent_text
 from .run_section import _run_section, run_metrics
 from .shared import FAILURE_NOTE, _e, _name, image_png, shown_width
 from .sweep_section import MAX_GRID_COLUMNS, MAX_GRID_ROWS, _sweep_section, stored_summary, summary_matches
@@ -71,7 +72,7 @@ def check_folders(paths) -> list[tuple[str, Path]]:
         raise UserError("a run or sweep folder to report must be named, got an empty string")
     for p in map(Path, paths):
         if not p.exists():
-            raise UserError(f"'{p}' does not exist")
+            raise UserError(absent_text(p))
         kind = folder_kind(p)
         if kind is None and p.is_file():
             raise UserError(f"'{p}' is a file: name the run folder (holding metrics.json) or the sweep folder (holding "
