@@ -447,7 +447,11 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
               "torch": torch.__version__, "machine": machine()}
     from .sweep.lock import FolderLock  # here: leakattack.sweep imports the run's modules, which import this one
     made = [p for p in (folder, *folder.parents) if not p.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a name too long, a full disk: the folders above made so far go too
+        _remove_empty(made)
+        raise
     # one training per folder: a second one would read the first's files as a stopped run and append to them
     lock = FolderLock(folder, TRAIN_LOCK, "training run")
     try:

@@ -88,3 +88,11 @@ def test_a_link_that_leads_nowhere_is_named_as_one(argv, tmp_path, capsys, monke
                                            "target does not exist, or the links form a loop)\n")
     assert cli.main([a.format(p="nothere") for a in argv]) == 2
     assert capsys.readouterr().err == "leakattack: error: 'nothere' does not exist\n"
+
+
+def test_a_training_name_too_long_leaves_no_folder_behind(tmp_path, capsys):
+    out = tmp_path / "new" / "tt"
+    assert cli.main(["train", "--protocol", "sketched", "--rounds", "1", "--quiet", "--out", str(out),
+                     "--name", LONG]) == 2
+    assert "too long" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
