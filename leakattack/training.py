@@ -450,7 +450,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # a name too long, a full disk: the folders above made so far go too
-        _remove_empty(made)
+        _remove_empty([p for p in made if os.path.lexists(p)])
         raise
     # one training per folder: a second one would read the first's files as a stopped run and append to them
     lock = FolderLock(folder, TRAIN_LOCK, "training run")
