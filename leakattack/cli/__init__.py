@@ -77,7 +77,7 @@ def _interrupted_note(a) -> str | None:
 
 
 #: the file system's refusals that no command handles on its own path: one sentence each, not a traceback
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
 def file_system_refused(err: OSError) -> str | None:
@@ -88,6 +88,9 @@ def file_system_refused(err: OSError) -> str | None:
     reason = err.strerror or os.strerror(err.errno or 0)
     if err.errno in _FULL:
         return f"{where} could not be written ({reason}); what had finished is kept: free space and run it again"
+    if err.errno == errno.EFBIG:
+        return (f"{where} could not be written ({reason}: larger than the file system or the file size limit takes); "
+                "what had finished is kept")
     if err.errno == errno.ENAMETOOLONG:
         return f"{where} is too long a name for the file system ({reason}): give a shorter one"
     if err.errno == errno.EROFS:

@@ -12,7 +12,7 @@ from ..errors import SettingWarning, UserError
 from ..figures.report import run_metrics
 from ..metrics import RunMetrics, failed_kind, rebuilt_images
 from ..results import folder_kind, read_json, writable_out, write_csv
-from ..results.io import absent_text
+from ..results.io import absent_text, link_target
 from ..results.store import EPSILON_METRICS, summary_value
 
 #: the columns first in the table (then every other column in the order of :func:`column_order`)
@@ -220,7 +220,7 @@ def cmd_collect(a) -> int:
                       "is in the table", SettingWarning, stacklevel=1)
     columns = column_order({c for r in rows for c in r})
     try:
-        write_csv(out, rows, columns)
+        write_csv(link_target(out), rows, columns)  # an --out that is a link stays one
     except OSError as err:
         raise UserError(f"--out '{out}' cannot be written: {err.strerror or err}") from None
     if sweeps:

@@ -11,6 +11,7 @@ from .. import __version__
 from ..errors import SettingWarning, UserError
 from ..figures.report import build_report, check_folders
 from ..results import atomic_write_text, writable_out
+from ..results.io import link_target
 from ..results.store import read_results
 
 #: the suffixes ``--out`` may end in: the report is one HTML file
@@ -73,7 +74,7 @@ def cmd_report(a) -> int:
     text = build_report([p for _, p in items], title=a.title, generator=f"leakattack {__version__}", built=built)
     text = text.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + MARK, 1)
     try:
-        atomic_write_text(out, text)
+        atomic_write_text(link_target(out), text)  # an --out that is a link stays one
     except OSError as err:
         raise UserError(f"--out '{out}' cannot be written: {err.strerror or err}") from None
     runs = sum(kind == "run" for kind, _ in items)

@@ -265,24 +265,33 @@ def _special_kind(path: Path) -> str:
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "neither a file nor a folder")
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace.  A symbolic link at
-    ``path`` stays one: the file it points to is written (as a shell's ``>`` writes it), not the link replaced."""
+def link_target(path: str | os.PathLike) -> Path:
+    """``path``, or the file it points to where it is a symbolic link: what a user's ``--out`` that is a link
+    means (a shell's ``>`` writes there too); a command's own files are never looked through so."""
     path = Path(path)
-    if path.is_symlink():
-        path = Path(os.path.realpath(path))
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and os.replace (a link at ``path`` is
+    replaced, not written through: :func:`link_target`).  An OSError names ``path``, not the temporary file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as err:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and type(err) is not FileExistsError and err.filename in (None, tmp) \
+                and err.errno is not None:  # a write() that failed names no file; mkstemp names its own
+            raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err
         raise
 
 

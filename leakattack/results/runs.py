@@ -132,8 +132,9 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
     (:func:`default_run_dir`) is never replaced; where another process took it
     since, the folder becomes ``folder-2``, ``folder-3``, ... (the first name
     this process creates itself).  ``foreign(folder)``: what an existing folder holds that may not be replaced, in
-    words, or None; checked when the run is written (files put there while it ran), such a folder is left as it
-    is and the run written to ``folder-2``, ... as a fresh one, with a one-line warning.
+    words, or None; checked when the run is written (files put there while it ran), such a folder, or a file that
+    took its name, is left as it is and the run written to ``folder-2``, ... as a fresh one, with a one-line
+    warning.
     """
     folder = Path(folder)
     try:
@@ -162,7 +163,12 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
     try:
         write(tmp)
         os.chmod(tmp, directory_mode())
-        held = foreign(folder) if foreign is not None and not fresh and folder.is_dir() else None
+        held = None
+        if foreign is not None and not fresh and os.path.lexists(folder):  # checked empty or a run's before
+            if not folder.is_dir():
+                held = "became a file"
+            elif (what := foreign(folder)) is not None:
+                held = f"came to hold {what}, which a run does not write"
         if held is not None:  # put there while the run ran: kept, and the run goes beside it
             fresh = True
             asked = folder
@@ -174,9 +180,8 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
                 folder.rmdir()
                 raise
             if held is not None:
-                warnings.warn(f"'{asked}' came to hold {held} while the run ran, which a run does not write and "
-                              f"would replace: it is left as it is, and the run is written to '{folder}'",
-                              SettingWarning, stacklevel=3)
+                warnings.warn(f"while the run ran, '{asked}' {held}: it is left as it is, and the run is written "
+                              f"to '{folder}'", SettingWarning, stacklevel=3)
         elif folder.exists():
             # Ctrl-C or SIGTERM between the two renames would leave neither run in the folder: both are held until
             # the new run stands there and the earlier one is gone

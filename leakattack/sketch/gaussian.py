@@ -134,6 +134,8 @@ class RowBlockSketch(Sketch):
         self.memory_bytes = 0 if self.force_blocks else int(min(gb * 1e9, room))
         self._dense = None
         self._regeneration_s: float | None = None
+        #: how the products ran so far: "held" (one matrix), "regenerated" (by blocks), or both
+        self.ways: set[str] = set()
         if self.b * self.d <= DENSE_LIMIT and self.fits(torch.float32):  # small: hold it from the start
             self._dense = self._build(torch.float32, torch.device("cpu"))
 
@@ -260,6 +262,7 @@ class RowBlockSketch(Sketch):
         if v.shape[-1] != self.d:
             raise ValueError(f"expected last dimension d = {self.d}, got {v.shape[-1]}")
         D = self._matrix(v.dtype, v.device)
+        self.ways.add("regenerated" if D is None else "held")
         if D is None:
             return LinearMap.apply(v, self._blocks_apply, self._blocks_adjoint)
         return v @ D.T
@@ -268,6 +271,7 @@ class RowBlockSketch(Sketch):
         if u.shape[-1] != self.b:
             raise ValueError(f"expected last dimension b = {self.b}, got {u.shape[-1]}")
         D = self._matrix(u.dtype, u.device)
+        self.ways.add("regenerated" if D is None else "held")
         if D is None:
             return LinearMap.apply(u, self._blocks_adjoint, self._blocks_apply)
         return u @ D

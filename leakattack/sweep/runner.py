@@ -188,10 +188,10 @@ def warn_threads_over_share(todo: list, jobs: int | None) -> None:
     at_once = min(jobs, len(todo))
     one = len(over) == 1
     warnings.warn(f"threads {listed([str(t) for t in over])} (at {count} of the {len(todo)} points to run) "
-                  f"{'is' if one else 'are'} more than a worker's share of the cores: --jobs {jobs} gives each of "
-                  f"its {at_once} workers at once {share} of the {cores} core{'s' if cores != 1 else ''}, so they run "
-                  f"up to {max(over) * at_once} threads on {cores} and wait on each other (threads = \"auto\" takes "
-                  "the share; or run fewer --jobs)", SettingWarning, stacklevel=3)
+                  f"{'is' if one else 'are'} more than a worker's share of the cores: {jobs} jobs give each of "
+                  f"their {at_once} workers at once {share} of the {cores} core{'s' if cores != 1 else ''}, so they "
+                  f"run up to {max(over) * at_once} threads on {cores} and wait on each other (threads = \"auto\" "
+                  "takes the share; or run fewer jobs)", SettingWarning, stacklevel=3)
 
 
 def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:

@@ -96,3 +96,32 @@ def test_a_training_name_too_long_leaves_no_folder_behind(tmp_path, capsys):
                      "--name", LONG]) == 2
     assert "too long" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_write_that_fails_names_the_file_meant_not_its_temporary_one_and_a_link_is_replaced(tmp_path, monkeypatch):
+    """write() on a full disk raises an OSError without a file name (the sentence said 'a file'), and mkstemp's
+    names the hidden temporary file; a command's own file that is a link is replaced, not written through (a
+    sweep's summary.csv linked to another sweep's overwrote that one)."""
+    from leakattack.results import io
+
+    target = tmp_path / "other.csv"
+    target.write_text("theirs")
+    link = tmp_path / "summary.csv"
+    link.symlink_to(target)
+    io.atomic_write_bytes(link, b"mine")
+    assert not link.is_symlink() and link.read_bytes() == b"mine" and target.read_text() == "theirs"
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    with pytest.raises(OSError) as caught:
+        io.atomic_write_bytes(tmp_path / "a.json", b"{}")
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / "a.json")
+    assert cli.file_system_refused(caught.value) == (f"'{tmp_path / 'a.json'}' could not be written (No space left "
+                                                     "on device); what had finished is kept: free space and run it "
+                                                     "again")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.csv", "summary.csv"]  # no temporary file left
+    big = OSError(errno.EFBIG, os.strerror(errno.EFBIG), "x.pt")
+    assert cli.file_system_refused(big) == ("'x.pt' could not be written (File too large: larger than the file "
+                                            "system or the file size limit takes); what had finished is kept")

@@ -127,7 +127,25 @@ def test_files_put_in_the_out_folder_while_the_run_ran_are_kept_and_the_run_goes
     assert sorted(e.name for e in where.iterdir()) == ["notes.txt"] and (where / "notes.txt").read_text() == "mine"
     assert folder == where.with_name(f"{where.name}-2") and (folder / "metrics.json").is_file()
     said = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and "came to" in str(w.message)]
-    assert said == [f"'{where}' came to hold notes.txt while the run ran, which a run does not write and would "
-                    f"replace: it is left as it is, and the run is written to '{folder}'"]
+    assert said == [f"while the run ran, '{where}' came to hold notes.txt, which a run does not write: it is left "
+                    f"as it is, and the run is written to '{folder}'"]
     _, again = run_attack(cfg, out=folder, with_lpips=False)  # an earlier run's folder is replaced as before
     assert again == folder and not folder.with_name(f"{folder.name}-2").exists()
+
+
+def test_a_file_put_at_the_out_path_while_the_run_ran_is_kept_and_the_run_goes_beside_it(tmp_path):
+    import warnings
+
+    from leakattack.config import RunConfig
+    from leakattack.errors import SettingWarning
+    from leakattack.experiment import run_attack
+
+    out = tmp_path / "out"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, folder = run_attack(RunConfig(model="lenet", iterations=1, threads=1), out=out, with_lpips=False,
+                               prepared=lambda p: out.write_text("notes"))
+    assert out.read_text() == "notes" and folder == tmp_path / "out-2" and (folder / "metrics.json").is_file()
+    said = [str(w.message) for w in caught if issubclass(w.category, SettingWarning) and "while" in str(w.message)]
+    assert said == [f"while the run ran, '{out}' became a file: it is left as it is, and the run is written to "
+                    f"'{folder}'"]

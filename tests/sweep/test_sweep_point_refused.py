@@ -81,12 +81,12 @@ def test_points_with_more_threads_than_a_workers_share_are_said_in_one_warning(t
     assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", "2"]) == 0
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("leakattack: warning:")]
     assert said == ["leakattack: warning: threads 4 (at 2 of the 6 points to run) is more than a worker's share of "
-                    "the cores: --jobs 2 gives each of its 2 workers at once 2 of the 4 cores, so they run up to 8 "
-                    'threads on 4 and wait on each other (threads = "auto" takes the share; or run fewer --jobs)']
+                    "the cores: 2 jobs give each of their 2 workers at once 2 of the 4 cores, so they run up to 8 "
+                    'threads on 4 and wait on each other (threads = "auto" takes the share; or run fewer jobs)']
     for jobs in ("1", "4"):  # one job holds every core; four hold one each, and threads 2 and 4 are both too many
         assert cli.main(["sweep", str(tmp_path / "s.toml"), "--dry-run", "--quiet", "--jobs", jobs]) == 0
         said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("leakattack: warning:")]
         assert said == ([] if jobs == "1" else [
             "leakattack: warning: threads 2 and 4 (at 4 of the 6 points to run) are more than a worker's share of the "
-            "cores: --jobs 4 gives each of its 4 workers at once 1 of the 4 cores, so they run up to 16 threads on 4 "
-            'and wait on each other (threads = "auto" takes the share; or run fewer --jobs)'])
+            "cores: 4 jobs give each of their 4 workers at once 1 of the 4 cores, so they run up to 16 threads on 4 "
+            'and wait on each other (threads = "auto" takes the share; or run fewer jobs)'])
