@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import io
 import os
 import re
 import signal
@@ -68,10 +69,25 @@ def interrupted_exit() -> int:
     return 128 + int(_stopped_by[0])
 
 
-def _interrupted_note(a) -> str | None:
+def _interrupted_note(a, argv) -> str | None:
     """What the command's module adds to a signal that stopped it before its own handling began (its
-    ``interrupted_note(a)``, where it has one and was imported): a sweep's earlier SLURM jobs still running."""
-    module = sys.modules.get(f"{__name__}.{str(getattr(a, 'target', '')).partition(':')[0]}")
+    ``interrupted_note(a)``, where it has one): a sweep's earlier SLURM jobs still running.  A signal that came
+    before the flags were parsed (while plugins loaded) or before the module was imported has them parsed and the
+    module imported now, as far as that goes without a plugin's flags (else no note)."""
+    if a is None:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                a = build_parser().parse_args(argv)
+        except (UsageError, UserError, SystemExit, ImportError):
+            return None
+    target = str(getattr(a, "target", "")).partition(":")[0]
+    if not target:
+        return None
+    name = f"{__name__}.{target}"
+    try:
+        module = sys.modules.get(name) or _import_holding_interrupts(name)
+    except (KeyboardInterrupt, ImportError):  # a second signal: no note
+        return None
     hook = getattr(module, "interrupted_note", None)
     return hook(a) if callable(hook) else None
 
@@ -141,7 +157,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("leakattack: interrupted; what had finished is kept, nothing unfinished was written", file=sys.stderr)
-        note = _interrupted_note(a) if a is not None else None
+        note = _interrupted_note(a, argv)
         if note:
             print(f"leakattack: {note}", file=sys.stderr)
         return interrupted_exit()

@@ -22,6 +22,7 @@ from ..results.io import ANY, own_folder
 from ..results.runs import RUNS_ROOT, unused_path
 from ..results.store import checked_points, load_records
 from ..sweep import Plan, SweepInterrupted, check_name, get_backend, load_plan, point_key, read_results, run_sweep
+from ..sweep.backends import SlurmJobFailed
 from ..sweep.backends.base import WorkerLost
 from ..sweep.backends.slurm import listed_jobs
 from ..sweep.lock import FolderLock
@@ -244,6 +245,11 @@ def _sweep(a, held: HeldWarnings) -> int:
         fewer = jobs // 2 if isinstance(err, WorkerLost) and isinstance(jobs, int) and jobs > 1 else None
         raise UserError(f"{what}: resume with{' fewer --jobs' if fewer else ''}: "
                         f"{resume_command(a, out, fewer)}") from None
+    except SlurmJobFailed as err:  # a job that failed on every attempt: the points finished stay
+        if out is None or not out.is_dir():
+            raise
+        raise UserError(f"{err}; the points finished are kept: once its log says what to mend, resume with: "
+                        f"{resume_command(a, out)}") from None
     except UserError as err:  # a point its run refused: the points finished stay, the rest wait for the mended file
         if getattr(err, "point", None) is None or out is None or not out.is_dir():
             raise

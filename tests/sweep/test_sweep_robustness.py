@@ -169,7 +169,7 @@ def test_an_interrupted_sweep_says_a_summary_it_left_stale_and_figures_counts_th
     assert sweep_cli.stale_summary(out) is None
 
 
-@pytest.mark.parametrize("where", ["before the command", "while the plan is read"])
+@pytest.mark.parametrize("where", ["while plugins load", "before the command", "while the plan is read"])
 def test_a_signal_before_the_backend_takes_up_an_earlier_runs_jobs_says_they_still_run(tmp_path, monkeypatch, capsys,
                                                                                      where):
     """A resumed SLURM sweep stopped in its first seconds said 'nothing unfinished was written' and no resume
@@ -185,7 +185,9 @@ def test_a_signal_before_the_backend_takes_up_an_earlier_runs_jobs_says_they_sti
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
 
-    if where == "before the command":  # the held signal lands as the command's module has been imported
+    if where == "while plugins load":  # before the flags are parsed (a plugin importing torch takes seconds)
+        monkeypatch.setattr(cli_package, "load_plugins", stopped)
+    elif where == "before the command":  # the held signal lands as the command's module has been imported
         monkeypatch.setattr(sweep_cli, "cmd_sweep", stopped)
     else:
         monkeypatch.setattr(sweep_cli, "load_plan", stopped)

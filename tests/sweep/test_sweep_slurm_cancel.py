@@ -160,6 +160,8 @@ def test_the_stop_line_of_a_failed_slurm_sweep_is_one_sentence_exit_2(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("leakattack: error: SLURM job 9_1 for abc failed"), err
     assert "the sweep cancelled its 3 other jobs still queued or running" in err[0]
+    assert err[0].endswith(f"; the points finished are kept: once its log says what to mend, resume with: leakattack "
+                           f"sweep {cfg} --out {tmp_path / 'out'} --quiet")  # as a local sweep's failed point says
 
 
 class InterruptedCluster(StoppedCluster):
