@@ -660,7 +660,7 @@ class Analytic(Attack):
             if xs:  # drop rows inside the span of [x_i; 1] of the examples found
                 basis = torch.cat([torch.stack(xs), torch.ones_like(cand[:len(xs), :1])], 1)
                 rows = torch.cat([cand, torch.ones_like(cand[:, :1])], 1)
-                coef = torch.linalg.lstsq(basis.T, rows.T).solution
+                coef = rank_safe_lstsq(basis.T, rows.T)
                 off = (rows.T - basis.T @ coef).norm(dim=0) > GROUP_TOL * rows.norm(dim=1)
                 cand = cand[off]
             outside = (cand - cand.clamp(0, 1)).norm(dim=1)
@@ -870,6 +870,15 @@ def _with_failed_solve(losses: list[float], record: dict | None) -> list[float]:
     return [*losses, float(record["residual"])]
 
 
+def rank_safe_lstsq(A: torch.Tensor, B: torch.Tensor, cpu: bool | None = None) -> torch.Tensor:
+    """A least-squares solution X of A X = B that holds where A lacks full rank (near-identical examples): torch's
+    CPU default (gelsy) handles that, its CUDA one (gels) assumes full rank, so elsewhere the pseudo-inverse.
+    ``cpu``: which way, where not the tensor's own device (for tests)."""
+    if A.device.type == "cpu" if cpu is None else cpu:
+        return torch.linalg.lstsq(A, B).solution
+    return torch.linalg.pinv(A) @ B
+
+
 def _independent(xs: list[torch.Tensor], tol: float = 1e-3) -> list[torch.Tensor]:
     """``xs`` (most trusted first) without affine combinations of the others: while some [x; 1] lies in the
     span of the others', the least trusted such vector is dropped."""
@@ -879,7 +888,7 @@ def _independent(xs: list[torch.Tensor], tol: float = 1e-3) -> list[torch.Tensor
         dependent = []
         for i in range(len(xs)):
             others = torch.cat([V[:i], V[i + 1:]]).T
-            coef = torch.linalg.lstsq(others, V[i].unsqueeze(1)).solution
+            coef = rank_safe_lstsq(others, V[i].unsqueeze(1))
             if float((others @ coef).squeeze(1).sub(V[i]).norm()) <= tol * float(V[i].norm()):
                 dependent.append(i)
         if not dependent:

@@ -231,3 +231,17 @@ def test_a_closed_form_fit_of_its_own_model_is_not_called_an_image_that_gives_th
     assert m["verdict"] == "not rebuilt" and m["stop_reason"] == "tolerance" and m["final_loss"] < 1e-8
     assert m["unique"] is None and m["jacobian_note"] == "not measured: the reconstruction does not give the message"
     assert "finding in itself" not in said and "the message its own gradient sends lies" in said
+
+
+def test_the_dependence_test_holds_for_near_identical_examples_the_way_a_gpu_solves_it():
+    """torch's CUDA least squares (gels) assumes full rank; the examples the analytic attack reads can be
+    near-identical, so off the CPU it solves by the pseudo-inverse, which agrees with the CPU's gelsy."""
+    from leakattack.attacks.analytic import rank_safe_lstsq
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(50, dtype=torch.float64, generator=gen)
+    A = torch.stack([x, x, torch.rand(50, dtype=torch.float64, generator=gen)], 1)  # rank 2 of 3 columns
+    b = (A[:, :1] * 0.3 + A[:, 2:] * 0.7)
+    for cpu in (True, False):
+        X = rank_safe_lstsq(A, b, cpu=cpu)
+        assert float((A @ X - b).norm()) <= 1e-10 * float(b.norm())
