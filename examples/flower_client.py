@@ -13,6 +13,7 @@ import argparse
 import logging
 import sys
 
+import grpc
 import torch
 import torch.nn.functional as F
 from client_model import ClientNet  # examples/ is on sys.path when this file is run
@@ -63,7 +64,7 @@ class _SaidOnce(logging.Filter):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--server", default="127.0.0.1:8080", help="the server's address HOST:PORT")
+    p.add_argument("--server", default="127.0.0.1:8080", type=address, help="the server's address HOST:PORT")
     p.add_argument("--client-id", type=index, default=0)
     p.add_argument("--batch-size", type=count, default=1)
     p.add_argument("--image-size", type=count, default=32, help="side of the photo crops (the server's model takes it)")
@@ -71,7 +72,7 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.data:
-        x, labels = read_truth(a.data)
+        x, labels = read_truth(a.data, "--data file")
         if labels is None:
             p.error(f"--data {a.data} holds no 'labels'")
     else:
@@ -86,6 +87,21 @@ def main() -> None:
         print(f"flower_client: error: the server's model does not fit this client's ({err}): start both with the "
               f"same --image-size (this client: {a.image_size} px, {tuple(x.shape[1:])} inputs)", file=sys.stderr)
         raise SystemExit(2) from None
+    except grpc.RpcError as err:  # no server there, or it went away: one sentence, not gRPC's traceback
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        if code != grpc.StatusCode.UNAVAILABLE:
+            raise
+        print(f"flower_client: error: no Flower server answers at {a.server} (connection refused or lost): start "
+              "examples/flower_server.py first, or give its address with --server", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def address(text: str) -> str:
+    """``--server``: HOST:PORT with a port from 1 to 65535 (Flower's own check ends the process with status 1)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port from 1 to 65535")
+    return text
 
 
 if __name__ == "__main__":

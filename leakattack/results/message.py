@@ -283,11 +283,12 @@ def read_message(path) -> Message:
     )
 
 
-def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
+def read_truth(path, what: str = "truth file") -> tuple[torch.Tensor, torch.Tensor | None]:
     """(images, labels or None) of a truth file: a tensor (B, C, H, W) or (C, H, W) in [0, 1], or a dict with
-    ``images`` and optional ``labels``; read with ``weights_only``.  A bad file raises ``MessageError``."""
+    ``images`` and optional ``labels``; read with ``weights_only``.  A bad file raises ``MessageError``, naming the
+    file as ``what`` (a client's ``--data file``)."""
     path = Path(path)
-    where = f"truth file '{path}'"
+    where = f"{what} '{path}'"
     data = load_torch_file(path, where, error=MessageError)
     labels = None
     if isinstance(data, dict):
@@ -303,7 +304,7 @@ def read_truth(path) -> tuple[torch.Tensor, torch.Tensor | None]:
     if not bool(torch.isfinite(images).all()):
         bad = int((~torch.isfinite(images)).sum())
         raise MessageError(f"{where}: {bad} of the images' values {'is' if bad == 1 else 'are'} not finite (NaN or "
-                           "inf); the truth must hold images in [0, 1]")
+                           "inf); it must hold images in [0, 1]")
     outside = outside_unit_range(images)
     if outside is not None:
         raise MessageError(f"{where}: the images must lie in [0, 1] (unnormalised pixels), and they reach "

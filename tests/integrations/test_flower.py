@@ -339,7 +339,8 @@ def test_the_saved_records_name_their_files_relative_to_the_folder_they_lie_in(t
     ("flower_server.py", ["--sketch", "srht", "--ratio", "0"], "argument --ratio: 0 is not a positive finite number"),
     ("flower_server.py", ["--local-steps", "0"], "argument --local-steps: 0 is below 1"),
     ("flower_server.py", ["--ratio", "0.3"], "--ratio is the b/d of --sketch: give --sketch KIND with it"),
-    ("flower_client.py", ["--data", "no-such-file.pt"], "truth file 'no-such-file.pt' does not exist"),
+    ("flower_client.py", ["--data", "no-such-file.pt"], "--data file 'no-such-file.pt' does not exist"),
+    ("flower_client.py", ["--server", "nonsense"], "argument --server: 'nonsense' is not HOST:PORT with a port"),
     ("flower_client.py", ["--batch-size", "100"], "a batch of 100 images does not fit in dataset photos of 50 images"),
 ])
 def test_the_flower_examples_refuse_bad_input_in_one_sentence(tmp_path, script, args, said):
@@ -350,3 +351,16 @@ def test_the_flower_examples_refuse_bad_input_in_one_sentence(tmp_path, script, 
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"{script}: error: ")
     assert said in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_client_whose_server_does_not_answer_says_so_in_one_sentence(tmp_path):
+    """It ended in gRPC's traceback, exit status 1."""
+    with socket.socket() as s:  # a port nothing listens on: bound here, never listened to
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        done = subprocess.run([sys.executable, str(EXAMPLES / "flower_client.py"), "--server", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"flower_client: error: no Flower server answers at 127.0.0.1:{port} (connection refused or lost): start "
+        "examples/flower_server.py first, or give its address with --server")
