@@ -201,5 +201,17 @@ def test_the_report_says_a_protocol_run_attacked_another_batch_than_the_protocol
         start = text.index("protocol fedavg, round 1, client 0")
         rows[batch] = text[start:text.index("</td>", start)]
     assert rows[2] == ("protocol fedavg, round 1, client 0, a batch of 2 where the client&#x27;s round trains on "
-                       "batches of 32 (--batch-size 2)")
-    assert rows[32] == "protocol fedavg, round 1, client 0, a batch of 32"
+                       "batches of 32 (--batch-size 2), K = 1 local step at learning rate 0.1")
+    assert rows[32] == "protocol fedavg, round 1, client 0, a batch of 32, K = 1 local step at learning rate 0.1"
+
+
+def test_the_report_names_the_local_steps_and_learning_rate_the_message_covers(tmp_path):
+    """The report's setting named neither: K appeared only inside the epsilon formula."""
+    from leakattack.figures.report import build_report
+
+    out = tmp_path / "k3"
+    assert cli.main(["run", "--protocol", "fedavg", "--model", "lenet", "--dataset", "digits", "--local-steps", "3",
+                     "--local-lr", "0.05", "--batch-size", "32", "--iterations", "1", "--quiet", "--no-lpips", "--out",
+                     str(out)]) == 0
+    assert "protocol fedavg, round 1, client 0, a batch of 32, K = 3 local steps at learning rate 0.05</td>" in \
+        build_report([out])

@@ -274,6 +274,16 @@ def _protocol_batch(run: dict, m: RunMetrics, described: dict) -> str:
     return f", a batch of {n} where the client's round trains on batches of {own} (--batch-size {asked})"
 
 
+def _local_steps(described: dict) -> str:
+    """``, K = 3 local steps at learning rate 0.1``: the client's local training the message covers, where recorded
+    (a protocol's message describes it)."""
+    k, lr = described.get("local_steps"), described.get("local_lr")
+    if not isinstance(k, int) or isinstance(k, bool):
+        return ""
+    steps = f", K = {k} local step{'s' if k != 1 else ''}"
+    return steps + (f" at learning rate {_num(lr, 3, 'g')}" if isinstance(lr, (int, float)) else "")
+
+
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
     model = str(run.get("model", NOT_RECORDED))
     if run.get("model_params"):
@@ -295,7 +305,7 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows = [("victim", f"{victim}; {weights}")]
     if run.get("protocol"):
         message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
-                   f"{run.get('protocol_client')}") + _protocol_batch(run, m, described)
+                   f"{run.get('protocol_client')}") + _protocol_batch(run, m, described) + _local_steps(described)
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
