@@ -91,8 +91,9 @@ def main() -> None:
         code = err.code() if callable(getattr(err, "code", None)) else None
         if code != grpc.StatusCode.UNAVAILABLE:
             raise
-        print(f"flower_client: error: no Flower server answers at {a.server} (connection refused or lost): start "
-              "examples/flower_server.py first, or give its address with --server", file=sys.stderr)
+        said = (err.details() if callable(getattr(err, "details", None)) else None) or "unavailable"
+        print(f"flower_client: error: no Flower server answers at {a.server} ({' '.join(str(said).split())[:200]}): "
+              "start examples/flower_server.py first, or give its address with --server", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -69,19 +69,26 @@ def interrupted_exit() -> int:
     return 128 + int(_stopped_by[0])
 
 
+#: the commands whose module adds a note to a signal that came before its own handling (``interrupted_note``)
+_NOTED = ("sweep",)
+
+
 def _interrupted_note(a, argv) -> str | None:
     """What the command's module adds to a signal that stopped it before its own handling began (its
     ``interrupted_note(a)``, where it has one): a sweep's earlier SLURM jobs still running.  A signal that came
     before the flags were parsed (while plugins loaded) or before the module was imported has them parsed and the
     module imported now, as far as that goes without a plugin's flags (else no note)."""
+    words = sys.argv[1:] if argv is None else list(argv)
     if a is None:
+        if not words or words[0] not in _NOTED or any(w in ("-h", "--help", "--version") for w in words):
+            return None
         try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                a = build_parser().parse_args(argv)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                a = build_parser().parse_args(words)
         except (UsageError, UserError, SystemExit, ImportError):
             return None
     target = str(getattr(a, "target", "")).partition(":")[0]
-    if not target:
+    if target not in _NOTED:  # no note to add: its module is not imported for nothing
         return None
     name = f"{__name__}.{target}"
     try:

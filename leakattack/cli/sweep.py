@@ -9,6 +9,7 @@ one line each, without running or writing anything.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 import time
@@ -115,9 +116,10 @@ def interrupted_note(a) -> str | None:
     n = listed_jobs(out)
     if not n:
         return None
+    slurm = argparse.Namespace(**{**vars(a), "backend": "slurm"})  # the local backend neither reads nor cancels them
     return (f"{n} SLURM job{'s' if n != 1 else ''} of an earlier run of this sweep, listed in "
             f"{out / 'slurm' / 'jobs.json'}, {'is' if n == 1 else 'are'} still queued or running: resume with: "
-            f"{resume_command(a, out)} (which takes {'it' if n == 1 else 'them'} up), or stop "
+            f"{resume_command(slurm, out)} (which takes {'it' if n == 1 else 'them'} up), or stop "
             f"{'it' if n == 1 else 'them'} with scancel")
 
 

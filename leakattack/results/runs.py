@@ -166,7 +166,7 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
         held = None
         if foreign is not None and not fresh and os.path.lexists(folder):  # checked empty or a run's before
             if not folder.is_dir():
-                held = "became a file"
+                held = "became a file" if folder.is_file() else "became something other than a folder"
             elif (what := foreign(folder)) is not None:
                 held = f"came to hold {what}, which a run does not write"
         if held is not None:  # put there while the run ran: kept, and the run goes beside it

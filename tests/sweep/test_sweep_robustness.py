@@ -196,3 +196,30 @@ def test_a_signal_before_the_backend_takes_up_an_earlier_runs_jobs_says_they_sti
     assert f"leakattack: 2 SLURM jobs of an earlier run of this sweep, listed in {out / 'slurm' / 'jobs.json'}, are " \
            f"still queued or running: resume with: leakattack sweep {config} --out {out} --backend slurm --quiet " \
            "(which takes them up), or stop them with scancel" in err, err
+
+
+def test_a_signal_while_plugins_load_adds_no_help_text_and_a_local_sweep_is_told_the_slurm_command(
+        tmp_path, monkeypatch, capsys):
+    """The note parsed the flags again and printed --help's text to stdout; to a local sweep it named its own command,
+    whose backend neither reads nor cancels the jobs."""
+    import leakattack.cli as cli_package
+
+    config = write(tmp_path, TINY)
+    out = tmp_path / "out"
+    (out / "slurm").mkdir(parents=True)
+    (out / "slurm" / "jobs.json").write_text(json.dumps({"jobs": {"k1": {"name": "100_0"}}}))
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_package, "load_plugins", stopped)
+    for argv in (["sweep", "--help"], ["--version"], ["run", "--help"], ["run", "--iterations", "1"]):
+        assert cli_package.main(argv) == 130
+        io = capsys.readouterr()
+        assert io.out == "" and io.err.splitlines() == [
+            "leakattack: interrupted; what had finished is kept, nothing unfinished was written"], (argv, io)
+    assert cli_package.main(["sweep", str(config), "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"leakattack: 1 SLURM job of an earlier run of this sweep, listed in {out / 'slurm' / 'jobs.json'}, is still "
+        f"queued or running: resume with: leakattack sweep {config} --out {out} --backend slurm --quiet (which takes "
+        "it up), or stop it with scancel")
