@@ -56,14 +56,14 @@ def check_convergence(source, path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key, lab in (("losses_theorem_l1", f"GD, L.1 step η={res['eta_theorem_l1']:.2g}"),
                      ("losses_tuned", f"GD, tuned η={res['eta_tuned']:.2g}"),
-                     ("losses_unsketched_tuned", "GD unsketched, tuned")):
+                     ("losses_unsketched_tuned", "GD unsketched, tuned: L(x_t)")):
         if res.get(key):
             ax.semilogy([np.nan if v is None else v for v in res[key]], label=lab)
     L0 = res["losses_theorem_l1"][0]
     t = np.arange(len(res["losses_theorem_l1"]))
     ax.semilogy(t, L0 * res["predicted_rate"] ** t, "k--", label=f"predicted (1−γ)^t, 1−γ={res['predicted_rate']:.6f}")
     ax.set_xlabel("step t")
-    ax.set_ylabel("L_R(x_t)")
+    ax.set_ylabel("L_R(x_t) (unsketched: L(x_t))" if res.get("losses_unsketched_tuned") else "L_R(x_t)")
     ax.set_title(f"convergence: {res['model']}, sketch {res['sketch']}", fontsize=9)
     ax.legend(fontsize=7)
     save(fig, path)

@@ -176,3 +176,17 @@ def test_the_trajectory_pairs_stop_at_the_round_off_floor_as_its_ratios_do(tmp_p
     data = json.loads((tmp_path / "check.json").read_text())
     assert data["semismooth_fraction_trajectory"] == 1.0
     assert 0 < data["trajectory_pairs"] <= data["trajectory_points"]
+
+
+def test_a_rank_deficient_sketch_has_gamma1_zero_in_every_number_the_check_writes():
+    """Round-off of a 0 (9e-16) was kept as gamma1: the summary called it 0 while check.json gave a Lemma 7.7 lower
+    bound of 2e-30 and a worst lower ratio of 1.7e30."""
+    from types import SimpleNamespace
+
+    from leakattack.theory.measure import sketch_constants
+
+    R = torch.tensor([[1.0, 2.0, 0.0], [2.0, 4.0, 0.0]], dtype=torch.float64)  # rank 1 of b = 2 rows
+    R[1] += 1e-17  # not exactly dependent in floating point
+    fake = SimpleNamespace(kind="gaussian", b=2, d=3, to_dense=lambda: R)
+    got = sketch_constants(fake, torch.Generator().manual_seed(0))
+    assert got["gamma1"] == 0.0 and got["gamma2"] == pytest.approx(5.0)
