@@ -209,7 +209,8 @@ def _train(sub) -> None:
     g = p.add_argument_group("protocol")
     add_protocol_arguments(g)
     g.add_argument("--act", default=md["act"],
-                   help="activation of lenet/mlp in the protocol (default: %(default)s; sigmoid does not train)")
+                   help="activation of the protocol's model, for one that takes an act parameter (leakattack list "
+                        "--model M; default: %(default)s; sigmoid does not train)")
     command(p, "train:cmd_train")
 
 

@@ -263,7 +263,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "protocol"),
     Param("protocol_spec", {}, Table(), "protocol parameters", "", "protocol", flag=NOTHING),
     Param("protocol_act", "tanh", Choice(names.ACTIVATIONS), "activation",
-          "activation of lenet/mlp in the protocol (default: tanh; sigmoid does not train)", "protocol", flag="--act"),
+          "activation of the protocol's model, for one that takes an act parameter (leakattack list --model M; "
+          "default: tanh; sigmoid does not train)", "protocol", flag="--act"),
     Param("match_space", "sketch", Choice(MATCH_SPACES), "match space",
           "fedsketch-*: match the count-sketch table (sketch) or its PRIVIX un-sketch (unsketched)", "protocol"),
     Param("sketch_known", True, Flag(), "sketch known", "the attacker does not know R_t: it uses another seed",

@@ -42,7 +42,8 @@ def test_a_run_stops_at_its_time_limit_with_its_best_iterate_and_says_so(tmp_pat
     assert 1 < m["iterations"] < 1_000_000 and m["final_loss"] == min(m["final_loss"], m["initial_loss"])
     assert 2 <= m["attack_s"] < 6 and wall < 30, (m["attack_s"], wall)
     assert "it (time-limit)" in shown and "time limit of 2 s was reached" in shown
-    assert json.loads((out / "config.json").read_text())["run"]["time_limit"] == "2s"
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"]["time_limit"] == "2s" and config["derived"]["time_limit"] == 2.0  # as given; in seconds
     assert titles and titles[0].endswith(f"{m['iterations']} it (time-limit)"), titles
 
 
@@ -160,3 +161,16 @@ def test_an_analytic_attack_stopped_before_its_first_sweep_says_it_returns_its_s
                    "--quiet", "--no-lpips", "--out", str(tmp_path / "a")])
     err = capsys.readouterr().err
     assert rc == 0 and "after 0 sweeps of the low-rank fit; the examples of its start are returned" in err, err
+
+
+@pytest.mark.parametrize("extra", [[], ["--time-limit", "5s"]])
+def test_a_closed_form_attack_that_reads_no_time_limit_records_none(tmp_path, extra):
+    """imprint (and rgap) recorded the ig recipe's 8 minutes (480.0), or the limit given that they warned of, in
+    derived, where the recipe's other settings are null."""
+    for attack, victim, expected in (("imprint", ["--model-param", "act=relu"], None),
+                                     ("analytic", ["--model", "mlp", "--dataset", "digits"], 5.0 if extra else None)):
+        out = tmp_path / f"{attack}{len(extra)}"
+        assert cli.main(["run", "--attack", attack, *victim, "--sketch", "none", "--quiet", "--no-lpips", "--threads",
+                         "1", "--out", str(out), *extra]) == 0
+        derived = json.loads((out / "config.json").read_text())["derived"]
+        assert derived["time_limit"] == expected and derived["recipe"] is None, (attack, derived["time_limit"])
