@@ -901,9 +901,10 @@ def _write_files(out: Outcome, folder: Path) -> None:
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
                     "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "noise_seed": seeds.noise_seed,
-                    # in seconds, as the attack ran it (null where it reads none: a closed form but analytic)
-                    "time_limit": None if seeds.time_limit is None or (
-                        closed and "time_limit" not in p.attack.settings) else duration_seconds(seeds.time_limit),
+                    # in seconds, as the attack ran it (null where it reads none: a closed form but analytic, which
+                    # takes the one given, not a recipe's)
+                    "time_limit": None if (limit := cfg.time_limit if closed else seeds.time_limit) is None or (
+                        closed and "time_limit" not in p.attack.settings) else duration_seconds(limit),
                     **{k: None if k in unused else getattr(seeds, k) for k in ("lr", "recipe") + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,

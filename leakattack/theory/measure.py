@@ -146,25 +146,22 @@ def build_problem(model_name: str, sketch_kind: str, ratio: float, seed: int,
 # ---------------------------------------------------------------------------
 
 
-#: a γ₁ at most this share of γ₂ is round-off of a 0 (R with fewer independent rows than b): it is taken as 0, so that
-#: Lemma 7.7's bounds and the worst ratios read it as the summary does
-SINGULAR_RTOL = 1e-9
-
-
 def sketch_constants(sketch, generator: torch.Generator, k: int = 120) -> dict:
-    """τ = γ₂ = σ_max(R), γ₁ = σ_min(Rᵀ) (the b singular values of R), exact when small, else Lanczos on R Rᵀ;
-    γ₁ within :data:`SINGULAR_RTOL` of γ₂ is 0."""
+    """τ = γ₂ = σ_max(R), γ₁ = σ_min(Rᵀ) (the b singular values of R), exact when small, else Lanczos on R Rᵀ.
+    An exact γ₁ at most max(b, d)·ε·γ₂ (float64's ε: the rule of numpy's matrix_rank) is the round-off of a 0 (R
+    with fewer independent rows than b) and is taken as 0, so that Lemma 7.7's bounds and the worst ratios read it as
+    the summary does; Lanczos's estimate, in float32, cannot tell such a 0 and is kept."""
     if is_identity(sketch.kind):
         return {"tau": 1.0, "gamma1": 1.0, "gamma2": 1.0, "sketch_method": "identity"}
     if sketch.b * sketch.d <= 4_000_000:
         s = torch.linalg.svdvals(sketch.to_dense().double())
         g1, g2, method = float(s[-1]), float(s[0]), "exact SVD"
+        if g1 <= max(sketch.b, sketch.d) * torch.finfo(torch.float64).eps * g2:  # rank deficient: round-off of 0
+            g1 = 0.0
     else:
         mv = lambda u: sketch.apply(sketch.adjoint(u.float())).double()  # noqa: E731
         lo, hi = lanczos_extremes(mv, sketch.b, k, generator)
         g1, g2, method = math.sqrt(lo), math.sqrt(hi), f"Lanczos ({k} steps) on R Rᵀ; γ₁ is an upper estimate"
-    if g1 <= SINGULAR_RTOL * g2:  # rank deficient: what the SVD or Lanczos gives there is round-off
-        g1 = 0.0
     return {"tau": g2, "gamma1": g1, "gamma2": g2, "sketch_method": method}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..results import atomic_write_text, write_json
-from .measure import SINGULAR_RTOL
 
 #: the file a check's result dict is stored in, inside its output folder
 CHECK_JSON = "check.json"
@@ -63,7 +62,7 @@ def _singular(res: dict) -> str:
     """Where γ₁ is 0 (R has fewer independent rows than b: an SRHT's padded columns, a CountSketch bucket left empty),
     that Lemma 7.7's hypothesis fails there: its lower bound is 0, and the fraction tells only its upper bound."""
     g1, g2 = res.get("gamma1"), res.get("gamma2")
-    if g1 is None or g2 is None or g1 > SINGULAR_RTOL * g2:
+    if g1 is None or g2 is None or g1 > 0:  # 0: measured rank deficient (sketch_constants)
         return ""
     return ("; γ₁ = 0: R is rank deficient, so Lemma 7.7 (which needs γ₁ > 0) does not apply and its lower bound "
             "of 0 holds trivially; the fraction checks its upper bound only")

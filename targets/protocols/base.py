@@ -238,6 +238,8 @@ class Protocol:
     sends_whole_update = False
     #: the server carries state between rounds besides w (:meth:`server_state`; SAFL's optimiser moments)
     keeps_server_state = False
+    #: clients send one (projected) gradient at w^t, not the update of K local steps (CompSGD, PrivSGD)
+    sends_gradient = False
     #: the settings of the spec this protocol reads beyond the ones every protocol does (clients, local steps and
     #: epochs, learning rates, batch size, data split, client fraction, seed): a value given for another changes
     #: nothing (:func:`unread_settings`)

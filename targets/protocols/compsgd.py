@@ -165,6 +165,7 @@ class CompSGD(Protocol):
     and lifts."""
 
     uses_sketch = True
+    sends_gradient = True
     reads: tuple[str, ...] = ("sketch", "sketch_ratio", "sketch_params", "projection_blocks", "l1_scale")
 
     def __init__(self, victim, train_set, **spec):

@@ -215,3 +215,8 @@ def test_the_report_names_the_local_steps_and_learning_rate_the_message_covers(t
                      str(out)]) == 0
     assert "protocol fedavg, round 1, client 0, a batch of 32, K = 3 local steps at learning rate 0.05</td>" in \
         build_report([out])
+    out = tmp_path / "compsgd"  # its clients send one projected gradient: no local step, whatever K the spec holds
+    assert cli.main(["run", "--protocol", "compsgd", "--model", "lenet", "--dataset", "digits", "--batch-size", "32",
+                     "--iterations", "1", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    assert "protocol compsgd, round 1, client 0, a batch of 32, one gradient at w^t (no local step)</td>" in \
+        build_report([out])

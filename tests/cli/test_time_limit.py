@@ -168,8 +168,11 @@ def test_a_closed_form_attack_that_reads_no_time_limit_records_none(tmp_path, ex
     """imprint (and rgap) recorded the ig recipe's 8 minutes (480.0), or the limit given that they warned of, in
     derived, where the recipe's other settings are null."""
     for attack, victim, expected in (("imprint", ["--model-param", "act=relu"], None),
-                                     ("analytic", ["--model", "mlp", "--dataset", "digits"], 5.0 if extra else None)):
-        out = tmp_path / f"{attack}{len(extra)}"
+                                     ("analytic", ["--model", "mlp", "--dataset", "digits"], 5.0 if extra else None),
+                                     # the ig recipe's 8 minutes, which analytic does not take: only a limit given
+                                     ("analytic", ["--model", "mlp", "--dataset", "digits", "--recipe", "ig"],
+                                      5.0 if extra else None)):
+        out = tmp_path / f"{attack}{len(extra)}{len(victim)}"
         assert cli.main(["run", "--attack", attack, *victim, "--sketch", "none", "--quiet", "--no-lpips", "--threads",
                          "1", "--out", str(out), *extra]) == 0
         derived = json.loads((out / "config.json").read_text())["derived"]

@@ -190,3 +190,6 @@ def test_a_rank_deficient_sketch_has_gamma1_zero_in_every_number_the_check_write
     fake = SimpleNamespace(kind="gaussian", b=2, d=3, to_dense=lambda: R)
     got = sketch_constants(fake, torch.Generator().manual_seed(0))
     assert got["gamma1"] == 0.0 and got["gamma2"] == pytest.approx(5.0)
+    R = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1e-10, 0.0]], dtype=torch.float64)  # full rank, only ill-conditioned
+    fake = SimpleNamespace(kind="gaussian", b=2, d=3, to_dense=lambda: R)
+    assert sketch_constants(fake, torch.Generator().manual_seed(0))["gamma1"] == pytest.approx(1e-10)

@@ -274,9 +274,12 @@ def _protocol_batch(run: dict, m: RunMetrics, described: dict) -> str:
     return f", a batch of {n} where the client's round trains on batches of {own} (--batch-size {asked})"
 
 
-def _local_steps(described: dict) -> str:
+def _local_steps(protocol, described: dict) -> str:
     """``, K = 3 local steps at learning rate 0.1``: the client's local training the message covers, where recorded
-    (a protocol's message describes it)."""
+    (a protocol's message describes it); ``, one gradient at w^t`` for a protocol whose clients send no update."""
+    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
+    if cls is not None and cls.sends_gradient:
+        return ", one gradient at w^t (no local step)"
     k, lr = described.get("local_steps"), described.get("local_lr")
     if not isinstance(k, int) or isinstance(k, bool):
         return ""
@@ -305,7 +308,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     rows = [("victim", f"{victim}; {weights}")]
     if run.get("protocol"):
         message = (f"protocol {run['protocol']}, round {run.get('protocol_round')}, client "
-                   f"{run.get('protocol_client')}") + _protocol_batch(run, m, described) + _local_steps(described)
+                   f"{run.get('protocol_client')}") + _protocol_batch(run, m, described) + \
+            _local_steps(run["protocol"], described)
     elif run.get("message"):
         message = f"captured message file {run['message']}"
     else:
