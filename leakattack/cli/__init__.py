@@ -78,7 +78,7 @@ def _interrupted_note(a, argv) -> str | None:
     ``interrupted_note(a)``, where it has one): a sweep's earlier SLURM jobs still running.  A signal that came
     before the flags were parsed (while plugins loaded) or before the module was imported has them parsed and the
     module imported now, as far as that goes without a plugin's flags (else no note)."""
-    words = sys.argv[1:] if argv is None else list(argv)
+    words = sys.argv[1:] if argv is None else [*argv]  # not list(): the package's submodule list shadows it here
     if a is None:
         if not words or words[0] not in _NOTED or any(w in ("-h", "--help", "--version") for w in words):
             return None

@@ -203,6 +203,7 @@ def test_a_signal_while_plugins_load_adds_no_help_text_and_a_local_sweep_is_told
     """The note parsed the flags again and printed --help's text to stdout; to a local sweep it named its own command,
     whose backend neither reads nor cancels the jobs."""
     import leakattack.cli as cli_package
+    import leakattack.cli.list  # noqa: F401  (imported, the submodule shadows the builtin list in the package)
 
     config = write(tmp_path, TINY)
     out = tmp_path / "out"
