@@ -65,6 +65,12 @@ def listed(items) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def shown_names(names, most: int = 3) -> str:
+    """``a, b, c and 4 more``: the first ``most`` of some names a sentence shows, and how many it leaves out."""
+    names = [str(n) for n in names]
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def ratio_text(b: int, d: int) -> str:
     """A sketch's b/d as titles and reports print it: two significant digits (0.5, 0.01, 0.00093, 1)."""
     return f"{b / d:.2g}"

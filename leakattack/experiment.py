@@ -37,10 +37,10 @@ from .attacks.recipes import NOISY_EVIDENCE, ROUNDING_EVIDENCE, noisy_without_pr
 from .attacks.seed_search import sketch_not_held
 from .attacks.surrogate import relu_modules
 from .cases import Case, build_case
-from .config import RUN_PARAMS, ConfigError, RunConfig
+from .config import RUN_PARAMS, ConfigError, Derived, RunConfig
 from .config.params import duration_seconds
 from .data import batch_positions, reads_root
-from .errors import SettingWarning, UserError, listed, ratio_text
+from .errors import SettingWarning, UserError, listed, ratio_text, shown_names
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
 from .observation import ONE_IMAGE_IN_TRAIN_MODE
@@ -156,6 +156,15 @@ def restore_float32(before: list[tuple[object, str, object]]) -> None:
         setattr(obj, name, value)
 
 
+def time_limit_seconds(cfg: RunConfig, derived: Derived | None = None) -> float | None:
+    """The attack's time limit in seconds (None: none): a closed form takes the one given, where it reads one; an
+    optimising attack its recipe's where no budget is given (``derived``: :meth:`RunConfig.derived`, where the
+    caller has it)."""
+    if cfg.attack_class.closed_form:
+        return duration_seconds(cfg.time_limit)
+    return duration_seconds((derived or cfg.derived()).time_limit)
+
+
 def attack_of(cfg: RunConfig) -> Attack:
     """The configured attack, with its own ``options``: a closed-form one takes besides them at most where its
     labels come from (the analytic attack; R-GAP and APRIL use granted labels when there are); gradient matching
@@ -165,7 +174,7 @@ def attack_of(cfg: RunConfig) -> Attack:
     if cls.closed_form:
         run = {"labels": "given" if cfg.labels_given else "recovered"} if cls.reads_labels else {}
         if "time_limit" in cls.settings:
-            run["time_limit"] = duration_seconds(cfg.time_limit)
+            run["time_limit"] = time_limit_seconds(cfg)
     else:
         s = cfg.derived()
         run = dict(
@@ -173,7 +182,7 @@ def attack_of(cfg: RunConfig) -> Attack:
             priors={"tv": s.tv, **cfg.other_priors()}, box=s.box, tol=cfg.tol,
             labels="given" if cfg.labels_given else cfg.label_mode,
             dummy_init=cfg.dummy_init, restarts=cfg.restarts, init_seed=s.init_seed, schedule=s.schedule,
-            signed=s.signed, stall_window=cfg.stall_window, time_limit=duration_seconds(s.time_limit),
+            signed=s.signed, stall_window=cfg.stall_window, time_limit=time_limit_seconds(cfg, s),
             threads=cfg.threads, surrogate=s.surrogate, prune_restarts=cfg.prune_restarts, refine=cfg.refine,
         )
     clash = sorted(set(own) & set(run))
@@ -472,7 +481,7 @@ def attacked_files(cfg: RunConfig, case: Case) -> dict:
     return out
 
 
-def input_files(cfg: RunConfig, case: Case | None = None) -> dict:
+def input_files(cfg: RunConfig, case: Case) -> dict:
     """Absolute path, SHA-256 and size of the files a run read that its settings name but do not pin down: the
     model's .py file (``--model file.py:Name``), ``--weights``, ``--message`` and ``--truth``, and the checkpoint
     of a ``--protocol-dir`` that w^t came from (``case``'s): a run folder names what it read, so an edited, moved or
@@ -486,7 +495,7 @@ def input_files(cfg: RunConfig, case: Case | None = None) -> dict:
         given = getattr(cfg, key)
         if given and Path(given).is_file():
             files[key] = _file_record(Path(given))
-    read = None if case is None else case.obs.extra.get("checkpoint_file")
+    read = case.obs.extra.get("checkpoint_file")
     if read and Path(read).is_file():
         files["checkpoint"] = _file_record(Path(read))
     return files
@@ -844,8 +853,8 @@ def check_out(folder: str | Path) -> Path:
         if wrong:
             raise UserError(wrong_kind_text(folder, wrong, "a run"))
         if other:
-            raise UserError(f"--out '{folder}' holds {_shown(other)}, which a run does not write, and a run replaces "
-                            "its --out folder whole: name a new folder or an earlier run's")
+            raise UserError(f"--out '{folder}' holds {shown_names(other)}, which a run does not write, and a run "
+                            "replaces its --out folder whole: name a new folder or an earlier run's")
     return path
 
 
@@ -861,15 +870,11 @@ def _not_run_files(path: Path) -> tuple[list[str], list[str]]:
     return wrong, other
 
 
-def _shown(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
 def _foreign_now(path: Path) -> str | None:
     """What run folder ``path`` holds now that a run does not write, in words (files put there while the run ran),
     or None."""
     wrong, other = _not_run_files(path)
-    return _shown(wrong + other) if wrong or other else None
+    return shown_names(wrong + other) if wrong or other else None
 
 
 def check_default_out() -> None:
@@ -901,10 +906,9 @@ def _write_files(out: Outcome, folder: Path) -> None:
         "run": cfg.to_dict(),
         "derived": {"d": case.obs.d, "b": case.obs.b, "model_seed": seeds.model_seed,
                     "sketch_seed": seeds.sketch_seed, "init_seed": seeds.init_seed, "noise_seed": seeds.noise_seed,
-                    # in seconds, as the attack ran it (null where it reads none: a closed form but analytic, which
-                    # takes the one given, not a recipe's)
-                    "time_limit": None if (limit := cfg.time_limit if closed else seeds.time_limit) is None or (
-                        closed and "time_limit" not in p.attack.settings) else duration_seconds(limit),
+                    # in seconds, as the attack ran it (null where it reads none: a closed form but analytic)
+                    "time_limit": None if closed and "time_limit" not in p.attack.settings else
+                    time_limit_seconds(cfg, seeds),
                     **{k: None if k in unused else getattr(seeds, k) for k in ("lr", "recipe") + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,

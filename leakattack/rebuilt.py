@@ -44,7 +44,7 @@ def verdict(psnr: float | None, ssim: float | None, baseline_psnr: float | None,
     the data set's mean image).  A score that is None (not finite: a diverged
     reconstruction) is not rebuilt; a baseline that is None is not compared.
     """
-    psnr, ssim, baseline_psnr, baseline_ssim = map(_finite, (psnr, ssim, baseline_psnr, baseline_ssim))
+    psnr, ssim, baseline_psnr, baseline_ssim = map(finite_or_none, (psnr, ssim, baseline_psnr, baseline_ssim))
     if psnr is None or ssim is None:
         return NOT_REBUILT
     if baseline_psnr is not None and psnr <= baseline_psnr + VERDICT_PSNR_MARGIN_DB:
@@ -54,14 +54,14 @@ def verdict(psnr: float | None, ssim: float | None, baseline_psnr: float | None,
     return REBUILT
 
 
-def _finite(v):
+def finite_or_none(v):
     """``v`` where it is a finite number, else None (a NaN compares false with everything, and would decide)."""
     return v if v is not None and math.isfinite(v) else None
 
 
 def _best(values: dict, higher: bool = True):
     """(name, value) of the best finite value, or (None, None): a NaN kept would win or lose by its place."""
-    kept = [(v, n) for n, v in values.items() if _finite(v) is not None]
+    kept = [(v, n) for n, v in values.items() if finite_or_none(v) is not None]
     if not kept:
         return None, None
     v, n = max(kept) if higher else min(kept)
@@ -96,7 +96,7 @@ def judge(scores: dict, baselines: dict[str, dict | None]) -> dict:
     out["nearer_each"] = scores.get("nearer_each") if better is not None else None
     out["verdict_baseline"] = None
     if out["verdict"] == NOT_REBUILT:
-        psnr = _finite(scores.get("psnr"))
+        psnr = finite_or_none(scores.get("psnr"))
         psnr_decides = psnr is None or (best_p[1] is not None and psnr <= best_p[1] + VERDICT_PSNR_MARGIN_DB)
         out["verdict_baseline"] = best_p[0] if psnr_decides or best_s[0] is None else best_s[0]
     return out

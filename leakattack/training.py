@@ -300,7 +300,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     :data:`REPLAY_NOTE_ROUNDS` rounds says so first and, after its first round, how long the rest take (one
     :class:`SettingWarning` line each)."""
     victim = proto.victim
-    start, w, server, source = 1, None, None, "re-simulated"
+    start, w, server, source, read = 1, None, None, "re-simulated", None
     if folder is not None:
         folder = Path(folder)
         _refuse_unreached(folder, t)
@@ -319,14 +319,14 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
             load_checkpoint(folder, t, victim.d)  # refuses: says why the checkpoint of w^t is not there
             raise ConfigError(f"'{folder}' holds no checkpoint of w^{t} and none before it that round {t} can be "
                               f"re-simulated from")
-        start = latest
+        start, read = latest, checkpoint_path(folder, latest)
         w, buffers, server = held or read_checkpoint(folder, start, victim.d)
         if buffers is not None:  # the running statistics the server holds with w^start
-            load_buffers(victim, buffers, checkpoint_path(folder, start))
+            load_buffers(victim, buffers, read)
         w = w.to(device=proto.device, dtype=proto.dtype)
         if start == t:
-            return w, "checkpoint", checkpoint_path(folder, t)
-        load_server_state(proto, server, start, checkpoint_path(folder, start))
+            return w, "checkpoint", read
+        load_server_state(proto, server, start, read)
         source = f"re-simulated from the checkpoint of w^{start}"
     count = t - start
     loud = count > REPLAY_NOTE_ROUNDS
@@ -347,7 +347,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
     with progress_bar(count, f"{proto.name} rounds before {t}", "round", requested=progress, leave=False) as bar, \
             tracking_running_statistics(victim) if folder is not None else contextlib.nullcontext():
         w = proto.replay(t, on_round=done, start=start, w=w, state=server)
-    return w, source, None if folder is None else checkpoint_path(folder, start)
+    return w, source, read
 
 
 def _rounds_unrecorded(folder: Path) -> bool:

@@ -195,8 +195,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None,
         missing = []
     if missing or unexpected:
         # the key named is one that matters: BatchNorm's counters would be taken as 0 (above), its statistics not
-        counted = sorted(missing, key=lambda k: k.endswith(".num_batches_tracked"))
-        which = f"missing '{counted[0]}'" if missing else f"unexpected '{unexpected[0]}'"
+        which = (f"missing '{min(missing, key=lambda k: k.endswith('.num_batches_tracked'))}'" if missing
+                 else f"unexpected '{unexpected[0]}'")
         raise UserError(f"weights file '{path}' does not fit this model: {which} "
                         f"({len(missing)} missing, {len(unexpected)} unexpected keys){_fit_hint(missing, unexpected)}")
     wrong = [k for k in own if k in state and own[k].shape != state[k].shape]

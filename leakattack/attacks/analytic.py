@@ -874,7 +874,8 @@ def rank_safe_lstsq(A: torch.Tensor, B: torch.Tensor, cpu: bool | None = None) -
     """A least-squares solution X of A X = B that holds where A lacks full rank (near-identical examples): torch's
     CPU default (gelsy) handles that, its CUDA one (gels) assumes full rank, so elsewhere the pseudo-inverse.
     ``cpu``: which way, where not the tensor's own device (for tests)."""
-    if A.device.type == "cpu" if cpu is None else cpu:
+    on_cpu = A.device.type == "cpu" if cpu is None else cpu
+    if on_cpu:
         return torch.linalg.lstsq(A, B).solution
     return torch.linalg.pinv(A) @ B
 

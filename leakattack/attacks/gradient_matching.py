@@ -1154,23 +1154,24 @@ class _Problem:
         xs = self.images(Z)
         fit = self._fit(self._messages(xs, self._labels(Z, k), batched), batched)
         total = self.weight * fit
-        # at images that are finite, the first prior whose value is not (a NaN image makes every term NaN, whichever
-        # turned first: the flag keeps what the last finite images said)
-        judged = bool(self.penalties) and bool(torch.isfinite(xs.detach()).all())
-        turned = None
+        terms = []
         for name, prior in zip(self.penalty_names, self.penalties, strict=True):
             values = [prior(x) for x in xs]
             if self.unchecked:  # once: what a registered prior returns is the same kind of thing at every step
                 _check_penalty(name, values[0])
-            stacked = torch.stack(values)
-            if judged and turned is None and not bool(torch.isfinite(stacked.detach()).all()):
-                turned = name
-            total = total + stacked
-        if judged:
-            self.prior_not_finite = turned
+            terms.append(torch.stack(values))
+            total = total + terms[-1]
         self.unchecked = False
+        losses = total.detach().tolist()
+        # at images that are finite, the first prior whose value is not (a NaN image makes every term NaN, whichever
+        # turned first: the flag keeps what the last finite images said); a finite total has only finite terms, so
+        # the priors are looked into only where a total is not
+        if self.penalties and bool(torch.isfinite(xs.detach()).all()):
+            self.prior_not_finite = None if all(map(math.isfinite, losses)) else next(
+                (name for name, t in zip(self.penalty_names, terms) if not bool(torch.isfinite(t.detach()).all())),
+                None)
         grad, = torch.autograd.grad(total.sum(), Z)
-        return total.detach().tolist(), grad, fit.detach().tolist()
+        return losses, grad, fit.detach().tolist()
 
 
 def _check_penalty(name: str, value) -> None:
@@ -1350,7 +1351,7 @@ class _Run:
         # a search that stopped (diverged, or no step went on) where a prior's value was not finite stopped on it; one
         # that went on past such a point (a line search's trial it backed away from) did not
         stopped_on = p.prior_not_finite if self.stop in ("diverged", "stalled") else None
-        if stopped_on is not None:  # the matching term was finite: the prior's value and gradient were not
+        if stopped_on is not None:  # at finite images, a prior's value was not finite
             message = "; ".join(t for t in (message, f"the {stopped_on} prior's value was NaN or infinite where the "
                                             "search stopped, and the steps could not go on from there") if t)
         return AttackResult(

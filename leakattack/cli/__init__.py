@@ -69,7 +69,8 @@ def interrupted_exit() -> int:
     return 128 + int(_stopped_by[0])
 
 
-#: the commands whose module adds a note to a signal that came before its own handling (``interrupted_note``)
+#: the commands whose module adds a note to a signal that came before its own handling (``interrupted_note``): a
+#: module that gains one is named here too, so that no other command's module is imported for nothing
 _NOTED = ("sweep",)
 
 

@@ -9,7 +9,6 @@ one line each, without running or writing anything.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -52,12 +51,13 @@ def _backend_options(a) -> dict:
     return {SLURM_OPTIONS[flag]: v for flag, v in given.items()}
 
 
-def resume_command(a, out: Path, jobs: int | None = None) -> str:
-    """The command that resumes this sweep into ``out``: the options the user gave (``jobs`` in place of theirs),
-    shell-quoted."""
+def resume_command(a, out: Path, jobs: int | None = None, backend: str | None = None) -> str:
+    """The command that resumes this sweep into ``out``: the options the user gave (``jobs`` and ``backend`` in place
+    of theirs), shell-quoted."""
     words = ["leakattack", "sweep", str(a.config), "--out", str(out)]
-    if a.backend != "local":
-        words += ["--backend", a.backend]
+    backend = backend or a.backend
+    if backend != "local":
+        words += ["--backend", backend]
     if jobs is not None or a.jobs is not None:
         words += ["--jobs", str(jobs if jobs is not None else a.jobs)]
     words += [w for flag, kw in SLURM_OPTIONS.items() if getattr(a, kw) is not None
@@ -116,10 +116,9 @@ def interrupted_note(a) -> str | None:
     n = listed_jobs(out)
     if not n:
         return None
-    slurm = argparse.Namespace(**{**vars(a), "backend": "slurm"})  # the local backend neither reads nor cancels them
     return (f"{n} SLURM job{'s' if n != 1 else ''} of an earlier run of this sweep, listed in "
             f"{out / 'slurm' / 'jobs.json'}, {'is' if n == 1 else 'are'} still queued or running: resume with: "
-            f"{resume_command(slurm, out)} (which takes {'it' if n == 1 else 'them'} up), or stop "
+            f"{resume_command(a, out, backend='slurm')} (which takes {'it' if n == 1 else 'them'} up), or stop "
             f"{'it' if n == 1 else 'them'} with scancel")
 
 
@@ -145,7 +144,7 @@ def dry_run(a, plan: Plan, out: Path | None, jobs: int | None = 1) -> int:
         held = f" (in use by another sweep, {busy}: it may finish more while it runs)" if busy else ""
         head.append(f"{len(finished)} already finished in {out}{held}, {n - len(finished)} to run")
     if a.backend == "local":  # as the run would warn, after the points' checks
-        warn_threads_over_share([(i, pt) for i, pt in enumerate(plan.points) if pt["key"] not in finished], jobs)
+        warn_threads_over_share([pt for pt in plan.points if pt["key"] not in finished], jobs)
     print(" | ".join(head))
     width = len(str(n))
     for i, pt in enumerate(plan.points, 1):

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leakattack.errors import SettingWarning
+from leakattack.errors import SettingWarning, shown_names
 
 from .base import DataError, ImageSet
 
@@ -113,7 +113,7 @@ def scan_folder(root: Path) -> tuple[list[str], list[Path], list[int]]:
         files += found
         labels += [label] * len(found)
     if empty:
-        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        shown = shown_names(empty)
         skipped = (f" ({len(empty_unread)} of other endings, e.g. {empty_unread[0].name}, are not read)"
                    if empty_unread else "")
         raise DataError(f"class folder(s) {shown} under {root} hold no image files ({' '.join(IMG_EXTENSIONS)})"

@@ -15,8 +15,6 @@ the rank of the message's Jacobian in the input.  :mod:`.record` holds
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..data.base import outside_unit_range
@@ -32,6 +30,7 @@ from ..rebuilt import (
     failed_counts,
     failed_kind,
     failed_part,
+    finite_or_none,
     images_words,
     judge,
     nothing_attacked,
@@ -61,8 +60,7 @@ from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jaco
 
 def _finite_or_none(v: float | torch.Tensor) -> float | None:
     """v as a float, or None when it is NaN or infinite (keeps the result JSON-valid)."""
-    v = float(v)
-    return v if math.isfinite(v) else None
+    return finite_or_none(float(v))
 
 
 def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,

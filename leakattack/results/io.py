@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, shown_names
 from ..jsonable import to_jsonable
 from ..torchfile import load_torch_file
 
@@ -243,9 +243,8 @@ def own_folder(path: Path, out, layout: dict, what: str) -> Path:
     if wrong:
         raise UserError(wrong_kind_text(out, wrong, what))
     if other:
-        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-        raise UserError(f"--out '{out}' holds {shown}, which {what} does not write, and {what} would mix its files "
-                        f"in beside them: name a new folder or an earlier {what.split()[-1]}'s")
+        raise UserError(f"--out '{out}' holds {shown_names(other)}, which {what} does not write, and {what} would mix "
+                        f"its files in beside them: name a new folder or an earlier {what.split()[-1]}'s")
     return path
 
 

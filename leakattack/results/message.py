@@ -251,7 +251,7 @@ def write_message(path, message: torch.Tensor, *, sketch: Sketch | dict | None =
         raise MessageError(f"{where} cannot be written: '{blocked}' is {what}")
     try:
         write_tensors(path, fields)
-    except OSError as err:  # what only the write finds (a full disk): the path given, not the temporary name
+    except OSError as err:  # what only the write finds (a full disk), as a MessageError naming the message file
         raise MessageError(f"{where} could not be written ({err.strerror or type(err).__name__}); nothing was "
                            "written") from None
     return Path(path)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import SettingWarning, UserError, signals_held
-from .io import directory_mode
+from .io import directory_mode, link_target
 
 #: defense names shortened in folder names; others are kept as written
 _SHORT_DEFENSES = {"gaussian": "gauss", "laplace": "lap", "per_example": "pex", "quantize": "quant"}
@@ -138,11 +138,9 @@ def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: b
     """
     folder = Path(folder)
     try:
-        if folder.is_symlink():  # a link to a folder elsewhere (another disk) stays a link: its target is written
-            target = folder.resolve()
-            written = _write_run_folder(target, write, fresh, foreign)
-            return folder if written == target else written
-        return _write_run_folder(folder, write, fresh, foreign)
+        target = link_target(folder)  # a link to a folder elsewhere (another disk) stays a link: its target is written
+        written = _write_run_folder(target, write, fresh, foreign)
+        return folder if written == target else written
     except OSError as err:  # a full disk, a folder that cannot be renamed: one sentence, nothing half-written
         raise UserError(f"the run folder '{folder}' could not be written ({err.strerror or err}); nothing of it was "
                         "kept") from None

@@ -165,6 +165,12 @@ class RowBlockSketch(Sketch):
         return out
 
     def _matrix(self, dtype, device: torch.device) -> torch.Tensor | None:
+        """:meth:`_held`, with the way it went recorded in :attr:`ways`."""
+        D = self._held(dtype, device)
+        self.ways.add("regenerated" if D is None else "held")
+        return D
+
+    def _held(self, dtype, device: torch.device) -> torch.Tensor | None:
         """R as one matrix in ``dtype`` on ``device``, built or converted once, when the budget allows; else None.
 
         Entries are float32 numbers, so converting a held float32 or float64 matrix to another dtype is exact; a
@@ -262,7 +268,6 @@ class RowBlockSketch(Sketch):
         if v.shape[-1] != self.d:
             raise ValueError(f"expected last dimension d = {self.d}, got {v.shape[-1]}")
         D = self._matrix(v.dtype, v.device)
-        self.ways.add("regenerated" if D is None else "held")
         if D is None:
             return LinearMap.apply(v, self._blocks_apply, self._blocks_adjoint)
         return v @ D.T
@@ -271,7 +276,6 @@ class RowBlockSketch(Sketch):
         if u.shape[-1] != self.b:
             raise ValueError(f"expected last dimension b = {self.b}, got {u.shape[-1]}")
         D = self._matrix(u.dtype, u.device)
-        self.ways.add("regenerated" if D is None else "held")
         if D is None:
             return LinearMap.apply(u, self._blocks_adjoint, self._blocks_apply)
         return u @ D

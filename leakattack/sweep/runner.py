@@ -51,6 +51,7 @@ from ..results import (
     write_tensors,
 )
 from .backends import SlurmBackend, get_backend
+from .backends.local import worker_share
 from .backends.slurm import listed_jobs
 from .lock import FolderLock
 from .plan import Plan, point_key, sweep_warnings, value_text
@@ -171,21 +172,20 @@ def run_sweep(plan: Plan, out: Path, jobs: int | None = 1, progress: bool = True
         return _run_locked(plan, out, workers, progress)
 
 
-def warn_threads_over_share(todo: list, jobs: int | None) -> None:
-    """One warning where points to run set more threads than a worker's share of the cores under ``--jobs``.
+def warn_threads_over_share(todo: list[dict], jobs: int | None) -> None:
+    """One warning where the points to run (``todo``) set more threads than a worker's share of the cores under
+    ``--jobs`` (:func:`~leakattack.sweep.backends.local.worker_share`).
 
     A run refuses threads beyond its cores; a sweep's point is checked against the machine's, but its worker holds
-    only ``cores // jobs`` of them, so such points run more threads at once than there are cores.
+    only its share of them, so such points run more threads at once than there are cores.
     """
     if not jobs or jobs <= 1 or len(todo) <= 1:  # the points run one at a time, each on the cores a run checks against
         return
-    cores = cpu_cores()
-    share = max(1, cores // jobs)
-    over = sorted({t for _, pt in todo if isinstance(t := pt["params"].get("threads"), int) and t > share})
-    if not over:
+    cores, share = cpu_cores(), worker_share(jobs)
+    counts = [t for pt in todo if isinstance(t := pt["params"].get("threads"), int) and t > share]
+    if not counts:
         return
-    count = sum(1 for _, pt in todo if pt["params"].get("threads") in over)
-    at_once = min(jobs, len(todo))
+    over, count, at_once = sorted(set(counts)), len(counts), min(jobs, len(todo))
     one = len(over) == 1
     warnings.warn(f"threads {listed([str(t) for t in over])} (at {count} of the {len(todo)} points to run) "
                   f"{'is' if one else 'are'} more than a worker's share of the cores: {jobs} jobs give each of "
@@ -225,7 +225,7 @@ def _run_locked(plan: Plan, out: Path, workers, progress: bool) -> dict:
                         f"{'it' if len(lost) == 1 else 'them'} in a .py file and import that, or name the file in "
                         "LEAKATTACK_PLUGINS, or run the sweep with one job")
     if not cluster:
-        warn_threads_over_share(todo, getattr(workers, "jobs", 1) or 1)
+        warn_threads_over_share([pt for _, pt in todo], getattr(workers, "jobs", 1) or 1)
     lpips = bool(plan.settings.get("lpips", False))
     missing = lpips_missing() if lpips and todo else ""
     if missing:

@@ -47,6 +47,7 @@ import targets
 from ..config import ConfigError
 from ..data import get_batch, get_dataset
 from ..errors import quiet_jvp_setup
+from ..metrics.uniqueness import rank_of
 from ..seeds import torch_generator
 from ..sketch import Sketch, get_sketch, is_identity, sketch_dim
 from .analysis import (
@@ -156,7 +157,7 @@ def sketch_constants(sketch, generator: torch.Generator, k: int = 120) -> dict:
     if sketch.b * sketch.d <= 4_000_000:
         s = torch.linalg.svdvals(sketch.to_dense().double())
         g1, g2, method = float(s[-1]), float(s[0]), "exact SVD"
-        if g1 <= max(sketch.b, sketch.d) * torch.finfo(torch.float64).eps * g2:  # rank deficient: round-off of 0
+        if rank_of(s, (sketch.b, sketch.d)) < s.numel():  # rank deficient: its smallest value is round-off of 0
             g1 = 0.0
     else:
         mv = lambda u: sketch.apply(sketch.adjoint(u.float())).double()  # noqa: E731

@@ -274,10 +274,15 @@ def _protocol_batch(run: dict, m: RunMetrics, described: dict) -> str:
     return f", a batch of {n} where the client's round trains on batches of {own} (--batch-size {asked})"
 
 
+def _protocol_class(name):
+    """The registered protocol class of ``name``, or None (a protocol not registered in this process)."""
+    return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
+
+
 def _local_steps(protocol, described: dict) -> str:
     """``, K = 3 local steps at learning rate 0.1``: the client's local training the message covers, where recorded
     (a protocol's message describes it); ``, one gradient at w^t`` for a protocol whose clients send no update."""
-    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
+    cls = _protocol_class(protocol)
     if cls is not None and cls.sends_gradient:
         return ", one gradient at w^t (no local step)"
     k, lr = described.get("local_steps"), described.get("local_lr")
@@ -384,7 +389,7 @@ def _protocol_epsilon(noise: dict, rounds, protocol=None) -> str:
     rdp = noise.get("epsilon_rdp")
     text = (f"ε = {_num(rdp, 3, 'g')} (RDP accountant) at δ = {_num(delta, 3, 'g')}{over}" if is_number(rdp)
             else f"no accountant's ε{over} (its δ reaches 1: nothing is bounded)")
-    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
+    cls = _protocol_class(protocol)
     if isinstance(paper, (int, float)) and is_number(paper) and math.isfinite(paper):
         text += f"; the paper's ε = {_num(paper, 3, 'g')}"
         if cls is not None and cls.paper_epsilon:

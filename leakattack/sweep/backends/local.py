@@ -87,6 +87,11 @@ def _reaped(proc, timeout: float) -> bool:
     return True
 
 
+def worker_share(jobs: int) -> int:
+    """The cores each of ``jobs`` worker processes takes as its own: an equal share, at least one."""
+    return max(1, cpu_cores() // jobs)
+
+
 class LocalBackend(Backend):
     """``jobs`` worker processes on this machine (``jobs=1``: in this process)."""
 
@@ -108,7 +113,7 @@ class LocalBackend(Backend):
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
                                              initializer=_worker_init,
-                                             initargs=(max(1, cpu_cores() // self.jobs), os.getpid()))
+                                             initargs=(worker_share(self.jobs), os.getpid()))
         with _sigint_ignored():  # the workers start here: from their first instruction Ctrl-C is the parent's
             futures = {self._pool.submit(fn, item): item for item in items}
         for fut in as_completed(futures):
