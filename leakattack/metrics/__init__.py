@@ -53,7 +53,7 @@ from .lpips import (
     lpips_missing,
     lpips_module,
 )
-from .matching import label_accuracy, label_overlap, match, mse_matrix, nearer_truths
+from .matching import label_accuracy, label_overlap, labels_tie_break, match, mse_matrix, nearer_truths
 from .record import METRICS_SCHEMA, RunMetrics
 from .uniqueness import JACOBIAN_MAX_UNKNOWNS, JACOBIAN_MAX_WORK, jacobian, jacobian_rank, numerical_rank
 
@@ -98,6 +98,12 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     b = x.shape[0]
     cost = mse_matrix(x_hat, x) if b > 1 else None  # the matching's costs, which also tell the nearer truths
     perm = match(x_hat, x, cost) if cost is not None else torch.zeros(1, dtype=torch.long)
+    if cost is not None and labels_hat is not None and labels is not None:
+        # ties of the matching (identical truths or reconstructions) go the labels' way; a label list that does not
+        # fit is refused below
+        lh0, lt0 = torch.as_tensor(labels_hat).reshape(-1), torch.as_tensor(labels).reshape(-1)
+        if lh0.numel() == lt0.numel() == b and all(bool((t == t.round()).all()) for t in (lh0, lt0)):
+            perm = labels_tie_break(perm, x_hat, x, lh0, lt0)
     xm = x_hat[perm.to(x_hat.device)]
     m, p, s = mse(xm, x), psnr(xm, x), ssim(xm, x)
     out = {

@@ -72,6 +72,45 @@ def match(x_hat: torch.Tensor, x: torch.Tensor, cost: torch.Tensor | None = None
     return torch.from_numpy(perm)
 
 
+def _groups(images: torch.Tensor) -> list[list[int]]:
+    """Indices of ``images`` that are exactly the same image, as groups of two or more."""
+    flat = images.detach().flatten(1).cpu()
+    seen: dict[bytes, list[int]] = {}
+    for i, row in enumerate(flat):
+        seen.setdefault(row.numpy().tobytes(), []).append(i)
+    return [g for g in seen.values() if len(g) > 1]
+
+
+def _best_labels(owners: list[int], slots: list[int], labels_hat: torch.Tensor, labels: torch.Tensor) -> list[int]:
+    """The order of ``owners`` (reconstruction indices) over ``slots`` (true indices) that gives the most equal
+    labels, by the Hungarian algorithm on label agreement."""
+    from scipy.optimize import linear_sum_assignment
+
+    agree = np.array([[float(labels_hat[o] == labels[s]) for s in slots] for o in owners])
+    rows, cols = linear_sum_assignment(-agree)
+    out = [0] * len(slots)
+    for r, c in zip(rows, cols):
+        out[c] = owners[r]
+    return out
+
+
+def labels_tie_break(perm: torch.Tensor, x_hat: torch.Tensor, x: torch.Tensor, labels_hat, labels) -> torch.Tensor:
+    """``perm`` (x_hat[perm] aligned to x) with its ties settled by the labels: reconstructions matched to true
+    images that are exactly the same image, and identical reconstructions, are ordered among themselves so that
+    the most labels agree.  Such reorderings leave every image cost as it is; without them the order of a tie
+    decides which label each reconstruction is compared with."""
+    lh = torch.as_tensor(labels_hat).reshape(-1).cpu().long()
+    lt = torch.as_tensor(labels).reshape(-1).cpu().long()
+    perm = perm.clone()
+    for slots in _groups(x):  # identical truths: any of their reconstructions may stand for any of them
+        perm[slots] = torch.tensor(_best_labels(perm[slots].tolist(), slots, lh, lt))
+    where = {int(o): j for j, o in enumerate(perm.tolist())}
+    for owners in _groups(x_hat):  # identical reconstructions: any of them may stand for any of their truths
+        slots = sorted(where[o] for o in owners)
+        perm[slots] = torch.tensor(_best_labels(owners, slots, lh, lt))
+    return perm
+
+
 def nearer_truths(xm: torch.Tensor, x: torch.Tensor, cost: torch.Tensor | None = None) -> list[int | None]:
     """For each true image i, the other true image j whose MSE to reconstruction ``xm[i]`` (already matched to x) is
     lower than its MSE to x[i], the lowest such (None where x[i] is the nearest, or the reconstruction is not
@@ -85,4 +124,4 @@ def nearer_truths(xm: torch.Tensor, x: torch.Tensor, cost: torch.Tensor | None =
     return out
 
 
-__all__ = ["label_accuracy", "label_overlap", "match", "mse_matrix", "nearer_truths"]
+__all__ = ["label_accuracy", "label_overlap", "labels_tie_break", "match", "mse_matrix", "nearer_truths"]

@@ -187,6 +187,27 @@ def test_label_accuracy_is_computed_under_the_image_matching():
     assert res_bad["label_acc"] == 1.0  # the right labels, on the wrong images: recovered as a multiset
 
 
+def test_ties_of_the_matching_go_the_labels_way():
+    """Two true images that are the same image, with different labels: whichever reconstruction stands for which
+    leaves every image score as it is, so the labels settle it (label_acc_matched 1, not 0 by the tie's order).
+    Identical reconstructions matched to different truths are settled the same way; per-image scores follow."""
+    g = torch.Generator().manual_seed(3)
+    a, c = torch.rand(2, 1, 1, 12, 12, generator=g)
+    x = torch.cat([a, a, c])
+    y = torch.tensor([4, 6, 1])
+    for order in ([0, 1, 2], [1, 0, 2], [2, 1, 0], [2, 0, 1]):
+        o = torch.tensor(order)
+        res = score(x[o], x, labels_hat=y[o], labels=y, with_lpips=False)
+        assert res["label_acc_matched"] == 1.0, order
+        assert [y[o][i] for i in res["match"]] == y.tolist(), order
+    xh = torch.cat([c, a, a])  # the same reconstruction twice: one for each copy of the truth, labels either way
+    res = score(xh, x, labels_hat=torch.tensor([1, 6, 4]), labels=y, with_lpips=False)
+    assert res["label_acc_matched"] == 1.0 and res["match"] == [2, 1, 0]
+    assert res["psnr_each"][2] == float("inf") or res["psnr_each"][2] > 100
+    fixed = score(x, x, labels_hat=torch.tensor([9, 9, 9]), labels=y, with_lpips=False)
+    assert fixed["label_acc_matched"] == 0.0 and fixed["match"] == [0, 1, 2]  # no label agrees: the order stays
+
+
 def test_label_overlap_counts_a_multiset():
     """Repeated labels count as often as they occur in both lists; order does not matter."""
     assert label_overlap([3, 3, 1, 0], [0, 3, 1, 1]) == 0.75
