@@ -86,8 +86,9 @@ def _trained_here(p: Path) -> bool:
     return (p / "protocol.json").is_file() and (p / "train.jsonl").is_file()
 
 
-#: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``)
-TEMPORARY_NAME_EXTRA = 16
+#: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``; a run folder's
+#: ``.NAME.PID-HOST.XXXXXXXX.tmp``, PID up to 7 digits and HOST 6)
+TEMPORARY_NAME_EXTRA = 32
 
 
 def _exists(path: Path) -> bool:

@@ -10,13 +10,18 @@ name says what was attacked, each part made safe for file names:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import itertools
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -121,6 +126,72 @@ def _reserved(base: Path) -> Path:
 __all__ = ["RUNS_ROOT", "default_run_dir", "defense_part", "model_part", "run_folder_name", "safe_part", "unused_path"]
 
 
+#: renameat2's flag that swaps two paths in one step (Linux 3.15 and later, on most local file systems)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap folders ``a`` and ``b`` in one step (renameat2 RENAME_EXCHANGE): no moment without a run at either
+    name.  False where the system or the file system does not offer it (the caller then renames twice)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        call = libc.renameat2
+    except (OSError, AttributeError):  # not glibc 2.28 or later, not Linux
+        return False
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _host_part() -> str:
+    """This machine, as six hex digits of its name's CRC-32: hidden folders of a write on another machine that shares
+    the file system are not this machine's to judge."""
+    return f"{zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF:06x}"
+
+
+def _aside_prefix(folder: Path) -> str:
+    """The prefix of the hidden folders a write of ``folder`` makes beside it (``.NAME.PID-HOST.``): a later write
+    can tell those of a process that no longer runs."""
+    return f".{folder.name}.{os.getpid()}-{_host_part()}."
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: it runs
+        return False
+    return False
+
+
+def _left_by_the_killed(folder: Path) -> None:
+    """Remove what a write of ``folder`` killed outright (SIGKILL, a lost node) left beside it, on this machine: its
+    temporary folders (``.NAME.PID-HOST.XXXX.tmp``), and an earlier run it had moved aside (``.NAME....old/NAME``),
+    which goes back to ``folder`` where nothing took that name since."""
+    pattern = re.compile(re.escape(f".{folder.name}.") + r"(\d+)-" + _host_part() + r"\.[^.]+\.(tmp|old)")
+    try:
+        entries = list(folder.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or not entry.is_dir() or entry.is_symlink() or not _process_gone(int(found[1])):
+            continue
+        kept = entry / folder.name
+        if found[2] == "old" and kept.is_dir() and not os.path.lexists(folder):
+            try:
+                os.replace(kept, folder)
+            except OSError:
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
 def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False,
                      foreign: Callable[[Path], str | None] | None = None) -> Path:
     """Fill ``folder`` by ``write(path)``, all or nothing; returns the folder written.
@@ -156,7 +227,8 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
             break
         made.append(above)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    _left_by_the_killed(folder)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".tmp"))
     written = False
     try:
         write(tmp)
@@ -180,11 +252,14 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
             if held is not None:
                 warnings.warn(f"while the run ran, '{asked}' {held}: it is left as it is, and the run is written "
                               f"to '{folder}'", SettingWarning, stacklevel=3)
+        elif folder.is_dir() and not folder.is_symlink() and _exchange(tmp, folder):
+            pass  # the earlier run is now at tmp, removed below
         elif folder.exists():
             # Ctrl-C or SIGTERM between the two renames would leave neither run in the folder: both are held until
-            # the new run stands there and the earlier one is gone
+            # the new run stands there and the earlier one is gone (a SIGKILL there leaves the earlier run aside,
+            # which the next write of the folder puts back)
             with signals_held():
-                old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+                old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".old"))
                 try:
                     os.replace(folder, old / folder.name)
                 except OSError:

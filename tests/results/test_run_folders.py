@@ -2,6 +2,7 @@
 file names, unique within one second."""
 
 import json
+import os
 import re
 
 import pytest
@@ -111,6 +112,7 @@ def test_ctrl_c_between_the_renames_that_replace_an_earlier_run_leaves_the_new_r
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(runs.os, "replace", replace_then_interrupt)
+    monkeypatch.setattr(runs, "_exchange", lambda a, b: False)  # a system without renameat2: two renames
     with pytest.raises(KeyboardInterrupt):
         write_run_folder(folder, lambda p: (p / "b.txt").write_text("second"))
     assert len(calls) == 2
@@ -181,3 +183,73 @@ def test_a_default_name_taken_during_the_write_takes_the_next_number(tmp_path, m
     folder = experiment.run_attack(RunConfig(model="lenet", dataset="digits", iterations=2), with_lpips=False)[1]
     assert folder.resolve() == base.with_name(f"{base.name}-3")
     assert (folder / "metrics.json").is_file()
+
+
+def test_an_earlier_run_is_swapped_out_in_one_step_where_the_system_can(tmp_path, monkeypatch):
+    """renameat2's exchange puts the new run in place and the earlier one aside at once: no moment without a run
+    at the name, and no second rename (a SIGKILL between two renames left the folder missing)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "one").write_text("1")
+    if not runs._exchange(a, b):
+        pytest.skip("this system or file system has no renameat2 exchange (the two-rename path is tested above)")
+    assert (b / "one").is_file() and not (a / "one").exists()
+
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / "run"
+    write_run_folder(folder, lambda p: (p / "a.txt").write_text("first"))
+    moves = []
+    real = os.replace
+    monkeypatch.setattr(runs.os, "replace", lambda s, d: (moves.append(d), real(s, d)))
+    write_run_folder(folder, lambda p: (p / "b.txt").write_text("second"))
+    assert moves == [] and sorted(p.name for p in folder.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "run"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_what_a_killed_write_left_beside_the_folder_is_cleared_by_the_next(tmp_path):
+    """A SIGKILL leaves the write's hidden temporary folder, and between the two renames the earlier run moved
+    aside (.NAME....old/NAME); nothing removed them.  The next write of that folder removes those of a process that
+    no longer runs, on this machine, and puts an earlier run moved aside back where its name is free; a running
+    process's folders, and other names', stay."""
+    import subprocess
+    import sys
+
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / "run"
+    host, dead = runs._host_part(), _dead_pid()
+    stale = tmp_path / f".run.{dead}-{host}.k2j4h1ab.tmp"
+    (stale / "sub").mkdir(parents=True)
+    aside = tmp_path / f".run.{dead}-{host}.q8w7e6rt.old"
+    (aside / "run").mkdir(parents=True)
+    (aside / "run" / "metrics.json").write_text("{}")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        running = tmp_path / f".run.{live.pid}-{host}.zz9yy8xx.tmp"
+        running.mkdir()
+        other = tmp_path / f".runs.{dead}-{host}.aa1bb2cc.tmp"
+        other.mkdir()
+        elsewhere = tmp_path / f".run.{dead}-{'0' * 6 if host != '000000' else '111111'}.mm3nn4oo.tmp"
+        elsewhere.mkdir()
+        runs._left_by_the_killed(folder)
+        assert (folder / "metrics.json").read_text() == "{}"  # the earlier run, back at its name
+        assert not stale.exists() and not aside.exists()
+        assert running.is_dir() and other.is_dir() and elsewhere.is_dir()
+        stale.mkdir()
+        write_run_folder(folder, lambda p: (p / "a.txt").write_text("new"))
+        assert sorted(p.name for p in folder.iterdir()) == ["a.txt"] and not stale.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", running.name, other.name, elsewhere.name])
+    finally:
+        live.kill()
+        live.wait()
