@@ -466,8 +466,11 @@ class GradientMatching(Attack):
             return obs.labels, None
         if self.label_mode != "idlg":
             return None, None
-        shared = head_and_probes(obs.victim, obs.linear_map, obs.y, obs.batch_size)  # one readout, one probe pass
-        readings = readings_to_compare(obs.victim, obs.linear_map, obs.y, obs.batch_size,
+        # the rules refuse a message with NaN or infinite values; a run with one (a defense's noise past the dtype's
+        # range, which the run warns of) reads them from its finite values, the others left out as zeros
+        y = obs.y if bool(torch.isfinite(obs.y).all()) else torch.nan_to_num(obs.y, nan=0.0, posinf=0.0, neginf=0.0)
+        shared = head_and_probes(obs.victim, obs.linear_map, y, obs.batch_size)  # one readout, one probe pass
+        readings = readings_to_compare(obs.victim, obs.linear_map, y, obs.batch_size,
                                        scale_unknown=scale_unknown(obs), shared=shared)
         distinct: list[torch.Tensor] = []
         for labels in readings.values():
@@ -476,7 +479,7 @@ class GradientMatching(Attack):
         order: list[int] = []
         signal, prior = math.inf, -1
         if obs.batch_size == 1 and "magnitude" in readings:  # features of both signs: is the head's reading clear?
-            order, signal, prior = one_example_classes(obs.victim, obs.linear_map, obs.y, shared=shared)
+            order, signal, prior = one_example_classes(obs.victim, obs.linear_map, y, shared=shared)
         doubt = signal < HEAD_SIGNAL_DOUBT
         if doubt:  # within the sketch noise: the first classes in magnitude's order are scored too
             for c in order:

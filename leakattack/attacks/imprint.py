@@ -27,7 +27,7 @@ from targets.models.imprint import QUERIES, add_imprint, imprint_block
 from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
-from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
+from .base import NO_CAUSE, Attack, AttackError, AttackResult, Monitor, closed_form_result, inexact_causes
 from .labels import (
     head_from_gradient,
     labels_at_images,
@@ -246,6 +246,7 @@ class Imprint(Attack):
 
     name = "imprint"
     closed_form = True
+    refuses_nonfinite = True  # its least squares and bin differences read nothing through them
     #: its final loss is the share of the bins' bias signal left out of the batch it returns, not a fit to y
     residual_name = "bin signal left out"
     uses_labels = False  # the images are the bins' quotients, whatever the labels read beside them
@@ -321,6 +322,10 @@ class Imprint(Attack):
                 fitted = _fit_rows(M, y64, w, b, block.bins, B)
                 found, images, diffs, outside, noisy = read(fitted[0])
             rest = fitted[1].to(y.dtype).reshape(obs.y.shape)
+            if not (bool(torch.isfinite(fitted[0]).all()) and bool(torch.isfinite(rest).all())):
+                raise AttackError(f"attack '{self.name}' cannot run here: its least squares on the message (values up "
+                                  f"to {float(y.abs().max()):.3g}) overflow {str(y64.dtype)[6:]}, and it reads "
+                                  "nothing from them; gradient-matching runs and records what such a message gives")
         order = diffs.abs().argsort(descending=True)
         if found.numel() == 0:
             x = torch.zeros((B, *victim.input_shape), dtype=torch.float64, device=y.device)

@@ -408,6 +408,17 @@ def _check_call(victim, linear_map, y, batch_size) -> None:
                                                                                          y.shape[0] != b):
         got = f"{y.dtype} tensor of shape {tuple(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
         raise UserError(f"the message must be one floating-point vector of the map's b = {b} numbers, got {got}")
+    _check_finite(y)
+
+
+def _check_finite(y: torch.Tensor) -> None:
+    """One UserError sentence, naming the first bad number, where message y holds a NaN or an infinity (a rule would
+    read made-up labels from it, or fail inside a solver)."""
+    bad = ~torch.isfinite(y.detach())
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise UserError(f"the message holds a non-finite number ({float(y[i])}) at index {i}, and no label rule can "
+                        f"read it{'' if int(bad.sum()) == 1 else f' ({int(bad.sum())} such numbers in all)'}")
 
 
 def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
@@ -531,9 +542,10 @@ def sign_rule_snr(victim, sketch, y: torch.Tensor) -> float:
     sketch, 1/b - 1/n for one that samples rows without replacement, 0 for an unsketched message).
     Below ~2 the recovered label is a coin toss; 0 where the map
     keeps none of the head's weight rows (every score is 0: nothing stands out); NaN for a victim without a
-    classification head (a regression), whose message carries no label to pick.
+    classification head (a regression), whose message carries no label to pick, and for a message with NaN or
+    infinite values, from which no score is read.
     """
-    if victim.head is None:
+    if victim.head is None or not bool(torch.isfinite(y).all()):
         return float("nan")
     rows, _ = sketched_rows(victim, sketch, y)
     scores = (rows @ y).sort().values

@@ -70,7 +70,7 @@ class ImprintBlock(nn.Module):
 
     def bins_of(self, x: torch.Tensor) -> torch.Tensor:
         """The bin of each input (N, ...): k where c_k < t(x) <= c_{k+1} (the units 0..k are active), -1 below c_0."""
-        t = x.reshape(x.shape[0], -1).to(torch.float64) @ self.query.to(device=x.device, dtype=torch.float64)
+        t = x.flatten(1).to(torch.float64) @ self.query.to(device=x.device, dtype=torch.float64)
         return torch.bucketize(t, self.thresholds.to(t)) - 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

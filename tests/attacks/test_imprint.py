@@ -15,7 +15,7 @@ from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 from leakattack.sketch.srht import prefix_rows
-from targets.models.imprint import GAIN, QUERIES, imprint_block, imprint_thresholds, make_query
+from targets.models.imprint import GAIN, QUERIES, add_imprint, imprint_block, imprint_thresholds, make_query
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -189,6 +189,11 @@ def test_a_pruned_batch_names_the_defense_among_the_causes_of_fewer_bins(tmp_pat
     (["--protocol", "fedavg"], "changes the model the server sends"),
     (["--sketch", "srht", "--sketch-ratio", "0.005", "--batch-size", "2"], "holds fewer"),
     (["--bins", "1"], "imprint bins"),
+    # a defense's noise past float64's range: a message of NaN and inf (it ended in a traceback, exit 1)
+    (["--defense", "gaussian:sigma=1e308"], "values are NaN or infinite, and this closed form solves nothing"),
+    # noise within the range whose squares overflow: no bin read (a traceback from an empty reshape, exit 1)
+    (["--defense", "gaussian:sigma=1e306"], "whose squares overflow float64, and this closed form's solves square"),
+    (["--defense", "gaussian:sigma=1e306", "--sketch", "none"], "whose squares overflow float64"),
 ])
 def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, capsys, args, words):
     out = tmp_path / "run"
@@ -197,6 +202,34 @@ def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, capsys, arg
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and words in lines[0], lines
     assert not out.exists()
+
+
+def test_a_least_squares_fit_that_overflows_is_one_sentence(monkeypatch):
+    """A fit of the block that is not finite reads no bin: one AttackError sentence, not a label rule's refusal of
+    the fitted rest or an empty batch's reshape."""
+    from leakattack.attacks import imprint
+
+    gen = torch.Generator().manual_seed(0)
+    victim = _wide_victim()
+    attack = get_attack("imprint", bins=16)
+    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
+    victim.to(dtype=torch.float64)
+    x = torch.rand(1, 1, 8, 8, generator=gen, dtype=torch.float64)
+    obs = observe(victim, x, torch.tensor([3]), Channel(make_sketch("srht", victim.d, victim.d // 2, seed=1)),
+                  ThreatModel())
+    for name in ("_fit_block", "_fit_rows"):
+        real = getattr(imprint, name)
+        monkeypatch.setattr(imprint, name, lambda *a, real=real: tuple(t * float("inf") for t in real(*a)))
+    with pytest.raises(AttackError, match="its least squares on the message .* overflow float64"):
+        attack.reconstruct(obs)
+
+
+def test_no_image_has_no_bin():
+    """bins_of of an empty batch (no bin read) is empty; it failed on reshaping zero elements."""
+    victim = targets.get_model("lenet", num_classes=10, in_shape=(1, 8, 8), seed=0)
+    add_imprint(victim, 8, torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
+    block = imprint_block(victim.model)
+    assert block.bins_of(torch.zeros(0, 64)).shape == (0,)
 
 
 def test_hits_stand_out_of_noise_and_fall_back_to_the_largest_bins():

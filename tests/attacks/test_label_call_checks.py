@@ -100,3 +100,20 @@ def test_scores_that_are_not_the_heads_own_are_warned_before_the_labels_are_read
     assert (len(said) == 1 and "are not the softmax of its head's scores" in said[0]) == (scores == "temperature"), said
     if scores != "temperature":
         assert not said
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_message_with_a_value_that_is_not_finite_is_one_sentence(lenet_message, bad):
+    """A NaN or an infinity in the message gave made-up labels by some rules ([0, 0] by pooled, [9, 9] by bias), a
+    raw linalg error by magnitude and a math domain error by pooled on inf; it is one sentence naming the first."""
+    victim, sk, y = lenet_message
+    y = y.clone()
+    y[5] = bad
+    calls = [lambda r=r: labels.recover_labels(victim, sk, y, 2, rule=r) for r in labels.LABEL_RULES]
+    calls += [lambda: labels.recover_labels_by_rule(victim, sk, y, 2),
+              lambda: labels.readings_to_compare(victim, sk, y, 2),
+              lambda: labels.head_and_probes(victim, sk, y, 2), lambda: labels.one_example_classes(victim, sk, y)]
+    for call in calls:
+        with pytest.raises(UserError, match=rf"non-finite number \({bad}\) at index 5, and no label rule can read it"):
+            call()
+    assert labels.sign_rule_snr(victim, sk, y) != labels.sign_rule_snr(victim, sk, y)  # NaN: nothing is read
