@@ -39,8 +39,7 @@ def unreadable(path: Path) -> str:
     if not head:
         return "is empty"
     if head.startswith(_ZIP):
-        return ("is a damaged torch file: its zip archive cannot be read (cut short while it was written or copied, "
-                "or changed since)")
+        return _zip_kind(path)
     if head.startswith(_NUMPY):
         return "is a NumPy file (numpy.save), not a torch file (torch.save)"
     if head.startswith(_PICKLE):
@@ -50,6 +49,25 @@ def unreadable(path: Path) -> str:
     if "\ufffd" not in body and all(c.isprintable() or c in "\r\n\t" for c in body):
         return "is a text file, not a torch file (torch.save)"
     return "is not a torch file (torch.save)"
+
+
+def _zip_kind(path: Path) -> str:
+    """What a zip archive that torch.load could not read is: NumPy's .npz, another zip archive (no pickle of torch's
+    layout inside), or a damaged torch file."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        names = None
+    if names:
+        if all(name.endswith(".npy") for name in names):
+            return "is a NumPy archive (numpy.savez), not a torch file (torch.save)"
+        if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
+            return "is a zip archive, not a torch file (torch.save): it holds no data.pkl"
+    return ("is a damaged torch file: its zip archive cannot be read (cut short while it was written or copied, or "
+            "changed since)")
 
 
 def _pickled(path: Path) -> bool:

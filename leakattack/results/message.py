@@ -298,9 +298,15 @@ def read_truth(path, what: str = "truth file") -> tuple[torch.Tensor, torch.Tens
     else:
         images = data
     if not isinstance(images, torch.Tensor) or not images.is_floating_point() or images.dim() not in (3, 4):
-        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise MessageError(f"{where} must hold floating-point images (B, C, H, W), got {shape}")
+        got = (f"a {str(images.dtype)[6:]} tensor of shape {tuple(images.shape)}" if isinstance(images, torch.Tensor)
+               else f"a {type(images).__name__}")
+        hint = " (pixels 0-255: divide by 255)" if isinstance(images, torch.Tensor) and images.dtype == torch.uint8 \
+            else ""
+        raise MessageError(f"{where} must hold floating-point images (B, C, H, W), got {got}{hint}")
     images = images.detach() if images.dim() == 4 else images.detach().unsqueeze(0)
+    if images.numel() == 0:
+        raise MessageError(f"{where} holds no image values (shape {tuple(images.shape)}): it must hold at least one "
+                           "image with at least one channel and pixel")
     if not bool(torch.isfinite(images).all()):
         bad = int((~torch.isfinite(images)).sum())
         raise MessageError(f"{where}: {bad} of the images' values {'is' if bad == 1 else 'are'} not finite (NaN or "

@@ -1,5 +1,6 @@
 """Message files: what write_message saves, read_message returns; sketch descriptions rebuild the same R."""
 
+import re
 import warnings
 
 import pytest
@@ -139,6 +140,22 @@ def test_a_truth_file_is_a_tensor_or_a_dict_of_images_and_labels(tmp_path):
     torch.save({"labels": torch.tensor([1])}, tmp_path / "c.pt")
     with pytest.raises(MessageError, match="is a dict without 'images'"):
         read_truth(tmp_path / "c.pt")
+
+
+@pytest.mark.parametrize("images, said", [
+    # no image values: a traceback from min() over an empty tensor
+    (torch.empty(0, 3, 4, 4), r"holds no image values \(shape \(0, 3, 4, 4\)\)"),
+    ({"images": torch.empty(2, 0, 4, 4)}, r"holds no image values \(shape \(2, 0, 4, 4\)\)"),
+    # the dtype that is refused is named (the sentence gave the shape alone, which was the one asked for)
+    ((torch.rand(2, 3, 4, 4) * 255).to(torch.uint8), r"got a uint8 tensor of shape \(2, 3, 4, 4\) \(pixels 0-255: "),
+    (torch.zeros(2, 3, 4, 4, dtype=torch.bool), r"got a bool tensor of shape"),
+    (torch.zeros(2, 3, 4, 4, dtype=torch.complex64), r"got a complex64 tensor of shape"),
+    ([1.0, 2.0], r"got a list"),
+])
+def test_a_truth_file_without_float_images_is_one_sentence_naming_what_it_holds(tmp_path, images, said):
+    torch.save(images, tmp_path / "t.pt")
+    with pytest.raises(MessageError, match="^" + re.escape(f"truth file '{tmp_path / 't.pt'}' ") + ".*" + said):
+        read_truth(tmp_path / "t.pt")
 
 
 def test_an_input_shape_of_numpy_integers_or_a_torch_size_is_written_as_a_list(tmp_path):

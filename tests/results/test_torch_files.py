@@ -36,6 +36,14 @@ def _kinds(tmp: Path) -> dict[str, Path]:
         out[said] = tmp / f"f{i}.pt"
     np.save(tmp / "a.npy", np.zeros(3))
     out["is a NumPy file (numpy.save), not a torch file (torch.save)"] = tmp / "a.npy"
+    # a whole zip archive that is not torch's was called a damaged torch file
+    np.savez(tmp / "a.npz", images=np.zeros((1, 3, 4, 4)))
+    out["is a NumPy archive (numpy.savez), not a torch file (torch.save)"] = tmp / "a.npz"
+    import zipfile
+
+    with zipfile.ZipFile(tmp / "z.pt", "w") as archive:
+        archive.writestr("weights.txt", "0.1 0.2")
+    out["is a zip archive, not a torch file (torch.save): it holds no data.pkl"] = tmp / "z.pt"
     return out
 
 
