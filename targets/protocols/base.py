@@ -545,7 +545,7 @@ class Protocol:
 
         inner = self.message_operator(op_att, decoded)
         info = {"kind": f"protocol:{self.name}", "round": t, "client": c, "local_steps": K, "local_lr": lr,
-                "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "message",
+                "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "sketch" if self.decodable else "message",
                 "message_floats": int(y.numel()), "message_norm": unit}
         if self.local_epochs:
             per_epoch = len(steps) // self.local_epochs

@@ -100,6 +100,15 @@ def test_match_space_unsketched_still_runs_for_fedsketch():
     assert experiment.prepare(cfg).obs.extra["match_space"] == "unsketched"
 
 
+def test_the_match_space_is_recorded_in_the_words_of_its_flag():
+    """A fedsketch message matched as sent (--match-space sketch, the default) was recorded as "message"; a protocol
+    without an un-sketch keeps "message"."""
+    cfg = RunConfig(model="lenet", dataset="digits", iterations=2, protocol="fedsketch-privix", match_space="sketch")
+    assert experiment.prepare(cfg).obs.extra["match_space"] == "sketch"
+    cfg = RunConfig(model="lenet", dataset="digits", iterations=2, protocol="fedavg")
+    assert experiment.prepare(cfg).obs.extra["match_space"] == "message"
+
+
 def test_a_heaprix_message_is_its_count_sketch_table_and_says_so():
     """HEAPRIX's exact Top_m values are not in the attacked message: at round 1 it is PRIVIX's message, and the
     message's description records what it holds."""
