@@ -544,8 +544,9 @@ class Protocol:
             return (self.decode(op_att, msg) if decoded else msg) / unit
 
         inner = self.message_operator(op_att, decoded)
+        space = "unsketched" if decoded else "sketch" if self.decodable else "message"  # --match-space's words
         info = {"kind": f"protocol:{self.name}", "round": t, "client": c, "local_steps": K, "local_lr": lr,
-                "sketch_known": sketch_known, "match_space": "unsketched" if decoded else "sketch" if self.decodable else "message",
+                "sketch_known": sketch_known, "match_space": space,
                 "message_floats": int(y.numel()), "message_norm": unit}
         if self.local_epochs:
             per_epoch = len(steps) // self.local_epochs

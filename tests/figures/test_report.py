@@ -971,6 +971,8 @@ def test_a_dp_protocol_run_is_reported_with_its_weights_noise_and_epsilon(tmp_pa
         return _html.unescape(re.sub("<[^>]+>", "", found.group(1)))
 
     assert row("victim").endswith("; w^t of round 2, re-simulated")
+    # the clip C of its noise's scale (and the other settings it reads) were in config.json only
+    assert row("protocol settings") == "dp_epsilon = 0.5, dp_delta = 1e-05, dp_clip = 1"
     assert re.fullmatch(r"the protocol's own Gaussian noise, σ = [\d.]+", row("defense"))
     assert re.fullmatch(r"ε = [\d.e+-]+ \(RDP accountant\) at δ = 2e-05 over rounds 1\.\.2; the paper's ε = 0\.707 "
                         r"\(√\(tK\)·ε̂ over t rounds of K steps: Lemma H\.7, then Theorem 6\.2\)", row("privacy"))
@@ -1057,3 +1059,17 @@ def test_the_summary_table_and_the_reconstruction_grid_name_keys_as_the_figures_
     assert '<th title="sketch_dim">sketch size b</th>' in text and '<th title="b_over_m">b/m</th>' in text
     grid = text.split("<h3>Reconstructions</h3>")[1]
     assert "<th>sketch size b = " in grid and "sketch_dim" not in grid
+
+
+def test_the_setting_gives_the_settings_a_protocol_reads():
+    """sacfl's threshold τ and server rate κ, and a fedsketch's table, are named beside the message; settings that
+    protocol does not read, and those other rows give (the sketch, b/d), are not."""
+    from leakattack.figures.report.run_section import _protocol_settings
+    from targets.protocols.base import SPEC_DEFAULTS
+
+    spec = {**SPEC_DEFAULTS, "clip_threshold": 0.25, "server_lr": 2.0}
+    assert _protocol_settings("sacfl", {"protocol_spec": spec}) == "server_lr = 2, clip_threshold = 0.25"
+    assert _protocol_settings("fedsketch-privix", {"protocol_spec": spec}) == (
+        f"sketch_rows = {spec['sketch_rows']}, sketch_buckets = {spec['sketch_buckets']}")
+    assert _protocol_settings("fedavg", {"protocol_spec": spec}) == ""
+    assert _protocol_settings("sacfl", {}) == "" and _protocol_settings("no-such", {"protocol_spec": spec}) == ""

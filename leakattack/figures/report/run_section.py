@@ -292,6 +292,22 @@ def _local_steps(protocol, described: dict) -> str:
     return steps + (f" at learning rate {_num(lr, 3, 'g')}" if isinstance(lr, (int, float)) else "")
 
 
+#: settings a protocol reads that other rows of the report give (the sketch's kind, and b/d)
+_SHOWN_ELSEWHERE = frozenset({"sketch", "sketch_ratio"})
+
+
+def _protocol_settings(protocol, described: dict) -> str:
+    """``dp_clip = 1, dp_delta = 1e-05, ...``: the settings of its spec (config.json's ``protocol_spec``) that this
+    protocol reads beyond those every protocol does (a sketched-dp's clip C, a sacfl's threshold τ), as config.json
+    names them; "" where the protocol or its spec is not known."""
+    cls, spec = _protocol_class(protocol), described.get("protocol_spec")
+    if cls is None or not isinstance(spec, dict):
+        return ""
+    shown = [f"{key} = {_num(spec[key], 4, 'g') if isinstance(spec[key], float) else spec[key]}"
+             for key in cls.reads if key in spec and key not in _SHOWN_ELSEWHERE and spec[key] not in ({}, None)]
+    return ", ".join(shown)
+
+
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
     model = str(run.get("model", NOT_RECORDED))
     if run.get("model_params"):
@@ -323,6 +339,8 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
                  "random": f"image index {first} and others drawn at random"}.get(draw, f"first image index {first}")
         message = f"one gradient of a batch of {run.get('batch_size', 1)} ({which})"
     rows.append(("message", message))
+    if run.get("protocol") and (own := _protocol_settings(run["protocol"], described)):
+        rows.append(("protocol settings", own))
     d, b = derived.get("d", m.d), derived.get("b", m.b)
     rows.append(("d, b", f"d = {_int(d)} weights, b = {_int(b)} numbers sent" +
                  (f" (b/d = {ratio_text(b, d)})" if isinstance(d, int) and isinstance(b, int) and d else "")))
