@@ -466,11 +466,13 @@ def _file_record(path: Path) -> dict:
     return {"path": str(path.resolve()), "sha256": digest.hexdigest(), "bytes": path.stat().st_size}
 
 
-def attacked_files(cfg: RunConfig, case: Case) -> dict:
+def attacked_files(cfg: RunConfig, case: Case, hashed: bool = True) -> dict:
     """``{"image_indices": [...]}``, the data set's indices of the attacked batch in the truth's order (a class or
     random draw picks them from ``--image-index``), and where the data set is read from files one image each (an
     image folder: its class is the folder it is in) ``"image_files"``, their absolute paths (an index names another
-    file once files are added to the folder); ``{}`` for a protocol's or a file's message."""
+    file once files are added to the folder), with ``"image_sha256"``, their SHA-256, and ``"data_root"``, the
+    folder's absolute path; ``{}`` for a protocol's or a file's message.  ``hashed``: False leaves out the files'
+    SHA-256 (a caller that reads the indices only)."""
     if case.x is None or cfg.protocol or cfg.message:
         return {}
     positions = batch_positions(case.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw).tolist()
@@ -478,6 +480,10 @@ def attacked_files(cfg: RunConfig, case: Case) -> dict:
     files = getattr(case.dataset, "files", None)
     if files:
         out["image_files"] = [str(Path(files[i]).resolve()) for i in positions]
+        if hashed:  # a file replaced under the same name is noticed
+            out["image_sha256"] = [_file_record(Path(files[i]))["sha256"] for i in positions]
+    if cfg.data_root is not None and reads_root(case.dataset.name):
+        out["data_root"] = str(Path(cfg.data_root).resolve())  # run.data_root is as given, relative or not
     return out
 
 
@@ -608,7 +614,7 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     mean_x, what = mean
     start = None if closed_form else scored(result.x0.detach().to(case.x))
     # image identifiability against the data set the batch was drawn from (not a protocol's or a file's message)
-    positions = attacked_files(p.cfg, case).get("image_indices")
+    positions = attacked_files(p.cfg, case, hashed=False).get("image_indices")
     found: dict = {}
     if positions is not None:
         images = (metrics.matched(result.x, scores, case.x),

@@ -34,6 +34,13 @@ def test_the_run_names_the_files_it_attacked(tmp_path, capsys):
     derived = json.loads((out / "config.json").read_text())["derived"]
     assert derived["image_files"] == [str((root / "cat" / "2.png").resolve()), str((root / "dog" / "0.png").resolve())]
     assert derived["image_indices"] == [2, 3]
+    # their contents and the folder, absolute: a file replaced under its name, or a relative --data-root read from
+    # another folder, is noticed
+    import hashlib
+
+    assert derived["image_sha256"] == [hashlib.sha256(p.read_bytes()).hexdigest()
+                                       for p in (root / "cat" / "2.png", root / "dog" / "0.png")]
+    assert derived["data_root"] == str(root.resolve())
 
 
 @pytest.mark.parametrize("draw", ["consecutive", "class", "random"])
