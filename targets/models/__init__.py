@@ -205,7 +205,9 @@ def get_model(name: str, num_classes: int = 10, in_shape: tuple = (3, 32, 32), s
     unknown = [] if takes_any_param(name) else sorted(set(params) - set(model_params(name)))
     if unknown:
         allowed = ", ".join(model_params(name)) or "none"
-        raise UserError(f"model '{name}' has no parameter '{unknown[0]}'; allowed: {allowed}")
+        hint = ("; one example's shape is get_model's in_shape=(C, H, W) (Victim.from_module calls it input_shape)"
+                if unknown[0] == "input_shape" else "")
+        raise UserError(f"model '{name}' has no parameter '{unknown[0]}'; allowed: {allowed}{hint}")
     if init is not None and init not in INITS:
         raise UserError(f"unknown weight init '{init}'; choose one of: {', '.join(INITS)}")
     module = seeded_build(seed, lambda: _build(name, builder, in_shape, num_classes, params))

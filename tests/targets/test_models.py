@@ -200,6 +200,10 @@ def test_model_parameters_are_checked_and_passed_to_the_builder():
     assert "act" in targets.model_params("lenet") and "act" not in targets.model_params("logreg")
     with pytest.raises(ValueError, match="model 'logreg' has no parameter 'act'"):
         targets.get_model("logreg", act="relu")
+    # Victim.from_module's name for the input's shape: the sentence names get_model's own
+    with pytest.raises(ValueError, match=r"has no parameter 'input_shape'; allowed: act; one example's shape is "
+                                         r"get_model's in_shape=\(C, H, W\)"):
+        targets.get_model("lenet", input_shape=(1, 28, 28))
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         targets.get_model("mlp", act="swish")
 
