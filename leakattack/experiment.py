@@ -466,13 +466,12 @@ def _file_record(path: Path) -> dict:
     return {"path": str(path.resolve()), "sha256": digest.hexdigest(), "bytes": path.stat().st_size}
 
 
-def attacked_files(cfg: RunConfig, case: Case, hashed: bool = True) -> dict:
+def attacked_files(cfg: RunConfig, case: Case) -> dict:
     """``{"image_indices": [...]}``, the data set's indices of the attacked batch in the truth's order (a class or
     random draw picks them from ``--image-index``), and where the data set is read from files one image each (an
     image folder: its class is the folder it is in) ``"image_files"``, their absolute paths (an index names another
-    file once files are added to the folder), with ``"image_sha256"``, their SHA-256, and ``"data_root"``, the
-    folder's absolute path; ``{}`` for a protocol's or a file's message.  ``hashed``: False leaves out the files'
-    SHA-256 (a caller that reads the indices only)."""
+    file once files are added to the folder), and ``"data_root"``, the folder's absolute path (their contents are
+    fingerprinted by :func:`input_files`, when they are read); ``{}`` for a protocol's or a file's message."""
     if case.x is None or cfg.protocol or cfg.message:
         return {}
     positions = batch_positions(case.dataset, cfg.image_index, cfg.batch_size, cfg.batch_draw).tolist()
@@ -480,19 +479,17 @@ def attacked_files(cfg: RunConfig, case: Case, hashed: bool = True) -> dict:
     files = getattr(case.dataset, "files", None)
     if files:
         out["image_files"] = [str(Path(files[i]).resolve()) for i in positions]
-        if hashed:  # a file replaced under the same name is noticed
-            out["image_sha256"] = [_file_record(Path(files[i]))["sha256"] for i in positions]
-    if cfg.data_root is not None and reads_root(case.dataset.name):
-        out["data_root"] = str(Path(cfg.data_root).resolve())  # run.data_root is as given, relative or not
+        if cfg.data_root is not None:
+            out["data_root"] = str(Path(cfg.data_root).resolve())  # run.data_root is as given, relative or not
     return out
 
 
 def input_files(cfg: RunConfig, case: Case) -> dict:
     """Absolute path, SHA-256 and size of the files a run read that its settings name but do not pin down: the
-    model's .py file (``--model file.py:Name``), ``--weights``, ``--message`` and ``--truth``, and the checkpoint
-    of a ``--protocol-dir`` that w^t came from (``case``'s): a run folder names what it read, so an edited, moved or
-    replaced file is noticed."""
-    files = {}
+    model's .py file (``--model file.py:Name``), ``--weights``, ``--message`` and ``--truth``, the checkpoint
+    of a ``--protocol-dir`` that w^t came from (``case``'s), and an image folder's attacked files (``images``, in
+    the truth's order): a run folder names what it read, so an edited, moved or replaced file is noticed."""
+    files: dict[str, dict | list[dict]] = {}
     model = str(cfg.model or "")
     where = model.rpartition(":")[0] if ":" in model else ""
     if where.endswith(".py") and Path(where).is_file():
@@ -504,6 +501,14 @@ def input_files(cfg: RunConfig, case: Case) -> dict:
     read = case.obs.extra.get("checkpoint_file")
     if read and Path(read).is_file():
         files["checkpoint"] = _file_record(Path(read))
+    images = attacked_files(cfg, case).get("image_files")
+    if images:  # an image folder's attacked files, just read: one replaced under its name is noticed
+        try:
+            files["images"] = [_file_record(Path(f)) for f in images]
+        except OSError as err:
+            raise ConfigError(f"the attacked image '{err.filename}' could not be read again to fingerprint it "
+                              f"({err.strerror or type(err).__name__}): it was moved or changed while the run read "
+                              "it") from None
     return files
 
 
@@ -614,7 +619,7 @@ def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,
     mean_x, what = mean
     start = None if closed_form else scored(result.x0.detach().to(case.x))
     # image identifiability against the data set the batch was drawn from (not a protocol's or a file's message)
-    positions = attacked_files(p.cfg, case, hashed=False).get("image_indices")
+    positions = attacked_files(p.cfg, case).get("image_indices")
     found: dict = {}
     if positions is not None:
         images = (metrics.matched(result.x, scores, case.x),

@@ -962,9 +962,11 @@ class OneExampleAttack(Attack):
         return None
 
     def gradient(self, obs: Observation) -> torch.Tensor:
-        """g (float64) from the message y = M g, b >= d; :attr:`short_solve` keeps the relative residual where the
-        iterative solve stopped short of reading it (an ill-conditioned sketch), else None."""
-        g, self.short_solve = self._square._solve_square_checked(obs.linear_map, obs.y.detach().reshape(-1))
+        """g from the message y = M g, b >= d, both in float64; :attr:`short_solve` keeps the relative residual where
+        the iterative solve stopped short of reading it (an ill-conditioned sketch), else None."""
+        # in float64 whatever the client's dtype, as the analytic attack reads it
+        y = obs.y.detach().reshape(-1).to(torch.float64)
+        g, self.short_solve = self._square._solve_square_checked(obs.linear_map, y)
         return g.to(torch.float64)
 
     def inexact_words(self, obs: Observation) -> str:

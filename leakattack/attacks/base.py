@@ -142,17 +142,17 @@ class Attack:
     def refusal(self, obs: Observation) -> str | None:
         """Why the attack cannot run on ``obs`` (one sentence), or None: where it :attr:`refuses_nonfinite`, a
         message that holds NaN or infinite values (a defense's noise beyond the dtype's range), through which it
-        solves no system, or one whose squared norm overflows the dtype (its solves square it), else what
-        :meth:`supports` says."""
+        solves no system, or one whose squared norm overflows float64 (the closed forms read the message in float64
+        and their solves square it), else what :meth:`supports` says."""
         if self.refuses_nonfinite and isinstance(obs.y, torch.Tensor):
             bad = int((~torch.isfinite(obs.y)).sum())
             if bad:
                 return (f"{bad} of the message's {obs.y.numel()} values are NaN or infinite, and this closed form "
                         "solves nothing through them; gradient-matching runs and records what such a message gives")
-            if not bool(torch.isfinite(obs.y.detach().pow(2).sum())):  # a defense's noise near the dtype's range
+            if not bool(torch.isfinite(obs.y.detach().to(torch.float64).pow(2).sum())):  # noise near float64's range
                 return (f"the message's values reach {float(obs.y.detach().abs().max()):.3g}, whose squares overflow "
-                        f"{str(obs.y.dtype)[6:]}, and this closed form's solves square them; gradient-matching runs "
-                        "and records what such a message gives")
+                        "float64, in which the closed forms solve; gradient-matching runs and records what such a "
+                        "message gives")
         return self.supports(obs)
 
     def check(self, obs: Observation) -> None:

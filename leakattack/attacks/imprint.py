@@ -27,7 +27,7 @@ from targets.models.imprint import QUERIES, add_imprint, imprint_block
 from ..constraints import Choice, Number, Param
 from ..observation import Observation
 from .analytic import Analytic, cgls
-from .base import NO_CAUSE, Attack, AttackError, AttackResult, Monitor, closed_form_result, inexact_causes
+from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
 from .labels import (
     head_from_gradient,
     labels_at_images,
@@ -246,7 +246,6 @@ class Imprint(Attack):
 
     name = "imprint"
     closed_form = True
-    refuses_nonfinite = True  # its least squares and bin differences read nothing through them
     #: its final loss is the share of the bins' bias signal left out of the batch it returns, not a fit to y
     residual_name = "bin signal left out"
     uses_labels = False  # the images are the bins' quotients, whatever the labels read beside them
@@ -297,7 +296,10 @@ class Imprint(Attack):
         rest = obs.y  # the message the label rules read
         B, n_w = obs.batch_size, w.stop - w.start
 
+        finite = [True]  # whether the block's gradient last read is finite
+
         def read(z):
+            finite[0] = bool(torch.isfinite(z).all())
             found, images, diffs = hits(z[:n_w].reshape(block.bins, -1), z[n_w:], B)
             return found, images, diffs, int((block.bins_of(images).to(found) != found).sum()), \
                 noisy_bins(z[n_w:], B)
@@ -322,10 +324,6 @@ class Imprint(Attack):
                 fitted = _fit_rows(M, y64, w, b, block.bins, B)
                 found, images, diffs, outside, noisy = read(fitted[0])
             rest = fitted[1].to(y.dtype).reshape(obs.y.shape)
-            if not (bool(torch.isfinite(fitted[0]).all()) and bool(torch.isfinite(rest).all())):
-                raise AttackError(f"attack '{self.name}' cannot run here: its least squares on the message (values up "
-                                  f"to {float(y.abs().max()):.3g}) overflow {str(y64.dtype)[6:]}, and it reads "
-                                  "nothing from them; gradient-matching runs and records what such a message gives")
         order = diffs.abs().argsort(descending=True)
         if found.numel() == 0:
             x = torch.zeros((B, *victim.input_shape), dtype=torch.float64, device=y.device)
@@ -338,6 +336,10 @@ class Imprint(Attack):
         if labels is None:
             if not from_g and victim.head is not None and victim.task == "classification":
                 head = read_head(victim, M, rest)  # one adjoint, for the rules and the reading at the images
+            if not bool(torch.isfinite(rest).all()):  # a message drowned in noise past the range, or a fit that
+                # overflowed: the rules read the finite values, the others left out as zeros, as gradient matching
+                # does (the rules refuse a message that is not finite)
+                rest, head = torch.nan_to_num(rest, nan=0.0, posinf=0.0, neginf=0.0), None
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs), read=head)
         slopes = None
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order
@@ -361,7 +363,10 @@ class Imprint(Attack):
         n = int(found.numel())
         held = f"{n} of {block.bins} bins held images of the batch of {B}"
         notes = []
-        if n < B and noisy:  # the empty bins are noise: a bin that holds an image need not stand out of it
+        if not finite[0]:  # a defense's noise past the range, or a fit that overflowed
+            notes.append(f"the block's gradient read from the message is not finite (NaN or infinite values): {held}, "
+                         "and no image was read from it")
+        elif n < B and noisy:  # the empty bins are noise: a bin that holds an image need not stand out of it
             noise = _noise_steps(obs.defense)
             cause = (f"the defense adds noise, {', '.join(noise)}" if noise else
                      "the block was read through the sketch, with the rest of the gradient as noise" if M.b < M.d else

@@ -86,9 +86,11 @@ def _trained_here(p: Path) -> bool:
     return (p / "protocol.json").is_file() and (p / "train.jsonl").is_file()
 
 
-#: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``; a run folder's
-#: ``.NAME.PID-HOST.XXXXXXXX.tmp``, PID up to 7 digits and HOST 6)
-TEMPORARY_NAME_EXTRA = 32
+#: bytes an atomic write adds to a name for its temporary beside it (``.NAME.XXXXXXXX.tmp``)
+TEMPORARY_NAME_EXTRA = 16
+#: bytes a run folder's write adds to its name for the folders beside it (``.NAME.PID-HOST.XXXXXXXX.tmp``, PID up to
+#: 7 digits and HOST 6)
+RUN_FOLDER_NAME_EXTRA = 32
 
 
 def _exists(path: Path) -> bool:
@@ -146,7 +148,7 @@ def _writable_out(out: str | os.PathLike, file: str | None, *, beside: bool, sai
                         "that names it: name a path without control characters")
     path = Path(out)
     longest = max(path.parts, key=lambda part: len(os.fsencode(part)), default="")
-    limit = _name_max(path) - TEMPORARY_NAME_EXTRA
+    limit = _name_max(path) - (RUN_FOLDER_NAME_EXTRA if file is None and beside else TEMPORARY_NAME_EXTRA)
     if len(os.fsencode(longest)) > limit:
         raise UserError(f"--out names '{longest[:24]}...', a name of {len(os.fsencode(longest))} bytes, and this file "
                         f"system takes {limit} at most here (its limit less the temporary name written beside it): "

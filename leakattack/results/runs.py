@@ -160,7 +160,34 @@ def _aside_prefix(folder: Path) -> str:
     return f".{folder.name}.{os.getpid()}-{_host_part()}."
 
 
+def _held(path: Path) -> int | None:
+    """An open descriptor of folder ``path`` that holds an exclusive lock on it (flock), or None where none can be had:
+    another process holds it, or the system has no flock.  A write holds its hidden folders so, and a later write
+    clears only folders it can lock: one whose writer runs on in another PID namespace or on another machine with
+    this one's name is left alone."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
 def _process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs here (POSIX only: on Windows os.kill(pid, 0) would send a Ctrl-C)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -174,6 +201,8 @@ def _left_by_the_killed(folder: Path) -> None:
     """Remove what a write of ``folder`` killed outright (SIGKILL, a lost node) left beside it, on this machine: its
     temporary folders (``.NAME.PID-HOST.XXXX.tmp``), and an earlier run it had moved aside (``.NAME....old/NAME``),
     which goes back to ``folder`` where nothing took that name since."""
+    if os.name != "posix":
+        return
     pattern = re.compile(re.escape(f".{folder.name}.") + r"(\d+)-" + _host_part() + r"\.[^.]+\.(tmp|old)")
     try:
         entries = list(folder.parent.iterdir())
@@ -183,13 +212,18 @@ def _left_by_the_killed(folder: Path) -> None:
         found = pattern.fullmatch(entry.name)
         if found is None or not entry.is_dir() or entry.is_symlink() or not _process_gone(int(found[1])):
             continue
-        kept = entry / folder.name
-        if found[2] == "old" and kept.is_dir() and not os.path.lexists(folder):
-            try:
+        lock = _held(entry)
+        if lock is None:  # its writer holds it still (another PID namespace), or it cannot be told
+            continue
+        try:
+            kept = entry / folder.name
+            if found[2] == "old" and kept.is_dir() and not os.path.lexists(folder):
                 os.replace(kept, folder)
-            except OSError:
-                continue
-        shutil.rmtree(entry, ignore_errors=True)
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+        finally:
+            _release(lock)
 
 
 def write_run_folder(folder: str | Path, write: Callable[[Path], None], fresh: bool = False,
@@ -229,6 +263,7 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
     folder.parent.mkdir(parents=True, exist_ok=True)
     _left_by_the_killed(folder)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".tmp"))
+    lock = _held(tmp)  # held while this process writes: no later write takes it for a killed one's
     written = False
     try:
         write(tmp)
@@ -260,25 +295,30 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
             # which the next write of the folder puts back)
             with signals_held():
                 old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".old"))
+                old_lock = _held(old)
                 try:
                     os.replace(folder, old / folder.name)
                 except OSError:
                     old.rmdir()  # the earlier run stays where it was
+                    _release(old_lock)
                     raise
                 try:
                     os.replace(tmp, folder)
                 except OSError:
                     os.replace(old / folder.name, folder)  # the earlier run back in its place
                     old.rmdir()
+                    _release(old_lock)
                     raise
                 written = True
                 shutil.rmtree(old, ignore_errors=True)
+                _release(old_lock)
         else:
             os.replace(tmp, folder)
         written = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        _release(lock)
         for above in made if not written else ():
             try:
                 above.rmdir()

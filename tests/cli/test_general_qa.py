@@ -46,6 +46,18 @@ def test_an_out_name_too_long_for_the_file_system_is_one_sentence(tmp_path, caps
     assert not (tmp_path / "parent").exists()
 
 
+def test_the_room_left_for_temporary_names_is_a_run_folders_for_a_run_and_a_files_for_a_file(tmp_path):
+    """A run folder's hidden folders beside it (.NAME.PID-HOST.XXXXXXXX.tmp) take 32 bytes of the name's limit, a
+    file's temporary (.NAME.XXXXXXXX.tmp) 16: a report of a 230-byte name is written, a run folder of one refused."""
+    from leakattack.errors import UserError
+    from leakattack.results.io import writable_out
+
+    name = "a" * 230
+    assert writable_out(tmp_path / f"{name[:-5]}.html", ".html").name == f"{name[:-5]}.html"
+    with pytest.raises(UserError, match="a name of 230 bytes, and this file system takes 223 at most here"):
+        writable_out(tmp_path / name, beside=True)
+
+
 def test_two_placements_and_an_overflowing_seed_are_one_sentence(tmp_path, capsys):
     with pytest.raises(UserError, match="names 2 placements: give one"):
         defenses.build("gaussian:sigma=1e-3@after_sketch@before_sketch")

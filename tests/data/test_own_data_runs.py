@@ -38,8 +38,10 @@ def test_the_run_names_the_files_it_attacked(tmp_path, capsys):
     # another folder, is noticed
     import hashlib
 
-    assert derived["image_sha256"] == [hashlib.sha256(p.read_bytes()).hexdigest()
-                                       for p in (root / "cat" / "2.png", root / "dog" / "0.png")]
+    files = json.loads((out / "config.json").read_text())["files"]["images"]
+    assert [f["path"] for f in files] == derived["image_files"]
+    assert [f["sha256"] for f in files] == [hashlib.sha256(p.read_bytes()).hexdigest()
+                                            for p in (root / "cat" / "2.png", root / "dog" / "0.png")]
     assert derived["data_root"] == str(root.resolve())
 
 

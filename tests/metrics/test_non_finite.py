@@ -73,3 +73,20 @@ def test_imprint_on_a_message_drowned_in_infinite_noise_ends_with_its_message(tm
     assert rc == 0 and "Traceback" not in captured.err
     assert captured.out.startswith("not rebuilt") and "(diverged)" in captured.out
     assert json.loads((out / "metrics.json").read_text())["stop_reason"] == "diverged"
+
+
+@pytest.mark.parametrize("sigma, dtype, refused", [
+    ("1e306", "float64", True),  # squares past float64's range: refused before the solve, not a failed SVD
+    ("1e25", "float32", False),  # past float32's squares, within float64's, in which the closed forms solve
+])
+def test_a_closed_form_refuses_a_message_whose_squares_overflow_float64_only(tmp_path, capsys, sigma, dtype, refused):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "--model", "logreg", "--dataset", "digits", "--attack", "analytic", "--dtype", dtype,
+                   "--defense", f"gaussian:sigma={sigma}", "--threads", "1", "--no-lpips", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if refused:
+        assert rc == 2 and "whose squares overflow float64, in which the closed forms solve" in err
+        assert not out.exists()
+    else:
+        assert rc == 0 and json.loads((out / "metrics.json").read_text())["verdict"] == "not rebuilt"

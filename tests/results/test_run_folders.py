@@ -242,7 +242,15 @@ def test_what_a_killed_write_left_beside_the_folder_is_cleared_by_the_next(tmp_p
         other.mkdir()
         elsewhere = tmp_path / f".run.{dead}-{'0' * 6 if host != '000000' else '111111'}.mm3nn4oo.tmp"
         elsewhere.mkdir()
+        # a process whose number is not this namespace's (a container sharing this machine's name) holds its folder
+        held = tmp_path / f".run.{dead}-{host}.hh5gg6ff.tmp"
+        held.mkdir()
+        lock = runs._held(held)
+        assert lock is not None
         runs._left_by_the_killed(folder)
+        assert held.is_dir()
+        os.close(lock)
+        held.rmdir()
         assert (folder / "metrics.json").read_text() == "{}"  # the earlier run, back at its name
         assert not stale.exists() and not aside.exists()
         assert running.is_dir() and other.is_dir() and elsewhere.is_dir()
