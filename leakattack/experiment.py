@@ -283,7 +283,9 @@ def _warn_attack_settings(cfg: RunConfig, case, attack, derived) -> dict:
         warnings.warn(f"--relu-surrogate without the step schedule keeps tau at {derived.surrogate:g} for the whole "
                       "attack: it minimises the surrogate's objective, not the exact one (a small tau, or "
                       "--schedule step, brings them together)", SettingWarning, stacklevel=3)
-    bn_prior = cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running"
+    # (an attack that does not read --prior, a closed form, is warned of that alone)
+    bn_prior = cfg.other_priors().get("bn", 0) > 0 and cfg.bn_stats == "running" and \
+        "--prior" not in cfg.unused_options()
     if bn_prior and _initial_statistics(case.victim.model):
         warnings.warn("--prior bn pulls the BatchNorm statistics of the images towards the model's running "
                       "statistics, and these are still their initial values (mean 0, variance 1), gathered over no "

@@ -268,6 +268,13 @@ def test_the_bn_prior_on_one_image_warns_that_it_has_lowered_the_psnr_where_meas
         prepare(RunConfig(model="resnet20", priors=["bn:0"], device="cpu", iterations=1))
     assert [str(w.message).split(":")[0] for w in said] == ["--prior bn"]
     assert "changes nothing" in str(said[0].message)
+    # a closed form does not read --prior (the command line says so): no advice on a prior it does not use (it told a
+    # lenet run, which has no BatchNorm at all, about one image's BatchNorm statistics)
+    for model, weights in (("lenet", None), ("resnet20", w)):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            prepare(RunConfig(model=model, attack="imprint", priors=["bn"], device="cpu", weights=weights))
+        assert not any("--prior bn" in str(x.message) for x in said), [str(x.message) for x in said]
 
 
 def test_steps_that_follow_each_other_are_warned_of_only_where_one_of_them_sends_what_both_do():

@@ -82,7 +82,8 @@ def test_imprint_on_a_message_drowned_in_infinite_noise_ends_with_its_message(tm
 def test_a_closed_form_refuses_a_message_whose_squares_overflow_float64_only(tmp_path, capsys, sigma, dtype, refused):
     out = tmp_path / "run"
     rc = cli.main(["run", "--model", "logreg", "--dataset", "digits", "--attack", "analytic", "--dtype", dtype,
-                   "--defense", f"gaussian:sigma={sigma}", "--threads", "1", "--no-lpips", "--quiet", "--out", str(out)])
+                   "--defense", f"gaussian:sigma={sigma}", "--threads", "1", "--no-lpips", "--quiet",
+                   "--out", str(out)])
     err = capsys.readouterr().err
     assert "Traceback" not in err
     if refused:
