@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import torch
 
@@ -25,6 +26,7 @@ from defenses.noise import Gaussian, Laplace
 from targets.models.imprint import QUERIES, add_imprint, imprint_block
 
 from ..constraints import Choice, Number, Param
+from ..errors import SettingWarning, duration_text
 from ..observation import Observation
 from .analytic import Analytic, cgls
 from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
@@ -115,17 +117,60 @@ def _block_slices(victim, block) -> tuple[slice, slice]:
     return slices[names[id(block.linear.weight)]], slices[names[id(block.linear.bias)]]
 
 
-def _block_map(M, w: slice, b: slice, bins: int, device):
+#: a least-squares reading of the block whose products are estimated to take longer than this (seconds) in all is
+#: warned of, once, after its first products
+SLOW_SOLVE_SECONDS = 60.0
+#: products timed for that estimate, after the first ones (which may build the sketch's matrix, once)
+PACE_SKIP, PACE_TIMED = 2, 4
+
+
+class _Pace:
+    """Times the sketch's products in the block's least squares and warns once, after the first few, where the most
+    products its solves can take (``most``) are estimated to pass :data:`SLOW_SOLVE_SECONDS`: a dense sketch (ams,
+    gaussian) of a large victim multiplies all of R every step, which may take minutes with nothing said."""
+
+    def __init__(self, most: int, kind: str):
+        self.most, self.kind, self.calls, self.spent = most, kind, 0, 0.0
+
+    def __call__(self, product):
+        def timed(v):
+            t0 = time.perf_counter()
+            out = product(v)
+            self.calls += 1
+            if PACE_SKIP < self.calls <= PACE_SKIP + PACE_TIMED:
+                self.spent += time.perf_counter() - t0
+                if self.calls == PACE_SKIP + PACE_TIMED:
+                    per = self.spent / PACE_TIMED
+                    if per * self.most > SLOW_SOLVE_SECONDS:
+                        warnings.warn(f"imprint reads its block through the {self.kind} sketch by least squares: up to "
+                                      f"{self.most} products with R, about {per:.2g} s each here, so up to "
+                                      f"{duration_text(per * self.most)} (--sketch srht or countsketch multiplies "
+                                      "by R in a fraction of that)", SettingWarning, stacklevel=2)
+            return out
+        return timed
+
+
+def _most_products(bins: int, batch: int, block: bool) -> int:
+    """The most products with R the block's least squares take: :func:`_fit_block`'s CGLS (where ``block``), then
+    :func:`_fit_rows`' rounds, each a correlation, its CGLS and a residual."""
+    return (2 * BLOCK_CGLS_STEPS + 3 if block else 0) + min(bins, 2 * batch) * (2 * ROW_CGLS_STEPS + 3)
+
+
+def _block_map(M, w: slice, b: slice, bins: int, device, pace: _Pace | None = None):
     """R E and (R E)^T on the block's numbers z (weight rows, then biases), in float64, and the maps between the
-    row differences D (K x (m + 1), bin k's images in row k) and z: z's rows are D's sums from each row down."""
+    row differences D (K x (m + 1), bin k's images in row k) and z: z's rows are D's sums from each row down.
+    ``pace``: times the products (:class:`_Pace`)."""
     idx = torch.cat([torch.arange(w.start, w.stop), torch.arange(b.start, b.stop)]).to(device)
     m = (w.stop - w.start) // bins
+    timed = pace if pace is not None else (lambda product: product)
 
+    @timed
     def apply(z):
         g = z.new_zeros(M.d)
         g[idx] = z
         return M.apply(g).to(torch.float64)
 
+    @timed
     def adjoint(r):
         return M.adjoint(r).to(torch.float64)[idx]
 
@@ -139,23 +184,25 @@ def _block_map(M, w: slice, b: slice, bins: int, device):
     return apply, adjoint, rows_to_z, z_to_rows
 
 
-def _fit_block(M, y: torch.Tensor, w: slice, b: slice, bins: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _fit_block(M, y: torch.Tensor, w: slice, b: slice, bins: int,
+               pace: _Pace | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The block's numbers z minimising ||R E z - y|| (E: z into g, zeros elsewhere) by CGLS from the
     back-projection: the least-squares reading of the block when the rest of g is small; and y - R E z."""
-    apply, adjoint, _, _ = _block_map(M, w, b, bins, y.device)
+    apply, adjoint, _, _ = _block_map(M, w, b, bins, y.device, pace)
     start = adjoint(y)
     scale = float(apply(start).norm()) ** 2 / max(float(start.norm()) ** 2, 1e-300)  # ||E^T R^T R E|| estimate
     z = cgls(apply, adjoint, y, start / max(scale, 1e-300), BLOCK_CGLS_STEPS, tol=1e-10)
     return z, y - apply(z)
 
 
-def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int,
+              pace: _Pace | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The block's numbers z = rows_to_z(D) with D non-zero in a few rows only (the bins that hold images), by
     group orthogonal matching pursuit: the row whose correlation with the residual is largest (per unit of its
     column norm, sqrt(k + 1) for row k) joins the support, and D on the support is refitted by CGLS, warm-started.
     ``batch`` rows at least; up to twice as many while each new row at least halves the residual.  Returns z and
     y - R E z."""
-    apply, adjoint, rows_to_z, z_to_rows = _block_map(M, w, b, bins, y.device)
+    apply, adjoint, rows_to_z, z_to_rows = _block_map(M, w, b, bins, y.device, pace)
     m1 = (w.stop - w.start) // bins + 1
     norms = torch.arange(1, bins + 1, dtype=torch.float64, device=y.device).sqrt()
     support: list[int] = []
@@ -315,13 +362,15 @@ class Imprint(Attack):
         if not from_g:  # the block by least squares on y, the rest of g taken as noise
             y64 = y.to(torch.float64)
             fitted = None
-            if M.b >= LEAST_SQUARES_MARGIN * _block_size(block):
-                fitted = _fit_block(M, y64, w, b, block.bins)
+            whole = M.b >= LEAST_SQUARES_MARGIN * _block_size(block)
+            pace = _Pace(_most_products(block.bins, B, whole), getattr(M, "kind", "given"))
+            if whole:
+                fitted = _fit_block(M, y64, w, b, block.bins, pace)
                 found, images, diffs, outside, noisy = read(fitted[0])
                 if outside or found.numel() > B:  # a sketch too coarse on the block's columns: the rows instead
                     fitted = None
             if fitted is None:
-                fitted = _fit_rows(M, y64, w, b, block.bins, B)
+                fitted = _fit_rows(M, y64, w, b, block.bins, B, pace)
                 found, images, diffs, outside, noisy = read(fitted[0])
             rest = fitted[1].to(y.dtype).reshape(obs.y.shape)
         order = diffs.abs().argsort(descending=True)

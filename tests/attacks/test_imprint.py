@@ -407,3 +407,34 @@ def test_labels_at_images_do_not_depend_on_the_message_scale_and_need_rows_apart
         assert head_misfit(victim, head, x, labels.roll(1)) > 0.1
     assert head_misfit(victim, head_from_gradient(victim, -g), x, labels) == 1.0  # no positive scale fits
     assert labels_at_images(victim, head_from_gradient(victim, g), torch.cat([x, x[:1]])) is None  # a repeated row
+
+
+@pytest.mark.parametrize("slow, warned", [(0.0, True), (1e9, False)])
+def test_a_least_squares_reading_estimated_to_be_slow_is_warned_of_once(monkeypatch, slow, warned):
+    """A dense sketch of a large victim (ams at 16 px: 1.5 s a product, four minutes in all) read the block for
+    minutes with nothing said; after its first products the solve's most products are estimated, and where they pass
+    SLOW_SOLVE_SECONDS one line says so."""
+    import warnings
+
+    from leakattack.attacks import imprint
+    from leakattack.errors import SettingWarning
+
+    monkeypatch.setattr(imprint, "SLOW_SOLVE_SECONDS", slow)
+    gen = torch.Generator().manual_seed(0)
+    victim = _wide_victim()
+    attack = get_attack("imprint", bins=16)
+    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
+    victim.to(dtype=torch.float64)
+    x = torch.rand(1, 1, 8, 8, generator=gen, dtype=torch.float64)
+    obs = observe(victim, x, torch.tensor([3]), Channel(make_sketch("srht", victim.d, 1500, seed=1)), ThreatModel())
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        attack.reconstruct(obs)
+    slow_notes = [str(w.message) for w in said if "reads its block through the srht sketch" in str(w.message)]
+    most = imprint._most_products(16, 1, False)
+    assert most == 2 * (2 * imprint.ROW_CGLS_STEPS + 3)  # b = 1500 < 2 x 1,040: the rows' rounds only, two for one
+    assert len(slow_notes) == (1 if warned else 0)
+    if warned:
+        assert slow_notes[0].startswith(f"imprint reads its block through the srht sketch by least squares: up to "
+                                        f"{most} products with R, about ") and issubclass(said[0].category, Warning)
+        assert all(w.category is SettingWarning for w in said if "reads its block" in str(w.message))
