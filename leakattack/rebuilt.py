@@ -308,6 +308,10 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
     if counts is not None and counts[1] > 1 and counts[0] == 0:  # a batch: the margin of its means, none on its own
         return reason, (f"the batch's mean {ahead}, though none of its images clears its own baselines: look at "
                         "reconstruction.png before reading it as nothing rebuilt")
+    if counts is not None and counts[1] > 1:  # a batch with images rebuilt on their own, which its note names
+        clear = "clears its own baselines: look at reconstruction.png for it" if counts[0] == 1 else \
+            "clear their own baselines: look at reconstruction.png for them"
+        return reason, f"the batch's mean {ahead}, and {counts[0]} of its {counts[1]} images {clear}"
     return reason, (f"the reconstruction's {ahead}, so parts of the image may show: look at reconstruction.png "
                     "before reading it as nothing rebuilt")
 
