@@ -138,6 +138,8 @@ class _Pace:
             out = product(v)
             self.calls += 1
             if PACE_SKIP < self.calls <= PACE_SKIP + PACE_TIMED:
+                if out.is_cuda:  # the product's own time, not its queueing
+                    torch.cuda.synchronize(out.device)
                 self.spent += time.perf_counter() - t0
                 if self.calls == PACE_SKIP + PACE_TIMED:
                     per = self.spent / PACE_TIMED
@@ -151,9 +153,10 @@ class _Pace:
 
 
 def _most_products(bins: int, batch: int, block: bool) -> int:
-    """The most products with R the block's least squares take: :func:`_fit_block`'s CGLS (where ``block``), then
-    :func:`_fit_rows`' rounds, each a correlation, its CGLS and a residual."""
-    return (2 * BLOCK_CGLS_STEPS + 3 if block else 0) + min(bins, 2 * batch) * (2 * ROW_CGLS_STEPS + 3)
+    """The most products with R the block's least squares take: :func:`_fit_block`'s (a back-projection, a scale,
+    CGLS's three before its steps and two a step, a residual; where ``block``), then :func:`_fit_rows`' rounds, each
+    a correlation, its CGLS and a residual."""
+    return (2 * BLOCK_CGLS_STEPS + 6 if block else 0) + min(bins, 2 * batch) * (2 * ROW_CGLS_STEPS + 5)
 
 
 def _block_map(M, w: slice, b: slice, bins: int, device, pace: _Pace | None = None):
@@ -223,12 +226,13 @@ def _fit_rows(M, y: torch.Tensor, w: slice, b: slice, bins: int, batch: int,
             return z_to_rows(adjoint(u))[rows].reshape(-1)
 
         fit = cgls(on_support, from_support, y, D[rows].reshape(-1), ROW_CGLS_STEPS, tol=1e-12)
-        now = float((y - on_support(fit)).norm() / y.norm())
+        left = y - on_support(fit)
+        now = float(left.norm() / y.norm())
         if len(support) > batch and now > last / 2:
             break  # the new row fits noise: keep the support before it
         D = torch.zeros_like(D)
         D[rows] = fit.reshape(len(rows), m1)
-        r, last = y - on_support(fit), now
+        r, last = left, now
     return rows_to_z(D), r
 
 

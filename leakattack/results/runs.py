@@ -161,24 +161,29 @@ def _aside_prefix(folder: Path) -> str:
 
 
 def _held(path: Path) -> int | None:
-    """An open descriptor of folder ``path`` that holds an exclusive lock on it (flock), or None where none can be had:
-    another process holds it, or the system has no flock.  A write holds its hidden folders so, and a later write
-    clears only folders it can lock: one whose writer runs on in another PID namespace or on another machine with
-    this one's name is left alone."""
+    """An open descriptor of folder ``path`` that holds an exclusive lock on it (flock), or None where none was
+    taken (:func:`_locked`).  A write holds its hidden folders so."""
+    return _locked(path)[0]
+
+
+def _locked(path: Path) -> tuple[int | None, bool]:
+    """(a descriptor of folder ``path`` holding an exclusive flock on it, or None; whether another process holds
+    one).  Where locks are not offered (Windows, NFS, which emulates flock by locks that need a file open for
+    writing, Lustre without its flock option) there is no descriptor and no holder is known."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
-        return None
+        return None, False
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return None
+        return None, False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as err:
         os.close(fd)
-        return None
-    return fd
+        return None, err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    return fd, False
 
 
 def _release(fd: int | None) -> None:
@@ -200,7 +205,9 @@ def _process_gone(pid: int) -> bool:
 def _left_by_the_killed(folder: Path) -> None:
     """Remove what a write of ``folder`` killed outright (SIGKILL, a lost node) left beside it, on this machine: its
     temporary folders (``.NAME.PID-HOST.XXXX.tmp``), and an earlier run it had moved aside (``.NAME....old/NAME``),
-    which goes back to ``folder`` where nothing took that name since."""
+    which goes back to ``folder`` where nothing took that name since.  A folder is its killed writer's where no
+    process of that number runs here and its lock (which a running writer holds) is free or not offered; POSIX
+    systems only."""
     if os.name != "posix":
         return
     pattern = re.compile(re.escape(f".{folder.name}.") + r"(\d+)-" + _host_part() + r"\.[^.]+\.(tmp|old)")
@@ -212,8 +219,8 @@ def _left_by_the_killed(folder: Path) -> None:
         found = pattern.fullmatch(entry.name)
         if found is None or not entry.is_dir() or entry.is_symlink() or not _process_gone(int(found[1])):
             continue
-        lock = _held(entry)
-        if lock is None:  # its writer holds it still (another PID namespace), or it cannot be told
+        lock, busy = _locked(entry)
+        if busy:  # its writer holds it still (another PID namespace); where no lock is offered, its number decides
             continue
         try:
             kept = entry / folder.name
@@ -297,21 +304,21 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
                 old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".old"))
                 old_lock = _held(old)
                 try:
-                    os.replace(folder, old / folder.name)
-                except OSError:
-                    old.rmdir()  # the earlier run stays where it was
+                    try:
+                        os.replace(folder, old / folder.name)
+                    except OSError:
+                        old.rmdir()  # the earlier run stays where it was
+                        raise
+                    try:
+                        os.replace(tmp, folder)
+                    except OSError:
+                        os.replace(old / folder.name, folder)  # the earlier run back in its place
+                        old.rmdir()
+                        raise
+                    written = True
+                    shutil.rmtree(old, ignore_errors=True)
+                finally:
                     _release(old_lock)
-                    raise
-                try:
-                    os.replace(tmp, folder)
-                except OSError:
-                    os.replace(old / folder.name, folder)  # the earlier run back in its place
-                    old.rmdir()
-                    _release(old_lock)
-                    raise
-                written = True
-                shutil.rmtree(old, ignore_errors=True)
-                _release(old_lock)
         else:
             os.replace(tmp, folder)
         written = True

@@ -431,10 +431,36 @@ def test_a_least_squares_reading_estimated_to_be_slow_is_warned_of_once(monkeypa
         warnings.simplefilter("always")
         attack.reconstruct(obs)
     slow_notes = [str(w.message) for w in said if "reads its block through the srht sketch" in str(w.message)]
-    most = imprint._most_products(16, 1, False)
-    assert most == 2 * (2 * imprint.ROW_CGLS_STEPS + 3)  # b = 1500 < 2 x 1,040: the rows' rounds only, two for one
+    most = imprint._most_products(16, 1, False)  # b = 1500 < 2 x 1,040: the rows' rounds only, two for one
     assert len(slow_notes) == (1 if warned else 0)
     if warned:
         assert slow_notes[0].startswith(f"imprint reads its block through the srht sketch by least squares: up to "
                                         f"{most} products with R, about ") and issubclass(said[0].category, Warning)
         assert all(w.category is SettingWarning for w in said if "reads its block" in str(w.message))
+
+
+@pytest.mark.parametrize("b", [None, 1500])
+def test_the_most_products_bound_the_products_taken(monkeypatch, b):
+    """The estimate is an upper bound: with CGLS's steps cut to 2, every step taken, the products counted stay within
+    it (it left out CGLS's products before its steps and the fits' own)."""
+    from leakattack.attacks import imprint
+
+    monkeypatch.setattr(imprint, "BLOCK_CGLS_STEPS", 2)
+    monkeypatch.setattr(imprint, "ROW_CGLS_STEPS", 2)
+    counted = []
+
+    class Counting(imprint._Pace):
+        def __init__(self, most, kind):
+            super().__init__(most, kind)
+            counted.append(self)
+
+    monkeypatch.setattr(imprint, "_Pace", Counting)
+    gen = torch.Generator().manual_seed(0)
+    victim = _wide_victim()
+    attack = get_attack("imprint", bins=16)
+    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
+    victim.to(dtype=torch.float64)
+    x = torch.rand(2, 1, 8, 8, generator=gen, dtype=torch.float64)
+    sketch = make_sketch("srht", victim.d, b or victim.d // 2, seed=1)
+    attack.reconstruct(observe(victim, x, torch.tensor([3, 1]), Channel(sketch), ThreatModel()))
+    assert len(counted) == 1 and 0 < counted[0].calls <= counted[0].most, (counted[0].calls, counted[0].most)

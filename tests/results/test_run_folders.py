@@ -261,3 +261,34 @@ def test_what_a_killed_write_left_beside_the_folder_is_cleared_by_the_next(tmp_p
     finally:
         live.kill()
         live.wait()
+
+
+def test_where_no_lock_is_offered_the_killed_writers_number_decides(tmp_path, monkeypatch):
+    """On NFS an exclusive flock needs a file open for writing, which a folder never is: every lock fails there. The
+    folders of a writer whose process is gone are then cleared as before, and an earlier run moved aside put back; a
+    lock held by another process (EWOULDBLOCK) keeps its folder."""
+    import errno
+    import fcntl
+
+    folder = tmp_path / "run"
+    host, dead = runs._host_part(), _dead_pid()
+    aside = tmp_path / f".run.{dead}-{host}.q8w7e6rt.old"
+    (aside / "run").mkdir(parents=True)
+    (aside / "run" / "metrics.json").write_text("{}")
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    runs._left_by_the_killed(folder)
+    assert (folder / "metrics.json").read_text() == "{}" and not aside.exists()
+
+    stale = tmp_path / f".run.{dead}-{host}.k2j4h1ab.tmp"
+    stale.mkdir()
+
+    def taken(fd, how):
+        raise OSError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(fcntl, "flock", taken)
+    runs._left_by_the_killed(folder)
+    assert stale.is_dir()
