@@ -136,6 +136,17 @@ def _wide_victim():
     return targets.Victim.from_module(net, input_shape=(1, 8, 8), num_classes=10, name="wide-mlp")
 
 
+def _imprinted(batch: int):
+    """The wide victim behind a 16-bin imprint block fitted to 200 random images, in float64, and a batch of random
+    images: (victim, attack, x)."""
+    gen = torch.Generator().manual_seed(0)
+    victim = _wide_victim()
+    attack = get_attack("imprint", bins=16)
+    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
+    victim.to(dtype=torch.float64)
+    return victim, attack, torch.rand(batch, 1, 8, 8, generator=gen, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("b", [None, 1500])
 def test_through_a_sketch_the_block_is_read_by_least_squares_and_the_labels_from_the_rest(b):
     # b = d/2: least squares over the block's 1,040 numbers, whose columns the SRHT sees through all 2,048 distinct
@@ -216,12 +227,7 @@ def test_a_least_squares_fit_that_overflows_reads_its_labels_from_the_finite_val
     finite) read the finite values of the fitted rest."""
     from leakattack.attacks import imprint
 
-    gen = torch.Generator().manual_seed(0)
-    victim = _wide_victim()
-    attack = get_attack("imprint", bins=16)
-    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
-    victim.to(dtype=torch.float64)
-    x = torch.rand(1, 1, 8, 8, generator=gen, dtype=torch.float64)
+    victim, attack, x = _imprinted(1)
     obs = observe(victim, x, torch.tensor([3]), Channel(make_sketch("srht", victim.d, victim.d // 2, seed=1)),
                   ThreatModel())
     for name in ("_fit_block", "_fit_rows"):
@@ -420,12 +426,7 @@ def test_a_least_squares_reading_estimated_to_be_slow_is_warned_of_once(monkeypa
     from leakattack.errors import SettingWarning
 
     monkeypatch.setattr(imprint, "SLOW_SOLVE_SECONDS", slow)
-    gen = torch.Generator().manual_seed(0)
-    victim = _wide_victim()
-    attack = get_attack("imprint", bins=16)
-    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
-    victim.to(dtype=torch.float64)
-    x = torch.rand(1, 1, 8, 8, generator=gen, dtype=torch.float64)
+    victim, attack, x = _imprinted(1)
     obs = observe(victim, x, torch.tensor([3]), Channel(make_sketch("srht", victim.d, 1500, seed=1)), ThreatModel())
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -455,12 +456,7 @@ def test_the_most_products_bound_the_products_taken(monkeypatch, b):
             counted.append(self)
 
     monkeypatch.setattr(imprint, "_Pace", Counting)
-    gen = torch.Generator().manual_seed(0)
-    victim = _wide_victim()
-    attack = get_attack("imprint", bins=16)
-    attack.modify(victim, torch.rand(200, 1, 8, 8, generator=gen, dtype=torch.float64))
-    victim.to(dtype=torch.float64)
-    x = torch.rand(2, 1, 8, 8, generator=gen, dtype=torch.float64)
+    victim, attack, x = _imprinted(2)
     sketch = make_sketch("srht", victim.d, b or victim.d // 2, seed=1)
     attack.reconstruct(observe(victim, x, torch.tensor([3, 1]), Channel(sketch), ThreatModel()))
     assert len(counted) == 1 and 0 < counted[0].calls <= counted[0].most, (counted[0].calls, counted[0].most)
