@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import SettingWarning, UserError, signals_held
-from .io import directory_mode, link_target
+from .io import directory_mode, folder_kind, link_target
 
 #: defense names shortened in folder names; others are kept as written
 _SHORT_DEFENSES = {"gaussian": "gauss", "laplace": "lap", "per_example": "pex", "quantize": "quant"}
@@ -205,7 +205,8 @@ def _process_gone(pid: int) -> bool:
 def _left_by_the_killed(folder: Path) -> None:
     """Remove what a write of ``folder`` killed outright (SIGKILL, a lost node) left beside it, on this machine: its
     temporary folders (``.NAME.PID-HOST.XXXX.tmp``), and an earlier run it had moved aside (``.NAME....old/NAME``),
-    which goes back to ``folder`` where nothing took that name since.  A folder is its killed writer's where no
+    which goes back to ``folder`` where nothing took that name since (and is removed where a later run did, kept
+    where anything else did).  A folder is its killed writer's where no
     process of that number runs here and its lock (which a running writer holds) is free or not offered; POSIX
     systems only."""
     if os.name != "posix":
@@ -224,8 +225,11 @@ def _left_by_the_killed(folder: Path) -> None:
             continue
         try:
             kept = entry / folder.name
-            if found[2] == "old" and kept.is_dir() and not os.path.lexists(folder):
-                os.replace(kept, folder)
+            if found[2] == "old" and kept.is_dir():
+                if not os.path.lexists(folder):
+                    os.replace(kept, folder)
+                elif folder_kind(folder) != "run":  # the name holds something else now: the earlier run stays aside
+                    continue
             shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             continue
@@ -312,8 +316,12 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
                     try:
                         os.replace(tmp, folder)
                     except OSError:
-                        os.replace(old / folder.name, folder)  # the earlier run back in its place
-                        old.rmdir()
+                        try:
+                            os.replace(old / folder.name, folder)  # the earlier run back in its place
+                        except OSError:  # another write took the name meanwhile: its run replaces the earlier one
+                            if folder_kind(folder) != "run":
+                                raise
+                        shutil.rmtree(old, ignore_errors=True)
                         raise
                     written = True
                     shutil.rmtree(old, ignore_errors=True)

@@ -292,3 +292,49 @@ def test_where_no_lock_is_offered_the_killed_writers_number_decides(tmp_path, mo
     monkeypatch.setattr(fcntl, "flock", taken)
     runs._left_by_the_killed(folder)
     assert stale.is_dir()
+
+
+def test_a_run_that_another_took_the_name_from_between_its_renames_leaves_nothing_aside(tmp_path, monkeypatch):
+    """Without the exchange: another run written to the name between this one's two renames made its second rename
+    fail, and putting the earlier run back failed too; the earlier run stayed in a hidden .old folder of a process
+    that exited normally.  The other run replaces it: nothing is left aside, and the sentence is one."""
+    from leakattack.errors import UserError
+    from leakattack.results import write_run_folder
+
+    folder = tmp_path / "run"
+    write_run_folder(folder, lambda p: ((p / "metrics.json").write_text("{}"), (p / "a.txt").write_text("first")))
+    real = os.replace
+    moves = []
+
+    def another_writes_between(src, dst):
+        real(src, dst)
+        moves.append(dst)
+        if len(moves) == 1:  # the earlier run just moved aside: another run takes the name
+            folder.mkdir()
+            (folder / "metrics.json").write_text("{}")
+            (folder / "b.txt").write_text("other")
+
+    monkeypatch.setattr(runs.os, "replace", another_writes_between)
+    monkeypatch.setattr(runs, "_exchange", lambda a, b: False)
+    with pytest.raises(UserError, match="could not be written"):
+        write_run_folder(folder, lambda p: (p / "c.txt").write_text("mine"))
+    assert sorted(p.name for p in folder.iterdir()) == ["b.txt", "metrics.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_an_earlier_run_aside_is_kept_where_its_name_holds_anything_but_a_run(tmp_path):
+    """The next write cleared an earlier run moved aside whenever its name was taken, though a file there (a note put
+    at --out) replaced no run: it stays aside then; a later run at the name supersedes it."""
+    folder = tmp_path / "run"
+    host, dead = runs._host_part(), _dead_pid()
+    aside = tmp_path / f".run.{dead}-{host}.q8w7e6rt.old"
+    (aside / "run").mkdir(parents=True)
+    (aside / "run" / "metrics.json").write_text("{}")
+    folder.write_text("a note")
+    runs._left_by_the_killed(folder)
+    assert (aside / "run" / "metrics.json").is_file() and folder.read_text() == "a note"
+    folder.unlink()
+    folder.mkdir()
+    (folder / "metrics.json").write_text('{"later": 1}')
+    runs._left_by_the_killed(folder)
+    assert not aside.exists() and (folder / "metrics.json").read_text() == '{"later": 1}'
