@@ -59,6 +59,7 @@ from .gauss_newton import (
 )
 from .labels import (
     GIVEN_LABELS,
+    finite_part,
     head_and_probes,
     hidden_head,
     one_example_classes,
@@ -466,9 +467,7 @@ class GradientMatching(Attack):
             return obs.labels, None
         if self.label_mode != "idlg":
             return None, None
-        # the rules refuse a message with NaN or infinite values; a run with one (a defense's noise past the dtype's
-        # range, which the run warns of) reads them from its finite values, the others left out as zeros
-        y = obs.y if bool(torch.isfinite(obs.y).all()) else torch.nan_to_num(obs.y, nan=0.0, posinf=0.0, neginf=0.0)
+        y = finite_part(obs.y)  # a message with NaN or infinite values, which the run warns of: its finite values
         shared = head_and_probes(obs.victim, obs.linear_map, y, obs.batch_size)  # one readout, one probe pass
         readings = readings_to_compare(obs.victim, obs.linear_map, y, obs.batch_size,
                                        scale_unknown=scale_unknown(obs), shared=shared)

@@ -31,6 +31,7 @@ from ..observation import Observation
 from .analytic import Analytic, cgls
 from .base import NO_CAUSE, Attack, AttackResult, Monitor, closed_form_result, inexact_causes
 from .labels import (
+    finite_part,
     head_from_gradient,
     labels_at_images,
     read_head,
@@ -387,12 +388,9 @@ class Imprint(Attack):
         residual = float(diffs[order[B:]].norm() / diffs.norm()) if found.numel() > B else 0.0
         labels, head = obs.labels, None
         if labels is None:
+            rest = finite_part(rest)  # a message drowned in noise past the range, or a fit that overflowed
             if not from_g and victim.head is not None and victim.task == "classification":
                 head = read_head(victim, M, rest)  # one adjoint, for the rules and the reading at the images
-            if not bool(torch.isfinite(rest).all()):  # a message drowned in noise past the range, or a fit that
-                # overflowed: the rules read the finite values, the others left out as zeros, as gradient matching
-                # does (the rules refuse a message that is not finite)
-                rest, head = torch.nan_to_num(rest, nan=0.0, posinf=0.0, neginf=0.0), None
             labels = recover_labels(victim, M, rest, B, scale_unknown=scale_unknown(obs), read=head)
         slopes = None
         if victim.task == "classification" and found.numel() > 0:  # granted labels come in the truth's order

@@ -421,6 +421,12 @@ def _check_finite(y: torch.Tensor) -> None:
                         f"read it{'' if int(bad.sum()) == 1 else f' ({int(bad.sum())} such numbers in all)'}")
 
 
+def finite_part(y: torch.Tensor) -> torch.Tensor:
+    """Message ``y`` with its NaN and infinite values (a defense's noise past the dtype's range) left out as zeros:
+    what a run reads labels from where the rules would refuse y itself (:func:`_check_finite`)."""
+    return y if bool(torch.isfinite(y).all()) else torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def recover_labels(victim, sketch, y: torch.Tensor, batch_size: int, probes: int = 64,
                    rule: str = DEFAULT_RULE, scale_unknown: bool = False,
                    read: HeadReadout | None = None) -> torch.Tensor:

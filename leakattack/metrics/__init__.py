@@ -96,14 +96,18 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
     x_hat = in_range(x_hat.detach())
     x = x.detach().to(x_hat.device)
     b = x.shape[0]
+    lh, overlap = None, None
+    if labels_hat is not None:
+        if labels is None:
+            raise MetricsError("labels_hat was given without the true labels")
+        lh = torch.as_tensor(labels_hat).reshape(-1).cpu()
+        if lh.numel() != b:
+            raise MetricsError(f"labels_hat has {lh.numel()} entries for a batch of {b} images")
+        overlap = label_overlap(lh, labels)  # which also checks both lists as class indices
     cost = mse_matrix(x_hat, x) if b > 1 else None  # the matching's costs, which also tell the nearer truths
     perm = match(x_hat, x, cost) if cost is not None else torch.zeros(1, dtype=torch.long)
-    if cost is not None and labels_hat is not None and labels is not None:
-        # ties of the matching (identical truths or reconstructions) go the labels' way; a label list that does not
-        # fit is refused below
-        lh0, lt0 = torch.as_tensor(labels_hat).reshape(-1), torch.as_tensor(labels).reshape(-1)
-        if lh0.numel() == lt0.numel() == b and all(bool((t == t.round()).all()) for t in (lh0, lt0)):
-            perm = labels_tie_break(perm, x_hat, x, lh0, lt0)
+    if cost is not None and lh is not None:  # ties of the matching (identical truths or reconstructions) go the
+        perm = labels_tie_break(perm, x_hat, x, lh, labels)  # labels' way
     xm = x_hat[perm.to(x_hat.device)]
     m, p, s = mse(xm, x), psnr(xm, x), ssim(xm, x)
     out = {
@@ -124,13 +128,8 @@ def score(x_hat: torch.Tensor, x: torch.Tensor, labels_hat=None, labels=None,
         val, note = lpips_distance(xm, x, device=device)
         out["lpips"] = None if val is None else _finite_or_none(val.mean())
         out["lpips_note"] = note
-    if labels_hat is not None:
-        if labels is None:
-            raise MetricsError("labels_hat was given without the true labels")
-        lh = torch.as_tensor(labels_hat).reshape(-1).cpu()
-        if lh.numel() != b:
-            raise MetricsError(f"labels_hat has {lh.numel()} entries for a batch of {b} images")
-        out["label_acc"] = label_overlap(lh, labels)
+    if lh is not None:
+        out["label_acc"] = overlap
         out["label_acc_matched"] = label_accuracy(lh[perm], labels)
     return out
 

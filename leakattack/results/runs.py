@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import itertools
 import os
 import re
@@ -131,15 +132,23 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+@functools.cache
+def _renameat2():
+    """libc's renameat2, or None (not glibc 2.28 or later, not Linux); looked up once (find_library runs ldconfig)."""
+    try:
+        call = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return call
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap folders ``a`` and ``b`` in one step (renameat2 RENAME_EXCHANGE): no moment without a run at either
     name.  False where the system or the file system does not offer it (the caller then renames twice)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        call = libc.renameat2
-    except (OSError, AttributeError):  # not glibc 2.28 or later, not Linux
+    call = _renameat2()
+    if call is None:
         return False
-    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
@@ -160,16 +169,11 @@ def _aside_prefix(folder: Path) -> str:
     return f".{folder.name}.{os.getpid()}-{_host_part()}."
 
 
-def _held(path: Path) -> int | None:
-    """An open descriptor of folder ``path`` that holds an exclusive lock on it (flock), or None where none was
-    taken (:func:`_locked`).  A write holds its hidden folders so."""
-    return _locked(path)[0]
-
-
 def _locked(path: Path) -> tuple[int | None, bool]:
     """(a descriptor of folder ``path`` holding an exclusive flock on it, or None; whether another process holds
-    one).  Where locks are not offered (Windows, NFS, which emulates flock by locks that need a file open for
-    writing, Lustre without its flock option) there is no descriptor and no holder is known."""
+    one).  A write holds its hidden folders so.  Where locks are not offered (Windows, NFS, which emulates flock by
+    locks that need a file open for writing, Lustre without its flock option) there is no descriptor and no holder
+    is known."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
@@ -274,7 +278,7 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
     folder.parent.mkdir(parents=True, exist_ok=True)
     _left_by_the_killed(folder)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".tmp"))
-    lock = _held(tmp)  # held while this process writes: no later write takes it for a killed one's
+    lock = _locked(tmp)[0]  # held while this process writes: no later write takes it for a killed one's
     written = False
     try:
         write(tmp)
@@ -306,7 +310,7 @@ def _write_run_folder(folder: Path, write: Callable[[Path], None], fresh: bool,
             # which the next write of the folder puts back)
             with signals_held():
                 old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_aside_prefix(folder), suffix=".old"))
-                old_lock = _held(old)
+                old_lock = _locked(old)[0]
                 try:
                     try:
                         os.replace(folder, old / folder.name)

@@ -245,7 +245,7 @@ def test_what_a_killed_write_left_beside_the_folder_is_cleared_by_the_next(tmp_p
         # a process whose number is not this namespace's (a container sharing this machine's name) holds its folder
         held = tmp_path / f".run.{dead}-{host}.hh5gg6ff.tmp"
         held.mkdir()
-        lock = runs._held(held)
+        lock = runs._locked(held)[0]
         assert lock is not None
         runs._left_by_the_killed(folder)
         assert held.is_dir()
