@@ -28,6 +28,7 @@ from ..rebuilt import (
     matched_not_unique,
     message_unreadable,
     not_the_budget,
+    rebuilt_images,
     truth_not_sent,
     why_not_rebuilt,
 )
@@ -164,6 +165,19 @@ SOME_NONFINITE_NOTE = ("{n} of the message's {b} values are NaN or infinite; an 
                        "read the other {rest}")
 
 
+def partly_rebuilt(note: str, record: dict) -> str:
+    """``note`` (a failure note ending in "rebuild the input") for a batch that is not rebuilt on its means while some
+    of its images are on their own (metrics.json's ``verdict_each``): those images are what the message leaks, and
+    the failure is the rest's; ``note`` itself elsewhere."""
+    counted = rebuilt_images(record)
+    if counted is None or not 0 < counted[0] < counted[1] or not note.endswith("rebuild the input"):
+        return note
+    k, b = counted
+    rest = "other image" if b - k == 1 else f"other {b - k} images"
+    return (f"{note[:-len('the input')]}the batch's {rest}; {k} of its {b} {'are' if k > 1 else 'is'} rebuilt on "
+            f"{'their' if k > 1 else 'its'} own, which the message leaks")
+
+
 def cmd_run(a) -> int:
     cfg = config_from_args(a)
     with _note_first(_unused_flags_warning(cfg)) as noted:
@@ -203,7 +217,7 @@ def cmd_run(a) -> int:
             UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
             CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE
         if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
-            print(f"note: {said if unreadable else failure}", file=sys.stderr)
+            print(f"note: {said if unreadable else partly_rebuilt(failure, record)}", file=sys.stderr)
         if nonfinite and not unreadable:
             print(f"note: {SOME_NONFINITE_NOTE.format(n=nonfinite, b=b, rest=b - nonfinite)}", file=sys.stderr)
         identified = identified_line(record)

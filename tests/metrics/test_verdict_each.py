@@ -9,7 +9,7 @@ import torch
 
 from leakattack import cli
 from leakattack.attacks import AttackResult
-from leakattack.cli.run import summary_line
+from leakattack.cli.run import CAUSED_FAILURE_NOTE, CLOSED_FAILURE_NOTE, FAILURE_NOTE, partly_rebuilt, summary_line
 from leakattack.data import get_dataset
 from leakattack.metrics import RunMetrics, assess, images_words, rebuilt_images, score, verdict, verdict_each
 from leakattack.metrics.matching import nearer_truths
@@ -55,6 +55,21 @@ def test_one_image_rebuilt_in_a_batch_that_is_not_is_named():
     assert ("image 5 of the batch (in the truth's order) is rebuilt, images 0, 1, 2, 3, 4, 6 and 7 are not"
             in images_note(judged))
     assert judged["nearer_each"][5] is None
+    # the failure note under the run speaks of the other seven: image 5 is what the message leaks
+    for note in (FAILURE_NOTE, CLOSED_FAILURE_NOTE, CAUSED_FAILURE_NOTE):
+        said = partly_rebuilt(note, judged)
+        assert said.startswith(note[:-len("the input")]) and "rebuild the input" not in said
+        assert said.endswith("rebuild the batch's other 7 images; 1 of its 8 is rebuilt on its own, which the "
+                             "message leaks")
+    two = dict(judged, verdict_each=["rebuilt", "not rebuilt"])
+    assert partly_rebuilt(FAILURE_NOTE, two).endswith("the batch's other image; 1 of its 2 is rebuilt on its own, "
+                                                      "which the message leaks")
+    three = dict(judged, verdict_each=["rebuilt", "not rebuilt", "rebuilt"])
+    assert partly_rebuilt(FAILURE_NOTE, three).endswith("other image; 2 of its 3 are rebuilt on their own, which the "
+                                                        "message leaks")
+    none = dict(judged, verdict_each=["not rebuilt"] * 8)
+    assert partly_rebuilt(FAILURE_NOTE, none) == FAILURE_NOTE  # nothing rebuilt: the note as it was
+    assert partly_rebuilt(FAILURE_NOTE, {"verdict": "not rebuilt"}) == FAILURE_NOTE  # no per-image verdicts
 
 
 def test_a_copy_of_one_image_matched_to_another_truth_rebuilds_only_the_image_it_shows(tmp_path, capsys):
