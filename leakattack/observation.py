@@ -15,6 +15,7 @@ protocol's message becomes an Observation through :func:`from_protocol`.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Callable, Protocol
@@ -105,6 +106,9 @@ class Observation:
             return "which weights are trainable changed"
         if any(a[3:] != b[3:] for a, b in zip(now, then)):
             return "they moved to another dtype or device"
+        if len(self.weights) > 3 and weights_digests(self.victim) == self.weights[3]:
+            # written since (a load_state_dict of the same weights, an optimiser step of size 0), to the same bits
+            return self._buffers_changed(state[2], self.weights[2])
         return "they were changed in place (an optimiser step, load_state_dict)"
 
     @staticmethod
@@ -160,12 +164,27 @@ class Observation:
 
 def weights_state(victim: Victim) -> tuple:
     """The victim's identity; per parameter: its storage, its in-place version counter (which every in-place
-    change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device; and a copy of
+    change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device; a copy of
     each buffer's values (a BatchNorm's running statistics, which the gradient reads in eval mode: a probe that
-    restores them advances their version counter, not their values)."""
+    restores them advances their version counter, not their values); and a digest of each parameter's bits
+    (:func:`weights_digests`), which tells weights written since to the same values from weights changed."""
     return (id(victim), tuple((p.data_ptr(), p._version, p.requires_grad, p.dtype, p.device)
                               for p in victim.model.parameters()),
-            tuple((name, b.detach().clone()) for name, b in victim.model.named_buffers()))
+            tuple((name, b.detach().clone()) for name, b in victim.model.named_buffers()),
+            weights_digests(victim))
+
+
+def weights_digests(victim: Victim) -> tuple[bytes, ...]:
+    """Per parameter of the victim, a BLAKE2b digest of its values' bytes (its shape beside them): equal digests
+    are the same weights bit for bit."""
+    digests = []
+    for p in victim.model.parameters():
+        t = p.detach()
+        t = (t if t.device.type == "cpu" else t.cpu()).contiguous().reshape(-1)
+        h = hashlib.blake2b(repr(tuple(p.shape)).encode(), digest_size=32)
+        h.update(t.view(torch.uint8).numpy().data if t.numel() else b"")
+        digests.append(h.digest())
+    return tuple(digests)
 
 
 def gradient_of(victim: Victim, x: torch.Tensor, labels: torch.Tensor, per_example: bool,

@@ -158,6 +158,14 @@ def test_an_observation_whose_victim_changed_since_is_refused_by_every_attack():
                                         r"\(they were changed in place"):
         attack.reconstruct(obs)
     obs = observe(victim, x, labels, channel)
+    # the same weights loaded again (a Flower client's load of the global model it already holds): written, not changed
+    victim.model.load_state_dict({k: t.clone() for k, t in victim.model.state_dict().items()})
+    attack.reconstruct(obs)
+    with torch.no_grad():
+        next(victim.model.parameters()).view(-1)[0] += 1e-12  # one weight, by 1e-12
+    with pytest.raises(UserError, match=r"\(they were changed in place"):
+        attack.reconstruct(obs)
+    obs = observe(victim, x, labels, channel)
     next(victim.model.parameters()).requires_grad_(False)
     with pytest.raises(UserError, match=r"\(which weights are trainable changed since observe\)"):
         get_attack("rgap").reconstruct(obs)
