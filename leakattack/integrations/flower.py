@@ -63,7 +63,15 @@ from ..results.message import (
     is_real,
     write_message,
 )
-from ..sketch import Sketch, get_sketch, is_identity, list_sketches, sketch_dim, sketch_from_description
+from ..sketch import (
+    Sketch,
+    get_sketch,
+    is_identity,
+    list_sketches,
+    sketch_class,
+    sketch_dim,
+    sketch_from_description,
+)
 
 #: fit-configuration key naming the round's sketch: the JSON of ``Sketch.describe()``
 SKETCH_KEY = "leakattack_sketch"
@@ -203,6 +211,11 @@ class SketchedFedAvg(FedAvg):
             raise UserError(f"global learning rate must be a finite positive number, got {global_lr!r}")
         if not _integer(seed, 0, MAX_SEED):
             _refuse("SketchedFedAvg", "seed", "an integer in [0, 2^63 - 1]", seed)
+        if sketch_params is not None and not isinstance(sketch_params, dict):
+            _refuse("SketchedFedAvg", "sketch_params", "a dict of the sketch's parameters (or None)", sketch_params)
+        # the family's names and values here (b where given; a bound on b waits for the first round, where d is
+        # known), not in the first round's configure_fit, where a refusal stops the server
+        sketch_class(sketch).check_params(dict(sketch_params or {}), b)
         super().__init__(**fedavg_options)
         self.sketch, self.ratio, self.b, self.seed = sketch, ratio, b, int(seed)
         self.sketch_params, self.global_lr = dict(sketch_params or {}), float(global_lr)

@@ -261,6 +261,14 @@ def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path)
     assert sketch_of_config({SKETCH_KEY: '{"kind": "srht", "d": 8, "b": 4, "seed": 0}'}).b == 4
     with pytest.raises(UserError, match="unknown sketch 'fft'"):
         SketchedFedAvg(sketch="fft")
+    # a sketch's parameters are checked when the strategy is made, before any client connects
+    with pytest.raises(UserError, match=r"^sketch 'srht' has no parameter 's'; allowed: none$"):
+        SketchedFedAvg(sketch="srht", sketch_params={"s": 2})
+    with pytest.raises(UserError, match=r"^sketch 'sparse': s must be an integer in \[1, min\(b, "):
+        SketchedFedAvg(sketch="sparse", sketch_params={"s": 0})
+    with pytest.raises(UserError, match=r"^SketchedFedAvg: 'sketch_params' must be a dict"):
+        SketchedFedAvg(sketch="sparse", sketch_params=[("s", 2)])
+    assert SketchedFedAvg(sketch="sparse", sketch_params={"s": 2}).round_sketch(1, 40).describe()["s"] == 2
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_client_connects(tmp_path):
