@@ -98,7 +98,12 @@ class Channel:
     def send(self, g: torch.Tensor, rng: torch.Generator | None = None) -> torch.Tensor:
         """The message the client puts on the wire for its gradient g (rows of g with a per-example step).  A step
         that draws (noise, stochastic rounding) draws from ``rng`` and refuses in one UserError sentence to run
-        without one (:func:`defenses.seeded`)."""
+        without one (:func:`defenses.seeded`).  Without a per-example step g is one vector, the mean gradient: a
+        matrix would have each step read its rows, or the whole, as it happens to (refused in one sentence)."""
+        if isinstance(g, torch.Tensor) and not self.per_example and g.ndim != 1:
+            raise UserError(f"a channel without a per_example step ('{self.pipeline.spec}') takes the gradient as one "
+                            f"vector of d numbers (the batch's mean), got shape {tuple(g.shape)}: flatten it, or put "
+                            "per_example:C=... first in the defense to send per-example rows")
         return self._client(g, rng)
 
     def attacker_view(self, threat) -> Transmission:

@@ -147,6 +147,22 @@ def test_a_per_example_channel_given_one_vector_or_a_threat_of_another_type_is_o
     assert channel.attacker_view(ThreatModel(knows_clip=True)).pipeline.spec == "per_example:C=1.0@before_sketch"
 
 
+def test_a_matrix_through_a_channel_without_a_per_example_step_is_refused():
+    """Rows given without a per_example step were clipped each (a whole-update clip acting per example, with no sum
+    and no division by B), pruned and rounded over the whole matrix: a message of (B, b) numbers came back."""
+    from leakattack.channel import Channel
+    from leakattack.errors import UserError
+    from leakattack.sketch import get_sketch
+
+    for spec in ("clip:C=1", "prune:p=0.5", "quantize:bits=4", ""):
+        channel = Channel(get_sketch("srht", 100, 50, seed=1), spec)
+        with pytest.raises(UserError, match=r"^a channel without a per_example step \('.*'\) takes the gradient as "
+                                            r"one vector of d numbers \(the batch's mean\), got shape \(4, 100\): "
+                                            r"flatten it, or put per_example:C=\.\.\. first"):
+            channel.send(torch.ones(4, 100, dtype=torch.float64), gen())
+        assert channel.send(torch.ones(100, dtype=torch.float64), gen()).shape == (50,)
+
+
 @pytest.mark.parametrize("g,needle", [
     (torch.arange(100), "got a tensor of dtype int64"),
     ([1.0] * 100, "got list"),
