@@ -85,18 +85,34 @@ def share_cores(n: int | None) -> None:
     _share = None if n is None else max(1, int(n))
 
 
+@contextlib.contextmanager
+def cores_shared(n: int) -> Iterator[None]:
+    """Inside the block this process counts at most ``n`` cores as its own (:func:`share_cores`) and torch runs ``n``
+    threads, as a pool's worker of that share does; both as they were after it."""
+    share, threads = _share, torch.get_num_threads()
+    share_cores(n)
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        share_cores(share)
+        torch.set_num_threads(threads)
+
+
 def cpu_cores() -> int:
     """The CPU cores this process may run on: its affinity where the system states one, else the machine's count;
     at most ``OMP_NUM_THREADS`` where that holds a positive whole number (the usual cap on a shared machine or in a
-    cluster job, which torch's own thread count follows); at most its share of them in a pool of workers
-    (:func:`share_cores`)."""
+    cluster job, which torch's own thread count follows), and at most ``SLURM_CPUS_PER_TASK`` in a SLURM job that
+    asked for its CPUs (a node without cgroups leaves every core in the job's affinity); at most its share of them in
+    a pool of workers (:func:`share_cores`)."""
     try:
         n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
         n = max(1, os.cpu_count() or 1)
-    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if cap.isdigit() and int(cap) > 0:
-        n = min(n, int(cap))
+    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        cap = os.environ.get(name, "").strip()
+        if cap.isdigit() and int(cap) > 0:
+            n = min(n, int(cap))
     return n if _share is None else min(n, _share)
 
 

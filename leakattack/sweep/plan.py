@@ -39,6 +39,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -182,6 +183,10 @@ def check_name(name: str) -> str:
             or Path(name).is_absolute()):
         raise ConfigError(f"sweep name {name!r} must be a plain folder name, not a path: use --out to choose "
                           "where the sweep is written")
+    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if control is not None:  # part of the default folder's name, which the sweep's one-line summary ends with
+        raise ConfigError(f"sweep name {name!r} holds the control character {control!r}, which would break the "
+                          "one-line summary that names its folder: give a name without control characters")
     return name
 
 

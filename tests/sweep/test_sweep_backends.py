@@ -34,6 +34,33 @@ def test_local_workers_split_the_cores_so_deep_victims_do_not_oversubscribe_them
     assert [n for _, n in pairs] == [share] * 4
 
 
+def test_the_last_point_run_alone_takes_a_workers_share_of_the_cores(monkeypatch):
+    """One point left to run (a sweep resumed with the --jobs it started with) runs in this process: it took every
+    core there, where the sweep's other points had a worker's share, and the sweep then warned of mixed cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(targets.victim.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    threads = torch.get_num_threads()
+    backend = get_backend("local", jobs=2)
+    try:
+        pairs = list(backend.map_unordered(lambda f: f(), [lambda: (cpu_cores(), torch.get_num_threads())]))
+    finally:
+        backend.close()
+    assert [r for _, r in pairs] == [(4, 4)]  # a lambda: it ran here, on 8 // 2 cores
+    assert cpu_cores() == 8 and torch.get_num_threads() == threads  # as they were after it
+
+
+def test_a_slurm_job_counts_the_cpus_it_asked_for(monkeypatch):
+    """A node without cgroups leaves a job every core in its affinity: --cpus-per-task is the job's share."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(targets.victim.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    assert cpu_cores() == 3
+    for ignored in ("0", "", "two"):
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", ignored)
+        assert cpu_cores() == 8
+
+
 def test_a_share_of_the_cores_is_what_every_core_means_for_a_deep_victim():
     deep = targets.get_model("resnet20", seed=0)
     assert deep.deep

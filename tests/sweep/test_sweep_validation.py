@@ -122,6 +122,15 @@ def test_a_sweep_name_that_is_a_path_is_refused_and_nothing_is_written(tmp_path,
     assert not Path("/tmp/leakattack-sweep-name-test").exists()
 
 
+@pytest.mark.parametrize("name", ["a\nb", "tab\there"])
+def test_a_sweep_name_with_a_control_character_is_refused_as_the_names(tmp_path, capsys, monkeypatch, no_attack, name):
+    """Its default folder's name holds it: the refusal blamed an --out that was not given."""
+    monkeypatch.chdir(tmp_path)
+    line = refuse(tmp_path, capsys, f"[sweep]\nname = {json.dumps(name)}\n" + BASE + "[grid]\nimage_index = [0]\n",
+                  f"sweep name {name!r} holds the control character")
+    assert "--out" not in line
+
+
 @pytest.mark.parametrize("grid,needle", [
     ("image_index = [0, 5000]", "image index 5000 out of range"),
     ("dataset = ['digits', 'mnist']", "mnist"),

@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 import torch
 from tqdm.std import tqdm
 
-from targets.victim import cpu_cores, share_cores
+from targets.victim import cores_shared, cpu_cores, share_cores
 
 from ...errors import SettingWarning, one_line_warnings
 from .base import Backend, WorkerLost
@@ -106,9 +106,15 @@ class LocalBackend(Backend):
 
     def map_unordered(self, fn, items, key=None):  # nothing outlives this process: keys are not needed
         items = list(items)
-        if self.jobs <= 1 or len(items) <= 1:
+        if self.jobs <= 1:
             for item in items:
                 yield item, fn(item)
+            return
+        if len(items) <= 1:  # one point left: run here, on the share of the cores a worker of --jobs would hold
+            for item in items:
+                with cores_shared(worker_share(self.jobs)):
+                    result = fn(item)
+                yield item, result
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
