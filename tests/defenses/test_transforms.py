@@ -56,10 +56,26 @@ def test_prune_zeroes_the_smallest_fraction():
 
 def test_stochastic_rounding_is_unbiased_and_on_the_grid():
     v = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    v[3] = 0.0  # linspace's middle is 0 only to rounding
     u = torch.rand(20_000, 7, generator=gen(2), dtype=torch.float64)
     q = stochastic_round(v.expand(20_000, 7), 2, u)
-    assert set(torch.round(q.flatten() * 3).tolist()) <= {-3.0, -1.0, 1.0, 3.0}  # 2 bits: levels -1, -1/3, 1/3, 1
+    off = torch.cat([q[:, :3], q[:, 4:]], 1)  # the entries that are not 0
+    assert set(torch.round(off.flatten() * 3).tolist()) <= {-3.0, -1.0, 1.0, 3.0}  # 2 bits: -1, -1/3, 1/3, 1
     assert torch.allclose(q.mean(0), v, atol=0.02)  # s.e. <= 0.5/sqrt(20000) ~ 0.0035
+    assert bool((q[:, 3] == 0).all())  # an exact zero stays zero, not ±1/3 at random
+
+
+def test_a_pruned_message_stays_pruned_through_the_rounding():
+    """With no 0 among the grid's 2^bits points every pruned entry was sent as ±s/(2^bits - 1): none stayed 0."""
+    from leakattack.channel import Channel
+    from leakattack.sketch import get_sketch
+
+    g = torch.randn(1000, generator=gen(3), dtype=torch.float64)
+    pruned = Channel(get_sketch("none", 1000, 1000), "clip:C=1,prune:p=0.5").send(g, gen(5))
+    y = Channel(get_sketch("none", 1000, 1000), "clip:C=1,prune:p=0.5,quantize:bits=4").send(g, gen(5))
+    assert torch.equal(y == 0, pruned == 0) and int((y == 0).sum()) == 500
+    s = pruned.abs().max()
+    assert torch.allclose(torch.round(y[y != 0] / s * 15), y[y != 0] / s * 15)  # the rest on the grid's 16 points
 
 
 def test_spec_round_trips_and_defaults_place_noise_before_and_quantize_after_the_sketch():
