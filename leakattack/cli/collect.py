@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import sys
 import warnings
 from dataclasses import fields
@@ -127,6 +128,7 @@ def row_of(folder: Path) -> dict:
            "dataset": derived.get("dataset", run.get("dataset")), "defense": run.get("defense")}
     if row["protocol"]:  # which client's message of which round was attacked
         row.update(round=run.get("protocol_round"), client=run.get("protocol_client"))
+        row.update(protocol_privacy(derived))
     elif run.get("message"):  # a captured message file: the round and client its ids name (the Flower recorder's)
         described = derived.get("sketch")
         ids = described.get("ids") if isinstance(described, dict) else None
@@ -148,6 +150,19 @@ def row_of(folder: Path) -> dict:
     if failed:
         row["failed"] = failed
     return row
+
+
+def protocol_privacy(derived: dict) -> dict:
+    """A DP protocol's own noise and guarantee over rounds 1..its round (config.json's ``derived.sketch.privacy``:
+    ``sigma``, ``epsilon_rdp``, ``epsilon_paper``, ``delta_paper``, ...), as columns named ``protocol_KEY``; an
+    epsilon recorded as null (its delta reached 1: no bound) is ``inf``, as a run's ε without a bound is.  Empty
+    for a protocol without noise of its own."""
+    described = derived.get("sketch")
+    noise = described.get("privacy") if isinstance(described, dict) else None
+    if not isinstance(noise, dict) or noise.get("sigma") is None:
+        return {}
+    return {f"protocol_{k}": (math.inf if v is None and k.startswith("epsilon") else v) for k, v in noise.items()
+            if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
 
 
 def sent_sketch(config: dict) -> str | None:

@@ -255,11 +255,14 @@ def summary_value(metrics: dict, name: str) -> float | None:
     """A point's ``name`` as summary.csv counts it: a number, None where it is not recorded, and ``inf`` for an
     epsilon (:data:`EPSILON_METRICS`) that the point's privacy report records as null: no DP bound, as a run's
     summary line says ``ε ∞`` (the report is there, so the value is known, not missing).  A paper epsilon that is
-    null while the point's own epsilon is a number is not recorded (None): the paper has no formula for that noise
-    (Laplace), which has a bound."""
+    null while the point's own epsilon is a number, or beside a δ of 0 (pure DP: Laplace noise, with or without a
+    bound), is not recorded (None): the paper has no formula for that noise."""
     v = metrics.get(name)
     if v is None and name in EPSILON_METRICS and name in metrics and "privacy_note" in metrics:
-        if name.endswith("_paper") and metrics.get(name.removesuffix("_paper")) is not None:
+        if name.endswith("_paper") and (metrics.get(name.removesuffix("_paper")) is not None
+                                        or metrics.get("delta") == 0):
+            # a bound the paper has no formula for, or the defense's noise pure DP (Laplace, δ 0; the training's
+            # utility epsilons are of the same defense), bounded or not
             return None
         return math.inf
     return None if v is None else float(v)

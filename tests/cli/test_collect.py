@@ -57,6 +57,49 @@ def test_collect_writes_inf_for_an_epsilon_without_a_dp_bound(tmp_path):
     assert rows["undefended"]["epsilon"] == ""
 
 
+def test_collect_leaves_a_laplace_runs_paper_epsilon_empty_with_or_without_a_bound(tmp_path):
+    """The paper has no Laplace formula: its epsilon was written inf beside a Laplace run without a clip, where the
+    report shows none and a bounded Laplace run's cell is empty."""
+    runs = tmp_path / "runs"
+    for name, defense in (("lap", "laplace:b=1e-3"), ("lapc", "clip:C=1,laplace:b=1e-2")):
+        assert cli.main(["run", "--iterations", "1", "--quiet", "--no-lpips", "--defense", defense,
+                         "--out", str(runs / name)]) == 0
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
+    assert rows["lap"]["epsilon"] == "inf" and float(rows["lapc"]["epsilon"]) > 0  # unbounded, and pure DP's bound
+    assert rows["lap"]["epsilon_paper"] == rows["lapc"]["epsilon_paper"] == ""
+    assert rows["lap"]["delta"] == rows["lapc"]["delta"] == "0.0"
+
+
+def test_collect_writes_a_dp_protocols_own_noise_and_epsilon(tmp_path):
+    """sketched-dp's and privsgd's noise and ε over rounds 1..T are in config.json, not metrics.json: their rows read
+    as an undefended fedavg run's, with no ε at all."""
+    runs = tmp_path / "runs"
+    noise = {"sketched-dp": {"sigma": 9.69, "epsilon_paper": 0.5, "delta_paper": 1e-05, "epsilon_rdp": 0.103},
+             "privsgd": {"sigma": 2.0, "epsilon_paper": 3.0, "delta_paper": 1e-05, "epsilon_rdp": None,
+                         "epsilon_rdp_normalised": 7.5, "rounds_covered": 100},
+             "fedavg": None}
+    for protocol, privacy in noise.items():
+        encoder = {"kind": "srht", "d": 13426, "b": 6713, "seed": 7}
+        _protocol_folder(runs / protocol, protocol, encoder, 1, 0)
+        if privacy is not None:
+            path = runs / protocol / "config.json"
+            config = json.loads(path.read_text())
+            config["derived"]["sketch"]["privacy"] = privacy
+            path.write_text(json.dumps(config))
+    out = tmp_path / "table.csv"
+    assert cli.main(["collect", str(runs), "--out", str(out)]) == 0
+    rows = {Path(r["run"]).name: r for r in csv.DictReader(out.open())}
+    dp = rows["sketched-dp"]
+    assert float(dp["protocol_sigma"]) == 9.69 and float(dp["protocol_epsilon_rdp"]) == 0.103
+    assert float(dp["protocol_epsilon_paper"]) == 0.5 and float(dp["protocol_delta_paper"]) == 1e-05
+    assert rows["privsgd"]["protocol_epsilon_rdp"] == "inf"  # null: its delta reached 1, no bound
+    assert float(rows["privsgd"]["protocol_epsilon_rdp_normalised"]) == 7.5
+    assert rows["privsgd"]["protocol_rounds_covered"] == "100"
+    assert all(rows["fedavg"][k] == "" for k in ("protocol_sigma", "protocol_epsilon_rdp"))  # no noise of its own
+
+
 def _protocol_folder(folder: Path, protocol: str, encoder: dict, round_: int, client: int) -> None:
     """A protocol run's folder as `leakattack run --protocol` writes it: the --sketch flag (srht) under ``run``, the
     encoder the protocol really sent with under ``derived.sketch.encoder``."""
