@@ -61,15 +61,30 @@ def _warn_empty_sweeps(items) -> None:
                           "report shows no point of that sweep", SettingWarning, stacklevel=1)
 
 
+def _built() -> str:
+    """When the report was built, in words: ``SOURCE_DATE_EPOCH``'s time where it is set (reproducible builds' fixed
+    time, whose specification has a malformed value fail the build: one sentence), else now."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH")
+    if raw is None or not raw.strip():
+        return _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    epoch = raw.strip()
+    try:
+        if not epoch.isascii() or not epoch.isdigit():
+            raise ValueError
+        when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise UserError(f"SOURCE_DATE_EPOCH must be the build's time in whole seconds since 1970-01-01 UTC, up to "
+                        f"the year 9999, got {raw[:40]!r}: correct it, or unset it to stamp the report with the time "
+                        "now") from None
+    return when.strftime("%Y-%m-%d %H:%M %Z")
+
+
 def cmd_report(a) -> int:
     if not a.title.strip():
         raise UserError(f"--title must name the report, got {a.title!r}")
     out = report_out(a.out)
     items = check_folders(a.paths)  # every path refused before anything is read or written
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()  # reproducible builds' fixed time, where one is set
-    when = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch.isdigit()
-            else _dt.datetime.now().astimezone())
-    built = when.strftime("%Y-%m-%d %H:%M %Z")
+    built = _built()
     _warn_empty_sweeps(items)
     text = build_report([p for _, p in items], title=a.title, generator=f"leakattack {__version__}", built=built)
     text = text.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + MARK, 1)

@@ -262,6 +262,11 @@ def test_a_png_cut_short_a_blank_title_and_a_fixed_build_time(tmp_path, capsys, 
         assert "--title must name the report" in _fails(capsys, ["report", str(run), "--title", title,
                                                                  "--out", str(out)])
     assert not out.exists()
+    for bad in ("99999999999999", "abc", "-5", "1.5"):  # a year past 9999 was a traceback, the others ignored
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", bad)
+        assert f"SOURCE_DATE_EPOCH must be the build's time in whole seconds since 1970-01-01 UTC, up to the year " \
+               f"9999, got '{bad}'" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    assert not out.exists()
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764979200")
     pages = []
     for name in ("a.html", "b.html"):
