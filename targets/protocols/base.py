@@ -41,10 +41,11 @@ it again).  Their noise comes from ``noise_rng``, or else from a stream per
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch.func import functional_call
@@ -215,6 +216,21 @@ def forward_seconds(message: ClientMessage, labels: torch.Tensor | None = None) 
     assert x.grad is not None
     float(x.grad.norm())  # waits for an asynchronous device
     return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _statistics_held(victim: Victim) -> Iterator[None]:
+    """Inside the block no BatchNorm layer of ``victim`` moves its running statistics (a forward pass in train mode
+    still normalises by its batch): a training (:func:`leakattack.training.tracking_running_statistics`) counts each
+    batch a client's steps run on once, not again where the round's loss is read."""
+    layers = [m for m in batchnorm_layers(victim.model) if m.track_running_stats]
+    for m in layers:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.track_running_stats = True
 
 
 class Protocol:
@@ -460,7 +476,7 @@ class Protocol:
         deltas, messages, losses = {}, {}, []
         for c in self.sampled(t):
             x, y = self.client_batch(t, c) if data is None else data[c]
-            with torch.no_grad():
+            with torch.no_grad(), _statistics_held(self.victim):  # the loss reported, not a step: no batch counted
                 losses.append(float(loss_at(self.victim, x, y, unflatten(self.victim, w))))
             deltas[c] = self.client_update(w, x, y, t, c).detach()
             messages[c] = self.send(deltas[c], t, c)

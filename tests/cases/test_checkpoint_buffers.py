@@ -36,6 +36,13 @@ def test_checkpoints_hold_the_running_statistics_the_clients_left(trained):
     assert not torch.equal(first, last)
 
 
+def test_each_batch_a_client_stepped_on_is_counted_once(trained):
+    """The round's train loss, read in train mode before the clients' steps, moved the statistics too: each client's
+    first batch of a round entered them twice (2 rounds of 2 clients' one step each counted 8 batches, not 4)."""
+    for t, steps in ((2, 2), (3, 4)):  # w^2 after round 1's two clients, w^3 after round 2's
+        assert int(load_checkpoint(trained, t, _victim().d)[1]["bn1.num_batches_tracked"]) == steps
+
+
 def test_a_victim_in_train_mode_still_leaves_its_statistics_as_loaded(trained):
     victim = load_weights(_victim(), checkpoint_path(trained, 3))
     loaded = {n: b.clone() for n, b in victim.model.named_buffers()}
