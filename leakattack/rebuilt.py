@@ -630,13 +630,13 @@ def label_choice_line(c: dict) -> str:
                                              for v in c["probe_losses"]):  # NaN, or null as metrics.json stores it
         return (f"labels: {read}; the short runs that compare them found no finite objective to step on (a message "
                 f"of NaN or infinite values), so {c['chosen']}, the reading of the most rules, was kept")
-    if c.get("compared_at") == 0:
+    if c.get("compared_at") == 0 and not c.get("matched"):  # a run that met the tolerance at its start: below
         idle = sum(n == 0 for n in ran)
         who = ("the short runs that compare them took no step" if idle == len(ran) else
                f"{idle} of the {len(ran)} short runs that compare them took no step "
                f"({', '.join(map(str, ran))} steps run)")
-        return (f"labels: {read}; {who} within their shares of the time limit, so {c['chosen']}, the reading of the "
-                "most rules, was kept")
+        limit = " within their shares of the time limit" if c.get("probe_time_limit") is not False else ""
+        return (f"labels: {read}; {who}{limit}, so {c['chosen']}, the reading of the most rules, was kept")
     uneven = "compared_at" in c and len(set(ran)) > 1  # the runs were compared where all of them had been
     if all(n == c["probe_steps"] for n in ran):
         each = f"a {c['probe_steps']}-step run with each"

@@ -539,6 +539,7 @@ class GradientMatching(Attack):
         return chosen, {"readings": {rule: labels.tolist() for rule, labels in readings.items()},
                         "probe_steps": probe.iterations, "probe_steps_run": steps, "probe_losses": losses,
                         "probe_compared": at, "compared_at": common, "chosen": chosen.tolist(),
+                        "probe_time_limit": self.time_limit is not None,
                         "interrupted": stop_requested(), **({"tied": len(tied)} if len(tied) > 1 else {}),
                         **({"matched": sum(met)} if any(met) and not stop_requested() else {}),
                         **({"candidates": [labels.tolist() for labels in distinct], "head_signal": signal,

@@ -137,6 +137,16 @@ def test_the_label_line_says_how_many_steps_each_reading_ran():
     c.update(probe_steps_run=[0, 36], compared_at=0, probe_compared=[0.9, 0.8])  # one run only: said so
     assert ("; 1 of the 2 short runs that compare them took no step (0, 36 steps run) within their shares of the time "
             "limit, so [0]" in label_choice_line(c))
+    # a run that met the tolerance at its start (a message of zeros) decides: the time limit and the rules' votes
+    # were named where there was no time limit and the chosen reading was one rule's
+    met = {**c, "readings": {"pooled": [0], "sign": [9], "llg": [9]}, "probe_steps": 2, "probe_steps_run": [0, 1],
+           "probe_losses": [0.0, 2.01], "probe_compared": [0.0, 2.01], "matched": 1, "probe_time_limit": False}
+    said = label_choice_line(met)
+    assert said.endswith("; of a run of at most 2 steps with each (0, 1 steps run), only the run with [0] matched "
+                         "the message to the attack's tolerance, so it was kept"), said
+    idle = {**c, "probe_time_limit": False}  # no time limit: a run that took no step stopped at its first
+    assert ("; 1 of the 2 short runs that compare them took no step (0, 36 steps run), so [0], the reading of the "
+            "most rules, was kept" in label_choice_line(idle))
     for key in ("probe_steps_run", "compared_at", "probe_compared"):  # a run folder written before they were
         del c[key]
     assert "a 150-step run with each" in label_choice_line(c)
