@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import defenses
-from targets.victim import batchnorm_layers
+from targets.victim import batchnorm_layers, batchnorm_without_running_statistics
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
@@ -925,6 +925,9 @@ def _write_files(out: Outcome, folder: Path) -> None:
                     **{k: None if k in unused else getattr(seeds, k) for k in ("lr", "recipe") + RECIPE_FIELDS},
                     # the priors beside tv with the weight each used, and the BatchNorm mode --bn resolved to
                     "priors": cfg.other_priors(), "bn_mode": case.victim.bn_mode if case.victim.has_batchnorm else None,
+                    # the BatchNorm layers that normalise by the batch's statistics in eval mode too: they keep none
+                    **({"bn_batch_statistics": batchwise} if case.victim.bn_mode == "eval" and (
+                        batchwise := batchnorm_without_running_statistics(case.victim.model)) else {}),
                     "dataset": case.dataset.name, **attacked, "in_shape": list(case.dataset.in_shape),
                     "num_classes": case.dataset.num_classes, "sketch": case.encoder,
                     # a dense R within --sketch-memory (default: a share of the RAM free now; on a GPU, its free

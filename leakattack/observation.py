@@ -28,7 +28,14 @@ import targets
 from targets import Victim
 from targets.oracle import restart_gradients
 from targets.protocols import UNKNOWN_SEED_OFFSET, ClientMessage
-from targets.victim import batch_in_shape, batchnorm_input_moments, batchnorm_layers, precision_problem, same_values
+from targets.victim import (
+    batch_in_shape,
+    batchnorm_input_moments,
+    batchnorm_layers,
+    batchnorm_without_running_statistics,
+    precision_problem,
+    same_values,
+)
 
 from .channel import Channel, Transmission
 from .constraints import MAX_SEED
@@ -455,6 +462,18 @@ ONE_IMAGE_IN_TRAIN_MODE = (
     "running statistics the server holds, as the field's single-image case does")
 
 
+def without_running_statistics(names: list[str], batch: int) -> str:
+    """The warning for BatchNorm layers (``names``) that keep no running statistics, on a victim in eval mode: they
+    normalise by the batch's own statistics whatever the mode says."""
+    many = len(names) > 1
+    shown = ", ".join(repr(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    what = ("one image by its own statistics, as train mode does, and there expect 'not rebuilt'" if batch == 1 else
+            "the batch by its own statistics, as train mode does")
+    return (f"BatchNorm layer{'s' if many else ''} {shown} of the victim keep{'' if many else 's'} no running "
+            f"statistics (track_running_stats=False), so eval mode (--bn eval, or auto) does not apply to "
+            f"{'them' if many else 'it'}: {'they normalise' if many else 'it normalises'} {what}")
+
+
 def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Channel,
             threat: ThreatModel = ThreatModel(), noise_seed: int = 0) -> Observation:
     """The client sends y = channel.send(grad_w F(w, x)); the attacker gets y and what ``threat`` grants.  Data or a
@@ -476,6 +495,8 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
     if x.shape[0] == 1 and victim.bn_mode == "train" and victim.has_batchnorm:
         warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=2)
+    elif victim.bn_mode == "eval" and (batchwise := batchnorm_without_running_statistics(victim.model)):
+        warnings.warn(without_running_statistics(batchwise, x.shape[0]), SettingWarning, stacklevel=2)
     slow = regeneration_warning(channel.sketch, victim.dtype)
     if slow:
         warnings.warn(slow, SettingWarning, stacklevel=2)

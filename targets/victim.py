@@ -202,6 +202,13 @@ def uses_batch_statistics(model: nn.Module) -> bool:
     return any(m.training or m.running_mean is None for m in batchnorm_layers(model))
 
 
+def batchnorm_without_running_statistics(model: nn.Module) -> list[str]:
+    """The names of ``model``'s BatchNorm layers that keep no running statistics (``track_running_stats=False`` when
+    made): in eval mode too they normalise by their batch's own statistics."""
+    return [name or type(m).__name__ for name, m in model.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is None]
+
+
 def last_linear(model: nn.Module) -> nn.Linear | None:
     """The last ``nn.Linear`` registered in ``model`` (the usual classifier head), or None."""
     heads = [m for m in model.modules() if isinstance(m, nn.Linear)]
@@ -1029,7 +1036,8 @@ class Victim:
 __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "cpu_cores", "share_cores",
            "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
-           "batch_moments", "uses_batch_statistics", "last_linear", "output_linear", "first_line", "output_problem",
+           "batch_moments", "uses_batch_statistics", "batchnorm_without_running_statistics",
+           "last_linear", "output_linear", "first_line", "output_problem",
            "code_files", "module_files", "defined_at", "forward_at",
            "kept_buffers", "NARROW", "precision_problem", "TwiceDifferentiable", "needs_composite", "not_twice",
            "same_values"]

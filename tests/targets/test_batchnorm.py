@@ -90,6 +90,43 @@ def test_a_batchnorm_without_running_statistics_has_no_per_example_gradients_in_
         targets.per_example_gradients(v, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
 
 
+def test_eval_mode_on_a_batchnorm_without_running_statistics_is_warned_of_and_recorded(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """Such a layer normalises by the batch in eval mode too: --bn eval and train gave the same run, only train
+    warned of one image's own statistics, and config.json said eval."""
+    from leakattack import Channel, cli, get_sketch, observe
+
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, track_running_stats=False), nn.Flatten(), nn.Linear(8, 2))
+    v = targets.Victim.from_module(net, input_shape=(1, 4, 4), num_classes=2, bn_mode="eval")
+    channel = Channel(get_sketch("none", v.d, v.d))
+    with pytest.warns(SettingWarning, match=r"^BatchNorm layer '1' of the victim keeps no running statistics "
+                                            r"\(track_running_stats=False\), so eval mode \(--bn eval, or auto\) does "
+                                            r"not apply to it: it normalises one image by its own statistics"):
+        observe(v, torch.rand(1, 1, 4, 4), torch.tensor([1]), channel)
+    with pytest.warns(SettingWarning, match=r"it normalises the batch by its own statistics, as train mode does$"):
+        observe(v, torch.rand(2, 1, 4, 4), torch.tensor([1, 0]), channel)
+    with_stats = targets.Victim.from_module(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(),
+                                                          nn.Linear(8, 2)), input_shape=(1, 4, 4), num_classes=2,
+                                            bn_mode="eval")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        observe(with_stats, torch.rand(1, 1, 4, 4), torch.tensor([1]), channel)
+    (tmp_path / "bnnet.py").write_text(
+        "import torch.nn as nn\n"
+        "class NoRS(nn.Sequential):\n"
+        "    def __init__(self, num_classes=10):\n"
+        "        super().__init__(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(),\n"
+        "                         nn.Flatten(), nn.Linear(4 * 30 * 30, num_classes))\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "--model", "bnnet.py:NoRS", "--bn", "eval", "--iterations", "1", "--quiet",
+                     "--no-lpips", "--out", "r"]) == 0
+    assert "leakattack: warning: BatchNorm layer '1' of the victim keeps no running statistics" in \
+        capsys.readouterr().err
+    import json
+    derived = json.loads((tmp_path / "r" / "config.json").read_text())["derived"]
+    assert derived["bn_mode"] == "eval" and derived["bn_batch_statistics"] == ["1"]
+
+
 def test_per_example_gradients_in_eval_mode_equal_autograd_example_by_example():
     v = targets.get_model("resnet20", seed=0, bn_mode="eval", **SMALL).to(dtype=torch.float64)
     for name, buf in v.model.named_buffers():
