@@ -165,9 +165,10 @@ def trained_params(cfg: RunConfig, spec: dict | None) -> tuple[dict, dict]:
 
 def _default_act(cfg: RunConfig, spec: dict | None) -> tuple[str, str] | None:
     """(model, the activation it is built with by default) for a model of the registry where neither the run nor a
-    training's protocol.json (``spec``) names one (None where one does, or where the model has no ``act``)."""
-    if spec is not None or cfg.model not in targets.list_models() or "act" not in targets.model_params(cfg.model) \
-            or "act" in cfg.model_params:
+    training's protocol.json (``spec``) names one (None where one does, or where the model has no ``act``); a
+    protocol.json of another model (a file copied into another training's folder) names none of this one's."""
+    if (spec is not None and spec.get("model") == cfg.model) or cfg.model not in targets.list_models() \
+            or "act" not in targets.model_params(cfg.model) or "act" in cfg.model_params:
         return None
     return cfg.model, str(targets.models.param_default(cfg.model, "act"))
 

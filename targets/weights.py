@@ -158,8 +158,8 @@ def load_weights(victim: Victim, path: str | Path, drawn_by: str | None = None,
         _warn_half(path, [state, *(buffers or {}).values()], victim.dtype)
         _warn_integers(path, [(None, state)])
         if unnamed_act is not None:
-            warnings.warn(f"weights file '{path}' is a flat weight vector, which does not say which activation it "
-                          f"was trained with: {unnamed_act[0]} is built with its default act={unnamed_act[1]} (a "
+            warnings.warn(f"weights file '{path}' holds a flat weight vector, which does not say which activation "
+                          f"it was trained with: {unnamed_act[0]} is built with its default act={unnamed_act[1]} (a "
                           "`leakattack train` checkpoint gives its training's only where it lies in its folder, "
                           "beside protocol.json; `leakattack train` uses tanh): give --model-param act=... as "
                           "trained", SettingWarning, stacklevel=2)

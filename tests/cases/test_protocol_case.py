@@ -177,14 +177,24 @@ def test_a_training_checkpoint_away_from_its_folder_says_it_names_no_activation(
     capsys.readouterr()
     assert cli.main(run + ["--weights", str(lone), "--out", str(tmp_path / "a")]) == 0
     said = [ln for ln in capsys.readouterr().err.splitlines() if "flat weight vector" in ln]
-    assert said == [f"leakattack: warning: weights file '{lone}' is a flat weight vector, which does not say which "
-                    "activation it was trained with: lenet is built with its default act=sigmoid (a `leakattack "
+    assert said == [f"leakattack: warning: weights file '{lone}' holds a flat weight vector, which does not say "
+                    "which activation it was trained with: lenet is built with its default act=sigmoid (a `leakattack "
                     "train` checkpoint gives its training's only where it lies in its folder, beside protocol.json; "
                     "`leakattack train` uses tanh): give --model-param act=... as trained"]
     for extra in (["--weights", str(lone), "--model-param", "act=tanh"],
                   ["--weights", str(trained / "fedavg" / "checkpoints" / "round_0001.pt")]):
         assert cli.main(run + extra + ["--out", str(tmp_path / f"b{len(extra)}")]) == 0
         assert "flat weight vector" not in capsys.readouterr().err
+    # copied into the folder of a training of another model: that protocol.json names no activation of lenet's
+    other = tmp_path / "other" / "fedavg"
+    (other / "checkpoints").mkdir(parents=True)
+    spec = json.loads((trained / "fedavg" / "protocol.json").read_text())
+    spec["model"] = {**spec["model"], "model": "resnet20", "dataset": "photos", "act": "relu"}
+    (other / "protocol.json").write_text(json.dumps(spec))
+    shutil.copy(lone, other / "checkpoints" / "round_0001.pt")
+    assert cli.main(run + ["--weights", str(other / "checkpoints" / "round_0001.pt"), "--out",
+                           str(tmp_path / "c")]) == 0
+    assert "holds a flat weight vector, which does not say which activation" in capsys.readouterr().err
 
 
 def test_the_report_says_a_protocol_run_attacked_another_batch_than_the_protocols_clients_send(tmp_path):
