@@ -37,10 +37,11 @@ def _floats(row: dict) -> str:
 
 
 def _resuming(folder: Path, done: int, rounds: int) -> None:
-    """One line on stderr: the folder holds rounds 1..done of this training, which continues from there."""
+    """One line on stderr: the folder keeps rounds 1..done of this training (after any it trains again, which a
+    warning named), which continues from there."""
     what = "nothing is left to train" if done >= rounds else \
         f"training continues from round {done + 1} of {rounds}"
-    print(f"note: '{folder}' holds rounds 1..{done} of this training (same protocol, settings and model): {what}",
+    print(f"note: '{folder}' keeps rounds 1..{done} of this training (same protocol, settings and model): {what}",
           file=sys.stderr)
 
 

@@ -47,7 +47,7 @@ def test_an_interrupted_training_rerun_continues_from_its_last_round_as_if_never
     capsys.readouterr()
     assert cli.main(TRAIN + ["--rounds", "5", "--out", str(interrupted.parent)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "holds rounds 1..3 of this training" in err[0] and "continues from round 4 of 5" in err[0]
+    assert len(err) == 1 and "keeps rounds 1..3 of this training" in err[0] and "continues from round 4 of 5" in err[0]
     assert _rows(interrupted, wall=True)[:3] == kept  # the earlier rounds are kept as they were
     assert _rows(interrupted) == _rows(straight)
     assert [r["wall_s"] for r in _rows(interrupted, wall=True)] == sorted(r["wall_s"]
@@ -70,7 +70,7 @@ def test_a_finished_training_rerun_with_more_rounds_extends_it_and_with_as_many_
     capsys.readouterr()
     assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "holds rounds 1..5 of this training" in err[0] and "nothing is left to train" in err[0]
+    assert len(err) == 1 and "keeps rounds 1..5 of this training" in err[0] and "nothing is left to train" in err[0]
     assert _snapshot(folder) == before
 
 
@@ -216,7 +216,10 @@ def test_a_killed_safl_training_continues_from_its_latest_checkpoint_with_the_se
     (folder / "checkpoints" / "round_0004.pt").unlink()  # killed in round 4: the latest checkpoint is w^3
     capsys.readouterr()
     assert cli.main(argv + ["--rounds", "4", "--out", str(tmp_path / "b")]) == 0
-    assert "rounds 3..3 are trained again from the checkpoint of w^3" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds rounds 1..3 and no checkpoint after round 3" in err
+    assert "rounds 3..3 are trained again from the checkpoint of w^3" in err
+    assert "keeps rounds 1..2 of this training" in err  # the rounds kept, after the one trained again
     assert _rows(folder) == _rows(tmp_path / "straight" / "safl")
     a, b = (torch.load(f / "checkpoints" / "round_0005.pt") for f in (tmp_path / "straight" / "safl", folder))
     assert torch.equal(a["weights"], b["weights"]) and torch.equal(a["server"]["v"], b["server"]["v"])
@@ -354,7 +357,7 @@ def test_a_row_cut_short_by_a_kill_is_dropped_and_its_round_trained_again(tmp_pa
     (folder / "checkpoints" / "round_0005.pt").unlink()
     capsys.readouterr()
     assert cli.main(TRAIN + ["--rounds", "5", "--out", str(tmp_path)]) == 0
-    assert "holds rounds 1..3" in capsys.readouterr().err
+    assert "keeps rounds 1..3" in capsys.readouterr().err
     assert _rows(folder) == _rows(straight)
     final = "checkpoints/round_0006.pt"
     assert torch.equal(torch.load(folder / final), torch.load(straight / final))
