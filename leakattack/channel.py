@@ -47,6 +47,8 @@ class Transmission:
             got = f"shape {tuple(g.shape)}"
             raise UserError(f"a channel with a per_example step ('{self.pipeline.spec}') takes the (B, d) matrix of "
                             f"per-example gradients, one row per example, got {got}")
+        if not self.per_example and g.ndim != 1 and self.pipeline.steps:  # each step would read rows or the whole
+            raise UserError(_not_one_vector(self.pipeline.spec, g))  # as it happens to (the sketch alone: rows)
         batch = g.shape[0] if self.per_example else None
         for step in self.pipeline.before:
             g = _stepped(step, g, rng)
@@ -56,6 +58,13 @@ class Transmission:
         for step in self.pipeline.after:
             y = _stepped(step, y, rng)
         return y
+
+
+def _not_one_vector(spec: str, g: torch.Tensor) -> str:
+    """The sentence for a matrix given to a channel without a per_example step, which takes the batch's mean."""
+    return (f"a channel without a per_example step ('{spec}') takes the gradient as one vector of d numbers (the "
+            f"batch's mean), got shape {tuple(g.shape)}: flatten it, or put per_example:C=... first in the defense to "
+            "send per-example rows")
 
 
 def _stepped(step, v: torch.Tensor, rng: torch.Generator | None) -> torch.Tensor:
@@ -100,10 +109,8 @@ class Channel:
         that draws (noise, stochastic rounding) draws from ``rng`` and refuses in one UserError sentence to run
         without one (:func:`defenses.seeded`).  Without a per-example step g is one vector, the mean gradient: a
         matrix would have each step read its rows, or the whole, as it happens to (refused in one sentence)."""
-        if isinstance(g, torch.Tensor) and not self.per_example and g.ndim != 1:
-            raise UserError(f"a channel without a per_example step ('{self.pipeline.spec}') takes the gradient as one "
-                            f"vector of d numbers (the batch's mean), got shape {tuple(g.shape)}: flatten it, or put "
-                            "per_example:C=... first in the defense to send per-example rows")
+        if isinstance(g, torch.Tensor) and g.is_floating_point() and not self.per_example and g.ndim != 1:
+            raise UserError(_not_one_vector(self.pipeline.spec, g))  # the client sends one message of one vector
         return self._client(g, rng)
 
     def attacker_view(self, threat) -> Transmission:

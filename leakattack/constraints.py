@@ -163,11 +163,15 @@ class Index(Number):
 
 
 def available_cores() -> int:
-    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count."""
+    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count; at
+    most ``SLURM_CPUS_PER_TASK`` in a SLURM job that asked for its CPUs (a node without cgroups leaves every core in
+    the job's affinity)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
-        return max(1, os.cpu_count() or 1)
+        n = max(1, os.cpu_count() or 1)
+    cap = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    return min(n, int(cap)) if cap.isdigit() and int(cap) > 0 else n
 
 
 #: the units a duration may carry (``90s``, ``10m``, ``1h``); a plain number is seconds

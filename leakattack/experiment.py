@@ -43,7 +43,7 @@ from .data import batch_positions, reads_root
 from .errors import SettingWarning, UserError, listed, ratio_text, shown_names
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
-from .observation import ONE_IMAGE_IN_TRAIN_MODE
+from .observation import ONE_IMAGE_IN_TRAIN_MODE, without_running_statistics
 from .plugins import provenance
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.io import wrong_kind_text
@@ -337,6 +337,9 @@ def _warn_case_settings(cfg: RunConfig, case, used: dict) -> RunConfig:
     # given
     if case.victim.has_batchnorm and case.victim.bn_mode == "train" and case.obs.batch_size == 1 and cfg.message:
         warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=3)
+    if (cfg.message or cfg.protocol) and case.victim.bn_mode == "eval" and (
+            batchwise := batchnorm_without_running_statistics(case.victim.model)):  # observe warns of its own
+        warnings.warn(without_running_statistics(batchwise, case.obs.batch_size), SettingWarning, stacklevel=3)
     if cfg.set_by_user("label_mode") and cfg.label_mode != "given" and case.victim.task == "regression":
         warnings.warn(f"--labels {cfg.label_mode} changes nothing: model '{cfg.model}' is a regression, whose "
                       "targets the attack takes as given (no rule reads them from the message)", SettingWarning,

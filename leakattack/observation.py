@@ -105,7 +105,7 @@ class Observation:
         they were not recorded)."""
         if self.weights is None or self.weights[0] != id(self.victim):  # None, or another victim put in on purpose
             return None
-        state = weights_state(self.victim)
+        state = weights_state(self.victim, digests=False)  # digested below only where a parameter was written to
         now, then = state[1], self.weights[1]
         if now == then:
             return self._buffers_changed(state[2], self.weights[2])
@@ -169,16 +169,17 @@ class Observation:
         return (self.batch_size, *self.victim.input_shape)
 
 
-def weights_state(victim: Victim) -> tuple:
+def weights_state(victim: Victim, digests: bool = True) -> tuple:
     """The victim's identity; per parameter: its storage, its in-place version counter (which every in-place
     change, an optimiser step or a copy_, advances), whether it is trainable, its dtype and device; a copy of
     each buffer's values (a BatchNorm's running statistics, which the gradient reads in eval mode: a probe that
     restores them advances their version counter, not their values); and a digest of each parameter's bits
-    (:func:`weights_digests`), which tells weights written since to the same values from weights changed."""
+    (:func:`weights_digests`; with ``digests``), which tells weights written since to the same values from weights
+    changed."""
     return (id(victim), tuple((p.data_ptr(), p._version, p.requires_grad, p.dtype, p.device)
                               for p in victim.model.parameters()),
             tuple((name, b.detach().clone()) for name, b in victim.model.named_buffers()),
-            weights_digests(victim))
+            *((weights_digests(victim),) if digests else ()))
 
 
 def weights_digests(victim: Victim) -> tuple[bytes, ...]:

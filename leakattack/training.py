@@ -328,6 +328,13 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
             return w, "checkpoint", read
         load_server_state(proto, server, start, read)
         source = f"re-simulated from the checkpoint of w^{start}"
+        if buffers is not None:  # statistics a training that counted batches twice left, tracked on once from here
+            with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+                first = read_json(Path(folder) / "protocol.json").get(BN_COUNTED_ONCE_FROM, start)
+                if isinstance(first, int) and min(first, start) > 1:
+                    warnings.warn(counting_note(Path(folder), min(first, start),
+                                                f"rounds {start}..{t - 1} are re-simulated with each batch counted "
+                                                "once"), SettingWarning, stacklevel=2)
     count = t - start
     loud = count > REPLAY_NOTE_ROUNDS
     if loud:
@@ -445,6 +452,10 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__, "machine": machine()}
+    if any(m.running_mean is not None for m in batchnorm_layers(victim.model)):
+        # the first round whose BatchNorm running statistics counted each batch once (trainings before that counted
+        # a client's first batch of a round twice, :func:`counting_note`); a resumed one keeps its own
+        record[BN_COUNTED_ONCE_FROM] = 1
     from .sweep.lock import FolderLock  # here: leakattack.sweep imports the run's modules, which import this one
     made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -461,6 +472,20 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     finally:
         lock.release()
         _remove_empty(made)  # a training refused before it wrote anything leaves no folder
+
+
+#: protocol.json's key of the first round whose BatchNorm running statistics counted each batch a client stepped on
+#: once; a training folder without it (with BatchNorm) was trained by a version that counted a client's first batch
+#: of every round twice (the round's loss, read in train mode, moved the statistics too)
+BN_COUNTED_ONCE_FROM = "bn_counted_once_from"
+
+
+def counting_note(folder: Path, first: int, now: str) -> str:
+    """The warning for a training folder whose rounds before ``first`` counted a client's first batch of each round
+    twice in the BatchNorm running statistics: ``now`` says what is done with it."""
+    return (f"'{folder}' holds rounds 1..{first - 1} trained by a leakattack that counted each client's first batch of "
+            "a round twice in the BatchNorm running statistics (the weights do not depend on them): "
+            f"{now}, so the statistics mix the two counts; train in a new folder for statistics of one")
 
 
 def _remove_empty(made: list[Path]) -> None:
@@ -506,6 +531,13 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
             before.pop()
         if before:
             kept["machines_before"] = before
+    if BN_COUNTED_ONCE_FROM in record and rows:  # the rounds kept were counted by the rule their training had
+        stored = read_json(folder / "protocol.json")
+        first = stored.get(BN_COUNTED_ONCE_FROM, len(rows) + 1)
+        kept[BN_COUNTED_ONCE_FROM] = first
+        if first > 1 and len(rows) < rounds:
+            warnings.warn(counting_note(folder, first, f"rounds {len(rows) + 1}..{rounds} are trained now with "
+                                        "each batch counted once"), SettingWarning, stacklevel=3)
     write_json(folder / "protocol.json", {**record, **kept})
     # the finished rounds' rows, the weights after the last of them and the buffers and server state with them: one
     # assignment, so that an interrupt leaves them consistent

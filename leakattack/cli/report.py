@@ -71,8 +71,9 @@ def _built() -> str:
     try:
         if not epoch.isascii() or not epoch.isdigit():
             raise ValueError
-        when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
-    except (ValueError, OverflowError, OSError):
+        # by arithmetic, not the C library's gmtime: every platform then takes every time up to the year 9999
+        when = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(seconds=int(epoch))
+    except (ValueError, OverflowError):
         raise UserError(f"SOURCE_DATE_EPOCH must be the build's time in whole seconds since 1970-01-01 UTC, up to "
                         f"the year 9999, got {raw[:40]!r}: correct it, or unset it to stamp the report with the time "
                         "now") from None

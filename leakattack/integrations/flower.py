@@ -214,8 +214,9 @@ class SketchedFedAvg(FedAvg):
         if sketch_params is not None and not isinstance(sketch_params, dict):
             _refuse("SketchedFedAvg", "sketch_params", "a dict of the sketch's parameters (or None)", sketch_params)
         # the family's names and values here (b where given; a bound on b waits for the first round, where d is
-        # known), not in the first round's configure_fit, where a refusal stops the server
-        sketch_class(sketch).check_params(dict(sketch_params or {}), b)
+        # known), not in the first round's configure_fit, where a refusal stops the server; memory_gb is
+        # get_sketch's own, checked there
+        sketch_class(sketch).check_params({k: v for k, v in (sketch_params or {}).items() if k != "memory_gb"}, b)
         super().__init__(**fedavg_options)
         self.sketch, self.ratio, self.b, self.seed = sketch, ratio, b, int(seed)
         self.sketch_params, self.global_lr = dict(sketch_params or {}), float(global_lr)

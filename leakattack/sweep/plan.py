@@ -183,15 +183,17 @@ def check_name(name: str) -> str:
             or Path(name).is_absolute()):
         raise ConfigError(f"sweep name {name!r} must be a plain folder name, not a path: use --out to choose "
                           "where the sweep is written")
-    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
-    if control is not None:  # part of the default folder's name, which the sweep's one-line summary ends with
-        raise ConfigError(f"sweep name {name!r} holds the control character {control!r}, which would break the "
-                          "one-line summary that names its folder: give a name without control characters")
     return name
 
 
 def check_name_length(name: str) -> str:
-    """A sweep name its default folder can hold: at most :data:`SWEEP_NAME_MAX` bytes (ConfigError otherwise)."""
+    """A sweep name its default folder can hold: at most :data:`SWEEP_NAME_MAX` bytes, and no control character,
+    which would break the one-line summary that ends with the folder (ConfigError otherwise)."""
+    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        raise ConfigError(f"sweep name {name!r} holds the control character {control!r}, which would break the "
+                          "one-line summary that names its default folder: give a name without control characters, "
+                          "or choose the folder with --out")
     size = len(name.encode("utf-8", "surrogateescape"))
     if size > SWEEP_NAME_MAX:
         raise ConfigError(f"sweep name '{name[:24]}...' has {size} bytes, and its default folder "

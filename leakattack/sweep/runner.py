@@ -179,8 +179,8 @@ def warn_threads_over_share(todo: list[dict], jobs: int | None) -> None:
     A run refuses threads beyond its cores; a sweep's point is checked against the machine's, but its worker holds
     only its share of them, so such points run more threads at once than there are cores.
     """
-    if not jobs or jobs <= 1 or len(todo) <= 1:  # the points run one at a time, each on the cores a run checks against
-        return
+    if not jobs or jobs <= 1 or len(todo) <= 1:  # one point at a time: its threads alone on the cores (a lone last
+        return  # point of --jobs N counts a worker's share as every core, and runs its own threads on nothing else
     cores, share = cpu_cores(), worker_share(jobs)
     counts = [t for pt in todo if isinstance(t := pt["params"].get("threads"), int) and t > share]
     if not counts:

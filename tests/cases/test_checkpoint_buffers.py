@@ -43,6 +43,32 @@ def test_each_batch_a_client_stepped_on_is_counted_once(trained):
         assert int(load_checkpoint(trained, t, _victim().d)[1]["bn1.num_batches_tracked"]) == steps
 
 
+def test_a_training_that_counted_batches_twice_is_continued_with_a_warning(trained, tmp_path, capsys):
+    """A folder trained before each batch was counted once (no bn_counted_once_from in its protocol.json) continued
+    with the statistics of two counts mixed, unsaid."""
+    import json
+    import shutil
+
+    assert json.loads((trained / "protocol.json").read_text())["bn_counted_once_from"] == 1
+    old = tmp_path / "old" / "fedavg"
+    shutil.copytree(trained, old)
+    spec = json.loads((old / "protocol.json").read_text())
+    del spec["bn_counted_once_from"]
+    (old / "protocol.json").write_text(json.dumps(spec))
+    argv = ["train", "--protocol", "fedavg", "--model", "resnet20", "--dataset", "photos", "--clients", "2",
+            "--out", str(tmp_path / "old"), "--quiet"]
+    capsys.readouterr()
+    for rounds in (3, 4):  # the rounds counted twice stay named after the first resume
+        assert cli.main(argv + ["--rounds", str(rounds)]) == 0
+        assert (f"'{old}' holds rounds 1..2 trained by a leakattack that counted each client's first batch of a round "
+                "twice in the BatchNorm running statistics (the weights do not depend on them): rounds "
+                f"{rounds}..{rounds} are trained now with each batch counted once") in capsys.readouterr().err
+        assert json.loads((old / "protocol.json").read_text())["bn_counted_once_from"] == 3
+    assert cli.main(["train", "--protocol", "fedavg", "--rounds", "1", "--out", str(tmp_path / "lenet"),
+                     "--quiet"]) == 0
+    assert "bn_counted_once_from" not in (tmp_path / "lenet" / "fedavg" / "protocol.json").read_text()  # no BatchNorm
+
+
 def test_a_victim_in_train_mode_still_leaves_its_statistics_as_loaded(trained):
     victim = load_weights(_victim(), checkpoint_path(trained, 3))
     loaded = {n: b.clone() for n, b in victim.model.named_buffers()}

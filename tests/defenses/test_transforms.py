@@ -168,6 +168,7 @@ def test_a_matrix_through_a_channel_without_a_per_example_step_is_refused():
     and no division by B), pruned and rounded over the whole matrix: a message of (B, b) numbers came back."""
     from leakattack.channel import Channel
     from leakattack.errors import UserError
+    from leakattack.observation import ThreatModel
     from leakattack.sketch import get_sketch
 
     for spec in ("clip:C=1", "prune:p=0.5", "quantize:bits=4", ""):
@@ -177,6 +178,14 @@ def test_a_matrix_through_a_channel_without_a_per_example_step_is_refused():
                                             r"flatten it, or put per_example:C=\.\.\. first"):
             channel.send(torch.ones(4, 100, dtype=torch.float64), gen())
         assert channel.send(torch.ones(100, dtype=torch.float64), gen()).shape == (50,)
+        view = channel.attacker_view(ThreatModel(knows_clip=True, knows_prune=True))
+        if view.pipeline.steps:  # the attacker's model of the steps: the same refusal
+            with pytest.raises(UserError, match=r"^a channel without a per_example step"):
+                view(torch.ones(4, 100, dtype=torch.float64))
+        else:  # the sketch alone takes rows, as batched restarts send them
+            assert view(torch.ones(4, 100, dtype=torch.float64)).shape == (4, 50)
+    with pytest.raises(UserError, match="floating-point torch tensor, got a tensor of dtype int64"):  # dtype first
+        Channel(get_sketch("srht", 100, 50, seed=1), "clip:C=1").send(torch.ones(4, 100, dtype=torch.int64), gen())
 
 
 @pytest.mark.parametrize("g,needle", [

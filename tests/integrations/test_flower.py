@@ -269,6 +269,7 @@ def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path)
     with pytest.raises(UserError, match=r"^SketchedFedAvg: 'sketch_params' must be a dict"):
         SketchedFedAvg(sketch="sparse", sketch_params=[("s", 2)])
     assert SketchedFedAvg(sketch="sparse", sketch_params={"s": 2}).round_sketch(1, 40).describe()["s"] == 2
+    assert SketchedFedAvg(sketch="gaussian", sketch_params={"memory_gb": 1}).round_sketch(1, 40).b == 4  # get_sketch's
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_client_connects(tmp_path):

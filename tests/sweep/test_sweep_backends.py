@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import targets
+from leakattack.constraints import available_cores
 from leakattack.errors import UserError
 from leakattack.sweep.backends import Backend, LocalBackend, get_backend, list_backends
 from targets.victim import cpu_cores, share_cores
@@ -54,11 +55,12 @@ def test_a_slurm_job_counts_the_cpus_it_asked_for(monkeypatch):
     """A node without cgroups leaves a job every core in its affinity: --cpus-per-task is the job's share."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(targets.victim.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr("leakattack.constraints.os.sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
-    assert cpu_cores() == 3
+    assert cpu_cores() == 3 == available_cores()  # what the thread rule counts, and what --threads may take
     for ignored in ("0", "", "two"):
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", ignored)
-        assert cpu_cores() == 8
+        assert cpu_cores() == 8 == available_cores()
 
 
 def test_a_share_of_the_cores_is_what_every_core_means_for_a_deep_victim():

@@ -126,9 +126,12 @@ def test_a_sweep_name_that_is_a_path_is_refused_and_nothing_is_written(tmp_path,
 def test_a_sweep_name_with_a_control_character_is_refused_as_the_names(tmp_path, capsys, monkeypatch, no_attack, name):
     """Its default folder's name holds it: the refusal blamed an --out that was not given."""
     monkeypatch.chdir(tmp_path)
-    line = refuse(tmp_path, capsys, f"[sweep]\nname = {json.dumps(name)}\n" + BASE + "[grid]\nimage_index = [0]\n",
-                  f"sweep name {name!r} holds the control character")
-    assert "--out" not in line
+    text = f"[sweep]\nname = {json.dumps(name)}\n" + BASE + "[grid]\nimage_index = [0]\n"
+    line = refuse(tmp_path, capsys, text, f"sweep name {name!r} holds the control character")
+    assert line.endswith("give a name without control characters, or choose the folder with --out")
+    assert not line.startswith("leakattack: error: --out")
+    # with --out the name names no folder: taken as it is
+    assert cli.main(["sweep", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
 
 
 @pytest.mark.parametrize("grid,needle", [

@@ -125,6 +125,19 @@ def test_eval_mode_on_a_batchnorm_without_running_statistics_is_warned_of_and_re
     import json
     derived = json.loads((tmp_path / "r" / "config.json").read_text())["derived"]
     assert derived["bn_mode"] == "eval" and derived["bn_batch_statistics"] == ["1"]
+    # a message file's run, which observe does not make: the same warning
+    from leakattack.results.message import write_message
+
+    torch.manual_seed(0)
+    norm = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 30 * 30, 10))  # NoRS's layers, as the file builds them
+    client = targets.Victim.from_module(norm, input_shape=(3, 32, 32), num_classes=10, bn_mode="eval")
+    write_message(tmp_path / "m.pt", targets.flat_gradient(client, torch.rand(1, 3, 32, 32), torch.tensor([3])),
+                  batch_size=1, input_shape=(3, 32, 32), num_classes=10)
+    capsys.readouterr()
+    assert cli.main(["run", "--model", "bnnet.py:NoRS", "--bn", "eval", "--message", "m.pt", "--iterations", "1",
+                     "--quiet", "--no-lpips", "--out", "m"]) == 0
+    assert "BatchNorm layer '1' of the victim keeps no running statistics" in capsys.readouterr().err
 
 
 def test_per_example_gradients_in_eval_mode_equal_autograd_example_by_example():
