@@ -19,10 +19,13 @@ class _Pyplot:
 
     def __getattr__(self, name):
         if _Pyplot.module is None:
-            import matplotlib
+            # held: a Ctrl-C inside matplotlib's import of its C extension (ft2font) raised ImportError, "initialization
+            # failed", a traceback where the run stops in one line, and left matplotlib half imported
+            with signals_held():
+                import matplotlib
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot
+                matplotlib.use("Agg")
+                import matplotlib.pyplot
 
             _Pyplot.module = matplotlib.pyplot
         return getattr(_Pyplot.module, name)
