@@ -221,7 +221,8 @@ RUN_PARAMS: tuple[Param, ...] = (
           "decays fit the steps the limit allows (default: the recipe's when --iterations is not given either: "
           f"{names.IG_TIME_LIMIT / 60:g}m for ig, none for dlg)"),
     Param("seed", 0, MASTER_SEED, "seed",
-          "master seed (the sketch, start and noise seeds are it plus 1, 2 and 3 unless given)"),
+          "master seed (the sketch, start and noise seeds are it plus 1, 2 and 3; --sketch-seed and --noise-seed "
+          "give their own)"),
     # data
     Param("dataset", None, Optional(DatasetName(names.DATASETS)), "dataset",
           "one of {choices} (default: photos, embedded 3x32x32 crops of scikit-image's sample photographs; with "
