@@ -195,7 +195,8 @@ def cmd_run(a) -> int:
     # closed-form attack, whose message says what it solved
     tried = m.gauss_newton is not None and bool(m.gauss_newton) and not m.gauss_newton.get("kept")
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed or tried
-                      or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")):
+                      or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")
+                      or m.to_dict().get("prior_not_finite")):  # a stall where a prior turned NaN: the prior's
         print(f"note: {m.message}", file=sys.stderr)
     gn = m.gauss_newton or {}
     if m.stop_reason == "tolerance" and gn.get("kept") and gn.get("jacobian_rank") is None and \

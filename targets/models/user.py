@@ -44,7 +44,8 @@ _IMPORTED: dict[str, tuple[tuple[int, int], object]] = {}
 def _model_file(path: Path):
     """The module of model file ``path``, imported once per process while the file is unchanged: a run asks for its
     class dozens of times, and each import would run the file's top level again (a register_model there would find
-    its own name taken); an edited file is imported again."""
+    its own name taken); an edited file is imported again.  A file imported already when it is first asked for (a
+    plugin file, or the caller's ``import`` of it) is not imported again."""
     try:
         st = path.stat()
         key, stamp = str(path.resolve()), (st.st_mtime_ns, st.st_size)
@@ -53,7 +54,9 @@ def _model_file(path: Path):
     known = _IMPORTED.get(key)
     if known is not None and known[0] == stamp:
         return known[1]
-    module = import_file(path, f"model file '{path}'", "leakattack_user_model_")
+    # the first time, a module imported from this file already (a plugin file of LEAKATTACK_PLUGINS, or the caller's
+    # own import of it) is taken as it is: its registrations ran once, and a second import finds their names taken
+    module = import_file(path, f"model file '{path}'", "leakattack_user_model_", reuse=known is None)
     _IMPORTED[key] = (stamp, module)
     return module
 

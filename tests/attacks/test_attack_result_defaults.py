@@ -82,6 +82,8 @@ def test_a_prior_that_turns_nan_is_named_as_the_cause_not_the_step_size(tmp_path
             "budget mends" in err
         assert "a smaller --lr" not in err and FAILURE_NOTE not in err and CAUSED_FAILURE_NOTE in err
         assert json.loads((out / "metrics.json").read_text())["prior_not_finite"] == "latenan"
+        # the stop's own note names it too, after a stall as after a divergence (a rebuilt run has no other note)
+        assert "the latenan prior's value was NaN or infinite where the search stopped" in err
 
 
 class OnceNaN(LateNaN):

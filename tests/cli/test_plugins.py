@@ -60,6 +60,29 @@ def test_a_plugin_attack_runs_from_the_command_line_with_its_option(plugin, caps
     assert json.loads((out / "config.json").read_text())["run"]["attack_params"] == {"flat_level": 0.3}
 
 
+def test_a_model_class_in_a_plugin_file_is_taken_from_the_plugin_s_import(plugin, capsys):
+    """--model FILE.py:Class where FILE.py is a plugin file imported it again: its registrations found their names
+    taken, and the run was refused."""
+    folder, name = plugin
+    path = folder / "myplugin.py"
+    path.write_text(path.read_text() + textwrap.dedent("""
+        from torch import nn
+
+
+        class Tiny(nn.Module):
+            def __init__(self, num_classes=10, in_shape=(1, 8, 8)):
+                super().__init__()
+                self.f = nn.Sequential(nn.Flatten(), nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], num_classes))
+
+            def forward(self, x):
+                return self.f(x)
+        """))
+    out = folder / "run"
+    assert cli.main(["run", "--model", f"{path}:Tiny", "--dataset", "digits", "--iterations", "2", "--no-lpips",
+                     "--quiet", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "registered twice" not in capsys.readouterr().err
+
+
 def test_a_sweep_s_spawned_workers_import_the_plugin(plugin, capsys):
     folder, name = plugin
     toml = folder / "s.toml"
