@@ -80,19 +80,22 @@ def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False, nam
     its folder first on sys.path while it runs, as ``python file.py`` has it (it imports its neighbours).  ``label``
     names it in the one UserError sentence of a missing file or a failed import (``"model file 'net.py'"``).  With
     ``reuse``, a module imported from that file already (under any name: ``import myplugins`` in the caller's
-    script) is returned as it is."""
+    script) is returned as it is, where this function imported it only while the file is unchanged since."""
     import importlib.util
 
     if not path.is_file():
         raise UserError(f"{label} does not exist")
     known = _imported_as(path) if reuse else None
-    if known is not None:  # a plugin imported already: a second run of its registrations would find its names taken
+    if known is not None and getattr(known, STAMP, None) in (None, _stamp(path)):
+        # a plugin imported already, by this function from the file as it is now, or by the caller's own import: a
+        # second run of its registrations would find its names taken
         return known
     name = name or f"{prefix}{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UserError(f"{label} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
+    setattr(module, STAMP, _stamp(path))  # the file as imported: reused only while it is unchanged
     sys.modules[name] = module
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
@@ -105,6 +108,19 @@ def import_file(path: Path, label: str, prefix: str, *, reuse: bool = False, nam
     finally:
         sys.path.remove(folder)  # the first occurrence, the one put there; what it imported stays imported
     return module
+
+
+#: the attribute of a module :func:`import_file` imported: (mtime_ns, size) of its file then
+STAMP = "__leakattack_file_stamp__"
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of the file ``path``, or None where it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _imported_as(path: Path):

@@ -328,7 +328,8 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
             return w, "checkpoint", read
         load_server_state(proto, server, start, read)
         source = f"re-simulated from the checkpoint of w^{start}"
-        if buffers is not None:  # statistics a training that counted batches twice left, tracked on once from here
+        if buffers is not None and any(m.running_mean is not None for m in batchnorm_layers(victim.model)):
+            # BatchNorm statistics a training that counted batches twice left, tracked on once from here
             with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
                 first = read_json(Path(folder) / "protocol.json").get(BN_COUNTED_ONCE_FROM, start)
                 if isinstance(first, int) and min(first, start) > 1:
@@ -534,6 +535,7 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
     if BN_COUNTED_ONCE_FROM in record and rows:  # the rounds kept were counted by the rule their training had
         stored = read_json(folder / "protocol.json")
         first = stored.get(BN_COUNTED_ONCE_FROM, len(rows) + 1)
+        first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 1 else len(rows) + 1
         kept[BN_COUNTED_ONCE_FROM] = first
         if first > 1 and len(rows) < rounds:
             warnings.warn(counting_note(folder, first, f"rounds {len(rows) + 1}..{rounds} are trained now with "
@@ -578,7 +580,9 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
         rows, w_done, buffers_done, server_done = finished
         done = len(rows)
         _write_log(folder, rows)
-        write_json(folder / "protocol.json", {**record, "rounds": done, "rounds_planned": rounds, "stopped": stopped})
+        # what the earlier rounds recorded (their machines, the first round counted once) stays, as at the start
+        write_json(folder / "protocol.json", {**record, **{k: v for k, v in kept.items() if k not in (
+            "rounds_planned", "stopped")}, "rounds": done, "rounds_planned": rounds, "stopped": stopped})
         if checkpoints and w_done is not None and not checkpoint_path(folder, done + 1).is_file():
             save_checkpoint(folder, done + 1, w_done, buffers_done, server_done)
         accuracy_figure(Path(out))

@@ -45,7 +45,8 @@ def _model_file(path: Path):
     """The module of model file ``path``, imported once per process while the file is unchanged: a run asks for its
     class dozens of times, and each import would run the file's top level again (a register_model there would find
     its own name taken); an edited file is imported again.  A file imported already when it is first asked for (a
-    plugin file, or the caller's ``import`` of it) is not imported again."""
+    plugin file while it is unchanged, or the caller's own ``import`` of it, taken as the caller has it) is not
+    imported again."""
     try:
         st = path.stat()
         key, stamp = str(path.resolve()), (st.st_mtime_ns, st.st_size)

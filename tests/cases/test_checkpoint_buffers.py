@@ -64,6 +64,16 @@ def test_a_training_that_counted_batches_twice_is_continued_with_a_warning(train
                 "twice in the BatchNorm running statistics (the weights do not depend on them): rounds "
                 f"{rounds}..{rounds} are trained now with each batch counted once") in capsys.readouterr().err
         assert json.loads((old / "protocol.json").read_text())["bn_counted_once_from"] == 3
+    from leakattack import training
+
+    def interrupted(*args, **kw):  # Ctrl-C as the first round trained now is evaluated
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training, "evaluate", interrupted)
+        assert cli.main(argv + ["--rounds", "6"]) == 130
+    stopped = json.loads((old / "protocol.json").read_text())
+    assert stopped["stopped"] == "interrupted" and stopped["bn_counted_once_from"] == 3  # it was written over with 1
     assert cli.main(["train", "--protocol", "fedavg", "--rounds", "1", "--out", str(tmp_path / "lenet"),
                      "--quiet"]) == 0
     assert "bn_counted_once_from" not in (tmp_path / "lenet" / "fedavg" / "protocol.json").read_text()  # no BatchNorm

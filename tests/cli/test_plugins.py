@@ -83,6 +83,22 @@ def test_a_model_class_in_a_plugin_file_is_taken_from_the_plugin_s_import(plugin
     assert "registered twice" not in capsys.readouterr().err
 
 
+def test_a_file_imported_already_is_reused_while_it_is_unchanged(tmp_path):
+    """A model file asked for after its plugin import is reused; edited since, the reuse gave its old classes."""
+    import os
+
+    from leakattack.plugins import import_file
+
+    path = tmp_path / "versioned_for_leakattack.py"
+    path.write_text("VERSION = 1\n")
+    first = import_file(path, "plugin file", "leakattack_test_plugin_")
+    assert import_file(path, "model file", "leakattack_test_model_", reuse=True) is first
+    path.write_text("VERSION = 22\n")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # edited a second later
+    again = import_file(path, "model file", "leakattack_test_model_", reuse=True)
+    assert again is not first and again.VERSION == 22
+
+
 def test_a_sweep_s_spawned_workers_import_the_plugin(plugin, capsys):
     folder, name = plugin
     toml = folder / "s.toml"

@@ -270,6 +270,9 @@ def test_sketching_clients_and_the_sketched_server_compute_algorithm_1(tmp_path)
         SketchedFedAvg(sketch="sparse", sketch_params=[("s", 2)])
     assert SketchedFedAvg(sketch="sparse", sketch_params={"s": 2}).round_sketch(1, 40).describe()["s"] == 2
     assert SketchedFedAvg(sketch="gaussian", sketch_params={"memory_gb": 1}).round_sketch(1, 40).b == 4  # get_sketch's
+    for bad in (-1, "x", float("nan")):  # refused here too, as get_sketch refuses it
+        with pytest.raises(UserError, match=r"^memory_gb must be a non-negative number of GB or None"):
+            SketchedFedAvg(sketch="gaussian", sketch_params={"memory_gb": bad})
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_client_connects(tmp_path):
