@@ -53,7 +53,7 @@ import torch
 import targets
 from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol, protocol_class, unread_settings
 from targets.protocols.base import split_clients
-from targets.victim import batchnorm_layers
+from targets.victim import running_statistics_layers, statistics_tracked
 
 from .config import ConfigError, check_value, protocol_json, validate_protocol
 from .config.params import MAX_ITERATIONS, ROUNDS
@@ -268,19 +268,10 @@ def load_buffers(victim: targets.Victim, buffers: dict[str, torch.Tensor], sourc
             own[n].copy_(b)
 
 
-@contextlib.contextmanager
 def tracking_running_statistics(victim: targets.Victim):
     """While in the block, the victim's BatchNorm layers that keep running statistics update them as they normalise
     by their batches (a victim in train mode turns that off so that attacks leave them as loaded)."""
-    layers = [m for m in batchnorm_layers(victim.model) if m.running_mean is not None]
-    before = [m.track_running_stats for m in layers]
-    for m in layers:
-        m.track_running_stats = True
-    try:
-        yield
-    finally:
-        for m, b in zip(layers, before):
-            m.track_running_stats = b
+    return statistics_tracked(victim.model, True)
 
 
 #: a re-simulation of more rounds than this says first how many it runs, and after its first round how long they take
@@ -328,7 +319,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
             return w, "checkpoint", read
         load_server_state(proto, server, start, read)
         source = f"re-simulated from the checkpoint of w^{start}"
-        if buffers is not None and any(m.running_mean is not None for m in batchnorm_layers(victim.model)):
+        if buffers is not None and running_statistics_layers(victim.model):
             # BatchNorm statistics a training that counted batches twice left, tracked on once from here
             with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
                 first = read_json(Path(folder) / "protocol.json").get(BN_COUNTED_ONCE_FROM, start)
@@ -453,7 +444,7 @@ def train(name: str, spec: dict, model_spec: dict, rounds: int, out: Path, run_n
     folder = Path(out) / (run_name or name)
     record = {"protocol": name, "spec": spec, "model": model_spec, "rounds": rounds, "describe": proto.describe(),
               "torch": torch.__version__, "machine": machine()}
-    if any(m.running_mean is not None for m in batchnorm_layers(victim.model)):
+    if running_statistics_layers(victim.model):
         # the first round whose BatchNorm running statistics counted each batch once (trainings before that counted
         # a client's first batch of a round twice, :func:`counting_note`); a resumed one keeps its own
         record[BN_COUNTED_ONCE_FROM] = 1
@@ -533,7 +524,6 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
         if before:
             kept["machines_before"] = before
     if BN_COUNTED_ONCE_FROM in record and rows:  # the rounds kept were counted by the rule their training had
-        stored = read_json(folder / "protocol.json")
         first = stored.get(BN_COUNTED_ONCE_FROM, len(rows) + 1)
         first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 1 else len(rows) + 1
         kept[BN_COUNTED_ONCE_FROM] = first

@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
+from leakattack.constraints import available_cores
 from leakattack.errors import SettingWarning, UserError, allocation_failed
 from leakattack.plugins import place_text, raised_at
 
@@ -100,19 +101,14 @@ def cores_shared(n: int) -> Iterator[None]:
 
 
 def cpu_cores() -> int:
-    """The CPU cores this process may run on: its affinity where the system states one, else the machine's count;
-    at most ``OMP_NUM_THREADS`` where that holds a positive whole number (the usual cap on a shared machine or in a
-    cluster job, which torch's own thread count follows), and at most ``SLURM_CPUS_PER_TASK`` in a SLURM job that
-    asked for its CPUs (a node without cgroups leaves every core in the job's affinity); at most its share of them in
-    a pool of workers (:func:`share_cores`)."""
-    try:
-        n = max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity on macOS and Windows
-        n = max(1, os.cpu_count() or 1)
-    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
-        cap = os.environ.get(name, "").strip()
-        if cap.isdigit() and int(cap) > 0:
-            n = min(n, int(cap))
+    """The CPU cores this process may run on (:func:`leakattack.constraints.available_cores`: its affinity, at most a
+    SLURM job's ``SLURM_CPUS_PER_TASK``); at most ``OMP_NUM_THREADS`` where that holds a positive whole number (the
+    usual cap on a shared machine or in a cluster job, which torch's own thread count follows); at most its share of
+    them in a pool of workers (:func:`share_cores`)."""
+    n = available_cores()
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if cap.isdigit() and int(cap) > 0:
+        n = min(n, int(cap))
     return n if _share is None else min(n, _share)
 
 
@@ -200,6 +196,27 @@ def has_batchnorm(model: nn.Module) -> bool:
 def uses_batch_statistics(model: nn.Module) -> bool:
     """Whether a forward normalises with batch statistics (a BatchNorm in train mode, or one without running ones)."""
     return any(m.training or m.running_mean is None for m in batchnorm_layers(model))
+
+
+def running_statistics_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorm layers of ``model`` that keep running statistics."""
+    return [m for m in batchnorm_layers(model) if m.running_mean is not None]
+
+
+@contextlib.contextmanager
+def statistics_tracked(model: nn.Module, on: bool) -> Iterator[None]:
+    """While in the block, the BatchNorm layers of ``model`` that keep running statistics update them as they
+    normalise by their batches (``on``) or leave them as they are (not ``on``: a forward pass in train mode still
+    normalises by its batch); each as it was after it."""
+    layers = running_statistics_layers(model)
+    before = [m.track_running_stats for m in layers]
+    for m in layers:
+        m.track_running_stats = on
+    try:
+        yield
+    finally:
+        for m, b in zip(layers, before):
+            m.track_running_stats = b
 
 
 def batchnorm_without_running_statistics(model: nn.Module) -> list[str]:
@@ -1037,6 +1054,7 @@ __all__ = ["Victim", "TASKS", "BN_MODES", "DEEP_WEIGHTS", "PARALLEL_EXAMPLES", "
            "cross_entropy", "squared_error", "shaped_like", "TargetsShaped", "not_module", "head_problem",
            "has_batchnorm", "batchnorm_layers", "batchnorm_input_moments",
            "batch_moments", "uses_batch_statistics", "batchnorm_without_running_statistics",
+           "running_statistics_layers", "statistics_tracked",
            "last_linear", "output_linear", "first_line", "output_problem",
            "code_files", "module_files", "defined_at", "forward_at",
            "kept_buffers", "NARROW", "precision_problem", "TwiceDifferentiable", "needs_composite", "not_twice",

@@ -194,16 +194,16 @@ def cmd_run(a) -> int:
     # unless Gauss-Newton steps were tried after them and not kept (the line says so, the note why); always for a
     # closed-form attack, whose message says what it solved
     tried = m.gauss_newton is not None and bool(m.gauss_newton) and not m.gauss_newton.get("kept")
+    record = m.to_dict()
     if m.message and (m.stop_reason not in ("tolerance", "stalled") or m.unique is False or closed or tried
                       or (m.stop_reason == "tolerance" and loose_tolerance(cfg) and m.verdict == "not rebuilt")
-                      or m.to_dict().get("prior_not_finite")):  # a stall where a prior turned NaN: the prior's
+                      or record.get("prior_not_finite")):  # a stall where a prior turned NaN: the prior's
         print(f"note: {m.message}", file=sys.stderr)
     gn = m.gauss_newton or {}
     if m.stop_reason == "tolerance" and gn.get("kept") and gn.get("jacobian_rank") is None and \
             m.jacobian_rank is None and m.jacobian_note:
         # converged, then Ctrl-C (or the time limit) came before J at the reconstruction: nothing else says so
         print(f"note: uniqueness {m.jacobian_note}", file=sys.stderr)
-    record = m.to_dict()
     images = images_note(record)
     if images:
         print(f"note: {images}", file=sys.stderr)

@@ -65,6 +65,7 @@ from ..results.message import (
 )
 from ..sketch import (
     Sketch,
+    check_memory_gb,
     get_sketch,
     is_identity,
     list_sketches,
@@ -217,11 +218,7 @@ class SketchedFedAvg(FedAvg):
         # known), not in the first round's configure_fit, where a refusal stops the server; memory_gb is
         # get_sketch's own, checked there
         sketch_class(sketch).check_params({k: v for k, v in (sketch_params or {}).items() if k != "memory_gb"}, b)
-        memory = (sketch_params or {}).get("memory_gb")
-        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, numbers.Real)
-                                   or not 0 <= float(memory) < math.inf):
-            raise UserError(f"memory_gb must be a non-negative number of GB or None (a quarter of the available RAM), "
-                            f"got {memory!r}")
+        check_memory_gb((sketch_params or {}).get("memory_gb"))
         super().__init__(**fedavg_options)
         self.sketch, self.ratio, self.b, self.seed = sketch, ratio, b, int(seed)
         self.sketch_params, self.global_lr = dict(sketch_params or {}), float(global_lr)

@@ -82,6 +82,15 @@ def _whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_memory_gb(memory_gb) -> None:
+    """Refuse in one sentence a ``memory_gb`` (:func:`get_sketch`'s bound on a dense matrix) that is not None or a
+    non-negative finite number."""
+    if memory_gb is not None and (isinstance(memory_gb, bool) or not isinstance(memory_gb, numbers.Real)
+                                  or not 0 <= float(memory_gb) < math.inf):
+        raise UserError(f"memory_gb must be a non-negative number of GB or None (a quarter of the available RAM), "
+                        f"got {memory_gb!r}")
+
+
 def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: float | None = None,
                **params) -> Sketch:
     """Build the sketch ``kind`` mapping R^d -> R^b from ``seed``.
@@ -104,10 +113,7 @@ def get_sketch(kind: str, d: int, b: int | None, seed: int = 0, *, memory_gb: fl
     if d < 1:
         raise UserError(f"the gradient length d must be at least 1, got d = {d}")
     check_seed(seed, "sketch seed")
-    if memory_gb is not None and (isinstance(memory_gb, bool) or not isinstance(memory_gb, numbers.Real)
-                                  or not 0 <= memory_gb < math.inf):
-        raise UserError(f"memory_gb must be a non-negative number of GB or None (a quarter of the available RAM), "
-                        f"got {memory_gb!r}")
+    check_memory_gb(memory_gb)
     if cls.identity:
         if b != d:
             warnings.warn(f"sketch '{kind}' sends the whole gradient (b = d = {d}): b = {b} changes nothing",
@@ -201,7 +207,7 @@ def sketch_from_description(desc: dict) -> Sketch:
 for _cls in (Identity, GaussianSketch, SRHTSketch, AMSSketch, CountSketch, SparseSketch, UniformSketch):
     register_sketch(_cls)
 
-__all__ = ["Sketch", "DENSE_LIMIT", "default_memory_gb", "regeneration_note", "regeneration_refusal",
+__all__ = ["Sketch", "DENSE_LIMIT", "check_memory_gb", "default_memory_gb", "regeneration_note", "regeneration_refusal",
            "regeneration_warning", "get_sketch",
            "make_sketch", "sketch_from_description", "check_description", "list_sketches", "register_sketch",
            "sketch_class", "is_identity", "check_sketch_params", "sketch_dim", "readout_variance"]

@@ -41,11 +41,10 @@ it again).  Their noise comes from ``noise_rng``, or else from a stream per
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from torch.func import functional_call
@@ -55,7 +54,7 @@ from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT
 from leakattack.sketch import get_sketch, is_identity, list_sketches, readout_variance
 
 from ..oracle import flat_gradient, flat_params, loss_at, per_example_gradients, unflatten
-from ..victim import Victim, batchnorm_layers
+from ..victim import Victim, batchnorm_layers, statistics_tracked
 
 #: every protocol parameter with its default (protocol.json holds exactly these)
 SPEC_DEFAULTS: dict[str, object] = {
@@ -216,21 +215,6 @@ def forward_seconds(message: ClientMessage, labels: torch.Tensor | None = None) 
     assert x.grad is not None
     float(x.grad.norm())  # waits for an asynchronous device
     return time.perf_counter() - t0
-
-
-@contextlib.contextmanager
-def _statistics_held(victim: Victim) -> Iterator[None]:
-    """Inside the block no BatchNorm layer of ``victim`` moves its running statistics (a forward pass in train mode
-    still normalises by its batch): a training (:func:`leakattack.training.tracking_running_statistics`) counts each
-    batch a client's steps run on once, not again where the round's loss is read."""
-    layers = [m for m in batchnorm_layers(victim.model) if m.track_running_stats]
-    for m in layers:
-        m.track_running_stats = False
-    try:
-        yield
-    finally:
-        for m in layers:
-            m.track_running_stats = True
 
 
 class Protocol:
@@ -476,7 +460,8 @@ class Protocol:
         deltas, messages, losses = {}, {}, []
         for c in self.sampled(t):
             x, y = self.client_batch(t, c) if data is None else data[c]
-            with torch.no_grad(), _statistics_held(self.victim):  # the loss reported, not a step: no batch counted
+            # the loss reported, not a step: no batch counted in the running statistics (a training tracks them)
+            with torch.no_grad(), statistics_tracked(self.victim.model, False):
                 losses.append(float(loss_at(self.victim, x, y, unflatten(self.victim, w))))
             deltas[c] = self.client_update(w, x, y, t, c).detach()
             messages[c] = self.send(deltas[c], t, c)
