@@ -52,7 +52,7 @@ import torch
 
 import targets
 from targets.protocols import SPEC_DEFAULTS, Protocol, evaluate, get_protocol, protocol_class, unread_settings
-from targets.protocols.base import split_clients
+from targets.protocols.base import empty_clients_text, split_clients
 from targets.victim import running_statistics_layers, statistics_tracked
 
 from .config import ConfigError, check_value, protocol_json, validate_protocol
@@ -119,7 +119,7 @@ def refuse_empty_clients(shards: list[torch.Tensor], images: int) -> None:
     """ConfigError where the split leaves a client without data (``leakattack train`` and ``run --protocol`` refuse
     it alike: such a client would send a zero update and a NaN loss)."""
     if any(s.numel() == 0 for s in shards):
-        raise ConfigError(f"{len(shards)} clients leave some client without data ({images} training images)")
+        raise ConfigError(empty_clients_text(len(shards), images))
 
 
 def refuse_long_rounds(proto: Protocol) -> None:

@@ -50,6 +50,7 @@ import torch
 from torch.func import functional_call
 
 import defenses
+from leakattack.errors import UserError
 from leakattack.seeds import CLIENT_BATCH, CLIENT_EPOCH, CLIENT_SAMPLING, CLIENT_SPLIT, DEFENSE_NOISE, torch_stream
 from leakattack.sketch import get_sketch, is_identity, list_sketches, readout_variance
 
@@ -91,11 +92,19 @@ def round_seed(seed: int, t: int) -> int:
     return (int(seed) * 1_000_003 + 7919 * int(t) + 17) % (2 ** 31 - 1)
 
 
+def empty_clients_text(clients: int, images: int) -> str:
+    """The refusal of a split that leaves a client without data."""
+    return f"{clients} clients leave some client without data ({images} training images)"
+
+
 def split_clients(labels: torch.Tensor, num_clients: int, noniid: bool, seed: int) -> list[torch.Tensor]:
     """Indices of each client's shard: iid (a random equal split) or non-iid (one or two classes each, the split of
-    FedSKETCH Sec. 6, whose heterogeneous runs use FedSKETCHGATE, which is not implemented here)."""
+    FedSKETCH Sec. 6, whose heterogeneous runs use FedSKETCHGATE, which is not implemented here).  More clients
+    than images leave some client without data (UserError, before any split is drawn)."""
     gen = torch_stream(seed, CLIENT_SPLIT)
     n = labels.numel()
+    if num_clients > n:
+        raise UserError(empty_clients_text(num_clients, n))
     if not noniid:
         return [p.sort().values for p in torch.randperm(n, generator=gen).tensor_split(num_clients)]
     classes = labels.unique()

@@ -33,6 +33,10 @@ def _refused(argv, needle, root, capsys):
     (["--client", "0"], "--client chooses a protocol's message: give --protocol too"),
     (["--protocol", "fedavg", "--clients", "2000"], "2000 clients leave some client without data (1438 training "
                                                     "images)"),  # client 0 holds an image, the last ones none
+    (["--protocol", "sketched", "--clients", str(10 ** 20)], f"{10 ** 20} clients leave some client without data "
+                                                             "(1438 training images)"),  # refused before a split
+    (["--protocol", "sketched", "--noniid", "--clients", str(10 ** 12)], f"{10 ** 12} clients leave some client "
+                                                                         "without data (1438 training images)"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 4]"),

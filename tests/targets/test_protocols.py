@@ -6,6 +6,7 @@ import torch
 import targets
 from defenses.accounting import accountant_epsilon, paper_composition
 from leakattack import data
+from leakattack.errors import UserError
 from targets.protocols import (
     SPEC_DEFAULTS,
     CountSketchTable,
@@ -65,6 +66,16 @@ def test_noniid_split_gives_each_client_one_or_two_classes_and_covers_all_data()
     parts = split_clients(labels, 10, noniid=True, seed=0)
     assert all(1 <= labels[p].unique().numel() <= 2 for p in parts)
     assert torch.equal(torch.cat(parts).sort().values, torch.arange(1000))
+
+
+@pytest.mark.parametrize("noniid", [False, True])
+def test_a_split_with_more_clients_than_images_is_refused_before_it_is_drawn(noniid):
+    labels = torch.arange(30) % 10
+    assert sum(p.numel() for p in split_clients(labels, 30, noniid=noniid, seed=0)) == 30  # one image each: taken
+    with pytest.raises(UserError, match=r"^31 clients leave some client without data \(30 training images\)$"):
+        split_clients(labels, 31, noniid=noniid, seed=0)
+    with pytest.raises(UserError, match=r"^10{20} clients leave"):  # a count no list of shards could hold
+        split_clients(labels, 10 ** 20, noniid=noniid, seed=0)
 
 
 def test_round_seed_differs_between_rounds_and_is_deterministic():
