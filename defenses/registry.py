@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 
+from leakattack.constraints import read_float
 from leakattack.registry import Registry
 
 from .base import PLACEMENTS, DefenseError, Transform
@@ -135,7 +136,7 @@ def _as_type(typ: type, value):
     if typ is float:
         if isinstance(value, bool):
             raise ValueError
-        return float(value)
+        return read_float(value)
     if typ is int:
         return _as_int(value)
     if typ is bool:
@@ -155,7 +156,7 @@ def _as_type(typ: type, value):
 def _as_int(value) -> int:
     if isinstance(value, bool):
         raise ValueError
-    f = float(value)
+    f = read_float(value)
     if f != int(f):
         raise ValueError
     return int(f)

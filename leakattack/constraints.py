@@ -178,6 +178,24 @@ def available_cores() -> int:
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+def read_int(text) -> int:
+    """``text`` as an integer, as ``int`` reads it but without ``_`` between digits (ValueError): ``int('1_0')`` is
+    10, which a typo of 100 or 1.0 would become unsaid."""
+    if isinstance(text, str) and "_" in text:
+        raise ValueError(f"invalid literal for int(): {text!r}")
+    return int(text)
+
+
+def read_float(text) -> float:
+    """``text`` as a float, as ``float`` reads it but without ``_`` between digits (ValueError, as :func:`read_int`)."""
+    if isinstance(text, str) and "_" in text:
+        raise ValueError(f"could not convert string to float: {text!r}")
+    return float(text)
+
+
+read_int.__name__, read_float.__name__ = "int", "float"  # argparse names the type in "invalid int value: '1_0'"
+
+
 #: a duration of several units, largest first, each at most once: ``1h30m``, ``10m30s``, ``1h5m10s``
 _COMPOUND = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?")
 
@@ -199,7 +217,7 @@ def duration_seconds(v) -> float | None:
         unit = DURATION_UNITS.get(text[-1:], 1.0)
         number = text[:-1] if text[-1:] in DURATION_UNITS else text
         try:
-            seconds = float(number) * unit
+            seconds = read_float(number) * unit
         except ValueError:
             return None
     else:
@@ -329,4 +347,4 @@ class Param:
 
 __all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "DatasetName", "ModelName", "Number", "Index",
            "Cores", "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
-           "duration_seconds", "MAX_SEED"]
+           "duration_seconds", "MAX_SEED", "read_int", "read_float"]

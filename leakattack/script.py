@@ -14,6 +14,7 @@ from typing import Callable, Iterable, NoReturn
 
 from .config.constraints import Cores, available_cores
 from .config.flags import threads_value
+from .constraints import read_int
 from .errors import UserError
 
 
@@ -41,7 +42,7 @@ def script_main(main: Callable[[], int | None]) -> NoReturn:
 def _integer(text: str, low: int) -> int:
     """``text`` as an integer of at least ``low``, else argparse's error naming the problem."""
     try:
-        value = int(text)
+        value = read_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < low:

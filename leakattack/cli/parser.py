@@ -17,6 +17,7 @@ from typing import Callable
 from .. import __version__
 from ..config import names
 from ..config.flags import add_arguments, add_attack_arguments, add_protocol_arguments, parse_pair, threads_value
+from ..constraints import read_float, read_int
 
 
 class UsageError(Exception):
@@ -70,7 +71,7 @@ class Parser(argparse.ArgumentParser):
 def _thread_count(text: str) -> int:
     """``train --threads``: a count of threads (no auto: a training's small tensors run fastest on one)."""
     try:
-        return int(text)
+        return read_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a count of threads (training takes no auto: "
                                          "its small tensors run fastest on one)") from None
@@ -153,15 +154,16 @@ def _check(sub) -> None:
     p.add_argument("--model", default=names.CHECK_DEFAULTS["model"],
                    help=f"one of {', '.join(names.CHECK_TARGETS)} (default: %(default)s)")
     p.add_argument("--sketch", default=names.CHECK_DEFAULTS["sketch"], help="sketch kind (default: %(default)s)")
-    p.add_argument("--sketch-ratio", type=float, default=names.CHECK_DEFAULTS["sketch_ratio"],
+    p.add_argument("--sketch-ratio", type=read_float, default=names.CHECK_DEFAULTS["sketch_ratio"],
                    help="b/d in (0, 1] (default: %(default)s)")
     p.add_argument("--sketch-param", action="append", default=[], type=parse_pair, metavar="NAME=VALUE",
                    dest="sketch_params", help="a parameter of the sketch family, e.g. s=8 for sparse (repeatable)")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--samples", type=read_int, default=None,
                    help="sampled points (default per model: "
                    + ", ".join(f"{k} {v}" for k, v in names.DEFAULT_SAMPLES.items())
                    + "; table2: 400 per scale; embedding: 2000 sketches)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, sketch and samples (default: %(default)s)")
+    p.add_argument("--seed", type=read_int, default=0,
+                   help="seed of weights, sketch and samples (default: %(default)s)")
     p.add_argument("--table2", action="store_true",
                    help="test the functions of the paper's Table 2 and write table2.md")
     p.add_argument("--embedding", action="store_true",
@@ -187,21 +189,21 @@ def _train(sub) -> None:
     p.add_argument("--sketch", default=spec["sketch"],
                    help="sketch kind of sketched/sketched-dp/safl/sacfl, projection Phi_t of compsgd/privsgd "
                    "(default: %(default)s)")
-    p.add_argument("--sketch-ratio", type=float, default=spec["sketch_ratio"],
+    p.add_argument("--sketch-ratio", type=read_float, default=spec["sketch_ratio"],
                    help="b/d; compsgd/privsgd: m/d (per layer or global) (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=50, help="rounds T, at most 100,000 (default: %(default)s)")
+    p.add_argument("--rounds", type=read_int, default=50, help="rounds T, at most 100,000 (default: %(default)s)")
     p.add_argument("--dataset", default=md["dataset"],
                    help="digits or photos (embedded), or mnist, cifar10, cifar100, imagefolder from --data-root "
                         "(default: %(default)s)")
     p.add_argument("--data-root", default=None, help="folder holding torchvision data sets")
     p.add_argument("--download", action="store_true", help="allow torchvision to download into --data-root")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=read_int, default=0,
                    help="seed of model, split, sampling, sketches and noise (default: %(default)s)")
     p.add_argument("--out", default=None,
                    help="folder shared by runs to compare (default: results/runs/train-<timestamp>/)")
     p.add_argument("--name", default=None, help="run sub-folder (default: the protocol name)")
     p.add_argument("--no-checkpoints", action="store_true", help="do not write w^t per round")
-    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+    p.add_argument("--checkpoint-every", type=read_int, default=1, metavar="K",
                    help="write w^t for rounds 1, 1+K, 1+2K, ... and the final weights (default: 1, every round)")
     p.add_argument("--threads", type=_thread_count, default=1,
                    help="torch threads, a count (default: %(default)s; the tensors are small)")
@@ -222,7 +224,7 @@ def _sweep(sub) -> None:
     p.add_argument("config", help="sweep file (TOML with [sweep], [base], [grid])")
     p.add_argument("--out", default=None, help="output folder; give it again to resume (default: a new "
                    "results/runs/sweep-<name>-<timestamp>/, ignored by git)")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=read_int, default=None,
                    help="parallel worker processes, one thread each (default: [sweep] jobs, else 1); with --backend "
                    "slurm, the most jobs queued or running at once, retries included (default: [sweep] jobs, else the "
                    "cluster's MaxArraySize)")
@@ -231,13 +233,13 @@ def _sweep(sub) -> None:
                    "(default: local)")
     s = p.add_argument_group("slurm backend", "resources of each job")
     s.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's default partition)")
-    s.add_argument("--time", type=int, default=None, metavar="MIN",
+    s.add_argument("--time", type=read_int, default=None, metavar="MIN",
                    help="time limit of each job, in minutes (default: 60)")
-    s.add_argument("--mem", type=float, default=None, metavar="GB",
+    s.add_argument("--mem", type=read_float, default=None, metavar="GB",
                    help="memory of each job, in GB (default: the partition's default)")
-    s.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs of each job (default: 0)")
-    s.add_argument("--cpus-per-task", type=int, default=None, metavar="N", help="CPUs of each job (default: 1)")
-    s.add_argument("--retries", type=int, default=None, metavar="N",
+    s.add_argument("--gpus", type=read_int, default=None, metavar="N", help="GPUs of each job (default: 0)")
+    s.add_argument("--cpus-per-task", type=read_int, default=None, metavar="N", help="CPUs of each job (default: 1)")
+    s.add_argument("--retries", type=read_int, default=None, metavar="N",
                    help="times a failed job is submitted again before the sweep stops (default: 2)")
     p.add_argument("--dry-run", action="store_true",
                    help="check every point as a run does and list them, one line each; nothing is run or written")

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 
+from ..constraints import read_float, read_int
 from ..errors import UserError
 from .constraints import Cores, Flag, Items, Number, Optional, Steps, Table
 from .params import PROTOCOL_PARAMS, RUN_PARAMS, Param, help_text
@@ -53,7 +54,7 @@ def threads_value(text: str) -> int | None:
     if text.strip().lower() == "auto":
         return None
     try:
-        return int(text)
+        return read_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a count of threads or auto") from None
 
@@ -63,7 +64,7 @@ def _value_type(c):
     if isinstance(inner, Cores) and isinstance(c, Optional):  # None is auto
         return threads_value
     if isinstance(inner, Number):
-        return int if inner.integer else float
+        return read_int if inner.integer else read_float
     return str
 
 

@@ -38,6 +38,15 @@ def _refused(argv, needle, root, capsys):
     (["--protocol", "sketched", "--noniid", "--clients", str(10 ** 12)], f"{10 ** 12} clients leave some client "
                                                                          "without data (1438 training images)"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    # Python reads 1_0 as 10: a number with '_' is refused, where a typo of 100 or 1.0 would pass unsaid
+    (["--iterations", "1_0"], "argument --iterations: invalid int value: '1_0'"),
+    (["--lr", "1_0"], "argument --lr: invalid float value: '1_0'"),
+    (["--threads", "1_0"], "argument --threads: invalid value '1_0': give a count of threads or auto"),
+    (["--time-limit", "1_0m"], "time limit must be a positive duration such as 90s, 10m, 1h, 1h30m or a number of "
+                               "seconds, got '1_0m'"),
+    (["--prior", "tv:1_0"], "the weight of prior 'tv' must be a non-negative number, got '1_0'"),
+    (["--defense", "clip:C=1_0"], "defense 'clip': C must be a positive number, got '1_0'"),
+    (["--defense", "quantize:bits=1_6"], "defense 'quantize': bits must be"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 4]"),
     (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
@@ -475,6 +484,8 @@ def test_an_unreadable_image_the_mean_baseline_reads_stops_the_run_before_its_at
     (["--samples", "100000000"], "samples must be an integer in [1, 100,000], got 100000000"),
     (["--table2", "--samples", "100000000"], "samples must be an integer in [1, 100,000]"),
     (["--threads", "0"], "threads must be an integer of at least 1, got 0"),
+    (["--samples", "1_0"], "argument --samples: invalid int value: '1_0'"),
+    (["--sketch-ratio", "0.0_1"], "argument --sketch-ratio: invalid float value: '0.0_1'"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
     (["--threads", "100000"], "threads 100000 exceeds the"),
 ])

@@ -28,6 +28,7 @@ import inspect
 import math
 from typing import Any, Callable
 
+from ...constraints import read_float
 from ...errors import UserError
 from ...registry import Registry
 from .bn import BatchNormPrior, batch_moments, bn_statistics_distance
@@ -121,7 +122,7 @@ def parse_prior(text: str) -> tuple[str, float]:
     if not sep:
         return name, float(_PRIORS.meta(name)["weight"])
     try:
-        value = float(weight)
+        value = read_float(weight)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
