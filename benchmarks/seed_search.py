@@ -42,7 +42,7 @@ import targets
 from leakattack import data
 from leakattack.attacks import seed_search as ss
 from leakattack.errors import duration_text
-from leakattack.script import count, fraction, index, one_of, script_main, some_of
+from leakattack.script import count, fraction, one_of, script_main, seed, some_of
 from leakattack.sketch import get_sketch, list_sketches, sketch_dim
 
 RATIOS = (0.05, 0.2, 0.5)
@@ -186,7 +186,7 @@ def main() -> None:
     p.add_argument("--ratio", type=fraction, default=0.5, help="success, cost: b/d, in (0, 1] (the run default)")
     p.add_argument("--ratios", type=fractions, default=",".join(map(str, RATIOS)),
                    help="separation: the b/d values, each in (0, 1]")
-    p.add_argument("--seed", type=index, default=0, help="success: seed of the client seeds, at least 0")
+    p.add_argument("--seed", type=seed, default=0, help="success: seed of the client seeds, at least 0")
     a = p.parse_args()
     a.kinds = a.kinds or (["srht", "countsketch"] if a.what == "success"
                           else ["srht", "countsketch", "sparse", "uniform", "gaussian"])

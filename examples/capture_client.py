@@ -25,7 +25,7 @@ from client_model import ClientNet  # examples/ is on sys.path when this file is
 from leakattack.data import get_batch, get_dataset
 from leakattack.errors import UserError
 from leakattack.results.message import write_message
-from leakattack.script import count, fraction, index, one_of, script_main
+from leakattack.script import count, fraction, index, one_of, positive, script_main, seed
 from leakattack.sketch import list_sketches, make_sketch
 
 
@@ -38,13 +38,13 @@ def main() -> None:
     p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default="srht",
                    help="sketch kind, or none (default srht)")
     p.add_argument("--ratio", type=fraction, default=0.5, help="b/d (default 0.5)")
-    p.add_argument("--sketch-seed", type=int, default=1, help="seed of R, shared with the server")
+    p.add_argument("--sketch-seed", type=seed, default=1, help="seed of R, shared with the server")
     p.add_argument("--kind", choices=("gradient", "update"), default="gradient")
-    p.add_argument("--lr", type=float, default=0.1, help="local learning rate (update)")
+    p.add_argument("--lr", type=positive, default=0.1, help="local learning rate (update)")
     p.add_argument("--local-steps", type=count, default=1, help="local SGD steps (update)")
     p.add_argument("--send-labels", action="store_true", help="record the labels in the message (the attacker "
                    "knows them); by default it recovers them")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model's weights")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the model's weights")
     a = p.parse_args()
 
     out = Path(a.out)

@@ -26,7 +26,7 @@ from flwr.server.strategy import FedAvg
 from leakattack.errors import UserError
 from leakattack.integrations.flower import RecordingStrategy, SketchedFedAvg, model_arrays
 from leakattack.results.io import writable_out
-from leakattack.script import count, fraction, index, one_of, port, positive, script_main
+from leakattack.script import count, fraction, one_of, port, positive, script_main, seed
 from leakattack.sketch import list_sketches
 
 
@@ -41,10 +41,10 @@ def main() -> None:
     p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default=None,
                    help="run Algorithm 1 with this sketch kind (default: plain FedAvg)")
     p.add_argument("--ratio", type=fraction, default=None, help="b/d of the sketch (default 0.5)")
-    p.add_argument("--sketch-seed", type=index, default=1, help="the seed shared by server and clients")
+    p.add_argument("--sketch-seed", type=seed, default=1, help="the seed shared by server and clients")
     p.add_argument("--image-size", type=count, default=32, help="side of the clients' images")
     p.add_argument("--channels", type=count, default=3, help="channels of the clients' images (3: photos)")
-    p.add_argument("--seed", type=index, default=0, help="seed of the initial weights")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the initial weights")
     p.add_argument("--out", default="flower-messages")
     a = p.parse_args()
     if a.ratio is not None and not a.sketch:

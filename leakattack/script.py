@@ -14,7 +14,7 @@ from typing import Callable, Iterable, NoReturn
 
 from .config.constraints import Cores, available_cores
 from .config.flags import threads_value
-from .constraints import read_int
+from .constraints import MAX_SEED, read_float, read_int
 from .errors import UserError
 
 
@@ -60,6 +60,15 @@ def index(text: str) -> int:
     return _integer(text, 0)
 
 
+def seed(text: str) -> int:
+    """An argparse type: a seed, an integer from 0 to 2^63 - 1 (what ``torch.manual_seed`` and every seed of a run
+    take)."""
+    value = _integer(text, 0)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text} is not a seed (0 to 2^63 - 1)")
+    return value
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port, an integer from 1 to 65535."""
     value = _integer(text, 1)
@@ -76,7 +85,7 @@ def counts(text: str) -> list[int]:
 def _number(text: str) -> float:
     """``text`` as a float, else argparse's error naming it."""
     try:
-        return float(text)
+        return read_float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 

@@ -95,6 +95,17 @@ REFUSED = [
     ("benchmarks/label_recovery.py", ["--victims", "nosuch"], "argument --victims: unknown victim 'nosuch'"),
     ("benchmarks/label_recovery.py", ["--ratios", "x"], "argument --ratios: 'x' is not a number"),
     ("benchmarks/seed_search.py", ["success", "--seed", "-1"], "argument --seed: -1 is below 0"),
+    ("benchmarks/seed_search.py", ["success", "--seed", str(2 ** 63)],
+     f"argument --seed: {2 ** 63} is not a seed (0 to 2^63 - 1)"),
+    ("examples/capture_client.py", ["--kind", "update", "--lr", "-1"], "argument --lr: -1 is not a positive finite "
+                                                                       "number"),
+    ("examples/capture_client.py", ["--kind", "update", "--lr", "nan"], "argument --lr: nan is not a positive"),
+    ("examples/capture_client.py", ["--seed", str(10 ** 23)], f"argument --seed: {10 ** 23} is not a seed"),
+    ("examples/capture_client.py", ["--sketch-seed", "-1"], "argument --sketch-seed: -1 is below 0"),
+    ("examples/flower_server.py", ["--seed", str(10 ** 23)], f"argument --seed: {10 ** 23} is not a seed"),
+    ("examples/flower_server.py", ["--sketch-seed", str(2 ** 63)], "argument --sketch-seed: 9223372036854775808 is "
+                                                                    "not a seed (0 to 2^63 - 1)"),
+    ("examples/flower_server.py", ["--rounds", "1_0"], "argument --rounds: '1_0' is not an integer"),
     ("benchmarks/seed_search.py", ["success", "--bits", str(MAX_BITS + 1)],
      f"argument --bits: {MAX_BITS + 1} is above {MAX_BITS}, the most bits --sketch-seed-search searches"),
     ("benchmarks/seed_search.py", ["success", "--bits", "40"], f"40 is above {MAX_BITS}"),

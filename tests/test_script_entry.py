@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from leakattack.errors import UserError
-from leakattack.script import count, counts, one_of, positives, script_main, some_of
+from leakattack.script import count, counts, one_of, positives, script_main, seed, some_of
 
 
 def _exit(main, monkeypatch, capsys) -> tuple[int, str]:
@@ -45,8 +45,10 @@ def test_the_script_s_own_status_is_its_exit_status_and_other_faults_stay_traceb
 
 def test_the_argument_types_refuse_what_they_cannot_take():
     assert count("3") == 3 and counts("1,4,8") == [1, 4, 8] and positives("1,1e-3") == [1.0, 1e-3]
+    assert seed("0") == 0 and seed(str(2 ** 63 - 1)) == 2 ** 63 - 1
     for bad, parse in (("0", count), ("x", count), ("4,-1", counts), ("1,0", positives), ("inf", positives),
-                       ("nan", positives), ("a", positives)):
+                       ("nan", positives), ("a", positives), ("1_0", count), ("1_0", positives), ("-1", seed),
+                       (str(2 ** 63), seed)):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
     models = one_of(lambda: ["lenet", "mlp"], "model", files=True)
