@@ -3,6 +3,7 @@
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -166,6 +167,18 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     with pytest.raises(UserError, match="^attack 'grey' returned no losses"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[]), shape)
     check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0]), shape)
+    # a tensor of losses raised torch's "Boolean value of Tensor ... is ambiguous"; one of a single value, or an array,
+    # passed as losses and as 0 steps
+    for losses, kind in ((torch.tensor([1.0, 0.5]), "Tensor"), (torch.tensor([1.0]), "Tensor"),
+                         (np.array([1.0, 0.5]), "ndarray")):
+        with pytest.raises(UserError, match=f"^attack 'grey' returned losses as a {kind}, not the list of floats "
+                                            "AttackResult.losses holds"):
+            check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=losses), shape)
+    with pytest.raises(UserError, match="^attack 'grey' returned a loss at step 1 that is not a number"):
+        check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0, "low"]), shape)
+    with pytest.raises(UserError, match="^attack 'grey' returned a loss at step 0 that is not a number"):
+        check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[torch.ones(2)]), shape)
+    check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[torch.tensor(1.0), np.float32(0.5), 1]), shape)
 
 
 def test_an_attacks_result_is_checked_when_called_from_python_as_the_run_checks_it():

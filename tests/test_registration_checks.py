@@ -201,6 +201,18 @@ def test_a_prior_that_returns_no_scalar_tensor_is_named(fresh_registries):
             attack.reconstruct(tiny_observation())
 
 
+def test_a_prior_whose_builder_returns_no_callable_is_named(fresh_registries):
+    """A builder returning None failed inside the search with "'NoneType' object is not callable"."""
+    register_prior("nothing", lambda weight, obs=None: None)
+    register_prior("number", lambda weight, obs=None: weight)
+    for name, what in (("nothing", "None"), ("number", "a float")):
+        attack = get_attack("gradient-matching", iterations=2, priors={name: 1.0}, labels="given")
+        with pytest.raises(UserError, match=rf"cannot run here: prior '{name}''s builder returned {what}, not a "
+                                            r"callable x -> weighted penalty \(or a re-parametrisation registered with "
+                                            r"reparametrises=True\)$"):
+            attack.reconstruct(tiny_observation())
+
+
 def test_a_prior_that_returns_nan_or_an_integer_is_named(fresh_registries):
     register_prior("nanny", lambda weight, obs=None: lambda x: x.sum() * float("nan"))
     register_prior("counts", lambda weight, obs=None: lambda x: (x > 0.5).sum())

@@ -181,9 +181,18 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
     if not result.x.is_floating_point():  # an integer x scores 0.6 as 0; a bool one is no image at all
         raise UserError(f"attack '{name}' returned a reconstruction x of {str(result.x.dtype)[6:]} values, not "
                         "floating-point images like the batch it attacks")
+    if not isinstance(result.losses, (list, tuple)):  # a tensor's truth value is ambiguous; its steps unread
+        raise UserError(f"attack '{name}' returned losses as a {type(result.losses).__name__}, not the list of "
+                        "floats AttackResult.losses holds (the matching loss at each step, at least at its start)")
     if not result.losses:
         raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "
                         "step, at least at its start)")
+    for t, v in enumerate(result.losses):
+        try:
+            float(v)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
+            raise UserError(f"attack '{name}' returned a loss at step {t} that is not a number ({v!r:.40}): "
+                            "AttackResult.losses holds one float per step") from None
     labels = result.labels
     if num_classes is not None and labels is not None:
         if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() \
