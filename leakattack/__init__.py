@@ -30,7 +30,7 @@ run folder, as ``leakattack run`` does; it returns the run's metrics (a
 
 __version__ = "0.1.0"
 
-import importlib
+import importlib as _importlib
 
 #: the library entry points, resolved on first use: importing a leaf module
 #: (leakattack.sketch, leakattack.registry) from targets or defenses must not pull
@@ -47,8 +47,14 @@ _EXPORTS = {
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        return getattr(_importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module 'leakattack' has no attribute '{name}'")
+
+
+def __dir__():
+    """The entry points with what the module holds (its loaded submodules), which ``dir`` and tab completion list
+    though they are resolved on first use."""
+    return sorted({*globals(), *_EXPORTS})
 
 
 __all__ = ["__version__", *_EXPORTS]

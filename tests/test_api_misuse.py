@@ -232,3 +232,16 @@ def test_get_model_given_a_module_points_to_from_module(given, words):
     with pytest.raises(UserError, match=rf"^get_model takes a model's name, got {words}: wrap a module you built with "
                                         r"Victim\.from_module\(module, input_shape=\.\.\., num_classes=\.\.\.\)$"):
         targets.get_model(given)
+
+
+def test_dir_lists_the_entry_points_resolved_on_first_use():
+    """dir(leakattack), and with it a notebook's tab completion, listed none of the README's entry points (they are
+    resolved on first use) and listed the module's own import of importlib."""
+    import leakattack
+
+    names = dir(leakattack)
+    assert set(leakattack.__all__) <= set(names)
+    assert {"get_attack", "observe", "Channel", "assess", "get_sketch", "__version__"} <= set(names)
+    assert "importlib" not in names and names == sorted(names)
+    for name in leakattack.__all__:
+        assert getattr(leakattack, name) is not None
