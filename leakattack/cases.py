@@ -112,6 +112,11 @@ def attacker_seed(cfg: RunConfig, desc: dict, victim: targets.Victim, y: torch.T
     if not cfg.sketch_seed_search:
         return unknown_seed(desc["seed"]), {}
     bits = cfg.sketch_seed_search
+    if cfg.attack_class.modifies_model:  # the client's seed ranked last of 256 under imprint's 16-bin block
+        warnings.warn(f"attack '{cfg.attack}' adds a block to the model whose gradient outweighs the classifier "
+                      "head's in the message, and --sketch-seed-search scores the head's block of R^T y: the "
+                      "search is not expected to single out the client's seed (docs/attacks/seed-search.md)",
+                      SettingWarning, stacklevel=3)
     params = {k: v for k, v in desc.items() if k not in DESCRIPTION_KEYS}
     found = search_seed(victim, y, desc["kind"], desc["b"], params, seed_base=candidate_base(desc["seed"], bits),
                         bits=bits, true_seed=desc["seed"], progress=progress)

@@ -250,3 +250,18 @@ def test_a_sweep_searches_once_per_point_and_checks_every_point_before_running(t
                                                "image_index = [0]\nsketch_known = [false, true]"))
     with pytest.raises(ConfigError, match="give --sketch-unknown too"):
         load_plan(sweep)
+
+
+def test_an_attack_that_adds_a_block_to_the_model_is_warned_of_before_the_search(tmp_path, capsys):
+    """Under imprint the client's seed ranked last of the candidates (its block outweighs the head's, which the
+    statistic scores); the run said only afterwards that the winner did not stand out, with no cause."""
+    args = ["run", "--dataset", "digits", "--model", "lenet", "--attack", "imprint", "--batch-size", "2", "--bins",
+            "16", "--sketch-unknown", "--sketch-seed-search", "2", "--no-lpips", "--quiet"]
+    assert cli.main([*args, "--out", str(tmp_path / "imprint")]) == 0
+    err = capsys.readouterr().err
+    assert ("leakattack: warning: attack 'imprint' adds a block to the model whose gradient outweighs the classifier "
+            "head's in the message, and --sketch-seed-search scores the head's block of R^T y: the search is not "
+            "expected to single out the client's seed (docs/attacks/seed-search.md)") in err.splitlines()
+    assert cli.main(["run", "--dataset", "digits", "--model", "lenet", "--iterations", "2", "--sketch-unknown",
+                     "--sketch-seed-search", "2", "--no-lpips", "--quiet", "--out", str(tmp_path / "matching")]) == 0
+    assert "adds a block to the model" not in capsys.readouterr().err
