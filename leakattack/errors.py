@@ -39,6 +39,13 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
         _show_warning(message, category, filename, lineno, file, line)
 
 
+def a_type(value) -> str:
+    """``value``'s type named with its article, as a sentence says it: ``a Tensor``, ``an ndarray``, ``an
+    AvgPool2d``."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def duration_text(seconds: float) -> str:
     """An estimated duration as a warning states it: seconds, minutes, hours, days or years."""
     if seconds >= 86400 * 365:

@@ -38,7 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 from leakattack.constraints import available_cores
-from leakattack.errors import SettingWarning, UserError, allocation_failed
+from leakattack.errors import SettingWarning, UserError, a_type, allocation_failed
 from leakattack.plugins import place_text, raised_at
 
 TASKS = ("classification", "regression")
@@ -346,7 +346,7 @@ def output_problem(out, task: str, num_classes: int, batch: int) -> str | None:
         want = f"a tensor of ({batch}, {num_classes}) class scores" if task == "classification" else "a tensor"
         wrap = (": wrap it in a module whose forward returns that tensor (a Hugging Face model's out.logits)"
                 if isinstance(out, (tuple, list, dict)) or hasattr(out, "logits") else "")
-        return f"returns a {type(out).__name__} for a batch of {batch}, not {want}{wrap}"
+        return f"returns {a_type(out)} for a batch of {batch}, not {want}{wrap}"
     if not out.is_floating_point():  # integers and booleans have no gradient; complex scores have no cross-entropy
         return (f"returns {str(out.dtype).replace('torch.', '')} outputs for a batch of {batch}; the loss and its "
                 "gradient need real floating-point outputs (return them before any rounding or argmax)")

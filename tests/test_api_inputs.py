@@ -171,8 +171,8 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     # passed as losses and as 0 steps
     for losses, kind in ((torch.tensor([1.0, 0.5]), "Tensor"), (torch.tensor([1.0]), "Tensor"),
                          (np.array([1.0, 0.5]), "ndarray")):
-        with pytest.raises(UserError, match=f"^attack 'grey' returned losses as a {kind}, not the list of floats "
-                                            "AttackResult.losses holds"):
+        with pytest.raises(UserError, match=f"^attack 'grey' returned losses as an? {kind}, not the list of "
+                                            "floats AttackResult.losses holds"):
             check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=losses), shape)
     with pytest.raises(UserError, match="^attack 'grey' returned a loss at step 1 that is not a number"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0, "low"]), shape)

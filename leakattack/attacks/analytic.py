@@ -28,7 +28,7 @@ from torch import nn
 import targets
 
 from ..constraints import Number, Param
-from ..errors import SettingWarning
+from ..errors import SettingWarning, a_type
 from ..observation import Observation
 from ..sketch import DENSE_LIMIT
 from .base import NO_CAUSE, Attack, AttackError, AttackResult, Monitor, halt_reason, inexact_causes, stop_requested
@@ -163,7 +163,7 @@ def input_problem(victim) -> str | None:
         return outside_before(names[id(calls[broken][0])])
     before = next((mod for mod, _, _ in calls[:upto] if not isinstance(mod, PASS_THROUGH)), None)
     if before is not None:
-        return f"a {type(before).__name__} ({names[id(before)]}) before its first layer {names[id(layer)]}"
+        return f"{a_type(before)} ({names[id(before)]}) before its first layer {names[id(layer)]}"
     return None
 
 
@@ -286,7 +286,7 @@ class Analytic(Attack):
                     "its weight is computed from parameters of its own, so the message holds no gradient of the "
                     "weight to read the example from; use gradient-matching")
         if not isinstance(layer, nn.Linear):
-            kind = "no trainable layer" if layer is None else f"a {type(layer).__name__}"
+            kind = "no trainable layer" if layer is None else a_type(layer)
             return (f"the analytic attack inverts a fully connected first layer, and {victim.name}'s first "
                     f"parametrised layer is {kind}; use gradient-matching")
         if not layer.weight.requires_grad:
@@ -332,7 +332,7 @@ class Analytic(Attack):
                     f"(at most {rank}) cannot hold {B} examples")
         act = None if layer is None else _activation_after(victim.model, layer)
         if isinstance(act, KINKED):
-            return (f"has a {type(act).__name__} after its first layer (no inactive units to separate by, and kinks "
+            return (f"has {a_type(act)} after its first layer (no inactive units to separate by, and kinks "
                     "the solve's derivatives do not see)")
         if victim.batch_statistics:
             return "normalises by batch statistics, which couples every example's derivative to the others"

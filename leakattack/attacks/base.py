@@ -23,7 +23,7 @@ import torch
 import defenses
 
 from ..constraints import Param
-from ..errors import UserError, listed
+from ..errors import UserError, a_type, listed
 from ..observation import Observation
 
 Monitor = Callable[[int, torch.Tensor], dict]
@@ -171,7 +171,7 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
     AttackResult holding a floating-point batch of ``shape``, at least the loss at its start and (a classifier's,
     ``num_classes`` given) labels that are one class index per image, or none."""
     if not isinstance(result, AttackResult):
-        got = "None" if result is None else f"a {type(result).__name__}"
+        got = "None" if result is None else a_type(result)
         raise UserError(f"attack '{name}' returned {got} from reconstruct, not the leakattack.attacks.AttackResult "
                         "every attack returns")
     if not isinstance(result.x, torch.Tensor) or tuple(result.x.shape) != tuple(shape):
@@ -182,7 +182,7 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
         raise UserError(f"attack '{name}' returned a reconstruction x of {str(result.x.dtype)[6:]} values, not "
                         "floating-point images like the batch it attacks")
     if not isinstance(result.losses, (list, tuple)):  # a tensor's truth value is ambiguous; its steps unread
-        raise UserError(f"attack '{name}' returned losses as a {type(result.losses).__name__}, not the list of "
+        raise UserError(f"attack '{name}' returned losses as {a_type(result.losses)}, not the list of "
                         "floats AttackResult.losses holds (the matching loss at each step, at least at its start)")
     if not result.losses:
         raise UserError(f"attack '{name}' returned no losses (AttackResult.losses holds the matching loss at each "

@@ -40,7 +40,7 @@ import targets
 from targets.victim import cpu_cores, head_readable, whole
 
 from ..constraints import MAX_RESTARTS
-from ..errors import SettingWarning, UserError, duration_text, size_text
+from ..errors import SettingWarning, UserError, a_type, duration_text, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
 from ..rebuilt import STILL_RTOL
@@ -1180,7 +1180,7 @@ class _Problem:
 def _check_penalty(name: str, value) -> None:
     """Refuse, in one sentence, a penalty prior's value that is not a scalar tensor (a shape and type comparison)."""
     if not isinstance(value, torch.Tensor):
-        raise UserError(f"the prior named '{name}' returned a {type(value).__name__}, not a scalar tensor (its "
+        raise UserError(f"the prior named '{name}' returned {a_type(value)}, not a scalar tensor (its "
                         f"weighted penalty of the batch x)")
     if value.ndim != 0:
         raise UserError(f"the prior named '{name}' returned a tensor of shape {tuple(value.shape)}, not a scalar "

@@ -32,6 +32,7 @@ from torch.func import functional_call, vjp, vmap
 
 import targets
 
+from ..errors import a_type
 from ..observation import Observation
 from ..progress import progress_bar
 from .analytic import PASS_THROUGH, Analytic, OneExampleAttack, first_outside, leaf_calls, outside_before, same_values
@@ -112,7 +113,7 @@ def _problem_with_chain(victim) -> tuple[list[_Step] | None, str | None]:
                           f"{softplus_jump(mod):.2g} where it turns linear, so that one output comes from two inputs "
                           f"(R-GAP inverts softplus from threshold {SOFTPLUS_MIN_THRESHOLD:g} up)")
         if not isinstance(mod, LAYERS + INVERTIBLE + RECTIFIERS + PASS_THROUGH):
-            return None, f"a {type(mod).__name__} ({names[id(mod)]}), which is not an nn.Conv2d, nn.Linear, " \
+            return None, f"{a_type(mod)} ({names[id(mod)]}), which is not an nn.Conv2d, nn.Linear, " \
                          "invertible activation or ReLU"
     if not calls:
         return None, "no modules to trace"

@@ -37,7 +37,7 @@ import torch
 from defenses import build as build_defense
 
 from ..data.base import outside_unit_range
-from ..errors import SettingWarning, UserError
+from ..errors import SettingWarning, UserError, a_type
 from ..sketch import Sketch, check_description
 from ..torchfile import load_torch_file
 from .io import unwritable_folder, write_tensors
@@ -127,7 +127,7 @@ def _check(fields: dict, where: str) -> None:
     y = fields["message"]
     if not isinstance(y, torch.Tensor) or y.dim() != 1 or y.numel() == 0 or not y.is_floating_point():
         got = (f"a {str(y.dtype).replace('torch.', '')} tensor of shape {tuple(y.shape)}" if isinstance(y, torch.Tensor)
-               else f"a {type(y).__name__}")
+               else a_type(y))
         raise MessageError(f"{where}: 'message' must be a flat, non-empty, real floating-point tensor, got {got}")
     if not bool(torch.isfinite(y).all()):
         i = int((~torch.isfinite(y)).nonzero()[0, 0])
@@ -299,7 +299,7 @@ def read_truth(path, what: str = "truth file") -> tuple[torch.Tensor, torch.Tens
         images = data
     if not isinstance(images, torch.Tensor) or not images.is_floating_point() or images.dim() not in (3, 4):
         got = (f"a {str(images.dtype)[6:]} tensor of shape {tuple(images.shape)}" if isinstance(images, torch.Tensor)
-               else f"a {type(images).__name__}")
+               else a_type(images))
         hint = " (pixels 0-255: divide by 255)" if isinstance(images, torch.Tensor) and images.dtype == torch.uint8 \
             else ""
         raise MessageError(f"{where} must hold floating-point images (B, C, H, W), got {got}{hint}")

@@ -26,7 +26,7 @@ from typing import Literal
 
 from torch import nn
 
-from leakattack.errors import UserError
+from leakattack.errors import UserError, a_type
 from leakattack.plugins import import_file, import_module_named, raised_at
 
 from ..victim import TASKS, Victim, code_files, cross_entropy, defined_at, first_line, output_problem, squared_error
@@ -151,7 +151,7 @@ def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, p
     except (Exception, SystemExit) as err:  # sys.exit() in __init__ is a failure to build, said in one sentence
         raise not_built(spec, params, err, cls) from None
     if not isinstance(module, nn.Module):
-        raise UserError(f"model '{spec}' built a {type(module).__name__}, not an nn.Module")
+        raise UserError(f"model '{spec}' built {a_type(module)}, not an nn.Module")
     return module
 
 
@@ -192,7 +192,7 @@ def _head(spec: str, module: nn.Module, task: str) -> nn.Linear | None | Literal
         raise UserError(f"leakattack_head of '{spec}'{_class_at(type(module))} names no submodule '{name}'"
                         + (f"; its nn.Linear layers: {', '.join(linear)}" if linear else "")) from None
     if not isinstance(head, nn.Linear):
-        raise UserError(f"leakattack_head of '{spec}' names a {type(head).__name__}, not an nn.Linear")
+        raise UserError(f"leakattack_head of '{spec}' names {a_type(head)}, not an nn.Linear")
     return head
 
 

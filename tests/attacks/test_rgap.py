@@ -242,8 +242,12 @@ def _reason(obs):
 def test_refusals_name_what_is_not_supported_in_one_sentence():
     x, labels = _example("digits", size=8)
     assert Rgap().supports(_observe(_lenet(x, act="relu"), x, labels)) is None
-    assert "MaxPool2d" in _reason(_observe(targets.Victim.from_module(
+    assert "a MaxPool2d (1), which is not an nn.Conv2d" in _reason(_observe(targets.Victim.from_module(
         nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32, 3)),
+        input_shape=(1, 8, 8), num_classes=3, name="pooled"), x, labels))
+    # an AvgPool2d was "a AvgPool2d"
+    assert "an AvgPool2d (1), which is not an nn.Conv2d" in _reason(_observe(targets.Victim.from_module(
+        nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(32, 3)),
         input_shape=(1, 8, 8), num_classes=3, name="pooled"), x, labels))
     xb, lb = _example("digits", size=8, count=2)
     assert "batch of 2" in _reason(_observe(_lenet(xb), xb, lb))

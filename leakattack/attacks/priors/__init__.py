@@ -29,7 +29,7 @@ import math
 from typing import Any, Callable
 
 from ...constraints import read_float
-from ...errors import UserError
+from ...errors import UserError, a_type
 from ...registry import Registry
 from .bn import BatchNormPrior, batch_moments, bn_statistics_distance
 from .dip import DeepImagePrior, weight_error
@@ -107,7 +107,7 @@ def get_prior(name: str, weight: float, obs=None):
     prior = _PRIORS.get(name)(weight, obs=obs)
     declared = bool(_PRIORS.meta(name)["reparametrises"])
     if not declared and not hasattr(prior, "parametrise") and not callable(prior):  # called at the first step else
-        got = "None" if prior is None else f"a {type(prior).__name__}"
+        got = "None" if prior is None else a_type(prior)
         raise UserError(f"prior '{name}''s builder returned {got}, not a callable x -> weighted penalty (or a "
                         "re-parametrisation registered with reparametrises=True)")
     if hasattr(prior, "parametrise") != declared:
