@@ -347,6 +347,10 @@ class Imprint(Attack):
         w, b = _block_slices(victim, block)
         rest = obs.y  # the message the label rules read
         B, n_w = obs.batch_size, w.stop - w.start
+        if block.bins < B:  # pigeonholes: some bin holds two images or more, which come back as one blend
+            warnings.warn(f"imprint's block has {block.bins} bin{'s' if block.bins != 1 else ''} for a batch of {B}: "
+                          "some of its images share a bin, and come back as one blend, or fall in none; give "
+                          f"--bins {B} or more (the default is {DEFAULT_BINS})", SettingWarning, stacklevel=2)
 
         finite = [True]  # whether the block's gradient last read is finite
 

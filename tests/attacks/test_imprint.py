@@ -2,6 +2,7 @@
 was, every image alone in a bin comes back exactly, blends are said, and the refusals are one sentence."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from leakattack.attacks import AttackError, Imprint, get_attack, list_attacks
 from leakattack.attacks.imprint import hits
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
+from leakattack.errors import SettingWarning
 from leakattack.observation import ThreatModel, observe
 from leakattack.sketch import make_sketch
 from leakattack.sketch.srht import prefix_rows
@@ -111,8 +113,22 @@ def test_a_batch_with_images_sharing_bins_says_so():
     attack, victim, x, obs = _case(count=8, bins=4)
     alone = _alone(victim, x)
     assert int(alone.sum()) < 8
-    result = attack.reconstruct(obs)
+    with pytest.warns(SettingWarning, match="^imprint's block has 4 bins for a batch of 8"):
+        result = attack.reconstruct(obs)
     assert result.stop_reason == "stalled" and "shared a bin" in result.message
+
+
+def test_fewer_bins_than_images_are_warned_of_before_the_block_is_read():
+    """Two bins for a batch of four ran without a word until the note after the attack."""
+    attack, victim, x, obs = _case(count=4, bins=2)
+    with pytest.warns(SettingWarning, match=r"^imprint's block has 2 bins for a batch of 4: some of its images share "
+                                            r"a bin, and come back as one blend, or fall in none; give --bins 4 or "
+                                            r"more \(the default is 128\)$"):
+        attack.reconstruct(obs)
+    attack, victim, x, obs = _case(count=4, bins=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingWarning)
+        attack.reconstruct(obs)
 
 
 def test_refusals_are_one_sentence():
