@@ -342,6 +342,8 @@ def test_collect_warns_of_a_named_folder_that_holds_no_run(tmp_path, capsys, mon
     ({"psnr": "high"}, "has no ssim, iterations, stop_reason, d or b, which every run's metrics.json holds"),
     ({"psnr": "high", "ssim": 0.5, "iterations": 5, "stop_reason": "stalled", "d": 10, "b": 5},
      'holds psnr = "high", not a number'),
+    ({"psnr": None, "ssim": None, "iterations": None, "stop_reason": "stalled", "d": 10, "b": 5},
+     "holds iterations = null, which every run's metrics.json records"),  # an empty cell in the table
 ])
 def test_collect_refuses_a_metrics_json_that_report_refuses(tmp_path, capsys, metrics, said):
     _run_folder(tmp_path / "runs" / "good", "srht", 7913, 10.0)

@@ -441,6 +441,9 @@ def test_an_unreadable_summary_csv_is_one_sentence(tmp_path, capsys, content, wo
     ({"psnr": "abc"}, 'holds psnr = "abc", not a number'),
     ({"ssim": True}, "holds ssim = true, not a number"),
     ({"iterations": 2.5}, "holds iterations = 2.5, not a whole number"),
+    ({"iterations": None}, "holds iterations = null, which every run's metrics.json records"),  # read "stopped –"
+    ({"stop_reason": None}, "holds stop_reason = null, which every run's metrics.json records"),
+    ({"b": None}, "holds b = null, which every run's metrics.json records"),
     ({"psnr_each": ["x"]}, 'holds psnr_each = ["x"], not a list of numbers'),
     ({"verdict": "maybe"}, "holds verdict = \"maybe\", neither 'rebuilt' nor 'not rebuilt'"),
 ])

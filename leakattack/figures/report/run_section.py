@@ -168,12 +168,15 @@ def _run_section_of(folder: Path, anchor: str) -> tuple[str, str, str]:
 
 def run_metrics(path: Path) -> RunMetrics:
     """A run's metrics.json as its record, refused in one sentence naming the file and the key when it lacks a key
-    every run writes (:data:`RUN_REQUIRED`) or holds a metric that is not a number; a score that is not finite
-    (NaN) reads as null, as the run itself stores it."""
+    every run writes (:data:`RUN_REQUIRED`), holds null for one of them other than a score, or holds a metric that is
+    not a number; a score that is not finite (NaN) reads as null, as the run itself stores it."""
     data = read_object(path)
     missing = [k for k in RUN_REQUIRED if k not in data]
     if missing:
         raise UserError(f"'{path}' has no {_or(missing)}, which every run's metrics.json holds")
+    empty = next((k for k in RUN_REQUIRED if data[k] is None and "None" not in _TYPES[k]), None)
+    if empty is not None:  # a step count, a stop reason or a size is never null; a score that is not finite is
+        raise UserError(f"'{path}' holds {empty} = null, which every run's metrics.json records")
     for key in RUN_NUMBERS + RUN_COUNTS:
         v = data.get(key)
         if v is not None and not is_number(v):
