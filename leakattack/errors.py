@@ -40,10 +40,11 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def a_type(value) -> str:
-    """``value``'s type named with its article, as a sentence says it: ``a Tensor``, ``an ndarray``, ``an
-    AvgPool2d``."""
+    """``value``'s type named with its article, as a sentence says it: ``a Tensor``, ``an AvgPool2d``, ``an LSTM``,
+    ``a GELU``."""
     name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    initialism = name[:2].isupper()  # LSTM, RReLU, LPPool2d: said letter by letter ("an el-ess-tee-em")
+    return f"{'an' if name[:1] in ('AEFHILMNORSX' if initialism else 'AEIOUaeiou') else 'a'} {name}"
 
 
 def duration_text(seconds: float) -> str:

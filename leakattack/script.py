@@ -128,7 +128,7 @@ def thread_count(text: str) -> int:
     if text == "all":
         return available_cores()
     try:
-        return _cores(int(text))
+        return _cores(read_int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a count of threads nor 'all'") from None
 

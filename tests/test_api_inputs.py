@@ -179,6 +179,17 @@ def test_an_attack_that_returns_no_attack_result_is_one_sentence_naming_it():
     with pytest.raises(UserError, match="^attack 'grey' returned a loss at step 0 that is not a number"):
         check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[torch.ones(2)]), shape)
     check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[torch.tensor(1.0), np.float32(0.5), 1]), shape)
+    # a null step count ran and wrote "iterations": null, which report and collect then refused
+    for key, value, said in (("iterations", None, "iterations = None, not a whole number of at least 0"),
+                             ("iterations", 2.5, "iterations = 2.5, not a whole number"),
+                             ("best_step", -2, "best_step = -2, not a whole number"),
+                             ("best_step", 3, "best_step = 3, past its 2 losses"),
+                             ("stop_reason", None, "stop_reason = None, not a text naming why it stopped")):
+        with pytest.raises(UserError, match=f"^attack 'grey' returned {re.escape(said)}"):
+            check_result("grey", AttackResult(x=x, labels=None, x0=x, losses=[1.0, 0.5], **{key: value}), shape)
+    taken = AttackResult(x=x, labels=None, x0=x, losses=[1.0, 0.5], iterations=np.int64(1))
+    check_result("grey", taken, shape)
+    assert type(taken.iterations) is int and taken.iterations == 1 and taken.best_step == 1
 
 
 def test_an_attacks_result_is_checked_when_called_from_python_as_the_run_checks_it():

@@ -213,6 +213,17 @@ def test_a_prior_whose_builder_returns_no_callable_is_named(fresh_registries):
             attack.reconstruct(tiny_observation())
 
 
+def test_a_reparametrisation_whose_builder_returns_none_is_named_as_registered(fresh_registries):
+    """It was refused as "a re-parametrisation and its builder returned a penalty: register it with
+    reparametrises=False", which led to the penalty's refusal."""
+    from leakattack.attacks.priors import get_prior
+
+    register_prior("nothing-r", lambda weight, obs=None: None, reparametrises=True)
+    with pytest.raises(UserError, match=r"^prior 'nothing-r''s builder returned None, not a re-parametrisation "
+                                        r"\(an object with parametrise\), as it was registered$"):
+        get_prior("nothing-r", 1.0)
+
+
 def test_a_prior_that_returns_nan_or_an_integer_is_named(fresh_registries):
     register_prior("nanny", lambda weight, obs=None: lambda x: x.sum() * float("nan"))
     register_prior("counts", lambda weight, obs=None: lambda x: (x > 0.5).sum())

@@ -61,6 +61,25 @@ def test_the_argument_types_refuse_what_they_cannot_take():
         sketches("srht,x.py:S")
 
 
+def test_a_thread_count_with_an_underscore_is_refused():
+    from leakattack.script import thread_count
+
+    assert thread_count("1") == 1
+    with pytest.raises(argparse.ArgumentTypeError, match="^'0_1' is neither a count of threads nor 'all'$"):
+        thread_count("0_1")  # read as 1
+
+
+def test_a_type_is_named_with_the_article_a_sentence_gives_it():
+    from torch import nn
+
+    from leakattack.errors import a_type
+
+    said = [a_type(v) for v in (nn.AvgPool2d(2), nn.MaxPool2d(2), nn.LSTM(2, 2), nn.LPPool2d(2, 2), nn.GELU(),
+                                nn.ELU(), nn.Identity(), nn.ReLU(), 1.0, None)]
+    assert said == ["an AvgPool2d", "a MaxPool2d", "an LSTM", "an LPPool2d", "a GELU", "an ELU", "an Identity",
+                    "a ReLU", "a float", "a NoneType"]
+
+
 def test_a_port_beyond_65535_is_refused_by_the_scripts_port_type():
     """examples/flower_server.py --port 99999 ended in Flower's own error and exit 1."""
     import argparse

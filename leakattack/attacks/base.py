@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 import signal
 import sys
 import threading
@@ -193,6 +194,18 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
             raise UserError(f"attack '{name}' returned a loss at step {t} that is not a number ({v!r:.40}): "
                             "AttackResult.losses holds one float per step") from None
+    for key in ("iterations", "best_step"):  # a run writes them: a null step count is no run's
+        v = getattr(result, key)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise UserError(f"attack '{name}' returned {key} = {v!r:.40}, not a whole number of at least 0 "
+                            f"(AttackResult.{key}; leave it out to have it read from the losses)")
+        setattr(result, key, int(v))
+    if result.best_step >= len(result.losses):
+        raise UserError(f"attack '{name}' returned best_step = {result.best_step}, past its {len(result.losses)} "
+                        "losses (AttackResult.best_step is the step of the iterate x returned)")
+    if not isinstance(result.stop_reason, str) or not result.stop_reason:
+        raise UserError(f"attack '{name}' returned stop_reason = {result.stop_reason!r:.40}, not a text naming why "
+                        "it stopped (AttackResult.stop_reason: iterations, tolerance, stalled, ...)")
     labels = result.labels
     if num_classes is not None and labels is not None:
         if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() \

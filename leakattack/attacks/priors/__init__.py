@@ -106,10 +106,11 @@ def get_prior(name: str, weight: float, obs=None):
     where the prior built is not the kind its registration declares (``reparametrises``)."""
     prior = _PRIORS.get(name)(weight, obs=obs)
     declared = bool(_PRIORS.meta(name)["reparametrises"])
-    if not declared and not hasattr(prior, "parametrise") and not callable(prior):  # called at the first step else
+    if not hasattr(prior, "parametrise") and not callable(prior):  # neither kind: called at the first step else
         got = "None" if prior is None else a_type(prior)
-        raise UserError(f"prior '{name}''s builder returned {got}, not a callable x -> weighted penalty (or a "
-                        "re-parametrisation registered with reparametrises=True)")
+        kind = ("a re-parametrisation (an object with parametrise), as it was registered" if declared else
+                "a callable x -> weighted penalty (or a re-parametrisation registered with reparametrises=True)")
+        raise UserError(f"prior '{name}''s builder returned {got}, not {kind}")
     if hasattr(prior, "parametrise") != declared:
         raise UserError(f"prior '{name}' was registered as a {'re-parametrisation' if declared else 'penalty'} and "
                         f"its builder returned a {'penalty' if declared else 're-parametrisation'}: register it with "
