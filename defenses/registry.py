@@ -112,7 +112,7 @@ def parse_step(item) -> Transform:
             raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}") from None
         if not (v == v and ok(v)) or (typ in (int, float) and v in (float("inf"), float("-inf"))):
             raise DefenseError(f"defense '{name}': {key} must be {_finite(what, value)}, got {value!r}")
-        params[key] = v
+        params[key] = v + 0.0 if typ is float else v  # -0.0 as 0.0: one spec, one point of a sweep
     missing = [k for k in cls.schema if k not in params]
     if name != "gaussian" and missing:
         raise DefenseError(f"defense '{name}' needs {' and '.join(k + '=' for k in missing)}")

@@ -148,11 +148,12 @@ def point_key(params: dict) -> str:
 
 def _same_run(params: dict, lr: float) -> str:
     """What tells two points' runs apart: their parameters with every integer written as the float it equals, so
-    that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before); the
-    defense as the run records it (``"gaussian:sigma=1e-3"`` and ``"gaussian:sigma=0.001@before_sketch"`` are one
-    point, as are ``""`` and ``"none"``); with a ``sketch_dim``, which sets b, no ``sketch_ratio``; the step size
-    the run takes, ``lr`` (unset and the optimiser's default, ``lr = 1.0`` for L-BFGS, are one point); and for a
-    protocol, whose client's round draws its own images, no image index, batch draw or image size."""
+    that ``lr = 1`` and ``lr = 1.0`` are one point (a parameter that must be an integer refuses a float before), and
+    ``-0.0`` as ``0.0``; the defense as the run records it (``"gaussian:sigma=1e-3"`` and
+    ``"gaussian:sigma=0.001@before_sketch"`` are one point, as are ``""`` and ``"none"``); with a ``sketch_dim``,
+    which sets b, no ``sketch_ratio``; the step size the run takes, ``lr`` (unset and the optimiser's default,
+    ``lr = 1.0`` for L-BFGS, are one point); and for a protocol, whose client's round draws its own images, no image
+    index, batch draw or image size."""
     params = dict(params)
     with contextlib.suppress(Exception):  # a defense the point's validation refused never gets here
         params["defense"] = build_defense(params.get("defense")).spec
@@ -168,7 +169,9 @@ def _same_run(params: dict, lr: float) -> str:
             return {k: floats(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [floats(x) for x in v]
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v
+        return float(v) + 0.0  # -0.0 + 0.0 is 0.0: the two zeros are one point (their runs are the same)
     return json.dumps(floats(params), sort_keys=True, default=str)
 
 

@@ -466,6 +466,17 @@ def test_a_number_written_as_an_integer_and_as_a_float_is_one_point(tmp_path, ca
     assert "2 points" in out and "1 duplicate grid point left out" in out and "lr=1.0" not in out
 
 
+def test_negative_zero_and_zero_are_one_point(tmp_path, capsys, no_attack):
+    """tv = [-0.0, 0.0] gave two points of one key, both run, the second overwriting the first's files; sigma of a
+    defense and tol as -0.0 and 0.0 gave two points of one run."""
+    for grid in ("tv = [-0.0, 0.0, 0.5]", "tol = [-0.0, 0.0, 1e-9]"):
+        out = _dry_run(tmp_path, capsys, BASE + f"[grid]\n{grid}\n").out
+        assert "2 points" in out and "1 duplicate grid point left out" in out, out
+    text = BASE + "defense = 'gaussian:sigma={s}'\n[grid]\ns = [-0.0, 0.0, 0.1]\n"
+    out = _dry_run(tmp_path, capsys, text).out
+    assert "2 points" in out and "1 duplicate grid point left out" in out, out
+
+
 def test_a_defense_written_in_other_words_and_a_ratio_beside_a_dimension_are_one_point(tmp_path, capsys, no_attack):
     """Four spellings of one Gaussian noise, and "" beside "none", ran 6 identical attacks as 6 points; a
     sketch_dim beside two ratios ran b = sketch_dim twice."""
