@@ -83,7 +83,7 @@ ATTACK_ONLY_KEYS = frozenset({"optimizer", "iterations", "lr", "objective", "sch
 DRAW_KEYS = frozenset({"image_index", "seed", "model_seed", "sketch_seed", "noise_seed"})
 #: seconds of checking before its progress bar is drawn
 CHECK_BAR_DELAY_S = 3.0
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([^\W\d]\w*)\}")  # a name as Python's: letters (any script), digits, _
 
 
 class Plan:
@@ -275,6 +275,10 @@ def load_plan(path: str | Path, check: bool = True, progress: bool = False) -> P
             raise ConfigError("a [[grid]] table is empty: name at least one key and its list of values")
         for k, v in g.items():
             if k not in fields and k not in holders:
+                if any(f"{{{k}}}" in text for v_ in base.values() for text in _texts(v_)):
+                    raise ConfigError(f"[grid] key '{k}' is not a placeholder's name, so '{{{k}}}' in [base] is "
+                                      "kept as text: name a placeholder with letters, digits and _, not starting "
+                                      "with a digit")
                 raise ConfigError(f"unknown [grid] key '{k}' (value {v!r}): neither a run parameter nor a "
                                   f"{{placeholder}} in [base]{_unknown_hint(k, fields, base)}")
             if not isinstance(v, list) or not v:

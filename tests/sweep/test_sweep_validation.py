@@ -466,6 +466,16 @@ def test_a_number_written_as_an_integer_and_as_a_float_is_one_point(tmp_path, ca
     assert "2 points" in out and "1 duplicate grid point left out" in out and "lr=1.0" not in out
 
 
+def test_a_placeholder_may_be_named_in_any_script_and_one_that_is_no_name_is_said(tmp_path, capsys, no_attack):
+    """{σ} in [base] with [grid] "σ" was refused as "neither a run parameter nor a {placeholder} in [base]"."""
+    text = BASE + "defense = 'gaussian:sigma={σ}'\n[grid]\n\"σ\" = [0.001, 0.01]\n"
+    out = _dry_run(tmp_path, capsys, text).out
+    assert "2 points" in out and "σ=0.01" in out
+    refuse(tmp_path, capsys, BASE + "defense = 'gaussian:sigma={s-1}'\n[grid]\n\"s-1\" = [0.001]\n",
+           "[grid] key 's-1' is not a placeholder's name, so '{s-1}' in [base] is kept as text: name a placeholder "
+           "with letters, digits and _, not starting with a digit")
+
+
 def test_negative_zero_and_zero_are_one_point(tmp_path, capsys, no_attack):
     """tv = [-0.0, 0.0] gave two points of one key, both run, the second overwriting the first's files; sigma of a
     defense and tol as -0.0 and 0.0 gave two points of one run."""
