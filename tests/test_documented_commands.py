@@ -288,9 +288,9 @@ def _stand_in(action) -> str:
     if action.choices:
         return str(next(iter(action.choices)))
     kind = getattr(action.type, "__name__", "")
-    if action.type is int or kind == "threads_value":
+    if kind in ("int", "threads_value"):  # int, or leakattack.constraints.read_int, which takes its name
         return "1"
-    if action.type is float:
+    if kind == "float":
         return "0.5"
     if kind == "parse_pair":
         return "name=1"
