@@ -26,7 +26,7 @@ from typing import Literal
 
 from torch import nn
 
-from leakattack.errors import UserError, a_type
+from leakattack.errors import UserError, a_type, allocation_failed
 from leakattack.plugins import import_file, import_module_named, raised_at
 
 from ..victim import TASKS, Victim, code_files, cross_entropy, defined_at, first_line, output_problem, squared_error
@@ -132,7 +132,13 @@ def not_built(spec: str, params: dict, err: BaseException, cls: type | None = No
     if not where and cls is not None and isinstance(err, TypeError):
         init = defined_at(getattr(cls, "__init__", None))
         where = f" calling {cls.__name__}.__init__ defined{init}" if init else ""
-    return UserError(f"model '{spec}' could not be built with {given} ({first_line(err)}){where}")
+    if allocation_failed(err):  # torch's allocator's own message is a paragraph of its internals
+        why = "its weights do not fit in this machine's memory"
+    elif "Overflow when unpacking" in str(err):  # torch's message holds an unbalanced quote
+        why = "a size beyond the 64-bit integers torch takes"
+    else:
+        why = first_line(err)
+    return UserError(f"model '{spec}' could not be built with {given} ({why}){where}")
 
 
 def build_user_module(spec: str, cls: type, in_shape: tuple, num_classes: int, params: dict) -> nn.Module:

@@ -48,6 +48,10 @@ def _refused(argv, needle, root, capsys):
     (["--defense", "clip:C=1_0"], "defense 'clip': C must be a positive number, got '1_0'"),
     (["--defense", "quantize:bits=1_6"], "defense 'quantize': bits must be"),
     (["--threads", "all"], "argument --threads: invalid value 'all': give a count of threads or auto"),
+    # torch's own message held an unbalanced quote
+    (["--model", "mlp", "--model-param", f"hidden={10 ** 23}"], f"model 'mlp' could not be built with "
+                                                               f"hidden={10 ** 23} (a size beyond the 64-bit integers "
+                                                               "torch takes)"),
     (["--seed", str(2 ** 63)], "seed must be an integer in [0, 2^63 - 4]"),
     (["--model-seed", "-1"], "model seed must be an integer in [0, 2^63 - 1]"),
     (["--sketch", "sparse", "--sketch-param", "s=0"], "s must be an integer in [1, min(b, 64)], got 0"),
