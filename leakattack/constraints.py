@@ -170,8 +170,15 @@ def available_cores() -> int:
         n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity on macOS and Windows
         n = max(1, os.cpu_count() or 1)
-    cap = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
-    return min(n, int(cap)) if cap.isdigit() and int(cap) > 0 else n
+    cap = env_count("SLURM_CPUS_PER_TASK")
+    return n if cap is None else min(n, cap)
+
+
+def env_count(name: str) -> int | None:
+    """The positive whole number the environment variable ``name`` holds (a cap on cores: ``SLURM_CPUS_PER_TASK``,
+    ``OMP_NUM_THREADS``), else None."""
+    cap = os.environ.get(name, "").strip()
+    return int(cap) if cap.isdigit() and int(cap) > 0 else None
 
 
 #: the units a duration may carry (``90s``, ``10m``, ``1h``); a plain number is seconds
@@ -347,4 +354,4 @@ class Param:
 
 __all__ = ["Param", "NOTHING", "Constraint", "Choice", "DeviceName", "DatasetName", "ModelName", "Number", "Index",
            "Cores", "available_cores", "Flag", "Text", "PathName", "Table", "Items", "Optional", "DURATION_UNITS",
-           "duration_seconds", "MAX_SEED", "read_int", "read_float"]
+           "duration_seconds", "MAX_SEED", "read_int", "read_float", "env_count"]

@@ -268,12 +268,6 @@ def load_buffers(victim: targets.Victim, buffers: dict[str, torch.Tensor], sourc
             own[n].copy_(b)
 
 
-def tracking_running_statistics(victim: targets.Victim):
-    """While in the block, the victim's BatchNorm layers that keep running statistics update them as they normalise
-    by their batches (a victim in train mode turns that off so that attacks leave them as loaded)."""
-    return statistics_tracked(victim.model, True)
-
-
 #: a re-simulation of more rounds than this says first how many it runs, and after its first round how long they take
 REPLAY_NOTE_ROUNDS = 20
 
@@ -344,7 +338,7 @@ def weights_at(proto: Protocol, t: int, folder: str | Path | None = None, progre
                           f"{duration_text(took * count)} (measured on round {s})", SlowWarning, stacklevel=3)
 
     with progress_bar(count, f"{proto.name} rounds before {t}", "round", requested=progress, leave=False) as bar, \
-            tracking_running_statistics(victim) if folder is not None else contextlib.nullcontext():
+            statistics_tracked(victim.model, True) if folder is not None else contextlib.nullcontext():
         w = proto.replay(t, on_round=done, start=start, w=w, state=server)
     return w, source, read
 
@@ -543,7 +537,9 @@ def _train_locked(folder: Path, record: dict, proto: Protocol, victim: targets.V
             assert w is not None  # resume_point found the checkpoint of w^(N+1) for a round still to run
             if checkpoints and (t - 1) % checkpoint_every == 0:
                 save_checkpoint(folder, t, w, finished[2], finished[3])
-            with tracking_running_statistics(victim):  # the clients' batches move BatchNorm's running statistics
+            # the clients' batches move BatchNorm's running statistics (a victim in train mode turns that off, so
+            # that attacks leave them as loaded)
+            with statistics_tracked(victim.model, True):
                 w, stats = proto.run_round(w, t)
             cum += stats["floats_sent"]
             mean_cum += stats["floats_sent"] * len(stats["clients"]) / proto.clients
@@ -746,6 +742,6 @@ def _append_log(folder: Path, row: dict) -> None:
 __all__ = ["MODEL_DEFAULTS", "TrainingDiverged", "TrainingInterrupted", "check_round", "rounds_logged",
            "check_unchanged", "build_victim", "load_split", "checkpoint_path", "trained_model_spec",
            "model_buffers", "save_checkpoint", "load_checkpoint", "read_checkpoint", "load_buffers",
-           "load_server_state", "tracking_running_statistics", "weights_at", "REPLAY_NOTE_ROUNDS",
+           "load_server_state", "weights_at", "REPLAY_NOTE_ROUNDS",
            "stored_protocol", "keeps_server_state", "resume_point", "train", "refuse_empty_clients",
            "refuse_long_rounds", "warn_client_batch"]

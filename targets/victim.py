@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
-from leakattack.constraints import available_cores
+from leakattack.constraints import available_cores, env_count
 from leakattack.errors import SettingWarning, UserError, a_type, allocation_failed
 from leakattack.plugins import place_text, raised_at
 
@@ -106,9 +106,8 @@ def cpu_cores() -> int:
     usual cap on a shared machine or in a cluster job, which torch's own thread count follows); at most its share of
     them in a pool of workers (:func:`share_cores`)."""
     n = available_cores()
-    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if cap.isdigit() and int(cap) > 0:
-        n = min(n, int(cap))
+    if (cap := env_count("OMP_NUM_THREADS")) is not None:
+        n = min(n, cap)
     return n if _share is None else min(n, _share)
 
 
