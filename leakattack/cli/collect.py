@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import SettingWarning, UserError
 from ..figures.report import run_metrics
 from ..metrics import RunMetrics, failed_kind, rebuilt_images
-from ..results import folder_kind, read_json, writable_out, write_csv
+from ..results import folder_kind, read_config, writable_out, write_csv
 from ..results.io import absent_text, link_target
 from ..results.store import EPSILON_METRICS, summary_value
 
@@ -111,17 +111,13 @@ def row_of(folder: Path) -> dict:
     """One table row: the run's settings from config.json and its scalar metrics; a metrics.json that is not a run's
     is refused in one sentence, as ``leakattack report`` refuses it."""
     metrics = run_metrics(folder / "metrics.json").to_dict()
-    try:
-        config = read_json(folder / "config.json") if (folder / "config.json").is_file() else None
-    except (ValueError, UnicodeDecodeError):
-        raise UserError(f"'{folder / 'config.json'}' is not JSON") from None
+    # a hand-edited config.json (not JSON, a list, a run that is no object, a model that is a number): one sentence,
+    # as `leakattack report` says it
+    config = read_config(folder / "config.json") if (folder / "config.json").is_file() else None
     if config is None:  # its scores stand alone: the settings' columns stay empty, and the table says why
         warnings.warn(f"'{folder}' holds no config.json: its row has the metrics alone, and its settings' columns "
                       "(model, sketch, data set, ...) are empty", SettingWarning, stacklevel=2)
         config = {}
-    if not isinstance(config, dict):
-        raise UserError(f"'{folder / 'config.json'}' holds a JSON {type(config).__name__}, not the object leakattack "
-                        "writes there")
     run, derived = config.get("run", {}), config.get("derived", {})
     row = {"run": str(folder), "model": run.get("model"), "attack": run.get("attack"),
            "protocol": run.get("protocol") or None, "batch_size": run.get("batch_size"), "sketch": sent_sketch(config),

@@ -30,7 +30,7 @@ from ..errors import SettingWarning, signals_held
 from ..errors import UserError as ConfigError
 from ..figures.report import run_metrics
 from ..metrics import RunMetrics
-from ..results import read_object
+from ..results import read_config
 from ..results.reference import compare, machine_text
 
 PY = [sys.executable]
@@ -73,7 +73,7 @@ def _committed(folder: Path) -> tuple[RunMetrics, dict | None] | None:
     if not there("metrics.json"):
         return None
     metrics = run_metrics(folder / "metrics.json")
-    config = read_object(folder / "config.json") if there("config.json") else {}
+    config = read_config(folder / "config.json") if there("config.json") else {}
     environment = config.get("environment")
     machine = environment.get("machine") if isinstance(environment, dict) else None
     return metrics, machine if isinstance(machine, dict) else None

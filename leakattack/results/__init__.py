@@ -13,6 +13,7 @@ from .io import (
                  folder_kind,
                  load_point_images,
                  load_tensors,
+                 read_config,
                  read_json,
                  read_jsonl,
                  read_object,
@@ -50,8 +51,8 @@ from .store import (
 )
 
 __all__ = [
-    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "read_object", "write_csv",
-    "to_jsonable",
+    "atomic_write_bytes", "atomic_write_text", "directory_mode", "write_json", "read_json", "read_object",
+    "read_config", "write_csv", "to_jsonable",
     "folder_kind", "read_jsonl", "write_tensors", "load_tensors",
     "load_point_images", "default_run_dir", "write_run_folder", "writable_out",
     "FAILED_COLUMNS", "REPEAT_KEYS", "SUMMARY_METRICS", "read_results", "append_line", "append_text", "load_records",

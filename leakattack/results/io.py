@@ -328,6 +328,41 @@ def read_object(path) -> dict:
     return data
 
 
+#: config.json's parts, each an object in the file a run writes
+CONFIG_PARTS = ("run", "derived", "environment")
+#: the run settings a report or table prints as names (text, or null where unset)
+CONFIG_NAMES = ("model", "attack", "recipe", "sketch", "dataset", "defense", "protocol", "message")
+#: the run settings a report or table prints as counts (whole numbers, or null where unset)
+CONFIG_COUNTS = ("batch_size", "iterations", "restarts", "image_index", "protocol_round", "protocol_client")
+
+
+def quoted(v) -> str:
+    """A stored value as a message quotes it (cut short)."""
+    text = json.dumps(v) if not isinstance(v, float) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_config(path) -> dict:
+    """A run's config.json (see :func:`read_object`), refused in one sentence naming the file and the key where one
+    of its parts (run, derived, environment) is not an object, or where a setting that reports and tables print
+    (:data:`CONFIG_NAMES`, :data:`CONFIG_COUNTS`) is of another type than a run writes: a hand-edited file."""
+    config = read_object(path)
+    for part in CONFIG_PARTS:
+        if not isinstance(config.get(part, {}), dict):
+            raise UserError(f"'{path}' is unreadable: its {part} is {quoted(config[part])}, not the object a run "
+                            "writes")
+    run = config.get("run", {})
+    for key in CONFIG_NAMES + CONFIG_COUNTS:
+        value = run.get(key)
+        names = key in CONFIG_NAMES
+        if value is None or (isinstance(value, str) if names else
+                             isinstance(value, int) and not isinstance(value, bool)):
+            continue
+        raise UserError(f"'{path}' is unreadable: its run.{key} is {quoted(value)}, not the "
+                        f"{'text' if names else 'whole number'} a run writes")
+    return config
+
+
 def csv_cell(v):
     """A CSV cell: empty for None, JSON for a list or dict (a grid value such as ["tv:0.1"]), else the value."""
     if v is None:

@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..errors import SettingWarning, UserError
 from ..rebuilt import FAILED_PARTS, NOT_REBUILT, REBUILT, batch_images, failed_counts, one_metric_ahead
-from .io import atomic_write_bytes, to_jsonable
+from .io import atomic_write_bytes, quoted, to_jsonable
 
 #: grid keys averaged over in summary.csv and the figures (repetitions, not settings)
 REPEAT_KEYS = ("seed", "image_index", "model_seed", "sketch_seed", "noise_seed")
@@ -161,12 +161,6 @@ def checked_points(out: Path, records: list[dict]) -> list[dict]:
 def is_number(v) -> bool:
     """An int or a float (not a bool), as JSON stores a number."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def quoted(v) -> str:
-    """A stored value as a message quotes it (cut short)."""
-    text = json.dumps(v) if not isinstance(v, float) else repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _recorded_plan(out: Path) -> dict:

@@ -242,6 +242,33 @@ def test_a_metrics_or_config_file_that_is_json_but_no_object_is_one_sentence(tmp
     assert not (tmp_path / "t.csv").exists()
 
 
+@pytest.mark.parametrize("command", ["collect", "report"])
+@pytest.mark.parametrize("edit, words", [
+    ({"run": [1]}, "its run is [1], not the object a run writes"),
+    ({"derived": "photos"}, 'its derived is "photos", not the object a run writes'),
+    ({"environment": 3}, "its environment is 3, not the object a run writes"),
+    ({"run": {"model": 5}}, "its run.model is 5, not the text a run writes"),
+    ({"run": {"sketch": ["srht"]}}, 'its run.sketch is ["srht"], not the text a run writes'),
+    ({"run": {"iterations": "many"}}, 'its run.iterations is "many", not the whole number a run writes'),
+    ({"run": {"batch_size": True}}, "its run.batch_size is true, not the whole number a run writes"),
+    ({"run": {"batch_size": 2.5}}, "its run.batch_size is 2.5, not the whole number a run writes"),
+])
+def test_a_config_file_with_a_part_or_setting_of_another_type_is_one_sentence(tmp_path, capsys, command, edit, words):
+    """A hand-edited config.json whose run, derived or environment is not an object, or whose printed settings are of
+    another type than a run writes, is refused by collect as by report, in one sentence naming the key."""
+    run = tmp_path / "run"
+    _run_folder(run, "srht", 7913, 10.0)
+    config = json.loads((run / "config.json").read_text())
+    for part, value in edit.items():
+        config[part] = {**config[part], **value} if isinstance(value, dict) else value
+    (run / "config.json").write_text(json.dumps(config))
+    out = tmp_path / ("t.csv" if command == "collect" else "t.html")
+    assert cli.main([command, str(run), "--out", str(out)]) == 2
+    error = _one_error(capsys)
+    assert f"config.json' is unreadable: {words}" in error, error
+    assert not out.exists()
+
+
 def _one_error(capsys) -> str:
     """The one line a refused command printed on stderr."""
     err = capsys.readouterr().err.strip().splitlines()

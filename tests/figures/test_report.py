@@ -925,7 +925,7 @@ def test_files_of_the_right_syntax_and_the_wrong_shape_are_one_sentence(tmp_path
     run = _with_metrics(tmp_path, "run")
     config = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**config, "run": [1, 2]}))
-    assert "its run is list, not the object a run writes" in _fails(capsys, ["report", str(run), "--out", str(out)])
+    assert "its run is [1, 2], not the object a run writes" in _fails(capsys, ["report", str(run), "--out", str(out)])
     sweep, records = _sweep_with(tmp_path, "sweep")
     meta = json.loads((sweep / "sweep.json").read_text())
     (sweep / "sweep.json").write_text(json.dumps({**meta, "grid": "y"}))

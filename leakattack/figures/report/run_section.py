@@ -46,6 +46,7 @@ from ...rebuilt import verdict as verdict_of
 from ...results import (
     is_number,
     quoted,
+    read_config,
     read_object,
 )
 from .shared import (
@@ -122,14 +123,10 @@ def _run_section(folder: Path, anchor: str) -> tuple[str, str, str]:
 def _run_section_of(folder: Path, anchor: str) -> tuple[str, str, str]:
     metrics = run_metrics(folder / "metrics.json")
     recorded = (folder / "config.json").is_file()
-    config = read_object(folder / "config.json") if recorded else {}
+    config = read_config(folder / "config.json") if recorded else {}  # a hand-edited file: one sentence
     if not recorded:  # the section says so too; collect warns alike
         warnings.warn(f"'{folder}' holds no config.json: its section shows the scores without the setting",
                       SettingWarning, stacklevel=3)
-    for part in ("run", "derived", "environment"):  # a hand-edited file: one sentence, not a traceback
-        if not isinstance(config.get(part, {}), dict):
-            raise UserError(f"'{folder / 'config.json'}' is unreadable: its {part} is "
-                            f"{type(config[part]).__name__}, not the object a run writes")
     run, derived, env = config.get("run", {}), config.get("derived", {}), config.get("environment", {})
     head, cls, sentence = _run_headline(metrics, clip_blind=_clips(run.get("defense") or metrics.defense)
                                         and not run.get("attacker_knows_clip"), run=run, derived=derived)
