@@ -440,9 +440,10 @@ def strength_level(record: dict, strength: str) -> str:
     return json.dumps(record["grid"].get(strength))
 
 
-def grid_series(records: list[dict], strength: str) -> tuple[list[str], list[tuple], list[tuple]]:
-    """(series keys, series drawn, series left out) of the reconstruction grid, in grid order."""
-    keys = series_keys(records, exclude=(strength,))
+def grid_series(records: list[dict], strength: str | None) -> tuple[list[str], list[tuple], list[tuple]]:
+    """(series keys, series drawn, series left out) of the reconstruction grid, in grid order (``strength`` None: a
+    grid of one row per series)."""
+    keys = series_keys(records, exclude=(strength,) if strength is not None else ())
     order = list(dict.fromkeys(series_of(r, keys) for r in records))
     return keys, order[:MAX_GRID_BLOCKS], order[MAX_GRID_BLOCKS:]
 

@@ -1081,3 +1081,18 @@ def test_the_setting_gives_the_settings_a_protocol_reads():
         f"sketch_rows = {spec['sketch_rows']}, sketch_buckets = {spec['sketch_buckets']}")
     assert _protocol_settings("fedavg", {"protocol_spec": spec}) == ""
     assert _protocol_settings("sacfl", {}) == "" and _protocol_settings("no-such", {"protocol_spec": spec}) == ""
+
+
+def test_a_sweep_of_images_alone_shows_its_reconstructions_in_one_row(tmp_path, capsys):
+    """A sweep that varies no strength (images, sketch kinds) still shows a grid of its reconstructions: the truth
+    row, then one row of reconstructions per series, each cell with its scores."""
+    (tmp_path / "images.toml").write_text('[sweep]\nname = "images"\n[base]\nmodel = "lenet"\ndataset = "digits"\n'
+                                         'iterations = 2\n[grid]\nimage_index = [0, 1]\nsketch = ["none", "srht"]\n')
+    folder = tmp_path / "images"
+    assert cli.main(["sweep", str(tmp_path / "images.toml"), "--quiet", "--out", str(folder)]) == 0
+    capsys.readouterr()
+    text = build_report([folder])
+    grid = text.split("<h3>Reconstructions</h3>")[1].split("<h3>")[0]
+    assert grid.count("<th>truth</th>") == 2 and grid.count("<th>reconstruction</th>") == 2
+    assert "<th>image 0</th>" in grid and "<th>image 1</th>" in grid and "sketch=srht" in grid
+    assert grid.count("dB · SSIM") == 4

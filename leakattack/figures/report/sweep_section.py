@@ -460,9 +460,11 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
     if not (folder / "points").is_dir():
         return ""
     strength = meta.get("strength") or default_strength(list(dict.fromkeys(k for r in records for k in r["grid"])))
-    if strength is None:
-        return ""
     records = with_grid_values(records)
+
+    def level(r: dict) -> str:  # a sweep of images, seeds, sketches or models alone: one row of reconstructions
+        return strength_level(r, strength) if strength is not None else "null"
+
     keys, shown, left = grid_series(records, strength)
     blocks = []
     for series in shown:
@@ -470,13 +472,13 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
         first = {k: json.dumps(recs[0]["grid"].get(k)) for k in REPEAT_KEYS if k != "image_index"}
         recs = [r for r in recs if all(json.dumps(r["grid"].get(k)) == v for k, v in first.items())]
         images = list(dict.fromkeys(_index(r) for r in recs))[:MAX_GRID_COLUMNS]
-        levels = sorted(dict.fromkeys(strength_level(r, strength) for r in recs), key=_level_key)
+        levels = sorted(dict.fromkeys(level(r) for r in recs), key=_level_key)
         cut = len(levels) > MAX_GRID_ROWS
         levels = levels[:MAX_GRID_ROWS]
         cell: dict = {}
         truth: dict = {}
         for r in recs:
-            key = (strength_level(r, strength), _index(r))
+            key = (level(r), _index(r))
             pt = folder / "points" / f"{r['key']}.pt"
             if key[0] in levels and key[1] in images and key not in cell and pt.is_file():
                 t = load_point_images(pt)
@@ -501,10 +503,12 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
                 tag += f'<div class=cap>{_e(ahead.lstrip())}</div>' if ahead else ""
                 tds.append(f"<td>{_img_cell(x)}<div class=cap>{_score(m.get('psnr'), 1, 'psnr' in m)} dB · SSIM "
                            f"{_score(m.get('ssim'), 2, 'ssim' in m)}</div>{tag}</td>")
-            rows.append(f"<tr><th>{_e(key_name(strength))} = {_e(_short(json.loads(lv)))}</th>{''.join(tds)}</tr>")
+            label = (f"{key_name(strength)} = {_short(json.loads(lv))}" if strength is not None else
+                     "reconstruction")
+            rows.append(f"<tr><th>{_e(label)}</th>{''.join(tds)}</tr>")
         title = series_label(series) or "all points"
         batch = max(c[2] for c in cell.values())
-        notes = [f"first {MAX_GRID_ROWS} values of {key_name(strength)} shown" if cut else "",
+        notes = [f"first {MAX_GRID_ROWS} values of {key_name(strength or '')} shown" if cut else "",
                  f"the first image of each batch of up to {batch}, its scores its own where the point has them"
                  if batch > 1 else "",
                  ", ".join(f"{k} = {json.loads(v)}" for k, v in first.items()
