@@ -205,6 +205,65 @@ def test_an_attack_s_labels_outside_the_classes_are_refused_and_a_nan_image_is_s
     assert out.out.startswith("not rebuilt")
 
 
+def test_an_attack_of_one_s_own_that_raises_is_one_sentence_at_its_line(fresh_registries, tmp_path, capsys):
+    """An exception inside an attack of one's own is one sentence naming the attack, the exception and the line of
+    the user's file it arose at (exit 2, no folder), from Python a UserError whose cause is the user's exception."""
+    import inspect
+
+    from leakattack import cli
+    from leakattack.attacks import Attack, register_attack
+
+    class Breaks(Attack):
+        name = "test-breaks"
+        closed_form = True
+
+        def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+            raise ValueError("my attack broke")
+
+    line = inspect.getsourcelines(Breaks.reconstruct)[1] + 1
+    register_attack("test-breaks", Breaks)
+    out = tmp_path / "a"
+    assert cli.main(["run", "--dataset", "digits", "--no-lpips", "--quiet", "--attack", "test-breaks", "--out",
+                     str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"leakattack: error: attack 'test-breaks' failed (ValueError: my attack broke) in reconstruct at "
+                   f"{__file__}:{line}"], err
+    assert not out.exists()
+
+
+def test_an_attack_of_one_s_own_past_its_budget_or_outside_the_box_is_warned_of(fresh_registries, tmp_path, capsys):
+    """An attack of one's own that takes more steps than the iterations the run passed it, or returns pixels outside
+    [0, 1] (which the run clamps before scoring), gets a one-line warning each; one inside both gets neither."""
+    from leakattack import cli
+    from leakattack.attacks import Attack, AttackResult, register_attack
+
+    def attack(name: str, value: float, steps: int):
+        class Own(Attack):
+            def __init__(self, **settings):
+                pass
+
+            def reconstruct(self, obs, *, monitor=None, monitor_every=10, progress=False):
+                x = torch.full((obs.batch_size, *obs.victim.input_shape), value, dtype=obs.y.dtype)
+                x[..., 0, 0] = 0.5
+                return AttackResult(x=x, labels=None, x0=x.clone(), losses=[1.0 / (t + 1) for t in range(steps + 1)])
+
+        Own.name = name
+        register_attack(name, Own)
+
+    run = ["run", "--dataset", "digits", "--no-lpips", "--quiet", "--iterations", "5"]
+    for name, value, steps, said in [("test-long", 0.25, 40, ["took 40 steps, past the 5 iterations"]),
+                                     ("test-wide", -2.0, 5, ["values outside [0, 1] (from -2 to 0.5)"]),
+                                     ("test-both", 255.0, 6, ["took 6 steps", "(from 0.5 to 255)"]),
+                                     ("test-fits", 0.75, 5, [])]:
+        attack(name, value, steps)
+        assert cli.main([*run, "--attack", name, "--out", str(tmp_path / name)]) == 0
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("leakattack: warning:")]
+        assert len(err) == len(said) and all(any(s in e for e in err) for s in said), (name, err)
+        assert all(f"attack '{name}'" in e for e in err)
+    wide = [line for line in (tmp_path / "test-wide" / "metrics.json").read_text().splitlines() if '"psnr"' in line]
+    assert wide  # scored, as its clamp
+
+
 def test_an_attack_s_options_are_checked_against_its_own_constraint_and_constructor(fresh_registries):
     from leakattack.attacks import Attack, register_attack
     from leakattack.constraints import Number, Param

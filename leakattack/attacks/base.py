@@ -22,10 +22,12 @@ from typing import Callable, Iterator
 import torch
 
 import defenses
+from targets.victim import code_files, first_line
 
 from ..constraints import Param
-from ..errors import UserError, a_type, listed
+from ..errors import UserError, a_type, allocation_failed, listed
 from ..observation import Observation
+from ..plugins import raised_at
 
 Monitor = Callable[[int, torch.Tensor], dict]
 
@@ -233,7 +235,13 @@ def _checking_observation(reconstruct):
             raise UserError(f"the victim's weights are not those this observation's message was made at ({changed} "
                             "since observe): observe the client again at the weights to attack")
         obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
-        result = reconstruct(self, obs, *args, **kwargs)
+        try:
+            result = reconstruct(self, obs, *args, **kwargs)
+        except Exception as err:
+            files = code_files([type(self)])  # an attack of one's own: its failure in one sentence, at its line
+            if not files or isinstance(err, UserError) or allocation_failed(err):
+                raise
+            raise UserError(f"attack '{self.name}' failed ({first_line(err)}){raised_at(err, files)}") from err
         victim = obs.victim  # what it returned, refused as leakattack run refuses it, from Python too
         check_result(self.name, result, obs.input_shape,
                      victim.num_classes if victim.task == "classification" else None)
