@@ -26,6 +26,7 @@ images it returns, ``len()``, ``labels`` and ``in_shape`` read none.
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -138,6 +139,20 @@ _ORIENTATION = {2: "mirrored", 3: "rotated 180 degrees", 4: "flipped", 5: "mirro
                 6: "rotated 90 degrees", 7: "mirrored and rotated", 8: "rotated 270 degrees"}
 
 
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is where it is no regular file to read (a named pipe, a socket, a device), else None (a file, a
+    link to one, or an entry that cannot be stat'ed, which opening it then names)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return kind
+    return None
+
+
 def read_image(path: Path, size: int, notes: dict | None = None) -> torch.Tensor:
     """One image file as float32 (3, size, size) in [0, 1]: RGB, shorter side resized (bilinear), centre crop.
 
@@ -147,6 +162,10 @@ def read_image(path: Path, size: int, notes: dict | None = None) -> torch.Tensor
     # Pillow is an optional heavy import (it comes with matplotlib and torchvision): only when images are read.
     from PIL import Image, UnidentifiedImageError
 
+    kind = _special_kind(path)
+    if kind:  # reading a named pipe waits for a writer without end; a device reads without end
+        raise DataError(f"image {path} is {kind}, not a file: in a data root laid out as <root>/<class>/<image files> "
+                        "every entry with an image ending must be an image file") from None
     try:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")

@@ -153,3 +153,32 @@ def test_a_folder_given_as_the_data_set_name_points_at_imagefolder(tmp_path):
     with pytest.raises(DataError, match="a folder of images is the dataset imagefolder") as err:
         get_dataset(str(root))
     assert f"--dataset imagefolder --data-root {root}" in str(err.value)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX's")
+def test_a_named_pipe_with_an_image_ending_is_one_sentence_not_a_read_without_end(tmp_path):
+    """A named pipe called 1.png in a class folder is refused naming it; read, it would wait for a writer without
+    end (a writer here opens and closes it while the test runs, so that a read returns rather than hangs)."""
+    import os
+    import threading
+
+    root = two_classes(tmp_path)
+    pipe = root / "a" / "y.png"
+    os.mkfifo(pipe)
+    done = threading.Event()
+
+    def unblock():  # a reader waiting on the pipe gets its end of file
+        while not done.wait(0.2):
+            try:
+                os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                continue
+
+    writer = threading.Thread(target=unblock, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(DataError, match=rf"image {pipe} is a named pipe, not a file"):
+            get_batch(get_dataset("imagefolder", root=root, image_size=16), 0, 2)
+    finally:
+        done.set()
+        writer.join()
