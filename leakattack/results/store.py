@@ -95,8 +95,9 @@ def warn_torn(path: Path, finished: int, stacklevel: int = 2) -> None:
     out."""
     torn = stored_lines(path) - finished
     if torn:
-        warnings.warn(f"{torn} torn line{'s' if torn != 1 else ''} of '{path}' (not a finished point) "
-                      f"{'were' if torn != 1 else 'was'} left out", SettingWarning, stacklevel=stacklevel + 1)
+        warnings.warn(f"{torn} line{'s' if torn != 1 else ''} of '{path}' that {'are' if torn != 1 else 'is'} "
+                      f"not a finished point (torn, or edited) {'were' if torn != 1 else 'was'} left out",
+                      SettingWarning, stacklevel=stacklevel + 1)
 
 
 def append_text(fd: int, line: str) -> None:

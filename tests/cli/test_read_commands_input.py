@@ -44,7 +44,8 @@ def test_figures_warns_of_torn_lines(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(figures_cli, "finalize", lambda out: {"points": 1, "figures": [], "notes": []})
     assert cli.main(["figures", str(sweep)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "1 torn line of" in err[0] and "was left out" in err[0], err
+    assert len(err) == 1 and "1 line of" in err[0], err
+    assert "is not a finished point (torn, or edited) was left out" in err[0], err
 
 
 def test_figures_and_a_resumed_sweep_refuse_a_point_whose_metric_is_not_a_number(tmp_path, capsys):
@@ -184,7 +185,7 @@ def test_report_names_torn_sweep_lines_and_a_run_without_config_as_figures_and_c
     capsys.readouterr()
     assert cli.main(["report", str(sweep), str(run), "--out", str(tmp_path / "r.html")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"leakattack: warning: 1 torn line of '{sweep / 'results.jsonl'}' (not a finished point) was left "
-                   "out", f"leakattack: warning: '{run}' holds no config.json: its section shows the scores without "
-                   "the setting"], err
+    assert err == [f"leakattack: warning: 1 line of '{sweep / 'results.jsonl'}' that is not a finished point (torn, or "
+                   "edited) was left out", f"leakattack: warning: '{run}' holds no config.json: its section shows the "
+                   "scores without the setting"], err
     assert (tmp_path / "r.html").is_file()
