@@ -60,6 +60,8 @@ def cmd_figures(a) -> int:
                         f"there; `leakattack report {out}` puts them on one page")
     if not (out / "results.jsonl").exists():
         raise UserError(f"no results.jsonl in '{out}': run a sweep into it first")
+    if (out / "results.jsonl").is_dir():
+        raise UserError(f"'{out / 'results.jsonl'}' is a folder, not the file a sweep writes there")
     stored = stored_lines(out / "results.jsonl")
     if not stored:
         raise UserError(f"'{out / 'results.jsonl'}' is empty: nothing to draw, and summary.csv and figures/ are left "

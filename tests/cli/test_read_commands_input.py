@@ -37,6 +37,9 @@ def test_figures_names_a_missing_folder_a_file_and_an_empty_results_file(tmp_pat
     sweep = _sweep(tmp_path / "sweep", "")
     _refused(["figures", str(sweep)], "results.jsonl' is empty: nothing to draw, and summary.csv and figures/ are "
              "left as they are", tmp_path, capsys)
+    (tmp_path / "folder" / "results.jsonl").mkdir(parents=True)
+    _refused(["figures", str(tmp_path / "folder")], "results.jsonl' is a folder, not the file a sweep writes there",
+             tmp_path, capsys)
 
 
 def test_figures_warns_of_torn_lines(tmp_path, capsys, monkeypatch):
