@@ -25,11 +25,12 @@ def cmd_list(a) -> int:
     if any(name is not None for name in asked):  # a registry asked itself: torch is imported
         from . import describe
 
-        for name, lines in ((a.recipe, describe.recipe_lines), (a.defense, describe.defense_lines),
-                            (a.protocol, describe.protocol_lines), (a.model, describe.model_lines),
-                            (a.attack, describe.attack_lines)):
-            if name is not None:  # '' too: refused as an unknown name, as run refuses it
-                print("\n".join(lines(name)))
+        # every name read before any is printed: an unknown one is refused alone, not after the others' answers
+        answers = ["\n".join(lines(name)) for name, lines in (
+            (a.recipe, describe.recipe_lines), (a.defense, describe.defense_lines),
+            (a.protocol, describe.protocol_lines), (a.model, describe.model_lines), (a.attack, describe.attack_lines))
+            if name is not None]  # '' too: refused as an unknown name, as run refuses it
+        print("\n".join(answers))
         return 0
     for heading, listed in SECTIONS:
         print(f"{heading + ':':<16}{', '.join(listed.current())}")

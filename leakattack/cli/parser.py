@@ -135,7 +135,10 @@ def _run(sub) -> None:
 
 def _list(sub) -> None:
     p = sub.add_parser("list", help="list models, sketches, data sets, attacks, recipes, priors, optimizers, "
-                                    "defenses, protocols, sweep backends")
+                                    "defenses, protocols, sweep backends",
+                       description="Without options, list the names each flag of a run takes (models, sketches, data "
+                                   "sets, attacks, recipes, priors, optimizers, defenses, protocols, sweep backends); "
+                                   "with one or more options, describe the names given.")
     p.add_argument("--model", default=None, help="name the parameters model M takes (for --model-param)")
     p.add_argument("--attack", default=None, help="name the options attack A takes, with their flags")
     p.add_argument("--recipe", default=None, help="name the settings recipe R fills (those a run does not give)")
@@ -248,7 +251,10 @@ def _sweep(sub) -> None:
 
 
 def _figures(sub) -> None:
-    p = sub.add_parser("figures", help="draw a sweep's figures from its stored results (never re-runs attacks)")
+    p = sub.add_parser("figures", help="draw a sweep's figures from its stored results (never re-runs attacks)",
+                       description="Redraw a sweep folder's summary.csv and figures/ (PNG and PDF) from the finished "
+                                   "points its results.jsonl holds, without running an attack; a sweep draws them "
+                                   "itself when it ends.")
     p.add_argument("dir", help="sweep output folder holding results.jsonl")
     command(p, "figures:cmd_figures")
 

@@ -200,3 +200,14 @@ def test_list_protocol_says_which_common_settings_a_protocol_holds_at_their_defa
     assert "--local-steps at its default 1 only" in line and "--local-epochs at its default 0 only" in line
     assert cli.main(["list", "--protocol", "fedavg"]) == 0
     assert "only" not in capsys.readouterr().out.splitlines()[1]
+
+
+def test_every_subcommand_s_help_has_a_description():
+    """`leakattack CMD --help` says what CMD does under its usage, for every subcommand."""
+    import argparse
+
+    from leakattack.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name, p in sub.choices.items() if not (p.description or "").strip()]
+    assert not missing, missing

@@ -1,5 +1,7 @@
 """`leakattack list --attack/--recipe/--protocol` say what a run does with them."""
 
+import pytest
+
 from leakattack import cli
 
 RUN = ["run", "--model", "lenet", "--dataset", "digits", "--iterations", "1", "--quiet", "--no-lpips", "--threads", "1"]
@@ -37,3 +39,12 @@ def test_a_batch_draw_with_a_protocol_is_one_warning(tmp_path, capsys):
     assert cli.main(RUN + ["--protocol", "fedavg", "--batch-draw", "random", "--out", str(tmp_path / "run")]) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "--batch-draw random" in line]
     assert len(warned) == 1 and "not read with --protocol" in warned[0], warned
+
+
+@pytest.mark.parametrize("args", [["--recipe", "dlg", "--attack", "foo"], ["--model", "lenet", "--attack", "foo"],
+                                  ["--defense", "clip", "--protocol", "foo"], ["--recipe", "dlg", "--defense", "foo"]])
+def test_an_unknown_name_beside_known_ones_is_refused_alone(capsys, args):
+    """Every name is read before any answer is printed: an unknown one gives its one sentence and nothing else."""
+    assert cli.main(["list", *args]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "'foo'" in out.err
