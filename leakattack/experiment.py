@@ -568,6 +568,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     # the closed-form attacks that accept the message of a run that rebuilt nothing (its note names them)
     readers = closed_forms_for(case.obs) if judged["verdict"] == metrics.NOT_REBUILT and not p.attack.closed_form \
         else []
+    started = 1 if p.attack.closed_form else cfg.restarts
     m = metrics.RunMetrics(
         mse=scores["mse"], psnr=scores["psnr"], ssim=scores["ssim"], lpips=scores["lpips"],
         lpips_note=scores["lpips_note"], label_acc=scores["label_acc"],
@@ -575,8 +576,9 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         label_acc_matched=scores.get("label_acc_matched") if judged["attacked"] else None,
         final_loss=result.final_loss, initial_loss=result.losses[0], iterations=result.iterations,
         best_step=result.best_step, stop_reason=result.stop_reason, message=message,
-        restarts=cfg.restarts, restart_losses=list(result.restart_losses),
-        restart_stops=list(result.restart_stops) if cfg.restarts > 1 else None,
+        # the starts that ran: a closed form solves once, whatever --restarts said (the run warns so)
+        restarts=started, restart_losses=list(result.restart_losses),
+        restart_stops=list(result.restart_stops) if started > 1 else None,
         restart_path=result.restart_path, wall_s=wall_s, attack_s=result.wall_s,
         d=case.obs.d, b=case.obs.b, label_mode=cfg.label_source,
         labels_true=None if case.labels is None else case.labels.tolist(), truth=case.x is not None,

@@ -469,3 +469,16 @@ def test_a_fit_that_stops_gaining_says_so_with_its_residual():
     assert result.stop_reason == "stalled"
     assert "the low-rank fit stopped gaining after" in result.message
     assert re.search(r"at a relative residual of \d\.\de-0\d, above its tolerance 1e-09", result.message)
+
+
+def test_a_closed_form_run_records_the_one_start_it_solved_from(tmp_path):
+    """--restarts 4 given to a closed form is warned of and changes nothing: metrics.json records one start and no
+    restart stops, as a run of one start does."""
+    from leakattack import run_attack
+    from leakattack.config import RunConfig
+
+    cfg = RunConfig(model="mlp", dataset="digits", attack="analytic", sketch="none", restarts=4)
+    with pytest.warns(SettingWarning, match="restarts changes nothing for the analytic attack"):
+        m, folder = run_attack(cfg, out=tmp_path / "run", with_lpips=False)
+    stored = json.loads((folder / "metrics.json").read_text())
+    assert m.restarts == 1 and stored["restarts"] == 1 and stored.get("restart_stops") is None
