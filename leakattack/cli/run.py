@@ -214,7 +214,9 @@ def cmd_run(a) -> int:
         nonfinite, b = record.get("message_nonfinite") or 0, record.get("b") or 0
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
-        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form else \
+        # a closed form that a time limit or Ctrl-C stopped (the analytic attack's solve) failed at its budget
+        stopped = m.stop_reason in ("time-limit", "interrupted")
+        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form and not stopped else \
             UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
             CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE
         if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
