@@ -102,7 +102,8 @@ def protocol_lines(name: str) -> list[str]:
 
     # train draws every sketch with its own parameters' defaults: --sketch-param is run's alone
     run_default = {p.name: p.default for p in RUN_PARAMS}
-    flags = [f"  {flag(k):<24}default {SPEC_DEFAULTS[k]!r}"
+    flags = [f"  {flag(k):<24}default "
+             + (cls.unset_means[k] if SPEC_DEFAULTS[k] is None and k in cls.unset_means else repr(SPEC_DEFAULTS[k]))
              + (" (leakattack run only: train takes the sketch's defaults)" if k == "sketch_params" else
                 f" (run --protocol without --protocol-dir: run's own default, {run_default[k]!r})"
                 if k in run_default and run_default[k] != SPEC_DEFAULTS[k] else "")

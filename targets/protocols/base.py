@@ -253,6 +253,9 @@ class Protocol:
     #: epochs, learning rates, batch size, data split, client fraction, seed): a value given for another changes
     #: nothing (:func:`unread_settings`)
     reads: tuple[str, ...] = ()
+    #: what a setting it reads means where it is left unset (None in the spec), as ``leakattack list --protocol``
+    #: states its default: sacfl's kappa is 1, safl's the paper's tuned rate for its optimiser
+    unset_means: dict[str, str] = {}
     #: a DP protocol's own epsilon (``privacy()``'s ``epsilon_paper``): its formula and where the paper takes it
     #: from, in the words the report puts beside the number; None for a protocol that records none
     paper_epsilon: str | None = None

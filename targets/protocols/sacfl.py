@@ -79,6 +79,7 @@ class SACFL(SAFL):
 
     #: kappa (``server_lr``) and tau: Algorithm 3 runs no adaptive optimiser, so SAFL's optimiser settings are not read
     reads: tuple[str, ...] = Sketched.reads + ("server_lr", "clip_threshold")
+    unset_means = {"server_lr": "1.0"}
     keeps_server_state = False  # the clip reads only the round's messages: no optimiser moments
     _record: dict = {}  #: the last round's clip (replaced, never modified, by ``server``)
 

@@ -88,6 +88,8 @@ class SAFL(Sketched):
     keeps_server_state = True
     reads: tuple[str, ...] = Sketched.reads + ("server_opt", "server_lr", "server_beta1", "server_beta2",
                                                "server_eps", "second_moment")
+    unset_means = {"server_lr": "the paper's tuned rate for --server-opt: " + ", ".join(
+        f"{k} {v:g}" for k, v in PAPER_SERVER_LR.items())}
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

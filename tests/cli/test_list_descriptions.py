@@ -48,3 +48,15 @@ def test_an_unknown_name_beside_known_ones_is_refused_alone(capsys, args):
     assert cli.main(["list", *args]) == 2
     out = capsys.readouterr()
     assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "'foo'" in out.err
+
+
+def test_a_protocol_s_setting_left_unset_is_listed_with_what_it_means(capsys):
+    """sacfl's --server-lr was listed as "default None" where train --help says 1.0: a setting whose default is
+    unset lists the value the protocol takes in its place (safl's names the rate of each server optimiser)."""
+    from targets.protocols import list_protocols
+
+    for name in list_protocols():
+        assert "default None" not in _listed(capsys, "--protocol", name), name
+    assert "--server-lr             default 1.0" in _listed(capsys, "--protocol", "sacfl")
+    assert "default the paper's tuned rate for --server-opt: adam 0.01, amsgrad 0.01, sgd 1, sgdm 1" in \
+        _listed(capsys, "--protocol", "safl")
