@@ -64,10 +64,14 @@ class _SaidOnce(logging.Filter):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--server", default="127.0.0.1:8080", type=address, help="the server's address HOST:PORT")
-    p.add_argument("--client-id", type=index, default=0)
-    p.add_argument("--batch-size", type=count, default=1)
-    p.add_argument("--image-size", type=count, default=32, help="side of the photo crops (the server's model takes it)")
+    p.add_argument("--server", default="127.0.0.1:8080", type=address,
+                   help="the server's address HOST:PORT (default 127.0.0.1:8080)")
+    p.add_argument("--client-id", type=index, default=0,
+                   help="this client's number: its photos start at client-id × batch-size (default 0)")
+    p.add_argument("--batch-size", type=count, default=1,
+                   help="images in this client's batch, the server's --batch-size (default 1)")
+    p.add_argument("--image-size", type=count, default=32,
+                   help="side of the photo crops (the server's model takes it; default 32)")
     p.add_argument("--data", default=None, help="the client's batch as a file {images, labels} instead of photos")
     a = p.parse_args()
     torch.set_num_threads(1)

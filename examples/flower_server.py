@@ -32,20 +32,22 @@ from leakattack.sketch import list_sketches
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=port, default=8080)
-    p.add_argument("--clients", type=count, default=2, help="clients per round (the server waits for them)")
-    p.add_argument("--rounds", type=count, default=1)
-    p.add_argument("--lr", type=positive, default=0.1, help="the clients' local learning rate")
-    p.add_argument("--local-steps", type=count, default=1)
-    p.add_argument("--batch-size", type=count, default=1)
+    p.add_argument("--port", type=port, default=8080, help="the port the server listens on (default 8080)")
+    p.add_argument("--clients", type=count, default=2, help="clients per round (the server waits for them; default 2)")
+    p.add_argument("--rounds", type=count, default=1, help="rounds of training (default 1)")
+    p.add_argument("--lr", type=positive, default=0.1, help="the clients' local learning rate (default 0.1)")
+    p.add_argument("--local-steps", type=count, default=1, help="each client's local SGD steps per round (default 1)")
+    p.add_argument("--batch-size", type=count, default=1,
+                   help="images per client batch, as the clients' --batch-size gives it (default 1)")
     p.add_argument("--sketch", type=one_of(list_sketches, "sketch"), default=None,
                    help="run Algorithm 1 with this sketch kind (default: plain FedAvg)")
     p.add_argument("--ratio", type=fraction, default=None, help="b/d of the sketch (default 0.5)")
-    p.add_argument("--sketch-seed", type=seed, default=1, help="the seed shared by server and clients")
-    p.add_argument("--image-size", type=count, default=32, help="side of the clients' images")
-    p.add_argument("--channels", type=count, default=3, help="channels of the clients' images (3: photos)")
-    p.add_argument("--seed", type=seed, default=0, help="seed of the initial weights")
-    p.add_argument("--out", default="flower-messages")
+    p.add_argument("--sketch-seed", type=seed, default=1, help="the seed shared by server and clients (default 1)")
+    p.add_argument("--image-size", type=count, default=32, help="side of the clients' images (default 32)")
+    p.add_argument("--channels", type=count, default=3, help="channels of the clients' images (3: photos; default 3)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the initial weights (default 0)")
+    p.add_argument("--out", default="flower-messages",
+                   help="folder the clients' messages and records.json are written to (default flower-messages)")
     a = p.parse_args()
     if a.ratio is not None and not a.sketch:
         p.error("--ratio is the b/d of --sketch: give --sketch KIND with it (without one the clients send FedAvg's "

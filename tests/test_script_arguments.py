@@ -254,3 +254,24 @@ def test_the_restarts_benchmark_prints_the_times_in_the_order_of_their_ratio():
     source = inspect.getsource(attack_speed.restarts_section)
     assert "s against {" not in source  # every such pair of times goes through against()
     assert source.count("against(") == 3
+
+
+@pytest.mark.parametrize("script", ["examples/flower_server.py", "examples/flower_client.py"])
+def test_the_flower_examples_help_says_what_each_option_is_and_its_default(script):
+    """Server and clients must agree on their settings (docs/messages.md): --help names each option's meaning and,
+    where it has one, its default."""
+    text = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout
+    entries, current = [], None
+    for line in text.split("options:")[1].splitlines():
+        if line.startswith("  -"):
+            current = [line.strip()]
+            entries.append(current)
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    for entry in entries:
+        flag = entry[0].split()[0].rstrip(",")
+        words = " ".join(entry)
+        assert len(words.split("  ", 1)) == 2 or len(entry) > 1, f"{flag} has no help"
+        if flag not in ("-h", "--data", "--sketch", "--ratio"):  # no default, or said otherwise
+            assert "(default" in words or "default " in words, f"{flag}: {words}"
