@@ -149,7 +149,8 @@ def warn_client_batch(spec: dict, trainset: ImageSet) -> None:
                       f"{classes - 1} or more clients cover every class", SettingWarning, stacklevel=2)
     fewest = min(s.numel() for s in shards)
     if spec["batch_size"] > fewest:
-        warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} images the smallest client holds: "
+        warnings.warn(f"--client-batch {spec['batch_size']} exceeds the {fewest} image{'s' if fewest != 1 else ''} "
+                      "the smallest client holds: "
                       "a client's batch is cut to all its images", SettingWarning, stacklevel=2)
 
 

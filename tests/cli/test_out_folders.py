@@ -223,6 +223,9 @@ def test_a_client_batch_beyond_a_clients_images_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_client_batch({**spec, "batch_size": 32}, load_split(model_spec)[0])
+    train = load_split(model_spec)[0]  # a client of one image: said in the singular
+    with pytest.warns(SettingWarning, match="--client-batch 32 exceeds the 1 image the smallest client holds"):
+        warn_client_batch({**spec, "clients": train.images.shape[0], "batch_size": 32}, train)
 
 
 def test_noniid_clients_too_few_to_hold_every_class_warn():
