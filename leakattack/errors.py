@@ -127,10 +127,10 @@ def signals_held() -> Iterator[None]:
 
 
 def allocation_failed(err: BaseException) -> bool:
-    """Whether ``err`` is an allocation that did not fit: Python's MemoryError, a GPU's OutOfMemoryError, or torch's
-    CPU allocator ("can't allocate memory")."""
+    """Whether ``err`` is an allocation that did not fit: Python's MemoryError, a GPU's OutOfMemoryError, or another
+    of torch's allocators ("can't allocate memory", "Tried to allocate ...")."""
     return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+        isinstance(err, RuntimeError) and ("can't allocate memory" in str(err) or "Tried to allocate" in str(err)))
 
 
 __all__ = ["UserError", "SettingWarning", "allocation_failed", "duration_text", "listed", "size_text", "ratio_text",

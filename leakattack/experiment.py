@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 import defenses
-from targets.victim import batchnorm_layers, batchnorm_without_running_statistics, code_files
+from targets.victim import batchnorm_layers, batchnorm_without_running_statistics
 
 from . import __version__, metrics
 from .attacks import RECIPE_FIELDS, Attack, AttackResult, closed_forms_for, parse_prior
-from .attacks.base import stop_on_interrupt, threads_seen
+from .attacks.base import own_reconstruct, stop_on_interrupt, threads_seen
 from .attacks.gauss_newton import steps_note
 from .attacks.recipes import NOISY_EVIDENCE, ROUNDING_EVIDENCE, noisy_without_prior
 from .attacks.seed_search import sketch_not_held
@@ -542,7 +542,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
         warnings.warn(f"attack '{cfg.attack}' returned a reconstruction with {int((~torch.isfinite(result.x)).sum())} "
                       "value(s) that are NaN or infinite: its scores are n/a and it counts as not rebuilt",
                       SettingWarning, stacklevel=2)
-    if code_files([type(p.attack)]):  # an attack of one's own: what the run does with what it returned, said
+    if own_reconstruct(p.attack):  # an attack of one's own: what the run does with what it returned, said
         _warn_own_attack_result(cfg, p.attack, result)
     classifier = case.victim.task == "classification" and case.labels is not None
     scores = unscored(case.obs.batch_size) if case.x is None else metrics.score(
@@ -598,28 +598,31 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     return Outcome(p, result, m, trace, max(threads_seen() or 0, torch.get_num_threads()))
 
 
-#: how far outside [0, 1] an attack of one's own may return a pixel before the run says it scores the clamp
+#: how far outside [0, 1] a pixel of an attack of one's own lies before it counts as outside
 RANGE_SLACK = 1e-3
+#: the share of an attack of one's own's pixels outside [0, 1] from which the run says that it scores their clamp:
+#: images in another scale ([-1, 1]: about half; 0..255: nearly all), not an unboxed search's overshoot (a few %)
+OUTSIDE_SHARE = 0.25
 
 
 def _warn_own_attack_result(cfg: RunConfig, attack: Attack, result: AttackResult) -> None:
     """One-line warnings for an attack of one's own whose result the run reads otherwise than it says: more steps
-    than the iterations the run passed it (its stop reason is its own), or pixels outside [0, 1], which the run
-    clamps before scoring and drawing (images in another scale, [-1, 1] or 0..255, score as their clamp)."""
-    budget = None if attack.closed_form else cfg.derived().iterations
+    than the iterations the run passed it where no built-in refinement added them (its stop reason is its own), or
+    images in another scale than [0, 1] (a quarter of their values outside it), which the run clamps before scoring
+    and drawing."""
+    budget = None if attack.closed_form or result.gauss_newton is not None else cfg.derived().iterations
     if budget is not None and result.iterations > budget:
         warnings.warn(f"attack '{cfg.attack}' took {result.iterations} steps, past the {budget} iterations the run "
                       f"passed it: the run records its steps and its stop reason '{result.stop_reason}' as it "
                       "returned them", SettingWarning, stacklevel=3)
     x = result.x.detach()
     finite = x[torch.isfinite(x)]
-    if finite.numel():
-        low, high = float(finite.min()), float(finite.max())
-        if low < -RANGE_SLACK or high > 1 + RANGE_SLACK:
-            outside = int(((finite < 0) | (finite > 1)).sum())
-            warnings.warn(f"attack '{cfg.attack}' returned images with {outside} of {x.numel()} values outside "
-                          f"[0, 1] (from {low:.3g} to {high:.3g}): the run clamps them to [0, 1] before scoring and "
-                          "drawing, so images in another scale score as their clamp", SettingWarning, stacklevel=3)
+    outside = int(((finite < -RANGE_SLACK) | (finite > 1 + RANGE_SLACK)).sum())
+    if finite.numel() and outside >= OUTSIDE_SHARE * finite.numel():
+        warnings.warn(f"attack '{cfg.attack}' returned images with {outside} of {x.numel()} values outside [0, 1] "
+                      f"(from {float(finite.min()):.3g} to {float(finite.max()):.3g}): the run clamps them to [0, 1] "
+                      "before scoring and drawing, so images in another scale score as their clamp", SettingWarning,
+                      stacklevel=3)
 
 
 def judgement(p: Prepared, result: AttackResult, scores: dict, with_lpips: bool,

@@ -260,8 +260,47 @@ def test_an_attack_of_one_s_own_past_its_budget_or_outside_the_box_is_warned_of(
         err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("leakattack: warning:")]
         assert len(err) == len(said) and all(any(s in e for e in err) for s in said), (name, err)
         assert all(f"attack '{name}'" in e for e in err)
-    wide = [line for line in (tmp_path / "test-wide" / "metrics.json").read_text().splitlines() if '"psnr"' in line]
-    assert wide  # scored, as its clamp
+    import json
+
+    from leakattack.data import get_batch, get_dataset
+    from leakattack.metrics import psnr
+
+    wide = json.loads((tmp_path / "test-wide" / "metrics.json").read_text())["psnr"]  # scored as its clamp
+    x = torch.load(tmp_path / "test-wide" / "reconstruction.pt")["images"]
+    truth = get_batch(get_dataset("digits"), 0, 1)[0]
+    clamp = torch.full_like(truth, 0.0)
+    clamp[..., 0, 0] = 0.5
+    assert torch.equal(x.to(clamp.dtype), clamp)
+    assert wide == pytest.approx(float(psnr(clamp, truth).mean()), abs=1e-4)
+
+
+def test_a_subclass_of_a_built_in_attack_is_read_as_the_built_in(fresh_registries, tmp_path, capsys, monkeypatch):
+    """A subclass of gradient matching that runs its reconstruct gets no warning of the steps or pixels that attack
+    returns (its Gauss-Newton steps past the budget, an unboxed iterate's overshoot), and an error raised inside
+    leakattack's own code under it stays that error, not a sentence blaming the subclass."""
+    from leakattack import cli
+    from leakattack.attacks import register_attack
+    from leakattack.attacks.gradient_matching import GradientMatching
+    from leakattack.errors import duration_text
+
+    class Mine(GradientMatching):
+        name = "test-mine"
+
+    class Wraps(GradientMatching):
+        name = "test-wraps"
+
+        def reconstruct(self, obs, **kwargs):
+            return super().reconstruct(obs, **kwargs)
+
+    register_attack("test-mine", Mine)
+    register_attack("test-wraps", Wraps)
+    run = ["run", "--dataset", "digits", "--sketch", "none", "--no-lpips", "--quiet", "--iterations", "20",
+           "--lr", "1.0", "--optimizer", "adam"]
+    assert cli.main([*run, "--attack", "test-mine", "--out", str(tmp_path / "a")]) == 0
+    assert "attack 'test-mine'" not in capsys.readouterr().err
+    monkeypatch.setattr(GradientMatching, "_search", lambda *a, **k: duration_text("x"))  # fails inside leakattack
+    with pytest.raises(TypeError):
+        cli.main([*run, "--attack", "test-wraps", "--out", str(tmp_path / "b")])
 
 
 def test_an_attack_s_options_are_checked_against_its_own_constraint_and_constructor(fresh_registries):

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import math
 import numbers
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from typing import Callable, Iterator
 import torch
 
 import defenses
+import targets
 from targets.victim import code_files, first_line
 
 from ..constraints import Param
@@ -221,6 +223,35 @@ def check_result(name: str, result, shape: tuple, num_classes: int | None = None
                             f"classes 0..{num_classes - 1}")
 
 
+#: the folders of leakattack's own packages: an error raised in them is not an attack of one's own failing
+_OUR_FOLDERS = tuple(os.path.dirname(os.path.abspath(str(m.__file__))) + os.sep
+                     for m in (defenses, targets, sys.modules[__name__.split(".")[0]]) if getattr(m, "__file__", None))
+
+
+def _raised_in(err: BaseException, files) -> bool:
+    """Whether ``err`` arose in the user's code (``files``): its last traceback frame that is the user's or
+    leakattack's is the user's (torch or Python below it, called by that code, is the user's call); an error
+    raised inside leakattack's own code (a built-in attack's steps a subclass runs) is not."""
+    last = None
+    tb = err.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name in files:
+            last = "user"
+        elif os.path.abspath(name).startswith(_OUR_FOLDERS):
+            last = "ours"
+        tb = tb.tb_next
+    return last == "user"
+
+
+def own_reconstruct(attack) -> bool:
+    """Whether the ``reconstruct`` an attack (or attack class) runs is the user's code, not a built-in attack's it
+    inherits: what a run says of its result (steps past its budget, pixels outside [0, 1]) is said of that code."""
+    cls = attack if isinstance(attack, type) else type(attack)
+    owner = next((k for k in cls.__mro__ if "reconstruct" in vars(k)), None)
+    return owner is not None and str(owner.__module__).split(".")[0] not in ("leakattack", "targets", "defenses")
+
+
 def _checking_observation(reconstruct):
     """``reconstruct`` preceded by the check that its ``obs`` is an :class:`Observation` and followed by the check of
     what it returned (:func:`check_result`), each one UserError sentence."""
@@ -239,8 +270,8 @@ def _checking_observation(reconstruct):
             result = reconstruct(self, obs, *args, **kwargs)
         except Exception as err:
             files = code_files([type(self)])  # an attack of one's own: its failure in one sentence, at its line
-            if not files or isinstance(err, UserError) or allocation_failed(err):
-                raise
+            if isinstance(err, (UserError, OSError)) or allocation_failed(err) or not _raised_in(err, files):
+                raise  # ours to say (a refusal, a full disk, a closed pipe, memory), or raised inside leakattack
             raise UserError(f"attack '{self.name}' failed ({first_line(err)}){raised_at(err, files)}") from err
         victim = obs.victim  # what it returned, refused as leakattack run refuses it, from Python too
         check_result(self.name, result, obs.input_shape,

@@ -145,6 +145,10 @@ FAILURE_NOTE = ("this is a failure of this attack at this budget (its settings a
 #: :data:`FAILURE_NOTE` of a closed-form attack, which has no budget of steps: one solve of this message failed
 CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack on this message, not evidence that the message is "
                        "private: a stronger attack may still rebuild the input")
+#: :data:`CLOSED_FAILURE_NOTE` of a closed form that its time limit or Ctrl-C stopped before its solve ended
+STOPPED_CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack at this budget (its solve was stopped "
+                               "before it ended), not evidence that the message is private: a longer --time-limit or "
+                               "a stronger attack may still rebuild the input")
 #: :data:`FAILURE_NOTE` of a run that matched its message to the tolerance with fewer numbers than unknowns
 #: (:func:`leakattack.rebuilt.matched_not_unique`): its steps found an input that sends the message, not the client's
 UNDETERMINED_FAILURE_NOTE = ("this is a failure of this attack on a message with fewer numbers than unknowns, which "
@@ -216,9 +220,11 @@ def cmd_run(a) -> int:
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
         # a closed form that a time limit or Ctrl-C stopped (the analytic attack's solve) failed at its budget
         stopped = m.stop_reason in ("time-limit", "interrupted")
-        failure = CLOSED_FAILURE_NOTE if cfg.attack_class.closed_form and not stopped else \
-            UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
-            CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE
+        if cfg.attack_class.closed_form:
+            failure = STOPPED_CLOSED_FAILURE_NOTE if stopped else CLOSED_FAILURE_NOTE
+        else:
+            failure = UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
+                CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE
         if unreadable or not truth_not_sent(record):  # a truth that does not send the message: no attack failed
             print(f"note: {said if unreadable else partly_rebuilt(failure, record)}", file=sys.stderr)
         if nonfinite and not unreadable:

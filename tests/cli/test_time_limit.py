@@ -180,11 +180,15 @@ def test_a_closed_form_attack_that_reads_no_time_limit_records_none(tmp_path, ex
 
 
 def test_a_closed_form_stopped_by_its_time_limit_failed_at_its_budget(tmp_path, capsys):
-    """The analytic attack's fit stopped by --time-limit before its first sweep is not rebuilt, and its note says
-    the attack failed at this budget, not that the closed form fails on this message."""
+    """The analytic attack's fit stopped by --time-limit before its first sweep is not rebuilt, and its note and the
+    report's headline say the attack failed at this budget, not that the closed form fails on this message."""
     args = ["run", "--model", "mlp", "--dataset", "digits", "--attack", "analytic", "--batch-size", "8",
             "--time-limit", "0.000001", "--quiet", "--no-lpips", "--out", str(tmp_path / "run")]
     assert cli.main(args) == 0
     out = capsys.readouterr()
     assert out.out.startswith("not rebuilt") and "(time-limit)" in out.out
-    assert "failure of this attack at this budget" in out.err and "closed-form attack on this message" not in out.err
+    assert "failure of this closed-form attack at this budget (its solve was stopped before it ended)" in out.err
+    assert "closed-form attack on this message" not in out.err
+    from leakattack.figures.report import build_report
+
+    assert "Not rebuilt at this budget (" in build_report([tmp_path / "run"])  # the report's headline says alike

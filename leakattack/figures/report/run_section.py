@@ -251,7 +251,9 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         note = _failure_note(record)
         # one solve has no budget of steps, no budget rebuilds a truth that does not send the message, and a match of
         # fewer numbers than unknowns, another seed's R or a prior that turned NaN lacked no steps
-        closed = (attack_cls is not None and attack_cls.closed_form) or not_the_budget(record)
+        # a closed form that its time limit or Ctrl-C stopped (the analytic attack's fit) did lack its budget
+        stopped = m.stop_reason in ("time-limit", "interrupted")
+        closed = (attack_cls is not None and attack_cls.closed_form and not stopped) or not_the_budget(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} "
                                                    f"({note}{'; ' + images if images else ''}): "
                                                    f"{_run_scores(m)}.{named}{which}")
