@@ -1096,3 +1096,18 @@ def test_a_sweep_of_images_alone_shows_its_reconstructions_in_one_row(tmp_path, 
     assert grid.count("<th>truth</th>") == 2 and grid.count("<th>reconstruction</th>") == 2
     assert "<th>image 0</th>" in grid and "<th>image 1</th>" in grid and "sketch=srht" in grid
     assert grid.count("dB · SSIM") == 4
+
+
+def test_the_attack_row_names_what_the_search_minimised_and_how_it_stepped(tmp_path):
+    """Two recipes, or a recipe and a --prior, that differ in their schedule, signed steps, TV, priors, box or dtype
+    read apart in the report's attack row (it read "recipe ig: adam, objective cosine" whatever they were)."""
+    folder = tmp_path / "run"
+    shutil.copytree(RUN, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["run"]["priors"] = ["tv:0.02", "l2:0.001"]
+    config["derived"].update(recipe="ig", optimizer="adam", lr=0.025, objective="cosine", schedule="step",
+                             signed=True, tv=0.02, box=True, dtype="float32")
+    (folder / "config.json").write_text(json.dumps(config))
+    row = build_report([folder]).split("<th>attack</th>")[1].split("</tr>")[0]
+    assert ("recipe ig: adam (step 0.025), objective cosine, schedule step, signed steps, TV 0.02, prior l2:0.001, "
+            "box [0, 1], in float32, budget ") in row, row

@@ -310,6 +310,20 @@ def _protocol_settings(protocol, described: dict) -> str:
     return ", ".join(shown)
 
 
+def _search_settings(run: dict, derived: dict) -> list[str]:
+    """What the search minimised and how it stepped, beyond its optimiser and objective, as config.json records
+    them: its schedule, signed steps, the TV weight and the other priors, the box and the dtype (two recipes, or a
+    recipe and a --prior, that differ in these read apart)."""
+    other = [str(p) for p in (run.get("priors") or []) if not str(p).split(":")[0] == "tv"]
+    tv = derived.get("tv")
+    return [f"schedule {derived['schedule']}" if derived.get("schedule") not in (None, "none") else "",
+            "signed steps" if derived.get("signed") else "",
+            f"TV {tv:g}" if is_number(tv) and tv else "",
+            f"prior{'s' if len(other) != 1 else ''} {', '.join(other)}" if other else "",
+            "box [0, 1]" if derived.get("box") else "",
+            f"in {derived['dtype']}" if derived.get("dtype") else ""]
+
+
 def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str]]:
     model = str(run.get("model", NOT_RECORDED))
     if run.get("model_params"):
@@ -376,8 +390,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
                      f"{cause}" if m.extra.get("utility_note") else "")
         rows.append(("utility", f"test accuracy {_num(m.utility_acc, 3)} when training under the defense{spent}"
                      f"{unlearned}"))
-    opt = [str(derived.get("optimizer") or run.get("optimizer") or ""),
+    opt = [str(derived.get("optimizer") or run.get("optimizer") or "")
+           + (f" (step {derived['lr']:g})" if is_number(derived.get("lr")) else ""),
            f"objective {derived.get('objective') or run.get('objective')}" if derived.get("objective") else "",
+           *_search_settings(run, derived),
            _budget(run, derived),
            f"{run.get('restarts', 1)} start{'s' if run.get('restarts', 1) != 1 else ''}"
            + (f" ({(m.restart_stops or []).count('pruned')} pruned by halving)" if run.get("prune_restarts") else "")]
