@@ -564,7 +564,7 @@ class Analytic(Attack):
             if halted:
                 done = f"{sweep - 1} sweep" + ("" if sweep == 2 else "s")
                 kept = "the best sweep's examples are returned" if sweep > 1 else \
-                    "the examples of its start are returned"
+                    "the examples its initial factors give are returned"
                 stop, message = halted, f"{self._halt_note(halted)} after {done} of the low-rank fit; {kept}"
                 break
             if self.solver in ("als", "als+gn"):

@@ -156,11 +156,12 @@ def test_a_duration_under_a_second_does_not_read_zero(seconds, text):
     assert duration_text(seconds) == text
 
 
-def test_an_analytic_attack_stopped_before_its_first_sweep_says_it_returns_its_start(tmp_path, capsys):
+def test_an_analytic_attack_stopped_before_its_first_sweep_says_what_it_returns(tmp_path, capsys):
     rc = cli.main(["run", "--model", "mlp", "--attack", "analytic", "--sketch", "srht", "--time-limit", "0.001",
                    "--quiet", "--no-lpips", "--out", str(tmp_path / "a")])
     err = capsys.readouterr().err
-    assert rc == 0 and "after 0 sweeps of the low-rank fit; the examples of its start are returned" in err, err
+    assert rc == 0 and "after 0 sweeps of the low-rank fit; the examples its initial factors give are returned" \
+        in err, err
 
 
 @pytest.mark.parametrize("extra", [[], ["--time-limit", "5s"]])
@@ -191,4 +192,6 @@ def test_a_closed_form_stopped_by_its_time_limit_failed_at_its_budget(tmp_path, 
     assert "closed-form attack on this message" not in out.err
     from leakattack.figures.report import build_report
 
-    assert "Not rebuilt at this budget (" in build_report([tmp_path / "run"])  # the report's headline says alike
+    page = build_report([tmp_path / "run"])
+    assert "Not rebuilt at this budget (" in page  # the report's headline says alike, and names the limit
+    assert "analytic, in closed form: sweeps 200, time limit 1e-06 s" in page

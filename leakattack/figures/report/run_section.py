@@ -402,7 +402,9 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
     if cls is not None:  # with the declared defaults of the options not given
         params = {p.name: params.get(p.name, p.default) for p in cls.options}
     own = ", ".join(f"{k} {v}" for k, v in params.items())
-    if cls is not None and cls.closed_form:  # no optimiser, recipe or budget
+    if cls is not None and cls.closed_form:  # no optimiser, recipe or budget of steps; the analytic attack's time
+        limit = duration_seconds(derived.get("time_limit"))  # limit, where it had one (derived: null where unread)
+        own = ", ".join(t for t in (own, f"time limit {_limit(limit)}" if limit is not None else "") if t)
         rows.append(("attack", f"{run['attack']}, in closed form" + (f": {own}" if own else "")))
     else:
         recipe = f", recipe {derived['recipe']}" if derived.get("recipe") else ""
