@@ -118,6 +118,8 @@ def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, 
             out += f", ε {m.epsilon:.3g} ({'pure DP, δ 0' if m.delta == 0 else f'δ {m.delta:.3g}'})"
         elif m.delta is not None:  # noise with no bound on what it is added to: delta is set, epsilon is not
             out += ", ε ∞ (see privacy_note)"
+        else:  # no noise (a clip, pruning, quantisation): no DP bound, as the report and a sweep's table say
+            out += f", ε ∞ ({m.privacy_note})" if m.privacy_note else ", ε ∞"
         out += " | "
     acc = m.utility_acc
     if acc is not None:

@@ -457,7 +457,8 @@ def test_the_summary_line_shows_utility_without_a_defense_and_an_infinite_epsilo
     assert _defense(noisy, 10) == "defense gaussian:sigma=0.01@before_sketch, ε ∞ (see privacy_note) | "
     clipped = SimpleNamespace(defense="clip:C=1@before_sketch", epsilon=None, delta=None, utility_acc=None,
                               privacy_note="no Gaussian noise: no DP guarantee")
-    assert _defense(clipped, 10) == "defense clip:C=1@before_sketch | "  # no noise: no ε to state
+    # no noise: no DP bound, ε ∞ as the report and a sweep's table say
+    assert _defense(clipped, 10) == "defense clip:C=1@before_sketch, ε ∞ (no Gaussian noise: no DP guarantee) | "
 
 
 def test_a_truth_folder_is_called_a_folder(tmp_path, capsys, lenet_weights):
