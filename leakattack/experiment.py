@@ -49,6 +49,7 @@ from .results import default_run_dir, writable_out, write_csv, write_json, write
 from .results.io import wrong_kind_text
 from .results.reference import cpu_model, machine
 from .results.runs import RUNS_ROOT
+from .seeds import torch_defaults
 from .sketch import is_identity, sketch_class
 from .utility import privacy_metrics
 
@@ -1031,16 +1032,17 @@ def run_attack(cfg: RunConfig, out: str | Path | None = None, progress: bool = F
     threads = torch.get_num_threads()
     precision = float32_settings()
     try:
-        p = prepare(cfg, progress=progress)
-        if prepared is not None:
-            prepared(p)
-        elif (unused := cfg.unused_note(python=True)) is not None:
-            warnings.warn(unused, SettingWarning, stacklevel=2)
-        warn_if_not_unique(p.case)
-        outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
-        folder = Path(out) if out is not None else \
-            default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense, unique=False)
-        folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
+        with torch_defaults():  # float32 draws and gradients on, whatever the caller's notebook set
+            p = prepare(cfg, progress=progress)
+            if prepared is not None:
+                prepared(p)
+            elif (unused := cfg.unused_note(python=True)) is not None:
+                warnings.warn(unused, SettingWarning, stacklevel=2)
+            warn_if_not_unique(p.case)
+            outcome = execute(p, progress=progress, with_lpips=with_lpips, interruptible=interruptible)
+            folder = Path(out) if out is not None else \
+                default_run_dir(p.cfg.model, p.case.folder_tag, p.case.dataset.name, p.cfg.defense, unique=False)
+            folder = write_run(outcome, folder, fresh=out is None)  # two runs may end in the same second
     finally:
         torch.set_num_threads(threads)
         restore_float32(precision)

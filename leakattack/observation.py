@@ -41,7 +41,7 @@ from .channel import Channel, Transmission
 from .constraints import MAX_SEED
 from .data.base import outside_unit_range
 from .errors import SettingWarning, UserError
-from .seeds import check_seed, torch_generator
+from .seeds import check_seed, torch_defaults, torch_generator
 from .sketch import regeneration_warning, sketch_from_description
 
 
@@ -483,76 +483,77 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
     SettingWarning (the attack's box, priors and metrics take [0, 1]).  Without the sketch seed
     (``threat.knows_sketch=False``) the attacker models the client with the same family's R drawn from another seed
     (:func:`unknown_seed`); the client's own R stays the observation's ``client_map``."""
-    check_seed(noise_seed, "noise seed")
-    why = _mismatch(victim, x, labels, channel, threat)
-    if why:
-        raise UserError(why)
-    # images (C, H, W): the attack's box, its priors and the metrics take [0, 1]
-    if len(victim.input_shape) == 3 and (outside := outside_unit_range(x)):
-        warnings.warn(f"x holds values from {outside[0]:.4g} to {outside[1]:.4g}, and leakattack takes images in "
-                      "[0, 1] (its box constraint, image priors, start and metrics assume them): pass the images "
-                      "themselves and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning,
-                      stacklevel=2)
-    victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
-    if x.shape[0] == 1 and victim.bn_mode == "train" and victim.has_batchnorm:
-        warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=2)
-    elif victim.bn_mode == "eval" and (batchwise := batchnorm_without_running_statistics(victim.model)):
-        warnings.warn(without_running_statistics(batchwise, x.shape[0]), SettingWarning, stacklevel=2)
-    slow = regeneration_warning(channel.sketch, victim.dtype)
-    if slow:
-        warnings.warn(slow, SettingWarning, stacklevel=2)
-    target = victim.target(labels)
-    g = targets.flat_gradient(victim, x, target).detach()
-    if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)
-        # BatchNorm in eval mode at its initial statistics (mean 0, variance 1) normalises nothing: a very deep
-        # residual network's activations then double block after block (ResNet-1202 overflows)
-        initial = [m for m in batchnorm_layers(victim.model) if not m.training and m.running_var is not None
-                   and m.running_mean is not None and not bool(m.running_mean.any())
-                   and bool(m.running_var.eq(1).all())]
-        hint = ("; its BatchNorm layers run in eval mode at their initial statistics (mean 0, variance 1), which "
-                "normalise nothing: give --bn train or trained weights (--weights)" if initial else
-                " (check its weights, e.g. a BatchNorm running variance below zero)")
-        raise UserError(f"the client's gradient holds {int((~torch.isfinite(g)).sum())} value(s) that are NaN or "
-                        f"infinite at this input: the model itself does not compute{hint}, so there is no message to "
-                        "attack")
-    extra: dict = {}
-    if channel.pipeline:
-        rng = torch_generator(noise_seed)
-        sent = gradient_of(victim, x, target, channel.per_example).detach()
-        y = channel.send(sent, rng).detach()
-        clean = channel.sketch.apply(g).detach()
-        extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
-        noiseless = _noiseless(channel)
-        if noiseless is not None:  # the noise against the rest of the message, which noise_share estimates
-            rest = noiseless(sent, torch_generator(noise_seed)).detach()
-            extra["noise_distortion"] = float((y - rest).norm() / rest.norm().clamp_min(1e-300))
-    else:
-        y = channel.send(g).detach()
-    nonfinite = int((~torch.isfinite(y)).sum())
-    if channel.pipeline and not nonfinite:  # a message with NaN or infinite values has no noise share to estimate
-        share = noise_share(channel, y, sent)
-        if share is not None:
-            extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
-    if nonfinite:  # the gradient is finite: the defense (its noise's scale) made them
-        extra["message_nonfinite"] = nonfinite
-        warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
-                      f"infinite after its defense '{channel.spec}': nothing can be read from them, and the attack's "
-                      "labels and images are not evidence of anything", SettingWarning, stacklevel=2)
-    else:
-        zero_message(y, extra, f"the client's message (after its defense '{channel.spec}')" if channel.pipeline
-                     else "the client's message")
-    mine, client_map = channel, None
-    if not threat.knows_sketch and not channel.sketch.identity:
-        sketch = channel.sketch
-        drawn = sketch_from_description({**sketch.describe(), "seed": unknown_seed(sketch.seed)}).to(y.device)
-        mine, client_map = Channel(drawn, channel.spec), sketch
-    return Observation(
-        y=y, victim=victim, forward=attacker_forward(victim, mine, threat), linear_map=mine.sketch,
-        batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
-        g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
-        extra=extra, bn_stats=granted_bn_stats(victim, x, threat), weights=weights_state(victim),
-        client_map=client_map,
-    )
+    with torch_defaults():  # gradients on and float32 draws, whatever the caller's notebook set
+        check_seed(noise_seed, "noise seed")
+        why = _mismatch(victim, x, labels, channel, threat)
+        if why:
+            raise UserError(why)
+        # images (C, H, W): the attack's box, its priors and the metrics take [0, 1]
+        if len(victim.input_shape) == 3 and (outside := outside_unit_range(x)):
+            warnings.warn(f"x holds values from {outside[0]:.4g} to {outside[1]:.4g}, and leakattack takes images in "
+                          "[0, 1] (its box constraint, image priors, start and metrics assume them): pass the images "
+                          "themselves and normalise inside the model (pixels 0-255: divide by 255)", SettingWarning,
+                          stacklevel=2)
+        victim.set_mode()  # the client's mode again: a module's own .train() since it was wrapped would turn dropout on
+        if x.shape[0] == 1 and victim.bn_mode == "train" and victim.has_batchnorm:
+            warnings.warn(ONE_IMAGE_IN_TRAIN_MODE, SettingWarning, stacklevel=2)
+        elif victim.bn_mode == "eval" and (batchwise := batchnorm_without_running_statistics(victim.model)):
+            warnings.warn(without_running_statistics(batchwise, x.shape[0]), SettingWarning, stacklevel=2)
+        slow = regeneration_warning(channel.sketch, victim.dtype)
+        if slow:
+            warnings.warn(slow, SettingWarning, stacklevel=2)
+        target = victim.target(labels)
+        g = targets.flat_gradient(victim, x, target).detach()
+        if not bool(torch.isfinite(g).all()):  # a broken model (negative running variance, inf weights' products)
+            # BatchNorm in eval mode at its initial statistics (mean 0, variance 1) normalises nothing: a very deep
+            # residual network's activations then double block after block (ResNet-1202 overflows)
+            initial = [m for m in batchnorm_layers(victim.model) if not m.training and m.running_var is not None
+                       and m.running_mean is not None and not bool(m.running_mean.any())
+                       and bool(m.running_var.eq(1).all())]
+            hint = ("; its BatchNorm layers run in eval mode at their initial statistics (mean 0, variance 1), which "
+                    "normalise nothing: give --bn train or trained weights (--weights)" if initial else
+                    " (check its weights, e.g. a BatchNorm running variance below zero)")
+            raise UserError(f"the client's gradient holds {int((~torch.isfinite(g)).sum())} value(s) that are NaN or "
+                            f"infinite at this input: the model itself does not compute{hint}, so there is no message "
+                            "to attack")
+        extra: dict = {}
+        if channel.pipeline:
+            rng = torch_generator(noise_seed)
+            sent = gradient_of(victim, x, target, channel.per_example).detach()
+            y = channel.send(sent, rng).detach()
+            clean = channel.sketch.apply(g).detach()
+            extra["message_distortion"] = float((y - clean).norm() / clean.norm().clamp_min(1e-300))
+            noiseless = _noiseless(channel)
+            if noiseless is not None:  # the noise against the rest of the message, which noise_share estimates
+                rest = noiseless(sent, torch_generator(noise_seed)).detach()
+                extra["noise_distortion"] = float((y - rest).norm() / rest.norm().clamp_min(1e-300))
+        else:
+            y = channel.send(g).detach()
+        nonfinite = int((~torch.isfinite(y)).sum())
+        if channel.pipeline and not nonfinite:  # a message with NaN or infinite values has no noise share
+            share = noise_share(channel, y, sent)
+            if share is not None:
+                extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
+        if nonfinite:  # the gradient is finite: the defense (its noise's scale) made them
+            extra["message_nonfinite"] = nonfinite
+            warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
+                          f"infinite after its defense '{channel.spec}': nothing can be read from them, and the "
+                          "attack's labels and images are not evidence of anything", SettingWarning, stacklevel=2)
+        else:
+            zero_message(y, extra, f"the client's message (after its defense '{channel.spec}')" if channel.pipeline
+                         else "the client's message")
+        mine, client_map = channel, None
+        if not threat.knows_sketch and not channel.sketch.identity:
+            sketch = channel.sketch
+            drawn = sketch_from_description({**sketch.describe(), "seed": unknown_seed(sketch.seed)}).to(y.device)
+            mine, client_map = Channel(drawn, channel.spec), sketch
+        return Observation(
+            y=y, victim=victim, forward=attacker_forward(victim, mine, threat), linear_map=mine.sketch,
+            batch_size=x.shape[0], threat=threat, labels=target if threat.knows_labels else None,
+            g_norm=float(g.norm()), defense=channel.spec, noise_seed=int(noise_seed) if channel.pipeline else None,
+            extra=extra, bn_stats=granted_bn_stats(victim, x, threat), weights=weights_state(victim),
+            client_map=client_map,
+        )
 
 
 def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -> Observation:

@@ -7,7 +7,9 @@ sharing global state.  The tags are named here once.  A leaf module.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -69,4 +71,19 @@ def torch_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(torch_seed(seed))
 
 
-__all__ = ["numpy_stream", "seed_sequence", "torch_seed", "torch_stream", "torch_generator"]
+@contextlib.contextmanager
+def torch_defaults() -> Iterator[None]:
+    """Inside the block torch's process-wide defaults are those leakattack's draws and gradients are made under,
+    whatever the caller set: float32 default dtype (a seeded model or start drawn under float64 would be other
+    numbers, under the same config.json), gradients on and inference mode off (a notebook's ``torch.no_grad()``
+    cell); the caller's come back afterwards."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
+__all__ = ["torch_defaults", "numpy_stream", "seed_sequence", "torch_seed", "torch_stream", "torch_generator"]

@@ -63,6 +63,47 @@ def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):
         torch.set_num_threads(own)
 
 
+def test_a_caller_s_no_grad_or_float64_default_changes_neither_the_run_nor_its_numbers(tmp_path):
+    """A notebook's torch.no_grad() or inference_mode() cell was a deep torch traceback, and its
+    torch.set_default_dtype(torch.float64) drew other seeded weights and another start under the same config.json:
+    the run, get_model, observe and reconstruct now draw and differentiate as they do by default, and give the
+    caller's settings back."""
+    import warnings
+
+    import targets
+    from leakattack import observe
+    from leakattack.attacks import get_attack
+    from leakattack.channel import Channel
+    from leakattack.data import get_batch, get_dataset
+    from leakattack.sketch import get_sketch
+
+    cfg = RunConfig(model="lenet", iterations=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = run_attack(cfg, out=tmp_path / "plain", with_lpips=False)[0]
+        with torch.no_grad():
+            assert run_attack(cfg, out=tmp_path / "no_grad", with_lpips=False)[0].psnr == plain.psnr
+        with torch.inference_mode():
+            assert run_attack(cfg, out=tmp_path / "inference", with_lpips=False)[0].psnr == plain.psnr
+        assert torch.is_grad_enabled()
+        weights = targets.get_model("lenet", seed=0).model.state_dict()
+        x, labels = get_batch(get_dataset("photos"), 0, 1)
+        own = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            wide = run_attack(cfg, out=tmp_path / "float64", with_lpips=False)[0]
+            assert (wide.psnr, wide.initial_loss) == (plain.psnr, plain.initial_loss)
+            assert torch.get_default_dtype() == torch.float64  # the caller's, given back
+            again = targets.get_model("lenet", seed=0)
+            assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in weights.items())
+            with torch.no_grad():
+                obs = observe(again, x, labels, Channel(get_sketch("srht", d=again.d, b=again.d // 2, seed=1)))
+                result = get_attack("gradient-matching", iterations=2).reconstruct(obs)
+            assert result.x.dtype == torch.float32 and len(result.losses) == 3
+        finally:
+            torch.set_default_dtype(own)
+
+
 def test_config_json_reproduces_the_metrics(tmp_path):
     m1, folder = run_attack(_cfg(), out=tmp_path / "a", with_lpips=False)
     cfg = RunConfig.from_dict(json.loads((folder / "config.json").read_text())["run"])

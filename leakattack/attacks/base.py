@@ -30,6 +30,7 @@ from ..constraints import Param
 from ..errors import UserError, a_type, allocation_failed, listed
 from ..observation import Observation
 from ..plugins import raised_at
+from ..seeds import torch_defaults
 
 Monitor = Callable[[int, torch.Tensor], dict]
 
@@ -267,7 +268,8 @@ def _checking_observation(reconstruct):
                             "since observe): observe the client again at the weights to attack")
         obs.victim.set_mode()  # the client's mode, whatever the module was switched to since (dropout off)
         try:
-            result = reconstruct(self, obs, *args, **kwargs)
+            with torch_defaults():  # gradients on and float32 starts, whatever the caller's notebook set
+                result = reconstruct(self, obs, *args, **kwargs)
         except Exception as err:
             files = code_files([type(self)])  # an attack of one's own: its failure in one sentence, at its line
             if isinstance(err, (UserError, OSError)) or allocation_failed(err) or not _raised_in(err, files):

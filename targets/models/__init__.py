@@ -32,7 +32,7 @@ from torch import nn
 
 from leakattack.errors import SettingWarning, UserError
 from leakattack.registry import Registry
-from leakattack.seeds import check_seed, torch_generator, torch_seed
+from leakattack.seeds import check_seed, torch_defaults, torch_generator, torch_seed
 
 from ..victim import TASKS, Victim, cross_entropy, has_batchnorm, last_linear, squared_error
 from .layers import ACTIVATIONS, INITS, activation, initialise
@@ -167,7 +167,7 @@ def takes_any_param(name: str) -> bool:
 
 def seeded_build(seed: int, build):
     """``build()`` with PyTorch's global generator seeded by ``seed``, leaving the caller's generator as it was."""
-    with torch.random.fork_rng(devices=[]):  # models are built on the CPU: its generator is the one to seed
+    with torch.random.fork_rng(devices=[]), torch_defaults():  # built on the CPU, in float32 whatever the default
         torch.default_generator.manual_seed(torch_seed(seed))
         return build()
 

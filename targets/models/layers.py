@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from leakattack.errors import UserError
+from leakattack.seeds import torch_defaults
 
 ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU, "softplus": nn.Softplus, "gelu": nn.GELU}
 INITS = ("uniform", "default", "xavier", "normal")
@@ -31,7 +32,7 @@ def initialise(model: nn.Module, init: str, generator: torch.Generator) -> None:
     """
     if init not in INITS:
         raise UserError(f"unknown weight init '{init}'; choose one of: {', '.join(INITS)}")
-    with torch.no_grad():
+    with torch_defaults(), torch.no_grad():  # float32 draws whatever the caller's default dtype: the same weights
         for m in model.modules():
             if not isinstance(m, (nn.Conv2d, nn.Linear)):
                 continue
