@@ -457,3 +457,19 @@ def test_config_json_records_whether_a_dense_r_was_held_or_regenerated(tmp_path)
     cfg = RunConfig(model="lenet", sketch="srht", iterations=1, threads=1)  # a sketch with no matrix to hold
     _, folder = run_attack(cfg, out=tmp_path / "srht", with_lpips=False)
     assert "sketch_held" not in json.loads((folder / "config.json").read_text())["derived"]
+
+
+def test_a_sweep_started_under_no_grad_runs_its_points_as_a_run_would(tmp_path, capsys):
+    """A sweep started from a notebook's torch.no_grad() cell ran its in-process point's utility training without
+    gradients (a torch traceback); its points now run as run_attack does."""
+    import warnings
+
+    from leakattack import cli
+
+    (tmp_path / "u.toml").write_text('[sweep]\nname = "u"\n[base]\nmodel = "lenet"\ndataset = "digits"\n'
+                                     'iterations = 2\nutility = true\nutility_steps = 2\ndefense = "clip:C=1"\n'
+                                     '[grid]\nimage_index = [0]\n')
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        assert cli.main(["sweep", str(tmp_path / "u.toml"), "--quiet", "--out", str(tmp_path / "u")]) == 0
+    assert "1/1 points" in capsys.readouterr().out and torch.is_grad_enabled()

@@ -50,6 +50,7 @@ from ..results import (
     write_json,
     write_tensors,
 )
+from ..seeds import torch_defaults
 from .backends import SlurmBackend, get_backend
 from .backends.local import worker_share
 from .backends.slurm import listed_jobs
@@ -112,7 +113,7 @@ def _point(params: dict, with_lpips: bool, warned: frozenset[str], modules: tupl
     _warned.update(warned)
     load_plugins()  # a worker process's first point: the names the coordinator's plugins registered
     import_modules(modules)  # ... and those its own modules registered (a notebook's `import mymodels`)
-    with sweep_warnings(_warned):
+    with sweep_warnings(_warned), torch_defaults():  # a point run in the caller's process (a notebook) too
         p = experiment.prepare(RunConfig.from_dict(params))
         out = experiment.execute(p, progress=False, with_lpips=with_lpips)
     m = out.metrics.to_dict()
