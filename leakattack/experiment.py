@@ -982,7 +982,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
     eps, noise = m.epsilon, (case.encoder or {}).get("privacy") if cfg.protocol else None
     defended = (f", defense {m.defense.replace(',', ', ')}" + (
         f", ε {eps:.3g} at δ {m.delta:g}" if isinstance(eps, (int, float)) and math.isfinite(eps)
-        and m.delta is not None else "") if m.defense else "")
+        and m.delta is not None else ", ε ∞") if m.defense else "")  # no noise, or no bound: as the summary line
     if noise and isinstance(noise.get("sigma"), (int, float)):  # a DP protocol's own noise, as the summary line says
         bound, delta = noise.get("epsilon_rdp"), noise.get("delta_paper")
         defended += f", protocol noise σ {noise['sigma']:.3g}" + (

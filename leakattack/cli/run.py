@@ -102,7 +102,8 @@ def _labels(m: RunMetrics, record: dict | None = None) -> str:
 
 def _defense(m: RunMetrics, num_classes: int | None, noise: dict | None = None, rounds: int | None = None) -> str:
     """``defense SPEC, ε E (δ D; pure DP, δ 0 for Laplace noise) | utility ... | `` for a defended run (ε ∞ where
-    noise has no bound on what it is added to), ``utility ... | `` for an undefended one with ``--utility``, empty
+    noise has no bound on what it is added to, or where it adds no noise), ``utility ... | `` for an undefended one
+    with ``--utility``, empty
     otherwise; a DP protocol's own noise (``noise``, with its ε over rounds 1..``rounds``) as
     ``protocol noise σ S, ε E (δ D) over rounds 1..T | ``."""
     out = ""

@@ -1104,10 +1104,10 @@ def test_the_attack_row_names_what_the_search_minimised_and_how_it_stepped(tmp_p
     folder = tmp_path / "run"
     shutil.copytree(RUN, folder)
     config = json.loads((folder / "config.json").read_text())
-    config["run"]["priors"] = ["tv:0.02", "l2:0.001"]
+    config["run"]["priors"] = ["tv:0.02", "bn:0.5", "bn:0.001", "dip:0"]  # the last weight of a name; 0 is off
     config["derived"].update(recipe="ig", optimizer="adam", lr=0.025, objective="cosine", schedule="step",
                              signed=True, tv=0.02, box=True, dtype="float32")
     (folder / "config.json").write_text(json.dumps(config))
     row = build_report([folder]).split("<th>attack</th>")[1].split("</tr>")[0]
-    assert ("recipe ig: adam (step 0.025), objective cosine, schedule step, signed steps, TV 0.02, prior l2:0.001, "
+    assert ("recipe ig: adam (step 0.025), objective cosine, schedule step, signed steps, TV 0.02, prior bn:0.001, "
             "box [0, 1], in float32, budget ") in row, row

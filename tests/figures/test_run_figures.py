@@ -246,6 +246,8 @@ def test_a_defended_runs_figure_title_names_the_defense_and_its_epsilon(tmp_path
                                "at δ 1e-05"), titles  # the steps apart: the title breaks between them
     assert cli.main([*base, "--out", str(tmp_path / "plain")]) == 0
     assert "defense" not in titles[-1] and titles[-1].endswith("2 it"), titles
+    assert cli.main([*base, "--defense", "clip:C=1", "--out", str(tmp_path / "clip")]) == 0
+    assert titles[-1].endswith(", defense clip:C=1.0@before_sketch, ε ∞"), titles  # no noise: no DP bound
 
 
 def test_a_convergence_figure_wraps_a_long_title_and_ticks_whole_steps(tmp_path, drawn):

@@ -12,6 +12,7 @@ from pathlib import Path
 from defenses.accounting.analysis import paper_epsilon_holds
 from targets.protocols import list_protocols, privacy_caveats, protocol_class
 
+from ...attacks.priors import parse_prior
 from ...attacks.recipes import inexact_words, next_settings
 from ...attacks.seed_search import found_text, sketch_not_held
 from ...constraints import duration_seconds
@@ -314,7 +315,17 @@ def _search_settings(run: dict, derived: dict) -> list[str]:
     """What the search minimised and how it stepped, beyond its optimiser and objective, as config.json records
     them: its schedule, signed steps, the TV weight and the other priors, the box and the dtype (two recipes, or a
     recipe and a --prior, that differ in these read apart)."""
-    other = [str(p) for p in (run.get("priors") or []) if not str(p).split(":")[0] == "tv"]
+    read: dict[str, str] = {}
+    for spec in run.get("priors") or []:  # as the run reads them: the last weight of a name, a weight of 0 off
+        try:
+            name, weight = parse_prior(spec)
+        except (UserError, KeyError, TypeError, ValueError):  # a plugin's prior not registered here: as written
+            read[str(spec)] = str(spec)
+            continue
+        read.pop(name, None)
+        if name != "tv" and weight:
+            read[name] = f"{name}:{weight:g}"
+    other = list(read.values())
     tv = derived.get("tv")
     return [f"schedule {derived['schedule']}" if derived.get("schedule") not in (None, "none") else "",
             "signed steps" if derived.get("signed") else "",
