@@ -11,6 +11,7 @@ weights otherwise.
 
 import argparse
 import logging
+import os
 import sys
 
 import grpc
@@ -90,7 +91,7 @@ def main() -> None:
     except UserError as err:  # the server's model is another than this client's: one sentence, not a traceback
         print(f"flower_client: error: the server's model does not fit this client's ({err}): start both with the "
               f"same --image-size (this client: {a.image_size} px, {tuple(x.shape[1:])} inputs)", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit(2)
     except grpc.RpcError as err:  # no server there, or it went away: one sentence, not gRPC's traceback
         code = err.code() if callable(getattr(err, "code", None)) else None
         if code != grpc.StatusCode.UNAVAILABLE:
@@ -98,7 +99,15 @@ def main() -> None:
         said = (err.details() if callable(getattr(err, "details", None)) else None) or "unavailable"
         print(f"flower_client: error: no Flower server answers at {a.server} ({' '.join(str(said).split())[:200]}): "
               "start examples/flower_server.py first, or give its address with --server", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit(2)
+
+
+def _exit(status: int) -> None:
+    """End the process now, its sentence said: a thread Flower's client left running (its connection) would
+    otherwise print its own traceback while the interpreter shuts down."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def address(text: str) -> str:

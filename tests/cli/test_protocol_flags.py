@@ -260,7 +260,8 @@ def test_the_defense_part_keeps_the_protocols_noise_beside_a_defense():
 
     from leakattack.cli.run import _defense
 
-    m = SimpleNamespace(defense="clip:C=1.0@before_sketch", epsilon=None, delta=None, utility_acc=None)
+    m = SimpleNamespace(defense="clip:C=1.0@before_sketch", epsilon=None, delta=None, utility_acc=None,
+                        privacy_note="no Gaussian noise: no DP guarantee")
     noise = {"sigma": 12.0, "epsilon_rdp": 0.103, "delta_paper": 1e-5}
     part = _defense(m, 10, noise, 3)
     assert part.startswith("protocol noise σ 12, ε 0.103 (δ 1e-05) over rounds 1..3 | defense clip:C=1.0"), part
