@@ -40,11 +40,13 @@ from .cases import Case, build_case
 from .config import RUN_PARAMS, ConfigError, Derived, RunConfig
 from .config.params import duration_seconds
 from .data import batch_positions, reads_root
+from .data.base import RANGE_SLACK
 from .errors import SettingWarning, UserError, listed, ratio_text, shown_names
 from .figures import convergence_figure, reconstruction_figure
 from .figures.run import verdict_line
 from .observation import ONE_IMAGE_IN_TRAIN_MODE, without_running_statistics
 from .plugins import provenance
+from .rebuilt import HALTED
 from .results import default_run_dir, writable_out, write_csv, write_json, write_run_folder, write_tensors
 from .results.io import wrong_kind_text
 from .results.reference import cpu_model, machine
@@ -599,10 +601,9 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     return Outcome(p, result, m, trace, max(threads_seen() or 0, torch.get_num_threads()))
 
 
-#: how far outside [0, 1] a pixel of an attack of one's own lies before it counts as outside
-RANGE_SLACK = 1e-3
-#: the share of an attack of one's own's pixels outside [0, 1] from which the run says that it scores their clamp:
-#: images in another scale ([-1, 1]: about half; 0..255: nearly all), not an unboxed search's overshoot (a few %)
+#: the share of an attack of one's own's pixels outside [0, 1] (by more than the data's RANGE_SLACK) from which the
+#: run says that it scores their clamp: images in another scale ([-1, 1]: about half; 0..255: nearly all), not a
+#: search's overshoot at a few pixels
 OUTSIDE_SHARE = 0.25
 
 
@@ -990,7 +991,7 @@ def _write_files(out: Outcome, folder: Path) -> None:
             if isinstance(bound, (int, float)) and isinstance(delta, (int, float)) else "")
     title = (f"{case.label} (b/d = {ratio_text(case.obs.b, case.obs.d)}), "
              + (f"{cfg.attack}, in closed form" if closed else f"{seeds.optimizer}{gn}, {r.iterations} it"
-                + (f" ({r.stop_reason})" if r.stop_reason in ("time-limit", "interrupted") else "")) + defended)
+                + (f" ({r.stop_reason})" if r.stop_reason in HALTED else "")) + defended)
     # the batch is shown in ground-truth order (reconstructions matched one-to-one)
     order = torch.as_tensor(m.match)
     if case.x is None:  # nothing to compare with: the reconstructed images alone, in a grid

@@ -320,6 +320,8 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
 #: change it: Adam at --lr 1e-12; `leakattack run --dtype float32 --optimizer adam --signed --lr 1e-9 --iterations
 #: 50` wanders by 2.0e-6 of its value in trace.csv, from rounding alone), which :func:`nothing_attacked` says in
 #: :data:`STILL_WORDS`; a run that ends its budget more than this share above its start says that it rose
+#: the stop reasons of a search cut short by its budget (its time limit, or Ctrl-C), not ended by its own rule
+HALTED = ("time-limit", "interrupted")
 STILL_RTOL = 1e-4
 STILL_WORDS = "the search's steps barely moved it"
 
@@ -592,10 +594,10 @@ def failed_part(m: Mapping, clip_blind: bool = False, sketch_blind: bool = False
     if m.get("stop_reason") == "diverged":  # more steps from where it diverged diverge again
         return (f"{scores}: the search stopped short where it diverged (its objective turned NaN or infinite), so "
                 "more steps at this step size diverge again; a smaller --lr may get closer")
-    if m.get("stop_reason") not in ("time-limit", "interrupted") and STILL_WORDS in str(m.get("nothing_attacked")):
+    if m.get("stop_reason") not in HALTED and STILL_WORDS in str(m.get("nothing_attacked")):
         # its steps were too small to move it (--lr 1e-12): more of them stay where it started
         return f"{scores}: {STILL_WORDS}; a larger --lr may move it"
-    if m.get("attacked") is False and m.get("stop_reason") not in ("time-limit", "interrupted"):
+    if m.get("attacked") is False and m.get("stop_reason") not in HALTED:
         # it took its steps and never went below its start: more of the same steps stay there
         return (f"{scores}: the search stopped short without going below its start; a smaller --lr, or more steps "
                 "or starts, may get closer")

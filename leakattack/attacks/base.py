@@ -250,7 +250,7 @@ def own_reconstruct(attack) -> bool:
     inherits: what a run says of its result (steps past its budget, pixels outside [0, 1]) is said of that code."""
     cls = attack if isinstance(attack, type) else type(attack)
     owner = next((k for k in cls.__mro__ if "reconstruct" in vars(k)), None)
-    return owner is not None and str(owner.__module__).split(".")[0] not in ("leakattack", "targets", "defenses")
+    return owner is not None and bool(code_files([owner]))
 
 
 def _checking_observation(reconstruct):

@@ -43,7 +43,7 @@ from ..constraints import MAX_RESTARTS
 from ..errors import SettingWarning, UserError, a_type, duration_text, size_text
 from ..observation import Observation
 from ..progress import progress_bar, show_progress
-from ..rebuilt import STILL_RTOL
+from ..rebuilt import HALTED, STILL_RTOL
 from ..seeds import torch_generator
 from ..sketch.gaussian import available_bytes
 from . import gauss_newton
@@ -593,7 +593,7 @@ class GradientMatching(Attack):
             if best.stop_reason == "iterations":
                 if self._refine(obs, best, deadline, monitor, progress):
                     return best
-                cut = (best.gauss_newton or {}).get("stop") in ("time-limit", "interrupted")
+                cut = (best.gauss_newton or {}).get("stop") in HALTED
                 if cut or stop_requested() or time.perf_counter() >= deadline:
                     # the shorter phase's iterate; its budget was not the run's, so the run stopped for this
                     best.stop_reason = "interrupted" if stop_requested() else "time-limit"
@@ -612,7 +612,7 @@ class GradientMatching(Attack):
             refined = self._refine(obs, best, deadline, monitor, progress, ahead=2 if paid else 1)
             ended = str((best.gauss_newton or {}).get("stop"))
             begun = not paid or (best.gauss_newton or {}).get("jacobians")  # steps the time limit paid for
-            if not refined and ended in ("time-limit", "interrupted") and best.stop_reason == "iterations" and begun:
+            if not refined and ended in HALTED and best.stop_reason == "iterations" and begun:
                 best.stop_reason = ended  # the steps' budget was spent, and what would have followed was cut short
         elif best.stop_reason != "tolerance" and (note := self._size_note(obs, why)):
             best.message = add_note(best.message, note)

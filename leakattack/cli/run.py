@@ -18,6 +18,7 @@ from ..errors import SlowWarning
 from ..experiment import loose_tolerance, run_attack
 from ..metrics import RunMetrics, closed_forms_line, failed_kind, failed_part, identified_line
 from ..rebuilt import (
+    HALTED,
     REBUILT,
     ZERO_NOTE,
     faint_words,
@@ -222,9 +223,8 @@ def cmd_run(a) -> int:
         unreadable = message_unreadable(record)
         said = ZERO_NOTE if record.get("message_zero") is True else NONFINITE_NOTE.format(n=nonfinite)
         # a closed form that a time limit or Ctrl-C stopped (the analytic attack's solve) failed at its budget
-        stopped = m.stop_reason in ("time-limit", "interrupted")
         if cfg.attack_class.closed_form:
-            failure = STOPPED_CLOSED_FAILURE_NOTE if stopped else CLOSED_FAILURE_NOTE
+            failure = STOPPED_CLOSED_FAILURE_NOTE if m.stop_reason in HALTED else CLOSED_FAILURE_NOTE
         else:
             failure = UNDETERMINED_FAILURE_NOTE if matched_not_unique(record) else \
                 CAUSED_FAILURE_NOTE if not_the_budget(record) else FAILURE_NOTE

@@ -30,6 +30,7 @@ from ...metrics import (
 from ...metrics.identify import SCORES
 from ...rebuilt import (
     FAINT_SSIM,
+    HALTED,
     ZERO_NOTE,
     adds_noise,
     faint_words,
@@ -253,8 +254,8 @@ def _run_headline(m: RunMetrics, clip_blind: bool = False, run: dict | None = No
         # one solve has no budget of steps, no budget rebuilds a truth that does not send the message, and a match of
         # fewer numbers than unknowns, another seed's R or a prior that turned NaN lacked no steps
         # a closed form that its time limit or Ctrl-C stopped (the analytic attack's fit) did lack its budget
-        stopped = m.stop_reason in ("time-limit", "interrupted")
-        closed = (attack_cls is not None and attack_cls.closed_form and not stopped) or not_the_budget(record)
+        closed = (attack_cls is not None and attack_cls.closed_form and m.stop_reason not in HALTED) \
+            or not_the_budget(record)
         return f"not rebuilt{counted}", "failed", (f"Not rebuilt{'' if closed else ' at this budget'} "
                                                    f"({note}{'; ' + images if images else ''}): "
                                                    f"{_run_scores(m)}.{named}{which}")
