@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+import defenses
 import targets
 from targets.protocols import SPEC_DEFAULTS, MessageMap, forward_seconds, get_protocol, local_sgd
 
@@ -41,7 +42,9 @@ from .observation import (
     ThreatModel,
     attacker_forward,
     from_protocol,
+    noise_share,
     observe,
+    share_sources,
     unknown_seed,
     zero_message,
 )
@@ -389,7 +392,9 @@ def message_settings(cfg: RunConfig, msg: Message) -> dict:
     if msg.labels is not None:
         settings["label_mode"] = "given"  # labels in the file are known to the attacker
     for key, value in settings.items():
-        if cfg_value_differs(cfg, key, value):
+        differs = (cfg.set_by_user(key) and defenses.build(cfg.defense).spec != defenses.build(value).spec
+                   if key == "defense" else cfg_value_differs(cfg, key, value))  # a defense as the run reads it
+        if differs:
             shown = "none" if key == "defense" and not value else repr(value)
             raise ConfigError(f"{_FLAGS[key]} {getattr(cfg, key)!r} contradicts message file '{msg.path}', whose "
                               f"{key.replace('_', ' ')} is {shown}: leave {_FLAGS[key]} out")
@@ -648,6 +653,11 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     y = msg.y.to(device=device, dtype=dtype)
     extra = {"message_ids": dict(msg.ids), **found}
     zero_message(y, extra, f"message file '{msg.path}'")
+    if channel.pipeline and bool(torch.isfinite(y).all()):  # as observe estimates it: from the defense and y alone
+        shape = (msg.batch_size, victim.d) if channel.per_example else (victim.d,)
+        share = noise_share(channel, y, torch.zeros(shape, device=device, dtype=dtype))
+        if share is not None:
+            extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
     obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
                       client_map=client_map, threat=threat, labels=target(known), defense=channel.spec,
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch

@@ -409,11 +409,28 @@ def _warn_defense_settings(cfg: RunConfig, case) -> None:
         if alone is not None:
             warnings.warn(f"defense steps '{before.spec()}' and '{after.spec()}' follow each other, and together send "
                           f"what '{alone.spec()}' alone sends", SettingWarning, stacklevel=3)
-    if cfg.attacker_knows_clip and not cfg.message and not pipeline.clips():
-        warnings.warn("--attacker-knows-clip changes nothing: the defense has no clip", SettingWarning, stacklevel=3)
-    if cfg.attacker_knows_prune and not cfg.message and not pipeline.prunes():
-        warnings.warn("--attacker-knows-prune changes nothing: the defense has no prune", SettingWarning,
-                      stacklevel=3)
+    sent = defenses.build(cfg.defense or "")  # the client's: a message file's is the file's (the case's settings)
+    whose = f"the defense of message file '{cfg.message}'" if cfg.message else "the defense"
+    if cfg.attacker_knows_clip and not sent.clips():
+        warnings.warn(f"--attacker-knows-clip changes nothing: {whose} has no clip", SettingWarning, stacklevel=3)
+    if cfg.attacker_knows_prune and not sent.prunes():
+        warnings.warn(f"--attacker-knows-prune changes nothing: {whose} has no prune", SettingWarning, stacklevel=3)
+
+
+def protocol_epsilon(cfg: RunConfig, case) -> dict:
+    """A DP protocol's guarantee over rounds 1..its round (``Protocol.privacy``, config.json's
+    ``derived.sketch.privacy``) under the keys a defended run records its own in: ``epsilon`` (the accountant's; null
+    where its δ reaches 1, with a ``privacy_note`` saying so), ``delta``, ``epsilon_paper`` and ``delta_paper``, so
+    that a sweep's summary.csv and figures read it as they read a defense's.  Empty without a protocol's noise."""
+    noise = (case.encoder or {}).get("privacy") if cfg.protocol else None
+    if not isinstance(noise, dict) or noise.get("sigma") is None:
+        return {}
+    out = {"epsilon": noise.get("epsilon_rdp"), "delta": noise.get("delta_paper"),
+           "epsilon_paper": noise.get("epsilon_paper"), "delta_paper": noise.get("delta_paper")}
+    if out["epsilon"] is None:
+        out["privacy_note"] = (f"the accountant's δ of the {cfg.protocol} protocol's noise reaches 1 over rounds "
+                               f"1..{cfg.protocol_round}: nothing is bounded")
+    return out
 
 
 def _warn_sketch_settings(cfg: RunConfig) -> None:
@@ -425,7 +442,9 @@ def _warn_sketch_settings(cfg: RunConfig) -> None:
     elif cfg.sketch_memory is not None and cfg.sketch_params.get("force_blocks") is True:
         warnings.warn(f"--sketch-memory {cfg.sketch_memory:g} changes nothing with --sketch-param force_blocks=true: "
                       "R is regenerated block by block and never held as one matrix", SettingWarning, stacklevel=3)
-    if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch):
+    # a message file's b is the file's (a --sketch-ratio or --sketch-dim that gives another is refused)
+    if cfg.sketch_dim is not None and cfg.set_by_user("sketch_ratio") and not is_identity(cfg.sketch) \
+            and not cfg.message:
         warnings.warn(f"--sketch-dim {cfg.sketch_dim} and --sketch-ratio {cfg.sketch_ratio:g} are both given: the "
                       "dimension is used", SettingWarning, stacklevel=3)
     if is_identity(cfg.sketch) and (cfg.sketch_dim is not None or cfg.set_by_user("sketch_ratio")):
@@ -564,6 +583,7 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     # epsilon/delta of the message, test accuracy under the defense
     privacy = privacy_metrics(cfg, case.obs) if cfg.defense or cfg.utility else {}
     privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
+    privacy.update(protocol_epsilon(cfg, case))
     if case.obs.extra.get("message_zero"):  # with or without a defense: every value of the message is 0
         privacy["message_zero"] = True
     if result.prior_not_finite is not None:  # a prior turned NaN or infinite: the cause of a search that stopped

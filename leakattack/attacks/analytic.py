@@ -440,12 +440,15 @@ class Analytic(Attack):
         if not said and stop == "tolerance":
             said = (f"the low-rank fit read the message in {sweeps} sweeps (relative residual {rel:.1e}), then its "
                     "first block was divided")
+        # what in the channel keeps the message from a rank-B gradient (the fit models the sketch's null space)
+        causes = inexact_causes(obs, sketch=False)
+        because = f" (the message is not the batch's gradient up to one scale: {causes})" if causes else ""
         if run["stop"] == "stalled":  # why the run stopped short, beside what the examples' note says
             said += ("; " if said else "") + (f"the low-rank fit stopped gaining after {sweeps} sweeps at a relative "
-                                              f"residual of {rel:.1e}, above its tolerance {tol:.0e}")
+                                              f"residual of {rel:.1e}, above its tolerance {tol:.0e}{because}")
         if run["stop"] == "iterations":
             said += ("; " if said else "") + (f"the low-rank fit ran all its {self.sweeps} sweeps short of its "
-                                              "tolerance (--sweeps gives it more)")
+                                              f"tolerance (--sweeps gives it more){because}")
         unseen = _unseen_inputs(M, blocks[0], y)
         if unseen:  # a pixel whose first-layer column the sketch never samples: no fit can read it
             stop = "stalled" if stop == "tolerance" else stop

@@ -390,14 +390,15 @@ def channel_words(spec: str, sigma, local_steps, protocol: str | None = None) ->
     return words
 
 
-def inexact_causes(obs: Observation) -> str | None:
+def inexact_causes(obs: Observation, sketch: bool = True) -> str | None:
     """What in the channel of ``obs`` keeps the g a closed form reads from its message from being the exact gradient
     of the batch at these weights, up to a positive factor, in words for its note, those present: the client's
     defense steps that change the message by more than a factor (by their spec; a clip of the whole update only
     rescales it, :meth:`defenses.base.Transform.only_rescales`), a protocol's own noise, several local steps (of a
     protocol or an update message file, as its map records them) and a sketch or protocol map with a null space
-    (b < d, or not ruled out at b >= d); None where none is (what is left is the arithmetic's round-off or the
-    attack's own assumptions, :data:`NO_CAUSE`)."""
+    (b < d, or not ruled out at b >= d; not with ``sketch`` false, for an attack that models the map's null space
+    itself); None where none is (what is left is the arithmetic's round-off or the attack's own assumptions,
+    :data:`NO_CAUSE`)."""
     spec = ""
     if obs.defense:
         try:
@@ -411,7 +412,7 @@ def inexact_causes(obs: Observation) -> str | None:
     causes = channel_words(spec, (obs.extra.get("privacy") or {}).get("sigma"),
                            info.get("local_steps", obs.extra.get("local_steps")), protocol)
     inner = getattr(M, "inner", None)  # a protocol's map scales its encoder's: the encoder says what is sketched
-    if not (getattr(M, "identity", False) or getattr(inner, "identity", False)):
+    if sketch and not (getattr(M, "identity", False) or getattr(inner, "identity", False)):
         # b >= d does not rule a null space out (a countsketch's empty buckets, an SRHT's padding)
         which = f"the {protocol} protocol's map" if protocol else "a sketch"
         causes.append(f"{which} with a null space (b = {obs.b} < d = {obs.d})" if obs.b < obs.d else

@@ -468,6 +468,9 @@ def test_a_fit_that_stops_gaining_says_so_with_its_residual():
     result = get_attack("analytic").reconstruct(obs)
     assert result.stop_reason == "stalled"
     assert "the low-rank fit stopped gaining after" in result.message
+    # and names what in the channel keeps the message from a rank-B gradient: the noise, not the sketch it models
+    assert result.message.endswith("(the message is not the batch's gradient up to one scale: the defense "
+                                   "gaussian:sigma=0.0001@before_sketch)"), result.message
     assert re.search(r"at a relative residual of \d\.\de-0\d, above its tolerance 1e-09", result.message)
 
 

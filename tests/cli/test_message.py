@@ -568,3 +568,74 @@ def test_a_message_of_zeros_is_said_to_carry_nothing_and_sketch_unknown_on_an_un
     assert json.loads((out / "metrics.json").read_text())["message_zero"] is True
     assert rebuilt.failed_kind(json.loads((out / "metrics.json").read_text())) is None
     assert "every value of the message is 0" in build_report([out])
+
+
+@pytest.mark.parametrize("given,file,needle", [
+    ("clip:C=1.0@before_sketch", "clip:C=1", None),  # the file's defense in other words
+    ("gaussian:sigma=0.001@after_sketch", "gaussian:sigma=1e-3@after_sketch", None),
+    ("none", None, None),  # no defense, said so
+    ("clip:C=2", "clip:C=1", "--defense 'clip:C=2' contradicts message file"),
+    ("clip:C=1", None, "--defense 'clip:C=1' contradicts message file"),
+])
+def test_a_defense_flag_is_compared_with_the_message_files_as_the_run_reads_it(tmp_path, given, file, needle):
+    """--defense 'clip:C=1.0@before_sketch' was refused beside a file whose defense is 'clip:C=1' (the same), and
+    --defense none beside a file without one."""
+    spec = {**_client(tmp_path, kind="gradient", batch=1, defense=file), "defense": given}
+    if needle is None:
+        prepare(RunConfig(**spec))
+    else:
+        with pytest.raises(UserError, match=needle):
+            prepare(RunConfig(**spec))
+
+
+def test_a_sketch_ratio_that_gives_the_files_b_is_not_warned_of_as_given_beside_a_sketch_dim(tmp_path):
+    """The file's b is set as the run's sketch dimension: --sketch-ratio 0.5, which gives it, was warned of as given
+    beside a --sketch-dim nobody gave."""
+    spec = {**_client(tmp_path, kind="gradient", batch=1), "sketch_ratio": 0.5}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # given, as on the command line, at the default's value
+        assert prepare(RunConfig(**spec, given=frozenset({"sketch_ratio"}))).cfg.sketch_dim == D // 2
+    assert not [w for w in seen if "are both given" in str(w.message)], [str(w.message) for w in seen]
+
+
+@pytest.mark.parametrize("flag,file,warned", [
+    ("attacker_knows_clip", "quantize:bits=8", "--attacker-knows-clip changes nothing: the defense of message file"),
+    ("attacker_knows_prune", "clip:C=1", "--attacker-knows-prune changes nothing: the defense of message file"),
+    ("attacker_knows_clip", "clip:C=1", None),
+    ("attacker_knows_prune", "prune:p=0.5", None),
+])
+def test_knowing_a_clip_or_prune_the_message_files_defense_lacks_is_warned_of(tmp_path, flag, file, warned):
+    """A simulated client's defense without a clip warned that --attacker-knows-clip changes nothing; a message
+    file's was silent."""
+    spec = {**_client(tmp_path, kind="gradient", batch=1, defense=file), flag: True}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        prepare(RunConfig(**spec))
+    said = [str(w.message) for w in seen if "changes nothing: the defense" in str(w.message)]
+    assert said == ([] if warned is None else [said[0]]) and (warned is None or said[0].startswith(warned)), said
+
+
+@pytest.mark.parametrize("defense", ["gaussian:sigma=0.01@after_sketch", "quantize:bits=4@after_sketch"])
+def test_a_message_file_gets_the_noise_share_a_simulated_client_of_the_same_message_gets(tmp_path, defense):
+    """A simulated run records the noise share an attacker estimates from the defense and the message (and warns
+    where it is large); the same message read from a file recorded none and did not warn."""
+    from leakattack import data
+
+    cfg = RunConfig(model="lenet", dataset="digits", sketch="srht", defense=defense, iterations=1, seed=3)
+    with warnings.catch_warnings(record=True) as simulated:
+        warnings.simplefilter("always")
+        p = prepare(cfg)
+    share, sources = p.obs.extra["noise_share"], p.obs.extra["noise_share_of"]
+    ds = data.get_dataset("digits")
+    torch.save(p.victim.model.state_dict(), tmp_path / "w.pt")
+    write_message(tmp_path / "m.pt", p.obs.y, sketch=p.obs.linear_map, batch_size=1, input_shape=ds.in_shape,
+                  num_classes=10, defense=defense)
+    with warnings.catch_warnings(record=True) as filed:
+        warnings.simplefilter("always")
+        q = prepare(RunConfig(model="lenet", weights=str(tmp_path / "w.pt"), message=str(tmp_path / "m.pt"),
+                              iterations=1))
+    assert q.obs.extra["noise_share_of"] == sources
+    assert q.obs.extra["noise_share"] == pytest.approx(share, rel=1e-6)
+    noted = [sorted(str(w.message) for w in ws if "noise" in str(w.message) and "share" in str(w.message))
+             for ws in (simulated, filed)]
+    assert len(noted[0]) == len(noted[1]), noted

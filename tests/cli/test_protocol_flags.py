@@ -309,3 +309,28 @@ def test_the_advice_on_the_protocols_own_batch_names_the_batch_a_small_shard_cut
                      "--quiet", "--no-lpips", "--threads", "1", "--batch-size", "4",
                      "--out", str(tmp_path / "own")]) == 0
     assert "attacks the protocol's own message" not in capsys.readouterr().err
+
+
+def test_a_dp_protocols_epsilon_is_in_metrics_and_in_a_sweeps_summary(tmp_path, capsys):
+    """A DP protocol's ε was in its summary line and report but not in metrics.json, so a sweep over protocols had no
+    ε in summary.csv, its figures or its report."""
+    import csv
+
+    from leakattack.figures.report import build_report
+
+    assert cli.main(RUN + ["--protocol", "sketched-dp", "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    noise = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["sketch"]["privacy"]
+    assert metrics["epsilon"] == noise["epsilon_rdp"] and metrics["delta"] == noise["delta_paper"] > 0
+    assert metrics["epsilon_paper"] == noise["epsilon_paper"] and "defense" not in metrics
+    assert f"ε {noise['epsilon_rdp']:.3g} (δ {noise['delta_paper']:.3g}) over rounds 1..1" in out, out
+    page = build_report([tmp_path / "run"])
+    assert "(RDP accountant)" in page and "for this one message" not in page  # the protocol's row, over its rounds
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[sweep]\nname = "p"\n[base]\nmodel = "lenet"\ndataset = "digits"\niterations = 1\n'
+                     'threads = 1\n[grid]\nprotocol = ["sketched-dp", "fedavg"]\n')
+    assert cli.main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--quiet"]) == 0
+    rows = {r["protocol"]: r for r in csv.DictReader(open(tmp_path / "sw" / "summary.csv"))}
+    assert float(rows["sketched-dp"]["epsilon_mean"]) == pytest.approx(noise["epsilon_rdp"], rel=1e-9)
+    assert rows["fedavg"]["epsilon_mean"] == ""

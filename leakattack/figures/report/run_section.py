@@ -386,10 +386,10 @@ def _run_setting(run: dict, derived: dict, m: RunMetrics) -> list[tuple[str, str
         rows.append(("seed search", found_text(m.seed_search)))
     if m.label_choice:  # how the labels were chosen where the rules read different ones, as the run's note says
         rows.append(("label choice", label_choice_line(m.label_choice).removeprefix("labels: ")))
-    if m.recorded("epsilon"):
-        rows.append(("privacy", _run_epsilon(m)))  # its text names ε: a row named ε read "ε ε = ..."
-    elif noise:
+    if noise:  # a DP protocol's run records its ε among the metrics too; this row says over which rounds
         rows.append(("privacy", _protocol_epsilon(noise, run.get("protocol_round"), run.get("protocol"))))
+    elif m.recorded("epsilon"):
+        rows.append(("privacy", _run_epsilon(m)))  # its text names ε: a row named ε read "ε ε = ..."
     if m.utility_acc is not None:
         steps, eps = m.extra.get("utility_steps"), m.extra.get("utility_epsilon")
         over = f" over its {steps} training steps" if steps else ""
