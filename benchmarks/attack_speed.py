@@ -69,7 +69,7 @@ from leakattack.attacks.gradient_matching import LOSS_UNIT, _Problem, match_loss
 from leakattack.attacks.lbfgs import History, two_loop_direction
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
-from leakattack.script import count, fraction, one_of, script_main, thread_count
+from leakattack.script import count, fraction, one_of, parser, script_main, thread_count
 from targets.oracle import restart_gradients
 from targets.victim import cpu_cores
 
@@ -700,7 +700,7 @@ SECTIONS = {"startup": startup_section, "lbfgs": lbfgs_section, "restarts": rest
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=count, default=300, help="L-BFGS steps per round")
     ap.add_argument("--restarts", type=count, default=8)
     ap.add_argument("--restart-steps", type=count, default=200,

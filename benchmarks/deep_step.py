@@ -34,7 +34,6 @@ the CPU columns then measure the host's share.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -49,7 +48,7 @@ from leakattack.attacks.priors.tv import total_variation
 from leakattack.config import RunConfig
 from leakattack.config.constraints import available_cores
 from leakattack.experiment import prepare
-from leakattack.script import count, index, one_of, script_main, thread_count
+from leakattack.script import count, index, one_of, parser, script_main, thread_count
 
 
 def cases(models: list[str]) -> list[tuple[str, dict]]:
@@ -148,7 +147,7 @@ def measure(label: str, fields: dict, threads: int, a) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--models", nargs="+", type=one_of(targets.list_models, "model", files=True),
                     default=["resnet20", "resnet18", "vit_small", "resnet50"])
     ap.add_argument("--steps", type=count, default=6, help="timed steps per round and loop")

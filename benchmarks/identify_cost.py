@@ -16,7 +16,6 @@ random images, the set the embedded photos at ``--image-size``.  Take timings al
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -27,7 +26,7 @@ import targets
 from leakattack.data import get_dataset
 from leakattack.metrics import feature_identification, identification
 from leakattack.metrics.identify import FEATURE_CHUNK
-from leakattack.script import count, one_of, script_main
+from leakattack.script import count, one_of, parser, script_main
 
 
 def floor(model, images: torch.Tensor, others: torch.Tensor) -> None:
@@ -41,7 +40,7 @@ def floor(model, images: torch.Tensor, others: torch.Tensor) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--models", nargs="+", type=one_of(targets.list_models, "model"), default=["resnet101", "vit_b_16"])
     ap.add_argument("--image-size", type=count, default=224)
     ap.add_argument("--rounds", type=count, default=3)

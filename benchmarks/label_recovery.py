@@ -46,7 +46,7 @@ from leakattack import data
 from leakattack.attacks.labels import LABEL_RULES, recover_labels_by_rule
 from leakattack.errors import UserError
 from leakattack.metrics import label_accuracy
-from leakattack.script import count, counts, fractions, one_of, positive, script_main, some_of, thread_count
+from leakattack.script import count, counts, fractions, one_of, parser, positive, script_main, some_of, thread_count
 from leakattack.seeds import torch_generator
 from leakattack.sketch import get_sketch, sketch_dim
 
@@ -145,7 +145,7 @@ def draw_batches(ds, B: int, trials: int, distinct: bool, seed: int = 0) -> list
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--trials", type=count, default=10)
     ap.add_argument("--batch-sizes", type=counts, default=None,
                     help=f"comma-separated batch sizes B (default: {','.join(map(str, BATCH_SIZES))}; with "

@@ -42,7 +42,7 @@ import targets
 from leakattack import data
 from leakattack.attacks import seed_search as ss
 from leakattack.errors import duration_text
-from leakattack.script import count, fraction, one_of, script_main, seed, some_of
+from leakattack.script import count, fraction, one_of, parser, script_main, seed, some_of
 from leakattack.sketch import get_sketch, list_sketches, sketch_dim
 
 RATIOS = (0.05, 0.2, 0.5)
@@ -174,7 +174,7 @@ def _timed(fn, arg) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__)
     p.add_argument("what", choices=("separation", "success", "cost"))
     p.add_argument("--models", type=some_of(targets.list_models, "model"), default="lenet,mlp")
     p.add_argument("--model", type=one_of(targets.list_models, "model"), default="lenet", help="success: the victim")

@@ -26,7 +26,6 @@ when other work shared the cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -37,7 +36,7 @@ import time
 
 import torch
 
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 from leakattack.sketch import get_sketch, kernels
 from leakattack.sketch.hadamard import hadamard_torch
 
@@ -197,7 +196,7 @@ def _load() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--reps", type=count, default=5, help="timed calls per row; the fastest counts")
     ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
                     help="run this section only (repeatable; default: all)")

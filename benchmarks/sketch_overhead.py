@@ -16,7 +16,6 @@ for a machine where they rebuild it by blocks.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
 import time
@@ -28,7 +27,7 @@ from leakattack import data
 from leakattack.attacks import GradientMatching, init_dummy
 from leakattack.channel import Channel
 from leakattack.observation import observe
-from leakattack.script import count, fraction, script_main, some_of, thread_count
+from leakattack.script import count, fraction, parser, script_main, some_of, thread_count
 from leakattack.sketch import get_sketch, list_sketches
 
 
@@ -43,7 +42,7 @@ def time_per_iteration(victim, sketch, x, labels, iters: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--ratio", type=fraction, default=0.5, help="b/d of every sketch, in (0, 1]")
     ap.add_argument("--iters", type=count, default=30)
     ap.add_argument("--rounds", type=count, default=5)

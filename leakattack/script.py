@@ -16,6 +16,7 @@ from .config.constraints import Cores, available_cores
 from .config.flags import threads_value
 from .constraints import MAX_SEED, read_float, read_int
 from .errors import UserError
+from .results.io import unwritable_folder
 
 
 def script_main(main: Callable[[], int | None]) -> NoReturn:
@@ -37,6 +38,51 @@ def script_main(main: Callable[[], int | None]) -> NoReturn:
         raise SystemExit(code or 0)
     print(f"{name}: error: {sentence}", file=sys.stderr)
     raise SystemExit(2)
+
+
+class _Defaults(argparse.HelpFormatter):
+    """Help that gives each option's default, where it has one its own help does not already name (an option
+    without help gets the default alone)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and not isinstance(action.default, bool)
+        if shown and action.option_strings and "default" not in text.lower():
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose options without help still show their default (argparse prints no help line for an
+    option without help, and so no default)."""
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if action.help is None and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = _Defaults("")._get_help_string(action)  # argparse prints no line for an empty help
+        return action
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser of a script or benchmark: its description the first paragraph of its docstring ``doc``
+    (whole sentences, not its first line alone), and every option's default in ``--help``."""
+    first = (doc or "").strip().split("\n\n")[0]
+    return _Parser(description=" ".join(first.split()), formatter_class=_Defaults)
+
+
+def out_file(text: str) -> Path:
+    """An argparse type: a file to write, in a folder that exists and that this process may write to, and not a
+    folder itself: checked before the script works, not when it saves its result."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file to write")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    if unwritable_folder(path) is not None:
+        raise argparse.ArgumentTypeError(f"'{path.parent}' is not a folder this process may write to")
+    return path
 
 
 def _integer(text: str, low: int) -> int:
@@ -177,5 +223,5 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "fraction", "fractions", "index", "one_of", "pattern", "port", "positive", "positives",
-           "script_main", "some_of", "thread_count", "threads_text", "weight_text"]
+__all__ = ["count", "counts", "fraction", "fractions", "index", "one_of", "out_file", "parser", "pattern", "port",
+           "positive", "positives", "script_main", "some_of", "thread_count", "threads_text", "weight_text"]

@@ -28,7 +28,7 @@ from leakattack.attacks import get_attack
 from leakattack.channel import Channel
 from leakattack.data import get_dataset
 from leakattack.observation import ThreatModel, observe
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 from leakattack.sketch import make_sketch
 
 EXACT_DB = 80.0
@@ -79,7 +79,7 @@ def batch_by_width(text: str) -> tuple[int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--act", default="relu", choices=["relu", "sigmoid", "tanh", "softplus", "gelu"],
                     help="mlp's hidden activation")
     ap.add_argument("--quick", action="store_true", help="one batch per setting, fewer settings")

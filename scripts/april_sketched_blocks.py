@@ -19,8 +19,6 @@ exact blocks when the patches are held near x^'s (Tikhonov: min ||G^T P - dF/dW|
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn.functional as F
 
@@ -32,7 +30,7 @@ from leakattack.config import RunConfig
 from leakattack.data import get_dataset
 from leakattack.experiment import prepare
 from leakattack.results import read_json
-from leakattack.script import script_main
+from leakattack.script import fractions, index, parser, script_main, seed
 from leakattack.sketch import make_sketch
 
 #: Tikhonov weights tried by ``--run`` (G's squared singular values span about 3e-10 to 2e-2 on vit_small)
@@ -109,10 +107,10 @@ def from_run(folder: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image-index", type=int, default=0)
-    ap.add_argument("--ratios", default="0.5,0.9,0.99")
-    ap.add_argument("--seed", type=int, default=1, help="sketch seed")
+    ap = parser(__doc__)
+    ap.add_argument("--image-index", type=index, default=0, help="the attacked photo")
+    ap.add_argument("--ratios", type=fractions, default="0.5,0.9,0.99", help="the sketches' b/d, each in (0, 1]")
+    ap.add_argument("--seed", type=seed, default=1, help="sketch seed")
     ap.add_argument("--run", help="a gradient-matching run folder of vit_small: start the closed form from it")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -143,7 +141,7 @@ def main() -> None:
           f"{float(g[idx].norm() / g.norm()):.3f} of ||g||; G's singular values {float(S[0]):.3g} to "
           f"{float(S[-1]):.3g}; unsketched PSNR {psnr(g):.1f} dB")
     print(f"structured unknowns: {structured_unknowns(victim, emb, cls)} (b = d/2 is {victim.d // 2})")
-    for ratio in (float(r) for r in args.ratios.split(",")):
+    for ratio in args.ratios:
         R = make_sketch("srht", victim.d, int(ratio * victim.d), seed=args.seed)
         y = R.apply(g)
         back = R.adjoint(y)

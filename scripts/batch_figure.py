@@ -11,7 +11,6 @@ reconstruction, its images in the order leakattack's matching assigns them to th
 PSNR.  Prints the same PSNRs.
 """
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -21,7 +20,7 @@ from leakattack.data import BATCH_DRAWS, batch_positions
 from leakattack.figures.common import plt, save, to_hwc
 from leakattack.metrics import match
 from leakattack.metrics.image import psnr
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 
 def load(path: str) -> torch.Tensor:
@@ -31,7 +30,7 @@ def load(path: str) -> torch.Tensor:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("rows", nargs="+", metavar="LABEL=FILE")
     ap.add_argument("--image-index", type=int, default=0)
     ap.add_argument("--batch-size", type=count, default=4)

@@ -16,14 +16,12 @@ is a model with running statistics (e.g. ``scripts/train_photo_victim.py``'s).
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import targets
 from leakattack.attacks.priors import bn_statistics_distance
 from leakattack.data import get_dataset
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 from targets.victim import batchnorm_input_moments, batchnorm_layers
 from targets.weights import load_weights
 
@@ -31,7 +29,7 @@ SIZES = (1, 3, 8, 16)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--weights", required=True, help="state_dict with BatchNorm running statistics")
     ap.add_argument("--model", default="resnet20")
     ap.add_argument("--draws", type=count, default=10, help="batches per size and kind")

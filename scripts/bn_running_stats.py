@@ -11,22 +11,20 @@ that batch's mean and unbiased variance), and saves the state_dict for
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import targets
 from leakattack.data import get_dataset
-from leakattack.script import script_main
+from leakattack.script import count, index, one_of, out_file, parser, script_main, seed
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--model", default="resnet20")
-    ap.add_argument("--first", type=int, default=1)
-    ap.add_argument("--last", type=int, default=50)
-    ap.add_argument("--seed", type=int, default=0, help="model seed (leakattack run's --seed)")
+    ap = parser(__doc__)
+    ap.add_argument("--out", type=out_file, required=True, help="state_dict file to write (its folder must exist)")
+    ap.add_argument("--model", type=one_of(targets.list_models, "model"), default="resnet20")
+    ap.add_argument("--first", type=index, default=1, help="the first photo")
+    ap.add_argument("--last", type=count, default=50, help="one past the last photo")
+    ap.add_argument("--seed", type=seed, default=0, help="model seed (leakattack run's --seed)")
     a = ap.parse_args()
     ds = get_dataset("photos")
     if not 0 <= a.first < a.last <= len(ds.images):

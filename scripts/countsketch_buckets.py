@@ -12,11 +12,9 @@ prints one line per b: the filled buckets of the linear hash (mean, min, and how
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from leakattack.script import count, fractions, script_main
+from leakattack.script import count, fractions, parser, script_main
 from leakattack.sketch import get_sketch
 from leakattack.sketch.countsketch import PRIME, poly_hash
 
@@ -28,7 +26,7 @@ def filled_degree3(d: int, b: int, seed: int) -> int:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--d", type=count, default=15826, help="columns (lenet at 32 px: 15826)")
     ap.add_argument("--ratios", type=fractions, default=[0.5, 0.25, 0.1], help="b/d, comma-separated")
     ap.add_argument("--seeds", type=count, default=200, help="seeds 0..N-1")

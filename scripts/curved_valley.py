@@ -20,7 +20,6 @@ On vit_small (3072 unknowns) J^T J takes 3-3.5 minutes of a 2-core CPU.  The lab
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -28,11 +27,11 @@ import torch
 from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import gram_rank, normal_equations, products, residual
-from leakattack.script import script_main
+from leakattack.script import parser, script_main
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--run", required=True, help="a run folder whose reconstruction.pt is the start")
     problem_flags(ap, "vit_small")
     ap.add_argument("--damping", type=float, nargs="*", default=[0.0, 1e-8, 1e-7, 1e-6],

@@ -21,7 +21,6 @@ Every step forms J (b x m numbers) in float64, so it runs where the attack's own
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, jacobian, residual
 from leakattack.metrics.uniqueness import rank_of
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 #: J is formed only up to this many numbers (8 bytes each: 1.6 GB)
 MAX_ENTRIES = 2 * 10**8
@@ -39,7 +38,7 @@ FLAT = 1e-3
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     problem_flags(ap, "lenet")
     ap.add_argument("--noise", type=float, nargs="*", default=[0.01, 0.03, 0.1],
                     help="standard deviations of the noise added to the input (default 0.01 0.03 0.1)")

@@ -18,7 +18,6 @@ the attack.  The labels are the truth's (give a run whose labels were read right
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -28,7 +27,7 @@ import torch
 from _problem import finished_run, prepared, problem_flags
 
 from leakattack.attacks.gauss_newton import halved_step, products, residual
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 
 def linearised(forward, x: torch.Tensor, labels, y: torch.Tensor):
@@ -41,7 +40,7 @@ def linearised(forward, x: torch.Tensor, labels, y: torch.Tensor):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("run", help="a run folder whose reconstruction.pt is the start")
     problem_flags(ap, "vit_small")
     ap.add_argument("--cg-steps", type=count, default=100, help="CGLS iterations per Gauss-Newton step")

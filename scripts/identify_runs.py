@@ -17,7 +17,6 @@ and exit status 2 at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -31,7 +30,7 @@ from leakattack.data import get_dataset
 from leakattack.errors import UserError
 from leakattack.experiment import prepare
 from leakattack.metrics import feature_identification, identification, in_range, match, mean_image
-from leakattack.script import script_main
+from leakattack.script import parser, script_main
 
 
 def identified(folder: Path) -> str:
@@ -83,7 +82,7 @@ def identified(folder: Path) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("runs", nargs="+", type=Path, help="run folders")
     a = ap.parse_args()
     failed = False

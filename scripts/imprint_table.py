@@ -12,12 +12,11 @@ expected alone in a bin if the bins held equal shares of the images ((1 - 1/K)^(
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from _runs import cli_run, print_table, run_jobs
 
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 #: (data set, model, batch size, bins, query, sketch, defense)
 RUNS = [("photos", "resnet18", b, k, "random", "none", "") for b in (8, 16, 32, 48) for k in (64, 256)] + \
@@ -47,7 +46,7 @@ def slug(run: tuple) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--out", required=True, help="folder for the attack runs")
     ap.add_argument("--jobs", type=count, default=1, help="runs at once, one thread each")
     a = ap.parse_args()

@@ -24,7 +24,6 @@ its budget and of its time limit); ``--no-choice`` prints the readings without t
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 import warnings
@@ -39,7 +38,7 @@ from leakattack.config import RunConfig
 from leakattack.data import BATCH_DRAWS, get_dataset, list_datasets
 from leakattack.experiment import prepare
 from leakattack.metrics import label_overlap
-from leakattack.script import count, fraction, index, one_of, script_main, some_of
+from leakattack.script import count, fraction, index, one_of, parser, script_main, some_of
 from leakattack.sketch import list_sketches
 
 
@@ -65,7 +64,7 @@ def train(model: str, dataset: str, steps: int, images: int, out: Path, params: 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--model", type=one_of(targets.list_models, "model", files=True), default="lenet")
     ap.add_argument("--dataset", type=one_of(list_datasets, "dataset"), default="digits")
     ap.add_argument("--weights", help="a trained state_dict or checkpoint (default: train one here)")

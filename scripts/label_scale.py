@@ -13,7 +13,6 @@ its output.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 
@@ -23,7 +22,7 @@ import defenses
 import targets
 from leakattack import Channel, ThreatModel, get_batch, get_dataset, get_sketch, observe
 from leakattack.attacks import labels
-from leakattack.script import count, counts, positives, script_main
+from leakattack.script import count, counts, parser, positives, script_main
 
 RULES = ("pooled", "llg-star", "bias", "ilrg")
 
@@ -34,7 +33,7 @@ def share(read: list[int], true: list[int]) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--batch-sizes", type=counts, default="1,4,8,16")
     ap.add_argument("--clips", type=positives, default="1,1e-3",
                     help="clip thresholds C (the default victim's ||g|| is about 24)")

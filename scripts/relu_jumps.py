@@ -14,22 +14,20 @@ ReLU crossing its threshold: L jumps there, and no derivative sees it.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from leakattack.attacks.gradient_matching import distance_to_unit, unit
 from leakattack.attacks.surrogate import relu_surrogate
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 LENGTHS = (1e-4, 1e-3, 1e-2, 1e-1, 0.3, 1.0)
 WIDTHS = (1e-3, 1e-2, 1e-1, 1.0)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--model", default="resnet20")
     ap.add_argument("--dataset", default="photos")
     ap.add_argument("--weights", default=None)

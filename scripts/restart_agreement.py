@@ -13,13 +13,11 @@ sets ``KINK`` in leakattack/attacks/gradient_matching.py.
 
 from __future__ import annotations
 
-import argparse
-
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--victims", default="resnet20,resnet18", help="models attacked on photo 0 (srht b/d = 0.01)")
     ap.add_argument("--weights", default=None, help="a checkpoint for the first victim (e.g. resnet20_photos.pt)")
     ap.add_argument("--starts", type=count, default=8, help="starts per batch")

@@ -16,14 +16,13 @@ survivors take the steps the pruned ones leave).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
-from leakattack.script import count, script_main, some_of
+from leakattack.script import count, parser, script_main, some_of
 
 CASES = {
     "lenet-adam": [(f"photo {i}", ["--model", "lenet", "--dataset", "photos", "--image-index", str(i),
@@ -54,7 +53,7 @@ def kept(m: dict) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--out", required=True, help="folder for the attack runs")
     ap.add_argument("--cases", type=some_of(lambda: CASES, "case"), default=",".join(CASES),
                     help=f"comma-separated, of {', '.join(CASES)}")

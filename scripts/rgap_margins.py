@@ -14,7 +14,6 @@ rule puts on the wrong side, and the run's PSNR and stop reason.
 
 from __future__ import annotations
 
-import argparse
 from unittest import mock
 
 import torch
@@ -23,7 +22,7 @@ from leakattack.attacks import rgap
 from leakattack.config import RunConfig
 from leakattack.experiment import prepare
 from leakattack.metrics.image import psnr
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 
 def margins(index: int, dtype: str) -> list[list]:
@@ -66,7 +65,7 @@ def margins(index: int, dtype: str) -> list[list]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--images", type=count, default=3, help="photos 0..N-1")
     a = ap.parse_args()
     print(f"| photo | dtype | layer | active | inactive: max abs(a) / se | active: min a / se | inactive: max abs(a) "

@@ -20,7 +20,7 @@ import torch
 import targets
 from leakattack.config.constraints import Cores
 from leakattack.config.params import ROUNDS
-from leakattack.script import count, one_of, script_main
+from leakattack.script import count, one_of, parser, script_main
 
 
 def _trainable() -> list[str]:
@@ -60,7 +60,7 @@ def _largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--model", type=one_of(_trainable, "trainable model"), default="resnet18")
     ap.add_argument("--rounds", type=_checked(ROUNDS, "rounds"), default=10)
     ap.add_argument("--threads", type=_checked(Cores(), "thread count"), default=2)

@@ -25,7 +25,6 @@ photographs).
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 
@@ -36,7 +35,7 @@ import torch.nn.functional as F
 import targets
 from leakattack.data import get_dataset
 from leakattack.data.embedded import PHOTO_NAMES
-from leakattack.script import count, script_main
+from leakattack.script import count, one_of, out_file, parser, positive, script_main, seed, thread_count
 
 #: defaults of the recipe (a few minutes on a 2-core CPU for resnet20)
 STEPS, BATCH, LR, SIZE = 200, 32, 0.05, 32
@@ -110,14 +109,14 @@ def train_photo_victim(model: str = "resnet20", steps: int = STEPS, batch: int =
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="state_dict file to write")
-    ap.add_argument("--model", default="resnet20")
+    ap = parser(__doc__)
+    ap.add_argument("--out", type=out_file, required=True, help="state_dict file to write (its folder must exist)")
+    ap.add_argument("--model", type=one_of(targets.list_models, "model"), default="resnet20")
     ap.add_argument("--steps", type=count, default=STEPS)
     ap.add_argument("--batch", type=count, default=BATCH)
-    ap.add_argument("--lr", type=float, default=LR)
-    ap.add_argument("--seed", type=int, default=0, help="model and crop seed (leakattack run's --seed)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--lr", type=positive, default=LR)
+    ap.add_argument("--seed", type=seed, default=0, help="model and crop seed (leakattack run's --seed)")
+    ap.add_argument("--threads", type=thread_count, default=None, help="torch threads, or all (default: torch's)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

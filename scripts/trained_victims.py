@@ -11,14 +11,13 @@ SRHT (b/d = 0.5).  Prints one markdown row per model, sketch and state.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from leakattack.script import count, script_main
+from leakattack.script import count, parser, script_main
 
 #: rounds of federated training per model and the attack settings left to the model's recipe otherwise
 SETTINGS = {
@@ -32,7 +31,7 @@ def leakattack(*args: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--out", required=True, help="folder for the training and attack runs")
     ap.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--images", type=count, default=3, help="digit images attacked per setting")

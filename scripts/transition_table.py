@@ -12,13 +12,12 @@ series.  For a batch, m counts the unknowns of every image, so b/m is b/(m B).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from leakattack.script import script_main
+from leakattack.script import fraction, parser, script_main
 
 
 def series_of(record: dict) -> tuple:
@@ -31,9 +30,9 @@ def series_of(record: dict) -> tuple:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("folder", type=Path)
-    ap.add_argument("--ssim", type=float, default=0.9, help="SSIM threshold (default 0.9)")
+    ap.add_argument("--ssim", type=fraction, default=0.9, help="SSIM threshold, in (0, 1] (default 0.9)")
     args = ap.parse_args()
     points: dict = defaultdict(lambda: defaultdict(list))
     walls: dict = defaultdict(list)
