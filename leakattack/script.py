@@ -85,6 +85,20 @@ def out_file(text: str) -> Path:
     return path
 
 
+def out_folder(text: str) -> Path:
+    """An argparse type: a folder to write runs into, made where it is not there: not a file, and under a folder this
+    process may write to, checked before the script runs anything."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no folder to write")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    blocked = unwritable_folder(path / "_")
+    if blocked is not None:
+        raise argparse.ArgumentTypeError(f"'{blocked}' is not a folder this process may write to")
+    return path
+
+
 def _integer(text: str, low: int) -> int:
     """``text`` as an integer of at least ``low``, else argparse's error naming the problem."""
     try:
@@ -223,5 +237,6 @@ def some_of(choices: Callable[[], Iterable[str]], what: str, files: bool = False
     return lambda text: [one(v) for v in text.split(",")]
 
 
-__all__ = ["count", "counts", "fraction", "fractions", "index", "one_of", "out_file", "parser", "pattern", "port",
-           "positive", "positives", "script_main", "some_of", "thread_count", "threads_text", "weight_text"]
+__all__ = ["count", "counts", "fraction", "fractions", "index", "one_of", "out_file", "out_folder", "parser",
+           "pattern", "port", "positive", "positives", "script_main", "some_of", "thread_count", "threads_text",
+           "weight_text"]

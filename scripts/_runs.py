@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable
 
-from leakattack.script import count, parser
+from leakattack.script import count, out_folder, parser
 
 
 def cli_run(folder: Path, args: list[str]) -> dict:
@@ -38,7 +38,7 @@ def run_jobs(jobs: list, one: Callable, workers: int) -> dict:
 def grid_arguments(doc: str, images: str = "images 0..N-1", figure: bool = False) -> argparse.Namespace:
     """The table scripts' command line: ``--out DIR [--images 3] [--jobs 1]`` (and ``[--figure FILE]``)."""
     ap = parser(doc)
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the attack runs")
     ap.add_argument("--images", type=count, default=3, help=images)
     ap.add_argument("--jobs", type=count, default=1, help="runs at once, one thread each")
     if figure:

@@ -20,7 +20,7 @@ from leakattack.data import BATCH_DRAWS, batch_positions
 from leakattack.figures.common import plt, save, to_hwc
 from leakattack.metrics import match
 from leakattack.metrics.image import psnr
-from leakattack.script import count, parser, script_main
+from leakattack.script import count, index, out_file, parser, script_main
 
 
 def load(path: str) -> torch.Tensor:
@@ -32,10 +32,10 @@ def load(path: str) -> torch.Tensor:
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("rows", nargs="+", metavar="LABEL=FILE")
-    ap.add_argument("--image-index", type=int, default=0)
+    ap.add_argument("--image-index", type=index, default=0, help="the batch's first photo")
     ap.add_argument("--batch-size", type=count, default=4)
     ap.add_argument("--batch-draw", default="consecutive", choices=BATCH_DRAWS, help="as leakattack run's")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=out_file, required=True, help="the figure's file (.png)")
     a = ap.parse_args()
     photos = get_dataset("photos")
     truth = get_batch(photos, a.image_index, a.batch_size, a.batch_draw)[0].float()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from _runs import run_jobs
 
-from leakattack.script import count, parser, pattern, script_main, threads_text, weight_text
+from leakattack.script import count, out_folder, parser, pattern, script_main, threads_text, weight_text
 
 MODEL = "resnet20"
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
@@ -93,7 +93,7 @@ def pm(values: list[float], fmt: str) -> str:
 
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--out", required=True, help="folder for the checkpoint and the attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the checkpoint and the attack runs")
     ap.add_argument("--iterations", type=count, default=None,
                     help="attack steps of every run (default: the recipe's budget, 24,000 steps or 8 minutes)")
     ap.add_argument("--images", type=count, default=3, help="photos 0..N-1 attacked per setting")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from _runs import cli_run, print_table, run_jobs
 
-from leakattack.script import count, parser, script_main
+from leakattack.script import count, out_folder, parser, script_main
 
 #: (data set, model, batch size, bins, query, sketch, defense)
 RUNS = [("photos", "resnet18", b, k, "random", "none", "") for b in (8, 16, 32, 48) for k in (64, 256)] + \
@@ -47,7 +47,7 @@ def slug(run: tuple) -> str:
 
 def main() -> None:
     ap = parser(__doc__)
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the attack runs")
     ap.add_argument("--jobs", type=count, default=1, help="runs at once, one thread each")
     a = ap.parse_args()
     out = Path(a.out)

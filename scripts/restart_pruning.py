@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from leakattack.script import count, parser, script_main, some_of
+from leakattack.script import count, out_folder, parser, script_main, some_of
 
 CASES = {
     "lenet-adam": [(f"photo {i}", ["--model", "lenet", "--dataset", "photos", "--image-index", str(i),
@@ -54,7 +54,7 @@ def kept(m: dict) -> int:
 
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the attack runs")
     ap.add_argument("--cases", type=some_of(lambda: CASES, "case"), default=",".join(CASES),
                     help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--restarts", type=count, default=8, help="R")

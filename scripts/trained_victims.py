@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from leakattack.script import count, parser, script_main
+from leakattack.script import count, out_folder, parser, script_main
 
 #: rounds of federated training per model and the attack settings left to the model's recipe otherwise
 SETTINGS = {
@@ -32,7 +32,7 @@ def leakattack(*args: str) -> None:
 
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--out", required=True, help="folder for the training and attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the training and attack runs")
     ap.add_argument("--models", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--images", type=count, default=3, help="digit images attacked per setting")
     a = ap.parse_args()

@@ -21,7 +21,7 @@ from _runs import run_jobs
 from bn_prior_table import draw_grid
 
 from leakattack.config.params import Duration
-from leakattack.script import count, parser, script_main
+from leakattack.script import count, out_folder, parser, script_main
 
 SKETCHES = {"none": ["--sketch", "none"], "srht 0.5": ["--sketch", "srht", "--sketch-ratio", "0.5"],
             "srht 0.01": ["--sketch", "srht", "--sketch-ratio", "0.01"]}
@@ -52,7 +52,7 @@ def folder_of(out: Path, recipe: str, sketch: str, image: int) -> Path:
 
 def main() -> int:
     ap = parser(__doc__)
-    ap.add_argument("--out", required=True, help="folder for the attack runs")
+    ap.add_argument("--out", type=out_folder, required=True, help="folder for the attack runs")
     ap.add_argument("--images", type=count, default=3, help="photos 0..N-1")
     ap.add_argument("--jobs", type=count, default=2, help="runs at once, one thread each")
     ap.add_argument("--time-limit", type=duration, default="5m", help="the dlg runs' --time-limit")

@@ -153,6 +153,9 @@ REFUSED = [
     ("scripts/bn_running_stats.py", ["--out", "."], "argument --out: '.' is a folder, not a file to write"),
     ("scripts/april_sketched_blocks.py", ["--image-index", "-5"], "argument --image-index: -5 is below 0"),
     ("scripts/april_sketched_blocks.py", ["--ratios", "0.5,2"], "argument --ratios: 2 is not in (0, 1]"),
+    ("scripts/imprint_table.py", ["--out", "/proc/x"], "argument --out: '/proc' is not a folder this process may"),
+    ("scripts/rgap_relu.py", ["--out", str(ROOT / "README.md")], "argument --out: '"),  # a file
+    ("scripts/batch_figure.py", ["a=b", "--out", "/proc/x.png"], "argument --out: '/proc' is not a folder this"),
     ("scripts/transition_table.py", ["results/sweeps/attack_families", "--ssim", "2"],
      "argument --ssim: 2 is not in (0, 1]"),
 ]
