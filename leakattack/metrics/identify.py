@@ -8,7 +8,7 @@ set's other images), and an attacker who holds the set, or a set of candidate ph
 the client holds: a leak that PSNR alone does not show.
 
 Here the score is the pixel distance (MSE on images in [0, 1]) and the candidates are the whole data set (up to
-:data:`IDENTIFY_SAMPLE` of its images, evenly spaced, with the truths always among them), a stricter test than the
+:data:`IDENTIFY_SAMPLE` of its images, evenly spaced, and the truths added to them), a stricter test than the
 images of the truth's own class that breaching's ``image_identifiability_precision`` compares.  Each true image gets
 the rank of its truth among the candidates by distance to its matched reconstruction (1: the nearest; an image at the
 same distance as the truth does not push it down), and IIP is the share of rank 1.  The baselines of the verdict (the
