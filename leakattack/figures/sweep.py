@@ -462,8 +462,10 @@ def _first_repetition(recs: list[dict]) -> tuple[list[dict], str]:
 
 
 def _level_order(s: str):
+    """The sort key of a strength level (JSON text): numbers ascending, then the others, which a stable sort keeps
+    in the order they come in (the grid's: a defense's "none" first where the grid lists it first)."""
     v = _axis(json.loads(s))
-    return (v is None, v or 0, s)
+    return (v is None, v or 0)
 
 
 def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict | None = None,
@@ -484,7 +486,7 @@ def reconstruction_grid(folder, records: list[dict], strength: str, meta: dict |
             if pt.exists() and (lv, img) not in cell:
                 cell[(lv, img)] = (load_point_images(pt), r["metrics"], r["params"].get("batch_size", 1))
         if cell:
-            levels = sorted({lv for lv, _ in cell}, key=_level_order)
+            levels = sorted(dict.fromkeys(lv for lv, _ in cell), key=_level_order)  # in grid order where equal
             blocks.append((series, levels, sorted({im for _, im in cell}), cell, rep_note))
     if not blocks:
         return []

@@ -1111,3 +1111,30 @@ def test_the_attack_row_names_what_the_search_minimised_and_how_it_stepped(tmp_p
     row = build_report([folder]).split("<th>attack</th>")[1].split("</tr>")[0]
     assert ("recipe ig: adam (step 0.025), objective cosine, schedule step, signed steps, TV 0.02, prior bn:0.001, "
             "box [0, 1], in float32, budget ") in row, row
+
+
+def test_a_sweep_of_the_identity_sketch_keeps_its_summary_and_figures_and_its_text_levels_in_grid_order(tmp_path,
+                                                                                                         capsys):
+    """summary.csv writes an identity sketch's b/d as 1 whatever its grid says, and the report read that as a summary
+    of other points: it left out summary.csv and every figure. A Laplace setting's paper ε, empty in summary.csv,
+    read ∞; text levels (defenses) were sorted alphabetically, "none" among them, not in the grid's order."""
+    from leakattack.figures.sweep import _level_order
+
+    (tmp_path / "d.toml").write_text('[sweep]\nname = "d"\n[base]\nmodel = "lenet"\ndataset = "digits"\n'
+                                     'iterations = 1\nthreads = 1\n[grid]\nsketch = ["none"]\nsketch_ratio = [0.5]\n'
+                                     'defense = ["none", "laplace:b=1e-3", "clip:C=1"]\n')
+    folder = tmp_path / "d"
+    assert cli.main(["sweep", str(tmp_path / "d.toml"), "--quiet", "--out", str(folder)]) == 0
+    capsys.readouterr()
+    text = build_report([folder])
+    assert "summary.csv is left out" not in text and "figures/ are left out" not in text
+    figures = text.split("<h3>Figures</h3>")[1].split("<h3>")[0]
+    assert figures.count("<img") >= 1
+    table = text.split("<h3>Summary</h3>")[1].split("<h3>")[0]
+    laplace = table.split("laplace:b=1e-3")[1].split("</tr>")[0]
+    cells = [c.split("</span>")[0] for c in laplace.split("<td><span class=v>")[1:]]
+    assert "∞" in cells and "–" in cells  # its ε has no bound; its paper ε, which the paper has no formula for, none
+    grid = text.split("<h3>Reconstructions</h3>")[1].split("<h3>")[0]
+    assert grid.index("none") < grid.index("laplace") < grid.index("clip")
+    levels = ['"none"', '"laplace:b=1e-3"', '"clip:C=1"', "0.5", "0.1"]
+    assert sorted(dict.fromkeys(levels), key=_level_order) == ["0.1", "0.5", *levels[:3]]

@@ -39,7 +39,7 @@ from ...results import (
     unplanned,
 )
 from ...results.io import csv_cell
-from ...results.store import read_results, warn_torn
+from ...results.store import read_results, summary_value, warn_torn
 from ..sweep import (
     MAX_GRID_BLOCKS,
     SWEEP_FIGURES,
@@ -303,8 +303,9 @@ SHARE_COLUMNS = ("rebuilt", "rebuilt_images", "one_metric_ahead")
 def summary_matches(rows: list[dict], records: list[dict]) -> bool:
     """Whether summary.csv's rows summarise these records: a row per setting, in order, with the setting's grid
     values and its count of finished points (a summary of an earlier plan's settings, left where drawing was cut
-    short, can have as many rows and points)."""
-    groups = group_settings(records)
+    short, can have as many rows and points).  The records' grid values are read as summary.csv writes them
+    (:func:`with_grid_values`: an identity sketch's b/d is 1 whatever its grid says)."""
+    groups = group_settings(with_grid_values(records))
     if not records or len(rows) != len(groups):
         return False
     return all(row["n"] == len(recs) and all(row.get(k) == _as_stored(v) for k, v in setting)
@@ -329,7 +330,7 @@ def _summary_note(stored: list[dict] | None, records: list[dict], current: bool,
     if stored is None:
         return "summary.csv not found: the table summarises results.jsonl."
     counted = sum(r["n"] for r in stored)
-    if counted == len(records) and len(stored) == len(group_settings(records)):
+    if counted == len(records) and len(stored) == len(group_settings(with_grid_values(records))):
         return ("summary.csv is left out: its rows are not the settings of the points results.jsonl holds (an "
                 "earlier grid's, left where drawing was cut short); the table summarises results.jsonl.")
     return (f"summary.csv is left out: it counts {counted} point{'s' if counted != 1 else ''} in {len(stored)} "
@@ -357,7 +358,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
     varying = [c for c in plain if c not in shared and not (templated and c == "defense")]
     stems = [s for s in stems if any(r.get(f"{s}_mean") is not None for r in rows)]
-    groups = list(group_settings(records).values())
+    groups = list(group_settings(with_grid_values(records)).values())  # as summary.csv's rows group them
     unbounded = [all(_no_guarantee(p["metrics"]) for p in g) for g in groups] if len(groups) == len(rows) else \
         [False] * len(rows)
     if any(unbounded) and "epsilon" not in stems:  # every setting's ε infinite: an older summary has no ε column
@@ -383,8 +384,10 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             # a spread of rounding error (ε is the same at every point of a setting: 2e-15) reads as none
             flat = isinstance(std, float) and isinstance(mean, float) and abs(std) <= 1e-9 * abs(mean)
             spread = f" <span class=v>± {'0' if flat else _num(std, 2, 'g')}</span>" if std is not None else ""
-            infinite = s in INFINITE_WITHOUT_GUARANTEE and (
-                (mean is None and unbounded[i]) or mean == math.inf)
+            # an older summary.csv left an ε without a bound empty: ∞ where each point's is, as summary.csv counts it
+            # now (a Laplace setting's paper ε stays empty: the paper has no formula for it)
+            infinite = s in INFINITE_WITHOUT_GUARANTEE and (mean == math.inf or (mean is None and unbounded[i] and all(
+                summary_value(p["metrics"], s) == math.inf for p in groups[i])))
             said_infinite |= infinite
             # a paper ε outside the paper's conditions, at the setting's mean or at any of its points
             points = [p["metrics"].get(s) for p in groups[i]] if len(groups) == len(rows) else []
@@ -524,9 +527,10 @@ def _recon_grid(folder: Path, records: list[dict], meta: dict) -> str:
 
 
 def _level_key(text: str):
+    """Numbers ascending, then the other levels in the order they come in (the grid's; the sort is stable)."""
     v = json.loads(text)
     number = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return (not number, v if number else 0, text)
+    return (not number, v if number else 0)
 
 
 def _img_cell(x) -> str:
