@@ -216,19 +216,29 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     objective = shared("objective", "l2")
     if objective is not _VARIES:
         parts.append({"l2": "L2 objective", "cosine": "cosine objective"}.get(objective, f"objective {objective}"))
-    tv = shared("tv", 0.0)
-    if tv is not _VARIES:
-        parts.append("no prior" if not tv else f"TV {_num(tv)}")
+    tv, priors = shared("tv", 0.0), shared("priors", [])
+    template = base.get("priors")
+    if isinstance(template, list) and any("{" in str(p) for p in template) and _VARIES in (tv, priors):
+        # priors written with {placeholders} (a run reads tv:{w} as its TV weight): their template from [base]
+        parts.append(_templated("prior" + ("s " if len(template) > 1 else " ") + ", ".join(map(str, template))))
+    elif tv is not _VARIES and priors is not _VARIES:
+        named = ([f"TV {_num(tv)}"] if tv else []) + [str(p) for p in priors or []]
+        parts.append(_templated("prior" + ("s " if len(named) > 1 else " ") + ", ".join(named)) if named
+                     else "no prior")
     defense = shared("defense", "")
     if defense is _VARIES and isinstance(base.get("defense"), str):
         defense = base["defense"]
     if defense is not _VARIES:
-        if defense and "{" in defense:  # a template: each {name} is the value of the grid key name
-            names = re.findall(r"\{(\w+)\}", defense)
-            defense = re.sub(r"\{(\w+)\}", lambda m: "<" + m.group(1) + ">", defense) + \
-                f" ({', '.join(dict.fromkeys(names))} varied)"
-        parts.append(f"defense {defense}" if defense else "no defense")
+        parts.append(_templated(f"defense {defense}") if defense else "no defense")
     return _SEP.join(parts)
+
+
+def _templated(text: str) -> str:
+    """``text`` with each ``{name}`` of a template shown as ``<name>``, and the names varied said after it."""
+    names = re.findall(r"\{(\w+)\}", text)
+    if not names:
+        return text
+    return re.sub(r"\{(\w+)\}", lambda m: "<" + m.group(1) + ">", text) + f" ({', '.join(dict.fromkeys(names))} varied)"
 
 
 _VARIES = object()

@@ -201,3 +201,18 @@ def test_the_shared_setting_names_the_data_set_the_points_attacked(params, said)
     set their training folder names."""
     records = [{"params": {**params, "protocol_round": t}, "metrics": {}} for t in (1, 2)]
     assert sweep_module.context(records).split(" · ")[0] == said
+
+
+def test_the_shared_setting_names_priors_written_with_a_placeholder():
+    """`priors = ["tv:{w}"]` with w in the grid: the title and the report's shared setting named no prior at all
+    (not even "no prior"), where a defense template is shown with its placeholders."""
+    meta = {"base": {"priors": ["tv:{w}"], "defense": "clip:C=1,gaussian:z={z}@after_sketch"}}
+    records = [{"params": {"model": "lenet", "dataset": "digits", "tv": w, "priors": [], "defense": f"clip:C=1,"
+                           f"gaussian:z={z}@after_sketch"}, "grid": {"w": w, "z": z}, "metrics": {}}
+               for w in (0.01, 0.1) for z in (0.0, 1.0)]
+    parts = sweep_module.context(records, meta).split(" · ")
+    assert "prior tv:<w> (w varied)" in parts and "defense clip:C=1,gaussian:z=<z>@after_sketch (z varied)" in parts
+    one = sweep_module.context(records[:2], meta).split(" · ")  # w = 0.01 alone: the weight the points share
+    assert "prior TV 0.01" in one
+    plain = [{"params": {"model": "lenet", "dataset": "digits", "priors": ["tv:0.1", "bn:0.01"]}, "metrics": {}}]
+    assert "priors tv:0.1, bn:0.01" in sweep_module.context(plain).split(" · ")

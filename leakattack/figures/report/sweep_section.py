@@ -555,7 +555,7 @@ def _sweep_machine(records: list[dict]) -> list[tuple[str, str]]:
 def _short(v) -> str:
     if isinstance(v, float):
         return f"{v:g}"
-    if v is None:
+    if v is None or v == "":  # an empty cell of summary.csv (no defense) reads as the records' None does
         return "–"
     if isinstance(v, (list, dict)):
         return json.dumps(v)
