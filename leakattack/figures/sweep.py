@@ -772,13 +772,22 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
         colors = _draw_lines(ax, lines, labels, marked, metric=name)
         baselines |= _draw_baselines(ax, records, x_of, name, lambda r: series_of(r, keys), colors)
         if name == "psnr":
+            marks: dict = {}  #: batch size -> (mean PSNR, b/(m B)) of each series there
             for pts in lines.values():
                 for x, mean, _std, _n, part in pts:
                     ratio = [r["metrics"]["b"] / r["metrics"]["unknowns"] for r in part
                              if r["metrics"].get("b") and r["metrics"].get("unknowns")]
-                    if ratio:
-                        ax.annotate(f"{sum(ratio) / len(ratio):.2g}", (x, mean), textcoords="offset points",
-                                    xytext=(3, 4), fontsize=6, color="dimgrey")
+                    if ratio and math.isfinite(mean):
+                        marks.setdefault(x, []).append((mean, f"{sum(ratio) / len(ratio):.2g}"))
+            for x, found in marks.items():
+                # the series at one B, highest first: the first label above its point, the next ones below theirs,
+                # a line apart, so that points close together keep their labels apart; left of the last B's points
+                # (the right edge)
+                last = x == max(marks)
+                for k, (mean, text) in enumerate(sorted(found, key=lambda m: -m[0])):
+                    ax.annotate(text, (x, mean), textcoords="offset points", xytext=(-4 if last else 3, 4 - 8 * k),
+                                ha="right" if last else "left", va="bottom" if k == 0 else "top", fontsize=6,
+                                color="dimgrey")
             ax.text(0.99, 0.99, "numbers at points: b/(m·B)", transform=ax.transAxes, ha="right", va="top",
                     fontsize=7, color="dimgrey")
         ax.set_xscale("log", base=2)

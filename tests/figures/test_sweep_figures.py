@@ -182,6 +182,27 @@ def test_a_batch_size_grid_draws_psnr_against_b_with_numbers_per_unknown_marked(
     assert marks == sorted([f"{50 / (64 * b):.2g}" for b in (1, 2, 4, 8)] * 2)
 
 
+def test_the_numbers_at_close_points_of_a_batch_figure_stay_apart_and_inside_the_panel(tmp_path, drawn):
+    """Two series 0.1 dB apart: their b/(m*B) labels were drawn over each other, and those of the largest B ran past
+    the panel's right edge."""
+    pts = [{"sketch_ratio": r, "batch_size": b} for r in (0.25, 1.0) for b in (1, 2)]
+    fake_sweep(tmp_path, pts, psnr_of=lambda g: 10 - g["batch_size"] + 0.1 * g["sketch_ratio"], strength="batch_size")
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for rec in lines:
+        rec["metrics"].update(unknowns=64 * rec["params"]["batch_size"], label_acc=1.0)
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    sweep_figures(tmp_path)
+    fig = drawn["metrics_vs_batch"]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text()[0].isdigit()]
+    assert len(boxes) == 4
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
 def test_series_that_each_hold_one_batch_size_are_not_drawn_against_it(tmp_path, drawn):
     """A table of batches of four beside tables of one image (examples/attack_families.toml): no series varies B, so
     no figure against it, and a note says why; beside a series that does vary it, only that one is drawn."""
