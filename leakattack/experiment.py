@@ -581,7 +581,8 @@ def execute(p: Prepared, progress: bool = False, with_lpips: bool = True, interr
     wall_s = time.perf_counter() - t0  # the attack, its scores and the baselines'
     seed_search = case.obs.extra.get("seed_search")  # the attacker's R came from a seed search
     # epsilon/delta of the message, test accuracy under the defense
-    privacy = privacy_metrics(cfg, case.obs) if cfg.defense or cfg.utility else {}
+    # "none" is no defense, as "" is: no privacy report (a sweep takes the two for one point)
+    privacy = privacy_metrics(cfg, case.obs) if defenses.build(cfg.defense or "").spec or cfg.utility else {}
     privacy.pop("seed_search", None)  # the observation's entries are among them: the search has its field
     privacy.update(protocol_epsilon(cfg, case))
     if case.obs.extra.get("message_zero"):  # with or without a defense: every value of the message is 0

@@ -319,3 +319,17 @@ def test_the_notes_after_a_pruned_or_rounded_run_name_only_what_would_change_som
     m, err = json.loads((out / "metrics.json").read_text()), capsys.readouterr().err
     assert m["noise_share_of"] == "noise" and m["noise_share"] < 0.01 <= m["noise_distortion"], m
     assert f"note: {ROUNDING_RECIPE_NOTE}" in err, err
+
+
+def test_defense_none_records_what_no_defense_records(tmp_path):
+    """--defense none recorded a privacy report (ε ∞, 'no Gaussian noise') where the same run without the flag
+    records none, and a sweep, which takes the two for one point, kept whichever ran first."""
+    import json
+
+    from leakattack import cli
+
+    for name, flags in (("none", ["--defense", "none"]), ("plain", [])):
+        assert cli.main(["run", "--model", "lenet", "--dataset", "digits", "--iterations", "1", "--quiet",
+                         "--no-lpips", "--threads", "1", *flags, "--out", str(tmp_path / name)]) == 0
+    keys = [set(json.loads((tmp_path / n / "metrics.json").read_text())) for n in ("none", "plain")]
+    assert keys[0] == keys[1] and "epsilon" not in keys[0] and "privacy_note" not in keys[0]
