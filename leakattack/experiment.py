@@ -419,17 +419,24 @@ def _warn_defense_settings(cfg: RunConfig, case) -> None:
 
 def protocol_epsilon(cfg: RunConfig, case) -> dict:
     """A DP protocol's guarantee over rounds 1..its round (``Protocol.privacy``, config.json's
-    ``derived.sketch.privacy``) under the keys a defended run records its own in: ``epsilon`` (the accountant's; null
-    where its δ reaches 1, with a ``privacy_note`` saying so), ``delta``, ``epsilon_paper`` and ``delta_paper``, so
-    that a sweep's summary.csv and figures read it as they read a defense's.  Empty without a protocol's noise."""
+    ``derived.sketch.privacy``) under the keys a defended run records its own in: ``epsilon`` (the accountant's, at
+    the sensitivity that bounds the message: privsgd's rescaled one at 2L, ``epsilon_rdp_normalised``; null where its
+    δ reaches 1), ``delta``, ``epsilon_paper`` and ``delta_paper``, and a ``privacy_note`` where ε needs one, so that
+    a sweep's summary.csv and figures read it as they read a defense's.  Empty without a protocol's noise."""
     noise = (case.encoder or {}).get("privacy") if cfg.protocol else None
     if not isinstance(noise, dict) or noise.get("sigma") is None:
         return {}
-    out = {"epsilon": noise.get("epsilon_rdp"), "delta": noise.get("delta_paper"),
-           "epsilon_paper": noise.get("epsilon_paper"), "delta_paper": noise.get("delta_paper")}
+    rescaled = "epsilon_rdp_normalised" in noise  # privsgd: s_t depends on the data, so only 2L bounds its message
+    out = {"epsilon": noise.get("epsilon_rdp_normalised" if rescaled else "epsilon_rdp"),
+           "delta": noise.get("delta_paper"), "epsilon_paper": noise.get("epsilon_paper"),
+           "delta_paper": noise.get("delta_paper")}
     if out["epsilon"] is None:
         out["privacy_note"] = (f"the accountant's δ of the {cfg.protocol} protocol's noise reaches 1 over rounds "
                                f"1..{cfg.protocol_round}: nothing is bounded")
+    elif rescaled and isinstance(noise.get("epsilon_rdp"), (int, float)):
+        out["privacy_note"] = (f"at the rescaling's sensitivity 2L (s_t depends on the data); the per-record "
+                               f"sensitivity the paper takes gives ε {noise['epsilon_rdp']:.3g}, which the "
+                               "rescaled message does not guarantee")
     return out
 
 

@@ -16,7 +16,7 @@ from .config.constraints import Cores, available_cores
 from .config.flags import threads_value
 from .constraints import MAX_SEED, read_float, read_int
 from .errors import UserError
-from .results.io import unwritable_folder
+from .results.io import writable_out
 
 
 def script_main(main: Callable[[], int | None]) -> NoReturn:
@@ -40,16 +40,26 @@ def script_main(main: Callable[[], int | None]) -> NoReturn:
     raise SystemExit(2)
 
 
+#: a help text that states its option's default already: "(default 0.9)", "(default: the recipe's)"
+_STATES_DEFAULT = re.compile(r"\(default\b|\bdefault:", re.IGNORECASE)
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` adds the option's default: an option whose default is a value (not None, not a flag's
+    False, not suppressed; 0 is a value) and whose help does not state it already."""
+    default = action.default
+    if default is None or default is argparse.SUPPRESS or isinstance(default, bool) or not action.option_strings:
+        return False
+    return not _STATES_DEFAULT.search(action.help or "")
+
+
 class _Defaults(argparse.HelpFormatter):
-    """Help that gives each option's default, where it has one its own help does not already name (an option
+    """Help that gives each option's default, where it has one its own help does not already state (an option
     without help gets the default alone)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        shown = action.default not in (None, False, argparse.SUPPRESS) and not isinstance(action.default, bool)
-        if shown and action.option_strings and "default" not in text.lower():
-            text += (" " if text else "") + "(default: %(default)s)"
-        return text
+        return text + (" " if text else "") + "(default: %(default)s)" if _shows_default(action) else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,8 +68,8 @@ class _Parser(argparse.ArgumentParser):
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
-        if action.help is None and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
-            action.help = _Defaults("")._get_help_string(action)  # argparse prints no line for an empty help
+        if action.help is None and _shows_default(action):
+            action.help = "(default: %(default)s)"
         return action
 
 
@@ -70,33 +80,28 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     return _Parser(description=" ".join(first.split()), formatter_class=_Defaults)
 
 
+def _written(text: str, file: str | None) -> Path:
+    """``text`` where :func:`leakattack.results.io.writable_out` takes it as the command line's ``--out`` (a
+    ``file`` of that kind, or a folder with None), else argparse's error with its sentence."""
+    try:
+        return writable_out(text, file, said=f"'{text}'")
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def out_file(text: str) -> Path:
-    """An argparse type: a file to write, in a folder that exists and that this process may write to, and not a
-    folder itself: checked before the script works, not when it saves its result."""
-    path = Path(text)
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no file to write")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write")
+    """An argparse type: a file to write, as ``--out`` of a command takes one, in a folder that exists: checked
+    before the script works, not when it saves its result."""
+    path = _written(text, Path(text).suffix or "result")
     if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
-    if unwritable_folder(path) is not None:
-        raise argparse.ArgumentTypeError(f"'{path.parent}' is not a folder this process may write to")
+        raise argparse.ArgumentTypeError(f"the folder of '{text}' does not exist")
     return path
 
 
 def out_folder(text: str) -> Path:
-    """An argparse type: a folder to write runs into, made where it is not there: not a file, and under a folder this
-    process may write to, checked before the script runs anything."""
-    path = Path(text)
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no folder to write")
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
-    blocked = unwritable_folder(path / "_")
-    if blocked is not None:
-        raise argparse.ArgumentTypeError(f"'{blocked}' is not a folder this process may write to")
-    return path
+    """An argparse type: a folder to write runs into (made where it is not there), as ``--out`` of a command takes
+    one, checked before the script runs anything."""
+    return _written(text, None)
 
 
 def _integer(text: str, low: int) -> int:

@@ -21,7 +21,7 @@ from leakattack.script import count, index, one_of, out_file, parser, script_mai
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--out", type=out_file, required=True, help="state_dict file to write (its folder must exist)")
-    ap.add_argument("--model", type=one_of(targets.list_models, "model"), default="resnet20")
+    ap.add_argument("--model", type=one_of(targets.list_models, "model", files=True), default="resnet20")
     ap.add_argument("--first", type=index, default=1, help="the first photo")
     ap.add_argument("--last", type=count, default=50, help="one past the last photo")
     ap.add_argument("--seed", type=seed, default=0, help="model seed (leakattack run's --seed)")

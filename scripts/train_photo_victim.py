@@ -111,7 +111,7 @@ def train_photo_victim(model: str = "resnet20", steps: int = STEPS, batch: int =
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--out", type=out_file, required=True, help="state_dict file to write (its folder must exist)")
-    ap.add_argument("--model", type=one_of(targets.list_models, "model"), default="resnet20")
+    ap.add_argument("--model", type=one_of(targets.list_models, "model", files=True), default="resnet20")
     ap.add_argument("--steps", type=count, default=STEPS)
     ap.add_argument("--batch", type=count, default=BATCH)
     ap.add_argument("--lr", type=positive, default=LR)

@@ -142,20 +142,21 @@ REFUSED = [
     ("scripts/bn_prior_table.py", ["--out", "OUT", "--prior-weight", "x"],
      "argument --prior-weight: 'x' is not a number"),
     # a file to write is checked before the work (a training's minutes were lost at torch.save, in a traceback)
-    ("scripts/train_photo_victim.py", ["--out", "/proc/x.pt"], "argument --out: '/proc' is not a folder this process "
-                                                               "may write to"),
+    ("scripts/train_photo_victim.py", ["--out", "/proc/x.pt"], "argument --out: '/proc/x.pt' cannot be written: "
+                                                               "'/proc' is not a writable folder"),
     ("scripts/train_photo_victim.py", ["--out", "OUT/x.pt"], "argument --out: the folder of "),
     ("scripts/train_photo_victim.py", ["--out", "x.pt", "--lr", "-1"], "argument --lr: -1 is not a positive finite"),
     ("scripts/train_photo_victim.py", ["--out", "x.pt", "--threads", "-1"],
      "argument --threads: thread count must be an integer of at least 1, got -1"),
     ("scripts/train_photo_victim.py", ["--out", "x.pt", "--model", "nosuch"], "argument --model: unknown model"),
-    ("scripts/bn_running_stats.py", ["--out", "/proc/x.pt"], "argument --out: '/proc' is not a folder this process"),
-    ("scripts/bn_running_stats.py", ["--out", "."], "argument --out: '.' is a folder, not a file to write"),
+    ("scripts/bn_running_stats.py", ["--out", "/proc/x.pt"], "'/proc' is not a writable folder"),
+    ("scripts/bn_running_stats.py", ["--out", "."], "argument --out: '.' is a folder; name a result file"),
     ("scripts/april_sketched_blocks.py", ["--image-index", "-5"], "argument --image-index: -5 is below 0"),
     ("scripts/april_sketched_blocks.py", ["--ratios", "0.5,2"], "argument --ratios: 2 is not in (0, 1]"),
-    ("scripts/imprint_table.py", ["--out", "/proc/x"], "argument --out: '/proc' is not a folder this process may"),
+    ("scripts/imprint_table.py", ["--out", "/proc/x"], "argument --out: '/proc/x' cannot be written: '/proc' is not"),
     ("scripts/rgap_relu.py", ["--out", str(ROOT / "README.md")], "argument --out: '"),  # a file
-    ("scripts/batch_figure.py", ["a=b", "--out", "/proc/x.png"], "argument --out: '/proc' is not a folder this"),
+    ("scripts/batch_figure.py", ["a=b", "--out", "/proc/x.png"], "'/proc' is not a writable folder"),
+    ("scripts/rgap_relu.py", ["--out", "."], "argument --out: '.' is the current folder or holds it"),
     ("scripts/transition_table.py", ["results/sweeps/attack_families", "--ssim", "2"],
      "argument --ssim: 2 is not in (0, 1]"),
 ]

@@ -220,11 +220,14 @@ def context(records: list[dict], meta: dict | None = None) -> str:
     template = base.get("priors")
     if isinstance(template, list) and any("{" in str(p) for p in template) and _VARIES in (tv, priors):
         # priors written with {placeholders} (a run reads tv:{w} as its TV weight): their template from [base]
-        parts.append(_templated("prior" + ("s " if len(template) > 1 else " ") + ", ".join(map(str, template))))
+        named = [str(p) for p in template]
+    else:  # what the points share of the two: a TV weight, the list of priors (what varies is left to the legend)
+        named = ([f"TV {_num(tv)}"] if tv is not _VARIES and tv else []) + (
+            [str(p) for p in priors or []] if priors is not _VARIES else [])
+    if named:
+        parts.append(_templated("prior" + ("s " if len(named) > 1 else " ") + ", ".join(named)))
     elif tv is not _VARIES and priors is not _VARIES:
-        named = ([f"TV {_num(tv)}"] if tv else []) + [str(p) for p in priors or []]
-        parts.append(_templated("prior" + ("s " if len(named) > 1 else " ") + ", ".join(named)) if named
-                     else "no prior")
+        parts.append("no prior")
     defense = shared("defense", "")
     if defense is _VARIES and isinstance(base.get("defense"), str):
         defense = base["defense"]
@@ -625,7 +628,10 @@ def metrics_vs_strength(folder, records: list[dict], strength: str, meta: dict |
         if name == "ssim":
             ax.axhline(SSIM_BORDER, color="grey", lw=0.8, ls=":")
         if name == "epsilon":
-            ax.set_yscale("log")
+            drawn = [v for r in records if isinstance(v := r["metrics"].get("epsilon"), (int, float))
+                     and math.isfinite(v)]
+            # a log axis, but not for an ε of 0 (a DP protocol's first rounds can read 0): it has no place there
+            ax.set_yscale("log" if drawn and min(drawn) > 0 else "linear")
             # a log axis has no ∞: the points without a DP bound (no noise, or noise with no bound on what it is
             # added to) are named, not left out unsaid
             unbounded = list(dict.fromkeys(_num(r["grid"].get(strength)) for r in records

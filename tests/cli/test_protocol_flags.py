@@ -334,3 +334,25 @@ def test_a_dp_protocols_epsilon_is_in_metrics_and_in_a_sweeps_summary(tmp_path, 
     rows = {r["protocol"]: r for r in csv.DictReader(open(tmp_path / "sw" / "summary.csv"))}
     assert float(rows["sketched-dp"]["epsilon_mean"]) == pytest.approx(noise["epsilon_rdp"], rel=1e-9)
     assert rows["fedavg"]["epsilon_mean"] == ""
+
+
+def test_privsgd_records_the_epsilon_its_rescaled_message_is_bounded_by(tmp_path):
+    """privsgd's message s_t Φ_t g is rescaled by a factor that depends on the data: only the rescaling's
+    sensitivity 2L bounds it. metrics.json's ε is that one (the paper's per-record one is named in privacy_note)."""
+    assert cli.main(RUN + ["--protocol", "privsgd", "--out", str(tmp_path / "run")]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    noise = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["sketch"]["privacy"]
+    assert metrics["epsilon"] == noise["epsilon_rdp_normalised"] > noise["epsilon_rdp"]
+    assert "sensitivity 2L" in metrics["privacy_note"] and f"{noise['epsilon_rdp']:.3g}" in metrics["privacy_note"]
+
+
+@pytest.mark.parametrize("protocol,marked", [("sketched-dp", True), ("privsgd", False), (None, True)])
+def test_a_sweeps_paper_epsilon_is_marked_not_a_bound_only_where_its_formula_bounds_only_below_one(protocol, marked):
+    from leakattack.figures.report.shared import NOT_A_BOUND_MARK
+    from leakattack.figures.report.sweep_section import _summary_table
+
+    records = [{"key": str(t), "grid": {"protocol_round": t}, "params": {"model": "lenet", "sketch": "srht",
+                                                                        "protocol": protocol},
+                "metrics": {"psnr": 9.0, "ssim": 0.1, "d": 10, "b": 5, "epsilon": 0.2, "delta": 1e-5,
+                            "epsilon_paper": 2.0 * t, "delta_paper": 1e-5}} for t in (1, 2)]
+    assert (NOT_A_BOUND_MARK in _summary_table(records, {}, None)) is marked

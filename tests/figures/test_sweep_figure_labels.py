@@ -216,3 +216,12 @@ def test_the_shared_setting_names_priors_written_with_a_placeholder():
     assert "prior TV 0.01" in one
     plain = [{"params": {"model": "lenet", "dataset": "digits", "priors": ["tv:0.1", "bn:0.01"]}, "metrics": {}}]
     assert "priors tv:0.1, bn:0.01" in sweep_module.context(plain).split(" · ")
+
+
+def test_the_shared_setting_names_the_priors_that_stay_when_the_tv_weight_varies_and_the_reverse():
+    tv_varies = [{"params": {"model": "lenet", "dataset": "digits", "tv": w, "priors": ["bn:0.01"]}, "grid": {"tv": w},
+                  "metrics": {}} for w in (0.01, 0.1)]
+    assert "prior bn:0.01" in sweep_module.context(tv_varies, {"base": {"priors": ["bn:0.01"]}}).split(" · ")
+    priors_vary = [{"params": {"model": "lenet", "dataset": "digits", "tv": 0.1, "priors": p}, "grid": {"priors": p},
+                    "metrics": {}} for p in (["bn:0.01"], ["dip:1"])]
+    assert "prior TV 0.1" in sweep_module.context(priors_vary).split(" · ")

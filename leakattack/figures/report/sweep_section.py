@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
+from targets.protocols import list_protocols, protocol_class
 
 from ...errors import UserError
 from ...metrics import (
@@ -376,6 +377,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     if failed:
         head += "<th>failed: labels / objective / search</th>"
     body, said_infinite, said_not_a_bound = [], False, False
+    protocols = any(r.get("params", {}).get("protocol") for r in records)  # ε over a DP protocol's rounds 1..t
     for i, r in enumerate(rows):
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
         for s in stems:
@@ -391,7 +393,9 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             said_infinite |= infinite
             # a paper ε outside the paper's conditions, at the setting's mean or at any of its points
             points = [p["metrics"].get(s) for p in groups[i]] if len(groups) == len(rows) else []
-            loose = s in PAPER_EPSILONS and not infinite and any(
+            # a protocol's paper ε is marked only where its formula bounds only below 1 (sketched-dp's, not privsgd's)
+            below_one = not points or all(_paper_bound_below_one(p) for p in groups[i])
+            loose = s in PAPER_EPSILONS and not infinite and below_one and any(
                 is_number(v) and math.isfinite(v) and not paper_epsilon_holds(v) for v in [mean, *points])
             said_not_a_bound |= loose
             mark = f"<span class=v title=\"not a DP bound\"> {NOT_A_BOUND_MARK}</span>" if loose else ""
@@ -417,7 +421,8 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                "of the PSNR mean and counted in n." if "psnr_unscored" in columns else "")
             + (_e(_deltas_note(records)) if "epsilon" in stems else "")
             + (" ε ∞: no DP guarantee, the defense adds no noise (σ = 0) or noise with no bound on what it is "
-               "added to (each point's privacy_note says which)." if said_infinite else "")
+               "added to" + (", or a DP protocol's accountant reaches δ = 1 over its rounds" if protocols else "")
+               + " (each point's privacy_note says which)." if said_infinite else "")
             + (" " + _e(NOT_A_BOUND_NOTE) if said_not_a_bound else "")
             + (" Rebuilt, one metric ahead: the share of points not rebuilt because PSNR or SSIM fell short of "
                "its baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
@@ -442,7 +447,19 @@ def _deltas_note(records: list[dict]) -> str:
         ["pure DP (δ = 0) under Laplace noise"] if 0 in deltas else [])
     if not set(papers) <= set(deltas):
         words.append(f"ε (paper) at δ = {', '.join(f'{d:g}' for d in papers)}")
-    return f" ε of each message: {'; '.join(words)}."
+    over = (" (a DP protocol's point: of its rounds 1..t)" if any(r.get("params", {}).get("protocol") for r in records)
+            else "")
+    return f" ε of each message{over}: {'; '.join(words)}."
+
+
+def _paper_bound_below_one(record: dict) -> bool:
+    """Whether a point's paper ε is a bound only below 1 (Lemma H.7's: a defense's, and a protocol's whose class says
+    so, ``Protocol.paper_epsilon_below_one``); a protocol not registered in this process is read as one."""
+    protocol = record.get("params", {}).get("protocol")
+    if not protocol:
+        return True
+    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
+    return cls is None or bool(cls.paper_epsilon_below_one)
 
 
 def _no_guarantee(m: dict) -> bool:
