@@ -416,10 +416,11 @@ def not_the_budget(m: Mapping) -> bool:
 
 
 def matched_not_unique(m: Mapping) -> bool:
-    """Whether a run (a metrics.json dict) that was not rebuilt matched its message to the tolerance with fewer
-    numbers than unknowns (``unique_by_count`` false: b < m·B), so that another input matches as well: no budget
-    of steps is what it lacked."""
-    return m.get("verdict") == NOT_REBUILT and m.get("stop_reason") == "tolerance" and m.get("unique_by_count") is False
+    """Whether a run (a metrics.json dict) that was not rebuilt matched its message to the tolerance where another
+    input matches as well: with fewer numbers than unknowns (``unique_by_count`` false: b < m·B), or where the rank
+    it measured at its match falls short of them (``unique`` false): no budget of steps is what it lacked."""
+    return m.get("verdict") == NOT_REBUILT and m.get("stop_reason") == "tolerance" and (
+        m.get("unique_by_count") is False or m.get("unique") is False)
 
 
 def failed_kind(m: Mapping) -> str | None:

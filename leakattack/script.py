@@ -50,7 +50,20 @@ def _shows_default(action: argparse.Action) -> bool:
     default = action.default
     if default is None or default is argparse.SUPPRESS or isinstance(default, bool) or not action.option_strings:
         return False
+    if isinstance(default, (list, tuple)) and not default:  # an option given any number of times: none by default
+        return False
     return not _STATES_DEFAULT.search(action.help or "")
+
+
+def _default_text(action: argparse.Action) -> str:
+    """``(default: ...)`` as the option is written: a list as its values are given (``1,4,8``, or ``a b`` for an
+    option of several arguments), not as Python prints it."""
+    default = action.default
+    if isinstance(default, (list, tuple)):
+        several = action.nargs in ("+", "*") or isinstance(action.nargs, int) and action.nargs > 1
+        shown = (" " if several else ",").join(map(str, default)).replace("%", "%%")
+        return f"(default: {shown})"
+    return "(default: %(default)s)"
 
 
 class _Defaults(argparse.HelpFormatter):
@@ -59,7 +72,7 @@ class _Defaults(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        return text + (" " if text else "") + "(default: %(default)s)" if _shows_default(action) else text
+        return text + (" " if text else "") + _default_text(action) if _shows_default(action) else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
         if action.help is None and _shows_default(action):
-            action.help = "(default: %(default)s)"
+            action.help = _default_text(action)
         return action
 
 

@@ -201,9 +201,13 @@ def test_the_scripts_parser_shows_every_options_default_and_the_whole_first_para
     ap.add_argument("--quiet", action="store_true", help="no bars")
     ap.add_argument("--out", help="a file")
     ap.add_argument("--seed", type=int, default=0)  # 0 is a default, not "none"
+    ap.add_argument("--ratios", type=lambda t: [float(v) for v in t.split(",")], default=[0.5, 0.25])
+    ap.add_argument("--models", nargs="+", default=["lenet", "resnet20"])
+    ap.add_argument("--model-param", action="append", default=[])
     ap.add_argument("--clips", default="1,1e-3", help="thresholds (the default victim's norm is 24)")
     text = " ".join(ap.format_help().split())
     assert "--seed SEED (default: 0)" in text and "norm is 24) (default: 1,1e-3)" in text
+    assert "(default: 0.5,0.25)" in text and "(default: lenet resnet20)" in text and "[]" not in text
     assert "Train a victim on the photos, a sentence that wraps onto a second line." in text and "More." not in text
     assert "--steps STEPS (default: 200)" in text and "--lr LR step size (default: 0.05)" in text
     assert "TV weight (default 0.1) " in text and "(default: 0.1)" not in text  # said once

@@ -221,7 +221,8 @@ def as_ran(rec: dict) -> dict:
         out["sketch"] = "none" if m.get("b") is not None and m.get("b") == m.get("d") else f"{name}'s own"
     if "dp_epsilon" in cls.reads:
         noise = f"{name}'s own Gaussian noise"
-        out["defense"] = f"{params['defense']} + {noise}" if params.get("defense") else noise
+        own = params.get("defense")  # "none" is no defense, as "" is
+        out["defense"] = f"{own} + {noise}" if own and own != "none" else noise
     return out
 
 

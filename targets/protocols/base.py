@@ -262,6 +262,9 @@ class Protocol:
     #: whether that epsilon is a DP bound only below 1 (Song et al.'s Lemma H.7 and Theorem 6.2:
     #: :func:`defenses.accounting.analysis.paper_epsilon_holds`), which the report then marks
     paper_epsilon_below_one = False
+    #: why that epsilon bounds no message the protocol sends, where it bounds none at any value (the report marks it
+    #: and says why); None where it does
+    paper_epsilon_unguaranteed: str | None = None
 
     # the spec's parameters (SPEC_DEFAULTS), set as attributes by __init__
     clients: int

@@ -1,6 +1,7 @@
 """Flags a protocol's message does not read are refused in one sentence; errors name the protocol given; a stored
 run's sketch is what config.json records; HEAPRIX's attacked message is its count-sketch table."""
 
+import html
 import json
 
 import pytest
@@ -344,15 +345,28 @@ def test_privsgd_records_the_epsilon_its_rescaled_message_is_bounded_by(tmp_path
     noise = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["sketch"]["privacy"]
     assert metrics["epsilon"] == noise["epsilon_rdp_normalised"] > noise["epsilon_rdp"]
     assert "sensitivity 2L" in metrics["privacy_note"] and f"{noise['epsilon_rdp']:.3g}" in metrics["privacy_note"]
+    from leakattack.figures.report import build_report
+
+    page = html.unescape(build_report([tmp_path / "run"]))
+    assert "† not a DP bound: privsgd's paper ε is at the mean's per-record sensitivity" in page
 
 
-@pytest.mark.parametrize("protocol,marked", [("sketched-dp", True), ("privsgd", False), (None, True)])
-def test_a_sweeps_paper_epsilon_is_marked_not_a_bound_only_where_its_formula_bounds_only_below_one(protocol, marked):
+@pytest.mark.parametrize("protocol,paper,said", [
+    ("sketched-dp", 2.0, "only below 1"), ("sketched-dp", 0.5, None), (None, 2.0, "only below 1"),
+    ("privsgd", 2.0, "does not guarantee"), ("privsgd", 0.05, "does not guarantee")])
+def test_a_sweeps_paper_epsilon_is_marked_where_it_bounds_no_message(protocol, paper, said):
+    """sketched-dp's and a defense's paper ε (Lemma H.7) bound a message only below 1; privsgd's, at a per-record
+    sensitivity its rescaled message does not have, at no value: it was marked by the first rule (above 1 only)."""
     from leakattack.figures.report.shared import NOT_A_BOUND_MARK
     from leakattack.figures.report.sweep_section import _summary_table
 
     records = [{"key": str(t), "grid": {"protocol_round": t}, "params": {"model": "lenet", "sketch": "srht",
                                                                         "protocol": protocol},
                 "metrics": {"psnr": 9.0, "ssim": 0.1, "d": 10, "b": 5, "epsilon": 0.2, "delta": 1e-5,
-                            "epsilon_paper": 2.0 * t, "delta_paper": 1e-5}} for t in (1, 2)]
-    assert (NOT_A_BOUND_MARK in _summary_table(records, {}, None)) is marked
+                            "epsilon_paper": paper * t ** 0.5, "delta_paper": 1e-5}} for t in (1, 2)]
+    text = _summary_table(records, {}, None)
+    assert (NOT_A_BOUND_MARK in text) is (said is not None)
+    if said == "only below 1":
+        assert "is a guarantee only where" in text
+    elif said is not None:
+        assert "the rescaling of its message by s_t" in text and "is a guarantee only where" not in text

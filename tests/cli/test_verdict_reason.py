@@ -250,3 +250,21 @@ def rebuilt_matched(record: dict) -> bool:
     from leakattack.rebuilt import matched_not_unique
 
     return matched_not_unique(record)
+
+
+def test_a_match_whose_measured_rank_falls_short_is_not_called_a_failure_of_its_budget(tmp_path, capsys):
+    """linreg behind a clip: b = m, but the clipped message keeps its value along x's scale, and the run measured
+    rank 783 of 784 where it matched to 4e-34; its failure note still blamed the budget beside its own note that the
+    message does not determine the input."""
+    from leakattack import cli
+    from leakattack.cli.run import FAILURE_NOTE, UNDETERMINED_FAILURE_NOTE
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "--model", "linreg", "--dataset", "digits", "--sketch", "none", "--defense", "clip:C=1e-3",
+                     "--attacker-knows-clip", "--iterations", "300", "--quiet", "--no-lpips", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["verdict"] == "not rebuilt" and record["stop_reason"] == "tolerance"
+    assert record["unique_by_count"] is True and record["unique"] is False
+    assert f"note: {UNDETERMINED_FAILURE_NOTE}" in err and FAILURE_NOTE not in err
+    assert rebuilt_matched(record) and not rebuilt_matched({**record, "unique": None})

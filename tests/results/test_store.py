@@ -291,3 +291,5 @@ def test_a_protocols_points_are_summarised_with_the_protocols_sketch_and_noise()
     assert [(r["sketch"], r["defense"]) for r in rows] == [("none", ""), ("srht", "sketched-dp's own Gaussian noise")]
     plain = rec(2, 0.0, 0, 10.0)
     assert as_ran(plain) is plain["params"]
+    said_none = {**dp, "params": {**dp["params"], "defense": "none"}}  # "none" is no defense, as "" is
+    assert as_ran(said_none)["defense"] == "sketched-dp's own Gaussian noise"

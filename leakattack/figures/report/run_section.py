@@ -53,6 +53,7 @@ from ...results import (
 )
 from .shared import (
     FAILURE_NOTE,
+    NOT_A_BOUND_MARK,
     NOT_A_BOUND_NOTE,
     NOT_A_NUMBER,
     NOT_RECORDED,
@@ -446,6 +447,8 @@ def _protocol_epsilon(noise: dict, rounds, protocol=None) -> str:
             text += f" ({cls.paper_epsilon})"
         if cls is not None and cls.paper_epsilon_below_one and not paper_epsilon_holds(paper):
             text += f" {NOT_A_BOUND_NOTE}"
+        elif cls is not None and cls.paper_epsilon_unguaranteed:  # at no value (privsgd's)
+            text += f" {NOT_A_BOUND_MARK} not a DP bound: {cls.paper_epsilon_unguaranteed}"
     return text + privacy_caveats(noise, rounds)
 
 

@@ -377,6 +377,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     if failed:
         head += "<th>failed: labels / objective / search</th>"
     body, said_infinite, said_not_a_bound = [], False, False
+    said_unguaranteed: set = set()  #: the protocols' sentences on a paper ε that bounds none of their messages
     protocols = any(r.get("params", {}).get("protocol") for r in records)  # ε over a DP protocol's rounds 1..t
     for i, r in enumerate(rows):
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
@@ -393,11 +394,19 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             said_infinite |= infinite
             # a paper ε outside the paper's conditions, at the setting's mean or at any of its points
             points = [p["metrics"].get(s) for p in groups[i]] if len(groups) == len(rows) else []
-            # a protocol's paper ε is marked only where its formula bounds only below 1 (sketched-dp's, not privsgd's)
-            below_one = not points or all(_paper_bound_below_one(p) for p in groups[i])
-            loose = s in PAPER_EPSILONS and not infinite and below_one and any(
-                is_number(v) and math.isfinite(v) and not paper_epsilon_holds(v) for v in [mean, *points])
-            said_not_a_bound |= loose
+            # a protocol's paper ε is marked where its formula bounds only below 1 (sketched-dp's, a defense's), or
+            # where it bounds no message the protocol sends (privsgd's); the row's protocol where its points are not
+            # at hand
+            classes = [_protocol_of(p.get("params", {}).get("protocol")) for p in groups[i]] if points else \
+                [_protocol_of(r.get("protocol"))]
+            unguaranteed = {c.paper_epsilon_unguaranteed for c in classes if c and c.paper_epsilon_unguaranteed} \
+                if s == "epsilon_paper" else set()
+            below_one = all(c is None or c.paper_epsilon_below_one for c in classes if c is not False)
+            numbers = [v for v in [mean, *points] if is_number(v) and math.isfinite(v)]
+            loose = s in PAPER_EPSILONS and not infinite and bool(numbers) and (bool(unguaranteed) or (
+                below_one and any(not paper_epsilon_holds(v) for v in numbers)))
+            said_unguaranteed |= unguaranteed
+            said_not_a_bound |= loose and not unguaranteed  # the note on Lemma H.7's range
             mark = f"<span class=v title=\"not a DP bound\"> {NOT_A_BOUND_MARK}</span>" if loose else ""
             cells += f"<td><span class=v>{'∞' if infinite else _num(mean, digits, kind)}</span>{spread}{mark}</td>"
         for column, present in (("rebuilt", "rebuilt" in head), ("rebuilt_images", images)):
@@ -424,6 +433,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
                "added to" + (", or a DP protocol's accountant reaches δ = 1 over its rounds" if protocols else "")
                + " (each point's privacy_note says which)." if said_infinite else "")
             + (" " + _e(NOT_A_BOUND_NOTE) if said_not_a_bound else "")
+            + "".join(f" {NOT_A_BOUND_MARK}: {_e(t)}." for t in sorted(said_unguaranteed))
             + (" Rebuilt, one metric ahead: the share of points not rebuilt because PSNR or SSIM fell short of "
                "its baseline's margin while the other is clearly above its baseline, so parts of the image may show: "
                "look at their reconstructions." if ahead else "") + "</p>")
@@ -452,14 +462,12 @@ def _deltas_note(records: list[dict]) -> str:
     return f" ε of each message{over}: {'; '.join(words)}."
 
 
-def _paper_bound_below_one(record: dict) -> bool:
-    """Whether a point's paper ε is a bound only below 1 (Lemma H.7's: a defense's, and a protocol's whose class says
-    so, ``Protocol.paper_epsilon_below_one``); a protocol not registered in this process is read as one."""
-    protocol = record.get("params", {}).get("protocol")
-    if not protocol:
-        return True
-    cls = protocol_class(protocol) if isinstance(protocol, str) and protocol in list_protocols() else None
-    return cls is None or bool(cls.paper_epsilon_below_one)
+def _protocol_of(name):
+    """False for no protocol (a defense's paper ε: a bound only below 1), the registered class of protocol ``name``,
+    or None for one not registered in this process (read as a bound only below 1)."""
+    if not name:
+        return False
+    return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
 
 
 def _no_guarantee(m: dict) -> bool:
