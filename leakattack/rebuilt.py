@@ -417,8 +417,8 @@ def not_the_budget(m: Mapping) -> bool:
 
 def matched_not_unique(m: Mapping) -> bool:
     """Whether a run (a metrics.json dict) that was not rebuilt matched its message to the tolerance where another
-    input matches as well: with fewer numbers than unknowns (``unique_by_count`` false: b < m·B), or where the rank
-    it measured at its match falls short of them (``unique`` false): no budget of steps is what it lacked."""
+    input matches as well: with fewer numbers than unknowns (``unique_by_count`` false: b < m·B), or at an image
+    other than the truth (``unique`` false, whatever the rank there): no budget of steps is what it lacked."""
     return m.get("verdict") == NOT_REBUILT and m.get("stop_reason") == "tolerance" and (
         m.get("unique_by_count") is False or m.get("unique") is False)
 

@@ -156,9 +156,9 @@ STOPPED_CLOSED_FAILURE_NOTE = ("this is a failure of this closed-form attack at 
 #: :data:`FAILURE_NOTE` of a run that matched its message to the tolerance where another input matches as well
 #: (:func:`leakattack.rebuilt.matched_not_unique`): its steps found an input that sends the message, not the client's
 UNDETERMINED_FAILURE_NOTE = ("this is a failure of this attack on a message that another input matches as well "
-                             "(fewer numbers than unknowns, or a rank at its match below them), not of its budget and "
-                             "not evidence that the message is private: an image prior or a stronger attack may still "
-                             "rebuild the input")
+                             "(it has fewer numbers than unknowns, or the attack matched it at an image other than "
+                             "the truth), not of its budget and not evidence that the message is private: an image "
+                             "prior or a stronger attack may still rebuild the input")
 #: :data:`FAILURE_NOTE` of a run whose failure a note below names a cause of that no budget mends (a seed search that
 #: took another seed, a prior that turned NaN: :func:`leakattack.rebuilt.not_the_budget`)
 CAUSED_FAILURE_NOTE = ("this is a failure of this attack as it ran here, for the reason the note below gives, not of "

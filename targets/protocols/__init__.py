@@ -103,7 +103,8 @@ def privacy_caveats(noise: dict, rounds) -> str:
     said = ""
     wide = noise.get("epsilon_rdp_normalised")
     if isinstance(wide, (int, float)) and not isinstance(wide, bool):
-        said += f"; ε {wide:.3g} at the rescaling's sensitivity 2L"
+        said += (f"; ε {wide:.3g} at the rescaling's sensitivity 2L, which bounds the message (the ε before it is at "
+                 "the per-record sensitivity, which the rescaling does not keep)")
     covered = noise.get("rounds_covered")
     if isinstance(covered, int) and isinstance(rounds, int) and rounds > covered:
         said += f"; its noise was set for rounds 1..{covered}, and past them no guarantee holds"

@@ -63,8 +63,7 @@ class PrivSGD(CompSGD):
     paper_epsilon = ("√(32 L² t log(1/δ))/(nσ) at t rounds, ε·√(t/T) for the ε asked over T: Claim C.1, the "
                      "Gaussian mechanism at the mean's per-record sensitivity 2L/n and strong composition")
     paper_epsilon_unguaranteed = ("privsgd's paper ε is at the mean's per-record sensitivity, which the rescaling of "
-                                  "its message by s_t, a factor of the data, does not guarantee; its ε is at the "
-                                  "rescaling's sensitivity 2L")
+                                  "its message by s_t, a factor of the data, does not guarantee")
 
     def __init__(self, victim, train_set, **spec):
         super().__init__(victim, train_set, **spec)

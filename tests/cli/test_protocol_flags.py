@@ -353,6 +353,7 @@ def test_privsgd_records_the_epsilon_its_rescaled_message_is_bounded_by(tmp_path
 
 @pytest.mark.parametrize("protocol,paper,said", [
     ("sketched-dp", 2.0, "only below 1"), ("sketched-dp", 0.5, None), (None, 2.0, "only below 1"),
+    ("fedavg", 2.0, "only below 1"),  # a defense's ε under a protocol without noise of its own: Lemma H.7's rule
     ("privsgd", 2.0, "does not guarantee"), ("privsgd", 0.05, "does not guarantee")])
 def test_a_sweeps_paper_epsilon_is_marked_where_it_bounds_no_message(protocol, paper, said):
     """sketched-dp's and a defense's paper ε (Lemma H.7) bound a message only below 1; privsgd's, at a per-record

@@ -167,7 +167,9 @@ def test_privsgd_sigma_is_the_papers_formula_and_epsilon_returns_to_it(digits_tr
     # the words beside the per-record ε: the rescaling's 2L bound, and rounds past T (the run's line had neither)
     from targets.protocols import privacy_caveats
     assert priv["rounds_covered"] == 25
-    assert privacy_caveats(priv, 25) == f"; ε {priv['epsilon_rdp_normalised']:.3g} at the rescaling's sensitivity 2L"
+    assert privacy_caveats(priv, 25) == (f"; ε {priv['epsilon_rdp_normalised']:.3g} at the rescaling's sensitivity 2L, "
+                                         "which bounds the message (the ε before it is at the per-record "
+                                         "sensitivity, which the rescaling does not keep)")
     assert privacy_caveats(p.privacy(30), 30).endswith("; its noise was set for rounds 1..25, and past them no "
                                                        "guarantee holds")
     assert privacy_caveats({"sigma": 1.0, "epsilon_rdp": 0.1}, 30) == ""  # sketched-dp's: nothing to add

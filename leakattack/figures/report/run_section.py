@@ -434,7 +434,8 @@ def _protocol_epsilon(noise: dict, rounds, protocol=None) -> str:
     """The ε row of a DP protocol's message: its accountant's ε over the rounds up to it, at the paper's δ, and the
     paper's own ε (``Protocol.privacy``) with the formula its protocol takes it from (``Protocol.paper_epsilon``),
     marked where it lies outside the paper's conditions (a protocol whose ε bounds only below 1,
-    ``Protocol.paper_epsilon_below_one``); a protocol not registered in this process gives the number alone."""
+    ``Protocol.paper_epsilon_below_one``) or bounds no message at any value, with the reason
+    (``Protocol.paper_epsilon_unguaranteed``); a protocol not registered in this process gives the number alone."""
     over = f" over rounds 1..{rounds}" if isinstance(rounds, int) else ""
     paper, delta = noise.get("epsilon_paper"), noise.get("delta_paper")
     rdp = noise.get("epsilon_rdp")

@@ -378,7 +378,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
         head += "<th>failed: labels / objective / search</th>"
     body, said_infinite, said_not_a_bound = [], False, False
     said_unguaranteed: set = set()  #: the protocols' sentences on a paper ε that bounds none of their messages
-    protocols = any(r.get("params", {}).get("protocol") for r in records)  # ε over a DP protocol's rounds 1..t
+    protocols = any(_dp_protocol(r.get("params", {}).get("protocol")) for r in records)  # ε over its rounds 1..t
     for i, r in enumerate(rows):
         cells = "".join(f"<td class=key>{_e(_short(r.get(c)))}</td>" for c in varying)
         for s in stems:
@@ -397,14 +397,12 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             # a protocol's paper ε is marked where its formula bounds only below 1 (sketched-dp's, a defense's), or
             # where it bounds no message the protocol sends (privsgd's); the row's protocol where its points are not
             # at hand
-            classes = [_protocol_of(p.get("params", {}).get("protocol")) for p in groups[i]] if points else \
-                [_protocol_of(r.get("protocol"))]
-            unguaranteed = {c.paper_epsilon_unguaranteed for c in classes if c and c.paper_epsilon_unguaranteed} \
-                if s == "epsilon_paper" else set()
-            below_one = all(c is None or c.paper_epsilon_below_one for c in classes if c is not False)
+            names = [p.get("params", {}).get("protocol") for p in groups[i]] if points else [r.get("protocol")]
+            rules = {_paper_rule(n, s) for n in names}
+            unguaranteed = {_protocol_of(n).paper_epsilon_unguaranteed for n in names if _paper_rule(n, s) == "never"}
             numbers = [v for v in [mean, *points] if is_number(v) and math.isfinite(v)]
             loose = s in PAPER_EPSILONS and not infinite and bool(numbers) and (bool(unguaranteed) or (
-                below_one and any(not paper_epsilon_holds(v) for v in numbers)))
+                "below one" in rules and any(not paper_epsilon_holds(v) for v in numbers)))
             said_unguaranteed |= unguaranteed
             said_not_a_bound |= loose and not unguaranteed  # the note on Lemma H.7's range
             mark = f"<span class=v title=\"not a DP bound\"> {NOT_A_BOUND_MARK}</span>" if loose else ""
@@ -457,17 +455,34 @@ def _deltas_note(records: list[dict]) -> str:
         ["pure DP (δ = 0) under Laplace noise"] if 0 in deltas else [])
     if not set(papers) <= set(deltas):
         words.append(f"ε (paper) at δ = {', '.join(f'{d:g}' for d in papers)}")
-    over = (" (a DP protocol's point: of its rounds 1..t)" if any(r.get("params", {}).get("protocol") for r in records)
-            else "")
+    over = (" (a DP protocol's point: over its rounds 1..t)"
+            if any(_dp_protocol(r.get("params", {}).get("protocol")) for r in records) else "")
     return f" ε of each message{over}: {'; '.join(words)}."
 
 
 def _protocol_of(name):
-    """False for no protocol (a defense's paper ε: a bound only below 1), the registered class of protocol ``name``,
-    or None for one not registered in this process (read as a bound only below 1)."""
-    if not name:
-        return False
+    """The registered class of protocol ``name``, or None (no protocol, or one not registered in this process)."""
     return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
+
+
+def _dp_protocol(name) -> bool:
+    """Whether ``name`` is a registered protocol that adds its own noise and states its ε (it reads dp_epsilon)."""
+    cls = _protocol_of(name)
+    return cls is not None and "dp_epsilon" in cls.reads
+
+
+def _paper_rule(protocol, stem: str) -> str | None:
+    """When a point's paper ε (``stem``: epsilon_paper, utility_epsilon_paper) is no DP bound: ``"below one"``
+    (Lemma H.7's, a defense's, and a DP protocol's whose class says so), ``"never"`` (a DP protocol's whose formula
+    bounds none of its messages: ``Protocol.paper_epsilon_unguaranteed``), None (another DP protocol's formula, with
+    no such condition).  A defense's ε under a protocol without noise of its own, and the training's, are the
+    defense's; a protocol not registered in this process is read by Lemma H.7's rule."""
+    if stem != "epsilon_paper" or not _dp_protocol(protocol):
+        return "below one"
+    cls = _protocol_of(protocol)
+    if cls.paper_epsilon_unguaranteed:
+        return "never"
+    return "below one" if cls.paper_epsilon_below_one else None
 
 
 def _no_guarantee(m: dict) -> bool:
