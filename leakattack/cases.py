@@ -42,9 +42,8 @@ from .observation import (
     ThreatModel,
     attacker_forward,
     from_protocol,
-    noise_share,
+    noise_share_entries,
     observe,
-    share_sources,
     unknown_seed,
     zero_message,
 )
@@ -655,9 +654,7 @@ def message_case(cfg: RunConfig, device: torch.device, dtype: torch.dtype, progr
     zero_message(y, extra, f"message file '{msg.path}'")
     if channel.pipeline and bool(torch.isfinite(y).all()):  # as observe estimates it: from the defense and y alone
         shape = (msg.batch_size, victim.d) if channel.per_example else (victim.d,)
-        share = noise_share(channel, y, torch.zeros(shape, device=device, dtype=dtype))
-        if share is not None:
-            extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
+        extra.update(noise_share_entries(channel, y, torch.zeros(shape, device=device, dtype=dtype)))
     obs = Observation(y=y, victim=victim, forward=forward, linear_map=linear_map, batch_size=msg.batch_size,
                       client_map=client_map, threat=threat, labels=target(known), defense=channel.spec,
                       g_norm=float(y.norm()) if sketch.identity else float("nan"),  # unknown behind a sketch

@@ -448,6 +448,14 @@ def noise_share(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> fl
     return (n2 / rest) ** 0.5 if rest > 3 * spread and rest > 0 else float("inf")
 
 
+def noise_share_entries(channel: Channel, y: torch.Tensor, gradient: torch.Tensor) -> dict:
+    """``noise_share`` and ``noise_share_of`` of a finite message ``y`` sent through ``channel`` (:func:`noise_share`,
+    from the defense and ``y`` alone; ``gradient`` gives the shape of what the channel takes), as an observation's
+    extra records them; empty where no step adds noise or rounds."""
+    share = noise_share(channel, y, gradient)
+    return {} if share is None else {"noise_share": share, "noise_share_of": share_sources(channel)}
+
+
 def unknown_seed(seed: int) -> int:
     """The seed of the attacker's R where the threat model withholds the client's (``knows_sketch=False``): another
     seed, kept in [0, 2^63 - 1]."""
@@ -531,9 +539,7 @@ def observe(victim: Victim, x: torch.Tensor, labels: torch.Tensor, channel: Chan
             y = channel.send(g).detach()
         nonfinite = int((~torch.isfinite(y)).sum())
         if channel.pipeline and not nonfinite:  # a message with NaN or infinite values has no noise share
-            share = noise_share(channel, y, sent)
-            if share is not None:
-                extra["noise_share"], extra["noise_share_of"] = share, share_sources(channel)
+            extra.update(noise_share_entries(channel, y, sent))
         if nonfinite:  # the gradient is finite: the defense (its noise's scale) made them
             extra["message_nonfinite"] = nonfinite
             warnings.warn(f"the client's message holds {nonfinite} value(s) that are NaN or "
@@ -567,5 +573,6 @@ def from_protocol(message: ClientMessage, victim: Victim, threat: ThreatModel) -
 
 
 __all__ = ["LinearMap", "ThreatModel", "Observation", "observe", "unknown_seed",
-           "noise_share", "share_sources", "rounding_error_bound", "NOISE_SHARE_SEED", "NOISE_SHARE_DRAWS",
+           "noise_share", "noise_share_entries", "share_sources", "rounding_error_bound", "NOISE_SHARE_SEED",
+           "NOISE_SHARE_DRAWS",
            "granted_bn_stats", "from_protocol", "attacker_forward", "gradient_of", "AttackerModel"]

@@ -316,12 +316,13 @@ def why_not_rebuilt(m: Mapping) -> tuple[str, str | None]:
                     "before reading it as nothing rebuilt")
 
 
+#: the stop reasons of a search cut short by its budget (its time limit, or Ctrl-C), not ended by its own rule
+HALTED = ("time-limit", "interrupted")
+
 #: a search whose every step's L_R lies within this share of its start value barely moved (steps too small to
 #: change it: Adam at --lr 1e-12; `leakattack run --dtype float32 --optimizer adam --signed --lr 1e-9 --iterations
 #: 50` wanders by 2.0e-6 of its value in trace.csv, from rounding alone), which :func:`nothing_attacked` says in
 #: :data:`STILL_WORDS`; a run that ends its budget more than this share above its start says that it rose
-#: the stop reasons of a search cut short by its budget (its time limit, or Ctrl-C), not ended by its own rule
-HALTED = ("time-limit", "interrupted")
 STILL_RTOL = 1e-4
 STILL_WORDS = "the search's steps barely moved it"
 

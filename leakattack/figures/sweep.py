@@ -785,11 +785,12 @@ def metrics_vs_batch(folder, records: list[dict], meta: dict | None = None) -> l
                              if r["metrics"].get("b") and r["metrics"].get("unknowns")]
                     if ratio and math.isfinite(mean):
                         marks.setdefault(x, []).append((mean, f"{sum(ratio) / len(ratio):.2g}"))
+            largest = max(marks, default=None)
             for x, found in marks.items():
                 # the series at one B, highest first: the first label above its point, the next ones below theirs,
                 # a line apart, so that points close together keep their labels apart; left of the last B's points
                 # (the right edge)
-                last = x == max(marks)
+                last = x == largest
                 for k, (mean, text) in enumerate(sorted(found, key=lambda m: -m[0])):
                     ax.annotate(text, (x, mean), textcoords="offset points", xytext=(-4 if last else 3, 4 - 8 * k),
                                 ha="right" if last else "left", va="bottom" if k == 0 else "top", fontsize=6,

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
-from targets.protocols import list_protocols, privacy_caveats, protocol_class
+from targets.protocols import privacy_caveats
 
 from ...attacks.priors import parse_prior
 from ...attacks.recipes import inexact_words, next_settings
@@ -67,7 +67,9 @@ from .shared import (
     _name,
     _num,
     _or,
+    _paper_rule,
     _percent,
+    _protocol_class,
     _score,
     _seconds,
     _threat,
@@ -279,11 +281,6 @@ def _protocol_batch(run: dict, m: RunMetrics, described: dict) -> str:
     return f", a batch of {n} where the client's round trains on batches of {own} (--batch-size {asked})"
 
 
-def _protocol_class(name):
-    """The registered protocol class of ``name``, or None (a protocol not registered in this process)."""
-    return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
-
-
 def _local_steps(protocol, described: dict) -> str:
     """``, K = 3 local steps at learning rate 0.1``: the client's local training the message covers, where recorded
     (a protocol's message describes it); ``, one gradient at w^t`` for a protocol whose clients send no update."""
@@ -446,9 +443,10 @@ def _protocol_epsilon(noise: dict, rounds, protocol=None) -> str:
         text += f"; the paper's ε = {_num(paper, 3, 'g')}"
         if cls is not None and cls.paper_epsilon:
             text += f" ({cls.paper_epsilon})"
-        if cls is not None and cls.paper_epsilon_below_one and not paper_epsilon_holds(paper):
+        rule = _paper_rule(protocol) if cls is not None else None  # unregistered: the number alone
+        if rule == "below one" and not paper_epsilon_holds(paper):
             text += f" {NOT_A_BOUND_NOTE}"
-        elif cls is not None and cls.paper_epsilon_unguaranteed:  # at no value (privsgd's)
+        elif rule == "never":  # at no value (privsgd's)
             text += f" {NOT_A_BOUND_MARK} not a DP bound: {cls.paper_epsilon_unguaranteed}"
     return text + privacy_caveats(noise, rounds)
 

@@ -16,6 +16,7 @@ from PIL import Image
 
 from defenses import DefenseError
 from defenses import build as build_defense
+from targets.protocols import list_protocols, protocol_class
 
 from ...attacks import attack_class, list_attacks
 from ...attacks.recipes import defense_prunes
@@ -37,6 +38,31 @@ NOT_A_NUMBER = "not a number"
 LABELS = {"given": "labels given to the attacker",
           "idlg": "labels read from the message (the count and sign rules, docs/attacks/labels.md)",
           "dlg": "labels optimised with the images (DLG)"}
+
+
+def _protocol_class(name):
+    """The registered protocol class of ``name``, or None (no protocol, or one not registered in this process)."""
+    return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
+
+
+def _dp_protocol(name) -> bool:
+    """Whether ``name`` is a registered protocol that adds its own noise and states its ε (it reads dp_epsilon)."""
+    cls = _protocol_class(name)
+    return cls is not None and "dp_epsilon" in cls.reads
+
+
+def _paper_rule(protocol, stem: str = "epsilon_paper") -> str | None:
+    """When a point's paper ε (``stem``: epsilon_paper, utility_epsilon_paper) is no DP bound: ``"below one"``
+    (Lemma H.7's, a defense's, and a DP protocol's whose class says so), ``"never"`` (a DP protocol's whose formula
+    bounds none of its messages: ``Protocol.paper_epsilon_unguaranteed``), None (another DP protocol's formula, with
+    no such condition).  A defense's ε under a protocol without noise of its own, and the training's, are the
+    defense's; a protocol not registered in this process is read by Lemma H.7's rule."""
+    if stem != "epsilon_paper" or not _dp_protocol(protocol):
+        return "below one"
+    cls = _protocol_class(protocol)
+    if cls.paper_epsilon_unguaranteed:
+        return "never"
+    return "below one" if cls.paper_epsilon_below_one else None
 
 
 def _attack_class(name):

@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 
 from defenses.accounting.analysis import paper_epsilon_holds
-from targets.protocols import list_protocols, protocol_class
 
 from ...errors import UserError
 from ...metrics import (
@@ -58,6 +57,7 @@ from .shared import (
     NOT_A_BOUND_NOTE,
     NOT_RECORDED,
     _cell,
+    _dp_protocol,
     _e,
     _figure,
     _heading,
@@ -66,7 +66,9 @@ from .shared import (
     _machine_text,
     _name,
     _num,
+    _paper_rule,
     _percent,
+    _protocol_class,
     _score,
     _seconds,
     _threat,
@@ -301,12 +303,17 @@ def stored_summary(folder: Path) -> list[dict] | None:
 SHARE_COLUMNS = ("rebuilt", "rebuilt_images", "one_metric_ahead")
 
 
+def _settings(records: list[dict]) -> dict[tuple, list[dict]]:
+    """The records by setting, their grid values read as summary.csv writes them (:func:`with_grid_values`: an
+    identity sketch's b/d is 1 whatever its grid says), so that its rows and these groups line up."""
+    return group_settings(with_grid_values(records))
+
+
 def summary_matches(rows: list[dict], records: list[dict]) -> bool:
     """Whether summary.csv's rows summarise these records: a row per setting, in order, with the setting's grid
     values and its count of finished points (a summary of an earlier plan's settings, left where drawing was cut
-    short, can have as many rows and points).  The records' grid values are read as summary.csv writes them
-    (:func:`with_grid_values`: an identity sketch's b/d is 1 whatever its grid says)."""
-    groups = group_settings(with_grid_values(records))
+    short, can have as many rows and points), grouped as it groups them (:func:`_settings`)."""
+    groups = _settings(records)
     if not records or len(rows) != len(groups):
         return False
     return all(row["n"] == len(recs) and all(row.get(k) == _as_stored(v) for k, v in setting)
@@ -331,7 +338,7 @@ def _summary_note(stored: list[dict] | None, records: list[dict], current: bool,
     if stored is None:
         return "summary.csv not found: the table summarises results.jsonl."
     counted = sum(r["n"] for r in stored)
-    if counted == len(records) and len(stored) == len(group_settings(with_grid_values(records))):
+    if counted == len(records) and len(stored) == len(_settings(records)):
         return ("summary.csv is left out: its rows are not the settings of the points results.jsonl holds (an "
                 "earlier grid's, left where drawing was cut short); the table summarises results.jsonl.")
     return (f"summary.csv is left out: it counts {counted} point{'s' if counted != 1 else ''} in {len(stored)} "
@@ -359,7 +366,7 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
     templated = "defense" in plain and "defense" not in shared and isinstance(template, str) and "{" in template
     varying = [c for c in plain if c not in shared and not (templated and c == "defense")]
     stems = [s for s in stems if any(r.get(f"{s}_mean") is not None for r in rows)]
-    groups = list(group_settings(with_grid_values(records)).values())  # as summary.csv's rows group them
+    groups = list(_settings(records).values())  # as summary.csv's rows group them
     unbounded = [all(_no_guarantee(p["metrics"]) for p in g) for g in groups] if len(groups) == len(rows) else \
         [False] * len(rows)
     if any(unbounded) and "epsilon" not in stems:  # every setting's ε infinite: an older summary has no ε column
@@ -398,11 +405,12 @@ def _summary_table(records: list[dict], meta: dict, stored: list[dict] | None, t
             # where it bounds no message the protocol sends (privsgd's); the row's protocol where its points are not
             # at hand
             names = [p.get("params", {}).get("protocol") for p in groups[i]] if points else [r.get("protocol")]
-            rules = {_paper_rule(n, s) for n in names}
-            unguaranteed = {_protocol_of(n).paper_epsilon_unguaranteed for n in names if _paper_rule(n, s) == "never"}
+            rules = {n: _paper_rule(n, s) for n in names}
+            unguaranteed = {_protocol_class(n).paper_epsilon_unguaranteed for n, rule in rules.items()
+                            if rule == "never"}
             numbers = [v for v in [mean, *points] if is_number(v) and math.isfinite(v)]
             loose = s in PAPER_EPSILONS and not infinite and bool(numbers) and (bool(unguaranteed) or (
-                "below one" in rules and any(not paper_epsilon_holds(v) for v in numbers)))
+                "below one" in rules.values() and any(not paper_epsilon_holds(v) for v in numbers)))
             said_unguaranteed |= unguaranteed
             said_not_a_bound |= loose and not unguaranteed  # the note on Lemma H.7's range
             mark = f"<span class=v title=\"not a DP bound\"> {NOT_A_BOUND_MARK}</span>" if loose else ""
@@ -458,31 +466,6 @@ def _deltas_note(records: list[dict]) -> str:
     over = (" (a DP protocol's point: over its rounds 1..t)"
             if any(_dp_protocol(r.get("params", {}).get("protocol")) for r in records) else "")
     return f" ε of each message{over}: {'; '.join(words)}."
-
-
-def _protocol_of(name):
-    """The registered class of protocol ``name``, or None (no protocol, or one not registered in this process)."""
-    return protocol_class(name) if isinstance(name, str) and name in list_protocols() else None
-
-
-def _dp_protocol(name) -> bool:
-    """Whether ``name`` is a registered protocol that adds its own noise and states its ε (it reads dp_epsilon)."""
-    cls = _protocol_of(name)
-    return cls is not None and "dp_epsilon" in cls.reads
-
-
-def _paper_rule(protocol, stem: str) -> str | None:
-    """When a point's paper ε (``stem``: epsilon_paper, utility_epsilon_paper) is no DP bound: ``"below one"``
-    (Lemma H.7's, a defense's, and a DP protocol's whose class says so), ``"never"`` (a DP protocol's whose formula
-    bounds none of its messages: ``Protocol.paper_epsilon_unguaranteed``), None (another DP protocol's formula, with
-    no such condition).  A defense's ε under a protocol without noise of its own, and the training's, are the
-    defense's; a protocol not registered in this process is read by Lemma H.7's rule."""
-    if stem != "epsilon_paper" or not _dp_protocol(protocol):
-        return "below one"
-    cls = _protocol_of(protocol)
-    if cls.paper_epsilon_unguaranteed:
-        return "never"
-    return "below one" if cls.paper_epsilon_below_one else None
 
 
 def _no_guarantee(m: dict) -> bool:
